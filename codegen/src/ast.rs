@@ -1,0 +1,294 @@
+//! Syntax tree of a spec file, as written. Every node keeps the byte span it came from so
+//! that the checker can point at the line that is wrong.
+
+/// A byte range in the spec source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Span {
+    pub start: usize,
+    pub end: usize,
+}
+
+impl Span {
+    pub fn new(start: usize, end: usize) -> Self {
+        Span { start, end }
+    }
+}
+
+/// A name with the place it was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ident {
+    pub name: String,
+    pub span: Span,
+}
+
+/// The whole file.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SpecFile {
+    pub items: Vec<Item>,
+}
+
+/// One top-level declaration.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Item {
+    /// `api cudart;`
+    Api(Ident),
+    /// `continuous_rc device_memory;` / `instantaneous_rc kernel_launches;`
+    Resource { kind: ResourceKind, name: Ident },
+    /// `type(cudaStream_t) { handle(stream); }`
+    Type { name: Ident, descs: Vec<TypeDesc> },
+    /// `enum cudaMemcpyKind : i32 { cudaMemcpyHostToHost = 0, ... };`
+    Enum {
+        name: Ident,
+        repr: Option<Ident>,
+        variants: Vec<(Ident, i64)>,
+    },
+    /// `errors cudaError_t { cudaSuccess = 0 "no error"; ... }`
+    Errors { ty: Ident, entries: Vec<ErrorEntry> },
+    /// `utility(guest) size_t device_symbol_size(const void *symbol);`
+    Utility { side: Ident, decl: Prototype },
+    /// `alias cudaGetDeviceProperties_v2 = cudaGetDeviceProperties;`
+    Alias { name: Ident, target: Ident },
+    /// A C prototype with its descriptor block.
+    Function(FunctionDecl),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResourceKind {
+    /// Held for a while and given back (device memory).
+    Continuous,
+    /// Used once per call (launches, bytes moved).
+    Instantaneous,
+}
+
+/// A descriptor inside `type(T) { ... }`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TypeDesc {
+    /// `handle(stream);` values of this type are API objects of kind `stream`.
+    Handle(Ident),
+    /// `enum(i32);` values are plain integers of this width.
+    Scalar(Ident),
+    /// `pod(Dim3, 12);` a plain C struct copied by value, with its wire type and size.
+    Pod { wire: Ident, size: i64 },
+    /// `abi_struct(DeviceProperties);` a struct whose layout depends on the CUDA ABI; the wire
+    /// carries an ABI-neutral type and the guest converts by hand.
+    AbiStruct(Ident),
+    /// `return_code;` the type every function returns its status in.
+    ReturnCode,
+    /// `success(cudaSuccess);` the success value of a return-code type.
+    Success(Ident),
+    /// `not_supported(cudaErrorNotSupported);` what unsupported functions return.
+    NotSupported(Ident),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ErrorEntry {
+    pub name: Ident,
+    pub code: i64,
+    pub text: String,
+    /// `abi(11) "older text"`: the text the given CUDA major version returns instead.
+    pub abi_texts: Vec<(i64, String)>,
+}
+
+/// A C type as written: `const void **`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CType {
+    pub is_const: bool,
+    pub base: BaseType,
+    /// One entry per `*`, true where that pointer level is itself `const`.
+    pub pointers: Vec<bool>,
+    pub span: Span,
+}
+
+impl CType {
+    pub fn is_pointer(&self) -> bool {
+        !self.pointers.is_empty()
+    }
+
+    /// The type one `*` down.
+    pub fn pointee(&self) -> CType {
+        let mut t = self.clone();
+        t.pointers.pop();
+        t
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BaseType {
+    Void,
+    Bool,
+    Char,
+    SignedChar,
+    UnsignedChar,
+    Short,
+    UnsignedShort,
+    Int,
+    UnsignedInt,
+    Long,
+    UnsignedLong,
+    LongLong,
+    UnsignedLongLong,
+    SizeT,
+    Float,
+    Double,
+    /// A typedef, `struct X` or `enum X`; the keyword is not kept.
+    Named(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Param {
+    pub ty: CType,
+    pub name: Ident,
+}
+
+/// `ret name(params)`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prototype {
+    pub ret: CType,
+    pub name: Ident,
+    pub params: Vec<Param>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionDecl {
+    pub proto: Prototype,
+    pub body: Vec<FnDesc>,
+    pub span: Span,
+}
+
+/// A descriptor in a function's block.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FnDesc {
+    /// A bare keyword: `sync;`, `async;`, `internal;`, `unsupported;`, `obj_record;`.
+    Flag(Ident),
+    /// `success(cudaSuccess);`
+    Success(Expr),
+    /// `allocates_rc(device_memory, size);`
+    Resource {
+        op: Ident,
+        resource: Ident,
+        amount: Amount,
+    },
+    /// `contextual_argument size_t n = f(x);`
+    Contextual { ty: CType, name: Ident, value: Expr },
+    /// `precondition(count > 0, cudaErrorInvalidValue);`
+    Precondition { cond: Expr, error: Ident },
+    /// `implemented_by(guest);`
+    ImplementedBy(Ident),
+    /// `on_success(hook);` a guest-side hook run after the call succeeded.
+    OnSuccess(Ident),
+    /// `argument(x) { ... }`
+    Argument { name: Ident, descs: Vec<ValDesc> },
+    /// `if (c) { ... } else { ... }`
+    If {
+        cond: Expr,
+        then: Vec<FnDesc>,
+        els: Vec<FnDesc>,
+    },
+}
+
+/// The amount in a resource descriptor.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Amount {
+    Expr(Expr),
+    /// `reported`: only the server knows (how much a free gives back).
+    Reported(Span),
+}
+
+/// A descriptor inside `argument(x) { ... }` or `element { ... }`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ValDesc {
+    /// `in;`, `out;`, `inout;`, `string;`, `null_ok;`, `opaque;`, `local;`, `no_copy;`,
+    /// `obj_record;`, `allocate;`, `deallocate;`
+    Flag(Ident),
+    /// `buffer(n);` n elements of the pointee type.
+    Buffer(Expr, Span),
+    /// `device_pointer;` or `device_pointer(extent_in_bytes);`
+    DevicePointer(Option<Expr>, Span),
+    /// `element { ... }` descriptors of the pointed-to value.
+    Element(Vec<ValDesc>, Span),
+    /// `obj_depends_on(other_argument);`
+    DependsOn(Ident),
+    /// `if (c) { ... } else { ... }`
+    If {
+        cond: Expr,
+        then: Vec<ValDesc>,
+        els: Vec<ValDesc>,
+        span: Span,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BinOp {
+    Mul,
+    Div,
+    Rem,
+    Add,
+    Sub,
+    Shl,
+    Shr,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+    BitAnd,
+    BitXor,
+    BitOr,
+    And,
+    Or,
+}
+
+impl BinOp {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            BinOp::Mul => "*",
+            BinOp::Div => "/",
+            BinOp::Rem => "%",
+            BinOp::Add => "+",
+            BinOp::Sub => "-",
+            BinOp::Shl => "<<",
+            BinOp::Shr => ">>",
+            BinOp::Lt => "<",
+            BinOp::Le => "<=",
+            BinOp::Gt => ">",
+            BinOp::Ge => ">=",
+            BinOp::Eq => "==",
+            BinOp::Ne => "!=",
+            BinOp::BitAnd => "&",
+            BinOp::BitXor => "^",
+            BinOp::BitOr => "|",
+            BinOp::And => "&&",
+            BinOp::Or => "||",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnOp {
+    Neg,
+    Not,
+    BitNot,
+}
+
+/// A C-like expression over arguments, constants and utility functions.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expr {
+    Int(i128, Span),
+    Name(Ident),
+    Unary(UnOp, Box<Expr>, Span),
+    Binary(BinOp, Box<Expr>, Box<Expr>, Span),
+    Call(Ident, Vec<Expr>, Span),
+    SizeOf(CType, Span),
+}
+
+impl Expr {
+    pub fn span(&self) -> Span {
+        match self {
+            Expr::Int(_, s) => *s,
+            Expr::Name(i) => i.span,
+            Expr::Unary(_, _, s) | Expr::Binary(_, _, _, s) | Expr::Call(_, _, s) => *s,
+            Expr::SizeOf(_, s) => *s,
+        }
+    }
+}

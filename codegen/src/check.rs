@@ -1,0 +1,1621 @@
+//! Semantic checks: turns the syntax tree into the checked [`model`](crate::model), or a list
+//! of diagnostics that each name the spec line at fault.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::ast::*;
+use crate::diag::{Diagnostic, line_col};
+use crate::model::ErrorEntry;
+use crate::model::*;
+
+/// Check a parsed spec. `source` is only used for line numbers and the spec hash.
+pub fn check(spec: &SpecFile, source: &str) -> Result<Api, Vec<Diagnostic>> {
+    let mut cx = Checker {
+        source,
+        diags: Vec::new(),
+        ..Default::default()
+    };
+    cx.collect_declarations(spec);
+    let functions = cx.check_functions(spec);
+    if cx.diags.is_empty() {
+        Ok(Api {
+            name: cx.api_name.clone().unwrap_or_default(),
+            spec_hash: fnv1a(source.as_bytes()),
+            resources: cx.resources.values().cloned().collect(),
+            types: cx.types.clone(),
+            enums: cx.enums.clone(),
+            constants: cx.constants.clone(),
+            errors: cx.errors.clone().expect("checked"),
+            utilities: cx.utilities.values().cloned().collect(),
+            functions,
+        })
+    } else {
+        Err(cx.diags)
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+#[derive(Default)]
+struct Checker<'s> {
+    source: &'s str,
+    diags: Vec<Diagnostic>,
+    api_name: Option<String>,
+    resources: BTreeMap<String, Resource>,
+    types: BTreeMap<String, NamedType>,
+    enums: Vec<EnumDef>,
+    constants: BTreeMap<String, i64>,
+    errors: Option<ErrorTable>,
+    utilities: BTreeMap<String, Utility>,
+    aliases: Vec<(Ident, Ident)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ty {
+    Int,
+    Bool,
+}
+
+/// Where an expression can be evaluated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Reach {
+    /// The server (and router) can evaluate it from wire values.
+    wire: bool,
+}
+
+const FN_FLAGS: &[&str] = &["sync", "async", "internal", "unsupported", "obj_record"];
+const VAL_FLAGS: &[&str] = &[
+    "in",
+    "out",
+    "inout",
+    "string",
+    "null_ok",
+    "opaque",
+    "local",
+    "no_copy",
+    "obj_record",
+    "allocate",
+    "deallocate",
+];
+
+impl<'s> Checker<'s> {
+    fn err(&mut self, span: Span, msg: impl Into<String>) {
+        self.diags.push(Diagnostic::new(span, msg));
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Declarations
+    // -----------------------------------------------------------------------------------------
+
+    fn collect_declarations(&mut self, spec: &SpecFile) {
+        let mut return_code: Option<(Ident, Option<Ident>, Option<Ident>)> = None;
+        let mut error_items = Vec::new();
+        for item in &spec.items {
+            match item {
+                Item::Api(name) => {
+                    if self.api_name.is_some() {
+                        self.err(name.span, "second `api` declaration");
+                    }
+                    self.api_name = Some(name.name.clone());
+                }
+                Item::Resource { kind, name } => {
+                    if self.resources.contains_key(&name.name) {
+                        self.err(
+                            name.span,
+                            format!("resource `{}` declared twice", name.name),
+                        );
+                    }
+                    self.resources.insert(
+                        name.name.clone(),
+                        Resource {
+                            name: name.name.clone(),
+                            kind: *kind,
+                        },
+                    );
+                }
+                Item::Type { name, descs } => {
+                    if let Some(rc) = self.type_decl(name, descs) {
+                        if return_code.is_some() {
+                            self.err(name.span, "only one type can be the `return_code`");
+                        }
+                        return_code = Some(rc);
+                    }
+                }
+                Item::Enum {
+                    name,
+                    repr,
+                    variants,
+                } => self.enum_decl(name, repr.as_ref(), variants),
+                Item::Errors { ty, entries } => error_items.push((ty, entries)),
+                Item::Utility { side, decl } => self.utility_decl(side, decl),
+                Item::Alias { name, target } => self.aliases.push((name.clone(), target.clone())),
+                Item::Function(_) => {}
+            }
+        }
+        if self.api_name.is_none() {
+            self.err(Span::default(), "the spec has no `api <name>;` declaration");
+        }
+        // Error tables come last so that their names can be checked against the return code.
+        let Some((rc_name, success, not_supported)) = return_code else {
+            self.err(
+                Span::default(),
+                "no type is declared `return_code`; functions need a status type",
+            );
+            return;
+        };
+        let mut entries: Vec<ErrorEntry> = Vec::new();
+        let mut codes = BTreeSet::new();
+        for (ty, items) in error_items {
+            if ty.name != rc_name.name {
+                self.err(
+                    ty.span,
+                    format!(
+                        "errors are declared for `{}` but the return code type is `{}`",
+                        ty.name, rc_name.name
+                    ),
+                );
+            }
+            for e in items {
+                if !codes.insert(e.code) {
+                    self.err(e.name.span, format!("error code {} listed twice", e.code));
+                }
+                if self.constants.insert(e.name.name.clone(), e.code).is_some() {
+                    self.err(e.name.span, format!("`{}` is already defined", e.name.name));
+                }
+                entries.push(ErrorEntry {
+                    name: e.name.name.clone(),
+                    code: e.code,
+                    text: e.text.clone(),
+                    abi_texts: e.abi_texts.clone(),
+                });
+            }
+        }
+        let need = |id: Option<Ident>, what: &str, cx: &mut Self| -> String {
+            match id {
+                Some(id) => {
+                    if !entries.iter().any(|e| e.name == id.name) {
+                        cx.err(id.span, format!("`{}` is not in the errors table", id.name));
+                    }
+                    id.name
+                }
+                None => {
+                    cx.err(
+                        rc_name.span,
+                        format!("the return code type needs `{what}(<error>);`"),
+                    );
+                    String::new()
+                }
+            }
+        };
+        let success = need(success, "success", self);
+        let not_supported = need(not_supported, "not_supported", self);
+        self.errors = Some(ErrorTable {
+            ty: rc_name.name.clone(),
+            success,
+            not_supported,
+            entries,
+        });
+    }
+
+    /// Returns the return-code declaration (name, success, not_supported) when this is it.
+    fn type_decl(
+        &mut self,
+        name: &Ident,
+        descs: &[TypeDesc],
+    ) -> Option<(Ident, Option<Ident>, Option<Ident>)> {
+        let mut kind: Option<TypeKind> = None;
+        let mut is_rc = false;
+        let (mut success, mut not_supported) = (None, None);
+        for d in descs {
+            let k = match d {
+                TypeDesc::Handle(k) => Some(TypeKind::Handle(k.name.clone())),
+                TypeDesc::Scalar(s) => match Scalar::from_name(&s.name) {
+                    Some(sc) if !sc.is_float() => Some(TypeKind::Scalar(sc)),
+                    _ => {
+                        self.err(
+                            s.span,
+                            format!("`{}` is not an integer type (i8..u64)", s.name),
+                        );
+                        None
+                    }
+                },
+                TypeDesc::Pod { wire, size } => Some(TypeKind::Pod {
+                    wire: wire.name.clone(),
+                    size: *size as u64,
+                }),
+                TypeDesc::AbiStruct(w) => Some(TypeKind::AbiStruct(w.name.clone())),
+                TypeDesc::ReturnCode => {
+                    is_rc = true;
+                    None
+                }
+                TypeDesc::Success(s) => {
+                    success = Some(s.clone());
+                    None
+                }
+                TypeDesc::NotSupported(s) => {
+                    not_supported = Some(s.clone());
+                    None
+                }
+            };
+            if let Some(k) = k {
+                if kind.is_some() {
+                    self.err(
+                        name.span,
+                        format!("type `{}` is given two kinds", name.name),
+                    );
+                }
+                kind = Some(k);
+            }
+        }
+        match kind {
+            Some(kind) => {
+                if self
+                    .types
+                    .insert(
+                        name.name.clone(),
+                        NamedType {
+                            name: name.name.clone(),
+                            kind,
+                        },
+                    )
+                    .is_some()
+                {
+                    self.err(name.span, format!("type `{}` declared twice", name.name));
+                }
+            }
+            None => self.err(
+                name.span,
+                format!(
+                    "type `{}` needs one of handle(..), enum(..), pod(..), abi_struct(..)",
+                    name.name
+                ),
+            ),
+        }
+        if is_rc {
+            if !matches!(
+                self.types.get(&name.name).map(|t| &t.kind),
+                Some(TypeKind::Scalar(Scalar::I32))
+            ) {
+                self.err(name.span, "the return code type must be `enum(i32)`");
+            }
+            return Some((name.clone(), success, not_supported));
+        }
+        if success.is_some() || not_supported.is_some() {
+            self.err(
+                name.span,
+                "`success`/`not_supported` only apply to the `return_code` type",
+            );
+        }
+        None
+    }
+
+    fn enum_decl(&mut self, name: &Ident, repr: Option<&Ident>, variants: &[(Ident, i64)]) {
+        let repr = match repr {
+            None => Scalar::I32,
+            Some(r) => match Scalar::from_name(&r.name) {
+                Some(s) if !s.is_float() => s,
+                _ => {
+                    self.err(r.span, format!("`{}` is not an integer type", r.name));
+                    Scalar::I32
+                }
+            },
+        };
+        if self.types.contains_key(&name.name) {
+            self.err(name.span, format!("type `{}` declared twice", name.name));
+        }
+        self.types.insert(
+            name.name.clone(),
+            NamedType {
+                name: name.name.clone(),
+                kind: TypeKind::Scalar(repr),
+            },
+        );
+        for (v, value) in variants {
+            if self.constants.insert(v.name.clone(), *value).is_some() {
+                self.err(v.span, format!("constant `{}` defined twice", v.name));
+            }
+        }
+        self.enums.push(EnumDef {
+            name: name.name.clone(),
+            repr,
+            variants: variants.iter().map(|(n, v)| (n.name.clone(), *v)).collect(),
+        });
+    }
+
+    fn utility_decl(&mut self, side: &Ident, decl: &Prototype) {
+        let side = match side.name.as_str() {
+            "guest" => UtilitySide::Guest,
+            other => {
+                self.err(
+                    side.span,
+                    format!("unknown utility side `{other}` (expected `guest`)"),
+                );
+                UtilitySide::Guest
+            }
+        };
+        if self.utilities.contains_key(&decl.name.name) {
+            self.err(
+                decl.name.span,
+                format!("utility `{}` declared twice", decl.name.name),
+            );
+        }
+        self.utilities.insert(
+            decl.name.name.clone(),
+            Utility {
+                side,
+                name: decl.name.name.clone(),
+                ret: decl.ret.clone(),
+                params: decl.params.clone(),
+            },
+        );
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Types
+    // -----------------------------------------------------------------------------------------
+
+    fn scalar_of_base(&self, base: &BaseType) -> Option<Scalar> {
+        Some(match base {
+            BaseType::Bool => Scalar::Bool,
+            BaseType::Char | BaseType::SignedChar => Scalar::I8,
+            BaseType::UnsignedChar => Scalar::U8,
+            BaseType::Short => Scalar::I16,
+            BaseType::UnsignedShort => Scalar::U16,
+            BaseType::Int => Scalar::I32,
+            BaseType::UnsignedInt => Scalar::U32,
+            BaseType::Long | BaseType::LongLong => Scalar::I64,
+            BaseType::UnsignedLong | BaseType::UnsignedLongLong | BaseType::SizeT => Scalar::U64,
+            BaseType::Float => Scalar::F32,
+            BaseType::Double => Scalar::F64,
+            BaseType::Void => return None,
+            BaseType::Named(n) => match &self.types.get(n)?.kind {
+                TypeKind::Scalar(s) => *s,
+                _ => return None,
+            },
+        })
+    }
+
+    /// Checks that every named type in `ty` is declared.
+    fn check_type(&mut self, ty: &CType) -> bool {
+        if let BaseType::Named(n) = &ty.base
+            && !self.types.contains_key(n)
+        {
+            self.err(
+                ty.span,
+                format!("unknown type `{n}`: declare it with `type({n}) {{ ... }}` or an `enum`"),
+            );
+            return false;
+        }
+        true
+    }
+
+    /// The value type of a non-pointer argument.
+    fn value_type(&mut self, ty: &CType, span: Span, name: &str) -> Option<ValueType> {
+        if let Some(s) = self.scalar_of_base(&ty.base) {
+            return Some(ValueType::Scalar(s));
+        }
+        match &ty.base {
+            BaseType::Named(n) => match self.types.get(n).map(|t| t.kind.clone()) {
+                Some(TypeKind::Handle(k)) => Some(ValueType::Handle(k)),
+                Some(TypeKind::Pod { wire, .. }) => Some(ValueType::Pod(wire)),
+                Some(TypeKind::AbiStruct(_)) => {
+                    self.err(
+                        span,
+                        format!("`{name}`: ABI structs can only be passed by pointer"),
+                    );
+                    None
+                }
+                _ => None,
+            },
+            _ => {
+                self.err(span, format!("`{name}` has type void"));
+                None
+            }
+        }
+    }
+
+    /// The element type a pointer points to, for element-wise descriptors.
+    fn elem_type(
+        &mut self,
+        pointee: &CType,
+        device: bool,
+        span: Span,
+        name: &str,
+    ) -> Option<ElemType> {
+        if device {
+            if !pointee.is_pointer() {
+                self.err(span, format!("`{name}`: `device_pointer` on an element needs a pointer-to-pointer argument"));
+                return None;
+            }
+            return Some(ElemType::DevicePtr);
+        }
+        if pointee.is_pointer() {
+            self.err(span, format!("`{name}` points to a pointer: say what it is with `element {{ device_pointer; }}`"));
+            return None;
+        }
+        if let Some(s) = self.scalar_of_base(&pointee.base) {
+            return Some(ElemType::Scalar(s));
+        }
+        match &pointee.base {
+            BaseType::Named(n) => match self.types.get(n).map(|t| t.kind.clone()) {
+                Some(TypeKind::Handle(k)) => Some(ElemType::Handle(k)),
+                Some(TypeKind::Pod { wire, .. }) => Some(ElemType::Pod(wire)),
+                Some(TypeKind::AbiStruct(w)) => Some(ElemType::Abi(w)),
+                _ => None,
+            },
+            _ => {
+                self.err(
+                    span,
+                    format!("`{name}` points to void: give it a `buffer(<bytes>)`"),
+                );
+                None
+            }
+        }
+    }
+
+    /// sizeof for a C type in a buffer element or `sizeof(...)` expression.
+    fn size_of(&mut self, ty: &CType) -> Option<u64> {
+        if ty.is_pointer() {
+            return Some(8);
+        }
+        if let Some(s) = self.scalar_of_base(&ty.base) {
+            return Some(s.size());
+        }
+        match &ty.base {
+            BaseType::Void => Some(1),
+            BaseType::Named(n) => match self.types.get(n).map(|t| t.kind.clone()) {
+                Some(TypeKind::Handle(_)) => Some(8),
+                Some(TypeKind::Pod { size, .. }) => Some(size),
+                _ => {
+                    self.err(
+                        ty.span,
+                        format!("the size of `{n}` is not known to the spec"),
+                    );
+                    None
+                }
+            },
+            _ => None,
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Functions
+    // -----------------------------------------------------------------------------------------
+
+    fn check_functions(&mut self, spec: &SpecFile) -> Vec<Function> {
+        let mut out: Vec<Function> = Vec::new();
+        let mut seen = BTreeSet::new();
+        for item in &spec.items {
+            let Item::Function(f) = item else { continue };
+            if !seen.insert(f.proto.name.name.clone()) {
+                self.err(
+                    f.proto.name.span,
+                    format!("function `{}` declared twice", f.proto.name.name),
+                );
+                continue;
+            }
+            if let Some(other) = out
+                .iter()
+                .find(|o| camel(&o.name) == camel(&f.proto.name.name))
+            {
+                self.err(
+                    f.proto.name.span,
+                    format!(
+                        "`{}` and `{}` would get the same generated name",
+                        other.name, f.proto.name.name
+                    ),
+                );
+                continue;
+            }
+            let id = out.len() as u32;
+            if let Some(func) = self.function(f, id) {
+                out.push(func);
+            }
+        }
+        let aliases = std::mem::take(&mut self.aliases);
+        for (name, target) in aliases {
+            if seen.contains(&name.name) {
+                self.err(
+                    name.span,
+                    format!("alias `{}` is also declared as a function", name.name),
+                );
+            }
+            match out.iter_mut().find(|f| f.name == target.name) {
+                Some(f) if !f.internal => f.aliases.push(name.name.clone()),
+                Some(_) => self.err(
+                    target.span,
+                    "internal functions are not exported and cannot have aliases",
+                ),
+                None => self.err(
+                    target.span,
+                    format!("alias of unknown function `{}`", target.name),
+                ),
+            }
+        }
+        out
+    }
+
+    fn function(&mut self, f: &FunctionDecl, id: u32) -> Option<Function> {
+        let name = f.proto.name.name.clone();
+        let line = line_col(self.source, f.span.start).0;
+        let errors_before = self.diags.len();
+
+        // Function-level descriptors, flattened with their conditions.
+        let mut exec = Exec::Remote;
+        let (mut internal, mut is_async, mut sync, mut global_record) =
+            (false, false, false, false);
+        let mut success = None;
+        let mut on_success = None;
+        let mut contextual: Vec<(CType, Ident, Expr)> = Vec::new();
+        let mut preconds: Vec<(Expr, Ident)> = Vec::new();
+        let mut rcs: Vec<(Option<Expr>, Ident, Ident, Amount)> = Vec::new();
+        let mut arg_blocks: BTreeMap<String, (Ident, Vec<ValDesc>)> = BTreeMap::new();
+
+        let mut stack: Vec<(Option<Expr>, &[FnDesc])> = vec![(None, &f.body)];
+        while let Some((cond, descs)) = stack.pop() {
+            for d in descs {
+                match d {
+                    FnDesc::Flag(w) => match w.name.as_str() {
+                        "sync" => sync = true,
+                        "async" => is_async = true,
+                        "internal" => internal = true,
+                        "unsupported" => exec = Exec::Unsupported,
+                        "obj_record" => global_record = true,
+                        other => self.err(
+                            w.span,
+                            format!(
+                                "unknown function descriptor `{other}` (expected one of {})",
+                                FN_FLAGS.join(", ")
+                            ),
+                        ),
+                    },
+                    FnDesc::Success(e) => success = Some(e.clone()),
+                    FnDesc::Resource {
+                        op,
+                        resource,
+                        amount,
+                    } => rcs.push((cond.clone(), op.clone(), resource.clone(), amount.clone())),
+                    FnDesc::Contextual { ty, name, value } => {
+                        if cond.is_some() {
+                            self.err(name.span, "contextual arguments cannot be conditional");
+                        }
+                        contextual.push((ty.clone(), name.clone(), value.clone()));
+                    }
+                    FnDesc::Precondition { cond: c, error } => {
+                        let c = match &cond {
+                            // A precondition under `if (x)` holds as `!x || c`.
+                            Some(outer) => Expr::Binary(
+                                BinOp::Or,
+                                Box::new(Expr::Unary(
+                                    UnOp::Not,
+                                    Box::new(outer.clone()),
+                                    outer.span(),
+                                )),
+                                Box::new(c.clone()),
+                                c.span(),
+                            ),
+                            None => c.clone(),
+                        };
+                        preconds.push((c, error.clone()));
+                    }
+                    FnDesc::ImplementedBy(side) => match side.name.as_str() {
+                        "guest" => exec = Exec::Guest,
+                        other => self.err(
+                            side.span,
+                            format!("unknown implementation side `{other}` (expected `guest`)"),
+                        ),
+                    },
+                    FnDesc::OnSuccess(h) => on_success = Some(h.name.clone()),
+                    FnDesc::Argument { name: an, descs } => {
+                        if cond.is_some() {
+                            self.err(an.span, "argument blocks cannot sit inside a function-level `if`; put the `if` inside the argument block");
+                        }
+                        if arg_blocks
+                            .insert(an.name.clone(), (an.clone(), descs.clone()))
+                            .is_some()
+                        {
+                            self.err(
+                                an.span,
+                                format!("argument `{}` is described twice", an.name),
+                            );
+                        }
+                    }
+                    FnDesc::If { cond: c, then, els } => {
+                        let and = |outer: &Option<Expr>, inner: Expr| match outer {
+                            Some(o) => Expr::Binary(
+                                BinOp::And,
+                                Box::new(o.clone()),
+                                Box::new(inner.clone()),
+                                inner.span(),
+                            ),
+                            None => inner,
+                        };
+                        stack.push((Some(and(&cond, c.clone())), then));
+                        let not = Expr::Unary(UnOp::Not, Box::new(c.clone()), c.span());
+                        stack.push((Some(and(&cond, not)), els));
+                    }
+                }
+            }
+        }
+        // The stack visits nested blocks after their parents; keep spec order for the rest.
+        if sync && is_async {
+            self.err(
+                f.proto.name.span,
+                "a function cannot be both `sync` and `async`",
+            );
+        }
+        if is_async && success.is_none() {
+            self.err(f.proto.name.span, "an `async` function needs `success(<value>)`: what the guest returns before the call completes");
+        }
+
+        // Types of the prototype.
+        self.check_type(&f.proto.ret);
+        for p in &f.proto.params {
+            self.check_type(&p.ty);
+        }
+        let rc_ty = self
+            .errors
+            .as_ref()
+            .map(|e| e.ty.clone())
+            .unwrap_or_default();
+        let returns_rc = matches!(&f.proto.ret.base, BaseType::Named(n) if *n == rc_ty)
+            && !f.proto.ret.is_pointer();
+        if exec != Exec::Guest && !returns_rc {
+            self.err(
+                f.proto.ret.span,
+                format!("`{name}` must return `{rc_ty}` unless it is `implemented_by(guest)`"),
+            );
+        }
+        if internal && exec != Exec::Remote {
+            self.err(
+                f.proto.name.span,
+                "an `internal` function exists only to be called remotely",
+            );
+        }
+
+        // Arguments.
+        let mut args: Vec<Arg> = Vec::new();
+        let mut objects = ObjectRules {
+            global_record,
+            ..Default::default()
+        };
+        let param_names: BTreeSet<&str> = f
+            .proto
+            .params
+            .iter()
+            .map(|p| p.name.name.as_str())
+            .collect();
+        for (_, cname, _) in &contextual {
+            if param_names.contains(cname.name.as_str()) {
+                self.err(
+                    cname.span,
+                    format!("contextual argument `{}` shadows a parameter", cname.name),
+                );
+            }
+        }
+        for (an, (ident, _)) in &arg_blocks {
+            if !param_names.contains(an.as_str())
+                && !contextual.iter().any(|(_, c, _)| c.name == *an)
+            {
+                self.err(
+                    ident.span,
+                    format!("`{an}` is not a parameter or contextual argument of `{name}`"),
+                );
+            }
+        }
+
+        if exec == Exec::Guest || exec == Exec::Unsupported {
+            if !arg_blocks.is_empty() || !contextual.is_empty() {
+                let span = arg_blocks
+                    .values()
+                    .next()
+                    .map(|(i, _)| i.span)
+                    .unwrap_or(f.proto.name.span);
+                self.err(
+                    span,
+                    "functions not carried to the server take no argument descriptors",
+                );
+            }
+            // Their parameters still need known types for the export's signature.
+            if self.diags.len() > errors_before {
+                return None;
+            }
+            return Some(Function {
+                id,
+                name,
+                line,
+                ret: f.proto.ret.clone(),
+                params: f.proto.params.clone(),
+                exec,
+                internal,
+                is_async,
+                success,
+                args,
+                preconditions: Vec::new(),
+                resources: Vec::new(),
+                on_success,
+                aliases: Vec::new(),
+                objects,
+            });
+        }
+
+        let all: Vec<(CType, Ident, Option<Expr>)> = f
+            .proto
+            .params
+            .iter()
+            .map(|p| (p.ty.clone(), p.name.clone(), None))
+            .chain(
+                contextual
+                    .iter()
+                    .map(|(t, n, v)| (t.clone(), n.clone(), Some(v.clone()))),
+            )
+            .collect();
+        for (ty, ident, value) in &all {
+            if value.is_some() {
+                self.check_type(ty);
+            }
+            let block = arg_blocks
+                .get(&ident.name)
+                .map(|(_, d)| d.as_slice())
+                .unwrap_or(&[]);
+            let class = self.classify(ty, ident, block, &mut objects);
+            if let Some(class) = class {
+                args.push(Arg {
+                    name: ident.name.clone(),
+                    ty: ty.clone(),
+                    contextual: value.clone(),
+                    class,
+                });
+            }
+        }
+        if self.diags.len() > errors_before {
+            return None;
+        }
+
+        // Expressions, now that every argument has a class.
+        let mut func = Function {
+            id,
+            name: name.clone(),
+            line,
+            ret: f.proto.ret.clone(),
+            params: f.proto.params.clone(),
+            exec,
+            internal,
+            is_async,
+            success: success.clone(),
+            args,
+            preconditions: Vec::new(),
+            resources: Vec::new(),
+            on_success,
+            aliases: Vec::new(),
+            objects,
+        };
+        // Contextual values: guest-side, each may use parameters and earlier contextual values.
+        for (i, (_, cname, value)) in contextual.iter().enumerate() {
+            let visible: Vec<String> = f
+                .proto
+                .params
+                .iter()
+                .map(|p| p.name.name.clone())
+                .chain(contextual[..i].iter().map(|(_, n, _)| n.name.clone()))
+                .collect();
+            if let Some((ty, _)) = self.expr(value, &func, Some(&visible)) {
+                let arg = func.arg(&cname.name).expect("classified");
+                let is_bool = matches!(arg.class, ArgClass::Value(ValueType::Scalar(Scalar::Bool)));
+                if (ty == Ty::Bool) != is_bool {
+                    self.err(
+                        value.span(),
+                        format!("`{}` is given a value of the wrong kind", cname.name),
+                    );
+                }
+            }
+        }
+        if let Some(s) = &success {
+            self.want(s, &func, Ty::Int, false, "success value");
+        }
+        for (c, e) in &preconds {
+            let reach = self.want(c, &func, Ty::Bool, false, "precondition");
+            if !self.constants.contains_key(&e.name)
+                || !self
+                    .errors
+                    .as_ref()
+                    .is_some_and(|t| t.entries.iter().any(|x| x.name == e.name))
+            {
+                self.err(
+                    e.span,
+                    format!("`{}` is not an error of the errors table", e.name),
+                );
+            }
+            func.preconditions.push(Precondition {
+                cond: c.clone(),
+                error: e.name.clone(),
+                wire_checkable: reach.is_some_and(|r| r.wire),
+            });
+        }
+        // Shape conditions and sizes are evaluated on the server too, so they may only use
+        // values that travel on the wire.
+        let shape_exprs: Vec<(Expr, Ty, &'static str)> = func
+            .args
+            .iter()
+            .flat_map(|a| match &a.class {
+                ArgClass::Pointer(branches) => branches
+                    .iter()
+                    .flat_map(|b| {
+                        let mut v = Vec::new();
+                        if let Some(c) = &b.cond {
+                            v.push((c.clone(), Ty::Bool, "argument condition"));
+                        }
+                        match &b.shape {
+                            Shape::Device {
+                                extent: Some(e), ..
+                            } => v.push((e.clone(), Ty::Int, "device extent")),
+                            Shape::In { count, .. }
+                            | Shape::Out { count, .. }
+                            | Shape::InOut { count, .. } => {
+                                v.push((count.clone(), Ty::Int, "buffer size"))
+                            }
+                            _ => {}
+                        }
+                        v
+                    })
+                    .collect::<Vec<_>>(),
+                _ => Vec::new(),
+            })
+            .collect();
+        for (e, ty, what) in shape_exprs {
+            self.want(&e, &func, ty, true, what);
+        }
+        for (cond, op, resource, amount) in rcs {
+            let op_kind = match op.name.as_str() {
+                "allocates_rc" => RcOp::Allocates,
+                "deallocates_rc" => RcOp::Deallocates,
+                _ => RcOp::Consumes,
+            };
+            match self.resources.get(&resource.name) {
+                None => self.err(
+                    resource.span,
+                    format!(
+                        "unknown resource `{}`; declare it with continuous_rc/instantaneous_rc",
+                        resource.name
+                    ),
+                ),
+                Some(r) => {
+                    let ok = match op_kind {
+                        RcOp::Consumes => r.kind == ResourceKind::Instantaneous,
+                        _ => r.kind == ResourceKind::Continuous,
+                    };
+                    if !ok {
+                        self.err(
+                            op.span,
+                            format!(
+                                "`{}` does not apply to resource `{}` of the other kind",
+                                op.name, resource.name
+                            ),
+                        );
+                    }
+                }
+            }
+            if let Some(c) = &cond {
+                self.want(c, &func, Ty::Bool, true, "resource condition");
+            }
+            let amount = match amount {
+                Amount::Expr(e) => {
+                    self.want(&e, &func, Ty::Int, true, "resource amount");
+                    Some(e)
+                }
+                Amount::Reported(span) => {
+                    if op_kind != RcOp::Deallocates {
+                        self.err(span, "only `deallocates_rc` can take a `reported` amount");
+                    }
+                    None
+                }
+            };
+            func.resources.push(ResourceUse {
+                cond,
+                op: op_kind,
+                resource: resource.name.clone(),
+                amount,
+            });
+        }
+        if self.diags.len() > errors_before {
+            return None;
+        }
+        Some(func)
+    }
+
+    /// Work out how one argument travels.
+    fn classify(
+        &mut self,
+        ty: &CType,
+        ident: &Ident,
+        descs: &[ValDesc],
+        objects: &mut ObjectRules,
+    ) -> Option<ArgClass> {
+        let name = ident.name.as_str();
+        let paths = flatten(descs);
+        let has_local = paths.iter().any(|(_, d)| {
+            d.iter()
+                .any(|d| matches!(d, ValDesc::Flag(f) if f.name == "local"))
+        });
+        if has_local {
+            if paths.len() > 1 || paths[0].1.len() > 1 {
+                self.err(
+                    ident.span,
+                    format!("`{name}` is `local`: it takes no other descriptor"),
+                );
+            }
+            return Some(ArgClass::Local);
+        }
+        // Object descriptors on the argument itself (not inside `element`).
+        for (_, path) in &paths {
+            for d in path {
+                if let ValDesc::Flag(f) = d {
+                    if !VAL_FLAGS.contains(&f.name.as_str()) {
+                        self.err(f.span, format!("unknown value descriptor `{}` (expected one of {}, buffer, device_pointer, element, obj_depends_on)", f.name, VAL_FLAGS.join(", ")));
+                    }
+                }
+            }
+        }
+        let kind_of = |cx: &Self, t: &CType| -> String {
+            match &t.base {
+                BaseType::Named(n) => match cx.types.get(n).map(|t| &t.kind) {
+                    Some(TypeKind::Handle(k)) if !t.is_pointer() => k.clone(),
+                    _ => "device_memory".to_string(),
+                },
+                _ => "device_memory".to_string(),
+            }
+        };
+        let first = &paths[0].1;
+        let flag = |d: &[&ValDesc], w: &str| {
+            d.iter()
+                .any(|d| matches!(d, ValDesc::Flag(f) if f.name == w))
+        };
+        if flag(first, "deallocate") {
+            objects.destroys.push((name.to_string(), kind_of(self, ty)));
+        }
+        if flag(first, "obj_record") {
+            objects.mutates.push((name.to_string(), kind_of(self, ty)));
+        }
+
+        if !ty.is_pointer() {
+            for (_, path) in &paths {
+                for d in path {
+                    match d {
+                        ValDesc::Flag(f)
+                            if ["in", "obj_record", "deallocate"].contains(&f.name.as_str()) => {}
+                        ValDesc::Flag(f) => self.err(
+                            f.span,
+                            format!(
+                                "`{}` applies to pointers; `{name}` is passed by value",
+                                f.name
+                            ),
+                        ),
+                        ValDesc::If { span, .. }
+                        | ValDesc::Buffer(_, span)
+                        | ValDesc::DevicePointer(_, span)
+                        | ValDesc::Element(_, span) => self.err(
+                            *span,
+                            format!("`{name}` is passed by value and takes no pointer descriptors"),
+                        ),
+                        ValDesc::DependsOn(i) => {
+                            self.err(i.span, "`obj_depends_on` belongs in an `element` block")
+                        }
+                    }
+                }
+            }
+            return self.value_type(ty, ident.span, name).map(ArgClass::Value);
+        }
+
+        if descs.is_empty() {
+            self.err(
+                ident.span,
+                format!("pointer argument `{name}` needs a description: in/out/inout with buffer(..) or element, device_pointer, string, opaque or local"),
+            );
+            return None;
+        }
+        let mut branches = Vec::new();
+        let n = paths.len();
+        for (i, (conds, path)) in paths.iter().enumerate() {
+            let shape = self.shape(ty, ident, path, objects)?;
+            let cond = if i + 1 == n { None } else { conjunction(conds) };
+            branches.push(Branch { cond, shape });
+        }
+        if branches.len() > 1 && !branches.iter().all(|b| b.shape.is_buffer_like()) {
+            self.err(ident.span, format!("`{name}`: conditions can only choose between device_pointer, in, out and inout buffers"));
+            return None;
+        }
+        Some(ArgClass::Pointer(branches))
+    }
+
+    fn shape(
+        &mut self,
+        ty: &CType,
+        ident: &Ident,
+        path: &[&ValDesc],
+        objects: &mut ObjectRules,
+    ) -> Option<Shape> {
+        let name = ident.name.as_str();
+        let flag = |w: &str| {
+            path.iter()
+                .any(|d| matches!(d, ValDesc::Flag(f) if f.name == w))
+        };
+        let null_ok = flag("null_ok");
+        let buffer = path.iter().find_map(|d| match d {
+            ValDesc::Buffer(e, _) => Some(e.clone()),
+            _ => None,
+        });
+        let device = path.iter().find_map(|d| match d {
+            ValDesc::DevicePointer(e, s) => Some((e.clone(), *s)),
+            _ => None,
+        });
+        let element = path.iter().find_map(|d| match d {
+            ValDesc::Element(e, s) => Some((e.clone(), *s)),
+            _ => None,
+        });
+        let dirs: Vec<&str> = ["in", "out", "inout"]
+            .into_iter()
+            .filter(|d| flag(d))
+            .collect();
+        if dirs.len() > 1 {
+            self.err(
+                ident.span,
+                format!("`{name}` has more than one direction ({})", dirs.join(", ")),
+            );
+            return None;
+        }
+        if let Some((extent, span)) = device {
+            if !dirs.is_empty() || buffer.is_some() {
+                self.err(span, format!("`{name}`: a device pointer is not copied, so it takes no direction or buffer"));
+                return None;
+            }
+            return Some(Shape::Device { extent, null_ok });
+        }
+        if flag("string") {
+            if !matches!(ty.pointee().base, BaseType::Char) || ty.pointers.len() != 1 {
+                self.err(ident.span, format!("`{name}`: `string` needs a `char *`"));
+                return None;
+            }
+            return Some(Shape::Str);
+        }
+        if flag("opaque") {
+            return Some(Shape::Opaque);
+        }
+        let Some(dir) = dirs.first().copied() else {
+            self.err(ident.span, format!("pointer argument `{name}` needs a direction (in, out or inout), device_pointer, string, opaque or local"));
+            return None;
+        };
+        let pointee = ty.pointee();
+        if let Some(count) = buffer {
+            if element.is_some() {
+                self.err(
+                    ident.span,
+                    format!("`{name}`: element descriptors on buffers are not supported"),
+                );
+                return None;
+            }
+            let elem_size = self.size_of(&pointee)?;
+            if dir != "in" && ty.is_const && ty.pointers.len() == 1 {
+                self.err(
+                    ident.span,
+                    format!("`{name}` points to const data but is `{dir}`"),
+                );
+            }
+            return Some(match dir {
+                "in" => Shape::In {
+                    count,
+                    elem_size,
+                    null_ok,
+                },
+                "out" => Shape::Out {
+                    count,
+                    elem_size,
+                    null_ok,
+                },
+                _ => Shape::InOut {
+                    count,
+                    elem_size,
+                    null_ok,
+                },
+            });
+        }
+        // One element.
+        let mut elem_device = false;
+        if let Some((descs, _)) = &element {
+            let mut allocate = false;
+            let mut record = false;
+            let mut deps = Vec::new();
+            for d in descs {
+                match d {
+                    ValDesc::DevicePointer(None, _) => elem_device = true,
+                    ValDesc::Flag(f) if f.name == "allocate" => allocate = true,
+                    ValDesc::Flag(f) if f.name == "obj_record" => record = true,
+                    ValDesc::DependsOn(o) => deps.push(o.clone()),
+                    ValDesc::Flag(f) => self.err(f.span, format!("`{}` is not allowed in an element block", f.name)),
+                    ValDesc::DevicePointer(Some(e), _) => self.err(e.span(), "an element device pointer takes no extent"),
+                    ValDesc::Buffer(_, s) | ValDesc::Element(_, s) | ValDesc::If { span: s, .. } => {
+                        self.err(*s, "nested buffers, elements and conditions in an element block are not supported")
+                    }
+                }
+            }
+            if allocate || record {
+                let kind = match &pointee.base {
+                    BaseType::Named(n) if !pointee.is_pointer() => {
+                        match self.types.get(n).map(|t| &t.kind) {
+                            Some(TypeKind::Handle(k)) => k.clone(),
+                            _ => "device_memory".into(),
+                        }
+                    }
+                    _ => "device_memory".into(),
+                };
+                if dir != "out" {
+                    self.err(
+                        ident.span,
+                        format!("`{name}`: only an `out` element can be created by the call"),
+                    );
+                }
+                objects.creates.push((name.to_string(), kind));
+            }
+            for d in deps {
+                objects.depends_on.push((name.to_string(), d.name.clone()));
+            }
+        }
+        let elem = self.elem_type(&pointee, elem_device, ident.span, name)?;
+        match dir {
+            "out" => {
+                if ty.is_const && ty.pointers.len() == 1 {
+                    self.err(
+                        ident.span,
+                        format!("`{name}` points to const data but is `out`"),
+                    );
+                }
+                Some(Shape::OutElement { elem, null_ok })
+            }
+            "in" => {
+                if matches!(elem, ElemType::Abi(_)) {
+                    self.err(
+                        ident.span,
+                        format!("`{name}`: ABI structs can only be `out` for now"),
+                    );
+                    return None;
+                }
+                Some(Shape::InElement(elem))
+            }
+            _ => {
+                self.err(
+                    ident.span,
+                    format!("`{name}`: `inout` needs a `buffer(..)`"),
+                );
+                None
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Expressions
+    // -----------------------------------------------------------------------------------------
+
+    /// Check an expression against the kind it must have; `wire` says it must be computable
+    /// by the server. Returns where it can be evaluated.
+    fn want(&mut self, e: &Expr, f: &Function, want: Ty, wire: bool, what: &str) -> Option<Reach> {
+        let (ty, reach) = self.expr(e, f, None)?;
+        if ty != want {
+            self.err(
+                e.span(),
+                format!(
+                    "{what} must be {}",
+                    if want == Ty::Bool {
+                        "a condition"
+                    } else {
+                        "a number"
+                    }
+                ),
+            );
+        }
+        if wire && !reach.wire {
+            self.err(
+                e.span(),
+                format!("{what} is also checked by the server, so it may only use values that travel on the wire (by-value and contextual arguments, constants); compute it in a contextual_argument"),
+            );
+        }
+        Some(reach)
+    }
+
+    fn expr(&mut self, e: &Expr, f: &Function, visible: Option<&[String]>) -> Option<(Ty, Reach)> {
+        match e {
+            Expr::Int(..) => Some((Ty::Int, Reach { wire: true })),
+            Expr::SizeOf(t, _) => {
+                if self.check_type(t) {
+                    self.size_of(t)?;
+                }
+                Some((Ty::Int, Reach { wire: true }))
+            }
+            Expr::Name(id) => {
+                if let Some(v) = visible
+                    && !v.contains(&id.name)
+                    && !self.constants.contains_key(&id.name)
+                {
+                    self.err(id.span, format!("`{}` is not visible here", id.name));
+                    return None;
+                }
+                if self.constants.contains_key(&id.name) {
+                    return Some((Ty::Int, Reach { wire: true }));
+                }
+                match f.arg(&id.name) {
+                    Some(a) => {
+                        if let ArgClass::Value(ValueType::Scalar(s)) = &a.class {
+                            if s.is_float() {
+                                self.err(
+                                    id.span,
+                                    "floating-point values cannot be used in spec expressions",
+                                );
+                                return None;
+                            }
+                        }
+                        if let ArgClass::Value(ValueType::Pod(_)) = &a.class {
+                            self.err(id.span, "structs cannot be used in spec expressions");
+                            return None;
+                        }
+                        let ty = if matches!(
+                            a.class,
+                            ArgClass::Value(ValueType::Scalar(Scalar::Bool))
+                        ) {
+                            Ty::Bool
+                        } else {
+                            Ty::Int
+                        };
+                        Some((
+                            ty,
+                            Reach {
+                                wire: a.value_on_wire(),
+                            },
+                        ))
+                    }
+                    None => {
+                        self.err(id.span, format!("unknown name `{}`", id.name));
+                        None
+                    }
+                }
+            }
+            Expr::Unary(op, inner, _) => {
+                let (t, r) = self.expr(inner, f, visible)?;
+                let want = if *op == UnOp::Not { Ty::Bool } else { Ty::Int };
+                if t != want {
+                    self.err(
+                        inner.span(),
+                        format!(
+                            "operand of `{}` has the wrong kind",
+                            match op {
+                                UnOp::Not => "!",
+                                UnOp::Neg => "-",
+                                UnOp::BitNot => "~",
+                            }
+                        ),
+                    );
+                }
+                Some((want, r))
+            }
+            Expr::Binary(op, l, r, _) => {
+                let (lt, lr) = self.expr(l, f, visible)?;
+                let (rt, rr) = self.expr(r, f, visible)?;
+                let reach = Reach {
+                    wire: lr.wire && rr.wire,
+                };
+                let (operand, result) = match op {
+                    BinOp::And | BinOp::Or => (Some(Ty::Bool), Ty::Bool),
+                    BinOp::Eq | BinOp::Ne => (None, Ty::Bool),
+                    BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => (Some(Ty::Int), Ty::Bool),
+                    _ => (Some(Ty::Int), Ty::Int),
+                };
+                let ok = match operand {
+                    Some(t) => lt == t && rt == t,
+                    None => lt == rt,
+                };
+                if !ok {
+                    self.err(
+                        e.span(),
+                        format!("operands of `{}` have the wrong kind", op.symbol()),
+                    );
+                }
+                Some((result, reach))
+            }
+            Expr::Call(name, args, span) => {
+                let Some(u) = self.utilities.get(&name.name).cloned() else {
+                    self.err(
+                        name.span,
+                        format!(
+                            "unknown utility `{}`; declare it with `utility(guest) ...;`",
+                            name.name
+                        ),
+                    );
+                    return None;
+                };
+                if u.params.len() != args.len() {
+                    self.err(
+                        *span,
+                        format!(
+                            "`{}` takes {} arguments, not {}",
+                            u.name,
+                            u.params.len(),
+                            args.len()
+                        ),
+                    );
+                }
+                for a in args {
+                    self.expr(a, f, visible)?;
+                }
+                let ty = if matches!(u.ret.base, BaseType::Bool) && !u.ret.is_pointer() {
+                    Ty::Bool
+                } else {
+                    Ty::Int
+                };
+                Some((ty, Reach { wire: false }))
+            }
+        }
+    }
+}
+
+/// Expand the `if`s in a descriptor list into paths: (conditions along the path, descriptors).
+/// Paths are exhaustive and in order, so the last one needs no condition.
+fn flatten(descs: &[ValDesc]) -> Vec<(Vec<Expr>, Vec<&ValDesc>)> {
+    let mut paths: Vec<(Vec<Expr>, Vec<&ValDesc>)> = vec![(Vec::new(), Vec::new())];
+    for d in descs {
+        match d {
+            ValDesc::If {
+                cond, then, els, ..
+            } => {
+                let mut next = Vec::new();
+                for (conds, ds) in &paths {
+                    for (c2, d2) in flatten(then) {
+                        let mut c = conds.clone();
+                        c.push(cond.clone());
+                        c.extend(c2);
+                        let mut dd = ds.clone();
+                        dd.extend(d2);
+                        next.push((c, dd));
+                    }
+                    for (c2, d2) in flatten(els) {
+                        let mut c = conds.clone();
+                        c.push(Expr::Unary(UnOp::Not, Box::new(cond.clone()), cond.span()));
+                        c.extend(c2);
+                        let mut dd = ds.clone();
+                        dd.extend(d2);
+                        next.push((c, dd));
+                    }
+                }
+                paths = next;
+            }
+            other => {
+                for (_, ds) in &mut paths {
+                    ds.push(other);
+                }
+            }
+        }
+    }
+    paths
+}
+
+fn conjunction(conds: &[Expr]) -> Option<Expr> {
+    let mut it = conds.iter().cloned();
+    let first = it.next()?;
+    Some(it.fold(first, |acc, c| {
+        let span = Span::new(acc.span().start, c.span().end);
+        Expr::Binary(BinOp::And, Box::new(acc), Box::new(c), span)
+    }))
+}
+
+/// Parse and check in one go, with diagnostics rendered against the source.
+pub fn load(path: &str, source: &str) -> Result<Api, crate::diag::SpecError> {
+    let spec = crate::parse::parse_spec(source).map_err(|d| crate::diag::SpecError {
+        path: path.into(),
+        source: source.into(),
+        diagnostics: vec![d],
+    })?;
+    check(&spec, source).map_err(|diagnostics| crate::diag::SpecError {
+        path: path.into(),
+        source: source.into(),
+        diagnostics,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PRELUDE: &str = r#"
+        api t;
+        continuous_rc mem;
+        instantaneous_rc launches;
+        type(err_t) { enum(i32); return_code; success(ok); not_supported(unsupported_err); }
+        type(stream_t) { handle(stream); }
+        type(dim3) { pod(Dim3, 12); }
+        enum kind_t { K_IN = 1, K_OUT = 2, K_DEV = 3 };
+        errors err_t { ok = 0 "no error"; bad = 1 "invalid argument"; unsupported_err = 801 "not supported"; }
+        utility(guest) int where_is(const void *p);
+    "#;
+
+    fn check_src(body: &str) -> Result<Api, String> {
+        let src = format!("{PRELUDE}\n{body}");
+        crate::load("t.lapis", &src).map_err(|e| e.to_string())
+    }
+
+    fn expect_error(body: &str, needle: &str) {
+        match check_src(body) {
+            Ok(_) => panic!("expected an error containing {needle:?}"),
+            Err(e) => assert!(
+                e.contains(needle),
+                "error {e:?} does not mention {needle:?}"
+            ),
+        }
+    }
+
+    #[test]
+    fn accepts_a_complete_function() {
+        let api = check_src(
+            r#"err_t copy(void *dst, const void *src, size_t n, enum kind_t k, stream_t s) {
+                async; success(ok);
+                contextual_argument int w = where_is(dst);
+                precondition(n > 0, bad);
+                if (k == K_IN) { consumes_rc(launches, n); }
+                argument(dst) { if (k == K_OUT) { out; buffer(n); } else { device_pointer(n); } }
+                argument(src) { if (k == K_IN) { in; buffer(n); } else { device_pointer(n); } }
+            }
+            err_t make(stream_t *s, void **p, size_t bytes) {
+                allocates_rc(mem, bytes);
+                argument(s) { out; element { allocate; obj_record; } }
+                argument(p) { out; element { device_pointer; allocate; } }
+            }"#,
+        )
+        .unwrap();
+        let f = api.function("copy").unwrap();
+        assert!(f.is_async);
+        assert_eq!(f.args.len(), 6, "5 parameters and a contextual argument");
+        assert!(matches!(
+            f.args[0].wire(),
+            WireRepr::Chosen { has_out: true }
+        ));
+        assert!(matches!(
+            f.args[1].wire(),
+            WireRepr::Chosen { has_out: false }
+        ));
+        assert!(f.preconditions[0].wire_checkable);
+        let m = api.function("make").unwrap();
+        assert_eq!(
+            m.objects.creates,
+            vec![
+                ("s".into(), "stream".into()),
+                ("p".into(), "device_memory".into())
+            ]
+        );
+        assert_eq!(m.resources.len(), 1);
+    }
+
+    #[test]
+    fn pointer_without_direction() {
+        expect_error(
+            "err_t f(void *p) { }",
+            "pointer argument `p` needs a description",
+        );
+        expect_error(
+            "err_t f(int *p) { argument(p) { null_ok; } }",
+            "needs a direction",
+        );
+    }
+
+    #[test]
+    fn void_pointer_needs_a_buffer() {
+        expect_error(
+            "err_t f(void *p) { argument(p) { out; } }",
+            "points to void",
+        );
+    }
+
+    #[test]
+    fn unknown_type() {
+        expect_error(
+            "err_t f(cudaMystery_t x) { }",
+            "unknown type `cudaMystery_t`",
+        );
+    }
+
+    #[test]
+    fn unknown_resource() {
+        expect_error(
+            "err_t f(size_t n) { consumes_rc(bandwidth, n); }",
+            "unknown resource `bandwidth`",
+        );
+    }
+
+    #[test]
+    fn resource_of_the_wrong_kind() {
+        expect_error(
+            "err_t f(size_t n) { consumes_rc(mem, n); }",
+            "does not apply",
+        );
+    }
+
+    #[test]
+    fn async_needs_success() {
+        expect_error("err_t f(int a) { async; }", "needs `success(<value>)`");
+    }
+
+    #[test]
+    fn unknown_descriptor_and_argument() {
+        expect_error(
+            "err_t f(int a) { frobnicate; }",
+            "unknown function descriptor `frobnicate`",
+        );
+        expect_error(
+            "err_t f(int a) { argument(b) { in; } }",
+            "`b` is not a parameter",
+        );
+        expect_error(
+            "err_t f(int *a) { argument(a) { sideways; } }",
+            "unknown value descriptor `sideways`",
+        );
+    }
+
+    #[test]
+    fn server_side_expressions_must_be_on_the_wire() {
+        // A buffer size computed from a guest-only utility cannot be checked by the server.
+        expect_error(
+            "err_t f(void *p, const void *q) { argument(p) { out; buffer(where_is(q)); } argument(q) { local; } }",
+            "only use values that travel on the wire",
+        );
+    }
+
+    #[test]
+    fn conditions_choose_only_buffers() {
+        expect_error(
+            "err_t f(int *p, int k) { argument(p) { if (k == 1) { out; } else { device_pointer; } } }",
+            "conditions can only choose",
+        );
+    }
+
+    #[test]
+    fn precondition_error_must_exist() {
+        expect_error(
+            "err_t f(int a) { precondition(a > 0, cudaErrorWhatever); }",
+            "not an error of the errors table",
+        );
+    }
+
+    #[test]
+    fn expression_kinds() {
+        expect_error(
+            "err_t f(int a) { precondition(a + 1, bad); }",
+            "must be a condition",
+        );
+        expect_error(
+            "err_t f(int a) { precondition(a && 1 == 1, bad); }",
+            "wrong kind",
+        );
+    }
+
+    #[test]
+    fn diagnostics_name_the_line() {
+        let err = check_src("\n\nerr_t f(void *p) { }").unwrap_err();
+        // The prelude ends on line 11; two blank lines, then the function on line 14.
+        assert!(err.contains("t.lapis:14:"), "{err}");
+        assert!(err.contains("^"), "{err}");
+    }
+
+    #[test]
+    fn guest_functions_take_no_descriptors() {
+        expect_error(
+            "err_t f(int *a) { implemented_by(guest); argument(a) { out; } }",
+            "take no argument descriptors",
+        );
+    }
+
+    #[test]
+    fn return_type_must_be_the_return_code() {
+        expect_error("int f(int a) { }", "must return `err_t`");
+    }
+}

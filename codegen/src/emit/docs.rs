@@ -1,0 +1,64 @@
+//! The docs emitter: the API coverage table (`docs/api-coverage.md`), straight from the spec.
+
+use crate::model::*;
+
+pub fn emit(api: &Api) -> String {
+    let remote = api
+        .functions
+        .iter()
+        .filter(|f| f.exec == Exec::Remote && !f.internal)
+        .count();
+    let guest = api
+        .functions
+        .iter()
+        .filter(|f| f.exec == Exec::Guest)
+        .count();
+    let unsupported = api
+        .functions
+        .iter()
+        .filter(|f| f.exec == Exec::Unsupported)
+        .count();
+    let aliases: usize = api.functions.iter().map(|f| f.aliases.len()).sum();
+    let mut s = String::new();
+    s.push_str("# API coverage\n\n");
+    s.push_str(&format!(
+        "Generated from `spec/{}.lapis` by `phosctl spec coverage`; do not edit by hand.\n\n",
+        api.name
+    ));
+    s.push_str(&format!(
+        "Implemented: **{}** exported functions ({remote} carried to the API server, {guest} implemented in the guest library), \
+         plus {aliases} alternative entry points. Not supported (answer `{}`): {unsupported}.\n\n",
+        remote + guest,
+        api.errors.not_supported
+    ));
+    s.push_str("| function | status | notes |\n|---|---|---|\n");
+    for f in api.functions.iter().filter(|f| !f.internal) {
+        let status = match f.exec {
+            Exec::Remote => "remote",
+            Exec::Guest => "guest library",
+            Exec::Unsupported => "not supported",
+        };
+        let mut notes = Vec::new();
+        if f.is_async {
+            notes.push("async".to_string());
+        }
+        for r in &f.resources {
+            let op = match r.op {
+                RcOp::Allocates => "allocates",
+                RcOp::Deallocates => "frees",
+                RcOp::Consumes => "uses",
+            };
+            notes.push(format!("{op} `{}`", r.resource));
+        }
+        if !f.aliases.is_empty() {
+            notes.push(format!("also `{}`", f.aliases.join("`, `")));
+        }
+        notes.push(format!("spec line {}", f.line));
+        s.push_str(&format!(
+            "| `{}` | {status} | {} |\n",
+            f.name,
+            notes.join("; ")
+        ));
+    }
+    s
+}

@@ -1,0 +1,527 @@
+//! The guest emitter: one `extern "C"` export per spec function (and alias), plus the trait
+//! `HandWritten` that lists every piece the guest library must write by hand (functions
+//! `implemented_by(guest)`, utilities, ABI struct writers, hooks). The generated code expects
+//! `crate::runtime` (calls, error recording) and `crate::hand::Hand` (the implementation).
+
+use std::collections::BTreeSet;
+
+use super::{Names, W, error_const, expr, header, is_bool, narrow};
+use crate::ast::{BaseType, CType};
+use crate::model::*;
+
+const P: &str = "::phos_protocol";
+
+pub fn emit(api: &Api) -> String {
+    let mut w = W::default();
+    w.line("#[allow(unused_imports)]");
+    w.line(format!("use {P}::cudart as wire;"));
+    w.line(format!("use {P}::{{CudaError, Ptr}};"));
+    w.line("use crate::runtime as rt;");
+    w.line("");
+    hand_trait(&mut w, api);
+    for f in &api.functions {
+        if f.internal {
+            continue;
+        }
+        match f.exec {
+            Exec::Remote => remote_stub(&mut w, api, f),
+            Exec::Guest => guest_stub(&mut w, api, f),
+            Exec::Unsupported => unsupported_stub(&mut w, api, f),
+        }
+        for alias in &f.aliases {
+            alias_stub(&mut w, api, f, alias);
+        }
+    }
+    let mut out = header("guest", api);
+    out.push_str(&w.finish());
+    out
+}
+
+/// Rust keywords that C parameter names may collide with.
+pub(crate) fn rust_ident(name: &str) -> String {
+    const KW: &[&str] = &[
+        "type", "ref", "fn", "match", "move", "mut", "impl", "loop", "mod", "self", "struct",
+        "trait", "use", "where", "box", "dyn", "async", "await", "crate", "super", "static",
+        "extern", "in", "as", "gen",
+    ];
+    if KW.contains(&name) {
+        format!("r#{name}")
+    } else {
+        name.to_string()
+    }
+}
+
+/// The Rust FFI type of a C type as the guest export sees it.
+pub(crate) fn ffi_type(api: &Api, t: &CType) -> String {
+    let mut base = match &t.base {
+        BaseType::Void => {
+            if t.pointers.is_empty() {
+                return "()".into();
+            }
+            "::std::ffi::c_void".to_string()
+        }
+        BaseType::Bool => "bool".into(),
+        BaseType::Char | BaseType::SignedChar => "::std::ffi::c_char".into(),
+        BaseType::UnsignedChar => "u8".into(),
+        BaseType::Short => "i16".into(),
+        BaseType::UnsignedShort => "u16".into(),
+        BaseType::Int => "i32".into(),
+        BaseType::UnsignedInt => "u32".into(),
+        BaseType::Long | BaseType::LongLong => "i64".into(),
+        BaseType::UnsignedLong | BaseType::UnsignedLongLong => "u64".into(),
+        BaseType::SizeT => "usize".into(),
+        BaseType::Float => "f32".into(),
+        BaseType::Double => "f64".into(),
+        BaseType::Named(n) => match api.types.get(n).map(|t| &t.kind) {
+            Some(TypeKind::Scalar(s)) => s.rust().into(),
+            Some(TypeKind::Handle(_)) => "*mut ::std::ffi::c_void".into(),
+            Some(TypeKind::Pod { wire, .. }) => format!("{P}::types::{wire}"),
+            Some(TypeKind::AbiStruct(_)) | None => "::std::ffi::c_void".into(),
+        },
+    };
+    let mut pointee_const = t.is_const;
+    for &level_const in &t.pointers {
+        base = format!("{} {base}", if pointee_const { "*const" } else { "*mut" });
+        pointee_const = level_const;
+    }
+    base
+}
+
+fn params_sig(api: &Api, f: &Function) -> String {
+    f.params
+        .iter()
+        .map(|p| format!("{}: {}", rust_ident(&p.name.name), ffi_type(api, &p.ty)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn ret_sig(api: &Api, f: &Function) -> String {
+    let r = ffi_type(api, &f.ret);
+    if r == "()" {
+        String::new()
+    } else {
+        format!(" -> {r}")
+    }
+}
+
+fn hand_trait(w: &mut W, api: &Api) {
+    w.line("/// Everything the guest library implements by hand, as the spec names it.");
+    w.line("#[allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]");
+    w.open("pub trait HandWritten {");
+    for f in api.functions.iter().filter(|f| f.exec == Exec::Guest) {
+        w.line(format!("/// `{}` (spec line {}).", f.name, f.line));
+        w.line(format!(
+            "unsafe fn {}({}){};",
+            f.name,
+            params_sig(api, f),
+            ret_sig(api, f)
+        ));
+    }
+    for u in &api.utilities {
+        let params: Vec<String> = u
+            .params
+            .iter()
+            .map(|p| format!("{}: {}", rust_ident(&p.name.name), util_ty(&p.ty)))
+            .collect();
+        w.line(format!(
+            "/// Utility `{}` used by spec expressions.",
+            u.name
+        ));
+        w.line(format!(
+            "fn {}({}) -> Result<{}, CudaError>;",
+            u.name,
+            params.join(", "),
+            util_ty(&u.ret)
+        ));
+    }
+    let mut abi = BTreeSet::new();
+    for t in api.types.values() {
+        if let TypeKind::AbiStruct(wire) = &t.kind {
+            abi.insert((t.name.clone(), wire.clone()));
+        }
+    }
+    for (c, wire) in abi {
+        w.line(format!(
+            "/// Write a `{c}` in the layout of the CUDA ABI this process loaded."
+        ));
+        w.line(format!(
+            "unsafe fn write_{wire}(dst: *mut ::std::ffi::c_void, value: &{P}::types::{wire});"
+        ));
+    }
+    let hooks: BTreeSet<&str> = api
+        .functions
+        .iter()
+        .filter_map(|f| f.on_success.as_deref())
+        .collect();
+    for h in hooks {
+        w.line(format!(
+            "/// Hook run after a successful call (`on_success({h})`)."
+        ));
+        w.line(format!("fn {h}();"));
+    }
+    w.close("}");
+    w.line("");
+}
+
+fn util_ty(t: &CType) -> &'static str {
+    if matches!(t.base, BaseType::Bool) && !t.is_pointer() {
+        "bool"
+    } else {
+        "i128"
+    }
+}
+
+fn export_attrs(w: &mut W) {
+    w.line("#[unsafe(no_mangle)]");
+    w.line("#[allow(non_snake_case, unused_variables, unused_mut, unused_parens, clippy::missing_safety_doc, clippy::too_many_arguments, clippy::unnecessary_cast, clippy::nonminimal_bool, clippy::needless_late_init, clippy::useless_conversion)]");
+}
+
+fn guest_stub(w: &mut W, api: &Api, f: &Function) {
+    w.line(format!(
+        "/// `{}`: implemented by hand in the guest library (spec line {}).",
+        f.name, f.line
+    ));
+    export_attrs(w);
+    w.open(format!(
+        "pub unsafe extern \"C\" fn {}({}){} {{",
+        f.name,
+        params_sig(api, f),
+        ret_sig(api, f)
+    ));
+    let args: Vec<String> = f.params.iter().map(|p| rust_ident(&p.name.name)).collect();
+    w.line(format!(
+        "unsafe {{ <crate::hand::Hand as HandWritten>::{}({}) }}",
+        f.name,
+        args.join(", ")
+    ));
+    w.close("}");
+    w.line("");
+}
+
+fn unsupported_stub(w: &mut W, api: &Api, f: &Function) {
+    w.line(format!(
+        "/// `{}`: not supported; answers the not-supported error (spec line {}).",
+        f.name, f.line
+    ));
+    export_attrs(w);
+    w.open(format!(
+        "pub unsafe extern \"C\" fn {}({}){} {{",
+        f.name,
+        params_sig(api, f),
+        ret_sig(api, f)
+    ));
+    w.line(format!(
+        "rt::unsupported(wire::FunctionId::{})",
+        f.type_name()
+    ));
+    w.close("}");
+    w.line("");
+}
+
+fn alias_stub(w: &mut W, api: &Api, f: &Function, alias: &str) {
+    w.line(format!("/// `{alias}`: another name of `{}`.", f.name));
+    export_attrs(w);
+    w.open(format!(
+        "pub unsafe extern \"C\" fn {alias}({}){} {{",
+        params_sig(api, f),
+        ret_sig(api, f)
+    ));
+    let args: Vec<String> = f.params.iter().map(|p| rust_ident(&p.name.name)).collect();
+    w.line(format!("unsafe {{ {}({}) }}", f.name, args.join(", ")));
+    w.close("}");
+    w.line("");
+}
+
+/// Names in guest expressions: parameters are the FFI arguments, contextual arguments are
+/// locals computed before.
+struct GuestNames<'a> {
+    api: &'a Api,
+}
+
+impl Names for GuestNames<'_> {
+    fn arg(&self, a: &Arg) -> String {
+        let id = rust_ident(&a.name);
+        if a.contextual.is_some() {
+            return format!("c_{}", a.name);
+        }
+        if is_bool(a) {
+            return id;
+        }
+        if a.ty.is_pointer() || is_handle(self.api, &a.ty) {
+            return format!("({id} as usize as i128)");
+        }
+        format!("({id} as i128)")
+    }
+
+    fn call(&self, utility: &str, args: &[String]) -> String {
+        format!(
+            "<crate::hand::Hand as HandWritten>::{utility}({})?",
+            args.join(", ")
+        )
+    }
+}
+
+fn is_handle(api: &Api, t: &CType) -> bool {
+    !t.is_pointer()
+        && matches!(&t.base, BaseType::Named(n) if matches!(api.types.get(n).map(|t| &t.kind), Some(TypeKind::Handle(_))))
+}
+
+fn remote_stub(w: &mut W, api: &Api, f: &Function) {
+    let names = GuestNames { api };
+    let t = f.type_name();
+    w.line(format!(
+        "/// `{}`: marshalled to the API server (spec line {}).",
+        f.name, f.line
+    ));
+    export_attrs(w);
+    w.open(format!(
+        "pub unsafe extern \"C\" fn {}({}){} {{",
+        f.name,
+        params_sig(api, f),
+        ret_sig(api, f)
+    ));
+    w.open(format!(
+        "rt::api_call(wire::FunctionId::{t}, move || -> Result<(), CudaError> {{"
+    ));
+    w.open("unsafe {");
+
+    // Contextual arguments, in order.
+    for a in f.args.iter().filter(|a| a.contextual.is_some()) {
+        let value = expr(a.contextual.as_ref().unwrap(), api, f, &names);
+        let ty = if is_bool(a) { "bool" } else { "i128" };
+        w.line(format!("let c_{}: {ty} = {value};", a.name));
+    }
+    // Preconditions.
+    for p in &f.preconditions {
+        let c = expr(&p.cond, api, f, &names);
+        let short = error_const(api, &p.error);
+        w.open(format!("if !{c} {{"));
+        w.line(format!("return Err(CudaError::{short});"));
+        w.close("}");
+    }
+    // Build the request.
+    let mut fields: Vec<String> = Vec::new();
+    let mut outs: Vec<String> = Vec::new();
+    for a in &f.args {
+        let id = rust_ident(&a.name);
+        let src = if a.contextual.is_some() {
+            format!("c_{}", a.name)
+        } else {
+            id.clone()
+        };
+        match &a.class {
+            ArgClass::Local => {}
+            ArgClass::Value(v) => {
+                let value = match (v, a.contextual.is_some()) {
+                    (ValueType::Scalar(Scalar::Bool), _) => src.clone(),
+                    (ValueType::Scalar(s), true) => narrow(P, &src, s.rust()),
+                    (ValueType::Handle(_), true) => narrow(P, &src, "u64"),
+                    (ValueType::Scalar(s), false) => format!("{src} as {}", s.rust()),
+                    (ValueType::Handle(_), false) => format!("{src} as usize as u64"),
+                    (ValueType::Pod(_), _) => src.clone(),
+                };
+                fields.push(format!("{id}: {value}"));
+            }
+            ArgClass::Pointer(branches) if branches.len() == 1 => {
+                let shape = &branches[0].shape;
+                let addr = if a.contextual.is_some() {
+                    narrow(P, &src, "u64")
+                } else {
+                    format!("{src} as usize as u64")
+                };
+                match shape {
+                    Shape::Device { .. } | Shape::Opaque => fields.push(format!("{id}: {addr}")),
+                    Shape::Str => fields.push(format!(
+                        "{id}: rt::c_str({src} as *const ::std::ffi::c_char)?"
+                    )),
+                    Shape::In {
+                        count,
+                        elem_size,
+                        null_ok,
+                    } => {
+                        let n = expr(count, api, f, &names);
+                        w.line(format!(
+                            "let n_{}: usize = rt::byte_len({n}, {elem_size})?;",
+                            a.name
+                        ));
+                        fields.push(format!(
+                            "{id}: rt::in_bytes({src} as *const u8, n_{}, {null_ok})?",
+                            a.name
+                        ));
+                    }
+                    Shape::InOut {
+                        count,
+                        elem_size,
+                        null_ok,
+                    } => {
+                        let n = expr(count, api, f, &names);
+                        w.line(format!(
+                            "let n_{}: usize = rt::byte_len({n}, {elem_size})?;",
+                            a.name
+                        ));
+                        fields.push(format!(
+                            "{id}: rt::in_bytes({src} as *const u8, n_{}, {null_ok})?",
+                            a.name
+                        ));
+                        outs.push(format!(
+                            "rt::copy_out({src} as *mut u8, Some(&reply.{id}), n_{})?;",
+                            a.name
+                        ));
+                    }
+                    Shape::Out {
+                        count,
+                        elem_size,
+                        null_ok,
+                    } => {
+                        let n = expr(count, api, f, &names);
+                        w.line(format!(
+                            "let n_{}: usize = rt::byte_len({n}, {elem_size})?;",
+                            a.name
+                        ));
+                        w.line(format!(
+                            "rt::check_out({src} as *mut u8, n_{}, {null_ok})?;",
+                            a.name
+                        ));
+                        outs.push(format!(
+                            "rt::copy_out({src} as *mut u8, Some(&reply.{id}), n_{})?;",
+                            a.name
+                        ));
+                    }
+                    Shape::InElement(elem) => {
+                        w.open(format!("if {src}.is_null() {{"));
+                        w.line("return Err(CudaError::InvalidValue);");
+                        w.close("}");
+                        let v = match elem {
+                            ElemType::Pod(_) => format!("*{src}"),
+                            ElemType::Scalar(s) => format!("*{src} as {}", s.rust()),
+                            ElemType::Handle(_) | ElemType::DevicePtr => {
+                                format!("*{src} as usize as u64")
+                            }
+                            ElemType::Abi(_) => unreachable!("checked"),
+                        };
+                        fields.push(format!("{id}: {v}"));
+                    }
+                    Shape::OutElement { elem, null_ok } => {
+                        if !null_ok {
+                            w.open(format!("if {src}.is_null() {{"));
+                            w.line("return Err(CudaError::InvalidValue);");
+                            w.close("}");
+                        }
+                        let pointee = ffi_type(api, &a.ty.pointee());
+                        let store = match elem {
+                            ElemType::Scalar(_) => format!("*{src} = reply.{id} as {pointee};"),
+                            ElemType::Handle(_) | ElemType::DevicePtr => {
+                                format!("*{src} = reply.{id} as usize as {pointee};")
+                            }
+                            ElemType::Pod(_) => format!("*{src} = reply.{id};"),
+                            ElemType::Abi(wire) => format!(
+                                "<crate::hand::Hand as HandWritten>::write_{wire}({src} as *mut ::std::ffi::c_void, &reply.{id});"
+                            ),
+                        };
+                        outs.push(if *null_ok {
+                            format!("if !{src}.is_null() {{ {store} }}")
+                        } else {
+                            store
+                        });
+                    }
+                }
+            }
+            ArgClass::Pointer(branches) => {
+                // Shape chosen per call.
+                let has_out = branches
+                    .iter()
+                    .any(|b| matches!(b.shape, Shape::Out { .. } | Shape::InOut { .. }));
+                if has_out {
+                    w.line(format!("let mut out_{}: Option<usize> = None;", a.name));
+                }
+                w.line(format!("let w_{}: Ptr<'_>;", a.name));
+                for (i, b) in branches.iter().enumerate() {
+                    let head = match (&b.cond, i) {
+                        (Some(c), 0) => format!("if {} {{", expr(c, api, f, &names)),
+                        (Some(c), _) => format!("}} else if {} {{", expr(c, api, f, &names)),
+                        (None, _) => "} else {".to_string(),
+                    };
+                    if i == 0 {
+                        w.open(head);
+                    } else {
+                        w.close(head);
+                        w.indent_more();
+                    }
+                    let len = |w: &mut W, count: &crate::ast::Expr, elem_size: u64| {
+                        let n = expr(count, api, f, &names);
+                        w.line(format!("let n: usize = rt::byte_len({n}, {elem_size})?;"));
+                    };
+                    match &b.shape {
+                        Shape::Device { .. } => {
+                            let addr = if a.contextual.is_some() {
+                                narrow(P, &src, "u64")
+                            } else {
+                                format!("{src} as usize as u64")
+                            };
+                            w.line(format!("w_{} = Ptr::Device({addr});", a.name));
+                        }
+                        Shape::In {
+                            count,
+                            elem_size,
+                            null_ok,
+                        } => {
+                            len(w, count, *elem_size);
+                            w.line(format!(
+                                "w_{} = Ptr::In(rt::in_bytes({src} as *const u8, n, {null_ok})?);",
+                                a.name
+                            ));
+                        }
+                        Shape::Out {
+                            count,
+                            elem_size,
+                            null_ok,
+                        } => {
+                            len(w, count, *elem_size);
+                            w.line(format!("rt::check_out({src} as *mut u8, n, {null_ok})?;"));
+                            w.line(format!("out_{} = Some(n);", a.name));
+                            w.line(format!("w_{} = Ptr::Out(n as u64);", a.name));
+                        }
+                        Shape::InOut {
+                            count,
+                            elem_size,
+                            null_ok,
+                        } => {
+                            len(w, count, *elem_size);
+                            w.line(format!("out_{} = Some(n);", a.name));
+                            w.line(format!("w_{} = Ptr::InOut(rt::in_bytes({src} as *const u8, n, {null_ok})?);", a.name));
+                        }
+                        _ => unreachable!("checked: only buffer-like shapes are chosen"),
+                    }
+                }
+                w.close("}");
+                fields.push(format!("{id}: w_{}", a.name));
+                if has_out {
+                    outs.push(format!(
+                        "if let Some(n) = out_{} {{ rt::copy_out({src} as *mut u8, reply.{id}.as_deref(), n)?; }}",
+                        a.name
+                    ));
+                }
+            }
+        }
+    }
+    w.line(format!(
+        "let req = wire::{t}Request {{ {} }};",
+        fields.join(", ")
+    ));
+    if outs.is_empty() {
+        w.line("let _reply = rt::call(&req)?;");
+    } else {
+        w.line("let reply = rt::call(&req)?;");
+    }
+    for o in outs {
+        w.line(o);
+    }
+    if let Some(h) = &f.on_success {
+        w.line(format!("<crate::hand::Hand as HandWritten>::{h}();"));
+    }
+    w.line("Ok(())");
+    w.close("}");
+    w.close("})");
+    w.close("}");
+    w.line("");
+}

@@ -1,0 +1,278 @@
+//! The server emitter: the `CudartService` trait (one method per remote function, written by
+//! hand in the API server) and `dispatch`, which decodes a request, re-checks everything the
+//! spec says about it (preconditions, buffer sizes, argument shapes, device ranges) and only
+//! then calls the service. A guest is never trusted.
+
+use super::guest::rust_ident;
+use super::wire::request_type;
+use super::{Names, W, error_const, expr, header, is_bool};
+use crate::model::*;
+
+const P: &str = "::phos_protocol";
+
+pub fn emit(api: &Api) -> String {
+    let mut w = W::default();
+    w.line("#[allow(unused_imports)]");
+    w.line(format!("use {P}::cudart::*;"));
+    w.line(format!("use {P}::{{CudaError, Ptr, Rejection}};"));
+    w.line("");
+    service_trait(&mut w, api);
+    dispatch(&mut w, api);
+    for f in api.remote_functions() {
+        handler(&mut w, api, f);
+    }
+    let mut out = header("server", api);
+    out.push_str(&w.finish());
+    out
+}
+
+fn service_trait(w: &mut W, api: &Api) {
+    w.line("/// The API server's implementation of every remote function. Requests reach these");
+    w.line("/// methods only after `dispatch` has checked them against the spec.");
+    w.line("#[allow(clippy::too_many_arguments)]");
+    w.open("pub trait CudartService {");
+    w.line("/// Per-call context (session, channel, device).");
+    w.line("type Cx;");
+    w.line("/// `Ok` when `[addr, addr + len)` is device memory this session may use (a zero");
+    w.line("/// address is accepted only when `null_ok`).");
+    w.line("fn check_device_range(&self, cx: &Self::Cx, addr: u64, len: u64, null_ok: bool) -> Result<(), CudaError>;");
+    w.line("/// The largest reply buffer a call may ask for.");
+    w.line("fn max_reply_bytes(&self) -> u64;");
+    for f in api.remote_functions() {
+        w.line(format!("/// `{}` (spec line {}).", f.name, f.line));
+        w.line(format!(
+            "fn {}(&self, cx: &Self::Cx, req: {}) -> Result<{}Reply, CudaError>;",
+            f.method_name(),
+            request_type(f, "'_"),
+            f.type_name()
+        ));
+    }
+    w.close("}");
+    w.line("");
+}
+
+fn dispatch(w: &mut W, api: &Api) {
+    w.line("/// Decode, check and run one call; the encoded reply is appended to `out`.");
+    w.open("pub fn dispatch<S: CudartService + ?Sized>(svc: &S, cx: &S::Cx, id: FunctionId, payload: &[u8], out: &mut Vec<u8>) -> Result<(), Rejection> {");
+    w.open("match id {");
+    for f in api.remote_functions() {
+        w.line(format!(
+            "FunctionId::{} => {}(svc, cx, payload, out),",
+            f.type_name(),
+            f.method_name()
+        ));
+    }
+    if api.functions.iter().any(|f| f.exec != Exec::Remote) {
+        w.line("other => Err(Rejection::NotRemote(other.name())),");
+    }
+    w.close("}");
+    w.close("}");
+    w.line("");
+}
+
+struct ServerNames;
+
+impl Names for ServerNames {
+    fn arg(&self, a: &Arg) -> String {
+        let id = rust_ident(&a.name);
+        if is_bool(a) {
+            format!("req.{id}")
+        } else {
+            format!("(req.{id} as i128)")
+        }
+    }
+
+    fn call(&self, _: &str, _: &[String]) -> String {
+        unreachable!("checked: server-side expressions call no utilities")
+    }
+}
+
+fn handler(w: &mut W, api: &Api, f: &Function) {
+    let names = ServerNames;
+    let t = f.type_name();
+    w.line(format!("#[allow(non_snake_case, unused_variables, unused_mut, unused_parens, clippy::nonminimal_bool, clippy::unnecessary_cast)]"));
+    w.open(format!(
+        "fn {}<S: CudartService + ?Sized>(svc: &S, cx: &S::Cx, payload: &[u8], out: &mut Vec<u8>) -> Result<(), Rejection> {{",
+        f.method_name()
+    ));
+    w.line(format!(
+        "let req: {} = {P}::decode_request(payload).map_err(Rejection::Malformed)?;",
+        request_type(f, "'_")
+    ));
+
+    // Preconditions the server can see, then argument shapes; any failure is the guest's.
+    let mut expect_outs: Vec<(String, bool)> = Vec::new(); // (arg, chosen)
+    w.open("let expected = (|| -> Result<_, Rejection> {");
+    for p in f.preconditions.iter().filter(|p| p.wire_checkable) {
+        let c = expr(&p.cond, api, f, &names);
+        w.open(format!("if !{c} {{"));
+        w.line(format!(
+            "return Err(Rejection::Invalid(CudaError::{}, \"precondition\"));",
+            error_const(api, &p.error)
+        ));
+        w.close("}");
+    }
+    let ev = |x: &crate::ast::Expr| expr(x, api, f, &names);
+    let mut out_lens: Vec<String> = Vec::new();
+    for a in &f.args {
+        let id = rust_ident(&a.name);
+        let ArgClass::Pointer(branches) = &a.class else {
+            continue;
+        };
+        if branches.len() == 1 {
+            match &branches[0].shape {
+                Shape::Device { extent, null_ok } => {
+                    let len = extent.as_ref().map(ev).unwrap_or_else(|| "0i128".into());
+                    w.line(format!(
+                        "svc.check_device_range(cx, req.{id}, {P}::eval::narrow::<u64>({len})?, {null_ok}).map_err(|c| Rejection::Invalid(c, \"device pointer `{}`\"))?;",
+                        a.name
+                    ));
+                }
+                Shape::In {
+                    count, elem_size, ..
+                }
+                | Shape::InOut {
+                    count, elem_size, ..
+                } => {
+                    w.line(format!(
+                        "let n_{}: u64 = {P}::eval::byte_len({}, {elem_size})?;",
+                        a.name,
+                        ev(count)
+                    ));
+                    w.open(format!("if req.{id}.len() as u64 != n_{} {{", a.name));
+                    w.line(format!("return Err(Rejection::Invalid(CudaError::InvalidValue, \"size of buffer `{}`\"));", a.name));
+                    w.close("}");
+                    if matches!(branches[0].shape, Shape::InOut { .. }) {
+                        out_lens.push(format!("n_{}", a.name));
+                        expect_outs.push((a.name.clone(), false));
+                    }
+                }
+                Shape::Out {
+                    count, elem_size, ..
+                } => {
+                    w.line(format!(
+                        "let n_{}: u64 = {P}::eval::byte_len({}, {elem_size})?;",
+                        a.name,
+                        ev(count)
+                    ));
+                    w.open(format!("if n_{} > svc.max_reply_bytes() {{", a.name));
+                    w.line(format!("return Err(Rejection::Invalid(CudaError::InvalidValue, \"size of reply buffer `{}`\"));", a.name));
+                    w.close("}");
+                    out_lens.push(format!("n_{}", a.name));
+                    expect_outs.push((a.name.clone(), false));
+                }
+                _ => {}
+            }
+            continue;
+        }
+        // Chosen shapes: work out which one the spec expects and hold the guest to it.
+        let has_out = branches
+            .iter()
+            .any(|b| matches!(b.shape, Shape::Out { .. } | Shape::InOut { .. }));
+        w.line(format!("let n_{}: Option<u64>;", a.name));
+        for (i, b) in branches.iter().enumerate() {
+            let head = match (&b.cond, i) {
+                (Some(c), 0) => format!("if {} {{", ev(c)),
+                (Some(c), _) => format!("}} else if {} {{", ev(c)),
+                (None, _) => "} else {".to_string(),
+            };
+            if i == 0 {
+                w.open(head);
+            } else {
+                w.close(head);
+                w.indent_more();
+            }
+            let mismatch = format!(
+                "return Err(Rejection::Invalid(CudaError::InvalidValue, \"shape of argument `{}`\"))",
+                a.name
+            );
+            match &b.shape {
+                Shape::Device { extent, null_ok } => {
+                    let len = extent.as_ref().map(ev).unwrap_or_else(|| "0i128".into());
+                    w.line(format!(
+                        "let Ptr::Device(addr) = req.{id} else {{ {mismatch} }};"
+                    ));
+                    w.line(format!(
+                        "svc.check_device_range(cx, addr, {P}::eval::narrow::<u64>({len})?, {null_ok}).map_err(|c| Rejection::Invalid(c, \"device pointer `{}`\"))?;",
+                        a.name
+                    ));
+                    w.line(format!("n_{} = None;", a.name));
+                }
+                Shape::In {
+                    count, elem_size, ..
+                }
+                | Shape::InOut {
+                    count, elem_size, ..
+                } => {
+                    let variant = if matches!(b.shape, Shape::In { .. }) {
+                        "In"
+                    } else {
+                        "InOut"
+                    };
+                    w.line(format!(
+                        "let n: u64 = {P}::eval::byte_len({}, {elem_size})?;",
+                        ev(count)
+                    ));
+                    w.line(format!(
+                        "let Ptr::{variant}(bytes) = req.{id} else {{ {mismatch} }};"
+                    ));
+                    w.open("if bytes.len() as u64 != n {");
+                    w.line(format!("return Err(Rejection::Invalid(CudaError::InvalidValue, \"size of buffer `{}`\"));", a.name));
+                    w.close("}");
+                    if variant == "InOut" {
+                        w.line(format!("n_{} = Some(n);", a.name));
+                    } else {
+                        w.line(format!("n_{} = None;", a.name));
+                    }
+                }
+                Shape::Out {
+                    count, elem_size, ..
+                } => {
+                    w.line(format!(
+                        "let n: u64 = {P}::eval::byte_len({}, {elem_size})?;",
+                        ev(count)
+                    ));
+                    w.line(format!(
+                        "let Ptr::Out(asked) = req.{id} else {{ {mismatch} }};"
+                    ));
+                    w.open("if asked != n || n > svc.max_reply_bytes() {");
+                    w.line(format!("return Err(Rejection::Invalid(CudaError::InvalidValue, \"size of reply buffer `{}`\"));", a.name));
+                    w.close("}");
+                    w.line(format!("n_{} = Some(n);", a.name));
+                }
+                _ => unreachable!("checked"),
+            }
+        }
+        w.close("}");
+        if has_out {
+            out_lens.push(format!("n_{}", a.name));
+            expect_outs.push((a.name.clone(), true));
+        }
+    }
+    w.line(format!("Ok(({},))", out_lens.join(", ")));
+    w.close("})();");
+    w.line("let expected = expected?;");
+    w.line(format!(
+        "let reply = svc.{}(cx, req).map_err(Rejection::Failed)?;",
+        f.method_name()
+    ));
+    // The service must answer with exactly the buffers the guest asked for.
+    for (i, (name, chosen)) in expect_outs.iter().enumerate() {
+        let id = rust_ident(name);
+        if *chosen {
+            w.open(format!(
+                "if reply.{id}.as_ref().map(|b| b.len() as u64) != expected.{i} {{"
+            ));
+        } else {
+            w.open(format!("if reply.{id}.len() as u64 != expected.{i} {{"));
+        }
+        w.line(format!(
+            "return Err(Rejection::ServerBug(\"{t}: reply buffer `{name}` has the wrong size\"));"
+        ));
+        w.close("}");
+    }
+    w.line(format!("{P}::encode_reply(&reply, out);"));
+    w.line("Ok(())");
+    w.close("}");
+    w.line("");
+}

@@ -1,0 +1,486 @@
+//! The checked model of a spec: what the emitters work from. Everything here has been
+//! resolved (types, names, conditions), so emitters never have to report errors.
+
+use std::collections::BTreeMap;
+
+use crate::ast::{CType, Expr, Param, ResourceKind};
+
+#[derive(Debug, Clone)]
+pub struct Api {
+    pub name: String,
+    /// Identity of the spec text; guest and server refuse to talk across different specs.
+    pub spec_hash: u64,
+    pub resources: Vec<Resource>,
+    pub types: BTreeMap<String, NamedType>,
+    pub enums: Vec<EnumDef>,
+    pub constants: BTreeMap<String, i64>,
+    pub errors: ErrorTable,
+    pub utilities: Vec<Utility>,
+    pub functions: Vec<Function>,
+}
+
+impl Api {
+    pub fn function(&self, name: &str) -> Option<&Function> {
+        self.functions.iter().find(|f| f.name == name)
+    }
+
+    /// Functions whose calls travel to the server.
+    pub fn remote_functions(&self) -> impl Iterator<Item = &Function> {
+        self.functions.iter().filter(|f| f.exec == Exec::Remote)
+    }
+
+    /// Handle kinds in declaration order.
+    pub fn handle_kinds(&self) -> Vec<String> {
+        let mut kinds: Vec<String> = Vec::new();
+        for t in self.types.values() {
+            if let TypeKind::Handle(k) = &t.kind
+                && !kinds.contains(k)
+            {
+                kinds.push(k.clone());
+            }
+        }
+        kinds.sort();
+        kinds
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Resource {
+    pub name: String,
+    pub kind: ResourceKind,
+}
+
+#[derive(Debug, Clone)]
+pub struct NamedType {
+    pub name: String,
+    pub kind: TypeKind,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum TypeKind {
+    /// Enum or integer typedef with this representation.
+    Scalar(Scalar),
+    /// An API object behind a virtual handle.
+    Handle(String),
+    /// A plain C struct with the same layout everywhere; the wire type has this name.
+    Pod { wire: String, size: u64 },
+    /// A struct whose layout depends on the CUDA ABI; carried as this ABI-neutral wire type.
+    AbiStruct(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct EnumDef {
+    pub name: String,
+    pub repr: Scalar,
+    pub variants: Vec<(String, i64)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ErrorTable {
+    /// The C type errors are returned in (`cudaError_t`).
+    pub ty: String,
+    pub success: String,
+    pub not_supported: String,
+    pub entries: Vec<ErrorEntry>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ErrorEntry {
+    pub name: String,
+    pub code: i64,
+    pub text: String,
+    pub abi_texts: Vec<(i64, String)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Utility {
+    /// `guest` or `both`: where an implementation exists.
+    pub side: UtilitySide,
+    pub name: String,
+    pub ret: CType,
+    pub params: Vec<Param>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UtilitySide {
+    Guest,
+}
+
+/// Plain numbers as they travel on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scalar {
+    Bool,
+    I8,
+    U8,
+    I16,
+    U16,
+    I32,
+    U32,
+    I64,
+    U64,
+    F32,
+    F64,
+}
+
+impl Scalar {
+    pub fn rust(self) -> &'static str {
+        match self {
+            Scalar::Bool => "bool",
+            Scalar::I8 => "i8",
+            Scalar::U8 => "u8",
+            Scalar::I16 => "i16",
+            Scalar::U16 => "u16",
+            Scalar::I32 => "i32",
+            Scalar::U32 => "u32",
+            Scalar::I64 => "i64",
+            Scalar::U64 => "u64",
+            Scalar::F32 => "f32",
+            Scalar::F64 => "f64",
+        }
+    }
+
+    pub fn size(self) -> u64 {
+        match self {
+            Scalar::Bool | Scalar::I8 | Scalar::U8 => 1,
+            Scalar::I16 | Scalar::U16 => 2,
+            Scalar::I32 | Scalar::U32 | Scalar::F32 => 4,
+            Scalar::I64 | Scalar::U64 | Scalar::F64 => 8,
+        }
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(self, Scalar::F32 | Scalar::F64)
+    }
+
+    pub fn from_name(name: &str) -> Option<Scalar> {
+        Some(match name {
+            "bool" => Scalar::Bool,
+            "i8" => Scalar::I8,
+            "u8" => Scalar::U8,
+            "i16" => Scalar::I16,
+            "u16" => Scalar::U16,
+            "i32" => Scalar::I32,
+            "u32" => Scalar::U32,
+            "i64" => Scalar::I64,
+            "u64" => Scalar::U64,
+            "f32" => Scalar::F32,
+            "f64" => Scalar::F64,
+            _ => return None,
+        })
+    }
+}
+
+/// How a function is carried out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exec {
+    /// Marshalled to the API server.
+    Remote,
+    /// Written by hand in the guest library (guest-local state, registration, launches).
+    Guest,
+    /// Exported, answers `not_supported` and logs its name once.
+    Unsupported,
+}
+
+#[derive(Debug, Clone)]
+pub struct Function {
+    /// Wire function id.
+    pub id: u32,
+    pub name: String,
+    pub line: usize,
+    pub ret: CType,
+    pub params: Vec<Param>,
+    pub exec: Exec,
+    /// Not exported from the guest library; called by hand-written guest code.
+    pub internal: bool,
+    pub is_async: bool,
+    pub success: Option<Expr>,
+    /// Parameters followed by contextual arguments, each with how it travels.
+    pub args: Vec<Arg>,
+    pub preconditions: Vec<Precondition>,
+    pub resources: Vec<ResourceUse>,
+    pub on_success: Option<String>,
+    pub aliases: Vec<String>,
+    pub objects: ObjectRules,
+}
+
+impl Function {
+    pub fn arg(&self, name: &str) -> Option<&Arg> {
+        self.args.iter().find(|a| a.name == name)
+    }
+
+    /// `cudaMalloc` -> `CudaMalloc`
+    pub fn type_name(&self) -> String {
+        camel(&self.name)
+    }
+
+    /// `cudaMalloc` -> `cuda_malloc`
+    pub fn method_name(&self) -> String {
+        snake(&self.name)
+    }
+}
+
+/// Leading underscores (`__cudaRegisterFunction`) become a `Priv` prefix so that names stay
+/// distinct from their public twins.
+pub fn camel(name: &str) -> String {
+    let trimmed = name.trim_start_matches('_');
+    let mut out = String::new();
+    if trimmed.len() != name.len() {
+        out.push_str("Priv");
+    }
+    let mut upper = true;
+    for c in trimmed.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+pub fn snake(name: &str) -> String {
+    let trimmed = name.trim_start_matches('_');
+    let mut out = String::new();
+    if trimmed.len() != name.len() {
+        out.push_str("priv_");
+    }
+    let chars: Vec<char> = trimmed.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        if c.is_ascii_uppercase() {
+            let prev_lower =
+                i > 0 && (chars[i - 1].is_ascii_lowercase() || chars[i - 1].is_ascii_digit());
+            let next_lower = chars.get(i + 1).is_some_and(|n| n.is_ascii_lowercase());
+            let prev_upper = i > 0 && chars[i - 1].is_ascii_uppercase();
+            if i > 0 && (prev_lower || (prev_upper && next_lower)) && !out.ends_with('_') {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[derive(Debug, Clone)]
+pub struct Precondition {
+    pub cond: Expr,
+    pub error: String,
+    /// True when the server can re-check it from the wire values alone.
+    pub wire_checkable: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RcOp {
+    Allocates,
+    Deallocates,
+    Consumes,
+}
+
+#[derive(Debug, Clone)]
+pub struct ResourceUse {
+    pub cond: Option<Expr>,
+    pub op: RcOp,
+    pub resource: String,
+    /// `None`: the amount is reported by the server (`reported`).
+    pub amount: Option<Expr>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ObjectRules {
+    /// (out argument, object kind): the call creates an object there and is recorded as its creation.
+    pub creates: Vec<(String, String)>,
+    /// (argument, object kind): the call destroys this object.
+    pub destroys: Vec<(String, String)>,
+    /// (argument, object kind): the call changes this object's state and is recorded with it.
+    pub mutates: Vec<(String, String)>,
+    /// (created argument, argument it depends on)
+    pub depends_on: Vec<(String, String)>,
+    /// The call changes session-wide state and is recorded on its own.
+    pub global_record: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Arg {
+    pub name: String,
+    pub ty: CType,
+    /// The guest computes it (`contextual_argument`); it is not a C parameter.
+    pub contextual: Option<Expr>,
+    pub class: ArgClass,
+}
+
+#[derive(Debug, Clone)]
+pub enum ArgClass {
+    /// A value copied onto the wire as is.
+    Value(ValueType),
+    /// Only the guest uses it (to compute contextual arguments).
+    Local,
+    /// A pointer; which shape it takes is decided per call by the conditions, in order.
+    Pointer(Vec<Branch>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ValueType {
+    Scalar(Scalar),
+    Handle(String),
+    Pod(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct Branch {
+    /// `None` for the unconditional (last) branch.
+    pub cond: Option<Expr>,
+    pub shape: Shape,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Shape {
+    /// A device address; `extent` bytes from it must lie in the session's device memory.
+    Device { extent: Option<Expr>, null_ok: bool },
+    /// Host data copied to the server: `count` elements of `elem_size` bytes.
+    In {
+        count: Expr,
+        elem_size: u64,
+        null_ok: bool,
+    },
+    /// Host memory the server fills.
+    Out {
+        count: Expr,
+        elem_size: u64,
+        null_ok: bool,
+    },
+    /// Both.
+    InOut {
+        count: Expr,
+        elem_size: u64,
+        null_ok: bool,
+    },
+    /// One value read from the pointer (a struct passed by pointer).
+    InElement(ElemType),
+    /// One value written through the pointer.
+    OutElement { elem: ElemType, null_ok: bool },
+    /// A NUL-terminated string.
+    Str,
+    /// A host address the server keeps but never dereferences.
+    Opaque,
+}
+
+impl Shape {
+    /// Shapes that can be chosen between at call time share one wire field.
+    pub fn is_buffer_like(&self) -> bool {
+        matches!(
+            self,
+            Shape::Device { .. } | Shape::In { .. } | Shape::Out { .. } | Shape::InOut { .. }
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ElemType {
+    Scalar(Scalar),
+    Handle(String),
+    DevicePtr,
+    Pod(String),
+    Abi(String),
+}
+
+impl ElemType {
+    pub fn wire_type(&self) -> String {
+        match self {
+            ElemType::Scalar(s) => s.rust().to_string(),
+            ElemType::Handle(_) | ElemType::DevicePtr => "u64".to_string(),
+            ElemType::Pod(w) | ElemType::Abi(w) => format!("crate::types::{w}"),
+        }
+    }
+}
+
+/// Where a wire field of an argument lives and of what type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WireRepr {
+    /// Not on the wire.
+    None,
+    /// A plain field of this Rust type in the request.
+    Request(String),
+    /// A plain field of this Rust type in the reply.
+    Reply(String),
+    /// Bytes in the request and bytes back in the reply.
+    Both,
+    /// A shape chosen per call: `Ptr` in the request, optional bytes in the reply.
+    Chosen { has_out: bool },
+}
+
+impl Arg {
+    pub fn single_shape(&self) -> Option<&Shape> {
+        match &self.class {
+            ArgClass::Pointer(b) if b.len() == 1 => Some(&b[0].shape),
+            _ => None,
+        }
+    }
+
+    pub fn wire(&self) -> WireRepr {
+        match &self.class {
+            ArgClass::Local => WireRepr::None,
+            ArgClass::Value(v) => WireRepr::Request(match v {
+                ValueType::Scalar(s) => s.rust().to_string(),
+                ValueType::Handle(_) => "u64".to_string(),
+                ValueType::Pod(w) => format!("crate::types::{w}"),
+            }),
+            ArgClass::Pointer(branches) if branches.len() > 1 => WireRepr::Chosen {
+                has_out: branches
+                    .iter()
+                    .any(|b| matches!(b.shape, Shape::Out { .. } | Shape::InOut { .. })),
+            },
+            ArgClass::Pointer(branches) => match &branches[0].shape {
+                Shape::Device { .. } | Shape::Opaque => WireRepr::Request("u64".into()),
+                Shape::In { .. } => WireRepr::Request("&'a [u8]".into()),
+                Shape::Out { .. } => WireRepr::Reply("Vec<u8>".into()),
+                Shape::InOut { .. } => WireRepr::Both,
+                Shape::InElement(e) => WireRepr::Request(e.wire_type()),
+                Shape::OutElement { elem, .. } => WireRepr::Reply(elem.wire_type()),
+                Shape::Str => WireRepr::Request("&'a str".into()),
+            },
+        }
+    }
+
+    /// True when the argument's value (not what it points to) is on the wire, so server-side
+    /// expressions may use it.
+    pub fn value_on_wire(&self) -> bool {
+        match &self.class {
+            ArgClass::Value(_) => true,
+            ArgClass::Pointer(b) => {
+                b.len() == 1 && matches!(b[0].shape, Shape::Device { .. } | Shape::Opaque)
+            }
+            ArgClass::Local => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert_eq!(camel("cudaMalloc"), "CudaMalloc");
+        assert_eq!(
+            camel("__cudaRegisterFatBinary"),
+            "PrivCudaRegisterFatBinary"
+        );
+        assert_eq!(snake("__cudaLaunchKernel"), "priv_cuda_launch_kernel");
+        assert_eq!(
+            camel("cudaGetDeviceProperties_v2"),
+            "CudaGetDevicePropertiesV2"
+        );
+        assert_eq!(snake("cudaMalloc"), "cuda_malloc");
+        assert_eq!(snake("cudaMemcpyHtoD"), "cuda_memcpy_hto_d");
+        assert_eq!(
+            snake("cudaGetDeviceProperties_v2"),
+            "cuda_get_device_properties_v2"
+        );
+        assert_eq!(snake("phosLaunchKernel"), "phos_launch_kernel");
+        assert_eq!(snake("cudaIpcGetMemHandle"), "cuda_ipc_get_mem_handle");
+    }
+}

@@ -1,0 +1,169 @@
+//! The fixed frame header. Every frame is this 48-byte header (little-endian) followed by
+//! `payload_len` bytes of payload:
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 4 | magic `PHOS` |
+//! | 4 | 1 | protocol version |
+//! | 5 | 1 | [`FrameKind`] |
+//! | 6 | 2 | flags |
+//! | 8 | 4 | function id (calls and replies) |
+//! | 12 | 4 | device: the calling thread's current device (calls) |
+//! | 16 | 4 | status: the CUDA error code (replies) |
+//! | 20 | 4 | reserved, zero |
+//! | 24 | 8 | session id |
+//! | 32 | 8 | call id, echoed by the reply |
+//! | 40 | 8 | payload length |
+
+pub const MAGIC: u32 = u32::from_le_bytes(*b"PHOS");
+pub const VERSION: u8 = 1;
+pub const HEADER_LEN: usize = 48;
+
+/// What a frame is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FrameKind {
+    /// An API call (payload: the function's request).
+    Call = 1,
+    /// The answer to a call (payload: the function's reply when status is success).
+    Reply = 2,
+    /// Opens a channel (payload: [`handshake::Hello`](crate::handshake::Hello)).
+    Hello = 3,
+    /// Accepts a channel (payload: [`handshake::Welcome`](crate::handshake::Welcome)).
+    Welcome = 4,
+    /// Refuses a channel or reports a protocol error (payload: a UTF-8 reason).
+    Refused = 5,
+}
+
+impl FrameKind {
+    pub fn from_u8(v: u8) -> Option<FrameKind> {
+        Some(match v {
+            1 => FrameKind::Call,
+            2 => FrameKind::Reply,
+            3 => FrameKind::Hello,
+            4 => FrameKind::Welcome,
+            5 => FrameKind::Refused,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    pub kind: FrameKind,
+    pub flags: u16,
+    pub function: u32,
+    pub device: i32,
+    pub status: i32,
+    pub session: u64,
+    pub call_id: u64,
+    pub payload_len: u64,
+}
+
+/// Why 48 bytes are not a valid header.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    #[error("bad magic {0:#010x}")]
+    BadMagic(u32),
+    #[error("protocol version {0} (this build speaks {VERSION})")]
+    BadVersion(u8),
+    #[error("unknown frame kind {0}")]
+    BadKind(u8),
+    #[error("reserved field is not zero")]
+    Reserved,
+}
+
+impl FrameHeader {
+    pub fn new(kind: FrameKind) -> Self {
+        FrameHeader {
+            kind,
+            flags: 0,
+            function: 0,
+            device: 0,
+            status: 0,
+            session: 0,
+            call_id: 0,
+            payload_len: 0,
+        }
+    }
+
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        b[4] = VERSION;
+        b[5] = self.kind as u8;
+        b[6..8].copy_from_slice(&self.flags.to_le_bytes());
+        b[8..12].copy_from_slice(&self.function.to_le_bytes());
+        b[12..16].copy_from_slice(&self.device.to_le_bytes());
+        b[16..20].copy_from_slice(&self.status.to_le_bytes());
+        b[24..32].copy_from_slice(&self.session.to_le_bytes());
+        b[32..40].copy_from_slice(&self.call_id.to_le_bytes());
+        b[40..48].copy_from_slice(&self.payload_len.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8; HEADER_LEN]) -> Result<Self, HeaderError> {
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let magic = u32_at(0);
+        if magic != MAGIC {
+            return Err(HeaderError::BadMagic(magic));
+        }
+        if b[4] != VERSION {
+            return Err(HeaderError::BadVersion(b[4]));
+        }
+        let kind = FrameKind::from_u8(b[5]).ok_or(HeaderError::BadKind(b[5]))?;
+        if u32_at(20) != 0 {
+            return Err(HeaderError::Reserved);
+        }
+        Ok(FrameHeader {
+            kind,
+            flags: u16::from_le_bytes([b[6], b[7]]),
+            function: u32_at(8),
+            device: u32_at(12) as i32,
+            status: u32_at(16) as i32,
+            session: u64_at(24),
+            call_id: u64_at(32),
+            payload_len: u64_at(40),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let h = FrameHeader {
+            kind: FrameKind::Reply,
+            flags: 3,
+            function: 17,
+            device: -1,
+            status: 700,
+            session: 0xdead_beef,
+            call_id: u64::MAX,
+            payload_len: 1 << 40,
+        };
+        assert_eq!(FrameHeader::decode(&h.encode()), Ok(h));
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        let mut b = FrameHeader::new(FrameKind::Call).encode();
+        b[0] = b'X';
+        assert!(matches!(
+            FrameHeader::decode(&b),
+            Err(HeaderError::BadMagic(_))
+        ));
+        let mut b = FrameHeader::new(FrameKind::Call).encode();
+        b[4] = 99;
+        assert_eq!(FrameHeader::decode(&b), Err(HeaderError::BadVersion(99)));
+        let mut b = FrameHeader::new(FrameKind::Call).encode();
+        b[5] = 77;
+        assert_eq!(FrameHeader::decode(&b), Err(HeaderError::BadKind(77)));
+        let mut b = FrameHeader::new(FrameKind::Call).encode();
+        b[21] = 1;
+        assert_eq!(FrameHeader::decode(&b), Err(HeaderError::Reserved));
+    }
+}

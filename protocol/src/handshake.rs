@@ -1,0 +1,49 @@
+//! Messages that open a channel. A guest process opens one channel per host thread that
+//! makes CUDA calls; the first one creates the session, later ones join it with its token.
+//!
+//! ```text
+//! guest                     router                         API server (one per session)
+//!   Hello{token: none} --->   authenticate tenant,
+//!                             spawn server, connect ---->   Attach{session, tenant}
+//!                                                   <----   Welcome{device range, ...}
+//!   <--- Welcome{session, token, ...}
+//!   Call/Reply frames  <--->  forwarded (accounted)  <---->  dispatched
+//! ```
+
+/// Guest -> router: open a channel.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct Hello {
+    /// `cudart::SPEC_HASH` of the guest's build; a mismatch is refused.
+    pub spec_hash: u64,
+    /// The guest process.
+    pub pid: u32,
+    /// CUDA major version of the ABI the application loaded (11, 12, 13).
+    pub abi_major: u32,
+    /// `None` for the first channel of a process; the session token for later ones.
+    pub token: Option<[u8; 16]>,
+    /// The program's name, for logs and `phosctl sessions`.
+    pub program: String,
+}
+
+/// Router -> API server: a channel of this session is being connected.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct Attach {
+    pub spec_hash: u64,
+    pub session: u64,
+    pub tenant: String,
+    pub abi_major: u32,
+}
+
+/// Accepts a channel.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct Welcome {
+    pub session: u64,
+    /// Secret that lets more channels join this session.
+    pub token: [u8; 16],
+    /// `cuda` or `emu`.
+    pub backend: String,
+    /// The session's device address range: every device pointer lies in it.
+    pub device_base: u64,
+    pub device_size: u64,
+    pub device_count: i32,
+}

@@ -1,0 +1,73 @@
+//! The types of the tables the generator emits (per-function facts, errors, resources,
+//! object rules, resource charges).
+
+/// How a function is carried out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exec {
+    /// Marshalled to the API server.
+    Remote,
+    /// Implemented by hand in the guest library.
+    Guest,
+    /// Answers the not-supported error.
+    Unsupported,
+}
+
+/// What the C/R engine records about a call (`obj_record`, `allocate`, `deallocate`,
+/// `obj_depends_on`): argument names paired with object kinds.
+#[derive(Debug, Clone, Copy)]
+pub struct ObjectRules {
+    pub creates: &'static [(&'static str, &'static str)],
+    pub destroys: &'static [(&'static str, &'static str)],
+    pub mutates: &'static [(&'static str, &'static str)],
+    pub depends_on: &'static [(&'static str, &'static str)],
+    pub global_record: bool,
+}
+
+/// Facts about one function of the spec.
+#[derive(Debug, Clone, Copy)]
+pub struct FunctionInfo {
+    pub id: u32,
+    pub name: &'static str,
+    pub exec: Exec,
+    /// Only called by the guest library itself, not exported.
+    pub internal: bool,
+    pub is_async: bool,
+    pub aliases: &'static [&'static str],
+    pub spec_line: u32,
+    pub objects: ObjectRules,
+}
+
+/// One entry of the error table.
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorInfo {
+    pub code: i64,
+    pub name: &'static str,
+    pub text: &'static str,
+    /// Text under other CUDA major versions, where it differs.
+    pub abi_texts: &'static [(i64, &'static str)],
+}
+
+/// A resource the router accounts for.
+#[derive(Debug, Clone, Copy)]
+pub struct ResourceInfo {
+    pub name: &'static str,
+    /// Held until given back (memory) rather than used once (launches, bytes).
+    pub continuous: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RcOp {
+    Allocates,
+    Deallocates,
+    Consumes,
+}
+
+/// One resource use of one call, as the generated cost table computes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Charge {
+    /// Index into `cudart::RESOURCES`.
+    pub resource: usize,
+    pub op: RcOp,
+    /// `None` when only the server knows the amount (what a free gives back).
+    pub amount: Option<u64>,
+}
