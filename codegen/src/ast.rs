@@ -37,11 +37,7 @@ pub enum Item {
     /// `type(cudaStream_t) { handle(stream); }`
     Type { name: Ident, descs: Vec<TypeDesc> },
     /// `enum cudaMemcpyKind : i32 { cudaMemcpyHostToHost = 0, ... };`
-    Enum {
-        name: Ident,
-        repr: Option<Ident>,
-        variants: Vec<(Ident, i64)>,
-    },
+    Enum { name: Ident, repr: Option<Ident>, variants: Vec<(Ident, i64)> },
     /// `errors cudaError_t { cudaSuccess = 0 "no error"; ... }`
     Errors { ty: Ident, entries: Vec<ErrorEntry> },
     /// `utility(guest) size_t device_symbol_size(const void *symbol);`
@@ -163,11 +159,7 @@ pub enum FnDesc {
     /// `success(cudaSuccess);`
     Success(Expr),
     /// `allocates_rc(device_memory, size);`
-    Resource {
-        op: Ident,
-        resource: Ident,
-        amount: Amount,
-    },
+    Resource { op: Ident, resource: Ident, amount: Amount },
     /// `contextual_argument size_t n = f(x);`
     Contextual { ty: CType, name: Ident, value: Expr },
     /// `precondition(count > 0, cudaErrorInvalidValue);`
@@ -179,11 +171,7 @@ pub enum FnDesc {
     /// `argument(x) { ... }`
     Argument { name: Ident, descs: Vec<ValDesc> },
     /// `if (c) { ... } else { ... }`
-    If {
-        cond: Expr,
-        then: Vec<FnDesc>,
-        els: Vec<FnDesc>,
-    },
+    If { cond: Expr, then: Vec<FnDesc>, els: Vec<FnDesc> },
 }
 
 /// The amount in a resource descriptor.
@@ -209,12 +197,7 @@ pub enum ValDesc {
     /// `obj_depends_on(other_argument);`
     DependsOn(Ident),
     /// `if (c) { ... } else { ... }`
-    If {
-        cond: Expr,
-        then: Vec<ValDesc>,
-        els: Vec<ValDesc>,
-        span: Span,
-    },
+    If { cond: Expr, then: Vec<ValDesc>, els: Vec<ValDesc>, span: Span },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,11 +10,7 @@ use crate::model::*;
 
 /// Check a parsed spec. `source` is only used for line numbers and the spec hash.
 pub fn check(spec: &SpecFile, source: &str) -> Result<Api, Vec<Diagnostic>> {
-    let mut cx = Checker {
-        source,
-        diags: Vec::new(),
-        ..Default::default()
-    };
+    let mut cx = Checker { source, diags: Vec::new(), ..Default::default() };
     cx.collect_declarations(spec);
     let functions = cx.check_functions(spec);
     if cx.diags.is_empty() {
@@ -71,19 +67,8 @@ struct Reach {
 }
 
 const FN_FLAGS: &[&str] = &["sync", "async", "internal", "unsupported", "obj_record"];
-const VAL_FLAGS: &[&str] = &[
-    "in",
-    "out",
-    "inout",
-    "string",
-    "null_ok",
-    "opaque",
-    "local",
-    "no_copy",
-    "obj_record",
-    "allocate",
-    "deallocate",
-];
+const VAL_FLAGS: &[&str] =
+    &["in", "out", "inout", "string", "null_ok", "opaque", "local", "no_copy", "obj_record", "allocate", "deallocate"];
 
 impl<'s> Checker<'s> {
     fn err(&mut self, span: Span, msg: impl Into<String>) {
@@ -107,18 +92,9 @@ impl<'s> Checker<'s> {
                 }
                 Item::Resource { kind, name } => {
                     if self.resources.contains_key(&name.name) {
-                        self.err(
-                            name.span,
-                            format!("resource `{}` declared twice", name.name),
-                        );
+                        self.err(name.span, format!("resource `{}` declared twice", name.name));
                     }
-                    self.resources.insert(
-                        name.name.clone(),
-                        Resource {
-                            name: name.name.clone(),
-                            kind: *kind,
-                        },
-                    );
+                    self.resources.insert(name.name.clone(), Resource { name: name.name.clone(), kind: *kind });
                 }
                 Item::Type { name, descs } => {
                     if let Some(rc) = self.type_decl(name, descs) {
@@ -128,11 +104,7 @@ impl<'s> Checker<'s> {
                         return_code = Some(rc);
                     }
                 }
-                Item::Enum {
-                    name,
-                    repr,
-                    variants,
-                } => self.enum_decl(name, repr.as_ref(), variants),
+                Item::Enum { name, repr, variants } => self.enum_decl(name, repr.as_ref(), variants),
                 Item::Errors { ty, entries } => error_items.push((ty, entries)),
                 Item::Utility { side, decl } => self.utility_decl(side, decl),
                 Item::Alias { name, target } => self.aliases.push((name.clone(), target.clone())),
@@ -144,10 +116,7 @@ impl<'s> Checker<'s> {
         }
         // Error tables come last so that their names can be checked against the return code.
         let Some((rc_name, success, not_supported)) = return_code else {
-            self.err(
-                Span::default(),
-                "no type is declared `return_code`; functions need a status type",
-            );
+            self.err(Span::default(), "no type is declared `return_code`; functions need a status type");
             return;
         };
         let mut entries: Vec<ErrorEntry> = Vec::new();
@@ -156,10 +125,7 @@ impl<'s> Checker<'s> {
             if ty.name != rc_name.name {
                 self.err(
                     ty.span,
-                    format!(
-                        "errors are declared for `{}` but the return code type is `{}`",
-                        ty.name, rc_name.name
-                    ),
+                    format!("errors are declared for `{}` but the return code type is `{}`", ty.name, rc_name.name),
                 );
             }
             for e in items {
@@ -186,30 +152,18 @@ impl<'s> Checker<'s> {
                     id.name
                 }
                 None => {
-                    cx.err(
-                        rc_name.span,
-                        format!("the return code type needs `{what}(<error>);`"),
-                    );
+                    cx.err(rc_name.span, format!("the return code type needs `{what}(<error>);`"));
                     String::new()
                 }
             }
         };
         let success = need(success, "success", self);
         let not_supported = need(not_supported, "not_supported", self);
-        self.errors = Some(ErrorTable {
-            ty: rc_name.name.clone(),
-            success,
-            not_supported,
-            entries,
-        });
+        self.errors = Some(ErrorTable { ty: rc_name.name.clone(), success, not_supported, entries });
     }
 
     /// Returns the return-code declaration (name, success, not_supported) when this is it.
-    fn type_decl(
-        &mut self,
-        name: &Ident,
-        descs: &[TypeDesc],
-    ) -> Option<(Ident, Option<Ident>, Option<Ident>)> {
+    fn type_decl(&mut self, name: &Ident, descs: &[TypeDesc]) -> Option<(Ident, Option<Ident>, Option<Ident>)> {
         let mut kind: Option<TypeKind> = None;
         let mut is_rc = false;
         let (mut success, mut not_supported) = (None, None);
@@ -219,17 +173,11 @@ impl<'s> Checker<'s> {
                 TypeDesc::Scalar(s) => match Scalar::from_name(&s.name) {
                     Some(sc) if !sc.is_float() => Some(TypeKind::Scalar(sc)),
                     _ => {
-                        self.err(
-                            s.span,
-                            format!("`{}` is not an integer type (i8..u64)", s.name),
-                        );
+                        self.err(s.span, format!("`{}` is not an integer type (i8..u64)", s.name));
                         None
                     }
                 },
-                TypeDesc::Pod { wire, size } => Some(TypeKind::Pod {
-                    wire: wire.name.clone(),
-                    size: *size as u64,
-                }),
+                TypeDesc::Pod { wire, size } => Some(TypeKind::Pod { wire: wire.name.clone(), size: *size as u64 }),
                 TypeDesc::AbiStruct(w) => Some(TypeKind::AbiStruct(w.name.clone())),
                 TypeDesc::ReturnCode => {
                     is_rc = true;
@@ -246,52 +194,30 @@ impl<'s> Checker<'s> {
             };
             if let Some(k) = k {
                 if kind.is_some() {
-                    self.err(
-                        name.span,
-                        format!("type `{}` is given two kinds", name.name),
-                    );
+                    self.err(name.span, format!("type `{}` is given two kinds", name.name));
                 }
                 kind = Some(k);
             }
         }
         match kind {
             Some(kind) => {
-                if self
-                    .types
-                    .insert(
-                        name.name.clone(),
-                        NamedType {
-                            name: name.name.clone(),
-                            kind,
-                        },
-                    )
-                    .is_some()
-                {
+                if self.types.insert(name.name.clone(), NamedType { name: name.name.clone(), kind }).is_some() {
                     self.err(name.span, format!("type `{}` declared twice", name.name));
                 }
             }
             None => self.err(
                 name.span,
-                format!(
-                    "type `{}` needs one of handle(..), enum(..), pod(..), abi_struct(..)",
-                    name.name
-                ),
+                format!("type `{}` needs one of handle(..), enum(..), pod(..), abi_struct(..)", name.name),
             ),
         }
         if is_rc {
-            if !matches!(
-                self.types.get(&name.name).map(|t| &t.kind),
-                Some(TypeKind::Scalar(Scalar::I32))
-            ) {
+            if !matches!(self.types.get(&name.name).map(|t| &t.kind), Some(TypeKind::Scalar(Scalar::I32))) {
                 self.err(name.span, "the return code type must be `enum(i32)`");
             }
             return Some((name.clone(), success, not_supported));
         }
         if success.is_some() || not_supported.is_some() {
-            self.err(
-                name.span,
-                "`success`/`not_supported` only apply to the `return_code` type",
-            );
+            self.err(name.span, "`success`/`not_supported` only apply to the `return_code` type");
         }
         None
     }
@@ -310,13 +236,7 @@ impl<'s> Checker<'s> {
         if self.types.contains_key(&name.name) {
             self.err(name.span, format!("type `{}` declared twice", name.name));
         }
-        self.types.insert(
-            name.name.clone(),
-            NamedType {
-                name: name.name.clone(),
-                kind: TypeKind::Scalar(repr),
-            },
-        );
+        self.types.insert(name.name.clone(), NamedType { name: name.name.clone(), kind: TypeKind::Scalar(repr) });
         for (v, value) in variants {
             if self.constants.insert(v.name.clone(), *value).is_some() {
                 self.err(v.span, format!("constant `{}` defined twice", v.name));
@@ -333,27 +253,16 @@ impl<'s> Checker<'s> {
         let side = match side.name.as_str() {
             "guest" => UtilitySide::Guest,
             other => {
-                self.err(
-                    side.span,
-                    format!("unknown utility side `{other}` (expected `guest`)"),
-                );
+                self.err(side.span, format!("unknown utility side `{other}` (expected `guest`)"));
                 UtilitySide::Guest
             }
         };
         if self.utilities.contains_key(&decl.name.name) {
-            self.err(
-                decl.name.span,
-                format!("utility `{}` declared twice", decl.name.name),
-            );
+            self.err(decl.name.span, format!("utility `{}` declared twice", decl.name.name));
         }
         self.utilities.insert(
             decl.name.name.clone(),
-            Utility {
-                side,
-                name: decl.name.name.clone(),
-                ret: decl.ret.clone(),
-                params: decl.params.clone(),
-            },
+            Utility { side, name: decl.name.name.clone(), ret: decl.ret.clone(), params: decl.params.clone() },
         );
     }
 
@@ -387,10 +296,7 @@ impl<'s> Checker<'s> {
         if let BaseType::Named(n) = &ty.base
             && !self.types.contains_key(n)
         {
-            self.err(
-                ty.span,
-                format!("unknown type `{n}`: declare it with `type({n}) {{ ... }}` or an `enum`"),
-            );
+            self.err(ty.span, format!("unknown type `{n}`: declare it with `type({n}) {{ ... }}` or an `enum`"));
             return false;
         }
         true
@@ -406,10 +312,7 @@ impl<'s> Checker<'s> {
                 Some(TypeKind::Handle(k)) => Some(ValueType::Handle(k)),
                 Some(TypeKind::Pod { wire, .. }) => Some(ValueType::Pod(wire)),
                 Some(TypeKind::AbiStruct(_)) => {
-                    self.err(
-                        span,
-                        format!("`{name}`: ABI structs can only be passed by pointer"),
-                    );
+                    self.err(span, format!("`{name}`: ABI structs can only be passed by pointer"));
                     None
                 }
                 _ => None,
@@ -422,13 +325,7 @@ impl<'s> Checker<'s> {
     }
 
     /// The element type a pointer points to, for element-wise descriptors.
-    fn elem_type(
-        &mut self,
-        pointee: &CType,
-        device: bool,
-        span: Span,
-        name: &str,
-    ) -> Option<ElemType> {
+    fn elem_type(&mut self, pointee: &CType, device: bool, span: Span, name: &str) -> Option<ElemType> {
         if device {
             if !pointee.is_pointer() {
                 self.err(span, format!("`{name}`: `device_pointer` on an element needs a pointer-to-pointer argument"));
@@ -437,7 +334,10 @@ impl<'s> Checker<'s> {
             return Some(ElemType::DevicePtr);
         }
         if pointee.is_pointer() {
-            self.err(span, format!("`{name}` points to a pointer: say what it is with `element {{ device_pointer; }}`"));
+            self.err(
+                span,
+                format!("`{name}` points to a pointer: say what it is with `element {{ device_pointer; }}`"),
+            );
             return None;
         }
         if let Some(s) = self.scalar_of_base(&pointee.base) {
@@ -451,10 +351,7 @@ impl<'s> Checker<'s> {
                 _ => None,
             },
             _ => {
-                self.err(
-                    span,
-                    format!("`{name}` points to void: give it a `buffer(<bytes>)`"),
-                );
+                self.err(span, format!("`{name}` points to void: give it a `buffer(<bytes>)`"));
                 None
             }
         }
@@ -474,10 +371,7 @@ impl<'s> Checker<'s> {
                 Some(TypeKind::Handle(_)) => Some(8),
                 Some(TypeKind::Pod { size, .. }) => Some(size),
                 _ => {
-                    self.err(
-                        ty.span,
-                        format!("the size of `{n}` is not known to the spec"),
-                    );
+                    self.err(ty.span, format!("the size of `{n}` is not known to the spec"));
                     None
                 }
             },
@@ -495,22 +389,13 @@ impl<'s> Checker<'s> {
         for item in &spec.items {
             let Item::Function(f) = item else { continue };
             if !seen.insert(f.proto.name.name.clone()) {
-                self.err(
-                    f.proto.name.span,
-                    format!("function `{}` declared twice", f.proto.name.name),
-                );
+                self.err(f.proto.name.span, format!("function `{}` declared twice", f.proto.name.name));
                 continue;
             }
-            if let Some(other) = out
-                .iter()
-                .find(|o| camel(&o.name) == camel(&f.proto.name.name))
-            {
+            if let Some(other) = out.iter().find(|o| camel(&o.name) == camel(&f.proto.name.name)) {
                 self.err(
                     f.proto.name.span,
-                    format!(
-                        "`{}` and `{}` would get the same generated name",
-                        other.name, f.proto.name.name
-                    ),
+                    format!("`{}` and `{}` would get the same generated name", other.name, f.proto.name.name),
                 );
                 continue;
             }
@@ -522,21 +407,12 @@ impl<'s> Checker<'s> {
         let aliases = std::mem::take(&mut self.aliases);
         for (name, target) in aliases {
             if seen.contains(&name.name) {
-                self.err(
-                    name.span,
-                    format!("alias `{}` is also declared as a function", name.name),
-                );
+                self.err(name.span, format!("alias `{}` is also declared as a function", name.name));
             }
             match out.iter_mut().find(|f| f.name == target.name) {
                 Some(f) if !f.internal => f.aliases.push(name.name.clone()),
-                Some(_) => self.err(
-                    target.span,
-                    "internal functions are not exported and cannot have aliases",
-                ),
-                None => self.err(
-                    target.span,
-                    format!("alias of unknown function `{}`", target.name),
-                ),
+                Some(_) => self.err(target.span, "internal functions are not exported and cannot have aliases"),
+                None => self.err(target.span, format!("alias of unknown function `{}`", target.name)),
             }
         }
         out
@@ -549,8 +425,7 @@ impl<'s> Checker<'s> {
 
         // Function-level descriptors, flattened with their conditions.
         let mut exec = Exec::Remote;
-        let (mut internal, mut is_async, mut sync, mut global_record) =
-            (false, false, false, false);
+        let (mut internal, mut is_async, mut sync, mut global_record) = (false, false, false, false);
         let mut success = None;
         let mut on_success = None;
         let mut contextual: Vec<(CType, Ident, Expr)> = Vec::new();
@@ -570,18 +445,13 @@ impl<'s> Checker<'s> {
                         "obj_record" => global_record = true,
                         other => self.err(
                             w.span,
-                            format!(
-                                "unknown function descriptor `{other}` (expected one of {})",
-                                FN_FLAGS.join(", ")
-                            ),
+                            format!("unknown function descriptor `{other}` (expected one of {})", FN_FLAGS.join(", ")),
                         ),
                     },
                     FnDesc::Success(e) => success = Some(e.clone()),
-                    FnDesc::Resource {
-                        op,
-                        resource,
-                        amount,
-                    } => rcs.push((cond.clone(), op.clone(), resource.clone(), amount.clone())),
+                    FnDesc::Resource { op, resource, amount } => {
+                        rcs.push((cond.clone(), op.clone(), resource.clone(), amount.clone()))
+                    }
                     FnDesc::Contextual { ty, name, value } => {
                         if cond.is_some() {
                             self.err(name.span, "contextual arguments cannot be conditional");
@@ -593,11 +463,7 @@ impl<'s> Checker<'s> {
                             // A precondition under `if (x)` holds as `!x || c`.
                             Some(outer) => Expr::Binary(
                                 BinOp::Or,
-                                Box::new(Expr::Unary(
-                                    UnOp::Not,
-                                    Box::new(outer.clone()),
-                                    outer.span(),
-                                )),
+                                Box::new(Expr::Unary(UnOp::Not, Box::new(outer.clone()), outer.span())),
                                 Box::new(c.clone()),
                                 c.span(),
                             ),
@@ -607,34 +473,24 @@ impl<'s> Checker<'s> {
                     }
                     FnDesc::ImplementedBy(side) => match side.name.as_str() {
                         "guest" => exec = Exec::Guest,
-                        other => self.err(
-                            side.span,
-                            format!("unknown implementation side `{other}` (expected `guest`)"),
-                        ),
+                        other => {
+                            self.err(side.span, format!("unknown implementation side `{other}` (expected `guest`)"))
+                        }
                     },
                     FnDesc::OnSuccess(h) => on_success = Some(h.name.clone()),
                     FnDesc::Argument { name: an, descs } => {
                         if cond.is_some() {
                             self.err(an.span, "argument blocks cannot sit inside a function-level `if`; put the `if` inside the argument block");
                         }
-                        if arg_blocks
-                            .insert(an.name.clone(), (an.clone(), descs.clone()))
-                            .is_some()
-                        {
-                            self.err(
-                                an.span,
-                                format!("argument `{}` is described twice", an.name),
-                            );
+                        if arg_blocks.insert(an.name.clone(), (an.clone(), descs.clone())).is_some() {
+                            self.err(an.span, format!("argument `{}` is described twice", an.name));
                         }
                     }
                     FnDesc::If { cond: c, then, els } => {
                         let and = |outer: &Option<Expr>, inner: Expr| match outer {
-                            Some(o) => Expr::Binary(
-                                BinOp::And,
-                                Box::new(o.clone()),
-                                Box::new(inner.clone()),
-                                inner.span(),
-                            ),
+                            Some(o) => {
+                                Expr::Binary(BinOp::And, Box::new(o.clone()), Box::new(inner.clone()), inner.span())
+                            }
                             None => inner,
                         };
                         stack.push((Some(and(&cond, c.clone())), then));
@@ -646,13 +502,13 @@ impl<'s> Checker<'s> {
         }
         // The stack visits nested blocks after their parents; keep spec order for the rest.
         if sync && is_async {
-            self.err(
-                f.proto.name.span,
-                "a function cannot be both `sync` and `async`",
-            );
+            self.err(f.proto.name.span, "a function cannot be both `sync` and `async`");
         }
         if is_async && success.is_none() {
-            self.err(f.proto.name.span, "an `async` function needs `success(<value>)`: what the guest returns before the call completes");
+            self.err(
+                f.proto.name.span,
+                "an `async` function needs `success(<value>)`: what the guest returns before the call completes",
+            );
         }
 
         // Types of the prototype.
@@ -660,68 +516,34 @@ impl<'s> Checker<'s> {
         for p in &f.proto.params {
             self.check_type(&p.ty);
         }
-        let rc_ty = self
-            .errors
-            .as_ref()
-            .map(|e| e.ty.clone())
-            .unwrap_or_default();
-        let returns_rc = matches!(&f.proto.ret.base, BaseType::Named(n) if *n == rc_ty)
-            && !f.proto.ret.is_pointer();
+        let rc_ty = self.errors.as_ref().map(|e| e.ty.clone()).unwrap_or_default();
+        let returns_rc = matches!(&f.proto.ret.base, BaseType::Named(n) if *n == rc_ty) && !f.proto.ret.is_pointer();
         if exec != Exec::Guest && !returns_rc {
-            self.err(
-                f.proto.ret.span,
-                format!("`{name}` must return `{rc_ty}` unless it is `implemented_by(guest)`"),
-            );
+            self.err(f.proto.ret.span, format!("`{name}` must return `{rc_ty}` unless it is `implemented_by(guest)`"));
         }
         if internal && exec != Exec::Remote {
-            self.err(
-                f.proto.name.span,
-                "an `internal` function exists only to be called remotely",
-            );
+            self.err(f.proto.name.span, "an `internal` function exists only to be called remotely");
         }
 
         // Arguments.
         let mut args: Vec<Arg> = Vec::new();
-        let mut objects = ObjectRules {
-            global_record,
-            ..Default::default()
-        };
-        let param_names: BTreeSet<&str> = f
-            .proto
-            .params
-            .iter()
-            .map(|p| p.name.name.as_str())
-            .collect();
+        let mut objects = ObjectRules { global_record, ..Default::default() };
+        let param_names: BTreeSet<&str> = f.proto.params.iter().map(|p| p.name.name.as_str()).collect();
         for (_, cname, _) in &contextual {
             if param_names.contains(cname.name.as_str()) {
-                self.err(
-                    cname.span,
-                    format!("contextual argument `{}` shadows a parameter", cname.name),
-                );
+                self.err(cname.span, format!("contextual argument `{}` shadows a parameter", cname.name));
             }
         }
         for (an, (ident, _)) in &arg_blocks {
-            if !param_names.contains(an.as_str())
-                && !contextual.iter().any(|(_, c, _)| c.name == *an)
-            {
-                self.err(
-                    ident.span,
-                    format!("`{an}` is not a parameter or contextual argument of `{name}`"),
-                );
+            if !param_names.contains(an.as_str()) && !contextual.iter().any(|(_, c, _)| c.name == *an) {
+                self.err(ident.span, format!("`{an}` is not a parameter or contextual argument of `{name}`"));
             }
         }
 
         if exec == Exec::Guest || exec == Exec::Unsupported {
             if !arg_blocks.is_empty() || !contextual.is_empty() {
-                let span = arg_blocks
-                    .values()
-                    .next()
-                    .map(|(i, _)| i.span)
-                    .unwrap_or(f.proto.name.span);
-                self.err(
-                    span,
-                    "functions not carried to the server take no argument descriptors",
-                );
+                let span = arg_blocks.values().next().map(|(i, _)| i.span).unwrap_or(f.proto.name.span);
+                self.err(span, "functions not carried to the server take no argument descriptors");
             }
             // Their parameters still need known types for the export's signature.
             if self.diags.len() > errors_before {
@@ -751,28 +573,16 @@ impl<'s> Checker<'s> {
             .params
             .iter()
             .map(|p| (p.ty.clone(), p.name.clone(), None))
-            .chain(
-                contextual
-                    .iter()
-                    .map(|(t, n, v)| (t.clone(), n.clone(), Some(v.clone()))),
-            )
+            .chain(contextual.iter().map(|(t, n, v)| (t.clone(), n.clone(), Some(v.clone()))))
             .collect();
         for (ty, ident, value) in &all {
             if value.is_some() {
                 self.check_type(ty);
             }
-            let block = arg_blocks
-                .get(&ident.name)
-                .map(|(_, d)| d.as_slice())
-                .unwrap_or(&[]);
+            let block = arg_blocks.get(&ident.name).map(|(_, d)| d.as_slice()).unwrap_or(&[]);
             let class = self.classify(ty, ident, block, &mut objects);
             if let Some(class) = class {
-                args.push(Arg {
-                    name: ident.name.clone(),
-                    ty: ty.clone(),
-                    contextual: value.clone(),
-                    class,
-                });
+                args.push(Arg { name: ident.name.clone(), ty: ty.clone(), contextual: value.clone(), class });
             }
         }
         if self.diags.len() > errors_before {
@@ -810,10 +620,7 @@ impl<'s> Checker<'s> {
                 let arg = func.arg(&cname.name).expect("classified");
                 let is_bool = matches!(arg.class, ArgClass::Value(ValueType::Scalar(Scalar::Bool)));
                 if (ty == Ty::Bool) != is_bool {
-                    self.err(
-                        value.span(),
-                        format!("`{}` is given a value of the wrong kind", cname.name),
-                    );
+                    self.err(value.span(), format!("`{}` is given a value of the wrong kind", cname.name));
                 }
             }
         }
@@ -823,15 +630,9 @@ impl<'s> Checker<'s> {
         for (c, e) in &preconds {
             let reach = self.want(c, &func, Ty::Bool, false, "precondition");
             if !self.constants.contains_key(&e.name)
-                || !self
-                    .errors
-                    .as_ref()
-                    .is_some_and(|t| t.entries.iter().any(|x| x.name == e.name))
+                || !self.errors.as_ref().is_some_and(|t| t.entries.iter().any(|x| x.name == e.name))
             {
-                self.err(
-                    e.span,
-                    format!("`{}` is not an error of the errors table", e.name),
-                );
+                self.err(e.span, format!("`{}` is not an error of the errors table", e.name));
             }
             func.preconditions.push(Precondition {
                 cond: c.clone(),
@@ -853,12 +654,8 @@ impl<'s> Checker<'s> {
                             v.push((c.clone(), Ty::Bool, "argument condition"));
                         }
                         match &b.shape {
-                            Shape::Device {
-                                extent: Some(e), ..
-                            } => v.push((e.clone(), Ty::Int, "device extent")),
-                            Shape::In { count, .. }
-                            | Shape::Out { count, .. }
-                            | Shape::InOut { count, .. } => {
+                            Shape::Device { extent: Some(e), .. } => v.push((e.clone(), Ty::Int, "device extent")),
+                            Shape::In { count, .. } | Shape::Out { count, .. } | Shape::InOut { count, .. } => {
                                 v.push((count.clone(), Ty::Int, "buffer size"))
                             }
                             _ => {}
@@ -881,10 +678,7 @@ impl<'s> Checker<'s> {
             match self.resources.get(&resource.name) {
                 None => self.err(
                     resource.span,
-                    format!(
-                        "unknown resource `{}`; declare it with continuous_rc/instantaneous_rc",
-                        resource.name
-                    ),
+                    format!("unknown resource `{}`; declare it with continuous_rc/instantaneous_rc", resource.name),
                 ),
                 Some(r) => {
                     let ok = match op_kind {
@@ -894,10 +688,7 @@ impl<'s> Checker<'s> {
                     if !ok {
                         self.err(
                             op.span,
-                            format!(
-                                "`{}` does not apply to resource `{}` of the other kind",
-                                op.name, resource.name
-                            ),
+                            format!("`{}` does not apply to resource `{}` of the other kind", op.name, resource.name),
                         );
                     }
                 }
@@ -917,12 +708,7 @@ impl<'s> Checker<'s> {
                     None
                 }
             };
-            func.resources.push(ResourceUse {
-                cond,
-                op: op_kind,
-                resource: resource.name.clone(),
-                amount,
-            });
+            func.resources.push(ResourceUse { cond, op: op_kind, resource: resource.name.clone(), amount });
         }
         if self.diags.len() > errors_before {
             return None;
@@ -940,16 +726,10 @@ impl<'s> Checker<'s> {
     ) -> Option<ArgClass> {
         let name = ident.name.as_str();
         let paths = flatten(descs);
-        let has_local = paths.iter().any(|(_, d)| {
-            d.iter()
-                .any(|d| matches!(d, ValDesc::Flag(f) if f.name == "local"))
-        });
+        let has_local = paths.iter().any(|(_, d)| d.iter().any(|d| matches!(d, ValDesc::Flag(f) if f.name == "local")));
         if has_local {
             if paths.len() > 1 || paths[0].1.len() > 1 {
-                self.err(
-                    ident.span,
-                    format!("`{name}` is `local`: it takes no other descriptor"),
-                );
+                self.err(ident.span, format!("`{name}` is `local`: it takes no other descriptor"));
             }
             return Some(ArgClass::Local);
         }
@@ -973,10 +753,7 @@ impl<'s> Checker<'s> {
             }
         };
         let first = &paths[0].1;
-        let flag = |d: &[&ValDesc], w: &str| {
-            d.iter()
-                .any(|d| matches!(d, ValDesc::Flag(f) if f.name == w))
-        };
+        let flag = |d: &[&ValDesc], w: &str| d.iter().any(|d| matches!(d, ValDesc::Flag(f) if f.name == w));
         if flag(first, "deallocate") {
             objects.destroys.push((name.to_string(), kind_of(self, ty)));
         }
@@ -988,25 +765,17 @@ impl<'s> Checker<'s> {
             for (_, path) in &paths {
                 for d in path {
                     match d {
-                        ValDesc::Flag(f)
-                            if ["in", "obj_record", "deallocate"].contains(&f.name.as_str()) => {}
-                        ValDesc::Flag(f) => self.err(
-                            f.span,
-                            format!(
-                                "`{}` applies to pointers; `{name}` is passed by value",
-                                f.name
-                            ),
-                        ),
+                        ValDesc::Flag(f) if ["in", "obj_record", "deallocate"].contains(&f.name.as_str()) => {}
+                        ValDesc::Flag(f) => {
+                            self.err(f.span, format!("`{}` applies to pointers; `{name}` is passed by value", f.name))
+                        }
                         ValDesc::If { span, .. }
                         | ValDesc::Buffer(_, span)
                         | ValDesc::DevicePointer(_, span)
-                        | ValDesc::Element(_, span) => self.err(
-                            *span,
-                            format!("`{name}` is passed by value and takes no pointer descriptors"),
-                        ),
-                        ValDesc::DependsOn(i) => {
-                            self.err(i.span, "`obj_depends_on` belongs in an `element` block")
+                        | ValDesc::Element(_, span) => {
+                            self.err(*span, format!("`{name}` is passed by value and takes no pointer descriptors"))
                         }
+                        ValDesc::DependsOn(i) => self.err(i.span, "`obj_depends_on` belongs in an `element` block"),
                     }
                 }
             }
@@ -1028,24 +797,18 @@ impl<'s> Checker<'s> {
             branches.push(Branch { cond, shape });
         }
         if branches.len() > 1 && !branches.iter().all(|b| b.shape.is_buffer_like()) {
-            self.err(ident.span, format!("`{name}`: conditions can only choose between device_pointer, in, out and inout buffers"));
+            self.err(
+                ident.span,
+                format!("`{name}`: conditions can only choose between device_pointer, in, out and inout buffers"),
+            );
             return None;
         }
         Some(ArgClass::Pointer(branches))
     }
 
-    fn shape(
-        &mut self,
-        ty: &CType,
-        ident: &Ident,
-        path: &[&ValDesc],
-        objects: &mut ObjectRules,
-    ) -> Option<Shape> {
+    fn shape(&mut self, ty: &CType, ident: &Ident, path: &[&ValDesc], objects: &mut ObjectRules) -> Option<Shape> {
         let name = ident.name.as_str();
-        let flag = |w: &str| {
-            path.iter()
-                .any(|d| matches!(d, ValDesc::Flag(f) if f.name == w))
-        };
+        let flag = |w: &str| path.iter().any(|d| matches!(d, ValDesc::Flag(f) if f.name == w));
         let null_ok = flag("null_ok");
         let buffer = path.iter().find_map(|d| match d {
             ValDesc::Buffer(e, _) => Some(e.clone()),
@@ -1059,15 +822,9 @@ impl<'s> Checker<'s> {
             ValDesc::Element(e, s) => Some((e.clone(), *s)),
             _ => None,
         });
-        let dirs: Vec<&str> = ["in", "out", "inout"]
-            .into_iter()
-            .filter(|d| flag(d))
-            .collect();
+        let dirs: Vec<&str> = ["in", "out", "inout"].into_iter().filter(|d| flag(d)).collect();
         if dirs.len() > 1 {
-            self.err(
-                ident.span,
-                format!("`{name}` has more than one direction ({})", dirs.join(", ")),
-            );
+            self.err(ident.span, format!("`{name}` has more than one direction ({})", dirs.join(", ")));
             return None;
         }
         if let Some((extent, span)) = device {
@@ -1094,35 +851,17 @@ impl<'s> Checker<'s> {
         let pointee = ty.pointee();
         if let Some(count) = buffer {
             if element.is_some() {
-                self.err(
-                    ident.span,
-                    format!("`{name}`: element descriptors on buffers are not supported"),
-                );
+                self.err(ident.span, format!("`{name}`: element descriptors on buffers are not supported"));
                 return None;
             }
             let elem_size = self.size_of(&pointee)?;
             if dir != "in" && ty.is_const && ty.pointers.len() == 1 {
-                self.err(
-                    ident.span,
-                    format!("`{name}` points to const data but is `{dir}`"),
-                );
+                self.err(ident.span, format!("`{name}` points to const data but is `{dir}`"));
             }
             return Some(match dir {
-                "in" => Shape::In {
-                    count,
-                    elem_size,
-                    null_ok,
-                },
-                "out" => Shape::Out {
-                    count,
-                    elem_size,
-                    null_ok,
-                },
-                _ => Shape::InOut {
-                    count,
-                    elem_size,
-                    null_ok,
-                },
+                "in" => Shape::In { count, elem_size, null_ok },
+                "out" => Shape::Out { count, elem_size, null_ok },
+                _ => Shape::InOut { count, elem_size, null_ok },
             });
         }
         // One element.
@@ -1138,7 +877,9 @@ impl<'s> Checker<'s> {
                     ValDesc::Flag(f) if f.name == "obj_record" => record = true,
                     ValDesc::DependsOn(o) => deps.push(o.clone()),
                     ValDesc::Flag(f) => self.err(f.span, format!("`{}` is not allowed in an element block", f.name)),
-                    ValDesc::DevicePointer(Some(e), _) => self.err(e.span(), "an element device pointer takes no extent"),
+                    ValDesc::DevicePointer(Some(e), _) => {
+                        self.err(e.span(), "an element device pointer takes no extent")
+                    }
                     ValDesc::Buffer(_, s) | ValDesc::Element(_, s) | ValDesc::If { span: s, .. } => {
                         self.err(*s, "nested buffers, elements and conditions in an element block are not supported")
                     }
@@ -1146,19 +887,14 @@ impl<'s> Checker<'s> {
             }
             if allocate || record {
                 let kind = match &pointee.base {
-                    BaseType::Named(n) if !pointee.is_pointer() => {
-                        match self.types.get(n).map(|t| &t.kind) {
-                            Some(TypeKind::Handle(k)) => k.clone(),
-                            _ => "device_memory".into(),
-                        }
-                    }
+                    BaseType::Named(n) if !pointee.is_pointer() => match self.types.get(n).map(|t| &t.kind) {
+                        Some(TypeKind::Handle(k)) => k.clone(),
+                        _ => "device_memory".into(),
+                    },
                     _ => "device_memory".into(),
                 };
                 if dir != "out" {
-                    self.err(
-                        ident.span,
-                        format!("`{name}`: only an `out` element can be created by the call"),
-                    );
+                    self.err(ident.span, format!("`{name}`: only an `out` element can be created by the call"));
                 }
                 objects.creates.push((name.to_string(), kind));
             }
@@ -1170,28 +906,19 @@ impl<'s> Checker<'s> {
         match dir {
             "out" => {
                 if ty.is_const && ty.pointers.len() == 1 {
-                    self.err(
-                        ident.span,
-                        format!("`{name}` points to const data but is `out`"),
-                    );
+                    self.err(ident.span, format!("`{name}` points to const data but is `out`"));
                 }
                 Some(Shape::OutElement { elem, null_ok })
             }
             "in" => {
                 if matches!(elem, ElemType::Abi(_)) {
-                    self.err(
-                        ident.span,
-                        format!("`{name}`: ABI structs can only be `out` for now"),
-                    );
+                    self.err(ident.span, format!("`{name}`: ABI structs can only be `out` for now"));
                     return None;
                 }
                 Some(Shape::InElement(elem))
             }
             _ => {
-                self.err(
-                    ident.span,
-                    format!("`{name}`: `inout` needs a `buffer(..)`"),
-                );
+                self.err(ident.span, format!("`{name}`: `inout` needs a `buffer(..)`"));
                 None
             }
         }
@@ -1206,17 +933,7 @@ impl<'s> Checker<'s> {
     fn want(&mut self, e: &Expr, f: &Function, want: Ty, wire: bool, what: &str) -> Option<Reach> {
         let (ty, reach) = self.expr(e, f, None)?;
         if ty != want {
-            self.err(
-                e.span(),
-                format!(
-                    "{what} must be {}",
-                    if want == Ty::Bool {
-                        "a condition"
-                    } else {
-                        "a number"
-                    }
-                ),
-            );
+            self.err(e.span(), format!("{what} must be {}", if want == Ty::Bool { "a condition" } else { "a number" }));
         }
         if wire && !reach.wire {
             self.err(
@@ -1251,10 +968,7 @@ impl<'s> Checker<'s> {
                     Some(a) => {
                         if let ArgClass::Value(ValueType::Scalar(s)) = &a.class {
                             if s.is_float() {
-                                self.err(
-                                    id.span,
-                                    "floating-point values cannot be used in spec expressions",
-                                );
+                                self.err(id.span, "floating-point values cannot be used in spec expressions");
                                 return None;
                             }
                         }
@@ -1262,20 +976,12 @@ impl<'s> Checker<'s> {
                             self.err(id.span, "structs cannot be used in spec expressions");
                             return None;
                         }
-                        let ty = if matches!(
-                            a.class,
-                            ArgClass::Value(ValueType::Scalar(Scalar::Bool))
-                        ) {
+                        let ty = if matches!(a.class, ArgClass::Value(ValueType::Scalar(Scalar::Bool))) {
                             Ty::Bool
                         } else {
                             Ty::Int
                         };
-                        Some((
-                            ty,
-                            Reach {
-                                wire: a.value_on_wire(),
-                            },
-                        ))
+                        Some((ty, Reach { wire: a.value_on_wire() }))
                     }
                     None => {
                         self.err(id.span, format!("unknown name `{}`", id.name));
@@ -1304,9 +1010,7 @@ impl<'s> Checker<'s> {
             Expr::Binary(op, l, r, _) => {
                 let (lt, lr) = self.expr(l, f, visible)?;
                 let (rt, rr) = self.expr(r, f, visible)?;
-                let reach = Reach {
-                    wire: lr.wire && rr.wire,
-                };
+                let reach = Reach { wire: lr.wire && rr.wire };
                 let (operand, result) = match op {
                     BinOp::And | BinOp::Or => (Some(Ty::Bool), Ty::Bool),
                     BinOp::Eq | BinOp::Ne => (None, Ty::Bool),
@@ -1318,10 +1022,7 @@ impl<'s> Checker<'s> {
                     None => lt == rt,
                 };
                 if !ok {
-                    self.err(
-                        e.span(),
-                        format!("operands of `{}` have the wrong kind", op.symbol()),
-                    );
+                    self.err(e.span(), format!("operands of `{}` have the wrong kind", op.symbol()));
                 }
                 Some((result, reach))
             }
@@ -1329,32 +1030,17 @@ impl<'s> Checker<'s> {
                 let Some(u) = self.utilities.get(&name.name).cloned() else {
                     self.err(
                         name.span,
-                        format!(
-                            "unknown utility `{}`; declare it with `utility(guest) ...;`",
-                            name.name
-                        ),
+                        format!("unknown utility `{}`; declare it with `utility(guest) ...;`", name.name),
                     );
                     return None;
                 };
                 if u.params.len() != args.len() {
-                    self.err(
-                        *span,
-                        format!(
-                            "`{}` takes {} arguments, not {}",
-                            u.name,
-                            u.params.len(),
-                            args.len()
-                        ),
-                    );
+                    self.err(*span, format!("`{}` takes {} arguments, not {}", u.name, u.params.len(), args.len()));
                 }
                 for a in args {
                     self.expr(a, f, visible)?;
                 }
-                let ty = if matches!(u.ret.base, BaseType::Bool) && !u.ret.is_pointer() {
-                    Ty::Bool
-                } else {
-                    Ty::Int
-                };
+                let ty = if matches!(u.ret.base, BaseType::Bool) && !u.ret.is_pointer() { Ty::Bool } else { Ty::Int };
                 Some((ty, Reach { wire: false }))
             }
         }
@@ -1367,9 +1053,7 @@ fn flatten(descs: &[ValDesc]) -> Vec<(Vec<Expr>, Vec<&ValDesc>)> {
     let mut paths: Vec<(Vec<Expr>, Vec<&ValDesc>)> = vec![(Vec::new(), Vec::new())];
     for d in descs {
         match d {
-            ValDesc::If {
-                cond, then, els, ..
-            } => {
+            ValDesc::If { cond, then, els, .. } => {
                 let mut next = Vec::new();
                 for (conds, ds) in &paths {
                     for (c2, d2) in flatten(then) {
@@ -1448,10 +1132,7 @@ mod tests {
     fn expect_error(body: &str, needle: &str) {
         match check_src(body) {
             Ok(_) => panic!("expected an error containing {needle:?}"),
-            Err(e) => assert!(
-                e.contains(needle),
-                "error {e:?} does not mention {needle:?}"
-            ),
+            Err(e) => assert!(e.contains(needle), "error {e:?} does not mention {needle:?}"),
         }
     }
 
@@ -1476,68 +1157,38 @@ mod tests {
         let f = api.function("copy").unwrap();
         assert!(f.is_async);
         assert_eq!(f.args.len(), 6, "5 parameters and a contextual argument");
-        assert!(matches!(
-            f.args[0].wire(),
-            WireRepr::Chosen { has_out: true }
-        ));
-        assert!(matches!(
-            f.args[1].wire(),
-            WireRepr::Chosen { has_out: false }
-        ));
+        assert!(matches!(f.args[0].wire(), WireRepr::Chosen { has_out: true }));
+        assert!(matches!(f.args[1].wire(), WireRepr::Chosen { has_out: false }));
         assert!(f.preconditions[0].wire_checkable);
         let m = api.function("make").unwrap();
-        assert_eq!(
-            m.objects.creates,
-            vec![
-                ("s".into(), "stream".into()),
-                ("p".into(), "device_memory".into())
-            ]
-        );
+        assert_eq!(m.objects.creates, vec![("s".into(), "stream".into()), ("p".into(), "device_memory".into())]);
         assert_eq!(m.resources.len(), 1);
     }
 
     #[test]
     fn pointer_without_direction() {
-        expect_error(
-            "err_t f(void *p) { }",
-            "pointer argument `p` needs a description",
-        );
-        expect_error(
-            "err_t f(int *p) { argument(p) { null_ok; } }",
-            "needs a direction",
-        );
+        expect_error("err_t f(void *p) { }", "pointer argument `p` needs a description");
+        expect_error("err_t f(int *p) { argument(p) { null_ok; } }", "needs a direction");
     }
 
     #[test]
     fn void_pointer_needs_a_buffer() {
-        expect_error(
-            "err_t f(void *p) { argument(p) { out; } }",
-            "points to void",
-        );
+        expect_error("err_t f(void *p) { argument(p) { out; } }", "points to void");
     }
 
     #[test]
     fn unknown_type() {
-        expect_error(
-            "err_t f(cudaMystery_t x) { }",
-            "unknown type `cudaMystery_t`",
-        );
+        expect_error("err_t f(cudaMystery_t x) { }", "unknown type `cudaMystery_t`");
     }
 
     #[test]
     fn unknown_resource() {
-        expect_error(
-            "err_t f(size_t n) { consumes_rc(bandwidth, n); }",
-            "unknown resource `bandwidth`",
-        );
+        expect_error("err_t f(size_t n) { consumes_rc(bandwidth, n); }", "unknown resource `bandwidth`");
     }
 
     #[test]
     fn resource_of_the_wrong_kind() {
-        expect_error(
-            "err_t f(size_t n) { consumes_rc(mem, n); }",
-            "does not apply",
-        );
+        expect_error("err_t f(size_t n) { consumes_rc(mem, n); }", "does not apply");
     }
 
     #[test]
@@ -1547,18 +1198,9 @@ mod tests {
 
     #[test]
     fn unknown_descriptor_and_argument() {
-        expect_error(
-            "err_t f(int a) { frobnicate; }",
-            "unknown function descriptor `frobnicate`",
-        );
-        expect_error(
-            "err_t f(int a) { argument(b) { in; } }",
-            "`b` is not a parameter",
-        );
-        expect_error(
-            "err_t f(int *a) { argument(a) { sideways; } }",
-            "unknown value descriptor `sideways`",
-        );
+        expect_error("err_t f(int a) { frobnicate; }", "unknown function descriptor `frobnicate`");
+        expect_error("err_t f(int a) { argument(b) { in; } }", "`b` is not a parameter");
+        expect_error("err_t f(int *a) { argument(a) { sideways; } }", "unknown value descriptor `sideways`");
     }
 
     #[test]
@@ -1580,22 +1222,13 @@ mod tests {
 
     #[test]
     fn precondition_error_must_exist() {
-        expect_error(
-            "err_t f(int a) { precondition(a > 0, cudaErrorWhatever); }",
-            "not an error of the errors table",
-        );
+        expect_error("err_t f(int a) { precondition(a > 0, cudaErrorWhatever); }", "not an error of the errors table");
     }
 
     #[test]
     fn expression_kinds() {
-        expect_error(
-            "err_t f(int a) { precondition(a + 1, bad); }",
-            "must be a condition",
-        );
-        expect_error(
-            "err_t f(int a) { precondition(a && 1 == 1, bad); }",
-            "wrong kind",
-        );
+        expect_error("err_t f(int a) { precondition(a + 1, bad); }", "must be a condition");
+        expect_error("err_t f(int a) { precondition(a && 1 == 1, bad); }", "wrong kind");
     }
 
     #[test]
@@ -1608,10 +1241,7 @@ mod tests {
 
     #[test]
     fn guest_functions_take_no_descriptors() {
-        expect_error(
-            "err_t f(int *a) { implemented_by(guest); argument(a) { out; } }",
-            "take no argument descriptors",
-        );
+        expect_error("err_t f(int *a) { implemented_by(guest); argument(a) { out; } }", "take no argument descriptors");
     }
 
     #[test]

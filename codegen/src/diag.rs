@@ -13,10 +13,7 @@ pub struct Diagnostic {
 
 impl Diagnostic {
     pub fn new(span: Span, message: impl Into<String>) -> Self {
-        Diagnostic {
-            span,
-            message: message.into(),
-        }
+        Diagnostic { span, message: message.into() }
     }
 }
 
@@ -44,11 +41,7 @@ impl fmt::Display for SpecError {
             writeln!(f, "{}:{}:{}: error: {}", self.path, line, col, d.message)?;
             if let Some(text) = self.source.lines().nth(line - 1) {
                 writeln!(f, "  {line:>4} | {text}")?;
-                let width = d
-                    .span
-                    .end
-                    .saturating_sub(d.span.start)
-                    .clamp(1, text.len().saturating_sub(col - 1).max(1));
+                let width = d.span.end.saturating_sub(d.span.start).clamp(1, text.len().saturating_sub(col - 1).max(1));
                 writeln!(f, "       | {}{}", " ".repeat(col - 1), "^".repeat(width))?;
             }
         }
@@ -75,16 +68,10 @@ mod tests {
         let e = SpecError {
             path: "x.lapis".into(),
             source: "api x;\nint f(int a) { bogus; }\n".into(),
-            diagnostics: vec![Diagnostic::new(
-                Span::new(22, 27),
-                "unknown descriptor `bogus`",
-            )],
+            diagnostics: vec![Diagnostic::new(Span::new(22, 27), "unknown descriptor `bogus`")],
         };
         let text = e.to_string();
-        assert!(
-            text.starts_with("x.lapis:2:16: error: unknown descriptor `bogus`"),
-            "{text}"
-        );
+        assert!(text.starts_with("x.lapis:2:16: error: unknown descriptor `bogus`"), "{text}");
         assert!(text.contains("^^^^^"), "{text}");
     }
 }

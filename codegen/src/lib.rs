@@ -35,8 +35,7 @@ pub mod build_support {
     /// diagnostics and fail the build.
     pub fn load_spec(path: &Path) -> Api {
         println!("cargo:rerun-if-changed={}", path.display());
-        let source = std::fs::read_to_string(path)
-            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        let source = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
         match crate::load(&path.display().to_string(), &source) {
             Ok(api) => api,
             Err(e) => {

@@ -250,8 +250,7 @@ pub fn snake(name: &str) -> String {
     let chars: Vec<char> = trimmed.chars().collect();
     for (i, &c) in chars.iter().enumerate() {
         if c.is_ascii_uppercase() {
-            let prev_lower =
-                i > 0 && (chars[i - 1].is_ascii_lowercase() || chars[i - 1].is_ascii_digit());
+            let prev_lower = i > 0 && (chars[i - 1].is_ascii_lowercase() || chars[i - 1].is_ascii_digit());
             let next_lower = chars.get(i + 1).is_some_and(|n| n.is_ascii_lowercase());
             let prev_upper = i > 0 && chars[i - 1].is_ascii_uppercase();
             if i > 0 && (prev_lower || (prev_upper && next_lower)) && !out.ends_with('_') {
@@ -341,23 +340,11 @@ pub enum Shape {
     /// A device address; `extent` bytes from it must lie in the session's device memory.
     Device { extent: Option<Expr>, null_ok: bool },
     /// Host data copied to the server: `count` elements of `elem_size` bytes.
-    In {
-        count: Expr,
-        elem_size: u64,
-        null_ok: bool,
-    },
+    In { count: Expr, elem_size: u64, null_ok: bool },
     /// Host memory the server fills.
-    Out {
-        count: Expr,
-        elem_size: u64,
-        null_ok: bool,
-    },
+    Out { count: Expr, elem_size: u64, null_ok: bool },
     /// Both.
-    InOut {
-        count: Expr,
-        elem_size: u64,
-        null_ok: bool,
-    },
+    InOut { count: Expr, elem_size: u64, null_ok: bool },
     /// One value read from the pointer (a struct passed by pointer).
     InElement(ElemType),
     /// One value written through the pointer.
@@ -371,10 +358,7 @@ pub enum Shape {
 impl Shape {
     /// Shapes that can be chosen between at call time share one wire field.
     pub fn is_buffer_like(&self) -> bool {
-        matches!(
-            self,
-            Shape::Device { .. } | Shape::In { .. } | Shape::Out { .. } | Shape::InOut { .. }
-        )
+        matches!(self, Shape::Device { .. } | Shape::In { .. } | Shape::Out { .. } | Shape::InOut { .. })
     }
 }
 
@@ -429,9 +413,7 @@ impl Arg {
                 ValueType::Pod(w) => format!("crate::types::{w}"),
             }),
             ArgClass::Pointer(branches) if branches.len() > 1 => WireRepr::Chosen {
-                has_out: branches
-                    .iter()
-                    .any(|b| matches!(b.shape, Shape::Out { .. } | Shape::InOut { .. })),
+                has_out: branches.iter().any(|b| matches!(b.shape, Shape::Out { .. } | Shape::InOut { .. })),
             },
             ArgClass::Pointer(branches) => match &branches[0].shape {
                 Shape::Device { .. } | Shape::Opaque => WireRepr::Request("u64".into()),
@@ -450,9 +432,7 @@ impl Arg {
     pub fn value_on_wire(&self) -> bool {
         match &self.class {
             ArgClass::Value(_) => true,
-            ArgClass::Pointer(b) => {
-                b.len() == 1 && matches!(b[0].shape, Shape::Device { .. } | Shape::Opaque)
-            }
+            ArgClass::Pointer(b) => b.len() == 1 && matches!(b[0].shape, Shape::Device { .. } | Shape::Opaque),
             ArgClass::Local => false,
         }
     }
@@ -465,21 +445,12 @@ mod tests {
     #[test]
     fn names() {
         assert_eq!(camel("cudaMalloc"), "CudaMalloc");
-        assert_eq!(
-            camel("__cudaRegisterFatBinary"),
-            "PrivCudaRegisterFatBinary"
-        );
+        assert_eq!(camel("__cudaRegisterFatBinary"), "PrivCudaRegisterFatBinary");
         assert_eq!(snake("__cudaLaunchKernel"), "priv_cuda_launch_kernel");
-        assert_eq!(
-            camel("cudaGetDeviceProperties_v2"),
-            "CudaGetDevicePropertiesV2"
-        );
+        assert_eq!(camel("cudaGetDeviceProperties_v2"), "CudaGetDevicePropertiesV2");
         assert_eq!(snake("cudaMalloc"), "cuda_malloc");
         assert_eq!(snake("cudaMemcpyHtoD"), "cuda_memcpy_hto_d");
-        assert_eq!(
-            snake("cudaGetDeviceProperties_v2"),
-            "cuda_get_device_properties_v2"
-        );
+        assert_eq!(snake("cudaGetDeviceProperties_v2"), "cuda_get_device_properties_v2");
         assert_eq!(snake("phosLaunchKernel"), "phos_launch_kernel");
         assert_eq!(snake("cudaIpcGetMemHandle"), "cuda_ipc_get_mem_handle");
     }

@@ -18,14 +18,8 @@ type PResult<T> = ModalResult<T>;
 /// Parse a whole spec file.
 pub fn parse_spec(source: &str) -> Result<SpecFile, Diagnostic> {
     let mut input = LocatingSlice::new(source);
-    let parsed = terminated(
-        repeat(0.., item),
-        (
-            ws,
-            winnow::combinator::eof.context(expected("a declaration")),
-        ),
-    )
-    .parse_next(&mut input);
+    let parsed = terminated(repeat(0.., item), (ws, winnow::combinator::eof.context(expected("a declaration"))))
+        .parse_next(&mut input);
     match parsed {
         Ok(items) => Ok(SpecFile { items }),
         Err(e) => {
@@ -34,10 +28,7 @@ pub fn parse_spec(source: &str) -> Result<SpecFile, Diagnostic> {
                 ErrMode::Backtrack(c) | ErrMode::Cut(c) => c,
                 ErrMode::Incomplete(_) => ContextError::new(),
             };
-            Err(Diagnostic::new(
-                Span::new(offset, offset + 1),
-                describe(&ctx),
-            ))
+            Err(Diagnostic::new(Span::new(offset, offset + 1), describe(&ctx)))
         }
     }
 }
@@ -105,10 +96,7 @@ fn ident_raw<'a>(i: &mut Input<'a>) -> PResult<Ident> {
             .take()
             .with_span(),
     )
-    .map(|(s, r): (&str, std::ops::Range<usize>)| Ident {
-        name: s.to_string(),
-        span: Span::new(r.start, r.end),
-    })
+    .map(|(s, r): (&str, std::ops::Range<usize>)| Ident { name: s.to_string(), span: Span::new(r.start, r.end) })
     .parse_next(i)
 }
 
@@ -143,20 +131,14 @@ fn integer(i: &mut Input<'_>) -> PResult<(i128, Span)> {
         (
             opt('-'),
             alt((
-                preceded(alt(("0x", "0X")), hex_digit1)
-                    .try_map(|h: &str| i128::from_str_radix(h, 16)),
+                preceded(alt(("0x", "0X")), hex_digit1).try_map(|h: &str| i128::from_str_radix(h, 16)),
                 digit1.try_map(|d: &str| d.parse::<i128>()),
             )),
             take_while(0.., |c: char| matches!(c, 'u' | 'U' | 'l' | 'L')),
         )
             .with_span(),
     )
-    .map(|((neg, v, _), r)| {
-        (
-            if neg.is_some() { -v } else { v },
-            Span::new(r.start, r.end),
-        )
-    })
+    .map(|((neg, v, _), r)| (if neg.is_some() { -v } else { v }, Span::new(r.start, r.end)))
     .context(expected("an integer"))
     .parse_next(i)
 }
@@ -197,33 +179,18 @@ fn item(i: &mut Input<'_>) -> PResult<Item> {
     let first = ident.parse_next(i)?;
     let name = first.name.clone();
     match name.as_str() {
-        "api" => cut_err(terminated(ident, p(";")))
-            .context(label("`api` declaration"))
-            .map(Item::Api)
-            .parse_next(i),
+        "api" => cut_err(terminated(ident, p(";"))).context(label("`api` declaration")).map(Item::Api).parse_next(i),
         "continuous_rc" | "instantaneous_rc" => {
-            let kind = if name == "continuous_rc" {
-                ResourceKind::Continuous
-            } else {
-                ResourceKind::Instantaneous
-            };
+            let kind = if name == "continuous_rc" { ResourceKind::Continuous } else { ResourceKind::Instantaneous };
             cut_err(terminated(ident, p(";")))
                 .context(label("resource declaration"))
                 .map(|name| Item::Resource { kind, name })
                 .parse_next(i)
         }
-        "type" => cut_err(type_decl)
-            .context(label("`type` declaration"))
-            .parse_next(i),
-        "enum" if peek_enum_def(i) => cut_err(enum_decl)
-            .context(label("`enum` declaration"))
-            .parse_next(i),
-        "errors" => cut_err(errors_decl)
-            .context(label("`errors` table"))
-            .parse_next(i),
-        "utility" => cut_err(utility_decl)
-            .context(label("`utility` declaration"))
-            .parse_next(i),
+        "type" => cut_err(type_decl).context(label("`type` declaration")).parse_next(i),
+        "enum" if peek_enum_def(i) => cut_err(enum_decl).context(label("`enum` declaration")).parse_next(i),
+        "errors" => cut_err(errors_decl).context(label("`errors` table")).parse_next(i),
+        "utility" => cut_err(utility_decl).context(label("`utility` declaration")).parse_next(i),
         "alias" => cut_err((ident, p("="), ident, p(";")))
             .context(label("`alias` declaration"))
             .map(|(name, _, target, _)| Item::Alias { name, target })
@@ -262,7 +229,11 @@ fn type_desc(i: &mut Input<'_>) -> PResult<TypeDesc> {
         "return_code" => TypeDesc::ReturnCode,
         "success" => TypeDesc::Success(delimited(p("("), ident, p(")")).parse_next(i)?),
         "not_supported" => TypeDesc::NotSupported(delimited(p("("), ident, p(")")).parse_next(i)?),
-        _ => return Err(ErrMode::Cut(ContextError::new().add_ctx(expected("a type descriptor (handle, enum, pod, abi_struct, return_code, success, not_supported)")))),
+        _ => {
+            return Err(ErrMode::Cut(ContextError::new().add_ctx(expected(
+                "a type descriptor (handle, enum, pod, abi_struct, return_code, success, not_supported)",
+            ))));
+        }
     };
     p(";").parse_next(i)?;
     Ok(d)
@@ -284,22 +255,14 @@ fn enum_decl(i: &mut Input<'_>) -> PResult<Item> {
     let variants = delimited(
         p("{"),
         terminated(
-            separated(
-                0..,
-                (ident, preceded(p("="), integer)).map(|(n, (v, _))| (n, v as i64)),
-                p(","),
-            ),
+            separated(0.., (ident, preceded(p("="), integer)).map(|(n, (v, _))| (n, v as i64)), p(",")),
             opt(p(",")),
         ),
         p("}"),
     )
     .parse_next(i)?;
     opt(p(";")).parse_next(i)?;
-    Ok(Item::Enum {
-        name,
-        repr,
-        variants,
-    })
+    Ok(Item::Enum { name, repr, variants })
 }
 
 fn errors_decl(i: &mut Input<'_>) -> PResult<Item> {
@@ -311,19 +274,11 @@ fn errors_decl(i: &mut Input<'_>) -> PResult<Item> {
 fn error_entry(i: &mut Input<'_>) -> PResult<ErrorEntry> {
     let name = ident.parse_next(i)?;
     let (_, (code, _), text) = cut_err((p("="), integer, string_lit)).parse_next(i)?;
-    let abi_texts = repeat(
-        0..,
-        (kw("abi"), delimited(p("("), integer, p(")")), string_lit)
-            .map(|(_, (v, _), s)| (v as i64, s)),
-    )
-    .parse_next(i)?;
+    let abi_texts =
+        repeat(0.., (kw("abi"), delimited(p("("), integer, p(")")), string_lit).map(|(_, (v, _), s)| (v as i64, s)))
+            .parse_next(i)?;
     cut_err(p(";")).parse_next(i)?;
-    Ok(ErrorEntry {
-        name,
-        code: code as i64,
-        text,
-        abi_texts,
-    })
+    Ok(ErrorEntry { name, code: code as i64, text, abi_texts })
 }
 
 fn utility_decl(i: &mut Input<'_>) -> PResult<Item> {
@@ -346,15 +301,9 @@ fn c_type(i: &mut Input<'_>) -> PResult<CType> {
     if opt(kw("const")).parse_next(i)?.is_some() {
         is_const = true;
     }
-    let pointers: Vec<bool> =
-        repeat(0.., preceded(p("*"), opt(kw("const")).map(|c| c.is_some()))).parse_next(i)?;
+    let pointers: Vec<bool> = repeat(0.., preceded(p("*"), opt(kw("const")).map(|c| c.is_some()))).parse_next(i)?;
     let end = i.previous_token_end();
-    Ok(CType {
-        is_const,
-        base,
-        pointers,
-        span: Span::new(start, end),
-    })
+    Ok(CType { is_const, base, pointers, span: Span::new(start, end) })
 }
 
 fn base_type(i: &mut Input<'_>) -> PResult<BaseType> {
@@ -431,9 +380,7 @@ fn params(i: &mut Input<'_>) -> PResult<Vec<Param>> {
 fn prototype(i: &mut Input<'_>) -> PResult<Prototype> {
     let ret = c_type.parse_next(i)?;
     let name = ident.context(expected("a function name")).parse_next(i)?;
-    let params = cut_err(params)
-        .context(label("parameter list"))
-        .parse_next(i)?;
+    let params = cut_err(params).context(label("parameter list")).parse_next(i)?;
     Ok(Prototype { ret, name, params })
 }
 
@@ -441,18 +388,11 @@ fn function(i: &mut Input<'_>) -> PResult<FunctionDecl> {
     ws.parse_next(i)?;
     let start = i.current_token_start();
     let proto = prototype.parse_next(i)?;
-    let body = cut_err(alt((
-        delimited(p("{"), repeat(0.., fn_desc), p("}")),
-        p(";").map(|_| Vec::new()),
-    )))
-    .context(label("function body"))
-    .parse_next(i)?;
+    let body = cut_err(alt((delimited(p("{"), repeat(0.., fn_desc), p("}")), p(";").map(|_| Vec::new()))))
+        .context(label("function body"))
+        .parse_next(i)?;
     let end = i.previous_token_end();
-    Ok(FunctionDecl {
-        proto,
-        body,
-        span: Span::new(start, end),
-    })
+    Ok(FunctionDecl { proto, body, span: Span::new(start, end) })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -460,32 +400,22 @@ fn function(i: &mut Input<'_>) -> PResult<FunctionDecl> {
 // ---------------------------------------------------------------------------------------------
 
 fn fn_desc(i: &mut Input<'_>) -> PResult<FnDesc> {
-    let word = ident
-        .context(expected("a function descriptor"))
-        .parse_next(i)?;
+    let word = ident.context(expected("a function descriptor")).parse_next(i)?;
     let d = match word.name.as_str() {
         "success" => FnDesc::Success(cut_err(delimited(p("("), expr, p(")"))).parse_next(i)?),
         "allocates_rc" | "deallocates_rc" | "consumes_rc" => {
-            let (_, resource, _, amount, _) =
-                cut_err((p("("), ident, p(","), amount, p(")"))).parse_next(i)?;
-            FnDesc::Resource {
-                op: word,
-                resource,
-                amount,
-            }
+            let (_, resource, _, amount, _) = cut_err((p("("), ident, p(","), amount, p(")"))).parse_next(i)?;
+            FnDesc::Resource { op: word, resource, amount }
         }
         "contextual_argument" => {
             let (ty, name, _, value) = cut_err((c_type, ident, p("="), expr)).parse_next(i)?;
             FnDesc::Contextual { ty, name, value }
         }
         "precondition" => {
-            let (_, cond, _, error, _) =
-                cut_err((p("("), expr, p(","), ident, p(")"))).parse_next(i)?;
+            let (_, cond, _, error, _) = cut_err((p("("), expr, p(","), ident, p(")"))).parse_next(i)?;
             FnDesc::Precondition { cond, error }
         }
-        "implemented_by" => {
-            FnDesc::ImplementedBy(cut_err(delimited(p("("), ident, p(")"))).parse_next(i)?)
-        }
+        "implemented_by" => FnDesc::ImplementedBy(cut_err(delimited(p("("), ident, p(")"))).parse_next(i)?),
         "on_success" => FnDesc::OnSuccess(cut_err(delimited(p("("), ident, p(")"))).parse_next(i)?),
         "argument" => {
             let name = cut_err(delimited(p("("), ident, p(")"))).parse_next(i)?;
@@ -497,9 +427,7 @@ fn fn_desc(i: &mut Input<'_>) -> PResult<FnDesc> {
         "if" => {
             let cond = cut_err(delimited(p("("), expr, p(")"))).parse_next(i)?;
             let then = cut_err(delimited(p("{"), repeat(0.., fn_desc), p("}"))).parse_next(i)?;
-            let els = opt(preceded(kw("else"), cut_err(else_fn)))
-                .parse_next(i)?
-                .unwrap_or_default();
+            let els = opt(preceded(kw("else"), cut_err(else_fn))).parse_next(i)?.unwrap_or_default();
             return Ok(FnDesc::If { cond, then, els });
         }
         _ => FnDesc::Flag(word),
@@ -528,21 +456,12 @@ fn amount(i: &mut Input<'_>) -> PResult<Amount> {
 }
 
 fn val_desc(i: &mut Input<'_>) -> PResult<ValDesc> {
-    let word = ident
-        .context(expected("a value descriptor"))
-        .parse_next(i)?;
+    let word = ident.context(expected("a value descriptor")).parse_next(i)?;
     let span = word.span;
     let d = match word.name.as_str() {
-        "buffer" => ValDesc::Buffer(
-            cut_err(delimited(p("("), expr, p(")"))).parse_next(i)?,
-            span,
-        ),
-        "device_pointer" => {
-            ValDesc::DevicePointer(opt(delimited(p("("), expr, p(")"))).parse_next(i)?, span)
-        }
-        "obj_depends_on" => {
-            ValDesc::DependsOn(cut_err(delimited(p("("), ident, p(")"))).parse_next(i)?)
-        }
+        "buffer" => ValDesc::Buffer(cut_err(delimited(p("("), expr, p(")"))).parse_next(i)?, span),
+        "device_pointer" => ValDesc::DevicePointer(opt(delimited(p("("), expr, p(")"))).parse_next(i)?, span),
+        "obj_depends_on" => ValDesc::DependsOn(cut_err(delimited(p("("), ident, p(")"))).parse_next(i)?),
         "element" => {
             let descs = cut_err(delimited(p("{"), repeat(0.., val_desc), p("}")))
                 .context(label("element block"))
@@ -552,15 +471,8 @@ fn val_desc(i: &mut Input<'_>) -> PResult<ValDesc> {
         "if" => {
             let cond = cut_err(delimited(p("("), expr, p(")"))).parse_next(i)?;
             let then = cut_err(delimited(p("{"), repeat(0.., val_desc), p("}"))).parse_next(i)?;
-            let els = opt(preceded(kw("else"), cut_err(else_val)))
-                .parse_next(i)?
-                .unwrap_or_default();
-            return Ok(ValDesc::If {
-                cond,
-                then,
-                els,
-                span,
-            });
+            let els = opt(preceded(kw("else"), cut_err(else_val))).parse_next(i)?.unwrap_or_default();
+            return Ok(ValDesc::If { cond, then, els, span });
         }
         _ => ValDesc::Flag(word),
     };
@@ -640,9 +552,8 @@ fn binary(i: &mut Input<'_>, level: usize) -> PResult<Expr> {
         match operator_at(rest).filter(|op| LEVELS[level].contains(op)) {
             Some(op) => {
                 let _ = winnow::token::take(op.symbol().len()).parse_next(i)?;
-                let rhs = cut_err(|i: &mut Input<'_>| binary(i, level + 1))
-                    .context(expected("an operand"))
-                    .parse_next(i)?;
+                let rhs =
+                    cut_err(|i: &mut Input<'_>| binary(i, level + 1)).context(expected("an operand")).parse_next(i)?;
                 let span = Span::new(lhs.span().start, rhs.span().end);
                 lhs = Expr::Binary(op, Box::new(lhs), Box::new(rhs), span);
             }
@@ -657,12 +568,7 @@ fn binary(i: &mut Input<'_>, level: usize) -> PResult<Expr> {
 fn unary(i: &mut Input<'_>) -> PResult<Expr> {
     ws.parse_next(i)?;
     let start = i.current_token_start();
-    let op = opt(alt((
-        "!".value(UnOp::Not),
-        "~".value(UnOp::BitNot),
-        "-".value(UnOp::Neg),
-    )))
-    .parse_next(i)?;
+    let op = opt(alt(("!".value(UnOp::Not), "~".value(UnOp::BitNot), "-".value(UnOp::Neg)))).parse_next(i)?;
     match op {
         Some(op) => {
             let e = unary(i)?;
@@ -693,11 +599,7 @@ fn primary(i: &mut Input<'_>) -> PResult<Expr> {
     if p("(").parse_next(i).is_ok() {
         let args = separated(0.., expr, p(",")).parse_next(i)?;
         cut_err(p(")")).parse_next(i)?;
-        return Ok(Expr::Call(
-            name,
-            args,
-            Span::new(start, i.previous_token_end()),
-        ));
+        return Ok(Expr::Call(name, args, Span::new(start, i.previous_token_end())));
     }
     i.reset(&cp);
     Ok(Expr::Name(name))
@@ -725,10 +627,7 @@ mod tests {
         assert!(f.proto.params[1].ty.is_const);
         assert_eq!(f.proto.params[1].ty.pointers, vec![true]);
         assert_eq!(f.proto.params[2].ty.base, BaseType::UnsignedLongLong);
-        assert_eq!(
-            f.proto.params[3].ty.base,
-            BaseType::Named("cudaMemcpyKind".into())
-        );
+        assert_eq!(f.proto.params[3].ty.base, BaseType::Named("cudaMemcpyKind".into()));
     }
 
     #[test]
@@ -769,30 +668,18 @@ mod tests {
     #[test]
     fn expression_precedence() {
         let f = one_fn("int f(int a) { precondition(a + 2 * 3 == 8 && !(a < 0), e); }");
-        let FnDesc::Precondition { cond, .. } = &f.body[0] else {
-            panic!()
-        };
-        let Expr::Binary(BinOp::And, lhs, _, _) = cond else {
-            panic!("{cond:?}")
-        };
-        let Expr::Binary(BinOp::Eq, sum, _, _) = &**lhs else {
-            panic!()
-        };
-        let Expr::Binary(BinOp::Add, _, prod, _) = &**sum else {
-            panic!()
-        };
+        let FnDesc::Precondition { cond, .. } = &f.body[0] else { panic!() };
+        let Expr::Binary(BinOp::And, lhs, _, _) = cond else { panic!("{cond:?}") };
+        let Expr::Binary(BinOp::Eq, sum, _, _) = &**lhs else { panic!() };
+        let Expr::Binary(BinOp::Add, _, prod, _) = &**sum else { panic!() };
         assert!(matches!(**prod, Expr::Binary(BinOp::Mul, ..)));
     }
 
     #[test]
     fn shifts_and_comparisons() {
         let f = one_fn("int f(int a) { precondition((1 << a) <= 64 && a >= 0, e); }");
-        let FnDesc::Precondition { cond, .. } = &f.body[0] else {
-            panic!()
-        };
-        let Expr::Binary(BinOp::And, lhs, rhs, _) = cond else {
-            panic!("{cond:?}")
-        };
+        let FnDesc::Precondition { cond, .. } = &f.body[0] else { panic!() };
+        let Expr::Binary(BinOp::And, lhs, rhs, _) = cond else { panic!("{cond:?}") };
         assert!(matches!(**lhs, Expr::Binary(BinOp::Le, ..)));
         assert!(matches!(**rhs, Expr::Binary(BinOp::Ge, ..)));
     }
@@ -819,13 +706,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(spec.items.len(), 9);
-        let Item::Errors { entries, .. } = &spec.items[6] else {
-            panic!()
-        };
+        let Item::Errors { entries, .. } = &spec.items[6] else { panic!() };
         assert_eq!(entries[1].abi_texts, vec![(11, "old text".to_string())]);
-        let Item::Enum { variants, .. } = &spec.items[5] else {
-            panic!()
-        };
+        let Item::Enum { variants, .. } = &spec.items[5] else { panic!() };
         assert_eq!(variants.len(), 2);
     }
 

@@ -27,11 +27,7 @@ impl CudaError {
     /// The text `cudaGetErrorString` gives under the given CUDA major version.
     pub fn text(self, abi_major: u32) -> &'static str {
         match self.info() {
-            Some(e) => e
-                .abi_texts
-                .iter()
-                .find(|(v, _)| *v == i64::from(abi_major))
-                .map_or(e.text, |(_, t)| t),
+            Some(e) => e.abi_texts.iter().find(|(v, _)| *v == i64::from(abi_major)).map_or(e.text, |(_, t)| t),
             None => "unrecognized error code",
         }
     }
@@ -49,11 +45,7 @@ impl CudaError {
 
     /// `Ok(())` for the success code, the error otherwise.
     pub fn check(code: i32) -> Result<(), CudaError> {
-        if code == cudart::SUCCESS {
-            Ok(())
-        } else {
-            Err(CudaError(code))
-        }
+        if code == cudart::SUCCESS { Ok(()) } else { Err(CudaError(code)) }
     }
 }
 
@@ -106,10 +98,7 @@ impl Rejection {
 
     /// True when the guest sent something the spec does not allow (worth a log line).
     pub fn is_guest_fault(&self) -> bool {
-        matches!(
-            self,
-            Rejection::Malformed(_) | Rejection::NotRemote(_) | Rejection::Invalid(..)
-        )
+        matches!(self, Rejection::Malformed(_) | Rejection::NotRemote(_) | Rejection::Invalid(..))
     }
 }
 
@@ -117,10 +106,7 @@ impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Rejection::Malformed(e) => write!(f, "malformed request: {e}"),
-            Rejection::NotRemote(name) => write!(
-                f,
-                "{name} is implemented in the guest library and is not carried"
-            ),
+            Rejection::NotRemote(name) => write!(f, "{name} is implemented in the guest library and is not carried"),
             Rejection::Invalid(c, what) => write!(f, "invalid {what}: {c:?}"),
             Rejection::Failed(c) => write!(f, "failed: {c:?}"),
             Rejection::ServerBug(what) => write!(f, "server bug: {what}"),

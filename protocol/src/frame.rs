@@ -75,16 +75,7 @@ pub enum HeaderError {
 
 impl FrameHeader {
     pub fn new(kind: FrameKind) -> Self {
-        FrameHeader {
-            kind,
-            flags: 0,
-            function: 0,
-            device: 0,
-            status: 0,
-            session: 0,
-            call_id: 0,
-            payload_len: 0,
-        }
+        FrameHeader { kind, flags: 0, function: 0, device: 0, status: 0, session: 0, call_id: 0, payload_len: 0 }
     }
 
     pub fn encode(&self) -> [u8; HEADER_LEN] {
@@ -152,10 +143,7 @@ mod tests {
     fn rejects_garbage() {
         let mut b = FrameHeader::new(FrameKind::Call).encode();
         b[0] = b'X';
-        assert!(matches!(
-            FrameHeader::decode(&b),
-            Err(HeaderError::BadMagic(_))
-        ));
+        assert!(matches!(FrameHeader::decode(&b), Err(HeaderError::BadMagic(_))));
         let mut b = FrameHeader::new(FrameKind::Call).encode();
         b[4] = 99;
         assert_eq!(FrameHeader::decode(&b), Err(HeaderError::BadVersion(99)));

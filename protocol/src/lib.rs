@@ -135,10 +135,7 @@ mod tests {
 
     #[test]
     fn reply_round_trip() {
-        let reply = CudaMemGetInfoReply {
-            free: 1 << 30,
-            total: 80 << 30,
-        };
+        let reply = CudaMemGetInfoReply { free: 1 << 30, total: 80 << 30 };
         let back: CudaMemGetInfoReply = decode(&encode(&reply)).unwrap();
         assert_eq!(back, reply);
     }
@@ -178,14 +175,8 @@ mod tests {
         assert_eq!(CudaError::InvalidValue.0, 1);
         assert_eq!(CudaError::InvalidValue.name(), "cudaErrorInvalidValue");
         assert_eq!(CudaError::InvalidValue.text(12), "invalid argument");
-        assert_eq!(
-            CudaError(27).text(11),
-            "read as normalized float not supported for 32-bit non float type"
-        );
-        assert_eq!(
-            CudaError(27).text(13),
-            "read as normalized float not supported for data type"
-        );
+        assert_eq!(CudaError(27).text(11), "read as normalized float not supported for 32-bit non float type");
+        assert_eq!(CudaError(27).text(13), "read as normalized float not supported for data type");
         assert_eq!(NOT_SUPPORTED, CudaError::NotSupported);
     }
 }

@@ -44,10 +44,7 @@ pub struct UnixTransport {
 
 impl UnixTransport {
     pub fn new(stream: UnixStream) -> Self {
-        UnixTransport {
-            stream,
-            max_payload: crate::DEFAULT_MAX_PAYLOAD,
-        }
+        UnixTransport { stream, max_payload: crate::DEFAULT_MAX_PAYLOAD }
     }
 
     pub fn connect(path: &Path) -> io::Result<Self> {
@@ -66,10 +63,7 @@ impl UnixTransport {
 
     /// A second handle on the same socket (one thread reads while another writes).
     pub fn try_clone(&self) -> io::Result<Self> {
-        Ok(UnixTransport {
-            stream: self.stream.try_clone()?,
-            max_payload: self.max_payload,
-        })
+        Ok(UnixTransport { stream: self.stream.try_clone()?, max_payload: self.max_payload })
     }
 }
 
@@ -79,10 +73,7 @@ fn write_all_vectored(w: &mut impl Write, mut bufs: &mut [IoSlice<'_>]) -> io::R
     while !bufs.is_empty() {
         match w.write_vectored(bufs) {
             Ok(0) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::WriteZero,
-                    "peer stopped reading",
-                ));
+                return Err(io::Error::new(io::ErrorKind::WriteZero, "peer stopped reading"));
             }
             Ok(n) => IoSlice::advance_slices(&mut bufs, n),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -94,11 +85,7 @@ fn write_all_vectored(w: &mut impl Write, mut bufs: &mut [IoSlice<'_>]) -> io::R
 
 /// Read a frame from any byte stream, growing `payload` only as bytes arrive (a header that
 /// lies about its length cannot make us allocate what was never sent).
-pub fn read_frame(
-    r: &mut impl Read,
-    payload: &mut Vec<u8>,
-    max_payload: u64,
-) -> Result<FrameHeader, TransportError> {
+pub fn read_frame(r: &mut impl Read, payload: &mut Vec<u8>, max_payload: u64) -> Result<FrameHeader, TransportError> {
     let mut hdr = [0u8; HEADER_LEN];
     // Distinguish a clean close (no byte of a new frame) from a truncated header.
     let mut got = 0;
@@ -121,9 +108,7 @@ pub fn read_frame(
     while payload.len() < total {
         let want = (total - payload.len()).min(STEP);
         let start = payload.len();
-        payload
-            .try_reserve_exact(want)
-            .map_err(|_| TransportError::NoMemory(header.payload_len))?;
+        payload.try_reserve_exact(want).map_err(|_| TransportError::NoMemory(header.payload_len))?;
         payload.resize(start + want, 0);
         if let Err(e) = r.read_exact(&mut payload[start..]) {
             return Err(e.into());
@@ -136,20 +121,12 @@ pub fn read_frame(
 pub fn write_frame(w: &mut impl Write, header: &FrameHeader, payload: &[&[u8]]) -> io::Result<()> {
     let total: usize = payload.iter().map(|p| p.len()).sum();
     if total as u64 != header.payload_len {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "payload length does not match the header",
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "payload length does not match the header"));
     }
     let hdr = header.encode();
     let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(payload.len() + 1);
     slices.push(IoSlice::new(&hdr));
-    slices.extend(
-        payload
-            .iter()
-            .filter(|p| !p.is_empty())
-            .map(|p| IoSlice::new(p)),
-    );
+    slices.extend(payload.iter().filter(|p| !p.is_empty()).map(|p| IoSlice::new(p)));
     write_all_vectored(w, &mut slices)
 }
 
@@ -233,10 +210,7 @@ mod tests {
         let mut h = FrameHeader::new(FrameKind::Call);
         h.payload_len = 4096;
         raw.write_all(&h.encode()).unwrap();
-        assert!(matches!(
-            b.recv(&mut Vec::new()),
-            Err(TransportError::TooLarge(4096, 1024))
-        ));
+        assert!(matches!(b.recv(&mut Vec::new()), Err(TransportError::TooLarge(4096, 1024))));
 
         // A header that promises 1000 bytes and then the peer goes away.
         let (a, b) = UnixStream::pair().unwrap();
@@ -246,10 +220,7 @@ mod tests {
         raw.write_all(&h.encode()).unwrap();
         raw.write_all(&[1, 2, 3]).unwrap();
         drop(raw);
-        assert!(matches!(
-            b.recv(&mut Vec::new()),
-            Err(TransportError::Io(_))
-        ));
+        assert!(matches!(b.recv(&mut Vec::new()), Err(TransportError::Io(_))));
     }
 
     #[test]
@@ -263,14 +234,8 @@ mod tests {
 
     #[test]
     fn endpoints() {
-        assert_eq!(
-            Endpoint::parse("unix:/tmp/x").unwrap(),
-            Endpoint::Unix("/tmp/x".into())
-        );
-        assert_eq!(
-            Endpoint::parse("/tmp/y").unwrap(),
-            Endpoint::Unix("/tmp/y".into())
-        );
+        assert_eq!(Endpoint::parse("unix:/tmp/x").unwrap(), Endpoint::Unix("/tmp/x".into()));
+        assert_eq!(Endpoint::parse("/tmp/y").unwrap(), Endpoint::Unix("/tmp/y".into()));
         assert!(Endpoint::parse("tcp:1.2.3.4:5").is_err());
     }
 }

@@ -37,10 +37,6 @@ pub struct DeviceProperties {
 impl DeviceProperties {
     /// The value of one attribute, 0 if unknown.
     pub fn attr(&self, attribute: i32) -> i32 {
-        usize::try_from(attribute)
-            .ok()
-            .and_then(|a| self.attributes.get(a))
-            .copied()
-            .unwrap_or(0)
+        usize::try_from(attribute).ok().and_then(|a| self.attributes.get(a)).copied().unwrap_or(0)
     }
 }

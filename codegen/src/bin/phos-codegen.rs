@@ -31,12 +31,7 @@ fn main() -> ExitCode {
         "server" => phos_codegen::emit::server::emit(&api),
         "costs" => phos_codegen::emit::costs::emit(&api),
         "docs" => phos_codegen::emit::docs::emit(&api),
-        "check" => format!(
-            "{}: {} functions, spec hash {:016x}\n",
-            path,
-            api.functions.len(),
-            api.spec_hash
-        ),
+        "check" => format!("{}: {} functions, spec hash {:016x}\n", path, api.functions.len(), api.spec_hash),
         other => {
             eprintln!("unknown output `{other}`");
             return ExitCode::from(2);

@@ -14,11 +14,7 @@ struct CostNames;
 impl Names for CostNames {
     fn arg(&self, a: &Arg) -> String {
         let id = rust_ident(&a.name);
-        if is_bool(a) {
-            format!("req.{id}")
-        } else {
-            format!("(req.{id} as i128)")
-        }
+        if is_bool(a) { format!("req.{id}") } else { format!("(req.{id} as i128)") }
     }
 
     fn call(&self, _: &str, _: &[String]) -> String {
@@ -34,8 +30,12 @@ pub fn emit(api: &Api) -> String {
     w.line("");
     w.line("/// The resources a call uses, from the spec alone. `payload` is the request as sent;");
     w.line("/// a request that does not decode is charged nothing here (the server rejects it).");
-    w.line("#[allow(non_snake_case, unused_variables, unused_parens, clippy::nonminimal_bool, clippy::unnecessary_cast)]");
-    w.open(format!("pub fn charges(id: FunctionId, payload: &[u8], out: &mut Vec<Charge>) -> Result<(), {P}::EvalError> {{"));
+    w.line(
+        "#[allow(non_snake_case, unused_variables, unused_parens, clippy::nonminimal_bool, clippy::unnecessary_cast)]",
+    );
+    w.open(format!(
+        "pub fn charges(id: FunctionId, payload: &[u8], out: &mut Vec<Charge>) -> Result<(), {P}::EvalError> {{"
+    ));
     w.open("match id {");
     for f in api.remote_functions().filter(|f| !f.resources.is_empty()) {
         w.open(format!("FunctionId::{} => {{", f.type_name()));
@@ -44,25 +44,17 @@ pub fn emit(api: &Api) -> String {
             request_type(f, "'_")
         ));
         for r in &f.resources {
-            let index = api
-                .resources
-                .iter()
-                .position(|x| x.name == r.resource)
-                .expect("checked");
+            let index = api.resources.iter().position(|x| x.name == r.resource).expect("checked");
             let op = match r.op {
                 RcOp::Allocates => "RcOp::Allocates",
                 RcOp::Deallocates => "RcOp::Deallocates",
                 RcOp::Consumes => "RcOp::Consumes",
             };
             let amount = match &r.amount {
-                Some(e) => format!(
-                    "Some({P}::eval::narrow::<u64>({})?)",
-                    expr(e, api, f, &CostNames)
-                ),
+                Some(e) => format!("Some({P}::eval::narrow::<u64>({})?)", expr(e, api, f, &CostNames)),
                 None => "None".to_string(),
             };
-            let push =
-                format!("out.push(Charge {{ resource: {index}, op: {op}, amount: {amount} }});");
+            let push = format!("out.push(Charge {{ resource: {index}, op: {op}, amount: {amount} }});");
             match &r.cond {
                 Some(c) => {
                     w.open(format!("if {} {{", expr(c, api, f, &CostNames)));

@@ -3,21 +3,9 @@
 use crate::model::*;
 
 pub fn emit(api: &Api) -> String {
-    let remote = api
-        .functions
-        .iter()
-        .filter(|f| f.exec == Exec::Remote && !f.internal)
-        .count();
-    let guest = api
-        .functions
-        .iter()
-        .filter(|f| f.exec == Exec::Guest)
-        .count();
-    let unsupported = api
-        .functions
-        .iter()
-        .filter(|f| f.exec == Exec::Unsupported)
-        .count();
+    let remote = api.functions.iter().filter(|f| f.exec == Exec::Remote && !f.internal).count();
+    let guest = api.functions.iter().filter(|f| f.exec == Exec::Guest).count();
+    let unsupported = api.functions.iter().filter(|f| f.exec == Exec::Unsupported).count();
     let aliases: usize = api.functions.iter().map(|f| f.aliases.len()).sum();
     let mut s = String::new();
     s.push_str("# API coverage\n\n");
@@ -54,11 +42,7 @@ pub fn emit(api: &Api) -> String {
             notes.push(format!("also `{}`", f.aliases.join("`, `")));
         }
         notes.push(format!("spec line {}", f.line));
-        s.push_str(&format!(
-            "| `{}` | {status} | {} |\n",
-            f.name,
-            notes.join("; ")
-        ));
+        s.push_str(&format!("| `{}` | {status} | {} |\n", f.name, notes.join("; ")));
     }
     s
 }

@@ -40,15 +40,10 @@ pub fn emit(api: &Api) -> String {
 /// Rust keywords that C parameter names may collide with.
 pub(crate) fn rust_ident(name: &str) -> String {
     const KW: &[&str] = &[
-        "type", "ref", "fn", "match", "move", "mut", "impl", "loop", "mod", "self", "struct",
-        "trait", "use", "where", "box", "dyn", "async", "await", "crate", "super", "static",
-        "extern", "in", "as", "gen",
+        "type", "ref", "fn", "match", "move", "mut", "impl", "loop", "mod", "self", "struct", "trait", "use", "where",
+        "box", "dyn", "async", "await", "crate", "super", "static", "extern", "in", "as", "gen",
     ];
-    if KW.contains(&name) {
-        format!("r#{name}")
-    } else {
-        name.to_string()
-    }
+    if KW.contains(&name) { format!("r#{name}") } else { name.to_string() }
 }
 
 /// The Rust FFI type of a C type as the guest export sees it.
@@ -97,11 +92,7 @@ fn params_sig(api: &Api, f: &Function) -> String {
 
 fn ret_sig(api: &Api, f: &Function) -> String {
     let r = ffi_type(api, &f.ret);
-    if r == "()" {
-        String::new()
-    } else {
-        format!(" -> {r}")
-    }
+    if r == "()" { String::new() } else { format!(" -> {r}") }
 }
 
 fn hand_trait(w: &mut W, api: &Api) {
@@ -110,29 +101,13 @@ fn hand_trait(w: &mut W, api: &Api) {
     w.open("pub trait HandWritten {");
     for f in api.functions.iter().filter(|f| f.exec == Exec::Guest) {
         w.line(format!("/// `{}` (spec line {}).", f.name, f.line));
-        w.line(format!(
-            "unsafe fn {}({}){};",
-            f.name,
-            params_sig(api, f),
-            ret_sig(api, f)
-        ));
+        w.line(format!("unsafe fn {}({}){};", f.name, params_sig(api, f), ret_sig(api, f)));
     }
     for u in &api.utilities {
-        let params: Vec<String> = u
-            .params
-            .iter()
-            .map(|p| format!("{}: {}", rust_ident(&p.name.name), util_ty(&p.ty)))
-            .collect();
-        w.line(format!(
-            "/// Utility `{}` used by spec expressions.",
-            u.name
-        ));
-        w.line(format!(
-            "fn {}({}) -> Result<{}, CudaError>;",
-            u.name,
-            params.join(", "),
-            util_ty(&u.ret)
-        ));
+        let params: Vec<String> =
+            u.params.iter().map(|p| format!("{}: {}", rust_ident(&p.name.name), util_ty(&p.ty))).collect();
+        w.line(format!("/// Utility `{}` used by spec expressions.", u.name));
+        w.line(format!("fn {}({}) -> Result<{}, CudaError>;", u.name, params.join(", "), util_ty(&u.ret)));
     }
     let mut abi = BTreeSet::new();
     for t in api.types.values() {
@@ -141,22 +116,12 @@ fn hand_trait(w: &mut W, api: &Api) {
         }
     }
     for (c, wire) in abi {
-        w.line(format!(
-            "/// Write a `{c}` in the layout of the CUDA ABI this process loaded."
-        ));
-        w.line(format!(
-            "unsafe fn write_{wire}(dst: *mut ::std::ffi::c_void, value: &{P}::types::{wire});"
-        ));
+        w.line(format!("/// Write a `{c}` in the layout of the CUDA ABI this process loaded."));
+        w.line(format!("unsafe fn write_{wire}(dst: *mut ::std::ffi::c_void, value: &{P}::types::{wire});"));
     }
-    let hooks: BTreeSet<&str> = api
-        .functions
-        .iter()
-        .filter_map(|f| f.on_success.as_deref())
-        .collect();
+    let hooks: BTreeSet<&str> = api.functions.iter().filter_map(|f| f.on_success.as_deref()).collect();
     for h in hooks {
-        w.line(format!(
-            "/// Hook run after a successful call (`on_success({h})`)."
-        ));
+        w.line(format!("/// Hook run after a successful call (`on_success({h})`)."));
         w.line(format!("fn {h}();"));
     }
     w.close("}");
@@ -164,11 +129,7 @@ fn hand_trait(w: &mut W, api: &Api) {
 }
 
 fn util_ty(t: &CType) -> &'static str {
-    if matches!(t.base, BaseType::Bool) && !t.is_pointer() {
-        "bool"
-    } else {
-        "i128"
-    }
+    if matches!(t.base, BaseType::Bool) && !t.is_pointer() { "bool" } else { "i128" }
 }
 
 fn export_attrs(w: &mut W) {
@@ -177,43 +138,20 @@ fn export_attrs(w: &mut W) {
 }
 
 fn guest_stub(w: &mut W, api: &Api, f: &Function) {
-    w.line(format!(
-        "/// `{}`: implemented by hand in the guest library (spec line {}).",
-        f.name, f.line
-    ));
+    w.line(format!("/// `{}`: implemented by hand in the guest library (spec line {}).", f.name, f.line));
     export_attrs(w);
-    w.open(format!(
-        "pub unsafe extern \"C\" fn {}({}){} {{",
-        f.name,
-        params_sig(api, f),
-        ret_sig(api, f)
-    ));
+    w.open(format!("pub unsafe extern \"C\" fn {}({}){} {{", f.name, params_sig(api, f), ret_sig(api, f)));
     let args: Vec<String> = f.params.iter().map(|p| rust_ident(&p.name.name)).collect();
-    w.line(format!(
-        "unsafe {{ <crate::hand::Hand as HandWritten>::{}({}) }}",
-        f.name,
-        args.join(", ")
-    ));
+    w.line(format!("unsafe {{ <crate::hand::Hand as HandWritten>::{}({}) }}", f.name, args.join(", ")));
     w.close("}");
     w.line("");
 }
 
 fn unsupported_stub(w: &mut W, api: &Api, f: &Function) {
-    w.line(format!(
-        "/// `{}`: not supported; answers the not-supported error (spec line {}).",
-        f.name, f.line
-    ));
+    w.line(format!("/// `{}`: not supported; answers the not-supported error (spec line {}).", f.name, f.line));
     export_attrs(w);
-    w.open(format!(
-        "pub unsafe extern \"C\" fn {}({}){} {{",
-        f.name,
-        params_sig(api, f),
-        ret_sig(api, f)
-    ));
-    w.line(format!(
-        "rt::unsupported(wire::FunctionId::{})",
-        f.type_name()
-    ));
+    w.open(format!("pub unsafe extern \"C\" fn {}({}){} {{", f.name, params_sig(api, f), ret_sig(api, f)));
+    w.line(format!("rt::unsupported(wire::FunctionId::{})", f.type_name()));
     w.close("}");
     w.line("");
 }
@@ -221,11 +159,7 @@ fn unsupported_stub(w: &mut W, api: &Api, f: &Function) {
 fn alias_stub(w: &mut W, api: &Api, f: &Function, alias: &str) {
     w.line(format!("/// `{alias}`: another name of `{}`.", f.name));
     export_attrs(w);
-    w.open(format!(
-        "pub unsafe extern \"C\" fn {alias}({}){} {{",
-        params_sig(api, f),
-        ret_sig(api, f)
-    ));
+    w.open(format!("pub unsafe extern \"C\" fn {alias}({}){} {{", params_sig(api, f), ret_sig(api, f)));
     let args: Vec<String> = f.params.iter().map(|p| rust_ident(&p.name.name)).collect();
     w.line(format!("unsafe {{ {}({}) }}", f.name, args.join(", ")));
     w.close("}");
@@ -254,10 +188,7 @@ impl Names for GuestNames<'_> {
     }
 
     fn call(&self, utility: &str, args: &[String]) -> String {
-        format!(
-            "<crate::hand::Hand as HandWritten>::{utility}({})?",
-            args.join(", ")
-        )
+        format!("<crate::hand::Hand as HandWritten>::{utility}({})?", args.join(", "))
     }
 }
 
@@ -269,20 +200,10 @@ fn is_handle(api: &Api, t: &CType) -> bool {
 fn remote_stub(w: &mut W, api: &Api, f: &Function) {
     let names = GuestNames { api };
     let t = f.type_name();
-    w.line(format!(
-        "/// `{}`: marshalled to the API server (spec line {}).",
-        f.name, f.line
-    ));
+    w.line(format!("/// `{}`: marshalled to the API server (spec line {}).", f.name, f.line));
     export_attrs(w);
-    w.open(format!(
-        "pub unsafe extern \"C\" fn {}({}){} {{",
-        f.name,
-        params_sig(api, f),
-        ret_sig(api, f)
-    ));
-    w.open(format!(
-        "rt::api_call(wire::FunctionId::{t}, move || -> Result<(), CudaError> {{"
-    ));
+    w.open(format!("pub unsafe extern \"C\" fn {}({}){} {{", f.name, params_sig(api, f), ret_sig(api, f)));
+    w.open(format!("rt::api_call(wire::FunctionId::{t}, move || -> Result<(), CudaError> {{"));
     w.open("unsafe {");
 
     // Contextual arguments, in order.
@@ -304,11 +225,7 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
     let mut outs: Vec<String> = Vec::new();
     for a in &f.args {
         let id = rust_ident(&a.name);
-        let src = if a.contextual.is_some() {
-            format!("c_{}", a.name)
-        } else {
-            id.clone()
-        };
+        let src = if a.contextual.is_some() { format!("c_{}", a.name) } else { id.clone() };
         match &a.class {
             ArgClass::Local => {}
             ArgClass::Value(v) => {
@@ -324,68 +241,27 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
             }
             ArgClass::Pointer(branches) if branches.len() == 1 => {
                 let shape = &branches[0].shape;
-                let addr = if a.contextual.is_some() {
-                    narrow(P, &src, "u64")
-                } else {
-                    format!("{src} as usize as u64")
-                };
+                let addr =
+                    if a.contextual.is_some() { narrow(P, &src, "u64") } else { format!("{src} as usize as u64") };
                 match shape {
                     Shape::Device { .. } | Shape::Opaque => fields.push(format!("{id}: {addr}")),
-                    Shape::Str => fields.push(format!(
-                        "{id}: rt::c_str({src} as *const ::std::ffi::c_char)?"
-                    )),
-                    Shape::In {
-                        count,
-                        elem_size,
-                        null_ok,
-                    } => {
+                    Shape::Str => fields.push(format!("{id}: rt::c_str({src} as *const ::std::ffi::c_char)?")),
+                    Shape::In { count, elem_size, null_ok } => {
                         let n = expr(count, api, f, &names);
-                        w.line(format!(
-                            "let n_{}: usize = rt::byte_len({n}, {elem_size})?;",
-                            a.name
-                        ));
-                        fields.push(format!(
-                            "{id}: rt::in_bytes({src} as *const u8, n_{}, {null_ok})?",
-                            a.name
-                        ));
+                        w.line(format!("let n_{}: usize = rt::byte_len({n}, {elem_size})?;", a.name));
+                        fields.push(format!("{id}: rt::in_bytes({src} as *const u8, n_{}, {null_ok})?", a.name));
                     }
-                    Shape::InOut {
-                        count,
-                        elem_size,
-                        null_ok,
-                    } => {
+                    Shape::InOut { count, elem_size, null_ok } => {
                         let n = expr(count, api, f, &names);
-                        w.line(format!(
-                            "let n_{}: usize = rt::byte_len({n}, {elem_size})?;",
-                            a.name
-                        ));
-                        fields.push(format!(
-                            "{id}: rt::in_bytes({src} as *const u8, n_{}, {null_ok})?",
-                            a.name
-                        ));
-                        outs.push(format!(
-                            "rt::copy_out({src} as *mut u8, Some(&reply.{id}), n_{})?;",
-                            a.name
-                        ));
+                        w.line(format!("let n_{}: usize = rt::byte_len({n}, {elem_size})?;", a.name));
+                        fields.push(format!("{id}: rt::in_bytes({src} as *const u8, n_{}, {null_ok})?", a.name));
+                        outs.push(format!("rt::copy_out({src} as *mut u8, Some(&reply.{id}), n_{})?;", a.name));
                     }
-                    Shape::Out {
-                        count,
-                        elem_size,
-                        null_ok,
-                    } => {
+                    Shape::Out { count, elem_size, null_ok } => {
                         let n = expr(count, api, f, &names);
-                        w.line(format!(
-                            "let n_{}: usize = rt::byte_len({n}, {elem_size})?;",
-                            a.name
-                        ));
-                        w.line(format!(
-                            "rt::check_out({src} as *mut u8, n_{}, {null_ok})?;",
-                            a.name
-                        ));
-                        outs.push(format!(
-                            "rt::copy_out({src} as *mut u8, Some(&reply.{id}), n_{})?;",
-                            a.name
-                        ));
+                        w.line(format!("let n_{}: usize = rt::byte_len({n}, {elem_size})?;", a.name));
+                        w.line(format!("rt::check_out({src} as *mut u8, n_{}, {null_ok})?;", a.name));
+                        outs.push(format!("rt::copy_out({src} as *mut u8, Some(&reply.{id}), n_{})?;", a.name));
                     }
                     Shape::InElement(elem) => {
                         w.open(format!("if {src}.is_null() {{"));
@@ -418,19 +294,13 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
                                 "<crate::hand::Hand as HandWritten>::write_{wire}({src} as *mut ::std::ffi::c_void, &reply.{id});"
                             ),
                         };
-                        outs.push(if *null_ok {
-                            format!("if !{src}.is_null() {{ {store} }}")
-                        } else {
-                            store
-                        });
+                        outs.push(if *null_ok { format!("if !{src}.is_null() {{ {store} }}") } else { store });
                     }
                 }
             }
             ArgClass::Pointer(branches) => {
                 // Shape chosen per call.
-                let has_out = branches
-                    .iter()
-                    .any(|b| matches!(b.shape, Shape::Out { .. } | Shape::InOut { .. }));
+                let has_out = branches.iter().any(|b| matches!(b.shape, Shape::Out { .. } | Shape::InOut { .. }));
                 if has_out {
                     w.line(format!("let mut out_{}: Option<usize> = None;", a.name));
                 }
@@ -460,35 +330,23 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
                             };
                             w.line(format!("w_{} = Ptr::Device({addr});", a.name));
                         }
-                        Shape::In {
-                            count,
-                            elem_size,
-                            null_ok,
-                        } => {
+                        Shape::In { count, elem_size, null_ok } => {
                             len(w, count, *elem_size);
-                            w.line(format!(
-                                "w_{} = Ptr::In(rt::in_bytes({src} as *const u8, n, {null_ok})?);",
-                                a.name
-                            ));
+                            w.line(format!("w_{} = Ptr::In(rt::in_bytes({src} as *const u8, n, {null_ok})?);", a.name));
                         }
-                        Shape::Out {
-                            count,
-                            elem_size,
-                            null_ok,
-                        } => {
+                        Shape::Out { count, elem_size, null_ok } => {
                             len(w, count, *elem_size);
                             w.line(format!("rt::check_out({src} as *mut u8, n, {null_ok})?;"));
                             w.line(format!("out_{} = Some(n);", a.name));
                             w.line(format!("w_{} = Ptr::Out(n as u64);", a.name));
                         }
-                        Shape::InOut {
-                            count,
-                            elem_size,
-                            null_ok,
-                        } => {
+                        Shape::InOut { count, elem_size, null_ok } => {
                             len(w, count, *elem_size);
                             w.line(format!("out_{} = Some(n);", a.name));
-                            w.line(format!("w_{} = Ptr::InOut(rt::in_bytes({src} as *const u8, n, {null_ok})?);", a.name));
+                            w.line(format!(
+                                "w_{} = Ptr::InOut(rt::in_bytes({src} as *const u8, n, {null_ok})?);",
+                                a.name
+                            ));
                         }
                         _ => unreachable!("checked: only buffer-like shapes are chosen"),
                     }
@@ -504,10 +362,7 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
             }
         }
     }
-    w.line(format!(
-        "let req = wire::{t}Request {{ {} }};",
-        fields.join(", ")
-    ));
+    w.line(format!("let req = wire::{t}Request {{ {} }};", fields.join(", ")));
     if outs.is_empty() {
         w.line("let _reply = rt::call(&req)?;");
     } else {

@@ -151,24 +151,13 @@ pub(crate) fn lit(s: &str) -> String {
 
 /// The common prefix of the error names (`cudaError`), which the Rust constants drop.
 pub(crate) fn error_prefix(t: &crate::model::ErrorTable) -> String {
-    let names: Vec<&str> = t
-        .entries
-        .iter()
-        .filter(|e| e.name != t.success)
-        .map(|e| e.name.as_str())
-        .collect();
+    let names: Vec<&str> = t.entries.iter().filter(|e| e.name != t.success).map(|e| e.name.as_str()).collect();
     let Some(first) = names.first() else {
         return String::new();
     };
     let mut len = first.len();
     for n in &names[1..] {
-        len = len.min(
-            first
-                .bytes()
-                .zip(n.bytes())
-                .take_while(|(a, b)| a == b)
-                .count(),
-        );
+        len = len.min(first.bytes().zip(n.bytes()).take_while(|(a, b)| a == b).count());
     }
     // Cut back to a word boundary (before an upper-case letter).
     let bytes = first.as_bytes();

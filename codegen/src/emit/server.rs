@@ -56,11 +56,7 @@ fn dispatch(w: &mut W, api: &Api) {
     w.open("pub fn dispatch<S: CudartService + ?Sized>(svc: &S, cx: &S::Cx, id: FunctionId, payload: &[u8], out: &mut Vec<u8>) -> Result<(), Rejection> {");
     w.open("match id {");
     for f in api.remote_functions() {
-        w.line(format!(
-            "FunctionId::{} => {}(svc, cx, payload, out),",
-            f.type_name(),
-            f.method_name()
-        ));
+        w.line(format!("FunctionId::{} => {}(svc, cx, payload, out),", f.type_name(), f.method_name()));
     }
     if api.functions.iter().any(|f| f.exec != Exec::Remote) {
         w.line("other => Err(Rejection::NotRemote(other.name())),");
@@ -75,11 +71,7 @@ struct ServerNames;
 impl Names for ServerNames {
     fn arg(&self, a: &Arg) -> String {
         let id = rust_ident(&a.name);
-        if is_bool(a) {
-            format!("req.{id}")
-        } else {
-            format!("(req.{id} as i128)")
-        }
+        if is_bool(a) { format!("req.{id}") } else { format!("(req.{id} as i128)") }
     }
 
     fn call(&self, _: &str, _: &[String]) -> String {
@@ -106,10 +98,7 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
     for p in f.preconditions.iter().filter(|p| p.wire_checkable) {
         let c = expr(&p.cond, api, f, &names);
         w.open(format!("if !{c} {{"));
-        w.line(format!(
-            "return Err(Rejection::Invalid(CudaError::{}, \"precondition\"));",
-            error_const(api, &p.error)
-        ));
+        w.line(format!("return Err(Rejection::Invalid(CudaError::{}, \"precondition\"));", error_const(api, &p.error)));
         w.close("}");
     }
     let ev = |x: &crate::ast::Expr| expr(x, api, f, &names);
@@ -128,35 +117,26 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
                         a.name
                     ));
                 }
-                Shape::In {
-                    count, elem_size, ..
-                }
-                | Shape::InOut {
-                    count, elem_size, ..
-                } => {
-                    w.line(format!(
-                        "let n_{}: u64 = {P}::eval::byte_len({}, {elem_size})?;",
-                        a.name,
-                        ev(count)
-                    ));
+                Shape::In { count, elem_size, .. } | Shape::InOut { count, elem_size, .. } => {
+                    w.line(format!("let n_{}: u64 = {P}::eval::byte_len({}, {elem_size})?;", a.name, ev(count)));
                     w.open(format!("if req.{id}.len() as u64 != n_{} {{", a.name));
-                    w.line(format!("return Err(Rejection::Invalid(CudaError::InvalidValue, \"size of buffer `{}`\"));", a.name));
+                    w.line(format!(
+                        "return Err(Rejection::Invalid(CudaError::InvalidValue, \"size of buffer `{}`\"));",
+                        a.name
+                    ));
                     w.close("}");
                     if matches!(branches[0].shape, Shape::InOut { .. }) {
                         out_lens.push(format!("n_{}", a.name));
                         expect_outs.push((a.name.clone(), false));
                     }
                 }
-                Shape::Out {
-                    count, elem_size, ..
-                } => {
-                    w.line(format!(
-                        "let n_{}: u64 = {P}::eval::byte_len({}, {elem_size})?;",
-                        a.name,
-                        ev(count)
-                    ));
+                Shape::Out { count, elem_size, .. } => {
+                    w.line(format!("let n_{}: u64 = {P}::eval::byte_len({}, {elem_size})?;", a.name, ev(count)));
                     w.open(format!("if n_{} > svc.max_reply_bytes() {{", a.name));
-                    w.line(format!("return Err(Rejection::Invalid(CudaError::InvalidValue, \"size of reply buffer `{}`\"));", a.name));
+                    w.line(format!(
+                        "return Err(Rejection::Invalid(CudaError::InvalidValue, \"size of reply buffer `{}`\"));",
+                        a.name
+                    ));
                     w.close("}");
                     out_lens.push(format!("n_{}", a.name));
                     expect_outs.push((a.name.clone(), false));
@@ -166,9 +146,7 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
             continue;
         }
         // Chosen shapes: work out which one the spec expects and hold the guest to it.
-        let has_out = branches
-            .iter()
-            .any(|b| matches!(b.shape, Shape::Out { .. } | Shape::InOut { .. }));
+        let has_out = branches.iter().any(|b| matches!(b.shape, Shape::Out { .. } | Shape::InOut { .. }));
         w.line(format!("let n_{}: Option<u64>;", a.name));
         for (i, b) in branches.iter().enumerate() {
             let head = match (&b.cond, i) {
@@ -182,42 +160,27 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
                 w.close(head);
                 w.indent_more();
             }
-            let mismatch = format!(
-                "return Err(Rejection::Invalid(CudaError::InvalidValue, \"shape of argument `{}`\"))",
-                a.name
-            );
+            let mismatch =
+                format!("return Err(Rejection::Invalid(CudaError::InvalidValue, \"shape of argument `{}`\"))", a.name);
             match &b.shape {
                 Shape::Device { extent, null_ok } => {
                     let len = extent.as_ref().map(ev).unwrap_or_else(|| "0i128".into());
-                    w.line(format!(
-                        "let Ptr::Device(addr) = req.{id} else {{ {mismatch} }};"
-                    ));
+                    w.line(format!("let Ptr::Device(addr) = req.{id} else {{ {mismatch} }};"));
                     w.line(format!(
                         "svc.check_device_range(cx, addr, {P}::eval::narrow::<u64>({len})?, {null_ok}).map_err(|c| Rejection::Invalid(c, \"device pointer `{}`\"))?;",
                         a.name
                     ));
                     w.line(format!("n_{} = None;", a.name));
                 }
-                Shape::In {
-                    count, elem_size, ..
-                }
-                | Shape::InOut {
-                    count, elem_size, ..
-                } => {
-                    let variant = if matches!(b.shape, Shape::In { .. }) {
-                        "In"
-                    } else {
-                        "InOut"
-                    };
-                    w.line(format!(
-                        "let n: u64 = {P}::eval::byte_len({}, {elem_size})?;",
-                        ev(count)
-                    ));
-                    w.line(format!(
-                        "let Ptr::{variant}(bytes) = req.{id} else {{ {mismatch} }};"
-                    ));
+                Shape::In { count, elem_size, .. } | Shape::InOut { count, elem_size, .. } => {
+                    let variant = if matches!(b.shape, Shape::In { .. }) { "In" } else { "InOut" };
+                    w.line(format!("let n: u64 = {P}::eval::byte_len({}, {elem_size})?;", ev(count)));
+                    w.line(format!("let Ptr::{variant}(bytes) = req.{id} else {{ {mismatch} }};"));
                     w.open("if bytes.len() as u64 != n {");
-                    w.line(format!("return Err(Rejection::Invalid(CudaError::InvalidValue, \"size of buffer `{}`\"));", a.name));
+                    w.line(format!(
+                        "return Err(Rejection::Invalid(CudaError::InvalidValue, \"size of buffer `{}`\"));",
+                        a.name
+                    ));
                     w.close("}");
                     if variant == "InOut" {
                         w.line(format!("n_{} = Some(n);", a.name));
@@ -225,18 +188,14 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
                         w.line(format!("n_{} = None;", a.name));
                     }
                 }
-                Shape::Out {
-                    count, elem_size, ..
-                } => {
-                    w.line(format!(
-                        "let n: u64 = {P}::eval::byte_len({}, {elem_size})?;",
-                        ev(count)
-                    ));
-                    w.line(format!(
-                        "let Ptr::Out(asked) = req.{id} else {{ {mismatch} }};"
-                    ));
+                Shape::Out { count, elem_size, .. } => {
+                    w.line(format!("let n: u64 = {P}::eval::byte_len({}, {elem_size})?;", ev(count)));
+                    w.line(format!("let Ptr::Out(asked) = req.{id} else {{ {mismatch} }};"));
                     w.open("if asked != n || n > svc.max_reply_bytes() {");
-                    w.line(format!("return Err(Rejection::Invalid(CudaError::InvalidValue, \"size of reply buffer `{}`\"));", a.name));
+                    w.line(format!(
+                        "return Err(Rejection::Invalid(CudaError::InvalidValue, \"size of reply buffer `{}`\"));",
+                        a.name
+                    ));
                     w.close("}");
                     w.line(format!("n_{} = Some(n);", a.name));
                 }
@@ -252,23 +211,16 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
     w.line(format!("Ok(({},))", out_lens.join(", ")));
     w.close("})();");
     w.line("let expected = expected?;");
-    w.line(format!(
-        "let reply = svc.{}(cx, req).map_err(Rejection::Failed)?;",
-        f.method_name()
-    ));
+    w.line(format!("let reply = svc.{}(cx, req).map_err(Rejection::Failed)?;", f.method_name()));
     // The service must answer with exactly the buffers the guest asked for.
     for (i, (name, chosen)) in expect_outs.iter().enumerate() {
         let id = rust_ident(name);
         if *chosen {
-            w.open(format!(
-                "if reply.{id}.as_ref().map(|b| b.len() as u64) != expected.{i} {{"
-            ));
+            w.open(format!("if reply.{id}.as_ref().map(|b| b.len() as u64) != expected.{i} {{"));
         } else {
             w.open(format!("if reply.{id}.len() as u64 != expected.{i} {{"));
         }
-        w.line(format!(
-            "return Err(Rejection::ServerBug(\"{t}: reply buffer `{name}` has the wrong size\"));"
-        ));
+        w.line(format!("return Err(Rejection::ServerBug(\"{t}: reply buffer `{name}` has the wrong size\"));"));
         w.close("}");
     }
     w.line(format!("{P}::encode_reply(&reply, out);"));

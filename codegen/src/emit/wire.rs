@@ -10,15 +10,10 @@ pub fn emit(api: &Api) -> String {
     w.line("#[allow(unused_imports)]");
     w.line("use crate::spec::{ErrorInfo, Exec, FunctionInfo, ObjectRules, ResourceInfo};");
     w.line("");
-    w.line(format!(
-        "/// Name of the API this module was generated from."
-    ));
+    w.line(format!("/// Name of the API this module was generated from."));
     w.line(format!("pub const API_NAME: &str = {};", lit(&api.name)));
     w.line("/// Hash of the spec text: both ends of a session must have been built from the same spec.");
-    w.line(format!(
-        "pub const SPEC_HASH: u64 = 0x{:016x};",
-        api.spec_hash
-    ));
+    w.line(format!("pub const SPEC_HASH: u64 = 0x{:016x};", api.spec_hash));
     w.line("");
     function_ids(&mut w, api);
     handle_kinds(&mut w, api);
@@ -77,10 +72,7 @@ fn function_ids(w: &mut W, api: &Api) {
             Exec::Unsupported => "Exec::Unsupported",
         };
         let pairs = |v: &[(String, String)]| -> String {
-            let items: Vec<String> = v
-                .iter()
-                .map(|(a, b)| format!("({}, {})", lit(a), lit(b)))
-                .collect();
+            let items: Vec<String> = v.iter().map(|(a, b)| format!("({}, {})", lit(a), lit(b))).collect();
             format!("&[{}]", items.join(", "))
         };
         let aliases: Vec<String> = f.aliases.iter().map(|a| lit(a)).collect();
@@ -148,17 +140,10 @@ fn resources(w: &mut W, api: &Api) {
 fn errors(w: &mut W, api: &Api) {
     let t = &api.errors;
     let prefix = error_prefix(t);
-    w.line(format!(
-        "/// The `{}` table: code, C name, and the text `GetErrorString` returns.",
-        t.ty
-    ));
+    w.line(format!("/// The `{}` table: code, C name, and the text `GetErrorString` returns.", t.ty));
     w.open("pub static ERRORS: &[ErrorInfo] = &[");
     for e in &t.entries {
-        let abi: Vec<String> = e
-            .abi_texts
-            .iter()
-            .map(|(v, s)| format!("({v}, {})", lit(s)))
-            .collect();
+        let abi: Vec<String> = e.abi_texts.iter().map(|(v, s)| format!("({v}, {})", lit(s))).collect();
         w.line(format!(
             "ErrorInfo {{ code: {}, name: {}, text: {}, abi_texts: &[{}] }},",
             e.code,
@@ -177,29 +162,18 @@ fn errors(w: &mut W, api: &Api) {
         }
         let short = e.name.strip_prefix(&prefix).unwrap_or(&e.name);
         w.line(format!("/// `{}`: {}", e.name, e.text));
-        w.line(format!(
-            "pub const {short}: crate::CudaError = crate::CudaError({});",
-            e.code
-        ));
+        w.line(format!("pub const {short}: crate::CudaError = crate::CudaError({});", e.code));
     }
     w.close("}");
     w.line(format!("/// The success value of `{}`.", t.ty));
     w.line(format!(
         "pub const SUCCESS: i32 = {};",
-        t.entries
-            .iter()
-            .find(|e| e.name == t.success)
-            .map(|e| e.code)
-            .unwrap_or(0)
+        t.entries.iter().find(|e| e.name == t.success).map(|e| e.code).unwrap_or(0)
     ));
     w.line("/// What functions the project does not support return.");
     w.line(format!(
         "pub const NOT_SUPPORTED: crate::CudaError = crate::CudaError({});",
-        t.entries
-            .iter()
-            .find(|e| e.name == t.not_supported)
-            .map(|e| e.code)
-            .unwrap_or(0)
+        t.entries.iter().find(|e| e.name == t.not_supported).map(|e| e.code).unwrap_or(0)
     ));
     w.line("");
 }
@@ -239,17 +213,10 @@ pub(crate) fn request_type(f: &Function, lifetime: &str) -> String {
 fn messages(w: &mut W, f: &Function) {
     let t = f.type_name();
     let lt = needs_lifetime(f);
-    w.line(format!(
-        "/// Arguments of `{}` as they travel to the server.",
-        f.name
-    ));
+    w.line(format!("/// Arguments of `{}` as they travel to the server.", f.name));
     w.line("#[allow(non_snake_case)]");
     w.line("#[derive(Debug, Clone, bincode::Encode, bincode::BorrowDecode)]");
-    w.open(format!(
-        "pub struct {}Request{} {{",
-        t,
-        if lt { "<'a>" } else { "" }
-    ));
+    w.open(format!("pub struct {}Request{} {{", t, if lt { "<'a>" } else { "" }));
     for a in &f.args {
         match a.wire() {
             WireRepr::Request(ty) => w.line(format!("pub {}: {ty},", a.name)),
@@ -268,18 +235,13 @@ fn messages(w: &mut W, f: &Function) {
         match a.wire() {
             WireRepr::Reply(ty) => w.line(format!("pub {}: {ty},", a.name)),
             WireRepr::Both => w.line(format!("pub {}: Vec<u8>,", a.name)),
-            WireRepr::Chosen { has_out: true } => {
-                w.line(format!("pub {}: Option<Vec<u8>>,", a.name))
-            }
+            WireRepr::Chosen { has_out: true } => w.line(format!("pub {}: Option<Vec<u8>>,", a.name)),
             _ => {}
         }
     }
     w.close("}");
     w.line("");
-    w.open(format!(
-        "impl crate::RemoteCall for {} {{",
-        request_type(f, "'_")
-    ));
+    w.open(format!("impl crate::RemoteCall for {} {{", request_type(f, "'_")));
     w.line(format!("const FUNCTION: FunctionId = FunctionId::{t};"));
     w.line(format!("type Reply = {t}Reply;"));
     w.close("}");

@@ -1,0 +1,1 @@
+//! CUDA fat binaries: containers, entries, decompression and cubin kernel metadata.

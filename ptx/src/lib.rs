@@ -1,0 +1,1 @@
+//! PTX: parser, typed AST, printer and kernel signatures.
