@@ -347,7 +347,7 @@ impl<'s> Checker<'s> {
             BaseType::Named(n) => match self.types.get(n).map(|t| t.kind.clone()) {
                 Some(TypeKind::Handle(k)) => Some(ElemType::Handle(k)),
                 Some(TypeKind::Pod { wire, .. }) => Some(ElemType::Pod(wire)),
-                Some(TypeKind::AbiStruct(w)) => Some(ElemType::Abi(w)),
+                Some(TypeKind::AbiStruct(w)) => Some(ElemType::Abi(n.clone(), w)),
                 _ => None,
             },
             _ => {
@@ -911,7 +911,7 @@ impl<'s> Checker<'s> {
                 Some(Shape::OutElement { elem, null_ok })
             }
             "in" => {
-                if matches!(elem, ElemType::Abi(_)) {
+                if matches!(elem, ElemType::Abi(..)) {
                     self.err(ident.span, format!("`{name}`: ABI structs can only be `out` for now"));
                     return None;
                 }

@@ -368,7 +368,8 @@ pub enum ElemType {
     Handle(String),
     DevicePtr,
     Pod(String),
-    Abi(String),
+    /// An ABI-dependent struct: (C type name, wire type name).
+    Abi(String, String),
 }
 
 impl ElemType {
@@ -376,7 +377,7 @@ impl ElemType {
         match self {
             ElemType::Scalar(s) => s.rust().to_string(),
             ElemType::Handle(_) | ElemType::DevicePtr => "u64".to_string(),
-            ElemType::Pod(w) | ElemType::Abi(w) => format!("crate::types::{w}"),
+            ElemType::Pod(w) | ElemType::Abi(_, w) => format!("crate::types::{w}"),
         }
     }
 }

@@ -116,8 +116,8 @@ fn hand_trait(w: &mut W, api: &Api) {
         }
     }
     for (c, wire) in abi {
-        w.line(format!("/// Write a `{c}` in the layout of the CUDA ABI this process loaded."));
-        w.line(format!("unsafe fn write_{wire}(dst: *mut ::std::ffi::c_void, value: &{P}::types::{wire});"));
+        w.line(format!("/// Write a `{c}` in the layout this entry point has under the CUDA ABI this process loaded."));
+        w.line(format!("unsafe fn write_{c}(dst: *mut ::std::ffi::c_void, value: &{P}::types::{wire});"));
     }
     let hooks: BTreeSet<&str> = api.functions.iter().filter_map(|f| f.on_success.as_deref()).collect();
     for h in hooks {
@@ -134,7 +134,7 @@ fn util_ty(t: &CType) -> &'static str {
 
 fn export_attrs(w: &mut W) {
     w.line("#[unsafe(no_mangle)]");
-    w.line("#[allow(non_snake_case, unused_variables, unused_mut, unused_parens, clippy::missing_safety_doc, clippy::too_many_arguments, clippy::unnecessary_cast, clippy::nonminimal_bool, clippy::needless_late_init, clippy::useless_conversion)]");
+    w.line("#[allow(non_snake_case, unused_variables, unused_mut, unused_parens, unused_unsafe, clippy::missing_safety_doc, clippy::too_many_arguments, clippy::unnecessary_cast, clippy::nonminimal_bool, clippy::needless_late_init, clippy::useless_conversion)]");
 }
 
 fn guest_stub(w: &mut W, api: &Api, f: &Function) {
@@ -273,7 +273,7 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
                             ElemType::Handle(_) | ElemType::DevicePtr => {
                                 format!("*{src} as usize as u64")
                             }
-                            ElemType::Abi(_) => unreachable!("checked"),
+                            ElemType::Abi(..) => unreachable!("checked"),
                         };
                         fields.push(format!("{id}: {v}"));
                     }
@@ -290,8 +290,8 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
                                 format!("*{src} = reply.{id} as usize as {pointee};")
                             }
                             ElemType::Pod(_) => format!("*{src} = reply.{id};"),
-                            ElemType::Abi(wire) => format!(
-                                "<crate::hand::Hand as HandWritten>::write_{wire}({src} as *mut ::std::ffi::c_void, &reply.{id});"
+                            ElemType::Abi(c_type, _) => format!(
+                                "<crate::hand::Hand as HandWritten>::write_{c_type}({src} as *mut ::std::ffi::c_void, &reply.{id});"
                             ),
                         };
                         outs.push(if *null_ok { format!("if !{src}.is_null() {{ {store} }}") } else { store });

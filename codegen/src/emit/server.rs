@@ -147,7 +147,14 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
         }
         // Chosen shapes: work out which one the spec expects and hold the guest to it.
         let has_out = branches.iter().any(|b| matches!(b.shape, Shape::Out { .. } | Shape::InOut { .. }));
-        w.line(format!("let n_{}: Option<u64>;", a.name));
+        if has_out {
+            w.line(format!("let n_{}: Option<u64>;", a.name));
+        }
+        let set_n = |w: &mut W, v: &str| {
+            if has_out {
+                w.line(format!("n_{} = {v};", a.name));
+            }
+        };
         for (i, b) in branches.iter().enumerate() {
             let head = match (&b.cond, i) {
                 (Some(c), 0) => format!("if {} {{", ev(c)),
@@ -170,7 +177,7 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
                         "svc.check_device_range(cx, addr, {P}::eval::narrow::<u64>({len})?, {null_ok}).map_err(|c| Rejection::Invalid(c, \"device pointer `{}`\"))?;",
                         a.name
                     ));
-                    w.line(format!("n_{} = None;", a.name));
+                    set_n(w, "None");
                 }
                 Shape::In { count, elem_size, .. } | Shape::InOut { count, elem_size, .. } => {
                     let variant = if matches!(b.shape, Shape::In { .. }) { "In" } else { "InOut" };
@@ -182,11 +189,7 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
                         a.name
                     ));
                     w.close("}");
-                    if variant == "InOut" {
-                        w.line(format!("n_{} = Some(n);", a.name));
-                    } else {
-                        w.line(format!("n_{} = None;", a.name));
-                    }
+                    set_n(w, if variant == "InOut" { "Some(n)" } else { "None" });
                 }
                 Shape::Out { count, elem_size, .. } => {
                     w.line(format!("let n: u64 = {P}::eval::byte_len({}, {elem_size})?;", ev(count)));
@@ -197,7 +200,7 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
                         a.name
                     ));
                     w.close("}");
-                    w.line(format!("n_{} = Some(n);", a.name));
+                    set_n(w, "Some(n)");
                 }
                 _ => unreachable!("checked"),
             }
@@ -208,9 +211,17 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
             expect_outs.push((a.name.clone(), true));
         }
     }
-    w.line(format!("Ok(({},))", out_lens.join(", ")));
+    if out_lens.is_empty() {
+        w.line("Ok(())");
+    } else {
+        w.line(format!("Ok(({},))", out_lens.join(", ")));
+    }
     w.close("})();");
-    w.line("let expected = expected?;");
+    if expect_outs.is_empty() {
+        w.line("expected?;");
+    } else {
+        w.line("let expected = expected?;");
+    }
     w.line(format!("let reply = svc.{}(cx, req).map_err(Rejection::Failed)?;", f.method_name()));
     // The service must answer with exactly the buffers the guest asked for.
     for (i, (name, chosen)) in expect_outs.iter().enumerate() {

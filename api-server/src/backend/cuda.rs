@@ -1,0 +1,434 @@
+//! The `cuda` backend: a real GPU through the CUDA driver API, loaded at run time through
+//! `cudarc`'s dynamic loading (no libcudart on the server, no link-time dependency on CUDA).
+//!
+//! Each device is used through its primary context; every channel thread makes the calling
+//! device's context current before it runs a call. Device memory is mapped with the virtual
+//! memory management API (`cuMemCreate` + `cuMemMap` into a range reserved with
+//! `cuMemAddressReserve` at a fixed address), so allocations land at the addresses the
+//! session's allocator chose.
+
+use std::cell::Cell;
+use std::ffi::{CStr, CString, c_void};
+
+use cudarc::driver::sys;
+use phos_protocol::CudaError;
+use phos_protocol::types::{DeviceProperties, Dim3};
+
+use super::{Backend, Physical, Raw, StreamRef};
+
+/// Attributes are queried up to this number (CUDA 13 defines about 150).
+const MAX_ATTRIBUTE: i32 = 160;
+
+fn check(r: sys::CUresult) -> Result<(), CudaError> {
+    if r == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        // Driver and runtime error codes share their numbers for everything the server calls.
+        Err(CudaError(r as i32))
+    }
+}
+
+struct Device {
+    ordinal: i32,
+    ctx: sys::CUcontext,
+    granularity: u64,
+    properties: DeviceProperties,
+}
+
+// The driver's handles are usable from any thread once a context is current.
+unsafe impl Send for Device {}
+unsafe impl Sync for Device {}
+
+pub struct CudaBackend {
+    devices: Vec<Device>,
+    driver_version: i32,
+    /// `cuDeviceGetAttribute`, called with plain integers: attributes come from guests and
+    /// may not be valid enumerators of the bindings' Rust enum.
+    get_attribute: unsafe extern "C" fn(*mut i32, i32, sys::CUdevice) -> i32,
+}
+
+thread_local! {
+    /// The device whose context is current on this thread.
+    static BOUND: Cell<i32> = const { Cell::new(-1) };
+}
+
+impl CudaBackend {
+    /// True when a CUDA driver can be loaded (without initialising it).
+    pub fn driver_present() -> bool {
+        unsafe { sys::is_culib_present() }
+    }
+
+    /// Number of GPUs, or why there are none usable.
+    pub fn probe() -> Result<i32, String> {
+        if !Self::driver_present() {
+            return Err("no CUDA driver (libcuda.so) on this machine".into());
+        }
+        unsafe {
+            check(sys::cuInit(0)).map_err(|e| format!("cuInit: {e:?}"))?;
+            let mut n = 0;
+            check(sys::cuDeviceGetCount(&mut n)).map_err(|e| format!("cuDeviceGetCount: {e:?}"))?;
+            Ok(n)
+        }
+    }
+
+    pub fn new() -> Result<Self, String> {
+        let count = Self::probe()?;
+        if count == 0 {
+            return Err("the CUDA driver reports no GPU".into());
+        }
+        let get_attribute = unsafe {
+            *sys::culib()
+                .get::<unsafe extern "C" fn(*mut i32, i32, sys::CUdevice) -> i32>(b"cuDeviceGetAttribute\0")
+                .map_err(|e| format!("cuDeviceGetAttribute: {e}"))?
+        };
+        let mut driver_version = 0;
+        unsafe { check(sys::cuDriverGetVersion(&mut driver_version)).map_err(|e| format!("{e:?}"))? };
+        let mut devices = Vec::new();
+        for ordinal in 0..count {
+            unsafe {
+                let mut dev = 0;
+                check(sys::cuDeviceGet(&mut dev, ordinal)).map_err(|e| format!("cuDeviceGet: {e:?}"))?;
+                let mut ctx = std::ptr::null_mut();
+                check(sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)).map_err(|e| format!("primary context: {e:?}"))?;
+                check(sys::cuCtxSetCurrent(ctx)).map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
+                let prop = allocation_prop(ordinal);
+                let mut gran = 0usize;
+                check(sys::cuMemGetAllocationGranularity(
+                    &mut gran,
+                    &prop,
+                    sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED,
+                ))
+                .map_err(|e| format!("allocation granularity: {e:?}"))?;
+                let properties = query_properties(get_attribute, dev)?;
+                devices.push(Device { ordinal, ctx, granularity: gran as u64, properties });
+            }
+        }
+        BOUND.with(|b| b.set(count - 1));
+        Ok(CudaBackend { devices, driver_version, get_attribute })
+    }
+
+    fn device(&self, device: i32) -> Result<&Device, CudaError> {
+        usize::try_from(device).ok().and_then(|d| self.devices.get(d)).ok_or(CudaError::InvalidDevice)
+    }
+}
+
+fn allocation_prop(ordinal: i32) -> sys::CUmemAllocationProp {
+    let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = ordinal;
+    prop
+}
+
+unsafe fn query_properties(
+    get_attribute: unsafe extern "C" fn(*mut i32, i32, sys::CUdevice) -> i32,
+    dev: sys::CUdevice,
+) -> Result<DeviceProperties, String> {
+    let mut name = [0 as std::ffi::c_char; 256];
+    unsafe { check(sys::cuDeviceGetName(name.as_mut_ptr(), 256, dev)).map_err(|e| format!("{e:?}"))? };
+    let name = unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
+    let mut total = 0usize;
+    unsafe { check(sys::cuDeviceTotalMem_v2(&mut total, dev)).map_err(|e| format!("{e:?}"))? };
+    let mut uuid: sys::CUuuid = unsafe { std::mem::zeroed() };
+    unsafe { check(sys::cuDeviceGetUuid(&mut uuid, dev)).map_err(|e| format!("{e:?}"))? };
+    let mut attributes = vec![0i32; MAX_ATTRIBUTE as usize + 1];
+    for (a, slot) in attributes.iter_mut().enumerate().skip(1) {
+        let mut v = 0;
+        // Attributes this driver does not know answer an error: they stay 0.
+        if unsafe { get_attribute(&mut v, a as i32, dev) } == 0 {
+            *slot = v;
+        }
+    }
+    Ok(DeviceProperties {
+        name,
+        uuid: uuid.bytes.map(|b| b as u8),
+        luid: [0; 8],
+        luid_device_node_mask: 0,
+        total_global_mem: total as u64,
+        attributes,
+    })
+}
+
+fn stream_handle(s: StreamRef) -> sys::CUstream {
+    match s {
+        StreamRef::Legacy => std::ptr::null_mut(),
+        // CU_STREAM_PER_THREAD
+        StreamRef::PerThread => 0x2 as sys::CUstream,
+        StreamRef::Created(raw) => raw as sys::CUstream,
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn device_count(&self) -> i32 {
+        self.devices.len() as i32
+    }
+
+    fn device_properties(&self, device: i32) -> Result<DeviceProperties, CudaError> {
+        Ok(self.device(device)?.properties.clone())
+    }
+
+    fn device_attribute(&self, device: i32, attribute: i32) -> Result<i32, CudaError> {
+        let d = self.device(device)?;
+        let mut dev = 0;
+        unsafe { check(sys::cuDeviceGet(&mut dev, d.ordinal))? };
+        let mut v = 0;
+        let r = unsafe { (self.get_attribute)(&mut v, attribute, dev) };
+        if r != 0 { Err(CudaError(r)) } else { Ok(v) }
+    }
+
+    fn driver_version(&self) -> i32 {
+        self.driver_version
+    }
+
+    fn mem_info(&self, device: i32) -> Result<(u64, u64), CudaError> {
+        self.bind(device)?;
+        let (mut free, mut total) = (0usize, 0usize);
+        unsafe { check(sys::cuMemGetInfo_v2(&mut free, &mut total))? };
+        Ok((free as u64, total as u64))
+    }
+
+    fn bind(&self, device: i32) -> Result<(), CudaError> {
+        if BOUND.with(|b| b.get()) == device {
+            return Ok(());
+        }
+        let d = self.device(device)?;
+        unsafe { check(sys::cuCtxSetCurrent(d.ctx))? };
+        BOUND.with(|b| b.set(device));
+        Ok(())
+    }
+
+    fn device_synchronize(&self, device: i32) -> Result<(), CudaError> {
+        self.bind(device)?;
+        unsafe { check(sys::cuCtxSynchronize()) }
+    }
+
+    fn reserve(&self, base: u64, size: u64) -> Result<(), CudaError> {
+        let mut got: sys::CUdeviceptr = 0;
+        let align = self.devices.iter().map(|d| d.granularity).max().unwrap_or(2 << 20);
+        unsafe { check(sys::cuMemAddressReserve(&mut got, size as usize, align as usize, base, 0))? };
+        if got != base {
+            // The driver treats the address as a hint; pointers would not be stable.
+            unsafe {
+                sys::cuMemAddressFree(got, size as usize);
+            }
+            tracing::error!("device address range {base:#x} is taken (the driver offered {got:#x})");
+            return Err(CudaError::MemoryAllocation);
+        }
+        Ok(())
+    }
+
+    fn granularity(&self, device: i32) -> u64 {
+        self.device(device).map(|d| d.granularity).unwrap_or(2 << 20)
+    }
+
+    fn map(&self, device: i32, addr: u64, size: u64) -> Result<Physical, CudaError> {
+        let d = self.device(device)?;
+        let prop = allocation_prop(d.ordinal);
+        let mut handle: sys::CUmemGenericAllocationHandle = 0;
+        unsafe {
+            check(sys::cuMemCreate(&mut handle, size as usize, &prop, 0))?;
+            if let Err(e) = check(sys::cuMemMap(addr, size as usize, 0, handle, 0)) {
+                sys::cuMemRelease(handle);
+                return Err(e);
+            }
+            let mut access: sys::CUmemAccessDesc = std::mem::zeroed();
+            access.location = prop.location;
+            access.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+            // Every device of the session may read and write it (peer access).
+            let descs: Vec<sys::CUmemAccessDesc> = self
+                .devices
+                .iter()
+                .map(|other| {
+                    let mut a = access;
+                    a.location.id = other.ordinal;
+                    a
+                })
+                .collect();
+            let r = sys::cuMemSetAccess(addr, size as usize, descs.as_ptr(), descs.len());
+            let r = if r != sys::CUresult::CUDA_SUCCESS && descs.len() > 1 {
+                // Without peer access between the GPUs, only the owner maps it.
+                sys::cuMemSetAccess(addr, size as usize, &access, 1)
+            } else {
+                r
+            };
+            if let Err(e) = check(r) {
+                sys::cuMemUnmap(addr, size as usize);
+                sys::cuMemRelease(handle);
+                return Err(e);
+            }
+        }
+        Ok(handle)
+    }
+
+    fn unmap(&self, addr: u64, size: u64, physical: Physical) -> Result<(), CudaError> {
+        unsafe {
+            check(sys::cuMemUnmap(addr, size as usize))?;
+            check(sys::cuMemRelease(physical))
+        }
+    }
+
+    fn memcpy_htod(&self, dst: u64, src: &[u8], stream: Option<StreamRef>) -> Result<(), CudaError> {
+        unsafe {
+            match stream {
+                None => check(sys::cuMemcpyHtoD_v2(dst, src.as_ptr() as *const c_void, src.len())),
+                Some(s) => check(sys::cuMemcpyHtoDAsync_v2(dst, src.as_ptr() as *const c_void, src.len(), stream_handle(s))),
+            }
+        }
+    }
+
+    fn memcpy_dtoh(&self, dst: &mut [u8], src: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
+        unsafe {
+            match stream {
+                None => check(sys::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, src, dst.len())),
+                Some(s) => {
+                    // The reply carries the data, so the copy must be finished before it is sent.
+                    let h = stream_handle(s);
+                    check(sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr() as *mut c_void, src, dst.len(), h))?;
+                    check(sys::cuStreamSynchronize(h))
+                }
+            }
+        }
+    }
+
+    fn memcpy_dtod(&self, dst: u64, src: u64, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
+        unsafe {
+            match stream {
+                None => check(sys::cuMemcpyDtoD_v2(dst, src, len as usize)),
+                Some(s) => check(sys::cuMemcpyDtoDAsync_v2(dst, src, len as usize, stream_handle(s))),
+            }
+        }
+    }
+
+    fn memset(&self, dst: u64, value: u8, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
+        unsafe {
+            match stream {
+                None => check(sys::cuMemsetD8_v2(dst, value, len as usize)),
+                Some(s) => check(sys::cuMemsetD8Async(dst, value, len as usize, stream_handle(s))),
+            }
+        }
+    }
+
+    fn stream_create(&self, device: i32, flags: u32, priority: i32) -> Result<Raw, CudaError> {
+        self.bind(device)?;
+        let mut s = std::ptr::null_mut();
+        unsafe { check(sys::cuStreamCreateWithPriority(&mut s, flags, priority))? };
+        Ok(s as Raw)
+    }
+
+    fn stream_destroy(&self, stream: Raw) -> Result<(), CudaError> {
+        unsafe { check(sys::cuStreamDestroy_v2(stream as sys::CUstream)) }
+    }
+
+    fn stream_synchronize(&self, stream: StreamRef) -> Result<(), CudaError> {
+        unsafe { check(sys::cuStreamSynchronize(stream_handle(stream))) }
+    }
+
+    fn stream_query(&self, stream: StreamRef) -> Result<bool, CudaError> {
+        match unsafe { sys::cuStreamQuery(stream_handle(stream)) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            e => Err(CudaError(e as i32)),
+        }
+    }
+
+    fn event_create(&self, device: i32, flags: u32) -> Result<Raw, CudaError> {
+        self.bind(device)?;
+        let mut e = std::ptr::null_mut();
+        unsafe { check(sys::cuEventCreate(&mut e, flags))? };
+        Ok(e as Raw)
+    }
+
+    fn event_destroy(&self, event: Raw) -> Result<(), CudaError> {
+        unsafe { check(sys::cuEventDestroy_v2(event as sys::CUevent)) }
+    }
+
+    fn event_record(&self, event: Raw, stream: StreamRef) -> Result<(), CudaError> {
+        unsafe { check(sys::cuEventRecord(event as sys::CUevent, stream_handle(stream))) }
+    }
+
+    fn event_synchronize(&self, event: Raw) -> Result<(), CudaError> {
+        unsafe { check(sys::cuEventSynchronize(event as sys::CUevent)) }
+    }
+
+    fn event_query(&self, event: Raw) -> Result<bool, CudaError> {
+        match unsafe { sys::cuEventQuery(event as sys::CUevent) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            e => Err(CudaError(e as i32)),
+        }
+    }
+
+    fn event_elapsed(&self, start: Raw, end: Raw) -> Result<f32, CudaError> {
+        let mut ms = 0f32;
+        unsafe { check(sys::cuEventElapsedTime(&mut ms, start as sys::CUevent, end as sys::CUevent))? };
+        Ok(ms)
+    }
+
+    fn module_load(&self, device: i32, image: &[u8]) -> Result<Raw, CudaError> {
+        self.bind(device)?;
+        // The driver reads the image as 8-byte words; give it an aligned, NUL-terminated copy
+        // (PTX images need the terminator).
+        let mut aligned = vec![0u64; image.len() / 8 + 2];
+        unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), aligned.as_mut_ptr() as *mut u8, image.len()) };
+        let mut m = std::ptr::null_mut();
+        unsafe { check(sys::cuModuleLoadData(&mut m, aligned.as_ptr() as *const c_void))? };
+        Ok(m as Raw)
+    }
+
+    fn module_unload(&self, module: Raw) -> Result<(), CudaError> {
+        unsafe { check(sys::cuModuleUnload(module as sys::CUmodule)) }
+    }
+
+    fn module_function(&self, module: Raw, name: &str) -> Result<Raw, CudaError> {
+        let name = CString::new(name).map_err(|_| CudaError::InvalidValue)?;
+        let mut f = std::ptr::null_mut();
+        unsafe { check(sys::cuModuleGetFunction(&mut f, module as sys::CUmodule, name.as_ptr()))? };
+        Ok(f as Raw)
+    }
+
+    fn module_global(&self, module: Raw, name: &str) -> Result<(u64, u64), CudaError> {
+        let name = CString::new(name).map_err(|_| CudaError::InvalidValue)?;
+        let (mut ptr, mut size) = (0u64, 0usize);
+        unsafe { check(sys::cuModuleGetGlobal_v2(&mut ptr, &mut size, module as sys::CUmodule, name.as_ptr()))? };
+        Ok((ptr, size as u64))
+    }
+
+    fn launch(
+        &self,
+        function: Raw,
+        grid: Dim3,
+        block: Dim3,
+        shared_mem: u32,
+        stream: StreamRef,
+        params: &[u8],
+    ) -> Result<(), CudaError> {
+        let mut size = params.len();
+        // CU_LAUNCH_PARAM_BUFFER_POINTER, buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END
+        let mut extra: [*mut c_void; 5] = [
+            1 as *mut c_void,
+            params.as_ptr() as *mut c_void,
+            2 as *mut c_void,
+            &mut size as *mut usize as *mut c_void,
+            std::ptr::null_mut(),
+        ];
+        unsafe {
+            check(sys::cuLaunchKernel(
+                function as sys::CUfunction,
+                grid.x,
+                grid.y,
+                grid.z,
+                block.x,
+                block.y,
+                block.z,
+                shared_mem,
+                stream_handle(stream),
+                std::ptr::null_mut(),
+                extra.as_mut_ptr(),
+            ))
+        }
+    }
+}

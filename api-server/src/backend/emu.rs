@@ -1,0 +1,428 @@
+//! The `emu` backend: a CPU stand-in for a GPU, so the whole stack runs where there is none
+//! (CI, laptops). Device memory is host memory mapped at the session's device addresses in
+//! the server process, so a device pointer is directly usable here; kernels run from the PTX
+//! in the module's fat binary. Work is done in call order as it is submitted, which is one
+//! of the orders CUDA's stream semantics allow.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use phos_protocol::CudaError;
+use phos_protocol::types::{DeviceProperties, Dim3};
+
+use super::{Backend, Physical, Raw, StreamRef};
+
+/// `CUdevice_attribute` numbers the emulated device reports (the subset that describes it).
+mod attr {
+    pub const MAX_THREADS_PER_BLOCK: usize = 1;
+    pub const MAX_BLOCK_DIM_X: usize = 2;
+    pub const MAX_BLOCK_DIM_Y: usize = 3;
+    pub const MAX_BLOCK_DIM_Z: usize = 4;
+    pub const MAX_GRID_DIM_X: usize = 5;
+    pub const MAX_GRID_DIM_Y: usize = 6;
+    pub const MAX_GRID_DIM_Z: usize = 7;
+    pub const MAX_SHARED_MEMORY_PER_BLOCK: usize = 8;
+    pub const TOTAL_CONSTANT_MEMORY: usize = 9;
+    pub const WARP_SIZE: usize = 10;
+    pub const MAX_PITCH: usize = 11;
+    pub const MAX_REGISTERS_PER_BLOCK: usize = 12;
+    pub const CLOCK_RATE: usize = 13;
+    pub const TEXTURE_ALIGNMENT: usize = 14;
+    pub const GPU_OVERLAP: usize = 15;
+    pub const MULTIPROCESSOR_COUNT: usize = 16;
+    pub const CAN_MAP_HOST_MEMORY: usize = 19;
+    pub const SURFACE_ALIGNMENT: usize = 30;
+    pub const CONCURRENT_KERNELS: usize = 31;
+    pub const MEMORY_CLOCK_RATE: usize = 36;
+    pub const GLOBAL_MEMORY_BUS_WIDTH: usize = 37;
+    pub const L2_CACHE_SIZE: usize = 38;
+    pub const MAX_THREADS_PER_MULTIPROCESSOR: usize = 39;
+    pub const ASYNC_ENGINE_COUNT: usize = 40;
+    pub const UNIFIED_ADDRESSING: usize = 41;
+    pub const TEXTURE_PITCH_ALIGNMENT: usize = 51;
+    pub const COMPUTE_CAPABILITY_MAJOR: usize = 75;
+    pub const COMPUTE_CAPABILITY_MINOR: usize = 76;
+    pub const STREAM_PRIORITIES_SUPPORTED: usize = 78;
+    pub const GLOBAL_L1_CACHE_SUPPORTED: usize = 79;
+    pub const LOCAL_L1_CACHE_SUPPORTED: usize = 80;
+    pub const MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: usize = 81;
+    pub const MAX_REGISTERS_PER_MULTIPROCESSOR: usize = 82;
+    pub const SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO: usize = 87;
+    pub const COMPUTE_PREEMPTION_SUPPORTED: usize = 90;
+    pub const MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: usize = 97;
+    pub const MAX_BLOCKS_PER_MULTIPROCESSOR: usize = 106;
+    pub const RESERVED_SHARED_MEMORY_PER_BLOCK: usize = 111;
+    pub const VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: usize = 102;
+    pub const LAST: usize = 160;
+}
+
+struct Event {
+    flags: u32,
+    recorded: Option<Instant>,
+}
+
+/// A loaded module: the PTX it holds (kernels run from it).
+struct Module {
+    ptx: Vec<String>,
+}
+
+pub struct EmuBackend {
+    properties: DeviceProperties,
+    total_memory: u64,
+    mapped: AtomicU64,
+    next: AtomicU64,
+    events: Mutex<HashMap<Raw, Event>>,
+    streams: Mutex<HashMap<Raw, ()>>,
+    modules: Mutex<HashMap<Raw, Module>>,
+    functions: Mutex<HashMap<Raw, (Raw, String)>>,
+}
+
+const PAGE: u64 = 4096;
+/// `cudaEventDisableTiming`
+const EVENT_DISABLE_TIMING: u32 = 0x2;
+
+impl EmuBackend {
+    /// An emulated device with `total_memory` bytes of memory.
+    pub fn new(total_memory: u64) -> Self {
+        let cores = std::thread::available_parallelism().map(|n| n.get() as i32).unwrap_or(1);
+        let mut a = vec![0i32; attr::LAST + 1];
+        let set = |a: &mut Vec<i32>, i: usize, v: i32| a[i] = v;
+        set(&mut a, attr::MAX_THREADS_PER_BLOCK, 1024);
+        set(&mut a, attr::MAX_BLOCK_DIM_X, 1024);
+        set(&mut a, attr::MAX_BLOCK_DIM_Y, 1024);
+        set(&mut a, attr::MAX_BLOCK_DIM_Z, 64);
+        set(&mut a, attr::MAX_GRID_DIM_X, i32::MAX);
+        set(&mut a, attr::MAX_GRID_DIM_Y, 65535);
+        set(&mut a, attr::MAX_GRID_DIM_Z, 65535);
+        set(&mut a, attr::MAX_SHARED_MEMORY_PER_BLOCK, 48 * 1024);
+        set(&mut a, attr::TOTAL_CONSTANT_MEMORY, 64 * 1024);
+        set(&mut a, attr::WARP_SIZE, 32);
+        set(&mut a, attr::MAX_PITCH, i32::MAX);
+        set(&mut a, attr::MAX_REGISTERS_PER_BLOCK, 65536);
+        set(&mut a, attr::CLOCK_RATE, 1_000_000);
+        set(&mut a, attr::TEXTURE_ALIGNMENT, 512);
+        set(&mut a, attr::GPU_OVERLAP, 1);
+        set(&mut a, attr::MULTIPROCESSOR_COUNT, cores);
+        set(&mut a, attr::CAN_MAP_HOST_MEMORY, 0);
+        set(&mut a, attr::SURFACE_ALIGNMENT, 512);
+        set(&mut a, attr::CONCURRENT_KERNELS, 1);
+        set(&mut a, attr::MEMORY_CLOCK_RATE, 1_000_000);
+        set(&mut a, attr::GLOBAL_MEMORY_BUS_WIDTH, 64);
+        set(&mut a, attr::L2_CACHE_SIZE, 4 << 20);
+        set(&mut a, attr::MAX_THREADS_PER_MULTIPROCESSOR, 2048);
+        set(&mut a, attr::ASYNC_ENGINE_COUNT, 1);
+        set(&mut a, attr::UNIFIED_ADDRESSING, 1);
+        set(&mut a, attr::TEXTURE_PITCH_ALIGNMENT, 32);
+        set(&mut a, attr::COMPUTE_CAPABILITY_MAJOR, 9);
+        set(&mut a, attr::COMPUTE_CAPABILITY_MINOR, 0);
+        set(&mut a, attr::STREAM_PRIORITIES_SUPPORTED, 1);
+        set(&mut a, attr::GLOBAL_L1_CACHE_SUPPORTED, 1);
+        set(&mut a, attr::LOCAL_L1_CACHE_SUPPORTED, 1);
+        set(&mut a, attr::MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 228 * 1024);
+        set(&mut a, attr::MAX_REGISTERS_PER_MULTIPROCESSOR, 65536);
+        set(&mut a, attr::SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO, 2);
+        set(&mut a, attr::COMPUTE_PREEMPTION_SUPPORTED, 1);
+        set(&mut a, attr::MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 227 * 1024);
+        set(&mut a, attr::MAX_BLOCKS_PER_MULTIPROCESSOR, 32);
+        set(&mut a, attr::RESERVED_SHARED_MEMORY_PER_BLOCK, 1024);
+        set(&mut a, attr::VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 1);
+        let mut uuid = [0u8; 16];
+        uuid[..8].copy_from_slice(b"phos-emu");
+        EmuBackend {
+            properties: DeviceProperties {
+                name: "Phos emulated GPU (CPU)".into(),
+                uuid,
+                luid: [0; 8],
+                luid_device_node_mask: 0,
+                total_global_mem: total_memory,
+                attributes: a,
+            },
+            total_memory,
+            mapped: AtomicU64::new(0),
+            next: AtomicU64::new(1),
+            events: Mutex::new(HashMap::new()),
+            streams: Mutex::new(HashMap::new()),
+            modules: Mutex::new(HashMap::new()),
+            functions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn fresh(&self) -> Raw {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn check_device(&self, device: i32) -> Result<(), CudaError> {
+        if device == 0 { Ok(()) } else { Err(CudaError::InvalidDevice) }
+    }
+
+    fn check_stream(&self, s: StreamRef) -> Result<(), CudaError> {
+        match s {
+            StreamRef::Created(raw) if !self.streams.lock().unwrap().contains_key(&raw) => {
+                Err(CudaError::InvalidResourceHandle)
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// PTX texts of a module image: a fat binary container, or a PTX text on its own.
+fn ptx_of(image: &[u8]) -> Result<Vec<String>, String> {
+    if image.starts_with(&0xBA55_ED50u32.to_le_bytes()) {
+        let fatbin = phos_fatbin::FatBinary::parse(image).map_err(|e| e.to_string())?;
+        let mut out = Vec::new();
+        for entry in fatbin.entries() {
+            let entry = entry.map_err(|e| e.to_string())?;
+            if let phos_fatbin::EntryKind::Ptx = entry.kind
+                && let Some(text) = entry.ptx_text().map_err(|e| e.to_string())?
+            {
+                out.push(text);
+            }
+        }
+        return Ok(out);
+    }
+    let text = std::str::from_utf8(image.split(|&b| b == 0).next().unwrap_or(&[])).map_err(|e| e.to_string())?;
+    if text.contains(".version") { Ok(vec![text.to_string()]) } else { Ok(Vec::new()) }
+}
+
+impl Backend for EmuBackend {
+    fn name(&self) -> &'static str {
+        "emu"
+    }
+
+    fn device_count(&self) -> i32 {
+        1
+    }
+
+    fn device_properties(&self, device: i32) -> Result<DeviceProperties, CudaError> {
+        self.check_device(device)?;
+        Ok(self.properties.clone())
+    }
+
+    fn device_attribute(&self, device: i32, attribute: i32) -> Result<i32, CudaError> {
+        self.check_device(device)?;
+        match usize::try_from(attribute) {
+            Ok(a) if (1..=attr::LAST).contains(&a) => Ok(self.properties.attributes[a]),
+            _ => Err(CudaError::InvalidValue),
+        }
+    }
+
+    fn driver_version(&self) -> i32 {
+        13000
+    }
+
+    fn mem_info(&self, device: i32) -> Result<(u64, u64), CudaError> {
+        self.check_device(device)?;
+        let used = self.mapped.load(Ordering::Relaxed);
+        Ok((self.total_memory.saturating_sub(used), self.total_memory))
+    }
+
+    fn bind(&self, device: i32) -> Result<(), CudaError> {
+        self.check_device(device)
+    }
+
+    fn device_synchronize(&self, device: i32) -> Result<(), CudaError> {
+        self.check_device(device)
+    }
+
+    fn reserve(&self, base: u64, size: u64) -> Result<(), CudaError> {
+        let p = unsafe {
+            libc::mmap(
+                base as *mut libc::c_void,
+                size as usize,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED || p as u64 != base {
+            if p != libc::MAP_FAILED {
+                unsafe { libc::munmap(p, size as usize) };
+            }
+            tracing::error!("cannot reserve the device address range {base:#x}+{size:#x}: {}", std::io::Error::last_os_error());
+            return Err(CudaError::MemoryAllocation);
+        }
+        Ok(())
+    }
+
+    fn granularity(&self, _device: i32) -> u64 {
+        2 << 20
+    }
+
+    fn map(&self, device: i32, addr: u64, size: u64) -> Result<Physical, CudaError> {
+        self.check_device(device)?;
+        if self.mapped.load(Ordering::Relaxed) + size > self.total_memory {
+            return Err(CudaError::MemoryAllocation);
+        }
+        let r = unsafe { libc::mprotect(addr as *mut libc::c_void, size as usize, libc::PROT_READ | libc::PROT_WRITE) };
+        if r != 0 {
+            return Err(CudaError::MemoryAllocation);
+        }
+        self.mapped.fetch_add(size, Ordering::Relaxed);
+        Ok(0)
+    }
+
+    fn unmap(&self, addr: u64, size: u64, _physical: Physical) -> Result<(), CudaError> {
+        debug_assert_eq!(addr % PAGE, 0);
+        unsafe {
+            // Give the pages back and make stray accesses fault.
+            libc::madvise(addr as *mut libc::c_void, size as usize, libc::MADV_DONTNEED);
+            libc::mprotect(addr as *mut libc::c_void, size as usize, libc::PROT_NONE);
+        }
+        self.mapped.fetch_sub(size, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn memcpy_htod(&self, dst: u64, src: &[u8], stream: Option<StreamRef>) -> Result<(), CudaError> {
+        if let Some(s) = stream {
+            self.check_stream(s)?;
+        }
+        // The service checked [dst, dst + len) against the session's mapped memory.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, src.len()) };
+        Ok(())
+    }
+
+    fn memcpy_dtoh(&self, dst: &mut [u8], src: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
+        if let Some(s) = stream {
+            self.check_stream(s)?;
+        }
+        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    fn memcpy_dtod(&self, dst: u64, src: u64, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
+        if let Some(s) = stream {
+            self.check_stream(s)?;
+        }
+        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len as usize) };
+        Ok(())
+    }
+
+    fn memset(&self, dst: u64, value: u8, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
+        if let Some(s) = stream {
+            self.check_stream(s)?;
+        }
+        unsafe { std::ptr::write_bytes(dst as *mut u8, value, len as usize) };
+        Ok(())
+    }
+
+    fn stream_create(&self, device: i32, _flags: u32, _priority: i32) -> Result<Raw, CudaError> {
+        self.check_device(device)?;
+        let raw = self.fresh();
+        self.streams.lock().unwrap().insert(raw, ());
+        Ok(raw)
+    }
+
+    fn stream_destroy(&self, stream: Raw) -> Result<(), CudaError> {
+        self.streams.lock().unwrap().remove(&stream).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
+    }
+
+    fn stream_synchronize(&self, stream: StreamRef) -> Result<(), CudaError> {
+        self.check_stream(stream)
+    }
+
+    fn stream_query(&self, stream: StreamRef) -> Result<bool, CudaError> {
+        self.check_stream(stream).map(|_| true)
+    }
+
+    fn event_create(&self, device: i32, flags: u32) -> Result<Raw, CudaError> {
+        self.check_device(device)?;
+        let raw = self.fresh();
+        self.events.lock().unwrap().insert(raw, Event { flags, recorded: None });
+        Ok(raw)
+    }
+
+    fn event_destroy(&self, event: Raw) -> Result<(), CudaError> {
+        self.events.lock().unwrap().remove(&event).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
+    }
+
+    fn event_record(&self, event: Raw, stream: StreamRef) -> Result<(), CudaError> {
+        self.check_stream(stream)?;
+        let mut events = self.events.lock().unwrap();
+        let e = events.get_mut(&event).ok_or(CudaError::InvalidResourceHandle)?;
+        e.recorded = Some(Instant::now());
+        Ok(())
+    }
+
+    fn event_synchronize(&self, event: Raw) -> Result<(), CudaError> {
+        self.events.lock().unwrap().get(&event).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
+    }
+
+    fn event_query(&self, event: Raw) -> Result<bool, CudaError> {
+        self.events.lock().unwrap().get(&event).map(|_| true).ok_or(CudaError::InvalidResourceHandle)
+    }
+
+    fn event_elapsed(&self, start: Raw, end: Raw) -> Result<f32, CudaError> {
+        let events = self.events.lock().unwrap();
+        let (a, b) = match (events.get(&start), events.get(&end)) {
+            (Some(a), Some(b)) => (a, b),
+            _ => return Err(CudaError::InvalidResourceHandle),
+        };
+        if (a.flags | b.flags) & EVENT_DISABLE_TIMING != 0 {
+            return Err(CudaError::InvalidResourceHandle);
+        }
+        match (a.recorded, b.recorded) {
+            (Some(ta), Some(tb)) => {
+                let ms = if tb >= ta { (tb - ta).as_secs_f64() * 1e3 } else { -((ta - tb).as_secs_f64() * 1e3) };
+                Ok(ms as f32)
+            }
+            _ => Err(CudaError::InvalidResourceHandle),
+        }
+    }
+
+    fn module_load(&self, device: i32, image: &[u8]) -> Result<Raw, CudaError> {
+        self.check_device(device)?;
+        let ptx = ptx_of(image).map_err(|e| {
+            tracing::warn!("emu: cannot read the module image: {e}");
+            CudaError::InvalidKernelImage
+        })?;
+        if ptx.is_empty() {
+            // Only machine code for real GPUs: nothing the emulator can run.
+            return Err(CudaError::NoKernelImageForDevice);
+        }
+        let raw = self.fresh();
+        self.modules.lock().unwrap().insert(raw, Module { ptx });
+        Ok(raw)
+    }
+
+    fn module_unload(&self, module: Raw) -> Result<(), CudaError> {
+        self.modules.lock().unwrap().remove(&module).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
+    }
+
+    fn module_function(&self, module: Raw, name: &str) -> Result<Raw, CudaError> {
+        let modules = self.modules.lock().unwrap();
+        let m = modules.get(&module).ok_or(CudaError::InvalidResourceHandle)?;
+        let needle = format!(".entry {name}");
+        if !m.ptx.iter().any(|t| t.contains(&needle)) {
+            return Err(CudaError::SymbolNotFound);
+        }
+        let raw = self.fresh();
+        self.functions.lock().unwrap().insert(raw, (module, name.to_string()));
+        Ok(raw)
+    }
+
+    fn module_global(&self, module: Raw, name: &str) -> Result<(u64, u64), CudaError> {
+        let modules = self.modules.lock().unwrap();
+        modules.get(&module).ok_or(CudaError::InvalidResourceHandle)?;
+        tracing::warn!("emu: module variable {name} needs the PTX interpreter");
+        Err(CudaError::SymbolNotFound)
+    }
+
+    fn launch(
+        &self,
+        function: Raw,
+        _grid: Dim3,
+        _block: Dim3,
+        _shared_mem: u32,
+        stream: StreamRef,
+        _params: &[u8],
+    ) -> Result<(), CudaError> {
+        self.check_stream(stream)?;
+        let functions = self.functions.lock().unwrap();
+        let (_, name) = functions.get(&function).ok_or(CudaError::InvalidResourceHandle)?;
+        tracing::warn!("emu: cannot run kernel {name}: the PTX interpreter is not part of this build");
+        Err(CudaError::NotSupported)
+    }
+}

@@ -1,0 +1,68 @@
+//! The Phos API server. One server process runs one guest process's calls (its *session*):
+//! [`server`] serves the session's channels, the generated [`dispatch`] checks each request
+//! against the spec, [`service`] gives every function its CUDA semantics on a
+//! [`backend`] (`cuda` on a GPU, `emu` on the CPU), and [`memory`] keeps the session's device
+//! address space at fixed addresses. API objects reach the guest only as virtual
+//! [`handles`].
+
+pub mod backend;
+pub mod handles;
+pub mod memory;
+pub mod server;
+pub mod service;
+
+/// The spec-generated `CudartService` trait and its checked `dispatch`.
+pub mod dispatch {
+    include!(concat!(env!("OUT_DIR"), "/cudart_server.rs"));
+}
+
+use std::sync::Arc;
+
+use backend::Backend;
+
+/// Which backend a server runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Cuda,
+    Emu,
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cuda" => Ok(BackendKind::Cuda),
+            "emu" => Ok(BackendKind::Emu),
+            other => Err(format!("unknown backend `{other}` (cuda or emu)")),
+        }
+    }
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BackendKind::Cuda => "cuda",
+            BackendKind::Emu => "emu",
+        })
+    }
+}
+
+/// Default memory of the emulated device.
+pub const DEFAULT_EMU_MEMORY: u64 = 16 << 30;
+
+/// Create a backend.
+pub fn open_backend(kind: BackendKind, emu_memory: u64) -> Result<Arc<dyn Backend>, String> {
+    Ok(match kind {
+        BackendKind::Cuda => Arc::new(backend::cuda::CudaBackend::new()?),
+        BackendKind::Emu => Arc::new(backend::emu::EmuBackend::new(emu_memory)),
+    })
+}
+
+/// The backend a machine should use when none is named: `cuda` where a GPU answers.
+pub fn detect_backend() -> (BackendKind, String) {
+    match backend::cuda::CudaBackend::probe() {
+        Ok(n) if n > 0 => (BackendKind::Cuda, format!("{n} GPU(s) found")),
+        Ok(_) => (BackendKind::Emu, "the CUDA driver reports no GPU".into()),
+        Err(why) => (BackendKind::Emu, why),
+    }
+}

@@ -1,0 +1,329 @@
+//! The session's device address space. The server reserves one fixed range of device virtual
+//! addresses per session and places every allocation inside it, so a pointer means the same
+//! thing before and after a restore or migration (and pointers stored in device memory stay
+//! valid).
+//!
+//! Physical memory is mapped in blocks of the backend's granularity (2 MiB on current
+//! GPUs): an allocation of at least half a block gets blocks of its own; smaller ones are
+//! carved, 256-byte aligned like `cudaMalloc`'s, out of shared *slab* blocks that are unmapped
+//! when their last allocation is freed.
+//!
+//! The same map answers the question every call from a guest raises: is `[addr, addr + len)`
+//! memory this session may touch?
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use phos_protocol::CudaError;
+
+use crate::backend::{Backend, Physical};
+
+/// `cudaMalloc` returns pointers aligned to at least this.
+pub const ALIGNMENT: u64 = 256;
+
+/// Where sessions' device memory lives by default (96 TiB: clear of where Linux places
+/// mappings, inside both the CPU's and the GPU's 47/49-bit address spaces).
+pub const DEFAULT_BASE: u64 = 0x6000_0000_0000;
+/// Size of the reserved range by default.
+pub const DEFAULT_SIZE: u64 = 1 << 40;
+
+#[derive(Debug)]
+enum BlockKind {
+    /// Backs one large allocation.
+    Whole,
+    /// Shared by small allocations: free runs by offset, and bytes in use.
+    Slab { free: BTreeMap<u64, u64>, used: u64 },
+}
+
+#[derive(Debug)]
+struct Block {
+    len: u64,
+    device: i32,
+    physical: Physical,
+    kind: BlockKind,
+}
+
+/// One `cudaMalloc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allocation {
+    pub addr: u64,
+    pub size: u64,
+    pub device: i32,
+    /// Start of the block it lives in.
+    block: u64,
+    /// Bytes it takes in its block (size rounded up).
+    span: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Unused address ranges: start -> length.
+    holes: BTreeMap<u64, u64>,
+    blocks: BTreeMap<u64, Block>,
+    allocations: BTreeMap<u64, Allocation>,
+    /// Device memory the session may use that the allocator did not hand out (module
+    /// variables): start -> length.
+    external: BTreeMap<u64, u64>,
+    allocated: u64,
+}
+
+pub struct AddressSpace {
+    base: u64,
+    size: u64,
+    inner: Mutex<Inner>,
+}
+
+fn round_up(v: u64, to: u64) -> Option<u64> {
+    v.checked_add(to - 1).map(|x| x / to * to)
+}
+
+fn coalesce_insert(map: &mut BTreeMap<u64, u64>, mut start: u64, mut len: u64) {
+    if let Some((&prev, &plen)) = map.range(..start).next_back()
+        && prev + plen == start
+    {
+        map.remove(&prev);
+        start = prev;
+        len += plen;
+    }
+    if let Some(&nlen) = map.get(&(start + len)) {
+        map.remove(&(start + len));
+        len += nlen;
+    }
+    map.insert(start, len);
+}
+
+/// First fit of `len` bytes aligned to `align` among `holes`; the hole is split.
+fn take_first_fit(holes: &mut BTreeMap<u64, u64>, len: u64, align: u64) -> Option<u64> {
+    let (start, hole_len, at) = holes.iter().find_map(|(&start, &hole_len)| {
+        let at = round_up(start, align)?;
+        (at.checked_add(len)? <= start + hole_len).then_some((start, hole_len, at))
+    })?;
+    holes.remove(&start);
+    if at > start {
+        holes.insert(start, at - start);
+    }
+    let end = at + len;
+    if end < start + hole_len {
+        holes.insert(end, start + hole_len - end);
+    }
+    Some(at)
+}
+
+impl AddressSpace {
+    /// Reserve `[base, base + size)` on the backend.
+    pub fn reserve(backend: &dyn Backend, base: u64, size: u64) -> Result<Self, CudaError> {
+        backend.reserve(base, size)?;
+        let mut inner = Inner::default();
+        inner.holes.insert(base, size);
+        Ok(AddressSpace { base, size, inner: Mutex::new(inner) })
+    }
+
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Bytes currently allocated (as asked for).
+    pub fn allocated(&self) -> u64 {
+        self.inner.lock().unwrap().allocated
+    }
+
+    /// Allocate `size` bytes on `device`; 0 bytes gives the null pointer.
+    pub fn alloc(&self, backend: &dyn Backend, device: i32, size: u64) -> Result<u64, CudaError> {
+        if size == 0 {
+            return Ok(0);
+        }
+        let gran = backend.granularity(device).max(ALIGNMENT);
+        let mut g = self.inner.lock().unwrap();
+        let inner = &mut *g;
+        if size >= gran / 2 {
+            let len = round_up(size, gran).ok_or(CudaError::MemoryAllocation)?;
+            let addr = take_first_fit(&mut inner.holes, len, gran).ok_or(CudaError::MemoryAllocation)?;
+            let physical = match backend.map(device, addr, len) {
+                Ok(p) => p,
+                Err(e) => {
+                    coalesce_insert(&mut inner.holes, addr, len);
+                    return Err(e);
+                }
+            };
+            inner.blocks.insert(addr, Block { len, device, physical, kind: BlockKind::Whole });
+            inner.allocations.insert(addr, Allocation { addr, size, device, block: addr, span: len });
+            inner.allocated += size;
+            return Ok(addr);
+        }
+        let span = round_up(size, ALIGNMENT).expect("small");
+        // First slab of this device with room, else a new one.
+        let mut found = None;
+        for (&start, block) in inner.blocks.iter_mut() {
+            if block.device != device {
+                continue;
+            }
+            if let BlockKind::Slab { free, used } = &mut block.kind
+                && let Some(off) = take_first_fit(free, span, ALIGNMENT)
+            {
+                *used += span;
+                found = Some(start + off);
+                break;
+            }
+        }
+        let addr = match found {
+            Some(a) => a,
+            None => {
+                let start = take_first_fit(&mut inner.holes, gran, gran).ok_or(CudaError::MemoryAllocation)?;
+                let physical = match backend.map(device, start, gran) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        coalesce_insert(&mut inner.holes, start, gran);
+                        return Err(e);
+                    }
+                };
+                let mut free = BTreeMap::new();
+                free.insert(span, gran - span);
+                inner.blocks.insert(start, Block { len: gran, device, physical, kind: BlockKind::Slab { free, used: span } });
+                start
+            }
+        };
+        let block = *inner.blocks.range(..=addr).next_back().expect("allocated inside a block").0;
+        inner.allocations.insert(addr, Allocation { addr, size, device, block, span });
+        inner.allocated += size;
+        Ok(addr)
+    }
+
+    /// Free the allocation that starts at `addr`; returns its size. Anything else is
+    /// `cudaErrorInvalidValue`, as CUDA answers a free of a pointer it did not hand out.
+    pub fn free(&self, backend: &dyn Backend, addr: u64) -> Result<Allocation, CudaError> {
+        let mut g = self.inner.lock().unwrap();
+        let inner = &mut *g;
+        let a = inner.allocations.remove(&addr).ok_or(CudaError::InvalidValue)?;
+        inner.allocated -= a.size;
+        let block = inner.blocks.get_mut(&a.block).expect("allocation's block");
+        let release = match &mut block.kind {
+            BlockKind::Whole => true,
+            BlockKind::Slab { free, used } => {
+                coalesce_insert(free, a.addr - a.block, a.span);
+                *used -= a.span;
+                *used == 0
+            }
+        };
+        if release {
+            let block = inner.blocks.remove(&a.block).expect("block");
+            backend.unmap(a.block, block.len, block.physical)?;
+            coalesce_insert(&mut inner.holes, a.block, block.len);
+        }
+        Ok(a)
+    }
+
+    /// Free everything (device reset, session end). Returns the allocations that were live.
+    pub fn free_all(&self, backend: &dyn Backend, device: Option<i32>) -> Vec<Allocation> {
+        let addrs: Vec<u64> = {
+            let g = self.inner.lock().unwrap();
+            g.allocations.values().filter(|a| device.is_none_or(|d| a.device == d)).map(|a| a.addr).collect()
+        };
+        addrs.into_iter().filter_map(|a| self.free(backend, a).ok()).collect()
+    }
+
+    /// Live allocations, by address.
+    pub fn allocations(&self) -> Vec<Allocation> {
+        self.inner.lock().unwrap().allocations.values().copied().collect()
+    }
+
+    /// The allocation containing `addr`.
+    pub fn allocation_at(&self, addr: u64) -> Option<Allocation> {
+        let g = self.inner.lock().unwrap();
+        let (_, a) = g.allocations.range(..=addr).next_back()?;
+        (addr < a.addr + a.size).then_some(*a)
+    }
+
+    /// Let the session use `[addr, addr + len)` (a module variable).
+    pub fn add_external(&self, addr: u64, len: u64) {
+        if len > 0 {
+            self.inner.lock().unwrap().external.insert(addr, len);
+        }
+    }
+
+    pub fn remove_external(&self, addr: u64) {
+        self.inner.lock().unwrap().external.remove(&addr);
+    }
+
+    /// Is `[addr, addr + len)` inside one allocation (or module variable) of this session?
+    /// A length of 0 asks whether `addr` itself is.
+    pub fn contains(&self, addr: u64, len: u64) -> bool {
+        let Some(end) = addr.checked_add(len.max(1)) else { return false };
+        let g = self.inner.lock().unwrap();
+        let inside = |m: &BTreeMap<u64, u64>| {
+            m.range(..=addr).next_back().is_some_and(|(&start, &size)| end <= start + size)
+        };
+        let in_alloc = g.allocations.range(..=addr).next_back().is_some_and(|(_, a)| end <= a.addr + a.size);
+        in_alloc || inside(&g.external)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::emu::EmuBackend;
+
+    fn space(size: u64) -> (EmuBackend, AddressSpace) {
+        let backend = EmuBackend::new(1 << 30);
+        // A per-test base keeps concurrently running tests out of each other's ranges.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let base = 0x5100_0000_0000 + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) * (1 << 36);
+        let s = AddressSpace::reserve(&backend, base, size).unwrap();
+        (backend, s)
+    }
+
+    #[test]
+    fn small_allocations_share_a_slab_and_are_aligned() {
+        let (b, s) = space(1 << 30);
+        let a = s.alloc(&b, 0, 4).unwrap();
+        let c = s.alloc(&b, 0, 1000).unwrap();
+        assert_eq!(a % ALIGNMENT, 0);
+        assert_eq!(c % ALIGNMENT, 0);
+        assert_eq!(c - a, 256, "second allocation follows the first in the slab");
+        assert!(s.contains(a, 4));
+        assert!(!s.contains(a, 5), "past the end of a 4-byte allocation");
+        assert!(s.contains(c + 999, 1));
+        // Memory is really there (the emulator maps host memory at the device address).
+        unsafe { std::ptr::write_bytes(c as *mut u8, 0xab, 1000) };
+        assert_eq!(s.free(&b, a).unwrap().size, 4);
+        assert!(!s.contains(a, 1));
+        assert!(s.free(&b, a).is_err(), "double free");
+        s.free(&b, c).unwrap();
+        assert_eq!(s.allocated(), 0);
+    }
+
+    #[test]
+    fn large_allocations_get_whole_blocks_and_holes_coalesce() {
+        let (b, s) = space(64 << 20);
+        let x = s.alloc(&b, 0, 5 << 20).unwrap();
+        assert_eq!(x % (2 << 20), 0);
+        let y = s.alloc(&b, 0, 3 << 20).unwrap();
+        s.free(&b, x).unwrap();
+        s.free(&b, y).unwrap();
+        // After both are freed the whole range is one hole again: a 60 MiB allocation fits.
+        let z = s.alloc(&b, 0, 60 << 20).unwrap();
+        assert_eq!(z, s.base());
+        assert!(s.alloc(&b, 0, 8 << 20).is_err(), "range exhausted");
+    }
+
+    #[test]
+    fn interior_pointers_and_foreign_pointers() {
+        let (b, s) = space(1 << 30);
+        let x = s.alloc(&b, 0, 4096).unwrap();
+        assert_eq!(s.free(&b, x + 16).unwrap_err(), CudaError::InvalidValue);
+        assert!(!s.contains(0x1000, 1));
+        assert!(!s.contains(u64::MAX - 3, 8), "overflowing range");
+        s.add_external(0x7000_0000, 64);
+        assert!(s.contains(0x7000_0010, 16));
+        assert!(!s.contains(0x7000_0030, 32));
+    }
+
+    #[test]
+    fn zero_size_is_null() {
+        let (b, s) = space(1 << 30);
+        assert_eq!(s.alloc(&b, 0, 0).unwrap(), 0);
+    }
+}

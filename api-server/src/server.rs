@@ -1,0 +1,181 @@
+//! Channels: each guest thread's connection (through the router) is served by a thread of
+//! its own that decodes frames, runs calls through the generated dispatch and answers.
+//! Anything a guest sends that is not a valid call of the spec gets an error reply and a log
+//! line; a frame that cannot even be framed ends that channel only. The server keeps serving.
+
+use std::os::unix::net::UnixListener;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use phos_protocol::cudart::{self, FunctionId};
+use phos_protocol::frame::{FrameHeader, FrameKind};
+use phos_protocol::handshake::{Attach, Welcome};
+use phos_protocol::transport::{Transport, TransportError, UnixTransport};
+use phos_protocol::{CudaError, Rejection};
+
+use crate::dispatch;
+use crate::service::{CallCx, Session};
+
+pub struct ApiServer {
+    session: Arc<Session>,
+    channels: AtomicU64,
+}
+
+impl ApiServer {
+    pub fn new(session: Arc<Session>) -> Arc<Self> {
+        Arc::new(ApiServer { session, channels: AtomicU64::new(0) })
+    }
+
+    pub fn session(&self) -> &Arc<Session> {
+        &self.session
+    }
+
+    /// Accept channels until the listener fails.
+    pub fn listen(self: &Arc<Self>, listener: UnixListener) {
+        for conn in listener.incoming() {
+            match conn {
+                Ok(stream) => {
+                    let me = self.clone();
+                    std::thread::Builder::new()
+                        .name("phos-channel".into())
+                        .spawn(move || me.serve_channel(Box::new(UnixTransport::new(stream))))
+                        .expect("spawning a channel thread");
+                }
+                Err(e) => {
+                    tracing::error!("accept: {e}");
+                    break;
+                }
+            }
+        }
+    }
+
+    fn refuse(t: &mut dyn Transport, reason: &str) {
+        let mut h = FrameHeader::new(FrameKind::Refused);
+        h.payload_len = reason.len() as u64;
+        let _ = t.send(&h, &[reason.as_bytes()]);
+    }
+
+    /// Serve one channel until it closes.
+    pub fn serve_channel(&self, mut t: Box<dyn Transport>) {
+        let channel = self.channels.fetch_add(1, Ordering::Relaxed) + 1;
+        let session = &self.session;
+        let mut payload = Vec::new();
+        // Handshake: the router attaches the channel to this session.
+        let attach = match t.recv(&mut payload) {
+            Ok(h) if h.kind == FrameKind::Hello => phos_protocol::decode::<Attach>(&payload).map_err(|e| e.to_string()),
+            Ok(h) => Err(format!("expected a Hello frame, got {:?}", h.kind)),
+            Err(e) => Err(e.to_string()),
+        };
+        let attach = match attach {
+            Ok(a) if a.spec_hash != cudart::SPEC_HASH => {
+                Err(format!("spec mismatch: guest {:016x}, server {:016x}", a.spec_hash, cudart::SPEC_HASH))
+            }
+            Ok(a) if a.session != session.id => Err(format!("channel for session {} reached session {}", a.session, session.id)),
+            other => other,
+        };
+        let attach = match attach {
+            Ok(a) => a,
+            Err(reason) => {
+                tracing::warn!(session = session.id, channel, "refused a channel: {reason}");
+                Self::refuse(t.as_mut(), &reason);
+                return;
+            }
+        };
+        tracing::debug!(session = session.id, channel, tenant = %attach.tenant, abi = attach.abi_major, "channel open");
+        let welcome = Welcome {
+            session: session.id,
+            token: [0; 16],
+            backend: session.backend().name().to_string(),
+            device_base: session.memory().base(),
+            device_size: session.memory().size(),
+            device_count: session.backend().device_count(),
+        };
+        let w = phos_protocol::encode(&welcome);
+        let mut h = FrameHeader::new(FrameKind::Welcome);
+        h.session = session.id;
+        h.payload_len = w.len() as u64;
+        if t.send(&h, &[&w]).is_err() {
+            return;
+        }
+
+        let mut out = Vec::new();
+        loop {
+            let h = match t.recv(&mut payload) {
+                Ok(h) => h,
+                Err(TransportError::Closed) => break,
+                Err(e) => {
+                    // The stream cannot be re-synchronised after a bad frame: end this channel.
+                    tracing::warn!(session = session.id, channel, "malformed frame, closing the channel: {e}");
+                    Self::refuse(t.as_mut(), &format!("malformed frame: {e}"));
+                    break;
+                }
+            };
+            out.clear();
+            let status = if h.kind != FrameKind::Call {
+                tracing::warn!(session = session.id, channel, "unexpected {:?} frame", h.kind);
+                CudaError::InvalidValue.0
+            } else if h.session != session.id {
+                tracing::warn!(session = session.id, channel, "call for session {} on this channel", h.session);
+                CudaError::InvalidValue.0
+            } else {
+                match FunctionId::from_u32(h.function) {
+                    None => {
+                        tracing::warn!(session = session.id, channel, "unknown function id {}", h.function);
+                        CudaError::InvalidValue.0
+                    }
+                    Some(id) => match self.call(id, h.device, &payload, &mut out) {
+                        Ok(()) => cudart::SUCCESS,
+                        Err(e) => {
+                            out.clear();
+                            e.0
+                        }
+                    },
+                }
+            };
+            let mut r = FrameHeader::new(FrameKind::Reply);
+            r.function = h.function;
+            r.session = session.id;
+            r.call_id = h.call_id;
+            r.status = status;
+            r.payload_len = out.len() as u64;
+            if let Err(e) = t.send(&r, &[&out]) {
+                tracing::debug!(session = session.id, channel, "channel closed while replying: {e}");
+                break;
+            }
+        }
+        tracing::debug!(session = session.id, channel, "channel closed");
+    }
+
+    /// Run one call on this session.
+    pub fn call(&self, id: FunctionId, device: i32, payload: &[u8], out: &mut Vec<u8>) -> Result<(), CudaError> {
+        let session = &self.session;
+        if let Some(e) = session.sticky_error() {
+            return Err(e);
+        }
+        if device < 0 || device >= session.backend().device_count() {
+            tracing::warn!(session = session.id, "{}: call names device {device}", id.name());
+            return Err(CudaError::InvalidDevice);
+        }
+        session.backend().bind(device)?;
+        let cx = CallCx { device };
+        let result = catch_unwind(AssertUnwindSafe(|| dispatch::dispatch(session.as_ref(), &cx, id, payload, out)));
+        match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(rejection)) => {
+                let code = rejection.code();
+                match &rejection {
+                    Rejection::Failed(_) => tracing::debug!(session = session.id, "{}: {rejection}", id.name()),
+                    r if r.is_guest_fault() => tracing::warn!(session = session.id, "{}: {rejection}", id.name()),
+                    _ => tracing::error!(session = session.id, "{}: {rejection}", id.name()),
+                }
+                session.note_error(code);
+                Err(code)
+            }
+            Err(_) => {
+                tracing::error!(session = session.id, "{}: internal error (panic)", id.name());
+                Err(CudaError::Unknown)
+            }
+        }
+    }
+}

@@ -1,0 +1,477 @@
+//! The semantics of every remote function, on top of a [`Backend`]: the hand-written half of
+//! the spec-generated `CudartService` trait. By the time a method here runs, the generated
+//! dispatch has decoded the request and checked its preconditions, buffer sizes, argument
+//! shapes and device ranges; what is left is to translate virtual handles, apply CUDA's rules
+//! and call the backend.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use phos_protocol::{CudaError, Ptr};
+use phos_protocol::cudart::*;
+use phos_protocol::types::Dim3;
+use sha2::{Digest, Sha256};
+
+use crate::backend::{Backend, Raw, StreamRef};
+use crate::dispatch::CudartService;
+use crate::handles::HandleTable;
+use crate::memory::AddressSpace;
+
+/// Per-call context: which device the calling thread has current.
+#[derive(Debug, Clone, Copy)]
+pub struct CallCx {
+    pub device: i32,
+}
+
+struct Stream {
+    raw: Raw,
+}
+
+struct Event {
+    raw: Raw,
+}
+
+struct Module {
+    raw: Raw,
+    device: i32,
+    digest: [u8; 32],
+    /// Module variables registered as device memory the session may use.
+    globals: Vec<u64>,
+}
+
+struct Function {
+    raw: Raw,
+    module: u64,
+}
+
+/// One guest process's state on the server.
+pub struct Session {
+    pub id: u64,
+    backend: Arc<dyn Backend>,
+    memory: AddressSpace,
+    streams: Mutex<HandleTable<Stream>>,
+    events: Mutex<HandleTable<Event>>,
+    modules: Mutex<HandleTable<Module>>,
+    functions: Mutex<HandleTable<Function>>,
+    /// Loaded modules by (device, content digest), so each is loaded once.
+    module_index: Mutex<HashMap<(i32, [u8; 32]), u64>>,
+    /// Once a kernel has corrupted the context, every call reports this error.
+    sticky: AtomicI32,
+    max_reply: u64,
+}
+
+/// Stream flags CUDA defines (`cudaStreamNonBlocking`).
+const STREAM_FLAGS: u32 = 0x1;
+/// Event flags CUDA defines (blocking sync, disable timing, interprocess).
+const EVENT_FLAGS: u32 = 0x1 | 0x2 | 0x4;
+
+impl Session {
+    /// A session whose device memory lives in `[base, base + size)`.
+    pub fn new(id: u64, backend: Arc<dyn Backend>, base: u64, size: u64, max_reply: u64) -> Result<Self, CudaError> {
+        let memory = AddressSpace::reserve(backend.as_ref(), base, size)?;
+        Ok(Session {
+            id,
+            backend,
+            memory,
+            streams: Mutex::new(HandleTable::new(HandleKind::Stream)),
+            events: Mutex::new(HandleTable::new(HandleKind::Event)),
+            modules: Mutex::new(HandleTable::new(HandleKind::Module)),
+            functions: Mutex::new(HandleTable::new(HandleKind::Function)),
+            module_index: Mutex::new(HashMap::new()),
+            sticky: AtomicI32::new(0),
+            max_reply,
+        })
+    }
+
+    pub fn backend(&self) -> &dyn Backend {
+        self.backend.as_ref()
+    }
+
+    pub fn memory(&self) -> &AddressSpace {
+        &self.memory
+    }
+
+    /// The sticky error, if the context is corrupted.
+    pub fn sticky_error(&self) -> Option<CudaError> {
+        match self.sticky.load(Ordering::Relaxed) {
+            0 => None,
+            e => Some(CudaError(e)),
+        }
+    }
+
+    /// Remember a sticky error reported by the backend.
+    pub fn note_error(&self, e: CudaError) {
+        if e.is_sticky() {
+            self.sticky.store(e.0, Ordering::Relaxed);
+        }
+    }
+
+    fn check_device(&self, device: i32) -> Result<(), CudaError> {
+        if device < 0 || device >= self.backend.device_count() { Err(CudaError::InvalidDevice) } else { Ok(()) }
+    }
+
+    /// The backend stream behind a guest's stream value (0, `cudaStreamLegacy`,
+    /// `cudaStreamPerThread`, or a handle).
+    fn stream(&self, handle: u64) -> Result<StreamRef, CudaError> {
+        match handle {
+            0 | 1 => Ok(StreamRef::Legacy),
+            2 => Ok(StreamRef::PerThread),
+            h => Ok(StreamRef::Created(self.streams.lock().unwrap().get(h)?.raw)),
+        }
+    }
+
+    fn event(&self, handle: u64) -> Result<Raw, CudaError> {
+        Ok(self.events.lock().unwrap().get(handle)?.raw)
+    }
+
+    /// Copy between the kinds of memory a `cudaMemcpy` family call names.
+    fn copy(&self, dst: &Ptr<'_>, src: &Ptr<'_>, count: u64, stream: Option<StreamRef>) -> Result<Option<Vec<u8>>, CudaError> {
+        let b = self.backend.as_ref();
+        match (dst, src) {
+            (Ptr::Device(d), Ptr::In(bytes)) => b.memcpy_htod(*d, bytes, stream).map(|_| None),
+            (Ptr::Out(_), Ptr::Device(s)) => {
+                let mut out = reply_buffer(count)?;
+                b.memcpy_dtoh(&mut out, *s, stream)?;
+                Ok(Some(out))
+            }
+            (Ptr::Device(d), Ptr::Device(s)) => b.memcpy_dtod(*d, *s, count, stream).map(|_| None),
+            (Ptr::Out(_), Ptr::In(bytes)) => {
+                // Host to host: ordered after the stream's work, like CUDA's.
+                if let Some(s) = stream {
+                    b.stream_synchronize(s)?;
+                }
+                Ok(Some(bytes.to_vec()))
+            }
+            _ => Err(CudaError::InvalidValue),
+        }
+    }
+
+    /// CUDA refuses launch configurations the device cannot run before anything starts.
+    fn check_launch(&self, device: i32, grid: Dim3, block: Dim3, shared: u32) -> Result<(), CudaError> {
+        let a = |n| self.backend.device_attribute(device, n);
+        let zero = grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 || block.z == 0;
+        let too_big = block.volume() > a(1)? as u64
+            || i64::from(block.x) > i64::from(a(2)?)
+            || i64::from(block.y) > i64::from(a(3)?)
+            || i64::from(block.z) > i64::from(a(4)?)
+            || i64::from(grid.x) > i64::from(a(5)?)
+            || i64::from(grid.y) > i64::from(a(6)?)
+            || i64::from(grid.z) > i64::from(a(7)?);
+        if zero || too_big {
+            return Err(CudaError::InvalidConfiguration);
+        }
+        // Dynamic shared memory beyond what a block may opt in to.
+        if i64::from(shared) > i64::from(a(97)?.max(a(8)?)) {
+            return Err(CudaError::InvalidValue);
+        }
+        Ok(())
+    }
+
+    /// Destroy every object of the session (device reset, session end).
+    pub fn release_all(&self) {
+        let b = self.backend.as_ref();
+        for (_, s) in self.streams.lock().unwrap().drain() {
+            let _ = b.stream_destroy(s.raw);
+        }
+        for (_, e) in self.events.lock().unwrap().drain() {
+            let _ = b.event_destroy(e.raw);
+        }
+        self.functions.lock().unwrap().drain();
+        for (_, m) in self.modules.lock().unwrap().drain() {
+            for g in m.globals {
+                self.memory.remove_external(g);
+            }
+            let _ = b.module_unload(m.raw);
+        }
+        self.module_index.lock().unwrap().clear();
+        self.memory.free_all(b, None);
+    }
+}
+
+/// A reply buffer, refusing sizes the host cannot provide instead of aborting.
+fn reply_buffer(len: u64) -> Result<Vec<u8>, CudaError> {
+    let len = usize::try_from(len).map_err(|_| CudaError::InvalidValue)?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| CudaError::MemoryAllocation)?;
+    v.resize(len, 0);
+    Ok(v)
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.release_all();
+    }
+}
+
+impl CudartService for Session {
+    type Cx = CallCx;
+
+    fn check_device_range(&self, _cx: &CallCx, addr: u64, len: u64, null_ok: bool) -> Result<(), CudaError> {
+        if addr == 0 && null_ok {
+            return Ok(());
+        }
+        if self.memory.contains(addr, len) { Ok(()) } else { Err(CudaError::InvalidValue) }
+    }
+
+    fn max_reply_bytes(&self) -> u64 {
+        self.max_reply
+    }
+
+    fn cuda_get_device_count(&self, _: &CallCx, _: CudaGetDeviceCountRequest) -> Result<CudaGetDeviceCountReply, CudaError> {
+        match self.backend.device_count() {
+            0 => Err(CudaError::NoDevice),
+            n => Ok(CudaGetDeviceCountReply { count: n }),
+        }
+    }
+
+    fn cuda_get_device_properties(
+        &self,
+        _: &CallCx,
+        req: CudaGetDevicePropertiesRequest,
+    ) -> Result<CudaGetDevicePropertiesReply, CudaError> {
+        self.check_device(req.device)?;
+        Ok(CudaGetDevicePropertiesReply { prop: self.backend.device_properties(req.device)? })
+    }
+
+    fn cuda_get_device_properties_v2(
+        &self,
+        _: &CallCx,
+        req: CudaGetDevicePropertiesV2Request,
+    ) -> Result<CudaGetDevicePropertiesV2Reply, CudaError> {
+        self.check_device(req.device)?;
+        Ok(CudaGetDevicePropertiesV2Reply { prop: self.backend.device_properties(req.device)? })
+    }
+
+    fn cuda_device_get_attribute(
+        &self,
+        _: &CallCx,
+        req: CudaDeviceGetAttributeRequest,
+    ) -> Result<CudaDeviceGetAttributeReply, CudaError> {
+        self.check_device(req.device)?;
+        Ok(CudaDeviceGetAttributeReply { value: self.backend.device_attribute(req.device, req.attr)? })
+    }
+
+    fn cuda_device_synchronize(&self, cx: &CallCx, _: CudaDeviceSynchronizeRequest) -> Result<CudaDeviceSynchronizeReply, CudaError> {
+        self.backend.device_synchronize(cx.device)?;
+        Ok(CudaDeviceSynchronizeReply {})
+    }
+
+    fn cuda_device_reset(&self, cx: &CallCx, _: CudaDeviceResetRequest) -> Result<CudaDeviceResetReply, CudaError> {
+        let _ = self.backend.device_synchronize(cx.device);
+        self.release_all();
+        self.sticky.store(0, Ordering::Relaxed);
+        Ok(CudaDeviceResetReply {})
+    }
+
+    fn cuda_driver_get_version(&self, _: &CallCx, _: CudaDriverGetVersionRequest) -> Result<CudaDriverGetVersionReply, CudaError> {
+        Ok(CudaDriverGetVersionReply { driverVersion: self.backend.driver_version() })
+    }
+
+    fn cuda_malloc(&self, cx: &CallCx, req: CudaMallocRequest) -> Result<CudaMallocReply, CudaError> {
+        let addr = self.memory.alloc(self.backend.as_ref(), cx.device, req.size)?;
+        Ok(CudaMallocReply { devPtr: addr })
+    }
+
+    fn cuda_free(&self, cx: &CallCx, req: CudaFreeRequest) -> Result<CudaFreeReply, CudaError> {
+        if req.devPtr == 0 {
+            return Ok(CudaFreeReply {});
+        }
+        // cudaFree waits for the device: work in flight may still use the memory.
+        self.backend.device_synchronize(cx.device)?;
+        self.memory.free(self.backend.as_ref(), req.devPtr)?;
+        Ok(CudaFreeReply {})
+    }
+
+    fn cuda_memcpy(&self, _: &CallCx, req: CudaMemcpyRequest<'_>) -> Result<CudaMemcpyReply, CudaError> {
+        Ok(CudaMemcpyReply { dst: self.copy(&req.dst, &req.src, req.count, None)? })
+    }
+
+    fn cuda_memcpy_async(&self, _: &CallCx, req: CudaMemcpyAsyncRequest<'_>) -> Result<CudaMemcpyAsyncReply, CudaError> {
+        let stream = self.stream(req.stream)?;
+        Ok(CudaMemcpyAsyncReply { dst: self.copy(&req.dst, &req.src, req.count, Some(stream))? })
+    }
+
+    fn cuda_memset(&self, _: &CallCx, req: CudaMemsetRequest) -> Result<CudaMemsetReply, CudaError> {
+        // CUDA sets each byte to the value's low byte.
+        self.backend.memset(req.devPtr, req.value as u8, req.count, None)?;
+        Ok(CudaMemsetReply {})
+    }
+
+    fn cuda_memset_async(&self, _: &CallCx, req: CudaMemsetAsyncRequest) -> Result<CudaMemsetAsyncReply, CudaError> {
+        let stream = self.stream(req.stream)?;
+        self.backend.memset(req.devPtr, req.value as u8, req.count, Some(stream))?;
+        Ok(CudaMemsetAsyncReply {})
+    }
+
+    fn cuda_mem_get_info(&self, cx: &CallCx, _: CudaMemGetInfoRequest) -> Result<CudaMemGetInfoReply, CudaError> {
+        let (free, total) = self.backend.mem_info(cx.device)?;
+        Ok(CudaMemGetInfoReply { free, total })
+    }
+
+    fn cuda_memcpy_to_symbol(
+        &self,
+        _: &CallCx,
+        req: CudaMemcpyToSymbolRequest<'_>,
+    ) -> Result<CudaMemcpyToSymbolReply, CudaError> {
+        let dst = Ptr::Device(req.symbol_base + req.offset);
+        self.copy(&dst, &req.src, req.count, None)?;
+        Ok(CudaMemcpyToSymbolReply {})
+    }
+
+    fn cuda_memcpy_from_symbol(
+        &self,
+        _: &CallCx,
+        req: CudaMemcpyFromSymbolRequest<'_>,
+    ) -> Result<CudaMemcpyFromSymbolReply, CudaError> {
+        let src = Ptr::Device(req.symbol_base + req.offset);
+        Ok(CudaMemcpyFromSymbolReply { dst: self.copy(&req.dst, &src, req.count, None)? })
+    }
+
+    fn cuda_stream_create(&self, cx: &CallCx, _: CudaStreamCreateRequest) -> Result<CudaStreamCreateReply, CudaError> {
+        let raw = self.backend.stream_create(cx.device, 0, 0)?;
+        Ok(CudaStreamCreateReply { pStream: self.streams.lock().unwrap().insert(Stream { raw }) })
+    }
+
+    fn cuda_stream_create_with_flags(
+        &self,
+        cx: &CallCx,
+        req: CudaStreamCreateWithFlagsRequest,
+    ) -> Result<CudaStreamCreateWithFlagsReply, CudaError> {
+        if req.flags & !STREAM_FLAGS != 0 {
+            return Err(CudaError::InvalidValue);
+        }
+        let raw = self.backend.stream_create(cx.device, req.flags, 0)?;
+        Ok(CudaStreamCreateWithFlagsReply { pStream: self.streams.lock().unwrap().insert(Stream { raw }) })
+    }
+
+    fn cuda_stream_destroy(&self, _: &CallCx, req: CudaStreamDestroyRequest) -> Result<CudaStreamDestroyReply, CudaError> {
+        let s = self.streams.lock().unwrap().remove(req.stream)?;
+        self.backend.stream_destroy(s.raw)?;
+        Ok(CudaStreamDestroyReply {})
+    }
+
+    fn cuda_stream_synchronize(
+        &self,
+        _: &CallCx,
+        req: CudaStreamSynchronizeRequest,
+    ) -> Result<CudaStreamSynchronizeReply, CudaError> {
+        let s = self.stream(req.stream)?;
+        self.backend.stream_synchronize(s)?;
+        Ok(CudaStreamSynchronizeReply {})
+    }
+
+    fn cuda_stream_query(&self, _: &CallCx, req: CudaStreamQueryRequest) -> Result<CudaStreamQueryReply, CudaError> {
+        let s = self.stream(req.stream)?;
+        if self.backend.stream_query(s)? { Ok(CudaStreamQueryReply {}) } else { Err(CudaError::NotReady) }
+    }
+
+    fn cuda_event_create(&self, cx: &CallCx, _: CudaEventCreateRequest) -> Result<CudaEventCreateReply, CudaError> {
+        let raw = self.backend.event_create(cx.device, 0)?;
+        Ok(CudaEventCreateReply { event: self.events.lock().unwrap().insert(Event { raw }) })
+    }
+
+    fn cuda_event_create_with_flags(
+        &self,
+        cx: &CallCx,
+        req: CudaEventCreateWithFlagsRequest,
+    ) -> Result<CudaEventCreateWithFlagsReply, CudaError> {
+        if req.flags & !EVENT_FLAGS != 0 {
+            return Err(CudaError::InvalidValue);
+        }
+        let raw = self.backend.event_create(cx.device, req.flags)?;
+        Ok(CudaEventCreateWithFlagsReply { event: self.events.lock().unwrap().insert(Event { raw }) })
+    }
+
+    fn cuda_event_record(&self, _: &CallCx, req: CudaEventRecordRequest) -> Result<CudaEventRecordReply, CudaError> {
+        let e = self.event(req.event)?;
+        let s = self.stream(req.stream)?;
+        self.backend.event_record(e, s)?;
+        Ok(CudaEventRecordReply {})
+    }
+
+    fn cuda_event_synchronize(&self, _: &CallCx, req: CudaEventSynchronizeRequest) -> Result<CudaEventSynchronizeReply, CudaError> {
+        self.backend.event_synchronize(self.event(req.event)?)?;
+        Ok(CudaEventSynchronizeReply {})
+    }
+
+    fn cuda_event_query(&self, _: &CallCx, req: CudaEventQueryRequest) -> Result<CudaEventQueryReply, CudaError> {
+        if self.backend.event_query(self.event(req.event)?)? { Ok(CudaEventQueryReply {}) } else { Err(CudaError::NotReady) }
+    }
+
+    fn cuda_event_elapsed_time(
+        &self,
+        _: &CallCx,
+        req: CudaEventElapsedTimeRequest,
+    ) -> Result<CudaEventElapsedTimeReply, CudaError> {
+        let (a, b) = (self.event(req.start)?, self.event(req.end)?);
+        Ok(CudaEventElapsedTimeReply { ms: self.backend.event_elapsed(a, b)? })
+    }
+
+    fn cuda_event_destroy(&self, _: &CallCx, req: CudaEventDestroyRequest) -> Result<CudaEventDestroyReply, CudaError> {
+        let e = self.events.lock().unwrap().remove(req.event)?;
+        self.backend.event_destroy(e.raw)?;
+        Ok(CudaEventDestroyReply {})
+    }
+
+    fn phos_module_load(&self, cx: &CallCx, req: PhosModuleLoadRequest<'_>) -> Result<PhosModuleLoadReply, CudaError> {
+        // The digest names the module for sharing; never trust the guest's word for it.
+        let digest: [u8; 32] = Sha256::digest(req.image).into();
+        if digest.as_slice() != req.digest {
+            return Err(CudaError::InvalidValue);
+        }
+        let mut index = self.module_index.lock().unwrap();
+        if let Some(&h) = index.get(&(cx.device, digest)) {
+            return Ok(PhosModuleLoadReply { module: h });
+        }
+        let raw = self.backend.module_load(cx.device, req.image)?;
+        let h = self.modules.lock().unwrap().insert(Module { raw, device: cx.device, digest, globals: Vec::new() });
+        index.insert((cx.device, digest), h);
+        Ok(PhosModuleLoadReply { module: h })
+    }
+
+    fn phos_module_unload(&self, _: &CallCx, req: PhosModuleUnloadRequest) -> Result<PhosModuleUnloadReply, CudaError> {
+        let m = self.modules.lock().unwrap().remove(req.module)?;
+        self.module_index.lock().unwrap().remove(&(m.device, m.digest));
+        self.functions.lock().unwrap().retain(|f| f.module != req.module);
+        for g in &m.globals {
+            self.memory.remove_external(*g);
+        }
+        self.backend.module_unload(m.raw)?;
+        Ok(PhosModuleUnloadReply {})
+    }
+
+    fn phos_module_get_function(
+        &self,
+        _: &CallCx,
+        req: PhosModuleGetFunctionRequest<'_>,
+    ) -> Result<PhosModuleGetFunctionReply, CudaError> {
+        let module_raw = self.modules.lock().unwrap().get(req.module)?.raw;
+        let raw = self.backend.module_function(module_raw, req.name)?;
+        let h = self.functions.lock().unwrap().insert(Function { raw, module: req.module });
+        Ok(PhosModuleGetFunctionReply { function: h })
+    }
+
+    fn phos_module_get_global(
+        &self,
+        _: &CallCx,
+        req: PhosModuleGetGlobalRequest<'_>,
+    ) -> Result<PhosModuleGetGlobalReply, CudaError> {
+        let mut modules = self.modules.lock().unwrap();
+        let m = modules.get_mut(req.module)?;
+        let (addr, bytes) = self.backend.module_global(m.raw, req.name)?;
+        self.memory.add_external(addr, bytes);
+        if !m.globals.contains(&addr) {
+            m.globals.push(addr);
+        }
+        Ok(PhosModuleGetGlobalReply { address: addr, bytes })
+    }
+
+    fn phos_launch_kernel(&self, cx: &CallCx, req: PhosLaunchKernelRequest<'_>) -> Result<PhosLaunchKernelReply, CudaError> {
+        let raw = self.functions.lock().unwrap().get(req.function)?.raw;
+        let stream = self.stream(req.stream)?;
+        self.check_launch(cx.device, req.grid, req.block, req.sharedMem)?;
+        self.backend.launch(raw, req.grid, req.block, req.sharedMem, stream, req.params)?;
+        Ok(PhosLaunchKernelReply {})
+    }
+}

@@ -1,0 +1,54 @@
+//! Page-locked host memory (`cudaMallocHost`, `cudaHostAlloc`): it belongs to the guest
+//! process, so it is allocated here. The table lets `cudaFreeHost` refuse pointers it did not
+//! hand out, as CUDA does.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+use phos_protocol::CudaError;
+
+/// `cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined`
+const KNOWN_FLAGS: u32 = 0x1 | 0x2 | 0x4;
+
+static ALLOCATIONS: Mutex<Option<HashMap<usize, (usize, u32)>>> = Mutex::new(None);
+
+/// Allocate `size` bytes of page-aligned host memory.
+pub fn alloc(size: usize, flags: u32) -> Result<*mut c_void, CudaError> {
+    if flags & !KNOWN_FLAGS != 0 {
+        return Err(CudaError::InvalidValue);
+    }
+    if size == 0 {
+        return Ok(std::ptr::null_mut());
+    }
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
+    if p == libc::MAP_FAILED {
+        return Err(CudaError::MemoryAllocation);
+    }
+    ALLOCATIONS.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(p as usize, (size, flags));
+    Ok(p)
+}
+
+/// Free what [`alloc`] returned; a null pointer is a no-op.
+pub fn free(p: *mut c_void) -> Result<(), CudaError> {
+    if p.is_null() {
+        return Ok(());
+    }
+    let entry = ALLOCATIONS.lock().unwrap_or_else(|e| e.into_inner()).as_mut().and_then(|m| m.remove(&(p as usize)));
+    match entry {
+        Some((size, _)) => {
+            unsafe { libc::munmap(p, size) };
+            Ok(())
+        }
+        None => Err(CudaError::InvalidValue),
+    }
+}
+
+/// Size and flags of the allocation containing `p`, if it is page-locked memory of ours.
+pub fn lookup(p: *const c_void) -> Option<(usize, usize, u32)> {
+    let addr = p as usize;
+    let g = ALLOCATIONS.lock().unwrap_or_else(|e| e.into_inner());
+    g.as_ref()?.iter().find(|(base, (size, _))| addr >= **base && addr - **base < *size).map(|(b, (s, f))| (*b, *s, *f))
+}

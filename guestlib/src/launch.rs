@@ -1,0 +1,98 @@
+//! Kernel launches: the `<<<...>>>` configuration stack nvcc pushes and pops around each
+//! launch, and packing `void **args` into the kernel's parameter buffer.
+
+use std::cell::RefCell;
+use std::ffi::c_void;
+
+use phos_protocol::CudaError;
+use phos_protocol::cudart::PhosLaunchKernelRequest;
+use phos_protocol::types::Dim3;
+
+use crate::{registry, runtime};
+
+/// `cudaStreamPerThread`: what stream 0 means for code built with per-thread default streams.
+pub const STREAM_PER_THREAD: u64 = 2;
+
+#[derive(Clone, Copy)]
+struct LaunchConfig {
+    grid: Dim3,
+    block: Dim3,
+    shared_mem: usize,
+    stream: *mut c_void,
+}
+
+thread_local! {
+    static CONFIGS: RefCell<Vec<LaunchConfig>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `__cudaPushCallConfiguration`.
+pub fn push_config(grid: Dim3, block: Dim3, shared_mem: usize, stream: *mut c_void) {
+    CONFIGS.with(|c| c.borrow_mut().push(LaunchConfig { grid, block, shared_mem, stream }));
+}
+
+/// `__cudaPopCallConfiguration`.
+///
+/// # Safety
+/// Each out pointer must be writable (nvcc passes locals).
+pub unsafe fn pop_config(grid: *mut Dim3, block: *mut Dim3, shared_mem: *mut usize, stream: *mut c_void) -> Result<(), CudaError> {
+    let cfg = CONFIGS.with(|c| c.borrow_mut().pop()).ok_or(CudaError::InvalidConfiguration)?;
+    unsafe {
+        if !grid.is_null() {
+            *grid = cfg.grid;
+        }
+        if !block.is_null() {
+            *block = cfg.block;
+        }
+        if !shared_mem.is_null() {
+            *shared_mem = cfg.shared_mem;
+        }
+        if !stream.is_null() {
+            *(stream as *mut *mut c_void) = cfg.stream;
+        }
+    }
+    Ok(())
+}
+
+/// Launch the kernel registered for host stub `func`.
+///
+/// # Safety
+/// `args` must hold one pointer per kernel parameter, each to a value of the parameter's size.
+pub unsafe fn launch(
+    func: *const c_void,
+    grid: Dim3,
+    block: Dim3,
+    args: *mut *mut c_void,
+    shared_mem: usize,
+    stream: *mut c_void,
+    per_thread_default_stream: bool,
+) -> Result<(), CudaError> {
+    let kernel = registry::kernel(func).ok_or(CudaError::InvalidDeviceFunction)?;
+    let function = kernel.remote()?;
+    let layout = kernel.layout()?;
+    let mut params = vec![0u8; layout.buffer_size];
+    if !layout.params.is_empty() && args.is_null() {
+        return Err(CudaError::InvalidValue);
+    }
+    for (i, &(offset, size)) in layout.params.iter().enumerate() {
+        let src = unsafe { *args.add(i) } as *const u8;
+        if src.is_null() || offset + size > params.len() {
+            return Err(CudaError::InvalidValue);
+        }
+        unsafe { std::ptr::copy_nonoverlapping(src, params.as_mut_ptr().add(offset), size) };
+    }
+    let stream = match stream as u64 {
+        0 if per_thread_default_stream => STREAM_PER_THREAD,
+        s => s,
+    };
+    let shared_mem = u32::try_from(shared_mem).map_err(|_| CudaError::InvalidValue)?;
+    runtime::call(&PhosLaunchKernelRequest {
+        function,
+        grid,
+        block,
+        sharedMem: shared_mem,
+        stream,
+        params: &params,
+        paramSize: params.len() as u64,
+    })?;
+    Ok(())
+}

@@ -1,0 +1,18 @@
+//! Logging from inside an application: `tracing` to stderr, filtered by `PHOS_LOG`
+//! (default `warn`), installed only if the process has no subscriber of its own.
+
+use std::sync::Once;
+
+pub fn init() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        let filter = tracing_subscriber::EnvFilter::try_from_env("PHOS_LOG")
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_target(false)
+            .without_time()
+            .try_init();
+    });
+}

@@ -1,0 +1,324 @@
+//! The guest runtime: the channel each host thread uses to reach the API server, the generic
+//! call path the generated stubs go through, and the per-thread state CUDA defines (last
+//! error, current device).
+//!
+//! A process is one **session**; each host thread that calls CUDA opens its own **channel**
+//! (connection) to the router, so a thread blocked in `cudaStreamSynchronize` never holds up
+//! another thread's calls. The first channel creates the session; the others join it with the
+//! session token.
+
+use std::cell::{Cell, RefCell};
+use std::ffi::{CStr, c_char};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use phos_protocol::cudart::{self, FunctionId};
+use phos_protocol::frame::{FrameHeader, FrameKind};
+use phos_protocol::handshake::{Hello, Welcome};
+use phos_protocol::transport::{Endpoint, Transport};
+use phos_protocol::{CudaError, RemoteCall};
+
+/// What the process learned when its session was opened.
+#[derive(Debug)]
+pub struct Session {
+    pub id: u64,
+    pub token: [u8; 16],
+    pub backend: String,
+    /// Every device allocation of the session lies in `[device_base, device_base + device_size)`.
+    pub device_base: u64,
+    pub device_size: u64,
+    pub device_count: i32,
+    pid: u32,
+}
+
+impl Session {
+    pub fn contains(&self, addr: u64) -> bool {
+        addr >= self.device_base && addr - self.device_base < self.device_size
+    }
+}
+
+struct Channel {
+    transport: Box<dyn Transport>,
+    session: Arc<Session>,
+    next_call: u64,
+    request: Vec<u8>,
+    reply: Vec<u8>,
+}
+
+thread_local! {
+    static CHANNEL: RefCell<Option<Channel>> = const { RefCell::new(None) };
+    static LAST_ERROR: Cell<i32> = const { Cell::new(0) };
+    static CURRENT_DEVICE: Cell<i32> = const { Cell::new(0) };
+}
+
+/// The session of this process (`None` until the first call, or after a fork).
+static SESSION: Mutex<Option<Arc<Session>>> = Mutex::new(None);
+/// A sticky error: once the context is corrupted, every call reports it.
+static STICKY: AtomicI32 = AtomicI32::new(0);
+/// Calls made by this process (for diagnostics).
+static CALLS: AtomicU64 = AtomicU64::new(0);
+
+fn endpoint() -> Result<Endpoint, CudaError> {
+    let text = std::env::var("PHOS_ENDPOINT").unwrap_or_else(|_| default_endpoint());
+    Endpoint::parse(&text).map_err(|e| {
+        tracing::error!("PHOS_ENDPOINT: {e}");
+        CudaError::NoDevice
+    })
+}
+
+/// Where `phosctl serve` listens by default.
+pub fn default_endpoint() -> String {
+    match std::env::var("XDG_RUNTIME_DIR") {
+        Ok(dir) => format!("unix:{dir}/phos/router.sock"),
+        Err(_) => "unix:/run/phos/router.sock".to_string(),
+    }
+}
+
+fn program_name() -> String {
+    std::env::args().next().unwrap_or_default()
+}
+
+/// Open a channel: the first one of the process creates the session.
+fn open_channel() -> Result<Channel, CudaError> {
+    crate::log::init();
+    let pid = std::process::id();
+    // Holding the lock while the first channel handshakes makes concurrent first calls from
+    // several threads join one session instead of opening several.
+    let mut guard = SESSION.lock().unwrap_or_else(|p| p.into_inner());
+    if guard.as_ref().is_some_and(|s| s.pid != pid) {
+        // A forked child does not share its parent's session.
+        *guard = None;
+    }
+    let endpoint = endpoint()?;
+    let mut transport = endpoint.connect().map_err(|e| {
+        tracing::error!("cannot reach the Phos router at {endpoint}: {e}");
+        CudaError::NoDevice
+    })?;
+    let hello = Hello {
+        spec_hash: cudart::SPEC_HASH,
+        pid,
+        abi_major: crate::soname::current_abi().major(),
+        token: guard.as_ref().map(|s| s.token),
+        program: program_name(),
+    };
+    let payload = phos_protocol::encode(&hello);
+    let mut h = FrameHeader::new(FrameKind::Hello);
+    h.payload_len = payload.len() as u64;
+    let mut reply = Vec::new();
+    let welcome = transport
+        .send(&h, &[&payload])
+        .map_err(|e| e.to_string())
+        .and_then(|_| transport.recv(&mut reply).map_err(|e| e.to_string()))
+        .and_then(|rh| match rh.kind {
+            FrameKind::Welcome => phos_protocol::decode::<Welcome>(&reply).map_err(|e| e.to_string()),
+            FrameKind::Refused => Err(String::from_utf8_lossy(&reply).into_owned()),
+            other => Err(format!("unexpected {other:?} frame")),
+        })
+        .map_err(|e| {
+            tracing::error!("the Phos router at {endpoint} refused the session: {e}");
+            CudaError::NoDevice
+        })?;
+    let session = match guard.as_ref() {
+        Some(s) if s.id == welcome.session => s.clone(),
+        _ => {
+            let s = Arc::new(Session {
+                id: welcome.session,
+                token: welcome.token,
+                backend: welcome.backend,
+                device_base: welcome.device_base,
+                device_size: welcome.device_size,
+                device_count: welcome.device_count,
+                pid,
+            });
+            tracing::debug!(session = s.id, backend = %s.backend, "session opened");
+            *guard = Some(s.clone());
+            s
+        }
+    };
+    Ok(Channel { transport, session, next_call: 1, request: Vec::new(), reply })
+}
+
+/// Run `f` with this thread's channel, opening it first if needed.
+fn with_channel<T>(f: impl FnOnce(&mut Channel) -> Result<T, CudaError>) -> Result<T, CudaError> {
+    CHANNEL.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let pid = std::process::id();
+        if slot.as_ref().is_some_and(|c| c.session.pid != pid) {
+            // Inherited across fork: the socket belongs to the parent's session.
+            slot.take();
+        }
+        if slot.is_none() {
+            *slot = Some(open_channel()?);
+        }
+        f(slot.as_mut().expect("just opened"))
+    })
+}
+
+/// The session, opening it if this is the first call of the process.
+pub fn session() -> Result<Arc<Session>, CudaError> {
+    if let Some(s) = SESSION.lock().unwrap_or_else(|p| p.into_inner()).as_ref()
+        && s.pid == std::process::id()
+    {
+        return Ok(s.clone());
+    }
+    with_channel(|c| Ok(c.session.clone()))
+}
+
+/// The session if one is open (never connects).
+pub fn session_if_open() -> Option<Arc<Session>> {
+    SESSION.lock().unwrap_or_else(|p| p.into_inner()).as_ref().filter(|s| s.pid == std::process::id()).cloned()
+}
+
+/// Send one call and wait for its reply.
+pub fn call<R: RemoteCall>(req: &R) -> Result<R::Reply, CudaError> {
+    CALLS.fetch_add(1, Ordering::Relaxed);
+    with_channel(|ch| {
+        ch.request.clear();
+        phos_protocol::encode_reply(req, &mut ch.request);
+        let mut h = FrameHeader::new(FrameKind::Call);
+        h.function = R::FUNCTION as u32;
+        h.device = current_device();
+        h.session = ch.session.id;
+        h.call_id = ch.next_call;
+        h.payload_len = ch.request.len() as u64;
+        ch.next_call += 1;
+        let lost = |e: String| {
+            tracing::error!("lost the connection to the API server during {}: {e}", R::FUNCTION.name());
+            CudaError::Unknown
+        };
+        ch.transport.send(&h, &[&ch.request]).map_err(|e| lost(e.to_string()))?;
+        let rh = ch.transport.recv(&mut ch.reply).map_err(|e| lost(e.to_string()))?;
+        if rh.kind != FrameKind::Reply || rh.call_id != h.call_id {
+            return Err(lost(format!("unexpected {:?} frame for call {}", rh.kind, rh.call_id)));
+        }
+        if rh.status != cudart::SUCCESS {
+            let e = CudaError(rh.status);
+            if e.is_sticky() {
+                STICKY.store(e.0, Ordering::Relaxed);
+            }
+            return Err(e);
+        }
+        phos_protocol::decode::<R::Reply>(&ch.reply).map_err(|e| lost(format!("undecodable reply: {e}")))
+    })
+}
+
+/// Run one API function: record its error as the thread's last error, turn panics into
+/// `cudaErrorUnknown` (a panic must never unwind into C), return the code.
+pub fn api_call(id: FunctionId, f: impl FnOnce() -> Result<(), CudaError>) -> i32 {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => cudart::SUCCESS,
+        Ok(Err(e)) => {
+            set_last_error(e);
+            e.0
+        }
+        Err(_) => {
+            tracing::error!("internal error in {}", id.name());
+            set_last_error(CudaError::Unknown);
+            CudaError::Unknown.0
+        }
+    }
+}
+
+/// A function Phos does not support: logged once per function, answers the not-supported code.
+pub fn unsupported(id: FunctionId) -> i32 {
+    static LOGGED: Mutex<Vec<FunctionId>> = Mutex::new(Vec::new());
+    let mut logged = LOGGED.lock().unwrap_or_else(|p| p.into_inner());
+    if !logged.contains(&id) {
+        logged.push(id);
+        crate::log::init();
+        tracing::warn!("{} is not supported by Phos; returning cudaErrorNotSupported", id.name());
+    }
+    set_last_error(cudart::NOT_SUPPORTED);
+    cudart::NOT_SUPPORTED.0
+}
+
+pub fn set_last_error(e: CudaError) {
+    LAST_ERROR.with(|l| l.set(e.0));
+}
+
+/// `cudaGetLastError`: the last error of this thread, reset to success unless the context
+/// has a sticky error.
+pub fn take_last_error() -> i32 {
+    let sticky = STICKY.load(Ordering::Relaxed);
+    LAST_ERROR.with(|l| {
+        let e = l.replace(sticky);
+        if e == 0 { sticky } else { e }
+    })
+}
+
+/// `cudaPeekAtLastError`.
+pub fn peek_last_error() -> i32 {
+    let e = LAST_ERROR.with(|l| l.get());
+    if e == 0 { STICKY.load(Ordering::Relaxed) } else { e }
+}
+
+pub fn current_device() -> i32 {
+    CURRENT_DEVICE.with(|d| d.get())
+}
+
+pub fn set_current_device(device: i32) {
+    CURRENT_DEVICE.with(|d| d.set(device));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers the generated stubs call.
+// ---------------------------------------------------------------------------------------------
+
+/// Bytes of `count` elements of `elem_size` bytes.
+pub fn byte_len(count: i128, elem_size: u64) -> Result<usize, CudaError> {
+    let n = phos_protocol::eval::byte_len(count, elem_size)?;
+    usize::try_from(n).ok().filter(|&n| n <= isize::MAX as usize).ok_or(CudaError::InvalidValue)
+}
+
+/// Host input data. A null pointer is an error unless the buffer is empty or allowed null.
+///
+/// # Safety
+/// `p` must point to `n` readable bytes (the caller's contract with CUDA).
+pub unsafe fn in_bytes<'a>(p: *const u8, n: usize, null_ok: bool) -> Result<&'a [u8], CudaError> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return if null_ok { Ok(&[]) } else { Err(CudaError::InvalidValue) };
+    }
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+}
+
+/// Checks an output buffer before the call is sent.
+///
+/// # Safety
+/// Only inspects the pointer.
+pub unsafe fn check_out(p: *mut u8, n: usize, null_ok: bool) -> Result<(), CudaError> {
+    if n > 0 && p.is_null() && !null_ok { Err(CudaError::InvalidValue) } else { Ok(()) }
+}
+
+/// Copies a reply buffer into the caller's memory.
+///
+/// # Safety
+/// `p` must point to `n` writable bytes.
+pub unsafe fn copy_out(p: *mut u8, data: Option<&[u8]>, n: usize) -> Result<(), CudaError> {
+    match data {
+        Some(d) if d.len() == n => {
+            if n > 0 && !p.is_null() {
+                unsafe { std::ptr::copy_nonoverlapping(d.as_ptr(), p, n) };
+            }
+            Ok(())
+        }
+        _ => {
+            tracing::error!("the API server answered with a buffer of the wrong size");
+            Err(CudaError::Unknown)
+        }
+    }
+}
+
+/// A NUL-terminated UTF-8 string argument.
+///
+/// # Safety
+/// `p` must be null or point to a NUL-terminated string.
+pub unsafe fn c_str<'a>(p: *const c_char) -> Result<&'a str, CudaError> {
+    if p.is_null() {
+        return Err(CudaError::InvalidValue);
+    }
+    unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| CudaError::InvalidValue)
+}

@@ -1,0 +1,249 @@
+//! `phosctl`: the operator's command line.
+//!
+//! - `phosctl serve`: run a router in the foreground; it starts one API server per guest
+//!   process.
+//! - `phosctl run [--backend cuda|emu] [--endpoint E] -- CMD ARGS...`: run an unmodified CUDA
+//!   program through Phos (a private router and server unless an endpoint is given) and exit
+//!   with its exit code.
+//! - `phosctl spec coverage|check`: what the spec covers.
+
+mod guestlib;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use phos_api_server::BackendKind;
+use phos_router::{Router, RouterConfig};
+
+#[derive(Parser)]
+#[command(name = "phosctl", version, about = "Phos: API remoting for CUDA")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a router in the foreground.
+    Serve {
+        /// Socket guests connect to (default: $XDG_RUNTIME_DIR/phos/router.sock).
+        #[arg(long)]
+        listen: Option<String>,
+        /// Backend of the API servers (default: cuda where a GPU answers, else emu).
+        #[arg(long)]
+        backend: Option<BackendKind>,
+        #[command(flatten)]
+        server: ServerOptions,
+    },
+    /// Run a CUDA program through Phos and exit with its exit code.
+    Run {
+        /// Backend (default: cuda where a GPU answers, else emu). Ignored with --endpoint.
+        #[arg(long)]
+        backend: Option<BackendKind>,
+        /// Use a running router instead of a private one.
+        #[arg(long)]
+        endpoint: Option<String>,
+        #[command(flatten)]
+        server: ServerOptions,
+        /// The program and its arguments.
+        #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
+    /// Inspect the API spec.
+    Spec {
+        #[command(subcommand)]
+        what: SpecCommand,
+    },
+}
+
+#[derive(clap::Args)]
+struct ServerOptions {
+    /// The phos-api-server executable (default: next to phosctl).
+    #[arg(long)]
+    server_bin: Option<PathBuf>,
+    /// Memory of the emulated device, in bytes.
+    #[arg(long)]
+    emu_memory: Option<u64>,
+}
+
+#[derive(Subcommand)]
+enum SpecCommand {
+    /// Print the API coverage table (docs/api-coverage.md).
+    Coverage,
+    /// Check the spec and print a summary.
+    Check,
+}
+
+fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PHOS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}
+
+fn sibling(name: &str) -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join(name)))
+        .unwrap_or_else(|| PathBuf::from(name))
+}
+
+/// The backend to use, saying which and why on the first log line.
+fn choose_backend(asked: Option<BackendKind>) -> BackendKind {
+    match asked {
+        Some(b) => {
+            tracing::info!("backend {b} (asked for)");
+            b
+        }
+        None => {
+            let (b, why) = phos_api_server::detect_backend();
+            tracing::info!("backend {b} ({why})");
+            b
+        }
+    }
+}
+
+fn router_config(listen: PathBuf, runtime_dir: PathBuf, backend: BackendKind, server: &ServerOptions) -> RouterConfig {
+    let mut server_args = vec!["--backend".to_string(), backend.to_string()];
+    if let Some(m) = server.emu_memory {
+        server_args.push("--emu-memory".into());
+        server_args.push(m.to_string());
+    }
+    RouterConfig {
+        listen,
+        runtime_dir,
+        server_bin: server.server_bin.clone().unwrap_or_else(|| sibling("phos-api-server")),
+        server_args,
+        max_payload: phos_protocol::DEFAULT_MAX_PAYLOAD,
+        linger: Duration::from_secs(30),
+        server_log_dir: std::env::var_os("PHOS_SERVER_LOG_DIR").map(PathBuf::from),
+    }
+}
+
+fn endpoint_path(s: &str) -> Result<PathBuf, String> {
+    match phos_protocol::transport::Endpoint::parse(s)? {
+        phos_protocol::transport::Endpoint::Unix(p) => Ok(p),
+    }
+}
+
+fn serve(listen: Option<String>, backend: Option<BackendKind>, server: ServerOptions) -> ExitCode {
+    init_logging("info");
+    let backend = choose_backend(backend);
+    let listen = listen.unwrap_or_else(default_endpoint);
+    let path = match endpoint_path(&listen) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime_dir = path.parent().map(|d| d.join("servers")).unwrap_or_else(|| PathBuf::from("/tmp/phos-servers"));
+    let router = Router::new(router_config(path.clone(), runtime_dir, backend, &server));
+    let listener = match router.bind() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("cannot listen on {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    tracing::info!("router listening on unix:{}", path.display());
+    router.serve(listener);
+    ExitCode::SUCCESS
+}
+
+fn default_endpoint() -> String {
+    match std::env::var("XDG_RUNTIME_DIR") {
+        Ok(dir) => format!("unix:{dir}/phos/router.sock"),
+        Err(_) => "unix:/run/phos/router.sock".to_string(),
+    }
+}
+
+fn run(backend: Option<BackendKind>, endpoint: Option<String>, server: ServerOptions, command: Vec<String>) -> ExitCode {
+    init_logging("info");
+    let lib_dir = match guestlib::prepare() {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::error!("cannot find the guest library: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // A private router unless the operator named one.
+    let mut private: Option<(Arc<Router>, std::thread::JoinHandle<()>, tempfile::TempDir)> = None;
+    let endpoint = match endpoint {
+        Some(e) => e,
+        None => {
+            let backend = choose_backend(backend);
+            let dir = match tempfile::Builder::new().prefix("phos-run-").tempdir() {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::error!("cannot create a runtime directory: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let sock = dir.path().join("router.sock");
+            let router = Router::new(router_config(sock.clone(), dir.path().join("servers"), backend, &server));
+            let listener = match router.bind() {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::error!("cannot start a router: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let r = router.clone();
+            let handle = std::thread::spawn(move || r.serve(listener));
+            private = Some((router, handle, dir));
+            format!("unix:{}", sock.display())
+        }
+    };
+    let mut ld_path = lib_dir.display().to_string();
+    if let Ok(old) = std::env::var("LD_LIBRARY_PATH")
+        && !old.is_empty()
+    {
+        ld_path = format!("{ld_path}:{old}");
+    }
+    let status = std::process::Command::new(&command[0])
+        .args(&command[1..])
+        .env("LD_LIBRARY_PATH", ld_path)
+        .env("PHOS_ENDPOINT", &endpoint)
+        .status();
+    if let Some((router, handle, _dir)) = private {
+        router.stop();
+        let _ = handle.join();
+    }
+    match status {
+        Ok(s) => {
+            use std::os::unix::process::ExitStatusExt;
+            let code = s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0));
+            ExitCode::from(code.clamp(0, 255) as u8)
+        }
+        Err(e) => {
+            tracing::error!("cannot run {}: {e}", command[0]);
+            ExitCode::from(127)
+        }
+    }
+}
+
+fn spec(what: SpecCommand) -> ExitCode {
+    let api = match phos_codegen::load(phos_spec::CUDART_SPEC_PATH, phos_spec::CUDART_SPEC) {
+        Ok(a) => a,
+        Err(e) => {
+            eprint!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match what {
+        SpecCommand::Coverage => print!("{}", phos_codegen::emit::docs::emit(&api)),
+        SpecCommand::Check => println!("spec `{}`: {} functions, hash {:016x}", api.name, api.functions.len(), api.spec_hash),
+    }
+    ExitCode::SUCCESS
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Serve { listen, backend, server } => serve(listen, backend, server),
+        Command::Run { backend, endpoint, server, command } => run(backend, endpoint, server, command),
+        Command::Spec { what } => spec(what),
+    }
+}

@@ -1,0 +1,319 @@
+//! The Phos router: the one place all guest traffic crosses.
+//!
+//! A guest process opens channels (one per calling thread) to the router's socket. The router
+//! identifies the tenant from the connection (Unix peer credentials), starts one API server
+//! process per guest process (its *session*), and carries every frame between the guest and
+//! that server. What each call costs comes from the spec's cost table ([`costs`]); the router
+//! itself knows nothing about CUDA. A tenant can only ever reach its own session: a channel
+//! joins a session only with that session's secret token and from the same tenant.
+
+pub mod session;
+pub mod usage;
+
+/// The spec-generated cost table: `costs::charges(function, payload, &mut out)`.
+pub mod costs {
+    include!(concat!(env!("OUT_DIR"), "/cudart_costs.rs"));
+}
+
+use std::collections::HashMap;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use phos_protocol::cudart;
+use phos_protocol::frame::{FrameHeader, FrameKind};
+use phos_protocol::handshake::{Attach, Hello, Welcome};
+use phos_protocol::transport::{read_frame, write_frame};
+
+pub use session::SessionEntry;
+
+/// How the router runs.
+#[derive(Debug, Clone)]
+pub struct RouterConfig {
+    /// Socket guests connect to.
+    pub listen: PathBuf,
+    /// Directory for the API servers' sockets (made private to the router's user).
+    pub runtime_dir: PathBuf,
+    /// The `phos-api-server` executable.
+    pub server_bin: PathBuf,
+    /// Arguments for every server (`--backend emu`, ...).
+    pub server_args: Vec<String>,
+    /// Largest frame payload carried.
+    pub max_payload: u64,
+    /// How long a session with no open channel is kept for its process to come back.
+    pub linger: Duration,
+    /// Where API servers write their logs: a directory gets one `session-N.log` per
+    /// session; `None` leaves them on the router's standard error.
+    pub server_log_dir: Option<PathBuf>,
+}
+
+/// Who a connection belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Tenant {
+    pub uid: u32,
+}
+
+impl std::fmt::Display for Tenant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "uid:{}", self.uid)
+    }
+}
+
+/// The peer of a Unix socket: (tenant, pid).
+pub fn peer_credentials(stream: &UnixStream) -> io::Result<(Tenant, u32)> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    let r = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut libc::ucred as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((Tenant { uid: cred.uid }, cred.pid as u32))
+}
+
+pub struct Router {
+    config: RouterConfig,
+    sessions: Mutex<HashMap<u64, Arc<SessionEntry>>>,
+    next_session: AtomicU64,
+    stopping: AtomicBool,
+}
+
+/// Handshake frames are small; anything larger is refused before it is read.
+const MAX_HANDSHAKE: u64 = 64 << 10;
+
+fn refuse(stream: &mut UnixStream, reason: &str) {
+    let mut h = FrameHeader::new(FrameKind::Refused);
+    h.payload_len = reason.len() as u64;
+    let _ = write_frame(stream, &h, &[reason.as_bytes()]);
+}
+
+impl Router {
+    pub fn new(config: RouterConfig) -> Arc<Self> {
+        Arc::new(Router {
+            config,
+            sessions: Mutex::new(HashMap::new()),
+            next_session: AtomicU64::new(1),
+            stopping: AtomicBool::new(false),
+        })
+    }
+
+    pub fn config(&self) -> &RouterConfig {
+        &self.config
+    }
+
+    /// Bind the guest socket (replacing a stale one) and prepare the runtime directory.
+    pub fn bind(&self) -> io::Result<UnixListener> {
+        std::fs::create_dir_all(&self.config.runtime_dir)?;
+        std::fs::set_permissions(&self.config.runtime_dir, std::fs::Permissions::from_mode(0o700))?;
+        if let Some(dir) = self.config.listen.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let _ = std::fs::remove_file(&self.config.listen);
+        UnixListener::bind(&self.config.listen)
+    }
+
+    /// Serve guests until [`stop`](Router::stop) (or the listener fails).
+    pub fn serve(self: &Arc<Self>, listener: UnixListener) {
+        let reaper = self.clone();
+        std::thread::Builder::new()
+            .name("phos-reaper".into())
+            .spawn(move || reaper.reap_loop())
+            .expect("spawning the session reaper");
+        for conn in listener.incoming() {
+            if self.stopping.load(Ordering::Relaxed) {
+                break;
+            }
+            match conn {
+                Ok(stream) => {
+                    let me = self.clone();
+                    std::thread::Builder::new()
+                        .name("phos-route".into())
+                        .spawn(move || me.handle_guest(stream))
+                        .expect("spawning a channel thread");
+                }
+                Err(e) => {
+                    tracing::error!("accept: {e}");
+                    break;
+                }
+            }
+        }
+    }
+
+    /// End every session and stop accepting.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+        // Wake the accept loop.
+        let _ = UnixStream::connect(&self.config.listen);
+        let sessions: Vec<_> = self.sessions.lock().unwrap().drain().map(|(_, s)| s).collect();
+        for s in sessions {
+            s.end();
+        }
+    }
+
+    /// Sessions alive now.
+    pub fn sessions(&self) -> Vec<Arc<SessionEntry>> {
+        let mut v: Vec<_> = self.sessions.lock().unwrap().values().cloned().collect();
+        v.sort_by_key(|s| s.id);
+        v
+    }
+
+    fn reap_loop(self: Arc<Self>) {
+        while !self.stopping.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(200));
+            let ended: Vec<Arc<SessionEntry>> = {
+                let mut sessions = self.sessions.lock().unwrap();
+                let done: Vec<u64> = sessions.values().filter(|s| s.is_finished(self.config.linger)).map(|s| s.id).collect();
+                done.into_iter().filter_map(|id| sessions.remove(&id)).collect()
+            };
+            for s in ended {
+                tracing::info!(session = s.id, tenant = %s.tenant, "session ended ({} calls)", s.usage.calls());
+                s.end();
+            }
+        }
+    }
+
+    fn handle_guest(self: Arc<Self>, mut guest: UnixStream) {
+        let (tenant, pid) = match peer_credentials(&guest) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("cannot identify a guest connection: {e}");
+                return refuse(&mut guest, "cannot identify the connection's owner");
+            }
+        };
+        let mut payload = Vec::new();
+        let hello = match read_frame(&mut guest, &mut payload, MAX_HANDSHAKE) {
+            Ok(h) if h.kind == FrameKind::Hello => phos_protocol::decode::<Hello>(&payload).map_err(|e| e.to_string()),
+            Ok(h) => Err(format!("expected Hello, got {:?}", h.kind)),
+            Err(e) => Err(e.to_string()),
+        };
+        let hello = match hello {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!(%tenant, pid, "bad handshake: {e}");
+                return refuse(&mut guest, &format!("bad handshake: {e}"));
+            }
+        };
+        if hello.spec_hash != cudart::SPEC_HASH {
+            tracing::warn!(%tenant, pid, "guest built from another spec ({:016x})", hello.spec_hash);
+            return refuse(&mut guest, "the guest library was built from another version of the API spec");
+        }
+        let session = match hello.token {
+            None => match self.start_session(&tenant, pid, &hello) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(%tenant, pid, "cannot start an API server: {e}");
+                    return refuse(&mut guest, &format!("cannot start an API server: {e}"));
+                }
+            },
+            Some(token) => {
+                let found = self.sessions.lock().unwrap().values().find(|s| s.token_matches(&token)).cloned();
+                match found {
+                    Some(s) if s.tenant == tenant => s,
+                    Some(s) => {
+                        tracing::warn!(%tenant, pid, session = s.id, "tenant presented another tenant's session token");
+                        return refuse(&mut guest, "unknown session");
+                    }
+                    None => {
+                        tracing::warn!(%tenant, pid, "unknown session token");
+                        return refuse(&mut guest, "unknown session");
+                    }
+                }
+            }
+        };
+        if let Err(e) = self.connect_channel(&session, guest, &hello) {
+            tracing::warn!(session = session.id, "channel failed: {e}");
+        }
+    }
+
+    fn start_session(&self, tenant: &Tenant, pid: u32, hello: &Hello) -> io::Result<Arc<SessionEntry>> {
+        let id = self.next_session.fetch_add(1, Ordering::Relaxed);
+        let socket = self.config.runtime_dir.join(format!("session-{id}.sock"));
+        let entry = SessionEntry::start(id, tenant.clone(), pid, hello, &self.config, socket)?;
+        let entry = Arc::new(entry);
+        self.sessions.lock().unwrap().insert(id, entry.clone());
+        tracing::info!(session = id, %tenant, pid, program = %hello.program, abi = hello.abi_major, "session started");
+        Ok(entry)
+    }
+
+    /// Attach a guest channel to its session's server and carry frames both ways.
+    fn connect_channel(&self, session: &Arc<SessionEntry>, mut guest: UnixStream, hello: &Hello) -> io::Result<()> {
+        let mut server = UnixStream::connect(&session.socket)?;
+        let attach = Attach {
+            spec_hash: hello.spec_hash,
+            session: session.id,
+            tenant: session.tenant.to_string(),
+            abi_major: hello.abi_major,
+        };
+        let a = phos_protocol::encode(&attach);
+        let mut h = FrameHeader::new(FrameKind::Hello);
+        h.session = session.id;
+        h.payload_len = a.len() as u64;
+        write_frame(&mut server, &h, &[&a])?;
+        let mut payload = Vec::new();
+        let reply = read_frame(&mut server, &mut payload, MAX_HANDSHAKE).map_err(io::Error::other)?;
+        if reply.kind != FrameKind::Welcome {
+            refuse(&mut guest, &String::from_utf8_lossy(&payload));
+            return Err(io::Error::other(format!("server answered {:?}", reply.kind)));
+        }
+        let mut welcome: Welcome = phos_protocol::decode(&payload).map_err(io::Error::other)?;
+        welcome.token = session.token();
+        let w = phos_protocol::encode(&welcome);
+        let mut h = FrameHeader::new(FrameKind::Welcome);
+        h.session = session.id;
+        h.payload_len = w.len() as u64;
+        write_frame(&mut guest, &h, &[&w])?;
+
+        session.channel_opened();
+        let _close = session::ChannelGuard(session.clone());
+        let max = self.config.max_payload;
+        // Server -> guest on a thread of its own; guest -> server here.
+        let (mut server_r, mut guest_w) = (server.try_clone()?, guest.try_clone()?);
+        let back = std::thread::Builder::new().name("phos-route-back".into()).spawn(move || {
+            let mut buf = Vec::new();
+            while let Ok(h) = read_frame(&mut server_r, &mut buf, u64::MAX) {
+                if write_frame(&mut guest_w, &h, &[&buf]).is_err() {
+                    break;
+                }
+            }
+            let _ = guest_w.shutdown(std::net::Shutdown::Both);
+        })?;
+        let mut buf = Vec::new();
+        let mut charges = Vec::new();
+        loop {
+            let h = match read_frame(&mut guest, &mut buf, max) {
+                Ok(h) => h,
+                Err(phos_protocol::transport::TransportError::Closed) => break,
+                Err(e) => {
+                    tracing::warn!(session = session.id, "malformed frame from the guest: {e}");
+                    refuse(&mut guest, &format!("malformed frame: {e}"));
+                    break;
+                }
+            };
+            if h.kind == FrameKind::Call
+                && let Some(f) = cudart::FunctionId::from_u32(h.function)
+            {
+                charges.clear();
+                let _ = costs::charges(f, &buf, &mut charges);
+                session.usage.record(f, &charges);
+            }
+            if write_frame(&mut server, &h, &[&buf]).is_err() {
+                break;
+            }
+        }
+        let _ = server.shutdown(std::net::Shutdown::Both);
+        let _ = back.join();
+        Ok(())
+    }
+}

@@ -1,0 +1,238 @@
+//! A guest that breaks the rules: every bad input gets an error reply and a log line, and the
+//! server keeps serving the session (and nothing leaks to another session).
+
+use std::io::Write;
+
+use phos_protocol::cudart::*;
+use phos_protocol::{CudaError, Ptr};
+use phos_tests::{RawGuest, TestRouter};
+
+fn open() -> (TestRouter, RawGuest) {
+    let router = TestRouter::start("emu");
+    let guest = RawGuest::connect(&router.socket(), None).expect("session");
+    (router, guest)
+}
+
+fn malloc(g: &mut RawGuest, size: u64) -> u64 {
+    g.call(&CudaMallocRequest { size }).expect("cudaMalloc").devPtr
+}
+
+#[test]
+fn welcome_describes_the_session() {
+    let (_router, g) = open();
+    assert_eq!(g.welcome.backend, "emu");
+    assert_eq!(g.welcome.device_count, 1);
+    assert!(g.welcome.device_size > 0);
+    assert_ne!(g.welcome.token, [0; 16]);
+}
+
+#[test]
+fn unknown_function_id() {
+    let (router, mut g) = open();
+    let session = g.welcome.session;
+    let r = g.call_raw(9_999, session, &[]).unwrap();
+    assert_eq!(r.status, CudaError::InvalidValue.0);
+    // Still serving.
+    assert_ne!(malloc(&mut g, 64), 0);
+    assert!(router.server_logs().contains("unknown function id 9999"), "{}", router.server_logs());
+}
+
+#[test]
+fn malformed_payload() {
+    let (router, mut g) = open();
+    let session = g.welcome.session;
+    let r = g.call_raw(FunctionId::CudaMemcpy as u32, session, &[0xff; 7]).unwrap();
+    assert_eq!(r.status, CudaError::InvalidValue.0);
+    // Trailing garbage after a valid request is malformed too.
+    let mut payload = phos_protocol::encode(&CudaMallocRequest { size: 16 });
+    payload.extend_from_slice(b"junk");
+    let r = g.call_raw(FunctionId::CudaMalloc as u32, session, &payload).unwrap();
+    assert_eq!(r.status, CudaError::InvalidValue.0);
+    assert_ne!(malloc(&mut g, 64), 0);
+    assert!(router.server_logs().contains("malformed request"), "{}", router.server_logs());
+}
+
+#[test]
+fn out_of_range_handles() {
+    let (router, mut g) = open();
+    assert_eq!(g.call(&CudaStreamSynchronizeRequest { stream: 0xdead_beef }).unwrap_err(), CudaError::InvalidResourceHandle.0);
+    assert_eq!(g.call(&CudaEventRecordRequest { event: 42, stream: 0 }).unwrap_err(), CudaError::InvalidResourceHandle.0);
+    // A real handle of the wrong kind.
+    let stream = g.call(&CudaStreamCreateRequest {}).unwrap().pStream;
+    assert_eq!(g.call(&CudaEventDestroyRequest { event: stream }).unwrap_err(), CudaError::InvalidResourceHandle.0);
+    assert_eq!(
+        g.call(&PhosLaunchKernelRequest {
+            function: stream,
+            grid: Default::default(),
+            block: Default::default(),
+            sharedMem: 0,
+            stream,
+            params: &[],
+            paramSize: 0
+        })
+        .unwrap_err(),
+        CudaError::InvalidResourceHandle.0
+    );
+    g.call(&CudaStreamDestroyRequest { stream }).unwrap();
+    // Destroyed handles are gone.
+    assert_eq!(g.call(&CudaStreamDestroyRequest { stream }).unwrap_err(), CudaError::InvalidResourceHandle.0);
+    drop(router);
+}
+
+#[test]
+fn device_pointers_outside_the_session() {
+    let (router, mut g) = open();
+    let base = g.welcome.device_base;
+    let buf = malloc(&mut g, 4096);
+    // Outside any allocation: below the range, inside the range but unallocated, past the end.
+    for (addr, len) in [(0x1000u64, 16u64), (base + (1 << 39), 16), (buf + 4000, 200), (buf - 256, 16)] {
+        let r = g.call(&CudaMemsetRequest { devPtr: addr, value: 0, count: len });
+        assert_eq!(r.unwrap_err(), CudaError::InvalidValue.0, "memset at {addr:#x}+{len}");
+    }
+    // A copy whose source is the server's own memory must not read it.
+    let r = g.call(&CudaMemcpyRequest {
+        dst: Ptr::Out(64),
+        src: Ptr::Device(0x5555_0000_0000),
+        count: 64,
+        kind: consts::cudaMemcpyDeviceToHost,
+        direction: consts::cudaMemcpyDeviceToHost,
+    });
+    assert_eq!(r.unwrap_err(), CudaError::InvalidValue.0);
+    // Overflowing offset arithmetic.
+    let r = g.call(&CudaMemsetRequest { devPtr: buf, value: 0, count: u64::MAX });
+    assert_eq!(r.unwrap_err(), CudaError::InvalidValue.0);
+    // Inside the allocation is fine.
+    g.call(&CudaMemsetRequest { devPtr: buf, value: 7, count: 4096 }).unwrap();
+    assert!(router.server_logs().contains("device pointer"), "{}", router.server_logs());
+}
+
+#[test]
+fn sizes_that_disagree_with_the_attached_buffer() {
+    let (router, mut g) = open();
+    let buf = malloc(&mut g, 4096);
+    let data = vec![1u8; 100];
+    // Claims 1000 bytes, attaches 100.
+    let r = g.call(&CudaMemcpyRequest {
+        dst: Ptr::Device(buf),
+        src: Ptr::In(&data),
+        count: 1000,
+        kind: consts::cudaMemcpyHostToDevice,
+        direction: consts::cudaMemcpyHostToDevice,
+    });
+    assert_eq!(r.unwrap_err(), CudaError::InvalidValue.0);
+    // Asks for more reply than the limit.
+    let r = g.call(&CudaMemcpyRequest {
+        dst: Ptr::Out(1 << 40),
+        src: Ptr::Device(buf),
+        count: 1 << 40,
+        kind: consts::cudaMemcpyDeviceToHost,
+        direction: consts::cudaMemcpyDeviceToHost,
+    });
+    assert_eq!(r.unwrap_err(), CudaError::InvalidValue.0);
+    // A shape the spec does not allow for the direction (host data where a device pointer goes).
+    let r = g.call(&CudaMemcpyRequest {
+        dst: Ptr::In(&data),
+        src: Ptr::Device(buf),
+        count: 100,
+        kind: consts::cudaMemcpyDeviceToHost,
+        direction: consts::cudaMemcpyDeviceToHost,
+    });
+    assert_eq!(r.unwrap_err(), CudaError::InvalidValue.0);
+    // Module digest that does not match the image.
+    let r = g.call(&PhosModuleLoadRequest { image: b"not a module", size: 12, digest: &[0u8; 32] });
+    assert_eq!(r.unwrap_err(), CudaError::InvalidValue.0);
+    // The session still works, with the data intact.
+    let ok = vec![9u8; 100];
+    g.call(&CudaMemcpyRequest {
+        dst: Ptr::Device(buf),
+        src: Ptr::In(&ok),
+        count: 100,
+        kind: consts::cudaMemcpyHostToDevice,
+        direction: consts::cudaMemcpyHostToDevice,
+    })
+    .unwrap();
+    let back = g
+        .call(&CudaMemcpyRequest {
+            dst: Ptr::Out(100),
+            src: Ptr::Device(buf),
+            count: 100,
+            kind: consts::cudaMemcpyDeviceToHost,
+            direction: consts::cudaMemcpyDeviceToHost,
+        })
+        .unwrap();
+    assert_eq!(back.dst.as_deref(), Some(&ok[..]));
+    assert!(router.server_logs().contains("size of buffer"), "{}", router.server_logs());
+}
+
+#[test]
+fn functions_that_never_travel() {
+    let (_router, mut g) = open();
+    let session = g.welcome.session;
+    let r = g.call_raw(FunctionId::CudaGetLastError as u32, session, &[]).unwrap();
+    assert_eq!(r.status, NOT_SUPPORTED.0);
+}
+
+#[test]
+fn calls_for_another_session_on_this_channel() {
+    let (_router, mut g) = open();
+    let session = g.welcome.session;
+    let payload = phos_protocol::encode(&CudaMallocRequest { size: 16 });
+    let r = g.call_raw(FunctionId::CudaMalloc as u32, session + 1, &payload).unwrap();
+    assert_eq!(r.status, CudaError::InvalidValue.0);
+}
+
+#[test]
+fn malformed_frame_ends_only_that_channel() {
+    let (router, mut g) = open();
+    let token = g.welcome.token;
+    let buf = malloc(&mut g, 1024);
+    // A second channel of the same session.
+    let mut g2 = RawGuest::connect(&router.socket(), Some(token)).expect("join with the token");
+    assert_eq!(g2.welcome.session, g.welcome.session);
+    // Garbage where a frame header should be.
+    let mut raw = g.transport.stream().try_clone().unwrap();
+    raw.write_all(&[0x42; 48]).unwrap();
+    let mut reply = Vec::new();
+    let got = phos_protocol::transport::Transport::recv(&mut g.transport, &mut reply);
+    match got {
+        Ok(h) => assert_eq!(h.kind, phos_protocol::FrameKind::Refused),
+        Err(_) => {} // closed
+    }
+    // The other channel and the session's memory are untouched.
+    g2.call(&CudaMemsetRequest { devPtr: buf, value: 1, count: 1024 }).unwrap();
+    g2.call(&CudaFreeRequest { devPtr: buf }).unwrap();
+}
+
+#[test]
+fn sessions_are_isolated() {
+    let router = TestRouter::start("emu");
+    let mut a = RawGuest::connect(&router.socket(), None).unwrap();
+    let mut b = RawGuest::connect(&router.socket(), None).unwrap();
+    assert_ne!(a.welcome.session, b.welcome.session);
+    let a_buf = malloc(&mut a, 4096);
+    let a_stream = a.call(&CudaStreamCreateRequest {}).unwrap().pStream;
+    // Session b cannot free, write or read a's memory, nor use a's stream.
+    assert_eq!(b.call(&CudaFreeRequest { devPtr: a_buf }).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(b.call(&CudaMemsetRequest { devPtr: a_buf, value: 0, count: 16 }).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(b.call(&CudaStreamSynchronizeRequest { stream: a_stream }).unwrap_err(), CudaError::InvalidResourceHandle.0);
+    // A made-up token does not join any session.
+    assert!(RawGuest::connect(&router.socket(), Some([7; 16])).is_err());
+    // a is unaffected.
+    a.call(&CudaMemsetRequest { devPtr: a_buf, value: 3, count: 4096 }).unwrap();
+}
+
+#[test]
+fn a_guest_from_another_spec_is_refused() {
+    let router = TestRouter::start("emu");
+    let mut t = phos_protocol::transport::UnixTransport::connect(&router.socket()).unwrap();
+    let hello = phos_protocol::handshake::Hello { spec_hash: 1, pid: 1, abi_major: 12, token: None, program: "old".into() };
+    let payload = phos_protocol::encode(&hello);
+    let mut h = phos_protocol::FrameHeader::new(phos_protocol::FrameKind::Hello);
+    h.payload_len = payload.len() as u64;
+    use phos_protocol::transport::Transport;
+    t.send(&h, &[&payload]).unwrap();
+    let mut buf = Vec::new();
+    let r = t.recv(&mut buf).unwrap();
+    assert_eq!(r.kind, phos_protocol::FrameKind::Refused);
+    assert!(String::from_utf8_lossy(&buf).contains("spec"));
+}

@@ -1,0 +1,206 @@
+//! Helpers for the end-to-end tests: finding the built binaries, compiling the CUDA test
+//! programs with nvcc, running them through `phosctl run`, and a raw guest connection for
+//! tests that speak the protocol directly.
+//!
+//! The tests use the binaries of the same build (`target/<profile>/phosctl`,
+//! `phos-api-server`, `libcudart.so`); `make test` builds them before running the tests.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
+
+use phos_protocol::frame::{FrameHeader, FrameKind};
+use phos_protocol::handshake::{Hello, Welcome};
+use phos_protocol::transport::{Transport, TransportError, UnixTransport};
+use phos_router::{Router, RouterConfig};
+
+/// `target/<profile>`, where cargo put this test's binaries.
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    // target/<profile>/deps/<test>-<hash>
+    exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf()
+}
+
+/// A binary or library of this build; panics with what to do when it is missing.
+pub fn built(name: &str) -> PathBuf {
+    let p = target_dir().join(name);
+    assert!(p.exists(), "{} is missing: build the workspace first (`make test` does)", p.display());
+    p
+}
+
+/// The CUDA test programs' sources.
+pub fn cuda_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("cuda")
+}
+
+/// nvcc, if this machine has it. Where `PHOS_REQUIRE_NVCC=1` (CI), its absence fails the test.
+pub fn nvcc() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("nvcc")).find(|p| p.exists()));
+    if found.is_none() {
+        assert!(
+            std::env::var("PHOS_REQUIRE_NVCC").as_deref() != Ok("1"),
+            "nvcc is required (PHOS_REQUIRE_NVCC=1) but not on PATH"
+        );
+        eprintln!("nvcc not found: skipping tests that build CUDA programs");
+    }
+    found
+}
+
+/// Compile `tests/cuda/<name>.cu` into the build's cache directory (once per source change).
+pub fn build_program(nvcc: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    let src = cuda_dir().join(format!("{name}.cu"));
+    let tag = if extra.is_empty() { String::new() } else { format!("-{}", extra.join("").replace(['/', ' ', '=', ','], "_")) };
+    let out_dir = target_dir().join("cuda-programs");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let exe = out_dir.join(format!("{name}{tag}"));
+    let newer = |a: &Path, b: &Path| {
+        let m = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        matches!((m(a), m(b)), (Some(x), Some(y)) if x >= y)
+    };
+    if exe.exists() && newer(&exe, &src) && newer(&exe, &cuda_dir().join("check.h")) {
+        return exe;
+    }
+    let out = Command::new(nvcc)
+        .args(["-cudart", "shared", "-O2", "-I"])
+        .arg(cuda_dir())
+        .args(extra)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("running nvcc");
+    assert!(out.status.success(), "nvcc {name}: {}", String::from_utf8_lossy(&out.stderr));
+    exe
+}
+
+/// Run a program through `phosctl run --backend <backend>`.
+pub fn phos_run(backend: &str, program: &Path, args: &[&str]) -> Output {
+    Command::new(built("phosctl"))
+        .args(["run", "--backend", backend, "--"])
+        .arg(program)
+        .args(args)
+        .env("PHOS_GUEST_LIB", built("libcudart.so"))
+        .output()
+        .expect("running phosctl")
+}
+
+/// A router running in this process with its own socket, and its API servers' logs.
+pub struct TestRouter {
+    pub router: Arc<Router>,
+    pub dir: tempfile::TempDir,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TestRouter {
+    pub fn start(backend: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let config = RouterConfig {
+            listen: dir.path().join("router.sock"),
+            runtime_dir: dir.path().join("servers"),
+            server_bin: built("phos-api-server"),
+            server_args: vec!["--backend".into(), backend.into(), "--emu-memory".into(), (1u64 << 30).to_string()],
+            max_payload: 64 << 20,
+            linger: Duration::from_secs(5),
+            server_log_dir: Some(dir.path().join("logs")),
+        };
+        let router = Router::new(config);
+        let listener = router.bind().unwrap();
+        let r = router.clone();
+        let thread = Some(std::thread::spawn(move || r.serve(listener)));
+        TestRouter { router, dir, thread }
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("router.sock")
+    }
+
+    /// Everything the API servers have logged so far.
+    pub fn server_logs(&self) -> String {
+        let mut all = String::new();
+        if let Ok(entries) = std::fs::read_dir(self.dir.path().join("logs")) {
+            for e in entries.flatten() {
+                all.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+            }
+        }
+        all
+    }
+}
+
+impl Drop for TestRouter {
+    fn drop(&mut self) {
+        self.router.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A guest channel speaking the protocol by hand.
+pub struct RawGuest {
+    pub transport: UnixTransport,
+    pub welcome: Welcome,
+    next_call: u64,
+}
+
+/// A reply: status and payload.
+pub struct RawReply {
+    pub status: i32,
+    pub payload: Vec<u8>,
+}
+
+impl RawGuest {
+    /// Open a channel: a new session, or one joining `token`'s.
+    pub fn connect(socket: &Path, token: Option<[u8; 16]>) -> Result<Self, String> {
+        let mut transport = UnixTransport::connect(socket).map_err(|e| e.to_string())?;
+        let hello = Hello {
+            spec_hash: phos_protocol::cudart::SPEC_HASH,
+            pid: std::process::id(),
+            abi_major: 12,
+            token,
+            program: "hostile-guest-test".into(),
+        };
+        let payload = phos_protocol::encode(&hello);
+        let mut h = FrameHeader::new(FrameKind::Hello);
+        h.payload_len = payload.len() as u64;
+        transport.send(&h, &[&payload]).map_err(|e| e.to_string())?;
+        let mut buf = Vec::new();
+        let rh = transport.recv(&mut buf).map_err(|e| e.to_string())?;
+        match rh.kind {
+            FrameKind::Welcome => {
+                let welcome = phos_protocol::decode(&buf).map_err(|e| e.to_string())?;
+                Ok(RawGuest { transport, welcome, next_call: 1 })
+            }
+            FrameKind::Refused => Err(String::from_utf8_lossy(&buf).into_owned()),
+            k => Err(format!("unexpected {k:?}")),
+        }
+    }
+
+    /// Send a call with an arbitrary function id and payload; wait for the reply.
+    pub fn call_raw(&mut self, function: u32, session: u64, payload: &[u8]) -> Result<RawReply, TransportError> {
+        let mut h = FrameHeader::new(FrameKind::Call);
+        h.function = function;
+        h.session = session;
+        h.call_id = self.next_call;
+        h.payload_len = payload.len() as u64;
+        self.next_call += 1;
+        self.transport.send(&h, &[payload])?;
+        let mut buf = Vec::new();
+        let rh = self.transport.recv(&mut buf)?;
+        assert_eq!(rh.kind, FrameKind::Reply, "reply frame ({:?})", String::from_utf8_lossy(&buf));
+        assert_eq!(rh.call_id, h.call_id);
+        Ok(RawReply { status: rh.status, payload: buf })
+    }
+
+    /// Send a well-formed request of the spec.
+    pub fn call<R: phos_protocol::RemoteCall>(&mut self, req: &R) -> Result<R::Reply, i32> {
+        let payload = phos_protocol::encode(req);
+        let session = self.welcome.session;
+        let r = self.call_raw(R::FUNCTION as u32, session, &payload).expect("transport");
+        if r.status != 0 {
+            return Err(r.status);
+        }
+        Ok(phos_protocol::decode(&r.payload).expect("reply decodes"))
+    }
+}

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The GPU suite: build every program in tests/cuda with this machine's nvcc, run each natively
+# and through `phosctl run --backend cuda`, compare their standard output, and time both.
+#
+# Usage (on a machine with a GPU, from the repository root):
+#   tests/scripts/gpu-suite.sh BIN_DIR OUT_DIR
+# BIN_DIR holds phosctl, phos-api-server and libcudart.so built in release mode (the device
+# machine has no Rust: they are built elsewhere and carried). OUT_DIR receives the summary
+# (gpu-suite.md), the native outputs (native-outputs.tar, the expected files of the emu tests)
+# and the logs (logs.tar).
+set -u
+BIN=$(realpath "$1")
+OUT=$(realpath "$2")
+ARCH=${ARCH:-sm_90}
+WORK=$(mktemp -d)
+mkdir -p "$WORK/build" "$WORK/native" "$WORK/phos" "$OUT"
+
+nvcc_version=$(nvcc --version | tail -1)
+gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+summary="$OUT/gpu-suite.md"
+{
+  echo "# GPU suite"
+  echo
+  echo "- GPU: $gpu"
+  echo "- nvcc: $nvcc_version (\`-cudart shared -arch=$ARCH\`)"
+  echo "- command: \`tests/scripts/gpu-suite.sh BIN_DIR OUT_DIR\`"
+  echo
+  echo "| program | native exit | Phos exit | stdout identical | native s | Phos s |"
+  echo "|---|---|---|---|---|---|"
+} > "$summary"
+
+pass=0; fail=0
+for src in tests/cuda/*.cu; do
+  name=$(basename "$src" .cu)
+  if ! nvcc -O2 -cudart shared -arch="$ARCH" -Itests/cuda -o "$WORK/build/$name" "$src" > "$WORK/build/$name.log" 2>&1; then
+    echo "| $name | build failed | | | | |" >> "$summary"
+    cat "$WORK/build/$name.log"
+    fail=$((fail + 1))
+    continue
+  fi
+  t0=$(date +%s.%N)
+  "$WORK/build/$name" > "$WORK/native/$name.out" 2> "$WORK/native/$name.err"; native_rc=$?
+  t1=$(date +%s.%N)
+  "$BIN/phosctl" run --backend cuda -- "$WORK/build/$name" > "$WORK/phos/$name.out" 2> "$WORK/phos/$name.err"; phos_rc=$?
+  t2=$(date +%s.%N)
+  if cmp -s "$WORK/native/$name.out" "$WORK/phos/$name.out" && [ "$native_rc" = "$phos_rc" ]; then
+    same=yes; pass=$((pass + 1))
+  else
+    same=**no**; fail=$((fail + 1))
+    echo "=== $name differs (native rc $native_rc, phos rc $phos_rc)"
+    diff "$WORK/native/$name.out" "$WORK/phos/$name.out" | head -20
+    tail -5 "$WORK/phos/$name.err"
+  fi
+  printf '| %s | %s | %s | %s | %.3f | %.3f |\n' "$name" "$native_rc" "$phos_rc" "$same" \
+    "$(echo "$t1 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)" >> "$summary"
+done
+{
+  echo
+  echo "$pass of $((pass + fail)) programs print the same output natively and through Phos."
+  echo "Times are whole-process wall clock, one run each (the Phos column includes starting a private router and API server); docs/perf.md has the measured overheads."
+} >> "$summary"
+(cd "$WORK" && tar cf "$OUT/native-outputs.tar" native && tar cf "$OUT/logs.tar" native phos build/*.log)
+cat "$summary"
+rm -rf "$WORK"
+[ "$fail" = 0 ]
