@@ -1,7 +1,89 @@
 //! Generates the `extern "C"` exports of the CUDA runtime from the spec (phos-codegen's
-//! `emit::guest`).
+//! `emit::guest`), and links `libcudart.so` with the symbol versions of NVIDIA's runtimes
+//! ([`symbol_versions`]).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The version node of each soname the library is installed as (phosctl's `SONAMES`).
+/// Exports are `sym@@DEFAULT_VERSION` plus the aliases `sym@<other>`.
+const DEFAULT_VERSION: &str = "libcudart.so.12";
+const OTHER_VERSIONS: [&str; 2] = ["libcudart.so.11.0", "libcudart.so.13"];
 
 fn main() {
-    let api = phos_codegen::build_support::load_spec(std::path::Path::new(phos_spec::CUDART_SPEC_PATH));
+    let api = phos_codegen::build_support::load_spec(Path::new(phos_spec::CUDART_SPEC_PATH));
     phos_codegen::build_support::write_out("cudart_guest.rs", &phos_codegen::emit::guest::emit(&api));
+    symbol_versions();
+}
+
+/// Programs built by nvcc with `-cudart shared` ask for versioned symbols
+/// (`cudaMalloc@libcudart.so.12`) and name the version in a verneed entry. A library without
+/// version definitions still satisfies them, but glibc then prints "no version information
+/// available" on every start; one that lacks a version asked for cannot be loaded at all. So
+/// the library defines the nodes `libcudart.so.11.0`, `.12` and `.13`, and gives every export
+/// all three versions (`cudaMalloc@@libcudart.so.12`, `cudaMalloc@libcudart.so.11.0`,
+/// `cudaMalloc@libcudart.so.13`, one address): a reference of any version finds an exact
+/// match, and so do `dlsym` (the `@@` default) and `dlvsym(h, "cudaMalloc", "libcudart.so.11.0")`.
+/// Exporting them unversioned (version index 1) next to the nodes would satisfy the loader,
+/// but not `dlvsym`, which accepts only an exact version.
+///
+/// The versions are the link's business, and rustc owns the version script: it passes its
+/// own anonymous one (`{ global: <exports>; local: *; };`), which no other version script can
+/// be combined with in GNU ld. So this one link (`rustc-cdylib-link-arg`: not the rlib, not
+/// the tests, not other crates) runs through `link/ld.bfd.sh`, which turns rustc's script
+/// into the named nodes and the aliases and then runs GNU ld. It is found through the C
+/// compiler's own lookup: `-B<dir>` puts `<dir>/ld.bfd` first, and `-fuse-ld=bfd` (the last
+/// `-fuse-ld` wins) asks for it, so the default `-fuse-ld=lld` of rustc's x86_64 Linux
+/// target does not pass it by. GNU ld rather than rustc's lld, because it comes with gcc on
+/// every Linux build machine, whatever target or linker settings the rest of the build uses.
+///
+/// Routes not taken: `.symver` in `global_asm!` still needs the nodes in a version script,
+/// and works only in the object file that defines the function; an `ld` wrapper without
+/// `-fuse-ld=bfd` is never run while rustc links with lld; rust-lld happens to accept an
+/// extra version script next to rustc's anonymous one, but GNU ld (other targets, or a build
+/// that turns rust-lld off) fails the link.
+fn symbol_versions() {
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
+        return;
+    }
+    let template = include_str!("link/ld.bfd.sh");
+    let real_ld = gnu_ld();
+    let script = template
+        .replace("@REAL_LD@", &shell_quoted(&real_ld.display().to_string()))
+        .replace("@DEFAULT_VERSION@", DEFAULT_VERSION)
+        .replace("@OTHER_VERSIONS@", &OTHER_VERSIONS.join(" "));
+    let dir = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR is set by cargo")).join("gnu-ld");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    let wrapper = dir.join("ld.bfd");
+    std::fs::write(&wrapper, script).unwrap_or_else(|e| panic!("writing {}: {e}", wrapper.display()));
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))
+        .unwrap_or_else(|e| panic!("making {} executable: {e}", wrapper.display()));
+    println!("cargo:rustc-cdylib-link-arg=-B{}/", dir.display());
+    println!("cargo:rustc-cdylib-link-arg=-fuse-ld=bfd");
+}
+
+/// GNU ld: where the C compiler that links (`RUSTC_LINKER`, else `cc`) would take `ld.bfd`
+/// from, else `ld.bfd` on `PATH`.
+fn gnu_ld() -> PathBuf {
+    let driver = std::env::var("RUSTC_LINKER").unwrap_or_else(|_| "cc".to_string());
+    let named = Command::new(&driver)
+        .arg("-print-prog-name=ld.bfd")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    if let Some(p) = named.filter(|p| p.is_absolute() && p.is_file()) {
+        return p;
+    }
+    std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("ld.bfd")).find(|p| p.is_file()))
+        .unwrap_or_else(|| {
+            panic!("GNU ld (ld.bfd, from binutils) is needed to link libcudart.so; neither `{driver}` nor PATH has it")
+        })
+}
+
+/// `s` as one POSIX shell word.
+fn shell_quoted(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
 }

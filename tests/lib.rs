@@ -51,7 +51,11 @@ pub fn nvcc() -> Option<PathBuf> {
 /// Compile `tests/cuda/<name>.cu` into the build's cache directory (once per source change).
 pub fn build_program(nvcc: &Path, name: &str, extra: &[&str]) -> PathBuf {
     let src = cuda_dir().join(format!("{name}.cu"));
-    let tag = if extra.is_empty() { String::new() } else { format!("-{}", extra.join("").replace(['/', ' ', '=', ','], "_")) };
+    let tag = if extra.is_empty() {
+        String::new()
+    } else {
+        format!("-{}", extra.join("").replace(['/', ' ', '=', ','], "_"))
+    };
     let out_dir = target_dir().join("cuda-programs");
     std::fs::create_dir_all(&out_dir).unwrap();
     let exe = out_dir.join(format!("{name}{tag}"));

@@ -12,6 +12,7 @@ pub mod server;
 pub mod service;
 
 /// The spec-generated `CudartService` trait and its checked `dispatch`.
+#[allow(clippy::all, unused_parens)]
 pub mod dispatch {
     include!(concat!(env!("OUT_DIR"), "/cudart_server.rs"));
 }

@@ -182,7 +182,9 @@ impl AddressSpace {
                 };
                 let mut free = BTreeMap::new();
                 free.insert(span, gran - span);
-                inner.blocks.insert(start, Block { len: gran, device, physical, kind: BlockKind::Slab { free, used: span } });
+                inner
+                    .blocks
+                    .insert(start, Block { len: gran, device, physical, kind: BlockKind::Slab { free, used: span } });
                 start
             }
         };
@@ -253,9 +255,8 @@ impl AddressSpace {
     pub fn contains(&self, addr: u64, len: u64) -> bool {
         let Some(end) = addr.checked_add(len.max(1)) else { return false };
         let g = self.inner.lock().unwrap();
-        let inside = |m: &BTreeMap<u64, u64>| {
-            m.range(..=addr).next_back().is_some_and(|(&start, &size)| end <= start + size)
-        };
+        let inside =
+            |m: &BTreeMap<u64, u64>| m.range(..=addr).next_back().is_some_and(|(&start, &size)| end <= start + size);
         let in_alloc = g.allocations.range(..=addr).next_back().is_some_and(|(_, a)| end <= a.addr + a.size);
         in_alloc || inside(&g.external)
     }

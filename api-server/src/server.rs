@@ -71,7 +71,9 @@ impl ApiServer {
             Ok(a) if a.spec_hash != cudart::SPEC_HASH => {
                 Err(format!("spec mismatch: guest {:016x}, server {:016x}", a.spec_hash, cudart::SPEC_HASH))
             }
-            Ok(a) if a.session != session.id => Err(format!("channel for session {} reached session {}", a.session, session.id)),
+            Ok(a) if a.session != session.id => {
+                Err(format!("channel for session {} reached session {}", a.session, session.id))
+            }
             other => other,
         };
         let attach = match attach {

@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use phos_protocol::{CudaError, Ptr};
 use phos_protocol::cudart::*;
 use phos_protocol::types::Dim3;
+use phos_protocol::{CudaError, Ptr};
 use sha2::{Digest, Sha256};
 
 use crate::backend::{Backend, Raw, StreamRef};
@@ -126,7 +126,13 @@ impl Session {
     }
 
     /// Copy between the kinds of memory a `cudaMemcpy` family call names.
-    fn copy(&self, dst: &Ptr<'_>, src: &Ptr<'_>, count: u64, stream: Option<StreamRef>) -> Result<Option<Vec<u8>>, CudaError> {
+    fn copy(
+        &self,
+        dst: &Ptr<'_>,
+        src: &Ptr<'_>,
+        count: u64,
+        stream: Option<StreamRef>,
+    ) -> Result<Option<Vec<u8>>, CudaError> {
         let b = self.backend.as_ref();
         match (dst, src) {
             (Ptr::Device(d), Ptr::In(bytes)) => b.memcpy_htod(*d, bytes, stream).map(|_| None),
@@ -218,7 +224,11 @@ impl CudartService for Session {
         self.max_reply
     }
 
-    fn cuda_get_device_count(&self, _: &CallCx, _: CudaGetDeviceCountRequest) -> Result<CudaGetDeviceCountReply, CudaError> {
+    fn cuda_get_device_count(
+        &self,
+        _: &CallCx,
+        _: CudaGetDeviceCountRequest,
+    ) -> Result<CudaGetDeviceCountReply, CudaError> {
         match self.backend.device_count() {
             0 => Err(CudaError::NoDevice),
             n => Ok(CudaGetDeviceCountReply { count: n }),
@@ -252,7 +262,11 @@ impl CudartService for Session {
         Ok(CudaDeviceGetAttributeReply { value: self.backend.device_attribute(req.device, req.attr)? })
     }
 
-    fn cuda_device_synchronize(&self, cx: &CallCx, _: CudaDeviceSynchronizeRequest) -> Result<CudaDeviceSynchronizeReply, CudaError> {
+    fn cuda_device_synchronize(
+        &self,
+        cx: &CallCx,
+        _: CudaDeviceSynchronizeRequest,
+    ) -> Result<CudaDeviceSynchronizeReply, CudaError> {
         self.backend.device_synchronize(cx.device)?;
         Ok(CudaDeviceSynchronizeReply {})
     }
@@ -264,7 +278,11 @@ impl CudartService for Session {
         Ok(CudaDeviceResetReply {})
     }
 
-    fn cuda_driver_get_version(&self, _: &CallCx, _: CudaDriverGetVersionRequest) -> Result<CudaDriverGetVersionReply, CudaError> {
+    fn cuda_driver_get_version(
+        &self,
+        _: &CallCx,
+        _: CudaDriverGetVersionRequest,
+    ) -> Result<CudaDriverGetVersionReply, CudaError> {
         Ok(CudaDriverGetVersionReply { driverVersion: self.backend.driver_version() })
     }
 
@@ -287,7 +305,11 @@ impl CudartService for Session {
         Ok(CudaMemcpyReply { dst: self.copy(&req.dst, &req.src, req.count, None)? })
     }
 
-    fn cuda_memcpy_async(&self, _: &CallCx, req: CudaMemcpyAsyncRequest<'_>) -> Result<CudaMemcpyAsyncReply, CudaError> {
+    fn cuda_memcpy_async(
+        &self,
+        _: &CallCx,
+        req: CudaMemcpyAsyncRequest<'_>,
+    ) -> Result<CudaMemcpyAsyncReply, CudaError> {
         let stream = self.stream(req.stream)?;
         Ok(CudaMemcpyAsyncReply { dst: self.copy(&req.dst, &req.src, req.count, Some(stream))? })
     }
@@ -345,7 +367,11 @@ impl CudartService for Session {
         Ok(CudaStreamCreateWithFlagsReply { pStream: self.streams.lock().unwrap().insert(Stream { raw }) })
     }
 
-    fn cuda_stream_destroy(&self, _: &CallCx, req: CudaStreamDestroyRequest) -> Result<CudaStreamDestroyReply, CudaError> {
+    fn cuda_stream_destroy(
+        &self,
+        _: &CallCx,
+        req: CudaStreamDestroyRequest,
+    ) -> Result<CudaStreamDestroyReply, CudaError> {
         let s = self.streams.lock().unwrap().remove(req.stream)?;
         self.backend.stream_destroy(s.raw)?;
         Ok(CudaStreamDestroyReply {})
@@ -390,13 +416,21 @@ impl CudartService for Session {
         Ok(CudaEventRecordReply {})
     }
 
-    fn cuda_event_synchronize(&self, _: &CallCx, req: CudaEventSynchronizeRequest) -> Result<CudaEventSynchronizeReply, CudaError> {
+    fn cuda_event_synchronize(
+        &self,
+        _: &CallCx,
+        req: CudaEventSynchronizeRequest,
+    ) -> Result<CudaEventSynchronizeReply, CudaError> {
         self.backend.event_synchronize(self.event(req.event)?)?;
         Ok(CudaEventSynchronizeReply {})
     }
 
     fn cuda_event_query(&self, _: &CallCx, req: CudaEventQueryRequest) -> Result<CudaEventQueryReply, CudaError> {
-        if self.backend.event_query(self.event(req.event)?)? { Ok(CudaEventQueryReply {}) } else { Err(CudaError::NotReady) }
+        if self.backend.event_query(self.event(req.event)?)? {
+            Ok(CudaEventQueryReply {})
+        } else {
+            Err(CudaError::NotReady)
+        }
     }
 
     fn cuda_event_elapsed_time(
@@ -467,7 +501,11 @@ impl CudartService for Session {
         Ok(PhosModuleGetGlobalReply { address: addr, bytes })
     }
 
-    fn phos_launch_kernel(&self, cx: &CallCx, req: PhosLaunchKernelRequest<'_>) -> Result<PhosLaunchKernelReply, CudaError> {
+    fn phos_launch_kernel(
+        &self,
+        cx: &CallCx,
+        req: PhosLaunchKernelRequest<'_>,
+    ) -> Result<PhosLaunchKernelReply, CudaError> {
         let raw = self.functions.lock().unwrap().get(req.function)?.raw;
         let stream = self.stream(req.stream)?;
         self.check_launch(cx.device, req.grid, req.block, req.sharedMem)?;

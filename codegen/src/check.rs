@@ -736,10 +736,10 @@ impl<'s> Checker<'s> {
         // Object descriptors on the argument itself (not inside `element`).
         for (_, path) in &paths {
             for d in path {
-                if let ValDesc::Flag(f) = d {
-                    if !VAL_FLAGS.contains(&f.name.as_str()) {
-                        self.err(f.span, format!("unknown value descriptor `{}` (expected one of {}, buffer, device_pointer, element, obj_depends_on)", f.name, VAL_FLAGS.join(", ")));
-                    }
+                if let ValDesc::Flag(f) = d
+                    && !VAL_FLAGS.contains(&f.name.as_str())
+                {
+                    self.err(f.span, format!("unknown value descriptor `{}` (expected one of {}, buffer, device_pointer, element, obj_depends_on)", f.name, VAL_FLAGS.join(", ")));
                 }
             }
         }
@@ -966,11 +966,11 @@ impl<'s> Checker<'s> {
                 }
                 match f.arg(&id.name) {
                     Some(a) => {
-                        if let ArgClass::Value(ValueType::Scalar(s)) = &a.class {
-                            if s.is_float() {
-                                self.err(id.span, "floating-point values cannot be used in spec expressions");
-                                return None;
-                            }
+                        if let ArgClass::Value(ValueType::Scalar(s)) = &a.class
+                            && s.is_float()
+                        {
+                            self.err(id.span, "floating-point values cannot be used in spec expressions");
+                            return None;
                         }
                         if let ArgClass::Value(ValueType::Pod(_)) = &a.class {
                             self.err(id.span, "structs cannot be used in spec expressions");

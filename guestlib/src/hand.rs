@@ -43,6 +43,13 @@ fn error_strings() -> &'static HashMap<i32, (CString, CString)> {
     })
 }
 
+/// CUDA 13's launch path (`__cudaLaunchKernel` with a kernel handle) reports a launch
+/// configuration the device cannot run as `cudaErrorInvalidValue`, where `cudaLaunchKernel`
+/// reports `cudaErrorInvalidConfiguration` (measured on an H100 with CUDA 13.0 and 11.8).
+fn kernel_handle_launch(r: Result<(), CudaError>) -> Result<(), CudaError> {
+    r.map_err(|e| if e == CudaError::InvalidConfiguration { CudaError::InvalidValue } else { e })
+}
+
 const UNRECOGNIZED: &std::ffi::CStr = c"unrecognized error code";
 
 fn memcpy_kind_of(addr: u64) -> bool {
@@ -105,7 +112,7 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaFreeHost(ptr: *mut c_void) -> i32 {
-        code(hostmem::free(ptr))
+        code(unsafe { hostmem::free(ptr) })
     }
 
     unsafe fn cudaLaunchKernel(
@@ -157,7 +164,7 @@ impl HandWritten for Hand {
         stream: *mut c_void,
     ) -> i32 {
         runtime::api_call(FunctionId::PrivCudaLaunchKernel, || unsafe {
-            launch::launch(kernel, grid, block, args, shared_mem, stream, false)
+            kernel_handle_launch(launch::launch(kernel, grid, block, args, shared_mem, stream, false))
         })
     }
 
@@ -170,7 +177,7 @@ impl HandWritten for Hand {
         stream: *mut c_void,
     ) -> i32 {
         runtime::api_call(FunctionId::PrivCudaLaunchKernelPtsz, || unsafe {
-            launch::launch(kernel, grid, block, args, shared_mem, stream, true)
+            kernel_handle_launch(launch::launch(kernel, grid, block, args, shared_mem, stream, true))
         })
     }
 

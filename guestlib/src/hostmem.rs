@@ -22,17 +22,31 @@ pub fn alloc(size: usize, flags: u32) -> Result<*mut c_void, CudaError> {
         return Ok(std::ptr::null_mut());
     }
     let p = unsafe {
-        libc::mmap(std::ptr::null_mut(), size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
     };
     if p == libc::MAP_FAILED {
         return Err(CudaError::MemoryAllocation);
     }
-    ALLOCATIONS.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(p as usize, (size, flags));
+    ALLOCATIONS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert(p as usize, (size, flags));
     Ok(p)
 }
 
 /// Free what [`alloc`] returned; a null pointer is a no-op.
-pub fn free(p: *mut c_void) -> Result<(), CudaError> {
+///
+/// # Safety
+/// The memory must not be used afterwards (the pages are unmapped).
+pub unsafe fn free(p: *mut c_void) -> Result<(), CudaError> {
     if p.is_null() {
         return Ok(());
     }
@@ -46,9 +60,8 @@ pub fn free(p: *mut c_void) -> Result<(), CudaError> {
     }
 }
 
-/// Size and flags of the allocation containing `p`, if it is page-locked memory of ours.
-pub fn lookup(p: *const c_void) -> Option<(usize, usize, u32)> {
-    let addr = p as usize;
+/// Base, size and flags of the allocation containing `addr`, if it is page-locked memory of ours.
+pub fn lookup(addr: usize) -> Option<(usize, usize, u32)> {
     let g = ALLOCATIONS.lock().unwrap_or_else(|e| e.into_inner());
     g.as_ref()?.iter().find(|(base, (size, _))| addr >= **base && addr - **base < *size).map(|(b, (s, f))| (*b, *s, *f))
 }

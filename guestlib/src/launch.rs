@@ -34,7 +34,12 @@ pub fn push_config(grid: Dim3, block: Dim3, shared_mem: usize, stream: *mut c_vo
 ///
 /// # Safety
 /// Each out pointer must be writable (nvcc passes locals).
-pub unsafe fn pop_config(grid: *mut Dim3, block: *mut Dim3, shared_mem: *mut usize, stream: *mut c_void) -> Result<(), CudaError> {
+pub unsafe fn pop_config(
+    grid: *mut Dim3,
+    block: *mut Dim3,
+    shared_mem: *mut usize,
+    stream: *mut c_void,
+) -> Result<(), CudaError> {
     let cfg = CONFIGS.with(|c| c.borrow_mut().pop()).ok_or(CudaError::InvalidConfiguration)?;
     unsafe {
         if !grid.is_null() {

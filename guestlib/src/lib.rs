@@ -20,6 +20,7 @@ pub mod soname;
 
 /// The spec-generated exports (`cudaMalloc`, `cudaMemcpy`, ...) and the trait of
 /// hand-written pieces they call.
+#[allow(clippy::all, unused_parens)]
 pub mod stubs {
     include!(concat!(env!("OUT_DIR"), "/cudart_guest.rs"));
 }

@@ -75,11 +75,7 @@ fn with_registry<T>(f: impl FnOnce(&mut Registry) -> T) -> T {
 pub unsafe fn register_fat_binary(wrapper: *const c_void) -> *mut *mut c_void {
     let index = match unsafe { phos_fatbin::container_from_wrapper(wrapper) } {
         Ok(container) => with_registry(|r| {
-            r.modules.push(Arc::new(Module {
-                container,
-                remote: Mutex::new(None),
-                layouts: OnceLock::new(),
-            }));
+            r.modules.push(Arc::new(Module { container, remote: Mutex::new(None), layouts: OnceLock::new() }));
             r.modules.len()
         }),
         Err(e) => {
@@ -124,7 +120,12 @@ pub unsafe fn register_function(handle: *mut *mut c_void, host_fun: *const c_cha
 ///
 /// # Safety
 /// Arguments as nvcc passes them.
-pub unsafe fn register_variable(handle: *mut *mut c_void, host_var: *const c_char, device_name: *const c_char, size: usize) {
+pub unsafe fn register_variable(
+    handle: *mut *mut c_void,
+    host_var: *const c_char,
+    device_name: *const c_char,
+    size: usize,
+) {
     let (Some(module), Some(name)) = (module_of(handle), unsafe { string(device_name) }) else {
         return;
     };

@@ -84,10 +84,7 @@ fn init_logging(default: &str) {
 }
 
 fn sibling(name: &str) -> PathBuf {
-    std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(|d| d.join(name)))
-        .unwrap_or_else(|| PathBuf::from(name))
+    std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.join(name))).unwrap_or_else(|| PathBuf::from(name))
 }
 
 /// The backend to use, saying which and why on the first log line.
@@ -160,7 +157,12 @@ fn default_endpoint() -> String {
     }
 }
 
-fn run(backend: Option<BackendKind>, endpoint: Option<String>, server: ServerOptions, command: Vec<String>) -> ExitCode {
+fn run(
+    backend: Option<BackendKind>,
+    endpoint: Option<String>,
+    server: ServerOptions,
+    command: Vec<String>,
+) -> ExitCode {
     init_logging("info");
     let lib_dir = match guestlib::prepare() {
         Ok(d) => d,
@@ -235,7 +237,9 @@ fn spec(what: SpecCommand) -> ExitCode {
     };
     match what {
         SpecCommand::Coverage => print!("{}", phos_codegen::emit::docs::emit(&api)),
-        SpecCommand::Check => println!("spec `{}`: {} functions, hash {:016x}", api.name, api.functions.len(), api.spec_hash),
+        SpecCommand::Check => {
+            println!("spec `{}`: {} functions, hash {:016x}", api.name, api.functions.len(), api.spec_hash)
+        }
     }
     ExitCode::SUCCESS
 }

@@ -20,6 +20,7 @@ pub mod types;
 
 /// Spec-generated wire types of the CUDA runtime API: [`cudart::FunctionId`], one
 /// `…Request`/`…Reply` pair per remote function, error codes and constants.
+#[allow(clippy::all, unused_parens)]
 pub mod cudart {
     include!(concat!(env!("OUT_DIR"), "/cudart_wire.rs"));
 }

@@ -11,6 +11,7 @@ pub mod session;
 pub mod usage;
 
 /// The spec-generated cost table: `costs::charges(function, payload, &mut out)`.
+#[allow(clippy::all, unused_parens)]
 pub mod costs {
     include!(concat!(env!("OUT_DIR"), "/cudart_costs.rs"));
 }
@@ -174,7 +175,8 @@ impl Router {
             std::thread::sleep(Duration::from_millis(200));
             let ended: Vec<Arc<SessionEntry>> = {
                 let mut sessions = self.sessions.lock().unwrap();
-                let done: Vec<u64> = sessions.values().filter(|s| s.is_finished(self.config.linger)).map(|s| s.id).collect();
+                let done: Vec<u64> =
+                    sessions.values().filter(|s| s.is_finished(self.config.linger)).map(|s| s.id).collect();
                 done.into_iter().filter_map(|id| sessions.remove(&id)).collect()
             };
             for s in ended {

@@ -48,7 +48,14 @@ fn random_token() -> io::Result<[u8; 16]> {
 
 impl SessionEntry {
     /// Start the session's API server and wait until it is ready.
-    pub(crate) fn start(id: u64, tenant: Tenant, pid: u32, hello: &Hello, config: &RouterConfig, socket: PathBuf) -> io::Result<Self> {
+    pub(crate) fn start(
+        id: u64,
+        tenant: Tenant,
+        pid: u32,
+        hello: &Hello,
+        config: &RouterConfig,
+        socket: PathBuf,
+    ) -> io::Result<Self> {
         let stderr = match &config.server_log_dir {
             Some(dir) => {
                 std::fs::create_dir_all(dir)?;

@@ -22,7 +22,7 @@ int main() {
     std::vector<int> in(n);
     long long expected = 0;
     for (int i = 0; i < n; i++) {
-        in[i] = (i * 7919) % 1000 - 500;
+        in[i] = (int)(((long long)i * 7919) % 1000) - 500;
         expected += in[i];
     }
     int *din;

@@ -52,8 +52,34 @@ for src in tests/cuda/*.cu; do
     tail -5 "$WORK/phos/$name.err"
   fi
   printf '| %s | %s | %s | %s | %.3f | %.3f |\n' "$name" "$native_rc" "$phos_rc" "$same" \
-    "$(echo "$t1 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)" >> "$summary"
+    "$(awk "BEGIN{print $t1 - $t0}")" "$(awk "BEGIN{print $t2 - $t1}")" >> "$summary"
 done
+# Programs built elsewhere (e.g. with CUDA 11.8 for the 11.x ABI), run natively against the
+# NVIDIA runtime carried in $PREBUILT/lib.
+if [ -n "${PREBUILT:-}" ] && [ -d "$PREBUILT" ]; then
+  PREBUILT=$(realpath "$PREBUILT")
+  label=${PREBUILT_LABEL:-prebuilt}
+  for exe in "$PREBUILT"/*; do
+    [ -f "$exe" ] && [ -x "$exe" ] || continue
+    name="$(basename "$exe") ($label)"
+    key="$(basename "$exe")-$label"
+    t0=$(date +%s.%N)
+    LD_LIBRARY_PATH="$PREBUILT/lib" "$exe" > "$WORK/native/$key.out" 2> "$WORK/native/$key.err"; native_rc=$?
+    t1=$(date +%s.%N)
+    "$BIN/phosctl" run --backend cuda -- "$exe" > "$WORK/phos/$key.out" 2> "$WORK/phos/$key.err"; phos_rc=$?
+    t2=$(date +%s.%N)
+    if cmp -s "$WORK/native/$key.out" "$WORK/phos/$key.out" && [ "$native_rc" = "$phos_rc" ]; then
+      same=yes; pass=$((pass + 1))
+    else
+      same=**no**; fail=$((fail + 1))
+      echo "=== $name differs (native rc $native_rc, phos rc $phos_rc)"
+      diff "$WORK/native/$key.out" "$WORK/phos/$key.out" | head -20
+      tail -5 "$WORK/phos/$key.err"
+    fi
+    printf '| %s | %s | %s | %s | %.3f | %.3f |\n' "$name" "$native_rc" "$phos_rc" "$same" \
+      "$(awk "BEGIN{print $t1 - $t0}")" "$(awk "BEGIN{print $t2 - $t1}")" >> "$summary"
+  done
+fi
 {
   echo
   echo "$pass of $((pass + fail)) programs print the same output natively and through Phos."

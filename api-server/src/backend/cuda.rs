@@ -275,7 +275,9 @@ impl Backend for CudaBackend {
         unsafe {
             match stream {
                 None => check(sys::cuMemcpyHtoD_v2(dst, src.as_ptr() as *const c_void, src.len())),
-                Some(s) => check(sys::cuMemcpyHtoDAsync_v2(dst, src.as_ptr() as *const c_void, src.len(), stream_handle(s))),
+                Some(s) => {
+                    check(sys::cuMemcpyHtoDAsync_v2(dst, src.as_ptr() as *const c_void, src.len(), stream_handle(s)))
+                }
             }
         }
     }
@@ -409,9 +411,9 @@ impl Backend for CudaBackend {
         let mut size = params.len();
         // CU_LAUNCH_PARAM_BUFFER_POINTER, buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END
         let mut extra: [*mut c_void; 5] = [
-            1 as *mut c_void,
+            std::ptr::without_provenance_mut(1),
             params.as_ptr() as *mut c_void,
-            2 as *mut c_void,
+            std::ptr::without_provenance_mut(2),
             &mut size as *mut usize as *mut c_void,
             std::ptr::null_mut(),
         ];

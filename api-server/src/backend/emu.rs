@@ -241,7 +241,10 @@ impl Backend for EmuBackend {
             if p != libc::MAP_FAILED {
                 unsafe { libc::munmap(p, size as usize) };
             }
-            tracing::error!("cannot reserve the device address range {base:#x}+{size:#x}: {}", std::io::Error::last_os_error());
+            tracing::error!(
+                "cannot reserve the device address range {base:#x}+{size:#x}: {}",
+                std::io::Error::last_os_error()
+            );
             return Err(CudaError::MemoryAllocation);
         }
         Ok(())

@@ -82,7 +82,7 @@ impl Names for ServerNames {
 fn handler(w: &mut W, api: &Api, f: &Function) {
     let names = ServerNames;
     let t = f.type_name();
-    w.line(format!("#[allow(non_snake_case, unused_variables, unused_mut, unused_parens, clippy::nonminimal_bool, clippy::unnecessary_cast)]"));
+    w.line("#[allow(non_snake_case, unused_variables, unused_mut, unused_parens, clippy::nonminimal_bool, clippy::unnecessary_cast)]");
     w.open(format!(
         "fn {}<S: CudartService + ?Sized>(svc: &S, cx: &S::Cx, payload: &[u8], out: &mut Vec<u8>) -> Result<(), Rejection> {{",
         f.method_name()

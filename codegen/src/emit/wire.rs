@@ -10,7 +10,7 @@ pub fn emit(api: &Api) -> String {
     w.line("#[allow(unused_imports)]");
     w.line("use crate::spec::{ErrorInfo, Exec, FunctionInfo, ObjectRules, ResourceInfo};");
     w.line("");
-    w.line(format!("/// Name of the API this module was generated from."));
+    w.line("/// Name of the API this module was generated from.");
     w.line(format!("pub const API_NAME: &str = {};", lit(&api.name)));
     w.line("/// Hash of the spec text: both ends of a session must have been built from the same spec.");
     w.line(format!("pub const SPEC_HASH: u64 = 0x{:016x};", api.spec_hash));

@@ -1,0 +1,292 @@
+//! The symbol versions of the built `libcudart.so` (build.rs, `symbol_versions`): the library
+//! defines the version nodes of the three sonames it is installed as, every export resolves
+//! for each of them, nothing but the CUDA API is exported, and programs linked against a
+//! runtime of each version start on it without glibc's "no version information available".
+//!
+//! The library is the one of this build, `target/<profile>/libcudart.so` (cargo builds it
+//! before the tests). The checks read it with `readelf` and build small C programs with `cc`.
+#![cfg(target_os = "linux")]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The version nodes, one per soname; the first export of each name is `@@` this one.
+const VERSIONS: [&str; 3] = ["libcudart.so.11.0", "libcudart.so.12", "libcudart.so.13"];
+const DEFAULT_VERSION: &str = "libcudart.so.12";
+
+/// `target/<profile>/libcudart.so`, next to the `deps` directory this test runs from.
+fn library() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    // target/<profile>/deps/symbol_versions-<hash>
+    let lib = exe.parent().and_then(Path::parent).expect("target/<profile>").join("libcudart.so");
+    assert!(lib.exists(), "{} is missing: `cargo build -p phos-guestlib` builds it", lib.display());
+    lib
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?} failed ({}):\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+fn readelf(args: &[&str], file: &Path) -> String {
+    String::from_utf8(run(Command::new("readelf").arg("-W").args(args).arg(file)).stdout).unwrap()
+}
+
+/// One entry of `.dynsym`, as `readelf --dyn-syms` shows it.
+#[derive(Debug)]
+struct DynSym {
+    value: String,
+    /// The section index: `UND`, `ABS` or a number.
+    ndx: String,
+    name: String,
+    version: Option<String>,
+    /// `name@@version` (the default) rather than `name@version` (hidden).
+    default: bool,
+}
+
+fn dynamic_symbols(file: &Path) -> Vec<DynSym> {
+    let text = readelf(&["--dyn-syms"], file);
+    let mut syms = Vec::new();
+    for line in text.lines() {
+        // "    76: 000000000003f410    26 FUNC    GLOBAL DEFAULT   13 cudaMalloc@@libcudart.so.12"
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() < 8 || !fields[0].ends_with(':') || fields[0].trim_end_matches(':').parse::<u32>().is_err() {
+            continue;
+        }
+        let full = fields[7];
+        let (name, version, default) = match full.split_once('@') {
+            Some((name, rest)) => match rest.strip_prefix('@') {
+                Some(v) => (name, Some(v.to_string()), true),
+                None => (name, Some(rest.to_string()), false),
+            },
+            None => (full, None, false),
+        };
+        syms.push(DynSym {
+            value: fields[1].to_string(),
+            ndx: fields[6].to_string(),
+            name: name.to_string(),
+            version,
+            default,
+        });
+    }
+    assert!(!syms.is_empty(), "no dynamic symbols in {}:\n{text}", file.display());
+    syms
+}
+
+/// The names of the version definitions (`.gnu.version_d`), less the base one (the file's).
+fn version_definitions(file: &Path) -> Vec<String> {
+    readelf(&["-V"], file)
+        .lines()
+        // "  0x001c: Rev: 1  Flags: none  Index: 2  Cnt: 1  Name: libcudart.so.12"
+        .filter(|l| l.contains("Rev:") && !l.contains("Flags: BASE"))
+        .filter_map(|l| l.split("Name:").nth(1))
+        .map(|n| n.trim().to_string())
+        .collect()
+}
+
+/// The version needs (`.gnu.version_r`) of a program: the versions it asks its libraries for.
+fn version_needs(file: &Path) -> Vec<String> {
+    readelf(&["-V"], file)
+        .lines()
+        // "  0x0010:   Name: libcudart.so.12  Flags: none  Version: 2"
+        .filter(|l| l.contains("Name:") && l.contains("Version:") && !l.contains("Rev:"))
+        .filter_map(|l| l.split("Name:").nth(1)?.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The library's defined symbols by name: GNU ld's absolute symbols naming the version nodes
+/// left out.
+fn exports() -> BTreeMap<String, Vec<DynSym>> {
+    let mut by_name: BTreeMap<String, Vec<DynSym>> = BTreeMap::new();
+    for s in dynamic_symbols(&library()) {
+        if s.ndx == "UND" || (s.ndx == "ABS" && VERSIONS.contains(&s.name.as_str())) {
+            continue;
+        }
+        by_name.entry(s.name.clone()).or_default().push(s);
+    }
+    by_name
+}
+
+/// The functions the generated stubs export (`#[unsafe(no_mangle)]` in OUT_DIR/cudart_guest.rs).
+fn generated_exports() -> BTreeSet<String> {
+    let path = Path::new(env!("OUT_DIR")).join("cudart_guest.rs");
+    let code = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let mut names = BTreeSet::new();
+    let mut exported = false;
+    for line in code.lines().map(str::trim) {
+        if line == "#[unsafe(no_mangle)]" {
+            exported = true;
+        } else if exported && let Some(rest) = line.split_once("extern \"C\" fn ").map(|(_, r)| r) {
+            names.insert(rest.split('(').next().unwrap().trim().to_string());
+            exported = false;
+        }
+    }
+    assert!(!names.is_empty(), "no #[unsafe(no_mangle)] functions in {}", path.display());
+    names
+}
+
+#[test]
+fn defines_the_version_node_of_each_soname() {
+    let defined = version_definitions(&library());
+    for v in VERSIONS {
+        assert!(defined.iter().any(|d| d == v), "no version node {v}; the library defines {defined:?}");
+    }
+}
+
+#[test]
+fn every_export_has_each_version_at_one_address() {
+    let exports = exports();
+    for name in ["cudaMalloc", "cudaRuntimeGetVersion", "cudaLaunchKernel", "__cudaRegisterFatBinary"] {
+        assert!(exports.contains_key(name), "{name} is not exported");
+    }
+    for (name, defs) in &exports {
+        let versions: BTreeSet<&str> = defs.iter().filter_map(|d| d.version.as_deref()).collect();
+        assert_eq!(versions, BTreeSet::from(VERSIONS), "versions of {name}: {defs:?}");
+        assert_eq!(defs.len(), VERSIONS.len(), "{name} is defined more than once a version, or unversioned: {defs:?}");
+        let defaults: Vec<&str> = defs.iter().filter(|d| d.default).filter_map(|d| d.version.as_deref()).collect();
+        assert_eq!(defaults, [DEFAULT_VERSION], "{name}@@ (what dlsym finds): {defs:?}");
+        assert!(
+            defs.iter().all(|d| d.value == defs[0].value),
+            "the versions of {name} are different functions: {defs:?}"
+        );
+    }
+}
+
+/// The version script keeps everything else local: no Rust std or runtime symbol, nothing but
+/// what the generated stubs export.
+#[test]
+fn exports_nothing_but_the_cuda_api() {
+    let exports: BTreeSet<String> = exports().into_keys().collect();
+    let rust: Vec<&String> = exports
+        .iter()
+        .filter(|n| ["_ZN", "_R", "rust_", "__rust", "__rdl", "__rg_"].iter().any(|p| n.starts_with(p)))
+        .collect();
+    assert!(rust.is_empty(), "Rust symbols are exported: {rust:?}");
+    assert_eq!(exports, generated_exports(), "the exports are not exactly the generated stubs");
+}
+
+/// A scratch directory under the system's temporary directory, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("phos-symbol-versions-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What nvcc's `-cudart shared` does, with a stand-in for NVIDIA's runtime: a program linked
+/// against a library whose soname and version node are `version` asks for
+/// `cudaRuntimeGetVersion@version`. Run with our library under that name, it must start
+/// without the loader's warning and get the runtime version of that major (which the library
+/// reads off the file name, with no server).
+fn program_of_version_runs(version: &str) {
+    let major: u32 = version.trim_start_matches("libcudart.so.").split('.').next().unwrap().parse().unwrap();
+    let dir = Scratch::new(version);
+    let stub_dir = dir.0.join("stub");
+    let run_dir = dir.0.join("run");
+    std::fs::create_dir_all(&stub_dir).unwrap();
+    std::fs::create_dir_all(&run_dir).unwrap();
+
+    let stub_src = dir.write("stub.c", "int cudaRuntimeGetVersion(int *v) { *v = 0; return 1; }\n");
+    let stub_map = dir.write("stub.map", &format!("{version} {{ global: cudaRuntimeGetVersion; local: *; }};\n"));
+    let stub = stub_dir.join(version);
+    run(Command::new("cc")
+        .args(["-shared", "-fPIC", &format!("-Wl,-soname,{version}")])
+        .arg(format!("-Wl,--version-script={}", stub_map.display()))
+        .arg("-o")
+        .arg(&stub)
+        .arg(&stub_src));
+
+    let app_src = dir.write(
+        "app.c",
+        r#"#include <stdio.h>
+extern int cudaRuntimeGetVersion(int *runtime_version);
+int main(void) {
+    int v = -1;
+    int rc = cudaRuntimeGetVersion(&v);
+    printf("%d %d\n", rc, v);
+    return rc;
+}
+"#,
+    );
+    let app = dir.0.join("app");
+    run(Command::new("cc").arg("-o").arg(&app).arg(&app_src).arg(&stub));
+    let needs = version_needs(&app);
+    assert!(needs.iter().any(|n| n == version), "the program does not ask for {version}: {needs:?}");
+
+    std::os::unix::fs::symlink(library(), run_dir.join(version)).unwrap();
+    let out = Command::new(&app)
+        .env("LD_LIBRARY_PATH", &run_dir)
+        .env_remove("PHOS_CUDA_ABI")
+        .output()
+        .expect("running the program");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{version}: the program failed ({})\nstdout: {stdout}\nstderr: {stderr}", out.status);
+    assert!(!stderr.contains("no version information"), "{version}: the loader warns:\n{stderr}");
+    let reported: u32 = stdout.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("a version on stdout");
+    assert_eq!(reported / 1000, major, "{version}: cudaRuntimeGetVersion reported {reported}");
+}
+
+#[test]
+fn cuda11_program_runs_without_loader_warning() {
+    program_of_version_runs("libcudart.so.11.0");
+}
+
+#[test]
+fn cuda12_program_runs_without_loader_warning() {
+    program_of_version_runs("libcudart.so.12");
+}
+
+#[test]
+fn cuda13_program_runs_without_loader_warning() {
+    program_of_version_runs("libcudart.so.13");
+}
+
+/// What frameworks do: `dlsym` (no version) and `dlvsym` (each version) find the same function.
+#[test]
+fn dlsym_and_dlvsym_find_each_export() {
+    let dir = Scratch::new("dl");
+    let src = dir.write(
+        "dl.c",
+        r#"#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    void *h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    if (!h) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 2; }
+    void *plain = dlsym(h, argv[2]);
+    if (!plain) { fprintf(stderr, "dlsym %s: %s\n", argv[2], dlerror()); return 3; }
+    for (int i = 3; i < argc; i++) {
+        void *v = dlvsym(h, argv[2], argv[i]);
+        if (v != plain) { fprintf(stderr, "dlvsym %s %s: %p, dlsym: %p\n", argv[2], argv[i], v, plain); return 4; }
+    }
+    if (dlvsym(h, argv[2], "libcudart.so.10.0")) { fprintf(stderr, "dlvsym finds a version not defined\n"); return 5; }
+    return 0;
+}
+"#,
+    );
+    let exe = dir.0.join("dl");
+    run(Command::new("cc").arg("-o").arg(&exe).arg(&src).arg("-ldl"));
+    for name in ["cudaMalloc", "cudaRuntimeGetVersion", "__cudaRegisterFatBinary"] {
+        run(Command::new(&exe).arg(library()).arg(name).args(VERSIONS).env_remove("PHOS_CUDA_ABI"));
+    }
+}
