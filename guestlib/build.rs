@@ -31,11 +31,12 @@ fn main() {
 /// own anonymous one (`{ global: <exports>; local: *; };`), which no other version script can
 /// be combined with in GNU ld. So this one link (`rustc-cdylib-link-arg`: not the rlib, not
 /// the tests, not other crates) runs through `link/ld.bfd.sh`, which turns rustc's script
-/// into the named nodes and the aliases and then runs GNU ld. It is found through the C
-/// compiler's own lookup: `-B<dir>` puts `<dir>/ld.bfd` first, and `-fuse-ld=bfd` (the last
-/// `-fuse-ld` wins) asks for it, so the default `-fuse-ld=lld` of rustc's x86_64 Linux
-/// target does not pass it by. GNU ld rather than rustc's lld, because it comes with gcc on
-/// every Linux build machine, whatever target or linker settings the rest of the build uses.
+/// into the named nodes and the aliases and then runs GNU ld. The C compiler that rustc
+/// links with finds it by its own lookup: `-fuse-ld=bfd` (after rustc's own `-fuse-ld=lld`
+/// on x86_64 Linux; the last one wins) makes it run `ld.bfd`, which it looks for in the `-B`
+/// directories before `PATH`, and rustc's `-B` directory holds only `ld.lld`. GNU ld rather
+/// than rustc's lld because it comes with gcc on every Linux build machine, whatever the
+/// target or the linker settings of the rest of the build.
 ///
 /// Routes not taken: `.symver` in `global_asm!` still needs the nodes in a version script,
 /// and works only in the object file that defines the function; an `ld` wrapper without

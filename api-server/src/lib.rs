@@ -8,6 +8,7 @@
 pub mod backend;
 pub mod handles;
 pub mod memory;
+pub mod output;
 pub mod server;
 pub mod service;
 

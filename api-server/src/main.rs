@@ -58,13 +58,31 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let session = match Session::new(args.session, backend, args.device_base, args.device_size, args.max_payload) {
-        Ok(s) => Arc::new(s),
-        Err(e) => {
-            tracing::error!("cannot set up the session's device memory: {e:?}");
-            std::process::exit(1);
+    // The driver prints device printf output to our stdout: collect it from there (the
+    // `ready` line goes to the original stdout, the router's pipe).
+    let mut ready_to: Box<dyn Write> = Box::new(std::io::stdout());
+    let output = if args.backend == BackendKind::Cuda {
+        match phos_api_server::output::StdoutCapture::install() {
+            Ok((capture, original)) => {
+                ready_to = Box::new(original);
+                phos_api_server::output::DeviceOutput::with_capture(capture)
+            }
+            Err(e) => {
+                tracing::warn!("device printf output will not reach the guest: {e}");
+                Default::default()
+            }
         }
+    } else {
+        Default::default()
     };
+    let session =
+        match Session::new(args.session, backend, args.device_base, args.device_size, args.max_payload, output) {
+            Ok(s) => Arc::new(s),
+            Err(e) => {
+                tracing::error!("cannot set up the session's device memory: {e:?}");
+                std::process::exit(1);
+            }
+        };
     let _ = std::fs::remove_file(&args.listen);
     let listener = match UnixListener::bind(&args.listen) {
         Ok(l) => l,
@@ -75,9 +93,9 @@ fn main() {
     };
     tracing::info!(session = args.session, backend = %args.backend, "API server ready on {}", args.listen.display());
     // The router waits for this line before it connects channels.
-    let mut out = std::io::stdout();
-    let _ = writeln!(out, "ready");
-    let _ = out.flush();
+    let _ = writeln!(ready_to, "ready");
+    let _ = ready_to.flush();
+    drop(ready_to);
 
     // The session lives as long as the router keeps our stdin open.
     let path = args.listen.clone();

@@ -12,7 +12,8 @@
 //! memory this session may touch?
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::ops::Range;
+use std::sync::{RwLock, RwLockReadGuard};
 
 use phos_protocol::CudaError;
 
@@ -70,7 +71,26 @@ struct Inner {
 pub struct AddressSpace {
     base: u64,
     size: u64,
-    inner: Mutex<Inner>,
+    /// Kernels that run in the server (`emu`) hold a read lock for their whole run, so the
+    /// map cannot change under them; allocation and free take the write lock.
+    inner: RwLock<Inner>,
+}
+
+/// A frozen view of the address space, held while a kernel runs.
+pub struct MemoryView<'a>(RwLockReadGuard<'a, Inner>);
+
+impl MemoryView<'_> {
+    /// The allocation or module variable containing `addr`.
+    pub fn region(&self, addr: u64) -> Option<Range<u64>> {
+        let inner = &self.0;
+        if let Some((_, a)) = inner.allocations.range(..=addr).next_back()
+            && addr < a.addr + a.size
+        {
+            return Some(a.addr..a.addr + a.size);
+        }
+        let (&start, &len) = inner.external.range(..=addr).next_back()?;
+        (addr < start + len).then_some(start..start + len)
+    }
 }
 
 fn round_up(v: u64, to: u64) -> Option<u64> {
@@ -115,7 +135,7 @@ impl AddressSpace {
         backend.reserve(base, size)?;
         let mut inner = Inner::default();
         inner.holes.insert(base, size);
-        Ok(AddressSpace { base, size, inner: Mutex::new(inner) })
+        Ok(AddressSpace { base, size, inner: RwLock::new(inner) })
     }
 
     pub fn base(&self) -> u64 {
@@ -128,7 +148,12 @@ impl AddressSpace {
 
     /// Bytes currently allocated (as asked for).
     pub fn allocated(&self) -> u64 {
-        self.inner.lock().unwrap().allocated
+        self.inner.read().unwrap().allocated
+    }
+
+    /// Freeze the map for a kernel's run.
+    pub fn view(&self) -> MemoryView<'_> {
+        MemoryView(self.inner.read().unwrap())
     }
 
     /// Allocate `size` bytes on `device`; 0 bytes gives the null pointer.
@@ -137,7 +162,7 @@ impl AddressSpace {
             return Ok(0);
         }
         let gran = backend.granularity(device).max(ALIGNMENT);
-        let mut g = self.inner.lock().unwrap();
+        let mut g = self.inner.write().unwrap();
         let inner = &mut *g;
         if size >= gran / 2 {
             let len = round_up(size, gran).ok_or(CudaError::MemoryAllocation)?;
@@ -197,7 +222,7 @@ impl AddressSpace {
     /// Free the allocation that starts at `addr`; returns its size. Anything else is
     /// `cudaErrorInvalidValue`, as CUDA answers a free of a pointer it did not hand out.
     pub fn free(&self, backend: &dyn Backend, addr: u64) -> Result<Allocation, CudaError> {
-        let mut g = self.inner.lock().unwrap();
+        let mut g = self.inner.write().unwrap();
         let inner = &mut *g;
         let a = inner.allocations.remove(&addr).ok_or(CudaError::InvalidValue)?;
         inner.allocated -= a.size;
@@ -221,7 +246,7 @@ impl AddressSpace {
     /// Free everything (device reset, session end). Returns the allocations that were live.
     pub fn free_all(&self, backend: &dyn Backend, device: Option<i32>) -> Vec<Allocation> {
         let addrs: Vec<u64> = {
-            let g = self.inner.lock().unwrap();
+            let g = self.inner.read().unwrap();
             g.allocations.values().filter(|a| device.is_none_or(|d| a.device == d)).map(|a| a.addr).collect()
         };
         addrs.into_iter().filter_map(|a| self.free(backend, a).ok()).collect()
@@ -229,12 +254,12 @@ impl AddressSpace {
 
     /// Live allocations, by address.
     pub fn allocations(&self) -> Vec<Allocation> {
-        self.inner.lock().unwrap().allocations.values().copied().collect()
+        self.inner.read().unwrap().allocations.values().copied().collect()
     }
 
     /// The allocation containing `addr`.
     pub fn allocation_at(&self, addr: u64) -> Option<Allocation> {
-        let g = self.inner.lock().unwrap();
+        let g = self.inner.read().unwrap();
         let (_, a) = g.allocations.range(..=addr).next_back()?;
         (addr < a.addr + a.size).then_some(*a)
     }
@@ -242,19 +267,19 @@ impl AddressSpace {
     /// Let the session use `[addr, addr + len)` (a module variable).
     pub fn add_external(&self, addr: u64, len: u64) {
         if len > 0 {
-            self.inner.lock().unwrap().external.insert(addr, len);
+            self.inner.write().unwrap().external.insert(addr, len);
         }
     }
 
     pub fn remove_external(&self, addr: u64) {
-        self.inner.lock().unwrap().external.remove(&addr);
+        self.inner.write().unwrap().external.remove(&addr);
     }
 
     /// Is `[addr, addr + len)` inside one allocation (or module variable) of this session?
     /// A length of 0 asks whether `addr` itself is.
     pub fn contains(&self, addr: u64, len: u64) -> bool {
         let Some(end) = addr.checked_add(len.max(1)) else { return false };
-        let g = self.inner.lock().unwrap();
+        let g = self.inner.read().unwrap();
         let inside =
             |m: &BTreeMap<u64, u64>| m.range(..=addr).next_back().is_some_and(|(&start, &size)| end <= start + size);
         let in_alloc = g.allocations.range(..=addr).next_back().is_some_and(|(_, a)| end <= a.addr + a.size);

@@ -126,13 +126,36 @@ impl ApiServer {
                         tracing::warn!(session = session.id, channel, "unknown function id {}", h.function);
                         CudaError::InvalidValue.0
                     }
-                    Some(id) => match self.call(id, h.device, &payload, &mut out) {
-                        Ok(()) => cudart::SUCCESS,
-                        Err(e) => {
-                            out.clear();
-                            e.0
+                    Some(id) => {
+                        // Device printf output rides with the calls that flush it: a
+                        // synchronising call delivers what the work before it printed, an
+                        // async one (a launch) only what earlier work printed.
+                        let info = id.info();
+                        let mut printed = Vec::new();
+                        if info.device_output && info.is_async {
+                            printed = session.output.take();
                         }
-                    },
+                        let status = match self.call(id, h.device, &payload, &mut out) {
+                            Ok(()) => cudart::SUCCESS,
+                            Err(e) => {
+                                out.clear();
+                                e.0
+                            }
+                        };
+                        if info.device_output && !info.is_async {
+                            printed = session.output.take();
+                        }
+                        if !printed.is_empty() {
+                            let mut o = FrameHeader::new(FrameKind::Output);
+                            o.session = session.id;
+                            o.call_id = h.call_id;
+                            o.payload_len = printed.len() as u64;
+                            if t.send(&o, &[&printed]).is_err() {
+                                break;
+                            }
+                        }
+                        status
+                    }
                 }
             };
             let mut r = FrameHeader::new(FrameKind::Reply);

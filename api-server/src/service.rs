@@ -17,6 +17,7 @@ use crate::backend::{Backend, Raw, StreamRef};
 use crate::dispatch::CudartService;
 use crate::handles::HandleTable;
 use crate::memory::AddressSpace;
+use crate::output::DeviceOutput;
 
 /// Per-call context: which device the calling thread has current.
 #[derive(Debug, Clone, Copy)]
@@ -59,6 +60,8 @@ pub struct Session {
     /// Once a kernel has corrupted the context, every call reports this error.
     sticky: AtomicI32,
     max_reply: u64,
+    /// Device printf output waiting for a call that delivers it.
+    pub output: DeviceOutput,
 }
 
 /// Stream flags CUDA defines (`cudaStreamNonBlocking`).
@@ -68,7 +71,14 @@ const EVENT_FLAGS: u32 = 0x1 | 0x2 | 0x4;
 
 impl Session {
     /// A session whose device memory lives in `[base, base + size)`.
-    pub fn new(id: u64, backend: Arc<dyn Backend>, base: u64, size: u64, max_reply: u64) -> Result<Self, CudaError> {
+    pub fn new(
+        id: u64,
+        backend: Arc<dyn Backend>,
+        base: u64,
+        size: u64,
+        max_reply: u64,
+        output: DeviceOutput,
+    ) -> Result<Self, CudaError> {
         let memory = AddressSpace::reserve(backend.as_ref(), base, size)?;
         Ok(Session {
             id,
@@ -81,6 +91,7 @@ impl Session {
             module_index: Mutex::new(HashMap::new()),
             sticky: AtomicI32::new(0),
             max_reply,
+            output,
         })
     }
 
@@ -458,8 +469,12 @@ impl CudartService for Session {
         if let Some(&h) = index.get(&(cx.device, digest)) {
             return Ok(PhosModuleLoadReply { module: h });
         }
-        let raw = self.backend.module_load(cx.device, req.image)?;
-        let h = self.modules.lock().unwrap().insert(Module { raw, device: cx.device, digest, globals: Vec::new() });
+        let loaded = self.backend.module_load(cx.device, req.image)?;
+        for &(addr, size) in &loaded.variables {
+            self.memory.add_external(addr, size);
+        }
+        let globals = loaded.variables.iter().map(|&(addr, _)| addr).collect();
+        let h = self.modules.lock().unwrap().insert(Module { raw: loaded.raw, device: cx.device, digest, globals });
         index.insert((cx.device, digest), h);
         Ok(PhosModuleLoadReply { module: h })
     }
@@ -509,7 +524,12 @@ impl CudartService for Session {
         let raw = self.functions.lock().unwrap().get(req.function)?.raw;
         let stream = self.stream(req.stream)?;
         self.check_launch(cx.device, req.grid, req.block, req.sharedMem)?;
-        self.backend.launch(raw, req.grid, req.block, req.sharedMem, stream, req.params)?;
+        let mut printed = Vec::new();
+        let view = self.memory.view();
+        let r = self.backend.launch(raw, req.grid, req.block, req.sharedMem, stream, req.params, &view, &mut printed);
+        drop(view);
+        self.output.push(&printed);
+        r?;
         Ok(PhosLaunchKernelReply {})
     }
 }

@@ -66,7 +66,7 @@ struct Reach {
     wire: bool,
 }
 
-const FN_FLAGS: &[&str] = &["sync", "async", "internal", "unsupported", "obj_record"];
+const FN_FLAGS: &[&str] = &["sync", "async", "internal", "unsupported", "obj_record", "device_output"];
 const VAL_FLAGS: &[&str] =
     &["in", "out", "inout", "string", "null_ok", "opaque", "local", "no_copy", "obj_record", "allocate", "deallocate"];
 
@@ -426,6 +426,7 @@ impl<'s> Checker<'s> {
         // Function-level descriptors, flattened with their conditions.
         let mut exec = Exec::Remote;
         let (mut internal, mut is_async, mut sync, mut global_record) = (false, false, false, false);
+        let mut device_output = false;
         let mut success = None;
         let mut on_success = None;
         let mut contextual: Vec<(CType, Ident, Expr)> = Vec::new();
@@ -443,6 +444,7 @@ impl<'s> Checker<'s> {
                         "internal" => internal = true,
                         "unsupported" => exec = Exec::Unsupported,
                         "obj_record" => global_record = true,
+                        "device_output" => device_output = true,
                         other => self.err(
                             w.span,
                             format!("unknown function descriptor `{other}` (expected one of {})", FN_FLAGS.join(", ")),
@@ -558,6 +560,7 @@ impl<'s> Checker<'s> {
                 exec,
                 internal,
                 is_async,
+                device_output,
                 success,
                 args,
                 preconditions: Vec::new(),
@@ -599,6 +602,7 @@ impl<'s> Checker<'s> {
             exec,
             internal,
             is_async,
+            device_output,
             success: success.clone(),
             args,
             preconditions: Vec::new(),

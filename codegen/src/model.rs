@@ -193,6 +193,8 @@ pub struct Function {
     /// Not exported from the guest library; called by hand-written guest code.
     pub internal: bool,
     pub is_async: bool,
+    /// The call delivers pending device `printf` output to the guest (`device_output;`).
+    pub device_output: bool,
     pub success: Option<Expr>,
     /// Parameters followed by contextual arguments, each with how it travels.
     pub args: Vec<Arg>,

@@ -43,8 +43,10 @@ for arg do
                 name = $0
                 gsub(/[ \t;]/, "", name)
                 if (name == "") next
-                if (name !~ /^[A-Za-z_][A-Za-z0-9_.$]*$/) {
+                # extern "C" names; anything else would need quoting in the alias script.
+                if (name !~ /^[A-Za-z_][A-Za-z0-9_]*$/) {
                     print "unexpected line in the version script: " $0 > "/dev/stderr"
+                    bad = 1
                     exit 1
                 }
                 n = split(versions, vs, " ")
@@ -52,7 +54,10 @@ for arg do
                 count++
             }
             /^[ \t]*global:/ { exports = 1 }
-            END { if (count == 0) { print "no exports in the version script" > "/dev/stderr"; exit 1 } }
+            END {
+                if (bad) exit 1
+                if (count == 0) { print "no exports in the version script" > "/dev/stderr"; exit 1 }
+            }
         ' "$found" >"$found.aliases.ld" || die "cannot read the exports of $found"
         {
             printf '%s ' "$default_version"

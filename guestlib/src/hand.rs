@@ -188,8 +188,15 @@ impl HandWritten for Hand {
     unsafe fn __cudaRegisterFatBinaryEnd(_handle: *mut *mut c_void) {}
 
     unsafe fn __cudaUnregisterFatBinary(_handle: *mut *mut c_void) {
-        // Runs from exit handlers: the session ends with the process and the server drops
-        // every module then, so nothing is sent (the router may already be gone).
+        // Runs from exit handlers. The session ends with the process and the server drops
+        // every module then; but device printf output still pending is printed at exit, as
+        // CUDA does when its context is torn down, so one synchronising call fetches it.
+        static FLUSHED: std::sync::Once = std::sync::Once::new();
+        FLUSHED.call_once(|| {
+            if runtime::session_if_open().is_some() {
+                let _ = runtime::call(&cudart::CudaDeviceSynchronizeRequest {});
+            }
+        });
     }
 
     unsafe fn __cudaRegisterFunction(

@@ -188,7 +188,13 @@ pub fn call<R: RemoteCall>(req: &R) -> Result<R::Reply, CudaError> {
             CudaError::Unknown
         };
         ch.transport.send(&h, &[&ch.request]).map_err(|e| lost(e.to_string()))?;
-        let rh = ch.transport.recv(&mut ch.reply).map_err(|e| lost(e.to_string()))?;
+        let rh = loop {
+            let rh = ch.transport.recv(&mut ch.reply).map_err(|e| lost(e.to_string()))?;
+            if rh.kind != FrameKind::Output {
+                break rh;
+            }
+            write_device_output(&ch.reply);
+        };
         if rh.kind != FrameKind::Reply || rh.call_id != h.call_id {
             return Err(lost(format!("unexpected {:?} frame for call {}", rh.kind, rh.call_id)));
         }
@@ -201,6 +207,23 @@ pub fn call<R: RemoteCall>(req: &R) -> Result<R::Reply, CudaError> {
         }
         phos_protocol::decode::<R::Reply>(&ch.reply).map_err(|e| lost(format!("undecodable reply: {e}")))
     })
+}
+
+unsafe extern "C" {
+    /// The C library's `stdout` stream.
+    static mut stdout: *mut libc::FILE;
+}
+
+/// Device `printf` output goes through the program's own `stdout` stream, so it interleaves
+/// with the program's printf output the way the CUDA runtime's does.
+fn write_device_output(bytes: &[u8]) {
+    if bytes.is_empty() {
+        return;
+    }
+    unsafe {
+        let out = stdout;
+        libc::fwrite(bytes.as_ptr() as *const libc::c_void, 1, bytes.len(), out);
+    }
 }
 
 /// Run one API function: record its error as the thread's last error, turn panics into

@@ -33,6 +33,8 @@ pub enum FrameKind {
     Welcome = 4,
     /// Refuses a channel or reports a protocol error (payload: a UTF-8 reason).
     Refused = 5,
+    /// Device `printf` output for the guest's standard output, sent before a reply.
+    Output = 6,
 }
 
 impl FrameKind {
@@ -43,6 +45,7 @@ impl FrameKind {
             3 => FrameKind::Hello,
             4 => FrameKind::Welcome,
             5 => FrameKind::Refused,
+            6 => FrameKind::Output,
             _ => return None,
         })
     }

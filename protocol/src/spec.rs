@@ -32,6 +32,9 @@ pub struct FunctionInfo {
     /// Only called by the guest library itself, not exported.
     pub internal: bool,
     pub is_async: bool,
+    /// The call delivers pending device `printf` output (synchronising calls deliver what
+    /// the work before them printed; an async call delivers only what earlier work printed).
+    pub device_output: bool,
     pub aliases: &'static [&'static str],
     pub spec_line: u32,
     pub objects: ObjectRules,

@@ -14,7 +14,8 @@ use cudarc::driver::sys;
 use phos_protocol::CudaError;
 use phos_protocol::types::{DeviceProperties, Dim3};
 
-use super::{Backend, Physical, Raw, StreamRef};
+use super::{Backend, LoadedModule, Physical, Raw, StreamRef};
+use crate::memory::MemoryView;
 
 /// Attributes are queried up to this number (CUDA 13 defines about 150).
 const MAX_ATTRIBUTE: i32 = 160;
@@ -370,7 +371,7 @@ impl Backend for CudaBackend {
         Ok(ms)
     }
 
-    fn module_load(&self, device: i32, image: &[u8]) -> Result<Raw, CudaError> {
+    fn module_load(&self, device: i32, image: &[u8]) -> Result<LoadedModule, CudaError> {
         self.bind(device)?;
         // The driver reads the image as 8-byte words; give it an aligned, NUL-terminated copy
         // (PTX images need the terminator).
@@ -378,7 +379,9 @@ impl Backend for CudaBackend {
         unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), aligned.as_mut_ptr() as *mut u8, image.len()) };
         let mut m = std::ptr::null_mut();
         unsafe { check(sys::cuModuleLoadData(&mut m, aligned.as_ptr() as *const c_void))? };
-        Ok(m as Raw)
+        // The driver keeps module variables in memory of its own; the session registers each
+        // one when the guest first asks for its address.
+        Ok(LoadedModule { raw: m as Raw, variables: Vec::new() })
     }
 
     fn module_unload(&self, module: Raw) -> Result<(), CudaError> {
@@ -407,6 +410,8 @@ impl Backend for CudaBackend {
         shared_mem: u32,
         stream: StreamRef,
         params: &[u8],
+        _memory: &MemoryView<'_>,
+        _printed: &mut Vec<u8>,
     ) -> Result<(), CudaError> {
         let mut size = params.len();
         // CU_LAUNCH_PARAM_BUFFER_POINTER, buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END

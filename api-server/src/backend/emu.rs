@@ -12,7 +12,8 @@ use std::time::Instant;
 use phos_protocol::CudaError;
 use phos_protocol::types::{DeviceProperties, Dim3};
 
-use super::{Backend, Physical, Raw, StreamRef};
+use super::{Backend, LoadedModule, Physical, Raw, StreamRef};
+use crate::memory::MemoryView;
 
 /// `CUdevice_attribute` numbers the emulated device reports (the subset that describes it).
 mod attr {
@@ -375,7 +376,7 @@ impl Backend for EmuBackend {
         }
     }
 
-    fn module_load(&self, device: i32, image: &[u8]) -> Result<Raw, CudaError> {
+    fn module_load(&self, device: i32, image: &[u8]) -> Result<LoadedModule, CudaError> {
         self.check_device(device)?;
         let ptx = ptx_of(image).map_err(|e| {
             tracing::warn!("emu: cannot read the module image: {e}");
@@ -387,7 +388,7 @@ impl Backend for EmuBackend {
         }
         let raw = self.fresh();
         self.modules.lock().unwrap().insert(raw, Module { ptx });
-        Ok(raw)
+        Ok(LoadedModule { raw, variables: Vec::new() })
     }
 
     fn module_unload(&self, module: Raw) -> Result<(), CudaError> {
@@ -421,6 +422,8 @@ impl Backend for EmuBackend {
         _shared_mem: u32,
         stream: StreamRef,
         _params: &[u8],
+        _memory: &MemoryView<'_>,
+        _printed: &mut Vec<u8>,
     ) -> Result<(), CudaError> {
         self.check_stream(stream)?;
         let functions = self.functions.lock().unwrap();

@@ -10,6 +10,8 @@ pub mod emu;
 use phos_protocol::CudaError;
 use phos_protocol::types::{DeviceProperties, Dim3};
 
+use crate::memory::MemoryView;
+
 /// A backend's own object (a `CUstream`, `CUevent`, ... or an emulator index).
 pub type Raw = u64;
 
@@ -26,6 +28,15 @@ pub enum StreamRef {
 
 /// Physical backing of one mapped range.
 pub type Physical = u64;
+
+/// A module a backend loaded.
+#[derive(Debug, Default)]
+pub struct LoadedModule {
+    pub raw: Raw,
+    /// Storage the backend made for the module's variables, as (address, size): memory the
+    /// session's kernels and copies may use besides its allocations.
+    pub variables: Vec<(u64, u64)>,
+}
 
 /// What every backend provides. Calls arrive from several channel threads at once.
 pub trait Backend: Send + Sync {
@@ -70,12 +81,15 @@ pub trait Backend: Send + Sync {
     fn event_elapsed(&self, start: Raw, end: Raw) -> Result<f32, CudaError>;
 
     /// Load a module image (a fat binary, cubin or PTX) on `device`.
-    fn module_load(&self, device: i32, image: &[u8]) -> Result<Raw, CudaError>;
+    fn module_load(&self, device: i32, image: &[u8]) -> Result<LoadedModule, CudaError>;
     fn module_unload(&self, module: Raw) -> Result<(), CudaError>;
     fn module_function(&self, module: Raw, name: &str) -> Result<Raw, CudaError>;
     /// Address and size of a module's global variable.
     fn module_global(&self, module: Raw, name: &str) -> Result<(u64, u64), CudaError>;
-    /// Launch with a packed parameter buffer.
+    /// Launch with a packed parameter buffer. A backend that runs the kernel itself checks
+    /// every access against `memory` (frozen for the launch) and appends its `printf` output
+    /// to `printed`.
+    #[allow(clippy::too_many_arguments)]
     fn launch(
         &self,
         function: Raw,
@@ -84,5 +98,7 @@ pub trait Backend: Send + Sync {
         shared_mem: u32,
         stream: StreamRef,
         params: &[u8],
+        memory: &MemoryView<'_>,
+        printed: &mut Vec<u8>,
     ) -> Result<(), CudaError>;
 }

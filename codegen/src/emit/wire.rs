@@ -82,6 +82,7 @@ fn function_ids(w: &mut W, api: &Api) {
         w.line(format!("exec: {exec},"));
         w.line(format!("internal: {},", f.internal));
         w.line(format!("is_async: {},", f.is_async));
+        w.line(format!("device_output: {},", f.device_output));
         w.line(format!("aliases: &[{}],", aliases.join(", ")));
         w.line(format!("spec_line: {},", f.line));
         w.open("objects: ObjectRules {");
