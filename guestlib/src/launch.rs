@@ -27,7 +27,7 @@ thread_local! {
 
 /// `__cudaPushCallConfiguration`.
 pub fn push_config(grid: Dim3, block: Dim3, shared_mem: usize, stream: *mut c_void) {
-    CONFIGS.with(|c| c.borrow_mut().push(LaunchConfig { grid, block, shared_mem, stream }));
+    let _ = CONFIGS.try_with(|c| c.borrow_mut().push(LaunchConfig { grid, block, shared_mem, stream }));
 }
 
 /// `__cudaPopCallConfiguration`.
@@ -40,7 +40,7 @@ pub unsafe fn pop_config(
     shared_mem: *mut usize,
     stream: *mut c_void,
 ) -> Result<(), CudaError> {
-    let cfg = CONFIGS.with(|c| c.borrow_mut().pop()).ok_or(CudaError::InvalidConfiguration)?;
+    let cfg = CONFIGS.try_with(|c| c.borrow_mut().pop()).ok().flatten().ok_or(CudaError::InvalidConfiguration)?;
     unsafe {
         if !grid.is_null() {
             *grid = cfg.grid;

@@ -141,7 +141,8 @@ fn open_channel() -> Result<Channel, CudaError> {
 
 /// Run `f` with this thread's channel, opening it first if needed.
 fn with_channel<T>(f: impl FnOnce(&mut Channel) -> Result<T, CudaError>) -> Result<T, CudaError> {
-    CHANNEL.with(|cell| {
+    let mut f = Some(f);
+    let on_thread = CHANNEL.try_with(|cell| {
         let mut slot = cell.borrow_mut();
         let pid = std::process::id();
         if slot.as_ref().is_some_and(|c| c.session.pid != pid) {
@@ -151,8 +152,14 @@ fn with_channel<T>(f: impl FnOnce(&mut Channel) -> Result<T, CudaError>) -> Resu
         if slot.is_none() {
             *slot = Some(open_channel()?);
         }
-        f(slot.as_mut().expect("just opened"))
-    })
+        (f.take().expect("called once"))(slot.as_mut().expect("just opened"))
+    });
+    match on_thread {
+        Ok(r) => r,
+        // The thread's storage is already torn down (calls from exit handlers): use a
+        // channel for this call only.
+        Err(_) => (f.take().expect("not called"))(&mut open_channel()?),
+    }
 }
 
 /// The session, opening it if this is the first call of the process.
@@ -257,31 +264,33 @@ pub fn unsupported(id: FunctionId) -> i32 {
 }
 
 pub fn set_last_error(e: CudaError) {
-    LAST_ERROR.with(|l| l.set(e.0));
+    let _ = LAST_ERROR.try_with(|l| l.set(e.0));
 }
 
 /// `cudaGetLastError`: the last error of this thread, reset to success unless the context
 /// has a sticky error.
 pub fn take_last_error() -> i32 {
     let sticky = STICKY.load(Ordering::Relaxed);
-    LAST_ERROR.with(|l| {
-        let e = l.replace(sticky);
-        if e == 0 { sticky } else { e }
-    })
+    LAST_ERROR
+        .try_with(|l| {
+            let e = l.replace(sticky);
+            if e == 0 { sticky } else { e }
+        })
+        .unwrap_or(sticky)
 }
 
 /// `cudaPeekAtLastError`.
 pub fn peek_last_error() -> i32 {
-    let e = LAST_ERROR.with(|l| l.get());
+    let e = LAST_ERROR.try_with(|l| l.get()).unwrap_or(0);
     if e == 0 { STICKY.load(Ordering::Relaxed) } else { e }
 }
 
 pub fn current_device() -> i32 {
-    CURRENT_DEVICE.with(|d| d.get())
+    CURRENT_DEVICE.try_with(|d| d.get()).unwrap_or(0)
 }
 
 pub fn set_current_device(device: i32) {
-    CURRENT_DEVICE.with(|d| d.set(device));
+    let _ = CURRENT_DEVICE.try_with(|d| d.set(device));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -231,7 +231,7 @@ fn add_exact(a: Exact, b: Exact) -> Exact {
     // Opposite signs. When the smaller one lost bits it is strictly smaller than the larger (diff > 0), and the
     // true difference lies just below hm - lm.
     if hm >= lm {
-        let (m, sticky) = if sticky && lm != 0 || sticky && diff > 0 { (hm - lm - 1, true) } else { (hm - lm, sticky) };
+        let (m, sticky) = if sticky { (hm - lm - 1, true) } else { (hm - lm, false) };
         Exact { neg: hi.neg, m, e: he, sticky }
     } else {
         Exact { neg: lo.neg, m: lm - hm, e: he, sticky }
@@ -423,8 +423,6 @@ pub fn round_integral(bits: u64, f: Fmt, rnd: Rnd) -> u64 {
                 let rest = sh > 1 && m & ((1u64 << (sh - 1)) - 1) != 0;
                 (int, half, rest)
             };
-            // sh == 64 only happens for subnormal-ish tiny values, handled as "rest".
-            let half = if sh >= 64 { false } else { half };
             let inexact = half || rest;
             let up = match rnd {
                 Rnd::Rn => half && (rest || int & 1 == 1),
