@@ -529,7 +529,16 @@ impl CudartService for Session {
         let r = self.backend.launch(raw, req.grid, req.block, req.sharedMem, stream, req.params, &view, &mut printed);
         drop(view);
         self.output.push(&printed);
-        r?;
-        Ok(PhosLaunchKernelReply {})
+        match r {
+            // A fault while the kernel ran (a backend that runs kernels before the launch
+            // returns) is not the launch's error: like a GPU's, it corrupts the context and
+            // surfaces at the next call.
+            Err(e) if e.is_sticky() => {
+                self.note_error(e);
+                Ok(PhosLaunchKernelReply {})
+            }
+            Err(e) => Err(e),
+            Ok(()) => Ok(PhosLaunchKernelReply {}),
+        }
     }
 }

@@ -54,6 +54,7 @@
 
 mod ast;
 mod error;
+pub mod exec;
 mod lexer;
 mod parser;
 mod printer;

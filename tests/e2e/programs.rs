@@ -1,42 +1,70 @@
-//! Real CUDA programs, built with nvcc, run end to end through `phosctl run` on the `emu`
-//! backend: guest library, router, API server.
+//! Every CUDA program of tests/cuda, built with nvcc, runs end to end through `phosctl run
+//! --backend emu` (guest library, router, API server, PTX interpreter) and prints exactly
+//! what it prints natively on a GPU (tests/cuda/expected, recorded on an H100 by
+//! tests/scripts/gpu-suite.sh from the CUDA 11.8 builds).
 
-use phos_tests::{build_program, nvcc, phos_run};
+use phos_tests::{build_program, cuda_dir, nvcc, phos_run};
 
-/// What the program prints natively on a GPU (recorded by tests/scripts/gpu-suite.sh with the
-/// CUDA 11.8 build, the toolkit CI has).
+/// nvcc flags of the CI builds: sm_70 machine code plus compute_70 PTX (what emu runs).
+const ARCH: &[&str] = &["-arch=sm_70"];
+
 fn expected(name: &str) -> String {
-    std::fs::read_to_string(phos_tests::cuda_dir().join("expected").join(format!("{name}.out"))).unwrap()
-}
-
-fn run_passes(name: &str) -> String {
-    let Some(nvcc) = nvcc() else { return String::new() };
-    let exe = build_program(&nvcc, name, &[]);
-    let out = phos_run("emu", &exe, &[]);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{name} failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
-    assert!(stdout.ends_with("PASS\n"), "{name}: {stdout}");
-    assert!(stderr.contains("backend emu"), "phosctl names its backend first: {stderr}");
-    stdout
+    std::fs::read_to_string(cuda_dir().join("expected").join(format!("{name}.out")))
+        .unwrap_or_else(|e| panic!("tests/cuda/expected/{name}.out: {e}"))
 }
 
 /// Runs `name` on emu and compares its output with the native GPU's.
 fn same_as_native(name: &str) {
-    let out = run_passes(name);
-    if !out.is_empty() {
-        assert_eq!(out, expected(name), "{name}: output differs from the native run");
-    }
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, name, ARCH);
+    let out = phos_run("emu", &exe, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{name} failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert!(stderr.contains("backend emu"), "phosctl names its backend first: {stderr}");
+    assert!(!stderr.contains("no version information"), "{stderr}");
+    assert_eq!(stdout, expected(name), "{name}: output differs from the native run\nstderr:\n{stderr}");
 }
 
-#[test]
-fn memory_ops() {
-    same_as_native("memory_ops");
+macro_rules! programs {
+    ($($name:ident),* $(,)?) => {
+        $(#[test] fn $name() { same_as_native(stringify!($name)); })*
+        const PROGRAMS: &[&str] = &[$(stringify!($name)),*];
+    };
 }
 
+programs!(
+    atomics_histogram,
+    device_functions,
+    device_query,
+    dynamic_shared,
+    errors,
+    faults,
+    host_threads,
+    math_fns,
+    matmul_tiled,
+    memory_ops,
+    printf_kernel,
+    shared_reduce,
+    streams_events,
+    struct_args,
+    symbols,
+    templates,
+    vector_add,
+    warp_ops,
+);
+
 #[test]
-fn device_query() {
-    same_as_native("device_query");
+fn every_program_is_tested() {
+    let mut on_disk: Vec<String> = std::fs::read_dir(cuda_dir())
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.unwrap().path();
+            (p.extension()? == "cu").then(|| p.file_stem().unwrap().to_string_lossy().into_owned())
+        })
+        .collect();
+    on_disk.sort();
+    assert_eq!(on_disk, PROGRAMS, "add new programs of tests/cuda to the list above, with an expected output");
 }
 
 #[test]

@@ -5,12 +5,13 @@
 //! of the orders CUDA's stream semantics allow.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use phos_protocol::CudaError;
 use phos_protocol::types::{DeviceProperties, Dim3};
+use phos_ptx::exec::{self, GlobalMemory, Launch, Program};
 
 use super::{Backend, LoadedModule, Physical, Raw, StreamRef};
 use crate::memory::MemoryView;
@@ -64,9 +65,28 @@ struct Event {
     recorded: Option<Instant>,
 }
 
-/// A loaded module: the PTX it holds (kernels run from it).
+/// A loaded module: its PTX prepared for the interpreter, and the storage of its variables.
 struct Module {
-    ptx: Vec<String>,
+    program: Arc<Program>,
+    /// Variables by name: (address, size).
+    variables: HashMap<String, (u64, u64)>,
+    /// Host memory holding the variables (unmapped with the module).
+    storage: Option<(u64, usize)>,
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        if let Some((addr, len)) = self.storage {
+            unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+        }
+    }
+}
+
+/// The session's memory, as the interpreter checks accesses against it.
+impl GlobalMemory for MemoryView<'_> {
+    fn region(&self, addr: u64) -> Option<std::ops::Range<u64>> {
+        MemoryView::region(self, addr)
+    }
 }
 
 pub struct EmuBackend {
@@ -77,7 +97,11 @@ pub struct EmuBackend {
     events: Mutex<HashMap<Raw, Event>>,
     streams: Mutex<HashMap<Raw, ()>>,
     modules: Mutex<HashMap<Raw, Module>>,
-    functions: Mutex<HashMap<Raw, (Raw, String)>>,
+    functions: Mutex<HashMap<Raw, (Arc<Program>, String)>>,
+    /// Device work (copies, memsets, kernels) runs one operation at a time, in the order it
+    /// was submitted: a valid CUDA schedule for any mix of streams and host threads.
+    work: Mutex<()>,
+    workers: usize,
 }
 
 const PAGE: u64 = 4096;
@@ -147,6 +171,8 @@ impl EmuBackend {
             streams: Mutex::new(HashMap::new()),
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
+            work: Mutex::new(()),
+            workers: cores as usize,
         }
     }
 
@@ -168,23 +194,69 @@ impl EmuBackend {
     }
 }
 
-/// PTX texts of a module image: a fat binary container, or a PTX text on its own.
-fn ptx_of(image: &[u8]) -> Result<Vec<String>, String> {
+/// The PTX of a module image to run: from a fat binary, the entry for the newest virtual
+/// architecture; or a PTX text on its own.
+fn ptx_of(image: &[u8]) -> Result<Option<String>, String> {
     if image.starts_with(&0xBA55_ED50u32.to_le_bytes()) {
         let fatbin = phos_fatbin::FatBinary::parse(image).map_err(|e| e.to_string())?;
-        let mut out = Vec::new();
+        let mut best: Option<(u32, String)> = None;
         for entry in fatbin.entries() {
             let entry = entry.map_err(|e| e.to_string())?;
             if let phos_fatbin::EntryKind::Ptx = entry.kind
+                && best.as_ref().is_none_or(|(arch, _)| entry.sm_arch > *arch)
                 && let Some(text) = entry.ptx_text().map_err(|e| e.to_string())?
             {
-                out.push(text);
+                best = Some((entry.sm_arch, text));
             }
         }
-        return Ok(out);
+        return Ok(best.map(|(_, t)| t));
     }
     let text = std::str::from_utf8(image.split(|&b| b == 0).next().unwrap_or(&[])).map_err(|e| e.to_string())?;
-    if text.contains(".version") { Ok(vec![text.to_string()]) } else { Ok(Vec::new()) }
+    Ok(text.contains(".version").then(|| text.to_string()))
+}
+
+/// Storage for a module's variables, initialised: one anonymous mapping outside the
+/// session's allocation range (module variables live apart from allocations on a GPU too).
+/// Module variables by name, as (address, size), and the mapping that holds them.
+type VariableStorage = (HashMap<String, (u64, u64)>, Option<(u64, usize)>);
+
+fn allocate_variables(program: &mut Program) -> Result<VariableStorage, CudaError> {
+    let vars = program.variables().to_vec();
+    if vars.is_empty() {
+        return Ok((HashMap::new(), None));
+    }
+    let mut offsets = Vec::with_capacity(vars.len());
+    let mut end = 0u64;
+    for v in &vars {
+        let align = v.align.max(1);
+        let at = end.div_ceil(align) * align;
+        offsets.push(at);
+        end = at + v.size.max(1);
+    }
+    let len = end.div_ceil(PAGE) * PAGE;
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(CudaError::MemoryAllocation);
+    }
+    let base = base as u64;
+    let addresses: Vec<u64> = offsets.iter().map(|o| base + o).collect();
+    let contents = program.bind_variables(&addresses);
+    let mut by_name = HashMap::new();
+    for ((v, &addr), init) in vars.iter().zip(&addresses).zip(contents) {
+        let n = init.len().min(v.size as usize);
+        unsafe { std::ptr::copy_nonoverlapping(init.as_ptr(), addr as *mut u8, n) };
+        by_name.insert(v.name.clone(), (addr, v.size));
+    }
+    Ok((by_name, Some((base, len as usize))))
 }
 
 impl Backend for EmuBackend {
@@ -284,6 +356,7 @@ impl Backend for EmuBackend {
             self.check_stream(s)?;
         }
         // The service checked [dst, dst + len) against the session's mapped memory.
+        let _work = self.work.lock().unwrap();
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, src.len()) };
         Ok(())
     }
@@ -292,6 +365,7 @@ impl Backend for EmuBackend {
         if let Some(s) = stream {
             self.check_stream(s)?;
         }
+        let _work = self.work.lock().unwrap();
         unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
@@ -300,6 +374,7 @@ impl Backend for EmuBackend {
         if let Some(s) = stream {
             self.check_stream(s)?;
         }
+        let _work = self.work.lock().unwrap();
         unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len as usize) };
         Ok(())
     }
@@ -308,6 +383,7 @@ impl Backend for EmuBackend {
         if let Some(s) = stream {
             self.check_stream(s)?;
         }
+        let _work = self.work.lock().unwrap();
         unsafe { std::ptr::write_bytes(dst as *mut u8, value, len as usize) };
         Ok(())
     }
@@ -382,13 +458,18 @@ impl Backend for EmuBackend {
             tracing::warn!("emu: cannot read the module image: {e}");
             CudaError::InvalidKernelImage
         })?;
-        if ptx.is_empty() {
-            // Only machine code for real GPUs: nothing the emulator can run.
-            return Err(CudaError::NoKernelImageForDevice);
-        }
+        // Only machine code for real GPUs: nothing the emulator can run.
+        let ptx = ptx.ok_or(CudaError::NoKernelImageForDevice)?;
+        let module = phos_ptx::parse(&ptx).map_err(|e| {
+            tracing::warn!("emu: cannot parse the module's PTX: {e}");
+            CudaError::InvalidPtx
+        })?;
+        let mut program = Program::new(&module);
+        let (variables, storage) = allocate_variables(&mut program)?;
+        let regions = variables.values().copied().collect();
         let raw = self.fresh();
-        self.modules.lock().unwrap().insert(raw, Module { ptx });
-        Ok(LoadedModule { raw, variables: Vec::new() })
+        self.modules.lock().unwrap().insert(raw, Module { program: Arc::new(program), variables, storage });
+        Ok(LoadedModule { raw, variables: regions })
     }
 
     fn module_unload(&self, module: Raw) -> Result<(), CudaError> {
@@ -398,37 +479,50 @@ impl Backend for EmuBackend {
     fn module_function(&self, module: Raw, name: &str) -> Result<Raw, CudaError> {
         let modules = self.modules.lock().unwrap();
         let m = modules.get(&module).ok_or(CudaError::InvalidResourceHandle)?;
-        let needle = format!(".entry {name}");
-        if !m.ptx.iter().any(|t| t.contains(&needle)) {
+        if m.program.kernel(name).is_none() {
             return Err(CudaError::SymbolNotFound);
         }
         let raw = self.fresh();
-        self.functions.lock().unwrap().insert(raw, (module, name.to_string()));
+        self.functions.lock().unwrap().insert(raw, (m.program.clone(), name.to_string()));
         Ok(raw)
     }
 
     fn module_global(&self, module: Raw, name: &str) -> Result<(u64, u64), CudaError> {
         let modules = self.modules.lock().unwrap();
-        modules.get(&module).ok_or(CudaError::InvalidResourceHandle)?;
-        tracing::warn!("emu: module variable {name} needs the PTX interpreter");
-        Err(CudaError::SymbolNotFound)
+        let m = modules.get(&module).ok_or(CudaError::InvalidResourceHandle)?;
+        m.variables.get(name).copied().ok_or(CudaError::SymbolNotFound)
     }
 
     fn launch(
         &self,
         function: Raw,
-        _grid: Dim3,
-        _block: Dim3,
-        _shared_mem: u32,
+        grid: Dim3,
+        block: Dim3,
+        shared_mem: u32,
         stream: StreamRef,
-        _params: &[u8],
-        _memory: &MemoryView<'_>,
-        _printed: &mut Vec<u8>,
+        params: &[u8],
+        memory: &MemoryView<'_>,
+        printed: &mut Vec<u8>,
     ) -> Result<(), CudaError> {
         self.check_stream(stream)?;
-        let functions = self.functions.lock().unwrap();
-        let (_, name) = functions.get(&function).ok_or(CudaError::InvalidResourceHandle)?;
-        tracing::warn!("emu: cannot run kernel {name}: the PTX interpreter is not part of this build");
-        Err(CudaError::NotSupported)
+        let (program, name) =
+            self.functions.lock().unwrap().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
+        let launch = Launch {
+            grid: [grid.x, grid.y, grid.z],
+            block: [block.x, block.y, block.z],
+            dynamic_shared: shared_mem,
+            params,
+        };
+        let _work = self.work.lock().unwrap();
+        match exec::run(&program, &name, &launch, memory, printed, self.workers) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                match &e {
+                    exec::ExecError::Unsupported { .. } | exec::ExecError::NotFound(_) => tracing::warn!("emu: {e}"),
+                    _ => tracing::info!("emu: {e}"),
+                }
+                Err(CudaError(e.cuda_error()))
+            }
+        }
     }
 }

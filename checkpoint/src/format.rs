@@ -1,0 +1,94 @@
+//! The manifest's types.
+
+/// What an image holds, besides the memory contents.
+#[derive(Debug, Clone, Default, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct Manifest {
+    /// [`FORMAT_VERSION`](crate::FORMAT_VERSION) (set by the writer).
+    pub format: u32,
+    /// Hash of the API spec the session spoke; a server of another spec refuses the image.
+    pub spec_hash: u64,
+    /// When the checkpoint was taken (milliseconds since the Unix epoch).
+    pub created_ms: u64,
+    pub session: SessionMeta,
+    /// Next value of each handle kind's counter, so restored sessions never reuse a handle.
+    pub handle_counters: Vec<(String, u64)>,
+    /// Calls that created the session's live objects, in the order to replay them (every
+    /// record after those it depends on).
+    pub records: Vec<Record>,
+    /// Device memory ranges and where their contents are.
+    pub memory: Vec<MemoryRegion>,
+}
+
+/// Who the session was.
+#[derive(Debug, Clone, Default, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct SessionMeta {
+    pub id: u64,
+    /// The secret that lets the guest's channels rejoin the session.
+    pub token: [u8; 16],
+    pub tenant: String,
+    pub program: String,
+    pub abi_major: u32,
+    /// Backend the image was taken on (`cuda`, `emu`); it can be restored on either.
+    pub backend: String,
+    pub device_base: u64,
+    pub device_size: u64,
+    /// Devices the session used (their count and names, for the operator).
+    pub devices: Vec<String>,
+    /// Restores so far; the guest uses it to notice values that may have changed.
+    pub epoch: u64,
+}
+
+/// One recorded call: what the spec's `obj_record` descriptors say to keep.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct Record {
+    /// Spec function id and name (the name guards against a different spec).
+    pub function: u32,
+    pub name: String,
+    /// Device the call was made on.
+    pub device: i32,
+    /// The request as the guest sent it.
+    pub payload: Vec<u8>,
+    /// Objects the call created: (kind, virtual handle or device address).
+    pub creates: Vec<(String, u64)>,
+}
+
+/// A range of device memory.
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct MemoryRegion {
+    pub addr: u64,
+    pub size: u64,
+    pub device: i32,
+    pub kind: RegionKind,
+    pub chunks: Vec<Chunk>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub enum RegionKind {
+    /// A `cudaMalloc` allocation: restored at the same address.
+    Allocation,
+    /// A module variable: restored into the variable of the reloaded module (by handle and
+    /// name), wherever the backend placed it.
+    ModuleVariable { module: u64, name: String },
+}
+
+/// One stored piece of a region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct Chunk {
+    /// Offset in the region and length.
+    pub offset: u64,
+    pub len: u64,
+    pub encoding: Encoding,
+    /// Bytes stored in the memory file, at `at`.
+    pub stored: u64,
+    pub at: u64,
+    /// CRC-32 of the stored bytes.
+    pub crc: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub enum Encoding {
+    /// All zeros: nothing stored.
+    Zero,
+    Raw,
+    Zstd,
+}

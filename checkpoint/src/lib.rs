@@ -1,0 +1,362 @@
+//! The Phos checkpoint image: everything needed to bring a session back, in a directory.
+//!
+//! ```text
+//! DIR/manifest   magic "PHOSIMG\0", format version (u32 LE), length (u64 LE),
+//!                bincode Manifest, CRC-32 of everything before it (u32 LE)
+//! DIR/memory     device memory chunks, back to back, as the manifest's chunk table says
+//! ```
+//!
+//! The manifest says what the session was (id, tenant, ABI, device address range), how to
+//! recreate its objects (the records of the calls that created them, in dependency order,
+//! with the virtual handles they produced) and where each device memory range's contents
+//! are. Memory is cut into chunks: an all-zero chunk is not stored at all, the others are
+//! stored raw or compressed with zstd, each with a CRC-32 of its stored bytes.
+//!
+//! Nothing in an image is trusted before it is checked: [`Image::open`] refuses a manifest of
+//! another format version, with a bad checksum, or whose chunks point past the end of the
+//! memory file; [`Image::read_chunk`] checks each chunk's checksum and size before handing
+//! the bytes over, and [`Image::verify`] checks them all. The content format of records is
+//! the API server's business; this crate only carries them.
+
+mod format;
+
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+pub use format::*;
+
+/// Magic at the start of a manifest file.
+pub const MAGIC: &[u8; 8] = b"PHOSIMG\0";
+/// The format this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// File names inside an image directory.
+pub const MANIFEST_FILE: &str = "manifest";
+pub const MEMORY_FILE: &str = "memory";
+/// Default chunk size: large enough for fast copies, small enough to skip zero ranges.
+pub const DEFAULT_CHUNK: usize = 4 << 20;
+/// A manifest larger than this is refused (it holds module images, so it can be large).
+const MAX_MANIFEST: u64 = 4 << 30;
+
+/// Why an image cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{0} is not a Phos checkpoint image")]
+    NotAnImage(PathBuf),
+    #[error("image format version {found}; this build reads version {FORMAT_VERSION}")]
+    Version { found: u32 },
+    #[error("the image is truncated: {0}")]
+    Truncated(String),
+    #[error("the image is corrupted: {0}")]
+    Corrupted(String),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ImageError + '_ {
+    move |source| ImageError::Io { path: path.to_path_buf(), source }
+}
+
+/// How memory chunks are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    None,
+    /// zstd at this level (1 is fast and usually halves real data).
+    Zstd(i32),
+}
+
+/// Writes an image directory: memory first, region by region, then the manifest last, so
+/// that a directory without a complete manifest is never mistaken for an image.
+pub struct ImageWriter {
+    dir: PathBuf,
+    memory: BufWriter<File>,
+    offset: u64,
+    compression: Compression,
+    chunk_size: usize,
+    regions: Vec<MemoryRegion>,
+    stored_bytes: u64,
+}
+
+impl ImageWriter {
+    pub fn create(dir: &Path, compression: Compression, chunk_size: usize) -> Result<Self, ImageError> {
+        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+        // An old manifest must not survive next to new memory.
+        let _ = std::fs::remove_file(dir.join(MANIFEST_FILE));
+        let path = dir.join(MEMORY_FILE);
+        let memory = File::create(&path).map_err(io_err(&path))?;
+        Ok(ImageWriter {
+            dir: dir.to_path_buf(),
+            memory: BufWriter::with_capacity(1 << 20, memory),
+            offset: 0,
+            compression,
+            chunk_size: chunk_size.max(4096),
+            regions: Vec::new(),
+            stored_bytes: 0,
+        })
+    }
+
+    pub fn chunk_size(&self) -> usize {
+        self.chunk_size
+    }
+
+    /// Start a memory region of `size` bytes at `addr`; its contents follow through
+    /// [`add_chunk`](ImageWriter::add_chunk) in order.
+    pub fn begin_region(&mut self, addr: u64, size: u64, device: i32, kind: RegionKind) {
+        self.regions.push(MemoryRegion { addr, size, device, kind, chunks: Vec::new() });
+    }
+
+    /// Store the next chunk of the current region.
+    pub fn add_chunk(&mut self, data: &[u8]) -> Result<(), ImageError> {
+        let region = self.regions.last_mut().expect("begin_region first");
+        let offset = region.chunks.last().map_or(0, |c| c.offset + c.len);
+        if offset + data.len() as u64 > region.size {
+            return Err(ImageError::Corrupted(format!("chunk past the end of region {:#x}", region.addr)));
+        }
+        if is_zero(data) {
+            region.chunks.push(Chunk {
+                offset,
+                len: data.len() as u64,
+                encoding: Encoding::Zero,
+                stored: 0,
+                at: 0,
+                crc: 0,
+            });
+            return Ok(());
+        }
+        let compressed;
+        let (encoding, bytes) = match self.compression {
+            Compression::Zstd(level) => {
+                compressed = zstd::bulk::compress(data, level).map_err(io_err(&self.dir))?;
+                if compressed.len() < data.len() { (Encoding::Zstd, &compressed[..]) } else { (Encoding::Raw, data) }
+            }
+            Compression::None => (Encoding::Raw, data),
+        };
+        let path = self.dir.join(MEMORY_FILE);
+        self.memory.write_all(bytes).map_err(io_err(&path))?;
+        region.chunks.push(Chunk {
+            offset,
+            len: data.len() as u64,
+            encoding,
+            stored: bytes.len() as u64,
+            at: self.offset,
+            crc: crc32fast::hash(bytes),
+        });
+        self.offset += bytes.len() as u64;
+        self.stored_bytes += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Bytes written to the memory file so far.
+    pub fn stored_bytes(&self) -> u64 {
+        self.stored_bytes
+    }
+
+    /// Write the manifest (with the regions added here) and make everything durable.
+    pub fn finish(mut self, mut manifest: Manifest) -> Result<ImageSummary, ImageError> {
+        let mpath = self.dir.join(MEMORY_FILE);
+        self.memory.flush().map_err(io_err(&mpath))?;
+        self.memory.get_ref().sync_all().map_err(io_err(&mpath))?;
+        for r in &self.regions {
+            let covered: u64 = r.chunks.iter().map(|c| c.len).sum();
+            if covered != r.size {
+                return Err(ImageError::Corrupted(format!(
+                    "region {:#x} has {covered} of its {} bytes",
+                    r.addr, r.size
+                )));
+            }
+        }
+        manifest.format = FORMAT_VERSION;
+        manifest.memory = std::mem::take(&mut self.regions);
+        let body = bincode::encode_to_vec(&manifest, config()).expect("encoding into memory");
+        let mut bytes = Vec::with_capacity(body.len() + 24);
+        bytes.extend_from_slice(MAGIC);
+        bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        bytes.extend_from_slice(&(body.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(&body);
+        let crc = crc32fast::hash(&bytes);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        // Write to a temporary name and rename: a crash leaves no half manifest.
+        let tmp = self.dir.join(format!("{MANIFEST_FILE}.tmp"));
+        let path = self.dir.join(MANIFEST_FILE);
+        {
+            let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
+            f.write_all(&bytes).map_err(io_err(&tmp))?;
+            f.sync_all().map_err(io_err(&tmp))?;
+        }
+        std::fs::rename(&tmp, &path).map_err(io_err(&path))?;
+        let memory_bytes = manifest.memory.iter().map(|r| r.size).sum();
+        Ok(ImageSummary { manifest_bytes: bytes.len() as u64, memory_bytes, stored_bytes: self.stored_bytes })
+    }
+}
+
+/// Sizes of a written image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageSummary {
+    pub manifest_bytes: u64,
+    /// Device memory the image covers.
+    pub memory_bytes: u64,
+    /// Bytes actually stored for it (zeros skipped, compression).
+    pub stored_bytes: u64,
+}
+
+fn is_zero(data: &[u8]) -> bool {
+    let (head, words, tail) = unsafe { data.align_to::<u64>() };
+    head.iter().all(|&b| b == 0) && words.iter().all(|&w| w == 0) && tail.iter().all(|&b| b == 0)
+}
+
+fn config() -> bincode::config::Configuration<
+    bincode::config::LittleEndian,
+    bincode::config::Fixint,
+    bincode::config::Limit<{ MAX_MANIFEST as usize }>,
+> {
+    bincode::config::standard().with_little_endian().with_fixed_int_encoding().with_limit::<{ MAX_MANIFEST as usize }>()
+}
+
+/// An image opened for reading, its manifest checked.
+pub struct Image {
+    dir: PathBuf,
+    pub manifest: Manifest,
+    memory: File,
+    memory_len: u64,
+}
+
+impl Image {
+    pub fn open(dir: &Path) -> Result<Image, ImageError> {
+        let path = dir.join(MANIFEST_FILE);
+        let mut f = File::open(&path).map_err(|e| {
+            if e.kind() == io::ErrorKind::NotFound {
+                ImageError::NotAnImage(dir.to_path_buf())
+            } else {
+                io_err(&path)(e)
+            }
+        })?;
+        let len = f.metadata().map_err(io_err(&path))?.len();
+        let mut head = [0u8; 20];
+        if len < 24 {
+            return Err(ImageError::Truncated(format!("the manifest has {len} bytes")));
+        }
+        f.read_exact(&mut head).map_err(io_err(&path))?;
+        if &head[..8] != MAGIC {
+            return Err(ImageError::NotAnImage(dir.to_path_buf()));
+        }
+        let version = u32::from_le_bytes(head[8..12].try_into().unwrap());
+        if version != FORMAT_VERSION {
+            return Err(ImageError::Version { found: version });
+        }
+        let body_len = u64::from_le_bytes(head[12..20].try_into().unwrap());
+        if body_len > MAX_MANIFEST || 20 + body_len + 4 != len {
+            return Err(if 20 + body_len + 4 > len {
+                ImageError::Truncated(format!("the manifest should have {} bytes, it has {len}", 20 + body_len + 4))
+            } else {
+                ImageError::Corrupted(format!("the manifest's length field ({body_len}) does not match its file"))
+            });
+        }
+        let mut rest = vec![0u8; body_len as usize + 4];
+        f.read_exact(&mut rest).map_err(io_err(&path))?;
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&head);
+        hasher.update(&rest[..body_len as usize]);
+        let stored_crc = u32::from_le_bytes(rest[body_len as usize..].try_into().unwrap());
+        if hasher.finalize() != stored_crc {
+            return Err(ImageError::Corrupted("the manifest's checksum does not match".into()));
+        }
+        let (manifest, used): (Manifest, usize) = bincode::decode_from_slice(&rest[..body_len as usize], config())
+            .map_err(|e| ImageError::Corrupted(format!("the manifest does not decode: {e}")))?;
+        if used != body_len as usize || manifest.format != FORMAT_VERSION {
+            return Err(ImageError::Corrupted("the manifest has trailing or inconsistent data".into()));
+        }
+        let mpath = dir.join(MEMORY_FILE);
+        let memory = File::open(&mpath).map_err(io_err(&mpath))?;
+        let memory_len = memory.metadata().map_err(io_err(&mpath))?.len();
+        let image = Image { dir: dir.to_path_buf(), manifest, memory, memory_len };
+        image.check_layout()?;
+        Ok(image)
+    }
+
+    /// Every chunk inside the memory file, every region covered exactly once by its chunks.
+    fn check_layout(&self) -> Result<(), ImageError> {
+        for r in &self.manifest.memory {
+            let mut next = 0u64;
+            for c in &r.chunks {
+                if c.offset != next || c.len == 0 {
+                    return Err(ImageError::Corrupted(format!("region {:#x}: chunks out of order", r.addr)));
+                }
+                next = c
+                    .offset
+                    .checked_add(c.len)
+                    .ok_or_else(|| ImageError::Corrupted("chunk length overflows".into()))?;
+                if c.encoding != Encoding::Zero {
+                    let end =
+                        c.at.checked_add(c.stored)
+                            .ok_or_else(|| ImageError::Corrupted("chunk offset overflows".into()))?;
+                    if end > self.memory_len {
+                        return Err(ImageError::Truncated(format!(
+                            "region {:#x} needs {end} bytes of the memory file, which has {}",
+                            r.addr, self.memory_len
+                        )));
+                    }
+                    if c.encoding == Encoding::Raw && c.stored != c.len {
+                        return Err(ImageError::Corrupted(format!(
+                            "region {:#x}: raw chunk of the wrong size",
+                            r.addr
+                        )));
+                    }
+                }
+            }
+            if next != r.size {
+                return Err(ImageError::Corrupted(format!("region {:#x} is not fully described", r.addr)));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The contents of one chunk, checked, into `out` (resized to the chunk's length).
+    pub fn read_chunk(&mut self, chunk: &Chunk, out: &mut Vec<u8>) -> Result<(), ImageError> {
+        out.clear();
+        match chunk.encoding {
+            Encoding::Zero => {
+                out.resize(chunk.len as usize, 0);
+                return Ok(());
+            }
+            Encoding::Raw | Encoding::Zstd => {}
+        }
+        let path = self.dir.join(MEMORY_FILE);
+        let mut stored = vec![0u8; chunk.stored as usize];
+        self.memory.seek(SeekFrom::Start(chunk.at)).map_err(io_err(&path))?;
+        self.memory.read_exact(&mut stored).map_err(io_err(&path))?;
+        if crc32fast::hash(&stored) != chunk.crc {
+            return Err(ImageError::Corrupted(format!("memory chunk at file offset {} fails its checksum", chunk.at)));
+        }
+        match chunk.encoding {
+            Encoding::Raw => *out = stored,
+            Encoding::Zstd => {
+                *out = zstd::bulk::decompress(&stored, chunk.len as usize).map_err(|e| {
+                    ImageError::Corrupted(format!("memory chunk at {} does not decompress: {e}", chunk.at))
+                })?;
+                if out.len() as u64 != chunk.len {
+                    return Err(ImageError::Corrupted(format!("memory chunk at {} has the wrong size", chunk.at)));
+                }
+            }
+            Encoding::Zero => unreachable!(),
+        }
+        Ok(())
+    }
+
+    /// Read and check every chunk (a restore can call this first, to touch nothing unless
+    /// the whole image is sound).
+    pub fn verify(&mut self) -> Result<(), ImageError> {
+        let chunks: Vec<Chunk> = self.manifest.memory.iter().flat_map(|r| r.chunks.iter().copied()).collect();
+        let mut buf = Vec::new();
+        for c in &chunks {
+            self.read_chunk(c, &mut buf)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

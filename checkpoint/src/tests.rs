@@ -1,0 +1,136 @@
+use super::*;
+
+fn sample_manifest() -> Manifest {
+    Manifest {
+        spec_hash: 0x1234,
+        created_ms: 1,
+        session: SessionMeta { id: 7, token: [9; 16], tenant: "uid:0".into(), abi_major: 12, ..Default::default() },
+        handle_counters: vec![("stream".into(), 5)],
+        records: vec![Record {
+            function: 3,
+            name: "cudaMalloc".into(),
+            device: 0,
+            payload: vec![1, 2, 3],
+            creates: vec![("device_memory".into(), 0x6000_0000_0000)],
+        }],
+        ..Default::default()
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+fn write(dir: &Path, compression: Compression) -> Vec<Vec<u8>> {
+    let mut w = ImageWriter::create(dir, compression, 4096).unwrap();
+    let a = pattern(10_000, 1);
+    let zeros = vec![0u8; 3 * 4096];
+    let mut b = zeros.clone();
+    b[4096 * 2 + 5] = 1; // one non-zero byte in the last chunk
+    w.begin_region(0x6000_0000_0000, a.len() as u64, 0, RegionKind::Allocation);
+    for c in a.chunks(4096) {
+        w.add_chunk(c).unwrap();
+    }
+    w.begin_region(0x6000_0020_0000, b.len() as u64, 0, RegionKind::ModuleVariable { module: 1, name: "table".into() });
+    for c in b.chunks(4096) {
+        w.add_chunk(c).unwrap();
+    }
+    let summary = w.finish(sample_manifest()).unwrap();
+    assert_eq!(summary.memory_bytes, (a.len() + b.len()) as u64);
+    assert!(summary.stored_bytes < summary.memory_bytes, "zero chunks are not stored");
+    vec![a, b]
+}
+
+fn read_back(dir: &Path) -> Result<Vec<Vec<u8>>, ImageError> {
+    let mut img = Image::open(dir)?;
+    let regions = img.manifest.memory.clone();
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    for r in regions {
+        let mut data = Vec::new();
+        for c in &r.chunks {
+            img.read_chunk(c, &mut buf)?;
+            data.extend_from_slice(&buf);
+        }
+        out.push(data);
+    }
+    Ok(out)
+}
+
+#[test]
+fn round_trip_raw_and_zstd() {
+    for compression in [Compression::None, Compression::Zstd(1)] {
+        let dir = tempfile::tempdir().unwrap();
+        let written = write(dir.path(), compression);
+        assert_eq!(read_back(dir.path()).unwrap(), written);
+        let mut img = Image::open(dir.path()).unwrap();
+        img.verify().unwrap();
+        assert_eq!(img.manifest.session.id, 7);
+        assert_eq!(img.manifest.records[0].name, "cudaMalloc");
+        assert_eq!(img.manifest.memory[1].chunks[0].encoding, Encoding::Zero);
+    }
+}
+
+#[test]
+fn a_corrupted_manifest_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), Compression::None);
+    let path = dir.path().join(MANIFEST_FILE);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+    assert!(matches!(Image::open(dir.path()), Err(ImageError::Corrupted(_))));
+}
+
+#[test]
+fn a_corrupted_memory_chunk_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), Compression::Zstd(1));
+    let path = dir.path().join(MEMORY_FILE);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[10] ^= 1;
+    std::fs::write(&path, &bytes).unwrap();
+    let mut img = Image::open(dir.path()).unwrap();
+    assert!(matches!(img.verify(), Err(ImageError::Corrupted(_))));
+}
+
+#[test]
+fn truncated_images_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), Compression::None);
+    // Memory file cut short.
+    let mpath = dir.path().join(MEMORY_FILE);
+    let len = std::fs::metadata(&mpath).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&mpath).unwrap().set_len(len - 100).unwrap();
+    assert!(matches!(Image::open(dir.path()), Err(ImageError::Truncated(_))));
+    // Manifest cut short.
+    let path = dir.path().join(MANIFEST_FILE);
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() - 10]).unwrap();
+    assert!(matches!(Image::open(dir.path()), Err(ImageError::Truncated(_))));
+    // No manifest at all.
+    std::fs::remove_file(&path).unwrap();
+    assert!(matches!(Image::open(dir.path()), Err(ImageError::NotAnImage(_))));
+}
+
+#[test]
+fn another_version_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), Compression::None);
+    let path = dir.path().join(MANIFEST_FILE);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    assert!(matches!(Image::open(dir.path()), Err(ImageError::Version { found: 2 })));
+}
+
+#[test]
+fn regions_must_be_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = ImageWriter::create(dir.path(), Compression::None, 4096).unwrap();
+    w.begin_region(0x1000, 8192, 0, RegionKind::Allocation);
+    w.add_chunk(&[1u8; 4096]).unwrap();
+    assert!(w.add_chunk(&[1u8; 8192]).is_err(), "past the end");
+    assert!(w.finish(Manifest::default()).is_err(), "half the region missing");
+}
