@@ -32,4 +32,4 @@ demo: release
 # Release binaries for the GPU machine (which has no Rust), in .device/bin.
 gpu-bins: release
 	@mkdir -p .device/bin
-	cp target/release/phosctl target/release/phos-api-server target/release/libcudart.so .device/bin/
+	for f in phosctl phos-api-server libcudart.so; do strip -o .device/bin/$$f target/release/$$f; done
