@@ -24,6 +24,27 @@ impl<T> HandleTable<T> {
         HandleTable { tag: (TAG_BASE | index) << 48, next: 1, objects: HashMap::new() }
     }
 
+    /// Put an object back under the handle it had (restore). Refuses handles of another
+    /// kind and handles in use.
+    pub fn insert_at(&mut self, handle: u64, object: T) -> Result<u64, CudaError> {
+        if handle & !((1 << 48) - 1) != self.tag || self.objects.contains_key(&handle) {
+            return Err(CudaError::InvalidResourceHandle);
+        }
+        self.next = self.next.max((handle & ((1 << 48) - 1)) + 1);
+        self.objects.insert(handle, object);
+        Ok(handle)
+    }
+
+    /// The counter the next handle comes from (kept in images, so that a restored session
+    /// never hands out a handle it had before).
+    pub fn next_counter(&self) -> u64 {
+        self.next
+    }
+
+    pub fn set_next_counter(&mut self, next: u64) {
+        self.next = self.next.max(next);
+    }
+
     pub fn insert(&mut self, object: T) -> u64 {
         let h = self.tag | self.next;
         self.next += 1;

@@ -6,9 +6,11 @@
 //! [`handles`].
 
 pub mod backend;
+pub mod checkpoint;
 pub mod handles;
 pub mod memory;
 pub mod output;
+pub mod records;
 pub mod server;
 pub mod service;
 

@@ -112,6 +112,23 @@ fn coalesce_insert(map: &mut BTreeMap<u64, u64>, mut start: u64, mut len: u64) {
     map.insert(start, len);
 }
 
+/// Take exactly `[start, start + len)` out of `holes`; false when it is not all free.
+fn take_exact(holes: &mut BTreeMap<u64, u64>, start: u64, len: u64) -> bool {
+    let Some((&h, &hlen)) = holes.range(..=start).next_back() else { return false };
+    let Some(end) = start.checked_add(len) else { return false };
+    if end > h + hlen {
+        return false;
+    }
+    holes.remove(&h);
+    if start > h {
+        holes.insert(h, start - h);
+    }
+    if end < h + hlen {
+        holes.insert(end, h + hlen - end);
+    }
+    true
+}
+
 /// First fit of `len` bytes aligned to `align` among `holes`; the hole is split.
 fn take_first_fit(holes: &mut BTreeMap<u64, u64>, len: u64, align: u64) -> Option<u64> {
     let (start, hole_len, at) = holes.iter().find_map(|(&start, &hole_len)| {
@@ -215,6 +232,64 @@ impl AddressSpace {
         };
         let block = *inner.blocks.range(..=addr).next_back().expect("allocated inside a block").0;
         inner.allocations.insert(addr, Allocation { addr, size, device, block, span });
+        inner.allocated += size;
+        Ok(addr)
+    }
+
+    /// Allocate `size` bytes at exactly `addr` (a restore puts every allocation back where
+    /// it was). Fails with `cudaErrorMemoryAllocation` when that memory is not free.
+    pub fn alloc_at(&self, backend: &dyn Backend, device: i32, addr: u64, size: u64) -> Result<u64, CudaError> {
+        if size == 0 {
+            return Ok(0);
+        }
+        let gran = backend.granularity(device).max(ALIGNMENT);
+        let mut g = self.inner.write().unwrap();
+        let inner = &mut *g;
+        let taken = Err(CudaError::MemoryAllocation);
+        if size >= gran / 2 {
+            let len = round_up(size, gran).ok_or(CudaError::MemoryAllocation)?;
+            if !addr.is_multiple_of(gran) || !take_exact(&mut inner.holes, addr, len) {
+                return taken;
+            }
+            let physical = match backend.map(device, addr, len) {
+                Ok(p) => p,
+                Err(e) => {
+                    coalesce_insert(&mut inner.holes, addr, len);
+                    return Err(e);
+                }
+            };
+            inner.blocks.insert(addr, Block { len, device, physical, kind: BlockKind::Whole });
+            inner.allocations.insert(addr, Allocation { addr, size, device, block: addr, span: len });
+            inner.allocated += size;
+            return Ok(addr);
+        }
+        if !addr.is_multiple_of(ALIGNMENT) {
+            return taken;
+        }
+        let span = round_up(size, ALIGNMENT).expect("small");
+        let start = addr / gran * gran;
+        if !inner.blocks.contains_key(&start) {
+            if !take_exact(&mut inner.holes, start, gran) {
+                return taken;
+            }
+            let physical = match backend.map(device, start, gran) {
+                Ok(p) => p,
+                Err(e) => {
+                    coalesce_insert(&mut inner.holes, start, gran);
+                    return Err(e);
+                }
+            };
+            let mut free = BTreeMap::new();
+            free.insert(0, gran);
+            inner.blocks.insert(start, Block { len: gran, device, physical, kind: BlockKind::Slab { free, used: 0 } });
+        }
+        let block = inner.blocks.get_mut(&start).expect("present");
+        let BlockKind::Slab { free, used } = &mut block.kind else { return taken };
+        if block.device != device || !take_exact(free, addr - start, span) {
+            return taken;
+        }
+        *used += span;
+        inner.allocations.insert(addr, Allocation { addr, size, device, block: start, span });
         inner.allocated += size;
         Ok(addr)
     }
@@ -345,6 +420,30 @@ mod tests {
         s.add_external(0x7000_0000, 64);
         assert!(s.contains(0x7000_0010, 16));
         assert!(!s.contains(0x7000_0030, 32));
+    }
+
+    #[test]
+    fn allocations_come_back_at_their_addresses() {
+        let (b, s) = space(1 << 30);
+        let big = s.alloc(&b, 0, 3 << 20).unwrap();
+        let small: Vec<u64> = (0..5).map(|i| s.alloc(&b, 0, 100 + i).unwrap()).collect();
+        let all: Vec<Allocation> = s.allocations();
+        s.free_all(&b, None);
+        let (b2, s2) = (b, s);
+        // Recreate in another order: the small ones first, then the big one.
+        for a in all.iter().rev() {
+            assert_eq!(s2.alloc_at(&b2, a.device, a.addr, a.size).unwrap(), a.addr);
+        }
+        assert!(s2.contains(big, 3 << 20));
+        for (i, p) in small.iter().enumerate() {
+            assert!(s2.contains(*p, 100 + i as u64));
+        }
+        // Taken addresses are refused.
+        assert!(s2.alloc_at(&b2, 0, big, 16).is_err());
+        assert!(s2.alloc_at(&b2, 0, small[0], 16).is_err());
+        // New allocations do not collide with restored ones.
+        let fresh = s2.alloc(&b2, 0, 100).unwrap();
+        assert!(!small.contains(&fresh));
     }
 
     #[test]

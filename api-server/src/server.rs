@@ -175,6 +175,14 @@ impl ApiServer {
     /// Run one call on this session.
     pub fn call(&self, id: FunctionId, device: i32, payload: &[u8], out: &mut Vec<u8>) -> Result<(), CudaError> {
         let session = &self.session;
+        let _gate = session.gate.read().unwrap_or_else(|p| p.into_inner());
+        if session.is_frozen() {
+            // Checkpointed and stopped: this call belongs to the restored session.
+            drop(_gate);
+            loop {
+                std::thread::park();
+            }
+        }
         if let Some(e) = session.sticky_error() {
             return Err(e);
         }
@@ -183,7 +191,7 @@ impl ApiServer {
             return Err(CudaError::InvalidDevice);
         }
         session.backend().bind(device)?;
-        let cx = CallCx { device };
+        let cx = CallCx::new(device);
         let result = catch_unwind(AssertUnwindSafe(|| dispatch::dispatch(session.as_ref(), &cx, id, payload, out)));
         match result {
             Ok(Ok(())) => Ok(()),

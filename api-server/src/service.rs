@@ -5,8 +5,8 @@
 //! and call the backend.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use phos_protocol::cudart::*;
 use phos_protocol::types::Dim3;
@@ -18,11 +18,25 @@ use crate::dispatch::CudartService;
 use crate::handles::HandleTable;
 use crate::memory::AddressSpace;
 use crate::output::DeviceOutput;
+use crate::records::Recorder;
 
-/// Per-call context: which device the calling thread has current.
-#[derive(Debug, Clone, Copy)]
+/// Per-call context: which device the calling thread has current, and, while a restore
+/// replays a recorded call, the handles or addresses the call must produce again.
+#[derive(Debug, Clone, Default)]
 pub struct CallCx {
     pub device: i32,
+    pub replay: Option<Vec<u64>>,
+}
+
+impl CallCx {
+    pub fn new(device: i32) -> Self {
+        CallCx { device, replay: None }
+    }
+
+    /// The value the call's (first) created object must get, when replaying.
+    fn forced(&self) -> Option<u64> {
+        self.replay.as_ref().and_then(|v| v.first().copied())
+    }
 }
 
 struct Stream {
@@ -37,8 +51,9 @@ struct Module {
     raw: Raw,
     device: i32,
     digest: [u8; 32],
-    /// Module variables registered as device memory the session may use.
-    globals: Vec<u64>,
+    /// Module variables registered as device memory the session may use: (name, address,
+    /// size).
+    globals: Vec<(String, u64, u64)>,
 }
 
 struct Function {
@@ -62,6 +77,13 @@ pub struct Session {
     max_reply: u64,
     /// Device printf output waiting for a call that delivers it.
     pub output: DeviceOutput,
+    /// The calls that created the session's live objects (for checkpoints).
+    pub records: Recorder,
+    /// Every call holds this shared; a checkpoint holds it exclusively, so it sees the
+    /// session between calls.
+    pub(crate) gate: RwLock<()>,
+    /// Set by a stopping checkpoint: calls wait until the server is ended.
+    frozen: AtomicBool,
 }
 
 /// Stream flags CUDA defines (`cudaStreamNonBlocking`).
@@ -92,6 +114,9 @@ impl Session {
             sticky: AtomicI32::new(0),
             max_reply,
             output,
+            records: Recorder::default(),
+            gate: RwLock::new(()),
+            frozen: AtomicBool::new(false),
         })
     }
 
@@ -101,6 +126,64 @@ impl Session {
 
     pub fn memory(&self) -> &AddressSpace {
         &self.memory
+    }
+
+    /// Stop serving calls for good (after a stopping checkpoint): every call from now on
+    /// waits until the server ends, so that the guest sends it again to the restored session.
+    pub fn freeze(&self) {
+        self.frozen.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_frozen(&self) -> bool {
+        self.frozen.load(Ordering::SeqCst)
+    }
+
+    /// Next value of each handle kind's counter.
+    pub fn handle_counters(&self) -> Vec<(String, u64)> {
+        vec![
+            ("stream".into(), self.streams.lock().unwrap().next_counter()),
+            ("event".into(), self.events.lock().unwrap().next_counter()),
+            ("module".into(), self.modules.lock().unwrap().next_counter()),
+            ("function".into(), self.functions.lock().unwrap().next_counter()),
+        ]
+    }
+
+    pub fn set_handle_counters(&self, counters: &[(String, u64)]) {
+        for (kind, next) in counters {
+            match kind.as_str() {
+                "stream" => self.streams.lock().unwrap().set_next_counter(*next),
+                "event" => self.events.lock().unwrap().set_next_counter(*next),
+                "module" => self.modules.lock().unwrap().set_next_counter(*next),
+                "function" => self.functions.lock().unwrap().set_next_counter(*next),
+                _ => {}
+            }
+        }
+    }
+
+    /// Every module variable the session can use: (module handle, name, address, size, device).
+    pub fn module_variables(&self) -> Vec<(u64, String, u64, u64, i32)> {
+        let modules = self.modules.lock().unwrap();
+        let mut out: Vec<_> = modules
+            .iter()
+            .flat_map(|(h, m)| {
+                m.globals.iter().map(move |(name, addr, size)| (h, name.clone(), *addr, *size, m.device))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Address and size of a variable of a loaded module (registering it for the session).
+    pub fn module_variable(&self, module: u64, name: &str) -> Result<(u64, u64), CudaError> {
+        let mut modules = self.modules.lock().unwrap();
+        let m = modules.get_mut(module)?;
+        if let Some((_, addr, size)) = m.globals.iter().find(|(n, _, _)| n == name) {
+            return Ok((*addr, *size));
+        }
+        let (addr, size) = self.backend.module_global(m.raw, name)?;
+        self.memory.add_external(addr, size);
+        m.globals.push((name.to_string(), addr, size));
+        Ok((addr, size))
     }
 
     /// The sticky error, if the context is corrupted.
@@ -196,13 +279,22 @@ impl Session {
         }
         self.functions.lock().unwrap().drain();
         for (_, m) in self.modules.lock().unwrap().drain() {
-            for g in m.globals {
+            for (_, g, _) in m.globals {
                 self.memory.remove_external(g);
             }
             let _ = b.module_unload(m.raw);
         }
         self.module_index.lock().unwrap().clear();
         self.memory.free_all(b, None);
+    }
+}
+
+/// Insert an object under a fresh handle, or under the recorded one when replaying.
+fn insert<T>(table: &Mutex<HandleTable<T>>, cx: &CallCx, object: T) -> Result<u64, CudaError> {
+    let mut t = table.lock().unwrap();
+    match cx.forced() {
+        Some(h) => t.insert_at(h, object),
+        None => Ok(t.insert(object)),
     }
 }
 
@@ -218,6 +310,7 @@ fn reply_buffer(len: u64) -> Result<Vec<u8>, CudaError> {
 impl Drop for Session {
     fn drop(&mut self) {
         self.release_all();
+        self.backend.unreserve(self.memory.base(), self.memory.size());
     }
 }
 
@@ -233,6 +326,10 @@ impl CudartService for Session {
 
     fn max_reply_bytes(&self) -> u64 {
         self.max_reply
+    }
+
+    fn record(&self, cx: &CallCx, id: FunctionId, payload: &[u8], facts: &phos_protocol::spec::RecordFacts<'_>) {
+        self.records.record(id, cx.device, payload, facts);
     }
 
     fn cuda_get_device_count(
@@ -298,7 +395,10 @@ impl CudartService for Session {
     }
 
     fn cuda_malloc(&self, cx: &CallCx, req: CudaMallocRequest) -> Result<CudaMallocReply, CudaError> {
-        let addr = self.memory.alloc(self.backend.as_ref(), cx.device, req.size)?;
+        let addr = match cx.forced() {
+            Some(at) => self.memory.alloc_at(self.backend.as_ref(), cx.device, at, req.size)?,
+            None => self.memory.alloc(self.backend.as_ref(), cx.device, req.size)?,
+        };
         Ok(CudaMallocReply { devPtr: addr })
     }
 
@@ -363,7 +463,7 @@ impl CudartService for Session {
 
     fn cuda_stream_create(&self, cx: &CallCx, _: CudaStreamCreateRequest) -> Result<CudaStreamCreateReply, CudaError> {
         let raw = self.backend.stream_create(cx.device, 0, 0)?;
-        Ok(CudaStreamCreateReply { pStream: self.streams.lock().unwrap().insert(Stream { raw }) })
+        Ok(CudaStreamCreateReply { pStream: insert(&self.streams, cx, Stream { raw })? })
     }
 
     fn cuda_stream_create_with_flags(
@@ -375,7 +475,7 @@ impl CudartService for Session {
             return Err(CudaError::InvalidValue);
         }
         let raw = self.backend.stream_create(cx.device, req.flags, 0)?;
-        Ok(CudaStreamCreateWithFlagsReply { pStream: self.streams.lock().unwrap().insert(Stream { raw }) })
+        Ok(CudaStreamCreateWithFlagsReply { pStream: insert(&self.streams, cx, Stream { raw })? })
     }
 
     fn cuda_stream_destroy(
@@ -405,7 +505,7 @@ impl CudartService for Session {
 
     fn cuda_event_create(&self, cx: &CallCx, _: CudaEventCreateRequest) -> Result<CudaEventCreateReply, CudaError> {
         let raw = self.backend.event_create(cx.device, 0)?;
-        Ok(CudaEventCreateReply { event: self.events.lock().unwrap().insert(Event { raw }) })
+        Ok(CudaEventCreateReply { event: insert(&self.events, cx, Event { raw })? })
     }
 
     fn cuda_event_create_with_flags(
@@ -417,7 +517,7 @@ impl CudartService for Session {
             return Err(CudaError::InvalidValue);
         }
         let raw = self.backend.event_create(cx.device, req.flags)?;
-        Ok(CudaEventCreateWithFlagsReply { event: self.events.lock().unwrap().insert(Event { raw }) })
+        Ok(CudaEventCreateWithFlagsReply { event: insert(&self.events, cx, Event { raw })? })
     }
 
     fn cuda_event_record(&self, _: &CallCx, req: CudaEventRecordRequest) -> Result<CudaEventRecordReply, CudaError> {
@@ -470,11 +570,11 @@ impl CudartService for Session {
             return Ok(PhosModuleLoadReply { module: h });
         }
         let loaded = self.backend.module_load(cx.device, req.image)?;
-        for &(addr, size) in &loaded.variables {
+        for &(_, addr, size) in &loaded.variables {
             self.memory.add_external(addr, size);
         }
-        let globals = loaded.variables.iter().map(|&(addr, _)| addr).collect();
-        let h = self.modules.lock().unwrap().insert(Module { raw: loaded.raw, device: cx.device, digest, globals });
+        let globals = loaded.variables.clone();
+        let h = insert(&self.modules, cx, Module { raw: loaded.raw, device: cx.device, digest, globals })?;
         index.insert((cx.device, digest), h);
         Ok(PhosModuleLoadReply { module: h })
     }
@@ -483,7 +583,7 @@ impl CudartService for Session {
         let m = self.modules.lock().unwrap().remove(req.module)?;
         self.module_index.lock().unwrap().remove(&(m.device, m.digest));
         self.functions.lock().unwrap().retain(|f| f.module != req.module);
-        for g in &m.globals {
+        for (_, g, _) in &m.globals {
             self.memory.remove_external(*g);
         }
         self.backend.module_unload(m.raw)?;
@@ -492,12 +592,12 @@ impl CudartService for Session {
 
     fn phos_module_get_function(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: PhosModuleGetFunctionRequest<'_>,
     ) -> Result<PhosModuleGetFunctionReply, CudaError> {
         let module_raw = self.modules.lock().unwrap().get(req.module)?.raw;
         let raw = self.backend.module_function(module_raw, req.name)?;
-        let h = self.functions.lock().unwrap().insert(Function { raw, module: req.module });
+        let h = insert(&self.functions, cx, Function { raw, module: req.module })?;
         Ok(PhosModuleGetFunctionReply { function: h })
     }
 
@@ -510,8 +610,8 @@ impl CudartService for Session {
         let m = modules.get_mut(req.module)?;
         let (addr, bytes) = self.backend.module_global(m.raw, req.name)?;
         self.memory.add_external(addr, bytes);
-        if !m.globals.contains(&addr) {
-            m.globals.push(addr);
+        if !m.globals.iter().any(|(_, a, _)| *a == addr) {
+            m.globals.push((req.name.to_string(), addr, bytes));
         }
         Ok(PhosModuleGetGlobalReply { address: addr, bytes })
     }

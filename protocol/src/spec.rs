@@ -74,3 +74,18 @@ pub struct Charge {
     /// `None` when only the server knows the amount (what a free gives back).
     pub amount: Option<u64>,
 }
+
+/// What one successful call did to the session's objects, as the spec's `obj_record`,
+/// `allocate`, `deallocate` and `obj_depends_on` descriptors say; the server's checkpoint
+/// recorder keeps the calls that created live objects.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordFacts<'a> {
+    /// (object kind, handle or device address) the call created.
+    pub created: &'a [(&'static str, u64)],
+    /// (object kind, handle or device address) the call destroyed.
+    pub destroyed: &'a [(&'static str, u64)],
+    /// Objects the created ones depend on.
+    pub depends_on: &'a [u64],
+    /// The call changed session-wide state (`obj_record` on the function).
+    pub global: bool,
+}

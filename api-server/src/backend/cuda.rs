@@ -222,6 +222,12 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
+    fn unreserve(&self, base: u64, size: u64) {
+        unsafe {
+            sys::cuMemAddressFree(base, size as usize);
+        }
+    }
+
     fn granularity(&self, device: i32) -> u64 {
         self.device(device).map(|d| d.granularity).unwrap_or(2 << 20)
     }

@@ -323,6 +323,10 @@ impl Backend for EmuBackend {
         Ok(())
     }
 
+    fn unreserve(&self, base: u64, size: u64) {
+        unsafe { libc::munmap(base as *mut libc::c_void, size as usize) };
+    }
+
     fn granularity(&self, _device: i32) -> u64 {
         2 << 20
     }
@@ -466,7 +470,7 @@ impl Backend for EmuBackend {
         })?;
         let mut program = Program::new(&module);
         let (variables, storage) = allocate_variables(&mut program)?;
-        let regions = variables.values().copied().collect();
+        let regions = variables.iter().map(|(name, &(addr, size))| (name.clone(), addr, size)).collect();
         let raw = self.fresh();
         self.modules.lock().unwrap().insert(raw, Module { program: Arc::new(program), variables, storage });
         Ok(LoadedModule { raw, variables: regions })

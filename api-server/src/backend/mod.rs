@@ -33,9 +33,9 @@ pub type Physical = u64;
 #[derive(Debug, Default)]
 pub struct LoadedModule {
     pub raw: Raw,
-    /// Storage the backend made for the module's variables, as (address, size): memory the
-    /// session's kernels and copies may use besides its allocations.
-    pub variables: Vec<(u64, u64)>,
+    /// Storage the backend made for the module's variables, as (name, address, size):
+    /// memory the session's kernels and copies may use besides its allocations.
+    pub variables: Vec<(String, u64, u64)>,
 }
 
 /// What every backend provides. Calls arrive from several channel threads at once.
@@ -55,6 +55,8 @@ pub trait Backend: Send + Sync {
     /// Reserve `[base, base + size)` of device address space; it must be granted at `base`
     /// exactly, so that pointers stay the same across restores.
     fn reserve(&self, base: u64, size: u64) -> Result<(), CudaError>;
+    /// Give a reservation back (everything in it is unmapped already).
+    fn unreserve(&self, base: u64, size: u64);
     /// Mapping granularity (a multiple of the page size).
     fn granularity(&self, device: i32) -> u64;
     /// Back `[addr, addr + size)` with fresh device memory of `device`.

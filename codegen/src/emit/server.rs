@@ -38,6 +38,13 @@ fn service_trait(w: &mut W, api: &Api) {
     w.line("fn check_device_range(&self, cx: &Self::Cx, addr: u64, len: u64, null_ok: bool) -> Result<(), CudaError>;");
     w.line("/// The largest reply buffer a call may ask for.");
     w.line("fn max_reply_bytes(&self) -> u64;");
+    w.line("/// Called after each successful call that creates or destroys objects (per the spec's");
+    w.line("/// object descriptors), with the request as sent.");
+    w.line(format!(
+        "fn record(&self, cx: &Self::Cx, id: FunctionId, payload: &[u8], facts: &{P}::spec::RecordFacts<'_>) {{"
+    ));
+    w.line("    let _ = (cx, id, payload, facts);");
+    w.line("}");
     for f in api.remote_functions() {
         w.line(format!("/// `{}` (spec line {}).", f.name, f.line));
         w.line(format!(
@@ -222,7 +229,29 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
     } else {
         w.line("let expected = expected?;");
     }
+    let records = !f.objects.creates.is_empty() || !f.objects.destroys.is_empty() || f.objects.global_record;
+    let value_of = |name: &str| format!("req.{} as u64", rust_ident(name));
+    if records {
+        let destroyed: Vec<String> =
+            f.objects.destroys.iter().map(|(a, k)| format!("({}, {})", super::lit(k), value_of(a))).collect();
+        let deps: Vec<String> = f.objects.depends_on.iter().map(|(_, dep)| value_of(dep)).collect();
+        w.line(format!("let destroyed: [(&'static str, u64); {}] = [{}];", destroyed.len(), destroyed.join(", ")));
+        w.line(format!("let depends_on: [u64; {}] = [{}];", deps.len(), deps.join(", ")));
+    }
     w.line(format!("let reply = svc.{}(cx, req).map_err(Rejection::Failed)?;", f.method_name()));
+    if records {
+        let created: Vec<String> = f
+            .objects
+            .creates
+            .iter()
+            .map(|(a, k)| format!("({}, reply.{} as u64)", super::lit(k), rust_ident(a)))
+            .collect();
+        w.line(format!("let created: [(&'static str, u64); {}] = [{}];", created.len(), created.join(", ")));
+        w.line(format!(
+            "svc.record(cx, FunctionId::{t}, payload, &{P}::spec::RecordFacts {{ created: &created, destroyed: &destroyed, depends_on: &depends_on, global: {} }});",
+            f.objects.global_record
+        ));
+    }
     // The service must answer with exactly the buffers the guest asked for.
     for (i, (name, chosen)) in expect_outs.iter().enumerate() {
         let id = rust_ident(name);

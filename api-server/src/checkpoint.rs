@@ -1,0 +1,271 @@
+//! Checkpoint and restore of a whole session (stop-the-world).
+//!
+//! **Checkpoint.** The session's gate is closed: calls in flight finish, new ones wait. The
+//! devices are synchronised; the image then gets the recorded creation calls of every live
+//! object (in creation order, which respects their dependencies), the handle counters, and
+//! the contents of every allocation and module variable, copied out in large chunks (all-zero
+//! chunks are not stored). Afterwards the gate opens again, or, for `stop`, stays closed: the
+//! session is frozen until its server is ended, and the guest's waiting calls are sent again
+//! to the restored session.
+//!
+//! **Restore.** The whole image is checked first (manifest, layout, every chunk's checksum),
+//! so a bad image is refused before anything is created. The session is then rebuilt in a
+//! fresh server: the same device address range is reserved, each record is replayed through
+//! the generated dispatch with the handles and addresses it produced before (so every
+//! allocation comes back at its address and every virtual handle keeps its value), and the
+//! memory contents are written back.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use phos_checkpoint::{Compression, Image, ImageWriter, Manifest, MemoryRegion, Record, RegionKind, SessionMeta};
+use phos_protocol::cudart::{self, FunctionId};
+
+use crate::backend::Backend;
+use crate::output::DeviceOutput;
+use crate::service::{CallCx, Session};
+
+/// How far a checkpoint or restore is, for progress bars.
+#[derive(Default)]
+pub struct Progress {
+    pub done: AtomicU64,
+    pub total: AtomicU64,
+}
+
+impl Progress {
+    fn set_total(&self, total: u64) {
+        self.done.store(0, Ordering::Relaxed);
+        self.total.store(total, Ordering::Relaxed);
+    }
+
+    fn add(&self, n: u64) {
+        self.done.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// What a checkpoint did.
+#[derive(Debug, Clone, Default)]
+pub struct CheckpointReport {
+    pub records: usize,
+    pub regions: usize,
+    /// Device memory covered and bytes stored for it.
+    pub memory_bytes: u64,
+    pub stored_bytes: u64,
+    /// Time to stop the session's calls and synchronise the devices.
+    pub quiesce_ms: f64,
+    /// Time to copy memory out and write the image.
+    pub copy_ms: f64,
+    pub total_ms: f64,
+}
+
+/// What a restore did.
+#[derive(Debug, Clone, Default)]
+pub struct RestoreReport {
+    pub records: usize,
+    pub memory_bytes: u64,
+    pub verify_ms: f64,
+    pub replay_ms: f64,
+    pub copy_ms: f64,
+    pub total_ms: f64,
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
+impl Session {
+    /// Write the session to `dir`. `meta` carries what the router knows (token, tenant,
+    /// program, ABI, epoch); the rest is filled in here.
+    pub fn checkpoint(
+        &self,
+        dir: &Path,
+        mut meta: SessionMeta,
+        compression: Compression,
+        stop: bool,
+        progress: &Progress,
+    ) -> Result<CheckpointReport, String> {
+        let start = Instant::now();
+        let gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        let backend = self.backend();
+        for d in 0..backend.device_count() {
+            backend.device_synchronize(d).map_err(|e| format!("synchronising device {d}: {e:?}"))?;
+        }
+        let quiesce_ms = ms(start);
+        let copy_start = Instant::now();
+
+        let records: Vec<Record> = self
+            .records
+            .live()
+            .into_iter()
+            .map(|r| Record {
+                function: r.function as u32,
+                name: r.function.name().to_string(),
+                device: r.device,
+                payload: r.payload,
+                creates: r.creates.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            })
+            .collect();
+        let regions = self.memory_regions();
+        progress.set_total(regions.iter().map(|r| r.1).sum());
+
+        let mut writer =
+            ImageWriter::create(dir, compression, phos_checkpoint::DEFAULT_CHUNK).map_err(|e| e.to_string())?;
+        let chunk = writer.chunk_size() as u64;
+        let mut buf = vec![0u8; chunk as usize];
+        for (addr, size, device, kind) in &regions {
+            writer.begin_region(*addr, *size, *device, kind.clone());
+            let mut off = 0;
+            while off < *size {
+                let n = (size - off).min(chunk) as usize;
+                backend.bind(*device).map_err(|e| format!("{e:?}"))?;
+                backend
+                    .memcpy_dtoh(&mut buf[..n], addr + off, None)
+                    .map_err(|e| format!("copying {:#x}: {e:?}", addr + off))?;
+                writer.add_chunk(&buf[..n]).map_err(|e| e.to_string())?;
+                progress.add(n as u64);
+                off += n as u64;
+            }
+        }
+        meta.id = self.id;
+        meta.backend = backend.name().to_string();
+        meta.device_base = self.memory().base();
+        meta.device_size = self.memory().size();
+        meta.devices = (0..backend.device_count())
+            .map(|d| backend.device_properties(d).map(|p| p.name).unwrap_or_default())
+            .collect();
+        let manifest = Manifest {
+            format: 0,
+            spec_hash: cudart::SPEC_HASH,
+            created_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
+            session: meta,
+            handle_counters: self.handle_counters(),
+            records,
+            memory: Vec::new(),
+        };
+        let report_records = manifest.records.len();
+        let summary = writer.finish(manifest).map_err(|e| e.to_string())?;
+        if stop {
+            self.freeze();
+        }
+        drop(gate);
+        Ok(CheckpointReport {
+            records: report_records,
+            regions: regions.len(),
+            memory_bytes: summary.memory_bytes,
+            stored_bytes: summary.stored_bytes,
+            quiesce_ms,
+            copy_ms: ms(copy_start),
+            total_ms: ms(start),
+        })
+    }
+
+    /// Every range of device memory the session holds: allocations, then module variables.
+    fn memory_regions(&self) -> Vec<(u64, u64, i32, RegionKind)> {
+        let mut out: Vec<(u64, u64, i32, RegionKind)> = self
+            .memory()
+            .allocations()
+            .into_iter()
+            .map(|a| (a.addr, a.size, a.device, RegionKind::Allocation))
+            .collect();
+        out.extend(self.module_variables().into_iter().map(|(module, name, addr, size, device)| {
+            (addr, size, device, RegionKind::ModuleVariable { module, name })
+        }));
+        out
+    }
+
+    /// Rebuild a session from an image in this (fresh) server. `device` moves every record
+    /// onto that device (a restore onto another GPU).
+    pub fn restore(
+        dir: &Path,
+        backend: Arc<dyn Backend>,
+        max_reply: u64,
+        output: DeviceOutput,
+        device: Option<i32>,
+        progress: &Progress,
+    ) -> Result<(Session, SessionMeta, RestoreReport), String> {
+        let start = Instant::now();
+        let mut image = Image::open(dir).map_err(|e| e.to_string())?;
+        if image.manifest.spec_hash != cudart::SPEC_HASH {
+            return Err(format!(
+                "the image was taken by a server of another API spec ({:016x}, this one {:016x})",
+                image.manifest.spec_hash,
+                cudart::SPEC_HASH
+            ));
+        }
+        for r in &image.manifest.records {
+            match FunctionId::from_u32(r.function) {
+                Some(f) if f.name() == r.name => {}
+                _ => return Err(format!("the image records `{}`, which this server does not know", r.name)),
+            }
+        }
+        // Nothing is created unless the whole image is sound.
+        image.verify().map_err(|e| e.to_string())?;
+        let verify_ms = ms(start);
+        let manifest = image.manifest.clone();
+        let meta = manifest.session.clone();
+        let session = Session::new(meta.id, backend, meta.device_base, meta.device_size, max_reply, output)
+            .map_err(|e| format!("reserving the device address range {:#x}: {e:?}", meta.device_base))?;
+        session.set_handle_counters(&manifest.handle_counters);
+
+        let replay_start = Instant::now();
+        for r in &manifest.records {
+            let id = FunctionId::from_u32(r.function).expect("checked");
+            let dev = device.unwrap_or(r.device);
+            let cx = CallCx { device: dev, replay: Some(r.creates.iter().map(|(_, v)| *v).collect()) };
+            let mut out = Vec::new();
+            session.backend().bind(dev).map_err(|e| format!("{e:?}"))?;
+            crate::dispatch::dispatch(&session, &cx, id, &r.payload, &mut out)
+                .map_err(|e| format!("replaying {}: {e}", r.name))?;
+        }
+        let replay_ms = ms(replay_start);
+
+        let copy_start = Instant::now();
+        progress.set_total(manifest.memory.iter().map(|r| r.size).sum());
+        let mut buf = Vec::new();
+        for region in &manifest.memory {
+            let (addr, dev) = session.region_target(region, device)?;
+            session.backend().bind(dev).map_err(|e| format!("{e:?}"))?;
+            for c in &region.chunks {
+                image.read_chunk(c, &mut buf).map_err(|e| e.to_string())?;
+                session
+                    .backend()
+                    .memcpy_htod(addr + c.offset, &buf, None)
+                    .map_err(|e| format!("writing {:#x}: {e:?}", addr + c.offset))?;
+                progress.add(c.len);
+            }
+        }
+        let report = RestoreReport {
+            records: manifest.records.len(),
+            memory_bytes: manifest.memory.iter().map(|r| r.size).sum(),
+            verify_ms,
+            replay_ms,
+            copy_ms: ms(copy_start),
+            total_ms: ms(start),
+        };
+        Ok((session, meta, report))
+    }
+
+    /// Where a region of an image goes in this session: an allocation at its address (which
+    /// replaying must have recreated), a module variable wherever its reloaded module has it.
+    fn region_target(&self, region: &MemoryRegion, device: Option<i32>) -> Result<(u64, i32), String> {
+        let dev = device.unwrap_or(region.device);
+        match &region.kind {
+            RegionKind::Allocation => {
+                if !self.memory().contains(region.addr, region.size) {
+                    return Err(format!("allocation {:#x} was not recreated", region.addr));
+                }
+                Ok((region.addr, dev))
+            }
+            RegionKind::ModuleVariable { module, name } => {
+                let (addr, size) =
+                    self.module_variable(*module, name).map_err(|e| format!("variable {name}: {e:?}"))?;
+                if size != region.size {
+                    return Err(format!("variable {name} has {size} bytes, the image {}", region.size));
+                }
+                Ok((addr, dev))
+            }
+        }
+    }
+}

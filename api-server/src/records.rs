@@ -1,0 +1,149 @@
+//! The object records of a session: for each live object (module, function, stream, event,
+//! allocation), the call that created it, as the guest sent it. What is recorded comes from
+//! the spec alone: the generated dispatch reports, after each successful call, which objects
+//! the spec's `allocate`/`obj_record` descriptors say it created, which `deallocate` says it
+//! destroyed, and which `obj_depends_on` says the new ones need. A destroyed object's record
+//! goes, and so do the records of objects that depended on it (a module's functions).
+//!
+//! A restore replays the records in order through the same dispatch, so every object comes
+//! back the way it was made, under the handle (or at the address) it had.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use phos_protocol::cudart::FunctionId;
+use phos_protocol::spec::RecordFacts;
+
+/// One recorded call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub function: FunctionId,
+    pub device: i32,
+    pub payload: Vec<u8>,
+    /// (kind, handle or address) of what it created.
+    pub creates: Vec<(&'static str, u64)>,
+}
+
+#[derive(Default)]
+struct Records {
+    /// In creation order; `None` where a record was pruned.
+    entries: Vec<Option<(Record, Vec<usize>)>>,
+    /// Live object (kind, value) -> index of its record.
+    by_object: HashMap<(&'static str, u64), usize>,
+}
+
+#[derive(Default)]
+pub struct Recorder {
+    inner: Mutex<Records>,
+}
+
+impl Recorder {
+    pub fn record(&self, function: FunctionId, device: i32, payload: &[u8], facts: &RecordFacts<'_>) {
+        let mut r = self.inner.lock().unwrap();
+        if facts.global {
+            // Session-wide state changed (a device reset): everything before is gone.
+            *r = Records::default();
+        }
+        for &(kind, value) in facts.destroyed {
+            if let Some(i) = r.by_object.remove(&(kind, value)) {
+                r.prune(i);
+            }
+        }
+        let created: Vec<(&'static str, u64)> =
+            facts.created.iter().copied().filter(|&(k, v)| v != 0 && !r.by_object.contains_key(&(k, v))).collect();
+        if created.is_empty() {
+            return;
+        }
+        let deps: Vec<usize> = facts
+            .depends_on
+            .iter()
+            .filter_map(|&v| r.by_object.iter().find(|((_, value), _)| *value == v).map(|(_, &i)| i))
+            .collect();
+        let index = r.entries.len();
+        for &obj in &created {
+            r.by_object.insert(obj, index);
+        }
+        r.entries.push(Some((Record { function, device, payload: payload.to_vec(), creates: created }, deps)));
+    }
+
+    /// The live records, in the order to replay them.
+    pub fn live(&self) -> Vec<Record> {
+        self.inner.lock().unwrap().entries.iter().flatten().map(|(rec, _)| rec.clone()).collect()
+    }
+
+    pub fn clear(&self) {
+        *self.inner.lock().unwrap() = Records::default();
+    }
+}
+
+impl Records {
+    /// Drop record `i` and, transitively, every record that depends on it.
+    fn prune(&mut self, i: usize) {
+        let mut stack = vec![i];
+        while let Some(i) = stack.pop() {
+            let Some((rec, _)) = self.entries[i].take() else { continue };
+            for obj in &rec.creates {
+                if self.by_object.get(obj) == Some(&i) {
+                    self.by_object.remove(obj);
+                }
+            }
+            for (j, e) in self.entries.iter().enumerate() {
+                if let Some((_, deps)) = e
+                    && deps.contains(&i)
+                {
+                    stack.push(j);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts<'a>(
+        created: &'a [(&'static str, u64)],
+        destroyed: &'a [(&'static str, u64)],
+        depends_on: &'a [u64],
+    ) -> RecordFacts<'a> {
+        RecordFacts { created, destroyed, depends_on, global: false }
+    }
+
+    #[test]
+    fn creation_destruction_and_dependencies() {
+        let r = Recorder::default();
+        r.record(FunctionId::PhosModuleLoad, 0, b"m", &facts(&[("module", 10)], &[], &[]));
+        r.record(FunctionId::PhosModuleGetFunction, 0, b"f", &facts(&[("function", 20)], &[], &[10]));
+        r.record(FunctionId::CudaMalloc, 0, b"a", &facts(&[("device_memory", 0x6000)], &[], &[]));
+        r.record(FunctionId::CudaStreamCreate, 0, b"s", &facts(&[("stream", 30)], &[], &[]));
+        assert_eq!(r.live().len(), 4);
+        // Freeing memory drops its record.
+        r.record(FunctionId::CudaFree, 0, b"", &facts(&[], &[("device_memory", 0x6000)], &[]));
+        assert_eq!(r.live().len(), 3);
+        // Unloading the module drops its functions too.
+        r.record(FunctionId::PhosModuleUnload, 0, b"", &facts(&[], &[("module", 10)], &[]));
+        let live = r.live();
+        assert_eq!(live.len(), 1);
+        assert_eq!(live[0].function, FunctionId::CudaStreamCreate);
+        // A zero-size allocation (null pointer) creates nothing.
+        r.record(FunctionId::CudaMalloc, 0, b"z", &facts(&[("device_memory", 0)], &[], &[]));
+        assert_eq!(r.live().len(), 1);
+        // A device reset forgets everything.
+        r.record(
+            FunctionId::CudaDeviceReset,
+            0,
+            b"",
+            &RecordFacts { created: &[], destroyed: &[], depends_on: &[], global: true },
+        );
+        assert!(r.live().is_empty());
+    }
+
+    #[test]
+    fn a_module_loaded_twice_is_recorded_once() {
+        let r = Recorder::default();
+        r.record(FunctionId::PhosModuleLoad, 0, b"m", &facts(&[("module", 10)], &[], &[]));
+        r.record(FunctionId::PhosModuleLoad, 0, b"m", &facts(&[("module", 10)], &[], &[]));
+        assert_eq!(r.live().len(), 1);
+    }
+}
