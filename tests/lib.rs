@@ -99,16 +99,23 @@ pub struct TestRouter {
 
 impl TestRouter {
     pub fn start(backend: &str) -> Self {
+        Self::start_with(backend, |_| {})
+    }
+
+    /// A router whose configuration `adjust` changes first (a pool, ...).
+    pub fn start_with(backend: &str, adjust: impl FnOnce(&mut RouterConfig)) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let config = RouterConfig {
-            listen: dir.path().join("router.sock"),
-            runtime_dir: dir.path().join("servers"),
-            server_bin: built("phos-api-server"),
-            server_args: vec!["--backend".into(), backend.into(), "--emu-memory".into(), (1u64 << 30).to_string()],
-            max_payload: 64 << 20,
-            linger: Duration::from_secs(5),
-            server_log_dir: Some(dir.path().join("logs")),
-        };
+        let mut config = RouterConfig::new(
+            dir.path().join("router.sock"),
+            dir.path().join("servers"),
+            built("phos-api-server"),
+            vec!["--backend".into(), backend.into(), "--emu-memory".into(), (1u64 << 30).to_string()],
+        );
+        config.max_payload = 64 << 20;
+        config.linger = Duration::from_secs(5);
+        config.server_log_dir = Some(dir.path().join("logs"));
+        config.reconnect_wait = Duration::from_secs(60);
+        adjust(&mut config);
         let router = Router::new(config);
         let listener = router.bind().unwrap();
         let r = router.clone();

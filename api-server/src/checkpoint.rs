@@ -16,8 +16,8 @@
 //! memory contents are written back.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use phos_checkpoint::{Compression, Image, ImageWriter, Manifest, MemoryRegion, Record, RegionKind, SessionMeta};
@@ -26,6 +26,37 @@ use phos_protocol::cudart::{self, FunctionId};
 use crate::backend::Backend;
 use crate::output::DeviceOutput;
 use crate::service::{CallCx, Session};
+
+/// Size of the pieces memory is copied and stored in.
+const COPY_CHUNK: usize = 8 << 20;
+/// Pieces in flight between the device copies and the image file.
+const BUFFERS: usize = 4;
+
+/// One message from the copying thread to the image writer.
+enum Piece {
+    Begin(u64, u64, i32, RegionKind),
+    Chunk(Staging, usize),
+}
+
+/// A copy buffer page-locked for the backend's DMA for as long as it lives.
+struct Staging {
+    buf: Vec<u8>,
+    backend: Arc<dyn Backend>,
+}
+
+impl Staging {
+    fn new(backend: Arc<dyn Backend>, len: usize) -> Self {
+        let mut buf = vec![0u8; len];
+        backend.pin_host(&mut buf);
+        Staging { buf, backend }
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        self.backend.unpin_host(&mut self.buf);
+    }
+}
 
 /// How far a checkpoint or restore is, for progress bars.
 #[derive(Default)]
@@ -110,24 +141,54 @@ impl Session {
         let regions = self.memory_regions();
         progress.set_total(regions.iter().map(|r| r.1).sum());
 
-        let mut writer =
-            ImageWriter::create(dir, compression, phos_checkpoint::DEFAULT_CHUNK).map_err(|e| e.to_string())?;
-        let chunk = writer.chunk_size() as u64;
-        let mut buf = vec![0u8; chunk as usize];
-        for (addr, size, device, kind) in &regions {
-            writer.begin_region(*addr, *size, *device, kind.clone());
-            let mut off = 0;
-            while off < *size {
-                let n = (size - off).min(chunk) as usize;
-                backend.bind(*device).map_err(|e| format!("{e:?}"))?;
-                backend
-                    .memcpy_dtoh(&mut buf[..n], addr + off, None)
-                    .map_err(|e| format!("copying {:#x}: {e:?}", addr + off))?;
-                writer.add_chunk(&buf[..n]).map_err(|e| e.to_string())?;
-                progress.add(n as u64);
-                off += n as u64;
-            }
+        let mut writer = ImageWriter::create(dir, compression, COPY_CHUNK).map_err(|e| e.to_string())?;
+        // Copies from the device and writes to the image overlap: this thread copies piece
+        // k + 1 while a writer thread checksums, compresses and writes piece k.
+        let (to_writer, from_copier) = mpsc::sync_channel::<Piece>(BUFFERS);
+        let (free_tx, free_rx) = mpsc::channel::<Staging>();
+        for _ in 0..BUFFERS {
+            free_tx.send(Staging::new(self.backend_arc(), COPY_CHUNK)).expect("receiver alive");
         }
+        let writer_thread = std::thread::spawn(move || -> Result<ImageWriter, String> {
+            for piece in from_copier {
+                match piece {
+                    Piece::Begin(addr, size, device, kind) => writer.begin_region(addr, size, device, kind),
+                    Piece::Chunk(buf, n) => {
+                        writer.add_chunk(&buf.buf[..n]).map_err(|e| e.to_string())?;
+                        if free_tx.send(buf).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+            Ok(writer)
+        });
+        let copy = || -> Result<(), String> {
+            for (addr, size, device, kind) in &regions {
+                to_writer
+                    .send(Piece::Begin(*addr, *size, *device, kind.clone()))
+                    .map_err(|_| "image writer stopped")?;
+                backend.bind(*device).map_err(|e| format!("{e:?}"))?;
+                let mut off = 0;
+                while off < *size {
+                    let n = (size - off).min(COPY_CHUNK as u64) as usize;
+                    let mut buf = free_rx.recv().map_err(|_| "image writer stopped")?;
+                    backend
+                        .memcpy_dtoh(&mut buf.buf[..n], addr + off, None)
+                        .map_err(|e| format!("copying {:#x}: {e:?}", addr + off))?;
+                    to_writer.send(Piece::Chunk(buf, n)).map_err(|_| "image writer stopped")?;
+                    progress.add(n as u64);
+                    off += n as u64;
+                }
+            }
+            Ok(())
+        };
+        let copied = copy();
+        drop(to_writer);
+        let written = writer_thread.join().map_err(|_| "image writer panicked".to_string())?;
+        drop(free_rx);
+        copied?;
+        let writer = written?;
         meta.id = self.id;
         meta.backend = backend.name().to_string();
         meta.device_base = self.memory().base();
@@ -200,8 +261,9 @@ impl Session {
                 _ => return Err(format!("the image records `{}`, which this server does not know", r.name)),
             }
         }
-        // Nothing is created unless the whole image is sound.
-        image.verify().map_err(|e| e.to_string())?;
+        // The manifest and the chunk table are checked (Image::open); each chunk's checksum is
+        // checked as it is read below. A failure anywhere ends the restore and drops the new
+        // session with everything it made: nothing half-restored is ever served.
         let verify_ms = ms(start);
         let manifest = image.manifest.clone();
         let meta = manifest.session.clone();
@@ -223,19 +285,63 @@ impl Session {
 
         let copy_start = Instant::now();
         progress.set_total(manifest.memory.iter().map(|r| r.size).sum());
-        let mut buf = Vec::new();
-        for region in &manifest.memory {
-            let (addr, dev) = session.region_target(region, device)?;
-            session.backend().bind(dev).map_err(|e| format!("{e:?}"))?;
-            for c in &region.chunks {
-                image.read_chunk(c, &mut buf).map_err(|e| e.to_string())?;
-                session
-                    .backend()
-                    .memcpy_htod(addr + c.offset, &buf, None)
-                    .map_err(|e| format!("writing {:#x}: {e:?}", addr + c.offset))?;
-                progress.add(c.len);
-            }
+        let targets: Vec<(u64, i32)> =
+            manifest.memory.iter().map(|r| session.region_target(r, device)).collect::<Result<_, _>>()?;
+        // A reader thread reads and checks chunk k + 1 while this one copies chunk k in.
+        let (to_copier, from_reader) = mpsc::sync_channel::<(usize, u64, Option<Staging>, u64)>(BUFFERS);
+        let (free_tx, free_rx) = mpsc::channel::<Staging>();
+        for _ in 0..BUFFERS {
+            free_tx.send(Staging::new(session.backend_arc(), COPY_CHUNK)).expect("receiver alive");
         }
+        let regions = manifest.memory.clone();
+        let reader = std::thread::spawn(move || -> Result<(), String> {
+            let mut scratch = Vec::new();
+            for (i, region) in regions.iter().enumerate() {
+                for c in &region.chunks {
+                    if c.encoding == phos_checkpoint::Encoding::Zero {
+                        if to_copier.send((i, c.offset, None, c.len)).is_err() {
+                            return Ok(());
+                        }
+                        continue;
+                    }
+                    image.read_chunk(c, &mut scratch).map_err(|e| e.to_string())?;
+                    let Ok(mut buf) = free_rx.recv() else { return Ok(()) };
+                    if buf.buf.len() < scratch.len() {
+                        buf.buf.resize(scratch.len(), 0);
+                    }
+                    buf.buf[..scratch.len()].copy_from_slice(&scratch);
+                    if to_copier.send((i, c.offset, Some(buf), c.len)).is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+            Ok(())
+        });
+        let copy = || -> Result<(), String> {
+            for (i, offset, buf, len) in from_reader {
+                let (addr, dev) = targets[i];
+                let b = session.backend();
+                b.bind(dev).map_err(|e| format!("{e:?}"))?;
+                let dst = addr + offset;
+                match buf {
+                    None => b.memset(dst, 0, len, None),
+                    Some(buf) => {
+                        let r = b.memcpy_htod(dst, &buf.buf[..len as usize], None);
+                        let _ = free_tx.send(buf);
+                        r
+                    }
+                }
+                .map_err(|e| format!("writing {dst:#x}: {e:?}"))?;
+                progress.add(len);
+            }
+            Ok(())
+        };
+        let copied = copy();
+        // Without this the reader could wait forever for a buffer after a failed copy.
+        drop(free_tx);
+        let read = reader.join().map_err(|_| "image reader panicked".to_string())?;
+        read?;
+        copied?;
         let report = RestoreReport {
             records: manifest.records.len(),
             memory_bytes: manifest.memory.iter().map(|r| r.size).sum(),

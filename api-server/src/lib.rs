@@ -7,6 +7,7 @@
 
 pub mod backend;
 pub mod checkpoint;
+pub mod control;
 pub mod handles;
 pub mod memory;
 pub mod output;

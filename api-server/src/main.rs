@@ -1,7 +1,10 @@
 //! `phos-api-server`: one process per guest process, started by the router.
 //!
-//! It binds its channel socket, prints `ready` on stdout, and serves until its stdin closes
-//! (the router ended the session, or the router itself went away).
+//! It starts in one of three ways: for a new session (`--session ID`), for a session
+//! restored from an image (`--restore DIR`), or ahead of need (`--pooled`: the backend and its
+//! contexts are ready, the session comes later through the management service). It binds its
+//! channel socket and its management socket (the same path plus `.ctl`), prints `ready` on
+//! stdout, and serves until its stdin closes (the router ended the session, or went away).
 
 use std::io::{BufRead, Write};
 use std::os::unix::net::UnixListener;
@@ -9,9 +12,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Parser;
-use phos_api_server::server::ApiServer;
-use phos_api_server::service::Session;
+use phos_api_server::checkpoint::Progress;
+use phos_api_server::control::{ServerCtl, SessionFactory};
+use phos_api_server::output::{DeviceOutput, StdoutCapture};
+use phos_api_server::server::{ApiServer, SessionSlot};
 use phos_api_server::{BackendKind, memory, open_backend};
+use phos_control::ServerControl;
 
 #[derive(Parser)]
 #[command(version, about = "Phos API server for one session (started by the router)")]
@@ -19,9 +25,18 @@ struct Args {
     /// Unix socket to accept the session's channels on.
     #[arg(long)]
     listen: PathBuf,
-    /// Session id.
+    /// Session id of a new session.
+    #[arg(long, conflicts_with_all = ["restore", "pooled"])]
+    session: Option<u64>,
+    /// Restore the session of this checkpoint image.
+    #[arg(long, conflicts_with = "pooled")]
+    restore: Option<PathBuf>,
+    /// With --restore: put the session on this device.
+    #[arg(long, requires = "restore")]
+    device: Option<i32>,
+    /// Start without a session; the router gives it one later.
     #[arg(long)]
-    session: u64,
+    pooled: bool,
     /// Backend: cuda (a GPU through the driver API) or emu (the CPU).
     #[arg(long, default_value = "cuda")]
     backend: BackendKind,
@@ -46,52 +61,83 @@ fn parse_u64(s: &str) -> Result<u64, String> {
     }
 }
 
+fn fail(what: impl std::fmt::Display) -> ! {
+    tracing::error!("{what}");
+    std::process::exit(1);
+}
+
 fn main() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PHOS_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let args = Args::parse();
-    let backend = match open_backend(args.backend, args.emu_memory) {
-        Ok(b) => b,
-        Err(e) => {
-            tracing::error!("cannot open the {} backend: {e}", args.backend);
-            std::process::exit(1);
-        }
-    };
+    if args.session.is_none() && args.restore.is_none() && !args.pooled {
+        fail("one of --session, --restore or --pooled is needed");
+    }
+    let backend = open_backend(args.backend, args.emu_memory)
+        .unwrap_or_else(|e| fail(format!("cannot open the {} backend: {e}", args.backend)));
+
     // The driver prints device printf output to our stdout: collect it from there (the
     // `ready` line goes to the original stdout, the router's pipe).
     let mut ready_to: Box<dyn Write> = Box::new(std::io::stdout());
-    let output = if args.backend == BackendKind::Cuda {
-        match phos_api_server::output::StdoutCapture::install() {
+    let capture = if args.backend == BackendKind::Cuda {
+        match StdoutCapture::install() {
             Ok((capture, original)) => {
                 ready_to = Box::new(original);
-                phos_api_server::output::DeviceOutput::with_capture(capture)
+                Some(capture)
             }
             Err(e) => {
                 tracing::warn!("device printf output will not reach the guest: {e}");
-                Default::default()
+                None
             }
         }
     } else {
-        Default::default()
+        None
     };
-    let session =
-        match Session::new(args.session, backend, args.device_base, args.device_size, args.max_payload, output) {
-            Ok(s) => Arc::new(s),
-            Err(e) => {
-                tracing::error!("cannot set up the session's device memory: {e:?}");
-                std::process::exit(1);
-            }
-        };
-    let _ = std::fs::remove_file(&args.listen);
-    let listener = match UnixListener::bind(&args.listen) {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!("cannot listen on {}: {e}", args.listen.display());
-            std::process::exit(1);
+    let factory = SessionFactory {
+        backend,
+        device_base: args.device_base,
+        device_size: args.device_size,
+        max_reply: args.max_payload,
+        output: Arc::new(move || match &capture {
+            Some(c) => DeviceOutput::with_capture(c.clone()),
+            None => DeviceOutput::default(),
+        }),
+    };
+    let slot = Arc::new(SessionSlot::default());
+    let progress = Arc::new(Progress::default());
+    // What goes wrong before `ready` is also said on the router's pipe, for the operator.
+    let mut fail_to_router = |why: String| -> ! {
+        let _ = writeln!(ready_to, "failed {}", why.replace('\n', " "));
+        let _ = ready_to.flush();
+        fail(why)
+    };
+    if let Some(id) = args.session {
+        match factory.fresh(id) {
+            Ok(s) => drop(slot.set(Arc::new(s))),
+            Err(e) => fail_to_router(e),
         }
-    };
-    tracing::info!(session = args.session, backend = %args.backend, "API server ready on {}", args.listen.display());
+    } else if let Some(dir) = &args.restore {
+        match factory.restore(dir, args.device, &progress) {
+            Ok((s, _)) => drop(slot.set(Arc::new(s))),
+            Err(e) => fail_to_router(format!("restore from {}: {e}", dir.display())),
+        }
+    }
+
+    let _ = std::fs::remove_file(&args.listen);
+    let listener = UnixListener::bind(&args.listen)
+        .unwrap_or_else(|e| fail(format!("cannot listen on {}: {e}", args.listen.display())));
+    let control = ServerCtl { slot: slot.clone(), factory, progress };
+    if let Err(e) = phos_control::spawn_service_thread(phos_control::control_path(&args.listen), control.serve()) {
+        fail(format!("management service: {e}"));
+    }
+    tracing::info!(
+        session = slot.get().map(|s| s.id),
+        backend = %args.backend,
+        pooled = args.pooled,
+        "API server ready on {}",
+        args.listen.display()
+    );
     // The router waits for this line before it connects channels.
     let _ = writeln!(ready_to, "ready");
     let _ = ready_to.flush();
@@ -107,8 +153,9 @@ fn main() {
             }
         }
         let _ = std::fs::remove_file(&path);
-        tracing::info!(session = args.session, "session ended");
+        let _ = std::fs::remove_file(phos_control::control_path(&path));
+        tracing::info!("session ended");
         std::process::exit(0);
     });
-    ApiServer::new(session).listen(listener);
+    ApiServer::new(slot).listen(listener);
 }

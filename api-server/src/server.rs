@@ -5,8 +5,8 @@
 
 use std::os::unix::net::UnixListener;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use phos_protocol::cudart::{self, FunctionId};
 use phos_protocol::frame::{FrameHeader, FrameKind};
@@ -17,18 +17,58 @@ use phos_protocol::{CudaError, Rejection};
 use crate::dispatch;
 use crate::service::{CallCx, Session};
 
+/// The session a server serves: set once, when the server is started for a session, or
+/// later for a server started ahead of need (from the router's pool).
+#[derive(Default)]
+pub struct SessionSlot {
+    session: OnceLock<Arc<Session>>,
+    lock: Mutex<()>,
+    ready: Condvar,
+}
+
+impl SessionSlot {
+    pub fn set(&self, session: Arc<Session>) -> Result<(), Arc<Session>> {
+        let _g = self.lock.lock().unwrap();
+        self.session.set(session)?;
+        self.ready.notify_all();
+        Ok(())
+    }
+
+    pub fn get(&self) -> Option<&Arc<Session>> {
+        self.session.get()
+    }
+
+    /// Wait until the session is set.
+    pub fn wait(&self) -> &Arc<Session> {
+        let mut g = self.lock.lock().unwrap();
+        loop {
+            if let Some(s) = self.session.get() {
+                return s;
+            }
+            g = self.ready.wait(g).unwrap();
+        }
+    }
+}
+
 pub struct ApiServer {
-    session: Arc<Session>,
+    slot: Arc<SessionSlot>,
     channels: AtomicU64,
 }
 
 impl ApiServer {
-    pub fn new(session: Arc<Session>) -> Arc<Self> {
-        Arc::new(ApiServer { session, channels: AtomicU64::new(0) })
+    pub fn new(slot: Arc<SessionSlot>) -> Arc<Self> {
+        Arc::new(ApiServer { slot, channels: AtomicU64::new(0) })
+    }
+
+    /// A server for an existing session.
+    pub fn for_session(session: Arc<Session>) -> Arc<Self> {
+        let slot = Arc::new(SessionSlot::default());
+        let _ = slot.set(session);
+        Self::new(slot)
     }
 
     pub fn session(&self) -> &Arc<Session> {
-        &self.session
+        self.slot.wait()
     }
 
     /// Accept channels until the listener fails.
@@ -59,7 +99,7 @@ impl ApiServer {
     /// Serve one channel until it closes.
     pub fn serve_channel(&self, mut t: Box<dyn Transport>) {
         let channel = self.channels.fetch_add(1, Ordering::Relaxed) + 1;
-        let session = &self.session;
+        let session = self.session();
         let mut payload = Vec::new();
         // Handshake: the router attaches the channel to this session.
         let attach = match t.recv(&mut payload) {
@@ -92,6 +132,7 @@ impl ApiServer {
             device_base: session.memory().base(),
             device_size: session.memory().size(),
             device_count: session.backend().device_count(),
+            epoch: 0,
         };
         let w = phos_protocol::encode(&welcome);
         let mut h = FrameHeader::new(FrameKind::Welcome);
@@ -174,7 +215,7 @@ impl ApiServer {
 
     /// Run one call on this session.
     pub fn call(&self, id: FunctionId, device: i32, payload: &[u8], out: &mut Vec<u8>) -> Result<(), CudaError> {
-        let session = &self.session;
+        let session = self.session();
         let _gate = session.gate.read().unwrap_or_else(|p| p.into_inner());
         if session.is_frozen() {
             // Checkpointed and stopped: this call belongs to the restored session.

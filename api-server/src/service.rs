@@ -124,6 +124,10 @@ impl Session {
         self.backend.as_ref()
     }
 
+    pub fn backend_arc(&self) -> Arc<dyn Backend> {
+        self.backend.clone()
+    }
+
     pub fn memory(&self) -> &AddressSpace {
         &self.memory
     }

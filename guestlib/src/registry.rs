@@ -160,6 +160,17 @@ pub fn forget_remote_state() {
     }
 }
 
+/// Forget the addresses of module variables: after a restore, the reloaded modules may have
+/// them elsewhere (the driver places module variables), so they are asked for again.
+pub fn forget_variable_addresses() {
+    let g = REGISTRY.read().unwrap_or_else(|p| p.into_inner());
+    if let Some(r) = g.as_ref() {
+        for v in r.variables.values() {
+            *v.remote.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+    }
+}
+
 /// True when `addr` lies in a module variable this process has resolved (module globals live
 /// outside the session's allocation range on the `cuda` backend).
 pub fn is_module_global(addr: u64) -> bool {

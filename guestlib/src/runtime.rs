@@ -12,6 +12,7 @@ use std::ffi::{CStr, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use phos_protocol::cudart::{self, FunctionId};
 use phos_protocol::frame::{FrameHeader, FrameKind};
@@ -29,6 +30,8 @@ pub struct Session {
     pub device_base: u64,
     pub device_size: u64,
     pub device_count: i32,
+    /// Restores so far (the router's count); see [`Welcome::epoch`].
+    epoch: AtomicU64,
     pid: u32,
 }
 
@@ -42,7 +45,6 @@ struct Channel {
     transport: Box<dyn Transport>,
     session: Arc<Session>,
     next_call: u64,
-    request: Vec<u8>,
     reply: Vec<u8>,
 }
 
@@ -118,7 +120,14 @@ fn open_channel() -> Result<Channel, CudaError> {
             CudaError::NoDevice
         })?;
     let session = match guard.as_ref() {
-        Some(s) if s.id == welcome.session => s.clone(),
+        Some(s) if s.id == welcome.session => {
+            if s.epoch.swap(welcome.epoch, Ordering::Relaxed) != welcome.epoch {
+                // The session was restored: values cached from the old server may be stale.
+                tracing::info!(session = s.id, epoch = welcome.epoch, "session restored; carrying on");
+                crate::registry::forget_variable_addresses();
+            }
+            s.clone()
+        }
         _ => {
             let s = Arc::new(Session {
                 id: welcome.session,
@@ -127,6 +136,7 @@ fn open_channel() -> Result<Channel, CudaError> {
                 device_base: welcome.device_base,
                 device_size: welcome.device_size,
                 device_count: welcome.device_count,
+                epoch: AtomicU64::new(welcome.epoch),
                 pid,
             });
             tracing::debug!(session = s.id, backend = %s.backend, "session opened");
@@ -134,7 +144,7 @@ fn open_channel() -> Result<Channel, CudaError> {
             s
         }
     };
-    Ok(Channel { transport, session, next_call: 1, request: Vec::new(), reply })
+    Ok(Channel { transport, session, next_call: 1, reply })
 }
 
 /// Run `f` with this thread's channel, opening it first if needed.
@@ -175,39 +185,84 @@ pub fn session_if_open() -> Option<Arc<Session>> {
     SESSION.lock().unwrap_or_else(|p| p.into_inner()).as_ref().filter(|s| s.pid == std::process::id()).cloned()
 }
 
-/// Send one call and wait for its reply.
+/// Why a call did not complete on the channel it was sent on.
+enum Attempt<T> {
+    Done(Result<T, CudaError>),
+    /// The connection is gone (the server ended, or the session moved): the call was not
+    /// answered and can be sent again on a new channel.
+    Lost(String),
+}
+
+fn attempt<R: RemoteCall>(ch: &mut Channel, request: &[u8]) -> Attempt<R::Reply> {
+    let mut h = FrameHeader::new(FrameKind::Call);
+    h.function = R::FUNCTION as u32;
+    h.device = current_device();
+    h.session = ch.session.id;
+    h.call_id = ch.next_call;
+    h.payload_len = request.len() as u64;
+    ch.next_call += 1;
+    if let Err(e) = ch.transport.send(&h, &[request]) {
+        return Attempt::Lost(e.to_string());
+    }
+    let rh = loop {
+        match ch.transport.recv(&mut ch.reply) {
+            Ok(rh) if rh.kind == FrameKind::Output => write_device_output(&ch.reply),
+            Ok(rh) => break rh,
+            Err(e) => return Attempt::Lost(e.to_string()),
+        }
+    };
+    if rh.kind != FrameKind::Reply || rh.call_id != h.call_id {
+        return Attempt::Lost(format!("unexpected {:?} frame for call {}", rh.kind, rh.call_id));
+    }
+    if rh.status != cudart::SUCCESS {
+        return Attempt::Done(Err(CudaError(rh.status)));
+    }
+    Attempt::Done(phos_protocol::decode::<R::Reply>(&ch.reply).map_err(|e| {
+        tracing::error!("undecodable reply to {}: {e}", R::FUNCTION.name());
+        CudaError::Unknown
+    }))
+}
+
+/// How long a call waits for its session to come back (restored after a checkpoint, moved
+/// to another server) before it fails.
+fn reconnect_timeout() -> Duration {
+    let secs = std::env::var("PHOS_RECONNECT_TIMEOUT").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
+    Duration::from_secs(secs)
+}
+
+/// Send one call and wait for its reply. If the connection is lost, reconnect to the
+/// session (with its token: the router holds the channel until the session is back) and
+/// send the call again; the application does not notice.
 pub fn call<R: RemoteCall>(req: &R) -> Result<R::Reply, CudaError> {
     CALLS.fetch_add(1, Ordering::Relaxed);
-    with_channel(|ch| {
-        ch.request.clear();
-        phos_protocol::encode_reply(req, &mut ch.request);
-        let mut h = FrameHeader::new(FrameKind::Call);
-        h.function = R::FUNCTION as u32;
-        h.device = current_device();
-        h.session = ch.session.id;
-        h.call_id = ch.next_call;
-        h.payload_len = ch.request.len() as u64;
-        ch.next_call += 1;
-        let lost = |e: String| {
-            tracing::error!("lost the connection to the API server during {}: {e}", R::FUNCTION.name());
-            CudaError::Unknown
-        };
-        ch.transport.send(&h, &[&ch.request]).map_err(|e| lost(e.to_string()))?;
-        let rh = loop {
-            let rh = ch.transport.recv(&mut ch.reply).map_err(|e| lost(e.to_string()))?;
-            if rh.kind != FrameKind::Output {
-                break rh;
-            }
-            write_device_output(&ch.reply);
-        };
-        if rh.kind != FrameKind::Reply || rh.call_id != h.call_id {
-            return Err(lost(format!("unexpected {:?} frame for call {}", rh.kind, rh.call_id)));
+    let mut request = Vec::new();
+    phos_protocol::encode_reply(req, &mut request);
+    let mut lost = match with_channel(|ch| Ok(attempt::<R>(ch, &request)))? {
+        Attempt::Done(r) => return r,
+        Attempt::Lost(why) => why,
+    };
+    let deadline = Instant::now() + reconnect_timeout();
+    let mut pause = Duration::from_millis(20);
+    loop {
+        tracing::info!("connection to the API server lost during {} ({lost}); reconnecting", R::FUNCTION.name());
+        drop_channel();
+        if Instant::now() >= deadline {
+            tracing::error!("the session did not come back; {} fails", R::FUNCTION.name());
+            return Err(CudaError::DevicesUnavailable);
         }
-        if rh.status != cudart::SUCCESS {
-            return Err(CudaError(rh.status));
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_secs(1));
+        match with_channel(|ch| Ok(attempt::<R>(ch, &request))) {
+            Ok(Attempt::Done(r)) => return r,
+            Ok(Attempt::Lost(why)) => lost = why,
+            Err(_) => lost = "the router refused the session".to_string(),
         }
-        phos_protocol::decode::<R::Reply>(&ch.reply).map_err(|e| lost(format!("undecodable reply: {e}")))
-    })
+    }
+}
+
+/// Forget this thread's channel (its connection is gone).
+fn drop_channel() {
+    let _ = CHANNEL.try_with(|c| c.borrow_mut().take());
 }
 
 unsafe extern "C" {

@@ -5,14 +5,16 @@
 //! - `phosctl run [--backend cuda|emu] [--endpoint E] -- CMD ARGS...`: run an unmodified CUDA
 //!   program through Phos (a private router and server unless an endpoint is given) and exit
 //!   with its exit code.
+//! - `phosctl sessions`, `phosctl checkpoint <session> --out DIR [--stop]`,
+//!   `phosctl restore DIR [--device N]`: manage a router's sessions.
 //! - `phosctl spec coverage|check`: what the spec covers.
 
 mod guestlib;
+mod manage;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use phos_api_server::BackendKind;
@@ -35,8 +37,43 @@ enum Command {
         /// Backend of the API servers (default: cuda where a GPU answers, else emu).
         #[arg(long)]
         backend: Option<BackendKind>,
+        /// API servers to keep started ahead of need (contexts ready for new sessions and
+        /// restores).
+        #[arg(long, default_value_t = 0)]
+        pool: usize,
         #[command(flatten)]
         server: ServerOptions,
+    },
+    /// List a router's sessions.
+    Sessions {
+        #[command(flatten)]
+        router: manage::RouterArg,
+    },
+    /// Checkpoint a session to an image directory.
+    Checkpoint {
+        /// The session (see `phosctl sessions`).
+        session: u64,
+        /// Image directory to write.
+        #[arg(long)]
+        out: PathBuf,
+        /// Stop the session afterwards: its guest waits until it is restored.
+        #[arg(long)]
+        stop: bool,
+        /// Compress the memory with zstd.
+        #[arg(long)]
+        compress: bool,
+        #[command(flatten)]
+        router: manage::RouterArg,
+    },
+    /// Restore a session from an image into a new API server.
+    Restore {
+        /// Image directory.
+        dir: PathBuf,
+        /// Put the session on this device.
+        #[arg(long)]
+        device: Option<i32>,
+        #[command(flatten)]
+        router: manage::RouterArg,
     },
     /// Run a CUDA program through Phos and exit with its exit code.
     Run {
@@ -108,24 +145,23 @@ fn router_config(listen: PathBuf, runtime_dir: PathBuf, backend: BackendKind, se
         server_args.push("--emu-memory".into());
         server_args.push(m.to_string());
     }
-    RouterConfig {
+    let mut config = RouterConfig::new(
         listen,
         runtime_dir,
-        server_bin: server.server_bin.clone().unwrap_or_else(|| sibling("phos-api-server")),
+        server.server_bin.clone().unwrap_or_else(|| sibling("phos-api-server")),
         server_args,
-        max_payload: phos_protocol::DEFAULT_MAX_PAYLOAD,
-        linger: Duration::from_secs(30),
-        server_log_dir: std::env::var_os("PHOS_SERVER_LOG_DIR").map(PathBuf::from),
-    }
+    );
+    config.server_log_dir = std::env::var_os("PHOS_SERVER_LOG_DIR").map(PathBuf::from);
+    config
 }
 
-fn endpoint_path(s: &str) -> Result<PathBuf, String> {
+pub(crate) fn endpoint_path(s: &str) -> Result<PathBuf, String> {
     match phos_protocol::transport::Endpoint::parse(s)? {
         phos_protocol::transport::Endpoint::Unix(p) => Ok(p),
     }
 }
 
-fn serve(listen: Option<String>, backend: Option<BackendKind>, server: ServerOptions) -> ExitCode {
+fn serve(listen: Option<String>, backend: Option<BackendKind>, pool: usize, server: ServerOptions) -> ExitCode {
     init_logging("info");
     let backend = choose_backend(backend);
     let listen = listen.unwrap_or_else(default_endpoint);
@@ -137,7 +173,9 @@ fn serve(listen: Option<String>, backend: Option<BackendKind>, server: ServerOpt
         }
     };
     let runtime_dir = path.parent().map(|d| d.join("servers")).unwrap_or_else(|| PathBuf::from("/tmp/phos-servers"));
-    let router = Router::new(router_config(path.clone(), runtime_dir, backend, &server));
+    let mut config = router_config(path.clone(), runtime_dir, backend, &server);
+    config.pool_size = pool;
+    let router = Router::new(config);
     let listener = match router.bind() {
         Ok(l) => l,
         Err(e) => {
@@ -150,7 +188,7 @@ fn serve(listen: Option<String>, backend: Option<BackendKind>, server: ServerOpt
     ExitCode::SUCCESS
 }
 
-fn default_endpoint() -> String {
+pub(crate) fn default_endpoint() -> String {
     match std::env::var("XDG_RUNTIME_DIR") {
         Ok(dir) => format!("unix:{dir}/phos/router.sock"),
         Err(_) => "unix:/run/phos/router.sock".to_string(),
@@ -246,7 +284,12 @@ fn spec(what: SpecCommand) -> ExitCode {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Serve { listen, backend, server } => serve(listen, backend, server),
+        Command::Serve { listen, backend, pool, server } => serve(listen, backend, pool, server),
+        Command::Sessions { router } => manage::sessions(&router),
+        Command::Checkpoint { session, out, stop, compress, router } => {
+            manage::checkpoint(&router, session, out, stop, compress)
+        }
+        Command::Restore { dir, device, router } => manage::restore(&router, dir, device),
         Command::Run { backend, endpoint, server, command } => run(backend, endpoint, server, command),
         Command::Spec { what } => spec(what),
     }

@@ -46,4 +46,7 @@ pub struct Welcome {
     pub device_base: u64,
     pub device_size: u64,
     pub device_count: i32,
+    /// How many times the session was restored: values the guest cached from the server that
+    /// a restore may change (module variable addresses) are fetched again when it moves.
+    pub epoch: u64,
 }

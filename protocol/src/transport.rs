@@ -130,9 +130,33 @@ pub fn write_frame(w: &mut impl Write, header: &FrameHeader, payload: &[&[u8]]) 
     write_all_vectored(w, &mut slices)
 }
 
+/// A socket writer that never raises SIGPIPE: the guest library lives in applications
+/// whose signal handling is theirs, and a peer that went away must be an error, not the end
+/// of the program.
+struct NoSigPipe<'a>(&'a UnixStream);
+
+impl Write for NoSigPipe<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_vectored(&[IoSlice::new(buf)])
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = bufs.len().min(1024) as _;
+        let n = unsafe { libc::sendmsg(self.0.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 impl Transport for UnixTransport {
     fn send(&mut self, header: &FrameHeader, payload: &[&[u8]]) -> io::Result<()> {
-        write_frame(&mut self.stream, header, payload)
+        write_frame(&mut NoSigPipe(&self.stream), header, payload)
     }
 
     fn recv(&mut self, payload: &mut Vec<u8>) -> Result<FrameHeader, TransportError> {

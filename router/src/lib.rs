@@ -6,7 +6,14 @@
 //! that server. What each call costs comes from the spec's cost table ([`costs`]); the router
 //! itself knows nothing about CUDA. A tenant can only ever reach its own session: a channel
 //! joins a session only with that session's secret token and from the same tenant.
+//!
+//! The router also runs the management service ([`control`], for `phosctl`): it lists
+//! sessions, checkpoints them (through their servers), and restores them from images into
+//! new servers, taken from a pool of servers started ahead of need when there is one. A
+//! session checkpointed with `stop` is *suspended*: its guest's channels wait for the
+//! restore and then carry on with the restored server.
 
+pub mod control;
 pub mod session;
 pub mod usage;
 
@@ -20,10 +27,10 @@ use std::collections::HashMap;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use phos_protocol::cudart;
 use phos_protocol::frame::{FrameHeader, FrameKind};
@@ -31,11 +38,12 @@ use phos_protocol::handshake::{Attach, Hello, Welcome};
 use phos_protocol::transport::{read_frame, write_frame};
 
 pub use session::SessionEntry;
+use session::{ServerProcess, ServerStart, State};
 
 /// How the router runs.
 #[derive(Debug, Clone)]
 pub struct RouterConfig {
-    /// Socket guests connect to.
+    /// Socket guests connect to (the management service listens on this path plus `.ctl`).
     pub listen: PathBuf,
     /// Directory for the API servers' sockets (made private to the router's user).
     pub runtime_dir: PathBuf,
@@ -50,6 +58,31 @@ pub struct RouterConfig {
     /// Where API servers write their logs: a directory gets one `session-N.log` per
     /// session; `None` leaves them on the router's standard error.
     pub server_log_dir: Option<PathBuf>,
+    /// Servers kept started ahead of need (their backends and contexts ready), so that new
+    /// sessions and restores do not wait for a process and a CUDA context.
+    pub pool_size: usize,
+    /// How long a channel of a suspended session waits for its restore.
+    pub reconnect_wait: Duration,
+    /// How long a suspended session is kept for a restore.
+    pub suspended_for: Duration,
+}
+
+impl RouterConfig {
+    /// A configuration with the defaults for everything but the paths and the server.
+    pub fn new(listen: PathBuf, runtime_dir: PathBuf, server_bin: PathBuf, server_args: Vec<String>) -> Self {
+        RouterConfig {
+            listen,
+            runtime_dir,
+            server_bin,
+            server_args,
+            max_payload: phos_protocol::DEFAULT_MAX_PAYLOAD,
+            linger: Duration::from_secs(30),
+            server_log_dir: None,
+            pool_size: 0,
+            reconnect_wait: Duration::from_secs(120),
+            suspended_for: Duration::from_secs(3600),
+        }
+    }
 }
 
 /// Who a connection belongs to.
@@ -61,6 +94,13 @@ pub struct Tenant {
 impl std::fmt::Display for Tenant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "uid:{}", self.uid)
+    }
+}
+
+impl Tenant {
+    /// Parse the `uid:N` form images record.
+    pub fn parse(s: &str) -> Option<Tenant> {
+        s.strip_prefix("uid:")?.parse().ok().map(|uid| Tenant { uid })
     }
 }
 
@@ -89,6 +129,8 @@ pub struct Router {
     sessions: Mutex<HashMap<u64, Arc<SessionEntry>>>,
     next_session: AtomicU64,
     stopping: AtomicBool,
+    pool: Mutex<Vec<ServerProcess>>,
+    next_pooled: AtomicU64,
 }
 
 /// Handshake frames are small; anything larger is refused before it is read.
@@ -107,6 +149,8 @@ impl Router {
             sessions: Mutex::new(HashMap::new()),
             next_session: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
+            pool: Mutex::new(Vec::new()),
+            next_pooled: AtomicU64::new(1),
         })
     }
 
@@ -125,13 +169,19 @@ impl Router {
         UnixListener::bind(&self.config.listen)
     }
 
-    /// Serve guests until [`stop`](Router::stop) (or the listener fails).
+    /// Serve guests (and the management service) until [`stop`](Router::stop).
     pub fn serve(self: &Arc<Self>, listener: UnixListener) {
-        let reaper = self.clone();
+        let me = self.clone();
         std::thread::Builder::new()
             .name("phos-reaper".into())
-            .spawn(move || reaper.reap_loop())
+            .spawn(move || me.housekeeping_loop())
             .expect("spawning the session reaper");
+        let ctl = control::RouterCtl { router: self.clone() };
+        if let Err(e) =
+            phos_control::spawn_service_thread(phos_control::control_path(&self.config.listen), ctl.into_service())
+        {
+            tracing::error!("management service: {e}");
+        }
         for conn in listener.incoming() {
             if self.stopping.load(Ordering::Relaxed) {
                 break;
@@ -161,6 +211,10 @@ impl Router {
         for s in sessions {
             s.end();
         }
+        for p in self.pool.lock().unwrap().drain(..) {
+            p.end();
+        }
+        let _ = std::fs::remove_file(phos_control::control_path(&self.config.listen));
     }
 
     /// Sessions alive now.
@@ -170,20 +224,54 @@ impl Router {
         v
     }
 
-    fn reap_loop(self: Arc<Self>) {
+    pub fn session(&self, id: u64) -> Option<Arc<SessionEntry>> {
+        self.sessions.lock().unwrap().get(&id).cloned()
+    }
+
+    /// End finished sessions and keep the pool full.
+    fn housekeeping_loop(self: Arc<Self>) {
         while !self.stopping.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(200));
             let ended: Vec<Arc<SessionEntry>> = {
                 let mut sessions = self.sessions.lock().unwrap();
-                let done: Vec<u64> =
-                    sessions.values().filter(|s| s.is_finished(self.config.linger)).map(|s| s.id).collect();
+                let done: Vec<u64> = sessions
+                    .values()
+                    .filter(|s| s.is_finished(self.config.linger, self.config.suspended_for))
+                    .map(|s| s.id)
+                    .collect();
                 done.into_iter().filter_map(|id| sessions.remove(&id)).collect()
             };
             for s in ended {
                 tracing::info!(session = s.id, tenant = %s.tenant, "session ended ({} calls)", s.usage.calls());
                 s.end();
             }
+            self.fill_pool();
         }
+    }
+
+    fn fill_pool(&self) {
+        self.pool.lock().unwrap().retain_mut(|p| !p.has_exited());
+        while self.pool.lock().unwrap().len() < self.config.pool_size && !self.stopping.load(Ordering::Relaxed) {
+            let n = self.next_pooled.fetch_add(1, Ordering::Relaxed);
+            let socket = self.config.runtime_dir.join(format!("pool-{n}.sock"));
+            match ServerProcess::spawn(&self.config, socket, &format!("pool-{n}"), ServerStart::Pooled) {
+                Ok(p) => self.pool.lock().unwrap().push(p),
+                Err(e) => {
+                    tracing::warn!("cannot start a pooled API server: {e}");
+                    break;
+                }
+            }
+        }
+    }
+
+    fn take_pooled(&self) -> Option<ServerProcess> {
+        let mut pool = self.pool.lock().unwrap();
+        while let Some(mut p) = pool.pop() {
+            if !p.has_exited() {
+                return Some(p);
+            }
+        }
+        None
     }
 
     fn handle_guest(self: Arc<Self>, mut guest: UnixStream) {
@@ -234,24 +322,132 @@ impl Router {
                 }
             }
         };
-        if let Err(e) = self.connect_channel(&session, guest, &hello) {
+        // A suspended session's channels wait here for its restore.
+        let Some(socket) = session.server_socket(self.config.reconnect_wait) else {
+            tracing::warn!(session = session.id, "session has no server (not restored in time)");
+            return refuse(&mut guest, "the session is suspended and was not restored in time");
+        };
+        if let Err(e) = self.connect_channel(&session, &socket, guest, &hello) {
             tracing::warn!(session = session.id, "channel failed: {e}");
         }
     }
 
     fn start_session(&self, tenant: &Tenant, pid: u32, hello: &Hello) -> io::Result<Arc<SessionEntry>> {
         let id = self.next_session.fetch_add(1, Ordering::Relaxed);
-        let socket = self.config.runtime_dir.join(format!("session-{id}.sock"));
-        let entry = SessionEntry::start(id, tenant.clone(), pid, hello, &self.config, socket)?;
-        let entry = Arc::new(entry);
+        let server = match self.take_pooled() {
+            Some(p) => {
+                let ctl = phos_control::control_path(&p.socket);
+                let started = phos_control::block_on(async move {
+                    let client = phos_control::server_client(&ctl).await?;
+                    client
+                        .start(tarpc::context::current(), id)
+                        .await
+                        .map_err(io::Error::other)?
+                        .map_err(io::Error::other)
+                });
+                match started.and_then(|r| r) {
+                    Ok(()) => p,
+                    Err(e) => {
+                        tracing::warn!("a pooled server refused the session ({e}); starting one");
+                        p.end();
+                        self.spawn_server(id, ServerStart::Fresh(id))?
+                    }
+                }
+            }
+            None => self.spawn_server(id, ServerStart::Fresh(id))?,
+        };
+        let entry = Arc::new(SessionEntry::new(
+            id,
+            tenant.clone(),
+            pid,
+            hello.program.clone(),
+            hello.abi_major,
+            session::random_token()?,
+            0,
+            Some(server),
+        ));
         self.sessions.lock().unwrap().insert(id, entry.clone());
         tracing::info!(session = id, %tenant, pid, program = %hello.program, abi = hello.abi_major, "session started");
         Ok(entry)
     }
 
+    fn spawn_server(&self, id: u64, start: ServerStart<'_>) -> io::Result<ServerProcess> {
+        let socket = self
+            .config
+            .runtime_dir
+            .join(format!("session-{id}-{}.sock", self.next_pooled.fetch_add(1, Ordering::Relaxed)));
+        ServerProcess::spawn(&self.config, socket, &format!("session-{id}"), start)
+    }
+
+    /// Restore a session from an image into a new server (from the pool when there is one).
+    /// Returns the session and whether the server was pooled.
+    pub fn restore(&self, dir: &Path, device: Option<i32>) -> Result<(Arc<SessionEntry>, bool), String> {
+        let image = phos_checkpoint::Image::open(dir).map_err(|e| e.to_string())?;
+        let meta = image.manifest.session.clone();
+        drop(image);
+        let existing = self.session(meta.id);
+        if let Some(s) = &existing
+            && s.state() == State::Active
+        {
+            return Err(format!("session {} is running; checkpoint it with --stop before restoring it", meta.id));
+        }
+        let tenant =
+            Tenant::parse(&meta.tenant).ok_or_else(|| format!("the image names no tenant ({:?})", meta.tenant))?;
+        let (server, pooled) = match self.take_pooled() {
+            Some(p) => {
+                let ctl = phos_control::control_path(&p.socket);
+                let d = dir.to_path_buf();
+                let r = phos_control::block_on(async move {
+                    let client = phos_control::server_client(&ctl).await.map_err(|e| e.to_string())?;
+                    client.restore(phos_control::long_context(), d, device).await.map_err(|e| e.to_string())?
+                })
+                .map_err(|e| e.to_string())?;
+                match r {
+                    Ok(_) => (p, true),
+                    Err(e) => {
+                        p.end();
+                        return Err(e);
+                    }
+                }
+            }
+            None => {
+                (self.spawn_server(meta.id, ServerStart::Restore { dir, device }).map_err(|e| e.to_string())?, false)
+            }
+        };
+        let entry = match existing {
+            Some(e) if e.state() != State::Ended => {
+                e.resume(server);
+                e
+            }
+            _ => {
+                let e = Arc::new(SessionEntry::new(
+                    meta.id,
+                    tenant,
+                    0,
+                    meta.program.clone(),
+                    meta.abi_major,
+                    meta.token,
+                    meta.epoch + 1,
+                    Some(server),
+                ));
+                self.sessions.lock().unwrap().insert(meta.id, e.clone());
+                self.next_session.fetch_max(meta.id + 1, Ordering::Relaxed);
+                e
+            }
+        };
+        tracing::info!(session = meta.id, pooled, "session restored from {}", dir.display());
+        Ok((entry, pooled))
+    }
+
     /// Attach a guest channel to its session's server and carry frames both ways.
-    fn connect_channel(&self, session: &Arc<SessionEntry>, mut guest: UnixStream, hello: &Hello) -> io::Result<()> {
-        let mut server = UnixStream::connect(&session.socket)?;
+    fn connect_channel(
+        &self,
+        session: &Arc<SessionEntry>,
+        socket: &Path,
+        mut guest: UnixStream,
+        hello: &Hello,
+    ) -> io::Result<()> {
+        let mut server = UnixStream::connect(socket)?;
         let attach = Attach {
             spec_hash: hello.spec_hash,
             session: session.id,
@@ -271,6 +467,7 @@ impl Router {
         }
         let mut welcome: Welcome = phos_protocol::decode(&payload).map_err(io::Error::other)?;
         welcome.token = session.token();
+        welcome.epoch = session.epoch.load(Ordering::Relaxed);
         let w = phos_protocol::encode(&welcome);
         let mut h = FrameHeader::new(FrameKind::Welcome);
         h.session = session.id;
@@ -317,5 +514,35 @@ impl Router {
         let _ = server.shutdown(std::net::Shutdown::Both);
         let _ = back.join();
         Ok(())
+    }
+
+    /// Checkpoint a session through its server; with `stop`, the session is suspended and its
+    /// server ended afterwards.
+    pub fn checkpoint(
+        &self,
+        id: u64,
+        request: phos_control::CheckpointRequest,
+    ) -> Result<phos_control::CheckpointSummary, String> {
+        let session = self.session(id).ok_or_else(|| format!("no session {id}"))?;
+        let ctl = session.control_socket().ok_or_else(|| format!("session {id} has no server (suspended?)"))?;
+        let identity = phos_control::SessionIdentity {
+            token: session.token(),
+            tenant: session.tenant.to_string(),
+            program: session.program.clone(),
+            abi_major: session.abi_major,
+            epoch: session.epoch.load(Ordering::Relaxed),
+        };
+        let stop = request.stop;
+        let started = Instant::now();
+        let summary = phos_control::block_on(async move {
+            let client = phos_control::server_client(&ctl).await.map_err(|e| e.to_string())?;
+            client.checkpoint(phos_control::long_context(), request, identity).await.map_err(|e| e.to_string())?
+        })
+        .map_err(|e| e.to_string())??;
+        if stop {
+            session.suspend();
+        }
+        tracing::info!(session = id, stop, "checkpoint written in {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
+        Ok(summary)
     }
 }

@@ -1,16 +1,114 @@
-//! One session: a guest process and the API server process that runs its calls.
+//! Sessions (a guest process and the API server that runs its calls) and the server
+//! processes behind them.
 
 use std::io::{self, BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
-
-use phos_protocol::handshake::Hello;
 
 use crate::usage::Usage;
 use crate::{RouterConfig, Tenant};
+
+/// An API server process.
+pub struct ServerProcess {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    /// Where it accepts channels (its management service is this path plus `.ctl`).
+    pub socket: PathBuf,
+}
+
+/// How a server starts.
+pub enum ServerStart<'a> {
+    Fresh(u64),
+    Restore { dir: &'a Path, device: Option<i32> },
+    Pooled,
+}
+
+impl ServerProcess {
+    /// Start a server and wait until it is ready.
+    pub fn spawn(config: &RouterConfig, socket: PathBuf, log_name: &str, start: ServerStart<'_>) -> io::Result<Self> {
+        let stderr = match &config.server_log_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)?;
+                Stdio::from(
+                    std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("{log_name}.log")))?,
+                )
+            }
+            None => Stdio::inherit(),
+        };
+        let mut cmd = Command::new(&config.server_bin);
+        cmd.arg("--listen").arg(&socket).arg("--max-payload").arg(config.max_payload.to_string());
+        match start {
+            ServerStart::Fresh(id) => {
+                cmd.arg("--session").arg(id.to_string());
+            }
+            ServerStart::Restore { dir, device } => {
+                cmd.arg("--restore").arg(dir);
+                if let Some(d) = device {
+                    cmd.arg("--device").arg(d.to_string());
+                }
+            }
+            ServerStart::Pooled => {
+                cmd.arg("--pooled");
+            }
+        }
+        let mut child = cmd
+            .args(&config.server_args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .map_err(|e| io::Error::other(format!("{}: {e}", config.server_bin.display())))?;
+        let stdin = child.stdin.take();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
+        if line.trim() != "ready" {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(io::Error::other(match line.trim().strip_prefix("failed ") {
+                Some(why) => why.to_string(),
+                None => "the API server exited during start-up (see its log)".to_string(),
+            }));
+        }
+        Ok(ServerProcess { child, stdin, socket })
+    }
+
+    pub fn has_exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// End the server: closing its stdin stops it; a server that does not go is killed.
+    pub fn end(mut self) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_file(phos_control::control_path(&self.socket));
+    }
+}
+
+/// Where a session is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Its server runs its calls.
+    Active,
+    /// Checkpointed and stopped: no server; channels that come back wait for a restore.
+    Suspended,
+    Ended,
+}
 
 pub struct SessionEntry {
     pub id: u64,
@@ -19,13 +117,16 @@ pub struct SessionEntry {
     pub pid: u32,
     pub program: String,
     pub abi_major: u32,
-    pub socket: PathBuf,
     pub started: Instant,
     pub usage: Usage,
     token: [u8; 16],
+    /// Restores so far.
+    pub epoch: AtomicU64,
     channels: AtomicUsize,
     idle_since: Mutex<Option<Instant>>,
-    server: Mutex<Option<(Child, ChildStdin)>>,
+    server: Mutex<Option<ServerProcess>>,
+    state: Mutex<State>,
+    state_changed: Condvar,
 }
 
 /// Closes a channel's count when the channel ends, however it ends.
@@ -37,7 +138,7 @@ impl Drop for ChannelGuard {
     }
 }
 
-fn random_token() -> io::Result<[u8; 16]> {
+pub(crate) fn random_token() -> io::Result<[u8; 16]> {
     let mut t = [0u8; 16];
     let n = unsafe { libc::getrandom(t.as_mut_ptr() as *mut libc::c_void, t.len(), 0) };
     if n != t.len() as isize {
@@ -47,58 +148,34 @@ fn random_token() -> io::Result<[u8; 16]> {
 }
 
 impl SessionEntry {
-    /// Start the session's API server and wait until it is ready.
-    pub(crate) fn start(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
         id: u64,
         tenant: Tenant,
         pid: u32,
-        hello: &Hello,
-        config: &RouterConfig,
-        socket: PathBuf,
-    ) -> io::Result<Self> {
-        let stderr = match &config.server_log_dir {
-            Some(dir) => {
-                std::fs::create_dir_all(dir)?;
-                Stdio::from(std::fs::File::create(dir.join(format!("session-{id}.log")))?)
-            }
-            None => Stdio::inherit(),
-        };
-        let mut child = Command::new(&config.server_bin)
-            .arg("--listen")
-            .arg(&socket)
-            .arg("--session")
-            .arg(id.to_string())
-            .arg("--max-payload")
-            .arg(config.max_payload.to_string())
-            .args(&config.server_args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .map_err(|e| io::Error::other(format!("{}: {e}", config.server_bin.display())))?;
-        let stdin = child.stdin.take().expect("piped");
-        let mut line = String::new();
-        let stdout = child.stdout.take().expect("piped");
-        BufReader::new(stdout).read_line(&mut line)?;
-        if line.trim() != "ready" {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(io::Error::other("the API server exited during start-up (see its log above)"));
-        }
-        Ok(SessionEntry {
+        program: String,
+        abi_major: u32,
+        token: [u8; 16],
+        epoch: u64,
+        server: Option<ServerProcess>,
+    ) -> Self {
+        let state = if server.is_some() { State::Active } else { State::Suspended };
+        SessionEntry {
             id,
             tenant,
             pid,
-            program: hello.program.clone(),
-            abi_major: hello.abi_major,
-            socket,
+            program,
+            abi_major,
             started: Instant::now(),
             usage: Usage::default(),
-            token: random_token()?,
+            token,
+            epoch: AtomicU64::new(epoch),
             channels: AtomicUsize::new(0),
             idle_since: Mutex::new(Some(Instant::now())),
-            server: Mutex::new(Some((child, stdin))),
-        })
+            server: Mutex::new(server),
+            state: Mutex::new(state),
+            state_changed: Condvar::new(),
+        }
     }
 
     pub fn token(&self) -> [u8; 16] {
@@ -112,6 +189,40 @@ impl SessionEntry {
 
     pub fn channels(&self) -> usize {
         self.channels.load(Ordering::Relaxed)
+    }
+
+    pub fn state(&self) -> State {
+        *self.state.lock().unwrap()
+    }
+
+    fn set_state(&self, s: State) {
+        *self.state.lock().unwrap() = s;
+        self.state_changed.notify_all();
+    }
+
+    /// The socket of the session's server, once the session is active (waiting up to
+    /// `wait` while it is suspended, for a restore to bring it back).
+    pub fn server_socket(&self, wait: Duration) -> Option<PathBuf> {
+        let deadline = Instant::now() + wait;
+        let mut state = self.state.lock().unwrap();
+        loop {
+            match *state {
+                State::Active => return self.server.lock().unwrap().as_ref().map(|s| s.socket.clone()),
+                State::Ended => return None,
+                State::Suspended => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    state = self.state_changed.wait_timeout(state, left).unwrap().0;
+                }
+            }
+        }
+    }
+
+    /// The management socket of the session's server.
+    pub fn control_socket(&self) -> Option<PathBuf> {
+        self.server.lock().unwrap().as_ref().map(|s| phos_control::control_path(&s.socket))
     }
 
     pub(crate) fn channel_opened(&self) {
@@ -129,35 +240,53 @@ impl SessionEntry {
         unsafe { libc::kill(self.pid as libc::pid_t, 0) == 0 }
     }
 
-    /// No channel is open and the guest is gone (or has been idle past `linger`), or the
-    /// server died.
-    pub(crate) fn is_finished(&self, linger: Duration) -> bool {
-        if let Some((child, _)) = self.server.lock().unwrap().as_mut()
-            && matches!(child.try_wait(), Ok(Some(_)))
-        {
-            return true;
-        }
-        match *self.idle_since.lock().unwrap() {
-            Some(since) => !self.guest_alive() || since.elapsed() > linger,
-            None => false,
+    /// An active session is over when no channel is open and the guest is gone (or idle
+    /// past `linger`), or when its server died. A suspended one waits `suspended_for` for
+    /// its restore.
+    pub(crate) fn is_finished(&self, linger: Duration, suspended_for: Duration) -> bool {
+        match self.state() {
+            State::Ended => true,
+            State::Suspended => self.idle_since.lock().unwrap().is_some_and(|since| since.elapsed() > suspended_for),
+            State::Active => {
+                if let Some(s) = self.server.lock().unwrap().as_mut()
+                    && s.has_exited()
+                {
+                    return true;
+                }
+                match *self.idle_since.lock().unwrap() {
+                    Some(since) => !self.guest_alive() || since.elapsed() > linger,
+                    None => false,
+                }
+            }
         }
     }
 
-    /// Stop the server: closing its stdin ends it.
-    pub(crate) fn end(&self) {
-        if let Some((mut child, stdin)) = self.server.lock().unwrap().take() {
-            drop(stdin);
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+    /// Take the server away: the session waits, suspended, for a restore.
+    pub(crate) fn suspend(&self) {
+        let server = self.server.lock().unwrap().take();
+        *self.idle_since.lock().unwrap() = Some(Instant::now());
+        self.set_state(State::Suspended);
+        if let Some(s) = server {
+            s.end();
         }
-        let _ = std::fs::remove_file(&self.socket);
+    }
+
+    /// A restored server takes over the session.
+    pub(crate) fn resume(&self, server: ServerProcess) {
+        if let Some(old) = self.server.lock().unwrap().replace(server) {
+            old.end();
+        }
+        self.epoch.fetch_add(1, Ordering::Relaxed);
+        self.set_state(State::Active);
+    }
+
+    /// Stop the server for good.
+    pub(crate) fn end(&self) {
+        let server = self.server.lock().unwrap().take();
+        self.set_state(State::Ended);
+        if let Some(s) = server {
+            s.end();
+        }
     }
 }
 

@@ -289,6 +289,18 @@ impl Backend for CudaBackend {
         }
     }
 
+    fn pin_host(&self, buf: &mut [u8]) {
+        unsafe {
+            sys::cuMemHostRegister_v2(buf.as_mut_ptr() as *mut c_void, buf.len(), 0);
+        }
+    }
+
+    fn unpin_host(&self, buf: &mut [u8]) {
+        unsafe {
+            sys::cuMemHostUnregister(buf.as_mut_ptr() as *mut c_void);
+        }
+    }
+
     fn memcpy_dtoh(&self, dst: &mut [u8], src: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
         unsafe {
             match stream {

@@ -65,6 +65,11 @@ pub trait Backend: Send + Sync {
     fn unmap(&self, addr: u64, size: u64, physical: Physical) -> Result<(), CudaError>;
 
     fn memcpy_htod(&self, dst: u64, src: &[u8], stream: Option<StreamRef>) -> Result<(), CudaError>;
+    /// Page-lock host memory for fast copies (checkpoint buffers); a backend that has no use
+    /// for it does nothing.
+    fn pin_host(&self, _buf: &mut [u8]) {}
+    /// Undo [`pin_host`](Backend::pin_host).
+    fn unpin_host(&self, _buf: &mut [u8]) {}
     fn memcpy_dtoh(&self, dst: &mut [u8], src: u64, stream: Option<StreamRef>) -> Result<(), CudaError>;
     fn memcpy_dtod(&self, dst: u64, src: u64, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError>;
     fn memset(&self, dst: u64, value: u8, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError>;

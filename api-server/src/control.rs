@@ -1,0 +1,146 @@
+//! The server's management service (`tarpc`, used by the router): checkpoint the session,
+//! report progress, and, for a server started ahead of need (the router's pool), start a
+//! fresh session or restore one from an image.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use phos_checkpoint::{Compression, SessionMeta};
+use phos_control::{CheckpointRequest, CheckpointSummary, Progress, RestoreSummary, ServerControl, SessionIdentity};
+use tarpc::context::Context;
+
+use crate::backend::Backend;
+use crate::checkpoint::Progress as Counters;
+use crate::output::DeviceOutput;
+use crate::server::SessionSlot;
+use crate::service::Session;
+
+/// How a server makes a session when it is told to.
+#[derive(Clone)]
+pub struct SessionFactory {
+    pub backend: Arc<dyn Backend>,
+    pub device_base: u64,
+    pub device_size: u64,
+    pub max_reply: u64,
+    /// Device output capture of this process (the `cuda` backend's stdout pipe), if any.
+    pub output: Arc<dyn Fn() -> DeviceOutput + Send + Sync>,
+}
+
+impl SessionFactory {
+    pub fn fresh(&self, id: u64) -> Result<Session, String> {
+        Session::new(id, self.backend.clone(), self.device_base, self.device_size, self.max_reply, (self.output)())
+            .map_err(|e| format!("setting up the session's device memory: {e:?}"))
+    }
+
+    pub fn restore(
+        &self,
+        dir: &std::path::Path,
+        device: Option<i32>,
+        progress: &Counters,
+    ) -> Result<(Session, RestoreSummary), String> {
+        let (session, meta, r) =
+            Session::restore(dir, self.backend.clone(), self.max_reply, (self.output)(), device, progress)?;
+        tracing::info!(
+            session = meta.id,
+            "restored {} records and {} bytes of device memory in {:.1} ms (verify {:.1}, replay {:.1}, copy {:.1})",
+            r.records,
+            r.memory_bytes,
+            r.total_ms,
+            r.verify_ms,
+            r.replay_ms,
+            r.copy_ms
+        );
+        let summary = RestoreSummary {
+            session: meta.id,
+            records: r.records,
+            memory_bytes: r.memory_bytes,
+            verify_ms: r.verify_ms,
+            replay_ms: r.replay_ms,
+            copy_ms: r.copy_ms,
+            total_ms: r.total_ms,
+            pooled: false,
+        };
+        Ok((session, summary))
+    }
+}
+
+#[derive(Clone)]
+pub struct ServerCtl {
+    pub slot: Arc<SessionSlot>,
+    pub factory: SessionFactory,
+    pub progress: Arc<Counters>,
+}
+
+impl ServerControl for ServerCtl {
+    async fn checkpoint(
+        self,
+        _: Context,
+        request: CheckpointRequest,
+        id: SessionIdentity,
+    ) -> Result<CheckpointSummary, String> {
+        let session = self.slot.get().cloned().ok_or("this server has no session yet")?;
+        let progress = self.progress.clone();
+        let dir = request.dir.clone();
+        let meta = SessionMeta {
+            token: id.token,
+            tenant: id.tenant,
+            program: id.program,
+            abi_major: id.abi_major,
+            epoch: id.epoch,
+            ..Default::default()
+        };
+        let compression = if request.compress { Compression::Zstd(1) } else { Compression::None };
+        let stop = request.stop;
+        let r = tokio::task::spawn_blocking(move || session.checkpoint(&dir, meta, compression, stop, &progress))
+            .await
+            .map_err(|e| format!("checkpoint task: {e}"))??;
+        tracing::info!(
+            "checkpoint to {}: {} records, {} regions, {} bytes of memory stored in {} ({:.1} ms: quiesce {:.1}, copy {:.1})",
+            request.dir.display(),
+            r.records,
+            r.regions,
+            r.memory_bytes,
+            r.stored_bytes,
+            r.total_ms,
+            r.quiesce_ms,
+            r.copy_ms
+        );
+        Ok(CheckpointSummary {
+            dir: request.dir,
+            records: r.records,
+            regions: r.regions,
+            memory_bytes: r.memory_bytes,
+            stored_bytes: r.stored_bytes,
+            quiesce_ms: r.quiesce_ms,
+            copy_ms: r.copy_ms,
+            total_ms: r.total_ms,
+            stopped: request.stop,
+        })
+    }
+
+    async fn progress(self, _: Context) -> Progress {
+        Progress {
+            done: self.progress.done.load(Ordering::Relaxed),
+            total: self.progress.total.load(Ordering::Relaxed),
+        }
+    }
+
+    async fn start(self, _: Context, session: u64) -> Result<(), String> {
+        let s = self.factory.fresh(session)?;
+        self.slot.set(Arc::new(s)).map_err(|_| "this server already has a session".to_string())
+    }
+
+    async fn restore(self, _: Context, dir: PathBuf, device: Option<i32>) -> Result<RestoreSummary, String> {
+        if self.slot.get().is_some() {
+            return Err("this server already has a session".into());
+        }
+        let factory = self.factory.clone();
+        let progress = self.progress.clone();
+        let (session, summary) = tokio::task::spawn_blocking(move || factory.restore(&dir, device, &progress))
+            .await
+            .map_err(|e| format!("restore task: {e}"))??;
+        self.slot.set(Arc::new(session)).map_err(|_| "this server already has a session".to_string())?;
+        Ok(summary)
+    }
+}

@@ -1,0 +1,134 @@
+//! Managing a running router's sessions: `sessions`, `checkpoint`, `restore` (the router's
+//! management service, with progress bars for the copies).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use phos_control::{CheckpointRequest, RouterControlClient};
+
+/// Which router to manage.
+#[derive(clap::Args)]
+pub struct RouterArg {
+    /// The router's socket (default: $PHOS_ENDPOINT, else where `phosctl serve` listens).
+    #[arg(long)]
+    router: Option<String>,
+}
+
+impl RouterArg {
+    fn control_path(&self) -> Result<PathBuf, String> {
+        let endpoint =
+            self.router.clone().or_else(|| std::env::var("PHOS_ENDPOINT").ok()).unwrap_or_else(crate::default_endpoint);
+        Ok(phos_control::control_path(&crate::endpoint_path(&endpoint)?))
+    }
+}
+
+fn run<T>(router: &RouterArg, f: impl AsyncFnOnce(RouterControlClient) -> Result<T, String>) -> Result<T, String> {
+    let path = router.control_path()?;
+    phos_control::block_on(async move {
+        let client = phos_control::router_client(&path)
+            .await
+            .map_err(|e| format!("cannot reach the router at {}: {e}", path.display()))?;
+        f(client).await
+    })
+    .map_err(|e| e.to_string())?
+}
+
+fn report(r: Result<(), String>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("phosctl: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+pub fn sessions(router: &RouterArg) -> ExitCode {
+    report(run(router, async |c| {
+        let list = c.sessions(tarpc::context::current()).await.map_err(|e| e.to_string())?;
+        println!(
+            "{:>4}  {:<10} {:<9} {:>7} {:>4} {:>9} {:>8}  program",
+            "id", "tenant", "state", "pid", "abi", "calls", "uptime"
+        );
+        for s in list {
+            println!(
+                "{:>4}  {:<10} {:<9} {:>7} {:>4} {:>9} {:>7.0}s  {}",
+                s.id, s.tenant, s.state, s.pid, s.abi_major, s.calls, s.uptime_s, s.program
+            );
+        }
+        Ok(())
+    }))
+}
+
+/// Poll `progress` while `work` runs, showing a bar of bytes copied.
+async fn with_progress<T>(c: &RouterControlClient, session: u64, what: &str, work: impl Future<Output = T>) -> T {
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    let poll = async {
+        loop {
+            if let Ok(Some(p)) = c.progress(tarpc::context::current(), session).await {
+                bar.set_length(p.total);
+                bar.set_position(p.done);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let out = tokio::select! {
+        out = work => out,
+        _ = poll => unreachable!(),
+    };
+    bar.finish_and_clear();
+    out
+}
+
+pub fn checkpoint(router: &RouterArg, session: u64, out: PathBuf, stop: bool, compress: bool) -> ExitCode {
+    let dir = absolute(&out);
+    report(run(router, async |c| {
+        let request = CheckpointRequest { dir: dir.clone(), stop, compress };
+        let work = c.checkpoint(phos_control::long_context(), session, request);
+        let s = with_progress(&c, session, "checkpoint", work).await.map_err(|e| e.to_string())??;
+        println!(
+            "session {session}: {} records, {} regions, {} MiB of device memory ({} MiB stored) in {:.1} ms (quiesce {:.1} ms, copy {:.1} ms){}",
+            s.records,
+            s.regions,
+            s.memory_bytes >> 20,
+            s.stored_bytes >> 20,
+            s.total_ms,
+            s.quiesce_ms,
+            s.copy_ms,
+            if s.stopped { "; the session is stopped until it is restored" } else { "" }
+        );
+        println!("image: {}", s.dir.display());
+        Ok(())
+    }))
+}
+
+pub fn restore(router: &RouterArg, dir: PathBuf, device: Option<i32>) -> ExitCode {
+    let dir = absolute(&dir);
+    report(run(router, async |c| {
+        let s = c.restore(phos_control::long_context(), dir.clone(), device).await.map_err(|e| e.to_string())??;
+        println!(
+            "session {} restored from {} in {:.1} ms ({} server)",
+            s.session,
+            dir.display(),
+            s.total_ms,
+            if s.pooled { "pooled" } else { "new" }
+        );
+        Ok(())
+    }))
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir().map(|d| d.join(p)).unwrap_or_else(|_| p.to_path_buf())
+    }
+}

@@ -1,0 +1,95 @@
+//! The router's management service, for `phosctl`: sessions, checkpoint, restore, progress.
+//! Each operation runs on a blocking thread (it waits on API servers and the disk), so the
+//! service keeps answering progress queries meanwhile.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use phos_control::{CheckpointRequest, CheckpointSummary, Progress, RestoreSummary, RouterControl, SessionInfo};
+use tarpc::context::Context;
+
+use crate::Router;
+use crate::session::State;
+
+#[derive(Clone)]
+pub struct RouterCtl {
+    pub router: Arc<Router>,
+}
+
+impl RouterCtl {
+    pub fn into_service(
+        self,
+    ) -> impl tarpc::server::Serve<Req = phos_control::RouterControlRequest, Resp = phos_control::RouterControlResponse>
+    + Clone
+    + Send
+    + 'static {
+        self.serve()
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, String> + Send + 'static) -> Result<T, String> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| e.to_string())?
+}
+
+impl RouterControl for RouterCtl {
+    async fn sessions(self, _: Context) -> Vec<SessionInfo> {
+        self.router
+            .sessions()
+            .iter()
+            .map(|s| SessionInfo {
+                id: s.id,
+                tenant: s.tenant.to_string(),
+                pid: s.pid,
+                program: s.program.clone(),
+                abi_major: s.abi_major,
+                state: match s.state() {
+                    State::Active => "active",
+                    State::Suspended => "suspended",
+                    State::Ended => "ended",
+                }
+                .to_string(),
+                channels: s.channels(),
+                calls: s.usage.calls(),
+                uptime_s: s.started.elapsed().as_secs_f64(),
+                resources: s
+                    .usage
+                    .resources()
+                    .into_iter()
+                    .map(|(n, used, held)| (n.to_string(), used, held as i64))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    async fn checkpoint(
+        self,
+        _: Context,
+        session: u64,
+        request: CheckpointRequest,
+    ) -> Result<CheckpointSummary, String> {
+        let router = self.router.clone();
+        blocking(move || router.checkpoint(session, request)).await
+    }
+
+    async fn restore(self, _: Context, dir: PathBuf, device: Option<i32>) -> Result<RestoreSummary, String> {
+        let router = self.router.clone();
+        let started = Instant::now();
+        blocking(move || {
+            let (entry, pooled) = router.restore(&dir, device)?;
+            Ok(RestoreSummary {
+                session: entry.id,
+                total_ms: started.elapsed().as_secs_f64() * 1e3,
+                pooled,
+                ..Default::default()
+            })
+        })
+        .await
+    }
+
+    async fn progress(self, _: Context, session: u64) -> Option<Progress> {
+        let ctl = self.router.session(session)?.control_socket()?;
+        let client = phos_control::server_client(&ctl).await.ok()?;
+        client.progress(tarpc::context::current()).await.ok()
+    }
+}

@@ -1,0 +1,63 @@
+// A long-running iterative computation (usage: iterative [ITERATIONS] [PAUSE_MS]): state in
+// device memory, a __device__ counter, a stream and an event, updated step after step and
+// summarised every 10 steps. The checkpoint tests stop and restore it in the middle; its
+// output must not change.
+#include "check.h"
+#include <cstdlib>
+#include <unistd.h>
+#include <vector>
+
+__device__ unsigned long long steps_done = 0;
+
+__global__ void step(unsigned *x, const unsigned *salt, int n, unsigned iteration) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        unsigned v = x[i] ^ (salt[i % 1024] + iteration);
+        v = v * 2654435761u + (v >> 13);
+        x[i] = v;
+    }
+    if (i == 0) steps_done += 1;
+}
+
+int main(int argc, char **argv) {
+    const int iterations = argc > 1 ? std::atoi(argv[1]) : 40;
+    const int pause_ms = argc > 2 ? std::atoi(argv[2]) : 0;
+    const int n = 1 << 18;
+    std::vector<unsigned> host(n), salt(1024);
+    for (int i = 0; i < n; i++) host[i] = i * 7u;
+    for (int i = 0; i < 1024; i++) salt[i] = i * 40503u;
+    unsigned *x, *dsalt;
+    CHECK(cudaMalloc(&x, n * sizeof(unsigned)));
+    CHECK(cudaMalloc(&dsalt, 1024 * sizeof(unsigned)));
+    CHECK(cudaMemcpy(x, host.data(), n * sizeof(unsigned), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(dsalt, salt.data(), 1024 * sizeof(unsigned), cudaMemcpyHostToDevice));
+    cudaStream_t s;
+    cudaEvent_t done;
+    CHECK(cudaStreamCreate(&s));
+    CHECK(cudaEventCreate(&done));
+    for (int it = 1; it <= iterations; it++) {
+        step<<<(n + 255) / 256, 256, 0, s>>>(x, dsalt, n, it);
+        CHECK_LAUNCH();
+        CHECK(cudaEventRecord(done, s));
+        CHECK(cudaEventSynchronize(done));
+        if (it % 10 == 0) {
+            CHECK(cudaMemcpyAsync(host.data(), x, n * sizeof(unsigned), cudaMemcpyDeviceToHost, s));
+            CHECK(cudaStreamSynchronize(s));
+            unsigned long long sum = 0;
+            for (int i = 0; i < n; i++) sum += host[i] ^ (unsigned long long)i;
+            std::printf("iteration %d checksum %016llx\n", it, sum);
+            std::fflush(stdout);
+        }
+        if (pause_ms) usleep(pause_ms * 1000);
+    }
+    unsigned long long steps = 0;
+    CHECK(cudaMemcpyFromSymbol(&steps, steps_done, sizeof(steps)));
+    std::printf("steps counted on the device: %llu\n", steps);
+    EXPECT(steps == (unsigned long long)iterations);
+    CHECK(cudaEventDestroy(done));
+    CHECK(cudaStreamDestroy(s));
+    CHECK(cudaFree(x));
+    CHECK(cudaFree(dsalt));
+    std::printf("PASS\n");
+    return 0;
+}

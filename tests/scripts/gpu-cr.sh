@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Checkpoint/restore on the GPU: correctness of a checkpoint-stop-restore in the middle of a
+# run, then checkpoint and restore times against image size (with and without the server
+# pool), and the driver's own checkpoint (cuCheckpointProcess*) of the same workload.
+#
+# Usage (on the GPU machine, from the repository root):
+#   tests/scripts/gpu-cr.sh BIN_DIR OUT_DIR
+# SIZES (GiB, default "1 2 4 8 16") and IMG (image directory, default /dev/shm/phos-img, so
+# that the figures measure the copy path rather than the disk) can be set.
+set -u
+BIN=$(realpath "$1")
+OUT=$(realpath "$2")
+SIZES=${SIZES:-"1 2 4 8 16"}
+IMG=${IMG:-/dev/shm/phos-img}
+ARCH=${ARCH:-sm_90}
+WORK=$(mktemp -d)
+mkdir -p "$OUT"
+CUDA_INC=$(dirname "$(dirname "$(command -v nvcc)")")/include
+
+nvcc -O2 -cudart shared -arch="$ARCH" -Itests/cuda -o "$WORK/iterative" tests/cuda/iterative.cu || exit 1
+nvcc -O2 -cudart shared -arch="$ARCH" -o "$WORK/cr_workload" tests/bench/cr_workload.cu || exit 1
+cc -O2 -I"$CUDA_INC" -o "$WORK/driver_checkpoint" tests/bench/driver_checkpoint.c -lcuda || echo "no driver checkpoint tool"
+
+routers=()
+start_router() { # name pool
+  "$BIN/phosctl" serve --listen "unix:$WORK/$1.sock" --backend "${BACKEND:-cuda}" --pool "$2" > "$WORK/$1.log" 2>&1 &
+  routers+=($!)
+  for _ in $(seq 200); do [ -S "$WORK/$1.sock.ctl" ] && break; sleep 0.05; done
+  sleep 0.5
+}
+ctl() { # name args...
+  local r=$1; shift
+  "$BIN/phosctl" "$@" --router "unix:$WORK/$r.sock"
+}
+wait_for() { # file text
+  for _ in $(seq 1200); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
+  echo "timed out waiting for '$2' in $1"; cat "$1"; return 1
+}
+active_session() { ctl "$1" sessions | awk '$3 == "active" { id = $1 } END { print id }'; }
+
+summary="$OUT/cr.md"
+{
+  echo "# Checkpoint/restore on the GPU"
+  echo
+  echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+  echo "- images in $IMG; command: \`tests/scripts/gpu-cr.sh BIN_DIR OUT_DIR\`"
+  echo
+} > "$summary"
+
+# 1. Correctness: stopped at iteration 10, restored, the output is the native output.
+"$WORK/iterative" 60 0 > "$WORK/native.out"
+start_router main 1
+ctl main sessions > /dev/null
+"$BIN/phosctl" run --endpoint "unix:$WORK/main.sock" -- "$WORK/iterative" 60 30 > "$WORK/phos.out" 2> "$WORK/phos.err" &
+guest=$!
+wait_for "$WORK/phos.out" "iteration 10 " || exit 1
+id=$(active_session main)
+ctl main checkpoint "$id" --out "$IMG" --stop | tee "$WORK/ck.txt"
+ctl main restore "$IMG" | tee "$WORK/rs.txt"
+wait $guest; rc=$?
+if cmp -s "$WORK/native.out" "$WORK/phos.out" && [ $rc = 0 ]; then
+  echo "- checkpoint with --stop at iteration 10 of tests/cuda/iterative.cu, server ended, session restored: the program finishes with output identical to the native run ($(wc -l < "$WORK/native.out") lines)." >> "$summary"
+else
+  echo "- **checkpoint/restore mid-run: output differs from the native run** (rc $rc)" >> "$summary"
+  diff "$WORK/native.out" "$WORK/phos.out"; tail "$WORK/phos.err"
+fi
+rm -rf "$IMG"
+
+# 2. Times against image size.
+start_router nopool 0
+{
+  echo
+  echo "| device memory | pool | checkpoint ms (quiesce + copy) | GB/s | restore ms | after restore |"
+  echo "|---|---|---|---|---|---|"
+} >> "$summary"
+measure() { # router size
+  local r=$1 s=$2
+  mkfifo "$WORK/in"
+  "$BIN/phosctl" run --endpoint "unix:$WORK/$r.sock" -- "$WORK/cr_workload" "$s" < "$WORK/in" > "$WORK/w.out" 2> "$WORK/w.err" &
+  local g=$!
+  exec 3> "$WORK/in"
+  wait_for "$WORK/w.out" "ready" || return 1
+  local id; id=$(active_session "$r")
+  local ck; ck=$(ctl "$r" checkpoint "$id" --out "$IMG" --stop | head -1)
+  local ck_ms; ck_ms=$(echo "$ck" | sed -n 's/.* in \([0-9.]*\) ms.*/\1/p')
+  local q; q=$(echo "$ck" | sed -n 's/.*quiesce \([0-9.]*\) ms.*/\1/p')
+  local c; c=$(echo "$ck" | sed -n 's/.*copy \([0-9.]*\) ms.*/\1/p')
+  local rs; rs=$(ctl "$r" restore "$IMG")
+  local rs_ms; rs_ms=$(echo "$rs" | sed -n 's/.* in \([0-9.]*\) ms.*/\1/p')
+  echo go >&3; exec 3>&-
+  wait $g
+  local v; v=$(tail -1 "$WORK/w.out")
+  local gbs; gbs=$(awk "BEGIN { printf \"%.2f\", $s * 1.073741824 / ($c / 1000) }")
+  echo "| $s GiB | $([ "$r" = main ] && echo yes || echo no) | $ck_ms ($q + $c) | $gbs | $rs_ms | $v |" >> "$summary"
+  echo "$s GiB via $r: checkpoint $ck_ms ms, restore $rs_ms ms: $v"
+  rm -rf "$IMG" "$WORK/in"
+}
+for s in $SIZES; do measure main "$s"; done
+for s in 1 8; do measure nopool "$s"; done
+
+# 3. The driver's own checkpoint of the same workload, natively.
+if [ -x "$WORK/driver_checkpoint" ]; then
+  {
+    echo
+    echo "The driver's checkpoint (cuCheckpointProcessCheckpoint/Restore of the native process, device memory to host memory, no image written):"
+    echo
+    echo "| device memory | lock ms | checkpoint ms | restore ms | unlock ms | after restore |"
+    echo "|---|---|---|---|---|---|"
+  } >> "$summary"
+  for s in $SIZES; do
+    mkfifo "$WORK/in"
+    "$WORK/cr_workload" "$s" < "$WORK/in" > "$WORK/n.out" &
+    g=$!
+    exec 3> "$WORK/in"
+    wait_for "$WORK/n.out" "ready" || break
+    "$WORK/driver_checkpoint" $g > "$WORK/d.txt" 2>&1
+    echo go >&3; exec 3>&-
+    wait $g
+    get() { sed -n "s/^$1_ms \([0-9.]*\)/\1/p" "$WORK/d.txt"; }
+    echo "| $s GiB | $(get lock) | $(get checkpoint) | $(get restore) | $(get unlock) | $(tail -1 "$WORK/n.out") |" >> "$summary"
+    cat "$WORK/d.txt"
+    rm -f "$WORK/in"
+  done
+fi
+
+for p in "${routers[@]}"; do kill "$p" 2>/dev/null; done
+cp "$WORK"/*.log "$OUT/" 2>/dev/null
+cat "$summary"
