@@ -20,7 +20,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use phos_checkpoint::{Compression, Image, ImageWriter, Manifest, MemoryRegion, Record, RegionKind, SessionMeta};
+use phos_checkpoint::{
+    Compression, Image, ImageWriter, Manifest, MemoryRegion, PreparedChunk, Record, RegionKind, SessionMeta,
+    prepare_chunk,
+};
 use phos_protocol::cudart::{self, FunctionId};
 
 use crate::backend::Backend;
@@ -35,7 +38,7 @@ const BUFFERS: usize = 4;
 /// One message from the copying thread to the image writer.
 enum Piece {
     Begin(u64, u64, i32, RegionKind),
-    Chunk(Staging, usize),
+    Chunk(Staging, usize, PreparedChunk),
 }
 
 /// A copy buffer page-locked for the backend's DMA for as long as it lives.
@@ -153,8 +156,8 @@ impl Session {
             for piece in from_copier {
                 match piece {
                     Piece::Begin(addr, size, device, kind) => writer.begin_region(addr, size, device, kind),
-                    Piece::Chunk(buf, n) => {
-                        writer.add_chunk(&buf.buf[..n]).map_err(|e| e.to_string())?;
+                    Piece::Chunk(buf, n, prepared) => {
+                        writer.add_prepared(n as u64, prepared, &buf.buf[..n]).map_err(|e| e.to_string())?;
                         if free_tx.send(buf).is_err() {
                             break;
                         }
@@ -176,7 +179,9 @@ impl Session {
                     backend
                         .memcpy_dtoh(&mut buf.buf[..n], addr + off, None)
                         .map_err(|e| format!("copying {:#x}: {e:?}", addr + off))?;
-                    to_writer.send(Piece::Chunk(buf, n)).map_err(|_| "image writer stopped")?;
+                    // Zero check, compression and checksum here; the writer only writes.
+                    let prepared = prepare_chunk(&buf.buf[..n], compression).map_err(|e| e.to_string())?;
+                    to_writer.send(Piece::Chunk(buf, n, prepared)).map_err(|_| "image writer stopped")?;
                     progress.add(n as u64);
                     off += n as u64;
                 }
@@ -295,7 +300,6 @@ impl Session {
         }
         let regions = manifest.memory.clone();
         let reader = std::thread::spawn(move || -> Result<(), String> {
-            let mut scratch = Vec::new();
             for (i, region) in regions.iter().enumerate() {
                 for c in &region.chunks {
                     if c.encoding == phos_checkpoint::Encoding::Zero {
@@ -304,12 +308,11 @@ impl Session {
                         }
                         continue;
                     }
-                    image.read_chunk(c, &mut scratch).map_err(|e| e.to_string())?;
                     let Ok(mut buf) = free_rx.recv() else { return Ok(()) };
-                    if buf.buf.len() < scratch.len() {
-                        buf.buf.resize(scratch.len(), 0);
+                    if buf.buf.len() < c.len as usize {
+                        buf = Staging::new(buf.backend.clone(), c.len as usize);
                     }
-                    buf.buf[..scratch.len()].copy_from_slice(&scratch);
+                    image.read_chunk_into(c, &mut buf.buf).map_err(|e| e.to_string())?;
                     if to_copier.send((i, c.offset, Some(buf), c.len)).is_err() {
                         return Ok(());
                     }

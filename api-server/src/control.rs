@@ -70,6 +70,7 @@ pub struct ServerCtl {
     pub slot: Arc<SessionSlot>,
     pub factory: SessionFactory,
     pub progress: Arc<Counters>,
+    pub last_restore: Arc<std::sync::Mutex<Option<RestoreSummary>>>,
 }
 
 impl ServerControl for ServerCtl {
@@ -141,6 +142,11 @@ impl ServerControl for ServerCtl {
             .await
             .map_err(|e| format!("restore task: {e}"))??;
         self.slot.set(Arc::new(session)).map_err(|_| "this server already has a session".to_string())?;
+        *self.last_restore.lock().unwrap() = Some(summary.clone());
         Ok(summary)
+    }
+
+    async fn last_restore(self, _: Context) -> Option<RestoreSummary> {
+        self.last_restore.lock().unwrap().clone()
     }
 }

@@ -10,6 +10,7 @@ pub mod checkpoint;
 pub mod control;
 pub mod handles;
 pub mod memory;
+pub mod module_vars;
 pub mod output;
 pub mod records;
 pub mod server;

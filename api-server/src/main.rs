@@ -106,6 +106,7 @@ fn main() {
     };
     let slot = Arc::new(SessionSlot::default());
     let progress = Arc::new(Progress::default());
+    let last_restore = Arc::new(std::sync::Mutex::new(None));
     // What goes wrong before `ready` is also said on the router's pipe, for the operator.
     let mut fail_to_router = |why: String| -> ! {
         let _ = writeln!(ready_to, "failed {}", why.replace('\n', " "));
@@ -119,7 +120,10 @@ fn main() {
         }
     } else if let Some(dir) = &args.restore {
         match factory.restore(dir, args.device, &progress) {
-            Ok((s, _)) => drop(slot.set(Arc::new(s))),
+            Ok((s, summary)) => {
+                *last_restore.lock().unwrap() = Some(summary);
+                drop(slot.set(Arc::new(s)))
+            }
             Err(e) => fail_to_router(format!("restore from {}: {e}", dir.display())),
         }
     }
@@ -127,7 +131,7 @@ fn main() {
     let _ = std::fs::remove_file(&args.listen);
     let listener = UnixListener::bind(&args.listen)
         .unwrap_or_else(|e| fail(format!("cannot listen on {}: {e}", args.listen.display())));
-    let control = ServerCtl { slot: slot.clone(), factory, progress };
+    let control = ServerCtl { slot: slot.clone(), factory, progress, last_restore };
     if let Err(e) = phos_control::spawn_service_thread(phos_control::control_path(&args.listen), control.serve()) {
         fail(format!("management service: {e}"));
     }

@@ -99,6 +99,10 @@ impl ImageWriter {
         self.chunk_size
     }
 
+    pub fn compression(&self) -> Compression {
+        self.compression
+    }
+
     /// Start a memory region of `size` bytes at `addr`; its contents follow through
     /// [`add_chunk`](ImageWriter::add_chunk) in order.
     pub fn begin_region(&mut self, addr: u64, size: u64, device: i32, kind: RegionKind) {
@@ -107,40 +111,29 @@ impl ImageWriter {
 
     /// Store the next chunk of the current region.
     pub fn add_chunk(&mut self, data: &[u8]) -> Result<(), ImageError> {
+        let prepared = prepare_chunk(data, self.compression)?;
+        self.add_prepared(data.len() as u64, prepared, data)
+    }
+
+    /// Store the next chunk of the current region, already prepared (by
+    /// [`prepare_chunk`], possibly on another thread); `data` is the chunk itself.
+    pub fn add_prepared(&mut self, len: u64, prepared: PreparedChunk, data: &[u8]) -> Result<(), ImageError> {
         let region = self.regions.last_mut().expect("begin_region first");
         let offset = region.chunks.last().map_or(0, |c| c.offset + c.len);
-        if offset + data.len() as u64 > region.size {
+        if offset + len > region.size {
             return Err(ImageError::Corrupted(format!("chunk past the end of region {:#x}", region.addr)));
         }
-        if is_zero(data) {
-            region.chunks.push(Chunk {
-                offset,
-                len: data.len() as u64,
-                encoding: Encoding::Zero,
-                stored: 0,
-                at: 0,
-                crc: 0,
-            });
-            return Ok(());
-        }
-        let compressed;
-        let (encoding, bytes) = match self.compression {
-            Compression::Zstd(level) => {
-                compressed = zstd::bulk::compress(data, level).map_err(io_err(&self.dir))?;
-                if compressed.len() < data.len() { (Encoding::Zstd, &compressed[..]) } else { (Encoding::Raw, data) }
+        let (encoding, crc, bytes): (Encoding, u32, &[u8]) = match &prepared {
+            PreparedChunk::Zero => {
+                region.chunks.push(Chunk { offset, len, encoding: Encoding::Zero, stored: 0, at: 0, crc: 0 });
+                return Ok(());
             }
-            Compression::None => (Encoding::Raw, data),
+            PreparedChunk::Raw { crc } => (Encoding::Raw, *crc, data),
+            PreparedChunk::Zstd { crc, bytes } => (Encoding::Zstd, *crc, bytes),
         };
         let path = self.dir.join(MEMORY_FILE);
         self.memory.write_all(bytes).map_err(io_err(&path))?;
-        region.chunks.push(Chunk {
-            offset,
-            len: data.len() as u64,
-            encoding,
-            stored: bytes.len() as u64,
-            at: self.offset,
-            crc: crc32fast::hash(bytes),
-        });
+        region.chunks.push(Chunk { offset, len, encoding, stored: bytes.len() as u64, at: self.offset, crc });
         self.offset += bytes.len() as u64;
         self.stored_bytes += bytes.len() as u64;
         Ok(())
@@ -187,6 +180,30 @@ impl ImageWriter {
         let memory_bytes = manifest.memory.iter().map(|r| r.size).sum();
         Ok(ImageSummary { manifest_bytes: bytes.len() as u64, memory_bytes, stored_bytes: self.stored_bytes })
     }
+}
+
+/// A chunk checked for zeros, compressed and checksummed: the work of storing it that does
+/// not touch the file, so that it can run beside the writing.
+#[derive(Debug)]
+pub enum PreparedChunk {
+    Zero,
+    Raw { crc: u32 },
+    Zstd { crc: u32, bytes: Vec<u8> },
+}
+
+/// Prepare a chunk for [`ImageWriter::add_prepared`].
+pub fn prepare_chunk(data: &[u8], compression: Compression) -> Result<PreparedChunk, ImageError> {
+    if is_zero(data) {
+        return Ok(PreparedChunk::Zero);
+    }
+    if let Compression::Zstd(level) = compression {
+        let compressed = zstd::bulk::compress(data, level)
+            .map_err(|e| ImageError::Corrupted(format!("compressing a chunk: {e}")))?;
+        if compressed.len() < data.len() {
+            return Ok(PreparedChunk::Zstd { crc: crc32fast::hash(&compressed), bytes: compressed });
+        }
+    }
+    Ok(PreparedChunk::Raw { crc: crc32fast::hash(data) })
 }
 
 /// Sizes of a written image.
@@ -342,6 +359,36 @@ impl Image {
                 }
             }
             Encoding::Zero => unreachable!(),
+        }
+        Ok(())
+    }
+
+    /// The contents of one chunk, checked, into `out[..chunk.len]` (raw chunks are read
+    /// straight into it).
+    pub fn read_chunk_into(&mut self, chunk: &Chunk, out: &mut [u8]) -> Result<(), ImageError> {
+        let len = chunk.len as usize;
+        if out.len() < len {
+            return Err(ImageError::Corrupted(format!("chunk of {len} bytes for a buffer of {}", out.len())));
+        }
+        let out = &mut out[..len];
+        match chunk.encoding {
+            Encoding::Zero => out.fill(0),
+            Encoding::Raw => {
+                let path = self.dir.join(MEMORY_FILE);
+                self.memory.seek(SeekFrom::Start(chunk.at)).map_err(io_err(&path))?;
+                self.memory.read_exact(out).map_err(io_err(&path))?;
+                if crc32fast::hash(out) != chunk.crc {
+                    return Err(ImageError::Corrupted(format!(
+                        "memory chunk at file offset {} fails its checksum",
+                        chunk.at
+                    )));
+                }
+            }
+            Encoding::Zstd => {
+                let mut v = Vec::new();
+                self.read_chunk(chunk, &mut v)?;
+                out.copy_from_slice(&v);
+            }
         }
         Ok(())
     }

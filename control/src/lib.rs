@@ -99,6 +99,8 @@ pub trait ServerControl {
     async fn start(session: u64) -> Result<(), String>;
     /// Give a server started ahead of need the session of an image.
     async fn restore(dir: PathBuf, device: Option<i32>) -> Result<RestoreSummary, String>;
+    /// What the restore this server started with did, if it started with one.
+    async fn last_restore() -> Option<RestoreSummary>;
 }
 
 /// Where the management service of a component listening on `socket` is.
@@ -108,10 +110,17 @@ pub fn control_path(socket: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
-/// Serve `service` on a Unix socket until the runtime stops. Each connection's requests run
+type Listener<Req, Resp> = tarpc::serde_transport::unix::Incoming<
+    tarpc::ClientMessage<Req>,
+    tarpc::Response<Resp>,
+    tarpc::tokio_serde::formats::Bincode<tarpc::ClientMessage<Req>, tarpc::Response<Resp>>,
+    fn() -> tarpc::tokio_serde::formats::Bincode<tarpc::ClientMessage<Req>, tarpc::Response<Resp>>,
+>;
+
+/// Serve `service` on `listener` until the runtime stops. Each connection's requests run
 /// concurrently (a progress query is answered while a checkpoint runs). Must run inside a
 /// [`tokio::task::LocalSet`] (see [`spawn_service_thread`]).
-pub async fn serve<S>(path: &Path, service: S) -> std::io::Result<()>
+async fn serve<S>(mut listener: Listener<S::Req, S::Resp>, service: S)
 where
     S: tarpc::server::Serve + Clone + 'static,
     S::Req: tarpc::RequestName + for<'de> Deserialize<'de> + 'static,
@@ -119,10 +128,6 @@ where
 {
     use futures::StreamExt;
     use tarpc::server::{BaseChannel, Channel};
-    use tarpc::tokio_serde::formats::Bincode;
-    let _ = std::fs::remove_file(path);
-    let mut listener = tarpc::serde_transport::unix::listen(path, Bincode::default).await?;
-    listener.config_mut().max_frame_length(64 << 20);
     while let Some(conn) = listener.next().await {
         let Ok(transport) = conn else { continue };
         let service = service.clone();
@@ -130,23 +135,25 @@ where
             BaseChannel::with_defaults(transport).execute(service).for_each_concurrent(None, |fut| fut).await;
         });
     }
-    Ok(())
 }
 
 /// Run a management service on a thread of its own (a single-threaded runtime), so that the
-/// rest of the process needs no async runtime.
+/// rest of the process needs no async runtime. The socket is listening when this returns.
 pub fn spawn_service_thread<S>(path: PathBuf, service: S) -> std::io::Result<std::thread::JoinHandle<()>>
 where
     S: tarpc::server::Serve + Clone + Send + 'static,
-    S::Req: tarpc::RequestName + for<'de> Deserialize<'de> + 'static,
-    S::Resp: Serialize + 'static,
+    S::Req: tarpc::RequestName + for<'de> Deserialize<'de> + Send + 'static,
+    S::Resp: Serialize + Send + 'static,
 {
+    use tarpc::tokio_serde::formats::Bincode;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let _ = std::fs::remove_file(&path);
+    let codec: fn() -> Bincode<_, _> = Bincode::default;
+    let mut listener = runtime.block_on(tarpc::serde_transport::unix::listen(&path, codec))?;
+    listener.config_mut().max_frame_length(64 << 20);
     std::thread::Builder::new().name("phos-control".into()).spawn(move || {
         let local = tokio::task::LocalSet::new();
-        if let Err(e) = local.block_on(&runtime, serve(&path, service)) {
-            eprintln!("management service on {}: {e}", path.display());
-        }
+        local.block_on(&runtime, serve(listener, service));
     })
 }
 

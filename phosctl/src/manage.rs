@@ -115,11 +115,15 @@ pub fn restore(router: &RouterArg, dir: PathBuf, device: Option<i32>) -> ExitCod
     report(run(router, async |c| {
         let s = c.restore(phos_control::long_context(), dir.clone(), device).await.map_err(|e| e.to_string())??;
         println!(
-            "session {} restored from {} in {:.1} ms ({} server)",
+            "session {} restored from {} in {:.1} ms ({} server; in the server: {} records replayed in {:.1} ms, {} MiB copied in {:.1} ms)",
             s.session,
             dir.display(),
             s.total_ms,
-            if s.pooled { "pooled" } else { "new" }
+            if s.pooled { "pooled" } else { "new" },
+            s.records,
+            s.replay_ms,
+            s.memory_bytes >> 20,
+            s.copy_ms
         );
         Ok(())
     }))

@@ -76,12 +76,12 @@ impl RouterControl for RouterCtl {
         let router = self.router.clone();
         let started = Instant::now();
         blocking(move || {
-            let (entry, pooled) = router.restore(&dir, device)?;
+            let (entry, pooled, report) = router.restore(&dir, device)?;
             Ok(RestoreSummary {
                 session: entry.id,
                 total_ms: started.elapsed().as_secs_f64() * 1e3,
                 pooled,
-                ..Default::default()
+                ..report.unwrap_or_default()
             })
         })
         .await

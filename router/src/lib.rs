@@ -380,8 +380,12 @@ impl Router {
     }
 
     /// Restore a session from an image into a new server (from the pool when there is one).
-    /// Returns the session and whether the server was pooled.
-    pub fn restore(&self, dir: &Path, device: Option<i32>) -> Result<(Arc<SessionEntry>, bool), String> {
+    /// Returns the session, whether the server was pooled, and what the server reported.
+    pub fn restore(
+        &self,
+        dir: &Path,
+        device: Option<i32>,
+    ) -> Result<(Arc<SessionEntry>, bool, Option<phos_control::RestoreSummary>), String> {
         let image = phos_checkpoint::Image::open(dir).map_err(|e| e.to_string())?;
         let meta = image.manifest.session.clone();
         drop(image);
@@ -393,7 +397,7 @@ impl Router {
         }
         let tenant =
             Tenant::parse(&meta.tenant).ok_or_else(|| format!("the image names no tenant ({:?})", meta.tenant))?;
-        let (server, pooled) = match self.take_pooled() {
+        let (server, pooled, report) = match self.take_pooled() {
             Some(p) => {
                 let ctl = phos_control::control_path(&p.socket);
                 let d = dir.to_path_buf();
@@ -403,7 +407,7 @@ impl Router {
                 })
                 .map_err(|e| e.to_string())?;
                 match r {
-                    Ok(_) => (p, true),
+                    Ok(report) => (p, true, Some(report)),
                     Err(e) => {
                         p.end();
                         return Err(e);
@@ -411,7 +415,15 @@ impl Router {
                 }
             }
             None => {
-                (self.spawn_server(meta.id, ServerStart::Restore { dir, device }).map_err(|e| e.to_string())?, false)
+                let p = self.spawn_server(meta.id, ServerStart::Restore { dir, device }).map_err(|e| e.to_string())?;
+                let ctl = phos_control::control_path(&p.socket);
+                let report = phos_control::block_on(async move {
+                    let client = phos_control::server_client(&ctl).await.ok()?;
+                    client.last_restore(tarpc::context::current()).await.ok().flatten()
+                })
+                .ok()
+                .flatten();
+                (p, false, report)
             }
         };
         let entry = match existing {
@@ -436,7 +448,7 @@ impl Router {
             }
         };
         tracing::info!(session = meta.id, pooled, "session restored from {}", dir.display());
-        Ok((entry, pooled))
+        Ok((entry, pooled, report))
     }
 
     /// Attach a guest channel to its session's server and carry frames both ways.

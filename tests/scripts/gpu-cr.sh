@@ -47,31 +47,34 @@ summary="$OUT/cr.md"
   echo
 } > "$summary"
 
-# 1. Correctness: stopped at iteration 10, restored, the output is the native output.
+# 1. Correctness: stopped at iteration 10, restored (into a pooled server, then into a new
+#    one), the output is the native output.
 "$WORK/iterative" 60 0 > "$WORK/native.out"
 start_router main 1
-ctl main sessions > /dev/null
-"$BIN/phosctl" run --endpoint "unix:$WORK/main.sock" -- "$WORK/iterative" 60 30 > "$WORK/phos.out" 2> "$WORK/phos.err" &
-guest=$!
-wait_for "$WORK/phos.out" "iteration 10 " || exit 1
-id=$(active_session main)
-ctl main checkpoint "$id" --out "$IMG" --stop | tee "$WORK/ck.txt"
-ctl main restore "$IMG" | tee "$WORK/rs.txt"
-wait $guest; rc=$?
-if cmp -s "$WORK/native.out" "$WORK/phos.out" && [ $rc = 0 ]; then
-  echo "- checkpoint with --stop at iteration 10 of tests/cuda/iterative.cu, server ended, session restored: the program finishes with output identical to the native run ($(wc -l < "$WORK/native.out") lines)." >> "$summary"
-else
-  echo "- **checkpoint/restore mid-run: output differs from the native run** (rc $rc)" >> "$summary"
-  diff "$WORK/native.out" "$WORK/phos.out"; tail "$WORK/phos.err"
-fi
-rm -rf "$IMG"
+start_router nopool 0
+for r in main nopool; do
+  "$BIN/phosctl" run --endpoint "unix:$WORK/$r.sock" -- "$WORK/iterative" 60 30 > "$WORK/phos.out" 2> "$WORK/phos.err" &
+  guest=$!
+  wait_for "$WORK/phos.out" "iteration 10 " || exit 1
+  id=$(active_session $r)
+  ctl $r checkpoint "$id" --out "$IMG" --stop | tee "$WORK/ck.txt"
+  ctl $r restore "$IMG" | tee "$WORK/rs.txt"
+  wait $guest; rc=$?
+  rs_ms=$(sed -n 's/^session [0-9]* restored from [^ ]* in \([0-9.]*\) ms.*/\1/p' "$WORK/rs.txt")
+  if cmp -s "$WORK/native.out" "$WORK/phos.out" && [ $rc = 0 ]; then
+    echo "- $r: checkpoint with --stop at iteration 10 of tests/cuda/iterative.cu, server ended, session restored in $rs_ms ms ($(grep -o '(.*server' "$WORK/rs.txt" | head -1 | tr -d '(')): the program finishes with output identical to the native run." >> "$summary"
+  else
+    echo "- **$r: checkpoint/restore mid-run: output differs from the native run** (rc $rc)" >> "$summary"
+    diff "$WORK/native.out" "$WORK/phos.out"; tail "$WORK/phos.err"
+  fi
+  rm -rf "$IMG"
+done
 
 # 2. Times against image size.
-start_router nopool 0
 {
   echo
-  echo "| device memory | pool | checkpoint ms (quiesce + copy) | GB/s | restore ms | after restore |"
-  echo "|---|---|---|---|---|---|"
+  echo "| device memory | pool | checkpoint ms (quiesce + copy) | checkpoint GB/s | restore ms (replay + copy in the server) | restore GB/s | after restore |"
+  echo "|---|---|---|---|---|---|---|"
 } >> "$summary"
 measure() { # router size
   local r=$1 s=$2
@@ -86,12 +89,15 @@ measure() { # router size
   local q; q=$(echo "$ck" | sed -n 's/.*quiesce \([0-9.]*\) ms.*/\1/p')
   local c; c=$(echo "$ck" | sed -n 's/.*copy \([0-9.]*\) ms.*/\1/p')
   local rs; rs=$(ctl "$r" restore "$IMG")
-  local rs_ms; rs_ms=$(echo "$rs" | sed -n 's/.* in \([0-9.]*\) ms.*/\1/p')
+  local rs_ms; rs_ms=$(echo "$rs" | sed -n 's/^session [0-9]* restored from [^ ]* in \([0-9.]*\) ms.*/\1/p')
+  local rp; rp=$(echo "$rs" | sed -n 's/.*replayed in \([0-9.]*\) ms.*/\1/p')
+  local rc_ms; rc_ms=$(echo "$rs" | sed -n 's/.*copied in \([0-9.]*\) ms.*/\1/p')
   echo go >&3; exec 3>&-
   wait $g
   local v; v=$(tail -1 "$WORK/w.out")
   local gbs; gbs=$(awk "BEGIN { printf \"%.2f\", $s * 1.073741824 / ($c / 1000) }")
-  echo "| $s GiB | $([ "$r" = main ] && echo yes || echo no) | $ck_ms ($q + $c) | $gbs | $rs_ms | $v |" >> "$summary"
+  local rgbs; rgbs=$(awk "BEGIN { printf \"%.2f\", $s * 1.073741824 / ($rc_ms / 1000) }")
+  echo "| $s GiB | $([ "$r" = main ] && echo yes || echo no) | $ck_ms ($q + $c) | $gbs | $rs_ms ($rp + $rc_ms) | $rgbs | $v |" >> "$summary"
   echo "$s GiB via $r: checkpoint $ck_ms ms, restore $rs_ms ms: $v"
   rm -rf "$IMG" "$WORK/in"
 }

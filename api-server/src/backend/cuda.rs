@@ -397,9 +397,16 @@ impl Backend for CudaBackend {
         unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), aligned.as_mut_ptr() as *mut u8, image.len()) };
         let mut m = std::ptr::null_mut();
         unsafe { check(sys::cuModuleLoadData(&mut m, aligned.as_ptr() as *const c_void))? };
-        // The driver keeps module variables in memory of its own; the session registers each
-        // one when the guest first asks for its address.
-        Ok(LoadedModule { raw: m as Raw, variables: Vec::new() })
+        // The driver keeps module variables in memory of its own and cannot list them: find
+        // their names in the image and ask for each.
+        let variables = crate::module_vars::variable_names(image)
+            .into_iter()
+            .filter_map(|name| {
+                let (addr, size) = self.module_global(m as Raw, &name).ok()?;
+                Some((name, addr, size))
+            })
+            .collect();
+        Ok(LoadedModule { raw: m as Raw, variables })
     }
 
     fn module_unload(&self, module: Raw) -> Result<(), CudaError> {
