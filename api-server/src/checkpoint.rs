@@ -26,7 +26,7 @@ use phos_checkpoint::{
 };
 use phos_protocol::cudart::{self, FunctionId};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Raw, StreamRef};
 use crate::output::DeviceOutput;
 use crate::service::{CallCx, Session};
 
@@ -58,6 +58,62 @@ impl Staging {
 impl Drop for Staging {
     fn drop(&mut self) {
         self.backend.unpin_host(&mut self.buf);
+    }
+}
+
+/// `CU_STREAM_NON_BLOCKING`: the copy streams do not wait on the legacy default stream.
+const NON_BLOCKING: u32 = 1;
+
+/// The dedicated stream checkpoint and restore copy on, one per device, made on first use.
+/// The copies then never queue behind (or hold up) work on the session's own streams.
+struct CopyStreams {
+    backend: Arc<dyn Backend>,
+    streams: Vec<Option<Raw>>,
+}
+
+impl CopyStreams {
+    fn new(backend: Arc<dyn Backend>) -> Self {
+        let n = backend.device_count().max(0) as usize;
+        CopyStreams { backend, streams: vec![None; n] }
+    }
+
+    fn on(&mut self, device: i32) -> Result<StreamRef, String> {
+        let slot = self
+            .streams
+            .get_mut(device as usize)
+            .ok_or_else(|| format!("the image names device {device}, which this server does not have"))?;
+        if slot.is_none() {
+            let raw = self
+                .backend
+                .stream_create(device, NON_BLOCKING, 0)
+                .map_err(|e| format!("creating the copy stream on device {device}: {e:?}"))?;
+            *slot = Some(raw);
+        }
+        Ok(StreamRef::Created(slot.expect("just made")))
+    }
+
+    /// Wait for everything queued on every copy stream.
+    fn synchronize(&self) -> Result<(), String> {
+        for (d, s) in self.streams.iter().enumerate() {
+            if let Some(raw) = s {
+                self.backend.bind(d as i32).map_err(|e| format!("{e:?}"))?;
+                self.backend
+                    .stream_synchronize(StreamRef::Created(*raw))
+                    .map_err(|e| format!("finishing the copies on device {d}: {e:?}"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for CopyStreams {
+    fn drop(&mut self) {
+        for (d, s) in self.streams.iter().enumerate() {
+            if let Some(raw) = s {
+                let _ = self.backend.bind(d as i32);
+                let _ = self.backend.stream_destroy(*raw);
+            }
+        }
     }
 }
 
@@ -166,18 +222,21 @@ impl Session {
             }
             Ok(writer)
         });
-        let copy = || -> Result<(), String> {
+        let mut streams = CopyStreams::new(self.backend_arc());
+        let mut copy = || -> Result<(), String> {
             for (addr, size, device, kind) in &regions {
                 to_writer
                     .send(Piece::Begin(*addr, *size, *device, kind.clone()))
                     .map_err(|_| "image writer stopped")?;
                 backend.bind(*device).map_err(|e| format!("{e:?}"))?;
+                let stream = streams.on(*device)?;
                 let mut off = 0;
                 while off < *size {
                     let n = (size - off).min(COPY_CHUNK as u64) as usize;
                     let mut buf = free_rx.recv().map_err(|_| "image writer stopped")?;
+                    // Returns once the piece has arrived (the backend synchronises the stream).
                     backend
-                        .memcpy_dtoh(&mut buf.buf[..n], addr + off, None)
+                        .memcpy_dtoh(&mut buf.buf[..n], addr + off, Some(stream))
                         .map_err(|e| format!("copying {:#x}: {e:?}", addr + off))?;
                     // Zero check, compression and checksum here; the writer only writes.
                     let prepared = prepare_chunk(&buf.buf[..n], compression).map_err(|e| e.to_string())?;
@@ -320,16 +379,21 @@ impl Session {
             }
             Ok(())
         });
+        let mut streams = CopyStreams::new(session.backend_arc());
         let copy = || -> Result<(), String> {
             for (i, offset, buf, len) in from_reader {
                 let (addr, dev) = targets[i];
                 let b = session.backend();
                 b.bind(dev).map_err(|e| format!("{e:?}"))?;
+                let stream = streams.on(dev)?;
                 let dst = addr + offset;
                 match buf {
-                    None => b.memset(dst, 0, len, None),
+                    None => b.memset(dst, 0, len, Some(stream)),
                     Some(buf) => {
-                        let r = b.memcpy_htod(dst, &buf.buf[..len as usize], None);
+                        // The staging buffer goes back to the reader only once the copy out of
+                        // it is finished.
+                        let r = b.memcpy_htod(dst, &buf.buf[..len as usize], Some(stream));
+                        let r = r.and_then(|_| b.stream_synchronize(stream));
                         let _ = free_tx.send(buf);
                         r
                     }
@@ -337,7 +401,7 @@ impl Session {
                 .map_err(|e| format!("writing {dst:#x}: {e:?}"))?;
                 progress.add(len);
             }
-            Ok(())
+            streams.synchronize()
         };
         let copied = copy();
         // Without this the reader could wait forever for a buffer after a failed copy.

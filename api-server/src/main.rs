@@ -113,6 +113,17 @@ fn main() {
         let _ = ready_to.flush();
         fail(why)
     };
+    // The management service comes up first, so a restore's progress can be followed.
+    let _ = std::fs::remove_file(&args.listen);
+    let control = ServerCtl {
+        slot: slot.clone(),
+        factory: factory.clone(),
+        progress: progress.clone(),
+        last_restore: last_restore.clone(),
+    };
+    if let Err(e) = phos_control::spawn_service_thread(phos_control::control_path(&args.listen), control.serve()) {
+        fail_to_router(format!("management service: {e}"));
+    }
     if let Some(id) = args.session {
         match factory.fresh(id) {
             Ok(s) => drop(slot.set(Arc::new(s))),
@@ -128,13 +139,8 @@ fn main() {
         }
     }
 
-    let _ = std::fs::remove_file(&args.listen);
     let listener = UnixListener::bind(&args.listen)
-        .unwrap_or_else(|e| fail(format!("cannot listen on {}: {e}", args.listen.display())));
-    let control = ServerCtl { slot: slot.clone(), factory, progress, last_restore };
-    if let Err(e) = phos_control::spawn_service_thread(phos_control::control_path(&args.listen), control.serve()) {
-        fail(format!("management service: {e}"));
-    }
+        .unwrap_or_else(|e| fail_to_router(format!("cannot listen on {}: {e}", args.listen.display())));
     tracing::info!(
         session = slot.get().map(|s| s.id),
         backend = %args.backend,

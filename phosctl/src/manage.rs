@@ -112,8 +112,18 @@ pub fn checkpoint(router: &RouterArg, session: u64, out: PathBuf, stop: bool, co
 
 pub fn restore(router: &RouterArg, dir: PathBuf, device: Option<i32>) -> ExitCode {
     let dir = absolute(&dir);
+    // The session's id, for following the restore's progress; a bad image is refused here
+    // already, with the same error the server would give.
+    let session = match phos_checkpoint::Image::open(&dir) {
+        Ok(image) => image.manifest.session.id,
+        Err(e) => {
+            eprintln!("phosctl: {}: {e}", dir.display());
+            return ExitCode::FAILURE;
+        }
+    };
     report(run(router, async |c| {
-        let s = c.restore(phos_control::long_context(), dir.clone(), device).await.map_err(|e| e.to_string())??;
+        let work = c.restore(phos_control::long_context(), dir.clone(), device);
+        let s = with_progress(&c, session, "restore", work).await.map_err(|e| e.to_string())??;
         println!(
             "session {} restored from {} in {:.1} ms ({} server; in the server: {} records replayed in {:.1} ms, {} MiB copied in {:.1} ms)",
             s.session,

@@ -88,7 +88,10 @@ impl RouterControl for RouterCtl {
     }
 
     async fn progress(self, _: Context, session: u64) -> Option<Progress> {
-        let ctl = self.router.session(session)?.control_socket()?;
+        let ctl = match self.router.restoring(session) {
+            Some(ctl) => ctl,
+            None => self.router.session(session)?.control_socket()?,
+        };
         let client = phos_control::server_client(&ctl).await.ok()?;
         client.progress(tarpc::context::current()).await.ok()
     }

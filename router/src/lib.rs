@@ -131,6 +131,9 @@ pub struct Router {
     stopping: AtomicBool,
     pool: Mutex<Vec<ServerProcess>>,
     next_pooled: AtomicU64,
+    /// Management sockets of servers restoring a session, by session: progress is asked there
+    /// until the session has its server again.
+    restoring: Mutex<HashMap<u64, PathBuf>>,
 }
 
 /// Handshake frames are small; anything larger is refused before it is read.
@@ -151,6 +154,7 @@ impl Router {
             stopping: AtomicBool::new(false),
             pool: Mutex::new(Vec::new()),
             next_pooled: AtomicU64::new(1),
+            restoring: Mutex::new(HashMap::new()),
         })
     }
 
@@ -372,11 +376,21 @@ impl Router {
     }
 
     fn spawn_server(&self, id: u64, start: ServerStart<'_>) -> io::Result<ServerProcess> {
-        let socket = self
-            .config
-            .runtime_dir
-            .join(format!("session-{id}-{}.sock", self.next_pooled.fetch_add(1, Ordering::Relaxed)));
+        self.spawn_server_at(self.server_socket(id), id, start)
+    }
+
+    /// A fresh channel socket path for a server of session `id`.
+    fn server_socket(&self, id: u64) -> PathBuf {
+        self.config.runtime_dir.join(format!("session-{id}-{}.sock", self.next_pooled.fetch_add(1, Ordering::Relaxed)))
+    }
+
+    fn spawn_server_at(&self, socket: PathBuf, id: u64, start: ServerStart<'_>) -> io::Result<ServerProcess> {
         ServerProcess::spawn(&self.config, socket, &format!("session-{id}"), start)
+    }
+
+    /// The management socket of the server restoring `session`, while it does.
+    pub fn restoring(&self, session: u64) -> Option<PathBuf> {
+        self.restoring.lock().unwrap().get(&session).cloned()
     }
 
     /// Restore a session from an image into a new server (from the pool when there is one).
@@ -397,9 +411,18 @@ impl Router {
         }
         let tenant =
             Tenant::parse(&meta.tenant).ok_or_else(|| format!("the image names no tenant ({:?})", meta.tenant))?;
+        // Whatever way the restore ends, its progress stops being asked for.
+        struct Restoring<'a>(&'a Router, u64);
+        impl Drop for Restoring<'_> {
+            fn drop(&mut self) {
+                self.0.restoring.lock().unwrap().remove(&self.1);
+            }
+        }
+        let _restoring = Restoring(self, meta.id);
         let (server, pooled, report) = match self.take_pooled() {
             Some(p) => {
                 let ctl = phos_control::control_path(&p.socket);
+                self.restoring.lock().unwrap().insert(meta.id, ctl.clone());
                 let d = dir.to_path_buf();
                 let r = phos_control::block_on(async move {
                     let client = phos_control::server_client(&ctl).await.map_err(|e| e.to_string())?;
@@ -415,7 +438,11 @@ impl Router {
                 }
             }
             None => {
-                let p = self.spawn_server(meta.id, ServerStart::Restore { dir, device }).map_err(|e| e.to_string())?;
+                let socket = self.server_socket(meta.id);
+                self.restoring.lock().unwrap().insert(meta.id, phos_control::control_path(&socket));
+                let p = self
+                    .spawn_server_at(socket, meta.id, ServerStart::Restore { dir, device })
+                    .map_err(|e| e.to_string())?;
                 let ctl = phos_control::control_path(&p.socket);
                 let report = phos_control::block_on(async move {
                     let client = phos_control::server_client(&ctl).await.ok()?;
