@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use phos_tests::{TestRouter, build_program, built, nvcc};
@@ -61,6 +61,25 @@ fn session_id(router: &TestRouter) -> u64 {
     }
 }
 
+/// A run of `iterative ARGS` on `router`, past its tenth iteration: the guest, its stdout,
+/// its session id.
+fn iterative_at_ten(router: &TestRouter, exe: &Path, args: &[&str]) -> (Child, BufReader<ChildStdout>, u64) {
+    let mut guest = start_guest(router, exe, args);
+    let mut out = BufReader::new(guest.stdout.take().unwrap());
+    read_until(&mut out, "iteration 10 ");
+    (guest, out, session_id(router))
+}
+
+/// `phosctl checkpoint ID --out DIR [extra...]`, which must succeed.
+fn checkpoint(router: &TestRouter, id: u64, dir: &Path, extra: &[&str]) -> String {
+    let mut args = vec!["checkpoint".to_string(), id.to_string(), "--out".into(), dir.display().to_string()];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let ck = phosctl(router, &args);
+    assert!(ck.status.success(), "checkpoint: {}", String::from_utf8_lossy(&ck.stderr));
+    String::from_utf8_lossy(&ck.stdout).into_owned()
+}
+
 #[test]
 fn stopped_mid_run_and_restored_the_program_finishes_unchanged() {
     let Some(nvcc) = nvcc() else { return };
@@ -80,9 +99,7 @@ fn stopped_mid_run_and_restored_the_program_finishes_unchanged() {
     let image = tempfile::tempdir().unwrap();
     let dir = image.path().join("image");
     let old_server = router.router.session(id).unwrap().control_socket().unwrap();
-    let ck = phosctl(&router, &["checkpoint", &id.to_string(), "--out", dir.to_str().unwrap(), "--stop", "--compress"]);
-    assert!(ck.status.success(), "checkpoint: {}", String::from_utf8_lossy(&ck.stderr));
-    let ck_out = String::from_utf8_lossy(&ck.stdout);
+    let ck_out = checkpoint(&router, id, &dir, &["--stop", "--compress"]);
     assert!(ck_out.contains("stopped until it is restored"), "{ck_out}");
     // The old server is gone; the session waits, suspended.
     assert!(!old_server.exists(), "the stopped session's server still runs");
@@ -111,37 +128,34 @@ fn a_corrupted_image_is_refused_and_changes_nothing() {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);
     let router = TestRouter::start("emu");
-    let mut guest = start_guest(&router, &exe, &["30", "40"]);
-    let mut out = BufReader::new(guest.stdout.take().unwrap());
-    read_until(&mut out, "iteration 10 ");
-    let id = session_id(&router);
+    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["30", "40"]);
     let image = tempfile::tempdir().unwrap();
     let dir = image.path().join("image");
-    let ck = phosctl(&router, &["checkpoint", &id.to_string(), "--out", dir.to_str().unwrap()]);
-    assert!(ck.status.success(), "{}", String::from_utf8_lossy(&ck.stderr));
-    // Flip a byte in the memory: the restore must refuse it.
-    let mem = dir.join(phos_checkpoint::MEMORY_FILE);
-    let mut bytes = std::fs::read(&mem).unwrap();
-    let mid = bytes.len() / 2;
-    bytes[mid] ^= 0x55;
-    std::fs::write(&mem, &bytes).unwrap();
-    let bad = image.path().join("bad");
-    std::fs::create_dir(&bad).unwrap();
-    std::fs::copy(dir.join(phos_checkpoint::MANIFEST_FILE), bad.join(phos_checkpoint::MANIFEST_FILE)).unwrap();
-    std::fs::copy(&mem, bad.join(phos_checkpoint::MEMORY_FILE)).unwrap();
+    checkpoint(&router, id, &dir, &[]);
     // The session is still running (the checkpoint did not stop it): restoring over it is
-    // refused too.
+    // refused.
     let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
     assert!(!rs.status.success());
+    assert!(String::from_utf8_lossy(&rs.stderr).contains("is running"), "{}", String::from_utf8_lossy(&rs.stderr));
     // A truncated manifest is refused with a clear message.
     let trunc = image.path().join("truncated");
     std::fs::create_dir(&trunc).unwrap();
     let manifest = std::fs::read(dir.join(phos_checkpoint::MANIFEST_FILE)).unwrap();
     std::fs::write(trunc.join(phos_checkpoint::MANIFEST_FILE), &manifest[..manifest.len() / 2]).unwrap();
-    std::fs::copy(&mem, trunc.join(phos_checkpoint::MEMORY_FILE)).unwrap();
+    std::fs::copy(dir.join(phos_checkpoint::MEMORY_FILE), trunc.join(phos_checkpoint::MEMORY_FILE)).unwrap();
     let rs = phosctl(&router, &["restore", trunc.to_str().unwrap()]);
     assert!(!rs.status.success());
     assert!(String::from_utf8_lossy(&rs.stderr).contains("truncated"), "{}", String::from_utf8_lossy(&rs.stderr));
+    // Another format version is refused, naming both versions.
+    let other = image.path().join("other-version");
+    std::fs::create_dir(&other).unwrap();
+    let mut m = manifest.clone();
+    m[8..12].copy_from_slice(&(phos_checkpoint::FORMAT_VERSION + 1).to_le_bytes());
+    std::fs::write(other.join(phos_checkpoint::MANIFEST_FILE), &m).unwrap();
+    std::fs::copy(dir.join(phos_checkpoint::MEMORY_FILE), other.join(phos_checkpoint::MEMORY_FILE)).unwrap();
+    let rs = phosctl(&router, &["restore", other.to_str().unwrap()]);
+    assert!(!rs.status.success());
+    assert!(String::from_utf8_lossy(&rs.stderr).contains("format version"), "{}", String::from_utf8_lossy(&rs.stderr));
     // The running program is unaffected and finishes.
     let status = guest.wait().unwrap();
     assert!(status.success());
@@ -152,15 +166,10 @@ fn a_corrupted_image_of_a_stopped_session_is_refused_before_anything_runs() {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);
     let router = TestRouter::start("emu");
-    let mut guest = start_guest(&router, &exe, &["30", "40"]);
-    let mut out = BufReader::new(guest.stdout.take().unwrap());
-    read_until(&mut out, "iteration 10 ");
-    let id = session_id(&router);
+    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["30", "40"]);
     let image = tempfile::tempdir().unwrap();
     let dir = image.path().join("image");
-    assert!(
-        phosctl(&router, &["checkpoint", &id.to_string(), "--out", dir.to_str().unwrap(), "--stop"]).status.success()
-    );
+    checkpoint(&router, id, &dir, &["--stop"]);
     let mem = dir.join(phos_checkpoint::MEMORY_FILE);
     let good = std::fs::read(&mem).unwrap();
     let mut bad = good.clone();
@@ -189,8 +198,7 @@ fn a_checkpoint_during_multi_stream_traffic_is_consistent() {
     let mut checked = 0;
     for k in 0..3 {
         let dir = image.path().join(format!("image{k}"));
-        let ck = phosctl(&router, &["checkpoint", &id.to_string(), "--out", dir.to_str().unwrap()]);
-        assert!(ck.status.success(), "{}", String::from_utf8_lossy(&ck.stderr));
+        checkpoint(&router, id, &dir, &[]);
         // Every buffer the threads update must hold a single value: the image was taken
         // between calls, with no kernel half-applied.
         let mut img = phos_checkpoint::Image::open(&dir).unwrap();
@@ -221,15 +229,10 @@ fn restore_from_the_server_pool() {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);
     let router = TestRouter::start_with("emu", |c| c.pool_size = 2);
-    let mut guest = start_guest(&router, &exe, &["40", "30"]);
-    let mut out = BufReader::new(guest.stdout.take().unwrap());
-    read_until(&mut out, "iteration 10 ");
-    let id = session_id(&router);
+    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["40", "30"]);
     let image = tempfile::tempdir().unwrap();
     let dir = image.path().join("image");
-    assert!(
-        phosctl(&router, &["checkpoint", &id.to_string(), "--out", dir.to_str().unwrap(), "--stop"]).status.success()
-    );
+    checkpoint(&router, id, &dir, &["--stop"]);
     // Let the pool refill.
     std::thread::sleep(Duration::from_millis(500));
     let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
