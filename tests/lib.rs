@@ -48,6 +48,36 @@ pub fn nvcc() -> Option<PathBuf> {
     found
 }
 
+/// The shipped policy `name`'s object, if this build has the shipped policies (built with
+/// clang). Where `PHOS_REQUIRE_CLANG=1` (CI), their absence fails the test.
+pub fn shipped_policy(name: &str) -> Option<&'static [u8]> {
+    let found = phos_policy::shipped::get(name);
+    if found.is_none() {
+        assert!(
+            std::env::var("PHOS_REQUIRE_CLANG").as_deref() != Ok("1"),
+            "the shipped policies are required (PHOS_REQUIRE_CLANG=1) but this build has none"
+        );
+        eprintln!("no shipped policy {name} (clang missing at build time): skipping");
+    }
+    found
+}
+
+/// Compile the C policy `tests/policies/<name>.c` with clang, if this machine has clang.
+pub fn build_policy(name: &str) -> Option<Vec<u8>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies").join(format!("{name}.c"));
+    let out_dir = target_dir().join("test-policies");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out = out_dir.join(format!("{name}.o"));
+    match phos_policy::build(&src, &out, "clang") {
+        Ok(()) => Some(std::fs::read(&out).unwrap()),
+        Err(e) => {
+            assert!(std::env::var("PHOS_REQUIRE_CLANG").as_deref() != Ok("1"), "building {name}: {e}");
+            eprintln!("cannot build test policy {name} ({e}): skipping");
+            None
+        }
+    }
+}
+
 /// Compile `tests/cuda/<name>.cu` into the build's cache directory (once per source change).
 pub fn build_program(nvcc: &Path, name: &str, extra: &[&str]) -> PathBuf {
     let src = cuda_dir().join(format!("{name}.cu"));
@@ -116,7 +146,7 @@ impl TestRouter {
         config.server_log_dir = Some(dir.path().join("logs"));
         config.reconnect_wait = Duration::from_secs(60);
         adjust(&mut config);
-        let router = Router::new(config);
+        let router = Router::new(config).expect("a valid router configuration");
         let listener = router.bind().unwrap();
         let r = router.clone();
         let thread = Some(std::thread::spawn(move || r.serve(listener)));

@@ -199,6 +199,18 @@ impl ApiServer {
                     }
                 }
             };
+            // What the call changed in the session's usage goes to the router first, so its
+            // accounting is current when the guest's next call is decided.
+            if let Some(report) = session.usage_if_changed() {
+                let bytes = phos_protocol::encode(&report);
+                let mut u = FrameHeader::new(FrameKind::Report);
+                u.session = session.id;
+                u.call_id = h.call_id;
+                u.payload_len = bytes.len() as u64;
+                if t.send(&u, &[&bytes]).is_err() {
+                    break;
+                }
+            }
             let mut r = FrameHeader::new(FrameKind::Reply);
             r.function = h.function;
             r.session = session.id;

@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use phos_protocol::cudart::*;
+use phos_protocol::handshake::UsageReport;
+use phos_protocol::spec::ResourceKind;
 use phos_protocol::types::Dim3;
 use phos_protocol::{CudaError, Ptr};
 use sha2::{Digest, Sha256};
@@ -84,6 +86,8 @@ pub struct Session {
     pub(crate) gate: RwLock<()>,
     /// Set by a stopping checkpoint: calls wait until the server is ended.
     frozen: AtomicBool,
+    /// The usage last reported to the router.
+    reported: Mutex<UsageReport>,
 }
 
 /// Stream flags CUDA defines (`cudaStreamNonBlocking`).
@@ -117,7 +121,32 @@ impl Session {
             records: Recorder::default(),
             gate: RwLock::new(()),
             frozen: AtomicBool::new(false),
+            reported: Mutex::new(UsageReport::default()),
         })
+    }
+
+    /// The session's usage of the spec's continuous and measured resources, if it changed
+    /// since the last time this returned it (the server sends it to the router then).
+    /// The server knows how to measure `device_memory` (bytes allocated) and `device_time`
+    /// (kernel nanoseconds); a resource of another name is not reported.
+    pub fn usage_if_changed(&self) -> Option<UsageReport> {
+        let mut now = UsageReport::default();
+        for (i, r) in RESOURCES.iter().enumerate() {
+            match (r.kind, r.name) {
+                (ResourceKind::Continuous, "device_memory") => now.held.push((i as u32, self.memory.allocated())),
+                (ResourceKind::Measured, "device_time") => {
+                    let (ns, kernels) = self.backend.device_time();
+                    now.measured.push((i as u32, ns, kernels));
+                }
+                _ => {}
+            }
+        }
+        let mut last = self.reported.lock().unwrap();
+        if *last == now {
+            return None;
+        }
+        *last = now.clone();
+        Some(now)
     }
 
     pub fn backend(&self) -> &dyn Backend {

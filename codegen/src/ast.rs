@@ -32,8 +32,11 @@ pub struct SpecFile {
 pub enum Item {
     /// `api cudart;`
     Api(Ident),
-    /// `continuous_rc device_memory;` / `instantaneous_rc kernel_launches;`
-    Resource { kind: ResourceKind, name: Ident },
+    /// `continuous_rc device_memory;` / `instantaneous_rc kernel_launches;` /
+    /// `measured_rc device_time;`
+    /// A continuous one may say which error a call gets when a quota of it is exhausted:
+    /// `continuous_rc device_memory exhausted(cudaErrorMemoryAllocation);`
+    Resource { kind: ResourceKind, name: Ident, exhausted: Option<Ident> },
     /// `type(cudaStream_t) { handle(stream); }`
     Type { name: Ident, descs: Vec<TypeDesc> },
     /// `enum cudaMemcpyKind : i32 { cudaMemcpyHostToHost = 0, ... };`
@@ -54,6 +57,8 @@ pub enum ResourceKind {
     Continuous,
     /// Used once per call (launches, bytes moved).
     Instantaneous,
+    /// Used once per call, in an amount only the server learns afterwards (device time).
+    Measured,
 }
 
 /// A descriptor inside `type(T) { ... }`.
@@ -180,6 +185,8 @@ pub enum Amount {
     Expr(Expr),
     /// `reported`: only the server knows (how much a free gives back).
     Reported(Span),
+    /// `measured`: the server measures it after the call (a kernel's device time).
+    Measured(Span),
 }
 
 /// A descriptor inside `argument(x) { ... }` or `element { ... }`.

@@ -82,6 +82,7 @@ impl<'s> Checker<'s> {
     fn collect_declarations(&mut self, spec: &SpecFile) {
         let mut return_code: Option<(Ident, Option<Ident>, Option<Ident>)> = None;
         let mut error_items = Vec::new();
+        let mut exhausted_errors: Vec<Ident> = Vec::new();
         for item in &spec.items {
             match item {
                 Item::Api(name) => {
@@ -90,11 +91,22 @@ impl<'s> Checker<'s> {
                     }
                     self.api_name = Some(name.name.clone());
                 }
-                Item::Resource { kind, name } => {
+                Item::Resource { kind, name, exhausted } => {
                     if self.resources.contains_key(&name.name) {
                         self.err(name.span, format!("resource `{}` declared twice", name.name));
                     }
-                    self.resources.insert(name.name.clone(), Resource { name: name.name.clone(), kind: *kind });
+                    if let Some(e) = exhausted
+                        && *kind != ResourceKind::Continuous
+                    {
+                        self.err(e.span, "only a `continuous_rc` resource can have a quota, so `exhausted(...)`");
+                    }
+                    self.resources.insert(
+                        name.name.clone(),
+                        Resource { name: name.name.clone(), kind: *kind, exhausted: exhausted.clone().map(|e| e.name) },
+                    );
+                    if let Some(e) = exhausted {
+                        exhausted_errors.push(e.clone());
+                    }
                 }
                 Item::Type { name, descs } => {
                     if let Some(rc) = self.type_decl(name, descs) {
@@ -159,6 +171,9 @@ impl<'s> Checker<'s> {
         };
         let success = need(success, "success", self);
         let not_supported = need(not_supported, "not_supported", self);
+        for e in exhausted_errors {
+            need(Some(e), "exhausted", self);
+        }
         self.errors = Some(ErrorTable { ty: rc_name.name.clone(), success, not_supported, entries });
     }
 
@@ -682,13 +697,23 @@ impl<'s> Checker<'s> {
             match self.resources.get(&resource.name) {
                 None => self.err(
                     resource.span,
-                    format!("unknown resource `{}`; declare it with continuous_rc/instantaneous_rc", resource.name),
+                    format!(
+                        "unknown resource `{}`; declare it with continuous_rc/instantaneous_rc/measured_rc",
+                        resource.name
+                    ),
                 ),
                 Some(r) => {
                     let ok = match op_kind {
-                        RcOp::Consumes => r.kind == ResourceKind::Instantaneous,
+                        RcOp::Consumes => r.kind != ResourceKind::Continuous,
                         _ => r.kind == ResourceKind::Continuous,
                     };
+                    let measured_amount = matches!(amount, Amount::Measured(_));
+                    if r.kind == ResourceKind::Measured && !measured_amount {
+                        self.err(
+                            resource.span,
+                            format!("resource `{}` is measured by the server: its amount is `measured`", resource.name),
+                        );
+                    }
                     if !ok {
                         self.err(
                             op.span,
@@ -708,6 +733,12 @@ impl<'s> Checker<'s> {
                 Amount::Reported(span) => {
                     if op_kind != RcOp::Deallocates {
                         self.err(span, "only `deallocates_rc` can take a `reported` amount");
+                    }
+                    None
+                }
+                Amount::Measured(span) => {
+                    if self.resources.get(&resource.name).is_some_and(|r| r.kind != ResourceKind::Measured) {
+                        self.err(span, "only a `measured_rc` resource can take a `measured` amount");
                     }
                     None
                 }
@@ -1193,6 +1224,37 @@ mod tests {
     #[test]
     fn resource_of_the_wrong_kind() {
         expect_error("err_t f(size_t n) { consumes_rc(mem, n); }", "does not apply");
+    }
+
+    #[test]
+    fn measured_resources_and_quota_errors() {
+        let src = |decls: &str, body: &str| format!("{}\n{decls}\n{body}", PRELUDE.replace("continuous_rc mem;", ""));
+        let api = crate::load(
+            "t.lapis",
+            &src(
+                "continuous_rc mem exhausted(bad); measured_rc time;",
+                "err_t run(int n) { consumes_rc(launches, 1); consumes_rc(time, measured); }",
+            ),
+        )
+        .unwrap();
+        let mem = api.resources.iter().find(|r| r.name == "mem").unwrap();
+        assert_eq!(mem.exhausted.as_deref(), Some("bad"));
+        let time = api.resources.iter().find(|r| r.name == "time").unwrap();
+        assert_eq!(time.kind, ResourceKind::Measured);
+        assert_eq!(api.function("run").unwrap().resources.len(), 2);
+        let fails = |decls: &str, body: &str, needle: &str| {
+            let e = crate::load("t.lapis", &src(decls, body)).map(|_| ()).unwrap_err().to_string();
+            assert!(e.contains(needle), "{e:?} does not mention {needle:?}");
+        };
+        let measured = "continuous_rc mem; measured_rc time;";
+        fails(measured, "err_t f(int n) { consumes_rc(time, n); }", "its amount is `measured`");
+        fails(measured, "err_t f(int n) { consumes_rc(launches, measured); }", "only a `measured_rc`");
+        fails(
+            "continuous_rc mem; instantaneous_rc x exhausted(bad);",
+            "",
+            "only a `continuous_rc` resource can have a quota",
+        );
+        fails("continuous_rc mem exhausted(no_such_error);", "", "no_such_error");
     }
 
     #[test]

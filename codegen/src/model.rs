@@ -48,6 +48,8 @@ impl Api {
 pub struct Resource {
     pub name: String,
     pub kind: ResourceKind,
+    /// The error a call gets when the tenant's quota of this resource is exhausted.
+    pub exhausted: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -286,7 +288,7 @@ pub struct ResourceUse {
     pub cond: Option<Expr>,
     pub op: RcOp,
     pub resource: String,
-    /// `None`: the amount is reported by the server (`reported`).
+    /// `None`: the amount is reported (`reported`) or measured (`measured`) by the server.
     pub amount: Option<Expr>,
 }
 

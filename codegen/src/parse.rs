@@ -180,11 +180,15 @@ fn item(i: &mut Input<'_>) -> PResult<Item> {
     let name = first.name.clone();
     match name.as_str() {
         "api" => cut_err(terminated(ident, p(";"))).context(label("`api` declaration")).map(Item::Api).parse_next(i),
-        "continuous_rc" | "instantaneous_rc" => {
-            let kind = if name == "continuous_rc" { ResourceKind::Continuous } else { ResourceKind::Instantaneous };
-            cut_err(terminated(ident, p(";")))
+        "continuous_rc" | "instantaneous_rc" | "measured_rc" => {
+            let kind = match name.as_str() {
+                "continuous_rc" => ResourceKind::Continuous,
+                "instantaneous_rc" => ResourceKind::Instantaneous,
+                _ => ResourceKind::Measured,
+            };
+            cut_err(terminated((ident, opt(preceded(kw("exhausted"), delimited(p("("), ident, p(")"))))), p(";")))
                 .context(label("resource declaration"))
-                .map(|name| Item::Resource { kind, name })
+                .map(|(name, exhausted)| Item::Resource { kind, name, exhausted })
                 .parse_next(i)
         }
         "type" => cut_err(type_decl).context(label("`type` declaration")).parse_next(i),
@@ -452,7 +456,8 @@ fn else_fn(i: &mut Input<'_>) -> PResult<Vec<FnDesc>> {
 }
 
 fn amount(i: &mut Input<'_>) -> PResult<Amount> {
-    alt((kw("reported").map(Amount::Reported), expr.map(Amount::Expr))).parse_next(i)
+    alt((kw("reported").map(Amount::Reported), kw("measured").map(Amount::Measured), expr.map(Amount::Expr)))
+        .parse_next(i)
 }
 
 fn val_desc(i: &mut Input<'_>) -> PResult<ValDesc> {

@@ -80,6 +80,75 @@ pub struct Progress {
     pub total: u64,
 }
 
+/// A policy to load (`phosctl policy load`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PolicyLoad {
+    /// Its name in the chain; loading under a name in use replaces that policy.
+    pub name: String,
+    /// Where it came from, for `policy list` (a path, `builtin:NAME`).
+    pub source: String,
+    /// The ELF object.
+    pub elf: Vec<u8>,
+    /// `NAME=VALUE` settings of its parameters.
+    pub params: Vec<String>,
+    pub kernel_check: KernelCheck,
+}
+
+/// Whether the kernel's verifier checks a policy before it is accepted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KernelCheck {
+    /// Where the router may load eBPF programs (privileged), else not.
+    #[default]
+    Auto,
+    /// Refuse the policy unless the kernel's verifier accepted it.
+    Require,
+    Skip,
+}
+
+/// A loaded policy.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PolicySummary {
+    pub name: String,
+    pub source: String,
+    /// The program's function name.
+    pub program: String,
+    pub instructions: usize,
+    pub loaded_unix_s: u64,
+    /// Whether the kernel's verifier accepted it.
+    pub kernel_verified: bool,
+    pub runs: u64,
+    pub admitted: u64,
+    pub delayed: u64,
+    pub rejected: u64,
+    pub mean_run_ns: u64,
+}
+
+/// A loaded policy in detail (`phosctl policy show`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PolicyDetail {
+    pub summary: PolicySummary,
+    pub disassembly: Vec<String>,
+    /// (name, type, key size, value size, max entries, entries in use)
+    pub maps: Vec<(String, u32, u32, u32, u32, usize)>,
+}
+
+/// A tenant's usage (`phosctl top`, the metrics endpoint).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TenantUsage {
+    pub name: String,
+    pub index: u64,
+    pub share: u64,
+    pub sessions: u64,
+    pub calls: u64,
+    /// Calls a policy delayed at least once, and the time they spent waiting.
+    pub delayed: u64,
+    pub delay_ns: u64,
+    /// Calls refused by a quota or a policy.
+    pub rejected: u64,
+    /// (resource, `held` | `used` | `measured`, amount as policies see it, quota or 0).
+    pub resources: Vec<(String, String, u64, u64)>,
+}
+
 /// The router's management service (used by `phosctl`).
 #[tarpc::service]
 pub trait RouterControl {
@@ -88,6 +157,12 @@ pub trait RouterControl {
     async fn restore(dir: PathBuf, device: Option<i32>) -> Result<RestoreSummary, String>;
     /// Progress of a checkpoint of `session` (or of the restore that is bringing it back).
     async fn progress(session: u64) -> Option<Progress>;
+    async fn policy_load(policy: PolicyLoad) -> Result<PolicySummary, String>;
+    async fn policy_unload(name: String) -> Result<(), String>;
+    async fn policy_list() -> Vec<PolicySummary>;
+    async fn policy_show(name: String) -> Result<PolicyDetail, String>;
+    /// Every tenant's usage.
+    async fn usage() -> Vec<TenantUsage>;
 }
 
 /// An API server's management service (used by the router).

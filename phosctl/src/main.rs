@@ -7,10 +7,13 @@
 //!   with its exit code.
 //! - `phosctl sessions`, `phosctl checkpoint <session> --out DIR [--stop]`,
 //!   `phosctl restore DIR [--device N]`: manage a router's sessions.
+//! - `phosctl policy load|unload|list|show|build|headers`: the router's eBPF policies.
+//! - `phosctl top`: live per-tenant usage.
 //! - `phosctl spec coverage|check`: what the spec covers.
 
 mod guestlib;
 mod manage;
+mod policy;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,11 +41,34 @@ enum Command {
         #[arg(long)]
         backend: Option<BackendKind>,
         /// API servers to keep started ahead of need (contexts ready for new sessions and
-        /// restores).
-        #[arg(long, default_value_t = 0)]
-        pool: usize,
+        /// restores); default 0, or the configuration file's `pool`.
+        #[arg(long)]
+        pool: Option<usize>,
+        /// Configuration file (TOML): tenants, quotas, policies to load, metrics; see
+        /// docs/operations.md.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Serve Prometheus metrics on this address (host:port).
+        #[arg(long)]
+        metrics: Option<std::net::SocketAddr>,
         #[command(flatten)]
         server: ServerOptions,
+    },
+    /// The router's eBPF policies.
+    Policy {
+        #[command(subcommand)]
+        cmd: policy::PolicyCommand,
+    },
+    /// Live per-tenant usage: calls/s, launches/s, device time share, memory, throttled calls.
+    Top {
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+        /// Print one sample (rates over one interval) and exit.
+        #[arg(long)]
+        once: bool,
+        #[command(flatten)]
+        router: manage::RouterArg,
     },
     /// List a router's sessions.
     Sessions {
@@ -161,10 +187,30 @@ pub(crate) fn endpoint_path(s: &str) -> Result<PathBuf, String> {
     }
 }
 
-fn serve(listen: Option<String>, backend: Option<BackendKind>, pool: usize, server: ServerOptions) -> ExitCode {
+struct ServeArgs {
+    listen: Option<String>,
+    backend: Option<BackendKind>,
+    pool: Option<usize>,
+    config: Option<PathBuf>,
+    metrics: Option<std::net::SocketAddr>,
+    server: ServerOptions,
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
     init_logging("info");
-    let backend = choose_backend(backend);
-    let listen = listen.unwrap_or_else(default_endpoint);
+    let file = match &args.config {
+        Some(path) => match phos_router::config::ConfigFile::load(path) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::error!("{e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => Default::default(),
+    };
+    let (server, pool) = (args.server, args.pool);
+    let backend = choose_backend(args.backend);
+    let listen = args.listen.or(file.listen.clone()).unwrap_or_else(default_endpoint);
     let path = match endpoint_path(&listen) {
         Ok(p) => p,
         Err(e) => {
@@ -174,8 +220,28 @@ fn serve(listen: Option<String>, backend: Option<BackendKind>, pool: usize, serv
     };
     let runtime_dir = path.parent().map(|d| d.join("servers")).unwrap_or_else(|| PathBuf::from("/tmp/phos-servers"));
     let mut config = router_config(path.clone(), runtime_dir, backend, &server);
-    config.pool_size = pool;
-    let router = Router::new(config);
+    config.pool_size = pool.or(file.pool).unwrap_or(0);
+    config.metrics = args.metrics.or(file.metrics);
+    config.tenants = file.tenants.clone();
+    if let Some(b) = file.policy_budget {
+        config.policy_budget = b;
+    }
+    let router = match Router::new(config) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    for p in &file.policies {
+        match p.to_load().and_then(|load| router.load_policy(load)) {
+            Ok(s) => tracing::info!("policy `{}` loaded from {}", s.name, s.source),
+            Err(e) => {
+                tracing::error!("policy from the configuration: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     let listener = match router.bind() {
         Ok(l) => l,
         Err(e) => {
@@ -223,7 +289,13 @@ fn run(
                 }
             };
             let sock = dir.path().join("router.sock");
-            let router = Router::new(router_config(sock.clone(), dir.path().join("servers"), backend, &server));
+            let router = match Router::new(router_config(sock.clone(), dir.path().join("servers"), backend, &server)) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!("{e}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let listener = match router.bind() {
                 Ok(l) => l,
                 Err(e) => {
@@ -284,7 +356,13 @@ fn spec(what: SpecCommand) -> ExitCode {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Serve { listen, backend, pool, server } => serve(listen, backend, pool, server),
+        Command::Serve { listen, backend, pool, config, metrics, server } => {
+            serve(ServeArgs { listen, backend, pool, config, metrics, server })
+        }
+        Command::Policy { cmd } => policy::command(cmd),
+        Command::Top { interval, once, router } => {
+            policy::top(&router, std::time::Duration::from_secs_f64(interval.max(0.1)), once)
+        }
         Command::Sessions { router } => manage::sessions(&router),
         Command::Checkpoint { session, out, stop, compress, router } => {
             manage::checkpoint(&router, session, out, stop, compress)

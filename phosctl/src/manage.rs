@@ -24,7 +24,10 @@ impl RouterArg {
     }
 }
 
-fn run<T>(router: &RouterArg, f: impl AsyncFnOnce(RouterControlClient) -> Result<T, String>) -> Result<T, String> {
+pub(crate) fn run<T>(
+    router: &RouterArg,
+    f: impl AsyncFnOnce(RouterControlClient) -> Result<T, String>,
+) -> Result<T, String> {
     let path = router.control_path()?;
     phos_control::block_on(async move {
         let client = phos_control::router_client(&path)
@@ -35,7 +38,7 @@ fn run<T>(router: &RouterArg, f: impl AsyncFnOnce(RouterControlClient) -> Result
     .map_err(|e| e.to_string())?
 }
 
-fn report(r: Result<(), String>) -> ExitCode {
+pub(crate) fn report(r: Result<(), String>) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

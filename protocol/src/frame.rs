@@ -35,6 +35,10 @@ pub enum FrameKind {
     Refused = 5,
     /// Device `printf` output for the guest's standard output, sent before a reply.
     Output = 6,
+    /// API server -> router: the session's resource usage (payload:
+    /// [`UsageReport`](crate::handshake::UsageReport)), sent before a reply when it changed.
+    /// The router keeps it; guests never see one.
+    Report = 7,
 }
 
 impl FrameKind {
@@ -46,6 +50,7 @@ impl FrameKind {
             4 => FrameKind::Welcome,
             5 => FrameKind::Refused,
             6 => FrameKind::Output,
+            7 => FrameKind::Report,
             _ => return None,
         })
     }

@@ -50,3 +50,13 @@ pub struct Welcome {
     /// a restore may change (module variable addresses) are fetched again when it moves.
     pub epoch: u64,
 }
+
+/// API server -> router: what the session uses, in totals since it started (so a lost or
+/// reordered report cannot skew the router's count). Indices are `cudart::RESOURCES`'.
+#[derive(Debug, Clone, Default, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct UsageReport {
+    /// Continuous resources: (resource, amount held now).
+    pub held: Vec<(u32, u64)>,
+    /// Measured resources: (resource, total measured, calls measured).
+    pub measured: Vec<(u32, u64, u64)>,
+}

@@ -54,8 +54,21 @@ pub struct ErrorInfo {
 #[derive(Debug, Clone, Copy)]
 pub struct ResourceInfo {
     pub name: &'static str,
-    /// Held until given back (memory) rather than used once (launches, bytes).
-    pub continuous: bool,
+    pub kind: ResourceKind,
+    /// The error code a call gets when the tenant's quota of this resource is exhausted
+    /// (the spec's `exhausted(...)`); resources without one have no quota.
+    pub exhausted: Option<i32>,
+}
+
+/// How a resource is used (the spec's `continuous_rc`, `instantaneous_rc`, `measured_rc`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResourceKind {
+    /// Held until given back (device memory); the server reports how much is held.
+    Continuous,
+    /// Used once per call, in an amount the request says (launches, bytes copied).
+    Instantaneous,
+    /// Used once per call, in an amount the server measures afterwards (device time).
+    Measured,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

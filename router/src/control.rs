@@ -6,7 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use phos_control::{CheckpointRequest, CheckpointSummary, Progress, RestoreSummary, RouterControl, SessionInfo};
+use phos_control::{
+    CheckpointRequest, CheckpointSummary, PolicyDetail, PolicyLoad, PolicySummary, Progress, RestoreSummary,
+    RouterControl, SessionInfo, TenantUsage,
+};
+use phos_policy::engine::PolicyInfo;
 use tarpc::context::Context;
 
 use crate::Router;
@@ -94,5 +98,50 @@ impl RouterControl for RouterCtl {
         };
         let client = phos_control::server_client(&ctl).await.ok()?;
         client.progress(tarpc::context::current()).await.ok()
+    }
+
+    async fn policy_load(self, _: Context, policy: PolicyLoad) -> Result<PolicySummary, String> {
+        let router = self.router.clone();
+        blocking(move || router.load_policy(policy)).await
+    }
+
+    async fn policy_unload(self, _: Context, name: String) -> Result<(), String> {
+        self.router.policies.unload(&name).map_err(|e| e.to_string())
+    }
+
+    async fn policy_list(self, _: Context) -> Vec<PolicySummary> {
+        self.router.policies.list().into_iter().map(summary).collect()
+    }
+
+    async fn policy_show(self, _: Context, name: String) -> Result<PolicyDetail, String> {
+        let (info, disassembly, maps) = self.router.policies.show(&name).map_err(|e| e.to_string())?;
+        Ok(PolicyDetail {
+            summary: summary(info),
+            disassembly,
+            maps: maps
+                .into_iter()
+                .map(|m| (m.name, m.kind, m.key_size, m.value_size, m.max_entries, m.entries))
+                .collect(),
+        })
+    }
+
+    async fn usage(self, _: Context) -> Vec<TenantUsage> {
+        self.router.tenants.usage()
+    }
+}
+
+pub(crate) fn summary(p: PolicyInfo) -> PolicySummary {
+    PolicySummary {
+        name: p.name,
+        source: p.source,
+        program: p.program,
+        instructions: p.instructions,
+        loaded_unix_s: p.loaded_unix_s,
+        kernel_verified: p.kernel_verified,
+        runs: p.runs,
+        admitted: p.admitted,
+        delayed: p.delayed,
+        rejected: p.rejected,
+        mean_run_ns: p.mean_run_ns,
     }
 }

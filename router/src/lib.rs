@@ -1,11 +1,14 @@
 //! The Phos router: the one place all guest traffic crosses.
 //!
-//! A guest process opens channels (one per calling thread) to the router's socket. The router
-//! identifies the tenant from the connection (Unix peer credentials), starts one API server
-//! process per guest process (its *session*), and carries every frame between the guest and
-//! that server. What each call costs comes from the spec's cost table ([`costs`]); the router
-//! itself knows nothing about CUDA. A tenant can only ever reach its own session: a channel
-//! joins a session only with that session's secret token and from the same tenant.
+//! A guest process opens channels (one per calling thread) to the router's socket, or to a
+//! tenant's own socket. The router identifies the tenant ([`tenants`]: peer credentials or
+//! the socket), starts one API server process per guest process (its *session*), and
+//! carries every frame between the guest and that server. Before a call is forwarded it is
+//! decided ([`admission`]): what it costs comes from the spec's cost table ([`costs`]), quotas
+//! are enforced, and the operator's eBPF policies are asked (`phos_policy`); the servers'
+//! usage reports keep the per-tenant books. The router itself knows nothing about CUDA. A
+//! tenant can only ever reach its own sessions: a channel joins a session only with that
+//! session's secret token and from the same tenant.
 //!
 //! The router also runs the management service ([`control`], for `phosctl`): it lists
 //! sessions, checkpoints them (through their servers), and restores them from images into
@@ -13,8 +16,12 @@
 //! session checkpointed with `stop` is *suspended*: its guest's channels wait for the
 //! restore and then carry on with the restored server.
 
+pub mod admission;
+pub mod config;
 pub mod control;
+pub mod metrics;
 pub mod session;
+pub mod tenants;
 pub mod usage;
 
 /// The spec-generated cost table: `costs::charges(function, payload, &mut out)`.
@@ -32,13 +39,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use phos_policy::engine::PolicySet;
 use phos_protocol::cudart;
 use phos_protocol::frame::{FrameHeader, FrameKind};
-use phos_protocol::handshake::{Attach, Hello, Welcome};
+use phos_protocol::handshake::{Attach, Hello, UsageReport, Welcome};
 use phos_protocol::transport::{read_frame, write_frame};
 
 pub use session::SessionEntry;
 use session::{ServerProcess, ServerStart, State};
+pub use tenants::{Tenant, TenantConfig, Tenants};
 
 /// How the router runs.
 #[derive(Debug, Clone)]
@@ -65,6 +74,12 @@ pub struct RouterConfig {
     pub reconnect_wait: Duration,
     /// How long a suspended session is kept for a restore.
     pub suspended_for: Duration,
+    /// Tenants the operator configured (names, users, sockets, shares, quotas).
+    pub tenants: Vec<TenantConfig>,
+    /// Instructions a policy may run per call.
+    pub policy_budget: u64,
+    /// Where to serve Prometheus metrics (`host:port`), if anywhere.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 impl RouterConfig {
@@ -81,31 +96,15 @@ impl RouterConfig {
             pool_size: 0,
             reconnect_wait: Duration::from_secs(120),
             suspended_for: Duration::from_secs(3600),
+            tenants: Vec::new(),
+            policy_budget: phos_policy::engine::DEFAULT_BUDGET,
+            metrics: None,
         }
     }
 }
 
-/// Who a connection belongs to.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Tenant {
-    pub uid: u32,
-}
-
-impl std::fmt::Display for Tenant {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "uid:{}", self.uid)
-    }
-}
-
-impl Tenant {
-    /// Parse the `uid:N` form images record.
-    pub fn parse(s: &str) -> Option<Tenant> {
-        s.strip_prefix("uid:")?.parse().ok().map(|uid| Tenant { uid })
-    }
-}
-
-/// The peer of a Unix socket: (tenant, pid).
-pub fn peer_credentials(stream: &UnixStream) -> io::Result<(Tenant, u32)> {
+/// The peer of a Unix socket: (uid, pid).
+pub fn peer_credentials(stream: &UnixStream) -> io::Result<(u32, u32)> {
     use std::os::fd::AsRawFd;
     let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
@@ -121,7 +120,7 @@ pub fn peer_credentials(stream: &UnixStream) -> io::Result<(Tenant, u32)> {
     if r != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok((Tenant { uid: cred.uid }, cred.pid as u32))
+    Ok((cred.uid, cred.pid as u32))
 }
 
 pub struct Router {
@@ -134,6 +133,8 @@ pub struct Router {
     /// Management sockets of servers restoring a session, by session: progress is asked there
     /// until the session has its server again.
     restoring: Mutex<HashMap<u64, PathBuf>>,
+    pub tenants: Tenants,
+    pub policies: PolicySet,
 }
 
 /// Handshake frames are small; anything larger is refused before it is read.
@@ -146,8 +147,13 @@ fn refuse(stream: &mut UnixStream, reason: &str) {
 }
 
 impl Router {
-    pub fn new(config: RouterConfig) -> Arc<Self> {
-        Arc::new(Router {
+    /// A router for `config`; refused when its tenant configuration is inconsistent.
+    pub fn new(config: RouterConfig) -> Result<Arc<Self>, String> {
+        let tenants = Tenants::new(config.tenants.clone())?;
+        let policies = PolicySet::new(config.policy_budget);
+        Ok(Arc::new(Router {
+            tenants,
+            policies,
             config,
             sessions: Mutex::new(HashMap::new()),
             next_session: AtomicU64::new(1),
@@ -155,7 +161,7 @@ impl Router {
             pool: Mutex::new(Vec::new()),
             next_pooled: AtomicU64::new(1),
             restoring: Mutex::new(HashMap::new()),
-        })
+        }))
     }
 
     pub fn config(&self) -> &RouterConfig {
@@ -186,6 +192,34 @@ impl Router {
         {
             tracing::error!("management service: {e}");
         }
+        if let Some(addr) = self.config.metrics {
+            match metrics::serve(self.clone(), addr) {
+                Ok(bound) => tracing::info!("metrics on http://{bound}/metrics"),
+                Err(e) => tracing::error!("metrics endpoint {addr}: {e}"),
+            }
+        }
+        // Each tenant with a socket of its own: every connection there is that tenant.
+        for c in self.tenants.configs() {
+            let Some(path) = &c.socket else { continue };
+            let _ = std::fs::remove_file(path);
+            match UnixListener::bind(path) {
+                Ok(l) => {
+                    let me = self.clone();
+                    let tenant = Tenant(c.name.clone());
+                    tracing::info!(%tenant, "tenant socket {}", path.display());
+                    std::thread::Builder::new()
+                        .name("phos-accept".into())
+                        .spawn(move || me.accept_loop(l, Some(tenant)))
+                        .expect("spawning an accept thread");
+                }
+                Err(e) => tracing::error!(tenant = %c.name, "cannot listen on {}: {e}", path.display()),
+            }
+        }
+        self.accept_loop(listener, None);
+    }
+
+    /// Accept guests on `listener`; `tenant`: the tenant every connection there is.
+    fn accept_loop(self: &Arc<Self>, listener: UnixListener, tenant: Option<Tenant>) {
         for conn in listener.incoming() {
             if self.stopping.load(Ordering::Relaxed) {
                 break;
@@ -193,9 +227,10 @@ impl Router {
             match conn {
                 Ok(stream) => {
                     let me = self.clone();
+                    let tenant = tenant.clone();
                     std::thread::Builder::new()
                         .name("phos-route".into())
-                        .spawn(move || me.handle_guest(stream))
+                        .spawn(move || me.handle_guest(stream, tenant))
                         .expect("spawning a channel thread");
                 }
                 Err(e) => {
@@ -209,8 +244,14 @@ impl Router {
     /// End every session and stop accepting.
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::Relaxed);
-        // Wake the accept loop.
+        // Wake the accept loops.
         let _ = UnixStream::connect(&self.config.listen);
+        for c in self.tenants.configs() {
+            if let Some(path) = &c.socket {
+                let _ = UnixStream::connect(path);
+                let _ = std::fs::remove_file(path);
+            }
+        }
         let sessions: Vec<_> = self.sessions.lock().unwrap().drain().map(|(_, s)| s).collect();
         for s in sessions {
             s.end();
@@ -278,9 +319,9 @@ impl Router {
         None
     }
 
-    fn handle_guest(self: Arc<Self>, mut guest: UnixStream) {
+    fn handle_guest(self: Arc<Self>, mut guest: UnixStream, socket_tenant: Option<Tenant>) {
         let (tenant, pid) = match peer_credentials(&guest) {
-            Ok(c) => c,
+            Ok((uid, pid)) => (socket_tenant.unwrap_or_else(|| self.tenants.for_uid(uid)), pid),
             Err(e) => {
                 tracing::warn!("cannot identify a guest connection: {e}");
                 return refuse(&mut guest, "cannot identify the connection's owner");
@@ -363,6 +404,7 @@ impl Router {
         let entry = Arc::new(SessionEntry::new(
             id,
             tenant.clone(),
+            self.tenants.state(tenant),
             pid,
             hello.program.clone(),
             hello.abi_major,
@@ -409,8 +451,10 @@ impl Router {
         {
             return Err(format!("session {} is running; checkpoint it with --stop before restoring it", meta.id));
         }
-        let tenant =
-            Tenant::parse(&meta.tenant).ok_or_else(|| format!("the image names no tenant ({:?})", meta.tenant))?;
+        if meta.tenant.is_empty() {
+            return Err("the image names no tenant".into());
+        }
+        let tenant = Tenant(meta.tenant.clone());
         // Whatever way the restore ends, its progress stops being asked for.
         struct Restoring<'a>(&'a Router, u64);
         impl Drop for Restoring<'_> {
@@ -461,7 +505,8 @@ impl Router {
             _ => {
                 let e = Arc::new(SessionEntry::new(
                     meta.id,
-                    tenant,
+                    tenant.clone(),
+                    self.tenants.state(&tenant),
                     0,
                     meta.program.clone(),
                     meta.abi_major,
@@ -516,17 +561,43 @@ impl Router {
         session.channel_opened();
         let _close = session::ChannelGuard(session.clone());
         let max = self.config.max_payload;
-        // Server -> guest on a thread of its own; guest -> server here.
-        let (mut server_r, mut guest_w) = (server.try_clone()?, guest.try_clone()?);
-        let back = std::thread::Builder::new().name("phos-route-back".into()).spawn(move || {
-            let mut buf = Vec::new();
-            while let Ok(h) = read_frame(&mut server_r, &mut buf, u64::MAX) {
-                if write_frame(&mut guest_w, &h, &[&buf]).is_err() {
-                    break;
+        // What the call in flight on this channel still has open (one call at a time: the
+        // guest waits for each reply).
+        let inflight: Arc<Mutex<Option<admission::InFlight>>> = Arc::default();
+        // Server -> guest on a thread of its own; guest -> server here. The guest and the
+        // server share one socket for both directions, so writes to the guest (replies from
+        // the server, refusals from here) go through one lock.
+        let guest_w = Arc::new(Mutex::new(guest.try_clone()?));
+        let mut server_r = server.try_clone()?;
+        let back = {
+            let (session, inflight, guest_w) = (session.clone(), inflight.clone(), guest_w.clone());
+            std::thread::Builder::new().name("phos-route-back".into()).spawn(move || {
+                let mut buf = Vec::new();
+                while let Ok(h) = read_frame(&mut server_r, &mut buf, u64::MAX) {
+                    match h.kind {
+                        // The server's usage report is the router's: it never reaches the guest.
+                        FrameKind::Report => {
+                            match phos_protocol::decode::<UsageReport>(&buf) {
+                                Ok(r) => admission::report(&session, &session.tenant_state, &r),
+                                Err(e) => tracing::warn!(session = session.id, "bad usage report: {e}"),
+                            }
+                            continue;
+                        }
+                        FrameKind::Reply => {
+                            let open = inflight.lock().unwrap().take_if(|f| f.call_id == h.call_id);
+                            if let Some(f) = open {
+                                admission::answered(&session, &session.tenant_state, f, h.status);
+                            }
+                        }
+                        _ => {}
+                    }
+                    if write_frame(&mut *guest_w.lock().unwrap(), &h, &[&buf]).is_err() {
+                        break;
+                    }
                 }
-            }
-            let _ = guest_w.shutdown(std::net::Shutdown::Both);
-        })?;
+                let _ = guest_w.lock().unwrap().shutdown(std::net::Shutdown::Both);
+            })?
+        };
         let mut buf = Vec::new();
         let mut charges = Vec::new();
         loop {
@@ -535,7 +606,7 @@ impl Router {
                 Err(phos_protocol::transport::TransportError::Closed) => break,
                 Err(e) => {
                     tracing::warn!(session = session.id, "malformed frame from the guest: {e}");
-                    refuse(&mut guest, &format!("malformed frame: {e}"));
+                    refuse(&mut guest_w.lock().unwrap(), &format!("malformed frame: {e}"));
                     break;
                 }
             };
@@ -544,7 +615,23 @@ impl Router {
             {
                 charges.clear();
                 let _ = costs::charges(f, &buf, &mut charges);
-                session.usage.record(f, &charges);
+                let tenant = &session.tenant_state;
+                let (decision, open) =
+                    admission::admit(&self.tenants, &self.policies, session, tenant, f, &charges, h.call_id);
+                match decision {
+                    admission::Decision::Forward => *inflight.lock().unwrap() = open,
+                    admission::Decision::Refuse(code) => {
+                        let mut r = FrameHeader::new(FrameKind::Reply);
+                        r.function = h.function;
+                        r.session = h.session;
+                        r.call_id = h.call_id;
+                        r.status = code;
+                        if write_frame(&mut *guest_w.lock().unwrap(), &r, &[]).is_err() {
+                            break;
+                        }
+                        continue;
+                    }
+                }
             }
             if write_frame(&mut server, &h, &[&buf]).is_err() {
                 break;
@@ -553,6 +640,26 @@ impl Router {
         let _ = server.shutdown(std::net::Shutdown::Both);
         let _ = back.join();
         Ok(())
+    }
+
+    /// Load (or replace) a policy: its parameters set, checked, and, where the router is
+    /// privileged (or `Require` asks), passed through the kernel's verifier.
+    pub fn load_policy(&self, p: phos_control::PolicyLoad) -> Result<phos_control::PolicySummary, String> {
+        use phos_policy::engine::{KernelCheck, parse_param};
+        if p.name.is_empty()
+            || p.name.len() > 64
+            || !p.name.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+        {
+            return Err(format!("`{}` is not a policy name (letters, digits, `_-.`, at most 64)", p.name));
+        }
+        let params = p.params.iter().map(|s| parse_param(s)).collect::<Result<Vec<_>, _>>()?;
+        let kernel = match p.kernel_check {
+            phos_control::KernelCheck::Auto => KernelCheck::Auto,
+            phos_control::KernelCheck::Require => KernelCheck::Require,
+            phos_control::KernelCheck::Skip => KernelCheck::Skip,
+        };
+        let info = self.policies.load(&p.name, &p.source, &p.elf, &params, kernel).map_err(|e| e.to_string())?;
+        Ok(control::summary(info))
     }
 
     /// Checkpoint a session through its server; with `stop`, the session is suspended and its

@@ -4,12 +4,13 @@
 use std::io::{self, BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::RouterConfig;
+use crate::tenants::{Tenant, TenantState};
 use crate::usage::Usage;
-use crate::{RouterConfig, Tenant};
 
 /// An API server process.
 pub struct ServerProcess {
@@ -113,6 +114,8 @@ pub enum State {
 pub struct SessionEntry {
     pub id: u64,
     pub tenant: Tenant,
+    /// The tenant's books, which this session's usage is part of.
+    pub tenant_state: Arc<TenantState>,
     /// The guest process (as the router's PID namespace sees it).
     pub pid: u32,
     pub program: String,
@@ -127,6 +130,21 @@ pub struct SessionEntry {
     server: Mutex<Option<ServerProcess>>,
     state: Mutex<State>,
     state_changed: Condvar,
+    books: Mutex<Books>,
+    /// Set once the session's usage has left its tenant's books.
+    closed_books: AtomicBool,
+}
+
+/// The session's part of its tenant's usage, per resource.
+#[derive(Default)]
+struct Books {
+    /// Continuous: held, as last reported.
+    held: Vec<u64>,
+    /// Measured: (total, calls) as the current server last reported them.
+    last_measured: Vec<(u64, u64)>,
+    /// Measured: calls admitted, and calls measured, over the session's life.
+    admitted: Vec<u64>,
+    measured: Vec<u64>,
 }
 
 /// Closes a channel's count when the channel ends, however it ends.
@@ -152,6 +170,7 @@ impl SessionEntry {
     pub(crate) fn new(
         id: u64,
         tenant: Tenant,
+        tenant_state: Arc<TenantState>,
         pid: u32,
         program: String,
         abi_major: u32,
@@ -160,9 +179,12 @@ impl SessionEntry {
         server: Option<ServerProcess>,
     ) -> Self {
         let state = if server.is_some() { State::Active } else { State::Suspended };
+        tenant_state.sessions.fetch_add(1, Ordering::Relaxed);
+        let n = phos_protocol::cudart::RESOURCES.len();
         SessionEntry {
             id,
             tenant,
+            tenant_state,
             pid,
             program,
             abi_major,
@@ -175,7 +197,47 @@ impl SessionEntry {
             server: Mutex::new(server),
             state: Mutex::new(state),
             state_changed: Condvar::new(),
+            books: Mutex::new(Books {
+                held: vec![0; n],
+                last_measured: vec![(0, 0); n],
+                admitted: vec![0; n],
+                measured: vec![0; n],
+            }),
+            closed_books: AtomicBool::new(false),
         }
+    }
+
+    /// Record what the server says the session holds of `rc`; returns the change.
+    pub(crate) fn set_held(&self, rc: usize, held: u64) -> i64 {
+        let mut b = self.books.lock().unwrap();
+        let old = std::mem::replace(&mut b.held[rc], held);
+        held as i64 - old as i64
+    }
+
+    /// Record a server's measured totals of `rc`; returns what is new since the last report
+    /// (amount, calls). A restored session's server counts from zero again.
+    pub(crate) fn set_measured(&self, rc: usize, total: u64, calls: u64) -> (u64, u64) {
+        let mut b = self.books.lock().unwrap();
+        let (last_total, last_calls) = b.last_measured[rc];
+        let (amount, n) = if calls < last_calls || total < last_total {
+            (total, calls)
+        } else {
+            (total - last_total, calls - last_calls)
+        };
+        b.last_measured[rc] = (total, calls);
+        b.measured[rc] += n;
+        (amount, n)
+    }
+
+    pub(crate) fn admit_measured(&self, rc: usize, delta: i64) {
+        let mut b = self.books.lock().unwrap();
+        b.admitted[rc] = b.admitted[rc].saturating_add_signed(delta);
+    }
+
+    /// Calls of `rc` admitted and never measured.
+    pub(crate) fn unmeasured(&self, rc: usize) -> u64 {
+        let b = self.books.lock().unwrap();
+        b.admitted[rc].saturating_sub(b.measured[rc])
     }
 
     pub fn token(&self) -> [u8; 16] {
@@ -286,6 +348,9 @@ impl SessionEntry {
         self.set_state(State::Ended);
         if let Some(s) = server {
             s.end();
+        }
+        if !self.closed_books.swap(true, Ordering::Relaxed) {
+            crate::admission::session_ended(self, &self.tenant_state);
         }
     }
 }

@@ -9,6 +9,7 @@
 
 use std::cell::Cell;
 use std::ffi::{CStr, CString, c_void};
+use std::sync::Mutex;
 
 use cudarc::driver::sys;
 use phos_protocol::CudaError;
@@ -46,6 +47,102 @@ pub struct CudaBackend {
     /// `cuDeviceGetAttribute`, called with plain integers: attributes come from guests and
     /// may not be valid enumerators of the bindings' Rust enum.
     get_attribute: unsafe extern "C" fn(*mut i32, i32, sys::CUdevice) -> i32,
+    timer: Mutex<KernelTimer>,
+}
+
+/// Device time of kernels, from an event pair recorded around each timed launch on its own
+/// stream. Pairs are harvested (in launch order) when their end event has completed, so
+/// measuring never waits for the GPU. `PHOS_TIME_KERNELS`: 1 (default) times every
+/// launch, N one launch in N (counted N times), 0 none.
+struct KernelTimer {
+    every: u64,
+    launches: u64,
+    /// (device, start, end, weight) of launches not harvested yet, oldest first.
+    pending: std::collections::VecDeque<(i32, sys::CUevent, sys::CUevent, u64)>,
+    /// Event pairs to reuse, per device.
+    free: Vec<Vec<(sys::CUevent, sys::CUevent)>>,
+    total_ns: u64,
+    kernels: u64,
+}
+
+// CUevent handles are plain driver handles, usable from any thread.
+unsafe impl Send for KernelTimer {}
+
+/// Pending pairs beyond this are harvested by waiting, so a stream that never completes
+/// cannot grow the queue without bound.
+const MAX_PENDING_TIMINGS: usize = 4096;
+
+impl KernelTimer {
+    fn new(devices: usize) -> Self {
+        let every = std::env::var("PHOS_TIME_KERNELS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+        KernelTimer {
+            every,
+            launches: 0,
+            pending: Default::default(),
+            free: vec![Vec::new(); devices],
+            total_ns: 0,
+            kernels: 0,
+        }
+    }
+
+    /// An event pair for the next launch on `device`, if this launch is timed.
+    fn begin(&mut self, device: i32) -> Option<(sys::CUevent, sys::CUevent)> {
+        if self.every == 0 {
+            return None;
+        }
+        self.launches += 1;
+        if !(self.launches - 1).is_multiple_of(self.every) {
+            return None;
+        }
+        if let Some(pair) = self.free.get_mut(device as usize)?.pop() {
+            return Some(pair);
+        }
+        let mut start = std::ptr::null_mut();
+        let mut end = std::ptr::null_mut();
+        unsafe {
+            check(sys::cuEventCreate(&mut start, 0)).ok()?;
+            if check(sys::cuEventCreate(&mut end, 0)).is_err() {
+                sys::cuEventDestroy_v2(start);
+                return None;
+            }
+        }
+        Some((start, end))
+    }
+
+    fn recorded(&mut self, device: i32, pair: (sys::CUevent, sys::CUevent)) {
+        self.pending.push_back((device, pair.0, pair.1, self.every));
+        if self.pending.len() > MAX_PENDING_TIMINGS
+            && let Some(&(_, _, end, _)) = self.pending.front()
+        {
+            unsafe { sys::cuEventSynchronize(end) };
+        }
+        self.harvest();
+    }
+
+    fn give_back(&mut self, device: i32, pair: (sys::CUevent, sys::CUevent)) {
+        if let Some(f) = self.free.get_mut(device as usize) {
+            f.push(pair);
+        }
+    }
+
+    /// Count every finished pair at the front of the queue.
+    fn harvest(&mut self) {
+        while let Some(&(device, start, end, weight)) = self.pending.front() {
+            let r = unsafe { sys::cuEventQuery(end) };
+            if r == sys::CUresult::CUDA_ERROR_NOT_READY {
+                break;
+            }
+            self.pending.pop_front();
+            let mut ms = 0f32;
+            if r == sys::CUresult::CUDA_SUCCESS
+                && unsafe { sys::cuEventElapsedTime(&mut ms, start, end) } == sys::CUresult::CUDA_SUCCESS
+            {
+                self.total_ns += (f64::from(ms) * 1e6) as u64 * weight;
+                self.kernels += weight;
+            }
+            self.give_back(device, (start, end));
+        }
+    }
 }
 
 thread_local! {
@@ -105,7 +202,8 @@ impl CudaBackend {
             }
         }
         BOUND.with(|b| b.set(count - 1));
-        Ok(CudaBackend { devices, driver_version, get_attribute })
+        let timer = Mutex::new(KernelTimer::new(devices.len()));
+        Ok(CudaBackend { devices, driver_version, get_attribute, timer })
     }
 
     fn device(&self, device: i32) -> Result<&Device, CudaError> {
@@ -447,7 +545,13 @@ impl Backend for CudaBackend {
             &mut size as *mut usize as *mut c_void,
             std::ptr::null_mut(),
         ];
-        unsafe {
+        let device = BOUND.with(|b| b.get());
+        let timed = self.timer.lock().unwrap().begin(device);
+        let h = stream_handle(stream);
+        if let Some((start, _)) = timed {
+            unsafe { sys::cuEventRecord(start, h) };
+        }
+        let r = unsafe {
             check(sys::cuLaunchKernel(
                 function as sys::CUfunction,
                 grid.x,
@@ -457,10 +561,25 @@ impl Backend for CudaBackend {
                 block.y,
                 block.z,
                 shared_mem,
-                stream_handle(stream),
+                h,
                 std::ptr::null_mut(),
                 extra.as_mut_ptr(),
             ))
+        };
+        if let Some(pair) = timed {
+            let mut timer = self.timer.lock().unwrap();
+            if r.is_ok() && unsafe { sys::cuEventRecord(pair.1, h) } == sys::CUresult::CUDA_SUCCESS {
+                timer.recorded(device, pair);
+            } else {
+                timer.give_back(device, pair);
+            }
         }
+        r
+    }
+
+    fn device_time(&self) -> (u64, u64) {
+        let mut timer = self.timer.lock().unwrap();
+        timer.harvest();
+        (timer.total_ns, timer.kernels)
     }
 }

@@ -102,6 +102,9 @@ pub struct EmuBackend {
     /// was submitted: a valid CUDA schedule for any mix of streams and host threads.
     work: Mutex<()>,
     workers: usize,
+    /// Time spent running kernels (ns) and kernels run: the emulated device's device time.
+    kernel_ns: AtomicU64,
+    kernels: AtomicU64,
 }
 
 const PAGE: u64 = 4096;
@@ -173,6 +176,8 @@ impl EmuBackend {
             functions: Mutex::new(HashMap::new()),
             work: Mutex::new(()),
             workers: cores as usize,
+            kernel_ns: AtomicU64::new(0),
+            kernels: AtomicU64::new(0),
         }
     }
 
@@ -497,6 +502,10 @@ impl Backend for EmuBackend {
         m.variables.get(name).copied().ok_or(CudaError::SymbolNotFound)
     }
 
+    fn device_time(&self) -> (u64, u64) {
+        (self.kernel_ns.load(Ordering::Relaxed), self.kernels.load(Ordering::Relaxed))
+    }
+
     fn launch(
         &self,
         function: Raw,
@@ -518,7 +527,11 @@ impl Backend for EmuBackend {
             params,
         };
         let _work = self.work.lock().unwrap();
-        match exec::run(&program, &name, &launch, memory, printed, self.workers) {
+        let started = std::time::Instant::now();
+        let result = exec::run(&program, &name, &launch, memory, printed, self.workers);
+        self.kernel_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.kernels.fetch_add(1, Ordering::Relaxed);
+        match result {
             Ok(_) => Ok(()),
             Err(e) => {
                 match &e {

@@ -93,6 +93,12 @@ pub trait Backend: Send + Sync {
     fn module_function(&self, module: Raw, name: &str) -> Result<Raw, CudaError>;
     /// Address and size of a module's global variable.
     fn module_global(&self, module: Raw, name: &str) -> Result<(u64, u64), CudaError>;
+    /// Device time of the kernels launched so far, as far as it is known: (nanoseconds,
+    /// kernels measured). Kernels still running are counted once they finish.
+    fn device_time(&self) -> (u64, u64) {
+        (0, 0)
+    }
+
     /// Launch with a packed parameter buffer. A backend that runs the kernel itself checks
     /// every access against `memory` (frozen for the launch) and appends its `printf` output
     /// to `printed`.

@@ -4,6 +4,7 @@
 pub mod costs;
 pub mod docs;
 pub mod guest;
+pub mod policy_header;
 pub mod server;
 pub mod wire;
 

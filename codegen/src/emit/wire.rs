@@ -8,7 +8,7 @@ use crate::model::*;
 pub fn emit(api: &Api) -> String {
     let mut w = W::default();
     w.line("#[allow(unused_imports)]");
-    w.line("use crate::spec::{ErrorInfo, Exec, FunctionInfo, ObjectRules, ResourceInfo};");
+    w.line("use crate::spec::{ErrorInfo, Exec, FunctionInfo, ObjectRules, ResourceInfo, ResourceKind};");
     w.line("");
     w.line("/// Name of the API this module was generated from.");
     w.line(format!("pub const API_NAME: &str = {};", lit(&api.name)));
@@ -128,10 +128,18 @@ fn resources(w: &mut W, api: &Api) {
     w.line("/// Resources the spec accounts for, in declaration order.");
     w.open("pub static RESOURCES: &[ResourceInfo] = &[");
     for r in &api.resources {
+        let kind = match r.kind {
+            crate::ast::ResourceKind::Continuous => "Continuous",
+            crate::ast::ResourceKind::Instantaneous => "Instantaneous",
+            crate::ast::ResourceKind::Measured => "Measured",
+        };
+        let exhausted = match &r.exhausted {
+            Some(e) => format!("Some({})", api.constants.get(e).copied().unwrap_or_default()),
+            None => "None".to_string(),
+        };
         w.line(format!(
-            "ResourceInfo {{ name: {}, continuous: {} }},",
-            lit(&r.name),
-            r.kind == crate::ast::ResourceKind::Continuous
+            "ResourceInfo {{ name: {}, kind: ResourceKind::{kind}, exhausted: {exhausted} }},",
+            lit(&r.name)
         ));
     }
     w.close("];");

@@ -1,0 +1,80 @@
+//! The kernel's verifier as a second opinion.
+//!
+//! A policy only uses helpers the kernel also has (same ids and signatures) and reads its
+//! context the way a tracepoint program reads its record, so where the router runs with
+//! `CAP_BPF` (or as root) it can load the object into the kernel as a tracepoint program,
+//! through aya, and let the kernel's verifier check it before the router accepts it. The
+//! program is never attached: it is dropped (and its maps freed) right after.
+
+use aya::EbpfLoader;
+use aya::programs::TracePoint;
+
+/// Whether this process may load eBPF programs into the kernel (it tries the syscall).
+pub fn available() -> bool {
+    // BPF_PROG_LOAD of a two-instruction socket filter: allowed means verifying is.
+    let insns: [u64; 2] = [0x0000_0000_0000_00b7, 0x0000_0000_0000_0095]; // mov r0, 0; exit
+    let license = c"GPL";
+    #[repr(C)]
+    #[derive(Default)]
+    struct ProgLoad {
+        prog_type: u32,
+        insn_cnt: u32,
+        insns: u64,
+        license: u64,
+        log_level: u32,
+        log_size: u32,
+        log_buf: u64,
+        kern_version: u32,
+        prog_flags: u32,
+    }
+    let attr = ProgLoad {
+        prog_type: 1, // BPF_PROG_TYPE_SOCKET_FILTER
+        insn_cnt: 2,
+        insns: insns.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        ..Default::default()
+    };
+    const BPF_PROG_LOAD: libc::c_long = 5;
+    let fd = unsafe {
+        libc::syscall(libc::SYS_bpf, BPF_PROG_LOAD, &attr as *const ProgLoad, std::mem::size_of::<ProgLoad>())
+    };
+    if fd >= 0 {
+        unsafe { libc::close(fd as i32) };
+        true
+    } else {
+        false
+    }
+}
+
+/// Pass every program of `elf` (with `globals` set) through the kernel's verifier. The error
+/// carries the verifier's own explanation.
+pub fn verify(elf: &[u8], globals: &[(String, Vec<u8>)]) -> Result<(), String> {
+    let mut loader = EbpfLoader::new();
+    for (name, bytes) in globals {
+        loader.override_global(name.as_str(), bytes.as_slice(), true);
+    }
+    let mut ebpf = loader.load(elf).map_err(|e| format!("the kernel refused the object: {}", chain(&e)))?;
+    let mut checked = 0;
+    for (name, program) in ebpf.programs_mut() {
+        let tp: &mut TracePoint =
+            program.try_into().map_err(|e| format!("program `{name}` is not a policy entry point: {e}"))?;
+        tp.load().map_err(|e| format!("the kernel's verifier refused `{name}`: {}", chain(&e)))?;
+        checked += 1;
+    }
+    if checked == 0 {
+        return Err("the object has no program".into());
+    }
+    Ok(())
+}
+
+/// An error with its sources (the verifier log is in the innermost one).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(inner) = cur {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        cur = inner.source();
+    }
+    s
+}

@@ -1,0 +1,515 @@
+//! The runtime on policies compiled from C (tests/programs/*.c) with clang. Without clang
+//! these tests pass vacuously, unless PHOS_REQUIRE_CLANG=1 makes them fail.
+
+use std::fmt::Debug;
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+use phos_policy::runtime::{Fault, INCLUDE_DIR, LoadError, MapError, Program};
+
+const ADMIT: u64 = 0;
+const BUDGET: u64 = 100_000;
+
+fn delay(ns: u64) -> u64 {
+    (1 << 62) | ns
+}
+
+fn reject(error: u32) -> u64 {
+    (2 << 62) | u64::from(error)
+}
+
+/// The clang to use, or `None` (test skipped) where there is none.
+fn clang() -> Option<String> {
+    let clang = std::env::var("PHOS_CLANG").unwrap_or_else(|_| "clang".into());
+    match Command::new(&clang).arg("--version").output() {
+        Ok(o) if o.status.success() => Some(clang),
+        _ if std::env::var("PHOS_REQUIRE_CLANG").is_ok_and(|v| v == "1") => {
+            panic!("PHOS_REQUIRE_CLANG=1 but `{clang}` cannot be run")
+        }
+        _ => {
+            eprintln!("skipped: `{clang}` not found (set PHOS_REQUIRE_CLANG=1 to fail instead)");
+            None
+        }
+    }
+}
+
+/// Compiles tests/programs/NAME.c like `phosctl policy build` does.
+fn compile(name: &str) -> Option<Vec<u8>> {
+    let clang = clang()?;
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs").join(format!("{name}.c"));
+    let out = dir.path().join(format!("{name}.o"));
+    let status = Command::new(clang)
+        .args(["-O2", "-g", "-target", "bpf", "-mcpu=v3", "-Wall", "-Werror", "-I", INCLUDE_DIR, "-c"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success(), "clang failed on {}", src.display());
+    Some(std::fs::read(out).unwrap())
+}
+
+/// A `#define NAME value` of the generated phos_spec.h.
+fn spec_define(name: &str) -> u64 {
+    let text = std::fs::read_to_string(Path::new(INCLUDE_DIR).join("phos_spec.h")).unwrap();
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("#define ")?.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("{name} not in phos_spec.h"));
+    let value = line.split_whitespace().next().unwrap().trim_end_matches("ULL");
+    match value.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).unwrap(),
+        None => value.parse().unwrap(),
+    }
+}
+
+/// The fields of `struct phos_call`, read from phos_policy.h (so that these tests follow
+/// changes of the header): (name, number of u64 words).
+fn call_layout() -> Vec<(String, usize)> {
+    let text = std::fs::read_to_string(Path::new(INCLUDE_DIR).join("phos_policy.h")).unwrap();
+    let rc = spec_define("PHOS_RC_COUNT") as usize;
+    let body = text.split("struct phos_call {").nth(1).unwrap().split("};").next().unwrap();
+    body.lines()
+        .filter_map(|l| l.trim().strip_prefix("__u64 ")?.split(';').next())
+        .map(|decl| match decl.strip_suffix("[PHOS_RC_COUNT]") {
+            Some(name) => (name.to_string(), rc),
+            None => (decl.to_string(), 1),
+        })
+        .collect()
+}
+
+/// A `struct phos_call`, built by field name; unset fields are 0.
+#[derive(Clone, Default)]
+struct Call {
+    words: Vec<(String, usize, u64)>,
+}
+
+impl Call {
+    fn set(mut self, field: &str, value: u64) -> Self {
+        self.words.push((field.to_string(), 0, value));
+        self
+    }
+    fn set_at(mut self, field: &str, index: usize, value: u64) -> Self {
+        self.words.push((field.to_string(), index, value));
+        self
+    }
+    fn tenant(t: u64) -> Self {
+        Call::default().set("tenant", t)
+    }
+    fn bytes(&self) -> Vec<u8> {
+        let layout = call_layout();
+        let mut words = vec![0u64; layout.iter().map(|(_, n)| n).sum()];
+        for (field, index, value) in &self.words {
+            let mut at = 0;
+            for (name, n) in &layout {
+                if name == field {
+                    assert!(index < n, "{field}[{index}]");
+                    break;
+                }
+                at += n;
+            }
+            assert!(at < words.len(), "no field {field} in struct phos_call");
+            words[at + index] = *value;
+        }
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+}
+
+fn run(p: &mut Program, call: &Call) -> u64 {
+    p.run(&call.bytes(), BUDGET).unwrap_or_else(|f| panic!("{} faulted: {f}", p.name()))
+}
+
+#[test]
+fn token_bucket_admits_a_burst_then_delays() {
+    let Some(elf) = compile("token_bucket") else { return };
+    let mut p = Program::load(&elf, &[]).unwrap();
+    assert_eq!(p.name(), "token_bucket");
+    assert_eq!(p.spec_hash(), Some(spec_define("PHOS_SPEC_HASH")));
+    let t1_now = 5_000_000_000;
+    let t1 = Call::tenant(1).set("now_ns", t1_now);
+    for _ in 0..3 {
+        assert_eq!(run(&mut p, &t1), ADMIT);
+    }
+    // burst = 3, rate = 10/s: the next token comes in 100 ms.
+    assert_eq!(run(&mut p, &t1), delay(100_000_000));
+    // Another tenant has its own bucket.
+    let t2 = Call::tenant(2).set("now_ns", t1_now);
+    assert_eq!(run(&mut p, &t2), ADMIT);
+    // 250 ms later, two tokens.
+    let later = Call::tenant(1).set("now_ns", t1_now + 250_000_000);
+    assert_eq!(run(&mut p, &later), ADMIT);
+    assert_eq!(run(&mut p, &later), ADMIT);
+    assert_eq!(run(&mut p, &later), delay(100_000_000));
+
+    // The host sees and changes the buckets: { tokens, last_ns }.
+    let bucket = p.map_lookup("buckets", &1u64.to_le_bytes()).unwrap();
+    assert_eq!(bucket[..8], 0u64.to_le_bytes());
+    assert_eq!(bucket[8..], (t1_now + 200_000_000).to_le_bytes());
+    let mut refilled = bucket.clone();
+    refilled[..8].copy_from_slice(&2u64.to_le_bytes());
+    p.map_update("buckets", &1u64.to_le_bytes(), &refilled).unwrap();
+    assert_eq!(run(&mut p, &later), ADMIT);
+    assert_eq!(run(&mut p, &later), ADMIT);
+    assert_eq!(run(&mut p, &later), delay(100_000_000));
+    assert_eq!(p.map_lookup("buckets", &3u64.to_le_bytes()), None);
+    assert_eq!(p.map_lookup("buckets", &[0; 4]), None, "wrong key size");
+    assert_eq!(p.map_lookup("nope", &[0; 8]), None);
+    assert!(matches!(p.map_update("buckets", &[0; 8], &[0; 4]), Err(MapError::ValueSize { .. })));
+    assert_eq!(p.map_update("nope", &[0; 8], &[0; 16]), Err(MapError::NoSuchMap("nope".into())));
+    // A new tenant from the host, then the map fills up (16 entries).
+    for t in 100..114u64 {
+        p.map_update("buckets", &t.to_le_bytes(), &[0; 16]).unwrap();
+    }
+    assert_eq!(p.map_update("buckets", &999u64.to_le_bytes(), &[0; 16]), Err(MapError::Full("buckets".into())));
+    // The program cannot insert a new tenant either: it rejects.
+    let t3 = Call::tenant(3).set("now_ns", t1_now);
+    assert_eq!(run(&mut p, &t3), reject(800));
+    p.map_delete("buckets", &100u64.to_le_bytes()).unwrap();
+    assert_eq!(run(&mut p, &t3), ADMIT);
+
+    let buckets = p.maps().into_iter().find(|m| m.name == "buckets").unwrap();
+    assert_eq!((buckets.kind, buckets.key_size, buckets.value_size, buckets.max_entries), (1, 8, 16, 16));
+    assert_eq!(buckets.entries, 16);
+    assert_eq!(p.map_keys("buckets").unwrap().len(), 16);
+    assert!(p.maps().iter().any(|m| m.name == ".rodata"));
+    // The refill function is linked in and called.
+    let text = p.disassemble().join("\n");
+    assert!(text.contains("call 1 (map_lookup_elem)") && text.contains("map[buckets]"), "{text}");
+    assert!(text.lines().any(|l| l.contains("call +")), "{text}");
+    assert_eq!(p.disassemble().len(), p.instructions());
+}
+
+#[test]
+fn token_bucket_parameters_are_set_at_load() {
+    let Some(elf) = compile("token_bucket") else { return };
+    let mut p = Program::load(&elf, &[("burst", 1u64.to_le_bytes().to_vec())]).unwrap();
+    let t = Call::tenant(9).set("now_ns", 1_000_000_000);
+    assert_eq!(run(&mut p, &t), ADMIT);
+    assert_eq!(run(&mut p, &t), delay(100_000_000));
+    let mut p = Program::load(&elf, &[("rate_per_s", 1000u64.to_le_bytes().to_vec())]).unwrap();
+    for _ in 0..3 {
+        assert_eq!(run(&mut p, &t), ADMIT);
+    }
+    assert_eq!(run(&mut p, &t), delay(1_000_000));
+    // Parameters are read-only to the program and to the host.
+    assert_eq!(p.map_update(".rodata", &[0; 4], &[0; 16]), Err(MapError::ReadOnly(".rodata".into())));
+}
+
+#[test]
+fn parameters_of_other_widths_and_errors() {
+    let Some(elf) = compile("params") else { return };
+    let to_device = spec_define("PHOS_RC_bytes_to_device") as usize;
+    let copy = |bytes: u64| Call::default().set_at("amount", to_device, bytes);
+    let mut p = Program::load(&elf, &[]).unwrap();
+    assert_eq!(run(&mut p, &copy(1024)), ADMIT);
+    assert_eq!(run(&mut p, &copy(1025)), reject(2));
+    let globals = [("limit", 100u64.to_le_bytes().to_vec()), ("code", 701u32.to_le_bytes().to_vec())];
+    let mut p = Program::load(&elf, &globals).unwrap();
+    assert_eq!(run(&mut p, &copy(100)), ADMIT);
+    assert_eq!(run(&mut p, &copy(101)), reject(701));
+
+    let e = Program::load(&elf, &[("nope", vec![0; 8])]).unwrap_err();
+    assert!(matches!(&e, LoadError::Global { name, .. } if name == "nope"), "{e}");
+    let e = Program::load(&elf, &[("limit", vec![0; 4])]).unwrap_err();
+    assert!(matches!(&e, LoadError::Global { name, .. } if name == "limit"), "{e}");
+    assert!(e.to_string().contains("size"), "{e}");
+    let e = Program::load(&elf, &[("limit", vec![0; 8]), ("limit", vec![1; 8])]).unwrap_err();
+    assert!(matches!(e, LoadError::Global { .. }), "{e}");
+}
+
+#[test]
+fn array_map_atomics_and_data_sections() {
+    let Some(elf) = compile("array_count") else { return };
+    let mut p = Program::load(&elf, &[]).unwrap();
+    for f in 0..20u64 {
+        assert_eq!(run(&mut p, &Call::tenant(100 + f).set("function", f)), ADMIT);
+    }
+    for slot in 0..8u32 {
+        let v = p.map_lookup("per_function", &slot.to_le_bytes()).unwrap();
+        let calls = u64::from_le_bytes(v[..8].try_into().unwrap());
+        let last = u64::from_le_bytes(v[8..].try_into().unwrap());
+        assert_eq!(calls, if slot < 4 { 3 } else { 2 }, "slot {slot}");
+        assert_eq!(last, 100 + if slot < 4 { 16 + u64::from(slot) } else { 8 + u64::from(slot) });
+    }
+    assert_eq!(p.map_lookup("per_function", &8u32.to_le_bytes()), None);
+    assert_eq!(p.map_lookup(".bss", &0u32.to_le_bytes()), Some(20u64.to_le_bytes().to_vec()));
+    assert_eq!(p.map_lookup(".data", &0u32.to_le_bytes()), Some(1u64.to_le_bytes().to_vec()));
+    // The host resets a counter.
+    p.map_update("per_function", &0u32.to_le_bytes(), &[0; 16]).unwrap();
+    run(&mut p, &Call::default());
+    assert_eq!(p.map_lookup("per_function", &0u32.to_le_bytes()).unwrap()[..8], 1u64.to_le_bytes());
+    let info = p.maps().into_iter().find(|m| m.name == "per_function").unwrap();
+    assert_eq!((info.kind, info.entries, info.max_entries), (2, 8, 8));
+
+    // A writable global (.data) patched at load.
+    let mut p = Program::load(&elf, &[("step", 5u64.to_le_bytes().to_vec())]).unwrap();
+    run(&mut p, &Call::default());
+    run(&mut p, &Call::default());
+    assert_eq!(p.map_lookup(".bss", &0u32.to_le_bytes()), Some(10u64.to_le_bytes().to_vec()));
+    // .bss can be set too (to its initial value).
+    Program::load(&elf, &[("total_calls", 1u64.to_le_bytes().to_vec())]).unwrap();
+}
+
+/// Collects the `phos_policy` log lines as "policy: line".
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<String>>>);
+
+#[derive(Default)]
+struct Fields {
+    policy: String,
+    message: String,
+}
+
+impl tracing::field::Visit for Fields {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        match field.name() {
+            "policy" => self.policy = value.to_string(),
+            "message" => self.message = value.to_string(),
+            _ => {}
+        }
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn Debug) {
+        match field.name() {
+            "policy" => self.policy = format!("{value:?}"),
+            "message" => self.message = format!("{value:?}"),
+            _ => {}
+        }
+    }
+}
+
+impl tracing::Subscriber for Capture {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        if event.metadata().target() == "phos_policy" {
+            let mut f = Fields::default();
+            event.record(&mut f);
+            self.0.lock().unwrap().push(format!("{}: {}", f.policy, f.message));
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[test]
+fn string_literals_and_logging() {
+    let Some(elf) = compile("log") else { return };
+    let mut p = Program::load(&elf, &[]).unwrap();
+    assert!(p.maps().iter().any(|m| m.name.starts_with(".rodata.str")), "{:?}", p.maps());
+    let capture = Capture::default();
+    let malloc = spec_define("PHOS_FN_cudaMalloc");
+    tracing::subscriber::with_default(capture.clone(), || {
+        assert_eq!(run(&mut p, &Call::tenant(3).set("function", malloc)), ADMIT);
+        assert_eq!(run(&mut p, &Call::tenant(4).set("function", 1)), ADMIT);
+    });
+    let lines = capture.0.lock().unwrap().clone();
+    let signed = malloc as i64 - 20;
+    assert_eq!(
+        lines,
+        [
+            format!("log_calls: tenant 3 calls malloc ({signed})"),
+            "log_calls: %x=ff    -7|1  |".to_string(),
+            "log_calls: tenant 4 calls other (-19)".to_string(),
+            "log_calls: %x=ff    -7|1  |".to_string(),
+        ]
+    );
+}
+
+#[test]
+fn bounded_loop() {
+    let Some(elf) = compile("loop") else { return };
+    let mut p = Program::load(&elf, &[]).unwrap();
+    // The loop is a real loop (a backward jump), not unrolled.
+    assert!(p.disassemble().iter().any(|l| l.contains("goto -")), "{:#?}", p.disassemble());
+    let rc = spec_define("PHOS_RC_COUNT");
+    let call =
+        |share: u64| (0..rc).fold(Call::default().set("share", share), |c, i| c.set_at("amount", i as usize, i + 1));
+    let all: u64 = (1..=rc).sum();
+    assert_eq!(run(&mut p, &call(0)), ADMIT);
+    assert_eq!(run(&mut p, &call(2)), delay(3));
+    assert_eq!(run(&mut p, &call(rc)), delay(all));
+    assert_eq!(run(&mut p, &call(1000)), delay(all));
+    // The budget counts the loop's iterations.
+    assert!(matches!(p.run(&call(rc).bytes(), 20), Err(Fault::Budget { budget: 20, .. })));
+}
+
+#[test]
+fn reading_past_the_context_faults() {
+    let Some(elf) = compile("oob") else { return };
+    let mut p = Program::load(&elf, &[]).unwrap();
+    let ctx = Call::default().bytes();
+    let f = p.run(&ctx, BUDGET).unwrap_err();
+    let Fault::Memory { addr, len, write, .. } = &f else { panic!("{f:?}") };
+    assert_eq!((*len, *write), (8, false));
+    assert_eq!(*addr & 0xffff_ffff, ctx.len() as u64 + 32);
+    assert!(f.to_string().contains("context"), "{f}");
+    // With a context large enough, the same program runs.
+    let mut bigger = ctx.clone();
+    bigger.resize(ctx.len() + 40, 0xab);
+    assert_eq!(p.run(&bigger, BUDGET), Ok(0xabab_abab_abab_abab));
+}
+
+#[test]
+fn endless_loop_runs_out_of_budget() {
+    let Some(elf) = compile("forever") else { return };
+    let mut p = Program::load(&elf, &[]).unwrap();
+    assert_eq!(run(&mut p, &Call::tenant(27)), delay(111));
+    let f = p.run(&Call::tenant(0).bytes(), BUDGET).unwrap_err();
+    assert!(matches!(f, Fault::Budget { budget: BUDGET, .. }), "{f}");
+    // It stays usable.
+    assert_eq!(run(&mut p, &Call::tenant(1)), delay(0));
+}
+
+#[test]
+fn objects_without_exactly_one_policy() {
+    if let Some(elf) = compile("two_entries") {
+        let e = Program::load(&elf, &[]).unwrap_err();
+        assert!(matches!(&e, LoadError::SeveralPrograms(names) if names == &["first", "second"]), "{e}");
+    }
+    if let Some(elf) = compile("no_entry") {
+        assert!(matches!(Program::load(&elf, &[]), Err(LoadError::NoProgram)));
+    }
+}
+
+#[test]
+fn garbage_is_rejected() {
+    let cases: Vec<Vec<u8>> = vec![
+        vec![],
+        b"\x7fELF".to_vec(),
+        vec![0; 64],
+        (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect(),
+        std::fs::read("/proc/self/exe").unwrap(),
+    ];
+    for bytes in cases {
+        let e = Program::load(&bytes, &[]).unwrap_err();
+        assert!(matches!(e, LoadError::Malformed(_)), "{e}");
+    }
+    let Some(elf) = compile("token_bucket") else { return };
+    for len in (0..elf.len()).step_by(7) {
+        assert!(Program::load(&elf[..len], &[]).is_err(), "truncated to {len} bytes");
+    }
+}
+
+/// xorshift64*, for reproducible mutations.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// File ranges worth mutating most: the headers, code, relocations, symbols and data.
+fn hot_ranges(elf: &[u8]) -> Vec<(usize, usize)> {
+    use object::{Object as _, ObjectSection as _};
+    let file = object::File::parse(elf).unwrap();
+    let mut ranges = vec![(0, 64)];
+    for s in file.sections() {
+        let name = s.name().unwrap_or("");
+        if name.starts_with(".debug") || name.starts_with(".rel.debug") || name.contains("BTF") {
+            continue;
+        }
+        if let Some((off, size)) = s.file_range()
+            && size > 0
+        {
+            ranges.push((off as usize, size as usize));
+        }
+    }
+    // The section header table, at the end of clang's objects.
+    let shoff = u64::from_le_bytes(elf[0x28..0x30].try_into().unwrap()) as usize;
+    ranges.push((shoff, elf.len() - shoff));
+    ranges
+}
+
+/// Loads (and runs, where they load) `rounds` random mutations of an object. Returns how
+/// many loaded, and how many panicked inside aya-obj (caught by the runtime).
+fn fuzz(name: &str, elf: &[u8], rounds: usize, seed: u64) -> (usize, usize) {
+    let hot = hot_ranges(elf);
+    let mut rng = Rng(seed | 1);
+    let (mut loaded, mut parser_panics) = (0, 0);
+    let ctx = Call::default().bytes();
+    for round in 0..rounds {
+        let mut bytes = elf.to_vec();
+        for _ in 0..1 + rng.below(4) {
+            let (start, len) = if rng.below(4) == 0 { (0, bytes.len()) } else { hot[rng.below(hot.len())] };
+            let at = (start + rng.below(len.max(1))).min(bytes.len() - 1);
+            match rng.below(5) {
+                0 => bytes[at] ^= 1 << rng.below(8),
+                1 => bytes[at] = rng.next() as u8,
+                2 => {
+                    let v = [0u32, 1, 8, 0x7fff_ffff, u32::MAX, rng.next() as u32][rng.below(6)];
+                    let at = at & !3;
+                    if at + 4 <= bytes.len() {
+                        bytes[at..at + 4].copy_from_slice(&v.to_le_bytes());
+                    }
+                }
+                3 => bytes[at] = bytes[at].wrapping_add(8),
+                _ => bytes.truncate(at.max(1)),
+            }
+        }
+        let result = std::panic::catch_unwind(|| {
+            let p = Program::load(&bytes, &[]);
+            if let Ok(mut p) = p {
+                let _ = p.run(&ctx, 10_000);
+                let _ = p.disassemble();
+                return Ok(());
+            }
+            p.map(|_| ())
+        });
+        match result {
+            Ok(Ok(())) => loaded += 1,
+            Ok(Err(LoadError::Malformed(why))) if why.contains("the object parser failed") => {
+                eprintln!("{name} round {round}: {why}");
+                parser_panics += 1
+            }
+            Ok(Err(_)) => {}
+            Err(_) => panic!("{name} round {round}: Program::load or run panicked"),
+        }
+    }
+    (loaded, parser_panics)
+}
+
+#[test]
+fn mutated_objects_never_panic() {
+    // PHOS_FUZZ_ROUNDS=n runs n rounds on every test program instead.
+    let rounds: Option<usize> = std::env::var("PHOS_FUZZ_ROUNDS").ok().and_then(|v| v.parse().ok());
+    let seed = std::env::var("PHOS_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x9e37_79b9_7f4a_7c15);
+    let names: &[&str] = match rounds {
+        Some(_) => &["token_bucket", "array_count", "params", "log", "loop", "oob", "forever", "two_entries"],
+        None => &["token_bucket"],
+    };
+    for name in names {
+        let Some(elf) = compile(name) else { return };
+        let (loaded, parser_panics) = fuzz(name, &elf, rounds.unwrap_or(2000), seed);
+        eprintln!("{name}: {loaded} mutants loaded, {parser_panics} panics caught inside the object parser");
+        assert_eq!(parser_panics, 0, "the structural checks let a panic through to aya-obj");
+    }
+}
+
+#[test]
+fn shipped_policies_load_and_run() {
+    for (name, elf) in phos_policy::shipped::SHIPPED {
+        let mut p = Program::load(elf, &[]).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(p.spec_hash(), Some(spec_define("PHOS_SPEC_HASH")), "{name}");
+        for tenant in 0..4 {
+            let call = Call::tenant(tenant).set("now_ns", 1_000_000_000 + tenant).set("share", 1);
+            p.run(&call.bytes(), BUDGET).unwrap_or_else(|f| panic!("{name}: {f}"));
+        }
+        assert_eq!(p.disassemble().len(), p.instructions());
+    }
+}

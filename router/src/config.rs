@@ -1,0 +1,124 @@
+//! The router's configuration file (TOML), for `phosctl serve --config FILE`:
+//!
+//! ```toml
+//! listen = "/run/phos/router.sock"   # the main socket (else --listen, else the default)
+//! pool = 2                           # API servers started ahead of need
+//! metrics = "127.0.0.1:9464"         # Prometheus endpoint
+//! policy_budget = 100000             # instructions a policy may run per call
+//!
+//! [[tenant]]
+//! name = "alice"
+//! uids = [1000]                      # her connections to the main socket
+//! socket = "/run/phos/alice.sock"    # and every connection to this one
+//! share = 2                          # weight for fair-share policies
+//! quota = { device_memory = "8GiB" } # per continuous resource of the spec
+//!
+//! [[policy]]                         # loaded at start, in this order
+//! builtin = "fair_share"             # or file = "/etc/phos/policy.o"
+//! set = { slack_ns = "2ms" }
+//! ```
+//!
+//! Everything is optional; command-line options override the file.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use crate::tenants::TenantConfig;
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    pub listen: Option<String>,
+    pub pool: Option<usize>,
+    pub metrics: Option<SocketAddr>,
+    pub policy_budget: Option<u64>,
+    #[serde(default, rename = "tenant")]
+    pub tenants: Vec<TenantConfig>,
+    #[serde(default, rename = "policy")]
+    pub policies: Vec<PolicyConfig>,
+}
+
+/// A policy to load at start.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// Its name in the chain (default: the builtin's name or the file's stem).
+    pub name: Option<String>,
+    pub builtin: Option<String>,
+    pub file: Option<PathBuf>,
+    /// Parameter settings: integers or strings with units (`"2ms"`, `"4GiB"`).
+    #[serde(default)]
+    pub set: BTreeMap<String, toml::Value>,
+    /// `auto` (default), `require` or `skip`: the kernel's verifier as a second check.
+    pub kernel_check: Option<String>,
+}
+
+impl ConfigFile {
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+impl PolicyConfig {
+    /// What `phosctl policy load` would send for it.
+    pub fn to_load(&self) -> Result<phos_control::PolicyLoad, String> {
+        let spec = match (&self.builtin, &self.file) {
+            (Some(b), None) => format!("builtin:{b}"),
+            (None, Some(f)) => f.display().to_string(),
+            _ => return Err("a [[policy]] needs exactly one of `builtin` and `file`".into()),
+        };
+        let (source, elf) = phos_policy::resolve(&spec)?;
+        let name = self.name.clone().unwrap_or_else(|| phos_policy::default_name(&spec));
+        let params = self
+            .set
+            .iter()
+            .map(|(k, v)| match v {
+                toml::Value::Integer(n) => Ok(format!("{k}={n}")),
+                toml::Value::String(s) => Ok(format!("{k}={s}")),
+                other => Err(format!("policy `{name}`: `{k}` = {other} is not a number")),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let kernel_check = match self.kernel_check.as_deref() {
+            None | Some("auto") => phos_control::KernelCheck::Auto,
+            Some("require") => phos_control::KernelCheck::Require,
+            Some("skip") => phos_control::KernelCheck::Skip,
+            Some(other) => return Err(format!("kernel_check = {other:?}: expected auto, require or skip")),
+        };
+        Ok(phos_control::PolicyLoad { name, source, elf, params, kernel_check })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_file_parses() {
+        let c: ConfigFile = toml::from_str(
+            r#"
+            pool = 2
+            metrics = "127.0.0.1:9464"
+            [[tenant]]
+            name = "alice"
+            uids = [1000]
+            socket = "/run/phos/alice.sock"
+            share = 2
+            quota = { device_memory = "8GiB" }
+            [[tenant]]
+            name = "bob"
+            [[policy]]
+            builtin = "fair_share"
+            set = { slack_ns = "2ms", poll_ns = 100000 }
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.pool, Some(2));
+        assert_eq!(c.tenants.len(), 2);
+        assert_eq!(c.tenants[0].quota["device_memory"].0, 8 << 30);
+        assert_eq!(c.tenants[1].share, 1);
+        assert_eq!(c.policies[0].builtin.as_deref(), Some("fair_share"));
+        assert!(toml::from_str::<ConfigFile>("colour = 3").is_err(), "unknown keys are refused");
+    }
+}

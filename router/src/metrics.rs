@@ -1,0 +1,137 @@
+//! Prometheus metrics: per-tenant usage and per-policy counters, in the text exposition
+//! format, at `GET /metrics` on the address the configuration names. A few lines of HTTP
+//! over a standard listener are all a scraper needs; a web framework would be most of the
+//! router's dependency tree for one read-only page.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use phos_policy::engine::PolicyInfo;
+
+use crate::Router;
+use phos_control::TenantUsage;
+
+/// Start serving; returns the bound address (the port may have been 0).
+pub fn serve(router: Arc<Router>, addr: SocketAddr) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(addr)?;
+    let bound = listener.local_addr()?;
+    std::thread::Builder::new().name("phos-metrics".into()).spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let _ = answer(&router, conn);
+        }
+    })?;
+    Ok(bound)
+}
+
+fn answer(router: &Router, mut conn: TcpStream) -> std::io::Result<()> {
+    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut request = String::new();
+    let mut reader = BufReader::new(conn.try_clone()?);
+    reader.read_line(&mut request)?;
+    // Skip the headers.
+    let mut line = String::new();
+    while reader.read_line(&mut line)? > 2 {
+        line.clear();
+    }
+    let path = request.split_whitespace().nth(1).unwrap_or("");
+    let (status, body) = if request.starts_with("GET ") && (path == "/metrics" || path == "/") {
+        ("200 OK", render(router))
+    } else {
+        ("404 Not Found", "not found\n".to_string())
+    };
+    write!(
+        conn,
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Label values escape `\`, `"` and newlines.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// One metric family: its header and one line per label set.
+fn family(out: &mut String, name: &str, kind: &str, help: &str, rows: impl IntoIterator<Item = (String, String)>) {
+    out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+    for (labels, value) in rows {
+        out.push_str(&format!("{name}{{{labels}}} {value}\n"));
+    }
+}
+
+/// The metrics page.
+pub fn render(router: &Router) -> String {
+    let mut out = String::new();
+    let usage = router.tenants.usage();
+    let tenant = |t: &TenantUsage| format!("tenant=\"{}\"", label(&t.name));
+    let per_tenant = |f: fn(&TenantUsage) -> String| usage.iter().map(|t| (tenant(t), f(t))).collect::<Vec<_>>();
+    family(
+        &mut out,
+        "phos_tenant_sessions",
+        "gauge",
+        "Sessions of the tenant alive now.",
+        per_tenant(|t| t.sessions.to_string()),
+    );
+    family(
+        &mut out,
+        "phos_tenant_calls_total",
+        "counter",
+        "Calls the tenant made.",
+        per_tenant(|t| t.calls.to_string()),
+    );
+    family(
+        &mut out,
+        "phos_tenant_delayed_calls_total",
+        "counter",
+        "Calls a policy delayed at least once.",
+        per_tenant(|t| t.delayed.to_string()),
+    );
+    family(
+        &mut out,
+        "phos_tenant_delay_seconds_total",
+        "counter",
+        "Time the tenant's calls spent delayed by policies.",
+        per_tenant(|t| format!("{}", t.delay_ns as f64 / 1e9)),
+    );
+    family(
+        &mut out,
+        "phos_tenant_rejected_calls_total",
+        "counter",
+        "Calls refused by a quota or a policy.",
+        per_tenant(|t| t.rejected.to_string()),
+    );
+    family(
+        &mut out,
+        "phos_tenant_resource",
+        "gauge",
+        "Per spec resource: held now (kind=held), used in total (kind=used), or measured (kind=measured: device time in ns, with an estimate for work not yet measured).",
+        usage.iter().flat_map(|t| {
+            t.resources.iter().map(move |(r, kind, used, _)| {
+                (format!("{},resource=\"{}\",kind=\"{kind}\"", tenant(t), label(r)), used.to_string())
+            })
+        }),
+    );
+    family(
+        &mut out,
+        "phos_tenant_quota",
+        "gauge",
+        "Quotas configured for the tenant, per resource.",
+        usage.iter().flat_map(|t| {
+            t.resources
+                .iter()
+                .filter(|(_, _, _, q)| *q > 0)
+                .map(move |(r, _, _, q)| (format!("{},resource=\"{}\"", tenant(t), label(r)), q.to_string()))
+        }),
+    );
+    let policies = router.policies.list();
+    let per_policy = |f: fn(&PolicyInfo) -> u64| {
+        policies.iter().map(|p| (format!("policy=\"{}\"", label(&p.name)), f(p).to_string())).collect::<Vec<_>>()
+    };
+    family(&mut out, "phos_policy_runs_total", "counter", "Times the policy ran.", per_policy(|p| p.runs));
+    family(&mut out, "phos_policy_delayed_total", "counter", "Delay verdicts.", per_policy(|p| p.delayed));
+    family(&mut out, "phos_policy_rejected_total", "counter", "Reject verdicts.", per_policy(|p| p.rejected));
+    family(&mut out, "phos_policy_run_mean_ns", "gauge", "Mean time of one run.", per_policy(|p| p.mean_run_ns));
+    out
+}

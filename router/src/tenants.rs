@@ -1,0 +1,378 @@
+//! Tenants and what they use.
+//!
+//! A tenant is who a connection belongs to: a name the configuration gives to a set of Unix
+//! user ids or to a socket of its own, else `uid:N` for the connecting user. Every session
+//! belongs to one tenant, and the tenant's usage is the sum over its sessions, kept per
+//! spec resource:
+//!
+//! - **continuous** resources (device memory) are *held*: the API servers report how much
+//!   each session holds after every call that changes it;
+//! - **instantaneous** ones (launches, bytes copied) are *used*: counted from the cost table
+//!   as calls are admitted;
+//! - **measured** ones (device time) are *measured* by the servers after the fact; until a
+//!   call's measurement arrives, the tenant's figure includes an estimate for it (the
+//!   tenant's mean so far), so that a tenant cannot queue unmeasured work for free.
+//!
+//! Nothing here knows what the resources are: names, kinds and quota errors come from the
+//! spec (`cudart::RESOURCES`).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use phos_control::TenantUsage;
+use phos_protocol::cudart::RESOURCES;
+use phos_protocol::spec::ResourceKind;
+
+/// A tenant's name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Tenant(pub String);
+
+impl std::fmt::Display for Tenant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Tenant {
+    /// The tenant of a Unix user nobody configured.
+    pub fn of_uid(uid: u32) -> Tenant {
+        Tenant(format!("uid:{uid}"))
+    }
+}
+
+/// What the configuration says about a tenant.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    pub name: String,
+    /// Unix users whose connections to the main socket are this tenant.
+    #[serde(default)]
+    pub uids: Vec<u32>,
+    /// A socket of the tenant's own: every connection to it is this tenant (its file
+    /// permissions say who may connect).
+    #[serde(default)]
+    pub socket: Option<PathBuf>,
+    /// Weight for fair-share policies.
+    #[serde(default = "one")]
+    pub share: u64,
+    /// Quotas per continuous resource, by spec name (`device_memory = "8GiB"`).
+    #[serde(default)]
+    pub quota: HashMap<String, Amount>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// A number in a configuration file: an integer, or a string with a unit (`"8GiB"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Amount(pub u64);
+
+impl<'de> serde::Deserialize<'de> for Amount {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(n) => Ok(Amount(n)),
+            Raw::Text(s) => phos_policy::engine::parse_amount(&s)
+                .and_then(|n| u64::try_from(n).ok())
+                .map(Amount)
+                .ok_or_else(|| serde::de::Error::custom(format!("`{s}` is not an amount"))),
+        }
+    }
+}
+
+/// One tenant's live state.
+pub struct TenantState {
+    /// Dense number (0, 1, ...) in order of first appearance: what policies index maps by.
+    pub index: u64,
+    pub name: Tenant,
+    pub share: AtomicU64,
+    /// Per resource: the quota (0: none).
+    quota: Vec<AtomicU64>,
+    /// Per resource: held (continuous), used (instantaneous) or measured (measured).
+    used: Vec<AtomicU64>,
+    /// Measured resources: calls measured, and calls admitted that will be measured.
+    measured_calls: Vec<AtomicU64>,
+    admitted_measured: Vec<AtomicU64>,
+    /// Continuous resources: amounts of calls admitted and not yet answered.
+    reserved: Vec<AtomicU64>,
+    pub calls: AtomicU64,
+    pub delayed: AtomicU64,
+    pub delay_ns: AtomicU64,
+    pub rejected: AtomicU64,
+    pub sessions: AtomicU64,
+    /// Clock of the last call (monotonic ns), for "active".
+    pub last_call_ns: AtomicU64,
+}
+
+fn zeros() -> Vec<AtomicU64> {
+    RESOURCES.iter().map(|_| AtomicU64::new(0)).collect()
+}
+
+impl TenantState {
+    fn new(index: u64, name: Tenant) -> Self {
+        TenantState {
+            index,
+            name,
+            share: AtomicU64::new(1),
+            quota: zeros(),
+            used: zeros(),
+            measured_calls: zeros(),
+            admitted_measured: zeros(),
+            reserved: zeros(),
+            calls: AtomicU64::new(0),
+            delayed: AtomicU64::new(0),
+            delay_ns: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            sessions: AtomicU64::new(0),
+            last_call_ns: AtomicU64::new(0),
+        }
+    }
+
+    fn configure(&self, c: &TenantConfig) {
+        self.share.store(c.share.max(1), Ordering::Relaxed);
+        for (i, r) in RESOURCES.iter().enumerate() {
+            let q = c.quota.get(r.name).map(|a| a.0).unwrap_or(0);
+            self.quota[i].store(q, Ordering::Relaxed);
+        }
+    }
+
+    pub fn quota(&self, rc: usize) -> u64 {
+        self.quota[rc].load(Ordering::Relaxed)
+    }
+
+    /// What policies see as the tenant's use of `rc` (see the module docs).
+    pub fn used(&self, rc: usize) -> u64 {
+        let total = self.used[rc].load(Ordering::Relaxed);
+        if RESOURCES[rc].kind != ResourceKind::Measured {
+            return total;
+        }
+        let measured = self.measured_calls[rc].load(Ordering::Relaxed);
+        let pending = self.admitted_measured[rc].load(Ordering::Relaxed).saturating_sub(measured);
+        match total.checked_div(measured) {
+            Some(mean) => total.saturating_add(pending.saturating_mul(mean)),
+            None => total,
+        }
+    }
+
+    pub fn reserved(&self, rc: usize) -> u64 {
+        self.reserved[rc].load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn consume(&self, rc: usize, amount: u64) {
+        self.used[rc].fetch_add(amount, Ordering::Relaxed);
+    }
+
+    pub(crate) fn reserve(&self, rc: usize, amount: u64) {
+        self.reserved[rc].fetch_add(amount, Ordering::Relaxed);
+    }
+
+    pub(crate) fn unreserve(&self, rc: usize, amount: u64) {
+        let _ =
+            self.reserved[rc].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(amount)));
+    }
+
+    pub(crate) fn admit_measured(&self, rc: usize, delta: i64) {
+        add_signed(&self.admitted_measured[rc], delta);
+    }
+
+    /// A session's held amount changed by `delta`.
+    pub(crate) fn held_changed(&self, rc: usize, delta: i64) {
+        add_signed(&self.used[rc], delta);
+    }
+
+    pub(crate) fn measured(&self, rc: usize, amount: u64, calls: u64) {
+        self.used[rc].fetch_add(amount, Ordering::Relaxed);
+        self.measured_calls[rc].fetch_add(calls, Ordering::Relaxed);
+    }
+}
+
+fn add_signed(a: &AtomicU64, delta: i64) {
+    let _ = a.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_add_signed(delta)));
+}
+
+/// Every tenant seen so far, and the configuration of the known ones.
+#[derive(Default)]
+pub struct Tenants {
+    configs: Vec<TenantConfig>,
+    by_uid: HashMap<u32, usize>,
+    states: RwLock<Vec<Arc<TenantState>>>,
+    create: Mutex<()>,
+}
+
+/// How long after its last call a tenant still counts as active.
+pub const ACTIVE_NS: u64 = 100_000_000;
+
+impl Tenants {
+    pub fn new(configs: Vec<TenantConfig>) -> Result<Self, String> {
+        let mut by_uid = HashMap::new();
+        let mut names = std::collections::HashSet::new();
+        for (i, c) in configs.iter().enumerate() {
+            if !names.insert(c.name.clone()) {
+                return Err(format!("tenant `{}` is configured twice", c.name));
+            }
+            for &uid in &c.uids {
+                if by_uid.insert(uid, i).is_some() {
+                    return Err(format!("uid {uid} belongs to two tenants"));
+                }
+            }
+            for r in c.quota.keys() {
+                match RESOURCES.iter().find(|x| x.name == r.as_str()) {
+                    Some(x) if x.exhausted.is_some() => {}
+                    Some(_) => return Err(format!("tenant `{}`: resource `{r}` has no quota", c.name)),
+                    None => return Err(format!("tenant `{}`: no resource `{r}` in the spec", c.name)),
+                }
+            }
+        }
+        Ok(Tenants { configs, by_uid, ..Default::default() })
+    }
+
+    pub fn configs(&self) -> &[TenantConfig] {
+        &self.configs
+    }
+
+    /// The tenant of a connection from `uid` to the main socket.
+    pub fn for_uid(&self, uid: u32) -> Tenant {
+        match self.by_uid.get(&uid) {
+            Some(&i) => Tenant(self.configs[i].name.clone()),
+            None => Tenant::of_uid(uid),
+        }
+    }
+
+    /// The state of `tenant`, created (and configured) on first use.
+    pub fn state(&self, tenant: &Tenant) -> Arc<TenantState> {
+        if let Some(s) = self.states.read().unwrap().iter().find(|s| s.name == *tenant) {
+            return s.clone();
+        }
+        let _one_at_a_time = self.create.lock().unwrap();
+        if let Some(s) = self.states.read().unwrap().iter().find(|s| s.name == *tenant) {
+            return s.clone();
+        }
+        let mut states = self.states.write().unwrap();
+        let s = Arc::new(TenantState::new(states.len() as u64, tenant.clone()));
+        if let Some(c) = self.configs.iter().find(|c| c.name == tenant.0) {
+            s.configure(c);
+        }
+        states.push(s.clone());
+        s
+    }
+
+    /// Tenants active at `now` (monotonic ns): (count, sum of shares).
+    pub fn active(&self, now: u64) -> (u64, u64) {
+        let states = self.states.read().unwrap();
+        let mut n = 0;
+        let mut shares = 0;
+        for s in states.iter() {
+            let last = s.last_call_ns.load(Ordering::Relaxed);
+            if last != 0 && now.saturating_sub(last) <= ACTIVE_NS {
+                n += 1;
+                shares += s.share.load(Ordering::Relaxed);
+            }
+        }
+        (n, shares)
+    }
+
+    pub fn usage(&self) -> Vec<TenantUsage> {
+        self.states
+            .read()
+            .unwrap()
+            .iter()
+            .map(|s| TenantUsage {
+                name: s.name.0.clone(),
+                index: s.index,
+                share: s.share.load(Ordering::Relaxed),
+                sessions: s.sessions.load(Ordering::Relaxed),
+                calls: s.calls.load(Ordering::Relaxed),
+                delayed: s.delayed.load(Ordering::Relaxed),
+                delay_ns: s.delay_ns.load(Ordering::Relaxed),
+                rejected: s.rejected.load(Ordering::Relaxed),
+                resources: RESOURCES
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| {
+                        let kind = match r.kind {
+                            ResourceKind::Continuous => "held",
+                            ResourceKind::Instantaneous => "used",
+                            ResourceKind::Measured => "measured",
+                        };
+                        (r.name.to_string(), kind.to_string(), s.used(i), s.quota(i))
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rc(name: &str) -> usize {
+        RESOURCES.iter().position(|r| r.name == name).unwrap()
+    }
+
+    #[test]
+    fn configured_tenants_by_uid_and_defaults() {
+        let c: TenantConfig = toml::from_str(
+            r#"
+            name = "alice"
+            uids = [1000, 1001]
+            share = 3
+            quota = { device_memory = "1GiB" }
+            "#,
+        )
+        .unwrap();
+        let t = Tenants::new(vec![c]).unwrap();
+        assert_eq!(t.for_uid(1001), Tenant("alice".into()));
+        assert_eq!(t.for_uid(7), Tenant("uid:7".into()));
+        let alice = t.state(&Tenant("alice".into()));
+        assert_eq!(alice.share.load(Ordering::Relaxed), 3);
+        assert_eq!(alice.quota(rc("device_memory")), 1 << 30);
+        let other = t.state(&Tenant("uid:7".into()));
+        assert_eq!((alice.index, other.index), (0, 1));
+        assert_eq!(other.quota(rc("device_memory")), 0);
+        assert!(Arc::ptr_eq(&alice, &t.state(&Tenant("alice".into()))));
+    }
+
+    #[test]
+    fn bad_configurations_are_refused() {
+        let quota = |r: &str| TenantConfig {
+            name: "a".into(),
+            uids: vec![],
+            socket: None,
+            share: 1,
+            quota: [(r.to_string(), Amount(1))].into(),
+        };
+        assert!(Tenants::new(vec![quota("kernel_launches")]).is_err());
+        assert!(Tenants::new(vec![quota("no_such_thing")]).is_err());
+        let two =
+            |name: &str| TenantConfig { name: name.into(), uids: vec![5], socket: None, share: 1, quota: [].into() };
+        assert!(Tenants::new(vec![two("a"), two("b")]).is_err());
+        assert!(Tenants::new(vec![two("a"), two("a")]).is_err());
+    }
+
+    #[test]
+    fn measured_use_includes_an_estimate_for_unmeasured_calls() {
+        let t = Tenants::new(vec![]).unwrap();
+        let s = t.state(&Tenant("x".into()));
+        let dt = rc("device_time");
+        // Four calls admitted, two measured at 10 ns each: 20 measured + 2 * 10 estimated.
+        s.admit_measured(dt, 4);
+        s.measured(dt, 20, 2);
+        assert_eq!(s.used(dt), 40);
+        // A failed call is never measured: it leaves the estimate.
+        s.admit_measured(dt, -1);
+        assert_eq!(s.used(dt), 30);
+        let mem = rc("device_memory");
+        s.held_changed(mem, 100);
+        s.held_changed(mem, -300);
+        assert_eq!(s.used(mem), 0, "held never goes below zero");
+    }
+}

@@ -1,0 +1,345 @@
+//! The router as the place where tenants are policed, on the emu backend: quotas, the
+//! shipped eBPF policies (rate limits), policies swapped while guests run, policies that
+//! fault or run too long, and tenants that try each other's sessions, handles and memory.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use phos_control::{KernelCheck, PolicyLoad};
+use phos_protocol::cudart::*;
+use phos_protocol::{CudaError, Ptr};
+use phos_router::tenants::Amount;
+use phos_router::{RouterConfig, TenantConfig};
+use phos_tests::{RawGuest, TestRouter, build_policy, build_program, built, nvcc, shipped_policy};
+
+/// A tenant with a socket of its own in the router's directory.
+fn tenant(config: &RouterConfig, name: &str, quota_bytes: Option<u64>) -> TenantConfig {
+    TenantConfig {
+        name: name.into(),
+        uids: vec![],
+        socket: Some(config.listen.with_file_name(format!("{name}.sock"))),
+        share: 1,
+        quota: quota_bytes.map(|q| [("device_memory".to_string(), Amount(q))].into()).unwrap_or_default(),
+    }
+}
+
+fn tenant_socket(router: &TestRouter, name: &str) -> std::path::PathBuf {
+    let path = router.socket().with_file_name(format!("{name}.sock"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "tenant socket {} did not appear", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    path
+}
+
+fn load(router: &TestRouter, name: &str, elf: &[u8], params: &[&str], kernel_check: KernelCheck) -> Result<(), String> {
+    router
+        .router
+        .load_policy(PolicyLoad {
+            name: name.into(),
+            source: format!("test:{name}"),
+            elf: elf.to_vec(),
+            params: params.iter().map(|s| s.to_string()).collect(),
+            kernel_check,
+        })
+        .map(|_| ())
+}
+
+fn malloc(g: &mut RawGuest, size: u64) -> Result<u64, i32> {
+    g.call(&CudaMallocRequest { size }).map(|r| r.devPtr)
+}
+
+fn usage_of(router: &TestRouter, tenant: &str) -> phos_control::TenantUsage {
+    router.router.tenants.usage().into_iter().find(|t| t.name == tenant).expect("tenant known")
+}
+
+fn held_memory(router: &TestRouter, tenant: &str) -> u64 {
+    usage_of(router, tenant).resources.iter().find(|r| r.0 == "device_memory").unwrap().2
+}
+
+#[test]
+fn an_allocation_past_the_quota_fails_as_out_of_memory_and_frees_give_it_back() {
+    let router = TestRouter::start_with("emu", |c| {
+        let t = tenant(c, "small", Some(64 << 20));
+        c.tenants = vec![t];
+    });
+    let mut g = RawGuest::connect(&tenant_socket(&router, "small"), None).unwrap();
+    let a = malloc(&mut g, 32 << 20).expect("within the quota");
+    let b = malloc(&mut g, 16 << 20).expect("within the quota");
+    assert_eq!(held_memory(&router, "small"), 48 << 20);
+    // 48 + 32 MiB > 64 MiB: refused as a full device would refuse it.
+    assert_eq!(malloc(&mut g, 32 << 20), Err(CudaError::MemoryAllocation.0));
+    // Nothing else broke: the session's memory is usable.
+    g.call(&CudaMemsetRequest { devPtr: b, value: 7, count: 16 << 20 }).expect("memset");
+    // A free gives the budget back.
+    g.call(&CudaFreeRequest { devPtr: a }).expect("free");
+    assert_eq!(held_memory(&router, "small"), 16 << 20);
+    let c = malloc(&mut g, 32 << 20).expect("fits again after the free");
+    assert_ne!(c, 0);
+    assert_eq!(usage_of(&router, "small").rejected, 1);
+    // Another tenant is not bound by it.
+    let mut other = RawGuest::connect(&router.socket(), None).unwrap();
+    malloc(&mut other, 128 << 20).expect("the other tenant has no quota");
+    // A session that ends gives back what it held.
+    drop(g);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while held_memory(&router, "small") != 0 {
+        assert!(Instant::now() < deadline, "the ended session's memory still counts");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn the_rate_limit_policy_holds_copies_to_their_rate() {
+    let Some(elf) = shipped_policy("rate_limit") else { return };
+    let router = TestRouter::start("emu");
+    let mut g = RawGuest::connect(&router.socket(), None).unwrap();
+    let buf = malloc(&mut g, 1 << 20).unwrap();
+    let data = vec![1u8; 1 << 20];
+    let copy = |g: &mut RawGuest| {
+        g.call(&CudaMemcpyRequest {
+            dst: Ptr::Device(buf),
+            src: Ptr::In(&data),
+            count: 1 << 20,
+            kind: consts::cudaMemcpyHostToDevice,
+            direction: consts::cudaMemcpyHostToDevice,
+        })
+        .expect("copy")
+    };
+    // Unpoliced, eight 1 MiB copies take well under the time the limit will impose.
+    let started = Instant::now();
+    for _ in 0..8 {
+        copy(&mut g);
+    }
+    let free_run = started.elapsed();
+    load(&router, "rate", elf, &["bytes_per_s=8MiB", "bytes_burst=1MiB"], KernelCheck::Skip).unwrap();
+    let started = Instant::now();
+    for _ in 0..8 {
+        copy(&mut g);
+    }
+    let limited = started.elapsed();
+    // The burst covers the first copy; the other 7 MiB go at 8 MiB/s: about 0.875 s.
+    assert!(limited >= Duration::from_millis(800), "8 MiB at 8 MiB/s took {limited:?}");
+    assert!(limited < Duration::from_secs(5) + free_run, "{limited:?}");
+    let t = usage_of(&router, "uid:0");
+    assert!(t.delayed >= 6, "{t:?}");
+    // Unloaded, the limit is gone at once.
+    router.router.policies.unload("rate").unwrap();
+    let started = Instant::now();
+    for _ in 0..8 {
+        copy(&mut g);
+    }
+    assert!(started.elapsed() < limited / 2, "{:?} after the unload", started.elapsed());
+}
+
+#[test]
+fn the_rate_limit_policy_holds_a_real_program_to_its_launch_rate() {
+    let (Some(nvcc), Some(elf)) = (nvcc(), shipped_policy("rate_limit")) else { return };
+    let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);
+    let router = TestRouter::start("emu");
+    load(&router, "rate", elf, &["launches_per_s=100", "launch_burst=10"], KernelCheck::Auto).unwrap();
+    let started = Instant::now();
+    let out = run_guest(&router.socket(), &exe, &["60", "0"]);
+    let took = started.elapsed();
+    // 60 launches, 10 from the burst, 50 at 100/s: at least half a second.
+    assert!(took >= Duration::from_millis(450), "60 launches at 100/s took {took:?}");
+    assert!(out.contains("iteration 60"), "{out}");
+    let launches = usage_of(&router, "uid:0").resources.iter().find(|r| r.0 == "kernel_launches").unwrap().2;
+    assert_eq!(launches, 60);
+}
+
+/// Run a program through `phosctl run --endpoint`, returning its stdout; it must succeed.
+fn run_guest(socket: &Path, exe: &Path, args: &[&str]) -> String {
+    let out = Command::new(built("phosctl"))
+        .args(["run", "--endpoint"])
+        .arg(format!("unix:{}", socket.display()))
+        .arg("--")
+        .arg(exe)
+        .args(args)
+        .env("PHOS_GUEST_LIB", built("libcudart.so"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn policies_swap_while_guests_run() {
+    let (Some(nvcc), Some(counting)) = (nvcc(), build_policy("count_and_admit")) else { return };
+    let exe = build_program(&nvcc, "stream_traffic", &["-arch=sm_70"]);
+    let router = TestRouter::start("emu");
+    let mut guest = Command::new(built("phosctl"))
+        .args(["run", "--endpoint"])
+        .arg(format!("unix:{}", router.socket().display()))
+        .arg("--")
+        .arg(&exe)
+        .arg("96")
+        .env("PHOS_GUEST_LIB", built("libcudart.so"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Swap policies in and out, under the same name and others, while the traffic runs.
+    let mut swaps = 0;
+    let mut saw_runs = false;
+    while guest.try_wait().unwrap().is_none() && swaps < 200 {
+        let mark = format!("mark={}", swaps % 3 + 1);
+        load(&router, "count", &counting, &[&mark], KernelCheck::Skip).unwrap();
+        if swaps % 4 == 0 {
+            load(&router, "second", &counting, &[], KernelCheck::Skip).unwrap();
+        }
+        if swaps % 4 == 2 {
+            let _ = router.router.policies.unload("second");
+        }
+        saw_runs |= router.router.policies.list().iter().any(|p| p.runs > 0);
+        swaps += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let status = guest.wait().unwrap();
+    let mut out = String::new();
+    guest.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let mut err = String::new();
+    guest.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(status.success(), "{err}");
+    assert!(out.ends_with("PASS\n"), "{out}");
+    assert!(swaps > 10, "the program ended before the swaps ({swaps})");
+    assert!(saw_runs, "the swapped policies decided calls");
+    let calls_entries = || {
+        let (_, _, maps) = router.router.policies.show("count").unwrap();
+        maps.iter().find(|m| m.name == "calls").expect("the policy's map").entries
+    };
+    assert_eq!(calls_entries(), 1, "the guest's tenant was counted");
+    // A replaced policy's maps go with it: the new version starts from empty state.
+    load(&router, "count", &counting, &[], KernelCheck::Skip).unwrap();
+    assert_eq!(calls_entries(), 0);
+    let mut g = RawGuest::connect(&router.socket(), None).unwrap();
+    malloc(&mut g, 4096).unwrap();
+    assert_eq!(calls_entries(), 1);
+}
+
+#[test]
+fn a_faulting_policy_is_unloaded_and_calls_go_on() {
+    let Some(bad) = build_policy("out_of_bounds") else { return };
+    let router = TestRouter::start("emu");
+    load(&router, "bad", &bad, &[], KernelCheck::Skip).unwrap();
+    let mut g = RawGuest::connect(&router.socket(), None).unwrap();
+    // The first call makes it fault: it is admitted all the same, by the default policy.
+    let p = malloc(&mut g, 4096).expect("admitted after the policy faulted");
+    assert_ne!(p, 0);
+    assert!(router.router.policies.list().is_empty(), "the faulting policy is still loaded");
+    malloc(&mut g, 4096).expect("and later calls too");
+}
+
+#[test]
+fn a_policy_that_runs_too_long_is_unloaded_and_calls_go_on() {
+    let Some(spin) = build_policy("spins") else { return };
+    let router = TestRouter::start("emu");
+    load(&router, "spin", &spin, &[], KernelCheck::Skip).unwrap();
+    let mut g = RawGuest::connect(&router.socket(), None).unwrap();
+    let started = Instant::now();
+    malloc(&mut g, 4096).expect("admitted once the policy ran out of budget");
+    assert!(started.elapsed() < Duration::from_secs(5), "the budget stopped it quickly");
+    assert!(router.router.policies.list().is_empty());
+}
+
+#[test]
+fn the_kernel_verifier_checks_policies_where_the_router_may_load_them() {
+    let Some(spin) = build_policy("spins") else { return };
+    if !phos_policy::kernel::available() {
+        eprintln!("no permission to load eBPF programs here: skipping");
+        return;
+    }
+    let router = TestRouter::start("emu");
+    // The shipped policies pass the kernel's verifier.
+    for name in ["rate_limit", "fair_share", "memory_quota"] {
+        let Some(elf) = shipped_policy(name) else { return };
+        load(&router, name, elf, &[], KernelCheck::Require).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    assert!(router.router.policies.list().iter().all(|p| p.kernel_verified));
+    // An unbounded loop does not: the verifier's refusal comes back to the operator.
+    let err = load(&router, "spin", &spin, &[], KernelCheck::Require).unwrap_err();
+    assert!(err.contains("verifier"), "{err}");
+}
+
+#[test]
+fn tenants_cannot_reach_each_others_sessions_handles_or_memory() {
+    let router = TestRouter::start_with("emu", |c| {
+        let t = tenant(c, "mallory", None);
+        c.tenants = vec![t];
+    });
+    let mut alice = RawGuest::connect(&router.socket(), None).unwrap();
+    let stream = alice.call(&CudaStreamCreateRequest {}).unwrap().pStream;
+    let secret = malloc(&mut alice, 4096).unwrap();
+    alice.call(&CudaMemsetRequest { devPtr: secret, value: 0x5a, count: 4096 }).unwrap();
+
+    let socket = tenant_socket(&router, "mallory");
+    // Her session token does not open her session to another tenant.
+    let token = alice.welcome.token;
+    let err = RawGuest::connect(&socket, Some(token)).err().expect("refused");
+    assert!(err.contains("unknown session"), "{err}");
+    // In a session of its own, her handles and pointers mean nothing.
+    let mut mallory = RawGuest::connect(&socket, None).unwrap();
+    assert_ne!(mallory.welcome.session, alice.welcome.session);
+    assert_eq!(mallory.call(&CudaStreamSynchronizeRequest { stream }).unwrap_err(), CudaError::InvalidResourceHandle.0);
+    assert_eq!(mallory.call(&CudaStreamDestroyRequest { stream }).unwrap_err(), CudaError::InvalidResourceHandle.0);
+    let r = mallory.call(&CudaMemcpyRequest {
+        dst: Ptr::Out(4096),
+        src: Ptr::Device(secret),
+        count: 4096,
+        kind: consts::cudaMemcpyDeviceToHost,
+        direction: consts::cudaMemcpyDeviceToHost,
+    });
+    assert_eq!(r.unwrap_err(), CudaError::InvalidValue.0, "a read of her memory");
+    assert_eq!(
+        mallory.call(&CudaMemsetRequest { devPtr: secret, value: 0, count: 4096 }).unwrap_err(),
+        CudaError::InvalidValue.0,
+        "a write to her memory"
+    );
+    assert_eq!(mallory.call(&CudaFreeRequest { devPtr: secret }).unwrap_err(), CudaError::InvalidValue.0);
+    // Her state is untouched.
+    alice.call(&CudaStreamSynchronizeRequest { stream }).unwrap();
+    let back = alice
+        .call(&CudaMemcpyRequest {
+            dst: Ptr::Out(4096),
+            src: Ptr::Device(secret),
+            count: 4096,
+            kind: consts::cudaMemcpyDeviceToHost,
+            direction: consts::cudaMemcpyDeviceToHost,
+        })
+        .unwrap();
+    assert!(back.dst.unwrap().iter().all(|&b| b == 0x5a));
+    assert_eq!(usage_of(&router, "mallory").sessions, 1);
+    assert_eq!(usage_of(&router, "uid:0").sessions, 1);
+}
+
+#[test]
+fn usage_reaches_the_metrics_endpoint_and_phosctl_top() {
+    let router = TestRouter::start("emu");
+    let mut g = RawGuest::connect(&router.socket(), None).unwrap();
+    malloc(&mut g, 3 << 20).unwrap();
+    let addr = phos_router::metrics::serve(router.router.clone(), "127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut page = String::new();
+    conn.read_to_string(&mut page).unwrap();
+    assert!(page.starts_with("HTTP/1.1 200 OK"), "{page}");
+    assert!(page.contains("phos_tenant_calls_total{tenant=\"uid:0\"}"), "{page}");
+    assert!(
+        page.contains(&format!(
+            "phos_tenant_resource{{tenant=\"uid:0\",resource=\"device_memory\",kind=\"held\"}} {}",
+            3 << 20
+        )),
+        "{page}"
+    );
+    let top = Command::new(built("phosctl"))
+        .args(["top", "--once", "--interval", "0.2", "--router"])
+        .arg(format!("unix:{}", router.socket().display()))
+        .output()
+        .unwrap();
+    assert!(top.status.success(), "{}", String::from_utf8_lossy(&top.stderr));
+    let text = String::from_utf8_lossy(&top.stdout);
+    assert!(text.contains("uid:0") && text.contains("3.0 MiB"), "{text}");
+}

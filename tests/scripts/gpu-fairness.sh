@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Fairness between two tenants with very different kernels, natively and through Phos with
+# and without a fair-share policy, in the same run.
+#
+# Usage (on the GPU machine, from the repository root):
+#   tests/scripts/gpu-fairness.sh BIN_DIR OUT_DIR
+# Tenant "short" launches kernels of SHORT_US (default 100) microseconds, tenant "long" of
+# LONG_US (default 10000), both with share 1, for SECS (default 30) seconds per
+# configuration. CONFIGS (default "native phos fair_share") lists the configurations: native
+# (two processes, no Phos), phos (the router, no policy), and POLICY[:k=v,...] (the router
+# with that shipped policy and parameters, e.g. fair_share:slack_ns=1ms).
+#
+# Device time is counted as kernels completed times the calibrated time of one kernel on an
+# idle GPU (see tests/bench/tenant_load.cu). Writes OUT_DIR/fairness.md: per configuration
+# the unfairness |t1 - t2| / (t1 + t2) per 1 s window (median, p95), the device time used
+# per second, and the throughput lost against Phos without a policy.
+#
+# BACKEND=emu with ITERS_SHORT/ITERS_LONG (iterations, skipping calibration) and
+# KERNEL_NS_SHORT/KERNEL_NS_LONG dry-runs the script without a GPU.
+set -eu
+BIN=$(realpath "$1")
+OUT=$(realpath "$2")
+SECS=${SECS:-30}
+SHORT_US=${SHORT_US:-100}
+LONG_US=${LONG_US:-10000}
+CONFIGS=${CONFIGS:-"native phos fair_share"}
+BACKEND=${BACKEND:-cuda}
+ARCH=${ARCH:-sm_90}
+WORK=$(mktemp -d)
+mkdir -p "$OUT"
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+
+nvcc -O2 -cudart shared -arch="$ARCH" -o "$WORK/tenant_load" tests/bench/tenant_load.cu
+
+calibrate() { # MICROSECONDS -> "ITERS KERNEL_NS"
+  "$WORK/tenant_load" calibrate "$1" | awk '{print $2, $4}'
+}
+if [ -n "${ITERS_SHORT:-}" ]; then
+  read -r IS KS <<< "$ITERS_SHORT ${KERNEL_NS_SHORT:?}"
+  read -r IL KL <<< "${ITERS_LONG:?} ${KERNEL_NS_LONG:?}"
+else
+  read -r IS KS <<< "$(calibrate "$SHORT_US")"
+  read -r IL KL <<< "$(calibrate "$LONG_US")"
+fi
+echo "short: $IS iterations, $KS ns per kernel; long: $IL iterations, $KL ns per kernel"
+
+port=9470
+for config in $CONFIGS; do
+  echo "== $config"
+  short=("$WORK/tenant_load" run "$IS" "$SECS" "$WORK/$config.short")
+  long=("$WORK/tenant_load" run "$IL" "$SECS" "$WORK/$config.long")
+  if [ "$config" = native ]; then
+    "${short[@]}" & a=$!
+    "${long[@]}" & b=$!
+    wait $a $b
+    continue
+  fi
+  port=$((port + 1))
+  dir="$WORK/router-$port"
+  mkdir -p "$dir"
+  {
+    echo "listen = \"$dir/router.sock\""
+    echo "metrics = \"127.0.0.1:$port\""
+    echo "pool = 2"
+    for t in short long; do
+      printf '[[tenant]]\nname = "%s"\nsocket = "%s/%s.sock"\nshare = 1\n' "$t" "$dir" "$t"
+    done
+    if [ "$config" != phos ]; then
+      policy=${config%%:*}
+      echo "[[policy]]"
+      echo "builtin = \"$policy\""
+      if [ "$policy" != "$config" ]; then
+        echo "set = { $(echo "${config#*:}" | sed -E 's/([a-z_]+)=([^,]+)/\1 = "\2"/g') }"
+      fi
+    fi
+  } > "$dir/router.toml"
+  "$BIN/phosctl" serve --backend "$BACKEND" --config "$dir/router.toml" 2> "$OUT/router-$config.log" &
+  router=$!
+  for _ in $(seq 100); do [ -S "$dir/long.sock" ] && break; sleep 0.1; done
+  sleep 2 # the pooled servers' contexts
+  "$BIN/phosctl" run --endpoint "unix:$dir/short.sock" -- "${short[@]}" 2> "$OUT/guest-$config-short.log" & a=$!
+  "$BIN/phosctl" run --endpoint "unix:$dir/long.sock" -- "${long[@]}" 2> "$OUT/guest-$config-long.log" & b=$!
+  wait $a $b
+  python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:$port/metrics').read().decode())" \
+    > "$OUT/metrics-$config.txt" || true
+  kill $router
+  wait $router || true
+done
+
+python3 - "$WORK" "$OUT/fairness.md" "$KS" "$KL" "$SECS" $CONFIGS <<'PY'
+import bisect, statistics, sys
+work, out, ks, kl, secs = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+configs = sys.argv[6:]
+
+def curve(path, kernel_ns):
+    """Cumulative device time (ns) against time, linear between completed batches."""
+    pts = [tuple(map(int, l.split())) for l in open(path)]
+    ts = [t for t, _ in pts]
+    ws = [n * kernel_ns for _, n in pts]
+    def at(t):
+        i = bisect.bisect_right(ts, t)
+        if i == 0:
+            return 0.0
+        if i == len(ts):
+            return ws[-1]
+        t0, t1, w0, w1 = ts[i - 1], ts[i], ws[i - 1], ws[i]
+        return w0 + (w1 - w0) * (t - t0) / (t1 - t0)
+    return ts[0], ts[-1], at
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+rows = {}
+for c in configs:
+    s0, s1, short = curve(f"{work}/{c}.short", ks)
+    l0, l1, long = curve(f"{work}/{c}.long", kl)
+    # Whole 1 s windows while both ran, past the first second of each.
+    start, end = max(s0, l0) + 1_000_000_000, min(s1, l1)
+    unfair, used, shares = [], [], []
+    t = start
+    while t + 1_000_000_000 <= end:
+        a = short(t + 1e9) - short(t)
+        b = long(t + 1e9) - long(t)
+        unfair.append(abs(a - b) / (a + b) if a + b > 0 else 0.0)
+        used.append((a + b) / 1e9)
+        shares.append(a / (a + b) if a + b > 0 else 0.0)
+        t += 1_000_000_000
+    rows[c] = dict(n=len(unfair), med=statistics.median(unfair), p95=pct(unfair, 95),
+                   used=statistics.mean(used), short=statistics.mean(shares))
+base = rows.get("phos")
+lines = [
+    f"short kernel {ks / 1e3:.1f} us, long kernel {kl / 1e3:.1f} us (calibrated alone), equal shares, {secs} s per configuration",
+    "",
+    "| configuration | windows | unfairness median | unfairness p95 | short tenant's share | device time used per s | throughput lost to policing |",
+    "|---|---|---|---|---|---|---|",
+]
+for c, r in rows.items():
+    lost = f"{(1 - r['used'] / base['used']) * 100:.1f}%" if base and c not in ("phos", "native") else "-"
+    lines.append(f"| {c} | {r['n']} | {r['med'] * 100:.2f}% | {r['p95'] * 100:.2f}% | {r['short'] * 100:.1f}% | {r['used']:.3f} s | {lost} |")
+open(out, "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
