@@ -11,6 +11,7 @@ pub mod control;
 pub mod handles;
 pub mod memory;
 pub mod module_vars;
+pub mod ordering;
 pub mod output;
 pub mod records;
 pub mod server;

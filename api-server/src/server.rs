@@ -9,12 +9,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use phos_protocol::cudart::{self, FunctionId};
-use phos_protocol::frame::{FrameHeader, FrameKind};
-use phos_protocol::handshake::{Attach, Welcome};
+use phos_protocol::frame::{FLAG_ASYNC, FrameHeader, FrameKind, MAX_BARRIER_IDS};
+use phos_protocol::handshake::{Attach, UsageReport, Welcome};
 use phos_protocol::transport::{Transport, TransportError, UnixTransport};
 use phos_protocol::{CudaError, Rejection};
 
 use crate::dispatch;
+use crate::ordering::AsyncLedger;
 use crate::service::{CallCx, Session};
 
 /// The session a server serves: set once, when the server is started for a session, or
@@ -50,14 +51,65 @@ impl SessionSlot {
     }
 }
 
+/// Async calls run since the last acknowledgement sent on a channel. They are answered
+/// together, with one frame (a `Reply` flagged [`FLAG_ASYNC`]: call id the last one run,
+/// status the last failure among them, payload the number that failed), before the next
+/// synchronous call's reply or after [`ACK_EVERY`] of them: one small frame per call would
+/// fill the socket buffers while the guest is not reading.
+#[derive(Default)]
+struct AckWindow {
+    last: u64,
+    calls: u64,
+    failed: u64,
+    last_error: i32,
+}
+
+/// How often a quiet channel reports device time while kernels are being measured.
+const REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Async calls answered by one acknowledgement at most.
+const ACK_EVERY: u64 = 256;
+
+impl AckWindow {
+    fn ran(&mut self, call_id: u64, status: i32) {
+        self.last = call_id;
+        self.calls += 1;
+        if status != cudart::SUCCESS {
+            self.failed += 1;
+            self.last_error = status;
+        }
+    }
+
+    fn full(&self) -> bool {
+        self.calls >= ACK_EVERY
+    }
+
+    fn send(&mut self, t: &mut dyn Transport, session: u64) -> std::io::Result<()> {
+        if self.calls == 0 {
+            return Ok(());
+        }
+        let mut a = FrameHeader::new(FrameKind::Reply);
+        a.flags = FLAG_ASYNC;
+        a.session = session;
+        a.call_id = self.last;
+        a.status = self.last_error;
+        let failed = self.failed.to_le_bytes();
+        a.payload_len = failed.len() as u64;
+        *self = AckWindow::default();
+        t.send(&a, &[&failed])
+    }
+}
+
 pub struct ApiServer {
     slot: Arc<SessionSlot>,
     channels: AtomicU64,
+    /// The async calls that have run, for barriers.
+    ledger: AsyncLedger,
 }
 
 impl ApiServer {
     pub fn new(slot: Arc<SessionSlot>) -> Arc<Self> {
-        Arc::new(ApiServer { slot, channels: AtomicU64::new(0) })
+        Arc::new(ApiServer { slot, channels: AtomicU64::new(0), ledger: AsyncLedger::default() })
     }
 
     /// A server for an existing session.
@@ -143,7 +195,18 @@ impl ApiServer {
         }
 
         let mut out = Vec::new();
+        let mut acks = AckWindow::default();
         loop {
+            // While kernels are still to be measured and the guest is quiet (waiting, or
+            // held back by the router), report their device time as they finish, so that
+            // the router's books do not wait for the guest's next call.
+            while session.backend().measuring() && !t.wait_readable(REPORT_INTERVAL) {
+                if let Some(report) = session.usage_if_changed()
+                    && Self::report(t.as_mut(), session.id, 0, &report).is_err()
+                {
+                    break;
+                }
+            }
             let h = match t.recv(&mut payload) {
                 Ok(h) => h,
                 Err(TransportError::Closed) => break,
@@ -155,6 +218,14 @@ impl ApiServer {
                 }
             };
             out.clear();
+            if h.kind == FrameKind::Barrier {
+                self.barrier(channel, &payload);
+                continue;
+            }
+            let is_async = h.flags & FLAG_ASYNC != 0;
+            if !is_async && acks.send(t.as_mut(), session.id).is_err() {
+                break;
+            }
             let status = if h.kind != FrameKind::Call {
                 tracing::warn!(session = session.id, channel, "unexpected {:?} frame", h.kind);
                 CudaError::InvalidValue.0
@@ -170,10 +241,12 @@ impl ApiServer {
                     Some(id) => {
                         // Device printf output rides with the calls that flush it: a
                         // synchronising call delivers what the work before it printed, an
-                        // async one (a launch) only what earlier work printed.
+                        // async one (a launch) only what earlier work printed, and only if
+                        // the guest waits for it (an answer the guest collects later must
+                        // stay small, so it never fills the socket buffers).
                         let info = id.info();
                         let mut printed = Vec::new();
-                        if info.device_output && info.is_async {
+                        if info.device_output && info.is_async && !is_async {
                             printed = session.output.take();
                         }
                         let status = match self.call(id, h.device, &payload, &mut out) {
@@ -199,17 +272,23 @@ impl ApiServer {
                     }
                 }
             };
+            if is_async {
+                // Run, or failed before it could: either way a barrier no longer waits for it.
+                self.ledger.ran(h.call_id);
+                acks.ran(h.call_id, status);
+            }
             // What the call changed in the session's usage goes to the router first, so its
             // accounting is current when the guest's next call is decided.
-            if let Some(report) = session.usage_if_changed() {
-                let bytes = phos_protocol::encode(&report);
-                let mut u = FrameHeader::new(FrameKind::Report);
-                u.session = session.id;
-                u.call_id = h.call_id;
-                u.payload_len = bytes.len() as u64;
-                if t.send(&u, &[&bytes]).is_err() {
+            if let Some(report) = session.usage_if_changed()
+                && Self::report(t.as_mut(), session.id, h.call_id, &report).is_err()
+            {
+                break;
+            }
+            if is_async {
+                if acks.full() && acks.send(t.as_mut(), session.id).is_err() {
                     break;
                 }
+                continue;
             }
             let mut r = FrameHeader::new(FrameKind::Reply);
             r.function = h.function;
@@ -223,6 +302,31 @@ impl ApiServer {
             }
         }
         tracing::debug!(session = session.id, channel, "channel closed");
+    }
+
+    fn report(t: &mut dyn Transport, session: u64, call_id: u64, report: &UsageReport) -> std::io::Result<()> {
+        let bytes = phos_protocol::encode(report);
+        let mut u = FrameHeader::new(FrameKind::Report);
+        u.session = session;
+        u.call_id = call_id;
+        u.payload_len = bytes.len() as u64;
+        t.send(&u, &[&bytes])
+    }
+
+    /// A barrier: wait until the async calls it names (from the session's other channels)
+    /// have run.
+    fn barrier(&self, channel: u64, payload: &[u8]) {
+        let session = self.session().id;
+        if !payload.len().is_multiple_of(8) || payload.len() / 8 > MAX_BARRIER_IDS {
+            tracing::warn!(session, channel, "malformed barrier of {} bytes ignored", payload.len());
+            return;
+        }
+        let ids: Vec<u64> =
+            payload.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
+        let missing = self.ledger.wait_for(&ids);
+        if !missing.is_empty() {
+            tracing::warn!(session, channel, "barrier gave up waiting for async calls {missing:?}");
+        }
     }
 
     /// Run one call on this session.

@@ -46,6 +46,9 @@ struct phos_call {
     __u64 used[PHOS_RC_COUNT];
     /* The tenant's quota of each resource (router configuration); 0: none. */
     __u64 quota[PHOS_RC_COUNT];
+    /* Of a measured resource's `used`, the estimate for calls admitted and not measured
+     * yet (work still queued or running); `used - pending` is what has been measured. */
+    __u64 pending[PHOS_RC_COUNT];
 };
 
 /* Verdicts. A delay asks again after that many nanoseconds (at most 100 ms per wait). */

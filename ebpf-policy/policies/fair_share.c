@@ -1,20 +1,24 @@
 /* Weighted fair share of device time between tenants.
  *
- * Each tenant has a virtual time: the device time it has used (measured by its API
- * servers, plus an estimate for kernels still queued) divided by its share. A kernel launch
- * of a tenant that is more than `slack_ns` of virtual time ahead of the slowest other
- * active tenant waits until that tenant catches up. A tenant that has been idle for
- * `idle_ns` rejoins level with the slowest active tenant, so idling does not bank credit.
- * Only launches are held back: copies and queries pass, so a tenant waiting for the GPU
- * is not also cut off from its memory.
+ * Each tenant has a virtual time: the device time its kernels have been measured to use,
+ * divided by its share. A kernel launch of a tenant more than `slack_ns` of virtual time
+ * ahead of the slowest other active tenant waits until that tenant catches up. Work still
+ * queued is not counted until it has run: a tenant's queue is what keeps the GPU busy
+ * while the others' is empty, and charging it in advance would hold back a tenant of long
+ * kernels so often that its queue runs dry. `slack_ns` should therefore be a few times
+ * the longest kernel any tenant runs (virtual time moves one kernel at a time, and each
+ * delay risks an empty queue); docs/perf.md has measurements.
+ * A tenant idle for `idle_ns` rejoins level with the slowest active tenant, so idling
+ * does not bank credit. Only launches are held back: copies and queries pass, so a tenant
+ * waiting for the GPU is not also cut off from its memory.
  *
- *   phosctl policy load builtin:fair_share --set slack_ns=2ms
+ *   phosctl policy load builtin:fair_share --set slack_ns=50ms
  */
 #include "phos_policy.h"
 
 PHOS_POLICY("Apache-2.0");
 
-PHOS_PARAM(__u64, slack_ns, 2000000);
+PHOS_PARAM(__u64, slack_ns, 30000000);
 PHOS_PARAM(__u64, idle_ns, 200000000);
 PHOS_PARAM(__u64, poll_ns, 100000);
 
@@ -39,7 +43,8 @@ PHOS_ENTRY(fair_share) {
         return PHOS_ADMIT;
     __u64 now = call->now_ns;
     __u64 share = call->share ? call->share : 1;
-    __u64 used = call->used[PHOS_RC_device_time];
+    /* Measured so far: what `used` holds beyond the estimate for queued kernels. */
+    __u64 used = call->used[PHOS_RC_device_time] - call->pending[PHOS_RC_device_time];
 
     /* The slowest other active tenant. */
     __u64 slowest = ~0ULL;

@@ -25,7 +25,7 @@ const MAX_RESOURCES: usize = 16;
 /// `reserved` (the kernel keeps a tracepoint context's first word from programs) and the
 /// seven fields after it.
 const HEADER_FIELDS: usize = 8;
-const CONTEXT_BYTES: usize = 8 * (HEADER_FIELDS + 3 * MAX_RESOURCES);
+const CONTEXT_BYTES: usize = 8 * (HEADER_FIELDS + 4 * MAX_RESOURCES);
 
 /// What a policy decided about one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +65,9 @@ pub struct CallContext {
     pub used: [u64; MAX_RESOURCES],
     /// Per resource: the tenant's quota (0: none).
     pub quota: [u64; MAX_RESOURCES],
+    /// Per measured resource: the part of `used` that is an estimate for calls admitted and
+    /// not measured yet.
+    pub pending: [u64; MAX_RESOURCES],
 }
 
 impl CallContext {
@@ -81,7 +84,12 @@ impl CallContext {
             self.active_tenants,
             self.active_shares,
         ];
-        let words = header.iter().chain(&self.amount[..n]).chain(&self.used[..n]).chain(&self.quota[..n]);
+        let words = header
+            .iter()
+            .chain(&self.amount[..n])
+            .chain(&self.used[..n])
+            .chain(&self.quota[..n])
+            .chain(&self.pending[..n]);
         let mut len = 0;
         for (i, w) in words.enumerate() {
             out[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
@@ -446,12 +454,14 @@ mod tests {
         ctx.amount[0] = 7;
         ctx.used[0] = 11;
         ctx.quota[0] = 13;
+        ctx.pending[0] = 17;
         let mut b = [0u8; CONTEXT_BYTES];
         let len = ctx.encode(&mut b);
         let n = cudart::RESOURCES.len();
-        assert_eq!(len, 8 * (HEADER_FIELDS + 3 * n));
+        assert_eq!(len, 8 * (HEADER_FIELDS + 4 * n));
         let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
         let h = HEADER_FIELDS;
         assert_eq!((word(0), word(1), word(4), word(h), word(h + n), word(h + 2 * n)), (0, 1, 9, 7, 11, 13));
+        assert_eq!(word(h + 3 * n), 17);
     }
 }

@@ -2,7 +2,9 @@
 //! launch, and packing `void **args` into the kernel's parameter buffer.
 
 use std::cell::RefCell;
+use std::collections::HashSet;
 use std::ffi::c_void;
+use std::sync::{LazyLock, Mutex};
 
 use phos_protocol::CudaError;
 use phos_protocol::cudart::PhosLaunchKernelRequest;
@@ -90,7 +92,7 @@ pub unsafe fn launch(
         s => s,
     };
     let shared_mem = u32::try_from(shared_mem).map_err(|_| CudaError::InvalidValue)?;
-    runtime::call(&PhosLaunchKernelRequest {
+    let request = PhosLaunchKernelRequest {
         function,
         grid,
         block,
@@ -98,6 +100,37 @@ pub unsafe fn launch(
         stream,
         params: &params,
         paramSize: params.len() as u64,
-    })?;
+    };
+    let shape = LaunchShape { function, device: runtime::current_device(), block, shared_mem, stream };
+    if grid_in_limits(grid) && proven_shapes().contains(&shape) {
+        return runtime::call_async(&request);
+    }
+    runtime::call(&request)?;
+    proven_shapes().insert(shape);
     Ok(())
+}
+
+/// What decides whether a launch can fail at launch time: CUDA checks the block shape and
+/// dynamic shared memory against the kernel and the device, the stream handle, and the grid
+/// against the device's limits. A launch whose shape has launched successfully before (and
+/// whose grid is within the limits every CUDA device has) cannot fail those checks, so it is
+/// sent without waiting; any other launch waits for its answer, so its error comes back from
+/// the launch itself, as on CUDA.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct LaunchShape {
+    function: u64,
+    device: i32,
+    block: Dim3,
+    shared_mem: u32,
+    stream: u64,
+}
+
+fn proven_shapes() -> std::sync::MutexGuard<'static, HashSet<LaunchShape>> {
+    static SHAPES: LazyLock<Mutex<HashSet<LaunchShape>>> = LazyLock::new(Default::default);
+    SHAPES.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Grid dimensions every device since compute capability 3.0 accepts.
+fn grid_in_limits(grid: Dim3) -> bool {
+    (1..=i32::MAX as u32).contains(&grid.x) && (1..=65535).contains(&grid.y) && (1..=65535).contains(&grid.z)
 }

@@ -8,6 +8,7 @@
 //! session token.
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::ffi::{CStr, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use phos_protocol::cudart::{self, FunctionId};
-use phos_protocol::frame::{FrameHeader, FrameKind};
+use phos_protocol::frame::{FLAG_ASYNC, FrameHeader, FrameKind, MAX_BARRIER_IDS};
 use phos_protocol::handshake::{Hello, Welcome};
 use phos_protocol::transport::{Endpoint, Transport};
 use phos_protocol::{CudaError, RemoteCall};
@@ -44,8 +45,160 @@ impl Session {
 struct Channel {
     transport: Box<dyn Transport>,
     session: Arc<Session>,
-    next_call: u64,
     reply: Vec<u8>,
+    /// Async calls sent and not answered yet, oldest first: kept whole, so that if the
+    /// connection is lost they can be sent again on the next one.
+    unanswered: VecDeque<Unanswered>,
+    /// This channel's entry in [`CHANNELS`].
+    shared: Arc<ChannelShared>,
+}
+
+struct Unanswered {
+    call_id: u64,
+    function: FunctionId,
+    device: i32,
+    request: Vec<u8>,
+}
+
+/// What other threads may know about a channel: the last async call it sent that has not
+/// been answered (0: none). A synchronous call on another channel must not overtake it.
+#[derive(Default)]
+struct ChannelShared {
+    last_unanswered: AtomicU64,
+}
+
+/// Every channel of the process that may have async calls in flight.
+static CHANNELS: Mutex<Vec<Arc<ChannelShared>>> = Mutex::new(Vec::new());
+
+/// Call ids, unique in the process (across channels), so the server can tell which async
+/// calls a barrier names.
+static NEXT_CALL_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Async calls a channel may have unanswered before the next one waits for an
+/// acknowledgement: the depth of the launch queue, as on a GPU whose queue is full. The
+/// server acknowledges at least every 256 async calls, so a few acknowledgement frames are
+/// all that can be waiting for the guest to read them.
+const MAX_UNANSWERED: usize = 1024;
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        // The thread is ending: wait until its async calls have run (a synchronous call
+        // brings their acknowledgement), so no other thread's synchronising call has to
+        // name this channel's calls in a barrier.
+        if !self.unanswered.is_empty() {
+            let mut request = Vec::new();
+            phos_protocol::encode_reply(&cudart::CudaGetDeviceCountRequest {}, &mut request);
+            let id = NEXT_CALL_ID.fetch_add(1, Ordering::Relaxed);
+            let _ = attempt::<cudart::CudaGetDeviceCountRequest>(self, &request, id, false);
+        }
+        self.shared.last_unanswered.store(0, Ordering::Release);
+        CHANNELS.lock().unwrap_or_else(|p| p.into_inner()).retain(|c| !Arc::ptr_eq(c, &self.shared));
+    }
+}
+
+impl Channel {
+    /// Receive one frame that is not the answer to a synchronous call: device output is
+    /// written, an async call's answer retires it (its error becomes the thread's last
+    /// error, where CUDA would have put it). Returns the header of anything else.
+    fn receive_one(&mut self) -> Result<Option<FrameHeader>, String> {
+        let h = self.transport.recv(&mut self.reply).map_err(|e| e.to_string())?;
+        if h.kind == FrameKind::Output {
+            write_device_output(&self.reply);
+            return Ok(None);
+        }
+        if h.kind == FrameKind::Reply && h.flags & FLAG_ASYNC != 0 {
+            // An acknowledgement of every async call up to `call_id`.
+            while self.unanswered.front().is_some_and(|u| u.call_id <= h.call_id) {
+                self.unanswered.pop_front();
+            }
+            if h.status != cudart::SUCCESS {
+                tracing::debug!("an async call failed: {}", h.status);
+                set_last_error(CudaError(h.status));
+            }
+            let last = self.unanswered.back().map_or(0, |u| u.call_id);
+            self.shared.last_unanswered.store(last, Ordering::Release);
+            return Ok(None);
+        }
+        // A refusal by the router, which answers each call it refuses.
+        if h.kind == FrameKind::Reply
+            && let Some(i) = self.unanswered.iter().position(|u| u.call_id == h.call_id)
+        {
+            let u = self.unanswered.remove(i).expect("found");
+            if h.status != cudart::SUCCESS {
+                tracing::debug!("{} (sent without waiting) failed: {}", u.function.name(), h.status);
+                set_last_error(CudaError(h.status));
+            }
+            let last = self.unanswered.back().map_or(0, |u| u.call_id);
+            self.shared.last_unanswered.store(last, Ordering::Release);
+            return Ok(None);
+        }
+        Ok(Some(h))
+    }
+
+    /// Retire the answers that have already arrived, without waiting.
+    fn collect_answers(&mut self) -> Result<(), String> {
+        while !self.unanswered.is_empty() && self.transport.readable() {
+            if let Some(h) = self.receive_one()? {
+                return Err(format!("unexpected {:?} frame for call {}", h.kind, h.call_id));
+            }
+        }
+        Ok(())
+    }
+
+    /// Send a call frame.
+    fn send_call(
+        &mut self,
+        function: FunctionId,
+        device: i32,
+        call_id: u64,
+        flags: u16,
+        request: &[u8],
+    ) -> Result<(), String> {
+        let mut h = FrameHeader::new(FrameKind::Call);
+        h.function = function as u32;
+        h.device = device;
+        h.session = self.session.id;
+        h.call_id = call_id;
+        h.flags = flags;
+        h.payload_len = request.len() as u64;
+        self.transport.send(&h, &[request]).map_err(|e| e.to_string())
+    }
+
+    /// After a reconnect: send the async calls the lost connection never answered again,
+    /// in their order.
+    fn resend_unanswered(&mut self) -> Result<(), String> {
+        let pending = std::mem::take(&mut self.unanswered);
+        for u in &pending {
+            self.send_call(u.function, u.device, u.call_id, FLAG_ASYNC, &u.request)?;
+        }
+        self.unanswered = pending;
+        Ok(())
+    }
+
+    /// Before a synchronous call: if other channels have async calls in flight, tell the
+    /// server to run them first.
+    fn send_barrier(&mut self) -> Result<(), String> {
+        let mut ids = Vec::new();
+        {
+            let channels = CHANNELS.lock().unwrap_or_else(|p| p.into_inner());
+            if channels.len() > 1 {
+                for c in channels.iter().filter(|c| !Arc::ptr_eq(c, &self.shared)) {
+                    let id = c.last_unanswered.load(Ordering::Acquire);
+                    if id != 0 && ids.len() < MAX_BARRIER_IDS {
+                        ids.push(id);
+                    }
+                }
+            }
+        }
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let bytes: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
+        let mut h = FrameHeader::new(FrameKind::Barrier);
+        h.session = self.session.id;
+        h.payload_len = bytes.len() as u64;
+        self.transport.send(&h, &[&bytes]).map_err(|e| e.to_string())
+    }
 }
 
 thread_local! {
@@ -144,7 +297,9 @@ fn open_channel() -> Result<Channel, CudaError> {
             s
         }
     };
-    Ok(Channel { transport, session, next_call: 1, reply })
+    let shared = Arc::new(ChannelShared::default());
+    CHANNELS.lock().unwrap_or_else(|p| p.into_inner()).push(shared.clone());
+    Ok(Channel { transport, session, reply, unanswered: VecDeque::new(), shared })
 }
 
 /// Run `f` with this thread's channel, opening it first if needed.
@@ -193,25 +348,23 @@ enum Attempt<T> {
     Lost(String),
 }
 
-fn attempt<R: RemoteCall>(ch: &mut Channel, request: &[u8]) -> Attempt<R::Reply> {
-    let mut h = FrameHeader::new(FrameKind::Call);
-    h.function = R::FUNCTION as u32;
-    h.device = current_device();
-    h.session = ch.session.id;
-    h.call_id = ch.next_call;
-    h.payload_len = request.len() as u64;
-    ch.next_call += 1;
-    if let Err(e) = ch.transport.send(&h, &[request]) {
-        return Attempt::Lost(e.to_string());
+fn attempt<R: RemoteCall>(ch: &mut Channel, request: &[u8], call_id: u64, resend: bool) -> Attempt<R::Reply> {
+    let device = current_device();
+    let sent = if resend { ch.resend_unanswered() } else { Ok(()) }
+        .and_then(|_| ch.send_barrier())
+        .and_then(|_| ch.send_call(R::FUNCTION, device, call_id, 0, request));
+    if let Err(e) = sent {
+        return Attempt::Lost(e);
     }
+    // Answers to this channel's earlier async calls come first, in order.
     let rh = loop {
-        match ch.transport.recv(&mut ch.reply) {
-            Ok(rh) if rh.kind == FrameKind::Output => write_device_output(&ch.reply),
-            Ok(rh) => break rh,
-            Err(e) => return Attempt::Lost(e.to_string()),
+        match ch.receive_one() {
+            Ok(None) => continue,
+            Ok(Some(rh)) => break rh,
+            Err(e) => return Attempt::Lost(e),
         }
     };
-    if rh.kind != FrameKind::Reply || rh.call_id != h.call_id {
+    if rh.kind != FrameKind::Reply || rh.call_id != call_id {
         return Attempt::Lost(format!("unexpected {:?} frame for call {}", rh.kind, rh.call_id));
     }
     if rh.status != cudart::SUCCESS {
@@ -232,12 +385,15 @@ fn reconnect_timeout() -> Duration {
 
 /// Send one call and wait for its reply. If the connection is lost, reconnect to the
 /// session (with its token: the router holds the channel until the session is back) and
-/// send the call again; the application does not notice.
+/// send the call again, after the async calls the lost connection left unanswered; the
+/// application does not notice.
 pub fn call<R: RemoteCall>(req: &R) -> Result<R::Reply, CudaError> {
     CALLS.fetch_add(1, Ordering::Relaxed);
     let mut request = Vec::new();
     phos_protocol::encode_reply(req, &mut request);
-    let mut lost = match with_channel(|ch| Ok(attempt::<R>(ch, &request)))? {
+    let call_id = NEXT_CALL_ID.fetch_add(1, Ordering::Relaxed);
+    let mut carried = VecDeque::new();
+    let mut lost = match with_channel(|ch| Ok(attempt::<R>(ch, &request, call_id, false)))? {
         Attempt::Done(r) => return r,
         Attempt::Lost(why) => why,
     };
@@ -245,14 +401,18 @@ pub fn call<R: RemoteCall>(req: &R) -> Result<R::Reply, CudaError> {
     let mut pause = Duration::from_millis(20);
     loop {
         tracing::info!("connection to the API server lost during {} ({lost}); reconnecting", R::FUNCTION.name());
-        drop_channel();
+        carried.extend(drop_channel());
         if Instant::now() >= deadline {
             tracing::error!("the session did not come back; {} fails", R::FUNCTION.name());
             return Err(CudaError::DevicesUnavailable);
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_secs(1));
-        match with_channel(|ch| Ok(attempt::<R>(ch, &request))) {
+        let attempted = with_channel(|ch| {
+            ch.unanswered.extend(carried.drain(..));
+            Ok(attempt::<R>(ch, &request, call_id, true))
+        });
+        match attempted {
             Ok(Attempt::Done(r)) => return r,
             Ok(Attempt::Lost(why)) => lost = why,
             Err(_) => lost = "the router refused the session".to_string(),
@@ -260,9 +420,52 @@ pub fn call<R: RemoteCall>(req: &R) -> Result<R::Reply, CudaError> {
     }
 }
 
-/// Forget this thread's channel (its connection is gone).
-fn drop_channel() {
-    let _ = CHANNEL.try_with(|c| c.borrow_mut().take());
+/// Send a call the spec marks `async` without waiting for its reply: it returns once the
+/// call is on its way (CUDA's "enqueued"). Its answer is collected later, by this thread's
+/// next synchronous call or the next async one that finds it arrived; a failure becomes the
+/// thread's last error then. Only for calls whose reply carries nothing (`R::Reply` is
+/// empty) and whose arguments the caller has vouched for, so that the errors CUDA would
+/// return from the call itself cannot happen.
+pub fn call_async<R: RemoteCall>(req: &R) -> Result<(), CudaError> {
+    CALLS.fetch_add(1, Ordering::Relaxed);
+    let mut request = Vec::new();
+    phos_protocol::encode_reply(req, &mut request);
+    let call_id = NEXT_CALL_ID.fetch_add(1, Ordering::Relaxed);
+    let device = current_device();
+    let sent = with_channel(|ch| {
+        let ready = ch.collect_answers().and_then(|_| {
+            while ch.unanswered.len() >= MAX_UNANSWERED {
+                if let Some(h) = ch.receive_one()? {
+                    return Err(format!("unexpected {:?} frame for call {}", h.kind, h.call_id));
+                }
+            }
+            Ok(())
+        });
+        // Visible to other threads' barriers before it can reach the server.
+        ch.shared.last_unanswered.store(call_id, Ordering::Release);
+        let sent = ready.and_then(|_| ch.send_call(R::FUNCTION, device, call_id, FLAG_ASYNC, &request));
+        // Whatever happened to the connection, the call is kept until it is answered.
+        ch.unanswered.push_back(Unanswered { call_id, function: R::FUNCTION, device, request });
+        Ok(sent)
+    })?;
+    if let Err(why) = sent {
+        // The connection is gone: reconnect now, sending everything unanswered again (a
+        // synchronous no-op call carries them).
+        tracing::info!("connection lost while sending {} ({why})", R::FUNCTION.name());
+        call(&cudart::CudaGetDeviceCountRequest {})?;
+    }
+    Ok(())
+}
+
+/// Forget this thread's channel (its connection is gone); returns the async calls it left
+/// unanswered.
+fn drop_channel() -> VecDeque<Unanswered> {
+    CHANNEL
+        .try_with(|c| c.borrow_mut().take())
+        .ok()
+        .flatten()
+        .map(|mut ch| std::mem::take(&mut ch.unanswered))
+        .unwrap_or_default()
 }
 
 unsafe extern "C" {

@@ -6,7 +6,7 @@
 //! | 0 | 4 | magic `PHOS` |
 //! | 4 | 1 | protocol version |
 //! | 5 | 1 | [`FrameKind`] |
-//! | 6 | 2 | flags |
+//! | 6 | 2 | flags ([`FLAG_ASYNC`]) |
 //! | 8 | 4 | function id (calls and replies) |
 //! | 12 | 4 | device: the calling thread's current device (calls) |
 //! | 16 | 4 | status: the CUDA error code (replies) |
@@ -18,6 +18,16 @@
 pub const MAGIC: u32 = u32::from_le_bytes(*b"PHOS");
 pub const VERSION: u8 = 1;
 pub const HEADER_LEN: usize = 48;
+
+/// On a call: the guest does not wait for its reply (a call the spec marks `async`, returned
+/// to the application at once); the server records its call id for [`FrameKind::Barrier`]s
+/// and answers it only as part of an acknowledgement. On a reply: an acknowledgement of every
+/// async call of the channel up to `call_id`, with `status` the last error among them (0 if
+/// none) and as payload the number that failed (u64, little-endian).
+pub const FLAG_ASYNC: u16 = 1;
+
+/// The most call ids one [`FrameKind::Barrier`] may name.
+pub const MAX_BARRIER_IDS: usize = 1024;
 
 /// What a frame is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +49,12 @@ pub enum FrameKind {
     /// [`UsageReport`](crate::handshake::UsageReport)), sent before a reply when it changed.
     /// The router keeps it; guests never see one.
     Report = 7,
+    /// Guest -> API server, before a call: wait until the async calls with these call ids
+    /// (payload: little-endian u64s), sent on the session's other channels before this
+    /// call was made, have run. This keeps CUDA's ordering across host threads: work a
+    /// thread enqueued before another thread synchronises is part of what it waits for.
+    /// No reply.
+    Barrier = 8,
 }
 
 impl FrameKind {
@@ -51,6 +67,7 @@ impl FrameKind {
             5 => FrameKind::Refused,
             6 => FrameKind::Output,
             7 => FrameKind::Report,
+            8 => FrameKind::Barrier,
             _ => return None,
         })
     }

@@ -34,6 +34,16 @@ pub trait Transport: Send {
 
     /// Receive one frame; its payload replaces the contents of `payload`.
     fn recv(&mut self, payload: &mut Vec<u8>) -> Result<FrameHeader, TransportError>;
+
+    /// Whether a frame has (at least partly) arrived, so [`recv`](Self::recv) will not wait
+    /// for the peer to act. Never blocks. A closed connection counts as readable (its `recv`
+    /// reports the close).
+    fn readable(&mut self) -> bool {
+        self.wait_readable(std::time::Duration::ZERO)
+    }
+
+    /// Wait up to `timeout` for [`readable`](Self::readable).
+    fn wait_readable(&mut self, timeout: std::time::Duration) -> bool;
 }
 
 /// Frames over a Unix stream socket.
@@ -161,6 +171,14 @@ impl Transport for UnixTransport {
 
     fn recv(&mut self, payload: &mut Vec<u8>) -> Result<FrameHeader, TransportError> {
         read_frame(&mut self.stream, payload, self.max_payload)
+    }
+
+    fn wait_readable(&mut self, timeout: std::time::Duration) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut pfd = libc::pollfd { fd: self.stream.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        n > 0 && pfd.revents != 0
     }
 }
 

@@ -3,7 +3,7 @@
 
 /// `dim3` / `uint3`: the same 12-byte layout in every CUDA version.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, bincode::Encode, bincode::Decode)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, bincode::Encode, bincode::Decode)]
 pub struct Dim3 {
     pub x: u32,
     pub y: u32,

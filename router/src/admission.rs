@@ -38,6 +38,13 @@ pub struct InFlight {
     measured: Vec<usize>,
 }
 
+impl InFlight {
+    /// Whether the call's use of some resource is measured by the server once it has run.
+    pub fn is_measured(&self) -> bool {
+        !self.measured.is_empty()
+    }
+}
+
 /// Decide about one call of `session` (`charges` from the cost table). Blocks while the
 /// policies delay it.
 pub fn admit(
@@ -101,6 +108,7 @@ pub fn admit(
             };
             for rc in 0..RESOURCES.len().min(ctx.used.len()) {
                 ctx.used[rc] = tenant.used(rc);
+                ctx.pending[rc] = tenant.pending(rc);
                 ctx.quota[rc] = tenant.quota(rc);
             }
             match policies.decide(&ctx) {

@@ -15,7 +15,7 @@
 //!
 //! [[policy]]                         # loaded at start, in this order
 //! builtin = "fair_share"             # or file = "/etc/phos/policy.o"
-//! set = { slack_ns = "2ms" }
+//! set = { slack_ns = "30ms" }
 //! ```
 //!
 //! Everything is optional; command-line options override the file.
@@ -110,7 +110,7 @@ mod tests {
             name = "bob"
             [[policy]]
             builtin = "fair_share"
-            set = { slack_ns = "2ms", poll_ns = 100000 }
+            set = { slack_ns = "30ms", poll_ns = 100000 }
             "#,
         )
         .unwrap();

@@ -18,6 +18,7 @@
 
 pub mod admission;
 pub mod config;
+pub mod contention;
 pub mod control;
 pub mod metrics;
 pub mod session;
@@ -31,6 +32,7 @@ pub mod costs {
 }
 
 use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -561,9 +563,9 @@ impl Router {
         session.channel_opened();
         let _close = session::ChannelGuard(session.clone());
         let max = self.config.max_payload;
-        // What the call in flight on this channel still has open (one call at a time: the
-        // guest waits for each reply).
-        let inflight: Arc<Mutex<Option<admission::InFlight>>> = Arc::default();
+        // What the calls in flight on this channel still have open, oldest first (one
+        // synchronous call, after any number of async ones the guest did not wait for).
+        let inflight: Arc<Mutex<VecDeque<admission::InFlight>>> = Arc::default();
         // Server -> guest on a thread of its own; guest -> server here. The guest and the
         // server share one socket for both directions, so writes to the guest (replies from
         // the server, refusals from here) go through one lock.
@@ -583,8 +585,27 @@ impl Router {
                             }
                             continue;
                         }
+                        FrameKind::Reply if h.flags & phos_protocol::frame::FLAG_ASYNC != 0 => {
+                            // An acknowledgement of the async calls up to `call_id`, some of
+                            // which (the payload says how many) failed.
+                            let mut failed = buf.get(..8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()));
+                            let mut q = inflight.lock().unwrap();
+                            while q.front().is_some_and(|f| f.call_id <= h.call_id) {
+                                let f = q.pop_front().expect("checked");
+                                let status = if failed > 0 && f.is_measured() {
+                                    failed -= 1;
+                                    h.status
+                                } else {
+                                    cudart::SUCCESS
+                                };
+                                admission::answered(&session, &session.tenant_state, f, status);
+                            }
+                        }
                         FrameKind::Reply => {
-                            let open = inflight.lock().unwrap().take_if(|f| f.call_id == h.call_id);
+                            let open = {
+                                let mut q = inflight.lock().unwrap();
+                                q.iter().position(|f| f.call_id == h.call_id).and_then(|i| q.remove(i))
+                            };
                             if let Some(f) = open {
                                 admission::answered(&session, &session.tenant_state, f, h.status);
                             }
@@ -619,8 +640,11 @@ impl Router {
                 let (decision, open) =
                     admission::admit(&self.tenants, &self.policies, session, tenant, f, &charges, h.call_id);
                 match decision {
-                    admission::Decision::Forward => *inflight.lock().unwrap() = open,
+                    admission::Decision::Forward => inflight.lock().unwrap().extend(open),
                     admission::Decision::Refuse(code) => {
+                        if h.flags & phos_protocol::frame::FLAG_ASYNC != 0 {
+                            session.refused_async(h.call_id);
+                        }
                         let mut r = FrameHeader::new(FrameKind::Reply);
                         r.function = h.function;
                         r.session = h.session;
@@ -632,6 +656,22 @@ impl Router {
                         continue;
                     }
                 }
+            }
+            if h.kind == FrameKind::Barrier {
+                let Some(ids) = session.filter_barrier(&buf) else {
+                    tracing::warn!(session = session.id, "malformed barrier from the guest ({} bytes)", buf.len());
+                    refuse(&mut guest_w.lock().unwrap(), "malformed barrier");
+                    break;
+                };
+                if ids.is_empty() {
+                    continue;
+                }
+                let mut b = h;
+                b.payload_len = ids.len() as u64;
+                if write_frame(&mut server, &b, &[&ids]).is_err() {
+                    break;
+                }
+                continue;
             }
             if write_frame(&mut server, &h, &[&buf]).is_err() {
                 break;

@@ -1,6 +1,7 @@
 //! Sessions (a guest process and the API server that runs its calls) and the server
 //! processes behind them.
 
+use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -133,7 +134,13 @@ pub struct SessionEntry {
     books: Mutex<Books>,
     /// Set once the session's usage has left its tenant's books.
     closed_books: AtomicBool,
+    /// Async calls the router answered itself (refused), most recent last: they never reach
+    /// the server, so barriers must not wait for them.
+    refused_async: Mutex<VecDeque<u64>>,
 }
+
+/// Refused async calls remembered per session (a guest has far fewer unanswered).
+const REFUSED_ASYNC_KEPT: usize = 4096;
 
 /// The session's part of its tenant's usage, per resource.
 #[derive(Default)]
@@ -204,7 +211,33 @@ impl SessionEntry {
                 measured: vec![0; n],
             }),
             closed_books: AtomicBool::new(false),
+            refused_async: Mutex::new(VecDeque::new()),
         }
+    }
+
+    /// An async call was refused here and will not run on the server.
+    pub(crate) fn refused_async(&self, call_id: u64) {
+        let mut r = self.refused_async.lock().unwrap();
+        if r.len() == REFUSED_ASYNC_KEPT {
+            r.pop_front();
+        }
+        r.push_back(call_id);
+    }
+
+    /// A barrier's payload (call ids), less the calls refused here. `None`: malformed.
+    pub(crate) fn filter_barrier(&self, payload: &[u8]) -> Option<Vec<u8>> {
+        if !payload.len().is_multiple_of(8) || payload.len() / 8 > phos_protocol::frame::MAX_BARRIER_IDS {
+            return None;
+        }
+        let refused = self.refused_async.lock().unwrap();
+        Some(
+            payload
+                .chunks_exact(8)
+                .filter(|c| !refused.contains(&u64::from_le_bytes((*c).try_into().expect("8 bytes"))))
+                .flatten()
+                .copied()
+                .collect(),
+        )
     }
 
     /// Record what the server says the session holds of `rc`; returns the change.

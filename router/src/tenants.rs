@@ -9,9 +9,10 @@
 //!   each session holds after every call that changes it;
 //! - **instantaneous** ones (launches, bytes copied) are *used*: counted from the cost table
 //!   as calls are admitted;
-//! - **measured** ones (device time) are *measured* by the servers after the fact; until a
-//!   call's measurement arrives, the tenant's figure includes an estimate for it (the
-//!   tenant's mean so far), so that a tenant cannot queue unmeasured work for free.
+//! - **measured** ones (device time) are *measured* by the servers after the fact, and
+//!   charged as [`crate::contention`] says when tenants' work overlaps; until a call's
+//!   measurement arrives, the tenant's figure includes an estimate for it (the tenant's
+//!   mean so far), so that a tenant cannot queue unmeasured work for free.
 //!
 //! Nothing here knows what the resources are: names, kinds and quota errors come from the
 //! spec (`cudart::RESOURCES`).
@@ -22,6 +23,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use phos_control::TenantUsage;
+use phos_policy::engine::monotonic_ns;
+
+use crate::contention::Contention;
 use phos_protocol::cudart::RESOURCES;
 use phos_protocol::spec::ResourceKind;
 
@@ -110,6 +114,8 @@ pub struct TenantState {
     pub sessions: AtomicU64,
     /// Clock of the last call (monotonic ns), for "active".
     pub last_call_ns: AtomicU64,
+    /// Shared by all tenants: how measured device time is charged when their work overlaps.
+    contention: Arc<Contention>,
 }
 
 fn zeros() -> Vec<AtomicU64> {
@@ -117,7 +123,7 @@ fn zeros() -> Vec<AtomicU64> {
 }
 
 impl TenantState {
-    fn new(index: u64, name: Tenant) -> Self {
+    fn new(index: u64, name: Tenant, contention: Arc<Contention>) -> Self {
         TenantState {
             index,
             name,
@@ -133,6 +139,7 @@ impl TenantState {
             rejected: AtomicU64::new(0),
             sessions: AtomicU64::new(0),
             last_call_ns: AtomicU64::new(0),
+            contention,
         }
     }
 
@@ -150,16 +157,19 @@ impl TenantState {
 
     /// What policies see as the tenant's use of `rc` (see the module docs).
     pub fn used(&self, rc: usize) -> u64 {
-        let total = self.used[rc].load(Ordering::Relaxed);
+        self.used[rc].load(Ordering::Relaxed).saturating_add(self.pending(rc))
+    }
+
+    /// For a measured resource, the estimate for calls admitted and not measured yet: the
+    /// tenant's mean measured amount per call for each (0 for other resources).
+    pub fn pending(&self, rc: usize) -> u64 {
         if RESOURCES[rc].kind != ResourceKind::Measured {
-            return total;
+            return 0;
         }
+        let total = self.used[rc].load(Ordering::Relaxed);
         let measured = self.measured_calls[rc].load(Ordering::Relaxed);
         let pending = self.admitted_measured[rc].load(Ordering::Relaxed).saturating_sub(measured);
-        match total.checked_div(measured) {
-            Some(mean) => total.saturating_add(pending.saturating_mul(mean)),
-            None => total,
-        }
+        total.checked_div(measured).map_or(0, |mean| pending.saturating_mul(mean))
     }
 
     pub fn reserved(&self, rc: usize) -> u64 {
@@ -181,6 +191,7 @@ impl TenantState {
 
     pub(crate) fn admit_measured(&self, rc: usize, delta: i64) {
         add_signed(&self.admitted_measured[rc], delta);
+        self.contention.pending(self.index as usize, delta, monotonic_ns());
     }
 
     /// A session's held amount changed by `delta`.
@@ -188,8 +199,11 @@ impl TenantState {
         add_signed(&self.used[rc], delta);
     }
 
+    /// A session's servers measured `calls` more calls at `amount` in all; the tenant is
+    /// charged what [`Contention`] allows of it.
     pub(crate) fn measured(&self, rc: usize, amount: u64, calls: u64) {
-        self.used[rc].fetch_add(amount, Ordering::Relaxed);
+        let charged = self.contention.measured(self.index as usize, amount, calls, monotonic_ns());
+        self.used[rc].fetch_add(charged, Ordering::Relaxed);
         self.measured_calls[rc].fetch_add(calls, Ordering::Relaxed);
     }
 }
@@ -205,6 +219,7 @@ pub struct Tenants {
     by_uid: HashMap<u32, usize>,
     states: RwLock<Vec<Arc<TenantState>>>,
     create: Mutex<()>,
+    contention: Arc<Contention>,
 }
 
 /// How long after its last call a tenant still counts as active.
@@ -256,7 +271,7 @@ impl Tenants {
             return s.clone();
         }
         let mut states = self.states.write().unwrap();
-        let s = Arc::new(TenantState::new(states.len() as u64, tenant.clone()));
+        let s = Arc::new(TenantState::new(states.len() as u64, tenant.clone(), self.contention.clone()));
         if let Some(c) = self.configs.iter().find(|c| c.name == tenant.0) {
             s.configure(c);
         }
@@ -364,7 +379,10 @@ mod tests {
         let s = t.state(&Tenant("x".into()));
         let dt = rc("device_time");
         // Four calls admitted, two measured at 10 ns each: 20 measured + 2 * 10 estimated.
+        // (The tenant runs alone, so it is charged what it measured once it has had the
+        // GPU for as long.)
         s.admit_measured(dt, 4);
+        std::thread::sleep(std::time::Duration::from_micros(10));
         s.measured(dt, 20, 2);
         assert_eq!(s.used(dt), 40);
         // A failed call is never measured: it leaves the estimate.

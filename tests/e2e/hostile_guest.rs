@@ -249,3 +249,54 @@ fn a_guest_from_another_spec_is_refused() {
     assert_eq!(r.kind, phos_protocol::FrameKind::Refused);
     assert!(String::from_utf8_lossy(&buf).contains("spec"));
 }
+
+#[test]
+fn async_calls_are_acknowledged_together_and_bad_barriers_end_only_that_channel() {
+    use phos_protocol::frame::{FLAG_ASYNC, FrameHeader, FrameKind};
+    use phos_protocol::transport::Transport;
+    let (router, mut g) = open();
+    let session = g.welcome.session;
+    // Five calls sent without waiting, each failing (a handle that does not exist).
+    let payload = phos_protocol::encode(&CudaStreamSynchronizeRequest { stream: 0xdead_beef });
+    for id in 100..105u64 {
+        let mut h = FrameHeader::new(FrameKind::Call);
+        h.function = FunctionId::CudaStreamSynchronize as u32;
+        h.session = session;
+        h.call_id = id;
+        h.flags = FLAG_ASYNC;
+        h.payload_len = payload.len() as u64;
+        g.transport.send(&h, &[&payload]).unwrap();
+    }
+    // A synchronous call: its reply comes after one acknowledgement of all five.
+    let mut h = FrameHeader::new(FrameKind::Call);
+    let get_count = phos_protocol::encode(&CudaGetDeviceCountRequest {});
+    h.function = FunctionId::CudaGetDeviceCount as u32;
+    h.session = session;
+    h.call_id = 200;
+    h.payload_len = get_count.len() as u64;
+    g.transport.send(&h, &[&get_count]).unwrap();
+    let mut buf = Vec::new();
+    let ack = g.transport.recv(&mut buf).unwrap();
+    assert_eq!((ack.kind, ack.flags, ack.call_id), (FrameKind::Reply, FLAG_ASYNC, 104));
+    assert_eq!(ack.status, CudaError::InvalidResourceHandle.0);
+    assert_eq!(buf, 5u64.to_le_bytes(), "all five failed");
+    let reply = g.transport.recv(&mut buf).unwrap();
+    assert_eq!((reply.kind, reply.call_id, reply.status), (FrameKind::Reply, 200, 0));
+
+    // A barrier that is not a list of call ids ends this channel, and only it.
+    let mut b = FrameHeader::new(FrameKind::Barrier);
+    b.session = session;
+    b.payload_len = 7;
+    g.transport.send(&b, &[&[1u8; 7]]).unwrap();
+    let refused = g.transport.recv(&mut buf).unwrap();
+    assert_eq!(refused.kind, FrameKind::Refused);
+    let mut again = RawGuest::connect(&router.socket(), Some(g.welcome.token)).expect("the session still serves");
+    assert_ne!(malloc(&mut again, 64), 0);
+    // A barrier naming calls that ran (or were forgotten) does not hold the channel.
+    let mut b = FrameHeader::new(FrameKind::Barrier);
+    b.session = session;
+    let ids: Vec<u8> = [100u64, 104].iter().flat_map(|i| i.to_le_bytes()).collect();
+    b.payload_len = ids.len() as u64;
+    again.transport.send(&b, &[&ids]).unwrap();
+    assert_ne!(malloc(&mut again, 64), 0);
+}

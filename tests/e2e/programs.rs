@@ -34,6 +34,7 @@ macro_rules! programs {
 }
 
 programs!(
+    async_order,
     atomics_histogram,
     device_functions,
     device_query,

@@ -10,6 +10,7 @@ OUT=$(realpath "$2")
 RUNS=${3:-3}
 ARCH=${ARCH:-sm_90}
 WORK=$(mktemp -d)
+mkdir -p "$OUT"
 nvcc -O2 -cudart shared -arch="$ARCH" -o "$WORK/remoting" tests/bench/remoting.cu
 for i in $(seq "$RUNS"); do
   "$WORK/remoting" > "$WORK/native.$i"

@@ -47,6 +47,7 @@ echo "short: $IS iterations, $KS ns per kernel; long: $IL iterations, $KL ns per
 port=9470
 for config in $CONFIGS; do
   echo "== $config"
+  safe=$(echo "$config" | tr ':,=' '___') # for file names under OUT
   short=("$WORK/tenant_load" run "$IS" "$SECS" "$WORK/$config.short")
   long=("$WORK/tenant_load" run "$IL" "$SECS" "$WORK/$config.long")
   if [ "$config" = native ]; then
@@ -74,15 +75,15 @@ for config in $CONFIGS; do
       fi
     fi
   } > "$dir/router.toml"
-  "$BIN/phosctl" serve --backend "$BACKEND" --config "$dir/router.toml" 2> "$OUT/router-$config.log" &
+  "$BIN/phosctl" serve --backend "$BACKEND" --config "$dir/router.toml" 2> "$OUT/router-$safe.log" &
   router=$!
   for _ in $(seq 100); do [ -S "$dir/long.sock" ] && break; sleep 0.1; done
   sleep 2 # the pooled servers' contexts
-  "$BIN/phosctl" run --endpoint "unix:$dir/short.sock" -- "${short[@]}" 2> "$OUT/guest-$config-short.log" & a=$!
-  "$BIN/phosctl" run --endpoint "unix:$dir/long.sock" -- "${long[@]}" 2> "$OUT/guest-$config-long.log" & b=$!
+  "$BIN/phosctl" run --endpoint "unix:$dir/short.sock" -- "${short[@]}" 2> "$OUT/guest-$safe-short.log" & a=$!
+  "$BIN/phosctl" run --endpoint "unix:$dir/long.sock" -- "${long[@]}" 2> "$OUT/guest-$safe-long.log" & b=$!
   wait $a $b
   python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:$port/metrics').read().decode())" \
-    > "$OUT/metrics-$config.txt" || true
+    > "$OUT/metrics-$safe.txt" || true
   kill $router
   wait $router || true
 done
@@ -132,12 +133,14 @@ base = rows.get("phos")
 lines = [
     f"short kernel {ks / 1e3:.1f} us, long kernel {kl / 1e3:.1f} us (calibrated alone), equal shares, {secs} s per configuration",
     "",
-    "| configuration | windows | unfairness median | unfairness p95 | short tenant's share | device time used per s | throughput lost to policing |",
-    "|---|---|---|---|---|---|---|",
+    "| configuration | windows | unfairness median | unfairness p95 | short tenant's share | device time used per s | against native | throughput lost to policing |",
+    "|---|---|---|---|---|---|---|---|",
 ]
 for c, r in rows.items():
     lost = f"{(1 - r['used'] / base['used']) * 100:.1f}%" if base and c not in ("phos", "native") else "-"
-    lines.append(f"| {c} | {r['n']} | {r['med'] * 100:.2f}% | {r['p95'] * 100:.2f}% | {r['short'] * 100:.1f}% | {r['used']:.3f} s | {lost} |")
+    native = rows.get("native")
+    vs = f"{r['used'] / native['used']:.3f}" if native else "-"
+    lines.append(f"| {c} | {r['n']} | {r['med'] * 100:.2f}% | {r['p95'] * 100:.2f}% | {r['short'] * 100:.1f}% | {r['used']:.3f} s | {vs} | {lost} |")
 open(out, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

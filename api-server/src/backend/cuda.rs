@@ -8,6 +8,7 @@
 //! session's allocator chose.
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_void};
 use std::sync::Mutex;
 
@@ -54,11 +55,19 @@ pub struct CudaBackend {
 /// stream. Pairs are harvested (in launch order) when their end event has completed, so
 /// measuring never waits for the GPU. `PHOS_TIME_KERNELS`: 1 (default) times every
 /// launch, N one launch in N (counted N times), 0 none.
+///
+/// Events measure wall time on the GPU: when another process's context holds the GPU in
+/// a time slice while this kernel is in flight, the slice counts too, so a kernel would be
+/// charged for the other tenant's work. A kernel is therefore charged the shortest time
+/// recently measured for the same launch shape (function, grid, block, shared memory), the
+/// time it takes when nothing interrupts it, or its own time if that is shorter.
 struct KernelTimer {
     every: u64,
     launches: u64,
-    /// (device, start, end, weight) of launches not harvested yet, oldest first.
-    pending: std::collections::VecDeque<(i32, sys::CUevent, sys::CUevent, u64)>,
+    /// (device, start, end, weight, shape) of launches not harvested yet, oldest first.
+    pending: std::collections::VecDeque<(i32, sys::CUevent, sys::CUevent, u64, u64)>,
+    /// Recent shortest time per launch shape.
+    shortest: HashMap<u64, ShapeMinimum>,
     /// Event pairs to reuse, per device.
     free: Vec<Vec<(sys::CUevent, sys::CUevent)>>,
     total_ns: u64,
@@ -72,6 +81,42 @@ unsafe impl Send for KernelTimer {}
 /// cannot grow the queue without bound.
 const MAX_PENDING_TIMINGS: usize = 4096;
 
+/// The shortest time of one launch shape over its last two windows of samples, so a
+/// kernel whose work grows is charged its new time within two windows.
+#[derive(Clone, Copy)]
+struct ShapeMinimum {
+    current: u64,
+    previous: u64,
+    samples: u32,
+}
+
+/// Samples per window of [`ShapeMinimum`].
+const SHAPE_WINDOW: u32 = 32;
+/// Shapes remembered; past this the table starts over.
+const MAX_SHAPES: usize = 4096;
+
+impl ShapeMinimum {
+    /// Record a measurement; returns what the kernel is charged.
+    fn charge(&mut self, ns: u64) -> u64 {
+        if self.samples == SHAPE_WINDOW {
+            self.previous = self.current;
+            self.current = u64::MAX;
+            self.samples = 0;
+        }
+        self.samples += 1;
+        self.current = self.current.min(ns);
+        ns.min(self.current.min(self.previous))
+    }
+}
+
+/// A launch shape's key.
+fn launch_shape(function: Raw, grid: Dim3, block: Dim3, shared_mem: u32) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (function, grid, block, shared_mem).hash(&mut h);
+    h.finish()
+}
+
 impl KernelTimer {
     fn new(devices: usize) -> Self {
         let every = std::env::var("PHOS_TIME_KERNELS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
@@ -79,6 +124,7 @@ impl KernelTimer {
             every,
             launches: 0,
             pending: Default::default(),
+            shortest: HashMap::new(),
             free: vec![Vec::new(); devices],
             total_ns: 0,
             kernels: 0,
@@ -109,10 +155,10 @@ impl KernelTimer {
         Some((start, end))
     }
 
-    fn recorded(&mut self, device: i32, pair: (sys::CUevent, sys::CUevent)) {
-        self.pending.push_back((device, pair.0, pair.1, self.every));
+    fn recorded(&mut self, device: i32, pair: (sys::CUevent, sys::CUevent), shape: u64) {
+        self.pending.push_back((device, pair.0, pair.1, self.every, shape));
         if self.pending.len() > MAX_PENDING_TIMINGS
-            && let Some(&(_, _, end, _)) = self.pending.front()
+            && let Some(&(_, _, end, _, _)) = self.pending.front()
         {
             unsafe { sys::cuEventSynchronize(end) };
         }
@@ -127,7 +173,7 @@ impl KernelTimer {
 
     /// Count every finished pair at the front of the queue.
     fn harvest(&mut self) {
-        while let Some(&(device, start, end, weight)) = self.pending.front() {
+        while let Some(&(device, start, end, weight, shape)) = self.pending.front() {
             let r = unsafe { sys::cuEventQuery(end) };
             if r == sys::CUresult::CUDA_ERROR_NOT_READY {
                 break;
@@ -137,7 +183,15 @@ impl KernelTimer {
             if r == sys::CUresult::CUDA_SUCCESS
                 && unsafe { sys::cuEventElapsedTime(&mut ms, start, end) } == sys::CUresult::CUDA_SUCCESS
             {
-                self.total_ns += (f64::from(ms) * 1e6) as u64 * weight;
+                if self.shortest.len() >= MAX_SHAPES && !self.shortest.contains_key(&shape) {
+                    self.shortest.clear();
+                }
+                let min = self.shortest.entry(shape).or_insert(ShapeMinimum {
+                    current: u64::MAX,
+                    previous: u64::MAX,
+                    samples: 0,
+                });
+                self.total_ns += min.charge((f64::from(ms) * 1e6) as u64) * weight;
                 self.kernels += weight;
             }
             self.give_back(device, (start, end));
@@ -569,7 +623,7 @@ impl Backend for CudaBackend {
         if let Some(pair) = timed {
             let mut timer = self.timer.lock().unwrap();
             if r.is_ok() && unsafe { sys::cuEventRecord(pair.1, h) } == sys::CUresult::CUDA_SUCCESS {
-                timer.recorded(device, pair);
+                timer.recorded(device, pair, launch_shape(function, grid, block, shared_mem));
             } else {
                 timer.give_back(device, pair);
             }
@@ -581,5 +635,28 @@ impl Backend for CudaBackend {
         let mut timer = self.timer.lock().unwrap();
         timer.harvest();
         (timer.total_ns, timer.kernels)
+    }
+
+    fn measuring(&self) -> bool {
+        !self.timer.lock().unwrap().pending.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod timing_tests {
+    use super::*;
+
+    #[test]
+    fn a_kernel_is_charged_its_shapes_recent_shortest_time() {
+        let mut m = ShapeMinimum { current: u64::MAX, previous: u64::MAX, samples: 0 };
+        assert_eq!(m.charge(100), 100);
+        // Interrupted by another context's time slice: charged what the shape takes alone.
+        assert_eq!(m.charge(2_100), 100);
+        assert_eq!(m.charge(90), 90);
+        // The work grows: after two windows the old minimum is forgotten.
+        for _ in 0..2 * SHAPE_WINDOW {
+            m.charge(500);
+        }
+        assert_eq!(m.charge(500), 500);
     }
 }

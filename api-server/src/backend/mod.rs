@@ -99,6 +99,14 @@ pub trait Backend: Send + Sync {
         (0, 0)
     }
 
+    /// Whether launched kernels are still to be measured (so [`device_time`] will grow
+    /// without another call): the server then keeps reporting while the guest is quiet.
+    ///
+    /// [`device_time`]: Backend::device_time
+    fn measuring(&self) -> bool {
+        false
+    }
+
     /// Launch with a packed parameter buffer. A backend that runs the kernel itself checks
     /// every access against `memory` (frozen for the launch) and appends its `printf` output
     /// to `printed`.

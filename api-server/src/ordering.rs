@@ -1,0 +1,115 @@
+//! Ordering across a session's channels.
+//!
+//! Each guest thread has its own channel, served by its own thread here, so calls from two
+//! guest threads run in whatever order their channel threads reach them. For synchronous
+//! calls that is CUDA's order too: a call returned before the other thread's began. Async
+//! calls return to the guest before they run, so a guest thread that synchronises after
+//! another thread enqueued work first sends a barrier naming the other threads' last
+//! unanswered async calls (call ids are unique in the guest process), and its channel waits
+//! here until those have run.
+
+use std::collections::BTreeSet;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Call ids kept; older ones count as run. A guest has at most a few thousand async calls
+/// unanswered, far fewer than this.
+const REMEMBERED: usize = 1 << 16;
+
+/// How long a barrier waits for a call that never arrives (a guest bug or a hostile guest;
+/// it only ever holds up the guest's own channel).
+const BARRIER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The async calls of a session that have run.
+#[derive(Default)]
+pub struct AsyncLedger {
+    state: Mutex<Ledger>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Ledger {
+    ran: BTreeSet<u64>,
+    /// Every id at or below this counts as run (forgotten to bound the set).
+    floor: u64,
+    waiters: usize,
+}
+
+impl Ledger {
+    fn has_run(&self, id: u64) -> bool {
+        id <= self.floor || self.ran.contains(&id)
+    }
+}
+
+impl AsyncLedger {
+    /// An async call has run (successfully or not).
+    pub fn ran(&self, call_id: u64) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.ran.insert(call_id);
+        while s.ran.len() > REMEMBERED {
+            if let Some(oldest) = s.ran.pop_first() {
+                s.floor = s.floor.max(oldest);
+            }
+        }
+        if s.waiters > 0 {
+            self.changed.notify_all();
+        }
+    }
+
+    /// Wait until every call in `ids` has run. Returns the ids still missing after the
+    /// timeout (empty when all ran).
+    pub fn wait_for(&self, ids: &[u64]) -> Vec<u64> {
+        self.wait_for_at_most(ids, BARRIER_TIMEOUT)
+    }
+
+    fn wait_for_at_most(&self, ids: &[u64], timeout: Duration) -> Vec<u64> {
+        let deadline = Instant::now() + timeout;
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let missing: Vec<u64> = ids.iter().copied().filter(|&id| !s.has_run(id)).collect();
+            let now = Instant::now();
+            if missing.is_empty() || now >= deadline {
+                return missing;
+            }
+            s.waiters += 1;
+            let (g, _) = self.changed.wait_timeout(s, deadline - now).unwrap_or_else(|p| p.into_inner());
+            s = g;
+            s.waiters -= 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn waits_until_named_calls_ran() {
+        let ledger = Arc::new(AsyncLedger::default());
+        ledger.ran(3);
+        assert!(ledger.wait_for_at_most(&[3], Duration::ZERO).is_empty());
+        let l = ledger.clone();
+        let waiter = std::thread::spawn(move || l.wait_for_at_most(&[5, 7], Duration::from_secs(10)));
+        std::thread::sleep(Duration::from_millis(20));
+        ledger.ran(7);
+        ledger.ran(5);
+        assert!(waiter.join().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_call_that_never_comes_times_out() {
+        let ledger = AsyncLedger::default();
+        assert_eq!(ledger.wait_for_at_most(&[1, 9], Duration::from_millis(10)), vec![1, 9]);
+    }
+
+    #[test]
+    fn forgotten_ids_count_as_run() {
+        let ledger = AsyncLedger::default();
+        for id in 1..=(REMEMBERED as u64 + 10) {
+            ledger.ran(id);
+        }
+        assert!(ledger.wait_for_at_most(&[2, REMEMBERED as u64 + 10], Duration::ZERO).is_empty());
+        assert_eq!(ledger.wait_for_at_most(&[REMEMBERED as u64 + 11], Duration::ZERO).len(), 1);
+    }
+}
