@@ -2,7 +2,8 @@
  *
  * Each tenant has a virtual time: the device time its kernels have been measured to use,
  * divided by its share. A kernel launch of a tenant more than `slack_ns` of virtual time
- * ahead of the slowest other active tenant waits until that tenant catches up. Work still
+ * ahead of the slowest other active tenant (counting that tenant's queued work) waits
+ * until that tenant catches up. Work still
  * queued is not counted until it has run: a tenant's queue is what keeps the GPU busy
  * while the others' is empty, and charging it in advance would hold back a tenant of long
  * kernels so often that its queue runs dry. `slack_ns` should therefore be a few times
@@ -28,6 +29,9 @@ PHOS_PARAM(__u64, poll_ns, 100000);
 
 struct tenant_clock {
     __u64 vtime;
+    /* Virtual time of the tenant's kernels queued or running (the router's estimate), as
+     * of its last call. */
+    __u64 queued_vt;
     __u64 seen_device_ns;
     __u64 last_call_ns;
 };
@@ -46,7 +50,10 @@ PHOS_ENTRY(fair_share) {
     /* Measured so far: what `used` holds beyond the estimate for queued kernels. */
     __u64 used = call->used[PHOS_RC_device_time] - call->pending[PHOS_RC_device_time];
 
-    /* The slowest other active tenant. */
+    /* The slowest other active tenant, counting the work it has queued: a tenant whose
+     * 10 ms kernel is running is not 10 ms behind, it is charged in one step when the
+     * kernel ends. Comparing against measured time alone would hold back a tenant of short
+     * kernels (whose queue is short and runs dry at once) just before each such step. */
     __u64 slowest = ~0ULL;
     for (__u32 t = 0; t < MAX_TENANTS; t++) {
         if (t == me)
@@ -54,8 +61,8 @@ PHOS_ENTRY(fair_share) {
         struct tenant_clock *c = bpf_map_lookup_elem(&clocks, &t);
         if (!c || c->last_call_ns == 0 || now - c->last_call_ns > idle_ns)
             continue;
-        if (c->vtime < slowest)
-            slowest = c->vtime;
+        if (c->vtime + c->queued_vt < slowest)
+            slowest = c->vtime + c->queued_vt;
     }
 
     if (mine->last_call_ns == 0 || now - mine->last_call_ns > idle_ns) {
@@ -66,6 +73,7 @@ PHOS_ENTRY(fair_share) {
         mine->vtime += (used - mine->seen_device_ns) * VT_UNIT / share;
     }
     mine->seen_device_ns = used;
+    mine->queued_vt = call->pending[PHOS_RC_device_time] * VT_UNIT / share;
     mine->last_call_ns = now;
 
     if (call->amount[PHOS_RC_kernel_launches] == 0 || slowest == ~0ULL)
