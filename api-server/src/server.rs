@@ -65,7 +65,9 @@ struct AckWindow {
 }
 
 /// How often a quiet channel reports device time while kernels are being measured.
-const REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(1);
+/// Short, because the router takes a tenant to have work on the GPU until its kernels are
+/// reported: a late report makes a tenant whose queue is empty look busy.
+const REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// Async calls answered by one acknowledgement at most.
 const ACK_EVERY: u64 = 256;

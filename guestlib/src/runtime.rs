@@ -85,7 +85,8 @@ impl Drop for Channel {
         // The thread is ending: wait until its async calls have run (a synchronous call
         // brings their acknowledgement), so no other thread's synchronising call has to
         // name this channel's calls in a barrier.
-        if !self.unanswered.is_empty() {
+        // (Not in a forked child: the connection is its parent's.)
+        if !self.unanswered.is_empty() && self.session.pid == std::process::id() {
             let mut request = Vec::new();
             phos_protocol::encode_reply(&cudart::CudaGetDeviceCountRequest {}, &mut request);
             let id = NEXT_CALL_ID.fetch_add(1, Ordering::Relaxed);
@@ -240,8 +241,9 @@ fn open_channel() -> Result<Channel, CudaError> {
     // several threads join one session instead of opening several.
     let mut guard = SESSION.lock().unwrap_or_else(|p| p.into_inner());
     if guard.as_ref().is_some_and(|s| s.pid != pid) {
-        // A forked child does not share its parent's session.
+        // A forked child does not share its parent's session, nor its channels' async calls.
         *guard = None;
+        CHANNELS.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
     let endpoint = endpoint()?;
     let mut transport = endpoint.connect().map_err(|e| {

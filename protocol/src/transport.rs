@@ -176,8 +176,12 @@ impl Transport for UnixTransport {
     fn wait_readable(&mut self, timeout: std::time::Duration) -> bool {
         use std::os::fd::AsRawFd;
         let mut pfd = libc::pollfd { fd: self.stream.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        // ppoll: sub-millisecond timeouts.
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
         n > 0 && pfd.revents != 0
     }
 }
