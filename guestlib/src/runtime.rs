@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use phos_protocol::cudart::{self, FunctionId};
-use phos_protocol::frame::{FLAG_ASYNC, FrameHeader, FrameKind, MAX_BARRIER_IDS};
+use phos_protocol::frame::{FLAG_ASYNC, FLAG_REFUSED, FrameHeader, FrameKind, MAX_BARRIER_IDS};
 use phos_protocol::handshake::{Hello, Welcome};
 use phos_protocol::transport::{Endpoint, Transport};
 use phos_protocol::{CudaError, RemoteCall};
@@ -120,15 +120,13 @@ impl Channel {
             self.shared.last_unanswered.store(last, Ordering::Release);
             return Ok(None);
         }
-        // A refusal by the router, which answers each call it refuses.
-        if h.kind == FrameKind::Reply
-            && let Some(i) = self.unanswered.iter().position(|u| u.call_id == h.call_id)
-        {
-            let u = self.unanswered.remove(i).expect("found");
-            if h.status != cudart::SUCCESS {
-                tracing::debug!("{} (sent without waiting) failed: {}", u.function.name(), h.status);
-                set_last_error(CudaError(h.status));
+        // An async call the router refused (it answers each one it refuses).
+        if h.kind == FrameKind::Reply && h.flags & FLAG_REFUSED != 0 {
+            if let Some(i) = self.unanswered.iter().position(|u| u.call_id == h.call_id) {
+                self.unanswered.remove(i);
             }
+            tracing::debug!("an async call was refused: {}", h.status);
+            set_last_error(CudaError(h.status));
             let last = self.unanswered.back().map_or(0, |u| u.call_id);
             self.shared.last_unanswered.store(last, Ordering::Release);
             return Ok(None);
@@ -169,11 +167,11 @@ impl Channel {
     /// in their order.
     fn resend_unanswered(&mut self) -> Result<(), String> {
         let pending = std::mem::take(&mut self.unanswered);
-        for u in &pending {
-            self.send_call(u.function, u.device, u.call_id, FLAG_ASYNC, &u.request)?;
-        }
+        let sent =
+            pending.iter().try_for_each(|u| self.send_call(u.function, u.device, u.call_id, FLAG_ASYNC, &u.request));
+        // Kept whatever happened: a failure here is another lost connection.
         self.unanswered = pending;
-        Ok(())
+        sent
     }
 
     /// Before a synchronous call: if other channels have async calls in flight, tell the

@@ -6,7 +6,7 @@
 //! | 0 | 4 | magic `PHOS` |
 //! | 4 | 1 | protocol version |
 //! | 5 | 1 | [`FrameKind`] |
-//! | 6 | 2 | flags ([`FLAG_ASYNC`]) |
+//! | 6 | 2 | flags ([`FLAG_ASYNC`], [`FLAG_REFUSED`]) |
 //! | 8 | 4 | function id (calls and replies) |
 //! | 12 | 4 | device: the calling thread's current device (calls) |
 //! | 16 | 4 | status: the CUDA error code (replies) |
@@ -25,6 +25,11 @@ pub const HEADER_LEN: usize = 48;
 /// async call of the channel up to `call_id`, with `status` the last error among them (0 if
 /// none) and as payload the number that failed (u64, little-endian).
 pub const FLAG_ASYNC: u16 = 1;
+
+/// On a reply: the router refused this async call (a quota or a policy), so it never
+/// reached the server; `status` is the error. The guest retires the call if it still waits
+/// for it (a later acknowledgement from the server may already have covered its id).
+pub const FLAG_REFUSED: u16 = 2;
 
 /// The most call ids one [`FrameKind::Barrier`] may name.
 pub const MAX_BARRIER_IDS: usize = 1024;

@@ -642,7 +642,8 @@ impl Router {
                 match decision {
                     admission::Decision::Forward => inflight.lock().unwrap().extend(open),
                     admission::Decision::Refuse(code) => {
-                        if h.flags & phos_protocol::frame::FLAG_ASYNC != 0 {
+                        let is_async = h.flags & phos_protocol::frame::FLAG_ASYNC != 0;
+                        if is_async {
                             session.refused_async(h.call_id);
                         }
                         let mut r = FrameHeader::new(FrameKind::Reply);
@@ -650,6 +651,9 @@ impl Router {
                         r.session = h.session;
                         r.call_id = h.call_id;
                         r.status = code;
+                        if is_async {
+                            r.flags = phos_protocol::frame::FLAG_REFUSED;
+                        }
                         if write_frame(&mut *guest_w.lock().unwrap(), &r, &[]).is_err() {
                             break;
                         }

@@ -167,6 +167,33 @@ fn run_guest(socket: &Path, exe: &Path, args: &[&str]) -> String {
 }
 
 #[test]
+fn a_refused_launch_that_did_not_wait_fails_at_the_next_check_without_a_reconnect() {
+    let (Some(nvcc), Some(quota)) = (nvcc(), build_policy("launch_quota")) else { return };
+    let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);
+    let router = TestRouter::start("emu");
+    load(&router, "quota", &quota, &["max_launches=30"], KernelCheck::Skip).unwrap();
+    let out = Command::new(built("phosctl"))
+        .args(["run", "--endpoint"])
+        .arg(format!("unix:{}", router.socket().display()))
+        .arg("--")
+        .arg(&exe)
+        .args(["60", "0"])
+        .env("PHOS_GUEST_LIB", built("libcudart.so"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The 31st launch (sent without waiting: its shape launched before) is refused by the
+    // router; the program learns it from its next check, as from an asynchronous error.
+    assert!(!out.status.success(), "{stdout}");
+    assert!(stdout.contains("iteration 30") && !stdout.contains("iteration 40"), "{stdout}");
+    assert!(stdout.contains("cudaErrorNotPermitted"), "{stdout}");
+    assert!(!stderr.contains("reconnecting"), "a refusal is not a lost connection: {stderr}");
+    let launches = usage_of(&router, "uid:0").resources.iter().find(|r| r.0 == "kernel_launches").unwrap().2;
+    assert_eq!(launches, 30, "refused launches are not counted");
+}
+
+#[test]
 fn policies_swap_while_guests_run() {
     let (Some(nvcc), Some(counting)) = (nvcc(), build_policy("count_and_admit")) else { return };
     let exe = build_program(&nvcc, "stream_traffic", &["-arch=sm_70"]);
