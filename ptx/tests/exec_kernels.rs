@@ -227,7 +227,10 @@ fn compile_path(tc: &Toolchain, src: &Path, arch: u32, debug: bool, must: bool) 
     let ptx = if let Ok(p) = std::fs::read_to_string(&out) {
         Some(p)
     } else {
-        let tmp = dir.join(format!("{key}.{}.tmp", std::process::id()));
+        // Unique per compilation: tests on other threads may compile the same key at once.
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!("{key}.{}.{seq}.tmp", std::process::id()));
         let mut cmd = Command::new(&tc.nvcc);
         cmd.args(["-ptx", &format!("-arch=compute_{arch}"), "-std=c++17", "-o"]).arg(&tmp).arg(src);
         if debug {
