@@ -43,6 +43,8 @@ DONE:
 }
 "#;
 
+// Tests reserve fixed ranges below 0x5555_0000_0000: position-independent executables and their
+// heaps load at random addresses between 0x5555_5555_4000 and 0x5655_5555_4000.
 fn session(base: u64) -> Session {
     let backend = Arc::new(EmuBackend::new(1 << 30));
     Session::new(1, backend, base, 1 << 34, 1 << 30, DeviceOutput::default()).unwrap()
@@ -152,7 +154,7 @@ fn launch(s: &Session, function: u64, stream: u64, data: u64, n: u32) {
 
 #[test]
 fn a_session_comes_back_whole() {
-    let base = 0x5400_0000_0000;
+    let base = 0x4400_0000_0000;
     let dir = tempfile::tempdir().unwrap();
     let s = session(base);
     let b = build(&s);
@@ -198,7 +200,7 @@ fn a_session_comes_back_whole() {
 
 #[test]
 fn a_corrupted_image_creates_nothing() {
-    let base = 0x5500_0000_0000;
+    let base = 0x4500_0000_0000;
     let dir = tempfile::tempdir().unwrap();
     let s = session(base);
     build(&s);
@@ -220,7 +222,7 @@ fn a_corrupted_image_creates_nothing() {
 
 #[test]
 fn a_stopping_checkpoint_freezes_the_session() {
-    let base = 0x5600_0000_0000;
+    let base = 0x4600_0000_0000;
     let dir = tempfile::tempdir().unwrap();
     let s = session(base);
     build(&s);
