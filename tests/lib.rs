@@ -80,7 +80,12 @@ pub fn build_policy(name: &str) -> Option<Vec<u8>> {
 
 /// Compile `tests/cuda/<name>.cu` into the build's cache directory (once per source change).
 pub fn build_program(nvcc: &Path, name: &str, extra: &[&str]) -> PathBuf {
-    let src = cuda_dir().join(format!("{name}.cu"));
+    build_program_from(nvcc, &cuda_dir(), name, extra)
+}
+
+/// [`build_program`] for `<dir>/<name>.cu` (the benchmark programs of tests/bench).
+pub fn build_program_from(nvcc: &Path, dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    let src = dir.join(format!("{name}.cu"));
     let tag = if extra.is_empty() {
         String::new()
     } else {
@@ -93,26 +98,38 @@ pub fn build_program(nvcc: &Path, name: &str, extra: &[&str]) -> PathBuf {
         let m = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
         matches!((m(a), m(b)), (Some(x), Some(y)) if x >= y)
     };
+    // Tests of one binary that build the same program wait for each other; the result is
+    // renamed into place, so another test binary never runs a half-written file.
+    static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = BUILDING.lock().unwrap_or_else(|p| p.into_inner());
     if exe.exists() && newer(&exe, &src) && newer(&exe, &cuda_dir().join("check.h")) {
         return exe;
     }
+    let partial = out_dir.join(format!(".{name}{tag}.{}", std::process::id()));
     let out = Command::new(nvcc)
         .args(["-cudart", "shared", "-O2", "-I"])
         .arg(cuda_dir())
         .args(extra)
         .arg("-o")
-        .arg(&exe)
+        .arg(&partial)
         .arg(&src)
         .output()
         .expect("running nvcc");
     assert!(out.status.success(), "nvcc {name}: {}", String::from_utf8_lossy(&out.stderr));
+    std::fs::rename(&partial, &exe).unwrap();
     exe
 }
 
-/// Run a program through `phosctl run --backend <backend>`.
+/// Run a program through `phosctl run --backend <backend>` (on the default transport:
+/// shared memory).
 pub fn phos_run(backend: &str, program: &Path, args: &[&str]) -> Output {
+    phos_run_over(backend, "auto", program, args)
+}
+
+/// [`phos_run`] with `--transport <transport>`.
+pub fn phos_run_over(backend: &str, transport: &str, program: &Path, args: &[&str]) -> Output {
     Command::new(built("phosctl"))
-        .args(["run", "--backend", backend, "--"])
+        .args(["run", "--backend", backend, "--transport", transport, "--"])
         .arg(program)
         .args(args)
         .env("PHOS_GUEST_LIB", built("libcudart.so"))
@@ -201,6 +218,8 @@ impl RawGuest {
             abi_major: 12,
             token,
             program: "hostile-guest-test".into(),
+            transports: Vec::new(),
+            tenant_token: None,
         };
         let payload = phos_protocol::encode(&hello);
         let mut h = FrameHeader::new(FrameKind::Hello);

@@ -339,7 +339,12 @@ impl Session {
         for r in &manifest.records {
             let id = FunctionId::from_u32(r.function).expect("checked");
             let dev = device.unwrap_or(r.device);
-            let cx = CallCx { device: dev, replay: Some(r.creates.iter().map(|(_, v)| *v).collect()) };
+            let cx = CallCx {
+                device: dev,
+                replay: Some(r.creates.iter().map(|(_, v)| *v).collect()),
+                staging: None,
+                measure: false,
+            };
             let mut out = Vec::new();
             session.backend().bind(dev).map_err(|e| format!("{e:?}"))?;
             crate::dispatch::dispatch(&session, &cx, id, &r.payload, &mut out)

@@ -9,8 +9,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use phos_protocol::cudart::{self, FunctionId};
-use phos_protocol::frame::{FLAG_ASYNC, FrameHeader, FrameKind, MAX_BARRIER_IDS};
+use phos_protocol::frame::{FLAG_ASYNC, FLAG_MEASURE, FrameHeader, FrameKind, MAX_BARRIER_IDS};
+use phos_protocol::handshake::TransportKind;
 use phos_protocol::handshake::{Attach, UsageReport, Welcome};
+use phos_protocol::shm::ShmTransport;
+use phos_protocol::staging::Staging;
 use phos_protocol::transport::{Transport, TransportError, UnixTransport};
 use phos_protocol::{CudaError, Rejection};
 
@@ -133,7 +136,7 @@ impl ApiServer {
                     let me = self.clone();
                     std::thread::Builder::new()
                         .name("phos-channel".into())
-                        .spawn(move || me.serve_channel(Box::new(UnixTransport::new(stream))))
+                        .spawn(move || me.serve_channel(UnixTransport::new(stream)))
                         .expect("spawning a channel thread");
                 }
                 Err(e) => {
@@ -150,8 +153,10 @@ impl ApiServer {
         let _ = t.send(&h, &[reason.as_bytes()]);
     }
 
-    /// Serve one channel until it closes.
-    pub fn serve_channel(&self, mut t: Box<dyn Transport>) {
+    /// Serve one channel until it closes. It opens on the socket; the router may move it to
+    /// shared-memory rings after the handshake.
+    pub fn serve_channel(&self, socket: UnixTransport) {
+        let mut t: Box<dyn Transport> = Box::new(socket);
         let channel = self.channels.fetch_add(1, Ordering::Relaxed) + 1;
         let session = self.session();
         let mut payload = Vec::new();
@@ -187,6 +192,7 @@ impl ApiServer {
             device_size: session.memory().size(),
             device_count: session.backend().device_count(),
             epoch: 0,
+            transport: attach.transport,
         };
         let w = phos_protocol::encode(&welcome);
         let mut h = FrameHeader::new(FrameKind::Welcome);
@@ -194,6 +200,21 @@ impl ApiServer {
         h.payload_len = w.len() as u64;
         if t.send(&h, &[&w]).is_err() {
             return;
+        }
+        let mut staging: Option<Arc<Staging>> = None;
+        if attach.transport == TransportKind::Shm {
+            // The router sends the region next; the socket stays open to tell us it lives.
+            let Ok(stream) = t.into_unix() else { return };
+            match ShmTransport::attach(stream, phos_protocol::DEFAULT_MAX_PAYLOAD) {
+                Ok((shm, st)) => {
+                    t = Box::new(shm);
+                    staging = st.map(Arc::new);
+                }
+                Err(e) => {
+                    tracing::warn!(session = session.id, channel, "cannot use the shared region: {e}");
+                    return;
+                }
+            }
         }
 
         let mut out = Vec::new();
@@ -251,7 +272,14 @@ impl ApiServer {
                         if info.device_output && info.is_async && !is_async {
                             printed = session.output.take();
                         }
-                        let status = match self.call(id, h.device, &payload, &mut out) {
+                        let status = match self.call_on(
+                            id,
+                            h.device,
+                            &payload,
+                            &mut out,
+                            staging.as_ref(),
+                            h.flags & FLAG_MEASURE != 0,
+                        ) {
                             Ok(()) => cudart::SUCCESS,
                             Err(e) => {
                                 out.clear();
@@ -303,6 +331,12 @@ impl ApiServer {
                 break;
             }
         }
+        if let Some(st) = staging
+            && st.registered.load(Ordering::Relaxed)
+        {
+            let (p, n) = st.slots_ptr();
+            session.backend().unpin_host(unsafe { std::slice::from_raw_parts_mut(p, n) });
+        }
         tracing::debug!(session = session.id, channel, "channel closed");
     }
 
@@ -333,6 +367,19 @@ impl ApiServer {
 
     /// Run one call on this session.
     pub fn call(&self, id: FunctionId, device: i32, payload: &[u8], out: &mut Vec<u8>) -> Result<(), CudaError> {
+        self.call_on(id, device, payload, out, None, false)
+    }
+
+    /// Run one call that came on a channel with this staging region.
+    fn call_on(
+        &self,
+        id: FunctionId,
+        device: i32,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+        staging: Option<&Arc<Staging>>,
+        measure: bool,
+    ) -> Result<(), CudaError> {
         let session = self.session();
         let _gate = session.gate.read().unwrap_or_else(|p| p.into_inner());
         if session.is_frozen() {
@@ -350,7 +397,9 @@ impl ApiServer {
             return Err(CudaError::InvalidDevice);
         }
         session.backend().bind(device)?;
-        let cx = CallCx::new(device);
+        let mut cx = CallCx::new(device);
+        cx.staging = staging.cloned();
+        cx.measure = measure;
         let result = catch_unwind(AssertUnwindSafe(|| dispatch::dispatch(session.as_ref(), &cx, id, payload, out)));
         match result {
             Ok(Ok(())) => Ok(()),

@@ -24,15 +24,19 @@ use crate::records::Recorder;
 
 /// Per-call context: which device the calling thread has current, and, while a restore
 /// replays a recorded call, the handles or addresses the call must produce again.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct CallCx {
     pub device: i32,
     pub replay: Option<Vec<u64>>,
+    /// The staging region of the channel the call came on (shared-memory channels).
+    pub staging: Option<std::sync::Arc<phos_protocol::staging::Staging>>,
+    /// The router asked for this call's device time (a policy needs it).
+    pub measure: bool,
 }
 
 impl CallCx {
     pub fn new(device: i32) -> Self {
-        CallCx { device, replay: None }
+        CallCx { device, replay: None, staging: None, measure: false }
     }
 
     /// The value the call's (first) created object must get, when replaying.
@@ -649,6 +653,66 @@ impl CudartService for Session {
         Ok(PhosModuleGetGlobalReply { address: addr, bytes })
     }
 
+    fn phos_memcpy_staged(
+        &self,
+        cx: &CallCx,
+        req: PhosMemcpyStagedRequest,
+    ) -> Result<PhosMemcpyStagedReply, CudaError> {
+        use phos_protocol::staging::{Count, chunks};
+        let Some(st) = cx.staging.as_deref() else {
+            tracing::warn!(session = self.id, "a staged copy on a channel without a staging region");
+            return Err(CudaError::InvalidValue);
+        };
+        let h2d = match req.direction {
+            consts::cudaMemcpyHostToDevice => true,
+            consts::cudaMemcpyDeviceToHost => false,
+            _ => return Err(CudaError::InvalidMemcpyDirection),
+        };
+        let stream = self.stream(req.stream)?;
+        let seq = req.seq as u32;
+        // The guest may already be filling (host to device); nothing can have been drained.
+        let ours = if h2d { Count::Drained } else { Count::Filled };
+        if u64::from(seq) != req.seq || st.count(ours) != seq || (!h2d && st.count(Count::Drained) != seq) {
+            tracing::warn!(session = self.id, "a staged copy that does not start where the region stands");
+            return Err(CudaError::InvalidValue);
+        }
+        let b = self.backend.as_ref();
+        if !st.registered.swap(true, Ordering::Relaxed) {
+            // Registered with the driver, the slots are DMA'd directly.
+            let (p, n) = st.slots_ptr();
+            b.pin_host(unsafe { std::slice::from_raw_parts_mut(p, n) });
+        }
+        let slot = st.slot_bytes() as u64;
+        let spin = phos_protocol::shm::default_spin();
+        let gave_up = |e: phos_protocol::staging::StagingError| {
+            tracing::warn!(session = self.id, "staged copy: {e}");
+            st.abort();
+            CudaError::Unknown
+        };
+        for k in 0..chunks(req.count, slot as usize) as u32 {
+            let at = u64::from(k) * slot;
+            let len = slot.min(req.count - at) as usize;
+            let failed = if h2d {
+                st.wait(Count::Filled, seq, seq.wrapping_add(k + 1), spin).map_err(gave_up)?;
+                let data = unsafe { std::slice::from_raw_parts(st.slot(k), len) };
+                // The slot is reused two chunks on: this chunk must be on the device first.
+                b.memcpy_htod(req.device + at, data, Some(stream)).and_then(|_| b.stream_synchronize(stream)).err()
+            } else {
+                if k >= 2 {
+                    st.wait(Count::Drained, seq, seq.wrapping_add(k - 1), spin).map_err(gave_up)?;
+                }
+                let data = unsafe { std::slice::from_raw_parts_mut(st.slot(k), len) };
+                b.memcpy_dtoh(data, req.device + at, Some(stream)).err()
+            };
+            if let Some(e) = failed {
+                st.abort();
+                return Err(e);
+            }
+            st.set(if h2d { Count::Drained } else { Count::Filled }, seq.wrapping_add(k + 1));
+        }
+        Ok(PhosMemcpyStagedReply {})
+    }
+
     fn phos_launch_kernel(
         &self,
         cx: &CallCx,
@@ -659,7 +723,17 @@ impl CudartService for Session {
         self.check_launch(cx.device, req.grid, req.block, req.sharedMem)?;
         let mut printed = Vec::new();
         let view = self.memory.view();
-        let r = self.backend.launch(raw, req.grid, req.block, req.sharedMem, stream, req.params, &view, &mut printed);
+        let r = self.backend.launch(
+            raw,
+            req.grid,
+            req.block,
+            req.sharedMem,
+            stream,
+            req.params,
+            &view,
+            &mut printed,
+            cx.measure,
+        );
         drop(view);
         self.output.push(&printed);
         match r {

@@ -173,6 +173,8 @@ pub enum FnDesc {
     ImplementedBy(Ident),
     /// `on_success(hook);` a guest-side hook run after the call succeeded.
     OnSuccess(Ident),
+    /// `fast_path(hook);` a guest-side hook tried before the call is marshalled.
+    FastPath(Ident),
     /// `argument(x) { ... }`
     Argument { name: Ident, descs: Vec<ValDesc> },
     /// `if (c) { ... } else { ... }`

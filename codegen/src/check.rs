@@ -444,6 +444,7 @@ impl<'s> Checker<'s> {
         let mut device_output = false;
         let mut success = None;
         let mut on_success = None;
+        let mut fast_path = None;
         let mut contextual: Vec<(CType, Ident, Expr)> = Vec::new();
         let mut preconds: Vec<(Expr, Ident)> = Vec::new();
         let mut rcs: Vec<(Option<Expr>, Ident, Ident, Amount)> = Vec::new();
@@ -495,6 +496,7 @@ impl<'s> Checker<'s> {
                         }
                     },
                     FnDesc::OnSuccess(h) => on_success = Some(h.name.clone()),
+                    FnDesc::FastPath(h) => fast_path = Some(h.clone()),
                     FnDesc::Argument { name: an, descs } => {
                         if cond.is_some() {
                             self.err(an.span, "argument blocks cannot sit inside a function-level `if`; put the `if` inside the argument block");
@@ -557,6 +559,12 @@ impl<'s> Checker<'s> {
             }
         }
 
+        if let Some(h) = &fast_path
+            && (exec != Exec::Remote || internal)
+        {
+            self.err(h.span, "`fast_path` is for exported functions carried to the server");
+        }
+        let fast_path = fast_path.map(|h| h.name);
         if exec == Exec::Guest || exec == Exec::Unsupported {
             if !arg_blocks.is_empty() || !contextual.is_empty() {
                 let span = arg_blocks.values().next().map(|(i, _)| i.span).unwrap_or(f.proto.name.span);
@@ -581,6 +589,7 @@ impl<'s> Checker<'s> {
                 preconditions: Vec::new(),
                 resources: Vec::new(),
                 on_success,
+                fast_path,
                 aliases: Vec::new(),
                 objects,
             });
@@ -623,6 +632,7 @@ impl<'s> Checker<'s> {
             preconditions: Vec::new(),
             resources: Vec::new(),
             on_success,
+            fast_path,
             aliases: Vec::new(),
             objects,
         };
@@ -1209,6 +1219,14 @@ mod tests {
     #[test]
     fn void_pointer_needs_a_buffer() {
         expect_error("err_t f(void *p) { argument(p) { out; } }", "points to void");
+    }
+
+    #[test]
+    fn fast_path_only_on_remote_functions() {
+        let api = check_src("err_t f(size_t n) { fast_path(quick); }").unwrap();
+        assert_eq!(api.function("f").unwrap().fast_path.as_deref(), Some("quick"));
+        expect_error("err_t g(size_t n) { implemented_by(guest); fast_path(quick); }", "`fast_path` is for exported");
+        expect_error("err_t h(size_t n) { internal; fast_path(quick); }", "`fast_path` is for exported");
     }
 
     #[test]

@@ -203,6 +203,9 @@ pub struct Function {
     pub preconditions: Vec<Precondition>,
     pub resources: Vec<ResourceUse>,
     pub on_success: Option<String>,
+    /// `fast_path(hook)`: a hand-written guest hook with the function's parameters, tried
+    /// first; it answers the call itself or leaves it to the generated path.
+    pub fast_path: Option<String>,
     pub aliases: Vec<String>,
     pub objects: ObjectRules,
 }

@@ -60,7 +60,10 @@ pub fn default_name(spec: &str) -> String {
 
 /// Build a policy from C with clang and the policy headers (`phosctl policy build`).
 pub fn build(source: &std::path::Path, output: &std::path::Path, clang: &str) -> Result<(), String> {
-    let include = std::env::temp_dir().join(format!("phos-policy-include-{}", std::process::id()));
+    // One directory per build: builds on several threads must not remove each other's.
+    static BUILDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let include = std::env::temp_dir().join(format!("phos-policy-include-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&include).map_err(|e| format!("{}: {e}", include.display()))?;
     for (name, text) in HEADERS {
         std::fs::write(include.join(name), text).map_err(|e| format!("{name}: {e}"))?;

@@ -57,7 +57,54 @@ fn memcpy_kind_of(addr: u64) -> bool {
 }
 
 #[allow(non_snake_case)]
+/// `cudaMemcpy`/`cudaMemcpyAsync` fast path: large host<->device copies move through the
+/// channel's staging region.
+unsafe fn staged(
+    dst: *mut c_void,
+    src: *const c_void,
+    count: usize,
+    kind: i32,
+    stream: u64,
+) -> Option<Result<(), CudaError>> {
+    if count < runtime::STAGED_MIN {
+        return None;
+    }
+    let direction =
+        match <Hand as HandWritten>::resolve_memcpy_kind(kind as i128, dst as usize as i128, src as usize as i128) {
+            Ok(d) => d as i32,
+            Err(e) => return Some(Err(e)),
+        };
+    match direction {
+        consts::cudaMemcpyHostToDevice if !src.is_null() => unsafe {
+            runtime::staged_copy(direction, dst as usize as u64, src as *mut u8, count, stream)
+        },
+        consts::cudaMemcpyDeviceToHost if !dst.is_null() => unsafe {
+            runtime::staged_copy(direction, src as usize as u64, dst as *mut u8, count, stream)
+        },
+        _ => None,
+    }
+}
+
 impl HandWritten for Hand {
+    unsafe fn memcpy_staged(
+        dst: *mut c_void,
+        src: *const c_void,
+        count: usize,
+        kind: i32,
+    ) -> Option<Result<(), CudaError>> {
+        unsafe { staged(dst, src, count, kind, 0) }
+    }
+
+    unsafe fn memcpy_async_staged(
+        dst: *mut c_void,
+        src: *const c_void,
+        count: usize,
+        kind: i32,
+        stream: *mut c_void,
+    ) -> Option<Result<(), CudaError>> {
+        unsafe { staged(dst, src, count, kind, stream as usize as u64) }
+    }
+
     unsafe fn cudaGetLastError() -> i32 {
         runtime::take_last_error()
     }

@@ -15,10 +15,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use phos_protocol::DEFAULT_MAX_PAYLOAD;
 use phos_protocol::cudart::{self, FunctionId};
 use phos_protocol::frame::{FLAG_ASYNC, FLAG_REFUSED, FrameHeader, FrameKind, MAX_BARRIER_IDS};
-use phos_protocol::handshake::{Hello, Welcome};
-use phos_protocol::transport::{Endpoint, Transport};
+use phos_protocol::handshake::{Hello, TransportKind, Welcome};
+use phos_protocol::shm::ShmTransport;
+use phos_protocol::staging::{Count, Staging};
+use phos_protocol::transport::{Endpoint, TcpTransport, Transport, UnixTransport};
 use phos_protocol::{CudaError, RemoteCall};
 
 /// What the process learned when its session was opened.
@@ -51,6 +54,8 @@ struct Channel {
     unanswered: VecDeque<Unanswered>,
     /// This channel's entry in [`CHANNELS`].
     shared: Arc<ChannelShared>,
+    /// Where large copies move their data (shared-memory channels).
+    staging: Option<Arc<Staging>>,
 }
 
 struct Unanswered {
@@ -227,6 +232,28 @@ pub fn default_endpoint() -> String {
     }
 }
 
+/// `PHOS_TRANSPORT`: which transport a channel uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TransportChoice {
+    /// Shared memory when the router offers it, else the socket (the default).
+    Auto,
+    Unix,
+    /// Shared memory or nothing.
+    Shm,
+}
+
+fn wanted_transport() -> Result<TransportChoice, CudaError> {
+    match std::env::var("PHOS_TRANSPORT").as_deref() {
+        Err(_) | Ok("") | Ok("auto") => Ok(TransportChoice::Auto),
+        Ok("unix") => Ok(TransportChoice::Unix),
+        Ok("shm") => Ok(TransportChoice::Shm),
+        Ok(other) => {
+            tracing::error!("PHOS_TRANSPORT={other}: expected auto, unix or shm");
+            Err(CudaError::NoDevice)
+        }
+    }
+}
+
 fn program_name() -> String {
     std::env::args().next().unwrap_or_default()
 }
@@ -244,16 +271,31 @@ fn open_channel() -> Result<Channel, CudaError> {
         CHANNELS.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
     let endpoint = endpoint()?;
-    let mut transport = endpoint.connect().map_err(|e| {
+    let wanted = wanted_transport()?;
+    let connected: std::io::Result<Box<dyn Transport>> = match &endpoint {
+        Endpoint::Unix(path) => UnixTransport::connect(path).map(|t| Box::new(t) as Box<dyn Transport>),
+        Endpoint::Tcp(addr) => TcpTransport::connect(addr).map(|t| Box::new(t) as Box<dyn Transport>),
+    };
+    let mut transport = connected.map_err(|e| {
         tracing::error!("cannot reach the Phos router at {endpoint}: {e}");
         CudaError::NoDevice
     })?;
+    let local = matches!(endpoint, Endpoint::Unix(_));
+    if !local && wanted == TransportChoice::Shm {
+        tracing::error!("PHOS_TRANSPORT=shm needs a router on this host (a unix: endpoint), not {endpoint}");
+        return Err(CudaError::NoDevice);
+    }
     let hello = Hello {
         spec_hash: cudart::SPEC_HASH,
         pid,
         abi_major: crate::soname::current_abi().major(),
         token: guard.as_ref().map(|s| s.token),
         program: program_name(),
+        transports: match wanted {
+            TransportChoice::Auto | TransportChoice::Shm if local => vec![TransportKind::Shm],
+            _ => Vec::new(),
+        },
+        tenant_token: std::env::var("PHOS_TENANT_TOKEN").ok().filter(|t| !t.is_empty()),
     };
     let payload = phos_protocol::encode(&hello);
     let mut h = FrameHeader::new(FrameKind::Hello);
@@ -272,6 +314,26 @@ fn open_channel() -> Result<Channel, CudaError> {
             tracing::error!("the Phos router at {endpoint} refused the session: {e}");
             CudaError::NoDevice
         })?;
+    let mut staging = None;
+    let transport: Box<dyn Transport> = match welcome.transport {
+        TransportKind::Shm => {
+            let stream = transport.into_unix().map_err(|e| {
+                tracing::error!("the router offered shared memory over a {endpoint} channel: {e}");
+                CudaError::NoDevice
+            })?;
+            let (shm, st) = ShmTransport::attach(stream, DEFAULT_MAX_PAYLOAD).map_err(|e| {
+                tracing::error!("cannot map the shared region the router sent: {e}");
+                CudaError::NoDevice
+            })?;
+            staging = st.map(Arc::new);
+            Box::new(shm)
+        }
+        TransportKind::Unix if wanted == TransportChoice::Shm => {
+            tracing::error!("PHOS_TRANSPORT=shm, but the router at {endpoint} does not offer shared memory");
+            return Err(CudaError::NoDevice);
+        }
+        TransportKind::Unix | TransportKind::Tcp => transport,
+    };
     let session = match guard.as_ref() {
         Some(s) if s.id == welcome.session => {
             if s.epoch.swap(welcome.epoch, Ordering::Relaxed) != welcome.epoch {
@@ -292,14 +354,14 @@ fn open_channel() -> Result<Channel, CudaError> {
                 epoch: AtomicU64::new(welcome.epoch),
                 pid,
             });
-            tracing::debug!(session = s.id, backend = %s.backend, "session opened");
+            tracing::debug!(session = s.id, backend = %s.backend, transport = welcome.transport.name(), "session opened");
             *guard = Some(s.clone());
             s
         }
     };
     let shared = Arc::new(ChannelShared::default());
     CHANNELS.lock().unwrap_or_else(|p| p.into_inner()).push(shared.clone());
-    Ok(Channel { transport, session, reply, unanswered: VecDeque::new(), shared })
+    Ok(Channel { transport, session, reply, unanswered: VecDeque::new(), shared, staging })
 }
 
 /// Run `f` with this thread's channel, opening it first if needed.
@@ -455,6 +517,105 @@ pub fn call_async<R: RemoteCall>(req: &R) -> Result<(), CudaError> {
         call(&cudart::CudaGetDeviceCountRequest {})?;
     }
     Ok(())
+}
+
+/// Copies smaller than this travel in their call's frame.
+pub const STAGED_MIN: usize = 256 << 10;
+
+/// A host<->device copy of `count` bytes through the channel's staging region
+/// (`phosMemcpyStaged`): the data moves in chunks through two shared slots while the call
+/// runs, so neither the frames nor the router carry it. `None` when the channel has no
+/// staging region, or its connection was lost (the caller then takes the ordinary path,
+/// which reconnects and sends the whole copy).
+///
+/// # Safety
+/// `host` must point to `count` bytes, readable for host-to-device and writable for
+/// device-to-host (the caller's contract with CUDA).
+pub unsafe fn staged_copy(
+    direction: i32,
+    device: u64,
+    host: *mut u8,
+    count: usize,
+    stream: u64,
+) -> Option<Result<(), CudaError>> {
+    let h2d = match direction {
+        cudart::consts::cudaMemcpyHostToDevice => true,
+        cudart::consts::cudaMemcpyDeviceToHost => false,
+        _ => return None,
+    };
+    let host = host as usize;
+    let outcome = with_channel(|ch| {
+        let Some(st) = ch.staging.clone() else { return Ok(None) };
+        // Start where the last copy ended; after a copy that was given up, even the counts.
+        let (filled, drained) = (st.count(Count::Filled), st.count(Count::Drained));
+        if filled != drained {
+            let top = if filled.wrapping_sub(drained) < u32::MAX / 2 { filled } else { drained };
+            st.set(Count::Filled, top);
+            st.set(Count::Drained, top);
+        }
+        st.clear_abort();
+        let seq = st.count(Count::Filled);
+        let req =
+            cudart::PhosMemcpyStagedRequest { device, count: count as u64, direction, stream, seq: u64::from(seq) };
+        CALLS.fetch_add(1, Ordering::Relaxed);
+        let mut request = Vec::new();
+        phos_protocol::encode_reply(&req, &mut request);
+        let call_id = NEXT_CALL_ID.fetch_add(1, Ordering::Relaxed);
+        let sent = ch
+            .send_barrier()
+            .and_then(|_| ch.send_call(FunctionId::PhosMemcpyStaged, current_device(), call_id, 0, &request));
+        if let Err(why) = sent {
+            tracing::info!("connection lost before a staged copy ({why})");
+            return Ok(Some(Err(())));
+        }
+        let slot = st.slot_bytes();
+        let spin = phos_protocol::shm::default_spin();
+        let n = phos_protocol::staging::chunks(count as u64, slot) as u32;
+        let moved = (0..n).try_for_each(|k| {
+            let at = k as usize * slot;
+            let len = slot.min(count - at);
+            let user = (host + at) as *mut u8;
+            if h2d {
+                if k >= 2 {
+                    st.wait(Count::Drained, seq, seq.wrapping_add(k - 1), spin)?;
+                }
+                unsafe { std::ptr::copy_nonoverlapping(user as *const u8, st.slot(k), len) };
+                st.set(Count::Filled, seq.wrapping_add(k + 1));
+            } else {
+                st.wait(Count::Filled, seq, seq.wrapping_add(k + 1), spin)?;
+                unsafe { std::ptr::copy_nonoverlapping(st.slot(k) as *const u8, user, len) };
+                st.set(Count::Drained, seq.wrapping_add(k + 1));
+            }
+            Ok::<(), phos_protocol::staging::StagingError>(())
+        });
+        if let Err(e) = moved {
+            tracing::debug!("staged copy stopped: {e}");
+            st.abort();
+        }
+        // The reply comes after the answers to this channel's earlier async calls.
+        let rh = loop {
+            match ch.receive_one() {
+                Ok(None) => continue,
+                Ok(Some(rh)) => break rh,
+                Err(why) => {
+                    tracing::info!("connection lost during a staged copy ({why})");
+                    return Ok(Some(Err(())));
+                }
+            }
+        };
+        if rh.kind != FrameKind::Reply || rh.call_id != call_id {
+            return Ok(Some(Err(())));
+        }
+        Ok(Some(Ok(if rh.status == cudart::SUCCESS { Ok(()) } else { Err(CudaError(rh.status)) })))
+    });
+    match outcome {
+        Err(e) => Some(Err(e)),
+        Ok(None) => None,
+        Ok(Some(Ok(r))) => Some(r),
+        // Lost: the ordinary path finds the connection gone too, reconnects, resends the
+        // async calls it left unanswered, then the whole copy.
+        Ok(Some(Err(()))) => None,
+    }
 }
 
 /// Forget this thread's channel (its connection is gone); returns the async calls it left

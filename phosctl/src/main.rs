@@ -11,6 +11,7 @@
 //! - `phosctl top`: live per-tenant usage.
 //! - `phosctl spec coverage|check`: what the spec covers.
 
+mod bench;
 mod guestlib;
 mod manage;
 mod policy;
@@ -109,12 +110,20 @@ enum Command {
         /// Use a running router instead of a private one.
         #[arg(long)]
         endpoint: Option<String>,
+        /// How the program's channels travel: `shm` (shared-memory rings, failing if the
+        /// router does not offer them), `unix` (the socket) or `auto` (shm where offered;
+        /// the default, unless PHOS_TRANSPORT says otherwise).
+        #[arg(long, value_parser = ["auto", "unix", "shm"])]
+        transport: Option<String>,
         #[command(flatten)]
         server: ServerOptions,
         /// The program and its arguments.
         #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
         command: Vec<String>,
     },
+    /// Benchmark Phos against native CUDA on this machine: a micro-benchmark program and
+    /// whole programs, natively and through Phos, in one run; writes a markdown table.
+    Bench(bench::BenchArgs),
     /// Inspect the API spec.
     Spec {
         #[command(subcommand)]
@@ -184,6 +193,9 @@ fn router_config(listen: PathBuf, runtime_dir: PathBuf, backend: BackendKind, se
 pub(crate) fn endpoint_path(s: &str) -> Result<PathBuf, String> {
     match phos_protocol::transport::Endpoint::parse(s)? {
         phos_protocol::transport::Endpoint::Unix(p) => Ok(p),
+        phos_protocol::transport::Endpoint::Tcp(_) => {
+            Err(format!("`{s}`: a router's own socket is a unix: path (listen_tcp in its configuration adds TCP)"))
+        }
     }
 }
 
@@ -226,6 +238,19 @@ fn serve(args: ServeArgs) -> ExitCode {
     if let Some(b) = file.policy_budget {
         config.policy_budget = b;
     }
+    config.listen_tcp = file.listen_tcp;
+    if let Some(on) = file.shared_memory {
+        config.shared_memory = on;
+    }
+    if let Some(size) = file.staging_slot {
+        config.staging_slot_bytes =
+            size.0.clamp(phos_protocol::staging::MIN_SLOT_BYTES as u64, phos_protocol::staging::MAX_SLOT_BYTES as u64)
+                as usize;
+    }
+    if let Some(size) = file.ring_size {
+        config.ring_bytes =
+            size.0.clamp(phos_protocol::shm::MIN_RING_BYTES as u64, phos_protocol::shm::MAX_RING_BYTES as u64) as usize;
+    }
     let router = match Router::new(config) {
         Ok(r) => r,
         Err(e) => {
@@ -264,6 +289,7 @@ pub(crate) fn default_endpoint() -> String {
 fn run(
     backend: Option<BackendKind>,
     endpoint: Option<String>,
+    transport: Option<String>,
     server: ServerOptions,
     command: Vec<String>,
 ) -> ExitCode {
@@ -315,11 +341,12 @@ fn run(
     {
         ld_path = format!("{ld_path}:{old}");
     }
-    let status = std::process::Command::new(&command[0])
-        .args(&command[1..])
-        .env("LD_LIBRARY_PATH", ld_path)
-        .env("PHOS_ENDPOINT", &endpoint)
-        .status();
+    let mut child = std::process::Command::new(&command[0]);
+    child.args(&command[1..]).env("LD_LIBRARY_PATH", ld_path).env("PHOS_ENDPOINT", &endpoint);
+    if let Some(t) = transport {
+        child.env("PHOS_TRANSPORT", t);
+    }
+    let status = child.status();
     if let Some((router, handle, _dir)) = private {
         router.stop();
         let _ = handle.join();
@@ -368,7 +395,10 @@ fn main() -> ExitCode {
             manage::checkpoint(&router, session, out, stop, compress)
         }
         Command::Restore { dir, device, router } => manage::restore(&router, dir, device),
-        Command::Run { backend, endpoint, server, command } => run(backend, endpoint, server, command),
+        Command::Run { backend, endpoint, transport, server, command } => {
+            run(backend, endpoint, transport, server, command)
+        }
         Command::Spec { what } => spec(what),
+        Command::Bench(args) => bench::bench(args),
     }
 }

@@ -6,7 +6,7 @@
 //! | 0 | 4 | magic `PHOS` |
 //! | 4 | 1 | protocol version |
 //! | 5 | 1 | [`FrameKind`] |
-//! | 6 | 2 | flags ([`FLAG_ASYNC`], [`FLAG_REFUSED`]) |
+//! | 6 | 2 | flags ([`FLAG_ASYNC`], [`FLAG_REFUSED`], [`FLAG_MEASURE`]) |
 //! | 8 | 4 | function id (calls and replies) |
 //! | 12 | 4 | device: the calling thread's current device (calls) |
 //! | 16 | 4 | status: the CUDA error code (replies) |
@@ -30,6 +30,11 @@ pub const FLAG_ASYNC: u16 = 1;
 /// reached the server; `status` is the error. The guest retires the call if it still waits
 /// for it (a later acknowledgement from the server may already have covered its id).
 pub const FLAG_REFUSED: u16 = 2;
+
+/// On a call: some policy of the router needs this call's device time, so the server
+/// measures it (a kernel launch) rather than sampling one launch in N. The router sets it;
+/// a guest's setting is cleared.
+pub const FLAG_MEASURE: u16 = 4;
 
 /// The most call ids one [`FrameKind::Barrier`] may name.
 pub const MAX_BARRIER_IDS: usize = 1024;

@@ -9,6 +9,14 @@
 //!   <--- Welcome{session, token, ...}
 //!   Call/Reply frames  <--->  forwarded (accounted)  <---->  dispatched
 //! ```
+//!
+//! **Moving to shared memory.** A guest on the router's host lists
+//! [`TransportKind::Shm`] in [`Hello::transports`]; if the router agrees, its
+//! [`Welcome::transport`] says so and the router sends a shared region over the socket right
+//! after it ([`ShmTransport::create`](crate::shm::ShmTransport::create)); from then on
+//! frames travel through the region's rings and the socket only tells each side that the
+//! other still exists. The router does the same towards the API server ([`Attach::transport`],
+//! the region following the server's `Welcome`).
 
 /// Guest -> router: open a channel.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
@@ -23,6 +31,33 @@ pub struct Hello {
     pub token: Option<[u8; 16]>,
     /// The program's name, for logs and `phosctl sessions`.
     pub program: String,
+    /// Transports the guest can move the channel to after the handshake, best first
+    /// (empty: stay on the socket).
+    pub transports: Vec<TransportKind>,
+    /// Over TCP, where the router cannot ask the kernel who connected: the tenant's secret
+    /// from the router's configuration (`PHOS_TENANT_TOKEN`). Ignored on Unix sockets.
+    pub tenant_token: Option<String>,
+}
+
+/// The transports a channel can use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub enum TransportKind {
+    /// The Unix socket the channel opened on.
+    Unix,
+    /// Shared-memory rings (same host).
+    Shm,
+    /// A TCP connection (a router on another host).
+    Tcp,
+}
+
+impl TransportKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportKind::Unix => "unix",
+            TransportKind::Shm => "shm",
+            TransportKind::Tcp => "tcp",
+        }
+    }
 }
 
 /// Router -> API server: a channel of this session is being connected.
@@ -32,6 +67,8 @@ pub struct Attach {
     pub session: u64,
     pub tenant: String,
     pub abi_major: u32,
+    /// What the channel moves to after the server's `Welcome`.
+    pub transport: TransportKind,
 }
 
 /// Accepts a channel.
@@ -49,6 +86,8 @@ pub struct Welcome {
     /// How many times the session was restored: values the guest cached from the server that
     /// a restore may change (module variable addresses) are fetched again when it moves.
     pub epoch: u64,
+    /// The transport the channel continues on.
+    pub transport: TransportKind,
 }
 
 /// API server -> router: what the session uses, in totals since it started (so a lost or

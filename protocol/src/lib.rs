@@ -14,7 +14,9 @@ pub mod error;
 pub mod eval;
 pub mod frame;
 pub mod handshake;
+pub mod shm;
 pub mod spec;
+pub mod staging;
 pub mod transport;
 pub mod types;
 

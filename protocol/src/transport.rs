@@ -1,12 +1,17 @@
-//! Transports move frames between two peers. Every transport implements [`Transport`]; this
-//! version has Unix stream sockets ([`UnixTransport`]). Shared-memory rings, TCP and vsock
-//! plug in behind the same trait.
+//! Transports move frames between two peers. Every transport implements [`Transport`]:
+//! Unix stream sockets ([`UnixTransport`]), TCP ([`TcpTransport`], a GPU server on another
+//! host) and shared-memory rings
+//! ([`ShmTransport`](crate::shm::ShmTransport)), which a channel that opened on a Unix
+//! socket moves to when both ends agree (see [`handshake`](crate::handshake)).
 
 use std::io::{self, IoSlice, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 use crate::frame::{FrameHeader, HEADER_LEN, HeaderError};
+use crate::handshake::TransportKind;
 
 /// Why a frame could not be received.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +49,22 @@ pub trait Transport: Send {
 
     /// Wait up to `timeout` for [`readable`](Self::readable).
     fn wait_readable(&mut self, timeout: std::time::Duration) -> bool;
+
+    /// A reading half and a writing half, for a peer that reads on one thread and writes
+    /// on another.
+    fn split(self: Box<Self>) -> io::Result<(Box<dyn Transport>, Box<dyn Transport>)>;
+
+    /// End the connection in both directions, waking whoever waits on it (either half).
+    fn shutdown(&self);
+
+    /// Which transport this is.
+    fn kind(&self) -> TransportKind;
+
+    /// The Unix socket underneath, for a channel that moves to shared memory after its
+    /// handshake; an error (and the channel lost) on other transports.
+    fn into_unix(self: Box<Self>) -> io::Result<UnixStream> {
+        Err(io::Error::new(io::ErrorKind::Unsupported, format!("a {} channel has no Unix socket", self.kind().name())))
+    }
 }
 
 /// Frames over a Unix stream socket.
@@ -69,6 +90,10 @@ impl UnixTransport {
 
     pub fn stream(&self) -> &UnixStream {
         &self.stream
+    }
+
+    pub fn into_stream(self) -> UnixStream {
+        self.stream
     }
 
     /// A second handle on the same socket (one thread reads while another writes).
@@ -143,19 +168,18 @@ pub fn write_frame(w: &mut impl Write, header: &FrameHeader, payload: &[&[u8]]) 
 /// A socket writer that never raises SIGPIPE: the guest library lives in applications
 /// whose signal handling is theirs, and a peer that went away must be an error, not the end
 /// of the program.
-struct NoSigPipe<'a>(&'a UnixStream);
+struct NoSigPipe(RawFd);
 
-impl Write for NoSigPipe<'_> {
+impl Write for NoSigPipe {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.write_vectored(&[IoSlice::new(buf)])
     }
 
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        use std::os::fd::AsRawFd;
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
         msg.msg_iovlen = bufs.len().min(1024) as _;
-        let n = unsafe { libc::sendmsg(self.0.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        let n = unsafe { libc::sendmsg(self.0, &msg, libc::MSG_NOSIGNAL) };
         if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
     }
 
@@ -166,7 +190,7 @@ impl Write for NoSigPipe<'_> {
 
 impl Transport for UnixTransport {
     fn send(&mut self, header: &FrameHeader, payload: &[&[u8]]) -> io::Result<()> {
-        write_frame(&mut NoSigPipe(&self.stream), header, payload)
+        write_frame(&mut NoSigPipe(self.stream.as_raw_fd()), header, payload)
     }
 
     fn recv(&mut self, payload: &mut Vec<u8>) -> Result<FrameHeader, TransportError> {
@@ -174,22 +198,97 @@ impl Transport for UnixTransport {
     }
 
     fn wait_readable(&mut self, timeout: std::time::Duration) -> bool {
-        use std::os::fd::AsRawFd;
-        let mut pfd = libc::pollfd { fd: self.stream.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // ppoll: sub-millisecond timeouts.
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
-            tv_nsec: timeout.subsec_nanos() as libc::c_long,
-        };
-        let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-        n > 0 && pfd.revents != 0
+        poll_readable(self.stream.as_raw_fd(), timeout)
+    }
+
+    fn split(self: Box<Self>) -> io::Result<(Box<dyn Transport>, Box<dyn Transport>)> {
+        let other = self.try_clone()?;
+        Ok((self, Box::new(other)))
+    }
+
+    fn shutdown(&self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+
+    fn kind(&self) -> TransportKind {
+        TransportKind::Unix
+    }
+
+    fn into_unix(self: Box<Self>) -> io::Result<UnixStream> {
+        Ok(self.stream)
     }
 }
 
-/// Where a router listens: `unix:/path/to/socket` (or a bare path).
+/// Whether `fd` has something to read (or is closed), waiting up to `timeout`.
+fn poll_readable(fd: RawFd, timeout: std::time::Duration) -> bool {
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // ppoll: sub-millisecond timeouts.
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+    n > 0 && pfd.revents != 0
+}
+
+/// Frames over TCP, for a guest whose GPU server is on another host. No encryption: use it
+/// on a trusted network or through a tunnel; the tenant proves itself with a token
+/// ([`Hello::tenant_token`](crate::handshake::Hello::tenant_token)).
+pub struct TcpTransport {
+    stream: TcpStream,
+    max_payload: u64,
+}
+
+impl TcpTransport {
+    pub fn new(stream: TcpStream) -> Self {
+        // Calls are small and answered at once: no Nagle delay.
+        let _ = stream.set_nodelay(true);
+        TcpTransport { stream, max_payload: crate::DEFAULT_MAX_PAYLOAD }
+    }
+
+    pub fn connect(addr: &str) -> io::Result<Self> {
+        Ok(Self::new(TcpStream::connect(addr)?))
+    }
+
+    /// Refuse frames whose payload is larger than this.
+    pub fn with_max_payload(mut self, max: u64) -> Self {
+        self.max_payload = max;
+        self
+    }
+}
+
+impl Transport for TcpTransport {
+    fn send(&mut self, header: &FrameHeader, payload: &[&[u8]]) -> io::Result<()> {
+        write_frame(&mut NoSigPipe(self.stream.as_raw_fd()), header, payload)
+    }
+
+    fn recv(&mut self, payload: &mut Vec<u8>) -> Result<FrameHeader, TransportError> {
+        read_frame(&mut self.stream, payload, self.max_payload)
+    }
+
+    fn wait_readable(&mut self, timeout: std::time::Duration) -> bool {
+        poll_readable(self.stream.as_raw_fd(), timeout)
+    }
+
+    fn split(self: Box<Self>) -> io::Result<(Box<dyn Transport>, Box<dyn Transport>)> {
+        let other = TcpTransport { stream: self.stream.try_clone()?, max_payload: self.max_payload };
+        Ok((self, Box::new(other)))
+    }
+
+    fn shutdown(&self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+
+    fn kind(&self) -> TransportKind {
+        TransportKind::Tcp
+    }
+}
+
+/// Where a router listens: `unix:/path/to/socket` (or a bare path), or `tcp:HOST:PORT`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
     Unix(PathBuf),
+    Tcp(String),
 }
 
 impl Endpoint {
@@ -197,15 +296,25 @@ impl Endpoint {
         if let Some(p) = s.strip_prefix("unix:") {
             return Ok(Endpoint::Unix(PathBuf::from(p)));
         }
+        if let Some(a) = s.strip_prefix("tcp:") {
+            // HOST:PORT, the host a name, an IPv4 address or a bracketed IPv6 one.
+            return match a.rsplit_once(':') {
+                Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                    Ok(Endpoint::Tcp(a.to_string()))
+                }
+                _ => Err(format!("`{s}`: expected tcp:HOST:PORT")),
+            };
+        }
         if s.starts_with('/') || s.starts_with('.') {
             return Ok(Endpoint::Unix(PathBuf::from(s)));
         }
-        Err(format!("unsupported endpoint `{s}` (expected unix:/path)"))
+        Err(format!("unsupported endpoint `{s}` (expected unix:/path or tcp:HOST:PORT)"))
     }
 
     pub fn connect(&self) -> io::Result<Box<dyn Transport>> {
         match self {
             Endpoint::Unix(p) => Ok(Box::new(UnixTransport::connect(p)?)),
+            Endpoint::Tcp(a) => Ok(Box::new(TcpTransport::connect(a)?)),
         }
     }
 }
@@ -214,6 +323,7 @@ impl std::fmt::Display for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
+            Endpoint::Tcp(a) => write!(f, "tcp:{a}"),
         }
     }
 }
@@ -270,6 +380,41 @@ mod tests {
     }
 
     #[test]
+    fn frames_cross_tcp_and_halves_work_from_two_threads() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let echo = std::thread::spawn(move || {
+            let mut t = TcpTransport::new(listener.accept().unwrap().0);
+            let mut buf = Vec::new();
+            while let Ok(h) = t.recv(&mut buf) {
+                t.send(&h, &[&buf]).unwrap();
+            }
+        });
+        let t: Box<dyn Transport> = Box::new(TcpTransport::connect(&addr).unwrap());
+        assert_eq!(t.kind(), TransportKind::Tcp);
+        let (mut rx, mut tx) = t.split().unwrap();
+        let sender = std::thread::spawn(move || {
+            for i in 0..20u64 {
+                let data = vec![i as u8; (i as usize) << 16];
+                let mut h = FrameHeader::new(FrameKind::Call);
+                h.call_id = i;
+                h.payload_len = data.len() as u64;
+                tx.send(&h, &[&data]).unwrap();
+            }
+        });
+        let mut buf = Vec::new();
+        for i in 0..20u64 {
+            let h = rx.recv(&mut buf).unwrap();
+            assert_eq!((h.call_id, buf.len()), (i, (i as usize) << 16));
+            assert!(buf.iter().all(|&b| b == i as u8));
+        }
+        sender.join().unwrap();
+        // Our last handle closes the connection: the peer sees a clean close.
+        drop(rx);
+        echo.join().unwrap();
+    }
+
+    #[test]
     fn length_mismatch_is_refused_before_sending() {
         let (a, _b) = UnixStream::pair().unwrap();
         let mut a = UnixTransport::new(a);
@@ -282,6 +427,10 @@ mod tests {
     fn endpoints() {
         assert_eq!(Endpoint::parse("unix:/tmp/x").unwrap(), Endpoint::Unix("/tmp/x".into()));
         assert_eq!(Endpoint::parse("/tmp/y").unwrap(), Endpoint::Unix("/tmp/y".into()));
-        assert!(Endpoint::parse("tcp:1.2.3.4:5").is_err());
+        assert_eq!(Endpoint::parse("tcp:1.2.3.4:5").unwrap(), Endpoint::Tcp("1.2.3.4:5".into()));
+        assert_eq!(Endpoint::parse("tcp:[::1]:7070").unwrap(), Endpoint::Tcp("[::1]:7070".into()));
+        assert!(Endpoint::parse("tcp:nohost").is_err());
+        assert!(Endpoint::parse("tcp:h:99999").is_err());
+        assert!(Endpoint::parse("vsock:3:5").is_err());
     }
 }

@@ -2,9 +2,13 @@
 //!
 //! ```toml
 //! listen = "/run/phos/router.sock"   # the main socket (else --listen, else the default)
+//! listen_tcp = "0.0.0.0:7070"        # also guests on other hosts (tenants with a token)
 //! pool = 2                           # API servers started ahead of need
 //! metrics = "127.0.0.1:9464"         # Prometheus endpoint
 //! policy_budget = 100000             # instructions a policy may run per call
+//! shared_memory = true               # let same-host guests move to shared-memory rings
+//! ring_size = "4MiB"                 # each direction's ring, per channel
+//! staging_slot = "8MiB"              # each of a channel's two slots for large copies
 //!
 //! [[tenant]]
 //! name = "alice"
@@ -12,6 +16,7 @@
 //! socket = "/run/phos/alice.sock"    # and every connection to this one
 //! share = 2                          # weight for fair-share policies
 //! quota = { device_memory = "8GiB" } # per continuous resource of the spec
+//! token = "a-long-random-secret"     # how her TCP guests identify (PHOS_TENANT_TOKEN)
 //!
 //! [[policy]]                         # loaded at start, in this order
 //! builtin = "fair_share"             # or file = "/etc/phos/policy.o"
@@ -30,9 +35,13 @@ use crate::tenants::TenantConfig;
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
     pub listen: Option<String>,
+    pub listen_tcp: Option<SocketAddr>,
     pub pool: Option<usize>,
     pub metrics: Option<SocketAddr>,
     pub policy_budget: Option<u64>,
+    pub shared_memory: Option<bool>,
+    pub ring_size: Option<crate::tenants::Amount>,
+    pub staging_slot: Option<crate::tenants::Amount>,
     #[serde(default, rename = "tenant")]
     pub tenants: Vec<TenantConfig>,
     #[serde(default, rename = "policy")]
@@ -100,6 +109,8 @@ mod tests {
             r#"
             pool = 2
             metrics = "127.0.0.1:9464"
+            shared_memory = false
+            ring_size = "1MiB"
             [[tenant]]
             name = "alice"
             uids = [1000]
@@ -115,6 +126,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.pool, Some(2));
+        assert_eq!((c.shared_memory, c.ring_size.map(|a| a.0)), (Some(false), Some(1 << 20)));
         assert_eq!(c.tenants.len(), 2);
         assert_eq!(c.tenants[0].quota["device_memory"].0, 8 << 30);
         assert_eq!(c.tenants[1].share, 1);

@@ -44,8 +44,9 @@ use std::time::{Duration, Instant};
 use phos_policy::engine::PolicySet;
 use phos_protocol::cudart;
 use phos_protocol::frame::{FrameHeader, FrameKind};
-use phos_protocol::handshake::{Attach, Hello, UsageReport, Welcome};
-use phos_protocol::transport::{read_frame, write_frame};
+use phos_protocol::handshake::{Attach, Hello, TransportKind, UsageReport, Welcome};
+use phos_protocol::shm::ShmTransport;
+use phos_protocol::transport::{TcpTransport, Transport, UnixTransport, read_frame, write_frame};
 
 pub use session::SessionEntry;
 use session::{ServerProcess, ServerStart, State};
@@ -82,6 +83,14 @@ pub struct RouterConfig {
     pub policy_budget: u64,
     /// Where to serve Prometheus metrics (`host:port`), if anywhere.
     pub metrics: Option<std::net::SocketAddr>,
+    /// Whether channels may move to shared-memory rings (guests that ask for them).
+    pub shared_memory: bool,
+    /// Also accept guests over TCP here (tenants identify themselves with a token).
+    pub listen_tcp: Option<std::net::SocketAddr>,
+    /// Each direction's ring, per channel.
+    pub ring_bytes: usize,
+    /// Each of the two slots of a channel's staging region (large copies).
+    pub staging_slot_bytes: usize,
 }
 
 impl RouterConfig {
@@ -101,6 +110,10 @@ impl RouterConfig {
             tenants: Vec::new(),
             policy_budget: phos_policy::engine::DEFAULT_BUDGET,
             metrics: None,
+            shared_memory: true,
+            listen_tcp: None,
+            ring_bytes: phos_protocol::shm::DEFAULT_RING_BYTES,
+            staging_slot_bytes: phos_protocol::staging::DEFAULT_SLOT_BYTES,
         }
     }
 }
@@ -137,15 +150,73 @@ pub struct Router {
     restoring: Mutex<HashMap<u64, PathBuf>>,
     pub tenants: Tenants,
     pub policies: PolicySet,
+    /// Where the TCP listener ended up bound (port 0 in the configuration picks one).
+    tcp_bound: Mutex<Option<std::net::SocketAddr>>,
 }
 
 /// Handshake frames are small; anything larger is refused before it is read.
 const MAX_HANDSHAKE: u64 = 64 << 10;
 
-fn refuse(stream: &mut UnixStream, reason: &str) {
+fn refuse(stream: &mut impl io::Write, reason: &str) {
     let mut h = FrameHeader::new(FrameKind::Refused);
     h.payload_len = reason.len() as u64;
     let _ = write_frame(stream, &h, &[reason.as_bytes()]);
+}
+
+/// A guest's connection before its handshake is done: a Unix socket (this host: its channels
+/// may move to shared memory) or TCP (another host).
+enum GuestStream {
+    Unix(UnixStream),
+    Tcp(std::net::TcpStream),
+}
+
+impl GuestStream {
+    fn is_remote(&self) -> bool {
+        matches!(self, GuestStream::Tcp(_))
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            GuestStream::Unix(_) => "unix".into(),
+            GuestStream::Tcp(s) => s.peer_addr().map_or_else(|_| "tcp".into(), |a| format!("tcp:{a}")),
+        }
+    }
+}
+
+impl io::Read for GuestStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            GuestStream::Unix(s) => s.read(buf),
+            GuestStream::Tcp(s) => s.read(buf),
+        }
+    }
+}
+
+impl io::Write for GuestStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            GuestStream::Unix(s) => s.write(buf),
+            GuestStream::Tcp(s) => s.write(buf),
+        }
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            GuestStream::Unix(s) => s.write_vectored(bufs),
+            GuestStream::Tcp(s) => s.write_vectored(bufs),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// [`refuse`] on a channel past its handshake.
+fn refuse_on(t: &mut dyn Transport, reason: &str) {
+    let mut h = FrameHeader::new(FrameKind::Refused);
+    h.payload_len = reason.len() as u64;
+    let _ = t.send(&h, &[reason.as_bytes()]);
 }
 
 impl Router {
@@ -163,6 +234,7 @@ impl Router {
             pool: Mutex::new(Vec::new()),
             next_pooled: AtomicU64::new(1),
             restoring: Mutex::new(HashMap::new()),
+            tcp_bound: Mutex::new(None),
         }))
     }
 
@@ -217,7 +289,46 @@ impl Router {
                 Err(e) => tracing::error!(tenant = %c.name, "cannot listen on {}: {e}", path.display()),
             }
         }
+        if let Some(addr) = self.config.listen_tcp {
+            match std::net::TcpListener::bind(addr) {
+                Ok(l) => {
+                    let bound = l.local_addr().ok();
+                    tracing::info!("guests over TCP on {}", bound.map_or(addr.to_string(), |a| a.to_string()));
+                    *self.tcp_bound.lock().unwrap() = bound;
+                    let me = self.clone();
+                    std::thread::Builder::new()
+                        .name("phos-accept-tcp".into())
+                        .spawn(move || me.accept_tcp(l))
+                        .expect("spawning an accept thread");
+                }
+                Err(e) => tracing::error!("cannot listen on tcp:{addr}: {e}"),
+            }
+        }
         self.accept_loop(listener, None);
+    }
+
+    /// Where guests reach the router over TCP, once it listens there.
+    pub fn tcp_addr(&self) -> Option<std::net::SocketAddr> {
+        *self.tcp_bound.lock().unwrap()
+    }
+
+    fn accept_tcp(self: &Arc<Self>, listener: std::net::TcpListener) {
+        for conn in listener.incoming() {
+            if self.stopping.load(Ordering::Relaxed) {
+                break;
+            }
+            match conn {
+                Ok(stream) => {
+                    let _ = stream.set_nodelay(true);
+                    let me = self.clone();
+                    std::thread::Builder::new()
+                        .name("phos-route".into())
+                        .spawn(move || me.handle_guest(GuestStream::Tcp(stream), None))
+                        .expect("spawning a channel thread");
+                }
+                Err(e) => tracing::warn!("accept (tcp): {e}"),
+            }
+        }
     }
 
     /// Accept guests on `listener`; `tenant`: the tenant every connection there is.
@@ -232,7 +343,7 @@ impl Router {
                     let tenant = tenant.clone();
                     std::thread::Builder::new()
                         .name("phos-route".into())
-                        .spawn(move || me.handle_guest(stream, tenant))
+                        .spawn(move || me.handle_guest(GuestStream::Unix(stream), tenant))
                         .expect("spawning a channel thread");
                 }
                 Err(e) => {
@@ -248,6 +359,9 @@ impl Router {
         self.stopping.store(true, Ordering::Relaxed);
         // Wake the accept loops.
         let _ = UnixStream::connect(&self.config.listen);
+        if let Some(a) = self.tcp_addr() {
+            let _ = std::net::TcpStream::connect(a);
+        }
         for c in self.tenants.configs() {
             if let Some(path) = &c.socket {
                 let _ = UnixStream::connect(path);
@@ -321,13 +435,17 @@ impl Router {
         None
     }
 
-    fn handle_guest(self: Arc<Self>, mut guest: UnixStream, socket_tenant: Option<Tenant>) {
-        let (tenant, pid) = match peer_credentials(&guest) {
-            Ok((uid, pid)) => (socket_tenant.unwrap_or_else(|| self.tenants.for_uid(uid)), pid),
-            Err(e) => {
-                tracing::warn!("cannot identify a guest connection: {e}");
-                return refuse(&mut guest, "cannot identify the connection's owner");
-            }
+    fn handle_guest(self: Arc<Self>, mut guest: GuestStream, socket_tenant: Option<Tenant>) {
+        // On a Unix socket the kernel says who connected; over TCP the Hello's token does.
+        let peer = match &guest {
+            GuestStream::Unix(s) => match peer_credentials(s) {
+                Ok((uid, pid)) => Some((socket_tenant.unwrap_or_else(|| self.tenants.for_uid(uid)), pid)),
+                Err(e) => {
+                    tracing::warn!("cannot identify a guest connection: {e}");
+                    return refuse(&mut guest, "cannot identify the connection's owner");
+                }
+            },
+            GuestStream::Tcp(_) => None,
         };
         let mut payload = Vec::new();
         let hello = match read_frame(&mut guest, &mut payload, MAX_HANDSHAKE) {
@@ -338,9 +456,19 @@ impl Router {
         let hello = match hello {
             Ok(h) => h,
             Err(e) => {
-                tracing::warn!(%tenant, pid, "bad handshake: {e}");
+                tracing::warn!(peer = %guest.describe(), "bad handshake: {e}");
                 return refuse(&mut guest, &format!("bad handshake: {e}"));
             }
+        };
+        let (tenant, pid) = match peer {
+            Some(p) => p,
+            None => match hello.tenant_token.as_deref().and_then(|t| self.tenants.for_token(t)) {
+                Some(t) => (t, hello.pid),
+                None => {
+                    tracing::warn!(peer = %guest.describe(), "a TCP guest without a valid tenant token");
+                    return refuse(&mut guest, "unknown tenant token (set PHOS_TENANT_TOKEN)");
+                }
+            },
         };
         if hello.spec_hash != cudart::SPEC_HASH {
             tracing::warn!(%tenant, pid, "guest built from another spec ({:016x})", hello.spec_hash);
@@ -348,7 +476,12 @@ impl Router {
         }
         let session = match hello.token {
             None => match self.start_session(&tenant, pid, &hello) {
-                Ok(s) => s,
+                Ok(s) => {
+                    if guest.is_remote() {
+                        s.set_remote();
+                    }
+                    s
+                }
                 Err(e) => {
                     tracing::error!(%tenant, pid, "cannot start an API server: {e}");
                     return refuse(&mut guest, &format!("cannot start an API server: {e}"));
@@ -530,15 +663,31 @@ impl Router {
         &self,
         session: &Arc<SessionEntry>,
         socket: &Path,
-        mut guest: UnixStream,
+        mut guest: GuestStream,
         hello: &Hello,
     ) -> io::Result<()> {
+        // Shared-memory rings when the guest is on this host, can use them and the operator
+        // allows them. The hop to the server (always on this host) uses them too, unless the
+        // guest chose the socket (so that `--transport unix` is the socket all the way).
+        let guest_kind = if guest.is_remote() {
+            TransportKind::Tcp
+        } else if self.config.shared_memory && hello.transports.contains(&TransportKind::Shm) {
+            TransportKind::Shm
+        } else {
+            TransportKind::Unix
+        };
+        let server_kind = if guest_kind == TransportKind::Unix || !self.config.shared_memory {
+            TransportKind::Unix
+        } else {
+            TransportKind::Shm
+        };
         let mut server = UnixStream::connect(socket)?;
         let attach = Attach {
             spec_hash: hello.spec_hash,
             session: session.id,
             tenant: session.tenant.to_string(),
             abi_major: hello.abi_major,
+            transport: server_kind,
         };
         let a = phos_protocol::encode(&attach);
         let mut h = FrameHeader::new(FrameKind::Hello);
@@ -554,28 +703,51 @@ impl Router {
         let mut welcome: Welcome = phos_protocol::decode(&payload).map_err(io::Error::other)?;
         welcome.token = session.token();
         welcome.epoch = session.epoch.load(Ordering::Relaxed);
+        welcome.transport = guest_kind;
+        let max = self.config.max_payload;
+        // Bulk host data of large copies moves through a staging region the guest and the
+        // server both map; the router passes it on and never touches it.
+        let staging = match guest_kind {
+            TransportKind::Shm => Some(phos_protocol::staging::create(self.config.staging_slot_bytes)?),
+            _ => None,
+        };
+        let server: Box<dyn Transport> = match server_kind {
+            TransportKind::Shm => Box::new(ShmTransport::create(
+                server,
+                self.config.ring_bytes,
+                phos_protocol::DEFAULT_MAX_PAYLOAD.max(max),
+                staging.as_ref(),
+            )?),
+            _ => Box::new(UnixTransport::new(server).with_max_payload(u64::MAX)),
+        };
         let w = phos_protocol::encode(&welcome);
         let mut h = FrameHeader::new(FrameKind::Welcome);
         h.session = session.id;
         h.payload_len = w.len() as u64;
         write_frame(&mut guest, &h, &[&w])?;
+        let guest: Box<dyn Transport> = match (guest_kind, guest) {
+            (TransportKind::Shm, GuestStream::Unix(g)) => {
+                Box::new(ShmTransport::create(g, self.config.ring_bytes, max, staging.as_ref())?)
+            }
+            (_, GuestStream::Unix(g)) => Box::new(UnixTransport::new(g).with_max_payload(max)),
+            (_, GuestStream::Tcp(g)) => Box::new(TcpTransport::new(g).with_max_payload(max)),
+        };
 
         session.channel_opened();
         let _close = session::ChannelGuard(session.clone());
-        let max = self.config.max_payload;
         // What the calls in flight on this channel still have open, oldest first (one
         // synchronous call, after any number of async ones the guest did not wait for).
         let inflight: Arc<Mutex<VecDeque<admission::InFlight>>> = Arc::default();
-        // Server -> guest on a thread of its own; guest -> server here. The guest and the
-        // server share one socket for both directions, so writes to the guest (replies from
-        // the server, refusals from here) go through one lock.
-        let guest_w = Arc::new(Mutex::new(guest.try_clone()?));
-        let mut server_r = server.try_clone()?;
+        // Server -> guest on a thread of its own; guest -> server here. Writes to the guest
+        // (replies from the server, refusals from here) go through one lock.
+        let (mut guest_r, guest_w) = guest.split()?;
+        let guest_w = Arc::new(Mutex::new(guest_w));
+        let (mut server_r, mut server_w) = server.split()?;
         let back = {
             let (session, inflight, guest_w) = (session.clone(), inflight.clone(), guest_w.clone());
             std::thread::Builder::new().name("phos-route-back".into()).spawn(move || {
                 let mut buf = Vec::new();
-                while let Ok(h) = read_frame(&mut server_r, &mut buf, u64::MAX) {
+                while let Ok(h) = server_r.recv(&mut buf) {
                     match h.kind {
                         // The server's usage report is the router's: it never reaches the guest.
                         FrameKind::Report => {
@@ -612,22 +784,23 @@ impl Router {
                         }
                         _ => {}
                     }
-                    if write_frame(&mut *guest_w.lock().unwrap(), &h, &[&buf]).is_err() {
+                    if guest_w.lock().unwrap().send(&h, &[&buf]).is_err() {
                         break;
                     }
                 }
-                let _ = guest_w.lock().unwrap().shutdown(std::net::Shutdown::Both);
+                server_r.shutdown();
+                guest_w.lock().unwrap().shutdown();
             })?
         };
         let mut buf = Vec::new();
         let mut charges = Vec::new();
         loop {
-            let h = match read_frame(&mut guest, &mut buf, max) {
+            let h = match guest_r.recv(&mut buf) {
                 Ok(h) => h,
                 Err(phos_protocol::transport::TransportError::Closed) => break,
                 Err(e) => {
                     tracing::warn!(session = session.id, "malformed frame from the guest: {e}");
-                    refuse(&mut guest_w.lock().unwrap(), &format!("malformed frame: {e}"));
+                    refuse_on(guest_w.lock().unwrap().as_mut(), &format!("malformed frame: {e}"));
                     break;
                 }
             };
@@ -654,7 +827,7 @@ impl Router {
                         if is_async {
                             r.flags = phos_protocol::frame::FLAG_REFUSED;
                         }
-                        if write_frame(&mut *guest_w.lock().unwrap(), &r, &[]).is_err() {
+                        if guest_w.lock().unwrap().send(&r, &[]).is_err() {
                             break;
                         }
                         continue;
@@ -664,7 +837,7 @@ impl Router {
             if h.kind == FrameKind::Barrier {
                 let Some(ids) = session.filter_barrier(&buf) else {
                     tracing::warn!(session = session.id, "malformed barrier from the guest ({} bytes)", buf.len());
-                    refuse(&mut guest_w.lock().unwrap(), "malformed barrier");
+                    refuse_on(guest_w.lock().unwrap().as_mut(), "malformed barrier");
                     break;
                 };
                 if ids.is_empty() {
@@ -672,17 +845,24 @@ impl Router {
                 }
                 let mut b = h;
                 b.payload_len = ids.len() as u64;
-                if write_frame(&mut server, &b, &[&ids]).is_err() {
+                if server_w.send(&b, &[&ids]).is_err() {
                     break;
                 }
                 continue;
             }
-            if write_frame(&mut server, &h, &[&buf]).is_err() {
+            // Device time is measured launch by launch only when a policy may need it.
+            let mut h = h;
+            h.flags &= !phos_protocol::frame::FLAG_MEASURE;
+            if h.kind == FrameKind::Call && !self.policies.is_empty() {
+                h.flags |= phos_protocol::frame::FLAG_MEASURE;
+            }
+            if server_w.send(&h, &[&buf]).is_err() {
                 break;
             }
         }
-        let _ = server.shutdown(std::net::Shutdown::Both);
+        server_w.shutdown();
         let _ = back.join();
+        guest_r.shutdown();
         Ok(())
     }
 

@@ -134,6 +134,8 @@ pub struct SessionEntry {
     books: Mutex<Books>,
     /// Set once the session's usage has left its tenant's books.
     closed_books: AtomicBool,
+    /// A guest on another host (TCP).
+    remote: AtomicBool,
     /// Async calls the router answered itself (refused), most recent last: they never reach
     /// the server, so barriers must not wait for them.
     refused_async: Mutex<VecDeque<u64>>,
@@ -211,6 +213,7 @@ impl SessionEntry {
                 measured: vec![0; n],
             }),
             closed_books: AtomicBool::new(false),
+            remote: AtomicBool::new(false),
             refused_async: Mutex::new(VecDeque::new()),
         }
     }
@@ -331,8 +334,14 @@ impl SessionEntry {
         }
     }
 
+    /// The guest reached us over the network: its pid is another host's, so only its
+    /// channels (and the linger time) say whether it is still there.
+    pub(crate) fn set_remote(&self) {
+        self.remote.store(true, Ordering::Relaxed);
+    }
+
     fn guest_alive(&self) -> bool {
-        unsafe { libc::kill(self.pid as libc::pid_t, 0) == 0 }
+        self.remote.load(Ordering::Relaxed) || unsafe { libc::kill(self.pid as libc::pid_t, 0) == 0 }
     }
 
     /// An active session is over when no channel is open and the guest is gone (or idle

@@ -64,6 +64,10 @@ pub struct TenantConfig {
     /// Quotas per continuous resource, by spec name (`device_memory = "8GiB"`).
     #[serde(default)]
     pub quota: HashMap<String, Amount>,
+    /// The secret a guest connecting over TCP presents (`PHOS_TENANT_TOKEN`): there is no
+    /// peer credential to go by. At least 16 characters.
+    #[serde(default)]
+    pub token: Option<String>,
 }
 
 fn one() -> u64 {
@@ -222,6 +226,9 @@ pub struct Tenants {
     contention: Arc<Contention>,
 }
 
+/// The shortest tenant token accepted.
+pub const MIN_TOKEN_LEN: usize = 16;
+
 /// How long after its last call a tenant still counts as active.
 pub const ACTIVE_NS: u64 = 100_000_000;
 
@@ -238,6 +245,14 @@ impl Tenants {
                     return Err(format!("uid {uid} belongs to two tenants"));
                 }
             }
+            if let Some(t) = &c.token {
+                if t.len() < MIN_TOKEN_LEN {
+                    return Err(format!("tenant `{}`: a token needs at least {MIN_TOKEN_LEN} characters", c.name));
+                }
+                if configs[..i].iter().any(|o| o.token.as_deref() == Some(t.as_str())) {
+                    return Err(format!("tenant `{}` has another tenant's token", c.name));
+                }
+            }
             for r in c.quota.keys() {
                 match RESOURCES.iter().find(|x| x.name == r.as_str()) {
                     Some(x) if x.exhausted.is_some() => {}
@@ -251,6 +266,22 @@ impl Tenants {
 
     pub fn configs(&self) -> &[TenantConfig] {
         &self.configs
+    }
+
+    /// The tenant whose token this is (TCP guests). Every configured token is compared, each
+    /// in constant time, so the answer's timing tells nothing about how much of one matched.
+    pub fn for_token(&self, token: &str) -> Option<Tenant> {
+        let mut found = None;
+        for c in &self.configs {
+            if let Some(t) = &c.token {
+                let same =
+                    t.len() == token.len() && t.bytes().zip(token.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+                if same {
+                    found = Some(Tenant(c.name.clone()));
+                }
+            }
+        }
+        found
     }
 
     /// The tenant of a connection from `uid` to the main socket.
@@ -364,13 +395,35 @@ mod tests {
             socket: None,
             share: 1,
             quota: [(r.to_string(), Amount(1))].into(),
+            token: None,
         };
         assert!(Tenants::new(vec![quota("kernel_launches")]).is_err());
         assert!(Tenants::new(vec![quota("no_such_thing")]).is_err());
-        let two =
-            |name: &str| TenantConfig { name: name.into(), uids: vec![5], socket: None, share: 1, quota: [].into() };
+        let two = |name: &str| TenantConfig {
+            name: name.into(),
+            uids: vec![5],
+            socket: None,
+            share: 1,
+            quota: [].into(),
+            token: None,
+        };
         assert!(Tenants::new(vec![two("a"), two("b")]).is_err());
         assert!(Tenants::new(vec![two("a"), two("a")]).is_err());
+        let with_token = |name: &str, t: &str| TenantConfig {
+            name: name.into(),
+            uids: vec![],
+            socket: None,
+            share: 1,
+            quota: [].into(),
+            token: Some(t.into()),
+        };
+        assert!(Tenants::new(vec![with_token("a", "short")]).is_err(), "tokens need 16 characters");
+        let secret = "0123456789abcdef-a";
+        assert!(Tenants::new(vec![with_token("a", secret), with_token("b", secret)]).is_err());
+        let t = Tenants::new(vec![with_token("a", secret), with_token("b", "0123456789abcdef-b")]).unwrap();
+        assert_eq!(t.for_token(secret), Some(Tenant("a".into())));
+        assert_eq!(t.for_token("0123456789abcdef-c"), None);
+        assert_eq!(t.for_token(""), None);
     }
 
     #[test]

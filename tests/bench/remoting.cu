@@ -1,10 +1,14 @@
 // Micro-benchmarks of what remoting adds to a CUDA program: the round trip of a synchronous
-// call, kernel launch throughput, and host<->device copy bandwidth. Prints `metric value unit`
-// lines; tests/scripts/gpu-bench.sh runs it natively and through Phos and compares.
+// call, kernel launch throughput (empty kernels, and a launch-bound loop of small kernels),
+// and host<->device copy bandwidth, pageable and pinned, 4 KiB to 1 GiB. Prints
+// `metric value unit` lines; tests/scripts/gpu-bench.sh runs it natively and through Phos and
+// compares. `remoting quick` skips the copies above 64 MiB.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 #include <vector>
 #include <cuda_runtime.h>
 
@@ -19,13 +23,27 @@
 
 __global__ void empty() {}
 
+// A small kernel (a few microseconds of work): the loop below is bound by launches.
+__global__ void axpy(float *y, const float *x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+
 using Clock = std::chrono::steady_clock;
 
 static double us_since(Clock::time_point t) {
     return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
 }
 
-int main() {
+static const char *size_name(size_t b, char *buf) {
+    if (b >= (1u << 30)) std::snprintf(buf, 16, "%zuGiB", b >> 30);
+    else if (b >= (1u << 20)) std::snprintf(buf, 16, "%zuMiB", b >> 20);
+    else std::snprintf(buf, 16, "%zuKiB", b >> 10);
+    return buf;
+}
+
+int main(int argc, char **argv) {
+    bool quick = argc > 1 && std::string(argv[1]) == "quick";
     CHECK(cudaFree(0));
     // Synchronous round trip: cudaStreamQuery on an idle stream does no device work.
     const int calls = 20000;
@@ -50,22 +68,55 @@ int main() {
     CHECK(cudaDeviceSynchronize());
     std::printf("launches_per_s %.0f 1/s\n", launches / (us_since(t) * 1e-6));
 
-    // Pageable copies of 64 MiB.
-    const size_t bytes = 64 << 20;
-    std::vector<char> host(bytes, 1);
-    char *dev;
-    CHECK(cudaMalloc(&dev, bytes));
-    for (int dir = 0; dir < 2; dir++) {
-        CHECK(cudaMemcpy(dev, host.data(), bytes, cudaMemcpyHostToDevice));
-        const int reps = 10;
+    // A launch-bound loop: 20000 small kernels over 64 K floats, synchronised every 100.
+    {
+        const int n = 1 << 16, iters = 20000;
+        float *x, *y;
+        CHECK(cudaMalloc(&x, n * sizeof(float)));
+        CHECK(cudaMalloc(&y, n * sizeof(float)));
+        CHECK(cudaMemset(x, 0, n * sizeof(float)));
+        CHECK(cudaMemset(y, 0, n * sizeof(float)));
+        for (int i = 0; i < 100; i++) axpy<<<n / 256, 256>>>(y, x, 0.5f, n);
+        CHECK(cudaDeviceSynchronize());
         t = Clock::now();
-        for (int r = 0; r < reps; r++) {
-            if (dir == 0) CHECK(cudaMemcpy(dev, host.data(), bytes, cudaMemcpyHostToDevice));
-            else CHECK(cudaMemcpy(host.data(), dev, bytes, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < iters; i++) {
+            axpy<<<n / 256, 256>>>(y, x, 0.5f, n);
+            if (i % 100 == 99) CHECK(cudaStreamSynchronize(0));
         }
-        double gbs = reps * (double)bytes / (us_since(t) * 1e-6) / 1e9;
-        std::printf("%s_64MiB_pageable %.2f GB/s\n", dir == 0 ? "h2d" : "d2h", gbs);
+        CHECK(cudaDeviceSynchronize());
+        std::printf("small_kernel_loop %.0f 1/s\n", iters / (us_since(t) * 1e-6));
+        CHECK(cudaFree(x));
+        CHECK(cudaFree(y));
     }
+
+    // Copies, pageable and pinned, each way, 4 KiB to 1 GiB: each size moves about 1 GiB
+    // (at least 3 copies, at most 2000), after one copy to warm up.
+    const size_t largest = quick ? (64u << 20) : (1u << 30);
+    char *dev, *pinned;
+    CHECK(cudaMalloc(&dev, largest));
+    CHECK(cudaMallocHost(&pinned, largest));
+    std::vector<char> pageable(largest, 1);
+    std::memset(pinned, 1, largest);
+    for (int kind = 0; kind < 2; kind++) {
+        char *host = kind == 0 ? pageable.data() : pinned;
+        for (size_t bytes = 4096; bytes <= largest; bytes *= (bytes < (1u << 20) ? 16 : 4)) {
+            int reps = (int)std::max<size_t>(3, std::min<size_t>(2000, (1u << 30) / bytes));
+            for (int dir = 0; dir < 2; dir++) {
+                auto copy = [&] {
+                    if (dir == 0) CHECK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
+                    else CHECK(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost));
+                };
+                copy();
+                t = Clock::now();
+                for (int r = 0; r < reps; r++) copy();
+                double gbs = reps * (double)bytes / (us_since(t) * 1e-6) / 1e9;
+                char name[16];
+                std::printf("%s_%s_%s %.2f GB/s\n", dir == 0 ? "h2d" : "d2h", size_name(bytes, name),
+                            kind == 0 ? "pageable" : "pinned", gbs);
+            }
+        }
+    }
+    CHECK(cudaFreeHost(pinned));
     CHECK(cudaFree(dev));
     return 0;
 }

@@ -237,8 +237,15 @@ fn sessions_are_isolated() {
 fn a_guest_from_another_spec_is_refused() {
     let router = TestRouter::start("emu");
     let mut t = phos_protocol::transport::UnixTransport::connect(&router.socket()).unwrap();
-    let hello =
-        phos_protocol::handshake::Hello { spec_hash: 1, pid: 1, abi_major: 12, token: None, program: "old".into() };
+    let hello = phos_protocol::handshake::Hello {
+        spec_hash: 1,
+        pid: 1,
+        abi_major: 12,
+        token: None,
+        program: "old".into(),
+        transports: Vec::new(),
+        tenant_token: None,
+    };
     let payload = phos_protocol::encode(&hello);
     let mut h = phos_protocol::FrameHeader::new(phos_protocol::FrameKind::Hello);
     h.payload_len = payload.len() as u64;
@@ -299,4 +306,73 @@ fn async_calls_are_acknowledged_together_and_bad_barriers_end_only_that_channel(
     b.payload_len = ids.len() as u64;
     again.transport.send(&b, &[&ids]).unwrap();
     assert_ne!(malloc(&mut again, 64), 0);
+}
+
+/// A guest on shared memory that scribbles on its rings' indices and tries to shrink the
+/// region under the router: the router ends that channel only, and the session's other
+/// channels carry on.
+#[test]
+fn a_guest_that_corrupts_its_shared_rings_ends_only_that_channel() {
+    use std::os::fd::AsRawFd;
+
+    use phos_protocol::handshake::{Hello, TransportKind, Welcome};
+    use phos_protocol::transport::Transport;
+    use phos_protocol::{FrameHeader, FrameKind};
+
+    let (router, mut g) = open();
+    let buf = malloc(&mut g, 4096);
+    // A second channel of the session that asks for shared memory.
+    let mut t = phos_protocol::transport::UnixTransport::connect(&router.socket()).unwrap();
+    let hello = Hello {
+        spec_hash: SPEC_HASH,
+        pid: std::process::id(),
+        abi_major: 12,
+        token: Some(g.welcome.token),
+        program: "scribbler".into(),
+        transports: vec![TransportKind::Shm],
+        tenant_token: None,
+    };
+    let payload = phos_protocol::encode(&hello);
+    let mut h = FrameHeader::new(FrameKind::Hello);
+    h.payload_len = payload.len() as u64;
+    t.send(&h, &[&payload]).unwrap();
+    let mut reply = Vec::new();
+    assert_eq!(t.recv(&mut reply).unwrap().kind, FrameKind::Welcome);
+    let welcome: Welcome = phos_protocol::decode(&reply).unwrap();
+    assert_eq!(welcome.transport, TransportKind::Shm);
+    let stream = t.into_stream();
+    // The ring region and the staging region.
+    let fds = phos_protocol::shm::recv_fds(&stream).unwrap();
+    assert_eq!(fds.len(), 2);
+    let fd = &fds[0];
+    // Sealed: the guest cannot shrink either file under the router's or the server's mapping.
+    for f in &fds {
+        assert_ne!(unsafe { libc::ftruncate(f.as_raw_fd(), 4096) }, 0, "the regions must be sealed");
+    }
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) }, 0);
+    let len = st.st_size as usize;
+    let base = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+    };
+    assert_ne!(base, libc::MAP_FAILED);
+    // The guest -> router ring's control is at 2048, its producer index first: claim far
+    // more bytes than the ring holds, and wake the router.
+    unsafe {
+        let tail = (base as *mut u8).add(2048) as *mut u64;
+        std::ptr::write_volatile(tail, 1 << 40);
+        let seq = (base as *mut u8).add(2048 + 8) as *mut u32;
+        std::ptr::write_volatile(seq, 77);
+        libc::syscall(libc::SYS_futex, seq, libc::FUTEX_WAKE, 1);
+    }
+    // The router drops the channel: its socket closes.
+    let mut byte = [0u8; 1];
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    assert_eq!(std::io::Read::read(&mut &stream, &mut byte).unwrap(), 0, "the router closes the channel");
+    unsafe { libc::munmap(base, len) };
+    // The session's first channel works, its memory untouched; new sessions open.
+    g.call(&CudaMemsetRequest { devPtr: buf, value: 1, count: 4096 }).unwrap();
+    g.call(&CudaFreeRequest { devPtr: buf }).unwrap();
+    let mut other = RawGuest::connect(&router.socket(), None).expect("another session");
+    malloc(&mut other, 1024);
 }

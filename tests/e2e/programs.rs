@@ -3,7 +3,7 @@
 //! what it prints natively on a GPU (tests/cuda/expected, recorded on an H100 by
 //! tests/scripts/gpu-suite.sh from the CUDA 11.8 builds).
 
-use phos_tests::{build_program, cuda_dir, nvcc, phos_run};
+use phos_tests::{build_program, cuda_dir, nvcc, phos_run_over};
 
 /// nvcc flags of the CI builds: sm_70 machine code plus compute_70 PTX (what emu runs).
 const ARCH: &[&str] = &["-arch=sm_70"];
@@ -13,11 +13,16 @@ fn expected(name: &str) -> String {
         .unwrap_or_else(|e| panic!("tests/cuda/expected/{name}.out: {e}"))
 }
 
-/// Runs `name` on emu and compares its output with the native GPU's.
+/// Runs `name` on emu (over shared-memory rings) and compares its output with the native
+/// GPU's.
 fn same_as_native(name: &str) {
+    same_as_native_over(name, "shm");
+}
+
+fn same_as_native_over(name: &str, transport: &str) {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, name, ARCH);
-    let out = phos_run("emu", &exe, &[]);
+    let out = phos_run_over("emu", transport, &exe, &[]);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{name} failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
@@ -56,6 +61,15 @@ programs!(
     vector_add,
     warp_ops,
 );
+
+/// The Unix-socket transport carries the same programs: many threads, large copies, async
+/// launches, device output.
+#[test]
+fn over_the_socket_transport() {
+    for name in ["host_threads", "memory_ops", "async_order", "printf_kernel"] {
+        same_as_native_over(name, "unix");
+    }
+}
 
 #[test]
 fn every_program_is_tested() {

@@ -53,8 +53,10 @@ pub struct CudaBackend {
 
 /// Device time of kernels, from an event pair recorded around each timed launch on its own
 /// stream. Pairs are harvested (in launch order) when their end event has completed, so
-/// measuring never waits for the GPU. `PHOS_TIME_KERNELS`: 1 (default) times every
-/// launch, N one launch in N (counted N times), 0 none.
+/// measuring never waits for the GPU. Launches the router marks (a policy is loaded) are all
+/// timed; of the others, one in `PHOS_TIME_KERNELS` (default 16, counted that many times; 0:
+/// none), for `phosctl top` and the metrics. The two event records and the harvest cost
+/// about as much as the launch itself, so timing every launch would halve launch rates.
 ///
 /// Events measure wall time on the GPU: when another process's context holds the GPU in
 /// a time slice while this kernel is in flight, the slice counts too, so a kernel would be
@@ -127,7 +129,7 @@ fn launch_shape(function: Raw, grid: Dim3, block: Dim3, shared_mem: u32) -> u64 
 
 impl KernelTimer {
     fn new(devices: usize) -> Self {
-        let every = std::env::var("PHOS_TIME_KERNELS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+        let every = std::env::var("PHOS_TIME_KERNELS").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
         KernelTimer {
             every,
             launches: 0,
@@ -139,17 +141,23 @@ impl KernelTimer {
         }
     }
 
-    /// An event pair for the next launch on `device`, if this launch is timed.
-    fn begin(&mut self, device: i32) -> Option<(sys::CUevent, sys::CUevent)> {
-        if self.every == 0 {
-            return None;
-        }
-        self.launches += 1;
-        if !(self.launches - 1).is_multiple_of(self.every) {
-            return None;
-        }
+    /// An event pair for the next launch on `device`, and what its time counts for, if this
+    /// launch is timed (always when `measure`, else one in `every`).
+    fn begin(&mut self, device: i32, measure: bool) -> Option<((sys::CUevent, sys::CUevent), u64)> {
+        let weight = if measure {
+            1
+        } else {
+            if self.every == 0 {
+                return None;
+            }
+            self.launches += 1;
+            if !(self.launches - 1).is_multiple_of(self.every) {
+                return None;
+            }
+            self.every
+        };
         if let Some(pair) = self.free.get_mut(device as usize)?.pop() {
-            return Some(pair);
+            return Some((pair, weight));
         }
         let mut start = std::ptr::null_mut();
         let mut end = std::ptr::null_mut();
@@ -160,11 +168,11 @@ impl KernelTimer {
                 return None;
             }
         }
-        Some((start, end))
+        Some(((start, end), weight))
     }
 
-    fn recorded(&mut self, device: i32, pair: (sys::CUevent, sys::CUevent), shape: u64) {
-        self.pending.push_back((device, pair.0, pair.1, self.every, shape));
+    fn recorded(&mut self, device: i32, pair: (sys::CUevent, sys::CUevent), weight: u64, shape: u64) {
+        self.pending.push_back((device, pair.0, pair.1, weight, shape));
         if self.pending.len() > MAX_PENDING_TIMINGS
             && let Some(&(_, _, end, _, _)) = self.pending.front()
         {
@@ -597,6 +605,7 @@ impl Backend for CudaBackend {
         params: &[u8],
         _memory: &MemoryView<'_>,
         _printed: &mut Vec<u8>,
+        measure: bool,
     ) -> Result<(), CudaError> {
         let mut size = params.len();
         // CU_LAUNCH_PARAM_BUFFER_POINTER, buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END
@@ -608,9 +617,9 @@ impl Backend for CudaBackend {
             std::ptr::null_mut(),
         ];
         let device = BOUND.with(|b| b.get());
-        let timed = self.timer.lock().unwrap().begin(device);
+        let timed = self.timer.lock().unwrap().begin(device, measure);
         let h = stream_handle(stream);
-        if let Some((start, _)) = timed {
+        if let Some(((start, _), _)) = timed {
             unsafe { sys::cuEventRecord(start, h) };
         }
         let r = unsafe {
@@ -628,10 +637,10 @@ impl Backend for CudaBackend {
                 extra.as_mut_ptr(),
             ))
         };
-        if let Some(pair) = timed {
+        if let Some((pair, weight)) = timed {
             let mut timer = self.timer.lock().unwrap();
             if r.is_ok() && unsafe { sys::cuEventRecord(pair.1, h) } == sys::CUresult::CUDA_SUCCESS {
-                timer.recorded(device, pair, launch_shape(function, grid, block, shared_mem));
+                timer.recorded(device, pair, weight, launch_shape(function, grid, block, shared_mem));
             } else {
                 timer.give_back(device, pair);
             }

@@ -516,6 +516,7 @@ impl Backend for EmuBackend {
         params: &[u8],
         memory: &MemoryView<'_>,
         printed: &mut Vec<u8>,
+        _measure: bool,
     ) -> Result<(), CudaError> {
         self.check_stream(stream)?;
         let (program, name) =

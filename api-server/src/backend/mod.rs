@@ -109,7 +109,8 @@ pub trait Backend: Send + Sync {
 
     /// Launch with a packed parameter buffer. A backend that runs the kernel itself checks
     /// every access against `memory` (frozen for the launch) and appends its `printf` output
-    /// to `printed`.
+    /// to `printed`. `measure`: the router needs this launch's device time (a policy is
+    /// loaded), so it is timed rather than sampled.
     #[allow(clippy::too_many_arguments)]
     fn launch(
         &self,
@@ -121,5 +122,6 @@ pub trait Backend: Send + Sync {
         params: &[u8],
         memory: &MemoryView<'_>,
         printed: &mut Vec<u8>,
+        measure: bool,
     ) -> Result<(), CudaError>;
 }

@@ -119,6 +119,12 @@ fn hand_trait(w: &mut W, api: &Api) {
         w.line(format!("/// Write a `{c}` in the layout this entry point has under the CUDA ABI this process loaded."));
         w.line(format!("unsafe fn write_{c}(dst: *mut ::std::ffi::c_void, value: &{P}::types::{wire});"));
     }
+    for f in api.functions.iter().filter(|f| f.fast_path.is_some()) {
+        let h = f.fast_path.as_deref().expect("filtered");
+        w.line(format!("/// Tried before `{}` is marshalled (`fast_path({h})`): `Some` answers the call,", f.name));
+        w.line("/// `None` leaves it to the generated path.");
+        w.line(format!("unsafe fn {h}({}) -> Option<Result<(), CudaError>>;", params_sig(api, f)));
+    }
     let hooks: BTreeSet<&str> = api.functions.iter().filter_map(|f| f.on_success.as_deref()).collect();
     for h in hooks {
         w.line(format!("/// Hook run after a successful call (`on_success({h})`)."));
@@ -218,6 +224,12 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
         let short = error_const(api, &p.error);
         w.open(format!("if !{c} {{"));
         w.line(format!("return Err(CudaError::{short});"));
+        w.close("}");
+    }
+    if let Some(h) = &f.fast_path {
+        let args: Vec<String> = f.params.iter().map(|p| rust_ident(&p.name.name)).collect();
+        w.open(format!("if let Some(r) = <crate::hand::Hand as HandWritten>::{h}({}) {{", args.join(", ")));
+        w.line("return r;");
         w.close("}");
     }
     // Build the request.

@@ -1,0 +1,294 @@
+//! The staging region: where a channel's bulk host data moves between the guest and the API
+//! server without going through frames (and so without the router copying it).
+//!
+//! A channel on shared memory gets one from the router, which sends the same sealed `memfd`
+//! to both ends. It holds a control page and two slots. A large copy travels as one call
+//! (`phosMemcpyStaged`) while both ends move the data through the slots in chunks: the
+//! producer (the guest for host-to-device, the server for device-to-host) fills slot
+//! `k % 2` with chunk `k` and counts it in `filled`; the consumer empties it and counts it in
+//! `drained`. The guest copies chunk `k + 1` while the server's DMA moves chunk `k`; the server
+//! registers the region with the driver, so that DMA reads and writes it directly.
+//!
+//! | offset | what |
+//! |---|---|
+//! | 0 | magic `PHOSSTAG`, slot size (u64) |
+//! | 64 | `filled` (u32, a futex), `filled_waiting` |
+//! | 128 | `drained` (u32, a futex), `drained_waiting` |
+//! | 192 | `abort` (u32): either side gave up on the copy in progress |
+//! | 4096 | slot 0, then slot 1 |
+//!
+//! Counts are chunk numbers modulo 2^32 that only grow: a copy starts where the last one
+//! ended, at the `seq` its call names. Neither end trusts the other's counts beyond "this
+//! chunk is ready": a guest that lies only spoils its own copy.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering, fence};
+use std::time::{Duration, Instant};
+
+use crate::shm::{Waited, futex_wake, map_sealed, wait_until};
+
+const MAGIC: u64 = u64::from_le_bytes(*b"PHOSSTAG");
+const CONTROL_BYTES: usize = 4096;
+const FILLED: usize = 64;
+const DRAINED: usize = 128;
+const ABORT: usize = 192;
+
+/// Each slot's size unless configured otherwise.
+pub const DEFAULT_SLOT_BYTES: usize = 8 << 20;
+pub const MIN_SLOT_BYTES: usize = 64 << 10;
+pub const MAX_SLOT_BYTES: usize = 256 << 20;
+
+/// How long a side waits for the other to move at all before it gives the copy up.
+pub const STALL_LIMIT: Duration = Duration::from_secs(60);
+
+/// Which count a side waits on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Count {
+    Filled,
+    Drained,
+}
+
+/// Why a wait ended without the chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum StagingError {
+    #[error("the other side gave the copy up")]
+    Aborted,
+    #[error("the other side went away")]
+    PeerGone,
+    #[error("the other side did not move for {0:?}")]
+    Stalled(Duration),
+}
+
+/// A mapped staging region.
+pub struct Staging {
+    base: *mut u8,
+    len: usize,
+    slot_bytes: usize,
+    /// The channel's socket: closed means the peer is gone.
+    socket: UnixStream,
+    pid: u32,
+    /// Whether the server registered the region with its driver.
+    pub registered: AtomicBool,
+}
+
+// Shared memory accessed through atomics and bounded copies.
+unsafe impl Send for Staging {}
+unsafe impl Sync for Staging {}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}
+
+fn map(fd: &OwnedFd, len: usize) -> io::Result<*mut u8> {
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+    };
+    if p == libc::MAP_FAILED { Err(io::Error::last_os_error()) } else { Ok(p as *mut u8) }
+}
+
+/// Create a sealed staging file with two slots of `slot_bytes` (rounded to whole pages); the
+/// creator (the router) only passes it on.
+pub fn create(slot_bytes: usize) -> io::Result<OwnedFd> {
+    let slot_bytes = slot_bytes.clamp(MIN_SLOT_BYTES, MAX_SLOT_BYTES).next_multiple_of(4096);
+    let len = CONTROL_BYTES + 2 * slot_bytes;
+    let fd = unsafe { libc::memfd_create(c"phos-staging".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let base = map(&fd, CONTROL_BYTES)?;
+    unsafe {
+        (base as *mut u64).write(MAGIC);
+        (base.add(8) as *mut u64).write(slot_bytes as u64);
+        libc::munmap(base as *mut libc::c_void, CONTROL_BYTES);
+    }
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+impl Staging {
+    /// Map a staging file the router sent; `socket` is the channel's, for liveness.
+    pub fn attach(fd: OwnedFd, socket: UnixStream) -> io::Result<Staging> {
+        let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, format!("staging region: {why}"));
+        let (base, len) = map_sealed(&fd, CONTROL_BYTES + 2 * MIN_SLOT_BYTES, CONTROL_BYTES + 2 * MAX_SLOT_BYTES)
+            .map_err(|e| bad(&e.to_string()))?;
+        let mut s =
+            Staging { base, len, slot_bytes: 0, socket, pid: std::process::id(), registered: AtomicBool::new(false) };
+        let (magic, slot) = unsafe { ((base as *const u64).read(), (base.add(8) as *const u64).read()) };
+        if magic != MAGIC || CONTROL_BYTES as u64 + 2 * slot != len as u64 {
+            return Err(bad("bad magic or slot size"));
+        }
+        s.slot_bytes = slot as usize;
+        Ok(s)
+    }
+
+    pub fn slot_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+
+    /// Both slots, as one range of host memory (for registering it with a driver).
+    pub fn slots_ptr(&self) -> (*mut u8, usize) {
+        (unsafe { self.base.add(CONTROL_BYTES) }, 2 * self.slot_bytes)
+    }
+
+    /// Slot `k % 2`.
+    pub fn slot(&self, k: u32) -> *mut u8 {
+        unsafe { self.base.add(CONTROL_BYTES + (k as usize % 2) * self.slot_bytes) }
+    }
+
+    fn word(&self, offset: usize) -> &AtomicU32 {
+        unsafe { &*(self.base.add(offset) as *const AtomicU32) }
+    }
+
+    fn count_word(&self, c: Count) -> (&AtomicU32, &AtomicU32) {
+        let at = match c {
+            Count::Filled => FILLED,
+            Count::Drained => DRAINED,
+        };
+        (self.word(at), self.word(at + 4))
+    }
+
+    pub fn count(&self, c: Count) -> u32 {
+        self.count_word(c).0.load(Ordering::Acquire)
+    }
+
+    /// Publish a new count and wake a waiter.
+    pub fn set(&self, c: Count, value: u32) {
+        let (word, waiting) = self.count_word(c);
+        word.store(value, Ordering::Release);
+        fence(Ordering::SeqCst);
+        if waiting.load(Ordering::Relaxed) != 0 {
+            futex_wake(word);
+        }
+    }
+
+    /// Give the copy in progress up (the other side's waits end with
+    /// [`StagingError::Aborted`]).
+    pub fn abort(&self) {
+        self.word(ABORT).store(1, Ordering::SeqCst);
+        for c in [Count::Filled, Count::Drained] {
+            futex_wake(self.count_word(c).0);
+        }
+    }
+
+    pub fn clear_abort(&self) {
+        self.word(ABORT).store(0, Ordering::SeqCst);
+    }
+
+    fn aborted(&self) -> bool {
+        self.word(ABORT).load(Ordering::Acquire) != 0
+    }
+
+    fn peer_gone(&self) -> bool {
+        let mut pfd = libc::pollfd { fd: self.socket.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // Only the region's own process may judge: a forked child's copy is not its channel.
+        self.pid == std::process::id() && unsafe { libc::poll(&mut pfd, 1, 0) } > 0 && pfd.revents != 0
+    }
+
+    /// Wait until count `c` has reached `target` (counting from `seq`, modulo 2^32).
+    pub fn wait(&self, c: Count, seq: u32, target: u32, spin: Duration) -> Result<(), StagingError> {
+        let (word, waiting) = self.count_word(c);
+        let waited = wait_until(
+            word,
+            waiting,
+            spin,
+            Some(Instant::now() + STALL_LIMIT),
+            || {
+                if word.load(Ordering::Acquire).wrapping_sub(seq) >= target.wrapping_sub(seq) {
+                    Ok(true)
+                } else if self.aborted() {
+                    Err(io::Error::other("aborted"))
+                } else {
+                    Ok(false)
+                }
+            },
+            || self.peer_gone(),
+        );
+        match waited {
+            Ok(Waited::Ready) => Ok(()),
+            Ok(Waited::TimedOut) => Err(StagingError::Stalled(STALL_LIMIT)),
+            Ok(Waited::PeerGone) => Err(StagingError::PeerGone),
+            Err(_) => Err(StagingError::Aborted),
+        }
+    }
+}
+
+/// The chunks a copy of `count` bytes takes with slots of `slot` bytes.
+pub fn chunks(count: u64, slot: usize) -> u64 {
+    count.div_ceil(slot as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair() -> (Staging, Staging) {
+        let fd = create(MIN_SLOT_BYTES).unwrap();
+        let dup = fd.try_clone().unwrap();
+        let (a, b) = UnixStream::pair().unwrap();
+        (Staging::attach(fd, a).unwrap(), Staging::attach(dup, b).unwrap())
+    }
+
+    /// A producer and a consumer move 40 chunks through the two slots, each waiting for
+    /// the other, as a host-to-device copy does.
+    #[test]
+    fn chunks_flow_through_two_slots() {
+        let (producer, consumer) = pair();
+        let slot = producer.slot_bytes();
+        let seq = producer.count(Count::Filled);
+        let n = 40u32;
+        let t = std::thread::spawn(move || {
+            let mut sum = 0u64;
+            for k in 0..n {
+                consumer.wait(Count::Filled, seq, seq + k + 1, Duration::ZERO).unwrap();
+                let p = consumer.slot(k);
+                let chunk = unsafe { std::slice::from_raw_parts(p, slot) };
+                assert!(chunk.iter().all(|&b| b == k as u8), "chunk {k}");
+                sum += chunk[0] as u64;
+                consumer.set(Count::Drained, seq + k + 1);
+            }
+            sum
+        });
+        for k in 0..n {
+            if k >= 2 {
+                producer.wait(Count::Drained, seq, seq + k - 1, Duration::ZERO).unwrap();
+            }
+            unsafe { std::ptr::write_bytes(producer.slot(k), k as u8, slot) };
+            producer.set(Count::Filled, seq + k + 1);
+        }
+        assert_eq!(t.join().unwrap(), (0..n as u64).sum::<u64>());
+    }
+
+    #[test]
+    fn an_abort_or_a_vanished_peer_ends_a_wait() {
+        let (a, b) = pair();
+        let t = std::thread::spawn(move || a.wait(Count::Filled, 0, 1, Duration::ZERO));
+        std::thread::sleep(Duration::from_millis(30));
+        b.abort();
+        assert_eq!(t.join().unwrap(), Err(StagingError::Aborted));
+        b.clear_abort();
+
+        let (a, b) = pair();
+        let t = std::thread::spawn(move || a.wait(Count::Drained, 0, 1, Duration::ZERO));
+        b.socket.shutdown(std::net::Shutdown::Both).unwrap();
+        assert_eq!(t.join().unwrap(), Err(StagingError::PeerGone));
+    }
+
+    #[test]
+    fn an_unsealed_file_is_refused() {
+        let fd = unsafe { OwnedFd::from_raw_fd(libc::memfd_create(c"x".as_ptr(), libc::MFD_CLOEXEC)) };
+        assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), (CONTROL_BYTES + 2 * MIN_SLOT_BYTES) as libc::off_t) }, 0);
+        let (a, _b) = UnixStream::pair().unwrap();
+        assert!(Staging::attach(fd, a).is_err());
+    }
+}
