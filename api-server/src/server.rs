@@ -193,6 +193,7 @@ impl ApiServer {
             device_count: session.backend().device_count(),
             epoch: 0,
             transport: attach.transport,
+            max_payload: phos_protocol::DEFAULT_MAX_PAYLOAD,
         };
         let w = phos_protocol::encode(&welcome);
         let mut h = FrameHeader::new(FrameKind::Welcome);

@@ -34,6 +34,8 @@ pub struct Session {
     pub device_base: u64,
     pub device_size: u64,
     pub device_count: i32,
+    /// The largest request the router carries (see [`Welcome::max_payload`]).
+    pub max_payload: u64,
     /// Restores so far (the router's count); see [`Welcome::epoch`].
     epoch: AtomicU64,
     pid: u32,
@@ -351,6 +353,7 @@ fn open_channel() -> Result<Channel, CudaError> {
                 device_base: welcome.device_base,
                 device_size: welcome.device_size,
                 device_count: welcome.device_count,
+                max_payload: welcome.max_payload,
                 epoch: AtomicU64::new(welcome.epoch),
                 pid,
             });
@@ -453,6 +456,19 @@ pub fn call<R: RemoteCall>(req: &R) -> Result<R::Reply, CudaError> {
     CALLS.fetch_add(1, Ordering::Relaxed);
     let mut request = Vec::new();
     phos_protocol::encode_reply(req, &mut request);
+    if request.len() > (1 << 20) {
+        // The router would refuse the frame and close the channel; a retry would meet the
+        // same. Fail the call, as CUDA fails a request it cannot take.
+        let limit = session()?.max_payload;
+        if request.len() as u64 > limit {
+            tracing::error!(
+                "{}: a request of {} bytes is over the router's limit of {limit} (its max_payload)",
+                R::FUNCTION.name(),
+                request.len()
+            );
+            return Err(CudaError::InvalidValue);
+        }
+    }
     let call_id = NEXT_CALL_ID.fetch_add(1, Ordering::Relaxed);
     let mut carried = VecDeque::new();
     let mut lost = match with_channel(|ch| Ok(attempt::<R>(ch, &request, call_id, false)))? {

@@ -88,6 +88,9 @@ pub struct Welcome {
     pub epoch: u64,
     /// The transport the channel continues on.
     pub transport: TransportKind,
+    /// The largest frame payload the router carries from the guest: a call whose request is
+    /// larger fails at once instead of costing the channel.
+    pub max_payload: u64,
 }
 
 /// API server -> router: what the session uses, in totals since it started (so a lost or

@@ -67,19 +67,62 @@ pub trait Transport: Send {
     }
 }
 
-/// Frames over a Unix stream socket.
-pub struct UnixTransport {
-    stream: UnixStream,
+/// A stream socket a [`SocketTransport`] can carry frames over.
+pub trait FrameSocket: Read + AsRawFd + Send + Sized + 'static {
+    const KIND: TransportKind;
+    fn try_clone_socket(&self) -> io::Result<Self>;
+    fn shutdown_socket(&self);
+    /// The socket as a Unix one, for a channel that moves to shared memory.
+    fn into_unix_socket(self) -> io::Result<UnixStream> {
+        Err(io::Error::new(io::ErrorKind::Unsupported, format!("a {} channel has no Unix socket", Self::KIND.name())))
+    }
+}
+
+impl FrameSocket for UnixStream {
+    const KIND: TransportKind = TransportKind::Unix;
+
+    fn try_clone_socket(&self) -> io::Result<Self> {
+        self.try_clone()
+    }
+
+    fn shutdown_socket(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Both);
+    }
+
+    fn into_unix_socket(self) -> io::Result<UnixStream> {
+        Ok(self)
+    }
+}
+
+impl FrameSocket for TcpStream {
+    const KIND: TransportKind = TransportKind::Tcp;
+
+    fn try_clone_socket(&self) -> io::Result<Self> {
+        self.try_clone()
+    }
+
+    fn shutdown_socket(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// Frames over a stream socket: [`UnixTransport`] or [`TcpTransport`].
+pub struct SocketTransport<S: FrameSocket> {
+    stream: S,
     max_payload: u64,
 }
 
-impl UnixTransport {
-    pub fn new(stream: UnixStream) -> Self {
-        UnixTransport { stream, max_payload: crate::DEFAULT_MAX_PAYLOAD }
-    }
+/// Frames over a Unix stream socket.
+pub type UnixTransport = SocketTransport<UnixStream>;
 
-    pub fn connect(path: &Path) -> io::Result<Self> {
-        Ok(Self::new(UnixStream::connect(path)?))
+/// Frames over TCP, for a guest whose GPU server is on another host. No encryption: use it
+/// on a trusted network or through a tunnel; the tenant proves itself with a token
+/// ([`Hello::tenant_token`](crate::handshake::Hello::tenant_token)).
+pub type TcpTransport = SocketTransport<TcpStream>;
+
+impl<S: FrameSocket> SocketTransport<S> {
+    pub fn new(stream: S) -> Self {
+        SocketTransport { stream, max_payload: crate::DEFAULT_MAX_PAYLOAD }
     }
 
     /// Refuse frames whose payload is larger than this.
@@ -88,17 +131,70 @@ impl UnixTransport {
         self
     }
 
-    pub fn stream(&self) -> &UnixStream {
+    pub fn stream(&self) -> &S {
         &self.stream
     }
 
-    pub fn into_stream(self) -> UnixStream {
+    pub fn into_stream(self) -> S {
         self.stream
     }
 
     /// A second handle on the same socket (one thread reads while another writes).
     pub fn try_clone(&self) -> io::Result<Self> {
-        Ok(UnixTransport { stream: self.stream.try_clone()?, max_payload: self.max_payload })
+        Ok(SocketTransport { stream: self.stream.try_clone_socket()?, max_payload: self.max_payload })
+    }
+}
+
+impl UnixTransport {
+    pub fn connect(path: &Path) -> io::Result<Self> {
+        Ok(Self::new(UnixStream::connect(path)?))
+    }
+}
+
+impl TcpTransport {
+    pub fn connect(addr: &str) -> io::Result<Self> {
+        let stream = TcpStream::connect(addr)?;
+        // Calls are small and answered at once: no Nagle delay.
+        stream.set_nodelay(true)?;
+        Ok(Self::new(stream))
+    }
+}
+
+impl<S: FrameSocket> Transport for SocketTransport<S> {
+    fn send(&mut self, header: &FrameHeader, payload: &[&[u8]]) -> io::Result<()> {
+        write_frame(&mut NoSigPipe(self.stream.as_raw_fd()), header, payload)
+    }
+
+    fn recv(&mut self, payload: &mut Vec<u8>) -> Result<FrameHeader, TransportError> {
+        read_frame(&mut self.stream, payload, self.max_payload)
+    }
+
+    fn wait_readable(&mut self, timeout: std::time::Duration) -> bool {
+        let mut pfd = libc::pollfd { fd: self.stream.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // ppoll: sub-millisecond timeouts.
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+        n > 0 && pfd.revents != 0
+    }
+
+    fn split(self: Box<Self>) -> io::Result<(Box<dyn Transport>, Box<dyn Transport>)> {
+        let other = self.try_clone()?;
+        Ok((self, Box::new(other)))
+    }
+
+    fn shutdown(&self) {
+        self.stream.shutdown_socket();
+    }
+
+    fn kind(&self) -> TransportKind {
+        S::KIND
+    }
+
+    fn into_unix(self: Box<Self>) -> io::Result<UnixStream> {
+        self.stream.into_unix_socket()
     }
 }
 
@@ -185,102 +281,6 @@ impl Write for NoSigPipe {
 
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
-    }
-}
-
-impl Transport for UnixTransport {
-    fn send(&mut self, header: &FrameHeader, payload: &[&[u8]]) -> io::Result<()> {
-        write_frame(&mut NoSigPipe(self.stream.as_raw_fd()), header, payload)
-    }
-
-    fn recv(&mut self, payload: &mut Vec<u8>) -> Result<FrameHeader, TransportError> {
-        read_frame(&mut self.stream, payload, self.max_payload)
-    }
-
-    fn wait_readable(&mut self, timeout: std::time::Duration) -> bool {
-        poll_readable(self.stream.as_raw_fd(), timeout)
-    }
-
-    fn split(self: Box<Self>) -> io::Result<(Box<dyn Transport>, Box<dyn Transport>)> {
-        let other = self.try_clone()?;
-        Ok((self, Box::new(other)))
-    }
-
-    fn shutdown(&self) {
-        let _ = self.stream.shutdown(std::net::Shutdown::Both);
-    }
-
-    fn kind(&self) -> TransportKind {
-        TransportKind::Unix
-    }
-
-    fn into_unix(self: Box<Self>) -> io::Result<UnixStream> {
-        Ok(self.stream)
-    }
-}
-
-/// Whether `fd` has something to read (or is closed), waiting up to `timeout`.
-fn poll_readable(fd: RawFd, timeout: std::time::Duration) -> bool {
-    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    // ppoll: sub-millisecond timeouts.
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-    n > 0 && pfd.revents != 0
-}
-
-/// Frames over TCP, for a guest whose GPU server is on another host. No encryption: use it
-/// on a trusted network or through a tunnel; the tenant proves itself with a token
-/// ([`Hello::tenant_token`](crate::handshake::Hello::tenant_token)).
-pub struct TcpTransport {
-    stream: TcpStream,
-    max_payload: u64,
-}
-
-impl TcpTransport {
-    pub fn new(stream: TcpStream) -> Self {
-        // Calls are small and answered at once: no Nagle delay.
-        let _ = stream.set_nodelay(true);
-        TcpTransport { stream, max_payload: crate::DEFAULT_MAX_PAYLOAD }
-    }
-
-    pub fn connect(addr: &str) -> io::Result<Self> {
-        Ok(Self::new(TcpStream::connect(addr)?))
-    }
-
-    /// Refuse frames whose payload is larger than this.
-    pub fn with_max_payload(mut self, max: u64) -> Self {
-        self.max_payload = max;
-        self
-    }
-}
-
-impl Transport for TcpTransport {
-    fn send(&mut self, header: &FrameHeader, payload: &[&[u8]]) -> io::Result<()> {
-        write_frame(&mut NoSigPipe(self.stream.as_raw_fd()), header, payload)
-    }
-
-    fn recv(&mut self, payload: &mut Vec<u8>) -> Result<FrameHeader, TransportError> {
-        read_frame(&mut self.stream, payload, self.max_payload)
-    }
-
-    fn wait_readable(&mut self, timeout: std::time::Duration) -> bool {
-        poll_readable(self.stream.as_raw_fd(), timeout)
-    }
-
-    fn split(self: Box<Self>) -> io::Result<(Box<dyn Transport>, Box<dyn Transport>)> {
-        let other = TcpTransport { stream: self.stream.try_clone()?, max_payload: self.max_payload };
-        Ok((self, Box::new(other)))
-    }
-
-    fn shutdown(&self) {
-        let _ = self.stream.shutdown(std::net::Shutdown::Both);
-    }
-
-    fn kind(&self) -> TransportKind {
-        TransportKind::Tcp
     }
 }
 

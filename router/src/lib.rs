@@ -704,6 +704,7 @@ impl Router {
         welcome.token = session.token();
         welcome.epoch = session.epoch.load(Ordering::Relaxed);
         welcome.transport = guest_kind;
+        welcome.max_payload = self.config.max_payload;
         let max = self.config.max_payload;
         // Bulk host data of large copies moves through a staging region the guest and the
         // server both map; the router passes it on and never touches it.

@@ -149,3 +149,22 @@ fn guests_over_tcp_identify_with_a_token() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs a router on this host"));
 }
+
+/// A request over the router's frame limit fails at once with an error (over the socket;
+/// over shared memory large copies do not travel in frames at all).
+#[test]
+fn a_request_over_the_routers_limit_fails_at_once() {
+    let Some(nvcc) = nvcc() else { return };
+    let router = TestRouter::start_with("emu", |c| c.max_payload = 2 << 20);
+    let exe = build_program(&nvcc, "vector_add", &["-arch=sm_70"]);
+    let t = std::time::Instant::now();
+    let out = run_on(&router, "unix", &exe, &[]);
+    assert!(t.elapsed() < Duration::from_secs(60), "no retrying until the reconnect timeout");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("invalid argument"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("over the router's limit"));
+    // The same program over shared memory: its 4 MiB copies go through the staging slots.
+    let out = run_on(&router, "shm", &exe, &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), expected("vector_add"));
+}
