@@ -157,6 +157,9 @@ pub struct Router {
 /// Handshake frames are small; anything larger is refused before it is read.
 const MAX_HANDSHAKE: u64 = 64 << 10;
 
+/// How long a TCP peer has to send its Hello.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 fn refuse(stream: &mut impl io::Write, reason: &str) {
     let mut h = FrameHeader::new(FrameKind::Refused);
     h.payload_len = reason.len() as u64;
@@ -320,6 +323,9 @@ impl Router {
             match conn {
                 Ok(stream) => {
                     let _ = stream.set_nodelay(true);
+                    // A network peer that connects and says nothing must not hold a thread
+                    // for ever: the handshake has this long (lifted once it is done).
+                    let _ = stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
                     let me = self.clone();
                     std::thread::Builder::new()
                         .name("phos-route".into())
@@ -731,7 +737,11 @@ impl Router {
                 Box::new(ShmTransport::create(g, self.config.ring_bytes, max, staging.as_ref())?)
             }
             (_, GuestStream::Unix(g)) => Box::new(UnixTransport::new(g).with_max_payload(max)),
-            (_, GuestStream::Tcp(g)) => Box::new(TcpTransport::new(g).with_max_payload(max)),
+            (_, GuestStream::Tcp(g)) => {
+                // An idle guest may be quiet for as long as it likes once it has a session.
+                g.set_read_timeout(None)?;
+                Box::new(TcpTransport::new(g).with_max_payload(max))
+            }
         };
 
         session.channel_opened();
