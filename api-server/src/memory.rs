@@ -352,6 +352,12 @@ impl AddressSpace {
 
     /// Is `[addr, addr + len)` inside one allocation (or module variable) of this session?
     /// A length of 0 asks whether `addr` itself is.
+    /// The device whose memory backs the allocation containing `addr`.
+    pub fn device_of(&self, addr: u64) -> Option<i32> {
+        let g = self.inner.read().unwrap();
+        g.allocations.range(..=addr).next_back().filter(|(_, a)| addr < a.addr + a.size.max(1)).map(|(_, a)| a.device)
+    }
+
     pub fn contains(&self, addr: u64, len: u64) -> bool {
         let Some(end) = addr.checked_add(len.max(1)) else { return false };
         let g = self.inner.read().unwrap();

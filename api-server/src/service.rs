@@ -15,7 +15,7 @@ use phos_protocol::types::Dim3;
 use phos_protocol::{CudaError, Ptr};
 use sha2::{Digest, Sha256};
 
-use crate::backend::{Backend, Raw, StreamRef};
+use crate::backend::{Backend, Copy2D, Raw, StreamRef};
 use crate::dispatch::CudartService;
 use crate::handles::HandleTable;
 use crate::memory::AddressSpace;
@@ -47,6 +47,9 @@ impl CallCx {
 
 struct Stream {
     raw: Raw,
+    device: i32,
+    flags: u32,
+    priority: i32,
 }
 
 struct Event {
@@ -249,6 +252,66 @@ impl Session {
             0 | 1 => Ok(StreamRef::Legacy),
             2 => Ok(StreamRef::PerThread),
             h => Ok(StreamRef::Created(self.streams.lock().unwrap().get(h)?.raw)),
+        }
+    }
+
+    fn create_stream(&self, cx: &CallCx, flags: u32, priority: i32) -> Result<u64, CudaError> {
+        if flags & !STREAM_FLAGS != 0 {
+            return Err(CudaError::InvalidValue);
+        }
+        // CUDA clamps a priority outside the device's range into it.
+        let (least, greatest) = self.backend.stream_priority_range(cx.device)?;
+        let priority = priority.clamp(greatest, least);
+        let raw = self.backend.stream_create(cx.device, flags, priority)?;
+        insert(&self.streams, cx, Stream { raw, device: cx.device, flags, priority })
+    }
+
+    /// (flags, priority, device) of a stream value. The special streams are the calling
+    /// device's, blocking, of priority 0.
+    fn stream_facts(&self, cx: &CallCx, handle: u64) -> Result<(u32, i32, i32), CudaError> {
+        if handle <= 2 {
+            return Ok((0, 0, cx.device));
+        }
+        let t = self.streams.lock().unwrap();
+        let s = t.get(handle)?;
+        Ok((s.flags, s.priority, s.device))
+    }
+
+    fn function(&self, handle: u64) -> Result<Raw, CudaError> {
+        Ok(self.functions.lock().unwrap().get(handle)?.raw)
+    }
+
+    /// A 2D or 3D copy, one 2D copy per slice; a host side is packed.
+    fn copy_3d(&self, req: &PhosMemcpy3DRequest<'_>) -> Result<Option<Vec<u8>>, CudaError> {
+        let stream = if req.ordered != 0 { Some(self.stream(req.stream)?) } else { None };
+        let b = self.backend.as_ref();
+        let (w, h) = (req.width, req.height);
+        let slice = w.checked_mul(h).and_then(|n| usize::try_from(n).ok()).ok_or(CudaError::InvalidValue)?;
+        match (&req.dst, &req.src) {
+            (Ptr::Device(d), Ptr::In(bytes)) => {
+                for (z, src) in bytes.chunks_exact(slice).enumerate() {
+                    let copy = Copy2D::HostToDevice { dst: d + z as u64 * req.dslice, dpitch: req.dpitch, src };
+                    b.memcpy_2d(copy, w, h, stream)?;
+                }
+                Ok(None)
+            }
+            (Ptr::Out(_), Ptr::Device(s)) => {
+                let mut out = reply_buffer((slice as u64).checked_mul(req.depth).ok_or(CudaError::InvalidValue)?)?;
+                for (z, dst) in out.chunks_exact_mut(slice).enumerate() {
+                    let copy = Copy2D::DeviceToHost { dst, src: s + z as u64 * req.sslice, spitch: req.spitch };
+                    b.memcpy_2d(copy, w, h, stream)?;
+                }
+                Ok(Some(out))
+            }
+            (Ptr::Device(d), Ptr::Device(s)) => {
+                for z in 0..req.depth {
+                    let (dst, src) = (d + z * req.dslice, s + z * req.sslice);
+                    let copy = Copy2D::DeviceToDevice { dst, dpitch: req.dpitch, src, spitch: req.spitch };
+                    b.memcpy_2d(copy, w, h, stream)?;
+                }
+                Ok(None)
+            }
+            _ => Err(CudaError::InvalidMemcpyDirection),
         }
     }
 
@@ -499,8 +562,7 @@ impl CudartService for Session {
     }
 
     fn cuda_stream_create(&self, cx: &CallCx, _: CudaStreamCreateRequest) -> Result<CudaStreamCreateReply, CudaError> {
-        let raw = self.backend.stream_create(cx.device, 0, 0)?;
-        Ok(CudaStreamCreateReply { pStream: insert(&self.streams, cx, Stream { raw })? })
+        Ok(CudaStreamCreateReply { pStream: self.create_stream(cx, 0, 0)? })
     }
 
     fn cuda_stream_create_with_flags(
@@ -508,11 +570,7 @@ impl CudartService for Session {
         cx: &CallCx,
         req: CudaStreamCreateWithFlagsRequest,
     ) -> Result<CudaStreamCreateWithFlagsReply, CudaError> {
-        if req.flags & !STREAM_FLAGS != 0 {
-            return Err(CudaError::InvalidValue);
-        }
-        let raw = self.backend.stream_create(cx.device, req.flags, 0)?;
-        Ok(CudaStreamCreateWithFlagsReply { pStream: insert(&self.streams, cx, Stream { raw })? })
+        Ok(CudaStreamCreateWithFlagsReply { pStream: self.create_stream(cx, req.flags, 0)? })
     }
 
     fn cuda_stream_destroy(
@@ -718,21 +776,314 @@ impl CudartService for Session {
         cx: &CallCx,
         req: PhosLaunchKernelRequest<'_>,
     ) -> Result<PhosLaunchKernelReply, CudaError> {
-        let raw = self.functions.lock().unwrap().get(req.function)?.raw;
+        self.launch(cx, req.function, req.grid, req.block, req.sharedMem, req.stream, req.params, false)?;
+        Ok(PhosLaunchKernelReply {})
+    }
+
+    fn phos_launch_cooperative_kernel(
+        &self,
+        cx: &CallCx,
+        req: PhosLaunchCooperativeKernelRequest<'_>,
+    ) -> Result<PhosLaunchCooperativeKernelReply, CudaError> {
+        self.launch(cx, req.function, req.grid, req.block, req.sharedMem, req.stream, req.params, true)?;
+        Ok(PhosLaunchCooperativeKernelReply {})
+    }
+
+    fn cuda_device_get_limit(
+        &self,
+        cx: &CallCx,
+        req: CudaDeviceGetLimitRequest,
+    ) -> Result<CudaDeviceGetLimitReply, CudaError> {
+        Ok(CudaDeviceGetLimitReply { pValue: self.backend.limit(cx.device, req.limit)? })
+    }
+
+    fn cuda_device_set_limit(
+        &self,
+        cx: &CallCx,
+        req: CudaDeviceSetLimitRequest,
+    ) -> Result<CudaDeviceSetLimitReply, CudaError> {
+        self.backend.set_limit(cx.device, req.limit, req.value)?;
+        Ok(CudaDeviceSetLimitReply {})
+    }
+
+    fn cuda_device_get_cache_config(
+        &self,
+        cx: &CallCx,
+        _: CudaDeviceGetCacheConfigRequest,
+    ) -> Result<CudaDeviceGetCacheConfigReply, CudaError> {
+        Ok(CudaDeviceGetCacheConfigReply { pCacheConfig: self.backend.cache_config(cx.device)? })
+    }
+
+    fn cuda_device_set_cache_config(
+        &self,
+        cx: &CallCx,
+        req: CudaDeviceSetCacheConfigRequest,
+    ) -> Result<CudaDeviceSetCacheConfigReply, CudaError> {
+        self.backend.set_cache_config(cx.device, req.cacheConfig)?;
+        Ok(CudaDeviceSetCacheConfigReply {})
+    }
+
+    fn cuda_device_get_shared_mem_config(
+        &self,
+        cx: &CallCx,
+        _: CudaDeviceGetSharedMemConfigRequest,
+    ) -> Result<CudaDeviceGetSharedMemConfigReply, CudaError> {
+        Ok(CudaDeviceGetSharedMemConfigReply { pConfig: self.backend.shared_mem_config(cx.device)? })
+    }
+
+    fn cuda_device_set_shared_mem_config(
+        &self,
+        cx: &CallCx,
+        req: CudaDeviceSetSharedMemConfigRequest,
+    ) -> Result<CudaDeviceSetSharedMemConfigReply, CudaError> {
+        self.backend.set_shared_mem_config(cx.device, req.config)?;
+        Ok(CudaDeviceSetSharedMemConfigReply {})
+    }
+
+    fn cuda_device_get_stream_priority_range(
+        &self,
+        cx: &CallCx,
+        _: CudaDeviceGetStreamPriorityRangeRequest,
+    ) -> Result<CudaDeviceGetStreamPriorityRangeReply, CudaError> {
+        let (least, greatest) = self.backend.stream_priority_range(cx.device)?;
+        Ok(CudaDeviceGetStreamPriorityRangeReply { leastPriority: least, greatestPriority: greatest })
+    }
+
+    fn cuda_device_can_access_peer(
+        &self,
+        _: &CallCx,
+        req: CudaDeviceCanAccessPeerRequest,
+    ) -> Result<CudaDeviceCanAccessPeerReply, CudaError> {
+        self.check_device(req.device)?;
+        self.check_device(req.peerDevice)?;
+        // A device is not its own peer.
+        let can = req.device != req.peerDevice && self.backend.can_access_peer(req.device, req.peerDevice)?;
+        Ok(CudaDeviceCanAccessPeerReply { canAccessPeer: can as i32 })
+    }
+
+    fn cuda_device_enable_peer_access(
+        &self,
+        cx: &CallCx,
+        req: CudaDeviceEnablePeerAccessRequest,
+    ) -> Result<CudaDeviceEnablePeerAccessReply, CudaError> {
+        self.check_device(req.peerDevice)?;
+        if req.peerDevice == cx.device {
+            // What CUDA answers for a device and itself (measured on an H100).
+            return Err(CudaError::PeerAccessUnsupported);
+        }
+        self.backend.enable_peer_access(cx.device, req.peerDevice)?;
+        Ok(CudaDeviceEnablePeerAccessReply {})
+    }
+
+    fn cuda_device_disable_peer_access(
+        &self,
+        cx: &CallCx,
+        req: CudaDeviceDisablePeerAccessRequest,
+    ) -> Result<CudaDeviceDisablePeerAccessReply, CudaError> {
+        self.check_device(req.peerDevice)?;
+        if req.peerDevice == cx.device {
+            return Err(CudaError::InvalidDevice);
+        }
+        self.backend.disable_peer_access(cx.device, req.peerDevice)?;
+        Ok(CudaDeviceDisablePeerAccessReply {})
+    }
+
+    fn cuda_ctx_reset_persisting_l2_cache(
+        &self,
+        cx: &CallCx,
+        _: CudaCtxResetPersistingL2CacheRequest,
+    ) -> Result<CudaCtxResetPersistingL2CacheReply, CudaError> {
+        self.backend.reset_persisting_l2_cache(cx.device)?;
+        Ok(CudaCtxResetPersistingL2CacheReply {})
+    }
+
+    fn phos_memcpy3_d(&self, _: &CallCx, req: PhosMemcpy3DRequest<'_>) -> Result<PhosMemcpy3DReply, CudaError> {
+        Ok(PhosMemcpy3DReply { dst: self.copy_3d(&req)? })
+    }
+
+    fn phos_memset3_d(&self, _: &CallCx, req: PhosMemset3DRequest) -> Result<PhosMemset3DReply, CudaError> {
+        let stream = if req.ordered != 0 { Some(self.stream(req.stream)?) } else { None };
+        for z in 0..req.depth {
+            let dst = req.dst + z * req.slice;
+            self.backend.memset_2d(dst, req.pitch, req.value as u8, req.width, req.height, stream)?;
+        }
+        Ok(PhosMemset3DReply {})
+    }
+
+    fn phos_pointer_device(
+        &self,
+        cx: &CallCx,
+        req: PhosPointerDeviceRequest,
+    ) -> Result<PhosPointerDeviceReply, CudaError> {
+        // Module variables are the calling device's.
+        let device = match self.memory.device_of(req.ptr) {
+            Some(d) => d,
+            None if self.memory.contains(req.ptr, 1) => cx.device,
+            None => return Err(CudaError::InvalidValue),
+        };
+        Ok(PhosPointerDeviceReply { device })
+    }
+
+    fn cuda_memcpy_to_symbol_async(
+        &self,
+        _: &CallCx,
+        req: CudaMemcpyToSymbolAsyncRequest<'_>,
+    ) -> Result<CudaMemcpyToSymbolAsyncReply, CudaError> {
         let stream = self.stream(req.stream)?;
-        self.check_launch(cx.device, req.grid, req.block, req.sharedMem)?;
+        let dst = Ptr::Device(req.symbol_base + req.offset);
+        self.copy(&dst, &req.src, req.count, Some(stream))?;
+        Ok(CudaMemcpyToSymbolAsyncReply {})
+    }
+
+    fn cuda_memcpy_from_symbol_async(
+        &self,
+        _: &CallCx,
+        req: CudaMemcpyFromSymbolAsyncRequest<'_>,
+    ) -> Result<CudaMemcpyFromSymbolAsyncReply, CudaError> {
+        let stream = self.stream(req.stream)?;
+        let src = Ptr::Device(req.symbol_base + req.offset);
+        Ok(CudaMemcpyFromSymbolAsyncReply { dst: self.copy(&req.dst, &src, req.count, Some(stream))? })
+    }
+
+    fn cuda_stream_create_with_priority(
+        &self,
+        cx: &CallCx,
+        req: CudaStreamCreateWithPriorityRequest,
+    ) -> Result<CudaStreamCreateWithPriorityReply, CudaError> {
+        Ok(CudaStreamCreateWithPriorityReply { pStream: self.create_stream(cx, req.flags, req.priority)? })
+    }
+
+    fn cuda_stream_get_priority(
+        &self,
+        cx: &CallCx,
+        req: CudaStreamGetPriorityRequest,
+    ) -> Result<CudaStreamGetPriorityReply, CudaError> {
+        Ok(CudaStreamGetPriorityReply { priority: self.stream_facts(cx, req.hStream)?.1 })
+    }
+
+    fn cuda_stream_get_flags(
+        &self,
+        cx: &CallCx,
+        req: CudaStreamGetFlagsRequest,
+    ) -> Result<CudaStreamGetFlagsReply, CudaError> {
+        Ok(CudaStreamGetFlagsReply { flags: self.stream_facts(cx, req.hStream)?.0 })
+    }
+
+    fn cuda_stream_get_device(
+        &self,
+        cx: &CallCx,
+        req: CudaStreamGetDeviceRequest,
+    ) -> Result<CudaStreamGetDeviceReply, CudaError> {
+        Ok(CudaStreamGetDeviceReply { device: self.stream_facts(cx, req.hStream)?.2 })
+    }
+
+    fn cuda_stream_wait_event(
+        &self,
+        _: &CallCx,
+        req: CudaStreamWaitEventRequest,
+    ) -> Result<CudaStreamWaitEventReply, CudaError> {
+        let s = self.stream(req.stream)?;
+        let e = self.event(req.event)?;
+        self.backend.stream_wait_event(s, e)?;
+        Ok(CudaStreamWaitEventReply {})
+    }
+
+    fn cuda_event_record_with_flags(
+        &self,
+        _: &CallCx,
+        req: CudaEventRecordWithFlagsRequest,
+    ) -> Result<CudaEventRecordWithFlagsReply, CudaError> {
+        let e = self.event(req.event)?;
+        let s = self.stream(req.stream)?;
+        self.backend.event_record(e, s)?;
+        Ok(CudaEventRecordWithFlagsReply {})
+    }
+
+    fn phos_func_get_attributes(
+        &self,
+        _: &CallCx,
+        req: PhosFuncGetAttributesRequest,
+    ) -> Result<PhosFuncGetAttributesReply, CudaError> {
+        Ok(PhosFuncGetAttributesReply { attr: self.backend.function_attributes(self.function(req.function)?)? })
+    }
+
+    fn phos_func_set_attribute(
+        &self,
+        _: &CallCx,
+        req: PhosFuncSetAttributeRequest,
+    ) -> Result<PhosFuncSetAttributeReply, CudaError> {
+        // cudaFuncAttributeMaxDynamicSharedMemorySize and PreferredSharedMemoryCarveout;
+        // the cluster attributes need cluster launches, which Phos does not carry.
+        if !(8..=9).contains(&req.attr) {
+            return Err(CudaError::InvalidValue);
+        }
+        self.backend.function_set_attribute(self.function(req.function)?, req.attr, req.value)?;
+        Ok(PhosFuncSetAttributeReply {})
+    }
+
+    fn phos_func_set_cache_config(
+        &self,
+        _: &CallCx,
+        req: PhosFuncSetCacheConfigRequest,
+    ) -> Result<PhosFuncSetCacheConfigReply, CudaError> {
+        self.backend.function_set_cache_config(self.function(req.function)?, req.config)?;
+        Ok(PhosFuncSetCacheConfigReply {})
+    }
+
+    fn phos_occupancy_max_active_blocks(
+        &self,
+        _: &CallCx,
+        req: PhosOccupancyMaxActiveBlocksRequest,
+    ) -> Result<PhosOccupancyMaxActiveBlocksReply, CudaError> {
+        let f = self.function(req.function)?;
+        if req.blockSize <= 0 {
+            return Err(CudaError::InvalidValue);
+        }
+        let n = self.backend.occupancy(f, req.blockSize, req.dynamicSMemSize, req.flags)?;
+        Ok(PhosOccupancyMaxActiveBlocksReply { numBlocks: n })
+    }
+
+    fn phos_occupancy_available_dynamic_s_mem(
+        &self,
+        _: &CallCx,
+        req: PhosOccupancyAvailableDynamicSMemRequest,
+    ) -> Result<PhosOccupancyAvailableDynamicSMemReply, CudaError> {
+        let f = self.function(req.function)?;
+        let n = self.backend.available_dynamic_smem(f, req.numBlocks, req.blockSize)?;
+        Ok(PhosOccupancyAvailableDynamicSMemReply { dynamicSmemSize: n })
+    }
+}
+
+impl Session {
+    /// One kernel launch (plain or cooperative).
+    #[allow(clippy::too_many_arguments)]
+    fn launch(
+        &self,
+        cx: &CallCx,
+        function: u64,
+        grid: Dim3,
+        block: Dim3,
+        shared_mem: u32,
+        stream: u64,
+        params: &[u8],
+        cooperative: bool,
+    ) -> Result<(), CudaError> {
+        let raw = self.functions.lock().unwrap().get(function)?.raw;
+        let stream = self.stream(stream)?;
+        self.check_launch(cx.device, grid, block, shared_mem)?;
         let mut printed = Vec::new();
         let view = self.memory.view();
         let r = self.backend.launch(
             raw,
-            req.grid,
-            req.block,
-            req.sharedMem,
+            grid,
+            block,
+            shared_mem,
             stream,
-            req.params,
+            params,
             &view,
             &mut printed,
             cx.measure,
+            cooperative,
         );
         drop(view);
         self.output.push(&printed);
@@ -742,10 +1093,10 @@ impl CudartService for Session {
             // surfaces at the next call.
             Err(e) if e.is_sticky() => {
                 self.note_error(e);
-                Ok(PhosLaunchKernelReply {})
+                Ok(())
             }
             Err(e) => Err(e),
-            Ok(()) => Ok(PhosLaunchKernelReply {}),
+            Ok(()) => Ok(()),
         }
     }
 }

@@ -32,6 +32,8 @@ pub struct SpecFile {
 pub enum Item {
     /// `api cudart;`
     Api(Ident),
+    /// `coverage_note "...";` a paragraph for the coverage document.
+    CoverageNote(String),
     /// `continuous_rc device_memory;` / `instantaneous_rc kernel_launches;` /
     /// `measured_rc device_time;`
     /// A continuous one may say which error a call gets when a quota of it is exhausted:
@@ -46,7 +48,8 @@ pub enum Item {
     /// `utility(guest) size_t device_symbol_size(const void *symbol);`
     Utility { side: Ident, decl: Prototype },
     /// `alias cudaGetDeviceProperties_v2 = cudaGetDeviceProperties;`
-    Alias { name: Ident, target: Ident },
+    /// `alias A = F;` or `alias A = F per_thread_stream;`
+    Alias { name: Ident, target: Ident, per_thread_stream: bool },
     /// A C prototype with its descriptor block.
     Function(FunctionDecl),
 }
@@ -73,6 +76,9 @@ pub enum TypeDesc {
     /// `abi_struct(DeviceProperties);` a struct whose layout depends on the CUDA ABI; the wire
     /// carries an ABI-neutral type and the guest converts by hand.
     AbiStruct(Ident),
+    /// `struct;` a C struct only hand-written guest code reads or writes; exports take it by
+    /// pointer as `void *`.
+    Struct,
     /// `return_code;` the type every function returns its status in.
     ReturnCode,
     /// `success(cudaSuccess);` the success value of a return-code type.

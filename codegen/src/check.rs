@@ -24,6 +24,7 @@ pub fn check(spec: &SpecFile, source: &str) -> Result<Api, Vec<Diagnostic>> {
             errors: cx.errors.clone().expect("checked"),
             utilities: cx.utilities.values().cloned().collect(),
             functions,
+            coverage_notes: cx.coverage_notes.clone(),
         })
     } else {
         Err(cx.diags)
@@ -50,7 +51,8 @@ struct Checker<'s> {
     constants: BTreeMap<String, i64>,
     errors: Option<ErrorTable>,
     utilities: BTreeMap<String, Utility>,
-    aliases: Vec<(Ident, Ident)>,
+    aliases: Vec<(Ident, Ident, bool)>,
+    coverage_notes: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +87,7 @@ impl<'s> Checker<'s> {
         let mut exhausted_errors: Vec<Ident> = Vec::new();
         for item in &spec.items {
             match item {
+                Item::CoverageNote(text) => self.coverage_notes.push(text.clone()),
                 Item::Api(name) => {
                     if self.api_name.is_some() {
                         self.err(name.span, "second `api` declaration");
@@ -119,7 +122,9 @@ impl<'s> Checker<'s> {
                 Item::Enum { name, repr, variants } => self.enum_decl(name, repr.as_ref(), variants),
                 Item::Errors { ty, entries } => error_items.push((ty, entries)),
                 Item::Utility { side, decl } => self.utility_decl(side, decl),
-                Item::Alias { name, target } => self.aliases.push((name.clone(), target.clone())),
+                Item::Alias { name, target, per_thread_stream } => {
+                    self.aliases.push((name.clone(), target.clone(), *per_thread_stream))
+                }
                 Item::Function(_) => {}
             }
         }
@@ -194,6 +199,7 @@ impl<'s> Checker<'s> {
                 },
                 TypeDesc::Pod { wire, size } => Some(TypeKind::Pod { wire: wire.name.clone(), size: *size as u64 }),
                 TypeDesc::AbiStruct(w) => Some(TypeKind::AbiStruct(w.name.clone())),
+                TypeDesc::Struct => Some(TypeKind::Struct),
                 TypeDesc::ReturnCode => {
                     is_rc = true;
                     None
@@ -420,12 +426,27 @@ impl<'s> Checker<'s> {
             }
         }
         let aliases = std::mem::take(&mut self.aliases);
-        for (name, target) in aliases {
+        for (name, target, per_thread) in aliases {
+            if per_thread && !self.constants.contains_key(crate::emit::guest::PER_THREAD_STREAM) {
+                self.err(
+                    name.span,
+                    format!(
+                        "a `per_thread_stream` alias needs the constant `{}` (an enum value)",
+                        crate::emit::guest::PER_THREAD_STREAM
+                    ),
+                );
+            }
             if seen.contains(&name.name) {
                 self.err(name.span, format!("alias `{}` is also declared as a function", name.name));
             }
             match out.iter_mut().find(|f| f.name == target.name) {
-                Some(f) if !f.internal => f.aliases.push(name.name.clone()),
+                Some(f) if !f.internal => {
+                    if per_thread {
+                        f.per_thread_aliases.push(name.name.clone())
+                    } else {
+                        f.aliases.push(name.name.clone())
+                    }
+                }
                 Some(_) => self.err(target.span, "internal functions are not exported and cannot have aliases"),
                 None => self.err(target.span, format!("alias of unknown function `{}`", target.name)),
             }
@@ -530,10 +551,13 @@ impl<'s> Checker<'s> {
             );
         }
 
-        // Types of the prototype.
+        // Types of the prototype. An unsupported function's parameters are never read (its
+        // export takes none), so their types need no declaration.
         self.check_type(&f.proto.ret);
-        for p in &f.proto.params {
-            self.check_type(&p.ty);
+        if exec != Exec::Unsupported {
+            for p in &f.proto.params {
+                self.check_type(&p.ty);
+            }
         }
         let rc_ty = self.errors.as_ref().map(|e| e.ty.clone()).unwrap_or_default();
         let returns_rc = matches!(&f.proto.ret.base, BaseType::Named(n) if *n == rc_ty) && !f.proto.ret.is_pointer();
@@ -591,6 +615,7 @@ impl<'s> Checker<'s> {
                 on_success,
                 fast_path,
                 aliases: Vec::new(),
+                per_thread_aliases: Vec::new(),
                 objects,
             });
         }
@@ -634,6 +659,7 @@ impl<'s> Checker<'s> {
             on_success,
             fast_path,
             aliases: Vec::new(),
+            per_thread_aliases: Vec::new(),
             objects,
         };
         // Contextual values: guest-side, each may use parameters and earlier contextual values.
@@ -1179,6 +1205,29 @@ mod tests {
             Ok(_) => panic!("expected an error containing {needle:?}"),
             Err(e) => assert!(e.contains(needle), "error {e:?} does not mention {needle:?}"),
         }
+    }
+
+    #[test]
+    fn unsupported_functions_need_no_parameter_types_but_a_status() {
+        let api =
+            check_src("err_t f(cudaMystery_t x, struct other *y) { unsupported; }\ncoverage_note \"hello\";").unwrap();
+        assert_eq!(api.coverage_notes, ["hello"]);
+        expect_error("cudaMystery_t g(int x) { unsupported; }", "unknown type");
+        expect_error("err_t h(cudaMystery_t x) { }", "unknown type");
+    }
+
+    #[test]
+    fn per_thread_aliases_need_the_per_thread_constant() {
+        expect_error("err_t f(stream_t s);\nalias f_ptsz = f per_thread_stream;", "cudaStreamPerThread");
+        let api = check_src(
+            "enum special_t : u64 { cudaStreamPerThread = 2 };\nerr_t f(stream_t s);\nalias f_ptsz = f per_thread_stream;\nalias g = f;",
+        )
+        .unwrap();
+        let f = api.function("f").unwrap();
+        assert_eq!(
+            (f.aliases.as_slice(), f.per_thread_aliases.as_slice()),
+            (&["g".to_string()][..], &["f_ptsz".to_string()][..])
+        );
     }
 
     #[test]

@@ -17,6 +17,8 @@ pub struct Api {
     pub errors: ErrorTable,
     pub utilities: Vec<Utility>,
     pub functions: Vec<Function>,
+    /// Paragraphs for the coverage document (`coverage_note`).
+    pub coverage_notes: Vec<String>,
 }
 
 impl Api {
@@ -68,6 +70,8 @@ pub enum TypeKind {
     Pod { wire: String, size: u64 },
     /// A struct whose layout depends on the CUDA ABI; carried as this ABI-neutral wire type.
     AbiStruct(String),
+    /// A C struct handled only by hand-written guest code (`struct;`).
+    Struct,
 }
 
 #[derive(Debug, Clone)]
@@ -207,6 +211,9 @@ pub struct Function {
     /// first; it answers the call itself or leaves it to the generated path.
     pub fast_path: Option<String>,
     pub aliases: Vec<String>,
+    /// Aliases declared `per_thread_stream` (the `_ptsz` entry points of programs built with
+    /// `--default-stream per-thread`): a null stream argument means `cudaStreamPerThread`.
+    pub per_thread_aliases: Vec<String>,
     pub objects: ObjectRules,
 }
 

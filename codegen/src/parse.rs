@@ -179,6 +179,10 @@ fn item(i: &mut Input<'_>) -> PResult<Item> {
     let first = ident.parse_next(i)?;
     let name = first.name.clone();
     match name.as_str() {
+        "coverage_note" => cut_err(terminated(string_lit, p(";")))
+            .context(label("`coverage_note` declaration"))
+            .map(Item::CoverageNote)
+            .parse_next(i),
         "api" => cut_err(terminated(ident, p(";"))).context(label("`api` declaration")).map(Item::Api).parse_next(i),
         "continuous_rc" | "instantaneous_rc" | "measured_rc" => {
             let kind = match name.as_str() {
@@ -195,9 +199,9 @@ fn item(i: &mut Input<'_>) -> PResult<Item> {
         "enum" if peek_enum_def(i) => cut_err(enum_decl).context(label("`enum` declaration")).parse_next(i),
         "errors" => cut_err(errors_decl).context(label("`errors` table")).parse_next(i),
         "utility" => cut_err(utility_decl).context(label("`utility` declaration")).parse_next(i),
-        "alias" => cut_err((ident, p("="), ident, p(";")))
+        "alias" => cut_err((ident, p("="), ident, opt(kw("per_thread_stream")), p(";")))
             .context(label("`alias` declaration"))
-            .map(|(name, _, target, _)| Item::Alias { name, target })
+            .map(|(name, _, target, ptsz, _)| Item::Alias { name, target, per_thread_stream: ptsz.is_some() })
             .parse_next(i),
         _ => {
             i.reset(&checkpoint);
@@ -230,12 +234,13 @@ fn type_desc(i: &mut Input<'_>) -> PResult<TypeDesc> {
             TypeDesc::Pod { wire, size: size as i64 }
         }
         "abi_struct" => TypeDesc::AbiStruct(delimited(p("("), ident, p(")")).parse_next(i)?),
+        "struct" => TypeDesc::Struct,
         "return_code" => TypeDesc::ReturnCode,
         "success" => TypeDesc::Success(delimited(p("("), ident, p(")")).parse_next(i)?),
         "not_supported" => TypeDesc::NotSupported(delimited(p("("), ident, p(")")).parse_next(i)?),
         _ => {
             return Err(ErrMode::Cut(ContextError::new().add_ctx(expected(
-                "a type descriptor (handle, enum, pod, abi_struct, return_code, success, not_supported)",
+                "a type descriptor (handle, enum, pod, abi_struct, struct, return_code, success, not_supported)",
             ))));
         }
     };

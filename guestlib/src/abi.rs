@@ -767,3 +767,17 @@ const _: () = {
     assert!(size_of::<DeviceProp12>() == 1032);
     assert!(size_of::<DeviceProp13>() == 1008);
 };
+
+/// The compute capability a `struct cudaDeviceProp` of `abi` asks for (`cudaChooseDevice`).
+///
+/// # Safety
+/// `src` must be valid for reads of [`device_prop_size`]`(abi)` bytes. It need not be aligned.
+pub unsafe fn requested_compute_capability(abi: Abi, src: *const c_void) -> (i32, i32) {
+    let (major, minor) = match abi {
+        Abi::V11 => (std::mem::offset_of!(DeviceProp11, major), std::mem::offset_of!(DeviceProp11, minor)),
+        Abi::V12 => (std::mem::offset_of!(DeviceProp12, major), std::mem::offset_of!(DeviceProp12, minor)),
+        Abi::V13 => (std::mem::offset_of!(DeviceProp13, major), std::mem::offset_of!(DeviceProp13, minor)),
+    };
+    let read = |at: usize| unsafe { src.cast::<u8>().add(at).cast::<c_int>().read_unaligned() };
+    (read(major), read(minor))
+}

@@ -12,7 +12,8 @@ use phos_protocol::{CudaError, cudart::FunctionId};
 
 use crate::abi::Abi;
 use crate::stubs::HandWritten;
-use crate::{hostmem, launch, registry, runtime, soname};
+use crate::{device, execution, hostmem, launch, memory, pools, registry, runtime, soname};
+use phos_protocol::types::{ChannelFormatDesc, Extent, PitchedPtr};
 
 /// The implementation of [`HandWritten`].
 pub struct Hand;
@@ -43,11 +44,11 @@ fn error_strings() -> &'static HashMap<i32, (CString, CString)> {
     })
 }
 
-/// CUDA 13's launch path (`__cudaLaunchKernel` with a kernel handle) reports a launch
-/// configuration the device cannot run as `cudaErrorInvalidValue`, where `cudaLaunchKernel`
-/// reports `cudaErrorInvalidConfiguration` (measured on an H100 with CUDA 13.0 and 11.8).
-fn kernel_handle_launch(r: Result<(), CudaError>) -> Result<(), CudaError> {
-    r.map_err(|e| if e == CudaError::InvalidConfiguration { CudaError::InvalidValue } else { e })
+/// nvcc's start-up code registers objects Phos does not carry; using them fails later.
+fn registration_not_supported(what: &str, name: *const c_char) {
+    crate::log::init();
+    let name = if name.is_null() { "?" } else { unsafe { runtime::c_str(name) }.unwrap_or("?") };
+    tracing::warn!("{what} {name} is not supported by Phos; using it fails with cudaErrorNotSupported");
 }
 
 const UNRECOGNIZED: &std::ffi::CStr = c"unrecognized error code";
@@ -171,7 +172,7 @@ impl HandWritten for Hand {
         stream: *mut c_void,
     ) -> i32 {
         runtime::api_call(FunctionId::CudaLaunchKernel, || unsafe {
-            launch::launch(func, grid, block, args, shared_mem, stream, false)
+            launch::launch(func, grid, block, args, shared_mem, stream, false, false)
         })
     }
 
@@ -184,7 +185,7 @@ impl HandWritten for Hand {
         stream: *mut c_void,
     ) -> i32 {
         runtime::api_call(FunctionId::CudaLaunchKernelPtsz, || unsafe {
-            launch::launch(func, grid, block, args, shared_mem, stream, true)
+            launch::launch(func, grid, block, args, shared_mem, stream, true, false)
         })
     }
 
@@ -211,7 +212,7 @@ impl HandWritten for Hand {
         stream: *mut c_void,
     ) -> i32 {
         runtime::api_call(FunctionId::PrivCudaLaunchKernel, || unsafe {
-            kernel_handle_launch(launch::launch(kernel, grid, block, args, shared_mem, stream, false))
+            launch::launch(kernel, grid, block, args, shared_mem, stream, false, false)
         })
     }
 
@@ -224,7 +225,7 @@ impl HandWritten for Hand {
         stream: *mut c_void,
     ) -> i32 {
         runtime::api_call(FunctionId::PrivCudaLaunchKernelPtsz, || unsafe {
-            kernel_handle_launch(launch::launch(kernel, grid, block, args, shared_mem, stream, true))
+            launch::launch(kernel, grid, block, args, shared_mem, stream, true, false)
         })
     }
 
@@ -305,6 +306,361 @@ impl HandWritten for Hand {
 
     unsafe fn __cudaInitModule(_handle: *mut *mut c_void) -> c_char {
         1
+    }
+
+    // ---- Device management (device.rs)
+
+    unsafe fn cudaSetDeviceFlags(flags: u32) -> i32 {
+        code(device::set_device_flags(flags))
+    }
+
+    unsafe fn cudaGetDeviceFlags(flags: *mut u32) -> i32 {
+        code(unsafe { device::get_device_flags(flags) })
+    }
+
+    unsafe fn cudaInitDevice(device: i32, device_flags: u32, flags: u32) -> i32 {
+        code(device::init_device(device, device_flags, flags))
+    }
+
+    unsafe fn cudaSetValidDevices(device_arr: *mut i32, len: i32) -> i32 {
+        code(unsafe { device::set_valid_devices(device_arr, len) })
+    }
+
+    unsafe fn cudaChooseDevice(device: *mut i32, prop: *const c_void) -> i32 {
+        code(unsafe { device::choose_device(device, prop) })
+    }
+
+    unsafe fn cudaDeviceGetPCIBusId(pci_bus_id: *mut c_char, len: i32, device: i32) -> i32 {
+        code(unsafe { device::get_pci_bus_id(pci_bus_id, len, device) })
+    }
+
+    unsafe fn cudaDeviceGetByPCIBusId(device: *mut i32, pci_bus_id: *const c_char) -> i32 {
+        code(unsafe { device::get_by_pci_bus_id(device, pci_bus_id) })
+    }
+
+    unsafe fn cudaGetDriverEntryPoint(
+        symbol: *const c_char,
+        func_ptr: *mut *mut c_void,
+        _flags: u64,
+        driver_status: *mut i32,
+    ) -> i32 {
+        // CUDA 11's entry point has no status parameter: its register is not ours to read.
+        let has_status = soname::current_abi().major() >= 12;
+        code(unsafe { device::driver_entry_point(symbol, func_ptr, driver_status, has_status) })
+    }
+
+    unsafe fn cudaGetDriverEntryPointByVersion(
+        symbol: *const c_char,
+        func_ptr: *mut *mut c_void,
+        _cuda_version: u32,
+        _flags: u64,
+        driver_status: *mut i32,
+    ) -> i32 {
+        code(unsafe { device::driver_entry_point(symbol, func_ptr, driver_status, true) })
+    }
+
+    unsafe fn cudaProfilerStart() -> i32 {
+        cudart::SUCCESS
+    }
+
+    unsafe fn cudaProfilerStop() -> i32 {
+        cudart::SUCCESS
+    }
+
+    // ---- Memory (memory.rs, pools.rs)
+
+    unsafe fn cudaMallocPitch(dev_ptr: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize) -> i32 {
+        code(unsafe { memory::malloc_pitch(dev_ptr, pitch, width, height) })
+    }
+
+    unsafe fn cudaMalloc3D(pitched_dev_ptr: *mut PitchedPtr, extent: Extent) -> i32 {
+        code(unsafe { memory::malloc_3d(pitched_dev_ptr, extent) })
+    }
+
+    unsafe fn cudaMemcpy2D(
+        dst: *mut c_void,
+        dpitch: usize,
+        src: *const c_void,
+        spitch: usize,
+        width: usize,
+        height: usize,
+        kind: i32,
+    ) -> i32 {
+        code(memory::memcpy_2d(dst, dpitch, src, spitch, width, height, kind, None))
+    }
+
+    unsafe fn cudaMemcpy2DAsync(
+        dst: *mut c_void,
+        dpitch: usize,
+        src: *const c_void,
+        spitch: usize,
+        width: usize,
+        height: usize,
+        kind: i32,
+        stream: *mut c_void,
+    ) -> i32 {
+        code(memory::memcpy_2d(dst, dpitch, src, spitch, width, height, kind, Some(stream as usize as u64)))
+    }
+
+    unsafe fn cudaMemcpy3D(p: *const c_void) -> i32 {
+        code(unsafe { memory::memcpy_3d(p, None) })
+    }
+
+    unsafe fn cudaMemcpy3DAsync(p: *const c_void, stream: *mut c_void) -> i32 {
+        code(unsafe { memory::memcpy_3d(p, Some(stream as usize as u64)) })
+    }
+
+    unsafe fn cudaMemset2D(dev_ptr: *mut c_void, pitch: usize, value: i32, width: usize, height: usize) -> i32 {
+        code(memory::memset_3d(dev_ptr as usize as u64, pitch, 0, value, (width, height, 1), None))
+    }
+
+    unsafe fn cudaMemset2DAsync(
+        dev_ptr: *mut c_void,
+        pitch: usize,
+        value: i32,
+        width: usize,
+        height: usize,
+        stream: *mut c_void,
+    ) -> i32 {
+        let stream = Some(stream as usize as u64);
+        code(memory::memset_3d(dev_ptr as usize as u64, pitch, 0, value, (width, height, 1), stream))
+    }
+
+    unsafe fn cudaMemset3D(p: PitchedPtr, value: i32, extent: Extent) -> i32 {
+        let dims = (extent.width, extent.height, extent.depth);
+        code(memory::memset_3d(p.ptr, p.pitch, p.pitch.saturating_mul(p.ysize), value, dims, None))
+    }
+
+    unsafe fn cudaMemset3DAsync(p: PitchedPtr, value: i32, extent: Extent, stream: *mut c_void) -> i32 {
+        let dims = (extent.width, extent.height, extent.depth);
+        let stream = Some(stream as usize as u64);
+        code(memory::memset_3d(p.ptr, p.pitch, p.pitch.saturating_mul(p.ysize), value, dims, stream))
+    }
+
+    unsafe fn cudaMemcpyPeer(
+        dst: *mut c_void,
+        dst_device: i32,
+        src: *const c_void,
+        src_device: i32,
+        count: usize,
+    ) -> i32 {
+        code(memory::memcpy_peer(dst, dst_device, src, src_device, count, None))
+    }
+
+    unsafe fn cudaMemcpyPeerAsync(
+        dst: *mut c_void,
+        dst_device: i32,
+        src: *const c_void,
+        src_device: i32,
+        count: usize,
+        stream: *mut c_void,
+    ) -> i32 {
+        code(memory::memcpy_peer(dst, dst_device, src, src_device, count, Some(stream)))
+    }
+
+    unsafe fn cudaHostRegister(ptr: *mut c_void, size: usize, flags: u32) -> i32 {
+        code(hostmem::register(ptr as usize, size, flags, runtime::current_device()))
+    }
+
+    unsafe fn cudaHostUnregister(ptr: *mut c_void) -> i32 {
+        code(hostmem::unregister(ptr as usize))
+    }
+
+    unsafe fn cudaHostGetFlags(p_flags: *mut u32, p_host: *mut c_void) -> i32 {
+        if p_flags.is_null() {
+            return code(Err(CudaError::InvalidValue));
+        }
+        match hostmem::lookup_any(p_host as usize) {
+            Some((_, _, flags, _)) => {
+                unsafe { *p_flags = flags };
+                cudart::SUCCESS
+            }
+            None => code(Err(CudaError::InvalidValue)),
+        }
+    }
+
+    unsafe fn cudaPointerGetAttributes(attributes: *mut c_void, ptr: *const c_void) -> i32 {
+        code(unsafe { memory::pointer_attributes(attributes, ptr) })
+    }
+
+    unsafe fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, _stream: *mut c_void) -> i32 {
+        code(unsafe { pools::malloc_async(dev_ptr, size, None) })
+    }
+
+    unsafe fn cudaFreeAsync(dev_ptr: *mut c_void, stream: *mut c_void) -> i32 {
+        code(pools::free_async(dev_ptr, stream))
+    }
+
+    unsafe fn cudaMallocFromPoolAsync(ptr: *mut *mut c_void, size: usize, mem_pool: u64, _stream: *mut c_void) -> i32 {
+        code(unsafe { pools::malloc_async(ptr, size, Some(mem_pool)) })
+    }
+
+    unsafe fn cudaDeviceGetDefaultMemPool(mem_pool: *mut u64, device: i32) -> i32 {
+        code(unsafe { pools::device_default_pool(mem_pool, device) })
+    }
+
+    unsafe fn cudaDeviceGetMemPool(mem_pool: *mut u64, device: i32) -> i32 {
+        code(unsafe { pools::device_current_pool(mem_pool, device) })
+    }
+
+    unsafe fn cudaDeviceSetMemPool(device: i32, mem_pool: u64) -> i32 {
+        code(pools::set_device_pool(device, mem_pool))
+    }
+
+    unsafe fn cudaMemPoolCreate(mem_pool: *mut u64, pool_props: *const c_void) -> i32 {
+        code(unsafe { pools::create_pool(mem_pool, pool_props) })
+    }
+
+    unsafe fn cudaMemPoolDestroy(mem_pool: u64) -> i32 {
+        code(pools::destroy_pool(mem_pool))
+    }
+
+    unsafe fn cudaMemPoolSetAttribute(mem_pool: u64, attr: i32, value: *mut c_void) -> i32 {
+        code(unsafe { pools::set_attribute(mem_pool, attr, value) })
+    }
+
+    unsafe fn cudaMemPoolGetAttribute(mem_pool: u64, attr: i32, value: *mut c_void) -> i32 {
+        code(unsafe { pools::get_attribute(mem_pool, attr, value) })
+    }
+
+    unsafe fn cudaMemPoolTrimTo(mem_pool: u64, _min_bytes_to_keep: usize) -> i32 {
+        code(pools::trim(mem_pool))
+    }
+
+    unsafe fn cudaMemPoolSetAccess(mem_pool: u64, desc_list: *const c_void, count: usize) -> i32 {
+        code(unsafe { pools::set_access(mem_pool, desc_list, count) })
+    }
+
+    unsafe fn cudaMemPoolGetAccess(flags: *mut i32, mem_pool: u64, location: *mut c_void) -> i32 {
+        code(unsafe { pools::get_access(flags, mem_pool, location) })
+    }
+
+    unsafe fn cudaGetSymbolAddress(dev_ptr: *mut *mut c_void, symbol: *const c_void) -> i32 {
+        if dev_ptr.is_null() {
+            return code(Err(CudaError::InvalidValue));
+        }
+        code(
+            Self::device_symbol_address(symbol as usize as i128)
+                .map(|a| unsafe { *dev_ptr = a as usize as *mut c_void }),
+        )
+    }
+
+    unsafe fn cudaGetSymbolSize(size: *mut usize, symbol: *const c_void) -> i32 {
+        if size.is_null() {
+            return code(Err(CudaError::InvalidValue));
+        }
+        code(Self::device_symbol_size(symbol as usize as i128).map(|n| unsafe { *size = n as usize }))
+    }
+
+    // ---- Execution control (execution.rs)
+
+    unsafe fn cudaLaunchCooperativeKernel(
+        func: *const c_void,
+        grid: Dim3,
+        block: Dim3,
+        args: *mut *mut c_void,
+        shared_mem: usize,
+        stream: *mut c_void,
+    ) -> i32 {
+        runtime::api_call(FunctionId::CudaLaunchCooperativeKernel, || unsafe {
+            launch::launch(func, grid, block, args, shared_mem, stream, false, true)
+        })
+    }
+
+    unsafe fn cudaLaunchKernelExC(config: *const c_void, func: *const c_void, args: *mut *mut c_void) -> i32 {
+        runtime::api_call(FunctionId::CudaLaunchKernelExC, || unsafe {
+            execution::launch_ex(config, func, args, false)
+        })
+    }
+
+    unsafe fn cudaLaunchKernelExC_ptsz(config: *const c_void, func: *const c_void, args: *mut *mut c_void) -> i32 {
+        runtime::api_call(FunctionId::CudaLaunchKernelExCPtsz, || unsafe {
+            execution::launch_ex(config, func, args, true)
+        })
+    }
+
+    unsafe fn cudaFuncGetAttributes(attr: *mut c_void, func: *const c_void) -> i32 {
+        code(unsafe { execution::get_attributes(attr, func) })
+    }
+
+    unsafe fn cudaFuncSetAttribute(func: *const c_void, attr: i32, value: i32) -> i32 {
+        code(execution::set_attribute(func, attr, value))
+    }
+
+    unsafe fn cudaFuncSetCacheConfig(func: *const c_void, cache_config: i32) -> i32 {
+        code(execution::set_cache_config(func, cache_config))
+    }
+
+    unsafe fn cudaFuncSetSharedMemConfig(func: *const c_void, config: i32) -> i32 {
+        code(execution::set_shared_mem_config(func, config))
+    }
+
+    unsafe fn cudaFuncGetName(name: *mut *const c_char, func: *const c_void) -> i32 {
+        code(unsafe { execution::get_name(name, func) })
+    }
+
+    unsafe fn cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        num_blocks: *mut i32,
+        func: *const c_void,
+        block_size: i32,
+        dynamic_s_mem_size: usize,
+    ) -> i32 {
+        code(unsafe { execution::occupancy(num_blocks, func, block_size, dynamic_s_mem_size, 0) })
+    }
+
+    unsafe fn cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+        num_blocks: *mut i32,
+        func: *const c_void,
+        block_size: i32,
+        dynamic_s_mem_size: usize,
+        flags: u32,
+    ) -> i32 {
+        code(unsafe { execution::occupancy(num_blocks, func, block_size, dynamic_s_mem_size, flags) })
+    }
+
+    unsafe fn cudaOccupancyAvailableDynamicSMemPerBlock(
+        dynamic_smem_size: *mut usize,
+        func: *const c_void,
+        num_blocks: i32,
+        block_size: i32,
+    ) -> i32 {
+        code(unsafe { execution::available_dynamic_smem(dynamic_smem_size, func, num_blocks, block_size) })
+    }
+
+    unsafe fn cudaCreateChannelDesc(x: i32, y: i32, z: i32, w: i32, f: i32) -> ChannelFormatDesc {
+        ChannelFormatDesc { x, y, z, w, f }
+    }
+
+    unsafe fn __cudaRegisterTexture(
+        _handle: *mut *mut c_void,
+        _host_var: *const c_void,
+        _device_address: *mut *const c_void,
+        device_name: *const c_char,
+        _dim: i32,
+        _norm: i32,
+        _ext: i32,
+    ) {
+        registration_not_supported("texture reference", device_name);
+    }
+
+    unsafe fn __cudaRegisterSurface(
+        _handle: *mut *mut c_void,
+        _host_var: *const c_void,
+        _device_address: *mut *const c_void,
+        device_name: *const c_char,
+        _dim: i32,
+        _ext: i32,
+    ) {
+        registration_not_supported("surface reference", device_name);
+    }
+
+    unsafe fn __cudaRegisterHostVar(
+        _handle: *mut *mut c_void,
+        device_name: *const c_char,
+        _host_var: *mut c_char,
+        _size: usize,
+    ) {
+        registration_not_supported("host variable", device_name);
     }
 
     fn device_symbol_address(symbol: i128) -> Result<i128, CudaError> {

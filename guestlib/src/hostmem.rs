@@ -65,3 +65,50 @@ pub fn lookup(addr: usize) -> Option<(usize, usize, u32)> {
     let g = ALLOCATIONS.lock().unwrap_or_else(|e| e.into_inner());
     g.as_ref()?.iter().find(|(base, (size, _))| addr >= **base && addr - **base < *size).map(|(b, (s, f))| (*b, *s, *f))
 }
+
+/// `cudaHostRegisterPortable | Mapped | IoMemory | ReadOnly`.
+const REGISTER_FLAGS: u32 = 0x1 | 0x2 | 0x4 | 0x8;
+
+/// A range registered with `cudaHostRegister`: (size, flags, device), by base address.
+type Registered = HashMap<usize, (usize, u32, i32)>;
+
+static REGISTERED: Mutex<Option<Registered>> = Mutex::new(None);
+
+/// `cudaHostRegister`: the range must not overlap page-locked memory already known.
+pub fn register(ptr: usize, size: usize, flags: u32, device: i32) -> Result<(), CudaError> {
+    if ptr == 0 || size == 0 || flags & !REGISTER_FLAGS != 0 {
+        return Err(CudaError::InvalidValue);
+    }
+    let end = ptr.checked_add(size).ok_or(CudaError::InvalidValue)?;
+    let overlaps = |base: usize, len: usize| ptr < base + len && base < end;
+    let allocated = ALLOCATIONS.lock().unwrap_or_else(|e| e.into_inner());
+    if allocated.as_ref().is_some_and(|m| m.iter().any(|(b, (s, _))| overlaps(*b, *s))) {
+        return Err(CudaError::HostMemoryAlreadyRegistered);
+    }
+    let mut g = REGISTERED.lock().unwrap_or_else(|e| e.into_inner());
+    let table = g.get_or_insert_with(HashMap::new);
+    if table.iter().any(|(b, (s, _, _))| overlaps(*b, *s)) {
+        return Err(CudaError::HostMemoryAlreadyRegistered);
+    }
+    table.insert(ptr, (size, flags, device));
+    Ok(())
+}
+
+/// `cudaHostUnregister`: `ptr` must be the base of a registered range.
+pub fn unregister(ptr: usize) -> Result<(), CudaError> {
+    let mut g = REGISTERED.lock().unwrap_or_else(|e| e.into_inner());
+    g.as_mut().and_then(|m| m.remove(&ptr)).map(|_| ()).ok_or(CudaError::HostMemoryNotRegistered)
+}
+
+/// Base, size, flags and device of the page-locked range (allocated or registered) that
+/// contains `addr`.
+pub fn lookup_any(addr: usize) -> Option<(usize, usize, u32, i32)> {
+    if let Some((base, size, flags)) = lookup(addr) {
+        return Some((base, size, flags, 0));
+    }
+    let g = REGISTERED.lock().unwrap_or_else(|e| e.into_inner());
+    g.as_ref()?
+        .iter()
+        .find(|(base, (size, _, _))| addr >= **base && addr - **base < *size)
+        .map(|(b, (s, f, d))| (*b, *s, *f, *d))
+}

@@ -7,7 +7,7 @@ use std::ffi::c_void;
 use std::sync::{LazyLock, Mutex};
 
 use phos_protocol::CudaError;
-use phos_protocol::cudart::PhosLaunchKernelRequest;
+use phos_protocol::cudart::{PhosLaunchCooperativeKernelRequest, PhosLaunchKernelRequest};
 use phos_protocol::types::Dim3;
 
 use crate::{registry, runtime};
@@ -62,8 +62,13 @@ pub unsafe fn pop_config(
 
 /// Launch the kernel registered for host stub `func`.
 ///
+/// CUDA 13 reports a launch configuration the device cannot run as `cudaErrorInvalidValue`
+/// on every launch path, where CUDA 11 and 12 report `cudaErrorInvalidConfiguration`
+/// (measured on an H100 with CUDA 13.0 and 11.8).
+///
 /// # Safety
 /// `args` must hold one pointer per kernel parameter, each to a value of the parameter's size.
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn launch(
     func: *const c_void,
     grid: Dim3,
@@ -72,6 +77,28 @@ pub unsafe fn launch(
     shared_mem: usize,
     stream: *mut c_void,
     per_thread_default_stream: bool,
+    cooperative: bool,
+) -> Result<(), CudaError> {
+    let r =
+        unsafe { launch_as_is(func, grid, block, args, shared_mem, stream, per_thread_default_stream, cooperative) };
+    match r {
+        Err(CudaError::InvalidConfiguration) if crate::soname::current_abi().major() >= 13 => {
+            Err(CudaError::InvalidValue)
+        }
+        r => r,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn launch_as_is(
+    func: *const c_void,
+    grid: Dim3,
+    block: Dim3,
+    args: *mut *mut c_void,
+    shared_mem: usize,
+    stream: *mut c_void,
+    per_thread_default_stream: bool,
+    cooperative: bool,
 ) -> Result<(), CudaError> {
     let kernel = registry::kernel(func).ok_or(CudaError::InvalidDeviceFunction)?;
     let function = kernel.remote()?;
@@ -92,6 +119,19 @@ pub unsafe fn launch(
         s => s,
     };
     let shared_mem = u32::try_from(shared_mem).map_err(|_| CudaError::InvalidValue)?;
+    if cooperative {
+        // A grid too large to be resident at once fails at launch: wait for the answer.
+        return runtime::call(&PhosLaunchCooperativeKernelRequest {
+            function,
+            grid,
+            block,
+            sharedMem: shared_mem,
+            stream,
+            params: &params,
+            paramSize: params.len() as u64,
+        })
+        .map(|_| ());
+    }
     let request = PhosLaunchKernelRequest {
         function,
         grid,

@@ -10,10 +10,14 @@
 //! applies comes from the soname the application loaded ([`soname`]).
 
 pub mod abi;
+mod device;
+mod execution;
 pub mod hand;
 pub mod hostmem;
 pub mod launch;
 pub mod log;
+mod memory;
+mod pools;
 pub mod registry;
 pub mod runtime;
 pub mod soname;

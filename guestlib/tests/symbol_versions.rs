@@ -290,3 +290,29 @@ int main(int argc, char **argv) {
         run(Command::new(&exe).arg(library()).arg(name).args(VERSIONS).env_remove("PHOS_CUDA_ABI"));
     }
 }
+
+/// Every function any NVIDIA libcudart of CUDA 11.8, 12.9 or 13 exports is exported here too,
+/// under the version node of each soname that has it, so that every program links and
+/// loads (tests/abi/libcudart-exports.txt lists them).
+#[test]
+fn exports_every_function_of_nvidias_runtimes() {
+    let list = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/abi/libcudart-exports.txt"))
+        .expect("tests/abi/libcudart-exports.txt");
+    let exports = exports();
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for line in list.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        let mut words = line.split_whitespace();
+        let name = words.next().unwrap();
+        for major in words {
+            let node = VERSIONS.iter().find(|v| v.trim_start_matches("libcudart.so.").starts_with(major)).unwrap();
+            checked += 1;
+            let found = exports.get(name).is_some_and(|syms| syms.iter().any(|s| s.version.as_deref() == Some(*node)));
+            if !found {
+                missing.push(format!("{name}@{node}"));
+            }
+        }
+    }
+    assert!(checked > 1000, "the list is read");
+    assert!(missing.is_empty(), "not exported: {missing:?}");
+}

@@ -402,3 +402,19 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::bench(args),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// docs/api-coverage.md is what `phosctl spec coverage` prints for the spec of this tree.
+    #[test]
+    fn coverage_document_is_current() {
+        let api = phos_codegen::load(phos_spec::CUDART_SPEC_PATH, phos_spec::CUDART_SPEC).expect("the spec checks");
+        let generated = phos_codegen::emit::docs::emit(&api);
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/api-coverage.md");
+        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            on_disk == generated,
+            "docs/api-coverage.md is stale: run `cargo run -p phosctl -- spec coverage > docs/api-coverage.md`"
+        );
+    }
+}

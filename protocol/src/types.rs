@@ -21,6 +21,58 @@ impl Dim3 {
     }
 }
 
+/// `cudaChannelFormatDesc`: bits per component and the component kind.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, bincode::Encode, bincode::Decode)]
+pub struct ChannelFormatDesc {
+    pub x: i32,
+    pub y: i32,
+    pub z: i32,
+    pub w: i32,
+    pub f: i32,
+}
+
+/// `cudaExtent`: width (bytes for linear memory), height and depth of a 3D region.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, bincode::Encode, bincode::Decode)]
+pub struct Extent {
+    pub width: usize,
+    pub height: usize,
+    pub depth: usize,
+}
+
+/// `cudaPitchedPtr`: a pitched allocation (`pitch` bytes per row, `xsize` by `ysize`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct PitchedPtr {
+    pub ptr: u64,
+    pub pitch: usize,
+    pub xsize: usize,
+    pub ysize: usize,
+}
+
+/// What `cudaFuncGetAttributes` reports of a kernel, independent of the `cudaFuncAttributes`
+/// layout (CUDA 12 appended the cluster fields).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, bincode::Encode, bincode::Decode)]
+pub struct FuncAttributes {
+    pub shared_size_bytes: u64,
+    pub const_size_bytes: u64,
+    pub local_size_bytes: u64,
+    pub max_threads_per_block: i32,
+    pub num_regs: i32,
+    pub ptx_version: i32,
+    pub binary_version: i32,
+    pub cache_mode_ca: i32,
+    pub max_dynamic_shared_size_bytes: i32,
+    pub preferred_shmem_carveout: i32,
+    pub cluster_dim_must_be_set: i32,
+    pub required_cluster: [i32; 3],
+    pub cluster_scheduling_policy_preference: i32,
+    pub non_portable_cluster_size_allowed: i32,
+    pub reserved: i32,
+}
+
 /// Everything `cudaGetDeviceProperties` reports, independent of the `cudaDeviceProp` layout
 /// of any CUDA version. Most fields are device attributes: `attributes[a]` is the value of
 /// `cudaDeviceAttr`/`CUdevice_attribute` number `a` (0 where the device does not report it).

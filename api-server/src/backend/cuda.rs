@@ -14,9 +14,9 @@ use std::sync::Mutex;
 
 use cudarc::driver::sys;
 use phos_protocol::CudaError;
-use phos_protocol::types::{DeviceProperties, Dim3};
+use phos_protocol::types::{DeviceProperties, Dim3, FuncAttributes};
 
-use super::{Backend, LoadedModule, Physical, Raw, StreamRef};
+use super::{Backend, Copy2D, LoadedModule, Physical, Raw, StreamRef};
 use crate::memory::MemoryView;
 
 /// Attributes are queried up to this number (CUDA 13 defines about 150).
@@ -45,6 +45,7 @@ unsafe impl Sync for Device {}
 pub struct CudaBackend {
     devices: Vec<Device>,
     driver_version: i32,
+    raw: RawDriver,
     /// `cuDeviceGetAttribute`, called with plain integers: attributes come from guests and
     /// may not be valid enumerators of the bindings' Rust enum.
     get_attribute: unsafe extern "C" fn(*mut i32, i32, sys::CUdevice) -> i32,
@@ -273,12 +274,59 @@ impl CudaBackend {
         }
         BOUND.with(|b| b.set(count - 1));
         let timer = Mutex::new(KernelTimer::new(devices.len()));
-        Ok(CudaBackend { devices, driver_version, get_attribute, timer })
+        let raw = RawDriver::load()?;
+        Ok(CudaBackend { devices, driver_version, raw, get_attribute, timer })
     }
 
     fn device(&self, device: i32) -> Result<&Device, CudaError> {
         usize::try_from(device).ok().and_then(|d| self.devices.get(d)).ok_or(CudaError::InvalidDevice)
     }
+}
+
+/// Driver functions whose enum arguments come from guests, called with plain integers: a
+/// value that is not an enumerator of the bindings' Rust enums would be undefined behaviour
+/// there, while the driver itself answers it with an error.
+struct RawDriver {
+    ctx_get_limit: unsafe extern "C" fn(*mut usize, i32) -> i32,
+    ctx_set_limit: unsafe extern "C" fn(i32, usize) -> i32,
+    ctx_get_cache_config: unsafe extern "C" fn(*mut i32) -> i32,
+    ctx_set_cache_config: unsafe extern "C" fn(i32) -> i32,
+    /// Absent from drivers that dropped bank-size configuration.
+    ctx_get_shared_mem_config: Option<unsafe extern "C" fn(*mut i32) -> i32>,
+    ctx_set_shared_mem_config: Option<unsafe extern "C" fn(i32) -> i32>,
+    func_get_attribute: unsafe extern "C" fn(*mut i32, i32, sys::CUfunction) -> i32,
+    func_set_attribute: unsafe extern "C" fn(sys::CUfunction, i32, i32) -> i32,
+    func_set_cache_config: unsafe extern "C" fn(sys::CUfunction, i32) -> i32,
+}
+
+impl RawDriver {
+    fn load() -> Result<Self, String> {
+        fn get<T: Copy>(name: &str) -> Option<T> {
+            let mut sym = name.as_bytes().to_vec();
+            sym.push(0);
+            unsafe { sys::culib().get::<T>(sym.as_slice()).ok().map(|f| *f) }
+        }
+        macro_rules! need {
+            ($name:literal) => {
+                get($name).ok_or_else(|| format!("the CUDA driver lacks {}", $name))?
+            };
+        }
+        Ok(RawDriver {
+            ctx_get_limit: need!("cuCtxGetLimit"),
+            ctx_set_limit: need!("cuCtxSetLimit"),
+            ctx_get_cache_config: need!("cuCtxGetCacheConfig"),
+            ctx_set_cache_config: need!("cuCtxSetCacheConfig"),
+            ctx_get_shared_mem_config: get("cuCtxGetSharedMemConfig"),
+            ctx_set_shared_mem_config: get("cuCtxSetSharedMemConfig"),
+            func_get_attribute: need!("cuFuncGetAttribute"),
+            func_set_attribute: need!("cuFuncSetAttribute"),
+            func_set_cache_config: need!("cuFuncSetCacheConfig"),
+        })
+    }
+}
+
+fn check_raw(r: i32) -> Result<(), CudaError> {
+    if r == 0 { Ok(()) } else { Err(CudaError(r)) }
 }
 
 fn allocation_prop(ordinal: i32) -> sys::CUmemAllocationProp {
@@ -501,6 +549,211 @@ impl Backend for CudaBackend {
         }
     }
 
+    fn memcpy_2d(&self, copy: Copy2D<'_>, width: u64, height: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
+        let host = sys::CUmemorytype::CU_MEMORYTYPE_HOST;
+        let device = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        // (memory type, host pointer, device address, pitch) of each side. The struct has
+        // enum fields without a zero value, so it is built whole, never zeroed.
+        let (reply_wait, src, dst) = match copy {
+            Copy2D::HostToDevice { dst, dpitch, src } => {
+                (false, (host, src.as_ptr() as *mut c_void, 0, width), (device, std::ptr::null_mut(), dst, dpitch))
+            }
+            Copy2D::DeviceToHost { dst, src, spitch } => {
+                (true, (device, std::ptr::null_mut(), src, spitch), (host, dst.as_mut_ptr() as *mut c_void, 0, width))
+            }
+            Copy2D::DeviceToDevice { dst, dpitch, src, spitch } => {
+                (false, (device, std::ptr::null_mut(), src, spitch), (device, std::ptr::null_mut(), dst, dpitch))
+            }
+        };
+        let p = sys::CUDA_MEMCPY2D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: src.0,
+            srcHost: src.1,
+            srcDevice: src.2,
+            srcArray: std::ptr::null_mut(),
+            srcPitch: src.3 as usize,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: dst.0,
+            dstHost: dst.1,
+            dstDevice: dst.2,
+            dstArray: std::ptr::null_mut(),
+            dstPitch: dst.3 as usize,
+            WidthInBytes: width as usize,
+            Height: height as usize,
+        };
+        unsafe {
+            match stream {
+                None => check(sys::cuMemcpy2DUnaligned_v2(&p)),
+                Some(s) => {
+                    let h = stream_handle(s);
+                    check(sys::cuMemcpy2DAsync_v2(&p, h))?;
+                    // A host side is the request's or the reply's buffer: done before either goes.
+                    if reply_wait || p.srcMemoryType == host { check(sys::cuStreamSynchronize(h)) } else { Ok(()) }
+                }
+            }
+        }
+    }
+
+    fn memset_2d(
+        &self,
+        dst: u64,
+        pitch: u64,
+        value: u8,
+        width: u64,
+        height: u64,
+        stream: Option<StreamRef>,
+    ) -> Result<(), CudaError> {
+        let (pitch, width, height) = (pitch as usize, width as usize, height as usize);
+        unsafe {
+            match stream {
+                None => check(sys::cuMemsetD2D8_v2(dst, pitch, value, width, height)),
+                Some(s) => check(sys::cuMemsetD2D8Async(dst, pitch, value, width, height, stream_handle(s))),
+            }
+        }
+    }
+
+    fn limit(&self, device: i32, limit: i32) -> Result<u64, CudaError> {
+        self.bind(device)?;
+        let mut v = 0usize;
+        check_raw(unsafe { (self.raw.ctx_get_limit)(&mut v, limit) })?;
+        Ok(v as u64)
+    }
+
+    fn set_limit(&self, device: i32, limit: i32, value: u64) -> Result<(), CudaError> {
+        self.bind(device)?;
+        check_raw(unsafe { (self.raw.ctx_set_limit)(limit, value as usize) })
+    }
+
+    fn cache_config(&self, device: i32) -> Result<i32, CudaError> {
+        self.bind(device)?;
+        let mut v = 0;
+        check_raw(unsafe { (self.raw.ctx_get_cache_config)(&mut v) })?;
+        Ok(v)
+    }
+
+    fn set_cache_config(&self, device: i32, config: i32) -> Result<(), CudaError> {
+        self.bind(device)?;
+        check_raw(unsafe { (self.raw.ctx_set_cache_config)(config) })
+    }
+
+    fn shared_mem_config(&self, device: i32) -> Result<i32, CudaError> {
+        self.bind(device)?;
+        let Some(get) = self.raw.ctx_get_shared_mem_config else {
+            return Ok(1); // four-byte banks, the only size of current GPUs
+        };
+        let mut v = 0;
+        check_raw(unsafe { get(&mut v) })?;
+        Ok(v)
+    }
+
+    fn set_shared_mem_config(&self, device: i32, config: i32) -> Result<(), CudaError> {
+        self.bind(device)?;
+        match self.raw.ctx_set_shared_mem_config {
+            Some(set) => check_raw(unsafe { set(config) }),
+            None => Ok(()),
+        }
+    }
+
+    fn stream_priority_range(&self, device: i32) -> Result<(i32, i32), CudaError> {
+        self.bind(device)?;
+        let (mut least, mut greatest) = (0, 0);
+        unsafe { check(sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest))? };
+        Ok((least, greatest))
+    }
+
+    fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool, CudaError> {
+        let (d, p) = (self.device(device)?.ordinal, self.device(peer)?.ordinal);
+        let mut can = 0;
+        unsafe { check(sys::cuDeviceCanAccessPeer(&mut can, d, p))? };
+        Ok(can != 0)
+    }
+
+    fn enable_peer_access(&self, device: i32, peer: i32) -> Result<(), CudaError> {
+        let peer_ctx = self.device(peer)?.ctx;
+        self.bind(device)?;
+        unsafe { check(sys::cuCtxEnablePeerAccess(peer_ctx, 0)) }
+    }
+
+    fn disable_peer_access(&self, device: i32, peer: i32) -> Result<(), CudaError> {
+        let peer_ctx = self.device(peer)?.ctx;
+        self.bind(device)?;
+        unsafe { check(sys::cuCtxDisablePeerAccess(peer_ctx)) }
+    }
+
+    fn reset_persisting_l2_cache(&self, device: i32) -> Result<(), CudaError> {
+        self.bind(device)?;
+        unsafe { check(sys::cuCtxResetPersistingL2Cache()) }
+    }
+
+    fn stream_wait_event(&self, stream: StreamRef, event: Raw) -> Result<(), CudaError> {
+        unsafe { check(sys::cuStreamWaitEvent(stream_handle(stream), event as sys::CUevent, 0)) }
+    }
+
+    fn function_attributes(&self, function: Raw) -> Result<FuncAttributes, CudaError> {
+        let f = function as sys::CUfunction;
+        let get = |attr: i32| -> Result<i32, CudaError> {
+            let mut v = 0;
+            check_raw(unsafe { (self.raw.func_get_attribute)(&mut v, attr, f) })?;
+            Ok(v)
+        };
+        // The cluster attributes (10..=15) are unknown to drivers before CUDA 12: 0 then.
+        let optional = |attr: i32| get(attr).unwrap_or(0);
+        Ok(FuncAttributes {
+            max_threads_per_block: get(0)?,
+            shared_size_bytes: get(1)? as u64,
+            const_size_bytes: get(2)? as u64,
+            local_size_bytes: get(3)? as u64,
+            num_regs: get(4)?,
+            ptx_version: get(5)?,
+            binary_version: get(6)?,
+            cache_mode_ca: get(7)?,
+            max_dynamic_shared_size_bytes: get(8)?,
+            preferred_shmem_carveout: get(9)?,
+            cluster_dim_must_be_set: optional(10),
+            required_cluster: [optional(11), optional(12), optional(13)],
+            non_portable_cluster_size_allowed: optional(14),
+            cluster_scheduling_policy_preference: optional(15),
+            reserved: 0,
+        })
+    }
+
+    fn function_set_attribute(&self, function: Raw, attr: i32, value: i32) -> Result<(), CudaError> {
+        check_raw(unsafe { (self.raw.func_set_attribute)(function as sys::CUfunction, attr, value) })
+    }
+
+    fn function_set_cache_config(&self, function: Raw, config: i32) -> Result<(), CudaError> {
+        check_raw(unsafe { (self.raw.func_set_cache_config)(function as sys::CUfunction, config) })
+    }
+
+    fn occupancy(&self, function: Raw, block_size: i32, dynamic_smem: u64, flags: u32) -> Result<i32, CudaError> {
+        let mut n = 0;
+        unsafe {
+            check(sys::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+                &mut n,
+                function as sys::CUfunction,
+                block_size,
+                dynamic_smem as usize,
+                flags,
+            ))?
+        };
+        Ok(n)
+    }
+
+    fn available_dynamic_smem(&self, function: Raw, blocks: i32, block_size: i32) -> Result<u64, CudaError> {
+        let mut n = 0usize;
+        unsafe {
+            check(sys::cuOccupancyAvailableDynamicSMemPerBlock(
+                &mut n,
+                function as sys::CUfunction,
+                blocks,
+                block_size,
+            ))?
+        };
+        Ok(n as u64)
+    }
+
     fn stream_create(&self, device: i32, flags: u32, priority: i32) -> Result<Raw, CudaError> {
         self.bind(device)?;
         let mut s = std::ptr::null_mut();
@@ -606,6 +859,7 @@ impl Backend for CudaBackend {
         _memory: &MemoryView<'_>,
         _printed: &mut Vec<u8>,
         measure: bool,
+        cooperative: bool,
     ) -> Result<(), CudaError> {
         let mut size = params.len();
         // CU_LAUNCH_PARAM_BUFFER_POINTER, buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END
@@ -622,20 +876,47 @@ impl Backend for CudaBackend {
         if let Some(((start, _), _)) = timed {
             unsafe { sys::cuEventRecord(start, h) };
         }
-        let r = unsafe {
-            check(sys::cuLaunchKernel(
-                function as sys::CUfunction,
-                grid.x,
-                grid.y,
-                grid.z,
-                block.x,
-                block.y,
-                block.z,
-                shared_mem,
-                h,
-                std::ptr::null_mut(),
-                extra.as_mut_ptr(),
-            ))
+        let r = if cooperative {
+            // cuLaunchCooperativeKernel takes no packed buffer; cuLaunchKernelEx does.
+            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+            attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+            attr.value.cooperative = 1;
+            let config = sys::CUlaunchConfig {
+                gridDimX: grid.x,
+                gridDimY: grid.y,
+                gridDimZ: grid.z,
+                blockDimX: block.x,
+                blockDimY: block.y,
+                blockDimZ: block.z,
+                sharedMemBytes: shared_mem,
+                hStream: h,
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            unsafe {
+                check(sys::cuLaunchKernelEx(
+                    &config,
+                    function as sys::CUfunction,
+                    std::ptr::null_mut(),
+                    extra.as_mut_ptr(),
+                ))
+            }
+        } else {
+            unsafe {
+                check(sys::cuLaunchKernel(
+                    function as sys::CUfunction,
+                    grid.x,
+                    grid.y,
+                    grid.z,
+                    block.x,
+                    block.y,
+                    block.z,
+                    shared_mem,
+                    h,
+                    std::ptr::null_mut(),
+                    extra.as_mut_ptr(),
+                ))
+            }
         };
         if let Some((pair, weight)) = timed {
             let mut timer = self.timer.lock().unwrap();

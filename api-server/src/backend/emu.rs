@@ -10,11 +10,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use phos_protocol::CudaError;
-use phos_protocol::types::{DeviceProperties, Dim3};
+use phos_protocol::types::{DeviceProperties, Dim3, FuncAttributes};
 use phos_ptx::exec::{self, GlobalMemory, Launch, Program};
 
 use super::{Backend, LoadedModule, Physical, Raw, StreamRef};
 use crate::memory::MemoryView;
+use std::sync::atomic::AtomicI32;
 
 /// `CUdevice_attribute` numbers the emulated device reports (the subset that describes it).
 mod attr {
@@ -53,6 +54,7 @@ mod attr {
     pub const MAX_REGISTERS_PER_MULTIPROCESSOR: usize = 82;
     pub const SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO: usize = 87;
     pub const COMPUTE_PREEMPTION_SUPPORTED: usize = 90;
+    pub const COOPERATIVE_LAUNCH: usize = 95;
     pub const MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: usize = 97;
     pub const MAX_BLOCKS_PER_MULTIPROCESSOR: usize = 106;
     pub const RESERVED_SHARED_MEMORY_PER_BLOCK: usize = 111;
@@ -68,6 +70,8 @@ struct Event {
 /// A loaded module: its PTX prepared for the interpreter, and the storage of its variables.
 struct Module {
     program: Arc<Program>,
+    /// What the PTX says of each kernel beyond the interpreter's needs.
+    kernels: HashMap<String, KernelMeta>,
     /// Variables by name: (address, size).
     variables: HashMap<String, (u64, u64)>,
     /// Host memory holding the variables (unmapped with the module).
@@ -97,7 +101,11 @@ pub struct EmuBackend {
     events: Mutex<HashMap<Raw, Event>>,
     streams: Mutex<HashMap<Raw, ()>>,
     modules: Mutex<HashMap<Raw, Module>>,
-    functions: Mutex<HashMap<Raw, (Arc<Program>, String)>>,
+    functions: Mutex<HashMap<Raw, Function>>,
+    /// Context limits, by `cudaLimit`.
+    limits: Mutex<[u64; LIMITS]>,
+    cache_config: AtomicI32,
+    shared_mem_config: AtomicI32,
     /// Device work (copies, memsets, kernels) runs one operation at a time, in the order it
     /// was submitted: a valid CUDA schedule for any mix of streams and host threads.
     work: Mutex<()>,
@@ -106,6 +114,55 @@ pub struct EmuBackend {
     kernel_ns: AtomicU64,
     kernels: AtomicU64,
 }
+
+/// A kernel handle: its program and the attributes a program may set.
+#[derive(Clone)]
+struct Function {
+    program: Arc<Program>,
+    name: String,
+    meta: KernelMeta,
+    max_dynamic_shared: u32,
+    carveout: i32,
+    cache_config: i32,
+}
+
+/// The PTX's word on a kernel: `.maxntid` / `.reqntid` and the module's `.version` / `.target`.
+#[derive(Clone, Copy, Default)]
+struct KernelMeta {
+    max_threads: u32,
+    ptx_version: i32,
+    target: i32,
+}
+
+fn kernel_meta(module: &phos_ptx::Module) -> HashMap<String, KernelMeta> {
+    use phos_ptx::{Directive, FunctionDirective};
+    let ptx_version = module.version().map(|(a, b)| (a * 10 + b) as i32).unwrap_or(0);
+    let target = module
+        .target()
+        .and_then(|t| t.first())
+        .and_then(|t| t.trim_start_matches("sm_").trim_end_matches(|c: char| c.is_alphabetic()).parse().ok())
+        .unwrap_or(0);
+    let mut out = HashMap::new();
+    for d in &module.directives {
+        let Directive::Function(f) = d else { continue };
+        let mut max_threads = 1024u32;
+        for fd in &f.directives {
+            if let FunctionDirective::MaxNTid(v) | FunctionDirective::ReqNTid(v) = fd {
+                max_threads = max_threads.min(v.iter().product::<u32>().max(1));
+            }
+        }
+        out.insert(f.name.clone(), KernelMeta { max_threads, ptx_version, target });
+    }
+    out
+}
+
+/// `cudaLimit` values there are.
+const LIMITS: usize = 7;
+/// What a fresh context reports: stack, printf FIFO, malloc heap, device-runtime sync depth,
+/// pending launches, L2 fetch granularity, persisting L2 size (CUDA's defaults).
+const DEFAULT_LIMITS: [u64; LIMITS] = [1024, 1 << 20, 8 << 20, 2, 2048, 64, 0];
+/// Shared memory a block may use without opting in.
+const DEFAULT_DYNAMIC_SHARED: u64 = 48 * 1024;
 
 const PAGE: u64 = 4096;
 /// `cudaEventDisableTiming`
@@ -152,6 +209,7 @@ impl EmuBackend {
         set(&mut a, attr::MAX_REGISTERS_PER_MULTIPROCESSOR, 65536);
         set(&mut a, attr::SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO, 2);
         set(&mut a, attr::COMPUTE_PREEMPTION_SUPPORTED, 1);
+        set(&mut a, attr::COOPERATIVE_LAUNCH, 1);
         set(&mut a, attr::MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 227 * 1024);
         set(&mut a, attr::MAX_BLOCKS_PER_MULTIPROCESSOR, 32);
         set(&mut a, attr::RESERVED_SHARED_MEMORY_PER_BLOCK, 1024);
@@ -174,6 +232,9 @@ impl EmuBackend {
             streams: Mutex::new(HashMap::new()),
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
+            limits: Mutex::new(DEFAULT_LIMITS),
+            cache_config: AtomicI32::new(0),
+            shared_mem_config: AtomicI32::new(1),
             work: Mutex::new(()),
             workers: cores as usize,
             kernel_ns: AtomicU64::new(0),
@@ -397,6 +458,151 @@ impl Backend for EmuBackend {
         Ok(())
     }
 
+    fn limit(&self, device: i32, limit: i32) -> Result<u64, CudaError> {
+        self.check_device(device)?;
+        let i = usize::try_from(limit).ok().filter(|&i| i < LIMITS).ok_or(CudaError::UnsupportedLimit)?;
+        Ok(self.limits.lock().unwrap()[i])
+    }
+
+    fn set_limit(&self, device: i32, limit: i32, value: u64) -> Result<(), CudaError> {
+        self.check_device(device)?;
+        let i = usize::try_from(limit).ok().filter(|&i| i < LIMITS).ok_or(CudaError::UnsupportedLimit)?;
+        // The driver rounds the stack size up to a multiple of 16 bytes.
+        let value = if i == 0 { value.div_ceil(16) * 16 } else { value };
+        self.limits.lock().unwrap()[i] = value;
+        Ok(())
+    }
+
+    fn cache_config(&self, device: i32) -> Result<i32, CudaError> {
+        self.check_device(device)?;
+        Ok(self.cache_config.load(Ordering::Relaxed))
+    }
+
+    fn set_cache_config(&self, device: i32, config: i32) -> Result<(), CudaError> {
+        self.check_device(device)?;
+        self.cache_config.store(config, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn shared_mem_config(&self, device: i32) -> Result<i32, CudaError> {
+        self.check_device(device)?;
+        Ok(self.shared_mem_config.load(Ordering::Relaxed))
+    }
+
+    fn set_shared_mem_config(&self, device: i32, _config: i32) -> Result<(), CudaError> {
+        // Four-byte banks are the only size, as on every GPU since Volta.
+        self.check_device(device)
+    }
+
+    fn stream_priority_range(&self, device: i32) -> Result<(i32, i32), CudaError> {
+        self.check_device(device)?;
+        Ok((0, -5))
+    }
+
+    fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool, CudaError> {
+        self.check_device(device)?;
+        self.check_device(peer)?;
+        Ok(false)
+    }
+
+    fn enable_peer_access(&self, device: i32, peer: i32) -> Result<(), CudaError> {
+        self.check_device(device)?;
+        self.check_device(peer)?;
+        Err(CudaError::PeerAccessUnsupported)
+    }
+
+    fn disable_peer_access(&self, device: i32, peer: i32) -> Result<(), CudaError> {
+        self.check_device(device)?;
+        self.check_device(peer)?;
+        Err(CudaError::PeerAccessNotEnabled)
+    }
+
+    fn reset_persisting_l2_cache(&self, device: i32) -> Result<(), CudaError> {
+        self.check_device(device)
+    }
+
+    fn stream_wait_event(&self, stream: StreamRef, event: Raw) -> Result<(), CudaError> {
+        // Work runs in submission order, so the event's work is already done.
+        self.check_stream(stream)?;
+        self.events.lock().unwrap().get(&event).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
+    }
+
+    fn function_attributes(&self, function: Raw) -> Result<FuncAttributes, CudaError> {
+        let f = self.functions.lock().unwrap().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
+        let info = f.program.kernel(&f.name).ok_or(CudaError::InvalidDeviceFunction)?;
+        Ok(FuncAttributes {
+            shared_size_bytes: info.static_shared,
+            const_size_bytes: 0,
+            local_size_bytes: info.local_size,
+            max_threads_per_block: f.meta.max_threads as i32,
+            // The interpreter has no register file.
+            num_regs: 0,
+            ptx_version: f.meta.ptx_version,
+            binary_version: f.meta.target,
+            cache_mode_ca: 0,
+            max_dynamic_shared_size_bytes: f.max_dynamic_shared as i32,
+            preferred_shmem_carveout: f.carveout,
+            ..FuncAttributes::default()
+        })
+    }
+
+    fn function_set_attribute(&self, function: Raw, attr: i32, value: i32) -> Result<(), CudaError> {
+        let mut functions = self.functions.lock().unwrap();
+        let f = functions.get_mut(&function).ok_or(CudaError::InvalidResourceHandle)?;
+        let static_shared = f.program.kernel(&f.name).map(|k| k.static_shared).unwrap_or(0);
+        let optin = self.properties.attributes[attr::MAX_SHARED_MEMORY_PER_BLOCK_OPTIN] as u64;
+        match attr {
+            // cudaFuncAttributeMaxDynamicSharedMemorySize
+            8 if value >= 0 && value as u64 + static_shared <= optin => f.max_dynamic_shared = value as u32,
+            // cudaFuncAttributePreferredSharedMemoryCarveout
+            9 if (-1..=100).contains(&value) => f.carveout = value,
+            _ => return Err(CudaError::InvalidValue),
+        }
+        Ok(())
+    }
+
+    fn function_set_cache_config(&self, function: Raw, config: i32) -> Result<(), CudaError> {
+        let mut functions = self.functions.lock().unwrap();
+        functions.get_mut(&function).ok_or(CudaError::InvalidResourceHandle)?.cache_config = config;
+        Ok(())
+    }
+
+    fn occupancy(&self, function: Raw, block_size: i32, dynamic_smem: u64, _flags: u32) -> Result<i32, CudaError> {
+        let f = self.functions.lock().unwrap().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
+        if block_size <= 0 || block_size as u32 > f.meta.max_threads {
+            return Ok(0);
+        }
+        let a = &self.properties.attributes;
+        let warps = (block_size as i64 + 31) / 32;
+        let by_threads = a[attr::MAX_THREADS_PER_MULTIPROCESSOR] as i64 / (warps * 32);
+        let static_shared = f.program.kernel(&f.name).map(|k| k.static_shared).unwrap_or(0);
+        let shared = static_shared + dynamic_smem;
+        let by_shared = if shared == 0 {
+            i64::MAX
+        } else {
+            let per_block = shared + a[attr::RESERVED_SHARED_MEMORY_PER_BLOCK] as u64;
+            (a[attr::MAX_SHARED_MEMORY_PER_MULTIPROCESSOR] as u64 / per_block) as i64
+        };
+        let blocks = by_threads.min(by_shared).min(a[attr::MAX_BLOCKS_PER_MULTIPROCESSOR] as i64);
+        Ok(blocks.max(0) as i32)
+    }
+
+    fn available_dynamic_smem(&self, function: Raw, blocks: i32, block_size: i32) -> Result<u64, CudaError> {
+        let f = self.functions.lock().unwrap().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
+        let a = &self.properties.attributes;
+        if blocks <= 0 || block_size <= 0 || block_size as u32 > f.meta.max_threads {
+            return Ok(0);
+        }
+        let warps = (block_size as i64 + 31) / 32;
+        if i64::from(blocks) * warps * 32 > a[attr::MAX_THREADS_PER_MULTIPROCESSOR] as i64 {
+            return Ok(0);
+        }
+        let static_shared = f.program.kernel(&f.name).map(|k| k.static_shared).unwrap_or(0);
+        let per_block = a[attr::MAX_SHARED_MEMORY_PER_MULTIPROCESSOR] as u64 / blocks as u64;
+        let usable = per_block.saturating_sub(a[attr::RESERVED_SHARED_MEMORY_PER_BLOCK] as u64 + static_shared);
+        Ok(usable.min((a[attr::MAX_SHARED_MEMORY_PER_BLOCK_OPTIN] as u64).saturating_sub(static_shared)))
+    }
+
     fn stream_create(&self, device: i32, _flags: u32, _priority: i32) -> Result<Raw, CudaError> {
         self.check_device(device)?;
         let raw = self.fresh();
@@ -473,11 +679,12 @@ impl Backend for EmuBackend {
             tracing::warn!("emu: cannot parse the module's PTX: {e}");
             CudaError::InvalidPtx
         })?;
+        let kernels = kernel_meta(&module);
         let mut program = Program::new(&module);
         let (variables, storage) = allocate_variables(&mut program)?;
         let regions = variables.iter().map(|(name, &(addr, size))| (name.clone(), addr, size)).collect();
         let raw = self.fresh();
-        self.modules.lock().unwrap().insert(raw, Module { program: Arc::new(program), variables, storage });
+        self.modules.lock().unwrap().insert(raw, Module { program: Arc::new(program), kernels, variables, storage });
         Ok(LoadedModule { raw, variables: regions })
     }
 
@@ -488,11 +695,20 @@ impl Backend for EmuBackend {
     fn module_function(&self, module: Raw, name: &str) -> Result<Raw, CudaError> {
         let modules = self.modules.lock().unwrap();
         let m = modules.get(&module).ok_or(CudaError::InvalidResourceHandle)?;
-        if m.program.kernel(name).is_none() {
+        let Some(info) = m.program.kernel(name) else {
             return Err(CudaError::SymbolNotFound);
-        }
+        };
+        let meta = m.kernels.get(name).copied().unwrap_or_default();
         let raw = self.fresh();
-        self.functions.lock().unwrap().insert(raw, (m.program.clone(), name.to_string()));
+        let function = Function {
+            program: m.program.clone(),
+            name: name.to_string(),
+            meta,
+            max_dynamic_shared: DEFAULT_DYNAMIC_SHARED.saturating_sub(info.static_shared) as u32,
+            carveout: -1,
+            cache_config: 0,
+        };
+        self.functions.lock().unwrap().insert(raw, function);
         Ok(raw)
     }
 
@@ -517,10 +733,19 @@ impl Backend for EmuBackend {
         memory: &MemoryView<'_>,
         printed: &mut Vec<u8>,
         _measure: bool,
+        _cooperative: bool,
     ) -> Result<(), CudaError> {
         self.check_stream(stream)?;
-        let (program, name) =
-            self.functions.lock().unwrap().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
+        let f = self.functions.lock().unwrap().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
+        // As on a GPU: more threads than the kernel's bounds, or more dynamic shared memory
+        // than it opted in to, fail the launch.
+        if block.volume() > u64::from(f.meta.max_threads) {
+            return Err(CudaError::InvalidValue);
+        }
+        if shared_mem > f.max_dynamic_shared {
+            return Err(CudaError::InvalidValue);
+        }
+        let (program, name) = (f.program, f.name);
         let launch = Launch {
             grid: [grid.x, grid.y, grid.z],
             block: [block.x, block.y, block.z],

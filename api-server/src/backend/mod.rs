@@ -8,7 +8,7 @@ pub mod cuda;
 pub mod emu;
 
 use phos_protocol::CudaError;
-use phos_protocol::types::{DeviceProperties, Dim3};
+use phos_protocol::types::{DeviceProperties, Dim3, FuncAttributes};
 
 use crate::memory::MemoryView;
 
@@ -28,6 +28,13 @@ pub enum StreamRef {
 
 /// Physical backing of one mapped range.
 pub type Physical = u64;
+
+/// The two sides of a 2D copy; a host side is packed.
+pub enum Copy2D<'a> {
+    HostToDevice { dst: u64, dpitch: u64, src: &'a [u8] },
+    DeviceToHost { dst: &'a mut [u8], src: u64, spitch: u64 },
+    DeviceToDevice { dst: u64, dpitch: u64, src: u64, spitch: u64 },
+}
 
 /// A module a backend loaded.
 #[derive(Debug, Default)]
@@ -73,6 +80,73 @@ pub trait Backend: Send + Sync {
     fn memcpy_dtoh(&self, dst: &mut [u8], src: u64, stream: Option<StreamRef>) -> Result<(), CudaError>;
     fn memcpy_dtod(&self, dst: u64, src: u64, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError>;
     fn memset(&self, dst: u64, value: u8, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError>;
+
+    /// One 2D copy of `height` rows of `width` bytes (a host side is packed: its pitch is
+    /// `width`). The default copies row by row.
+    fn memcpy_2d(&self, copy: Copy2D<'_>, width: u64, height: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
+        let (w, h) = (width as usize, height as usize);
+        match copy {
+            Copy2D::HostToDevice { dst, dpitch, src } => {
+                for (row, bytes) in src.chunks_exact(w).take(h).enumerate() {
+                    self.memcpy_htod(dst + row as u64 * dpitch, bytes, stream)?;
+                }
+            }
+            Copy2D::DeviceToHost { dst, src, spitch } => {
+                for (row, bytes) in dst.chunks_exact_mut(w).take(h).enumerate() {
+                    self.memcpy_dtoh(bytes, src + row as u64 * spitch, stream)?;
+                }
+            }
+            Copy2D::DeviceToDevice { dst, dpitch, src, spitch } => {
+                for row in 0..height {
+                    self.memcpy_dtod(dst + row * dpitch, src + row * spitch, width, stream)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Set `height` rows of `width` bytes, `pitch` apart. The default sets row by row.
+    fn memset_2d(
+        &self,
+        dst: u64,
+        pitch: u64,
+        value: u8,
+        width: u64,
+        height: u64,
+        stream: Option<StreamRef>,
+    ) -> Result<(), CudaError> {
+        for row in 0..height {
+            self.memset(dst + row * pitch, value, width, stream)?;
+        }
+        Ok(())
+    }
+
+    /// A context limit (`cudaLimit` numbering, the driver's too).
+    fn limit(&self, device: i32, limit: i32) -> Result<u64, CudaError>;
+    fn set_limit(&self, device: i32, limit: i32, value: u64) -> Result<(), CudaError>;
+    /// `cudaFuncCache` preference of the device.
+    fn cache_config(&self, device: i32) -> Result<i32, CudaError>;
+    fn set_cache_config(&self, device: i32, config: i32) -> Result<(), CudaError>;
+    /// `cudaSharedMemConfig` of the device.
+    fn shared_mem_config(&self, device: i32) -> Result<i32, CudaError>;
+    fn set_shared_mem_config(&self, device: i32, config: i32) -> Result<(), CudaError>;
+    /// (least, greatest) stream priority.
+    fn stream_priority_range(&self, device: i32) -> Result<(i32, i32), CudaError>;
+    fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool, CudaError>;
+    fn enable_peer_access(&self, device: i32, peer: i32) -> Result<(), CudaError>;
+    fn disable_peer_access(&self, device: i32, peer: i32) -> Result<(), CudaError>;
+    fn reset_persisting_l2_cache(&self, device: i32) -> Result<(), CudaError>;
+    /// Work submitted to `stream` from now on waits for `event`'s recorded work.
+    fn stream_wait_event(&self, stream: StreamRef, event: Raw) -> Result<(), CudaError>;
+
+    fn function_attributes(&self, function: Raw) -> Result<FuncAttributes, CudaError>;
+    /// `attr` numbered as `cudaFuncAttribute` / `CUfunction_attribute`.
+    fn function_set_attribute(&self, function: Raw, attr: i32, value: i32) -> Result<(), CudaError>;
+    fn function_set_cache_config(&self, function: Raw, config: i32) -> Result<(), CudaError>;
+    /// Blocks of `block_size` threads that fit on one multiprocessor at once.
+    fn occupancy(&self, function: Raw, block_size: i32, dynamic_smem: u64, flags: u32) -> Result<i32, CudaError>;
+    /// Dynamic shared memory a block may use with `blocks` blocks of `block_size` resident.
+    fn available_dynamic_smem(&self, function: Raw, blocks: i32, block_size: i32) -> Result<u64, CudaError>;
 
     fn stream_create(&self, device: i32, flags: u32, priority: i32) -> Result<Raw, CudaError>;
     fn stream_destroy(&self, stream: Raw) -> Result<(), CudaError>;
@@ -123,5 +197,6 @@ pub trait Backend: Send + Sync {
         memory: &MemoryView<'_>,
         printed: &mut Vec<u8>,
         measure: bool,
+        cooperative: bool,
     ) -> Result<(), CudaError>;
 }

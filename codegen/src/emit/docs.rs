@@ -6,7 +6,7 @@ pub fn emit(api: &Api) -> String {
     let remote = api.functions.iter().filter(|f| f.exec == Exec::Remote && !f.internal).count();
     let guest = api.functions.iter().filter(|f| f.exec == Exec::Guest).count();
     let unsupported = api.functions.iter().filter(|f| f.exec == Exec::Unsupported).count();
-    let aliases: usize = api.functions.iter().map(|f| f.aliases.len()).sum();
+    let aliases: usize = api.functions.iter().map(|f| f.aliases.len() + f.per_thread_aliases.len()).sum();
     let mut s = String::new();
     s.push_str("# API coverage\n\n");
     s.push_str(&format!(
@@ -19,6 +19,12 @@ pub fn emit(api: &Api) -> String {
         remote + guest,
         api.errors.not_supported
     ));
+    for note in &api.coverage_notes {
+        s.push_str(&format!("- {note}\n"));
+    }
+    if !api.coverage_notes.is_empty() {
+        s.push('\n');
+    }
     s.push_str("| function | status | notes |\n|---|---|---|\n");
     for f in api.functions.iter().filter(|f| !f.internal) {
         let status = match f.exec {
@@ -40,6 +46,9 @@ pub fn emit(api: &Api) -> String {
         }
         if !f.aliases.is_empty() {
             notes.push(format!("also `{}`", f.aliases.join("`, `")));
+        }
+        if !f.per_thread_aliases.is_empty() {
+            notes.push(format!("per-thread default stream: `{}`", f.per_thread_aliases.join("`, `")));
         }
         notes.push(format!("spec line {}", f.line));
         s.push_str(&format!("| `{}` | {status} | {} |\n", f.name, notes.join("; ")));

@@ -26,10 +26,13 @@ pub fn emit(api: &Api) -> String {
         match f.exec {
             Exec::Remote => remote_stub(&mut w, api, f),
             Exec::Guest => guest_stub(&mut w, api, f),
-            Exec::Unsupported => unsupported_stub(&mut w, api, f),
+            Exec::Unsupported => unsupported_stub(&mut w, api, f, &f.name),
         }
         for alias in &f.aliases {
-            alias_stub(&mut w, api, f, alias);
+            alias_stub(&mut w, api, f, alias, false);
+        }
+        for alias in &f.per_thread_aliases {
+            alias_stub(&mut w, api, f, alias, true);
         }
     }
     let mut out = header("guest", api);
@@ -71,7 +74,7 @@ pub(crate) fn ffi_type(api: &Api, t: &CType) -> String {
             Some(TypeKind::Scalar(s)) => s.rust().into(),
             Some(TypeKind::Handle(_)) => "*mut ::std::ffi::c_void".into(),
             Some(TypeKind::Pod { wire, .. }) => format!("{P}::types::{wire}"),
-            Some(TypeKind::AbiStruct(_)) | None => "::std::ffi::c_void".into(),
+            Some(TypeKind::AbiStruct(_)) | Some(TypeKind::Struct) | None => "::std::ffi::c_void".into(),
         },
     };
     let mut pointee_const = t.is_const;
@@ -153,23 +156,52 @@ fn guest_stub(w: &mut W, api: &Api, f: &Function) {
     w.line("");
 }
 
-fn unsupported_stub(w: &mut W, api: &Api, f: &Function) {
-    w.line(format!("/// `{}`: not supported; answers the not-supported error (spec line {}).", f.name, f.line));
+/// The export of an unsupported function takes no parameters: it reads none, and under the C
+/// calling conventions of the targets Phos builds for (x86-64 System V, AArch64) a callee may
+/// ignore arguments the caller passed. It returns the status type, so no hidden result
+/// pointer is involved. Its parameter types therefore need no declaration in the spec.
+fn unsupported_stub(w: &mut W, api: &Api, f: &Function, export: &str) {
+    w.line(format!("/// `{export}`: not supported; answers the not-supported error (spec line {}).", f.line));
     export_attrs(w);
-    w.open(format!("pub unsafe extern \"C\" fn {}({}){} {{", f.name, params_sig(api, f), ret_sig(api, f)));
+    w.open(format!("pub unsafe extern \"C\" fn {export}(){} {{", ret_sig(api, f)));
     w.line(format!("rt::unsupported(wire::FunctionId::{})", f.type_name()));
     w.close("}");
     w.line("");
 }
 
-fn alias_stub(w: &mut W, api: &Api, f: &Function, alias: &str) {
-    w.line(format!("/// `{alias}`: another name of `{}`.", f.name));
+fn alias_stub(w: &mut W, api: &Api, f: &Function, alias: &str, per_thread: bool) {
+    if f.exec == Exec::Unsupported {
+        return unsupported_stub(w, api, f, alias);
+    }
+    if per_thread {
+        w.line(format!("/// `{alias}`: `{}` where a null stream is the calling thread's default stream.", f.name));
+    } else {
+        w.line(format!("/// `{alias}`: another name of `{}`.", f.name));
+    }
     export_attrs(w);
     w.open(format!("pub unsafe extern \"C\" fn {alias}({}){} {{", params_sig(api, f), ret_sig(api, f)));
+    if per_thread {
+        let per_thread_value = api.constants.get(PER_THREAD_STREAM).copied().unwrap_or(0);
+        for p in f.params.iter().filter(|p| is_stream(api, &p.ty)) {
+            let id = rust_ident(&p.name.name);
+            w.line(format!(
+                "let {id} = if {id}.is_null() {{ {per_thread_value}usize as *mut ::std::ffi::c_void }} else {{ {id} }};"
+            ));
+        }
+    }
     let args: Vec<String> = f.params.iter().map(|p| rust_ident(&p.name.name)).collect();
     w.line(format!("unsafe {{ {}({}) }}", f.name, args.join(", ")));
     w.close("}");
     w.line("");
+}
+
+/// The spec constant naming the per-thread default stream (`per_thread_stream` aliases).
+pub(crate) const PER_THREAD_STREAM: &str = "cudaStreamPerThread";
+
+/// A by-value parameter that is a handle of kind `stream`.
+pub(crate) fn is_stream(api: &Api, t: &CType) -> bool {
+    !t.is_pointer()
+        && matches!(&t.base, BaseType::Named(n) if matches!(api.types.get(n).map(|t| &t.kind), Some(TypeKind::Handle(k)) if k == "stream"))
 }
 
 /// Names in guest expressions: parameters are the FFI arguments, contextual arguments are

@@ -75,7 +75,7 @@ fn function_ids(w: &mut W, api: &Api) {
             let items: Vec<String> = v.iter().map(|(a, b)| format!("({}, {})", lit(a), lit(b))).collect();
             format!("&[{}]", items.join(", "))
         };
-        let aliases: Vec<String> = f.aliases.iter().map(|a| lit(a)).collect();
+        let aliases: Vec<String> = f.aliases.iter().chain(&f.per_thread_aliases).map(|a| lit(a)).collect();
         w.open("FunctionInfo {");
         w.line(format!("id: {},", f.id));
         w.line(format!("name: {},", lit(&f.name)));

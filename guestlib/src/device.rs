@@ -1,0 +1,201 @@
+//! Device management that lives in the guest: device flags, device choice, PCI bus ids,
+//! driver entry points. Per-device facts come from the server (properties, attributes).
+
+use std::ffi::{c_char, c_void};
+use std::sync::Mutex;
+
+use phos_protocol::CudaError;
+use phos_protocol::cudart::CudaDeviceGetAttributeRequest;
+
+use crate::abi::{self, attr};
+use crate::{runtime, soname};
+
+/// `cudaDeviceScheduleMask | cudaDeviceMapHost | cudaDeviceLmemResizeToMax`, plus the
+/// CUDA 12 `cudaDeviceSyncMemops`.
+const DEVICE_FLAGS: u32 = 0x07 | 0x08 | 0x10 | 0x80;
+/// `cudaDeviceMapHost`: always on for a context since CUDA 11, and reported so.
+const MAP_HOST: u32 = 0x08;
+/// Scheduling policies are exclusive: at most one of spin (1), yield (2), blocking sync (4).
+const SCHEDULE_MASK: u32 = 0x07;
+
+/// Flags per device, as set by `cudaSetDeviceFlags`/`cudaInitDevice`.
+static FLAGS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+fn device_count() -> Result<i32, CudaError> {
+    Ok(runtime::session()?.device_count)
+}
+
+fn check_device(device: i32) -> Result<(), CudaError> {
+    if device < 0 || device >= device_count()? { Err(CudaError::InvalidDevice) } else { Ok(()) }
+}
+
+fn set_flags(device: i32, flags: u32) -> Result<(), CudaError> {
+    if flags & !DEVICE_FLAGS != 0 || (flags & SCHEDULE_MASK).count_ones() > 1 {
+        return Err(CudaError::InvalidValue);
+    }
+    let mut all = FLAGS.lock().unwrap_or_else(|p| p.into_inner());
+    let i = device as usize;
+    if all.len() <= i {
+        all.resize(i + 1, 0);
+    }
+    all[i] = flags | MAP_HOST;
+    Ok(())
+}
+
+pub fn set_device_flags(flags: u32) -> Result<(), CudaError> {
+    let device = runtime::current_device();
+    check_device(device)?;
+    set_flags(device, flags)
+}
+
+pub unsafe fn get_device_flags(out: *mut u32) -> Result<(), CudaError> {
+    if out.is_null() {
+        return Err(CudaError::InvalidValue);
+    }
+    let device = runtime::current_device();
+    check_device(device)?;
+    let all = FLAGS.lock().unwrap_or_else(|p| p.into_inner());
+    let flags = all.get(device as usize).copied().unwrap_or(MAP_HOST);
+    unsafe { *out = flags };
+    Ok(())
+}
+
+/// `cudaInitDevice`: `flags` may only be `cudaInitDeviceFlagsAreValid` (1), which makes
+/// `device_flags` apply.
+pub fn init_device(device: i32, device_flags: u32, flags: u32) -> Result<(), CudaError> {
+    check_device(device)?;
+    match flags {
+        0 => Ok(()),
+        1 => set_flags(device, device_flags),
+        _ => Err(CudaError::InvalidValue),
+    }
+}
+
+/// `cudaSetValidDevices`: the list must name existing devices, each once.
+pub unsafe fn set_valid_devices(list: *const i32, len: i32) -> Result<(), CudaError> {
+    if len < 0 || (len > 0 && list.is_null()) {
+        return Err(CudaError::InvalidValue);
+    }
+    let devices = if len == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(list, len as usize) } };
+    for (i, &d) in devices.iter().enumerate() {
+        check_device(d)?;
+        if devices[..i].contains(&d) {
+            return Err(CudaError::InvalidValue);
+        }
+    }
+    Ok(())
+}
+
+fn attribute(device: i32, attr: i32) -> Result<i32, CudaError> {
+    let reply = runtime::call(&CudaDeviceGetAttributeRequest { attr, device })?;
+    Ok(reply.value)
+}
+
+/// `cudaChooseDevice`: the device whose compute capability is closest to the one asked for,
+/// preferring one at least as new.
+pub unsafe fn choose_device(out: *mut i32, prop: *const c_void) -> Result<(), CudaError> {
+    if out.is_null() || prop.is_null() {
+        return Err(CudaError::InvalidValue);
+    }
+    let wanted = unsafe { abi::requested_compute_capability(soname::current_abi(), prop) };
+    let mut best: Option<(bool, i32, i32)> = None;
+    for d in 0..device_count()? {
+        let cc = (attribute(d, attr::COMPUTE_CAPABILITY_MAJOR)?, attribute(d, attr::COMPUTE_CAPABILITY_MINOR)?);
+        let distance = ((cc.0 - wanted.0) * 10 + (cc.1 - wanted.1)).abs();
+        let candidate = (cc < wanted, distance, d);
+        if best.is_none_or(|b| (candidate.0, candidate.1) < (b.0, b.1)) {
+            best = Some(candidate);
+        }
+    }
+    let (_, _, device) = best.ok_or(CudaError::NoDevice)?;
+    unsafe { *out = device };
+    Ok(())
+}
+
+fn pci_id(device: i32) -> Result<String, CudaError> {
+    let domain = attribute(device, attr::PCI_DOMAIN_ID)?;
+    let bus = attribute(device, attr::PCI_BUS_ID)?;
+    let dev = attribute(device, attr::PCI_DEVICE_ID)?;
+    Ok(format!("{domain:08x}:{bus:02x}:{dev:02x}.0"))
+}
+
+/// `cudaDeviceGetPCIBusId`: `domain:bus:device.function` in hex, cut to `len` bytes with
+/// its terminating NUL, as CUDA does.
+pub unsafe fn get_pci_bus_id(out: *mut c_char, len: i32, device: i32) -> Result<(), CudaError> {
+    if out.is_null() || len <= 0 {
+        return Err(CudaError::InvalidValue);
+    }
+    check_device(device)?;
+    let id = pci_id(device)?;
+    let n = id.len().min(len as usize - 1);
+    unsafe {
+        std::ptr::copy_nonoverlapping(id.as_ptr().cast::<c_char>(), out, n);
+        *out.add(n) = 0;
+    }
+    Ok(())
+}
+
+/// Parses `[domain:]bus:device[.function]` (hex) into (domain, bus, device).
+fn parse_pci(s: &str) -> Option<(i32, i32, i32)> {
+    let s = s.trim();
+    let (rest, _function) = s.split_once('.').unwrap_or((s, "0"));
+    let parts: Vec<&str> = rest.split(':').collect();
+    let hex = |p: &str| i32::from_str_radix(p, 16).ok();
+    match parts.as_slice() {
+        [domain, bus, dev] => Some((hex(domain)?, hex(bus)?, hex(dev)?)),
+        [bus, dev] => Some((0, hex(bus)?, hex(dev)?)),
+        _ => None,
+    }
+}
+
+pub unsafe fn get_by_pci_bus_id(out: *mut i32, id: *const c_char) -> Result<(), CudaError> {
+    if out.is_null() || id.is_null() {
+        return Err(CudaError::InvalidValue);
+    }
+    let text = unsafe { std::ffi::CStr::from_ptr(id) }.to_str().map_err(|_| CudaError::InvalidValue)?;
+    let wanted = parse_pci(text).ok_or(CudaError::InvalidValue)?;
+    for d in 0..device_count()? {
+        let here =
+            (attribute(d, attr::PCI_DOMAIN_ID)?, attribute(d, attr::PCI_BUS_ID)?, attribute(d, attr::PCI_DEVICE_ID)?);
+        if here == wanted {
+            unsafe { *out = d };
+            return Ok(());
+        }
+    }
+    Err(CudaError::InvalidDevice)
+}
+
+/// `cudaGetDriverEntryPoint[ByVersion]`: Phos carries the runtime API, not the driver's, so
+/// no driver symbol is found. CUDA 12 and later report that through `driverStatus`
+/// (`cudaDriverEntryPointSymbolNotFound`) and succeed; without a status pointer (and in
+/// CUDA 11, which has none) the call fails with `cudaErrorSymbolNotFound`.
+pub unsafe fn driver_entry_point(
+    symbol: *const c_char,
+    func: *mut *mut c_void,
+    status: *mut i32,
+    has_status: bool,
+) -> Result<(), CudaError> {
+    if symbol.is_null() || func.is_null() {
+        return Err(CudaError::InvalidValue);
+    }
+    unsafe { *func = std::ptr::null_mut() };
+    if has_status && !status.is_null() {
+        unsafe { *status = 1 };
+        return Ok(());
+    }
+    Err(CudaError::SymbolNotFound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_pci;
+
+    #[test]
+    fn pci_ids_parse_with_or_without_domain() {
+        assert_eq!(parse_pci("0000:1b:00.0"), Some((0, 0x1b, 0)));
+        assert_eq!(parse_pci("00000000:c2:00.0"), Some((0, 0xc2, 0)));
+        assert_eq!(parse_pci("1b:00"), Some((0, 0x1b, 0)));
+        assert_eq!(parse_pci("garbage"), None);
+        assert_eq!(parse_pci("zz:yy:xx.0"), None);
+    }
+}

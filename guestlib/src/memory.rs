@@ -1,0 +1,295 @@
+//! Memory calls the guest composes from simpler remote ones: pitched and 3D allocations,
+//! strided copies and memsets (host rows travel packed, in one `phosMemcpy3D`), peer copies,
+//! host-memory registration and pointer attributes.
+
+use std::ffi::c_void;
+
+use phos_protocol::cudart::{
+    CudaMallocRequest, PhosMemcpy3DRequest, PhosMemset3DRequest, PhosPointerDeviceRequest, consts,
+};
+use phos_protocol::types::{Extent, PitchedPtr};
+use phos_protocol::{CudaError, Ptr};
+
+use crate::hand::Hand;
+use crate::stubs::HandWritten;
+use crate::{hostmem, registry, runtime, soname};
+
+/// Row pitch alignment of pitched allocations (a multiple of every GPU's texture pitch
+/// alignment, and of the 128-byte transactions rows should start on).
+const PITCH_ALIGNMENT: usize = 512;
+
+fn status(code: i32) -> Result<(), CudaError> {
+    if code == 0 { Ok(()) } else { Err(CudaError(code)) }
+}
+
+fn malloc(size: usize) -> Result<u64, CudaError> {
+    Ok(runtime::call(&CudaMallocRequest { size: size as u64 })?.devPtr)
+}
+
+pub unsafe fn malloc_pitch(
+    ptr: *mut *mut c_void,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+) -> Result<(), CudaError> {
+    if ptr.is_null() || pitch.is_null() {
+        return Err(CudaError::InvalidValue);
+    }
+    let p = width.checked_next_multiple_of(PITCH_ALIGNMENT).ok_or(CudaError::MemoryAllocation)?.max(PITCH_ALIGNMENT);
+    let size = p.checked_mul(height).ok_or(CudaError::MemoryAllocation)?;
+    let addr = if width == 0 || height == 0 { 0 } else { malloc(size)? };
+    unsafe {
+        *ptr = addr as usize as *mut c_void;
+        *pitch = p;
+    }
+    Ok(())
+}
+
+pub unsafe fn malloc_3d(out: *mut PitchedPtr, extent: Extent) -> Result<(), CudaError> {
+    if out.is_null() {
+        return Err(CudaError::InvalidValue);
+    }
+    let mut pitch = 0usize;
+    let mut ptr = std::ptr::null_mut();
+    let rows = extent.height.checked_mul(extent.depth).ok_or(CudaError::MemoryAllocation)?;
+    unsafe { malloc_pitch(&mut ptr, &mut pitch, extent.width, rows)? };
+    unsafe {
+        *out = PitchedPtr { ptr: ptr as usize as u64, pitch, xsize: extent.width, ysize: extent.height };
+    }
+    Ok(())
+}
+
+/// One side of a strided copy: where it starts, its row pitch and slice pitch.
+#[derive(Clone, Copy)]
+struct Side {
+    addr: u64,
+    pitch: u64,
+    slice: u64,
+}
+
+fn resolve(kind: i32, dst: u64, src: u64) -> Result<i32, CudaError> {
+    <Hand as HandWritten>::resolve_memcpy_kind(i128::from(kind), i128::from(dst), i128::from(src)).map(|k| k as i32)
+}
+
+/// A 3D copy of `w` bytes x `h` rows x `d` slices.
+fn copy_3d(dst: Side, src: Side, (w, h, d): (u64, u64, u64), kind: i32, stream: Option<u64>) -> Result<(), CudaError> {
+    if w == 0 || h == 0 || d == 0 {
+        return Ok(());
+    }
+    if w > dst.pitch || w > src.pitch {
+        return Err(CudaError::InvalidPitchValue);
+    }
+    let direction = resolve(kind, dst.addr, src.addr)?;
+    let total = w.checked_mul(h).and_then(|n| n.checked_mul(d)).ok_or(CudaError::InvalidValue)?;
+    let total = usize::try_from(total).map_err(|_| CudaError::InvalidValue)?;
+    // Byte offset of row y of slice z on a side.
+    let at = |s: Side, y: u64, z: u64| s.addr + z * s.slice + y * s.pitch;
+    let rows = || (0..d).flat_map(move |z| (0..h).map(move |y| (y, z)));
+    match direction {
+        consts::cudaMemcpyHostToHost => {
+            if let Some(s) = stream {
+                status(unsafe { crate::stubs::cudaStreamSynchronize(s as usize as *mut c_void) })?;
+            }
+            for (y, z) in rows() {
+                unsafe {
+                    std::ptr::copy(at(src, y, z) as usize as *const u8, at(dst, y, z) as usize as *mut u8, w as usize)
+                };
+            }
+            Ok(())
+        }
+        consts::cudaMemcpyHostToDevice => {
+            let mut packed = Vec::with_capacity(total);
+            for (y, z) in rows() {
+                let row = unsafe { std::slice::from_raw_parts(at(src, y, z) as usize as *const u8, w as usize) };
+                packed.extend_from_slice(row);
+            }
+            send(
+                dst,
+                Ptr::Device(dst.addr),
+                Side { addr: 0, pitch: w, slice: w * h },
+                Ptr::In(&packed),
+                (w, h, d),
+                direction,
+                stream,
+            )
+            .map(|_| ())
+        }
+        consts::cudaMemcpyDeviceToHost => {
+            let packed_side = Side { addr: 0, pitch: w, slice: w * h };
+            let data =
+                send(packed_side, Ptr::Out(total as u64), src, Ptr::Device(src.addr), (w, h, d), direction, stream)?;
+            let data = data.filter(|v| v.len() == total).ok_or(CudaError::Unknown)?;
+            for ((y, z), row) in rows().zip(data.chunks_exact(w as usize)) {
+                unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), at(dst, y, z) as usize as *mut u8, w as usize) };
+            }
+            Ok(())
+        }
+        _ => send(dst, Ptr::Device(dst.addr), src, Ptr::Device(src.addr), (w, h, d), direction, stream).map(|_| ()),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn send(
+    dst: Side,
+    dst_ptr: Ptr<'_>,
+    src: Side,
+    src_ptr: Ptr<'_>,
+    (w, h, d): (u64, u64, u64),
+    direction: i32,
+    stream: Option<u64>,
+) -> Result<Option<Vec<u8>>, CudaError> {
+    let reply = runtime::call(&PhosMemcpy3DRequest {
+        dst: dst_ptr,
+        dpitch: dst.pitch,
+        dslice: if d > 1 { dst.slice } else { 0 },
+        src: src_ptr,
+        spitch: src.pitch,
+        sslice: if d > 1 { src.slice } else { 0 },
+        width: w,
+        height: h,
+        depth: d,
+        direction,
+        stream: stream.unwrap_or(0),
+        ordered: stream.is_some() as i32,
+    })?;
+    Ok(reply.dst)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn memcpy_2d(
+    dst: *mut c_void,
+    dpitch: usize,
+    src: *const c_void,
+    spitch: usize,
+    width: usize,
+    height: usize,
+    kind: i32,
+    stream: Option<u64>,
+) -> Result<(), CudaError> {
+    if width > 0 && height > 0 && (dst.is_null() || src.is_null()) {
+        return Err(CudaError::InvalidValue);
+    }
+    let side = |p: u64, pitch: usize| Side { addr: p, pitch: pitch as u64, slice: 0 };
+    copy_3d(side(dst as u64, dpitch), side(src as u64, spitch), (width as u64, height as u64, 1), kind, stream)
+}
+
+/// `struct cudaMemcpy3DParms` (the same in CUDA 11, 12 and 13).
+#[repr(C)]
+struct Memcpy3DParms {
+    src_array: u64,
+    src_pos: Extent,
+    src_ptr: PitchedPtr,
+    dst_array: u64,
+    dst_pos: Extent,
+    dst_ptr: PitchedPtr,
+    extent: Extent,
+    kind: i32,
+}
+
+pub unsafe fn memcpy_3d(p: *const c_void, stream: Option<u64>) -> Result<(), CudaError> {
+    if p.is_null() {
+        return Err(CudaError::InvalidValue);
+    }
+    let p = unsafe { (p as *const Memcpy3DParms).read_unaligned() };
+    if p.src_array != 0 || p.dst_array != 0 {
+        // CUDA arrays are not carried (docs/api-coverage.md).
+        return Err(CudaError::NotSupported);
+    }
+    if p.src_ptr.ptr == 0 || p.dst_ptr.ptr == 0 {
+        return Err(CudaError::InvalidValue);
+    }
+    let side = |ptr: &PitchedPtr, pos: &Extent| {
+        let (pitch, slice) = (ptr.pitch as u64, ptr.pitch as u64 * ptr.ysize as u64);
+        Side { addr: ptr.ptr + pos.depth as u64 * slice + pos.height as u64 * pitch + pos.width as u64, pitch, slice }
+    };
+    let (src, dst) = (side(&p.src_ptr, &p.src_pos), side(&p.dst_ptr, &p.dst_pos));
+    let e = p.extent;
+    if e.depth > 1 && (src.slice < src.pitch * e.height as u64 || dst.slice < dst.pitch * e.height as u64) {
+        return Err(CudaError::InvalidValue);
+    }
+    copy_3d(dst, src, (e.width as u64, e.height as u64, e.depth as u64), p.kind, stream)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn memset_3d(
+    ptr: u64,
+    pitch: usize,
+    slice: usize,
+    value: i32,
+    (w, h, d): (usize, usize, usize),
+    stream: Option<u64>,
+) -> Result<(), CudaError> {
+    if w == 0 || h == 0 || d == 0 {
+        return Ok(());
+    }
+    if w > pitch {
+        return Err(CudaError::InvalidPitchValue);
+    }
+    runtime::call(&PhosMemset3DRequest {
+        dst: ptr,
+        pitch: pitch as u64,
+        slice: if d > 1 { slice as u64 } else { 0 },
+        value,
+        width: w as u64,
+        height: h as u64,
+        depth: d as u64,
+        stream: stream.unwrap_or(0),
+        ordered: stream.is_some() as i32,
+    })
+    .map(|_| ())
+}
+
+/// `cudaMemcpyPeer[Async]`: both ordinals must name devices; the session's devices share one
+/// address space, so the copy is device to device.
+pub fn memcpy_peer(
+    dst: *mut c_void,
+    dst_device: i32,
+    src: *const c_void,
+    src_device: i32,
+    count: usize,
+    stream: Option<*mut c_void>,
+) -> Result<(), CudaError> {
+    let devices = runtime::session()?.device_count;
+    if !(0..devices).contains(&dst_device) || !(0..devices).contains(&src_device) {
+        return Err(CudaError::InvalidDevice);
+    }
+    let kind = consts::cudaMemcpyDeviceToDevice;
+    status(unsafe {
+        match stream {
+            None => crate::stubs::cudaMemcpy(dst, src, count, kind),
+            Some(s) => crate::stubs::cudaMemcpyAsync(dst, src, count, kind, s),
+        }
+    })
+}
+
+/// `cudaMemoryType` values.
+const MEMORY_UNREGISTERED: i32 = 0;
+const MEMORY_HOST: i32 = 1;
+const MEMORY_DEVICE: i32 = 2;
+
+/// `cudaPointerGetAttributes`. Host memory is the guest's (page-locked by `cudaHostAlloc` or
+/// registered); device memory is asked about at the server.
+pub unsafe fn pointer_attributes(out: *mut c_void, ptr: *const c_void) -> Result<(), CudaError> {
+    if out.is_null() {
+        return Err(CudaError::InvalidValue);
+    }
+    let addr = ptr as usize as u64;
+    let (kind, device, device_ptr, host_ptr) = if let Some((_, _, _, device)) = hostmem::lookup_any(addr as usize) {
+        (MEMORY_HOST, device, addr, addr)
+    } else if addr != 0 && (runtime::session()?.contains(addr) || registry::is_module_global(addr)) {
+        let device = runtime::call(&PhosPointerDeviceRequest { ptr: addr })?.device;
+        (MEMORY_DEVICE, device, addr, 0)
+    } else {
+        // cudaInvalidDeviceId
+        (MEMORY_UNREGISTERED, -2, 0, 0)
+    };
+    // CUDA 11 and 12: { type, device, devicePointer, hostPointer }; CUDA 13 appends 64 bytes.
+    let size = if soname::current_abi().major() >= 13 { 88 } else { 24 };
+    let mut bytes = [0u8; 88];
+    bytes[0..4].copy_from_slice(&kind.to_ne_bytes());
+    bytes[4..8].copy_from_slice(&device.to_ne_bytes());
+    bytes[8..16].copy_from_slice(&device_ptr.to_ne_bytes());
+    bytes[16..24].copy_from_slice(&host_ptr.to_ne_bytes());
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out as *mut u8, size) };
+    Ok(())
+}
