@@ -15,7 +15,7 @@ use phos_protocol::types::Dim3;
 use phos_protocol::{CudaError, Ptr};
 use sha2::{Digest, Sha256};
 
-use crate::backend::{Backend, Copy2D, Raw, StreamRef};
+use crate::backend::{Backend, Copy2D, Gate, Raw, StreamRef};
 use crate::dispatch::CudartService;
 use crate::handles::HandleTable;
 use crate::memory::AddressSpace;
@@ -95,7 +95,12 @@ pub struct Session {
     frozen: AtomicBool,
     /// The usage last reported to the router.
     reported: Mutex<UsageReport>,
+    /// Host-function gates in the session's streams, by the guest's number, with their stream.
+    gates: Mutex<HashMap<u64, (Arc<Gate>, StreamRef)>>,
 }
+
+/// Host-function gates a session may have waiting at once.
+const MAX_GATES: usize = 1 << 16;
 
 /// Stream flags CUDA defines (`cudaStreamNonBlocking`).
 const STREAM_FLAGS: u32 = 0x1;
@@ -129,6 +134,7 @@ impl Session {
             gate: RwLock::new(()),
             frozen: AtomicBool::new(false),
             reported: Mutex::new(UsageReport::default()),
+            gates: Mutex::new(HashMap::new()),
         })
     }
 
@@ -370,6 +376,10 @@ impl Session {
 
     /// Destroy every object of the session (device reset, session end).
     pub fn release_all(&self) {
+        // Streams held for host functions that will not run now.
+        for (_, (gate, _)) in self.gates.lock().unwrap().drain() {
+            gate.open();
+        }
         let b = self.backend.as_ref();
         for (_, s) in self.streams.lock().unwrap().drain() {
             let _ = b.stream_destroy(s.raw);
@@ -977,6 +987,13 @@ impl CudartService for Session {
         Ok(CudaStreamGetDeviceReply { device: self.stream_facts(cx, req.hStream)?.2 })
     }
 
+    fn cuda_stream_get_id(&self, cx: &CallCx, req: CudaStreamGetIdRequest) -> Result<CudaStreamGetIdReply, CudaError> {
+        // The handle is unique in the session for as long as the stream lives; the special
+        // streams keep their own values.
+        self.stream_facts(cx, req.hStream)?;
+        Ok(CudaStreamGetIdReply { streamId: req.hStream })
+    }
+
     fn cuda_stream_wait_event(
         &self,
         _: &CallCx,
@@ -997,6 +1014,58 @@ impl CudartService for Session {
         let s = self.stream(req.stream)?;
         self.backend.event_record(e, s)?;
         Ok(CudaEventRecordWithFlagsReply {})
+    }
+
+    fn phos_host_func_enqueue(
+        &self,
+        _: &CallCx,
+        req: PhosHostFuncEnqueueRequest,
+    ) -> Result<PhosHostFuncEnqueueReply, CudaError> {
+        let stream = self.stream(req.stream)?;
+        {
+            let gates = self.gates.lock().unwrap();
+            if gates.len() >= MAX_GATES || gates.contains_key(&req.gate) {
+                return Err(CudaError::InvalidValue);
+            }
+        }
+        // Not under the table's lock: a backend may wait here for earlier gates to open.
+        let gate = Gate::new();
+        self.backend.host_func(stream, gate.clone())?;
+        self.gates.lock().unwrap().insert(req.gate, (gate, stream));
+        Ok(PhosHostFuncEnqueueReply {})
+    }
+
+    fn phos_host_func_wait(
+        &self,
+        _: &CallCx,
+        req: PhosHostFuncWaitRequest,
+    ) -> Result<PhosHostFuncWaitReply, CudaError> {
+        let (gate, stream) =
+            self.gates.lock().unwrap().get(&req.gate).cloned().ok_or(CudaError::InvalidResourceHandle)?;
+        // Work that faults never reaches the gate: the stream's error ends the wait.
+        while !gate.wait_reached(std::time::Duration::from_millis(50)) {
+            if let Some(e) = self.sticky_error() {
+                return Err(e);
+            }
+            if let Err(e) = self.backend.stream_query(stream) {
+                self.note_error(e);
+                return Err(e);
+            }
+        }
+        match self.sticky_error() {
+            Some(e) => Err(e),
+            None => Ok(PhosHostFuncWaitReply {}),
+        }
+    }
+
+    fn phos_host_func_done(
+        &self,
+        _: &CallCx,
+        req: PhosHostFuncDoneRequest,
+    ) -> Result<PhosHostFuncDoneReply, CudaError> {
+        let (gate, _) = self.gates.lock().unwrap().remove(&req.gate).ok_or(CudaError::InvalidResourceHandle)?;
+        gate.open();
+        Ok(PhosHostFuncDoneReply {})
     }
 
     fn phos_func_get_attributes(

@@ -25,7 +25,7 @@ fn device_count() -> Result<i32, CudaError> {
     Ok(runtime::session()?.device_count)
 }
 
-fn check_device(device: i32) -> Result<(), CudaError> {
+pub fn check_device(device: i32) -> Result<(), CudaError> {
     if device < 0 || device >= device_count()? { Err(CudaError::InvalidDevice) } else { Ok(()) }
 }
 
@@ -184,6 +184,32 @@ pub unsafe fn driver_entry_point(
         return Ok(());
     }
     Err(CudaError::SymbolNotFound)
+}
+
+/// `cudaDeviceGetP2PAttribute`: performance rank (1), access (2), native atomics (3), CUDA
+/// array access (4) between two different devices.
+///
+/// # Safety
+/// A non-null `value` must be writable.
+pub unsafe fn p2p_attribute(value: *mut i32, attr: i32, src: i32, dst: i32) -> Result<(), CudaError> {
+    if value.is_null() {
+        return Err(CudaError::InvalidValue);
+    }
+    check_device(src)?;
+    check_device(dst)?;
+    if src == dst {
+        return Err(CudaError::InvalidDevice);
+    }
+    let can = runtime::call(&phos_protocol::cudart::CudaDeviceCanAccessPeerRequest { device: src, peerDevice: dst })?
+        .canAccessPeer;
+    let v = match attr {
+        1 => 0,
+        2 | 3 => can,
+        4 => 0,
+        _ => return Err(CudaError::InvalidValue),
+    };
+    unsafe { *value = v };
+    Ok(())
 }
 
 #[cfg(test)]

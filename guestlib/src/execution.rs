@@ -136,6 +136,41 @@ pub unsafe fn available_dynamic_smem(
     Ok(())
 }
 
+/// `cudaFuncGetParamInfo`: where parameter `index` lies in the parameter buffer.
+///
+/// # Safety
+/// Non-null out pointers must be writable.
+pub unsafe fn param_info(
+    func: *const c_void,
+    index: usize,
+    offset: *mut usize,
+    size: *mut usize,
+) -> Result<(), CudaError> {
+    if offset.is_null() || size.is_null() {
+        return Err(CudaError::InvalidValue);
+    }
+    let layout = registry::kernel(func).ok_or(CudaError::InvalidDeviceFunction)?.layout()?;
+    let &(at, len) = layout.params.get(index).ok_or(CudaError::InvalidValue)?;
+    unsafe {
+        *offset = at;
+        *size = len;
+    }
+    Ok(())
+}
+
+/// `cudaFuncGetParamCount`.
+///
+/// # Safety
+/// A non-null `count` must be writable.
+pub unsafe fn param_count(func: *const c_void, count: *mut usize) -> Result<(), CudaError> {
+    if count.is_null() {
+        return Err(CudaError::InvalidValue);
+    }
+    let layout = registry::kernel(func).ok_or(CudaError::InvalidDeviceFunction)?.layout()?;
+    unsafe { *count = layout.params.len() };
+    Ok(())
+}
+
 /// `cudaLaunchConfig_t`: grid, block, dynamic shared memory, stream, attributes.
 #[repr(C)]
 struct LaunchConfig {

@@ -12,7 +12,7 @@ use phos_protocol::{CudaError, cudart::FunctionId};
 
 use crate::abi::Abi;
 use crate::stubs::HandWritten;
-use crate::{device, execution, hostmem, launch, memory, pools, registry, runtime, soname};
+use crate::{callbacks, device, execution, hostmem, launch, memory, pools, registry, runtime, soname};
 use phos_protocol::types::{ChannelFormatDesc, Extent, PitchedPtr};
 
 /// The implementation of [`HandWritten`].
@@ -359,6 +359,48 @@ impl HandWritten for Hand {
         code(unsafe { device::driver_entry_point(symbol, func_ptr, driver_status, true) })
     }
 
+    unsafe fn cudaSetDoubleForDevice(d: *mut f64) -> i32 {
+        code(if d.is_null() { Err(CudaError::InvalidValue) } else { Ok(()) })
+    }
+
+    unsafe fn cudaSetDoubleForHost(d: *mut f64) -> i32 {
+        code(if d.is_null() { Err(CudaError::InvalidValue) } else { Ok(()) })
+    }
+
+    unsafe fn cudaDeviceGetP2PAttribute(value: *mut i32, attr: i32, src_device: i32, dst_device: i32) -> i32 {
+        code(unsafe { device::p2p_attribute(value, attr, src_device, dst_device) })
+    }
+
+    unsafe fn cudaDeviceFlushGPUDirectRDMAWrites(target: i32, scope: i32) -> i32 {
+        // cudaFlushGPUDirectRDMAWritesTargetCurrentDevice; scopes ToOwner and ToAllDevices.
+        code(if target == 0 && (scope == 100 || scope == 200) { Ok(()) } else { Err(CudaError::InvalidValue) })
+    }
+
+    unsafe fn cudaDeviceGetGraphMemAttribute(device: i32, attr: i32, value: *mut c_void) -> i32 {
+        code(device::check_device(device).and_then(|_| {
+            // cudaGraphMemAttrUsedMemCurrent ..= ReservedMemHigh, all u64
+            if value.is_null() || !(0..=3).contains(&attr) {
+                return Err(CudaError::InvalidValue);
+            }
+            unsafe { (value as *mut u64).write_unaligned(0) };
+            Ok(())
+        }))
+    }
+
+    unsafe fn cudaDeviceSetGraphMemAttribute(device: i32, attr: i32, value: *mut c_void) -> i32 {
+        code(device::check_device(device).and_then(|_| {
+            // Only the high-water marks (UsedMemHigh, ReservedMemHigh) may be set, to 0.
+            if value.is_null() || !(attr == 1 || attr == 3) || unsafe { (value as *const u64).read_unaligned() } != 0 {
+                return Err(CudaError::InvalidValue);
+            }
+            Ok(())
+        }))
+    }
+
+    unsafe fn cudaDeviceGraphMemTrim(device: i32) -> i32 {
+        code(device::check_device(device))
+    }
+
     unsafe fn cudaProfilerStart() -> i32 {
         cudart::SUCCESS
     }
@@ -483,6 +525,32 @@ impl HandWritten for Hand {
         code(unsafe { memory::pointer_attributes(attributes, ptr) })
     }
 
+    unsafe fn cudaMemcpy3DPeer(p: *const c_void) -> i32 {
+        code(unsafe { memory::memcpy_3d_peer(p, None) })
+    }
+
+    unsafe fn cudaMemcpy3DPeerAsync(p: *const c_void, stream: *mut c_void) -> i32 {
+        code(unsafe { memory::memcpy_3d_peer(p, Some(stream as usize as u64)) })
+    }
+
+    unsafe fn cudaMemGetDefaultMemPool(mem_pool: *mut u64, location: *mut c_void, r#type: i32) -> i32 {
+        code(
+            unsafe { pools::location_device(location, r#type) }
+                .and_then(|d| unsafe { pools::device_default_pool(mem_pool, d) }),
+        )
+    }
+
+    unsafe fn cudaMemGetMemPool(mem_pool: *mut u64, location: *mut c_void, r#type: i32) -> i32 {
+        code(
+            unsafe { pools::location_device(location, r#type) }
+                .and_then(|d| unsafe { pools::device_current_pool(mem_pool, d) }),
+        )
+    }
+
+    unsafe fn cudaMemSetMemPool(location: *mut c_void, r#type: i32, mem_pool: u64) -> i32 {
+        code(unsafe { pools::location_device(location, r#type) }.and_then(|d| pools::set_device_pool(d, mem_pool)))
+    }
+
     unsafe fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, _stream: *mut c_void) -> i32 {
         code(unsafe { pools::malloc_async(dev_ptr, size, None) })
     }
@@ -552,6 +620,43 @@ impl HandWritten for Hand {
         code(Self::device_symbol_size(symbol as usize as i128).map(|n| unsafe { *size = n as usize }))
     }
 
+    // ---- Host functions (callbacks.rs)
+
+    unsafe fn cudaLaunchHostFunc(stream: *mut c_void, r#fn: u64, user_data: *mut c_void) -> i32 {
+        code(callbacks::launch_host_func(stream, r#fn, user_data))
+    }
+
+    unsafe fn cudaStreamAddCallback(stream: *mut c_void, callback: u64, user_data: *mut c_void, flags: u32) -> i32 {
+        code(callbacks::add_callback(stream, callback, user_data, flags))
+    }
+
+    // ---- Stream capture (never active in Phos)
+
+    unsafe fn cudaStreamIsCapturing(_stream: *mut c_void, status: *mut i32) -> i32 {
+        unsafe { Self::cudaStreamGetCaptureInfo(_stream, status) }
+    }
+
+    unsafe fn cudaStreamGetCaptureInfo(_stream: *mut c_void, status: *mut i32) -> i32 {
+        if status.is_null() {
+            return code(Err(CudaError::InvalidValue));
+        }
+        // cudaStreamCaptureStatusNone
+        unsafe { *status = 0 };
+        cudart::SUCCESS
+    }
+
+    unsafe fn cudaThreadExchangeStreamCaptureMode(mode: *mut i32) -> i32 {
+        thread_local! {
+            // cudaStreamCaptureModeGlobal
+            static MODE: std::cell::Cell<i32> = const { std::cell::Cell::new(0) };
+        }
+        if mode.is_null() || !(0..=2).contains(&unsafe { *mode }) {
+            return code(Err(CudaError::InvalidValue));
+        }
+        unsafe { *mode = MODE.replace(*mode) };
+        cudart::SUCCESS
+    }
+
     // ---- Execution control (execution.rs)
 
     unsafe fn cudaLaunchCooperativeKernel(
@@ -597,6 +702,42 @@ impl HandWritten for Hand {
 
     unsafe fn cudaFuncGetName(name: *mut *const c_char, func: *const c_void) -> i32 {
         code(unsafe { execution::get_name(name, func) })
+    }
+
+    unsafe fn cudaFuncGetParamInfo(
+        func: *const c_void,
+        param_index: usize,
+        param_offset: *mut usize,
+        param_size: *mut usize,
+    ) -> i32 {
+        code(unsafe { execution::param_info(func, param_index, param_offset, param_size) })
+    }
+
+    unsafe fn cudaFuncGetParamCount(func: *const c_void, param_count: *mut usize) -> i32 {
+        code(unsafe { execution::param_count(func, param_count) })
+    }
+
+    unsafe fn cudaKernelSetAttributeForDevice(kernel: *mut c_void, attr: i32, value: i32, device: i32) -> i32 {
+        let devices = runtime::session().map(|s| s.device_count);
+        code(devices.and_then(|n| {
+            if !(0..n).contains(&device) {
+                return Err(CudaError::InvalidDevice);
+            }
+            execution::set_attribute(kernel, attr, value)
+        }))
+    }
+
+    unsafe fn cudaGetFuncBySymbol(function_ptr: *mut u64, symbol_ptr: *const c_void) -> i32 {
+        if function_ptr.is_null() {
+            return code(Err(CudaError::InvalidValue));
+        }
+        match registry::kernel(symbol_ptr) {
+            Some(_) => {
+                unsafe { *function_ptr = symbol_ptr as usize as u64 };
+                cudart::SUCCESS
+            }
+            None => code(Err(CudaError::InvalidDeviceFunction)),
+        }
     }
 
     unsafe fn cudaOccupancyMaxActiveBlocksPerMultiprocessor(

@@ -10,6 +10,7 @@
 //! applies comes from the soname the application loaded ([`soname`]).
 
 pub mod abi;
+mod callbacks;
 mod device;
 mod execution;
 pub mod hand;

@@ -210,6 +210,47 @@ pub unsafe fn memcpy_3d(p: *const c_void, stream: Option<u64>) -> Result<(), Cud
     copy_3d(dst, src, (e.width as u64, e.height as u64, e.depth as u64), p.kind, stream)
 }
 
+/// `struct cudaMemcpy3DPeerParms`: the 3D parameters with a device per side and no kind.
+#[repr(C)]
+struct Memcpy3DPeerParms {
+    src_array: u64,
+    src_pos: Extent,
+    src_ptr: PitchedPtr,
+    src_device: i32,
+    dst_array: u64,
+    dst_pos: Extent,
+    dst_ptr: PitchedPtr,
+    dst_device: i32,
+    extent: Extent,
+}
+
+/// `cudaMemcpy3DPeer[Async]`: both ordinals checked, then a device-to-device 3D copy (the
+/// session's devices share one address space).
+///
+/// # Safety
+/// A non-null `p` must point to a `cudaMemcpy3DPeerParms`.
+pub unsafe fn memcpy_3d_peer(p: *const c_void, stream: Option<u64>) -> Result<(), CudaError> {
+    if p.is_null() {
+        return Err(CudaError::InvalidValue);
+    }
+    let q = unsafe { (p as *const Memcpy3DPeerParms).read_unaligned() };
+    let devices = runtime::session()?.device_count;
+    if !(0..devices).contains(&q.src_device) || !(0..devices).contains(&q.dst_device) {
+        return Err(CudaError::InvalidDevice);
+    }
+    let plain = Memcpy3DParms {
+        src_array: q.src_array,
+        src_pos: q.src_pos,
+        src_ptr: q.src_ptr,
+        dst_array: q.dst_array,
+        dst_pos: q.dst_pos,
+        dst_ptr: q.dst_ptr,
+        extent: q.extent,
+        kind: consts::cudaMemcpyDeviceToDevice,
+    };
+    unsafe { memcpy_3d(&plain as *const Memcpy3DParms as *const c_void, stream) }
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn memset_3d(
     ptr: u64,

@@ -283,3 +283,20 @@ pub unsafe fn get_access(flags: *mut i32, pool: u64, location: *const c_void) ->
     unsafe { *flags = if id == device { 3 } else { 0 } };
     Ok(())
 }
+
+/// The device a `cudaMemLocation` names for CUDA 13's location-based pool calls: a device
+/// location and pinned allocations (`cudaMemAllocationTypePinned`) only.
+///
+/// # Safety
+/// A non-null `location` must point to a `cudaMemLocation`.
+pub unsafe fn location_device(location: *const c_void, alloc_type: i32) -> Result<i32, CudaError> {
+    if location.is_null() || alloc_type != 1 {
+        return Err(CudaError::InvalidValue);
+    }
+    let [location_type, id] = unsafe { (location as *const [i32; 2]).read_unaligned() };
+    if location_type != 1 {
+        return Err(CudaError::NotSupported);
+    }
+    check_device(id)?;
+    Ok(id)
+}

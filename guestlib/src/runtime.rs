@@ -184,6 +184,9 @@ impl Channel {
     /// Before a synchronous call: if other channels have async calls in flight, tell the
     /// server to run them first.
     fn send_barrier(&mut self) -> Result<(), String> {
+        if WITHOUT_BARRIERS.get() {
+            return Ok(());
+        }
         let mut ids = Vec::new();
         {
             let channels = CHANNELS.lock().unwrap_or_else(|p| p.into_inner());
@@ -211,6 +214,14 @@ thread_local! {
     static CHANNEL: RefCell<Option<Channel>> = const { RefCell::new(None) };
     static LAST_ERROR: Cell<i32> = const { Cell::new(0) };
     static CURRENT_DEVICE: Cell<i32> = const { Cell::new(0) };
+    static WITHOUT_BARRIERS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// This thread's synchronous calls do not wait for other threads' async calls (no barrier).
+/// For the callback thread: its calls concern host-function gates only, and other threads'
+/// work may itself be waiting at a gate it is to open.
+pub fn without_barriers() {
+    WITHOUT_BARRIERS.set(true);
 }
 
 /// The session of this process (`None` until the first call, or after a fork).

@@ -376,3 +376,106 @@ fn a_guest_that_corrupts_its_shared_rings_ends_only_that_channel() {
     let mut other = RawGuest::connect(&router.socket(), None).expect("another session");
     malloc(&mut other, 1024);
 }
+
+/// The strided copies and memsets, host-function gates and kernel queries the runtime API
+/// groups added: every size, pitch and handle is checked before anything runs.
+#[test]
+fn strided_copies_gates_and_kernel_queries_are_checked() {
+    let (_router, mut g) = open();
+    let buf = malloc(&mut g, 4096);
+    let copy = |g: &mut RawGuest, dpitch: u64, width: u64, height: u64, depth: u64, dslice: u64| {
+        let data = vec![3u8; (width * height * depth) as usize];
+        g.call(&PhosMemcpy3DRequest {
+            dst: Ptr::Device(buf),
+            dpitch,
+            dslice,
+            src: Ptr::In(&data),
+            spitch: width,
+            sslice: width * height,
+            width,
+            height,
+            depth,
+            direction: consts::cudaMemcpyHostToDevice,
+            stream: 0,
+            ordered: 0,
+        })
+        .map(|_| ())
+    };
+    // Rows that run past the allocation, a width over the pitch, slices that overlap, a zero
+    // extent, a pitch that overflows the span arithmetic.
+    assert_eq!(copy(&mut g, 1024, 64, 5, 1, 0).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(copy(&mut g, 32, 64, 2, 1, 0).unwrap_err(), CudaError::InvalidPitchValue.0);
+    assert_eq!(copy(&mut g, 64, 64, 4, 2, 64).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(copy(&mut g, 64, 0, 4, 1, 0).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(copy(&mut g, u64::MAX / 2, 64, 4, 1, 0).unwrap_err(), CudaError::InvalidValue.0);
+    copy(&mut g, 1024, 64, 4, 1, 0).unwrap();
+    // A host side that disagrees with the extent.
+    let r = g.call(&PhosMemcpy3DRequest {
+        dst: Ptr::Device(buf),
+        dpitch: 64,
+        dslice: 0,
+        src: Ptr::In(&[0u8; 10]),
+        spitch: 64,
+        sslice: 0,
+        width: 64,
+        height: 2,
+        depth: 1,
+        direction: consts::cudaMemcpyHostToDevice,
+        stream: 0,
+        ordered: 0,
+    });
+    assert_eq!(r.unwrap_err(), CudaError::InvalidValue.0);
+    let set = |g: &mut RawGuest, pitch: u64, width: u64, height: u64| {
+        g.call(&PhosMemset3DRequest {
+            dst: buf,
+            pitch,
+            slice: 0,
+            value: 1,
+            width,
+            height,
+            depth: 1,
+            stream: 0,
+            ordered: 0,
+        })
+        .map(|_| ())
+    };
+    assert_eq!(set(&mut g, 4096, 16, 2).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(set(&mut g, 8, 16, 2).unwrap_err(), CudaError::InvalidPitchValue.0);
+    set(&mut g, 1024, 16, 4).unwrap();
+
+    // Gates: an unknown one cannot be waited for or opened; a number cannot be used twice.
+    assert_eq!(g.call(&PhosHostFuncWaitRequest { gate: 77 }).unwrap_err(), CudaError::InvalidResourceHandle.0);
+    assert_eq!(g.call(&PhosHostFuncDoneRequest { gate: 77 }).unwrap_err(), CudaError::InvalidResourceHandle.0);
+    assert_eq!(
+        g.call(&PhosHostFuncEnqueueRequest { stream: 0xdead_beef, gate: 1 }).unwrap_err(),
+        CudaError::InvalidResourceHandle.0
+    );
+    g.call(&PhosHostFuncEnqueueRequest { stream: 0, gate: 1 }).unwrap();
+    assert_eq!(g.call(&PhosHostFuncEnqueueRequest { stream: 0, gate: 1 }).unwrap_err(), CudaError::InvalidValue.0);
+    g.call(&PhosHostFuncWaitRequest { gate: 1 }).unwrap();
+    g.call(&PhosHostFuncDoneRequest { gate: 1 }).unwrap();
+    // The stream moves on.
+    g.call(&CudaStreamSynchronizeRequest { stream: 0 }).unwrap();
+
+    // Kernel queries with handles that name nothing, and attributes outside the set.
+    assert_eq!(
+        g.call(&PhosFuncGetAttributesRequest { function: 12345 }).unwrap_err(),
+        CudaError::InvalidResourceHandle.0
+    );
+    assert_eq!(
+        g.call(&PhosFuncSetAttributeRequest { function: 12345, attr: 8, value: 0 }).unwrap_err(),
+        CudaError::InvalidResourceHandle.0
+    );
+    assert_eq!(
+        g.call(&PhosFuncSetAttributeRequest { function: 12345, attr: 10, value: 1 }).unwrap_err(),
+        CudaError::InvalidValue.0
+    );
+    let r =
+        g.call(&PhosOccupancyMaxActiveBlocksRequest { function: 12345, blockSize: 64, dynamicSMemSize: 0, flags: 0 });
+    assert_eq!(r.unwrap_err(), CudaError::InvalidResourceHandle.0);
+    // Limits and configurations outside their enums.
+    assert_eq!(g.call(&CudaDeviceSetLimitRequest { limit: 99, value: 1 }).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(g.call(&CudaDeviceSetCacheConfigRequest { cacheConfig: -1 }).unwrap_err(), CudaError::InvalidValue.0);
+    // The session still works.
+    g.call(&CudaMemsetRequest { devPtr: buf, value: 0, count: 4096 }).unwrap();
+}

@@ -41,6 +41,7 @@ macro_rules! programs {
 programs!(
     async_order,
     atomics_histogram,
+    callbacks,
     device_api,
     device_functions,
     device_query,
@@ -54,6 +55,7 @@ programs!(
     matmul_tiled,
     memory_2d3d,
     memory_ops,
+    misc_api,
     printf_kernel,
     shared_reduce,
     stream_api,

@@ -16,7 +16,7 @@ use cudarc::driver::sys;
 use phos_protocol::CudaError;
 use phos_protocol::types::{DeviceProperties, Dim3, FuncAttributes};
 
-use super::{Backend, Copy2D, LoadedModule, Physical, Raw, StreamRef};
+use super::{Backend, Copy2D, Gate, LoadedModule, Physical, Raw, StreamRef};
 use crate::memory::MemoryView;
 
 /// Attributes are queried up to this number (CUDA 13 defines about 150).
@@ -685,6 +685,22 @@ impl Backend for CudaBackend {
     fn reset_persisting_l2_cache(&self, device: i32) -> Result<(), CudaError> {
         self.bind(device)?;
         unsafe { check(sys::cuCtxResetPersistingL2Cache()) }
+    }
+
+    fn host_func(&self, stream: StreamRef, gate: std::sync::Arc<Gate>) -> Result<(), CudaError> {
+        // Runs on the driver's callback thread when the stream gets there; the stream stays
+        // there until the guest has run its function.
+        unsafe extern "C" fn at_gate(gate: *mut c_void) {
+            let gate = unsafe { std::sync::Arc::from_raw(gate as *const Gate) };
+            gate.reach();
+            gate.wait_opened();
+        }
+        let raw = std::sync::Arc::into_raw(gate) as *mut c_void;
+        let r = unsafe { check(sys::cuLaunchHostFunc(stream_handle(stream), Some(at_gate), raw)) };
+        if r.is_err() {
+            drop(unsafe { std::sync::Arc::from_raw(raw as *const Gate) });
+        }
+        r
     }
 
     fn stream_wait_event(&self, stream: StreamRef, event: Raw) -> Result<(), CudaError> {

@@ -13,7 +13,7 @@ use phos_protocol::CudaError;
 use phos_protocol::types::{DeviceProperties, Dim3, FuncAttributes};
 use phos_ptx::exec::{self, GlobalMemory, Launch, Program};
 
-use super::{Backend, LoadedModule, Physical, Raw, StreamRef};
+use super::{Backend, Gate, LoadedModule, Physical, Raw, StreamRef};
 use crate::memory::MemoryView;
 use std::sync::atomic::AtomicI32;
 
@@ -104,6 +104,9 @@ pub struct EmuBackend {
     functions: Mutex<HashMap<Raw, Function>>,
     /// Context limits, by `cudaLimit`.
     limits: Mutex<[u64; LIMITS]>,
+    /// Host-function gates not opened yet: since work runs in submission order, all work
+    /// submitted after a gate waits for it.
+    gates: Mutex<Vec<Arc<Gate>>>,
     cache_config: AtomicI32,
     shared_mem_config: AtomicI32,
     /// Device work (copies, memsets, kernels) runs one operation at a time, in the order it
@@ -233,6 +236,7 @@ impl EmuBackend {
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
             limits: Mutex::new(DEFAULT_LIMITS),
+            gates: Mutex::new(Vec::new()),
             cache_config: AtomicI32::new(0),
             shared_mem_config: AtomicI32::new(1),
             work: Mutex::new(()),
@@ -250,7 +254,17 @@ impl EmuBackend {
         if device == 0 { Ok(()) } else { Err(CudaError::InvalidDevice) }
     }
 
+    /// Wait until every host-function gate submitted so far is open.
+    fn pass_gates(&self) {
+        let gates: Vec<Arc<Gate>> = self.gates.lock().unwrap().clone();
+        for g in &gates {
+            g.wait_opened();
+        }
+        self.gates.lock().unwrap().retain(|g| !g.is_open());
+    }
+
     fn check_stream(&self, s: StreamRef) -> Result<(), CudaError> {
+        self.pass_gates();
         match s {
             StreamRef::Created(raw) if !self.streams.lock().unwrap().contains_key(&raw) => {
                 Err(CudaError::InvalidResourceHandle)
@@ -362,7 +376,9 @@ impl Backend for EmuBackend {
     }
 
     fn device_synchronize(&self, device: i32) -> Result<(), CudaError> {
-        self.check_device(device)
+        self.check_device(device)?;
+        self.pass_gates();
+        Ok(())
     }
 
     fn reserve(&self, base: u64, size: u64) -> Result<(), CudaError> {
@@ -422,8 +438,9 @@ impl Backend for EmuBackend {
     }
 
     fn memcpy_htod(&self, dst: u64, src: &[u8], stream: Option<StreamRef>) -> Result<(), CudaError> {
-        if let Some(s) = stream {
-            self.check_stream(s)?;
+        match stream {
+            Some(s) => self.check_stream(s)?,
+            None => self.pass_gates(),
         }
         // The service checked [dst, dst + len) against the session's mapped memory.
         let _work = self.work.lock().unwrap();
@@ -432,8 +449,9 @@ impl Backend for EmuBackend {
     }
 
     fn memcpy_dtoh(&self, dst: &mut [u8], src: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
-        if let Some(s) = stream {
-            self.check_stream(s)?;
+        match stream {
+            Some(s) => self.check_stream(s)?,
+            None => self.pass_gates(),
         }
         let _work = self.work.lock().unwrap();
         unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) };
@@ -441,8 +459,9 @@ impl Backend for EmuBackend {
     }
 
     fn memcpy_dtod(&self, dst: u64, src: u64, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
-        if let Some(s) = stream {
-            self.check_stream(s)?;
+        match stream {
+            Some(s) => self.check_stream(s)?,
+            None => self.pass_gates(),
         }
         let _work = self.work.lock().unwrap();
         unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len as usize) };
@@ -450,8 +469,9 @@ impl Backend for EmuBackend {
     }
 
     fn memset(&self, dst: u64, value: u8, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
-        if let Some(s) = stream {
-            self.check_stream(s)?;
+        match stream {
+            Some(s) => self.check_stream(s)?,
+            None => self.pass_gates(),
         }
         let _work = self.work.lock().unwrap();
         unsafe { std::ptr::write_bytes(dst as *mut u8, value, len as usize) };
@@ -519,6 +539,14 @@ impl Backend for EmuBackend {
 
     fn reset_persisting_l2_cache(&self, device: i32) -> Result<(), CudaError> {
         self.check_device(device)
+    }
+
+    fn host_func(&self, stream: StreamRef, gate: Arc<Gate>) -> Result<(), CudaError> {
+        self.check_stream(stream)?;
+        // The work before it ran when it was submitted.
+        gate.reach();
+        self.gates.lock().unwrap().push(gate);
+        Ok(())
     }
 
     fn stream_wait_event(&self, stream: StreamRef, event: Raw) -> Result<(), CudaError> {

@@ -29,6 +29,48 @@ pub enum StreamRef {
 /// Physical backing of one mapped range.
 pub type Physical = u64;
 
+/// A point in a stream where a host function runs in the guest: work before it is done when
+/// it is *reached*; work after it waits until it is *opened*.
+#[derive(Default)]
+pub struct Gate {
+    state: std::sync::Mutex<(bool, bool)>,
+    changed: std::sync::Condvar,
+}
+
+impl Gate {
+    pub fn new() -> std::sync::Arc<Gate> {
+        std::sync::Arc::new(Gate::default())
+    }
+
+    /// The work before the gate is done.
+    pub fn reach(&self) {
+        self.state.lock().unwrap().0 = true;
+        self.changed.notify_all();
+    }
+
+    /// Wait up to `timeout` for [`reach`](Gate::reach); whether it was reached.
+    pub fn wait_reached(&self, timeout: std::time::Duration) -> bool {
+        let g = self.state.lock().unwrap();
+        let (g, _) = self.changed.wait_timeout_while(g, timeout, |s| !s.0 && !s.1).unwrap();
+        g.0 || g.1
+    }
+
+    /// Let the work after the gate run (also when the session ends with the gate closed).
+    pub fn open(&self) {
+        self.state.lock().unwrap().1 = true;
+        self.changed.notify_all();
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.state.lock().unwrap().1
+    }
+
+    pub fn wait_opened(&self) {
+        let g = self.state.lock().unwrap();
+        drop(self.changed.wait_while(g, |s| !s.1).unwrap());
+    }
+}
+
 /// The two sides of a 2D copy; a host side is packed.
 pub enum Copy2D<'a> {
     HostToDevice { dst: u64, dpitch: u64, src: &'a [u8] },
@@ -136,6 +178,9 @@ pub trait Backend: Send + Sync {
     fn enable_peer_access(&self, device: i32, peer: i32) -> Result<(), CudaError>;
     fn disable_peer_access(&self, device: i32, peer: i32) -> Result<(), CudaError>;
     fn reset_persisting_l2_cache(&self, device: i32) -> Result<(), CudaError>;
+    /// Put `gate` in `stream`: reach it once the stream's earlier work is done, and hold the
+    /// stream's later work until it is opened.
+    fn host_func(&self, stream: StreamRef, gate: std::sync::Arc<Gate>) -> Result<(), CudaError>;
     /// Work submitted to `stream` from now on waits for `event`'s recorded work.
     fn stream_wait_event(&self, stream: StreamRef, event: Raw) -> Result<(), CudaError>;
 

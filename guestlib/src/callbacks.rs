@@ -1,0 +1,113 @@
+//! Host functions in stream order (`cudaLaunchHostFunc`, `cudaStreamAddCallback`). The
+//! function belongs to this process, so it runs here, on the library's callback thread (as
+//! CUDA runs it on a driver thread); the stream is held at a gate on the server meanwhile:
+//!
+//! 1. the calling thread asks the server to put a gate in the stream (`phosHostFuncEnqueue`):
+//!    work submitted to the stream later waits until the gate opens;
+//! 2. the callback thread, taking host functions in the order they were submitted, waits
+//!    until the work before the gate is done (`phosHostFuncWait`), runs the function, and
+//!    opens the gate (`phosHostFuncDone`).
+//!
+//! A host function is not run when the work before it failed (CUDA's rule for
+//! `cudaLaunchHostFunc`); a stream callback is, with the error as its status.
+
+use std::ffi::c_void;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Sender, channel};
+
+use phos_protocol::CudaError;
+use phos_protocol::cudart::{PhosHostFuncDoneRequest, PhosHostFuncEnqueueRequest, PhosHostFuncWaitRequest};
+
+use crate::runtime;
+
+/// `void (*)(void *userData)`
+type HostFn = unsafe extern "C" fn(*mut c_void);
+/// `void (*)(cudaStream_t, cudaError_t, void *userData)`
+type StreamCallback = unsafe extern "C" fn(*mut c_void, i32, *mut c_void);
+
+enum Call {
+    HostFn(HostFn, *mut c_void),
+    Callback(StreamCallback, *mut c_void, *mut c_void),
+}
+
+struct Pending {
+    gate: u64,
+    call: Call,
+}
+
+// The pointers are the application's, handed back to its own function on another thread,
+// as CUDA does.
+unsafe impl Send for Pending {}
+
+/// The callback thread's queue, and the process that started it (a forked child needs its
+/// own thread).
+static WORKER: Mutex<Option<(u32, Sender<Pending>)>> = Mutex::new(None);
+static NEXT_GATE: AtomicU64 = AtomicU64::new(1);
+
+fn run(p: Pending) {
+    let status = runtime::call(&PhosHostFuncWaitRequest { gate: p.gate });
+    match p.call {
+        Call::HostFn(f, data) => {
+            if status.is_ok() {
+                unsafe { f(data) }
+            }
+        }
+        Call::Callback(f, stream, data) => {
+            let code = match status {
+                Ok(_) => 0,
+                Err(e) => e.0,
+            };
+            unsafe { f(stream, code, data) }
+        }
+    }
+    if let Err(e) = runtime::call(&PhosHostFuncDoneRequest { gate: p.gate }) {
+        tracing::warn!("opening the stream after a host function: {e:?}");
+    }
+}
+
+fn submit(stream: *mut c_void, call: Call) -> Result<(), CudaError> {
+    runtime::session()?;
+    let gate = NEXT_GATE.fetch_add(1, Ordering::Relaxed);
+    // Waits for the answer: the callback thread's calls travel on its own channel and must
+    // find the gate in place.
+    runtime::call(&PhosHostFuncEnqueueRequest { stream: stream as usize as u64, gate })?;
+    let mut worker = WORKER.lock().unwrap_or_else(|p| p.into_inner());
+    let pid = std::process::id();
+    let sender = match worker.as_ref() {
+        Some((owner, tx)) if *owner == pid => tx.clone(),
+        _ => {
+            let (tx, rx) = channel::<Pending>();
+            std::thread::Builder::new()
+                .name("phos-callbacks".into())
+                .spawn(move || {
+                    runtime::without_barriers();
+                    while let Ok(p) = rx.recv() {
+                        run(p);
+                    }
+                })
+                .map_err(|_| CudaError::OperatingSystem)?;
+            *worker = Some((pid, tx.clone()));
+            tx
+        }
+    };
+    sender.send(Pending { gate, call }).map_err(|_| CudaError::Unknown)
+}
+
+/// `cudaLaunchHostFunc`.
+pub fn launch_host_func(stream: *mut c_void, f: u64, data: *mut c_void) -> Result<(), CudaError> {
+    if f == 0 {
+        return Err(CudaError::InvalidValue);
+    }
+    let f: HostFn = unsafe { std::mem::transmute::<usize, HostFn>(f as usize) };
+    submit(stream, Call::HostFn(f, data))
+}
+
+/// `cudaStreamAddCallback`: `flags` is reserved and must be 0.
+pub fn add_callback(stream: *mut c_void, f: u64, data: *mut c_void, flags: u32) -> Result<(), CudaError> {
+    if f == 0 || flags != 0 {
+        return Err(CudaError::InvalidValue);
+    }
+    let f: StreamCallback = unsafe { std::mem::transmute::<usize, StreamCallback>(f as usize) };
+    submit(stream, Call::Callback(f, stream, data))
+}
