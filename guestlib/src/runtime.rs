@@ -11,7 +11,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::ffi::{CStr, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -76,6 +76,9 @@ struct ChannelShared {
 
 /// Every channel of the process that may have async calls in flight.
 static CHANNELS: Mutex<Vec<Arc<ChannelShared>>> = Mutex::new(Vec::new());
+
+/// Set when the router no longer knows this process's session: reconnecting is pointless.
+static SESSION_GONE: AtomicBool = AtomicBool::new(false);
 
 /// Call ids, unique in the process (across channels), so the server can tell which async
 /// calls a barrier names.
@@ -325,6 +328,11 @@ fn open_channel() -> Result<Channel, CudaError> {
         })
         .map_err(|e| {
             tracing::error!("the Phos router at {endpoint} refused the session: {e}");
+            if e == "unknown session" {
+                // The router has ended the session (its API server is gone): no restore
+                // will bring it back, so calls stop waiting for one.
+                SESSION_GONE.store(true, Ordering::Relaxed);
+            }
             CudaError::NoDevice
         })?;
     let mut staging = None;
@@ -504,6 +512,10 @@ pub fn call<R: RemoteCall>(req: &R) -> Result<R::Reply, CudaError> {
         match attempted {
             Ok(Attempt::Done(r)) => return r,
             Ok(Attempt::Lost(why)) => lost = why,
+            Err(_) if SESSION_GONE.load(Ordering::Relaxed) => {
+                tracing::error!("the session has ended at the router; {} fails", R::FUNCTION.name());
+                return Err(CudaError::DevicesUnavailable);
+            }
             Err(_) => lost = "the router refused the session".to_string(),
         }
     }

@@ -78,6 +78,49 @@ fn a_guest_killed_during_a_staged_copy_leaves_the_router_serving() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "copying\ndone\n");
 }
 
+/// An API server that dies (not a checkpoint: the router ends the session) fails the
+/// program's calls at once, instead of leaving them waiting for a restore that will not come.
+#[test]
+fn a_program_whose_server_dies_fails_promptly() {
+    let Some(nvcc) = nvcc() else { return };
+    let router = TestRouter::start("emu");
+    let exe =
+        build_program_from(&nvcc, &Path::new(env!("CARGO_MANIFEST_DIR")).join("bench"), "copy_loop", &["-arch=sm_70"]);
+    let mut child = Command::new(built("phosctl"))
+        .args(["run", "--transport", "shm", "--endpoint"])
+        .arg(format!("unix:{}", router.socket().display()))
+        .arg("--")
+        .arg(&exe)
+        .arg("1000000")
+        .env("PHOS_GUEST_LIB", built("libcudart.so"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "copying");
+    // This router's API server: the one whose command line names the router's directory.
+    let dir = router.socket().parent().unwrap().display().to_string();
+    let server = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .find(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd);
+            cmd.contains("phos-api-server") && cmd.contains(&dir)
+        })
+        .expect("the session's API server");
+    let killed = std::time::Instant::now();
+    unsafe { libc::kill(server, libc::SIGKILL) };
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+    assert!(killed.elapsed() < Duration::from_secs(30), "took {:?}", killed.elapsed());
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("the session has ended"), "{stderr}");
+}
+
 /// With shared memory off at the router, `--transport shm` fails clearly and `auto` falls
 /// back to the socket.
 #[test]
