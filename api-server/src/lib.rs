@@ -6,6 +6,7 @@
 //! [`handles`].
 
 pub mod backend;
+pub mod capture;
 pub mod checkpoint;
 pub mod control;
 pub mod handles;

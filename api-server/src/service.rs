@@ -16,6 +16,7 @@ use phos_protocol::{CudaError, Ptr};
 use sha2::{Digest, Sha256};
 
 use crate::backend::{Backend, Copy2D, Gate, Raw, StreamRef};
+use crate::capture::{Captures, GraphOp};
 use crate::dispatch::CudartService;
 use crate::handles::HandleTable;
 use crate::memory::AddressSpace;
@@ -97,6 +98,10 @@ pub struct Session {
     reported: Mutex<UsageReport>,
     /// Host-function gates in the session's streams, by the guest's number, with their stream.
     gates: Mutex<HashMap<u64, (Arc<Gate>, StreamRef)>>,
+    /// Stream captures in progress, and the graphs and executable graphs made of them.
+    captures: Mutex<Captures>,
+    graphs: Mutex<HandleTable<Vec<GraphOp>>>,
+    graph_execs: Mutex<HandleTable<Vec<GraphOp>>>,
 }
 
 /// Host-function gates a session may have waiting at once.
@@ -135,6 +140,9 @@ impl Session {
             frozen: AtomicBool::new(false),
             reported: Mutex::new(UsageReport::default()),
             gates: Mutex::new(HashMap::new()),
+            captures: Mutex::new(Captures::default()),
+            graphs: Mutex::new(HandleTable::new(HandleKind::Graph)),
+            graph_execs: Mutex::new(HandleTable::new(HandleKind::GraphExec)),
         })
     }
 
@@ -283,6 +291,114 @@ impl Session {
         Ok((s.flags, s.priority, s.device))
     }
 
+    /// A 1D copy in a capturing stream: recorded (device to device, host to device with the
+    /// data as it is now), or refused (to host). `None` when `stream` does not capture.
+    fn capture_copy(&self, stream: u64, dst: &Ptr<'_>, src: &Ptr<'_>, count: u64) -> Option<Result<(), CudaError>> {
+        let mut captures = self.captures.lock().unwrap();
+        captures.of_stream(stream)?;
+        let op = match (dst, src) {
+            (Ptr::Device(d), Ptr::Device(s)) => {
+                GraphOp::CopyOnDevice { dst: *d, dpitch: count, src: *s, spitch: count, width: count, height: 1 }
+            }
+            (Ptr::Device(d), Ptr::In(bytes)) => {
+                GraphOp::CopyToDevice { dst: *d, dpitch: count, data: bytes.to_vec(), width: count, height: 1 }
+            }
+            _ => return captures.refuse(stream).map(Err),
+        };
+        captures.record(stream, || op)
+    }
+
+    /// A staged copy in a capturing stream: a host-to-device one is drained from the slots
+    /// into the capture (the guest is filling them either way); one to the host cannot be
+    /// captured, and the copy is given up.
+    fn capture_staged(
+        &self,
+        st: &phos_protocol::staging::Staging,
+        req: &PhosMemcpyStagedRequest,
+        h2d: bool,
+        seq: u32,
+    ) -> Result<PhosMemcpyStagedReply, CudaError> {
+        use phos_protocol::staging::{Count, chunks};
+        if !h2d {
+            st.abort();
+            return Err(self
+                .captures
+                .lock()
+                .unwrap()
+                .refuse(req.stream)
+                .unwrap_or(CudaError::StreamCaptureUnsupported));
+        }
+        let slot = st.slot_bytes();
+        let mut data = Vec::new();
+        data.try_reserve_exact(req.count as usize).map_err(|_| CudaError::MemoryAllocation)?;
+        for k in 0..chunks(req.count, slot) as u32 {
+            let len = slot.min(req.count as usize - data.len());
+            if let Err(e) = st.wait(Count::Filled, seq, seq.wrapping_add(k + 1), phos_protocol::shm::default_spin()) {
+                tracing::warn!(session = self.id, "staged copy: {e}");
+                st.abort();
+                return Err(CudaError::Unknown);
+            }
+            data.extend_from_slice(unsafe { std::slice::from_raw_parts(st.slot(k), len) });
+            st.set(Count::Drained, seq.wrapping_add(k + 1));
+        }
+        let count = req.count;
+        let op = GraphOp::CopyToDevice { dst: req.device, dpitch: count, data, width: count, height: 1 };
+        self.captures.lock().unwrap().record(req.stream, || op).unwrap_or(Ok(()))?;
+        Ok(PhosMemcpyStagedReply {})
+    }
+
+    /// A strided copy in a capturing stream, one recorded 2D copy per slice.
+    fn capture_copy_3d(&self, req: &PhosMemcpy3DRequest<'_>) -> Result<(), CudaError> {
+        let mut captures = self.captures.lock().unwrap();
+        let slice = (req.width * req.height) as usize;
+        for z in 0..req.depth {
+            let op = match (&req.dst, &req.src) {
+                (Ptr::Device(d), Ptr::Device(s)) => GraphOp::CopyOnDevice {
+                    dst: d + z * req.dslice,
+                    dpitch: req.dpitch,
+                    src: s + z * req.sslice,
+                    spitch: req.spitch,
+                    width: req.width,
+                    height: req.height,
+                },
+                (Ptr::Device(d), Ptr::In(bytes)) => GraphOp::CopyToDevice {
+                    dst: d + z * req.dslice,
+                    dpitch: req.dpitch,
+                    data: bytes[z as usize * slice..(z as usize + 1) * slice].to_vec(),
+                    width: req.width,
+                    height: req.height,
+                },
+                _ => return Err(captures.refuse(req.stream).unwrap_or(CudaError::StreamCaptureUnsupported)),
+            };
+            captures.record(req.stream, || op).unwrap_or(Ok(()))?;
+        }
+        Ok(())
+    }
+
+    /// Run a graph's work on `stream`, in capture order.
+    fn replay(&self, cx: &CallCx, ops: &[GraphOp], stream: u64) -> Result<(), CudaError> {
+        let s = Some(self.stream(stream)?);
+        let b = self.backend.as_ref();
+        for op in ops {
+            match op {
+                GraphOp::Kernel { function, grid, block, shared_mem, params, cooperative } => {
+                    self.launch(cx, *function, *grid, *block, *shared_mem, stream, params, *cooperative)?
+                }
+                GraphOp::Memset { dst, pitch, value, width, height } => {
+                    b.memset_2d(*dst, *pitch, *value, *width, *height, s)?
+                }
+                GraphOp::CopyOnDevice { dst, dpitch, src, spitch, width, height } => {
+                    let copy = Copy2D::DeviceToDevice { dst: *dst, dpitch: *dpitch, src: *src, spitch: *spitch };
+                    b.memcpy_2d(copy, *width, *height, s)?
+                }
+                GraphOp::CopyToDevice { dst, dpitch, data, width, height } => {
+                    b.memcpy_2d(Copy2D::HostToDevice { dst: *dst, dpitch: *dpitch, src: data }, *width, *height, s)?
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn function(&self, handle: u64) -> Result<Raw, CudaError> {
         Ok(self.functions.lock().unwrap().get(handle)?.raw)
     }
@@ -388,6 +504,9 @@ impl Session {
             let _ = b.event_destroy(e.raw);
         }
         self.functions.lock().unwrap().drain();
+        *self.captures.lock().unwrap() = Captures::default();
+        self.graphs.lock().unwrap().drain();
+        self.graph_execs.lock().unwrap().drain();
         for (_, m) in self.modules.lock().unwrap().drain() {
             for (_, g, _) in m.globals {
                 self.memory.remove_external(g);
@@ -485,6 +604,9 @@ impl CudartService for Session {
         cx: &CallCx,
         _: CudaDeviceSynchronizeRequest,
     ) -> Result<CudaDeviceSynchronizeReply, CudaError> {
+        if let Some(e) = self.captures.lock().unwrap().refuse_all() {
+            return Err(e);
+        }
         self.backend.device_synchronize(cx.device)?;
         Ok(CudaDeviceSynchronizeReply {})
     }
@@ -532,6 +654,9 @@ impl CudartService for Session {
         req: CudaMemcpyAsyncRequest<'_>,
     ) -> Result<CudaMemcpyAsyncReply, CudaError> {
         let stream = self.stream(req.stream)?;
+        if let Some(r) = self.capture_copy(req.stream, &req.dst, &req.src, req.count) {
+            return r.map(|_| CudaMemcpyAsyncReply { dst: None });
+        }
         Ok(CudaMemcpyAsyncReply { dst: self.copy(&req.dst, &req.src, req.count, Some(stream))? })
     }
 
@@ -543,6 +668,16 @@ impl CudartService for Session {
 
     fn cuda_memset_async(&self, _: &CallCx, req: CudaMemsetAsyncRequest) -> Result<CudaMemsetAsyncReply, CudaError> {
         let stream = self.stream(req.stream)?;
+        let op = || GraphOp::Memset {
+            dst: req.devPtr,
+            pitch: req.count,
+            value: req.value as u8,
+            width: req.count,
+            height: 1,
+        };
+        if let Some(r) = self.captures.lock().unwrap().record(req.stream, op) {
+            return r.map(|_| CudaMemsetAsyncReply {});
+        }
         self.backend.memset(req.devPtr, req.value as u8, req.count, Some(stream))?;
         Ok(CudaMemsetAsyncReply {})
     }
@@ -589,6 +724,7 @@ impl CudartService for Session {
         req: CudaStreamDestroyRequest,
     ) -> Result<CudaStreamDestroyReply, CudaError> {
         let s = self.streams.lock().unwrap().remove(req.stream)?;
+        self.captures.lock().unwrap().forget_stream(req.stream);
         self.backend.stream_destroy(s.raw)?;
         Ok(CudaStreamDestroyReply {})
     }
@@ -599,12 +735,18 @@ impl CudartService for Session {
         req: CudaStreamSynchronizeRequest,
     ) -> Result<CudaStreamSynchronizeReply, CudaError> {
         let s = self.stream(req.stream)?;
+        if let Some(e) = self.captures.lock().unwrap().refuse(req.stream) {
+            return Err(e);
+        }
         self.backend.stream_synchronize(s)?;
         Ok(CudaStreamSynchronizeReply {})
     }
 
     fn cuda_stream_query(&self, _: &CallCx, req: CudaStreamQueryRequest) -> Result<CudaStreamQueryReply, CudaError> {
         let s = self.stream(req.stream)?;
+        if let Some(e) = self.captures.lock().unwrap().refuse(req.stream) {
+            return Err(e);
+        }
         if self.backend.stream_query(s)? { Ok(CudaStreamQueryReply {}) } else { Err(CudaError::NotReady) }
     }
 
@@ -628,6 +770,9 @@ impl CudartService for Session {
     fn cuda_event_record(&self, _: &CallCx, req: CudaEventRecordRequest) -> Result<CudaEventRecordReply, CudaError> {
         let e = self.event(req.event)?;
         let s = self.stream(req.stream)?;
+        if self.captures.lock().unwrap().record_event(req.event, req.stream) {
+            return Ok(CudaEventRecordReply {});
+        }
         self.backend.event_record(e, s)?;
         Ok(CudaEventRecordReply {})
     }
@@ -743,6 +888,9 @@ impl CudartService for Session {
         if u64::from(seq) != req.seq || st.count(ours) != seq || (!h2d && st.count(Count::Drained) != seq) {
             tracing::warn!(session = self.id, "a staged copy that does not start where the region stands");
             return Err(CudaError::InvalidValue);
+        }
+        if self.captures.lock().unwrap().of_stream(req.stream).is_some() {
+            return self.capture_staged(st, &req, h2d, seq);
         }
         let b = self.backend.as_ref();
         if !st.registered.swap(true, Ordering::Relaxed) {
@@ -908,11 +1056,30 @@ impl CudartService for Session {
     }
 
     fn phos_memcpy3_d(&self, _: &CallCx, req: PhosMemcpy3DRequest<'_>) -> Result<PhosMemcpy3DReply, CudaError> {
+        if req.ordered != 0 && self.captures.lock().unwrap().of_stream(req.stream).is_some() {
+            return self.capture_copy_3d(&req).map(|_| PhosMemcpy3DReply { dst: None });
+        }
         Ok(PhosMemcpy3DReply { dst: self.copy_3d(&req)? })
     }
 
     fn phos_memset3_d(&self, _: &CallCx, req: PhosMemset3DRequest) -> Result<PhosMemset3DReply, CudaError> {
         let stream = if req.ordered != 0 { Some(self.stream(req.stream)?) } else { None };
+        if req.ordered != 0 {
+            let mut captures = self.captures.lock().unwrap();
+            if captures.of_stream(req.stream).is_some() {
+                for z in 0..req.depth {
+                    let op = || GraphOp::Memset {
+                        dst: req.dst + z * req.slice,
+                        pitch: req.pitch,
+                        value: req.value as u8,
+                        width: req.width,
+                        height: req.height,
+                    };
+                    captures.record(req.stream, op).unwrap_or(Ok(()))?;
+                }
+                return Ok(PhosMemset3DReply {});
+            }
+        }
         for z in 0..req.depth {
             let dst = req.dst + z * req.slice;
             self.backend.memset_2d(dst, req.pitch, req.value as u8, req.width, req.height, stream)?;
@@ -941,6 +1108,9 @@ impl CudartService for Session {
     ) -> Result<CudaMemcpyToSymbolAsyncReply, CudaError> {
         let stream = self.stream(req.stream)?;
         let dst = Ptr::Device(req.symbol_base + req.offset);
+        if let Some(r) = self.capture_copy(req.stream, &dst, &req.src, req.count) {
+            return r.map(|_| CudaMemcpyToSymbolAsyncReply {});
+        }
         self.copy(&dst, &req.src, req.count, Some(stream))?;
         Ok(CudaMemcpyToSymbolAsyncReply {})
     }
@@ -952,6 +1122,9 @@ impl CudartService for Session {
     ) -> Result<CudaMemcpyFromSymbolAsyncReply, CudaError> {
         let stream = self.stream(req.stream)?;
         let src = Ptr::Device(req.symbol_base + req.offset);
+        if let Some(r) = self.capture_copy(req.stream, &req.dst, &src, req.count) {
+            return r.map(|_| CudaMemcpyFromSymbolAsyncReply { dst: None });
+        }
         Ok(CudaMemcpyFromSymbolAsyncReply { dst: self.copy(&req.dst, &src, req.count, Some(stream))? })
     }
 
@@ -1001,6 +1174,9 @@ impl CudartService for Session {
     ) -> Result<CudaStreamWaitEventReply, CudaError> {
         let s = self.stream(req.stream)?;
         let e = self.event(req.event)?;
+        if let Some(r) = self.captures.lock().unwrap().wait_event(req.stream, req.event) {
+            return r.map(|_| CudaStreamWaitEventReply {});
+        }
         self.backend.stream_wait_event(s, e)?;
         Ok(CudaStreamWaitEventReply {})
     }
@@ -1012,6 +1188,9 @@ impl CudartService for Session {
     ) -> Result<CudaEventRecordWithFlagsReply, CudaError> {
         let e = self.event(req.event)?;
         let s = self.stream(req.stream)?;
+        if self.captures.lock().unwrap().record_event(req.event, req.stream) {
+            return Ok(CudaEventRecordWithFlagsReply {});
+        }
         self.backend.event_record(e, s)?;
         Ok(CudaEventRecordWithFlagsReply {})
     }
@@ -1066,6 +1245,115 @@ impl CudartService for Session {
         let (gate, _) = self.gates.lock().unwrap().remove(&req.gate).ok_or(CudaError::InvalidResourceHandle)?;
         gate.open();
         Ok(PhosHostFuncDoneReply {})
+    }
+
+    fn cuda_stream_begin_capture(
+        &self,
+        _: &CallCx,
+        req: CudaStreamBeginCaptureRequest,
+    ) -> Result<CudaStreamBeginCaptureReply, CudaError> {
+        // The legacy stream cannot be captured.
+        if req.stream <= 1 {
+            return Err(CudaError::StreamCaptureUnsupported);
+        }
+        self.stream(req.stream)?;
+        self.captures.lock().unwrap().begin(req.stream)?;
+        Ok(CudaStreamBeginCaptureReply {})
+    }
+
+    fn cuda_stream_end_capture(
+        &self,
+        cx: &CallCx,
+        req: CudaStreamEndCaptureRequest,
+    ) -> Result<CudaStreamEndCaptureReply, CudaError> {
+        self.stream(req.stream)?;
+        let ops = self.captures.lock().unwrap().end(req.stream)?;
+        Ok(CudaStreamEndCaptureReply { pGraph: insert(&self.graphs, cx, ops)? })
+    }
+
+    fn cuda_stream_is_capturing(
+        &self,
+        _: &CallCx,
+        req: CudaStreamIsCapturingRequest,
+    ) -> Result<CudaStreamIsCapturingReply, CudaError> {
+        self.stream(req.stream)?;
+        Ok(CudaStreamIsCapturingReply { pCaptureStatus: self.captures.lock().unwrap().status(req.stream).0 })
+    }
+
+    fn phos_stream_capture_info(
+        &self,
+        _: &CallCx,
+        req: PhosStreamCaptureInfoRequest,
+    ) -> Result<PhosStreamCaptureInfoReply, CudaError> {
+        self.stream(req.stream)?;
+        let (status, id) = self.captures.lock().unwrap().status(req.stream);
+        Ok(PhosStreamCaptureInfoReply { status, id })
+    }
+
+    fn phos_graph_instantiate(
+        &self,
+        cx: &CallCx,
+        req: PhosGraphInstantiateRequest,
+    ) -> Result<PhosGraphInstantiateReply, CudaError> {
+        let ops = self.graphs.lock().unwrap().get(req.graph)?.clone();
+        Ok(PhosGraphInstantiateReply { pGraphExec: insert(&self.graph_execs, cx, ops)? })
+    }
+
+    fn cuda_graph_launch(&self, cx: &CallCx, req: CudaGraphLaunchRequest) -> Result<CudaGraphLaunchReply, CudaError> {
+        let ops = self.graph_execs.lock().unwrap().get(req.graphExec)?.clone();
+        // Launching into a capture records the graph's work there.
+        if self.captures.lock().unwrap().of_stream(req.stream).is_some() {
+            let mut captures = self.captures.lock().unwrap();
+            for op in ops {
+                captures.record(req.stream, || op).unwrap_or(Ok(()))?;
+            }
+            return Ok(CudaGraphLaunchReply {});
+        }
+        self.replay(cx, &ops, req.stream)?;
+        Ok(CudaGraphLaunchReply {})
+    }
+
+    fn cuda_graph_upload(&self, _: &CallCx, req: CudaGraphUploadRequest) -> Result<CudaGraphUploadReply, CudaError> {
+        self.graph_execs.lock().unwrap().get(req.graphExec)?;
+        self.stream(req.stream)?;
+        Ok(CudaGraphUploadReply {})
+    }
+
+    fn phos_graph_exec_update(
+        &self,
+        _: &CallCx,
+        req: PhosGraphExecUpdateRequest,
+    ) -> Result<PhosGraphExecUpdateReply, CudaError> {
+        let new = self.graphs.lock().unwrap().get(req.hGraph)?.clone();
+        let mut execs = self.graph_execs.lock().unwrap();
+        let exec = execs.get_mut(req.hGraphExec)?;
+        let verdict = if exec.len() != new.len() {
+            Err(crate::capture::UPDATE_TOPOLOGY_CHANGED)
+        } else {
+            exec.iter().zip(&new).try_for_each(|(a, b)| a.update_from(b))
+        };
+        match verdict {
+            Ok(()) => {
+                *exec = new;
+                Ok(PhosGraphExecUpdateReply { result: crate::capture::UPDATE_SUCCESS })
+            }
+            // The guest reports the result with cudaErrorGraphExecUpdateFailure.
+            Err(result) => Ok(PhosGraphExecUpdateReply { result }),
+        }
+    }
+
+    fn cuda_graph_exec_destroy(
+        &self,
+        _: &CallCx,
+        req: CudaGraphExecDestroyRequest,
+    ) -> Result<CudaGraphExecDestroyReply, CudaError> {
+        self.graph_execs.lock().unwrap().remove(req.graphExec)?;
+        Ok(CudaGraphExecDestroyReply {})
+    }
+
+    fn cuda_graph_destroy(&self, _: &CallCx, req: CudaGraphDestroyRequest) -> Result<CudaGraphDestroyReply, CudaError> {
+        self.graphs.lock().unwrap().remove(req.graph)?;
+        Ok(CudaGraphDestroyReply {})
     }
 
     fn phos_func_get_attributes(
@@ -1138,6 +1426,11 @@ impl Session {
         cooperative: bool,
     ) -> Result<(), CudaError> {
         let raw = self.functions.lock().unwrap().get(function)?.raw;
+        if self.captures.lock().unwrap().of_stream(stream).is_some() {
+            self.check_launch(cx.device, grid, block, shared_mem)?;
+            let op = || GraphOp::Kernel { function, grid, block, shared_mem, params: params.to_vec(), cooperative };
+            return self.captures.lock().unwrap().record(stream, op).unwrap_or(Ok(()));
+        }
         let stream = self.stream(stream)?;
         self.check_launch(cx.device, grid, block, shared_mem)?;
         let mut printed = Vec::new();

@@ -12,7 +12,7 @@ use phos_protocol::{CudaError, cudart::FunctionId};
 
 use crate::abi::Abi;
 use crate::stubs::HandWritten;
-use crate::{callbacks, device, execution, hostmem, launch, memory, pools, registry, runtime, soname};
+use crate::{callbacks, device, execution, graphs, hostmem, launch, memory, pools, registry, runtime, soname};
 use phos_protocol::types::{ChannelFormatDesc, Extent, PitchedPtr};
 
 /// The implementation of [`HandWritten`].
@@ -630,19 +630,29 @@ impl HandWritten for Hand {
         code(callbacks::add_callback(stream, callback, user_data, flags))
     }
 
-    // ---- Stream capture (never active in Phos)
+    // ---- Stream capture and graphs (graphs.rs)
 
-    unsafe fn cudaStreamIsCapturing(_stream: *mut c_void, status: *mut i32) -> i32 {
-        unsafe { Self::cudaStreamGetCaptureInfo(_stream, status) }
+    unsafe fn cudaStreamGetCaptureInfo(stream: *mut c_void, status: *mut i32, id: *mut u64) -> i32 {
+        code(unsafe { graphs::capture_info(stream, status, id) })
     }
 
-    unsafe fn cudaStreamGetCaptureInfo(_stream: *mut c_void, status: *mut i32) -> i32 {
-        if status.is_null() {
-            return code(Err(CudaError::InvalidValue));
-        }
-        // cudaStreamCaptureStatusNone
-        unsafe { *status = 0 };
-        cudart::SUCCESS
+    unsafe fn cudaGraphInstantiate(exec: *mut *mut c_void, graph: *mut c_void, flags: u64) -> i32 {
+        // CUDA 11's third parameter is an error-node pointer, not flags.
+        let flags = if soname::current_abi().major() >= 12 { flags } else { 0 };
+        code(unsafe { graphs::instantiate(exec, graph, flags) })
+    }
+
+    unsafe fn cudaGraphInstantiateWithFlags(exec: *mut *mut c_void, graph: *mut c_void, flags: u64) -> i32 {
+        code(unsafe { graphs::instantiate(exec, graph, flags) })
+    }
+
+    unsafe fn cudaGraphExecUpdate(
+        exec: *mut c_void,
+        graph: *mut c_void,
+        result_info: *mut c_void,
+        update_result_out: *mut i32,
+    ) -> i32 {
+        code(unsafe { graphs::exec_update(exec, graph, result_info, update_result_out) })
     }
 
     unsafe fn cudaThreadExchangeStreamCaptureMode(mode: *mut i32) -> i32 {

@@ -13,6 +13,7 @@ pub mod abi;
 mod callbacks;
 mod device;
 mod execution;
+mod graphs;
 pub mod hand;
 pub mod hostmem;
 pub mod launch;

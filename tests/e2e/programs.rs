@@ -49,6 +49,7 @@ programs!(
     errors,
     exec_api,
     faults,
+    graphs,
     host_threads,
     iterative,
     math_fns,

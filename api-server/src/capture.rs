@@ -1,0 +1,246 @@
+//! Stream capture and the graphs it builds. While a stream captures, the work submitted to it
+//! is recorded as [`GraphOp`]s instead of run; a stream that waits on an event recorded in a
+//! capturing stream joins that capture (CUDA's fork and join). Ending the capture makes a
+//! graph of the recorded work, in the order it was submitted: replaying it in that order on
+//! one stream is one of the schedules the graph's dependencies allow.
+
+use std::collections::HashMap;
+
+use phos_protocol::CudaError;
+use phos_protocol::types::Dim3;
+
+/// One recorded operation. Addresses are device addresses of the session; a kernel is named
+/// by its function handle, so a graph outlives nothing it uses.
+#[derive(Clone, Debug, PartialEq)]
+pub enum GraphOp {
+    Kernel {
+        function: u64,
+        grid: Dim3,
+        block: Dim3,
+        shared_mem: u32,
+        params: Vec<u8>,
+        cooperative: bool,
+    },
+    /// `height` rows of `width` bytes, `pitch` apart.
+    Memset {
+        dst: u64,
+        pitch: u64,
+        value: u8,
+        width: u64,
+        height: u64,
+    },
+    CopyOnDevice {
+        dst: u64,
+        dpitch: u64,
+        src: u64,
+        spitch: u64,
+        width: u64,
+        height: u64,
+    },
+    /// The host data as it was when captured, packed.
+    CopyToDevice {
+        dst: u64,
+        dpitch: u64,
+        data: Vec<u8>,
+        width: u64,
+        height: u64,
+    },
+}
+
+impl GraphOp {
+    /// Whether an executable graph with `self` can take `other`'s parameters
+    /// (`cudaGraphExecUpdate`): same kind of node, same kernel. Returns the
+    /// `cudaGraphExecUpdateResult` when not.
+    pub fn update_from(&self, other: &GraphOp) -> Result<(), i32> {
+        use GraphOp::*;
+        match (self, other) {
+            (Kernel { function: a, .. }, Kernel { function: b, .. }) if a != b => Err(UPDATE_FUNCTION_CHANGED),
+            (Kernel { .. }, Kernel { .. })
+            | (Memset { .. }, Memset { .. })
+            | (CopyOnDevice { .. }, CopyOnDevice { .. })
+            | (CopyToDevice { .. }, CopyToDevice { .. }) => Ok(()),
+            _ => Err(UPDATE_NODE_TYPE_CHANGED),
+        }
+    }
+}
+
+/// `cudaGraphExecUpdateResult` values.
+pub const UPDATE_SUCCESS: i32 = 0;
+pub const UPDATE_TOPOLOGY_CHANGED: i32 = 2;
+pub const UPDATE_NODE_TYPE_CHANGED: i32 = 3;
+pub const UPDATE_FUNCTION_CHANGED: i32 = 4;
+
+/// `cudaStreamCaptureStatus` values.
+pub const STATUS_NONE: i32 = 0;
+pub const STATUS_ACTIVE: i32 = 1;
+pub const STATUS_INVALIDATED: i32 = 2;
+
+/// A capture in progress.
+struct Capture {
+    origin: u64,
+    ops: Vec<GraphOp>,
+    /// Why the capture can no longer make a graph (a synchronisation, a device-to-host copy).
+    invalidated: bool,
+}
+
+/// Every capture of a session, by id; which stream and event belongs to which.
+#[derive(Default)]
+pub struct Captures {
+    active: HashMap<u64, Capture>,
+    streams: HashMap<u64, u64>,
+    events: HashMap<u64, u64>,
+    next: u64,
+}
+
+impl Captures {
+    /// The capture `stream` is part of.
+    pub fn of_stream(&self, stream: u64) -> Option<u64> {
+        self.streams.get(&stream).copied()
+    }
+
+    pub fn any_active(&self) -> bool {
+        !self.active.is_empty()
+    }
+
+    pub fn begin(&mut self, stream: u64) -> Result<(), CudaError> {
+        if self.streams.contains_key(&stream) {
+            return Err(CudaError::IllegalState);
+        }
+        self.next += 1;
+        let id = self.next;
+        self.active.insert(id, Capture { origin: stream, ops: Vec::new(), invalidated: false });
+        self.streams.insert(stream, id);
+        Ok(())
+    }
+
+    /// Record `op` if `stream` captures: `None` when it does not (the caller runs the work),
+    /// else whether the capture took it.
+    pub fn record(&mut self, stream: u64, op: impl FnOnce() -> GraphOp) -> Option<Result<(), CudaError>> {
+        let id = self.of_stream(stream)?;
+        let c = self.active.get_mut(&id)?;
+        if c.invalidated {
+            return Some(Err(CudaError::StreamCaptureInvalidated));
+        }
+        c.ops.push(op());
+        Some(Ok(()))
+    }
+
+    /// Work a capture cannot take (`cudaErrorStreamCaptureUnsupported`): the capture of
+    /// `stream` ends up invalidated, as in CUDA.
+    pub fn refuse(&mut self, stream: u64) -> Option<CudaError> {
+        let id = self.of_stream(stream)?;
+        if let Some(c) = self.active.get_mut(&id) {
+            c.invalidated = true;
+        }
+        Some(CudaError::StreamCaptureUnsupported)
+    }
+
+    /// A synchronisation of the whole device invalidates every capture.
+    pub fn refuse_all(&mut self) -> Option<CudaError> {
+        if self.active.is_empty() {
+            return None;
+        }
+        for c in self.active.values_mut() {
+            c.invalidated = true;
+        }
+        Some(CudaError::StreamCaptureUnsupported)
+    }
+
+    /// `cudaEventRecord` in a capturing stream: the event now stands for that point of the
+    /// capture. Returns whether it was captured.
+    pub fn record_event(&mut self, event: u64, stream: u64) -> bool {
+        match self.of_stream(stream) {
+            Some(id) => {
+                self.events.insert(event, id);
+                true
+            }
+            None => {
+                self.events.remove(&event);
+                false
+            }
+        }
+    }
+
+    /// `cudaStreamWaitEvent`: a stream waiting on a captured event joins its capture. `None`
+    /// when the event is not captured and the stream does not capture (the caller waits).
+    pub fn wait_event(&mut self, stream: u64, event: u64) -> Option<Result<(), CudaError>> {
+        match (self.events.get(&event).copied(), self.of_stream(stream)) {
+            (Some(id), Some(own)) if id == own => Some(Ok(())),
+            (Some(_), Some(_)) => Some(Err(CudaError::StreamCaptureMerge)),
+            (Some(id), None) => {
+                self.streams.insert(stream, id);
+                Some(Ok(()))
+            }
+            // A capturing stream cannot depend on work outside the capture.
+            (None, Some(_)) => Some(Err(self.refuse(stream).unwrap_or(CudaError::StreamCaptureIsolation))),
+            (None, None) => None,
+        }
+    }
+
+    /// (`cudaStreamCaptureStatus`, capture id) of `stream`.
+    pub fn status(&self, stream: u64) -> (i32, u64) {
+        match self.of_stream(stream).and_then(|id| Some((id, self.active.get(&id)?))) {
+            Some((id, c)) if c.invalidated => (STATUS_INVALIDATED, id),
+            Some((id, _)) => (STATUS_ACTIVE, id),
+            None => (STATUS_NONE, 0),
+        }
+    }
+
+    /// `cudaStreamEndCapture` on `stream`: the recorded work, unless the capture was
+    /// invalidated. Every stream and event of the capture leaves it.
+    pub fn end(&mut self, stream: u64) -> Result<Vec<GraphOp>, CudaError> {
+        let id = self.of_stream(stream).ok_or(CudaError::IllegalState)?;
+        if self.active.get(&id).is_some_and(|c| c.origin != stream) {
+            return Err(CudaError::StreamCaptureUnmatched);
+        }
+        let c = self.active.remove(&id).ok_or(CudaError::IllegalState)?;
+        self.streams.retain(|_, v| *v != id);
+        self.events.retain(|_, v| *v != id);
+        if c.invalidated { Err(CudaError::StreamCaptureInvalidated) } else { Ok(c.ops) }
+    }
+
+    /// Forget a destroyed stream's part in any capture.
+    pub fn forget_stream(&mut self, stream: u64) {
+        self.streams.remove(&stream);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memset(value: u8) -> GraphOp {
+        GraphOp::Memset { dst: 0x1000, pitch: 16, value, width: 16, height: 1 }
+    }
+
+    #[test]
+    fn forked_streams_join_and_end_with_the_origin() {
+        let mut c = Captures::default();
+        c.begin(10).unwrap();
+        assert!(c.record(10, || memset(1)).unwrap().is_ok());
+        assert!(c.record(11, || memset(2)).is_none(), "not capturing");
+        assert!(c.record_event(5, 10));
+        c.wait_event(11, 5).unwrap().unwrap();
+        assert!(c.record(11, || memset(3)).unwrap().is_ok());
+        assert_eq!(c.status(11).0, STATUS_ACTIVE);
+        assert_eq!(c.end(11).unwrap_err(), CudaError::StreamCaptureUnmatched);
+        assert_eq!(c.end(10).unwrap(), vec![memset(1), memset(3)]);
+        assert_eq!(c.status(11), (STATUS_NONE, 0));
+        assert!(c.record(11, || memset(4)).is_none());
+    }
+
+    #[test]
+    fn unsupported_work_invalidates_the_capture() {
+        let mut c = Captures::default();
+        c.begin(10).unwrap();
+        assert_eq!(c.begin(10).unwrap_err(), CudaError::IllegalState);
+        assert_eq!(c.refuse(10), Some(CudaError::StreamCaptureUnsupported));
+        assert_eq!(c.status(10).0, STATUS_INVALIDATED);
+        assert_eq!(c.record(10, || memset(1)).unwrap().unwrap_err(), CudaError::StreamCaptureInvalidated);
+        assert_eq!(c.end(10).unwrap_err(), CudaError::StreamCaptureInvalidated);
+        assert_eq!(c.end(10).unwrap_err(), CudaError::IllegalState);
+        // A capturing stream may not wait on work outside its capture.
+        c.begin(20).unwrap();
+        assert!(c.wait_event(20, 99).unwrap().is_err());
+    }
+}
