@@ -64,6 +64,66 @@ impl GraphOp {
     }
 }
 
+/// `cudaGraphNodeType` values of the nodes Phos makes.
+pub const NODE_KERNEL: i32 = 0;
+pub const NODE_MEMCPY: i32 = 1;
+pub const NODE_MEMSET: i32 = 2;
+pub const NODE_EMPTY: i32 = 5;
+
+/// One node: its work (a 3D copy or memset is one op per slice), the nodes it follows
+/// (indices in the graph), its handle.
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub kind: i32,
+    pub ops: Vec<GraphOp>,
+    pub deps: Vec<usize>,
+    pub handle: u64,
+}
+
+/// A graph: nodes in the order they were added.
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    pub nodes: Vec<Node>,
+}
+
+impl Graph {
+    /// The kind of node a captured op makes.
+    pub fn kind_of(op: &GraphOp) -> i32 {
+        match op {
+            GraphOp::Kernel { .. } => NODE_KERNEL,
+            GraphOp::Memset { .. } => NODE_MEMSET,
+            GraphOp::CopyOnDevice { .. } | GraphOp::CopyToDevice { .. } => NODE_MEMCPY,
+        }
+    }
+
+    /// The work of every node, each after the nodes it depends on (ties in the order the
+    /// nodes were added); `cudaErrorInvalidValue` for a cycle.
+    pub fn order(&self) -> Result<Vec<GraphOp>, CudaError> {
+        let n = self.nodes.len();
+        let mut waiting: Vec<usize> = self.nodes.iter().map(|node| node.deps.len()).collect();
+        let mut followers: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (i, node) in self.nodes.iter().enumerate() {
+            for &d in &node.deps {
+                followers[d].push(i);
+            }
+        }
+        let mut ready: std::collections::BTreeSet<usize> = (0..n).filter(|&i| waiting[i] == 0).collect();
+        let mut out = Vec::new();
+        let mut done = 0;
+        while let Some(i) = ready.pop_first() {
+            done += 1;
+            out.extend(self.nodes[i].ops.iter().cloned());
+            for &f in &followers[i] {
+                waiting[f] -= 1;
+                if waiting[f] == 0 {
+                    ready.insert(f);
+                }
+            }
+        }
+        if done == n { Ok(out) } else { Err(CudaError::InvalidValue) }
+    }
+}
+
 /// `cudaGraphExecUpdateResult` values.
 pub const UPDATE_SUCCESS: i32 = 0;
 pub const UPDATE_TOPOLOGY_CHANGED: i32 = 2;
@@ -227,6 +287,15 @@ mod tests {
         assert_eq!(c.end(10).unwrap(), vec![memset(1), memset(3)]);
         assert_eq!(c.status(11), (STATUS_NONE, 0));
         assert!(c.record(11, || memset(4)).is_none());
+    }
+
+    #[test]
+    fn nodes_run_after_their_dependencies_and_cycles_are_refused() {
+        let node = |value: u8, deps: Vec<usize>| Node { kind: NODE_MEMSET, ops: vec![memset(value)], deps, handle: 0 };
+        let mut g = Graph { nodes: vec![node(0, vec![2]), node(1, vec![]), node(2, vec![1]), node(3, vec![])] };
+        assert_eq!(g.order().unwrap(), vec![memset(1), memset(2), memset(0), memset(3)]);
+        g.nodes[1].deps.push(0);
+        assert_eq!(g.order().unwrap_err(), CudaError::InvalidValue);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use phos_protocol::{CudaError, Ptr};
 use sha2::{Digest, Sha256};
 
 use crate::backend::{Backend, Copy2D, Gate, Raw, StreamRef};
-use crate::capture::{Captures, GraphOp};
+use crate::capture::{Captures, Graph, GraphOp, Node};
 use crate::dispatch::CudartService;
 use crate::handles::HandleTable;
 use crate::memory::AddressSpace;
@@ -100,8 +100,10 @@ pub struct Session {
     gates: Mutex<HashMap<u64, (Arc<Gate>, StreamRef)>>,
     /// Stream captures in progress, and the graphs and executable graphs made of them.
     captures: Mutex<Captures>,
-    graphs: Mutex<HandleTable<Vec<GraphOp>>>,
+    graphs: Mutex<HandleTable<Graph>>,
     graph_execs: Mutex<HandleTable<Vec<GraphOp>>>,
+    /// Node handles: (graph handle, index of the node in it).
+    graph_nodes: Mutex<HandleTable<(u64, usize)>>,
 }
 
 /// Host-function gates a session may have waiting at once.
@@ -143,6 +145,7 @@ impl Session {
             captures: Mutex::new(Captures::default()),
             graphs: Mutex::new(HandleTable::new(HandleKind::Graph)),
             graph_execs: Mutex::new(HandleTable::new(HandleKind::GraphExec)),
+            graph_nodes: Mutex::new(HandleTable::new(HandleKind::GraphNode)),
         })
     }
 
@@ -399,6 +402,28 @@ impl Session {
         Ok(())
     }
 
+    /// Append a node to `graph` after the nodes at `deps`; its handle.
+    fn add_node(&self, graph: u64, kind: i32, ops: Vec<GraphOp>, deps: Vec<usize>) -> Result<u64, CudaError> {
+        let mut graphs = self.graphs.lock().unwrap();
+        let g = graphs.get_mut(graph)?;
+        let index = g.nodes.len();
+        let handle = self.graph_nodes.lock().unwrap().insert((graph, index));
+        g.nodes.push(Node { kind, ops, deps, handle });
+        Ok(handle)
+    }
+
+    /// Node handles of `graph` (as the guest sends them: 8 bytes each) as node indices.
+    fn node_indices(&self, graph: u64, handles: &[u8]) -> Result<Vec<usize>, CudaError> {
+        let nodes = self.graph_nodes.lock().unwrap();
+        handles
+            .chunks_exact(8)
+            .map(|h| {
+                let (g, index) = *nodes.get(u64::from_ne_bytes(h.try_into().expect("8 bytes")))?;
+                if g == graph { Ok(index) } else { Err(CudaError::InvalidValue) }
+            })
+            .collect()
+    }
+
     fn function(&self, handle: u64) -> Result<Raw, CudaError> {
         Ok(self.functions.lock().unwrap().get(handle)?.raw)
     }
@@ -507,6 +532,7 @@ impl Session {
         *self.captures.lock().unwrap() = Captures::default();
         self.graphs.lock().unwrap().drain();
         self.graph_execs.lock().unwrap().drain();
+        self.graph_nodes.lock().unwrap().drain();
         for (_, m) in self.modules.lock().unwrap().drain() {
             for (_, g, _) in m.globals {
                 self.memory.remove_external(g);
@@ -1268,7 +1294,13 @@ impl CudartService for Session {
     ) -> Result<CudaStreamEndCaptureReply, CudaError> {
         self.stream(req.stream)?;
         let ops = self.captures.lock().unwrap().end(req.stream)?;
-        Ok(CudaStreamEndCaptureReply { pGraph: insert(&self.graphs, cx, ops)? })
+        // Each captured operation is a node after the one before it.
+        let graph = insert(&self.graphs, cx, Graph::default())?;
+        for op in ops {
+            let deps = self.graphs.lock().unwrap().get(graph)?.nodes.len().checked_sub(1).into_iter().collect();
+            self.add_node(graph, Graph::kind_of(&op), vec![op], deps)?;
+        }
+        Ok(CudaStreamEndCaptureReply { pGraph: graph })
     }
 
     fn cuda_stream_is_capturing(
@@ -1295,7 +1327,7 @@ impl CudartService for Session {
         cx: &CallCx,
         req: PhosGraphInstantiateRequest,
     ) -> Result<PhosGraphInstantiateReply, CudaError> {
-        let ops = self.graphs.lock().unwrap().get(req.graph)?.clone();
+        let ops = self.graphs.lock().unwrap().get(req.graph)?.order()?;
         Ok(PhosGraphInstantiateReply { pGraphExec: insert(&self.graph_execs, cx, ops)? })
     }
 
@@ -1324,7 +1356,7 @@ impl CudartService for Session {
         _: &CallCx,
         req: PhosGraphExecUpdateRequest,
     ) -> Result<PhosGraphExecUpdateReply, CudaError> {
-        let new = self.graphs.lock().unwrap().get(req.hGraph)?.clone();
+        let new = self.graphs.lock().unwrap().get(req.hGraph)?.order()?;
         let mut execs = self.graph_execs.lock().unwrap();
         let exec = execs.get_mut(req.hGraphExec)?;
         let verdict = if exec.len() != new.len() {
@@ -1342,6 +1374,130 @@ impl CudartService for Session {
         }
     }
 
+    fn cuda_graph_create(&self, cx: &CallCx, _: CudaGraphCreateRequest) -> Result<CudaGraphCreateReply, CudaError> {
+        Ok(CudaGraphCreateReply { pGraph: insert(&self.graphs, cx, Graph::default())? })
+    }
+
+    fn phos_graph_add_kernel_node(
+        &self,
+        cx: &CallCx,
+        req: PhosGraphAddKernelNodeRequest<'_>,
+    ) -> Result<PhosGraphAddKernelNodeReply, CudaError> {
+        let deps = self.node_indices(req.graph, req.deps)?;
+        self.function(req.function)?;
+        self.check_launch(cx.device, req.grid, req.block, req.sharedMem)?;
+        let op = GraphOp::Kernel {
+            function: req.function,
+            grid: req.grid,
+            block: req.block,
+            shared_mem: req.sharedMem,
+            params: req.params.to_vec(),
+            cooperative: false,
+        };
+        let node = self.add_node(req.graph, crate::capture::NODE_KERNEL, vec![op], deps)?;
+        Ok(PhosGraphAddKernelNodeReply { pGraphNode: node })
+    }
+
+    fn phos_graph_add_copy_node(
+        &self,
+        _: &CallCx,
+        req: PhosGraphAddCopyNodeRequest<'_>,
+    ) -> Result<PhosGraphAddCopyNodeReply, CudaError> {
+        let deps = self.node_indices(req.graph, req.deps)?;
+        let (w, h) = (req.width, req.height);
+        let slice = w.checked_mul(h).and_then(|n| usize::try_from(n).ok()).ok_or(CudaError::InvalidValue)?;
+        let mut ops = Vec::new();
+        for z in 0..req.depth {
+            let dst = req.dst + z * req.dslice;
+            ops.push(match &req.src {
+                Ptr::Device(s) => GraphOp::CopyOnDevice {
+                    dst,
+                    dpitch: req.dpitch,
+                    src: s + z * req.sslice,
+                    spitch: req.spitch,
+                    width: w,
+                    height: h,
+                },
+                Ptr::In(bytes) => GraphOp::CopyToDevice {
+                    dst,
+                    dpitch: req.dpitch,
+                    data: bytes[z as usize * slice..(z as usize + 1) * slice].to_vec(),
+                    width: w,
+                    height: h,
+                },
+                _ => return Err(CudaError::InvalidValue),
+            });
+        }
+        let node = self.add_node(req.graph, crate::capture::NODE_MEMCPY, ops, deps)?;
+        Ok(PhosGraphAddCopyNodeReply { pGraphNode: node })
+    }
+
+    fn phos_graph_add_set_node(
+        &self,
+        _: &CallCx,
+        req: PhosGraphAddSetNodeRequest,
+    ) -> Result<PhosGraphAddSetNodeReply, CudaError> {
+        let deps = self.node_indices(req.graph, req.deps)?;
+        let op = GraphOp::Memset {
+            dst: req.dst,
+            pitch: req.pitch,
+            value: req.value as u8,
+            width: req.width,
+            height: req.height,
+        };
+        let node = self.add_node(req.graph, crate::capture::NODE_MEMSET, vec![op], deps)?;
+        Ok(PhosGraphAddSetNodeReply { pGraphNode: node })
+    }
+
+    fn phos_graph_add_empty_node(
+        &self,
+        _: &CallCx,
+        req: PhosGraphAddEmptyNodeRequest<'_>,
+    ) -> Result<PhosGraphAddEmptyNodeReply, CudaError> {
+        let deps = self.node_indices(req.graph, req.deps)?;
+        let node = self.add_node(req.graph, crate::capture::NODE_EMPTY, Vec::new(), deps)?;
+        Ok(PhosGraphAddEmptyNodeReply { pGraphNode: node })
+    }
+
+    fn phos_graph_add_dependencies(
+        &self,
+        _: &CallCx,
+        req: PhosGraphAddDependenciesRequest<'_>,
+    ) -> Result<PhosGraphAddDependenciesReply, CudaError> {
+        let from = self.node_indices(req.graph, req.from)?;
+        let to = self.node_indices(req.graph, req.to)?;
+        let mut graphs = self.graphs.lock().unwrap();
+        let g = graphs.get_mut(req.graph)?;
+        for (f, t) in from.into_iter().zip(to) {
+            if f == t || g.nodes[t].deps.contains(&f) {
+                return Err(CudaError::InvalidValue);
+            }
+            g.nodes[t].deps.push(f);
+        }
+        Ok(PhosGraphAddDependenciesReply {})
+    }
+
+    fn phos_graph_nodes(&self, _: &CallCx, req: PhosGraphNodesRequest) -> Result<PhosGraphNodesReply, CudaError> {
+        let graphs = self.graphs.lock().unwrap();
+        let g = graphs.get(req.graph)?;
+        let mut nodes = Vec::new();
+        for node in g.nodes.iter().take(req.max as usize) {
+            nodes.extend_from_slice(&node.handle.to_ne_bytes());
+        }
+        nodes.resize(req.max as usize * 8, 0);
+        Ok(PhosGraphNodesReply { nodes, count: g.nodes.len() as u64 })
+    }
+
+    fn cuda_graph_node_get_type(
+        &self,
+        _: &CallCx,
+        req: CudaGraphNodeGetTypeRequest,
+    ) -> Result<CudaGraphNodeGetTypeReply, CudaError> {
+        let (g, index) = *self.graph_nodes.lock().unwrap().get(req.node)?;
+        let kind = self.graphs.lock().unwrap().get(g)?.nodes[index].kind;
+        Ok(CudaGraphNodeGetTypeReply { pType: kind })
+    }
+
     fn cuda_graph_exec_destroy(
         &self,
         _: &CallCx,
@@ -1353,6 +1509,7 @@ impl CudartService for Session {
 
     fn cuda_graph_destroy(&self, _: &CallCx, req: CudaGraphDestroyRequest) -> Result<CudaGraphDestroyReply, CudaError> {
         self.graphs.lock().unwrap().remove(req.graph)?;
+        self.graph_nodes.lock().unwrap().retain(|(g, _)| *g != req.graph);
         Ok(CudaGraphDestroyReply {})
     }
 

@@ -4,9 +4,18 @@
 use std::ffi::c_void;
 
 use phos_protocol::CudaError;
-use phos_protocol::cudart::{PhosGraphExecUpdateRequest, PhosGraphInstantiateRequest, PhosStreamCaptureInfoRequest};
+use phos_protocol::cudart::{
+    PhosGraphAddCopyNodeRequest, PhosGraphAddDependenciesRequest, PhosGraphAddEmptyNodeRequest,
+    PhosGraphAddKernelNodeRequest, PhosGraphAddSetNodeRequest, PhosGraphExecUpdateRequest, PhosGraphInstantiateRequest,
+    PhosGraphNodesRequest, PhosStreamCaptureInfoRequest, consts,
+};
+use phos_protocol::types::Dim3;
+use phos_protocol::{CudaError as E, Ptr};
 
-use crate::{runtime, soname};
+use crate::hand::Hand;
+use crate::memory::Memcpy3DParms;
+use crate::stubs::HandWritten;
+use crate::{launch, runtime, soname};
 
 /// `cudaGraphInstantiateFlagAutoFreeOnLaunch | Upload | UseNodePriority`: accepted (no graph
 /// allocates memory, launches issue everything, priorities are hints).
@@ -80,4 +89,275 @@ pub unsafe fn exec_update(
         }
     }
     if reply.result == 0 { Ok(()) } else { Err(CudaError::GraphExecUpdateFailure) }
+}
+
+/// Node handles as they travel: 8 bytes each.
+unsafe fn handles(list: *const u64, count: usize) -> Result<Vec<u8>, CudaError> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    if list.is_null() || count > 1 << 20 {
+        return Err(E::InvalidValue);
+    }
+    Ok((0..count).flat_map(|i| unsafe { list.add(i).read_unaligned() }.to_ne_bytes()).collect())
+}
+
+/// `struct cudaKernelNodeParams`.
+#[repr(C)]
+struct KernelNodeParams {
+    func: *const c_void,
+    grid: Dim3,
+    block: Dim3,
+    shared_mem: u32,
+    kernel_params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+}
+
+/// `struct cudaMemsetParams`.
+#[repr(C)]
+struct MemsetParams {
+    dst: u64,
+    pitch: usize,
+    value: u32,
+    element_size: u32,
+    width: usize,
+    height: usize,
+}
+
+fn write_node(out: *mut u64, node: u64) -> Result<(), CudaError> {
+    unsafe { out.write_unaligned(node) };
+    Ok(())
+}
+
+/// # Safety
+/// The pointers must be what `cudaGraphAddKernelNode` takes.
+pub unsafe fn add_kernel_node(
+    out: *mut u64,
+    graph: u64,
+    deps: *const u64,
+    count: usize,
+    p: *const c_void,
+) -> Result<(), CudaError> {
+    if out.is_null() || p.is_null() {
+        return Err(E::InvalidValue);
+    }
+    let k = unsafe { (p as *const KernelNodeParams).read_unaligned() };
+    if !k.extra.is_null() {
+        // A packed buffer in `extra` (CU_LAUNCH_PARAM_BUFFER_POINTER) is not read.
+        return Err(E::NotSupported);
+    }
+    let (function, params) = unsafe { launch::packed(k.func, k.kernel_params)? };
+    let deps = unsafe { handles(deps, count)? };
+    let reply = runtime::call(&PhosGraphAddKernelNodeRequest {
+        graph,
+        deps: &deps,
+        numDeps: count as u64,
+        function,
+        grid: k.grid,
+        block: k.block,
+        sharedMem: k.shared_mem,
+        params: &params,
+        paramSize: params.len() as u64,
+    })?;
+    write_node(out, reply.pGraphNode)
+}
+
+/// A copy node: to or on the device (a host source is read now and kept in the node).
+#[allow(clippy::too_many_arguments)]
+unsafe fn copy_node(
+    out: *mut u64,
+    graph: u64,
+    deps: *const u64,
+    count: usize,
+    (dst, dpitch, dslice): (u64, u64, u64),
+    (src, spitch, sslice): (u64, u64, u64),
+    (w, h, d): (u64, u64, u64),
+    kind: i32,
+) -> Result<(), CudaError> {
+    if out.is_null() {
+        return Err(E::InvalidValue);
+    }
+    let direction =
+        <Hand as HandWritten>::resolve_memcpy_kind(i128::from(kind), i128::from(dst), i128::from(src))? as i32;
+    let deps = unsafe { handles(deps, count)? };
+    let packed: Vec<u8>;
+    let src_ptr = match direction {
+        consts::cudaMemcpyDeviceToDevice => Ptr::Device(src),
+        consts::cudaMemcpyHostToDevice => {
+            if w > spitch {
+                return Err(E::InvalidPitchValue);
+            }
+            let mut bytes = Vec::new();
+            for z in 0..d {
+                for y in 0..h {
+                    let row = (src + z * sslice + y * spitch) as usize as *const u8;
+                    bytes.extend_from_slice(unsafe { std::slice::from_raw_parts(row, w as usize) });
+                }
+            }
+            packed = bytes;
+            Ptr::In(&packed)
+        }
+        // A node writing to the host would need the guest at every launch.
+        _ => return Err(E::NotSupported),
+    };
+    let host = direction == consts::cudaMemcpyHostToDevice;
+    let reply = runtime::call(&PhosGraphAddCopyNodeRequest {
+        graph,
+        deps: &deps,
+        numDeps: count as u64,
+        dst,
+        dpitch,
+        dslice: if d > 1 { dslice } else { 0 },
+        src: src_ptr,
+        spitch: if host { w } else { spitch },
+        sslice: if d > 1 { if host { w * h } else { sslice } } else { 0 },
+        width: w,
+        height: h,
+        depth: d,
+        direction,
+    })?;
+    write_node(out, reply.pGraphNode)
+}
+
+/// # Safety
+/// The pointers must be what `cudaGraphAddMemcpyNode` takes.
+pub unsafe fn add_memcpy_node(
+    out: *mut u64,
+    graph: u64,
+    deps: *const u64,
+    count: usize,
+    p: *const c_void,
+) -> Result<(), CudaError> {
+    if p.is_null() {
+        return Err(E::InvalidValue);
+    }
+    let p = unsafe { (p as *const Memcpy3DParms).read_unaligned() };
+    if p.src_array != 0 || p.dst_array != 0 {
+        return Err(E::NotSupported);
+    }
+    let side = |ptr: &phos_protocol::types::PitchedPtr, pos: &phos_protocol::types::Extent| {
+        let (pitch, slice) = (ptr.pitch as u64, ptr.pitch as u64 * ptr.ysize as u64);
+        (ptr.ptr + pos.depth as u64 * slice + pos.height as u64 * pitch + pos.width as u64, pitch, slice)
+    };
+    let e = p.extent;
+    let dims = (e.width as u64, e.height as u64, e.depth as u64);
+    unsafe {
+        copy_node(out, graph, deps, count, side(&p.dst_ptr, &p.dst_pos), side(&p.src_ptr, &p.src_pos), dims, p.kind)
+    }
+}
+
+/// # Safety
+/// The pointers must be what `cudaGraphAddMemcpyNode1D` takes.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn add_memcpy_node_1d(
+    out: *mut u64,
+    graph: u64,
+    deps: *const u64,
+    count: usize,
+    dst: *mut c_void,
+    src: *const c_void,
+    bytes: usize,
+    kind: i32,
+) -> Result<(), CudaError> {
+    let n = bytes as u64;
+    let (dst, src) = (dst as usize as u64, src as usize as u64);
+    unsafe { copy_node(out, graph, deps, count, (dst, n, 0), (src, n, 0), (n, 1, 1), kind) }
+}
+
+/// # Safety
+/// The pointers must be what `cudaGraphAddMemsetNode` takes.
+pub unsafe fn add_memset_node(
+    out: *mut u64,
+    graph: u64,
+    deps: *const u64,
+    count: usize,
+    p: *const c_void,
+) -> Result<(), CudaError> {
+    if out.is_null() || p.is_null() {
+        return Err(E::InvalidValue);
+    }
+    let m = unsafe { (p as *const MemsetParams).read_unaligned() };
+    let size = m.element_size as usize;
+    if ![1, 2, 4].contains(&size) {
+        return Err(E::InvalidValue);
+    }
+    // The value's element repeated must be one byte repeated (zero, all ones...): other
+    // patterns would need a 16- or 32-bit memset.
+    let bytes = m.value.to_le_bytes();
+    if bytes[..size].iter().any(|&b| b != bytes[0]) {
+        return Err(E::NotSupported);
+    }
+    let width = m.width.checked_mul(size).ok_or(E::InvalidValue)?;
+    let deps = unsafe { handles(deps, count)? };
+    let reply = runtime::call(&PhosGraphAddSetNodeRequest {
+        graph,
+        deps: &deps,
+        numDeps: count as u64,
+        dst: m.dst,
+        pitch: if m.height > 1 { m.pitch as u64 } else { width as u64 },
+        value: i32::from(bytes[0]),
+        width: width as u64,
+        height: m.height as u64,
+    })?;
+    write_node(out, reply.pGraphNode)
+}
+
+/// # Safety
+/// The pointers must be what `cudaGraphAddEmptyNode` takes.
+pub unsafe fn add_empty_node(out: *mut u64, graph: u64, deps: *const u64, count: usize) -> Result<(), CudaError> {
+    if out.is_null() {
+        return Err(E::InvalidValue);
+    }
+    let deps = unsafe { handles(deps, count)? };
+    let reply = runtime::call(&PhosGraphAddEmptyNodeRequest { graph, deps: &deps, numDeps: count as u64 })?;
+    write_node(out, reply.pGraphNode)
+}
+
+/// `cudaGraphAddDependencies`: CUDA 13 put edge data before the count.
+///
+/// # Safety
+/// The pointers must be what the ABI's `cudaGraphAddDependencies` takes.
+pub unsafe fn add_dependencies(
+    graph: u64,
+    from: *const u64,
+    to: *const u64,
+    edge_data_or_count: usize,
+    count_13: usize,
+) -> Result<(), CudaError> {
+    let count = if soname::current_abi().major() >= 13 {
+        if edge_data_or_count != 0 {
+            // Edge data (ports, programmatic edges) is not carried.
+            return Err(E::NotSupported);
+        }
+        count_13
+    } else {
+        edge_data_or_count
+    };
+    let (from, to) = unsafe { (handles(from, count)?, handles(to, count)?) };
+    runtime::call(&PhosGraphAddDependenciesRequest { graph, from: &from, to: &to, numDependencies: count as u64 })
+        .map(|_| ())
+}
+
+/// `cudaGraphGetNodes`: with `nodes` null, the count only; else up to `*count` handles, and
+/// the count of handles written.
+///
+/// # Safety
+/// `count` must be writable; a non-null `nodes` must have room for `*count` handles.
+pub unsafe fn get_nodes(graph: u64, nodes: *mut u64, count: *mut usize) -> Result<(), CudaError> {
+    if count.is_null() {
+        return Err(E::InvalidValue);
+    }
+    let max = if nodes.is_null() { 0 } else { unsafe { *count } };
+    let reply = runtime::call(&PhosGraphNodesRequest { graph, max: max as u64 })?;
+    let total = reply.count as usize;
+    if nodes.is_null() {
+        unsafe { *count = total };
+        return Ok(());
+    }
+    let written = total.min(max);
+    for (i, h) in reply.nodes.chunks_exact(8).take(written).enumerate() {
+        unsafe { nodes.add(i).write_unaligned(u64::from_ne_bytes(h.try_into().expect("8 bytes"))) };
+    }
+    unsafe { *count = written };
+    Ok(())
 }

@@ -646,6 +646,74 @@ impl HandWritten for Hand {
         code(unsafe { graphs::instantiate(exec, graph, flags) })
     }
 
+    unsafe fn cudaGraphAddKernelNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        params: *const c_void,
+    ) -> i32 {
+        code(unsafe { graphs::add_kernel_node(node.cast(), graph as usize as u64, deps.cast(), count, params) })
+    }
+
+    unsafe fn cudaGraphAddMemcpyNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        params: *const c_void,
+    ) -> i32 {
+        code(unsafe { graphs::add_memcpy_node(node.cast(), graph as usize as u64, deps.cast(), count, params) })
+    }
+
+    unsafe fn cudaGraphAddMemcpyNode1D(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        dst: *mut c_void,
+        src: *const c_void,
+        bytes: usize,
+        kind: i32,
+    ) -> i32 {
+        let g = graph as usize as u64;
+        code(unsafe { graphs::add_memcpy_node_1d(node.cast(), g, deps.cast(), count, dst, src, bytes, kind) })
+    }
+
+    unsafe fn cudaGraphAddMemsetNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        params: *const c_void,
+    ) -> i32 {
+        code(unsafe { graphs::add_memset_node(node.cast(), graph as usize as u64, deps.cast(), count, params) })
+    }
+
+    unsafe fn cudaGraphAddEmptyNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+    ) -> i32 {
+        code(unsafe { graphs::add_empty_node(node.cast(), graph as usize as u64, deps.cast(), count) })
+    }
+
+    unsafe fn cudaGraphAddDependencies(
+        graph: *mut c_void,
+        from: *const *mut c_void,
+        to: *const *mut c_void,
+        edge_data_or_count: *mut c_void,
+        count_13: usize,
+    ) -> i32 {
+        let g = graph as usize as u64;
+        code(unsafe { graphs::add_dependencies(g, from.cast(), to.cast(), edge_data_or_count as usize, count_13) })
+    }
+
+    unsafe fn cudaGraphGetNodes(graph: *mut c_void, nodes: *mut *mut c_void, count: *mut usize) -> i32 {
+        code(unsafe { graphs::get_nodes(graph as usize as u64, nodes.cast(), count) })
+    }
+
     unsafe fn cudaGraphExecUpdate(
         exec: *mut c_void,
         graph: *mut c_void,

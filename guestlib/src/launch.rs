@@ -100,20 +100,7 @@ unsafe fn launch_as_is(
     per_thread_default_stream: bool,
     cooperative: bool,
 ) -> Result<(), CudaError> {
-    let kernel = registry::kernel(func).ok_or(CudaError::InvalidDeviceFunction)?;
-    let function = kernel.remote()?;
-    let layout = kernel.layout()?;
-    let mut params = vec![0u8; layout.buffer_size];
-    if !layout.params.is_empty() && args.is_null() {
-        return Err(CudaError::InvalidValue);
-    }
-    for (i, &(offset, size)) in layout.params.iter().enumerate() {
-        let src = unsafe { *args.add(i) } as *const u8;
-        if src.is_null() || offset + size > params.len() {
-            return Err(CudaError::InvalidValue);
-        }
-        unsafe { std::ptr::copy_nonoverlapping(src, params.as_mut_ptr().add(offset), size) };
-    }
+    let (function, params) = unsafe { packed(func, args)? };
     let stream = match stream as u64 {
         0 if per_thread_default_stream => STREAM_PER_THREAD,
         s => s,
@@ -148,6 +135,29 @@ unsafe fn launch_as_is(
     runtime::call(&request)?;
     proven_shapes().insert(shape);
     Ok(())
+}
+
+/// The function handle of the kernel registered for host stub `func`, and `args` packed into
+/// its parameter buffer.
+///
+/// # Safety
+/// `args` must hold one pointer per kernel parameter, each to a value of the parameter's size.
+pub unsafe fn packed(func: *const c_void, args: *mut *mut c_void) -> Result<(u64, Vec<u8>), CudaError> {
+    let kernel = registry::kernel(func).ok_or(CudaError::InvalidDeviceFunction)?;
+    let function = kernel.remote()?;
+    let layout = kernel.layout()?;
+    let mut params = vec![0u8; layout.buffer_size];
+    if !layout.params.is_empty() && args.is_null() {
+        return Err(CudaError::InvalidValue);
+    }
+    for (i, &(offset, size)) in layout.params.iter().enumerate() {
+        let src = unsafe { *args.add(i) } as *const u8;
+        if src.is_null() || offset + size > params.len() {
+            return Err(CudaError::InvalidValue);
+        }
+        unsafe { std::ptr::copy_nonoverlapping(src, params.as_mut_ptr().add(offset), size) };
+    }
+    Ok((function, params))
 }
 
 /// What decides whether a launch can fail at launch time: CUDA checks the block shape and

@@ -175,15 +175,15 @@ pub fn memcpy_2d(
 
 /// `struct cudaMemcpy3DParms` (the same in CUDA 11, 12 and 13).
 #[repr(C)]
-struct Memcpy3DParms {
-    src_array: u64,
-    src_pos: Extent,
-    src_ptr: PitchedPtr,
-    dst_array: u64,
-    dst_pos: Extent,
-    dst_ptr: PitchedPtr,
-    extent: Extent,
-    kind: i32,
+pub(crate) struct Memcpy3DParms {
+    pub src_array: u64,
+    pub src_pos: Extent,
+    pub src_ptr: PitchedPtr,
+    pub dst_array: u64,
+    pub dst_pos: Extent,
+    pub dst_ptr: PitchedPtr,
+    pub extent: Extent,
+    pub kind: i32,
 }
 
 pub unsafe fn memcpy_3d(p: *const c_void, stream: Option<u64>) -> Result<(), CudaError> {

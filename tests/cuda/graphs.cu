@@ -94,6 +94,54 @@ int main() {
     for (int i = 0; i < n; i++) ok = ok && host[i] == ((i % 100) + 1) * 5 + 2;
     printf("updated graph: %s\n", ok ? "ok" : "wrong");
 
+    // A graph built node by node: set a to 0, add 7, then double (an edge added afterwards),
+    // copy a to b, and an empty node at the end.
+    cudaGraph_t m;
+    CHECK(cudaGraphCreate(&m, 0));
+    cudaGraphNode_t set, k1, k2, cp, last;
+    cudaMemsetParams mp = {};
+    mp.dst = a;
+    mp.value = 0;
+    mp.elementSize = 4;
+    mp.width = n;
+    mp.height = 1;
+    CHECK(cudaGraphAddMemsetNode(&set, m, nullptr, 0, &mp));
+    int count_arg = n, seven = 7, two = 2;
+    void *add_args[] = {&a, &count_arg, &seven};
+    void *scale_args[] = {&a, &count_arg, &two};
+    cudaKernelNodeParams kp = {};
+    kp.func = (void *)add;
+    kp.gridDim = dim3(blocks);
+    kp.blockDim = dim3(256);
+    kp.kernelParams = add_args;
+    CHECK(cudaGraphAddKernelNode(&k1, m, &set, 1, &kp));
+    kp.func = (void *)scale;
+    kp.kernelParams = scale_args;
+    CHECK(cudaGraphAddKernelNode(&k2, m, nullptr, 0, &kp));
+#if CUDART_VERSION >= 13000
+    CHECK(cudaGraphAddDependencies(m, &k1, &k2, nullptr, 1));
+#else
+    CHECK(cudaGraphAddDependencies(m, &k1, &k2, 1));
+#endif
+    CHECK(cudaGraphAddMemcpyNode1D(&cp, m, &k2, 1, b, a, n * sizeof(int), cudaMemcpyDeviceToDevice));
+    CHECK(cudaGraphAddEmptyNode(&last, m, &cp, 1));
+    size_t nodes = 0;
+    CHECK(cudaGraphGetNodes(m, nullptr, &nodes));
+    cudaGraphNodeType types[5];
+    cudaGraphNode_t all[5] = {set, k1, k2, cp, last};
+    for (int i = 0; i < 5; i++) CHECK(cudaGraphNodeGetType(all[i], &types[i]));
+    printf("nodes: %zu, types %d %d %d %d %d\n", nodes, types[0], types[1], types[2], types[3], types[4]);
+    cudaGraphExec_t built;
+    CHECK(cudaGraphInstantiateWithFlags(&built, m, 0));
+    CHECK(cudaGraphLaunch(built, s2));
+    CHECK(cudaStreamSynchronize(s2));
+    CHECK(cudaMemcpy(host, b, n * sizeof(int), cudaMemcpyDeviceToHost));
+    ok = true;
+    for (int i = 0; i < n; i++) ok = ok && host[i] == 14;
+    printf("graph built from nodes: %s\n", ok ? "ok" : "wrong");
+    CHECK(cudaGraphExecDestroy(built));
+    CHECK(cudaGraphDestroy(m));
+
     // A synchronisation inside a capture invalidates it.
     CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeRelaxed));
     add<<<blocks, 256, 0, s1>>>(a, n, 1);

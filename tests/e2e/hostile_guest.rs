@@ -479,3 +479,43 @@ fn strided_copies_gates_and_kernel_queries_are_checked() {
     // The session still works.
     g.call(&CudaMemsetRequest { devPtr: buf, value: 0, count: 4096 }).unwrap();
 }
+
+/// Graphs built node by node: nodes of other graphs, unknown graphs, cycles and oversized
+/// node lists are refused.
+#[test]
+fn graph_nodes_are_checked() {
+    let (_router, mut g) = open();
+    let a = g.call(&CudaGraphCreateRequest { flags: 0 }).unwrap().pGraph;
+    let b = g.call(&CudaGraphCreateRequest { flags: 0 }).unwrap().pGraph;
+    assert_eq!(g.call(&CudaGraphCreateRequest { flags: 1 }).unwrap_err(), CudaError::InvalidValue.0);
+    let empty = |g: &mut RawGuest, graph: u64, deps: &[u64]| {
+        let bytes: Vec<u8> = deps.iter().flat_map(|d| d.to_ne_bytes()).collect();
+        g.call(&PhosGraphAddEmptyNodeRequest { graph, deps: &bytes, numDeps: deps.len() as u64 }).map(|r| r.pGraphNode)
+    };
+    let n1 = empty(&mut g, a, &[]).unwrap();
+    let n2 = empty(&mut g, a, &[n1]).unwrap();
+    assert_eq!(empty(&mut g, 0xbad, &[]).unwrap_err(), CudaError::InvalidResourceHandle.0);
+    // A dependency on another graph's node, or on something that is no node.
+    assert_eq!(empty(&mut g, b, &[n1]).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(empty(&mut g, b, &[0x1234]).unwrap_err(), CudaError::InvalidResourceHandle.0);
+    // A count that disagrees with the list.
+    let r = g.call(&PhosGraphAddEmptyNodeRequest { graph: a, deps: &n1.to_ne_bytes(), numDeps: 3 });
+    assert_eq!(r.unwrap_err(), CudaError::InvalidValue.0);
+    // A cycle is refused when the graph is instantiated.
+    g.call(&PhosGraphAddDependenciesRequest {
+        graph: a,
+        from: &n2.to_ne_bytes(),
+        to: &n1.to_ne_bytes(),
+        numDependencies: 1,
+    })
+    .unwrap();
+    assert_eq!(g.call(&PhosGraphInstantiateRequest { graph: a }).unwrap_err(), CudaError::InvalidValue.0);
+    // A node list larger than any reply.
+    assert_eq!(g.call(&PhosGraphNodesRequest { graph: a, max: 1 << 40 }).unwrap_err(), CudaError::InvalidValue.0);
+    let listed = g.call(&PhosGraphNodesRequest { graph: a, max: 4 }).unwrap();
+    assert_eq!(listed.count, 2);
+    // Destroying a graph forgets its nodes.
+    g.call(&CudaGraphDestroyRequest { graph: a }).unwrap();
+    assert_eq!(g.call(&CudaGraphNodeGetTypeRequest { node: n1 }).unwrap_err(), CudaError::InvalidResourceHandle.0);
+    g.call(&PhosGraphInstantiateRequest { graph: b }).unwrap();
+}
