@@ -154,6 +154,15 @@ int main() {
     std::printf("last error again: %s\n", cudaGetErrorName(cudaGetLastError()));
     CHECK(cudaStreamSynchronize(s));
 
+    // More threads than the kernel's launch bounds; a cooperative grid that cannot be
+    // resident all at once.
+    bounded<<<1, 512, 0, s>>>(dx);
+    std::printf("bounded kernel with 512 threads: %s\n", cudaGetErrorName(cudaGetLastError()));
+    e = cudaLaunchCooperativeKernel((const void *)coop_write, dim3(1 << 20), dim3(64), cargs, 0, s);
+    std::printf("cooperative grid too large: %s\n", cudaGetErrorName(e));
+    cudaGetLastError();
+    CHECK(cudaStreamSynchronize(s));
+
     CHECK(cudaStreamDestroy(s));
     CHECK(cudaFree(dc));
     CHECK(cudaFree(dx));

@@ -761,7 +761,7 @@ impl Backend for EmuBackend {
         memory: &MemoryView<'_>,
         printed: &mut Vec<u8>,
         _measure: bool,
-        _cooperative: bool,
+        cooperative: bool,
     ) -> Result<(), CudaError> {
         self.check_stream(stream)?;
         let f = self.functions.lock().unwrap().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
@@ -772,6 +772,14 @@ impl Backend for EmuBackend {
         }
         if shared_mem > f.max_dynamic_shared {
             return Err(CudaError::InvalidValue);
+        }
+        // A cooperative grid must fit on the device at once.
+        if cooperative {
+            let per_sm = self.occupancy(function, block.volume() as i32, u64::from(shared_mem), 0)?;
+            let sms = self.properties.attributes[attr::MULTIPROCESSOR_COUNT];
+            if grid.volume() > (per_sm as u64) * (sms as u64) {
+                return Err(CudaError::CooperativeLaunchTooLarge);
+            }
         }
         let (program, name) = (f.program, f.name);
         let launch = Launch {
