@@ -86,7 +86,11 @@ fn submit(stream: *mut c_void, call: Call) -> Result<(), CudaError> {
                         run(p);
                     }
                 })
-                .map_err(|_| CudaError::OperatingSystem)?;
+                .map_err(|_| {
+                    // Nobody would run the function: let the stream go on.
+                    let _ = runtime::call(&PhosHostFuncDoneRequest { gate });
+                    CudaError::OperatingSystem
+                })?;
             *worker = Some((pid, tx.clone()));
             tx
         }
