@@ -5,6 +5,8 @@
 //! one stream is one of the schedules the graph's dependencies allow.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use phos_protocol::CudaError;
 use phos_protocol::types::Dim3;
@@ -134,6 +136,37 @@ pub const UPDATE_FUNCTION_CHANGED: i32 = 4;
 pub const STATUS_NONE: i32 = 0;
 pub const STATUS_ACTIVE: i32 = 1;
 pub const STATUS_INVALIDATED: i32 = 2;
+
+/// A session's captures behind a flag: the calls made while nothing captures (nearly all of
+/// them) check the flag and take no lock.
+#[derive(Default)]
+pub struct CaptureState {
+    inner: Mutex<Captures>,
+    active: AtomicBool,
+}
+
+impl CaptureState {
+    /// The captures, when one is in progress.
+    pub fn active(&self) -> Option<MutexGuard<'_, Captures>> {
+        if !self.active.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(self.lock())
+    }
+
+    /// The captures, to record into or query.
+    pub fn lock(&self) -> MutexGuard<'_, Captures> {
+        self.inner.lock().unwrap()
+    }
+
+    /// Begin, end or drop captures (the flag follows).
+    pub fn update<T>(&self, f: impl FnOnce(&mut Captures) -> T) -> T {
+        let mut c = self.lock();
+        let r = f(&mut c);
+        self.active.store(c.any_active(), Ordering::Release);
+        r
+    }
+}
 
 /// A capture in progress.
 struct Capture {

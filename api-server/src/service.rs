@@ -16,7 +16,7 @@ use phos_protocol::{CudaError, Ptr};
 use sha2::{Digest, Sha256};
 
 use crate::backend::{Backend, Copy2D, Gate, Raw, StreamRef};
-use crate::capture::{Captures, Graph, GraphOp, Node};
+use crate::capture::{CaptureState, Captures, Graph, GraphOp, Node};
 use crate::dispatch::CudartService;
 use crate::handles::HandleTable;
 use crate::memory::AddressSpace;
@@ -99,7 +99,7 @@ pub struct Session {
     /// Host-function gates in the session's streams, by the guest's number, with their stream.
     gates: Mutex<HashMap<u64, (Arc<Gate>, StreamRef)>>,
     /// Stream captures in progress, and the graphs and executable graphs made of them.
-    captures: Mutex<Captures>,
+    captures: CaptureState,
     graphs: Mutex<HandleTable<Graph>>,
     graph_execs: Mutex<HandleTable<Vec<GraphOp>>>,
     /// Node handles: (graph handle, index of the node in it).
@@ -142,7 +142,7 @@ impl Session {
             frozen: AtomicBool::new(false),
             reported: Mutex::new(UsageReport::default()),
             gates: Mutex::new(HashMap::new()),
-            captures: Mutex::new(Captures::default()),
+            captures: CaptureState::default(),
             graphs: Mutex::new(HandleTable::new(HandleKind::Graph)),
             graph_execs: Mutex::new(HandleTable::new(HandleKind::GraphExec)),
             graph_nodes: Mutex::new(HandleTable::new(HandleKind::GraphNode)),
@@ -297,7 +297,7 @@ impl Session {
     /// A 1D copy in a capturing stream: recorded (device to device, host to device with the
     /// data as it is now), or refused (to host). `None` when `stream` does not capture.
     fn capture_copy(&self, stream: u64, dst: &Ptr<'_>, src: &Ptr<'_>, count: u64) -> Option<Result<(), CudaError>> {
-        let mut captures = self.captures.lock().unwrap();
+        let mut captures = self.captures.active()?;
         captures.of_stream(stream)?;
         let op = match (dst, src) {
             (Ptr::Device(d), Ptr::Device(s)) => {
@@ -324,12 +324,7 @@ impl Session {
         use phos_protocol::staging::{Count, chunks};
         if !h2d {
             st.abort();
-            return Err(self
-                .captures
-                .lock()
-                .unwrap()
-                .refuse(req.stream)
-                .unwrap_or(CudaError::StreamCaptureUnsupported));
+            return Err(self.captures.lock().refuse(req.stream).unwrap_or(CudaError::StreamCaptureUnsupported));
         }
         let slot = st.slot_bytes();
         let mut data = Vec::new();
@@ -346,13 +341,13 @@ impl Session {
         }
         let count = req.count;
         let op = GraphOp::CopyToDevice { dst: req.device, dpitch: count, data, width: count, height: 1 };
-        self.captures.lock().unwrap().record(req.stream, || op).unwrap_or(Ok(()))?;
+        self.captures.lock().record(req.stream, || op).unwrap_or(Ok(()))?;
         Ok(PhosMemcpyStagedReply {})
     }
 
     /// A strided copy in a capturing stream, one recorded 2D copy per slice.
     fn capture_copy_3d(&self, req: &PhosMemcpy3DRequest<'_>) -> Result<(), CudaError> {
-        let mut captures = self.captures.lock().unwrap();
+        let mut captures = self.captures.lock();
         let slice = (req.width * req.height) as usize;
         for z in 0..req.depth {
             let op = match (&req.dst, &req.src) {
@@ -529,7 +524,7 @@ impl Session {
             let _ = b.event_destroy(e.raw);
         }
         self.functions.lock().unwrap().drain();
-        *self.captures.lock().unwrap() = Captures::default();
+        self.captures.update(|c| *c = Captures::default());
         self.graphs.lock().unwrap().drain();
         self.graph_execs.lock().unwrap().drain();
         self.graph_nodes.lock().unwrap().drain();
@@ -630,7 +625,7 @@ impl CudartService for Session {
         cx: &CallCx,
         _: CudaDeviceSynchronizeRequest,
     ) -> Result<CudaDeviceSynchronizeReply, CudaError> {
-        if let Some(e) = self.captures.lock().unwrap().refuse_all() {
+        if let Some(e) = self.captures.active().and_then(|mut c| c.refuse_all()) {
             return Err(e);
         }
         self.backend.device_synchronize(cx.device)?;
@@ -701,7 +696,7 @@ impl CudartService for Session {
             width: req.count,
             height: 1,
         };
-        if let Some(r) = self.captures.lock().unwrap().record(req.stream, op) {
+        if let Some(r) = self.captures.active().and_then(|mut c| c.record(req.stream, op)) {
             return r.map(|_| CudaMemsetAsyncReply {});
         }
         self.backend.memset(req.devPtr, req.value as u8, req.count, Some(stream))?;
@@ -750,7 +745,9 @@ impl CudartService for Session {
         req: CudaStreamDestroyRequest,
     ) -> Result<CudaStreamDestroyReply, CudaError> {
         let s = self.streams.lock().unwrap().remove(req.stream)?;
-        self.captures.lock().unwrap().forget_stream(req.stream);
+        if let Some(mut c) = self.captures.active() {
+            c.forget_stream(req.stream);
+        }
         self.backend.stream_destroy(s.raw)?;
         Ok(CudaStreamDestroyReply {})
     }
@@ -761,7 +758,7 @@ impl CudartService for Session {
         req: CudaStreamSynchronizeRequest,
     ) -> Result<CudaStreamSynchronizeReply, CudaError> {
         let s = self.stream(req.stream)?;
-        if let Some(e) = self.captures.lock().unwrap().refuse(req.stream) {
+        if let Some(e) = self.captures.active().and_then(|mut c| c.refuse(req.stream)) {
             return Err(e);
         }
         self.backend.stream_synchronize(s)?;
@@ -770,7 +767,7 @@ impl CudartService for Session {
 
     fn cuda_stream_query(&self, _: &CallCx, req: CudaStreamQueryRequest) -> Result<CudaStreamQueryReply, CudaError> {
         let s = self.stream(req.stream)?;
-        if let Some(e) = self.captures.lock().unwrap().refuse(req.stream) {
+        if let Some(e) = self.captures.active().and_then(|mut c| c.refuse(req.stream)) {
             return Err(e);
         }
         if self.backend.stream_query(s)? { Ok(CudaStreamQueryReply {}) } else { Err(CudaError::NotReady) }
@@ -796,7 +793,7 @@ impl CudartService for Session {
     fn cuda_event_record(&self, _: &CallCx, req: CudaEventRecordRequest) -> Result<CudaEventRecordReply, CudaError> {
         let e = self.event(req.event)?;
         let s = self.stream(req.stream)?;
-        if self.captures.lock().unwrap().record_event(req.event, req.stream) {
+        if self.captures.active().is_some_and(|mut c| c.record_event(req.event, req.stream)) {
             return Ok(CudaEventRecordReply {});
         }
         self.backend.event_record(e, s)?;
@@ -915,7 +912,7 @@ impl CudartService for Session {
             tracing::warn!(session = self.id, "a staged copy that does not start where the region stands");
             return Err(CudaError::InvalidValue);
         }
-        if self.captures.lock().unwrap().of_stream(req.stream).is_some() {
+        if self.captures.active().is_some_and(|c| c.of_stream(req.stream).is_some()) {
             return self.capture_staged(st, &req, h2d, seq);
         }
         let b = self.backend.as_ref();
@@ -1082,7 +1079,7 @@ impl CudartService for Session {
     }
 
     fn phos_memcpy3_d(&self, _: &CallCx, req: PhosMemcpy3DRequest<'_>) -> Result<PhosMemcpy3DReply, CudaError> {
-        if req.ordered != 0 && self.captures.lock().unwrap().of_stream(req.stream).is_some() {
+        if req.ordered != 0 && self.captures.active().is_some_and(|c| c.of_stream(req.stream).is_some()) {
             return self.capture_copy_3d(&req).map(|_| PhosMemcpy3DReply { dst: None });
         }
         Ok(PhosMemcpy3DReply { dst: self.copy_3d(&req)? })
@@ -1090,21 +1087,21 @@ impl CudartService for Session {
 
     fn phos_memset3_d(&self, _: &CallCx, req: PhosMemset3DRequest) -> Result<PhosMemset3DReply, CudaError> {
         let stream = if req.ordered != 0 { Some(self.stream(req.stream)?) } else { None };
-        if req.ordered != 0 {
-            let mut captures = self.captures.lock().unwrap();
-            if captures.of_stream(req.stream).is_some() {
-                for z in 0..req.depth {
-                    let op = || GraphOp::Memset {
-                        dst: req.dst + z * req.slice,
-                        pitch: req.pitch,
-                        value: req.value as u8,
-                        width: req.width,
-                        height: req.height,
-                    };
-                    captures.record(req.stream, op).unwrap_or(Ok(()))?;
-                }
-                return Ok(PhosMemset3DReply {});
+        if req.ordered != 0
+            && let Some(mut captures) = self.captures.active()
+            && captures.of_stream(req.stream).is_some()
+        {
+            for z in 0..req.depth {
+                let op = || GraphOp::Memset {
+                    dst: req.dst + z * req.slice,
+                    pitch: req.pitch,
+                    value: req.value as u8,
+                    width: req.width,
+                    height: req.height,
+                };
+                captures.record(req.stream, op).unwrap_or(Ok(()))?;
             }
+            return Ok(PhosMemset3DReply {});
         }
         for z in 0..req.depth {
             let dst = req.dst + z * req.slice;
@@ -1200,7 +1197,7 @@ impl CudartService for Session {
     ) -> Result<CudaStreamWaitEventReply, CudaError> {
         let s = self.stream(req.stream)?;
         let e = self.event(req.event)?;
-        if let Some(r) = self.captures.lock().unwrap().wait_event(req.stream, req.event) {
+        if let Some(r) = self.captures.active().and_then(|mut c| c.wait_event(req.stream, req.event)) {
             return r.map(|_| CudaStreamWaitEventReply {});
         }
         self.backend.stream_wait_event(s, e)?;
@@ -1214,7 +1211,7 @@ impl CudartService for Session {
     ) -> Result<CudaEventRecordWithFlagsReply, CudaError> {
         let e = self.event(req.event)?;
         let s = self.stream(req.stream)?;
-        if self.captures.lock().unwrap().record_event(req.event, req.stream) {
+        if self.captures.active().is_some_and(|mut c| c.record_event(req.event, req.stream)) {
             return Ok(CudaEventRecordWithFlagsReply {});
         }
         self.backend.event_record(e, s)?;
@@ -1283,7 +1280,7 @@ impl CudartService for Session {
             return Err(CudaError::StreamCaptureUnsupported);
         }
         self.stream(req.stream)?;
-        self.captures.lock().unwrap().begin(req.stream)?;
+        self.captures.update(|c| c.begin(req.stream))?;
         Ok(CudaStreamBeginCaptureReply {})
     }
 
@@ -1293,7 +1290,7 @@ impl CudartService for Session {
         req: CudaStreamEndCaptureRequest,
     ) -> Result<CudaStreamEndCaptureReply, CudaError> {
         self.stream(req.stream)?;
-        let ops = self.captures.lock().unwrap().end(req.stream)?;
+        let ops = self.captures.update(|c| c.end(req.stream))?;
         // Each captured operation is a node after the one before it.
         let graph = insert(&self.graphs, cx, Graph::default())?;
         for op in ops {
@@ -1309,7 +1306,7 @@ impl CudartService for Session {
         req: CudaStreamIsCapturingRequest,
     ) -> Result<CudaStreamIsCapturingReply, CudaError> {
         self.stream(req.stream)?;
-        Ok(CudaStreamIsCapturingReply { pCaptureStatus: self.captures.lock().unwrap().status(req.stream).0 })
+        Ok(CudaStreamIsCapturingReply { pCaptureStatus: self.captures.lock().status(req.stream).0 })
     }
 
     fn phos_stream_capture_info(
@@ -1318,7 +1315,7 @@ impl CudartService for Session {
         req: PhosStreamCaptureInfoRequest,
     ) -> Result<PhosStreamCaptureInfoReply, CudaError> {
         self.stream(req.stream)?;
-        let (status, id) = self.captures.lock().unwrap().status(req.stream);
+        let (status, id) = self.captures.lock().status(req.stream);
         Ok(PhosStreamCaptureInfoReply { status, id })
     }
 
@@ -1334,8 +1331,9 @@ impl CudartService for Session {
     fn cuda_graph_launch(&self, cx: &CallCx, req: CudaGraphLaunchRequest) -> Result<CudaGraphLaunchReply, CudaError> {
         let ops = self.graph_execs.lock().unwrap().get(req.graphExec)?.clone();
         // Launching into a capture records the graph's work there.
-        if self.captures.lock().unwrap().of_stream(req.stream).is_some() {
-            let mut captures = self.captures.lock().unwrap();
+        if let Some(mut captures) = self.captures.active()
+            && captures.of_stream(req.stream).is_some()
+        {
             for op in ops {
                 captures.record(req.stream, || op).unwrap_or(Ok(()))?;
             }
@@ -1583,10 +1581,10 @@ impl Session {
         cooperative: bool,
     ) -> Result<(), CudaError> {
         let raw = self.functions.lock().unwrap().get(function)?.raw;
-        if self.captures.lock().unwrap().of_stream(stream).is_some() {
+        if self.captures.active().is_some_and(|c| c.of_stream(stream).is_some()) {
             self.check_launch(cx.device, grid, block, shared_mem)?;
             let op = || GraphOp::Kernel { function, grid, block, shared_mem, params: params.to_vec(), cooperative };
-            return self.captures.lock().unwrap().record(stream, op).unwrap_or(Ok(()));
+            return self.captures.lock().record(stream, op).unwrap_or(Ok(()));
         }
         let stream = self.stream(stream)?;
         self.check_launch(cx.device, grid, block, shared_mem)?;

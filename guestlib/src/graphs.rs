@@ -15,7 +15,7 @@ use phos_protocol::{CudaError as E, Ptr};
 use crate::hand::Hand;
 use crate::memory::Memcpy3DParms;
 use crate::stubs::HandWritten;
-use crate::{launch, runtime, soname};
+use crate::{launch, memory, runtime, soname};
 
 /// `cudaGraphInstantiateFlagAutoFreeOnLaunch | Upload | UseNodePriority`: accepted (no graph
 /// allocates memory, launches issue everything, priorities are hints).
@@ -124,7 +124,19 @@ struct MemsetParams {
     height: usize,
 }
 
-fn write_node(out: *mut u64, node: u64) -> Result<(), CudaError> {
+/// Add a node: `send` makes the request, with the dependencies as they travel; the new node's
+/// handle goes to `out`.
+unsafe fn add_node(
+    out: *mut u64,
+    deps: *const u64,
+    count: usize,
+    send: impl FnOnce(&[u8]) -> Result<u64, CudaError>,
+) -> Result<(), CudaError> {
+    if out.is_null() {
+        return Err(E::InvalidValue);
+    }
+    let deps = unsafe { handles(deps, count)? };
+    let node = send(&deps)?;
     unsafe { out.write_unaligned(node) };
     Ok(())
 }
@@ -138,7 +150,7 @@ pub unsafe fn add_kernel_node(
     count: usize,
     p: *const c_void,
 ) -> Result<(), CudaError> {
-    if out.is_null() || p.is_null() {
+    if p.is_null() {
         return Err(E::InvalidValue);
     }
     let k = unsafe { (p as *const KernelNodeParams).read_unaligned() };
@@ -147,19 +159,22 @@ pub unsafe fn add_kernel_node(
         return Err(E::NotSupported);
     }
     let (function, params) = unsafe { launch::packed(k.func, k.kernel_params)? };
-    let deps = unsafe { handles(deps, count)? };
-    let reply = runtime::call(&PhosGraphAddKernelNodeRequest {
-        graph,
-        deps: &deps,
-        numDeps: count as u64,
-        function,
-        grid: k.grid,
-        block: k.block,
-        sharedMem: k.shared_mem,
-        params: &params,
-        paramSize: params.len() as u64,
-    })?;
-    write_node(out, reply.pGraphNode)
+    unsafe {
+        add_node(out, deps, count, |deps| {
+            let request = PhosGraphAddKernelNodeRequest {
+                graph,
+                deps,
+                numDeps: count as u64,
+                function,
+                grid: k.grid,
+                block: k.block,
+                sharedMem: k.shared_mem,
+                params: &params,
+                paramSize: params.len() as u64,
+            };
+            Ok(runtime::call(&request)?.pGraphNode)
+        })
+    }
 }
 
 /// A copy node: to or on the device (a host source is read now and kept in the node).
@@ -174,12 +189,8 @@ unsafe fn copy_node(
     (w, h, d): (u64, u64, u64),
     kind: i32,
 ) -> Result<(), CudaError> {
-    if out.is_null() {
-        return Err(E::InvalidValue);
-    }
     let direction =
         <Hand as HandWritten>::resolve_memcpy_kind(i128::from(kind), i128::from(dst), i128::from(src))? as i32;
-    let deps = unsafe { handles(deps, count)? };
     let packed: Vec<u8>;
     let src_ptr = match direction {
         consts::cudaMemcpyDeviceToDevice => Ptr::Device(src),
@@ -187,36 +198,33 @@ unsafe fn copy_node(
             if w > spitch {
                 return Err(E::InvalidPitchValue);
             }
-            let mut bytes = Vec::new();
-            for z in 0..d {
-                for y in 0..h {
-                    let row = (src + z * sslice + y * spitch) as usize as *const u8;
-                    bytes.extend_from_slice(unsafe { std::slice::from_raw_parts(row, w as usize) });
-                }
-            }
-            packed = bytes;
+            packed = unsafe { memory::pack(src, spitch, sslice, (w, h, d)) };
             Ptr::In(&packed)
         }
         // A node writing to the host would need the guest at every launch.
         _ => return Err(E::NotSupported),
     };
     let host = direction == consts::cudaMemcpyHostToDevice;
-    let reply = runtime::call(&PhosGraphAddCopyNodeRequest {
-        graph,
-        deps: &deps,
-        numDeps: count as u64,
-        dst,
-        dpitch,
-        dslice: if d > 1 { dslice } else { 0 },
-        src: src_ptr,
-        spitch: if host { w } else { spitch },
-        sslice: if d > 1 { if host { w * h } else { sslice } } else { 0 },
-        width: w,
-        height: h,
-        depth: d,
-        direction,
-    })?;
-    write_node(out, reply.pGraphNode)
+    unsafe {
+        add_node(out, deps, count, |deps| {
+            let request = PhosGraphAddCopyNodeRequest {
+                graph,
+                deps,
+                numDeps: count as u64,
+                dst,
+                dpitch,
+                dslice: if d > 1 { dslice } else { 0 },
+                src: src_ptr,
+                spitch: if host { w } else { spitch },
+                sslice: if d > 1 { if host { w * h } else { sslice } } else { 0 },
+                width: w,
+                height: h,
+                depth: d,
+                direction,
+            };
+            Ok(runtime::call(&request)?.pGraphNode)
+        })
+    }
 }
 
 /// # Safety
@@ -273,7 +281,7 @@ pub unsafe fn add_memset_node(
     count: usize,
     p: *const c_void,
 ) -> Result<(), CudaError> {
-    if out.is_null() || p.is_null() {
+    if p.is_null() {
         return Err(E::InvalidValue);
     }
     let m = unsafe { (p as *const MemsetParams).read_unaligned() };
@@ -288,29 +296,31 @@ pub unsafe fn add_memset_node(
         return Err(E::NotSupported);
     }
     let width = m.width.checked_mul(size).ok_or(E::InvalidValue)?;
-    let deps = unsafe { handles(deps, count)? };
-    let reply = runtime::call(&PhosGraphAddSetNodeRequest {
-        graph,
-        deps: &deps,
-        numDeps: count as u64,
-        dst: m.dst,
-        pitch: if m.height > 1 { m.pitch as u64 } else { width as u64 },
-        value: i32::from(bytes[0]),
-        width: width as u64,
-        height: m.height as u64,
-    })?;
-    write_node(out, reply.pGraphNode)
+    unsafe {
+        add_node(out, deps, count, |deps| {
+            let request = PhosGraphAddSetNodeRequest {
+                graph,
+                deps,
+                numDeps: count as u64,
+                dst: m.dst,
+                pitch: if m.height > 1 { m.pitch as u64 } else { width as u64 },
+                value: i32::from(bytes[0]),
+                width: width as u64,
+                height: m.height as u64,
+            };
+            Ok(runtime::call(&request)?.pGraphNode)
+        })
+    }
 }
 
 /// # Safety
 /// The pointers must be what `cudaGraphAddEmptyNode` takes.
 pub unsafe fn add_empty_node(out: *mut u64, graph: u64, deps: *const u64, count: usize) -> Result<(), CudaError> {
-    if out.is_null() {
-        return Err(E::InvalidValue);
+    unsafe {
+        add_node(out, deps, count, |deps| {
+            Ok(runtime::call(&PhosGraphAddEmptyNodeRequest { graph, deps, numDeps: count as u64 })?.pGraphNode)
+        })
     }
-    let deps = unsafe { handles(deps, count)? };
-    let reply = runtime::call(&PhosGraphAddEmptyNodeRequest { graph, deps: &deps, numDeps: count as u64 })?;
-    write_node(out, reply.pGraphNode)
 }
 
 /// `cudaGraphAddDependencies`: CUDA 13 put edge data before the count.

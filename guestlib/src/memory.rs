@@ -98,11 +98,7 @@ fn copy_3d(dst: Side, src: Side, (w, h, d): (u64, u64, u64), kind: i32, stream: 
             Ok(())
         }
         consts::cudaMemcpyHostToDevice => {
-            let mut packed = Vec::with_capacity(total);
-            for (y, z) in rows() {
-                let row = unsafe { std::slice::from_raw_parts(at(src, y, z) as usize as *const u8, w as usize) };
-                packed.extend_from_slice(row);
-            }
+            let packed = unsafe { pack(src.addr, src.pitch, src.slice, (w, h, d)) };
             send(
                 dst,
                 Ptr::Device(dst.addr),
@@ -126,6 +122,22 @@ fn copy_3d(dst: Side, src: Side, (w, h, d): (u64, u64, u64), kind: i32, stream: 
         }
         _ => send(dst, Ptr::Device(dst.addr), src, Ptr::Device(src.addr), (w, h, d), direction, stream).map(|_| ()),
     }
+}
+
+/// The rows of a strided host region, packed (`w` bytes per row, `h` rows per slice, `d`
+/// slices).
+///
+/// # Safety
+/// Every row must be readable host memory.
+pub(crate) unsafe fn pack(addr: u64, pitch: u64, slice: u64, (w, h, d): (u64, u64, u64)) -> Vec<u8> {
+    let mut packed = Vec::with_capacity((w * h * d) as usize);
+    for z in 0..d {
+        for y in 0..h {
+            let row = (addr + z * slice + y * pitch) as usize as *const u8;
+            packed.extend_from_slice(unsafe { std::slice::from_raw_parts(row, w as usize) });
+        }
+    }
+    packed
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -43,14 +43,11 @@ fn programs_cross_tiny_rings_and_staging_slots_unchanged() {
     }
 }
 
-/// A guest killed while its copies stream through the staging slots: its server gives the
-/// copy up, and the router serves everyone else.
-#[test]
-fn a_guest_killed_during_a_staged_copy_leaves_the_router_serving() {
-    let Some(nvcc) = nvcc() else { return };
-    let router = TestRouter::start_with("emu", |c| c.staging_slot_bytes = 64 << 10);
+/// tests/bench/copy_loop through `router` on shared memory, copying for a long while: the
+/// program and the running `phosctl` (once the program has said it is copying).
+fn start_copy_loop(router: &TestRouter, nvcc: &Path, stderr: Stdio) -> (std::path::PathBuf, std::process::Child) {
     let exe =
-        build_program_from(&nvcc, &Path::new(env!("CARGO_MANIFEST_DIR")).join("bench"), "copy_loop", &["-arch=sm_70"]);
+        build_program_from(nvcc, &Path::new(env!("CARGO_MANIFEST_DIR")).join("bench"), "copy_loop", &["-arch=sm_70"]);
     let mut child = Command::new(built("phosctl"))
         .args(["run", "--transport", "shm", "--endpoint"])
         .arg(format!("unix:{}", router.socket().display()))
@@ -59,12 +56,22 @@ fn a_guest_killed_during_a_staged_copy_leaves_the_router_serving() {
         .arg("1000000")
         .env("PHOS_GUEST_LIB", built("libcudart.so"))
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "copying");
+    (exe, child)
+}
+
+/// A guest killed while its copies stream through the staging slots: its server gives the
+/// copy up, and the router serves everyone else.
+#[test]
+fn a_guest_killed_during_a_staged_copy_leaves_the_router_serving() {
+    let Some(nvcc) = nvcc() else { return };
+    let router = TestRouter::start_with("emu", |c| c.staging_slot_bytes = 64 << 10);
+    let (exe, mut child) = start_copy_loop(&router, &nvcc, Stdio::null());
     std::thread::sleep(Duration::from_millis(100));
     // The program, not phosctl: phosctl waits for it.
     let program = router.router.sessions().first().expect("a session").pid;
@@ -84,22 +91,7 @@ fn a_guest_killed_during_a_staged_copy_leaves_the_router_serving() {
 fn a_program_whose_server_dies_fails_promptly() {
     let Some(nvcc) = nvcc() else { return };
     let router = TestRouter::start("emu");
-    let exe =
-        build_program_from(&nvcc, &Path::new(env!("CARGO_MANIFEST_DIR")).join("bench"), "copy_loop", &["-arch=sm_70"]);
-    let mut child = Command::new(built("phosctl"))
-        .args(["run", "--transport", "shm", "--endpoint"])
-        .arg(format!("unix:{}", router.socket().display()))
-        .arg("--")
-        .arg(&exe)
-        .arg("1000000")
-        .env("PHOS_GUEST_LIB", built("libcudart.so"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "copying");
+    let (_, mut child) = start_copy_loop(&router, &nvcc, Stdio::piped());
     // This router's API server: the one whose command line names the router's directory.
     let dir = router.socket().parent().unwrap().display().to_string();
     let server = std::fs::read_dir("/proc")
