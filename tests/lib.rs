@@ -195,9 +195,9 @@ impl Drop for TestRouter {
     }
 }
 
-/// A guest channel speaking the protocol by hand.
-pub struct RawGuest {
-    pub transport: UnixTransport,
+/// A guest channel speaking the protocol by hand (on the socket, or on shared memory).
+pub struct RawGuest<T: Transport = UnixTransport> {
+    pub transport: T,
     pub welcome: Welcome,
     next_call: u64,
 }
@@ -206,6 +206,52 @@ pub struct RawGuest {
 pub struct RawReply {
     pub status: i32,
     pub payload: Vec<u8>,
+}
+
+impl RawGuest<phos_protocol::shm::ShmTransport> {
+    /// Open a channel on shared memory, sending `arena` as the process's pinned arena: a new
+    /// session, or one joining `token`'s.
+    pub fn connect_shm(
+        socket: &Path,
+        token: Option<[u8; 16]>,
+        arena: Option<&std::os::fd::OwnedFd>,
+    ) -> Result<Self, String> {
+        use phos_protocol::handshake::TransportKind;
+        let stream = std::os::unix::net::UnixStream::connect(socket).map_err(|e| e.to_string())?;
+        let mut transport = UnixTransport::new(stream.try_clone().map_err(|e| e.to_string())?);
+        let hello = Hello {
+            spec_hash: phos_protocol::cudart::SPEC_HASH,
+            pid: std::process::id(),
+            abi_major: 12,
+            token,
+            program: "hostile-guest-test".into(),
+            transports: vec![TransportKind::Shm],
+            tenant_token: None,
+            host_arena: arena.map(|fd| phos_protocol::host_arena::checked_len(fd).unwrap_or(0)),
+        };
+        let payload = phos_protocol::encode(&hello);
+        let mut h = FrameHeader::new(FrameKind::Hello);
+        h.payload_len = payload.len() as u64;
+        transport.send(&h, &[&payload]).map_err(|e| e.to_string())?;
+        if let Some(fd) = arena {
+            phos_protocol::shm::send_fd(&stream, fd).map_err(|e| e.to_string())?;
+        }
+        let mut buf = Vec::new();
+        let rh = transport.recv(&mut buf).map_err(|e| e.to_string())?;
+        match rh.kind {
+            FrameKind::Welcome => {
+                let welcome: Welcome = phos_protocol::decode(&buf).map_err(|e| e.to_string())?;
+                if welcome.transport != TransportKind::Shm {
+                    return Err(format!("the router answered {:?}", welcome.transport));
+                }
+                let (transport, _) = phos_protocol::shm::ShmTransport::attach(transport.into_stream(), 1 << 30)
+                    .map_err(|e| e.to_string())?;
+                Ok(RawGuest { transport, welcome, next_call: 1 })
+            }
+            FrameKind::Refused => Err(String::from_utf8_lossy(&buf).into_owned()),
+            k => Err(format!("unexpected {k:?}")),
+        }
+    }
 }
 
 impl RawGuest {
@@ -220,6 +266,7 @@ impl RawGuest {
             program: "hostile-guest-test".into(),
             transports: Vec::new(),
             tenant_token: None,
+            host_arena: None,
         };
         let payload = phos_protocol::encode(&hello);
         let mut h = FrameHeader::new(FrameKind::Hello);
@@ -236,7 +283,9 @@ impl RawGuest {
             k => Err(format!("unexpected {k:?}")),
         }
     }
+}
 
+impl<T: Transport> RawGuest<T> {
     /// Send a call with an arbitrary function id and payload; wait for the reply.
     pub fn call_raw(&mut self, function: u32, session: u64, payload: &[u8]) -> Result<RawReply, TransportError> {
         let mut h = FrameHeader::new(FrameKind::Call);

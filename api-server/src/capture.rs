@@ -47,6 +47,14 @@ pub enum GraphOp {
         width: u64,
         height: u64,
     },
+    /// A copy between device memory and the guest's pinned memory, which is read or written
+    /// when the graph runs.
+    CopyPinned {
+        device: u64,
+        host: u64,
+        count: u64,
+        to_device: bool,
+    },
 }
 
 impl GraphOp {
@@ -60,7 +68,8 @@ impl GraphOp {
             (Kernel { .. }, Kernel { .. })
             | (Memset { .. }, Memset { .. })
             | (CopyOnDevice { .. }, CopyOnDevice { .. })
-            | (CopyToDevice { .. }, CopyToDevice { .. }) => Ok(()),
+            | (CopyToDevice { .. }, CopyToDevice { .. })
+            | (CopyPinned { .. }, CopyPinned { .. }) => Ok(()),
             _ => Err(UPDATE_NODE_TYPE_CHANGED),
         }
     }
@@ -94,7 +103,7 @@ impl Graph {
         match op {
             GraphOp::Kernel { .. } => NODE_KERNEL,
             GraphOp::Memset { .. } => NODE_MEMSET,
-            GraphOp::CopyOnDevice { .. } | GraphOp::CopyToDevice { .. } => NODE_MEMCPY,
+            GraphOp::CopyOnDevice { .. } | GraphOp::CopyToDevice { .. } | GraphOp::CopyPinned { .. } => NODE_MEMCPY,
         }
     }
 

@@ -10,6 +10,7 @@ pub mod capture;
 pub mod checkpoint;
 pub mod control;
 pub mod handles;
+pub mod host_arena;
 pub mod memory;
 pub mod module_vars;
 pub mod ordering;

@@ -97,7 +97,7 @@ fn round_up(v: u64, to: u64) -> Option<u64> {
     v.checked_add(to - 1).map(|x| x / to * to)
 }
 
-fn coalesce_insert(map: &mut BTreeMap<u64, u64>, mut start: u64, mut len: u64) {
+pub(crate) fn coalesce_insert(map: &mut BTreeMap<u64, u64>, mut start: u64, mut len: u64) {
     if let Some((&prev, &plen)) = map.range(..start).next_back()
         && prev + plen == start
     {
@@ -113,7 +113,7 @@ fn coalesce_insert(map: &mut BTreeMap<u64, u64>, mut start: u64, mut len: u64) {
 }
 
 /// Take exactly `[start, start + len)` out of `holes`; false when it is not all free.
-fn take_exact(holes: &mut BTreeMap<u64, u64>, start: u64, len: u64) -> bool {
+pub(crate) fn take_exact(holes: &mut BTreeMap<u64, u64>, start: u64, len: u64) -> bool {
     let Some((&h, &hlen)) = holes.range(..=start).next_back() else { return false };
     let Some(end) = start.checked_add(len) else { return false };
     if end > h + hlen {
@@ -130,7 +130,7 @@ fn take_exact(holes: &mut BTreeMap<u64, u64>, start: u64, len: u64) -> bool {
 }
 
 /// First fit of `len` bytes aligned to `align` among `holes`; the hole is split.
-fn take_first_fit(holes: &mut BTreeMap<u64, u64>, len: u64, align: u64) -> Option<u64> {
+pub(crate) fn take_first_fit(holes: &mut BTreeMap<u64, u64>, len: u64, align: u64) -> Option<u64> {
     let (start, hole_len, at) = holes.iter().find_map(|(&start, &hole_len)| {
         let at = round_up(start, align)?;
         (at.checked_add(len)? <= start + hole_len).then_some((start, hole_len, at))

@@ -207,9 +207,15 @@ impl ApiServer {
             // The router sends the region next; the socket stays open to tell us it lives.
             let Ok(stream) = t.into_unix() else { return };
             match ShmTransport::attach(stream, phos_protocol::DEFAULT_MAX_PAYLOAD) {
-                Ok((shm, st)) => {
+                Ok((shm, files)) => {
                     t = Box::new(shm);
-                    staging = st.map(Arc::new);
+                    staging = files.staging.map(Arc::new);
+                    // Without it the guest's pinned memory stays its own (phosHostAlloc fails).
+                    if let Some(fd) = files.host_arena
+                        && let Err(e) = session.attach_host_arena(fd)
+                    {
+                        tracing::warn!(session = session.id, channel, "pinned arena not used: {e}");
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(session = session.id, channel, "cannot use the shared region: {e}");

@@ -19,6 +19,7 @@ use crate::backend::{Backend, Copy2D, Gate, Raw, StreamRef};
 use crate::capture::{CaptureState, Captures, Graph, GraphOp, Node};
 use crate::dispatch::CudartService;
 use crate::handles::HandleTable;
+use crate::host_arena::PinnedArena;
 use crate::memory::AddressSpace;
 use crate::output::DeviceOutput;
 use crate::records::Recorder;
@@ -104,6 +105,8 @@ pub struct Session {
     graph_execs: Mutex<HandleTable<Vec<GraphOp>>>,
     /// Node handles: (graph handle, index of the node in it).
     graph_nodes: Mutex<HandleTable<(u64, usize)>>,
+    /// The guest's page-locked memory, shared with this process.
+    pinned: PinnedArena,
 }
 
 /// Host-function gates a session may have waiting at once.
@@ -146,6 +149,7 @@ impl Session {
             graphs: Mutex::new(HandleTable::new(HandleKind::Graph)),
             graph_execs: Mutex::new(HandleTable::new(HandleKind::GraphExec)),
             graph_nodes: Mutex::new(HandleTable::new(HandleKind::GraphNode)),
+            pinned: PinnedArena::default(),
         })
     }
 
@@ -158,6 +162,7 @@ impl Session {
         for (i, r) in RESOURCES.iter().enumerate() {
             match (r.kind, r.name) {
                 (ResourceKind::Continuous, "device_memory") => now.held.push((i as u32, self.memory.allocated())),
+                (ResourceKind::Continuous, "pinned_host_memory") => now.held.push((i as u32, self.pinned.allocated())),
                 (ResourceKind::Measured, "device_time") => {
                     let (ns, kernels) = self.backend.device_time();
                     now.measured.push((i as u32, ns, kernels));
@@ -183,6 +188,11 @@ impl Session {
 
     pub fn memory(&self) -> &AddressSpace {
         &self.memory
+    }
+
+    /// Map the pinned arena a channel brought (see [`PinnedArena::attach`]).
+    pub fn attach_host_arena(&self, fd: std::os::fd::OwnedFd) -> Result<(), String> {
+        self.pinned.attach(fd, self.backend.as_ref(), &self.memory)
     }
 
     /// Stop serving calls for good (after a stopping checkpoint): every call from now on
@@ -392,6 +402,13 @@ impl Session {
                 GraphOp::CopyToDevice { dst, dpitch, data, width, height } => {
                     b.memcpy_2d(Copy2D::HostToDevice { dst: *dst, dpitch: *dpitch, src: data }, *width, *height, s)?
                 }
+                GraphOp::CopyPinned { device, host, count, to_device } => {
+                    // The memory may have been freed since the capture.
+                    if self.pinned.find(*host, *count).is_none() || !self.memory.contains(*device, *count) {
+                        return Err(CudaError::InvalidValue);
+                    }
+                    b.memcpy_registered(*device, *host, *count, *to_device, s)?
+                }
             }
         }
         Ok(())
@@ -560,6 +577,8 @@ fn reply_buffer(len: u64) -> Result<Vec<u8>, CudaError> {
 impl Drop for Session {
     fn drop(&mut self) {
         self.release_all();
+        // Pinned memory is the guest's and outlives a device reset; not the session.
+        self.pinned.release(self.backend.as_ref());
         self.backend.unreserve(self.memory.base(), self.memory.size());
     }
 }
@@ -950,6 +969,49 @@ impl CudartService for Session {
             st.set(if h2d { Count::Drained } else { Count::Filled }, seq.wrapping_add(k + 1));
         }
         Ok(PhosMemcpyStagedReply {})
+    }
+
+    fn phos_host_alloc(&self, cx: &CallCx, req: PhosHostAllocRequest) -> Result<PhosHostAllocReply, CudaError> {
+        const HOST_ALLOC_FLAGS: u32 = 0x1 | 0x2 | 0x4; // portable, mapped, write-combined
+        if req.flags & !HOST_ALLOC_FLAGS != 0 {
+            return Err(CudaError::InvalidValue);
+        }
+        let (host, device) =
+            self.pinned.alloc(self.backend.as_ref(), &self.memory, req.size, req.flags, cx.forced())?;
+        Ok(PhosHostAllocReply { host, device })
+    }
+
+    fn phos_host_free(&self, cx: &CallCx, req: PhosHostFreeRequest) -> Result<PhosHostFreeReply, CudaError> {
+        // Work in flight may still read or write the memory.
+        self.backend.device_synchronize(cx.device)?;
+        self.pinned.free(self.backend.as_ref(), &self.memory, req.host)?;
+        Ok(PhosHostFreeReply {})
+    }
+
+    fn phos_memcpy_pinned(&self, _: &CallCx, req: PhosMemcpyPinnedRequest) -> Result<PhosMemcpyPinnedReply, CudaError> {
+        let to_device = match req.direction {
+            consts::cudaMemcpyHostToDevice => true,
+            consts::cudaMemcpyDeviceToHost => false,
+            _ => return Err(CudaError::InvalidMemcpyDirection),
+        };
+        if self.pinned.find(req.host, req.count).is_none() {
+            tracing::warn!(session = self.id, "a pinned copy outside the session's pinned allocations");
+            return Err(CudaError::InvalidValue);
+        }
+        if req.count == 0 {
+            return Ok(PhosMemcpyPinnedReply {});
+        }
+        let stream = if req.ordered != 0 { Some(self.stream(req.stream)?) } else { None };
+        if req.ordered != 0
+            && let Some(mut captures) = self.captures.active()
+            && captures.of_stream(req.stream).is_some()
+        {
+            // Captured copies of pinned memory read or write it when the graph runs, as in CUDA.
+            let op = GraphOp::CopyPinned { device: req.device, host: req.host, count: req.count, to_device };
+            return captures.record(req.stream, || op).unwrap_or(Ok(())).map(|_| PhosMemcpyPinnedReply {});
+        }
+        self.backend.memcpy_registered(req.device, req.host, req.count, to_device, stream)?;
+        Ok(PhosMemcpyPinnedReply {})
     }
 
     fn phos_launch_kernel(

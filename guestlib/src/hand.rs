@@ -58,16 +58,18 @@ fn memcpy_kind_of(addr: u64) -> bool {
 }
 
 #[allow(non_snake_case)]
-/// `cudaMemcpy`/`cudaMemcpyAsync` fast path: large host<->device copies move through the
-/// channel's staging region.
-unsafe fn staged(
+/// `cudaMemcpy`/`cudaMemcpyAsync` fast paths: copies of pinned arena memory are DMAs of the
+/// guest's pages (`phosMemcpyPinned`); other large host<->device copies move through the
+/// channel's staging region. `stream` is `None` for `cudaMemcpy`.
+unsafe fn fast_copy(
     dst: *mut c_void,
     src: *const c_void,
     count: usize,
     kind: i32,
-    stream: u64,
+    stream: Option<u64>,
 ) -> Option<Result<(), CudaError>> {
-    if count < runtime::STAGED_MIN {
+    let (dst_in_arena, src_in_arena) = (hostmem::in_arena(dst as usize, count), hostmem::in_arena(src as usize, count));
+    if count < runtime::STAGED_MIN && !dst_in_arena && !src_in_arena {
         return None;
     }
     let direction =
@@ -75,6 +77,24 @@ unsafe fn staged(
             Ok(d) => d as i32,
             Err(e) => return Some(Err(e)),
         };
+    let pinned = |device: *const c_void, host: *const c_void| {
+        let req = cudart::PhosMemcpyPinnedRequest {
+            device: device as usize as u64,
+            host: host as usize as u64,
+            count: count as u64,
+            direction,
+            stream: stream.unwrap_or(0),
+            ordered: stream.is_some() as i32,
+        };
+        Some(runtime::call(&req).map(|_| ()))
+    };
+    match direction {
+        consts::cudaMemcpyHostToDevice if src_in_arena => return pinned(dst, src),
+        consts::cudaMemcpyDeviceToHost if dst_in_arena => return pinned(src, dst),
+        _ if count < runtime::STAGED_MIN => return None,
+        _ => {}
+    }
+    let stream = stream.unwrap_or(0);
     match direction {
         consts::cudaMemcpyHostToDevice if !src.is_null() => unsafe {
             runtime::staged_copy(direction, dst as usize as u64, src as *mut u8, count, stream)
@@ -87,23 +107,23 @@ unsafe fn staged(
 }
 
 impl HandWritten for Hand {
-    unsafe fn memcpy_staged(
+    unsafe fn host_copy(
         dst: *mut c_void,
         src: *const c_void,
         count: usize,
         kind: i32,
     ) -> Option<Result<(), CudaError>> {
-        unsafe { staged(dst, src, count, kind, 0) }
+        unsafe { fast_copy(dst, src, count, kind, None) }
     }
 
-    unsafe fn memcpy_async_staged(
+    unsafe fn host_copy_async(
         dst: *mut c_void,
         src: *const c_void,
         count: usize,
         kind: i32,
         stream: *mut c_void,
     ) -> Option<Result<(), CudaError>> {
-        unsafe { staged(dst, src, count, kind, stream as usize as u64) }
+        unsafe { fast_copy(dst, src, count, kind, Some(stream as usize as u64)) }
     }
 
     unsafe fn cudaGetLastError() -> i32 {
@@ -498,6 +518,13 @@ impl HandWritten for Hand {
         stream: *mut c_void,
     ) -> i32 {
         code(memory::memcpy_peer(dst, dst_device, src, src_device, count, Some(stream)))
+    }
+
+    unsafe fn cudaHostGetDevicePointer(p_device: *mut *mut c_void, p_host: *mut c_void, flags: u32) -> i32 {
+        if p_device.is_null() || p_host.is_null() || flags != 0 {
+            return code(Err(CudaError::InvalidValue));
+        }
+        code(hostmem::device_pointer(p_host as usize).map(|d| unsafe { *p_device = d as usize as *mut c_void }))
     }
 
     unsafe fn cudaHostRegister(ptr: *mut c_void, size: usize, flags: u32) -> i32 {

@@ -1,25 +1,109 @@
-//! Page-locked host memory (`cudaMallocHost`, `cudaHostAlloc`): it belongs to the guest
-//! process, so it is allocated here. The table lets `cudaFreeHost` refuse pointers it did not
-//! hand out, as CUDA does.
+//! Page-locked host memory (`cudaMallocHost`, `cudaHostAlloc`, `cudaHostRegister`).
+//!
+//! Where the process has a pinned arena ([`phos_protocol::host_arena`]), allocations are made
+//! in it by the API server (`phosHostAlloc`): the server registers them with the driver, so
+//! copies from and to them are DMAs of these very pages (`phosMemcpyPinned`), and kernels
+//! reach them at the same address. Otherwise (a channel on a socket, an arena that is full,
+//! refused or unavailable) the memory is the process's own and copies take the ordinary
+//! paths. Either way the table lets `cudaFreeHost` refuse pointers it did not hand out, as
+//! CUDA does.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::ffi::c_void;
-use std::sync::Mutex;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use phos_protocol::CudaError;
+use phos_protocol::cudart::{PhosHostAllocRequest, PhosHostFreeRequest};
+use phos_protocol::host_arena::{self, BASE, Mapping};
+
+use crate::runtime;
 
 /// `cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined`
 const KNOWN_FLAGS: u32 = 0x1 | 0x2 | 0x4;
 
-static ALLOCATIONS: Mutex<Option<HashMap<usize, (usize, u32)>>> = Mutex::new(None);
+/// One allocation: its size, flags, and its device address when it is in the arena.
+#[derive(Clone, Copy)]
+struct HostAlloc {
+    size: usize,
+    flags: u32,
+    device: Option<u64>,
+}
 
-/// Allocate `size` bytes of page-aligned host memory.
+static ALLOCATIONS: Mutex<BTreeMap<usize, HostAlloc>> = Mutex::new(BTreeMap::new());
+
+/// The process's arena: the file (sent with each shared-memory channel) and its mapping.
+struct Arena {
+    fd: OwnedFd,
+    mapping: Mapping,
+    /// A forked child inherits the mapping, but the arena is its parent's session's.
+    pid: u32,
+}
+
+static ARENA: OnceLock<Option<Arena>> = OnceLock::new();
+/// The server answered that it cannot use the arena: stop asking.
+static ARENA_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// The arena's size: `PHOS_PINNED_ARENA` (bytes, with an optional K/M/G/T suffix; 0 or
+/// `off` for none), else [`host_arena::DEFAULT_BYTES`].
+fn arena_bytes() -> u64 {
+    let Ok(v) = std::env::var("PHOS_PINNED_ARENA") else { return host_arena::DEFAULT_BYTES };
+    let v = v.trim().trim_end_matches("iB").trim_end_matches('B');
+    if v.eq_ignore_ascii_case("off") {
+        return 0;
+    }
+    let (digits, shift) = match v.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&v[..v.len() - 1], 10),
+        Some('M') => (&v[..v.len() - 1], 20),
+        Some('G') => (&v[..v.len() - 1], 30),
+        Some('T') => (&v[..v.len() - 1], 40),
+        _ => (v, 0),
+    };
+    match digits.trim().parse::<u64>() {
+        Ok(n) => n.checked_shl(shift).filter(|b| b >> shift == n).unwrap_or(host_arena::MAX_BYTES),
+        Err(_) => {
+            tracing::warn!("PHOS_PINNED_ARENA={v:?} is not a size; using the default");
+            host_arena::DEFAULT_BYTES
+        }
+    }
+}
+
+fn arena() -> Option<&'static Arena> {
+    let a = ARENA
+        .get_or_init(|| {
+            let bytes = arena_bytes();
+            if bytes == 0 {
+                return None;
+            }
+            let made = host_arena::create(bytes).and_then(|fd| Mapping::at_base(&fd).map(|m| (fd, m)));
+            match made {
+                Ok((fd, mapping)) => Some(Arena { fd, mapping, pid: std::process::id() }),
+                Err(e) => {
+                    tracing::info!("no pinned arena ({e}); page-locked memory is copied through the channel");
+                    None
+                }
+            }
+        })
+        .as_ref()?;
+    (a.pid == std::process::id()).then_some(a)
+}
+
+/// The arena file and its size, for a channel that moves to shared memory.
+pub fn arena_for_channel() -> Option<(&'static OwnedFd, u64)> {
+    arena().map(|a| (&a.fd, a.mapping.len()))
+}
+
+/// Allocate `size` bytes of page-aligned page-locked host memory.
 pub fn alloc(size: usize, flags: u32) -> Result<*mut c_void, CudaError> {
     if flags & !KNOWN_FLAGS != 0 {
         return Err(CudaError::InvalidValue);
     }
     if size == 0 {
         return Ok(std::ptr::null_mut());
+    }
+    if let Some(p) = alloc_in_arena(size, flags) {
+        return Ok(p);
     }
     let p = unsafe {
         libc::mmap(
@@ -34,45 +118,113 @@ pub fn alloc(size: usize, flags: u32) -> Result<*mut c_void, CudaError> {
     if p == libc::MAP_FAILED {
         return Err(CudaError::MemoryAllocation);
     }
-    ALLOCATIONS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(HashMap::new)
-        .insert(p as usize, (size, flags));
+    table().insert(p as usize, HostAlloc { size, flags, device: None });
     Ok(p)
+}
+
+/// An allocation in the arena, if there is one and the server places it.
+fn alloc_in_arena(size: usize, flags: u32) -> Option<*mut c_void> {
+    let a = arena()?;
+    if ARENA_REFUSED.load(Ordering::Relaxed) {
+        return None;
+    }
+    let reply = match runtime::call(&PhosHostAllocRequest { size: size as u64, flags }) {
+        Ok(r) => r,
+        Err(CudaError::NotSupported) => {
+            // The server has no arena (the channel is on a socket, or it could not map it).
+            ARENA_REFUSED.store(true, Ordering::Relaxed);
+            return None;
+        }
+        Err(e) => {
+            // Full, or over the tenant's quota of pinned memory: the process's own memory.
+            tracing::debug!("pinned allocation of {size} bytes outside the arena: {e:?}");
+            return None;
+        }
+    };
+    if !a.mapping.contains(reply.host, size as u64) {
+        tracing::error!("the server placed pinned memory outside the arena ({:#x})", reply.host);
+        return None;
+    }
+    table().insert(reply.host as usize, HostAlloc { size, flags, device: Some(reply.device) });
+    Some(reply.host as usize as *mut c_void)
+}
+
+fn table() -> std::sync::MutexGuard<'static, BTreeMap<usize, HostAlloc>> {
+    ALLOCATIONS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Free what [`alloc`] returned; a null pointer is a no-op.
 ///
 /// # Safety
-/// The memory must not be used afterwards (the pages are unmapped).
+/// The memory must not be used afterwards (the pages are given back).
 pub unsafe fn free(p: *mut c_void) -> Result<(), CudaError> {
     if p.is_null() {
         return Ok(());
     }
-    let entry = ALLOCATIONS.lock().unwrap_or_else(|e| e.into_inner()).as_mut().and_then(|m| m.remove(&(p as usize)));
-    match entry {
-        Some((size, _)) => {
-            unsafe { libc::munmap(p, size) };
-            Ok(())
-        }
-        None => Err(CudaError::InvalidValue),
+    let addr = p as usize;
+    let entry = table().get(&addr).copied().ok_or(CudaError::InvalidValue)?;
+    if entry.device.is_some() {
+        runtime::call(&PhosHostFreeRequest { host: addr as u64 })?;
+    } else {
+        unsafe { libc::munmap(p, entry.size) };
     }
+    table().remove(&addr);
+    Ok(())
+}
+
+/// The allocation containing `addr`: (base, entry).
+fn containing(addr: usize) -> Option<(usize, HostAlloc)> {
+    let (&base, &a) = table().range(..=addr).next_back()?;
+    (addr - base < a.size).then_some((base, a))
 }
 
 /// Base, size and flags of the allocation containing `addr`, if it is page-locked memory of ours.
 pub fn lookup(addr: usize) -> Option<(usize, usize, u32)> {
-    let g = ALLOCATIONS.lock().unwrap_or_else(|e| e.into_inner());
-    g.as_ref()?.iter().find(|(base, (size, _))| addr >= **base && addr - **base < *size).map(|(b, (s, f))| (*b, *s, *f))
+    containing(addr).map(|(base, a)| (base, a.size, a.flags))
+}
+
+/// Whether `[addr, addr + len)` lies in one arena allocation, so the server can copy it
+/// directly. Cheap for memory that is not in the arena.
+pub fn in_arena(addr: usize, len: usize) -> bool {
+    let arena_end = BASE + arena().map_or(0, |a| a.mapping.len());
+    if (addr as u64) < BASE || (addr as u64) >= arena_end {
+        return false;
+    }
+    containing(addr).is_some_and(|(base, a)| a.device.is_some() && addr + len <= base + a.size)
+}
+
+/// The device address of arena memory at `addr`.
+pub fn arena_device_pointer(addr: usize) -> Option<u64> {
+    match containing(addr)? {
+        (base, HostAlloc { device: Some(d), .. }) => Some(d + (addr - base) as u64),
+        _ => None,
+    }
+}
+
+/// `cudaHostGetDevicePointer`: the device address of page-locked memory at `addr`.
+pub fn device_pointer(addr: usize) -> Result<u64, CudaError> {
+    if let Some(d) = arena_device_pointer(addr) {
+        return Ok(d);
+    }
+    if lookup_any(addr).is_none() {
+        return Err(CudaError::InvalidValue);
+    }
+    // The process's own memory: no device can reach it through Phos.
+    crate::log::not_supported_once("cudaHostGetDevicePointer of page-locked memory outside the pinned arena");
+    Err(CudaError::NotSupported)
 }
 
 /// `cudaHostRegisterPortable | Mapped | IoMemory | ReadOnly`.
 const REGISTER_FLAGS: u32 = 0x1 | 0x2 | 0x4 | 0x8;
 
 /// A range registered with `cudaHostRegister`: (size, flags, device), by base address.
-type Registered = HashMap<usize, (usize, u32, i32)>;
+type Registered = BTreeMap<usize, (usize, u32, i32)>;
 
-static REGISTERED: Mutex<Option<Registered>> = Mutex::new(None);
+static REGISTERED: Mutex<Registered> = Mutex::new(BTreeMap::new());
+
+fn registered_table() -> std::sync::MutexGuard<'static, Registered> {
+    REGISTERED.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// `cudaHostRegister`: the range must not overlap page-locked memory already known.
 pub fn register(ptr: usize, size: usize, flags: u32, device: i32) -> Result<(), CudaError> {
@@ -81,12 +233,10 @@ pub fn register(ptr: usize, size: usize, flags: u32, device: i32) -> Result<(), 
     }
     let end = ptr.checked_add(size).ok_or(CudaError::InvalidValue)?;
     let overlaps = |base: usize, len: usize| ptr < base + len && base < end;
-    let allocated = ALLOCATIONS.lock().unwrap_or_else(|e| e.into_inner());
-    if allocated.as_ref().is_some_and(|m| m.iter().any(|(b, (s, _))| overlaps(*b, *s))) {
+    if table().iter().any(|(b, a)| overlaps(*b, a.size)) {
         return Err(CudaError::HostMemoryAlreadyRegistered);
     }
-    let mut g = REGISTERED.lock().unwrap_or_else(|e| e.into_inner());
-    let table = g.get_or_insert_with(HashMap::new);
+    let mut table = registered_table();
     if table.iter().any(|(b, (s, _, _))| overlaps(*b, *s)) {
         return Err(CudaError::HostMemoryAlreadyRegistered);
     }
@@ -96,19 +246,17 @@ pub fn register(ptr: usize, size: usize, flags: u32, device: i32) -> Result<(), 
 
 /// `cudaHostUnregister`: `ptr` must be the base of a registered range.
 pub fn unregister(ptr: usize) -> Result<(), CudaError> {
-    let mut g = REGISTERED.lock().unwrap_or_else(|e| e.into_inner());
-    g.as_mut().and_then(|m| m.remove(&ptr)).map(|_| ()).ok_or(CudaError::HostMemoryNotRegistered)
+    registered_table().remove(&ptr).map(|_| ()).ok_or(CudaError::HostMemoryNotRegistered)
+}
+
+fn registered(addr: usize) -> Option<(usize, usize, u32, i32)> {
+    let t = registered_table();
+    let (&b, &(s, f, d)) = t.range(..=addr).next_back()?;
+    (addr - b < s).then_some((b, s, f, d))
 }
 
 /// Base, size, flags and device of the page-locked range (allocated or registered) that
 /// contains `addr`.
 pub fn lookup_any(addr: usize) -> Option<(usize, usize, u32, i32)> {
-    if let Some((base, size, flags)) = lookup(addr) {
-        return Some((base, size, flags, 0));
-    }
-    let g = REGISTERED.lock().unwrap_or_else(|e| e.into_inner());
-    g.as_ref()?
-        .iter()
-        .find(|(base, (size, _, _))| addr >= **base && addr - **base < *size)
-        .map(|(b, (s, f, d))| (*b, *s, *f, *d))
+    lookup(addr).map(|(base, size, flags)| (base, size, flags, 0)).or_else(|| registered(addr))
 }

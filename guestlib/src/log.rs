@@ -16,3 +16,15 @@ pub fn init() {
             .try_init();
     });
 }
+
+/// Log, once per process, that a use of the API is not supported (it answers
+/// `cudaErrorNotSupported`).
+pub fn not_supported_once(what: &str) {
+    static LOGGED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut logged = LOGGED.lock().unwrap_or_else(|p| p.into_inner());
+    if !logged.iter().any(|w| w == what) {
+        logged.push(what.to_string());
+        init();
+        tracing::warn!("{what} is not supported by Phos; returning cudaErrorNotSupported");
+    }
+}

@@ -328,7 +328,9 @@ pub unsafe fn pointer_attributes(out: *mut c_void, ptr: *const c_void) -> Result
     }
     let addr = ptr as usize as u64;
     let (kind, device, device_ptr, host_ptr) = if let Some((_, _, _, device)) = hostmem::lookup_any(addr as usize) {
-        (MEMORY_HOST, device, addr, addr)
+        // Under unified addressing page-locked memory is mapped at its own address; arena
+        // memory where the driver says.
+        (MEMORY_HOST, device, hostmem::arena_device_pointer(addr as usize).unwrap_or(addr), addr)
     } else if addr != 0 && (runtime::session()?.contains(addr) || registry::is_module_global(addr)) {
         let device = runtime::call(&PhosPointerDeviceRequest { ptr: addr })?.device;
         (MEMORY_DEVICE, device, addr, 0)

@@ -288,8 +288,13 @@ fn open_channel() -> Result<Channel, CudaError> {
     }
     let endpoint = endpoint()?;
     let wanted = wanted_transport()?;
+    // The socket of a Unix channel is kept aside: the pinned arena goes over it after the Hello.
+    let mut socket = None;
     let connected: std::io::Result<Box<dyn Transport>> = match &endpoint {
-        Endpoint::Unix(path) => UnixTransport::connect(path).map(|t| Box::new(t) as Box<dyn Transport>),
+        Endpoint::Unix(path) => std::os::unix::net::UnixStream::connect(path).and_then(|s| {
+            socket = Some(s.try_clone()?);
+            Ok(Box::new(UnixTransport::new(s)) as Box<dyn Transport>)
+        }),
         Endpoint::Tcp(addr) => TcpTransport::connect(addr).map(|t| Box::new(t) as Box<dyn Transport>),
     };
     let mut transport = connected.map_err(|e| {
@@ -301,17 +306,17 @@ fn open_channel() -> Result<Channel, CudaError> {
         tracing::error!("PHOS_TRANSPORT=shm needs a router on this host (a unix: endpoint), not {endpoint}");
         return Err(CudaError::NoDevice);
     }
+    let shm_wanted = local && matches!(wanted, TransportChoice::Auto | TransportChoice::Shm);
+    let arena = if shm_wanted { crate::hostmem::arena_for_channel() } else { None };
     let hello = Hello {
         spec_hash: cudart::SPEC_HASH,
         pid,
         abi_major: crate::soname::current_abi().major(),
         token: guard.as_ref().map(|s| s.token),
         program: program_name(),
-        transports: match wanted {
-            TransportChoice::Auto | TransportChoice::Shm if local => vec![TransportKind::Shm],
-            _ => Vec::new(),
-        },
+        transports: if shm_wanted { vec![TransportKind::Shm] } else { Vec::new() },
         tenant_token: std::env::var("PHOS_TENANT_TOKEN").ok().filter(|t| !t.is_empty()),
+        host_arena: arena.map(|(_, len)| len),
     };
     let payload = phos_protocol::encode(&hello);
     let mut h = FrameHeader::new(FrameKind::Hello);
@@ -319,6 +324,10 @@ fn open_channel() -> Result<Channel, CudaError> {
     let mut reply = Vec::new();
     let welcome = transport
         .send(&h, &[&payload])
+        .and_then(|_| match (arena, &socket) {
+            (Some((fd, _)), Some(s)) => phos_protocol::shm::send_fd(s, fd),
+            _ => Ok(()),
+        })
         .map_err(|e| e.to_string())
         .and_then(|_| transport.recv(&mut reply).map_err(|e| e.to_string()))
         .and_then(|rh| match rh.kind {
@@ -342,11 +351,11 @@ fn open_channel() -> Result<Channel, CudaError> {
                 tracing::error!("the router offered shared memory over a {endpoint} channel: {e}");
                 CudaError::NoDevice
             })?;
-            let (shm, st) = ShmTransport::attach(stream, DEFAULT_MAX_PAYLOAD).map_err(|e| {
+            let (shm, files) = ShmTransport::attach(stream, DEFAULT_MAX_PAYLOAD).map_err(|e| {
                 tracing::error!("cannot map the shared region the router sent: {e}");
                 CudaError::NoDevice
             })?;
-            staging = st.map(Arc::new);
+            staging = files.staging.map(Arc::new);
             Box::new(shm)
         }
         TransportKind::Unix if wanted == TransportChoice::Shm => {

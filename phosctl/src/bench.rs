@@ -3,8 +3,12 @@
 //! It runs a micro-benchmark program (`tests/bench/remoting.cu`, which prints
 //! `metric value unit` lines) and a directory of whole programs (the `tests/cuda` builds),
 //! each natively and through `phosctl run` on every transport asked for, `runs` times each,
-//! and writes one markdown table of medians and ratios. Building the programs is the
-//! caller's (nvcc lives on the GPU machine; see `tests/scripts/gpu-bench.sh`).
+//! and writes one markdown table of medians and ratios. With `--served POOL` it also runs
+//! them through a router it starts once with a pool of API servers (`phosctl serve --pool`),
+//! the way an operator deploys Phos: a program then finds a server whose context is already
+//! created, where `phosctl run` starts a private router and server for each program.
+//! Building the programs is the caller's (nvcc lives on the GPU machine; see
+//! `tests/scripts/gpu-bench.sh`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -34,13 +38,59 @@ pub struct BenchArgs {
     /// Backend for Phos (default: cuda where a GPU answers, else emu).
     #[arg(long)]
     backend: Option<String>,
+    /// Also run through one router started here with this many API servers kept ready
+    /// (`phosctl serve --pool POOL`), over shared memory.
+    #[arg(long)]
+    served: Option<usize>,
 }
 
-/// One way of running a program: natively, or through Phos over a transport.
+/// One way of running a program: natively, or through Phos over a transport (through a
+/// running router at `endpoint`, or a private one).
 #[derive(Clone)]
 struct Side {
     label: String,
     transport: Option<String>,
+    endpoint: Option<String>,
+}
+
+/// A router this benchmark started (`--served`); stopped when dropped.
+struct ServedRouter {
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl ServedRouter {
+    fn start(pool: usize, backend: &Option<String>) -> Result<(ServedRouter, String), String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let socket = dir.path().join("router.sock");
+        let me = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut c = Command::new(me);
+        c.arg("serve").arg("--listen").arg(format!("unix:{}", socket.display()));
+        c.arg("--pool").arg(pool.to_string());
+        if let Some(b) = backend {
+            c.arg("--backend").arg(b);
+        }
+        let child =
+            c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().map_err(|e| e.to_string())?;
+        let served = ServedRouter { child, _dir: dir };
+        // Ready once it listens and its pool had time to start (contexts take ~0.2 s each).
+        let deadline = Instant::now() + std::time::Duration::from_secs(60);
+        while !socket.exists() {
+            if Instant::now() > deadline {
+                return Err("the served router did not start".into());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500 + 300 * pool as u64));
+        Ok((served, format!("unix:{}", socket.display())))
+    }
+}
+
+impl Drop for ServedRouter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -56,8 +106,10 @@ fn run_once(side: &Side, backend: &Option<String>, exe: &Path, args: &[String]) 
             let me = std::env::current_exe().map_err(|e| e.to_string())?;
             let mut c = Command::new(me);
             c.arg("run").arg("--transport").arg(t);
-            if let Some(b) = backend {
-                c.arg("--backend").arg(b);
+            match (&side.endpoint, backend) {
+                (Some(e), _) => drop(c.arg("--endpoint").arg(e)),
+                (None, Some(b)) => drop(c.arg("--backend").arg(b)),
+                (None, None) => {}
             }
             c.arg("--").arg(exe);
             c
@@ -82,14 +134,28 @@ fn parse_metrics(text: &str) -> Vec<(String, f64, String)> {
 }
 
 pub fn bench(args: BenchArgs) -> std::process::ExitCode {
-    let mut sides = vec![Side { label: "native".into(), transport: None }];
+    let mut sides = vec![Side { label: "native".into(), transport: None, endpoint: None }];
     for t in &args.transports {
         if !["shm", "unix"].contains(&t.as_str()) {
             eprintln!("unknown transport {t} (expected shm or unix)");
             return std::process::ExitCode::from(2);
         }
-        sides.push(Side { label: format!("Phos ({t})"), transport: Some(t.clone()) });
+        sides.push(Side { label: format!("Phos ({t})"), transport: Some(t.clone()), endpoint: None });
     }
+    let _served = match args.served {
+        Some(pool) => match ServedRouter::start(pool, &args.backend) {
+            Ok((router, endpoint)) => {
+                let label = format!("Phos (served, pool {pool})");
+                sides.push(Side { label, transport: Some("shm".into()), endpoint: Some(endpoint) });
+                Some(router)
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
     let runs = args.runs.max(1);
     let mut md = String::new();
     let header = |md: &mut String, first: &str| {
@@ -206,7 +272,8 @@ pub fn bench(args: BenchArgs) -> std::process::ExitCode {
         }
         md.push_str(&format!(
             "\n\nWall time of each program (process start to exit), median of {runs} runs; Phos \
-             includes starting a private router and API server (`phosctl run`).\n"
+             includes starting a private router and API server (`phosctl run`), except where served: \
+             through one running router with API servers kept ready (`phosctl serve --pool`).\n"
         ));
     }
     print!("{md}");

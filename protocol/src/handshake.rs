@@ -17,6 +17,10 @@
 //! frames travel through the region's rings and the socket only tells each side that the
 //! other still exists. The router does the same towards the API server ([`Attach::transport`],
 //! the region following the server's `Welcome`).
+//!
+//! **The pinned arena.** A guest that has one ([`crate::host_arena`]) says so in
+//! [`Hello::host_arena`] and sends the file over the socket right after the `Hello`; the
+//! router checks it and sends it to the server with the channel's shared region.
 
 /// Guest -> router: open a channel.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
@@ -37,6 +41,10 @@ pub struct Hello {
     /// Over TCP, where the router cannot ask the kernel who connected: the tenant's secret
     /// from the router's configuration (`PHOS_TENANT_TOKEN`). Ignored on Unix sockets.
     pub tenant_token: Option<String>,
+    /// A guest asking for shared memory that has a pinned host arena
+    /// ([`crate::host_arena`]) sends its file right after this frame (`SCM_RIGHTS`); this is
+    /// the file's size.
+    pub host_arena: Option<u64>,
 }
 
 /// The transports a channel can use.

@@ -14,6 +14,7 @@ pub mod error;
 pub mod eval;
 pub mod frame;
 pub mod handshake;
+pub mod host_arena;
 pub mod shm;
 pub mod spec;
 pub mod staging;

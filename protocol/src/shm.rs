@@ -572,33 +572,32 @@ impl ShmTransport {
         }
     }
 
-    /// Create a region, send it to the peer over `socket` (with a staging region, if one is
-    /// given), and carry frames through it.
-    pub fn create(
-        socket: UnixStream,
-        ring_bytes: usize,
-        max_payload: u64,
-        staging: Option<&OwnedFd>,
-    ) -> io::Result<Self> {
+    /// Create a region, send it to the peer over `socket` with the channel's other shared
+    /// files, and carry frames through it.
+    pub fn create(socket: UnixStream, ring_bytes: usize, max_payload: u64, extra: SharedFiles<'_>) -> io::Result<Self> {
         let (region, fd) = Region::create(ring_bytes, socket, default_spin())?;
-        match staging {
-            Some(st) => send_fds(&region.socket, &[&fd, st])?,
-            None => send_fd(&region.socket, &fd)?,
+        let mut fds = vec![&fd];
+        // Positional: a pinned arena only ever follows a staging region.
+        if let Some(st) = extra.staging {
+            fds.push(st);
+            fds.extend(extra.host_arena);
         }
+        send_fds(&region.socket, &fds)?;
         Ok(Self::from_region(region, Role::Creator, max_payload))
     }
 
     /// Receive a region from the peer over `socket` and carry frames through it; also the
-    /// staging region if the peer sent one.
-    pub fn attach(socket: UnixStream, max_payload: u64) -> io::Result<(Self, Option<Staging>)> {
+    /// channel's other shared files, if the peer sent them.
+    pub fn attach(socket: UnixStream, max_payload: u64) -> io::Result<(Self, Attached)> {
         let mut fds = recv_fds(&socket)?.into_iter();
         let ring = fds.next().expect("at least one");
         let staging = match fds.next() {
             Some(fd) => Some(Staging::attach(fd, socket.try_clone()?)?),
             None => None,
         };
+        let host_arena = fds.next();
         let region = Region::attach(ring, socket, default_spin())?;
-        Ok((Self::from_region(region, Role::Attacher, max_payload), staging))
+        Ok((Self::from_region(region, Role::Attacher, max_payload), Attached { staging, host_arena }))
     }
 
     /// Both ends of one region in this process (tests, benchmarks): a creator and an
@@ -749,8 +748,26 @@ pub fn recv_fd(socket: &UnixStream) -> io::Result<OwnedFd> {
     Ok(fds.pop().expect("one"))
 }
 
-/// The most descriptors one message carries (a ring region and a staging region).
-pub const MAX_FDS: usize = 2;
+/// The most descriptors one message carries (a ring region, a staging region and a pinned
+/// arena).
+pub const MAX_FDS: usize = 3;
+
+/// The files that travel with a channel's ring region.
+#[derive(Clone, Copy, Default)]
+pub struct SharedFiles<'a> {
+    /// The staging region for large copies ([`crate::staging`]).
+    pub staging: Option<&'a OwnedFd>,
+    /// The guest's pinned arena ([`crate::host_arena`]); only sent with a staging region.
+    pub host_arena: Option<&'a OwnedFd>,
+}
+
+/// What [`ShmTransport::attach`] received besides the rings.
+#[derive(Default)]
+pub struct Attached {
+    pub staging: Option<Staging>,
+    /// Unchecked: [`crate::host_arena::checked_len`] says whether it is one.
+    pub host_arena: Option<OwnedFd>,
+}
 
 #[cfg(test)]
 mod tests {

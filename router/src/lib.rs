@@ -34,6 +34,7 @@ pub mod costs {
 use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -45,7 +46,7 @@ use phos_policy::engine::PolicySet;
 use phos_protocol::cudart;
 use phos_protocol::frame::{FrameHeader, FrameKind};
 use phos_protocol::handshake::{Attach, Hello, TransportKind, UsageReport, Welcome};
-use phos_protocol::shm::ShmTransport;
+use phos_protocol::shm::{SharedFiles, ShmTransport};
 use phos_protocol::transport::{TcpTransport, Transport, UnixTransport, read_frame, write_frame};
 
 pub use session::SessionEntry;
@@ -168,6 +169,21 @@ fn refuse(stream: &mut impl io::Write, reason: &str) {
 
 /// A guest's connection before its handshake is done: a Unix socket (this host: its channels
 /// may move to shared memory) or TCP (another host).
+/// Receive the pinned arena a guest sends after its Hello, and check that it is one (the
+/// server checks it again before mapping it).
+fn receive_host_arena(socket: &UnixStream) -> io::Result<OwnedFd> {
+    // A guest that announces an arena and sends nothing holds only its own handshake.
+    socket.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    let mut fds = phos_protocol::shm::recv_fds(socket)?;
+    socket.set_read_timeout(None)?;
+    if fds.len() != 1 {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "expected one file"));
+    }
+    let fd = fds.pop().expect("one");
+    phos_protocol::host_arena::checked_len(&fd)?;
+    Ok(fd)
+}
+
 enum GuestStream {
     Unix(UnixStream),
     Tcp(std::net::TcpStream),
@@ -466,6 +482,18 @@ impl Router {
                 return refuse(&mut guest, &format!("bad handshake: {e}"));
             }
         };
+        // A guest with a pinned arena sends it right after the Hello; the server gets it with
+        // the channel's shared region (the router itself never maps it).
+        let host_arena = match (&guest, hello.host_arena) {
+            (GuestStream::Unix(s), Some(_)) => match receive_host_arena(s) {
+                Ok(fd) => Some(fd),
+                Err(e) => {
+                    tracing::warn!(peer = %guest.describe(), "bad pinned arena: {e}");
+                    return refuse(&mut guest, &format!("bad pinned arena: {e}"));
+                }
+            },
+            _ => None,
+        };
         let (tenant, pid) = match peer {
             Some(p) => p,
             None => match hello.tenant_token.as_deref().and_then(|t| self.tenants.for_token(t)) {
@@ -513,7 +541,7 @@ impl Router {
             tracing::warn!(session = session.id, "session has no server (not restored in time)");
             return refuse(&mut guest, "the session is suspended and was not restored in time");
         };
-        if let Err(e) = self.connect_channel(&session, &socket, guest, &hello) {
+        if let Err(e) = self.connect_channel(&session, &socket, guest, &hello, host_arena.as_ref()) {
             tracing::warn!(session = session.id, "channel failed: {e}");
         }
     }
@@ -671,6 +699,7 @@ impl Router {
         socket: &Path,
         mut guest: GuestStream,
         hello: &Hello,
+        host_arena: Option<&OwnedFd>,
     ) -> io::Result<()> {
         // Shared-memory rings when the guest is on this host, can use them and the operator
         // allows them. The hop to the server (always on this host) uses them too, unless the
@@ -723,7 +752,8 @@ impl Router {
                 server,
                 self.config.ring_bytes,
                 phos_protocol::DEFAULT_MAX_PAYLOAD.max(max),
-                staging.as_ref(),
+                // The arena is only of use with the guest on shared memory too.
+                SharedFiles { staging: staging.as_ref(), host_arena: staging.as_ref().and(host_arena) },
             )?),
             _ => Box::new(UnixTransport::new(server).with_max_payload(u64::MAX)),
         };
@@ -734,7 +764,8 @@ impl Router {
         write_frame(&mut guest, &h, &[&w])?;
         let guest: Box<dyn Transport> = match (guest_kind, guest) {
             (TransportKind::Shm, GuestStream::Unix(g)) => {
-                Box::new(ShmTransport::create(g, self.config.ring_bytes, max, staging.as_ref())?)
+                let files = SharedFiles { staging: staging.as_ref(), host_arena: None };
+                Box::new(ShmTransport::create(g, self.config.ring_bytes, max, files)?)
             }
             (_, GuestStream::Unix(g)) => Box::new(UnixTransport::new(g).with_max_payload(max)),
             (_, GuestStream::Tcp(g)) => {

@@ -1,47 +1,60 @@
-// A long-running iterative computation (usage: iterative [ITERATIONS] [PAUSE_MS]): state in
-// device memory, a __device__ counter, a stream and an event, updated step after step and
-// summarised every 10 steps. The checkpoint tests stop and restore it in the middle; its
-// output must not change.
+// A long-running iterative computation (usage: iterative [ITERATIONS] [PAUSE_MS] [pinned]):
+// state in device memory, a __device__ counter, a stream and an event, updated step after
+// step and summarised every 10 steps. With `pinned`, the summaries are copied into
+// page-locked memory and the kernel also counts its steps in mapped host memory. The
+// checkpoint tests stop and restore it in the middle; its output must not change.
 #include "check.h"
 #include <cstdlib>
+#include <string>
 #include <unistd.h>
 #include <vector>
 
 __device__ unsigned long long steps_done = 0;
 
-__global__ void step(unsigned *x, const unsigned *salt, int n, unsigned iteration) {
+__global__ void step(unsigned *x, const unsigned *salt, int n, unsigned iteration, unsigned long long *mapped) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         unsigned v = x[i] ^ (salt[i % 1024] + iteration);
         v = v * 2654435761u + (v >> 13);
         x[i] = v;
     }
-    if (i == 0) steps_done += 1;
+    if (i == 0) {
+        steps_done += 1;
+        if (mapped) *mapped += 1;
+    }
 }
 
 int main(int argc, char **argv) {
     const int iterations = argc > 1 ? std::atoi(argv[1]) : 40;
     const int pause_ms = argc > 2 ? std::atoi(argv[2]) : 0;
+    const bool pinned = argc > 3 && std::string(argv[3]) == "pinned";
     const int n = 1 << 18;
-    std::vector<unsigned> host(n), salt(1024);
+    std::vector<unsigned> pageable(n), salt(1024);
+    unsigned *host = pageable.data();
+    unsigned long long *mapped = nullptr;
+    if (pinned) {
+        CHECK(cudaMallocHost(&host, n * sizeof(unsigned)));
+        CHECK(cudaHostAlloc(&mapped, sizeof(*mapped), cudaHostAllocMapped));
+        *mapped = 0;
+    }
     for (int i = 0; i < n; i++) host[i] = i * 7u;
     for (int i = 0; i < 1024; i++) salt[i] = i * 40503u;
     unsigned *x, *dsalt;
     CHECK(cudaMalloc(&x, n * sizeof(unsigned)));
     CHECK(cudaMalloc(&dsalt, 1024 * sizeof(unsigned)));
-    CHECK(cudaMemcpy(x, host.data(), n * sizeof(unsigned), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(x, host, n * sizeof(unsigned), cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(dsalt, salt.data(), 1024 * sizeof(unsigned), cudaMemcpyHostToDevice));
     cudaStream_t s;
     cudaEvent_t done;
     CHECK(cudaStreamCreate(&s));
     CHECK(cudaEventCreate(&done));
     for (int it = 1; it <= iterations; it++) {
-        step<<<(n + 255) / 256, 256, 0, s>>>(x, dsalt, n, it);
+        step<<<(n + 255) / 256, 256, 0, s>>>(x, dsalt, n, it, mapped);
         CHECK_LAUNCH();
         CHECK(cudaEventRecord(done, s));
         CHECK(cudaEventSynchronize(done));
         if (it % 10 == 0) {
-            CHECK(cudaMemcpyAsync(host.data(), x, n * sizeof(unsigned), cudaMemcpyDeviceToHost, s));
+            CHECK(cudaMemcpyAsync(host, x, n * sizeof(unsigned), cudaMemcpyDeviceToHost, s));
             CHECK(cudaStreamSynchronize(s));
             unsigned long long sum = 0;
             for (int i = 0; i < n; i++) sum += host[i] ^ (unsigned long long)i;
@@ -54,6 +67,12 @@ int main(int argc, char **argv) {
     CHECK(cudaMemcpyFromSymbol(&steps, steps_done, sizeof(steps)));
     std::printf("steps counted on the device: %llu\n", steps);
     EXPECT(steps == (unsigned long long)iterations);
+    if (pinned) {
+        std::printf("steps counted in mapped memory: %llu\n", *mapped);
+        EXPECT(*mapped == (unsigned long long)iterations);
+        CHECK(cudaFreeHost(host));
+        CHECK(cudaFreeHost(mapped));
+    }
     CHECK(cudaEventDestroy(done));
     CHECK(cudaStreamDestroy(s));
     CHECK(cudaFree(x));

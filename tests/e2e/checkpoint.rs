@@ -82,17 +82,28 @@ fn checkpoint(router: &TestRouter, id: u64, dir: &Path, extra: &[&str]) -> Strin
 
 #[test]
 fn stopped_mid_run_and_restored_the_program_finishes_unchanged() {
+    stop_and_restore_iterative(&[]);
+}
+
+/// The same with page-locked memory in the pinned arena: copies into it and a kernel writing
+/// mapped memory go on after the restore, into the guest's own pages.
+#[test]
+fn a_session_with_pinned_memory_is_stopped_and_restored() {
+    stop_and_restore_iterative(&["pinned"]);
+}
+
+fn stop_and_restore_iterative(mode: &[&str]) {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);
     // The reference: the same run, uninterrupted.
     let router = TestRouter::start("emu");
-    let reference = start_guest(&router, &exe, &["60", "0"]).wait_with_output().unwrap();
+    let reference = start_guest(&router, &exe, &[&["60", "0"], mode].concat()).wait_with_output().unwrap();
     assert!(reference.status.success(), "{}", String::from_utf8_lossy(&reference.stderr));
     let reference = String::from_utf8(reference.stdout).unwrap();
     drop(router);
 
     let router = TestRouter::start("emu");
-    let mut guest = start_guest(&router, &exe, &["60", "40"]);
+    let mut guest = start_guest(&router, &exe, &[&["60", "40"], mode].concat());
     let mut out = BufReader::new(guest.stdout.take().unwrap());
     let mut printed = read_until(&mut out, "iteration 10 ");
     let id = session_id(&router);

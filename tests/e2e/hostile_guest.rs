@@ -13,7 +13,7 @@ fn open() -> (TestRouter, RawGuest) {
     (router, guest)
 }
 
-fn malloc(g: &mut RawGuest, size: u64) -> u64 {
+fn malloc<T: phos_protocol::transport::Transport>(g: &mut RawGuest<T>, size: u64) -> u64 {
     g.call(&CudaMallocRequest { size }).expect("cudaMalloc").devPtr
 }
 
@@ -245,6 +245,7 @@ fn a_guest_from_another_spec_is_refused() {
         program: "old".into(),
         transports: Vec::new(),
         tenant_token: None,
+        host_arena: None,
     };
     let payload = phos_protocol::encode(&hello);
     let mut h = phos_protocol::FrameHeader::new(phos_protocol::FrameKind::Hello);
@@ -331,6 +332,7 @@ fn a_guest_that_corrupts_its_shared_rings_ends_only_that_channel() {
         program: "scribbler".into(),
         transports: vec![TransportKind::Shm],
         tenant_token: None,
+        host_arena: None,
     };
     let payload = phos_protocol::encode(&hello);
     let mut h = FrameHeader::new(FrameKind::Hello);
@@ -518,4 +520,91 @@ fn graph_nodes_are_checked() {
     g.call(&CudaGraphDestroyRequest { graph: a }).unwrap();
     assert_eq!(g.call(&CudaGraphNodeGetTypeRequest { node: n1 }).unwrap_err(), CudaError::InvalidResourceHandle.0);
     g.call(&PhosGraphInstantiateRequest { graph: b }).unwrap();
+}
+
+/// The pinned arena: the router refuses a file that is not one, and the server copies only
+/// within the allocations it made, frees only those, and keeps the first arena it mapped.
+#[test]
+fn the_pinned_arena_is_checked() {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+    use phos_protocol::host_arena::{self, BASE};
+
+    let router = TestRouter::start("emu");
+    // A file that is not sealed is refused before a session starts.
+    let unsealed = unsafe { OwnedFd::from_raw_fd(libc::memfd_create(c"x".as_ptr(), libc::MFD_CLOEXEC)) };
+    assert_eq!(unsafe { libc::ftruncate(unsealed.as_raw_fd(), 4 << 20) }, 0);
+    let refused = RawGuest::connect_shm(&router.socket(), None, Some(&unsealed)).err().expect("refused");
+    assert!(refused.contains("bad pinned arena"), "{refused}");
+
+    let arena = host_arena::create(8 << 20).unwrap();
+    let mut g = RawGuest::connect_shm(&router.socket(), None, Some(&arena)).expect("session");
+    let a = g.call(&PhosHostAllocRequest { size: 5000, flags: 0 }).expect("phosHostAlloc");
+    assert!(a.host >= BASE && a.host + 5000 <= BASE + (8 << 20) && a.host % 4096 == 0, "{:#x}", a.host);
+    assert_eq!(a.device, a.host, "emu reaches pinned memory at its own address");
+    // What the guest writes into its file, the server copies to the device, and back.
+    let pattern: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let wrote =
+        unsafe { libc::pwrite(arena.as_raw_fd(), pattern.as_ptr().cast(), 5000, (a.host - BASE) as libc::off_t) };
+    assert_eq!(wrote, 5000);
+    let dev = malloc(&mut g, 8192);
+    let pinned = |device, host, count, direction| PhosMemcpyPinnedRequest {
+        device,
+        host,
+        count,
+        direction,
+        stream: 0,
+        ordered: 0,
+    };
+    g.call(&pinned(dev, a.host, 5000, consts::cudaMemcpyHostToDevice)).expect("pinned copy");
+    let back = g
+        .call(&CudaMemcpyRequest {
+            dst: Ptr::Out(5000),
+            src: Ptr::Device(dev),
+            count: 5000,
+            kind: consts::cudaMemcpyDeviceToHost,
+            direction: consts::cudaMemcpyDeviceToHost,
+        })
+        .unwrap();
+    assert_eq!(back.dst.as_deref(), Some(&pattern[..]));
+
+    // Copies reach only the allocation: past its end, beside it, below the arena, into the
+    // server's device memory, with a direction that is not host<->device.
+    let bad = [
+        pinned(dev, a.host, 5001, consts::cudaMemcpyHostToDevice),
+        pinned(dev, a.host + 8192, 16, consts::cudaMemcpyHostToDevice),
+        pinned(dev, BASE - 4096, 16, consts::cudaMemcpyDeviceToHost),
+        pinned(dev, dev, 16, consts::cudaMemcpyDeviceToHost),
+        pinned(dev, a.host, 16, consts::cudaMemcpyDeviceToDevice),
+    ];
+    for req in &bad {
+        assert!(g.call(req).is_err(), "{:#x}+{}", req.host, req.count);
+    }
+    // Device side checked as for any copy.
+    assert_eq!(
+        g.call(&pinned(dev + 8192, a.host, 16, consts::cudaMemcpyDeviceToHost)).unwrap_err(),
+        CudaError::InvalidValue.0
+    );
+    // Sizes, flags and frees.
+    assert!(g.call(&PhosHostAllocRequest { size: 1 << 40, flags: 0 }).is_err());
+    assert_eq!(g.call(&PhosHostAllocRequest { size: 4096, flags: 0x80 }).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(g.call(&PhosHostAllocRequest { size: 0, flags: 0 }).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(g.call(&PhosHostFreeRequest { host: a.host + 8 }).unwrap_err(), CudaError::InvalidValue.0);
+
+    // A second channel bringing another file changes nothing: the first arena stays.
+    let other = host_arena::create(4 << 20).unwrap();
+    let mut g2 = RawGuest::connect_shm(&router.socket(), Some(g.welcome.token), Some(&other)).expect("channel");
+    let b = g2.call(&PhosHostAllocRequest { size: 4096, flags: 0 }).expect("still the first arena");
+    assert!(b.host >= BASE && b.host + 4096 <= BASE + (8 << 20));
+    assert!(router.server_logs().contains("a different pinned arena"), "{}", router.server_logs());
+
+    g.call(&PhosHostFreeRequest { host: a.host }).expect("free");
+    assert_eq!(g.call(&PhosHostFreeRequest { host: a.host }).unwrap_err(), CudaError::InvalidValue.0);
+    assert!(g.call(&pinned(dev, a.host, 16, consts::cudaMemcpyHostToDevice)).is_err(), "a freed range");
+    // Still serving; other sessions unaffected.
+    g.call(&CudaFreeRequest { devPtr: dev }).unwrap();
+    let mut third = RawGuest::connect(&router.socket(), None).expect("another session");
+    malloc(&mut third, 1024);
+    // A session on the socket has no arena: pinned memory stays the guest's.
+    assert_eq!(third.call(&PhosHostAllocRequest { size: 4096, flags: 0 }).unwrap_err(), CudaError::NotSupported.0);
 }

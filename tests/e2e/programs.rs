@@ -57,6 +57,7 @@ programs!(
     memory_2d3d,
     memory_ops,
     misc_api,
+    pinned_mapped,
     printf_kernel,
     shared_reduce,
     stream_api,

@@ -531,6 +531,47 @@ impl Backend for CudaBackend {
         }
     }
 
+    fn register_host(&self, addr: u64, len: u64) -> Result<u64, CudaError> {
+        // Portable (every context) and mapped (kernels reach it); under unified addressing
+        // the device address is the host address.
+        const PORTABLE_MAPPED: u32 = 0x1 | 0x2;
+        let p = addr as *mut c_void;
+        unsafe {
+            check(sys::cuMemHostRegister_v2(p, len as usize, PORTABLE_MAPPED))?;
+            let mut device = 0;
+            if let Err(e) = check(sys::cuMemHostGetDevicePointer_v2(&mut device, p, 0)) {
+                sys::cuMemHostUnregister(p);
+                return Err(e);
+            }
+            Ok(device)
+        }
+    }
+
+    fn unregister_host(&self, addr: u64) {
+        unsafe {
+            sys::cuMemHostUnregister(addr as *mut c_void);
+        }
+    }
+
+    fn memcpy_registered(
+        &self,
+        device: u64,
+        host: u64,
+        len: u64,
+        to_device: bool,
+        stream: Option<StreamRef>,
+    ) -> Result<(), CudaError> {
+        let (h, n) = (host as *mut c_void, len as usize);
+        unsafe {
+            check(match (to_device, stream) {
+                (true, None) => sys::cuMemcpyHtoD_v2(device, h, n),
+                (true, Some(s)) => sys::cuMemcpyHtoDAsync_v2(device, h, n, stream_handle(s)),
+                (false, None) => sys::cuMemcpyDtoH_v2(h, device, n),
+                (false, Some(s)) => sys::cuMemcpyDtoHAsync_v2(h, device, n, stream_handle(s)),
+            })
+        }
+    }
+
     fn memcpy_dtod(&self, dst: u64, src: u64, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
         unsafe {
             match stream {

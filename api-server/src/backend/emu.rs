@@ -458,6 +458,33 @@ impl Backend for EmuBackend {
         Ok(())
     }
 
+    fn register_host(&self, addr: u64, _len: u64) -> Result<u64, CudaError> {
+        // Device memory is host memory here: the device reaches it at its own address.
+        Ok(addr)
+    }
+
+    fn unregister_host(&self, _addr: u64) {}
+
+    fn memcpy_registered(
+        &self,
+        device: u64,
+        host: u64,
+        len: u64,
+        to_device: bool,
+        stream: Option<StreamRef>,
+    ) -> Result<(), CudaError> {
+        match stream {
+            Some(s) => self.check_stream(s)?,
+            None => self.pass_gates(),
+        }
+        let _work = self.work.lock().unwrap();
+        let (dst, src) = if to_device { (device, host) } else { (host, device) };
+        // The service checked the device range and that the host range is a live allocation
+        // of the mapped arena.
+        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len as usize) };
+        Ok(())
+    }
+
     fn memcpy_dtod(&self, dst: u64, src: u64, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
         match stream {
             Some(s) => self.check_stream(s)?,

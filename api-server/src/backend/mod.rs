@@ -120,6 +120,21 @@ pub trait Backend: Send + Sync {
     /// Undo [`pin_host`](Backend::pin_host).
     fn unpin_host(&self, _buf: &mut [u8]) {}
     fn memcpy_dtoh(&self, dst: &mut [u8], src: u64, stream: Option<StreamRef>) -> Result<(), CudaError>;
+    /// Make host memory of this process, `[addr, addr + len)` (whole pages of the guest's
+    /// pinned arena), page-locked and reachable by every device; its device address.
+    fn register_host(&self, addr: u64, len: u64) -> Result<u64, CudaError>;
+    /// Undo [`register_host`](Backend::register_host).
+    fn unregister_host(&self, addr: u64);
+    /// A copy between device memory and registered host memory at `host` (an address of
+    /// this process). On a stream it is only queued: the host memory outlives it.
+    fn memcpy_registered(
+        &self,
+        device: u64,
+        host: u64,
+        len: u64,
+        to_device: bool,
+        stream: Option<StreamRef>,
+    ) -> Result<(), CudaError>;
     fn memcpy_dtod(&self, dst: u64, src: u64, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError>;
     fn memset(&self, dst: u64, value: u8, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError>;
 

@@ -1,0 +1,171 @@
+//! The server's side of the guest's pinned arena ([`phos_protocol::host_arena`]): the file
+//! the guest shares, mapped at the same address here, and the page-locked allocations in it.
+//!
+//! The server decides where each allocation goes, so the only ranges it ever registers with
+//! the driver are ones it handed out. A restore replays the allocations before any channel
+//! has brought the file: they are kept, and registered once the file is mapped.
+
+use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
+use std::sync::Mutex;
+
+use phos_protocol::CudaError;
+use phos_protocol::host_arena::{self, BASE, Mapping, PAGE};
+
+use crate::backend::Backend;
+use crate::memory::{AddressSpace, coalesce_insert, take_exact, take_first_fit};
+
+/// One page-locked allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pinned {
+    /// Bytes asked for.
+    pub size: u64,
+    /// Bytes it takes (whole pages).
+    span: u64,
+    pub flags: u32,
+    /// Its device address once registered (the same as its address under unified addressing).
+    pub device: Option<u64>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// The guest's file and its mapping, once a channel brought it.
+    file: Option<(OwnedFd, Mapping)>,
+    /// Unused ranges of the arena (known once it is mapped).
+    holes: BTreeMap<u64, u64>,
+    allocations: BTreeMap<u64, Pinned>,
+    allocated: u64,
+}
+
+/// The session's pinned arena.
+#[derive(Default)]
+pub struct PinnedArena {
+    inner: Mutex<Inner>,
+}
+
+impl PinnedArena {
+    /// Map the arena a channel brought (checked and mapped at [`BASE`]); a later channel's copy
+    /// of the same file changes nothing, and another file is refused. Allocations replayed by
+    /// a restore are registered now.
+    pub fn attach(&self, fd: OwnedFd, backend: &dyn Backend, memory: &AddressSpace) -> Result<(), String> {
+        let mut g = self.inner.lock().unwrap();
+        let identity = host_arena::identity(&fd).map_err(|e| e.to_string())?;
+        if let Some((_, m)) = &g.file {
+            return if m.identity() == identity { Ok(()) } else { Err("a different pinned arena".into()) };
+        }
+        let mapping = Mapping::at_base(&fd).map_err(|e| format!("cannot map the pinned arena at {BASE:#x}: {e}"))?;
+        let inner = &mut *g;
+        inner.holes.insert(BASE, mapping.len());
+        let replayed: Vec<u64> = inner.allocations.keys().copied().collect();
+        for addr in replayed {
+            let p = inner.allocations[&addr];
+            let registered = take_exact(&mut inner.holes, addr, p.span)
+                .then(|| register(backend, memory, addr, p.span))
+                .and_then(Result::ok);
+            match registered {
+                Some(device) => inner.allocations.get_mut(&addr).expect("listed").device = Some(device),
+                None => {
+                    tracing::warn!("a restored pinned allocation at {addr:#x} does not fit the guest's arena; dropped");
+                    inner.allocated -= p.size;
+                    inner.allocations.remove(&addr);
+                }
+            }
+        }
+        inner.file = Some((fd, mapping));
+        Ok(())
+    }
+
+    /// Allocate `size` bytes (at `forced`, when a restore replays an allocation); (address,
+    /// device address). Before the arena is mapped only replayed allocations are accepted.
+    pub fn alloc(
+        &self,
+        backend: &dyn Backend,
+        memory: &AddressSpace,
+        size: u64,
+        flags: u32,
+        forced: Option<u64>,
+    ) -> Result<(u64, u64), CudaError> {
+        let span = size.checked_next_multiple_of(PAGE).filter(|&s| s > 0).ok_or(CudaError::InvalidValue)?;
+        let mut g = self.inner.lock().unwrap();
+        let inner = &mut *g;
+        if inner.file.is_none() {
+            // Not mapped yet: only a restore's replay may place an allocation, registered later.
+            let Some(at) = forced.filter(|a| a.is_multiple_of(PAGE) && *a >= BASE) else {
+                return Err(CudaError::NotSupported);
+            };
+            if inner.allocations.range(..at.saturating_add(span)).next_back().is_some_and(|(a, p)| a + p.span > at) {
+                return Err(CudaError::InvalidValue);
+            }
+            inner.allocations.insert(at, Pinned { size, span, flags, device: None });
+            inner.allocated += size;
+            return Ok((at, at));
+        }
+        let at = match forced {
+            Some(at) if take_exact(&mut inner.holes, at, span) => at,
+            Some(_) => return Err(CudaError::InvalidValue),
+            None => take_first_fit(&mut inner.holes, span, PAGE).ok_or(CudaError::MemoryAllocation)?,
+        };
+        match register(backend, memory, at, span) {
+            Ok(device) => {
+                inner.allocations.insert(at, Pinned { size, span, flags, device: Some(device) });
+                inner.allocated += size;
+                Ok((at, device))
+            }
+            Err(e) => {
+                coalesce_insert(&mut inner.holes, at, span);
+                Err(e)
+            }
+        }
+    }
+
+    /// Free the allocation at `addr`: unregister it and give its pages back. The caller has
+    /// waited for the device.
+    pub fn free(&self, backend: &dyn Backend, memory: &AddressSpace, addr: u64) -> Result<(), CudaError> {
+        let mut g = self.inner.lock().unwrap();
+        let inner = &mut *g;
+        let p = inner.allocations.remove(&addr).ok_or(CudaError::InvalidValue)?;
+        inner.allocated -= p.size;
+        if let Some(device) = p.device {
+            memory.remove_external(device);
+            backend.unregister_host(addr);
+        }
+        if let Some((fd, _)) = &inner.file {
+            host_arena::release_pages(fd, addr, p.span);
+            coalesce_insert(&mut inner.holes, addr, p.span);
+        }
+        Ok(())
+    }
+
+    /// The allocation containing `[addr, addr + len)`, if one does wholly and it is usable.
+    pub fn find(&self, addr: u64, len: u64) -> Option<(u64, Pinned)> {
+        let g = self.inner.lock().unwrap();
+        g.file.as_ref()?;
+        let (&start, p) = g.allocations.range(..=addr).next_back()?;
+        let end = addr.checked_add(len)?;
+        (end <= start + p.size && p.device.is_some()).then_some((start, *p))
+    }
+
+    /// Bytes allocated (as asked for).
+    pub fn allocated(&self) -> u64 {
+        self.inner.lock().unwrap().allocated
+    }
+
+    /// Unregister everything (the session ends).
+    pub fn release(&self, backend: &dyn Backend) {
+        let mut g = self.inner.lock().unwrap();
+        for (addr, p) in std::mem::take(&mut g.allocations) {
+            if p.device.is_some() {
+                backend.unregister_host(addr);
+            }
+        }
+        g.allocated = 0;
+    }
+}
+
+/// Register `[addr, addr + len)` with the backend and let the session's kernels and copies
+/// use its device range; the device address.
+fn register(backend: &dyn Backend, memory: &AddressSpace, addr: u64, len: u64) -> Result<u64, CudaError> {
+    let device = backend.register_host(addr, len)?;
+    memory.add_external(device, len);
+    Ok(device)
+}
