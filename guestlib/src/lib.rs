@@ -11,6 +11,7 @@
 
 pub mod abi;
 mod callbacks;
+mod copier;
 mod device;
 mod execution;
 mod graphs;

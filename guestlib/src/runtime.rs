@@ -627,11 +627,11 @@ pub unsafe fn staged_copy(
                 if k >= 2 {
                     st.wait(Count::Drained, seq, seq.wrapping_add(k - 1), spin)?;
                 }
-                unsafe { std::ptr::copy_nonoverlapping(user as *const u8, st.slot(k), len) };
+                unsafe { crate::copier::copy(st.slot(k), user as *const u8, len) };
                 st.set(Count::Filled, seq.wrapping_add(k + 1));
             } else {
                 st.wait(Count::Filled, seq, seq.wrapping_add(k + 1), spin)?;
-                unsafe { std::ptr::copy_nonoverlapping(st.slot(k) as *const u8, user, len) };
+                unsafe { crate::copier::copy(user, st.slot(k) as *const u8, len) };
                 st.set(Count::Drained, seq.wrapping_add(k + 1));
             }
             Ok::<(), phos_protocol::staging::StagingError>(())
