@@ -6,7 +6,8 @@
 # Usage (on the GPU machine, from the repository root):
 #   tests/scripts/gpu-bench.sh BIN_DIR OUT_DIR [RUNS]
 # Environment: ARCH (default sm_90), TRANSPORTS (default shm,unix), MICRO_ARGS (`quick`
-# skips copies above 64 MiB), PROGRAMS=0 to skip the whole programs.
+# skips copies above 64 MiB), PROGRAMS=0 to skip the whole programs, SERVED=N to also run
+# through one router started with N API servers kept ready (`phosctl bench --served N`).
 # Writes OUT_DIR/bench.md.
 set -eu
 BIN=$(realpath "$1")
@@ -19,6 +20,7 @@ mkdir -p "$WORK/programs"
 nvcc -O2 -cudart shared -arch="$ARCH" -o "$WORK/remoting" tests/bench/remoting.cu
 ARGS=(--micro "$WORK/remoting" --runs "$RUNS" --transports "${TRANSPORTS:-shm,unix}" --out "$OUT/bench.md")
 for a in ${MICRO_ARGS:-}; do ARGS+=(--micro-args "$a"); done
+if [ -n "${SERVED:-}" ]; then ARGS+=(--served "$SERVED"); fi
 if [ "${PROGRAMS:-1}" != 0 ]; then
   for src in tests/cuda/*.cu; do
     name=$(basename "$src" .cu)

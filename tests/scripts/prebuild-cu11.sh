@@ -14,7 +14,6 @@ for src in tests/cuda/*.cu; do
   nvcc -O2 -cudart shared -arch="$ARCH" -Itests/cuda -o "$OUT/$name" "$src" &
 done
 wait
-strip "$OUT"/* 2>/dev/null || true
 if [ ! -f "$OUT/lib/libcudart.so.11.0" ]; then
   tmp=$(mktemp -d)
   python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
