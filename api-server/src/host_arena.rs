@@ -57,7 +57,9 @@ impl PinnedArena {
         let inner = &mut *g;
         inner.holes.insert(BASE, mapping.len());
         let replayed: Vec<u64> = inner.allocations.keys().copied().collect();
-        if !replayed.is_empty() && let Err(e) = backend.bind(0) {
+        if !replayed.is_empty()
+            && let Err(e) = backend.bind(0)
+        {
             return Err(format!("cannot register the restored pinned allocations: {e:?}"));
         }
         for addr in replayed {

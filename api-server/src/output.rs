@@ -8,7 +8,7 @@
 
 use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 
 /// Pending device output of one session.
 #[derive(Default)]
@@ -44,23 +44,14 @@ unsafe extern "C" {
     static mut stdout: *mut libc::FILE;
 }
 
-/// This process's stdout, redirected into a pipe that a thread drains.
+/// This process's stdout, redirected into a pipe. Whatever reads the pipe does so holding the
+/// lock, so a byte is always either still in the pipe or in `data`: a drain that empties the
+/// pipe itself has everything printed before it, with no hand-over between threads on the
+/// call path. A thread keeps the pipe from filling up between drains.
 pub struct StdoutCapture {
-    state: Mutex<CaptureState>,
-    changed: Condvar,
+    data: Mutex<Vec<u8>>,
+    pipe: std::fs::File,
 }
-
-#[derive(Default)]
-struct CaptureState {
-    data: Vec<u8>,
-    /// Markers written so far and the last one the reader has seen.
-    written: u64,
-    seen: u64,
-}
-
-/// Separates what was printed before a drain from what comes after. It starts with a NUL
-/// byte, which printf text does not contain in practice.
-const MARKER: &[u8] = b"\0phos-output-mark\0";
 
 impl StdoutCapture {
     /// Point fd 1 at a fresh pipe and start draining it. Returns the capture and the
@@ -72,64 +63,59 @@ impl StdoutCapture {
         }
         let original = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(original) });
         let mut fds = [0; 2];
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        if unsafe { libc::dup2(fds[1], 1) } < 0 {
+        // Only the reading end is non-blocking: a printer waits for room rather than lose text.
+        if unsafe { libc::fcntl(fds[1], libc::F_SETFL, 0) } != 0 || unsafe { libc::dup2(fds[1], 1) } < 0 {
             return Err(std::io::Error::last_os_error());
         }
         unsafe { libc::close(fds[1]) };
-        let mut reader = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fds[0]) });
-        let capture = Arc::new(StdoutCapture { state: Mutex::new(CaptureState::default()), changed: Condvar::new() });
+        let pipe = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fds[0]) });
+        let capture = Arc::new(StdoutCapture { data: Mutex::new(Vec::new()), pipe });
         let c = capture.clone();
         std::thread::Builder::new().name("phos-stdout".into()).spawn(move || {
-            let mut buf = vec![0u8; 64 << 10];
-            while let Ok(n) = reader.read(&mut buf) {
-                if n == 0 {
+            use std::os::fd::AsRawFd;
+            let mut pfd = libc::pollfd { fd: c.pipe.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            loop {
+                if unsafe { libc::poll(&mut pfd, 1, -1) } < 0 {
+                    if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                        continue;
+                    }
                     break;
                 }
-                let mut s = c.state.lock().unwrap();
-                s.data.extend_from_slice(&buf[..n]);
-                // Count complete markers and cut them out.
-                while let Some(at) = find(&s.data, MARKER) {
-                    s.data.drain(at..at + MARKER.len());
-                    s.seen += 1;
+                if pfd.revents & libc::POLLIN == 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+                    break;
                 }
-                c.changed.notify_all();
+                let mut data = c.data.lock().unwrap();
+                c.read_available(&mut data);
             }
         })?;
         Ok((capture, original))
     }
 
-    /// Flush the C library's stdout buffer (where the driver prints), and wait until
-    /// everything printed before now has come through the pipe.
+    /// Move what the pipe holds into `data` (called with the lock held).
+    fn read_available(&self, data: &mut Vec<u8>) {
+        let mut buf = [0u8; 64 << 10];
+        loop {
+            match (&self.pipe).read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => data.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // WouldBlock: empty.
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Flush the C library's stdout buffer (where the driver prints) and take everything
+    /// printed before now.
     fn drain(&self) -> Vec<u8> {
         unsafe {
             libc::fflush(stdout);
         }
-        let target = {
-            let mut s = self.state.lock().unwrap();
-            s.written += 1;
-            s.written
-        };
-        // Written without the lock held: the reader needs it to make room in the pipe.
-        let w = unsafe { libc::write(1, MARKER.as_ptr() as *const libc::c_void, MARKER.len()) };
-        let mut s = self.state.lock().unwrap();
-        if w == MARKER.len() as isize {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-            while s.seen < target {
-                let left = deadline.saturating_duration_since(std::time::Instant::now());
-                if left.is_zero() {
-                    tracing::warn!("device output did not arrive within 5 s");
-                    break;
-                }
-                s = self.changed.wait_timeout(s, left).unwrap().0;
-            }
-        }
-        std::mem::take(&mut s.data)
+        let mut data = self.data.lock().unwrap();
+        self.read_available(&mut data);
+        std::mem::take(&mut *data)
     }
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
 }
