@@ -286,12 +286,14 @@ pub(crate) fn wait_until(
     let spin_until = start + spin;
     let mut spins = 0u32;
     while !spin.is_zero() {
+        // Looked at on every turn: a pause costs about 140 cycles on current server CPUs, so
+        // looking once per 64 of them would leave each hop of a call microseconds late.
         std::hint::spin_loop();
+        if ready()? {
+            return Ok(Waited::Ready);
+        }
         spins += 1;
         if spins.is_multiple_of(64) {
-            if ready()? {
-                return Ok(Waited::Ready);
-            }
             let now = Instant::now();
             if now >= spin_until || deadline.is_some_and(|d| now >= d) {
                 break;
