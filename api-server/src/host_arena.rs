@@ -93,6 +93,12 @@ impl PinnedArena {
         let span = size.checked_next_multiple_of(PAGE).filter(|&s| s > 0).ok_or(CudaError::InvalidValue)?;
         let mut g = self.inner.lock().unwrap();
         let inner = &mut *g;
+        // The pages are pinned (and charged) in this process: one session may not take more
+        // than half the host's memory this way, whatever its arena's size (operators set
+        // tighter limits with the `pinned_host_memory` quota).
+        if forced.is_none() && inner.allocated.saturating_add(span) > session_limit() {
+            return Err(CudaError::MemoryAllocation);
+        }
         if inner.file.is_none() {
             // Not mapped yet: only a restore's replay may place an allocation, registered later.
             let Some(at) = forced.filter(|a| a.is_multiple_of(PAGE) && *a >= BASE) else {
@@ -165,6 +171,16 @@ impl PinnedArena {
         }
         g.allocated = 0;
     }
+}
+
+/// Half of the host's physical memory.
+fn session_limit() -> u64 {
+    static LIMIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if pages > 0 && page > 0 { pages as u64 * page as u64 / 2 } else { u64::MAX }
+    })
 }
 
 /// Register `[addr, addr + len)` with the backend and let the session's kernels and copies
