@@ -214,6 +214,11 @@ pub fn bench(args: BenchArgs) -> std::process::ExitCode {
             "\nMedians of {runs} runs. Rates (1/s, GB/s): higher is better, ratio = Phos / native; \
              latencies (us): lower is better.\n"
         ));
+        // Kept at once: the programs take long, and a run cut short keeps this part.
+        eprint!("{md}");
+        if let Some(out) = &args.out {
+            let _ = std::fs::write(out, &md);
+        }
     }
 
     if let Some(dir) = &args.programs {
