@@ -25,7 +25,9 @@ const MAX_RESOURCES: usize = 16;
 /// `reserved` (the kernel keeps a tracepoint context's first word from programs) and the
 /// seven fields after it.
 const HEADER_FIELDS: usize = 8;
-const CONTEXT_BYTES: usize = 8 * (HEADER_FIELDS + 4 * MAX_RESOURCES);
+/// The per-resource arrays: amount, used, quota, pending, queued, drained_ns.
+const RESOURCE_ARRAYS: usize = 6;
+const CONTEXT_BYTES: usize = 8 * (HEADER_FIELDS + RESOURCE_ARRAYS * MAX_RESOURCES);
 
 /// What a policy decided about one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +61,8 @@ pub struct CallContext {
     pub share: u64,
     pub active_tenants: u64,
     pub active_shares: u64,
-    /// Per resource (`cudart::RESOURCES` order): what this call uses.
+    /// Per resource (`cudart::RESOURCES` order): what this call uses; for a measured
+    /// resource, an estimate (the tenant's mean per call so far).
     pub amount: [u64; MAX_RESOURCES],
     /// Per resource: what the tenant has used (held, total, or measured plus estimate).
     pub used: [u64; MAX_RESOURCES],
@@ -68,6 +71,11 @@ pub struct CallContext {
     /// Per measured resource: the part of `used` that is an estimate for calls admitted and
     /// not measured yet.
     pub pending: [u64; MAX_RESOURCES],
+    /// Per measured resource: calls admitted and not measured yet (kernels queued or
+    /// running).
+    pub queued: [u64; MAX_RESOURCES],
+    /// Per measured resource: when `queued` last fell to 0 (monotonic ns; 0: never).
+    pub drained_ns: [u64; MAX_RESOURCES],
 }
 
 impl CallContext {
@@ -89,7 +97,9 @@ impl CallContext {
             .chain(&self.amount[..n])
             .chain(&self.used[..n])
             .chain(&self.quota[..n])
-            .chain(&self.pending[..n]);
+            .chain(&self.pending[..n])
+            .chain(&self.queued[..n])
+            .chain(&self.drained_ns[..n]);
         let mut len = 0;
         for (i, w) in words.enumerate() {
             out[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
@@ -455,13 +465,15 @@ mod tests {
         ctx.used[0] = 11;
         ctx.quota[0] = 13;
         ctx.pending[0] = 17;
+        ctx.queued[0] = 19;
+        ctx.drained_ns[0] = 23;
         let mut b = [0u8; CONTEXT_BYTES];
         let len = ctx.encode(&mut b);
         let n = cudart::RESOURCES.len();
-        assert_eq!(len, 8 * (HEADER_FIELDS + 4 * n));
+        assert_eq!(len, 8 * (HEADER_FIELDS + RESOURCE_ARRAYS * n));
         let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
         let h = HEADER_FIELDS;
         assert_eq!((word(0), word(1), word(4), word(h), word(h + n), word(h + 2 * n)), (0, 1, 9, 7, 11, 13));
-        assert_eq!(word(h + 3 * n), 17);
+        assert_eq!((word(h + 3 * n), word(h + 4 * n), word(h + 5 * n)), (17, 19, 23));
     }
 }

@@ -61,12 +61,15 @@ pub fn admit(
     tenant.calls.fetch_add(1, Ordering::Relaxed);
     let mut amount = [0u64; 16];
     for c in charges {
-        if c.op != RcOp::Deallocates
-            && let Some(a) = c.amount
-            && c.resource < amount.len()
-        {
-            amount[c.resource] = amount[c.resource].saturating_add(a);
+        if c.op == RcOp::Deallocates || c.resource >= amount.len() {
+            continue;
         }
+        // A measured amount is not known before the call has run: the tenant's mean so far.
+        let a = match RESOURCES.get(c.resource).map(|r| r.kind) {
+            Some(ResourceKind::Measured) => tenant.mean(c.resource),
+            _ => c.amount.unwrap_or(0),
+        };
+        amount[c.resource] = amount[c.resource].saturating_add(a);
     }
     // Quotas first: they hold whatever the policies say.
     for (rc, info) in RESOURCES.iter().enumerate() {
@@ -110,6 +113,8 @@ pub fn admit(
                 ctx.used[rc] = tenant.used(rc);
                 ctx.pending[rc] = tenant.pending(rc);
                 ctx.quota[rc] = tenant.quota(rc);
+                ctx.queued[rc] = tenant.queued(rc);
+                ctx.drained_ns[rc] = tenant.drained_ns(rc);
             }
             match policies.decide(&ctx) {
                 Verdict::Admit => break,
