@@ -245,6 +245,10 @@ impl ApiServer {
             out.clear();
             if h.kind == FrameKind::Barrier {
                 self.barrier(channel, &payload);
+                let passed = UsageReport { barrier: true, ..Default::default() };
+                if Self::report(t.as_mut(), session.id, 0, &passed).is_err() {
+                    break;
+                }
                 continue;
             }
             let is_async = h.flags & FLAG_ASYNC != 0;

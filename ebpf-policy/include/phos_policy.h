@@ -57,6 +57,13 @@ struct phos_call {
     /* Of a measured resource, when `queued` last fell to 0 (CLOCK_MONOTONIC ns; 0: never):
      * with `queued` 0, the tenant's queue has been empty for `now_ns - drained_ns`. */
     __u64 drained_ns[PHOS_RC_COUNT];
+    /* 1 when, while this call was held back, a thread of the guest was waiting for calls
+     * its other threads had sent (a barrier before a synchronising call), which may include
+     * this one: holding it back holds that thread back too, with whatever the thread has
+     * queued behind its wait. A policy that waits for the tenant's own work to finish
+     * before letting a launch through must let this one through, or the two may wait for
+     * each other. Always 0 the first time a call is asked about. */
+    __u64 awaited;
 };
 
 /* Verdicts. A delay asks again after that many nanoseconds (at most 100 ms per wait). */

@@ -95,6 +95,9 @@ pub fn admit(
     }
     if !policies.is_empty() {
         let mut waited = Duration::ZERO;
+        // Whether a thread of the guest waits at a barrier, maybe for this call (asked once
+        // the call is held).
+        let mut awaited = false;
         loop {
             let now = monotonic_ns();
             let (active_tenants, active_shares) = tenants.active(now);
@@ -107,6 +110,7 @@ pub fn admit(
                 active_tenants,
                 active_shares,
                 amount,
+                awaited: u64::from(awaited),
                 ..Default::default()
             };
             for rc in 0..RESOURCES.len().min(ctx.used.len()) {
@@ -119,6 +123,12 @@ pub fn admit(
             match policies.decide(&ctx) {
                 Verdict::Admit => break,
                 Verdict::Delay(d) => {
+                    if !awaited && session.waits_at_a_barrier() {
+                        // This call may be among those a thread of the guest waits for: ask
+                        // again at once, saying so.
+                        awaited = true;
+                        continue;
+                    }
                     if waited.is_zero() {
                         tenant.delayed.fetch_add(1, Ordering::Relaxed);
                     }

@@ -139,6 +139,9 @@ pub struct SessionEntry {
     /// Async calls the router answered itself (refused), most recent last: they never reach
     /// the server, so barriers must not wait for them.
     refused_async: Mutex<VecDeque<u64>>,
+    /// Barriers forwarded to the server and not reported passed yet: a thread of the guest
+    /// waits for calls of the others to have run.
+    barriers_waiting: AtomicU64,
 }
 
 /// Refused async calls remembered per session (a guest has far fewer unanswered).
@@ -215,6 +218,7 @@ impl SessionEntry {
             closed_books: AtomicBool::new(false),
             remote: AtomicBool::new(false),
             refused_async: Mutex::new(VecDeque::new()),
+            barriers_waiting: AtomicU64::new(0),
         }
     }
 
@@ -241,6 +245,21 @@ impl SessionEntry {
                 .copied()
                 .collect(),
         )
+    }
+
+    /// A barrier went to the server (`true`), or the server passed it.
+    pub(crate) fn barrier_waiting(&self, waiting: bool) {
+        if waiting {
+            self.barriers_waiting.fetch_add(1, Ordering::Relaxed);
+        } else {
+            let _ = self.barriers_waiting.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
+    }
+
+    /// Whether a thread of the guest waits at a barrier for other threads' calls (asked only
+    /// of calls a policy holds back).
+    pub(crate) fn waits_at_a_barrier(&self) -> bool {
+        self.barriers_waiting.load(Ordering::Relaxed) > 0
     }
 
     /// Record what the server says the session holds of `rc`; returns the change.
