@@ -55,7 +55,10 @@ impl Split {
     /// `PHOS_CONTENTION` (`equal` or `fill`, the default).
     pub fn from_env() -> Split {
         match std::env::var("PHOS_CONTENTION").as_deref() {
-            Ok("equal") => Split::Equal,
+            Ok("equal") => {
+                tracing::info!("PHOS_CONTENTION=equal: overlapping device time is split equally");
+                Split::Equal
+            }
             Ok("fill") | Err(_) => Split::Fill,
             Ok(other) => {
                 tracing::warn!("PHOS_CONTENTION={other:?} is neither `fill` nor `equal`: using `fill`");
