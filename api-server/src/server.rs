@@ -69,7 +69,8 @@ struct AckWindow {
 
 /// How often a quiet channel reports device time while kernels are being measured.
 /// Short, because the router takes a tenant to have work on the GPU until its kernels are
-/// reported: a late report makes a tenant whose queue is empty look busy.
+/// reported: a late report makes a tenant whose queue is empty look busy, and keeps a
+/// policy that lets a tenant have one kernel queued at a time waiting.
 const REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// Async calls answered by one acknowledgement at most.
@@ -250,6 +251,10 @@ impl ApiServer {
             out.clear();
             if h.kind == FrameKind::Barrier {
                 self.barrier(channel, &payload);
+                let passed = UsageReport { barrier: true, ..Default::default() };
+                if Self::report(t.as_mut(), session.id, 0, &passed).is_err() {
+                    break;
+                }
                 continue;
             }
             let is_async = h.flags & FLAG_ASYNC != 0;

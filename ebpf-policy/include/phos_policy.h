@@ -38,7 +38,8 @@ struct phos_call {
     __u64 active_tenants; /* tenants that made a call in the last 100 ms (this one included) */
     __u64 active_shares;  /* the sum of their shares */
     /* What this call uses, per resource (PHOS_RC_*), from the spec's cost annotations. A
-     * measured resource (device time) is not known before the call: 0 here. */
+     * measured resource (device time) is not known before the call: here, an estimate (the
+     * tenant's mean per measured call so far; 0 before its first measurement). */
     __u64 amount[PHOS_RC_COUNT];
     /* What the tenant has used, per resource: held now (device memory), in total so far
      * (launches, bytes), or measured so far plus an estimate for calls not yet measured
@@ -49,6 +50,20 @@ struct phos_call {
     /* Of a measured resource's `used`, the estimate for calls admitted and not measured
      * yet (work still queued or running); `used - pending` is what has been measured. */
     __u64 pending[PHOS_RC_COUNT];
+    /* Of a measured resource, the tenant's calls admitted and not measured yet: for device
+     * time, its kernels queued or running on the device (the servers report each kernel
+     * as it ends, within about 100 us). */
+    __u64 queued[PHOS_RC_COUNT];
+    /* Of a measured resource, when `queued` last fell to 0 (CLOCK_MONOTONIC ns; 0: never):
+     * with `queued` 0, the tenant's queue has been empty for `now_ns - drained_ns`. */
+    __u64 drained_ns[PHOS_RC_COUNT];
+    /* 1 when, while this call was held back, a thread of the guest was waiting for calls
+     * its other threads had sent (a barrier before a synchronising call), which may include
+     * this one: holding it back holds that thread back too, with whatever the thread has
+     * queued behind its wait. A policy that waits for the tenant's own work to finish
+     * before letting a launch through must let this one through, or the two may wait for
+     * each other. Always 0 the first time a call is asked about. */
+    __u64 awaited;
 };
 
 /* Verdicts. A delay asks again after that many nanoseconds (at most 100 ms per wait). */

@@ -1,25 +1,40 @@
 /* Weighted fair share of device time between tenants.
  *
  * Each tenant has a virtual time: the device time its kernels have been measured to use,
- * divided by its share. A kernel launch of a tenant more than `slack_ns` of virtual time
- * ahead of the slowest other active tenant (counting that tenant's queued work) waits
- * until that tenant catches up. Work still
- * queued is not counted until it has run: a tenant's queue is what keeps the GPU busy
- * while the others' is empty, and charging it in advance would hold back a tenant of long
- * kernels so often that its queue runs dry. `slack_ns` should therefore be a few times
- * the longest kernel any tenant runs (virtual time moves one kernel at a time, and each
- * delay risks an empty queue); docs/perf.md has measurements.
+ * divided by its share. Its lead is how far its virtual time is past that of the slowest
+ * other active tenant, counting the work that tenant has queued (a tenant whose 10 ms
+ * kernel is running is not 10 ms behind: it is charged in one step when the kernel ends).
+ * A tenant's own queued work is not counted until it has run: its queue is what keeps
+ * the GPU busy while the others' is empty.
+ *
+ * On a time-sliced GPU the only way to give one tenant's time to another is to let the
+ * first one's queue run empty: a launch held back changes nothing until the tenant's
+ * queued kernels have run. So a launch of a tenant that leads
+ *   - by at most `brake_ns` goes at once;
+ *   - by more (the brake) goes once the tenant has no kernel queued or running, and its
+ *     queue has been empty for (lead - brake_ns) / hold_div: the tenant keeps one kernel
+ *     on the device at a time, and between two of them the others have the GPU to
+ *     themselves for a while that grows with the lead. This takes a little from the
+ *     tenant at every kernel instead of stopping it until its whole queue has drained,
+ *     which on a GPU took whole long kernels at a time and over-corrected. (A launch
+ *     another thread of the guest may be waiting for is not braked: the kernels the brake
+ *     would wait for may be queued behind that thread's wait.)
+ *   - by more than `slack_ns` (the stop, which the brake should seldom let it reach) waits
+ *     until the others catch up.
  * A tenant idle for `idle_ns` rejoins level with the slowest active tenant, so idling
  * does not bank credit. Only launches are held back: copies and queries pass, so a tenant
- * waiting for the GPU is not also cut off from its memory.
+ * waiting for the GPU is not also cut off from its memory. docs/policies.md and
+ * docs/perf.md have more.
  *
- *   phosctl policy load builtin:fair_share --set slack_ns=50ms
+ *   phosctl policy load builtin:fair_share --set brake_ns=1ms --set hold_div=4
  */
 #include "phos_policy.h"
 
 PHOS_POLICY("Apache-2.0");
 
 PHOS_PARAM(__u64, slack_ns, 30000000);
+PHOS_PARAM(__u64, brake_ns, 2000000);
+PHOS_PARAM(__u64, hold_div, 8);
 PHOS_PARAM(__u64, idle_ns, 200000000);
 PHOS_PARAM(__u64, poll_ns, 100000);
 
@@ -30,13 +45,34 @@ PHOS_PARAM(__u64, poll_ns, 100000);
 struct tenant_clock {
     __u64 vtime;
     /* Virtual time of the tenant's kernels queued or running (the router's estimate), as
-     * of its last call. */
+     * of its last call, including the launch that call was admitted for. */
     __u64 queued_vt;
     __u64 seen_device_ns;
     __u64 last_call_ns;
 };
 
 PHOS_MAP(clocks, BPF_MAP_TYPE_ARRAY, __u32, struct tenant_clock, MAX_TENANTS);
+
+/* The verdict on a launch of a tenant `lead_ns` of its own device time ahead. */
+static __always_inline __u64 decide(const struct phos_call *call, __u64 lead_ns) {
+    if (lead_ns > slack_ns)
+        return PHOS_DELAY(poll_ns);
+    if (lead_ns <= brake_ns)
+        return PHOS_ADMIT;
+    /* The brake: one kernel at a time, the queue left empty for a while in between; but not
+     * for a launch another thread of the guest may be waiting for (the tenant's queued
+     * kernels may be waiting behind that thread's wait). */
+    if (call->awaited)
+        return PHOS_ADMIT;
+    if (call->queued[PHOS_RC_device_time] > 0)
+        return PHOS_DELAY(poll_ns);
+    __u64 hold = hold_div ? (lead_ns - brake_ns) / hold_div : 0;
+    __u64 drained = call->drained_ns[PHOS_RC_device_time];
+    __u64 empty = call->now_ns > drained ? call->now_ns - drained : 0;
+    if (empty >= hold)
+        return PHOS_ADMIT;
+    return PHOS_DELAY(hold - empty);
+}
 
 PHOS_ENTRY(fair_share) {
     if (call->tenant >= MAX_TENANTS)
@@ -50,10 +86,9 @@ PHOS_ENTRY(fair_share) {
     /* Measured so far: what `used` holds beyond the estimate for queued kernels. */
     __u64 used = call->used[PHOS_RC_device_time] - call->pending[PHOS_RC_device_time];
 
-    /* The slowest other active tenant, counting the work it has queued: a tenant whose
-     * 10 ms kernel is running is not 10 ms behind, it is charged in one step when the
-     * kernel ends. Comparing against measured time alone would hold back a tenant of short
-     * kernels (whose queue is short and runs dry at once) just before each such step. */
+    /* The slowest other active tenant, counting the work it has queued. Comparing against
+     * measured time alone would hold back a tenant of short kernels (whose queue is short
+     * and runs dry at once) just before each step of a tenant of long ones. */
     __u64 slowest = ~0ULL;
     for (__u32 t = 0; t < MAX_TENANTS; t++) {
         if (t == me)
@@ -76,9 +111,13 @@ PHOS_ENTRY(fair_share) {
     mine->queued_vt = call->pending[PHOS_RC_device_time] * VT_UNIT / share;
     mine->last_call_ns = now;
 
-    if (call->amount[PHOS_RC_kernel_launches] == 0 || slowest == ~0ULL)
+    if (call->amount[PHOS_RC_kernel_launches] == 0)
         return PHOS_ADMIT;
-    if (mine->vtime > slowest + slack_ns * VT_UNIT / share)
-        return PHOS_DELAY(poll_ns);
-    return PHOS_ADMIT;
+    __u64 verdict = PHOS_ADMIT;
+    if (slowest != ~0ULL && mine->vtime > slowest)
+        verdict = decide(call, (mine->vtime - slowest) * share / VT_UNIT);
+    if (verdict == PHOS_ADMIT)
+        /* Until its next call, the others see this launch's estimated time as queued. */
+        mine->queued_vt += call->amount[PHOS_RC_device_time] * VT_UNIT / share;
+    return verdict;
 }

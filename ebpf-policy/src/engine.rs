@@ -25,7 +25,11 @@ const MAX_RESOURCES: usize = 16;
 /// `reserved` (the kernel keeps a tracepoint context's first word from programs) and the
 /// seven fields after it.
 const HEADER_FIELDS: usize = 8;
-const CONTEXT_BYTES: usize = 8 * (HEADER_FIELDS + 4 * MAX_RESOURCES);
+/// The per-resource arrays: amount, used, quota, pending, queued, drained_ns.
+const RESOURCE_ARRAYS: usize = 6;
+/// Fields after the arrays (`awaited`).
+const TRAILER_FIELDS: usize = 1;
+const CONTEXT_BYTES: usize = 8 * (HEADER_FIELDS + RESOURCE_ARRAYS * MAX_RESOURCES + TRAILER_FIELDS);
 
 /// What a policy decided about one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +63,8 @@ pub struct CallContext {
     pub share: u64,
     pub active_tenants: u64,
     pub active_shares: u64,
-    /// Per resource (`cudart::RESOURCES` order): what this call uses.
+    /// Per resource (`cudart::RESOURCES` order): what this call uses; for a measured
+    /// resource, an estimate (the tenant's mean per call so far).
     pub amount: [u64; MAX_RESOURCES],
     /// Per resource: what the tenant has used (held, total, or measured plus estimate).
     pub used: [u64; MAX_RESOURCES],
@@ -68,6 +73,14 @@ pub struct CallContext {
     /// Per measured resource: the part of `used` that is an estimate for calls admitted and
     /// not measured yet.
     pub pending: [u64; MAX_RESOURCES],
+    /// Per measured resource: calls admitted and not measured yet (kernels queued or
+    /// running).
+    pub queued: [u64; MAX_RESOURCES],
+    /// Per measured resource: when `queued` last fell to 0 (monotonic ns; 0: never).
+    pub drained_ns: [u64; MAX_RESOURCES],
+    /// 1 when, while this call was held back, a thread of the guest waited at a barrier for
+    /// calls of its other threads (maybe this one).
+    pub awaited: u64,
 }
 
 impl CallContext {
@@ -89,7 +102,10 @@ impl CallContext {
             .chain(&self.amount[..n])
             .chain(&self.used[..n])
             .chain(&self.quota[..n])
-            .chain(&self.pending[..n]);
+            .chain(&self.pending[..n])
+            .chain(&self.queued[..n])
+            .chain(&self.drained_ns[..n])
+            .chain(std::iter::once(&self.awaited));
         let mut len = 0;
         for (i, w) in words.enumerate() {
             out[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
@@ -270,6 +286,14 @@ impl PolicySet {
         let info = p.info();
         let program = p.program.lock().unwrap();
         Ok((info, program.disassemble(), program.maps()))
+    }
+
+    /// The value at `key` in map `map` of policy `name` (`None`: no such entry).
+    pub fn map_lookup(&self, name: &str, map: &str, key: &[u8]) -> Result<Option<Vec<u8>>, PolicyError> {
+        let chain = self.chain.read().unwrap();
+        let p = chain.iter().find(|p| p.name == name).ok_or_else(|| PolicyError::NotFound(name.to_string()))?;
+        let program = p.program.lock().unwrap();
+        Ok(program.map_lookup(map, key))
     }
 
     /// Ask the chain about one call.
@@ -455,13 +479,16 @@ mod tests {
         ctx.used[0] = 11;
         ctx.quota[0] = 13;
         ctx.pending[0] = 17;
+        ctx.queued[0] = 19;
+        ctx.drained_ns[0] = 23;
+        ctx.awaited = 1;
         let mut b = [0u8; CONTEXT_BYTES];
         let len = ctx.encode(&mut b);
         let n = cudart::RESOURCES.len();
-        assert_eq!(len, 8 * (HEADER_FIELDS + 4 * n));
+        assert_eq!(len, 8 * (HEADER_FIELDS + RESOURCE_ARRAYS * n + TRAILER_FIELDS));
         let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
         let h = HEADER_FIELDS;
         assert_eq!((word(0), word(1), word(4), word(h), word(h + n), word(h + 2 * n)), (0, 1, 9, 7, 11, 13));
-        assert_eq!(word(h + 3 * n), 17);
+        assert_eq!((word(h + 3 * n), word(h + 4 * n), word(h + 5 * n), word(h + 6 * n)), (17, 19, 23, 1));
     }
 }

@@ -513,3 +513,75 @@ fn shipped_policies_load_and_run() {
         assert_eq!(p.disassemble().len(), p.instructions());
     }
 }
+
+#[test]
+fn fair_share_brakes_a_tenant_ahead_then_stops_it() {
+    let Some(elf) = phos_policy::shipped::get("fair_share") else { return };
+    let mut p = Program::load(elf, &[]).unwrap();
+    let (dt, launches) = (spec_define("PHOS_RC_device_time") as usize, spec_define("PHOS_RC_kernel_launches") as usize);
+    const MS: u64 = 1_000_000;
+    let t0 = 5_000 * MS;
+    let poll = 100_000;
+    // A call of `tenant` at `now`: measured device time `used`, `pending` of it queued in
+    // `queued` kernels, the queue empty since `drained`.
+    let call = |tenant: u64, now: u64, launch: bool, used: u64, pending: u64, queued: u64, drained: u64| {
+        Call::tenant(tenant)
+            .set("now_ns", now)
+            .set("share", 1)
+            .set_at("amount", launches, u64::from(launch))
+            .set_at("amount", dt, if launch { 5 * MS } else { 0 })
+            .set_at("used", dt, used + pending)
+            .set_at("pending", dt, pending)
+            .set_at("queued", dt, queued)
+            .set_at("drained_ns", dt, drained)
+    };
+    assert_eq!(run(&mut p, &call(1, t0, false, 0, 0, 0, 0)), ADMIT);
+    // Tenant 0 launches a kernel estimated at 5 ms: until its next call the other tenant
+    // sees that much of its work queued.
+    assert_eq!(run(&mut p, &call(0, t0, true, 0, 0, 0, 0)), ADMIT);
+    // Tenant 1 has run 6 ms: 1 ms ahead, within the brake's margin (2 ms), it may queue more.
+    assert_eq!(run(&mut p, &call(1, t0 + MS, true, 6 * MS, 0, 1, 0)), ADMIT);
+    // 7 ms ahead: braked. While a kernel of its own is queued, its launch waits...
+    assert_eq!(run(&mut p, &call(1, t0 + 2 * MS, true, 12 * MS, 0, 1, 0)), delay(poll));
+    // ... unless another thread of its guest waits for this launch (a barrier): its own
+    // kernels queued may be behind that thread's wait.
+    assert_eq!(run(&mut p, &call(1, t0 + 2 * MS, true, 12 * MS, 0, 1, 0).set("awaited", 1)), ADMIT);
+    // ... and once its queue is empty, until it has been for (7 - 2) / 8 ms.
+    let now = t0 + 3 * MS;
+    assert_eq!(run(&mut p, &call(1, now, true, 12 * MS, 0, 0, now - MS / 2)), delay(625_000 - MS / 2));
+    assert_eq!(run(&mut p, &call(1, now, true, 12 * MS, 0, 0, now - 625_000)), ADMIT);
+    // 35 ms ahead, past the slack (30 ms): stopped, empty queue or not (waiting for the
+    // others, not for itself).
+    assert_eq!(run(&mut p, &call(1, now, true, 40 * MS, 0, 0, 1)), delay(poll));
+    assert_eq!(run(&mut p, &call(1, now, true, 40 * MS, 0, 0, 1).set("awaited", 1)), delay(poll));
+    // Copies and queries are never held back.
+    assert_eq!(run(&mut p, &call(1, now, false, 40 * MS, 0, 0, 1)), ADMIT);
+    // The other tenant's queued work counts: with 30 ms of it queued, tenant 1 is 10 ms ahead.
+    assert_eq!(run(&mut p, &call(0, now, false, 0, 30 * MS, 6, 0)), ADMIT);
+    assert_eq!(run(&mut p, &call(1, now, true, 40 * MS, 0, 0, 1)), ADMIT);
+    assert_eq!(run(&mut p, &call(1, now, true, 40 * MS, 0, 1, 1)), delay(poll));
+}
+
+#[test]
+fn fair_share_parameters_set_the_brake() {
+    let Some(elf) = phos_policy::shipped::get("fair_share") else { return };
+    let param = |name: &'static str, v: u64| (name, v.to_le_bytes().to_vec());
+    // No brake margin, no hold: a tenant ahead at all keeps one kernel queued at a time.
+    let mut p = Program::load(elf, &[param("brake_ns", 0), param("hold_div", 0)]).unwrap();
+    let dt = spec_define("PHOS_RC_device_time") as usize;
+    let launches = spec_define("PHOS_RC_kernel_launches") as usize;
+    let t0 = 5_000_000_000;
+    let call = |tenant: u64, used: u64, queued: u64| {
+        Call::tenant(tenant)
+            .set("now_ns", t0)
+            .set("share", 1)
+            .set_at("amount", launches, 1)
+            .set_at("used", dt, used)
+            .set_at("queued", dt, queued)
+            .set_at("drained_ns", dt, t0)
+    };
+    assert_eq!(run(&mut p, &call(0, 0, 0)), ADMIT);
+    assert_eq!(run(&mut p, &call(1, 0, 1)), ADMIT, "level: not braked");
+    assert_eq!(run(&mut p, &call(1, 1000, 1)), delay(100_000));
+    assert_eq!(run(&mut p, &call(1, 1000, 0)), ADMIT, "an empty queue, no hold");
+}

@@ -109,4 +109,8 @@ pub struct UsageReport {
     pub held: Vec<(u32, u64)>,
     /// Measured resources: (resource, total measured, calls measured).
     pub measured: Vec<(u32, u64, u64)>,
+    /// Sent once the channel's barrier has been passed (the calls of other channels it
+    /// named have run), with nothing else in it: until then a thread of the guest waits
+    /// for those calls, so the router must not hold them back for work queued behind it.
+    pub barrier: bool,
 }

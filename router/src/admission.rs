@@ -61,12 +61,15 @@ pub fn admit(
     tenant.calls.fetch_add(1, Ordering::Relaxed);
     let mut amount = [0u64; 16];
     for c in charges {
-        if c.op != RcOp::Deallocates
-            && let Some(a) = c.amount
-            && c.resource < amount.len()
-        {
-            amount[c.resource] = amount[c.resource].saturating_add(a);
+        if c.op == RcOp::Deallocates || c.resource >= amount.len() {
+            continue;
         }
+        // A measured amount is not known before the call has run: the tenant's mean so far.
+        let a = match RESOURCES.get(c.resource).map(|r| r.kind) {
+            Some(ResourceKind::Measured) => tenant.mean(c.resource),
+            _ => c.amount.unwrap_or(0),
+        };
+        amount[c.resource] = amount[c.resource].saturating_add(a);
     }
     // Quotas first: they hold whatever the policies say.
     for (rc, info) in RESOURCES.iter().enumerate() {
@@ -92,6 +95,9 @@ pub fn admit(
     }
     if !policies.is_empty() {
         let mut waited = Duration::ZERO;
+        // Whether a thread of the guest waits at a barrier, maybe for this call (asked once
+        // the call is held).
+        let mut awaited = false;
         loop {
             let now = monotonic_ns();
             let (active_tenants, active_shares) = tenants.active(now);
@@ -104,16 +110,25 @@ pub fn admit(
                 active_tenants,
                 active_shares,
                 amount,
+                awaited: u64::from(awaited),
                 ..Default::default()
             };
             for rc in 0..RESOURCES.len().min(ctx.used.len()) {
                 ctx.used[rc] = tenant.used(rc);
                 ctx.pending[rc] = tenant.pending(rc);
                 ctx.quota[rc] = tenant.quota(rc);
+                ctx.queued[rc] = tenant.queued(rc);
+                ctx.drained_ns[rc] = tenant.drained_ns(rc);
             }
             match policies.decide(&ctx) {
                 Verdict::Admit => break,
                 Verdict::Delay(d) => {
+                    if !awaited && session.waits_at_a_barrier() {
+                        // This call may be among those a thread of the guest waits for: ask
+                        // again at once, saying so.
+                        awaited = true;
+                        continue;
+                    }
                     if waited.is_zero() {
                         tenant.delayed.fetch_add(1, Ordering::Relaxed);
                     }

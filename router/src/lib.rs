@@ -780,6 +780,8 @@ impl Router {
         // What the calls in flight on this channel still have open, oldest first (one
         // synchronous call, after any number of async ones the guest did not wait for).
         let inflight: Arc<Mutex<VecDeque<admission::InFlight>>> = Arc::default();
+        // A barrier forwarded on this channel that the server has not reported passed.
+        let barrier_open = Arc::new(AtomicBool::new(false));
         // Server -> guest on a thread of its own; guest -> server here. Writes to the guest
         // (replies from the server, refusals from here) go through one lock.
         let (mut guest_r, guest_w) = guest.split()?;
@@ -787,6 +789,7 @@ impl Router {
         let (mut server_r, mut server_w) = server.split()?;
         let back = {
             let (session, inflight, guest_w) = (session.clone(), inflight.clone(), guest_w.clone());
+            let barrier_open = barrier_open.clone();
             std::thread::Builder::new().name("phos-route-back".into()).spawn(move || {
                 let mut buf = Vec::new();
                 while let Ok(h) = server_r.recv(&mut buf) {
@@ -794,6 +797,11 @@ impl Router {
                         // The server's usage report is the router's: it never reaches the guest.
                         FrameKind::Report => {
                             match phos_protocol::decode::<UsageReport>(&buf) {
+                                Ok(r) if r.barrier => {
+                                    if barrier_open.swap(false, Ordering::Relaxed) {
+                                        session.barrier_waiting(false);
+                                    }
+                                }
                                 Ok(r) => admission::report(&session, &session.tenant_state, &r),
                                 Err(e) => tracing::warn!(session = session.id, "bad usage report: {e}"),
                             }
@@ -885,6 +893,12 @@ impl Router {
                 if ids.is_empty() {
                     continue;
                 }
+                // Until the server reports it passed, a thread of the guest waits there for
+                // the others' calls: a policy holding one back for its tenant's queue to
+                // drain must know (admission asks), as that queue may be waiting behind it.
+                if !barrier_open.swap(true, Ordering::Relaxed) {
+                    session.barrier_waiting(true);
+                }
                 let mut b = h;
                 b.payload_len = ids.len() as u64;
                 if server_w.send(&b, &[&ids]).is_err() {
@@ -905,6 +919,9 @@ impl Router {
         server_w.shutdown();
         let _ = back.join();
         guest_r.shutdown();
+        if barrier_open.swap(false, Ordering::Relaxed) {
+            session.barrier_waiting(false);
+        }
         Ok(())
     }
 

@@ -139,6 +139,9 @@ pub struct SessionEntry {
     /// Async calls the router answered itself (refused), most recent last: they never reach
     /// the server, so barriers must not wait for them.
     refused_async: Mutex<VecDeque<u64>>,
+    /// Barriers forwarded to the server and not reported passed yet: a thread of the guest
+    /// waits for calls of the others to have run.
+    barriers_waiting: AtomicU64,
 }
 
 /// Refused async calls remembered per session (a guest has far fewer unanswered).
@@ -215,6 +218,7 @@ impl SessionEntry {
             closed_books: AtomicBool::new(false),
             remote: AtomicBool::new(false),
             refused_async: Mutex::new(VecDeque::new()),
+            barriers_waiting: AtomicU64::new(0),
         }
     }
 
@@ -243,6 +247,21 @@ impl SessionEntry {
         )
     }
 
+    /// A barrier went to the server (`true`), or the server passed it.
+    pub(crate) fn barrier_waiting(&self, waiting: bool) {
+        if waiting {
+            self.barriers_waiting.fetch_add(1, Ordering::Relaxed);
+        } else {
+            let _ = self.barriers_waiting.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
+    }
+
+    /// Whether a thread of the guest waits at a barrier for other threads' calls (asked only
+    /// of calls a policy holds back).
+    pub(crate) fn waits_at_a_barrier(&self) -> bool {
+        self.barriers_waiting.load(Ordering::Relaxed) > 0
+    }
+
     /// Record what the server says the session holds of `rc`; returns the change.
     pub(crate) fn set_held(&self, rc: usize, held: u64) -> i64 {
         let mut b = self.books.lock().unwrap();
@@ -251,18 +270,21 @@ impl SessionEntry {
     }
 
     /// Record a server's measured totals of `rc`; returns what is new since the last report
-    /// (amount, calls). A restored session's server counts from zero again.
+    /// (amount, calls). Reports come on every channel of the session, so one can arrive after
+    /// a newer one sent on another channel: totals below the last seen are such a report,
+    /// and add nothing. (A restored session's server counts from zero again: [`resume`]
+    /// starts the books over.)
+    ///
+    /// [`resume`]: SessionEntry::resume
     pub(crate) fn set_measured(&self, rc: usize, total: u64, calls: u64) -> (u64, u64) {
         let mut b = self.books.lock().unwrap();
         let (last_total, last_calls) = b.last_measured[rc];
-        let (amount, n) = if calls < last_calls || total < last_total {
-            (total, calls)
-        } else {
-            (total - last_total, calls - last_calls)
-        };
+        if calls < last_calls || total < last_total {
+            return (0, 0);
+        }
         b.last_measured[rc] = (total, calls);
-        b.measured[rc] += n;
-        (amount, n)
+        b.measured[rc] += calls - last_calls;
+        (total - last_total, calls - last_calls)
     }
 
     pub(crate) fn admit_measured(&self, rc: usize, delta: i64) {
@@ -380,6 +402,8 @@ impl SessionEntry {
         if let Some(old) = self.server.lock().unwrap().replace(server) {
             old.end();
         }
+        // The restored server measures from zero.
+        self.books.lock().unwrap().last_measured.iter_mut().for_each(|m| *m = (0, 0));
         self.epoch.fetch_add(1, Ordering::Relaxed);
         self.set_state(State::Active);
     }
@@ -400,5 +424,34 @@ impl SessionEntry {
 impl Drop for SessionEntry {
     fn drop(&mut self) {
         self.end();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use phos_protocol::cudart::RESOURCES;
+    use phos_protocol::handshake::UsageReport;
+
+    #[test]
+    fn a_report_overtaken_by_a_newer_one_adds_nothing() {
+        let tenants = crate::Tenants::new(vec![]).unwrap();
+        let tenant = crate::Tenant("t".into());
+        let state = tenants.state(&tenant);
+        let s = SessionEntry::new(1, tenant, state.clone(), 0, "p".into(), 12, [0; 16], 0, None);
+        let dt = RESOURCES.iter().position(|r| r.name == "device_time").unwrap();
+        let report =
+            |total: u64, calls: u64| UsageReport { measured: vec![(dt as u32, total, calls)], ..Default::default() };
+        state.admit_measured(dt, 3);
+        s.admit_measured(dt, 3);
+        std::thread::sleep(Duration::from_millis(1));
+        // Sent on two channels: the report of two kernels arrives after that of three.
+        crate::admission::report(&s, &state, &report(300, 3));
+        crate::admission::report(&s, &state, &report(200, 2));
+        assert_eq!((state.queued(dt), state.used(dt)), (0, 300));
+        assert_eq!(s.unmeasured(dt), 0);
+        state.admit_measured(dt, 1);
+        s.admit_measured(dt, 1);
+        assert_eq!(state.queued(dt), 1, "the next kernel is queued, not hidden by a double count");
     }
 }

@@ -12,7 +12,9 @@
 //! - **measured** ones (device time) are *measured* by the servers after the fact, and
 //!   charged as [`crate::contention`] says when tenants' work overlaps; until a call's
 //!   measurement arrives, the tenant's figure includes an estimate for it (the tenant's
-//!   mean so far), so that a tenant cannot queue unmeasured work for free.
+//!   mean so far), so that a tenant cannot queue unmeasured work for free. The calls not
+//!   measured yet are the tenant's queue on the device (the servers report each kernel as
+//!   it ends), and the time that queue last emptied is kept for policies.
 //!
 //! Nothing here knows what the resources are: names, kinds and quota errors come from the
 //! spec (`cudart::RESOURCES`).
@@ -109,6 +111,9 @@ pub struct TenantState {
     /// Measured resources: calls measured, and calls admitted that will be measured.
     measured_calls: Vec<AtomicU64>,
     admitted_measured: Vec<AtomicU64>,
+    /// Measured resources: when the calls admitted and not measured last fell to none
+    /// (monotonic ns; 0: never).
+    drained_ns: Vec<AtomicU64>,
     /// Continuous resources: amounts of calls admitted and not yet answered.
     reserved: Vec<AtomicU64>,
     pub calls: AtomicU64,
@@ -136,6 +141,7 @@ impl TenantState {
             used: zeros(),
             measured_calls: zeros(),
             admitted_measured: zeros(),
+            drained_ns: zeros(),
             reserved: zeros(),
             calls: AtomicU64::new(0),
             delayed: AtomicU64::new(0),
@@ -167,13 +173,40 @@ impl TenantState {
     /// For a measured resource, the estimate for calls admitted and not measured yet: the
     /// tenant's mean measured amount per call for each (0 for other resources).
     pub fn pending(&self, rc: usize) -> u64 {
+        self.queued(rc).saturating_mul(self.mean(rc))
+    }
+
+    /// For a measured resource, the calls admitted and not measured yet (for device time,
+    /// the tenant's kernels queued or running); 0 for other resources.
+    pub fn queued(&self, rc: usize) -> u64 {
         if RESOURCES[rc].kind != ResourceKind::Measured {
             return 0;
         }
-        let total = self.used[rc].load(Ordering::Relaxed);
         let measured = self.measured_calls[rc].load(Ordering::Relaxed);
-        let pending = self.admitted_measured[rc].load(Ordering::Relaxed).saturating_sub(measured);
-        total.checked_div(measured).map_or(0, |mean| pending.saturating_mul(mean))
+        self.admitted_measured[rc].load(Ordering::Relaxed).saturating_sub(measured)
+    }
+
+    /// For a measured resource, the tenant's mean charge per measured call so far (the
+    /// estimate of a call not measured yet); 0 for other resources.
+    pub fn mean(&self, rc: usize) -> u64 {
+        if RESOURCES[rc].kind != ResourceKind::Measured {
+            return 0;
+        }
+        let measured = self.measured_calls[rc].load(Ordering::Relaxed);
+        self.used[rc].load(Ordering::Relaxed).checked_div(measured).unwrap_or(0)
+    }
+
+    /// For a measured resource, when [`queued`](Self::queued) last fell to 0 (monotonic ns;
+    /// 0: never).
+    pub fn drained_ns(&self, rc: usize) -> u64 {
+        self.drained_ns[rc].load(Ordering::Relaxed)
+    }
+
+    /// Note the time if the tenant's queue of `rc` just emptied (`was` calls before).
+    fn note_drained(&self, rc: usize, was: u64) {
+        if was > 0 && self.queued(rc) == 0 {
+            self.drained_ns[rc].store(monotonic_ns(), Ordering::Relaxed);
+        }
     }
 
     pub fn reserved(&self, rc: usize) -> u64 {
@@ -194,8 +227,10 @@ impl TenantState {
     }
 
     pub(crate) fn admit_measured(&self, rc: usize, delta: i64) {
+        let was = self.queued(rc);
         add_signed(&self.admitted_measured[rc], delta);
         self.contention.pending(self.index as usize, delta, monotonic_ns());
+        self.note_drained(rc, was);
     }
 
     /// A session's held amount changed by `delta`.
@@ -206,9 +241,11 @@ impl TenantState {
     /// A session's servers measured `calls` more calls at `amount` in all; the tenant is
     /// charged what [`Contention`] allows of it.
     pub(crate) fn measured(&self, rc: usize, amount: u64, calls: u64) {
+        let was = self.queued(rc);
         let charged = self.contention.measured(self.index as usize, amount, calls, monotonic_ns());
         self.used[rc].fetch_add(charged, Ordering::Relaxed);
         self.measured_calls[rc].fetch_add(calls, Ordering::Relaxed);
+        self.note_drained(rc, was);
     }
 }
 
@@ -426,6 +463,38 @@ mod tests {
         assert_eq!(t.for_token(""), None);
     }
 
+    fn mem_rc() -> usize {
+        rc("device_memory")
+    }
+
+    #[test]
+    fn the_queue_of_measured_calls_and_when_it_last_emptied() {
+        let t = Tenants::new(vec![]).unwrap();
+        let s = t.state(&Tenant("x".into()));
+        let dt = rc("device_time");
+        assert_eq!((s.queued(dt), s.drained_ns(dt)), (0, 0), "never had work");
+        s.admit_measured(dt, 3);
+        std::thread::sleep(std::time::Duration::from_micros(10));
+        s.measured(dt, 2, 2);
+        assert_eq!((s.queued(dt), s.drained_ns(dt)), (1, 0), "one kernel still queued");
+        let before = monotonic_ns();
+        s.measured(dt, 1, 1);
+        let drained = s.drained_ns(dt);
+        assert_eq!(s.queued(dt), 0);
+        assert!(before <= drained && drained <= monotonic_ns(), "emptied at {drained}, asked at {before}");
+        // A report with nothing new while the queue is empty does not move it.
+        std::thread::sleep(std::time::Duration::from_micros(10));
+        s.measured(dt, 0, 0);
+        assert_eq!(s.drained_ns(dt), drained);
+        // A call that failed will not be measured: the queue empties with it.
+        s.admit_measured(dt, 2);
+        s.measured(dt, 1, 1);
+        assert_eq!((s.queued(dt), s.drained_ns(dt)), (1, drained));
+        s.admit_measured(dt, -1);
+        assert_eq!(s.queued(dt), 0);
+        assert!(s.drained_ns(dt) > drained);
+    }
+
     #[test]
     fn measured_use_includes_an_estimate_for_unmeasured_calls() {
         let t = Tenants::new(vec![]).unwrap();
@@ -441,6 +510,8 @@ mod tests {
         // A failed call is never measured: it leaves the estimate.
         s.admit_measured(dt, -1);
         assert_eq!(s.used(dt), 30);
+        assert_eq!((s.queued(dt), s.mean(dt)), (1, 10));
+        assert_eq!(s.queued(mem_rc()), 0, "only measured resources queue");
         let mem = rc("device_memory");
         s.held_changed(mem, 100);
         s.held_changed(mem, -300);

@@ -8,7 +8,9 @@
 # LONG_US (default 10000), both with share 1, for SECS (default 30) seconds per
 # configuration. CONFIGS (default "native phos fair_share") lists the configurations: native
 # (two processes, no Phos), phos (the router, no policy), and POLICY[:k=v,...] (the router
-# with that shipped policy and parameters, e.g. fair_share:slack_ns=1ms).
+# with that shipped policy and parameters, e.g. fair_share:brake_ns=1ms,hold_div=4). A
+# router configuration ending in +equal runs the router with PHOS_CONTENTION=equal (device
+# time of overlapping work split equally, without water-filling), e.g. fair_share+equal.
 #
 # Device time is counted as kernels completed times the calibrated time of one kernel on an
 # idle GPU (see tests/bench/tenant_load.cu). Writes OUT_DIR/fairness.md: per configuration
@@ -59,6 +61,11 @@ for config in $CONFIGS; do
   port=$((port + 1))
   dir="$WORK/router-$port"
   mkdir -p "$dir"
+  spec=$config
+  router_env=()
+  case $spec in
+    *+equal) spec=${spec%+equal}; router_env=(PHOS_CONTENTION=equal) ;;
+  esac
   {
     echo "listen = \"$dir/router.sock\""
     echo "metrics = \"127.0.0.1:$port\""
@@ -66,16 +73,17 @@ for config in $CONFIGS; do
     for t in short long; do
       printf '[[tenant]]\nname = "%s"\nsocket = "%s/%s.sock"\nshare = 1\n' "$t" "$dir" "$t"
     done
-    if [ "$config" != phos ]; then
-      policy=${config%%:*}
+    if [ "$spec" != phos ]; then
+      policy=${spec%%:*}
       echo "[[policy]]"
       echo "builtin = \"$policy\""
-      if [ "$policy" != "$config" ]; then
-        echo "set = { $(echo "${config#*:}" | sed -E 's/([a-z_]+)=([^,]+)/\1 = "\2"/g') }"
+      if [ "$policy" != "$spec" ]; then
+        echo "set = { $(echo "${spec#*:}" | sed -E 's/([a-z_]+)=([^,]+)/\1 = "\2"/g') }"
       fi
     fi
   } > "$dir/router.toml"
-  "$BIN/phosctl" serve --backend "$BACKEND" --config "$dir/router.toml" 2> "$OUT/router-$safe.log" &
+  env ${router_env[@]+"${router_env[@]}"} "$BIN/phosctl" serve --backend "$BACKEND" --config "$dir/router.toml" \
+    2> "$OUT/router-$safe.log" &
   router=$!
   for _ in $(seq 100); do [ -S "$dir/long.sock" ] && break; sleep 0.1; done
   sleep 2 # the pooled servers' contexts

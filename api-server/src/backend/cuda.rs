@@ -64,9 +64,16 @@ pub struct CudaBackend {
 /// charged for the other tenant's work. A kernel measured at more than twice the shortest
 /// time recently measured for the same launch shape (function, grid, block, shared memory)
 /// is therefore charged that shortest time, what the shape takes when nothing interrupts it.
+///
+/// The router counts a tenant's kernels queued as its launches less the kernels reported
+/// measured, so every launch that succeeds is counted once, whether timed or not
+/// ([`Sampler`]): a sampled launch counts for itself and the `every - 1` untimed ones after
+/// it, and a launch timed for the router while some of those are still to come counts for
+/// none. Otherwise loading a policy in the middle of a sampled run would leave the count
+/// ahead of the launches for the rest of the session, and the router would take a queue
+/// with kernels in it for an empty one.
 struct KernelTimer {
-    every: u64,
-    launches: u64,
+    sampler: Sampler,
     /// (device, start, end, weight, shape) of launches not harvested yet, oldest first.
     pending: std::collections::VecDeque<(i32, sys::CUevent, sys::CUevent, u64, u64)>,
     /// Recent shortest time per launch shape.
@@ -79,6 +86,58 @@ struct KernelTimer {
 
 // CUevent handles are plain driver handles, usable from any thread.
 unsafe impl Send for KernelTimer {}
+
+/// Which launches are timed, and how many launches each counts for in the kernels
+/// reported.
+struct Sampler {
+    /// Time one launch in this many when the router does not need every one (0: none).
+    every: u64,
+    /// Untimed launches a sampled one has already counted for, still to come.
+    claimed: u64,
+}
+
+/// How one launch is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Count {
+    timed: bool,
+    /// Launches it counts for.
+    weight: u64,
+    /// Counted already by a sampled launch before it.
+    took_claim: bool,
+}
+
+impl Sampler {
+    /// The next launch: timed always when `measure`, else when no earlier sampled launch
+    /// counts for it (one in `every`).
+    fn next(&mut self, measure: bool) -> Count {
+        if !measure && self.every == 0 {
+            return Count { timed: false, weight: 0, took_claim: false };
+        }
+        if self.claimed > 0 {
+            self.claimed -= 1;
+            return Count { timed: measure, weight: 0, took_claim: true };
+        }
+        let weight = if measure { 1 } else { self.every };
+        self.claimed += weight - 1;
+        Count { timed: true, weight, took_claim: false }
+    }
+
+    /// A launch [`next`](Self::next) counted failed: what it claimed of the launches after
+    /// it, or took from an earlier claim, goes back.
+    fn abandon(&mut self, count: &Count) {
+        if count.took_claim {
+            self.claimed += 1;
+        } else {
+            self.claimed = self.claimed.saturating_sub(count.weight.saturating_sub(1));
+        }
+    }
+}
+
+/// How one launch is timed: its event pair (none: not timed) and how it is counted.
+struct Timing {
+    pair: Option<(sys::CUevent, sys::CUevent)>,
+    count: Count,
+}
 
 /// Pending pairs beyond this are harvested by waiting, so a stream that never completes
 /// cannot grow the queue without bound.
@@ -132,8 +191,7 @@ impl KernelTimer {
     fn new(devices: usize) -> Self {
         let every = std::env::var("PHOS_TIME_KERNELS").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
         KernelTimer {
-            every,
-            launches: 0,
+            sampler: Sampler { every, claimed: 0 },
             pending: Default::default(),
             shortest: HashMap::new(),
             free: vec![Vec::new(); devices],
@@ -142,23 +200,16 @@ impl KernelTimer {
         }
     }
 
-    /// An event pair for the next launch on `device`, and what its time counts for, if this
-    /// launch is timed (always when `measure`, else one in `every`).
-    fn begin(&mut self, device: i32, measure: bool) -> Option<((sys::CUevent, sys::CUevent), u64)> {
-        let weight = if measure {
-            1
-        } else {
-            if self.every == 0 {
-                return None;
-            }
-            self.launches += 1;
-            if !(self.launches - 1).is_multiple_of(self.every) {
-                return None;
-            }
-            self.every
-        };
+    /// The next launch on `device`: how it is counted, and an event pair if it is timed.
+    fn begin(&mut self, device: i32, measure: bool) -> Timing {
+        let count = self.sampler.next(measure);
+        let pair = if count.timed { self.pair(device) } else { None };
+        Timing { pair, count }
+    }
+
+    fn pair(&mut self, device: i32) -> Option<(sys::CUevent, sys::CUevent)> {
         if let Some(pair) = self.free.get_mut(device as usize)?.pop() {
-            return Some((pair, weight));
+            return Some(pair);
         }
         let mut start = std::ptr::null_mut();
         let mut end = std::ptr::null_mut();
@@ -169,7 +220,7 @@ impl KernelTimer {
                 return None;
             }
         }
-        Some(((start, end), weight))
+        Some((start, end))
     }
 
     fn recorded(&mut self, device: i32, pair: (sys::CUevent, sys::CUevent), weight: u64, shape: u64) {
@@ -209,8 +260,10 @@ impl KernelTimer {
                     samples: 0,
                 });
                 self.total_ns += min.charge((f64::from(ms) * 1e6) as u64) * weight;
-                self.kernels += weight;
             }
+            // Counted even without a time, so that the router's count of kernels queued
+            // comes back to none.
+            self.kernels += weight;
             self.give_back(device, (start, end));
         }
     }
@@ -928,9 +981,9 @@ impl Backend for CudaBackend {
             std::ptr::null_mut(),
         ];
         let device = BOUND.with(|b| b.get());
-        let timed = self.timer.lock().unwrap().begin(device, measure);
+        let timing = self.timer.lock().unwrap().begin(device, measure);
         let h = stream_handle(stream);
-        if let Some(((start, _), _)) = timed {
+        if let Some((start, _)) = timing.pair {
             unsafe { sys::cuEventRecord(start, h) };
         }
         let r = if cooperative {
@@ -975,12 +1028,23 @@ impl Backend for CudaBackend {
                 ))
             }
         };
-        if let Some((pair, weight)) = timed {
+        if timing.pair.is_some() || r.is_err() || timing.count.weight > 0 {
             let mut timer = self.timer.lock().unwrap();
-            if r.is_ok() && unsafe { sys::cuEventRecord(pair.1, h) } == sys::CUresult::CUDA_SUCCESS {
-                timer.recorded(device, pair, weight, launch_shape(function, grid, block, shared_mem));
-            } else {
-                timer.give_back(device, pair);
+            match timing.pair {
+                Some(pair) if r.is_ok() && unsafe { sys::cuEventRecord(pair.1, h) } == sys::CUresult::CUDA_SUCCESS => {
+                    timer.recorded(device, pair, timing.count.weight, launch_shape(function, grid, block, shared_mem));
+                }
+                pair => {
+                    if let Some(pair) = pair {
+                        timer.give_back(device, pair);
+                    }
+                    if r.is_err() {
+                        timer.sampler.abandon(&timing.count);
+                    } else {
+                        // Launched but not timed (no events to be had): counted, without a time.
+                        timer.kernels += timing.count.weight;
+                    }
+                }
             }
         }
         r
@@ -1000,6 +1064,37 @@ impl Backend for CudaBackend {
 #[cfg(test)]
 mod timing_tests {
     use super::*;
+
+    #[test]
+    fn launches_are_counted_once_whether_sampled_or_timed() {
+        let mut s = Sampler { every: 4, claimed: 0 };
+        let sampled = Count { timed: true, weight: 4, took_claim: false };
+        let covered = Count { timed: false, weight: 0, took_claim: true };
+        // One in four timed, counting for the three after it.
+        assert_eq!(s.next(false), sampled);
+        assert_eq!(s.next(false), covered);
+        // A policy is loaded: every launch is timed from now on, but the two still covered
+        // by the sampled one count for nothing of their own...
+        assert_eq!(s.next(true), Count { timed: true, weight: 0, took_claim: true });
+        assert_eq!(s.next(true), Count { timed: true, weight: 0, took_claim: true });
+        // ... and the launches after them for one each: five launches, five counted.
+        assert_eq!(s.next(true), Count { timed: true, weight: 1, took_claim: false });
+        // Unloaded: sampling starts again at once, so no launch goes uncounted.
+        assert_eq!(s.next(false), sampled);
+        // A launch that fails gives back what it took or claimed.
+        let c = s.next(false);
+        assert_eq!(c, covered);
+        s.abandon(&c);
+        assert_eq!(s.claimed, 3);
+        let mut s = Sampler { every: 4, claimed: 0 };
+        let c = s.next(false);
+        s.abandon(&c);
+        assert_eq!((s.claimed, s.next(false)), (0, sampled));
+        // PHOS_TIME_KERNELS=0: nothing timed but what the router asks for.
+        let mut s = Sampler { every: 0, claimed: 0 };
+        assert_eq!(s.next(false), Count { timed: false, weight: 0, took_claim: false });
+        assert_eq!(s.next(true), Count { timed: true, weight: 1, took_claim: false });
+    }
 
     #[test]
     fn a_kernel_is_charged_its_shapes_recent_shortest_time() {

@@ -818,8 +818,12 @@ impl Backend for EmuBackend {
         let _work = self.work.lock().unwrap();
         let started = std::time::Instant::now();
         let result = exec::run(&program, &name, &launch, memory, printed, self.workers);
-        self.kernel_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        self.kernels.fetch_add(1, Ordering::Relaxed);
+        // A kernel that failed is not counted: the router takes the failure as a launch
+        // that will not be measured, and counts the kernels measured against its own.
+        if result.is_ok() {
+            self.kernel_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            self.kernels.fetch_add(1, Ordering::Relaxed);
+        }
         match result {
             Ok(_) => Ok(()),
             Err(e) => {
