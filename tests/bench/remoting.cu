@@ -2,7 +2,7 @@
 // call, kernel launch throughput (empty kernels, and a launch-bound loop of small kernels),
 // and host<->device copy bandwidth, pageable and pinned, 4 KiB to 1 GiB. Prints
 // `metric value unit` lines; tests/scripts/gpu-bench.sh runs it natively and through Phos and
-// compares. `remoting quick` skips the copies above 64 MiB.
+// compares. `remoting quick` skips the copies above 64 MiB, `remoting launches` all copies.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -44,6 +44,7 @@ static const char *size_name(size_t b, char *buf) {
 
 int main(int argc, char **argv) {
     bool quick = argc > 1 && std::string(argv[1]) == "quick";
+    bool launches_only = argc > 1 && std::string(argv[1]) == "launches";
     CHECK(cudaFree(0));
     // Synchronous round trip: cudaStreamQuery on an idle stream does no device work.
     const int calls = 20000;
@@ -89,6 +90,7 @@ int main(int argc, char **argv) {
         CHECK(cudaFree(y));
     }
 
+    if (launches_only) return 0;
     // Copies, pageable and pinned, each way, 4 KiB to 1 GiB: each size moves about 1 GiB
     // (at least 3 copies, at most 2000), after one copy to warm up.
     const size_t largest = quick ? (64u << 20) : (1u << 30);
