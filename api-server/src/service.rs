@@ -107,6 +107,17 @@ pub struct Session {
     graph_nodes: Mutex<HandleTable<(u64, usize)>>,
     /// The guest's page-locked memory, shared with this process.
     pinned: PinnedArena,
+    launch_limits: RwLock<HashMap<i32, LaunchLimits>>,
+}
+
+/// What a device can launch (`cudaDevAttrMaxThreadsPerBlock`, block and grid dimensions, the
+/// dynamic shared memory a block may opt in to).
+#[derive(Clone, Copy)]
+struct LaunchLimits {
+    threads: u64,
+    block: [u64; 3],
+    grid: [u64; 3],
+    shared: u64,
 }
 
 /// Host-function gates a session may have waiting at once.
@@ -150,6 +161,7 @@ impl Session {
             graph_execs: Mutex::new(HandleTable::new(HandleKind::GraphExec)),
             graph_nodes: Mutex::new(HandleTable::new(HandleKind::GraphNode)),
             pinned: PinnedArena::default(),
+            launch_limits: RwLock::default(),
         })
     }
 
@@ -508,23 +520,36 @@ impl Session {
 
     /// CUDA refuses launch configurations the device cannot run before anything starts.
     fn check_launch(&self, device: i32, grid: Dim3, block: Dim3, shared: u32) -> Result<(), CudaError> {
-        let a = |n| self.backend.device_attribute(device, n);
+        let limits = self.launch_limits(device)?;
         let zero = grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 || block.z == 0;
-        let too_big = block.volume() > a(1)? as u64
-            || i64::from(block.x) > i64::from(a(2)?)
-            || i64::from(block.y) > i64::from(a(3)?)
-            || i64::from(block.z) > i64::from(a(4)?)
-            || i64::from(grid.x) > i64::from(a(5)?)
-            || i64::from(grid.y) > i64::from(a(6)?)
-            || i64::from(grid.z) > i64::from(a(7)?);
+        let too_big = block.volume() > limits.threads
+            || [block.x, block.y, block.z].iter().zip(limits.block).any(|(&n, max)| u64::from(n) > max)
+            || [grid.x, grid.y, grid.z].iter().zip(limits.grid).any(|(&n, max)| u64::from(n) > max);
         if zero || too_big {
             return Err(CudaError::InvalidConfiguration);
         }
         // Dynamic shared memory beyond what a block may opt in to.
-        if i64::from(shared) > i64::from(a(97)?.max(a(8)?)) {
+        if u64::from(shared) > limits.shared {
             return Err(CudaError::InvalidValue);
         }
         Ok(())
+    }
+
+    /// The device's launch limits, asked of the backend once (they never change, and every
+    /// launch is checked against them).
+    fn launch_limits(&self, device: i32) -> Result<LaunchLimits, CudaError> {
+        if let Some(l) = self.launch_limits.read().unwrap().get(&device) {
+            return Ok(*l);
+        }
+        let a = |n| self.backend.device_attribute(device, n).map(|v| v.max(0) as u64);
+        let limits = LaunchLimits {
+            threads: a(1)?,
+            block: [a(2)?, a(3)?, a(4)?],
+            grid: [a(5)?, a(6)?, a(7)?],
+            shared: a(97)?.max(a(8)?),
+        };
+        self.launch_limits.write().unwrap().insert(device, limits);
+        Ok(limits)
     }
 
     /// Destroy every object of the session (device reset, session end).
