@@ -152,9 +152,18 @@ struct ShapeMinimum {
     samples: u32,
 }
 
-/// A measurement this many times the shape's shortest is taken to include another
-/// context's time slice.
-const INTERRUPTED: u64 = 2;
+/// A measurement more than this many times the shape's shortest (in hundredths) is taken to
+/// include another context's time slice: `PHOS_KERNEL_INTERRUPTED` (a ratio, default 2).
+fn interrupted_ratio() -> u64 {
+    static RATIO: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *RATIO.get_or_init(|| {
+        std::env::var("PHOS_KERNEL_INTERRUPTED")
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|r| *r >= 1.0)
+            .map_or(200, |r| (r * 100.0) as u64)
+    })
+}
 /// Samples per window of [`ShapeMinimum`].
 const SHAPE_WINDOW: u32 = 32;
 /// Shapes remembered; past this the table starts over.
@@ -175,7 +184,7 @@ impl ShapeMinimum {
         // only that one is charged the shortest: charging every kernel the minimum would
         // undercharge by the spread.
         let shortest = self.current.min(self.previous);
-        if ns > shortest.saturating_mul(INTERRUPTED) { shortest } else { ns }
+        if u128::from(ns) * 100 > u128::from(shortest) * u128::from(interrupted_ratio()) { shortest } else { ns }
     }
 }
 
