@@ -517,7 +517,8 @@ fn shipped_policies_load_and_run() {
 #[test]
 fn fair_share_brakes_a_tenant_ahead_then_stops_it() {
     let Some(elf) = phos_policy::shipped::get("fair_share") else { return };
-    let mut p = Program::load(elf, &[]).unwrap();
+    // The brake is off unless set.
+    let mut p = Program::load(elf, &[("brake_ns", 2_000_000u64.to_le_bytes().to_vec())]).unwrap();
     let (dt, launches) = (spec_define("PHOS_RC_device_time") as usize, spec_define("PHOS_RC_kernel_launches") as usize);
     const MS: u64 = 1_000_000;
     let t0 = 5_000 * MS;
@@ -560,6 +561,31 @@ fn fair_share_brakes_a_tenant_ahead_then_stops_it() {
     assert_eq!(run(&mut p, &call(0, now, false, 0, 30 * MS, 6, 0)), ADMIT);
     assert_eq!(run(&mut p, &call(1, now, true, 40 * MS, 0, 0, 1)), ADMIT);
     assert_eq!(run(&mut p, &call(1, now, true, 40 * MS, 0, 1, 1)), delay(poll));
+}
+
+/// By default fair_share only stops a tenant past its slack: within it, a tenant ahead
+/// launches with kernels queued.
+#[test]
+fn fair_share_does_not_brake_unless_asked() {
+    let Some(elf) = phos_policy::shipped::get("fair_share") else { return };
+    let mut p = Program::load(elf, &[]).unwrap();
+    let (dt, launches) = (spec_define("PHOS_RC_device_time") as usize, spec_define("PHOS_RC_kernel_launches") as usize);
+    const MS: u64 = 1_000_000;
+    let t0 = 5_000 * MS;
+    let call = |tenant: u64, now: u64, used: u64, queued: u64| {
+        Call::tenant(tenant)
+            .set("now_ns", now)
+            .set("share", 1)
+            .set_at("amount", launches, 1)
+            .set_at("amount", dt, 5 * MS)
+            .set_at("used", dt, used)
+            .set_at("queued", dt, queued)
+    };
+    assert_eq!(run(&mut p, &call(0, t0, 0, 0)), ADMIT);
+    // 12 ms ahead (with the other's 5 ms launch queued: 7), its own kernel queued: it goes.
+    assert_eq!(run(&mut p, &call(1, t0 + MS, 12 * MS, 1)), ADMIT);
+    // Past the slack (30 ms): stopped.
+    assert_eq!(run(&mut p, &call(1, t0 + 2 * MS, 45 * MS, 1)), delay(100_000));
 }
 
 #[test]

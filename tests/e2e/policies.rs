@@ -205,7 +205,8 @@ fn fair_share_lets_a_tenant_ahead_keep_one_kernel_queued() {
         })
     };
     router.router.policies.unload("probe").unwrap();
-    load(&router, "fair", fair, &["slack_ns=1000s", "hold_div=0", "idle_ns=1000s"], KernelCheck::Skip).unwrap();
+    load(&router, "fair", fair, &["slack_ns=1000s", "brake_ns=2ms", "hold_div=0", "idle_ns=1000s"], KernelCheck::Skip)
+        .unwrap();
     // Once ahead (after a first run), "a" stays ahead; chained after fair_share, the probe
     // sees the launches it lets through in a second one.
     traffic();
