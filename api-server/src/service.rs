@@ -95,8 +95,9 @@ pub struct Session {
     pub(crate) gate: RwLock<()>,
     /// Set by a stopping checkpoint: calls wait until the server is ended.
     frozen: AtomicBool,
-    /// The usage last reported to the router.
-    reported: Mutex<UsageReport>,
+    /// The usage figures last reported to the router: device memory, pinned memory, device
+    /// time and kernels measured.
+    reported: Mutex<[u64; 4]>,
     /// Host-function gates in the session's streams, by the guest's number, with their stream.
     gates: Mutex<HashMap<u64, (Arc<Gate>, StreamRef)>>,
     /// Stream captures in progress, and the graphs and executable graphs made of them.
@@ -154,7 +155,7 @@ impl Session {
             records: Recorder::default(),
             gate: RwLock::new(()),
             frozen: AtomicBool::new(false),
-            reported: Mutex::new(UsageReport::default()),
+            reported: Mutex::new([0; 4]),
             gates: Mutex::new(HashMap::new()),
             captures: CaptureState::default(),
             graphs: Mutex::new(HandleTable::new(HandleKind::Graph)),
@@ -170,23 +171,26 @@ impl Session {
     /// The server knows how to measure `device_memory` (bytes allocated) and `device_time`
     /// (kernel nanoseconds); a resource of another name is not reported.
     pub fn usage_if_changed(&self) -> Option<UsageReport> {
+        // Asked after every call: the figures are compared first, and a report is only built
+        // when one of them moved.
+        let (ns, kernels) = self.backend.device_time();
+        let figures = [self.memory.allocated(), self.pinned.allocated(), ns, kernels];
+        {
+            let mut last = self.reported.lock().unwrap();
+            if *last == figures {
+                return None;
+            }
+            *last = figures;
+        }
         let mut now = UsageReport::default();
         for (i, r) in RESOURCES.iter().enumerate() {
             match (r.kind, r.name) {
-                (ResourceKind::Continuous, "device_memory") => now.held.push((i as u32, self.memory.allocated())),
-                (ResourceKind::Continuous, "pinned_host_memory") => now.held.push((i as u32, self.pinned.allocated())),
-                (ResourceKind::Measured, "device_time") => {
-                    let (ns, kernels) = self.backend.device_time();
-                    now.measured.push((i as u32, ns, kernels));
-                }
+                (ResourceKind::Continuous, "device_memory") => now.held.push((i as u32, figures[0])),
+                (ResourceKind::Continuous, "pinned_host_memory") => now.held.push((i as u32, figures[1])),
+                (ResourceKind::Measured, "device_time") => now.measured.push((i as u32, ns, kernels)),
                 _ => {}
             }
         }
-        let mut last = self.reported.lock().unwrap();
-        if *last == now {
-            return None;
-        }
-        *last = now.clone();
         Some(now)
     }
 
