@@ -208,6 +208,41 @@ pub struct RawReply {
     pub payload: Vec<u8>,
 }
 
+/// Send a test guest's Hello on `socket` (the pinned arena after it, if any) and read the
+/// answer: the Welcome, or the refusal's text.
+fn handshake(
+    socket: &std::os::unix::net::UnixStream,
+    token: Option<[u8; 16]>,
+    transports: Vec<phos_protocol::handshake::TransportKind>,
+    arena: Option<&std::os::fd::OwnedFd>,
+) -> Result<Welcome, String> {
+    let mut transport = UnixTransport::new(socket.try_clone().map_err(|e| e.to_string())?);
+    let hello = Hello {
+        spec_hash: phos_protocol::cudart::SPEC_HASH,
+        pid: std::process::id(),
+        abi_major: 12,
+        token,
+        program: "hostile-guest-test".into(),
+        transports,
+        tenant_token: None,
+        host_arena: arena.map(|fd| phos_protocol::host_arena::checked_len(fd).unwrap_or(0)),
+    };
+    let payload = phos_protocol::encode(&hello);
+    let mut h = FrameHeader::new(FrameKind::Hello);
+    h.payload_len = payload.len() as u64;
+    transport.send(&h, &[&payload]).map_err(|e| e.to_string())?;
+    if let Some(fd) = arena {
+        phos_protocol::shm::send_fd(socket, fd).map_err(|e| e.to_string())?;
+    }
+    let mut buf = Vec::new();
+    let rh = transport.recv(&mut buf).map_err(|e| e.to_string())?;
+    match rh.kind {
+        FrameKind::Welcome => phos_protocol::decode(&buf).map_err(|e| e.to_string()),
+        FrameKind::Refused => Err(String::from_utf8_lossy(&buf).into_owned()),
+        k => Err(format!("unexpected {k:?}")),
+    }
+}
+
 impl RawGuest<phos_protocol::shm::ShmTransport> {
     /// Open a channel on shared memory, sending `arena` as the process's pinned arena: a new
     /// session, or one joining `token`'s.
@@ -218,70 +253,21 @@ impl RawGuest<phos_protocol::shm::ShmTransport> {
     ) -> Result<Self, String> {
         use phos_protocol::handshake::TransportKind;
         let stream = std::os::unix::net::UnixStream::connect(socket).map_err(|e| e.to_string())?;
-        let mut transport = UnixTransport::new(stream.try_clone().map_err(|e| e.to_string())?);
-        let hello = Hello {
-            spec_hash: phos_protocol::cudart::SPEC_HASH,
-            pid: std::process::id(),
-            abi_major: 12,
-            token,
-            program: "hostile-guest-test".into(),
-            transports: vec![TransportKind::Shm],
-            tenant_token: None,
-            host_arena: arena.map(|fd| phos_protocol::host_arena::checked_len(fd).unwrap_or(0)),
-        };
-        let payload = phos_protocol::encode(&hello);
-        let mut h = FrameHeader::new(FrameKind::Hello);
-        h.payload_len = payload.len() as u64;
-        transport.send(&h, &[&payload]).map_err(|e| e.to_string())?;
-        if let Some(fd) = arena {
-            phos_protocol::shm::send_fd(&stream, fd).map_err(|e| e.to_string())?;
+        let welcome = handshake(&stream, token, vec![TransportKind::Shm], arena)?;
+        if welcome.transport != TransportKind::Shm {
+            return Err(format!("the router answered {:?}", welcome.transport));
         }
-        let mut buf = Vec::new();
-        let rh = transport.recv(&mut buf).map_err(|e| e.to_string())?;
-        match rh.kind {
-            FrameKind::Welcome => {
-                let welcome: Welcome = phos_protocol::decode(&buf).map_err(|e| e.to_string())?;
-                if welcome.transport != TransportKind::Shm {
-                    return Err(format!("the router answered {:?}", welcome.transport));
-                }
-                let (transport, _) = phos_protocol::shm::ShmTransport::attach(transport.into_stream(), 1 << 30)
-                    .map_err(|e| e.to_string())?;
-                Ok(RawGuest { transport, welcome, next_call: 1 })
-            }
-            FrameKind::Refused => Err(String::from_utf8_lossy(&buf).into_owned()),
-            k => Err(format!("unexpected {k:?}")),
-        }
+        let (transport, _) = phos_protocol::shm::ShmTransport::attach(stream, 1 << 30).map_err(|e| e.to_string())?;
+        Ok(RawGuest { transport, welcome, next_call: 1 })
     }
 }
 
 impl RawGuest {
     /// Open a channel: a new session, or one joining `token`'s.
     pub fn connect(socket: &Path, token: Option<[u8; 16]>) -> Result<Self, String> {
-        let mut transport = UnixTransport::connect(socket).map_err(|e| e.to_string())?;
-        let hello = Hello {
-            spec_hash: phos_protocol::cudart::SPEC_HASH,
-            pid: std::process::id(),
-            abi_major: 12,
-            token,
-            program: "hostile-guest-test".into(),
-            transports: Vec::new(),
-            tenant_token: None,
-            host_arena: None,
-        };
-        let payload = phos_protocol::encode(&hello);
-        let mut h = FrameHeader::new(FrameKind::Hello);
-        h.payload_len = payload.len() as u64;
-        transport.send(&h, &[&payload]).map_err(|e| e.to_string())?;
-        let mut buf = Vec::new();
-        let rh = transport.recv(&mut buf).map_err(|e| e.to_string())?;
-        match rh.kind {
-            FrameKind::Welcome => {
-                let welcome = phos_protocol::decode(&buf).map_err(|e| e.to_string())?;
-                Ok(RawGuest { transport, welcome, next_call: 1 })
-            }
-            FrameKind::Refused => Err(String::from_utf8_lossy(&buf).into_owned()),
-            k => Err(format!("unexpected {k:?}")),
-        }
+        let stream = std::os::unix::net::UnixStream::connect(socket).map_err(|e| e.to_string())?;
+        let welcome = handshake(&stream, token, Vec::new(), None)?;
+        Ok(RawGuest { transport: UnixTransport::new(stream), welcome, next_call: 1 })
     }
 }
 

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use phos_protocol::CudaError;
@@ -42,6 +42,8 @@ struct Arena {
 }
 
 static ARENA: OnceLock<Option<Arena>> = OnceLock::new();
+/// Where the arena ends (0 before it exists): lets a copy of other memory skip every lookup.
+static ARENA_END: AtomicU64 = AtomicU64::new(0);
 /// The server answered that it cannot use the arena: stop asking.
 static ARENA_REFUSED: AtomicBool = AtomicBool::new(false);
 
@@ -78,7 +80,10 @@ fn arena() -> Option<&'static Arena> {
             }
             let made = host_arena::create(bytes).and_then(|fd| Mapping::at_base(&fd).map(|m| (fd, m)));
             match made {
-                Ok((fd, mapping)) => Some(Arena { fd, mapping, pid: std::process::id() }),
+                Ok((fd, mapping)) => {
+                    ARENA_END.store(BASE + mapping.len(), Ordering::Relaxed);
+                    Some(Arena { fd, mapping, pid: std::process::id() })
+                }
                 Err(e) => {
                     tracing::info!("no pinned arena ({e}); page-locked memory is copied through the channel");
                     None
@@ -186,8 +191,7 @@ pub fn lookup(addr: usize) -> Option<(usize, usize, u32)> {
 /// Whether `[addr, addr + len)` lies in one arena allocation, so the server can copy it
 /// directly. Cheap for memory that is not in the arena.
 pub fn in_arena(addr: usize, len: usize) -> bool {
-    let arena_end = BASE + arena().map_or(0, |a| a.mapping.len());
-    if (addr as u64) < BASE || (addr as u64) >= arena_end {
+    if (addr as u64) < BASE || (addr as u64) >= ARENA_END.load(Ordering::Relaxed) || arena().is_none() {
         return false;
     }
     containing(addr).is_some_and(|(base, a)| a.device.is_some() && addr + len <= base + a.size)

@@ -17,7 +17,7 @@
 //! memory is then the guest's own, copied through the ordinary paths.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 /// Where the arena is mapped in the guest and the server: below the sessions' device
 /// address range ([`crate::handshake::Welcome::device_base`], 96 TiB by default) and clear of
@@ -35,20 +35,7 @@ pub const PAGE: u64 = 4096;
 /// Create an arena file of `bytes` (rounded to pages, clamped to [`MIN_BYTES`]..[`MAX_BYTES`]),
 /// sealed so that its size never changes again.
 pub fn create(bytes: u64) -> io::Result<OwnedFd> {
-    let len = bytes.clamp(MIN_BYTES, MAX_BYTES).next_multiple_of(PAGE);
-    let fd = unsafe { libc::memfd_create(c"phos-pinned".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(fd)
+    crate::shm::sealed_memfd(c"phos-pinned", bytes.clamp(MIN_BYTES, MAX_BYTES).next_multiple_of(PAGE))
 }
 
 /// Size of an arena file a peer sent, once it is known to be one: sealed against shrinking
@@ -161,6 +148,8 @@ pub fn release_pages(fd: &OwnedFd, addr: u64, len: u64) {
 
 #[cfg(test)]
 mod tests {
+    use std::os::fd::FromRawFd;
+
     use super::*;
 
     #[test]

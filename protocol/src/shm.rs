@@ -117,6 +117,24 @@ fn region_len(ring_bytes: usize) -> usize {
     CONTROL_BYTES + 2 * ring_bytes
 }
 
+/// A `memfd` of `len` bytes, sealed so that its size never changes: the peer gets the same
+/// file and can neither shrink it under a mapping (which would fault the mapper) nor grow it.
+pub(crate) fn sealed_memfd(name: &std::ffi::CStr, len: u64) -> io::Result<OwnedFd> {
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
 /// Map a file the peer sent, whole, once it is sealed against shrinking (so it can never be
 /// cut short under the mapping) and its size is within `min..=max`.
 pub(crate) fn map_sealed(fd: &OwnedFd, min: usize, max: usize) -> io::Result<(*mut u8, usize)> {
@@ -165,20 +183,7 @@ impl Region {
     fn create(ring_bytes: usize, socket: UnixStream, spin: Duration) -> io::Result<(Region, OwnedFd)> {
         let ring_bytes = ring_bytes.clamp(MIN_RING_BYTES, MAX_RING_BYTES).next_power_of_two();
         let len = region_len(ring_bytes);
-        let fd = unsafe { libc::memfd_create(c"phos-ring".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // The peer gets the same file: sealed, it can neither shrink it under our mapping
-        // (which would fault us) nor grow it.
-        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let fd = sealed_memfd(c"phos-ring", len as u64)?;
         let base = Self::map(&fd, len)?;
         unsafe {
             (base as *mut u64).write(MAGIC);

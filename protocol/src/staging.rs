@@ -22,12 +22,12 @@
 //! chunk is ready": a guest that lies only spoils its own copy.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering, fence};
 use std::time::{Duration, Instant};
 
-use crate::shm::{Waited, futex_wake, map_sealed, wait_until};
+use crate::shm::{Waited, futex_wake, map_sealed, sealed_memfd, wait_until};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"PHOSSTAG");
 const CONTROL_BYTES: usize = 4096;
@@ -94,24 +94,12 @@ fn map(fd: &OwnedFd, len: usize) -> io::Result<*mut u8> {
 /// creator (the router) only passes it on.
 pub fn create(slot_bytes: usize) -> io::Result<OwnedFd> {
     let slot_bytes = slot_bytes.clamp(MIN_SLOT_BYTES, MAX_SLOT_BYTES).next_multiple_of(4096);
-    let len = CONTROL_BYTES + 2 * slot_bytes;
-    let fd = unsafe { libc::memfd_create(c"phos-staging".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let fd = sealed_memfd(c"phos-staging", (CONTROL_BYTES + 2 * slot_bytes) as u64)?;
     let base = map(&fd, CONTROL_BYTES)?;
     unsafe {
         (base as *mut u64).write(MAGIC);
         (base.add(8) as *mut u64).write(slot_bytes as u64);
         libc::munmap(base as *mut libc::c_void, CONTROL_BYTES);
-    }
-    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
-        return Err(io::Error::last_os_error());
     }
     Ok(fd)
 }
@@ -230,6 +218,8 @@ pub fn chunks(count: u64, slot: usize) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use std::os::fd::FromRawFd;
+
     use super::*;
 
     fn pair() -> (Staging, Staging) {
