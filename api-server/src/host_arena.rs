@@ -53,15 +53,16 @@ impl PinnedArena {
         if let Some((_, m)) = &g.file {
             return if m.identity() == identity { Ok(()) } else { Err("a different pinned arena".into()) };
         }
-        let mapping = Mapping::at_base(&fd).map_err(|e| format!("cannot map the pinned arena at {BASE:#x}: {e}"))?;
-        let inner = &mut *g;
-        inner.holes.insert(BASE, mapping.len());
-        let replayed: Vec<u64> = inner.allocations.keys().copied().collect();
-        if !replayed.is_empty()
+        // Bound first, so that a failure leaves nothing mapped.
+        if !g.allocations.is_empty()
             && let Err(e) = backend.bind(0)
         {
             return Err(format!("cannot register the restored pinned allocations: {e:?}"));
         }
+        let mapping = Mapping::at_base(&fd).map_err(|e| format!("cannot map the pinned arena at {BASE:#x}: {e}"))?;
+        let inner = &mut *g;
+        inner.holes.insert(BASE, mapping.len());
+        let replayed: Vec<u64> = inner.allocations.keys().copied().collect();
         for addr in replayed {
             let p = inner.allocations[&addr];
             let registered = take_exact(&mut inner.holes, addr, p.span)
@@ -147,13 +148,12 @@ impl PinnedArena {
         Ok(())
     }
 
-    /// The allocation containing `[addr, addr + len)`, if one does wholly and it is usable.
-    pub fn find(&self, addr: u64, len: u64) -> Option<(u64, Pinned)> {
+    /// Whether `[addr, addr + len)` lies wholly in one registered allocation of the mapped
+    /// arena (what a pinned copy may touch).
+    pub fn covers(&self, addr: u64, len: u64) -> bool {
         let g = self.inner.lock().unwrap();
-        g.file.as_ref()?;
-        let (&start, p) = g.allocations.range(..=addr).next_back()?;
-        let end = addr.checked_add(len)?;
-        (end <= start + p.size && p.device.is_some()).then_some((start, *p))
+        let Some((&start, p)) = g.allocations.range(..=addr).next_back() else { return false };
+        g.file.is_some() && p.device.is_some() && addr.checked_add(len).is_some_and(|end| end <= start + p.size)
     }
 
     /// Bytes allocated (as asked for).

@@ -420,7 +420,7 @@ impl Session {
                 }
                 GraphOp::CopyPinned { device, host, count, to_device } => {
                     // The memory may have been freed since the capture.
-                    if self.pinned.find(*host, *count).is_none() || !self.memory.contains(*device, *count) {
+                    if !self.pinned.covers(*host, *count) || !self.memory.contains(*device, *count) {
                         return Err(CudaError::InvalidValue);
                     }
                     b.memcpy_registered(*device, *host, *count, *to_device, s)?
@@ -1023,7 +1023,7 @@ impl CudartService for Session {
             consts::cudaMemcpyDeviceToHost => false,
             _ => return Err(CudaError::InvalidMemcpyDirection),
         };
-        if self.pinned.find(req.host, req.count).is_none() {
+        if !self.pinned.covers(req.host, req.count) {
             tracing::warn!(session = self.id, "a pinned copy outside the session's pinned allocations");
             return Err(CudaError::InvalidValue);
         }

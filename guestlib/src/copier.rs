@@ -63,8 +63,9 @@ fn pool() -> Option<&'static Pool> {
 /// # Safety
 /// As `std::ptr::copy_nonoverlapping`.
 pub unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) {
-    let parts = (len / MIN_PART).min(pool().map_or(1, |p| p.workers.len() + 1));
-    let Some(pool) = pool().filter(|_| parts > 1) else {
+    let pool = pool();
+    let parts = (len / MIN_PART).min(pool.map_or(1, |p| p.workers.len() + 1));
+    let Some(pool) = pool.filter(|_| parts > 1) else {
         unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
         return;
     };

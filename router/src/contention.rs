@@ -315,24 +315,21 @@ mod tests {
 
     #[test]
     fn credit_left_by_a_tenant_whose_queue_empties_goes_to_those_still_busy() {
-        let c = Contention::new(Split::Fill);
         // Both queue work; the short tenant's 2 ms runs, then its queue is empty, while the
         // long tenant's kernel runs on alone: over 10 ms the long one ran 8.
-        c.pending(0, 1, 0);
-        c.pending(1, 20, 0);
-        for i in 1..=20 {
-            c.measured(1, 100 * US, 1, 9 * MS * i / 20);
-        }
-        let long = c.measured(0, 10 * MS, 1, 10 * MS);
+        let long_charged = |split| {
+            let c = Contention::new(split);
+            c.pending(0, 1, 0);
+            c.pending(1, 20, 0);
+            for i in 1..=20 {
+                c.measured(1, 100 * US, 1, 9 * MS * i / 20);
+            }
+            c.measured(0, 10 * MS, 1, 10 * MS)
+        };
+        let long = long_charged(Split::Fill);
         assert!((7_900 * US..=8_100 * US).contains(&long), "long charged {long}");
         // Equally split, the long tenant would be charged 5.5 ms.
-        let c = Contention::new(Split::Equal);
-        c.pending(0, 1, 0);
-        c.pending(1, 20, 0);
-        for i in 1..=20 {
-            c.measured(1, 100 * US, 1, 9 * MS * i / 20);
-        }
-        let long = c.measured(0, 10 * MS, 1, 10 * MS);
+        let long = long_charged(Split::Equal);
         assert!(long < 6 * MS, "{long}");
     }
 

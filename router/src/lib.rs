@@ -167,8 +167,6 @@ fn refuse(stream: &mut impl io::Write, reason: &str) {
     let _ = write_frame(stream, &h, &[reason.as_bytes()]);
 }
 
-/// A guest's connection before its handshake is done: a Unix socket (this host: its channels
-/// may move to shared memory) or TCP (another host).
 /// Receive the pinned arena a guest sends after its Hello, and check that it is one (the
 /// server checks it again before mapping it).
 fn receive_host_arena(socket: &UnixStream) -> io::Result<OwnedFd> {
@@ -184,6 +182,8 @@ fn receive_host_arena(socket: &UnixStream) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// A guest's connection before its handshake is done: a Unix socket (this host: its channels
+/// may move to shared memory) or TCP (another host).
 enum GuestStream {
     Unix(UnixStream),
     Tcp(std::net::TcpStream),
