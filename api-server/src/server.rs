@@ -7,6 +7,7 @@ use std::os::unix::net::UnixListener;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::Duration;
 
 use phos_protocol::cudart::{self, FunctionId};
 use phos_protocol::frame::{FLAG_ASYNC, FLAG_MEASURE, FrameHeader, FrameKind, MAX_BARRIER_IDS};
@@ -71,7 +72,10 @@ struct AckWindow {
 /// Short, because the router takes a tenant to have work on the GPU until its kernels are
 /// reported: a late report makes a tenant whose queue is empty look busy, and keeps a
 /// policy that lets a tenant have one kernel queued at a time waiting.
-const REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_micros(100);
+const REPORT_INTERVAL: Duration = Duration::from_micros(100);
+
+/// How often device time and kernel counts are reported while no policy needs them.
+const UNPOLICED_REPORT_GAP: Duration = Duration::from_millis(1);
 
 /// Async calls answered by one acknowledgement at most.
 const ACK_EVERY: u64 = 256;
@@ -231,8 +235,8 @@ impl ApiServer {
             // While kernels are still to be measured and the guest is quiet (waiting, or
             // held back by the router), report their device time as they finish, so that
             // the router's books do not wait for the guest's next call.
-            while session.backend().measuring() && !t.wait_readable(REPORT_INTERVAL) {
-                if let Some(report) = session.usage_if_changed()
+            while (session.backend().measuring() || session.usage_unreported()) && !t.wait_readable(REPORT_INTERVAL) {
+                if let Some(report) = session.usage_if_changed(Duration::ZERO)
                     && Self::report(t.as_mut(), session.id, 0, &report).is_err()
                 {
                     break;
@@ -321,7 +325,10 @@ impl ApiServer {
             }
             // What the call changed in the session's usage goes to the router first, so its
             // accounting is current when the guest's next call is decided.
-            if let Some(report) = session.usage_if_changed()
+            // Without a policy (no call marked for measuring) only `phosctl top` and the
+            // metrics read device time: a report a millisecond is plenty.
+            let kernel_gap = if h.flags & FLAG_MEASURE != 0 { Duration::ZERO } else { UNPOLICED_REPORT_GAP };
+            if let Some(report) = session.usage_if_changed(kernel_gap)
                 && Self::report(t.as_mut(), session.id, h.call_id, &report).is_err()
             {
                 break;

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use phos_protocol::cudart::*;
 use phos_protocol::handshake::UsageReport;
@@ -73,6 +74,15 @@ struct Function {
 }
 
 /// One guest process's state on the server.
+/// The usage figures last reported to the router.
+struct Reported {
+    /// Device memory, pinned host memory, device time (ns), kernels.
+    figures: [u64; 4],
+    at: Instant,
+    /// A change of device time or kernels not reported yet.
+    held_back: bool,
+}
+
 pub struct Session {
     pub id: u64,
     backend: Arc<dyn Backend>,
@@ -97,7 +107,7 @@ pub struct Session {
     frozen: AtomicBool,
     /// The usage figures last reported to the router: device memory, pinned memory, device
     /// time and kernels measured.
-    reported: Mutex<[u64; 4]>,
+    reported: Mutex<Reported>,
     /// Host-function gates in the session's streams, by the guest's number, with their stream.
     gates: Mutex<HashMap<u64, (Arc<Gate>, StreamRef)>>,
     /// Stream captures in progress, and the graphs and executable graphs made of them.
@@ -155,7 +165,7 @@ impl Session {
             records: Recorder::default(),
             gate: RwLock::new(()),
             frozen: AtomicBool::new(false),
-            reported: Mutex::new([0; 4]),
+            reported: Mutex::new(Reported { figures: [0; 4], at: Instant::now(), held_back: false }),
             gates: Mutex::new(HashMap::new()),
             captures: CaptureState::default(),
             graphs: Mutex::new(HandleTable::new(HandleKind::Graph)),
@@ -170,17 +180,30 @@ impl Session {
     /// since the last time this returned it (the server sends it to the router then).
     /// The server knows how to measure `device_memory` (bytes allocated) and `device_time`
     /// (kernel nanoseconds); a resource of another name is not reported.
-    pub fn usage_if_changed(&self) -> Option<UsageReport> {
+    ///
+    /// `kernel_gap`: device time and kernel counts alone are reported at most this often (a
+    /// launch storm would otherwise send a report per launch); memory is always reported at
+    /// once. A figure held back makes [`usage_unreported`](Self::usage_unreported) true.
+    pub fn usage_if_changed(&self, kernel_gap: Duration) -> Option<UsageReport> {
         // Asked after every call: the figures are compared first, and a report is only built
         // when one of them moved.
         let (ns, kernels) = self.backend.device_time();
         let figures = [self.memory.allocated(), self.pinned.allocated(), ns, kernels];
         {
             let mut last = self.reported.lock().unwrap();
-            if *last == figures {
+            if last.figures == figures {
+                last.held_back = false;
                 return None;
             }
-            *last = figures;
+            let now = Instant::now();
+            if last.figures[..2] == figures[..2]
+                && !kernel_gap.is_zero()
+                && now.saturating_duration_since(last.at) < kernel_gap
+            {
+                last.held_back = true;
+                return None;
+            }
+            *last = Reported { figures, at: now, held_back: false };
         }
         let mut now = UsageReport::default();
         for (i, r) in RESOURCES.iter().enumerate() {
@@ -192,6 +215,11 @@ impl Session {
             }
         }
         Some(now)
+    }
+
+    /// Whether [`usage_if_changed`](Self::usage_if_changed) held a change back.
+    pub fn usage_unreported(&self) -> bool {
+        self.reported.lock().unwrap().held_back
     }
 
     pub fn backend(&self) -> &dyn Backend {

@@ -611,3 +611,32 @@ fn fair_share_parameters_set_the_brake() {
     assert_eq!(run(&mut p, &call(1, 1000, 1)), delay(100_000));
     assert_eq!(run(&mut p, &call(1, 1000, 0)), ADMIT, "an empty queue, no hold");
 }
+
+/// With a tolerance, a lead that grows no faster than that share of wall time is forgiven
+/// as it grows; one that grows faster is still stopped past the slack.
+#[test]
+fn fair_share_forgives_a_lead_within_its_tolerance() {
+    let Some(elf) = phos_policy::shipped::get("fair_share") else { return };
+    let mut p = Program::load(elf, &[("tolerance_ppm", 50_000u64.to_le_bytes().to_vec())]).unwrap();
+    let (dt, launches) = (spec_define("PHOS_RC_device_time") as usize, spec_define("PHOS_RC_kernel_launches") as usize);
+    const MS: u64 = 1_000_000;
+    let t0 = 5_000 * MS;
+    let call = |tenant: u64, now: u64, used: u64| {
+        Call::tenant(tenant).set("now_ns", now).set("share", 1).set_at("amount", launches, 1).set_at("used", dt, used)
+    };
+    // Both tenants call every 10 ms for a second; tenant 1 is charged 4% more each time
+    // (0.4 ms per 10 ms: 40 ms ahead after a second without the tolerance).
+    for i in 0..=100u64 {
+        let now = t0 + i * 10 * MS;
+        assert_eq!(run(&mut p, &call(0, now, i * 10 * MS)), ADMIT);
+        assert_eq!(run(&mut p, &call(1, now + 1, i * 10 * MS + i * 400_000)), ADMIT, "call {i}");
+    }
+    // Charged 20% more from here: the lead outgrows the tolerance and passes the slack.
+    let mut stopped = false;
+    for i in 101..=400u64 {
+        let now = t0 + i * 10 * MS;
+        assert_eq!(run(&mut p, &call(0, now, i * 10 * MS)), ADMIT);
+        stopped |= run(&mut p, &call(1, now + 1, i * 10 * MS + 40 * MS + (i - 100) * 2 * MS)) != ADMIT;
+    }
+    assert!(stopped, "a lead growing at 20% of wall time was never stopped");
+}

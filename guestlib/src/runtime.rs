@@ -80,6 +80,9 @@ static CHANNELS: Mutex<Vec<Arc<ChannelShared>>> = Mutex::new(Vec::new());
 /// Set when the router no longer knows this process's session: reconnecting is pointless.
 static SESSION_GONE: AtomicBool = AtomicBool::new(false);
 
+/// How long a thread awaiting an answer spins (`PHOS_SYNC_SPIN_US`).
+static SYNC_SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+
 /// Call ids, unique in the process (across channels), so the server can tell which async
 /// calls a barrier names.
 static NEXT_CALL_ID: AtomicU64 = AtomicU64::new(1);
@@ -449,6 +452,8 @@ fn attempt<R: RemoteCall>(ch: &mut Channel, request: &[u8], call_id: u64, resend
     if let Err(e) = sent {
         return Attempt::Lost(e);
     }
+    // This thread waits for the answer: spin through a call of a millisecond or two.
+    ch.transport.expect_frame_within(*SYNC_SPIN.get_or_init(phos_protocol::shm::default_sync_spin));
     // Answers to this channel's earlier async calls come first, in order.
     let rh = loop {
         match ch.receive_one() {

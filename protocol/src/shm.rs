@@ -25,7 +25,10 @@
 //! while (`PHOS_SPIN_US`, by default 50 µs on machines with four or more CPUs and none on
 //! smaller ones), then sleeps on a futex in the region; the other side wakes it only if it
 //! said it sleeps, so a busy channel makes no system call per frame and an idle one costs
-//! no CPU. A sleeper looks at the Unix socket every [`LIVENESS_CHECK`]: the socket is kept
+//! no CPU. A reader awaiting the answer to a synchronous call spins longer
+//! (`PHOS_SYNC_SPIN_US`, 2 ms; see [`Transport::expect_frame_within`]), as the driver
+//! spins for an application's own synchronous calls: a futex wake-up on an idle CPU costs
+//! tens to hundreds of microseconds, which a 64 MiB copy would feel at every hop. A sleeper looks at the Unix socket every [`LIVENESS_CHECK`]: the socket is kept
 //! open for the channel's life and carries nothing more, so when it reads as closed the
 //! peer is gone (even if it was killed before it could mark its rings closed).
 
@@ -91,6 +94,18 @@ pub fn default_spin() -> Duration {
     }
 }
 
+/// How long a reader that awaits the answer to a synchronous call spins before sleeping:
+/// `PHOS_SYNC_SPIN_US`, else 2 ms where waiters spin at all. A call such as a 64 MiB copy
+/// takes about a millisecond; a reader that slept through it would add a futex wake-up
+/// (tens to hundreds of microseconds on an idle CPU) to each hop of its answer, where the
+/// application's own thread, natively, spins in the driver.
+pub fn default_sync_spin() -> Duration {
+    if let Some(us) = std::env::var("PHOS_SYNC_SPIN_US").ok().and_then(|s| s.trim().parse::<u64>().ok()) {
+        return Duration::from_micros(us.min(100_000));
+    }
+    if default_spin().is_zero() { Duration::ZERO } else { Duration::from_millis(2) }
+}
+
 /// A mapped region and the socket that tells whether the peer still exists.
 struct Region {
     base: *mut u8,
@@ -98,6 +113,10 @@ struct Region {
     ring_bytes: usize,
     socket: UnixStream,
     spin: Duration,
+    /// Until when (nanoseconds after [`epoch`]) a reader of this region spins rather than
+    /// sleeps, because an answer is awaited ([`Transport::expect_frame_within`]). Process
+    /// local: the peer never sees it.
+    spin_until: AtomicU64,
     /// The process that mapped it: a forked child inherits the mapping, and must not close
     /// its parent's channel when it drops its copy.
     pid: u32,
@@ -156,7 +175,23 @@ pub(crate) fn map_sealed(fd: &OwnedFd, min: usize, max: usize) -> io::Result<(*m
     if p == libc::MAP_FAILED { Err(io::Error::last_os_error()) } else { Ok((p as *mut u8, len)) }
 }
 
+/// The instant [`Region::spin_until`] counts from.
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
 impl Region {
+    /// How long a reader spins now: the usual while, or until an awaited answer's deadline.
+    fn reader_spin(&self) -> Duration {
+        let until = self.spin_until.load(Ordering::Relaxed);
+        if until == 0 {
+            return self.spin;
+        }
+        let now = epoch().elapsed().as_nanos() as u64;
+        self.spin.max(Duration::from_nanos(until.saturating_sub(now)))
+    }
+
     fn control(&self, ring: usize) -> &RingControl {
         unsafe { &*(self.base.add(RING_CONTROL[ring]) as *const RingControl) }
     }
@@ -190,7 +225,7 @@ impl Region {
             (base.add(8) as *mut u32).write(LAYOUT_VERSION);
             (base.add(16) as *mut u64).write(ring_bytes as u64);
         }
-        Ok((Region { base, len, ring_bytes, socket, spin, pid: std::process::id() }, fd))
+        Ok((Region { base, len, ring_bytes, socket, spin, spin_until: AtomicU64::new(0), pid: std::process::id() }, fd))
     }
 
     /// Map a region the peer created.
@@ -198,7 +233,8 @@ impl Region {
         let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, format!("shared region: {why}"));
         let (base, len) = map_sealed(&fd, CONTROL_BYTES + 2 * MIN_RING_BYTES, region_len(MAX_RING_BYTES))
             .map_err(|e| bad(&e.to_string()))?;
-        let mut region = Region { base, len, ring_bytes: 0, socket, spin, pid: std::process::id() };
+        let mut region =
+            Region { base, len, ring_bytes: 0, socket, spin, spin_until: AtomicU64::new(0), pid: std::process::id() };
         let (magic, version, ring_bytes) = unsafe {
             ((base as *const u64).read(), (base.add(8) as *const u32).read(), (base.add(16) as *const u64).read())
         };
@@ -365,7 +401,7 @@ impl RingRx {
         let waited = wait_until(
             &ctl.producer.data_seq,
             &ctl.consumer.consumer_waiting,
-            self.region.spin,
+            self.region.reader_spin(),
             deadline,
             || Ok(self.available()? > 0 || self.closed()),
             || self.region.peer_gone(),
@@ -658,6 +694,14 @@ impl Transport for ShmTransport {
 
     fn kind(&self) -> crate::handshake::TransportKind {
         crate::handshake::TransportKind::Shm
+    }
+
+    fn expect_frame_within(&self, within: Duration) {
+        if within.is_zero() || self.region.spin.is_zero() {
+            return;
+        }
+        let until = (epoch().elapsed() + within).as_nanos() as u64;
+        self.region.spin_until.store(until, Ordering::Relaxed);
     }
 }
 

@@ -60,6 +60,12 @@ pub trait Transport: Send {
     /// Which transport this is.
     fn kind(&self) -> TransportKind;
 
+    /// A frame is expected within `within` (the answer to a synchronous call): a reader of
+    /// this channel, on either half, may spin that long rather than sleep. Only a hint.
+    fn expect_frame_within(&self, within: std::time::Duration) {
+        let _ = within;
+    }
+
     /// The Unix socket underneath, for a channel that moves to shared memory after its
     /// handshake; an error (and the channel lost) on other transports.
     fn into_unix(self: Box<Self>) -> io::Result<UnixStream> {

@@ -844,6 +844,7 @@ impl Router {
         };
         let mut buf = Vec::new();
         let mut charges = Vec::new();
+        let sync_spin = phos_protocol::shm::default_sync_spin();
         loop {
             let h = match guest_r.recv(&mut buf) {
                 Ok(h) => h,
@@ -911,6 +912,10 @@ impl Router {
             h.flags &= !phos_protocol::frame::FLAG_MEASURE;
             if h.kind == FrameKind::Call && !self.policies.is_empty() {
                 h.flags |= phos_protocol::frame::FLAG_MEASURE;
+            }
+            if h.kind == FrameKind::Call && h.flags & phos_protocol::frame::FLAG_ASYNC == 0 {
+                // The guest waits for this answer: the thread that carries it back spins.
+                server_w.expect_frame_within(sync_spin);
             }
             if server_w.send(&h, &[&buf]).is_err() {
                 break;

@@ -11,6 +11,8 @@
 # with that shipped policy and parameters, e.g. fair_share:brake_ns=1ms,hold_div=4). A
 # router configuration ending in +equal runs the router with PHOS_CONTENTION=equal (device
 # time of overlapping work split equally, without water-filling), e.g. fair_share+equal.
+# Suffixes @VAR=VALUE set the environment of the router, its servers and the guests, e.g.
+# phos@PHOS_SYNC_SPIN_US=0.
 #
 # Device time is counted as kernels completed times the calibrated time of one kernel on an
 # idle GPU (see tests/bench/tenant_load.cu). Writes OUT_DIR/fairness.md: per configuration
@@ -63,8 +65,13 @@ for config in $CONFIGS; do
   mkdir -p "$dir"
   spec=$config
   router_env=()
+  # @VAR=VALUE suffixes: environment for the router (and so its API servers) and the guests.
+  while [[ $spec == *@* ]]; do
+    router_env+=("${spec##*@}")
+    spec=${spec%@*}
+  done
   case $spec in
-    *+equal) spec=${spec%+equal}; router_env=(PHOS_CONTENTION=equal) ;;
+    *+equal) spec=${spec%+equal}; router_env+=(PHOS_CONTENTION=equal) ;;
   esac
   {
     echo "listen = \"$dir/router.sock\""
@@ -87,8 +94,10 @@ for config in $CONFIGS; do
   router=$!
   for _ in $(seq 100); do [ -S "$dir/long.sock" ] && break; sleep 0.1; done
   sleep 2 # the pooled servers' contexts
-  "$BIN/phosctl" run --endpoint "unix:$dir/short.sock" -- "${short[@]}" 2> "$OUT/guest-$safe-short.log" & a=$!
-  "$BIN/phosctl" run --endpoint "unix:$dir/long.sock" -- "${long[@]}" 2> "$OUT/guest-$safe-long.log" & b=$!
+  env ${router_env[@]+"${router_env[@]}"} "$BIN/phosctl" run --endpoint "unix:$dir/short.sock" -- "${short[@]}" \
+    2> "$OUT/guest-$safe-short.log" & a=$!
+  env ${router_env[@]+"${router_env[@]}"} "$BIN/phosctl" run --endpoint "unix:$dir/long.sock" -- "${long[@]}" \
+    2> "$OUT/guest-$safe-long.log" & b=$!
   wait $a $b
   python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:$port/metrics').read().decode())" \
     > "$OUT/metrics-$safe.txt" || true

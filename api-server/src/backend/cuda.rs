@@ -11,6 +11,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_void};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::sys;
 use phos_protocol::CudaError;
@@ -82,53 +83,81 @@ struct KernelTimer {
     free: Vec<Vec<(sys::CUevent, sys::CUevent)>>,
     total_ns: u64,
     kernels: u64,
+    /// When finished pairs were last looked for.
+    harvested_at: Instant,
 }
+
+/// Finished timings are looked for at most this often: a launch storm asks for the
+/// session's device time after every call, and a query per launch costs the driver.
+const HARVEST_EVERY: Duration = Duration::from_micros(20);
 
 // CUevent handles are plain driver handles, usable from any thread.
 unsafe impl Send for KernelTimer {}
 
-/// Which launches are timed, and how many launches each counts for in the kernels
-/// reported.
+/// Which launches are timed. Every launch is counted as a kernel; the device time of the
+/// untimed ones is estimated from the next timed one, which stands for them.
 struct Sampler {
-    /// Time one launch in this many when the router does not need every one (0: none).
+    /// Time at least one launch in this many when the router does not need every one
+    /// (`PHOS_TIME_KERNELS`; 0: none, and nothing counted).
     every: u64,
-    /// Untimed launches a sampled one has already counted for, still to come.
-    claimed: u64,
+    /// And one at least this often (see [`sample_gap`]).
+    gap: Option<Duration>,
+    /// Untimed launches since the last timed one: its successor's time stands for them.
+    untimed: u64,
+    /// When the last launch was timed.
+    last_timed: Option<Instant>,
 }
 
 /// How one launch is counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Count {
     timed: bool,
-    /// Launches it counts for.
+    /// Timed: the launches its time stands for (itself and the untimed ones before it).
+    /// Untimed: 1 when counted as a kernel at once, 0 when nothing is counted.
     weight: u64,
-    /// Counted already by a sampled launch before it.
-    took_claim: bool,
+}
+
+/// A launch is timed at least this often while the session launches: a kernel of a
+/// millisecond or more is timed every time, a storm of short ones about a thousand times a
+/// second (an event pair costs the driver about what a launch does).
+/// `PHOS_SAMPLE_GAP_US` (default 1000; 0: one launch in `PHOS_TIME_KERNELS` only).
+fn sample_gap() -> Option<Duration> {
+    static GAP: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+    *GAP.get_or_init(|| {
+        let us = std::env::var("PHOS_SAMPLE_GAP_US").ok().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(1000);
+        (us > 0).then(|| Duration::from_micros(us))
+    })
 }
 
 impl Sampler {
-    /// The next launch: timed always when `measure`, else when no earlier sampled launch
-    /// counts for it (one in `every`).
-    fn next(&mut self, measure: bool) -> Count {
-        if !measure && self.every == 0 {
-            return Count { timed: false, weight: 0, took_claim: false };
-        }
-        if self.claimed > 0 {
-            self.claimed -= 1;
-            return Count { timed: measure, weight: 0, took_claim: true };
-        }
-        let weight = if measure { 1 } else { self.every };
-        self.claimed += weight - 1;
-        Count { timed: true, weight, took_claim: false }
+    fn new(every: u64, gap: Option<Duration>) -> Self {
+        Sampler { every, gap, untimed: 0, last_timed: None }
     }
 
-    /// A launch [`next`](Self::next) counted failed: what it claimed of the launches after
-    /// it, or took from an earlier claim, goes back.
+    /// The next launch, at `now`: timed always when `measure`, else when `every` launches
+    /// have gone by untimed or the last timed one is the gap old.
+    fn next(&mut self, measure: bool, now: Instant) -> Count {
+        if !measure && self.every == 0 {
+            return Count { timed: false, weight: 0 };
+        }
+        let due = measure
+            || self.untimed + 1 >= self.every
+            || self.last_timed.is_none()
+            || self.gap.is_some_and(|gap| now.saturating_duration_since(self.last_timed.unwrap()) >= gap);
+        if !due {
+            self.untimed += 1;
+            return Count { timed: false, weight: 1 };
+        }
+        self.last_timed = Some(now);
+        Count { timed: true, weight: 1 + std::mem::take(&mut self.untimed) }
+    }
+
+    /// A launch [`next`](Self::next) counted failed: what it stood for goes back.
     fn abandon(&mut self, count: &Count) {
-        if count.took_claim {
-            self.claimed += 1;
+        if count.timed {
+            self.untimed += count.weight.saturating_sub(1);
         } else {
-            self.claimed = self.claimed.saturating_sub(count.weight.saturating_sub(1));
+            self.untimed = self.untimed.saturating_sub(count.weight);
         }
     }
 }
@@ -199,21 +228,39 @@ fn launch_shape(function: Raw, grid: Dim3, block: Dim3, shared_mem: u32) -> u64 
 
 impl KernelTimer {
     fn new(devices: usize) -> Self {
-        let every = std::env::var("PHOS_TIME_KERNELS").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
+        let every = std::env::var("PHOS_TIME_KERNELS").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
         KernelTimer {
-            sampler: Sampler { every, claimed: 0 },
+            sampler: Sampler::new(every, sample_gap()),
             pending: Default::default(),
             shortest: HashMap::new(),
             free: vec![Vec::new(); devices],
             total_ns: 0,
             kernels: 0,
+            harvested_at: Instant::now(),
+        }
+    }
+
+    /// [`harvest`](Self::harvest), unless it ran less than [`HARVEST_EVERY`] ago.
+    fn harvest_if_due(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        if now.duration_since(self.harvested_at) >= HARVEST_EVERY {
+            self.harvested_at = now;
+            self.harvest();
         }
     }
 
     /// The next launch on `device`: how it is counted, and an event pair if it is timed.
     fn begin(&mut self, device: i32, measure: bool) -> Timing {
-        let count = self.sampler.next(measure);
+        let count = self.sampler.next(measure, Instant::now());
         let pair = if count.timed { self.pair(device) } else { None };
+        if !count.timed {
+            // Counted now (taken back if the launch fails): its time comes with the next
+            // timed launch.
+            self.kernels += count.weight;
+        }
         Timing { pair, count }
     }
 
@@ -239,8 +286,9 @@ impl KernelTimer {
             && let Some(&(_, _, end, _, _)) = self.pending.front()
         {
             unsafe { sys::cuEventSynchronize(end) };
+            self.harvest();
         }
-        self.harvest();
+        self.harvest_if_due();
     }
 
     fn give_back(&mut self, device: i32, pair: (sys::CUevent, sys::CUevent)) {
@@ -273,7 +321,7 @@ impl KernelTimer {
             }
             // Counted even without a time, so that the router's count of kernels queued
             // comes back to none.
-            self.kernels += weight;
+            self.kernels += 1;
             self.give_back(device, (start, end));
         }
     }
@@ -1038,7 +1086,7 @@ impl Backend for CudaBackend {
                 ))
             }
         };
-        if timing.pair.is_some() || r.is_err() || timing.count.weight > 0 {
+        if timing.pair.is_some() || r.is_err() || timing.count.timed {
             let mut timer = self.timer.lock().unwrap();
             match timing.pair {
                 Some(pair) if r.is_ok() && unsafe { sys::cuEventRecord(pair.1, h) } == sys::CUresult::CUDA_SUCCESS => {
@@ -1050,9 +1098,12 @@ impl Backend for CudaBackend {
                     }
                     if r.is_err() {
                         timer.sampler.abandon(&timing.count);
-                    } else {
+                        if !timing.count.timed {
+                            timer.kernels -= timing.count.weight;
+                        }
+                    } else if timing.count.timed {
                         // Launched but not timed (no events to be had): counted, without a time.
-                        timer.kernels += timing.count.weight;
+                        timer.kernels += 1;
                     }
                 }
             }
@@ -1062,7 +1113,7 @@ impl Backend for CudaBackend {
 
     fn device_time(&self) -> (u64, u64) {
         let mut timer = self.timer.lock().unwrap();
-        timer.harvest();
+        timer.harvest_if_due();
         (timer.total_ns, timer.kernels)
     }
 
@@ -1076,34 +1127,38 @@ mod timing_tests {
     use super::*;
 
     #[test]
-    fn launches_are_counted_once_whether_sampled_or_timed() {
-        let mut s = Sampler { every: 4, claimed: 0 };
-        let sampled = Count { timed: true, weight: 4, took_claim: false };
-        let covered = Count { timed: false, weight: 0, took_claim: true };
-        // One in four timed, counting for the three after it.
-        assert_eq!(s.next(false), sampled);
-        assert_eq!(s.next(false), covered);
-        // A policy is loaded: every launch is timed from now on, but the two still covered
-        // by the sampled one count for nothing of their own...
-        assert_eq!(s.next(true), Count { timed: true, weight: 0, took_claim: true });
-        assert_eq!(s.next(true), Count { timed: true, weight: 0, took_claim: true });
-        // ... and the launches after them for one each: five launches, five counted.
-        assert_eq!(s.next(true), Count { timed: true, weight: 1, took_claim: false });
-        // Unloaded: sampling starts again at once, so no launch goes uncounted.
-        assert_eq!(s.next(false), sampled);
-        // A launch that fails gives back what it took or claimed.
-        let c = s.next(false);
-        assert_eq!(c, covered);
+    fn launches_are_sampled_by_count_and_by_time() {
+        let t0 = Instant::now();
+        let at = |us: u64| t0 + Duration::from_micros(us);
+        let untimed = Count { timed: false, weight: 1 };
+        let mut s = Sampler::new(4, Some(Duration::from_millis(1)));
+        // The first launch is timed; within the gap, one in four, standing for those before.
+        assert_eq!(s.next(false, at(0)), Count { timed: true, weight: 1 });
+        assert_eq!(s.next(false, at(1)), untimed);
+        assert_eq!(s.next(false, at(2)), untimed);
+        assert_eq!(s.next(false, at(3)), untimed);
+        assert_eq!(s.next(false, at(4)), Count { timed: true, weight: 4 });
+        // Long kernels: each launch a gap after the last timed one is timed.
+        assert_eq!(s.next(false, at(5)), untimed);
+        assert_eq!(s.next(false, at(2_000)), Count { timed: true, weight: 2 });
+        assert_eq!(s.next(false, at(4_000)), Count { timed: true, weight: 1 });
+        // A policy is loaded: every launch timed, standing for itself and any untimed before.
+        assert_eq!(s.next(false, at(4_001)), untimed);
+        assert_eq!(s.next(true, at(4_002)), Count { timed: true, weight: 2 });
+        assert_eq!(s.next(true, at(4_003)), Count { timed: true, weight: 1 });
+        // A launch that fails gives back what it stood for.
+        assert_eq!(s.next(false, at(4_004)), untimed);
+        let c = s.next(false, at(4_005));
         s.abandon(&c);
-        assert_eq!(s.claimed, 3);
-        let mut s = Sampler { every: 4, claimed: 0 };
-        let c = s.next(false);
+        assert_eq!(s.untimed, 1);
+        let c = s.next(true, at(4_006));
+        assert_eq!(c, Count { timed: true, weight: 2 });
         s.abandon(&c);
-        assert_eq!((s.claimed, s.next(false)), (0, sampled));
-        // PHOS_TIME_KERNELS=0: nothing timed but what the router asks for.
-        let mut s = Sampler { every: 0, claimed: 0 };
-        assert_eq!(s.next(false), Count { timed: false, weight: 0, took_claim: false });
-        assert_eq!(s.next(true), Count { timed: true, weight: 1, took_claim: false });
+        assert_eq!(s.untimed, 1);
+        // PHOS_TIME_KERNELS=0: nothing timed or counted but what the router asks for.
+        let mut s = Sampler::new(0, Some(Duration::from_millis(1)));
+        assert_eq!(s.next(false, at(0)), Count { timed: false, weight: 0 });
+        assert_eq!(s.next(true, at(1)), Count { timed: true, weight: 1 });
     }
 
     #[test]
