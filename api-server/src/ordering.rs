@@ -8,13 +8,12 @@
 //! unanswered async calls (call ids are unique in the guest process), and its channel waits
 //! here until those have run.
 
-use std::collections::BTreeSet;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// Call ids kept; older ones count as run. A guest has at most a few thousand async calls
-/// unanswered, far fewer than this.
-const REMEMBERED: usize = 1 << 16;
+/// Call ids kept, counting back from the newest that ran; older ones count as run. A guest
+/// has at most a few thousand async calls unanswered, far fewer than this.
+const REMEMBERED: u64 = 1 << 17;
 
 /// How long a barrier waits for a call that never arrives (a guest bug or a hostile guest;
 /// it only ever holds up the guest's own channel).
@@ -27,17 +26,59 @@ pub struct AsyncLedger {
     changed: Condvar,
 }
 
-#[derive(Default)]
+/// A bitmap of the ids in `[base, base + REMEMBERED)` that ran (a launch storm marks one
+/// per launch: a bit, where a tree of ids cost a few cache misses each).
 struct Ledger {
-    ran: BTreeSet<u64>,
-    /// Every id at or below this counts as run (forgotten to bound the set).
-    floor: u64,
+    /// Every id below this counts as run (forgotten to bound the map).
+    base: u64,
+    bits: Vec<u64>,
     waiters: usize,
 }
 
+impl Default for Ledger {
+    fn default() -> Self {
+        Ledger { base: 0, bits: vec![0; (REMEMBERED / 64) as usize], waiters: 0 }
+    }
+}
+
 impl Ledger {
+    fn slot(id: u64) -> (usize, u64) {
+        let i = id % REMEMBERED;
+        ((i / 64) as usize, 1 << (i % 64))
+    }
+
     fn has_run(&self, id: u64) -> bool {
-        id <= self.floor || self.ran.contains(&id)
+        if id < self.base {
+            return true;
+        }
+        if id >= self.base + REMEMBERED {
+            return false;
+        }
+        let (w, bit) = Self::slot(id);
+        self.bits[w] & bit != 0
+    }
+
+    fn mark(&mut self, id: u64) {
+        if id < self.base {
+            return;
+        }
+        let end = self.base + REMEMBERED;
+        if id >= end {
+            // Slide the window so `id` is its newest; what falls out counts as run.
+            // (A guest's ids are its own: one near u64::MAX only forgets its own calls.)
+            let new_base = id.saturating_add(1) - REMEMBERED;
+            if new_base - self.base >= REMEMBERED {
+                self.bits.fill(0);
+            } else {
+                for old in self.base..new_base {
+                    let (w, bit) = Self::slot(old);
+                    self.bits[w] &= !bit;
+                }
+            }
+            self.base = new_base;
+        }
+        let (w, bit) = Self::slot(id);
+        self.bits[w] |= bit;
     }
 }
 
@@ -45,12 +86,7 @@ impl AsyncLedger {
     /// An async call has run (successfully or not).
     pub fn ran(&self, call_id: u64) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        s.ran.insert(call_id);
-        while s.ran.len() > REMEMBERED {
-            if let Some(oldest) = s.ran.pop_first() {
-                s.floor = s.floor.max(oldest);
-            }
-        }
+        s.mark(call_id);
         if s.waiters > 0 {
             self.changed.notify_all();
         }
@@ -106,10 +142,17 @@ mod tests {
     #[test]
     fn forgotten_ids_count_as_run() {
         let ledger = AsyncLedger::default();
-        for id in 1..=(REMEMBERED as u64 + 10) {
+        for id in (1..=REMEMBERED + 10).step_by(3) {
             ledger.ran(id);
         }
-        assert!(ledger.wait_for_at_most(&[2, REMEMBERED as u64 + 10], Duration::ZERO).is_empty());
-        assert_eq!(ledger.wait_for_at_most(&[REMEMBERED as u64 + 11], Duration::ZERO).len(), 1);
+        // Ran, forgotten (counted as run), remembered as not run, and not yet seen.
+        let newest = 1 + (REMEMBERED + 9) / 3 * 3;
+        assert!(ledger.wait_for_at_most(&[4, 5, newest], Duration::ZERO).is_empty());
+        assert_eq!(ledger.wait_for_at_most(&[newest - 1, newest + 1], Duration::ZERO), vec![newest - 1, newest + 1]);
+        // A jump far ahead forgets everything before the new window.
+        ledger.ran(10 * REMEMBERED);
+        AsyncLedger::default().ran(u64::MAX);
+        assert!(ledger.wait_for_at_most(&[newest - 1, 9 * REMEMBERED], Duration::ZERO).is_empty());
+        assert_eq!(ledger.wait_for_at_most(&[9 * REMEMBERED + 2], Duration::ZERO), vec![9 * REMEMBERED + 2]);
     }
 }

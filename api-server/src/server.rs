@@ -7,7 +7,7 @@ use std::os::unix::net::UnixListener;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use phos_protocol::cudart::{self, FunctionId};
 use phos_protocol::frame::{FLAG_ASYNC, FLAG_MEASURE, FrameHeader, FrameKind, MAX_BARRIER_IDS};
@@ -73,6 +73,9 @@ struct AckWindow {
 /// reported: a late report makes a tenant whose queue is empty look busy, and keeps a
 /// policy that lets a tenant have one kernel queued at a time waiting.
 const REPORT_INTERVAL: Duration = Duration::from_micros(100);
+
+/// How often an unmeasured async call looks at the session's usage figures.
+const USAGE_CHECK_GAP: Duration = Duration::from_micros(50);
 
 /// How often device time and kernel counts are reported while no policy needs them.
 const UNPOLICED_REPORT_GAP: Duration = Duration::from_millis(1);
@@ -231,11 +234,17 @@ impl ApiServer {
 
         let mut out = Vec::new();
         let mut acks = AckWindow::default();
+        let mut usage_checked = Instant::now();
+        // Calls whose effect on usage has not been looked at yet.
+        let mut usage_unchecked = false;
         loop {
             // While kernels are still to be measured and the guest is quiet (waiting, or
             // held back by the router), report their device time as they finish, so that
             // the router's books do not wait for the guest's next call.
-            while (session.backend().measuring() || session.usage_unreported()) && !t.wait_readable(REPORT_INTERVAL) {
+            while (usage_unchecked || session.backend().measuring() || session.usage_unreported())
+                && !t.wait_readable(REPORT_INTERVAL)
+            {
+                usage_unchecked = false;
                 if let Some(report) = session.usage_if_changed(Duration::ZERO)
                     && Self::report(t.as_mut(), session.id, 0, &report).is_err()
                 {
@@ -327,11 +336,21 @@ impl ApiServer {
             // accounting is current when the guest's next call is decided.
             // Without a policy (no call marked for measuring) only `phosctl top` and the
             // metrics read device time: a report a millisecond is plenty.
-            let kernel_gap = if h.flags & FLAG_MEASURE != 0 { Duration::ZERO } else { UNPOLICED_REPORT_GAP };
-            if let Some(report) = session.usage_if_changed(kernel_gap)
-                && Self::report(t.as_mut(), session.id, h.call_id, &report).is_err()
-            {
-                break;
+            // An unmeasured async call (a launch storm) looks at the figures at most every
+            // USAGE_CHECK_GAP: reading them takes locks, and a launch costs little more.
+            let measured = h.flags & FLAG_MEASURE != 0;
+            let now = Instant::now();
+            if !is_async || measured || now.saturating_duration_since(usage_checked) >= USAGE_CHECK_GAP {
+                usage_checked = now;
+                usage_unchecked = false;
+                let kernel_gap = if measured { Duration::ZERO } else { UNPOLICED_REPORT_GAP };
+                if let Some(report) = session.usage_if_changed(kernel_gap)
+                    && Self::report(t.as_mut(), session.id, h.call_id, &report).is_err()
+                {
+                    break;
+                }
+            } else {
+                usage_unchecked = true;
             }
             if is_async {
                 if acks.full() && acks.send(t.as_mut(), session.id).is_err() {

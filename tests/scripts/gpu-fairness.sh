@@ -11,6 +11,8 @@
 # with that shipped policy and parameters, e.g. fair_share:brake_ns=1ms,hold_div=4). A
 # router configuration ending in +equal runs the router with PHOS_CONTENTION=equal (device
 # time of overlapping work split equally, without water-filling), e.g. fair_share+equal.
+# SCRAPE=1 also writes the router's books every 200 ms (OUT/books-*.txt) and the tenants'
+# logs (OUT/log-*), on one clock, for comparing the books with the truth.
 # Suffixes @VAR=VALUE set the environment of the router, its servers and the guests, e.g.
 # phos@PHOS_SYNC_SPIN_US=0.
 #
@@ -94,11 +96,31 @@ for config in $CONFIGS; do
   router=$!
   for _ in $(seq 100); do [ -S "$dir/long.sock" ] && break; sleep 0.1; done
   sleep 2 # the pooled servers' contexts
+  scraper=
+  if [ -n "${SCRAPE:-}" ]; then
+    # The router's books every 200 ms against the tenants' own logs (same clock), for
+    # comparing measured device time with the truth window by window.
+    python3 - "$port" > "$OUT/books-$safe.txt" <<'PY' &
+import re, sys, time, urllib.request
+pat = re.compile(r'phos_tenant_resource\{tenant="(\w+)",resource="device_time",kind="measured"\} (\d+)')
+while True:
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics").read().decode()
+        books = dict(pat.findall(text))
+        print(time.monotonic_ns(), books.get("short", 0), books.get("long", 0), flush=True)
+    except Exception:
+        pass
+    time.sleep(0.2)
+PY
+    scraper=$!
+  fi
   env ${router_env[@]+"${router_env[@]}"} "$BIN/phosctl" run --endpoint "unix:$dir/short.sock" -- "${short[@]}" \
     2> "$OUT/guest-$safe-short.log" & a=$!
   env ${router_env[@]+"${router_env[@]}"} "$BIN/phosctl" run --endpoint "unix:$dir/long.sock" -- "${long[@]}" \
     2> "$OUT/guest-$safe-long.log" & b=$!
   wait $a $b
+  [ -n "$scraper" ] && kill "$scraper"
+  [ -n "${SCRAPE:-}" ] && cp "$WORK/$config.short" "$OUT/log-$safe.short" && cp "$WORK/$config.long" "$OUT/log-$safe.long"
   python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:$port/metrics').read().decode())" \
     > "$OUT/metrics-$safe.txt" || true
   # A run in which a tenant did not go through this router measures nothing of Phos.
