@@ -129,26 +129,39 @@ fn sample_gap() -> Option<Duration> {
     })
 }
 
+/// Untimed launches between two looks at the clock for the sampling gap.
+const GAP_CHECK_EVERY: u64 = 8;
+
 impl Sampler {
     fn new(every: u64, gap: Option<Duration>) -> Self {
         Sampler { every, gap, untimed: 0, last_timed: None }
     }
 
-    /// The next launch, at `now`: timed always when `measure`, else when `every` launches
-    /// have gone by untimed or the last timed one is the gap old.
-    fn next(&mut self, measure: bool, now: Instant) -> Count {
+    /// The next launch (`now` reads the clock): timed always when `measure`, else when
+    /// `every` launches have gone by untimed or the last timed one is the gap old (looked at
+    /// every [`GAP_CHECK_EVERY`] launches: a clock read is a tenth of what the server adds
+    /// to a launch).
+    fn next(&mut self, measure: bool, now: impl Fn() -> Instant) -> Count {
         if !measure && self.every == 0 {
             return Count { timed: false, weight: 0 };
         }
+        let mut read = None;
         let due = measure
             || self.untimed + 1 >= self.every
-            || self.last_timed.is_none()
-            || self.gap.is_some_and(|gap| now.saturating_duration_since(self.last_timed.unwrap()) >= gap);
+            || match (self.last_timed, self.gap) {
+                (None, _) => true,
+                (Some(last), Some(gap)) if self.untimed % GAP_CHECK_EVERY == GAP_CHECK_EVERY - 1 => {
+                    let t = now();
+                    read = Some(t);
+                    t.saturating_duration_since(last) >= gap
+                }
+                _ => false,
+            };
         if !due {
             self.untimed += 1;
             return Count { timed: false, weight: 1 };
         }
-        self.last_timed = Some(now);
+        self.last_timed = Some(read.unwrap_or_else(now));
         Count { timed: true, weight: 1 + std::mem::take(&mut self.untimed) }
     }
 
@@ -254,7 +267,7 @@ impl KernelTimer {
 
     /// The next launch on `device`: how it is counted, and an event pair if it is timed.
     fn begin(&mut self, device: i32, measure: bool) -> Timing {
-        let count = self.sampler.next(measure, Instant::now());
+        let count = self.sampler.next(measure, Instant::now);
         let pair = if count.timed { self.pair(device) } else { None };
         if !count.timed {
             // Counted now (taken back if the launch fails): its time comes with the next
@@ -1129,29 +1142,31 @@ mod timing_tests {
     #[test]
     fn launches_are_sampled_by_count_and_by_time() {
         let t0 = Instant::now();
-        let at = |us: u64| t0 + Duration::from_micros(us);
+        let at = |us: u64| move || t0 + Duration::from_micros(us);
         let untimed = Count { timed: false, weight: 1 };
-        let mut s = Sampler::new(4, Some(Duration::from_millis(1)));
-        // The first launch is timed; within the gap, one in four, standing for those before.
+        let mut s = Sampler::new(16, Some(Duration::from_millis(1)));
+        // The first launch is timed; within the gap, one in 16, standing for those before.
         assert_eq!(s.next(false, at(0)), Count { timed: true, weight: 1 });
-        assert_eq!(s.next(false, at(1)), untimed);
-        assert_eq!(s.next(false, at(2)), untimed);
-        assert_eq!(s.next(false, at(3)), untimed);
-        assert_eq!(s.next(false, at(4)), Count { timed: true, weight: 4 });
-        // Long kernels: each launch a gap after the last timed one is timed.
-        assert_eq!(s.next(false, at(5)), untimed);
-        assert_eq!(s.next(false, at(2_000)), Count { timed: true, weight: 2 });
-        assert_eq!(s.next(false, at(4_000)), Count { timed: true, weight: 1 });
+        for i in 1..16 {
+            assert_eq!(s.next(false, at(i)), untimed);
+        }
+        assert_eq!(s.next(false, at(16)), Count { timed: true, weight: 16 });
+        // Long kernels: the clock is looked at every eighth untimed launch, and a launch a
+        // gap after the last timed one is timed.
+        for i in 0..7 {
+            assert_eq!(s.next(false, at(2_000 + i)), untimed, "launch {i}");
+        }
+        assert_eq!(s.next(false, at(2_100)), Count { timed: true, weight: 8 });
         // A policy is loaded: every launch timed, standing for itself and any untimed before.
-        assert_eq!(s.next(false, at(4_001)), untimed);
-        assert_eq!(s.next(true, at(4_002)), Count { timed: true, weight: 2 });
-        assert_eq!(s.next(true, at(4_003)), Count { timed: true, weight: 1 });
+        assert_eq!(s.next(false, at(2_101)), untimed);
+        assert_eq!(s.next(true, at(2_102)), Count { timed: true, weight: 2 });
+        assert_eq!(s.next(true, at(2_103)), Count { timed: true, weight: 1 });
         // A launch that fails gives back what it stood for.
-        assert_eq!(s.next(false, at(4_004)), untimed);
-        let c = s.next(false, at(4_005));
+        assert_eq!(s.next(false, at(2_104)), untimed);
+        let c = s.next(false, at(2_105));
         s.abandon(&c);
         assert_eq!(s.untimed, 1);
-        let c = s.next(true, at(4_006));
+        let c = s.next(true, at(2_106));
         assert_eq!(c, Count { timed: true, weight: 2 });
         s.abandon(&c);
         assert_eq!(s.untimed, 1);
