@@ -11,6 +11,8 @@
 # with that shipped policy and parameters, e.g. fair_share:brake_ns=1ms,hold_div=4). A
 # router configuration ending in +equal runs the router with PHOS_CONTENTION=equal (device
 # time of overlapping work split equally, without water-filling), e.g. fair_share+equal.
+# NVML=1 records the driver's per-process utilisation samples (OUT/nvml-*.txt,
+# tests/scripts/nvml-process-util.py) and the tenants' logs.
 # SCRAPE=1 also writes the router's books every 200 ms (OUT/books-*.txt) and the tenants'
 # logs (OUT/log-*), on one clock, for comparing the books with the truth.
 # Suffixes @VAR=VALUE set the environment of the router, its servers and the guests, e.g.
@@ -56,10 +58,19 @@ for config in $CONFIGS; do
   safe=$(echo "$config" | tr ':,=' '___') # for file names under OUT
   short=("$WORK/tenant_load" run "$IS" "$SECS" "$WORK/$config.short")
   long=("$WORK/tenant_load" run "$IL" "$SECS" "$WORK/$config.long")
+  nvml=
+  if [ -n "${NVML:-}" ]; then
+    # The driver's own per-process utilisation samples, beside the tenants' logs.
+    python3 tests/scripts/nvml-process-util.py "$((SECS + 3))" > "$OUT/nvml-$safe.txt" 2>&1 &
+    nvml=$!
+  fi
   if [ "$config" = native ]; then
     "${short[@]}" & a=$!
     "${long[@]}" & b=$!
+    echo "pids short=$a long=$b" > "$OUT/pids-$safe.txt"
     wait $a $b
+    [ -n "$nvml" ] && { wait "$nvml" || true; }
+    [ -n "${NVML:-}" ] && cp "$WORK/$config.short" "$OUT/log-$safe.short" && cp "$WORK/$config.long" "$OUT/log-$safe.long"
     continue
   fi
   port=$((port + 1))
@@ -118,9 +129,12 @@ PY
     2> "$OUT/guest-$safe-short.log" & a=$!
   env ${router_env[@]+"${router_env[@]}"} "$BIN/phosctl" run --endpoint "unix:$dir/long.sock" -- "${long[@]}" \
     2> "$OUT/guest-$safe-long.log" & b=$!
+  sleep 0.5
+  pgrep -a phos-api-server > "$OUT/pids-$safe.txt" || true
   wait $a $b
+  [ -n "$nvml" ] && { wait "$nvml" || true; }
   [ -n "$scraper" ] && kill "$scraper"
-  [ -n "${SCRAPE:-}" ] && cp "$WORK/$config.short" "$OUT/log-$safe.short" && cp "$WORK/$config.long" "$OUT/log-$safe.long"
+  [ -n "${SCRAPE:-}${NVML:-}" ] && cp "$WORK/$config.short" "$OUT/log-$safe.short" && cp "$WORK/$config.long" "$OUT/log-$safe.long"
   python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:$port/metrics').read().decode())" \
     > "$OUT/metrics-$safe.txt" || true
   # A run in which a tenant did not go through this router measures nothing of Phos.
