@@ -149,7 +149,11 @@ impl Cpio {
 /// included).
 fn libraries(exe: &Path) -> Vec<PathBuf> {
     let out = Command::new("ldd").arg(exe).output().expect("running ldd");
-    assert!(out.status.success(), "ldd {}: {}", exe.display(), String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    if text.contains("not a dynamic executable") {
+        return Vec::new();
+    }
+    assert!(out.status.success(), "ldd {}: {text}", exe.display());
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| {
@@ -189,7 +193,7 @@ fn initramfs(kit: &Kit, dir: &Path, programs: &BTreeMap<&str, PathBuf>, script: 
         c.file(&format!("/lib/modules/{m}.ko"), 0o644, &data);
     }
     let mut libs = std::collections::BTreeSet::new();
-    for exe in programs.values().chain(std::iter::once(&built("libcudart.so"))) {
+    for exe in programs.values().chain([&built("libcudart.so"), &kit.busybox]) {
         libs.extend(libraries(exe));
     }
     for lib in libs {
