@@ -167,13 +167,14 @@ fn libraries(exe: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Phos's guest library, stripped (the debug build's symbols would only cost memory).
-fn guest_library(dir: &Path) -> Vec<u8> {
-    let lib = built("libcudart.so");
-    let stripped = dir.join("libcudart.so");
-    match Command::new("strip").arg("-o").arg(&stripped).arg(&lib).status() {
-        Ok(s) if s.success() => std::fs::read(&stripped).unwrap(),
-        _ => std::fs::read(&lib).unwrap(),
+/// One of this build's files, stripped (the debug build's symbols would only cost the VM
+/// memory).
+fn stripped(name: &str, dir: &Path) -> Vec<u8> {
+    let file = built(name);
+    let out = dir.join(name);
+    match Command::new("strip").arg("-o").arg(&out).arg(&file).status() {
+        Ok(s) if s.success() => std::fs::read(&out).unwrap(),
+        _ => std::fs::read(&file).unwrap(),
     }
 }
 
@@ -193,7 +194,7 @@ fn initramfs(kit: &Kit, dir: &Path, programs: &BTreeMap<&str, PathBuf>, script: 
         c.file(&format!("/lib/modules/{m}.ko"), 0o644, &data);
     }
     let mut libs = std::collections::BTreeSet::new();
-    for exe in programs.values().chain([&built("libcudart.so"), &kit.busybox]) {
+    for exe in programs.values().chain([&built("libcudart.so"), &built("phosctl"), &kit.busybox]) {
         libs.extend(libraries(exe));
     }
     for lib in libs {
@@ -203,7 +204,8 @@ fn initramfs(kit: &Kit, dir: &Path, programs: &BTreeMap<&str, PathBuf>, script: 
         let data = std::fs::read(&lib).unwrap_or_else(|e| panic!("{}: {e}", lib.display()));
         c.file(&lib.to_string_lossy(), 0o755, &data);
     }
-    c.file("/phos/libcudart.so", 0o755, &guest_library(dir));
+    c.file("/phos/libcudart.so", 0o755, &stripped("libcudart.so", dir));
+    c.file("/phos/phosctl", 0o755, &stripped("phosctl", dir));
     for soname in ["libcudart.so.11.0", "libcudart.so.12", "libcudart.so.13"] {
         c.symlink(&format!("/phos/{soname}"), "libcudart.so");
     }
@@ -234,6 +236,15 @@ fn initramfs(kit: &Kit, dir: &Path, programs: &BTreeMap<&str, PathBuf>, script: 
 fn run_in_guest(name: &str, args: &str) -> String {
     format!(
         "echo @@PHOS-BEGIN {name}\n/progs/{name} {args} > /tmp/{name}.out 2>&1; rc=$?\ncat /tmp/{name}.out\necho @@PHOS-END {name} rc=$rc\n"
+    )
+}
+
+/// The same through `phosctl run --transport vsock` (its logs, on standard error, after the
+/// end marker).
+fn phosctl_in_guest(name: &str) -> String {
+    format!(
+        "echo @@PHOS-BEGIN phosctl_{name}\nPHOS_GUEST_LIB=/phos/libcudart.so /phos/phosctl run --transport vsock -- /progs/{name} \
+         > /tmp/p_{name}.out 2>/tmp/p_{name}.err; rc=$?\ncat /tmp/p_{name}.out\necho @@PHOS-END phosctl_{name} rc=$rc\ncat /tmp/p_{name}.err\n"
     )
 }
 
@@ -442,6 +453,7 @@ fn programs_in_a_vm_reach_the_router_over_vsock() {
     for name in ["vector_add", "memory_ops", "host_threads"] {
         script += &run_in_guest(name, "");
     }
+    script += &phosctl_in_guest("vector_add");
     // Two programs at once.
     script += "(/progs/vector_add > /tmp/va2.out 2>&1; echo rc=$? >> /tmp/va2.out) &\n\
                (/progs/memory_ops > /tmp/mo2.out 2>&1; echo rc=$? >> /tmp/mo2.out) &\n\
@@ -469,6 +481,8 @@ fn programs_in_a_vm_reach_the_router_over_vsock() {
         assert_eq!(rc, "rc=0", "{name} in the VM:\n{out}");
         assert_eq!(out, expected(name), "{name}'s output in the VM");
     }
+    let (out, rc) = vm.output_of("phosctl_vector_add");
+    assert_eq!((out.as_str(), rc.as_str()), (expected("vector_add").as_str(), "rc=0"), "phosctl run --transport vsock");
     for name in ["vector_add", "memory_ops"] {
         let (out, _) = vm.output_of(&format!("concurrent_{name}"));
         assert_eq!(out, format!("{}rc=0\n", expected(name)), "{name}, run beside another program in the VM");
