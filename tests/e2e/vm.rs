@@ -232,6 +232,11 @@ fn initramfs(kit: &Kit, dir: &Path, programs: &BTreeMap<&str, PathBuf>, script: 
     path
 }
 
+/// Guest shell: wait until process `$pid` has a socket (its channel), then a second more,
+/// so that it is in the middle of its calls.
+const WAIT_CONNECTED: &str =
+    "for i in $(seq 600); do ls -l /proc/$pid/fd 2>/dev/null | grep -q socket && break; sleep 0.1; done\nsleep 1\n";
+
 /// The guest shell's lines that run `name` and print its output between markers.
 fn run_in_guest(name: &str, args: &str) -> String {
     format!(
@@ -461,8 +466,9 @@ fn programs_in_a_vm_reach_the_router_over_vsock() {
                echo @@PHOS-BEGIN concurrent_vector_add\ncat /tmp/va2.out\necho @@PHOS-END concurrent_vector_add rc=0\n\
                echo @@PHOS-BEGIN concurrent_memory_ops\ncat /tmp/mo2.out\necho @@PHOS-END concurrent_memory_ops rc=0\n";
     // Killed in the middle of its calls; then the next program must still be served.
-    script += "/progs/iterative 100000 > /tmp/it.out 2>&1 &\npid=$!\nsleep 3\nkill -9 $pid\nwait $pid 2>/dev/null\n\
-               echo @@PHOS-KILLED\n";
+    script += "/progs/iterative 100000 > /tmp/it.out 2>&1 &\npid=$!\n";
+    script += WAIT_CONNECTED;
+    script += "kill -9 $pid\nwait $pid 2>/dev/null\necho @@PHOS-KILLED\n";
     script += &run_in_guest("vector_add", "");
     let initrd = initramfs(&kit, dir.path(), &programs, &script);
 
@@ -528,13 +534,17 @@ fn a_vm_killed_mid_call_leaves_router_and_device_sound() {
     let dir = tempfile::tempdir().unwrap();
     let programs: BTreeMap<&str, PathBuf> =
         [("iterative", build_program(&kit.nvcc, "iterative", &["-arch=sm_70"]))].into_iter().collect();
-    let script = "echo @@PHOS-BOOTED\n/progs/iterative 100000 &\nsleep 2\necho @@PHOS-RUNNING\nwait\n";
-    let initrd = initramfs(&kit, dir.path(), &programs, script);
+    let script =
+        format!("echo @@PHOS-BOOTED\n/progs/iterative 100000 &\npid=$!\n{WAIT_CONNECTED}echo @@PHOS-RUNNING\nwait\n");
+    let initrd = initramfs(&kit, dir.path(), &programs, &script);
     let (router, socket) = router();
     let mut vm = Vm::start(&kit, dir.path(), &initrd, &socket);
     vm.wait_for("@@PHOS-RUNNING", timeout(), dir.path());
-    let calls = vm_calls(&router);
-    assert!(calls > 0, "the program in the VM made no call through the router");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while vm_calls(&router) == 0 {
+        assert!(Instant::now() < deadline, "the program in the VM made no call through the router");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     vm.qemu.kill().unwrap();
     let _ = vm.qemu.wait();
     wait_device(&mut vm.device, dir.path());
