@@ -104,7 +104,7 @@ impl Conn {
     }
 }
 
-/// Why a connection ends; logged.
+/// Why a muxer could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum MuxError {
     #[error("cannot create an epoll instance: {0}")]
@@ -651,6 +651,55 @@ mod tests {
         assert_eq!(m.connections(), 2);
         m.reset();
         assert_eq!(m.connections(), 0);
+    }
+
+    #[test]
+    fn a_slow_router_holds_the_guest_to_its_credit() {
+        let (_d, l, mut m) = router();
+        m.handle_tx(&hdr(1, op::REQUEST, 0), &[]);
+        let (mut r, _) = l.accept().unwrap();
+        drain(&mut m);
+        // The router reads nothing: what its socket does not take waits in the device, within
+        // the credit it gave.
+        let chunk = vec![1u8; 64 << 10];
+        let mut sent = 0;
+        while sent + chunk.len() <= BUF_ALLOC as usize {
+            m.handle_tx(&hdr(1, op::RW, chunk.len() as u32), &chunk);
+            sent += chunk.len();
+        }
+        assert_eq!(m.connections(), 1);
+        let reader = std::thread::spawn(move || {
+            let mut buf = vec![0u8; sent];
+            r.read_exact(&mut buf).unwrap();
+            assert!(buf.iter().all(|&b| b == 1));
+            r
+        });
+        // The router reads: the rest goes out as its socket becomes writable.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !m.conns[&1].to_router.is_empty() {
+            assert!(std::time::Instant::now() < deadline, "the device never flushed");
+            m.poll_sockets();
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let _r = reader.join().unwrap();
+        let out = drain(&mut m);
+        assert!(out.iter().any(|(h, _)| h.op == op::CREDIT_UPDATE && h.fwd_cnt == sent as u32), "{out:?}");
+    }
+
+    #[test]
+    fn a_new_request_replaces_a_stale_connection() {
+        let (_d, l, mut m) = router();
+        m.handle_tx(&hdr(8, op::REQUEST, 0), &[]);
+        let (mut old, _) = l.accept().unwrap();
+        drain(&mut m);
+        // The guest rebooted and reuses the port.
+        m.handle_tx(&hdr(8, op::REQUEST, 0), &[]);
+        let (_new, _) = l.accept().unwrap();
+        assert_eq!(m.connections(), 1);
+        let mut rest = Vec::new();
+        old.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty());
+        assert_eq!(drain(&mut m).iter().map(|o| o.0.op).collect::<Vec<_>>(), [op::RESPONSE]);
     }
 
     #[test]
