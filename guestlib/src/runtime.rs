@@ -21,7 +21,7 @@ use phos_protocol::frame::{FLAG_ASYNC, FLAG_REFUSED, FrameHeader, FrameKind, MAX
 use phos_protocol::handshake::{Hello, TransportKind, Welcome};
 use phos_protocol::shm::ShmTransport;
 use phos_protocol::staging::{Count, Staging};
-use phos_protocol::transport::{Endpoint, TcpTransport, Transport, UnixTransport};
+use phos_protocol::transport::{Endpoint, TcpTransport, Transport, UnixTransport, VsockTransport};
 use phos_protocol::{CudaError, RemoteCall};
 
 /// What the process learned when its session was opened.
@@ -299,6 +299,11 @@ fn open_channel() -> Result<Channel, CudaError> {
             Ok(Box::new(UnixTransport::new(s)) as Box<dyn Transport>)
         }),
         Endpoint::Tcp(addr) => TcpTransport::connect(addr).map(|t| Box::new(t) as Box<dyn Transport>),
+        // Inside a VM: the hypervisor's vmm-device carries the stream to the router. Like
+        // TCP, no shared memory crosses it (the pinned arena stays the guest's own).
+        Endpoint::Vsock { cid, port } => {
+            VsockTransport::connect(*cid, *port).map(|t| Box::new(t) as Box<dyn Transport>)
+        }
     };
     let mut transport = connected.map_err(|e| {
         tracing::error!("cannot reach the Phos router at {endpoint}: {e}");
@@ -365,7 +370,7 @@ fn open_channel() -> Result<Channel, CudaError> {
             tracing::error!("PHOS_TRANSPORT=shm, but the router at {endpoint} does not offer shared memory");
             return Err(CudaError::NoDevice);
         }
-        TransportKind::Unix | TransportKind::Tcp => transport,
+        TransportKind::Unix | TransportKind::Tcp | TransportKind::Vsock => transport,
     };
     let session = match guard.as_ref() {
         Some(s) if s.id == welcome.session => {

@@ -112,8 +112,9 @@ enum Command {
         endpoint: Option<String>,
         /// How the program's channels travel: `shm` (shared-memory rings, failing if the
         /// router does not offer them), `unix` (the socket) or `auto` (shm where offered;
-        /// the default, unless PHOS_TRANSPORT says otherwise).
-        #[arg(long, value_parser = ["auto", "unix", "shm"])]
+        /// the default, unless PHOS_TRANSPORT says otherwise). `vsock`, inside a VM: AF_VSOCK
+        /// to the hypervisor's phos-vmm-device (`--endpoint vsock:2:7070` by default).
+        #[arg(long, value_parser = ["auto", "unix", "shm", "vsock"])]
         transport: Option<String>,
         #[command(flatten)]
         server: ServerOptions,
@@ -193,7 +194,7 @@ fn router_config(listen: PathBuf, runtime_dir: PathBuf, backend: BackendKind, se
 pub(crate) fn endpoint_path(s: &str) -> Result<PathBuf, String> {
     match phos_protocol::transport::Endpoint::parse(s)? {
         phos_protocol::transport::Endpoint::Unix(p) => Ok(p),
-        phos_protocol::transport::Endpoint::Tcp(_) => {
+        phos_protocol::transport::Endpoint::Tcp(_) | phos_protocol::transport::Endpoint::Vsock { .. } => {
             Err(format!("`{s}`: a router's own socket is a unix: path (listen_tcp in its configuration adds TCP)"))
         }
     }
@@ -300,6 +301,23 @@ fn run(
             tracing::error!("cannot find the guest library: {e}");
             return ExitCode::from(2);
         }
+    };
+    // Inside a VM the router is the hypervisor's: its device answers on the host's CID.
+    let (endpoint, transport) = match transport.as_deref() {
+        Some("vsock") => {
+            let e = endpoint.unwrap_or_else(|| {
+                format!("vsock:{}:{}", libc::VMADDR_CID_HOST, phos_protocol::transport::DEFAULT_VSOCK_PORT)
+            });
+            if !matches!(
+                phos_protocol::transport::Endpoint::parse(&e),
+                Ok(phos_protocol::transport::Endpoint::Vsock { .. })
+            ) {
+                tracing::error!("--transport vsock needs a vsock:CID:PORT endpoint, not `{e}`");
+                return ExitCode::from(2);
+            }
+            (Some(e), None)
+        }
+        _ => (endpoint, transport),
     };
     // A private router unless the operator named one.
     let mut private: Option<(Arc<Router>, std::thread::JoinHandle<()>, tempfile::TempDir)> = None;

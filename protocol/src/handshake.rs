@@ -56,6 +56,9 @@ pub enum TransportKind {
     Shm,
     /// A TCP connection (a router on another host).
     Tcp,
+    /// An AF_VSOCK stream from inside a VM, carried by the hypervisor's `phos-vmm-device`
+    /// to the router's socket. Added last: the variant index is on the wire.
+    Vsock,
 }
 
 impl TransportKind {
@@ -64,6 +67,7 @@ impl TransportKind {
             TransportKind::Unix => "unix",
             TransportKind::Shm => "shm",
             TransportKind::Tcp => "tcp",
+            TransportKind::Vsock => "vsock",
         }
     }
 }

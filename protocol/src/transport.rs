@@ -1,6 +1,6 @@
 //! Transports move frames between two peers. Every transport implements [`Transport`]:
 //! Unix stream sockets ([`UnixTransport`]), TCP ([`TcpTransport`], a GPU server on another
-//! host) and shared-memory rings
+//! host), AF_VSOCK ([`VsockTransport`], a guest inside a VM) and shared-memory rings
 //! ([`ShmTransport`](crate::shm::ShmTransport)), which a channel that opened on a Unix
 //! socket moves to when both ends agree (see [`handshake`](crate::handshake)).
 
@@ -112,7 +112,19 @@ impl FrameSocket for TcpStream {
     }
 }
 
-/// Frames over a stream socket: [`UnixTransport`] or [`TcpTransport`].
+impl FrameSocket for vsock::VsockStream {
+    const KIND: TransportKind = TransportKind::Vsock;
+
+    fn try_clone_socket(&self) -> io::Result<Self> {
+        self.try_clone()
+    }
+
+    fn shutdown_socket(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// Frames over a stream socket: [`UnixTransport`], [`TcpTransport`] or [`VsockTransport`].
 pub struct SocketTransport<S: FrameSocket> {
     stream: S,
     max_payload: u64,
@@ -125,6 +137,15 @@ pub type UnixTransport = SocketTransport<UnixStream>;
 /// on a trusted network or through a tunnel; the tenant proves itself with a token
 /// ([`Hello::tenant_token`](crate::handshake::Hello::tenant_token)).
 pub type TcpTransport = SocketTransport<TcpStream>;
+
+/// The port a VM's guests reach Phos on (`vsock:2:7070`), unless the operator gives
+/// `phos-vmm-device --port` another.
+pub const DEFAULT_VSOCK_PORT: u32 = 7070;
+
+/// Frames over AF_VSOCK, for a guest inside a VM: the hypervisor's `phos-vmm-device` ends
+/// the connection and carries its bytes to the router's socket for the VM's tenant, so
+/// the tenant is the VM's, whatever the guest claims.
+pub type VsockTransport = SocketTransport<vsock::VsockStream>;
 
 impl<S: FrameSocket> SocketTransport<S> {
     pub fn new(stream: S) -> Self {
@@ -163,6 +184,13 @@ impl TcpTransport {
         // Calls are small and answered at once: no Nagle delay.
         stream.set_nodelay(true)?;
         Ok(Self::new(stream))
+    }
+}
+
+impl VsockTransport {
+    /// Connect to `port` of `cid` (2 is the host, [`vsock::VMADDR_CID_HOST`]).
+    pub fn connect(cid: u32, port: u32) -> io::Result<Self> {
+        Ok(Self::new(vsock::VsockStream::connect_with_cid_port(cid, port)?))
     }
 }
 
@@ -290,11 +318,13 @@ impl Write for NoSigPipe {
     }
 }
 
-/// Where a router listens: `unix:/path/to/socket` (or a bare path), or `tcp:HOST:PORT`.
+/// Where a router listens: `unix:/path/to/socket` (or a bare path), `tcp:HOST:PORT`, or,
+/// inside a VM, `vsock:CID:PORT` (the hypervisor's `phos-vmm-device`, CID 2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
     Unix(PathBuf),
     Tcp(String),
+    Vsock { cid: u32, port: u32 },
 }
 
 impl Endpoint {
@@ -311,16 +341,26 @@ impl Endpoint {
                 _ => Err(format!("`{s}`: expected tcp:HOST:PORT")),
             };
         }
+        if let Some(a) = s.strip_prefix("vsock:") {
+            return match a.split_once(':') {
+                Some((cid, port)) => match (cid.parse::<u32>(), port.parse::<u32>()) {
+                    (Ok(cid), Ok(port)) => Ok(Endpoint::Vsock { cid, port }),
+                    _ => Err(format!("`{s}`: expected vsock:CID:PORT (decimal numbers)")),
+                },
+                None => Err(format!("`{s}`: expected vsock:CID:PORT")),
+            };
+        }
         if s.starts_with('/') || s.starts_with('.') {
             return Ok(Endpoint::Unix(PathBuf::from(s)));
         }
-        Err(format!("unsupported endpoint `{s}` (expected unix:/path or tcp:HOST:PORT)"))
+        Err(format!("unsupported endpoint `{s}` (expected unix:/path, tcp:HOST:PORT or vsock:CID:PORT)"))
     }
 
     pub fn connect(&self) -> io::Result<Box<dyn Transport>> {
         match self {
             Endpoint::Unix(p) => Ok(Box::new(UnixTransport::connect(p)?)),
             Endpoint::Tcp(a) => Ok(Box::new(TcpTransport::connect(a)?)),
+            Endpoint::Vsock { cid, port } => Ok(Box::new(VsockTransport::connect(*cid, *port)?)),
         }
     }
 }
@@ -330,6 +370,7 @@ impl std::fmt::Display for Endpoint {
         match self {
             Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
             Endpoint::Tcp(a) => write!(f, "tcp:{a}"),
+            Endpoint::Vsock { cid, port } => write!(f, "vsock:{cid}:{port}"),
         }
     }
 }
@@ -437,6 +478,12 @@ mod tests {
         assert_eq!(Endpoint::parse("tcp:[::1]:7070").unwrap(), Endpoint::Tcp("[::1]:7070".into()));
         assert!(Endpoint::parse("tcp:nohost").is_err());
         assert!(Endpoint::parse("tcp:h:99999").is_err());
-        assert!(Endpoint::parse("vsock:3:5").is_err());
+        assert_eq!(Endpoint::parse("vsock:3:5").unwrap(), Endpoint::Vsock { cid: 3, port: 5 });
+        assert_eq!(Endpoint::parse("vsock:2:7070").unwrap().to_string(), "vsock:2:7070");
+        assert!(Endpoint::parse("vsock:2").is_err());
+        assert!(Endpoint::parse("vsock:x:5").is_err());
+        assert!(Endpoint::parse("vsock:2:-1").is_err());
+        assert!(Endpoint::parse("vsock:2:99999999999").is_err());
+        assert!(Endpoint::parse("vsok:2:5").is_err());
     }
 }
