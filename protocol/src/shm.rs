@@ -181,17 +181,12 @@ fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
-impl Region {
-    /// How long a reader spins now: the usual while, or until an awaited answer's deadline.
-    fn reader_spin(&self) -> Duration {
-        let until = self.spin_until.load(Ordering::Relaxed);
-        if until == 0 {
-            return self.spin;
-        }
-        let now = epoch().elapsed().as_nanos() as u64;
-        self.spin.max(Duration::from_nanos(until.saturating_sub(now)))
-    }
+/// Nanoseconds from [`epoch`] to `t` (the unit of [`Region::spin_until`]).
+fn since_epoch(t: Instant) -> u64 {
+    t.saturating_duration_since(epoch()).as_nanos() as u64
+}
 
+impl Region {
     fn control(&self, ring: usize) -> &RingControl {
         unsafe { &*(self.base.add(RING_CONTROL[ring]) as *const RingControl) }
     }
@@ -305,14 +300,18 @@ pub(crate) enum Waited {
     PeerGone,
 }
 
-/// Wait until `ready()` says so: spin for `spin`, then sleep on the futex `word` (saying so in
-/// `waiting`, so the other side knows to wake it), looking every [`LIVENESS_CHECK`] whether
-/// the peer is gone, until `deadline` if there is one. The other side changes `word` and
-/// then reads `waiting`; the `SeqCst` store and re-check here make a lost wake-up impossible.
+/// Wait until `ready()` says so: spin for `spin` (or, while `hint` holds a later deadline,
+/// until then; see [`ShmTransport::expect_frame_within`]), then sleep on the futex `word`
+/// (saying so in `waiting`, so the other side knows to wake it), looking every
+/// [`LIVENESS_CHECK`] whether the peer is gone, until `deadline` if there is one. A sleeper
+/// woken without its condition met spins again while the hint asks for it. The other side
+/// changes `word` and then reads `waiting`; the `SeqCst` store and re-check here make a lost
+/// wake-up impossible.
 pub(crate) fn wait_until(
     word: &AtomicU32,
     waiting: &AtomicU32,
     spin: Duration,
+    hint: Option<&AtomicU64>,
     deadline: Option<Instant>,
     mut ready: impl FnMut() -> io::Result<bool>,
     peer_gone: impl Fn() -> bool,
@@ -324,24 +323,25 @@ pub(crate) fn wait_until(
     if deadline.is_some_and(|d| d <= start) {
         return Ok(Waited::TimedOut);
     }
-    let spin_until = start + spin;
-    let mut spins = 0u32;
-    while !spin.is_zero() {
-        // Looked at on every turn: a pause costs about 140 cycles on current server CPUs, so
-        // looking once per 64 of them would leave each hop of a call microseconds late.
-        std::hint::spin_loop();
-        if ready()? {
-            return Ok(Waited::Ready);
-        }
-        spins += 1;
-        if spins.is_multiple_of(64) {
-            let now = Instant::now();
-            if now >= spin_until || deadline.is_some_and(|d| now >= d) {
-                break;
+    let hinted = |now: Instant| hint.is_some_and(|h| h.load(Ordering::Relaxed) > since_epoch(now));
+    let mut spin_until = start + spin;
+    loop {
+        let mut spins = 0u32;
+        while !spin.is_zero() {
+            // Looked at on every turn: a pause costs about 140 cycles on current server CPUs,
+            // so looking once per 64 of them would leave each hop of a call microseconds late.
+            std::hint::spin_loop();
+            if ready()? {
+                return Ok(Waited::Ready);
+            }
+            spins += 1;
+            if spins.is_multiple_of(64) {
+                let now = Instant::now();
+                if (now >= spin_until && !hinted(now)) || deadline.is_some_and(|d| now >= d) {
+                    break;
+                }
             }
         }
-    }
-    loop {
         let seen = word.load(Ordering::Acquire);
         waiting.store(1, Ordering::SeqCst);
         if ready()? {
@@ -365,6 +365,8 @@ pub(crate) fn wait_until(
         if peer_gone() {
             return Ok(Waited::PeerGone);
         }
+        // Woken with nothing to read: spin again only if an answer is awaited now.
+        spin_until = Instant::now();
     }
 }
 
@@ -401,7 +403,8 @@ impl RingRx {
         let waited = wait_until(
             &ctl.producer.data_seq,
             &ctl.consumer.consumer_waiting,
-            self.region.reader_spin(),
+            self.region.spin,
+            Some(&self.region.spin_until),
             deadline,
             || Ok(self.available()? > 0 || self.closed()),
             || self.region.peer_gone(),
@@ -496,6 +499,7 @@ impl RingTx {
             &ctl.consumer.space_seq,
             &ctl.producer.producer_waiting,
             self.region.spin,
+            None,
             None,
             || Ok(self.room()? > 0 || self.consumer_closed()),
             || self.region.peer_gone(),
@@ -594,6 +598,9 @@ pub struct ShmTransport {
     rx: Option<RingRx>,
     tx: Option<RingTx>,
     max_payload: u64,
+    /// The ring this side reads (also known to the writing half, for
+    /// [`Transport::expect_frame_within`]).
+    recv_ring: usize,
 }
 
 impl ShmTransport {
@@ -612,6 +619,7 @@ impl ShmTransport {
             tx: Some(RingTx { region: region.clone(), ring: send_ring, tail }),
             region,
             max_payload,
+            recv_ring,
         }
     }
 
@@ -683,8 +691,20 @@ impl Transport for ShmTransport {
 
     fn split(self: Box<Self>) -> io::Result<(Box<dyn Transport>, Box<dyn Transport>)> {
         let me = *self;
-        let reading = ShmTransport { region: me.region.clone(), rx: me.rx, tx: None, max_payload: me.max_payload };
-        let writing = ShmTransport { region: me.region, rx: None, tx: me.tx, max_payload: me.max_payload };
+        let reading = ShmTransport {
+            region: me.region.clone(),
+            rx: me.rx,
+            tx: None,
+            max_payload: me.max_payload,
+            recv_ring: me.recv_ring,
+        };
+        let writing = ShmTransport {
+            region: me.region,
+            rx: None,
+            tx: me.tx,
+            max_payload: me.max_payload,
+            recv_ring: me.recv_ring,
+        };
         Ok((Box::new(reading), Box::new(writing)))
     }
 
@@ -700,8 +720,13 @@ impl Transport for ShmTransport {
         if within.is_zero() || self.region.spin.is_zero() {
             return;
         }
-        let until = (epoch().elapsed() + within).as_nanos() as u64;
-        self.region.spin_until.store(until, Ordering::Relaxed);
+        self.region.spin_until.fetch_max(since_epoch(Instant::now() + within), Ordering::Relaxed);
+        // A reader already asleep (idle for longer than its spin) is woken to spin instead.
+        let ctl = self.region.control(self.recv_ring);
+        fence(Ordering::SeqCst);
+        if ctl.consumer.consumer_waiting.load(Ordering::Relaxed) != 0 {
+            futex_wake(&ctl.producer.data_seq);
+        }
     }
 }
 
@@ -864,6 +889,37 @@ mod tests {
     #[test]
     fn frames_larger_than_the_ring_cross_it_sleeping() {
         exchange(Duration::ZERO);
+    }
+
+    /// A reader asleep on its ring is woken to spin when its own side expects an answer
+    /// (the router's thread carrying a reply back, after it forwarded a synchronous call).
+    #[test]
+    fn an_expected_answer_wakes_a_sleeping_reader_to_spin() {
+        let (a, mut b) = ShmTransport::pair(8192, Duration::from_micros(50)).unwrap();
+        let (region, recv_ring) = (a.region.clone(), a.recv_ring);
+        let waiting = || region.control(recv_ring).consumer.consumer_waiting.load(Ordering::SeqCst);
+        let (mut a_r, a_w) = Box::new(a).split().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            a_r.recv(&mut buf).map(|h| h.call_id)
+        });
+        let until = |want: u32| {
+            let end = Instant::now() + Duration::from_secs(5);
+            while waiting() != want {
+                assert!(Instant::now() < end, "the reader's waiting flag never became {want}");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        until(1);
+        a_w.expect_frame_within(Duration::from_secs(2));
+        until(0);
+        // Still spinning a while later (no sleep in between), then the answer comes.
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(waiting(), 0);
+        let mut h = FrameHeader::new(crate::frame::FrameKind::Reply);
+        h.call_id = 7;
+        b.send(&h, &[]).unwrap();
+        assert_eq!(reader.join().unwrap().unwrap(), 7);
     }
 
     #[test]

@@ -190,6 +190,7 @@ impl Staging {
             word,
             waiting,
             spin,
+            None,
             Some(Instant::now() + STALL_LIMIT),
             || {
                 if word.load(Ordering::Acquire).wrapping_sub(seq) >= target.wrapping_sub(seq) {
