@@ -113,8 +113,9 @@ enum Command {
         /// How the program's channels travel: `shm` (shared-memory rings, failing if the
         /// router does not offer them), `unix` (the socket) or `auto` (shm where offered;
         /// the default, unless PHOS_TRANSPORT says otherwise). `vsock`, inside a VM: AF_VSOCK
-        /// to the hypervisor's phos-vmm-device (`--endpoint vsock:2:7070` by default).
-        #[arg(long, value_parser = ["auto", "unix", "shm", "vsock"])]
+        /// to the hypervisor's phos-vmm-device (`--endpoint vsock:2:7070` by default). `tcp`:
+        /// a router on another host (`--endpoint tcp:HOST:PORT`, PHOS_TENANT_TOKEN set).
+        #[arg(long, value_parser = ["auto", "unix", "shm", "vsock", "tcp"])]
         transport: Option<String>,
         #[command(flatten)]
         server: ServerOptions,
@@ -317,6 +318,13 @@ fn run(
             }
             (Some(e), None)
         }
+        Some("tcp") => match endpoint.as_deref().map(phos_protocol::transport::Endpoint::parse) {
+            Some(Ok(phos_protocol::transport::Endpoint::Tcp(_))) => (endpoint, None),
+            _ => {
+                tracing::error!("--transport tcp needs --endpoint tcp:HOST:PORT (a router listening on TCP)");
+                return ExitCode::from(2);
+            }
+        },
         _ => (endpoint, transport),
     };
     // A private router unless the operator named one.

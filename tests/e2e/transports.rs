@@ -168,8 +168,10 @@ fn guests_over_tcp_identify_with_a_token() {
         }
         cmd.output().unwrap()
     };
-    for name in ["vector_add", "memory_ops", "host_threads"] {
-        let out = run(name, Some(token), "auto");
+    for (name, transport) in
+        [("vector_add", "auto"), ("memory_ops", "auto"), ("host_threads", "auto"), ("vector_add", "tcp")]
+    {
+        let out = run(name, Some(token), transport);
         assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(String::from_utf8_lossy(&out.stdout), expected(name), "{name}");
     }
