@@ -83,6 +83,12 @@ static __always_inline __u64 decide(const struct phos_call *call, __u64 lead_ns)
     return PHOS_DELAY(hold - empty);
 }
 
+/* How long ago `then` was, seen from `now`: 0 if `then` is later (another thread's call,
+ * timed after this one's clock was read, may have got here first). */
+static __always_inline __u64 since(__u64 now, __u64 then) {
+    return now > then ? now - then : 0;
+}
+
 PHOS_ENTRY(fair_share) {
     if (call->tenant >= MAX_TENANTS)
         return PHOS_ADMIT;
@@ -103,13 +109,13 @@ PHOS_ENTRY(fair_share) {
         if (t == me)
             continue;
         struct tenant_clock *c = bpf_map_lookup_elem(&clocks, &t);
-        if (!c || c->last_call_ns == 0 || now - c->last_call_ns > idle_ns)
+        if (!c || c->last_call_ns == 0 || since(now, c->last_call_ns) > idle_ns)
             continue;
         if (c->vtime + c->queued_vt < slowest)
             slowest = c->vtime + c->queued_vt;
     }
 
-    if (mine->last_call_ns == 0 || now - mine->last_call_ns > idle_ns) {
+    if (mine->last_call_ns == 0 || since(now, mine->last_call_ns) > idle_ns) {
         /* (Re)joining: start level with the slowest, never behind where it was. */
         if (slowest != ~0ULL && slowest > mine->vtime)
             mine->vtime = slowest;
@@ -118,14 +124,15 @@ PHOS_ENTRY(fair_share) {
             mine->vtime += (used - mine->seen_device_ns) * VT_UNIT / share;
         /* Forgive what the lead may have grown by since this tenant's last call. */
         if (tolerance_ppm && slowest != ~0ULL && mine->vtime > slowest) {
-            __u64 forgiven = (now - mine->last_call_ns) * tolerance_ppm / 1000000 * VT_UNIT / share;
+            __u64 forgiven = since(now, mine->last_call_ns) * tolerance_ppm / 1000000 * VT_UNIT / share;
             __u64 lead = mine->vtime - slowest;
             mine->vtime -= forgiven < lead ? forgiven : lead;
         }
     }
     mine->seen_device_ns = used;
     mine->queued_vt = call->pending[PHOS_RC_device_time] * VT_UNIT / share;
-    mine->last_call_ns = now;
+    if (now > mine->last_call_ns)
+        mine->last_call_ns = now;
 
     if (call->amount[PHOS_RC_kernel_launches] == 0)
         return PHOS_ADMIT;

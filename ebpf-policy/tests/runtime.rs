@@ -640,3 +640,38 @@ fn fair_share_forgives_a_lead_within_its_tolerance() {
     }
     assert!(stopped, "a lead growing at 20% of wall time was never stopped");
 }
+
+/// Calls of one tenant's threads reach a policy in a different order than their clocks were
+/// read: a call timed just before another's must not see that one as far in the future.
+#[test]
+fn shipped_policies_take_a_call_timed_before_the_last_one_in_stride() {
+    let (dt, launches) = (spec_define("PHOS_RC_device_time") as usize, spec_define("PHOS_RC_kernel_launches") as usize);
+    const MS: u64 = 1_000_000;
+    let t0 = 5_000 * MS;
+    // fair_share: the other tenant, called a microsecond after this call's clock, is still
+    // active; the tenant 10 ms ahead with a kernel queued is still braked.
+    let Some(elf) = phos_policy::shipped::get("fair_share") else { return };
+    let mut p = Program::load(elf, &[("brake_ns", (2 * MS).to_le_bytes().to_vec())]).unwrap();
+    let call = |tenant: u64, now: u64, used: u64, queued: u64| {
+        Call::tenant(tenant)
+            .set("now_ns", now)
+            .set("share", 1)
+            .set_at("amount", launches, 1)
+            .set_at("used", dt, used)
+            .set_at("queued", dt, queued)
+    };
+    assert_eq!(run(&mut p, &call(1, t0, 0, 0)), ADMIT);
+    assert_eq!(run(&mut p, &call(0, t0, 0, 0)), ADMIT);
+    assert_eq!(run(&mut p, &call(0, t0 + MS, 10 * MS, 1)), delay(100_000));
+    assert_eq!(run(&mut p, &call(1, t0 + 5 * MS, 0, 0)), ADMIT);
+    assert_eq!(run(&mut p, &call(0, t0 + 5 * MS - 1_000, 10 * MS, 1)), delay(100_000));
+    // rate_limit: a bucket emptied at t0 + 1 ms is not refilled by a call timed before that.
+    let Some(elf) = phos_policy::shipped::get("rate_limit") else { return };
+    let param = |name: &'static str, v: u64| (name, v.to_le_bytes().to_vec());
+    let mut p = Program::load(elf, &[param("launches_per_s", 1000), param("launch_burst", 1)]).unwrap();
+    let launch = |now: u64| Call::tenant(0).set("now_ns", now).set("share", 1).set_at("amount", launches, 1);
+    assert_eq!(run(&mut p, &launch(t0)), ADMIT);
+    assert_ne!(run(&mut p, &launch(t0 + 100_000)), ADMIT, "one launch a millisecond");
+    assert_eq!(run(&mut p, &launch(t0 + MS)), ADMIT);
+    assert_ne!(run(&mut p, &launch(t0 + MS - 1_000)), ADMIT, "a call timed before the last refill");
+}
