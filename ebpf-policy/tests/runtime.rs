@@ -518,7 +518,12 @@ fn shipped_policies_load_and_run() {
 fn fair_share_brakes_a_tenant_ahead_then_stops_it() {
     let Some(elf) = phos_policy::shipped::get("fair_share") else { return };
     // The brake is off unless set.
-    let mut p = Program::load(elf, &[("brake_ns", 2_000_000u64.to_le_bytes().to_vec())]).unwrap();
+    // (No tolerance: the leads below are exact.)
+    let mut p = Program::load(
+        elf,
+        &[("brake_ns", 2_000_000u64.to_le_bytes().to_vec()), ("tolerance_ppm", 0u64.to_le_bytes().to_vec())],
+    )
+    .unwrap();
     let (dt, launches) = (spec_define("PHOS_RC_device_time") as usize, spec_define("PHOS_RC_kernel_launches") as usize);
     const MS: u64 = 1_000_000;
     let t0 = 5_000 * MS;
@@ -593,7 +598,7 @@ fn fair_share_parameters_set_the_brake() {
     let Some(elf) = phos_policy::shipped::get("fair_share") else { return };
     let param = |name: &'static str, v: u64| (name, v.to_le_bytes().to_vec());
     // No brake margin, no hold: a tenant ahead at all keeps one kernel queued at a time.
-    let mut p = Program::load(elf, &[param("brake_ns", 0), param("hold_div", 0)]).unwrap();
+    let mut p = Program::load(elf, &[param("brake_ns", 0), param("hold_div", 0), param("tolerance_ppm", 0)]).unwrap();
     let dt = spec_define("PHOS_RC_device_time") as usize;
     let launches = spec_define("PHOS_RC_kernel_launches") as usize;
     let t0 = 5_000_000_000;
