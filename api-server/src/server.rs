@@ -236,16 +236,15 @@ impl ApiServer {
         let mut acks = AckWindow::default();
         let mut usage_checked = Instant::now();
         // Calls whose effect on usage has not been looked at yet.
-        let mut usage_unchecked = false;
         let mut unchecked_calls = 0u32;
         loop {
             // While kernels are still to be measured and the guest is quiet (waiting, or
             // held back by the router), report their device time as they finish, so that
             // the router's books do not wait for the guest's next call.
-            while (usage_unchecked || session.backend().measuring() || session.usage_unreported())
+            while (unchecked_calls > 0 || session.backend().measuring() || session.usage_unreported())
                 && !t.wait_readable(REPORT_INTERVAL)
             {
-                usage_unchecked = false;
+                unchecked_calls = 0;
                 if let Some(report) = session.usage_if_changed(Duration::ZERO)
                     && Self::report(t.as_mut(), session.id, 0, &report).is_err()
                 {
@@ -347,7 +346,6 @@ impl ApiServer {
                 || (unchecked_calls.is_multiple_of(8) && usage_checked.elapsed() >= USAGE_CHECK_GAP)
             {
                 usage_checked = Instant::now();
-                usage_unchecked = false;
                 unchecked_calls = 0;
                 let kernel_gap = if measured { Duration::ZERO } else { UNPOLICED_REPORT_GAP };
                 if let Some(report) = session.usage_if_changed(kernel_gap)
@@ -355,8 +353,6 @@ impl ApiServer {
                 {
                     break;
                 }
-            } else {
-                usage_unchecked = true;
             }
             if is_async {
                 if acks.full() && acks.send(t.as_mut(), session.id).is_err() {

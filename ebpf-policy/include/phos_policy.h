@@ -33,8 +33,8 @@ struct phos_call {
     __u64 tenant;         /* tenant number: 0, 1, 2... in order of first appearance */
     __u64 session;        /* session id (one per guest process) */
     __u64 function;       /* PHOS_FN_* */
-    __u64 now_ns;         /* CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns(); another thread's
-                           * call may have stored a later time in a map: subtract saturating */
+    __u64 now_ns;         /* CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns(); never goes
+                           * backwards from one call of a policy to the next */
     __u64 share;          /* the tenant's weight (router configuration; default 1) */
     __u64 active_tenants; /* tenants that made a call in the last 100 ms (this one included) */
     __u64 active_shares;  /* the sum of their shares */

@@ -86,8 +86,8 @@ static __always_inline __u64 decide(const struct phos_call *call, __u64 lead_ns)
     return PHOS_DELAY(hold - empty);
 }
 
-/* How long ago `then` was, seen from `now`: 0 if `then` is later (another thread's call,
- * timed after this one's clock was read, may have got here first). */
+/* How long ago `then` was, seen from `now`: 0 if `then` is later (the router never turns
+ * now_ns back, but a policy run directly, as in tests, may see any order). */
 static __always_inline __u64 since(__u64 now, __u64 then) {
     return now > then ? now - then : 0;
 }

@@ -34,7 +34,7 @@ PHOS_MAP(tenant_buckets, BPF_MAP_TYPE_HASH, __u64, struct buckets, 4096);
 /* Refill `b` up to `burst` at `rate` per second; 0 when `need` can be taken now, else how
  * long to wait (ns). Takes the tokens when it answers 0. */
 static __always_inline __u64 take(struct bucket *b, __u64 need, __u64 rate, __u64 burst, __u64 now) {
-    /* Another thread's call, timed after this one, may have refilled already. */
+    /* Saturating: the router never turns now_ns back, but a policy run directly may. */
     __u64 elapsed_us = now > b->last_ns ? (now - b->last_ns) / 1000 : 0;
     if (elapsed_us > MAX_REFILL_US)
         elapsed_us = MAX_REFILL_US;

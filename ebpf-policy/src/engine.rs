@@ -83,6 +83,9 @@ pub struct CallContext {
     pub awaited: u64,
 }
 
+/// Where `now_ns` lies in the context's bytes (the fifth word of the header below).
+const NOW_NS_OFFSET: usize = 4 * 8;
+
 impl CallContext {
     /// The context's bytes, as the C struct lays them out.
     fn encode(&self, out: &mut [u8; CONTEXT_BYTES]) -> usize {
@@ -163,6 +166,10 @@ struct Loaded {
     name: String,
     source: String,
     program: Mutex<Program>,
+    /// The latest `now_ns` the program has seen (read and written under `program`'s lock):
+    /// calls of several threads reach it in another order than their clocks were read, and
+    /// a program must never see time go backwards.
+    clock_floor: AtomicU64,
     instructions: usize,
     loaded_unix_s: u64,
     kernel_verified: bool,
@@ -247,6 +254,7 @@ impl PolicySet {
             source: source.to_string(),
             instructions: program.instructions(),
             program: Mutex::new(program),
+            clock_floor: AtomicU64::new(0),
             loaded_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             kernel_verified,
             stats: Stats::default(),
@@ -309,7 +317,13 @@ impl PolicySet {
             let chain = self.chain.read().unwrap();
             for p in chain.iter() {
                 let started = Instant::now();
-                let r = p.program.lock().unwrap().run(&bytes[..len], self.budget);
+                let r = {
+                    let mut program = p.program.lock().unwrap();
+                    let now = ctx.now_ns.max(p.clock_floor.load(Ordering::Relaxed));
+                    p.clock_floor.store(now, Ordering::Relaxed);
+                    bytes[NOW_NS_OFFSET..NOW_NS_OFFSET + 8].copy_from_slice(&now.to_le_bytes());
+                    program.run(&bytes[..len], self.budget)
+                };
                 p.stats.run_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 p.stats.runs.fetch_add(1, Ordering::Relaxed);
                 let v = match r {
@@ -489,6 +503,7 @@ mod tests {
         let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
         let h = HEADER_FIELDS;
         assert_eq!((word(0), word(1), word(4), word(h), word(h + n), word(h + 2 * n)), (0, 1, 9, 7, 11, 13));
+        assert_eq!(word(NOW_NS_OFFSET / 8), 9);
         assert_eq!((word(h + 3 * n), word(h + 4 * n), word(h + 5 * n), word(h + 6 * n)), (17, 19, 23, 1));
     }
 }

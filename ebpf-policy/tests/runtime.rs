@@ -680,3 +680,16 @@ fn shipped_policies_take_a_call_timed_before_the_last_one_in_stride() {
     assert_eq!(run(&mut p, &launch(t0 + MS)), ADMIT);
     assert_ne!(run(&mut p, &launch(t0 + MS - 1_000)), ADMIT, "a call timed before the last refill");
 }
+
+/// The engine hands each program a `now_ns` that never goes backwards, whatever order the
+/// calls of several threads reach it in (their clocks are read before they queue for it).
+#[test]
+fn the_engine_never_turns_a_programs_clock_back() {
+    let Some(elf) = compile("clock_order") else { return };
+    let set = phos_policy::engine::PolicySet::new(BUDGET);
+    set.load("clock", "test", &elf, &[], phos_policy::engine::KernelCheck::Skip).unwrap();
+    let at = |now_ns| phos_policy::engine::CallContext { now_ns, ..Default::default() };
+    assert_eq!(set.decide(&at(10_000_000)), phos_policy::engine::Verdict::Admit);
+    assert_eq!(set.decide(&at(9_999_000)), phos_policy::engine::Verdict::Admit, "a call timed before the last one");
+    assert_eq!(set.decide(&at(20_000_000)), phos_policy::engine::Verdict::Admit);
+}
