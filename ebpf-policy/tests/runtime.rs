@@ -568,23 +568,28 @@ fn fair_share_brakes_a_tenant_ahead_then_stops_it() {
     assert_eq!(run(&mut p, &call(1, now, true, 40 * MS, 0, 1, 1)), delay(poll));
 }
 
+/// A launch of `tenant` at `now`, with its measured device time `used` and `queued` kernels.
+fn fair_launch(tenant: u64, now: u64, used: u64, queued: u64) -> Call {
+    let (dt, launches) = (spec_define("PHOS_RC_device_time") as usize, spec_define("PHOS_RC_kernel_launches") as usize);
+    Call::tenant(tenant)
+        .set("now_ns", now)
+        .set("share", 1)
+        .set_at("amount", launches, 1)
+        .set_at("used", dt, used)
+        .set_at("queued", dt, queued)
+}
+
 /// By default fair_share only stops a tenant past its slack: within it, a tenant ahead
 /// launches with kernels queued.
 #[test]
 fn fair_share_does_not_brake_unless_asked() {
     let Some(elf) = phos_policy::shipped::get("fair_share") else { return };
     let mut p = Program::load(elf, &[]).unwrap();
-    let (dt, launches) = (spec_define("PHOS_RC_device_time") as usize, spec_define("PHOS_RC_kernel_launches") as usize);
+    let dt = spec_define("PHOS_RC_device_time") as usize;
     const MS: u64 = 1_000_000;
     let t0 = 5_000 * MS;
     let call = |tenant: u64, now: u64, used: u64, queued: u64| {
-        Call::tenant(tenant)
-            .set("now_ns", now)
-            .set("share", 1)
-            .set_at("amount", launches, 1)
-            .set_at("amount", dt, 5 * MS)
-            .set_at("used", dt, used)
-            .set_at("queued", dt, queued)
+        fair_launch(tenant, now, used, queued).set_at("amount", dt, 5 * MS)
     };
     assert_eq!(run(&mut p, &call(0, t0, 0, 0)), ADMIT);
     // 12 ms ahead (with the other's 5 ms launch queued: 7), its own kernel queued: it goes.
@@ -600,17 +605,8 @@ fn fair_share_parameters_set_the_brake() {
     // No brake margin, no hold: a tenant ahead at all keeps one kernel queued at a time.
     let mut p = Program::load(elf, &[param("brake_ns", 0), param("hold_div", 0), param("tolerance_ppm", 0)]).unwrap();
     let dt = spec_define("PHOS_RC_device_time") as usize;
-    let launches = spec_define("PHOS_RC_kernel_launches") as usize;
     let t0 = 5_000_000_000;
-    let call = |tenant: u64, used: u64, queued: u64| {
-        Call::tenant(tenant)
-            .set("now_ns", t0)
-            .set("share", 1)
-            .set_at("amount", launches, 1)
-            .set_at("used", dt, used)
-            .set_at("queued", dt, queued)
-            .set_at("drained_ns", dt, t0)
-    };
+    let call = |tenant: u64, used: u64, queued: u64| fair_launch(tenant, t0, used, queued).set_at("drained_ns", dt, t0);
     assert_eq!(run(&mut p, &call(0, 0, 0)), ADMIT);
     assert_eq!(run(&mut p, &call(1, 0, 1)), ADMIT, "level: not braked");
     assert_eq!(run(&mut p, &call(1, 1000, 1)), delay(100_000));
@@ -623,12 +619,9 @@ fn fair_share_parameters_set_the_brake() {
 fn fair_share_forgives_a_lead_within_its_tolerance() {
     let Some(elf) = phos_policy::shipped::get("fair_share") else { return };
     let mut p = Program::load(elf, &[("tolerance_ppm", 50_000u64.to_le_bytes().to_vec())]).unwrap();
-    let (dt, launches) = (spec_define("PHOS_RC_device_time") as usize, spec_define("PHOS_RC_kernel_launches") as usize);
     const MS: u64 = 1_000_000;
     let t0 = 5_000 * MS;
-    let call = |tenant: u64, now: u64, used: u64| {
-        Call::tenant(tenant).set("now_ns", now).set("share", 1).set_at("amount", launches, 1).set_at("used", dt, used)
-    };
+    let call = |tenant: u64, now: u64, used: u64| fair_launch(tenant, now, used, 0);
     // Both tenants call every 10 ms for a second; tenant 1 is charged 4% more each time
     // (0.4 ms per 10 ms: 40 ms ahead after a second without the tolerance).
     for i in 0..=100u64 {
@@ -650,21 +643,14 @@ fn fair_share_forgives_a_lead_within_its_tolerance() {
 /// read: a call timed just before another's must not see that one as far in the future.
 #[test]
 fn shipped_policies_take_a_call_timed_before_the_last_one_in_stride() {
-    let (dt, launches) = (spec_define("PHOS_RC_device_time") as usize, spec_define("PHOS_RC_kernel_launches") as usize);
+    let launches = spec_define("PHOS_RC_kernel_launches") as usize;
     const MS: u64 = 1_000_000;
     let t0 = 5_000 * MS;
     // fair_share: the other tenant, called a microsecond after this call's clock, is still
     // active; the tenant 10 ms ahead with a kernel queued is still braked.
     let Some(elf) = phos_policy::shipped::get("fair_share") else { return };
     let mut p = Program::load(elf, &[("brake_ns", (2 * MS).to_le_bytes().to_vec())]).unwrap();
-    let call = |tenant: u64, now: u64, used: u64, queued: u64| {
-        Call::tenant(tenant)
-            .set("now_ns", now)
-            .set("share", 1)
-            .set_at("amount", launches, 1)
-            .set_at("used", dt, used)
-            .set_at("queued", dt, queued)
-    };
+    let call = fair_launch;
     assert_eq!(run(&mut p, &call(1, t0, 0, 0)), ADMIT);
     assert_eq!(run(&mut p, &call(0, t0, 0, 0)), ADMIT);
     assert_eq!(run(&mut p, &call(0, t0 + MS, 10 * MS, 1)), delay(100_000));
