@@ -65,6 +65,10 @@ struct phos_call {
      * before letting a launch through must let this one through, or the two may wait for
      * each other. Always 0 the first time a call is asked about. */
     __u64 awaited;
+    /* Of a measured resource, the other tenants' calls admitted and not measured yet: for
+     * device time, their kernels queued or running (0: the device is free of their work, as
+     * far as the servers have reported). */
+    __u64 others_queued[PHOS_RC_COUNT];
 };
 
 /* Verdicts. A delay asks again after that many nanoseconds (at most 100 ms per wait). */

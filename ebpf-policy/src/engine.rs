@@ -29,7 +29,11 @@ const HEADER_FIELDS: usize = 8;
 const RESOURCE_ARRAYS: usize = 6;
 /// Fields after the arrays (`awaited`).
 const TRAILER_FIELDS: usize = 1;
-const CONTEXT_BYTES: usize = 8 * (HEADER_FIELDS + RESOURCE_ARRAYS * MAX_RESOURCES + TRAILER_FIELDS);
+/// Per-resource arrays after the trailer (`others_queued`: added after `awaited`, so the
+/// offsets of the fields before it stay what policies built earlier read).
+const LATER_ARRAYS: usize = 1;
+const CONTEXT_BYTES: usize =
+    8 * (HEADER_FIELDS + RESOURCE_ARRAYS * MAX_RESOURCES + TRAILER_FIELDS + LATER_ARRAYS * MAX_RESOURCES);
 
 /// What a policy decided about one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +85,9 @@ pub struct CallContext {
     /// 1 when, while this call was held back, a thread of the guest waited at a barrier for
     /// calls of its other threads (maybe this one).
     pub awaited: u64,
+    /// Per measured resource: the other tenants' calls admitted and not measured yet (their
+    /// kernels queued or running; 0: the device is free of their work).
+    pub others_queued: [u64; MAX_RESOURCES],
 }
 
 /// Where `now_ns` lies in the context's bytes (the fifth word of the header below).
@@ -108,7 +115,8 @@ impl CallContext {
             .chain(&self.pending[..n])
             .chain(&self.queued[..n])
             .chain(&self.drained_ns[..n])
-            .chain(std::iter::once(&self.awaited));
+            .chain(std::iter::once(&self.awaited))
+            .chain(&self.others_queued[..n]);
         let mut len = 0;
         for (i, w) in words.enumerate() {
             out[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
@@ -496,14 +504,16 @@ mod tests {
         ctx.queued[0] = 19;
         ctx.drained_ns[0] = 23;
         ctx.awaited = 1;
+        ctx.others_queued[0] = 29;
         let mut b = [0u8; CONTEXT_BYTES];
         let len = ctx.encode(&mut b);
         let n = cudart::RESOURCES.len();
-        assert_eq!(len, 8 * (HEADER_FIELDS + RESOURCE_ARRAYS * n + TRAILER_FIELDS));
+        assert_eq!(len, 8 * (HEADER_FIELDS + RESOURCE_ARRAYS * n + TRAILER_FIELDS + LATER_ARRAYS * n));
         let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
         let h = HEADER_FIELDS;
         assert_eq!((word(0), word(1), word(4), word(h), word(h + n), word(h + 2 * n)), (0, 1, 9, 7, 11, 13));
         assert_eq!(word(NOW_NS_OFFSET / 8), 9);
         assert_eq!((word(h + 3 * n), word(h + 4 * n), word(h + 5 * n), word(h + 6 * n)), (17, 19, 23, 1));
+        assert_eq!(word(h + 6 * n + 1), 29);
     }
 }

@@ -113,12 +113,15 @@ pub fn admit(
                 awaited: u64::from(awaited),
                 ..Default::default()
             };
-            for rc in 0..RESOURCES.len().min(ctx.used.len()) {
+            for (rc, info) in RESOURCES.iter().enumerate().take(ctx.used.len()) {
                 ctx.used[rc] = tenant.used(rc);
                 ctx.pending[rc] = tenant.pending(rc);
                 ctx.quota[rc] = tenant.quota(rc);
                 ctx.queued[rc] = tenant.queued(rc);
                 ctx.drained_ns[rc] = tenant.drained_ns(rc);
+                if info.kind == ResourceKind::Measured {
+                    ctx.others_queued[rc] = tenants.others_queued(tenant.index, rc);
+                }
             }
             match policies.decide(&ctx) {
                 Verdict::Admit => break,

@@ -362,6 +362,12 @@ impl Tenants {
         (n, shares)
     }
 
+    /// Of a measured resource, the calls admitted and not measured yet of every tenant but
+    /// the one numbered `me`: for device time, the others' kernels queued or running.
+    pub fn others_queued(&self, me: u64, rc: usize) -> u64 {
+        self.states.read().unwrap().iter().filter(|s| s.index != me).map(|s| s.queued(rc)).sum()
+    }
+
     pub fn usage(&self) -> Vec<TenantUsage> {
         self.states
             .read()
@@ -493,6 +499,22 @@ mod tests {
         s.admit_measured(dt, -1);
         assert_eq!(s.queued(dt), 0);
         assert!(s.drained_ns(dt) > drained);
+    }
+
+    #[test]
+    fn the_other_tenants_queues() {
+        let t = Tenants::new(vec![]).unwrap();
+        let (x, y, z) = (t.state(&Tenant("x".into())), t.state(&Tenant("y".into())), t.state(&Tenant("z".into())));
+        let dt = rc("device_time");
+        x.admit_measured(dt, 2);
+        y.admit_measured(dt, 3);
+        assert_eq!(
+            [t.others_queued(x.index, dt), t.others_queued(y.index, dt), t.others_queued(z.index, dt)],
+            [3, 2, 5]
+        );
+        y.measured(dt, 30, 3);
+        assert_eq!(t.others_queued(x.index, dt), 0, "the device is free of the others' work");
+        assert_eq!(t.others_queued(z.index, mem_rc()), 0, "only measured resources queue");
     }
 
     #[test]

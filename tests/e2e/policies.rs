@@ -205,8 +205,14 @@ fn fair_share_lets_a_tenant_ahead_keep_one_kernel_queued() {
         })
     };
     router.router.policies.unload("probe").unwrap();
-    load(&router, "fair", fair, &["slack_ns=1000s", "brake_ns=2ms", "hold_div=0", "idle_ns=1000s"], KernelCheck::Skip)
-        .unwrap();
+    load(
+        &router,
+        "fair",
+        fair,
+        &["quantum_ns=0", "slack_ns=1000s", "brake_ns=2ms", "hold_div=0", "idle_ns=1000s"],
+        KernelCheck::Skip,
+    )
+    .unwrap();
     // Once ahead (after a first run), "a" stays ahead; chained after fair_share, the probe
     // sees the launches it lets through in a second one.
     traffic();
@@ -261,9 +267,8 @@ fn fair_share_moves_device_time_towards_the_shares() {
     }
     let report = format!("a: {a} ns, {a_delayed} delayed; b: {b} ns, {b_delayed} delayed");
     // "a" gets near its weight (1 in 4; unpoliced, on two cores, each would have about
-    // half), by being held back.
+    // half), the two taking turns on the device.
     assert!(a * 100 < (a + b) * 35 && a * 100 > (a + b) * 15, "{report}");
-    assert!(a_delayed > 10 * b_delayed, "{report}");
 }
 
 /// Run a program through `phosctl run --endpoint`, returning its stdout; it must succeed.
