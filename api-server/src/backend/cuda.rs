@@ -68,11 +68,11 @@ pub struct CudaBackend {
 ///
 /// The router counts a tenant's kernels queued as its launches less the kernels reported
 /// measured, so every launch that succeeds is counted once, whether timed or not
-/// ([`Sampler`]): a sampled launch counts for itself and the `every - 1` untimed ones after
-/// it, and a launch timed for the router while some of those are still to come counts for
-/// none. Otherwise loading a policy in the middle of a sampled run would leave the count
-/// ahead of the launches for the rest of the session, and the router would take a queue
-/// with kernels in it for an empty one.
+/// ([`Sampler`]): an untimed launch is counted as a kernel when it is launched, a timed one
+/// when its events are harvested, and a timed launch's time stands for itself and the
+/// untimed ones since the last timed launch. So loading a policy in the middle of a sampled
+/// run (every launch timed from then on) leaves the count of kernels where the launches
+/// are, and the router never takes a queue with kernels in it for an empty one.
 struct KernelTimer {
     sampler: Sampler,
     /// (device, start, end, weight, shape) of launches not harvested yet, oldest first.
