@@ -100,28 +100,23 @@ pub fn admit(
         let mut awaited = false;
         loop {
             let now = monotonic_ns();
-            let (active_tenants, active_shares) = tenants.active(now);
             let mut ctx = CallContext {
                 tenant: tenant.index,
                 session: session.id,
                 function: function as u64,
                 now_ns: now,
                 share: tenant.share.load(Ordering::Relaxed),
-                active_tenants,
-                active_shares,
                 amount,
                 awaited: u64::from(awaited),
                 ..Default::default()
             };
-            for (rc, info) in RESOURCES.iter().enumerate().take(ctx.used.len()) {
+            (ctx.active_tenants, ctx.active_shares) = tenants.census(tenant.index, now, &mut ctx.others_queued);
+            for rc in 0..RESOURCES.len().min(ctx.used.len()) {
                 ctx.used[rc] = tenant.used(rc);
                 ctx.pending[rc] = tenant.pending(rc);
                 ctx.quota[rc] = tenant.quota(rc);
                 ctx.queued[rc] = tenant.queued(rc);
                 ctx.drained_ns[rc] = tenant.drained_ns(rc);
-                if info.kind == ResourceKind::Measured {
-                    ctx.others_queued[rc] = tenants.others_queued(tenant.index, rc);
-                }
             }
             match policies.decide(&ctx) {
                 Verdict::Admit => break,

@@ -347,25 +347,30 @@ impl Tenants {
         s
     }
 
-    /// Tenants active at `now` (monotonic ns): (count, sum of shares).
-    pub fn active(&self, now: u64) -> (u64, u64) {
+    /// One look at every tenant, for a policy's context: the tenants active at `now`
+    /// (monotonic ns) as (count, sum of shares), and per resource the calls admitted and not
+    /// measured yet of every tenant but the one numbered `me`, written into `others_queued`
+    /// (for device time, the others' kernels queued or running; 0 for resources that are not
+    /// measured).
+    pub fn census(&self, me: u64, now: u64, others_queued: &mut [u64]) -> (u64, u64) {
         let states = self.states.read().unwrap();
         let mut n = 0;
         let mut shares = 0;
+        others_queued.fill(0);
+        let resources = others_queued.len().min(RESOURCES.len());
         for s in states.iter() {
             let last = s.last_call_ns.load(Ordering::Relaxed);
             if last != 0 && now.saturating_sub(last) <= ACTIVE_NS {
                 n += 1;
                 shares += s.share.load(Ordering::Relaxed);
             }
+            if s.index != me {
+                for (rc, q) in others_queued[..resources].iter_mut().enumerate() {
+                    *q += s.queued(rc);
+                }
+            }
         }
         (n, shares)
-    }
-
-    /// Of a measured resource, the calls admitted and not measured yet of every tenant but
-    /// the one numbered `me`: for device time, the others' kernels queued or running.
-    pub fn others_queued(&self, me: u64, rc: usize) -> u64 {
-        self.states.read().unwrap().iter().filter(|s| s.index != me).map(|s| s.queued(rc)).sum()
     }
 
     pub fn usage(&self) -> Vec<TenantUsage> {
@@ -506,15 +511,17 @@ mod tests {
         let t = Tenants::new(vec![]).unwrap();
         let (x, y, z) = (t.state(&Tenant("x".into())), t.state(&Tenant("y".into())), t.state(&Tenant("z".into())));
         let dt = rc("device_time");
+        let others_queued = |me: u64, rc: usize| {
+            let mut q = vec![0; RESOURCES.len()];
+            t.census(me, monotonic_ns(), &mut q);
+            q[rc]
+        };
         x.admit_measured(dt, 2);
         y.admit_measured(dt, 3);
-        assert_eq!(
-            [t.others_queued(x.index, dt), t.others_queued(y.index, dt), t.others_queued(z.index, dt)],
-            [3, 2, 5]
-        );
+        assert_eq!([others_queued(x.index, dt), others_queued(y.index, dt), others_queued(z.index, dt)], [3, 2, 5]);
         y.measured(dt, 30, 3);
-        assert_eq!(t.others_queued(x.index, dt), 0, "the device is free of the others' work");
-        assert_eq!(t.others_queued(z.index, mem_rc()), 0, "only measured resources queue");
+        assert_eq!(others_queued(x.index, dt), 0, "the device is free of the others' work");
+        assert_eq!(others_queued(z.index, mem_rc()), 0, "only measured resources queue");
     }
 
     #[test]
