@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use crate::frame::FrameHeader;
 use crate::staging::Staging;
-use crate::transport::{Transport, TransportError, read_frame, write_frame};
+use crate::transport::{BufferBudget, BufferClaim, Transport, TransportError, read_frame_within, write_frame};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"PHOSRING");
 const LAYOUT_VERSION: u32 = 1;
@@ -601,6 +601,8 @@ pub struct ShmTransport {
     /// The ring this side reads (also known to the writing half, for
     /// [`Transport::expect_frame_within`]).
     recv_ring: usize,
+    /// What the reading side's payload buffer is charged to, if anything.
+    claim: Option<BufferClaim>,
 }
 
 impl ShmTransport {
@@ -620,6 +622,7 @@ impl ShmTransport {
             region,
             max_payload,
             recv_ring,
+            claim: None,
         }
     }
 
@@ -677,7 +680,7 @@ impl Transport for ShmTransport {
 
     fn recv(&mut self, payload: &mut Vec<u8>) -> Result<FrameHeader, TransportError> {
         match self.rx.as_mut() {
-            Some(rx) => read_frame(rx, payload, self.max_payload),
+            Some(rx) => read_frame_within(rx, payload, self.max_payload, self.claim.as_mut()),
             None => Err(io::Error::new(io::ErrorKind::Unsupported, "the writing half cannot receive").into()),
         }
     }
@@ -697,6 +700,7 @@ impl Transport for ShmTransport {
             tx: None,
             max_payload: me.max_payload,
             recv_ring: me.recv_ring,
+            claim: me.claim,
         };
         let writing = ShmTransport {
             region: me.region,
@@ -704,12 +708,17 @@ impl Transport for ShmTransport {
             tx: me.tx,
             max_payload: me.max_payload,
             recv_ring: me.recv_ring,
+            claim: None,
         };
         Ok((Box::new(reading), Box::new(writing)))
     }
 
     fn shutdown(&self) {
         self.region.close_all();
+    }
+
+    fn charge_payloads_to(&mut self, budget: Arc<BufferBudget>) {
+        self.claim = Some(BufferClaim::new(budget));
     }
 
     fn kind(&self) -> crate::handshake::TransportKind {

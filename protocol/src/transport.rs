@@ -29,6 +29,10 @@ pub enum TransportError {
     /// Memory for the payload could not be had.
     #[error("cannot allocate {0} bytes for a payload")]
     NoMemory(u64),
+    /// The payload would take the channel's group (its tenant) past the bytes it may have
+    /// buffered at once.
+    #[error("a payload of {0} bytes is over the buffered-bytes limit of {1}")]
+    OverBudget(u64, u64),
 }
 
 /// A bidirectional, ordered, reliable frame channel.
@@ -65,6 +69,11 @@ pub trait Transport: Send {
     fn expect_frame_within(&self, within: std::time::Duration) {
         let _ = within;
     }
+
+    /// Charge the memory that frames received here hold to `budget` (shared with other
+    /// channels): a frame past it fails with [`TransportError::OverBudget`]. Only the
+    /// reading half of a [`split`](Self::split) keeps the charge.
+    fn charge_payloads_to(&mut self, budget: std::sync::Arc<BufferBudget>);
 
     /// The Unix socket underneath, for a channel that moves to shared memory after its
     /// handshake; an error (and the channel lost) on other transports.
@@ -128,6 +137,8 @@ impl FrameSocket for vsock::VsockStream {
 pub struct SocketTransport<S: FrameSocket> {
     stream: S,
     max_payload: u64,
+    /// What the payload buffer of frames received here is charged to, if anything.
+    claim: Option<BufferClaim>,
 }
 
 /// Frames over a Unix stream socket.
@@ -149,7 +160,7 @@ pub type VsockTransport = SocketTransport<vsock::VsockStream>;
 
 impl<S: FrameSocket> SocketTransport<S> {
     pub fn new(stream: S) -> Self {
-        SocketTransport { stream, max_payload: crate::DEFAULT_MAX_PAYLOAD }
+        SocketTransport { stream, max_payload: crate::DEFAULT_MAX_PAYLOAD, claim: None }
     }
 
     /// Refuse frames whose payload is larger than this.
@@ -168,7 +179,7 @@ impl<S: FrameSocket> SocketTransport<S> {
 
     /// A second handle on the same socket (one thread reads while another writes).
     pub fn try_clone(&self) -> io::Result<Self> {
-        Ok(SocketTransport { stream: self.stream.try_clone_socket()?, max_payload: self.max_payload })
+        Ok(SocketTransport { stream: self.stream.try_clone_socket()?, max_payload: self.max_payload, claim: None })
     }
 }
 
@@ -200,7 +211,11 @@ impl<S: FrameSocket> Transport for SocketTransport<S> {
     }
 
     fn recv(&mut self, payload: &mut Vec<u8>) -> Result<FrameHeader, TransportError> {
-        read_frame(&mut self.stream, payload, self.max_payload)
+        read_frame_within(&mut self.stream, payload, self.max_payload, self.claim.as_mut())
+    }
+
+    fn charge_payloads_to(&mut self, budget: std::sync::Arc<BufferBudget>) {
+        self.claim = Some(BufferClaim::new(budget));
     }
 
     fn wait_readable(&mut self, timeout: std::time::Duration) -> bool {
@@ -251,6 +266,35 @@ fn write_all_vectored(w: &mut impl Write, mut bufs: &mut [IoSlice<'_>]) -> io::R
 /// Read a frame from any byte stream, growing `payload` only as bytes arrive (a header that
 /// lies about its length cannot make us allocate what was never sent).
 pub fn read_frame(r: &mut impl Read, payload: &mut Vec<u8>, max_payload: u64) -> Result<FrameHeader, TransportError> {
+    read_frame_within(r, payload, max_payload, None)
+}
+
+/// A payload buffer may keep this much without a claim on a [`BufferBudget`].
+pub const FREE_BUFFER: usize = 1 << 20;
+
+/// The first piece of a payload read before the buffer grows with what has arrived.
+const FIRST_PIECE: usize = 64 << 10;
+
+/// [`read_frame`], with the payload buffer's memory beyond [`FREE_BUFFER`] charged to a
+/// [`BufferClaim`] (a tenant's budget shared by its channels): a frame that would take the
+/// budget past its limit fails with [`TransportError::OverBudget`]. A buffer that a large
+/// frame grew is kept for the next one (so a channel that moves large frames does not fault
+/// in fresh pages for each) until the budget is half used; then it is given back before the
+/// channel waits for its next frame.
+pub fn read_frame_within(
+    r: &mut impl Read,
+    payload: &mut Vec<u8>,
+    max_payload: u64,
+    mut claim: Option<&mut BufferClaim>,
+) -> Result<FrameHeader, TransportError> {
+    payload.clear();
+    if let Some(c) = claim.as_deref_mut()
+        && payload.capacity() > FREE_BUFFER
+        && c.budget.used() > c.budget.limit / 2
+    {
+        payload.shrink_to(FREE_BUFFER);
+        c.hold(payload.capacity().saturating_sub(FREE_BUFFER) as u64);
+    }
     let mut hdr = [0u8; HEADER_LEN];
     // Distinguish a clean close (no byte of a new frame) from a truncated header.
     let mut got = 0;
@@ -267,12 +311,18 @@ pub fn read_frame(r: &mut impl Read, payload: &mut Vec<u8>, max_payload: u64) ->
     if header.payload_len > max_payload {
         return Err(TransportError::TooLarge(header.payload_len, max_payload));
     }
-    payload.clear();
-    let total = header.payload_len as usize;
-    const STEP: usize = 64 << 20;
+    let total = usize::try_from(header.payload_len).map_err(|_| TransportError::NoMemory(header.payload_len))?;
+    // The buffer at most doubles before the bytes that fill it have arrived: a peer has to
+    // send about half of what it makes us hold.
     while payload.len() < total {
-        let want = (total - payload.len()).min(STEP);
         let start = payload.len();
+        let want = (total - start).min(start.max(FIRST_PIECE));
+        if let Some(c) = claim.as_deref_mut() {
+            let needed = (start + want).max(payload.capacity()).saturating_sub(FREE_BUFFER) as u64;
+            if !c.hold(needed) {
+                return Err(TransportError::OverBudget(header.payload_len, c.budget.limit));
+            }
+        }
         payload.try_reserve_exact(want).map_err(|_| TransportError::NoMemory(header.payload_len))?;
         payload.resize(start + want, 0);
         if let Err(e) = r.read_exact(&mut payload[start..]) {
@@ -280,6 +330,70 @@ pub fn read_frame(r: &mut impl Read, payload: &mut Vec<u8>, max_payload: u64) ->
         }
     }
     Ok(header)
+}
+
+/// Bytes of frame payloads that a group of channels (one tenant's) may hold at once, beyond
+/// [`FREE_BUFFER`] each.
+#[derive(Debug)]
+pub struct BufferBudget {
+    limit: u64,
+    used: std::sync::atomic::AtomicU64,
+}
+
+impl BufferBudget {
+    pub fn new(limit: u64) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(BufferBudget { limit, used: std::sync::atomic::AtomicU64::new(0) })
+    }
+
+    /// Bytes held now by the group's channels.
+    pub fn used(&self) -> u64 {
+        self.used.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+}
+
+/// One channel's share of a [`BufferBudget`]; given back when dropped.
+#[derive(Debug)]
+pub struct BufferClaim {
+    budget: std::sync::Arc<BufferBudget>,
+    held: u64,
+}
+
+impl BufferClaim {
+    pub fn new(budget: std::sync::Arc<BufferBudget>) -> Self {
+        BufferClaim { budget, held: 0 }
+    }
+
+    /// Hold `bytes` in all (more or less than now); `false`, holding what it held before,
+    /// when more would take the budget past its limit.
+    pub fn hold(&mut self, bytes: u64) -> bool {
+        use std::sync::atomic::Ordering;
+        if bytes <= self.held {
+            self.budget.used.fetch_sub(self.held - bytes, Ordering::Relaxed);
+            self.held = bytes;
+            return true;
+        }
+        let more = bytes - self.held;
+        let limit = self.budget.limit;
+        let ok = self
+            .budget
+            .used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| u.checked_add(more).filter(|n| *n <= limit))
+            .is_ok();
+        if ok {
+            self.held = bytes;
+        }
+        ok
+    }
+}
+
+impl Drop for BufferClaim {
+    fn drop(&mut self) {
+        self.hold(0);
+    }
 }
 
 /// Write a frame to any byte stream.
@@ -424,6 +538,66 @@ mod tests {
         raw.write_all(&[1, 2, 3]).unwrap();
         drop(raw);
         assert!(matches!(b.recv(&mut Vec::new()), Err(TransportError::Io(_))));
+    }
+
+    #[test]
+    fn a_lying_header_costs_about_what_was_sent() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut b = UnixTransport::new(b).with_max_payload(8 << 30);
+        let mut raw = a;
+        let mut h = FrameHeader::new(FrameKind::Call);
+        h.payload_len = 4 << 30;
+        raw.write_all(&h.encode()).unwrap();
+        raw.write_all(&[7u8; 4096]).unwrap();
+        drop(raw);
+        let mut buf = Vec::new();
+        assert!(matches!(b.recv(&mut buf), Err(TransportError::Io(_))));
+        assert!(buf.capacity() <= 2 * FIRST_PIECE, "held {} bytes for 4 KiB sent", buf.capacity());
+    }
+
+    #[test]
+    fn payloads_are_charged_to_a_shared_budget() {
+        let budget = BufferBudget::new(8 << 20);
+        let frame = |len: usize| {
+            let mut h = FrameHeader::new(FrameKind::Call);
+            h.payload_len = len as u64;
+            let mut v = h.encode().to_vec();
+            v.extend(std::iter::repeat_n(1u8, len));
+            v
+        };
+        let (a1, b1) = UnixStream::pair().unwrap();
+        let (a2, b2) = UnixStream::pair().unwrap();
+        let mut c1 = UnixTransport::new(b1);
+        let mut c2 = UnixTransport::new(b2);
+        c1.charge_payloads_to(budget.clone());
+        c2.charge_payloads_to(budget.clone());
+        let (mut w1, mut w2) = (a1, a2);
+        let writer1 = std::thread::spawn(move || {
+            w1.write_all(&frame(6 << 20)).unwrap();
+            w1.write_all(&frame(10)).unwrap();
+            w1
+        });
+        // Refused part-way: the rest of it is never read.
+        let writer2 = std::thread::spawn(move || {
+            let _ = w2.write_all(&frame(6 << 20));
+        });
+        let (mut p1, mut p2) = (Vec::new(), Vec::new());
+        c1.recv(&mut p1).unwrap();
+        assert!(budget.used() >= 5 << 20, "the first channel holds its large frame ({})", budget.used());
+        assert!(
+            matches!(c2.recv(&mut p2), Err(TransportError::OverBudget(n, 8388608)) if n == 6 << 20),
+            "a second large frame does not fit"
+        );
+        // The first channel's next frame gives its large buffer back (the budget is over half
+        // used); the refused channel holds what it grew to until it goes.
+        let before = budget.used();
+        c1.recv(&mut p1).unwrap();
+        assert_eq!(p1.len(), 10);
+        assert!(before - budget.used() >= 5 << 20, "{before} -> {}", budget.used());
+        let _ = writer1.join().unwrap();
+        drop((c1, c2));
+        writer2.join().unwrap();
+        assert_eq!(budget.used(), 0, "a channel's claim ends with it");
     }
 
     #[test]
