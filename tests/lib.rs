@@ -166,7 +166,7 @@ impl TestRouter {
         let router = Router::new(config).expect("a valid router configuration");
         let listener = router.bind().unwrap();
         let r = router.clone();
-        let thread = Some(std::thread::spawn(move || r.serve(listener)));
+        let thread = Some(std::thread::spawn(move || r.serve(listener).expect("the test router serves until stopped")));
         TestRouter { router, dir, thread }
     }
 

@@ -147,6 +147,11 @@ pub struct TenantUsage {
     pub rejected: u64,
     /// (resource, `held` | `used` | `measured`, amount as policies see it, quota or 0).
     pub resources: Vec<(String, String, u64, u64)>,
+    /// Channels open now, and bytes of their frames the router holds.
+    pub channels: u64,
+    pub buffered_bytes: u64,
+    /// Connections refused by the router's limits: (limit, count), every limit listed.
+    pub limit_refusals: Vec<(String, u64)>,
 }
 
 /// The router's management service (used by `phosctl`).

@@ -330,6 +330,9 @@ fn open_channel() -> Result<Channel, CudaError> {
     let mut h = FrameHeader::new(FrameKind::Hello);
     h.payload_len = payload.len() as u64;
     let mut reply = Vec::new();
+    // A refusal carries the error the call gets (a limit of the router's: devices busy), or
+    // none (no device for this process).
+    let mut refused_with = CudaError::NoDevice;
     let welcome = transport
         .send(&h, &[&payload])
         .and_then(|_| match (arena, &socket) {
@@ -340,7 +343,12 @@ fn open_channel() -> Result<Channel, CudaError> {
         .and_then(|_| transport.recv(&mut reply).map_err(|e| e.to_string()))
         .and_then(|rh| match rh.kind {
             FrameKind::Welcome => phos_protocol::decode::<Welcome>(&reply).map_err(|e| e.to_string()),
-            FrameKind::Refused => Err(String::from_utf8_lossy(&reply).into_owned()),
+            FrameKind::Refused => {
+                if rh.status != cudart::SUCCESS {
+                    refused_with = CudaError(rh.status);
+                }
+                Err(phos_protocol::text::printable(&String::from_utf8_lossy(&reply)))
+            }
             other => Err(format!("unexpected {other:?} frame")),
         })
         .map_err(|e| {
@@ -350,7 +358,7 @@ fn open_channel() -> Result<Channel, CudaError> {
                 // will bring it back, so calls stop waiting for one.
                 SESSION_GONE.store(true, Ordering::Relaxed);
             }
-            CudaError::NoDevice
+            refused_with
         })?;
     let mut staging = None;
     let transport: Box<dyn Transport> = match welcome.transport {

@@ -212,6 +212,7 @@ struct ServeArgs {
 
 fn serve(args: ServeArgs) -> ExitCode {
     init_logging("info");
+    raise_fd_limit();
     let file = match &args.config {
         Some(path) => match phos_router::config::ConfigFile::load(path) {
             Ok(f) => f,
@@ -241,6 +242,13 @@ fn serve(args: ServeArgs) -> ExitCode {
         config.policy_budget = b;
     }
     config.listen_tcp = file.listen_tcp;
+    match file.limits.resolve() {
+        Ok(l) => config.limits = l,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::from(2);
+        }
+    }
     if let Some(on) = file.shared_memory {
         config.shared_memory = on;
     }
@@ -277,8 +285,25 @@ fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     tracing::info!("router listening on unix:{}", path.display());
-    router.serve(listener);
-    ExitCode::SUCCESS
+    match router.serve(listener) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::FAILURE,
+    }
+}
+
+/// A router serves many connections, each of a few descriptors: take the hard limit the
+/// system allows this process (the soft default, 1024, is a few hundred channels).
+fn raise_fd_limit() {
+    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit read and write one rlimit struct, which `rl` is.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) == 0 && rl.rlim_cur < rl.rlim_max {
+            rl.rlim_cur = rl.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &rl) != 0 {
+                tracing::warn!("cannot raise the open-file limit: {}", std::io::Error::last_os_error());
+            }
+        }
+    }
 }
 
 pub(crate) fn default_endpoint() -> String {
@@ -356,7 +381,9 @@ fn run(
                 }
             };
             let r = router.clone();
-            let handle = std::thread::spawn(move || r.serve(listener));
+            let handle = std::thread::spawn(move || {
+                let _ = r.serve(listener);
+            });
             private = Some((router, handle, dir));
             format!("unix:{}", sock.display())
         }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use phos_control::{CheckpointRequest, RouterControlClient};
+use phos_protocol::text::printable;
 
 /// Which router to manage.
 #[derive(clap::Args)]
@@ -58,7 +59,14 @@ pub fn sessions(router: &RouterArg) -> ExitCode {
         for s in list {
             println!(
                 "{:>4}  {:<10} {:<9} {:>7} {:>4} {:>9} {:>7.0}s  {}",
-                s.id, s.tenant, s.state, s.pid, s.abi_major, s.calls, s.uptime_s, s.program
+                s.id,
+                printable(&s.tenant),
+                printable(&s.state),
+                s.pid,
+                s.abi_major,
+                s.calls,
+                s.uptime_s,
+                printable(&s.program)
             );
         }
         Ok(())

@@ -19,6 +19,7 @@ pub mod log_limit;
 pub mod shm;
 pub mod spec;
 pub mod staging;
+pub mod text;
 pub mod transport;
 pub mod types;
 

@@ -18,6 +18,15 @@
 //! quota = { device_memory = "8GiB" } # per continuous resource of the spec
 //! token = "a-long-random-secret"     # how her TCP guests identify (PHOS_TENANT_TOKEN)
 //!
+//! [limits]                           # per tenant (defaults shown); see `limits`
+//! sessions_per_tenant = 64
+//! channels_per_session = 1024
+//! channels_per_tenant = 4096
+//! pending_handshakes_per_tenant = 64 # over TCP: per peer address
+//! pending_handshakes = 1024          # all together
+//! handshake_timeout = "10s"
+//! buffered_per_tenant = "4GiB"       # frame bytes held for a tenant's channels
+//!
 //! [[policy]]                         # loaded at start, in this order
 //! builtin = "fair_share"             # or file = "/etc/phos/policy.o"
 //! set = { slack_ns = "30ms" }
@@ -46,6 +55,9 @@ pub struct ConfigFile {
     pub tenants: Vec<TenantConfig>,
     #[serde(default, rename = "policy")]
     pub policies: Vec<PolicyConfig>,
+    /// What one tenant may hold of the router (defaults where absent).
+    #[serde(default)]
+    pub limits: crate::limits::LimitsFile,
 }
 
 /// A policy to load at start.

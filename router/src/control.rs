@@ -53,7 +53,7 @@ impl RouterControl for RouterCtl {
                     State::Ended => "ended",
                 }
                 .to_string(),
-                channels: s.channels(),
+                channels: s.channels() as usize,
                 calls: s.usage.calls(),
                 uptime_s: s.started.elapsed().as_secs_f64(),
                 resources: s

@@ -20,6 +20,7 @@ pub mod admission;
 pub mod config;
 pub mod contention;
 pub mod control;
+pub mod limits;
 pub mod metrics;
 pub mod session;
 pub mod tenants;
@@ -47,6 +48,7 @@ use phos_protocol::cudart;
 use phos_protocol::frame::{FrameHeader, FrameKind};
 use phos_protocol::handshake::{Attach, Hello, TransportKind, UsageReport, Welcome};
 use phos_protocol::shm::{SharedFiles, ShmTransport};
+use phos_protocol::text::printable;
 use phos_protocol::transport::{TcpTransport, Transport, UnixTransport, read_frame, write_frame};
 
 pub use session::SessionEntry;
@@ -92,6 +94,8 @@ pub struct RouterConfig {
     pub ring_bytes: usize,
     /// Each of the two slots of a channel's staging region (large copies).
     pub staging_slot_bytes: usize,
+    /// What one tenant may hold of the router ([`limits`]).
+    pub limits: limits::Limits,
 }
 
 impl RouterConfig {
@@ -115,6 +119,7 @@ impl RouterConfig {
             listen_tcp: None,
             ring_bytes: phos_protocol::shm::DEFAULT_RING_BYTES,
             staging_slot_bytes: phos_protocol::staging::DEFAULT_SLOT_BYTES,
+            limits: limits::Limits::default(),
         }
     }
 }
@@ -153,33 +158,114 @@ pub struct Router {
     pub policies: PolicySet,
     /// Where the TCP listener ended up bound (port 0 in the configuration picks one).
     tcp_bound: Mutex<Option<std::net::SocketAddr>>,
+    /// Connections still in their handshake.
+    pending: Arc<limits::Pending>,
+    /// A file descriptor kept in reserve: when the process has none left, closing it lets
+    /// an accept loop take one waiting connection and close it, rather than spin on it.
+    spare_fd: Mutex<Option<std::fs::File>>,
+    /// Channels one tenant may have: the configured limit, or less where the router's file
+    /// descriptors could not serve that many for two tenants.
+    channels_per_tenant: AtomicU64,
 }
 
 /// Handshake frames are small; anything larger is refused before it is read.
 const MAX_HANDSHAKE: u64 = 64 << 10;
 
-/// How long a TCP peer has to send its Hello.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest program name kept (the guest's to choose; it is shown in logs and listings).
+const MAX_PROGRAM_NAME: usize = 256;
 
-fn refuse(stream: &mut impl io::Write, reason: &str) {
+/// Stack of a channel's threads: they run the frame loops and the policies' interpreter,
+/// nothing deep; small stacks keep thousands of channels cheap in address space.
+const CHANNEL_STACK: usize = 512 << 10;
+
+/// File descriptors a channel takes in the router (guest and server sockets, each with a
+/// second handle for the other thread, and the shared regions' files while they are set up).
+pub const FDS_PER_CHANNEL: u64 = 6;
+
+/// How long an API server has to answer a channel's Attach.
+const SERVER_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The CUDA ABIs a guest library presents (`libcudart.so.11.0`, `.12`, `.13`).
+const ABIS: [u32; 3] = [11, 12, 13];
+
+/// The error a guest gets for a connection refused by a limit or a shortage of the router's:
+/// "all CUDA-capable devices are busy or unavailable".
+const BUSY: i32 = phos_protocol::CudaError::DevicesUnavailable.0;
+
+/// The error a guest gets for a connection the router cannot serve at all.
+const NO_DEVICE: i32 = phos_protocol::CudaError::NoDevice.0;
+
+/// Send a refusal (the error its guest returns from the call that opened the channel, and
+/// why) on a connection whose handshake did not finish.
+fn refuse(stream: &mut impl io::Write, code: i32, reason: &str) {
     let mut h = FrameHeader::new(FrameKind::Refused);
+    h.status = code;
     h.payload_len = reason.len() as u64;
     let _ = write_frame(stream, &h, &[reason.as_bytes()]);
 }
 
+/// Log a line a guest caused, at most [`GUEST_LINES`](phos_protocol::log_limit::GUEST_LINES)
+/// allows for `key` (a tenant, or a peer not known yet).
+macro_rules! guest_warn {
+    ($key:expr, $($arg:tt)+) => {
+        if let Some(dropped) = phos_protocol::log_limit::GUEST_LINES.admit($key) {
+            if dropped > 0 {
+                tracing::warn!(dropped, $($arg)+);
+            } else {
+                tracing::warn!($($arg)+);
+            }
+        }
+    };
+}
+
+/// [`refuse`] from an accept loop, which must never wait for a guest to read.
+fn refuse_now(guest: &mut GuestStream, code: i32, reason: &str) {
+    let _ = match guest {
+        GuestStream::Unix(s) => s.set_nonblocking(true),
+        GuestStream::Tcp(s) => s.set_nonblocking(true),
+    };
+    refuse(guest, code, reason);
+}
+
 /// Receive the pinned arena a guest sends after its Hello, and check that it is one (the
-/// server checks it again before mapping it).
+/// server checks it again before mapping it). The socket's handshake deadline applies.
 fn receive_host_arena(socket: &UnixStream) -> io::Result<OwnedFd> {
-    // A guest that announces an arena and sends nothing holds only its own handshake.
-    socket.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let mut fds = phos_protocol::shm::recv_fds(socket)?;
-    socket.set_read_timeout(None)?;
     if fds.len() != 1 {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "expected one file"));
     }
     let fd = fds.pop().expect("one");
     phos_protocol::host_arena::checked_len(&fd)?;
     Ok(fd)
+}
+
+/// Who is at the other end of a connection, as far as the router knows before the Hello.
+#[derive(Debug, Clone)]
+enum Peer {
+    /// A Unix socket: the tenant (from the socket or the peer's uid) and the process.
+    Local { tenant: Tenant, pid: u32 },
+    /// TCP: only the address; the Hello's token names the tenant.
+    Remote(std::net::SocketAddr),
+}
+
+impl Peer {
+    /// The key its log lines and its pending handshakes are counted under.
+    fn key(&self) -> String {
+        match self {
+            Peer::Local { tenant, .. } => tenant.0.clone(),
+            Peer::Remote(a) => format!("tcp:{}", a.ip()),
+        }
+    }
+}
+
+/// A program name as the router keeps it: escaped and at most [`MAX_PROGRAM_NAME`] characters.
+fn program_name(raw: &str) -> String {
+    let mut name = printable(raw);
+    if let Some((cut, _)) = name.char_indices().nth(MAX_PROGRAM_NAME) {
+        name.truncate(cut);
+        name.push('…');
+    }
+    name
 }
 
 /// A guest's connection before its handshake is done: a Unix socket (this host: its channels
@@ -241,7 +327,15 @@ fn refuse_on(t: &mut dyn Transport, reason: &str) {
 impl Router {
     /// A router for `config`; refused when its tenant configuration is inconsistent.
     pub fn new(config: RouterConfig) -> Result<Arc<Self>, String> {
-        let tenants = Tenants::new(config.tenants.clone())?;
+        let config_channels_per_tenant = config.limits.channels_per_tenant;
+        let tenants = Tenants::new(config.tenants.clone())?.with_buffer_limit(config.limits.buffered_per_tenant);
+        if config.limits.buffered_per_tenant < config.max_payload.min(u64::MAX / 2) {
+            tracing::warn!(
+                "[limits] buffered_per_tenant ({}) is below max_payload ({}): larger frames over sockets will fail",
+                config.limits.buffered_per_tenant,
+                config.max_payload
+            );
+        }
         let policies = PolicySet::new(config.policy_budget);
         Ok(Arc::new(Router {
             tenants,
@@ -254,6 +348,9 @@ impl Router {
             next_pooled: AtomicU64::new(1),
             restoring: Mutex::new(HashMap::new()),
             tcp_bound: Mutex::new(None),
+            pending: Arc::default(),
+            spare_fd: Mutex::new(None),
+            channels_per_tenant: AtomicU64::new(config_channels_per_tenant),
         }))
     }
 
@@ -272,13 +369,14 @@ impl Router {
         UnixListener::bind(&self.config.listen)
     }
 
-    /// Serve guests (and the management service) until [`stop`](Router::stop).
-    pub fn serve(self: &Arc<Self>, listener: UnixListener) {
+    /// Serve guests (and the management service) until [`stop`](Router::stop). An error is
+    /// the router's own (a listener that no longer works, no thread for its housekeeping):
+    /// nothing a guest does ends it.
+    pub fn serve(self: &Arc<Self>, listener: UnixListener) -> io::Result<()> {
+        self.fit_channels_to_fds();
+        *self.spare_fd.lock().unwrap() = std::fs::File::open("/dev/null").ok();
         let me = self.clone();
-        std::thread::Builder::new()
-            .name("phos-reaper".into())
-            .spawn(move || me.housekeeping_loop())
-            .expect("spawning the session reaper");
+        std::thread::Builder::new().name("phos-reaper".into()).spawn(move || me.housekeeping_loop())?;
         let ctl = control::RouterCtl { router: self.clone() };
         if let Err(e) =
             phos_control::spawn_service_thread(phos_control::control_path(&self.config.listen), ctl.into_service())
@@ -291,6 +389,8 @@ impl Router {
                 Err(e) => tracing::error!("metrics endpoint {addr}: {e}"),
             }
         }
+        // Accept loops beside the main one; the first to fail for good ends `serve`.
+        let (failed_tx, failed_rx) = std::sync::mpsc::channel::<io::Error>();
         // Each tenant with a socket of its own: every connection there is that tenant.
         for c in self.tenants.configs() {
             let Some(path) = &c.socket else { continue };
@@ -300,10 +400,13 @@ impl Router {
                     let me = self.clone();
                     let tenant = Tenant(c.name.clone());
                     tracing::info!(%tenant, "tenant socket {}", path.display());
-                    std::thread::Builder::new()
-                        .name("phos-accept".into())
-                        .spawn(move || me.accept_loop(l, Some(tenant)))
-                        .expect("spawning an accept thread");
+                    let failed = failed_tx.clone();
+                    std::thread::Builder::new().name("phos-accept".into()).spawn(move || {
+                        if let Err(e) = me.accept_unix(l, Some(tenant)) {
+                            let _ = failed.send(e);
+                            me.wake_accept_loops();
+                        }
+                    })?;
                 }
                 Err(e) => tracing::error!(tenant = %c.name, "cannot listen on {}: {e}", path.display()),
             }
@@ -315,15 +418,46 @@ impl Router {
                     tracing::info!("guests over TCP on {}", bound.map_or(addr.to_string(), |a| a.to_string()));
                     *self.tcp_bound.lock().unwrap() = bound;
                     let me = self.clone();
-                    std::thread::Builder::new()
-                        .name("phos-accept-tcp".into())
-                        .spawn(move || me.accept_tcp(l))
-                        .expect("spawning an accept thread");
+                    let failed = failed_tx.clone();
+                    std::thread::Builder::new().name("phos-accept-tcp".into()).spawn(move || {
+                        if let Err(e) = me.accept_tcp(l) {
+                            let _ = failed.send(e);
+                            me.wake_accept_loops();
+                        }
+                    })?;
                 }
                 Err(e) => tracing::error!("cannot listen on tcp:{addr}: {e}"),
             }
         }
-        self.accept_loop(listener, None);
+        let main = self.accept_unix(listener, None);
+        match (main, failed_rx.try_recv()) {
+            (Err(e), _) | (Ok(()), Ok(e)) => {
+                tracing::error!("the router cannot accept guests any more: {e}");
+                self.stop();
+                Err(e)
+            }
+            (Ok(()), Err(_)) => Ok(()),
+        }
+    }
+
+    /// Lower the channels one tenant may have to what the process's file descriptors allow
+    /// for two such tenants, so that one tenant alone can never take them all.
+    fn fit_channels_to_fds(&self) {
+        let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit writes one rlimit struct, which `rl` is.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
+            return;
+        }
+        let capacity = rl.rlim_cur.saturating_sub(64) / FDS_PER_CHANNEL;
+        let configured = self.config.limits.channels_per_tenant;
+        if capacity / 2 < configured {
+            let fit = (capacity / 2).max(1);
+            tracing::warn!(
+                "{} file descriptors allow about {capacity} channels: each tenant may have {fit} (not {configured}); raise `ulimit -n` for more",
+                rl.rlim_cur
+            );
+            self.channels_per_tenant.store(fit, Ordering::Relaxed);
+        }
     }
 
     /// Where guests reach the router over TCP, once it listens there.
@@ -331,55 +465,153 @@ impl Router {
         *self.tcp_bound.lock().unwrap()
     }
 
-    fn accept_tcp(self: &Arc<Self>, listener: std::net::TcpListener) {
-        for conn in listener.incoming() {
-            if self.stopping.load(Ordering::Relaxed) {
-                break;
+    /// Connections in their handshake now.
+    pub fn pending_handshakes(&self) -> u64 {
+        self.pending.total()
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
+
+    /// Accept guests on a Unix `listener`; `tenant`: the tenant every connection there is.
+    fn accept_unix(self: &Arc<Self>, listener: UnixListener, tenant: Option<Tenant>) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        loop {
+            let conn = listener.accept();
+            if self.stopping() {
+                return Ok(());
             }
             match conn {
-                Ok(stream) => {
+                Ok((stream, _)) => self.admit_unix(stream, tenant.clone()),
+                Err(e) => self.accept_failed(listener.as_raw_fd(), e)?,
+            }
+        }
+    }
+
+    fn accept_tcp(self: &Arc<Self>, listener: std::net::TcpListener) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        loop {
+            let conn = listener.accept();
+            if self.stopping() {
+                return Ok(());
+            }
+            match conn {
+                Ok((stream, addr)) => {
                     let _ = stream.set_nodelay(true);
-                    // A network peer that connects and says nothing must not hold a thread
-                    // for ever: the handshake has this long (lifted once it is done).
-                    let _ = stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
-                    let me = self.clone();
-                    std::thread::Builder::new()
-                        .name("phos-route".into())
-                        .spawn(move || me.handle_guest(GuestStream::Tcp(stream), None))
-                        .expect("spawning a channel thread");
+                    self.admit(GuestStream::Tcp(stream), Peer::Remote(addr));
                 }
-                Err(e) => tracing::warn!("accept (tcp): {e}"),
+                Err(e) => self.accept_failed(listener.as_raw_fd(), e)?,
             }
         }
     }
 
-    /// Accept guests on `listener`; `tenant`: the tenant every connection there is.
-    fn accept_loop(self: &Arc<Self>, listener: UnixListener, tenant: Option<Tenant>) {
-        for conn in listener.incoming() {
-            if self.stopping.load(Ordering::Relaxed) {
-                break;
+    /// A Unix connection: who it is, then [`admit`](Self::admit).
+    fn admit_unix(self: &Arc<Self>, stream: UnixStream, socket_tenant: Option<Tenant>) {
+        let mut guest = GuestStream::Unix(stream);
+        let GuestStream::Unix(s) = &guest else { unreachable!() };
+        let peer = match peer_credentials(s) {
+            Ok((uid, pid)) => Peer::Local { tenant: socket_tenant.unwrap_or_else(|| self.tenants.for_uid(uid)), pid },
+            Err(e) => {
+                guest_warn!("unidentified", "cannot identify a guest connection: {e}");
+                return refuse_now(&mut guest, NO_DEVICE, "cannot identify the connection's owner");
             }
-            match conn {
-                Ok(stream) => {
-                    let me = self.clone();
-                    let tenant = tenant.clone();
-                    std::thread::Builder::new()
-                        .name("phos-route".into())
-                        .spawn(move || me.handle_guest(GuestStream::Unix(stream), tenant))
-                        .expect("spawning a channel thread");
-                }
-                Err(e) => {
-                    tracing::error!("accept: {e}");
-                    break;
-                }
-            }
+        };
+        self.admit(guest, peer);
+    }
+
+    /// Give a new connection a thread for its handshake, if its tenant (or address) and the
+    /// router have room for one more connection in its handshake.
+    fn admit(self: &Arc<Self>, mut guest: GuestStream, peer: Peer) {
+        let key = peer.key();
+        let l = &self.config.limits;
+        let Some(slot) = self.pending.enter(&key, l.pending_per_tenant, l.pending_total) else {
+            self.limit_hit(&peer, limits::LimitKind::PendingHandshakes);
+            guest_warn!(&key, peer = %key, "too many connections in their handshake: refused");
+            return refuse_now(&mut guest, BUSY, "too many connections in their handshake; try again");
+        };
+        // The deadline for the whole handshake; lifted once the channel is carrying calls.
+        let deadline = Some(l.handshake_timeout);
+        let set = match &guest {
+            GuestStream::Unix(s) => s.set_read_timeout(deadline).and_then(|_| s.set_write_timeout(deadline)),
+            GuestStream::Tcp(s) => s.set_read_timeout(deadline).and_then(|_| s.set_write_timeout(deadline)),
+        };
+        if let Err(e) = set {
+            guest_warn!(&key, "cannot set a handshake deadline: {e}");
+            return;
+        }
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("phos-route".into())
+            .stack_size(CHANNEL_STACK)
+            .spawn(move || me.handle_guest(guest, peer, slot));
+        if let Err(e) = spawned {
+            // The connection went with the closure: its guest sees it closed.
+            self.resource_shortage(&key, &format!("no thread for a new connection: {e}"));
         }
     }
 
-    /// End every session and stop accepting.
-    pub fn stop(&self) {
-        self.stopping.store(true, Ordering::Relaxed);
-        // Wake the accept loops.
+    /// A limit refused a connection of `peer`: counted for its tenant (when known).
+    fn limit_hit(&self, peer: &Peer, kind: limits::LimitKind) {
+        if let Peer::Local { tenant, .. } = peer {
+            self.tenants.state(tenant).limit_hits.hit(kind);
+        }
+    }
+
+    /// The router ran short of something a connection needed (threads, descriptors,
+    /// memory, processes): logged, at most at the guest-line rate for the key.
+    fn resource_shortage(&self, key: &str, what: &str) {
+        if let Some(dropped) = phos_protocol::log_limit::GUEST_LINES.admit("router-resources") {
+            tracing::error!(dropped, peer = %key, "router short of resources: {what}");
+        }
+    }
+
+    /// An accept that failed: a shortage the loop waits out (a waiting connection is closed
+    /// when the process has no descriptor left, so the loop does not spin on it), or an
+    /// error of the listener itself, which ends the loop.
+    fn accept_failed(&self, listener: std::os::fd::RawFd, e: io::Error) -> io::Result<()> {
+        match e.raw_os_error() {
+            Some(libc::EMFILE | libc::ENFILE) => {
+                self.resource_shortage("accept", &format!("{e}: refusing connections until descriptors are free"));
+                let mut spare = self.spare_fd.lock().unwrap();
+                if spare.take().is_some() {
+                    // SAFETY: accept4 on a listening socket we own, without an address
+                    // buffer; the descriptor it returns (if any) is ours and closed at once.
+                    let fd = unsafe { libc::accept4(listener, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+                    if fd >= 0 {
+                        // SAFETY: `fd` was just returned by accept4 and is owned by nobody else.
+                        unsafe { libc::close(fd) };
+                    }
+                    *spare = std::fs::File::open("/dev/null").ok();
+                }
+                drop(spare);
+                std::thread::sleep(Duration::from_millis(10));
+                Ok(())
+            }
+            Some(libc::ENOBUFS | libc::ENOMEM) => {
+                self.resource_shortage("accept", &e.to_string());
+                std::thread::sleep(Duration::from_millis(10));
+                Ok(())
+            }
+            // The connection went away before it was accepted, or a signal: carry on.
+            Some(libc::ECONNABORTED | libc::EINTR | libc::EPROTO | libc::EPERM | libc::EAGAIN) => Ok(()),
+            // Network errors a TCP accept reports for the new connection, per accept(2).
+            Some(
+                libc::ENETDOWN
+                | libc::ENOPROTOOPT
+                | libc::EHOSTDOWN
+                | libc::ENONET
+                | libc::EHOSTUNREACH
+                | libc::EOPNOTSUPP
+                | libc::ENETUNREACH
+                | libc::ETIMEDOUT,
+            ) => Ok(()),
+            _ => Err(e),
+        }
+    }
+
+    /// Make every accept loop look at `stopping`.
+    fn wake_accept_loops(&self) {
         let _ = UnixStream::connect(&self.config.listen);
         if let Some(a) = self.tcp_addr() {
             let _ = std::net::TcpStream::connect(a);
@@ -387,6 +619,16 @@ impl Router {
         for c in self.tenants.configs() {
             if let Some(path) = &c.socket {
                 let _ = UnixStream::connect(path);
+            }
+        }
+    }
+
+    /// End every session and stop accepting.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+        self.wake_accept_loops();
+        for c in self.tenants.configs() {
+            if let Some(path) = &c.socket {
                 let _ = std::fs::remove_file(path);
             }
         }
@@ -457,29 +699,30 @@ impl Router {
         None
     }
 
-    fn handle_guest(self: Arc<Self>, mut guest: GuestStream, socket_tenant: Option<Tenant>) {
-        // On a Unix socket the kernel says who connected; over TCP the Hello's token does.
-        let peer = match &guest {
-            GuestStream::Unix(s) => match peer_credentials(s) {
-                Ok((uid, pid)) => Some((socket_tenant.unwrap_or_else(|| self.tenants.for_uid(uid)), pid)),
-                Err(e) => {
-                    tracing::warn!("cannot identify a guest connection: {e}");
-                    return refuse(&mut guest, "cannot identify the connection's owner");
-                }
-            },
-            GuestStream::Tcp(_) => None,
-        };
+    /// A connection's handshake: its Hello, its tenant, its session (new, or joined with the
+    /// token), a place under the limits, then the channel (see [`connect_channel`]).
+    ///
+    /// [`connect_channel`]: Router::connect_channel
+    fn handle_guest(self: Arc<Self>, mut guest: GuestStream, peer: Peer, pending: limits::PendingSlot) {
+        let key = peer.key();
         let mut payload = Vec::new();
         let hello = match read_frame(&mut guest, &mut payload, MAX_HANDSHAKE) {
             Ok(h) if h.kind == FrameKind::Hello => phos_protocol::decode::<Hello>(&payload).map_err(|e| e.to_string()),
             Ok(h) => Err(format!("expected Hello, got {:?}", h.kind)),
+            Err(phos_protocol::transport::TransportError::Io(e))
+                if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) =>
+            {
+                self.limit_hit(&peer, limits::LimitKind::HandshakeTimeout);
+                guest_warn!(&key, peer = %key, "no handshake within {:?}: closed", self.config.limits.handshake_timeout);
+                return;
+            }
             Err(e) => Err(e.to_string()),
         };
         let hello = match hello {
             Ok(h) => h,
             Err(e) => {
-                tracing::warn!(peer = %guest.describe(), "bad handshake: {e}");
-                return refuse(&mut guest, &format!("bad handshake: {e}"));
+                guest_warn!(&key, peer = %guest.describe(), "bad handshake: {e}");
+                return refuse(&mut guest, NO_DEVICE, &format!("bad handshake: {e}"));
             }
         };
         // A guest with a pinned arena sends it right after the Hello; the server gets it with
@@ -488,65 +731,95 @@ impl Router {
             (GuestStream::Unix(s), Some(_)) => match receive_host_arena(s) {
                 Ok(fd) => Some(fd),
                 Err(e) => {
-                    tracing::warn!(peer = %guest.describe(), "bad pinned arena: {e}");
-                    return refuse(&mut guest, &format!("bad pinned arena: {e}"));
+                    guest_warn!(&key, peer = %guest.describe(), "bad pinned arena: {e}");
+                    return refuse(&mut guest, NO_DEVICE, &format!("bad pinned arena: {e}"));
                 }
             },
             _ => None,
         };
-        let (tenant, pid) = match peer {
-            Some(p) => p,
-            None => match hello.tenant_token.as_deref().and_then(|t| self.tenants.for_token(t)) {
+        let (tenant, pid) = match &peer {
+            Peer::Local { tenant, pid } => (tenant.clone(), *pid),
+            Peer::Remote(_) => match hello.tenant_token.as_deref().and_then(|t| self.tenants.for_token(t)) {
                 Some(t) => (t, hello.pid),
                 None => {
-                    tracing::warn!(peer = %guest.describe(), "a TCP guest without a valid tenant token");
-                    return refuse(&mut guest, "unknown tenant token (set PHOS_TENANT_TOKEN)");
+                    guest_warn!(&key, peer = %guest.describe(), "a TCP guest without a valid tenant token");
+                    return refuse(&mut guest, NO_DEVICE, "unknown tenant token (set PHOS_TENANT_TOKEN)");
                 }
             },
         };
+        let key = tenant.0.as_str();
         if hello.spec_hash != cudart::SPEC_HASH {
-            tracing::warn!(%tenant, pid, "guest built from another spec ({:016x})", hello.spec_hash);
-            return refuse(&mut guest, "the guest library was built from another version of the API spec");
+            guest_warn!(key, %tenant, pid, "guest built from another spec ({:016x})", hello.spec_hash);
+            return refuse(&mut guest, NO_DEVICE, "the guest library was built from another version of the API spec");
         }
+        if !ABIS.contains(&hello.abi_major) {
+            guest_warn!(key, %tenant, pid, "guest presents CUDA ABI {}: refused", hello.abi_major);
+            return refuse(&mut guest, NO_DEVICE, &format!("CUDA ABI {} is not served (11, 12, 13)", hello.abi_major));
+        }
+        let state = self.tenants.state(&tenant);
         let session = match hello.token {
-            None => match self.start_session(&tenant, pid, &hello) {
-                Ok(s) => {
-                    if guest.is_remote() {
-                        s.set_remote();
+            None => {
+                if !limits::take_place(&state.sessions, self.config.limits.sessions_per_tenant) {
+                    state.limit_hits.hit(limits::LimitKind::Sessions);
+                    guest_warn!(key, %tenant, pid, "session refused: the tenant has {} sessions", self.config.limits.sessions_per_tenant);
+                    return refuse(
+                        &mut guest,
+                        BUSY,
+                        &format!("the tenant has its {} sessions already", self.config.limits.sessions_per_tenant),
+                    );
+                }
+                match self.start_session(&tenant, pid, &program_name(&hello.program), hello.abi_major) {
+                    Ok(s) => {
+                        if guest.is_remote() {
+                            s.set_remote();
+                        }
+                        s
                     }
-                    s
+                    Err(e) => {
+                        state.sessions.fetch_sub(1, Ordering::Relaxed);
+                        tracing::error!(%tenant, pid, "cannot start an API server: {e}");
+                        return refuse(&mut guest, BUSY, &format!("cannot start an API server: {e}"));
+                    }
                 }
-                Err(e) => {
-                    tracing::error!(%tenant, pid, "cannot start an API server: {e}");
-                    return refuse(&mut guest, &format!("cannot start an API server: {e}"));
-                }
-            },
+            }
             Some(token) => {
                 let found = self.sessions.lock().unwrap().values().find(|s| s.token_matches(&token)).cloned();
                 match found {
                     Some(s) if s.tenant == tenant => s,
                     Some(s) => {
-                        tracing::warn!(%tenant, pid, session = s.id, "tenant presented another tenant's session token");
-                        return refuse(&mut guest, "unknown session");
+                        guest_warn!(key, %tenant, pid, session = s.id, "tenant presented another tenant's session token");
+                        return refuse(&mut guest, NO_DEVICE, "unknown session");
                     }
                     None => {
-                        tracing::warn!(%tenant, pid, "unknown session token");
-                        return refuse(&mut guest, "unknown session");
+                        guest_warn!(key, %tenant, pid, "unknown session token");
+                        return refuse(&mut guest, NO_DEVICE, "unknown session");
                     }
                 }
             }
         };
+        let limits = &self.config.limits;
+        let channel =
+            match session.open_channel(limits.channels_per_session, self.channels_per_tenant.load(Ordering::Relaxed)) {
+                Ok(c) => c,
+                Err(kind) => {
+                    state.limit_hits.hit(kind);
+                    guest_warn!(key, %tenant, session = session.id, "channel refused: limit {} reached", kind.name());
+                    return refuse(&mut guest, BUSY, &format!("too many channels ({} reached)", kind.name()));
+                }
+            };
+        // Identified and counted: the channel no longer takes a place among the handshakes.
+        drop(pending);
         // A suspended session's channels wait here for its restore.
         let Some(socket) = session.server_socket(self.config.reconnect_wait) else {
             tracing::warn!(session = session.id, "session has no server (not restored in time)");
-            return refuse(&mut guest, "the session is suspended and was not restored in time");
+            return refuse(&mut guest, NO_DEVICE, "the session is suspended and was not restored in time");
         };
-        if let Err(e) = self.connect_channel(&session, &socket, guest, &hello, host_arena.as_ref()) {
+        if let Err(e) = self.connect_channel(&session, &socket, guest, &hello, host_arena.as_ref(), channel) {
             tracing::warn!(session = session.id, "channel failed: {e}");
         }
     }
 
-    fn start_session(&self, tenant: &Tenant, pid: u32, hello: &Hello) -> io::Result<Arc<SessionEntry>> {
+    fn start_session(&self, tenant: &Tenant, pid: u32, program: &str, abi_major: u32) -> io::Result<Arc<SessionEntry>> {
         let id = self.next_session.fetch_add(1, Ordering::Relaxed);
         let server = match self.take_pooled() {
             Some(p) => {
@@ -575,14 +848,14 @@ impl Router {
             tenant.clone(),
             self.tenants.state(tenant),
             pid,
-            hello.program.clone(),
-            hello.abi_major,
+            program.to_owned(),
+            abi_major,
             session::random_token()?,
             0,
             Some(server),
         ));
         self.sessions.lock().unwrap().insert(id, entry.clone());
-        tracing::info!(session = id, %tenant, pid, program = %hello.program, abi = hello.abi_major, "session started");
+        tracing::info!(session = id, %tenant, pid, program, abi = abi_major, "session started");
         Ok(entry)
     }
 
@@ -672,6 +945,8 @@ impl Router {
                 e
             }
             _ => {
+                // An operator's restore is not held to the tenant's session limit.
+                self.tenants.state(&tenant).sessions.fetch_add(1, Ordering::Relaxed);
                 let e = Arc::new(SessionEntry::new(
                     meta.id,
                     tenant.clone(),
@@ -700,6 +975,7 @@ impl Router {
         mut guest: GuestStream,
         hello: &Hello,
         host_arena: Option<&OwnedFd>,
+        _channel: session::ChannelGuard,
     ) -> io::Result<()> {
         // Shared-memory rings when the guest is on this host, can use them and the operator
         // allows them. The hop to the server (always on this host) uses them too, unless the
@@ -730,9 +1006,12 @@ impl Router {
         h.payload_len = a.len() as u64;
         write_frame(&mut server, &h, &[&a])?;
         let mut payload = Vec::new();
+        // A server that does not answer holds this channel only, and not for ever.
+        server.set_read_timeout(Some(SERVER_HANDSHAKE_TIMEOUT))?;
         let reply = read_frame(&mut server, &mut payload, MAX_HANDSHAKE).map_err(io::Error::other)?;
+        server.set_read_timeout(None)?;
         if reply.kind != FrameKind::Welcome {
-            refuse(&mut guest, &String::from_utf8_lossy(&payload));
+            refuse(&mut guest, reply.status, &printable(&String::from_utf8_lossy(&payload)));
             return Err(io::Error::other(format!("server answered {:?}", reply.kind)));
         }
         let mut welcome: Welcome = phos_protocol::decode(&payload).map_err(io::Error::other)?;
@@ -762,21 +1041,22 @@ impl Router {
         h.session = session.id;
         h.payload_len = w.len() as u64;
         write_frame(&mut guest, &h, &[&w])?;
-        let guest: Box<dyn Transport> = match (guest_kind, guest) {
+        // The handshake is done: an idle guest may be quiet for as long as it likes.
+        match &guest {
+            GuestStream::Unix(g) => g.set_read_timeout(None).and_then(|_| g.set_write_timeout(None))?,
+            GuestStream::Tcp(g) => g.set_read_timeout(None).and_then(|_| g.set_write_timeout(None))?,
+        }
+        let mut guest: Box<dyn Transport> = match (guest_kind, guest) {
             (TransportKind::Shm, GuestStream::Unix(g)) => {
                 let files = SharedFiles { staging: staging.as_ref(), host_arena: None };
                 Box::new(ShmTransport::create(g, self.config.ring_bytes, max, files)?)
             }
             (_, GuestStream::Unix(g)) => Box::new(UnixTransport::new(g).with_max_payload(max)),
-            (_, GuestStream::Tcp(g)) => {
-                // An idle guest may be quiet for as long as it likes once it has a session.
-                g.set_read_timeout(None)?;
-                Box::new(TcpTransport::new(g).with_max_payload(max))
-            }
+            (_, GuestStream::Tcp(g)) => Box::new(TcpTransport::new(g).with_max_payload(max)),
         };
-
-        session.channel_opened();
-        let _close = session::ChannelGuard(session.clone());
+        // What the guest's frames hold here is charged to its tenant, whose channels share a
+        // budget: no tenant can make the router hold more than that.
+        guest.charge_payloads_to(session.tenant_state.buffered.clone());
         // What the calls in flight on this channel still have open, oldest first (one
         // synchronous call, after any number of async ones the guest did not wait for).
         let inflight: Arc<Mutex<VecDeque<admission::InFlight>>> = Arc::default();
@@ -790,7 +1070,7 @@ impl Router {
         let back = {
             let (session, inflight, guest_w) = (session.clone(), inflight.clone(), guest_w.clone());
             let barrier_open = barrier_open.clone();
-            std::thread::Builder::new().name("phos-route-back".into()).spawn(move || {
+            std::thread::Builder::new().name("phos-route-back".into()).stack_size(CHANNEL_STACK).spawn(move || {
                 let mut buf = Vec::new();
                 while let Ok(h) = server_r.recv(&mut buf) {
                     match h.kind {
@@ -849,8 +1129,14 @@ impl Router {
             let h = match guest_r.recv(&mut buf) {
                 Ok(h) => h,
                 Err(phos_protocol::transport::TransportError::Closed) => break,
+                Err(e @ phos_protocol::transport::TransportError::OverBudget(..)) => {
+                    session.tenant_state.limit_hits.hit(limits::LimitKind::BufferedBytes);
+                    guest_warn!(&session.tenant.0, session = session.id, "channel closed: {e}");
+                    refuse_on(guest_w.lock().unwrap().as_mut(), &format!("{e}"));
+                    break;
+                }
                 Err(e) => {
-                    tracing::warn!(session = session.id, "malformed frame from the guest: {e}");
+                    guest_warn!(&session.tenant.0, session = session.id, "malformed frame from the guest: {e}");
                     refuse_on(guest_w.lock().unwrap().as_mut(), &format!("malformed frame: {e}"));
                     break;
                 }
@@ -887,7 +1173,12 @@ impl Router {
             }
             if h.kind == FrameKind::Barrier {
                 let Some(ids) = session.filter_barrier(&buf) else {
-                    tracing::warn!(session = session.id, "malformed barrier from the guest ({} bytes)", buf.len());
+                    guest_warn!(
+                        &session.tenant.0,
+                        session = session.id,
+                        "malformed barrier from the guest ({} bytes)",
+                        buf.len()
+                    );
                     refuse_on(guest_w.lock().unwrap().as_mut(), "malformed barrier");
                     break;
                 };

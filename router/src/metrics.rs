@@ -125,6 +125,36 @@ pub fn render(router: &Router) -> String {
                 .map(move |(r, _, _, q)| (format!("{},resource=\"{}\"", tenant(t), label(r)), q.to_string()))
         }),
     );
+    family(
+        &mut out,
+        "phos_tenant_channels",
+        "gauge",
+        "Channels (calling threads) of the tenant's sessions open now.",
+        per_tenant(|t| t.channels.to_string()),
+    );
+    family(
+        &mut out,
+        "phos_tenant_buffered_bytes",
+        "gauge",
+        "Bytes of the tenant's frames the router holds now (beyond 1 MiB per channel).",
+        per_tenant(|t| t.buffered_bytes.to_string()),
+    );
+    family(
+        &mut out,
+        "phos_tenant_limit_refusals_total",
+        "counter",
+        "Connections of the tenant refused by a limit of the router (limit=...), or for want of the router's own resources (limit=router_resources).",
+        usage.iter().flat_map(|t| {
+            t.limit_refusals.iter().map(move |(l, n)| (format!("{},limit=\"{}\"", tenant(t), label(l)), n.to_string()))
+        }),
+    );
+    family(
+        &mut out,
+        "phos_router_pending_handshakes",
+        "gauge",
+        "Connections in their handshake now.",
+        [(String::new(), router.pending_handshakes().to_string())],
+    );
     let policies = router.policies.list();
     let per_policy = |f: fn(&PolicyInfo) -> u64| {
         policies.iter().map(|p| (format!("policy=\"{}\"", label(&p.name)), f(p).to_string())).collect::<Vec<_>>()

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -126,7 +126,7 @@ pub struct SessionEntry {
     token: [u8; 16],
     /// Restores so far.
     pub epoch: AtomicU64,
-    channels: AtomicUsize,
+    channels: AtomicU64,
     idle_since: Mutex<Option<Instant>>,
     server: Mutex<Option<ServerProcess>>,
     state: Mutex<State>,
@@ -190,8 +190,9 @@ impl SessionEntry {
         epoch: u64,
         server: Option<ServerProcess>,
     ) -> Self {
+        // The tenant's count of sessions was taken by the caller (a place under the tenant's
+        // limit, or an operator's restore) and is given back when the session ends.
         let state = if server.is_some() { State::Active } else { State::Suspended };
-        tenant_state.sessions.fetch_add(1, Ordering::Relaxed);
         let n = phos_protocol::cudart::RESOURCES.len();
         SessionEntry {
             id,
@@ -204,7 +205,7 @@ impl SessionEntry {
             usage: Usage::default(),
             token,
             epoch: AtomicU64::new(epoch),
-            channels: AtomicUsize::new(0),
+            channels: AtomicU64::new(0),
             idle_since: Mutex::new(Some(Instant::now())),
             server: Mutex::new(server),
             state: Mutex::new(state),
@@ -307,7 +308,7 @@ impl SessionEntry {
         self.token.iter().zip(other).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
     }
 
-    pub fn channels(&self) -> usize {
+    pub fn channels(&self) -> u64 {
         self.channels.load(Ordering::Relaxed)
     }
 
@@ -345,12 +346,28 @@ impl SessionEntry {
         self.server.lock().unwrap().as_ref().map(|s| phos_control::control_path(&s.socket))
     }
 
-    pub(crate) fn channel_opened(&self) {
-        self.channels.fetch_add(1, Ordering::Relaxed);
+    /// A place for one more channel, unless the session has `per_session` or its tenant
+    /// `per_tenant` already (which limit refused, then). The channel counts as open (the
+    /// session is not idle) until the guard goes.
+    pub(crate) fn open_channel(
+        self: &Arc<Self>,
+        per_session: u64,
+        per_tenant: u64,
+    ) -> Result<ChannelGuard, crate::limits::LimitKind> {
+        use crate::limits::{LimitKind, take_place};
+        if !take_place(&self.channels, per_session) {
+            return Err(LimitKind::ChannelsPerSession);
+        }
+        if !take_place(&self.tenant_state.channels, per_tenant) {
+            self.channels.fetch_sub(1, Ordering::Relaxed);
+            return Err(LimitKind::ChannelsPerTenant);
+        }
         *self.idle_since.lock().unwrap() = None;
+        Ok(ChannelGuard(self.clone()))
     }
 
-    pub(crate) fn channel_closed(&self) {
+    fn channel_closed(&self) {
+        self.tenant_state.channels.fetch_sub(1, Ordering::Relaxed);
         if self.channels.fetch_sub(1, Ordering::Relaxed) == 1 {
             *self.idle_since.lock().unwrap() = Some(Instant::now());
         }
@@ -438,6 +455,7 @@ mod tests {
         let tenants = crate::Tenants::new(vec![]).unwrap();
         let tenant = crate::Tenant("t".into());
         let state = tenants.state(&tenant);
+        state.sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let s = SessionEntry::new(1, tenant, state.clone(), 0, "p".into(), 12, [0; 16], 0, None);
         let dt = RESOURCES.iter().position(|r| r.name == "device_time").unwrap();
         let report =

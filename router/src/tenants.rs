@@ -123,6 +123,12 @@ pub struct TenantState {
     pub sessions: AtomicU64,
     /// Clock of the last call (monotonic ns), for "active".
     pub last_call_ns: AtomicU64,
+    /// Channels open (or being connected) in all the tenant's sessions.
+    pub channels: AtomicU64,
+    /// Bytes of frames the router holds for the tenant's channels.
+    pub buffered: Arc<phos_protocol::transport::BufferBudget>,
+    /// Connections refused by a limit, per limit.
+    pub limit_hits: crate::limits::LimitHits,
     /// Shared by all tenants: how measured device time is charged when their work overlaps.
     contention: Arc<Contention>,
 }
@@ -132,7 +138,7 @@ fn zeros() -> Vec<AtomicU64> {
 }
 
 impl TenantState {
-    fn new(index: u64, name: Tenant, contention: Arc<Contention>) -> Self {
+    fn new(index: u64, name: Tenant, contention: Arc<Contention>, buffered: u64) -> Self {
         TenantState {
             index,
             name,
@@ -149,6 +155,9 @@ impl TenantState {
             rejected: AtomicU64::new(0),
             sessions: AtomicU64::new(0),
             last_call_ns: AtomicU64::new(0),
+            channels: AtomicU64::new(0),
+            buffered: phos_protocol::transport::BufferBudget::new(buffered),
+            limit_hits: Default::default(),
             contention,
         }
     }
@@ -261,6 +270,8 @@ pub struct Tenants {
     states: RwLock<Vec<Arc<TenantState>>>,
     create: Mutex<()>,
     contention: Arc<Contention>,
+    /// Each tenant's budget of buffered frame bytes.
+    buffered_per_tenant: u64,
 }
 
 /// The shortest tenant token accepted.
@@ -298,7 +309,18 @@ impl Tenants {
                 }
             }
         }
-        Ok(Tenants { configs, by_uid, ..Default::default() })
+        Ok(Tenants {
+            configs,
+            by_uid,
+            buffered_per_tenant: crate::limits::Limits::default().buffered_per_tenant,
+            ..Default::default()
+        })
+    }
+
+    /// Give each tenant this many bytes of buffered frames (see [`crate::limits::Limits`]).
+    pub fn with_buffer_limit(mut self, bytes: u64) -> Self {
+        self.buffered_per_tenant = bytes;
+        self
     }
 
     pub fn configs(&self) -> &[TenantConfig] {
@@ -339,7 +361,12 @@ impl Tenants {
             return s.clone();
         }
         let mut states = self.states.write().unwrap();
-        let s = Arc::new(TenantState::new(states.len() as u64, tenant.clone(), self.contention.clone()));
+        let s = Arc::new(TenantState::new(
+            states.len() as u64,
+            tenant.clone(),
+            self.contention.clone(),
+            self.buffered_per_tenant,
+        ));
         if let Some(c) = self.configs.iter().find(|c| c.name == tenant.0) {
             s.configure(c);
         }
@@ -398,6 +425,12 @@ impl Tenants {
                         };
                         (r.name.to_string(), kind.to_string(), s.used(i), s.quota(i))
                     })
+                    .collect(),
+                channels: s.channels.load(Ordering::Relaxed),
+                buffered_bytes: s.buffered.used(),
+                limit_refusals: crate::limits::LimitKind::ALL
+                    .iter()
+                    .map(|&k| (k.name().to_string(), s.limit_hits.get(k)))
                     .collect(),
             })
             .collect()
