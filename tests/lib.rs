@@ -299,3 +299,138 @@ impl<T: Transport> RawGuest<T> {
         Ok(phos_protocol::decode(&r.payload).expect("reply decodes"))
     }
 }
+
+/// A router in a process of its own (`phosctl serve --config`), for tests that limit its
+/// resources (descriptors, threads), run it as another user, or watch its log and CPU time.
+/// Its configuration gets `{dir}` replaced by its private directory; the main socket is
+/// `{dir}/router.sock`, API server logs go to `{dir}/logs`.
+pub struct ChildRouter {
+    pub dir: tempfile::TempDir,
+    pub child: std::process::Child,
+}
+
+impl ChildRouter {
+    /// Start `phosctl serve --backend emu` with `config` (TOML, after `listen`), `prepare`
+    /// running in the child before it executes (limits, another user), and wait until
+    /// every socket the configuration names is listening.
+    pub fn start(config: &str, prepare: impl FnMut() -> std::io::Result<()> + Send + Sync + 'static) -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().unwrap();
+        // Open to another user the router may run as.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let d = dir.path().display().to_string();
+        let text = format!("listen = \"{d}/router.sock\"\n{}", config.replace("{dir}", &d));
+        std::fs::write(dir.path().join("router.toml"), &text).unwrap();
+        let log = std::fs::File::create(dir.path().join("router.log")).unwrap();
+        std::fs::set_permissions(dir.path().join("router.log"), std::fs::Permissions::from_mode(0o666)).unwrap();
+        let mut cmd = Command::new(built("phosctl"));
+        cmd.args(["serve", "--backend", "emu", "--emu-memory", &(256u64 << 20).to_string(), "--config"])
+            .arg(dir.path().join("router.toml"))
+            .env("PHOS_SERVER_LOG_DIR", dir.path().join("logs"))
+            .env("PHOS_LOG", "info")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log);
+        // SAFETY: `prepare` runs in the forked child before exec; the tests' closures only
+        // make system calls (setrlimit, setuid), which are async-signal-safe.
+        unsafe { cmd.pre_exec(prepare) };
+        let child = cmd.spawn().expect("starting phosctl serve");
+        let mut r = ChildRouter { dir, child };
+        let sockets: Vec<PathBuf> = std::iter::once(r.socket())
+            .chain(text.lines().filter_map(|l| {
+                let v = l.trim().strip_prefix("socket")?.split('"').nth(1)?;
+                Some(PathBuf::from(v))
+            }))
+            .collect();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !(r.log().contains("router listening") && sockets.iter().all(|s| s.exists())) {
+            assert!(r.alive(), "the router exited at start: {}", r.log());
+            assert!(std::time::Instant::now() < deadline, "the router did not start: {}", r.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The tenant sockets are bound before the accept loops start; give them a moment.
+        std::thread::sleep(Duration::from_millis(100));
+        r
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("router.sock")
+    }
+
+    /// `{dir}/NAME.sock`, a tenant socket of the configuration.
+    pub fn tenant_socket(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("{name}.sock"))
+    }
+
+    /// What the router has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("router.log")).unwrap_or_default()
+    }
+
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// User and system CPU time the router has used.
+    pub fn cpu_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Fields after the command name (which may hold spaces) start at state, field 3;
+        // utime and stime are fields 14 and 15.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let f: Vec<u64> = rest.split_whitespace().map(|x| x.parse().unwrap_or(0)).collect();
+        // SAFETY: sysconf has no memory effects.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        f.get(11).zip(f.get(12)).map_or(0.0, |(u, s)| (u + s) as f64 / ticks)
+    }
+
+    /// The router's resident memory, in bytes.
+    pub fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .map_or(0, |kib| kib << 10)
+    }
+
+    /// The router's threads now.
+    pub fn threads(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/task", self.child.id())).map_or(0, |d| d.count())
+    }
+
+    /// Run `exe` through the router socket `socket` (`phosctl run --endpoint`).
+    pub fn run(&self, socket: &Path, exe: &Path) -> Output {
+        Command::new(built("phosctl"))
+            .args(["run", "--endpoint"])
+            .arg(format!("unix:{}", socket.display()))
+            .arg("--")
+            .arg(exe)
+            .env("PHOS_GUEST_LIB", built("libcudart.so"))
+            .output()
+            .expect("running phosctl")
+    }
+
+    /// `phosctl ARGS --router unix:{dir}/router.sock`.
+    pub fn phosctl(&self, args: &[&str]) -> Output {
+        Command::new(built("phosctl"))
+            .args(args)
+            .arg("--router")
+            .arg(format!("unix:{}", self.socket().display()))
+            .output()
+            .expect("running phosctl")
+    }
+}
+
+impl Drop for ChildRouter {
+    fn drop(&mut self) {
+        // SAFETY: kill has no memory effects; the pid is our child's, not yet reaped.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while self.alive() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

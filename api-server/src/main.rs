@@ -69,7 +69,12 @@ fn fail(what: impl std::fmt::Display) -> ! {
 fn main() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PHOS_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    // Colours only on a terminal (the router gives each server a log file).
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     let args = Args::parse();
     if args.session.is_none() && args.restore.is_none() && !args.pooled {
         fail("one of --session, --restore or --pooled is needed");

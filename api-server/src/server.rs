@@ -136,17 +136,30 @@ impl ApiServer {
         self.slot.wait()
     }
 
-    /// Accept channels until the listener fails.
+    /// Accept channels until the listener fails. Only the router connects here; a channel
+    /// the process has no thread or descriptor for is closed (the guest's call that opened
+    /// it fails) and the session goes on.
     pub fn listen(self: &Arc<Self>, listener: UnixListener) {
         for conn in listener.incoming() {
             match conn {
                 Ok(stream) => {
                     let me = self.clone();
-                    std::thread::Builder::new()
+                    let spawned = std::thread::Builder::new()
                         .name("phos-channel".into())
-                        .spawn(move || me.serve_channel(UnixTransport::new(stream)))
-                        .expect("spawning a channel thread");
+                        .spawn(move || me.serve_channel(UnixTransport::new(stream)));
+                    if let Err(e) = spawned {
+                        tracing::error!("no thread for a new channel ({e}): the channel is closed");
+                    }
                 }
+                Err(e)
+                    if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)) =>
+                {
+                    // The router holds the connection in its handshake with a deadline;
+                    // wait for descriptors rather than spin.
+                    tracing::error!("accept: {e}");
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNABORTED | libc::EINTR)) => {}
                 Err(e) => {
                     tracing::error!("accept: {e}");
                     break;

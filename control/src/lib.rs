@@ -209,7 +209,11 @@ where
     use futures::StreamExt;
     use tarpc::server::{BaseChannel, Channel};
     while let Some(conn) = listener.next().await {
-        let Ok(transport) = conn else { continue };
+        let Ok(transport) = conn else {
+            // Out of descriptors, most likely: wait for some rather than spin on the error.
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            continue;
+        };
         let service = service.clone();
         tokio::task::spawn_local(async move {
             BaseChannel::with_defaults(transport).execute(service).for_each_concurrent(None, |fut| fut).await;

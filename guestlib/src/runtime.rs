@@ -333,14 +333,22 @@ fn open_channel() -> Result<Channel, CudaError> {
     // A refusal carries the error the call gets (a limit of the router's: devices busy), or
     // none (no device for this process).
     let mut refused_with = CudaError::NoDevice;
+    // A router that refuses the Hello closes the connection, so sending the arena after it
+    // can fail: its refusal, still there to be read, says why.
+    let mut arena_sent = Ok(());
     let welcome = transport
         .send(&h, &[&payload])
-        .and_then(|_| match (arena, &socket) {
-            (Some((fd, _)), Some(s)) => phos_protocol::shm::send_fd(s, fd),
-            _ => Ok(()),
+        .map(|_| {
+            if let (Some((fd, _)), Some(s)) = (arena, &socket) {
+                arena_sent = phos_protocol::shm::send_fd(s, fd);
+            }
         })
         .map_err(|e| e.to_string())
         .and_then(|_| transport.recv(&mut reply).map_err(|e| e.to_string()))
+        .and_then(|rh| match arena_sent {
+            Err(e) if rh.kind != FrameKind::Refused => Err(format!("sending the pinned arena: {e}")),
+            _ => Ok(rh),
+        })
         .and_then(|rh| match rh.kind {
             FrameKind::Welcome => phos_protocol::decode::<Welcome>(&reply).map_err(|e| e.to_string()),
             FrameKind::Refused => {

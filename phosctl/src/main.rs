@@ -154,7 +154,13 @@ enum SpecCommand {
 fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PHOS_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    // Colours only on a terminal: a log file must hold the text and nothing else.
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .init();
 }
 
 fn sibling(name: &str) -> PathBuf {

@@ -258,14 +258,14 @@ impl Peer {
     }
 }
 
-/// A program name as the router keeps it: escaped and at most [`MAX_PROGRAM_NAME`] characters.
+/// A program name as the router keeps it: at most [`MAX_PROGRAM_NAME`] characters. It is
+/// the guest's to choose: everything that prints it escapes it
+/// ([`printable`](phos_protocol::text::printable), or a log field's quoting).
 fn program_name(raw: &str) -> String {
-    let mut name = printable(raw);
-    if let Some((cut, _)) = name.char_indices().nth(MAX_PROGRAM_NAME) {
-        name.truncate(cut);
-        name.push('…');
+    match raw.char_indices().nth(MAX_PROGRAM_NAME) {
+        Some((cut, _)) => format!("{}…", &raw[..cut]),
+        None => raw.to_owned(),
     }
-    name
 }
 
 /// A guest's connection before its handshake is done: a Unix socket (this host: its channels
@@ -574,14 +574,22 @@ impl Router {
             Some(libc::EMFILE | libc::ENFILE) => {
                 self.resource_shortage("accept", &format!("{e}: refusing connections until descriptors are free"));
                 let mut spare = self.spare_fd.lock().unwrap();
-                if spare.take().is_some() {
-                    // SAFETY: accept4 on a listening socket we own, without an address
-                    // buffer; the descriptor it returns (if any) is ours and closed at once.
+                // Only a connection that is waiting: an accept on an empty queue would block
+                // and take the next guest that comes, once there is room for it.
+                let mut pfd = libc::pollfd { fd: listener, events: libc::POLLIN, revents: 0 };
+                // SAFETY: poll reads and writes the one pollfd it is given.
+                let waiting = unsafe { libc::poll(&mut pfd, 1, 0) } == 1;
+                if waiting && spare.take().is_some() {
+                    // SAFETY: accept4 on a listening socket we own (only this thread accepts
+                    // on it, and poll said a connection waits), without an address buffer;
+                    // the descriptor it returns is ours and closed at once.
                     let fd = unsafe { libc::accept4(listener, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
                     if fd >= 0 {
                         // SAFETY: `fd` was just returned by accept4 and is owned by nobody else.
                         unsafe { libc::close(fd) };
                     }
+                }
+                if spare.is_none() {
                     *spare = std::fs::File::open("/dev/null").ok();
                 }
                 drop(spare);

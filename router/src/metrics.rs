@@ -18,8 +18,14 @@ pub fn serve(router: Arc<Router>, addr: SocketAddr) -> std::io::Result<SocketAdd
     let listener = TcpListener::bind(addr)?;
     let bound = listener.local_addr()?;
     std::thread::Builder::new().name("phos-metrics".into()).spawn(move || {
-        for conn in listener.incoming().flatten() {
-            let _ = answer(&router, conn);
+        for conn in listener.incoming() {
+            match conn {
+                Ok(conn) => {
+                    let _ = answer(&router, conn);
+                }
+                // Out of descriptors, most likely: wait for some rather than spin.
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
         }
     })?;
     Ok(bound)
