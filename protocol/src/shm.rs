@@ -28,7 +28,9 @@
 //! no CPU. A reader awaiting the answer to a synchronous call spins longer
 //! (`PHOS_SYNC_SPIN_US`, 2 ms; see [`Transport::expect_frame_within`]), as the driver
 //! spins for an application's own synchronous calls: a futex wake-up on an idle CPU costs
-//! tens to hundreds of microseconds, which a 64 MiB copy would feel at every hop. A sleeper looks at the Unix socket every [`LIVENESS_CHECK`]: the socket is kept
+//! tens to hundreds of microseconds, which a 64 MiB copy would feel at every hop. A sleeper
+//! looks at the Unix socket after [`LIVENESS_CHECK`], then at doubling intervals up to
+//! [`LIVENESS_CHECK_IDLE`] while nothing comes: the socket is kept
 //! open for the channel's life and carries nothing more, so when it reads as closed the
 //! peer is gone (even if it was killed before it could mark its rings closed).
 
@@ -54,8 +56,15 @@ pub const DEFAULT_RING_BYTES: usize = 4 << 20;
 pub const MIN_RING_BYTES: usize = 4096;
 pub const MAX_RING_BYTES: usize = 1 << 30;
 
-/// How often a sleeping side checks that its peer still exists.
+/// How soon a side that starts sleeping checks that its peer still exists; the check backs
+/// off by doubling while nothing comes, up to [`LIVENESS_CHECK_IDLE`].
 pub const LIVENESS_CHECK: Duration = Duration::from_millis(20);
+
+/// How often a side asleep for long checks its peer itself. The process's peer watcher
+/// (one thread, an epoll of every region's socket) marks a region closed as soon as its
+/// peer goes, so this is only a fallback: an idle channel costs its readers a wake-up every
+/// few seconds, and a router with thousands of idle channels stays idle.
+pub const LIVENESS_CHECK_IDLE: Duration = Duration::from_secs(5);
 
 const CLOSED_BY_PRODUCER: u32 = 1;
 const CLOSED_BY_CONSUMER: u32 = 2;
@@ -128,6 +137,7 @@ unsafe impl Sync for Region {}
 
 impl Drop for Region {
     fn drop(&mut self) {
+        peer_watch::forget(self.socket.as_raw_fd());
         unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
     }
 }
@@ -261,6 +271,12 @@ impl Region {
         if !self.ours() {
             return;
         }
+        self.mark_closed();
+        let _ = self.socket.shutdown(std::net::Shutdown::Both);
+    }
+
+    /// Mark both rings closed and wake their sleepers, on both sides.
+    fn mark_closed(&self) {
         for ring in 0..2 {
             let c = self.control(ring);
             c.closed.fetch_or(CLOSED_BY_PRODUCER | CLOSED_BY_CONSUMER, Ordering::SeqCst);
@@ -269,7 +285,100 @@ impl Region {
             futex_wake(&c.producer.data_seq);
             futex_wake(&c.consumer.space_seq);
         }
-        let _ = self.socket.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// One thread per process watches the sockets of every shared region for the peer's end:
+/// when a peer goes (killed, even, before it could mark its rings closed), its rings are
+/// marked closed and their sleepers woken at once, so that sleepers need not look at their
+/// socket often, and thousands of idle channels cost no wake-ups.
+mod peer_watch {
+    use std::collections::HashMap;
+    use std::os::fd::RawFd;
+    use std::sync::{Mutex, Weak};
+
+    use super::Region;
+
+    struct Watcher {
+        /// The process that started the thread: a forked child has the epoll file but not
+        /// the thread, and starts its own.
+        pid: u32,
+        epoll: RawFd,
+        regions: HashMap<RawFd, Weak<Region>>,
+    }
+
+    static WATCHER: Mutex<Option<Watcher>> = Mutex::new(None);
+
+    /// Watch `region`'s socket `fd` until [`forget`] (or the peer's end).
+    pub(super) fn watch(fd: RawFd, region: Weak<Region>) {
+        let mut w = WATCHER.lock().unwrap_or_else(|p| p.into_inner());
+        if w.as_ref().is_none_or(|w| w.pid != std::process::id()) {
+            // SAFETY: epoll_create1 has no memory effects.
+            let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+            if epoll < 0 {
+                return; // Sleepers still look at their socket now and then.
+            }
+            let spawned = std::thread::Builder::new()
+                .name("phos-ring-peers".into())
+                .stack_size(64 << 10)
+                .spawn(move || run(epoll));
+            if spawned.is_err() {
+                // SAFETY: `epoll` is ours and used by nobody else.
+                unsafe { libc::close(epoll) };
+                return;
+            }
+            *w = Some(Watcher { pid: std::process::id(), epoll, regions: HashMap::new() });
+        }
+        let w = w.as_mut().expect("just made");
+        let mut ev = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLONESHOT) as u32,
+            u64: fd as u64,
+        };
+        // SAFETY: epoll_ctl reads the one event it is given; `fd` is the region's open socket.
+        if unsafe { libc::epoll_ctl(w.epoll, libc::EPOLL_CTL_ADD, fd, &mut ev) } == 0 {
+            w.regions.insert(fd, region);
+        }
+    }
+
+    /// Stop watching `fd` (its region is going; the socket closes after this).
+    pub(super) fn forget(fd: RawFd) {
+        let mut w = WATCHER.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(w) = w.as_mut().filter(|w| w.pid == std::process::id())
+            && w.regions.remove(&fd).is_some()
+        {
+            // SAFETY: epoll_ctl with EPOLL_CTL_DEL reads no event.
+            unsafe { libc::epoll_ctl(w.epoll, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
+        }
+    }
+
+    fn run(epoll: RawFd) {
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
+        loop {
+            // SAFETY: epoll_wait writes at most `events.len()` events into `events`.
+            let n = unsafe { libc::epoll_wait(epoll, events.as_mut_ptr(), events.len() as i32, -1) };
+            if n < 0 {
+                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return;
+            }
+            for ev in &events[..n as usize] {
+                let fd = ev.u64 as RawFd;
+                // Taken out under the lock, so a region being dropped meanwhile is either
+                // still found (and alive while we hold it) or already forgotten.
+                let region = WATCHER
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .as_mut()
+                    .and_then(|w| w.regions.remove(&fd))
+                    .and_then(|r| r.upgrade());
+                if let Some(r) = region
+                    && r.peer_gone()
+                {
+                    r.mark_closed();
+                }
+            }
+        }
     }
 }
 
@@ -302,8 +411,9 @@ pub(crate) enum Waited {
 
 /// Wait until `ready()` says so: spin for `spin` (or, while `hint` holds a later deadline,
 /// until then; see [`ShmTransport::expect_frame_within`]), then sleep on the futex `word`
-/// (saying so in `waiting`, so the other side knows to wake it), looking every
-/// [`LIVENESS_CHECK`] whether the peer is gone, until `deadline` if there is one. A sleeper
+/// (saying so in `waiting`, so the other side knows to wake it), looking whether the peer is
+/// gone after [`LIVENESS_CHECK`] and then at doubling intervals up to
+/// [`LIVENESS_CHECK_IDLE`], until `deadline` if there is one. A sleeper
 /// woken without its condition met spins again while the hint asks for it. The other side
 /// changes `word` and then reads `waiting`; the `SeqCst` store and re-check here make a lost
 /// wake-up impossible.
@@ -325,6 +435,7 @@ pub(crate) fn wait_until(
     }
     let hinted = |now: Instant| hint.is_some_and(|h| h.load(Ordering::Relaxed) > since_epoch(now));
     let mut spin_until = start + spin;
+    let mut liveness = LIVENESS_CHECK;
     loop {
         let mut spins = 0u32;
         while !spin.is_zero() {
@@ -349,7 +460,8 @@ pub(crate) fn wait_until(
             return Ok(Waited::Ready);
         }
         let now = Instant::now();
-        let mut nap = LIVENESS_CHECK;
+        let mut nap = liveness;
+        liveness = (liveness * 2).min(LIVENESS_CHECK_IDLE);
         if let Some(d) = deadline {
             if now >= d {
                 waiting.store(0, Ordering::Relaxed);
@@ -608,6 +720,7 @@ pub struct ShmTransport {
 impl ShmTransport {
     fn from_region(region: Region, role: Role, max_payload: u64) -> Self {
         let region = Arc::new(region);
+        peer_watch::watch(region.socket.as_raw_fd(), Arc::downgrade(&region));
         let (send_ring, recv_ring) = match role {
             Role::Creator => (0, 1),
             Role::Attacher => (1, 0),
@@ -975,6 +1088,27 @@ mod tests {
         // And a writer towards it stops too.
         let big = vec![0u8; 64 << 10];
         assert!(b.send(&frame(2, big.len()), &[&big]).is_err());
+    }
+
+    #[test]
+    fn a_long_asleep_reader_learns_at_once_that_its_peer_vanished() {
+        let (a, b) = ShmTransport::pair(8192, Duration::ZERO).unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut b = Box::new(b) as Box<dyn Transport>;
+            let r = b.recv(&mut Vec::new());
+            (r.is_err(), Instant::now())
+        });
+        // Long enough for the reader's own look at its socket to have backed off past a second.
+        std::thread::sleep(Duration::from_millis(1500));
+        let mut a = a;
+        std::mem::forget(a.rx.take());
+        std::mem::forget(a.tx.take());
+        let gone = Instant::now();
+        a.region.socket.shutdown(std::net::Shutdown::Both).unwrap();
+        let (failed, noticed) = reader.join().unwrap();
+        assert!(failed);
+        let late = noticed.duration_since(gone);
+        assert!(late < Duration::from_millis(300), "noticed {late:?} after the peer went");
     }
 
     #[test]
