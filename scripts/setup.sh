@@ -96,14 +96,19 @@ host_cxx_package() {
 }
 
 if wants demo; then
+  # nvcc asks the default C++ compiler for the host's properties before it runs its own.
+  has g++ || need g++ "the C++ compiler nvcc asks for the host's properties"
   if ! has nvcc; then
     need nvidia-cuda-toolkit "nvcc, the CUDA compiler"
     cxx="$(host_cxx_package)"
     [ -z "$cxx" ] || has "$cxx" || need "$cxx" "a host compiler that nvcc accepts"
-  elif ! nvcc_works; then
-    cxx="$(host_cxx_package)"
-    # The distribution's nvcc takes the g++ its package names; another nvcc, we cannot tell.
-    if [ -n "$cxx" ] && ! has "$cxx" && dpkg -S "$(command -v nvcc)" 2>/dev/null | grep -q '^nvidia-cuda-toolkit:'; then
+  elif has g++ && ! nvcc_works; then
+    # The distribution's nvcc takes the g++ its package names; for another, we cannot tell.
+    cxx=""
+    if dpkg -S "$(command -v nvcc)" 2>/dev/null | grep -q '^nvidia-cuda-toolkit:'; then
+      cxx="$(host_cxx_package)"
+    fi
+    if [ -n "$cxx" ] && ! has "$cxx"; then
       need "$cxx" "a host compiler that nvcc accepts"
     else
       die "nvcc ($(command -v nvcc)) cannot compile with this machine's host compiler:
@@ -224,6 +229,7 @@ for tool in cc ld.bfd make clang; do
 done
 if wants demo; then
   has nvcc || die "nvcc is still missing after the installation"
+  has g++ || die "g++ is still missing after the installation"
   nvcc_works || die "nvcc still cannot compile with this machine's host compiler:
 $(sed 's/^/    /' "$probe_dir/nvcc.log")"
 fi
