@@ -63,6 +63,7 @@ has make || need make "make"
 has clang || need clang "clang, which compiles the shipped eBPF policies"
 
 probe_dir=""
+nvcc_ok=false
 # nvcc accepts only some host compilers (Debian's nvcc 11.8: g++ 11 at most); preprocessing a
 # kernel runs its check of the host compiler, in about 60 ms.
 nvcc_works() {
@@ -71,7 +72,7 @@ nvcc_works() {
     trap 'rm -rf "$probe_dir"' EXIT
     printf '__global__ void k() {}\nint main() { k<<<1, 1>>>(); return 0; }\n' >"$probe_dir/probe.cu"
   }
-  nvcc -E "$probe_dir/probe.cu" -o /dev/null >"$probe_dir/nvcc.log" 2>&1
+  nvcc -E "$probe_dir/probe.cu" -o /dev/null >"$probe_dir/nvcc.log" 2>&1 && nvcc_ok=true
 }
 
 # The g++ that the distribution's nvidia-cuda-toolkit wants: the first g++-N of its Depends
@@ -159,7 +160,6 @@ if has apt-get; then
   fi
 fi
 
-cuda_component=""
 cuda_sources=/etc/apt/sources.list.d/phos-cuda-toolkit.sources
 cuda_available() {
   local candidate
@@ -185,19 +185,20 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   [[ " ${need_pkgs[*]} " == *" nvidia-cuda-toolkit "* ]] && wants_cuda=true
   if ! $can_install; then
     if ! has apt-get || { [ "$os_id" != debian ] && [ "$os_id" != ubuntu ]; }; then
-      die "missing for \`make $profile\`, and this is not a Debian or Ubuntu machine with apt: install these with the system's package manager, then run make again:
+      die "missing for \`make $profile\`, and this is not a Debian or Ubuntu machine with apt: install the equivalents of these Debian packages with the system's package manager, then run make again:
 $what(nvcc from NVIDIA's CUDA toolkit, with a host compiler it supports; busybox statically linked)."
     fi
     prefix=""
-    [ "$(id -u)" = 0 ] || prefix="sudo "
+    run_as="Run"
+    if [ "$(id -u)" != 0 ]; then
+      if has sudo; then prefix="sudo "; else run_as="Run as root"; fi
+    fi
     {
       say "missing for \`make $profile\`:"
       printf '%s' "$what" >&2
-      say "this script installs them as root or through sudo, and can do neither here. Run:"
+      say "this script installs them as root or through sudo, and can do neither here. $run_as:"
       if $wants_cuda && ! cuda_available; then
-        echo "    ${prefix}tee $cuda_sources >/dev/null <<'EOF'"
-        sources_text | sed 's/^/    /'
-        echo "    EOF"
+        echo "    printf '$(sources_text | sed -z 's/\n/\\n/g')' | ${prefix}tee $cuda_sources"
       fi
       echo "    ${prefix}apt-get update"
       echo "    ${prefix}apt-get install -y --no-install-recommends ${need_pkgs[*]}"
@@ -230,7 +231,7 @@ done
 if wants demo; then
   has nvcc || die "nvcc is still missing after the installation"
   has g++ || die "g++ is still missing after the installation"
-  nvcc_works || die "nvcc still cannot compile with this machine's host compiler:
+  $nvcc_ok || nvcc_works || die "nvcc still cannot compile with this machine's host compiler:
 $(sed 's/^/    /' "$probe_dir/nvcc.log")"
 fi
 [ "$profile" = test ] || exit 0

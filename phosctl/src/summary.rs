@@ -49,7 +49,7 @@ pub fn render(
     out.push_str(&format!("phos: backend {backend}\n"));
     out.push_str("phos: through Phos, as the router counted them:\n");
     out.push_str(&format!(
-        "phos:   {}, {}, {} of device time\n",
+        "phos:   {}, {}, {} of device time charged\n",
         count(calls, "CUDA call", "CUDA calls"),
         count(sum("kernel_launches"), "kernel launch", "kernel launches"),
         duration(sum("device_time"))
