@@ -1,18 +1,27 @@
 # The two commands of the README:
-#   make demo   build, then run a real CUDA program through Phos (on the GPU where there is
-#               one, else on the emu backend)
-#   make test   everything CI checks: formatting, clippy, the unit tests, and the end-to-end
-#               tests with real nvcc-built programs
+#   make demo   set up what is missing (scripts/setup.sh demo), build, then run a real CUDA
+#               program through Phos (on the GPU where there is one, else on the emu backend)
+#               and say what happened
+#   make test   set up what is missing (scripts/setup.sh test), then everything CI checks:
+#               formatting, clippy, the unit tests, and the end-to-end tests with real
+#               nvcc-built programs
+# scripts/setup.sh installs missing tools with apt (as root or through sudo), or stops and
+# prints the commands to run; it is silent when everything is there.
 
 CARGO ?= cargo
 DEMO_PROGRAM ?= vector_add
+SETUP := scripts/setup.sh
+# The environment the tests read (the CUDA header directories), written by the set-up.
+SETUP_ENV := target/setup.env
 
 .PHONY: build release test fmt-check clippy demo gpu-bins
 
 build:
+	@$(SETUP) build
 	$(CARGO) build --workspace
 
 release:
+	@$(SETUP) build
 	$(CARGO) build --workspace --release
 
 fmt-check:
@@ -21,13 +30,18 @@ fmt-check:
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-test: fmt-check clippy build
-	$(CARGO) test --workspace
+# One recipe, so that the set-up comes first even under `make -j`.
+test:
+	@$(SETUP) test
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) build --workspace
+	. ./$(SETUP_ENV) && $(CARGO) test --workspace
 
-demo: release
-	@mkdir -p target/demo
-	nvcc -cudart shared -O2 -Itests/cuda -o target/demo/$(DEMO_PROGRAM) tests/cuda/$(DEMO_PROGRAM).cu
-	target/release/phosctl run -- target/demo/$(DEMO_PROGRAM)
+demo:
+	@$(SETUP) demo
+	$(CARGO) build --workspace --release
+	@scripts/demo.sh $(DEMO_PROGRAM)
 
 # Release binaries for the GPU machine (which has no Rust), in .device/bin.
 gpu-bins: release

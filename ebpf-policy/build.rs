@@ -1,10 +1,13 @@
 //! Generates `phos_spec.h` (function ids and resource indices of the spec) next to the
 //! hand-written `include/phos_policy.h`, and builds the shipped policies (`policies/*.c`)
-//! with clang where it is installed. Without clang the crate still builds: the shipped
-//! policies are then missing (`shipped()` is empty) and `phosctl policy build` says why.
+//! with clang (`PHOS_CLANG`, default `clang`). Without clang the build fails and says what
+//! to install, unless `PHOS_WITHOUT_POLICIES=1` asks for a build without the shipped
+//! policies (`shipped::SHIPPED` is then empty and phosctl says so); see build/shipped.rs.
+
+#[path = "build/shipped.rs"]
+mod shipped;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
@@ -15,46 +18,38 @@ fn main() {
         .expect("writing phos_spec.h");
     std::fs::copy("include/phos_policy.h", include.join("phos_policy.h")).expect("copying phos_policy.h");
     println!("cargo::rerun-if-changed=include/phos_policy.h");
+    println!("cargo::rerun-if-changed=build/shipped.rs");
     println!("cargo::rerun-if-changed=policies");
     println!("cargo::rerun-if-env-changed=PHOS_CLANG");
+    println!("cargo::rerun-if-env-changed={}", shipped::OPT_OUT);
 
-    let policies = out.join("policies");
-    std::fs::create_dir_all(&policies).expect("creating OUT_DIR/policies");
-    let clang = std::env::var("PHOS_CLANG").unwrap_or_else(|_| "clang".into());
-    let mut sources: Vec<PathBuf> = std::fs::read_dir("policies")
-        .expect("reading policies/")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "c"))
-        .collect();
-    sources.sort();
-    let mut built = Vec::new();
-    for src in &sources {
+    let sources = shipped::sources(Path::new("policies"));
+    for (_, src) in &sources {
         println!("cargo::rerun-if-changed={}", src.display());
-        let name = src.file_stem().unwrap().to_string_lossy().into_owned();
-        let obj = policies.join(format!("{name}.o"));
-        let status = Command::new(&clang)
-            .args(["-O2", "-g", "-target", "bpf", "-mcpu=v3", "-Wall", "-Werror", "-I"])
-            .arg(&include)
-            .arg("-c")
-            .arg(src)
-            .arg("-o")
-            .arg(&obj)
-            .status();
-        match status {
-            Ok(s) if s.success() => built.push((name, obj)),
-            Ok(s) => panic!("clang failed on {} ({s})", src.display()),
-            Err(e) => {
-                println!("cargo::warning=shipped policies not built: {clang}: {e}");
-                built.clear();
-                break;
+    }
+    let names: Vec<String> = sources.iter().map(|(n, _)| n.clone()).collect();
+    let built = match shipped::opted_out(std::env::var(shipped::OPT_OUT).ok().as_deref()) {
+        Ok(true) => {
+            println!("cargo::warning=built without the shipped policies ({}=1)", shipped::OPT_OUT);
+            Vec::new()
+        }
+        Ok(false) => {
+            let objects = out.join("policies");
+            std::fs::create_dir_all(&objects).expect("creating OUT_DIR/policies");
+            let clang = std::env::var("PHOS_CLANG").unwrap_or_else(|_| "clang".into());
+            match shipped::compile(&clang, &include, &sources, &objects) {
+                Ok(built) => built,
+                Err(why) => fail(&why),
             }
         }
-    }
-    let mut table = String::from("/// The shipped policies, built from `policies/*.c`: (name, ELF object).\n");
-    table.push_str("pub static SHIPPED: &[(&str, &[u8])] = &[\n");
-    for (name, obj) in &built {
-        table.push_str(&format!("    ({name:?}, include_bytes!({:?})),\n", obj.display().to_string()));
-    }
-    table.push_str("];\n");
-    std::fs::write(out.join("shipped.rs"), table).expect("writing shipped.rs");
+        Err(why) => fail(&why),
+    };
+    std::fs::write(out.join("shipped.rs"), shipped::table(&names, &built)).expect("writing shipped.rs");
+}
+
+/// Stop the build with `why` as cargo's error (cargo fails the build on `cargo::error` and
+/// prints just the message, where a failing exit status would dump the script's output too).
+fn fail(why: &str) -> ! {
+    println!("cargo::error={why}");
+    std::process::exit(0)
 }

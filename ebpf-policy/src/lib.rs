@@ -13,13 +13,31 @@ pub mod engine;
 pub mod kernel;
 
 /// The shipped policies (`policies/*.c`), built with clang at build time: (name, object).
-/// Empty where clang was not available.
+/// Empty only in a build made with `PHOS_WITHOUT_POLICIES=1` ([`shipped::absent`] says so).
 pub mod shipped {
     include!(concat!(env!("OUT_DIR"), "/shipped.rs"));
 
     /// A shipped policy's object by name.
     pub fn get(name: &str) -> Option<&'static [u8]> {
         SHIPPED.iter().find(|(n, _)| *n == name).map(|(_, elf)| *elf)
+    }
+
+    /// What to tell the operator of a build without the shipped policies; `None` in a build
+    /// that has them.
+    pub fn absent() -> Option<String> {
+        absent_from(SHIPPED, NAMES)
+    }
+
+    pub(crate) fn absent_from(shipped: &[(&str, &[u8])], names: &[&str]) -> Option<String> {
+        if !shipped.is_empty() {
+            return None;
+        }
+        let builtins: Vec<String> = names.iter().map(|n| format!("builtin:{n}")).collect();
+        Some(format!(
+            "the shipped policies ({}) are not in this build: it was built with PHOS_WITHOUT_POLICIES=1; \
+             rebuild with clang installed to have them",
+            builtins.join(", ")
+        ))
     }
 }
 
@@ -33,12 +51,10 @@ pub const HEADERS: &[(&str, &str)] = &[
 /// path to an ELF object. Returns (what to call its source, the object).
 pub fn resolve(spec: &str) -> Result<(String, Vec<u8>), String> {
     if let Some(name) = spec.strip_prefix("builtin:") {
-        return match shipped::get(name) {
-            Some(elf) => Ok((spec.to_string(), elf.to_vec())),
-            None if shipped::SHIPPED.is_empty() => {
-                Err(format!("no shipped policies in this build (clang was missing when it was built): {spec}"))
-            }
-            None => Err(format!(
+        return match (shipped::get(name), shipped::absent()) {
+            (Some(elf), _) => Ok((spec.to_string(), elf.to_vec())),
+            (None, Some(absent)) => Err(format!("{spec}: {absent}")),
+            (None, None) => Err(format!(
                 "no shipped policy `{name}`; there are: {}",
                 shipped::SHIPPED.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
             )),
@@ -84,3 +100,30 @@ pub fn build(source: &std::path::Path, output: &std::path::Path, clang: &str) ->
     }
 }
 pub mod runtime;
+
+/// The build script's part that builds the shipped policies, under test.
+#[cfg(test)]
+#[path = "../build/shipped.rs"]
+mod build_shipped;
+
+#[cfg(test)]
+mod tests {
+    use super::shipped;
+
+    #[test]
+    fn a_build_without_the_shipped_policies_says_which_are_missing_and_why() {
+        let note = shipped::absent_from(&[], &["fair_share", "rate_limit"]).expect("nothing shipped");
+        assert!(note.contains("builtin:fair_share, builtin:rate_limit"), "{note}");
+        assert!(note.contains("PHOS_WITHOUT_POLICIES=1"), "{note}");
+        assert_eq!(shipped::absent_from(&[("fair_share", b"\x7fELF")], &["fair_share"]), None);
+    }
+
+    #[test]
+    fn this_build_has_every_shipped_policy_unless_built_without() {
+        match shipped::absent() {
+            None => assert_eq!(shipped::SHIPPED.iter().map(|(n, _)| *n).collect::<Vec<_>>(), shipped::NAMES),
+            Some(note) => assert!(shipped::SHIPPED.is_empty() && note.contains("PHOS_WITHOUT_POLICIES"), "{note}"),
+        }
+        assert!(shipped::NAMES.contains(&"fair_share"), "{:?}", shipped::NAMES);
+    }
+}

@@ -15,6 +15,7 @@ mod bench;
 mod guestlib;
 mod manage;
 mod policy;
+mod summary;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -117,6 +118,11 @@ enum Command {
         /// a router on another host (`--endpoint tcp:HOST:PORT`, PHOS_TENANT_TOKEN set).
         #[arg(long, value_parser = ["auto", "unix", "shm", "vsock", "tcp"])]
         transport: Option<String>,
+        /// When the program has exited, print what it did through Phos: the backend and why,
+        /// its result, and its calls, kernel launches, bytes copied and device time as the
+        /// (private) router counted them.
+        #[arg(long, conflicts_with = "endpoint")]
+        summary: bool,
         #[command(flatten)]
         server: ServerOptions,
         /// The program and its arguments.
@@ -163,23 +169,25 @@ fn init_logging(default: &str) {
         .init();
 }
 
+/// A build without the shipped policies says so when a router starts.
+fn note_absent_policies() {
+    if let Some(note) = phos_policy::shipped::absent() {
+        tracing::warn!("{note}");
+    }
+}
+
 fn sibling(name: &str) -> PathBuf {
     std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.join(name))).unwrap_or_else(|| PathBuf::from(name))
 }
 
-/// The backend to use, saying which and why on the first log line.
-fn choose_backend(asked: Option<BackendKind>) -> BackendKind {
-    match asked {
-        Some(b) => {
-            tracing::info!("backend {b} (asked for)");
-            b
-        }
-        None => {
-            let (b, why) = phos_api_server::detect_backend();
-            tracing::info!("backend {b} ({why})");
-            b
-        }
-    }
+/// The backend to use and why, said on the first log line.
+fn choose_backend(asked: Option<BackendKind>) -> (BackendKind, String) {
+    let (backend, why) = match asked {
+        Some(b) => (b, format!("--backend {b}")),
+        None => phos_api_server::detect_backend(),
+    };
+    tracing::info!("backend {backend} ({why})");
+    (backend, why)
 }
 
 fn router_config(listen: PathBuf, runtime_dir: PathBuf, backend: BackendKind, server: &ServerOptions) -> RouterConfig {
@@ -219,6 +227,7 @@ struct ServeArgs {
 fn serve(args: ServeArgs) -> ExitCode {
     init_logging("info");
     raise_fd_limit();
+    note_absent_policies();
     let file = match &args.config {
         Some(path) => match phos_router::config::ConfigFile::load(path) {
             Ok(f) => f,
@@ -230,7 +239,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         None => Default::default(),
     };
     let (server, pool) = (args.server, args.pool);
-    let backend = choose_backend(args.backend);
+    let (backend, _) = choose_backend(args.backend);
     let listen = args.listen.or(file.listen.clone()).unwrap_or_else(default_endpoint);
     let path = match endpoint_path(&listen) {
         Ok(p) => p,
@@ -319,14 +328,19 @@ pub(crate) fn default_endpoint() -> String {
     }
 }
 
-fn run(
+struct RunArgs {
     backend: Option<BackendKind>,
     endpoint: Option<String>,
     transport: Option<String>,
+    summary: bool,
     server: ServerOptions,
     command: Vec<String>,
-) -> ExitCode {
+}
+
+fn run(args: RunArgs) -> ExitCode {
+    let RunArgs { backend, endpoint, transport, summary, server, command } = args;
     init_logging("info");
+    note_absent_policies();
     let lib_dir = match guestlib::prepare() {
         Ok(d) => d,
         Err(e) => {
@@ -359,11 +373,11 @@ fn run(
         _ => (endpoint, transport),
     };
     // A private router unless the operator named one.
-    let mut private: Option<(Arc<Router>, std::thread::JoinHandle<()>, tempfile::TempDir)> = None;
+    let mut private: Option<PrivateRouter> = None;
     let endpoint = match endpoint {
         Some(e) => e,
         None => {
-            let backend = choose_backend(backend);
+            let (backend, why) = choose_backend(backend);
             let dir = match tempfile::Builder::new().prefix("phos-run-").tempdir() {
                 Ok(d) => d,
                 Err(e) => {
@@ -390,7 +404,7 @@ fn run(
             let handle = std::thread::spawn(move || {
                 let _ = r.serve(listener);
             });
-            private = Some((router, handle, dir));
+            private = Some(PrivateRouter { router, handle, _dir: dir, backend, why });
             format!("unix:{}", sock.display())
         }
     };
@@ -405,10 +419,16 @@ fn run(
     if let Some(t) = transport {
         child.env("PHOS_TRANSPORT", t);
     }
+    let started = std::time::Instant::now();
     let status = child.status();
-    if let Some((router, handle, _dir)) = private {
-        router.stop();
-        let _ = handle.join();
+    if let Some(p) = private {
+        if summary && let Ok(status) = &status {
+            summary::wait_for_sessions_to_end(&p.router, std::time::Duration::from_secs(5));
+            let books = p.router.tenants.usage();
+            eprint!("{}", summary::render(&command[0], status, started.elapsed(), p.backend, &p.why, &books));
+        }
+        p.router.stop();
+        let _ = p.handle.join();
     }
     match status {
         Ok(s) => {
@@ -421,6 +441,16 @@ fn run(
             ExitCode::from(127)
         }
     }
+}
+
+/// The router `phosctl run` starts for its program when no endpoint is given.
+struct PrivateRouter {
+    router: Arc<Router>,
+    handle: std::thread::JoinHandle<()>,
+    /// Its sockets' directory, removed when it goes.
+    _dir: tempfile::TempDir,
+    backend: BackendKind,
+    why: String,
 }
 
 fn spec(what: SpecCommand) -> ExitCode {
@@ -454,8 +484,8 @@ fn main() -> ExitCode {
             manage::checkpoint(&router, session, out, stop, compress)
         }
         Command::Restore { dir, device, router } => manage::restore(&router, dir, device),
-        Command::Run { backend, endpoint, transport, server, command } => {
-            run(backend, endpoint, transport, server, command)
+        Command::Run { backend, endpoint, transport, summary, server, command } => {
+            run(RunArgs { backend, endpoint, transport, summary, server, command })
         }
         Command::Spec { what } => spec(what),
         Command::Bench(args) => bench::bench(args),

@@ -101,31 +101,12 @@ pub fn command(cmd: PolicyCommand) -> ExitCode {
             println!("policy `{name}` unloaded");
             Ok(())
         })),
-        PolicyCommand::List { router } => report(run(&router, async |c| {
-            let list = c.policy_list(tarpc::context::current()).await.map_err(|e| e.to_string())?;
-            if list.is_empty() {
-                println!("no policies loaded: every call is admitted (quotas still apply)");
+        PolicyCommand::List { router } => {
+            if let Some(note) = phos_policy::shipped::absent() {
+                println!("note: {note}");
             }
-            println!(
-                "{:<16} {:>6} {:>10} {:>10} {:>9} {:>9} {:>8}  source",
-                "name", "insns", "runs", "admitted", "delayed", "rejected", "mean ns"
-            );
-            for p in list {
-                println!(
-                    "{:<16} {:>6} {:>10} {:>10} {:>9} {:>9} {:>8}  {}{}",
-                    p.name,
-                    p.instructions,
-                    p.runs,
-                    p.admitted,
-                    p.delayed,
-                    p.rejected,
-                    p.mean_run_ns,
-                    p.source,
-                    if p.kernel_verified { " (kernel-verified)" } else { "" }
-                );
-            }
-            Ok(())
-        })),
+            list(&router)
+        }
         PolicyCommand::Show { name, router } => report(run(&router, async |c| {
             let d = c.policy_show(tarpc::context::current(), name).await.map_err(|e| e.to_string())??;
             println!("policy `{}`: program `{}` from {}", d.summary.name, d.summary.program, d.summary.source);
@@ -163,6 +144,35 @@ pub fn command(cmd: PolicyCommand) -> ExitCode {
             }
         }
     }
+}
+
+/// `phosctl policy list`: the router's chain of policies, in the order they decide.
+fn list(router: &RouterArg) -> ExitCode {
+    report(run(router, async |c| {
+        let list = c.policy_list(tarpc::context::current()).await.map_err(|e| e.to_string())?;
+        if list.is_empty() {
+            println!("no policies loaded: every call is admitted (quotas still apply)");
+        }
+        println!(
+            "{:<16} {:>6} {:>10} {:>10} {:>9} {:>9} {:>8}  source",
+            "name", "insns", "runs", "admitted", "delayed", "rejected", "mean ns"
+        );
+        for p in list {
+            println!(
+                "{:<16} {:>6} {:>10} {:>10} {:>9} {:>9} {:>8}  {}{}",
+                p.name,
+                p.instructions,
+                p.runs,
+                p.admitted,
+                p.delayed,
+                p.rejected,
+                p.mean_run_ns,
+                p.source,
+                if p.kernel_verified { " (kernel-verified)" } else { "" }
+            );
+        }
+        Ok(())
+    }))
 }
 
 /// `phosctl top`: per-tenant usage, refreshed every `interval`; rates over the interval.
@@ -236,7 +246,7 @@ fn measured(t: &TenantUsage) -> u64 {
     t.resources.iter().filter(|r| r.1 == "measured").map(|r| r.2).sum()
 }
 
-fn bytes(n: u64) -> String {
+pub(crate) fn bytes(n: u64) -> String {
     match n {
         n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64),
         n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64),

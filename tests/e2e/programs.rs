@@ -100,3 +100,47 @@ fn exit_code_is_the_programs() {
         .unwrap();
     assert_eq!(out.status.code(), Some(7));
 }
+
+/// `phosctl run --summary` says what the program did through Phos, as the router counted it:
+/// vector_add copies two vectors of 2^20 floats in, one out, and launches one kernel.
+#[test]
+fn the_run_summary_has_the_routers_counts() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "vector_add", ARCH);
+    let out = std::process::Command::new(phos_tests::built("phosctl"))
+        .args(["run", "--backend", "emu", "--summary", "--"])
+        .arg(&exe)
+        .env("PHOS_LOG", "warn")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("PASS"));
+    for line in [
+        "exited with status 0",
+        "backend emu, the CPU backend: Phos's PTX interpreter runs the kernels (--backend emu)",
+        "1 kernel launch,",
+        "8.0 MiB copied to the device, 4.0 MiB from it, 0 B within it",
+        "0 calls delayed and 0 refused",
+    ] {
+        assert!(stderr.contains(line), "`{line}` not in the summary:\n{stderr}");
+    }
+    // Its 11 calls of its own, and those the guest library makes for it (registration).
+    let calls: u64 = stderr
+        .split_once(" CUDA calls")
+        .and_then(|(before, _)| before.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no call count in:\n{stderr}"));
+    assert!(calls >= 11, "{calls} calls:\n{stderr}");
+}
+
+#[test]
+fn the_run_summary_names_a_signal() {
+    let out = std::process::Command::new(phos_tests::built("phosctl"))
+        .args(["run", "--backend", "emu", "--summary", "--", "sh", "-c", "kill -9 $$"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + 9));
+    assert!(stderr.contains("sh was killed by signal 9"), "{stderr}");
+    assert!(stderr.contains("0 CUDA calls, 0 kernel launches"), "{stderr}");
+}

@@ -15,6 +15,11 @@ if [ -z "$pkg" ]; then
   apt-get update -q
   pkg="$(apt-cache depends linux-image-cloud-amd64 | awk '/Depends: linux-image-/ {print $2; exit}')"
 fi
+if [ -z "$pkg" ]; then
+  echo "apt knows no linux-image-cloud-amd64 (Debian's cloud kernel) here: put a kernel's vmlinuz and" \
+    "its virtio and vsock modules in $dir/ (and $dir/modules/) by hand" >&2
+  exit 1
+fi
 (cd "$work" && apt-get download -q "$pkg")
 dpkg-deb -x "$work"/*.deb "$work/x"
 mkdir -p "$dir/modules"
