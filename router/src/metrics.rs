@@ -104,6 +104,17 @@ pub fn render(router: &Router) -> String {
     );
     family(
         &mut out,
+        "phos_tenant_limit_refusals_total",
+        "counter",
+        "Calls the tenant's API servers refused because a session held its limit of objects of a kind (the router's [limits]).",
+        usage.iter().flat_map(|t| {
+            t.limit_refusals
+                .iter()
+                .map(move |(limit, n)| (format!("{},limit=\"{}\"", tenant(t), label(limit)), n.to_string()))
+        }),
+    );
+    family(
+        &mut out,
         "phos_tenant_resource",
         "gauge",
         "Per spec resource: held now (kind=held), used in total (kind=used), or measured (kind=measured: device time in ns, with an estimate for work not yet measured).",
