@@ -1,9 +1,11 @@
-// Large copies that the server refuses must fail at once with the right error, never after
-// a stall: a copy to or from a bad device pointer (one that goes through the staging
-// region), and the common "a kernel faulted, copy the result back". Each case prints its
-// error and how long the call took, for tests/e2e/failfast.rs to check.
+// Large copies that are refused must fail at once with the right error, never after a
+// stall: a copy to or from a bad device pointer (one that goes through the staging region),
+// and the common "a kernel faulted, copy the result back"; with the argument `big`, copies of
+// 24 and 32 MiB between good pointers (which the tests have a router's policy refuse). Each
+// case prints its error and how long the call took, for tests/e2e/failfast.rs to check.
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "check.h"
@@ -23,10 +25,20 @@ static void timed(const char *what, void *dst, const void *src, size_t n, cudaMe
     std::printf("%s: %s %.0f ms\n", what, cudaGetErrorName(e), ms_since(t));
 }
 
-int main() {
+int main(int argc, char **argv) {
     const size_t mib = 1 << 20;
-    std::vector<char> host(24 * mib, 7);
+    std::vector<char> host(32 * mib, 7);
     char *d;
+    if (argc > 1 && std::string(argv[1]) == "big") {
+        CHECK(cudaMalloc(&d, 32 * mib));
+        timed("h2d 24 MiB", d, host.data(), 24 * mib, cudaMemcpyHostToDevice);
+        timed("d2h 32 MiB", host.data(), d, 32 * mib, cudaMemcpyDeviceToHost);
+        CHECK(cudaMemcpy(d, host.data(), 4 * mib, cudaMemcpyHostToDevice));
+        std::vector<char> back(4 * mib, 0);
+        CHECK(cudaMemcpy(back.data(), d, 4 * mib, cudaMemcpyDeviceToHost));
+        std::printf("round trip: %s\n", back == std::vector<char>(4 * mib, 7) ? "same" : "DIFFERENT");
+        return 0;
+    }
     CHECK(cudaMalloc(&d, 4 * mib));
     char *outside = d + 512 * mib;  // in the session's range, in no allocation
     // Device to host: the guest waits for the server to fill the first chunk.
