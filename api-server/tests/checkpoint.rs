@@ -251,3 +251,57 @@ fn a_stopping_checkpoint_freezes_the_session() {
     s.checkpoint(dir.path(), meta(), Compression::None, true, &Progress::default(), &Bounds::default()).unwrap();
     assert!(s.is_frozen());
 }
+
+/// A checkpoint waits for the devices only until its deadline: here a host function whose
+/// program never answers keeps work queued on the device. It gives up naming the device,
+/// the session carries on, and once the work is done a checkpoint succeeds.
+#[test]
+fn a_checkpoint_gives_up_on_a_device_that_does_not_come_to_rest() {
+    let base = 0x4700_0000_0000;
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(base);
+    build(&s);
+    call(&s, &PhosHostFuncEnqueueRequest { stream: 0, gate: 1 });
+    let bounds = Bounds { quiesce_timeout: std::time::Duration::from_millis(300), ..Bounds::default() };
+    let started = std::time::Instant::now();
+    let err = s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &bounds).unwrap_err();
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(err.contains("session 1") && err.contains("device 0 to finish the work queued on it"), "{err}");
+    assert!(!dir.path().join(phos_checkpoint::MANIFEST_FILE).exists());
+    // The session serves; once the host function has run, the device comes to rest.
+    call(&s, &PhosHostFuncWaitRequest { gate: 1 });
+    call(&s, &PhosHostFuncDoneRequest { gate: 1 });
+    s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &bounds).unwrap();
+    // A checkpoint whose client has gone does not start.
+    let gone = Bounds::default();
+    gone.cancel.cancel();
+    let err = s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &gone).unwrap_err();
+    assert!(err.contains("abandoned"), "{err}");
+}
+
+/// What this server checks of an image before it creates anything: its own device range,
+/// and its limits.
+#[test]
+fn an_image_this_server_could_not_have_made_is_refused() {
+    let base = 0x4800_0000_0000;
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(base);
+    build(&s);
+    s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &Bounds::default()).unwrap();
+    drop(s);
+    let cancel = Cancel::default();
+    let err = Session::restore(dir.path(), &factory(base + (1 << 36)), None, &Progress::default(), &cancel)
+        .err()
+        .expect("another range");
+    assert!(err.contains("is not this server's"), "{err}");
+    let mut small = factory(base);
+    small.limits.set(phos_protocol::limits::LimitKind::Allocations, 2);
+    let err = Session::restore(dir.path(), &small, None, &Progress::default(), &cancel).err().expect("over a limit");
+    assert!(err.contains("3 allocations, past this server's limit of 2"), "{err}");
+    let err = Session::restore(dir.path(), &factory(base), Some(7), &Progress::default(), &cancel)
+        .err()
+        .expect("no such device");
+    assert!(err.contains("device 7 does not exist"), "{err}");
+    // Nothing was left reserved, and the image itself is good.
+    restore(dir.path(), base).unwrap();
+}
