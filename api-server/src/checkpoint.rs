@@ -449,6 +449,7 @@ impl Session {
                 replay: Some(r.creates.iter().map(|(_, v)| *v).collect()),
                 staging: None,
                 measure: false,
+                function: Some(id),
             };
             let mut out = Vec::new();
             session.backend().bind(dev).map_err(|e| format!("{e:?}"))?;

@@ -467,6 +467,7 @@ impl ApiServer {
         let mut cx = CallCx::new(device);
         cx.staging = staging.cloned();
         cx.measure = measure;
+        cx.function = Some(id);
         let result = catch_unwind(AssertUnwindSafe(|| dispatch::dispatch(session.as_ref(), &cx, id, payload, out)));
         match result {
             Ok(Ok(())) => Ok(()),

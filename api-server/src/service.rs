@@ -36,11 +36,13 @@ pub struct CallCx {
     pub staging: Option<std::sync::Arc<phos_protocol::staging::Staging>>,
     /// The router asked for this call's device time (a policy needs it).
     pub measure: bool,
+    /// The function running, for what the server logs about the call.
+    pub function: Option<FunctionId>,
 }
 
 impl CallCx {
     pub fn new(device: i32) -> Self {
-        CallCx { device, replay: None, staging: None, measure: false }
+        CallCx { device, replay: None, staging: None, measure: false, function: None }
     }
 
     /// The value the call's (first) created object must get, when replaying.
@@ -247,11 +249,12 @@ impl Session {
     /// A call would take the session past its `kind` limit: count it, say so in the log
     /// (throttled: a guest can do this in a loop), and answer what CUDA answers when it
     /// cannot create a resource.
-    pub(crate) fn refuse(&self, kind: LimitKind) -> CudaError {
+    pub(crate) fn refuse(&self, cx: &CallCx, kind: LimitKind) -> CudaError {
         let n = self.refused[kind.index()].fetch_add(1, Ordering::Relaxed) + 1;
         crate::guest_warn!(
             self.id,
-            "refused: the session holds its limit of {} {kind} (refusals so far: {n}); raise `{kind}` in the router's [limits] to allow more",
+            "{}: refused: the session holds its limit of {} {kind} (refusals so far: {n}); raise `{kind}` in the router's [limits] to allow more",
+            cx.function.map_or("a restore", |f| f.name()),
             self.limits.get(kind)
         );
         CudaError::MemoryAllocation
@@ -302,7 +305,7 @@ impl Session {
         };
         drop(t);
         inserted.map_err(|r| match r {
-            Refused::Full => self.refuse(kind),
+            Refused::Full => self.refuse(cx, kind),
             other => other.into(),
         })
     }
@@ -552,7 +555,14 @@ impl Session {
     }
 
     /// Append a node to `graph` after the nodes at `deps`; its handle.
-    fn add_node(&self, graph: u64, kind: i32, ops: Vec<GraphOp>, deps: Vec<usize>) -> Result<u64, CudaError> {
+    fn add_node(
+        &self,
+        cx: &CallCx,
+        graph: u64,
+        kind: i32,
+        ops: Vec<GraphOp>,
+        deps: Vec<usize>,
+    ) -> Result<u64, CudaError> {
         let mut graphs = self.graphs.lock().unwrap();
         let g = graphs.get_mut(graph)?;
         let index = g.nodes.len();
@@ -561,7 +571,7 @@ impl Session {
             .lock()
             .unwrap()
             .insert((graph, index))
-            .map_err(|r| if r == Refused::Full { self.refuse(LimitKind::GraphNodes) } else { r.into() })?;
+            .map_err(|r| if r == Refused::Full { self.refuse(cx, LimitKind::GraphNodes) } else { r.into() })?;
         g.nodes.push(Node { kind, ops, deps, handle });
         Ok(handle)
     }
@@ -817,7 +827,7 @@ impl CudartService for Session {
             Some(at) => self.memory.alloc_at(self.backend.as_ref(), cx.device, at, req.size),
             None => self.memory.alloc(self.backend.as_ref(), cx.device, req.size),
         }
-        .map_err(|e| if self.memory.at_limit() { self.refuse(LimitKind::Allocations) } else { e })?;
+        .map_err(|e| if self.memory.at_limit() { self.refuse(cx, LimitKind::Allocations) } else { e })?;
         Ok(CudaMallocReply { devPtr: addr })
     }
 
@@ -1138,7 +1148,7 @@ impl CudartService for Session {
         let (host, device) =
             self.pinned
                 .alloc(self.backend.as_ref(), &self.memory, req.size, req.flags, cx.forced())
-                .map_err(|e| if self.pinned.at_limit() { self.refuse(LimitKind::HostAllocations) } else { e })?;
+                .map_err(|e| if self.pinned.at_limit() { self.refuse(cx, LimitKind::HostAllocations) } else { e })?;
         Ok(PhosHostAllocReply { host, device })
     }
 
@@ -1518,7 +1528,7 @@ impl CudartService for Session {
         let graph = self.insert(&self.graphs, LimitKind::Graphs, cx, Graph::default())?;
         for op in ops {
             let deps = self.graphs.lock().unwrap().get(graph)?.nodes.len().checked_sub(1).into_iter().collect();
-            self.add_node(graph, Graph::kind_of(&op), vec![op], deps)?;
+            self.add_node(cx, graph, Graph::kind_of(&op), vec![op], deps)?;
         }
         Ok(CudaStreamEndCaptureReply { pGraph: graph })
     }
@@ -1615,13 +1625,13 @@ impl CudartService for Session {
             params: req.params.to_vec(),
             cooperative: false,
         };
-        let node = self.add_node(req.graph, crate::capture::NODE_KERNEL, vec![op], deps)?;
+        let node = self.add_node(cx, req.graph, crate::capture::NODE_KERNEL, vec![op], deps)?;
         Ok(PhosGraphAddKernelNodeReply { pGraphNode: node })
     }
 
     fn phos_graph_add_copy_node(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: PhosGraphAddCopyNodeRequest<'_>,
     ) -> Result<PhosGraphAddCopyNodeReply, CudaError> {
         let deps = self.node_indices(req.graph, req.deps)?;
@@ -1649,13 +1659,13 @@ impl CudartService for Session {
                 _ => return Err(CudaError::InvalidValue),
             });
         }
-        let node = self.add_node(req.graph, crate::capture::NODE_MEMCPY, ops, deps)?;
+        let node = self.add_node(cx, req.graph, crate::capture::NODE_MEMCPY, ops, deps)?;
         Ok(PhosGraphAddCopyNodeReply { pGraphNode: node })
     }
 
     fn phos_graph_add_set_node(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: PhosGraphAddSetNodeRequest,
     ) -> Result<PhosGraphAddSetNodeReply, CudaError> {
         let deps = self.node_indices(req.graph, req.deps)?;
@@ -1666,17 +1676,17 @@ impl CudartService for Session {
             width: req.width,
             height: req.height,
         };
-        let node = self.add_node(req.graph, crate::capture::NODE_MEMSET, vec![op], deps)?;
+        let node = self.add_node(cx, req.graph, crate::capture::NODE_MEMSET, vec![op], deps)?;
         Ok(PhosGraphAddSetNodeReply { pGraphNode: node })
     }
 
     fn phos_graph_add_empty_node(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: PhosGraphAddEmptyNodeRequest<'_>,
     ) -> Result<PhosGraphAddEmptyNodeReply, CudaError> {
         let deps = self.node_indices(req.graph, req.deps)?;
-        let node = self.add_node(req.graph, crate::capture::NODE_EMPTY, Vec::new(), deps)?;
+        let node = self.add_node(cx, req.graph, crate::capture::NODE_EMPTY, Vec::new(), deps)?;
         Ok(PhosGraphAddEmptyNodeReply { pGraphNode: node })
     }
 
