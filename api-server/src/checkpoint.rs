@@ -14,8 +14,9 @@
 //! client going away ([`Bounds::cancel`]) stops it too, at the next step.
 //!
 //! **Restore.** The whole image is checked first (manifest, layout, what it means: see
-//! [`check_image`]), so a bad image is refused before anything is created. The session is then rebuilt in a
-//! fresh server: the same device address range is reserved, each record is replayed through
+//! [`check_image`]), so a bad image is refused before anything is created. The session is
+//! then rebuilt in a fresh server: the same device address range is reserved, each record
+//! is replayed through
 //! the generated dispatch with the handles and addresses it produced before (so every
 //! allocation comes back at its address and every virtual handle keeps its value), and the
 //! memory contents are written back.
@@ -209,20 +210,20 @@ pub enum Stopped {
 }
 
 /// Run `work` on a thread of its own and wait for it until `deadline` or until `cancel`
-/// is set; `Ok(None)` when it did not finish in time (the thread is left to finish on its
-/// own: a device synchronisation cannot be interrupted).
+/// is set (the thread is then left to finish on its own: a device synchronisation cannot be
+/// interrupted). `Ok(None)`: no thread could run it, or it ended without an answer.
 fn within<T: Send + 'static>(
     deadline: Instant,
     cancel: &Cancel,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<Option<T>, NotClosed> {
     let (tx, rx) = mpsc::channel();
-    std::thread::Builder::new()
-        .name("phos-quiesce".into())
-        .spawn(move || {
-            let _ = tx.send(work());
-        })
-        .map_err(|_| NotClosed::TimedOut)?;
+    let started = std::thread::Builder::new().name("phos-quiesce".into()).spawn(move || {
+        let _ = tx.send(work());
+    });
+    if started.is_err() {
+        return Ok(None);
+    }
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left.min(Duration::from_millis(50))) {
@@ -279,7 +280,7 @@ impl Session {
             let what = format!("device {d} to finish the work queued on it (kernels, copies, host functions)");
             stopped(why, what).to_string()
         })?;
-        synced.ok_or("the device synchronisation thread died")??;
+        synced.ok_or("the devices could not be synchronised (no thread could, or it failed)")??;
         let backend = backend.as_ref();
         let quiesce_ms = ms(start);
         let copy_start = Instant::now();

@@ -241,11 +241,6 @@ impl Session {
         Some(now)
     }
 
-    /// The session's limits.
-    pub fn limits(&self) -> &SessionLimits {
-        &self.limits
-    }
-
     /// A call would take the session past its `kind` limit: count it, say so in the log
     /// (throttled: a guest can do this in a loop), and answer what CUDA answers when it
     /// cannot create a resource.
@@ -260,12 +255,8 @@ impl Session {
         CudaError::MemoryAllocation
     }
 
-    /// Calls refused by each limit so far (for tests and the log).
-    pub fn refusals(&self, kind: LimitKind) -> u64 {
-        self.refused[kind.index()].load(Ordering::Relaxed)
-    }
-
-    /// Mark `channel` as running `function` (`None`: nothing) for [`busy_calls`](Self::busy_calls).
+    /// The word in which `channel` says what it runs (function id + 1; 0: nothing), for
+    /// [`busy_calls`](Self::busy_calls); listed until [`channel_closed`](Self::channel_closed).
     pub(crate) fn channel_activity(&self, channel: u64) -> Arc<AtomicU32> {
         let a = Arc::new(AtomicU32::new(0));
         self.busy.lock().unwrap().insert(channel, a.clone());

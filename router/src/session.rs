@@ -81,17 +81,17 @@ pub fn describe_exit(status: ExitStatus) -> String {
         (Some(code), _) => format!("exited with status {code}"),
         (None, Some(sig)) => {
             let name = match sig {
-                libc::SIGSEGV => "SIGSEGV",
-                libc::SIGABRT => "SIGABRT",
-                libc::SIGBUS => "SIGBUS",
-                libc::SIGILL => "SIGILL",
-                libc::SIGFPE => "SIGFPE",
-                libc::SIGKILL => "SIGKILL",
-                libc::SIGTERM => "SIGTERM",
-                libc::SIGINT => "SIGINT",
-                _ => "signal",
+                libc::SIGSEGV => "SIGSEGV, ",
+                libc::SIGABRT => "SIGABRT, ",
+                libc::SIGBUS => "SIGBUS, ",
+                libc::SIGILL => "SIGILL, ",
+                libc::SIGFPE => "SIGFPE, ",
+                libc::SIGKILL => "SIGKILL, ",
+                libc::SIGTERM => "SIGTERM, ",
+                libc::SIGINT => "SIGINT, ",
+                _ => "",
             };
-            let core = if status.core_dumped() { ", core dumped" } else { "" };
+            let core = if status.core_dumped() { "core dumped" } else { "no core" };
             format!("was killed by signal {sig} ({name}{core})")
         }
         (None, None) => "ended".to_string(),
