@@ -78,11 +78,12 @@ fn read_until(out: &mut BufReader<ChildStdout>, needle: &str) {
     }
 }
 
-/// The id of the session running `program`.
+/// The id of the newest session running `program` (an ended one may still be listed).
 fn session_of(router: &TestRouter, program: &str) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Some(s) = router.router.sessions().iter().find(|s| s.program.contains(program)) {
+        let sessions = router.router.sessions();
+        if let Some(s) = sessions.iter().filter(|s| s.program.contains(program)).max_by_key(|s| s.id) {
             return s.id;
         }
         assert!(Instant::now() < deadline, "no session of {program}");
