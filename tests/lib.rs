@@ -80,6 +80,38 @@ pub fn build_policy(name: &str) -> Option<Vec<u8>> {
     }
 }
 
+/// The programs of tests/hostile: CUDA programs that misbehave on purpose, whose output the
+/// tests that run them check themselves (no native run to compare with).
+pub fn hostile_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("hostile")
+}
+
+/// What the routers of this test binary have logged so far (they run in this process: the
+/// first call starts collecting, at `info`).
+pub fn router_log() -> String {
+    use std::sync::{Mutex, Once};
+    static LOG: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+    static START: Once = Once::new();
+    struct Collect;
+    impl std::io::Write for Collect {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            LOG.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    START.call_once(|| {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+            .with_ansi(false)
+            .with_writer(|| Collect)
+            .try_init();
+    });
+    String::from_utf8_lossy(&LOG.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
+}
+
 /// Compile `tests/cuda/<name>.cu` into the build's cache directory (once per source change).
 pub fn build_program(nvcc: &Path, name: &str, extra: &[&str]) -> PathBuf {
     build_program_from(nvcc, &cuda_dir(), name, extra)

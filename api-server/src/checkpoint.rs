@@ -8,26 +8,37 @@
 //! session is frozen until its server is ended, and the guest's waiting calls are sent again
 //! to the restored session.
 //!
-//! **Restore.** The whole image is checked first (manifest, layout, every chunk's checksum),
-//! so a bad image is refused before anything is created. The session is then rebuilt in a
-//! fresh server: the same device address range is reserved, each record is replayed through
+//! A checkpoint waits for the session to come to rest for a bounded time only
+//! ([`Bounds::quiesce_timeout`]): a kernel that never ends, or a call that waits for one,
+//! makes it give up, naming what it waited for, and the session carries on as it was. Its
+//! client going away ([`Bounds::cancel`]) stops it too, at the next step.
+//!
+//! **Restore.** The whole image is checked first (manifest, layout, what it means: see
+//! [`check_image`]), so a bad image is refused before anything is created. The session is
+//! then rebuilt in a fresh server: the same device address range is reserved, each record
+//! is replayed through
 //! the generated dispatch with the handles and addresses it produced before (so every
 //! allocation comes back at its address and every virtual handle keeps its value), and the
 //! memory contents are written back.
 
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use phos_checkpoint::{
     Compression, Image, ImageWriter, Manifest, MemoryRegion, PreparedChunk, Record, RegionKind, SessionMeta,
     prepare_chunk,
 };
-use phos_protocol::cudart::{self, FunctionId};
+use phos_control::Cancel;
+use phos_protocol::cudart::{self, FunctionId, HandleKind};
+use phos_protocol::limits::LimitKind;
 
 use crate::backend::{Backend, Raw, StreamRef};
-use crate::output::DeviceOutput;
+use crate::call_gate::NotClosed;
+use crate::control::SessionFactory;
+use crate::handles::{NUMBER_BITS, is_handle_of};
 use crate::service::{CallCx, Session};
 
 /// Size of the pieces memory is copied and stored in.
@@ -125,6 +136,14 @@ pub struct Progress {
 }
 
 impl Progress {
+    pub fn done(&self) -> u64 {
+        self.done.load(Ordering::Relaxed)
+    }
+
+    pub fn total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
     fn set_total(&self, total: u64) {
         self.done.store(0, Ordering::Relaxed);
         self.total.store(total, Ordering::Relaxed);
@@ -165,6 +184,58 @@ fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e3
 }
 
+/// How long a checkpoint may wait for the session to come to rest, and whether its client
+/// still wants it.
+#[derive(Clone, Debug)]
+pub struct Bounds {
+    pub quiesce_timeout: Duration,
+    pub cancel: Cancel,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds { quiesce_timeout: phos_control::DEFAULT_QUIESCE_TIMEOUT, cancel: Cancel::default() }
+    }
+}
+
+/// Why a checkpoint or restore stopped before its end.
+#[derive(Debug, thiserror::Error)]
+pub enum Stopped {
+    #[error(
+        "session {session}: the checkpoint gave up after {waited:.1?} waiting for {what}; nothing was written, and the session carries on as it was"
+    )]
+    TimedOut { session: u64, waited: Duration, what: String },
+    #[error("session {session}: abandoned (its client went away) while {what}; the session is as it was")]
+    Abandoned { session: u64, what: String },
+}
+
+/// Run `work` on a thread of its own and wait for it until `deadline` or until `cancel`
+/// is set (the thread is then left to finish on its own: a device synchronisation cannot be
+/// interrupted). `Ok(None)`: no thread could run it, or it ended without an answer.
+fn within<T: Send + 'static>(
+    deadline: Instant,
+    cancel: &Cancel,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<Option<T>, NotClosed> {
+    let (tx, rx) = mpsc::channel();
+    let started = std::thread::Builder::new().name("phos-quiesce".into()).spawn(move || {
+        let _ = tx.send(work());
+    });
+    if started.is_err() {
+        return Ok(None);
+    }
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left.min(Duration::from_millis(50))) {
+            Ok(v) => return Ok(Some(v)),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(None),
+            Err(mpsc::RecvTimeoutError::Timeout) if cancel.is_cancelled() => return Err(NotClosed::Cancelled),
+            Err(mpsc::RecvTimeoutError::Timeout) if left.is_zero() => return Err(NotClosed::TimedOut),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+    }
+}
+
 impl Session {
     /// Write the session to `dir`. `meta` carries what the router knows (token, tenant,
     /// program, ABI, epoch); the rest is filled in here.
@@ -175,13 +246,42 @@ impl Session {
         compression: Compression,
         stop: bool,
         progress: &Progress,
+        bounds: &Bounds,
     ) -> Result<CheckpointReport, String> {
         let start = Instant::now();
-        let gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
-        let backend = self.backend();
-        for d in 0..backend.device_count() {
-            backend.device_synchronize(d).map_err(|e| format!("synchronising device {d}: {e:?}"))?;
-        }
+        let deadline = start + bounds.quiesce_timeout;
+        let stopped = |why: NotClosed, what: String| match why {
+            NotClosed::TimedOut => Stopped::TimedOut { session: self.id, waited: start.elapsed(), what },
+            NotClosed::Cancelled => Stopped::Abandoned { session: self.id, what: format!("waiting for {what}") },
+        };
+        let gate = self.gate.close(deadline, || bounds.cancel.is_cancelled()).map_err(|why| {
+            let busy = self.busy_calls();
+            let what = if busy.is_empty() {
+                "its calls in flight to finish".to_string()
+            } else {
+                format!("its calls in flight to finish: {}", busy.join(", "))
+            };
+            stopped(why, what).to_string()
+        })?;
+        let backend = self.backend_arc();
+        // Synchronised on a thread of its own: a kernel that never ends, or a host function
+        // whose guest never answers, must not hold the session (and the operator) for ever.
+        let syncing = Arc::new(AtomicI32::new(0));
+        let (b, at) = (backend.clone(), syncing.clone());
+        let synced = within(deadline, &bounds.cancel, move || {
+            for d in 0..b.device_count() {
+                at.store(d, Ordering::Relaxed);
+                b.device_synchronize(d).map_err(|e| format!("synchronising device {d}: {e:?}"))?;
+            }
+            Ok::<(), String>(())
+        })
+        .map_err(|why| {
+            let d = syncing.load(Ordering::Relaxed);
+            let what = format!("device {d} to finish the work queued on it (kernels, copies, host functions)");
+            stopped(why, what).to_string()
+        })?;
+        synced.ok_or("the devices could not be synchronised (no thread could, or it failed)")??;
+        let backend = backend.as_ref();
         let quiesce_ms = ms(start);
         let copy_start = Instant::now();
 
@@ -232,6 +332,10 @@ impl Session {
                 let stream = streams.on(*device)?;
                 let mut off = 0;
                 while off < *size {
+                    if bounds.cancel.is_cancelled() {
+                        let what = format!("copying memory ({} of {} bytes)", progress.done(), progress.total());
+                        return Err(Stopped::Abandoned { session: self.id, what }.to_string());
+                    }
                     let n = (size - off).min(COPY_CHUNK as u64) as usize;
                     let mut buf = free_rx.recv().map_err(|_| "image writer stopped")?;
                     // Returns once the piece has arrived (the backend synchronises the stream).
@@ -272,6 +376,8 @@ impl Session {
         let report_records = manifest.records.len();
         let summary = writer.finish(manifest).map_err(|e| e.to_string())?;
         if stop {
+            // The image is whole: the session stops even if its client has gone meanwhile
+            // (the router, which asked, suspends the session when it hears back).
             self.freeze();
         }
         drop(gate);
@@ -300,43 +406,43 @@ impl Session {
         out
     }
 
-    /// Rebuild a session from an image in this (fresh) server. `device` moves every record
-    /// onto that device (a restore onto another GPU).
+    /// Rebuild a session from an image in this (fresh) server, made by `factory` (its
+    /// backend, device range and limits). `device` moves every record onto that device (a
+    /// restore onto another GPU). `cancel` stops the restore between steps.
     pub fn restore(
         dir: &Path,
-        backend: Arc<dyn Backend>,
-        max_reply: u64,
-        output: DeviceOutput,
+        factory: &SessionFactory,
         device: Option<i32>,
         progress: &Progress,
+        cancel: &Cancel,
     ) -> Result<(Session, SessionMeta, RestoreReport), String> {
         let start = Instant::now();
         let mut image = Image::open(dir).map_err(|e| e.to_string())?;
-        if image.manifest.spec_hash != cudart::SPEC_HASH {
-            return Err(format!(
-                "the image was taken by a server of another API spec ({:016x}, this one {:016x})",
-                image.manifest.spec_hash,
-                cudart::SPEC_HASH
-            ));
-        }
-        for r in &image.manifest.records {
-            match FunctionId::from_u32(r.function) {
-                Some(f) if f.name() == r.name => {}
-                _ => return Err(format!("the image records `{}`, which this server does not know", r.name)),
-            }
-        }
-        // The manifest and the chunk table are checked (Image::open); each chunk's checksum is
-        // checked as it is read below. A failure anywhere ends the restore and drops the new
-        // session with everything it made: nothing half-restored is ever served.
+        check_image(&image.manifest, factory, device)?;
+        // The manifest and the chunk table are checked (Image::open, check_image); each
+        // chunk's checksum is checked as it is read below. A failure anywhere ends the
+        // restore and drops the new session with everything it made: nothing half-restored
+        // is ever served.
         let verify_ms = ms(start);
         let manifest = image.manifest.clone();
         let meta = manifest.session.clone();
-        let session = Session::new(meta.id, backend, meta.device_base, meta.device_size, max_reply, output)
-            .map_err(|e| format!("reserving the device address range {:#x}: {e:?}", meta.device_base))?;
+        let session = Session::new(
+            meta.id,
+            factory.backend.clone(),
+            meta.device_base,
+            meta.device_size,
+            factory.max_reply,
+            (factory.output)(),
+            factory.limits,
+        )
+        .map_err(|e| format!("reserving the device address range {:#x}: {e:?}", meta.device_base))?;
         session.set_handle_counters(&manifest.handle_counters);
-
+        let abandoned = |what: &str| Stopped::Abandoned { session: meta.id, what: what.to_string() }.to_string();
         let replay_start = Instant::now();
         for r in &manifest.records {
+            if cancel.is_cancelled() {
+                return Err(abandoned("replaying its records"));
+            }
             let id = FunctionId::from_u32(r.function).expect("checked");
             let dev = device.unwrap_or(r.device);
             let cx = CallCx {
@@ -344,6 +450,7 @@ impl Session {
                 replay: Some(r.creates.iter().map(|(_, v)| *v).collect()),
                 staging: None,
                 measure: false,
+                function: Some(id),
             };
             let mut out = Vec::new();
             session.backend().bind(dev).map_err(|e| format!("{e:?}"))?;
@@ -387,6 +494,13 @@ impl Session {
         let mut streams = CopyStreams::new(session.backend_arc());
         let copy = || -> Result<(), String> {
             for (i, offset, buf, len) in from_reader {
+                if cancel.is_cancelled() {
+                    return Err(abandoned(&format!(
+                        "copying memory ({} of {} bytes)",
+                        progress.done(),
+                        progress.total()
+                    )));
+                }
                 let (addr, dev) = targets[i];
                 let b = session.backend();
                 b.bind(dev).map_err(|e| format!("{e:?}"))?;
@@ -446,4 +560,143 @@ impl Session {
             }
         }
     }
+}
+
+/// What this server can say of an image before it creates anything, beyond what
+/// [`Image::open`] checked: that its records are calls this server's spec knows, creating
+/// objects of the kinds the spec says, with handles of their kind and addresses inside the
+/// session's ranges, no more of each kind than the session's limits allow, counters past
+/// every handle the records use, memory regions that match what the records allocate, on
+/// devices this server has; and that its device range is this server's.
+pub fn check_image(m: &Manifest, factory: &SessionFactory, device: Option<i32>) -> Result<(), String> {
+    let bad = |why: String| Err(format!("the image describes an impossible session: {why}"));
+    if m.spec_hash != cudart::SPEC_HASH {
+        return Err(format!(
+            "the image was taken by a server of another API spec ({:016x}, this one {:016x})",
+            m.spec_hash,
+            cudart::SPEC_HASH
+        ));
+    }
+    let s = &m.session;
+    if (s.device_base, s.device_size) != (factory.device_base, factory.device_size) {
+        return bad(format!(
+            "its device range {:#x}+{:#x} is not this server's ({:#x}+{:#x})",
+            s.device_base, s.device_size, factory.device_base, factory.device_size
+        ));
+    }
+    let devices = factory.backend.device_count();
+    let on_a_device = |d: i32| (0..devices).contains(&device.unwrap_or(d));
+    if let Some(d) = device.filter(|&d| !(0..devices).contains(&d)) {
+        return Err(format!("device {d} does not exist here ({devices} devices)"));
+    }
+    // Kinds of handle the records create, and what each limit counts.
+    let handle_kind = |kind: &str| HandleKind::ALL.iter().copied().find(|k| k.name() == kind);
+    let limit_of = |f: FunctionId, kind: &str| match (f, kind) {
+        (FunctionId::PhosHostAlloc, _) => Some(LimitKind::HostAllocations),
+        (_, "device_memory") => Some(LimitKind::Allocations),
+        (_, "stream") => Some(LimitKind::Streams),
+        (_, "event") => Some(LimitKind::Events),
+        (_, "module") => Some(LimitKind::Modules),
+        (_, "function") => Some(LimitKind::Functions),
+        (_, "graph") => Some(LimitKind::Graphs),
+        (_, "graph_exec") => Some(LimitKind::GraphExecs),
+        (_, "graph_node") => Some(LimitKind::GraphNodes),
+        _ => None,
+    };
+    let arena = phos_protocol::host_arena::BASE..phos_protocol::host_arena::BASE + phos_protocol::host_arena::MAX_BYTES;
+    let range = s.device_base..s.device_base + s.device_size;
+    let mut seen: HashSet<(&str, u64)> = HashSet::new();
+    let mut counts: HashMap<LimitKind, u64> = HashMap::new();
+    // The highest number each handle kind's records use.
+    let mut highest: HashMap<&str, u64> = HashMap::new();
+    let mut allocations: HashSet<u64> = HashSet::new();
+    let mut modules: HashSet<u64> = HashSet::new();
+    for r in &m.records {
+        let f = match FunctionId::from_u32(r.function) {
+            Some(f) if f.name() == r.name => f,
+            _ => return Err(format!("the image records `{}`, which this server does not know", r.name)),
+        };
+        if !on_a_device(r.device) {
+            return bad(format!("a record of {} on device {}, which this server does not have", r.name, r.device));
+        }
+        let spec_creates = f.info().objects.creates;
+        if r.creates.len() > spec_creates.len() {
+            return bad(format!(
+                "{} creates at most {} objects, the image says {}",
+                r.name,
+                spec_creates.len(),
+                r.creates.len()
+            ));
+        }
+        for (kind, value) in &r.creates {
+            let Some((_, kind)) = spec_creates.iter().find(|(_, k)| k == kind) else {
+                return bad(format!("{} creates no {kind}", r.name));
+            };
+            if !seen.insert((kind, *value)) {
+                return bad(format!("two records create {kind} {value:#x}"));
+            }
+            match handle_kind(kind) {
+                Some(hk) => {
+                    if !is_handle_of(hk, *value) {
+                        return bad(format!("{} created {value:#x}, which is no {kind} handle", r.name));
+                    }
+                    let number = value & ((1 << NUMBER_BITS) - 1);
+                    let top = highest.entry(kind).or_default();
+                    *top = (*top).max(number);
+                    if hk == HandleKind::Module {
+                        modules.insert(*value);
+                    }
+                }
+                None if *kind == "device_memory" => {
+                    let inside =
+                        if f == FunctionId::PhosHostAlloc { arena.contains(value) } else { range.contains(value) };
+                    if !inside {
+                        return bad(format!("{} placed memory at {value:#x}, outside the session's ranges", r.name));
+                    }
+                    if f != FunctionId::PhosHostAlloc {
+                        allocations.insert(*value);
+                    }
+                }
+                None => return bad(format!("{} creates objects of an unknown kind {kind}", r.name)),
+            }
+            if let Some(limit) = limit_of(f, kind) {
+                *counts.entry(limit).or_default() += 1;
+            }
+        }
+    }
+    for (limit, n) in &counts {
+        if *n > factory.limits.get(*limit) {
+            return bad(format!(
+                "{n} {limit}, past this server's limit of {} (the router's [limits] set it)",
+                factory.limits.get(*limit)
+            ));
+        }
+    }
+    for (kind, next) in &m.handle_counters {
+        if handle_kind(kind).is_none() {
+            return bad(format!("a handle counter for {kind:?}, which is no kind of handle"));
+        }
+        if let Some(&top) = highest.get(kind.as_str())
+            && *next <= top
+        {
+            return bad(format!(
+                "the {kind} counter ({next}) is not past the {kind} handles its records use (up to {top}): new {kind}s would collide with live ones"
+            ));
+        }
+    }
+    for r in &m.memory {
+        if !on_a_device(r.device) {
+            return bad(format!("memory at {:#x} on device {}, which this server does not have", r.addr, r.device));
+        }
+        match &r.kind {
+            RegionKind::Allocation if !allocations.contains(&r.addr) => {
+                return bad(format!("memory at {:#x} that no record allocates", r.addr));
+            }
+            RegionKind::ModuleVariable { module, name } if !modules.contains(module) => {
+                return bad(format!("variable {name} of module {module:#x}, which no record loads"));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }

@@ -7,11 +7,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use phos_checkpoint::{Compression, SessionMeta};
-use phos_control::{CheckpointRequest, CheckpointSummary, Progress, RestoreSummary, ServerControl, SessionIdentity};
+use phos_control::{
+    Cancel, CheckpointRequest, CheckpointSummary, Progress, RestoreSummary, ServerControl, SessionIdentity,
+};
+use phos_protocol::limits::SessionLimits;
 use tarpc::context::Context;
 
 use crate::backend::Backend;
-use crate::checkpoint::Progress as Counters;
+use crate::checkpoint::{Bounds, Progress as Counters};
 use crate::output::DeviceOutput;
 use crate::server::SessionSlot;
 use crate::service::Session;
@@ -25,12 +28,22 @@ pub struct SessionFactory {
     pub max_reply: u64,
     /// Device output capture of this process (the `cuda` backend's stdout pipe), if any.
     pub output: Arc<dyn Fn() -> DeviceOutput + Send + Sync>,
+    /// Objects of each kind a session may hold (the router's `[limits]`).
+    pub limits: SessionLimits,
 }
 
 impl SessionFactory {
     pub fn fresh(&self, id: u64) -> Result<Session, String> {
-        Session::new(id, self.backend.clone(), self.device_base, self.device_size, self.max_reply, (self.output)())
-            .map_err(|e| format!("setting up the session's device memory: {e:?}"))
+        Session::new(
+            id,
+            self.backend.clone(),
+            self.device_base,
+            self.device_size,
+            self.max_reply,
+            (self.output)(),
+            self.limits,
+        )
+        .map_err(|e| format!("setting up the session's device memory: {e:?}"))
     }
 
     pub fn restore(
@@ -38,9 +51,9 @@ impl SessionFactory {
         dir: &std::path::Path,
         device: Option<i32>,
         progress: &Counters,
+        cancel: &Cancel,
     ) -> Result<(Session, RestoreSummary), String> {
-        let (session, meta, r) =
-            Session::restore(dir, self.backend.clone(), self.max_reply, (self.output)(), device, progress)?;
+        let (session, meta, r) = Session::restore(dir, self, device, progress, cancel)?;
         tracing::info!(
             session = meta.id,
             "restored {} records and {} bytes of device memory in {:.1} ms (verify {:.1}, replay {:.1}, copy {:.1})",
@@ -71,6 +84,36 @@ pub struct ServerCtl {
     pub factory: SessionFactory,
     pub progress: Arc<Counters>,
     pub last_restore: Arc<std::sync::Mutex<Option<RestoreSummary>>>,
+    /// Set when the client of this connection (the router) has gone.
+    pub gone: Cancel,
+    /// The flags of the operations in progress, for [`abandon`](ServerControl::abandon).
+    pub running: Arc<std::sync::Mutex<Vec<Cancel>>>,
+}
+
+/// An operation's flag, listed in [`ServerCtl::running`] while it lives. Set when the
+/// request is dropped (its deadline passed, the router cancelled it), when the router's
+/// connection goes, or when the router abandons it.
+struct Running {
+    cancel: Cancel,
+    _on_drop: phos_control::CancelOnDrop,
+    list: Arc<std::sync::Mutex<Vec<Cancel>>>,
+}
+
+impl Running {
+    fn new(ctl: &ServerCtl) -> Self {
+        let cancel = ctl.gone.child();
+        ctl.running.lock().unwrap().push(cancel.clone());
+        Running { _on_drop: cancel.on_drop(), cancel, list: ctl.running.clone() }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut list = self.list.lock().unwrap();
+        if let Some(i) = list.iter().position(|c| c.same_as(&self.cancel)) {
+            list.swap_remove(i);
+        }
+    }
 }
 
 impl ServerControl for ServerCtl {
@@ -93,9 +136,14 @@ impl ServerControl for ServerCtl {
         };
         let compression = if request.compress { Compression::Zstd(1) } else { Compression::None };
         let stop = request.stop;
-        let r = tokio::task::spawn_blocking(move || session.checkpoint(&dir, meta, compression, stop, &progress))
-            .await
-            .map_err(|e| format!("checkpoint task: {e}"))??;
+        let running = Running::new(&self);
+        let bounds = Bounds { quiesce_timeout: request.quiesce_timeout, cancel: running.cancel.clone() };
+        let r = tokio::task::spawn_blocking(move || {
+            session.checkpoint(&dir, meta, compression, stop, &progress, &bounds).inspect_err(|e| tracing::warn!("{e}"))
+        })
+        .await
+        .map_err(|e| format!("checkpoint task: {e}"))??;
+        drop(running);
         tracing::info!(
             "checkpoint to {}: {} records, {} regions, {} bytes of memory stored in {} ({:.1} ms: quiesce {:.1}, copy {:.1})",
             request.dir.display(),
@@ -138,9 +186,12 @@ impl ServerControl for ServerCtl {
         }
         let factory = self.factory.clone();
         let progress = self.progress.clone();
-        let (session, summary) = tokio::task::spawn_blocking(move || factory.restore(&dir, device, &progress))
+        let running = Running::new(&self);
+        let cancel = running.cancel.clone();
+        let (session, summary) = tokio::task::spawn_blocking(move || factory.restore(&dir, device, &progress, &cancel))
             .await
             .map_err(|e| format!("restore task: {e}"))??;
+        drop(running);
         self.slot.set(Arc::new(session)).map_err(|_| "this server already has a session".to_string())?;
         *self.last_restore.lock().unwrap() = Some(summary.clone());
         Ok(summary)
@@ -148,5 +199,11 @@ impl ServerControl for ServerCtl {
 
     async fn last_restore(self, _: Context) -> Option<RestoreSummary> {
         self.last_restore.lock().unwrap().clone()
+    }
+
+    async fn abandon(self, _: Context) {
+        for c in self.running.lock().unwrap().iter() {
+            c.cancel();
+        }
     }
 }

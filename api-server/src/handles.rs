@@ -12,25 +12,70 @@ use phos_protocol::cudart::HandleKind;
 /// 0, 1 and 2 and from the session's device addresses.
 const TAG_BASE: u64 = 0x7e00;
 
+/// The bits of a handle below its tag: its number within its kind.
+pub const NUMBER_BITS: u32 = 48;
+const NUMBER_MASK: u64 = (1 << NUMBER_BITS) - 1;
+
+/// Why an object could not be put in a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The table holds as many objects as its limit allows.
+    Full,
+    /// Every number of the kind has been handed out (2^48 of them).
+    Exhausted,
+    /// A handle to put back is of another kind, or in use.
+    BadHandle,
+}
+
+impl From<Refused> for CudaError {
+    fn from(r: Refused) -> CudaError {
+        match r {
+            Refused::Full | Refused::Exhausted => CudaError::MemoryAllocation,
+            Refused::BadHandle => CudaError::InvalidResourceHandle,
+        }
+    }
+}
+
 pub struct HandleTable<T> {
     tag: u64,
     next: u64,
+    /// Objects held at most.
+    limit: usize,
     objects: HashMap<u64, T>,
 }
 
+/// The tag (top 16 bits) of `kind`'s handles.
+pub fn tag_of(kind: HandleKind) -> u64 {
+    let index = HandleKind::ALL.iter().position(|k| *k == kind).expect("known kind") as u64;
+    (TAG_BASE | index) << NUMBER_BITS
+}
+
+/// Whether `handle` is one of `kind`'s: its tag, and a number a table could have handed out.
+pub fn is_handle_of(kind: HandleKind, handle: u64) -> bool {
+    handle & !NUMBER_MASK == tag_of(kind) && handle & NUMBER_MASK != 0
+}
+
 impl<T> HandleTable<T> {
-    pub fn new(kind: HandleKind) -> Self {
-        let index = HandleKind::ALL.iter().position(|k| *k == kind).expect("known kind") as u64;
-        HandleTable { tag: (TAG_BASE | index) << 48, next: 1, objects: HashMap::new() }
+    /// A table of `kind`'s handles holding at most `limit` objects at once.
+    pub fn new(kind: HandleKind, limit: u64) -> Self {
+        HandleTable {
+            tag: tag_of(kind),
+            next: 1,
+            limit: usize::try_from(limit).unwrap_or(usize::MAX),
+            objects: HashMap::new(),
+        }
     }
 
     /// Put an object back under the handle it had (restore). Refuses handles of another
     /// kind and handles in use.
-    pub fn insert_at(&mut self, handle: u64, object: T) -> Result<u64, CudaError> {
-        if handle & !((1 << 48) - 1) != self.tag || self.objects.contains_key(&handle) {
-            return Err(CudaError::InvalidResourceHandle);
+    pub fn insert_at(&mut self, handle: u64, object: T) -> Result<u64, Refused> {
+        if handle & !NUMBER_MASK != self.tag || handle & NUMBER_MASK == 0 || self.objects.contains_key(&handle) {
+            return Err(Refused::BadHandle);
         }
-        self.next = self.next.max((handle & ((1 << 48) - 1)) + 1);
+        if self.objects.len() >= self.limit {
+            return Err(Refused::Full);
+        }
+        self.next = self.next.max((handle & NUMBER_MASK) + 1);
         self.objects.insert(handle, object);
         Ok(handle)
     }
@@ -41,15 +86,23 @@ impl<T> HandleTable<T> {
         self.next
     }
 
+    /// Carry on a counter from an image; only a number the kind can have (at most 2^48).
     pub fn set_next_counter(&mut self, next: u64) {
-        self.next = self.next.max(next);
+        self.next = self.next.max(next.min(NUMBER_MASK + 1));
     }
 
-    pub fn insert(&mut self, object: T) -> u64 {
+    pub fn insert(&mut self, object: T) -> Result<u64, Refused> {
+        if self.objects.len() >= self.limit {
+            return Err(Refused::Full);
+        }
+        // A number past 2^48 would run into the tag, and collide with another kind's handle.
+        if self.next > NUMBER_MASK {
+            return Err(Refused::Exhausted);
+        }
         let h = self.tag | self.next;
         self.next += 1;
         self.objects.insert(h, object);
-        h
+        Ok(h)
     }
 
     /// The object behind `handle`, or `cudaErrorInvalidResourceHandle`.
@@ -93,16 +146,44 @@ mod tests {
 
     #[test]
     fn kinds_do_not_mix() {
-        let mut streams = HandleTable::new(HandleKind::Stream);
-        let mut events = HandleTable::new(HandleKind::Event);
-        let s = streams.insert("s");
-        let e = events.insert("e");
+        let mut streams = HandleTable::new(HandleKind::Stream, 10);
+        let mut events = HandleTable::new(HandleKind::Event, 10);
+        let s = streams.insert("s").unwrap();
+        let e = events.insert("e").unwrap();
         assert_ne!(s, e);
         assert!(s > 2, "never a special stream value");
+        assert!(is_handle_of(HandleKind::Stream, s) && !is_handle_of(HandleKind::Event, s));
         assert_eq!(streams.get(s), Ok(&"s"));
         assert_eq!(streams.get(e), Err(CudaError::InvalidResourceHandle));
         assert_eq!(events.remove(e), Ok("e"));
         assert_eq!(events.get(e), Err(CudaError::InvalidResourceHandle));
         assert_eq!(streams.get(0xdead_beef), Err(CudaError::InvalidResourceHandle));
+        assert_eq!(streams.insert_at(e, "x"), Err(Refused::BadHandle), "another kind's handle");
+        assert_eq!(streams.insert_at(s, "x"), Err(Refused::BadHandle), "a handle in use");
+        assert_eq!(streams.insert_at(tag_of(HandleKind::Stream), "x"), Err(Refused::BadHandle), "number 0");
+    }
+
+    #[test]
+    fn a_full_table_refuses_until_something_goes() {
+        let mut t = HandleTable::new(HandleKind::Event, 2);
+        let a = t.insert(1).unwrap();
+        t.insert(2).unwrap();
+        assert_eq!(t.insert(3), Err(Refused::Full));
+        assert_eq!(t.insert_at(tag_of(HandleKind::Event) | 77, 3), Err(Refused::Full));
+        t.remove(a).unwrap();
+        t.insert(3).unwrap();
+    }
+
+    /// A counter carried in from an image can never make the next handle leave its kind.
+    #[test]
+    fn counters_stay_within_the_kind() {
+        let mut t = HandleTable::new(HandleKind::Stream, 10);
+        t.set_next_counter(u64::MAX - 1);
+        assert_eq!(t.insert("s"), Err(Refused::Exhausted));
+        let mut t = HandleTable::new(HandleKind::Stream, 10);
+        t.set_next_counter(NUMBER_MASK);
+        let h = t.insert("last").unwrap();
+        assert!(is_handle_of(HandleKind::Stream, h));
+        assert_eq!(t.insert("s"), Err(Refused::Exhausted));
     }
 }

@@ -38,12 +38,23 @@ struct Inner {
 }
 
 /// The session's pinned arena.
-#[derive(Default)]
 pub struct PinnedArena {
     inner: Mutex<Inner>,
+    /// Allocations the session may hold at once (its `host_allocations` limit).
+    max_allocations: usize,
 }
 
 impl PinnedArena {
+    /// An arena (mapped later) for at most `max_allocations` allocations at once.
+    pub fn new(max_allocations: u64) -> Self {
+        PinnedArena { inner: Mutex::default(), max_allocations: usize::try_from(max_allocations).unwrap_or(usize::MAX) }
+    }
+
+    /// Whether the session holds as many page-locked allocations as it may.
+    pub fn at_limit(&self) -> bool {
+        self.inner.lock().unwrap().allocations.len() >= self.max_allocations
+    }
+
     /// Map the arena a channel brought (checked and mapped at [`BASE`]); a later channel's copy
     /// of the same file changes nothing, and another file is refused. Allocations replayed by
     /// a restore are registered now.
@@ -94,6 +105,9 @@ impl PinnedArena {
         let span = size.checked_next_multiple_of(PAGE).filter(|&s| s > 0).ok_or(CudaError::InvalidValue)?;
         let mut g = self.inner.lock().unwrap();
         let inner = &mut *g;
+        if inner.allocations.len() >= self.max_allocations {
+            return Err(CudaError::MemoryAllocation);
+        }
         // The pages are pinned (and charged) in this process: one session may not take more
         // than half the host's memory this way, whatever its arena's size (operators set
         // tighter limits with the `pinned_host_memory` quota).

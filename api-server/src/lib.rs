@@ -5,7 +5,27 @@
 //! address space at fixed addresses. API objects reach the guest only as virtual
 //! [`handles`].
 
+/// Log a warning a guest's call caused, for session `$session`, at most as often as
+/// [`GUEST_LINES`](phos_protocol::log_limit::GUEST_LINES) allows: a guest that makes bad
+/// calls in a loop must not fill the disk. The first line let through after some were
+/// dropped says how many.
+#[macro_export]
+macro_rules! guest_warn {
+    ($session:expr, $($arg:tt)+) => {{
+        let session: u64 = $session;
+        if let Some(dropped) = phos_protocol::log_limit::GUEST_LINES.admit(&session.to_string()) {
+            let line = format!($($arg)+);
+            if dropped == 0 {
+                tracing::warn!(session, "{line}");
+            } else {
+                tracing::warn!(session, "{line} ({dropped} similar lines dropped before this one)");
+            }
+        }
+    }};
+}
+
 pub mod backend;
+pub mod call_gate;
 pub mod capture;
 pub mod checkpoint;
 pub mod control;

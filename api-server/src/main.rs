@@ -18,6 +18,7 @@ use phos_api_server::output::{DeviceOutput, StdoutCapture};
 use phos_api_server::server::{ApiServer, SessionSlot};
 use phos_api_server::{BackendKind, memory, open_backend};
 use phos_control::ServerControl;
+use phos_protocol::limits::SessionLimits;
 
 #[derive(Parser)]
 #[command(version, about = "Phos API server for one session (started by the router)")]
@@ -52,6 +53,11 @@ struct Args {
     /// Largest frame payload accepted.
     #[arg(long, default_value_t = phos_protocol::DEFAULT_MAX_PAYLOAD, value_parser = parse_u64)]
     max_payload: u64,
+    /// A per-session limit, `KIND=N` (streams, events, allocations, host_allocations,
+    /// modules, functions, graphs, graph_execs, graph_nodes); repeatable. Unset kinds keep
+    /// their defaults.
+    #[arg(long = "limit", value_name = "KIND=N")]
+    limits: Vec<String>,
 }
 
 fn parse_u64(s: &str) -> Result<u64, String> {
@@ -78,6 +84,10 @@ fn main() {
     let args = Args::parse();
     if args.session.is_none() && args.restore.is_none() && !args.pooled {
         fail("one of --session, --restore or --pooled is needed");
+    }
+    let mut limits = SessionLimits::default();
+    for l in &args.limits {
+        limits.apply(l).unwrap_or_else(|e| fail(format!("--limit {e}")));
     }
     let backend = open_backend(args.backend, args.emu_memory)
         .unwrap_or_else(|e| fail(format!("cannot open the {} backend: {e}", args.backend)));
@@ -108,6 +118,7 @@ fn main() {
             Some(c) => DeviceOutput::with_capture(c.clone()),
             None => DeviceOutput::default(),
         }),
+        limits,
     };
     let slot = Arc::new(SessionSlot::default());
     let progress = Arc::new(Progress::default());
@@ -120,13 +131,23 @@ fn main() {
     };
     // The management service comes up first, so a restore's progress can be followed.
     let _ = std::fs::remove_file(&args.listen);
-    let control = ServerCtl {
-        slot: slot.clone(),
-        factory: factory.clone(),
-        progress: progress.clone(),
-        last_restore: last_restore.clone(),
+    let control = {
+        let (slot, factory, progress, last_restore) =
+            (slot.clone(), factory.clone(), progress.clone(), last_restore.clone());
+        let running = Arc::default();
+        move |gone| {
+            ServerCtl {
+                slot: slot.clone(),
+                factory: factory.clone(),
+                progress: progress.clone(),
+                last_restore: last_restore.clone(),
+                gone,
+                running: Arc::clone(&running),
+            }
+            .serve()
+        }
     };
-    if let Err(e) = phos_control::spawn_service_thread(phos_control::control_path(&args.listen), control.serve()) {
+    if let Err(e) = phos_control::spawn_service_thread(phos_control::control_path(&args.listen), control) {
         fail_to_router(format!("management service: {e}"));
     }
     if let Some(id) = args.session {
@@ -135,7 +156,7 @@ fn main() {
             Err(e) => fail_to_router(e),
         }
     } else if let Some(dir) = &args.restore {
-        match factory.restore(dir, args.device, &progress) {
+        match factory.restore(dir, args.device, &progress, &phos_control::Cancel::default()) {
             Ok((s, summary)) => {
                 *last_restore.lock().unwrap() = Some(summary);
                 drop(slot.set(Arc::new(s)))

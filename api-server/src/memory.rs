@@ -71,6 +71,8 @@ struct Inner {
 pub struct AddressSpace {
     base: u64,
     size: u64,
+    /// Allocations the session may hold at once (its `allocations` limit).
+    max_allocations: usize,
     /// Kernels that run in the server (`emu`) hold a read lock for their whole run, so the
     /// map cannot change under them; allocation and free take the write lock.
     inner: RwLock<Inner>,
@@ -147,12 +149,19 @@ pub(crate) fn take_first_fit(holes: &mut BTreeMap<u64, u64>, len: u64, align: u6
 }
 
 impl AddressSpace {
-    /// Reserve `[base, base + size)` on the backend.
-    pub fn reserve(backend: &dyn Backend, base: u64, size: u64) -> Result<Self, CudaError> {
+    /// Reserve `[base, base + size)` on the backend, for at most `max_allocations`
+    /// allocations at once.
+    pub fn reserve(backend: &dyn Backend, base: u64, size: u64, max_allocations: u64) -> Result<Self, CudaError> {
         backend.reserve(base, size)?;
         let mut inner = Inner::default();
         inner.holes.insert(base, size);
-        Ok(AddressSpace { base, size, inner: RwLock::new(inner) })
+        let max_allocations = usize::try_from(max_allocations).unwrap_or(usize::MAX);
+        Ok(AddressSpace { base, size, max_allocations, inner: RwLock::new(inner) })
+    }
+
+    /// Whether the session holds as many allocations as it may.
+    pub fn at_limit(&self) -> bool {
+        self.inner.read().unwrap().allocations.len() >= self.max_allocations
     }
 
     pub fn base(&self) -> u64 {
@@ -181,6 +190,9 @@ impl AddressSpace {
         let gran = backend.granularity(device).max(ALIGNMENT);
         let mut g = self.inner.write().unwrap();
         let inner = &mut *g;
+        if inner.allocations.len() >= self.max_allocations {
+            return Err(CudaError::MemoryAllocation);
+        }
         if size >= gran / 2 {
             let len = round_up(size, gran).ok_or(CudaError::MemoryAllocation)?;
             let addr = take_first_fit(&mut inner.holes, len, gran).ok_or(CudaError::MemoryAllocation)?;
@@ -246,6 +258,9 @@ impl AddressSpace {
         let mut g = self.inner.write().unwrap();
         let inner = &mut *g;
         let taken = Err(CudaError::MemoryAllocation);
+        if inner.allocations.len() >= self.max_allocations {
+            return taken;
+        }
         if size >= gran / 2 {
             let len = round_up(size, gran).ok_or(CudaError::MemoryAllocation)?;
             if !addr.is_multiple_of(gran) || !take_exact(&mut inner.holes, addr, len) {
@@ -378,7 +393,7 @@ mod tests {
         // A per-test base keeps concurrently running tests out of each other's ranges.
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let base = 0x5100_0000_0000 + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) * (1 << 36);
-        let s = AddressSpace::reserve(&backend, base, size).unwrap();
+        let s = AddressSpace::reserve(&backend, base, size, 1 << 20).unwrap();
         (backend, s)
     }
 

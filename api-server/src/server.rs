@@ -13,6 +13,7 @@ use phos_protocol::cudart::{self, FunctionId};
 use phos_protocol::frame::{FLAG_ASYNC, FLAG_MEASURE, FrameHeader, FrameKind, MAX_BARRIER_IDS};
 use phos_protocol::handshake::TransportKind;
 use phos_protocol::handshake::{Attach, UsageReport, Welcome};
+use phos_protocol::log_limit::GUEST_LINES;
 use phos_protocol::shm::ShmTransport;
 use phos_protocol::staging::Staging;
 use phos_protocol::transport::{Transport, TransportError, UnixTransport};
@@ -199,7 +200,7 @@ impl ApiServer {
         let attach = match attach {
             Ok(a) => a,
             Err(reason) => {
-                tracing::warn!(session = session.id, channel, "refused a channel: {reason}");
+                crate::guest_warn!(session.id, "channel {channel}: refused: {reason}");
                 Self::refuse(t.as_mut(), &reason);
                 return;
             }
@@ -235,16 +236,18 @@ impl ApiServer {
                     if let Some(fd) = files.host_arena
                         && let Err(e) = session.attach_host_arena(fd)
                     {
-                        tracing::warn!(session = session.id, channel, "pinned arena not used: {e}");
+                        crate::guest_warn!(session.id, "channel {channel}: pinned arena not used: {e}");
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(session = session.id, channel, "cannot use the shared region: {e}");
+                    crate::guest_warn!(session.id, "channel {channel}: cannot use the shared region: {e}");
                     return;
                 }
             }
         }
 
+        // What this channel runs, for a checkpoint that has to say what it waited for.
+        let activity = session.channel_activity(channel);
         let mut out = Vec::new();
         let mut acks = AckWindow::default();
         let mut usage_checked = Instant::now();
@@ -269,7 +272,7 @@ impl ApiServer {
                 Err(TransportError::Closed) => break,
                 Err(e) => {
                     // The stream cannot be re-synchronised after a bad frame: end this channel.
-                    tracing::warn!(session = session.id, channel, "malformed frame, closing the channel: {e}");
+                    crate::guest_warn!(session.id, "channel {channel}: malformed frame, closing the channel: {e}");
                     Self::refuse(t.as_mut(), &format!("malformed frame: {e}"));
                     break;
                 }
@@ -288,15 +291,15 @@ impl ApiServer {
                 break;
             }
             let status = if h.kind != FrameKind::Call {
-                tracing::warn!(session = session.id, channel, "unexpected {:?} frame", h.kind);
+                crate::guest_warn!(session.id, "channel {channel}: unexpected {:?} frame", h.kind);
                 CudaError::InvalidValue.0
             } else if h.session != session.id {
-                tracing::warn!(session = session.id, channel, "call for session {} on this channel", h.session);
+                crate::guest_warn!(session.id, "channel {channel}: call for session {} on this channel", h.session);
                 CudaError::InvalidValue.0
             } else {
                 match FunctionId::from_u32(h.function) {
                     None => {
-                        tracing::warn!(session = session.id, channel, "unknown function id {}", h.function);
+                        crate::guest_warn!(session.id, "channel {channel}: unknown function id {}", h.function);
                         CudaError::InvalidValue.0
                     }
                     Some(id) => {
@@ -310,6 +313,7 @@ impl ApiServer {
                         if info.device_output && info.is_async && !is_async {
                             printed = session.output.take();
                         }
+                        activity.store(id as u32 + 1, Ordering::Relaxed);
                         let status = match self.call_on(
                             id,
                             h.device,
@@ -324,6 +328,7 @@ impl ApiServer {
                                 e.0
                             }
                         };
+                        activity.store(0, Ordering::Relaxed);
                         if info.device_output && !info.is_async {
                             printed = session.output.take();
                         }
@@ -384,6 +389,7 @@ impl ApiServer {
                 break;
             }
         }
+        session.channel_closed(channel);
         if let Some(st) = staging
             && st.registered.load(Ordering::Relaxed)
         {
@@ -407,14 +413,14 @@ impl ApiServer {
     fn barrier(&self, channel: u64, payload: &[u8]) {
         let session = self.session().id;
         if !payload.len().is_multiple_of(8) || payload.len() / 8 > MAX_BARRIER_IDS {
-            tracing::warn!(session, channel, "malformed barrier of {} bytes ignored", payload.len());
+            crate::guest_warn!(session, "channel {channel}: malformed barrier of {} bytes ignored", payload.len());
             return;
         }
         let ids: Vec<u64> =
             payload.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
         let missing = self.ledger.wait_for(&ids);
         if !missing.is_empty() {
-            tracing::warn!(session, channel, "barrier gave up waiting for async calls {missing:?}");
+            crate::guest_warn!(session, "channel {channel}: barrier gave up waiting for async calls {missing:?}");
         }
     }
 
@@ -433,11 +439,32 @@ impl ApiServer {
         staging: Option<&Arc<Staging>>,
         measure: bool,
     ) -> Result<(), CudaError> {
+        let result = self.run(id, device, payload, out, staging, measure);
+        if result.is_err()
+            && id == FunctionId::PhosMemcpyStaged
+            && let Some(st) = staging
+        {
+            // Refused before (or while) its data moved: the guest is waiting on the slots,
+            // and must learn now, not when it gives up on a stalled copy.
+            st.abort();
+        }
+        result
+    }
+
+    fn run(
+        &self,
+        id: FunctionId,
+        device: i32,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+        staging: Option<&Arc<Staging>>,
+        measure: bool,
+    ) -> Result<(), CudaError> {
         let session = self.session();
-        let _gate = session.gate.read().unwrap_or_else(|p| p.into_inner());
+        let gate = session.gate.pass();
         if session.is_frozen() {
             // Checkpointed and stopped: this call belongs to the restored session.
-            drop(_gate);
+            drop(gate);
             loop {
                 std::thread::park();
             }
@@ -446,28 +473,41 @@ impl ApiServer {
             return Err(e);
         }
         if device < 0 || device >= session.backend().device_count() {
-            tracing::warn!(session = session.id, "{}: call names device {device}", id.name());
+            crate::guest_warn!(session.id, "{}: call names device {device}", id.name());
             return Err(CudaError::InvalidDevice);
         }
         session.backend().bind(device)?;
         let mut cx = CallCx::new(device);
         cx.staging = staging.cloned();
         cx.measure = measure;
+        cx.function = Some(id);
         let result = catch_unwind(AssertUnwindSafe(|| dispatch::dispatch(session.as_ref(), &cx, id, payload, out)));
         match result {
             Ok(Ok(())) => Ok(()),
             Ok(Err(rejection)) => {
                 let code = rejection.code();
                 match &rejection {
+                    Rejection::Failed(CudaError::InvalidResourceHandle) => crate::guest_warn!(
+                        session.id,
+                        "{}: a handle that is not one of the session's (or not of the kind the call takes)",
+                        id.name()
+                    ),
                     Rejection::Failed(_) => tracing::debug!(session = session.id, "{}: {rejection}", id.name()),
-                    r if r.is_guest_fault() => tracing::warn!(session = session.id, "{}: {rejection}", id.name()),
-                    _ => tracing::error!(session = session.id, "{}: {rejection}", id.name()),
+                    r if r.is_guest_fault() => crate::guest_warn!(session.id, "{}: {rejection}", id.name()),
+                    _ => {
+                        // A server bug, but the guest's calls trigger it: bounded as well.
+                        if let Some(dropped) = GUEST_LINES.admit(&session.id.to_string()) {
+                            tracing::error!(session = session.id, dropped, "{}: {rejection}", id.name());
+                        }
+                    }
                 }
                 session.note_error(code);
                 Err(code)
             }
             Err(_) => {
-                tracing::error!(session = session.id, "{}: internal error (panic)", id.name());
+                if let Some(dropped) = GUEST_LINES.admit(&session.id.to_string()) {
+                    tracing::error!(session = session.id, dropped, "{}: internal error (panic)", id.name());
+                }
                 Err(CudaError::Unknown)
             }
         }

@@ -4,13 +4,14 @@
 //! shapes and device ranges; what is left is to translate virtual handles, apply CUDA's rules
 //! and call the backend.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use phos_protocol::cudart::*;
 use phos_protocol::handshake::UsageReport;
+use phos_protocol::limits::{LimitKind, SessionLimits};
 use phos_protocol::spec::ResourceKind;
 use phos_protocol::types::Dim3;
 use phos_protocol::{CudaError, Ptr};
@@ -19,7 +20,7 @@ use sha2::{Digest, Sha256};
 use crate::backend::{Backend, Copy2D, Gate, Raw, StreamRef};
 use crate::capture::{CaptureState, Captures, Graph, GraphOp, Node};
 use crate::dispatch::CudartService;
-use crate::handles::HandleTable;
+use crate::handles::{HandleTable, Refused};
 use crate::host_arena::PinnedArena;
 use crate::memory::AddressSpace;
 use crate::output::DeviceOutput;
@@ -35,11 +36,13 @@ pub struct CallCx {
     pub staging: Option<std::sync::Arc<phos_protocol::staging::Staging>>,
     /// The router asked for this call's device time (a policy needs it).
     pub measure: bool,
+    /// The function running, for what the server logs about the call.
+    pub function: Option<FunctionId>,
 }
 
 impl CallCx {
     pub fn new(device: i32) -> Self {
-        CallCx { device, replay: None, staging: None, measure: false }
+        CallCx { device, replay: None, staging: None, measure: false, function: None }
     }
 
     /// The value the call's (first) created object must get, when replaying.
@@ -76,8 +79,9 @@ struct Function {
 /// One guest process's state on the server.
 /// The usage figures last reported to the router.
 struct Reported {
-    /// Device memory, pinned host memory, device time (ns), kernels.
-    figures: [u64; 4],
+    /// Device memory, pinned host memory, device time (ns), kernels, calls refused by a
+    /// limit.
+    figures: [u64; 5],
     at: Instant,
     /// A change of device time or kernels not reported yet.
     held_back: bool,
@@ -100,9 +104,15 @@ pub struct Session {
     pub output: DeviceOutput,
     /// The calls that created the session's live objects (for checkpoints).
     pub records: Recorder,
-    /// Every call holds this shared; a checkpoint holds it exclusively, so it sees the
-    /// session between calls.
-    pub(crate) gate: RwLock<()>,
+    /// Every call passes through it; a checkpoint closes it, so it sees the session between
+    /// calls.
+    pub(crate) gate: crate::call_gate::CallGate,
+    /// What each channel is running now (function id + 1; 0: nothing), by channel: what a
+    /// checkpoint that cannot get the gate waits for.
+    busy: Mutex<BTreeMap<u64, Arc<AtomicU32>>>,
+    limits: SessionLimits,
+    /// Calls refused by each limit ([`LimitKind::index`]) since the server started.
+    refused: [AtomicU64; LimitKind::ALL.len()],
     /// Set by a stopping checkpoint: calls wait until the server is ended.
     frozen: AtomicBool,
     /// The usage figures last reported to the router: device memory, pinned memory, device
@@ -148,30 +158,37 @@ impl Session {
         size: u64,
         max_reply: u64,
         output: DeviceOutput,
+        limits: SessionLimits,
     ) -> Result<Self, CudaError> {
-        let memory = AddressSpace::reserve(backend.as_ref(), base, size)?;
+        let memory = AddressSpace::reserve(backend.as_ref(), base, size, limits.get(LimitKind::Allocations))?;
+        fn table<T>(limits: &SessionLimits, kind: HandleKind, limit: LimitKind) -> Mutex<HandleTable<T>> {
+            Mutex::new(HandleTable::new(kind, limits.get(limit)))
+        }
         Ok(Session {
             id,
             backend,
             memory,
-            streams: Mutex::new(HandleTable::new(HandleKind::Stream)),
-            events: Mutex::new(HandleTable::new(HandleKind::Event)),
-            modules: Mutex::new(HandleTable::new(HandleKind::Module)),
-            functions: Mutex::new(HandleTable::new(HandleKind::Function)),
+            streams: table(&limits, HandleKind::Stream, LimitKind::Streams),
+            events: table(&limits, HandleKind::Event, LimitKind::Events),
+            modules: table(&limits, HandleKind::Module, LimitKind::Modules),
+            functions: table(&limits, HandleKind::Function, LimitKind::Functions),
             module_index: Mutex::new(HashMap::new()),
             sticky: AtomicI32::new(0),
             max_reply,
             output,
             records: Recorder::default(),
-            gate: RwLock::new(()),
+            gate: Default::default(),
+            busy: Mutex::default(),
+            limits,
+            refused: Default::default(),
             frozen: AtomicBool::new(false),
-            reported: Mutex::new(Reported { figures: [0; 4], at: Instant::now(), held_back: false }),
+            reported: Mutex::new(Reported { figures: [0; 5], at: Instant::now(), held_back: false }),
             gates: Mutex::new(HashMap::new()),
             captures: CaptureState::default(),
-            graphs: Mutex::new(HandleTable::new(HandleKind::Graph)),
-            graph_execs: Mutex::new(HandleTable::new(HandleKind::GraphExec)),
-            graph_nodes: Mutex::new(HandleTable::new(HandleKind::GraphNode)),
-            pinned: PinnedArena::default(),
+            graphs: table(&limits, HandleKind::Graph, LimitKind::Graphs),
+            graph_execs: table(&limits, HandleKind::GraphExec, LimitKind::GraphExecs),
+            graph_nodes: table(&limits, HandleKind::GraphNode, LimitKind::GraphNodes),
+            pinned: PinnedArena::new(limits.get(LimitKind::HostAllocations)),
             launch_limits: RwLock::default(),
         })
     }
@@ -188,7 +205,8 @@ impl Session {
         // Asked after every call: the figures are compared first, and a report is only built
         // when one of them moved.
         let (ns, kernels) = self.backend.device_time();
-        let figures = [self.memory.allocated(), self.pinned.allocated(), ns, kernels];
+        let refused: u64 = self.refused.iter().map(|r| r.load(Ordering::Relaxed)).sum();
+        let figures = [self.memory.allocated(), self.pinned.allocated(), ns, kernels, refused];
         {
             let mut last = self.reported.lock().unwrap();
             if last.figures == figures {
@@ -197,6 +215,7 @@ impl Session {
             }
             let now = Instant::now();
             if last.figures[..2] == figures[..2]
+                && last.figures[4] == figures[4]
                 && !kernel_gap.is_zero()
                 && now.saturating_duration_since(last.at) < kernel_gap
             {
@@ -214,7 +233,72 @@ impl Session {
                 _ => {}
             }
         }
+        now.refused = LimitKind::ALL
+            .iter()
+            .map(|k| (k.index() as u32, self.refused[k.index()].load(Ordering::Relaxed)))
+            .filter(|&(_, n)| n > 0)
+            .collect();
         Some(now)
+    }
+
+    /// A call would take the session past its `kind` limit: count it, say so in the log
+    /// (throttled: a guest can do this in a loop), and answer what CUDA answers when it
+    /// cannot create a resource.
+    pub(crate) fn refuse(&self, cx: &CallCx, kind: LimitKind) -> CudaError {
+        let n = self.refused[kind.index()].fetch_add(1, Ordering::Relaxed) + 1;
+        crate::guest_warn!(
+            self.id,
+            "{}: refused: the session holds its limit of {} {kind} (refusals so far: {n}); raise `{kind}` in the router's [limits] to allow more",
+            cx.function.map_or("a restore", |f| f.name()),
+            self.limits.get(kind)
+        );
+        CudaError::MemoryAllocation
+    }
+
+    /// The word in which `channel` says what it runs (function id + 1; 0: nothing), for
+    /// [`busy_calls`](Self::busy_calls); listed until [`channel_closed`](Self::channel_closed).
+    pub(crate) fn channel_activity(&self, channel: u64) -> Arc<AtomicU32> {
+        let a = Arc::new(AtomicU32::new(0));
+        self.busy.lock().unwrap().insert(channel, a.clone());
+        a
+    }
+
+    pub(crate) fn channel_closed(&self, channel: u64) {
+        self.busy.lock().unwrap().remove(&channel);
+    }
+
+    /// The calls running now, as `function (channel N)`.
+    pub fn busy_calls(&self) -> Vec<String> {
+        self.busy
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|(ch, a)| {
+                let f = a.load(Ordering::Relaxed).checked_sub(1)?;
+                Some(format!("{} (channel {ch})", FunctionId::from_u32(f).map_or("?", |f| f.name())))
+            })
+            .collect()
+    }
+
+    /// Insert an object under a fresh handle, or under the recorded one when replaying;
+    /// `kind` is the limit the table keeps.
+    fn insert<T>(
+        &self,
+        table: &Mutex<HandleTable<T>>,
+        kind: LimitKind,
+        cx: &CallCx,
+        object: T,
+    ) -> Result<u64, CudaError> {
+        let mut t = table.lock().unwrap();
+        let inserted = match cx.forced() {
+            Some(h) => t.insert_at(h, object),
+            None => t.insert(object),
+        };
+        drop(t);
+        inserted.map_err(|r| match r {
+            Refused::Full => self.refuse(cx, kind),
+            other => other.into(),
+        })
     }
 
     /// Whether [`usage_if_changed`](Self::usage_if_changed) held a change back.
@@ -334,7 +418,10 @@ impl Session {
         let (least, greatest) = self.backend.stream_priority_range(cx.device)?;
         let priority = priority.clamp(greatest, least);
         let raw = self.backend.stream_create(cx.device, flags, priority)?;
-        insert(&self.streams, cx, Stream { raw, device: cx.device, flags, priority })
+        self.insert(&self.streams, LimitKind::Streams, cx, Stream { raw, device: cx.device, flags, priority })
+            .inspect_err(|_| {
+                let _ = self.backend.stream_destroy(raw);
+            })
     }
 
     /// (flags, priority, device) of a stream value. The special streams are the calling
@@ -386,7 +473,7 @@ impl Session {
         for k in 0..chunks(req.count, slot) as u32 {
             let len = slot.min(req.count as usize - data.len());
             if let Err(e) = st.wait(Count::Filled, seq, seq.wrapping_add(k + 1), phos_protocol::shm::default_spin()) {
-                tracing::warn!(session = self.id, "staged copy: {e}");
+                crate::guest_warn!(self.id, "staged copy: {e}");
                 st.abort();
                 return Err(CudaError::Unknown);
             }
@@ -459,11 +546,23 @@ impl Session {
     }
 
     /// Append a node to `graph` after the nodes at `deps`; its handle.
-    fn add_node(&self, graph: u64, kind: i32, ops: Vec<GraphOp>, deps: Vec<usize>) -> Result<u64, CudaError> {
+    fn add_node(
+        &self,
+        cx: &CallCx,
+        graph: u64,
+        kind: i32,
+        ops: Vec<GraphOp>,
+        deps: Vec<usize>,
+    ) -> Result<u64, CudaError> {
         let mut graphs = self.graphs.lock().unwrap();
         let g = graphs.get_mut(graph)?;
         let index = g.nodes.len();
-        let handle = self.graph_nodes.lock().unwrap().insert((graph, index));
+        let handle = self
+            .graph_nodes
+            .lock()
+            .unwrap()
+            .insert((graph, index))
+            .map_err(|r| if r == Refused::Full { self.refuse(cx, LimitKind::GraphNodes) } else { r.into() })?;
         g.nodes.push(Node { kind, ops, deps, handle });
         Ok(handle)
     }
@@ -613,15 +712,6 @@ impl Session {
     }
 }
 
-/// Insert an object under a fresh handle, or under the recorded one when replaying.
-fn insert<T>(table: &Mutex<HandleTable<T>>, cx: &CallCx, object: T) -> Result<u64, CudaError> {
-    let mut t = table.lock().unwrap();
-    match cx.forced() {
-        Some(h) => t.insert_at(h, object),
-        None => Ok(t.insert(object)),
-    }
-}
-
 /// A reply buffer, refusing sizes the host cannot provide instead of aborting.
 fn reply_buffer(len: u64) -> Result<Vec<u8>, CudaError> {
     let len = usize::try_from(len).map_err(|_| CudaError::InvalidValue)?;
@@ -725,9 +815,10 @@ impl CudartService for Session {
 
     fn cuda_malloc(&self, cx: &CallCx, req: CudaMallocRequest) -> Result<CudaMallocReply, CudaError> {
         let addr = match cx.forced() {
-            Some(at) => self.memory.alloc_at(self.backend.as_ref(), cx.device, at, req.size)?,
-            None => self.memory.alloc(self.backend.as_ref(), cx.device, req.size)?,
-        };
+            Some(at) => self.memory.alloc_at(self.backend.as_ref(), cx.device, at, req.size),
+            None => self.memory.alloc(self.backend.as_ref(), cx.device, req.size),
+        }
+        .map_err(|e| if self.memory.at_limit() { self.refuse(cx, LimitKind::Allocations) } else { e })?;
         Ok(CudaMallocReply { devPtr: addr })
     }
 
@@ -851,7 +942,10 @@ impl CudartService for Session {
 
     fn cuda_event_create(&self, cx: &CallCx, _: CudaEventCreateRequest) -> Result<CudaEventCreateReply, CudaError> {
         let raw = self.backend.event_create(cx.device, 0)?;
-        Ok(CudaEventCreateReply { event: insert(&self.events, cx, Event { raw })? })
+        let event = self.insert(&self.events, LimitKind::Events, cx, Event { raw }).inspect_err(|_| {
+            let _ = self.backend.event_destroy(raw);
+        })?;
+        Ok(CudaEventCreateReply { event })
     }
 
     fn cuda_event_create_with_flags(
@@ -863,7 +957,10 @@ impl CudartService for Session {
             return Err(CudaError::InvalidValue);
         }
         let raw = self.backend.event_create(cx.device, req.flags)?;
-        Ok(CudaEventCreateWithFlagsReply { event: insert(&self.events, cx, Event { raw })? })
+        let event = self.insert(&self.events, LimitKind::Events, cx, Event { raw }).inspect_err(|_| {
+            let _ = self.backend.event_destroy(raw);
+        })?;
+        Ok(CudaEventCreateWithFlagsReply { event })
     }
 
     fn cuda_event_record(&self, _: &CallCx, req: CudaEventRecordRequest) -> Result<CudaEventRecordReply, CudaError> {
@@ -923,7 +1020,13 @@ impl CudartService for Session {
             self.memory.add_external(addr, size);
         }
         let globals = loaded.variables.clone();
-        let h = insert(&self.modules, cx, Module { raw: loaded.raw, device: cx.device, digest, globals })?;
+        let module = Module { raw: loaded.raw, device: cx.device, digest, globals };
+        let h = self.insert(&self.modules, LimitKind::Modules, cx, module).inspect_err(|_| {
+            for &(_, addr, _) in &loaded.variables {
+                self.memory.remove_external(addr);
+            }
+            let _ = self.backend.module_unload(loaded.raw);
+        })?;
         index.insert((cx.device, digest), h);
         Ok(PhosModuleLoadReply { module: h })
     }
@@ -946,7 +1049,7 @@ impl CudartService for Session {
     ) -> Result<PhosModuleGetFunctionReply, CudaError> {
         let module_raw = self.modules.lock().unwrap().get(req.module)?.raw;
         let raw = self.backend.module_function(module_raw, req.name)?;
-        let h = insert(&self.functions, cx, Function { raw, module: req.module })?;
+        let h = self.insert(&self.functions, LimitKind::Functions, cx, Function { raw, module: req.module })?;
         Ok(PhosModuleGetFunctionReply { function: h })
     }
 
@@ -972,7 +1075,7 @@ impl CudartService for Session {
     ) -> Result<PhosMemcpyStagedReply, CudaError> {
         use phos_protocol::staging::{Count, chunks};
         let Some(st) = cx.staging.as_deref() else {
-            tracing::warn!(session = self.id, "a staged copy on a channel without a staging region");
+            crate::guest_warn!(self.id, "a staged copy on a channel without a staging region");
             return Err(CudaError::InvalidValue);
         };
         let h2d = match req.direction {
@@ -985,7 +1088,7 @@ impl CudartService for Session {
         // The guest may already be filling (host to device); nothing can have been drained.
         let ours = if h2d { Count::Drained } else { Count::Filled };
         if u64::from(seq) != req.seq || st.count(ours) != seq || (!h2d && st.count(Count::Drained) != seq) {
-            tracing::warn!(session = self.id, "a staged copy that does not start where the region stands");
+            crate::guest_warn!(self.id, "a staged copy that does not start where the region stands");
             return Err(CudaError::InvalidValue);
         }
         if self.captures.active().is_some_and(|c| c.of_stream(req.stream).is_some()) {
@@ -1000,7 +1103,7 @@ impl CudartService for Session {
         let slot = st.slot_bytes() as u64;
         let spin = phos_protocol::shm::default_spin();
         let gave_up = |e: phos_protocol::staging::StagingError| {
-            tracing::warn!(session = self.id, "staged copy: {e}");
+            crate::guest_warn!(self.id, "staged copy: {e}");
             st.abort();
             CudaError::Unknown
         };
@@ -1034,7 +1137,9 @@ impl CudartService for Session {
             return Err(CudaError::InvalidValue);
         }
         let (host, device) =
-            self.pinned.alloc(self.backend.as_ref(), &self.memory, req.size, req.flags, cx.forced())?;
+            self.pinned
+                .alloc(self.backend.as_ref(), &self.memory, req.size, req.flags, cx.forced())
+                .map_err(|e| if self.pinned.at_limit() { self.refuse(cx, LimitKind::HostAllocations) } else { e })?;
         Ok(PhosHostAllocReply { host, device })
     }
 
@@ -1052,7 +1157,7 @@ impl CudartService for Session {
             _ => return Err(CudaError::InvalidMemcpyDirection),
         };
         if !self.pinned.covers(req.host, req.count) {
-            tracing::warn!(session = self.id, "a pinned copy outside the session's pinned allocations");
+            crate::guest_warn!(self.id, "a pinned copy outside the session's pinned allocations");
             return Err(CudaError::InvalidValue);
         }
         if req.count == 0 {
@@ -1411,10 +1516,10 @@ impl CudartService for Session {
         self.stream(req.stream)?;
         let ops = self.captures.update(|c| c.end(req.stream))?;
         // Each captured operation is a node after the one before it.
-        let graph = insert(&self.graphs, cx, Graph::default())?;
+        let graph = self.insert(&self.graphs, LimitKind::Graphs, cx, Graph::default())?;
         for op in ops {
             let deps = self.graphs.lock().unwrap().get(graph)?.nodes.len().checked_sub(1).into_iter().collect();
-            self.add_node(graph, Graph::kind_of(&op), vec![op], deps)?;
+            self.add_node(cx, graph, Graph::kind_of(&op), vec![op], deps)?;
         }
         Ok(CudaStreamEndCaptureReply { pGraph: graph })
     }
@@ -1444,7 +1549,7 @@ impl CudartService for Session {
         req: PhosGraphInstantiateRequest,
     ) -> Result<PhosGraphInstantiateReply, CudaError> {
         let ops = self.graphs.lock().unwrap().get(req.graph)?.order()?;
-        Ok(PhosGraphInstantiateReply { pGraphExec: insert(&self.graph_execs, cx, ops)? })
+        Ok(PhosGraphInstantiateReply { pGraphExec: self.insert(&self.graph_execs, LimitKind::GraphExecs, cx, ops)? })
     }
 
     fn cuda_graph_launch(&self, cx: &CallCx, req: CudaGraphLaunchRequest) -> Result<CudaGraphLaunchReply, CudaError> {
@@ -1492,7 +1597,7 @@ impl CudartService for Session {
     }
 
     fn cuda_graph_create(&self, cx: &CallCx, _: CudaGraphCreateRequest) -> Result<CudaGraphCreateReply, CudaError> {
-        Ok(CudaGraphCreateReply { pGraph: insert(&self.graphs, cx, Graph::default())? })
+        Ok(CudaGraphCreateReply { pGraph: self.insert(&self.graphs, LimitKind::Graphs, cx, Graph::default())? })
     }
 
     fn phos_graph_add_kernel_node(
@@ -1511,13 +1616,13 @@ impl CudartService for Session {
             params: req.params.to_vec(),
             cooperative: false,
         };
-        let node = self.add_node(req.graph, crate::capture::NODE_KERNEL, vec![op], deps)?;
+        let node = self.add_node(cx, req.graph, crate::capture::NODE_KERNEL, vec![op], deps)?;
         Ok(PhosGraphAddKernelNodeReply { pGraphNode: node })
     }
 
     fn phos_graph_add_copy_node(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: PhosGraphAddCopyNodeRequest<'_>,
     ) -> Result<PhosGraphAddCopyNodeReply, CudaError> {
         let deps = self.node_indices(req.graph, req.deps)?;
@@ -1545,13 +1650,13 @@ impl CudartService for Session {
                 _ => return Err(CudaError::InvalidValue),
             });
         }
-        let node = self.add_node(req.graph, crate::capture::NODE_MEMCPY, ops, deps)?;
+        let node = self.add_node(cx, req.graph, crate::capture::NODE_MEMCPY, ops, deps)?;
         Ok(PhosGraphAddCopyNodeReply { pGraphNode: node })
     }
 
     fn phos_graph_add_set_node(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: PhosGraphAddSetNodeRequest,
     ) -> Result<PhosGraphAddSetNodeReply, CudaError> {
         let deps = self.node_indices(req.graph, req.deps)?;
@@ -1562,17 +1667,17 @@ impl CudartService for Session {
             width: req.width,
             height: req.height,
         };
-        let node = self.add_node(req.graph, crate::capture::NODE_MEMSET, vec![op], deps)?;
+        let node = self.add_node(cx, req.graph, crate::capture::NODE_MEMSET, vec![op], deps)?;
         Ok(PhosGraphAddSetNodeReply { pGraphNode: node })
     }
 
     fn phos_graph_add_empty_node(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: PhosGraphAddEmptyNodeRequest<'_>,
     ) -> Result<PhosGraphAddEmptyNodeReply, CudaError> {
         let deps = self.node_indices(req.graph, req.deps)?;
-        let node = self.add_node(req.graph, crate::capture::NODE_EMPTY, Vec::new(), deps)?;
+        let node = self.add_node(cx, req.graph, crate::capture::NODE_EMPTY, Vec::new(), deps)?;
         Ok(PhosGraphAddEmptyNodeReply { pGraphNode: node })
     }
 

@@ -5,12 +5,15 @@
 use std::sync::Arc;
 
 use phos_api_server::backend::emu::EmuBackend;
-use phos_api_server::checkpoint::Progress;
+use phos_api_server::checkpoint::{Bounds, Progress};
+use phos_api_server::control::SessionFactory;
 use phos_api_server::dispatch::dispatch;
 use phos_api_server::output::DeviceOutput;
 use phos_api_server::service::{CallCx, Session};
 use phos_checkpoint::{Compression, SessionMeta};
+use phos_control::Cancel;
 use phos_protocol::cudart::*;
+use phos_protocol::limits::SessionLimits;
 use phos_protocol::types::Dim3;
 use phos_protocol::{Ptr, RemoteCall};
 use sha2::{Digest, Sha256};
@@ -46,8 +49,31 @@ DONE:
 // Tests reserve fixed ranges below 0x5555_0000_0000: position-independent executables and their
 // heaps load at random addresses between 0x5555_5555_4000 and 0x5655_5555_4000.
 fn session(base: u64) -> Session {
-    let backend = Arc::new(EmuBackend::new(1 << 30));
-    Session::new(1, backend, base, 1 << 34, 1 << 30, DeviceOutput::default()).unwrap()
+    factory(base).fresh(1).unwrap()
+}
+
+/// A server's way of making sessions in `[base, base + 16 GiB)` on a fresh emulated device.
+fn factory(base: u64) -> SessionFactory {
+    SessionFactory {
+        backend: Arc::new(EmuBackend::new(1 << 30)),
+        device_base: base,
+        device_size: 1 << 34,
+        max_reply: 1 << 30,
+        output: Arc::new(DeviceOutput::default),
+        limits: SessionLimits::default(),
+    }
+}
+
+/// What the router tells a checkpoint about the session.
+fn meta() -> SessionMeta {
+    SessionMeta { token: [3; 16], tenant: "uid:0".into(), abi_major: 12, ..Default::default() }
+}
+
+fn restore(
+    dir: &std::path::Path,
+    base: u64,
+) -> Result<(Session, SessionMeta, phos_api_server::checkpoint::RestoreReport), String> {
+    Session::restore(dir, &factory(base), None, &Progress::default(), &Cancel::default())
 }
 
 fn call<R: RemoteCall>(s: &Session, req: &R) -> R::Reply {
@@ -158,15 +184,14 @@ fn a_session_comes_back_whole() {
     let dir = tempfile::tempdir().unwrap();
     let s = session(base);
     let b = build(&s);
-    let meta = SessionMeta { token: [3; 16], tenant: "uid:0".into(), abi_major: 12, ..Default::default() };
-    let report = s.checkpoint(dir.path(), meta, Compression::Zstd(1), false, &Progress::default()).unwrap();
+    let report = s
+        .checkpoint(dir.path(), meta(), Compression::Zstd(1), false, &Progress::default(), &Bounds::default())
+        .unwrap();
     assert_eq!(report.records, 7, "3 allocations, stream, event, module, function");
     assert!(report.stored_bytes < report.memory_bytes / 2, "{report:?}");
     drop(s);
 
-    let backend = Arc::new(EmuBackend::new(1 << 30));
-    let (r, meta, report) =
-        Session::restore(dir.path(), backend, 1 << 30, DeviceOutput::default(), None, &Progress::default()).unwrap();
+    let (r, meta, report) = restore(dir.path(), base).unwrap();
     assert_eq!(meta.token, [3; 16]);
     assert_eq!(report.records, 7);
     // Memory at the same addresses, with the same contents.
@@ -194,7 +219,8 @@ fn a_session_comes_back_whole() {
     assert!(![b.big, b.small, b.freed_then_live].contains(&fresh));
     // A checkpoint of the restored session holds the same objects again, plus the new ones.
     let dir2 = tempfile::tempdir().unwrap();
-    let report = r.checkpoint(dir2.path(), meta, Compression::None, false, &Progress::default()).unwrap();
+    let report =
+        r.checkpoint(dir2.path(), meta, Compression::None, false, &Progress::default(), &Bounds::default()).unwrap();
     assert_eq!(report.records, 9);
 }
 
@@ -204,20 +230,16 @@ fn a_corrupted_image_creates_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let s = session(base);
     build(&s);
-    s.checkpoint(dir.path(), SessionMeta::default(), Compression::None, false, &Progress::default()).unwrap();
+    s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &Bounds::default()).unwrap();
     drop(s);
     let mem = dir.path().join(phos_checkpoint::MEMORY_FILE);
     let mut bytes = std::fs::read(&mem).unwrap();
     bytes[100] ^= 0xff;
     std::fs::write(&mem, &bytes).unwrap();
-    let backend = Arc::new(EmuBackend::new(1 << 30));
-    let err =
-        Session::restore(dir.path(), backend.clone(), 1 << 30, DeviceOutput::default(), None, &Progress::default())
-            .err()
-            .expect("refused");
+    let err = restore(dir.path(), base).err().expect("refused");
     assert!(err.contains("checksum"), "{err}");
     // Nothing was reserved: a session can take the range.
-    drop(Session::new(1, backend, base, 1 << 34, 1 << 30, DeviceOutput::default()).unwrap());
+    drop(session(base));
 }
 
 #[test]
@@ -226,6 +248,60 @@ fn a_stopping_checkpoint_freezes_the_session() {
     let dir = tempfile::tempdir().unwrap();
     let s = session(base);
     build(&s);
-    s.checkpoint(dir.path(), SessionMeta::default(), Compression::None, true, &Progress::default()).unwrap();
+    s.checkpoint(dir.path(), meta(), Compression::None, true, &Progress::default(), &Bounds::default()).unwrap();
     assert!(s.is_frozen());
+}
+
+/// A checkpoint waits for the devices only until its deadline: here a host function whose
+/// program never answers keeps work queued on the device. It gives up naming the device,
+/// the session carries on, and once the work is done a checkpoint succeeds.
+#[test]
+fn a_checkpoint_gives_up_on_a_device_that_does_not_come_to_rest() {
+    let base = 0x4700_0000_0000;
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(base);
+    build(&s);
+    call(&s, &PhosHostFuncEnqueueRequest { stream: 0, gate: 1 });
+    let bounds = Bounds { quiesce_timeout: std::time::Duration::from_millis(300), ..Bounds::default() };
+    let started = std::time::Instant::now();
+    let err = s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &bounds).unwrap_err();
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(err.contains("session 1") && err.contains("device 0 to finish the work queued on it"), "{err}");
+    assert!(!dir.path().join(phos_checkpoint::MANIFEST_FILE).exists());
+    // The session serves; once the host function has run, the device comes to rest.
+    call(&s, &PhosHostFuncWaitRequest { gate: 1 });
+    call(&s, &PhosHostFuncDoneRequest { gate: 1 });
+    s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &bounds).unwrap();
+    // A checkpoint whose client has gone does not start.
+    let gone = Bounds::default();
+    gone.cancel.cancel();
+    let err = s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &gone).unwrap_err();
+    assert!(err.contains("abandoned"), "{err}");
+}
+
+/// What this server checks of an image before it creates anything: its own device range,
+/// and its limits.
+#[test]
+fn an_image_this_server_could_not_have_made_is_refused() {
+    let base = 0x4800_0000_0000;
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(base);
+    build(&s);
+    s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &Bounds::default()).unwrap();
+    drop(s);
+    let cancel = Cancel::default();
+    let err = Session::restore(dir.path(), &factory(base + (1 << 36)), None, &Progress::default(), &cancel)
+        .err()
+        .expect("another range");
+    assert!(err.contains("is not this server's"), "{err}");
+    let mut small = factory(base);
+    small.limits.set(phos_protocol::limits::LimitKind::Allocations, 2);
+    let err = Session::restore(dir.path(), &small, None, &Progress::default(), &cancel).err().expect("over a limit");
+    assert!(err.contains("3 allocations, past this server's limit of 2"), "{err}");
+    let err = Session::restore(dir.path(), &factory(base), Some(7), &Progress::default(), &cancel)
+        .err()
+        .expect("no such device");
+    assert!(err.contains("device 7 does not exist"), "{err}");
+    // Nothing was left reserved, and the image itself is good.
+    restore(dir.path(), base).unwrap();
 }

@@ -38,6 +38,37 @@ pub const DEFAULT_CHUNK: usize = 4 << 20;
 /// A manifest larger than this is refused (it holds module images, so it can be large).
 const MAX_MANIFEST: u64 = 4 << 30;
 
+/// Bounds on what an image may describe: far beyond any real session (whose objects are
+/// bounded by its server's limits, checked again on restore), tight enough that an image
+/// cannot make a reader allocate or loop without end.
+pub mod bounds {
+    /// Records (live objects) in one image.
+    pub const RECORDS: usize = 1 << 24;
+    /// Objects one record creates.
+    pub const CREATES_PER_RECORD: usize = 8;
+    /// Memory regions (allocations and module variables).
+    pub const REGIONS: usize = 1 << 22;
+    /// One chunk's length (the API server writes 8 MiB chunks).
+    pub const CHUNK: u64 = 256 << 20;
+    /// Handle counters (one per kind).
+    pub const COUNTERS: usize = 64;
+    /// A handle counter: handles number their objects in 48 bits.
+    pub const COUNTER: u64 = 1 << 48;
+    /// Session ids and restore counts (epochs) the router hands out.
+    pub const SESSION_ID: u64 = 1 << 48;
+    pub const EPOCH: u64 = 1 << 48;
+    /// Devices of one session.
+    pub const DEVICES: usize = 64;
+    /// Lengths of names: a tenant, a function, an object kind, a module variable, a device.
+    pub const TENANT: usize = 256;
+    pub const NAME: usize = 1024;
+    /// The program's name, as the guest sent it.
+    pub const PROGRAM: usize = 4096;
+    /// The CUDA ABIs a guest can present (the router's handshake accepts the same).
+    pub const ABIS: [u32; 3] = [11, 12, 13];
+    pub const BACKENDS: [&str; 2] = ["cuda", "emu"];
+}
+
 /// Why an image cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
@@ -51,6 +82,9 @@ pub enum ImageError {
     Truncated(String),
     #[error("the image is corrupted: {0}")]
     Corrupted(String),
+    /// Intact (its checksums match), but describing what no real session could be.
+    #[error("the image describes an impossible session: {0}")]
+    Impossible(String),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ImageError + '_ {
@@ -160,26 +194,34 @@ impl ImageWriter {
         }
         manifest.format = FORMAT_VERSION;
         manifest.memory = std::mem::take(&mut self.regions);
-        let body = bincode::encode_to_vec(&manifest, config()).expect("encoding into memory");
-        let mut bytes = Vec::with_capacity(body.len() + 24);
-        bytes.extend_from_slice(MAGIC);
-        bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        bytes.extend_from_slice(&(body.len() as u64).to_le_bytes());
-        bytes.extend_from_slice(&body);
-        let crc = crc32fast::hash(&bytes);
-        bytes.extend_from_slice(&crc.to_le_bytes());
-        // Write to a temporary name and rename: a crash leaves no half manifest.
-        let tmp = self.dir.join(format!("{MANIFEST_FILE}.tmp"));
-        let path = self.dir.join(MANIFEST_FILE);
-        {
-            let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
-            f.write_all(&bytes).map_err(io_err(&tmp))?;
-            f.sync_all().map_err(io_err(&tmp))?;
-        }
-        std::fs::rename(&tmp, &path).map_err(io_err(&path))?;
+        let manifest_bytes = write_manifest(&self.dir, &manifest)?;
         let memory_bytes = manifest.memory.iter().map(|r| r.size).sum();
-        Ok(ImageSummary { manifest_bytes: bytes.len() as u64, memory_bytes, stored_bytes: self.stored_bytes })
+        Ok(ImageSummary { manifest_bytes, memory_bytes, stored_bytes: self.stored_bytes })
     }
+}
+
+/// Write `manifest` as `dir`'s manifest (header, body, checksum), durably: to a temporary
+/// name, synced, then renamed, so that a crash leaves no half manifest. Returns its size.
+/// (Tools that edit an image's manifest use it too; the checksum guards against damage,
+/// not against edits, which is why [`Image::open`] also checks what a manifest means.)
+pub fn write_manifest(dir: &Path, manifest: &Manifest) -> Result<u64, ImageError> {
+    let body = bincode::encode_to_vec(manifest, config()).expect("encoding into memory");
+    let mut bytes = Vec::with_capacity(body.len() + 24);
+    bytes.extend_from_slice(MAGIC);
+    bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    bytes.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(&body);
+    let crc = crc32fast::hash(&bytes);
+    bytes.extend_from_slice(&crc.to_le_bytes());
+    let tmp = dir.join(format!("{MANIFEST_FILE}.tmp"));
+    let path = dir.join(MANIFEST_FILE);
+    {
+        let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
+        f.write_all(&bytes).map_err(io_err(&tmp))?;
+        f.sync_all().map_err(io_err(&tmp))?;
+    }
+    std::fs::rename(&tmp, &path).map_err(io_err(&path))?;
+    Ok(bytes.len() as u64)
 }
 
 /// A chunk checked for zeros, compressed and checksummed: the work of storing it that does
@@ -287,6 +329,7 @@ impl Image {
         let memory_len = memory.metadata().map_err(io_err(&mpath))?.len();
         let image = Image { dir: dir.to_path_buf(), manifest, memory, memory_len };
         image.check_layout()?;
+        check_meaning(&image.manifest)?;
         Ok(image)
     }
 
@@ -403,6 +446,96 @@ impl Image {
         }
         Ok(())
     }
+}
+
+/// What a manifest says must be something a real session could have been: a checksum only
+/// says that the bytes are the ones written, and a manifest can be edited and its checksum
+/// recomputed. The API server checks the records against its spec and limits on restore;
+/// this checks what needs no server.
+pub fn check_meaning(m: &Manifest) -> Result<(), ImageError> {
+    use bounds::*;
+    let bad = |why: String| Err(ImageError::Impossible(why));
+    let s = &m.session;
+    if s.id == 0 || s.id >= SESSION_ID {
+        return bad(format!("session id {} is not one a router hands out", s.id));
+    }
+    if s.epoch >= EPOCH {
+        return bad(format!("restore count {} is out of range", s.epoch));
+    }
+    if !ABIS.contains(&s.abi_major) {
+        return bad(format!("CUDA ABI {} (a guest presents 11, 12 or 13)", s.abi_major));
+    }
+    if s.tenant.is_empty() || s.tenant.len() > TENANT || s.tenant.chars().any(char::is_control) {
+        return bad(format!("the tenant name {:?} is not a tenant's", s.tenant));
+    }
+    if s.program.len() > PROGRAM {
+        return bad(format!("a program name of {} bytes", s.program.len()));
+    }
+    if !BACKENDS.contains(&s.backend.as_str()) {
+        return bad(format!("backend {:?}", s.backend));
+    }
+    if s.devices.len() > DEVICES || s.devices.iter().any(|d| d.len() > NAME) {
+        return bad(format!("{} devices", s.devices.len()));
+    }
+    let Some(range_end) = s.device_base.checked_add(s.device_size).filter(|_| s.device_size > 0) else {
+        return bad(format!("device range {:#x}+{:#x}", s.device_base, s.device_size));
+    };
+    if m.handle_counters.len() > COUNTERS {
+        return bad(format!("{} handle counters", m.handle_counters.len()));
+    }
+    for (i, (kind, next)) in m.handle_counters.iter().enumerate() {
+        if kind.len() > NAME || m.handle_counters[..i].iter().any(|(k, _)| k == kind) {
+            return bad(format!("handle counter {kind:?} is named twice or too long"));
+        }
+        if *next == 0 || *next > COUNTER {
+            return bad(format!("the {kind} counter is {next}: handles number their objects from 1 to 2^48"));
+        }
+    }
+    if m.records.len() > RECORDS {
+        return bad(format!("{} records", m.records.len()));
+    }
+    for r in &m.records {
+        if r.name.len() > NAME || r.creates.len() > CREATES_PER_RECORD || r.creates.iter().any(|(k, _)| k.len() > NAME)
+        {
+            return bad(format!("a record of {:?} with {} created objects", r.name, r.creates.len()));
+        }
+        if r.device < 0 || r.device as usize >= DEVICES {
+            return bad(format!("a record of {} on device {}", r.name, r.device));
+        }
+    }
+    if m.memory.len() > REGIONS {
+        return bad(format!("{} memory regions", m.memory.len()));
+    }
+    let mut allocations = Vec::new();
+    for r in &m.memory {
+        if r.size == 0 || r.size > s.device_size || r.device < 0 || r.device as usize >= DEVICES {
+            return bad(format!("a memory region of {} bytes at {:#x} on device {}", r.size, r.addr, r.device));
+        }
+        if let Some(c) = r.chunks.iter().find(|c| c.len > CHUNK) {
+            return bad(format!("region {:#x} has a chunk of {} bytes", r.addr, c.len));
+        }
+        match &r.kind {
+            RegionKind::Allocation => {
+                if r.addr < s.device_base || r.addr.checked_add(r.size).is_none_or(|end| end > range_end) {
+                    return bad(format!(
+                        "allocation {:#x}+{:#x} lies outside the session's device range {:#x}..{range_end:#x}",
+                        r.addr, r.size, s.device_base
+                    ));
+                }
+                allocations.push((r.addr, r.size));
+            }
+            RegionKind::ModuleVariable { name, .. } => {
+                if name.len() > NAME {
+                    return bad(format!("a module variable name of {} bytes", name.len()));
+                }
+            }
+        }
+    }
+    allocations.sort_unstable();
+    if let Some(w) = allocations.windows(2).find(|w| w[0].0 + w[0].1 > w[1].0) {
+        return bad(format!("allocations {:#x} and {:#x} overlap", w[0].0, w[1].0));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -4,7 +4,16 @@ fn sample_manifest() -> Manifest {
     Manifest {
         spec_hash: 0x1234,
         created_ms: 1,
-        session: SessionMeta { id: 7, token: [9; 16], tenant: "uid:0".into(), abi_major: 12, ..Default::default() },
+        session: SessionMeta {
+            id: 7,
+            token: [9; 16],
+            tenant: "uid:0".into(),
+            abi_major: 12,
+            backend: "emu".into(),
+            device_base: 0x6000_0000_0000,
+            device_size: 1 << 40,
+            ..Default::default()
+        },
         handle_counters: vec![("stream".into(), 5)],
         records: vec![Record {
             function: 3,
@@ -133,4 +142,57 @@ fn regions_must_be_complete() {
     w.add_chunk(&[1u8; 4096]).unwrap();
     assert!(w.add_chunk(&[1u8; 8192]).is_err(), "past the end");
     assert!(w.finish(Manifest::default()).is_err(), "half the region missing");
+}
+
+/// An image whose checksums are all right but whose manifest says what no session could be
+/// (each edit made on a good image, its checksum recomputed) is refused when opened.
+#[test]
+fn impossible_manifests_are_refused_despite_good_checksums() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), Compression::None);
+    let good = Image::open(dir.path()).unwrap().manifest;
+    let forge = |edit: &dyn Fn(&mut Manifest)| {
+        let mut m = good.clone();
+        edit(&mut m);
+        write_manifest(dir.path(), &m).unwrap();
+        let r = Image::open(dir.path()).map(|_| ());
+        write_manifest(dir.path(), &good).unwrap();
+        r
+    };
+    type Edit = Box<dyn Fn(&mut Manifest)>;
+    let cases: Vec<(&str, Edit)> = vec![
+        ("counter near 2^64", Box::new(|m| m.handle_counters[0].1 = u64::MAX - 1)),
+        ("counter 0", Box::new(|m| m.handle_counters[0].1 = 0)),
+        ("counter twice", Box::new(|m| m.handle_counters.push(("stream".into(), 9)))),
+        ("session id 0", Box::new(|m| m.session.id = 0)),
+        ("session id near 2^64", Box::new(|m| m.session.id = u64::MAX)),
+        ("epoch near 2^64", Box::new(|m| m.session.epoch = u64::MAX)),
+        ("abi 9999", Box::new(|m| m.session.abi_major = 9999)),
+        ("no tenant", Box::new(|m| m.session.tenant.clear())),
+        ("tenant with a newline", Box::new(|m| m.session.tenant = "alice\nbob".into())),
+        ("backend", Box::new(|m| m.session.backend = "quantum".into())),
+        ("empty device range", Box::new(|m| m.session.device_size = 0)),
+        ("range overflows", Box::new(|m| m.session.device_base = u64::MAX - 10)),
+        ("allocation outside the range", Box::new(|m| m.memory[0].addr = 0x1000)),
+        ("allocation past the range", Box::new(|m| m.memory[0].addr = 0x6000_0000_0000 + (1 << 40) - 16)),
+        (
+            "overlapping allocations",
+            Box::new(|m| {
+                let mut twin = m.memory[0].clone();
+                twin.addr += 16;
+                m.memory.push(twin);
+            }),
+        ),
+        ("a huge chunk", Box::new(|m| m.memory[1].chunks[0].len = 1 << 40)),
+        ("a record on device -1", Box::new(|m| m.records[0].device = -1)),
+        ("too many created objects", Box::new(|m| m.records[0].creates = vec![("stream".into(), 1); 9])),
+    ];
+    for (what, edit) in cases {
+        match forge(&*edit) {
+            Err(ImageError::Impossible(_)) | Err(ImageError::Corrupted(_)) => {}
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    // The good manifest, written back, opens.
+    Image::open(dir.path()).unwrap();
 }

@@ -4,6 +4,9 @@
 //! data of a checkpoint goes to disk, not through these sockets.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -61,7 +64,34 @@ pub struct CheckpointRequest {
     pub stop: bool,
     /// zstd-compress the memory chunks.
     pub compress: bool,
+    /// How long to wait for the session to come to rest (its calls in flight to finish, its
+    /// devices to go idle) before giving up; the session is then left running as it was.
+    pub quiesce_timeout: Duration,
 }
+
+/// The default of [`CheckpointRequest::quiesce_timeout`] (`phosctl checkpoint --timeout`):
+/// ample for calls and queued kernels to finish, short enough that a session whose kernel
+/// never ends is reported rather than waited on.
+pub const DEFAULT_QUIESCE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How to restore an image.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RestoreRequest {
+    pub dir: PathBuf,
+    /// Put the session on this device.
+    pub device: Option<i32>,
+    /// The tenant the operator expects the image to belong to: refused if it names another.
+    pub tenant: Option<String>,
+    /// Restore the session as this tenant's, whatever the image says (the operator's
+    /// decision; the image's own tenant is then only logged).
+    pub as_tenant: Option<String>,
+    /// The whole restore (server start, replay, copy) must end within this, or it is given
+    /// up and the session stays as it was.
+    pub timeout: Duration,
+}
+
+/// The default of [`RestoreRequest::timeout`] (`phosctl restore --timeout`).
+pub const DEFAULT_RESTORE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// What the router knows about a session that the image records.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -145,13 +175,15 @@ pub struct TenantUsage {
     pub delay_ns: u64,
     /// Calls refused by a quota or a policy.
     pub rejected: u64,
+    /// Refusals for a limit, (limit, count): connections the router refused for one of its
+    /// per-tenant limits (every such limit listed), and calls the tenant's API servers
+    /// refused for a per-session limit on objects (those refused at least once).
+    pub limit_refusals: Vec<(String, u64)>,
     /// (resource, `held` | `used` | `measured`, amount as policies see it, quota or 0).
     pub resources: Vec<(String, String, u64, u64)>,
     /// Channels open now, and bytes of their frames the router holds.
     pub channels: u64,
     pub buffered_bytes: u64,
-    /// Connections refused by the router's limits: (limit, count), every limit listed.
-    pub limit_refusals: Vec<(String, u64)>,
 }
 
 /// The router's management service (used by `phosctl`).
@@ -159,7 +191,7 @@ pub struct TenantUsage {
 pub trait RouterControl {
     async fn sessions() -> Vec<SessionInfo>;
     async fn checkpoint(session: u64, request: CheckpointRequest) -> Result<CheckpointSummary, String>;
-    async fn restore(dir: PathBuf, device: Option<i32>) -> Result<RestoreSummary, String>;
+    async fn restore(request: RestoreRequest) -> Result<RestoreSummary, String>;
     /// Progress of a checkpoint of `session` (or of the restore that is bringing it back).
     async fn progress(session: u64) -> Option<Progress>;
     async fn policy_load(policy: PolicyLoad) -> Result<PolicySummary, String>;
@@ -181,6 +213,9 @@ pub trait ServerControl {
     async fn restore(dir: PathBuf, device: Option<i32>) -> Result<RestoreSummary, String>;
     /// What the restore this server started with did, if it started with one.
     async fn last_restore() -> Option<RestoreSummary>;
+    /// Give up the checkpoint or restore in progress (its client went away): it ends as
+    /// soon as it can, with an error, leaving the session as it was.
+    async fn abandon();
 }
 
 /// Where the management service of a component listening on `socket` is.
@@ -190,17 +225,138 @@ pub fn control_path(socket: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
+/// A flag that long management operations look at between their steps, set when their
+/// client gave up or went away. A child is also cancelled when its parent is.
+#[derive(Clone, Debug, Default)]
+pub struct Cancel(Arc<CancelInner>);
+
+#[derive(Debug, Default)]
+struct CancelInner {
+    flag: AtomicBool,
+    parent: Option<Cancel>,
+}
+
+impl Cancel {
+    pub fn cancel(&self) {
+        self.0.flag.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.flag.load(Ordering::SeqCst) || self.0.parent.as_ref().is_some_and(Cancel::is_cancelled)
+    }
+
+    /// Whether `other` is this very flag (not a copy of its state).
+    pub fn same_as(&self, other: &Cancel) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// A flag of its own that is also set when this one is.
+    pub fn child(&self) -> Cancel {
+        Cancel(Arc::new(CancelInner { flag: AtomicBool::new(false), parent: Some(self.clone()) }))
+    }
+
+    /// A guard that sets the flag when it is dropped. An async request handler holds one:
+    /// tarpc drops the handler's future when the request's deadline passes or its client
+    /// cancels it, and the blocking work the handler waits for then stops too.
+    pub fn on_drop(&self) -> CancelOnDrop {
+        CancelOnDrop(self.clone())
+    }
+
+    /// Resolves once the flag is set (looked at every 20 ms).
+    pub async fn cancelled(&self) {
+        while !self.is_cancelled() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// See [`Cancel::on_drop`].
+pub struct CancelOnDrop(Cancel);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+type Codec<Req, Resp> = tarpc::tokio_serde::formats::Bincode<tarpc::ClientMessage<Req>, tarpc::Response<Resp>>;
+type ServerTransport<Req, Resp> = tarpc::serde_transport::Transport<
+    tokio::net::UnixStream,
+    tarpc::ClientMessage<Req>,
+    tarpc::Response<Resp>,
+    Codec<Req, Resp>,
+>;
 type Listener<Req, Resp> = tarpc::serde_transport::unix::Incoming<
     tarpc::ClientMessage<Req>,
     tarpc::Response<Resp>,
-    tarpc::tokio_serde::formats::Bincode<tarpc::ClientMessage<Req>, tarpc::Response<Resp>>,
-    fn() -> tarpc::tokio_serde::formats::Bincode<tarpc::ClientMessage<Req>, tarpc::Response<Resp>>,
+    Codec<Req, Resp>,
+    fn() -> Codec<Req, Resp>,
 >;
 
-/// Serve `service` on `listener` until the runtime stops. Each connection's requests run
-/// concurrently (a progress query is answered while a checkpoint runs). Must run inside a
-/// [`tokio::task::LocalSet`] (see [`spawn_service_thread`]).
-async fn serve<S>(mut listener: Listener<S::Req, S::Resp>, service: S)
+/// A connection's transport that sets a [`Cancel`] once the client has gone (its end of
+/// the socket closed, or broke): tarpc itself lets the requests in flight of a vanished
+/// client run to their end.
+struct Watched<T> {
+    inner: std::pin::Pin<Box<T>>,
+    gone: Cancel,
+}
+
+impl<T, Item, E> futures::Stream for Watched<T>
+where
+    T: futures::Stream<Item = Result<Item, E>>,
+{
+    type Item = Result<Item, E>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let polled = self.inner.as_mut().poll_next(cx);
+        if matches!(polled, std::task::Poll::Ready(None | Some(Err(_)))) {
+            self.gone.cancel();
+        }
+        polled
+    }
+}
+
+impl<T, SinkItem> futures::Sink<SinkItem> for Watched<T>
+where
+    T: futures::Sink<SinkItem>,
+{
+    type Error = T::Error;
+
+    fn poll_ready(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.as_mut().poll_ready(cx)
+    }
+
+    fn start_send(mut self: std::pin::Pin<&mut Self>, item: SinkItem) -> Result<(), Self::Error> {
+        self.inner.as_mut().start_send(item)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.as_mut().poll_flush(cx)
+    }
+
+    fn poll_close(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.as_mut().poll_close(cx)
+    }
+}
+
+/// Serve on `listener` until the runtime stops, one service per connection made by
+/// `service(gone)`, where `gone` is set once that connection's client has gone. Each
+/// connection's requests run concurrently (a progress query is answered while a
+/// checkpoint runs). Must run inside a [`tokio::task::LocalSet`] (see
+/// [`spawn_service_thread`]).
+async fn serve<S>(mut listener: Listener<S::Req, S::Resp>, service: impl Fn(Cancel) -> S + 'static)
 where
     S: tarpc::server::Serve + Clone + 'static,
     S::Req: tarpc::RequestName + for<'de> Deserialize<'de> + 'static,
@@ -214,16 +370,23 @@ where
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             continue;
         };
-        let service = service.clone();
+        let transport: ServerTransport<S::Req, S::Resp> = transport;
+        let gone = Cancel::default();
+        let service = service(gone.clone());
+        let watched = Watched { inner: Box::pin(transport), gone };
         tokio::task::spawn_local(async move {
-            BaseChannel::with_defaults(transport).execute(service).for_each_concurrent(None, |fut| fut).await;
+            BaseChannel::with_defaults(watched).execute(service).for_each_concurrent(None, |fut| fut).await;
         });
     }
 }
 
 /// Run a management service on a thread of its own (a single-threaded runtime), so that the
 /// rest of the process needs no async runtime. The socket is listening when this returns.
-pub fn spawn_service_thread<S>(path: PathBuf, service: S) -> std::io::Result<std::thread::JoinHandle<()>>
+/// `service(gone)` makes the service of each connection (see [`serve`]).
+pub fn spawn_service_thread<S>(
+    path: PathBuf,
+    service: impl Fn(Cancel) -> S + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>>
 where
     S: tarpc::server::Serve + Clone + Send + 'static,
     S::Req: tarpc::RequestName + for<'de> Deserialize<'de> + Send + 'static,
@@ -266,7 +429,79 @@ pub async fn server_client(path: &Path) -> std::io::Result<ServerControlClient> 
 
 /// A context whose deadline suits long operations (a checkpoint of many GiB).
 pub fn long_context() -> tarpc::context::Context {
+    context_within(Duration::from_secs(3600))
+}
+
+/// A context whose deadline is `within` from now.
+pub fn context_within(within: Duration) -> tarpc::context::Context {
     let mut cx = tarpc::context::current();
-    cx.deadline = std::time::Instant::now() + std::time::Duration::from_secs(3600);
+    cx.deadline = std::time::Instant::now() + within;
     cx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn children_follow_their_parents_and_guards_cancel() {
+        let parent = Cancel::default();
+        let child = parent.child();
+        let other = parent.child();
+        assert!(!child.is_cancelled());
+        drop(other.on_drop());
+        assert!(other.is_cancelled() && !child.is_cancelled() && !parent.is_cancelled());
+        parent.cancel();
+        assert!(child.is_cancelled());
+    }
+
+    /// A client that goes away while its request runs: the connection's flag is set, so the
+    /// work it asked for can stop (tarpc alone would let it run to its end).
+    #[test]
+    fn a_vanished_client_sets_its_connections_flag() {
+        #[tarpc::service]
+        trait Slow {
+            async fn wait() -> bool;
+        }
+        #[derive(Clone)]
+        struct Server(Cancel);
+        impl Slow for Server {
+            async fn wait(self, _: tarpc::context::Context) -> bool {
+                self.0.cancelled().await;
+                true
+            }
+        }
+        let dir = tempfile_dir();
+        let path = dir.join("slow.ctl");
+        let seen: Arc<std::sync::Mutex<Vec<Cancel>>> = Arc::default();
+        let record = seen.clone();
+        spawn_service_thread(path.clone(), move |gone: Cancel| {
+            record.lock().unwrap().push(gone.clone());
+            Server(gone).serve()
+        })
+        .unwrap();
+        let client_thread = std::thread::spawn(move || {
+            block_on(async move {
+                use tarpc::tokio_serde::formats::Bincode;
+                let transport = tarpc::serde_transport::unix::connect(&path, Bincode::default).await.unwrap();
+                let client = SlowClient::new(tarpc::client::Config::default(), transport).spawn();
+                // Gives up (drops the call and the connection) after 200 ms.
+                tokio::time::timeout(Duration::from_millis(200), client.wait(long_context())).await.is_err()
+            })
+            .unwrap()
+        });
+        assert!(client_thread.join().unwrap(), "the call did not end by itself");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !seen.lock().unwrap().first().is_some_and(Cancel::is_cancelled) {
+            assert!(std::time::Instant::now() < deadline, "the connection's flag was never set");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!("phos-control-test-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
 }

@@ -147,6 +147,8 @@ pub enum PolicyError {
     NotAnObject(String),
     #[error("{0}")]
     Kernel(String),
+    #[error("the load was abandoned: its client gave up before it took effect")]
+    Abandoned,
 }
 
 /// Whether the kernel's verifier checks a policy before it is loaded.
@@ -227,6 +229,8 @@ impl PolicySet {
     }
 
     /// Load (or, under a name in use, replace) a policy. `params` set its `PHOS_PARAM`s.
+    /// `cancelled` says whether the load's client has given up: the kernel's verification
+    /// is interrupted then, and a load given up never takes effect.
     pub fn load(
         &self,
         name: &str,
@@ -234,6 +238,7 @@ impl PolicySet {
         elf: &[u8],
         params: &[(String, i128)],
         kernel: KernelCheck,
+        cancelled: &dyn Fn() -> bool,
     ) -> Result<PolicyInfo, PolicyError> {
         let globals = encode_params(elf, params)?;
         let borrowed: Vec<(&str, Vec<u8>)> = globals.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
@@ -253,10 +258,13 @@ impl PolicySet {
                             .into(),
                     ));
                 }
-                crate::kernel::verify(elf, &globals).map_err(PolicyError::Kernel)?;
+                crate::kernel::verify(elf, &globals, cancelled).map_err(PolicyError::Kernel)?;
                 true
             }
         };
+        if cancelled() {
+            return Err(PolicyError::Abandoned);
+        }
         let loaded = Arc::new(Loaded {
             name: name.to_string(),
             source: source.to_string(),

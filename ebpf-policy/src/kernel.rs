@@ -47,8 +47,71 @@ pub fn available() -> bool {
 }
 
 /// Pass every program of `elf` (with `globals` set) through the kernel's verifier. The error
-/// carries the verifier's own explanation.
-pub fn verify(elf: &[u8], globals: &[(String, Vec<u8>)]) -> Result<(), String> {
+/// carries the verifier's own explanation. `cancelled` is asked every 20 ms while the kernel
+/// works: once it says so (the load's client gave up), the verifying thread is interrupted
+/// (the verifier stops when a signal is pending) and the verification fails.
+pub fn verify(elf: &[u8], globals: &[(String, Vec<u8>)], cancelled: &dyn Fn() -> bool) -> Result<(), String> {
+    use std::os::unix::thread::JoinHandleExt;
+    use std::sync::mpsc::{RecvTimeoutError, channel};
+    use std::time::Duration;
+
+    const ABANDONED: &str = "the kernel's verification was abandoned: its client gave up";
+    if cancelled() {
+        return Err(ABANDONED.into());
+    }
+    install_interrupt_handler();
+    let (elf, globals) = (elf.to_vec(), globals.to_vec());
+    let (tx, rx) = channel();
+    let worker = std::thread::Builder::new()
+        .name("phos-verify".into())
+        .spawn(move || {
+            let _ = tx.send(verify_here(&elf, &globals));
+        })
+        .map_err(|e| format!("cannot start the verification: {e}"))?;
+    let tick = Duration::from_millis(20);
+    let mut interrupted = false;
+    let outcome = loop {
+        match rx.recv_timeout(tick) {
+            Ok(r) => break r,
+            Err(RecvTimeoutError::Disconnected) => break Err("the verification thread failed".into()),
+            Err(RecvTimeoutError::Timeout) => {
+                if interrupted || cancelled() {
+                    interrupted = true;
+                    // Again on every tick: a signal that lands between system calls is lost.
+                    // SAFETY: the thread has not been joined, so its id is still valid.
+                    unsafe { libc::pthread_kill(worker.as_pthread_t(), INTERRUPT) };
+                }
+            }
+        }
+    };
+    let _ = worker.join();
+    if interrupted { Err(ABANDONED.into()) } else { outcome }
+}
+
+/// The signal that interrupts a verification: one nothing else here uses, whose default is
+/// to be ignored.
+const INTERRUPT: libc::c_int = libc::SIGURG;
+
+/// A handler for [`INTERRUPT`] that does nothing: the signal only has to be pending (a
+/// signal ignored by default would be dropped before it is). System calls it interrupts
+/// elsewhere are restarted.
+fn install_interrupt_handler() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    extern "C" fn nothing(_: libc::c_int) {}
+    ONCE.call_once(|| {
+        // SAFETY: a zeroed sigaction is a valid starting point; the handler is async-signal
+        // safe (it does nothing), and installing it changes no other handler.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = nothing as extern "C" fn(libc::c_int) as usize;
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(INTERRUPT, &action, std::ptr::null_mut());
+        }
+    });
+}
+
+fn verify_here(elf: &[u8], globals: &[(String, Vec<u8>)]) -> Result<(), String> {
     let mut loader = EbpfLoader::new();
     for (name, bytes) in globals {
         loader.override_global(name.as_str(), bytes.as_slice(), true);

@@ -689,7 +689,7 @@ fn shipped_policies_take_a_call_timed_before_the_last_one_in_stride() {
 fn the_engine_never_turns_a_programs_clock_back() {
     let Some(elf) = compile("clock_order") else { return };
     let set = phos_policy::engine::PolicySet::new(BUDGET);
-    set.load("clock", "test", &elf, &[], phos_policy::engine::KernelCheck::Skip).unwrap();
+    set.load("clock", "test", &elf, &[], phos_policy::engine::KernelCheck::Skip, &|| false).unwrap();
     let at = |now_ns| phos_policy::engine::CallContext { now_ns, ..Default::default() };
     assert_eq!(set.decide(&at(10_000_000)), phos_policy::engine::Verdict::Admit);
     assert_eq!(set.decide(&at(9_999_000)), phos_policy::engine::Verdict::Admit, "a call timed before the last one");
@@ -937,4 +937,34 @@ fn fair_share_turns_split_a_simulated_gpu_evenly() {
     eprintln!("per second: {seconds:?}; unfairness {unfair:?}; idle {} ms", out.idle_ns / 1_000_000);
     assert!(unfair.iter().all(|&u| u < 0.02), "{unfair:?}");
     assert!(out.idle_ns < 6 * 30_000_000, "idle {} ms", out.idle_ns / 1_000_000);
+}
+
+/// A load whose client gave up never takes effect: before the checks, during the kernel's
+/// verification (where the router may use it), or after it.
+#[test]
+fn an_abandoned_load_never_takes_effect() {
+    use phos_policy::engine::{KernelCheck, PolicyError, PolicySet};
+    let Some(elf) = phos_policy::shipped::get("rate_limit") else { return };
+    let set = PolicySet::new(BUDGET);
+    for check in [KernelCheck::Skip, KernelCheck::Auto] {
+        let err = set.load("gone", "test", elf, &[], check, &|| true).unwrap_err();
+        assert!(err.to_string().contains("abandoned"), "{err}");
+    }
+    assert!(set.list().is_empty());
+    if phos_policy::kernel::available() {
+        // The client gives up once the verification has started: the verified policy is
+        // still not loaded.
+        let asked = std::cell::Cell::new(0);
+        let late = || {
+            asked.set(asked.get() + 1);
+            asked.get() > 1
+        };
+        let err = set.load("late", "test", elf, &[], KernelCheck::Require, &late).unwrap_err();
+        assert!(matches!(err, PolicyError::Abandoned | PolicyError::Kernel(_)), "{err}");
+        assert!(err.to_string().contains("abandoned"), "{err}");
+        assert!(set.list().is_empty());
+        // A client that stays gets it verified and loaded.
+        let info = set.load("kept", "test", elf, &[], KernelCheck::Require, &|| false).unwrap();
+        assert!(info.kernel_verified);
+    }
 }

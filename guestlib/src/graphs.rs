@@ -198,7 +198,7 @@ unsafe fn copy_node(
             if w > spitch {
                 return Err(E::InvalidPitchValue);
             }
-            packed = unsafe { memory::pack(src, spitch, sslice, (w, h, d)) };
+            packed = unsafe { memory::pack(src, spitch, sslice, (w, h, d))? };
             Ptr::In(&packed)
         }
         // A node writing to the host would need the guest at every launch.

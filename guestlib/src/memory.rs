@@ -71,6 +71,13 @@ fn resolve(kind: i32, dst: u64, src: u64) -> Result<i32, CudaError> {
     <Hand as HandWritten>::resolve_memcpy_kind(i128::from(kind), i128::from(dst), i128::from(src)).map(|k| k as i32)
 }
 
+/// Where a strided region of `w` bytes x `h` rows x `d` slices ends; `None` when the
+/// address arithmetic overflows (no such region exists).
+fn region_end(s: Side, (w, h, d): (u64, u64, u64)) -> Option<u64> {
+    let last_row = (d - 1).checked_mul(s.slice)?.checked_add((h - 1).checked_mul(s.pitch)?)?;
+    s.addr.checked_add(last_row)?.checked_add(w)
+}
+
 /// A 3D copy of `w` bytes x `h` rows x `d` slices.
 fn copy_3d(dst: Side, src: Side, (w, h, d): (u64, u64, u64), kind: i32, stream: Option<u64>) -> Result<(), CudaError> {
     if w == 0 || h == 0 || d == 0 {
@@ -82,7 +89,18 @@ fn copy_3d(dst: Side, src: Side, (w, h, d): (u64, u64, u64), kind: i32, stream: 
     let direction = resolve(kind, dst.addr, src.addr)?;
     let total = w.checked_mul(h).and_then(|n| n.checked_mul(d)).ok_or(CudaError::InvalidValue)?;
     let total = usize::try_from(total).map_err(|_| CudaError::InvalidValue)?;
-    // Byte offset of row y of slice z on a side.
+    // Host sides are walked here: a region whose addresses overflow is no memory at all.
+    let host_side_ok = |s: Side| region_end(s, (w, h, d)).is_some();
+    let host_sides_ok = match direction {
+        consts::cudaMemcpyHostToHost => host_side_ok(src) && host_side_ok(dst),
+        consts::cudaMemcpyHostToDevice => host_side_ok(src),
+        consts::cudaMemcpyDeviceToHost => host_side_ok(dst),
+        _ => true,
+    };
+    if !host_sides_ok {
+        return Err(CudaError::InvalidValue);
+    }
+    // Byte offset of row y of slice z on a side (checked above not to overflow).
     let at = |s: Side, y: u64, z: u64| s.addr + z * s.slice + y * s.pitch;
     let rows = || (0..d).flat_map(move |z| (0..h).map(move |y| (y, z)));
     match direction {
@@ -98,7 +116,7 @@ fn copy_3d(dst: Side, src: Side, (w, h, d): (u64, u64, u64), kind: i32, stream: 
             Ok(())
         }
         consts::cudaMemcpyHostToDevice => {
-            let packed = unsafe { pack(src.addr, src.pitch, src.slice, (w, h, d)) };
+            let packed = unsafe { pack(src.addr, src.pitch, src.slice, (w, h, d))? };
             send(
                 dst,
                 Ptr::Device(dst.addr),
@@ -111,6 +129,7 @@ fn copy_3d(dst: Side, src: Side, (w, h, d): (u64, u64, u64), kind: i32, stream: 
             .map(|_| ())
         }
         consts::cudaMemcpyDeviceToHost => {
+            check_carried(total as u64)?;
             let packed_side = Side { addr: 0, pitch: w, slice: w * h };
             let data =
                 send(packed_side, Ptr::Out(total as u64), src, Ptr::Device(src.addr), (w, h, d), direction, stream)?;
@@ -124,20 +143,43 @@ fn copy_3d(dst: Side, src: Side, (w, h, d): (u64, u64, u64), kind: i32, stream: 
     }
 }
 
+/// A strided copy's host data travels packed in one frame: more than the router carries
+/// (its `max_payload`) cannot be sent, and is refused before anything is allocated for it.
+fn check_carried(bytes: u64) -> Result<(), CudaError> {
+    let limit = runtime::session()?.max_payload;
+    if bytes > limit {
+        tracing::warn!("a strided copy of {bytes} bytes is over the router's limit of {limit} (its max_payload)");
+        return Err(CudaError::InvalidValue);
+    }
+    Ok(())
+}
+
 /// The rows of a strided host region, packed (`w` bytes per row, `h` rows per slice, `d`
-/// slices).
+/// slices). Extents whose addresses overflow, or more bytes than a request can carry, are
+/// `cudaErrorInvalidValue`; a buffer this process cannot allocate is
+/// `cudaErrorMemoryAllocation` (never an abort).
 ///
 /// # Safety
 /// Every row must be readable host memory.
-pub(crate) unsafe fn pack(addr: u64, pitch: u64, slice: u64, (w, h, d): (u64, u64, u64)) -> Vec<u8> {
-    let mut packed = Vec::with_capacity((w * h * d) as usize);
+pub(crate) unsafe fn pack(addr: u64, pitch: u64, slice: u64, (w, h, d): (u64, u64, u64)) -> Result<Vec<u8>, CudaError> {
+    if w == 0 || h == 0 || d == 0 {
+        return Ok(Vec::new());
+    }
+    region_end(Side { addr, pitch, slice }, (w, h, d)).ok_or(CudaError::InvalidValue)?;
+    let total = w.checked_mul(h).and_then(|n| n.checked_mul(d)).ok_or(CudaError::InvalidValue)?;
+    check_carried(total)?;
+    let mut packed = Vec::new();
+    packed.try_reserve_exact(usize::try_from(total).map_err(|_| CudaError::InvalidValue)?).map_err(|_| {
+        tracing::warn!("a strided copy of {total} bytes: no memory to pack its rows");
+        CudaError::MemoryAllocation
+    })?;
     for z in 0..d {
         for y in 0..h {
             let row = (addr + z * slice + y * pitch) as usize as *const u8;
             packed.extend_from_slice(unsafe { std::slice::from_raw_parts(row, w as usize) });
         }
     }
-    packed
+    Ok(packed)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -210,13 +252,20 @@ pub unsafe fn memcpy_3d(p: *const c_void, stream: Option<u64>) -> Result<(), Cud
     if p.src_ptr.ptr == 0 || p.dst_ptr.ptr == 0 {
         return Err(CudaError::InvalidValue);
     }
-    let side = |ptr: &PitchedPtr, pos: &Extent| {
-        let (pitch, slice) = (ptr.pitch as u64, ptr.pitch as u64 * ptr.ysize as u64);
-        Side { addr: ptr.ptr + pos.depth as u64 * slice + pos.height as u64 * pitch + pos.width as u64, pitch, slice }
+    // Positions and pitches come from the application: arithmetic that overflows names no
+    // memory, and fails the call.
+    let side = |ptr: &PitchedPtr, pos: &Extent| -> Option<Side> {
+        let pitch = ptr.pitch as u64;
+        let slice = pitch.checked_mul(ptr.ysize as u64)?;
+        let offset = (pos.depth as u64).checked_mul(slice)?.checked_add((pos.height as u64).checked_mul(pitch)?)?;
+        Some(Side { addr: ptr.ptr.checked_add(offset)?.checked_add(pos.width as u64)?, pitch, slice })
     };
-    let (src, dst) = (side(&p.src_ptr, &p.src_pos), side(&p.dst_ptr, &p.dst_pos));
+    let (Some(src), Some(dst)) = (side(&p.src_ptr, &p.src_pos), side(&p.dst_ptr, &p.dst_pos)) else {
+        return Err(CudaError::InvalidValue);
+    };
     let e = p.extent;
-    if e.depth > 1 && (src.slice < src.pitch * e.height as u64 || dst.slice < dst.pitch * e.height as u64) {
+    let rows_fit = |s: Side| s.pitch.checked_mul(e.height as u64).is_some_and(|n| s.slice >= n);
+    if e.depth > 1 && !(rows_fit(src) && rows_fit(dst)) {
         return Err(CudaError::InvalidValue);
     }
     copy_3d(dst, src, (e.width as u64, e.height as u64, e.depth as u64), p.kind, stream)

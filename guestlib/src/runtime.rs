@@ -20,7 +20,7 @@ use phos_protocol::cudart::{self, FunctionId};
 use phos_protocol::frame::{FLAG_ASYNC, FLAG_REFUSED, FrameHeader, FrameKind, MAX_BARRIER_IDS};
 use phos_protocol::handshake::{Hello, TransportKind, Welcome};
 use phos_protocol::shm::ShmTransport;
-use phos_protocol::staging::{Count, Staging};
+use phos_protocol::staging::{Count, Staging, StagingError};
 use phos_protocol::transport::{Endpoint, TcpTransport, Transport, UnixTransport, VsockTransport};
 use phos_protocol::{CudaError, RemoteCall};
 
@@ -593,6 +593,14 @@ pub fn call_async<R: RemoteCall>(req: &R) -> Result<(), CudaError> {
     Ok(())
 }
 
+/// Why a staged copy stopped moving data before its last chunk.
+enum Stopped {
+    Staging(StagingError),
+    /// Its call was answered (refused) first.
+    Answered(FrameHeader),
+    Lost(String),
+}
+
 /// Copies smaller than this travel in their call's frame.
 pub const STAGED_MIN: usize = 256 << 10;
 
@@ -645,40 +653,77 @@ pub unsafe fn staged_copy(
         let slot = st.slot_bytes();
         let spin = phos_protocol::shm::default_spin();
         let n = phos_protocol::staging::chunks(count as u64, slot) as u32;
+        // Wait for the other side's count; a frame arriving meanwhile is looked at: the
+        // answers to earlier async calls are taken in, and this call's own answer (the
+        // server or the router refused the copy) ends the copy at once.
+        let wait = |ch: &mut Channel, c: Count, target: u32| -> Result<(), Stopped> {
+            loop {
+                match st.wait_or(c, seq, target, spin, || ch.transport.readable()) {
+                    Ok(()) => return Ok(()),
+                    Err(StagingError::Answered) => match ch.receive_one() {
+                        Ok(None) => continue,
+                        Ok(Some(rh)) => return Err(Stopped::Answered(rh)),
+                        Err(why) => return Err(Stopped::Lost(why)),
+                    },
+                    Err(e) => return Err(Stopped::Staging(e)),
+                }
+            }
+        };
         let moved = (0..n).try_for_each(|k| {
             let at = k as usize * slot;
             let len = slot.min(count - at);
             let user = (host + at) as *mut u8;
             if h2d {
                 if k >= 2 {
-                    st.wait(Count::Drained, seq, seq.wrapping_add(k - 1), spin)?;
+                    wait(ch, Count::Drained, seq.wrapping_add(k - 1))?;
                 }
                 unsafe { crate::copier::copy(st.slot(k), user as *const u8, len) };
                 st.set(Count::Filled, seq.wrapping_add(k + 1));
             } else {
-                st.wait(Count::Filled, seq, seq.wrapping_add(k + 1), spin)?;
+                wait(ch, Count::Filled, seq.wrapping_add(k + 1))?;
                 unsafe { crate::copier::copy(user, st.slot(k) as *const u8, len) };
                 st.set(Count::Drained, seq.wrapping_add(k + 1));
             }
-            Ok::<(), phos_protocol::staging::StagingError>(())
+            Ok(())
         });
-        if let Err(e) = moved {
-            tracing::debug!("staged copy stopped: {e}");
-            st.abort();
-        }
-        // The reply comes after the answers to this channel's earlier async calls.
-        let rh = loop {
-            match ch.receive_one() {
-                Ok(None) => continue,
-                Ok(Some(rh)) => break rh,
-                Err(why) => {
-                    tracing::info!("connection lost during a staged copy ({why})");
-                    return Ok(Some(Err(())));
+        let early = match moved {
+            Ok(()) => None,
+            Err(stopped) => {
+                st.abort();
+                match stopped {
+                    Stopped::Staging(e) => {
+                        tracing::debug!("staged copy stopped: {e}");
+                        None
+                    }
+                    Stopped::Answered(rh) => Some(rh),
+                    Stopped::Lost(why) => {
+                        tracing::info!("connection lost during a staged copy ({why})");
+                        return Ok(Some(Err(())));
+                    }
                 }
             }
         };
+        // The reply comes after the answers to this channel's earlier async calls.
+        let rh = match early {
+            Some(rh) => rh,
+            None => loop {
+                match ch.receive_one() {
+                    Ok(None) => continue,
+                    Ok(Some(rh)) => break rh,
+                    Err(why) => {
+                        tracing::info!("connection lost during a staged copy ({why})");
+                        return Ok(Some(Err(())));
+                    }
+                }
+            },
+        };
         if rh.kind != FrameKind::Reply || rh.call_id != call_id {
             return Ok(Some(Err(())));
+        }
+        if early.is_some() && rh.status == cudart::SUCCESS {
+            // Answered as done while data was still to move: never what a server does.
+            tracing::error!("a staged copy was answered as done before its data moved");
+            return Ok(Some(Ok(Err(CudaError::Unknown))));
         }
         Ok(Some(Ok(if rh.status == cudart::SUCCESS { Ok(()) } else { Err(CudaError(rh.status)) })))
     });

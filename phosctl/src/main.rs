@@ -90,6 +90,10 @@ enum Command {
         /// Compress the memory with zstd.
         #[arg(long)]
         compress: bool,
+        /// Seconds to wait for the session to come to rest (calls in flight finished, devices
+        /// idle) before giving up and leaving it running as it was.
+        #[arg(long, default_value_t = phos_control::DEFAULT_QUIESCE_TIMEOUT.as_secs_f64())]
+        timeout: f64,
         #[command(flatten)]
         router: manage::RouterArg,
     },
@@ -100,6 +104,17 @@ enum Command {
         /// Put the session on this device.
         #[arg(long)]
         device: Option<i32>,
+        /// The tenant the image must belong to. Needed (or --as-tenant) to restore a session
+        /// the router does not have, which the restore then creates for that tenant.
+        #[arg(long, conflicts_with = "as_tenant")]
+        tenant: Option<String>,
+        /// Restore the session as this tenant's, whatever tenant the image names.
+        #[arg(long)]
+        as_tenant: Option<String>,
+        /// Seconds the whole restore may take before it is given up (the session then stays
+        /// as it was).
+        #[arg(long, default_value_t = phos_control::DEFAULT_RESTORE_TIMEOUT.as_secs_f64())]
+        timeout: f64,
         #[command(flatten)]
         router: manage::RouterArg,
     },
@@ -272,6 +287,13 @@ fn serve(args: ServeArgs) -> ExitCode {
             size.0.clamp(phos_protocol::staging::MIN_SLOT_BYTES as u64, phos_protocol::staging::MAX_SLOT_BYTES as u64)
                 as usize;
     }
+    config.session_limits = match file.session_limits() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("[limits]: {e}");
+            return ExitCode::from(2);
+        }
+    };
     if let Some(size) = file.ring_size {
         config.ring_bytes =
             size.0.clamp(phos_protocol::shm::MIN_RING_BYTES as u64, phos_protocol::shm::MAX_RING_BYTES as u64) as usize;
@@ -284,7 +306,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     for p in &file.policies {
-        match p.to_load().and_then(|load| router.load_policy(load)) {
+        match p.to_load().and_then(|load| router.load_policy(load, &phos_control::Cancel::default())) {
             Ok(s) => tracing::info!("policy `{}` loaded from {}", s.name, s.source),
             Err(e) => {
                 tracing::error!("policy from the configuration: {e}");
@@ -319,6 +341,11 @@ fn raise_fd_limit() {
             }
         }
     }
+}
+
+/// A `--timeout` in seconds (fractions allowed; negative or not a number: none at all).
+fn seconds(s: f64) -> std::time::Duration {
+    std::time::Duration::try_from_secs_f64(s).unwrap_or_default()
 }
 
 pub(crate) fn default_endpoint() -> String {
@@ -480,10 +507,12 @@ fn main() -> ExitCode {
             policy::top(&router, std::time::Duration::from_secs_f64(interval.max(0.1)), once)
         }
         Command::Sessions { router } => manage::sessions(&router),
-        Command::Checkpoint { session, out, stop, compress, router } => {
-            manage::checkpoint(&router, session, out, stop, compress)
+        Command::Checkpoint { session, out, stop, compress, timeout, router } => {
+            manage::checkpoint(&router, session, out, stop, compress, seconds(timeout))
         }
-        Command::Restore { dir, device, router } => manage::restore(&router, dir, device),
+        Command::Restore { dir, device, tenant, as_tenant, timeout, router } => {
+            manage::restore(&router, dir, device, tenant, as_tenant, seconds(timeout))
+        }
         Command::Run { backend, endpoint, transport, summary, server, command } => {
             run(RunArgs { backend, endpoint, transport, summary, server, command })
         }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use phos_control::{CheckpointRequest, RouterControlClient};
+use phos_control::{CheckpointRequest, RestoreRequest, RouterControlClient};
 use phos_protocol::text::printable;
 
 /// Which router to manage.
@@ -99,10 +99,17 @@ async fn with_progress<T>(c: &RouterControlClient, session: u64, what: &str, wor
     out
 }
 
-pub fn checkpoint(router: &RouterArg, session: u64, out: PathBuf, stop: bool, compress: bool) -> ExitCode {
+pub fn checkpoint(
+    router: &RouterArg,
+    session: u64,
+    out: PathBuf,
+    stop: bool,
+    compress: bool,
+    quiesce_timeout: Duration,
+) -> ExitCode {
     let dir = absolute(&out);
     report(run(router, async |c| {
-        let request = CheckpointRequest { dir: dir.clone(), stop, compress };
+        let request = CheckpointRequest { dir: dir.clone(), stop, compress, quiesce_timeout };
         let work = c.checkpoint(phos_control::long_context(), session, request);
         let s = with_progress(&c, session, "checkpoint", work).await.map_err(|e| e.to_string())??;
         println!(
@@ -121,7 +128,14 @@ pub fn checkpoint(router: &RouterArg, session: u64, out: PathBuf, stop: bool, co
     }))
 }
 
-pub fn restore(router: &RouterArg, dir: PathBuf, device: Option<i32>) -> ExitCode {
+pub fn restore(
+    router: &RouterArg,
+    dir: PathBuf,
+    device: Option<i32>,
+    tenant: Option<String>,
+    as_tenant: Option<String>,
+    timeout: Duration,
+) -> ExitCode {
     let dir = absolute(&dir);
     // The session's id, for following the restore's progress; a bad image is refused here
     // already, with the same error the server would give.
@@ -133,7 +147,10 @@ pub fn restore(router: &RouterArg, dir: PathBuf, device: Option<i32>) -> ExitCod
         }
     };
     report(run(router, async |c| {
-        let work = c.restore(phos_control::long_context(), dir.clone(), device);
+        let request =
+            RestoreRequest { dir: dir.clone(), device, tenant: tenant.clone(), as_tenant: as_tenant.clone(), timeout };
+        // The router gives up at `timeout`; the call waits a little longer for its answer.
+        let work = c.restore(phos_control::context_within(timeout + Duration::from_secs(30)), request);
         let s = with_progress(&c, session, "restore", work).await.map_err(|e| e.to_string())??;
         println!(
             "session {} restored from {} in {:.1} ms ({} server; in the server: {} records replayed in {:.1} ms, {} MiB copied in {:.1} ms)",

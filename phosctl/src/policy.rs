@@ -31,6 +31,10 @@ pub enum PolicyCommand {
         /// Do not pass it through the kernel's verifier even where the router could.
         #[arg(long)]
         no_kernel_check: bool,
+        /// Seconds to wait for the router; a load given up (or interrupted) never takes
+        /// effect, and its kernel verification stops.
+        #[arg(long, default_value_t = 30.0)]
+        timeout: f64,
         #[command(flatten)]
         router: RouterArg,
     },
@@ -68,7 +72,7 @@ pub enum PolicyCommand {
 
 pub fn command(cmd: PolicyCommand) -> ExitCode {
     match cmd {
-        PolicyCommand::Load { policy, name, params, require_kernel_check, no_kernel_check, router } => {
+        PolicyCommand::Load { policy, name, params, require_kernel_check, no_kernel_check, timeout, router } => {
             let (source, elf) = match phos_policy::resolve(&policy) {
                 Ok(x) => x,
                 Err(e) => {
@@ -86,7 +90,9 @@ pub fn command(cmd: PolicyCommand) -> ExitCode {
             let name = name.unwrap_or_else(|| phos_policy::default_name(&policy));
             let load = PolicyLoad { name, source, elf, params, kernel_check };
             report(run(&router, async |c| {
-                let p = c.policy_load(tarpc::context::current(), load).await.map_err(|e| e.to_string())??;
+                let within = std::time::Duration::try_from_secs_f64(timeout).unwrap_or_default();
+                let p =
+                    c.policy_load(phos_control::context_within(within), load).await.map_err(|e| e.to_string())??;
                 println!(
                     "policy `{}` loaded ({} instructions{})",
                     p.name,

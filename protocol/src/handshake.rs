@@ -22,6 +22,10 @@
 //! [`Hello::host_arena`] and sends the file over the socket right after the `Hello`; the
 //! router checks it and sends it to the server with the channel's shared region.
 
+/// The CUDA major versions whose ABI the guest library presents; a `Hello` naming another is
+/// refused.
+pub const SUPPORTED_ABIS: [u32; 3] = [11, 12, 13];
+
 /// Guest -> router: open a channel.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
 pub struct Hello {
@@ -117,4 +121,7 @@ pub struct UsageReport {
     /// named have run), with nothing else in it: until then a thread of the guest waits
     /// for those calls, so the router must not hold them back for work queued behind it.
     pub barrier: bool,
+    /// Per [`LimitKind`](crate::limits::LimitKind) (by index): calls refused since the server
+    /// started because the session held as many objects of that kind as its limit allows.
+    pub refused: Vec<(u32, u64)>,
 }

@@ -15,6 +15,7 @@ pub mod eval;
 pub mod frame;
 pub mod handshake;
 pub mod host_arena;
+pub mod limits;
 pub mod log_limit;
 pub mod shm;
 pub mod spec;

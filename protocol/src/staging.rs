@@ -59,6 +59,9 @@ pub enum StagingError {
     PeerGone,
     #[error("the other side did not move for {0:?}")]
     Stalled(Duration),
+    /// The caller's `stop` condition held (the call was answered: it will never move).
+    #[error("the copy's call was answered before its data moved")]
+    Answered,
 }
 
 /// A mapped staging region.
@@ -185,7 +188,24 @@ impl Staging {
 
     /// Wait until count `c` has reached `target` (counting from `seq`, modulo 2^32).
     pub fn wait(&self, c: Count, seq: u32, target: u32, spin: Duration) -> Result<(), StagingError> {
+        self.wait_or(c, seq, target, spin, || false)
+    }
+
+    /// [`wait`](Self::wait), also giving up ([`StagingError::Answered`]) as soon as `stop`
+    /// says so: a guest watches for its call's answer, so a copy the other side refused
+    /// without aborting the region (an answer from the router, say) ends at once instead of
+    /// after [`STALL_LIMIT`]. `stop` is asked while spinning and after each sleep (at least
+    /// every 20 ms), never before the count itself.
+    pub fn wait_or(
+        &self,
+        c: Count,
+        seq: u32,
+        target: u32,
+        spin: Duration,
+        mut stop: impl FnMut() -> bool,
+    ) -> Result<(), StagingError> {
         let (word, waiting) = self.count_word(c);
+        let mut stopped = false;
         let waited = wait_until(
             word,
             waiting,
@@ -197,6 +217,9 @@ impl Staging {
                     Ok(true)
                 } else if self.aborted() {
                     Err(io::Error::other("aborted"))
+                } else if stop() {
+                    stopped = true;
+                    Err(io::Error::other("stopped"))
                 } else {
                     Ok(false)
                 }
@@ -207,6 +230,7 @@ impl Staging {
             Ok(Waited::Ready) => Ok(()),
             Ok(Waited::TimedOut) => Err(StagingError::Stalled(STALL_LIMIT)),
             Ok(Waited::PeerGone) => Err(StagingError::PeerGone),
+            Err(_) if stopped => Err(StagingError::Answered),
             Err(_) => Err(StagingError::Aborted),
         }
     }
@@ -273,6 +297,29 @@ mod tests {
         let t = std::thread::spawn(move || a.wait(Count::Drained, 0, 1, Duration::ZERO));
         b.socket.shutdown(std::net::Shutdown::Both).unwrap();
         assert_eq!(t.join().unwrap(), Err(StagingError::PeerGone));
+    }
+
+    /// A waiter whose stop condition comes true while it sleeps gives up within a liveness
+    /// interval, not after the stall limit; a count that is already there wins over it.
+    #[test]
+    fn a_stop_condition_ends_a_wait_quickly() {
+        let (a, _b) = pair();
+        let answered = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = answered.clone();
+        let t = std::thread::spawn(move || {
+            let start = Instant::now();
+            let r = a.wait_or(Count::Filled, 0, 1, Duration::ZERO, || flag.load(Ordering::Relaxed));
+            (r, start.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        answered.store(true, Ordering::Relaxed);
+        let (r, took) = t.join().unwrap();
+        assert_eq!(r, Err(StagingError::Answered));
+        assert!(took < Duration::from_secs(2), "gave up after {took:?}");
+
+        let (a, b) = pair();
+        b.set(Count::Filled, 1);
+        assert_eq!(a.wait_or(Count::Filled, 0, 1, Duration::ZERO, || true), Ok(()));
     }
 
     #[test]

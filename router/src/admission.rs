@@ -195,6 +195,12 @@ pub fn report(session: &SessionEntry, tenant: &TenantState, report: &UsageReport
             tenant.measured(rc, amount, n);
         }
     }
+    for &(kind, total) in &report.refused {
+        let new = session.set_refused(kind as usize, total);
+        if let Some(count) = tenant.limit_refusals.get(kind as usize) {
+            count.fetch_add(new, Ordering::Relaxed);
+        }
+    }
 }
 
 /// A session is gone: what it held is free, what it had in flight will not be measured.

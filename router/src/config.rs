@@ -18,14 +18,17 @@
 //! quota = { device_memory = "8GiB" } # per continuous resource of the spec
 //! token = "a-long-random-secret"     # how her TCP guests identify (PHOS_TENANT_TOKEN)
 //!
-//! [limits]                           # per tenant (defaults shown); see `limits`
-//! sessions_per_tenant = 64
+//! [limits]                           # defaults shown
+//! sessions_per_tenant = 64           # what one tenant may hold of the router (`limits`)
 //! channels_per_session = 1024
 //! channels_per_tenant = 4096
 //! pending_handshakes_per_tenant = 64 # over TCP: per peer address
 //! pending_handshakes = 1024          # all together
 //! handshake_timeout = "10s"
 //! buffered_per_tenant = "4GiB"       # frame bytes held for a tenant's channels
+//! streams = 16384                    # objects one session may hold (its API server)
+//! events = 262144
+//! allocations = 1048576
 //!
 //! [[policy]]                         # loaded at start, in this order
 //! builtin = "fair_share"             # or file = "/etc/phos/policy.o"
@@ -37,6 +40,8 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+
+use phos_protocol::limits::SessionLimits;
 
 use crate::tenants::TenantConfig;
 
@@ -55,7 +60,8 @@ pub struct ConfigFile {
     pub tenants: Vec<TenantConfig>,
     #[serde(default, rename = "policy")]
     pub policies: Vec<PolicyConfig>,
-    /// What one tenant may hold of the router (defaults where absent).
+    /// What one tenant may hold of the router, and one session of its API server
+    /// (defaults where absent).
     #[serde(default)]
     pub limits: crate::limits::LimitsFile,
 }
@@ -78,7 +84,18 @@ pub struct PolicyConfig {
 impl ConfigFile {
     pub fn load(path: &Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+        let file: ConfigFile = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        file.session_limits().map_err(|e| format!("{}: [limits]: {e}", path.display()))?;
+        Ok(file)
+    }
+
+    /// The `[limits]` table over the defaults.
+    pub fn session_limits(&self) -> Result<SessionLimits, String> {
+        let mut limits = SessionLimits::default();
+        for (kind, n) in &self.limits.per_session {
+            limits.apply(&format!("{kind}={n}"))?;
+        }
+        Ok(limits)
     }
 }
 
@@ -114,6 +131,7 @@ impl PolicyConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use phos_protocol::limits::LimitKind;
 
     #[test]
     fn a_full_file_parses() {
@@ -143,6 +161,19 @@ mod tests {
         assert_eq!(c.tenants[0].quota["device_memory"].0, 8 << 30);
         assert_eq!(c.tenants[1].share, 1);
         assert_eq!(c.policies[0].builtin.as_deref(), Some("fair_share"));
+        assert_eq!(c.session_limits().unwrap(), SessionLimits::default(), "no [limits]: the defaults");
         assert!(toml::from_str::<ConfigFile>("colour = 3").is_err(), "unknown keys are refused");
+    }
+
+    #[test]
+    fn limits_parse_and_unknown_kinds_are_refused() {
+        let c: ConfigFile = toml::from_str("[limits]\nstreams = 8\ngraph_nodes = 100").unwrap();
+        let l = c.session_limits().unwrap();
+        assert_eq!((l.get(LimitKind::Streams), l.get(LimitKind::GraphNodes)), (8, 100));
+        assert_eq!(l.get(LimitKind::Events), LimitKind::Events.default_limit());
+        let c: ConfigFile = toml::from_str("[limits]\nspoons = 8").unwrap();
+        assert!(c.session_limits().unwrap_err().contains("spoons"));
+        let c: ConfigFile = toml::from_str("[limits]\nstreams = 0").unwrap();
+        assert!(c.session_limits().is_err());
     }
 }

@@ -1,14 +1,16 @@
 //! The router's management service, for `phosctl`: sessions, checkpoint, restore, progress.
 //! Each operation runs on a blocking thread (it waits on API servers and the disk), so the
-//! service keeps answering progress queries meanwhile.
+//! service keeps answering progress queries meanwhile. An operation whose client gives up
+//! (its deadline passes, it cancels, or its connection closes) is told so through a
+//! [`Cancel`] flag and stops at its next step: nothing a client gave up on takes effect
+//! later behind its back.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use phos_control::{
-    CheckpointRequest, CheckpointSummary, PolicyDetail, PolicyLoad, PolicySummary, Progress, RestoreSummary,
-    RouterControl, SessionInfo, TenantUsage,
+    Cancel, CheckpointRequest, CheckpointSummary, PolicyDetail, PolicyLoad, PolicySummary, Progress, RestoreRequest,
+    RestoreSummary, RouterControl, SessionInfo, TenantUsage,
 };
 use phos_policy::engine::PolicyInfo;
 use tarpc::context::Context;
@@ -19,6 +21,8 @@ use crate::session::State;
 #[derive(Clone)]
 pub struct RouterCtl {
     pub router: Arc<Router>,
+    /// Set once this connection's client has gone.
+    pub gone: Cancel,
 }
 
 impl RouterCtl {
@@ -32,8 +36,15 @@ impl RouterCtl {
     }
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, String> + Send + 'static) -> Result<T, String> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| e.to_string())?
+/// Run `f` on a blocking thread with a flag that is set if the request is dropped (its
+/// deadline passed, its client cancelled it) or its client's connection closes.
+async fn blocking<T: Send + 'static>(
+    gone: &Cancel,
+    f: impl FnOnce(&Cancel) -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    let cancel = gone.child();
+    let _on_drop = cancel.on_drop();
+    tokio::task::spawn_blocking(move || f(&cancel)).await.map_err(|e| e.to_string())?
 }
 
 impl RouterControl for RouterCtl {
@@ -73,14 +84,14 @@ impl RouterControl for RouterCtl {
         request: CheckpointRequest,
     ) -> Result<CheckpointSummary, String> {
         let router = self.router.clone();
-        blocking(move || router.checkpoint(session, request)).await
+        blocking(&self.gone, move |cancel| router.checkpoint(session, request, cancel)).await
     }
 
-    async fn restore(self, _: Context, dir: PathBuf, device: Option<i32>) -> Result<RestoreSummary, String> {
+    async fn restore(self, _: Context, request: RestoreRequest) -> Result<RestoreSummary, String> {
         let router = self.router.clone();
         let started = Instant::now();
-        blocking(move || {
-            let (entry, pooled, report) = router.restore(&dir, device)?;
+        blocking(&self.gone, move |cancel| {
+            let (entry, pooled, report) = router.restore(&request, cancel)?;
             Ok(RestoreSummary {
                 session: entry.id,
                 total_ms: started.elapsed().as_secs_f64() * 1e3,
@@ -102,7 +113,7 @@ impl RouterControl for RouterCtl {
 
     async fn policy_load(self, _: Context, policy: PolicyLoad) -> Result<PolicySummary, String> {
         let router = self.router.clone();
-        blocking(move || router.load_policy(policy)).await
+        blocking(&self.gone, move |cancel| router.load_policy(policy, cancel)).await
     }
 
     async fn policy_unload(self, _: Context, name: String) -> Result<(), String> {

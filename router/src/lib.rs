@@ -96,6 +96,8 @@ pub struct RouterConfig {
     pub staging_slot_bytes: usize,
     /// What one tenant may hold of the router ([`limits`]).
     pub limits: limits::Limits,
+    /// Objects of each kind one session may hold (passed to every API server).
+    pub session_limits: phos_protocol::limits::SessionLimits,
 }
 
 impl RouterConfig {
@@ -120,6 +122,7 @@ impl RouterConfig {
             ring_bytes: phos_protocol::shm::DEFAULT_RING_BYTES,
             staging_slot_bytes: phos_protocol::staging::DEFAULT_SLOT_BYTES,
             limits: limits::Limits::default(),
+            session_limits: Default::default(),
         }
     }
 }
@@ -185,9 +188,6 @@ pub const FDS_PER_CHANNEL: u64 = 4;
 
 /// How long an API server has to answer a channel's Attach.
 const SERVER_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The CUDA ABIs a guest library presents (`libcudart.so.11.0`, `.12`, `.13`).
-const ABIS: [u32; 3] = [11, 12, 13];
 
 /// The error a guest gets for a connection refused by a limit or a shortage of the router's:
 /// "all CUDA-capable devices are busy or unavailable".
@@ -378,10 +378,9 @@ impl Router {
         *self.spare_fd.lock().unwrap() = std::fs::File::open("/dev/null").ok();
         let me = self.clone();
         std::thread::Builder::new().name("phos-reaper".into()).spawn(move || me.housekeeping_loop())?;
-        let ctl = control::RouterCtl { router: self.clone() };
-        if let Err(e) =
-            phos_control::spawn_service_thread(phos_control::control_path(&self.config.listen), ctl.into_service())
-        {
+        let me = self.clone();
+        let ctl = move |gone| control::RouterCtl { router: me.clone(), gone }.into_service();
+        if let Err(e) = phos_control::spawn_service_thread(phos_control::control_path(&self.config.listen), ctl) {
             tracing::error!("management service: {e}");
         }
         if let Some(addr) = self.config.metrics {
@@ -684,7 +683,13 @@ impl Router {
     }
 
     fn fill_pool(&self) {
-        self.pool.lock().unwrap().retain_mut(|p| !p.has_exited());
+        self.pool.lock().unwrap().retain_mut(|p| match p.exit_status() {
+            None => true,
+            Some(status) => {
+                tracing::warn!("a pooled API server (pid {}) {}", p.pid(), session::describe_exit(status));
+                false
+            }
+        });
         while self.pool.lock().unwrap().len() < self.config.pool_size && !self.stopping.load(Ordering::Relaxed) {
             let n = self.next_pooled.fetch_add(1, Ordering::Relaxed);
             let socket = self.config.runtime_dir.join(format!("pool-{n}.sock"));
@@ -761,9 +766,9 @@ impl Router {
             guest_warn!(key, %tenant, pid, "guest built from another spec ({:016x})", hello.spec_hash);
             return refuse(&mut guest, NO_DEVICE, "the guest library was built from another version of the API spec");
         }
-        if !ABIS.contains(&hello.abi_major) {
-            guest_warn!(key, %tenant, pid, "guest presents CUDA ABI {}: refused", hello.abi_major);
-            return refuse(&mut guest, NO_DEVICE, &format!("CUDA ABI {} is not served (11, 12, 13)", hello.abi_major));
+        if !phos_protocol::handshake::SUPPORTED_ABIS.contains(&hello.abi_major) {
+            guest_warn!(key, %tenant, pid, "guest presents CUDA ABI {} (not 11, 12 or 13)", hello.abi_major);
+            return refuse(&mut guest, NO_DEVICE, "unsupported CUDA ABI (Phos presents 11, 12 and 13)");
         }
         let state = self.tenants.state(&tenant);
         let session = match hello.token {
@@ -888,24 +893,25 @@ impl Router {
 
     /// Restore a session from an image into a new server (from the pool when there is one).
     /// Returns the session, whether the server was pooled, and what the server reported.
+    /// The whole restore must end within `request.timeout`, and stops if `cancel` is set
+    /// (its client went away); either way the session stays as it was.
     pub fn restore(
         &self,
-        dir: &Path,
-        device: Option<i32>,
+        request: &phos_control::RestoreRequest,
+        cancel: &phos_control::Cancel,
     ) -> Result<(Arc<SessionEntry>, bool, Option<phos_control::RestoreSummary>), String> {
+        let (dir, device) = (request.dir.as_path(), request.device);
+        let deadline = Instant::now() + request.timeout;
         let image = phos_checkpoint::Image::open(dir).map_err(|e| e.to_string())?;
         let meta = image.manifest.session.clone();
         drop(image);
-        let existing = self.session(meta.id);
+        let existing = self.session(meta.id).filter(|s| s.state() != State::Ended);
         if let Some(s) = &existing
             && s.state() == State::Active
         {
             return Err(format!("session {} is running; checkpoint it with --stop before restoring it", meta.id));
         }
-        if meta.tenant.is_empty() {
-            return Err("the image names no tenant".into());
-        }
-        let tenant = Tenant(meta.tenant.clone());
+        let tenant = self.restore_tenant(&meta, existing.as_deref(), request)?;
         // Whatever way the restore ends, its progress stops being asked for.
         struct Restoring<'a>(&'a Router, u64);
         impl Drop for Restoring<'_> {
@@ -914,16 +920,39 @@ impl Router {
             }
         }
         let _restoring = Restoring(self, meta.id);
+        let late = |what: &str| {
+            format!(
+                "session {}: the restore did not finish within {:?} ({what}); the session is as it was",
+                meta.id, request.timeout
+            )
+        };
         let (server, pooled, report) = match self.take_pooled() {
             Some(p) => {
                 let ctl = phos_control::control_path(&p.socket);
                 self.restoring.lock().unwrap().insert(meta.id, ctl.clone());
                 let d = dir.to_path_buf();
+                let cancel = cancel.clone();
+                let within = deadline.saturating_duration_since(Instant::now());
                 let r = phos_control::block_on(async move {
                     let client = phos_control::server_client(&ctl).await.map_err(|e| e.to_string())?;
-                    client.restore(phos_control::long_context(), d, device).await.map_err(|e| e.to_string())?
+                    let call = client.restore(phos_control::context_within(within), d, device);
+                    tokio::pin!(call);
+                    let answer = tokio::select! {
+                        biased;
+                        r = &mut call => r,
+                        _ = cancel.cancelled() => {
+                            // The server stops at its next step, and says so.
+                            let _ = client.abandon(tarpc::context::current()).await;
+                            call.await
+                        }
+                    };
+                    answer.map_err(|e| match e {
+                        tarpc::client::RpcError::DeadlineExceeded => late("replaying and copying into a pooled server"),
+                        e => e.to_string(),
+                    })?
                 })
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| e.to_string())
+                .and_then(|r| r);
                 match r {
                     Ok(report) => (p, true, Some(report)),
                     Err(e) => {
@@ -936,8 +965,11 @@ impl Router {
                 let socket = self.server_socket(meta.id);
                 self.restoring.lock().unwrap().insert(meta.id, phos_control::control_path(&socket));
                 let p = self
-                    .spawn_server_at(socket, meta.id, ServerStart::Restore { dir, device })
-                    .map_err(|e| e.to_string())?;
+                    .spawn_server_at(socket, meta.id, ServerStart::Restore { dir, device, deadline, cancel })
+                    .map_err(|e| match e.kind() {
+                    io::ErrorKind::TimedOut => late("starting a server that restores it"),
+                    _ => e.to_string(),
+                })?;
                 let ctl = phos_control::control_path(&p.socket);
                 let report = phos_control::block_on(async move {
                     let client = phos_control::server_client(&ctl).await.ok()?;
@@ -949,11 +981,11 @@ impl Router {
             }
         };
         let entry = match existing {
-            Some(e) if e.state() != State::Ended => {
+            Some(e) => {
                 e.resume(server);
                 e
             }
-            _ => {
+            None => {
                 // An operator's restore is not held to the tenant's session limit.
                 self.tenants.state(&tenant).sessions.fetch_add(1, Ordering::Relaxed);
                 let e = Arc::new(SessionEntry::new(
@@ -972,8 +1004,57 @@ impl Router {
                 e
             }
         };
-        tracing::info!(session = meta.id, pooled, "session restored from {}", dir.display());
+        tracing::info!(session = meta.id, %tenant, pooled, "session restored from {}", dir.display());
         Ok((entry, pooled, report))
+    }
+
+    /// Whose session an image becomes. Into a suspended session: the image must be that
+    /// session's (its token) and of its tenant. A session the router does not have is only
+    /// created when the operator names its tenant: `tenant` (which must be the image's) or
+    /// `as_tenant` (which overrides it); an image naming a tenant is only its word.
+    fn restore_tenant(
+        &self,
+        meta: &phos_checkpoint::SessionMeta,
+        existing: Option<&SessionEntry>,
+        request: &phos_control::RestoreRequest,
+    ) -> Result<Tenant, String> {
+        let id = meta.id;
+        if let Some(t) = &request.tenant
+            && *t != meta.tenant
+        {
+            return Err(format!("the image of session {id} belongs to tenant {:?}, not {t:?}", meta.tenant));
+        }
+        let tenant = Tenant(request.as_tenant.clone().unwrap_or_else(|| meta.tenant.clone()));
+        match existing {
+            Some(s) => {
+                if !s.token_matches(&meta.token) {
+                    return Err(format!("the image is not of session {id} (another session's token)"));
+                }
+                if s.tenant != tenant {
+                    return Err(format!(
+                        "session {id} belongs to tenant {:?}; the image {} tenant {:?}",
+                        s.tenant.0,
+                        if request.as_tenant.is_some() { "would be restored as" } else { "was made by" },
+                        tenant.0
+                    ));
+                }
+            }
+            None => {
+                if request.tenant.is_none() && request.as_tenant.is_none() {
+                    return Err(format!(
+                        "session {id} is not in this router: restoring it makes a new session of tenant {:?}; say so with --tenant {:?} (or restore it as another tenant's with --as-tenant NAME)",
+                        meta.tenant, meta.tenant
+                    ));
+                }
+                if !self.tenants.is_known(&tenant) {
+                    return Err(format!("no tenant {:?} here (a configured tenant's name, or uid:N)", tenant.0));
+                }
+            }
+        }
+        if tenant.0 != meta.tenant {
+            tracing::info!(session = id, "restoring the image of tenant {:?} as tenant {tenant}", meta.tenant);
+        }
+        Ok(tenant)
     }
 
     /// Attach a guest channel to its session's server and carry frames both ways.
@@ -1232,7 +1313,12 @@ impl Router {
 
     /// Load (or replace) a policy: its parameters set, checked, and, where the router is
     /// privileged (or `Require` asks), passed through the kernel's verifier.
-    pub fn load_policy(&self, p: phos_control::PolicyLoad) -> Result<phos_control::PolicySummary, String> {
+    /// `cancel` set (the client gave up) stops the load before it takes effect.
+    pub fn load_policy(
+        &self,
+        p: phos_control::PolicyLoad,
+        cancel: &phos_control::Cancel,
+    ) -> Result<phos_control::PolicySummary, String> {
         use phos_policy::engine::{KernelCheck, parse_param};
         if p.name.is_empty()
             || p.name.len() > 64
@@ -1246,16 +1332,22 @@ impl Router {
             phos_control::KernelCheck::Require => KernelCheck::Require,
             phos_control::KernelCheck::Skip => KernelCheck::Skip,
         };
-        let info = self.policies.load(&p.name, &p.source, &p.elf, &params, kernel).map_err(|e| e.to_string())?;
+        let info = self
+            .policies
+            .load(&p.name, &p.source, &p.elf, &params, kernel, &|| cancel.is_cancelled())
+            .map_err(|e| e.to_string())?;
         Ok(control::summary(info))
     }
 
     /// Checkpoint a session through its server; with `stop`, the session is suspended and its
-    /// server ended afterwards.
+    /// server ended afterwards. The server gives up waiting for the session to come to rest
+    /// after `request.quiesce_timeout`; `cancel` set (the client went away) makes it stop at
+    /// its next step. Either way the session carries on as it was.
     pub fn checkpoint(
         &self,
         id: u64,
         request: phos_control::CheckpointRequest,
+        cancel: &phos_control::Cancel,
     ) -> Result<phos_control::CheckpointSummary, String> {
         let session = self.session(id).ok_or_else(|| format!("no session {id}"))?;
         let ctl = session.control_socket().ok_or_else(|| format!("session {id} has no server (suspended?)"))?;
@@ -1268,11 +1360,34 @@ impl Router {
         };
         let stop = request.stop;
         let started = Instant::now();
+        let cancel = cancel.clone();
         let summary = phos_control::block_on(async move {
-            let client = phos_control::server_client(&ctl).await.map_err(|e| e.to_string())?;
-            client.checkpoint(phos_control::long_context(), request, identity).await.map_err(|e| e.to_string())?
+            let client = phos_control::server_client(&ctl)
+                .await
+                .map_err(|e| format!("session {id}: its server does not answer: {e}"))?;
+            let call = client.checkpoint(phos_control::long_context(), request, identity);
+            tokio::pin!(call);
+            let answer = tokio::select! {
+                biased;
+                r = &mut call => r,
+                _ = cancel.cancelled() => {
+                    // The server stops at its next step and answers; a checkpoint it had
+                    // finished stands (and, with `stop`, the session is stopped).
+                    let _ = client.abandon(tarpc::context::current()).await;
+                    call.await
+                }
+            };
+            answer.map_err(|e| format!("session {id}: {e}"))?
         })
-        .map_err(|e| e.to_string())??;
+        .map_err(|e| e.to_string())
+        .and_then(|r| r);
+        let summary = match summary {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(session = id, "checkpoint failed: {e}");
+                return Err(e);
+            }
+        };
         if stop {
             session.suspend();
         }

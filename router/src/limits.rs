@@ -49,9 +49,10 @@ impl Default for Limits {
     }
 }
 
-/// The `[limits]` table as written: every key optional.
+/// The `[limits]` table as written: every key optional. Keys other than the router's own
+/// are the per-session limits on objects ([`phos_protocol::limits`]), checked by
+/// [`ConfigFile::session_limits`](crate::config::ConfigFile::session_limits).
 #[derive(Debug, Default, Clone, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct LimitsFile {
     pub sessions_per_tenant: Option<u64>,
     pub channels_per_session: Option<u64>,
@@ -61,6 +62,9 @@ pub struct LimitsFile {
     /// A duration: `"10s"`, `"500ms"`, or nanoseconds.
     pub handshake_timeout: Option<Amount>,
     pub buffered_per_tenant: Option<Amount>,
+    /// Objects one session may hold, by kind (`streams = 16384`).
+    #[serde(flatten)]
+    pub per_session: std::collections::BTreeMap<String, u64>,
 }
 
 impl LimitsFile {
@@ -226,7 +230,8 @@ mod tests {
         assert_eq!(l.handshake_timeout, Duration::from_secs(2));
         assert_eq!(l.buffered_per_tenant, 1 << 30);
         assert_eq!(l.channels_per_session, Limits::default().channels_per_session);
-        assert!(toml::from_str::<LimitsFile>("channels = 3").is_err());
+        let objects: LimitsFile = toml::from_str("streams = 3").unwrap();
+        assert_eq!(objects.per_session.get("streams"), Some(&3));
         let zero: LimitsFile = toml::from_str("channels_per_session = 0").unwrap();
         assert!(zero.resolve().is_err());
     }

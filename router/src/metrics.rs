@@ -149,7 +149,7 @@ pub fn render(router: &Router) -> String {
         &mut out,
         "phos_tenant_limit_refusals_total",
         "counter",
-        "Connections of the tenant refused by a limit of the router (limit=...), or for want of the router's own resources (limit=router_resources).",
+        "Refusals for a limit ([limits]): connections the router refused for a per-tenant limit (sessions, channels_per_session, channels_per_tenant, pending_handshakes, handshake_timeout, buffered_bytes) or for want of its own resources (router_resources), and calls the tenant's API servers refused because a session held its limit of objects of a kind (streams, events, allocations, ...).",
         usage.iter().flat_map(|t| {
             t.limit_refusals.iter().map(move |(l, n)| (format!("{},limit=\"{}\"", tenant(t), label(l)), n.to_string()))
         }),

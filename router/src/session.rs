@@ -2,9 +2,11 @@
 //! processes behind them.
 
 use std::collections::VecDeque;
-use std::io::{self, BufRead, BufReader};
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -24,8 +26,76 @@ pub struct ServerProcess {
 /// How a server starts.
 pub enum ServerStart<'a> {
     Fresh(u64),
-    Restore { dir: &'a Path, device: Option<i32> },
+    /// Restoring an image before it is ready: given up at `deadline` or once `cancel` is
+    /// set (the server is then killed).
+    Restore {
+        dir: &'a Path,
+        device: Option<i32>,
+        deadline: Instant,
+        cancel: &'a phos_control::Cancel,
+    },
     Pooled,
+}
+
+/// How long a fresh or pooled server may take to say it is ready (a CUDA context takes
+/// well under a second; a loaded machine, longer).
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The first line a starting server writes, read with a deadline: a server that hangs
+/// before `ready` must not hold the router's thread (and its client) for ever. `None` when
+/// the deadline passed or `cancelled()` said so first.
+fn first_line(stdout: &mut ChildStdout, deadline: Instant, cancelled: impl Fn() -> bool) -> io::Result<Option<String>> {
+    let mut line = Vec::new();
+    loop {
+        if cancelled() || Instant::now() >= deadline {
+            return Ok(None);
+        }
+        let mut pfd = libc::pollfd { fd: stdout.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd, for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, 50) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            continue;
+        }
+        let mut byte = [0u8; 1];
+        match stdout.read(&mut byte)? {
+            0 => return Ok(Some(String::from_utf8_lossy(&line).into_owned())),
+            _ if byte[0] == b'\n' => return Ok(Some(String::from_utf8_lossy(&line).into_owned())),
+            _ => line.push(byte[0]),
+        }
+        if line.len() > 64 << 10 {
+            return Err(io::Error::other("the API server wrote a start-up line without end"));
+        }
+    }
+}
+
+/// How a process ended, in words: its exit status, or the signal that killed it.
+pub fn describe_exit(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(sig)) => {
+            let name = match sig {
+                libc::SIGSEGV => "SIGSEGV, ",
+                libc::SIGABRT => "SIGABRT, ",
+                libc::SIGBUS => "SIGBUS, ",
+                libc::SIGILL => "SIGILL, ",
+                libc::SIGFPE => "SIGFPE, ",
+                libc::SIGKILL => "SIGKILL, ",
+                libc::SIGTERM => "SIGTERM, ",
+                libc::SIGINT => "SIGINT, ",
+                _ => "",
+            };
+            let core = if status.core_dumped() { "core dumped" } else { "no core" };
+            format!("was killed by signal {sig} ({name}{core})")
+        }
+        (None, None) => "ended".to_string(),
+    }
 }
 
 impl ServerProcess {
@@ -42,15 +112,19 @@ impl ServerProcess {
         };
         let mut cmd = Command::new(&config.server_bin);
         cmd.arg("--listen").arg(&socket).arg("--max-payload").arg(config.max_payload.to_string());
+        cmd.args(config.session_limits.to_args());
+        let mut deadline = Instant::now() + START_TIMEOUT;
+        let mut cancel = None;
         match start {
             ServerStart::Fresh(id) => {
                 cmd.arg("--session").arg(id.to_string());
             }
-            ServerStart::Restore { dir, device } => {
+            ServerStart::Restore { dir, device, deadline: until, cancel: c } => {
                 cmd.arg("--restore").arg(dir);
                 if let Some(d) = device {
                     cmd.arg("--device").arg(d.to_string());
                 }
+                (deadline, cancel) = (until, Some(c));
             }
             ServerStart::Pooled => {
                 cmd.arg("--pooled");
@@ -64,21 +138,32 @@ impl ServerProcess {
             .spawn()
             .map_err(|e| io::Error::other(format!("{}: {e}", config.server_bin.display())))?;
         let stdin = child.stdin.take();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
-        if line.trim() != "ready" {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(io::Error::other(match line.trim().strip_prefix("failed ") {
+        let mut stdout = child.stdout.take().expect("piped");
+        let line = first_line(&mut stdout, deadline, || cancel.is_some_and(|c| c.is_cancelled()));
+        let refused = match line {
+            Ok(Some(line)) if line.trim() == "ready" => return Ok(ServerProcess { child, stdin, socket }),
+            Ok(Some(line)) => io::Error::other(match line.trim().strip_prefix("failed ") {
                 Some(why) => why.to_string(),
                 None => "the API server exited during start-up (see its log)".to_string(),
-            }));
-        }
-        Ok(ServerProcess { child, stdin, socket })
+            }),
+            Ok(None) if cancel.is_some_and(|c| c.is_cancelled()) => {
+                io::Error::new(io::ErrorKind::Interrupted, "abandoned: its client went away")
+            }
+            Ok(None) => io::Error::new(io::ErrorKind::TimedOut, "the API server did not get ready in time"),
+            Err(e) => e,
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        Err(refused)
     }
 
     pub fn has_exited(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(Some(_)))
+        self.exit_status().is_some()
+    }
+
+    /// How the server ended, if it has.
+    pub fn exit_status(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
     }
 
     pub fn pid(&self) -> u32 {
@@ -157,6 +242,8 @@ struct Books {
     /// Measured: calls admitted, and calls measured, over the session's life.
     admitted: Vec<u64>,
     measured: Vec<u64>,
+    /// Calls refused for each per-session limit, as the current server last reported them.
+    refused: Vec<u64>,
 }
 
 /// Closes a channel's count when the channel ends, however it ends.
@@ -215,6 +302,7 @@ impl SessionEntry {
                 last_measured: vec![(0, 0); n],
                 admitted: vec![0; n],
                 measured: vec![0; n],
+                refused: vec![0; phos_protocol::limits::LimitKind::ALL.len()],
             }),
             closed_books: AtomicBool::new(false),
             remote: AtomicBool::new(false),
@@ -286,6 +374,16 @@ impl SessionEntry {
         b.last_measured[rc] = (total, calls);
         b.measured[rc] += calls - last_calls;
         (total - last_total, calls - last_calls)
+    }
+
+    /// Record a server's count of calls refused for limit `kind` (by index); returns what is
+    /// new since the last report (a report overtaken by a newer one adds nothing).
+    pub(crate) fn set_refused(&self, kind: usize, total: u64) -> u64 {
+        let mut b = self.books.lock().unwrap();
+        let Some(last) = b.refused.get_mut(kind) else { return 0 };
+        let new = total.saturating_sub(*last);
+        *last = (*last).max(total);
+        new
     }
 
     pub(crate) fn admit_measured(&self, rc: usize, delta: i64) {
@@ -392,8 +490,17 @@ impl SessionEntry {
             State::Suspended => self.idle_since.lock().unwrap().is_some_and(|since| since.elapsed() > suspended_for),
             State::Active => {
                 if let Some(s) = self.server.lock().unwrap().as_mut()
-                    && s.has_exited()
+                    && let Some(status) = s.exit_status()
                 {
+                    // Nothing but the router ends a session's server: this one crashed (or
+                    // was killed), and the session with it.
+                    tracing::error!(
+                        session = self.id,
+                        tenant = %self.tenant,
+                        "the session's API server (pid {}) {}; the session ends",
+                        s.pid(),
+                        describe_exit(status)
+                    );
                     return true;
                 }
                 match *self.idle_since.lock().unwrap() {
@@ -419,8 +526,11 @@ impl SessionEntry {
         if let Some(old) = self.server.lock().unwrap().replace(server) {
             old.end();
         }
-        // The restored server measures from zero.
-        self.books.lock().unwrap().last_measured.iter_mut().for_each(|m| *m = (0, 0));
+        // The restored server measures (and counts refusals) from zero.
+        let mut books = self.books.lock().unwrap();
+        books.last_measured.iter_mut().for_each(|m| *m = (0, 0));
+        books.refused.iter_mut().for_each(|r| *r = 0);
+        drop(books);
         self.epoch.fetch_add(1, Ordering::Relaxed);
         self.set_state(State::Active);
     }

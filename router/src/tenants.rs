@@ -29,6 +29,7 @@ use phos_policy::engine::monotonic_ns;
 
 use crate::contention::Contention;
 use phos_protocol::cudart::RESOURCES;
+use phos_protocol::limits::LimitKind;
 use phos_protocol::spec::ResourceKind;
 
 /// A tenant's name.
@@ -120,6 +121,9 @@ pub struct TenantState {
     pub delayed: AtomicU64,
     pub delay_ns: AtomicU64,
     pub rejected: AtomicU64,
+    /// Calls its sessions' servers refused for a per-session limit, per
+    /// [`LimitKind`](phos_protocol::limits::LimitKind) (by index).
+    pub limit_refusals: Vec<AtomicU64>,
     pub sessions: AtomicU64,
     /// Clock of the last call (monotonic ns), for "active".
     pub last_call_ns: AtomicU64,
@@ -153,6 +157,7 @@ impl TenantState {
             delayed: AtomicU64::new(0),
             delay_ns: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
+            limit_refusals: LimitKind::ALL.iter().map(|_| AtomicU64::new(0)).collect(),
             sessions: AtomicU64::new(0),
             last_call_ns: AtomicU64::new(0),
             channels: AtomicU64::new(0),
@@ -343,6 +348,15 @@ impl Tenants {
         found
     }
 
+    /// Whether `tenant` is one a connection can be: a configured tenant, or `uid:N`.
+    pub fn is_known(&self, tenant: &Tenant) -> bool {
+        self.configs.iter().any(|c| c.name == tenant.0)
+            || tenant
+                .0
+                .strip_prefix("uid:")
+                .is_some_and(|n| n.parse::<u32>().is_ok_and(|u| Tenant::of_uid(u) == *tenant))
+    }
+
     /// The tenant of a connection from `uid` to the main socket.
     pub fn for_uid(&self, uid: u32) -> Tenant {
         match self.by_uid.get(&uid) {
@@ -414,6 +428,16 @@ impl Tenants {
                 delayed: s.delayed.load(Ordering::Relaxed),
                 delay_ns: s.delay_ns.load(Ordering::Relaxed),
                 rejected: s.rejected.load(Ordering::Relaxed),
+                // The router's own limits, then the API servers' per-session ones.
+                limit_refusals: crate::limits::LimitKind::ALL
+                    .iter()
+                    .map(|&k| (k.name().to_string(), s.limit_hits.get(k)))
+                    .chain(
+                        LimitKind::ALL
+                            .iter()
+                            .map(|k| (k.name().to_string(), s.limit_refusals[k.index()].load(Ordering::Relaxed))),
+                    )
+                    .collect(),
                 resources: RESOURCES
                     .iter()
                     .enumerate()
@@ -428,10 +452,6 @@ impl Tenants {
                     .collect(),
                 channels: s.channels.load(Ordering::Relaxed),
                 buffered_bytes: s.buffered.used(),
-                limit_refusals: crate::limits::LimitKind::ALL
-                    .iter()
-                    .map(|&k| (k.name().to_string(), s.limit_hits.get(k)))
-                    .collect(),
             })
             .collect()
     }

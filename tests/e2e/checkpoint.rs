@@ -251,3 +251,138 @@ fn restore_from_the_server_pool() {
     assert!(String::from_utf8_lossy(&rs.stdout).contains("pooled server"), "{}", String::from_utf8_lossy(&rs.stdout));
     assert!(guest.wait().unwrap().success());
 }
+
+/// A copy of the image at `dir`, named `name` beside it, whose manifest `edit` changed and
+/// whose checksum is recomputed: a forged image that no checksum catches.
+fn forged(dir: &Path, name: &str, edit: impl FnOnce(&mut phos_checkpoint::Manifest)) -> std::path::PathBuf {
+    let out = dir.parent().unwrap().join(name);
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::copy(dir.join(phos_checkpoint::MEMORY_FILE), out.join(phos_checkpoint::MEMORY_FILE)).unwrap();
+    let mut m = phos_checkpoint::Image::open(dir).unwrap().manifest;
+    edit(&mut m);
+    phos_checkpoint::write_manifest(&out, &m).unwrap();
+    out
+}
+
+/// The `kind` handle a record of the image created.
+fn created(m: &phos_checkpoint::Manifest, kind: &str) -> u64 {
+    m.records.iter().flat_map(|r| &r.creates).find(|(k, _)| k == kind).map(|(_, v)| *v).expect(kind)
+}
+
+/// Images whose checksums are right but whose content no real session could have are
+/// refused with what is wrong, before anything is created: counters near 2^64 or below the
+/// handles in use (new objects would collide with live ones), handles of the wrong kind,
+/// memory outside the session's range, duplicated objects, another tenant's or another
+/// session's identity. The stopped session then comes back from its real image, and a
+/// session beside it is unaffected throughout.
+#[test]
+fn forged_images_are_refused_for_what_they_say() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);
+    let router = TestRouter::start("emu");
+    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["30", "40"]);
+    let neighbour = start_guest(&router, &build_program(&nvcc, "vector_add", &["-arch=sm_70"]), &[]);
+    let image = tempfile::tempdir().unwrap();
+    let dir = image.path().join("image");
+    checkpoint(&router, id, &dir, &["--stop"]);
+    let m = phos_checkpoint::Image::open(&dir).unwrap().manifest;
+    let (stream, function) = (created(&m, "stream"), created(&m, "function"));
+    let module_number = created(&m, "module") & ((1 << 48) - 1);
+    type Edit = Box<dyn FnOnce(&mut phos_checkpoint::Manifest)>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
+        (
+            "counter-near-2-64",
+            Box::new(|m| m.handle_counters.iter_mut().for_each(|c| c.1 = u64::MAX - 3)),
+            "handles number their objects from 1 to 2^48",
+        ),
+        (
+            "counter-below-handles",
+            Box::new(move |m| {
+                m.handle_counters.iter_mut().filter(|c| c.0 == "module").for_each(|c| c.1 = module_number)
+            }),
+            "would collide with live ones",
+        ),
+        (
+            "function-with-a-stream-handle",
+            Box::new(move |m| {
+                for r in &mut m.records {
+                    for c in r.creates.iter_mut().filter(|c| c.1 == function) {
+                        c.1 = stream + 77;
+                    }
+                }
+            }),
+            "which is no function handle",
+        ),
+        (
+            "memory-outside-the-range",
+            Box::new(|m| {
+                let r = m.memory.iter_mut().find(|r| r.kind == phos_checkpoint::RegionKind::Allocation).unwrap();
+                r.addr = 0x1000;
+            }),
+            "outside the session's device range",
+        ),
+        (
+            "a-stream-twice",
+            Box::new(|m| {
+                let twice = m.records.iter().find(|r| r.name == "cudaStreamCreate").unwrap().clone();
+                m.records.push(twice);
+            }),
+            "two records create stream",
+        ),
+        ("another-tenant", Box::new(|m| m.session.tenant = "uid:4242".into()), "belongs to tenant \"uid:0\""),
+        ("another-session", Box::new(|m| m.session.token[0] ^= 1), "another session's token"),
+        ("abi-9999", Box::new(|m| m.session.abi_major = 9999), "CUDA ABI 9999"),
+    ];
+    for (name, edit, why) in cases {
+        let bad = forged(&dir, name, edit);
+        let rs = phosctl(&router, &["restore", bad.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&rs.stderr);
+        assert!(!rs.status.success(), "{name}: restored");
+        assert!(err.contains(why), "{name}: {err}");
+        assert!(router.router.session(id).unwrap().control_socket().is_none(), "{name}: a server was left running");
+    }
+    let out = neighbour.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The real image brings the session back, and its program finishes.
+    let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
+    assert!(rs.status.success(), "{}", String::from_utf8_lossy(&rs.stderr));
+    assert!(guest.wait().unwrap().success());
+}
+
+/// A session the router does not have (another router's, say) is only created from an image
+/// when the operator names its tenant: `--tenant` must be the image's, `--as-tenant` makes it
+/// another (known) tenant's. The router the image came from restores its own session as
+/// before.
+#[test]
+fn a_new_session_from_an_image_needs_the_operators_word_on_its_tenant() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);
+    let router = TestRouter::start("emu");
+    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["30", "40"]);
+    let image = tempfile::tempdir().unwrap();
+    let dir = image.path().join("image");
+    checkpoint(&router, id, &dir, &["--stop"]);
+    let d = dir.to_str().unwrap();
+    let elsewhere = TestRouter::start("emu");
+    let refused = |args: &[&str], why: &str| {
+        let rs = phosctl(&elsewhere, &[&["restore", d][..], args].concat());
+        let err = String::from_utf8_lossy(&rs.stderr);
+        assert!(!rs.status.success() && err.contains(why), "{args:?}: {err}");
+    };
+    refused(&[], "is not in this router");
+    refused(&["--tenant", "uid:9"], "belongs to tenant \"uid:0\", not \"uid:9\"");
+    refused(&["--as-tenant", "nobody"], "no tenant \"nobody\"");
+    assert!(elsewhere.router.sessions().is_empty(), "nothing was created");
+    let rs = phosctl(&elsewhere, &["restore", d, "--tenant", "uid:0"]);
+    assert!(rs.status.success(), "{}", String::from_utf8_lossy(&rs.stderr));
+    assert_eq!(elsewhere.router.session(id).unwrap().tenant.0, "uid:0");
+    refused(&["--tenant", "uid:0"], "is running");
+    let third = TestRouter::start("emu");
+    let rs = phosctl(&third, &["restore", d, "--as-tenant", "uid:1234"]);
+    assert!(rs.status.success(), "{}", String::from_utf8_lossy(&rs.stderr));
+    assert_eq!(third.router.session(id).unwrap().tenant.0, "uid:1234");
+    // The session's own router needs no word: the session is there, suspended.
+    let rs = phosctl(&router, &["restore", d]);
+    assert!(rs.status.success(), "{}", String::from_utf8_lossy(&rs.stderr));
+    assert!(guest.wait().unwrap().success());
+}

@@ -82,7 +82,14 @@ fn out_of_range_handles() {
     g.call(&CudaStreamDestroyRequest { stream }).unwrap();
     // Destroyed handles are gone.
     assert_eq!(g.call(&CudaStreamDestroyRequest { stream }).unwrap_err(), CudaError::InvalidResourceHandle.0);
-    drop(router);
+    // Each is logged as what it is.
+    let logs = router.server_logs();
+    assert!(
+        logs.contains(
+            "cudaStreamDestroy: a handle that is not one of the session's (or not of the kind the call takes)"
+        ),
+        "{logs}"
+    );
 }
 
 #[test]

@@ -40,13 +40,16 @@ fn tenant_socket(router: &TestRouter, name: &str) -> std::path::PathBuf {
 fn load(router: &TestRouter, name: &str, elf: &[u8], params: &[&str], kernel_check: KernelCheck) -> Result<(), String> {
     router
         .router
-        .load_policy(PolicyLoad {
-            name: name.into(),
-            source: format!("test:{name}"),
-            elf: elf.to_vec(),
-            params: params.iter().map(|s| s.to_string()).collect(),
-            kernel_check,
-        })
+        .load_policy(
+            PolicyLoad {
+                name: name.into(),
+                source: format!("test:{name}"),
+                elf: elf.to_vec(),
+                params: params.iter().map(|s| s.to_string()).collect(),
+                kernel_check,
+            },
+            &phos_control::Cancel::default(),
+        )
         .map(|_| ())
 }
 

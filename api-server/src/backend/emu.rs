@@ -164,6 +164,8 @@ const LIMITS: usize = 7;
 /// What a fresh context reports: stack, printf FIFO, malloc heap, device-runtime sync depth,
 /// pending launches, L2 fetch granularity, persisting L2 size (CUDA's defaults).
 const DEFAULT_LIMITS: [u64; LIMITS] = [1024, 1 << 20, 8 << 20, 2, 2048, 64, 0];
+/// The largest stack (local memory) a thread may have.
+const MAX_STACK: u64 = 512 << 10;
 /// Shared memory a block may use without opting in.
 const DEFAULT_DYNAMIC_SHARED: u64 = 48 * 1024;
 
@@ -514,8 +516,24 @@ impl Backend for EmuBackend {
     fn set_limit(&self, device: i32, limit: i32, value: u64) -> Result<(), CudaError> {
         self.check_device(device)?;
         let i = usize::try_from(limit).ok().filter(|&i| i < LIMITS).ok_or(CudaError::UnsupportedLimit)?;
-        // The driver rounds the stack size up to a multiple of 16 bytes.
-        let value = if i == 0 { value.div_ceil(16) * 16 } else { value };
+        let l2 = self.properties.attributes[attr::L2_CACHE_SIZE] as u64;
+        // What CUDA documents for each limit, as a driver of this compute capability (9.0)
+        // answers it.
+        let value = match i {
+            // A thread's stack is its local memory: at most 512 KiB. The driver rounds the
+            // size up to a multiple of 16 bytes.
+            0 if value > MAX_STACK => return Err(CudaError::InvalidValue),
+            0 => value.div_ceil(16) * 16,
+            // The printf FIFO and the malloc heap are device memory the driver reserves.
+            1 | 2 if value > self.total_memory => return Err(CudaError::MemoryAllocation),
+            // "Only applicable to devices of compute capability < 9.0."
+            3 => return Err(CudaError::UnsupportedLimit),
+            // A hint "between 0 and 128" bytes.
+            5 if value > 128 => return Err(CudaError::InvalidValue),
+            // A hint the driver clamps to what the L2 cache can set aside.
+            6 => value.min(l2),
+            _ => value,
+        };
         self.limits.lock().unwrap()[i] = value;
         Ok(())
     }
