@@ -12,6 +12,7 @@
 //! - `phosctl spec coverage|check`: what the spec covers.
 
 mod bench;
+mod error;
 mod guestlib;
 mod manage;
 mod policy;
@@ -23,6 +24,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use phos_api_server::BackendKind;
+use phos_control::Cancel;
 use phos_router::{Router, RouterConfig};
 
 #[derive(Parser)]
@@ -221,11 +223,13 @@ fn router_config(listen: PathBuf, runtime_dir: PathBuf, backend: BackendKind, se
     config
 }
 
-pub(crate) fn endpoint_path(s: &str) -> Result<PathBuf, String> {
-    match phos_protocol::transport::Endpoint::parse(s)? {
+pub(crate) fn endpoint_path(s: &str) -> Result<PathBuf, error::CliError> {
+    match phos_protocol::transport::Endpoint::parse(s).map_err(error::CliError::Usage)? {
         phos_protocol::transport::Endpoint::Unix(p) => Ok(p),
         phos_protocol::transport::Endpoint::Tcp(_) | phos_protocol::transport::Endpoint::Vsock { .. } => {
-            Err(format!("`{s}`: a router's own socket is a unix: path (listen_tcp in its configuration adds TCP)"))
+            Err(error::CliError::Usage(format!(
+                "`{s}`: a router's own socket is a unix: path (listen_tcp in its configuration adds TCP)"
+            )))
         }
     }
 }
@@ -248,7 +252,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             Ok(f) => f,
             Err(e) => {
                 tracing::error!("{e}");
-                return ExitCode::from(2);
+                return error::Exit::Usage.into();
             }
         },
         None => Default::default(),
@@ -260,7 +264,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         Ok(p) => p,
         Err(e) => {
             tracing::error!("{e}");
-            return ExitCode::from(2);
+            return error::Exit::Usage.into();
         }
     };
     let runtime_dir = path.parent().map(|d| d.join("servers")).unwrap_or_else(|| PathBuf::from("/tmp/phos-servers"));
@@ -276,7 +280,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         Ok(l) => config.limits = l,
         Err(e) => {
             tracing::error!("{e}");
-            return ExitCode::from(2);
+            return error::Exit::Usage.into();
         }
     }
     if let Some(on) = file.shared_memory {
@@ -290,8 +294,8 @@ fn serve(args: ServeArgs) -> ExitCode {
     config.session_limits = match file.session_limits() {
         Ok(l) => l,
         Err(e) => {
-            tracing::error!("[limits]: {e}");
-            return ExitCode::from(2);
+            tracing::error!("{e}");
+            return error::Exit::Usage.into();
         }
     };
     if let Some(size) = file.ring_size {
@@ -302,15 +306,17 @@ fn serve(args: ServeArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => {
             tracing::error!("{e}");
-            return ExitCode::from(2);
+            return error::Exit::Usage.into();
         }
     };
     for p in &file.policies {
-        match p.to_load().and_then(|load| router.load_policy(load, &phos_control::Cancel::default())) {
+        let loaded: Result<_, Box<dyn std::error::Error>> =
+            p.to_load().map_err(Into::into).and_then(|load| Ok(router.load_policy(load, &Cancel::default())?));
+        match loaded {
             Ok(s) => tracing::info!("policy `{}` loaded from {}", s.name, s.source),
             Err(e) => {
                 tracing::error!("policy from the configuration: {e}");
-                return ExitCode::from(2);
+                return error::Exit::Usage.into();
             }
         }
     }
@@ -372,7 +378,7 @@ fn run(args: RunArgs) -> ExitCode {
         Ok(d) => d,
         Err(e) => {
             tracing::error!("cannot find the guest library: {e}");
-            return ExitCode::from(2);
+            return error::Exit::Usage.into();
         }
     };
     // Inside a VM the router is the hypervisor's: its device answers on the host's CID.
@@ -386,7 +392,7 @@ fn run(args: RunArgs) -> ExitCode {
                 Ok(phos_protocol::transport::Endpoint::Vsock { .. })
             ) {
                 tracing::error!("--transport vsock needs a vsock:CID:PORT endpoint, not `{e}`");
-                return ExitCode::from(2);
+                return error::Exit::Usage.into();
             }
             (Some(e), None)
         }
@@ -394,7 +400,7 @@ fn run(args: RunArgs) -> ExitCode {
             Some(Ok(phos_protocol::transport::Endpoint::Tcp(_))) => (endpoint, None),
             _ => {
                 tracing::error!("--transport tcp needs --endpoint tcp:HOST:PORT (a router listening on TCP)");
-                return ExitCode::from(2);
+                return error::Exit::Usage.into();
             }
         },
         _ => (endpoint, transport),

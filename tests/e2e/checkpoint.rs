@@ -20,6 +20,10 @@ fn phosctl(router: &TestRouter, args: &[&str]) -> std::process::Output {
         .expect("running phosctl")
 }
 
+/// `phosctl`'s exit status for a refusal (an image or a session state that does not allow
+/// the operation; docs/operations.md, "Exit status").
+const REFUSED: i32 = 5;
+
 /// Start `exe args` as a guest of `router`, with its stdout piped.
 fn start_guest(router: &TestRouter, exe: &Path, args: &[&str]) -> Child {
     Command::new(built("phosctl"))
@@ -146,7 +150,7 @@ fn a_corrupted_image_is_refused_and_changes_nothing() {
     // The session is still running (the checkpoint did not stop it): restoring over it is
     // refused.
     let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
-    assert!(!rs.status.success());
+    assert_eq!(rs.status.code(), Some(REFUSED));
     assert!(String::from_utf8_lossy(&rs.stderr).contains("is running"), "{}", String::from_utf8_lossy(&rs.stderr));
     // A truncated manifest is refused with a clear message.
     let trunc = image.path().join("truncated");
@@ -155,7 +159,7 @@ fn a_corrupted_image_is_refused_and_changes_nothing() {
     std::fs::write(trunc.join(phos_checkpoint::MANIFEST_FILE), &manifest[..manifest.len() / 2]).unwrap();
     std::fs::copy(dir.join(phos_checkpoint::MEMORY_FILE), trunc.join(phos_checkpoint::MEMORY_FILE)).unwrap();
     let rs = phosctl(&router, &["restore", trunc.to_str().unwrap()]);
-    assert!(!rs.status.success());
+    assert_eq!(rs.status.code(), Some(REFUSED));
     assert!(String::from_utf8_lossy(&rs.stderr).contains("truncated"), "{}", String::from_utf8_lossy(&rs.stderr));
     // Another format version is refused, naming both versions.
     let other = image.path().join("other-version");
@@ -165,7 +169,7 @@ fn a_corrupted_image_is_refused_and_changes_nothing() {
     std::fs::write(other.join(phos_checkpoint::MANIFEST_FILE), &m).unwrap();
     std::fs::copy(dir.join(phos_checkpoint::MEMORY_FILE), other.join(phos_checkpoint::MEMORY_FILE)).unwrap();
     let rs = phosctl(&router, &["restore", other.to_str().unwrap()]);
-    assert!(!rs.status.success());
+    assert_eq!(rs.status.code(), Some(REFUSED));
     assert!(String::from_utf8_lossy(&rs.stderr).contains("format version"), "{}", String::from_utf8_lossy(&rs.stderr));
     // The running program is unaffected and finishes.
     let status = guest.wait().unwrap();
@@ -187,7 +191,7 @@ fn a_corrupted_image_of_a_stopped_session_is_refused_before_anything_runs() {
     bad[good.len() / 3] ^= 1;
     std::fs::write(&mem, &bad).unwrap();
     let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
-    assert!(!rs.status.success());
+    assert_eq!(rs.status.code(), Some(REFUSED));
     assert!(String::from_utf8_lossy(&rs.stderr).contains("checksum"), "{}", String::from_utf8_lossy(&rs.stderr));
     assert!(router.router.session(id).unwrap().control_socket().is_none(), "no server was left running");
     // With the image repaired, the restore works and the program completes.
@@ -337,7 +341,7 @@ fn forged_images_are_refused_for_what_they_say() {
         let bad = forged(&dir, name, edit);
         let rs = phosctl(&router, &["restore", bad.to_str().unwrap()]);
         let err = String::from_utf8_lossy(&rs.stderr);
-        assert!(!rs.status.success(), "{name}: restored");
+        assert_eq!(rs.status.code(), Some(REFUSED), "{name}: {err}");
         assert!(err.contains(why), "{name}: {err}");
         assert!(router.router.session(id).unwrap().control_socket().is_none(), "{name}: a server was left running");
     }
@@ -367,7 +371,7 @@ fn a_new_session_from_an_image_needs_the_operators_word_on_its_tenant() {
     let refused = |args: &[&str], why: &str| {
         let rs = phosctl(&elsewhere, &[&["restore", d][..], args].concat());
         let err = String::from_utf8_lossy(&rs.stderr);
-        assert!(!rs.status.success() && err.contains(why), "{args:?}: {err}");
+        assert!(rs.status.code() == Some(REFUSED) && err.contains(why), "{args:?}: {err}");
     };
     refused(&[], "is not in this router");
     refused(&["--tenant", "uid:9"], "belongs to tenant \"uid:0\", not \"uid:9\"");
