@@ -29,7 +29,8 @@ impl std::fmt::Display for Operation {
 /// What a checkpoint was still waiting for when it gave up.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Waiting {
-    /// The session's calls in flight to end: the functions of those still running.
+    /// The session's calls in flight to end: those still running, each as its function and
+    /// channel (`phosLaunchKernel (channel 1)`).
     Calls { functions: Vec<String> },
     /// A device to finish the work queued on it.
     Device { device: i32 },

@@ -28,7 +28,14 @@ use phos_control::Cancel;
 use phos_router::{Router, RouterConfig};
 
 #[derive(Parser)]
-#[command(name = "phosctl", version, about = "Phos: API remoting for CUDA")]
+#[command(
+    name = "phosctl",
+    version,
+    about = "Phos: API remoting for CUDA",
+    after_help = "Exit status (but `run`, which exits with its program's): 0 done, 1 failed, 2 usage or \
+                  configuration, 3 unavailable (router, server, clang), 4 no such session or policy, \
+                  5 refused, 6 timed out. See docs/operations.md."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

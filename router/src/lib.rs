@@ -243,6 +243,17 @@ fn receive_host_arena(socket: &UnixStream) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Why a connection's first frame is not a Hello the router can read.
+#[derive(Debug, thiserror::Error)]
+enum BadHello {
+    #[error(transparent)]
+    Frame(phos_protocol::transport::TransportError),
+    #[error("expected Hello, got {0:?}")]
+    NotHello(FrameKind),
+    #[error("{0}")]
+    Decode(bincode::error::DecodeError),
+}
+
 /// Who is at the other end of a connection, as far as the router knows before the Hello.
 #[derive(Debug, Clone)]
 enum Peer {
@@ -724,8 +735,8 @@ impl Router {
         let key = peer.key();
         let mut payload = Vec::new();
         let hello = match read_frame(&mut guest, &mut payload, MAX_HANDSHAKE) {
-            Ok(h) if h.kind == FrameKind::Hello => phos_protocol::decode::<Hello>(&payload).map_err(|e| e.to_string()),
-            Ok(h) => Err(format!("expected Hello, got {:?}", h.kind)),
+            Ok(h) if h.kind == FrameKind::Hello => phos_protocol::decode::<Hello>(&payload).map_err(BadHello::Decode),
+            Ok(h) => Err(BadHello::NotHello(h.kind)),
             Err(phos_protocol::transport::TransportError::Io(e))
                 if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) =>
             {
@@ -733,7 +744,7 @@ impl Router {
                 guest_warn!(&key, peer = %key, "no handshake within {:?}: closed", self.config.limits.handshake_timeout);
                 return;
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(BadHello::Frame(e)),
         };
         let hello = match hello {
             Ok(h) => h,

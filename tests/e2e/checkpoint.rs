@@ -20,8 +20,11 @@ fn phosctl(router: &TestRouter, args: &[&str]) -> std::process::Output {
         .expect("running phosctl")
 }
 
-/// `phosctl`'s exit status for a refusal (an image or a session state that does not allow
-/// the operation; docs/operations.md, "Exit status").
+/// `phosctl`'s exit statuses (docs/operations.md, "Exit status"): something it needs cannot
+/// be reached, no such session or policy, a refusal (an image or a session state that does
+/// not allow the operation).
+const UNAVAILABLE: i32 = 3;
+const NOT_FOUND: i32 = 4;
 const REFUSED: i32 = 5;
 
 /// Start `exe args` as a guest of `router`, with its stdout piped.
@@ -289,6 +292,11 @@ fn forged_images_are_refused_for_what_they_say() {
     let image = tempfile::tempdir().unwrap();
     let dir = image.path().join("image");
     checkpoint(&router, id, &dir, &["--stop"]);
+    // A suspended session has nothing to checkpoint.
+    let again = phosctl(&router, &["checkpoint", &id.to_string(), "--out", dir.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(REFUSED), "{err}");
+    assert!(err.contains(&format!("session {id} is suspended")), "{err}");
     let m = phos_checkpoint::Image::open(&dir).unwrap().manifest;
     let (stream, function) = (created(&m, "stream"), created(&m, "function"));
     let module_number = created(&m, "module") & ((1 << 48) - 1);
@@ -389,4 +397,30 @@ fn a_new_session_from_an_image_needs_the_operators_word_on_its_tenant() {
     let rs = phosctl(&router, &["restore", d]);
     assert!(rs.status.success(), "{}", String::from_utf8_lossy(&rs.stderr));
     assert!(guest.wait().unwrap().success());
+}
+
+/// What `phosctl` says when there is nothing to manage, and its exit status for each kind of
+/// failure: no such session or policy, no router there.
+#[test]
+fn phosctl_names_what_is_missing_and_exits_with_its_class() {
+    let router = TestRouter::start("emu");
+    let out = tempfile::tempdir().unwrap();
+    let image = out.path().join("image");
+    let ck = phosctl(&router, &["checkpoint", "999", "--out", image.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&ck.stderr);
+    assert_eq!(ck.status.code(), Some(NOT_FOUND), "{err}");
+    assert!(err.contains("no session 999"), "{err}");
+    let show = phosctl(&router, &["policy", "show", "nothing"]);
+    let err = String::from_utf8_lossy(&show.stderr);
+    assert_eq!(show.status.code(), Some(NOT_FOUND), "{err}");
+    assert!(err.contains("no policy named `nothing`"), "{err}");
+    let nowhere = out.path().join("no-router.sock");
+    let listed = Command::new(built("phosctl"))
+        .args(["sessions", "--router"])
+        .arg(format!("unix:{}", nowhere.display()))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&listed.stderr);
+    assert_eq!(listed.status.code(), Some(UNAVAILABLE), "{err}");
+    assert!(err.contains("cannot reach the router at") && err.contains("no-router.sock.ctl"), "{err}");
 }
