@@ -1,15 +1,18 @@
-//! `phosctl`: the operator's command line.
+//! `phosctl`: the operator's command line (docs/operations.md has every option).
 //!
 //! - `phosctl serve`: run a router in the foreground; it starts one API server per guest
 //!   process.
-//! - `phosctl run [--backend cuda|emu] [--endpoint E] -- CMD ARGS...`: run an unmodified CUDA
-//!   program through Phos (a private router and server unless an endpoint is given) and exit
-//!   with its exit code.
+//! - `phosctl run [--backend cuda|emu] [--endpoint E] [--summary] -- CMD ARGS...`: run an
+//!   unmodified CUDA program through Phos (a private router and server unless an endpoint is
+//!   given) and exit with its exit code.
 //! - `phosctl sessions`, `phosctl checkpoint <session> --out DIR [--stop]`,
 //!   `phosctl restore DIR [--device N]`: manage a router's sessions.
 //! - `phosctl policy load|unload|list|show|build|headers`: the router's eBPF policies.
 //! - `phosctl top`: live per-tenant usage.
+//! - `phosctl bench`: Phos against native CUDA, as a markdown table.
 //! - `phosctl spec coverage|check`: what the spec covers.
+//!
+//! The other commands exit with one status per kind of failure ([`error::Exit`]).
 
 mod bench;
 mod error;
