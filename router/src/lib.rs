@@ -41,10 +41,9 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-
-use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use phos_control::{ControlError, ImageRefusal, Operation};
 use phos_policy::engine::PolicySet;
 use phos_protocol::cudart;

@@ -8,10 +8,11 @@
 //! `cudaErrorDevicesUnavailable` (the guest's call fails with it), counts in the tenant's
 //! metrics ([`LimitKind`]) and writes a rate-limited log line, nothing more.
 
-use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use crate::tenants::Amount;
 

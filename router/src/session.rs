@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use std::time::{Duration, Instant};
 
 use crate::RouterConfig;
 use crate::tenants::{Tenant, TenantState};

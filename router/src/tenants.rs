@@ -25,7 +25,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{Mutex, RwLock};
-
 use phos_control::TenantUsage;
 use phos_policy::engine::monotonic_ns;
 

@@ -1,8 +1,8 @@
 //! Per-session usage, from the spec's cost table: calls per function and resource amounts.
 
-use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use parking_lot::Mutex;
 use phos_protocol::cudart::{FunctionId, RESOURCES};
 use phos_protocol::spec::{Charge, RcOp};
 
