@@ -484,6 +484,22 @@ pub fn parse_amount(v: &str) -> Option<i128> {
 mod tests {
     use super::*;
 
+    /// Every call of every tenant asks the chain: a thread that panics holding its lock must
+    /// not make the later ones panic.
+    #[test]
+    fn a_panic_under_the_chains_lock_leaves_it_usable() {
+        let set = Arc::new(PolicySet::default());
+        let held = set.clone();
+        let panicked = std::thread::spawn(move || {
+            let _chain = held.chain.write();
+            panic!("a bug under the lock");
+        })
+        .join();
+        assert!(panicked.is_err());
+        assert!(set.list().is_empty());
+        assert!(matches!(set.unload("none"), Err(PolicyError::NotFound(_))));
+    }
+
     #[test]
     fn verdicts_decode() {
         assert_eq!(Verdict::decode(0), Some(Verdict::Admit));

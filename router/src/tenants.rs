@@ -483,6 +483,25 @@ mod tests {
         RESOURCES.iter().position(|r| r.name == name).unwrap()
     }
 
+    /// The router's books are shared by every tenant: a thread that panics holding their
+    /// locks (a bug one guest hit) must not make every later caller panic too.
+    #[test]
+    fn a_panic_under_the_books_locks_leaves_them_usable() {
+        let t = Arc::new(Tenants::new(vec![]).unwrap());
+        let first = t.state(&Tenant("a".into()));
+        let held = t.clone();
+        let panicked = std::thread::spawn(move || {
+            let _create = held.create.lock();
+            let _states = held.states.write();
+            panic!("a bug under the locks");
+        })
+        .join();
+        assert!(panicked.is_err());
+        assert!(Arc::ptr_eq(&first, &t.state(&Tenant("a".into()))));
+        assert_eq!(t.state(&Tenant("b".into())).index, 1);
+        assert_eq!(t.usage().len(), 2);
+    }
+
     #[test]
     fn configured_tenants_by_uid_and_defaults() {
         let c: TenantConfig = toml::from_str(
