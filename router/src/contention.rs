@@ -33,7 +33,7 @@
 //! the tenants with work queued and passes no credit on (the accounting before
 //! water-filling), for comparisons.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 /// The most either balance carries between measurements.
 pub const CARRY_NS: u64 = 100_000_000;
@@ -177,7 +177,7 @@ impl Contention {
     /// `delta` measured calls of tenant `index` were admitted (positive) or will not be
     /// measured after all (negative), at `now` (monotonic ns).
     pub fn pending(&self, index: usize, delta: i64, now: u64) {
-        let mut s = self.state.lock().unwrap();
+        let mut s = self.state.lock();
         s.advance(now, self.split);
         let t = s.tenant(index);
         let was = t.pending;
@@ -190,7 +190,7 @@ impl Contention {
     /// `calls` calls of tenant `index` were measured at `amount` in all: returns what to
     /// charge.
     pub fn measured(&self, index: usize, amount: u64, calls: u64, now: u64) -> u64 {
-        let mut s = self.state.lock().unwrap();
+        let mut s = self.state.lock();
         s.advance(now, self.split);
         let t = s.tenant(index);
         t.pending = t.pending.saturating_sub(calls);
