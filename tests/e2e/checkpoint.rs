@@ -146,7 +146,7 @@ fn a_corrupted_image_is_refused_and_changes_nothing() {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);
     let router = TestRouter::start("emu");
-    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["30", "40"]);
+    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["120", "40"]);
     let image = tempfile::tempdir().unwrap();
     let dir = image.path().join("image");
     checkpoint(&router, id, &dir, &[]);
@@ -184,7 +184,7 @@ fn a_corrupted_image_of_a_stopped_session_is_refused_before_anything_runs() {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);
     let router = TestRouter::start("emu");
-    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["30", "40"]);
+    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["120", "40"]);
     let image = tempfile::tempdir().unwrap();
     let dir = image.path().join("image");
     checkpoint(&router, id, &dir, &["--stop"]);
@@ -286,9 +286,12 @@ fn created(m: &phos_checkpoint::Manifest, kind: &str) -> u64 {
 fn forged_images_are_refused_for_what_they_say() {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);
+    // Built before the guest starts: a build waits for other tests' builds, and the guest
+    // must still be running when the checkpoint comes.
+    let neighbour_exe = build_program(&nvcc, "vector_add", &["-arch=sm_70"]);
     let router = TestRouter::start("emu");
-    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["30", "40"]);
-    let neighbour = start_guest(&router, &build_program(&nvcc, "vector_add", &["-arch=sm_70"]), &[]);
+    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["120", "40"]);
+    let neighbour = start_guest(&router, &neighbour_exe, &[]);
     let image = tempfile::tempdir().unwrap();
     let dir = image.path().join("image");
     checkpoint(&router, id, &dir, &["--stop"]);
@@ -370,7 +373,7 @@ fn a_new_session_from_an_image_needs_the_operators_word_on_its_tenant() {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);
     let router = TestRouter::start("emu");
-    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["30", "40"]);
+    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["120", "40"]);
     let image = tempfile::tempdir().unwrap();
     let dir = image.path().join("image");
     checkpoint(&router, id, &dir, &["--stop"]);

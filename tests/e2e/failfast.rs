@@ -219,7 +219,7 @@ fn a_restore_past_its_deadline_is_given_up() {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "iterative", ARCH);
     let router = TestRouter::start("emu");
-    let mut guest = start_guest(&router, &exe, &["30", "40"]);
+    let mut guest = start_guest(&router, &exe, &["120", "40"]);
     let mut out = BufReader::new(guest.stdout.take().unwrap());
     read_until(&mut out, "iteration 10 ");
     let id = session_of(&router, "iterative");
