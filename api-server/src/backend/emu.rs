@@ -116,6 +116,9 @@ pub struct EmuBackend {
     /// Time spent running kernels (ns) and kernels run: the emulated device's device time.
     kernel_ns: AtomicU64,
     kernels: AtomicU64,
+    /// Warp-instructions a launch may run per worker before it fails as timed out (none:
+    /// kernels run until they end, as on a GPU).
+    kernel_limit: Option<u64>,
 }
 
 /// A kernel handle: its program and the attributes a program may set.
@@ -245,7 +248,15 @@ impl EmuBackend {
             workers: cores as usize,
             kernel_ns: AtomicU64::new(0),
             kernels: AtomicU64::new(0),
+            kernel_limit: None,
         }
+    }
+
+    /// Fail a launch with `cudaErrorLaunchTimeout` once a worker has run this many
+    /// warp-instructions of it (the fuzz harness, whose inputs may loop forever).
+    pub fn with_kernel_limit(mut self, max_warp_instructions: u64) -> Self {
+        self.kernel_limit = Some(max_warp_instructions);
+        self
     }
 
     fn fresh(&self) -> Raw {
@@ -835,7 +846,8 @@ impl Backend for EmuBackend {
         };
         let _work = self.work.lock().unwrap();
         let started = std::time::Instant::now();
-        let result = exec::run(&program, &name, &launch, memory, printed, self.workers);
+        let options = exec::RunOptions { workers: self.workers, max_warp_instructions: self.kernel_limit };
+        let result = exec::run_with(&program, &name, &launch, memory, printed, &options);
         // A kernel that failed is not counted: the router takes the failure as a launch
         // that will not be measured, and counts the kernels measured against its own.
         if result.is_ok() {
