@@ -866,3 +866,18 @@ impl Backend for EmuBackend {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stack_size_that_cannot_be_rounded_up_is_refused() {
+        // Rounding u64::MAX up to a multiple of 16 overflowed before sizes were bounded
+        // (found by the `dispatch` fuzz target).
+        let emu = EmuBackend::new(1 << 20);
+        assert_eq!(emu.set_limit(0, 0, u64::MAX), Err(CudaError::InvalidValue));
+        emu.set_limit(0, 0, 17).unwrap();
+        assert_eq!(emu.limit(0, 0), Ok(32));
+    }
+}
