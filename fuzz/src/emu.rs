@@ -34,11 +34,13 @@ use crate::Fields;
 /// Where the session's device memory lives, and how much of it there is.
 pub const DEVICE_BASE: u64 = phos_api_server::memory::DEFAULT_BASE;
 pub const DEVICE_RANGE: u64 = 1 << 30;
-pub const DEVICE_MEMORY: u64 = 64 << 20;
+pub const DEVICE_MEMORY: u64 = 16 << 20;
 /// The largest reply buffer a call may ask for.
 pub const MAX_REPLY: u64 = 1 << 20;
-/// Warp-instructions a kernel may run (per worker) before it fails as timed out.
-pub const KERNEL_LIMIT: u64 = 200_000;
+/// Warp-instructions a kernel may run (per worker) before it fails as timed out: small, since
+/// a script may launch kernels (or graphs of them) dozens of times and must still end within
+/// the fuzzer's timeout.
+pub const KERNEL_LIMIT: u64 = 20_000;
 /// Calls one input may make.
 pub const MAX_CALLS: usize = 64;
 

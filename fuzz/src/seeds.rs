@@ -736,18 +736,20 @@ fn frame_stream() -> Vec<u8> {
 
 pub fn frames() -> Seeds {
     let stream = frame_stream();
-    let ring = |flags: u8, head: u64, data: &[u8]| {
-        let mut input = vec![1, flags, 0];
+    let ring = |mode: u8, head: u64, data: &[u8]| {
+        let mut input = vec![mode, 0, 0];
         input.extend_from_slice(&head.to_le_bytes());
         input.extend_from_slice(data);
         input
     };
     vec![
-        ("stream-whole".into(), [vec![0], stream.clone()].concat()),
-        ("stream-trickle".into(), [vec![2], stream.clone()].concat()),
-        ("ring".into(), ring(0, 0, &stream)),
+        ("stream".into(), [vec![0], stream.clone()].concat()),
+        ("stream-charged".into(), [vec![2], stream.clone()].concat()),
+        // Three bytes per read, charged to a budget.
+        ("stream-trickle".into(), [vec![130], stream.clone()].concat()),
+        ("ring".into(), ring(1, 0, &stream)),
         // The data wraps around the end of the ring.
-        ("ring-wrapped".into(), ring(0, (1 << 40) + 4096 - 100, &stream)),
+        ("ring-wrapped-charged".into(), ring(3, (1 << 40) + 4096 - 100, &stream)),
     ]
 }
 
