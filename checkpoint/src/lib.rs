@@ -321,7 +321,12 @@ impl Image {
             return Err(ImageError::Version { found: version });
         }
         let body_len = u64::from_le_bytes(head[12..20].try_into().unwrap());
-        if body_len > MAX_MANIFEST || 20 + body_len + 4 != len {
+        if body_len > MAX_MANIFEST {
+            return Err(ImageError::Corrupted(format!(
+                "the manifest's length field ({body_len}) is over the limit of {MAX_MANIFEST} bytes"
+            )));
+        }
+        if 20 + body_len + 4 != len {
             return Err(if 20 + body_len + 4 > len {
                 ImageError::Truncated(format!("the manifest should have {} bytes, it has {len}", 20 + body_len + 4))
             } else {

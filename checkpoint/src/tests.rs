@@ -226,3 +226,19 @@ fn a_length_in_the_manifest_cannot_make_the_reader_allocate() {
         other => panic!("{:?}", other.map(|i| i.manifest)),
     }
 }
+
+#[test]
+fn a_manifest_length_near_2_to_the_64_is_refused() {
+    // Adding the header's size to a length field of 2^64 - 5 overflowed (found by the
+    // `checkpoint_image` fuzz target).
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = MAGIC.to_vec();
+    bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    bytes.extend_from_slice(&(u64::MAX - 4).to_le_bytes());
+    bytes.extend_from_slice(&[0; 8]);
+    std::fs::write(dir.path().join(MANIFEST_FILE), bytes).unwrap();
+    match Image::open(dir.path()) {
+        Err(ImageError::Corrupted(why)) => assert!(why.contains("over the limit"), "{why}"),
+        other => panic!("{:?}", other.map(|i| i.manifest)),
+    }
+}
