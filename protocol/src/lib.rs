@@ -81,9 +81,9 @@ pub const fn bincode_config() -> Config {
 /// takes more than a few times its encoded size (a `Vec<String>` of empty strings, 24 bytes
 /// for each 8 sent, is the worst), so the rest of the limit is claimed before decoding
 /// starts.
-pub const DECODE_MEMORY_FACTOR: usize = 4;
+const DECODE_MEMORY_FACTOR: usize = 4;
 /// See [`DECODE_MEMORY_FACTOR`].
-pub const DECODE_MEMORY_FLOOR: usize = 4096;
+const DECODE_MEMORY_FLOOR: usize = 4096;
 
 /// A decoder over `payload` that may allocate only what [`DECODE_MEMORY_FACTOR`] allows.
 fn bounded_decoder(payload: &[u8]) -> Result<DecoderImpl<PayloadReader<'_>, Config, ()>, DecodeError> {
