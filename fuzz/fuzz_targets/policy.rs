@@ -15,7 +15,7 @@ fuzz_target!(init: phos_fuzz::write_seeds_if_asked(), |input: &[u8]| {
     let mut seed = f.u64() | 1;
     let elf = f.rest();
     let policies = PolicySet::new(BUDGET);
-    if policies.load("fuzz", "input", elf, &[], KernelCheck::Skip).is_err() {
+    if policies.load("fuzz", "input", elf, &[], KernelCheck::Skip, &|| false).is_err() {
         return;
     }
     let _ = policies.show("fuzz");

@@ -26,6 +26,7 @@ use phos_api_server::output::DeviceOutput;
 use phos_api_server::server::ApiServer;
 use phos_api_server::service::Session;
 use phos_protocol::cudart::{FunctionId, PhosHostFuncDoneRequest, PhosHostFuncEnqueueRequest, PhosModuleLoadRequest};
+use phos_protocol::limits::{LimitKind, SessionLimits};
 use phos_protocol::{CudaError, RemoteCall};
 use sha2::{Digest, Sha256};
 
@@ -43,6 +44,9 @@ pub const MAX_REPLY: u64 = 1 << 20;
 pub const KERNEL_LIMIT: u64 = 20_000;
 /// Calls one input may make.
 pub const MAX_CALLS: usize = 64;
+/// Objects of each kind a session may hold: small, so that a script of [`MAX_CALLS`] can reach
+/// the limits and their refusals.
+pub const OBJECT_LIMIT: u64 = 16;
 
 /// A fresh session on `emu` and the server that runs its calls.
 pub struct EmuServer {
@@ -61,7 +65,11 @@ impl Default for EmuServer {
 impl EmuServer {
     pub fn new() -> Self {
         let backend = Arc::new(EmuBackend::new(DEVICE_MEMORY).with_kernel_limit(KERNEL_LIMIT));
-        let session = Session::new(1, backend, DEVICE_BASE, DEVICE_RANGE, MAX_REPLY, DeviceOutput::default())
+        let mut limits = SessionLimits::default();
+        for kind in LimitKind::ALL {
+            limits.set(kind, OBJECT_LIMIT);
+        }
+        let session = Session::new(1, backend, DEVICE_BASE, DEVICE_RANGE, MAX_REPLY, DeviceOutput::default(), limits)
             .expect("reserving the emulated device's address range");
         let session = Arc::new(session);
         EmuServer { server: ApiServer::for_session(session.clone()), session, gates: RefCell::default() }

@@ -26,8 +26,12 @@ pub fn framed_manifest(body: &[u8]) -> Vec<u8> {
     bytes
 }
 
-/// The input for an image directory written by the image writer (its manifest unwrapped).
+/// The input for an image directory written by the image writer (its manifest unwrapped),
+/// which must open: a seed the reader refuses outright would reach none of what follows.
 pub fn input_of(dir: &Path) -> Vec<u8> {
+    if let Err(e) = phos_checkpoint::Image::open(dir) {
+        panic!("the seed image {} does not open: {e}", dir.display());
+    }
     let manifest = std::fs::read(dir.join(phos_checkpoint::MANIFEST_FILE)).expect("the image has a manifest");
     let memory = std::fs::read(dir.join(phos_checkpoint::MEMORY_FILE)).expect("the image has a memory file");
     let body = &manifest[20..manifest.len() - 4];

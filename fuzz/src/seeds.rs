@@ -696,7 +696,12 @@ pub fn handshake() -> Seeds {
         transport: TransportKind::Vsock,
         max_payload: 4 << 30,
     };
-    let report = UsageReport { held: vec![(3, 4096), (6, 0)], measured: vec![(4, 123_456, 7)], barrier: false };
+    let report = UsageReport {
+        held: vec![(3, 4096), (6, 0)],
+        measured: vec![(4, 123_456, 7)],
+        refused: vec![(0, 2)],
+        barrier: false,
+    };
     let tagged = |tag: u8, bytes: Vec<u8>| [vec![tag], bytes].concat();
     vec![
         ("hello".into(), tagged(0, phos_protocol::encode(&hello))),
@@ -770,7 +775,14 @@ pub fn checkpoint_image() -> Seeds {
         let meta = SessionMeta { token: [3; 16], tenant: "uid:1000".into(), abi_major: 12, ..Default::default() };
         server
             .session()
-            .checkpoint(&dir, meta, compression, false, &phos_api_server::checkpoint::Progress::default())
+            .checkpoint(
+                &dir,
+                meta,
+                compression,
+                false,
+                &phos_api_server::checkpoint::Progress::default(),
+                &phos_api_server::checkpoint::Bounds::default(),
+            )
             .expect("checkpointing the seed session");
         out.push((name.to_string(), crate::image::input_of(&dir)));
     }
@@ -787,7 +799,18 @@ pub fn checkpoint_image() -> Seeds {
     let manifest = Manifest {
         spec_hash: SPEC_HASH,
         created_ms: 1_700_000_000_000,
-        session: SessionMeta { id: 5, program: "vector_add".into(), devices: vec!["emu".into()], ..Default::default() },
+        session: SessionMeta {
+            id: 5,
+            token: [4; 16],
+            tenant: "uid:1000".into(),
+            program: "vector_add".into(),
+            abi_major: 12,
+            backend: "emu".into(),
+            device_base: 0x6000_0000_0000,
+            device_size: 1 << 30,
+            devices: vec!["emu".into()],
+            epoch: 1,
+        },
         handle_counters: vec![("stream".into(), 3)],
         records: vec![Record {
             function: CudaMallocRequest::FUNCTION as u32,
