@@ -57,8 +57,14 @@ fn expected(name: &str) -> String {
 }
 
 /// vector_add, started on `router` to run beside a test's session; check it with [`neighbour_done`].
-fn neighbour(router: &TestRouter, nvcc: &Path) -> Child {
-    start_guest(router, &build_program(nvcc, "vector_add", ARCH), &[])
+/// The neighbour's program, built before a test's guest starts: a build may wait for other
+/// tests' builds, and a guest that runs for a few seconds must still be running after it.
+fn neighbour_program(nvcc: &Path) -> PathBuf {
+    build_program(nvcc, "vector_add", ARCH)
+}
+
+fn neighbour(router: &TestRouter, program: &Path) -> Child {
+    start_guest(router, program, &[])
 }
 
 fn neighbour_done(child: Child) {
@@ -111,9 +117,10 @@ fn timed_line(stdout: &str, what: &str, error: &str) -> f64 {
 #[test]
 fn refused_staged_copies_end_at_once() {
     let Some(nvcc) = nvcc() else { return };
+    let vector_add = neighbour_program(&nvcc);
     let exe = build_program_from(&nvcc, &hostile_dir(), "staged_refusals", ARCH);
     let router = TestRouter::start("emu");
-    let other = neighbour(&router, &nvcc);
+    let other = neighbour(&router, &vector_add);
     let started = Instant::now();
     let (ok, stdout, stderr) = finish(start_guest(&router, &exe, &[]));
     assert!(ok, "{stdout}\n{stderr}");
@@ -131,7 +138,7 @@ fn refused_staged_copies_end_at_once() {
     assert!(started.elapsed() < Duration::from_secs(50), "the program took {:?}", started.elapsed());
     assert!(router.server_logs().contains("phosMemcpyStaged: invalid device pointer"), "{}", router.server_logs());
     neighbour_done(other);
-    neighbour_done(neighbour(&router, &nvcc));
+    neighbour_done(neighbour(&router, &vector_add));
 }
 
 /// A checkpoint of a session whose kernel runs far past the checkpoint's deadline gives up
@@ -140,13 +147,14 @@ fn refused_staged_copies_end_at_once() {
 #[test]
 fn a_checkpoint_gives_up_on_a_kernel_that_does_not_end() {
     let Some(nvcc) = nvcc() else { return };
+    let vector_add = neighbour_program(&nvcc);
     let spin = build_program_from(&nvcc, &hostile_dir(), "spin", ARCH);
     let router = TestRouter::start("emu");
     let mut guest = start_guest(&router, &spin, &["4000"]);
     let mut out = BufReader::new(guest.stdout.take().unwrap());
     read_until(&mut out, "launched");
     let id = session_of(&router, "spin");
-    let other = neighbour(&router, &nvcc);
+    let other = neighbour(&router, &vector_add);
     std::thread::sleep(Duration::from_millis(300));
     let image = tempfile::tempdir().unwrap();
     let dir = image.path().join("image");
@@ -180,6 +188,7 @@ fn a_checkpoint_gives_up_on_a_kernel_that_does_not_end() {
 #[test]
 fn a_checkpoint_whose_client_is_killed_stops() {
     let Some(nvcc) = nvcc() else { return };
+    let vector_add = neighbour_program(&nvcc);
     let spin = build_program_from(&nvcc, &hostile_dir(), "spin", ARCH);
     let router = TestRouter::start("emu");
     let mut guest = start_guest(&router, &spin, &["4000"]);
@@ -209,7 +218,7 @@ fn a_checkpoint_whose_client_is_killed_stops() {
     out.read_to_string(&mut rest).unwrap();
     assert!(guest.wait().unwrap().success() && rest.contains("PASS"), "{rest}");
     assert!(!dir.join(phos_checkpoint::MANIFEST_FILE).exists());
-    neighbour_done(neighbour(&router, &nvcc));
+    neighbour_done(neighbour(&router, &vector_add));
 }
 
 /// A restore that cannot finish within its deadline is given up, naming the session; the
@@ -217,6 +226,7 @@ fn a_checkpoint_whose_client_is_killed_stops() {
 #[test]
 fn a_restore_past_its_deadline_is_given_up() {
     let Some(nvcc) = nvcc() else { return };
+    let vector_add = neighbour_program(&nvcc);
     let exe = build_program(&nvcc, "iterative", ARCH);
     let router = TestRouter::start("emu");
     let mut guest = start_guest(&router, &exe, &["120", "40"]);
@@ -233,7 +243,7 @@ fn a_restore_past_its_deadline_is_given_up() {
     assert!(err.contains(&format!("session {id}")) && err.contains("did not finish within"), "{err}");
     let listed = String::from_utf8_lossy(&phosctl(&router, &["sessions"]).stdout).into_owned();
     assert!(listed.contains("suspended"), "{listed}");
-    let other = neighbour(&router, &nvcc);
+    let other = neighbour(&router, &vector_add);
     let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
     assert!(rs.status.success(), "{}", String::from_utf8_lossy(&rs.stderr));
     let mut rest = String::new();
@@ -249,6 +259,7 @@ fn a_restore_past_its_deadline_is_given_up() {
 #[test]
 fn staged_copies_a_policy_refuses_end_at_once() {
     let Some(nvcc) = nvcc() else { return };
+    let vector_add = neighbour_program(&nvcc);
     let Some(policy) = phos_tests::build_policy("copy_quota") else { return };
     let exe = build_program_from(&nvcc, &hostile_dir(), "staged_refusals", ARCH);
     let router = TestRouter::start("emu");
@@ -260,7 +271,7 @@ fn staged_copies_a_policy_refuses_end_at_once() {
         kernel_check: phos_control::KernelCheck::Skip,
     };
     router.router.load_policy(load, &phos_control::Cancel::default()).unwrap();
-    let other = neighbour(&router, &nvcc);
+    let other = neighbour(&router, &vector_add);
     let (ok, stdout, stderr) = finish(start_guest(&router, &exe, &["big"]));
     assert!(ok, "{stdout}\n{stderr}");
     for what in ["h2d 24 MiB", "d2h 32 MiB"] {
