@@ -1,5 +1,7 @@
 //! The PTX parser on any text: it must never panic, and what it parses must print as PTX
-//! that parses back to the same tree (the printer is what rewritten kernels go through).
+//! that parses back to the same tree (the printer is what rewritten kernels go through). The
+//! speculation's analysis and the checked twins never panic on what parses, and a twin prints
+//! as PTX that parses.
 #![no_main]
 
 use libfuzzer_sys::{Corpus, fuzz_target};
@@ -11,5 +13,10 @@ fuzz_target!(init: phos_fuzz::write_seeds_if_asked(), |input: &[u8]| -> Corpus {
     let printed = module.to_string();
     let again = phos_ptx::parse(&printed).unwrap_or_else(|e| panic!("printed PTX does not parse: {e}\n{printed}"));
     assert!(again.eq_ignoring_lines(&module), "printed PTX parses to another tree:\n{printed}");
+    let _ = phos_ptx::access::kernel_accesses(&module);
+    if let Ok(twin) = phos_ptx::instrument::checked_twin(&module) {
+        let printed = twin.module.to_string();
+        phos_ptx::parse(&printed).unwrap_or_else(|e| panic!("a checked twin does not parse: {e}\n{printed}"));
+    }
     Corpus::Keep
 });

@@ -13,8 +13,10 @@
 //!
 //! The printer writes a tree back as PTX that parses to the same tree and that ptxas
 //! assembles (the corpus tests check both on everything nvcc produces from `tests/data`).
-//! Nothing in Phos rewrites kernels today; the tree keeps every construct (debug sections
-//! included) so that a pass could, and print the result.
+//! The tree keeps every construct (debug sections included), so passes can rewrite a module
+//! and print the result: [`instrument`] builds the checked twins of kernels that validate a
+//! concurrent checkpoint's speculation, and [`access`] is that speculation (what each kernel
+//! may read and write through its parameters).
 //!
 //! # Usage
 //!
@@ -61,9 +63,11 @@
 //! Parsing never panics; failures are [`ParseError`]s with a line, a column, the construct being
 //! parsed (for instance "instruction `ld.global` in function `_Z3fooPf`") and what was wrong.
 
+pub mod access;
 mod ast;
 mod error;
 pub mod exec;
+pub mod instrument;
 mod lexer;
 mod parser;
 mod printer;

@@ -216,6 +216,26 @@ fn every_ptx_file_round_trips() {
 /// left out only to save time (their instructions are a subset of the newer builds').
 #[test]
 fn printed_ptx_assembles_with_ptxas() {
+    assemble_all("printed PTX", |m| Some(m.to_string()));
+}
+
+/// The checked twins of every module (validation's rewritten kernels, which the GPU's driver
+/// JIT-compiles during a checkpoint) assemble too. A module may have no twin only for a reason
+/// the rewrite names (a store whose address is not an operand, as tensor copies have).
+#[test]
+fn checked_twins_assemble_with_ptxas() {
+    assemble_all("checked twin", |m| match phos_ptx::instrument::checked_twin(m) {
+        Ok(twin) => Some(twin.module.to_string()),
+        Err(e @ phos_ptx::instrument::InstrumentError::UncheckableStore { .. }) => {
+            eprintln!("no twin: {e}");
+            None
+        }
+        Err(e) => panic!("no twin: {e}"),
+    });
+}
+
+/// Runs ptxas on `text` of every corpus module (where it gives one), for the module's arch.
+fn assemble_all(what: &str, text: impl Fn(&Module) -> Option<String> + Sync) {
     let Some(corpus) = corpus() else { return };
     let dir = tempfile::tempdir().expect("temp dir");
     let todo: Vec<&Compiled> =
@@ -226,8 +246,9 @@ fn printed_ptx_assembles_with_ptxas() {
         return;
     }
     parallel_map(&todo, |i, c| {
+        let Some(ptx) = text(&parse_ok(c)) else { return };
         let file = dir.path().join(format!("{i}.ptx"));
-        std::fs::write(&file, parse_ok(c).to_string()).expect("write PTX");
+        std::fs::write(&file, &ptx).expect("write PTX");
         let mut cmd = Command::new(c.nvcc.with_file_name("ptxas"));
         cmd.arg(format!("-arch={}", c.arch.replace("compute_", "sm_")));
         if c.debug {
@@ -236,7 +257,7 @@ fn printed_ptx_assembles_with_ptxas() {
         let out = cmd.arg(&file).arg("-o").arg(dir.path().join(format!("{i}.cubin"))).output().expect("ptxas runs");
         assert!(
             out.status.success(),
-            "{}: ptxas rejected printed PTX: {}",
+            "{}: ptxas rejected the {what}: {}\n{ptx}",
             c.name,
             String::from_utf8_lossy(&out.stderr)
         );

@@ -57,6 +57,14 @@ impl Buf {
         };
         out
     }
+    /// Writes `v` at the start of the buffer, as a copy from the host would (kernels are not
+    /// running: the tests launch synchronously).
+    fn set<T: Copy>(&self, v: &[T]) {
+        let bytes = std::mem::size_of_val(v);
+        assert!(bytes <= self.len);
+        // SAFETY: copies `bytes` <= len bytes of plain data into the allocation.
+        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr() as *const u8, self.ptr as *mut u8, bytes) };
+    }
     fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: the allocation holds at least `len` bytes.
         unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut u8, self.len) }
@@ -1133,4 +1141,248 @@ fn random_launches_never_panic() {
         }
     }
     println!("{runs} random launches");
+}
+
+// ----- validated speculation: what kernels write (access), checked twins (instrument) -----
+
+use phos_ptx::access::{KernelAccess, WordUse, kernel_accesses};
+use phos_ptx::instrument::{CHECK_PARAM, checked_twin, context};
+
+fn access_of<'a>(all: &'a [KernelAccess], kernel: &str) -> &'a KernelAccess {
+    all.iter().find(|k| k.kernel == kernel).expect("kernel analysed")
+}
+
+const READ: WordUse = WordUse { read: true, written: false };
+const WRITTEN: WordUse = WordUse { read: false, written: true };
+const BOTH: WordUse = WordUse { read: true, written: true };
+
+/// Parameter words used as addresses, and how. In optimised builds the answer is exact; in
+/// `-G` builds every pointer passes through the stack, so the analysis may only say more
+/// (a word read-only in fact may be reported written, never the reverse).
+#[test]
+fn speculation_names_the_words_and_variables_each_kernel_reads_and_writes() {
+    for v in variants("speculation.cu", &[70, 80], true) {
+        let module = phos_ptx::parse(&v.ptx).unwrap();
+        let all = kernel_accesses(&module);
+        let debug = v.label.contains("-G");
+        let exact = |k: &KernelAccess, expected: &[(u64, WordUse)]| {
+            for &(word, want) in expected {
+                let got = k.word(word);
+                let ok = if debug { (got.read || !want.read) && (got.written || !want.written) } else { got == want };
+                assert!(ok, "{}: {} word {word}: {got:?}, expected {want:?}", v.label, k.kernel);
+            }
+            if !debug {
+                assert_eq!(k.words.len(), expected.len(), "{}: {}: {:?}", v.label, k.kernel, k.words);
+            }
+        };
+        // copy_scaled(a, b, Pair {out, in, n}, n): a read, b written, p.out written, p.in read.
+        let k = access_of(&all, "copy_scaled");
+        exact(k, &[(0, READ), (8, WRITTEN), (16, WRITTEN), (24, READ)]);
+        assert!(k.variables_written.contains("total") && k.variables_read.contains("scale"), "{}: {k:?}", v.label);
+        assert!(!k.variables_written.contains("scale"), "{}: {k:?}", v.label);
+        assert!(k.stores_are_tracked(), "{}: {:?}", v.label, k.untracked_stores);
+        // chase: the table is only read; the store goes through a pointer loaded from it.
+        let k = access_of(&all, "chase");
+        exact(k, &[(0, READ), (8, READ)]);
+        assert!(!k.stores_are_tracked(), "{}: the store through table[0] was attributed", v.label);
+        assert!(k.untracked_stores.iter().all(|u| u.what.contains("loaded from memory")), "{:?}", k.untracked_stores);
+        // through_call: passed to a function, so read and written.
+        let k = access_of(&all, "through_call");
+        exact(k, &[(0, BOTH)]);
+        assert!(k.stores_are_tracked(), "{}: {:?}", v.label, k.untracked_stores);
+        // shared_generic: writes `out`; the generic store in put() to shared memory is the
+        // caller's argument, not an unknown address.
+        let k = access_of(&all, "shared_generic");
+        assert!(k.word(0).written, "{}: {k:?}", v.label);
+        assert!(k.stores_are_tracked(), "{}: {:?}", v.label, k.untracked_stores);
+        let k = access_of(&all, "bump");
+        assert!((debug || k.words.is_empty()) && k.variables_written.contains("counter"), "{}: {k:?}", v.label);
+    }
+}
+
+/// A check context in host memory standing in for device memory: the context, its ranges
+/// and the variable table.
+struct CheckContext {
+    ctx: Buf,
+    ranges: Buf,
+    table: Buf,
+}
+
+impl CheckContext {
+    fn new(ranges: &[Range<u64>], variables: &[u64]) -> CheckContext {
+        let pairs: Vec<u64> = ranges.iter().flat_map(|r| [r.start, r.end]).collect();
+        let ranges_buf = Buf::from(&pairs);
+        let table = Buf::from(variables);
+        let mut ctx = Buf::zeroed(context::SIZE as usize);
+        let bytes = ctx.bytes_mut();
+        bytes[context::RANGE_COUNT as usize..][..4].copy_from_slice(&(ranges.len() as u32).to_le_bytes());
+        bytes[context::RANGES as usize..][..8].copy_from_slice(&ranges_buf.addr().to_le_bytes());
+        bytes[context::VARIABLES as usize..][..8].copy_from_slice(&table.addr().to_le_bytes());
+        CheckContext { ctx, ranges: ranges_buf, table }
+    }
+    fn missed(&self) -> Option<u64> {
+        let b: Vec<u64> = self.ctx.get();
+        let flag = b[0] as u32;
+        let first = b[(context::FIRST_MISS / 8) as usize];
+        assert_eq!(flag != 0, first != 0, "the flag and the first missed address agree");
+        (flag != 0).then_some(first)
+    }
+    fn bufs(&self) -> [&Buf; 3] {
+        [&self.ctx, &self.ranges, &self.table]
+    }
+}
+
+/// A module and its checked twin, loaded.
+struct Twin<'a> {
+    original: &'a Loaded,
+    checked: &'a Loaded,
+    variables: &'a [String],
+}
+
+impl Twin<'_> {
+    /// Runs `kernel`'s checked twin with the original's arguments, its variables and
+    /// `ranges`; returns the first address a store missed with, if one did.
+    fn run(
+        &self,
+        kernel: &str,
+        grid: u32,
+        block: u32,
+        args: &Args,
+        bufs: &[&Buf],
+        ranges: &[Range<u64>],
+    ) -> Option<u64> {
+        let table: Vec<u64> = self.variables.iter().map(|n| self.original.var(n).addr()).collect();
+        let check = CheckContext::new(ranges, &table);
+        let mut twin_args = Args(args.0.clone());
+        while !twin_args.0.len().is_multiple_of(8) {
+            twin_args.0.push(0);
+        }
+        let twin_args = twin_args.buf(&check.ctx);
+        let mut all: Vec<&Buf> = bufs.to_vec();
+        all.extend(check.bufs());
+        all.extend(self.original.vars.iter());
+        self.checked.ok(kernel, [grid, 1, 1], [block, 1, 1], 0, &twin_args, &all);
+        check.missed()
+    }
+}
+
+/// The twins compute exactly what the kernels compute, into the original module's variables,
+/// and flag a store outside the ranges given (recording the first such address), never one
+/// inside them, nor a generic store that reaches shared memory.
+#[test]
+fn checked_twins_compute_the_same_and_flag_stores_outside_their_ranges() {
+    for v in variants("speculation.cu", &[70, 80], true) {
+        let module = phos_ptx::parse(&v.ptx).unwrap();
+        let twin = checked_twin(&module).unwrap_or_else(|e| panic!("{}: {e}", v.label));
+        let printed = twin.module.to_string();
+        assert!(printed.contains(CHECK_PARAM), "{}", v.label);
+        let original = Loaded::new(&v.ptx, &v.label);
+        let checked = Loaded::new(&printed, &format!("{} twin", v.label));
+        assert!(checked.vars.is_empty(), "{}: the twin has variables of its own", v.label);
+        let twin = Twin { original: &original, checked: &checked, variables: &twin.variables };
+        let var = |n: &str| original.var(n).range();
+        let n = 1000usize;
+        let a: Vec<f32> = (0..n).map(|i| i as f32 * 0.25).collect();
+        let scale = [2.0f32, 3.0, 0.5, -1.0];
+        original.var("scale").set(&scale);
+        // copy_scaled, by the original and by the twin with the speculated ranges.
+        let grid = (n as u32).div_ceil(128);
+        let run_copy = |twin_ranges: Option<&[Range<u64>]>| {
+            let (ba, bb) = (Buf::from(&a), Buf::zeroed(n * 4));
+            let (pout, pin) = (Buf::zeroed(n * 4), Buf::from(&a));
+            original.var("total").set(&[0f32]);
+            let args = Args::default().buf(&ba).buf(&bb).buf(&pout).buf(&pin).p(n as i32).p(0i32).p(n as i32);
+            let bufs = [&ba, &bb, &pout, &pin];
+            let missed = match twin_ranges {
+                None => {
+                    original.ok("copy_scaled", [grid, 1, 1], [128, 1, 1], 0, &args, &bufs);
+                    None
+                }
+                Some(r) => {
+                    let mut ranges = r.to_vec();
+                    ranges.iter_mut().for_each(|r| {
+                        // Ranges are given as buffer indices into `bufs` (1 = b, 2 = p.out).
+                        if r.end == u64::MAX {
+                            *r = bufs[r.start as usize].range();
+                        }
+                    });
+                    twin.run("copy_scaled", grid, 128, &args, &bufs, &ranges)
+                }
+            };
+            let total: Vec<f32> = original.var("total").get();
+            (bb.get::<f32>(), pout.get::<f32>(), total[0], missed, bb.range(), pout.range())
+        };
+        let reference = run_copy(None);
+        let by_index = |i: u64| i..u64::MAX;
+        let all_written = [by_index(1), by_index(2), var("total")];
+        let checked_all = run_copy(Some(&all_written));
+        assert_eq!(checked_all.3, None, "{}: a store inside the speculated ranges was flagged", v.label);
+        assert_eq!((&checked_all.0, &checked_all.1), (&reference.0, &reference.1), "{}", v.label);
+        assert!((checked_all.2 - reference.2).abs() <= reference.2.abs() * 1e-5, "{}", v.label);
+        // Leaving p.out out of the ranges: flagged, with an address inside p.out, and the
+        // results are still the kernel's.
+        let narrow = run_copy(Some(&[by_index(1), var("total")]));
+        let first = narrow.3.unwrap_or_else(|| panic!("{}: the store to p.out was not flagged", v.label));
+        assert!(narrow.5.contains(&first), "{}: first miss {first:#x} is not in p.out {:?}", v.label, narrow.5);
+        assert_eq!((&narrow.0, &narrow.1), (&reference.0, &reference.1), "{}", v.label);
+        // Leaving the variable out: flagged at the variable.
+        let no_total = run_copy(Some(&[by_index(1), by_index(2)]));
+        assert_eq!(no_total.3, Some(var("total").start), "{}", v.label);
+
+        // chase: the store through table[0] is caught unless its target is in the ranges.
+        let (target, ba) = (Buf::zeroed(n * 4), Buf::from(&a));
+        let table = Buf::from(&[target.addr()]);
+        let args = Args::default().buf(&table).buf(&ba).p(n as i32);
+        let bufs = [&table, &ba, &target];
+        let missed = twin.run("chase", grid, 128, &args, &bufs, &[]);
+        assert!(missed.is_some_and(|m| target.range().contains(&m)), "{}: {missed:?}", v.label);
+        let out: Vec<f32> = target.get();
+        assert!((0..n).all(|i| out[i] == a[i] * 2.0), "{}: chase computed something else", v.label);
+        let missed = twin.run("chase", grid, 128, &args, &bufs, &[target.range()]);
+        assert_eq!(missed, None, "{}", v.label);
+
+        // A generic store into shared memory is not global memory: never flagged.
+        let out = Buf::zeroed(256 * 4);
+        let args = Args::default().buf(&out).p(256i32);
+        let missed = twin.run("shared_generic", 1, 256, &args, &[&out], &[out.range()]);
+        assert_eq!(missed, None, "{}", v.label);
+        let got: Vec<f32> = out.get();
+        assert!((0..256).all(|i| got[i] == (255 - i) as f32 * 0.5), "{}: shared_generic", v.label);
+        // A device function's store through its argument, checked inside the function.
+        let out = Buf::zeroed(n * 4);
+        let args = Args::default().buf(&out).p(n as i32);
+        let missed = twin.run("through_call", grid, 128, &args, &[&out], &[]);
+        assert_eq!(missed, Some(out.addr()), "{}", v.label);
+        let got: Vec<f32> = out.get();
+        assert!((0..n).all(|i| got[i] == i as f32 * 3.0), "{}: through_call", v.label);
+        // The twin's atomics land in the original module's variable.
+        original.var("counter").set(&[0i32]);
+        let args = Args::default().p(5i32);
+        let missed = twin.run("bump", 4, 32, &args, &[], &[var("counter")]);
+        assert_eq!(missed, None, "{}", v.label);
+        assert_eq!(original.var("counter").get::<i32>()[0], 20, "{}", v.label);
+    }
+}
+
+/// Every kernel of the interpreter's test sources has a twin that lowers wherever the
+/// original does.
+#[test]
+fn every_test_kernel_has_a_twin_that_lowers() {
+    for file in ["basic.cu", "atomics.cu", "misc.cu", "printf.cu", "shared.cu", "warp.cu", "speculation.cu"] {
+        for v in variants(file, &[70], true) {
+            let module = phos_ptx::parse(&v.ptx).unwrap();
+            let twin = checked_twin(&module).unwrap_or_else(|e| panic!("{}: {e}", v.label));
+            let printed = twin.module.to_string();
+            let again = phos_ptx::parse(&printed).unwrap_or_else(|e| panic!("{}: {e}\n{printed}", v.label));
+            let (original, checked) = (Program::new(&module), Program::new(&again));
+            for k in module.entries() {
+                let before = original.kernel(&k.name).unwrap();
+                let after = checked.kernel(&k.name).unwrap_or_else(|| panic!("{}: no twin of {}", v.label, k.name));
+                if before.error.is_none() {
+                    assert_eq!(after.error, None, "{}: twin of {}", v.label, k.name);
+                }
+                assert_eq!(after.param_size, before.param_size.next_multiple_of(8) + 8, "{}: {}", v.label, k.name);
+            }
+        }
+    }
 }
