@@ -4,9 +4,9 @@
 //! graph of the recorded work, in the order it was submitted: replaying it in that order on
 //! one stream is one of the schedules the graph's dependencies allow.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
 
 use phos_protocol::CudaError;
 use phos_protocol::types::Dim3;
@@ -165,7 +165,7 @@ impl CaptureState {
 
     /// The captures, to record into or query.
     pub fn lock(&self) -> MutexGuard<'_, Captures> {
-        self.inner.lock().unwrap()
+        self.inner.lock()
     }
 
     /// Begin, end or drop captures (the flag follows).

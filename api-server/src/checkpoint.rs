@@ -1,10 +1,10 @@
 //! Checkpoint and restore of a whole session (stop-the-world).
 //!
-//! **Checkpoint.** The session's gate is closed: calls in flight finish, new ones wait. The
+//! **Checkpoint.** The session is quiesced: calls in flight finish, new ones wait. The
 //! devices are synchronised; the image then gets the recorded creation calls of every live
 //! object (in creation order, which respects their dependencies), the handle counters, and
 //! the contents of every allocation and module variable, copied out in large chunks (all-zero
-//! chunks are not stored). Afterwards the gate opens again, or, for `stop`, stays closed: the
+//! chunks are not stored). Afterwards calls run again, or, for `stop`, stay held: the
 //! session is frozen until its server is ended, and the guest's waiting calls are sent again
 //! to the restored session.
 //!
@@ -36,9 +36,9 @@ use phos_protocol::cudart::{self, FunctionId, HandleKind};
 use phos_protocol::limits::LimitKind;
 
 use crate::backend::{Backend, Raw, StreamRef};
-use crate::call_gate::NotClosed;
 use crate::control::SessionFactory;
 use crate::handles::{NUMBER_BITS, is_handle_of};
+use crate::quiesce::NotQuiesced;
 use crate::service::{CallCx, Session};
 
 /// Size of the pieces memory is copied and stored in.
@@ -216,7 +216,7 @@ fn within<T: Send + 'static>(
     deadline: Instant,
     cancel: &Cancel,
     work: impl FnOnce() -> T + Send + 'static,
-) -> Result<Option<T>, NotClosed> {
+) -> Result<Option<T>, NotQuiesced> {
     let (tx, rx) = mpsc::channel();
     let started = std::thread::Builder::new().name("phos-quiesce".into()).spawn(move || {
         let _ = tx.send(work());
@@ -229,8 +229,8 @@ fn within<T: Send + 'static>(
         match rx.recv_timeout(left.min(Duration::from_millis(50))) {
             Ok(v) => return Ok(Some(v)),
             Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(None),
-            Err(mpsc::RecvTimeoutError::Timeout) if cancel.is_cancelled() => return Err(NotClosed::Cancelled),
-            Err(mpsc::RecvTimeoutError::Timeout) if left.is_zero() => return Err(NotClosed::TimedOut),
+            Err(mpsc::RecvTimeoutError::Timeout) if cancel.is_cancelled() => return Err(NotQuiesced::Cancelled),
+            Err(mpsc::RecvTimeoutError::Timeout) if left.is_zero() => return Err(NotQuiesced::TimedOut),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
     }
@@ -250,11 +250,11 @@ impl Session {
     ) -> Result<CheckpointReport, String> {
         let start = Instant::now();
         let deadline = start + bounds.quiesce_timeout;
-        let stopped = |why: NotClosed, what: String| match why {
-            NotClosed::TimedOut => Stopped::TimedOut { session: self.id, waited: start.elapsed(), what },
-            NotClosed::Cancelled => Stopped::Abandoned { session: self.id, what: format!("waiting for {what}") },
+        let stopped = |why: NotQuiesced, what: String| match why {
+            NotQuiesced::TimedOut => Stopped::TimedOut { session: self.id, waited: start.elapsed(), what },
+            NotQuiesced::Cancelled => Stopped::Abandoned { session: self.id, what: format!("waiting for {what}") },
         };
-        let gate = self.gate.close(deadline, || bounds.cancel.is_cancelled()).map_err(|why| {
+        let quiesced = self.quiesce.quiesce(deadline, || bounds.cancel.is_cancelled()).map_err(|why| {
             let busy = self.busy_calls();
             let what = if busy.is_empty() {
                 "its calls in flight to finish".to_string()
@@ -380,7 +380,7 @@ impl Session {
             // (the router, which asked, suspends the session when it hears back).
             self.freeze();
         }
-        drop(gate);
+        drop(quiesced);
         Ok(CheckpointReport {
             records: report_records,
             regions: regions.len(),

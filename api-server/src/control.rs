@@ -83,11 +83,11 @@ pub struct ServerCtl {
     pub slot: Arc<SessionSlot>,
     pub factory: SessionFactory,
     pub progress: Arc<Counters>,
-    pub last_restore: Arc<std::sync::Mutex<Option<RestoreSummary>>>,
+    pub last_restore: Arc<parking_lot::Mutex<Option<RestoreSummary>>>,
     /// Set when the client of this connection (the router) has gone.
     pub gone: Cancel,
     /// The flags of the operations in progress, for [`abandon`](ServerControl::abandon).
-    pub running: Arc<std::sync::Mutex<Vec<Cancel>>>,
+    pub running: Arc<parking_lot::Mutex<Vec<Cancel>>>,
 }
 
 /// An operation's flag, listed in [`ServerCtl::running`] while it lives. Set when the
@@ -96,20 +96,20 @@ pub struct ServerCtl {
 struct Running {
     cancel: Cancel,
     _on_drop: phos_control::CancelOnDrop,
-    list: Arc<std::sync::Mutex<Vec<Cancel>>>,
+    list: Arc<parking_lot::Mutex<Vec<Cancel>>>,
 }
 
 impl Running {
     fn new(ctl: &ServerCtl) -> Self {
         let cancel = ctl.gone.child();
-        ctl.running.lock().unwrap().push(cancel.clone());
+        ctl.running.lock().push(cancel.clone());
         Running { _on_drop: cancel.on_drop(), cancel, list: ctl.running.clone() }
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let mut list = self.list.lock().unwrap();
+        let mut list = self.list.lock();
         if let Some(i) = list.iter().position(|c| c.same_as(&self.cancel)) {
             list.swap_remove(i);
         }
@@ -193,16 +193,16 @@ impl ServerControl for ServerCtl {
             .map_err(|e| format!("restore task: {e}"))??;
         drop(running);
         self.slot.set(Arc::new(session)).map_err(|_| "this server already has a session".to_string())?;
-        *self.last_restore.lock().unwrap() = Some(summary.clone());
+        *self.last_restore.lock() = Some(summary.clone());
         Ok(summary)
     }
 
     async fn last_restore(self, _: Context) -> Option<RestoreSummary> {
-        self.last_restore.lock().unwrap().clone()
+        self.last_restore.lock().clone()
     }
 
     async fn abandon(self, _: Context) {
-        for c in self.running.lock().unwrap().iter() {
+        for c in self.running.lock().iter() {
             c.cancel();
         }
     }

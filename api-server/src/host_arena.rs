@@ -5,9 +5,9 @@
 //! the driver are ones it handed out. A restore replays the allocations before any channel
 //! has brought the file: they are kept, and registered once the file is mapped.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
-use std::sync::Mutex;
 
 use phos_protocol::CudaError;
 use phos_protocol::host_arena::{self, BASE, Mapping, PAGE};
@@ -52,14 +52,14 @@ impl PinnedArena {
 
     /// Whether the session holds as many page-locked allocations as it may.
     pub fn at_limit(&self) -> bool {
-        self.inner.lock().unwrap().allocations.len() >= self.max_allocations
+        self.inner.lock().allocations.len() >= self.max_allocations
     }
 
     /// Map the arena a channel brought (checked and mapped at [`BASE`]); a later channel's copy
     /// of the same file changes nothing, and another file is refused. Allocations replayed by
     /// a restore are registered now.
     pub fn attach(&self, fd: OwnedFd, backend: &dyn Backend, memory: &AddressSpace) -> Result<(), String> {
-        let mut g = self.inner.lock().unwrap();
+        let mut g = self.inner.lock();
         let identity = host_arena::identity(&fd).map_err(|e| e.to_string())?;
         if let Some((_, m)) = &g.file {
             return if m.identity() == identity { Ok(()) } else { Err("a different pinned arena".into()) };
@@ -103,7 +103,7 @@ impl PinnedArena {
         forced: Option<u64>,
     ) -> Result<(u64, u64), CudaError> {
         let span = size.checked_next_multiple_of(PAGE).filter(|&s| s > 0).ok_or(CudaError::InvalidValue)?;
-        let mut g = self.inner.lock().unwrap();
+        let mut g = self.inner.lock();
         let inner = &mut *g;
         if inner.allocations.len() >= self.max_allocations {
             return Err(CudaError::MemoryAllocation);
@@ -147,7 +147,7 @@ impl PinnedArena {
     /// Free the allocation at `addr`: unregister it and give its pages back. The caller has
     /// waited for the device.
     pub fn free(&self, backend: &dyn Backend, memory: &AddressSpace, addr: u64) -> Result<(), CudaError> {
-        let mut g = self.inner.lock().unwrap();
+        let mut g = self.inner.lock();
         let inner = &mut *g;
         let p = inner.allocations.remove(&addr).ok_or(CudaError::InvalidValue)?;
         inner.allocated -= p.size;
@@ -165,19 +165,19 @@ impl PinnedArena {
     /// Whether `[addr, addr + len)` lies wholly in one registered allocation of the mapped
     /// arena (what a pinned copy may touch).
     pub fn covers(&self, addr: u64, len: u64) -> bool {
-        let g = self.inner.lock().unwrap();
+        let g = self.inner.lock();
         let Some((&start, p)) = g.allocations.range(..=addr).next_back() else { return false };
         g.file.is_some() && p.device.is_some() && addr.checked_add(len).is_some_and(|end| end <= start + p.size)
     }
 
     /// Bytes allocated (as asked for).
     pub fn allocated(&self) -> u64 {
-        self.inner.lock().unwrap().allocated
+        self.inner.lock().allocated
     }
 
     /// Unregister everything (the session ends).
     pub fn release(&self, backend: &dyn Backend) {
-        let mut g = self.inner.lock().unwrap();
+        let mut g = self.inner.lock();
         for (addr, p) in std::mem::take(&mut g.allocations) {
             if p.device.is_some() {
                 backend.unregister_host(addr);

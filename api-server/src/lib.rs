@@ -4,6 +4,12 @@
 //! [`backend`] (`cuda` on a GPU, `emu` on the CPU), and [`memory`] keeps the session's device
 //! address space at fixed addresses. API objects reach the guest only as virtual
 //! [`handles`].
+//!
+//! **Locks.** The server uses parking_lot's locks only (`clippy.toml` refuses std's), which
+//! do not poison: a call that panics is answered `cudaErrorUnknown` (see [`server`]) and its
+//! locks are released as it unwinds, so the session keeps serving its other calls. Each
+//! registry changes its state under one lock in steps that leave it consistent, so a panic
+//! half-way leaves nothing half-made behind the lock.
 
 /// Log a warning a guest's call caused, for session `$session`, at most as often as
 /// [`GUEST_LINES`](phos_protocol::log_limit::GUEST_LINES) allows: a guest that makes bad
@@ -25,7 +31,6 @@ macro_rules! guest_warn {
 }
 
 pub mod backend;
-pub mod call_gate;
 pub mod capture;
 pub mod checkpoint;
 pub mod control;
@@ -35,6 +40,7 @@ pub mod memory;
 pub mod module_vars;
 pub mod ordering;
 pub mod output;
+pub mod quiesce;
 pub mod records;
 pub mod server;
 pub mod service;

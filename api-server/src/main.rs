@@ -122,7 +122,7 @@ fn main() {
     };
     let slot = Arc::new(SessionSlot::default());
     let progress = Arc::new(Progress::default());
-    let last_restore = Arc::new(std::sync::Mutex::new(None));
+    let last_restore = Arc::new(parking_lot::Mutex::new(None));
     // What goes wrong before `ready` is also said on the router's pipe, for the operator.
     let mut fail_to_router = |why: String| -> ! {
         let _ = writeln!(ready_to, "failed {}", why.replace('\n', " "));
@@ -158,7 +158,7 @@ fn main() {
     } else if let Some(dir) = &args.restore {
         match factory.restore(dir, args.device, &progress, &phos_control::Cancel::default()) {
             Ok((s, summary)) => {
-                *last_restore.lock().unwrap() = Some(summary);
+                *last_restore.lock() = Some(summary);
                 drop(slot.set(Arc::new(s)))
             }
             Err(e) => fail_to_router(format!("restore from {}: {e}", dir.display())),

@@ -11,9 +11,9 @@
 //! The same map answers the question every call from a guest raises: is `[addr, addr + len)`
 //! memory this session may touch?
 
+use parking_lot::{RwLock, RwLockReadGuard};
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::{RwLock, RwLockReadGuard};
 
 use phos_protocol::CudaError;
 
@@ -161,7 +161,7 @@ impl AddressSpace {
 
     /// Whether the session holds as many allocations as it may.
     pub fn at_limit(&self) -> bool {
-        self.inner.read().unwrap().allocations.len() >= self.max_allocations
+        self.inner.read().allocations.len() >= self.max_allocations
     }
 
     pub fn base(&self) -> u64 {
@@ -174,12 +174,12 @@ impl AddressSpace {
 
     /// Bytes currently allocated (as asked for).
     pub fn allocated(&self) -> u64 {
-        self.inner.read().unwrap().allocated
+        self.inner.read().allocated
     }
 
     /// Freeze the map for a kernel's run.
     pub fn view(&self) -> MemoryView<'_> {
-        MemoryView(self.inner.read().unwrap())
+        MemoryView(self.inner.read())
     }
 
     /// Allocate `size` bytes on `device`; 0 bytes gives the null pointer.
@@ -188,7 +188,7 @@ impl AddressSpace {
             return Ok(0);
         }
         let gran = backend.granularity(device).max(ALIGNMENT);
-        let mut g = self.inner.write().unwrap();
+        let mut g = self.inner.write();
         let inner = &mut *g;
         if inner.allocations.len() >= self.max_allocations {
             return Err(CudaError::MemoryAllocation);
@@ -255,7 +255,7 @@ impl AddressSpace {
             return Ok(0);
         }
         let gran = backend.granularity(device).max(ALIGNMENT);
-        let mut g = self.inner.write().unwrap();
+        let mut g = self.inner.write();
         let inner = &mut *g;
         let taken = Err(CudaError::MemoryAllocation);
         if inner.allocations.len() >= self.max_allocations {
@@ -312,7 +312,7 @@ impl AddressSpace {
     /// Free the allocation that starts at `addr`; returns its size. Anything else is
     /// `cudaErrorInvalidValue`, as CUDA answers a free of a pointer it did not hand out.
     pub fn free(&self, backend: &dyn Backend, addr: u64) -> Result<Allocation, CudaError> {
-        let mut g = self.inner.write().unwrap();
+        let mut g = self.inner.write();
         let inner = &mut *g;
         let a = inner.allocations.remove(&addr).ok_or(CudaError::InvalidValue)?;
         inner.allocated -= a.size;
@@ -336,7 +336,7 @@ impl AddressSpace {
     /// Free everything (device reset, session end). Returns the allocations that were live.
     pub fn free_all(&self, backend: &dyn Backend, device: Option<i32>) -> Vec<Allocation> {
         let addrs: Vec<u64> = {
-            let g = self.inner.read().unwrap();
+            let g = self.inner.read();
             g.allocations.values().filter(|a| device.is_none_or(|d| a.device == d)).map(|a| a.addr).collect()
         };
         addrs.into_iter().filter_map(|a| self.free(backend, a).ok()).collect()
@@ -344,12 +344,12 @@ impl AddressSpace {
 
     /// Live allocations, by address.
     pub fn allocations(&self) -> Vec<Allocation> {
-        self.inner.read().unwrap().allocations.values().copied().collect()
+        self.inner.read().allocations.values().copied().collect()
     }
 
     /// The allocation containing `addr`.
     pub fn allocation_at(&self, addr: u64) -> Option<Allocation> {
-        let g = self.inner.read().unwrap();
+        let g = self.inner.read();
         let (_, a) = g.allocations.range(..=addr).next_back()?;
         (addr < a.addr + a.size).then_some(*a)
     }
@@ -357,25 +357,25 @@ impl AddressSpace {
     /// Let the session use `[addr, addr + len)` (a module variable).
     pub fn add_external(&self, addr: u64, len: u64) {
         if len > 0 {
-            self.inner.write().unwrap().external.insert(addr, len);
+            self.inner.write().external.insert(addr, len);
         }
     }
 
     pub fn remove_external(&self, addr: u64) {
-        self.inner.write().unwrap().external.remove(&addr);
+        self.inner.write().external.remove(&addr);
     }
 
     /// Is `[addr, addr + len)` inside one allocation (or module variable) of this session?
     /// A length of 0 asks whether `addr` itself is.
     /// The device whose memory backs the allocation containing `addr`.
     pub fn device_of(&self, addr: u64) -> Option<i32> {
-        let g = self.inner.read().unwrap();
+        let g = self.inner.read();
         g.allocations.range(..=addr).next_back().filter(|(_, a)| addr < a.addr + a.size.max(1)).map(|(_, a)| a.device)
     }
 
     pub fn contains(&self, addr: u64, len: u64) -> bool {
         let Some(end) = addr.checked_add(len.max(1)) else { return false };
-        let g = self.inner.read().unwrap();
+        let g = self.inner.read();
         let inside =
             |m: &BTreeMap<u64, u64>| m.range(..=addr).next_back().is_some_and(|(&start, &size)| end <= start + size);
         let in_alloc = g.allocations.range(..=addr).next_back().is_some_and(|(_, a)| end <= a.addr + a.size);

@@ -8,7 +8,9 @@
 
 use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 /// Pending device output of one session.
 #[derive(Default)]
@@ -26,13 +28,13 @@ impl DeviceOutput {
     /// Text the interpreter printed.
     pub fn push(&self, bytes: &[u8]) {
         if !bytes.is_empty() {
-            self.pending.lock().unwrap().extend_from_slice(bytes);
+            self.pending.lock().extend_from_slice(bytes);
         }
     }
 
     /// Everything printed so far.
     pub fn take(&self) -> Vec<u8> {
-        let mut out = std::mem::take(&mut *self.pending.lock().unwrap());
+        let mut out = std::mem::take(&mut *self.pending.lock());
         if let Some(c) = &self.capture {
             out.extend(c.drain());
         }
@@ -87,7 +89,7 @@ impl StdoutCapture {
                 if pfd.revents & libc::POLLIN == 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR) != 0 {
                     break;
                 }
-                let mut data = c.data.lock().unwrap();
+                let mut data = c.data.lock();
                 c.read_available(&mut data);
             }
         })?;
@@ -114,7 +116,7 @@ impl StdoutCapture {
         unsafe {
             libc::fflush(stdout);
         }
-        let mut data = self.data.lock().unwrap();
+        let mut data = self.data.lock();
         self.read_available(&mut data);
         std::mem::take(&mut *data)
     }

@@ -6,7 +6,9 @@
 use std::os::unix::net::UnixListener;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use phos_protocol::cudart::{self, FunctionId};
@@ -34,7 +36,7 @@ pub struct SessionSlot {
 
 impl SessionSlot {
     pub fn set(&self, session: Arc<Session>) -> Result<(), Arc<Session>> {
-        let _g = self.lock.lock().unwrap();
+        let _g = self.lock.lock();
         self.session.set(session)?;
         self.ready.notify_all();
         Ok(())
@@ -46,12 +48,12 @@ impl SessionSlot {
 
     /// Wait until the session is set.
     pub fn wait(&self) -> &Arc<Session> {
-        let mut g = self.lock.lock().unwrap();
+        let mut g = self.lock.lock();
         loop {
             if let Some(s) = self.session.get() {
                 return s;
             }
-            g = self.ready.wait(g).unwrap();
+            self.ready.wait(&mut g);
         }
     }
 }
@@ -461,10 +463,10 @@ impl ApiServer {
         measure: bool,
     ) -> Result<(), CudaError> {
         let session = self.session();
-        let gate = session.gate.pass();
+        let in_flight = session.quiesce.enter();
         if session.is_frozen() {
             // Checkpointed and stopped: this call belongs to the restored session.
-            drop(gate);
+            drop(in_flight);
             loop {
                 std::thread::park();
             }

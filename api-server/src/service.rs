@@ -5,8 +5,10 @@
 //! and call the backend.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+
+use parking_lot::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use phos_protocol::cudart::*;
@@ -104,11 +106,11 @@ pub struct Session {
     pub output: DeviceOutput,
     /// The calls that created the session's live objects (for checkpoints).
     pub records: Recorder,
-    /// Every call passes through it; a checkpoint closes it, so it sees the session between
-    /// calls.
-    pub(crate) gate: crate::call_gate::CallGate,
+    /// Every call holds it while it runs; a checkpoint quiesces the session with it, so it
+    /// sees the session between calls.
+    pub(crate) quiesce: crate::quiesce::QuiesceLock,
     /// What each channel is running now (function id + 1; 0: nothing), by channel: what a
-    /// checkpoint that cannot get the gate waits for.
+    /// checkpoint that cannot quiesce the session waits for.
     busy: Mutex<BTreeMap<u64, Arc<AtomicU32>>>,
     limits: SessionLimits,
     /// Calls refused by each limit ([`LimitKind::index`]) since the server started.
@@ -177,7 +179,7 @@ impl Session {
             max_reply,
             output,
             records: Recorder::default(),
-            gate: Default::default(),
+            quiesce: Default::default(),
             busy: Mutex::default(),
             limits,
             refused: Default::default(),
@@ -208,7 +210,7 @@ impl Session {
         let refused: u64 = self.refused.iter().map(|r| r.load(Ordering::Relaxed)).sum();
         let figures = [self.memory.allocated(), self.pinned.allocated(), ns, kernels, refused];
         {
-            let mut last = self.reported.lock().unwrap();
+            let mut last = self.reported.lock();
             if last.figures == figures {
                 last.held_back = false;
                 return None;
@@ -259,19 +261,18 @@ impl Session {
     /// [`busy_calls`](Self::busy_calls); listed until [`channel_closed`](Self::channel_closed).
     pub(crate) fn channel_activity(&self, channel: u64) -> Arc<AtomicU32> {
         let a = Arc::new(AtomicU32::new(0));
-        self.busy.lock().unwrap().insert(channel, a.clone());
+        self.busy.lock().insert(channel, a.clone());
         a
     }
 
     pub(crate) fn channel_closed(&self, channel: u64) {
-        self.busy.lock().unwrap().remove(&channel);
+        self.busy.lock().remove(&channel);
     }
 
     /// The calls running now, as `function (channel N)`.
     pub fn busy_calls(&self) -> Vec<String> {
         self.busy
             .lock()
-            .unwrap()
             .iter()
             .filter_map(|(ch, a)| {
                 let f = a.load(Ordering::Relaxed).checked_sub(1)?;
@@ -289,7 +290,7 @@ impl Session {
         cx: &CallCx,
         object: T,
     ) -> Result<u64, CudaError> {
-        let mut t = table.lock().unwrap();
+        let mut t = table.lock();
         let inserted = match cx.forced() {
             Some(h) => t.insert_at(h, object),
             None => t.insert(object),
@@ -303,7 +304,7 @@ impl Session {
 
     /// Whether [`usage_if_changed`](Self::usage_if_changed) held a change back.
     pub fn usage_unreported(&self) -> bool {
-        self.reported.lock().unwrap().held_back
+        self.reported.lock().held_back
     }
 
     pub fn backend(&self) -> &dyn Backend {
@@ -336,20 +337,20 @@ impl Session {
     /// Next value of each handle kind's counter.
     pub fn handle_counters(&self) -> Vec<(String, u64)> {
         vec![
-            ("stream".into(), self.streams.lock().unwrap().next_counter()),
-            ("event".into(), self.events.lock().unwrap().next_counter()),
-            ("module".into(), self.modules.lock().unwrap().next_counter()),
-            ("function".into(), self.functions.lock().unwrap().next_counter()),
+            ("stream".into(), self.streams.lock().next_counter()),
+            ("event".into(), self.events.lock().next_counter()),
+            ("module".into(), self.modules.lock().next_counter()),
+            ("function".into(), self.functions.lock().next_counter()),
         ]
     }
 
     pub fn set_handle_counters(&self, counters: &[(String, u64)]) {
         for (kind, next) in counters {
             match kind.as_str() {
-                "stream" => self.streams.lock().unwrap().set_next_counter(*next),
-                "event" => self.events.lock().unwrap().set_next_counter(*next),
-                "module" => self.modules.lock().unwrap().set_next_counter(*next),
-                "function" => self.functions.lock().unwrap().set_next_counter(*next),
+                "stream" => self.streams.lock().set_next_counter(*next),
+                "event" => self.events.lock().set_next_counter(*next),
+                "module" => self.modules.lock().set_next_counter(*next),
+                "function" => self.functions.lock().set_next_counter(*next),
                 _ => {}
             }
         }
@@ -357,7 +358,7 @@ impl Session {
 
     /// Every module variable the session can use: (module handle, name, address, size, device).
     pub fn module_variables(&self) -> Vec<(u64, String, u64, u64, i32)> {
-        let modules = self.modules.lock().unwrap();
+        let modules = self.modules.lock();
         let mut out: Vec<_> = modules
             .iter()
             .flat_map(|(h, m)| {
@@ -370,7 +371,7 @@ impl Session {
 
     /// Address and size of a variable of a loaded module (registering it for the session).
     pub fn module_variable(&self, module: u64, name: &str) -> Result<(u64, u64), CudaError> {
-        let mut modules = self.modules.lock().unwrap();
+        let mut modules = self.modules.lock();
         let m = modules.get_mut(module)?;
         if let Some((_, addr, size)) = m.globals.iter().find(|(n, _, _)| n == name) {
             return Ok((*addr, *size));
@@ -406,7 +407,7 @@ impl Session {
         match handle {
             0 | 1 => Ok(StreamRef::Legacy),
             2 => Ok(StreamRef::PerThread),
-            h => Ok(StreamRef::Created(self.streams.lock().unwrap().get(h)?.raw)),
+            h => Ok(StreamRef::Created(self.streams.lock().get(h)?.raw)),
         }
     }
 
@@ -430,7 +431,7 @@ impl Session {
         if handle <= 2 {
             return Ok((0, 0, cx.device));
         }
-        let t = self.streams.lock().unwrap();
+        let t = self.streams.lock();
         let s = t.get(handle)?;
         Ok((s.flags, s.priority, s.device))
     }
@@ -554,13 +555,12 @@ impl Session {
         ops: Vec<GraphOp>,
         deps: Vec<usize>,
     ) -> Result<u64, CudaError> {
-        let mut graphs = self.graphs.lock().unwrap();
+        let mut graphs = self.graphs.lock();
         let g = graphs.get_mut(graph)?;
         let index = g.nodes.len();
         let handle = self
             .graph_nodes
             .lock()
-            .unwrap()
             .insert((graph, index))
             .map_err(|r| if r == Refused::Full { self.refuse(cx, LimitKind::GraphNodes) } else { r.into() })?;
         g.nodes.push(Node { kind, ops, deps, handle });
@@ -569,7 +569,7 @@ impl Session {
 
     /// Node handles of `graph` (as the guest sends them: 8 bytes each) as node indices.
     fn node_indices(&self, graph: u64, handles: &[u8]) -> Result<Vec<usize>, CudaError> {
-        let nodes = self.graph_nodes.lock().unwrap();
+        let nodes = self.graph_nodes.lock();
         handles
             .chunks_exact(8)
             .map(|h| {
@@ -580,7 +580,7 @@ impl Session {
     }
 
     fn function(&self, handle: u64) -> Result<Raw, CudaError> {
-        Ok(self.functions.lock().unwrap().get(handle)?.raw)
+        Ok(self.functions.lock().get(handle)?.raw)
     }
 
     /// A 2D or 3D copy, one 2D copy per slice; a host side is packed.
@@ -618,7 +618,7 @@ impl Session {
     }
 
     fn event(&self, handle: u64) -> Result<Raw, CudaError> {
-        Ok(self.events.lock().unwrap().get(handle)?.raw)
+        Ok(self.events.lock().get(handle)?.raw)
     }
 
     /// Copy between the kinds of memory a `cudaMemcpy` family call names.
@@ -669,7 +669,7 @@ impl Session {
     /// The device's launch limits, asked of the backend once (they never change, and every
     /// launch is checked against them).
     fn launch_limits(&self, device: i32) -> Result<LaunchLimits, CudaError> {
-        if let Some(l) = self.launch_limits.read().unwrap().get(&device) {
+        if let Some(l) = self.launch_limits.read().get(&device) {
             return Ok(*l);
         }
         let a = |n| self.backend.device_attribute(device, n).map(|v| v.max(0) as u64);
@@ -679,35 +679,35 @@ impl Session {
             grid: [a(5)?, a(6)?, a(7)?],
             shared: a(97)?.max(a(8)?),
         };
-        self.launch_limits.write().unwrap().insert(device, limits);
+        self.launch_limits.write().insert(device, limits);
         Ok(limits)
     }
 
     /// Destroy every object of the session (device reset, session end).
     pub fn release_all(&self) {
         // Streams held for host functions that will not run now.
-        for (_, (gate, _)) in self.gates.lock().unwrap().drain() {
+        for (_, (gate, _)) in self.gates.lock().drain() {
             gate.open();
         }
         let b = self.backend.as_ref();
-        for (_, s) in self.streams.lock().unwrap().drain() {
+        for (_, s) in self.streams.lock().drain() {
             let _ = b.stream_destroy(s.raw);
         }
-        for (_, e) in self.events.lock().unwrap().drain() {
+        for (_, e) in self.events.lock().drain() {
             let _ = b.event_destroy(e.raw);
         }
-        self.functions.lock().unwrap().drain();
+        self.functions.lock().drain();
         self.captures.update(|c| *c = Captures::default());
-        self.graphs.lock().unwrap().drain();
-        self.graph_execs.lock().unwrap().drain();
-        self.graph_nodes.lock().unwrap().drain();
-        for (_, m) in self.modules.lock().unwrap().drain() {
+        self.graphs.lock().drain();
+        self.graph_execs.lock().drain();
+        self.graph_nodes.lock().drain();
+        for (_, m) in self.modules.lock().drain() {
             for (_, g, _) in m.globals {
                 self.memory.remove_external(g);
             }
             let _ = b.module_unload(m.raw);
         }
-        self.module_index.lock().unwrap().clear();
+        self.module_index.lock().clear();
         self.memory.free_all(b, None);
     }
 }
@@ -911,7 +911,7 @@ impl CudartService for Session {
         _: &CallCx,
         req: CudaStreamDestroyRequest,
     ) -> Result<CudaStreamDestroyReply, CudaError> {
-        let s = self.streams.lock().unwrap().remove(req.stream)?;
+        let s = self.streams.lock().remove(req.stream)?;
         if let Some(mut c) = self.captures.active() {
             c.forget_stream(req.stream);
         }
@@ -1000,7 +1000,7 @@ impl CudartService for Session {
     }
 
     fn cuda_event_destroy(&self, _: &CallCx, req: CudaEventDestroyRequest) -> Result<CudaEventDestroyReply, CudaError> {
-        let e = self.events.lock().unwrap().remove(req.event)?;
+        let e = self.events.lock().remove(req.event)?;
         self.backend.event_destroy(e.raw)?;
         Ok(CudaEventDestroyReply {})
     }
@@ -1011,7 +1011,7 @@ impl CudartService for Session {
         if digest.as_slice() != req.digest {
             return Err(CudaError::InvalidValue);
         }
-        let mut index = self.module_index.lock().unwrap();
+        let mut index = self.module_index.lock();
         if let Some(&h) = index.get(&(cx.device, digest)) {
             return Ok(PhosModuleLoadReply { module: h });
         }
@@ -1032,9 +1032,9 @@ impl CudartService for Session {
     }
 
     fn phos_module_unload(&self, _: &CallCx, req: PhosModuleUnloadRequest) -> Result<PhosModuleUnloadReply, CudaError> {
-        let m = self.modules.lock().unwrap().remove(req.module)?;
-        self.module_index.lock().unwrap().remove(&(m.device, m.digest));
-        self.functions.lock().unwrap().retain(|f| f.module != req.module);
+        let m = self.modules.lock().remove(req.module)?;
+        self.module_index.lock().remove(&(m.device, m.digest));
+        self.functions.lock().retain(|f| f.module != req.module);
         for (_, g, _) in &m.globals {
             self.memory.remove_external(*g);
         }
@@ -1047,7 +1047,7 @@ impl CudartService for Session {
         cx: &CallCx,
         req: PhosModuleGetFunctionRequest<'_>,
     ) -> Result<PhosModuleGetFunctionReply, CudaError> {
-        let module_raw = self.modules.lock().unwrap().get(req.module)?.raw;
+        let module_raw = self.modules.lock().get(req.module)?.raw;
         let raw = self.backend.module_function(module_raw, req.name)?;
         let h = self.insert(&self.functions, LimitKind::Functions, cx, Function { raw, module: req.module })?;
         Ok(PhosModuleGetFunctionReply { function: h })
@@ -1058,7 +1058,7 @@ impl CudartService for Session {
         _: &CallCx,
         req: PhosModuleGetGlobalRequest<'_>,
     ) -> Result<PhosModuleGetGlobalReply, CudaError> {
-        let mut modules = self.modules.lock().unwrap();
+        let mut modules = self.modules.lock();
         let m = modules.get_mut(req.module)?;
         let (addr, bytes) = self.backend.module_global(m.raw, req.name)?;
         self.memory.add_external(addr, bytes);
@@ -1449,7 +1449,7 @@ impl CudartService for Session {
     ) -> Result<PhosHostFuncEnqueueReply, CudaError> {
         let stream = self.stream(req.stream)?;
         {
-            let gates = self.gates.lock().unwrap();
+            let gates = self.gates.lock();
             if gates.len() >= MAX_GATES || gates.contains_key(&req.gate) {
                 return Err(CudaError::InvalidValue);
             }
@@ -1457,7 +1457,7 @@ impl CudartService for Session {
         // Not under the table's lock: a backend may wait here for earlier gates to open.
         let gate = Gate::new();
         self.backend.host_func(stream, gate.clone())?;
-        self.gates.lock().unwrap().insert(req.gate, (gate, stream));
+        self.gates.lock().insert(req.gate, (gate, stream));
         Ok(PhosHostFuncEnqueueReply {})
     }
 
@@ -1466,8 +1466,7 @@ impl CudartService for Session {
         _: &CallCx,
         req: PhosHostFuncWaitRequest,
     ) -> Result<PhosHostFuncWaitReply, CudaError> {
-        let (gate, stream) =
-            self.gates.lock().unwrap().get(&req.gate).cloned().ok_or(CudaError::InvalidResourceHandle)?;
+        let (gate, stream) = self.gates.lock().get(&req.gate).cloned().ok_or(CudaError::InvalidResourceHandle)?;
         // Work that faults never reaches the gate: the stream's error ends the wait.
         while !gate.wait_reached(std::time::Duration::from_millis(50)) {
             if let Some(e) = self.sticky_error() {
@@ -1489,7 +1488,7 @@ impl CudartService for Session {
         _: &CallCx,
         req: PhosHostFuncDoneRequest,
     ) -> Result<PhosHostFuncDoneReply, CudaError> {
-        let (gate, _) = self.gates.lock().unwrap().remove(&req.gate).ok_or(CudaError::InvalidResourceHandle)?;
+        let (gate, _) = self.gates.lock().remove(&req.gate).ok_or(CudaError::InvalidResourceHandle)?;
         gate.open();
         Ok(PhosHostFuncDoneReply {})
     }
@@ -1518,7 +1517,7 @@ impl CudartService for Session {
         // Each captured operation is a node after the one before it.
         let graph = self.insert(&self.graphs, LimitKind::Graphs, cx, Graph::default())?;
         for op in ops {
-            let deps = self.graphs.lock().unwrap().get(graph)?.nodes.len().checked_sub(1).into_iter().collect();
+            let deps = self.graphs.lock().get(graph)?.nodes.len().checked_sub(1).into_iter().collect();
             self.add_node(cx, graph, Graph::kind_of(&op), vec![op], deps)?;
         }
         Ok(CudaStreamEndCaptureReply { pGraph: graph })
@@ -1548,12 +1547,12 @@ impl CudartService for Session {
         cx: &CallCx,
         req: PhosGraphInstantiateRequest,
     ) -> Result<PhosGraphInstantiateReply, CudaError> {
-        let ops = self.graphs.lock().unwrap().get(req.graph)?.order()?;
+        let ops = self.graphs.lock().get(req.graph)?.order()?;
         Ok(PhosGraphInstantiateReply { pGraphExec: self.insert(&self.graph_execs, LimitKind::GraphExecs, cx, ops)? })
     }
 
     fn cuda_graph_launch(&self, cx: &CallCx, req: CudaGraphLaunchRequest) -> Result<CudaGraphLaunchReply, CudaError> {
-        let ops = self.graph_execs.lock().unwrap().get(req.graphExec)?.clone();
+        let ops = self.graph_execs.lock().get(req.graphExec)?.clone();
         // Launching into a capture records the graph's work there.
         if let Some(mut captures) = self.captures.active()
             && captures.of_stream(req.stream).is_some()
@@ -1568,7 +1567,7 @@ impl CudartService for Session {
     }
 
     fn cuda_graph_upload(&self, _: &CallCx, req: CudaGraphUploadRequest) -> Result<CudaGraphUploadReply, CudaError> {
-        self.graph_execs.lock().unwrap().get(req.graphExec)?;
+        self.graph_execs.lock().get(req.graphExec)?;
         self.stream(req.stream)?;
         Ok(CudaGraphUploadReply {})
     }
@@ -1578,8 +1577,8 @@ impl CudartService for Session {
         _: &CallCx,
         req: PhosGraphExecUpdateRequest,
     ) -> Result<PhosGraphExecUpdateReply, CudaError> {
-        let new = self.graphs.lock().unwrap().get(req.hGraph)?.order()?;
-        let mut execs = self.graph_execs.lock().unwrap();
+        let new = self.graphs.lock().get(req.hGraph)?.order()?;
+        let mut execs = self.graph_execs.lock();
         let exec = execs.get_mut(req.hGraphExec)?;
         let verdict = if exec.len() != new.len() {
             Err(crate::capture::UPDATE_TOPOLOGY_CHANGED)
@@ -1688,7 +1687,7 @@ impl CudartService for Session {
     ) -> Result<PhosGraphAddDependenciesReply, CudaError> {
         let from = self.node_indices(req.graph, req.from)?;
         let to = self.node_indices(req.graph, req.to)?;
-        let mut graphs = self.graphs.lock().unwrap();
+        let mut graphs = self.graphs.lock();
         let g = graphs.get_mut(req.graph)?;
         for (f, t) in from.into_iter().zip(to) {
             if f == t || g.nodes[t].deps.contains(&f) {
@@ -1700,7 +1699,7 @@ impl CudartService for Session {
     }
 
     fn phos_graph_nodes(&self, _: &CallCx, req: PhosGraphNodesRequest) -> Result<PhosGraphNodesReply, CudaError> {
-        let graphs = self.graphs.lock().unwrap();
+        let graphs = self.graphs.lock();
         let g = graphs.get(req.graph)?;
         let mut nodes = Vec::new();
         for node in g.nodes.iter().take(req.max as usize) {
@@ -1715,8 +1714,8 @@ impl CudartService for Session {
         _: &CallCx,
         req: CudaGraphNodeGetTypeRequest,
     ) -> Result<CudaGraphNodeGetTypeReply, CudaError> {
-        let (g, index) = *self.graph_nodes.lock().unwrap().get(req.node)?;
-        let kind = self.graphs.lock().unwrap().get(g)?.nodes[index].kind;
+        let (g, index) = *self.graph_nodes.lock().get(req.node)?;
+        let kind = self.graphs.lock().get(g)?.nodes[index].kind;
         Ok(CudaGraphNodeGetTypeReply { pType: kind })
     }
 
@@ -1725,13 +1724,13 @@ impl CudartService for Session {
         _: &CallCx,
         req: CudaGraphExecDestroyRequest,
     ) -> Result<CudaGraphExecDestroyReply, CudaError> {
-        self.graph_execs.lock().unwrap().remove(req.graphExec)?;
+        self.graph_execs.lock().remove(req.graphExec)?;
         Ok(CudaGraphExecDestroyReply {})
     }
 
     fn cuda_graph_destroy(&self, _: &CallCx, req: CudaGraphDestroyRequest) -> Result<CudaGraphDestroyReply, CudaError> {
-        self.graphs.lock().unwrap().remove(req.graph)?;
-        self.graph_nodes.lock().unwrap().retain(|(g, _)| *g != req.graph);
+        self.graphs.lock().remove(req.graph)?;
+        self.graph_nodes.lock().retain(|(g, _)| *g != req.graph);
         Ok(CudaGraphDestroyReply {})
     }
 
@@ -1804,7 +1803,7 @@ impl Session {
         params: &[u8],
         cooperative: bool,
     ) -> Result<(), CudaError> {
-        let raw = self.functions.lock().unwrap().get(function)?.raw;
+        let raw = self.functions.lock().get(function)?.raw;
         if self.captures.active().is_some_and(|c| c.of_stream(stream).is_some()) {
             self.check_launch(cx.device, grid, block, shared_mem)?;
             let op = || GraphOp::Kernel { function, grid, block, shared_mem, params: params.to_vec(), cooperative };

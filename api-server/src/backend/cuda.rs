@@ -7,10 +7,10 @@
 //! `cuMemAddressReserve` at a fixed address), so allocations land at the addresses the
 //! session's allocator chose.
 
+use parking_lot::Mutex;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_void};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys;
@@ -1052,7 +1052,7 @@ impl Backend for CudaBackend {
             std::ptr::null_mut(),
         ];
         let device = BOUND.with(|b| b.get());
-        let timing = self.timer.lock().unwrap().begin(device, measure);
+        let timing = self.timer.lock().begin(device, measure);
         let h = stream_handle(stream);
         if let Some((start, _)) = timing.pair {
             unsafe { sys::cuEventRecord(start, h) };
@@ -1100,7 +1100,7 @@ impl Backend for CudaBackend {
             }
         };
         if timing.pair.is_some() || r.is_err() || timing.count.timed {
-            let mut timer = self.timer.lock().unwrap();
+            let mut timer = self.timer.lock();
             match timing.pair {
                 Some(pair) if r.is_ok() && unsafe { sys::cuEventRecord(pair.1, h) } == sys::CUresult::CUDA_SUCCESS => {
                     timer.recorded(device, pair, timing.count.weight, launch_shape(function, grid, block, shared_mem));
@@ -1125,13 +1125,13 @@ impl Backend for CudaBackend {
     }
 
     fn device_time(&self) -> (u64, u64) {
-        let mut timer = self.timer.lock().unwrap();
+        let mut timer = self.timer.lock();
         timer.harvest_if_due();
         (timer.total_ns, timer.kernels)
     }
 
     fn measuring(&self) -> bool {
-        !self.timer.lock().unwrap().pending.is_empty()
+        !self.timer.lock().pending.is_empty()
     }
 }
 

@@ -5,8 +5,10 @@
 //! of the orders CUDA's stream semantics allow.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::time::Instant;
 
 use phos_protocol::CudaError;
@@ -258,19 +260,17 @@ impl EmuBackend {
 
     /// Wait until every host-function gate submitted so far is open.
     fn pass_gates(&self) {
-        let gates: Vec<Arc<Gate>> = self.gates.lock().unwrap().clone();
+        let gates: Vec<Arc<Gate>> = self.gates.lock().clone();
         for g in &gates {
             g.wait_opened();
         }
-        self.gates.lock().unwrap().retain(|g| !g.is_open());
+        self.gates.lock().retain(|g| !g.is_open());
     }
 
     fn check_stream(&self, s: StreamRef) -> Result<(), CudaError> {
         self.pass_gates();
         match s {
-            StreamRef::Created(raw) if !self.streams.lock().unwrap().contains_key(&raw) => {
-                Err(CudaError::InvalidResourceHandle)
-            }
+            StreamRef::Created(raw) if !self.streams.lock().contains_key(&raw) => Err(CudaError::InvalidResourceHandle),
             _ => Ok(()),
         }
     }
@@ -445,7 +445,7 @@ impl Backend for EmuBackend {
             None => self.pass_gates(),
         }
         // The service checked [dst, dst + len) against the session's mapped memory.
-        let _work = self.work.lock().unwrap();
+        let _work = self.work.lock();
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, src.len()) };
         Ok(())
     }
@@ -455,7 +455,7 @@ impl Backend for EmuBackend {
             Some(s) => self.check_stream(s)?,
             None => self.pass_gates(),
         }
-        let _work = self.work.lock().unwrap();
+        let _work = self.work.lock();
         unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
@@ -479,7 +479,7 @@ impl Backend for EmuBackend {
             Some(s) => self.check_stream(s)?,
             None => self.pass_gates(),
         }
-        let _work = self.work.lock().unwrap();
+        let _work = self.work.lock();
         let (dst, src) = if to_device { (device, host) } else { (host, device) };
         // The service checked the device range and that the host range is a live allocation
         // of the mapped arena.
@@ -492,7 +492,7 @@ impl Backend for EmuBackend {
             Some(s) => self.check_stream(s)?,
             None => self.pass_gates(),
         }
-        let _work = self.work.lock().unwrap();
+        let _work = self.work.lock();
         unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len as usize) };
         Ok(())
     }
@@ -502,7 +502,7 @@ impl Backend for EmuBackend {
             Some(s) => self.check_stream(s)?,
             None => self.pass_gates(),
         }
-        let _work = self.work.lock().unwrap();
+        let _work = self.work.lock();
         unsafe { std::ptr::write_bytes(dst as *mut u8, value, len as usize) };
         Ok(())
     }
@@ -510,7 +510,7 @@ impl Backend for EmuBackend {
     fn limit(&self, device: i32, limit: i32) -> Result<u64, CudaError> {
         self.check_device(device)?;
         let i = usize::try_from(limit).ok().filter(|&i| i < LIMITS).ok_or(CudaError::UnsupportedLimit)?;
-        Ok(self.limits.lock().unwrap()[i])
+        Ok(self.limits.lock()[i])
     }
 
     fn set_limit(&self, device: i32, limit: i32, value: u64) -> Result<(), CudaError> {
@@ -534,7 +534,7 @@ impl Backend for EmuBackend {
             6 => value.min(l2),
             _ => value,
         };
-        self.limits.lock().unwrap()[i] = value;
+        self.limits.lock()[i] = value;
         Ok(())
     }
 
@@ -590,18 +590,18 @@ impl Backend for EmuBackend {
         self.check_stream(stream)?;
         // The work before it ran when it was submitted.
         gate.reach();
-        self.gates.lock().unwrap().push(gate);
+        self.gates.lock().push(gate);
         Ok(())
     }
 
     fn stream_wait_event(&self, stream: StreamRef, event: Raw) -> Result<(), CudaError> {
         // Work runs in submission order, so the event's work is already done.
         self.check_stream(stream)?;
-        self.events.lock().unwrap().get(&event).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
+        self.events.lock().get(&event).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
     }
 
     fn function_attributes(&self, function: Raw) -> Result<FuncAttributes, CudaError> {
-        let f = self.functions.lock().unwrap().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
+        let f = self.functions.lock().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
         let info = f.program.kernel(&f.name).ok_or(CudaError::InvalidDeviceFunction)?;
         Ok(FuncAttributes {
             shared_size_bytes: info.static_shared,
@@ -620,7 +620,7 @@ impl Backend for EmuBackend {
     }
 
     fn function_set_attribute(&self, function: Raw, attr: i32, value: i32) -> Result<(), CudaError> {
-        let mut functions = self.functions.lock().unwrap();
+        let mut functions = self.functions.lock();
         let f = functions.get_mut(&function).ok_or(CudaError::InvalidResourceHandle)?;
         let static_shared = f.program.kernel(&f.name).map(|k| k.static_shared).unwrap_or(0);
         let optin = self.properties.attributes[attr::MAX_SHARED_MEMORY_PER_BLOCK_OPTIN] as u64;
@@ -635,13 +635,13 @@ impl Backend for EmuBackend {
     }
 
     fn function_set_cache_config(&self, function: Raw, config: i32) -> Result<(), CudaError> {
-        let mut functions = self.functions.lock().unwrap();
+        let mut functions = self.functions.lock();
         functions.get_mut(&function).ok_or(CudaError::InvalidResourceHandle)?.cache_config = config;
         Ok(())
     }
 
     fn occupancy(&self, function: Raw, block_size: i32, dynamic_smem: u64, _flags: u32) -> Result<i32, CudaError> {
-        let f = self.functions.lock().unwrap().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
+        let f = self.functions.lock().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
         if block_size <= 0 || block_size as u32 > f.meta.max_threads {
             return Ok(0);
         }
@@ -661,7 +661,7 @@ impl Backend for EmuBackend {
     }
 
     fn available_dynamic_smem(&self, function: Raw, blocks: i32, block_size: i32) -> Result<u64, CudaError> {
-        let f = self.functions.lock().unwrap().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
+        let f = self.functions.lock().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
         let a = &self.properties.attributes;
         if blocks <= 0 || block_size <= 0 || block_size as u32 > f.meta.max_threads {
             return Ok(0);
@@ -679,12 +679,12 @@ impl Backend for EmuBackend {
     fn stream_create(&self, device: i32, _flags: u32, _priority: i32) -> Result<Raw, CudaError> {
         self.check_device(device)?;
         let raw = self.fresh();
-        self.streams.lock().unwrap().insert(raw, ());
+        self.streams.lock().insert(raw, ());
         Ok(raw)
     }
 
     fn stream_destroy(&self, stream: Raw) -> Result<(), CudaError> {
-        self.streams.lock().unwrap().remove(&stream).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
+        self.streams.lock().remove(&stream).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
     }
 
     fn stream_synchronize(&self, stream: StreamRef) -> Result<(), CudaError> {
@@ -698,32 +698,32 @@ impl Backend for EmuBackend {
     fn event_create(&self, device: i32, flags: u32) -> Result<Raw, CudaError> {
         self.check_device(device)?;
         let raw = self.fresh();
-        self.events.lock().unwrap().insert(raw, Event { flags, recorded: None });
+        self.events.lock().insert(raw, Event { flags, recorded: None });
         Ok(raw)
     }
 
     fn event_destroy(&self, event: Raw) -> Result<(), CudaError> {
-        self.events.lock().unwrap().remove(&event).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
+        self.events.lock().remove(&event).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
     }
 
     fn event_record(&self, event: Raw, stream: StreamRef) -> Result<(), CudaError> {
         self.check_stream(stream)?;
-        let mut events = self.events.lock().unwrap();
+        let mut events = self.events.lock();
         let e = events.get_mut(&event).ok_or(CudaError::InvalidResourceHandle)?;
         e.recorded = Some(Instant::now());
         Ok(())
     }
 
     fn event_synchronize(&self, event: Raw) -> Result<(), CudaError> {
-        self.events.lock().unwrap().get(&event).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
+        self.events.lock().get(&event).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
     }
 
     fn event_query(&self, event: Raw) -> Result<bool, CudaError> {
-        self.events.lock().unwrap().get(&event).map(|_| true).ok_or(CudaError::InvalidResourceHandle)
+        self.events.lock().get(&event).map(|_| true).ok_or(CudaError::InvalidResourceHandle)
     }
 
     fn event_elapsed(&self, start: Raw, end: Raw) -> Result<f32, CudaError> {
-        let events = self.events.lock().unwrap();
+        let events = self.events.lock();
         let (a, b) = match (events.get(&start), events.get(&end)) {
             (Some(a), Some(b)) => (a, b),
             _ => return Err(CudaError::InvalidResourceHandle),
@@ -757,16 +757,16 @@ impl Backend for EmuBackend {
         let (variables, storage) = allocate_variables(&mut program)?;
         let regions = variables.iter().map(|(name, &(addr, size))| (name.clone(), addr, size)).collect();
         let raw = self.fresh();
-        self.modules.lock().unwrap().insert(raw, Module { program: Arc::new(program), kernels, variables, storage });
+        self.modules.lock().insert(raw, Module { program: Arc::new(program), kernels, variables, storage });
         Ok(LoadedModule { raw, variables: regions })
     }
 
     fn module_unload(&self, module: Raw) -> Result<(), CudaError> {
-        self.modules.lock().unwrap().remove(&module).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
+        self.modules.lock().remove(&module).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
     }
 
     fn module_function(&self, module: Raw, name: &str) -> Result<Raw, CudaError> {
-        let modules = self.modules.lock().unwrap();
+        let modules = self.modules.lock();
         let m = modules.get(&module).ok_or(CudaError::InvalidResourceHandle)?;
         let Some(info) = m.program.kernel(name) else {
             return Err(CudaError::SymbolNotFound);
@@ -781,12 +781,12 @@ impl Backend for EmuBackend {
             carveout: -1,
             cache_config: 0,
         };
-        self.functions.lock().unwrap().insert(raw, function);
+        self.functions.lock().insert(raw, function);
         Ok(raw)
     }
 
     fn module_global(&self, module: Raw, name: &str) -> Result<(u64, u64), CudaError> {
-        let modules = self.modules.lock().unwrap();
+        let modules = self.modules.lock();
         let m = modules.get(&module).ok_or(CudaError::InvalidResourceHandle)?;
         m.variables.get(name).copied().ok_or(CudaError::SymbolNotFound)
     }
@@ -809,7 +809,7 @@ impl Backend for EmuBackend {
         cooperative: bool,
     ) -> Result<(), CudaError> {
         self.check_stream(stream)?;
-        let f = self.functions.lock().unwrap().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
+        let f = self.functions.lock().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
         // As on a GPU: more threads than the kernel's bounds, or more dynamic shared memory
         // than it opted in to, fail the launch.
         if block.volume() > u64::from(f.meta.max_threads) {
@@ -833,7 +833,7 @@ impl Backend for EmuBackend {
             dynamic_shared: shared_mem,
             params,
         };
-        let _work = self.work.lock().unwrap();
+        let _work = self.work.lock();
         let started = std::time::Instant::now();
         let result = exec::run(&program, &name, &launch, memory, printed, self.workers);
         // A kernel that failed is not counted: the router takes the failure as a launch

@@ -33,8 +33,8 @@ pub type Physical = u64;
 /// it is *reached*; work after it waits until it is *opened*.
 #[derive(Default)]
 pub struct Gate {
-    state: std::sync::Mutex<(bool, bool)>,
-    changed: std::sync::Condvar,
+    state: parking_lot::Mutex<(bool, bool)>,
+    changed: parking_lot::Condvar,
 }
 
 impl Gate {
@@ -44,30 +44,30 @@ impl Gate {
 
     /// The work before the gate is done.
     pub fn reach(&self) {
-        self.state.lock().unwrap().0 = true;
+        self.state.lock().0 = true;
         self.changed.notify_all();
     }
 
     /// Wait up to `timeout` for [`reach`](Gate::reach); whether it was reached.
     pub fn wait_reached(&self, timeout: std::time::Duration) -> bool {
-        let g = self.state.lock().unwrap();
-        let (g, _) = self.changed.wait_timeout_while(g, timeout, |s| !s.0 && !s.1).unwrap();
+        let mut g = self.state.lock();
+        self.changed.wait_while_for(&mut g, |s| !s.0 && !s.1, timeout);
         g.0 || g.1
     }
 
     /// Let the work after the gate run (also when the session ends with the gate closed).
     pub fn open(&self) {
-        self.state.lock().unwrap().1 = true;
+        self.state.lock().1 = true;
         self.changed.notify_all();
     }
 
     pub fn is_open(&self) -> bool {
-        self.state.lock().unwrap().1
+        self.state.lock().1
     }
 
     pub fn wait_opened(&self) {
-        let g = self.state.lock().unwrap();
-        drop(self.changed.wait_while(g, |s| !s.1).unwrap());
+        let mut g = self.state.lock();
+        self.changed.wait_while(&mut g, |s| !s.1);
     }
 }
 
