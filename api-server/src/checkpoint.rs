@@ -35,7 +35,8 @@ use phos_control::Cancel;
 use phos_protocol::cudart::{self, FunctionId, HandleKind};
 use phos_protocol::limits::LimitKind;
 
-use crate::backend::{Backend, Raw, StreamRef};
+use crate::backend::prelude::*;
+use crate::backend::{Raw, StreamRef};
 use crate::control::SessionFactory;
 use crate::handles::{NUMBER_BITS, is_handle_of};
 use crate::quiesce::NotQuiesced;

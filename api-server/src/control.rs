@@ -13,7 +13,7 @@ use phos_control::{
 use phos_protocol::limits::SessionLimits;
 use tarpc::context::Context;
 
-use crate::backend::Backend;
+use crate::backend::prelude::*;
 use crate::checkpoint::{Bounds, Progress as Counters};
 use crate::output::DeviceOutput;
 use crate::server::SessionSlot;

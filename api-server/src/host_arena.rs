@@ -12,7 +12,7 @@ use std::os::fd::OwnedFd;
 use phos_protocol::CudaError;
 use phos_protocol::host_arena::{self, BASE, Mapping, PAGE};
 
-use crate::backend::Backend;
+use crate::backend::prelude::*;
 use crate::memory::{AddressSpace, coalesce_insert, take_exact, take_first_fit};
 
 /// One page-locked allocation.

@@ -53,7 +53,7 @@ pub mod dispatch {
 
 use std::sync::Arc;
 
-use backend::Backend;
+use backend::prelude::*;
 
 /// Which backend a server runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,13 +62,18 @@ pub enum BackendKind {
     Emu,
 }
 
+/// A backend name that is none of [`BackendKind`]'s.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown backend `{0}` (cuda or emu)")]
+pub struct UnknownBackend(pub String);
+
 impl std::str::FromStr for BackendKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownBackend;
+    fn from_str(s: &str) -> Result<Self, UnknownBackend> {
         match s {
             "cuda" => Ok(BackendKind::Cuda),
             "emu" => Ok(BackendKind::Emu),
-            other => Err(format!("unknown backend `{other}` (cuda or emu)")),
+            other => Err(UnknownBackend(other.to_string())),
         }
     }
 }
@@ -86,7 +91,7 @@ impl std::fmt::Display for BackendKind {
 pub const DEFAULT_EMU_MEMORY: u64 = 16 << 30;
 
 /// Create a backend.
-pub fn open_backend(kind: BackendKind, emu_memory: u64) -> Result<Arc<dyn Backend>, String> {
+pub fn open_backend(kind: BackendKind, emu_memory: u64) -> Result<Arc<dyn Backend>, backend::cuda::OpenError> {
     Ok(match kind {
         BackendKind::Cuda => Arc::new(backend::cuda::CudaBackend::new()?),
         BackendKind::Emu => Arc::new(backend::emu::EmuBackend::new(emu_memory)),
@@ -98,6 +103,6 @@ pub fn detect_backend() -> (BackendKind, String) {
     match backend::cuda::CudaBackend::probe() {
         Ok(n) if n > 0 => (BackendKind::Cuda, format!("{n} GPU(s) found")),
         Ok(_) => (BackendKind::Emu, "the CUDA driver reports no GPU".into()),
-        Err(why) => (BackendKind::Emu, why),
+        Err(why) => (BackendKind::Emu, why.to_string()),
     }
 }

@@ -17,7 +17,7 @@ use std::ops::Range;
 
 use phos_protocol::CudaError;
 
-use crate::backend::{Backend, Physical};
+use crate::backend::{Physical, VirtualMemory};
 
 /// `cudaMalloc` returns pointers aligned to at least this.
 pub const ALIGNMENT: u64 = 256;
@@ -151,7 +151,7 @@ pub(crate) fn take_first_fit(holes: &mut BTreeMap<u64, u64>, len: u64, align: u6
 impl AddressSpace {
     /// Reserve `[base, base + size)` on the backend, for at most `max_allocations`
     /// allocations at once.
-    pub fn reserve(backend: &dyn Backend, base: u64, size: u64, max_allocations: u64) -> Result<Self, CudaError> {
+    pub fn reserve(backend: &dyn VirtualMemory, base: u64, size: u64, max_allocations: u64) -> Result<Self, CudaError> {
         backend.reserve(base, size)?;
         let mut inner = Inner::default();
         inner.holes.insert(base, size);
@@ -183,7 +183,7 @@ impl AddressSpace {
     }
 
     /// Allocate `size` bytes on `device`; 0 bytes gives the null pointer.
-    pub fn alloc(&self, backend: &dyn Backend, device: i32, size: u64) -> Result<u64, CudaError> {
+    pub fn alloc(&self, backend: &dyn VirtualMemory, device: i32, size: u64) -> Result<u64, CudaError> {
         if size == 0 {
             return Ok(0);
         }
@@ -250,7 +250,7 @@ impl AddressSpace {
 
     /// Allocate `size` bytes at exactly `addr` (a restore puts every allocation back where
     /// it was). Fails with `cudaErrorMemoryAllocation` when that memory is not free.
-    pub fn alloc_at(&self, backend: &dyn Backend, device: i32, addr: u64, size: u64) -> Result<u64, CudaError> {
+    pub fn alloc_at(&self, backend: &dyn VirtualMemory, device: i32, addr: u64, size: u64) -> Result<u64, CudaError> {
         if size == 0 {
             return Ok(0);
         }
@@ -311,7 +311,7 @@ impl AddressSpace {
 
     /// Free the allocation that starts at `addr`; returns its size. Anything else is
     /// `cudaErrorInvalidValue`, as CUDA answers a free of a pointer it did not hand out.
-    pub fn free(&self, backend: &dyn Backend, addr: u64) -> Result<Allocation, CudaError> {
+    pub fn free(&self, backend: &dyn VirtualMemory, addr: u64) -> Result<Allocation, CudaError> {
         let mut g = self.inner.write();
         let inner = &mut *g;
         let a = inner.allocations.remove(&addr).ok_or(CudaError::InvalidValue)?;
@@ -334,7 +334,7 @@ impl AddressSpace {
     }
 
     /// Free everything (device reset, session end). Returns the allocations that were live.
-    pub fn free_all(&self, backend: &dyn Backend, device: Option<i32>) -> Vec<Allocation> {
+    pub fn free_all(&self, backend: &dyn VirtualMemory, device: Option<i32>) -> Vec<Allocation> {
         let addrs: Vec<u64> = {
             let g = self.inner.read();
             g.allocations.values().filter(|a| device.is_none_or(|d| a.device == d)).map(|a| a.addr).collect()

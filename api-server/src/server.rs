@@ -7,9 +7,9 @@ use std::os::unix::net::UnixListener;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use std::time::{Duration, Instant};
 
 use phos_protocol::cudart::{self, FunctionId};
 use phos_protocol::frame::{FLAG_ASYNC, FLAG_MEASURE, FrameHeader, FrameKind, MAX_BARRIER_IDS};

@@ -19,7 +19,8 @@ use phos_protocol::types::Dim3;
 use phos_protocol::{CudaError, Ptr};
 use sha2::{Digest, Sha256};
 
-use crate::backend::{Backend, Copy2D, Gate, Raw, StreamRef};
+use crate::backend::prelude::*;
+use crate::backend::{Copy2D, Gate, Raw, StreamRef};
 use crate::capture::{CaptureState, Captures, Graph, GraphOp, Node};
 use crate::dispatch::CudartService;
 use crate::handles::{HandleTable, Refused};

@@ -13,9 +13,10 @@ use std::time::Instant;
 
 use phos_protocol::CudaError;
 use phos_protocol::types::{DeviceProperties, Dim3, FuncAttributes};
-use phos_ptx::exec::{self, GlobalMemory, Launch, Program};
+use phos_ptx::exec::{self, GlobalMemory, Program};
 
-use super::{Backend, Gate, LoadedModule, Physical, Raw, StreamRef};
+use super::prelude::*;
+use super::{Gate, LoadedModule, Physical, Raw, StreamRef};
 use crate::memory::MemoryView;
 use std::sync::atomic::AtomicI32;
 
@@ -341,7 +342,7 @@ fn allocate_variables(program: &mut Program) -> Result<VariableStorage, CudaErro
     Ok((by_name, Some((base, len as usize))))
 }
 
-impl Backend for EmuBackend {
+impl Devices for EmuBackend {
     fn name(&self) -> &'static str {
         "emu"
     }
@@ -380,130 +381,6 @@ impl Backend for EmuBackend {
     fn device_synchronize(&self, device: i32) -> Result<(), CudaError> {
         self.check_device(device)?;
         self.pass_gates();
-        Ok(())
-    }
-
-    fn reserve(&self, base: u64, size: u64) -> Result<(), CudaError> {
-        let p = unsafe {
-            libc::mmap(
-                base as *mut libc::c_void,
-                size as usize,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED || p as u64 != base {
-            if p != libc::MAP_FAILED {
-                unsafe { libc::munmap(p, size as usize) };
-            }
-            tracing::error!(
-                "cannot reserve the device address range {base:#x}+{size:#x}: {}",
-                std::io::Error::last_os_error()
-            );
-            return Err(CudaError::MemoryAllocation);
-        }
-        Ok(())
-    }
-
-    fn unreserve(&self, base: u64, size: u64) {
-        unsafe { libc::munmap(base as *mut libc::c_void, size as usize) };
-    }
-
-    fn granularity(&self, _device: i32) -> u64 {
-        2 << 20
-    }
-
-    fn map(&self, device: i32, addr: u64, size: u64) -> Result<Physical, CudaError> {
-        self.check_device(device)?;
-        if self.mapped.load(Ordering::Relaxed) + size > self.total_memory {
-            return Err(CudaError::MemoryAllocation);
-        }
-        let r = unsafe { libc::mprotect(addr as *mut libc::c_void, size as usize, libc::PROT_READ | libc::PROT_WRITE) };
-        if r != 0 {
-            return Err(CudaError::MemoryAllocation);
-        }
-        self.mapped.fetch_add(size, Ordering::Relaxed);
-        Ok(0)
-    }
-
-    fn unmap(&self, addr: u64, size: u64, _physical: Physical) -> Result<(), CudaError> {
-        debug_assert_eq!(addr % PAGE, 0);
-        unsafe {
-            // Give the pages back and make stray accesses fault.
-            libc::madvise(addr as *mut libc::c_void, size as usize, libc::MADV_DONTNEED);
-            libc::mprotect(addr as *mut libc::c_void, size as usize, libc::PROT_NONE);
-        }
-        self.mapped.fetch_sub(size, Ordering::Relaxed);
-        Ok(())
-    }
-
-    fn memcpy_htod(&self, dst: u64, src: &[u8], stream: Option<StreamRef>) -> Result<(), CudaError> {
-        match stream {
-            Some(s) => self.check_stream(s)?,
-            None => self.pass_gates(),
-        }
-        // The service checked [dst, dst + len) against the session's mapped memory.
-        let _work = self.work.lock();
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, src.len()) };
-        Ok(())
-    }
-
-    fn memcpy_dtoh(&self, dst: &mut [u8], src: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
-        match stream {
-            Some(s) => self.check_stream(s)?,
-            None => self.pass_gates(),
-        }
-        let _work = self.work.lock();
-        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) };
-        Ok(())
-    }
-
-    fn register_host(&self, addr: u64, _len: u64) -> Result<u64, CudaError> {
-        // Device memory is host memory here: the device reaches it at its own address.
-        Ok(addr)
-    }
-
-    fn unregister_host(&self, _addr: u64) {}
-
-    fn memcpy_registered(
-        &self,
-        device: u64,
-        host: u64,
-        len: u64,
-        to_device: bool,
-        stream: Option<StreamRef>,
-    ) -> Result<(), CudaError> {
-        match stream {
-            Some(s) => self.check_stream(s)?,
-            None => self.pass_gates(),
-        }
-        let _work = self.work.lock();
-        let (dst, src) = if to_device { (device, host) } else { (host, device) };
-        // The service checked the device range and that the host range is a live allocation
-        // of the mapped arena.
-        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len as usize) };
-        Ok(())
-    }
-
-    fn memcpy_dtod(&self, dst: u64, src: u64, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
-        match stream {
-            Some(s) => self.check_stream(s)?,
-            None => self.pass_gates(),
-        }
-        let _work = self.work.lock();
-        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len as usize) };
-        Ok(())
-    }
-
-    fn memset(&self, dst: u64, value: u8, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
-        match stream {
-            Some(s) => self.check_stream(s)?,
-            None => self.pass_gates(),
-        }
-        let _work = self.work.lock();
-        unsafe { std::ptr::write_bytes(dst as *mut u8, value, len as usize) };
         Ok(())
     }
 
@@ -585,6 +462,163 @@ impl Backend for EmuBackend {
     fn reset_persisting_l2_cache(&self, device: i32) -> Result<(), CudaError> {
         self.check_device(device)
     }
+}
+
+impl VirtualMemory for EmuBackend {
+    fn reserve(&self, base: u64, size: u64) -> Result<(), CudaError> {
+        let p = unsafe {
+            libc::mmap(
+                base as *mut libc::c_void,
+                size as usize,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED || p as u64 != base {
+            if p != libc::MAP_FAILED {
+                unsafe { libc::munmap(p, size as usize) };
+            }
+            tracing::error!(
+                "cannot reserve the device address range {base:#x}+{size:#x}: {}",
+                std::io::Error::last_os_error()
+            );
+            return Err(CudaError::MemoryAllocation);
+        }
+        Ok(())
+    }
+
+    fn unreserve(&self, base: u64, size: u64) {
+        unsafe { libc::munmap(base as *mut libc::c_void, size as usize) };
+    }
+
+    fn granularity(&self, _device: i32) -> u64 {
+        2 << 20
+    }
+
+    fn map(&self, device: i32, addr: u64, size: u64) -> Result<Physical, CudaError> {
+        self.check_device(device)?;
+        if self.mapped.load(Ordering::Relaxed) + size > self.total_memory {
+            return Err(CudaError::MemoryAllocation);
+        }
+        let r = unsafe { libc::mprotect(addr as *mut libc::c_void, size as usize, libc::PROT_READ | libc::PROT_WRITE) };
+        if r != 0 {
+            return Err(CudaError::MemoryAllocation);
+        }
+        self.mapped.fetch_add(size, Ordering::Relaxed);
+        Ok(0)
+    }
+
+    fn unmap(&self, addr: u64, size: u64, _physical: Physical) -> Result<(), CudaError> {
+        debug_assert_eq!(addr % PAGE, 0);
+        unsafe {
+            // Give the pages back and make stray accesses fault.
+            libc::madvise(addr as *mut libc::c_void, size as usize, libc::MADV_DONTNEED);
+            libc::mprotect(addr as *mut libc::c_void, size as usize, libc::PROT_NONE);
+        }
+        self.mapped.fetch_sub(size, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+impl Copies for EmuBackend {
+    fn memcpy_htod(&self, dst: u64, src: &[u8], stream: Option<StreamRef>) -> Result<(), CudaError> {
+        match stream {
+            Some(s) => self.check_stream(s)?,
+            None => self.pass_gates(),
+        }
+        // The service checked [dst, dst + len) against the session's mapped memory.
+        let _work = self.work.lock();
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, src.len()) };
+        Ok(())
+    }
+
+    fn memcpy_dtoh(&self, dst: &mut [u8], src: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
+        match stream {
+            Some(s) => self.check_stream(s)?,
+            None => self.pass_gates(),
+        }
+        let _work = self.work.lock();
+        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    fn memcpy_dtod(&self, dst: u64, src: u64, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
+        match stream {
+            Some(s) => self.check_stream(s)?,
+            None => self.pass_gates(),
+        }
+        let _work = self.work.lock();
+        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len as usize) };
+        Ok(())
+    }
+
+    fn memset(&self, dst: u64, value: u8, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
+        match stream {
+            Some(s) => self.check_stream(s)?,
+            None => self.pass_gates(),
+        }
+        let _work = self.work.lock();
+        unsafe { std::ptr::write_bytes(dst as *mut u8, value, len as usize) };
+        Ok(())
+    }
+}
+
+impl HostMemory for EmuBackend {
+    fn register_host(&self, addr: u64, _len: u64) -> Result<u64, CudaError> {
+        // Device memory is host memory here: the device reaches it at its own address.
+        Ok(addr)
+    }
+
+    fn unregister_host(&self, _addr: u64) {}
+
+    fn memcpy_registered(
+        &self,
+        device: u64,
+        host: u64,
+        len: u64,
+        to_device: bool,
+        stream: Option<StreamRef>,
+    ) -> Result<(), CudaError> {
+        match stream {
+            Some(s) => self.check_stream(s)?,
+            None => self.pass_gates(),
+        }
+        let _work = self.work.lock();
+        let (dst, src) = if to_device { (device, host) } else { (host, device) };
+        // The service checked the device range and that the host range is a live allocation
+        // of the mapped arena.
+        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len as usize) };
+        Ok(())
+    }
+}
+
+impl Streams for EmuBackend {
+    fn stream_create(&self, device: i32, _flags: u32, _priority: i32) -> Result<Raw, CudaError> {
+        self.check_device(device)?;
+        let raw = self.fresh();
+        self.streams.lock().insert(raw, ());
+        Ok(raw)
+    }
+
+    fn stream_destroy(&self, stream: Raw) -> Result<(), CudaError> {
+        self.streams.lock().remove(&stream).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
+    }
+
+    fn stream_synchronize(&self, stream: StreamRef) -> Result<(), CudaError> {
+        self.check_stream(stream)
+    }
+
+    fn stream_query(&self, stream: StreamRef) -> Result<bool, CudaError> {
+        self.check_stream(stream).map(|_| true)
+    }
+
+    fn stream_wait_event(&self, stream: StreamRef, event: Raw) -> Result<(), CudaError> {
+        // Work runs in submission order, so the event's work is already done.
+        self.check_stream(stream)?;
+        self.events.lock().get(&event).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
+    }
 
     fn host_func(&self, stream: StreamRef, gate: Arc<Gate>) -> Result<(), CudaError> {
         self.check_stream(stream)?;
@@ -593,11 +627,105 @@ impl Backend for EmuBackend {
         self.gates.lock().push(gate);
         Ok(())
     }
+}
 
-    fn stream_wait_event(&self, stream: StreamRef, event: Raw) -> Result<(), CudaError> {
-        // Work runs in submission order, so the event's work is already done.
+impl Events for EmuBackend {
+    fn event_create(&self, device: i32, flags: u32) -> Result<Raw, CudaError> {
+        self.check_device(device)?;
+        let raw = self.fresh();
+        self.events.lock().insert(raw, Event { flags, recorded: None });
+        Ok(raw)
+    }
+
+    fn event_destroy(&self, event: Raw) -> Result<(), CudaError> {
+        self.events.lock().remove(&event).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
+    }
+
+    fn event_record(&self, event: Raw, stream: StreamRef) -> Result<(), CudaError> {
         self.check_stream(stream)?;
+        let mut events = self.events.lock();
+        let e = events.get_mut(&event).ok_or(CudaError::InvalidResourceHandle)?;
+        e.recorded = Some(Instant::now());
+        Ok(())
+    }
+
+    fn event_synchronize(&self, event: Raw) -> Result<(), CudaError> {
         self.events.lock().get(&event).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
+    }
+
+    fn event_query(&self, event: Raw) -> Result<bool, CudaError> {
+        self.events.lock().get(&event).map(|_| true).ok_or(CudaError::InvalidResourceHandle)
+    }
+
+    fn event_elapsed(&self, start: Raw, end: Raw) -> Result<f32, CudaError> {
+        let events = self.events.lock();
+        let (a, b) = match (events.get(&start), events.get(&end)) {
+            (Some(a), Some(b)) => (a, b),
+            _ => return Err(CudaError::InvalidResourceHandle),
+        };
+        if (a.flags | b.flags) & EVENT_DISABLE_TIMING != 0 {
+            return Err(CudaError::InvalidResourceHandle);
+        }
+        match (a.recorded, b.recorded) {
+            (Some(ta), Some(tb)) => {
+                let ms = if tb >= ta { (tb - ta).as_secs_f64() * 1e3 } else { -((ta - tb).as_secs_f64() * 1e3) };
+                Ok(ms as f32)
+            }
+            _ => Err(CudaError::InvalidResourceHandle),
+        }
+    }
+}
+
+impl Modules for EmuBackend {
+    fn module_load(&self, device: i32, image: &[u8]) -> Result<LoadedModule, CudaError> {
+        self.check_device(device)?;
+        let ptx = ptx_of(image).map_err(|e| {
+            tracing::warn!("emu: cannot read the module image: {e}");
+            CudaError::InvalidKernelImage
+        })?;
+        // Only machine code for real GPUs: nothing the emulator can run.
+        let ptx = ptx.ok_or(CudaError::NoKernelImageForDevice)?;
+        let module = phos_ptx::parse(&ptx).map_err(|e| {
+            tracing::warn!("emu: cannot parse the module's PTX: {e}");
+            CudaError::InvalidPtx
+        })?;
+        let kernels = kernel_meta(&module);
+        let mut program = Program::new(&module);
+        let (variables, storage) = allocate_variables(&mut program)?;
+        let regions = variables.iter().map(|(name, &(addr, size))| (name.clone(), addr, size)).collect();
+        let raw = self.fresh();
+        self.modules.lock().insert(raw, Module { program: Arc::new(program), kernels, variables, storage });
+        Ok(LoadedModule { raw, variables: regions })
+    }
+
+    fn module_unload(&self, module: Raw) -> Result<(), CudaError> {
+        self.modules.lock().remove(&module).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
+    }
+
+    fn module_function(&self, module: Raw, name: &str) -> Result<Raw, CudaError> {
+        let modules = self.modules.lock();
+        let m = modules.get(&module).ok_or(CudaError::InvalidResourceHandle)?;
+        let Some(info) = m.program.kernel(name) else {
+            return Err(CudaError::SymbolNotFound);
+        };
+        let meta = m.kernels.get(name).copied().unwrap_or_default();
+        let raw = self.fresh();
+        let function = Function {
+            program: m.program.clone(),
+            name: name.to_string(),
+            meta,
+            max_dynamic_shared: DEFAULT_DYNAMIC_SHARED.saturating_sub(info.static_shared) as u32,
+            carveout: -1,
+            cache_config: 0,
+        };
+        self.functions.lock().insert(raw, function);
+        Ok(raw)
+    }
+
+    fn module_global(&self, module: Raw, name: &str) -> Result<(u64, u64), CudaError> {
+        let modules = self.modules.lock();
+        let m = modules.get(&module).ok_or(CudaError::InvalidResourceHandle)?;
+        m.variables.get(name).copied().ok_or(CudaError::SymbolNotFound)
     }
 
     fn function_attributes(&self, function: Raw) -> Result<FuncAttributes, CudaError> {
@@ -675,126 +803,9 @@ impl Backend for EmuBackend {
         let usable = per_block.saturating_sub(a[attr::RESERVED_SHARED_MEMORY_PER_BLOCK] as u64 + static_shared);
         Ok(usable.min((a[attr::MAX_SHARED_MEMORY_PER_BLOCK_OPTIN] as u64).saturating_sub(static_shared)))
     }
+}
 
-    fn stream_create(&self, device: i32, _flags: u32, _priority: i32) -> Result<Raw, CudaError> {
-        self.check_device(device)?;
-        let raw = self.fresh();
-        self.streams.lock().insert(raw, ());
-        Ok(raw)
-    }
-
-    fn stream_destroy(&self, stream: Raw) -> Result<(), CudaError> {
-        self.streams.lock().remove(&stream).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
-    }
-
-    fn stream_synchronize(&self, stream: StreamRef) -> Result<(), CudaError> {
-        self.check_stream(stream)
-    }
-
-    fn stream_query(&self, stream: StreamRef) -> Result<bool, CudaError> {
-        self.check_stream(stream).map(|_| true)
-    }
-
-    fn event_create(&self, device: i32, flags: u32) -> Result<Raw, CudaError> {
-        self.check_device(device)?;
-        let raw = self.fresh();
-        self.events.lock().insert(raw, Event { flags, recorded: None });
-        Ok(raw)
-    }
-
-    fn event_destroy(&self, event: Raw) -> Result<(), CudaError> {
-        self.events.lock().remove(&event).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
-    }
-
-    fn event_record(&self, event: Raw, stream: StreamRef) -> Result<(), CudaError> {
-        self.check_stream(stream)?;
-        let mut events = self.events.lock();
-        let e = events.get_mut(&event).ok_or(CudaError::InvalidResourceHandle)?;
-        e.recorded = Some(Instant::now());
-        Ok(())
-    }
-
-    fn event_synchronize(&self, event: Raw) -> Result<(), CudaError> {
-        self.events.lock().get(&event).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
-    }
-
-    fn event_query(&self, event: Raw) -> Result<bool, CudaError> {
-        self.events.lock().get(&event).map(|_| true).ok_or(CudaError::InvalidResourceHandle)
-    }
-
-    fn event_elapsed(&self, start: Raw, end: Raw) -> Result<f32, CudaError> {
-        let events = self.events.lock();
-        let (a, b) = match (events.get(&start), events.get(&end)) {
-            (Some(a), Some(b)) => (a, b),
-            _ => return Err(CudaError::InvalidResourceHandle),
-        };
-        if (a.flags | b.flags) & EVENT_DISABLE_TIMING != 0 {
-            return Err(CudaError::InvalidResourceHandle);
-        }
-        match (a.recorded, b.recorded) {
-            (Some(ta), Some(tb)) => {
-                let ms = if tb >= ta { (tb - ta).as_secs_f64() * 1e3 } else { -((ta - tb).as_secs_f64() * 1e3) };
-                Ok(ms as f32)
-            }
-            _ => Err(CudaError::InvalidResourceHandle),
-        }
-    }
-
-    fn module_load(&self, device: i32, image: &[u8]) -> Result<LoadedModule, CudaError> {
-        self.check_device(device)?;
-        let ptx = ptx_of(image).map_err(|e| {
-            tracing::warn!("emu: cannot read the module image: {e}");
-            CudaError::InvalidKernelImage
-        })?;
-        // Only machine code for real GPUs: nothing the emulator can run.
-        let ptx = ptx.ok_or(CudaError::NoKernelImageForDevice)?;
-        let module = phos_ptx::parse(&ptx).map_err(|e| {
-            tracing::warn!("emu: cannot parse the module's PTX: {e}");
-            CudaError::InvalidPtx
-        })?;
-        let kernels = kernel_meta(&module);
-        let mut program = Program::new(&module);
-        let (variables, storage) = allocate_variables(&mut program)?;
-        let regions = variables.iter().map(|(name, &(addr, size))| (name.clone(), addr, size)).collect();
-        let raw = self.fresh();
-        self.modules.lock().insert(raw, Module { program: Arc::new(program), kernels, variables, storage });
-        Ok(LoadedModule { raw, variables: regions })
-    }
-
-    fn module_unload(&self, module: Raw) -> Result<(), CudaError> {
-        self.modules.lock().remove(&module).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
-    }
-
-    fn module_function(&self, module: Raw, name: &str) -> Result<Raw, CudaError> {
-        let modules = self.modules.lock();
-        let m = modules.get(&module).ok_or(CudaError::InvalidResourceHandle)?;
-        let Some(info) = m.program.kernel(name) else {
-            return Err(CudaError::SymbolNotFound);
-        };
-        let meta = m.kernels.get(name).copied().unwrap_or_default();
-        let raw = self.fresh();
-        let function = Function {
-            program: m.program.clone(),
-            name: name.to_string(),
-            meta,
-            max_dynamic_shared: DEFAULT_DYNAMIC_SHARED.saturating_sub(info.static_shared) as u32,
-            carveout: -1,
-            cache_config: 0,
-        };
-        self.functions.lock().insert(raw, function);
-        Ok(raw)
-    }
-
-    fn module_global(&self, module: Raw, name: &str) -> Result<(u64, u64), CudaError> {
-        let modules = self.modules.lock();
-        let m = modules.get(&module).ok_or(CudaError::InvalidResourceHandle)?;
-        m.variables.get(name).copied().ok_or(CudaError::SymbolNotFound)
-    }
-
-    fn device_time(&self) -> (u64, u64) {
-        (self.kernel_ns.load(Ordering::Relaxed), self.kernels.load(Ordering::Relaxed))
-    }
-
+impl Launch for EmuBackend {
     fn launch(
         &self,
         function: Raw,
@@ -827,7 +838,7 @@ impl Backend for EmuBackend {
             }
         }
         let (program, name) = (f.program, f.name);
-        let launch = Launch {
+        let launch = exec::Launch {
             grid: [grid.x, grid.y, grid.z],
             block: [block.x, block.y, block.z],
             dynamic_shared: shared_mem,
@@ -852,5 +863,9 @@ impl Backend for EmuBackend {
                 Err(CudaError(e.cuda_error()))
             }
         }
+    }
+
+    fn device_time(&self) -> (u64, u64) {
+        (self.kernel_ns.load(Ordering::Relaxed), self.kernels.load(Ordering::Relaxed))
     }
 }
