@@ -38,8 +38,8 @@ use phos_protocol::limits::LimitKind;
 use crate::backend::prelude::*;
 use crate::backend::{Raw, StreamRef};
 use crate::control::SessionFactory;
-use crate::handles::{NUMBER_BITS, is_handle_of};
 use crate::quiesce::NotQuiesced;
+use crate::registry::handles::{NUMBER_BITS, is_handle_of};
 use crate::service::{CallCx, Session};
 
 /// Size of the pieces memory is copied and stored in.
@@ -256,7 +256,7 @@ impl Session {
             NotQuiesced::Cancelled => Stopped::Abandoned { session: self.id, what: format!("waiting for {what}") },
         };
         let quiesced = self.quiesce.quiesce(deadline, || bounds.cancel.is_cancelled()).map_err(|why| {
-            let busy = self.busy_calls();
+            let busy = self.activity.calls();
             let what = if busy.is_empty() {
                 "its calls in flight to finish".to_string()
             } else {
@@ -360,8 +360,8 @@ impl Session {
         let writer = written?;
         meta.id = self.id;
         meta.backend = backend.name().to_string();
-        meta.device_base = self.memory().base();
-        meta.device_size = self.memory().size();
+        meta.device_base = self.objects.memory.base();
+        meta.device_size = self.objects.memory.size();
         meta.devices = (0..backend.device_count())
             .map(|d| backend.device_properties(d).map(|p| p.name).unwrap_or_default())
             .collect();
@@ -370,7 +370,7 @@ impl Session {
             spec_hash: cudart::SPEC_HASH,
             created_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
             session: meta,
-            handle_counters: self.handle_counters(),
+            handle_counters: self.objects.handle_counters(),
             records,
             memory: Vec::new(),
         };
@@ -396,14 +396,19 @@ impl Session {
     /// Every range of device memory the session holds: allocations, then module variables.
     fn memory_regions(&self) -> Vec<(u64, u64, i32, RegionKind)> {
         let mut out: Vec<(u64, u64, i32, RegionKind)> = self
-            .memory()
+            .objects
+            .memory
             .allocations()
             .into_iter()
             .map(|a| (a.addr, a.size, a.device, RegionKind::Allocation))
             .collect();
-        out.extend(self.module_variables().into_iter().map(|(module, name, addr, size, device)| {
-            (addr, size, device, RegionKind::ModuleVariable { module, name })
-        }));
+        out.extend(
+            self.objects
+                .modules
+                .variables()
+                .into_iter()
+                .map(|v| (v.addr, v.size, v.device, RegionKind::ModuleVariable { module: v.module, name: v.name })),
+        );
         out
     }
 
@@ -437,7 +442,7 @@ impl Session {
             factory.limits,
         )
         .map_err(|e| format!("reserving the device address range {:#x}: {e:?}", meta.device_base))?;
-        session.set_handle_counters(&manifest.handle_counters);
+        session.objects.set_handle_counters(&manifest.handle_counters);
         let abandoned = |what: &str| Stopped::Abandoned { session: meta.id, what: what.to_string() }.to_string();
         let replay_start = Instant::now();
         for r in &manifest.records {
@@ -546,14 +551,17 @@ impl Session {
         let dev = device.unwrap_or(region.device);
         match &region.kind {
             RegionKind::Allocation => {
-                if !self.memory().contains(region.addr, region.size) {
+                if !self.objects.memory.contains(region.addr, region.size) {
                     return Err(format!("allocation {:#x} was not recreated", region.addr));
                 }
                 Ok((region.addr, dev))
             }
             RegionKind::ModuleVariable { module, name } => {
-                let (addr, size) =
-                    self.module_variable(*module, name).map_err(|e| format!("variable {name}: {e:?}"))?;
+                let (addr, size) = self
+                    .objects
+                    .modules
+                    .variable(self.backend(), &self.objects.memory, *module, name)
+                    .map_err(|e| format!("variable {name}: {e:?}"))?;
                 if size != region.size {
                     return Err(format!("variable {name} has {size} bytes, the image {}", region.size));
                 }

@@ -1,9 +1,9 @@
 //! The Phos API server. One server process runs one guest process's calls (its *session*):
 //! [`server`] serves the session's channels, the generated [`dispatch`] checks each request
 //! against the spec, [`service`] gives every function its CUDA semantics on a
-//! [`backend`] (`cuda` on a GPU, `emu` on the CPU), and [`memory`] keeps the session's device
-//! address space at fixed addresses. API objects reach the guest only as virtual
-//! [`handles`].
+//! [`backend`] (`cuda` on a GPU, `emu` on the CPU), over the session's objects in the
+//! [`registry`] (its device address space at fixed addresses, streams, events, modules,
+//! graphs, page-locked memory). API objects reach the guest only as virtual handles.
 //!
 //! **Locks.** The server uses parking_lot's locks only (`clippy.toml` refuses std's), which
 //! do not poison: a call that panics is answered `cudaErrorUnknown` (see [`server`]) and its
@@ -34,16 +34,15 @@ pub mod backend;
 pub mod capture;
 pub mod checkpoint;
 pub mod control;
-pub mod handles;
-pub mod host_arena;
-pub mod memory;
 pub mod module_vars;
 pub mod ordering;
 pub mod output;
 pub mod quiesce;
 pub mod records;
+pub mod registry;
 pub mod server;
 pub mod service;
+pub mod usage;
 
 /// The spec-generated `CudartService` trait and its checked `dispatch`.
 #[allow(clippy::all, unused_parens)]

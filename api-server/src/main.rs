@@ -15,8 +15,9 @@ use clap::Parser;
 use phos_api_server::checkpoint::Progress;
 use phos_api_server::control::{ServerCtl, SessionFactory};
 use phos_api_server::output::{DeviceOutput, StdoutCapture};
+use phos_api_server::registry::memory;
 use phos_api_server::server::{ApiServer, SessionSlot};
-use phos_api_server::{BackendKind, memory, open_backend};
+use phos_api_server::{BackendKind, open_backend};
 use phos_control::ServerControl;
 use phos_protocol::limits::SessionLimits;
 

@@ -7,10 +7,13 @@
 //!
 //! (Host-function *gates*, [`crate::backend::Gate`], are another thing: points in a stream.)
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use phos_protocol::cudart::FunctionId;
 
 #[derive(Default)]
 pub struct QuiesceLock {
@@ -88,6 +91,39 @@ impl QuiesceLock {
         self.resumed.notify_all();
         drop(state);
         outcome
+    }
+}
+
+/// What each channel runs now: what a quiesce that cannot complete waits for, to name it.
+#[derive(Default)]
+pub struct Activity {
+    /// By channel: the function id + 1 (0: nothing).
+    busy: Mutex<BTreeMap<u64, Arc<AtomicU32>>>,
+}
+
+impl Activity {
+    /// The word in which `channel` says what it runs (function id + 1; 0: nothing), listed
+    /// until [`closed`](Self::closed).
+    pub fn channel(&self, channel: u64) -> Arc<AtomicU32> {
+        let a = Arc::new(AtomicU32::new(0));
+        self.busy.lock().insert(channel, a.clone());
+        a
+    }
+
+    pub fn closed(&self, channel: u64) {
+        self.busy.lock().remove(&channel);
+    }
+
+    /// The calls running now, as `function (channel N)`.
+    pub fn calls(&self) -> Vec<String> {
+        self.busy
+            .lock()
+            .iter()
+            .filter_map(|(ch, a)| {
+                let f = a.load(Ordering::Relaxed).checked_sub(1)?;
+                Some(format!("{} (channel {ch})", FunctionId::from_u32(f).map_or("?", |f| f.name())))
+            })
+            .collect()
     }
 }
 

@@ -212,8 +212,8 @@ impl ApiServer {
             session: session.id,
             token: [0; 16],
             backend: session.backend().name().to_string(),
-            device_base: session.memory().base(),
-            device_size: session.memory().size(),
+            device_base: session.objects.memory.base(),
+            device_size: session.objects.memory.size(),
             device_count: session.backend().device_count(),
             epoch: 0,
             transport: attach.transport,
@@ -249,7 +249,7 @@ impl ApiServer {
         }
 
         // What this channel runs, for a checkpoint that has to say what it waited for.
-        let activity = session.channel_activity(channel);
+        let activity = session.activity.channel(channel);
         let mut out = Vec::new();
         let mut acks = AckWindow::default();
         let mut usage_checked = Instant::now();
@@ -391,7 +391,7 @@ impl ApiServer {
                 break;
             }
         }
-        session.channel_closed(channel);
+        session.activity.closed(channel);
         if let Some(st) = staging
             && st.registered.load(Ordering::Relaxed)
         {

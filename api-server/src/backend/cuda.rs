@@ -33,7 +33,7 @@ use phos_protocol::types::{DeviceProperties, Dim3, FuncAttributes};
 
 use super::prelude::*;
 use super::{Copy2D, Gate, LoadedModule, Physical, Raw, StreamRef};
-use crate::memory::MemoryView;
+use crate::registry::memory::MemoryView;
 
 /// Attributes are queried up to this number (CUDA 13 defines about 150).
 const MAX_ATTRIBUTE: i32 = 160;

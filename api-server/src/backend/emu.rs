@@ -17,7 +17,7 @@ use phos_ptx::exec::{self, GlobalMemory, Program};
 
 use super::prelude::*;
 use super::{Gate, LoadedModule, Physical, Raw, StreamRef};
-use crate::memory::MemoryView;
+use crate::registry::memory::MemoryView;
 use std::sync::atomic::AtomicI32;
 
 /// `CUdevice_attribute` numbers the emulated device reports (the subset that describes it).

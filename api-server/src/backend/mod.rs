@@ -10,7 +10,7 @@ pub mod emu;
 use phos_protocol::CudaError;
 use phos_protocol::types::{DeviceProperties, Dim3, FuncAttributes};
 
-use crate::memory::MemoryView;
+use crate::registry::memory::MemoryView;
 
 /// A backend's own object (a `CUstream`, `CUevent`, ... or an emulator index).
 pub type Raw = u64;
@@ -122,7 +122,7 @@ pub trait Devices: Send + Sync {
     fn reset_persisting_l2_cache(&self, device: i32) -> Result<(), CudaError>;
 }
 
-/// Device virtual address space: ranges reserved at fixed addresses, and physical memory mapped into them (the session's allocator, [`crate::memory`], decides where).
+/// Device virtual address space: ranges reserved at fixed addresses, and physical memory mapped into them (the session's allocator, [`crate::registry::memory`], decides where).
 pub trait VirtualMemory: Send + Sync {
     /// Reserve `[base, base + size)` of device address space; it must be granted at `base`
     /// exactly, so that pointers stay the same across restores.

@@ -5,15 +5,28 @@
 //! the driver are ones it handed out. A restore replays the allocations before any channel
 //! has brought the file: they are kept, and registered once the file is mapped.
 
-use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
 
+use parking_lot::Mutex;
 use phos_protocol::CudaError;
 use phos_protocol::host_arena::{self, BASE, Mapping, PAGE};
 
 use crate::backend::prelude::*;
-use crate::memory::{AddressSpace, coalesce_insert, take_exact, take_first_fit};
+use crate::registry::memory::{AddressSpace, coalesce_insert, take_exact, take_first_fit};
+
+/// Why a channel's pinned arena is not used.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    #[error("cannot identify the pinned arena's file: {0}")]
+    Identity(std::io::Error),
+    #[error("a different pinned arena than the session's")]
+    Different,
+    #[error("cannot register the restored pinned allocations: {0:?}")]
+    Bind(CudaError),
+    #[error("cannot map the pinned arena at {BASE:#x}: {0}")]
+    Map(std::io::Error),
+}
 
 /// One page-locked allocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,19 +71,17 @@ impl PinnedArena {
     /// Map the arena a channel brought (checked and mapped at [`BASE`]); a later channel's copy
     /// of the same file changes nothing, and another file is refused. Allocations replayed by
     /// a restore are registered now.
-    pub fn attach(&self, fd: OwnedFd, backend: &dyn Backend, memory: &AddressSpace) -> Result<(), String> {
+    pub fn attach(&self, fd: OwnedFd, backend: &dyn Backend, memory: &AddressSpace) -> Result<(), AttachError> {
         let mut g = self.inner.lock();
-        let identity = host_arena::identity(&fd).map_err(|e| e.to_string())?;
+        let identity = host_arena::identity(&fd).map_err(AttachError::Identity)?;
         if let Some((_, m)) = &g.file {
-            return if m.identity() == identity { Ok(()) } else { Err("a different pinned arena".into()) };
+            return if m.identity() == identity { Ok(()) } else { Err(AttachError::Different) };
         }
         // Bound first, so that a failure leaves nothing mapped.
-        if !g.allocations.is_empty()
-            && let Err(e) = backend.bind(0)
-        {
-            return Err(format!("cannot register the restored pinned allocations: {e:?}"));
+        if !g.allocations.is_empty() {
+            backend.bind(0).map_err(AttachError::Bind)?;
         }
-        let mapping = Mapping::at_base(&fd).map_err(|e| format!("cannot map the pinned arena at {BASE:#x}: {e}"))?;
+        let mapping = Mapping::at_base(&fd).map_err(AttachError::Map)?;
         let inner = &mut *g;
         inner.holes.insert(BASE, mapping.len());
         let replayed: Vec<u64> = inner.allocations.keys().copied().collect();
