@@ -6,12 +6,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use phos_checkpoint::{Compression, SessionMeta};
+use phos_checkpoint::{Compression, CrError, SessionMeta};
 use phos_control::{
     Cancel, CheckpointRequest, CheckpointSummary, Progress, RestoreSummary, ServerControl, SessionIdentity,
 };
 use phos_protocol::limits::SessionLimits;
 use tarpc::context::Context;
+
+use phos_protocol::CudaError;
 
 use crate::backend::prelude::*;
 use crate::checkpoint::{Bounds, Progress as Counters};
@@ -32,8 +34,13 @@ pub struct SessionFactory {
     pub limits: SessionLimits,
 }
 
+/// Why a server could not make a fresh session.
+#[derive(Debug, thiserror::Error)]
+#[error("setting up the session's device memory: {0:?}")]
+pub struct NewSessionError(pub CudaError);
+
 impl SessionFactory {
-    pub fn fresh(&self, id: u64) -> Result<Session, String> {
+    pub fn fresh(&self, id: u64) -> Result<Session, NewSessionError> {
         Session::new(
             id,
             self.backend.clone(),
@@ -43,7 +50,7 @@ impl SessionFactory {
             (self.output)(),
             self.limits,
         )
-        .map_err(|e| format!("setting up the session's device memory: {e:?}"))
+        .map_err(NewSessionError)
     }
 
     pub fn restore(
@@ -52,7 +59,7 @@ impl SessionFactory {
         device: Option<i32>,
         progress: &Counters,
         cancel: &Cancel,
-    ) -> Result<(Session, RestoreSummary), String> {
+    ) -> Result<(Session, RestoreSummary), CrError> {
         let (session, meta, r) = Session::restore(dir, self, device, progress, cancel)?;
         tracing::info!(
             session = meta.id,
@@ -64,17 +71,7 @@ impl SessionFactory {
             r.replay_ms,
             r.copy_ms
         );
-        let summary = RestoreSummary {
-            session: meta.id,
-            records: r.records,
-            memory_bytes: r.memory_bytes,
-            verify_ms: r.verify_ms,
-            replay_ms: r.replay_ms,
-            copy_ms: r.copy_ms,
-            total_ms: r.total_ms,
-            pooled: false,
-        };
-        Ok((session, summary))
+        Ok((session, r))
     }
 }
 
@@ -142,7 +139,8 @@ impl ServerControl for ServerCtl {
             session.checkpoint(&dir, meta, compression, stop, &progress, &bounds).inspect_err(|e| tracing::warn!("{e}"))
         })
         .await
-        .map_err(|e| format!("checkpoint task: {e}"))??;
+        .map_err(|e| format!("checkpoint task: {e}"))?
+        .map_err(|e| e.to_string())?;
         drop(running);
         tracing::info!(
             "checkpoint to {}: {} records, {} regions, {} bytes of memory stored in {} ({:.1} ms: quiesce {:.1}, copy {:.1})",
@@ -155,17 +153,7 @@ impl ServerControl for ServerCtl {
             r.quiesce_ms,
             r.copy_ms
         );
-        Ok(CheckpointSummary {
-            dir: request.dir,
-            records: r.records,
-            regions: r.regions,
-            memory_bytes: r.memory_bytes,
-            stored_bytes: r.stored_bytes,
-            quiesce_ms: r.quiesce_ms,
-            copy_ms: r.copy_ms,
-            total_ms: r.total_ms,
-            stopped: request.stop,
-        })
+        Ok(r)
     }
 
     async fn progress(self, _: Context) -> Progress {
@@ -176,7 +164,7 @@ impl ServerControl for ServerCtl {
     }
 
     async fn start(self, _: Context, session: u64) -> Result<(), String> {
-        let s = self.factory.fresh(session)?;
+        let s = self.factory.fresh(session).map_err(|e| e.to_string())?;
         self.slot.set(Arc::new(s)).map_err(|_| "this server already has a session".to_string())
     }
 
@@ -190,7 +178,8 @@ impl ServerControl for ServerCtl {
         let cancel = running.cancel.clone();
         let (session, summary) = tokio::task::spawn_blocking(move || factory.restore(&dir, device, &progress, &cancel))
             .await
-            .map_err(|e| format!("restore task: {e}"))??;
+            .map_err(|e| format!("restore task: {e}"))?
+            .map_err(|e| e.to_string())?;
         drop(running);
         self.slot.set(Arc::new(session)).map_err(|_| "this server already has a session".to_string())?;
         *self.last_restore.lock() = Some(summary.clone());

@@ -154,7 +154,7 @@ fn main() {
     if let Some(id) = args.session {
         match factory.fresh(id) {
             Ok(s) => drop(slot.set(Arc::new(s))),
-            Err(e) => fail_to_router(e),
+            Err(e) => fail_to_router(e.to_string()),
         }
     } else if let Some(dir) = &args.restore {
         match factory.restore(dir, args.device, &progress, &phos_control::Cancel::default()) {

@@ -10,7 +10,10 @@ use phos_api_server::control::SessionFactory;
 use phos_api_server::dispatch::dispatch;
 use phos_api_server::output::DeviceOutput;
 use phos_api_server::service::{CallCx, Session};
-use phos_checkpoint::{Compression, SessionMeta};
+use phos_checkpoint::report::RestoreSummary;
+use phos_checkpoint::{
+    Compression, CrError, Image, ImageError, ImageWriter, SessionMeta, StreamReader, StreamWriter, copy_image,
+};
 use phos_control::Cancel;
 use phos_protocol::cudart::*;
 use phos_protocol::limits::SessionLimits;
@@ -69,10 +72,7 @@ fn meta() -> SessionMeta {
     SessionMeta { token: [3; 16], tenant: "uid:0".into(), abi_major: 12, ..Default::default() }
 }
 
-fn restore(
-    dir: &std::path::Path,
-    base: u64,
-) -> Result<(Session, SessionMeta, phos_api_server::checkpoint::RestoreReport), String> {
+fn restore(dir: &std::path::Path, base: u64) -> Result<(Session, SessionMeta, RestoreSummary), CrError> {
     Session::restore(dir, &factory(base), None, &Progress::default(), &Cancel::default())
 }
 
@@ -194,34 +194,106 @@ fn a_session_comes_back_whole() {
     let (r, meta, report) = restore(dir.path(), base).unwrap();
     assert_eq!(meta.token, [3; 16]);
     assert_eq!(report.records, 7);
-    // Memory at the same addresses, with the same contents.
-    assert_eq!(read(&r, b.big, 5 << 20)[..3 << 20], b.big_data[..3 << 20]);
-    assert!(read(&r, b.big + (3 << 20), 2 << 20).iter().all(|&x| x == 0));
-    assert_eq!(read(&r, b.small, 4096), vec![7u8; 4096]);
-    assert_eq!(read(&r, b.freed_then_live, 100), vec![1u8; 100]);
-    // Handles keep their values and work.
-    call(&r, &CudaStreamSynchronizeRequest { stream: b.stream });
-    call(&r, &CudaEventRecordRequest { event: b.event, stream: b.stream });
-    // The module variable kept its changed value, and the kernel sees it. Module variables
-    // live where the reloaded module puts them (on a GPU the driver chooses), so their
-    // address is asked again.
-    let counter = call(&r, &PhosModuleGetGlobalRequest { module: b.module, name: "counter" });
-    assert_eq!(counter.bytes, 4);
-    assert_eq!(read(&r, counter.address, 4), 9u32.to_le_bytes());
-    let _ = b.counter;
-    write(&r, b.small, &[0u8; 128]);
-    launch(&r, b.function, b.stream, b.small, 32);
-    assert_eq!(read(&r, b.small, 4), 9u32.to_le_bytes());
-    // New objects do not reuse the old handles or addresses.
-    let s2 = call(&r, &CudaStreamCreateRequest {}).pStream;
-    assert_ne!(s2, b.stream);
-    let fresh = call(&r, &CudaMallocRequest { size: 4096 }).devPtr;
-    assert!(![b.big, b.small, b.freed_then_live].contains(&fresh));
+    assert_restored(&r, &b);
     // A checkpoint of the restored session holds the same objects again, plus the new ones.
     let dir2 = tempfile::tempdir().unwrap();
     let report =
         r.checkpoint(dir2.path(), meta, Compression::None, false, &Progress::default(), &Bounds::default()).unwrap();
     assert_eq!(report.records, 9);
+}
+
+/// What `build` made, in a restored session: memory at the same addresses with the same
+/// contents, handles that keep their values and work, a module variable with its changed
+/// value, and new objects that reuse no old handle or address (a stream and an allocation,
+/// which stay).
+fn assert_restored(r: &Session, b: &Built) {
+    // Memory at the same addresses, with the same contents.
+    assert_eq!(read(r, b.big, 5 << 20)[..3 << 20], b.big_data[..3 << 20]);
+    assert!(read(r, b.big + (3 << 20), 2 << 20).iter().all(|&x| x == 0));
+    assert_eq!(read(r, b.small, 4096), vec![7u8; 4096]);
+    assert_eq!(read(r, b.freed_then_live, 100), vec![1u8; 100]);
+    // Handles keep their values and work.
+    call(r, &CudaStreamSynchronizeRequest { stream: b.stream });
+    call(r, &CudaEventRecordRequest { event: b.event, stream: b.stream });
+    // The module variable kept its changed value, and the kernel sees it. Module variables
+    // live where the reloaded module puts them (on a GPU the driver chooses), so their
+    // address is asked again.
+    let counter = call(r, &PhosModuleGetGlobalRequest { module: b.module, name: "counter" });
+    assert_eq!(counter.bytes, 4);
+    assert_eq!(read(r, counter.address, 4), 9u32.to_le_bytes());
+    let _ = b.counter;
+    write(r, b.small, &[0u8; 128]);
+    launch(r, b.function, b.stream, b.small, 32);
+    assert_eq!(read(r, b.small, 4), 9u32.to_le_bytes());
+    // New objects do not reuse the old handles or addresses.
+    let s2 = call(r, &CudaStreamCreateRequest {}).pStream;
+    assert_ne!(s2, b.stream);
+    let fresh = call(r, &CudaMallocRequest { size: 4096 }).devPtr;
+    assert!(![b.big, b.small, b.freed_then_live].contains(&fresh));
+}
+
+/// A session checkpointed into a socket (the stream received into a directory image as it
+/// arrives, on another thread) comes back whole; and the other way, a directory image sent
+/// into a socket by one thread is restored straight from the socket. A stream cut short
+/// leaves nothing behind.
+#[test]
+fn a_session_streams_through_a_socket_and_comes_back_whole() {
+    use std::os::unix::net::UnixStream;
+    let base = 0x4900_0000_0000;
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(base);
+    let b = build(&s);
+    let (tx, rx) = UnixStream::pair().unwrap();
+    let into = dir.path().to_path_buf();
+    let receiver = std::thread::spawn(move || {
+        let mut source = StreamReader::open(rx)?;
+        let mut image = ImageWriter::create(&into, Compression::None, 1 << 20)?;
+        copy_image(&mut source, &mut image, Compression::None)
+    });
+    let mut sink = StreamWriter::new(tx);
+    let report = s
+        .checkpoint_to(&mut sink, meta(), Compression::Zstd(1), false, &Progress::default(), &Bounds::default())
+        .unwrap();
+    drop(sink);
+    let received = receiver.join().unwrap().unwrap();
+    assert_eq!((report.records, report.memory_bytes), (7, received.memory_bytes));
+    drop(s);
+    let (r, _, _) = restore(dir.path(), base).unwrap();
+    assert_restored(&r, &b);
+    drop(r);
+
+    let send = |cut_at: Option<usize>| {
+        let (tx, rx) = UnixStream::pair().unwrap();
+        let from = dir.path().to_path_buf();
+        let sender = std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let mut sink = StreamWriter::new(&mut bytes);
+            copy_image(&mut Image::open(&from).unwrap(), &mut sink, Compression::None).unwrap();
+            drop(sink);
+            let n = cut_at.unwrap_or(bytes.len()).min(bytes.len());
+            // The peer may stop reading (a refused stream): the rest is not sent.
+            let _ = std::io::Write::write_all(&mut &tx, &bytes[..n]);
+        });
+        (rx, sender)
+    };
+    let (rx, sender) = send(None);
+    let mut source = StreamReader::open(rx).unwrap();
+    let (r, meta, summary) =
+        Session::restore_from(&mut source, &factory(base), None, &Progress::default(), &Cancel::default()).unwrap();
+    sender.join().unwrap();
+    assert_eq!((meta.token, summary.records), ([3; 16], 7));
+    assert_restored(&r, &b);
+    drop(r);
+
+    // Cut in the middle of its memory: refused, and the range is free again.
+    let (rx, sender) = send(Some(2 << 20));
+    let mut source = StreamReader::open(rx).unwrap();
+    let err = Session::restore_from(&mut source, &factory(base), None, &Progress::default(), &Cancel::default())
+        .err()
+        .expect("a stream cut short");
+    sender.join().unwrap();
+    assert!(matches!(err, CrError::Image(ImageError::Truncated(_))), "{err}");
+    drop(session(base));
 }
 
 #[test]
@@ -237,7 +309,7 @@ fn a_corrupted_image_creates_nothing() {
     bytes[100] ^= 0xff;
     std::fs::write(&mem, &bytes).unwrap();
     let err = restore(dir.path(), base).err().expect("refused");
-    assert!(err.contains("checksum"), "{err}");
+    assert!(matches!(&err, CrError::Image(ImageError::Corrupted(why)) if why.contains("checksum")), "{err}");
     // Nothing was reserved: a session can take the range.
     drop(session(base));
 }
@@ -266,7 +338,10 @@ fn a_checkpoint_gives_up_on_a_device_that_does_not_come_to_rest() {
     let started = std::time::Instant::now();
     let err = s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &bounds).unwrap_err();
     assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
-    assert!(err.contains("session 1") && err.contains("device 0 to finish the work queued on it"), "{err}");
+    assert!(
+        matches!(&err, CrError::TimedOut { session: 1, what, .. } if what.contains("device 0 to finish the work queued on it")),
+        "{err}"
+    );
     assert!(!dir.path().join(phos_checkpoint::MANIFEST_FILE).exists());
     // The session serves; once the host function has run, the device comes to rest.
     call(&s, &PhosHostFuncWaitRequest { gate: 1 });
@@ -276,7 +351,7 @@ fn a_checkpoint_gives_up_on_a_device_that_does_not_come_to_rest() {
     let gone = Bounds::default();
     gone.cancel.cancel();
     let err = s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &gone).unwrap_err();
-    assert!(err.contains("abandoned"), "{err}");
+    assert!(matches!(err, CrError::Abandoned { session: 1, .. }), "{err}");
 }
 
 /// What this server checks of an image before it creates anything: its own device range,
@@ -293,15 +368,16 @@ fn an_image_this_server_could_not_have_made_is_refused() {
     let err = Session::restore(dir.path(), &factory(base + (1 << 36)), None, &Progress::default(), &cancel)
         .err()
         .expect("another range");
-    assert!(err.contains("is not this server's"), "{err}");
+    let impossible = |e: &CrError, why: &str| matches!(e, CrError::Image(ImageError::Impossible(w)) if w.contains(why));
+    assert!(impossible(&err, "is not this server's"), "{err}");
     let mut small = factory(base);
     small.limits.set(phos_protocol::limits::LimitKind::Allocations, 2);
     let err = Session::restore(dir.path(), &small, None, &Progress::default(), &cancel).err().expect("over a limit");
-    assert!(err.contains("3 allocations, past this server's limit of 2"), "{err}");
+    assert!(impossible(&err, "3 allocations, past this server's limit of 2"), "{err}");
     let err = Session::restore(dir.path(), &factory(base), Some(7), &Progress::default(), &cancel)
         .err()
         .expect("no such device");
-    assert!(err.contains("device 7 does not exist"), "{err}");
+    assert!(matches!(err, CrError::NoSuchDevice { device: 7, devices: 1 }), "{err}");
     // Nothing was left reserved, and the image itself is good.
     restore(dir.path(), base).unwrap();
 }
