@@ -1,6 +1,7 @@
 //! Checkpoint and restore of a session on the emu backend, in process: objects come back with
 //! the same handles and addresses, memory and module variables with the same contents, and a
-//! bad image is refused before anything is created.
+//! bad image is refused before anything is created; images stream through sockets; the C/R
+//! engine's pre-call hook sees what each call touches.
 
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use phos_api_server::control::SessionFactory;
 use phos_api_server::dispatch::dispatch;
 use phos_api_server::output::DeviceOutput;
 use phos_api_server::service::{CallCx, Session};
+use phos_checkpoint::engine::{CallHook, DirtyLog, TrackWrites};
 use phos_checkpoint::report::RestoreSummary;
 use phos_checkpoint::{
     Compression, CrError, Image, ImageError, ImageWriter, SessionMeta, StreamReader, StreamWriter, copy_image,
@@ -17,6 +19,7 @@ use phos_checkpoint::{
 use phos_control::Cancel;
 use phos_protocol::cudart::*;
 use phos_protocol::limits::SessionLimits;
+use phos_protocol::spec::{CallAccess, DeviceAccess, ObjectAccess, ObjectEffect};
 use phos_protocol::types::Dim3;
 use phos_protocol::{Ptr, RemoteCall};
 use sha2::{Digest, Sha256};
@@ -380,4 +383,117 @@ fn an_image_this_server_could_not_have_made_is_refused() {
     assert!(matches!(err, CrError::NoSuchDevice { device: 7, devices: 1 }), "{err}");
     // Nothing was left reserved, and the image itself is good.
     restore(dir.path(), base).unwrap();
+}
+
+/// What a hook was shown of one call: its function, device ranges and objects.
+type Shown = (String, Vec<DeviceAccess>, Vec<ObjectAccess>);
+
+/// A C/R hook that keeps what it is shown, and refuses calls that would write `refused`.
+#[derive(Default)]
+struct Seen {
+    calls: parking_lot::Mutex<Vec<Shown>>,
+    refused: Option<u64>,
+}
+
+impl CallHook for Seen {
+    fn before_call(&self, access: &CallAccess<'_>) -> Result<(), phos_protocol::CudaError> {
+        if access.device.iter().any(|d| d.writes && Some(d.addr) == self.refused) {
+            return Err(phos_protocol::CudaError::NotReady);
+        }
+        self.calls.lock().push((access.function.to_string(), access.device.to_vec(), access.objects.to_vec()));
+        Ok(())
+    }
+}
+
+/// While installed, the pre-call hook is shown every call before it runs, with what the spec
+/// says it reads and writes (device ranges, with a pointer to const only read) and the
+/// objects it names; a kernel launch is shown what its parameters point into and its
+/// module's variables. Once the hook is gone, nothing is shown.
+#[test]
+fn the_pre_call_hook_sees_what_each_call_touches() {
+    let s = session(0x4a00_0000_0000);
+    let b = build(&s);
+    let counter = call(&s, &PhosModuleGetGlobalRequest { module: b.module, name: "counter" }).address;
+    let doomed = call(&s, &CudaMallocRequest { size: 512 }).devPtr;
+    let seen = Arc::new(Seen::default());
+    let installed = s.install_hook(seen.clone(), &Bounds::default()).unwrap();
+    assert!(s.install_hook(Arc::new(Seen::default()), &Bounds::default()).is_err(), "one protocol at a time");
+    write(&s, b.small, &[5; 64]);
+    read(&s, b.big, 16);
+    call(&s, &CudaMemsetAsyncRequest { devPtr: b.freed_then_live, value: 1, count: 100, stream: b.stream });
+    launch(&s, b.function, b.stream, b.small, 32);
+    call(&s, &CudaFreeRequest { devPtr: doomed });
+    let range = |addr, len, writes| DeviceAccess { addr, len, writes };
+    let object = |kind, value, effect| ObjectAccess { kind, value, effect };
+    let calls = std::mem::take(&mut *seen.calls.lock());
+    let want: Vec<(&str, Vec<DeviceAccess>, Vec<ObjectAccess>)> = vec![
+        ("cudaMemcpy", vec![range(b.small, 64, true)], vec![]),
+        ("cudaMemcpy", vec![range(b.big, 16, false)], vec![]),
+        (
+            "cudaMemsetAsync",
+            vec![range(b.freed_then_live, 100, true)],
+            vec![object("stream", b.stream, ObjectEffect::Uses)],
+        ),
+        (
+            "phosLaunchKernel",
+            vec![],
+            vec![object("function", b.function, ObjectEffect::Uses), object("stream", b.stream, ObjectEffect::Uses)],
+        ),
+        ("a kernel launch", vec![range(b.small, 4096, true), range(counter, 4, true)], vec![]),
+        ("cudaFree", vec![], vec![object("device_memory", doomed, ObjectEffect::Destroys)]),
+    ];
+    let got: Vec<(&str, Vec<DeviceAccess>, Vec<ObjectAccess>)> =
+        calls.iter().map(|(f, d, o)| (f.as_str(), d.clone(), o.clone())).collect();
+    assert_eq!(got, want);
+    drop(installed);
+    write(&s, b.small, &[6; 64]);
+    assert!(seen.calls.lock().is_empty(), "a call was shown to a hook that is gone");
+}
+
+/// The hook is what the dirty log of concurrent protocols hangs on: with [`TrackWrites`]
+/// installed, the memory registry names the allocations and variables written since a
+/// round began (copies, sets, kernels), and not those only read.
+#[test]
+fn the_dirty_log_follows_the_calls_that_write() {
+    let s = session(0x4b00_0000_0000);
+    let b = build(&s);
+    let counter = call(&s, &PhosModuleGetGlobalRequest { module: b.module, name: "counter" }).address;
+    let memory = s.objects.memory.clone();
+    let _installed = s.install_hook(Arc::new(TrackWrites(memory.clone())), &Bounds::default()).unwrap();
+    let round = memory.begin_round();
+    write(&s, b.small, &[5; 64]);
+    read(&s, b.big, 4096);
+    let mut written = memory.written_since(round);
+    written.sort();
+    assert_eq!(written, vec![(b.small, 4096)]);
+    let next = memory.begin_round();
+    launch(&s, b.function, b.stream, b.freed_then_live, 25);
+    let mut written = memory.written_since(next);
+    written.sort();
+    let mut want = vec![(b.freed_then_live, 100), (counter, 4)];
+    want.sort();
+    assert_eq!(written, want, "a kernel writes what its parameters point into and its module's variables");
+    assert_eq!(memory.written_since(round).len(), 3);
+}
+
+/// A hook can refuse a call before it runs (on-demand restore holds a call the same way,
+/// until what it touches is loaded): the guest gets the hook's error, and nothing changed.
+#[test]
+fn a_hook_stops_a_call_before_it_runs() {
+    let s = session(0x4c00_0000_0000);
+    let b = build(&s);
+    let hook = Arc::new(Seen { refused: Some(b.small), ..Seen::default() });
+    let _installed = s.install_hook(hook, &Bounds::default()).unwrap();
+    let req = CudaMemcpyRequest {
+        dst: Ptr::Device(b.small),
+        src: Ptr::In(&[9u8; 16]),
+        count: 16,
+        kind: consts::cudaMemcpyHostToDevice,
+        direction: consts::cudaMemcpyHostToDevice,
+    };
+    let mut out = Vec::new();
+    let r = dispatch(&s, &CallCx::new(0), FunctionId::CudaMemcpy, &phos_protocol::encode(&req), &mut out);
+    assert!(matches!(r, Err(phos_protocol::Rejection::Failed(phos_protocol::CudaError::NotReady))), "{r:?}");
+    assert_eq!(read(&s, b.small, 16), vec![7u8; 16], "the refused copy ran");
+    write(&s, b.big, &[1; 16]);
 }

@@ -70,8 +70,10 @@ pub enum CrError {
     NotRecreated { addr: u64 },
     #[error("variable {name} has {size} bytes, the image {image}")]
     VariableSize { name: String, size: u64, image: u64 },
-    #[error("the image {0} thread stopped unexpectedly")]
+    #[error("the C/R engine's {0} thread stopped unexpectedly")]
     Thread(&'static str),
+    #[error("session {session}: a C/R protocol is in progress already")]
+    HookInstalled { session: u64 },
 }
 
 impl CrError {

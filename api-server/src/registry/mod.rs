@@ -25,6 +25,8 @@ pub mod memory;
 pub mod modules;
 pub mod streams;
 
+use std::sync::Arc;
+
 use phos_protocol::CudaError;
 use phos_protocol::limits::{LimitKind, SessionLimits};
 
@@ -38,7 +40,8 @@ use modules::ModuleRegistry;
 use streams::StreamRegistry;
 
 pub struct Registries {
-    pub memory: AddressSpace,
+    /// Shared with the C/R engine's hooks, which note writes in its dirty log.
+    pub memory: Arc<AddressSpace>,
     pub host: PinnedArena,
     pub streams: StreamRegistry,
     pub events: EventRegistry,
@@ -55,7 +58,7 @@ impl Registries {
     /// holding at most its kind's limit of objects.
     pub fn new(backend: &dyn Backend, base: u64, size: u64, limits: &SessionLimits) -> Result<Self, CudaError> {
         Ok(Registries {
-            memory: AddressSpace::reserve(backend, base, size, limits.get(LimitKind::Allocations))?,
+            memory: Arc::new(AddressSpace::reserve(backend, base, size, limits.get(LimitKind::Allocations))?),
             host: PinnedArena::new(limits.get(LimitKind::HostAllocations)),
             streams: StreamRegistry::new(limits.get(LimitKind::Streams)),
             events: EventRegistry::new(limits.get(LimitKind::Events)),

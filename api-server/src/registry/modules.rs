@@ -154,6 +154,14 @@ impl ModuleRegistry {
         Ok((addr, size))
     }
 
+    /// The variables of the module a function belongs to (as (address, size)): memory its
+    /// kernels reach without being given it.
+    pub fn variables_of_function(&self, function: u64) -> Vec<(u64, u64)> {
+        let Ok(module) = self.functions.lock().get(function).map(|f| f.module) else { return Vec::new() };
+        let modules = self.modules.lock();
+        modules.get(module).map(|m| m.globals.iter().map(|&(_, addr, size)| (addr, size)).collect()).unwrap_or_default()
+    }
+
     /// Every module variable the session can use, in order.
     pub fn variables(&self) -> Vec<Variable> {
         let modules = self.modules.lock();

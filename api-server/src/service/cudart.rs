@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 
 use phos_protocol::cudart::*;
 use phos_protocol::limits::LimitKind;
+use phos_protocol::spec::{CallAccess, DeviceAccess};
 use phos_protocol::types::Dim3;
 use phos_protocol::{CudaError, Ptr};
 
@@ -130,6 +131,9 @@ impl Session {
         let s = Some(self.objects.streams.resolve(stream)?);
         let b = self.backend();
         for op in ops {
+            if self.hooks.active() {
+                self.before_work("cudaGraphLaunch", &op.device_access())?;
+            }
             match op {
                 GraphOp::Kernel { function, grid, block, shared_mem, params, cooperative } => {
                     self.launch(cx, *function, *grid, *block, *shared_mem, stream, params, *cooperative)?
@@ -239,6 +243,15 @@ impl Session {
         }
         let stream = self.objects.streams.resolve(stream)?;
         self.objects.devices.check_launch(self.backend(), cx.device, grid, block, shared_mem)?;
+        if self.hooks.active() {
+            // What the kernel may write, as far as the server can tell without reading its
+            // code: the memory its parameters point into, and its module's variables.
+            let mut reached = self.objects.memory.reached_by(params);
+            reached.extend(self.objects.modules.variables_of_function(function));
+            let access: Vec<DeviceAccess> =
+                reached.into_iter().map(|(addr, len)| DeviceAccess { addr, len, writes: true }).collect();
+            self.before_work(cx.function.map_or("a kernel launch", |f| f.name()), &access)?;
+        }
         let mut printed = Vec::new();
         let view = self.objects.memory.view();
         let r = self.backend().launch(
@@ -294,6 +307,14 @@ impl CudartService for Session {
 
     fn record(&self, cx: &CallCx, id: FunctionId, payload: &[u8], facts: &phos_protocol::spec::RecordFacts<'_>) {
         self.records.record(id, cx.device, payload, facts);
+    }
+
+    fn intercepting(&self) -> bool {
+        self.hooks.active()
+    }
+
+    fn before_call(&self, _: &CallCx, _: FunctionId, access: &CallAccess<'_>) -> Result<(), CudaError> {
+        self.hooks.before_call(access)
     }
 
     fn cuda_get_device_count(

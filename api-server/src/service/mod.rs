@@ -10,14 +10,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
+use phos_checkpoint::CrError;
+use phos_checkpoint::engine::{CallHook, HookSlot, Installed};
 use phos_protocol::CudaError;
 use phos_protocol::cudart::FunctionId;
 use phos_protocol::handshake::UsageReport;
 use phos_protocol::limits::{LimitKind, SessionLimits};
+use phos_protocol::spec::{CallAccess, DeviceAccess};
 
 use crate::backend::prelude::*;
 use crate::output::DeviceOutput;
-use crate::quiesce::{Activity, QuiesceLock};
+use crate::quiesce::{Activity, NotQuiesced, QuiesceLock};
 use crate::records::Recorder;
 use crate::registry::Registries;
 use crate::registry::handles::NewHandle;
@@ -66,6 +69,9 @@ pub struct Session {
     pub(crate) quiesce: QuiesceLock,
     /// What each channel runs now: what a quiesce that cannot complete waits for.
     pub(crate) activity: Activity,
+    /// The C/R engine's hook into every call: inactive (one relaxed load per call) unless a
+    /// protocol runs.
+    pub(crate) hooks: HookSlot,
     usage: Usage,
     /// Set by a stopping checkpoint: calls wait until the server is ended.
     frozen: AtomicBool,
@@ -92,6 +98,7 @@ impl Session {
             records: Recorder::default(),
             quiesce: QuiesceLock::default(),
             activity: Activity::default(),
+            hooks: HookSlot::default(),
             usage: Usage::new(limits),
             frozen: AtomicBool::new(false),
         })
@@ -181,6 +188,36 @@ impl Session {
     /// The largest reply a call may ask for.
     pub fn max_reply(&self) -> u64 {
         self.max_reply
+    }
+
+    /// Install a C/R hook (see [`HookSlot`]): every call after this one returns is shown to
+    /// it before it runs, until the guard is dropped. The session is quiesced meanwhile (a
+    /// call in flight finishes first), so that no call runs unseen; `bounds` limit the wait.
+    pub fn install_hook(
+        &self,
+        hook: Arc<dyn CallHook>,
+        bounds: &crate::checkpoint::Bounds,
+    ) -> Result<Installed<'_>, CrError> {
+        let deadline = std::time::Instant::now() + bounds.quiesce_timeout;
+        let quiesced = self.quiesce.quiesce(deadline, || bounds.cancel.is_cancelled()).map_err(|why| {
+            let what = format!("its calls in flight to finish ({})", self.activity.calls().join(", "));
+            match why {
+                NotQuiesced::TimedOut => CrError::TimedOut { session: self.id, waited: bounds.quiesce_timeout, what },
+                NotQuiesced::Cancelled => CrError::Abandoned { session: self.id, what: format!("waiting for {what}") },
+            }
+        })?;
+        let installed = self.hooks.install(hook).ok_or(CrError::HookInstalled { session: self.id })?;
+        drop(quiesced);
+        Ok(installed)
+    }
+
+    /// Show the C/R hook work whose accesses only the service knows (a kernel launch's, a
+    /// graph's operations), as the dispatch shows it each call's.
+    pub(crate) fn before_work(&self, function: &'static str, device: &[DeviceAccess]) -> Result<(), CudaError> {
+        if !self.hooks.active() {
+            return Ok(());
+        }
+        self.hooks.before_call(&CallAccess { function, device, objects: &[] })
     }
 }
 
