@@ -116,6 +116,21 @@ impl AckWindow {
     }
 }
 
+/// Why a channel's handshake is refused (said to the router in a `Refused` frame).
+#[derive(Debug, thiserror::Error)]
+enum HandshakeError {
+    #[error("{0}")]
+    Transport(TransportError),
+    #[error("{0}")]
+    Decode(bincode::error::DecodeError),
+    #[error("expected a Hello frame, got {0:?}")]
+    NotHello(FrameKind),
+    #[error("spec mismatch: guest {guest:016x}, server {server:016x}")]
+    Spec { guest: u64, server: u64 },
+    #[error("channel for session {asked} reached session {this}")]
+    Session { asked: u64, this: u64 },
+}
+
 pub struct ApiServer {
     slot: Arc<SessionSlot>,
     channels: AtomicU64,
@@ -186,24 +201,24 @@ impl ApiServer {
         let mut payload = Vec::new();
         // Handshake: the router attaches the channel to this session.
         let attach = match t.recv(&mut payload) {
-            Ok(h) if h.kind == FrameKind::Hello => phos_protocol::decode::<Attach>(&payload).map_err(|e| e.to_string()),
-            Ok(h) => Err(format!("expected a Hello frame, got {:?}", h.kind)),
-            Err(e) => Err(e.to_string()),
+            Ok(h) if h.kind == FrameKind::Hello => {
+                phos_protocol::decode::<Attach>(&payload).map_err(HandshakeError::Decode)
+            }
+            Ok(h) => Err(HandshakeError::NotHello(h.kind)),
+            Err(e) => Err(HandshakeError::Transport(e)),
         };
         let attach = match attach {
             Ok(a) if a.spec_hash != cudart::SPEC_HASH => {
-                Err(format!("spec mismatch: guest {:016x}, server {:016x}", a.spec_hash, cudart::SPEC_HASH))
+                Err(HandshakeError::Spec { guest: a.spec_hash, server: cudart::SPEC_HASH })
             }
-            Ok(a) if a.session != session.id => {
-                Err(format!("channel for session {} reached session {}", a.session, session.id))
-            }
+            Ok(a) if a.session != session.id => Err(HandshakeError::Session { asked: a.session, this: session.id }),
             other => other,
         };
         let attach = match attach {
             Ok(a) => a,
             Err(reason) => {
                 crate::guest_warn!(session.id, "channel {channel}: refused: {reason}");
-                Self::refuse(t.as_mut(), &reason);
+                Self::refuse(t.as_mut(), &reason.to_string());
                 return;
             }
         };

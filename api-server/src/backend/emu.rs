@@ -277,24 +277,33 @@ impl EmuBackend {
     }
 }
 
+/// Why a module image gives no PTX to read.
+#[derive(Debug, thiserror::Error)]
+enum ImageError {
+    #[error("{0}")]
+    Fatbin(#[from] phos_fatbin::FatbinError),
+    #[error("not a fat binary, and not PTX text: {0}")]
+    Text(#[from] std::str::Utf8Error),
+}
+
 /// The PTX of a module image to run: from a fat binary, the entry for the newest virtual
 /// architecture; or a PTX text on its own.
-fn ptx_of(image: &[u8]) -> Result<Option<String>, String> {
+fn ptx_of(image: &[u8]) -> Result<Option<String>, ImageError> {
     if image.starts_with(&0xBA55_ED50u32.to_le_bytes()) {
-        let fatbin = phos_fatbin::FatBinary::parse(image).map_err(|e| e.to_string())?;
+        let fatbin = phos_fatbin::FatBinary::parse(image)?;
         let mut best: Option<(u32, String)> = None;
         for entry in fatbin.entries() {
-            let entry = entry.map_err(|e| e.to_string())?;
+            let entry = entry?;
             if let phos_fatbin::EntryKind::Ptx = entry.kind
                 && best.as_ref().is_none_or(|(arch, _)| entry.sm_arch > *arch)
-                && let Some(text) = entry.ptx_text().map_err(|e| e.to_string())?
+                && let Some(text) = entry.ptx_text()?
             {
                 best = Some((entry.sm_arch, text));
             }
         }
         return Ok(best.map(|(_, t)| t));
     }
-    let text = std::str::from_utf8(image.split(|&b| b == 0).next().unwrap_or(&[])).map_err(|e| e.to_string())?;
+    let text = std::str::from_utf8(image.split(|&b| b == 0).next().unwrap_or(&[]))?;
     Ok(text.contains(".version").then(|| text.to_string()))
 }
 
