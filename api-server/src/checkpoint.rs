@@ -34,6 +34,7 @@ use std::time::Instant;
 use phos_checkpoint::engine::{
     self, DeviceCopier, HostBuffer, Interrupted, Pinning, Quiesce, Rebuild, Snapshot, Within,
 };
+use phos_checkpoint::report::Waiting;
 use phos_checkpoint::report::{CheckpointSummary, RestoreSummary};
 use phos_checkpoint::{
     Compression, CrError, Image, ImageError, ImageSink, ImageSource, ImageWriter, Manifest, MemoryRegion, Record,
@@ -48,7 +49,7 @@ pub use phos_checkpoint::report::Progress;
 use crate::backend::prelude::*;
 use crate::backend::{Raw, StreamRef};
 use crate::control::SessionFactory;
-use crate::quiesce::{NotQuiesced, Quiesced};
+use crate::quiesce::Quiesced;
 use crate::registry::handles::{NUMBER_BITS, is_handle_of};
 use crate::service::{CallCx, Session};
 
@@ -178,22 +179,7 @@ impl Quiesce for Checkpointing<'_> {
     fn quiesce(&self, within: &Within<'_>) -> Result<Quiesced<'_>, CrError> {
         let s = self.session;
         let start = Instant::now();
-        let stopped = |timed_out: bool, what: String| {
-            if timed_out {
-                CrError::TimedOut { session: s.id, waited: start.elapsed(), what }
-            } else {
-                CrError::Abandoned { session: s.id, what: format!("waiting for {what}") }
-            }
-        };
-        let quiesced = s.quiesce.quiesce(within.deadline, || (within.cancelled)()).map_err(|why| {
-            let busy = s.activity.calls();
-            let what = if busy.is_empty() {
-                "its calls in flight to finish".to_string()
-            } else {
-                format!("its calls in flight to finish: {}", busy.join(", "))
-            };
-            stopped(why == NotQuiesced::TimedOut, what)
-        })?;
+        let quiesced = s.hold_calls(within)?;
         // Synchronised on a thread of its own: a kernel that never ends, or a host function
         // whose guest never answers, must not hold the session (and the operator) for ever.
         let syncing = Arc::new(AtomicI32::new(0));
@@ -206,9 +192,13 @@ impl Quiesce for Checkpointing<'_> {
             Ok::<(), CrError>(())
         })
         .map_err(|why| {
-            let d = syncing.load(Ordering::Relaxed);
-            let what = format!("device {d} to finish the work queued on it (kernels, copies, host functions)");
-            stopped(why == Interrupted::TimedOut, what)
+            let waiting_for = Waiting::Device { device: syncing.load(Ordering::Relaxed) };
+            match why {
+                Interrupted::TimedOut => CrError::TimedOut { session: s.id, waited: start.elapsed(), waiting_for },
+                Interrupted::Cancelled => {
+                    CrError::Abandoned { session: s.id, what: format!("waiting for {waiting_for}") }
+                }
+            }
         })?;
         synced.ok_or(CrError::Thread("device synchronisation"))??;
         Ok(quiesced)

@@ -32,7 +32,7 @@ use parking_lot::RwLock;
 use phos_protocol::spec::CallAccess;
 use phos_protocol::{CudaError, Rejection};
 
-use crate::report::{CheckpointSummary, Progress, RestoreSummary};
+use crate::report::{CheckpointSummary, Progress, RestoreSummary, Waiting};
 use crate::{
     Compression, ImageError, ImageSink, ImageSource, Manifest, MemoryRegion, PreparedChunk, Record, prepare_chunk,
 };
@@ -48,9 +48,9 @@ pub enum CrError {
     #[error(transparent)]
     Image(#[from] ImageError),
     #[error(
-        "session {session}: the checkpoint gave up after {waited:.1?} waiting for {what}; nothing was written, and the session carries on as it was"
+        "session {session}: the checkpoint gave up after {waited:.1?} waiting for {waiting_for}; nothing was written, and the session carries on as it was"
     )]
-    TimedOut { session: u64, waited: Duration, what: String },
+    TimedOut { session: u64, waited: Duration, waiting_for: Waiting },
     #[error("session {session}: abandoned (its client went away) while {what}; the session is as it was")]
     Abandoned { session: u64, what: String },
     /// A device operation of the engine's own failed.

@@ -210,7 +210,9 @@ impl<R: Read> StreamReader<R> {
         }
         let body_len = u64::from_le_bytes(head[12..20].try_into().expect("8 bytes"));
         if body_len > MAX_MANIFEST {
-            return Err(ImageError::Corrupted(format!("a manifest of {body_len} bytes")));
+            return Err(ImageError::Corrupted(format!(
+                "the manifest's length field ({body_len}) is over the limit of {MAX_MANIFEST} bytes"
+            )));
         }
         let mut body = Vec::new();
         (&mut input).take(body_len).read_to_end(&mut body).map_err(io)?;
@@ -224,12 +226,10 @@ impl<R: Read> StreamReader<R> {
         if hasher.finalize() != stored_crc {
             return Err(ImageError::Corrupted("the manifest's checksum does not match".into()));
         }
-        let (manifest, used): (Manifest, usize) = bincode::decode_from_slice(&body, config())
+        // Decoded as a directory's manifest is: its lengths cannot make the reader allocate.
+        let (manifest, trailing) = crate::decode_manifest(&body)
             .map_err(|e| ImageError::Corrupted(format!("the manifest does not decode: {e}")))?;
-        if used != body.len()
-            || manifest.format != FORMAT_VERSION
-            || manifest.memory.iter().any(|r| !r.chunks.is_empty())
-        {
+        if trailing || manifest.format != FORMAT_VERSION || manifest.memory.iter().any(|r| !r.chunks.is_empty()) {
             return Err(ImageError::Corrupted("the manifest has trailing or inconsistent data".into()));
         }
         crate::check_meaning(&manifest)?;

@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
 use phos_checkpoint::CrError;
-use phos_checkpoint::engine::{CallHook, HookSlot, Installed};
+use phos_checkpoint::engine::{CallHook, HookSlot, Installed, Within};
+use phos_checkpoint::report::Waiting;
 use phos_protocol::CudaError;
 use phos_protocol::cudart::FunctionId;
 use phos_protocol::handshake::UsageReport;
@@ -20,7 +21,7 @@ use phos_protocol::spec::{CallAccess, DeviceAccess};
 
 use crate::backend::prelude::*;
 use crate::output::DeviceOutput;
-use crate::quiesce::{Activity, NotQuiesced, QuiesceLock};
+use crate::quiesce::{Activity, NotQuiesced, QuiesceLock, Quiesced};
 use crate::records::Recorder;
 use crate::registry::Registries;
 use crate::registry::handles::NewHandle;
@@ -190,24 +191,36 @@ impl Session {
         self.max_reply
     }
 
+    /// Hold new calls and wait for the calls in flight to finish, until `within`'s deadline
+    /// or until it is cancelled; the error names the calls still running. Calls run again
+    /// when the guard is dropped.
+    pub(crate) fn hold_calls(&self, within: &Within<'_>) -> Result<Quiesced<'_>, CrError> {
+        let start = std::time::Instant::now();
+        self.quiesce.quiesce(within.deadline, || (within.cancelled)()).map_err(|why| {
+            let waiting_for = Waiting::Calls { functions: self.activity.calls() };
+            match why {
+                NotQuiesced::TimedOut => CrError::TimedOut { session: self.id, waited: start.elapsed(), waiting_for },
+                NotQuiesced::Cancelled => {
+                    CrError::Abandoned { session: self.id, what: format!("waiting for {waiting_for}") }
+                }
+            }
+        })
+    }
+
     /// Install a C/R hook (see [`HookSlot`]): every call after this one returns is shown to
-    /// it before it runs, until the guard is dropped. The session is quiesced meanwhile (a
-    /// call in flight finishes first), so that no call runs unseen; `bounds` limit the wait.
+    /// it before it runs, until the guard is dropped. The session's calls are held meanwhile
+    /// (a call in flight finishes first), so that no call runs unseen; `bounds` limit the
+    /// wait.
     pub fn install_hook(
         &self,
         hook: Arc<dyn CallHook>,
         bounds: &crate::checkpoint::Bounds,
     ) -> Result<Installed<'_>, CrError> {
-        let deadline = std::time::Instant::now() + bounds.quiesce_timeout;
-        let quiesced = self.quiesce.quiesce(deadline, || bounds.cancel.is_cancelled()).map_err(|why| {
-            let what = format!("its calls in flight to finish ({})", self.activity.calls().join(", "));
-            match why {
-                NotQuiesced::TimedOut => CrError::TimedOut { session: self.id, waited: bounds.quiesce_timeout, what },
-                NotQuiesced::Cancelled => CrError::Abandoned { session: self.id, what: format!("waiting for {what}") },
-            }
-        })?;
+        let cancelled = || bounds.cancel.is_cancelled();
+        let within = Within { deadline: std::time::Instant::now() + bounds.quiesce_timeout, cancelled: &cancelled };
+        let held = self.hold_calls(&within)?;
         let installed = self.hooks.install(hook).ok_or(CrError::HookInstalled { session: self.id })?;
-        drop(quiesced);
+        drop(held);
         Ok(installed)
     }
 

@@ -211,7 +211,7 @@ pub(crate) fn needs_lifetime(f: &Function) -> bool {
 }
 
 /// `CudaMemcpyRequest<'a>` or `CudaMallocRequest`, with the given lifetime name.
-pub(crate) fn request_type(f: &Function, lifetime: &str) -> String {
+pub fn request_type(f: &Function, lifetime: &str) -> String {
     if needs_lifetime(f) {
         format!("{}Request<{lifetime}>", f.type_name())
     } else {
