@@ -24,6 +24,10 @@
 //!
 //! Images go to and come from any sink or source: a directory, or a stream over a file,
 //! pipe or socket ([`Session::checkpoint_to`], [`Session::restore_from`]).
+//!
+//! **Following a running session** ([`Intercept`], for the concurrent protocols): a hook
+//! installed in the session is shown every call before it runs (see
+//! [`phos_checkpoint::engine::HookSlot`]), and the memory registry keeps the dirty log.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -32,7 +36,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Instant;
 
 use phos_checkpoint::engine::{
-    self, DeviceCopier, HostBuffer, Interrupted, Pinning, Quiesce, Rebuild, Snapshot, Within,
+    self, CallHook, DeviceCopier, DirtyLog, HostBuffer, Installed, Intercept, Interrupted, Pinning, Quiesce, Rebuild,
+    Snapshot, Within,
 };
 use phos_checkpoint::report::Waiting;
 use phos_checkpoint::report::{CheckpointSummary, RestoreSummary};
@@ -309,6 +314,21 @@ impl Rebuild for Rebuilding<'_> {
 
     fn copier(&self) -> Result<Box<dyn DeviceCopier + '_>, CrError> {
         Ok(Box::new(BackendCopier::new(self.0.backend_arc())))
+    }
+}
+
+/// The hook slot and dirty log of a session, for protocols that follow it while it runs.
+impl Intercept for Session {
+    fn install_hook(&self, hook: Arc<dyn CallHook>, within: &Within<'_>) -> Result<Installed<'_>, CrError> {
+        let held = self.hold_calls(within)?;
+        let installed = self.hooks.install(hook).ok_or(CrError::HookInstalled { session: self.id })?;
+        // Releasing the calls orders the installation before every call that starts later.
+        drop(held);
+        Ok(installed)
+    }
+
+    fn dirty_log(&self) -> Arc<dyn DirtyLog> {
+        self.objects.memory.clone()
     }
 }
 

@@ -11,7 +11,7 @@ use phos_api_server::control::SessionFactory;
 use phos_api_server::dispatch::dispatch;
 use phos_api_server::output::DeviceOutput;
 use phos_api_server::service::{CallCx, Session};
-use phos_checkpoint::engine::{CallHook, DirtyLog, TrackWrites};
+use phos_checkpoint::engine::{CallHook, Intercept, PendingMemory, TrackWrites, Within};
 use phos_checkpoint::report::RestoreSummary;
 use phos_checkpoint::{
     Compression, CrError, Image, ImageError, ImageWriter, SessionMeta, StreamReader, StreamWriter, copy_image,
@@ -384,6 +384,11 @@ fn an_image_this_server_could_not_have_made_is_refused() {
     restore(dir.path(), base).unwrap();
 }
 
+/// How long a test waits for a session's calls to leave before installing a hook.
+fn within() -> Within<'static> {
+    Within::after(std::time::Duration::from_secs(60))
+}
+
 /// What a hook was shown of one call: its function, device ranges and objects.
 type Shown = (String, Vec<DeviceAccess>, Vec<ObjectAccess>);
 
@@ -415,8 +420,8 @@ fn the_pre_call_hook_sees_what_each_call_touches() {
     let counter = call(&s, &PhosModuleGetGlobalRequest { module: b.module, name: "counter" }).address;
     let doomed = call(&s, &CudaMallocRequest { size: 512 }).devPtr;
     let seen = Arc::new(Seen::default());
-    let installed = s.install_hook(seen.clone(), &Bounds::default()).unwrap();
-    assert!(s.install_hook(Arc::new(Seen::default()), &Bounds::default()).is_err(), "one protocol at a time");
+    let installed = s.install_hook(seen.clone(), &within()).unwrap();
+    assert!(s.install_hook(Arc::new(Seen::default()), &within()).is_err(), "one protocol at a time");
     write(&s, b.small, &[5; 64]);
     read(&s, b.big, 16);
     call(&s, &CudaMemsetAsyncRequest { devPtr: b.freed_then_live, value: 1, count: 100, stream: b.stream });
@@ -457,8 +462,8 @@ fn the_dirty_log_follows_the_calls_that_write() {
     let s = session(0x4b00_0000_0000);
     let b = build(&s);
     let counter = call(&s, &PhosModuleGetGlobalRequest { module: b.module, name: "counter" }).address;
-    let memory = s.objects.memory.clone();
-    let _installed = s.install_hook(Arc::new(TrackWrites(memory.clone())), &Bounds::default()).unwrap();
+    let memory = s.dirty_log();
+    let _installed = s.install_hook(Arc::new(TrackWrites(memory.clone())), &within()).unwrap();
     let round = memory.begin_round();
     write(&s, b.small, &[5; 64]);
     read(&s, b.big, 4096);
@@ -482,7 +487,7 @@ fn a_hook_stops_a_call_before_it_runs() {
     let s = session(0x4c00_0000_0000);
     let b = build(&s);
     let hook = Arc::new(Seen { refused: Some(b.small), ..Seen::default() });
-    let _installed = s.install_hook(hook, &Bounds::default()).unwrap();
+    let _installed = s.install_hook(hook, &within()).unwrap();
     let req = CudaMemcpyRequest {
         dst: Ptr::Device(b.small),
         src: Ptr::In(&[9u8; 16]),
@@ -495,4 +500,82 @@ fn a_hook_stops_a_call_before_it_runs() {
     assert!(matches!(r, Err(phos_protocol::Rejection::Failed(phos_protocol::CudaError::NotReady))), "{r:?}");
     assert_eq!(read(&s, b.small, 16), vec![7u8; 16], "the refused copy ran");
     write(&s, b.big, &[1; 16]);
+}
+
+/// Wait until a held call asks `pending` for `want` first.
+fn wanted(pending: &PendingMemory, want: (u64, u64)) {
+    let started = std::time::Instant::now();
+    while pending.next_wanted() != Some(want) {
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "no call waits for {want:x?}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// On-demand restore's hold, on a restored session whose big allocation is not loaded yet:
+/// with [`PendingMemory`] installed, a copy out of it and a kernel launched on it wait until
+/// the restore has loaded it, and then see what was loaded; the restore is told which range
+/// each waits for; calls on loaded memory run meanwhile. A restore that gives up fails the
+/// calls it held.
+#[test]
+fn a_call_on_memory_not_yet_restored_waits_for_it() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let base = 0x4d00_0000_0000;
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(base);
+    let b = build(&s);
+    s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &Bounds::default()).unwrap();
+    drop(s);
+    let (r, _, _) = restore(dir.path(), base).unwrap();
+    // What a restore that serves first and copies afterwards has before the big allocation
+    // comes: the allocation, but not its contents.
+    let big_len = 5u64 << 20;
+    r.backend().memset(b.big, 0, big_len, None).unwrap();
+    let image = Image::open(dir.path()).unwrap();
+    let pending = Arc::new(PendingMemory::new(image.manifest.memory.iter().map(|m| (m.addr, m.size))));
+    for m in image.manifest.memory.iter().filter(|m| m.addr != b.big) {
+        pending.loaded(m.addr, m.size);
+    }
+    let installed = r.install_hook(pending.clone(), &within()).unwrap();
+    std::thread::scope(|scope| {
+        let r = &r;
+        let (read_tx, read_rx) = mpsc::channel();
+        scope.spawn(move || read_tx.send(read(r, b.big + (1 << 20), 4096)).unwrap());
+        wanted(&pending, (b.big + (1 << 20), 4096));
+        let (launch_tx, launch_rx) = mpsc::channel();
+        scope.spawn(move || {
+            launch(r, b.function, b.stream, b.big, 32);
+            launch_tx.send(()).unwrap();
+        });
+        // The oldest wait first; the kernel waits for the whole allocation it is given.
+        pending.loaded(b.big + (1 << 20), 4096);
+        wanted(&pending, (b.big, 1 << 20));
+        // Loaded memory serves meanwhile.
+        assert_eq!(read(r, b.small, 16), vec![7u8; 16]);
+        assert!(launch_rx.recv_timeout(Duration::from_millis(200)).is_err(), "the kernel ran on unloaded memory");
+        // The copy out of the part loaded got what was there: the restore had not written it.
+        assert_eq!(read_rx.recv_timeout(Duration::from_secs(10)).unwrap(), vec![0u8; 4096]);
+        // The restore loads the rest: the kernel runs on the loaded contents.
+        r.backend().memcpy_htod(b.big, &b.big_data[..3 << 20], None).unwrap();
+        pending.loaded(b.big, big_len);
+        launch_rx.recv_timeout(Duration::from_secs(10)).expect("the kernel still waits");
+    });
+    let first = u32::from_le_bytes(b.big_data[..4].try_into().unwrap());
+    assert_eq!(read(&r, b.big, 4), (first.wrapping_add(9)).to_le_bytes(), "the kernel ran on what was loaded");
+    drop(installed);
+
+    // A restore that gives up: the call it held fails, and says so to the guest.
+    let pending = Arc::new(PendingMemory::new([(b.small, 4096)]));
+    let _installed = r.install_hook(pending.clone(), &within()).unwrap();
+    std::thread::scope(|scope| {
+        let r = &r;
+        let held = scope.spawn(move || {
+            let req = CudaMemsetRequest { devPtr: b.small, value: 0, count: 16 };
+            dispatch(r, &CallCx::new(0), FunctionId::CudaMemset, &phos_protocol::encode(&req), &mut Vec::new())
+        });
+        wanted(&pending, (b.small, 16));
+        pending.fail(phos_protocol::CudaError::Unknown);
+        let r = held.join().unwrap();
+        assert!(matches!(r, Err(phos_protocol::Rejection::Failed(phos_protocol::CudaError::Unknown))), "{r:?}");
+    });
 }

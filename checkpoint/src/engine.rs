@@ -8,8 +8,10 @@
 //! - [`Snapshot`]: what the session is, host side first (the manifest's head: records, handle
 //!   counters, the regions of device memory), and a [`DeviceCopier`] for its memory;
 //! - [`Rebuild`]: a fresh session to replay records into and copy memory back to;
-//! - [`DirtyLog`]: which device memory has been written since a point, noted by a
-//!   [`CallHook`] that sees what every call will touch before it runs ([`HookSlot`]).
+//! - [`Intercept`]: a [`CallHook`] installed in the session's [`HookSlot`] sees what every
+//!   call will touch before it runs, and may hold it or fail it; the session's [`DirtyLog`]
+//!   says which device memory has been written since a point (noted by a [`TrackWrites`]
+//!   hook).
 //!
 //! The protocols: [`checkpoint`] (stop-the-world: quiesce, take the host state, copy every
 //! region out, write the image, let the session go) and [`restore`] (replay the records,
@@ -18,17 +20,19 @@
 //! [`ImageSink`] and comes from any [`ImageSource`].
 //!
 //! Concurrent protocols (copy-on-write, recopy, on-demand restore) plug in through the same
-//! traits: a protocol installs a [`CallHook`] while the session is quiesced, lets calls run,
-//! and the hook, called before each call with the ranges and objects it will read and write,
-//! copies ahead of a write, notes it in the dirty log, or holds the call until the memory it
-//! reads is restored.
+//! traits: a protocol installs a [`CallHook`] ([`Intercept::install_hook`], which holds the
+//! session's calls meanwhile), lets calls run, and the hook, called before each call with the
+//! ranges and objects it will read and write, copies ahead of a write, notes it in the dirty
+//! log ([`TrackWrites`]), or holds the call until the memory it touches is restored
+//! ([`PendingMemory`]).
 
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use parking_lot::RwLock;
+use parking_lot::{Condvar, Mutex, RwLock};
 use phos_protocol::spec::CallAccess;
 use phos_protocol::{CudaError, Rejection};
 
@@ -89,6 +93,16 @@ impl CrError {
 pub struct Within<'a> {
     pub deadline: Instant,
     pub cancelled: &'a (dyn Fn() -> bool + Sync),
+}
+
+impl Within<'static> {
+    /// `timeout` from now, for an operation no client can cancel.
+    pub fn after(timeout: Duration) -> Self {
+        fn never() -> bool {
+            false
+        }
+        Within { deadline: Instant::now() + timeout, cancelled: &never }
+    }
 }
 
 /// What made [`wait_within`] stop waiting.
@@ -200,7 +214,8 @@ impl HostBuffer {
     /// Make room for at least `len` bytes.
     pub fn reserve(&mut self, len: usize) {
         if self.bytes.len() < len {
-            *self = HostBuffer::new(len, self.pinning.take());
+            // The old buffer is unpinned as it is dropped, before its memory is freed.
+            *self = HostBuffer::new(len, self.pinning.clone());
         }
     }
 }
@@ -299,15 +314,174 @@ impl HookSlot {
     }
 }
 
-/// A hook that notes in a dirty log every range a call will write.
-pub struct TrackWrites<L: DirtyLog>(pub Arc<L>);
+/// A session that a protocol can follow while it runs: shown its calls before they run, and
+/// told which of its memory they wrote.
+pub trait Intercept {
+    /// Install `hook` in the session's [`HookSlot`] until the guard is dropped: every call
+    /// that starts after this returns is shown to it. The session's calls are held while it
+    /// is installed (a call in flight finishes first), so that no call runs unseen; that wait
+    /// gives up at `within`'s deadline ([`CrError::TimedOut`]) or when it is cancelled
+    /// ([`CrError::Abandoned`]). One hook at a time ([`CrError::HookInstalled`]).
+    fn install_hook(&self, hook: Arc<dyn CallHook>, within: &Within<'_>) -> Result<Installed<'_>, CrError>;
+    /// The session's dirty log (fed by a [`TrackWrites`] hook).
+    fn dirty_log(&self) -> Arc<dyn DirtyLog>;
+}
 
-impl<L: DirtyLog> CallHook for TrackWrites<L> {
+/// A hook that notes in a dirty log every range a call will write.
+pub struct TrackWrites<L: DirtyLog + ?Sized>(pub Arc<L>);
+
+impl<L: DirtyLog + ?Sized> CallHook for TrackWrites<L> {
     fn before_call(&self, access: &CallAccess<'_>) -> Result<(), CudaError> {
         for d in access.device.iter().filter(|d| d.writes) {
             self.0.note_write(d.addr, d.len);
         }
         Ok(())
+    }
+}
+
+/// Device memory a restore has not copied in yet, for a restore that serves its session
+/// before all of its memory is in (on-demand restore). Installed as the session's hook, it
+/// holds every call that reads or writes memory still pending until the restore has loaded
+/// it (a write too: the restore's copy would overwrite it afterwards), and tells the restore
+/// which ranges calls wait for ([`next_wanted`](Self::next_wanted)), so that it loads them
+/// first.
+///
+/// A held call holds its session's quiesce lock (shared), so the restore must load the
+/// memory or [`fail`](Self::fail), not quiesce the session, to let it go.
+#[derive(Default)]
+pub struct PendingMemory {
+    state: Mutex<Pending>,
+    /// Signalled when memory is loaded, or the restore fails.
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Pending {
+    /// What is not loaded yet: start -> length, no two overlapping.
+    ranges: BTreeMap<u64, u64>,
+    /// Ranges held calls wait for, the oldest first.
+    wanted: VecDeque<(u64, u64)>,
+    /// The restore gave up: calls that need memory it did not load fail with this.
+    failed: Option<CudaError>,
+}
+
+impl Pending {
+    /// The pending pieces that `[addr, addr + len)` overlaps, clipped to it.
+    fn overlapping(&self, addr: u64, len: u64) -> Vec<(u64, u64)> {
+        if len == 0 {
+            return Vec::new();
+        }
+        let end = addr.saturating_add(len);
+        // The piece starting at or before `addr` (it may reach into the range), then every
+        // piece starting inside it.
+        let before = self.ranges.range(..=addr).next_back();
+        let inside = self.ranges.range(addr.saturating_add(1)..end);
+        before
+            .into_iter()
+            .chain(inside)
+            .filter_map(|(&start, &size)| {
+                let (from, to) = (start.max(addr), start.saturating_add(size).min(end));
+                (from < to).then(|| (from, to - from))
+            })
+            .collect()
+    }
+
+    /// `[addr, addr + len)` is no longer pending.
+    fn remove(&mut self, addr: u64, len: u64) {
+        for (from, size) in self.overlapping(addr, len) {
+            // The piece `from` falls in: it starts at `from` unless `from` is `addr`.
+            let (&start, &piece) = self.ranges.range(..=from).next_back().expect("an overlapping piece");
+            self.ranges.remove(&start);
+            if start < from {
+                self.ranges.insert(start, from - start);
+            }
+            let piece_end = start.saturating_add(piece);
+            if from + size < piece_end {
+                self.ranges.insert(from + size, piece_end - (from + size));
+            }
+        }
+    }
+}
+
+impl PendingMemory {
+    /// Every range in `ranges` (address, length) pending; overlapping ranges merge.
+    pub fn new(ranges: impl IntoIterator<Item = (u64, u64)>) -> Self {
+        let mut pending = Pending::default();
+        for (addr, len) in ranges {
+            if len == 0 {
+                continue;
+            }
+            // Merge with whatever it overlaps.
+            let (mut from, mut to) = (addr, addr.saturating_add(len));
+            for (start, size) in pending.overlapping(addr, len) {
+                let (&s, &l) = pending.ranges.range(..=start).next_back().expect("an overlapping piece");
+                debug_assert!(s <= start && start + size <= s + l);
+                pending.ranges.remove(&s);
+                from = from.min(s);
+                to = to.max(s.saturating_add(l));
+            }
+            pending.ranges.insert(from, to - from);
+        }
+        PendingMemory { state: Mutex::new(pending), changed: Condvar::new() }
+    }
+
+    /// Whether any byte of `[addr, addr + len)` is still pending.
+    pub fn is_pending(&self, addr: u64, len: u64) -> bool {
+        !self.state.lock().overlapping(addr, len).is_empty()
+    }
+
+    /// Bytes still pending.
+    pub fn remaining(&self) -> u64 {
+        self.state.lock().ranges.values().sum()
+    }
+
+    /// `[addr, addr + len)` is loaded: the calls that waited only for it (or for it and
+    /// memory loaded before) run.
+    pub fn loaded(&self, addr: u64, len: u64) {
+        let mut state = self.state.lock();
+        state.remove(addr, len);
+        self.changed.notify_all();
+    }
+
+    /// The oldest range a held call waits for that is still pending (a piece of it, where
+    /// some is loaded already): what the restore should load next. `None`: no call waits.
+    pub fn next_wanted(&self) -> Option<(u64, u64)> {
+        let mut state = self.state.lock();
+        while let Some(&(addr, len)) = state.wanted.front() {
+            if let Some(&piece) = state.overlapping(addr, len).first() {
+                return Some(piece);
+            }
+            state.wanted.pop_front();
+        }
+        None
+    }
+
+    /// The restore cannot load the rest: the calls held, and every later call that touches
+    /// memory still pending, fail with `error` (the session is then not to be served on).
+    pub fn fail(&self, error: CudaError) {
+        self.state.lock().failed = Some(error);
+        self.changed.notify_all();
+    }
+}
+
+impl CallHook for PendingMemory {
+    fn before_call(&self, access: &CallAccess<'_>) -> Result<(), CudaError> {
+        let mut state = self.state.lock();
+        let mut asked = false;
+        loop {
+            let needed: Vec<(u64, u64)> = access.device.iter().flat_map(|d| state.overlapping(d.addr, d.len)).collect();
+            if needed.is_empty() {
+                return Ok(());
+            }
+            if let Some(error) = state.failed {
+                return Err(error);
+            }
+            if !asked {
+                state.wanted.extend(needed);
+                asked = true;
+            }
+            self.changed.wait(&mut state);
+        }
     }
 }
 

@@ -390,3 +390,126 @@ fn a_manifest_length_near_2_to_the_64_is_refused() {
         other => panic!("{:?}", other.map(|i| i.manifest)),
     }
 }
+
+/// What a call touches, as the dispatch shows it to a hook.
+fn touching(device: &[(u64, u64, bool)]) -> Vec<phos_protocol::spec::DeviceAccess> {
+    device.iter().map(|&(addr, len, writes)| phos_protocol::spec::DeviceAccess { addr, len, writes }).collect()
+}
+
+fn access(device: &[phos_protocol::spec::DeviceAccess]) -> phos_protocol::spec::CallAccess<'_> {
+    phos_protocol::spec::CallAccess { function: "cudaMemcpy", device, objects: &[] }
+}
+
+/// Pending memory is kept as pieces: loading part of a range leaves the rest pending,
+/// overlapping ranges merge, and a range is pending if any byte of it is.
+#[test]
+fn pending_memory_is_loaded_piece_by_piece() {
+    use engine::PendingMemory;
+    let p = PendingMemory::new([(0x1000, 0x1000), (0x1800, 0x1000), (0x8000, 0x100), (0x9000, 0)]);
+    assert_eq!(p.remaining(), 0x1800 + 0x100, "the first two merge; an empty range is nothing");
+    p.loaded(0x1400, 0x400);
+    assert!(p.is_pending(0x1000, 0x400) && p.is_pending(0x17ff, 2) && !p.is_pending(0x1400, 0x400));
+    assert_eq!(p.remaining(), 0x1400 + 0x100);
+    // A load across several pieces and the gaps between them.
+    p.loaded(0x0, 0x8080);
+    assert!(!p.is_pending(0, 0x8080));
+    assert!(p.is_pending(0x807f, 2), "the last piece's tail");
+    assert_eq!(p.remaining(), 0x80);
+    assert!(!p.is_pending(0x7000, 0x1000) && !p.is_pending(0x8100, u64::MAX), "next to a piece is not in it");
+    p.loaded(0x8080, 0x80);
+    assert_eq!(p.remaining(), 0);
+}
+
+/// A call that touches pending memory waits until all of it is loaded, telling the loader
+/// what it waits for; calls elsewhere run at once; a loader that gives up fails the calls
+/// it held.
+#[test]
+fn pending_memory_holds_calls_until_loaded() {
+    use engine::{CallHook, PendingMemory};
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let p = PendingMemory::new([(0x1000, 0x1000), (0x4000, 0x1000)]);
+    let elsewhere = touching(&[(0x3000, 0x100, true)]);
+    assert_eq!(p.before_call(&access(&elsewhere)), Ok(()));
+    assert_eq!(p.next_wanted(), None);
+    std::thread::scope(|scope| {
+        let (done_tx, done) = mpsc::channel();
+        let p = &p;
+        let held = scope.spawn(move || {
+            // Reads a piece of the first range and writes one of the second.
+            let device = touching(&[(0x1800, 0x10, false), (0x4100, 0x10, true)]);
+            let r = p.before_call(&access(&device));
+            done_tx.send(()).unwrap();
+            r
+        });
+        let started = std::time::Instant::now();
+        while p.next_wanted().is_none() {
+            assert!(started.elapsed() < Duration::from_secs(10), "the call never asked for its memory");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(p.next_wanted(), Some((0x1800, 0x10)), "the oldest wanted piece first");
+        p.loaded(0x1000, 0x1000);
+        assert_eq!(p.next_wanted(), Some((0x4100, 0x10)));
+        assert!(done.recv_timeout(Duration::from_millis(100)).is_err(), "ran with half its memory loaded");
+        p.loaded(0x4100, 0x10);
+        done.recv_timeout(Duration::from_secs(10)).expect("the call still waits");
+        assert_eq!(held.join().unwrap(), Ok(()));
+        assert_eq!(p.next_wanted(), None);
+    });
+    // The rest of the second range never comes.
+    std::thread::scope(|scope| {
+        let held = scope.spawn(|| p.before_call(&access(&touching(&[(0x4000, 0x10, false)]))));
+        while p.next_wanted().is_none() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        p.fail(phos_protocol::CudaError::Unknown);
+        assert_eq!(held.join().unwrap(), Err(phos_protocol::CudaError::Unknown));
+    });
+    assert_eq!(p.before_call(&access(&touching(&[(0x4000, 1, false)]))), Err(phos_protocol::CudaError::Unknown));
+    assert_eq!(p.before_call(&access(&elsewhere)), Ok(()), "memory that is loaded still serves");
+}
+
+/// A hook slot shows calls to its hook only while one is installed, one at a time.
+#[test]
+fn a_hook_slot_holds_one_hook_while_installed() {
+    use engine::{HookSlot, PendingMemory};
+    let slot = HookSlot::default();
+    assert!(!slot.active());
+    let device = touching(&[(0x1000, 4, true)]);
+    assert_eq!(slot.before_call(&access(&device)), Ok(()));
+    let pending = std::sync::Arc::new(PendingMemory::new([(0x1000, 4)]));
+    pending.fail(phos_protocol::CudaError::Unknown);
+    let installed = slot.install(pending.clone()).expect("installs");
+    assert!(slot.active());
+    assert!(slot.install(pending.clone()).is_none(), "a second hook");
+    assert_eq!(slot.before_call(&access(&device)), Err(phos_protocol::CudaError::Unknown));
+    drop(installed);
+    assert!(!slot.active());
+    assert_eq!(slot.before_call(&access(&device)), Ok(()));
+}
+
+/// A host buffer that grows gives its old memory back unpinned, and unpins its memory when it
+/// goes: a freed buffer left page-locked would stay registered with the driver.
+#[test]
+fn host_buffers_unpin_what_they_pinned() {
+    use std::collections::HashSet;
+    #[derive(Default)]
+    struct Pins(parking_lot::Mutex<HashSet<(usize, usize)>>);
+    impl engine::Pinning for Pins {
+        fn pin(&self, buf: &mut [u8]) {
+            assert!(self.0.lock().insert((buf.as_ptr() as usize, buf.len())), "pinned twice");
+        }
+        fn unpin(&self, buf: &mut [u8]) {
+            assert!(self.0.lock().remove(&(buf.as_ptr() as usize, buf.len())), "unpinned what was not pinned");
+        }
+    }
+    let pins = std::sync::Arc::new(Pins::default());
+    let mut buf = engine::HostBuffer::new(16, Some(pins.clone()));
+    buf.reserve(8);
+    assert_eq!(buf.len(), 16);
+    buf.reserve(4096);
+    assert_eq!(buf.len(), 4096);
+    assert_eq!(pins.0.lock().len(), 1, "the old buffer is still pinned");
+    drop(buf);
+    assert!(pins.0.lock().is_empty());
+}

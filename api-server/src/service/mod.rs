@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
 use phos_checkpoint::CrError;
-use phos_checkpoint::engine::{CallHook, HookSlot, Installed, Within};
+use phos_checkpoint::engine::{HookSlot, Within};
 use phos_checkpoint::report::Waiting;
 use phos_protocol::CudaError;
 use phos_protocol::cudart::FunctionId;
@@ -205,23 +205,6 @@ impl Session {
                 }
             }
         })
-    }
-
-    /// Install a C/R hook (see [`HookSlot`]): every call after this one returns is shown to
-    /// it before it runs, until the guard is dropped. The session's calls are held meanwhile
-    /// (a call in flight finishes first), so that no call runs unseen; `bounds` limit the
-    /// wait.
-    pub fn install_hook(
-        &self,
-        hook: Arc<dyn CallHook>,
-        bounds: &crate::checkpoint::Bounds,
-    ) -> Result<Installed<'_>, CrError> {
-        let cancelled = || bounds.cancel.is_cancelled();
-        let within = Within { deadline: std::time::Instant::now() + bounds.quiesce_timeout, cancelled: &cancelled };
-        let held = self.hold_calls(&within)?;
-        let installed = self.hooks.install(hook).ok_or(CrError::HookInstalled { session: self.id })?;
-        drop(held);
-        Ok(installed)
     }
 
     /// Show the C/R hook work whose accesses only the service knows (a kernel launch's, a
