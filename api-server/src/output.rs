@@ -59,20 +59,27 @@ impl StdoutCapture {
     /// Point fd 1 at a fresh pipe and start draining it. Returns the capture and the
     /// original stdout, for what is meant for whoever started the process.
     pub fn install() -> std::io::Result<(Arc<Self>, std::fs::File)> {
+        // SAFETY: duplicates fd 1 into a new descriptor; touches no memory.
         let original = unsafe { libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3) };
         if original < 0 {
             return Err(std::io::Error::last_os_error());
         }
+        // SAFETY: a descriptor just made, owned by nothing else.
         let original = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(original) });
         let mut fds = [0; 2];
+        // SAFETY: writes two descriptors into `fds`.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
         // Only the reading end is non-blocking: a printer waits for room rather than lose text.
-        if unsafe { libc::fcntl(fds[1], libc::F_SETFL, 0) } != 0 || unsafe { libc::dup2(fds[1], 1) } < 0 {
+        // SAFETY: flags of, and a duplicate of, the pipe's writing end, which this owns.
+        let writer_set = unsafe { libc::fcntl(fds[1], libc::F_SETFL, 0) == 0 && libc::dup2(fds[1], 1) >= 0 };
+        if !writer_set {
             return Err(std::io::Error::last_os_error());
         }
+        // SAFETY: the writing end, now duplicated as fd 1; nothing else holds this number.
         unsafe { libc::close(fds[1]) };
+        // SAFETY: the reading end, just made, owned by nothing else.
         let pipe = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fds[0]) });
         let capture = Arc::new(StdoutCapture { data: Mutex::new(Vec::new()), pipe });
         let c = capture.clone();
@@ -80,6 +87,7 @@ impl StdoutCapture {
             use std::os::fd::AsRawFd;
             let mut pfd = libc::pollfd { fd: c.pipe.as_raw_fd(), events: libc::POLLIN, revents: 0 };
             loop {
+                // SAFETY: polls one descriptor, described by `pfd`.
                 if unsafe { libc::poll(&mut pfd, 1, -1) } < 0 {
                     if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                         continue;
@@ -113,6 +121,7 @@ impl StdoutCapture {
     /// Flush the C library's stdout buffer (where the driver prints) and take everything
     /// printed before now.
     fn drain(&self) -> Vec<u8> {
+        // SAFETY: the C library's stdout stream, which lives as long as the process.
         unsafe {
             libc::fflush(stdout);
         }

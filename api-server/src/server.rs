@@ -411,6 +411,8 @@ impl ApiServer {
             && st.registered.load(Ordering::Relaxed)
         {
             let (p, n) = st.slots_ptr();
+            // SAFETY: the channel's staging slots, `n` bytes mapped while `st` lives;
+            // unpinning reads and writes none of them.
             session.backend().unpin_host(unsafe { std::slice::from_raw_parts_mut(p, n) });
         }
         tracing::debug!(session = session.id, channel, "channel closed");

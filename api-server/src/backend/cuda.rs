@@ -75,8 +75,10 @@ struct Device {
     properties: DeviceProperties,
 }
 
-// The driver's handles are usable from any thread once a context is current.
+// SAFETY: a device's context is a driver handle, usable from any thread (each binds it before
+// use); the rest is plain data, never changed after the backend is opened.
 unsafe impl Send for Device {}
+// SAFETY: as above: nothing in a device changes once it is set up.
 unsafe impl Sync for Device {}
 
 pub struct CudaBackend {
@@ -127,7 +129,8 @@ struct KernelTimer {
 /// session's device time after every call, and a query per launch costs the driver.
 const HARVEST_EVERY: Duration = Duration::from_micros(20);
 
-// CUevent handles are plain driver handles, usable from any thread.
+// SAFETY: its raw parts are CUevent handles, driver handles usable from any thread; the timer
+// is only used under its mutex.
 unsafe impl Send for KernelTimer {}
 
 /// Which launches are timed. Every launch is counted as a kernel; the device time of the
@@ -602,26 +605,30 @@ impl Devices for CudaBackend {
     fn limit(&self, device: i32, limit: i32) -> Result<u64, CudaError> {
         self.bind(device)?;
         let mut v = 0usize;
-        // SAFETY (here and below): `RawDriver`'s functions have these C signatures; each
-        // writes at most the one value it is given a place for.
+        // SAFETY (here and below): `RawDriver`'s functions have these C signatures, and take
+        // any integer for their enum arguments (answering an unknown one with an error); this
+        // one writes one size.
         check_raw(unsafe { (self.raw.ctx_get_limit)(&mut v, limit) })?;
         Ok(v as u64)
     }
 
     fn set_limit(&self, device: i32, limit: i32, value: u64) -> Result<(), CudaError> {
         self.bind(device)?;
+        // SAFETY: as in `limit`; acts on the current context only.
         check_raw(unsafe { (self.raw.ctx_set_limit)(limit, value as usize) })
     }
 
     fn cache_config(&self, device: i32) -> Result<i32, CudaError> {
         self.bind(device)?;
         let mut v = 0;
+        // SAFETY: as in `limit`; writes one int.
         check_raw(unsafe { (self.raw.ctx_get_cache_config)(&mut v) })?;
         Ok(v)
     }
 
     fn set_cache_config(&self, device: i32, config: i32) -> Result<(), CudaError> {
         self.bind(device)?;
+        // SAFETY: as in `limit`; acts on the current context only.
         check_raw(unsafe { (self.raw.ctx_set_cache_config)(config) })
     }
 
@@ -631,6 +638,7 @@ impl Devices for CudaBackend {
             return Ok(1); // four-byte banks, the only size of current GPUs
         };
         let mut v = 0;
+        // SAFETY: as in `limit`; writes one int.
         check_raw(unsafe { get(&mut v) })?;
         Ok(v)
     }
@@ -638,6 +646,7 @@ impl Devices for CudaBackend {
     fn set_shared_mem_config(&self, device: i32, config: i32) -> Result<(), CudaError> {
         self.bind(device)?;
         match self.raw.ctx_set_shared_mem_config {
+            // SAFETY: as in `limit`; acts on the current context only.
             Some(set) => check_raw(unsafe { set(config) }),
             None => Ok(()),
         }
@@ -699,8 +708,8 @@ impl VirtualMemory for CudaBackend {
 
     fn unreserve(&self, base: u64, size: u64) {
         // SAFETY: the session's reservation, everything in it unmapped already.
-        unsafe {
-            sys::cuMemAddressFree(base, size as usize);
+        if let Err(e) = check(unsafe { sys::cuMemAddressFree(base, size as usize) }) {
+            tracing::warn!("giving back the device address range {base:#x}+{size:#x}: {e:?}");
         }
     }
 
@@ -764,43 +773,54 @@ impl Copies for CudaBackend {
         // stream, `src` outlives the copy: it is the request's data or a staging slot, and
         // the caller synchronises before either is reused (the driver stages pageable memory
         // before it returns).
-        match stream {
-            None => unsafe { result::memcpy_htod_sync(dst, src) },
-            Some(s) => unsafe { result::memcpy_htod_async(dst, src, stream_handle(s)) },
-        }
-        .map_err(driver)
+        let r = unsafe {
+            match stream {
+                None => result::memcpy_htod_sync(dst, src),
+                Some(s) => result::memcpy_htod_async(dst, src, stream_handle(s)),
+            }
+        };
+        r.map_err(driver)
     }
 
     fn memcpy_dtoh(&self, dst: &mut [u8], src: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
-        // SAFETY: the service checked `[src, src + len)`; `dst` is borrowed until the copy is
-        // done (synchronised below on a stream).
         match stream {
+            // SAFETY: the service checked `[src, src + len)`; `dst` is written before this
+            // returns.
             None => unsafe { result::memcpy_dtoh_sync(dst, src) }.map_err(driver),
             Some(s) => {
                 // The reply carries the data, so the copy must be finished before it is sent.
                 let h = stream_handle(s);
+                // SAFETY: the service checked `[src, src + len)`; `dst` stays borrowed until the
+                // stream is synchronised below (a copy that failed to queue writes nothing).
                 unsafe { result::memcpy_dtoh_async(dst, src, h) }.map_err(driver)?;
+                // SAFETY: a live stream of the session's, or a special one.
                 unsafe { result::stream::synchronize(h) }.map_err(driver)
             }
         }
     }
 
     fn memcpy_dtod(&self, dst: u64, src: u64, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
-        // SAFETY: the service checked both ranges against the session's memory.
-        match stream {
-            None => unsafe { result::memcpy_dtod_sync(dst, src, len as usize) },
-            Some(s) => unsafe { result::memcpy_dtod_async(dst, src, len as usize, stream_handle(s)) },
-        }
-        .map_err(driver)
+        // SAFETY: the service checked both ranges against the session's memory; the stream is
+        // live (or a special one).
+        let r = unsafe {
+            match stream {
+                None => result::memcpy_dtod_sync(dst, src, len as usize),
+                Some(s) => result::memcpy_dtod_async(dst, src, len as usize, stream_handle(s)),
+            }
+        };
+        r.map_err(driver)
     }
 
     fn memset(&self, dst: u64, value: u8, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
-        // SAFETY: the service checked `[dst, dst + len)` against the session's memory.
-        match stream {
-            None => unsafe { result::memset_d8_sync(dst, value, len as usize) },
-            Some(s) => unsafe { result::memset_d8_async(dst, value, len as usize, stream_handle(s)) },
-        }
-        .map_err(driver)
+        // SAFETY: the service checked `[dst, dst + len)` against the session's memory; the
+        // stream is live (or a special one).
+        let r = unsafe {
+            match stream {
+                None => result::memset_d8_sync(dst, value, len as usize),
+                Some(s) => result::memset_d8_async(dst, value, len as usize, stream_handle(s)),
+            }
+        };
+        r.map_err(driver)
     }
 
     fn memcpy_2d(&self, copy: Copy2D<'_>, width: u64, height: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
@@ -838,15 +858,18 @@ impl Copies for CudaBackend {
             Height: height as usize,
         };
         // Raw: the typed layer has no 2D copies.
-        // SAFETY: the service checked every row of both sides; a host side is a buffer of
-        // `width * height` bytes borrowed until the copy is done (synchronised below).
         match stream {
+            // SAFETY: the service checked every row of both sides; a host side is a buffer of
+            // `width * height` bytes, borrowed until the copy is done.
             None => check(unsafe { sys::cuMemcpy2DUnaligned_v2(&p) }),
             Some(s) => {
                 let h = stream_handle(s);
+                // SAFETY: as above; a host side stays borrowed until the stream is
+                // synchronised below.
                 check(unsafe { sys::cuMemcpy2DAsync_v2(&p, h) })?;
                 // A host side is the request's or the reply's buffer: done before either goes.
                 if reply_wait || p.srcMemoryType == host {
+                    // SAFETY: a live stream of the session's, or a special one.
                     unsafe { result::stream::synchronize(h) }.map_err(driver)
                 } else {
                     Ok(())
@@ -866,10 +889,13 @@ impl Copies for CudaBackend {
     ) -> Result<(), CudaError> {
         let (pitch, width, height) = (pitch as usize, width as usize, height as usize);
         // Raw: the typed layer has no 2D sets.
-        // SAFETY: the service checked every row against the session's memory.
-        check(match stream {
-            None => unsafe { sys::cuMemsetD2D8_v2(dst, pitch, value, width, height) },
-            Some(s) => unsafe { sys::cuMemsetD2D8Async(dst, pitch, value, width, height, stream_handle(s)) },
+        // SAFETY: the service checked every row against the session's memory; the stream is
+        // live (or a special one).
+        check(unsafe {
+            match stream {
+                None => sys::cuMemsetD2D8_v2(dst, pitch, value, width, height),
+                Some(s) => sys::cuMemsetD2D8Async(dst, pitch, value, width, height, stream_handle(s)),
+            }
         })
     }
 }
@@ -879,16 +905,17 @@ impl Copies for CudaBackend {
 impl HostMemory for CudaBackend {
     fn pin_host(&self, buf: &mut [u8]) {
         // SAFETY: the buffer lives until `unpin_host` (its owner unpins it before freeing it).
-        unsafe {
-            sys::cuMemHostRegister_v2(buf.as_mut_ptr() as *mut c_void, buf.len(), 0);
+        let r = check(unsafe { sys::cuMemHostRegister_v2(buf.as_mut_ptr() as *mut c_void, buf.len(), 0) });
+        if let Err(e) = r {
+            // Copies through it still work, from pageable memory (slower).
+            tracing::warn!("page-locking a copy buffer of {} bytes: {e:?}", buf.len());
         }
     }
 
     fn unpin_host(&self, buf: &mut [u8]) {
-        // SAFETY: a buffer `pin_host` registered.
-        unsafe {
-            sys::cuMemHostUnregister(buf.as_mut_ptr() as *mut c_void);
-        }
+        // SAFETY: a buffer `pin_host` was given. One it could not register answers an error
+        // here, and nothing else happens.
+        let _ = unsafe { sys::cuMemHostUnregister(buf.as_mut_ptr() as *mut c_void) };
     }
 
     fn register_host(&self, addr: u64, len: u64) -> Result<u64, CudaError> {
@@ -911,8 +938,8 @@ impl HostMemory for CudaBackend {
 
     fn unregister_host(&self, addr: u64) {
         // SAFETY: a range `register_host` registered.
-        unsafe {
-            sys::cuMemHostUnregister(addr as *mut c_void);
+        if let Err(e) = check(unsafe { sys::cuMemHostUnregister(addr as *mut c_void) }) {
+            tracing::warn!("unregistering the pinned memory at {addr:#x}: {e:?}");
         }
     }
 
@@ -1084,6 +1111,8 @@ impl Modules for CudaBackend {
         let f = function as sys::CUfunction;
         let get = |attr: i32| -> Result<i32, CudaError> {
             let mut v = 0;
+            // SAFETY: `RawDriver`'s signature of cuFuncGetAttribute, for a live function of the
+            // session's; writes one int (an attribute it does not know is an error).
             check_raw(unsafe { (self.raw.func_get_attribute)(&mut v, attr, f) })?;
             Ok(v)
         };
@@ -1109,10 +1138,14 @@ impl Modules for CudaBackend {
     }
 
     fn function_set_attribute(&self, function: Raw, attr: i32, value: i32) -> Result<(), CudaError> {
+        // SAFETY: `RawDriver`'s signature of cuFuncSetAttribute, for a live function of the
+        // session's; a guest's attribute or value the driver does not take is an error.
         check_raw(unsafe { (self.raw.func_set_attribute)(function as sys::CUfunction, attr, value) })
     }
 
     fn function_set_cache_config(&self, function: Raw, config: i32) -> Result<(), CudaError> {
+        // SAFETY: `RawDriver`'s signature of cuFuncSetCacheConfig, for a live function of the
+        // session's; a guest's configuration the driver does not know is an error.
         check_raw(unsafe { (self.raw.func_set_cache_config)(function as sys::CUfunction, config) })
     }
 

@@ -84,6 +84,8 @@ struct Module {
 impl Drop for Module {
     fn drop(&mut self) {
         if let Some((addr, len)) = self.storage {
+            // SAFETY: the module's own mapping; its kernels and the session's view of its
+            // variables have gone with it.
             unsafe { libc::munmap(addr as *mut libc::c_void, len) };
         }
     }
@@ -341,6 +343,7 @@ fn allocate_variables(program: &mut Program, limit: u64) -> Result<VariableStora
         end = at.checked_add(v.size.max(1)).filter(|&e| e <= limit).ok_or(CudaError::MemoryAllocation)?;
     }
     let len = end.div_ceil(PAGE) * PAGE;
+    // SAFETY: a fresh anonymous mapping where the kernel chooses; nothing else is touched.
     let base = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
@@ -360,6 +363,8 @@ fn allocate_variables(program: &mut Program, limit: u64) -> Result<VariableStora
     let mut by_name = HashMap::new();
     for ((v, &addr), init) in vars.iter().zip(&addresses).zip(contents) {
         let n = init.len().min(v.size as usize);
+        // SAFETY: `addr` is this variable's place in the mapping just made, which holds
+        // `v.size` bytes there (offsets were laid out above); `n` is at most that.
         unsafe { std::ptr::copy_nonoverlapping(init.as_ptr(), addr as *mut u8, n) };
         by_name.insert(v.name.clone(), (addr, v.size));
     }
@@ -490,6 +495,8 @@ impl Devices for EmuBackend {
 
 impl VirtualMemory for EmuBackend {
     fn reserve(&self, base: u64, size: u64) -> Result<(), CudaError> {
+        // SAFETY: MAP_FIXED_NOREPLACE never replaces a mapping: it fails where the range is
+        // taken, so nothing of the process is touched.
         let p = unsafe {
             libc::mmap(
                 base as *mut libc::c_void,
@@ -502,6 +509,7 @@ impl VirtualMemory for EmuBackend {
         };
         if p == libc::MAP_FAILED || p as u64 != base {
             if p != libc::MAP_FAILED {
+                // SAFETY: the mapping just made elsewhere, used by nothing.
                 unsafe { libc::munmap(p, size as usize) };
             }
             tracing::error!(
@@ -514,6 +522,7 @@ impl VirtualMemory for EmuBackend {
     }
 
     fn unreserve(&self, base: u64, size: u64) {
+        // SAFETY: the session's reservation, which nothing uses once the session has gone.
         unsafe { libc::munmap(base as *mut libc::c_void, size as usize) };
     }
 
@@ -526,6 +535,8 @@ impl VirtualMemory for EmuBackend {
         if self.mapped.load(Ordering::Relaxed) + size > self.total_memory {
             return Err(CudaError::MemoryAllocation);
         }
+        // SAFETY: `[addr, addr + size)` is a free part of the session's reservation (the
+        // address space decided); opening it changes no memory.
         let r = unsafe { libc::mprotect(addr as *mut libc::c_void, size as usize, libc::PROT_READ | libc::PROT_WRITE) };
         if r != 0 {
             return Err(CudaError::MemoryAllocation);
@@ -536,6 +547,8 @@ impl VirtualMemory for EmuBackend {
 
     fn unmap(&self, addr: u64, size: u64, _physical: Physical) -> Result<(), CudaError> {
         debug_assert_eq!(addr % PAGE, 0);
+        // SAFETY: a range `map` opened, which the session no longer uses (its allocation is
+        // freed, and kernels hold the memory view while they run).
         unsafe {
             // Give the pages back and make stray accesses fault.
             libc::madvise(addr as *mut libc::c_void, size as usize, libc::MADV_DONTNEED);
@@ -552,8 +565,9 @@ impl Copies for EmuBackend {
             Some(s) => self.check_stream(s)?,
             None => self.pass_gates(),
         }
-        // The service checked [dst, dst + len) against the session's mapped memory.
         let _work = self.work.lock();
+        // SAFETY: the service checked [dst, dst + len) against the session's mapped memory,
+        // which `src`, a host buffer, is not part of.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, src.len()) };
         Ok(())
     }
@@ -564,6 +578,8 @@ impl Copies for EmuBackend {
             None => self.pass_gates(),
         }
         let _work = self.work.lock();
+        // SAFETY: the service checked [src, src + len) against the session's mapped memory,
+        // which `dst`, a host buffer, is not part of.
         unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
@@ -574,6 +590,8 @@ impl Copies for EmuBackend {
             None => self.pass_gates(),
         }
         let _work = self.work.lock();
+        // SAFETY: the service checked both ranges against the session's mapped memory; they
+        // may overlap (`copy`, not `copy_nonoverlapping`).
         unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len as usize) };
         Ok(())
     }
@@ -584,6 +602,7 @@ impl Copies for EmuBackend {
             None => self.pass_gates(),
         }
         let _work = self.work.lock();
+        // SAFETY: the service checked [dst, dst + len) against the session's mapped memory.
         unsafe { std::ptr::write_bytes(dst as *mut u8, value, len as usize) };
         Ok(())
     }
@@ -611,8 +630,8 @@ impl HostMemory for EmuBackend {
         }
         let _work = self.work.lock();
         let (dst, src) = if to_device { (device, host) } else { (host, device) };
-        // The service checked the device range and that the host range is a live allocation
-        // of the mapped arena.
+        // SAFETY: the service checked the device range and that the host range is a live
+        // allocation of the mapped arena (both mapped in this process).
         unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len as usize) };
         Ok(())
     }

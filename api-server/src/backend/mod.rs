@@ -92,7 +92,8 @@ pub struct LoadedModule {
 // the capabilities it needs without growing one trait for everything. [`Backend`] is all of
 // them together. Calls arrive from several channel threads at once.
 
-/// The devices and their contexts: what they are, their limits and configuration, and making one current for the calling thread.
+/// The devices and their contexts: what they are, their limits and configuration, and making
+/// one current for the calling thread.
 pub trait Devices: Send + Sync {
     /// `cuda` or `emu`.
     fn name(&self) -> &'static str;
@@ -122,7 +123,8 @@ pub trait Devices: Send + Sync {
     fn reset_persisting_l2_cache(&self, device: i32) -> Result<(), CudaError>;
 }
 
-/// Device virtual address space: ranges reserved at fixed addresses, and physical memory mapped into them (the session's allocator, [`crate::registry::memory`], decides where).
+/// Device virtual address space: ranges reserved at fixed addresses, and physical memory
+/// mapped into them (the session's allocator, [`crate::registry::memory`], decides where).
 pub trait VirtualMemory: Send + Sync {
     /// Reserve `[base, base + size)` of device address space; it must be granted at `base`
     /// exactly, so that pointers stay the same across restores.
@@ -183,7 +185,8 @@ pub trait Copies: Send + Sync {
     }
 }
 
-/// Host memory the devices reach: page-locked copy buffers, and the guest's pinned arena registered with the driver.
+/// Host memory the devices reach: page-locked copy buffers, and the guest's pinned arena
+/// registered with the driver.
 pub trait HostMemory: Send + Sync {
     /// Page-lock host memory for fast copies (checkpoint buffers); a backend that has no use
     /// for it does nothing.

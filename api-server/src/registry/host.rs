@@ -202,7 +202,9 @@ impl PinnedArena {
 fn session_limit() -> u64 {
     static LIMIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *LIMIT.get_or_init(|| {
+        // SAFETY: sysconf only reads a system setting.
         let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+        // SAFETY: as above.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
         if pages > 0 && page > 0 { pages as u64 * page as u64 / 2 } else { u64::MAX }
     })

@@ -487,6 +487,7 @@ mod tests {
         assert!(!s.contains(a, 5), "past the end of a 4-byte allocation");
         assert!(s.contains(c + 999, 1));
         // Memory is really there (the emulator maps host memory at the device address).
+        // SAFETY: `c` is a live allocation of 1000 bytes, mapped in this process by `emu`.
         unsafe { std::ptr::write_bytes(c as *mut u8, 0xab, 1000) };
         assert_eq!(s.free(&b, a).unwrap().size, 4);
         assert!(!s.contains(a, 1));

@@ -89,6 +89,9 @@ impl Session {
                 st.abort();
                 return Err(CudaError::Unknown);
             }
+            // SAFETY: slot k of the mapped staging region holds `len` bytes (at most a slot's);
+            // the guest filled it (the count above) and leaves it alone until it is counted
+            // drained, just below.
             data.extend_from_slice(unsafe { std::slice::from_raw_parts(st.slot(k), len) });
             st.set(Count::Drained, seq.wrapping_add(k + 1));
         }
@@ -631,6 +634,8 @@ impl CudartService for Session {
         if !st.registered.swap(true, Ordering::Relaxed) {
             // Registered with the driver, the slots are DMA'd directly.
             let (p, n) = st.slots_ptr();
+            // SAFETY: the channel's staging slots, `n` bytes mapped while `st` lives;
+            // page-locking reads and writes none of them.
             b.pin_host(unsafe { std::slice::from_raw_parts_mut(p, n) });
         }
         let slot = st.slot_bytes() as u64;
@@ -645,6 +650,9 @@ impl CudartService for Session {
             let len = slot.min(req.count - at) as usize;
             let failed = if h2d {
                 st.wait(Count::Filled, seq, seq.wrapping_add(k + 1), spin).map_err(gave_up)?;
+                // SAFETY: slot k of the mapped staging region holds `len` bytes (at most a
+                // slot's); the guest filled it (the count above) and, by the protocol, leaves
+                // it alone until this chunk is counted drained.
                 let data = unsafe { std::slice::from_raw_parts(st.slot(k), len) };
                 // The slot is reused two chunks on: this chunk must be on the device first.
                 b.memcpy_htod(req.device + at, data, Some(stream)).and_then(|_| b.stream_synchronize(stream)).err()
@@ -652,6 +660,9 @@ impl CudartService for Session {
                 if k >= 2 {
                     st.wait(Count::Drained, seq, seq.wrapping_add(k - 1), spin).map_err(gave_up)?;
                 }
+                // SAFETY: slot k of the mapped staging region holds `len` bytes (at most a
+                // slot's); the guest has drained it (the count above) and, by the protocol,
+                // reads it only once this chunk is counted filled.
                 let data = unsafe { std::slice::from_raw_parts_mut(st.slot(k), len) };
                 b.memcpy_dtoh(data, req.device + at, Some(stream)).err()
             };
