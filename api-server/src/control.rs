@@ -236,3 +236,58 @@ impl ServerControl for ServerCtl {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use phos_checkpoint::ImageError;
+    use phos_checkpoint::report::Waiting;
+    use phos_control::ErrorClass;
+
+    use super::*;
+
+    /// The engine's errors reach the router in their classes: a session that did not come to
+    /// rest is busy (timed out), a restore's unusable image is refused, an abandoned operation
+    /// says so, and the rest failed, naming what did.
+    #[test]
+    fn c_r_errors_reach_the_router_in_their_classes() {
+        let dir = Path::new("/images/a");
+        let wire = |e, op| to_wire(e, op, 7, dir);
+        let waiting_for = Waiting::Device { device: 1 };
+        let busy = CrError::TimedOut { session: 7, waited: Duration::from_secs(2), waiting_for: waiting_for.clone() };
+        let want = ControlError::Busy { session: 7, waited: Duration::from_secs(2), waiting_for };
+        assert_eq!(wire(busy, Operation::Checkpoint), want);
+        assert_eq!(want.class(), ErrorClass::TimedOut);
+        let gone = wire(CrError::Abandoned { session: 7, what: "copying memory".into() }, Operation::Restore);
+        assert_eq!(
+            gone,
+            ControlError::Abandoned { session: 7, operation: Operation::Restore, during: "copying memory".into() }
+        );
+        let corrupted = || CrError::Image(ImageError::Corrupted("a memory chunk fails its checksum".into()));
+        for refused in [
+            corrupted(),
+            CrError::OtherSpec { image: 1, server: 2 },
+            CrError::UnknownFunction("cudaNothing".into()),
+            CrError::NoSuchDevice { device: 7, devices: 1 },
+        ] {
+            let why = refused.to_string();
+            let e = wire(refused, Operation::Restore);
+            assert_eq!(e, ControlError::ImageRefused { dir: dir.into(), reason: ImageRefusal::Invalid(why) });
+            assert_eq!(e.class(), ErrorClass::Refused);
+        }
+        // Writing an image that fails is the checkpoint's failure, not a refused image.
+        let e = wire(corrupted(), Operation::Checkpoint);
+        assert!(
+            matches!(&e, ControlError::Failed { session: 7, operation: Operation::Checkpoint, reason } if reason.contains("checksum")),
+            "{e}"
+        );
+        let replay = CrError::Replay {
+            function: "cudaMalloc".into(),
+            rejection: phos_protocol::Rejection::Failed(CudaError::MemoryAllocation),
+        };
+        let e = wire(replay, Operation::Restore);
+        assert!(matches!(&e, ControlError::Failed { reason, .. } if reason.contains("replaying cudaMalloc")), "{e}");
+        assert_eq!(e.class(), ErrorClass::Failed);
+    }
+}
