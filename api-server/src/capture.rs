@@ -4,11 +4,12 @@
 //! graph of the recorded work, in the order it was submitted: replaying it in that order on
 //! one stream is one of the schedules the graph's dependencies allow.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
 
 use phos_protocol::CudaError;
+use phos_protocol::spec::DeviceAccess;
 use phos_protocol::types::Dim3;
 
 /// One recorded operation. Addresses are device addresses of the session; a kernel is named
@@ -57,7 +58,29 @@ pub enum GraphOp {
     },
 }
 
+/// The bytes `height` rows of `width`, `pitch` apart, span.
+fn extent(pitch: u64, width: u64, height: u64) -> u64 {
+    height.saturating_sub(1).saturating_mul(pitch).saturating_add(width)
+}
+
 impl GraphOp {
+    /// The device memory the operation reads and writes, for the C/R hook (a kernel's is
+    /// its launch's to say).
+    pub fn device_access(&self) -> Vec<DeviceAccess> {
+        let at = |addr, len, writes| DeviceAccess { addr, len, writes };
+        match *self {
+            GraphOp::Kernel { .. } => Vec::new(),
+            GraphOp::Memset { dst, pitch, width, height, .. } => vec![at(dst, extent(pitch, width, height), true)],
+            GraphOp::CopyOnDevice { dst, dpitch, src, spitch, width, height } => {
+                vec![at(dst, extent(dpitch, width, height), true), at(src, extent(spitch, width, height), false)]
+            }
+            GraphOp::CopyToDevice { dst, dpitch, width, height, .. } => {
+                vec![at(dst, extent(dpitch, width, height), true)]
+            }
+            GraphOp::CopyPinned { device, count, to_device, .. } => vec![at(device, count, to_device)],
+        }
+    }
+
     /// Whether an executable graph with `self` can take `other`'s parameters
     /// (`cudaGraphExecUpdate`): same kind of node, same kernel. Returns the
     /// `cudaGraphExecUpdateResult` when not.
@@ -165,7 +188,7 @@ impl CaptureState {
 
     /// The captures, to record into or query.
     pub fn lock(&self) -> MutexGuard<'_, Captures> {
-        self.inner.lock().unwrap()
+        self.inner.lock()
     }
 
     /// Begin, end or drop captures (the flag follows).

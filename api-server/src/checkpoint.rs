@@ -1,123 +1,163 @@
-//! Checkpoint and restore of a whole session (stop-the-world).
+//! Checkpoint and restore of a session: the C/R engine's traits
+//! ([`phos_checkpoint::engine`]) over the session's registries, records and quiesce lock, and
+//! what this server checks of an image before it restores one.
 //!
-//! **Checkpoint.** The session's gate is closed: calls in flight finish, new ones wait. The
-//! devices are synchronised; the image then gets the recorded creation calls of every live
-//! object (in creation order, which respects their dependencies), the handle counters, and
-//! the contents of every allocation and module variable, copied out in large chunks (all-zero
-//! chunks are not stored). Afterwards the gate opens again, or, for `stop`, stays closed: the
-//! session is frozen until its server is ended, and the guest's waiting calls are sent again
-//! to the restored session.
+//! **Checkpoint** (stop-the-world, [`engine::checkpoint`]). The session is quiesced: calls in
+//! flight finish, new ones wait. The devices are synchronised; the image then gets the
+//! recorded creation calls of every live object (in creation order, which respects their
+//! dependencies), the handle counters, and the contents of every allocation and module
+//! variable, copied out in large chunks (all-zero chunks are not stored). Afterwards calls
+//! run again, or, for `stop`, stay held: the session is frozen until its server is ended,
+//! and the guest's waiting calls are sent again to the restored session.
 //!
 //! A checkpoint waits for the session to come to rest for a bounded time only
 //! ([`Bounds::quiesce_timeout`]): a kernel that never ends, or a call that waits for one,
 //! makes it give up, naming what it waited for, and the session carries on as it was. Its
 //! client going away ([`Bounds::cancel`]) stops it too, at the next step.
 //!
-//! **Restore.** The whole image is checked first (manifest, layout, what it means: see
-//! [`check_image`]), so a bad image is refused before anything is created. The session is
-//! then rebuilt in a fresh server: the same device address range is reserved, each record
-//! is replayed through
-//! the generated dispatch with the handles and addresses it produced before (so every
-//! allocation comes back at its address and every virtual handle keeps its value), and the
-//! memory contents are written back.
+//! **Restore** ([`engine::restore`]). The whole image is checked first (manifest, layout,
+//! what it means: see [`check_image`]), so a bad image is refused before anything is created.
+//! The session is then rebuilt in a fresh server: the same device address range is reserved,
+//! each record is replayed through the generated dispatch with the handles and addresses it
+//! produced before (so every allocation comes back at its address and every virtual handle
+//! keeps its value), and the memory contents are written back.
+//!
+//! Images go to and come from any sink or source: a directory, or a stream over a file,
+//! pipe or socket ([`Session::checkpoint_to`], [`Session::restore_from`]).
+//!
+//! **Following a running session** ([`Intercept`], for the concurrent protocols): a hook
+//! installed in the session is shown every call before it runs (see
+//! [`phos_checkpoint::engine::HookSlot`]), and the memory registry keeps the dirty log.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
-use std::sync::{Arc, mpsc};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::Instant;
 
-use phos_checkpoint::{
-    Compression, Image, ImageWriter, Manifest, MemoryRegion, PreparedChunk, Record, RegionKind, SessionMeta,
-    prepare_chunk,
+use phos_checkpoint::engine::{
+    self, CallHook, DeviceCopier, DirtyLog, HostBuffer, Installed, Intercept, Interrupted, Pinning, Quiesce, Rebuild,
+    Snapshot, Within,
 };
-use phos_control::{Cancel, Waiting};
+use phos_checkpoint::report::Waiting;
+use phos_checkpoint::report::{CheckpointSummary, RestoreSummary};
+use phos_checkpoint::{
+    Compression, CrError, Image, ImageError, ImageSink, ImageSource, ImageWriter, Manifest, MemoryRegion, Record,
+    RegionKind, SessionMeta,
+};
+use phos_control::Cancel;
 use phos_protocol::cudart::{self, FunctionId, HandleKind};
 use phos_protocol::limits::LimitKind;
 
-use crate::backend::{Backend, Raw, StreamRef};
-use crate::call_gate::NotClosed;
+pub use phos_checkpoint::report::Progress;
+
+use crate::backend::prelude::*;
+use crate::backend::{Raw, StreamRef};
 use crate::control::SessionFactory;
-use crate::handles::{NUMBER_BITS, is_handle_of};
+use crate::quiesce::Quiesced;
+use crate::registry::handles::{NUMBER_BITS, is_handle_of};
 use crate::service::{CallCx, Session};
 
-/// Size of the pieces memory is copied and stored in.
-const COPY_CHUNK: usize = 8 << 20;
-/// Pieces in flight between the device copies and the image file.
-const BUFFERS: usize = 4;
-
-/// One message from the copying thread to the image writer.
-enum Piece {
-    Begin(u64, u64, i32, RegionKind),
-    Chunk(Staging, usize, PreparedChunk),
+/// How long a checkpoint may wait for the session to come to rest, and whether its client
+/// still wants it.
+#[derive(Clone, Debug)]
+pub struct Bounds {
+    pub quiesce_timeout: std::time::Duration,
+    pub cancel: Cancel,
 }
 
-/// A copy buffer page-locked for the backend's DMA for as long as it lives.
-struct Staging {
-    buf: Vec<u8>,
-    backend: Arc<dyn Backend>,
-}
-
-impl Staging {
-    fn new(backend: Arc<dyn Backend>, len: usize) -> Self {
-        let mut buf = vec![0u8; len];
-        backend.pin_host(&mut buf);
-        Staging { buf, backend }
-    }
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        self.backend.unpin_host(&mut self.buf);
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds { quiesce_timeout: phos_control::DEFAULT_QUIESCE_TIMEOUT, cancel: Cancel::default() }
     }
 }
 
 /// `CU_STREAM_NON_BLOCKING`: the copy streams do not wait on the legacy default stream.
 const NON_BLOCKING: u32 = 1;
 
-/// The dedicated stream checkpoint and restore copy on, one per device, made on first use.
-/// The copies then never queue behind (or hold up) work on the session's own streams.
-struct CopyStreams {
-    backend: Arc<dyn Backend>,
-    streams: Vec<Option<Raw>>,
-}
+/// Page-locking through the backend, for the engine's buffers.
+struct BackendPinning(Arc<dyn Backend>);
 
-impl CopyStreams {
-    fn new(backend: Arc<dyn Backend>) -> Self {
-        let n = backend.device_count().max(0) as usize;
-        CopyStreams { backend, streams: vec![None; n] }
+impl Pinning for BackendPinning {
+    fn pin(&self, buf: &mut [u8]) {
+        self.0.pin_host(buf);
     }
 
-    fn on(&mut self, device: i32) -> Result<StreamRef, String> {
+    fn unpin(&self, buf: &mut [u8]) {
+        self.0.unpin_host(buf);
+    }
+}
+
+/// The engine's device copies: on a dedicated stream per device, made on first use, so that
+/// they never queue behind (or hold up) work on the session's own streams.
+struct BackendCopier {
+    backend: Arc<dyn Backend>,
+    streams: Vec<Option<Raw>>,
+    pinning: Arc<dyn Pinning>,
+}
+
+impl BackendCopier {
+    fn new(backend: Arc<dyn Backend>) -> Self {
+        let n = backend.device_count().max(0) as usize;
+        let pinning = Arc::new(BackendPinning(backend.clone()));
+        BackendCopier { backend, streams: vec![None; n], pinning }
+    }
+
+    /// Bind `device` and give its copy stream.
+    fn on(&mut self, device: i32) -> Result<StreamRef, CrError> {
         let slot = self
             .streams
-            .get_mut(device as usize)
-            .ok_or_else(|| format!("the image names device {device}, which this server does not have"))?;
+            .get_mut(usize::try_from(device).unwrap_or(usize::MAX))
+            .ok_or(CrError::NoSuchDevice { device, devices: self.backend.device_count() })?;
+        self.backend.bind(device).map_err(CrError::device(format!("making device {device} current")))?;
         if slot.is_none() {
             let raw = self
                 .backend
                 .stream_create(device, NON_BLOCKING, 0)
-                .map_err(|e| format!("creating the copy stream on device {device}: {e:?}"))?;
+                .map_err(CrError::device(format!("creating the copy stream on device {device}")))?;
             *slot = Some(raw);
         }
         Ok(StreamRef::Created(slot.expect("just made")))
     }
+}
 
-    /// Wait for everything queued on every copy stream.
-    fn synchronize(&self) -> Result<(), String> {
+impl DeviceCopier for BackendCopier {
+    fn buffer(&self, len: usize) -> HostBuffer {
+        HostBuffer::new(len, Some(self.pinning.clone()))
+    }
+
+    fn read(&mut self, device: i32, addr: u64, out: &mut [u8]) -> Result<(), CrError> {
+        let stream = self.on(device)?;
+        // Returns once the piece has arrived (the backend synchronises the stream).
+        self.backend.memcpy_dtoh(out, addr, Some(stream)).map_err(CrError::device(format!("copying {addr:#x}")))
+    }
+
+    fn write(&mut self, device: i32, addr: u64, data: &[u8]) -> Result<(), CrError> {
+        let stream = self.on(device)?;
+        let b = &self.backend;
+        b.memcpy_htod(addr, data, Some(stream))
+            .and_then(|_| b.stream_synchronize(stream))
+            .map_err(CrError::device(format!("writing {addr:#x}")))
+    }
+
+    fn zero(&mut self, device: i32, addr: u64, len: u64) -> Result<(), CrError> {
+        let stream = self.on(device)?;
+        self.backend.memset(addr, 0, len, Some(stream)).map_err(CrError::device(format!("writing {addr:#x}")))
+    }
+
+    fn finish(&mut self) -> Result<(), CrError> {
         for (d, s) in self.streams.iter().enumerate() {
             if let Some(raw) = s {
-                self.backend.bind(d as i32).map_err(|e| format!("{e:?}"))?;
-                self.backend
-                    .stream_synchronize(StreamRef::Created(*raw))
-                    .map_err(|e| format!("finishing the copies on device {d}: {e:?}"))?;
+                let what = || format!("finishing the copies on device {d}");
+                self.backend.bind(d as i32).map_err(CrError::device(what()))?;
+                self.backend.stream_synchronize(StreamRef::Created(*raw)).map_err(CrError::device(what()))?;
             }
         }
         Ok(())
     }
 }
 
-impl Drop for CopyStreams {
+impl Drop for BackendCopier {
     fn drop(&mut self) {
         for (d, s) in self.streams.iter().enumerate() {
             if let Some(raw) = s {
@@ -128,174 +168,54 @@ impl Drop for CopyStreams {
     }
 }
 
-/// How far a checkpoint or restore is, for progress bars.
-#[derive(Default)]
-pub struct Progress {
-    pub done: AtomicU64,
-    pub total: AtomicU64,
+/// What a checkpoint sees of a session: its registries, records and quiesce lock (not its
+/// services), and what the router knows of it.
+struct Checkpointing<'a> {
+    session: &'a Session,
+    meta: SessionMeta,
 }
 
-impl Progress {
-    pub fn done(&self) -> u64 {
-        self.done.load(Ordering::Relaxed)
-    }
+impl Quiesce for Checkpointing<'_> {
+    type AtRest<'a>
+        = Quiesced<'a>
+    where
+        Self: 'a;
 
-    pub fn total(&self) -> u64 {
-        self.total.load(Ordering::Relaxed)
-    }
-
-    fn set_total(&self, total: u64) {
-        self.done.store(0, Ordering::Relaxed);
-        self.total.store(total, Ordering::Relaxed);
-    }
-
-    fn add(&self, n: u64) {
-        self.done.fetch_add(n, Ordering::Relaxed);
-    }
-}
-
-/// What a checkpoint did.
-#[derive(Debug, Clone, Default)]
-pub struct CheckpointReport {
-    pub records: usize,
-    pub regions: usize,
-    /// Device memory covered and bytes stored for it.
-    pub memory_bytes: u64,
-    pub stored_bytes: u64,
-    /// Time to stop the session's calls and synchronise the devices.
-    pub quiesce_ms: f64,
-    /// Time to copy memory out and write the image.
-    pub copy_ms: f64,
-    pub total_ms: f64,
-}
-
-/// What a restore did.
-#[derive(Debug, Clone, Default)]
-pub struct RestoreReport {
-    pub records: usize,
-    pub memory_bytes: u64,
-    pub verify_ms: f64,
-    pub replay_ms: f64,
-    pub copy_ms: f64,
-    pub total_ms: f64,
-}
-
-fn ms(since: Instant) -> f64 {
-    since.elapsed().as_secs_f64() * 1e3
-}
-
-/// How long a checkpoint may wait for the session to come to rest, and whether its client
-/// still wants it.
-#[derive(Clone, Debug)]
-pub struct Bounds {
-    pub quiesce_timeout: Duration,
-    pub cancel: Cancel,
-}
-
-impl Default for Bounds {
-    fn default() -> Self {
-        Bounds { quiesce_timeout: phos_control::DEFAULT_QUIESCE_TIMEOUT, cancel: Cancel::default() }
-    }
-}
-
-/// Why a checkpoint or restore stopped before its end.
-#[derive(Debug, thiserror::Error)]
-pub enum Stopped {
-    #[error(
-        "session {session}: the checkpoint gave up after {waited:.1?} waiting for {waiting_for}; nothing was written, and the session carries on as it was"
-    )]
-    TimedOut { session: u64, waited: Duration, waiting_for: Waiting },
-    #[error("session {session}: abandoned (its client went away) while {what}; the session is as it was")]
-    Abandoned { session: u64, what: String },
-    /// The image cannot be restored here: it does not read, or describes a session this
-    /// server could not have.
-    #[error("{0}")]
-    Refused(String),
-    /// Anything else (the device, the disk).
-    #[error("{0}")]
-    Failed(String),
-}
-
-impl From<String> for Stopped {
-    fn from(why: String) -> Self {
-        Stopped::Failed(why)
-    }
-}
-
-impl From<&str> for Stopped {
-    fn from(why: &str) -> Self {
-        Stopped::Failed(why.to_string())
-    }
-}
-
-/// Run `work` on a thread of its own and wait for it until `deadline` or until `cancel`
-/// is set (the thread is then left to finish on its own: a device synchronisation cannot be
-/// interrupted). `Ok(None)`: no thread could run it, or it ended without an answer.
-fn within<T: Send + 'static>(
-    deadline: Instant,
-    cancel: &Cancel,
-    work: impl FnOnce() -> T + Send + 'static,
-) -> Result<Option<T>, NotClosed> {
-    let (tx, rx) = mpsc::channel();
-    let started = std::thread::Builder::new().name("phos-quiesce".into()).spawn(move || {
-        let _ = tx.send(work());
-    });
-    if started.is_err() {
-        return Ok(None);
-    }
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left.min(Duration::from_millis(50))) {
-            Ok(v) => return Ok(Some(v)),
-            Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(None),
-            Err(mpsc::RecvTimeoutError::Timeout) if cancel.is_cancelled() => return Err(NotClosed::Cancelled),
-            Err(mpsc::RecvTimeoutError::Timeout) if left.is_zero() => return Err(NotClosed::TimedOut),
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-        }
-    }
-}
-
-impl Session {
-    /// Write the session to `dir`. `meta` carries what the router knows (token, tenant,
-    /// program, ABI, epoch); the rest is filled in here.
-    pub fn checkpoint(
-        &self,
-        dir: &Path,
-        mut meta: SessionMeta,
-        compression: Compression,
-        stop: bool,
-        progress: &Progress,
-        bounds: &Bounds,
-    ) -> Result<CheckpointReport, Stopped> {
+    fn quiesce(&self, within: &Within<'_>) -> Result<Quiesced<'_>, CrError> {
+        let s = self.session;
         let start = Instant::now();
-        let deadline = start + bounds.quiesce_timeout;
-        let stopped = |why: NotClosed, waiting_for: Waiting| match why {
-            NotClosed::TimedOut => Stopped::TimedOut { session: self.id, waited: start.elapsed(), waiting_for },
-            NotClosed::Cancelled => Stopped::Abandoned { session: self.id, what: format!("waiting for {waiting_for}") },
-        };
-        let gate = self
-            .gate
-            .close(deadline, || bounds.cancel.is_cancelled())
-            .map_err(|why| stopped(why, Waiting::Calls { functions: self.busy_calls() }))?;
-        let backend = self.backend_arc();
+        let quiesced = s.hold_calls(within)?;
         // Synchronised on a thread of its own: a kernel that never ends, or a host function
         // whose guest never answers, must not hold the session (and the operator) for ever.
         let syncing = Arc::new(AtomicI32::new(0));
-        let (b, at) = (backend.clone(), syncing.clone());
-        let synced = within(deadline, &bounds.cancel, move || {
+        let (b, at) = (s.backend_arc(), syncing.clone());
+        let synced = engine::wait_within(within, move || {
             for d in 0..b.device_count() {
                 at.store(d, Ordering::Relaxed);
-                b.device_synchronize(d).map_err(|e| format!("synchronising device {d}: {e:?}"))?;
+                b.device_synchronize(d).map_err(CrError::device(format!("synchronising device {d}")))?;
             }
-            Ok::<(), String>(())
+            Ok::<(), CrError>(())
         })
-        .map_err(|why| stopped(why, Waiting::Device { device: syncing.load(Ordering::Relaxed) }))?;
-        synced.ok_or("the devices could not be synchronised (no thread could, or it failed)")??;
-        let backend = backend.as_ref();
-        let quiesce_ms = ms(start);
-        let copy_start = Instant::now();
+        .map_err(|why| {
+            let waiting_for = Waiting::Device { device: syncing.load(Ordering::Relaxed) };
+            match why {
+                Interrupted::TimedOut => CrError::TimedOut { session: s.id, waited: start.elapsed(), waiting_for },
+                Interrupted::Cancelled => {
+                    CrError::Abandoned { session: s.id, what: format!("waiting for {waiting_for}") }
+                }
+            }
+        })?;
+        synced.ok_or(CrError::Thread("device synchronisation"))??;
+        Ok(quiesced)
+    }
+}
 
-        let records: Vec<Record> = self
+impl Snapshot for Checkpointing<'_> {
+    fn head(&self) -> Result<Manifest, CrError> {
+        let s = self.session;
+        let o = &s.objects;
+        let b = s.backend();
+        let records = s
             .records
             .live()
             .into_iter()
@@ -307,135 +227,189 @@ impl Session {
                 creates: r.creates.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             })
             .collect();
-        let regions = self.memory_regions();
-        progress.set_total(regions.iter().map(|r| r.1).sum());
-
-        let mut writer = ImageWriter::create(dir, compression, COPY_CHUNK).map_err(|e| e.to_string())?;
-        // Copies from the device and writes to the image overlap: this thread copies piece
-        // k + 1 while a writer thread checksums, compresses and writes piece k.
-        let (to_writer, from_copier) = mpsc::sync_channel::<Piece>(BUFFERS);
-        let (free_tx, free_rx) = mpsc::channel::<Staging>();
-        for _ in 0..BUFFERS {
-            free_tx.send(Staging::new(self.backend_arc(), COPY_CHUNK)).expect("receiver alive");
-        }
-        let writer_thread = std::thread::spawn(move || -> Result<ImageWriter, String> {
-            for piece in from_copier {
-                match piece {
-                    Piece::Begin(addr, size, device, kind) => writer.begin_region(addr, size, device, kind),
-                    Piece::Chunk(buf, n, prepared) => {
-                        writer.add_prepared(n as u64, prepared, &buf.buf[..n]).map_err(|e| e.to_string())?;
-                        if free_tx.send(buf).is_err() {
-                            break;
-                        }
-                    }
-                }
-            }
-            Ok(writer)
-        });
-        let mut streams = CopyStreams::new(self.backend_arc());
-        let mut copy = || -> Result<(), Stopped> {
-            for (addr, size, device, kind) in &regions {
-                to_writer
-                    .send(Piece::Begin(*addr, *size, *device, kind.clone()))
-                    .map_err(|_| "image writer stopped")?;
-                backend.bind(*device).map_err(|e| format!("{e:?}"))?;
-                let stream = streams.on(*device)?;
-                let mut off = 0;
-                while off < *size {
-                    if bounds.cancel.is_cancelled() {
-                        let what = format!("copying memory ({} of {} bytes)", progress.done(), progress.total());
-                        return Err(Stopped::Abandoned { session: self.id, what });
-                    }
-                    let n = (size - off).min(COPY_CHUNK as u64) as usize;
-                    let mut buf = free_rx.recv().map_err(|_| "image writer stopped")?;
-                    // Returns once the piece has arrived (the backend synchronises the stream).
-                    backend
-                        .memcpy_dtoh(&mut buf.buf[..n], addr + off, Some(stream))
-                        .map_err(|e| format!("copying {:#x}: {e:?}", addr + off))?;
-                    // Zero check, compression and checksum here; the writer only writes.
-                    let prepared = prepare_chunk(&buf.buf[..n], compression).map_err(|e| e.to_string())?;
-                    to_writer.send(Piece::Chunk(buf, n, prepared)).map_err(|_| "image writer stopped")?;
-                    progress.add(n as u64);
-                    off += n as u64;
-                }
-            }
-            Ok(())
-        };
-        let copied = copy();
-        drop(to_writer);
-        let written = writer_thread.join().map_err(|_| "image writer panicked".to_string())?;
-        drop(free_rx);
-        copied?;
-        let writer = written?;
-        meta.id = self.id;
-        meta.backend = backend.name().to_string();
-        meta.device_base = self.memory().base();
-        meta.device_size = self.memory().size();
-        meta.devices = (0..backend.device_count())
-            .map(|d| backend.device_properties(d).map(|p| p.name).unwrap_or_default())
+        // Every range of device memory the session holds: allocations, then module variables.
+        let region = |addr, size, device, kind| MemoryRegion { addr, size, device, kind, chunks: Vec::new() };
+        let mut memory: Vec<MemoryRegion> = o
+            .memory
+            .allocations()
+            .into_iter()
+            .map(|a| region(a.addr, a.size, a.device, RegionKind::Allocation))
             .collect();
-        let manifest = Manifest {
+        memory.extend(
+            o.modules.variables().into_iter().map(|v| {
+                region(v.addr, v.size, v.device, RegionKind::ModuleVariable { module: v.module, name: v.name })
+            }),
+        );
+        let mut meta = self.meta.clone();
+        meta.id = s.id;
+        meta.backend = b.name().to_string();
+        meta.device_base = o.memory.base();
+        meta.device_size = o.memory.size();
+        meta.devices =
+            (0..b.device_count()).map(|d| b.device_properties(d).map(|p| p.name).unwrap_or_default()).collect();
+        Ok(Manifest {
             format: 0,
             spec_hash: cudart::SPEC_HASH,
-            created_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
+            created_ms: 0,
             session: meta,
-            handle_counters: self.handle_counters(),
+            handle_counters: o.handle_counters(),
             records,
-            memory: Vec::new(),
-        };
-        let report_records = manifest.records.len();
-        let summary = writer.finish(manifest).map_err(|e| e.to_string())?;
-        if stop {
-            // The image is whole: the session stops even if its client has gone meanwhile
-            // (the router, which asked, suspends the session when it hears back).
-            self.freeze();
-        }
-        drop(gate);
-        Ok(CheckpointReport {
-            records: report_records,
-            regions: regions.len(),
-            memory_bytes: summary.memory_bytes,
-            stored_bytes: summary.stored_bytes,
-            quiesce_ms,
-            copy_ms: ms(copy_start),
-            total_ms: ms(start),
+            memory,
         })
     }
 
-    /// Every range of device memory the session holds: allocations, then module variables.
-    fn memory_regions(&self) -> Vec<(u64, u64, i32, RegionKind)> {
-        let mut out: Vec<(u64, u64, i32, RegionKind)> = self
-            .memory()
-            .allocations()
-            .into_iter()
-            .map(|a| (a.addr, a.size, a.device, RegionKind::Allocation))
-            .collect();
-        out.extend(self.module_variables().into_iter().map(|(module, name, addr, size, device)| {
-            (addr, size, device, RegionKind::ModuleVariable { module, name })
-        }));
-        out
+    fn copier(&self) -> Result<Box<dyn DeviceCopier + '_>, CrError> {
+        Ok(Box::new(BackendCopier::new(self.session.backend_arc())))
+    }
+}
+
+/// A fresh session a restore rebuilds: its records are replayed through the generated
+/// dispatch, the same that served the guest.
+struct Rebuilding<'a>(&'a Session);
+
+impl Rebuild for Rebuilding<'_> {
+    fn set_handle_counters(&self, counters: &[(String, u64)]) {
+        self.0.objects.set_handle_counters(counters);
     }
 
-    /// Rebuild a session from an image in this (fresh) server, made by `factory` (its
-    /// backend, device range and limits). `device` moves every record onto that device (a
-    /// restore onto another GPU). `cancel` stops the restore between steps.
+    fn replay(&self, r: &Record, device: Option<i32>) -> Result<(), CrError> {
+        let id = FunctionId::from_u32(r.function).ok_or_else(|| CrError::UnknownFunction(r.name.clone()))?;
+        let dev = device.unwrap_or(r.device);
+        let cx = CallCx {
+            device: dev,
+            replay: Some(r.creates.iter().map(|(_, v)| *v).collect()),
+            staging: None,
+            measure: false,
+            function: Some(id),
+        };
+        self.0.backend().bind(dev).map_err(CrError::device(format!("making device {dev} current")))?;
+        let mut out = Vec::new();
+        crate::dispatch::dispatch(self.0, &cx, id, &r.payload, &mut out)
+            .map_err(|rejection| CrError::Replay { function: r.name.clone(), rejection })
+    }
+
+    fn region_target(&self, region: &MemoryRegion, device: Option<i32>) -> Result<(u64, i32), CrError> {
+        let s = self.0;
+        let dev = device.unwrap_or(region.device);
+        match &region.kind {
+            RegionKind::Allocation => {
+                if !s.objects.memory.contains(region.addr, region.size) {
+                    return Err(CrError::NotRecreated { addr: region.addr });
+                }
+                Ok((region.addr, dev))
+            }
+            RegionKind::ModuleVariable { module, name } => {
+                let (addr, size) = s
+                    .objects
+                    .modules
+                    .variable(s.backend(), &s.objects.memory, *module, name)
+                    .map_err(CrError::device(format!("variable {name}")))?;
+                if size != region.size {
+                    return Err(CrError::VariableSize { name: name.clone(), size, image: region.size });
+                }
+                Ok((addr, dev))
+            }
+        }
+    }
+
+    fn copier(&self) -> Result<Box<dyn DeviceCopier + '_>, CrError> {
+        Ok(Box::new(BackendCopier::new(self.0.backend_arc())))
+    }
+}
+
+/// The hook slot and dirty log of a session, for protocols that follow it while it runs.
+impl Intercept for Session {
+    fn install_hook(&self, hook: Arc<dyn CallHook>, within: &Within<'_>) -> Result<Installed<'_>, CrError> {
+        let held = self.hold_calls(within)?;
+        let installed = self.hooks.install(hook).ok_or(CrError::HookInstalled { session: self.id })?;
+        // Releasing the calls orders the installation before every call that starts later.
+        drop(held);
+        Ok(installed)
+    }
+
+    fn dirty_log(&self) -> Arc<dyn DirtyLog> {
+        self.objects.memory.clone()
+    }
+}
+
+impl Session {
+    /// Write the session to the image directory `dir`; see [`checkpoint_to`](Self::checkpoint_to).
+    pub fn checkpoint(
+        &self,
+        dir: &Path,
+        meta: SessionMeta,
+        compression: Compression,
+        stop: bool,
+        progress: &Progress,
+        bounds: &Bounds,
+    ) -> Result<CheckpointSummary, CrError> {
+        let mut sink = ImageWriter::create(dir, compression, engine::COPY_CHUNK)?;
+        let mut summary = self.checkpoint_to(&mut sink, meta, compression, stop, progress, bounds)?;
+        summary.dir = dir.to_path_buf();
+        Ok(summary)
+    }
+
+    /// Write the session to `sink` (a directory, a stream). `meta` carries what the router
+    /// knows (token, tenant, program, ABI, epoch); the rest is filled in here. `stop`: the
+    /// session is frozen once the image is whole.
+    pub fn checkpoint_to(
+        &self,
+        sink: &mut dyn ImageSink,
+        meta: SessionMeta,
+        compression: Compression,
+        stop: bool,
+        progress: &Progress,
+        bounds: &Bounds,
+    ) -> Result<CheckpointSummary, CrError> {
+        let cancelled = || bounds.cancel.is_cancelled();
+        let within = Within { deadline: Instant::now() + bounds.quiesce_timeout, cancelled: &cancelled };
+        let target = Checkpointing { session: self, meta };
+        let mut summary = engine::checkpoint(&target, sink, compression, progress, &within, || {
+            if stop {
+                // The image is whole: the session stops even if its client has gone
+                // meanwhile (the router, which asked, suspends the session when it hears
+                // back).
+                self.freeze();
+            }
+        })?;
+        summary.stopped = stop;
+        Ok(summary)
+    }
+
+    /// Rebuild a session from the image directory `dir`; see [`restore_from`](Self::restore_from).
     pub fn restore(
         dir: &Path,
         factory: &SessionFactory,
         device: Option<i32>,
         progress: &Progress,
         cancel: &Cancel,
-    ) -> Result<(Session, SessionMeta, RestoreReport), Stopped> {
+    ) -> Result<(Session, SessionMeta, RestoreSummary), CrError> {
         let start = Instant::now();
-        let mut image = Image::open(dir).map_err(|e| Stopped::Refused(e.to_string()))?;
-        check_image(&image.manifest, factory, device).map_err(Stopped::Refused)?;
-        // The manifest and the chunk table are checked (Image::open, check_image); each
-        // chunk's checksum is checked as it is read below. A failure anywhere ends the
-        // restore and drops the new session with everything it made: nothing half-restored
-        // is ever served.
-        let verify_ms = ms(start);
-        let manifest = image.manifest.clone();
-        let meta = manifest.session.clone();
+        let mut image = Image::open(dir)?;
+        let opened_ms = start.elapsed().as_secs_f64() * 1e3;
+        let (session, meta, mut summary) = Self::restore_from(&mut image, factory, device, progress, cancel)?;
+        summary.verify_ms += opened_ms;
+        summary.total_ms += opened_ms;
+        Ok((session, meta, summary))
+    }
+
+    /// Rebuild a session from `source` in this (fresh) server, made by `factory` (its backend,
+    /// device range and limits). `device` moves every record onto that device (a restore onto
+    /// another GPU). `cancel` stops the restore between steps.
+    pub fn restore_from(
+        source: &mut dyn ImageSource,
+        factory: &SessionFactory,
+        device: Option<i32>,
+        progress: &Progress,
+        cancel: &Cancel,
+    ) -> Result<(Session, SessionMeta, RestoreSummary), CrError> {
+        let start = Instant::now();
+        check_image(source.manifest(), factory, device)?;
+        // The manifest and what is known of the chunks are checked; each chunk's checksum is
+        // checked as it is read. A failure anywhere ends the restore and drops the new
+        // session with everything it made: nothing half-restored is ever served.
+        let verify_ms = start.elapsed().as_secs_f64() * 1e3;
+        let meta = source.manifest().session.clone();
         let session = Session::new(
             meta.id,
             factory.backend.clone(),
@@ -445,130 +419,12 @@ impl Session {
             (factory.output)(),
             factory.limits,
         )
-        .map_err(|e| format!("reserving the device address range {:#x}: {e:?}", meta.device_base))?;
-        session.set_handle_counters(&manifest.handle_counters);
-        let abandoned = |what: &str| Stopped::Abandoned { session: meta.id, what: what.to_string() };
-        let replay_start = Instant::now();
-        for r in &manifest.records {
-            if cancel.is_cancelled() {
-                return Err(abandoned("replaying its records"));
-            }
-            let id = FunctionId::from_u32(r.function).expect("checked");
-            let dev = device.unwrap_or(r.device);
-            let cx = CallCx {
-                device: dev,
-                replay: Some(r.creates.iter().map(|(_, v)| *v).collect()),
-                staging: None,
-                measure: false,
-                function: Some(id),
-            };
-            let mut out = Vec::new();
-            session.backend().bind(dev).map_err(|e| format!("{e:?}"))?;
-            crate::dispatch::dispatch(&session, &cx, id, &r.payload, &mut out)
-                .map_err(|e| format!("replaying {}: {e}", r.name))?;
-        }
-        let replay_ms = ms(replay_start);
-
-        let copy_start = Instant::now();
-        progress.set_total(manifest.memory.iter().map(|r| r.size).sum());
-        let targets: Vec<(u64, i32)> =
-            manifest.memory.iter().map(|r| session.region_target(r, device)).collect::<Result<_, _>>()?;
-        // A reader thread reads and checks chunk k + 1 while this one copies chunk k in.
-        let (to_copier, from_reader) = mpsc::sync_channel::<(usize, u64, Option<Staging>, u64)>(BUFFERS);
-        let (free_tx, free_rx) = mpsc::channel::<Staging>();
-        for _ in 0..BUFFERS {
-            free_tx.send(Staging::new(session.backend_arc(), COPY_CHUNK)).expect("receiver alive");
-        }
-        let regions = manifest.memory.clone();
-        let reader = std::thread::spawn(move || -> Result<(), Stopped> {
-            for (i, region) in regions.iter().enumerate() {
-                for c in &region.chunks {
-                    if c.encoding == phos_checkpoint::Encoding::Zero {
-                        if to_copier.send((i, c.offset, None, c.len)).is_err() {
-                            return Ok(());
-                        }
-                        continue;
-                    }
-                    let Ok(mut buf) = free_rx.recv() else { return Ok(()) };
-                    if buf.buf.len() < c.len as usize {
-                        buf = Staging::new(buf.backend.clone(), c.len as usize);
-                    }
-                    image.read_chunk_into(c, &mut buf.buf).map_err(|e| Stopped::Refused(e.to_string()))?;
-                    if to_copier.send((i, c.offset, Some(buf), c.len)).is_err() {
-                        return Ok(());
-                    }
-                }
-            }
-            Ok(())
-        });
-        let mut streams = CopyStreams::new(session.backend_arc());
-        let copy = || -> Result<(), Stopped> {
-            for (i, offset, buf, len) in from_reader {
-                if cancel.is_cancelled() {
-                    return Err(abandoned(&format!(
-                        "copying memory ({} of {} bytes)",
-                        progress.done(),
-                        progress.total()
-                    )));
-                }
-                let (addr, dev) = targets[i];
-                let b = session.backend();
-                b.bind(dev).map_err(|e| format!("{e:?}"))?;
-                let stream = streams.on(dev)?;
-                let dst = addr + offset;
-                match buf {
-                    None => b.memset(dst, 0, len, Some(stream)),
-                    Some(buf) => {
-                        // The staging buffer goes back to the reader only once the copy out of
-                        // it is finished.
-                        let r = b.memcpy_htod(dst, &buf.buf[..len as usize], Some(stream));
-                        let r = r.and_then(|_| b.stream_synchronize(stream));
-                        let _ = free_tx.send(buf);
-                        r
-                    }
-                }
-                .map_err(|e| format!("writing {dst:#x}: {e:?}"))?;
-                progress.add(len);
-            }
-            Ok(streams.synchronize()?)
-        };
-        let copied = copy();
-        // Without this the reader could wait forever for a buffer after a failed copy.
-        drop(free_tx);
-        let read = reader.join().map_err(|_| "image reader panicked".to_string())?;
-        read?;
-        copied?;
-        let report = RestoreReport {
-            records: manifest.records.len(),
-            memory_bytes: manifest.memory.iter().map(|r| r.size).sum(),
-            verify_ms,
-            replay_ms,
-            copy_ms: ms(copy_start),
-            total_ms: ms(start),
-        };
-        Ok((session, meta, report))
-    }
-
-    /// Where a region of an image goes in this session: an allocation at its address (which
-    /// replaying must have recreated), a module variable wherever its reloaded module has it.
-    fn region_target(&self, region: &MemoryRegion, device: Option<i32>) -> Result<(u64, i32), String> {
-        let dev = device.unwrap_or(region.device);
-        match &region.kind {
-            RegionKind::Allocation => {
-                if !self.memory().contains(region.addr, region.size) {
-                    return Err(format!("allocation {:#x} was not recreated", region.addr));
-                }
-                Ok((region.addr, dev))
-            }
-            RegionKind::ModuleVariable { module, name } => {
-                let (addr, size) =
-                    self.module_variable(*module, name).map_err(|e| format!("variable {name}: {e:?}"))?;
-                if size != region.size {
-                    return Err(format!("variable {name} has {size} bytes, the image {}", region.size));
-                }
-                Ok((addr, dev))
-            }
-        }
+        .map_err(CrError::device(format!("reserving the device address range {:#x}", meta.device_base)))?;
+        let cancelled = || cancel.is_cancelled();
+        let mut summary = engine::restore(&Rebuilding(&session), source, device, progress, &cancelled)?;
+        summary.verify_ms = verify_ms;
+        summary.total_ms = start.elapsed().as_secs_f64() * 1e3;
+        Ok((session, meta, summary))
     }
 }
 
@@ -578,14 +434,10 @@ impl Session {
 /// session's ranges, no more of each kind than the session's limits allow, counters past
 /// every handle the records use, memory regions that match what the records allocate, on
 /// devices this server has; and that its device range is this server's.
-pub fn check_image(m: &Manifest, factory: &SessionFactory, device: Option<i32>) -> Result<(), String> {
-    let bad = |why: String| Err(format!("the image describes an impossible session: {why}"));
+pub fn check_image(m: &Manifest, factory: &SessionFactory, device: Option<i32>) -> Result<(), CrError> {
+    let bad = |why: String| Err(CrError::Image(ImageError::Impossible(why)));
     if m.spec_hash != cudart::SPEC_HASH {
-        return Err(format!(
-            "the image was taken by a server of another API spec ({:016x}, this one {:016x})",
-            m.spec_hash,
-            cudart::SPEC_HASH
-        ));
+        return Err(CrError::OtherSpec { image: m.spec_hash, server: cudart::SPEC_HASH });
     }
     let s = &m.session;
     if (s.device_base, s.device_size) != (factory.device_base, factory.device_size) {
@@ -597,7 +449,7 @@ pub fn check_image(m: &Manifest, factory: &SessionFactory, device: Option<i32>) 
     let devices = factory.backend.device_count();
     let on_a_device = |d: i32| (0..devices).contains(&device.unwrap_or(d));
     if let Some(d) = device.filter(|&d| !(0..devices).contains(&d)) {
-        return Err(format!("device {d} does not exist here ({devices} devices)"));
+        return Err(CrError::NoSuchDevice { device: d, devices });
     }
     // Kinds of handle the records create, and what each limit counts.
     let handle_kind = |kind: &str| HandleKind::ALL.iter().copied().find(|k| k.name() == kind);
@@ -624,7 +476,7 @@ pub fn check_image(m: &Manifest, factory: &SessionFactory, device: Option<i32>) 
     for r in &m.records {
         let f = match FunctionId::from_u32(r.function) {
             Some(f) if f.name() == r.name => f,
-            _ => return Err(format!("the image records `{}`, which this server does not know", r.name)),
+            _ => return Err(CrError::UnknownFunction(r.name.clone())),
         };
         if !on_a_device(r.device) {
             return bad(format!("a record of {} on device {}, which this server does not have", r.name, r.device));

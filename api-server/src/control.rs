@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use phos_checkpoint::{Compression, SessionMeta};
+use phos_checkpoint::{Compression, CrError, SessionMeta};
 use phos_control::{
     Cancel, CheckpointRequest, CheckpointSummary, ControlError, ImageRefusal, Operation, Progress, RestoreSummary,
     ServerControl, SessionIdentity,
@@ -14,8 +14,10 @@ use phos_control::{
 use phos_protocol::limits::SessionLimits;
 use tarpc::context::Context;
 
-use crate::backend::Backend;
-use crate::checkpoint::{Bounds, Progress as Counters, Stopped};
+use phos_protocol::CudaError;
+
+use crate::backend::prelude::*;
+use crate::checkpoint::{Bounds, Progress as Counters};
 use crate::output::DeviceOutput;
 use crate::server::SessionSlot;
 use crate::service::Session;
@@ -33,8 +35,13 @@ pub struct SessionFactory {
     pub limits: SessionLimits,
 }
 
+/// Why a server could not make a fresh session.
+#[derive(Debug, thiserror::Error)]
+#[error("setting up the session's device memory: {0:?}")]
+pub struct NewSessionError(pub CudaError);
+
 impl SessionFactory {
-    pub fn fresh(&self, id: u64) -> Result<Session, String> {
+    pub fn fresh(&self, id: u64) -> Result<Session, NewSessionError> {
         Session::new(
             id,
             self.backend.clone(),
@@ -44,7 +51,7 @@ impl SessionFactory {
             (self.output)(),
             self.limits,
         )
-        .map_err(|e| format!("setting up the session's device memory: {e:?}"))
+        .map_err(NewSessionError)
     }
 
     pub fn restore(
@@ -53,7 +60,7 @@ impl SessionFactory {
         device: Option<i32>,
         progress: &Counters,
         cancel: &Cancel,
-    ) -> Result<(Session, RestoreSummary), Stopped> {
+    ) -> Result<(Session, RestoreSummary), CrError> {
         let (session, meta, r) = Session::restore(dir, self, device, progress, cancel)?;
         tracing::info!(
             session = meta.id,
@@ -65,30 +72,32 @@ impl SessionFactory {
             r.replay_ms,
             r.copy_ms
         );
-        let summary = RestoreSummary {
-            session: meta.id,
-            records: r.records,
-            memory_bytes: r.memory_bytes,
-            verify_ms: r.verify_ms,
-            replay_ms: r.replay_ms,
-            copy_ms: r.copy_ms,
-            total_ms: r.total_ms,
-            pooled: false,
-        };
-        Ok((session, summary))
+        Ok((session, r))
     }
 }
 
-/// What a checkpoint or restore of `session` (from or to `dir`) that stopped says to the router.
-fn to_wire(e: Stopped, operation: Operation, session: u64, dir: &Path) -> ControlError {
+/// What a checkpoint or restore of `session` (to or from `dir`) that stopped says to the
+/// router: the one place the C/R engine's errors become the management services' classes.
+fn to_wire(e: CrError, operation: Operation, session: u64, dir: &Path) -> ControlError {
+    let refused =
+        |why: String| ControlError::ImageRefused { dir: dir.to_path_buf(), reason: ImageRefusal::Invalid(why) };
     match e {
-        Stopped::TimedOut { session, waited, waiting_for } => ControlError::Busy { session, waited, waiting_for },
-        Stopped::Abandoned { session, what } => ControlError::Abandoned { session, operation, during: what },
-        Stopped::Refused(reason) => {
-            ControlError::ImageRefused { dir: dir.to_path_buf(), reason: ImageRefusal::Invalid(reason) }
+        CrError::TimedOut { session, waited, waiting_for } => ControlError::Busy { session, waited, waiting_for },
+        CrError::Abandoned { session, what } => ControlError::Abandoned { session, operation, during: what },
+        // A restore's image that does not read, does not check, or describes a session this
+        // server could not have (another spec, an unknown function, a device it lacks).
+        CrError::Image(_) | CrError::OtherSpec { .. } | CrError::UnknownFunction(_) | CrError::NoSuchDevice { .. }
+            if operation == Operation::Restore =>
+        {
+            refused(e.to_string())
         }
-        Stopped::Failed(reason) => ControlError::Failed { session, operation, reason },
+        // The device, the disk, a replay the device refused, the engine's own threads.
+        e => ControlError::Failed { session, operation, reason: e.to_string() },
     }
+}
+
+fn failed(session: u64, operation: Operation, reason: String) -> ControlError {
+    ControlError::Failed { session, operation, reason }
 }
 
 #[derive(Clone)]
@@ -99,7 +108,7 @@ pub struct ServerCtl {
     /// Set when the client of this connection (the router) has gone.
     pub gone: Cancel,
     /// The flags of the operations in progress, for [`abandon`](ServerControl::abandon).
-    pub running: Arc<std::sync::Mutex<Vec<Cancel>>>,
+    pub running: Arc<parking_lot::Mutex<Vec<Cancel>>>,
 }
 
 impl ServerCtl {
@@ -115,20 +124,20 @@ impl ServerCtl {
 struct Running {
     cancel: Cancel,
     _on_drop: phos_control::CancelOnDrop,
-    list: Arc<std::sync::Mutex<Vec<Cancel>>>,
+    list: Arc<parking_lot::Mutex<Vec<Cancel>>>,
 }
 
 impl Running {
     fn new(ctl: &ServerCtl) -> Self {
         let cancel = ctl.gone.child();
-        ctl.running.lock().unwrap().push(cancel.clone());
+        ctl.running.lock().push(cancel.clone());
         Running { _on_drop: cancel.on_drop(), cancel, list: ctl.running.clone() }
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let mut list = self.list.lock().unwrap();
+        let mut list = self.list.lock();
         if let Some(i) = list.iter().position(|c| c.same_as(&self.cancel)) {
             list.swap_remove(i);
         }
@@ -162,8 +171,7 @@ impl ServerControl for ServerCtl {
             session.checkpoint(&dir, meta, compression, stop, &progress, &bounds).inspect_err(|e| tracing::warn!("{e}"))
         })
         .await
-        .map_err(|e| Stopped::Failed(format!("checkpoint task: {e}")))
-        .and_then(|r| r)
+        .map_err(|e| failed(session_id, Operation::Checkpoint, format!("checkpoint task: {e}")))?
         .map_err(|e| to_wire(e, Operation::Checkpoint, session_id, &request.dir))?;
         drop(running);
         tracing::info!(
@@ -177,17 +185,7 @@ impl ServerControl for ServerCtl {
             r.quiesce_ms,
             r.copy_ms
         );
-        Ok(CheckpointSummary {
-            dir: request.dir,
-            records: r.records,
-            regions: r.regions,
-            memory_bytes: r.memory_bytes,
-            stored_bytes: r.stored_bytes,
-            quiesce_ms: r.quiesce_ms,
-            copy_ms: r.copy_ms,
-            total_ms: r.total_ms,
-            stopped: request.stop,
-        })
+        Ok(r)
     }
 
     async fn progress(self, _: Context) -> Progress {
@@ -198,11 +196,7 @@ impl ServerControl for ServerCtl {
     }
 
     async fn start(self, _: Context, session: u64) -> Result<(), ControlError> {
-        let s = self.factory.fresh(session).map_err(|reason| ControlError::Failed {
-            session,
-            operation: Operation::Start,
-            reason,
-        })?;
+        let s = self.factory.fresh(session).map_err(|e| failed(session, Operation::Start, e.to_string()))?;
         self.slot.set(Arc::new(s)).map_err(|_| self.has_session())
     }
 
@@ -224,8 +218,7 @@ impl ServerControl for ServerCtl {
         let (restored, summary) =
             tokio::task::spawn_blocking(move || factory.restore(&image, device, &progress, &cancel))
                 .await
-                .map_err(|e| Stopped::Failed(format!("restore task: {e}")))
-                .and_then(|r| r)
+                .map_err(|e| failed(session, Operation::Restore, format!("restore task: {e}")))?
                 .map_err(|e| to_wire(e, Operation::Restore, session, &dir))?;
         drop(running);
         if restored.id != session {
@@ -238,8 +231,63 @@ impl ServerControl for ServerCtl {
     }
 
     async fn abandon(self, _: Context) {
-        for c in self.running.lock().unwrap().iter() {
+        for c in self.running.lock().iter() {
             c.cancel();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use phos_checkpoint::ImageError;
+    use phos_checkpoint::report::Waiting;
+    use phos_control::ErrorClass;
+
+    use super::*;
+
+    /// The engine's errors reach the router in their classes: a session that did not come to
+    /// rest is busy (timed out), a restore's unusable image is refused, an abandoned operation
+    /// says so, and the rest failed, naming what did.
+    #[test]
+    fn c_r_errors_reach_the_router_in_their_classes() {
+        let dir = Path::new("/images/a");
+        let wire = |e, op| to_wire(e, op, 7, dir);
+        let waiting_for = Waiting::Device { device: 1 };
+        let busy = CrError::TimedOut { session: 7, waited: Duration::from_secs(2), waiting_for: waiting_for.clone() };
+        let want = ControlError::Busy { session: 7, waited: Duration::from_secs(2), waiting_for };
+        assert_eq!(wire(busy, Operation::Checkpoint), want);
+        assert_eq!(want.class(), ErrorClass::TimedOut);
+        let gone = wire(CrError::Abandoned { session: 7, what: "copying memory".into() }, Operation::Restore);
+        assert_eq!(
+            gone,
+            ControlError::Abandoned { session: 7, operation: Operation::Restore, during: "copying memory".into() }
+        );
+        let corrupted = || CrError::Image(ImageError::Corrupted("a memory chunk fails its checksum".into()));
+        for refused in [
+            corrupted(),
+            CrError::OtherSpec { image: 1, server: 2 },
+            CrError::UnknownFunction("cudaNothing".into()),
+            CrError::NoSuchDevice { device: 7, devices: 1 },
+        ] {
+            let why = refused.to_string();
+            let e = wire(refused, Operation::Restore);
+            assert_eq!(e, ControlError::ImageRefused { dir: dir.into(), reason: ImageRefusal::Invalid(why) });
+            assert_eq!(e.class(), ErrorClass::Refused);
+        }
+        // Writing an image that fails is the checkpoint's failure, not a refused image.
+        let e = wire(corrupted(), Operation::Checkpoint);
+        assert!(
+            matches!(&e, ControlError::Failed { session: 7, operation: Operation::Checkpoint, reason } if reason.contains("checksum")),
+            "{e}"
+        );
+        let replay = CrError::Replay {
+            function: "cudaMalloc".into(),
+            rejection: phos_protocol::Rejection::Failed(CudaError::MemoryAllocation),
+        };
+        let e = wire(replay, Operation::Restore);
+        assert!(matches!(&e, ControlError::Failed { reason, .. } if reason.contains("replaying cudaMalloc")), "{e}");
+        assert_eq!(e.class(), ErrorClass::Failed);
     }
 }

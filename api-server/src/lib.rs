@@ -1,9 +1,15 @@
 //! The Phos API server. One server process runs one guest process's calls (its *session*):
 //! [`server`] serves the session's channels, the generated [`dispatch`] checks each request
 //! against the spec, [`service`] gives every function its CUDA semantics on a
-//! [`backend`] (`cuda` on a GPU, `emu` on the CPU), and [`memory`] keeps the session's device
-//! address space at fixed addresses. API objects reach the guest only as virtual
-//! [`handles`].
+//! [`backend`] (`cuda` on a GPU, `emu` on the CPU), over the session's objects in the
+//! [`registry`] (its device address space at fixed addresses, streams, events, modules,
+//! graphs, page-locked memory). API objects reach the guest only as virtual handles.
+//!
+//! **Locks.** The server uses parking_lot's locks only (`clippy.toml` refuses std's), which
+//! do not poison: a call that panics is answered `cudaErrorUnknown` (see [`server`]) and its
+//! locks are released as it unwinds, so the session keeps serving its other calls. Each
+//! registry changes its state under one lock in steps that leave it consistent, so a panic
+//! half-way leaves nothing half-made behind the lock.
 
 /// Log a warning a guest's call caused, for session `$session`, at most as often as
 /// [`GUEST_LINES`](phos_protocol::log_limit::GUEST_LINES) allows: a guest that makes bad
@@ -25,19 +31,18 @@ macro_rules! guest_warn {
 }
 
 pub mod backend;
-pub mod call_gate;
 pub mod capture;
 pub mod checkpoint;
 pub mod control;
-pub mod handles;
-pub mod host_arena;
-pub mod memory;
 pub mod module_vars;
 pub mod ordering;
 pub mod output;
+pub mod quiesce;
 pub mod records;
+pub mod registry;
 pub mod server;
 pub mod service;
+pub mod usage;
 
 /// The spec-generated `CudartService` trait and its checked `dispatch`.
 #[allow(clippy::all, unused_parens)]
@@ -47,7 +52,7 @@ pub mod dispatch {
 
 use std::sync::Arc;
 
-use backend::Backend;
+use backend::prelude::*;
 
 /// Which backend a server runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,13 +61,18 @@ pub enum BackendKind {
     Emu,
 }
 
+/// A backend name that is none of [`BackendKind`]'s.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown backend `{0}` (cuda or emu)")]
+pub struct UnknownBackend(pub String);
+
 impl std::str::FromStr for BackendKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownBackend;
+    fn from_str(s: &str) -> Result<Self, UnknownBackend> {
         match s {
             "cuda" => Ok(BackendKind::Cuda),
             "emu" => Ok(BackendKind::Emu),
-            other => Err(format!("unknown backend `{other}` (cuda or emu)")),
+            other => Err(UnknownBackend(other.to_string())),
         }
     }
 }
@@ -80,7 +90,7 @@ impl std::fmt::Display for BackendKind {
 pub const DEFAULT_EMU_MEMORY: u64 = 16 << 30;
 
 /// Create a backend.
-pub fn open_backend(kind: BackendKind, emu_memory: u64) -> Result<Arc<dyn Backend>, String> {
+pub fn open_backend(kind: BackendKind, emu_memory: u64) -> Result<Arc<dyn Backend>, backend::cuda::OpenError> {
     Ok(match kind {
         BackendKind::Cuda => Arc::new(backend::cuda::CudaBackend::new()?),
         BackendKind::Emu => Arc::new(backend::emu::EmuBackend::new(emu_memory)),
@@ -92,6 +102,6 @@ pub fn detect_backend() -> (BackendKind, String) {
     match backend::cuda::CudaBackend::probe() {
         Ok(n) if n > 0 => (BackendKind::Cuda, format!("{n} GPU(s) found")),
         Ok(_) => (BackendKind::Emu, "the CUDA driver reports no GPU".into()),
-        Err(why) => (BackendKind::Emu, why),
+        Err(why) => (BackendKind::Emu, why.to_string()),
     }
 }

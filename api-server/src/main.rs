@@ -15,8 +15,9 @@ use clap::Parser;
 use phos_api_server::checkpoint::Progress;
 use phos_api_server::control::{ServerCtl, SessionFactory};
 use phos_api_server::output::{DeviceOutput, StdoutCapture};
+use phos_api_server::registry::memory;
 use phos_api_server::server::{ApiServer, SessionSlot};
-use phos_api_server::{BackendKind, memory, open_backend};
+use phos_api_server::{BackendKind, open_backend};
 use phos_control::ServerControl;
 use phos_protocol::limits::SessionLimits;
 
@@ -60,10 +61,10 @@ struct Args {
     limits: Vec<String>,
 }
 
-fn parse_u64(s: &str) -> Result<u64, String> {
+fn parse_u64(s: &str) -> Result<u64, std::num::ParseIntError> {
     match s.strip_prefix("0x") {
-        Some(h) => u64::from_str_radix(h, 16).map_err(|e| e.to_string()),
-        None => s.parse().map_err(|e: std::num::ParseIntError| e.to_string()),
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
     }
 }
 
@@ -150,7 +151,7 @@ fn main() {
     if let Some(id) = args.session {
         match factory.fresh(id) {
             Ok(s) => drop(slot.set(Arc::new(s))),
-            Err(e) => fail_to_router(e),
+            Err(e) => fail_to_router(e.to_string()),
         }
     } else if let Some(dir) = &args.restore {
         match factory.restore(dir, args.device, &progress, &phos_control::Cancel::default()) {

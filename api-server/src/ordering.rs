@@ -8,7 +8,7 @@
 //! unanswered async calls (call ids are unique in the guest process), and its channel waits
 //! here until those have run.
 
-use std::sync::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Call ids kept, counting back from the newest that ran; older ones count as run. A guest
@@ -85,7 +85,7 @@ impl Ledger {
 impl AsyncLedger {
     /// An async call has run (successfully or not).
     pub fn ran(&self, call_id: u64) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.state.lock();
         s.mark(call_id);
         if s.waiters > 0 {
             self.changed.notify_all();
@@ -100,7 +100,7 @@ impl AsyncLedger {
 
     fn wait_for_at_most(&self, ids: &[u64], timeout: Duration) -> Vec<u64> {
         let deadline = Instant::now() + timeout;
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.state.lock();
         loop {
             let missing: Vec<u64> = ids.iter().copied().filter(|&id| !s.has_run(id)).collect();
             let now = Instant::now();
@@ -108,8 +108,7 @@ impl AsyncLedger {
                 return missing;
             }
             s.waiters += 1;
-            let (g, _) = self.changed.wait_timeout(s, deadline - now).unwrap_or_else(|p| p.into_inner());
-            s = g;
+            self.changed.wait_for(&mut s, deadline - now);
             s.waiters -= 1;
         }
     }

@@ -8,7 +8,9 @@
 
 use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 /// Pending device output of one session.
 #[derive(Default)]
@@ -26,13 +28,13 @@ impl DeviceOutput {
     /// Text the interpreter printed.
     pub fn push(&self, bytes: &[u8]) {
         if !bytes.is_empty() {
-            self.pending.lock().unwrap().extend_from_slice(bytes);
+            self.pending.lock().extend_from_slice(bytes);
         }
     }
 
     /// Everything printed so far.
     pub fn take(&self) -> Vec<u8> {
-        let mut out = std::mem::take(&mut *self.pending.lock().unwrap());
+        let mut out = std::mem::take(&mut *self.pending.lock());
         if let Some(c) = &self.capture {
             out.extend(c.drain());
         }
@@ -57,20 +59,27 @@ impl StdoutCapture {
     /// Point fd 1 at a fresh pipe and start draining it. Returns the capture and the
     /// original stdout, for what is meant for whoever started the process.
     pub fn install() -> std::io::Result<(Arc<Self>, std::fs::File)> {
+        // SAFETY: duplicates fd 1 into a new descriptor; touches no memory.
         let original = unsafe { libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3) };
         if original < 0 {
             return Err(std::io::Error::last_os_error());
         }
+        // SAFETY: a descriptor just made, owned by nothing else.
         let original = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(original) });
         let mut fds = [0; 2];
+        // SAFETY: writes two descriptors into `fds`.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
         // Only the reading end is non-blocking: a printer waits for room rather than lose text.
-        if unsafe { libc::fcntl(fds[1], libc::F_SETFL, 0) } != 0 || unsafe { libc::dup2(fds[1], 1) } < 0 {
+        // SAFETY: flags of, and a duplicate of, the pipe's writing end, which this owns.
+        let writer_set = unsafe { libc::fcntl(fds[1], libc::F_SETFL, 0) == 0 && libc::dup2(fds[1], 1) >= 0 };
+        if !writer_set {
             return Err(std::io::Error::last_os_error());
         }
+        // SAFETY: the writing end, now duplicated as fd 1; nothing else holds this number.
         unsafe { libc::close(fds[1]) };
+        // SAFETY: the reading end, just made, owned by nothing else.
         let pipe = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fds[0]) });
         let capture = Arc::new(StdoutCapture { data: Mutex::new(Vec::new()), pipe });
         let c = capture.clone();
@@ -78,6 +87,7 @@ impl StdoutCapture {
             use std::os::fd::AsRawFd;
             let mut pfd = libc::pollfd { fd: c.pipe.as_raw_fd(), events: libc::POLLIN, revents: 0 };
             loop {
+                // SAFETY: polls one descriptor, described by `pfd`.
                 if unsafe { libc::poll(&mut pfd, 1, -1) } < 0 {
                     if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                         continue;
@@ -87,7 +97,7 @@ impl StdoutCapture {
                 if pfd.revents & libc::POLLIN == 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR) != 0 {
                     break;
                 }
-                let mut data = c.data.lock().unwrap();
+                let mut data = c.data.lock();
                 c.read_available(&mut data);
             }
         })?;
@@ -111,10 +121,11 @@ impl StdoutCapture {
     /// Flush the C library's stdout buffer (where the driver prints) and take everything
     /// printed before now.
     fn drain(&self) -> Vec<u8> {
+        // SAFETY: the C library's stdout stream, which lives as long as the process.
         unsafe {
             libc::fflush(stdout);
         }
-        let mut data = self.data.lock().unwrap();
+        let mut data = self.data.lock();
         self.read_available(&mut data);
         std::mem::take(&mut *data)
     }

@@ -8,8 +8,8 @@
 //! A restore replays the records in order through the same dispatch, so every object comes
 //! back the way it was made, under the handle (or at the address) it had.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use phos_protocol::cudart::FunctionId;
 use phos_protocol::spec::RecordFacts;
@@ -39,7 +39,7 @@ pub struct Recorder {
 
 impl Recorder {
     pub fn record(&self, function: FunctionId, device: i32, payload: &[u8], facts: &RecordFacts<'_>) {
-        let mut r = self.inner.lock().unwrap();
+        let mut r = self.inner.lock();
         if facts.global {
             // Session-wide state changed (a device reset): everything before is gone.
             *r = Records::default();
@@ -68,11 +68,11 @@ impl Recorder {
 
     /// The live records, in the order to replay them.
     pub fn live(&self) -> Vec<Record> {
-        self.inner.lock().unwrap().entries.iter().flatten().map(|(rec, _)| rec.clone()).collect()
+        self.inner.lock().entries.iter().flatten().map(|(rec, _)| rec.clone()).collect()
     }
 
     pub fn clear(&self) {
-        *self.inner.lock().unwrap() = Records::default();
+        *self.inner.lock() = Records::default();
     }
 }
 

@@ -6,8 +6,10 @@
 use std::os::unix::net::UnixListener;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
 
 use phos_protocol::cudart::{self, FunctionId};
 use phos_protocol::frame::{FLAG_ASYNC, FLAG_MEASURE, FrameHeader, FrameKind, MAX_BARRIER_IDS};
@@ -34,7 +36,7 @@ pub struct SessionSlot {
 
 impl SessionSlot {
     pub fn set(&self, session: Arc<Session>) -> Result<(), Arc<Session>> {
-        let _g = self.lock.lock().unwrap();
+        let _g = self.lock.lock();
         self.session.set(session)?;
         self.ready.notify_all();
         Ok(())
@@ -46,12 +48,12 @@ impl SessionSlot {
 
     /// Wait until the session is set.
     pub fn wait(&self) -> &Arc<Session> {
-        let mut g = self.lock.lock().unwrap();
+        let mut g = self.lock.lock();
         loop {
             if let Some(s) = self.session.get() {
                 return s;
             }
-            g = self.ready.wait(g).unwrap();
+            self.ready.wait(&mut g);
         }
     }
 }
@@ -112,6 +114,21 @@ impl AckWindow {
         *self = AckWindow::default();
         t.send(&a, &[&failed])
     }
+}
+
+/// Why a channel's handshake is refused (said to the router in a `Refused` frame).
+#[derive(Debug, thiserror::Error)]
+enum HandshakeError {
+    #[error("{0}")]
+    Transport(TransportError),
+    #[error("{0}")]
+    Decode(bincode::error::DecodeError),
+    #[error("expected a Hello frame, got {0:?}")]
+    NotHello(FrameKind),
+    #[error("spec mismatch: guest {guest:016x}, server {server:016x}")]
+    Spec { guest: u64, server: u64 },
+    #[error("channel for session {asked} reached session {this}")]
+    Session { asked: u64, this: u64 },
 }
 
 pub struct ApiServer {
@@ -184,24 +201,24 @@ impl ApiServer {
         let mut payload = Vec::new();
         // Handshake: the router attaches the channel to this session.
         let attach = match t.recv(&mut payload) {
-            Ok(h) if h.kind == FrameKind::Hello => phos_protocol::decode::<Attach>(&payload).map_err(|e| e.to_string()),
-            Ok(h) => Err(format!("expected a Hello frame, got {:?}", h.kind)),
-            Err(e) => Err(e.to_string()),
+            Ok(h) if h.kind == FrameKind::Hello => {
+                phos_protocol::decode::<Attach>(&payload).map_err(HandshakeError::Decode)
+            }
+            Ok(h) => Err(HandshakeError::NotHello(h.kind)),
+            Err(e) => Err(HandshakeError::Transport(e)),
         };
         let attach = match attach {
             Ok(a) if a.spec_hash != cudart::SPEC_HASH => {
-                Err(format!("spec mismatch: guest {:016x}, server {:016x}", a.spec_hash, cudart::SPEC_HASH))
+                Err(HandshakeError::Spec { guest: a.spec_hash, server: cudart::SPEC_HASH })
             }
-            Ok(a) if a.session != session.id => {
-                Err(format!("channel for session {} reached session {}", a.session, session.id))
-            }
+            Ok(a) if a.session != session.id => Err(HandshakeError::Session { asked: a.session, this: session.id }),
             other => other,
         };
         let attach = match attach {
             Ok(a) => a,
             Err(reason) => {
                 crate::guest_warn!(session.id, "channel {channel}: refused: {reason}");
-                Self::refuse(t.as_mut(), &reason);
+                Self::refuse(t.as_mut(), &reason.to_string());
                 return;
             }
         };
@@ -210,8 +227,8 @@ impl ApiServer {
             session: session.id,
             token: [0; 16],
             backend: session.backend().name().to_string(),
-            device_base: session.memory().base(),
-            device_size: session.memory().size(),
+            device_base: session.objects.memory.base(),
+            device_size: session.objects.memory.size(),
             device_count: session.backend().device_count(),
             epoch: 0,
             transport: attach.transport,
@@ -247,7 +264,7 @@ impl ApiServer {
         }
 
         // What this channel runs, for a checkpoint that has to say what it waited for.
-        let activity = session.channel_activity(channel);
+        let activity = session.activity.channel(channel);
         let mut out = Vec::new();
         let mut acks = AckWindow::default();
         let mut usage_checked = Instant::now();
@@ -389,11 +406,13 @@ impl ApiServer {
                 break;
             }
         }
-        session.channel_closed(channel);
+        session.activity.closed(channel);
         if let Some(st) = staging
             && st.registered.load(Ordering::Relaxed)
         {
             let (p, n) = st.slots_ptr();
+            // SAFETY: the channel's staging slots, `n` bytes mapped while `st` lives;
+            // unpinning reads and writes none of them.
             session.backend().unpin_host(unsafe { std::slice::from_raw_parts_mut(p, n) });
         }
         tracing::debug!(session = session.id, channel, "channel closed");
@@ -461,10 +480,10 @@ impl ApiServer {
         measure: bool,
     ) -> Result<(), CudaError> {
         let session = self.session();
-        let gate = session.gate.pass();
+        let in_flight = session.quiesce.enter();
         if session.is_frozen() {
             // Checkpointed and stopped: this call belongs to the restored session.
-            drop(gate);
+            drop(in_flight);
             loop {
                 std::thread::park();
             }

@@ -1,19 +1,25 @@
 //! Checkpoint and restore of a session on the emu backend, in process: objects come back with
 //! the same handles and addresses, memory and module variables with the same contents, and a
-//! bad image is refused before anything is created.
+//! bad image is refused before anything is created; images stream through sockets; the C/R
+//! engine's pre-call hook sees what each call touches.
 
 use std::sync::Arc;
 
 use phos_api_server::backend::emu::EmuBackend;
-use phos_api_server::checkpoint::{Bounds, Progress, Stopped};
+use phos_api_server::checkpoint::{Bounds, Progress};
 use phos_api_server::control::SessionFactory;
 use phos_api_server::dispatch::dispatch;
 use phos_api_server::output::DeviceOutput;
 use phos_api_server::service::{CallCx, Session};
-use phos_checkpoint::{Compression, SessionMeta};
+use phos_checkpoint::engine::{CallHook, Intercept, PendingMemory, TrackWrites, Within};
+use phos_checkpoint::report::RestoreSummary;
+use phos_checkpoint::{
+    Compression, CrError, Image, ImageError, ImageWriter, SessionMeta, StreamReader, StreamWriter, copy_image,
+};
 use phos_control::{Cancel, Waiting};
 use phos_protocol::cudart::*;
 use phos_protocol::limits::SessionLimits;
+use phos_protocol::spec::{CallAccess, DeviceAccess, ObjectAccess, ObjectEffect};
 use phos_protocol::types::Dim3;
 use phos_protocol::{Ptr, RemoteCall};
 use sha2::{Digest, Sha256};
@@ -69,10 +75,7 @@ fn meta() -> SessionMeta {
     SessionMeta { token: [3; 16], tenant: "uid:0".into(), abi_major: 12, ..Default::default() }
 }
 
-fn restore(
-    dir: &std::path::Path,
-    base: u64,
-) -> Result<(Session, SessionMeta, phos_api_server::checkpoint::RestoreReport), Stopped> {
+fn restore(dir: &std::path::Path, base: u64) -> Result<(Session, SessionMeta, RestoreSummary), CrError> {
     Session::restore(dir, &factory(base), None, &Progress::default(), &Cancel::default())
 }
 
@@ -194,34 +197,106 @@ fn a_session_comes_back_whole() {
     let (r, meta, report) = restore(dir.path(), base).unwrap();
     assert_eq!(meta.token, [3; 16]);
     assert_eq!(report.records, 7);
-    // Memory at the same addresses, with the same contents.
-    assert_eq!(read(&r, b.big, 5 << 20)[..3 << 20], b.big_data[..3 << 20]);
-    assert!(read(&r, b.big + (3 << 20), 2 << 20).iter().all(|&x| x == 0));
-    assert_eq!(read(&r, b.small, 4096), vec![7u8; 4096]);
-    assert_eq!(read(&r, b.freed_then_live, 100), vec![1u8; 100]);
-    // Handles keep their values and work.
-    call(&r, &CudaStreamSynchronizeRequest { stream: b.stream });
-    call(&r, &CudaEventRecordRequest { event: b.event, stream: b.stream });
-    // The module variable kept its changed value, and the kernel sees it. Module variables
-    // live where the reloaded module puts them (on a GPU the driver chooses), so their
-    // address is asked again.
-    let counter = call(&r, &PhosModuleGetGlobalRequest { module: b.module, name: "counter" });
-    assert_eq!(counter.bytes, 4);
-    assert_eq!(read(&r, counter.address, 4), 9u32.to_le_bytes());
-    let _ = b.counter;
-    write(&r, b.small, &[0u8; 128]);
-    launch(&r, b.function, b.stream, b.small, 32);
-    assert_eq!(read(&r, b.small, 4), 9u32.to_le_bytes());
-    // New objects do not reuse the old handles or addresses.
-    let s2 = call(&r, &CudaStreamCreateRequest {}).pStream;
-    assert_ne!(s2, b.stream);
-    let fresh = call(&r, &CudaMallocRequest { size: 4096 }).devPtr;
-    assert!(![b.big, b.small, b.freed_then_live].contains(&fresh));
+    assert_restored(&r, &b);
     // A checkpoint of the restored session holds the same objects again, plus the new ones.
     let dir2 = tempfile::tempdir().unwrap();
     let report =
         r.checkpoint(dir2.path(), meta, Compression::None, false, &Progress::default(), &Bounds::default()).unwrap();
     assert_eq!(report.records, 9);
+}
+
+/// What `build` made, in a restored session: memory at the same addresses with the same
+/// contents, handles that keep their values and work, a module variable with its changed
+/// value, and new objects that reuse no old handle or address (a stream and an allocation,
+/// which stay).
+fn assert_restored(r: &Session, b: &Built) {
+    // Memory at the same addresses, with the same contents.
+    assert_eq!(read(r, b.big, 5 << 20)[..3 << 20], b.big_data[..3 << 20]);
+    assert!(read(r, b.big + (3 << 20), 2 << 20).iter().all(|&x| x == 0));
+    assert_eq!(read(r, b.small, 4096), vec![7u8; 4096]);
+    assert_eq!(read(r, b.freed_then_live, 100), vec![1u8; 100]);
+    // Handles keep their values and work.
+    call(r, &CudaStreamSynchronizeRequest { stream: b.stream });
+    call(r, &CudaEventRecordRequest { event: b.event, stream: b.stream });
+    // The module variable kept its changed value, and the kernel sees it. Module variables
+    // live where the reloaded module puts them (on a GPU the driver chooses), so their
+    // address is asked again.
+    let counter = call(r, &PhosModuleGetGlobalRequest { module: b.module, name: "counter" });
+    assert_eq!(counter.bytes, 4);
+    assert_eq!(read(r, counter.address, 4), 9u32.to_le_bytes());
+    let _ = b.counter;
+    write(r, b.small, &[0u8; 128]);
+    launch(r, b.function, b.stream, b.small, 32);
+    assert_eq!(read(r, b.small, 4), 9u32.to_le_bytes());
+    // New objects do not reuse the old handles or addresses.
+    let s2 = call(r, &CudaStreamCreateRequest {}).pStream;
+    assert_ne!(s2, b.stream);
+    let fresh = call(r, &CudaMallocRequest { size: 4096 }).devPtr;
+    assert!(![b.big, b.small, b.freed_then_live].contains(&fresh));
+}
+
+/// A session checkpointed into a socket (the stream received into a directory image as it
+/// arrives, on another thread) comes back whole; and the other way, a directory image sent
+/// into a socket by one thread is restored straight from the socket. A stream cut short
+/// leaves nothing behind.
+#[test]
+fn a_session_streams_through_a_socket_and_comes_back_whole() {
+    use std::os::unix::net::UnixStream;
+    let base = 0x4900_0000_0000;
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(base);
+    let b = build(&s);
+    let (tx, rx) = UnixStream::pair().unwrap();
+    let into = dir.path().to_path_buf();
+    let receiver = std::thread::spawn(move || {
+        let mut source = StreamReader::open(rx)?;
+        let mut image = ImageWriter::create(&into, Compression::None, 1 << 20)?;
+        copy_image(&mut source, &mut image, Compression::None)
+    });
+    let mut sink = StreamWriter::new(tx);
+    let report = s
+        .checkpoint_to(&mut sink, meta(), Compression::Zstd(1), false, &Progress::default(), &Bounds::default())
+        .unwrap();
+    drop(sink);
+    let received = receiver.join().unwrap().unwrap();
+    assert_eq!((report.records, report.memory_bytes), (7, received.memory_bytes));
+    drop(s);
+    let (r, _, _) = restore(dir.path(), base).unwrap();
+    assert_restored(&r, &b);
+    drop(r);
+
+    let send = |cut_at: Option<usize>| {
+        let (tx, rx) = UnixStream::pair().unwrap();
+        let from = dir.path().to_path_buf();
+        let sender = std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let mut sink = StreamWriter::new(&mut bytes);
+            copy_image(&mut Image::open(&from).unwrap(), &mut sink, Compression::None).unwrap();
+            drop(sink);
+            let n = cut_at.unwrap_or(bytes.len()).min(bytes.len());
+            // The peer may stop reading (a refused stream): the rest is not sent.
+            let _ = std::io::Write::write_all(&mut &tx, &bytes[..n]);
+        });
+        (rx, sender)
+    };
+    let (rx, sender) = send(None);
+    let mut source = StreamReader::open(rx).unwrap();
+    let (r, meta, summary) =
+        Session::restore_from(&mut source, &factory(base), None, &Progress::default(), &Cancel::default()).unwrap();
+    sender.join().unwrap();
+    assert_eq!((meta.token, summary.records), ([3; 16], 7));
+    assert_restored(&r, &b);
+    drop(r);
+
+    // Cut in the middle of its memory: refused, and the range is free again.
+    let (rx, sender) = send(Some(2 << 20));
+    let mut source = StreamReader::open(rx).unwrap();
+    let err = Session::restore_from(&mut source, &factory(base), None, &Progress::default(), &Cancel::default())
+        .err()
+        .expect("a stream cut short");
+    sender.join().unwrap();
+    assert!(matches!(err, CrError::Image(ImageError::Truncated(_))), "{err}");
+    drop(session(base));
 }
 
 #[test]
@@ -237,7 +312,7 @@ fn a_corrupted_image_creates_nothing() {
     bytes[100] ^= 0xff;
     std::fs::write(&mem, &bytes).unwrap();
     let err = restore(dir.path(), base).err().expect("refused");
-    assert!(err.to_string().contains("checksum"), "{err}");
+    assert!(matches!(&err, CrError::Image(ImageError::Corrupted(why)) if why.contains("checksum")), "{err}");
     // Nothing was reserved: a session can take the range.
     drop(session(base));
 }
@@ -266,7 +341,7 @@ fn a_checkpoint_gives_up_on_a_device_that_does_not_come_to_rest() {
     let started = std::time::Instant::now();
     let err = s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &bounds).unwrap_err();
     assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
-    assert!(matches!(err, Stopped::TimedOut { session: 1, waiting_for: Waiting::Device { device: 0 }, .. }), "{err}");
+    assert!(matches!(err, CrError::TimedOut { session: 1, waiting_for: Waiting::Device { device: 0 }, .. }), "{err}");
     let err = err.to_string();
     assert!(err.contains("session 1") && err.contains("device 0 to finish the work queued on it"), "{err}");
     assert!(!dir.path().join(phos_checkpoint::MANIFEST_FILE).exists());
@@ -278,7 +353,7 @@ fn a_checkpoint_gives_up_on_a_device_that_does_not_come_to_rest() {
     let gone = Bounds::default();
     gone.cancel.cancel();
     let err = s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &gone).unwrap_err();
-    assert!(matches!(err, Stopped::Abandoned { session: 1, .. }) && err.to_string().contains("abandoned"), "{err}");
+    assert!(matches!(err, CrError::Abandoned { session: 1, .. }) && err.to_string().contains("abandoned"), "{err}");
 }
 
 /// What this server checks of an image before it creates anything: its own device range,
@@ -295,15 +370,212 @@ fn an_image_this_server_could_not_have_made_is_refused() {
     let err = Session::restore(dir.path(), &factory(base + (1 << 36)), None, &Progress::default(), &cancel)
         .err()
         .expect("another range");
-    assert!(matches!(&err, Stopped::Refused(why) if why.contains("is not this server's")), "{err}");
+    let impossible = |e: &CrError, why: &str| matches!(e, CrError::Image(ImageError::Impossible(w)) if w.contains(why));
+    assert!(impossible(&err, "is not this server's"), "{err}");
     let mut small = factory(base);
     small.limits.set(phos_protocol::limits::LimitKind::Allocations, 2);
     let err = Session::restore(dir.path(), &small, None, &Progress::default(), &cancel).err().expect("over a limit");
-    assert!(err.to_string().contains("3 allocations, past this server's limit of 2"), "{err}");
+    assert!(impossible(&err, "3 allocations, past this server's limit of 2"), "{err}");
     let err = Session::restore(dir.path(), &factory(base), Some(7), &Progress::default(), &cancel)
         .err()
         .expect("no such device");
-    assert!(err.to_string().contains("device 7 does not exist"), "{err}");
+    assert!(matches!(err, CrError::NoSuchDevice { device: 7, devices: 1 }), "{err}");
     // Nothing was left reserved, and the image itself is good.
     restore(dir.path(), base).unwrap();
+}
+
+/// How long a test waits for a session's calls to leave before installing a hook.
+fn within() -> Within<'static> {
+    Within::after(std::time::Duration::from_secs(60))
+}
+
+/// What a hook was shown of one call: its function, device ranges and objects.
+type Shown = (String, Vec<DeviceAccess>, Vec<ObjectAccess>);
+
+/// A C/R hook that keeps what it is shown, and refuses calls that would write `refused`.
+#[derive(Default)]
+struct Seen {
+    calls: parking_lot::Mutex<Vec<Shown>>,
+    refused: Option<u64>,
+}
+
+impl CallHook for Seen {
+    fn before_call(&self, access: &CallAccess<'_>) -> Result<(), phos_protocol::CudaError> {
+        if access.device.iter().any(|d| d.writes && Some(d.addr) == self.refused) {
+            return Err(phos_protocol::CudaError::NotReady);
+        }
+        self.calls.lock().push((access.function.to_string(), access.device.to_vec(), access.objects.to_vec()));
+        Ok(())
+    }
+}
+
+/// While installed, the pre-call hook is shown every call before it runs, with what the spec
+/// says it reads and writes (device ranges, with a pointer to const only read) and the
+/// objects it names; a kernel launch is shown what its parameters point into and its
+/// module's variables. Once the hook is gone, nothing is shown.
+#[test]
+fn the_pre_call_hook_sees_what_each_call_touches() {
+    let s = session(0x4a00_0000_0000);
+    let b = build(&s);
+    let counter = call(&s, &PhosModuleGetGlobalRequest { module: b.module, name: "counter" }).address;
+    let doomed = call(&s, &CudaMallocRequest { size: 512 }).devPtr;
+    let seen = Arc::new(Seen::default());
+    let installed = s.install_hook(seen.clone(), &within()).unwrap();
+    assert!(s.install_hook(Arc::new(Seen::default()), &within()).is_err(), "one protocol at a time");
+    write(&s, b.small, &[5; 64]);
+    read(&s, b.big, 16);
+    call(&s, &CudaMemsetAsyncRequest { devPtr: b.freed_then_live, value: 1, count: 100, stream: b.stream });
+    launch(&s, b.function, b.stream, b.small, 32);
+    call(&s, &CudaFreeRequest { devPtr: doomed });
+    let range = |addr, len, writes| DeviceAccess { addr, len, writes };
+    let object = |kind, value, effect| ObjectAccess { kind, value, effect };
+    let calls = std::mem::take(&mut *seen.calls.lock());
+    let want: Vec<(&str, Vec<DeviceAccess>, Vec<ObjectAccess>)> = vec![
+        ("cudaMemcpy", vec![range(b.small, 64, true)], vec![]),
+        ("cudaMemcpy", vec![range(b.big, 16, false)], vec![]),
+        (
+            "cudaMemsetAsync",
+            vec![range(b.freed_then_live, 100, true)],
+            vec![object("stream", b.stream, ObjectEffect::Uses)],
+        ),
+        (
+            "phosLaunchKernel",
+            vec![],
+            vec![object("function", b.function, ObjectEffect::Uses), object("stream", b.stream, ObjectEffect::Uses)],
+        ),
+        ("a kernel launch", vec![range(b.small, 4096, true), range(counter, 4, true)], vec![]),
+        ("cudaFree", vec![], vec![object("device_memory", doomed, ObjectEffect::Destroys)]),
+    ];
+    let got: Vec<(&str, Vec<DeviceAccess>, Vec<ObjectAccess>)> =
+        calls.iter().map(|(f, d, o)| (f.as_str(), d.clone(), o.clone())).collect();
+    assert_eq!(got, want);
+    drop(installed);
+    write(&s, b.small, &[6; 64]);
+    assert!(seen.calls.lock().is_empty(), "a call was shown to a hook that is gone");
+}
+
+/// The hook is what the dirty log of concurrent protocols hangs on: with [`TrackWrites`]
+/// installed, the memory registry names the allocations and variables written since a
+/// round began (copies, sets, kernels), and not those only read.
+#[test]
+fn the_dirty_log_follows_the_calls_that_write() {
+    let s = session(0x4b00_0000_0000);
+    let b = build(&s);
+    let counter = call(&s, &PhosModuleGetGlobalRequest { module: b.module, name: "counter" }).address;
+    let memory = s.dirty_log();
+    let _installed = s.install_hook(Arc::new(TrackWrites(memory.clone())), &within()).unwrap();
+    let round = memory.begin_round();
+    write(&s, b.small, &[5; 64]);
+    read(&s, b.big, 4096);
+    let mut written = memory.written_since(round);
+    written.sort();
+    assert_eq!(written, vec![(b.small, 4096)]);
+    let next = memory.begin_round();
+    launch(&s, b.function, b.stream, b.freed_then_live, 25);
+    let mut written = memory.written_since(next);
+    written.sort();
+    let mut want = vec![(b.freed_then_live, 100), (counter, 4)];
+    want.sort();
+    assert_eq!(written, want, "a kernel writes what its parameters point into and its module's variables");
+    assert_eq!(memory.written_since(round).len(), 3);
+}
+
+/// A hook can refuse a call before it runs (on-demand restore holds a call the same way,
+/// until what it touches is loaded): the guest gets the hook's error, and nothing changed.
+#[test]
+fn a_hook_stops_a_call_before_it_runs() {
+    let s = session(0x4c00_0000_0000);
+    let b = build(&s);
+    let hook = Arc::new(Seen { refused: Some(b.small), ..Seen::default() });
+    let _installed = s.install_hook(hook, &within()).unwrap();
+    let req = CudaMemcpyRequest {
+        dst: Ptr::Device(b.small),
+        src: Ptr::In(&[9u8; 16]),
+        count: 16,
+        kind: consts::cudaMemcpyHostToDevice,
+        direction: consts::cudaMemcpyHostToDevice,
+    };
+    let mut out = Vec::new();
+    let r = dispatch(&s, &CallCx::new(0), FunctionId::CudaMemcpy, &phos_protocol::encode(&req), &mut out);
+    assert!(matches!(r, Err(phos_protocol::Rejection::Failed(phos_protocol::CudaError::NotReady))), "{r:?}");
+    assert_eq!(read(&s, b.small, 16), vec![7u8; 16], "the refused copy ran");
+    write(&s, b.big, &[1; 16]);
+}
+
+/// Wait until a held call asks `pending` for `want` first.
+fn wanted(pending: &PendingMemory, want: (u64, u64)) {
+    let started = std::time::Instant::now();
+    while pending.next_wanted() != Some(want) {
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "no call waits for {want:x?}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// On-demand restore's hold, on a restored session whose big allocation is not loaded yet:
+/// with [`PendingMemory`] installed, a copy out of it and a kernel launched on it wait until
+/// the restore has loaded it, and then see what was loaded; the restore is told which range
+/// each waits for; calls on loaded memory run meanwhile. A restore that gives up fails the
+/// calls it held.
+#[test]
+fn a_call_on_memory_not_yet_restored_waits_for_it() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let base = 0x4d00_0000_0000;
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(base);
+    let b = build(&s);
+    s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &Bounds::default()).unwrap();
+    drop(s);
+    let (r, _, _) = restore(dir.path(), base).unwrap();
+    // What a restore that serves first and copies afterwards has before the big allocation
+    // comes: the allocation, but not its contents.
+    let big_len = 5u64 << 20;
+    r.backend().memset(b.big, 0, big_len, None).unwrap();
+    let image = Image::open(dir.path()).unwrap();
+    let pending = Arc::new(PendingMemory::new(image.manifest.memory.iter().map(|m| (m.addr, m.size))));
+    for m in image.manifest.memory.iter().filter(|m| m.addr != b.big) {
+        pending.loaded(m.addr, m.size);
+    }
+    let installed = r.install_hook(pending.clone(), &within()).unwrap();
+    std::thread::scope(|scope| {
+        let r = &r;
+        let (read_tx, read_rx) = mpsc::channel();
+        scope.spawn(move || read_tx.send(read(r, b.big + (1 << 20), 4096)).unwrap());
+        wanted(&pending, (b.big + (1 << 20), 4096));
+        let (launch_tx, launch_rx) = mpsc::channel();
+        scope.spawn(move || {
+            launch(r, b.function, b.stream, b.big, 32);
+            launch_tx.send(()).unwrap();
+        });
+        // The oldest wait first; the kernel waits for the whole allocation it is given.
+        pending.loaded(b.big + (1 << 20), 4096);
+        wanted(&pending, (b.big, 1 << 20));
+        // Loaded memory serves meanwhile.
+        assert_eq!(read(r, b.small, 16), vec![7u8; 16]);
+        assert!(launch_rx.recv_timeout(Duration::from_millis(200)).is_err(), "the kernel ran on unloaded memory");
+        // The copy out of the part loaded got what was there: the restore had not written it.
+        assert_eq!(read_rx.recv_timeout(Duration::from_secs(10)).unwrap(), vec![0u8; 4096]);
+        // The restore loads the rest: the kernel runs on the loaded contents.
+        r.backend().memcpy_htod(b.big, &b.big_data[..3 << 20], None).unwrap();
+        pending.loaded(b.big, big_len);
+        launch_rx.recv_timeout(Duration::from_secs(10)).expect("the kernel still waits");
+    });
+    let first = u32::from_le_bytes(b.big_data[..4].try_into().unwrap());
+    assert_eq!(read(&r, b.big, 4), (first.wrapping_add(9)).to_le_bytes(), "the kernel ran on what was loaded");
+    drop(installed);
+
+    // A restore that gives up: the call it held fails, and says so to the guest.
+    let pending = Arc::new(PendingMemory::new([(b.small, 4096)]));
+    let _installed = r.install_hook(pending.clone(), &within()).unwrap();
+    std::thread::scope(|scope| {
+        let r = &r;
+        let held = scope.spawn(move || {
+            let req = CudaMemsetRequest { devPtr: b.small, value: 0, count: 16 };
+            dispatch(r, &CallCx::new(0), FunctionId::CudaMemset, &phos_protocol::encode(&req), &mut Vec::new())
+        });
+        wanted(&pending, (b.small, 16));
+        pending.fail(phos_protocol::CudaError::Unknown);
+        let r = held.join().unwrap();
+        assert!(matches!(r, Err(phos_protocol::Rejection::Failed(phos_protocol::CudaError::Unknown))), "{r:?}");
+    });
 }

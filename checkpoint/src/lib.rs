@@ -1,4 +1,20 @@
-//! The Phos checkpoint image: everything needed to bring a session back, in a directory.
+//! Phos checkpoint and restore: the image that brings a session back, and the C/R engine that
+//! writes and reads it.
+//!
+//! - The image (this module, [`format`], [`sink`], [`stream`]): a manifest and device memory
+//!   chunks, in a directory (below) or streamed over any `Read`/`Write` ([`stream`]); the
+//!   engine writes to an [`ImageSink`] and reads from an [`ImageSource`], of either kind.
+//! - The engine ([`engine`]): the traits a server implements for it (quiesce, snapshot,
+//!   device copies, rebuild, dirty log, the pre-call hook) and the protocols over them (today
+//!   stop-the-world checkpoint and replaying restore), with typed errors ([`CrError`]) and
+//!   the reports the management services answer ([`report`]).
+//!
+//! One crate, because the image and the engine that writes it change together (a streamed
+//! image, a manifest's version, a protocol's chunk order are one decision), and because the
+//! router and `phosctl`, which read images, need nothing the engine would add: it depends on
+//! no server.
+//!
+//! A directory image:
 //!
 //! ```text
 //! DIR/manifest   magic "PHOSIMG\0", format version (u32 LE), length (u64 LE),
@@ -18,13 +34,20 @@
 //! the bytes over, and [`Image::verify`] checks them all. The content format of records is
 //! the API server's business; this crate only carries them.
 
+pub mod engine;
 mod format;
+pub mod report;
+pub mod sink;
+pub mod stream;
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+pub use engine::CrError;
 pub use format::*;
+pub use sink::{ChunkHead, ImageSink, ImageSource, copy_image};
+pub use stream::{StreamReader, StreamWriter};
 
 /// Magic at the start of a manifest file.
 pub const MAGIC: &[u8; 8] = b"PHOSIMG\0";
@@ -36,7 +59,7 @@ pub const MEMORY_FILE: &str = "memory";
 /// Default chunk size: large enough for fast copies, small enough to skip zero ranges.
 pub const DEFAULT_CHUNK: usize = 4 << 20;
 /// A manifest larger than this is refused (it holds module images, so it can be large).
-const MAX_MANIFEST: u64 = 4 << 30;
+pub(crate) const MAX_MANIFEST: u64 = 4 << 30;
 
 /// Bounds on what an image may describe: far beyond any real session (whose objects are
 /// bounded by its server's limits, checked again on restore), tight enough that an image
@@ -76,6 +99,10 @@ pub enum ImageError {
     Io { path: PathBuf, source: io::Error },
     #[error("{0} is not a Phos checkpoint image")]
     NotAnImage(PathBuf),
+    #[error("the stream is not a Phos checkpoint image")]
+    NotAStream,
+    #[error("the image stream: {0}")]
+    Stream(io::Error),
     #[error("image format version {found}; this build reads version {FORMAT_VERSION}")]
     Version { found: u32 },
     #[error("the image is truncated: {0}")]
@@ -109,6 +136,8 @@ pub struct ImageWriter {
     chunk_size: usize,
     regions: Vec<MemoryRegion>,
     stored_bytes: u64,
+    /// The manifest's head, when written through [`ImageSink`].
+    head: Option<Manifest>,
 }
 
 impl ImageWriter {
@@ -126,6 +155,7 @@ impl ImageWriter {
             chunk_size: chunk_size.max(4096),
             regions: Vec::new(),
             stored_bytes: 0,
+            head: None,
         })
     }
 
@@ -179,7 +209,11 @@ impl ImageWriter {
     }
 
     /// Write the manifest (with the regions added here) and make everything durable.
-    pub fn finish(mut self, mut manifest: Manifest) -> Result<ImageSummary, ImageError> {
+    pub fn finish(mut self, manifest: Manifest) -> Result<ImageSummary, ImageError> {
+        self.finish_with(manifest)
+    }
+
+    fn finish_with(&mut self, mut manifest: Manifest) -> Result<ImageSummary, ImageError> {
         let mpath = self.dir.join(MEMORY_FILE);
         self.memory.flush().map_err(io_err(&mpath))?;
         self.memory.get_ref().sync_all().map_err(io_err(&mpath))?;
@@ -263,7 +297,7 @@ fn is_zero(data: &[u8]) -> bool {
     head.iter().all(|&b| b == 0) && words.iter().all(|&w| w == 0) && tail.iter().all(|&b| b == 0)
 }
 
-fn config() -> bincode::config::Configuration<
+pub(crate) fn config() -> bincode::config::Configuration<
     bincode::config::LittleEndian,
     bincode::config::Fixint,
     bincode::config::Limit<{ MAX_MANIFEST as usize }>,
@@ -295,6 +329,9 @@ pub struct Image {
     pub manifest: Manifest,
     memory: File,
     memory_len: u64,
+    /// Where [`ImageSource::next_chunk`] is: (region, chunk) next, and the chunk it gave.
+    cursor: (usize, usize),
+    current: Option<Chunk>,
 }
 
 impl Image {
@@ -350,7 +387,7 @@ impl Image {
         let mpath = dir.join(MEMORY_FILE);
         let memory = File::open(&mpath).map_err(io_err(&mpath))?;
         let memory_len = memory.metadata().map_err(io_err(&mpath))?.len();
-        let image = Image { dir: dir.to_path_buf(), manifest, memory, memory_len };
+        let image = Image { dir: dir.to_path_buf(), manifest, memory, memory_len, cursor: (0, 0), current: None };
         image.check_layout()?;
         check_meaning(&image.manifest)?;
         Ok(image)

@@ -197,6 +197,154 @@ fn impossible_manifests_are_refused_despite_good_checksums() {
     Image::open(dir.path()).unwrap();
 }
 
+/// The head and chunks of `write`'s image, for writing through the sink traits.
+fn sample_head() -> (Manifest, Vec<Vec<u8>>) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = write(dir.path(), Compression::None);
+    let mut head = Image::open(dir.path()).unwrap().manifest;
+    for r in &mut head.memory {
+        r.chunks.clear();
+    }
+    (head, data)
+}
+
+/// Send `head` and `data` (one entry per region) through `sink` in 4 KiB chunks.
+fn send(sink: &mut dyn ImageSink, head: &Manifest, data: &[Vec<u8>], compression: Compression) -> ImageSummary {
+    sink.begin(head).unwrap();
+    for (i, region) in data.iter().enumerate() {
+        for c in region.chunks(4096) {
+            sink.chunk(i, c.len() as u64, prepare_chunk(c, compression).unwrap(), c).unwrap();
+        }
+    }
+    sink.complete().unwrap()
+}
+
+/// Everything a source holds: its manifest and each region's contents.
+fn receive(source: &mut dyn ImageSource) -> Result<(Manifest, Vec<Vec<u8>>), ImageError> {
+    let manifest = source.manifest().clone();
+    let mut data: Vec<Vec<u8>> = manifest.memory.iter().map(|r| vec![0xee; r.size as usize]).collect();
+    while let Some(c) = source.next_chunk()? {
+        let out = &mut data[c.region][c.offset as usize..(c.offset + c.len) as usize];
+        if c.zero {
+            out.fill(0);
+        } else {
+            source.read_chunk(out)?;
+        }
+    }
+    Ok((manifest, data))
+}
+
+/// An image streamed through a socket pair, written on one thread while it is read on
+/// another, comes out as it went in, in both encodings; zero chunks cost nothing.
+#[test]
+fn a_stream_round_trips_through_a_socket() {
+    let (head, data) = sample_head();
+    for compression in [Compression::None, Compression::Zstd(1)] {
+        let (tx, rx) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (h, d) = (head.clone(), data.clone());
+        let writer = std::thread::spawn(move || {
+            let mut sink = StreamWriter::new(tx);
+            let summary = send(&mut sink, &h, &d, compression);
+            drop(sink.into_inner().unwrap());
+            summary
+        });
+        let mut source = StreamReader::open(rx).unwrap();
+        let (manifest, got) = receive(&mut source).unwrap();
+        let summary = writer.join().unwrap();
+        assert_eq!(got, data);
+        assert_eq!(manifest.session, head.session);
+        assert_eq!(manifest.records, head.records);
+        assert_eq!(summary.memory_bytes, (data[0].len() + data[1].len()) as u64);
+        // Region 1 is three chunks, two of them zero: only the third is stored.
+        let raw = data[0].len() as u64 + 4096;
+        match compression {
+            Compression::None => assert_eq!(summary.stored_bytes, raw, "{summary:?}"),
+            Compression::Zstd(_) => assert!(summary.stored_bytes < raw, "{summary:?}"),
+        }
+        assert!(source.next_chunk().unwrap().is_none(), "past the end");
+    }
+}
+
+/// A stream received into a directory, and a directory sent as a stream, are the same image.
+#[test]
+fn streams_and_directories_convert_both_ways() {
+    let (head, data) = sample_head();
+    let mut bytes = Vec::new();
+    let mut sink = StreamWriter::new(&mut bytes);
+    send(&mut sink, &head, &data, Compression::Zstd(1));
+    drop(sink);
+    let dir = tempfile::tempdir().unwrap();
+    let mut as_dir = ImageWriter::create(dir.path(), Compression::None, 4096).unwrap();
+    copy_image(&mut StreamReader::open(&bytes[..]).unwrap(), &mut as_dir, Compression::None).unwrap();
+    assert_eq!(read_back(dir.path()).unwrap(), data);
+    let mut again = Vec::new();
+    let mut sink = StreamWriter::new(&mut again);
+    copy_image(&mut Image::open(dir.path()).unwrap(), &mut sink, Compression::None).unwrap();
+    drop(sink);
+    assert_eq!(receive(&mut StreamReader::open(&again[..]).unwrap()).unwrap().1, data);
+}
+
+/// Nothing in a stream is trusted: a flipped bit in a chunk's bytes, in a chunk's header or
+/// in the head, a stream cut short, one that does not end, or one whose end disagrees with
+/// what came, are refused with what is wrong.
+#[test]
+fn damaged_streams_are_refused() {
+    let (head, data) = sample_head();
+    let mut good = Vec::new();
+    let mut sink = StreamWriter::new(&mut good);
+    send(&mut sink, &head, &data, Compression::None);
+    drop(sink);
+    let read = |bytes: &[u8]| StreamReader::open(bytes).and_then(|mut s| receive(&mut s)).map(|_| ());
+    read(&good).unwrap();
+    let head_len = 20 + u64::from_le_bytes(good[12..20].try_into().unwrap()) as usize + 4;
+    let first_chunk = head_len;
+    let flipped = |at: usize| {
+        let mut b = good.clone();
+        b[at] ^= 0x10;
+        b
+    };
+    // A data byte of the first chunk (after its 30-byte header).
+    assert!(matches!(read(&flipped(first_chunk + 30 + 7)), Err(ImageError::Corrupted(w)) if w.contains("checksum")));
+    // The chunk's length, in its header.
+    assert!(matches!(read(&flipped(first_chunk + 6)), Err(ImageError::Corrupted(w)) if w.contains("header")));
+    // The head.
+    assert!(matches!(read(&flipped(40)), Err(ImageError::Corrupted(_))));
+    assert!(matches!(read(&flipped(0)), Err(ImageError::NotAStream)));
+    // Cut short, in a chunk and before the end record.
+    assert!(matches!(read(&good[..first_chunk + 100]), Err(ImageError::Truncated(_))));
+    assert!(matches!(read(&good[..good.len() - 21]), Err(ImageError::Truncated(_))));
+    // An end record that disagrees with the chunks (its counts and checksum recomputed).
+    let mut lying = good.clone();
+    let end = lying.len() - 21;
+    lying[end + 1..end + 9].copy_from_slice(&99u64.to_le_bytes());
+    let crc = crc32fast::hash(&lying[end..end + 17]);
+    lying[end + 17..].copy_from_slice(&crc.to_le_bytes());
+    assert!(matches!(read(&lying), Err(ImageError::Corrupted(w)) if w.contains("says 99")));
+    // Another format version.
+    let mut newer = good.clone();
+    newer[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
+    assert!(matches!(read(&newer), Err(ImageError::Version { .. })));
+}
+
+/// A writer refuses to send what a reader would refuse: chunks out of order or past their
+/// region, an image that ends with a region short.
+#[test]
+fn a_stream_writer_keeps_the_order() {
+    let (head, data) = sample_head();
+    let mut sink = StreamWriter::new(Vec::new());
+    sink.begin(&head).unwrap();
+    let c = &data[1][..4096];
+    assert!(sink.chunk(1, 4096, prepare_chunk(c, Compression::None).unwrap(), c).is_err(), "region 1 first");
+    let c = &data[0][..4096];
+    sink.chunk(0, 4096, prepare_chunk(c, Compression::None).unwrap(), c).unwrap();
+    assert!(sink.complete().is_err(), "region 0 is not whole");
+    let big = vec![1u8; data[0].len()];
+    assert!(
+        sink.chunk(0, big.len() as u64, prepare_chunk(&big, Compression::None).unwrap(), &big).is_err(),
+        "past the end"
+    );
+}
+
 /// Write `body` as the manifest of `dir`, framed and checksummed as the writer does, next
 /// to an empty memory file: what a forged image that passes the checksum looks like.
 fn forge_body(dir: &Path, body: &[u8]) {
@@ -241,4 +389,127 @@ fn a_manifest_length_near_2_to_the_64_is_refused() {
         Err(ImageError::Corrupted(why)) => assert!(why.contains("over the limit"), "{why}"),
         other => panic!("{:?}", other.map(|i| i.manifest)),
     }
+}
+
+/// What a call touches, as the dispatch shows it to a hook.
+fn touching(device: &[(u64, u64, bool)]) -> Vec<phos_protocol::spec::DeviceAccess> {
+    device.iter().map(|&(addr, len, writes)| phos_protocol::spec::DeviceAccess { addr, len, writes }).collect()
+}
+
+fn access(device: &[phos_protocol::spec::DeviceAccess]) -> phos_protocol::spec::CallAccess<'_> {
+    phos_protocol::spec::CallAccess { function: "cudaMemcpy", device, objects: &[] }
+}
+
+/// Pending memory is kept as pieces: loading part of a range leaves the rest pending,
+/// overlapping ranges merge, and a range is pending if any byte of it is.
+#[test]
+fn pending_memory_is_loaded_piece_by_piece() {
+    use engine::PendingMemory;
+    let p = PendingMemory::new([(0x1000, 0x1000), (0x1800, 0x1000), (0x8000, 0x100), (0x9000, 0)]);
+    assert_eq!(p.remaining(), 0x1800 + 0x100, "the first two merge; an empty range is nothing");
+    p.loaded(0x1400, 0x400);
+    assert!(p.is_pending(0x1000, 0x400) && p.is_pending(0x17ff, 2) && !p.is_pending(0x1400, 0x400));
+    assert_eq!(p.remaining(), 0x1400 + 0x100);
+    // A load across several pieces and the gaps between them.
+    p.loaded(0x0, 0x8080);
+    assert!(!p.is_pending(0, 0x8080));
+    assert!(p.is_pending(0x807f, 2), "the last piece's tail");
+    assert_eq!(p.remaining(), 0x80);
+    assert!(!p.is_pending(0x7000, 0x1000) && !p.is_pending(0x8100, u64::MAX), "next to a piece is not in it");
+    p.loaded(0x8080, 0x80);
+    assert_eq!(p.remaining(), 0);
+}
+
+/// A call that touches pending memory waits until all of it is loaded, telling the loader
+/// what it waits for; calls elsewhere run at once; a loader that gives up fails the calls
+/// it held.
+#[test]
+fn pending_memory_holds_calls_until_loaded() {
+    use engine::{CallHook, PendingMemory};
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let p = PendingMemory::new([(0x1000, 0x1000), (0x4000, 0x1000)]);
+    let elsewhere = touching(&[(0x3000, 0x100, true)]);
+    assert_eq!(p.before_call(&access(&elsewhere)), Ok(()));
+    assert_eq!(p.next_wanted(), None);
+    std::thread::scope(|scope| {
+        let (done_tx, done) = mpsc::channel();
+        let p = &p;
+        let held = scope.spawn(move || {
+            // Reads a piece of the first range and writes one of the second.
+            let device = touching(&[(0x1800, 0x10, false), (0x4100, 0x10, true)]);
+            let r = p.before_call(&access(&device));
+            done_tx.send(()).unwrap();
+            r
+        });
+        let started = std::time::Instant::now();
+        while p.next_wanted().is_none() {
+            assert!(started.elapsed() < Duration::from_secs(10), "the call never asked for its memory");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(p.next_wanted(), Some((0x1800, 0x10)), "the oldest wanted piece first");
+        p.loaded(0x1000, 0x1000);
+        assert_eq!(p.next_wanted(), Some((0x4100, 0x10)));
+        assert!(done.recv_timeout(Duration::from_millis(100)).is_err(), "ran with half its memory loaded");
+        p.loaded(0x4100, 0x10);
+        done.recv_timeout(Duration::from_secs(10)).expect("the call still waits");
+        assert_eq!(held.join().unwrap(), Ok(()));
+        assert_eq!(p.next_wanted(), None);
+    });
+    // The rest of the second range never comes.
+    std::thread::scope(|scope| {
+        let held = scope.spawn(|| p.before_call(&access(&touching(&[(0x4000, 0x10, false)]))));
+        while p.next_wanted().is_none() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        p.fail(phos_protocol::CudaError::Unknown);
+        assert_eq!(held.join().unwrap(), Err(phos_protocol::CudaError::Unknown));
+    });
+    assert_eq!(p.before_call(&access(&touching(&[(0x4000, 1, false)]))), Err(phos_protocol::CudaError::Unknown));
+    assert_eq!(p.before_call(&access(&elsewhere)), Ok(()), "memory that is loaded still serves");
+}
+
+/// A hook slot shows calls to its hook only while one is installed, one at a time.
+#[test]
+fn a_hook_slot_holds_one_hook_while_installed() {
+    use engine::{HookSlot, PendingMemory};
+    let slot = HookSlot::default();
+    assert!(!slot.active());
+    let device = touching(&[(0x1000, 4, true)]);
+    assert_eq!(slot.before_call(&access(&device)), Ok(()));
+    let pending = std::sync::Arc::new(PendingMemory::new([(0x1000, 4)]));
+    pending.fail(phos_protocol::CudaError::Unknown);
+    let installed = slot.install(pending.clone()).expect("installs");
+    assert!(slot.active());
+    assert!(slot.install(pending.clone()).is_none(), "a second hook");
+    assert_eq!(slot.before_call(&access(&device)), Err(phos_protocol::CudaError::Unknown));
+    drop(installed);
+    assert!(!slot.active());
+    assert_eq!(slot.before_call(&access(&device)), Ok(()));
+}
+
+/// A host buffer that grows gives its old memory back unpinned, and unpins its memory when it
+/// goes: a freed buffer left page-locked would stay registered with the driver.
+#[test]
+fn host_buffers_unpin_what_they_pinned() {
+    use std::collections::HashSet;
+    #[derive(Default)]
+    struct Pins(parking_lot::Mutex<HashSet<(usize, usize)>>);
+    impl engine::Pinning for Pins {
+        fn pin(&self, buf: &mut [u8]) {
+            assert!(self.0.lock().insert((buf.as_ptr() as usize, buf.len())), "pinned twice");
+        }
+        fn unpin(&self, buf: &mut [u8]) {
+            assert!(self.0.lock().remove(&(buf.as_ptr() as usize, buf.len())), "unpinned what was not pinned");
+        }
+    }
+    let pins = std::sync::Arc::new(Pins::default());
+    let mut buf = engine::HostBuffer::new(16, Some(pins.clone()));
+    buf.reserve(8);
+    assert_eq!(buf.len(), 16);
+    buf.reserve(4096);
+    assert_eq!(buf.len(), 4096);
+    assert_eq!(pins.0.lock().len(), 1, "the old buffer is still pinned");
+    drop(buf);
+    assert!(pins.0.lock().is_empty());
 }

@@ -26,27 +26,8 @@ impl std::fmt::Display for Operation {
     }
 }
 
-/// What a checkpoint was still waiting for when it gave up.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Waiting {
-    /// The session's calls in flight to end: those still running, each as its function and
-    /// channel (`phosLaunchKernel (channel 1)`).
-    Calls { functions: Vec<String> },
-    /// A device to finish the work queued on it.
-    Device { device: i32 },
-}
-
-impl std::fmt::Display for Waiting {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Waiting::Calls { functions } if functions.is_empty() => f.write_str("its calls in flight to finish"),
-            Waiting::Calls { functions } => write!(f, "its calls in flight to finish: {}", functions.join(", ")),
-            Waiting::Device { device } => {
-                write!(f, "device {device} to finish the work queued on it (kernels, copies, host functions)")
-            }
-        }
-    }
-}
+/// What a checkpoint was still waiting for when it gave up (the C/R engine's own type).
+pub use phos_checkpoint::report::Waiting;
 
 /// Why an image is not restored.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]

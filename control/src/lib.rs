@@ -32,34 +32,8 @@ pub struct SessionInfo {
     pub resources: Vec<(String, u64, i64)>,
 }
 
-/// What a checkpoint did.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct CheckpointSummary {
-    pub dir: PathBuf,
-    pub records: usize,
-    pub regions: usize,
-    pub memory_bytes: u64,
-    pub stored_bytes: u64,
-    pub quiesce_ms: f64,
-    pub copy_ms: f64,
-    pub total_ms: f64,
-    pub stopped: bool,
-}
-
-/// What a restore did.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct RestoreSummary {
-    pub session: u64,
-    pub records: usize,
-    pub memory_bytes: u64,
-    pub verify_ms: f64,
-    pub replay_ms: f64,
-    pub copy_ms: f64,
-    /// The whole restore as the router saw it, server start (or pool hand-out) included.
-    pub total_ms: f64,
-    /// The server came from the pool of pre-started servers.
-    pub pooled: bool,
-}
+/// What a checkpoint and a restore did: one definition, the C/R engine's, answered as is.
+pub use phos_checkpoint::report::{CheckpointSummary, RestoreSummary};
 
 /// How to take a checkpoint.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -33,7 +33,7 @@ use sha2::{Digest, Sha256};
 use crate::Fields;
 
 /// Where the session's device memory lives, and how much of it there is.
-pub const DEVICE_BASE: u64 = phos_api_server::memory::DEFAULT_BASE;
+pub const DEVICE_BASE: u64 = phos_api_server::registry::memory::DEFAULT_BASE;
 pub const DEVICE_RANGE: u64 = 1 << 30;
 pub const DEVICE_MEMORY: u64 = 16 << 20;
 /// The largest reply buffer a call may ask for.

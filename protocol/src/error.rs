@@ -114,6 +114,8 @@ impl fmt::Display for Rejection {
     }
 }
 
+impl std::error::Error for Rejection {}
+
 impl From<EvalError> for Rejection {
     fn from(_: EvalError) -> Self {
         Rejection::Invalid(CudaError::InvalidValue, "size or offset out of range")

@@ -102,3 +102,49 @@ pub struct RecordFacts<'a> {
     /// The call changed session-wide state (`obj_record` on the function).
     pub global: bool,
 }
+
+/// One range of device memory a call will touch, as the spec's `device_pointer(extent)`
+/// says. A pointer to `const` is only read; any other may be read and written (the
+/// conservative answer where the prototype does not say which).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceAccess {
+    pub addr: u64,
+    pub len: u64,
+    pub writes: bool,
+}
+
+impl DeviceAccess {
+    /// A placeholder for arrays the generated dispatch fills.
+    pub const NONE: DeviceAccess = DeviceAccess { addr: 0, len: 0, writes: false };
+}
+
+/// What a call will do to an object it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectEffect {
+    /// Uses it (a stream it runs on, a function it launches).
+    Uses,
+    /// Changes its state (`obj_record` on the argument).
+    Changes,
+    /// Destroys it (`deallocate`).
+    Destroys,
+}
+
+/// An object a call names: (object kind, handle or device address), and what it does to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectAccess {
+    pub kind: &'static str,
+    pub value: u64,
+    pub effect: ObjectEffect,
+}
+
+/// What one call will read and write, known before it runs: the generated dispatch hands it to
+/// the C/R engine's pre-call hook once the call's checks have passed. Calls whose accesses the
+/// spec cannot describe (a kernel launch reaches memory through its parameters) are
+/// described further by the service that runs them.
+#[derive(Debug, Clone, Copy)]
+pub struct CallAccess<'a> {
+    /// The function's name.
+    pub function: &'static str,
+    pub device: &'a [DeviceAccess],
+    pub objects: &'a [ObjectAccess],
+}

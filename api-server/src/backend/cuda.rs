@@ -6,29 +6,65 @@
 //! memory management API (`cuMemCreate` + `cuMemMap` into a range reserved with
 //! `cuMemAddressReserve` at a fixed address), so allocations land at the addresses the
 //! session's allocator chose.
+//!
+//! Calls go through `cudarc`'s typed layer (`cudarc::driver::result`: a Rust signature per
+//! driver call, failures as `DriverError`) wherever it has the call Phos makes. Raw `sys`
+//! calls remain where it does not, each group said where it is: the virtual memory management
+//! API (reserve, create, map, set access), host memory registration, peer access, stream
+//! queries, 2D copies and sets, launches with a packed parameter buffer (the typed
+//! `launch_kernel` takes an argument array), copies of the guest's pinned memory (memory the
+//! guest writes meanwhile, which no Rust slice may stand for), the driver version, and every
+//! call whose enum or flag argument comes from a guest ([`RawDriver`], `cuEventCreate`): a
+//! value outside the bindings' Rust enum would be undefined behaviour in a typed signature,
+//! where the driver itself answers it with an error. The `safe` layer is not used: it owns
+//! its streams, events and modules and destroys them with their Rust values, while the server
+//! keeps raw handles in its registries and destroys them when the guest says so.
 
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_void};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use cudarc::driver::result::{self, DriverError};
 use cudarc::driver::sys;
+use parking_lot::Mutex;
 use phos_protocol::CudaError;
 use phos_protocol::types::{DeviceProperties, Dim3, FuncAttributes};
 
-use super::{Backend, Copy2D, Gate, LoadedModule, Physical, Raw, StreamRef};
-use crate::memory::MemoryView;
+use super::prelude::*;
+use super::{Copy2D, Gate, LoadedModule, Physical, Raw, StreamRef};
+use crate::registry::memory::MemoryView;
 
 /// Attributes are queried up to this number (CUDA 13 defines about 150).
 const MAX_ATTRIBUTE: i32 = 160;
 
+/// A raw driver call's result.
 fn check(r: sys::CUresult) -> Result<(), CudaError> {
-    if r == sys::CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        // Driver and runtime error codes share their numbers for everything the server calls.
-        Err(CudaError(r as i32))
+    r.result().map_err(driver)
+}
+
+/// The runtime's error for a driver error: driver and runtime error codes share their numbers
+/// for everything the server calls.
+fn driver(e: DriverError) -> CudaError {
+    CudaError(e.0 as i32)
+}
+
+/// Why the `cuda` backend cannot be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("no CUDA driver (libcuda.so) on this machine")]
+    NoDriver,
+    #[error("the CUDA driver reports no GPU")]
+    NoGpu,
+    #[error("{call}: {error}")]
+    Driver { call: &'static str, error: CudaError },
+    #[error("the CUDA driver lacks {0}")]
+    Missing(&'static str),
+}
+
+impl OpenError {
+    fn driver(call: &'static str) -> impl FnOnce(DriverError) -> OpenError {
+        move |e| OpenError::Driver { call, error: driver(e) }
     }
 }
 
@@ -39,8 +75,10 @@ struct Device {
     properties: DeviceProperties,
 }
 
-// The driver's handles are usable from any thread once a context is current.
+// SAFETY: a device's context is a driver handle, usable from any thread (each binds it before
+// use); the rest is plain data, never changed after the backend is opened.
 unsafe impl Send for Device {}
+// SAFETY: as above: nothing in a device changes once it is set up.
 unsafe impl Sync for Device {}
 
 pub struct CudaBackend {
@@ -91,7 +129,8 @@ struct KernelTimer {
 /// session's device time after every call, and a query per launch costs the driver.
 const HARVEST_EVERY: Duration = Duration::from_micros(20);
 
-// CUevent handles are plain driver handles, usable from any thread.
+// SAFETY: its raw parts are CUevent handles, driver handles usable from any thread; the timer
+// is only used under its mutex.
 unsafe impl Send for KernelTimer {}
 
 /// Which launches are timed. Every launch is counted as a kernel; the device time of the
@@ -281,16 +320,15 @@ impl KernelTimer {
         if let Some(pair) = self.free.get_mut(device as usize)?.pop() {
             return Some(pair);
         }
-        let mut start = std::ptr::null_mut();
-        let mut end = std::ptr::null_mut();
-        unsafe {
-            check(sys::cuEventCreate(&mut start, 0)).ok()?;
-            if check(sys::cuEventCreate(&mut end, 0)).is_err() {
-                sys::cuEventDestroy_v2(start);
-                return None;
+        let start = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).ok()?;
+        match result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT) {
+            Ok(end) => Some((start, end)),
+            Err(_) => {
+                // SAFETY: `start` was just created and is used nowhere else.
+                let _ = unsafe { result::event::destroy(start) };
+                None
             }
         }
-        Some((start, end))
     }
 
     fn recorded(&mut self, device: i32, pair: (sys::CUevent, sys::CUevent), weight: u64, shape: u64) {
@@ -298,7 +336,8 @@ impl KernelTimer {
         if self.pending.len() > MAX_PENDING_TIMINGS
             && let Some(&(_, _, end, _, _)) = self.pending.front()
         {
-            unsafe { sys::cuEventSynchronize(end) };
+            // SAFETY: a live event of this timer's (pending pairs are destroyed never, reused).
+            let _ = unsafe { result::event::synchronize(end) };
             self.harvest();
         }
         self.harvest_if_due();
@@ -313,15 +352,14 @@ impl KernelTimer {
     /// Count every finished pair at the front of the queue.
     fn harvest(&mut self) {
         while let Some(&(device, start, end, weight, shape)) = self.pending.front() {
-            let r = unsafe { sys::cuEventQuery(end) };
-            if r == sys::CUresult::CUDA_ERROR_NOT_READY {
+            // SAFETY: `start` and `end` are live events of this timer's, both recorded.
+            let done = unsafe { result::event::query(end) };
+            if done == Err(DriverError(sys::CUresult::CUDA_ERROR_NOT_READY)) {
                 break;
             }
             self.pending.pop_front();
-            let mut ms = 0f32;
-            if r == sys::CUresult::CUDA_SUCCESS
-                && unsafe { sys::cuEventElapsedTime(&mut ms, start, end) } == sys::CUresult::CUDA_SUCCESS
-            {
+            // SAFETY: as above.
+            if let Some(ms) = done.ok().and_then(|()| unsafe { result::event::elapsed(start, end) }.ok()) {
                 if self.shortest.len() >= MAX_SHAPES && !self.shortest.contains_key(&shape) {
                     self.shortest.clear();
                 }
@@ -348,53 +386,60 @@ thread_local! {
 impl CudaBackend {
     /// True when a CUDA driver can be loaded (without initialising it).
     pub fn driver_present() -> bool {
+        // SAFETY: only looks for the library.
         unsafe { sys::is_culib_present() }
     }
 
     /// Number of GPUs, or why there are none usable.
-    pub fn probe() -> Result<i32, String> {
+    pub fn probe() -> Result<i32, OpenError> {
         if !Self::driver_present() {
-            return Err("no CUDA driver (libcuda.so) on this machine".into());
+            return Err(OpenError::NoDriver);
         }
-        unsafe {
-            check(sys::cuInit(0)).map_err(|e| format!("cuInit: {e:?}"))?;
-            let mut n = 0;
-            check(sys::cuDeviceGetCount(&mut n)).map_err(|e| format!("cuDeviceGetCount: {e:?}"))?;
-            Ok(n)
-        }
+        result::init().map_err(OpenError::driver("cuInit"))?;
+        result::device::get_count().map_err(OpenError::driver("cuDeviceGetCount"))
     }
 
-    pub fn new() -> Result<Self, String> {
+    pub fn new() -> Result<Self, OpenError> {
         let count = Self::probe()?;
         if count == 0 {
-            return Err("the CUDA driver reports no GPU".into());
+            return Err(OpenError::NoGpu);
         }
+        // SAFETY: the symbol is `cuDeviceGetAttribute`, whose C signature this is (with the
+        // attribute as a plain integer, see `RawDriver`); the library stays loaded for the
+        // process's life.
         let get_attribute = unsafe {
             *sys::culib()
                 .get::<unsafe extern "C" fn(*mut i32, i32, sys::CUdevice) -> i32>(b"cuDeviceGetAttribute\0")
-                .map_err(|e| format!("cuDeviceGetAttribute: {e}"))?
+                .map_err(|_| OpenError::Missing("cuDeviceGetAttribute"))?
         };
+        // Raw: the typed layer has no cuDriverGetVersion.
         let mut driver_version = 0;
-        unsafe { check(sys::cuDriverGetVersion(&mut driver_version)).map_err(|e| format!("{e:?}"))? };
+        // SAFETY: writes one int.
+        check(unsafe { sys::cuDriverGetVersion(&mut driver_version) })
+            .map_err(|error| OpenError::Driver { call: "cuDriverGetVersion", error })?;
         let mut devices = Vec::new();
         for ordinal in 0..count {
-            unsafe {
-                let mut dev = 0;
-                check(sys::cuDeviceGet(&mut dev, ordinal)).map_err(|e| format!("cuDeviceGet: {e:?}"))?;
-                let mut ctx = std::ptr::null_mut();
-                check(sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)).map_err(|e| format!("primary context: {e:?}"))?;
-                check(sys::cuCtxSetCurrent(ctx)).map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
-                let prop = allocation_prop(ordinal);
-                let mut gran = 0usize;
-                check(sys::cuMemGetAllocationGranularity(
+            let dev = result::device::get(ordinal).map_err(OpenError::driver("cuDeviceGet"))?;
+            // SAFETY: a device the driver just named. The primary context is kept for the
+            // server's life (never released).
+            let ctx =
+                unsafe { result::primary_ctx::retain(dev) }.map_err(OpenError::driver("cuDevicePrimaryCtxRetain"))?;
+            // SAFETY: a context the driver just retained.
+            unsafe { result::ctx::set_current(ctx) }.map_err(OpenError::driver("cuCtxSetCurrent"))?;
+            // Raw: the typed layer has no virtual memory management.
+            let prop = allocation_prop(ordinal);
+            let mut gran = 0usize;
+            // SAFETY: `prop` describes pinned memory of this device; writes one size.
+            check(unsafe {
+                sys::cuMemGetAllocationGranularity(
                     &mut gran,
                     &prop,
                     sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED,
-                ))
-                .map_err(|e| format!("allocation granularity: {e:?}"))?;
-                let properties = query_properties(get_attribute, dev)?;
-                devices.push(Device { ordinal, ctx, granularity: gran as u64, properties });
-            }
+                )
+            })
+            .map_err(|error| OpenError::Driver { call: "cuMemGetAllocationGranularity", error })?;
+            let properties = query_properties(get_attribute, dev)?;
+            devices.push(Device { ordinal, ctx, granularity: gran as u64, properties });
         }
         BOUND.with(|b| b.set(count - 1));
         let timer = Mutex::new(KernelTimer::new(devices.len()));
@@ -424,15 +469,17 @@ struct RawDriver {
 }
 
 impl RawDriver {
-    fn load() -> Result<Self, String> {
+    fn load() -> Result<Self, OpenError> {
         fn get<T: Copy>(name: &str) -> Option<T> {
             let mut sym = name.as_bytes().to_vec();
             sym.push(0);
+            // SAFETY: each field's type below is the C signature of the symbol of its name
+            // (enums as plain integers); the library stays loaded for the process's life.
             unsafe { sys::culib().get::<T>(sym.as_slice()).ok().map(|f| *f) }
         }
         macro_rules! need {
             ($name:literal) => {
-                get($name).ok_or_else(|| format!("the CUDA driver lacks {}", $name))?
+                get($name).ok_or(OpenError::Missing($name))?
             };
         }
         Ok(RawDriver {
@@ -454,6 +501,7 @@ fn check_raw(r: i32) -> Result<(), CudaError> {
 }
 
 fn allocation_prop(ordinal: i32) -> sys::CUmemAllocationProp {
+    // SAFETY: a plain C struct whose zero value is valid (its enums have zero variants).
     let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
     prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
@@ -461,21 +509,26 @@ fn allocation_prop(ordinal: i32) -> sys::CUmemAllocationProp {
     prop
 }
 
-unsafe fn query_properties(
+fn query_properties(
     get_attribute: unsafe extern "C" fn(*mut i32, i32, sys::CUdevice) -> i32,
     dev: sys::CUdevice,
-) -> Result<DeviceProperties, String> {
+) -> Result<DeviceProperties, OpenError> {
+    // Raw: `cudaDeviceProp` holds 256 bytes of name, the typed `get_name` 128.
     let mut name = [0 as std::ffi::c_char; 256];
-    unsafe { check(sys::cuDeviceGetName(name.as_mut_ptr(), 256, dev)).map_err(|e| format!("{e:?}"))? };
+    // SAFETY: the driver writes at most 256 bytes, NUL-terminated.
+    check(unsafe { sys::cuDeviceGetName(name.as_mut_ptr(), 256, dev) })
+        .map_err(|error| OpenError::Driver { call: "cuDeviceGetName", error })?;
+    // SAFETY: NUL-terminated by the driver, inside the buffer.
     let name = unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
-    let mut total = 0usize;
-    unsafe { check(sys::cuDeviceTotalMem_v2(&mut total, dev)).map_err(|e| format!("{e:?}"))? };
-    let mut uuid: sys::CUuuid = unsafe { std::mem::zeroed() };
-    unsafe { check(sys::cuDeviceGetUuid(&mut uuid, dev)).map_err(|e| format!("{e:?}"))? };
+    // SAFETY: `dev` is a device the driver named.
+    let total = unsafe { result::device::total_mem(dev) }.map_err(OpenError::driver("cuDeviceTotalMem"))?;
+    let uuid = result::device::get_uuid(dev).map_err(OpenError::driver("cuDeviceGetUuid"))?;
     let mut attributes = vec![0i32; MAX_ATTRIBUTE as usize + 1];
     for (a, slot) in attributes.iter_mut().enumerate().skip(1) {
         let mut v = 0;
         // Attributes this driver does not know answer an error: they stay 0.
+        // SAFETY: writes one int; any attribute number is answered (an unknown one with an
+        // error).
         if unsafe { get_attribute(&mut v, a as i32, dev) } == 0 {
             *slot = v;
         }
@@ -499,7 +552,7 @@ fn stream_handle(s: StreamRef) -> sys::CUstream {
     }
 }
 
-impl Backend for CudaBackend {
+impl Devices for CudaBackend {
     fn name(&self) -> &'static str {
         "cuda"
     }
@@ -513,10 +566,10 @@ impl Backend for CudaBackend {
     }
 
     fn device_attribute(&self, device: i32, attribute: i32) -> Result<i32, CudaError> {
-        let d = self.device(device)?;
-        let mut dev = 0;
-        unsafe { check(sys::cuDeviceGet(&mut dev, d.ordinal))? };
+        let dev = result::device::get(self.device(device)?.ordinal).map_err(driver)?;
         let mut v = 0;
+        // SAFETY: writes one int; a guest's attribute number the driver does not know is
+        // answered with an error (hence the raw call: see `RawDriver`).
         let r = unsafe { (self.get_attribute)(&mut v, attribute, dev) };
         if r != 0 { Err(CudaError(r)) } else { Ok(v) }
     }
@@ -527,8 +580,7 @@ impl Backend for CudaBackend {
 
     fn mem_info(&self, device: i32) -> Result<(u64, u64), CudaError> {
         self.bind(device)?;
-        let (mut free, mut total) = (0usize, 0usize);
-        unsafe { check(sys::cuMemGetInfo_v2(&mut free, &mut total))? };
+        let (free, total) = result::mem_get_info().map_err(driver)?;
         Ok((free as u64, total as u64))
     }
 
@@ -537,22 +589,114 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let d = self.device(device)?;
-        unsafe { check(sys::cuCtxSetCurrent(d.ctx))? };
+        // SAFETY: a primary context retained for the server's life.
+        unsafe { result::ctx::set_current(d.ctx) }.map_err(driver)?;
         BOUND.with(|b| b.set(device));
         Ok(())
     }
 
     fn device_synchronize(&self, device: i32) -> Result<(), CudaError> {
         self.bind(device)?;
-        unsafe { check(sys::cuCtxSynchronize()) }
+        result::ctx::synchronize().map_err(driver)
     }
 
+    // Limits, cache and shared memory configuration: raw (`RawDriver`), their enums come
+    // from guests.
+    fn limit(&self, device: i32, limit: i32) -> Result<u64, CudaError> {
+        self.bind(device)?;
+        let mut v = 0usize;
+        // SAFETY (here and below): `RawDriver`'s functions have these C signatures, and take
+        // any integer for their enum arguments (answering an unknown one with an error); this
+        // one writes one size.
+        check_raw(unsafe { (self.raw.ctx_get_limit)(&mut v, limit) })?;
+        Ok(v as u64)
+    }
+
+    fn set_limit(&self, device: i32, limit: i32, value: u64) -> Result<(), CudaError> {
+        self.bind(device)?;
+        // SAFETY: as in `limit`; acts on the current context only.
+        check_raw(unsafe { (self.raw.ctx_set_limit)(limit, value as usize) })
+    }
+
+    fn cache_config(&self, device: i32) -> Result<i32, CudaError> {
+        self.bind(device)?;
+        let mut v = 0;
+        // SAFETY: as in `limit`; writes one int.
+        check_raw(unsafe { (self.raw.ctx_get_cache_config)(&mut v) })?;
+        Ok(v)
+    }
+
+    fn set_cache_config(&self, device: i32, config: i32) -> Result<(), CudaError> {
+        self.bind(device)?;
+        // SAFETY: as in `limit`; acts on the current context only.
+        check_raw(unsafe { (self.raw.ctx_set_cache_config)(config) })
+    }
+
+    fn shared_mem_config(&self, device: i32) -> Result<i32, CudaError> {
+        self.bind(device)?;
+        let Some(get) = self.raw.ctx_get_shared_mem_config else {
+            return Ok(1); // four-byte banks, the only size of current GPUs
+        };
+        let mut v = 0;
+        // SAFETY: as in `limit`; writes one int.
+        check_raw(unsafe { get(&mut v) })?;
+        Ok(v)
+    }
+
+    fn set_shared_mem_config(&self, device: i32, config: i32) -> Result<(), CudaError> {
+        self.bind(device)?;
+        match self.raw.ctx_set_shared_mem_config {
+            // SAFETY: as in `limit`; acts on the current context only.
+            Some(set) => check_raw(unsafe { set(config) }),
+            None => Ok(()),
+        }
+    }
+
+    fn stream_priority_range(&self, device: i32) -> Result<(i32, i32), CudaError> {
+        self.bind(device)?;
+        result::stream::get_priority_range().map_err(driver)
+    }
+
+    fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool, CudaError> {
+        let (d, p) = (self.device(device)?.ordinal, self.device(peer)?.ordinal);
+        let mut can = 0;
+        // Raw: the typed layer has no peer access (nor the persisting L2 reset below).
+        // SAFETY: writes one int.
+        check(unsafe { sys::cuDeviceCanAccessPeer(&mut can, d, p) })?;
+        Ok(can != 0)
+    }
+
+    fn enable_peer_access(&self, device: i32, peer: i32) -> Result<(), CudaError> {
+        let peer_ctx = self.device(peer)?.ctx;
+        self.bind(device)?;
+        // SAFETY: both contexts are primary contexts kept for the server's life.
+        check(unsafe { sys::cuCtxEnablePeerAccess(peer_ctx, 0) })
+    }
+
+    fn disable_peer_access(&self, device: i32, peer: i32) -> Result<(), CudaError> {
+        let peer_ctx = self.device(peer)?.ctx;
+        self.bind(device)?;
+        // SAFETY: as above.
+        check(unsafe { sys::cuCtxDisablePeerAccess(peer_ctx) })
+    }
+
+    fn reset_persisting_l2_cache(&self, device: i32) -> Result<(), CudaError> {
+        self.bind(device)?;
+        // SAFETY: acts on the current context only.
+        check(unsafe { sys::cuCtxResetPersistingL2Cache() })
+    }
+}
+
+// Raw throughout: the typed layer has no virtual memory management.
+impl VirtualMemory for CudaBackend {
     fn reserve(&self, base: u64, size: u64) -> Result<(), CudaError> {
         let mut got: sys::CUdeviceptr = 0;
         let align = self.devices.iter().map(|d| d.granularity).max().unwrap_or(2 << 20);
-        unsafe { check(sys::cuMemAddressReserve(&mut got, size as usize, align as usize, base, 0))? };
+        // SAFETY: writes one address; reserves address space only.
+        check(unsafe { sys::cuMemAddressReserve(&mut got, size as usize, align as usize, base, 0) })?;
         if got != base {
             // The driver treats the address as a hint; pointers would not be stable.
+            // SAFETY: the range the driver just reserved, nothing mapped in it.
             unsafe {
                 sys::cuMemAddressFree(got, size as usize);
             }
@@ -563,8 +707,9 @@ impl Backend for CudaBackend {
     }
 
     fn unreserve(&self, base: u64, size: u64) {
-        unsafe {
-            sys::cuMemAddressFree(base, size as usize);
+        // SAFETY: the session's reservation, everything in it unmapped already.
+        if let Err(e) = check(unsafe { sys::cuMemAddressFree(base, size as usize) }) {
+            tracing::warn!("giving back the device address range {base:#x}+{size:#x}: {e:?}");
         }
     }
 
@@ -576,6 +721,8 @@ impl Backend for CudaBackend {
         let d = self.device(device)?;
         let prop = allocation_prop(d.ordinal);
         let mut handle: sys::CUmemGenericAllocationHandle = 0;
+        // SAFETY: `[addr, addr + size)` is a free, granularity-aligned part of the session's
+        // reservation (the address space decided); each step is undone if a later one fails.
         unsafe {
             check(sys::cuMemCreate(&mut handle, size as usize, &prop, 0))?;
             if let Err(e) = check(sys::cuMemMap(addr, size as usize, 0, handle, 0)) {
@@ -612,106 +759,68 @@ impl Backend for CudaBackend {
     }
 
     fn unmap(&self, addr: u64, size: u64, physical: Physical) -> Result<(), CudaError> {
+        // SAFETY: a range `map` mapped with this handle, nothing of the session's using it now.
         unsafe {
             check(sys::cuMemUnmap(addr, size as usize))?;
             check(sys::cuMemRelease(physical))
         }
     }
+}
 
+impl Copies for CudaBackend {
     fn memcpy_htod(&self, dst: u64, src: &[u8], stream: Option<StreamRef>) -> Result<(), CudaError> {
-        unsafe {
+        // SAFETY: the service checked `[dst, dst + len)` against the session's memory. On a
+        // stream, `src` outlives the copy: it is the request's data or a staging slot, and
+        // the caller synchronises before either is reused (the driver stages pageable memory
+        // before it returns).
+        let r = unsafe {
             match stream {
-                None => check(sys::cuMemcpyHtoD_v2(dst, src.as_ptr() as *const c_void, src.len())),
-                Some(s) => {
-                    check(sys::cuMemcpyHtoDAsync_v2(dst, src.as_ptr() as *const c_void, src.len(), stream_handle(s)))
-                }
+                None => result::memcpy_htod_sync(dst, src),
+                Some(s) => result::memcpy_htod_async(dst, src, stream_handle(s)),
             }
-        }
-    }
-
-    fn pin_host(&self, buf: &mut [u8]) {
-        unsafe {
-            sys::cuMemHostRegister_v2(buf.as_mut_ptr() as *mut c_void, buf.len(), 0);
-        }
-    }
-
-    fn unpin_host(&self, buf: &mut [u8]) {
-        unsafe {
-            sys::cuMemHostUnregister(buf.as_mut_ptr() as *mut c_void);
-        }
+        };
+        r.map_err(driver)
     }
 
     fn memcpy_dtoh(&self, dst: &mut [u8], src: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
-        unsafe {
-            match stream {
-                None => check(sys::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, src, dst.len())),
-                Some(s) => {
-                    // The reply carries the data, so the copy must be finished before it is sent.
-                    let h = stream_handle(s);
-                    check(sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr() as *mut c_void, src, dst.len(), h))?;
-                    check(sys::cuStreamSynchronize(h))
-                }
+        match stream {
+            // SAFETY: the service checked `[src, src + len)`; `dst` is written before this
+            // returns.
+            None => unsafe { result::memcpy_dtoh_sync(dst, src) }.map_err(driver),
+            Some(s) => {
+                // The reply carries the data, so the copy must be finished before it is sent.
+                let h = stream_handle(s);
+                // SAFETY: the service checked `[src, src + len)`; `dst` stays borrowed until the
+                // stream is synchronised below (a copy that failed to queue writes nothing).
+                unsafe { result::memcpy_dtoh_async(dst, src, h) }.map_err(driver)?;
+                // SAFETY: a live stream of the session's, or a special one.
+                unsafe { result::stream::synchronize(h) }.map_err(driver)
             }
-        }
-    }
-
-    fn register_host(&self, addr: u64, len: u64) -> Result<u64, CudaError> {
-        // Portable (every context) and mapped (kernels reach it); under unified addressing
-        // the device address is the host address.
-        const PORTABLE_MAPPED: u32 = 0x1 | 0x2;
-        let p = addr as *mut c_void;
-        unsafe {
-            check(sys::cuMemHostRegister_v2(p, len as usize, PORTABLE_MAPPED))?;
-            let mut device = 0;
-            if let Err(e) = check(sys::cuMemHostGetDevicePointer_v2(&mut device, p, 0)) {
-                sys::cuMemHostUnregister(p);
-                return Err(e);
-            }
-            Ok(device)
-        }
-    }
-
-    fn unregister_host(&self, addr: u64) {
-        unsafe {
-            sys::cuMemHostUnregister(addr as *mut c_void);
-        }
-    }
-
-    fn memcpy_registered(
-        &self,
-        device: u64,
-        host: u64,
-        len: u64,
-        to_device: bool,
-        stream: Option<StreamRef>,
-    ) -> Result<(), CudaError> {
-        let (h, n) = (host as *mut c_void, len as usize);
-        unsafe {
-            check(match (to_device, stream) {
-                (true, None) => sys::cuMemcpyHtoD_v2(device, h, n),
-                (true, Some(s)) => sys::cuMemcpyHtoDAsync_v2(device, h, n, stream_handle(s)),
-                (false, None) => sys::cuMemcpyDtoH_v2(h, device, n),
-                (false, Some(s)) => sys::cuMemcpyDtoHAsync_v2(h, device, n, stream_handle(s)),
-            })
         }
     }
 
     fn memcpy_dtod(&self, dst: u64, src: u64, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
-        unsafe {
+        // SAFETY: the service checked both ranges against the session's memory; the stream is
+        // live (or a special one).
+        let r = unsafe {
             match stream {
-                None => check(sys::cuMemcpyDtoD_v2(dst, src, len as usize)),
-                Some(s) => check(sys::cuMemcpyDtoDAsync_v2(dst, src, len as usize, stream_handle(s))),
+                None => result::memcpy_dtod_sync(dst, src, len as usize),
+                Some(s) => result::memcpy_dtod_async(dst, src, len as usize, stream_handle(s)),
             }
-        }
+        };
+        r.map_err(driver)
     }
 
     fn memset(&self, dst: u64, value: u8, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
-        unsafe {
+        // SAFETY: the service checked `[dst, dst + len)` against the session's memory; the
+        // stream is live (or a special one).
+        let r = unsafe {
             match stream {
-                None => check(sys::cuMemsetD8_v2(dst, value, len as usize)),
-                Some(s) => check(sys::cuMemsetD8Async(dst, value, len as usize, stream_handle(s))),
+                None => result::memset_d8_sync(dst, value, len as usize),
+                Some(s) => result::memset_d8_async(dst, value, len as usize, stream_handle(s)),
             }
-        }
+        };
+        r.map_err(driver)
     }
 
     fn memcpy_2d(&self, copy: Copy2D<'_>, width: u64, height: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
@@ -748,14 +857,22 @@ impl Backend for CudaBackend {
             WidthInBytes: width as usize,
             Height: height as usize,
         };
-        unsafe {
-            match stream {
-                None => check(sys::cuMemcpy2DUnaligned_v2(&p)),
-                Some(s) => {
-                    let h = stream_handle(s);
-                    check(sys::cuMemcpy2DAsync_v2(&p, h))?;
-                    // A host side is the request's or the reply's buffer: done before either goes.
-                    if reply_wait || p.srcMemoryType == host { check(sys::cuStreamSynchronize(h)) } else { Ok(()) }
+        // Raw: the typed layer has no 2D copies.
+        match stream {
+            // SAFETY: the service checked every row of both sides; a host side is a buffer of
+            // `width * height` bytes, borrowed until the copy is done.
+            None => check(unsafe { sys::cuMemcpy2DUnaligned_v2(&p) }),
+            Some(s) => {
+                let h = stream_handle(s);
+                // SAFETY: as above; a host side stays borrowed until the stream is
+                // synchronised below.
+                check(unsafe { sys::cuMemcpy2DAsync_v2(&p, h) })?;
+                // A host side is the request's or the reply's buffer: done before either goes.
+                if reply_wait || p.srcMemoryType == host {
+                    // SAFETY: a live stream of the session's, or a special one.
+                    unsafe { result::stream::synchronize(h) }.map_err(driver)
+                } else {
+                    Ok(())
                 }
             }
         }
@@ -771,111 +888,231 @@ impl Backend for CudaBackend {
         stream: Option<StreamRef>,
     ) -> Result<(), CudaError> {
         let (pitch, width, height) = (pitch as usize, width as usize, height as usize);
-        unsafe {
+        // Raw: the typed layer has no 2D sets.
+        // SAFETY: the service checked every row against the session's memory; the stream is
+        // live (or a special one).
+        check(unsafe {
             match stream {
-                None => check(sys::cuMemsetD2D8_v2(dst, pitch, value, width, height)),
-                Some(s) => check(sys::cuMemsetD2D8Async(dst, pitch, value, width, height, stream_handle(s))),
+                None => sys::cuMemsetD2D8_v2(dst, pitch, value, width, height),
+                Some(s) => sys::cuMemsetD2D8Async(dst, pitch, value, width, height, stream_handle(s)),
             }
+        })
+    }
+}
+
+// Raw throughout: the typed layer has no host memory registration, and a pinned copy's host
+// side is the guest's memory, which the guest writes meanwhile: no Rust slice may stand for it.
+impl HostMemory for CudaBackend {
+    fn pin_host(&self, buf: &mut [u8]) {
+        // SAFETY: the buffer lives until `unpin_host` (its owner unpins it before freeing it).
+        let r = check(unsafe { sys::cuMemHostRegister_v2(buf.as_mut_ptr() as *mut c_void, buf.len(), 0) });
+        if let Err(e) = r {
+            // Copies through it still work, from pageable memory (slower).
+            tracing::warn!("page-locking a copy buffer of {} bytes: {e:?}", buf.len());
         }
     }
 
-    fn limit(&self, device: i32, limit: i32) -> Result<u64, CudaError> {
-        self.bind(device)?;
-        let mut v = 0usize;
-        check_raw(unsafe { (self.raw.ctx_get_limit)(&mut v, limit) })?;
-        Ok(v as u64)
+    fn unpin_host(&self, buf: &mut [u8]) {
+        // SAFETY: a buffer `pin_host` was given. One it could not register answers an error
+        // here, and nothing else happens.
+        let _ = unsafe { sys::cuMemHostUnregister(buf.as_mut_ptr() as *mut c_void) };
     }
 
-    fn set_limit(&self, device: i32, limit: i32, value: u64) -> Result<(), CudaError> {
-        self.bind(device)?;
-        check_raw(unsafe { (self.raw.ctx_set_limit)(limit, value as usize) })
+    fn register_host(&self, addr: u64, len: u64) -> Result<u64, CudaError> {
+        // Portable (every context) and mapped (kernels reach it); under unified addressing
+        // the device address is the host address.
+        const PORTABLE_MAPPED: u32 = 0x1 | 0x2;
+        let p = addr as *mut c_void;
+        // SAFETY: whole pages of the guest's arena mapped in this process, handed out by the
+        // server; unregistered again if the device pointer cannot be had.
+        unsafe {
+            check(sys::cuMemHostRegister_v2(p, len as usize, PORTABLE_MAPPED))?;
+            let mut device = 0;
+            if let Err(e) = check(sys::cuMemHostGetDevicePointer_v2(&mut device, p, 0)) {
+                sys::cuMemHostUnregister(p);
+                return Err(e);
+            }
+            Ok(device)
+        }
     }
 
-    fn cache_config(&self, device: i32) -> Result<i32, CudaError> {
-        self.bind(device)?;
-        let mut v = 0;
-        check_raw(unsafe { (self.raw.ctx_get_cache_config)(&mut v) })?;
-        Ok(v)
+    fn unregister_host(&self, addr: u64) {
+        // SAFETY: a range `register_host` registered.
+        if let Err(e) = check(unsafe { sys::cuMemHostUnregister(addr as *mut c_void) }) {
+            tracing::warn!("unregistering the pinned memory at {addr:#x}: {e:?}");
+        }
     }
 
-    fn set_cache_config(&self, device: i32, config: i32) -> Result<(), CudaError> {
-        self.bind(device)?;
-        check_raw(unsafe { (self.raw.ctx_set_cache_config)(config) })
+    fn memcpy_registered(
+        &self,
+        device: u64,
+        host: u64,
+        len: u64,
+        to_device: bool,
+        stream: Option<StreamRef>,
+    ) -> Result<(), CudaError> {
+        let (h, n) = (host as *mut c_void, len as usize);
+        // SAFETY: the service checked the device range and that `[host, host + len)` lies in
+        // one registered allocation of the mapped arena, which outlives queued copies.
+        unsafe {
+            check(match (to_device, stream) {
+                (true, None) => sys::cuMemcpyHtoD_v2(device, h, n),
+                (true, Some(s)) => sys::cuMemcpyHtoDAsync_v2(device, h, n, stream_handle(s)),
+                (false, None) => sys::cuMemcpyDtoH_v2(h, device, n),
+                (false, Some(s)) => sys::cuMemcpyDtoHAsync_v2(h, device, n, stream_handle(s)),
+            })
+        }
     }
+}
 
-    fn shared_mem_config(&self, device: i32) -> Result<i32, CudaError> {
+impl Streams for CudaBackend {
+    fn stream_create(&self, device: i32, flags: u32, priority: i32) -> Result<Raw, CudaError> {
+        use result::stream::StreamKind;
         self.bind(device)?;
-        let Some(get) = self.raw.ctx_get_shared_mem_config else {
-            return Ok(1); // four-byte banks, the only size of current GPUs
+        // The flags CUDA defines (the service refuses others; the driver would answer this).
+        let kind = match flags {
+            0 => StreamKind::Default,
+            1 => StreamKind::NonBlocking,
+            _ => return Err(CudaError::InvalidValue),
         };
-        let mut v = 0;
-        check_raw(unsafe { get(&mut v) })?;
-        Ok(v)
+        result::stream::create_with_priority(kind, priority).map(|s| s as Raw).map_err(driver)
     }
 
-    fn set_shared_mem_config(&self, device: i32, config: i32) -> Result<(), CudaError> {
-        self.bind(device)?;
-        match self.raw.ctx_set_shared_mem_config {
-            Some(set) => check_raw(unsafe { set(config) }),
-            None => Ok(()),
+    fn stream_destroy(&self, stream: Raw) -> Result<(), CudaError> {
+        // SAFETY: a stream this backend created, which the registry has just let go of.
+        unsafe { result::stream::destroy(stream as sys::CUstream) }.map_err(driver)
+    }
+
+    fn stream_synchronize(&self, stream: StreamRef) -> Result<(), CudaError> {
+        // SAFETY: a live stream of the session's, or a special stream.
+        unsafe { result::stream::synchronize(stream_handle(stream)) }.map_err(driver)
+    }
+
+    fn stream_query(&self, stream: StreamRef) -> Result<bool, CudaError> {
+        // Raw: the typed layer has no stream query.
+        // SAFETY: a live stream of the session's, or a special stream.
+        match unsafe { sys::cuStreamQuery(stream_handle(stream)) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            e => Err(CudaError(e as i32)),
         }
     }
 
-    fn stream_priority_range(&self, device: i32) -> Result<(i32, i32), CudaError> {
-        self.bind(device)?;
-        let (mut least, mut greatest) = (0, 0);
-        unsafe { check(sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest))? };
-        Ok((least, greatest))
-    }
-
-    fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool, CudaError> {
-        let (d, p) = (self.device(device)?.ordinal, self.device(peer)?.ordinal);
-        let mut can = 0;
-        unsafe { check(sys::cuDeviceCanAccessPeer(&mut can, d, p))? };
-        Ok(can != 0)
-    }
-
-    fn enable_peer_access(&self, device: i32, peer: i32) -> Result<(), CudaError> {
-        let peer_ctx = self.device(peer)?.ctx;
-        self.bind(device)?;
-        unsafe { check(sys::cuCtxEnablePeerAccess(peer_ctx, 0)) }
-    }
-
-    fn disable_peer_access(&self, device: i32, peer: i32) -> Result<(), CudaError> {
-        let peer_ctx = self.device(peer)?.ctx;
-        self.bind(device)?;
-        unsafe { check(sys::cuCtxDisablePeerAccess(peer_ctx)) }
-    }
-
-    fn reset_persisting_l2_cache(&self, device: i32) -> Result<(), CudaError> {
-        self.bind(device)?;
-        unsafe { check(sys::cuCtxResetPersistingL2Cache()) }
+    fn stream_wait_event(&self, stream: StreamRef, event: Raw) -> Result<(), CudaError> {
+        let wait = sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
+        // SAFETY: a live stream (or a special one) and a live event of the session's.
+        unsafe { result::stream::wait_event(stream_handle(stream), event as sys::CUevent, wait) }.map_err(driver)
     }
 
     fn host_func(&self, stream: StreamRef, gate: std::sync::Arc<Gate>) -> Result<(), CudaError> {
         // Runs on the driver's callback thread when the stream gets there; the stream stays
         // there until the guest has run its function.
         unsafe extern "C" fn at_gate(gate: *mut c_void) {
+            // SAFETY: `gate` is the reference `host_func` gave the driver, passed back once.
             let gate = unsafe { std::sync::Arc::from_raw(gate as *const Gate) };
             gate.reach();
             gate.wait_opened();
         }
         let raw = std::sync::Arc::into_raw(gate) as *mut c_void;
-        let r = unsafe { check(sys::cuLaunchHostFunc(stream_handle(stream), Some(at_gate), raw)) };
+        // SAFETY: `at_gate` takes back the reference `raw` holds, once, when the stream gets
+        // there; the stream is live (or a special one).
+        let r = unsafe { result::stream::launch_host_function(stream_handle(stream), at_gate, raw) }.map_err(driver);
         if r.is_err() {
+            // SAFETY: the driver did not take the reference: it is given back here, once.
             drop(unsafe { std::sync::Arc::from_raw(raw as *const Gate) });
         }
         r
     }
+}
 
-    fn stream_wait_event(&self, stream: StreamRef, event: Raw) -> Result<(), CudaError> {
-        unsafe { check(sys::cuStreamWaitEvent(stream_handle(stream), event as sys::CUevent, 0)) }
+impl Events for CudaBackend {
+    fn event_create(&self, device: i32, flags: u32) -> Result<Raw, CudaError> {
+        self.bind(device)?;
+        // Raw: the guest's flags are a set of bits (blocking sync | disable timing | ...),
+        // which the typed layer's one-value enum cannot hold.
+        let mut e = std::ptr::null_mut();
+        // SAFETY: writes one event handle.
+        check(unsafe { sys::cuEventCreate(&mut e, flags) })?;
+        Ok(e as Raw)
+    }
+
+    fn event_destroy(&self, event: Raw) -> Result<(), CudaError> {
+        // SAFETY: an event this backend created, which the registry has just let go of.
+        unsafe { result::event::destroy(event as sys::CUevent) }.map_err(driver)
+    }
+
+    fn event_record(&self, event: Raw, stream: StreamRef) -> Result<(), CudaError> {
+        // SAFETY: a live event and a live (or special) stream of the session's.
+        unsafe { result::event::record(event as sys::CUevent, stream_handle(stream)) }.map_err(driver)
+    }
+
+    fn event_synchronize(&self, event: Raw) -> Result<(), CudaError> {
+        // SAFETY: a live event of the session's.
+        unsafe { result::event::synchronize(event as sys::CUevent) }.map_err(driver)
+    }
+
+    fn event_query(&self, event: Raw) -> Result<bool, CudaError> {
+        // SAFETY: a live event of the session's.
+        match unsafe { result::event::query(event as sys::CUevent) } {
+            Ok(()) => Ok(true),
+            Err(DriverError(sys::CUresult::CUDA_ERROR_NOT_READY)) => Ok(false),
+            Err(e) => Err(driver(e)),
+        }
+    }
+
+    fn event_elapsed(&self, start: Raw, end: Raw) -> Result<f32, CudaError> {
+        // SAFETY: live events of the session's.
+        unsafe { result::event::elapsed(start as sys::CUevent, end as sys::CUevent) }.map_err(driver)
+    }
+}
+
+impl Modules for CudaBackend {
+    fn module_load(&self, device: i32, image: &[u8]) -> Result<LoadedModule, CudaError> {
+        self.bind(device)?;
+        // The driver reads the image as 8-byte words; give it an aligned, NUL-terminated copy
+        // (PTX images need the terminator).
+        let mut aligned = vec![0u64; image.len() / 8 + 2];
+        // SAFETY: `aligned` has room for the image and at least 8 more bytes (the terminator).
+        unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), aligned.as_mut_ptr() as *mut u8, image.len()) };
+        // SAFETY: an aligned, terminated image that outlives the call (the driver copies it).
+        let m = unsafe { result::module::load_data(aligned.as_ptr() as *const c_void) }.map_err(driver)?;
+        // The driver keeps module variables in memory of its own and cannot list them: find
+        // their names in the image and ask for each.
+        let variables = crate::module_vars::variable_names(image)
+            .into_iter()
+            .filter_map(|name| {
+                let (addr, size) = self.module_global(m as Raw, &name).ok()?;
+                Some((name, addr, size))
+            })
+            .collect();
+        Ok(LoadedModule { raw: m as Raw, variables })
+    }
+
+    fn module_unload(&self, module: Raw) -> Result<(), CudaError> {
+        // SAFETY: a module this backend loaded, which the registry has just let go of.
+        unsafe { result::module::unload(module as sys::CUmodule) }.map_err(driver)
+    }
+
+    fn module_function(&self, module: Raw, name: &str) -> Result<Raw, CudaError> {
+        let name = CString::new(name).map_err(|_| CudaError::InvalidValue)?;
+        // SAFETY: a live module of the session's.
+        let f = unsafe { result::module::get_function(module as sys::CUmodule, name) }.map_err(driver)?;
+        Ok(f as Raw)
+    }
+
+    fn module_global(&self, module: Raw, name: &str) -> Result<(u64, u64), CudaError> {
+        let name = CString::new(name).map_err(|_| CudaError::InvalidValue)?;
+        // SAFETY: a live module of the session's.
+        let (ptr, size) = unsafe { result::module::get_global(module as sys::CUmodule, name) }.map_err(driver)?;
+        Ok((ptr, size as u64))
     }
 
     fn function_attributes(&self, function: Raw) -> Result<FuncAttributes, CudaError> {
         let f = function as sys::CUfunction;
         let get = |attr: i32| -> Result<i32, CudaError> {
             let mut v = 0;
+            // SAFETY: `RawDriver`'s signature of cuFuncGetAttribute, for a live function of the
+            // session's; writes one int (an attribute it does not know is an error).
             check_raw(unsafe { (self.raw.func_get_attribute)(&mut v, attr, f) })?;
             Ok(v)
         };
@@ -901,134 +1138,41 @@ impl Backend for CudaBackend {
     }
 
     fn function_set_attribute(&self, function: Raw, attr: i32, value: i32) -> Result<(), CudaError> {
+        // SAFETY: `RawDriver`'s signature of cuFuncSetAttribute, for a live function of the
+        // session's; a guest's attribute or value the driver does not take is an error.
         check_raw(unsafe { (self.raw.func_set_attribute)(function as sys::CUfunction, attr, value) })
     }
 
     fn function_set_cache_config(&self, function: Raw, config: i32) -> Result<(), CudaError> {
+        // SAFETY: `RawDriver`'s signature of cuFuncSetCacheConfig, for a live function of the
+        // session's; a guest's configuration the driver does not know is an error.
         check_raw(unsafe { (self.raw.func_set_cache_config)(function as sys::CUfunction, config) })
     }
 
     fn occupancy(&self, function: Raw, block_size: i32, dynamic_smem: u64, flags: u32) -> Result<i32, CudaError> {
-        let mut n = 0;
+        let f = function as sys::CUfunction;
+        // SAFETY: a live function of the session's.
         unsafe {
-            check(sys::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
-                &mut n,
-                function as sys::CUfunction,
+            result::occupancy::max_active_block_per_multiprocessor_with_flags(
+                f,
                 block_size,
                 dynamic_smem as usize,
                 flags,
-            ))?
-        };
-        Ok(n)
+            )
+        }
+        .map_err(driver)
     }
 
     fn available_dynamic_smem(&self, function: Raw, blocks: i32, block_size: i32) -> Result<u64, CudaError> {
-        let mut n = 0usize;
-        unsafe {
-            check(sys::cuOccupancyAvailableDynamicSMemPerBlock(
-                &mut n,
-                function as sys::CUfunction,
-                blocks,
-                block_size,
-            ))?
-        };
+        let f = function as sys::CUfunction;
+        // SAFETY: a live function of the session's.
+        let n = unsafe { result::occupancy::available_dynamic_shared_mem_per_block(f, blocks, block_size) }
+            .map_err(driver)?;
         Ok(n as u64)
     }
+}
 
-    fn stream_create(&self, device: i32, flags: u32, priority: i32) -> Result<Raw, CudaError> {
-        self.bind(device)?;
-        let mut s = std::ptr::null_mut();
-        unsafe { check(sys::cuStreamCreateWithPriority(&mut s, flags, priority))? };
-        Ok(s as Raw)
-    }
-
-    fn stream_destroy(&self, stream: Raw) -> Result<(), CudaError> {
-        unsafe { check(sys::cuStreamDestroy_v2(stream as sys::CUstream)) }
-    }
-
-    fn stream_synchronize(&self, stream: StreamRef) -> Result<(), CudaError> {
-        unsafe { check(sys::cuStreamSynchronize(stream_handle(stream))) }
-    }
-
-    fn stream_query(&self, stream: StreamRef) -> Result<bool, CudaError> {
-        match unsafe { sys::cuStreamQuery(stream_handle(stream)) } {
-            sys::CUresult::CUDA_SUCCESS => Ok(true),
-            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            e => Err(CudaError(e as i32)),
-        }
-    }
-
-    fn event_create(&self, device: i32, flags: u32) -> Result<Raw, CudaError> {
-        self.bind(device)?;
-        let mut e = std::ptr::null_mut();
-        unsafe { check(sys::cuEventCreate(&mut e, flags))? };
-        Ok(e as Raw)
-    }
-
-    fn event_destroy(&self, event: Raw) -> Result<(), CudaError> {
-        unsafe { check(sys::cuEventDestroy_v2(event as sys::CUevent)) }
-    }
-
-    fn event_record(&self, event: Raw, stream: StreamRef) -> Result<(), CudaError> {
-        unsafe { check(sys::cuEventRecord(event as sys::CUevent, stream_handle(stream))) }
-    }
-
-    fn event_synchronize(&self, event: Raw) -> Result<(), CudaError> {
-        unsafe { check(sys::cuEventSynchronize(event as sys::CUevent)) }
-    }
-
-    fn event_query(&self, event: Raw) -> Result<bool, CudaError> {
-        match unsafe { sys::cuEventQuery(event as sys::CUevent) } {
-            sys::CUresult::CUDA_SUCCESS => Ok(true),
-            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            e => Err(CudaError(e as i32)),
-        }
-    }
-
-    fn event_elapsed(&self, start: Raw, end: Raw) -> Result<f32, CudaError> {
-        let mut ms = 0f32;
-        unsafe { check(sys::cuEventElapsedTime(&mut ms, start as sys::CUevent, end as sys::CUevent))? };
-        Ok(ms)
-    }
-
-    fn module_load(&self, device: i32, image: &[u8]) -> Result<LoadedModule, CudaError> {
-        self.bind(device)?;
-        // The driver reads the image as 8-byte words; give it an aligned, NUL-terminated copy
-        // (PTX images need the terminator).
-        let mut aligned = vec![0u64; image.len() / 8 + 2];
-        unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), aligned.as_mut_ptr() as *mut u8, image.len()) };
-        let mut m = std::ptr::null_mut();
-        unsafe { check(sys::cuModuleLoadData(&mut m, aligned.as_ptr() as *const c_void))? };
-        // The driver keeps module variables in memory of its own and cannot list them: find
-        // their names in the image and ask for each.
-        let variables = crate::module_vars::variable_names(image)
-            .into_iter()
-            .filter_map(|name| {
-                let (addr, size) = self.module_global(m as Raw, &name).ok()?;
-                Some((name, addr, size))
-            })
-            .collect();
-        Ok(LoadedModule { raw: m as Raw, variables })
-    }
-
-    fn module_unload(&self, module: Raw) -> Result<(), CudaError> {
-        unsafe { check(sys::cuModuleUnload(module as sys::CUmodule)) }
-    }
-
-    fn module_function(&self, module: Raw, name: &str) -> Result<Raw, CudaError> {
-        let name = CString::new(name).map_err(|_| CudaError::InvalidValue)?;
-        let mut f = std::ptr::null_mut();
-        unsafe { check(sys::cuModuleGetFunction(&mut f, module as sys::CUmodule, name.as_ptr()))? };
-        Ok(f as Raw)
-    }
-
-    fn module_global(&self, module: Raw, name: &str) -> Result<(u64, u64), CudaError> {
-        let name = CString::new(name).map_err(|_| CudaError::InvalidValue)?;
-        let (mut ptr, mut size) = (0u64, 0usize);
-        unsafe { check(sys::cuModuleGetGlobal_v2(&mut ptr, &mut size, module as sys::CUmodule, name.as_ptr()))? };
-        Ok((ptr, size as u64))
-    }
-
+impl Launch for CudaBackend {
     fn launch(
         &self,
         function: Raw,
@@ -1042,6 +1186,8 @@ impl Backend for CudaBackend {
         measure: bool,
         cooperative: bool,
     ) -> Result<(), CudaError> {
+        // Raw: the launch passes the packed parameter buffer (`extra`), the typed
+        // `launch_kernel` an array of pointers to each argument.
         let mut size = params.len();
         // CU_LAUNCH_PARAM_BUFFER_POINTER, buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END
         let mut extra: [*mut c_void; 5] = [
@@ -1052,13 +1198,15 @@ impl Backend for CudaBackend {
             std::ptr::null_mut(),
         ];
         let device = BOUND.with(|b| b.get());
-        let timing = self.timer.lock().unwrap().begin(device, measure);
+        let timing = self.timer.lock().begin(device, measure);
         let h = stream_handle(stream);
         if let Some((start, _)) = timing.pair {
-            unsafe { sys::cuEventRecord(start, h) };
+            // SAFETY: the timer's live event, and the launch's (live or special) stream.
+            let _ = unsafe { result::event::record(start, h) };
         }
         let r = if cooperative {
             // cuLaunchCooperativeKernel takes no packed buffer; cuLaunchKernelEx does.
+            // SAFETY: a plain C struct (and union) whose zero value is valid.
             let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
             attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
             attr.value.cooperative = 1;
@@ -1074,6 +1222,9 @@ impl Backend for CudaBackend {
                 attrs: &mut attr,
                 numAttrs: 1,
             };
+            // SAFETY: `extra` points at the parameter buffer and its size, both alive for the
+            // call (the driver copies the parameters at launch); the function and stream
+            // are live.
             unsafe {
                 check(sys::cuLaunchKernelEx(
                     &config,
@@ -1083,6 +1234,7 @@ impl Backend for CudaBackend {
                 ))
             }
         } else {
+            // SAFETY: as above.
             unsafe {
                 check(sys::cuLaunchKernel(
                     function as sys::CUfunction,
@@ -1100,9 +1252,10 @@ impl Backend for CudaBackend {
             }
         };
         if timing.pair.is_some() || r.is_err() || timing.count.timed {
-            let mut timer = self.timer.lock().unwrap();
+            let mut timer = self.timer.lock();
             match timing.pair {
-                Some(pair) if r.is_ok() && unsafe { sys::cuEventRecord(pair.1, h) } == sys::CUresult::CUDA_SUCCESS => {
+                // SAFETY: as above.
+                Some(pair) if r.is_ok() && unsafe { result::event::record(pair.1, h) }.is_ok() => {
                     timer.recorded(device, pair, timing.count.weight, launch_shape(function, grid, block, shared_mem));
                 }
                 pair => {
@@ -1125,13 +1278,13 @@ impl Backend for CudaBackend {
     }
 
     fn device_time(&self) -> (u64, u64) {
-        let mut timer = self.timer.lock().unwrap();
+        let mut timer = self.timer.lock();
         timer.harvest_if_due();
         (timer.total_ns, timer.kernels)
     }
 
     fn measuring(&self) -> bool {
-        !self.timer.lock().unwrap().pending.is_empty()
+        !self.timer.lock().pending.is_empty()
     }
 }
 

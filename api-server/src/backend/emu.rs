@@ -5,16 +5,19 @@
 //! of the orders CUDA's stream semantics allow.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+
+use parking_lot::Mutex;
 use std::time::Instant;
 
 use phos_protocol::CudaError;
 use phos_protocol::types::{DeviceProperties, Dim3, FuncAttributes};
-use phos_ptx::exec::{self, GlobalMemory, Launch, Program};
+use phos_ptx::exec::{self, GlobalMemory, Program};
 
-use super::{Backend, Gate, LoadedModule, Physical, Raw, StreamRef};
-use crate::memory::MemoryView;
+use super::prelude::*;
+use super::{Gate, LoadedModule, Physical, Raw, StreamRef};
+use crate::registry::memory::MemoryView;
 use std::sync::atomic::AtomicI32;
 
 /// `CUdevice_attribute` numbers the emulated device reports (the subset that describes it).
@@ -81,6 +84,8 @@ struct Module {
 impl Drop for Module {
     fn drop(&mut self) {
         if let Some((addr, len)) = self.storage {
+            // SAFETY: the module's own mapping; its kernels and the session's view of its
+            // variables have gone with it.
             unsafe { libc::munmap(addr as *mut libc::c_void, len) };
         }
     }
@@ -269,42 +274,49 @@ impl EmuBackend {
 
     /// Wait until every host-function gate submitted so far is open.
     fn pass_gates(&self) {
-        let gates: Vec<Arc<Gate>> = self.gates.lock().unwrap().clone();
+        let gates: Vec<Arc<Gate>> = self.gates.lock().clone();
         for g in &gates {
             g.wait_opened();
         }
-        self.gates.lock().unwrap().retain(|g| !g.is_open());
+        self.gates.lock().retain(|g| !g.is_open());
     }
 
     fn check_stream(&self, s: StreamRef) -> Result<(), CudaError> {
         self.pass_gates();
         match s {
-            StreamRef::Created(raw) if !self.streams.lock().unwrap().contains_key(&raw) => {
-                Err(CudaError::InvalidResourceHandle)
-            }
+            StreamRef::Created(raw) if !self.streams.lock().contains_key(&raw) => Err(CudaError::InvalidResourceHandle),
             _ => Ok(()),
         }
     }
 }
 
+/// Why a module image gives no PTX to read.
+#[derive(Debug, thiserror::Error)]
+enum ImageError {
+    #[error("{0}")]
+    Fatbin(#[from] phos_fatbin::FatbinError),
+    #[error("not a fat binary, and not PTX text: {0}")]
+    Text(#[from] std::str::Utf8Error),
+}
+
 /// The PTX of a module image to run: from a fat binary, the entry for the newest virtual
 /// architecture; or a PTX text on its own.
-fn ptx_of(image: &[u8]) -> Result<Option<String>, String> {
+fn ptx_of(image: &[u8]) -> Result<Option<String>, ImageError> {
     if image.starts_with(&0xBA55_ED50u32.to_le_bytes()) {
-        let fatbin = phos_fatbin::FatBinary::parse(image).map_err(|e| e.to_string())?;
+        let fatbin = phos_fatbin::FatBinary::parse(image)?;
         let mut best: Option<(u32, String)> = None;
         for entry in fatbin.entries() {
-            let entry = entry.map_err(|e| e.to_string())?;
+            let entry = entry?;
             if let phos_fatbin::EntryKind::Ptx = entry.kind
                 && best.as_ref().is_none_or(|(arch, _)| entry.sm_arch > *arch)
-                && let Some(text) = entry.ptx_text().map_err(|e| e.to_string())?
+                && let Some(text) = entry.ptx_text()?
             {
                 best = Some((entry.sm_arch, text));
             }
         }
         return Ok(best.map(|(_, t)| t));
     }
-    let text = std::str::from_utf8(image.split(|&b| b == 0).next().unwrap_or(&[])).map_err(|e| e.to_string())?;
+    let text = std::str::from_utf8(image.split(|&b| b == 0).next().unwrap_or(&[]))?;
     Ok(text.contains(".version").then(|| text.to_string()))
 }
 
@@ -331,6 +343,7 @@ fn allocate_variables(program: &mut Program, limit: u64) -> Result<VariableStora
         end = at.checked_add(v.size.max(1)).filter(|&e| e <= limit).ok_or(CudaError::MemoryAllocation)?;
     }
     let len = end.div_ceil(PAGE) * PAGE;
+    // SAFETY: a fresh anonymous mapping where the kernel chooses; nothing else is touched.
     let base = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
@@ -350,13 +363,15 @@ fn allocate_variables(program: &mut Program, limit: u64) -> Result<VariableStora
     let mut by_name = HashMap::new();
     for ((v, &addr), init) in vars.iter().zip(&addresses).zip(contents) {
         let n = init.len().min(v.size as usize);
+        // SAFETY: `addr` is this variable's place in the mapping just made, which holds
+        // `v.size` bytes there (offsets were laid out above); `n` is at most that.
         unsafe { std::ptr::copy_nonoverlapping(init.as_ptr(), addr as *mut u8, n) };
         by_name.insert(v.name.clone(), (addr, v.size));
     }
     Ok((by_name, Some((base, len as usize))))
 }
 
-impl Backend for EmuBackend {
+impl Devices for EmuBackend {
     fn name(&self) -> &'static str {
         "emu"
     }
@@ -398,134 +413,10 @@ impl Backend for EmuBackend {
         Ok(())
     }
 
-    fn reserve(&self, base: u64, size: u64) -> Result<(), CudaError> {
-        let p = unsafe {
-            libc::mmap(
-                base as *mut libc::c_void,
-                size as usize,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED || p as u64 != base {
-            if p != libc::MAP_FAILED {
-                unsafe { libc::munmap(p, size as usize) };
-            }
-            tracing::error!(
-                "cannot reserve the device address range {base:#x}+{size:#x}: {}",
-                std::io::Error::last_os_error()
-            );
-            return Err(CudaError::MemoryAllocation);
-        }
-        Ok(())
-    }
-
-    fn unreserve(&self, base: u64, size: u64) {
-        unsafe { libc::munmap(base as *mut libc::c_void, size as usize) };
-    }
-
-    fn granularity(&self, _device: i32) -> u64 {
-        2 << 20
-    }
-
-    fn map(&self, device: i32, addr: u64, size: u64) -> Result<Physical, CudaError> {
-        self.check_device(device)?;
-        if self.mapped.load(Ordering::Relaxed) + size > self.total_memory {
-            return Err(CudaError::MemoryAllocation);
-        }
-        let r = unsafe { libc::mprotect(addr as *mut libc::c_void, size as usize, libc::PROT_READ | libc::PROT_WRITE) };
-        if r != 0 {
-            return Err(CudaError::MemoryAllocation);
-        }
-        self.mapped.fetch_add(size, Ordering::Relaxed);
-        Ok(0)
-    }
-
-    fn unmap(&self, addr: u64, size: u64, _physical: Physical) -> Result<(), CudaError> {
-        debug_assert_eq!(addr % PAGE, 0);
-        unsafe {
-            // Give the pages back and make stray accesses fault.
-            libc::madvise(addr as *mut libc::c_void, size as usize, libc::MADV_DONTNEED);
-            libc::mprotect(addr as *mut libc::c_void, size as usize, libc::PROT_NONE);
-        }
-        self.mapped.fetch_sub(size, Ordering::Relaxed);
-        Ok(())
-    }
-
-    fn memcpy_htod(&self, dst: u64, src: &[u8], stream: Option<StreamRef>) -> Result<(), CudaError> {
-        match stream {
-            Some(s) => self.check_stream(s)?,
-            None => self.pass_gates(),
-        }
-        // The service checked [dst, dst + len) against the session's mapped memory.
-        let _work = self.work.lock().unwrap();
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, src.len()) };
-        Ok(())
-    }
-
-    fn memcpy_dtoh(&self, dst: &mut [u8], src: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
-        match stream {
-            Some(s) => self.check_stream(s)?,
-            None => self.pass_gates(),
-        }
-        let _work = self.work.lock().unwrap();
-        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) };
-        Ok(())
-    }
-
-    fn register_host(&self, addr: u64, _len: u64) -> Result<u64, CudaError> {
-        // Device memory is host memory here: the device reaches it at its own address.
-        Ok(addr)
-    }
-
-    fn unregister_host(&self, _addr: u64) {}
-
-    fn memcpy_registered(
-        &self,
-        device: u64,
-        host: u64,
-        len: u64,
-        to_device: bool,
-        stream: Option<StreamRef>,
-    ) -> Result<(), CudaError> {
-        match stream {
-            Some(s) => self.check_stream(s)?,
-            None => self.pass_gates(),
-        }
-        let _work = self.work.lock().unwrap();
-        let (dst, src) = if to_device { (device, host) } else { (host, device) };
-        // The service checked the device range and that the host range is a live allocation
-        // of the mapped arena.
-        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len as usize) };
-        Ok(())
-    }
-
-    fn memcpy_dtod(&self, dst: u64, src: u64, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
-        match stream {
-            Some(s) => self.check_stream(s)?,
-            None => self.pass_gates(),
-        }
-        let _work = self.work.lock().unwrap();
-        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len as usize) };
-        Ok(())
-    }
-
-    fn memset(&self, dst: u64, value: u8, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
-        match stream {
-            Some(s) => self.check_stream(s)?,
-            None => self.pass_gates(),
-        }
-        let _work = self.work.lock().unwrap();
-        unsafe { std::ptr::write_bytes(dst as *mut u8, value, len as usize) };
-        Ok(())
-    }
-
     fn limit(&self, device: i32, limit: i32) -> Result<u64, CudaError> {
         self.check_device(device)?;
         let i = usize::try_from(limit).ok().filter(|&i| i < LIMITS).ok_or(CudaError::UnsupportedLimit)?;
-        Ok(self.limits.lock().unwrap()[i])
+        Ok(self.limits.lock()[i])
     }
 
     fn set_limit(&self, device: i32, limit: i32, value: u64) -> Result<(), CudaError> {
@@ -549,7 +440,7 @@ impl Backend for EmuBackend {
             6 => value.min(l2),
             _ => value,
         };
-        self.limits.lock().unwrap()[i] = value;
+        self.limits.lock()[i] = value;
         Ok(())
     }
 
@@ -600,23 +491,288 @@ impl Backend for EmuBackend {
     fn reset_persisting_l2_cache(&self, device: i32) -> Result<(), CudaError> {
         self.check_device(device)
     }
+}
 
-    fn host_func(&self, stream: StreamRef, gate: Arc<Gate>) -> Result<(), CudaError> {
-        self.check_stream(stream)?;
-        // The work before it ran when it was submitted.
-        gate.reach();
-        self.gates.lock().unwrap().push(gate);
+impl VirtualMemory for EmuBackend {
+    fn reserve(&self, base: u64, size: u64) -> Result<(), CudaError> {
+        // SAFETY: MAP_FIXED_NOREPLACE never replaces a mapping: it fails where the range is
+        // taken, so nothing of the process is touched.
+        let p = unsafe {
+            libc::mmap(
+                base as *mut libc::c_void,
+                size as usize,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED || p as u64 != base {
+            if p != libc::MAP_FAILED {
+                // SAFETY: the mapping just made elsewhere, used by nothing.
+                unsafe { libc::munmap(p, size as usize) };
+            }
+            tracing::error!(
+                "cannot reserve the device address range {base:#x}+{size:#x}: {}",
+                std::io::Error::last_os_error()
+            );
+            return Err(CudaError::MemoryAllocation);
+        }
         Ok(())
+    }
+
+    fn unreserve(&self, base: u64, size: u64) {
+        // SAFETY: the session's reservation, which nothing uses once the session has gone.
+        unsafe { libc::munmap(base as *mut libc::c_void, size as usize) };
+    }
+
+    fn granularity(&self, _device: i32) -> u64 {
+        2 << 20
+    }
+
+    fn map(&self, device: i32, addr: u64, size: u64) -> Result<Physical, CudaError> {
+        self.check_device(device)?;
+        if self.mapped.load(Ordering::Relaxed) + size > self.total_memory {
+            return Err(CudaError::MemoryAllocation);
+        }
+        // SAFETY: `[addr, addr + size)` is a free part of the session's reservation (the
+        // address space decided); opening it changes no memory.
+        let r = unsafe { libc::mprotect(addr as *mut libc::c_void, size as usize, libc::PROT_READ | libc::PROT_WRITE) };
+        if r != 0 {
+            return Err(CudaError::MemoryAllocation);
+        }
+        self.mapped.fetch_add(size, Ordering::Relaxed);
+        Ok(0)
+    }
+
+    fn unmap(&self, addr: u64, size: u64, _physical: Physical) -> Result<(), CudaError> {
+        debug_assert_eq!(addr % PAGE, 0);
+        // SAFETY: a range `map` opened, which the session no longer uses (its allocation is
+        // freed, and kernels hold the memory view while they run).
+        unsafe {
+            // Give the pages back and make stray accesses fault.
+            libc::madvise(addr as *mut libc::c_void, size as usize, libc::MADV_DONTNEED);
+            libc::mprotect(addr as *mut libc::c_void, size as usize, libc::PROT_NONE);
+        }
+        self.mapped.fetch_sub(size, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+impl Copies for EmuBackend {
+    fn memcpy_htod(&self, dst: u64, src: &[u8], stream: Option<StreamRef>) -> Result<(), CudaError> {
+        match stream {
+            Some(s) => self.check_stream(s)?,
+            None => self.pass_gates(),
+        }
+        let _work = self.work.lock();
+        // SAFETY: the service checked [dst, dst + len) against the session's mapped memory,
+        // which `src`, a host buffer, is not part of.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, src.len()) };
+        Ok(())
+    }
+
+    fn memcpy_dtoh(&self, dst: &mut [u8], src: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
+        match stream {
+            Some(s) => self.check_stream(s)?,
+            None => self.pass_gates(),
+        }
+        let _work = self.work.lock();
+        // SAFETY: the service checked [src, src + len) against the session's mapped memory,
+        // which `dst`, a host buffer, is not part of.
+        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    fn memcpy_dtod(&self, dst: u64, src: u64, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
+        match stream {
+            Some(s) => self.check_stream(s)?,
+            None => self.pass_gates(),
+        }
+        let _work = self.work.lock();
+        // SAFETY: the service checked both ranges against the session's mapped memory; they
+        // may overlap (`copy`, not `copy_nonoverlapping`).
+        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len as usize) };
+        Ok(())
+    }
+
+    fn memset(&self, dst: u64, value: u8, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
+        match stream {
+            Some(s) => self.check_stream(s)?,
+            None => self.pass_gates(),
+        }
+        let _work = self.work.lock();
+        // SAFETY: the service checked [dst, dst + len) against the session's mapped memory.
+        unsafe { std::ptr::write_bytes(dst as *mut u8, value, len as usize) };
+        Ok(())
+    }
+}
+
+impl HostMemory for EmuBackend {
+    fn register_host(&self, addr: u64, _len: u64) -> Result<u64, CudaError> {
+        // Device memory is host memory here: the device reaches it at its own address.
+        Ok(addr)
+    }
+
+    fn unregister_host(&self, _addr: u64) {}
+
+    fn memcpy_registered(
+        &self,
+        device: u64,
+        host: u64,
+        len: u64,
+        to_device: bool,
+        stream: Option<StreamRef>,
+    ) -> Result<(), CudaError> {
+        match stream {
+            Some(s) => self.check_stream(s)?,
+            None => self.pass_gates(),
+        }
+        let _work = self.work.lock();
+        let (dst, src) = if to_device { (device, host) } else { (host, device) };
+        // SAFETY: the service checked the device range and that the host range is a live
+        // allocation of the mapped arena (both mapped in this process).
+        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len as usize) };
+        Ok(())
+    }
+}
+
+impl Streams for EmuBackend {
+    fn stream_create(&self, device: i32, _flags: u32, _priority: i32) -> Result<Raw, CudaError> {
+        self.check_device(device)?;
+        let raw = self.fresh();
+        self.streams.lock().insert(raw, ());
+        Ok(raw)
+    }
+
+    fn stream_destroy(&self, stream: Raw) -> Result<(), CudaError> {
+        self.streams.lock().remove(&stream).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
+    }
+
+    fn stream_synchronize(&self, stream: StreamRef) -> Result<(), CudaError> {
+        self.check_stream(stream)
+    }
+
+    fn stream_query(&self, stream: StreamRef) -> Result<bool, CudaError> {
+        self.check_stream(stream).map(|_| true)
     }
 
     fn stream_wait_event(&self, stream: StreamRef, event: Raw) -> Result<(), CudaError> {
         // Work runs in submission order, so the event's work is already done.
         self.check_stream(stream)?;
-        self.events.lock().unwrap().get(&event).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
+        self.events.lock().get(&event).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
+    }
+
+    fn host_func(&self, stream: StreamRef, gate: Arc<Gate>) -> Result<(), CudaError> {
+        self.check_stream(stream)?;
+        // The work before it ran when it was submitted.
+        gate.reach();
+        self.gates.lock().push(gate);
+        Ok(())
+    }
+}
+
+impl Events for EmuBackend {
+    fn event_create(&self, device: i32, flags: u32) -> Result<Raw, CudaError> {
+        self.check_device(device)?;
+        let raw = self.fresh();
+        self.events.lock().insert(raw, Event { flags, recorded: None });
+        Ok(raw)
+    }
+
+    fn event_destroy(&self, event: Raw) -> Result<(), CudaError> {
+        self.events.lock().remove(&event).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
+    }
+
+    fn event_record(&self, event: Raw, stream: StreamRef) -> Result<(), CudaError> {
+        self.check_stream(stream)?;
+        let mut events = self.events.lock();
+        let e = events.get_mut(&event).ok_or(CudaError::InvalidResourceHandle)?;
+        e.recorded = Some(Instant::now());
+        Ok(())
+    }
+
+    fn event_synchronize(&self, event: Raw) -> Result<(), CudaError> {
+        self.events.lock().get(&event).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
+    }
+
+    fn event_query(&self, event: Raw) -> Result<bool, CudaError> {
+        self.events.lock().get(&event).map(|_| true).ok_or(CudaError::InvalidResourceHandle)
+    }
+
+    fn event_elapsed(&self, start: Raw, end: Raw) -> Result<f32, CudaError> {
+        let events = self.events.lock();
+        let (a, b) = match (events.get(&start), events.get(&end)) {
+            (Some(a), Some(b)) => (a, b),
+            _ => return Err(CudaError::InvalidResourceHandle),
+        };
+        if (a.flags | b.flags) & EVENT_DISABLE_TIMING != 0 {
+            return Err(CudaError::InvalidResourceHandle);
+        }
+        match (a.recorded, b.recorded) {
+            (Some(ta), Some(tb)) => {
+                let ms = if tb >= ta { (tb - ta).as_secs_f64() * 1e3 } else { -((ta - tb).as_secs_f64() * 1e3) };
+                Ok(ms as f32)
+            }
+            _ => Err(CudaError::InvalidResourceHandle),
+        }
+    }
+}
+
+impl Modules for EmuBackend {
+    fn module_load(&self, device: i32, image: &[u8]) -> Result<LoadedModule, CudaError> {
+        self.check_device(device)?;
+        let ptx = ptx_of(image).map_err(|e| {
+            tracing::warn!("emu: cannot read the module image: {e}");
+            CudaError::InvalidKernelImage
+        })?;
+        // Only machine code for real GPUs: nothing the emulator can run.
+        let ptx = ptx.ok_or(CudaError::NoKernelImageForDevice)?;
+        let module = phos_ptx::parse(&ptx).map_err(|e| {
+            tracing::warn!("emu: cannot parse the module's PTX: {e}");
+            CudaError::InvalidPtx
+        })?;
+        let kernels = kernel_meta(&module);
+        let mut program = Program::new(&module);
+        let (variables, storage) = allocate_variables(&mut program, self.total_memory)?;
+        let regions = variables.iter().map(|(name, &(addr, size))| (name.clone(), addr, size)).collect();
+        let raw = self.fresh();
+        self.modules.lock().insert(raw, Module { program: Arc::new(program), kernels, variables, storage });
+        Ok(LoadedModule { raw, variables: regions })
+    }
+
+    fn module_unload(&self, module: Raw) -> Result<(), CudaError> {
+        self.modules.lock().remove(&module).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
+    }
+
+    fn module_function(&self, module: Raw, name: &str) -> Result<Raw, CudaError> {
+        let modules = self.modules.lock();
+        let m = modules.get(&module).ok_or(CudaError::InvalidResourceHandle)?;
+        let Some(info) = m.program.kernel(name) else {
+            return Err(CudaError::SymbolNotFound);
+        };
+        let meta = m.kernels.get(name).copied().unwrap_or_default();
+        let raw = self.fresh();
+        let function = Function {
+            program: m.program.clone(),
+            name: name.to_string(),
+            meta,
+            max_dynamic_shared: DEFAULT_DYNAMIC_SHARED.saturating_sub(info.static_shared) as u32,
+            carveout: -1,
+            cache_config: 0,
+        };
+        self.functions.lock().insert(raw, function);
+        Ok(raw)
+    }
+
+    fn module_global(&self, module: Raw, name: &str) -> Result<(u64, u64), CudaError> {
+        let modules = self.modules.lock();
+        let m = modules.get(&module).ok_or(CudaError::InvalidResourceHandle)?;
+        m.variables.get(name).copied().ok_or(CudaError::SymbolNotFound)
     }
 
     fn function_attributes(&self, function: Raw) -> Result<FuncAttributes, CudaError> {
-        let f = self.functions.lock().unwrap().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
+        let f = self.functions.lock().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
         let info = f.program.kernel(&f.name).ok_or(CudaError::InvalidDeviceFunction)?;
         Ok(FuncAttributes {
             shared_size_bytes: info.static_shared,
@@ -635,7 +791,7 @@ impl Backend for EmuBackend {
     }
 
     fn function_set_attribute(&self, function: Raw, attr: i32, value: i32) -> Result<(), CudaError> {
-        let mut functions = self.functions.lock().unwrap();
+        let mut functions = self.functions.lock();
         let f = functions.get_mut(&function).ok_or(CudaError::InvalidResourceHandle)?;
         let static_shared = f.program.kernel(&f.name).map(|k| k.static_shared).unwrap_or(0);
         let optin = self.properties.attributes[attr::MAX_SHARED_MEMORY_PER_BLOCK_OPTIN] as u64;
@@ -650,13 +806,13 @@ impl Backend for EmuBackend {
     }
 
     fn function_set_cache_config(&self, function: Raw, config: i32) -> Result<(), CudaError> {
-        let mut functions = self.functions.lock().unwrap();
+        let mut functions = self.functions.lock();
         functions.get_mut(&function).ok_or(CudaError::InvalidResourceHandle)?.cache_config = config;
         Ok(())
     }
 
     fn occupancy(&self, function: Raw, block_size: i32, dynamic_smem: u64, _flags: u32) -> Result<i32, CudaError> {
-        let f = self.functions.lock().unwrap().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
+        let f = self.functions.lock().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
         if block_size <= 0 || block_size as u32 > f.meta.max_threads {
             return Ok(0);
         }
@@ -676,7 +832,7 @@ impl Backend for EmuBackend {
     }
 
     fn available_dynamic_smem(&self, function: Raw, blocks: i32, block_size: i32) -> Result<u64, CudaError> {
-        let f = self.functions.lock().unwrap().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
+        let f = self.functions.lock().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
         let a = &self.properties.attributes;
         if blocks <= 0 || block_size <= 0 || block_size as u32 > f.meta.max_threads {
             return Ok(0);
@@ -690,126 +846,9 @@ impl Backend for EmuBackend {
         let usable = per_block.saturating_sub(a[attr::RESERVED_SHARED_MEMORY_PER_BLOCK] as u64 + static_shared);
         Ok(usable.min((a[attr::MAX_SHARED_MEMORY_PER_BLOCK_OPTIN] as u64).saturating_sub(static_shared)))
     }
+}
 
-    fn stream_create(&self, device: i32, _flags: u32, _priority: i32) -> Result<Raw, CudaError> {
-        self.check_device(device)?;
-        let raw = self.fresh();
-        self.streams.lock().unwrap().insert(raw, ());
-        Ok(raw)
-    }
-
-    fn stream_destroy(&self, stream: Raw) -> Result<(), CudaError> {
-        self.streams.lock().unwrap().remove(&stream).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
-    }
-
-    fn stream_synchronize(&self, stream: StreamRef) -> Result<(), CudaError> {
-        self.check_stream(stream)
-    }
-
-    fn stream_query(&self, stream: StreamRef) -> Result<bool, CudaError> {
-        self.check_stream(stream).map(|_| true)
-    }
-
-    fn event_create(&self, device: i32, flags: u32) -> Result<Raw, CudaError> {
-        self.check_device(device)?;
-        let raw = self.fresh();
-        self.events.lock().unwrap().insert(raw, Event { flags, recorded: None });
-        Ok(raw)
-    }
-
-    fn event_destroy(&self, event: Raw) -> Result<(), CudaError> {
-        self.events.lock().unwrap().remove(&event).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
-    }
-
-    fn event_record(&self, event: Raw, stream: StreamRef) -> Result<(), CudaError> {
-        self.check_stream(stream)?;
-        let mut events = self.events.lock().unwrap();
-        let e = events.get_mut(&event).ok_or(CudaError::InvalidResourceHandle)?;
-        e.recorded = Some(Instant::now());
-        Ok(())
-    }
-
-    fn event_synchronize(&self, event: Raw) -> Result<(), CudaError> {
-        self.events.lock().unwrap().get(&event).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
-    }
-
-    fn event_query(&self, event: Raw) -> Result<bool, CudaError> {
-        self.events.lock().unwrap().get(&event).map(|_| true).ok_or(CudaError::InvalidResourceHandle)
-    }
-
-    fn event_elapsed(&self, start: Raw, end: Raw) -> Result<f32, CudaError> {
-        let events = self.events.lock().unwrap();
-        let (a, b) = match (events.get(&start), events.get(&end)) {
-            (Some(a), Some(b)) => (a, b),
-            _ => return Err(CudaError::InvalidResourceHandle),
-        };
-        if (a.flags | b.flags) & EVENT_DISABLE_TIMING != 0 {
-            return Err(CudaError::InvalidResourceHandle);
-        }
-        match (a.recorded, b.recorded) {
-            (Some(ta), Some(tb)) => {
-                let ms = if tb >= ta { (tb - ta).as_secs_f64() * 1e3 } else { -((ta - tb).as_secs_f64() * 1e3) };
-                Ok(ms as f32)
-            }
-            _ => Err(CudaError::InvalidResourceHandle),
-        }
-    }
-
-    fn module_load(&self, device: i32, image: &[u8]) -> Result<LoadedModule, CudaError> {
-        self.check_device(device)?;
-        let ptx = ptx_of(image).map_err(|e| {
-            tracing::warn!("emu: cannot read the module image: {e}");
-            CudaError::InvalidKernelImage
-        })?;
-        // Only machine code for real GPUs: nothing the emulator can run.
-        let ptx = ptx.ok_or(CudaError::NoKernelImageForDevice)?;
-        let module = phos_ptx::parse(&ptx).map_err(|e| {
-            tracing::warn!("emu: cannot parse the module's PTX: {e}");
-            CudaError::InvalidPtx
-        })?;
-        let kernels = kernel_meta(&module);
-        let mut program = Program::new(&module);
-        let (variables, storage) = allocate_variables(&mut program, self.total_memory)?;
-        let regions = variables.iter().map(|(name, &(addr, size))| (name.clone(), addr, size)).collect();
-        let raw = self.fresh();
-        self.modules.lock().unwrap().insert(raw, Module { program: Arc::new(program), kernels, variables, storage });
-        Ok(LoadedModule { raw, variables: regions })
-    }
-
-    fn module_unload(&self, module: Raw) -> Result<(), CudaError> {
-        self.modules.lock().unwrap().remove(&module).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
-    }
-
-    fn module_function(&self, module: Raw, name: &str) -> Result<Raw, CudaError> {
-        let modules = self.modules.lock().unwrap();
-        let m = modules.get(&module).ok_or(CudaError::InvalidResourceHandle)?;
-        let Some(info) = m.program.kernel(name) else {
-            return Err(CudaError::SymbolNotFound);
-        };
-        let meta = m.kernels.get(name).copied().unwrap_or_default();
-        let raw = self.fresh();
-        let function = Function {
-            program: m.program.clone(),
-            name: name.to_string(),
-            meta,
-            max_dynamic_shared: DEFAULT_DYNAMIC_SHARED.saturating_sub(info.static_shared) as u32,
-            carveout: -1,
-            cache_config: 0,
-        };
-        self.functions.lock().unwrap().insert(raw, function);
-        Ok(raw)
-    }
-
-    fn module_global(&self, module: Raw, name: &str) -> Result<(u64, u64), CudaError> {
-        let modules = self.modules.lock().unwrap();
-        let m = modules.get(&module).ok_or(CudaError::InvalidResourceHandle)?;
-        m.variables.get(name).copied().ok_or(CudaError::SymbolNotFound)
-    }
-
-    fn device_time(&self) -> (u64, u64) {
-        (self.kernel_ns.load(Ordering::Relaxed), self.kernels.load(Ordering::Relaxed))
-    }
-
+impl Launch for EmuBackend {
     fn launch(
         &self,
         function: Raw,
@@ -824,7 +863,7 @@ impl Backend for EmuBackend {
         cooperative: bool,
     ) -> Result<(), CudaError> {
         self.check_stream(stream)?;
-        let f = self.functions.lock().unwrap().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
+        let f = self.functions.lock().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
         // As on a GPU: more threads than the kernel's bounds, or more dynamic shared memory
         // than it opted in to, fail the launch.
         if block.volume() > u64::from(f.meta.max_threads) {
@@ -842,13 +881,13 @@ impl Backend for EmuBackend {
             }
         }
         let (program, name) = (f.program, f.name);
-        let launch = Launch {
+        let launch = exec::Launch {
             grid: [grid.x, grid.y, grid.z],
             block: [block.x, block.y, block.z],
             dynamic_shared: shared_mem,
             params,
         };
-        let _work = self.work.lock().unwrap();
+        let _work = self.work.lock();
         let started = std::time::Instant::now();
         let options = exec::RunOptions { workers: self.workers, max_warp_instructions: self.kernel_limit };
         let result = exec::run_with(&program, &name, &launch, memory, printed, &options);
@@ -868,6 +907,10 @@ impl Backend for EmuBackend {
                 Err(CudaError(e.cuda_error()))
             }
         }
+    }
+
+    fn device_time(&self) -> (u64, u64) {
+        (self.kernel_ns.load(Ordering::Relaxed), self.kernels.load(Ordering::Relaxed))
     }
 }
 

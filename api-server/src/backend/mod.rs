@@ -10,7 +10,7 @@ pub mod emu;
 use phos_protocol::CudaError;
 use phos_protocol::types::{DeviceProperties, Dim3, FuncAttributes};
 
-use crate::memory::MemoryView;
+use crate::registry::memory::MemoryView;
 
 /// A backend's own object (a `CUstream`, `CUevent`, ... or an emulator index).
 pub type Raw = u64;
@@ -33,8 +33,8 @@ pub type Physical = u64;
 /// it is *reached*; work after it waits until it is *opened*.
 #[derive(Default)]
 pub struct Gate {
-    state: std::sync::Mutex<(bool, bool)>,
-    changed: std::sync::Condvar,
+    state: parking_lot::Mutex<(bool, bool)>,
+    changed: parking_lot::Condvar,
 }
 
 impl Gate {
@@ -44,30 +44,30 @@ impl Gate {
 
     /// The work before the gate is done.
     pub fn reach(&self) {
-        self.state.lock().unwrap().0 = true;
+        self.state.lock().0 = true;
         self.changed.notify_all();
     }
 
     /// Wait up to `timeout` for [`reach`](Gate::reach); whether it was reached.
     pub fn wait_reached(&self, timeout: std::time::Duration) -> bool {
-        let g = self.state.lock().unwrap();
-        let (g, _) = self.changed.wait_timeout_while(g, timeout, |s| !s.0 && !s.1).unwrap();
+        let mut g = self.state.lock();
+        self.changed.wait_while_for(&mut g, |s| !s.0 && !s.1, timeout);
         g.0 || g.1
     }
 
     /// Let the work after the gate run (also when the session ends with the gate closed).
     pub fn open(&self) {
-        self.state.lock().unwrap().1 = true;
+        self.state.lock().1 = true;
         self.changed.notify_all();
     }
 
     pub fn is_open(&self) -> bool {
-        self.state.lock().unwrap().1
+        self.state.lock().1
     }
 
     pub fn wait_opened(&self) {
-        let g = self.state.lock().unwrap();
-        drop(self.changed.wait_while(g, |s| !s.1).unwrap());
+        let mut g = self.state.lock();
+        self.changed.wait_while(&mut g, |s| !s.1);
     }
 }
 
@@ -87,8 +87,14 @@ pub struct LoadedModule {
     pub variables: Vec<(String, u64, u64)>,
 }
 
-/// What every backend provides. Calls arrive from several channel threads at once.
-pub trait Backend: Send + Sync {
+// A backend is a set of capabilities, one trait each, so that a part of the server asks for
+// what it uses (the address space needs [`VirtualMemory`] only) and a new API's service adds
+// the capabilities it needs without growing one trait for everything. [`Backend`] is all of
+// them together. Calls arrive from several channel threads at once.
+
+/// The devices and their contexts: what they are, their limits and configuration, and making
+/// one current for the calling thread.
+pub trait Devices: Send + Sync {
     /// `cuda` or `emu`.
     fn name(&self) -> &'static str;
     fn device_count(&self) -> i32;
@@ -100,7 +106,26 @@ pub trait Backend: Send + Sync {
     /// Make `device` current for the calling thread.
     fn bind(&self, device: i32) -> Result<(), CudaError>;
     fn device_synchronize(&self, device: i32) -> Result<(), CudaError>;
+    /// A context limit (`cudaLimit` numbering, the driver's too).
+    fn limit(&self, device: i32, limit: i32) -> Result<u64, CudaError>;
+    fn set_limit(&self, device: i32, limit: i32, value: u64) -> Result<(), CudaError>;
+    /// `cudaFuncCache` preference of the device.
+    fn cache_config(&self, device: i32) -> Result<i32, CudaError>;
+    fn set_cache_config(&self, device: i32, config: i32) -> Result<(), CudaError>;
+    /// `cudaSharedMemConfig` of the device.
+    fn shared_mem_config(&self, device: i32) -> Result<i32, CudaError>;
+    fn set_shared_mem_config(&self, device: i32, config: i32) -> Result<(), CudaError>;
+    /// (least, greatest) stream priority.
+    fn stream_priority_range(&self, device: i32) -> Result<(i32, i32), CudaError>;
+    fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool, CudaError>;
+    fn enable_peer_access(&self, device: i32, peer: i32) -> Result<(), CudaError>;
+    fn disable_peer_access(&self, device: i32, peer: i32) -> Result<(), CudaError>;
+    fn reset_persisting_l2_cache(&self, device: i32) -> Result<(), CudaError>;
+}
 
+/// Device virtual address space: ranges reserved at fixed addresses, and physical memory
+/// mapped into them (the session's allocator, [`crate::registry::memory`], decides where).
+pub trait VirtualMemory: Send + Sync {
     /// Reserve `[base, base + size)` of device address space; it must be granted at `base`
     /// exactly, so that pointers stay the same across restores.
     fn reserve(&self, base: u64, size: u64) -> Result<(), CudaError>;
@@ -110,34 +135,16 @@ pub trait Backend: Send + Sync {
     fn granularity(&self, device: i32) -> u64;
     /// Back `[addr, addr + size)` with fresh device memory of `device`.
     fn map(&self, device: i32, addr: u64, size: u64) -> Result<Physical, CudaError>;
-    /// Undo [`map`](Backend::map).
+    /// Undo [`map`](VirtualMemory::map).
     fn unmap(&self, addr: u64, size: u64, physical: Physical) -> Result<(), CudaError>;
+}
 
+/// Copies to, from and within device memory, and sets of it.
+pub trait Copies: Send + Sync {
     fn memcpy_htod(&self, dst: u64, src: &[u8], stream: Option<StreamRef>) -> Result<(), CudaError>;
-    /// Page-lock host memory for fast copies (checkpoint buffers); a backend that has no use
-    /// for it does nothing.
-    fn pin_host(&self, _buf: &mut [u8]) {}
-    /// Undo [`pin_host`](Backend::pin_host).
-    fn unpin_host(&self, _buf: &mut [u8]) {}
     fn memcpy_dtoh(&self, dst: &mut [u8], src: u64, stream: Option<StreamRef>) -> Result<(), CudaError>;
-    /// Make host memory of this process, `[addr, addr + len)` (whole pages of the guest's
-    /// pinned arena), page-locked and reachable by every device; its device address.
-    fn register_host(&self, addr: u64, len: u64) -> Result<u64, CudaError>;
-    /// Undo [`register_host`](Backend::register_host).
-    fn unregister_host(&self, addr: u64);
-    /// A copy between device memory and registered host memory at `host` (an address of
-    /// this process). On a stream it is only queued: the host memory outlives it.
-    fn memcpy_registered(
-        &self,
-        device: u64,
-        host: u64,
-        len: u64,
-        to_device: bool,
-        stream: Option<StreamRef>,
-    ) -> Result<(), CudaError>;
     fn memcpy_dtod(&self, dst: u64, src: u64, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError>;
     fn memset(&self, dst: u64, value: u8, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError>;
-
     /// One 2D copy of `height` rows of `width` bytes (a host side is packed: its pitch is
     /// `width`). The default copies row by row.
     fn memcpy_2d(&self, copy: Copy2D<'_>, width: u64, height: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
@@ -161,7 +168,6 @@ pub trait Backend: Send + Sync {
         }
         Ok(())
     }
-
     /// Set `height` rows of `width` bytes, `pitch` apart. The default sets row by row.
     fn memset_2d(
         &self,
@@ -177,28 +183,65 @@ pub trait Backend: Send + Sync {
         }
         Ok(())
     }
+}
 
-    /// A context limit (`cudaLimit` numbering, the driver's too).
-    fn limit(&self, device: i32, limit: i32) -> Result<u64, CudaError>;
-    fn set_limit(&self, device: i32, limit: i32, value: u64) -> Result<(), CudaError>;
-    /// `cudaFuncCache` preference of the device.
-    fn cache_config(&self, device: i32) -> Result<i32, CudaError>;
-    fn set_cache_config(&self, device: i32, config: i32) -> Result<(), CudaError>;
-    /// `cudaSharedMemConfig` of the device.
-    fn shared_mem_config(&self, device: i32) -> Result<i32, CudaError>;
-    fn set_shared_mem_config(&self, device: i32, config: i32) -> Result<(), CudaError>;
-    /// (least, greatest) stream priority.
-    fn stream_priority_range(&self, device: i32) -> Result<(i32, i32), CudaError>;
-    fn can_access_peer(&self, device: i32, peer: i32) -> Result<bool, CudaError>;
-    fn enable_peer_access(&self, device: i32, peer: i32) -> Result<(), CudaError>;
-    fn disable_peer_access(&self, device: i32, peer: i32) -> Result<(), CudaError>;
-    fn reset_persisting_l2_cache(&self, device: i32) -> Result<(), CudaError>;
+/// Host memory the devices reach: page-locked copy buffers, and the guest's pinned arena
+/// registered with the driver.
+pub trait HostMemory: Send + Sync {
+    /// Page-lock host memory for fast copies (checkpoint buffers); a backend that has no use
+    /// for it does nothing.
+    fn pin_host(&self, _buf: &mut [u8]) {}
+    /// Undo [`pin_host`](HostMemory::pin_host).
+    fn unpin_host(&self, _buf: &mut [u8]) {}
+    /// Make host memory of this process, `[addr, addr + len)` (whole pages of the guest's
+    /// pinned arena), page-locked and reachable by every device; its device address.
+    fn register_host(&self, addr: u64, len: u64) -> Result<u64, CudaError>;
+    /// Undo [`register_host`](HostMemory::register_host).
+    fn unregister_host(&self, addr: u64);
+    /// A copy between device memory and registered host memory at `host` (an address of
+    /// this process). On a stream it is only queued: the host memory outlives it.
+    fn memcpy_registered(
+        &self,
+        device: u64,
+        host: u64,
+        len: u64,
+        to_device: bool,
+        stream: Option<StreamRef>,
+    ) -> Result<(), CudaError>;
+}
+
+/// Streams, and the host-function gates put in them.
+pub trait Streams: Send + Sync {
+    fn stream_create(&self, device: i32, flags: u32, priority: i32) -> Result<Raw, CudaError>;
+    fn stream_destroy(&self, stream: Raw) -> Result<(), CudaError>;
+    fn stream_synchronize(&self, stream: StreamRef) -> Result<(), CudaError>;
+    /// `Ok(true)` when all work is done.
+    fn stream_query(&self, stream: StreamRef) -> Result<bool, CudaError>;
+    /// Work submitted to `stream` from now on waits for `event`'s recorded work.
+    fn stream_wait_event(&self, stream: StreamRef, event: Raw) -> Result<(), CudaError>;
     /// Put `gate` in `stream`: reach it once the stream's earlier work is done, and hold the
     /// stream's later work until it is opened.
     fn host_func(&self, stream: StreamRef, gate: std::sync::Arc<Gate>) -> Result<(), CudaError>;
-    /// Work submitted to `stream` from now on waits for `event`'s recorded work.
-    fn stream_wait_event(&self, stream: StreamRef, event: Raw) -> Result<(), CudaError>;
+}
 
+/// Events: points in streams.
+pub trait Events: Send + Sync {
+    fn event_create(&self, device: i32, flags: u32) -> Result<Raw, CudaError>;
+    fn event_destroy(&self, event: Raw) -> Result<(), CudaError>;
+    fn event_record(&self, event: Raw, stream: StreamRef) -> Result<(), CudaError>;
+    fn event_synchronize(&self, event: Raw) -> Result<(), CudaError>;
+    fn event_query(&self, event: Raw) -> Result<bool, CudaError>;
+    fn event_elapsed(&self, start: Raw, end: Raw) -> Result<f32, CudaError>;
+}
+
+/// Modules, the functions and variables in them, and what a function's launches may use.
+pub trait Modules: Send + Sync {
+    /// Load a module image (a fat binary, cubin or PTX) on `device`.
+    fn module_load(&self, device: i32, image: &[u8]) -> Result<LoadedModule, CudaError>;
+    fn module_unload(&self, module: Raw) -> Result<(), CudaError>;
+    fn module_function(&self, module: Raw, name: &str) -> Result<Raw, CudaError>;
+    /// Address and size of a module's global variable.
+    fn module_global(&self, module: Raw, name: &str) -> Result<(u64, u64), CudaError>;
     fn function_attributes(&self, function: Raw) -> Result<FuncAttributes, CudaError>;
     /// `attr` numbered as `cudaFuncAttribute` / `CUfunction_attribute`.
     fn function_set_attribute(&self, function: Raw, attr: i32, value: i32) -> Result<(), CudaError>;
@@ -207,40 +250,10 @@ pub trait Backend: Send + Sync {
     fn occupancy(&self, function: Raw, block_size: i32, dynamic_smem: u64, flags: u32) -> Result<i32, CudaError>;
     /// Dynamic shared memory a block may use with `blocks` blocks of `block_size` resident.
     fn available_dynamic_smem(&self, function: Raw, blocks: i32, block_size: i32) -> Result<u64, CudaError>;
+}
 
-    fn stream_create(&self, device: i32, flags: u32, priority: i32) -> Result<Raw, CudaError>;
-    fn stream_destroy(&self, stream: Raw) -> Result<(), CudaError>;
-    fn stream_synchronize(&self, stream: StreamRef) -> Result<(), CudaError>;
-    /// `Ok(true)` when all work is done.
-    fn stream_query(&self, stream: StreamRef) -> Result<bool, CudaError>;
-
-    fn event_create(&self, device: i32, flags: u32) -> Result<Raw, CudaError>;
-    fn event_destroy(&self, event: Raw) -> Result<(), CudaError>;
-    fn event_record(&self, event: Raw, stream: StreamRef) -> Result<(), CudaError>;
-    fn event_synchronize(&self, event: Raw) -> Result<(), CudaError>;
-    fn event_query(&self, event: Raw) -> Result<bool, CudaError>;
-    fn event_elapsed(&self, start: Raw, end: Raw) -> Result<f32, CudaError>;
-
-    /// Load a module image (a fat binary, cubin or PTX) on `device`.
-    fn module_load(&self, device: i32, image: &[u8]) -> Result<LoadedModule, CudaError>;
-    fn module_unload(&self, module: Raw) -> Result<(), CudaError>;
-    fn module_function(&self, module: Raw, name: &str) -> Result<Raw, CudaError>;
-    /// Address and size of a module's global variable.
-    fn module_global(&self, module: Raw, name: &str) -> Result<(u64, u64), CudaError>;
-    /// Device time of the kernels launched so far, as far as it is known: (nanoseconds,
-    /// kernels measured). Kernels still running are counted once they finish.
-    fn device_time(&self) -> (u64, u64) {
-        (0, 0)
-    }
-
-    /// Whether launched kernels are still to be measured (so [`device_time`] will grow
-    /// without another call): the server then keeps reporting while the guest is quiet.
-    ///
-    /// [`device_time`]: Backend::device_time
-    fn measuring(&self) -> bool {
-        false
-    }
-
+/// Kernel launches, and the device time they took.
+pub trait Launch: Send + Sync {
     /// Launch with a packed parameter buffer. A backend that runs the kernel itself checks
     /// every access against `memory` (frozen for the launch) and appends its `printf` output
     /// to `printed`. `measure`: the router needs this launch's device time (a policy is
@@ -259,4 +272,26 @@ pub trait Backend: Send + Sync {
         measure: bool,
         cooperative: bool,
     ) -> Result<(), CudaError>;
+    /// Device time of the kernels launched so far, as far as it is known: (nanoseconds,
+    /// kernels measured). Kernels still running are counted once they finish.
+    fn device_time(&self) -> (u64, u64) {
+        (0, 0)
+    }
+    /// Whether launched kernels are still to be measured (so [`device_time`] will grow
+    /// without another call): the server then keeps reporting while the guest is quiet.
+    ///
+    /// [`device_time`]: Launch::device_time
+    fn measuring(&self) -> bool {
+        false
+    }
+}
+
+/// Every capability: what a session's backend is (`cuda` or `emu`).
+pub trait Backend: Devices + VirtualMemory + Copies + HostMemory + Streams + Events + Modules + Launch {}
+
+impl<T: Devices + VirtualMemory + Copies + HostMemory + Streams + Events + Modules + Launch> Backend for T {}
+
+/// The capability traits, for code that calls a [`Backend`]'s methods.
+pub mod prelude {
+    pub use super::{Backend, Copies, Devices, Events, HostMemory, Launch, Modules, Streams, VirtualMemory};
 }

@@ -45,6 +45,20 @@ fn service_trait(w: &mut W, api: &Api) {
     ));
     w.line("    let _ = (cx, id, payload, facts);");
     w.line("}");
+    w.line("/// Whether `before_call` wants to see calls now. Asked before every call, so it must cost");
+    w.line("/// next to nothing (the C/R engine's hook: one relaxed atomic load while none is installed).");
+    w.line("fn intercepting(&self) -> bool {");
+    w.line("    false");
+    w.line("}");
+    w.line("/// Called while `intercepting`, once a call's checks have passed and before it runs, with");
+    w.line("/// what the spec says it will read and write. It may block (the call waits); an error");
+    w.line("/// fails the call before it runs.");
+    w.line(format!(
+        "fn before_call(&self, cx: &Self::Cx, id: FunctionId, access: &{P}::spec::CallAccess<'_>) -> Result<(), CudaError> {{"
+    ));
+    w.line("    let _ = (cx, id, access);");
+    w.line("    Ok(())");
+    w.line("}");
     for f in api.remote_functions() {
         w.line(format!("/// `{}` (spec line {}).", f.name, f.line));
         w.line(format!(
@@ -71,6 +85,96 @@ fn dispatch(w: &mut W, api: &Api) {
     w.close("}");
     w.close("}");
     w.line("");
+}
+
+/// The pre-call hook: what the call will read and write (device ranges from its
+/// `device_pointer` arguments, the objects its handle arguments name, those it changes or
+/// destroys), built and handed over only while the service is intercepting.
+fn access_hook(w: &mut W, api: &Api, f: &Function) {
+    let names = ServerNames;
+    let ev = |x: &crate::ast::Expr| expr(x, api, f, &names);
+    // A device pointer without an extent (`cudaFree`'s) touches no memory: it names an
+    // object, listed below.
+    let ranged = |b: &Branch| matches!(b.shape, Shape::Device { extent: Some(_), .. });
+    let device_args: Vec<&Arg> =
+        f.args.iter().filter(|a| matches!(&a.class, ArgClass::Pointer(b) if b.iter().any(ranged))).collect();
+    w.open("if svc.intercepting() {");
+    if device_args.is_empty() {
+        w.line(format!("let hook_device: [{P}::spec::DeviceAccess; 0] = [];"));
+    } else {
+        w.line(format!("let mut hook_device = [{P}::spec::DeviceAccess::NONE; {}];", device_args.len()));
+        w.line("let mut hook_n = 0usize;");
+    }
+    for a in &device_args {
+        let id = rust_ident(&a.name);
+        // A pointer to const is only read.
+        let writes = !a.ty.is_const;
+        let ArgClass::Pointer(branches) = &a.class else { unreachable!() };
+        let push = |w: &mut W, addr: &str, extent: &Option<crate::ast::Expr>| {
+            let len = extent.as_ref().map(ev).unwrap_or_else(|| "0i128".into());
+            w.line(format!(
+                "hook_device[hook_n] = {P}::spec::DeviceAccess {{ addr: {addr}, len: {P}::eval::narrow::<u64>({len})?, writes: {writes} }};"
+            ));
+            w.line("hook_n += 1;");
+        };
+        if branches.len() == 1 {
+            let Shape::Device { extent, null_ok } = &branches[0].shape else { unreachable!() };
+            if *null_ok {
+                w.open(format!("if req.{id} != 0 {{"));
+            } else {
+                w.open("{");
+            }
+            push(w, &format!("req.{id}"), extent);
+            w.close("}");
+            continue;
+        }
+        for (i, b) in branches.iter().enumerate() {
+            let head = match (&b.cond, i) {
+                (Some(c), 0) => format!("if {} {{", ev(c)),
+                (Some(c), _) => format!("}} else if {} {{", ev(c)),
+                (None, _) => "} else {".to_string(),
+            };
+            if i == 0 {
+                w.open(head);
+            } else {
+                w.close(head);
+                w.indent_more();
+            }
+            if let Shape::Device { extent: extent @ Some(_), .. } = &b.shape {
+                w.open(format!("if let Ptr::Device(addr) = req.{id} {{"));
+                push(w, "addr", extent);
+                w.close("}");
+            }
+        }
+        w.close("}");
+    }
+    // Objects named by value: handle arguments, and what the call changes or destroys.
+    let mut objects = Vec::new();
+    for a in &f.args {
+        let plain = !matches!(&a.class, ArgClass::Pointer(b) if b.len() > 1);
+        let named = |list: &[(String, String)]| list.iter().find(|(n, _)| *n == a.name).map(|(_, k)| k.clone());
+        let found = match (named(&f.objects.destroys), named(&f.objects.mutates), &a.class) {
+            (Some(kind), _, _) => Some((kind, "Destroys")),
+            (None, Some(kind), _) => Some((kind, "Changes")),
+            (None, None, ArgClass::Value(ValueType::Handle(kind))) => Some((kind.clone(), "Uses")),
+            _ => None,
+        };
+        if let Some((kind, effect)) = found.filter(|_| plain) {
+            objects.push(format!(
+                "{P}::spec::ObjectAccess {{ kind: {}, value: req.{} as u64, effect: {P}::spec::ObjectEffect::{effect} }}",
+                super::lit(&kind),
+                rust_ident(&a.name)
+            ));
+        }
+    }
+    w.line(format!("let hook_objects: [{P}::spec::ObjectAccess; {}] = [{}];", objects.len(), objects.join(", ")));
+    let device = if device_args.is_empty() { "&hook_device" } else { "&hook_device[..hook_n]" };
+    w.line(format!(
+        "let access = {P}::spec::CallAccess {{ function: {}, device: {device}, objects: &hook_objects }};",
+        super::lit(&f.name)
+    ));
+    w.line(format!("svc.before_call(cx, FunctionId::{}, &access).map_err(Rejection::Failed)?;", f.type_name()));
+    w.close("}");
 }
 
 struct ServerNames;
@@ -229,6 +333,7 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
     } else {
         w.line("let expected = expected?;");
     }
+    access_hook(w, api, f);
     let records = !f.objects.creates.is_empty() || !f.objects.destroys.is_empty() || f.objects.global_record;
     let value_of = |name: &str| format!("req.{} as u64", rust_ident(name));
     if records {

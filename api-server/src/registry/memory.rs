@@ -9,15 +9,20 @@
 //! when their last allocation is freed.
 //!
 //! The same map answers the question every call from a guest raises: is `[addr, addr + len)`
-//! memory this session may touch?
+//! memory this session may touch? And, for the C/R engine's protocols that copy while the
+//! session runs, it keeps a dirty log ([`DirtyLog`]): each allocation and module variable
+//! carries the round in which it was last written (noted by the engine's pre-call hook, so
+//! it costs nothing while no protocol runs).
 
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::{RwLock, RwLockReadGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use parking_lot::{RwLock, RwLockReadGuard};
+use phos_checkpoint::engine::{DirtyLog, Round};
 use phos_protocol::CudaError;
 
-use crate::backend::{Backend, Physical};
+use crate::backend::{Physical, VirtualMemory};
 
 /// `cudaMalloc` returns pointers aligned to at least this.
 pub const ALIGNMENT: u64 = 256;
@@ -66,6 +71,22 @@ struct Inner {
     /// variables): start -> length.
     external: BTreeMap<u64, u64>,
     allocated: u64,
+    /// The dirty log: by the start of each allocation and external range, the round in
+    /// which it was last written (or made).
+    written: BTreeMap<u64, AtomicU64>,
+}
+
+impl Inner {
+    fn add(&mut self, a: Allocation, round: u64) {
+        self.allocations.insert(a.addr, a);
+        self.written.insert(a.addr, AtomicU64::new(round));
+        self.allocated += a.size;
+    }
+
+    /// The length of the allocation or external range at `start`.
+    fn len_at(&self, start: u64) -> u64 {
+        self.allocations.get(&start).map(|a| a.size).or_else(|| self.external.get(&start).copied()).unwrap_or(0)
+    }
 }
 
 pub struct AddressSpace {
@@ -76,6 +97,8 @@ pub struct AddressSpace {
     /// Kernels that run in the server (`emu`) hold a read lock for their whole run, so the
     /// map cannot change under them; allocation and free take the write lock.
     inner: RwLock<Inner>,
+    /// The dirty log's current round.
+    round: AtomicU64,
 }
 
 /// A frozen view of the address space, held while a kernel runs.
@@ -151,17 +174,17 @@ pub(crate) fn take_first_fit(holes: &mut BTreeMap<u64, u64>, len: u64, align: u6
 impl AddressSpace {
     /// Reserve `[base, base + size)` on the backend, for at most `max_allocations`
     /// allocations at once.
-    pub fn reserve(backend: &dyn Backend, base: u64, size: u64, max_allocations: u64) -> Result<Self, CudaError> {
+    pub fn reserve(backend: &dyn VirtualMemory, base: u64, size: u64, max_allocations: u64) -> Result<Self, CudaError> {
         backend.reserve(base, size)?;
         let mut inner = Inner::default();
         inner.holes.insert(base, size);
         let max_allocations = usize::try_from(max_allocations).unwrap_or(usize::MAX);
-        Ok(AddressSpace { base, size, max_allocations, inner: RwLock::new(inner) })
+        Ok(AddressSpace { base, size, max_allocations, inner: RwLock::new(inner), round: AtomicU64::new(0) })
     }
 
     /// Whether the session holds as many allocations as it may.
     pub fn at_limit(&self) -> bool {
-        self.inner.read().unwrap().allocations.len() >= self.max_allocations
+        self.inner.read().allocations.len() >= self.max_allocations
     }
 
     pub fn base(&self) -> u64 {
@@ -174,21 +197,21 @@ impl AddressSpace {
 
     /// Bytes currently allocated (as asked for).
     pub fn allocated(&self) -> u64 {
-        self.inner.read().unwrap().allocated
+        self.inner.read().allocated
     }
 
     /// Freeze the map for a kernel's run.
     pub fn view(&self) -> MemoryView<'_> {
-        MemoryView(self.inner.read().unwrap())
+        MemoryView(self.inner.read())
     }
 
     /// Allocate `size` bytes on `device`; 0 bytes gives the null pointer.
-    pub fn alloc(&self, backend: &dyn Backend, device: i32, size: u64) -> Result<u64, CudaError> {
+    pub fn alloc(&self, backend: &dyn VirtualMemory, device: i32, size: u64) -> Result<u64, CudaError> {
         if size == 0 {
             return Ok(0);
         }
         let gran = backend.granularity(device).max(ALIGNMENT);
-        let mut g = self.inner.write().unwrap();
+        let mut g = self.inner.write();
         let inner = &mut *g;
         if inner.allocations.len() >= self.max_allocations {
             return Err(CudaError::MemoryAllocation);
@@ -204,8 +227,7 @@ impl AddressSpace {
                 }
             };
             inner.blocks.insert(addr, Block { len, device, physical, kind: BlockKind::Whole });
-            inner.allocations.insert(addr, Allocation { addr, size, device, block: addr, span: len });
-            inner.allocated += size;
+            inner.add(Allocation { addr, size, device, block: addr, span: len }, self.round.load(Ordering::Relaxed));
             return Ok(addr);
         }
         let span = round_up(size, ALIGNMENT).expect("small");
@@ -243,19 +265,18 @@ impl AddressSpace {
             }
         };
         let block = *inner.blocks.range(..=addr).next_back().expect("allocated inside a block").0;
-        inner.allocations.insert(addr, Allocation { addr, size, device, block, span });
-        inner.allocated += size;
+        inner.add(Allocation { addr, size, device, block, span }, self.round.load(Ordering::Relaxed));
         Ok(addr)
     }
 
     /// Allocate `size` bytes at exactly `addr` (a restore puts every allocation back where
     /// it was). Fails with `cudaErrorMemoryAllocation` when that memory is not free.
-    pub fn alloc_at(&self, backend: &dyn Backend, device: i32, addr: u64, size: u64) -> Result<u64, CudaError> {
+    pub fn alloc_at(&self, backend: &dyn VirtualMemory, device: i32, addr: u64, size: u64) -> Result<u64, CudaError> {
         if size == 0 {
             return Ok(0);
         }
         let gran = backend.granularity(device).max(ALIGNMENT);
-        let mut g = self.inner.write().unwrap();
+        let mut g = self.inner.write();
         let inner = &mut *g;
         let taken = Err(CudaError::MemoryAllocation);
         if inner.allocations.len() >= self.max_allocations {
@@ -274,8 +295,7 @@ impl AddressSpace {
                 }
             };
             inner.blocks.insert(addr, Block { len, device, physical, kind: BlockKind::Whole });
-            inner.allocations.insert(addr, Allocation { addr, size, device, block: addr, span: len });
-            inner.allocated += size;
+            inner.add(Allocation { addr, size, device, block: addr, span: len }, self.round.load(Ordering::Relaxed));
             return Ok(addr);
         }
         if !addr.is_multiple_of(ALIGNMENT) {
@@ -304,17 +324,17 @@ impl AddressSpace {
             return taken;
         }
         *used += span;
-        inner.allocations.insert(addr, Allocation { addr, size, device, block: start, span });
-        inner.allocated += size;
+        inner.add(Allocation { addr, size, device, block: start, span }, self.round.load(Ordering::Relaxed));
         Ok(addr)
     }
 
     /// Free the allocation that starts at `addr`; returns its size. Anything else is
     /// `cudaErrorInvalidValue`, as CUDA answers a free of a pointer it did not hand out.
-    pub fn free(&self, backend: &dyn Backend, addr: u64) -> Result<Allocation, CudaError> {
-        let mut g = self.inner.write().unwrap();
+    pub fn free(&self, backend: &dyn VirtualMemory, addr: u64) -> Result<Allocation, CudaError> {
+        let mut g = self.inner.write();
         let inner = &mut *g;
         let a = inner.allocations.remove(&addr).ok_or(CudaError::InvalidValue)?;
+        inner.written.remove(&addr);
         inner.allocated -= a.size;
         let block = inner.blocks.get_mut(&a.block).expect("allocation's block");
         let release = match &mut block.kind {
@@ -334,9 +354,9 @@ impl AddressSpace {
     }
 
     /// Free everything (device reset, session end). Returns the allocations that were live.
-    pub fn free_all(&self, backend: &dyn Backend, device: Option<i32>) -> Vec<Allocation> {
+    pub fn free_all(&self, backend: &dyn VirtualMemory, device: Option<i32>) -> Vec<Allocation> {
         let addrs: Vec<u64> = {
-            let g = self.inner.read().unwrap();
+            let g = self.inner.read();
             g.allocations.values().filter(|a| device.is_none_or(|d| a.device == d)).map(|a| a.addr).collect()
         };
         addrs.into_iter().filter_map(|a| self.free(backend, a).ok()).collect()
@@ -344,12 +364,12 @@ impl AddressSpace {
 
     /// Live allocations, by address.
     pub fn allocations(&self) -> Vec<Allocation> {
-        self.inner.read().unwrap().allocations.values().copied().collect()
+        self.inner.read().allocations.values().copied().collect()
     }
 
     /// The allocation containing `addr`.
     pub fn allocation_at(&self, addr: u64) -> Option<Allocation> {
-        let g = self.inner.read().unwrap();
+        let g = self.inner.read();
         let (_, a) = g.allocations.range(..=addr).next_back()?;
         (addr < a.addr + a.size).then_some(*a)
     }
@@ -357,29 +377,87 @@ impl AddressSpace {
     /// Let the session use `[addr, addr + len)` (a module variable).
     pub fn add_external(&self, addr: u64, len: u64) {
         if len > 0 {
-            self.inner.write().unwrap().external.insert(addr, len);
+            let mut g = self.inner.write();
+            g.external.insert(addr, len);
+            g.written.insert(addr, AtomicU64::new(self.round.load(Ordering::Relaxed)));
         }
     }
 
     pub fn remove_external(&self, addr: u64) {
-        self.inner.write().unwrap().external.remove(&addr);
+        let mut g = self.inner.write();
+        if g.external.remove(&addr).is_some() {
+            g.written.remove(&addr);
+        }
     }
 
     /// Is `[addr, addr + len)` inside one allocation (or module variable) of this session?
     /// A length of 0 asks whether `addr` itself is.
     /// The device whose memory backs the allocation containing `addr`.
     pub fn device_of(&self, addr: u64) -> Option<i32> {
-        let g = self.inner.read().unwrap();
+        let g = self.inner.read();
         g.allocations.range(..=addr).next_back().filter(|(_, a)| addr < a.addr + a.size.max(1)).map(|(_, a)| a.device)
+    }
+
+    /// The allocations and external ranges that a value among `params` (every aligned 8-byte
+    /// word of a kernel's parameter buffer) points into, whole: what a kernel given these
+    /// parameters reaches directly. A speculation: a kernel may also reach memory through
+    /// pointers stored in memory.
+    pub fn reached_by(&self, params: &[u8]) -> Vec<(u64, u64)> {
+        let g = self.inner.read();
+        let mut out: Vec<(u64, u64)> = params
+            .chunks_exact(8)
+            .filter_map(|w| {
+                let v = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+                let (&start, _) = g.written.range(..=v).next_back()?;
+                let len = g.len_at(start);
+                (v < start.saturating_add(len)).then_some((start, len))
+            })
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
     }
 
     pub fn contains(&self, addr: u64, len: u64) -> bool {
         let Some(end) = addr.checked_add(len.max(1)) else { return false };
-        let g = self.inner.read().unwrap();
+        let g = self.inner.read();
         let inside =
             |m: &BTreeMap<u64, u64>| m.range(..=addr).next_back().is_some_and(|(&start, &size)| end <= start + size);
         let in_alloc = g.allocations.range(..=addr).next_back().is_some_and(|(_, a)| end <= a.addr + a.size);
         in_alloc || inside(&g.external)
+    }
+}
+
+/// Whole allocations and module variables: a write to any byte of one marks all of it.
+/// Ranges made during a round count as written in it (their contents are new). A round
+/// begun while calls run may count a write noted as it begins for the round before:
+/// protocols begin rounds with the session quiesced.
+impl DirtyLog for AddressSpace {
+    fn note_write(&self, addr: u64, len: u64) {
+        let end = addr.saturating_add(len.max(1));
+        let g = self.inner.read();
+        let round = self.round.load(Ordering::Relaxed);
+        // Ranges do not overlap: walking down from the last one starting before `end`, the
+        // first that ends at or before `addr` ends the ones written.
+        for (&start, mark) in g.written.range(..end).rev() {
+            if start.saturating_add(g.len_at(start)) <= addr {
+                break;
+            }
+            mark.fetch_max(round, Ordering::Relaxed);
+        }
+    }
+
+    fn begin_round(&self) -> Round {
+        Round(self.round.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    fn written_since(&self, round: Round) -> Vec<(u64, u64)> {
+        let g = self.inner.read();
+        g.written
+            .iter()
+            .filter(|(_, mark)| mark.load(Ordering::Relaxed) >= round.0)
+            .map(|(&start, _)| (start, g.len_at(start)))
+            .collect()
     }
 }
 
@@ -409,6 +487,7 @@ mod tests {
         assert!(!s.contains(a, 5), "past the end of a 4-byte allocation");
         assert!(s.contains(c + 999, 1));
         // Memory is really there (the emulator maps host memory at the device address).
+        // SAFETY: `c` is a live allocation of 1000 bytes, mapped in this process by `emu`.
         unsafe { std::ptr::write_bytes(c as *mut u8, 0xab, 1000) };
         assert_eq!(s.free(&b, a).unwrap().size, 4);
         assert!(!s.contains(a, 1));
@@ -471,5 +550,34 @@ mod tests {
     fn zero_size_is_null() {
         let (b, s) = space(1 << 30);
         assert_eq!(s.alloc(&b, 0, 0).unwrap(), 0);
+    }
+
+    #[test]
+    fn the_dirty_log_names_what_was_written_since_a_round_began() {
+        let (b, s) = space(1 << 30);
+        let big = s.alloc(&b, 0, 3 << 20).unwrap();
+        let small: Vec<u64> = (0..3).map(|_| s.alloc(&b, 0, 256).unwrap()).collect();
+        s.add_external(0x7000_0000, 64);
+        let round = s.begin_round();
+        assert!(s.written_since(round).is_empty());
+        // A write across two small allocations marks both, whole; one ending where the
+        // third starts does not mark it.
+        s.note_write(small[0] + 100, 412);
+        s.note_write(0x7000_0010, 4);
+        // In address order (the module variable lies below the session's range here).
+        assert_eq!(s.written_since(round), vec![(0x7000_0000, 64), (small[0], 256), (small[1], 256)]);
+        let next = s.begin_round();
+        assert!(s.written_since(next).is_empty(), "a new round starts clean");
+        s.note_write(big + (2 << 20), 1);
+        let fresh = s.alloc(&b, 0, 100).unwrap();
+        let mut want = vec![(big, 3 << 20), (fresh, 100)];
+        want.sort();
+        assert_eq!(s.written_since(next), want, "what is made in a round counts as written in it");
+        // Everything since the first round; a freed allocation is forgotten.
+        s.free(&b, small[0]).unwrap();
+        assert_eq!(s.written_since(round).len(), 4);
+        // Outside every range: nothing.
+        s.note_write(0x1000, 8);
+        assert_eq!(s.written_since(s.begin_round()), vec![]);
     }
 }

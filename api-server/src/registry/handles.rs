@@ -36,6 +36,14 @@ impl From<Refused> for CudaError {
     }
 }
 
+/// How a new object gets its handle: the one a restore's replay must produce again, or a
+/// fresh one; and what a table at its limit answers (the session counts and logs the
+/// refusal, and answers what CUDA answers when it cannot create a resource).
+pub struct NewHandle<'a> {
+    pub forced: Option<u64>,
+    pub full: &'a dyn Fn() -> CudaError,
+}
+
 pub struct HandleTable<T> {
     tag: u64,
     next: u64,
@@ -103,6 +111,18 @@ impl<T> HandleTable<T> {
         self.next += 1;
         self.objects.insert(h, object);
         Ok(h)
+    }
+
+    /// Insert an object under the handle `new` says.
+    pub fn add(&mut self, object: T, new: &NewHandle<'_>) -> Result<u64, CudaError> {
+        match new.forced {
+            Some(h) => self.insert_at(h, object),
+            None => self.insert(object),
+        }
+        .map_err(|r| match r {
+            Refused::Full => (new.full)(),
+            other => other.into(),
+        })
     }
 
     /// The object behind `handle`, or `cudaErrorInvalidResourceHandle`.

@@ -7,13 +7,26 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
-use std::sync::Mutex;
 
+use parking_lot::Mutex;
 use phos_protocol::CudaError;
 use phos_protocol::host_arena::{self, BASE, Mapping, PAGE};
 
-use crate::backend::Backend;
-use crate::memory::{AddressSpace, coalesce_insert, take_exact, take_first_fit};
+use crate::backend::prelude::*;
+use crate::registry::memory::{AddressSpace, coalesce_insert, take_exact, take_first_fit};
+
+/// Why a channel's pinned arena is not used.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    #[error("cannot identify the pinned arena's file: {0}")]
+    Identity(std::io::Error),
+    #[error("a different pinned arena than the session's")]
+    Different,
+    #[error("cannot register the restored pinned allocations: {0:?}")]
+    Bind(CudaError),
+    #[error("cannot map the pinned arena at {BASE:#x}: {0}")]
+    Map(std::io::Error),
+}
 
 /// One page-locked allocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,25 +65,23 @@ impl PinnedArena {
 
     /// Whether the session holds as many page-locked allocations as it may.
     pub fn at_limit(&self) -> bool {
-        self.inner.lock().unwrap().allocations.len() >= self.max_allocations
+        self.inner.lock().allocations.len() >= self.max_allocations
     }
 
     /// Map the arena a channel brought (checked and mapped at [`BASE`]); a later channel's copy
     /// of the same file changes nothing, and another file is refused. Allocations replayed by
     /// a restore are registered now.
-    pub fn attach(&self, fd: OwnedFd, backend: &dyn Backend, memory: &AddressSpace) -> Result<(), String> {
-        let mut g = self.inner.lock().unwrap();
-        let identity = host_arena::identity(&fd).map_err(|e| e.to_string())?;
+    pub fn attach(&self, fd: OwnedFd, backend: &dyn Backend, memory: &AddressSpace) -> Result<(), AttachError> {
+        let mut g = self.inner.lock();
+        let identity = host_arena::identity(&fd).map_err(AttachError::Identity)?;
         if let Some((_, m)) = &g.file {
-            return if m.identity() == identity { Ok(()) } else { Err("a different pinned arena".into()) };
+            return if m.identity() == identity { Ok(()) } else { Err(AttachError::Different) };
         }
         // Bound first, so that a failure leaves nothing mapped.
-        if !g.allocations.is_empty()
-            && let Err(e) = backend.bind(0)
-        {
-            return Err(format!("cannot register the restored pinned allocations: {e:?}"));
+        if !g.allocations.is_empty() {
+            backend.bind(0).map_err(AttachError::Bind)?;
         }
-        let mapping = Mapping::at_base(&fd).map_err(|e| format!("cannot map the pinned arena at {BASE:#x}: {e}"))?;
+        let mapping = Mapping::at_base(&fd).map_err(AttachError::Map)?;
         let inner = &mut *g;
         inner.holes.insert(BASE, mapping.len());
         let replayed: Vec<u64> = inner.allocations.keys().copied().collect();
@@ -103,7 +114,7 @@ impl PinnedArena {
         forced: Option<u64>,
     ) -> Result<(u64, u64), CudaError> {
         let span = size.checked_next_multiple_of(PAGE).filter(|&s| s > 0).ok_or(CudaError::InvalidValue)?;
-        let mut g = self.inner.lock().unwrap();
+        let mut g = self.inner.lock();
         let inner = &mut *g;
         if inner.allocations.len() >= self.max_allocations {
             return Err(CudaError::MemoryAllocation);
@@ -147,7 +158,7 @@ impl PinnedArena {
     /// Free the allocation at `addr`: unregister it and give its pages back. The caller has
     /// waited for the device.
     pub fn free(&self, backend: &dyn Backend, memory: &AddressSpace, addr: u64) -> Result<(), CudaError> {
-        let mut g = self.inner.lock().unwrap();
+        let mut g = self.inner.lock();
         let inner = &mut *g;
         let p = inner.allocations.remove(&addr).ok_or(CudaError::InvalidValue)?;
         inner.allocated -= p.size;
@@ -165,19 +176,19 @@ impl PinnedArena {
     /// Whether `[addr, addr + len)` lies wholly in one registered allocation of the mapped
     /// arena (what a pinned copy may touch).
     pub fn covers(&self, addr: u64, len: u64) -> bool {
-        let g = self.inner.lock().unwrap();
+        let g = self.inner.lock();
         let Some((&start, p)) = g.allocations.range(..=addr).next_back() else { return false };
         g.file.is_some() && p.device.is_some() && addr.checked_add(len).is_some_and(|end| end <= start + p.size)
     }
 
     /// Bytes allocated (as asked for).
     pub fn allocated(&self) -> u64 {
-        self.inner.lock().unwrap().allocated
+        self.inner.lock().allocated
     }
 
     /// Unregister everything (the session ends).
     pub fn release(&self, backend: &dyn Backend) {
-        let mut g = self.inner.lock().unwrap();
+        let mut g = self.inner.lock();
         for (addr, p) in std::mem::take(&mut g.allocations) {
             if p.device.is_some() {
                 backend.unregister_host(addr);
@@ -191,7 +202,9 @@ impl PinnedArena {
 fn session_limit() -> u64 {
     static LIMIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *LIMIT.get_or_init(|| {
+        // SAFETY: sysconf only reads a system setting.
         let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+        // SAFETY: as above.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
         if pages > 0 && page > 0 { pages as u64 * page as u64 / 2 } else { u64::MAX }
     })

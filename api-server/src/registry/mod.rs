@@ -1,0 +1,104 @@
+//! The session's objects, one registry per kind. Each registry owns its lock (or locks, in an
+//! order it documents) and its invariants; the per-API services (the runtime API's
+//! [`service`](crate::service) today) share them, and the C/R engine
+//! ([`checkpoint`](crate::checkpoint)) reads them, never the services.
+//!
+//! - [`memory`] holds the session's device address space, its allocations and the memory it
+//!   may use besides (module variables, registered host memory);
+//! - [`host`] page-locked host memory in the guest's pinned arena;
+//! - [`streams`] streams and the host-function gates in them;
+//! - [`events`] events;
+//! - [`modules`] modules, their functions and variables;
+//! - [`graphs`] stream captures, graphs, their nodes and executable graphs;
+//! - [`devices`] facts about the devices, asked of the backend once.
+//!
+//! API objects reach the guest as virtual [`handles`] of their kind. A library's objects (a
+//! cuBLAS handle, ...) get a registry of their own here, built on a [`handles::HandleTable`]
+//! of a new handle kind, whose counter joins [`Registries::handle_counters`].
+
+pub mod devices;
+pub mod events;
+pub mod graphs;
+pub mod handles;
+pub mod host;
+pub mod memory;
+pub mod modules;
+pub mod streams;
+
+use std::sync::Arc;
+
+use phos_protocol::CudaError;
+use phos_protocol::limits::{LimitKind, SessionLimits};
+
+use crate::backend::Backend;
+use devices::DeviceFacts;
+use events::EventRegistry;
+use graphs::{GraphLimits, GraphRegistry};
+use host::PinnedArena;
+use memory::AddressSpace;
+use modules::ModuleRegistry;
+use streams::StreamRegistry;
+
+pub struct Registries {
+    /// Shared with the C/R engine's hooks, which note writes in its dirty log.
+    pub memory: Arc<AddressSpace>,
+    pub host: PinnedArena,
+    pub streams: StreamRegistry,
+    pub events: EventRegistry,
+    pub modules: ModuleRegistry,
+    pub graphs: GraphRegistry,
+    pub devices: DeviceFacts,
+}
+
+/// Kinds of handle whose counters a checkpoint keeps (the kinds checkpoints hold objects of).
+const COUNTED: [&str; 4] = ["stream", "event", "module", "function"];
+
+impl Registries {
+    /// The registries of a session whose device memory lives in `[base, base + size)`, each
+    /// holding at most its kind's limit of objects.
+    pub fn new(backend: &dyn Backend, base: u64, size: u64, limits: &SessionLimits) -> Result<Self, CudaError> {
+        Ok(Registries {
+            memory: Arc::new(AddressSpace::reserve(backend, base, size, limits.get(LimitKind::Allocations))?),
+            host: PinnedArena::new(limits.get(LimitKind::HostAllocations)),
+            streams: StreamRegistry::new(limits.get(LimitKind::Streams)),
+            events: EventRegistry::new(limits.get(LimitKind::Events)),
+            modules: ModuleRegistry::new(limits.get(LimitKind::Modules), limits.get(LimitKind::Functions)),
+            graphs: GraphRegistry::new(GraphLimits {
+                graphs: limits.get(LimitKind::Graphs),
+                nodes: limits.get(LimitKind::GraphNodes),
+                execs: limits.get(LimitKind::GraphExecs),
+            }),
+            devices: DeviceFacts::default(),
+        })
+    }
+
+    /// Next value of each handle kind's counter.
+    pub fn handle_counters(&self) -> Vec<(String, u64)> {
+        let (modules, functions) = self.modules.next_counters();
+        let values = [self.streams.next_counter(), self.events.next_counter(), modules, functions];
+        COUNTED.iter().zip(values).map(|(k, v)| (k.to_string(), v)).collect()
+    }
+
+    /// Carry on counters from an image (kinds this server does not count are ignored: the
+    /// image was checked against the spec's kinds before).
+    pub fn set_handle_counters(&self, counters: &[(String, u64)]) {
+        let get = |kind: &str| counters.iter().find(|(k, _)| k == kind).map(|(_, n)| *n);
+        if let Some(n) = get("stream") {
+            self.streams.set_next_counter(n);
+        }
+        if let Some(n) = get("event") {
+            self.events.set_next_counter(n);
+        }
+        self.modules.set_next_counters(get("module"), get("function"));
+    }
+
+    /// Destroy every object (a device reset, the session's end). Pinned host memory is the
+    /// guest's and outlives a device reset: [`PinnedArena::release`] lets go of it.
+    pub fn release_all(&self, backend: &dyn Backend) {
+        self.streams.release_all(backend);
+        self.events.release_all(backend);
+        self.graphs.release_all();
+        self.modules.release_all(backend, &self.memory);
+        self.memory.free_all(backend, None);
+    }
+}

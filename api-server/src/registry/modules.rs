@@ -1,0 +1,210 @@
+//! The session's modules and the functions looked up in them.
+//!
+//! Invariants: each module image is loaded once per device (`loaded` maps its digest to its
+//! handle); a module's variables are device memory the session may use (registered in the
+//! address space) for as long as the module is loaded; a function lives no longer than its
+//! module. Locks are taken in the order `loaded`, `modules`, `functions`, never the other
+//! way.
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+use phos_protocol::CudaError;
+use phos_protocol::cudart::HandleKind;
+use sha2::{Digest, Sha256};
+
+use super::handles::{HandleTable, NewHandle};
+use super::memory::AddressSpace;
+use crate::backend::Raw;
+use crate::backend::prelude::*;
+
+struct Module {
+    raw: Raw,
+    device: i32,
+    digest: [u8; 32],
+    /// Module variables registered as device memory the session may use: (name, address,
+    /// size).
+    globals: Vec<(String, u64, u64)>,
+}
+
+struct Function {
+    raw: Raw,
+    module: u64,
+}
+
+/// A module variable: its module's handle, its name, where it is and on which device.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Variable {
+    pub module: u64,
+    pub name: String,
+    pub addr: u64,
+    pub size: u64,
+    pub device: i32,
+}
+
+pub struct ModuleRegistry {
+    /// Loaded modules by (device, content digest). Held while a module loads, so that two
+    /// channels loading the same image load it once.
+    loaded: Mutex<HashMap<(i32, [u8; 32]), u64>>,
+    modules: Mutex<HandleTable<Module>>,
+    functions: Mutex<HandleTable<Function>>,
+}
+
+impl ModuleRegistry {
+    pub fn new(module_limit: u64, function_limit: u64) -> Self {
+        ModuleRegistry {
+            loaded: Mutex::default(),
+            modules: Mutex::new(HandleTable::new(HandleKind::Module, module_limit)),
+            functions: Mutex::new(HandleTable::new(HandleKind::Function, function_limit)),
+        }
+    }
+
+    /// Load a module image on `device`, once: an image loaded already answers its handle
+    /// again. `digest` names the image for sharing, so it must be the image's: the guest's
+    /// word is checked.
+    pub fn load(
+        &self,
+        backend: &dyn Backend,
+        memory: &AddressSpace,
+        device: i32,
+        image: &[u8],
+        digest: &[u8],
+        new: &NewHandle<'_>,
+    ) -> Result<u64, CudaError> {
+        let actual: [u8; 32] = Sha256::digest(image).into();
+        if actual.as_slice() != digest {
+            return Err(CudaError::InvalidValue);
+        }
+        let mut loaded = self.loaded.lock();
+        if let Some(&h) = loaded.get(&(device, actual)) {
+            return Ok(h);
+        }
+        let module = backend.module_load(device, image)?;
+        for &(_, addr, size) in &module.variables {
+            memory.add_external(addr, size);
+        }
+        let raw = module.raw;
+        let globals = module.variables;
+        let unregister = |globals: &[(String, u64, u64)]| {
+            for &(_, addr, _) in globals {
+                memory.remove_external(addr);
+            }
+        };
+        let h = self
+            .modules
+            .lock()
+            .add(Module { raw, device, digest: actual, globals: globals.clone() }, new)
+            .inspect_err(|_| {
+                unregister(&globals);
+                let _ = backend.module_unload(raw);
+            })?;
+        loaded.insert((device, actual), h);
+        Ok(h)
+    }
+
+    /// Unload a module: its functions go with it, and its variables stop being the session's
+    /// memory.
+    pub fn unload(&self, backend: &dyn Backend, memory: &AddressSpace, handle: u64) -> Result<(), CudaError> {
+        let mut loaded = self.loaded.lock();
+        let m = self.modules.lock().remove(handle)?;
+        loaded.remove(&(m.device, m.digest));
+        drop(loaded);
+        self.functions.lock().retain(|f| f.module != handle);
+        for (_, addr, _) in &m.globals {
+            memory.remove_external(*addr);
+        }
+        backend.module_unload(m.raw)
+    }
+
+    /// Look up function `name` in a module.
+    pub fn function(
+        &self,
+        backend: &dyn Backend,
+        module: u64,
+        name: &str,
+        new: &NewHandle<'_>,
+    ) -> Result<u64, CudaError> {
+        let module_raw = self.modules.lock().get(module)?.raw;
+        let raw = backend.module_function(module_raw, name)?;
+        self.functions.lock().add(Function { raw, module }, new)
+    }
+
+    /// The backend's function behind a handle.
+    pub fn resolve_function(&self, handle: u64) -> Result<Raw, CudaError> {
+        Ok(self.functions.lock().get(handle)?.raw)
+    }
+
+    /// Address and size of a variable of a loaded module, which becomes memory the session
+    /// may use (and part of its checkpoints) from now on.
+    pub fn variable(
+        &self,
+        backend: &dyn Backend,
+        memory: &AddressSpace,
+        module: u64,
+        name: &str,
+    ) -> Result<(u64, u64), CudaError> {
+        let mut modules = self.modules.lock();
+        let m = modules.get_mut(module)?;
+        if let Some((_, addr, size)) = m.globals.iter().find(|(n, _, _)| n == name) {
+            return Ok((*addr, *size));
+        }
+        let (addr, size) = backend.module_global(m.raw, name)?;
+        memory.add_external(addr, size);
+        m.globals.push((name.to_string(), addr, size));
+        Ok((addr, size))
+    }
+
+    /// The variables of the module a function belongs to (as (address, size)): memory its
+    /// kernels reach without being given it.
+    pub fn variables_of_function(&self, function: u64) -> Vec<(u64, u64)> {
+        let Ok(module) = self.functions.lock().get(function).map(|f| f.module) else { return Vec::new() };
+        let modules = self.modules.lock();
+        modules.get(module).map(|m| m.globals.iter().map(|&(_, addr, size)| (addr, size)).collect()).unwrap_or_default()
+    }
+
+    /// Every module variable the session can use, in order.
+    pub fn variables(&self) -> Vec<Variable> {
+        let modules = self.modules.lock();
+        let mut out: Vec<Variable> = modules
+            .iter()
+            .flat_map(|(h, m)| {
+                m.globals.iter().map(move |(name, addr, size)| Variable {
+                    module: h,
+                    name: name.clone(),
+                    addr: *addr,
+                    size: *size,
+                    device: m.device,
+                })
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Next handle numbers of modules and functions.
+    pub fn next_counters(&self) -> (u64, u64) {
+        (self.modules.lock().next_counter(), self.functions.lock().next_counter())
+    }
+
+    pub fn set_next_counters(&self, modules: Option<u64>, functions: Option<u64>) {
+        if let Some(n) = modules {
+            self.modules.lock().set_next_counter(n);
+        }
+        if let Some(n) = functions {
+            self.functions.lock().set_next_counter(n);
+        }
+    }
+
+    /// Unload everything.
+    pub fn release_all(&self, backend: &dyn Backend, memory: &AddressSpace) {
+        let mut loaded = self.loaded.lock();
+        self.functions.lock().drain();
+        for (_, m) in self.modules.lock().drain() {
+            for (_, addr, _) in m.globals {
+                memory.remove_external(addr);
+            }
+            let _ = backend.module_unload(m.raw);
+        }
+        loaded.clear();
+    }
+}

@@ -1,0 +1,1300 @@
+//! The runtime API's semantics, on top of the session's registries and backend: the
+//! hand-written half of the spec-generated `CudartService` trait. By the time a method here
+//! runs, the generated dispatch has decoded the request and checked its preconditions,
+//! buffer sizes, argument shapes and device ranges; what is left is to translate virtual
+//! handles, apply CUDA's rules and call the backend.
+
+use std::sync::atomic::Ordering;
+
+use phos_protocol::cudart::*;
+use phos_protocol::limits::LimitKind;
+use phos_protocol::spec::{CallAccess, DeviceAccess};
+use phos_protocol::types::Dim3;
+use phos_protocol::{CudaError, Ptr};
+
+use super::{CallCx, Session};
+use crate::backend::{Copy2D, StreamRef};
+use crate::capture::{GraphOp, NODE_EMPTY, NODE_KERNEL, NODE_MEMCPY, NODE_MEMSET};
+use crate::dispatch::CudartService;
+
+/// The work of the runtime API's calls, shared by several of them.
+impl Session {
+    fn check_device(&self, device: i32) -> Result<(), CudaError> {
+        if device < 0 || device >= self.backend().device_count() { Err(CudaError::InvalidDevice) } else { Ok(()) }
+    }
+
+    fn create_stream(&self, cx: &CallCx, flags: u32, priority: i32) -> Result<u64, CudaError> {
+        self.with_new_handle(cx, LimitKind::Streams, |new| {
+            self.objects.streams.create(self.backend(), cx.device, flags, priority, new)
+        })
+    }
+
+    /// Append a node to `graph` after the nodes at `deps`; its handle.
+    fn add_node(
+        &self,
+        cx: &CallCx,
+        graph: u64,
+        kind: i32,
+        ops: Vec<GraphOp>,
+        deps: Vec<usize>,
+    ) -> Result<u64, CudaError> {
+        self.objects.graphs.add_node(graph, kind, ops, deps, &|| self.refuse(cx, LimitKind::GraphNodes))
+    }
+
+    /// A 1D copy in a capturing stream: recorded (device to device, host to device with the
+    /// data as it is now), or refused (to host). `None` when `stream` does not capture.
+    fn capture_copy(&self, stream: u64, dst: &Ptr<'_>, src: &Ptr<'_>, count: u64) -> Option<Result<(), CudaError>> {
+        let mut captures = self.objects.graphs.captures.active()?;
+        captures.of_stream(stream)?;
+        let op = match (dst, src) {
+            (Ptr::Device(d), Ptr::Device(s)) => {
+                GraphOp::CopyOnDevice { dst: *d, dpitch: count, src: *s, spitch: count, width: count, height: 1 }
+            }
+            (Ptr::Device(d), Ptr::In(bytes)) => {
+                GraphOp::CopyToDevice { dst: *d, dpitch: count, data: bytes.to_vec(), width: count, height: 1 }
+            }
+            _ => return captures.refuse(stream).map(Err),
+        };
+        captures.record(stream, || op)
+    }
+
+    /// A staged copy in a capturing stream: a host-to-device one is drained from the slots
+    /// into the capture (the guest is filling them either way); one to the host cannot be
+    /// captured, and the copy is given up.
+    fn capture_staged(
+        &self,
+        st: &phos_protocol::staging::Staging,
+        req: &PhosMemcpyStagedRequest,
+        h2d: bool,
+        seq: u32,
+    ) -> Result<PhosMemcpyStagedReply, CudaError> {
+        use phos_protocol::staging::{Count, chunks};
+        if !h2d {
+            st.abort();
+            return Err(self
+                .objects
+                .graphs
+                .captures
+                .lock()
+                .refuse(req.stream)
+                .unwrap_or(CudaError::StreamCaptureUnsupported));
+        }
+        let slot = st.slot_bytes();
+        let mut data = Vec::new();
+        data.try_reserve_exact(req.count as usize).map_err(|_| CudaError::MemoryAllocation)?;
+        for k in 0..chunks(req.count, slot) as u32 {
+            let len = slot.min(req.count as usize - data.len());
+            if let Err(e) = st.wait(Count::Filled, seq, seq.wrapping_add(k + 1), phos_protocol::shm::default_spin()) {
+                crate::guest_warn!(self.id, "staged copy: {e}");
+                st.abort();
+                return Err(CudaError::Unknown);
+            }
+            // SAFETY: slot k of the mapped staging region holds `len` bytes (at most a slot's);
+            // the guest filled it (the count above) and leaves it alone until it is counted
+            // drained, just below.
+            data.extend_from_slice(unsafe { std::slice::from_raw_parts(st.slot(k), len) });
+            st.set(Count::Drained, seq.wrapping_add(k + 1));
+        }
+        let count = req.count;
+        let op = GraphOp::CopyToDevice { dst: req.device, dpitch: count, data, width: count, height: 1 };
+        self.objects.graphs.captures.lock().record(req.stream, || op).unwrap_or(Ok(()))?;
+        Ok(PhosMemcpyStagedReply {})
+    }
+
+    /// A strided copy in a capturing stream, one recorded 2D copy per slice.
+    fn capture_copy_3d(&self, req: &PhosMemcpy3DRequest<'_>) -> Result<(), CudaError> {
+        let mut captures = self.objects.graphs.captures.lock();
+        let slice = (req.width * req.height) as usize;
+        for z in 0..req.depth {
+            let op = match (&req.dst, &req.src) {
+                (Ptr::Device(d), Ptr::Device(s)) => GraphOp::CopyOnDevice {
+                    dst: d + z * req.dslice,
+                    dpitch: req.dpitch,
+                    src: s + z * req.sslice,
+                    spitch: req.spitch,
+                    width: req.width,
+                    height: req.height,
+                },
+                (Ptr::Device(d), Ptr::In(bytes)) => GraphOp::CopyToDevice {
+                    dst: d + z * req.dslice,
+                    dpitch: req.dpitch,
+                    data: bytes[z as usize * slice..(z as usize + 1) * slice].to_vec(),
+                    width: req.width,
+                    height: req.height,
+                },
+                _ => return Err(captures.refuse(req.stream).unwrap_or(CudaError::StreamCaptureUnsupported)),
+            };
+            captures.record(req.stream, || op).unwrap_or(Ok(()))?;
+        }
+        Ok(())
+    }
+
+    /// Run a graph's work on `stream`, in capture order.
+    fn replay(&self, cx: &CallCx, ops: &[GraphOp], stream: u64) -> Result<(), CudaError> {
+        let s = Some(self.objects.streams.resolve(stream)?);
+        let b = self.backend();
+        for op in ops {
+            if self.hooks.active() {
+                self.before_work("cudaGraphLaunch", &op.device_access())?;
+            }
+            match op {
+                GraphOp::Kernel { function, grid, block, shared_mem, params, cooperative } => {
+                    self.launch(cx, *function, *grid, *block, *shared_mem, stream, params, *cooperative)?
+                }
+                GraphOp::Memset { dst, pitch, value, width, height } => {
+                    b.memset_2d(*dst, *pitch, *value, *width, *height, s)?
+                }
+                GraphOp::CopyOnDevice { dst, dpitch, src, spitch, width, height } => {
+                    let copy = Copy2D::DeviceToDevice { dst: *dst, dpitch: *dpitch, src: *src, spitch: *spitch };
+                    b.memcpy_2d(copy, *width, *height, s)?
+                }
+                GraphOp::CopyToDevice { dst, dpitch, data, width, height } => {
+                    b.memcpy_2d(Copy2D::HostToDevice { dst: *dst, dpitch: *dpitch, src: data }, *width, *height, s)?
+                }
+                GraphOp::CopyPinned { device, host, count, to_device } => {
+                    // The memory may have been freed since the capture.
+                    if !self.objects.host.covers(*host, *count) || !self.objects.memory.contains(*device, *count) {
+                        return Err(CudaError::InvalidValue);
+                    }
+                    b.memcpy_registered(*device, *host, *count, *to_device, s)?
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A 2D or 3D copy, one 2D copy per slice; a host side is packed.
+    fn copy_3d(&self, req: &PhosMemcpy3DRequest<'_>) -> Result<Option<Vec<u8>>, CudaError> {
+        let stream = if req.ordered != 0 { Some(self.objects.streams.resolve(req.stream)?) } else { None };
+        let b = self.backend();
+        let (w, h) = (req.width, req.height);
+        let slice = w.checked_mul(h).and_then(|n| usize::try_from(n).ok()).ok_or(CudaError::InvalidValue)?;
+        match (&req.dst, &req.src) {
+            (Ptr::Device(d), Ptr::In(bytes)) => {
+                for (z, src) in bytes.chunks_exact(slice).enumerate() {
+                    let copy = Copy2D::HostToDevice { dst: d + z as u64 * req.dslice, dpitch: req.dpitch, src };
+                    b.memcpy_2d(copy, w, h, stream)?;
+                }
+                Ok(None)
+            }
+            (Ptr::Out(_), Ptr::Device(s)) => {
+                let mut out = reply_buffer((slice as u64).checked_mul(req.depth).ok_or(CudaError::InvalidValue)?)?;
+                for (z, dst) in out.chunks_exact_mut(slice).enumerate() {
+                    let copy = Copy2D::DeviceToHost { dst, src: s + z as u64 * req.sslice, spitch: req.spitch };
+                    b.memcpy_2d(copy, w, h, stream)?;
+                }
+                Ok(Some(out))
+            }
+            (Ptr::Device(d), Ptr::Device(s)) => {
+                for z in 0..req.depth {
+                    let (dst, src) = (d + z * req.dslice, s + z * req.sslice);
+                    let copy = Copy2D::DeviceToDevice { dst, dpitch: req.dpitch, src, spitch: req.spitch };
+                    b.memcpy_2d(copy, w, h, stream)?;
+                }
+                Ok(None)
+            }
+            _ => Err(CudaError::InvalidMemcpyDirection),
+        }
+    }
+
+    /// Copy between the kinds of memory a `cudaMemcpy` family call names.
+    fn copy(
+        &self,
+        dst: &Ptr<'_>,
+        src: &Ptr<'_>,
+        count: u64,
+        stream: Option<StreamRef>,
+    ) -> Result<Option<Vec<u8>>, CudaError> {
+        let b = self.backend();
+        match (dst, src) {
+            (Ptr::Device(d), Ptr::In(bytes)) => b.memcpy_htod(*d, bytes, stream).map(|_| None),
+            (Ptr::Out(_), Ptr::Device(s)) => {
+                let mut out = reply_buffer(count)?;
+                b.memcpy_dtoh(&mut out, *s, stream)?;
+                Ok(Some(out))
+            }
+            (Ptr::Device(d), Ptr::Device(s)) => b.memcpy_dtod(*d, *s, count, stream).map(|_| None),
+            (Ptr::Out(_), Ptr::In(bytes)) => {
+                // Host to host: ordered after the stream's work, like CUDA's.
+                if let Some(s) = stream {
+                    b.stream_synchronize(s)?;
+                }
+                Ok(Some(bytes.to_vec()))
+            }
+            _ => Err(CudaError::InvalidValue),
+        }
+    }
+
+    /// One kernel launch (plain or cooperative).
+    #[allow(clippy::too_many_arguments)]
+    fn launch(
+        &self,
+        cx: &CallCx,
+        function: u64,
+        grid: Dim3,
+        block: Dim3,
+        shared_mem: u32,
+        stream: u64,
+        params: &[u8],
+        cooperative: bool,
+    ) -> Result<(), CudaError> {
+        let raw = self.objects.modules.resolve_function(function)?;
+        if self.objects.graphs.captures.active().is_some_and(|c| c.of_stream(stream).is_some()) {
+            self.objects.devices.check_launch(self.backend(), cx.device, grid, block, shared_mem)?;
+            let op = || GraphOp::Kernel { function, grid, block, shared_mem, params: params.to_vec(), cooperative };
+            return self.objects.graphs.captures.lock().record(stream, op).unwrap_or(Ok(()));
+        }
+        let stream = self.objects.streams.resolve(stream)?;
+        self.objects.devices.check_launch(self.backend(), cx.device, grid, block, shared_mem)?;
+        if self.hooks.active() {
+            // What the kernel may write, as far as the server can tell without reading its
+            // code: the memory its parameters point into, and its module's variables.
+            let mut reached = self.objects.memory.reached_by(params);
+            reached.extend(self.objects.modules.variables_of_function(function));
+            let access: Vec<DeviceAccess> =
+                reached.into_iter().map(|(addr, len)| DeviceAccess { addr, len, writes: true }).collect();
+            self.before_work(cx.function.map_or("a kernel launch", |f| f.name()), &access)?;
+        }
+        let mut printed = Vec::new();
+        let view = self.objects.memory.view();
+        let r = self.backend().launch(
+            raw,
+            grid,
+            block,
+            shared_mem,
+            stream,
+            params,
+            &view,
+            &mut printed,
+            cx.measure,
+            cooperative,
+        );
+        drop(view);
+        self.output.push(&printed);
+        match r {
+            // A fault while the kernel ran (a backend that runs kernels before the launch
+            // returns) is not the launch's error: like a GPU's, it corrupts the context and
+            // surfaces at the next call.
+            Err(e) if e.is_sticky() => {
+                self.note_error(e);
+                Ok(())
+            }
+            Err(e) => Err(e),
+            Ok(()) => Ok(()),
+        }
+    }
+}
+
+/// A reply buffer, refusing sizes the host cannot provide instead of aborting.
+fn reply_buffer(len: u64) -> Result<Vec<u8>, CudaError> {
+    let len = usize::try_from(len).map_err(|_| CudaError::InvalidValue)?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| CudaError::MemoryAllocation)?;
+    v.resize(len, 0);
+    Ok(v)
+}
+
+impl CudartService for Session {
+    type Cx = CallCx;
+
+    fn check_device_range(&self, _cx: &CallCx, addr: u64, len: u64, null_ok: bool) -> Result<(), CudaError> {
+        if addr == 0 && null_ok {
+            return Ok(());
+        }
+        if self.objects.memory.contains(addr, len) { Ok(()) } else { Err(CudaError::InvalidValue) }
+    }
+
+    fn max_reply_bytes(&self) -> u64 {
+        self.max_reply()
+    }
+
+    fn record(&self, cx: &CallCx, id: FunctionId, payload: &[u8], facts: &phos_protocol::spec::RecordFacts<'_>) {
+        self.records.record(id, cx.device, payload, facts);
+    }
+
+    fn intercepting(&self) -> bool {
+        self.hooks.active()
+    }
+
+    fn before_call(&self, _: &CallCx, _: FunctionId, access: &CallAccess<'_>) -> Result<(), CudaError> {
+        self.hooks.before_call(access)
+    }
+
+    fn cuda_get_device_count(
+        &self,
+        _: &CallCx,
+        _: CudaGetDeviceCountRequest,
+    ) -> Result<CudaGetDeviceCountReply, CudaError> {
+        match self.backend().device_count() {
+            0 => Err(CudaError::NoDevice),
+            n => Ok(CudaGetDeviceCountReply { count: n }),
+        }
+    }
+
+    fn cuda_get_device_properties(
+        &self,
+        _: &CallCx,
+        req: CudaGetDevicePropertiesRequest,
+    ) -> Result<CudaGetDevicePropertiesReply, CudaError> {
+        self.check_device(req.device)?;
+        Ok(CudaGetDevicePropertiesReply { prop: self.backend().device_properties(req.device)? })
+    }
+
+    fn cuda_get_device_properties_v2(
+        &self,
+        _: &CallCx,
+        req: CudaGetDevicePropertiesV2Request,
+    ) -> Result<CudaGetDevicePropertiesV2Reply, CudaError> {
+        self.check_device(req.device)?;
+        Ok(CudaGetDevicePropertiesV2Reply { prop: self.backend().device_properties(req.device)? })
+    }
+
+    fn cuda_device_get_attribute(
+        &self,
+        _: &CallCx,
+        req: CudaDeviceGetAttributeRequest,
+    ) -> Result<CudaDeviceGetAttributeReply, CudaError> {
+        self.check_device(req.device)?;
+        Ok(CudaDeviceGetAttributeReply { value: self.backend().device_attribute(req.device, req.attr)? })
+    }
+
+    fn cuda_device_synchronize(
+        &self,
+        cx: &CallCx,
+        _: CudaDeviceSynchronizeRequest,
+    ) -> Result<CudaDeviceSynchronizeReply, CudaError> {
+        if let Some(e) = self.objects.graphs.captures.active().and_then(|mut c| c.refuse_all()) {
+            return Err(e);
+        }
+        self.backend().device_synchronize(cx.device)?;
+        Ok(CudaDeviceSynchronizeReply {})
+    }
+
+    fn cuda_device_reset(&self, cx: &CallCx, _: CudaDeviceResetRequest) -> Result<CudaDeviceResetReply, CudaError> {
+        let _ = self.backend().device_synchronize(cx.device);
+        self.objects.release_all(self.backend());
+        self.clear_error();
+        Ok(CudaDeviceResetReply {})
+    }
+
+    fn cuda_driver_get_version(
+        &self,
+        _: &CallCx,
+        _: CudaDriverGetVersionRequest,
+    ) -> Result<CudaDriverGetVersionReply, CudaError> {
+        Ok(CudaDriverGetVersionReply { driverVersion: self.backend().driver_version() })
+    }
+
+    fn cuda_malloc(&self, cx: &CallCx, req: CudaMallocRequest) -> Result<CudaMallocReply, CudaError> {
+        let addr = match cx.forced() {
+            Some(at) => self.objects.memory.alloc_at(self.backend(), cx.device, at, req.size),
+            None => self.objects.memory.alloc(self.backend(), cx.device, req.size),
+        }
+        .map_err(|e| if self.objects.memory.at_limit() { self.refuse(cx, LimitKind::Allocations) } else { e })?;
+        Ok(CudaMallocReply { devPtr: addr })
+    }
+
+    fn cuda_free(&self, cx: &CallCx, req: CudaFreeRequest) -> Result<CudaFreeReply, CudaError> {
+        if req.devPtr == 0 {
+            return Ok(CudaFreeReply {});
+        }
+        // cudaFree waits for the device: work in flight may still use the memory.
+        self.backend().device_synchronize(cx.device)?;
+        self.objects.memory.free(self.backend(), req.devPtr)?;
+        Ok(CudaFreeReply {})
+    }
+
+    fn cuda_memcpy(&self, _: &CallCx, req: CudaMemcpyRequest<'_>) -> Result<CudaMemcpyReply, CudaError> {
+        Ok(CudaMemcpyReply { dst: self.copy(&req.dst, &req.src, req.count, None)? })
+    }
+
+    fn cuda_memcpy_async(
+        &self,
+        _: &CallCx,
+        req: CudaMemcpyAsyncRequest<'_>,
+    ) -> Result<CudaMemcpyAsyncReply, CudaError> {
+        let stream = self.objects.streams.resolve(req.stream)?;
+        if let Some(r) = self.capture_copy(req.stream, &req.dst, &req.src, req.count) {
+            return r.map(|_| CudaMemcpyAsyncReply { dst: None });
+        }
+        Ok(CudaMemcpyAsyncReply { dst: self.copy(&req.dst, &req.src, req.count, Some(stream))? })
+    }
+
+    fn cuda_memset(&self, _: &CallCx, req: CudaMemsetRequest) -> Result<CudaMemsetReply, CudaError> {
+        // CUDA sets each byte to the value's low byte.
+        self.backend().memset(req.devPtr, req.value as u8, req.count, None)?;
+        Ok(CudaMemsetReply {})
+    }
+
+    fn cuda_memset_async(&self, _: &CallCx, req: CudaMemsetAsyncRequest) -> Result<CudaMemsetAsyncReply, CudaError> {
+        let stream = self.objects.streams.resolve(req.stream)?;
+        let op = || GraphOp::Memset {
+            dst: req.devPtr,
+            pitch: req.count,
+            value: req.value as u8,
+            width: req.count,
+            height: 1,
+        };
+        if let Some(r) = self.objects.graphs.captures.active().and_then(|mut c| c.record(req.stream, op)) {
+            return r.map(|_| CudaMemsetAsyncReply {});
+        }
+        self.backend().memset(req.devPtr, req.value as u8, req.count, Some(stream))?;
+        Ok(CudaMemsetAsyncReply {})
+    }
+
+    fn cuda_mem_get_info(&self, cx: &CallCx, _: CudaMemGetInfoRequest) -> Result<CudaMemGetInfoReply, CudaError> {
+        let (free, total) = self.backend().mem_info(cx.device)?;
+        Ok(CudaMemGetInfoReply { free, total })
+    }
+
+    fn cuda_memcpy_to_symbol(
+        &self,
+        _: &CallCx,
+        req: CudaMemcpyToSymbolRequest<'_>,
+    ) -> Result<CudaMemcpyToSymbolReply, CudaError> {
+        let dst = Ptr::Device(req.symbol_base + req.offset);
+        self.copy(&dst, &req.src, req.count, None)?;
+        Ok(CudaMemcpyToSymbolReply {})
+    }
+
+    fn cuda_memcpy_from_symbol(
+        &self,
+        _: &CallCx,
+        req: CudaMemcpyFromSymbolRequest<'_>,
+    ) -> Result<CudaMemcpyFromSymbolReply, CudaError> {
+        let src = Ptr::Device(req.symbol_base + req.offset);
+        Ok(CudaMemcpyFromSymbolReply { dst: self.copy(&req.dst, &src, req.count, None)? })
+    }
+
+    fn cuda_stream_create(&self, cx: &CallCx, _: CudaStreamCreateRequest) -> Result<CudaStreamCreateReply, CudaError> {
+        Ok(CudaStreamCreateReply { pStream: self.create_stream(cx, 0, 0)? })
+    }
+
+    fn cuda_stream_create_with_flags(
+        &self,
+        cx: &CallCx,
+        req: CudaStreamCreateWithFlagsRequest,
+    ) -> Result<CudaStreamCreateWithFlagsReply, CudaError> {
+        Ok(CudaStreamCreateWithFlagsReply { pStream: self.create_stream(cx, req.flags, 0)? })
+    }
+
+    fn cuda_stream_destroy(
+        &self,
+        _: &CallCx,
+        req: CudaStreamDestroyRequest,
+    ) -> Result<CudaStreamDestroyReply, CudaError> {
+        self.objects.streams.destroy(self.backend(), req.stream)?;
+        if let Some(mut c) = self.objects.graphs.captures.active() {
+            c.forget_stream(req.stream);
+        }
+        Ok(CudaStreamDestroyReply {})
+    }
+
+    fn cuda_stream_synchronize(
+        &self,
+        _: &CallCx,
+        req: CudaStreamSynchronizeRequest,
+    ) -> Result<CudaStreamSynchronizeReply, CudaError> {
+        let s = self.objects.streams.resolve(req.stream)?;
+        if let Some(e) = self.objects.graphs.captures.active().and_then(|mut c| c.refuse(req.stream)) {
+            return Err(e);
+        }
+        self.backend().stream_synchronize(s)?;
+        Ok(CudaStreamSynchronizeReply {})
+    }
+
+    fn cuda_stream_query(&self, _: &CallCx, req: CudaStreamQueryRequest) -> Result<CudaStreamQueryReply, CudaError> {
+        let s = self.objects.streams.resolve(req.stream)?;
+        if let Some(e) = self.objects.graphs.captures.active().and_then(|mut c| c.refuse(req.stream)) {
+            return Err(e);
+        }
+        if self.backend().stream_query(s)? { Ok(CudaStreamQueryReply {}) } else { Err(CudaError::NotReady) }
+    }
+
+    fn cuda_event_create(&self, cx: &CallCx, _: CudaEventCreateRequest) -> Result<CudaEventCreateReply, CudaError> {
+        let event = self.with_new_handle(cx, LimitKind::Events, |new| {
+            self.objects.events.create(self.backend(), cx.device, 0, new)
+        })?;
+        Ok(CudaEventCreateReply { event })
+    }
+
+    fn cuda_event_create_with_flags(
+        &self,
+        cx: &CallCx,
+        req: CudaEventCreateWithFlagsRequest,
+    ) -> Result<CudaEventCreateWithFlagsReply, CudaError> {
+        let event = self.with_new_handle(cx, LimitKind::Events, |new| {
+            self.objects.events.create(self.backend(), cx.device, req.flags, new)
+        })?;
+        Ok(CudaEventCreateWithFlagsReply { event })
+    }
+
+    fn cuda_event_record(&self, _: &CallCx, req: CudaEventRecordRequest) -> Result<CudaEventRecordReply, CudaError> {
+        let e = self.objects.events.resolve(req.event)?;
+        let s = self.objects.streams.resolve(req.stream)?;
+        if self.objects.graphs.captures.active().is_some_and(|mut c| c.record_event(req.event, req.stream)) {
+            return Ok(CudaEventRecordReply {});
+        }
+        self.backend().event_record(e, s)?;
+        Ok(CudaEventRecordReply {})
+    }
+
+    fn cuda_event_synchronize(
+        &self,
+        _: &CallCx,
+        req: CudaEventSynchronizeRequest,
+    ) -> Result<CudaEventSynchronizeReply, CudaError> {
+        self.backend().event_synchronize(self.objects.events.resolve(req.event)?)?;
+        Ok(CudaEventSynchronizeReply {})
+    }
+
+    fn cuda_event_query(&self, _: &CallCx, req: CudaEventQueryRequest) -> Result<CudaEventQueryReply, CudaError> {
+        if self.backend().event_query(self.objects.events.resolve(req.event)?)? {
+            Ok(CudaEventQueryReply {})
+        } else {
+            Err(CudaError::NotReady)
+        }
+    }
+
+    fn cuda_event_elapsed_time(
+        &self,
+        _: &CallCx,
+        req: CudaEventElapsedTimeRequest,
+    ) -> Result<CudaEventElapsedTimeReply, CudaError> {
+        let (a, b) = (self.objects.events.resolve(req.start)?, self.objects.events.resolve(req.end)?);
+        Ok(CudaEventElapsedTimeReply { ms: self.backend().event_elapsed(a, b)? })
+    }
+
+    fn cuda_event_destroy(&self, _: &CallCx, req: CudaEventDestroyRequest) -> Result<CudaEventDestroyReply, CudaError> {
+        self.objects.events.destroy(self.backend(), req.event)?;
+        Ok(CudaEventDestroyReply {})
+    }
+
+    fn phos_module_load(&self, cx: &CallCx, req: PhosModuleLoadRequest<'_>) -> Result<PhosModuleLoadReply, CudaError> {
+        let o = &self.objects;
+        let module = self.with_new_handle(cx, LimitKind::Modules, |new| {
+            o.modules.load(self.backend(), &o.memory, cx.device, req.image, req.digest, new)
+        })?;
+        Ok(PhosModuleLoadReply { module })
+    }
+
+    fn phos_module_unload(&self, _: &CallCx, req: PhosModuleUnloadRequest) -> Result<PhosModuleUnloadReply, CudaError> {
+        self.objects.modules.unload(self.backend(), &self.objects.memory, req.module)?;
+        Ok(PhosModuleUnloadReply {})
+    }
+
+    fn phos_module_get_function(
+        &self,
+        cx: &CallCx,
+        req: PhosModuleGetFunctionRequest<'_>,
+    ) -> Result<PhosModuleGetFunctionReply, CudaError> {
+        let function = self.with_new_handle(cx, LimitKind::Functions, |new| {
+            self.objects.modules.function(self.backend(), req.module, req.name, new)
+        })?;
+        Ok(PhosModuleGetFunctionReply { function })
+    }
+
+    fn phos_module_get_global(
+        &self,
+        _: &CallCx,
+        req: PhosModuleGetGlobalRequest<'_>,
+    ) -> Result<PhosModuleGetGlobalReply, CudaError> {
+        let (address, bytes) =
+            self.objects.modules.variable(self.backend(), &self.objects.memory, req.module, req.name)?;
+        Ok(PhosModuleGetGlobalReply { address, bytes })
+    }
+
+    fn phos_memcpy_staged(
+        &self,
+        cx: &CallCx,
+        req: PhosMemcpyStagedRequest,
+    ) -> Result<PhosMemcpyStagedReply, CudaError> {
+        use phos_protocol::staging::{Count, chunks};
+        let Some(st) = cx.staging.as_deref() else {
+            crate::guest_warn!(self.id, "a staged copy on a channel without a staging region");
+            return Err(CudaError::InvalidValue);
+        };
+        let h2d = match req.direction {
+            consts::cudaMemcpyHostToDevice => true,
+            consts::cudaMemcpyDeviceToHost => false,
+            _ => return Err(CudaError::InvalidMemcpyDirection),
+        };
+        let stream = self.objects.streams.resolve(req.stream)?;
+        let seq = req.seq as u32;
+        // The guest may already be filling (host to device); nothing can have been drained.
+        let ours = if h2d { Count::Drained } else { Count::Filled };
+        if u64::from(seq) != req.seq || st.count(ours) != seq || (!h2d && st.count(Count::Drained) != seq) {
+            crate::guest_warn!(self.id, "a staged copy that does not start where the region stands");
+            return Err(CudaError::InvalidValue);
+        }
+        if self.objects.graphs.captures.active().is_some_and(|c| c.of_stream(req.stream).is_some()) {
+            return self.capture_staged(st, &req, h2d, seq);
+        }
+        let b = self.backend();
+        if !st.registered.swap(true, Ordering::Relaxed) {
+            // Registered with the driver, the slots are DMA'd directly.
+            let (p, n) = st.slots_ptr();
+            // SAFETY: the channel's staging slots, `n` bytes mapped while `st` lives;
+            // page-locking reads and writes none of them.
+            b.pin_host(unsafe { std::slice::from_raw_parts_mut(p, n) });
+        }
+        let slot = st.slot_bytes() as u64;
+        let spin = phos_protocol::shm::default_spin();
+        let gave_up = |e: phos_protocol::staging::StagingError| {
+            crate::guest_warn!(self.id, "staged copy: {e}");
+            st.abort();
+            CudaError::Unknown
+        };
+        for k in 0..chunks(req.count, slot as usize) as u32 {
+            let at = u64::from(k) * slot;
+            let len = slot.min(req.count - at) as usize;
+            let failed = if h2d {
+                st.wait(Count::Filled, seq, seq.wrapping_add(k + 1), spin).map_err(gave_up)?;
+                // SAFETY: slot k of the mapped staging region holds `len` bytes (at most a
+                // slot's); the guest filled it (the count above) and, by the protocol, leaves
+                // it alone until this chunk is counted drained.
+                let data = unsafe { std::slice::from_raw_parts(st.slot(k), len) };
+                // The slot is reused two chunks on: this chunk must be on the device first.
+                b.memcpy_htod(req.device + at, data, Some(stream)).and_then(|_| b.stream_synchronize(stream)).err()
+            } else {
+                if k >= 2 {
+                    st.wait(Count::Drained, seq, seq.wrapping_add(k - 1), spin).map_err(gave_up)?;
+                }
+                // SAFETY: slot k of the mapped staging region holds `len` bytes (at most a
+                // slot's); the guest has drained it (the count above) and, by the protocol,
+                // reads it only once this chunk is counted filled.
+                let data = unsafe { std::slice::from_raw_parts_mut(st.slot(k), len) };
+                b.memcpy_dtoh(data, req.device + at, Some(stream)).err()
+            };
+            if let Some(e) = failed {
+                st.abort();
+                return Err(e);
+            }
+            st.set(if h2d { Count::Drained } else { Count::Filled }, seq.wrapping_add(k + 1));
+        }
+        Ok(PhosMemcpyStagedReply {})
+    }
+
+    fn phos_host_alloc(&self, cx: &CallCx, req: PhosHostAllocRequest) -> Result<PhosHostAllocReply, CudaError> {
+        const HOST_ALLOC_FLAGS: u32 = 0x1 | 0x2 | 0x4; // portable, mapped, write-combined
+        if req.flags & !HOST_ALLOC_FLAGS != 0 {
+            return Err(CudaError::InvalidValue);
+        }
+        let (host, device) =
+            self.objects.host.alloc(self.backend(), &self.objects.memory, req.size, req.flags, cx.forced()).map_err(
+                |e| if self.objects.host.at_limit() { self.refuse(cx, LimitKind::HostAllocations) } else { e },
+            )?;
+        Ok(PhosHostAllocReply { host, device })
+    }
+
+    fn phos_host_free(&self, cx: &CallCx, req: PhosHostFreeRequest) -> Result<PhosHostFreeReply, CudaError> {
+        // Work in flight may still read or write the memory.
+        self.backend().device_synchronize(cx.device)?;
+        self.objects.host.free(self.backend(), &self.objects.memory, req.host)?;
+        Ok(PhosHostFreeReply {})
+    }
+
+    fn phos_memcpy_pinned(&self, _: &CallCx, req: PhosMemcpyPinnedRequest) -> Result<PhosMemcpyPinnedReply, CudaError> {
+        let to_device = match req.direction {
+            consts::cudaMemcpyHostToDevice => true,
+            consts::cudaMemcpyDeviceToHost => false,
+            _ => return Err(CudaError::InvalidMemcpyDirection),
+        };
+        if !self.objects.host.covers(req.host, req.count) {
+            crate::guest_warn!(self.id, "a pinned copy outside the session's pinned allocations");
+            return Err(CudaError::InvalidValue);
+        }
+        if req.count == 0 {
+            return Ok(PhosMemcpyPinnedReply {});
+        }
+        let stream = if req.ordered != 0 { Some(self.objects.streams.resolve(req.stream)?) } else { None };
+        if req.ordered != 0
+            && let Some(mut captures) = self.objects.graphs.captures.active()
+            && captures.of_stream(req.stream).is_some()
+        {
+            // Captured copies of pinned memory read or write it when the graph runs, as in CUDA.
+            let op = GraphOp::CopyPinned { device: req.device, host: req.host, count: req.count, to_device };
+            return captures.record(req.stream, || op).unwrap_or(Ok(())).map(|_| PhosMemcpyPinnedReply {});
+        }
+        self.backend().memcpy_registered(req.device, req.host, req.count, to_device, stream)?;
+        Ok(PhosMemcpyPinnedReply {})
+    }
+
+    fn phos_launch_kernel(
+        &self,
+        cx: &CallCx,
+        req: PhosLaunchKernelRequest<'_>,
+    ) -> Result<PhosLaunchKernelReply, CudaError> {
+        self.launch(cx, req.function, req.grid, req.block, req.sharedMem, req.stream, req.params, false)?;
+        Ok(PhosLaunchKernelReply {})
+    }
+
+    fn phos_launch_cooperative_kernel(
+        &self,
+        cx: &CallCx,
+        req: PhosLaunchCooperativeKernelRequest<'_>,
+    ) -> Result<PhosLaunchCooperativeKernelReply, CudaError> {
+        self.launch(cx, req.function, req.grid, req.block, req.sharedMem, req.stream, req.params, true)?;
+        Ok(PhosLaunchCooperativeKernelReply {})
+    }
+
+    fn cuda_device_get_limit(
+        &self,
+        cx: &CallCx,
+        req: CudaDeviceGetLimitRequest,
+    ) -> Result<CudaDeviceGetLimitReply, CudaError> {
+        Ok(CudaDeviceGetLimitReply { pValue: self.backend().limit(cx.device, req.limit)? })
+    }
+
+    fn cuda_device_set_limit(
+        &self,
+        cx: &CallCx,
+        req: CudaDeviceSetLimitRequest,
+    ) -> Result<CudaDeviceSetLimitReply, CudaError> {
+        self.backend().set_limit(cx.device, req.limit, req.value)?;
+        Ok(CudaDeviceSetLimitReply {})
+    }
+
+    fn cuda_device_get_cache_config(
+        &self,
+        cx: &CallCx,
+        _: CudaDeviceGetCacheConfigRequest,
+    ) -> Result<CudaDeviceGetCacheConfigReply, CudaError> {
+        Ok(CudaDeviceGetCacheConfigReply { pCacheConfig: self.backend().cache_config(cx.device)? })
+    }
+
+    fn cuda_device_set_cache_config(
+        &self,
+        cx: &CallCx,
+        req: CudaDeviceSetCacheConfigRequest,
+    ) -> Result<CudaDeviceSetCacheConfigReply, CudaError> {
+        self.backend().set_cache_config(cx.device, req.cacheConfig)?;
+        Ok(CudaDeviceSetCacheConfigReply {})
+    }
+
+    fn cuda_device_get_shared_mem_config(
+        &self,
+        cx: &CallCx,
+        _: CudaDeviceGetSharedMemConfigRequest,
+    ) -> Result<CudaDeviceGetSharedMemConfigReply, CudaError> {
+        Ok(CudaDeviceGetSharedMemConfigReply { pConfig: self.backend().shared_mem_config(cx.device)? })
+    }
+
+    fn cuda_device_set_shared_mem_config(
+        &self,
+        cx: &CallCx,
+        req: CudaDeviceSetSharedMemConfigRequest,
+    ) -> Result<CudaDeviceSetSharedMemConfigReply, CudaError> {
+        self.backend().set_shared_mem_config(cx.device, req.config)?;
+        Ok(CudaDeviceSetSharedMemConfigReply {})
+    }
+
+    fn cuda_device_get_stream_priority_range(
+        &self,
+        cx: &CallCx,
+        _: CudaDeviceGetStreamPriorityRangeRequest,
+    ) -> Result<CudaDeviceGetStreamPriorityRangeReply, CudaError> {
+        let (least, greatest) = self.backend().stream_priority_range(cx.device)?;
+        Ok(CudaDeviceGetStreamPriorityRangeReply { leastPriority: least, greatestPriority: greatest })
+    }
+
+    fn cuda_device_can_access_peer(
+        &self,
+        _: &CallCx,
+        req: CudaDeviceCanAccessPeerRequest,
+    ) -> Result<CudaDeviceCanAccessPeerReply, CudaError> {
+        self.check_device(req.device)?;
+        self.check_device(req.peerDevice)?;
+        // A device is not its own peer.
+        let can = req.device != req.peerDevice && self.backend().can_access_peer(req.device, req.peerDevice)?;
+        Ok(CudaDeviceCanAccessPeerReply { canAccessPeer: can as i32 })
+    }
+
+    fn cuda_device_enable_peer_access(
+        &self,
+        cx: &CallCx,
+        req: CudaDeviceEnablePeerAccessRequest,
+    ) -> Result<CudaDeviceEnablePeerAccessReply, CudaError> {
+        self.check_device(req.peerDevice)?;
+        if req.peerDevice == cx.device {
+            // What CUDA answers for a device and itself (measured on an H100).
+            return Err(CudaError::PeerAccessUnsupported);
+        }
+        self.backend().enable_peer_access(cx.device, req.peerDevice)?;
+        Ok(CudaDeviceEnablePeerAccessReply {})
+    }
+
+    fn cuda_device_disable_peer_access(
+        &self,
+        cx: &CallCx,
+        req: CudaDeviceDisablePeerAccessRequest,
+    ) -> Result<CudaDeviceDisablePeerAccessReply, CudaError> {
+        self.check_device(req.peerDevice)?;
+        if req.peerDevice == cx.device {
+            return Err(CudaError::InvalidDevice);
+        }
+        self.backend().disable_peer_access(cx.device, req.peerDevice)?;
+        Ok(CudaDeviceDisablePeerAccessReply {})
+    }
+
+    fn cuda_ctx_reset_persisting_l2_cache(
+        &self,
+        cx: &CallCx,
+        _: CudaCtxResetPersistingL2CacheRequest,
+    ) -> Result<CudaCtxResetPersistingL2CacheReply, CudaError> {
+        self.backend().reset_persisting_l2_cache(cx.device)?;
+        Ok(CudaCtxResetPersistingL2CacheReply {})
+    }
+
+    fn phos_memcpy3_d(&self, _: &CallCx, req: PhosMemcpy3DRequest<'_>) -> Result<PhosMemcpy3DReply, CudaError> {
+        if req.ordered != 0 && self.objects.graphs.captures.active().is_some_and(|c| c.of_stream(req.stream).is_some())
+        {
+            return self.capture_copy_3d(&req).map(|_| PhosMemcpy3DReply { dst: None });
+        }
+        Ok(PhosMemcpy3DReply { dst: self.copy_3d(&req)? })
+    }
+
+    fn phos_memset3_d(&self, _: &CallCx, req: PhosMemset3DRequest) -> Result<PhosMemset3DReply, CudaError> {
+        let stream = if req.ordered != 0 { Some(self.objects.streams.resolve(req.stream)?) } else { None };
+        if req.ordered != 0
+            && let Some(mut captures) = self.objects.graphs.captures.active()
+            && captures.of_stream(req.stream).is_some()
+        {
+            for z in 0..req.depth {
+                let op = || GraphOp::Memset {
+                    dst: req.dst + z * req.slice,
+                    pitch: req.pitch,
+                    value: req.value as u8,
+                    width: req.width,
+                    height: req.height,
+                };
+                captures.record(req.stream, op).unwrap_or(Ok(()))?;
+            }
+            return Ok(PhosMemset3DReply {});
+        }
+        for z in 0..req.depth {
+            let dst = req.dst + z * req.slice;
+            self.backend().memset_2d(dst, req.pitch, req.value as u8, req.width, req.height, stream)?;
+        }
+        Ok(PhosMemset3DReply {})
+    }
+
+    fn phos_pointer_device(
+        &self,
+        cx: &CallCx,
+        req: PhosPointerDeviceRequest,
+    ) -> Result<PhosPointerDeviceReply, CudaError> {
+        // Module variables are the calling device's.
+        let device = match self.objects.memory.device_of(req.ptr) {
+            Some(d) => d,
+            None if self.objects.memory.contains(req.ptr, 1) => cx.device,
+            None => return Err(CudaError::InvalidValue),
+        };
+        Ok(PhosPointerDeviceReply { device })
+    }
+
+    fn cuda_memcpy_to_symbol_async(
+        &self,
+        _: &CallCx,
+        req: CudaMemcpyToSymbolAsyncRequest<'_>,
+    ) -> Result<CudaMemcpyToSymbolAsyncReply, CudaError> {
+        let stream = self.objects.streams.resolve(req.stream)?;
+        let dst = Ptr::Device(req.symbol_base + req.offset);
+        if let Some(r) = self.capture_copy(req.stream, &dst, &req.src, req.count) {
+            return r.map(|_| CudaMemcpyToSymbolAsyncReply {});
+        }
+        self.copy(&dst, &req.src, req.count, Some(stream))?;
+        Ok(CudaMemcpyToSymbolAsyncReply {})
+    }
+
+    fn cuda_memcpy_from_symbol_async(
+        &self,
+        _: &CallCx,
+        req: CudaMemcpyFromSymbolAsyncRequest<'_>,
+    ) -> Result<CudaMemcpyFromSymbolAsyncReply, CudaError> {
+        let stream = self.objects.streams.resolve(req.stream)?;
+        let src = Ptr::Device(req.symbol_base + req.offset);
+        if let Some(r) = self.capture_copy(req.stream, &req.dst, &src, req.count) {
+            return r.map(|_| CudaMemcpyFromSymbolAsyncReply { dst: None });
+        }
+        Ok(CudaMemcpyFromSymbolAsyncReply { dst: self.copy(&req.dst, &src, req.count, Some(stream))? })
+    }
+
+    fn cuda_stream_create_with_priority(
+        &self,
+        cx: &CallCx,
+        req: CudaStreamCreateWithPriorityRequest,
+    ) -> Result<CudaStreamCreateWithPriorityReply, CudaError> {
+        Ok(CudaStreamCreateWithPriorityReply { pStream: self.create_stream(cx, req.flags, req.priority)? })
+    }
+
+    fn cuda_stream_get_priority(
+        &self,
+        cx: &CallCx,
+        req: CudaStreamGetPriorityRequest,
+    ) -> Result<CudaStreamGetPriorityReply, CudaError> {
+        Ok(CudaStreamGetPriorityReply { priority: self.objects.streams.facts(req.hStream, cx.device)?.1 })
+    }
+
+    fn cuda_stream_get_flags(
+        &self,
+        cx: &CallCx,
+        req: CudaStreamGetFlagsRequest,
+    ) -> Result<CudaStreamGetFlagsReply, CudaError> {
+        Ok(CudaStreamGetFlagsReply { flags: self.objects.streams.facts(req.hStream, cx.device)?.0 })
+    }
+
+    fn cuda_stream_get_device(
+        &self,
+        cx: &CallCx,
+        req: CudaStreamGetDeviceRequest,
+    ) -> Result<CudaStreamGetDeviceReply, CudaError> {
+        Ok(CudaStreamGetDeviceReply { device: self.objects.streams.facts(req.hStream, cx.device)?.2 })
+    }
+
+    fn cuda_stream_get_id(&self, cx: &CallCx, req: CudaStreamGetIdRequest) -> Result<CudaStreamGetIdReply, CudaError> {
+        // The handle is unique in the session for as long as the stream lives; the special
+        // streams keep their own values.
+        self.objects.streams.facts(req.hStream, cx.device)?;
+        Ok(CudaStreamGetIdReply { streamId: req.hStream })
+    }
+
+    fn cuda_stream_wait_event(
+        &self,
+        _: &CallCx,
+        req: CudaStreamWaitEventRequest,
+    ) -> Result<CudaStreamWaitEventReply, CudaError> {
+        let s = self.objects.streams.resolve(req.stream)?;
+        let e = self.objects.events.resolve(req.event)?;
+        if let Some(r) = self.objects.graphs.captures.active().and_then(|mut c| c.wait_event(req.stream, req.event)) {
+            return r.map(|_| CudaStreamWaitEventReply {});
+        }
+        self.backend().stream_wait_event(s, e)?;
+        Ok(CudaStreamWaitEventReply {})
+    }
+
+    fn cuda_event_record_with_flags(
+        &self,
+        _: &CallCx,
+        req: CudaEventRecordWithFlagsRequest,
+    ) -> Result<CudaEventRecordWithFlagsReply, CudaError> {
+        let e = self.objects.events.resolve(req.event)?;
+        let s = self.objects.streams.resolve(req.stream)?;
+        if self.objects.graphs.captures.active().is_some_and(|mut c| c.record_event(req.event, req.stream)) {
+            return Ok(CudaEventRecordWithFlagsReply {});
+        }
+        self.backend().event_record(e, s)?;
+        Ok(CudaEventRecordWithFlagsReply {})
+    }
+
+    fn phos_host_func_enqueue(
+        &self,
+        _: &CallCx,
+        req: PhosHostFuncEnqueueRequest,
+    ) -> Result<PhosHostFuncEnqueueReply, CudaError> {
+        let stream = self.objects.streams.resolve(req.stream)?;
+        self.objects.streams.add_gate(self.backend(), stream, req.gate)?;
+        Ok(PhosHostFuncEnqueueReply {})
+    }
+
+    fn phos_host_func_wait(
+        &self,
+        _: &CallCx,
+        req: PhosHostFuncWaitRequest,
+    ) -> Result<PhosHostFuncWaitReply, CudaError> {
+        let (gate, stream) = self.objects.streams.gate(req.gate)?;
+        // Work that faults never reaches the gate: the stream's error ends the wait.
+        while !gate.wait_reached(std::time::Duration::from_millis(50)) {
+            if let Some(e) = self.sticky_error() {
+                return Err(e);
+            }
+            if let Err(e) = self.backend().stream_query(stream) {
+                self.note_error(e);
+                return Err(e);
+            }
+        }
+        match self.sticky_error() {
+            Some(e) => Err(e),
+            None => Ok(PhosHostFuncWaitReply {}),
+        }
+    }
+
+    fn phos_host_func_done(
+        &self,
+        _: &CallCx,
+        req: PhosHostFuncDoneRequest,
+    ) -> Result<PhosHostFuncDoneReply, CudaError> {
+        self.objects.streams.take_gate(req.gate)?.open();
+        Ok(PhosHostFuncDoneReply {})
+    }
+
+    fn cuda_stream_begin_capture(
+        &self,
+        _: &CallCx,
+        req: CudaStreamBeginCaptureRequest,
+    ) -> Result<CudaStreamBeginCaptureReply, CudaError> {
+        // The legacy stream cannot be captured.
+        if req.stream <= 1 {
+            return Err(CudaError::StreamCaptureUnsupported);
+        }
+        self.objects.streams.resolve(req.stream)?;
+        self.objects.graphs.captures.update(|c| c.begin(req.stream))?;
+        Ok(CudaStreamBeginCaptureReply {})
+    }
+
+    fn cuda_stream_end_capture(
+        &self,
+        cx: &CallCx,
+        req: CudaStreamEndCaptureRequest,
+    ) -> Result<CudaStreamEndCaptureReply, CudaError> {
+        self.objects.streams.resolve(req.stream)?;
+        let ops = self.objects.graphs.captures.update(|c| c.end(req.stream))?;
+        let graph = self.with_new_handle(cx, LimitKind::Graphs, |new| {
+            self.objects.graphs.create_captured(ops, new, &|| self.refuse(cx, LimitKind::GraphNodes))
+        })?;
+        Ok(CudaStreamEndCaptureReply { pGraph: graph })
+    }
+
+    fn cuda_stream_is_capturing(
+        &self,
+        _: &CallCx,
+        req: CudaStreamIsCapturingRequest,
+    ) -> Result<CudaStreamIsCapturingReply, CudaError> {
+        self.objects.streams.resolve(req.stream)?;
+        Ok(CudaStreamIsCapturingReply { pCaptureStatus: self.objects.graphs.captures.lock().status(req.stream).0 })
+    }
+
+    fn phos_stream_capture_info(
+        &self,
+        _: &CallCx,
+        req: PhosStreamCaptureInfoRequest,
+    ) -> Result<PhosStreamCaptureInfoReply, CudaError> {
+        self.objects.streams.resolve(req.stream)?;
+        let (status, id) = self.objects.graphs.captures.lock().status(req.stream);
+        Ok(PhosStreamCaptureInfoReply { status, id })
+    }
+
+    fn phos_graph_instantiate(
+        &self,
+        cx: &CallCx,
+        req: PhosGraphInstantiateRequest,
+    ) -> Result<PhosGraphInstantiateReply, CudaError> {
+        let exec =
+            self.with_new_handle(cx, LimitKind::GraphExecs, |new| self.objects.graphs.instantiate(req.graph, new))?;
+        Ok(PhosGraphInstantiateReply { pGraphExec: exec })
+    }
+
+    fn cuda_graph_launch(&self, cx: &CallCx, req: CudaGraphLaunchRequest) -> Result<CudaGraphLaunchReply, CudaError> {
+        let ops = self.objects.graphs.exec_ops(req.graphExec)?;
+        // Launching into a capture records the graph's work there.
+        if let Some(mut captures) = self.objects.graphs.captures.active()
+            && captures.of_stream(req.stream).is_some()
+        {
+            for op in ops {
+                captures.record(req.stream, || op).unwrap_or(Ok(()))?;
+            }
+            return Ok(CudaGraphLaunchReply {});
+        }
+        self.replay(cx, &ops, req.stream)?;
+        Ok(CudaGraphLaunchReply {})
+    }
+
+    fn cuda_graph_upload(&self, _: &CallCx, req: CudaGraphUploadRequest) -> Result<CudaGraphUploadReply, CudaError> {
+        self.objects.graphs.check_exec(req.graphExec)?;
+        self.objects.streams.resolve(req.stream)?;
+        Ok(CudaGraphUploadReply {})
+    }
+
+    fn phos_graph_exec_update(
+        &self,
+        _: &CallCx,
+        req: PhosGraphExecUpdateRequest,
+    ) -> Result<PhosGraphExecUpdateReply, CudaError> {
+        // The guest reports a result other than success with cudaErrorGraphExecUpdateFailure.
+        Ok(PhosGraphExecUpdateReply { result: self.objects.graphs.update_exec(req.hGraphExec, req.hGraph)? })
+    }
+
+    fn cuda_graph_create(&self, cx: &CallCx, _: CudaGraphCreateRequest) -> Result<CudaGraphCreateReply, CudaError> {
+        let graph = self.with_new_handle(cx, LimitKind::Graphs, |new| self.objects.graphs.create(new))?;
+        Ok(CudaGraphCreateReply { pGraph: graph })
+    }
+
+    fn phos_graph_add_kernel_node(
+        &self,
+        cx: &CallCx,
+        req: PhosGraphAddKernelNodeRequest<'_>,
+    ) -> Result<PhosGraphAddKernelNodeReply, CudaError> {
+        let deps = self.objects.graphs.node_indices(req.graph, req.deps)?;
+        self.objects.modules.resolve_function(req.function)?;
+        self.objects.devices.check_launch(self.backend(), cx.device, req.grid, req.block, req.sharedMem)?;
+        let op = GraphOp::Kernel {
+            function: req.function,
+            grid: req.grid,
+            block: req.block,
+            shared_mem: req.sharedMem,
+            params: req.params.to_vec(),
+            cooperative: false,
+        };
+        let node = self.add_node(cx, req.graph, NODE_KERNEL, vec![op], deps)?;
+        Ok(PhosGraphAddKernelNodeReply { pGraphNode: node })
+    }
+
+    fn phos_graph_add_copy_node(
+        &self,
+        cx: &CallCx,
+        req: PhosGraphAddCopyNodeRequest<'_>,
+    ) -> Result<PhosGraphAddCopyNodeReply, CudaError> {
+        let deps = self.objects.graphs.node_indices(req.graph, req.deps)?;
+        let (w, h) = (req.width, req.height);
+        let slice = w.checked_mul(h).and_then(|n| usize::try_from(n).ok()).ok_or(CudaError::InvalidValue)?;
+        let mut ops = Vec::new();
+        for z in 0..req.depth {
+            let dst = req.dst + z * req.dslice;
+            ops.push(match &req.src {
+                Ptr::Device(s) => GraphOp::CopyOnDevice {
+                    dst,
+                    dpitch: req.dpitch,
+                    src: s + z * req.sslice,
+                    spitch: req.spitch,
+                    width: w,
+                    height: h,
+                },
+                Ptr::In(bytes) => GraphOp::CopyToDevice {
+                    dst,
+                    dpitch: req.dpitch,
+                    data: bytes[z as usize * slice..(z as usize + 1) * slice].to_vec(),
+                    width: w,
+                    height: h,
+                },
+                _ => return Err(CudaError::InvalidValue),
+            });
+        }
+        let node = self.add_node(cx, req.graph, NODE_MEMCPY, ops, deps)?;
+        Ok(PhosGraphAddCopyNodeReply { pGraphNode: node })
+    }
+
+    fn phos_graph_add_set_node(
+        &self,
+        cx: &CallCx,
+        req: PhosGraphAddSetNodeRequest,
+    ) -> Result<PhosGraphAddSetNodeReply, CudaError> {
+        let deps = self.objects.graphs.node_indices(req.graph, req.deps)?;
+        let op = GraphOp::Memset {
+            dst: req.dst,
+            pitch: req.pitch,
+            value: req.value as u8,
+            width: req.width,
+            height: req.height,
+        };
+        let node = self.add_node(cx, req.graph, NODE_MEMSET, vec![op], deps)?;
+        Ok(PhosGraphAddSetNodeReply { pGraphNode: node })
+    }
+
+    fn phos_graph_add_empty_node(
+        &self,
+        cx: &CallCx,
+        req: PhosGraphAddEmptyNodeRequest<'_>,
+    ) -> Result<PhosGraphAddEmptyNodeReply, CudaError> {
+        let deps = self.objects.graphs.node_indices(req.graph, req.deps)?;
+        let node = self.add_node(cx, req.graph, NODE_EMPTY, Vec::new(), deps)?;
+        Ok(PhosGraphAddEmptyNodeReply { pGraphNode: node })
+    }
+
+    fn phos_graph_add_dependencies(
+        &self,
+        _: &CallCx,
+        req: PhosGraphAddDependenciesRequest<'_>,
+    ) -> Result<PhosGraphAddDependenciesReply, CudaError> {
+        let from = self.objects.graphs.node_indices(req.graph, req.from)?;
+        let to = self.objects.graphs.node_indices(req.graph, req.to)?;
+        self.objects.graphs.add_dependencies(req.graph, from, to)?;
+        Ok(PhosGraphAddDependenciesReply {})
+    }
+
+    fn phos_graph_nodes(&self, _: &CallCx, req: PhosGraphNodesRequest) -> Result<PhosGraphNodesReply, CudaError> {
+        let (nodes, count) = self.objects.graphs.nodes(req.graph, req.max as usize)?;
+        Ok(PhosGraphNodesReply { nodes, count })
+    }
+
+    fn cuda_graph_node_get_type(
+        &self,
+        _: &CallCx,
+        req: CudaGraphNodeGetTypeRequest,
+    ) -> Result<CudaGraphNodeGetTypeReply, CudaError> {
+        Ok(CudaGraphNodeGetTypeReply { pType: self.objects.graphs.node_kind(req.node)? })
+    }
+
+    fn cuda_graph_exec_destroy(
+        &self,
+        _: &CallCx,
+        req: CudaGraphExecDestroyRequest,
+    ) -> Result<CudaGraphExecDestroyReply, CudaError> {
+        self.objects.graphs.destroy_exec(req.graphExec)?;
+        Ok(CudaGraphExecDestroyReply {})
+    }
+
+    fn cuda_graph_destroy(&self, _: &CallCx, req: CudaGraphDestroyRequest) -> Result<CudaGraphDestroyReply, CudaError> {
+        self.objects.graphs.destroy(req.graph)?;
+        Ok(CudaGraphDestroyReply {})
+    }
+
+    fn phos_func_get_attributes(
+        &self,
+        _: &CallCx,
+        req: PhosFuncGetAttributesRequest,
+    ) -> Result<PhosFuncGetAttributesReply, CudaError> {
+        Ok(PhosFuncGetAttributesReply {
+            attr: self.backend().function_attributes(self.objects.modules.resolve_function(req.function)?)?,
+        })
+    }
+
+    fn phos_func_set_attribute(
+        &self,
+        _: &CallCx,
+        req: PhosFuncSetAttributeRequest,
+    ) -> Result<PhosFuncSetAttributeReply, CudaError> {
+        // cudaFuncAttributeMaxDynamicSharedMemorySize and PreferredSharedMemoryCarveout;
+        // the cluster attributes need cluster launches, which Phos does not carry.
+        if !(8..=9).contains(&req.attr) {
+            return Err(CudaError::InvalidValue);
+        }
+        self.backend().function_set_attribute(
+            self.objects.modules.resolve_function(req.function)?,
+            req.attr,
+            req.value,
+        )?;
+        Ok(PhosFuncSetAttributeReply {})
+    }
+
+    fn phos_func_set_cache_config(
+        &self,
+        _: &CallCx,
+        req: PhosFuncSetCacheConfigRequest,
+    ) -> Result<PhosFuncSetCacheConfigReply, CudaError> {
+        self.backend().function_set_cache_config(self.objects.modules.resolve_function(req.function)?, req.config)?;
+        Ok(PhosFuncSetCacheConfigReply {})
+    }
+
+    fn phos_occupancy_max_active_blocks(
+        &self,
+        _: &CallCx,
+        req: PhosOccupancyMaxActiveBlocksRequest,
+    ) -> Result<PhosOccupancyMaxActiveBlocksReply, CudaError> {
+        let f = self.objects.modules.resolve_function(req.function)?;
+        if req.blockSize <= 0 {
+            return Err(CudaError::InvalidValue);
+        }
+        let n = self.backend().occupancy(f, req.blockSize, req.dynamicSMemSize, req.flags)?;
+        Ok(PhosOccupancyMaxActiveBlocksReply { numBlocks: n })
+    }
+
+    fn phos_occupancy_available_dynamic_s_mem(
+        &self,
+        _: &CallCx,
+        req: PhosOccupancyAvailableDynamicSMemRequest,
+    ) -> Result<PhosOccupancyAvailableDynamicSMemReply, CudaError> {
+        let f = self.objects.modules.resolve_function(req.function)?;
+        let n = self.backend().available_dynamic_smem(f, req.numBlocks, req.blockSize)?;
+        Ok(PhosOccupancyAvailableDynamicSMemReply { dynamicSmemSize: n })
+    }
+}

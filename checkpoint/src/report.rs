@@ -1,0 +1,90 @@
+//! What a checkpoint or a restore did, as the API server's and the router's management
+//! services answer it (`phos_control` carries these very types) and `phosctl` prints it.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+/// What a checkpoint did.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CheckpointSummary {
+    /// Where the image went (set by whoever chose the place: the engine writes to a sink).
+    pub dir: PathBuf,
+    pub records: usize,
+    pub regions: usize,
+    /// Device memory covered and bytes stored for it.
+    pub memory_bytes: u64,
+    pub stored_bytes: u64,
+    /// Time to stop the session's calls and synchronise the devices.
+    pub quiesce_ms: f64,
+    /// Time to copy memory out and write the image.
+    pub copy_ms: f64,
+    pub total_ms: f64,
+    /// The session was frozen afterwards (its server is then ended).
+    pub stopped: bool,
+}
+
+/// What a restore did.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RestoreSummary {
+    pub session: u64,
+    pub records: usize,
+    pub memory_bytes: u64,
+    pub verify_ms: f64,
+    pub replay_ms: f64,
+    pub copy_ms: f64,
+    /// The whole restore (the router's figure counts the server's start or pool hand-out too).
+    pub total_ms: f64,
+    /// The server came from the router's pool of pre-started servers.
+    pub pooled: bool,
+}
+
+/// What a checkpoint was still waiting for when it gave up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Waiting {
+    /// The session's calls in flight to end: those still running, each as its function and
+    /// channel (`phosLaunchKernel (channel 1)`).
+    Calls { functions: Vec<String> },
+    /// A device to finish the work queued on it.
+    Device { device: i32 },
+}
+
+impl std::fmt::Display for Waiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Waiting::Calls { functions } if functions.is_empty() => f.write_str("its calls in flight to finish"),
+            Waiting::Calls { functions } => write!(f, "its calls in flight to finish: {}", functions.join(", ")),
+            Waiting::Device { device } => {
+                write!(f, "device {device} to finish the work queued on it (kernels, copies, host functions)")
+            }
+        }
+    }
+}
+
+/// How far a checkpoint or restore is, for progress bars: bytes of device memory done and
+/// in all.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub done: AtomicU64,
+    pub total: AtomicU64,
+}
+
+impl Progress {
+    pub fn done(&self) -> u64 {
+        self.done.load(Ordering::Relaxed)
+    }
+
+    pub fn total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn start(&self, total: u64) {
+        self.done.store(0, Ordering::Relaxed);
+        self.total.store(total, Ordering::Relaxed);
+    }
+
+    pub(crate) fn add(&self, n: u64) {
+        self.done.fetch_add(n, Ordering::Relaxed);
+    }
+}
