@@ -28,11 +28,13 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use phos_checkpoint::{
-    Compression, Image, ImageWriter, Manifest, MemoryRegion, PreparedChunk, Record, RegionKind, SessionMeta,
+    Compression, Image, ImageApi, ImageWriter, Manifest, MemoryRegion, PreparedChunk, Record, RegionKind, SessionMeta,
     prepare_chunk,
 };
 use phos_control::Cancel;
-use phos_protocol::cudart::{self, FunctionId, HandleKind};
+use phos_protocol::apis::{Function, HandleKind};
+use phos_protocol::cudart::FunctionId;
+use phos_protocol::handshake::{ApiVersion, check_apis};
 use phos_protocol::limits::LimitKind;
 
 use crate::backend::{Backend, Raw, StreamRef};
@@ -290,7 +292,8 @@ impl Session {
             .live()
             .into_iter()
             .map(|r| Record {
-                function: r.function as u32,
+                api: r.function.api().id(),
+                function: r.function.id(),
                 name: r.function.name().to_string(),
                 device: r.device,
                 payload: r.payload,
@@ -366,7 +369,10 @@ impl Session {
             .collect();
         let manifest = Manifest {
             format: 0,
-            spec_hash: cudart::SPEC_HASH,
+            apis: ApiVersion::of_this_build()
+                .into_iter()
+                .map(|a| ImageApi { id: a.id, name: a.name, version: a.version, hash: a.hash })
+                .collect(),
             created_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
             session: meta,
             handle_counters: self.handle_counters(),
@@ -443,7 +449,7 @@ impl Session {
             if cancel.is_cancelled() {
                 return Err(abandoned("replaying its records"));
             }
-            let id = FunctionId::from_u32(r.function).expect("checked");
+            let id = Function::from_wire(r.api, r.function).expect("checked");
             let dev = device.unwrap_or(r.device);
             let cx = CallCx {
                 device: dev,
@@ -454,7 +460,7 @@ impl Session {
             };
             let mut out = Vec::new();
             session.backend().bind(dev).map_err(|e| format!("{e:?}"))?;
-            crate::dispatch::dispatch(&session, &cx, id, &r.payload, &mut out)
+            crate::server::replay(&session, &cx, id, &r.payload, &mut out)
                 .map_err(|e| format!("replaying {}: {e}", r.name))?;
         }
         let replay_ms = ms(replay_start);
@@ -570,13 +576,12 @@ impl Session {
 /// devices this server has; and that its device range is this server's.
 pub fn check_image(m: &Manifest, factory: &SessionFactory, device: Option<i32>) -> Result<(), String> {
     let bad = |why: String| Err(format!("the image describes an impossible session: {why}"));
-    if m.spec_hash != cudart::SPEC_HASH {
-        return Err(format!(
-            "the image was taken by a server of another API spec ({:016x}, this one {:016x})",
-            m.spec_hash,
-            cudart::SPEC_HASH
-        ));
-    }
+    let apis: Vec<ApiVersion> = m
+        .apis
+        .iter()
+        .map(|a| ApiVersion { id: a.id, name: a.name.clone(), version: a.version, hash: a.hash })
+        .collect();
+    check_apis(&apis, "the image")?;
     let s = &m.session;
     if (s.device_base, s.device_size) != (factory.device_base, factory.device_size) {
         return bad(format!(
@@ -591,8 +596,9 @@ pub fn check_image(m: &Manifest, factory: &SessionFactory, device: Option<i32>) 
     }
     // Kinds of handle the records create, and what each limit counts.
     let handle_kind = |kind: &str| HandleKind::ALL.iter().copied().find(|k| k.name() == kind);
-    let limit_of = |f: FunctionId, kind: &str| match (f, kind) {
-        (FunctionId::PhosHostAlloc, _) => Some(LimitKind::HostAllocations),
+    let host_alloc = Function::Cudart(FunctionId::PhosHostAlloc);
+    let limit_of = |f: Function, kind: &str| match (f, kind) {
+        (f, _) if f == host_alloc => Some(LimitKind::HostAllocations),
         (_, "device_memory") => Some(LimitKind::Allocations),
         (_, "stream") => Some(LimitKind::Streams),
         (_, "event") => Some(LimitKind::Events),
@@ -612,7 +618,7 @@ pub fn check_image(m: &Manifest, factory: &SessionFactory, device: Option<i32>) 
     let mut allocations: HashSet<u64> = HashSet::new();
     let mut modules: HashSet<u64> = HashSet::new();
     for r in &m.records {
-        let f = match FunctionId::from_u32(r.function) {
+        let f = match Function::from_wire(r.api, r.function) {
             Some(f) if f.name() == r.name => f,
             _ => return Err(format!("the image records `{}`, which this server does not know", r.name)),
         };
@@ -648,12 +654,11 @@ pub fn check_image(m: &Manifest, factory: &SessionFactory, device: Option<i32>) 
                     }
                 }
                 None if *kind == "device_memory" => {
-                    let inside =
-                        if f == FunctionId::PhosHostAlloc { arena.contains(value) } else { range.contains(value) };
+                    let inside = if f == host_alloc { arena.contains(value) } else { range.contains(value) };
                     if !inside {
                         return bad(format!("{} placed memory at {value:#x}, outside the session's ranges", r.name));
                     }
-                    if f != FunctionId::PhosHostAlloc {
+                    if f != host_alloc {
                         allocations.insert(*value);
                     }
                 }

@@ -5,10 +5,11 @@
 //! and call the backend.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use phos_protocol::apis::{Function as ApiFunction, HandleKind, RESOURCES};
 use phos_protocol::cudart::*;
 use phos_protocol::handshake::UsageReport;
 use phos_protocol::limits::{LimitKind, SessionLimits};
@@ -19,12 +20,17 @@ use sha2::{Digest, Sha256};
 
 use crate::backend::{Backend, Copy2D, Gate, Raw, StreamRef};
 use crate::capture::{CaptureState, Captures, Graph, GraphOp, Node};
-use crate::dispatch::CudartService;
+use crate::dispatch::cudart::CudartService;
 use crate::handles::{HandleTable, Refused};
 use crate::host_arena::PinnedArena;
 use crate::memory::AddressSpace;
 use crate::output::DeviceOutput;
 use crate::records::Recorder;
+
+// The driver API's service, on the same session (a child module: it reaches the session's
+// state as the runtime's methods do).
+#[path = "driver_api.rs"]
+mod driver_api;
 
 /// Per-call context: which device the calling thread has current, and, while a restore
 /// replays a recorded call, the handles or addresses the call must produce again.
@@ -37,7 +43,7 @@ pub struct CallCx {
     /// The router asked for this call's device time (a policy needs it).
     pub measure: bool,
     /// The function running, for what the server logs about the call.
-    pub function: Option<FunctionId>,
+    pub function: Option<ApiFunction>,
 }
 
 impl CallCx {
@@ -107,9 +113,9 @@ pub struct Session {
     /// Every call passes through it; a checkpoint closes it, so it sees the session between
     /// calls.
     pub(crate) gate: crate::call_gate::CallGate,
-    /// What each channel is running now (function id + 1; 0: nothing), by channel: what a
-    /// checkpoint that cannot get the gate waits for.
-    busy: Mutex<BTreeMap<u64, Arc<AtomicU32>>>,
+    /// What each channel is running now (`Function::policy_id` + 1; 0: nothing), by channel:
+    /// what a checkpoint that cannot get the gate waits for.
+    busy: Mutex<BTreeMap<u64, Arc<AtomicU64>>>,
     limits: SessionLimits,
     /// Calls refused by each limit ([`LimitKind::index`]) since the server started.
     refused: [AtomicU64; LimitKind::ALL.len()],
@@ -255,10 +261,10 @@ impl Session {
         CudaError::MemoryAllocation
     }
 
-    /// The word in which `channel` says what it runs (function id + 1; 0: nothing), for
-    /// [`busy_calls`](Self::busy_calls); listed until [`channel_closed`](Self::channel_closed).
-    pub(crate) fn channel_activity(&self, channel: u64) -> Arc<AtomicU32> {
-        let a = Arc::new(AtomicU32::new(0));
+    /// The word in which `channel` says what it runs (`Function::policy_id` + 1; 0: nothing),
+    /// for [`busy_calls`](Self::busy_calls); listed until [`channel_closed`](Self::channel_closed).
+    pub(crate) fn channel_activity(&self, channel: u64) -> Arc<AtomicU64> {
+        let a = Arc::new(AtomicU64::new(0));
         self.busy.lock().unwrap().insert(channel, a.clone());
         a
     }
@@ -275,7 +281,8 @@ impl Session {
             .iter()
             .filter_map(|(ch, a)| {
                 let f = a.load(Ordering::Relaxed).checked_sub(1)?;
-                Some(format!("{} (channel {ch})", FunctionId::from_u32(f).map_or("?", |f| f.name())))
+                let f = ApiFunction::from_wire((f >> 32) as u16, f as u32);
+                Some(format!("{} (channel {ch})", f.map_or("?", |f| f.name())))
             })
             .collect()
     }
@@ -745,7 +752,7 @@ impl CudartService for Session {
     }
 
     fn record(&self, cx: &CallCx, id: FunctionId, payload: &[u8], facts: &phos_protocol::spec::RecordFacts<'_>) {
-        self.records.record(id, cx.device, payload, facts);
+        self.records.record(ApiFunction::Cudart(id), cx.device, payload, facts);
     }
 
     fn cuda_get_device_count(
@@ -1302,14 +1309,14 @@ impl CudartService for Session {
         Ok(CudaCtxResetPersistingL2CacheReply {})
     }
 
-    fn phos_memcpy3_d(&self, _: &CallCx, req: PhosMemcpy3DRequest<'_>) -> Result<PhosMemcpy3DReply, CudaError> {
+    fn phos_memcpy_3d(&self, _: &CallCx, req: PhosMemcpy3DRequest<'_>) -> Result<PhosMemcpy3DReply, CudaError> {
         if req.ordered != 0 && self.captures.active().is_some_and(|c| c.of_stream(req.stream).is_some()) {
             return self.capture_copy_3d(&req).map(|_| PhosMemcpy3DReply { dst: None });
         }
         Ok(PhosMemcpy3DReply { dst: self.copy_3d(&req)? })
     }
 
-    fn phos_memset3_d(&self, _: &CallCx, req: PhosMemset3DRequest) -> Result<PhosMemset3DReply, CudaError> {
+    fn phos_memset_3d(&self, _: &CallCx, req: PhosMemset3DRequest) -> Result<PhosMemset3DReply, CudaError> {
         let stream = if req.ordered != 0 { Some(self.stream(req.stream)?) } else { None };
         if req.ordered != 0
             && let Some(mut captures) = self.captures.active()

@@ -1,23 +1,29 @@
 //! Where the guest library is, under the names applications ask for.
 //!
-//! The build produces one `libcudart.so`; applications need `libcudart.so.11.0`,
-//! `libcudart.so.12` or `libcudart.so.13` depending on the CUDA they were built with. This
-//! makes a directory of links with those names (next to the library when writable, else in
-//! the temp directory) for `LD_LIBRARY_PATH`.
+//! The build produces one `libphos_guest.so` carrying every API Phos serves; applications ask
+//! for `libcudart.so.11.0`, `libcudart.so.12` or `libcudart.so.13` (the runtime, depending on
+//! the CUDA they were built with) and `libcuda.so.1` (the driver). This makes a directory of
+//! symbolic links with those names (next to the library when writable, else in the temp
+//! directory) for `LD_LIBRARY_PATH`. Links, not copies: the dynamic loader loads a file once
+//! however many names reach it, so a program that uses both APIs gets one copy of the guest
+//! library, hence one session.
 
 use std::path::{Path, PathBuf};
 
-/// The sonames one build serves.
-pub const SONAMES: &[&str] = &["libcudart.so.11.0", "libcudart.so.12", "libcudart.so.13"];
+/// The file the build produces.
+pub const LIBRARY: &str = "libphos_guest.so";
 
-/// The library: `PHOS_GUEST_LIB`, else `libcudart.so` next to phosctl.
+/// The sonames one build serves.
+pub const SONAMES: &[&str] = &["libcudart.so.11.0", "libcudart.so.12", "libcudart.so.13", "libcuda.so.1"];
+
+/// The library: `PHOS_GUEST_LIB`, else `libphos_guest.so` next to phosctl.
 pub fn library() -> Result<PathBuf, String> {
     if let Ok(p) = std::env::var("PHOS_GUEST_LIB") {
         return Ok(PathBuf::from(p));
     }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let dir = exe.parent().ok_or("phosctl has no directory")?;
-    let lib = dir.join("libcudart.so");
+    let lib = dir.join(LIBRARY);
     if lib.exists() { Ok(lib) } else { Err(format!("{} does not exist (build phos-guestlib)", lib.display())) }
 }
 
@@ -44,4 +50,22 @@ pub fn prepare() -> Result<PathBuf, String> {
     let dir = std::env::temp_dir().join(format!("phos-guest-{}", std::process::id()));
     populate(&dir, &lib).map_err(|e| format!("{}: {e}", dir.display()))?;
     Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every soname leads to the one library file.
+    #[test]
+    fn each_soname_is_a_link_to_the_library() {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = dir.path().join(super::LIBRARY);
+        std::fs::write(&lib, b"not really a library").unwrap();
+        let links = dir.path().join("links");
+        super::populate(&links, &lib).unwrap();
+        for name in super::SONAMES {
+            let link = links.join(name);
+            assert_eq!(std::fs::read_link(&link).unwrap(), lib, "{name}");
+        }
+        assert!(super::SONAMES.contains(&"libcuda.so.1"));
+    }
 }

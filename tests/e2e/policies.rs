@@ -282,7 +282,7 @@ fn run_guest(socket: &Path, exe: &Path, args: &[&str]) -> String {
         .arg("--")
         .arg(exe)
         .args(args)
-        .env("PHOS_GUEST_LIB", built("libcudart.so"))
+        .env("PHOS_GUEST_LIB", built("libphos_guest.so"))
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -301,7 +301,7 @@ fn a_refused_launch_that_did_not_wait_fails_at_the_next_check_without_a_reconnec
         .arg("--")
         .arg(&exe)
         .args(["60", "0"])
-        .env("PHOS_GUEST_LIB", built("libcudart.so"))
+        .env("PHOS_GUEST_LIB", built("libphos_guest.so"))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -327,7 +327,7 @@ fn policies_swap_while_guests_run() {
         .arg("--")
         .arg(&exe)
         .arg("96")
-        .env("PHOS_GUEST_LIB", built("libcudart.so"))
+        .env("PHOS_GUEST_LIB", built("libphos_guest.so"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
