@@ -356,6 +356,16 @@ impl CudaBackend {
         if !Self::driver_present() {
             return Err("no CUDA driver (libcuda.so) on this machine".into());
         }
+        // SAFETY: looking a symbol up in the loaded library runs none of its code.
+        let runtime_export = unsafe { sys::culib().get::<unsafe extern "C" fn()>(b"cudaMalloc\0").is_ok() };
+        if runtime_export {
+            // Phos's guest library exports both APIs; NVIDIA's driver has no runtime functions.
+            return Err(
+                "the libcuda.so.1 found here is Phos's guest library, not NVIDIA's driver (is LD_LIBRARY_PATH \
+                        set to a directory of guest library links for the server?)"
+                    .into(),
+            );
+        }
         unsafe {
             check(sys::cuInit(0)).map_err(|e| format!("cuInit: {e:?}"))?;
             let mut n = 0;
