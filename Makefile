@@ -14,7 +14,7 @@ SETUP := scripts/setup.sh
 # The environment the tests read (the CUDA header directories), written by the set-up.
 SETUP_ENV := target/setup.env
 
-.PHONY: build release test fmt-check clippy demo gpu-bins
+.PHONY: build release test fmt-check clippy demo gpu-bins fuzz
 
 build:
 	@$(SETUP) build
@@ -42,6 +42,14 @@ demo:
 	@$(SETUP) demo
 	$(CARGO) build --workspace --release
 	@scripts/demo.sh $(DEMO_PROGRAM)
+
+# Every fuzz target for FUZZ_SECONDS each (docs/fuzzing.md), after the set-up the seeds need
+# (nvcc, clang, a C++ compiler for libFuzzer); fails on a crash, a hang or a runaway
+# allocation, leaving the input in fuzz/artifacts/.
+FUZZ_SECONDS ?= 20
+fuzz:
+	@$(SETUP) demo
+	fuzz/run $(FUZZ_SECONDS)
 
 # Release binaries for the GPU machine (which has no Rust), in .device/bin.
 gpu-bins: release

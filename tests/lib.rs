@@ -3,7 +3,7 @@
 //! tests that speak the protocol directly.
 //!
 //! The tests use the binaries of the same build (`target/<profile>/phosctl`,
-//! `phos-api-server`, `libcudart.so`); `make test` builds them before running the tests.
+//! `phos-api-server`, `libphos_guest.so`); `make test` builds them before running the tests.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -31,7 +31,7 @@ use phos_checkpoint::{
     Compression, Image, ImageApi, ImageWriter, Manifest, MemoryRegion, PreparedChunk, Record, RegionKind, SessionMeta,
     prepare_chunk,
 };
-use phos_control::Cancel;
+use phos_control::{Cancel, Waiting};
 use phos_protocol::apis::{Function, HandleKind};
 use phos_protocol::cudart::FunctionId;
 use phos_protocol::handshake::{ApiVersion, check_apis};
@@ -204,11 +204,30 @@ impl Default for Bounds {
 #[derive(Debug, thiserror::Error)]
 pub enum Stopped {
     #[error(
-        "session {session}: the checkpoint gave up after {waited:.1?} waiting for {what}; nothing was written, and the session carries on as it was"
+        "session {session}: the checkpoint gave up after {waited:.1?} waiting for {waiting_for}; nothing was written, and the session carries on as it was"
     )]
-    TimedOut { session: u64, waited: Duration, what: String },
+    TimedOut { session: u64, waited: Duration, waiting_for: Waiting },
     #[error("session {session}: abandoned (its client went away) while {what}; the session is as it was")]
     Abandoned { session: u64, what: String },
+    /// The image cannot be restored here: it does not read, or describes a session this
+    /// server could not have.
+    #[error("{0}")]
+    Refused(String),
+    /// Anything else (the device, the disk).
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<String> for Stopped {
+    fn from(why: String) -> Self {
+        Stopped::Failed(why)
+    }
+}
+
+impl From<&str> for Stopped {
+    fn from(why: &str) -> Self {
+        Stopped::Failed(why.to_string())
+    }
 }
 
 /// Run `work` on a thread of its own and wait for it until `deadline` or until `cancel`
@@ -249,22 +268,17 @@ impl Session {
         stop: bool,
         progress: &Progress,
         bounds: &Bounds,
-    ) -> Result<CheckpointReport, String> {
+    ) -> Result<CheckpointReport, Stopped> {
         let start = Instant::now();
         let deadline = start + bounds.quiesce_timeout;
-        let stopped = |why: NotClosed, what: String| match why {
-            NotClosed::TimedOut => Stopped::TimedOut { session: self.id, waited: start.elapsed(), what },
-            NotClosed::Cancelled => Stopped::Abandoned { session: self.id, what: format!("waiting for {what}") },
+        let stopped = |why: NotClosed, waiting_for: Waiting| match why {
+            NotClosed::TimedOut => Stopped::TimedOut { session: self.id, waited: start.elapsed(), waiting_for },
+            NotClosed::Cancelled => Stopped::Abandoned { session: self.id, what: format!("waiting for {waiting_for}") },
         };
-        let gate = self.gate.close(deadline, || bounds.cancel.is_cancelled()).map_err(|why| {
-            let busy = self.busy_calls();
-            let what = if busy.is_empty() {
-                "its calls in flight to finish".to_string()
-            } else {
-                format!("its calls in flight to finish: {}", busy.join(", "))
-            };
-            stopped(why, what).to_string()
-        })?;
+        let gate = self
+            .gate
+            .close(deadline, || bounds.cancel.is_cancelled())
+            .map_err(|why| stopped(why, Waiting::Calls { functions: self.busy_calls() }))?;
         let backend = self.backend_arc();
         // Synchronised on a thread of its own: a kernel that never ends, or a host function
         // whose guest never answers, must not hold the session (and the operator) for ever.
@@ -277,11 +291,7 @@ impl Session {
             }
             Ok::<(), String>(())
         })
-        .map_err(|why| {
-            let d = syncing.load(Ordering::Relaxed);
-            let what = format!("device {d} to finish the work queued on it (kernels, copies, host functions)");
-            stopped(why, what).to_string()
-        })?;
+        .map_err(|why| stopped(why, Waiting::Device { device: syncing.load(Ordering::Relaxed) }))?;
         synced.ok_or("the devices could not be synchronised (no thread could, or it failed)")??;
         let backend = backend.as_ref();
         let quiesce_ms = ms(start);
@@ -326,7 +336,7 @@ impl Session {
             Ok(writer)
         });
         let mut streams = CopyStreams::new(self.backend_arc());
-        let mut copy = || -> Result<(), String> {
+        let mut copy = || -> Result<(), Stopped> {
             for (addr, size, device, kind) in &regions {
                 to_writer
                     .send(Piece::Begin(*addr, *size, *device, kind.clone()))
@@ -337,7 +347,7 @@ impl Session {
                 while off < *size {
                     if bounds.cancel.is_cancelled() {
                         let what = format!("copying memory ({} of {} bytes)", progress.done(), progress.total());
-                        return Err(Stopped::Abandoned { session: self.id, what }.to_string());
+                        return Err(Stopped::Abandoned { session: self.id, what });
                     }
                     let n = (size - off).min(COPY_CHUNK as u64) as usize;
                     let mut buf = free_rx.recv().map_err(|_| "image writer stopped")?;
@@ -421,10 +431,10 @@ impl Session {
         device: Option<i32>,
         progress: &Progress,
         cancel: &Cancel,
-    ) -> Result<(Session, SessionMeta, RestoreReport), String> {
+    ) -> Result<(Session, SessionMeta, RestoreReport), Stopped> {
         let start = Instant::now();
-        let mut image = Image::open(dir).map_err(|e| e.to_string())?;
-        check_image(&image.manifest, factory, device)?;
+        let mut image = Image::open(dir).map_err(|e| Stopped::Refused(e.to_string()))?;
+        check_image(&image.manifest, factory, device).map_err(Stopped::Refused)?;
         // The manifest and the chunk table are checked (Image::open, check_image); each
         // chunk's checksum is checked as it is read below. A failure anywhere ends the
         // restore and drops the new session with everything it made: nothing half-restored
@@ -443,7 +453,7 @@ impl Session {
         )
         .map_err(|e| format!("reserving the device address range {:#x}: {e:?}", meta.device_base))?;
         session.set_handle_counters(&manifest.handle_counters);
-        let abandoned = |what: &str| Stopped::Abandoned { session: meta.id, what: what.to_string() }.to_string();
+        let abandoned = |what: &str| Stopped::Abandoned { session: meta.id, what: what.to_string() };
         let replay_start = Instant::now();
         for r in &manifest.records {
             if cancel.is_cancelled() {
@@ -476,7 +486,7 @@ impl Session {
             free_tx.send(Staging::new(session.backend_arc(), COPY_CHUNK)).expect("receiver alive");
         }
         let regions = manifest.memory.clone();
-        let reader = std::thread::spawn(move || -> Result<(), String> {
+        let reader = std::thread::spawn(move || -> Result<(), Stopped> {
             for (i, region) in regions.iter().enumerate() {
                 for c in &region.chunks {
                     if c.encoding == phos_checkpoint::Encoding::Zero {
@@ -489,7 +499,7 @@ impl Session {
                     if buf.buf.len() < c.len as usize {
                         buf = Staging::new(buf.backend.clone(), c.len as usize);
                     }
-                    image.read_chunk_into(c, &mut buf.buf).map_err(|e| e.to_string())?;
+                    image.read_chunk_into(c, &mut buf.buf).map_err(|e| Stopped::Refused(e.to_string()))?;
                     if to_copier.send((i, c.offset, Some(buf), c.len)).is_err() {
                         return Ok(());
                     }
@@ -498,7 +508,7 @@ impl Session {
             Ok(())
         });
         let mut streams = CopyStreams::new(session.backend_arc());
-        let copy = || -> Result<(), String> {
+        let copy = || -> Result<(), Stopped> {
             for (i, offset, buf, len) in from_reader {
                 if cancel.is_cancelled() {
                     return Err(abandoned(&format!(
@@ -526,7 +536,7 @@ impl Session {
                 .map_err(|e| format!("writing {dst:#x}: {e:?}"))?;
                 progress.add(len);
             }
-            streams.synchronize()
+            Ok(streams.synchronize()?)
         };
         let copied = copy();
         // Without this the reader could wait forever for a buffer after a failed copy.
@@ -581,7 +591,7 @@ pub fn check_image(m: &Manifest, factory: &SessionFactory, device: Option<i32>) 
         .iter()
         .map(|a| ApiVersion { id: a.id, name: a.name.clone(), version: a.version, hash: a.hash })
         .collect();
-    check_apis(&apis, "the image")?;
+    check_apis(&apis, "the image").map_err(|e| e.to_string())?;
     let s = &m.session;
     if (s.device_base, s.device_size) != (factory.device_base, factory.device_size) {
         return bad(format!(

@@ -2,19 +2,20 @@
 //! report progress, and, for a server started ahead of need (the router's pool), start a
 //! fresh session or restore one from an image.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use phos_checkpoint::{Compression, SessionMeta};
 use phos_control::{
-    Cancel, CheckpointRequest, CheckpointSummary, Progress, RestoreSummary, ServerControl, SessionIdentity,
+    Cancel, CheckpointRequest, CheckpointSummary, ControlError, ImageRefusal, Operation, Progress, RestoreSummary,
+    ServerControl, SessionIdentity,
 };
 use phos_protocol::limits::SessionLimits;
 use tarpc::context::Context;
 
 use crate::backend::Backend;
-use crate::checkpoint::{Bounds, Progress as Counters};
+use crate::checkpoint::{Bounds, Progress as Counters, Stopped};
 use crate::output::DeviceOutput;
 use crate::server::SessionSlot;
 use crate::service::Session;
@@ -52,7 +53,7 @@ impl SessionFactory {
         device: Option<i32>,
         progress: &Counters,
         cancel: &Cancel,
-    ) -> Result<(Session, RestoreSummary), String> {
+    ) -> Result<(Session, RestoreSummary), Stopped> {
         let (session, meta, r) = Session::restore(dir, self, device, progress, cancel)?;
         tracing::info!(
             session = meta.id,
@@ -78,16 +79,34 @@ impl SessionFactory {
     }
 }
 
+/// What a checkpoint or restore of `session` (from or to `dir`) that stopped says to the router.
+fn to_wire(e: Stopped, operation: Operation, session: u64, dir: &Path) -> ControlError {
+    match e {
+        Stopped::TimedOut { session, waited, waiting_for } => ControlError::Busy { session, waited, waiting_for },
+        Stopped::Abandoned { session, what } => ControlError::Abandoned { session, operation, during: what },
+        Stopped::Refused(reason) => {
+            ControlError::ImageRefused { dir: dir.to_path_buf(), reason: ImageRefusal::Invalid(reason) }
+        }
+        Stopped::Failed(reason) => ControlError::Failed { session, operation, reason },
+    }
+}
+
 #[derive(Clone)]
 pub struct ServerCtl {
     pub slot: Arc<SessionSlot>,
     pub factory: SessionFactory,
     pub progress: Arc<Counters>,
-    pub last_restore: Arc<std::sync::Mutex<Option<RestoreSummary>>>,
     /// Set when the client of this connection (the router) has gone.
     pub gone: Cancel,
     /// The flags of the operations in progress, for [`abandon`](ServerControl::abandon).
     pub running: Arc<std::sync::Mutex<Vec<Cancel>>>,
+}
+
+impl ServerCtl {
+    /// The error of a call that would give this server a second session.
+    fn has_session(&self) -> ControlError {
+        ControlError::ServerHasSession { session: self.slot.get().map_or(0, |s| s.id) }
+    }
 }
 
 /// An operation's flag, listed in [`ServerCtl::running`] while it lives. Set when the
@@ -122,8 +141,9 @@ impl ServerControl for ServerCtl {
         _: Context,
         request: CheckpointRequest,
         id: SessionIdentity,
-    ) -> Result<CheckpointSummary, String> {
-        let session = self.slot.get().cloned().ok_or("this server has no session yet")?;
+    ) -> Result<CheckpointSummary, ControlError> {
+        let session = self.slot.get().cloned().ok_or(ControlError::ServerHasNoSession)?;
+        let session_id = session.id;
         let progress = self.progress.clone();
         let dir = request.dir.clone();
         let meta = SessionMeta {
@@ -142,7 +162,9 @@ impl ServerControl for ServerCtl {
             session.checkpoint(&dir, meta, compression, stop, &progress, &bounds).inspect_err(|e| tracing::warn!("{e}"))
         })
         .await
-        .map_err(|e| format!("checkpoint task: {e}"))??;
+        .map_err(|e| Stopped::Failed(format!("checkpoint task: {e}")))
+        .and_then(|r| r)
+        .map_err(|e| to_wire(e, Operation::Checkpoint, session_id, &request.dir))?;
         drop(running);
         tracing::info!(
             "checkpoint to {}: {} records, {} regions, {} bytes of memory stored in {} ({:.1} ms: quiesce {:.1}, copy {:.1})",
@@ -175,30 +197,44 @@ impl ServerControl for ServerCtl {
         }
     }
 
-    async fn start(self, _: Context, session: u64) -> Result<(), String> {
-        let s = self.factory.fresh(session)?;
-        self.slot.set(Arc::new(s)).map_err(|_| "this server already has a session".to_string())
+    async fn start(self, _: Context, session: u64) -> Result<(), ControlError> {
+        let s = self.factory.fresh(session).map_err(|reason| ControlError::Failed {
+            session,
+            operation: Operation::Start,
+            reason,
+        })?;
+        self.slot.set(Arc::new(s)).map_err(|_| self.has_session())
     }
 
-    async fn restore(self, _: Context, dir: PathBuf, device: Option<i32>) -> Result<RestoreSummary, String> {
+    async fn restore(
+        self,
+        _: Context,
+        session: u64,
+        dir: PathBuf,
+        device: Option<i32>,
+    ) -> Result<RestoreSummary, ControlError> {
         if self.slot.get().is_some() {
-            return Err("this server already has a session".into());
+            return Err(self.has_session());
         }
         let factory = self.factory.clone();
         let progress = self.progress.clone();
         let running = Running::new(&self);
         let cancel = running.cancel.clone();
-        let (session, summary) = tokio::task::spawn_blocking(move || factory.restore(&dir, device, &progress, &cancel))
-            .await
-            .map_err(|e| format!("restore task: {e}"))??;
+        let image = dir.clone();
+        let (restored, summary) =
+            tokio::task::spawn_blocking(move || factory.restore(&image, device, &progress, &cancel))
+                .await
+                .map_err(|e| Stopped::Failed(format!("restore task: {e}")))
+                .and_then(|r| r)
+                .map_err(|e| to_wire(e, Operation::Restore, session, &dir))?;
         drop(running);
-        self.slot.set(Arc::new(session)).map_err(|_| "this server already has a session".to_string())?;
-        *self.last_restore.lock().unwrap() = Some(summary.clone());
+        if restored.id != session {
+            // The router read another manifest there: the image changed under it.
+            let reason = ImageRefusal::Invalid(format!("the image is of session {}, not {session}", restored.id));
+            return Err(ControlError::ImageRefused { dir, reason });
+        }
+        self.slot.set(Arc::new(restored)).map_err(|_| self.has_session())?;
         Ok(summary)
-    }
-
-    async fn last_restore(self, _: Context) -> Option<RestoreSummary> {
-        self.last_restore.lock().unwrap().clone()
     }
 
     async fn abandon(self, _: Context) {

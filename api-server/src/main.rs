@@ -122,7 +122,6 @@ fn main() {
     };
     let slot = Arc::new(SessionSlot::default());
     let progress = Arc::new(Progress::default());
-    let last_restore = Arc::new(std::sync::Mutex::new(None));
     // What goes wrong before `ready` is also said on the router's pipe, for the operator.
     let mut fail_to_router = |why: String| -> ! {
         let _ = writeln!(ready_to, "failed {}", why.replace('\n', " "));
@@ -132,15 +131,13 @@ fn main() {
     // The management service comes up first, so a restore's progress can be followed.
     let _ = std::fs::remove_file(&args.listen);
     let control = {
-        let (slot, factory, progress, last_restore) =
-            (slot.clone(), factory.clone(), progress.clone(), last_restore.clone());
+        let (slot, factory, progress) = (slot.clone(), factory.clone(), progress.clone());
         let running = Arc::default();
         move |gone| {
             ServerCtl {
                 slot: slot.clone(),
                 factory: factory.clone(),
                 progress: progress.clone(),
-                last_restore: last_restore.clone(),
                 gone,
                 running: Arc::clone(&running),
             }
@@ -157,10 +154,7 @@ fn main() {
         }
     } else if let Some(dir) = &args.restore {
         match factory.restore(dir, args.device, &progress, &phos_control::Cancel::default()) {
-            Ok((s, summary)) => {
-                *last_restore.lock().unwrap() = Some(summary);
-                drop(slot.set(Arc::new(s)))
-            }
+            Ok((s, _)) => drop(slot.set(Arc::new(s))),
             Err(e) => fail_to_router(format!("restore from {}: {e}", dir.display())),
         }
     }

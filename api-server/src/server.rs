@@ -190,7 +190,7 @@ impl ApiServer {
             Err(e) => Err(e.to_string()),
         };
         let attach = match attach {
-            Ok(a) if let Err(e) = check_apis(&a.apis, "the guest library") => Err(e),
+            Ok(a) if let Err(e) = check_apis(&a.apis, "the guest library") => Err(e.to_string()),
             Ok(a) if a.session != session.id => {
                 Err(format!("channel for session {} reached session {}", a.session, session.id))
             }

@@ -5,13 +5,13 @@
 use std::sync::Arc;
 
 use phos_api_server::backend::emu::EmuBackend;
-use phos_api_server::checkpoint::{Bounds, Progress};
+use phos_api_server::checkpoint::{Bounds, Progress, Stopped};
 use phos_api_server::control::SessionFactory;
 use phos_api_server::dispatch::cudart::dispatch;
 use phos_api_server::output::DeviceOutput;
 use phos_api_server::service::{CallCx, Session};
 use phos_checkpoint::{Compression, SessionMeta};
-use phos_control::Cancel;
+use phos_control::{Cancel, Waiting};
 use phos_protocol::cudart::*;
 use phos_protocol::limits::SessionLimits;
 use phos_protocol::types::Dim3;
@@ -72,7 +72,7 @@ fn meta() -> SessionMeta {
 fn restore(
     dir: &std::path::Path,
     base: u64,
-) -> Result<(Session, SessionMeta, phos_api_server::checkpoint::RestoreReport), String> {
+) -> Result<(Session, SessionMeta, phos_api_server::checkpoint::RestoreReport), Stopped> {
     Session::restore(dir, &factory(base), None, &Progress::default(), &Cancel::default())
 }
 
@@ -238,7 +238,7 @@ fn a_corrupted_image_creates_nothing() {
     bytes[100] ^= 0xff;
     std::fs::write(&mem, &bytes).unwrap();
     let err = restore(dir.path(), base).err().expect("refused");
-    assert!(err.contains("checksum"), "{err}");
+    assert!(err.to_string().contains("checksum"), "{err}");
     // Nothing was reserved: a session can take the range.
     drop(session(base));
 }
@@ -267,6 +267,8 @@ fn a_checkpoint_gives_up_on_a_device_that_does_not_come_to_rest() {
     let started = std::time::Instant::now();
     let err = s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &bounds).unwrap_err();
     assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(matches!(err, Stopped::TimedOut { session: 1, waiting_for: Waiting::Device { device: 0 }, .. }), "{err}");
+    let err = err.to_string();
     assert!(err.contains("session 1") && err.contains("device 0 to finish the work queued on it"), "{err}");
     assert!(!dir.path().join(phos_checkpoint::MANIFEST_FILE).exists());
     // The session serves; once the host function has run, the device comes to rest.
@@ -277,7 +279,7 @@ fn a_checkpoint_gives_up_on_a_device_that_does_not_come_to_rest() {
     let gone = Bounds::default();
     gone.cancel.cancel();
     let err = s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &gone).unwrap_err();
-    assert!(err.contains("abandoned"), "{err}");
+    assert!(matches!(err, Stopped::Abandoned { session: 1, .. }) && err.to_string().contains("abandoned"), "{err}");
 }
 
 /// What this server checks of an image before it creates anything: its own device range,
@@ -294,15 +296,15 @@ fn an_image_this_server_could_not_have_made_is_refused() {
     let err = Session::restore(dir.path(), &factory(base + (1 << 36)), None, &Progress::default(), &cancel)
         .err()
         .expect("another range");
-    assert!(err.contains("is not this server's"), "{err}");
+    assert!(matches!(&err, Stopped::Refused(why) if why.contains("is not this server's")), "{err}");
     let mut small = factory(base);
     small.limits.set(phos_protocol::limits::LimitKind::Allocations, 2);
     let err = Session::restore(dir.path(), &small, None, &Progress::default(), &cancel).err().expect("over a limit");
-    assert!(err.contains("3 allocations, past this server's limit of 2"), "{err}");
+    assert!(err.to_string().contains("3 allocations, past this server's limit of 2"), "{err}");
     let err = Session::restore(dir.path(), &factory(base), Some(7), &Progress::default(), &cancel)
         .err()
         .expect("no such device");
-    assert!(err.contains("device 7 does not exist"), "{err}");
+    assert!(err.to_string().contains("device 7 does not exist"), "{err}");
     // Nothing was left reserved, and the image itself is good.
     restore(dir.path(), base).unwrap();
 }

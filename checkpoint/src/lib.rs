@@ -278,6 +278,24 @@ fn config() -> bincode::config::Configuration<
     bincode::config::standard().with_little_endian().with_fixed_int_encoding().with_limit::<{ MAX_MANIFEST as usize }>()
 }
 
+/// Decoding a manifest may allocate at most this many times its size: bincode charges a
+/// container's `length × size_of::<T>()` against the decode limit before allocating it, and
+/// lengths are the image's word; a manifest's largest expansion (a list of empty strings)
+/// is 3 times. The rest of the limit is claimed before decoding starts.
+const MANIFEST_MEMORY_FACTOR: usize = 4;
+
+/// Decode a manifest body; whether bytes were left after it.
+fn decode_manifest(body: &[u8]) -> Result<(Manifest, bool), bincode::error::DecodeError> {
+    use bincode::de::read::Reader;
+    use bincode::de::{Decode, Decoder, DecoderImpl};
+    let mut decoder = DecoderImpl::new(bincode::de::read::SliceReader::new(body), config(), ());
+    let budget = body.len().saturating_mul(MANIFEST_MEMORY_FACTOR).saturating_add(4096);
+    decoder.claim_bytes_read((MAX_MANIFEST as usize).saturating_sub(budget))?;
+    let manifest = Manifest::decode(&mut decoder)?;
+    let trailing = decoder.reader().peek_read(1).is_some();
+    Ok((manifest, trailing))
+}
+
 /// An image opened for reading, its manifest checked.
 pub struct Image {
     dir: PathBuf,
@@ -310,7 +328,12 @@ impl Image {
             return Err(ImageError::Version { found: version });
         }
         let body_len = u64::from_le_bytes(head[12..20].try_into().unwrap());
-        if body_len > MAX_MANIFEST || 20 + body_len + 4 != len {
+        if body_len > MAX_MANIFEST {
+            return Err(ImageError::Corrupted(format!(
+                "the manifest's length field ({body_len}) is over the limit of {MAX_MANIFEST} bytes"
+            )));
+        }
+        if 20 + body_len + 4 != len {
             return Err(if 20 + body_len + 4 > len {
                 ImageError::Truncated(format!("the manifest should have {} bytes, it has {len}", 20 + body_len + 4))
             } else {
@@ -326,9 +349,9 @@ impl Image {
         if hasher.finalize() != stored_crc {
             return Err(ImageError::Corrupted("the manifest's checksum does not match".into()));
         }
-        let (manifest, used): (Manifest, usize) = bincode::decode_from_slice(&rest[..body_len as usize], config())
+        let (manifest, trailing) = decode_manifest(&rest[..body_len as usize])
             .map_err(|e| ImageError::Corrupted(format!("the manifest does not decode: {e}")))?;
-        if used != body_len as usize || manifest.format != FORMAT_VERSION {
+        if trailing || manifest.format != FORMAT_VERSION {
             return Err(ImageError::Corrupted("the manifest has trailing or inconsistent data".into()));
         }
         let mpath = dir.join(MEMORY_FILE);
@@ -446,7 +469,14 @@ impl Image {
     /// Read and check every chunk (a restore can call this first, to touch nothing unless
     /// the whole image is sound).
     pub fn verify(&mut self) -> Result<(), ImageError> {
-        let chunks: Vec<Chunk> = self.manifest.memory.iter().flat_map(|r| r.chunks.iter().copied()).collect();
+        // A zero chunk has nothing stored to check.
+        let chunks: Vec<Chunk> = self
+            .manifest
+            .memory
+            .iter()
+            .flat_map(|r| r.chunks.iter().copied())
+            .filter(|c| c.encoding != Encoding::Zero)
+            .collect();
         let mut buf = Vec::new();
         for c in &chunks {
             self.read_chunk(c, &mut buf)?;

@@ -201,3 +201,52 @@ fn impossible_manifests_are_refused_despite_good_checksums() {
     // The good manifest, written back, opens.
     Image::open(dir.path()).unwrap();
 }
+
+/// Write `body` as the manifest of `dir`, framed and checksummed as the writer does, next
+/// to an empty memory file: what a forged image that passes the checksum looks like.
+fn forge_body(dir: &Path, body: &[u8]) {
+    let mut bytes = MAGIC.to_vec();
+    bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    bytes.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(body);
+    let crc = crc32fast::hash(&bytes);
+    bytes.extend_from_slice(&crc.to_le_bytes());
+    std::fs::write(dir.join(MANIFEST_FILE), bytes).unwrap();
+    std::fs::write(dir.join(MEMORY_FILE), b"").unwrap();
+}
+
+#[test]
+fn a_length_in_the_manifest_cannot_make_the_reader_allocate() {
+    // The tenant's name claims 2.4 GB in a manifest of a few hundred bytes (found by the
+    // `checkpoint_image` fuzz target): refused before the string is allocated, where the
+    // 4 GiB decode limit alone let it be allocated first and found missing after.
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = sample_manifest();
+    let mut body = bincode::encode_to_vec(&manifest, config()).unwrap();
+    // The format, the APIs, the time, then the session's id and token.
+    let apis = bincode::encode_to_vec(&manifest.apis, config()).unwrap().len();
+    let at = 4 + apis + 8 + 8 + 16;
+    assert_eq!(body[at..at + 8], 5u64.to_le_bytes(), "the tenant's length");
+    body[at..at + 8].copy_from_slice(&0x9a00_0000u64.to_le_bytes());
+    forge_body(dir.path(), &body);
+    match Image::open(dir.path()) {
+        Err(ImageError::Corrupted(why)) => assert!(why.contains("LimitExceeded"), "{why}"),
+        other => panic!("{:?}", other.map(|i| i.manifest)),
+    }
+}
+
+#[test]
+fn a_manifest_length_near_2_to_the_64_is_refused() {
+    // Adding the header's size to a length field of 2^64 - 5 overflowed (found by the
+    // `checkpoint_image` fuzz target).
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = MAGIC.to_vec();
+    bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    bytes.extend_from_slice(&(u64::MAX - 4).to_le_bytes());
+    bytes.extend_from_slice(&[0; 8]);
+    std::fs::write(dir.path().join(MANIFEST_FILE), bytes).unwrap();
+    match Image::open(dir.path()) {
+        Err(ImageError::Corrupted(why)) => assert!(why.contains("over the limit"), "{why}"),
+        other => panic!("{:?}", other.map(|i| i.manifest)),
+    }
+}

@@ -1,7 +1,12 @@
 //! The management plane. `phosctl` talks to the router, and the router to each API server,
 //! with `tarpc` over Unix sockets (the router's is its guest socket's path plus `.ctl`, a
 //! server's is its channel socket's path plus `.ctl`). Calls carry small messages only; the
-//! data of a checkpoint goes to disk, not through these sockets.
+//! data of a checkpoint goes to disk, not through these sockets. A call that fails answers
+//! with a [`ControlError`] ([`error`]), which says what failed and of which [`ErrorClass`].
+
+mod error;
+
+pub use error::{ControlError, ErrorClass, ImageRefusal, Operation, Waiting};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -190,14 +195,14 @@ pub struct TenantUsage {
 #[tarpc::service]
 pub trait RouterControl {
     async fn sessions() -> Vec<SessionInfo>;
-    async fn checkpoint(session: u64, request: CheckpointRequest) -> Result<CheckpointSummary, String>;
-    async fn restore(request: RestoreRequest) -> Result<RestoreSummary, String>;
+    async fn checkpoint(session: u64, request: CheckpointRequest) -> Result<CheckpointSummary, ControlError>;
+    async fn restore(request: RestoreRequest) -> Result<RestoreSummary, ControlError>;
     /// Progress of a checkpoint of `session` (or of the restore that is bringing it back).
     async fn progress(session: u64) -> Option<Progress>;
-    async fn policy_load(policy: PolicyLoad) -> Result<PolicySummary, String>;
-    async fn policy_unload(name: String) -> Result<(), String>;
+    async fn policy_load(policy: PolicyLoad) -> Result<PolicySummary, ControlError>;
+    async fn policy_unload(name: String) -> Result<(), ControlError>;
     async fn policy_list() -> Vec<PolicySummary>;
-    async fn policy_show(name: String) -> Result<PolicyDetail, String>;
+    async fn policy_show(name: String) -> Result<PolicyDetail, ControlError>;
     /// Every tenant's usage.
     async fn usage() -> Vec<TenantUsage>;
 }
@@ -205,14 +210,16 @@ pub trait RouterControl {
 /// An API server's management service (used by the router).
 #[tarpc::service]
 pub trait ServerControl {
-    async fn checkpoint(request: CheckpointRequest, identity: SessionIdentity) -> Result<CheckpointSummary, String>;
+    async fn checkpoint(
+        request: CheckpointRequest,
+        identity: SessionIdentity,
+    ) -> Result<CheckpointSummary, ControlError>;
     async fn progress() -> Progress;
     /// Give a server started ahead of need (pooled) a fresh session.
-    async fn start(session: u64) -> Result<(), String>;
-    /// Give a server started ahead of need the session of an image.
-    async fn restore(dir: PathBuf, device: Option<i32>) -> Result<RestoreSummary, String>;
-    /// What the restore this server started with did, if it started with one.
-    async fn last_restore() -> Option<RestoreSummary>;
+    async fn start(session: u64) -> Result<(), ControlError>;
+    /// Give a server started without a session the session of an image, which must be
+    /// session `session` (the router read its manifest).
+    async fn restore(session: u64, dir: PathBuf, device: Option<i32>) -> Result<RestoreSummary, ControlError>;
     /// Give up the checkpoint or restore in progress (its client went away): it ends as
     /// soon as it can, with an error, leaving the session as it was.
     async fn abandon();

@@ -8,10 +8,11 @@
 //! and the call goes on as the remaining policies (or, with none, the default: admit)
 //! decide.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use parking_lot::{Mutex, RwLock};
 use phos_protocol::apis;
 
 use crate::runtime::{Fault, LoadError, MapInfo, Program};
@@ -145,8 +146,8 @@ pub enum PolicyError {
     NotFound(String),
     #[error("not an eBPF object: {0}")]
     NotAnObject(String),
-    #[error("{0}")]
-    Kernel(String),
+    #[error(transparent)]
+    Kernel(#[from] crate::kernel::KernelError),
     #[error("the load was abandoned: its client gave up before it took effect")]
     Abandoned,
 }
@@ -253,12 +254,9 @@ impl PolicySet {
             KernelCheck::Auto if !crate::kernel::available() => false,
             KernelCheck::Auto | KernelCheck::Require => {
                 if kernel == KernelCheck::Require && !crate::kernel::available() {
-                    return Err(PolicyError::Kernel(
-                        "the kernel's verifier was required, but this router may not load eBPF programs (it needs CAP_BPF)"
-                            .into(),
-                    ));
+                    return Err(crate::kernel::KernelError::NotPermitted.into());
                 }
-                crate::kernel::verify(elf, &globals, cancelled).map_err(PolicyError::Kernel)?;
+                crate::kernel::verify(elf, &globals, cancelled)?;
                 true
             }
         };
@@ -276,7 +274,7 @@ impl PolicySet {
             stats: Stats::default(),
         });
         let info = loaded.info();
-        let mut chain = self.chain.write().unwrap();
+        let mut chain = self.chain.write();
         match chain.iter().position(|p| p.name == name) {
             Some(i) => chain[i] = loaded,
             None => chain.push(loaded),
@@ -287,7 +285,7 @@ impl PolicySet {
     }
 
     pub fn unload(&self, name: &str) -> Result<(), PolicyError> {
-        let mut chain = self.chain.write().unwrap();
+        let mut chain = self.chain.write();
         let before = chain.len();
         chain.retain(|p| p.name != name);
         self.len.store(chain.len(), Ordering::Relaxed);
@@ -299,24 +297,24 @@ impl PolicySet {
     }
 
     pub fn list(&self) -> Vec<PolicyInfo> {
-        self.chain.read().unwrap().iter().map(|p| p.info()).collect()
+        self.chain.read().iter().map(|p| p.info()).collect()
     }
 
     /// A policy's description, disassembly and maps.
     pub fn show(&self, name: &str) -> Result<(PolicyInfo, Vec<String>, Vec<MapInfo>), PolicyError> {
-        let chain = self.chain.read().unwrap();
+        let chain = self.chain.read();
         let p = chain.iter().find(|p| p.name == name).ok_or_else(|| PolicyError::NotFound(name.to_string()))?;
         // `info` takes the program's lock itself: ask it first.
         let info = p.info();
-        let program = p.program.lock().unwrap();
+        let program = p.program.lock();
         Ok((info, program.disassemble(), program.maps()))
     }
 
     /// The value at `key` in map `map` of policy `name` (`None`: no such entry).
     pub fn map_lookup(&self, name: &str, map: &str, key: &[u8]) -> Result<Option<Vec<u8>>, PolicyError> {
-        let chain = self.chain.read().unwrap();
+        let chain = self.chain.read();
         let p = chain.iter().find(|p| p.name == name).ok_or_else(|| PolicyError::NotFound(name.to_string()))?;
-        let program = p.program.lock().unwrap();
+        let program = p.program.lock();
         Ok(program.map_lookup(map, key))
     }
 
@@ -330,11 +328,11 @@ impl PolicySet {
         let mut faulted = Vec::new();
         let mut verdict = Verdict::Admit;
         {
-            let chain = self.chain.read().unwrap();
+            let chain = self.chain.read();
             for p in chain.iter() {
                 let started = Instant::now();
                 let r = {
-                    let mut program = p.program.lock().unwrap();
+                    let mut program = p.program.lock();
                     let now = ctx.now_ns.max(p.clock_floor.load(Ordering::Relaxed));
                     p.clock_floor.store(now, Ordering::Relaxed);
                     bytes[NOW_NS_OFFSET..NOW_NS_OFFSET + 8].copy_from_slice(&now.to_le_bytes());
@@ -390,7 +388,7 @@ impl Loaded {
         PolicyInfo {
             name: self.name.clone(),
             source: self.source.clone(),
-            program: self.program.lock().unwrap().name().to_string(),
+            program: self.program.lock().name().to_string(),
             instructions: self.instructions,
             loaded_unix_s: self.loaded_unix_s,
             kernel_verified: self.kernel_verified,
@@ -434,11 +432,21 @@ pub fn encode_params(elf: &[u8], params: &[(String, i128)]) -> Result<Vec<(Strin
     Ok(out)
 }
 
+/// A parameter setting that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingError {
+    #[error("`{0}`: expected NAME=VALUE")]
+    NotASetting(String),
+    #[error("`{0}` is not a number")]
+    NotANumber(String),
+}
+
 /// Parse `name=value` (decimal, `0x` hex, or with a K/M/G/Ki/Mi/Gi suffix, or `ms`/`us`/`s`
 /// for nanoseconds).
-pub fn parse_param(s: &str) -> Result<(String, i128), String> {
-    let (name, value) = s.split_once('=').ok_or_else(|| format!("`{s}`: expected NAME=VALUE"))?;
-    Ok((name.trim().to_string(), parse_amount(value.trim()).ok_or_else(|| format!("`{value}` is not a number"))?))
+pub fn parse_param(s: &str) -> Result<(String, i128), SettingError> {
+    let (name, value) = s.split_once('=').ok_or_else(|| SettingError::NotASetting(s.to_string()))?;
+    let value = parse_amount(value.trim()).ok_or_else(|| SettingError::NotANumber(value.to_string()))?;
+    Ok((name.trim().to_string(), value))
 }
 
 /// An integer with an optional unit suffix.
@@ -476,6 +484,22 @@ pub fn parse_amount(v: &str) -> Option<i128> {
 mod tests {
     use super::*;
 
+    /// Every call of every tenant asks the chain: a thread that panics holding its lock must
+    /// not make the later ones panic.
+    #[test]
+    fn a_panic_under_the_chains_lock_leaves_it_usable() {
+        let set = Arc::new(PolicySet::default());
+        let held = set.clone();
+        let panicked = std::thread::spawn(move || {
+            let _chain = held.chain.write();
+            panic!("a bug under the lock");
+        })
+        .join();
+        assert!(panicked.is_err());
+        assert!(set.list().is_empty());
+        assert!(matches!(set.unload("none"), Err(PolicyError::NotFound(_))));
+    }
+
     #[test]
     fn verdicts_decode() {
         assert_eq!(Verdict::decode(0), Some(Verdict::Admit));
@@ -499,7 +523,8 @@ mod tests {
         assert_eq!(parse_amount("5K"), Some(5000));
         assert_eq!(parse_amount("x"), None);
         assert_eq!(parse_param("rate=100").unwrap(), ("rate".to_string(), 100));
-        assert!(parse_param("rate").is_err());
+        assert_eq!(parse_param("rate"), Err(SettingError::NotASetting("rate".into())));
+        assert_eq!(parse_param("rate=fast"), Err(SettingError::NotANumber("fast".into())));
     }
 
     #[test]

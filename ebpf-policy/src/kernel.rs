@@ -9,6 +9,28 @@
 use aya::EbpfLoader;
 use aya::programs::TracePoint;
 
+/// Why the kernel's verifier did not accept a policy. The kernel's own explanation (the
+/// verifier's log) is in the messages.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    #[error("the kernel's verifier was required, but this router may not load eBPF programs (it needs CAP_BPF)")]
+    NotPermitted,
+    #[error("the kernel's verification was abandoned: its client gave up")]
+    Abandoned,
+    #[error("cannot start the verification: {0}")]
+    NoThread(std::io::Error),
+    #[error("the verification thread failed")]
+    ThreadFailed,
+    #[error("the kernel refused the object: {0}")]
+    Object(String),
+    #[error("program `{name}` is not a policy entry point: {why}")]
+    NotAnEntryPoint { name: String, why: String },
+    #[error("the kernel's verifier refused `{name}`: {log}")]
+    Refused { name: String, log: String },
+    #[error("the object has no program")]
+    NoProgram,
+}
+
 /// Whether this process may load eBPF programs into the kernel (it tries the syscall).
 pub fn available() -> bool {
     // BPF_PROG_LOAD of a two-instruction socket filter: allowed means verifying is.
@@ -50,14 +72,13 @@ pub fn available() -> bool {
 /// carries the verifier's own explanation. `cancelled` is asked every 20 ms while the kernel
 /// works: once it says so (the load's client gave up), the verifying thread is interrupted
 /// (the verifier stops when a signal is pending) and the verification fails.
-pub fn verify(elf: &[u8], globals: &[(String, Vec<u8>)], cancelled: &dyn Fn() -> bool) -> Result<(), String> {
+pub fn verify(elf: &[u8], globals: &[(String, Vec<u8>)], cancelled: &dyn Fn() -> bool) -> Result<(), KernelError> {
     use std::os::unix::thread::JoinHandleExt;
     use std::sync::mpsc::{RecvTimeoutError, channel};
     use std::time::Duration;
 
-    const ABANDONED: &str = "the kernel's verification was abandoned: its client gave up";
     if cancelled() {
-        return Err(ABANDONED.into());
+        return Err(KernelError::Abandoned);
     }
     install_interrupt_handler();
     let (elf, globals) = (elf.to_vec(), globals.to_vec());
@@ -67,13 +88,13 @@ pub fn verify(elf: &[u8], globals: &[(String, Vec<u8>)], cancelled: &dyn Fn() ->
         .spawn(move || {
             let _ = tx.send(verify_here(&elf, &globals));
         })
-        .map_err(|e| format!("cannot start the verification: {e}"))?;
+        .map_err(KernelError::NoThread)?;
     let tick = Duration::from_millis(20);
     let mut interrupted = false;
     let outcome = loop {
         match rx.recv_timeout(tick) {
             Ok(r) => break r,
-            Err(RecvTimeoutError::Disconnected) => break Err("the verification thread failed".into()),
+            Err(RecvTimeoutError::Disconnected) => break Err(KernelError::ThreadFailed),
             Err(RecvTimeoutError::Timeout) => {
                 if interrupted || cancelled() {
                     interrupted = true;
@@ -85,7 +106,7 @@ pub fn verify(elf: &[u8], globals: &[(String, Vec<u8>)], cancelled: &dyn Fn() ->
         }
     };
     let _ = worker.join();
-    if interrupted { Err(ABANDONED.into()) } else { outcome }
+    if interrupted { Err(KernelError::Abandoned) } else { outcome }
 }
 
 /// The signal that interrupts a verification: one nothing else here uses, whose default is
@@ -111,21 +132,22 @@ fn install_interrupt_handler() {
     });
 }
 
-fn verify_here(elf: &[u8], globals: &[(String, Vec<u8>)]) -> Result<(), String> {
+fn verify_here(elf: &[u8], globals: &[(String, Vec<u8>)]) -> Result<(), KernelError> {
     let mut loader = EbpfLoader::new();
     for (name, bytes) in globals {
         loader.override_global(name.as_str(), bytes.as_slice(), true);
     }
-    let mut ebpf = loader.load(elf).map_err(|e| format!("the kernel refused the object: {}", chain(&e)))?;
+    let mut ebpf = loader.load(elf).map_err(|e| KernelError::Object(chain(&e)))?;
     let mut checked = 0;
     for (name, program) in ebpf.programs_mut() {
-        let tp: &mut TracePoint =
-            program.try_into().map_err(|e| format!("program `{name}` is not a policy entry point: {e}"))?;
-        tp.load().map_err(|e| format!("the kernel's verifier refused `{name}`: {}", chain(&e)))?;
+        let tp: &mut TracePoint = program.try_into().map_err(|e: aya::programs::ProgramError| {
+            KernelError::NotAnEntryPoint { name: name.to_string(), why: e.to_string() }
+        })?;
+        tp.load().map_err(|e| KernelError::Refused { name: name.to_string(), log: chain(&e) })?;
         checked += 1;
     }
     if checked == 0 {
-        return Err("the object has no program".into());
+        return Err(KernelError::NoProgram);
     }
     Ok(())
 }

@@ -47,21 +47,42 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("phos_spec.h", include_str!(concat!(env!("OUT_DIR"), "/include/phos_spec.h"))),
 ];
 
+/// Why a policy object named by the operator cannot be had.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// A shipped policy, in a build without them (`note` says why and what to do).
+    #[error("{spec}: {note}")]
+    NotInThisBuild { spec: String, note: String },
+    #[error("no shipped policy `{name}`; there are: {}", shipped::SHIPPED.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "))]
+    NoSuchBuiltin { name: String },
+    #[error("{path}: {source}")]
+    Read { path: String, source: std::io::Error },
+}
+
+/// Why `phosctl policy build` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// Writing the headers to a directory for clang.
+    #[error("{}: {source}", path.display())]
+    Headers { path: std::path::PathBuf, source: std::io::Error },
+    #[error("{clang} failed ({status})")]
+    Compiler { clang: String, status: std::process::ExitStatus },
+    #[error("{clang}: {source} (install clang to build policies)")]
+    NoCompiler { clang: String, source: std::io::Error },
+}
+
 /// A policy object named on a command line or in a configuration file: `builtin:NAME` or a
 /// path to an ELF object. Returns (what to call its source, the object).
-pub fn resolve(spec: &str) -> Result<(String, Vec<u8>), String> {
+pub fn resolve(spec: &str) -> Result<(String, Vec<u8>), SourceError> {
     if let Some(name) = spec.strip_prefix("builtin:") {
         return match (shipped::get(name), shipped::absent()) {
             (Some(elf), _) => Ok((spec.to_string(), elf.to_vec())),
-            (None, Some(absent)) => Err(format!("{spec}: {absent}")),
-            (None, None) => Err(format!(
-                "no shipped policy `{name}`; there are: {}",
-                shipped::SHIPPED.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
-            )),
+            (None, Some(note)) => Err(SourceError::NotInThisBuild { spec: spec.to_string(), note }),
+            (None, None) => Err(SourceError::NoSuchBuiltin { name: name.to_string() }),
         };
     }
     let path = std::path::Path::new(spec);
-    let elf = std::fs::read(path).map_err(|e| format!("{spec}: {e}"))?;
+    let elf = std::fs::read(path).map_err(|source| SourceError::Read { path: spec.to_string(), source })?;
     let source = std::fs::canonicalize(path).map(|p| p.display().to_string()).unwrap_or_else(|_| spec.to_string());
     Ok((source, elf))
 }
@@ -75,14 +96,15 @@ pub fn default_name(spec: &str) -> String {
 }
 
 /// Build a policy from C with clang and the policy headers (`phosctl policy build`).
-pub fn build(source: &std::path::Path, output: &std::path::Path, clang: &str) -> Result<(), String> {
+pub fn build(source: &std::path::Path, output: &std::path::Path, clang: &str) -> Result<(), BuildError> {
     // One directory per build: builds on several threads must not remove each other's.
     static BUILDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let include = std::env::temp_dir().join(format!("phos-policy-include-{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&include).map_err(|e| format!("{}: {e}", include.display()))?;
+    let headers = |path: std::path::PathBuf| move |source| BuildError::Headers { path, source };
+    std::fs::create_dir_all(&include).map_err(headers(include.clone()))?;
     for (name, text) in HEADERS {
-        std::fs::write(include.join(name), text).map_err(|e| format!("{name}: {e}"))?;
+        std::fs::write(include.join(name), text).map_err(headers(include.join(name)))?;
     }
     let status = std::process::Command::new(clang)
         .args(["-O2", "-g", "-target", "bpf", "-mcpu=v3", "-Wall", "-I"])
@@ -95,8 +117,8 @@ pub fn build(source: &std::path::Path, output: &std::path::Path, clang: &str) ->
     let _ = std::fs::remove_dir_all(&include);
     match status {
         Ok(s) if s.success() => Ok(()),
-        Ok(s) => Err(format!("{clang} failed ({s})")),
-        Err(e) => Err(format!("{clang}: {e} (install clang to build policies)")),
+        Ok(status) => Err(BuildError::Compiler { clang: clang.to_string(), status }),
+        Err(source) => Err(BuildError::NoCompiler { clang: clang.to_string(), source }),
     }
 }
 pub mod runtime;

@@ -53,6 +53,19 @@ struct Side {
     endpoint: Option<String>,
 }
 
+/// Why a benchmark could not run a side.
+#[derive(Debug, thiserror::Error)]
+enum BenchError {
+    #[error("cannot find phosctl's own executable: {0}")]
+    NoExecutable(std::io::Error),
+    #[error("a directory for the served router: {0}")]
+    NoDirectory(std::io::Error),
+    #[error("{}: {source}", path.display())]
+    Start { path: PathBuf, source: std::io::Error },
+    #[error("the served router did not start")]
+    NotServing,
+}
+
 /// A router this benchmark started (`--served`); stopped when dropped.
 struct ServedRouter {
     child: std::process::Child,
@@ -60,24 +73,28 @@ struct ServedRouter {
 }
 
 impl ServedRouter {
-    fn start(pool: usize, backend: &Option<String>) -> Result<(ServedRouter, String), String> {
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    fn start(pool: usize, backend: &Option<String>) -> Result<(ServedRouter, String), BenchError> {
+        let dir = tempfile::tempdir().map_err(BenchError::NoDirectory)?;
         let socket = dir.path().join("router.sock");
-        let me = std::env::current_exe().map_err(|e| e.to_string())?;
-        let mut c = Command::new(me);
+        let me = std::env::current_exe().map_err(BenchError::NoExecutable)?;
+        let mut c = Command::new(&me);
         c.arg("serve").arg("--listen").arg(format!("unix:{}", socket.display()));
         c.arg("--pool").arg(pool.to_string());
         if let Some(b) = backend {
             c.arg("--backend").arg(b);
         }
-        let child =
-            c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().map_err(|e| e.to_string())?;
+        let child = c
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|source| BenchError::Start { path: me, source })?;
         let served = ServedRouter { child, _dir: dir };
         // Ready once it listens and its pool had time to start (contexts take ~0.2 s each).
         let deadline = Instant::now() + std::time::Duration::from_secs(60);
         while !socket.exists() {
             if Instant::now() > deadline {
-                return Err("the served router did not start".into());
+                return Err(BenchError::NotServing);
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
@@ -99,11 +116,16 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Run `exe args` natively or through Phos; returns (stdout, exit success, seconds).
-fn run_once(side: &Side, backend: &Option<String>, exe: &Path, args: &[String]) -> Result<(String, bool, f64), String> {
+fn run_once(
+    side: &Side,
+    backend: &Option<String>,
+    exe: &Path,
+    args: &[String],
+) -> Result<(String, bool, f64), BenchError> {
     let mut cmd = match &side.transport {
         None => Command::new(exe),
         Some(t) => {
-            let me = std::env::current_exe().map_err(|e| e.to_string())?;
+            let me = std::env::current_exe().map_err(BenchError::NoExecutable)?;
             let mut c = Command::new(me);
             c.arg("run").arg("--transport").arg(t);
             match (&side.endpoint, backend) {
@@ -117,7 +139,7 @@ fn run_once(side: &Side, backend: &Option<String>, exe: &Path, args: &[String]) 
     };
     cmd.args(args).stdin(Stdio::null()).stderr(Stdio::null());
     let t = Instant::now();
-    let out = cmd.output().map_err(|e| format!("{}: {e}", exe.display()))?;
+    let out = cmd.output().map_err(|source| BenchError::Start { path: exe.to_path_buf(), source })?;
     let secs = t.elapsed().as_secs_f64();
     Ok((String::from_utf8_lossy(&out.stdout).into_owned(), out.status.success(), secs))
 }

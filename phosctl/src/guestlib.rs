@@ -16,15 +16,25 @@ pub const LIBRARY: &str = "libphos_guest.so";
 /// The sonames one build serves.
 pub const SONAMES: &[&str] = &["libcudart.so.11.0", "libcudart.so.12", "libcudart.so.13", "libcuda.so.1"];
 
+/// Why the guest library cannot be offered to a program.
+#[derive(Debug, thiserror::Error)]
+pub enum GuestLibError {
+    #[error("cannot find phosctl's own executable: {0}")]
+    NoExecutable(std::io::Error),
+    #[error("{} does not exist (build phos-guestlib)", .0.display())]
+    Missing(PathBuf),
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
 /// The library: `PHOS_GUEST_LIB`, else `libphos_guest.so` next to phosctl.
-pub fn library() -> Result<PathBuf, String> {
+pub fn library() -> Result<PathBuf, GuestLibError> {
     if let Ok(p) = std::env::var("PHOS_GUEST_LIB") {
         return Ok(PathBuf::from(p));
     }
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let dir = exe.parent().ok_or("phosctl has no directory")?;
-    let lib = dir.join(LIBRARY);
-    if lib.exists() { Ok(lib) } else { Err(format!("{} does not exist (build phos-guestlib)", lib.display())) }
+    let exe = std::env::current_exe().map_err(GuestLibError::NoExecutable)?;
+    let lib = exe.with_file_name(LIBRARY);
+    if lib.exists() { Ok(lib) } else { Err(GuestLibError::Missing(lib)) }
 }
 
 fn populate(dir: &Path, lib: &Path) -> std::io::Result<()> {
@@ -38,9 +48,9 @@ fn populate(dir: &Path, lib: &Path) -> std::io::Result<()> {
 }
 
 /// A directory holding the library under every soname.
-pub fn prepare() -> Result<PathBuf, String> {
+pub fn prepare() -> Result<PathBuf, GuestLibError> {
     let lib = library()?;
-    let lib = lib.canonicalize().map_err(|e| format!("{}: {e}", lib.display()))?;
+    let lib = lib.canonicalize().map_err(|source| GuestLibError::Io { path: lib.clone(), source })?;
     let beside = lib.parent().map(|d| d.join("phos-guest"));
     if let Some(dir) = beside
         && populate(&dir, &lib).is_ok()
@@ -48,7 +58,7 @@ pub fn prepare() -> Result<PathBuf, String> {
         return Ok(dir);
     }
     let dir = std::env::temp_dir().join(format!("phos-guest-{}", std::process::id()));
-    populate(&dir, &lib).map_err(|e| format!("{}: {e}", dir.display()))?;
+    populate(&dir, &lib).map_err(|source| GuestLibError::Io { path: dir.clone(), source })?;
     Ok(dir)
 }
 

@@ -1,17 +1,21 @@
-//! `phosctl`: the operator's command line.
+//! `phosctl`: the operator's command line (docs/operations.md has every option).
 //!
 //! - `phosctl serve`: run a router in the foreground; it starts one API server per guest
 //!   process.
-//! - `phosctl run [--backend cuda|emu] [--endpoint E] -- CMD ARGS...`: run an unmodified CUDA
-//!   program through Phos (a private router and server unless an endpoint is given) and exit
-//!   with its exit code.
+//! - `phosctl run [--backend cuda|emu] [--endpoint E] [--summary] -- CMD ARGS...`: run an
+//!   unmodified CUDA program through Phos (a private router and server unless an endpoint is
+//!   given) and exit with its exit code.
 //! - `phosctl sessions`, `phosctl checkpoint <session> --out DIR [--stop]`,
 //!   `phosctl restore DIR [--device N]`: manage a router's sessions.
 //! - `phosctl policy load|unload|list|show|build|headers`: the router's eBPF policies.
 //! - `phosctl top`: live per-tenant usage.
+//! - `phosctl bench`: Phos against native CUDA, as a markdown table.
 //! - `phosctl spec coverage|check`: what the spec covers.
+//!
+//! The other commands exit with one status per kind of failure ([`error::Exit`]).
 
 mod bench;
+mod error;
 mod guestlib;
 mod manage;
 mod policy;
@@ -23,10 +27,18 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use phos_api_server::BackendKind;
+use phos_control::Cancel;
 use phos_router::{Router, RouterConfig};
 
 #[derive(Parser)]
-#[command(name = "phosctl", version, about = "Phos: API remoting for CUDA")]
+#[command(
+    name = "phosctl",
+    version,
+    about = "Phos: API remoting for CUDA",
+    after_help = "Exit status (but `run`, which exits with its program's): 0 done, 1 failed, 2 usage or \
+                  configuration, 3 unavailable (router, server, clang), 4 no such session or policy, \
+                  5 refused, 6 timed out. See docs/operations.md."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -221,11 +233,13 @@ fn router_config(listen: PathBuf, runtime_dir: PathBuf, backend: BackendKind, se
     config
 }
 
-pub(crate) fn endpoint_path(s: &str) -> Result<PathBuf, String> {
-    match phos_protocol::transport::Endpoint::parse(s)? {
+pub(crate) fn endpoint_path(s: &str) -> Result<PathBuf, error::CliError> {
+    match phos_protocol::transport::Endpoint::parse(s).map_err(error::CliError::Usage)? {
         phos_protocol::transport::Endpoint::Unix(p) => Ok(p),
         phos_protocol::transport::Endpoint::Tcp(_) | phos_protocol::transport::Endpoint::Vsock { .. } => {
-            Err(format!("`{s}`: a router's own socket is a unix: path (listen_tcp in its configuration adds TCP)"))
+            Err(error::CliError::Usage(format!(
+                "`{s}`: a router's own socket is a unix: path (listen_tcp in its configuration adds TCP)"
+            )))
         }
     }
 }
@@ -248,7 +262,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             Ok(f) => f,
             Err(e) => {
                 tracing::error!("{e}");
-                return ExitCode::from(2);
+                return error::Exit::Usage.into();
             }
         },
         None => Default::default(),
@@ -260,7 +274,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         Ok(p) => p,
         Err(e) => {
             tracing::error!("{e}");
-            return ExitCode::from(2);
+            return error::Exit::Usage.into();
         }
     };
     let runtime_dir = path.parent().map(|d| d.join("servers")).unwrap_or_else(|| PathBuf::from("/tmp/phos-servers"));
@@ -276,7 +290,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         Ok(l) => config.limits = l,
         Err(e) => {
             tracing::error!("{e}");
-            return ExitCode::from(2);
+            return error::Exit::Usage.into();
         }
     }
     if let Some(on) = file.shared_memory {
@@ -290,8 +304,8 @@ fn serve(args: ServeArgs) -> ExitCode {
     config.session_limits = match file.session_limits() {
         Ok(l) => l,
         Err(e) => {
-            tracing::error!("[limits]: {e}");
-            return ExitCode::from(2);
+            tracing::error!("{e}");
+            return error::Exit::Usage.into();
         }
     };
     if let Some(size) = file.ring_size {
@@ -302,15 +316,17 @@ fn serve(args: ServeArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => {
             tracing::error!("{e}");
-            return ExitCode::from(2);
+            return error::Exit::Usage.into();
         }
     };
     for p in &file.policies {
-        match p.to_load().and_then(|load| router.load_policy(load, &phos_control::Cancel::default())) {
+        let loaded: Result<_, Box<dyn std::error::Error>> =
+            p.to_load().map_err(Into::into).and_then(|load| Ok(router.load_policy(load, &Cancel::default())?));
+        match loaded {
             Ok(s) => tracing::info!("policy `{}` loaded from {}", s.name, s.source),
             Err(e) => {
                 tracing::error!("policy from the configuration: {e}");
-                return ExitCode::from(2);
+                return error::Exit::Usage.into();
             }
         }
     }
@@ -372,7 +388,7 @@ fn run(args: RunArgs) -> ExitCode {
         Ok(d) => d,
         Err(e) => {
             tracing::error!("cannot find the guest library: {e}");
-            return ExitCode::from(2);
+            return error::Exit::Usage.into();
         }
     };
     // Inside a VM the router is the hypervisor's: its device answers on the host's CID.
@@ -386,7 +402,7 @@ fn run(args: RunArgs) -> ExitCode {
                 Ok(phos_protocol::transport::Endpoint::Vsock { .. })
             ) {
                 tracing::error!("--transport vsock needs a vsock:CID:PORT endpoint, not `{e}`");
-                return ExitCode::from(2);
+                return error::Exit::Usage.into();
             }
             (Some(e), None)
         }
@@ -394,7 +410,7 @@ fn run(args: RunArgs) -> ExitCode {
             Some(Ok(phos_protocol::transport::Endpoint::Tcp(_))) => (endpoint, None),
             _ => {
                 tracing::error!("--transport tcp needs --endpoint tcp:HOST:PORT (a router listening on TCP)");
-                return ExitCode::from(2);
+                return error::Exit::Usage.into();
             }
         },
         _ => (endpoint, transport),

@@ -6,8 +6,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use phos_control::{CheckpointRequest, RestoreRequest, RouterControlClient};
+use phos_control::{CheckpointRequest, ControlError, ImageRefusal, RestoreRequest, RouterControlClient};
 use phos_protocol::text::printable;
+
+use crate::error::{CliError, report};
 
 /// Which router to manage.
 #[derive(clap::Args)]
@@ -18,40 +20,31 @@ pub struct RouterArg {
 }
 
 impl RouterArg {
-    fn control_path(&self) -> Result<PathBuf, String> {
+    fn control_path(&self) -> Result<PathBuf, CliError> {
         let endpoint =
             self.router.clone().or_else(|| std::env::var("PHOS_ENDPOINT").ok()).unwrap_or_else(crate::default_endpoint);
         Ok(phos_control::control_path(&crate::endpoint_path(&endpoint)?))
     }
 }
 
+/// Call the router's management service with `f`.
 pub(crate) fn run<T>(
     router: &RouterArg,
-    f: impl AsyncFnOnce(RouterControlClient) -> Result<T, String>,
-) -> Result<T, String> {
+    f: impl AsyncFnOnce(RouterControlClient) -> Result<T, CliError>,
+) -> Result<T, CliError> {
     let path = router.control_path()?;
     phos_control::block_on(async move {
         let client = phos_control::router_client(&path)
             .await
-            .map_err(|e| format!("cannot reach the router at {}: {e}", path.display()))?;
+            .map_err(|source| CliError::Unreachable { path: path.clone(), source })?;
         f(client).await
     })
-    .map_err(|e| e.to_string())?
-}
-
-pub(crate) fn report(r: Result<(), String>) -> ExitCode {
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("phosctl: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    .map_err(|source| CliError::Io { context: "a runtime for the call".into(), source })?
 }
 
 pub fn sessions(router: &RouterArg) -> ExitCode {
     report(run(router, async |c| {
-        let list = c.sessions(tarpc::context::current()).await.map_err(|e| e.to_string())?;
+        let list = c.sessions(tarpc::context::current()).await?;
         println!(
             "{:>4}  {:<10} {:<9} {:>7} {:>4} {:>9} {:>8}  program",
             "id", "tenant", "state", "pid", "abi", "calls", "uptime"
@@ -111,7 +104,7 @@ pub fn checkpoint(
     report(run(router, async |c| {
         let request = CheckpointRequest { dir: dir.clone(), stop, compress, quiesce_timeout };
         let work = c.checkpoint(phos_control::long_context(), session, request);
-        let s = with_progress(&c, session, "checkpoint", work).await.map_err(|e| e.to_string())??;
+        let s = with_progress(&c, session, "checkpoint", work).await??;
         println!(
             "session {session}: {} records, {} regions, {} MiB of device memory ({} MiB stored) in {:.1} ms (quiesce {:.1} ms, copy {:.1} ms){}",
             s.records,
@@ -138,12 +131,12 @@ pub fn restore(
 ) -> ExitCode {
     let dir = absolute(&dir);
     // The session's id, for following the restore's progress; a bad image is refused here
-    // already, with the same error the server would give.
+    // already, with the same error the router would give.
     let session = match phos_checkpoint::Image::open(&dir) {
         Ok(image) => image.manifest.session.id,
         Err(e) => {
-            eprintln!("phosctl: {}: {e}", dir.display());
-            return ExitCode::FAILURE;
+            let reason = ImageRefusal::Invalid(e.to_string());
+            return report(Err(ControlError::ImageRefused { dir, reason }.into()));
         }
     };
     report(run(router, async |c| {
@@ -151,7 +144,7 @@ pub fn restore(
             RestoreRequest { dir: dir.clone(), device, tenant: tenant.clone(), as_tenant: as_tenant.clone(), timeout };
         // The router gives up at `timeout`; the call waits a little longer for its answer.
         let work = c.restore(phos_control::context_within(timeout + Duration::from_secs(30)), request);
-        let s = with_progress(&c, session, "restore", work).await.map_err(|e| e.to_string())??;
+        let s = with_progress(&c, session, "restore", work).await??;
         println!(
             "session {} restored from {} in {:.1} ms ({} server; in the server: {} records replayed in {:.1} ms, {} MiB copied in {:.1} ms)",
             s.session,

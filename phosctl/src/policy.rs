@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use clap::Subcommand;
 use phos_control::{KernelCheck, PolicyLoad, TenantUsage};
 
-use crate::manage::{RouterArg, report, run};
+use crate::error::{CliError, report};
+use crate::manage::{RouterArg, run};
 
 #[derive(Subcommand)]
 pub enum PolicyCommand {
@@ -75,10 +76,7 @@ pub fn command(cmd: PolicyCommand) -> ExitCode {
         PolicyCommand::Load { policy, name, params, require_kernel_check, no_kernel_check, timeout, router } => {
             let (source, elf) = match phos_policy::resolve(&policy) {
                 Ok(x) => x,
-                Err(e) => {
-                    eprintln!("phosctl: {e}");
-                    return ExitCode::FAILURE;
-                }
+                Err(e) => return report(Err(e.into())),
             };
             let kernel_check = if require_kernel_check {
                 KernelCheck::Require
@@ -91,8 +89,7 @@ pub fn command(cmd: PolicyCommand) -> ExitCode {
             let load = PolicyLoad { name, source, elf, params, kernel_check };
             report(run(&router, async |c| {
                 let within = std::time::Duration::try_from_secs_f64(timeout).unwrap_or_default();
-                let p =
-                    c.policy_load(phos_control::context_within(within), load).await.map_err(|e| e.to_string())??;
+                let p = c.policy_load(phos_control::context_within(within), load).await??;
                 println!(
                     "policy `{}` loaded ({} instructions{})",
                     p.name,
@@ -103,7 +100,7 @@ pub fn command(cmd: PolicyCommand) -> ExitCode {
             }))
         }
         PolicyCommand::Unload { name, router } => report(run(&router, async |c| {
-            c.policy_unload(tarpc::context::current(), name.clone()).await.map_err(|e| e.to_string())??;
+            c.policy_unload(tarpc::context::current(), name.clone()).await??;
             println!("policy `{name}` unloaded");
             Ok(())
         })),
@@ -114,7 +111,7 @@ pub fn command(cmd: PolicyCommand) -> ExitCode {
             list(&router)
         }
         PolicyCommand::Show { name, router } => report(run(&router, async |c| {
-            let d = c.policy_show(tarpc::context::current(), name).await.map_err(|e| e.to_string())??;
+            let d = c.policy_show(tarpc::context::current(), name).await??;
             println!("policy `{}`: program `{}` from {}", d.summary.name, d.summary.program, d.summary.source);
             for (name, kind, k, v, max, n) in &d.maps {
                 println!("map {name}: type {kind}, key {k} B, value {v} B, {n} of {max} entries");
@@ -126,28 +123,17 @@ pub fn command(cmd: PolicyCommand) -> ExitCode {
         })),
         PolicyCommand::Build { source, output, clang } => {
             let output = output.unwrap_or_else(|| source.with_extension("o"));
-            match phos_policy::build(&source, &output, &clang) {
-                Ok(()) => {
-                    println!("{}", output.display());
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("phosctl: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+            report(
+                phos_policy::build(&source, &output, &clang)
+                    .map(|()| println!("{}", output.display()))
+                    .map_err(Into::into),
+            )
         }
         PolicyCommand::Headers { dir } => {
             let written = std::fs::create_dir_all(&dir).and_then(|_| {
                 phos_policy::HEADERS.iter().try_for_each(|(name, text)| std::fs::write(dir.join(name), text))
             });
-            match written {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("phosctl: {}: {e}", dir.display());
-                    ExitCode::FAILURE
-                }
-            }
+            report(written.map_err(|source| CliError::Io { context: dir.display().to_string(), source }))
         }
     }
 }
@@ -155,7 +141,7 @@ pub fn command(cmd: PolicyCommand) -> ExitCode {
 /// `phosctl policy list`: the router's chain of policies, in the order they decide.
 fn list(router: &RouterArg) -> ExitCode {
     report(run(router, async |c| {
-        let list = c.policy_list(tarpc::context::current()).await.map_err(|e| e.to_string())?;
+        let list = c.policy_list(tarpc::context::current()).await?;
         if list.is_empty() {
             println!("no policies loaded: every call is admitted (quotas still apply)");
         }
@@ -187,7 +173,7 @@ pub fn top(router: &RouterArg, interval: Duration, once: bool) -> ExitCode {
         let tty = std::io::stdout().is_terminal() && !once;
         let mut last: HashMap<String, (TenantUsage, Instant)> = HashMap::new();
         loop {
-            let usage = c.usage(tarpc::context::current()).await.map_err(|e| e.to_string())?;
+            let usage = c.usage(tarpc::context::current()).await?;
             let now = Instant::now();
             let mut out = String::new();
             if tty {

@@ -56,35 +56,40 @@ impl ApiVersion {
     }
 }
 
+/// Why a peer's APIs are not the ones this build serves: the refusal names the API.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiMismatch {
+    #[error("{whose} names no API")]
+    NoApi { whose: &'static str },
+    #[error("API id {id} is `{ours}` here, `{theirs}` in {whose}")]
+    OtherName { id: u16, ours: &'static str, theirs: String, whose: &'static str },
+    #[error("{whose} speaks `{api}` version {theirs}, this build version {ours}: use a build of the same version")]
+    OtherVersion { api: &'static str, theirs: u32, ours: u32, whose: &'static str },
+    #[error(
+        "the `{api}` API of {whose} (wire hash {theirs:016x}) is not one this build serves (its own is {ours:016x}): \
+         {whose} comes from a newer build, or from a spec that changed in a way this build does not accept"
+    )]
+    UnservedHash { api: &'static str, theirs: u64, ours: u64, whose: &'static str },
+}
+
 /// Whether this build serves the APIs a peer names (`whose`: "the guest library", "the
-/// image"): `Err` says which API does not match and why, for the refusal. An API this build
-/// does not know is left out (calls of it are refused one by one); one it knows must have its
-/// name, its version, and a hash it serves (its own, or an earlier compatible revision's).
-pub fn check_apis(apis: &[ApiVersion], whose: &str) -> Result<(), String> {
+/// image"). An API this build does not know is left out (calls of it are refused one by one);
+/// one it knows must have its name, its version, and a hash it serves (its own, or an earlier
+/// compatible revision's).
+pub fn check_apis(apis: &[ApiVersion], whose: &'static str) -> Result<(), ApiMismatch> {
     if apis.is_empty() {
-        return Err(format!("{whose} names no API"));
+        return Err(ApiMismatch::NoApi { whose });
     }
     for a in apis {
         let Some(ours) = crate::apis::Api::from_id(a.id) else { continue };
         if ours.name() != a.name {
-            return Err(format!("API id {} is `{}` here, `{}` in {whose}", a.id, ours.name(), a.name));
+            return Err(ApiMismatch::OtherName { id: a.id, ours: ours.name(), theirs: a.name.clone(), whose });
         }
         if ours.version() != a.version {
-            return Err(format!(
-                "{whose} speaks `{}` version {}, this build version {}: use a build of the same version",
-                a.name,
-                a.version,
-                ours.version()
-            ));
+            return Err(ApiMismatch::OtherVersion { api: ours.name(), theirs: a.version, ours: ours.version(), whose });
         }
         if !ours.served_hashes().contains(&a.hash) {
-            return Err(format!(
-                "the `{}` API of {whose} (wire hash {:016x}) is not one this build serves (its own is {:016x}): {whose} \
-                 comes from a newer build, or from a spec that changed in a way this build does not accept",
-                a.name,
-                a.hash,
-                ours.spec_hash()
-            ));
+            return Err(ApiMismatch::UnservedHash { api: ours.name(), theirs: a.hash, ours: ours.spec_hash(), whose });
         }
     }
     Ok(())
@@ -131,17 +136,25 @@ pub struct LegacyHello {
     pub host_arena: Option<u64>,
 }
 
+/// Why the payload of a `Hello` frame is not a `Hello` this build serves.
+#[derive(Debug, thiserror::Error)]
+pub enum HelloError {
+    #[error("{0}")]
+    Decode(#[from] bincode::error::DecodeError),
+    #[error(
+        "the guest library was built from a spec (text hash {0:016x}) this build does not serve: use a guest \
+         library of this build"
+    )]
+    UnknownSpecText(u64),
+}
+
 impl LegacyHello {
     /// The `Hello` it means: the one API whose lock file records its spec text as a legacy
     /// one, at the revision this build carries (its ids and layouts are that text's, plus what
-    /// was added since). `Err` when no API does.
-    pub fn upgrade(self) -> Result<Hello, String> {
+    /// was added since).
+    pub fn upgrade(self) -> Result<Hello, HelloError> {
         let Some(api) = crate::apis::Api::ALL.iter().find(|a| a.legacy_text_hashes().contains(&self.spec_hash)) else {
-            return Err(format!(
-                "the guest library was built from a spec (text hash {:016x}) this build does not serve: use a guest \
-                 library of this build",
-                self.spec_hash
-            ));
+            return Err(HelloError::UnknownSpecText(self.spec_hash));
         };
         Ok(Hello {
             apis: vec![ApiVersion {
@@ -161,11 +174,12 @@ impl LegacyHello {
     }
 }
 
-/// Decode the payload of a `Hello` frame of `version` (the frame header's).
-pub fn decode_hello(version: u8, payload: &[u8]) -> Result<Hello, String> {
+/// Decode the payload of a `Hello` frame of `version` (the frame header's): a version-1
+/// `Hello` comes from a guest built before there were several APIs.
+pub fn decode_hello(version: u8, payload: &[u8]) -> Result<Hello, HelloError> {
     match version {
-        crate::frame::HANDSHAKE_VERSION => crate::decode::<Hello>(payload).map_err(|e| e.to_string()),
-        _ => crate::decode::<LegacyHello>(payload).map_err(|e| e.to_string())?.upgrade(),
+        crate::frame::HANDSHAKE_VERSION => Ok(crate::decode::<Hello>(payload)?),
+        _ => crate::decode::<LegacyHello>(payload)?.upgrade(),
     }
 }
 
@@ -257,11 +271,11 @@ mod tests {
         assert_eq!(check_apis(&ours, who), Ok(()));
         let mut other = ours.clone();
         other[0].hash ^= 1;
-        let e = check_apis(&other, who).unwrap_err();
+        let e = check_apis(&other, who).unwrap_err().to_string();
         assert!(e.contains(&format!("`{}`", ours[0].name)) && e.contains("wire hash"), "{e}");
         let mut newer = ours.clone();
         newer[0].version += 1;
-        assert!(check_apis(&newer, who).unwrap_err().contains("version"));
+        assert!(check_apis(&newer, who).unwrap_err().to_string().contains("version"));
         // An API this build does not know is not served but does not refuse the session.
         let mut more = ours.clone();
         more.push(ApiVersion { id: 999, name: "cublas".into(), version: 1, hash: 1 });
@@ -286,7 +300,7 @@ mod tests {
         assert_eq!(hello.apis.len(), 1);
         assert_eq!(hello.apis[0].hash, crate::cudart::SPEC_HASH);
         assert_eq!((hello.pid, hello.host_arena), (7, Some(4096)));
-        assert!(decode_hello(1, &crate::encode(&legacy(known ^ 1))).unwrap_err().contains("text hash"));
+        assert!(decode_hello(1, &crate::encode(&legacy(known ^ 1))).unwrap_err().to_string().contains("text hash"));
         // A version-2 payload is not a legacy one, and the reverse.
         let hello = Hello { apis: ApiVersion::of_this_build(), ..hello };
         assert!(decode_hello(2, &crate::encode(&hello)).is_ok());

@@ -37,6 +37,9 @@ pub use eval::EvalError;
 pub use frame::{FrameHeader, FrameKind};
 
 use bincode::config::{Configuration, Fixint, Limit, LittleEndian};
+use bincode::de::read::{BorrowReader, Reader};
+use bincode::de::{Decoder, DecoderImpl};
+use bincode::error::DecodeError;
 
 /// A host pointer argument whose shape the spec chooses per call (`cudaMemcpy`'s `dst` is a
 /// device address for one copy kind and host memory to fill for another).
@@ -75,17 +78,70 @@ pub const fn bincode_config() -> Config {
         .with_limit::<{ DEFAULT_MAX_PAYLOAD as usize }>()
 }
 
-/// Decode a request, borrowing its buffers from `payload`. Trailing bytes are an error.
-pub fn decode_request<'a, T: bincode::BorrowDecode<'a, ()>>(
-    payload: &'a [u8],
-) -> Result<T, bincode::error::DecodeError> {
-    let (value, used) = bincode::borrow_decode_from_slice(payload, bincode_config())?;
-    if used != payload.len() {
-        return Err(bincode::error::DecodeError::OtherString(format!(
-            "{} trailing bytes after the message",
-            payload.len() - used
-        )));
+/// Decoding a message may allocate at most this many times its size (plus
+/// [`DECODE_MEMORY_FLOOR`]). bincode charges a container's `length × size_of::<T>()` against its
+/// decode limit before it allocates it, and the length is the sender's word: with the limit
+/// alone (4 GiB), eight bytes claiming a long string cost 4 GiB. No message of the protocol
+/// takes more than a few times its encoded size (a `Vec<String>` of empty strings, 24 bytes
+/// for each 8 sent, is the worst), so the rest of the limit is claimed before decoding
+/// starts.
+const DECODE_MEMORY_FACTOR: usize = 4;
+/// See [`DECODE_MEMORY_FACTOR`].
+const DECODE_MEMORY_FLOOR: usize = 4096;
+
+/// A decoder over `payload` that may allocate only what [`DECODE_MEMORY_FACTOR`] allows.
+fn bounded_decoder(payload: &[u8]) -> Result<DecoderImpl<PayloadReader<'_>, Config, ()>, DecodeError> {
+    let mut decoder = DecoderImpl::new(PayloadReader(payload), bincode_config(), ());
+    let budget = payload.len().saturating_mul(DECODE_MEMORY_FACTOR).saturating_add(DECODE_MEMORY_FLOOR);
+    decoder.claim_bytes_read((DEFAULT_MAX_PAYLOAD as usize).saturating_sub(budget))?;
+    Ok(decoder)
+}
+
+/// The bytes of a message not decoded yet.
+struct PayloadReader<'a>(&'a [u8]);
+
+impl Reader for PayloadReader<'_> {
+    fn read(&mut self, bytes: &mut [u8]) -> Result<(), DecodeError> {
+        let Some((head, rest)) = self.0.split_at_checked(bytes.len()) else {
+            return Err(DecodeError::UnexpectedEnd { additional: bytes.len() - self.0.len() });
+        };
+        bytes.copy_from_slice(head);
+        self.0 = rest;
+        Ok(())
     }
+
+    fn peek_read(&mut self, n: usize) -> Option<&[u8]> {
+        self.0.get(..n)
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.0 = self.0.get(n..).unwrap_or_default();
+    }
+}
+
+impl<'a> BorrowReader<'a> for PayloadReader<'a> {
+    fn take_bytes(&mut self, length: usize) -> Result<&'a [u8], DecodeError> {
+        let Some((head, rest)) = self.0.split_at_checked(length) else {
+            return Err(DecodeError::UnexpectedEnd { additional: length - self.0.len() });
+        };
+        self.0 = rest;
+        Ok(head)
+    }
+}
+
+/// Refuse what is left after a message.
+fn no_trailing_bytes(decoder: &mut DecoderImpl<PayloadReader<'_>, Config, ()>) -> Result<(), DecodeError> {
+    match decoder.reader().0.len() {
+        0 => Ok(()),
+        n => Err(DecodeError::OtherString(format!("{n} trailing bytes after the message"))),
+    }
+}
+
+/// Decode a request, borrowing its buffers from `payload`. Trailing bytes are an error.
+pub fn decode_request<'a, T: bincode::BorrowDecode<'a, ()>>(payload: &'a [u8]) -> Result<T, DecodeError> {
+    let mut decoder = bounded_decoder(payload)?;
+    let value = T::borrow_decode(&mut decoder)?;
+    no_trailing_bytes(&mut decoder)?;
     Ok(value)
 }
 
@@ -103,14 +159,10 @@ pub fn encode<T: bincode::Encode>(value: &T) -> Vec<u8> {
 }
 
 /// Decode an owned message (replies, handshake messages). Trailing bytes are an error.
-pub fn decode<T: bincode::Decode<()>>(payload: &[u8]) -> Result<T, bincode::error::DecodeError> {
-    let (value, used) = bincode::decode_from_slice(payload, bincode_config())?;
-    if used != payload.len() {
-        return Err(bincode::error::DecodeError::OtherString(format!(
-            "{} trailing bytes after the message",
-            payload.len() - used
-        )));
-    }
+pub fn decode<T: bincode::Decode<()>>(payload: &[u8]) -> Result<T, DecodeError> {
+    let mut decoder = bounded_decoder(payload)?;
+    let value = T::decode(&mut decoder)?;
+    no_trailing_bytes(&mut decoder)?;
     Ok(value)
 }
 
@@ -168,6 +220,52 @@ mod tests {
         bytes.extend_from_slice(&(u64::MAX / 2).to_le_bytes());
         bytes.extend_from_slice(&[0u8; 16]);
         assert!(decode_request::<Ptr<'_>>(&bytes).is_err());
+    }
+
+    #[test]
+    fn a_length_prefix_cannot_make_a_decoder_allocate() {
+        use handshake::{Attach, Hello, TransportKind};
+        // An `Attach` whose tenant claims 4 GiB in a 50-byte message (found by the
+        // `handshake` fuzz target): refused before anything is allocated, where the 4 GiB
+        // decode limit alone let bincode allocate the string first and find it missing after.
+        let attach = Attach {
+            // No APIs: the tenant's length prefix sits right after the session id.
+            apis: Vec::new(),
+            session: 3,
+            tenant: "uid:1000".into(),
+            abi_major: 12,
+            transport: TransportKind::Unix,
+        };
+        let mut bytes = encode(&attach);
+        bytes[16..24].copy_from_slice(&0xfd00_0008u64.to_le_bytes());
+        assert!(matches!(decode::<Attach>(&bytes), Err(bincode::error::DecodeError::LimitExceeded)));
+        // A guest's `Hello` (of no APIs, so the offsets are the fields') listing a billion
+        // transports.
+        let hello = Hello {
+            apis: Vec::new(),
+            pid: 1,
+            abi_major: 12,
+            token: None,
+            program: String::new(),
+            transports: vec![TransportKind::Shm],
+            tenant_token: None,
+            host_arena: None,
+        };
+        let mut bytes = encode(&hello);
+        let at = 8 + 4 + 4 + 1 + 8;
+        assert_eq!(bytes[at..at + 8], 1u64.to_le_bytes());
+        bytes[at..at + 8].copy_from_slice(&(1u64 << 30).to_le_bytes());
+        assert!(matches!(decode::<Hello>(&bytes), Err(bincode::error::DecodeError::LimitExceeded)));
+    }
+
+    #[test]
+    fn messages_larger_in_memory_than_on_the_wire_still_decode() {
+        // 16 bytes in memory for each 12 sent.
+        let report =
+            handshake::UsageReport { held: (0..10_000).map(|i| (i, u64::from(i))).collect(), ..Default::default() };
+        assert_eq!(decode::<handshake::UsageReport>(&encode(&report)).unwrap(), report);
+        let reply = CudaMemcpyReply { dst: Some(vec![5; 1 << 20]) };
+        assert_eq!(decode::<CudaMemcpyReply>(&encode(&reply)).unwrap(), reply);
     }
 
     #[test]

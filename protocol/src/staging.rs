@@ -195,7 +195,8 @@ impl Staging {
     /// says so: a guest watches for its call's answer, so a copy the other side refused
     /// without aborting the region (an answer from the router, say) ends at once instead of
     /// after [`STALL_LIMIT`]. `stop` is asked while spinning and after each sleep (at least
-    /// every 20 ms), never before the count itself.
+    /// every 20 ms), never before the count itself, and the count is looked at again after
+    /// `stop` says yes: the other side sets its count before it answers.
     pub fn wait_or(
         &self,
         c: Count,
@@ -213,11 +214,18 @@ impl Staging {
             None,
             Some(Instant::now() + STALL_LIMIT),
             || {
-                if word.load(Ordering::Acquire).wrapping_sub(seq) >= target.wrapping_sub(seq) {
+                let reached = || word.load(Ordering::Acquire).wrapping_sub(seq) >= target.wrapping_sub(seq);
+                if reached() {
                     Ok(true)
                 } else if self.aborted() {
                     Err(io::Error::other("aborted"))
                 } else if stop() {
+                    // The other side publishes its count before it answers: an answer seen
+                    // now may have come just after the count was looked at, so look again
+                    // (without this, a copy that went through was taken for a refused one).
+                    if reached() {
+                        return Ok(true);
+                    }
                     stopped = true;
                     Err(io::Error::other("stopped"))
                 } else {
@@ -320,6 +328,19 @@ mod tests {
         let (a, b) = pair();
         b.set(Count::Filled, 1);
         assert_eq!(a.wait_or(Count::Filled, 0, 1, Duration::ZERO, || true), Ok(()));
+    }
+
+    /// The other side sets its last count and then answers: a waiter that sees the answer
+    /// right after it looked at the count (the two arriving between its two looks) still
+    /// finds the count, and the copy is not taken for a refused one.
+    #[test]
+    fn a_count_published_just_before_the_answer_wins() {
+        let (a, b) = pair();
+        let r = a.wait_or(Count::Filled, 0, 1, Duration::ZERO, || {
+            b.set(Count::Filled, 1);
+            true
+        });
+        assert_eq!(r, Ok(()));
     }
 
     #[test]

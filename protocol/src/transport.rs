@@ -273,7 +273,7 @@ pub fn read_frame(r: &mut impl Read, payload: &mut Vec<u8>, max_payload: u64) ->
 pub const FREE_BUFFER: usize = 1 << 20;
 
 /// The first piece of a payload read before the buffer grows with what has arrived.
-const FIRST_PIECE: usize = 64 << 10;
+pub const FIRST_PIECE: usize = 64 << 10;
 
 /// [`read_frame`], with the payload buffer's memory beyond [`FREE_BUFFER`] charged to a
 /// [`BufferClaim`] (a tenant's budget shared by its channels): a frame that would take the

@@ -15,9 +15,10 @@ impl Dim3 {
         Dim3 { x, y, z }
     }
 
-    /// Total count (threads in a block, blocks in a grid), without overflow.
+    /// Total count (threads in a block, blocks in a grid); `u64::MAX` (more than any limit)
+    /// where the product does not fit.
     pub fn volume(&self) -> u64 {
-        u64::from(self.x) * u64::from(self.y) * u64::from(self.z)
+        u64::from(self.x).saturating_mul(u64::from(self.y)).saturating_mul(u64::from(self.z))
     }
 }
 
@@ -90,5 +91,19 @@ impl DeviceProperties {
     /// The value of one attribute, 0 if unknown.
     pub fn attr(&self, attribute: i32) -> i32 {
         usize::try_from(attribute).ok().and_then(|a| self.attributes.get(a)).copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_volume_too_large_for_u64_saturates() {
+        // A launch of 2^32 - 1 cubed blocks overflowed the product (found by the `dispatch`
+        // fuzz target); the limit checks need only that it is larger than any limit.
+        assert_eq!(Dim3::new(u32::MAX, u32::MAX, u32::MAX).volume(), u64::MAX);
+        assert_eq!(Dim3::new(u32::MAX, u32::MAX, 1).volume(), u64::from(u32::MAX) * u64::from(u32::MAX));
+        assert_eq!(Dim3::new(32, 4, 2).volume(), 256);
     }
 }

@@ -717,9 +717,10 @@ impl VarDecl {
         self.ty.size() * u64::from(self.vector.unwrap_or(1))
     }
 
-    /// Size in bytes of one declared variable (unsized dimensions count as zero elements).
+    /// Size in bytes of one declared variable (unsized dimensions count as zero elements);
+    /// `u64::MAX` where the dimensions multiply past it.
     pub fn size_of(&self, declarator: &Declarator) -> u64 {
-        declarator.dims.iter().map(|d| d.unwrap_or(0)).product::<u64>() * self.element_size()
+        saturating_product(&declarator.dims).saturating_mul(self.element_size())
     }
 
     /// Alignment in bytes: the explicit `.align`, else the element size.
@@ -728,15 +729,22 @@ impl VarDecl {
     }
 }
 
+/// The product of array dimensions (unsized ones count as 0), saturating: the dimensions are
+/// the module's word, and `[4294967296][4294967296]` must not overflow.
+fn saturating_product(dims: &[Option<u64>]) -> u64 {
+    dims.iter().fold(1, |n, d| n.saturating_mul(d.unwrap_or(0)))
+}
+
 impl Param {
-    /// Number of elements (product of the array dimensions; 1 for a scalar; 0 if unsized).
+    /// Number of elements (product of the array dimensions; 1 for a scalar; 0 if unsized;
+    /// `u64::MAX` where the dimensions multiply past it).
     pub fn count(&self) -> u64 {
-        self.dims.iter().map(|d| d.unwrap_or(0)).product()
+        saturating_product(&self.dims)
     }
 
-    /// Size in bytes of the parameter.
+    /// Size in bytes of the parameter (`u64::MAX` where it does not fit).
     pub fn size(&self) -> u64 {
-        self.ty.size() * u64::from(self.vector.unwrap_or(1)) * self.count()
+        (self.ty.size() * u64::from(self.vector.unwrap_or(1))).saturating_mul(self.count())
     }
 
     /// Alignment in bytes: the explicit `.align`, else the natural alignment of the element.

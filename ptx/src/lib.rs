@@ -1,11 +1,20 @@
-//! PTX front end for Phos: lexer, parser, typed syntax tree, printer and kernel signatures.
+//! PTX for Phos: lexer, parser, typed syntax tree, printer, kernel signatures, and the
+//! interpreter that runs kernels on the CPU ([`exec`]).
 //!
 //! The PTX this crate reads is what nvcc embeds in fat binaries (PTX ISA 7.x to 9.x, from
-//! CUDA 11.8 through 13.x). Three consumers shape the design:
+//! CUDA 11.8 through 13.x). Its users:
 //!
-//! * the `emu` backend, which will interpret kernels on the CPU;
-//! * the checkpoint engine, which rewrites kernels to instrument them and prints them back;
-//! * the guest library, which only needs each kernel's parameter layout.
+//! * the API server's `emu` backend, which lowers every module it loads with [`exec`] and runs
+//!   its kernels there (docs/emu.md), and reads launch limits (`.maxntid`, `.reqntid`), the
+//!   PTX version and the target from the tree;
+//! * the API server's checkpoints, which find a module's `.global` and `.const` variables in
+//!   its PTX when the module has no cubin that lists them;
+//! * the guest library, which only needs each kernel's parameter layout ([`parse_signatures`]).
+//!
+//! The printer writes a tree back as PTX that parses to the same tree and that ptxas
+//! assembles (the corpus tests check both on everything nvcc produces from `tests/data`).
+//! Nothing in Phos rewrites kernels today; the tree keeps every construct (debug sections
+//! included) so that a pass could, and print the result.
 //!
 //! # Usage
 //!

@@ -80,9 +80,10 @@ pub fn signature_of(function: &Function) -> KernelSignature {
         .iter()
         .map(|p: &Param| {
             let align = p.alignment().max(1);
-            let start = offset.next_multiple_of(align);
+            // Saturating: sizes are the module's word (a buffer of u64::MAX bytes never fits).
+            let start = offset.checked_next_multiple_of(align).unwrap_or(u64::MAX);
             let size = p.size();
-            offset = start + size;
+            offset = start.saturating_add(size);
             ParamLayout {
                 name: p.name.clone(),
                 ty: p.ty,
@@ -177,6 +178,18 @@ mod tests {
         );
         assert_eq!(demangle("vector_add"), "vector_add");
         assert_eq!(demangle("_Zgarbage"), "_Zgarbage");
+    }
+
+    #[test]
+    fn sizes_too_large_for_u64_saturate() {
+        // `[4294967296][4294967296]` overflowed the product of the dimensions (the `ptx_exec`
+        // fuzz target, on a crafted input).
+        let ptx = ".version 7.8\n.target sm_80\n.address_size 64\n\
+                   .visible .entry k(.param .u32 n, .param .align 8 .b8 p[4294967296][4294967296], .param .u32 m)\n{\n\tret;\n}\n";
+        let sig = &parse_signatures(ptx).unwrap()[0];
+        let l: Vec<(u64, u64)> = sig.params.iter().map(|p| (p.offset, p.size)).collect();
+        assert_eq!(l, [(0, 4), (8, u64::MAX), (u64::MAX, 4)]);
+        assert_eq!(sig.size, u64::MAX);
     }
 
     #[test]

@@ -598,3 +598,21 @@ fn fuzz_mutated_ptx_never_panics() {
         }
     }
 }
+
+#[test]
+fn variables_are_as_large_as_declared_but_only_their_initializers_are_materialized() {
+    // A gigabyte that is never initialized took a gigabyte of zeros at lowering, and dimensions
+    // whose product passes 2^64 overflowed (the `ptx_exec` fuzz target, on a crafted
+    // input).
+    let ptx = format!(
+        "{HEADER}.global .align 8 .b8 big[1073741824];\n.global .b8 huge[4294967296][4294967296];\n\
+         .global .align 4 .u32 some[1000] = {{1, 2}};\n.visible .entry k()\n{{\n\tret;\n}}\n"
+    );
+    let mut prog = program(&ptx);
+    let sizes: Vec<u64> = prog.variables().iter().map(|v| v.size).collect();
+    assert_eq!(sizes, [1 << 30, u64::MAX, 4000]);
+    let init = prog.bind_variables(&[0x1000, 0x2000, 0x3000]);
+    let lens: Vec<usize> = init.iter().map(Vec::len).collect();
+    assert_eq!(lens, [0, 0, 8], "only the initialized prefixes");
+    assert_eq!(init[2], [1, 0, 0, 0, 2, 0, 0, 0]);
+}

@@ -43,7 +43,32 @@ use std::path::{Path, PathBuf};
 
 use phos_protocol::limits::SessionLimits;
 
+use crate::limits::LimitsError;
 use crate::tenants::TenantConfig;
+
+/// A configuration file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{}: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{}: {source}", path.display())]
+    Parse { path: PathBuf, source: toml::de::Error },
+    #[error("{}: {source}", path.display())]
+    Limits { path: PathBuf, source: LimitsError },
+}
+
+/// A `[[policy]]` of the configuration that cannot be loaded as written.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyConfigError {
+    #[error("a [[policy]] needs exactly one of `builtin` and `file`")]
+    Source,
+    #[error(transparent)]
+    Object(#[from] phos_policy::SourceError),
+    #[error("policy `{policy}`: `{key}` = {value} is not a number")]
+    NotANumber { policy: String, key: String, value: String },
+    #[error("policy `{policy}`: kernel_check = {value:?}: expected auto, require or skip")]
+    KernelCheck { policy: String, value: String },
+}
 
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -82,18 +107,20 @@ pub struct PolicyConfig {
 }
 
 impl ConfigFile {
-    pub fn load(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let file: ConfigFile = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        file.session_limits().map_err(|e| format!("{}: [limits]: {e}", path.display()))?;
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let path_buf = || path.to_path_buf();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path_buf(), source })?;
+        let file: ConfigFile =
+            toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path_buf(), source })?;
+        file.session_limits().map_err(|source| ConfigError::Limits { path: path_buf(), source })?;
         Ok(file)
     }
 
-    /// The `[limits]` table over the defaults.
-    pub fn session_limits(&self) -> Result<SessionLimits, String> {
+    /// The `[limits]` table's per-session limits over the defaults.
+    pub fn session_limits(&self) -> Result<SessionLimits, LimitsError> {
         let mut limits = SessionLimits::default();
         for (kind, n) in &self.limits.per_session {
-            limits.apply(&format!("{kind}={n}"))?;
+            limits.apply(&format!("{kind}={n}")).map_err(LimitsError::PerSession)?;
         }
         Ok(limits)
     }
@@ -101,11 +128,11 @@ impl ConfigFile {
 
 impl PolicyConfig {
     /// What `phosctl policy load` would send for it.
-    pub fn to_load(&self) -> Result<phos_control::PolicyLoad, String> {
+    pub fn to_load(&self) -> Result<phos_control::PolicyLoad, PolicyConfigError> {
         let spec = match (&self.builtin, &self.file) {
             (Some(b), None) => format!("builtin:{b}"),
             (None, Some(f)) => f.display().to_string(),
-            _ => return Err("a [[policy]] needs exactly one of `builtin` and `file`".into()),
+            _ => return Err(PolicyConfigError::Source),
         };
         let (source, elf) = phos_policy::resolve(&spec)?;
         let name = self.name.clone().unwrap_or_else(|| phos_policy::default_name(&spec));
@@ -115,14 +142,20 @@ impl PolicyConfig {
             .map(|(k, v)| match v {
                 toml::Value::Integer(n) => Ok(format!("{k}={n}")),
                 toml::Value::String(s) => Ok(format!("{k}={s}")),
-                other => Err(format!("policy `{name}`: `{k}` = {other} is not a number")),
+                other => Err(PolicyConfigError::NotANumber {
+                    policy: name.clone(),
+                    key: k.clone(),
+                    value: other.to_string(),
+                }),
             })
             .collect::<Result<Vec<_>, _>>()?;
         let kernel_check = match self.kernel_check.as_deref() {
             None | Some("auto") => phos_control::KernelCheck::Auto,
             Some("require") => phos_control::KernelCheck::Require,
             Some("skip") => phos_control::KernelCheck::Skip,
-            Some(other) => return Err(format!("kernel_check = {other:?}: expected auto, require or skip")),
+            Some(other) => {
+                return Err(PolicyConfigError::KernelCheck { policy: name, value: other.to_string() });
+            }
         };
         Ok(phos_control::PolicyLoad { name, source, elf, params, kernel_check })
     }
@@ -172,7 +205,7 @@ mod tests {
         assert_eq!((l.get(LimitKind::Streams), l.get(LimitKind::GraphNodes)), (8, 100));
         assert_eq!(l.get(LimitKind::Events), LimitKind::Events.default_limit());
         let c: ConfigFile = toml::from_str("[limits]\nspoons = 8").unwrap();
-        assert!(c.session_limits().unwrap_err().contains("spoons"));
+        assert!(c.session_limits().unwrap_err().to_string().contains("`spoons` is not a limit"));
         let c: ConfigFile = toml::from_str("[limits]\nstreams = 0").unwrap();
         assert!(c.session_limits().is_err());
     }

@@ -20,7 +20,7 @@
 //! - a tenant whose queue empties gives the credit it has left, up to what it earned while
 //!   others had work too, to the tenants that still have work queued.
 //!
-//! Running alone, a tenant is charged what it measured; sharing with one other whose work
+//! Running alone, a tenant is charged what it measured, however long its kernels; sharing with one other whose work
 //! fills its slices, at most half the time; sharing with one whose queue runs dry, the time
 //! the other did not use. Time no tenant's measurement accounts for (context switches)
 //! falls to the tenants whose kernels it interrupted.
@@ -33,7 +33,7 @@
 //! the tenants with work queued and passes no credit on (the accounting before
 //! water-filling), for comparisons.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 /// The most either balance carries between measurements.
 pub const CARRY_NS: u64 = 100_000_000;
@@ -127,11 +127,13 @@ impl State {
         };
         let all = takers == busy;
         for t in self.tenants.iter_mut().filter(|t| t.pending > 0) {
-            if all || split == Split::Equal || t.earned < t.usable() {
+            if busy == 1 {
+                // Alone, all of the period is its own, however long its kernel: the cap on
+                // balances is there to drop overlap, and there is none.
+                t.earned = t.earned.saturating_add(dt);
+            } else if all || split == Split::Equal || t.earned < t.usable() {
                 t.earned = (t.earned + dt / takers).min(CARRY_NS);
-                if busy > 1 {
-                    t.beside = (t.beside + dt / takers).min(CARRY_NS);
-                }
+                t.beside = (t.beside + dt / takers).min(CARRY_NS);
             }
         }
     }
@@ -175,7 +177,7 @@ impl Contention {
     /// `delta` measured calls of tenant `index` were admitted (positive) or will not be
     /// measured after all (negative), at `now` (monotonic ns).
     pub fn pending(&self, index: usize, delta: i64, now: u64) {
-        let mut s = self.state.lock().unwrap();
+        let mut s = self.state.lock();
         s.advance(now, self.split);
         let t = s.tenant(index);
         let was = t.pending;
@@ -188,7 +190,7 @@ impl Contention {
     /// `calls` calls of tenant `index` were measured at `amount` in all: returns what to
     /// charge.
     pub fn measured(&self, index: usize, amount: u64, calls: u64, now: u64) -> u64 {
-        let mut s = self.state.lock().unwrap();
+        let mut s = self.state.lock();
         s.advance(now, self.split);
         let t = s.tenant(index);
         t.pending = t.pending.saturating_sub(calls);
@@ -219,6 +221,16 @@ mod tests {
             let c = Contention::new(split);
             c.pending(0, 1, 0);
             assert_eq!(c.measured(0, 10 * MS, 1, 10 * MS), 10 * MS);
+        }
+    }
+
+    #[test]
+    fn alone_a_kernel_longer_than_the_carry_is_charged_in_full() {
+        for split in [Split::Fill, Split::Equal] {
+            let c = Contention::new(split);
+            c.pending(0, 2, 0);
+            assert_eq!(c.measured(0, 3 * CARRY_NS, 1, 3 * CARRY_NS), 3 * CARRY_NS, "{split:?}");
+            assert_eq!(c.measured(0, 2 * CARRY_NS, 1, 5 * CARRY_NS), 2 * CARRY_NS, "{split:?}");
         }
     }
 

@@ -1,4 +1,5 @@
-//! The router's management service, for `phosctl`: sessions, checkpoint, restore, progress.
+//! The router's management service, for `phosctl`: sessions, checkpoint, restore, progress,
+//! policies and usage. Failures answer with a [`ControlError`].
 //! Each operation runs on a blocking thread (it waits on API servers and the disk), so the
 //! service keeps answering progress queries meanwhile. An operation whose client gives up
 //! (its deadline passes, it cancels, or its connection closes) is told so through a
@@ -9,10 +10,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use phos_control::{
-    Cancel, CheckpointRequest, CheckpointSummary, PolicyDetail, PolicyLoad, PolicySummary, Progress, RestoreRequest,
-    RestoreSummary, RouterControl, SessionInfo, TenantUsage,
+    Cancel, CheckpointRequest, CheckpointSummary, ControlError, PolicyDetail, PolicyLoad, PolicySummary, Progress,
+    RestoreRequest, RestoreSummary, RouterControl, SessionInfo, TenantUsage,
 };
-use phos_policy::engine::PolicyInfo;
+use phos_policy::engine::{PolicyError, PolicyInfo};
 use tarpc::context::Context;
 
 use crate::Router;
@@ -40,11 +41,11 @@ impl RouterCtl {
 /// deadline passed, its client cancelled it) or its client's connection closes.
 async fn blocking<T: Send + 'static>(
     gone: &Cancel,
-    f: impl FnOnce(&Cancel) -> Result<T, String> + Send + 'static,
-) -> Result<T, String> {
+    f: impl FnOnce(&Cancel) -> Result<T, ControlError> + Send + 'static,
+) -> Result<T, ControlError> {
     let cancel = gone.child();
     let _on_drop = cancel.on_drop();
-    tokio::task::spawn_blocking(move || f(&cancel)).await.map_err(|e| e.to_string())?
+    tokio::task::spawn_blocking(move || f(&cancel)).await.map_err(|e| ControlError::io("the operation's thread", e))?
 }
 
 impl RouterControl for RouterCtl {
@@ -82,22 +83,17 @@ impl RouterControl for RouterCtl {
         _: Context,
         session: u64,
         request: CheckpointRequest,
-    ) -> Result<CheckpointSummary, String> {
+    ) -> Result<CheckpointSummary, ControlError> {
         let router = self.router.clone();
         blocking(&self.gone, move |cancel| router.checkpoint(session, request, cancel)).await
     }
 
-    async fn restore(self, _: Context, request: RestoreRequest) -> Result<RestoreSummary, String> {
+    async fn restore(self, _: Context, request: RestoreRequest) -> Result<RestoreSummary, ControlError> {
         let router = self.router.clone();
         let started = Instant::now();
         blocking(&self.gone, move |cancel| {
-            let (entry, pooled, report) = router.restore(&request, cancel)?;
-            Ok(RestoreSummary {
-                session: entry.id,
-                total_ms: started.elapsed().as_secs_f64() * 1e3,
-                pooled,
-                ..report.unwrap_or_default()
-            })
+            let (entry, summary) = router.restore(&request, cancel)?;
+            Ok(RestoreSummary { session: entry.id, total_ms: started.elapsed().as_secs_f64() * 1e3, ..summary })
         })
         .await
     }
@@ -111,21 +107,21 @@ impl RouterControl for RouterCtl {
         client.progress(tarpc::context::current()).await.ok()
     }
 
-    async fn policy_load(self, _: Context, policy: PolicyLoad) -> Result<PolicySummary, String> {
+    async fn policy_load(self, _: Context, policy: PolicyLoad) -> Result<PolicySummary, ControlError> {
         let router = self.router.clone();
         blocking(&self.gone, move |cancel| router.load_policy(policy, cancel)).await
     }
 
-    async fn policy_unload(self, _: Context, name: String) -> Result<(), String> {
-        self.router.policies.unload(&name).map_err(|e| e.to_string())
+    async fn policy_unload(self, _: Context, name: String) -> Result<(), ControlError> {
+        self.router.policies.unload(&name).map_err(|e| policy_error(&name, e))
     }
 
     async fn policy_list(self, _: Context) -> Vec<PolicySummary> {
         self.router.policies.list().into_iter().map(summary).collect()
     }
 
-    async fn policy_show(self, _: Context, name: String) -> Result<PolicyDetail, String> {
-        let (info, disassembly, maps) = self.router.policies.show(&name).map_err(|e| e.to_string())?;
+    async fn policy_show(self, _: Context, name: String) -> Result<PolicyDetail, ControlError> {
+        let (info, disassembly, maps) = self.router.policies.show(&name).map_err(|e| policy_error(&name, e))?;
         Ok(PolicyDetail {
             summary: summary(info),
             disassembly,
@@ -138,6 +134,16 @@ impl RouterControl for RouterCtl {
 
     async fn usage(self, _: Context) -> Vec<TenantUsage> {
         self.router.tenants.usage()
+    }
+}
+
+/// What a failed operation on policy `name` says to its client.
+pub(crate) fn policy_error(name: &str, e: PolicyError) -> ControlError {
+    let name = name.to_string();
+    match e {
+        PolicyError::NotFound(_) => ControlError::NoSuchPolicy { name },
+        PolicyError::Abandoned => ControlError::PolicyAbandoned { name },
+        e => ControlError::PolicyRefused { name, reason: e.to_string() },
     }
 }
 

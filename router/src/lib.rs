@@ -40,10 +40,12 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
+use phos_control::{ControlError, ImageRefusal, Operation};
 use phos_policy::engine::PolicySet;
 use phos_protocol::apis::Function;
 use phos_protocol::frame::{FrameHeader, FrameKind};
@@ -241,6 +243,17 @@ fn receive_host_arena(socket: &UnixStream) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Why a connection's first frame is not a Hello the router can read.
+#[derive(Debug, thiserror::Error)]
+enum BadHello {
+    #[error(transparent)]
+    Frame(phos_protocol::transport::TransportError),
+    #[error("expected Hello, got {0:?}")]
+    NotHello(FrameKind),
+    #[error(transparent)]
+    Decode(phos_protocol::handshake::HelloError),
+}
+
 /// Who is at the other end of a connection, as far as the router knows before the Hello.
 #[derive(Debug, Clone)]
 enum Peer {
@@ -328,7 +341,7 @@ fn refuse_on(t: &mut dyn Transport, reason: &str) {
 
 impl Router {
     /// A router for `config`; refused when its tenant configuration is inconsistent.
-    pub fn new(config: RouterConfig) -> Result<Arc<Self>, String> {
+    pub fn new(config: RouterConfig) -> Result<Arc<Self>, tenants::TenantConfigError> {
         let config_channels_per_tenant = config.limits.channels_per_tenant;
         let tenants = Tenants::new(config.tenants.clone())?.with_buffer_limit(config.limits.buffered_per_tenant);
         if config.limits.buffered_per_tenant < config.max_payload.min(u64::MAX / 2) {
@@ -376,7 +389,7 @@ impl Router {
     /// nothing a guest does ends it.
     pub fn serve(self: &Arc<Self>, listener: UnixListener) -> io::Result<()> {
         self.fit_channels_to_fds();
-        *self.spare_fd.lock().unwrap() = std::fs::File::open("/dev/null").ok();
+        *self.spare_fd.lock() = std::fs::File::open("/dev/null").ok();
         let me = self.clone();
         std::thread::Builder::new().name("phos-reaper".into()).spawn(move || me.housekeeping_loop())?;
         let me = self.clone();
@@ -417,7 +430,7 @@ impl Router {
                 Ok(l) => {
                     let bound = l.local_addr().ok();
                     tracing::info!("guests over TCP on {}", bound.map_or(addr.to_string(), |a| a.to_string()));
-                    *self.tcp_bound.lock().unwrap() = bound;
+                    *self.tcp_bound.lock() = bound;
                     let me = self.clone();
                     let failed = failed_tx.clone();
                     std::thread::Builder::new().name("phos-accept-tcp".into()).spawn(move || {
@@ -463,7 +476,7 @@ impl Router {
 
     /// Where guests reach the router over TCP, once it listens there.
     pub fn tcp_addr(&self) -> Option<std::net::SocketAddr> {
-        *self.tcp_bound.lock().unwrap()
+        *self.tcp_bound.lock()
     }
 
     /// Connections in their handshake now.
@@ -574,7 +587,7 @@ impl Router {
         match e.raw_os_error() {
             Some(libc::EMFILE | libc::ENFILE) => {
                 self.resource_shortage("accept", &format!("{e}: refusing connections until descriptors are free"));
-                let mut spare = self.spare_fd.lock().unwrap();
+                let mut spare = self.spare_fd.lock();
                 // Only a connection that is waiting: an accept on an empty queue would block
                 // and take the next guest that comes, once there is room for it.
                 let mut pfd = libc::pollfd { fd: listener, events: libc::POLLIN, revents: 0 };
@@ -641,11 +654,11 @@ impl Router {
                 let _ = std::fs::remove_file(path);
             }
         }
-        let sessions: Vec<_> = self.sessions.lock().unwrap().drain().map(|(_, s)| s).collect();
+        let sessions: Vec<_> = self.sessions.lock().drain().map(|(_, s)| s).collect();
         for s in sessions {
             s.end();
         }
-        for p in self.pool.lock().unwrap().drain(..) {
+        for p in self.pool.lock().drain(..) {
             p.end();
         }
         let _ = std::fs::remove_file(phos_control::control_path(&self.config.listen));
@@ -653,13 +666,13 @@ impl Router {
 
     /// Sessions alive now.
     pub fn sessions(&self) -> Vec<Arc<SessionEntry>> {
-        let mut v: Vec<_> = self.sessions.lock().unwrap().values().cloned().collect();
+        let mut v: Vec<_> = self.sessions.lock().values().cloned().collect();
         v.sort_by_key(|s| s.id);
         v
     }
 
     pub fn session(&self, id: u64) -> Option<Arc<SessionEntry>> {
-        self.sessions.lock().unwrap().get(&id).cloned()
+        self.sessions.lock().get(&id).cloned()
     }
 
     /// End finished sessions and keep the pool full.
@@ -667,7 +680,7 @@ impl Router {
         while !self.stopping.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(200));
             let ended: Vec<Arc<SessionEntry>> = {
-                let mut sessions = self.sessions.lock().unwrap();
+                let mut sessions = self.sessions.lock();
                 let done: Vec<u64> = sessions
                     .values()
                     .filter(|s| s.is_finished(self.config.linger, self.config.suspended_for))
@@ -684,18 +697,18 @@ impl Router {
     }
 
     fn fill_pool(&self) {
-        self.pool.lock().unwrap().retain_mut(|p| match p.exit_status() {
+        self.pool.lock().retain_mut(|p| match p.exit_status() {
             None => true,
             Some(status) => {
                 tracing::warn!("a pooled API server (pid {}) {}", p.pid(), session::describe_exit(status));
                 false
             }
         });
-        while self.pool.lock().unwrap().len() < self.config.pool_size && !self.stopping.load(Ordering::Relaxed) {
+        while self.pool.lock().len() < self.config.pool_size && !self.stopping.load(Ordering::Relaxed) {
             let n = self.next_pooled.fetch_add(1, Ordering::Relaxed);
             let socket = self.config.runtime_dir.join(format!("pool-{n}.sock"));
             match ServerProcess::spawn(&self.config, socket, &format!("pool-{n}"), ServerStart::Pooled) {
-                Ok(p) => self.pool.lock().unwrap().push(p),
+                Ok(p) => self.pool.lock().push(p),
                 Err(e) => {
                     tracing::warn!("cannot start a pooled API server: {e}");
                     break;
@@ -705,7 +718,7 @@ impl Router {
     }
 
     fn take_pooled(&self) -> Option<ServerProcess> {
-        let mut pool = self.pool.lock().unwrap();
+        let mut pool = self.pool.lock();
         while let Some(mut p) = pool.pop() {
             if !p.has_exited() {
                 return Some(p);
@@ -722,9 +735,8 @@ impl Router {
         let key = peer.key();
         let mut payload = Vec::new();
         let hello = match read_frame(&mut guest, &mut payload, MAX_HANDSHAKE) {
-            // A version-1 Hello comes from a guest built before there were several APIs.
-            Ok(h) if h.kind == FrameKind::Hello => decode_hello(h.version, &payload),
-            Ok(h) => Err(format!("expected Hello, got {:?}", h.kind)),
+            Ok(h) if h.kind == FrameKind::Hello => decode_hello(h.version, &payload).map_err(BadHello::Decode),
+            Ok(h) => Err(BadHello::NotHello(h.kind)),
             Err(phos_protocol::transport::TransportError::Io(e))
                 if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) =>
             {
@@ -732,7 +744,7 @@ impl Router {
                 guest_warn!(&key, peer = %key, "no handshake within {:?}: closed", self.config.limits.handshake_timeout);
                 return;
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(BadHello::Frame(e)),
         };
         let hello = match hello {
             Ok(h) => h,
@@ -766,7 +778,7 @@ impl Router {
         let key = tenant.0.as_str();
         if let Err(why) = check_apis(&hello.apis, "the guest library") {
             guest_warn!(key, %tenant, pid, "guest refused: {why}");
-            return refuse(&mut guest, NO_DEVICE, &why);
+            return refuse(&mut guest, NO_DEVICE, &why.to_string());
         }
         if !phos_protocol::handshake::SUPPORTED_ABIS.contains(&hello.abi_major) {
             guest_warn!(key, %tenant, pid, "guest presents CUDA ABI {} (not 11, 12 or 13)", hello.abi_major);
@@ -799,7 +811,7 @@ impl Router {
                 }
             }
             Some(token) => {
-                let found = self.sessions.lock().unwrap().values().find(|s| s.token_matches(&token)).cloned();
+                let found = self.sessions.lock().values().find(|s| s.token_matches(&token)).cloned();
                 match found {
                     Some(s) if s.tenant == tenant => s,
                     Some(s) => {
@@ -870,7 +882,7 @@ impl Router {
             0,
             Some(server),
         ));
-        self.sessions.lock().unwrap().insert(id, entry.clone());
+        self.sessions.lock().insert(id, entry.clone());
         tracing::info!(session = id, %tenant, pid, program, abi = abi_major, "session started");
         Ok(entry)
     }
@@ -890,96 +902,101 @@ impl Router {
 
     /// The management socket of the server restoring `session`, while it does.
     pub fn restoring(&self, session: u64) -> Option<PathBuf> {
-        self.restoring.lock().unwrap().get(&session).cloned()
+        self.restoring.lock().get(&session).cloned()
     }
 
-    /// Restore a session from an image into a new server (from the pool when there is one).
-    /// Returns the session, whether the server was pooled, and what the server reported.
-    /// The whole restore must end within `request.timeout`, and stops if `cancel` is set
-    /// (its client went away); either way the session stays as it was.
+    /// Restore a session from an image into a server started without a session (from the
+    /// pool when there is one, else started for it). Returns the session and what the
+    /// restore did. The whole restore must end within `request.timeout`, and stops if
+    /// `cancel` is set (its client went away); either way the session stays as it was.
     pub fn restore(
         &self,
         request: &phos_control::RestoreRequest,
         cancel: &phos_control::Cancel,
-    ) -> Result<(Arc<SessionEntry>, bool, Option<phos_control::RestoreSummary>), String> {
+    ) -> Result<(Arc<SessionEntry>, phos_control::RestoreSummary), ControlError> {
         let (dir, device) = (request.dir.as_path(), request.device);
         let deadline = Instant::now() + request.timeout;
-        let image = phos_checkpoint::Image::open(dir).map_err(|e| e.to_string())?;
+        let refused = |reason| ControlError::ImageRefused { dir: dir.to_path_buf(), reason };
+        let image = phos_checkpoint::Image::open(dir).map_err(|e| refused(ImageRefusal::Invalid(e.to_string())))?;
         let meta = image.manifest.session.clone();
         drop(image);
         let existing = self.session(meta.id).filter(|s| s.state() != State::Ended);
         if let Some(s) = &existing
             && s.state() == State::Active
         {
-            return Err(format!("session {} is running; checkpoint it with --stop before restoring it", meta.id));
+            return Err(ControlError::Running { session: meta.id });
         }
-        let tenant = self.restore_tenant(&meta, existing.as_deref(), request)?;
+        let tenant = self.restore_tenant(&meta, existing.as_deref(), request).map_err(refused)?;
         // Whatever way the restore ends, its progress stops being asked for.
         struct Restoring<'a>(&'a Router, u64);
         impl Drop for Restoring<'_> {
             fn drop(&mut self) {
-                self.0.restoring.lock().unwrap().remove(&self.1);
+                self.0.restoring.lock().remove(&self.1);
             }
         }
         let _restoring = Restoring(self, meta.id);
-        let late = |what: &str| {
-            format!(
-                "session {}: the restore did not finish within {:?} ({what}); the session is as it was",
-                meta.id, request.timeout
-            )
+        let late = |during: &str| ControlError::DeadlinePassed {
+            session: meta.id,
+            operation: Operation::Restore,
+            within: request.timeout,
+            during: during.to_string(),
         };
-        let (server, pooled, report) = match self.take_pooled() {
+        let (server, pooled) = match self.take_pooled() {
             Some(p) => {
-                let ctl = phos_control::control_path(&p.socket);
-                self.restoring.lock().unwrap().insert(meta.id, ctl.clone());
-                let d = dir.to_path_buf();
-                let cancel = cancel.clone();
-                let within = deadline.saturating_duration_since(Instant::now());
-                let r = phos_control::block_on(async move {
-                    let client = phos_control::server_client(&ctl).await.map_err(|e| e.to_string())?;
-                    let call = client.restore(phos_control::context_within(within), d, device);
-                    tokio::pin!(call);
-                    let answer = tokio::select! {
-                        biased;
-                        r = &mut call => r,
-                        _ = cancel.cancelled() => {
-                            // The server stops at its next step, and says so.
-                            let _ = client.abandon(tarpc::context::current()).await;
-                            call.await
-                        }
-                    };
-                    answer.map_err(|e| match e {
-                        tarpc::client::RpcError::DeadlineExceeded => late("replaying and copying into a pooled server"),
-                        e => e.to_string(),
-                    })?
-                })
-                .map_err(|e| e.to_string())
-                .and_then(|r| r);
-                match r {
-                    Ok(report) => (p, true, Some(report)),
-                    Err(e) => {
-                        p.end();
-                        return Err(e);
-                    }
-                }
+                self.restoring.lock().insert(meta.id, phos_control::control_path(&p.socket));
+                (p, true)
             }
             None => {
+                // Its management service answers progress queries from its start.
                 let socket = self.server_socket(meta.id);
-                self.restoring.lock().unwrap().insert(meta.id, phos_control::control_path(&socket));
-                let p = self
-                    .spawn_server_at(socket, meta.id, ServerStart::Restore { dir, device, deadline, cancel })
-                    .map_err(|e| match e.kind() {
-                    io::ErrorKind::TimedOut => late("starting a server that restores it"),
-                    _ => e.to_string(),
-                })?;
-                let ctl = phos_control::control_path(&p.socket);
-                let report = phos_control::block_on(async move {
-                    let client = phos_control::server_client(&ctl).await.ok()?;
-                    client.last_restore(tarpc::context::current()).await.ok().flatten()
-                })
-                .ok()
-                .flatten();
-                (p, false, report)
+                self.restoring.lock().insert(meta.id, phos_control::control_path(&socket));
+                let p = self.spawn_server_at(socket, meta.id, ServerStart::ForRestore { deadline, cancel }).map_err(
+                    |e| match e.kind() {
+                        io::ErrorKind::TimedOut => late("starting a server that restores it"),
+                        io::ErrorKind::Interrupted => ControlError::Abandoned {
+                            session: meta.id,
+                            operation: Operation::Restore,
+                            during: "starting a server that restores it".into(),
+                        },
+                        _ => ControlError::ServerNotStarted { session: meta.id, reason: e.to_string() },
+                    },
+                )?;
+                (p, false)
+            }
+        };
+        let ctl = phos_control::control_path(&server.socket);
+        let d = dir.to_path_buf();
+        let cancel = cancel.clone();
+        let within = deadline.saturating_duration_since(Instant::now());
+        let during = if pooled { "replaying and copying into a pooled server" } else { "replaying and copying" };
+        let id = meta.id;
+        let restored = phos_control::block_on(async move {
+            let client = phos_control::server_client(&ctl)
+                .await
+                .map_err(|e| ControlError::ServerUnreachable { session: id, reason: e.to_string() })?;
+            let call = client.restore(phos_control::context_within(within), id, d, device);
+            tokio::pin!(call);
+            let answer = tokio::select! {
+                biased;
+                r = &mut call => r,
+                _ = cancel.cancelled() => {
+                    // The server stops at its next step, and says so.
+                    let _ = client.abandon(tarpc::context::current()).await;
+                    call.await
+                }
+            };
+            answer.map_err(|e| match e {
+                tarpc::client::RpcError::DeadlineExceeded => late(during),
+                e => ControlError::ServerUnreachable { session: id, reason: e.to_string() },
+            })?
+        })
+        .map_err(|e| ControlError::io("a runtime for the restore", e))
+        .and_then(|r| r);
+        let summary = match restored {
+            Ok(summary) => phos_control::RestoreSummary { pooled, ..summary },
+            Err(e) => {
+                server.end();
+                return Err(e);
             }
         };
         let entry = match existing {
@@ -1001,13 +1018,13 @@ impl Router {
                     meta.epoch + 1,
                     Some(server),
                 ));
-                self.sessions.lock().unwrap().insert(meta.id, e.clone());
+                self.sessions.lock().insert(meta.id, e.clone());
                 self.next_session.fetch_max(meta.id + 1, Ordering::Relaxed);
                 e
             }
         };
         tracing::info!(session = meta.id, %tenant, pooled, "session restored from {}", dir.display());
-        Ok((entry, pooled, report))
+        Ok((entry, summary))
     }
 
     /// Whose session an image becomes. Into a suspended session: the image must be that
@@ -1019,42 +1036,39 @@ impl Router {
         meta: &phos_checkpoint::SessionMeta,
         existing: Option<&SessionEntry>,
         request: &phos_control::RestoreRequest,
-    ) -> Result<Tenant, String> {
-        let id = meta.id;
+    ) -> Result<Tenant, ImageRefusal> {
+        let session = meta.id;
         if let Some(t) = &request.tenant
             && *t != meta.tenant
         {
-            return Err(format!("the image of session {id} belongs to tenant {:?}, not {t:?}", meta.tenant));
+            return Err(ImageRefusal::OtherTenant { session, image: meta.tenant.clone(), expected: t.clone() });
         }
         let tenant = Tenant(request.as_tenant.clone().unwrap_or_else(|| meta.tenant.clone()));
         match existing {
             Some(s) => {
                 if !s.token_matches(&meta.token) {
-                    return Err(format!("the image is not of session {id} (another session's token)"));
+                    return Err(ImageRefusal::OtherSession { session });
                 }
                 if s.tenant != tenant {
-                    return Err(format!(
-                        "session {id} belongs to tenant {:?}; the image {} tenant {:?}",
-                        s.tenant.0,
-                        if request.as_tenant.is_some() { "would be restored as" } else { "was made by" },
-                        tenant.0
-                    ));
+                    return Err(ImageRefusal::TenantMismatch {
+                        session,
+                        session_tenant: s.tenant.0.clone(),
+                        image_tenant: tenant.0,
+                        as_tenant: request.as_tenant.is_some(),
+                    });
                 }
             }
             None => {
                 if request.tenant.is_none() && request.as_tenant.is_none() {
-                    return Err(format!(
-                        "session {id} is not in this router: restoring it makes a new session of tenant {:?}; say so with --tenant {:?} (or restore it as another tenant's with --as-tenant NAME)",
-                        meta.tenant, meta.tenant
-                    ));
+                    return Err(ImageRefusal::TenantUnconfirmed { session, tenant: meta.tenant.clone() });
                 }
                 if !self.tenants.is_known(&tenant) {
-                    return Err(format!("no tenant {:?} here (a configured tenant's name, or uid:N)", tenant.0));
+                    return Err(ImageRefusal::UnknownTenant { tenant: tenant.0 });
                 }
             }
         }
         if tenant.0 != meta.tenant {
-            tracing::info!(session = id, "restoring the image of tenant {:?} as tenant {tenant}", meta.tenant);
+            tracing::info!(session, "restoring the image of tenant {:?} as tenant {tenant}", meta.tenant);
         }
         Ok(tenant)
     }
@@ -1183,7 +1197,7 @@ impl Router {
                             // An acknowledgement of the async calls up to `call_id`, some of
                             // which (the payload says how many) failed.
                             let mut failed = buf.get(..8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()));
-                            let mut q = inflight.lock().unwrap();
+                            let mut q = inflight.lock();
                             while q.front().is_some_and(|f| f.call_id <= h.call_id) {
                                 let f = q.pop_front().expect("checked");
                                 let status = if failed > 0 && f.is_measured() {
@@ -1197,7 +1211,7 @@ impl Router {
                         }
                         FrameKind::Reply => {
                             let open = {
-                                let mut q = inflight.lock().unwrap();
+                                let mut q = inflight.lock();
                                 q.iter().position(|f| f.call_id == h.call_id).and_then(|i| q.remove(i))
                             };
                             if let Some(f) = open {
@@ -1206,12 +1220,12 @@ impl Router {
                         }
                         _ => {}
                     }
-                    if guest_w.lock().unwrap().send(&h, &[&buf]).is_err() {
+                    if guest_w.lock().send(&h, &[&buf]).is_err() {
                         break;
                     }
                 }
                 server_r.shutdown();
-                guest_w.lock().unwrap().shutdown();
+                guest_w.lock().shutdown();
             })?
         };
         let mut buf = Vec::new();
@@ -1224,12 +1238,12 @@ impl Router {
                 Err(e @ phos_protocol::transport::TransportError::OverBudget(..)) => {
                     session.tenant_state.limit_hits.hit(limits::LimitKind::BufferedBytes);
                     guest_warn!(&session.tenant.0, session = session.id, "channel closed: {e}");
-                    refuse_on(guest_w.lock().unwrap().as_mut(), &format!("{e}"));
+                    refuse_on(guest_w.lock().as_mut(), &format!("{e}"));
                     break;
                 }
                 Err(e) => {
                     guest_warn!(&session.tenant.0, session = session.id, "malformed frame from the guest: {e}");
-                    refuse_on(guest_w.lock().unwrap().as_mut(), &format!("malformed frame: {e}"));
+                    refuse_on(guest_w.lock().as_mut(), &format!("malformed frame: {e}"));
                     break;
                 }
             };
@@ -1242,7 +1256,7 @@ impl Router {
                 let (decision, open) =
                     admission::admit(&self.tenants, &self.policies, session, tenant, f, &charges, h.call_id);
                 match decision {
-                    admission::Decision::Forward => inflight.lock().unwrap().extend(open),
+                    admission::Decision::Forward => inflight.lock().extend(open),
                     admission::Decision::Refuse(code) => {
                         let is_async = h.flags & phos_protocol::frame::FLAG_ASYNC != 0;
                         if is_async {
@@ -1256,7 +1270,7 @@ impl Router {
                         if is_async {
                             r.flags = phos_protocol::frame::FLAG_REFUSED;
                         }
-                        if guest_w.lock().unwrap().send(&r, &[]).is_err() {
+                        if guest_w.lock().send(&r, &[]).is_err() {
                             break;
                         }
                         continue;
@@ -1271,7 +1285,7 @@ impl Router {
                         "malformed barrier from the guest ({} bytes)",
                         buf.len()
                     );
-                    refuse_on(guest_w.lock().unwrap().as_mut(), "malformed barrier");
+                    refuse_on(guest_w.lock().as_mut(), "malformed barrier");
                     break;
                 };
                 if ids.is_empty() {
@@ -1320,15 +1334,21 @@ impl Router {
         &self,
         p: phos_control::PolicyLoad,
         cancel: &phos_control::Cancel,
-    ) -> Result<phos_control::PolicySummary, String> {
+    ) -> Result<phos_control::PolicySummary, ControlError> {
         use phos_policy::engine::{KernelCheck, parse_param};
+        let refused = |reason: String| ControlError::PolicyRefused { name: p.name.clone(), reason };
         if p.name.is_empty()
             || p.name.len() > 64
             || !p.name.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
         {
-            return Err(format!("`{}` is not a policy name (letters, digits, `_-.`, at most 64)", p.name));
+            return Err(refused("not a policy name (letters, digits, `_-.`, at most 64)".into()));
         }
-        let params = p.params.iter().map(|s| parse_param(s)).collect::<Result<Vec<_>, _>>()?;
+        let params = p
+            .params
+            .iter()
+            .map(|s| parse_param(s))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| refused(e.to_string()))?;
         let kernel = match p.kernel_check {
             phos_control::KernelCheck::Auto => KernelCheck::Auto,
             phos_control::KernelCheck::Require => KernelCheck::Require,
@@ -1337,7 +1357,7 @@ impl Router {
         let info = self
             .policies
             .load(&p.name, &p.source, &p.elf, &params, kernel, &|| cancel.is_cancelled())
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| control::policy_error(&p.name, e))?;
         Ok(control::summary(info))
     }
 
@@ -1350,9 +1370,12 @@ impl Router {
         id: u64,
         request: phos_control::CheckpointRequest,
         cancel: &phos_control::Cancel,
-    ) -> Result<phos_control::CheckpointSummary, String> {
-        let session = self.session(id).ok_or_else(|| format!("no session {id}"))?;
-        let ctl = session.control_socket().ok_or_else(|| format!("session {id} has no server (suspended?)"))?;
+    ) -> Result<phos_control::CheckpointSummary, ControlError> {
+        let session = self.session(id).ok_or(ControlError::NoSuchSession { session: id })?;
+        let ctl = session.control_socket().ok_or(match session.state() {
+            State::Ended => ControlError::Ended { session: id },
+            State::Active | State::Suspended => ControlError::Suspended { session: id },
+        })?;
         let identity = phos_control::SessionIdentity {
             token: session.token(),
             tenant: session.tenant.to_string(),
@@ -1363,11 +1386,13 @@ impl Router {
         let stop = request.stop;
         let started = Instant::now();
         let cancel = cancel.clone();
+        let context = phos_control::long_context();
+        let within = context.deadline.saturating_duration_since(Instant::now());
         let summary = phos_control::block_on(async move {
-            let client = phos_control::server_client(&ctl)
-                .await
-                .map_err(|e| format!("session {id}: its server does not answer: {e}"))?;
-            let call = client.checkpoint(phos_control::long_context(), request, identity);
+            let unreachable =
+                |e: &dyn std::fmt::Display| ControlError::ServerUnreachable { session: id, reason: e.to_string() };
+            let client = phos_control::server_client(&ctl).await.map_err(|e| unreachable(&e))?;
+            let call = client.checkpoint(context, request, identity);
             tokio::pin!(call);
             let answer = tokio::select! {
                 biased;
@@ -1379,9 +1404,17 @@ impl Router {
                     call.await
                 }
             };
-            answer.map_err(|e| format!("session {id}: {e}"))?
+            answer.map_err(|e| match e {
+                tarpc::client::RpcError::DeadlineExceeded => ControlError::DeadlinePassed {
+                    session: id,
+                    operation: Operation::Checkpoint,
+                    within,
+                    during: "waiting for its API server's answer".into(),
+                },
+                e => unreachable(&e),
+            })?
         })
-        .map_err(|e| e.to_string())
+        .map_err(|e| ControlError::io("a runtime for the checkpoint", e))
         .and_then(|r| r);
         let summary = match summary {
             Ok(s) => s,

@@ -9,9 +9,10 @@
 //! metrics ([`LimitKind`]) and writes a rate-limited log line, nothing more.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use crate::tenants::Amount;
 
@@ -69,7 +70,7 @@ pub struct LimitsFile {
 
 impl LimitsFile {
     /// The limits, defaults filled in.
-    pub fn resolve(&self) -> Result<Limits, String> {
+    pub fn resolve(&self) -> Result<Limits, LimitsError> {
         let d = Limits::default();
         let l = Limits {
             sessions_per_tenant: self.sessions_per_tenant.unwrap_or(d.sessions_per_tenant),
@@ -81,7 +82,7 @@ impl LimitsFile {
             buffered_per_tenant: self.buffered_per_tenant.map_or(d.buffered_per_tenant, |a| a.0),
         };
         if l.handshake_timeout < Duration::from_millis(10) {
-            return Err("[limits] handshake_timeout below 10 ms would refuse every guest".into());
+            return Err(LimitsError::HandshakeTimeoutTooShort);
         }
         for (name, v) in [
             ("sessions_per_tenant", l.sessions_per_tenant),
@@ -91,11 +92,23 @@ impl LimitsFile {
             ("pending_handshakes", l.pending_total),
         ] {
             if v == 0 {
-                return Err(format!("[limits] {name} = 0 would refuse every guest"));
+                return Err(LimitsError::Zero(name));
             }
         }
         Ok(l)
     }
+}
+
+/// A `[limits]` table that does not check.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitsError {
+    #[error("[limits] handshake_timeout below 10 ms would refuse every guest")]
+    HandshakeTimeoutTooShort,
+    #[error("[limits] {0} = 0 would refuse every guest")]
+    Zero(&'static str),
+    /// A per-session limit on objects (the API servers' `--limit KIND=N`).
+    #[error("[limits] {0}")]
+    PerSession(String),
 }
 
 /// Which limit refused a connection (a label of the tenant's metrics).
@@ -168,7 +181,7 @@ impl Pending {
     /// A place for a connection of `key`, unless `key` has `per_key` already or everyone
     /// `total` together.
     pub fn enter(self: &std::sync::Arc<Self>, key: &str, per_key: u64, total: u64) -> Option<PendingSlot> {
-        let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        let mut by_key = self.by_key.lock();
         let mine = by_key.get(key).copied().unwrap_or(0);
         if mine >= per_key || self.total.load(Ordering::Relaxed) >= total {
             return None;
@@ -186,7 +199,7 @@ impl Pending {
 
 impl Drop for PendingSlot {
     fn drop(&mut self) {
-        let mut by_key = self.pending.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        let mut by_key = self.pending.by_key.lock();
         if let Some(n) = by_key.get_mut(&self.key) {
             *n -= 1;
             if *n == 0 {
@@ -217,7 +230,7 @@ mod tests {
         drop(a1);
         assert_eq!(p.total(), 2);
         assert!(p.enter("a", 2, 3).is_some());
-        assert!(p.by_key.lock().unwrap().len() <= 2);
+        assert!(p.by_key.lock().len() <= 2);
     }
 
     #[test]
@@ -233,7 +246,7 @@ mod tests {
         let objects: LimitsFile = toml::from_str("streams = 3").unwrap();
         assert_eq!(objects.per_session.get("streams"), Some(&3));
         let zero: LimitsFile = toml::from_str("channels_per_session = 0").unwrap();
-        assert!(zero.resolve().is_err());
+        assert_eq!(zero.resolve(), Err(LimitsError::Zero("channels_per_session")));
     }
 
     #[test]

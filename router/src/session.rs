@@ -5,11 +5,13 @@ use std::collections::VecDeque;
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
 
 use crate::RouterConfig;
 use crate::tenants::{Tenant, TenantState};
@@ -26,15 +28,14 @@ pub struct ServerProcess {
 /// How a server starts.
 pub enum ServerStart<'a> {
     Fresh(u64),
-    /// Restoring an image before it is ready: given up at `deadline` or once `cancel` is
-    /// set (the server is then killed).
-    Restore {
-        dir: &'a Path,
-        device: Option<i32>,
+    /// Without a session, ahead of need: it gets one later (`start`, `restore`).
+    Pooled,
+    /// Without a session, for a restore that follows at once: given up at `deadline` or once
+    /// `cancel` is set (the server is then killed).
+    ForRestore {
         deadline: Instant,
         cancel: &'a phos_control::Cancel,
     },
-    Pooled,
 }
 
 /// How long a fresh or pooled server may take to say it is ready (a CUDA context takes
@@ -119,15 +120,12 @@ impl ServerProcess {
             ServerStart::Fresh(id) => {
                 cmd.arg("--session").arg(id.to_string());
             }
-            ServerStart::Restore { dir, device, deadline: until, cancel: c } => {
-                cmd.arg("--restore").arg(dir);
-                if let Some(d) = device {
-                    cmd.arg("--device").arg(d.to_string());
-                }
-                (deadline, cancel) = (until, Some(c));
-            }
             ServerStart::Pooled => {
                 cmd.arg("--pooled");
+            }
+            ServerStart::ForRestore { deadline: until, cancel: c } => {
+                cmd.arg("--pooled");
+                (deadline, cancel) = (until, Some(c));
             }
         }
         let mut child = cmd
@@ -313,7 +311,7 @@ impl SessionEntry {
 
     /// An async call was refused here and will not run on the server.
     pub(crate) fn refused_async(&self, call_id: u64) {
-        let mut r = self.refused_async.lock().unwrap();
+        let mut r = self.refused_async.lock();
         if r.len() == REFUSED_ASYNC_KEPT {
             r.pop_front();
         }
@@ -325,7 +323,7 @@ impl SessionEntry {
         if !payload.len().is_multiple_of(8) || payload.len() / 8 > phos_protocol::frame::MAX_BARRIER_IDS {
             return None;
         }
-        let refused = self.refused_async.lock().unwrap();
+        let refused = self.refused_async.lock();
         Some(
             payload
                 .chunks_exact(8)
@@ -353,7 +351,7 @@ impl SessionEntry {
 
     /// Record what the server says the session holds of `rc`; returns the change.
     pub(crate) fn set_held(&self, rc: usize, held: u64) -> i64 {
-        let mut b = self.books.lock().unwrap();
+        let mut b = self.books.lock();
         let old = std::mem::replace(&mut b.held[rc], held);
         held as i64 - old as i64
     }
@@ -366,7 +364,7 @@ impl SessionEntry {
     ///
     /// [`resume`]: SessionEntry::resume
     pub(crate) fn set_measured(&self, rc: usize, total: u64, calls: u64) -> (u64, u64) {
-        let mut b = self.books.lock().unwrap();
+        let mut b = self.books.lock();
         let (last_total, last_calls) = b.last_measured[rc];
         if calls < last_calls || total < last_total {
             return (0, 0);
@@ -379,7 +377,7 @@ impl SessionEntry {
     /// Record a server's count of calls refused for limit `kind` (by index); returns what is
     /// new since the last report (a report overtaken by a newer one adds nothing).
     pub(crate) fn set_refused(&self, kind: usize, total: u64) -> u64 {
-        let mut b = self.books.lock().unwrap();
+        let mut b = self.books.lock();
         let Some(last) = b.refused.get_mut(kind) else { return 0 };
         let new = total.saturating_sub(*last);
         *last = (*last).max(total);
@@ -387,13 +385,13 @@ impl SessionEntry {
     }
 
     pub(crate) fn admit_measured(&self, rc: usize, delta: i64) {
-        let mut b = self.books.lock().unwrap();
+        let mut b = self.books.lock();
         b.admitted[rc] = b.admitted[rc].saturating_add_signed(delta);
     }
 
     /// Calls of `rc` admitted and never measured.
     pub(crate) fn unmeasured(&self, rc: usize) -> u64 {
-        let b = self.books.lock().unwrap();
+        let b = self.books.lock();
         b.admitted[rc].saturating_sub(b.measured[rc])
     }
 
@@ -411,11 +409,11 @@ impl SessionEntry {
     }
 
     pub fn state(&self) -> State {
-        *self.state.lock().unwrap()
+        *self.state.lock()
     }
 
     fn set_state(&self, s: State) {
-        *self.state.lock().unwrap() = s;
+        *self.state.lock() = s;
         self.state_changed.notify_all();
     }
 
@@ -423,17 +421,16 @@ impl SessionEntry {
     /// `wait` while it is suspended, for a restore to bring it back).
     pub fn server_socket(&self, wait: Duration) -> Option<PathBuf> {
         let deadline = Instant::now() + wait;
-        let mut state = self.state.lock().unwrap();
+        let mut state = self.state.lock();
         loop {
             match *state {
-                State::Active => return self.server.lock().unwrap().as_ref().map(|s| s.socket.clone()),
+                State::Active => return self.server.lock().as_ref().map(|s| s.socket.clone()),
                 State::Ended => return None,
                 State::Suspended => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
+                    if Instant::now() >= deadline {
                         return None;
                     }
-                    state = self.state_changed.wait_timeout(state, left).unwrap().0;
+                    self.state_changed.wait_until(&mut state, deadline);
                 }
             }
         }
@@ -441,7 +438,7 @@ impl SessionEntry {
 
     /// The management socket of the session's server.
     pub fn control_socket(&self) -> Option<PathBuf> {
-        self.server.lock().unwrap().as_ref().map(|s| phos_control::control_path(&s.socket))
+        self.server.lock().as_ref().map(|s| phos_control::control_path(&s.socket))
     }
 
     /// A place for one more channel, unless the session has `per_session` or its tenant
@@ -460,14 +457,14 @@ impl SessionEntry {
             self.channels.fetch_sub(1, Ordering::Relaxed);
             return Err(LimitKind::ChannelsPerTenant);
         }
-        *self.idle_since.lock().unwrap() = None;
+        *self.idle_since.lock() = None;
         Ok(ChannelGuard(self.clone()))
     }
 
     fn channel_closed(&self) {
         self.tenant_state.channels.fetch_sub(1, Ordering::Relaxed);
         if self.channels.fetch_sub(1, Ordering::Relaxed) == 1 {
-            *self.idle_since.lock().unwrap() = Some(Instant::now());
+            *self.idle_since.lock() = Some(Instant::now());
         }
     }
 
@@ -487,9 +484,9 @@ impl SessionEntry {
     pub(crate) fn is_finished(&self, linger: Duration, suspended_for: Duration) -> bool {
         match self.state() {
             State::Ended => true,
-            State::Suspended => self.idle_since.lock().unwrap().is_some_and(|since| since.elapsed() > suspended_for),
+            State::Suspended => self.idle_since.lock().is_some_and(|since| since.elapsed() > suspended_for),
             State::Active => {
-                if let Some(s) = self.server.lock().unwrap().as_mut()
+                if let Some(s) = self.server.lock().as_mut()
                     && let Some(status) = s.exit_status()
                 {
                     // Nothing but the router ends a session's server: this one crashed (or
@@ -503,7 +500,7 @@ impl SessionEntry {
                     );
                     return true;
                 }
-                match *self.idle_since.lock().unwrap() {
+                match *self.idle_since.lock() {
                     Some(since) => !self.guest_alive() || since.elapsed() > linger,
                     None => false,
                 }
@@ -513,8 +510,8 @@ impl SessionEntry {
 
     /// Take the server away: the session waits, suspended, for a restore.
     pub(crate) fn suspend(&self) {
-        let server = self.server.lock().unwrap().take();
-        *self.idle_since.lock().unwrap() = Some(Instant::now());
+        let server = self.server.lock().take();
+        *self.idle_since.lock() = Some(Instant::now());
         self.set_state(State::Suspended);
         if let Some(s) = server {
             s.end();
@@ -523,11 +520,11 @@ impl SessionEntry {
 
     /// A restored server takes over the session.
     pub(crate) fn resume(&self, server: ServerProcess) {
-        if let Some(old) = self.server.lock().unwrap().replace(server) {
+        if let Some(old) = self.server.lock().replace(server) {
             old.end();
         }
         // The restored server measures (and counts refusals) from zero.
-        let mut books = self.books.lock().unwrap();
+        let mut books = self.books.lock();
         books.last_measured.iter_mut().for_each(|m| *m = (0, 0));
         books.refused.iter_mut().for_each(|r| *r = 0);
         drop(books);
@@ -537,7 +534,7 @@ impl SessionEntry {
 
     /// Stop the server for good.
     pub(crate) fn end(&self) {
-        let server = self.server.lock().unwrap().take();
+        let server = self.server.lock().take();
         self.set_state(State::Ended);
         if let Some(s) = server {
             s.end();

@@ -21,9 +21,10 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
 
+use parking_lot::{Mutex, RwLock};
 use phos_control::TenantUsage;
 use phos_policy::engine::monotonic_ns;
 
@@ -279,6 +280,23 @@ pub struct Tenants {
     buffered_per_tenant: u64,
 }
 
+/// A tenant configuration that does not check.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TenantConfigError {
+    #[error("tenant `{0}` is configured twice")]
+    Twice(String),
+    #[error("uid {0} belongs to two tenants")]
+    UidTwice(u32),
+    #[error("tenant `{0}`: a token needs at least {MIN_TOKEN_LEN} characters")]
+    ShortToken(String),
+    #[error("tenant `{0}` has another tenant's token")]
+    SharedToken(String),
+    #[error("tenant `{tenant}`: resource `{resource}` has no quota")]
+    NoQuota { tenant: String, resource: String },
+    #[error("tenant `{tenant}`: no resource `{resource}` in the spec")]
+    NoResource { tenant: String, resource: String },
+}
+
 /// The shortest tenant token accepted.
 pub const MIN_TOKEN_LEN: usize = 16;
 
@@ -286,31 +304,32 @@ pub const MIN_TOKEN_LEN: usize = 16;
 pub const ACTIVE_NS: u64 = 100_000_000;
 
 impl Tenants {
-    pub fn new(configs: Vec<TenantConfig>) -> Result<Self, String> {
+    pub fn new(configs: Vec<TenantConfig>) -> Result<Self, TenantConfigError> {
         let mut by_uid = HashMap::new();
         let mut names = std::collections::HashSet::new();
         for (i, c) in configs.iter().enumerate() {
             if !names.insert(c.name.clone()) {
-                return Err(format!("tenant `{}` is configured twice", c.name));
+                return Err(TenantConfigError::Twice(c.name.clone()));
             }
             for &uid in &c.uids {
                 if by_uid.insert(uid, i).is_some() {
-                    return Err(format!("uid {uid} belongs to two tenants"));
+                    return Err(TenantConfigError::UidTwice(uid));
                 }
             }
             if let Some(t) = &c.token {
                 if t.len() < MIN_TOKEN_LEN {
-                    return Err(format!("tenant `{}`: a token needs at least {MIN_TOKEN_LEN} characters", c.name));
+                    return Err(TenantConfigError::ShortToken(c.name.clone()));
                 }
                 if configs[..i].iter().any(|o| o.token.as_deref() == Some(t.as_str())) {
-                    return Err(format!("tenant `{}` has another tenant's token", c.name));
+                    return Err(TenantConfigError::SharedToken(c.name.clone()));
                 }
             }
             for r in c.quota.keys() {
+                let (tenant, resource) = (c.name.clone(), r.clone());
                 match RESOURCES.iter().find(|x| x.name == r.as_str()) {
                     Some(x) if x.exhausted.is_some() => {}
-                    Some(_) => return Err(format!("tenant `{}`: resource `{r}` has no quota", c.name)),
-                    None => return Err(format!("tenant `{}`: no resource `{r}` in the spec", c.name)),
+                    Some(_) => return Err(TenantConfigError::NoQuota { tenant, resource }),
+                    None => return Err(TenantConfigError::NoResource { tenant, resource }),
                 }
             }
         }
@@ -367,14 +386,14 @@ impl Tenants {
 
     /// The state of `tenant`, created (and configured) on first use.
     pub fn state(&self, tenant: &Tenant) -> Arc<TenantState> {
-        if let Some(s) = self.states.read().unwrap().iter().find(|s| s.name == *tenant) {
+        if let Some(s) = self.states.read().iter().find(|s| s.name == *tenant) {
             return s.clone();
         }
-        let _one_at_a_time = self.create.lock().unwrap();
-        if let Some(s) = self.states.read().unwrap().iter().find(|s| s.name == *tenant) {
+        let _one_at_a_time = self.create.lock();
+        if let Some(s) = self.states.read().iter().find(|s| s.name == *tenant) {
             return s.clone();
         }
-        let mut states = self.states.write().unwrap();
+        let mut states = self.states.write();
         let s = Arc::new(TenantState::new(
             states.len() as u64,
             tenant.clone(),
@@ -394,7 +413,7 @@ impl Tenants {
     /// (for device time, the others' kernels queued or running; 0 for resources that are not
     /// measured).
     pub fn census(&self, me: u64, now: u64, others_queued: &mut [u64]) -> (u64, u64) {
-        let states = self.states.read().unwrap();
+        let states = self.states.read();
         let mut n = 0;
         let mut shares = 0;
         others_queued.fill(0);
@@ -417,7 +436,6 @@ impl Tenants {
     pub fn usage(&self) -> Vec<TenantUsage> {
         self.states
             .read()
-            .unwrap()
             .iter()
             .map(|s| TenantUsage {
                 name: s.name.0.clone(),
@@ -465,6 +483,25 @@ mod tests {
         RESOURCES.iter().position(|r| r.name == name).unwrap()
     }
 
+    /// The router's books are shared by every tenant: a thread that panics holding their
+    /// locks (a bug one guest hit) must not make every later caller panic too.
+    #[test]
+    fn a_panic_under_the_books_locks_leaves_them_usable() {
+        let t = Arc::new(Tenants::new(vec![]).unwrap());
+        let first = t.state(&Tenant("a".into()));
+        let held = t.clone();
+        let panicked = std::thread::spawn(move || {
+            let _create = held.create.lock();
+            let _states = held.states.write();
+            panic!("a bug under the locks");
+        })
+        .join();
+        assert!(panicked.is_err());
+        assert!(Arc::ptr_eq(&first, &t.state(&Tenant("a".into()))));
+        assert_eq!(t.state(&Tenant("b".into())).index, 1);
+        assert_eq!(t.usage().len(), 2);
+    }
+
     #[test]
     fn configured_tenants_by_uid_and_defaults() {
         let c: TenantConfig = toml::from_str(
@@ -498,8 +535,13 @@ mod tests {
             quota: [(r.to_string(), Amount(1))].into(),
             token: None,
         };
-        assert!(Tenants::new(vec![quota("kernel_launches")]).is_err());
-        assert!(Tenants::new(vec![quota("no_such_thing")]).is_err());
+        let (tenant, resource) = ("a".to_string(), "kernel_launches".to_string());
+        assert_eq!(Tenants::new(vec![quota(&resource)]).err(), Some(TenantConfigError::NoQuota { tenant, resource }));
+        let (tenant, resource) = ("a".to_string(), "no_such_thing".to_string());
+        assert_eq!(
+            Tenants::new(vec![quota(&resource)]).err(),
+            Some(TenantConfigError::NoResource { tenant, resource })
+        );
         let two = |name: &str| TenantConfig {
             name: name.into(),
             uids: vec![5],
@@ -508,8 +550,8 @@ mod tests {
             quota: [].into(),
             token: None,
         };
-        assert!(Tenants::new(vec![two("a"), two("b")]).is_err());
-        assert!(Tenants::new(vec![two("a"), two("a")]).is_err());
+        assert_eq!(Tenants::new(vec![two("a"), two("b")]).err(), Some(TenantConfigError::UidTwice(5)));
+        assert_eq!(Tenants::new(vec![two("a"), two("a")]).err(), Some(TenantConfigError::Twice("a".into())));
         let with_token = |name: &str, t: &str| TenantConfig {
             name: name.into(),
             uids: vec![],
@@ -518,9 +560,10 @@ mod tests {
             quota: [].into(),
             token: Some(t.into()),
         };
-        assert!(Tenants::new(vec![with_token("a", "short")]).is_err(), "tokens need 16 characters");
+        assert_eq!(Tenants::new(vec![with_token("a", "short")]).err(), Some(TenantConfigError::ShortToken("a".into())));
         let secret = "0123456789abcdef-a";
-        assert!(Tenants::new(vec![with_token("a", secret), with_token("b", secret)]).is_err());
+        let shared = Tenants::new(vec![with_token("a", secret), with_token("b", secret)]).err();
+        assert_eq!(shared, Some(TenantConfigError::SharedToken("b".into())));
         let t = Tenants::new(vec![with_token("a", secret), with_token("b", "0123456789abcdef-b")]).unwrap();
         assert_eq!(t.for_token(secret), Some(Tenant("a".into())));
         assert_eq!(t.for_token("0123456789abcdef-c"), None);

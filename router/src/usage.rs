@@ -1,8 +1,8 @@
 //! Per-session usage, from the spec's cost table: calls per function and resource amounts.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use parking_lot::Mutex;
 use phos_protocol::apis::{Function, RESOURCES};
 use phos_protocol::spec::{Charge, RcOp};
 
@@ -19,7 +19,7 @@ impl Usage {
         if charges.is_empty() {
             return;
         }
-        let mut r = self.resources.lock().unwrap();
+        let mut r = self.resources.lock();
         if r.len() < RESOURCES.len() {
             r.resize(RESOURCES.len(), (0, 0));
         }
@@ -40,7 +40,7 @@ impl Usage {
 
     /// (resource name, total used, held now) for each resource.
     pub fn resources(&self) -> Vec<(&'static str, u64, i128)> {
-        let r = self.resources.lock().unwrap();
+        let r = self.resources.lock();
         RESOURCES
             .iter()
             .enumerate()

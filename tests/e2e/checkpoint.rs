@@ -20,6 +20,13 @@ fn phosctl(router: &TestRouter, args: &[&str]) -> std::process::Output {
         .expect("running phosctl")
 }
 
+/// `phosctl`'s exit statuses (docs/operations.md, "Exit status"): something it needs cannot
+/// be reached, no such session or policy, a refusal (an image or a session state that does
+/// not allow the operation).
+const UNAVAILABLE: i32 = 3;
+const NOT_FOUND: i32 = 4;
+const REFUSED: i32 = 5;
+
 /// Start `exe args` as a guest of `router`, with its stdout piped.
 fn start_guest(router: &TestRouter, exe: &Path, args: &[&str]) -> Child {
     Command::new(built("phosctl"))
@@ -139,14 +146,14 @@ fn a_corrupted_image_is_refused_and_changes_nothing() {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);
     let router = TestRouter::start("emu");
-    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["30", "40"]);
+    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["120", "40"]);
     let image = tempfile::tempdir().unwrap();
     let dir = image.path().join("image");
     checkpoint(&router, id, &dir, &[]);
     // The session is still running (the checkpoint did not stop it): restoring over it is
     // refused.
     let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
-    assert!(!rs.status.success());
+    assert_eq!(rs.status.code(), Some(REFUSED));
     assert!(String::from_utf8_lossy(&rs.stderr).contains("is running"), "{}", String::from_utf8_lossy(&rs.stderr));
     // A truncated manifest is refused with a clear message.
     let trunc = image.path().join("truncated");
@@ -155,7 +162,7 @@ fn a_corrupted_image_is_refused_and_changes_nothing() {
     std::fs::write(trunc.join(phos_checkpoint::MANIFEST_FILE), &manifest[..manifest.len() / 2]).unwrap();
     std::fs::copy(dir.join(phos_checkpoint::MEMORY_FILE), trunc.join(phos_checkpoint::MEMORY_FILE)).unwrap();
     let rs = phosctl(&router, &["restore", trunc.to_str().unwrap()]);
-    assert!(!rs.status.success());
+    assert_eq!(rs.status.code(), Some(REFUSED));
     assert!(String::from_utf8_lossy(&rs.stderr).contains("truncated"), "{}", String::from_utf8_lossy(&rs.stderr));
     // Another format version is refused, naming both versions.
     let other = image.path().join("other-version");
@@ -165,7 +172,7 @@ fn a_corrupted_image_is_refused_and_changes_nothing() {
     std::fs::write(other.join(phos_checkpoint::MANIFEST_FILE), &m).unwrap();
     std::fs::copy(dir.join(phos_checkpoint::MEMORY_FILE), other.join(phos_checkpoint::MEMORY_FILE)).unwrap();
     let rs = phosctl(&router, &["restore", other.to_str().unwrap()]);
-    assert!(!rs.status.success());
+    assert_eq!(rs.status.code(), Some(REFUSED));
     assert!(String::from_utf8_lossy(&rs.stderr).contains("format version"), "{}", String::from_utf8_lossy(&rs.stderr));
     // The running program is unaffected and finishes.
     let status = guest.wait().unwrap();
@@ -177,7 +184,7 @@ fn a_corrupted_image_of_a_stopped_session_is_refused_before_anything_runs() {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);
     let router = TestRouter::start("emu");
-    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["30", "40"]);
+    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["120", "40"]);
     let image = tempfile::tempdir().unwrap();
     let dir = image.path().join("image");
     checkpoint(&router, id, &dir, &["--stop"]);
@@ -187,7 +194,7 @@ fn a_corrupted_image_of_a_stopped_session_is_refused_before_anything_runs() {
     bad[good.len() / 3] ^= 1;
     std::fs::write(&mem, &bad).unwrap();
     let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
-    assert!(!rs.status.success());
+    assert_eq!(rs.status.code(), Some(REFUSED));
     assert!(String::from_utf8_lossy(&rs.stderr).contains("checksum"), "{}", String::from_utf8_lossy(&rs.stderr));
     assert!(router.router.session(id).unwrap().control_socket().is_none(), "no server was left running");
     // With the image repaired, the restore works and the program completes.
@@ -279,12 +286,20 @@ fn created(m: &phos_checkpoint::Manifest, kind: &str) -> u64 {
 fn forged_images_are_refused_for_what_they_say() {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);
+    // Built before the guest starts: a build waits for other tests' builds, and the guest
+    // must still be running when the checkpoint comes.
+    let neighbour_exe = build_program(&nvcc, "vector_add", &["-arch=sm_70"]);
     let router = TestRouter::start("emu");
-    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["30", "40"]);
-    let neighbour = start_guest(&router, &build_program(&nvcc, "vector_add", &["-arch=sm_70"]), &[]);
+    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["120", "40"]);
+    let neighbour = start_guest(&router, &neighbour_exe, &[]);
     let image = tempfile::tempdir().unwrap();
     let dir = image.path().join("image");
     checkpoint(&router, id, &dir, &["--stop"]);
+    // A suspended session has nothing to checkpoint.
+    let again = phosctl(&router, &["checkpoint", &id.to_string(), "--out", dir.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(REFUSED), "{err}");
+    assert!(err.contains(&format!("session {id} is suspended")), "{err}");
     let m = phos_checkpoint::Image::open(&dir).unwrap().manifest;
     let (stream, function) = (created(&m, "stream"), created(&m, "function"));
     let module_number = created(&m, "module") & ((1 << 48) - 1);
@@ -337,7 +352,7 @@ fn forged_images_are_refused_for_what_they_say() {
         let bad = forged(&dir, name, edit);
         let rs = phosctl(&router, &["restore", bad.to_str().unwrap()]);
         let err = String::from_utf8_lossy(&rs.stderr);
-        assert!(!rs.status.success(), "{name}: restored");
+        assert_eq!(rs.status.code(), Some(REFUSED), "{name}: {err}");
         assert!(err.contains(why), "{name}: {err}");
         assert!(router.router.session(id).unwrap().control_socket().is_none(), "{name}: a server was left running");
     }
@@ -358,7 +373,7 @@ fn a_new_session_from_an_image_needs_the_operators_word_on_its_tenant() {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);
     let router = TestRouter::start("emu");
-    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["30", "40"]);
+    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["120", "40"]);
     let image = tempfile::tempdir().unwrap();
     let dir = image.path().join("image");
     checkpoint(&router, id, &dir, &["--stop"]);
@@ -367,7 +382,7 @@ fn a_new_session_from_an_image_needs_the_operators_word_on_its_tenant() {
     let refused = |args: &[&str], why: &str| {
         let rs = phosctl(&elsewhere, &[&["restore", d][..], args].concat());
         let err = String::from_utf8_lossy(&rs.stderr);
-        assert!(!rs.status.success() && err.contains(why), "{args:?}: {err}");
+        assert!(rs.status.code() == Some(REFUSED) && err.contains(why), "{args:?}: {err}");
     };
     refused(&[], "is not in this router");
     refused(&["--tenant", "uid:9"], "belongs to tenant \"uid:0\", not \"uid:9\"");
@@ -385,4 +400,30 @@ fn a_new_session_from_an_image_needs_the_operators_word_on_its_tenant() {
     let rs = phosctl(&router, &["restore", d]);
     assert!(rs.status.success(), "{}", String::from_utf8_lossy(&rs.stderr));
     assert!(guest.wait().unwrap().success());
+}
+
+/// What `phosctl` says when there is nothing to manage, and its exit status for each kind of
+/// failure: no such session or policy, no router there.
+#[test]
+fn phosctl_names_what_is_missing_and_exits_with_its_class() {
+    let router = TestRouter::start("emu");
+    let out = tempfile::tempdir().unwrap();
+    let image = out.path().join("image");
+    let ck = phosctl(&router, &["checkpoint", "999", "--out", image.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&ck.stderr);
+    assert_eq!(ck.status.code(), Some(NOT_FOUND), "{err}");
+    assert!(err.contains("no session 999"), "{err}");
+    let show = phosctl(&router, &["policy", "show", "nothing"]);
+    let err = String::from_utf8_lossy(&show.stderr);
+    assert_eq!(show.status.code(), Some(NOT_FOUND), "{err}");
+    assert!(err.contains("no policy named `nothing`"), "{err}");
+    let nowhere = out.path().join("no-router.sock");
+    let listed = Command::new(built("phosctl"))
+        .args(["sessions", "--router"])
+        .arg(format!("unix:{}", nowhere.display()))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&listed.stderr);
+    assert_eq!(listed.status.code(), Some(UNAVAILABLE), "{err}");
+    assert!(err.contains("cannot reach the router at") && err.contains("no-router.sock.ctl"), "{err}");
 }

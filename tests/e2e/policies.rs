@@ -37,7 +37,13 @@ fn tenant_socket(router: &TestRouter, name: &str) -> std::path::PathBuf {
     path
 }
 
-fn load(router: &TestRouter, name: &str, elf: &[u8], params: &[&str], kernel_check: KernelCheck) -> Result<(), String> {
+fn load(
+    router: &TestRouter,
+    name: &str,
+    elf: &[u8],
+    params: &[&str],
+    kernel_check: KernelCheck,
+) -> Result<(), phos_control::ControlError> {
     router
         .router
         .load_policy(
@@ -413,7 +419,10 @@ fn the_kernel_verifier_checks_policies_where_the_router_may_load_them() {
     assert!(router.router.policies.list().iter().all(|p| p.kernel_verified));
     // An unbounded loop does not: the verifier's refusal comes back to the operator.
     let err = load(&router, "spin", &spin, &[], KernelCheck::Require).unwrap_err();
-    assert!(err.contains("verifier"), "{err}");
+    assert!(
+        matches!(&err, phos_control::ControlError::PolicyRefused { reason, .. } if reason.contains("verifier")),
+        "{err}"
+    );
 }
 
 #[test]

@@ -3,8 +3,9 @@
 //! through `vm-memory`; a chain that does not parse is returned to the guest unused (length
 //! 0) and logged, never trusted.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use parking_lot::Mutex;
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
 use virtio_bindings::virtio_config::{VIRTIO_F_NOTIFY_ON_EMPTY, VIRTIO_F_VERSION_1};
@@ -144,13 +145,13 @@ impl VsockDevice {
     }
 
     pub fn sockets_fd(&self) -> std::os::fd::RawFd {
-        self.muxer.lock().unwrap_or_else(|p| p.into_inner()).epoll_fd()
+        self.muxer.lock().epoll_fd()
     }
 
     fn run_queues(&self, vrings: &[VringRwLock]) -> std::io::Result<()> {
-        let Some(mem) = self.mem.lock().unwrap_or_else(|p| p.into_inner()).clone() else { return Ok(()) };
+        let Some(mem) = self.mem.lock().clone() else { return Ok(()) };
         let mem = mem.memory();
-        let mut muxer = self.muxer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut muxer = self.muxer.lock();
         let (rx, tx) = (&vrings[RX_QUEUE as usize], &vrings[TX_QUEUE as usize]);
         let (mut rx_used, mut tx_used) = (false, false);
         // Answers free room for more sends, sends make answers: until neither moves.
@@ -221,18 +222,18 @@ impl VhostUserBackend for VsockDevice {
     }
 
     fn update_memory(&self, mem: Mem) -> std::io::Result<()> {
-        *self.mem.lock().unwrap_or_else(|p| p.into_inner()) = Some(mem);
+        *self.mem.lock() = Some(mem);
         Ok(())
     }
 
     fn reset_device(&self) {
-        self.muxer.lock().unwrap_or_else(|p| p.into_inner()).reset();
+        self.muxer.lock().reset();
     }
 
     fn stop_vring(&self, queue_index: u32) -> std::io::Result<()> {
         // The VM is stopping or resetting its device: its connections are gone with it.
         if queue_index == RX_QUEUE as u32 {
-            self.muxer.lock().unwrap_or_else(|p| p.into_inner()).reset();
+            self.muxer.lock().reset();
         }
         Ok(())
     }
@@ -253,7 +254,7 @@ impl VhostUserBackend for VsockDevice {
             // buffers stay with us unused, as the spec allows.
             EVENT_QUEUE => Ok(()),
             SOCKETS_EVENT => {
-                self.muxer.lock().unwrap_or_else(|p| p.into_inner()).poll_sockets();
+                self.muxer.lock().poll_sockets();
                 self.run_queues(vrings)
             }
             other => {
@@ -267,7 +268,7 @@ impl VhostUserBackend for VsockDevice {
 impl VsockDevice {
     /// Close every connection (the VM went away).
     pub fn reset_all(self: Arc<Self>) {
-        self.muxer.lock().unwrap_or_else(|p| p.into_inner()).reset();
+        self.muxer.lock().reset();
     }
 }
 

@@ -40,8 +40,12 @@ pub enum Error {
     BadCid(u64),
     #[error(transparent)]
     Muxer(#[from] muxer::MuxError),
+    #[error("cannot create the device's exit event: {0}")]
+    ExitEvent(#[source] std::io::Error),
     #[error("vhost-user: {0}")]
-    Daemon(String),
+    Daemon(vhost_user_backend::Error),
+    #[error("cannot watch the router sockets: {0}")]
+    Watch(#[source] std::io::Error),
 }
 
 /// Serve one VM: wait for QEMU on the socket, run the device until the VM goes away.
@@ -50,21 +54,21 @@ pub fn serve(config: &Config) -> Result<(), Error> {
         return Err(Error::BadCid(config.guest_cid));
     }
     let muxer = Muxer::new(config.guest_cid, config.port, config.router.clone(), config.max_connections)?;
-    let device = VsockDevice::new(config.guest_cid, muxer).map_err(|e| Error::Daemon(e.to_string()))?;
+    let device = VsockDevice::new(config.guest_cid, muxer).map_err(Error::ExitEvent)?;
     let mut daemon = VhostUserDaemon::new(
         "phos-vmm-device".to_string(),
         device.clone(),
         GuestMemoryAtomic::new(GuestMemoryMmap::new()),
     )
-    .map_err(|e| Error::Daemon(e.to_string()))?;
+    .map_err(Error::Daemon)?;
     for handler in daemon.get_epoll_handlers() {
         handler
             .register_listener(device.sockets_fd(), EventSet::IN, device::SOCKETS_EVENT as u64)
-            .map_err(|e| Error::Daemon(format!("cannot watch the router sockets: {e}")))?;
+            .map_err(Error::Watch)?;
     }
     tracing::info!(socket = %config.socket.display(), cid = config.guest_cid, port = config.port,
         router = %config.router.display(), "waiting for the VM");
-    let result = daemon.serve(&config.socket).map_err(|e| Error::Daemon(e.to_string()));
+    let result = daemon.serve(&config.socket).map_err(Error::Daemon);
     // Whatever ended the VM, its connections end with it.
     Arc::clone(&device).reset_all();
     result

@@ -116,6 +116,9 @@ pub struct EmuBackend {
     /// Time spent running kernels (ns) and kernels run: the emulated device's device time.
     kernel_ns: AtomicU64,
     kernels: AtomicU64,
+    /// Warp-instructions a launch may run per worker before it fails as timed out (none:
+    /// kernels run until they end, as on a GPU).
+    kernel_limit: Option<u64>,
 }
 
 /// A kernel handle: its program and the attributes a program may set.
@@ -245,7 +248,15 @@ impl EmuBackend {
             workers: cores as usize,
             kernel_ns: AtomicU64::new(0),
             kernels: AtomicU64::new(0),
+            kernel_limit: None,
         }
+    }
+
+    /// Fail a launch with `cudaErrorLaunchTimeout` once a worker has run this many
+    /// warp-instructions of it (the fuzz harness, whose inputs may loop forever).
+    pub fn with_kernel_limit(mut self, max_warp_instructions: u64) -> Self {
+        self.kernel_limit = Some(max_warp_instructions);
+        self
     }
 
     fn fresh(&self) -> Raw {
@@ -297,12 +308,15 @@ fn ptx_of(image: &[u8]) -> Result<Option<String>, String> {
     Ok(text.contains(".version").then(|| text.to_string()))
 }
 
-/// Storage for a module's variables, initialised: one anonymous mapping outside the
-/// session's allocation range (module variables live apart from allocations on a GPU too).
 /// Module variables by name, as (address, size), and the mapping that holds them.
 type VariableStorage = (HashMap<String, (u64, u64)>, Option<(u64, usize)>);
 
-fn allocate_variables(program: &mut Program) -> Result<VariableStorage, CudaError> {
+/// Storage for a module's variables, initialised: one anonymous mapping outside the
+/// session's allocation range (module variables live apart from allocations on a GPU too).
+/// The mapping starts zeroed, so only the initialized part of each variable is copied in.
+/// Variables that do not fit in `limit` bytes (the device's memory) together are refused, as
+/// a GPU refuses them.
+fn allocate_variables(program: &mut Program, limit: u64) -> Result<VariableStorage, CudaError> {
     let vars = program.variables().to_vec();
     if vars.is_empty() {
         return Ok((HashMap::new(), None));
@@ -310,10 +324,11 @@ fn allocate_variables(program: &mut Program) -> Result<VariableStorage, CudaErro
     let mut offsets = Vec::with_capacity(vars.len());
     let mut end = 0u64;
     for v in &vars {
-        let align = v.align.max(1);
-        let at = end.div_ceil(align) * align;
+        // Sizes and alignments are the module's word: a sum past the limit (or past u64)
+        // is refused, never wrapped.
+        let at = end.checked_next_multiple_of(v.align.max(1)).ok_or(CudaError::MemoryAllocation)?;
         offsets.push(at);
-        end = at + v.size.max(1);
+        end = at.checked_add(v.size.max(1)).filter(|&e| e <= limit).ok_or(CudaError::MemoryAllocation)?;
     }
     let len = end.div_ceil(PAGE) * PAGE;
     let base = unsafe {
@@ -754,7 +769,7 @@ impl Backend for EmuBackend {
         })?;
         let kernels = kernel_meta(&module);
         let mut program = Program::new(&module);
-        let (variables, storage) = allocate_variables(&mut program)?;
+        let (variables, storage) = allocate_variables(&mut program, self.total_memory)?;
         let regions = variables.iter().map(|(name, &(addr, size))| (name.clone(), addr, size)).collect();
         let raw = self.fresh();
         self.modules.lock().unwrap().insert(raw, Module { program: Arc::new(program), kernels, variables, storage });
@@ -835,7 +850,8 @@ impl Backend for EmuBackend {
         };
         let _work = self.work.lock().unwrap();
         let started = std::time::Instant::now();
-        let result = exec::run(&program, &name, &launch, memory, printed, self.workers);
+        let options = exec::RunOptions { workers: self.workers, max_warp_instructions: self.kernel_limit };
+        let result = exec::run_with(&program, &name, &launch, memory, printed, &options);
         // A kernel that failed is not counted: the router takes the failure as a launch
         // that will not be measured, and counts the kernels measured against its own.
         if result.is_ok() {
@@ -852,5 +868,47 @@ impl Backend for EmuBackend {
                 Err(CudaError(e.cuda_error()))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stack_size_that_cannot_be_rounded_up_is_refused() {
+        // Rounding u64::MAX up to a multiple of 16 overflowed before sizes were bounded
+        // (found by the `dispatch` fuzz target).
+        let emu = EmuBackend::new(1 << 20);
+        assert_eq!(emu.set_limit(0, 0, u64::MAX), Err(CudaError::InvalidValue));
+        emu.set_limit(0, 0, 17).unwrap();
+        assert_eq!(emu.limit(0, 0), Ok(32));
+    }
+
+    fn image(variables: &str) -> Vec<u8> {
+        let ptx = format!(
+            ".version 7.0\n.target sm_70\n.address_size 64\n{variables}\n.visible .entry k()\n{{\n\tret;\n}}\n\0"
+        );
+        ptx.into_bytes()
+    }
+
+    #[test]
+    fn module_variables_that_do_not_fit_the_device_are_refused() {
+        let emu = EmuBackend::new(64 << 20);
+        // Sizes whose sum wraps past 2^64: added unchecked, they made an 8 KiB mapping stand
+        // for an exabyte of device memory the session could then reach.
+        let wraps = ".global .align 4096 .b8 a[18446744073709547520];\n.global .align 4096 .b8 b[8192];";
+        assert_eq!(emu.module_load(0, &image(wraps)).err(), Some(CudaError::MemoryAllocation));
+        // More than the device's memory.
+        let big = ".global .align 8 .b8 a[134217728];";
+        assert_eq!(emu.module_load(0, &image(big)).err(), Some(CudaError::MemoryAllocation));
+        // What fits loads, its variables where the module says.
+        let fits = ".global .align 8 .b8 a[1048576];\n.global .align 4 .u32 b[4] = {7};";
+        let loaded = emu.module_load(0, &image(fits)).unwrap();
+        let b = loaded.variables.iter().find(|(n, _, _)| n == "b").unwrap();
+        assert_eq!(b.2, 16);
+        // SAFETY: the module's storage is mapped while the module is loaded; b is 16 bytes.
+        let value = unsafe { std::ptr::read(b.1 as *const [u32; 4]) };
+        assert_eq!(value, [7, 0, 0, 0]);
     }
 }

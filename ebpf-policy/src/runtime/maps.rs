@@ -99,6 +99,23 @@ impl Lru {
     }
 }
 
+/// Why a map declaration is refused (a host access to a map fails with a [`super::MapError`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MapDeclError {
+    #[error("unsupported map type {0} (supported: 1 hash, 2 array, 5, 6, 9 lru hash)")]
+    Type(u32),
+    #[error("{what} size {size} is not in 1..={MAX_KEY_VALUE_SIZE}")]
+    Size { what: &'static str, size: u32 },
+    #[error("array maps have 4-byte keys, not {0}")]
+    ArrayKey(u32),
+    #[error("max_entries is 0")]
+    NoEntries,
+    #[error("needs {0} bytes of storage, more than the limit of {MAX_MAP_STORAGE}")]
+    TooLarge(u64),
+    #[error("the maps need more than the limit of {MAX_MAP_STORAGE} bytes together")]
+    TooLargeTogether,
+}
+
 /// Bytes a map of this shape takes, to enforce [`MAX_MAP_STORAGE`].
 pub(crate) fn storage_cost(type_id: u32, key_size: u32, value_size: u32, max_entries: u32) -> u64 {
     let n = u64::from(max_entries);
@@ -121,27 +138,27 @@ impl MapStore {
         key_size: u32,
         value_size: u32,
         max_entries: u32,
-    ) -> Result<MapStore, String> {
+    ) -> Result<MapStore, MapDeclError> {
         let kind = match type_id {
             BPF_MAP_TYPE_HASH | BPF_MAP_TYPE_PERCPU_HASH => Kind::Hash,
             BPF_MAP_TYPE_LRU_HASH => Kind::LruHash,
             BPF_MAP_TYPE_ARRAY | BPF_MAP_TYPE_PERCPU_ARRAY => Kind::Array,
-            t => return Err(format!("unsupported map type {t} (supported: 1 hash, 2 array, 5, 6, 9 lru hash)")),
+            t => return Err(MapDeclError::Type(t)),
         };
         for (what, size) in [("key", key_size), ("value", value_size)] {
             if size == 0 || size > MAX_KEY_VALUE_SIZE {
-                return Err(format!("{what} size {size} is not in 1..={MAX_KEY_VALUE_SIZE}"));
+                return Err(MapDeclError::Size { what, size });
             }
         }
         if kind == Kind::Array && key_size != 4 {
-            return Err(format!("array maps have 4-byte keys, not {key_size}"));
+            return Err(MapDeclError::ArrayKey(key_size));
         }
         if max_entries == 0 {
-            return Err("max_entries is 0".to_string());
+            return Err(MapDeclError::NoEntries);
         }
         let cost = storage_cost(type_id, key_size, value_size, max_entries);
         if cost > MAX_MAP_STORAGE {
-            return Err(format!("needs {cost} bytes of storage, more than the limit of {MAX_MAP_STORAGE}"));
+            return Err(MapDeclError::TooLarge(cost));
         }
         let n = max_entries as usize;
         let hash = (kind != Kind::Array).then(|| HashIndex {

@@ -73,6 +73,7 @@ use std::fmt;
 
 use helpers::Env;
 use insn::{Insn, RawInsn};
+pub use maps::MapDeclError;
 use maps::MapStore;
 use mem::Mem;
 
@@ -134,7 +135,7 @@ pub enum LoadError {
     #[error("several programs in sections `tracepoint/phos/*` ({}): a policy has exactly one", .0.join(", "))]
     SeveralPrograms(Vec<String>),
     #[error("map `{name}`: {why}")]
-    Map { name: String, why: String },
+    Map { name: String, why: maps::MapDeclError },
     #[error("instruction {pc}: {why}")]
     Instruction { pc: usize, why: String },
     #[error("instruction {pc}: unknown helper {id} (available: {})", helper_list())]
@@ -220,10 +221,7 @@ impl Program {
             };
             total = total.saturating_add(cost);
             if total > maps::MAX_MAP_STORAGE {
-                return Err(LoadError::Map {
-                    name: def.name,
-                    why: format!("the maps need more than the limit of {} bytes together", maps::MAX_MAP_STORAGE),
-                });
+                return Err(LoadError::Map { name: def.name, why: maps::MapDeclError::TooLargeTogether });
             }
             maps.push(match def.data {
                 Some((bytes, read_only)) => MapStore::data(&def.name, bytes, read_only),

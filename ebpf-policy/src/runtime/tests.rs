@@ -2,7 +2,7 @@
 
 use super::helpers::format_printk;
 use super::insn::RawInsn;
-use super::maps::{BPF_ANY, BPF_EXIST, BPF_NOEXIST, MapStore};
+use super::maps::{BPF_ANY, BPF_EXIST, BPF_NOEXIST, MapDeclError, MapStore};
 use super::*;
 
 // A tiny assembler. Sizes for loads/stores.
@@ -623,7 +623,7 @@ fn array_map_semantics() {
     assert_eq!(m.find(&9u32.to_le_bytes(), true), None);
     assert_eq!(m.find(&3u32.to_le_bytes(), true), Some(24));
     assert_eq!(m.entries(), 4);
-    assert!(MapStore::new("a", 2, 8, 8, 4).is_err(), "array keys are u32");
+    assert_eq!(MapStore::new("a", 2, 8, 8, 4).err(), Some(MapDeclError::ArrayKey(8)), "array keys are u32");
 
     // Direct value access (ld_imm64 of a map value) and the program's view.
     let mut p =
@@ -692,12 +692,12 @@ fn deleted_hash_slots_are_zeroed_and_reused() {
 
 #[test]
 fn map_shapes_are_checked() {
-    assert!(MapStore::new("m", 1, 0, 8, 1).is_err());
-    assert!(MapStore::new("m", 1, 8, 0, 1).is_err());
-    assert!(MapStore::new("m", 1, 8, 65537, 1).is_err());
-    assert!(MapStore::new("m", 1, 8, 8, 0).is_err());
-    assert!(MapStore::new("m", 3, 4, 8, 1).is_err(), "prog arrays are not supported");
-    assert!(MapStore::new("m", 2, 4, 65536, 4096).is_err(), "256 MiB");
+    assert_eq!(MapStore::new("m", 1, 0, 8, 1).err(), Some(MapDeclError::Size { what: "key", size: 0 }));
+    assert_eq!(MapStore::new("m", 1, 8, 0, 1).err(), Some(MapDeclError::Size { what: "value", size: 0 }));
+    assert_eq!(MapStore::new("m", 1, 8, 65537, 1).err(), Some(MapDeclError::Size { what: "value", size: 65537 }));
+    assert_eq!(MapStore::new("m", 1, 8, 8, 0).err(), Some(MapDeclError::NoEntries));
+    assert_eq!(MapStore::new("m", 3, 4, 8, 1).err(), Some(MapDeclError::Type(3)), "prog arrays are not supported");
+    assert!(matches!(MapStore::new("m", 2, 4, 65536, 4096), Err(MapDeclError::TooLarge(_))), "256 MiB");
     assert!(MapStore::new("m", 6, 4, 8, 16).is_ok());
 }
 

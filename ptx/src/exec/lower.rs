@@ -186,34 +186,34 @@ fn count_leaves(i: &Initializer) -> u64 {
 
 fn initial_bytes(v: &VarDecl, i: usize, syms: &HashMap<String, ModSym>) -> (Vec<u8>, Vec<Reloc>) {
     let size = declared_size(v, i);
-    // Do not materialize absurd sizes; the backend will refuse to allocate them anyway.
-    let mut bytes = vec![0u8; size.min(1 << 30) as usize];
     let mut relocs = Vec::new();
-    if let Some(init) = &v.declarators[i].init {
-        let mut leaves = Vec::new();
-        flatten(init, &mut leaves);
-        let esize = v.ty.size();
-        for (k, leaf) in leaves.iter().enumerate() {
-            let off = k as u64 * esize;
-            if off + esize > bytes.len() as u64 {
-                break;
+    let Some(init) = &v.declarators[i].init else { return (Vec::new(), relocs) };
+    let mut leaves = Vec::new();
+    flatten(init, &mut leaves);
+    let esize = v.ty.size();
+    // Only the initialized prefix: the storage the backend gives a variable starts zeroed,
+    // and a module may declare gigabytes it never initializes.
+    let mut bytes = vec![0u8; size.min((leaves.len() as u64).saturating_mul(esize)) as usize];
+    for (k, leaf) in leaves.iter().enumerate() {
+        let off = k as u64 * esize;
+        if off + esize > bytes.len() as u64 {
+            break;
+        }
+        match leaf {
+            Initializer::Imm(imm) => {
+                let val = imm_for_type(*imm, v.ty);
+                let b = val.to_le_bytes();
+                bytes[off as usize..(off + esize) as usize].copy_from_slice(&b[..esize as usize]);
             }
-            match leaf {
-                Initializer::Imm(imm) => {
-                    let val = imm_for_type(*imm, v.ty);
-                    let b = val.to_le_bytes();
-                    bytes[off as usize..(off + esize) as usize].copy_from_slice(&b[..esize as usize]);
-                }
-                Initializer::Address { name, offset, .. } => {
-                    let target = match syms.get(name) {
-                        Some(ModSym::Var(x)) => RelocTarget::Var(*x),
-                        Some(ModSym::Func(x)) => RelocTarget::Func(*x),
-                        _ => RelocTarget::Unknown,
-                    };
-                    relocs.push(Reloc { offset: off, size: esize, target, addend: *offset });
-                }
-                Initializer::List(_) => {}
+            Initializer::Address { name, offset, .. } => {
+                let target = match syms.get(name) {
+                    Some(ModSym::Var(x)) => RelocTarget::Var(*x),
+                    Some(ModSym::Func(x)) => RelocTarget::Func(*x),
+                    _ => RelocTarget::Unknown,
+                };
+                relocs.push(Reloc { offset: off, size: esize, target, addend: *offset });
             }
+            Initializer::List(_) => {}
         }
     }
     (bytes, relocs)

@@ -319,7 +319,8 @@ impl Program {
     }
 
     /// Records where each variable of [`Program::variables`] lives, and returns each variable's initial contents with
-    /// address initializers (`generic(x)`, `x+4`, function addresses) resolved.
+    /// address initializers (`generic(x)`, `x+4`, function addresses) resolved: the initialized prefix of each, which
+    /// may be shorter than the variable (or empty); the rest starts as zeros.
     pub fn bind_variables(&mut self, addresses: &[u64]) -> Vec<Vec<u8>> {
         for (i, a) in self.var_addrs.iter_mut().enumerate() {
             *a = addresses.get(i).copied().unwrap_or(0);
