@@ -179,6 +179,26 @@ mod tests {
         }
     }
 
+    /// A carried function of the runtime's spec whose request changes while its id and the
+    /// API's version stay is refused against the lock file, saying how to make the change.
+    #[test]
+    fn a_layout_change_under_the_same_id_is_refused_by_the_lock() {
+        let path = phos_spec::CUDART_SPEC_PATH;
+        let text = phos_spec::SPECS.iter().find(|s| s.path == path).unwrap().text;
+        let edited =
+            text.replacen("cudaMalloc(void **devPtr, size_t size)", "cudaMalloc(void **devPtr, unsigned size)", 1);
+        assert_ne!(edited, text, "the edit must change the text");
+        let lock_path = crate::lock_path(std::path::Path::new(path));
+        let lock = crate::lock::Lock::parse(&std::fs::read_to_string(&lock_path).unwrap()).unwrap();
+        let before = crate::load(path, text).unwrap();
+        assert_eq!(crate::lock::compare(&lock, &before), Ok(crate::lock::Standing::Current));
+        let after = crate::load(path, &edited).unwrap();
+        assert_ne!(before.spec_hash, after.spec_hash);
+        let e = crate::lock::compare(&lock, &after).unwrap_err().to_string();
+        assert!(e.contains("the request of `cudaMalloc` (id 44) was (u64) and is now (u32)"), "{e}");
+        assert!(e.contains("retire id 44"), "{e}");
+    }
+
     /// Editing a comment or a coverage note of the runtime's spec changes neither its hash
     /// nor any function's id.
     #[test]
