@@ -1,7 +1,7 @@
-//! Generates the server's checked dispatch and the `CudartService` trait from the spec
-//! (phos-codegen's `emit::server`).
+//! Generates each API's checked dispatch and its service trait (`CudartService`, ...) from its
+//! spec (phos-codegen's `emit::server`), as one module per API of `dispatch`.
 
 fn main() {
-    let api = phos_codegen::build_support::load_spec(std::path::Path::new(phos_spec::CUDART_SPEC_PATH));
-    phos_codegen::build_support::write_out("cudart_server.rs", &phos_codegen::emit::server::emit(&api));
+    let apis = phos_codegen::build_support::load_specs(phos_spec::SPEC_PATHS);
+    phos_codegen::build_support::write_modules("dispatch.rs", &apis, "server", phos_codegen::emit::server::emit);
 }

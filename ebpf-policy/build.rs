@@ -1,4 +1,4 @@
-//! Generates `phos_spec.h` (function ids and resource indices of the spec) next to the
+//! Generates `phos_spec.h` (function ids and resource indices of every API's spec) next to the
 //! hand-written `include/phos_policy.h`, and builds the shipped policies (`policies/*.c`)
 //! with clang (`PHOS_CLANG`, default `clang`). Without clang the build fails and says what
 //! to install, unless `PHOS_WITHOUT_POLICIES=1` asks for a build without the shipped
@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 
 fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let api = phos_codegen::build_support::load_spec(Path::new(phos_spec::CUDART_SPEC_PATH));
+    let apis = phos_codegen::build_support::load_specs(phos_spec::SPEC_PATHS);
     let include = out.join("include");
     std::fs::create_dir_all(&include).expect("creating OUT_DIR/include");
-    std::fs::write(include.join("phos_spec.h"), phos_codegen::emit::policy_header::emit(&api))
+    std::fs::write(include.join("phos_spec.h"), phos_codegen::emit::policy_header::emit(&apis))
         .expect("writing phos_spec.h");
     std::fs::copy("include/phos_policy.h", include.join("phos_policy.h")).expect("copying phos_policy.h");
     println!("cargo::rerun-if-changed=include/phos_policy.h");

@@ -1,8 +1,8 @@
-//! Generates the `extern "C"` exports of the CUDA runtime from the spec (phos-codegen's
-//! `emit::guest`), and links `libcudart.so` with the symbol versions of NVIDIA's runtimes
-//! ([`symbol_versions`]).
+//! Generates the `extern "C"` exports of every API from its spec (phos-codegen's
+//! `emit::guest`: `cudart_guest.rs`, `cuda_guest.rs`), and links `libphos_guest.so` with the
+//! symbol versions of NVIDIA's runtimes ([`symbol_versions`]).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 /// The version node of each soname the library is installed as (phosctl's `SONAMES`).
@@ -11,8 +11,12 @@ const DEFAULT_VERSION: &str = "libcudart.so.12";
 const OTHER_VERSIONS: [&str; 2] = ["libcudart.so.11.0", "libcudart.so.13"];
 
 fn main() {
-    let api = phos_codegen::build_support::load_spec(Path::new(phos_spec::CUDART_SPEC_PATH));
-    phos_codegen::build_support::write_out("cudart_guest.rs", &phos_codegen::emit::guest::emit(&api));
+    for api in phos_codegen::build_support::load_specs(phos_spec::SPEC_PATHS) {
+        phos_codegen::build_support::write_out(
+            &format!("{}_guest.rs", api.name),
+            &phos_codegen::emit::guest::emit(&api),
+        );
+    }
     symbol_versions();
 }
 
@@ -80,7 +84,9 @@ fn gnu_ld() -> PathBuf {
     std::env::var_os("PATH")
         .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("ld.bfd")).find(|p| p.is_file()))
         .unwrap_or_else(|| {
-            panic!("GNU ld (ld.bfd, from binutils) is needed to link libcudart.so; neither `{driver}` nor PATH has it")
+            panic!(
+                "GNU ld (ld.bfd, from binutils) is needed to link libphos_guest.so; neither `{driver}` nor PATH has it"
+            )
         })
 }
 

@@ -1,6 +1,11 @@
-//! Generates the cudart wire types from the spec (see phos-codegen's `emit::wire`).
+//! Generates the wire types of every API from its spec (phos-codegen's `emit::wire`) and what
+//! the APIs share (`emit::apis`: the module of each API, API ids, `Function`, handle kinds,
+//! resources).
 
 fn main() {
-    let api = phos_codegen::build_support::load_spec(std::path::Path::new(phos_spec::CUDART_SPEC_PATH));
-    phos_codegen::build_support::write_out("cudart_wire.rs", &phos_codegen::emit::wire::emit(&api));
+    let apis = phos_codegen::build_support::load_specs(phos_spec::SPEC_PATHS);
+    for api in &apis {
+        phos_codegen::build_support::write_out(&format!("{}_wire.rs", api.name), &phos_codegen::emit::wire::emit(api));
+    }
+    phos_codegen::build_support::write_out("apis.rs", &phos_codegen::emit::apis::emit(&apis));
 }

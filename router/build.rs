@@ -1,7 +1,7 @@
-//! Generates the router's per-call resource table from the spec (phos-codegen's
+//! Generates the router's per-call resource table of every API from the specs (phos-codegen's
 //! `emit::costs`).
 
 fn main() {
-    let api = phos_codegen::build_support::load_spec(std::path::Path::new(phos_spec::CUDART_SPEC_PATH));
-    phos_codegen::build_support::write_out("cudart_costs.rs", &phos_codegen::emit::costs::emit(&api));
+    let apis = phos_codegen::build_support::load_specs(phos_spec::SPEC_PATHS);
+    phos_codegen::build_support::write_out("costs.rs", &phos_codegen::emit::costs::emit(&apis));
 }

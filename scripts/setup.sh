@@ -53,7 +53,7 @@ need() {
 }
 
 # A C compiler that links against the C library (rustc links through it, zstd-sys builds
-# with it), and GNU ld (guestlib's build links libcudart.so with ld.bfd).
+# with it), and GNU ld (guestlib's build links libphos_guest.so with ld.bfd).
 if ! has cc || ! echo 'int main(void) { return 0; }' | cc -x c - -o /dev/null >/dev/null 2>&1; then
   need gcc "a C compiler (cc)"
   need libc6-dev "the C library's headers"

@@ -1,8 +1,24 @@
 //! The API specs Phos is generated from. Build scripts read them through these paths so that
-//! cargo rebuilds whatever depends on a spec when it changes.
+//! cargo rebuilds whatever depends on a spec when it changes. Each spec has a lock file next
+//! to it (`cudart.lock`): its wire facts as deployed guests and images know them.
 
 /// Path of the CUDA runtime API spec.
 pub const CUDART_SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/cudart.lapis");
 
-/// Text of the CUDA runtime API spec.
-pub const CUDART_SPEC: &str = include_str!("cudart.lapis");
+/// Path of the CUDA driver API spec.
+pub const CUDA_SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/cuda.lapis");
+
+/// Every API Phos carries, by path. Adding an API starts here (docs/architecture.md).
+pub const SPEC_PATHS: &[&str] = &[CUDART_SPEC_PATH, CUDA_SPEC_PATH];
+
+/// A spec built into a program (for `phosctl spec`).
+pub struct Spec {
+    pub path: &'static str,
+    pub text: &'static str,
+}
+
+/// Every API Phos carries, with its text.
+pub const SPECS: &[Spec] = &[
+    Spec { path: CUDART_SPEC_PATH, text: include_str!("cudart.lapis") },
+    Spec { path: CUDA_SPEC_PATH, text: include_str!("cuda.lapis") },
+];

@@ -3,7 +3,7 @@
 //! tests that speak the protocol directly.
 //!
 //! The tests use the binaries of the same build (`target/<profile>/phosctl`,
-//! `phos-api-server`, `libcudart.so`); `make test` builds them before running the tests.
+//! `phos-api-server`, `libphos_guest.so`); `make test` builds them before running the tests.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -166,7 +166,7 @@ pub fn phos_run_over(backend: &str, transport: &str, program: &Path, args: &[&st
         .args(["run", "--backend", backend, "--transport", transport, "--"])
         .arg(program)
         .args(args)
-        .env("PHOS_GUEST_LIB", built("libcudart.so"))
+        .env("PHOS_GUEST_LIB", built("libphos_guest.so"))
         .output()
         .expect("running phosctl")
 }
@@ -252,7 +252,7 @@ fn handshake(
 ) -> Result<Welcome, String> {
     let mut transport = UnixTransport::new(socket.try_clone().map_err(|e| e.to_string())?);
     let hello = Hello {
-        spec_hash: phos_protocol::cudart::SPEC_HASH,
+        apis: phos_protocol::handshake::ApiVersion::of_this_build(),
         pid: std::process::id(),
         abi_major: 12,
         token,
@@ -263,6 +263,7 @@ fn handshake(
     };
     let payload = phos_protocol::encode(&hello);
     let mut h = FrameHeader::new(FrameKind::Hello);
+    h.version = phos_protocol::frame::HANDSHAKE_VERSION;
     h.payload_len = payload.len() as u64;
     transport.send(&h, &[&payload]).map_err(|e| e.to_string())?;
     if let Some(fd) = arena {
@@ -306,9 +307,22 @@ impl RawGuest {
 }
 
 impl<T: Transport> RawGuest<T> {
-    /// Send a call with an arbitrary function id and payload; wait for the reply.
+    /// Send a call of the runtime API with an arbitrary function id and payload; wait for the
+    /// reply.
     pub fn call_raw(&mut self, function: u32, session: u64, payload: &[u8]) -> Result<RawReply, TransportError> {
+        self.call_raw_api(0, function, session, payload)
+    }
+
+    /// Send a call with an arbitrary API id, function id and payload; wait for the reply.
+    pub fn call_raw_api(
+        &mut self,
+        api: u16,
+        function: u32,
+        session: u64,
+        payload: &[u8],
+    ) -> Result<RawReply, TransportError> {
         let mut h = FrameHeader::new(FrameKind::Call);
+        h.api = api;
         h.function = function;
         h.session = session;
         h.call_id = self.next_call;
@@ -326,7 +340,7 @@ impl<T: Transport> RawGuest<T> {
     pub fn call<R: phos_protocol::RemoteCall>(&mut self, req: &R) -> Result<R::Reply, i32> {
         let payload = phos_protocol::encode(req);
         let session = self.welcome.session;
-        let r = self.call_raw(R::FUNCTION as u32, session, &payload).expect("transport");
+        let r = self.call_raw_api(R::FUNCTION.api().id(), R::FUNCTION.id(), session, &payload).expect("transport");
         if r.status != 0 {
             return Err(r.status);
         }
@@ -440,7 +454,7 @@ impl ChildRouter {
             .arg(format!("unix:{}", socket.display()))
             .arg("--")
             .arg(exe)
-            .env("PHOS_GUEST_LIB", built("libcudart.so"))
+            .env("PHOS_GUEST_LIB", built("libphos_guest.so"))
             .output()
             .expect("running phosctl")
     }

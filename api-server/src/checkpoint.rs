@@ -42,11 +42,13 @@ use phos_checkpoint::engine::{
 use phos_checkpoint::report::Waiting;
 use phos_checkpoint::report::{CheckpointSummary, RestoreSummary};
 use phos_checkpoint::{
-    Compression, CrError, Image, ImageError, ImageSink, ImageSource, ImageWriter, Manifest, MemoryRegion, Record,
-    RegionKind, SessionMeta,
+    Compression, CrError, Image, ImageApi, ImageError, ImageSink, ImageSource, ImageWriter, Manifest, MemoryRegion,
+    Record, RegionKind, SessionMeta,
 };
 use phos_control::Cancel;
-use phos_protocol::cudart::{self, FunctionId, HandleKind};
+use phos_protocol::apis::{Function, HandleKind};
+use phos_protocol::cudart::FunctionId;
+use phos_protocol::handshake::{ApiVersion, check_apis};
 use phos_protocol::limits::LimitKind;
 
 pub use phos_checkpoint::report::Progress;
@@ -220,7 +222,8 @@ impl Snapshot for Checkpointing<'_> {
             .live()
             .into_iter()
             .map(|r| Record {
-                function: r.function as u32,
+                api: r.function.api().id(),
+                function: r.function.id(),
                 name: r.function.name().to_string(),
                 device: r.device,
                 payload: r.payload,
@@ -249,7 +252,10 @@ impl Snapshot for Checkpointing<'_> {
             (0..b.device_count()).map(|d| b.device_properties(d).map(|p| p.name).unwrap_or_default()).collect();
         Ok(Manifest {
             format: 0,
-            spec_hash: cudart::SPEC_HASH,
+            apis: ApiVersion::of_this_build()
+                .into_iter()
+                .map(|a| ImageApi { id: a.id, name: a.name, version: a.version, hash: a.hash })
+                .collect(),
             created_ms: 0,
             session: meta,
             handle_counters: o.handle_counters(),
@@ -273,7 +279,7 @@ impl Rebuild for Rebuilding<'_> {
     }
 
     fn replay(&self, r: &Record, device: Option<i32>) -> Result<(), CrError> {
-        let id = FunctionId::from_u32(r.function).ok_or_else(|| CrError::UnknownFunction(r.name.clone()))?;
+        let id = Function::from_wire(r.api, r.function).ok_or_else(|| CrError::UnknownFunction(r.name.clone()))?;
         let dev = device.unwrap_or(r.device);
         let cx = CallCx {
             device: dev,
@@ -284,8 +290,8 @@ impl Rebuild for Rebuilding<'_> {
         };
         self.0.backend().bind(dev).map_err(CrError::device(format!("making device {dev} current")))?;
         let mut out = Vec::new();
-        crate::dispatch::dispatch(self.0, &cx, id, &r.payload, &mut out)
-            .map_err(|rejection| CrError::Replay { function: r.name.clone(), rejection })
+        crate::server::replay(self.0, &cx, id, &r.payload, &mut out)
+            .map_err(|reason| CrError::Replay { function: r.name.clone(), reason })
     }
 
     fn region_target(&self, region: &MemoryRegion, device: Option<i32>) -> Result<(u64, i32), CrError> {
@@ -436,9 +442,12 @@ impl Session {
 /// devices this server has; and that its device range is this server's.
 pub fn check_image(m: &Manifest, factory: &SessionFactory, device: Option<i32>) -> Result<(), CrError> {
     let bad = |why: String| Err(CrError::Image(ImageError::Impossible(why)));
-    if m.spec_hash != cudart::SPEC_HASH {
-        return Err(CrError::OtherSpec { image: m.spec_hash, server: cudart::SPEC_HASH });
-    }
+    let apis: Vec<ApiVersion> = m
+        .apis
+        .iter()
+        .map(|a| ApiVersion { id: a.id, name: a.name.clone(), version: a.version, hash: a.hash })
+        .collect();
+    check_apis(&apis, "the image")?;
     let s = &m.session;
     if (s.device_base, s.device_size) != (factory.device_base, factory.device_size) {
         return bad(format!(
@@ -453,8 +462,9 @@ pub fn check_image(m: &Manifest, factory: &SessionFactory, device: Option<i32>) 
     }
     // Kinds of handle the records create, and what each limit counts.
     let handle_kind = |kind: &str| HandleKind::ALL.iter().copied().find(|k| k.name() == kind);
-    let limit_of = |f: FunctionId, kind: &str| match (f, kind) {
-        (FunctionId::PhosHostAlloc, _) => Some(LimitKind::HostAllocations),
+    let host_alloc = Function::Cudart(FunctionId::PhosHostAlloc);
+    let limit_of = |f: Function, kind: &str| match (f, kind) {
+        (f, _) if f == host_alloc => Some(LimitKind::HostAllocations),
         (_, "device_memory") => Some(LimitKind::Allocations),
         (_, "stream") => Some(LimitKind::Streams),
         (_, "event") => Some(LimitKind::Events),
@@ -474,7 +484,7 @@ pub fn check_image(m: &Manifest, factory: &SessionFactory, device: Option<i32>) 
     let mut allocations: HashSet<u64> = HashSet::new();
     let mut modules: HashSet<u64> = HashSet::new();
     for r in &m.records {
-        let f = match FunctionId::from_u32(r.function) {
+        let f = match Function::from_wire(r.api, r.function) {
             Some(f) if f.name() == r.name => f,
             _ => return Err(CrError::UnknownFunction(r.name.clone())),
         };
@@ -510,12 +520,11 @@ pub fn check_image(m: &Manifest, factory: &SessionFactory, device: Option<i32>) 
                     }
                 }
                 None if *kind == "device_memory" => {
-                    let inside =
-                        if f == FunctionId::PhosHostAlloc { arena.contains(value) } else { range.contains(value) };
+                    let inside = if f == host_alloc { arena.contains(value) } else { range.contains(value) };
                     if !inside {
                         return bad(format!("{} placed memory at {value:#x}, outside the session's ranges", r.name));
                     }
-                    if f != FunctionId::PhosHostAlloc {
+                    if f != host_alloc {
                         allocations.insert(*value);
                     }
                 }

@@ -86,7 +86,7 @@ fn to_wire(e: CrError, operation: Operation, session: u64, dir: &Path) -> Contro
         CrError::Abandoned { session, what } => ControlError::Abandoned { session, operation, during: what },
         // A restore's image that does not read, does not check, or describes a session this
         // server could not have (another spec, an unknown function, a device it lacks).
-        CrError::Image(_) | CrError::OtherSpec { .. } | CrError::UnknownFunction(_) | CrError::NoSuchDevice { .. }
+        CrError::Image(_) | CrError::OtherApis(_) | CrError::UnknownFunction(_) | CrError::NoSuchDevice { .. }
             if operation == Operation::Restore =>
         {
             refused(e.to_string())
@@ -267,7 +267,7 @@ mod tests {
         let corrupted = || CrError::Image(ImageError::Corrupted("a memory chunk fails its checksum".into()));
         for refused in [
             corrupted(),
-            CrError::OtherSpec { image: 1, server: 2 },
+            CrError::OtherApis(phos_protocol::handshake::ApiMismatch::NoApi { whose: "the image" }),
             CrError::UnknownFunction("cudaNothing".into()),
             CrError::NoSuchDevice { device: 7, devices: 1 },
         ] {
@@ -284,7 +284,7 @@ mod tests {
         );
         let replay = CrError::Replay {
             function: "cudaMalloc".into(),
-            rejection: phos_protocol::Rejection::Failed(CudaError::MemoryAllocation),
+            reason: phos_protocol::Rejection::Failed(CudaError::MemoryAllocation).to_string(),
         };
         let e = wire(replay, Operation::Restore);
         assert!(matches!(&e, ControlError::Failed { reason, .. } if reason.contains("replaying cudaMalloc")), "{e}");

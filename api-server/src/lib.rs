@@ -44,10 +44,10 @@ pub mod server;
 pub mod service;
 pub mod usage;
 
-/// The spec-generated `CudartService` trait and its checked `dispatch`.
-#[allow(clippy::all, unused_parens)]
+/// Each API's spec-generated service trait (`dispatch::cudart::CudartService`, ...) and its
+/// checked `dispatch`.
 pub mod dispatch {
-    include!(concat!(env!("OUT_DIR"), "/cudart_server.rs"));
+    include!(concat!(env!("OUT_DIR"), "/dispatch.rs"));
 }
 
 use std::sync::Arc;

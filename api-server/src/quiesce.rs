@@ -9,11 +9,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use phos_protocol::cudart::FunctionId;
+use phos_protocol::apis::Function;
 
 #[derive(Default)]
 pub struct QuiesceLock {
@@ -97,15 +97,15 @@ impl QuiesceLock {
 /// What each channel runs now: what a quiesce that cannot complete waits for, to name it.
 #[derive(Default)]
 pub struct Activity {
-    /// By channel: the function id + 1 (0: nothing).
-    busy: Mutex<BTreeMap<u64, Arc<AtomicU32>>>,
+    /// By channel: the function's `Function::policy_id` + 1 (0: nothing).
+    busy: Mutex<BTreeMap<u64, Arc<AtomicU64>>>,
 }
 
 impl Activity {
-    /// The word in which `channel` says what it runs (function id + 1; 0: nothing), listed
-    /// until [`closed`](Self::closed).
-    pub fn channel(&self, channel: u64) -> Arc<AtomicU32> {
-        let a = Arc::new(AtomicU32::new(0));
+    /// The word in which `channel` says what it runs (`Function::policy_id` + 1; 0: nothing),
+    /// listed until [`closed`](Self::closed).
+    pub fn channel(&self, channel: u64) -> Arc<AtomicU64> {
+        let a = Arc::new(AtomicU64::new(0));
         self.busy.lock().insert(channel, a.clone());
         a
     }
@@ -121,7 +121,8 @@ impl Activity {
             .iter()
             .filter_map(|(ch, a)| {
                 let f = a.load(Ordering::Relaxed).checked_sub(1)?;
-                Some(format!("{} (channel {ch})", FunctionId::from_u32(f).map_or("?", |f| f.name())))
+                let f = Function::from_wire((f >> 32) as u16, f as u32);
+                Some(format!("{} (channel {ch})", f.map_or("?", |f| f.name())))
             })
             .collect()
     }

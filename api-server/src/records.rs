@@ -11,13 +11,14 @@
 use parking_lot::Mutex;
 use std::collections::HashMap;
 
-use phos_protocol::cudart::FunctionId;
+use phos_protocol::apis::Function;
 use phos_protocol::spec::RecordFacts;
 
 /// One recorded call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
-    pub function: FunctionId,
+    /// The function and its API.
+    pub function: Function,
     pub device: i32,
     pub payload: Vec<u8>,
     /// (kind, handle or address) of what it created.
@@ -38,7 +39,7 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    pub fn record(&self, function: FunctionId, device: i32, payload: &[u8], facts: &RecordFacts<'_>) {
+    pub fn record(&self, function: Function, device: i32, payload: &[u8], facts: &RecordFacts<'_>) {
         let mut r = self.inner.lock();
         if facts.global {
             // Session-wide state changed (a device reset): everything before is gone.
@@ -101,6 +102,7 @@ impl Records {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use phos_protocol::cudart::FunctionId;
 
     fn facts<'a>(
         created: &'a [(&'static str, u64)],
@@ -113,25 +115,25 @@ mod tests {
     #[test]
     fn creation_destruction_and_dependencies() {
         let r = Recorder::default();
-        r.record(FunctionId::PhosModuleLoad, 0, b"m", &facts(&[("module", 10)], &[], &[]));
-        r.record(FunctionId::PhosModuleGetFunction, 0, b"f", &facts(&[("function", 20)], &[], &[10]));
-        r.record(FunctionId::CudaMalloc, 0, b"a", &facts(&[("device_memory", 0x6000)], &[], &[]));
-        r.record(FunctionId::CudaStreamCreate, 0, b"s", &facts(&[("stream", 30)], &[], &[]));
+        r.record(Function::Cudart(FunctionId::PhosModuleLoad), 0, b"m", &facts(&[("module", 10)], &[], &[]));
+        r.record(Function::Cudart(FunctionId::PhosModuleGetFunction), 0, b"f", &facts(&[("function", 20)], &[], &[10]));
+        r.record(Function::Cudart(FunctionId::CudaMalloc), 0, b"a", &facts(&[("device_memory", 0x6000)], &[], &[]));
+        r.record(Function::Cudart(FunctionId::CudaStreamCreate), 0, b"s", &facts(&[("stream", 30)], &[], &[]));
         assert_eq!(r.live().len(), 4);
         // Freeing memory drops its record.
-        r.record(FunctionId::CudaFree, 0, b"", &facts(&[], &[("device_memory", 0x6000)], &[]));
+        r.record(Function::Cudart(FunctionId::CudaFree), 0, b"", &facts(&[], &[("device_memory", 0x6000)], &[]));
         assert_eq!(r.live().len(), 3);
         // Unloading the module drops its functions too.
-        r.record(FunctionId::PhosModuleUnload, 0, b"", &facts(&[], &[("module", 10)], &[]));
+        r.record(Function::Cudart(FunctionId::PhosModuleUnload), 0, b"", &facts(&[], &[("module", 10)], &[]));
         let live = r.live();
         assert_eq!(live.len(), 1);
-        assert_eq!(live[0].function, FunctionId::CudaStreamCreate);
+        assert_eq!(live[0].function, Function::Cudart(FunctionId::CudaStreamCreate));
         // A zero-size allocation (null pointer) creates nothing.
-        r.record(FunctionId::CudaMalloc, 0, b"z", &facts(&[("device_memory", 0)], &[], &[]));
+        r.record(Function::Cudart(FunctionId::CudaMalloc), 0, b"z", &facts(&[("device_memory", 0)], &[], &[]));
         assert_eq!(r.live().len(), 1);
         // A device reset forgets everything.
         r.record(
-            FunctionId::CudaDeviceReset,
+            Function::Cudart(FunctionId::CudaDeviceReset),
             0,
             b"",
             &RecordFacts { created: &[], destroyed: &[], depends_on: &[], global: true },
@@ -142,8 +144,8 @@ mod tests {
     #[test]
     fn a_module_loaded_twice_is_recorded_once() {
         let r = Recorder::default();
-        r.record(FunctionId::PhosModuleLoad, 0, b"m", &facts(&[("module", 10)], &[], &[]));
-        r.record(FunctionId::PhosModuleLoad, 0, b"m", &facts(&[("module", 10)], &[], &[]));
+        r.record(Function::Cudart(FunctionId::PhosModuleLoad), 0, b"m", &facts(&[("module", 10)], &[], &[]));
+        r.record(Function::Cudart(FunctionId::PhosModuleLoad), 0, b"m", &facts(&[("module", 10)], &[], &[]));
         assert_eq!(r.live().len(), 1);
     }
 }

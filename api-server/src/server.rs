@@ -10,16 +10,16 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-
+use phos_protocol::apis::{Api, Function};
 use phos_protocol::cudart::{self, FunctionId};
 use phos_protocol::frame::{FLAG_ASYNC, FLAG_MEASURE, FrameHeader, FrameKind, MAX_BARRIER_IDS};
 use phos_protocol::handshake::TransportKind;
-use phos_protocol::handshake::{Attach, UsageReport, Welcome};
+use phos_protocol::handshake::{Attach, UsageReport, Welcome, check_apis};
 use phos_protocol::log_limit::GUEST_LINES;
 use phos_protocol::shm::ShmTransport;
 use phos_protocol::staging::Staging;
 use phos_protocol::transport::{Transport, TransportError, UnixTransport};
-use phos_protocol::{CudaError, Rejection};
+use phos_protocol::{ApiStatus, CudaError, Rejection};
 
 use crate::dispatch;
 use crate::ordering::AsyncLedger;
@@ -125,8 +125,8 @@ enum HandshakeError {
     Decode(bincode::error::DecodeError),
     #[error("expected a Hello frame, got {0:?}")]
     NotHello(FrameKind),
-    #[error("spec mismatch: guest {guest:016x}, server {server:016x}")]
-    Spec { guest: u64, server: u64 },
+    #[error("{0}")]
+    Apis(phos_protocol::handshake::ApiMismatch),
     #[error("channel for session {asked} reached session {this}")]
     Session { asked: u64, this: u64 },
 }
@@ -208,9 +208,7 @@ impl ApiServer {
             Err(e) => Err(HandshakeError::Transport(e)),
         };
         let attach = match attach {
-            Ok(a) if a.spec_hash != cudart::SPEC_HASH => {
-                Err(HandshakeError::Spec { guest: a.spec_hash, server: cudart::SPEC_HASH })
-            }
+            Ok(a) if let Err(e) = check_apis(&a.apis, "the guest library") => Err(HandshakeError::Apis(e)),
             Ok(a) if a.session != session.id => Err(HandshakeError::Session { asked: a.session, this: session.id }),
             other => other,
         };
@@ -314,11 +312,8 @@ impl ApiServer {
                 crate::guest_warn!(session.id, "channel {channel}: call for session {} on this channel", h.session);
                 CudaError::InvalidValue.0
             } else {
-                match FunctionId::from_u32(h.function) {
-                    None => {
-                        crate::guest_warn!(session.id, "channel {channel}: unknown function id {}", h.function);
-                        CudaError::InvalidValue.0
-                    }
+                match Function::from_wire(h.api, h.function) {
+                    None => Self::unknown_function(session.id, channel, h.api, h.function),
                     Some(id) => {
                         // Device printf output rides with the calls that flush it: a
                         // synchronising call delivers what the work before it printed, an
@@ -330,7 +325,7 @@ impl ApiServer {
                         if info.device_output && info.is_async && !is_async {
                             printed = session.output.take();
                         }
-                        activity.store(id as u32 + 1, Ordering::Relaxed);
+                        activity.store(id.policy_id() + 1, Ordering::Relaxed);
                         let status = match self.call_on(
                             id,
                             h.device,
@@ -339,10 +334,10 @@ impl ApiServer {
                             staging.as_ref(),
                             h.flags & FLAG_MEASURE != 0,
                         ) {
-                            Ok(()) => cudart::SUCCESS,
-                            Err(e) => {
+                            Ok(()) => 0,
+                            Err(code) => {
                                 out.clear();
-                                e.0
+                                code
                             }
                         };
                         activity.store(0, Ordering::Relaxed);
@@ -396,6 +391,7 @@ impl ApiServer {
                 continue;
             }
             let mut r = FrameHeader::new(FrameKind::Reply);
+            r.api = h.api;
             r.function = h.function;
             r.session = session.id;
             r.call_id = h.call_id;
@@ -443,24 +439,50 @@ impl ApiServer {
         }
     }
 
-    /// Run one call on this session.
-    pub fn call(&self, id: FunctionId, device: i32, payload: &[u8], out: &mut Vec<u8>) -> Result<(), CudaError> {
-        self.call_on(id, device, payload, out, None, false)
+    /// A call of a function this build does not have: a retired one (named, answered as
+    /// not supported by its API), one of an API it does not serve, or a made-up id.
+    fn unknown_function(session: u64, channel: u64, api: u16, function: u32) -> i32 {
+        let Some(known) = Api::from_id(api) else {
+            crate::guest_warn!(session, "channel {channel}: a call of API id {api}, which this server does not serve");
+            return CudaError::InvalidValue.0;
+        };
+        match known.retired().iter().find(|(id, _)| *id == function) {
+            Some((_, name)) => {
+                crate::guest_warn!(session, "channel {channel}: {name} (`{}` id {function}) is retired", known.name());
+                known.not_supported()
+            }
+            None => {
+                crate::guest_warn!(session, "channel {channel}: unknown `{}` function id {function}", known.name());
+                known.invalid_value()
+            }
+        }
     }
 
-    /// Run one call that came on a channel with this staging region.
+    /// Run one call on this session. The error is a status of the function's API.
+    pub fn call(
+        &self,
+        id: impl Into<Function>,
+        device: i32,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), CudaError> {
+        self.call_on(id.into(), device, payload, out, None, false).map_err(CudaError)
+    }
+
+    /// Run one call that came on a channel with this staging region; the error is a status of
+    /// the function's API.
     fn call_on(
         &self,
-        id: FunctionId,
+        id: Function,
         device: i32,
         payload: &[u8],
         out: &mut Vec<u8>,
         staging: Option<&Arc<Staging>>,
         measure: bool,
-    ) -> Result<(), CudaError> {
+    ) -> Result<(), i32> {
         let result = self.run(id, device, payload, out, staging, measure);
         if result.is_err()
-            && id == FunctionId::PhosMemcpyStaged
+            && id == Function::Cudart(FunctionId::PhosMemcpyStaged)
             && let Some(st) = staging
         {
             // Refused before (or while) its data moved: the guest is waiting on the slots,
@@ -470,15 +492,17 @@ impl ApiServer {
         result
     }
 
+    /// Run a call. The checks before its API's dispatch answer codes that the runtime and the
+    /// driver API share (a sticky error, an invalid device), as the backends' errors do.
     fn run(
         &self,
-        id: FunctionId,
+        id: Function,
         device: i32,
         payload: &[u8],
         out: &mut Vec<u8>,
         staging: Option<&Arc<Staging>>,
         measure: bool,
-    ) -> Result<(), CudaError> {
+    ) -> Result<(), i32> {
         let session = self.session();
         let in_flight = session.quiesce.enter();
         if session.is_frozen() {
@@ -489,46 +513,68 @@ impl ApiServer {
             }
         }
         if let Some(e) = session.sticky_error() {
-            return Err(e);
+            return Err(e.0);
         }
         if device < 0 || device >= session.backend().device_count() {
             crate::guest_warn!(session.id, "{}: call names device {device}", id.name());
-            return Err(CudaError::InvalidDevice);
+            return Err(CudaError::InvalidDevice.0);
         }
-        session.backend().bind(device)?;
+        session.backend().bind(device).map_err(|e| e.0)?;
         let mut cx = CallCx::new(device);
         cx.staging = staging.cloned();
         cx.measure = measure;
         cx.function = Some(id);
-        let result = catch_unwind(AssertUnwindSafe(|| dispatch::dispatch(session.as_ref(), &cx, id, payload, out)));
-        match result {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(rejection)) => {
-                let code = rejection.code();
-                match &rejection {
-                    Rejection::Failed(CudaError::InvalidResourceHandle) => crate::guest_warn!(
-                        session.id,
-                        "{}: a handle that is not one of the session's (or not of the kind the call takes)",
-                        id.name()
-                    ),
-                    Rejection::Failed(_) => tracing::debug!(session = session.id, "{}: {rejection}", id.name()),
-                    r if r.is_guest_fault() => crate::guest_warn!(session.id, "{}: {rejection}", id.name()),
-                    _ => {
-                        // A server bug, but the guest's calls trigger it: bounded as well.
-                        if let Some(dropped) = GUEST_LINES.admit(&session.id.to_string()) {
-                            tracing::error!(session = session.id, dropped, "{}: {rejection}", id.name());
-                        }
-                    }
-                }
-                session.note_error(code);
-                Err(code)
+        let s = session.as_ref();
+        let result = catch_unwind(AssertUnwindSafe(|| match id {
+            Function::Cudart(f) => Self::outcome(s, f.name(), dispatch::cudart::dispatch(s, &cx, f, payload, out)),
+            Function::Cuda(f) => Self::outcome(s, f.name(), dispatch::cuda::dispatch(s, &cx, f, payload, out)),
+        }));
+        result.unwrap_or_else(|_| {
+            if let Some(dropped) = GUEST_LINES.admit(&session.id.to_string()) {
+                tracing::error!(session = session.id, dropped, "{}: internal error (panic)", id.name());
             }
-            Err(_) => {
+            Err(id.api().internal_error())
+        })
+    }
+
+    /// What a dispatch's rejection answers (a status of the call's API), and the log line it
+    /// is worth.
+    fn outcome<S: ApiStatus>(session: &Session, name: &str, result: Result<(), Rejection<S>>) -> Result<(), i32> {
+        let Err(rejection) = result else { return Ok(()) };
+        let code = rejection.code().code();
+        match &rejection {
+            // The same number in the runtime (cudaErrorInvalidResourceHandle) and the driver
+            // API (CUDA_ERROR_INVALID_HANDLE).
+            Rejection::Failed(c) if c.code() == CudaError::InvalidResourceHandle.0 => crate::guest_warn!(
+                session.id,
+                "{name}: a handle that is not one of the session's (or not of the kind the call takes)"
+            ),
+            Rejection::Failed(_) => tracing::debug!(session = session.id, "{name}: {rejection}"),
+            r if r.is_guest_fault() => crate::guest_warn!(session.id, "{name}: {rejection}"),
+            _ => {
+                // A server bug, but the guest's calls trigger it: bounded as well.
                 if let Some(dropped) = GUEST_LINES.admit(&session.id.to_string()) {
-                    tracing::error!(session = session.id, dropped, "{}: internal error (panic)", id.name());
+                    tracing::error!(session = session.id, dropped, "{name}: {rejection}");
                 }
-                Err(CudaError::Unknown)
             }
         }
+        // Sticky errors have the same numbers in the runtime and the driver API.
+        session.note_error(CudaError(code));
+        Err(code)
+    }
+}
+
+/// Run one recorded call through its API's dispatch, as a restore replays it; a rejection is
+/// said in words.
+pub(crate) fn replay(
+    session: &Session,
+    cx: &CallCx,
+    f: Function,
+    payload: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    match f {
+        Function::Cudart(id) => dispatch::cudart::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string()),
+        Function::Cuda(id) => dispatch::cuda::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string()),
     }
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use phos_protocol::cudart::RESOURCES;
+use phos_protocol::apis::RESOURCES;
 use phos_protocol::handshake::UsageReport;
 use phos_protocol::limits::{LimitKind, SessionLimits};
 use phos_protocol::spec::ResourceKind;

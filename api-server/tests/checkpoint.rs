@@ -8,7 +8,7 @@ use std::sync::Arc;
 use phos_api_server::backend::emu::EmuBackend;
 use phos_api_server::checkpoint::{Bounds, Progress};
 use phos_api_server::control::SessionFactory;
-use phos_api_server::dispatch::dispatch;
+use phos_api_server::dispatch::cudart::dispatch;
 use phos_api_server::output::DeviceOutput;
 use phos_api_server::service::{CallCx, Session};
 use phos_checkpoint::engine::{CallHook, Intercept, PendingMemory, TrackWrites, Within};
@@ -81,7 +81,8 @@ fn restore(dir: &std::path::Path, base: u64) -> Result<(Session, SessionMeta, Re
 
 fn call<R: RemoteCall>(s: &Session, req: &R) -> R::Reply {
     let mut out = Vec::new();
-    dispatch(s, &CallCx::new(0), R::FUNCTION, &phos_protocol::encode(req), &mut out)
+    let phos_protocol::apis::Function::Cudart(id) = R::FUNCTION else { panic!("{} is no runtime call", R::FUNCTION) };
+    dispatch(s, &CallCx::new(0), id, &phos_protocol::encode(req), &mut out)
         .unwrap_or_else(|e| panic!("{:?}: {e}", R::FUNCTION));
     phos_protocol::decode(&out).unwrap()
 }

@@ -33,8 +33,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Condvar, Mutex, RwLock};
+use phos_protocol::CudaError;
 use phos_protocol::spec::CallAccess;
-use phos_protocol::{CudaError, Rejection};
 
 use crate::report::{CheckpointSummary, Progress, RestoreSummary, Waiting};
 use crate::{
@@ -62,14 +62,14 @@ pub enum CrError {
     Device { what: String, error: CudaError },
     // What a server's own checks of an image refuse (besides an impossible session,
     // `ImageError::Impossible`).
-    #[error("the image was taken by a server of another API spec ({image:016x}, this one {server:016x})")]
-    OtherSpec { image: u64, server: u64 },
+    #[error(transparent)]
+    OtherApis(#[from] phos_protocol::handshake::ApiMismatch),
     #[error("the image records `{0}`, which this server does not know")]
     UnknownFunction(String),
     #[error("device {device} does not exist here ({devices} devices)")]
     NoSuchDevice { device: i32, devices: i32 },
-    #[error("replaying {function}: {rejection}")]
-    Replay { function: String, rejection: Rejection },
+    #[error("replaying {function}: {reason}")]
+    Replay { function: String, reason: String },
     #[error("allocation {addr:#x} was not recreated")]
     NotRecreated { addr: u64 },
     #[error("variable {name} has {size} bytes, the image {image}")]

@@ -5,8 +5,9 @@
 pub struct Manifest {
     /// [`FORMAT_VERSION`](crate::FORMAT_VERSION) (set by the writer).
     pub format: u32,
-    /// Hash of the API spec the session spoke; a server of another spec refuses the image.
-    pub spec_hash: u64,
+    /// The APIs of the server that took the image, with their wire versions and hashes: a
+    /// server restores it only if it serves each (the records are calls of these APIs).
+    pub apis: Vec<ImageApi>,
     /// When the checkpoint was taken (milliseconds since the Unix epoch).
     pub created_ms: u64,
     pub session: SessionMeta,
@@ -17,6 +18,17 @@ pub struct Manifest {
     pub records: Vec<Record>,
     /// Device memory ranges and where their contents are.
     pub memory: Vec<MemoryRegion>,
+}
+
+/// One API the session's server spoke.
+#[derive(Debug, Clone, Default, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct ImageApi {
+    /// The API's id (a record's `api`).
+    pub id: u16,
+    pub name: String,
+    /// Its wire version and the hash of its wire facts.
+    pub version: u32,
+    pub hash: u64,
 }
 
 /// Who the session was.
@@ -41,7 +53,9 @@ pub struct SessionMeta {
 /// One recorded call: what the spec's `obj_record` descriptors say to keep.
 #[derive(Debug, Clone, PartialEq, Eq, bincode::Encode, bincode::Decode)]
 pub struct Record {
-    /// Spec function id and name (the name guards against a different spec).
+    /// The API (an id of [`Manifest::apis`]), the function's id in it and its name (the name
+    /// guards against a different spec).
+    pub api: u16,
     pub function: u32,
     pub name: String,
     /// Device the call was made on.

@@ -51,8 +51,9 @@ pub use stream::{StreamReader, StreamWriter};
 
 /// Magic at the start of a manifest file.
 pub const MAGIC: &[u8; 8] = b"PHOSIMG\0";
-/// The format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format this build writes and reads. Version 2 records the APIs of the session and
+/// each record's API; version 1 (one spec hash, records of the runtime API only) is refused.
+pub const FORMAT_VERSION: u32 = 2;
 /// File names inside an image directory.
 pub const MANIFEST_FILE: &str = "manifest";
 pub const MEMORY_FILE: &str = "memory";
@@ -82,6 +83,8 @@ pub mod bounds {
     pub const EPOCH: u64 = 1 << 48;
     /// Devices of one session.
     pub const DEVICES: usize = 64;
+    /// APIs a session speaks.
+    pub const APIS: usize = 64;
     /// Lengths of names: a tenant, a function, an object kind, a module variable, a device.
     pub const TENANT: usize = 256;
     pub const NAME: usize = 1024;
@@ -103,7 +106,11 @@ pub enum ImageError {
     NotAStream,
     #[error("the image stream: {0}")]
     Stream(io::Error),
-    #[error("image format version {found}; this build reads version {FORMAT_VERSION}")]
+    #[error(
+        "image format version {found}, which this build cannot read (it reads version {FORMAT_VERSION}{}): restore it \
+         with a build of the version that took it",
+        if *found == 1 { "; version 1 images come from builds before images named the versions of their APIs" } else { "" }
+    )]
     Version { found: u32 },
     #[error("the image is truncated: {0}")]
     Truncated(String),
@@ -558,10 +565,21 @@ pub fn check_meaning(m: &Manifest) -> Result<(), ImageError> {
             return bad(format!("the {kind} counter is {next}: handles number their objects from 1 to 2^48"));
         }
     }
+    if m.apis.is_empty() || m.apis.len() > APIS {
+        return bad(format!("{} APIs", m.apis.len()));
+    }
+    for (i, a) in m.apis.iter().enumerate() {
+        if a.name.is_empty() || a.name.len() > NAME || m.apis[..i].iter().any(|b| b.id == a.id) {
+            return bad(format!("API {:?} (id {}) is named twice or badly", a.name, a.id));
+        }
+    }
     if m.records.len() > RECORDS {
         return bad(format!("{} records", m.records.len()));
     }
     for r in &m.records {
+        if !m.apis.iter().any(|a| a.id == r.api) {
+            return bad(format!("a record of {:?} of API id {}, which the image does not name", r.name, r.api));
+        }
         if r.name.len() > NAME || r.creates.len() > CREATES_PER_RECORD || r.creates.iter().any(|(k, _)| k.len() > NAME)
         {
             return bad(format!("a record of {:?} with {} created objects", r.name, r.creates.len()));

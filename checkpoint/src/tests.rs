@@ -2,7 +2,7 @@ use super::*;
 
 fn sample_manifest() -> Manifest {
     Manifest {
-        spec_hash: 0x1234,
+        apis: vec![ImageApi { id: 0, name: "cudart".into(), version: 1, hash: 0x1234 }],
         created_ms: 1,
         session: SessionMeta {
             id: 7,
@@ -16,6 +16,7 @@ fn sample_manifest() -> Manifest {
         },
         handle_counters: vec![("stream".into(), 5)],
         records: vec![Record {
+            api: 0,
             function: 3,
             name: "cudaMalloc".into(),
             device: 0,
@@ -129,9 +130,13 @@ fn another_version_is_refused() {
     write(dir.path(), Compression::None);
     let path = dir.path().join(MANIFEST_FILE);
     let mut bytes = std::fs::read(&path).unwrap();
-    bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
-    std::fs::write(&path, &bytes).unwrap();
-    assert!(matches!(Image::open(dir.path()), Err(ImageError::Version { found: 2 })));
+    for (found, says) in [(1u32, "version 1 images come from builds before"), (3, "it reads version 2")] {
+        bytes[8..12].copy_from_slice(&found.to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        let e = Image::open(dir.path()).err().expect("refused");
+        assert!(matches!(e, ImageError::Version { found: f } if f == found), "{e}");
+        assert!(e.to_string().contains(says), "{e}");
+    }
 }
 
 #[test]
@@ -364,8 +369,11 @@ fn a_length_in_the_manifest_cannot_make_the_reader_allocate() {
     // `checkpoint_image` fuzz target): refused before the string is allocated, where the
     // 4 GiB decode limit alone let it be allocated first and found missing after.
     let dir = tempfile::tempdir().unwrap();
-    let mut body = bincode::encode_to_vec(sample_manifest(), config()).unwrap();
-    let at = 4 + 8 + 8 + 8 + 16;
+    let manifest = sample_manifest();
+    let mut body = bincode::encode_to_vec(&manifest, config()).unwrap();
+    // The format, the APIs, the time, then the session's id and token.
+    let apis = bincode::encode_to_vec(&manifest.apis, config()).unwrap().len();
+    let at = 4 + apis + 8 + 8 + 16;
     assert_eq!(body[at..at + 8], 5u64.to_le_bytes(), "the tenant's length");
     body[at..at + 8].copy_from_slice(&0x9a00_0000u64.to_le_bytes());
     forge_body(dir.path(), &body);

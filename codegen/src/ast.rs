@@ -27,11 +27,24 @@ pub struct SpecFile {
     pub items: Vec<Item>,
 }
 
+/// `@id(17)`, `@version(2)`: a number attached to the declaration that follows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attr {
+    pub name: Ident,
+    pub value: i128,
+    pub span: Span,
+}
+
 /// One top-level declaration.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Item {
-    /// `api cudart;`
-    Api(Ident),
+    /// `@id(0) @version(1) api cudart;`
+    Api { name: Ident, attrs: Vec<Attr> },
+    /// `@id(42) retired cudaThreadExit;`: a function id that was carried once and may never
+    /// be given to another function.
+    Retired { name: Ident, attrs: Vec<Attr> },
+    /// `@id(7) handle_kind stream;`: a kind of API object, with the tag its handles carry.
+    HandleKind { name: Ident, attrs: Vec<Attr> },
     /// `coverage_note "...";` a paragraph for the coverage document.
     CoverageNote(String),
     /// `continuous_rc device_memory;` / `instantaneous_rc kernel_launches;` /
@@ -48,8 +61,9 @@ pub enum Item {
     /// `utility(guest) size_t device_symbol_size(const void *symbol);`
     Utility { side: Ident, decl: Prototype },
     /// `alias cudaGetDeviceProperties_v2 = cudaGetDeviceProperties;`
-    /// `alias A = F;` or `alias A = F per_thread_stream;`
-    Alias { name: Ident, target: Ident, per_thread_stream: bool },
+    /// `alias A = F;` or `alias A = F per_thread_stream(cudaStreamPerThread);`, where a null
+    /// stream argument stands for that constant.
+    Alias { name: Ident, target: Ident, per_thread_stream: Option<Ident> },
     /// A C prototype with its descriptor block.
     Function(FunctionDecl),
 }
@@ -79,8 +93,12 @@ pub enum TypeDesc {
     /// `struct;` a C struct only hand-written guest code reads or writes; exports take it by
     /// pointer as `void *`.
     Struct,
-    /// `return_code;` the type every function returns its status in.
-    ReturnCode,
+    /// `return_code(CudaError);` the type every function returns its status in, and the
+    /// name of the Rust type generated for it.
+    ReturnCode(Option<Ident>),
+    /// `invalid_value(E);`, `internal_error(E);`, `no_device(E);`, `session_lost(E);` on the
+    /// return code type: the error a call gets when Phos itself fails it for that reason.
+    Failure { reason: Ident, error: Ident },
     /// `success(cudaSuccess);` the success value of a return-code type.
     Success(Ident),
     /// `not_supported(cudaErrorNotSupported);` what unsupported functions return.
@@ -157,6 +175,8 @@ pub struct Prototype {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct FunctionDecl {
+    /// `@id(N)` before the prototype: the function's wire id.
+    pub attrs: Vec<Attr>,
     pub proto: Prototype,
     pub body: Vec<FnDesc>,
     pub span: Span,

@@ -8,30 +8,45 @@ use crate::diag::{Diagnostic, line_col};
 use crate::model::ErrorEntry;
 use crate::model::*;
 
-/// Check a parsed spec. `source` is only used for line numbers and the spec hash.
+/// Check a parsed spec. `source` is only used for line numbers.
 pub fn check(spec: &SpecFile, source: &str) -> Result<Api, Vec<Diagnostic>> {
     let mut cx = Checker { source, diags: Vec::new(), ..Default::default() };
     cx.collect_declarations(spec);
     let functions = cx.check_functions(spec);
     if cx.diags.is_empty() {
-        Ok(Api {
+        let mut api = Api {
             name: cx.api_name.clone().unwrap_or_default(),
-            spec_hash: fnv1a(source.as_bytes()),
-            resources: cx.resources.values().cloned().collect(),
+            id: cx.api_id,
+            version: cx.api_version,
+            spec_hash: 0,
+            accepted_hashes: Vec::new(),
+            legacy_text_hashes: Vec::new(),
+            resources: cx.resource_order.iter().filter_map(|n| cx.resources.get(n).cloned()).collect(),
             types: cx.types.clone(),
             enums: cx.enums.clone(),
             constants: cx.constants.clone(),
             errors: cx.errors.clone().expect("checked"),
             utilities: cx.utilities.values().cloned().collect(),
+            handle_kinds: cx
+                .handle_kinds
+                .iter()
+                .map(|(n, (id, _))| HandleKindDecl { name: n.clone(), id: *id })
+                .collect(),
+            retired: cx.retired.iter().map(|(id, (name, _))| Retired { id: *id, name: name.clone() }).collect(),
             functions,
             coverage_notes: cx.coverage_notes.clone(),
-        })
+        };
+        api.handle_kinds.sort_by_key(|k| k.id);
+        api.spec_hash = crate::wire_facts::WireFacts::of(&api).hash();
+        Ok(api)
     } else {
         Err(cx.diags)
     }
 }
 
-fn fnv1a(bytes: &[u8]) -> u64 {
+/// FNV-1a of a spec's text: what builds from before explicit function ids sent as the spec's
+/// identity (`Hello` of handshake version 1). Kept to recognise those guests.
+pub fn legacy_text_hash(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in bytes {
         h ^= u64::from(b);
@@ -40,19 +55,43 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     h
 }
 
+/// The largest handle kind id: a handle's top 16 bits are `0x7e00 | id`.
+pub const MAX_HANDLE_KIND_ID: i128 = 0xff;
+
 #[derive(Default)]
 struct Checker<'s> {
     source: &'s str,
     diags: Vec<Diagnostic>,
     api_name: Option<String>,
+    api_id: u16,
+    api_version: u32,
+    /// Declared handle kinds: name -> (id, where).
+    handle_kinds: BTreeMap<String, (u16, Span)>,
+    /// Retired function ids: id -> (name, where).
+    retired: BTreeMap<u32, (String, Span)>,
+    /// One past the largest function id the spec gives or retires (what an error suggests).
+    next_free_id: u32,
+    /// Handle kinds named by `handle(...)` types, checked once every kind is declared.
+    handle_uses: Vec<Ident>,
     resources: BTreeMap<String, Resource>,
+    /// Resource names in declaration order: a resource's index on the wire and in policies.
+    resource_order: Vec<String>,
     types: BTreeMap<String, NamedType>,
     enums: Vec<EnumDef>,
     constants: BTreeMap<String, i64>,
     errors: Option<ErrorTable>,
     utilities: BTreeMap<String, Utility>,
-    aliases: Vec<(Ident, Ident, bool)>,
+    aliases: Vec<(Ident, Ident, Option<Ident>)>,
     coverage_notes: Vec<String>,
+}
+
+/// The `return_code` type's declaration, until the errors table is known.
+struct ReturnCodeDecl {
+    ty: Ident,
+    rust: Option<Ident>,
+    success: Option<Ident>,
+    not_supported: Option<Ident>,
+    failures: Vec<(Ident, Ident)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,26 +116,98 @@ impl<'s> Checker<'s> {
         self.diags.push(Diagnostic::new(span, msg));
     }
 
+    /// The `@` attributes of a declaration, by name; each must be one of `allowed`, given
+    /// once, and every one of `required` must be there (`what` names the declaration).
+    fn attrs(
+        &mut self,
+        attrs: &[Attr],
+        allowed: &[&str],
+        required: &[&str],
+        what: &str,
+        at: Span,
+    ) -> BTreeMap<String, (i128, Span)> {
+        let mut found: BTreeMap<String, (i128, Span)> = BTreeMap::new();
+        for a in attrs {
+            if !allowed.contains(&a.name.name.as_str()) {
+                self.err(
+                    a.span,
+                    format!("`@{}` does not apply to {what} (it takes {})", a.name.name, allowed.join(", ")),
+                );
+            } else if found.insert(a.name.name.clone(), (a.value, a.span)).is_some() {
+                self.err(a.span, format!("`@{}` given twice", a.name.name));
+            }
+        }
+        for r in required {
+            if !found.contains_key(*r) {
+                self.err(at, format!("{what} needs `@{r}(<n>)` before it"));
+            }
+        }
+        found
+    }
+
+    /// An attribute's value as an integer of type `T` within `range`, or an error at it.
+    fn attr_value<T: TryFrom<i128>>(
+        &mut self,
+        attr: Option<&(i128, Span)>,
+        range: std::ops::RangeInclusive<i128>,
+        what: &str,
+    ) -> Option<T> {
+        let (v, span) = attr?;
+        if !range.contains(v) {
+            self.err(*span, format!("{what} must be in {}..={}", range.start(), range.end()));
+            return None;
+        }
+        T::try_from(*v).ok()
+    }
+
     // -----------------------------------------------------------------------------------------
     // Declarations
     // -----------------------------------------------------------------------------------------
 
     fn collect_declarations(&mut self, spec: &SpecFile) {
-        let mut return_code: Option<(Ident, Option<Ident>, Option<Ident>)> = None;
+        let mut return_code: Option<ReturnCodeDecl> = None;
         let mut error_items = Vec::new();
         let mut exhausted_errors: Vec<Ident> = Vec::new();
         for item in &spec.items {
             match item {
                 Item::CoverageNote(text) => self.coverage_notes.push(text.clone()),
-                Item::Api(name) => {
+                Item::Api { name, attrs } => {
                     if self.api_name.is_some() {
                         self.err(name.span, "second `api` declaration");
                     }
                     self.api_name = Some(name.name.clone());
+                    let found = self.attrs(attrs, &["id", "version"], &["id", "version"], "`api`", name.span);
+                    self.api_id = self.attr_value(found.get("id"), 0..=i128::from(u16::MAX), "an API id").unwrap_or(0);
+                    self.api_version =
+                        self.attr_value(found.get("version"), 1..=i128::from(u32::MAX), "an API version").unwrap_or(1);
+                }
+                Item::Retired { name, attrs } => {
+                    let found = self.attrs(attrs, &["id"], &["id"], "`retired`", name.span);
+                    if let Some(id) = self.attr_value::<u32>(found.get("id"), 0..=i128::from(u32::MAX), "a function id")
+                        && self.retired.insert(id, (name.name.clone(), name.span)).is_some()
+                    {
+                        self.err(name.span, format!("function id {id} is retired twice"));
+                    }
+                }
+                Item::HandleKind { name, attrs } => {
+                    let found = self.attrs(attrs, &["id"], &["id"], "`handle_kind`", name.span);
+                    if let Some(id) =
+                        self.attr_value::<u16>(found.get("id"), 0..=MAX_HANDLE_KIND_ID, "a handle kind id")
+                    {
+                        if let Some((other, _)) = self.handle_kinds.iter().find(|(_, (i, _))| *i == id) {
+                            let other = other.clone();
+                            self.err(name.span, format!("handle kind id {id} is already `{other}`'s"));
+                        }
+                        if self.handle_kinds.insert(name.name.clone(), (id, name.span)).is_some() {
+                            self.err(name.span, format!("handle kind `{}` declared twice", name.name));
+                        }
+                    }
                 }
                 Item::Resource { kind, name, exhausted } => {
                     if self.resources.contains_key(&name.name) {
                         self.err(name.span, format!("resource `{}` declared twice", name.name));
+                    } else {
+                        self.resource_order.push(name.name.clone());
                     }
                     if let Some(e) = exhausted
                         && *kind != ResourceKind::Continuous
@@ -123,7 +234,7 @@ impl<'s> Checker<'s> {
                 Item::Errors { ty, entries } => error_items.push((ty, entries)),
                 Item::Utility { side, decl } => self.utility_decl(side, decl),
                 Item::Alias { name, target, per_thread_stream } => {
-                    self.aliases.push((name.clone(), target.clone(), *per_thread_stream))
+                    self.aliases.push((name.clone(), target.clone(), per_thread_stream.clone()))
                 }
                 Item::Function(_) => {}
             }
@@ -131,8 +242,16 @@ impl<'s> Checker<'s> {
         if self.api_name.is_none() {
             self.err(Span::default(), "the spec has no `api <name>;` declaration");
         }
+        for k in std::mem::take(&mut self.handle_uses) {
+            if !self.handle_kinds.contains_key(&k.name) {
+                self.err(
+                    k.span,
+                    format!("handle kind `{}` is not declared: add `@id(<n>) handle_kind {};`", k.name, k.name),
+                );
+            }
+        }
         // Error tables come last so that their names can be checked against the return code.
-        let Some((rc_name, success, not_supported)) = return_code else {
+        let Some(ReturnCodeDecl { ty: rc_name, rust, success, not_supported, failures }) = return_code else {
             self.err(Span::default(), "no type is declared `return_code`; functions need a status type");
             return;
         };
@@ -176,20 +295,43 @@ impl<'s> Checker<'s> {
         };
         let success = need(success, "success", self);
         let not_supported = need(not_supported, "not_supported", self);
+        let failure = |reason: &str, cx: &mut Self| {
+            let given = failures.iter().find(|(r, _)| r.name == reason).map(|(_, e)| e.clone());
+            need(given, reason, cx)
+        };
+        let failures = Failures {
+            invalid_value: failure("invalid_value", self),
+            internal_error: failure("internal_error", self),
+            no_device: failure("no_device", self),
+            session_lost: failure("session_lost", self),
+        };
         for e in exhausted_errors {
             need(Some(e), "exhausted", self);
         }
-        self.errors = Some(ErrorTable { ty: rc_name.name.clone(), success, not_supported, entries });
+        let rust_type = match rust {
+            Some(r) => r.name,
+            None => {
+                self.err(rc_name.span, "name the Rust type of the status: `return_code(<RustName>);`");
+                String::new()
+            }
+        };
+        self.errors =
+            Some(ErrorTable { ty: rc_name.name.clone(), rust_type, success, not_supported, failures, entries });
     }
 
-    /// Returns the return-code declaration (name, success, not_supported) when this is it.
-    fn type_decl(&mut self, name: &Ident, descs: &[TypeDesc]) -> Option<(Ident, Option<Ident>, Option<Ident>)> {
+    /// Returns the return-code declaration when this is it.
+    fn type_decl(&mut self, name: &Ident, descs: &[TypeDesc]) -> Option<ReturnCodeDecl> {
         let mut kind: Option<TypeKind> = None;
         let mut is_rc = false;
+        let mut rust = None;
         let (mut success, mut not_supported) = (None, None);
+        let mut failures: Vec<(Ident, Ident)> = Vec::new();
         for d in descs {
             let k = match d {
-                TypeDesc::Handle(k) => Some(TypeKind::Handle(k.name.clone())),
+                TypeDesc::Handle(k) => {
+                    self.handle_uses.push(k.clone());
+                    Some(TypeKind::Handle(k.name.clone()))
+                }
                 TypeDesc::Scalar(s) => match Scalar::from_name(&s.name) {
                     Some(sc) if !sc.is_float() => Some(TypeKind::Scalar(sc)),
                     _ => {
@@ -200,8 +342,13 @@ impl<'s> Checker<'s> {
                 TypeDesc::Pod { wire, size } => Some(TypeKind::Pod { wire: wire.name.clone(), size: *size as u64 }),
                 TypeDesc::AbiStruct(w) => Some(TypeKind::AbiStruct(w.name.clone())),
                 TypeDesc::Struct => Some(TypeKind::Struct),
-                TypeDesc::ReturnCode => {
+                TypeDesc::ReturnCode(r) => {
                     is_rc = true;
+                    rust = r.clone();
+                    None
+                }
+                TypeDesc::Failure { reason, error } => {
+                    failures.push((reason.clone(), error.clone()));
                     None
                 }
                 TypeDesc::Success(s) => {
@@ -235,10 +382,13 @@ impl<'s> Checker<'s> {
             if !matches!(self.types.get(&name.name).map(|t| &t.kind), Some(TypeKind::Scalar(Scalar::I32))) {
                 self.err(name.span, "the return code type must be `enum(i32)`");
             }
-            return Some((name.clone(), success, not_supported));
+            return Some(ReturnCodeDecl { ty: name.clone(), rust, success, not_supported, failures });
         }
-        if success.is_some() || not_supported.is_some() {
-            self.err(name.span, "`success`/`not_supported` only apply to the `return_code` type");
+        if success.is_some() || not_supported.is_some() || !failures.is_empty() {
+            self.err(
+                name.span,
+                "`success`, `not_supported` and the failure errors only apply to the `return_code` type",
+            );
         }
         None
     }
@@ -407,51 +557,88 @@ impl<'s> Checker<'s> {
     fn check_functions(&mut self, spec: &SpecFile) -> Vec<Function> {
         let mut out: Vec<Function> = Vec::new();
         let mut seen = BTreeSet::new();
+        let given = spec.items.iter().filter_map(|item| match item {
+            Item::Function(f) => f.attrs.iter().find(|a| a.name.name == "id").map(|a| a.value),
+            _ => None,
+        });
+        let max = given.chain(self.retired.keys().map(|&id| i128::from(id))).max();
+        self.next_free_id = max.map_or(0, |m| u32::try_from(m + 1).unwrap_or(u32::MAX));
         for item in &spec.items {
             let Item::Function(f) = item else { continue };
             if !seen.insert(f.proto.name.name.clone()) {
                 self.err(f.proto.name.span, format!("function `{}` declared twice", f.proto.name.name));
                 continue;
             }
-            if let Some(other) = out.iter().find(|o| camel(&o.name) == camel(&f.proto.name.name)) {
+            if let Some(other) = out
+                .iter()
+                .find(|o| camel(&o.name) == camel(&f.proto.name.name) || snake(&o.name) == snake(&f.proto.name.name))
+            {
                 self.err(
                     f.proto.name.span,
                     format!("`{}` and `{}` would get the same generated name", other.name, f.proto.name.name),
                 );
                 continue;
             }
-            let id = out.len() as u32;
+            let Some(id) = self.function_id(f, &out) else { continue };
             if let Some(func) = self.function(f, id) {
                 out.push(func);
             }
         }
         let aliases = std::mem::take(&mut self.aliases);
         for (name, target, per_thread) in aliases {
-            if per_thread && !self.constants.contains_key(crate::emit::guest::PER_THREAD_STREAM) {
-                self.err(
-                    name.span,
-                    format!(
-                        "a `per_thread_stream` alias needs the constant `{}` (an enum value)",
-                        crate::emit::guest::PER_THREAD_STREAM
-                    ),
-                );
+            if let Some(c) = &per_thread
+                && !self.constants.contains_key(&c.name)
+            {
+                self.err(c.span, format!("`{}` is not a constant (an enum value) of the spec", c.name));
             }
             if seen.contains(&name.name) {
                 self.err(name.span, format!("alias `{}` is also declared as a function", name.name));
             }
             match out.iter_mut().find(|f| f.name == target.name) {
-                Some(f) if !f.internal => {
-                    if per_thread {
+                Some(f) if !f.internal => match per_thread {
+                    Some(c) => {
+                        if f.per_thread_stream.as_ref().is_some_and(|other| *other != c.name) {
+                            self.err(c.span, format!("`{}`'s per-thread aliases name different constants", f.name));
+                        }
+                        f.per_thread_stream = Some(c.name.clone());
                         f.per_thread_aliases.push(name.name.clone())
-                    } else {
-                        f.aliases.push(name.name.clone())
                     }
-                }
+                    None => f.aliases.push(name.name.clone()),
+                },
                 Some(_) => self.err(target.span, "internal functions are not exported and cannot have aliases"),
                 None => self.err(target.span, format!("alias of unknown function `{}`", target.name)),
             }
         }
         out
+    }
+
+    /// The function's wire id from its `@id(N)`: unique, and never a retired one.
+    fn function_id(&mut self, f: &FunctionDecl, earlier: &[Function]) -> Option<u32> {
+        let name = &f.proto.name;
+        let found = self.attrs(&f.attrs, &["id"], &[], "a function", name.span);
+        let Some(attr) = found.get("id") else {
+            let next = self.next_free_id;
+            self.err(
+                name.span,
+                format!("`{}` has no wire id: write `@id({next})` before it (the next id never used)", name.name),
+            );
+            return None;
+        };
+        let id: u32 = self.attr_value(Some(attr), 0..=i128::from(u32::MAX), "a function id")?;
+        if let Some(other) = earlier.iter().find(|g| g.id == id) {
+            let other = other.name.clone();
+            self.err(attr.1, format!("function id {id} is already `{other}`'s"));
+            return None;
+        }
+        if let Some((old, _)) = self.retired.get(&id) {
+            let old = old.clone();
+            self.err(
+                attr.1,
+                format!("function id {id} was `{old}`'s and is retired: ids are never given again; take a new one"),
+            );
+            return None;
+        }
+        Some(id)
     }
 
     fn function(&mut self, f: &FunctionDecl, id: u32) -> Option<Function> {
@@ -616,6 +803,7 @@ impl<'s> Checker<'s> {
                 fast_path,
                 aliases: Vec::new(),
                 per_thread_aliases: Vec::new(),
+                per_thread_stream: None,
                 objects,
             });
         }
@@ -660,6 +848,7 @@ impl<'s> Checker<'s> {
             fast_path,
             aliases: Vec::new(),
             per_thread_aliases: Vec::new(),
+            per_thread_stream: None,
             objects,
         };
         // Contextual values: guest-side, each may use parameters and earlier contextual values.
@@ -1184,10 +1373,14 @@ mod tests {
     use super::*;
 
     const PRELUDE: &str = r#"
-        api t;
+        @id(3) @version(1) api t;
         continuous_rc mem;
         instantaneous_rc launches;
-        type(err_t) { enum(i32); return_code; success(ok); not_supported(unsupported_err); }
+        type(err_t) {
+            enum(i32); return_code(Err); success(ok); not_supported(unsupported_err);
+            invalid_value(bad); internal_error(bad); no_device(bad); session_lost(bad);
+        }
+        @id(7) handle_kind stream;
         type(stream_t) { handle(stream); }
         type(dim3) { pod(Dim3, 12); }
         enum kind_t { K_IN = 1, K_OUT = 2, K_DEV = 3 };
@@ -1210,17 +1403,21 @@ mod tests {
     #[test]
     fn unsupported_functions_need_no_parameter_types_but_a_status() {
         let api =
-            check_src("err_t f(cudaMystery_t x, struct other *y) { unsupported; }\ncoverage_note \"hello\";").unwrap();
+            check_src("@id(1) err_t f(cudaMystery_t x, struct other *y) { unsupported; }\ncoverage_note \"hello\";")
+                .unwrap();
         assert_eq!(api.coverage_notes, ["hello"]);
-        expect_error("cudaMystery_t g(int x) { unsupported; }", "unknown type");
-        expect_error("err_t h(cudaMystery_t x) { }", "unknown type");
+        expect_error("@id(2) cudaMystery_t g(int x) { unsupported; }", "unknown type");
+        expect_error("@id(3) err_t h(cudaMystery_t x) { }", "unknown type");
     }
 
     #[test]
     fn per_thread_aliases_need_the_per_thread_constant() {
-        expect_error("err_t f(stream_t s);\nalias f_ptsz = f per_thread_stream;", "cudaStreamPerThread");
+        expect_error(
+            "@id(1) err_t f(stream_t s);\nalias f_ptsz = f per_thread_stream(cudaStreamPerThread);",
+            "cudaStreamPerThread",
+        );
         let api = check_src(
-            "enum special_t : u64 { cudaStreamPerThread = 2 };\nerr_t f(stream_t s);\nalias f_ptsz = f per_thread_stream;\nalias g = f;",
+            "enum special_t : u64 { cudaStreamPerThread = 2 };\n@id(1) err_t f(stream_t s);\nalias f_ptsz = f per_thread_stream(cudaStreamPerThread);\nalias g = f;",
         )
         .unwrap();
         let f = api.function("f").unwrap();
@@ -1233,7 +1430,7 @@ mod tests {
     #[test]
     fn accepts_a_complete_function() {
         let api = check_src(
-            r#"err_t copy(void *dst, const void *src, size_t n, enum kind_t k, stream_t s) {
+            r#"@id(4) err_t copy(void *dst, const void *src, size_t n, enum kind_t k, stream_t s) {
                 async; success(ok);
                 contextual_argument int w = where_is(dst);
                 precondition(n > 0, bad);
@@ -1241,7 +1438,7 @@ mod tests {
                 argument(dst) { if (k == K_OUT) { out; buffer(n); } else { device_pointer(n); } }
                 argument(src) { if (k == K_IN) { in; buffer(n); } else { device_pointer(n); } }
             }
-            err_t make(stream_t *s, void **p, size_t bytes) {
+            @id(5) err_t make(stream_t *s, void **p, size_t bytes) {
                 allocates_rc(mem, bytes);
                 argument(s) { out; element { allocate; obj_record; } }
                 argument(p) { out; element { device_pointer; allocate; } }
@@ -1261,36 +1458,39 @@ mod tests {
 
     #[test]
     fn pointer_without_direction() {
-        expect_error("err_t f(void *p) { }", "pointer argument `p` needs a description");
-        expect_error("err_t f(int *p) { argument(p) { null_ok; } }", "needs a direction");
+        expect_error("@id(1) err_t f(void *p) { }", "pointer argument `p` needs a description");
+        expect_error("@id(1) err_t f(int *p) { argument(p) { null_ok; } }", "needs a direction");
     }
 
     #[test]
     fn void_pointer_needs_a_buffer() {
-        expect_error("err_t f(void *p) { argument(p) { out; } }", "points to void");
+        expect_error("@id(1) err_t f(void *p) { argument(p) { out; } }", "points to void");
     }
 
     #[test]
     fn fast_path_only_on_remote_functions() {
-        let api = check_src("err_t f(size_t n) { fast_path(quick); }").unwrap();
+        let api = check_src("@id(1) err_t f(size_t n) { fast_path(quick); }").unwrap();
         assert_eq!(api.function("f").unwrap().fast_path.as_deref(), Some("quick"));
-        expect_error("err_t g(size_t n) { implemented_by(guest); fast_path(quick); }", "`fast_path` is for exported");
-        expect_error("err_t h(size_t n) { internal; fast_path(quick); }", "`fast_path` is for exported");
+        expect_error(
+            "@id(2) err_t g(size_t n) { implemented_by(guest); fast_path(quick); }",
+            "`fast_path` is for exported",
+        );
+        expect_error("@id(3) err_t h(size_t n) { internal; fast_path(quick); }", "`fast_path` is for exported");
     }
 
     #[test]
     fn unknown_type() {
-        expect_error("err_t f(cudaMystery_t x) { }", "unknown type `cudaMystery_t`");
+        expect_error("@id(1) err_t f(cudaMystery_t x) { }", "unknown type `cudaMystery_t`");
     }
 
     #[test]
     fn unknown_resource() {
-        expect_error("err_t f(size_t n) { consumes_rc(bandwidth, n); }", "unknown resource `bandwidth`");
+        expect_error("@id(1) err_t f(size_t n) { consumes_rc(bandwidth, n); }", "unknown resource `bandwidth`");
     }
 
     #[test]
     fn resource_of_the_wrong_kind() {
-        expect_error("err_t f(size_t n) { consumes_rc(mem, n); }", "does not apply");
+        expect_error("@id(1) err_t f(size_t n) { consumes_rc(mem, n); }", "does not apply");
     }
 
     #[test]
@@ -1300,7 +1500,7 @@ mod tests {
             "t.lapis",
             &src(
                 "continuous_rc mem exhausted(bad); measured_rc time;",
-                "err_t run(int n) { consumes_rc(launches, 1); consumes_rc(time, measured); }",
+                "@id(6) err_t run(int n) { consumes_rc(launches, 1); consumes_rc(time, measured); }",
             ),
         )
         .unwrap();
@@ -1314,8 +1514,8 @@ mod tests {
             assert!(e.contains(needle), "{e:?} does not mention {needle:?}");
         };
         let measured = "continuous_rc mem; measured_rc time;";
-        fails(measured, "err_t f(int n) { consumes_rc(time, n); }", "its amount is `measured`");
-        fails(measured, "err_t f(int n) { consumes_rc(launches, measured); }", "only a `measured_rc`");
+        fails(measured, "@id(1) err_t f(int n) { consumes_rc(time, n); }", "its amount is `measured`");
+        fails(measured, "@id(1) err_t f(int n) { consumes_rc(launches, measured); }", "only a `measured_rc`");
         fails(
             "continuous_rc mem; instantaneous_rc x exhausted(bad);",
             "",
@@ -1326,21 +1526,21 @@ mod tests {
 
     #[test]
     fn async_needs_success() {
-        expect_error("err_t f(int a) { async; }", "needs `success(<value>)`");
+        expect_error("@id(1) err_t f(int a) { async; }", "needs `success(<value>)`");
     }
 
     #[test]
     fn unknown_descriptor_and_argument() {
-        expect_error("err_t f(int a) { frobnicate; }", "unknown function descriptor `frobnicate`");
-        expect_error("err_t f(int a) { argument(b) { in; } }", "`b` is not a parameter");
-        expect_error("err_t f(int *a) { argument(a) { sideways; } }", "unknown value descriptor `sideways`");
+        expect_error("@id(1) err_t f(int a) { frobnicate; }", "unknown function descriptor `frobnicate`");
+        expect_error("@id(1) err_t f(int a) { argument(b) { in; } }", "`b` is not a parameter");
+        expect_error("@id(1) err_t f(int *a) { argument(a) { sideways; } }", "unknown value descriptor `sideways`");
     }
 
     #[test]
     fn server_side_expressions_must_be_on_the_wire() {
         // A buffer size computed from a guest-only utility cannot be checked by the server.
         expect_error(
-            "err_t f(void *p, const void *q) { argument(p) { out; buffer(where_is(q)); } argument(q) { local; } }",
+            "@id(1) err_t f(void *p, const void *q) { argument(p) { out; buffer(where_is(q)); } argument(q) { local; } }",
             "only use values that travel on the wire",
         );
     }
@@ -1348,37 +1548,94 @@ mod tests {
     #[test]
     fn conditions_choose_only_buffers() {
         expect_error(
-            "err_t f(int *p, int k) { argument(p) { if (k == 1) { out; } else { device_pointer; } } }",
+            "@id(1) err_t f(int *p, int k) { argument(p) { if (k == 1) { out; } else { device_pointer; } } }",
             "conditions can only choose",
         );
     }
 
     #[test]
     fn precondition_error_must_exist() {
-        expect_error("err_t f(int a) { precondition(a > 0, cudaErrorWhatever); }", "not an error of the errors table");
+        expect_error(
+            "@id(1) err_t f(int a) { precondition(a > 0, cudaErrorWhatever); }",
+            "not an error of the errors table",
+        );
     }
 
     #[test]
     fn expression_kinds() {
-        expect_error("err_t f(int a) { precondition(a + 1, bad); }", "must be a condition");
-        expect_error("err_t f(int a) { precondition(a && 1 == 1, bad); }", "wrong kind");
+        expect_error("@id(1) err_t f(int a) { precondition(a + 1, bad); }", "must be a condition");
+        expect_error("@id(1) err_t f(int a) { precondition(a && 1 == 1, bad); }", "wrong kind");
     }
 
     #[test]
     fn diagnostics_name_the_line() {
-        let err = check_src("\n\nerr_t f(void *p) { }").unwrap_err();
-        // The prelude ends on line 11; two blank lines, then the function on line 14.
-        assert!(err.contains("t.lapis:14:"), "{err}");
+        let err = check_src("\n\n@id(1) err_t f(void *p) { }").unwrap_err();
+        // The prelude ends on line 15; two blank lines, then the function on line 18.
+        assert!(err.contains("t.lapis:18:"), "{err}");
         assert!(err.contains("^"), "{err}");
     }
 
     #[test]
     fn guest_functions_take_no_descriptors() {
-        expect_error("err_t f(int *a) { implemented_by(guest); argument(a) { out; } }", "take no argument descriptors");
+        expect_error(
+            "@id(1) err_t f(int *a) { implemented_by(guest); argument(a) { out; } }",
+            "take no argument descriptors",
+        );
     }
 
     #[test]
     fn return_type_must_be_the_return_code() {
-        expect_error("int f(int a) { }", "must return `err_t`");
+        expect_error("@id(1) int f(int a) { }", "must return `err_t`");
+    }
+
+    #[test]
+    fn function_ids_are_given_unique_and_never_reused() {
+        let api = check_src("@id(9) err_t f(int a);\n@id(2) err_t g(int a);\n@id(4) retired h;").unwrap();
+        assert_eq!((api.function("f").unwrap().id, api.function("g").unwrap().id), (9, 2));
+        assert_eq!(api.retired, [Retired { id: 4, name: "h".into() }]);
+        // A function without an id is told the next one never used.
+        expect_error("@id(9) err_t f(int a);\n@id(12) retired h;\nerr_t g(int a);", "write `@id(13)` before it");
+        expect_error("@id(1) err_t f(int a);\n@id(1) err_t g(int a);", "function id 1 is already `f`'s");
+        expect_error("@id(4) retired h;\n@id(4) err_t g(int a);", "function id 4 was `h`'s and is retired");
+        expect_error("@id(4) retired h;\n@id(4) retired k;", "retired twice");
+        expect_error("@id(1) @version(2) err_t f(int a);", "`@version` does not apply to a function");
+        expect_error("@id(1) @id(2) err_t f(int a);", "`@id` given twice");
+        expect_error("@id(1) enum e_t { A = 1 };", "after `@` attributes");
+    }
+
+    #[test]
+    fn the_api_and_handle_kinds_carry_ids() {
+        let api = check_src("").unwrap();
+        assert_eq!((api.id, api.version), (3, 1));
+        assert_eq!(api.handle_kinds, [HandleKindDecl { name: "stream".into(), id: 7 }]);
+        let without = |from: &str, to: &str| {
+            let src = PRELUDE.replace(from, to);
+            crate::load("t.lapis", &src).map(|_| ()).unwrap_err().to_string()
+        };
+        assert!(without("@id(3) @version(1) api t;", "@id(3) api t;").contains("`api` needs `@version(<n>)`"));
+        assert!(without("@id(7) handle_kind stream;", "").contains("handle kind `stream` is not declared"));
+        assert!(
+            without("@id(7) handle_kind stream;", "@id(7) handle_kind stream; @id(7) handle_kind event;")
+                .contains("handle kind id 7 is already `stream`'s")
+        );
+        assert!(without("@id(7) handle_kind stream;", "@id(256) handle_kind stream;").contains("must be in 0..=255"));
+        assert!(without("session_lost(bad);", "").contains("needs `session_lost(<error>);`"));
+        assert!(without("return_code(Err);", "return_code;").contains("name the Rust type"));
+    }
+
+    /// What travels decides the hash: comments, coverage notes, preconditions and parameter
+    /// names do not; an id, a layout, an error code or a constant does.
+    #[test]
+    fn the_hash_is_of_the_wire_facts() {
+        let base = "@id(1) err_t f(size_t n) { precondition(n > 0, bad); }\n@id(2) err_t g(int *v) { argument(v) { out; } }\nenum kind_t2 { K = 1 };";
+        let hash = |body: &str| check_src(body).unwrap().spec_hash;
+        let h = hash(base);
+        assert_eq!(h, hash(&format!("// a comment\n{base}\ncoverage_note \"more\";")));
+        assert_eq!(h, hash(&base.replace("precondition(n > 0, bad);", "")));
+        assert_eq!(h, hash(&base.replace("size_t n) { precondition(n", "size_t count) { precondition(count")));
+        assert_ne!(h, hash(&base.replace("@id(2)", "@id(3)")));
+        assert_ne!(h, hash(&base.replace("size_t n", "int n")));
+        assert_ne!(h, hash(&base.replace("K = 1", "K = 2")));
+        assert_ne!(h, hash(&base.replace("{ out; }", "{ out; } async; success(ok);")));
     }
 }

@@ -8,14 +8,32 @@ use crate::ast::{CType, Expr, Param, ResourceKind};
 #[derive(Debug, Clone)]
 pub struct Api {
     pub name: String,
-    /// Identity of the spec text; guest and server refuse to talk across different specs.
+    /// The API's id in frame headers (`@id` of the `api` declaration).
+    pub id: u16,
+    /// The wire version (`@version`): raised when a change deliberately breaks deployed guests
+    /// and images.
+    pub version: u32,
+    /// Hash of the wire facts ([`crate::wire_facts`]): what the functions' ids, names and
+    /// layouts, the handle kinds, errors, constants and resources are. Comments, coverage notes
+    /// and anything else that does not travel leave it unchanged.
     pub spec_hash: u64,
+    /// Hashes of earlier revisions of this version that a build of this spec still serves
+    /// (from the lock file; see `docs/compatibility.md`).
+    pub accepted_hashes: Vec<u64>,
+    /// FNV-1a hashes of spec texts that guests from before explicit ids sent in their `Hello`
+    /// (from the lock file).
+    pub legacy_text_hashes: Vec<u64>,
     pub resources: Vec<Resource>,
     pub types: BTreeMap<String, NamedType>,
     pub enums: Vec<EnumDef>,
     pub constants: BTreeMap<String, i64>,
     pub errors: ErrorTable,
     pub utilities: Vec<Utility>,
+    /// Handle kinds, by id.
+    pub handle_kinds: Vec<HandleKindDecl>,
+    /// Function ids that were carried once and are never given again.
+    pub retired: Vec<Retired>,
+    /// Every function, in spec order.
     pub functions: Vec<Function>,
     /// Paragraphs for the coverage document (`coverage_note`).
     pub coverage_notes: Vec<String>,
@@ -31,19 +49,32 @@ impl Api {
         self.functions.iter().filter(|f| f.exec == Exec::Remote)
     }
 
-    /// Handle kinds in declaration order.
-    pub fn handle_kinds(&self) -> Vec<String> {
-        let mut kinds: Vec<String> = Vec::new();
-        for t in self.types.values() {
-            if let TypeKind::Handle(k) = &t.kind
-                && !kinds.contains(k)
-            {
-                kinds.push(k.clone());
-            }
-        }
-        kinds.sort();
-        kinds
+    /// `cudart` -> `Cudart`: how generated code names the API (the `Function` variant, the
+    /// `CudartService` trait).
+    pub fn type_name(&self) -> String {
+        camel(&self.name)
     }
+
+    /// Every hash whose guests and images this build serves: its own and the accepted ones.
+    pub fn served_hashes(&self) -> Vec<u64> {
+        let mut all = vec![self.spec_hash];
+        all.extend(self.accepted_hashes.iter().copied().filter(|h| *h != self.spec_hash));
+        all
+    }
+}
+
+/// `@id(7) handle_kind stream;`
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandleKindDecl {
+    pub name: String,
+    pub id: u16,
+}
+
+/// `@id(42) retired cudaThreadExit;`
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retired {
+    pub id: u32,
+    pub name: String,
 }
 
 #[derive(Debug, Clone)]
@@ -85,9 +116,26 @@ pub struct EnumDef {
 pub struct ErrorTable {
     /// The C type errors are returned in (`cudaError_t`).
     pub ty: String,
+    /// The Rust type generated for it (`return_code(CudaError)`).
+    pub rust_type: String,
     pub success: String,
     pub not_supported: String,
+    /// The errors of the failures Phos itself causes.
+    pub failures: Failures,
     pub entries: Vec<ErrorEntry>,
+}
+
+/// What a call returns when Phos, not the API, fails it (names of errors of the table).
+#[derive(Debug, Clone)]
+pub struct Failures {
+    /// An argument Phos cannot carry (a size that overflows, a malformed request).
+    pub invalid_value: String,
+    /// A bug or a reply Phos does not understand.
+    pub internal_error: String,
+    /// No router to reach, or it refused the session.
+    pub no_device: String,
+    /// The session is gone (its server ended and did not come back).
+    pub session_lost: String,
 }
 
 #[derive(Debug, Clone)]
@@ -214,6 +262,8 @@ pub struct Function {
     /// Aliases declared `per_thread_stream` (the `_ptsz` entry points of programs built with
     /// `--default-stream per-thread`): a null stream argument means `cudaStreamPerThread`.
     pub per_thread_aliases: Vec<String>,
+    /// The constant a null stream argument of the per-thread aliases becomes.
+    pub per_thread_stream: Option<String>,
     pub objects: ObjectRules,
 }
 
@@ -255,6 +305,12 @@ pub fn camel(name: &str) -> String {
     out
 }
 
+/// `cudaMemcpy3DPeerAsync` -> `cuda_memcpy_3d_peer_async`. Words start at a capital after a
+/// lower-case letter (`cudaMalloc`), at the last capital of a run that a lower-case letter
+/// follows (`GLGet` -> `gl_get`), and at a number after a lower-case word of two letters or
+/// more (`Memcpy3D` -> `memcpy_3d`); a number stays with the capitals it is part of (`3D`,
+/// `D3D11`) and with a one-letter word (`_v2`). Leading underscores (`__cudaLaunchKernel`)
+/// become a `priv_` prefix.
 pub fn snake(name: &str) -> String {
     let trimmed = name.trim_start_matches('_');
     let mut out = String::new();
@@ -262,18 +318,33 @@ pub fn snake(name: &str) -> String {
         out.push_str("priv_");
     }
     let chars: Vec<char> = trimmed.chars().collect();
+    // Letters of the word being written, to tell `v2` from `memcpy2`.
+    let mut word_len = 0usize;
     for (i, &c) in chars.iter().enumerate() {
-        if c.is_ascii_uppercase() {
-            let prev_lower = i > 0 && (chars[i - 1].is_ascii_lowercase() || chars[i - 1].is_ascii_digit());
-            let next_lower = chars.get(i + 1).is_some_and(|n| n.is_ascii_lowercase());
-            let prev_upper = i > 0 && chars[i - 1].is_ascii_uppercase();
-            if i > 0 && (prev_lower || (prev_upper && next_lower)) && !out.ends_with('_') {
+        if c == '_' {
+            if !out.ends_with('_') && !out.is_empty() {
                 out.push('_');
             }
-            out.push(c.to_ascii_lowercase());
-        } else {
-            out.push(c);
+            word_len = 0;
+            continue;
         }
+        let prev = i.checked_sub(1).map(|p| chars[p]);
+        let next = chars.get(i + 1).copied();
+        let starts_word = match prev {
+            None | Some('_') => false,
+            Some(p) if c.is_ascii_uppercase() => {
+                p.is_ascii_lowercase()
+                    || ((p.is_ascii_uppercase() || p.is_ascii_digit()) && next.is_some_and(|n| n.is_ascii_lowercase()))
+            }
+            Some(p) if c.is_ascii_digit() => p.is_ascii_lowercase() && word_len > 1,
+            Some(_) => false,
+        };
+        if starts_word && !out.ends_with('_') {
+            out.push('_');
+            word_len = 0;
+        }
+        out.push(c.to_ascii_lowercase());
+        word_len += 1;
     }
     out
 }
@@ -468,5 +539,15 @@ mod tests {
         assert_eq!(snake("cudaGetDeviceProperties_v2"), "cuda_get_device_properties_v2");
         assert_eq!(snake("phosLaunchKernel"), "phos_launch_kernel");
         assert_eq!(snake("cudaIpcGetMemHandle"), "cuda_ipc_get_mem_handle");
+        assert_eq!(snake("cudaMemcpy3D"), "cuda_memcpy_3d");
+        assert_eq!(snake("phosMemcpy3D"), "phos_memcpy_3d");
+        assert_eq!(snake("cudaMemcpy2DToArray"), "cuda_memcpy_2d_to_array");
+        assert_eq!(snake("cudaMemcpy3DPeerAsync"), "cuda_memcpy_3d_peer_async");
+        assert_eq!(snake("cudaGraphAddMemcpyNode1D"), "cuda_graph_add_memcpy_node_1d");
+        assert_eq!(snake("cudaGLGetDevices"), "cuda_gl_get_devices");
+        assert_eq!(snake("cuGraphicsD3D11RegisterResource"), "cu_graphics_d3d11_register_resource");
+        assert_eq!(snake("cuDeviceTotalMem_v2"), "cu_device_total_mem_v2");
+        assert_eq!(snake("cudaMallocAsync_ptsz"), "cuda_malloc_async_ptsz");
+        assert_eq!(snake("cudaLaunchKernelExC"), "cuda_launch_kernel_ex_c");
     }
 }

@@ -173,17 +173,59 @@ fn string_lit(i: &mut Input<'_>) -> PResult<String> {
 // Items
 // ---------------------------------------------------------------------------------------------
 
+/// `@name(value)`.
+fn attr(i: &mut Input<'_>) -> PResult<Attr> {
+    let start = {
+        ws.parse_next(i)?;
+        i.current_token_start()
+    };
+    '@'.parse_next(i)?;
+    let (name, (value, _)) =
+        cut_err((ident, delimited(p("("), integer, p(")")))).context(label("`@` attribute")).parse_next(i)?;
+    Ok(Attr { name, value, span: Span::new(start, i.previous_token_end()) })
+}
+
 fn item(i: &mut Input<'_>) -> PResult<Item> {
+    let attrs: Vec<Attr> = repeat(0.., attr).parse_next(i)?;
     // Peek the leading word to pick the production, so errors inside one are reported there.
     let checkpoint = i.checkpoint();
     let first = ident.parse_next(i)?;
     let name = first.name.clone();
+    let takes_attrs = matches!(name.as_str(), "api" | "retired" | "handle_kind")
+        || !matches!(
+            name.as_str(),
+            "coverage_note"
+                | "continuous_rc"
+                | "instantaneous_rc"
+                | "measured_rc"
+                | "type"
+                | "enum"
+                | "errors"
+                | "utility"
+                | "alias"
+        );
+    if !attrs.is_empty() && !takes_attrs {
+        return Err(ErrMode::Cut(
+            ContextError::new().add_ctx(expected("`api`, `retired`, `handle_kind` or a function after `@` attributes")),
+        ));
+    }
     match name.as_str() {
         "coverage_note" => cut_err(terminated(string_lit, p(";")))
             .context(label("`coverage_note` declaration"))
             .map(Item::CoverageNote)
             .parse_next(i),
-        "api" => cut_err(terminated(ident, p(";"))).context(label("`api` declaration")).map(Item::Api).parse_next(i),
+        "api" => cut_err(terminated(ident, p(";")))
+            .context(label("`api` declaration"))
+            .map(|name| Item::Api { name, attrs: attrs.clone() })
+            .parse_next(i),
+        "retired" => cut_err(terminated(ident, p(";")))
+            .context(label("`retired` declaration"))
+            .map(|name| Item::Retired { name, attrs: attrs.clone() })
+            .parse_next(i),
+        "handle_kind" => cut_err(terminated(ident, p(";")))
+            .context(label("`handle_kind` declaration"))
+            .map(|name| Item::HandleKind { name, attrs: attrs.clone() })
+            .parse_next(i),
         "continuous_rc" | "instantaneous_rc" | "measured_rc" => {
             let kind = match name.as_str() {
                 "continuous_rc" => ResourceKind::Continuous,
@@ -199,13 +241,21 @@ fn item(i: &mut Input<'_>) -> PResult<Item> {
         "enum" if peek_enum_def(i) => cut_err(enum_decl).context(label("`enum` declaration")).parse_next(i),
         "errors" => cut_err(errors_decl).context(label("`errors` table")).parse_next(i),
         "utility" => cut_err(utility_decl).context(label("`utility` declaration")).parse_next(i),
-        "alias" => cut_err((ident, p("="), ident, opt(kw("per_thread_stream")), p(";")))
-            .context(label("`alias` declaration"))
-            .map(|(name, _, target, ptsz, _)| Item::Alias { name, target, per_thread_stream: ptsz.is_some() })
-            .parse_next(i),
+        "alias" => cut_err((
+            ident,
+            p("="),
+            ident,
+            opt(preceded(kw("per_thread_stream"), delimited(p("("), ident, p(")")))),
+            p(";"),
+        ))
+        .context(label("`alias` declaration"))
+        .map(|(name, _, target, per_thread_stream, _)| Item::Alias { name, target, per_thread_stream })
+        .parse_next(i),
         _ => {
             i.reset(&checkpoint);
-            function.map(Item::Function).parse_next(i)
+            let mut f = function.parse_next(i)?;
+            f.attrs = attrs;
+            Ok(Item::Function(f))
         }
     }
 }
@@ -235,12 +285,16 @@ fn type_desc(i: &mut Input<'_>) -> PResult<TypeDesc> {
         }
         "abi_struct" => TypeDesc::AbiStruct(delimited(p("("), ident, p(")")).parse_next(i)?),
         "struct" => TypeDesc::Struct,
-        "return_code" => TypeDesc::ReturnCode,
+        "return_code" => TypeDesc::ReturnCode(opt(delimited(p("("), ident, p(")"))).parse_next(i)?),
+        "invalid_value" | "internal_error" | "no_device" | "session_lost" => {
+            TypeDesc::Failure { reason: word.clone(), error: delimited(p("("), ident, p(")")).parse_next(i)? }
+        }
         "success" => TypeDesc::Success(delimited(p("("), ident, p(")")).parse_next(i)?),
         "not_supported" => TypeDesc::NotSupported(delimited(p("("), ident, p(")")).parse_next(i)?),
         _ => {
             return Err(ErrMode::Cut(ContextError::new().add_ctx(expected(
-                "a type descriptor (handle, enum, pod, abi_struct, struct, return_code, success, not_supported)",
+                "a type descriptor (handle, enum, pod, abi_struct, struct, return_code, success, not_supported, \
+                 invalid_value, internal_error, no_device, session_lost)",
             ))));
         }
     };
@@ -401,7 +455,7 @@ fn function(i: &mut Input<'_>) -> PResult<FunctionDecl> {
         .context(label("function body"))
         .parse_next(i)?;
     let end = i.previous_token_end();
-    Ok(FunctionDecl { proto, body, span: Span::new(start, end) })
+    Ok(FunctionDecl { attrs: Vec::new(), proto, body, span: Span::new(start, end) })
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
-use phos_protocol::cudart;
+use phos_protocol::apis;
 
 use crate::runtime::{Fault, LoadError, MapInfo, Program};
 
@@ -68,7 +68,7 @@ pub struct CallContext {
     pub share: u64,
     pub active_tenants: u64,
     pub active_shares: u64,
-    /// Per resource (`cudart::RESOURCES` order): what this call uses; for a measured
+    /// Per resource (`apis::RESOURCES` order): what this call uses; for a measured
     /// resource, an estimate (the tenant's mean per call so far).
     pub amount: [u64; MAX_RESOURCES],
     /// Per resource: what the tenant has used (held, total, or measured plus estimate).
@@ -97,7 +97,7 @@ const NOW_NS_OFFSET: usize = 4 * 8;
 impl CallContext {
     /// The context's bytes, as the C struct lays them out.
     fn encode(&self, out: &mut [u8; CONTEXT_BYTES]) -> usize {
-        let n = cudart::RESOURCES.len().min(MAX_RESOURCES);
+        let n = apis::RESOURCES.len().min(MAX_RESOURCES);
         let header = [
             0,
             self.tenant,
@@ -138,7 +138,7 @@ pub fn monotonic_ns() -> u64 {
 pub enum PolicyError {
     #[error(transparent)]
     Load(#[from] LoadError),
-    #[error("the policy was built against another API spec ({found:016x}, this router {expected:016x}); rebuild it")]
+    #[error("the policy was built against other API specs ({found:016x}, this router {expected:016x}); rebuild it")]
     OtherSpec { found: u64, expected: u64 },
     #[error("parameter `{name}`: {why}")]
     Param { name: String, why: String },
@@ -245,9 +245,9 @@ impl PolicySet {
         let borrowed: Vec<(&str, Vec<u8>)> = globals.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
         let program = Program::load(elf, &borrowed)?;
         if let Some(found) = program.spec_hash()
-            && found != cudart::SPEC_HASH
+            && found != apis::POLICY_HASH
         {
-            return Err(PolicyError::OtherSpec { found, expected: cudart::SPEC_HASH });
+            return Err(PolicyError::OtherSpec { found, expected: apis::POLICY_HASH });
         }
         let kernel_verified = match kernel {
             KernelCheck::Skip => false,
@@ -540,7 +540,7 @@ mod tests {
         ctx.others_queued[0] = 29;
         let mut b = [0u8; CONTEXT_BYTES];
         let len = ctx.encode(&mut b);
-        let n = cudart::RESOURCES.len();
+        let n = apis::RESOURCES.len();
         assert_eq!(len, 8 * (HEADER_FIELDS + RESOURCE_ARRAYS * n + TRAILER_FIELDS + LATER_ARRAYS * n));
         let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
         let h = HEADER_FIELDS;

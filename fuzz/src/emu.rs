@@ -4,7 +4,8 @@
 //! A script is a sequence of calls, each
 //!
 //! ```text
-//! function id: u16 LE (modulo the number of functions)
+//! function:    u16 LE, an index into every API's functions (`reencode::FUNCTIONS`: the
+//!              runtime's, then the driver's), modulo their number
 //! device:      u8 (below 0xf0: device 0; else the device (byte - 0xf8), so -8..=7)
 //! length:      u32 LE
 //! payload:     that many bytes (fewer if the input ends first)
@@ -25,12 +26,14 @@ use phos_api_server::backend::emu::EmuBackend;
 use phos_api_server::output::DeviceOutput;
 use phos_api_server::server::ApiServer;
 use phos_api_server::service::Session;
+use phos_protocol::apis::Function;
 use phos_protocol::cudart::{FunctionId, PhosHostFuncDoneRequest, PhosHostFuncEnqueueRequest, PhosModuleLoadRequest};
 use phos_protocol::limits::{LimitKind, SessionLimits};
 use phos_protocol::{CudaError, RemoteCall};
 use sha2::{Digest, Sha256};
 
 use crate::Fields;
+use crate::reencode::FUNCTIONS;
 
 /// Where the session's device memory lives, and how much of it there is.
 pub const DEVICE_BASE: u64 = phos_api_server::registry::memory::DEFAULT_BASE;
@@ -81,27 +84,28 @@ impl EmuServer {
 
     /// Run one call as a channel would (the server's own checks included); the encoded reply
     /// is appended to `out` on success.
-    pub fn call(&self, id: FunctionId, device: i32, payload: &[u8], out: &mut Vec<u8>) -> Result<(), CudaError> {
+    pub fn call(&self, function: Function, device: i32, payload: &[u8], out: &mut Vec<u8>) -> Result<(), CudaError> {
         let fixed;
-        let payload = match with_true_digest(id, payload) {
+        let payload = match with_true_digest(function, payload) {
             Some(p) => {
                 fixed = p;
                 &fixed[..]
             }
             None => payload,
         };
-        if !matches!(id, FunctionId::PhosHostFuncWait | FunctionId::PhosHostFuncDone) {
+        let host_func = |id| function == Function::Cudart(id);
+        if !host_func(FunctionId::PhosHostFuncWait) && !host_func(FunctionId::PhosHostFuncDone) {
             for gate in self.gates.take() {
                 // The input may have opened it itself.
                 let done = phos_protocol::encode(&PhosHostFuncDoneRequest { gate });
                 let _ = self.server.call(FunctionId::PhosHostFuncDone, 0, &done, &mut Vec::new());
             }
         }
-        let result = self.server.call(id, device, payload, out);
+        let result = self.server.call(function, device, payload, out);
         // Printed output rides with replies in a real channel; here it is dropped.
         drop(self.session.output.take());
         if result.is_ok()
-            && id == FunctionId::PhosHostFuncEnqueue
+            && host_func(FunctionId::PhosHostFuncEnqueue)
             && let Ok(req) = phos_protocol::decode_request::<PhosHostFuncEnqueueRequest>(payload)
         {
             self.gates.borrow_mut().push(req.gate);
@@ -111,8 +115,8 @@ impl EmuServer {
 }
 
 /// A module load whose image decodes, with the digest of that image.
-fn with_true_digest(id: FunctionId, payload: &[u8]) -> Option<Vec<u8>> {
-    if id != FunctionId::PhosModuleLoad {
+fn with_true_digest(function: Function, payload: &[u8]) -> Option<Vec<u8>> {
+    if function != Function::Cudart(FunctionId::PhosModuleLoad) {
         return None;
     }
     let req = phos_protocol::decode_request::<PhosModuleLoadRequest>(payload).ok()?;
@@ -122,7 +126,7 @@ fn with_true_digest(id: FunctionId, payload: &[u8]) -> Option<Vec<u8>> {
 
 /// One call of a script.
 pub struct ScriptCall<'a> {
-    pub function: FunctionId,
+    pub function: Function,
     pub device: i32,
     pub payload: &'a [u8],
 }
@@ -134,7 +138,7 @@ pub fn script(input: &[u8]) -> impl Iterator<Item = ScriptCall<'_>> {
         if f.is_empty() {
             return None;
         }
-        let function = FunctionId::ALL[f.u16() as usize % FunctionId::ALL.len()];
+        let function = FUNCTIONS[f.u16() as usize % FUNCTIONS.len()];
         let device = match f.u8() {
             b @ 0xf0.. => i32::from(b) - 0xf8,
             _ => 0,
@@ -145,9 +149,15 @@ pub fn script(input: &[u8]) -> impl Iterator<Item = ScriptCall<'_>> {
     .take(MAX_CALLS)
 }
 
+/// The index of `function` in [`FUNCTIONS`], as a script or a `requests` input names it.
+pub fn function_index(function: Function) -> u16 {
+    let i = FUNCTIONS.iter().position(|&f| f == function).expect("every function is in FUNCTIONS");
+    u16::try_from(i).expect("fewer than 65536 functions")
+}
+
 /// Appends one call to a script.
-pub fn append_call(script: &mut Vec<u8>, function: FunctionId, payload: &[u8]) {
-    script.extend_from_slice(&(function as u16).to_le_bytes());
+pub fn append_call(script: &mut Vec<u8>, function: Function, payload: &[u8]) {
+    script.extend_from_slice(&function_index(function).to_le_bytes());
     script.push(0);
     script.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     script.extend_from_slice(payload);

@@ -12,10 +12,10 @@ pub mod seeds;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 
-/// Decoders of every remote function's request and reply, generated from the spec.
+/// Every function of every API, and decoders of every remote function's request and reply,
+/// generated from the specs.
 #[allow(clippy::all)]
 pub mod reencode {
-    use phos_protocol::cudart::*;
     include!(concat!(env!("OUT_DIR"), "/reencode.rs"));
 }
 

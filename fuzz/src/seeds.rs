@@ -10,14 +10,16 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use phos_protocol::apis::Function;
 use phos_protocol::cudart::{consts, *};
-use phos_protocol::frame::{FLAG_ASYNC, FrameHeader, FrameKind};
-use phos_protocol::handshake::{Attach, Hello, TransportKind, UsageReport, Welcome};
+use phos_protocol::frame::{FLAG_ASYNC, FrameHeader, FrameKind, HANDSHAKE_VERSION};
+use phos_protocol::handshake::{ApiVersion, Attach, Hello, LegacyHello, TransportKind, UsageReport, Welcome};
 use phos_protocol::types::Dim3;
 use phos_protocol::{Ptr, RemoteCall};
 
-use crate::emu::{EmuServer, ScriptBuilder, append_call};
+use crate::emu::{EmuServer, ScriptBuilder, append_call, function_index};
 use crate::kernel::LaunchConfig;
+use crate::reencode::FUNCTIONS;
 
 /// Seeds: (file name, contents).
 pub type Seeds = Vec<(String, Vec<u8>)>;
@@ -402,6 +404,26 @@ fn stream_script() -> Vec<u8> {
     s.script
 }
 
+/// The driver API on the runtime's session: devices, names cut to a buffer, and a stream the
+/// runtime created, synchronised by the driver.
+fn driver_script() -> Vec<u8> {
+    use phos_protocol::cuda::*;
+    let mut s = ScriptBuilder::new();
+    s.ok(&CuInitRequest { Flags: 0 });
+    s.ok(&CuDriverGetVersionRequest {});
+    s.ok(&CuDeviceGetCountRequest {});
+    s.ok(&CuDeviceGetRequest { ordinal: 0 });
+    s.ok(&CuDeviceGetNameRequest { len: 8, dev: 0 });
+    s.ok(&CuDeviceGetAttributeRequest { attrib: 75, dev: 0 });
+    s.ok(&CuDeviceTotalMemV2Request { dev: 0 });
+    let st = s.ok(&CudaStreamCreateRequest {}).pStream;
+    let buf = s.ok(&CudaMallocRequest { size: 4096 }).devPtr;
+    s.ok(&CudaMemsetAsyncRequest { devPtr: buf, value: 1, count: 4096, stream: st });
+    s.ok(&CuStreamSynchronizeRequest { hStream: st });
+    s.ok(&CuStreamSynchronizeRequest { hStream: 0 });
+    s.script
+}
+
 fn module_script() -> Vec<u8> {
     let mut s = ScriptBuilder::new();
     let mut image = SEED_PTX.as_bytes().to_vec();
@@ -586,14 +608,14 @@ fn newest_ptx(image: &[u8]) -> Option<String> {
 
 /// The shortest request of all zero bytes that decodes, per remote function: every field
 /// zero, every buffer empty, every pointer a null device pointer.
-fn zero_requests() -> Vec<(FunctionId, Vec<u8>)> {
-    FunctionId::ALL
+fn zero_requests() -> Vec<(Function, Vec<u8>)> {
+    FUNCTIONS
         .iter()
-        .filter_map(|&id| {
+        .filter_map(|&f| {
             (0..1024)
                 .map(|n| vec![0u8; n])
-                .find(|zeros| matches!(crate::reencode::reencode_request(id, zeros), Some(Ok(_))))
-                .map(|zeros| (id, zeros))
+                .find(|zeros| matches!(crate::reencode::reencode_request(f, zeros), Some(Ok(_))))
+                .map(|zeros| (f, zeros))
         })
         .collect()
 }
@@ -631,6 +653,7 @@ fn build_scripts() -> Seeds {
         ("device".to_string(), device_script()),
         ("memory".to_string(), memory_script()),
         ("streams".to_string(), stream_script()),
+        ("driver".to_string(), driver_script()),
         ("module".to_string(), module_script()),
         ("graphs".to_string(), graph_script()),
     ];
@@ -648,9 +671,9 @@ pub fn dispatch() -> Seeds {
     out
 }
 
-/// The `requests` input for a call: its function id, then the request.
-fn request_input(id: FunctionId, payload: &[u8]) -> Vec<u8> {
-    let mut input = (id as u16).to_le_bytes().to_vec();
+/// The `requests` input for a call: its function's index, then the request.
+fn request_input(function: Function, payload: &[u8]) -> Vec<u8> {
+    let mut input = function_index(function).to_le_bytes().to_vec();
     input.extend_from_slice(payload);
     input
 }
@@ -668,7 +691,7 @@ pub fn requests() -> Seeds {
 
 pub fn handshake() -> Seeds {
     let hello = Hello {
-        spec_hash: SPEC_HASH,
+        apis: ApiVersion::of_this_build(),
         pid: 4242,
         abi_major: 12,
         token: Some([7; 16]),
@@ -678,8 +701,19 @@ pub fn handshake() -> Seeds {
         host_arena: Some(1 << 20),
     };
     let first = Hello { token: None, tenant_token: None, host_arena: None, transports: Vec::new(), ..hello.clone() };
+    // A guest built before there were several APIs.
+    let legacy = LegacyHello {
+        spec_hash: LEGACY_TEXT_HASHES[0],
+        pid: 4242,
+        abi_major: 11,
+        token: None,
+        program: "vector_add".into(),
+        transports: vec![TransportKind::Shm],
+        tenant_token: None,
+        host_arena: Some(1 << 20),
+    };
     let attach = Attach {
-        spec_hash: SPEC_HASH,
+        apis: ApiVersion::of_this_build(),
         session: 3,
         tenant: "uid:1000".into(),
         abi_major: 12,
@@ -710,16 +744,23 @@ pub fn handshake() -> Seeds {
         ("welcome".into(), tagged(2, phos_protocol::encode(&welcome))),
         ("report".into(), tagged(3, phos_protocol::encode(&report))),
         ("barrier".into(), tagged(3, phos_protocol::encode(&UsageReport { barrier: true, ..Default::default() }))),
+        ("hello-legacy".into(), tagged(4, phos_protocol::encode(&legacy))),
     ]
 }
 
-/// A stream of frames: a handshake, calls (one async), a barrier, a reply.
+/// A stream of frames: a handshake, calls of both APIs (one async), a barrier, a reply.
 fn frame_stream() -> Vec<u8> {
     let mut out = Vec::new();
-    let mut frame = |kind: FrameKind, flags: u16, function: u32, call_id: u64, payload: &[u8]| {
+    let mut frame = |kind: FrameKind, flags: u16, function: Option<Function>, call_id: u64, payload: &[u8]| {
         let mut h = FrameHeader::new(kind);
+        if kind == FrameKind::Hello {
+            h.version = HANDSHAKE_VERSION;
+        }
         h.flags = flags;
-        h.function = function;
+        if let Some(f) = function {
+            h.api = f.api().id();
+            h.function = f.id();
+        }
         h.session = 3;
         h.call_id = call_id;
         h.payload_len = payload.len() as u64;
@@ -727,15 +768,18 @@ fn frame_stream() -> Vec<u8> {
         out.extend_from_slice(payload);
     };
     let hello = &handshake()[0].1[1..];
-    frame(FrameKind::Hello, 0, 0, 0, hello);
+    frame(FrameKind::Hello, 0, None, 0, hello);
     let malloc = phos_protocol::encode(&CudaMallocRequest { size: 4096 });
-    frame(FrameKind::Call, 0, CudaMallocRequest::FUNCTION as u32, 1, &malloc);
+    frame(FrameKind::Call, 0, Some(CudaMallocRequest::FUNCTION), 1, &malloc);
     let memset =
         phos_protocol::encode(&CudaMemsetAsyncRequest { devPtr: 0x6000_0000_0000, value: 1, count: 16, stream: 0 });
-    frame(FrameKind::Call, FLAG_ASYNC, CudaMemsetAsyncRequest::FUNCTION as u32, 2, &memset);
-    frame(FrameKind::Barrier, 0, 0, 0, &2u64.to_le_bytes());
-    frame(FrameKind::Reply, 0, CudaMallocRequest::FUNCTION as u32, 1, &0x6000_0000_0000u64.to_le_bytes());
-    frame(FrameKind::Refused, 0, 0, 0, b"spec mismatch");
+    frame(FrameKind::Call, FLAG_ASYNC, Some(CudaMemsetAsyncRequest::FUNCTION), 2, &memset);
+    frame(FrameKind::Barrier, 0, None, 0, &2u64.to_le_bytes());
+    frame(FrameKind::Reply, 0, Some(CudaMallocRequest::FUNCTION), 1, &0x6000_0000_0000u64.to_le_bytes());
+    let sync = phos_protocol::encode(&phos_protocol::cuda::CuStreamSynchronizeRequest { hStream: 0 });
+    frame(FrameKind::Call, 0, Some(phos_protocol::cuda::CuStreamSynchronizeRequest::FUNCTION), 3, &sync);
+    frame(FrameKind::Reply, 0, Some(phos_protocol::cuda::CuStreamSynchronizeRequest::FUNCTION), 3, &[]);
+    frame(FrameKind::Refused, 0, None, 0, b"spec mismatch");
     out
 }
 
@@ -759,7 +803,7 @@ pub fn frames() -> Seeds {
 }
 
 pub fn checkpoint_image() -> Seeds {
-    use phos_checkpoint::{Compression, ImageWriter, Manifest, Record, RegionKind, SessionMeta};
+    use phos_checkpoint::{Compression, ImageApi, ImageWriter, Manifest, Record, RegionKind, SessionMeta};
     let scratch = Scratch::new("images");
     let mut out = Vec::new();
     // Images of a live session, taken by the API server.
@@ -797,7 +841,10 @@ pub fn checkpoint_image() -> Seeds {
     w.begin_region(0x7000_0000, 8, 0, RegionKind::ModuleVariable { module: 1, name: "counter".into() });
     w.add_chunk(&[1, 2, 3, 4, 5, 6, 7, 8]).expect("a small chunk");
     let manifest = Manifest {
-        spec_hash: SPEC_HASH,
+        apis: ApiVersion::of_this_build()
+            .into_iter()
+            .map(|a| ImageApi { id: a.id, name: a.name, version: a.version, hash: a.hash })
+            .collect(),
         created_ms: 1_700_000_000_000,
         session: SessionMeta {
             id: 5,
@@ -813,7 +860,8 @@ pub fn checkpoint_image() -> Seeds {
         },
         handle_counters: vec![("stream".into(), 3)],
         records: vec![Record {
-            function: CudaMallocRequest::FUNCTION as u32,
+            api: CudaMallocRequest::FUNCTION.api().id(),
+            function: CudaMallocRequest::FUNCTION.id(),
             name: "cudaMalloc".into(),
             device: 0,
             payload: phos_protocol::encode(&CudaMallocRequest { size: 3 * 4096 }),

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The linker of libcudart.so, and of nothing else: guestlib/build.rs installs this file as
+# The linker of libphos_guest.so, and of nothing else: guestlib/build.rs installs this file as
 # $OUT_DIR/gnu-ld/ld.bfd, filling in the @...@ values below, and only the cdylib's link is
 # told to use it (`-B<that dir> -fuse-ld=bfd`). build.rs says why; in short:
 #
@@ -22,7 +22,7 @@ default_version='@DEFAULT_VERSION@'
 other_versions='@OTHER_VERSIONS@'
 
 die() {
-    echo "libcudart.so link ($0): $*" >&2
+    echo "libphos_guest.so link ($0): $*" >&2
     exit 1
 }
 

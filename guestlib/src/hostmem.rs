@@ -214,7 +214,10 @@ pub fn device_pointer(addr: usize) -> Result<u64, CudaError> {
         return Err(CudaError::InvalidValue);
     }
     // The process's own memory: no device can reach it through Phos.
-    crate::log::not_supported_once("cudaHostGetDevicePointer of page-locked memory outside the pinned arena");
+    crate::log::not_supported_once(
+        "cudaHostGetDevicePointer of page-locked memory outside the pinned arena",
+        "cudaErrorNotSupported",
+    );
     Err(CudaError::NotSupported)
 }
 

@@ -1,33 +1,24 @@
-//! The guest `libcudart`: what an unmodified CUDA application links instead of NVIDIA's
-//! runtime. One build is installed as `libcudart.so.11.0`, `libcudart.so.12` and
-//! `libcudart.so.13`.
+//! The Phos guest library: what an unmodified CUDA application loads instead of NVIDIA's
+//! runtime and driver. One file carries every API and is installed under each soname
+//! applications ask for: `libcudart.so.11.0`, `libcudart.so.12`, `libcudart.so.13` (the
+//! runtime API) and `libcuda.so.1` (the driver API). The dynamic loader loads a file once
+//! however many names it is reached by, so a process that uses both APIs has one copy of the
+//! guest core, hence one session (docs/architecture.md, "One library, every API").
 //!
-//! Every export comes from `spec/cudart.lapis` through the generated [`stubs`]; functions the
-//! spec marks remote are marshalled to the API server over the process's [`runtime`]
-//! channels, and the rest are the hand-written pieces in [`hand`]: per-thread error and
-//! device state, page-locked host memory ([`hostmem`]), the fat binary [`registry`] and kernel
-//! [`launch`]es. Struct layouts that differ between CUDA versions are in [`abi`]; which one
-//! applies comes from the soname the application loaded ([`soname`]).
+//! The **guest core** is what every API shares: the process's channels and session
+//! ([`runtime`]), the fat binary [`registry`], the pinned arena ([`hostmem`]), the host
+//! function thread ([`callbacks`]), [`log`]ging, and which CUDA ABI the application loaded
+//! ([`soname`], [`abi`]). Each API is a module of its own ([`cudart`], [`cuda`]): the exports
+//! generated from its spec (`stubs`), the pieces written by hand (`hand`), and `rt`, how its
+//! calls go through the core and how its status is returned.
 
 pub mod abi;
 mod callbacks;
 mod copier;
-mod device;
-mod execution;
-mod graphs;
-pub mod hand;
+pub mod cuda;
+pub mod cudart;
 pub mod hostmem;
-pub mod launch;
 pub mod log;
-mod memory;
-mod pools;
 pub mod registry;
 pub mod runtime;
 pub mod soname;
-
-/// The spec-generated exports (`cudaMalloc`, `cudaMemcpy`, ...) and the trait of
-/// hand-written pieces they call.
-#[allow(clippy::all, unused_parens)]
-pub mod stubs {
-    include!(concat!(env!("OUT_DIR"), "/cudart_guest.rs"));
-}

@@ -18,14 +18,13 @@ pub fn init() {
     });
 }
 
-/// Log, once per process, that a use of the API is not supported (it answers
-/// `cudaErrorNotSupported`).
-pub fn not_supported_once(what: &str) {
+/// Log, once per process, that a use of an API is not supported (it answers `answer`).
+pub fn not_supported_once(what: &str, answer: &str) {
     static LOGGED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     let mut logged = LOGGED.lock().unwrap_or_else(|p| p.into_inner());
     if !logged.iter().any(|w| w == what) {
         logged.push(what.to_string());
         init();
-        tracing::warn!("{what} is not supported by Phos; returning cudaErrorNotSupported");
+        tracing::warn!("{what} is not supported by Phos; returning {answer}");
     }
 }

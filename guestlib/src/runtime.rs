@@ -1,6 +1,9 @@
-//! The guest runtime: the channel each host thread uses to reach the API server, the generic
-//! call path the generated stubs go through, and the per-thread state CUDA defines (last
-//! error, current device).
+//! The guest core's runtime: the channel each host thread uses to reach the API server, the
+//! call path the generated stubs of every API go through, and the per-thread state CUDA
+//! defines (last error, current device). It speaks no API of its own: a call names its API and
+//! function (`RemoteCall::FUNCTION`), and its failures are [`Failure`]s that each API's status
+//! type turns into its own codes. What it needs of the server it asks through the runtime
+//! spec's internal functions (`phos*`), the session's base protocol.
 //!
 //! A process is one **session**; each host thread that calls CUDA opens its own **channel**
 //! (connection) to the router, so a thread blocked in `cudaStreamSynchronize` never holds up
@@ -16,13 +19,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use phos_protocol::DEFAULT_MAX_PAYLOAD;
-use phos_protocol::cudart::{self, FunctionId};
-use phos_protocol::frame::{FLAG_ASYNC, FLAG_REFUSED, FrameHeader, FrameKind, MAX_BARRIER_IDS};
-use phos_protocol::handshake::{Hello, TransportKind, Welcome};
+use phos_protocol::apis::Function;
+use phos_protocol::cudart;
+use phos_protocol::frame::{FLAG_ASYNC, FLAG_REFUSED, FrameHeader, FrameKind, HANDSHAKE_VERSION, MAX_BARRIER_IDS};
+use phos_protocol::handshake::{ApiVersion, Hello, TransportKind, Welcome};
 use phos_protocol::shm::ShmTransport;
 use phos_protocol::staging::{Count, Staging, StagingError};
 use phos_protocol::transport::{Endpoint, TcpTransport, Transport, UnixTransport, VsockTransport};
-use phos_protocol::{CudaError, RemoteCall};
+use phos_protocol::{CudaError, Failure, RemoteCall};
 
 /// What the process learned when its session was opened.
 #[derive(Debug)]
@@ -62,7 +66,7 @@ struct Channel {
 
 struct Unanswered {
     call_id: u64,
-    function: FunctionId,
+    function: Function,
     device: i32,
     request: Vec<u8>,
 }
@@ -160,14 +164,15 @@ impl Channel {
     /// Send a call frame.
     fn send_call(
         &mut self,
-        function: FunctionId,
+        function: Function,
         device: i32,
         call_id: u64,
         flags: u16,
         request: &[u8],
     ) -> Result<(), String> {
         let mut h = FrameHeader::new(FrameKind::Call);
-        h.function = function as u32;
+        h.api = function.api().id();
+        h.function = function.id();
         h.device = device;
         h.session = self.session.id;
         h.call_id = call_id;
@@ -235,11 +240,11 @@ static SESSION: Mutex<Option<Arc<Session>>> = Mutex::new(None);
 /// Calls made by this process (for diagnostics).
 static CALLS: AtomicU64 = AtomicU64::new(0);
 
-fn endpoint() -> Result<Endpoint, CudaError> {
+fn endpoint() -> Result<Endpoint, Failure> {
     let text = std::env::var("PHOS_ENDPOINT").unwrap_or_else(|_| default_endpoint());
     Endpoint::parse(&text).map_err(|e| {
         tracing::error!("PHOS_ENDPOINT: {e}");
-        CudaError::NoDevice
+        Failure::NoDevice
     })
 }
 
@@ -261,14 +266,14 @@ enum TransportChoice {
     Shm,
 }
 
-fn wanted_transport() -> Result<TransportChoice, CudaError> {
+fn wanted_transport() -> Result<TransportChoice, Failure> {
     match std::env::var("PHOS_TRANSPORT").as_deref() {
         Err(_) | Ok("") | Ok("auto") => Ok(TransportChoice::Auto),
         Ok("unix") => Ok(TransportChoice::Unix),
         Ok("shm") => Ok(TransportChoice::Shm),
         Ok(other) => {
             tracing::error!("PHOS_TRANSPORT={other}: expected auto, unix or shm");
-            Err(CudaError::NoDevice)
+            Err(Failure::NoDevice)
         }
     }
 }
@@ -278,7 +283,7 @@ fn program_name() -> String {
 }
 
 /// Open a channel: the first one of the process creates the session.
-fn open_channel() -> Result<Channel, CudaError> {
+fn open_channel() -> Result<Channel, Failure> {
     crate::log::init();
     let pid = std::process::id();
     // Holding the lock while the first channel handshakes makes concurrent first calls from
@@ -307,17 +312,17 @@ fn open_channel() -> Result<Channel, CudaError> {
     };
     let mut transport = connected.map_err(|e| {
         tracing::error!("cannot reach the Phos router at {endpoint}: {e}");
-        CudaError::NoDevice
+        Failure::NoDevice
     })?;
     let local = matches!(endpoint, Endpoint::Unix(_));
     if !local && wanted == TransportChoice::Shm {
         tracing::error!("PHOS_TRANSPORT=shm needs a router on this host (a unix: endpoint), not {endpoint}");
-        return Err(CudaError::NoDevice);
+        return Err(Failure::NoDevice);
     }
     let shm_wanted = local && matches!(wanted, TransportChoice::Auto | TransportChoice::Shm);
     let arena = if shm_wanted { crate::hostmem::arena_for_channel() } else { None };
     let hello = Hello {
-        spec_hash: cudart::SPEC_HASH,
+        apis: ApiVersion::of_this_build(),
         pid,
         abi_major: crate::soname::current_abi().major(),
         token: guard.as_ref().map(|s| s.token),
@@ -328,11 +333,12 @@ fn open_channel() -> Result<Channel, CudaError> {
     };
     let payload = phos_protocol::encode(&hello);
     let mut h = FrameHeader::new(FrameKind::Hello);
+    h.version = HANDSHAKE_VERSION;
     h.payload_len = payload.len() as u64;
     let mut reply = Vec::new();
     // A refusal carries the error the call gets (a limit of the router's: devices busy), or
     // none (no device for this process).
-    let mut refused_with = CudaError::NoDevice;
+    let mut refused_with = Failure::NoDevice;
     // A router that refuses the Hello closes the connection, so sending the arena after it
     // can fail: its refusal, still there to be read, says why.
     let mut arena_sent = Ok(());
@@ -352,8 +358,8 @@ fn open_channel() -> Result<Channel, CudaError> {
         .and_then(|rh| match rh.kind {
             FrameKind::Welcome => phos_protocol::decode::<Welcome>(&reply).map_err(|e| e.to_string()),
             FrameKind::Refused => {
-                if rh.status != cudart::SUCCESS {
-                    refused_with = CudaError(rh.status);
+                if rh.status != 0 {
+                    refused_with = Failure::Status(rh.status);
                 }
                 Err(phos_protocol::text::printable(&String::from_utf8_lossy(&reply)))
             }
@@ -373,18 +379,18 @@ fn open_channel() -> Result<Channel, CudaError> {
         TransportKind::Shm => {
             let stream = transport.into_unix().map_err(|e| {
                 tracing::error!("the router offered shared memory over a {endpoint} channel: {e}");
-                CudaError::NoDevice
+                Failure::NoDevice
             })?;
             let (shm, files) = ShmTransport::attach(stream, DEFAULT_MAX_PAYLOAD).map_err(|e| {
                 tracing::error!("cannot map the shared region the router sent: {e}");
-                CudaError::NoDevice
+                Failure::NoDevice
             })?;
             staging = files.staging.map(Arc::new);
             Box::new(shm)
         }
         TransportKind::Unix if wanted == TransportChoice::Shm => {
             tracing::error!("PHOS_TRANSPORT=shm, but the router at {endpoint} does not offer shared memory");
-            return Err(CudaError::NoDevice);
+            return Err(Failure::NoDevice);
         }
         TransportKind::Unix | TransportKind::Tcp | TransportKind::Vsock => transport,
     };
@@ -420,7 +426,7 @@ fn open_channel() -> Result<Channel, CudaError> {
 }
 
 /// Run `f` with this thread's channel, opening it first if needed.
-fn with_channel<T>(f: impl FnOnce(&mut Channel) -> Result<T, CudaError>) -> Result<T, CudaError> {
+fn with_channel<T>(f: impl FnOnce(&mut Channel) -> Result<T, Failure>) -> Result<T, Failure> {
     let mut f = Some(f);
     let on_thread = CHANNEL.try_with(|cell| {
         let mut slot = cell.borrow_mut();
@@ -442,8 +448,10 @@ fn with_channel<T>(f: impl FnOnce(&mut Channel) -> Result<T, CudaError>) -> Resu
     }
 }
 
-/// The session, opening it if this is the first call of the process.
-pub fn session() -> Result<Arc<Session>, CudaError> {
+/// The session, opening it if this is the first call of the process. Only the runtime API
+/// asks for it, and its first use initialises the driver API too, as NVIDIA's runtime does.
+pub fn session() -> Result<Arc<Session>, Failure> {
+    set_driver_initialized();
     if let Some(s) = SESSION.lock().unwrap_or_else(|p| p.into_inner()).as_ref()
         && s.pid == std::process::id()
     {
@@ -459,7 +467,7 @@ pub fn session_if_open() -> Option<Arc<Session>> {
 
 /// Why a call did not complete on the channel it was sent on.
 enum Attempt<T> {
-    Done(Result<T, CudaError>),
+    Done(Result<T, Failure>),
     /// The connection is gone (the server ended, or the session moved): the call was not
     /// answered and can be sent again on a new channel.
     Lost(String),
@@ -486,12 +494,12 @@ fn attempt<R: RemoteCall>(ch: &mut Channel, request: &[u8], call_id: u64, resend
     if rh.kind != FrameKind::Reply || rh.call_id != call_id {
         return Attempt::Lost(format!("unexpected {:?} frame for call {}", rh.kind, rh.call_id));
     }
-    if rh.status != cudart::SUCCESS {
-        return Attempt::Done(Err(CudaError(rh.status)));
+    if rh.status != 0 {
+        return Attempt::Done(Err(Failure::Status(rh.status)));
     }
     Attempt::Done(phos_protocol::decode::<R::Reply>(&ch.reply).map_err(|e| {
         tracing::error!("undecodable reply to {}: {e}", R::FUNCTION.name());
-        CudaError::Unknown
+        Failure::Internal
     }))
 }
 
@@ -505,8 +513,12 @@ fn reconnect_timeout() -> Duration {
 /// Send one call and wait for its reply. If the connection is lost, reconnect to the
 /// session (with its token: the router holds the channel until the session is back) and
 /// send the call again, after the async calls the lost connection left unanswered; the
-/// application does not notice.
-pub fn call<R: RemoteCall>(req: &R) -> Result<R::Reply, CudaError> {
+/// application does not notice. A failure is in the call's API's status codes.
+pub fn call<R: RemoteCall>(req: &R) -> Result<R::Reply, R::Status> {
+    call_carried(req).map_err(R::Status::from)
+}
+
+fn call_carried<R: RemoteCall>(req: &R) -> Result<R::Reply, Failure> {
     CALLS.fetch_add(1, Ordering::Relaxed);
     let mut request = Vec::new();
     phos_protocol::encode_reply(req, &mut request);
@@ -520,7 +532,7 @@ pub fn call<R: RemoteCall>(req: &R) -> Result<R::Reply, CudaError> {
                 R::FUNCTION.name(),
                 request.len()
             );
-            return Err(CudaError::InvalidValue);
+            return Err(Failure::InvalidValue);
         }
     }
     let call_id = NEXT_CALL_ID.fetch_add(1, Ordering::Relaxed);
@@ -536,7 +548,7 @@ pub fn call<R: RemoteCall>(req: &R) -> Result<R::Reply, CudaError> {
         carried.extend(drop_channel());
         if Instant::now() >= deadline {
             tracing::error!("the session did not come back; {} fails", R::FUNCTION.name());
-            return Err(CudaError::DevicesUnavailable);
+            return Err(Failure::SessionLost);
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_secs(1));
@@ -549,7 +561,7 @@ pub fn call<R: RemoteCall>(req: &R) -> Result<R::Reply, CudaError> {
             Ok(Attempt::Lost(why)) => lost = why,
             Err(_) if SESSION_GONE.load(Ordering::Relaxed) => {
                 tracing::error!("the session has ended at the router; {} fails", R::FUNCTION.name());
-                return Err(CudaError::DevicesUnavailable);
+                return Err(Failure::SessionLost);
             }
             Err(_) => lost = "the router refused the session".to_string(),
         }
@@ -562,7 +574,11 @@ pub fn call<R: RemoteCall>(req: &R) -> Result<R::Reply, CudaError> {
 /// thread's last error then. Only for calls whose reply carries nothing (`R::Reply` is
 /// empty) and whose arguments the caller has vouched for, so that the errors CUDA would
 /// return from the call itself cannot happen.
-pub fn call_async<R: RemoteCall>(req: &R) -> Result<(), CudaError> {
+pub fn call_async<R: RemoteCall>(req: &R) -> Result<(), R::Status> {
+    call_async_carried(req).map_err(R::Status::from)
+}
+
+fn call_async_carried<R: RemoteCall>(req: &R) -> Result<(), Failure> {
     CALLS.fetch_add(1, Ordering::Relaxed);
     let mut request = Vec::new();
     phos_protocol::encode_reply(req, &mut request);
@@ -588,7 +604,7 @@ pub fn call_async<R: RemoteCall>(req: &R) -> Result<(), CudaError> {
         // The connection is gone: reconnect now, sending everything unanswered again (a
         // synchronous no-op call carries them).
         tracing::info!("connection lost while sending {} ({why})", R::FUNCTION.name());
-        call(&cudart::CudaGetDeviceCountRequest {})?;
+        call_carried(&cudart::CudaGetDeviceCountRequest {})?;
     }
     Ok(())
 }
@@ -619,7 +635,7 @@ pub unsafe fn staged_copy(
     host: *mut u8,
     count: usize,
     stream: u64,
-) -> Option<Result<(), CudaError>> {
+) -> Option<Result<(), Failure>> {
     let h2d = match direction {
         cudart::consts::cudaMemcpyHostToDevice => true,
         cudart::consts::cudaMemcpyDeviceToHost => false,
@@ -643,9 +659,10 @@ pub unsafe fn staged_copy(
         let mut request = Vec::new();
         phos_protocol::encode_reply(&req, &mut request);
         let call_id = NEXT_CALL_ID.fetch_add(1, Ordering::Relaxed);
-        let sent = ch
-            .send_barrier()
-            .and_then(|_| ch.send_call(FunctionId::PhosMemcpyStaged, current_device(), call_id, 0, &request));
+        let sent = ch.send_barrier().and_then(|_| {
+            let staged = <cudart::PhosMemcpyStagedRequest as RemoteCall>::FUNCTION;
+            ch.send_call(staged, current_device(), call_id, 0, &request)
+        });
         if let Err(why) = sent {
             tracing::info!("connection lost before a staged copy ({why})");
             return Ok(Some(Err(())));
@@ -723,9 +740,9 @@ pub unsafe fn staged_copy(
         if early.is_some() && rh.status == cudart::SUCCESS {
             // Answered as done while data was still to move: never what a server does.
             tracing::error!("a staged copy was answered as done before its data moved");
-            return Ok(Some(Ok(Err(CudaError::Unknown))));
+            return Ok(Some(Ok(Err(Failure::Internal))));
         }
-        Ok(Some(Ok(if rh.status == cudart::SUCCESS { Ok(()) } else { Err(CudaError(rh.status)) })))
+        Ok(Some(Ok(if rh.status == cudart::SUCCESS { Ok(()) } else { Err(Failure::Status(rh.status)) })))
     });
     match outcome {
         Err(e) => Some(Err(e)),
@@ -765,34 +782,36 @@ fn write_device_output(bytes: &[u8]) {
     }
 }
 
-/// Run one API function: record its error as the thread's last error, turn panics into
-/// `cudaErrorUnknown` (a panic must never unwind into C), return the code.
-pub fn api_call(id: FunctionId, f: impl FnOnce() -> Result<(), CudaError>) -> i32 {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => cudart::SUCCESS,
-        Ok(Err(e)) => {
-            set_last_error(e);
-            e.0
-        }
-        Err(_) => {
-            tracing::error!("internal error in {}", id.name());
-            set_last_error(CudaError::Unknown);
-            CudaError::Unknown.0
-        }
-    }
+/// Whether the process has initialised the driver API: `cuInit`, or the runtime API, which
+/// initialises the driver on its first call as NVIDIA's does.
+static DRIVER_INITIALIZED: AtomicBool = AtomicBool::new(false);
+
+pub fn driver_initialized() -> bool {
+    DRIVER_INITIALIZED.load(Ordering::Relaxed)
 }
 
-/// A function Phos does not support: logged once per function, answers the not-supported code.
-pub fn unsupported(id: FunctionId) -> i32 {
-    static LOGGED: Mutex<Vec<FunctionId>> = Mutex::new(Vec::new());
+pub fn set_driver_initialized() {
+    DRIVER_INITIALIZED.store(true, Ordering::Relaxed);
+}
+
+/// Run one exported function: a panic becomes `internal` (it must never unwind into C).
+pub fn catch_panic<S: phos_protocol::ApiStatus>(name: &str, f: impl FnOnce() -> Result<(), S>) -> Result<(), S> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        tracing::error!("internal error in {name}");
+        Err(S::INTERNAL_ERROR)
+    })
+}
+
+/// A function Phos does not support: logged once per function (by name, with the code it
+/// answers), for every API.
+pub fn log_unsupported_once(function: Function, answer: &str) {
+    static LOGGED: Mutex<Vec<Function>> = Mutex::new(Vec::new());
     let mut logged = LOGGED.lock().unwrap_or_else(|p| p.into_inner());
-    if !logged.contains(&id) {
-        logged.push(id);
+    if !logged.contains(&function) {
+        logged.push(function);
         crate::log::init();
-        tracing::warn!("{} is not supported by Phos; returning cudaErrorNotSupported", id.name());
+        tracing::warn!("{} is not supported by Phos; returning {answer}", function.name());
     }
-    set_last_error(cudart::NOT_SUPPORTED);
-    cudart::NOT_SUPPORTED.0
 }
 
 pub fn set_last_error(e: CudaError) {
@@ -824,21 +843,21 @@ pub fn set_current_device(device: i32) {
 // ---------------------------------------------------------------------------------------------
 
 /// Bytes of `count` elements of `elem_size` bytes.
-pub fn byte_len(count: i128, elem_size: u64) -> Result<usize, CudaError> {
+pub fn byte_len(count: i128, elem_size: u64) -> Result<usize, Failure> {
     let n = phos_protocol::eval::byte_len(count, elem_size)?;
-    usize::try_from(n).ok().filter(|&n| n <= isize::MAX as usize).ok_or(CudaError::InvalidValue)
+    usize::try_from(n).ok().filter(|&n| n <= isize::MAX as usize).ok_or(Failure::InvalidValue)
 }
 
 /// Host input data. A null pointer is an error unless the buffer is empty or allowed null.
 ///
 /// # Safety
 /// `p` must point to `n` readable bytes (the caller's contract with CUDA).
-pub unsafe fn in_bytes<'a>(p: *const u8, n: usize, null_ok: bool) -> Result<&'a [u8], CudaError> {
+pub unsafe fn in_bytes<'a>(p: *const u8, n: usize, null_ok: bool) -> Result<&'a [u8], Failure> {
     if n == 0 {
         return Ok(&[]);
     }
     if p.is_null() {
-        return if null_ok { Ok(&[]) } else { Err(CudaError::InvalidValue) };
+        return if null_ok { Ok(&[]) } else { Err(Failure::InvalidValue) };
     }
     Ok(unsafe { std::slice::from_raw_parts(p, n) })
 }
@@ -847,15 +866,15 @@ pub unsafe fn in_bytes<'a>(p: *const u8, n: usize, null_ok: bool) -> Result<&'a 
 ///
 /// # Safety
 /// Only inspects the pointer.
-pub unsafe fn check_out(p: *mut u8, n: usize, null_ok: bool) -> Result<(), CudaError> {
-    if n > 0 && p.is_null() && !null_ok { Err(CudaError::InvalidValue) } else { Ok(()) }
+pub unsafe fn check_out(p: *mut u8, n: usize, null_ok: bool) -> Result<(), Failure> {
+    if n > 0 && p.is_null() && !null_ok { Err(Failure::InvalidValue) } else { Ok(()) }
 }
 
 /// Copies a reply buffer into the caller's memory.
 ///
 /// # Safety
 /// `p` must point to `n` writable bytes.
-pub unsafe fn copy_out(p: *mut u8, data: Option<&[u8]>, n: usize) -> Result<(), CudaError> {
+pub unsafe fn copy_out(p: *mut u8, data: Option<&[u8]>, n: usize) -> Result<(), Failure> {
     match data {
         Some(d) if d.len() == n => {
             if n > 0 && !p.is_null() {
@@ -865,7 +884,7 @@ pub unsafe fn copy_out(p: *mut u8, data: Option<&[u8]>, n: usize) -> Result<(), 
         }
         _ => {
             tracing::error!("the API server answered with a buffer of the wrong size");
-            Err(CudaError::Unknown)
+            Err(Failure::Internal)
         }
     }
 }
@@ -874,9 +893,9 @@ pub unsafe fn copy_out(p: *mut u8, data: Option<&[u8]>, n: usize) -> Result<(), 
 ///
 /// # Safety
 /// `p` must be null or point to a NUL-terminated string.
-pub unsafe fn c_str<'a>(p: *const c_char) -> Result<&'a str, CudaError> {
+pub unsafe fn c_str<'a>(p: *const c_char) -> Result<&'a str, Failure> {
     if p.is_null() {
-        return Err(CudaError::InvalidValue);
+        return Err(Failure::InvalidValue);
     }
-    unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| CudaError::InvalidValue)
+    unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| Failure::InvalidValue)
 }

@@ -1,9 +1,11 @@
-//! The symbol versions of the built `libcudart.so` (build.rs, `symbol_versions`): the library
-//! defines the version nodes of the three sonames it is installed as, every export resolves
-//! for each of them, nothing but the CUDA API is exported, and programs linked against a
-//! runtime of each version start on it without glibc's "no version information available".
+//! The symbol versions of the built `libphos_guest.so` (build.rs, `symbol_versions`): the
+//! library defines the version nodes of the three runtime sonames it is installed as, every
+//! export resolves for each of them, nothing but the CUDA APIs (runtime and driver) is
+//! exported, and programs linked against a runtime of each version start on it without glibc's
+//! "no version information available". The driver API's exports answer as NVIDIA's without a
+//! server where they need none, and the file is one library however many names reach it.
 //!
-//! The library is the one of this build, `target/<profile>/libcudart.so` (cargo builds it
+//! The library is the one of this build, `target/<profile>/libphos_guest.so` (cargo builds it
 //! before the tests). The checks read it with `readelf` and build small C programs with `cc`.
 #![cfg(target_os = "linux")]
 
@@ -15,11 +17,11 @@ use std::process::{Command, Output};
 const VERSIONS: [&str; 3] = ["libcudart.so.11.0", "libcudart.so.12", "libcudart.so.13"];
 const DEFAULT_VERSION: &str = "libcudart.so.12";
 
-/// `target/<profile>/libcudart.so`, next to the `deps` directory this test runs from.
+/// `target/<profile>/libphos_guest.so`, next to the `deps` directory this test runs from.
 fn library() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");
     // target/<profile>/deps/symbol_versions-<hash>
-    let lib = exe.parent().and_then(Path::parent).expect("target/<profile>").join("libcudart.so");
+    let lib = exe.parent().and_then(Path::parent).expect("target/<profile>").join("libphos_guest.so");
     assert!(lib.exists(), "{} is missing: `cargo build -p phos-guestlib` builds it", lib.display());
     lib
 }
@@ -110,9 +112,10 @@ fn exports() -> BTreeMap<String, Vec<DynSym>> {
     by_name
 }
 
-/// The functions the generated stubs export (`#[unsafe(no_mangle)]` in OUT_DIR/cudart_guest.rs).
-fn generated_exports() -> BTreeSet<String> {
-    let path = Path::new(env!("OUT_DIR")).join("cudart_guest.rs");
+/// The functions the generated stubs of `api` export (`#[unsafe(no_mangle)]` in
+/// OUT_DIR/<api>_guest.rs).
+fn generated_exports(api: &str) -> BTreeSet<String> {
+    let path = Path::new(env!("OUT_DIR")).join(format!("{api}_guest.rs"));
     let code = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     let mut names = BTreeSet::new();
     let mut exported = false;
@@ -139,7 +142,7 @@ fn defines_the_version_node_of_each_soname() {
 #[test]
 fn every_export_has_each_version_at_one_address() {
     let exports = exports();
-    for name in ["cudaMalloc", "cudaRuntimeGetVersion", "cudaLaunchKernel", "__cudaRegisterFatBinary"] {
+    for name in ["cudaMalloc", "cudaRuntimeGetVersion", "cudaLaunchKernel", "__cudaRegisterFatBinary", "cuInit"] {
         assert!(exports.contains_key(name), "{name} is not exported");
     }
     for (name, defs) in &exports {
@@ -165,7 +168,9 @@ fn exports_nothing_but_the_cuda_api() {
         .filter(|n| ["_ZN", "_R", "rust_", "__rust", "__rdl", "__rg_"].iter().any(|p| n.starts_with(p)))
         .collect();
     assert!(rust.is_empty(), "Rust symbols are exported: {rust:?}");
-    assert_eq!(exports, generated_exports(), "the exports are not exactly the generated stubs");
+    let generated: BTreeSet<String> =
+        generated_exports("cudart").into_iter().chain(generated_exports("cuda")).collect();
+    assert_eq!(exports, generated, "the exports are not exactly the generated stubs");
 }
 
 /// A scratch directory under the system's temporary directory, removed when dropped.
@@ -315,4 +320,207 @@ fn exports_every_function_of_nvidias_runtimes() {
     }
     assert!(checked > 1000, "the list is read");
     assert!(missing.is_empty(), "not exported: {missing:?}");
+}
+
+/// Every function NVIDIA's libcuda of driver 535 exports is exported too
+/// (tests/abi/libcuda-exports.txt), so every program linked with `-lcuda` loads.
+#[test]
+fn exports_every_function_of_nvidias_driver() {
+    let list = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/abi/libcuda-exports.txt"))
+        .expect("tests/abi/libcuda-exports.txt");
+    let exports = exports();
+    let names: Vec<&str> = list.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).collect();
+    assert!(names.len() > 500, "the list is read");
+    let missing: Vec<&&str> = names.iter().filter(|n| !exports.contains_key(**n)).collect();
+    assert!(missing.is_empty(), "not exported: {missing:?}");
+}
+
+/// Build a C program from `src` (extra `cc` arguments after it) in `dir`.
+fn build_c(dir: &Scratch, name: &str, src: &str, args: &[&Path]) -> PathBuf {
+    let source = dir.write(&format!("{name}.c"), src);
+    let exe = dir.0.join(name);
+    run(Command::new("cc").arg("-o").arg(&exe).arg(&source).args(args).arg("-ldl"));
+    exe
+}
+
+/// The driver API without a server: error names and texts, what a call before `cuInit`
+/// answers, `cuInit` with no router, and an export Phos does not carry (answered
+/// `CUDA_ERROR_NOT_SUPPORTED` and logged once, by name).
+#[test]
+fn the_driver_api_answers_as_nvidias_without_a_server() {
+    let dir = Scratch::new("driver");
+    let exe = build_c(
+        &dir,
+        "driver",
+        r#"#include <dlfcn.h>
+#include <stdio.h>
+typedef int (*name_fn)(int, const char **);
+int main(int argc, char **argv) {
+    void *h = dlopen(argv[1], RTLD_NOW);
+    if (!h) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 2; }
+    name_fn name = (name_fn)dlsym(h, "cuGetErrorName"), text = (name_fn)dlsym(h, "cuGetErrorString");
+    int (*get)(int *, int) = (int (*)(int *, int))dlsym(h, "cuDeviceGet");
+    int (*init)(unsigned) = (int (*)(unsigned))dlsym(h, "cuInit");
+    int (*ctx)(void **, unsigned, int) = (int (*)(void **, unsigned, int))dlsym(h, "cuCtxCreate_v2");
+    const char *s = 0;
+    int r = name(1, &s);
+    printf("%d %s\n", r, s);
+    r = text(1, &s);
+    printf("%d %s\n", r, s);
+    r = name(999, &s);
+    printf("%d %s\n", r, s);
+    s = "unchanged";
+    r = name(12345, &s);
+    printf("%d %s\n", r, s ? s : "NULL");
+    int d = -1;
+    printf("%d\n", get(&d, 0));
+    printf("%d\n", init(1));
+    printf("%d\n", init(0));
+    printf("%d\n", get(&d, 0));
+    void *c = 0;
+    int first = ctx(&c, 0, 0);
+    printf("%d %d\n", first, ctx(&c, 0, 0));
+    return 0;
+}
+"#,
+        &[],
+    );
+    let run_dir = dir.0.join("run");
+    std::fs::create_dir_all(&run_dir).unwrap();
+    std::os::unix::fs::symlink(library(), run_dir.join("libcuda.so.1")).unwrap();
+    let out = Command::new(&exe)
+        .arg("libcuda.so.1")
+        .env("LD_LIBRARY_PATH", &run_dir)
+        .env("PHOS_ENDPOINT", format!("unix:{}", dir.0.join("no-router.sock").display()))
+        .env("PHOS_LOG", "warn")
+        .output()
+        .expect("running the program");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let expected = [
+        "0 CUDA_ERROR_INVALID_VALUE",
+        "0 invalid argument",
+        "0 CUDA_ERROR_UNKNOWN",
+        "1 NULL",
+        // Not initialised; cuInit(1) is an invalid value; no router: no device; still not
+        // initialised, as NVIDIA's driver answers after a cuInit that failed.
+        "3",
+        "1",
+        "100",
+        "3",
+        "801 801",
+    ];
+    assert_eq!(stdout.lines().collect::<Vec<_>>(), expected, "stderr:\n{stderr}");
+    let unsupported = "cuCtxCreate_v2 is not supported by Phos; returning CUDA_ERROR_NOT_SUPPORTED";
+    assert_eq!(stderr.matches(unsupported).count(), 1, "logged once, by name:\n{stderr}");
+}
+
+/// glibc loads a file once however it is reached: the runtime's and the driver's sonames as
+/// symbolic links to the library, as hard links to it, and `dlopen` by another name all give
+/// one loaded object, hence one guest core and one session per process.
+#[test]
+fn one_file_under_every_name_is_one_loaded_library() {
+    let dir = Scratch::new("one");
+    let exe = build_c(
+        &dir,
+        "one",
+        r#"#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include <stdio.h>
+#include <string.h>
+static int count(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    if (strstr(info->dlpi_name, "libcuda") || strstr(info->dlpi_name, "libphos_guest")) ++*(int *)data;
+    return 0;
+}
+int main(int argc, char **argv) {
+    void *a = dlopen(argv[1], RTLD_NOW);
+    void *b = dlopen(argv[2], RTLD_NOW);
+    if (!a || !b) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 2; }
+    int loaded = 0;
+    dl_iterate_phdr(count, &loaded);
+    Dl_info x, y;
+    dladdr(dlsym(a, "cudaMalloc"), &x);
+    dladdr(dlsym(b, "cuInit"), &y);
+    printf("%s %d %s\n", a == b ? "same" : "different", loaded, x.dli_fbase == y.dli_fbase ? "one" : "two");
+    return 0;
+}
+"#,
+        &[],
+    );
+    let check = |how: &str, link: &dyn Fn(&Path, &Path) -> std::io::Result<()>, names: [&str; 2]| {
+        let run_dir = dir.0.join(how);
+        std::fs::create_dir_all(&run_dir).unwrap();
+        for n in ["libcudart.so.12", "libcuda.so.1", "libcudart.so.11.0"] {
+            link(&library(), &run_dir.join(n)).unwrap();
+        }
+        let out = Command::new(&exe).args(names).env("LD_LIBRARY_PATH", &run_dir).output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{how}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(stdout.trim(), "same 1 one", "{how} {names:?}");
+    };
+    check("symlinks", &|t, l| std::os::unix::fs::symlink(t, l), ["libcudart.so.12", "libcuda.so.1"]);
+    check("symlinks-other-order", &|t, l| std::os::unix::fs::symlink(t, l), ["libcuda.so.1", "libcudart.so.11.0"]);
+    // A hard link needs the same file system: the copy of the library in the scratch
+    // directory is the target.
+    let own = dir.0.join("libphos_guest.so");
+    std::fs::copy(library(), &own).unwrap();
+    check("hardlinks", &|_, l| std::fs::hard_link(&own, l), ["libcudart.so.12", "libcuda.so.1"]);
+}
+
+/// A program that needs `libcuda.so.1` before `libcudart.so.11.0` (what nvcc writes for
+/// `-lcuda`) reaches the library first by the driver's name; it still presents the runtime
+/// ABI the program was built for, found among the libraries the program needs.
+#[test]
+fn the_runtime_abi_is_found_when_the_driver_loads_first() {
+    let dir = Scratch::new("driver-first");
+    let stub_dir = dir.0.join("stub");
+    let run_dir = dir.0.join("run");
+    std::fs::create_dir_all(&stub_dir).unwrap();
+    std::fs::create_dir_all(&run_dir).unwrap();
+    let cuda_stub = dir.write("cuda.c", "int cuDriverGetVersion(int *v) { *v = 0; return 1; }\n");
+    run(Command::new("cc")
+        .args(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o"])
+        .arg(stub_dir.join("libcuda.so.1"))
+        .arg(&cuda_stub));
+    let rt_stub = dir.write("rt.c", "int cudaRuntimeGetVersion(int *v) { *v = 0; return 1; }\n");
+    let rt_map = dir.write("rt.map", "libcudart.so.11.0 { global: cudaRuntimeGetVersion; local: *; };\n");
+    run(Command::new("cc")
+        .args(["-shared", "-fPIC", "-Wl,-soname,libcudart.so.11.0"])
+        .arg(format!("-Wl,--version-script={}", rt_map.display()))
+        .arg("-o")
+        .arg(stub_dir.join("libcudart.so.11.0"))
+        .arg(&rt_stub));
+    let app = dir.write(
+        "app.c",
+        r#"#include <stdio.h>
+extern int cuDriverGetVersion(int *);
+extern int cudaRuntimeGetVersion(int *);
+int main(void) {
+    int v = -1;
+    int rc = cudaRuntimeGetVersion(&v);
+    printf("%d %d %p\n", rc, v, (void *)cuDriverGetVersion);
+    return rc;
+}
+"#,
+    );
+    let exe = dir.0.join("app");
+    run(Command::new("cc")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&app)
+        .arg(stub_dir.join("libcuda.so.1"))
+        .arg(stub_dir.join("libcudart.so.11.0")));
+    let needed = readelf(&["-d"], &exe);
+    let order: Vec<&str> = needed.lines().filter(|l| l.contains("NEEDED") && l.contains("libcud")).collect();
+    assert!(order.len() == 2 && order[0].contains("libcuda.so.1"), "the driver first: {order:?}");
+    for n in ["libcuda.so.1", "libcudart.so.11.0"] {
+        std::os::unix::fs::symlink(library(), run_dir.join(n)).unwrap();
+    }
+    let out = Command::new(&exe).env("LD_LIBRARY_PATH", &run_dir).env_remove("PHOS_CUDA_ABI").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.starts_with("0 11080 "), "cudaRuntimeGetVersion of the CUDA 11 ABI: {stdout}");
 }

@@ -2,36 +2,48 @@
 
 use std::fmt;
 
-use crate::cudart;
+use crate::cudart::CudaError;
 use crate::eval::EvalError;
 
-/// A CUDA runtime error code (`cudaError_t`), never `cudaSuccess`. The named constants
-/// (`CudaError::InvalidValue`, ...) are generated from the spec's errors table.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CudaError(pub i32);
+/// The status type of an API (`cudart::CudaError`, `cuda::CuError`), generated from its spec:
+/// what a call of it returns, and what Phos's own failures of it are.
+pub trait ApiStatus: Copy + fmt::Debug + fmt::Display + From<Failure> {
+    /// The success code (`cudaSuccess`).
+    const SUCCESS: i32;
+    /// An argument Phos cannot carry or a request that does not decode.
+    const INVALID_VALUE: Self;
+    /// What a function Phos does not support answers.
+    const NOT_SUPPORTED: Self;
+    /// A bug, or a reply Phos does not understand.
+    const INTERNAL_ERROR: Self;
+    fn from_code(code: i32) -> Self;
+    fn code(self) -> i32;
+}
+
+/// Why a call failed, before the calling API's status code is chosen for it: the guest core
+/// serves every API, and each maps these to its own codes (the `invalid_value`,
+/// `internal_error`, `no_device` and `session_lost` errors of its spec).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The server (or the router) answered with this status of the call's API.
+    Status(i32),
+    /// An argument Phos cannot carry (a size that overflows, a request past the router's limit).
+    InvalidValue,
+    /// A bug, or a reply that does not decode.
+    Internal,
+    /// No router to reach, or it refused the session.
+    NoDevice,
+    /// The session ended and did not come back.
+    SessionLost,
+}
+
+impl From<EvalError> for Failure {
+    fn from(_: EvalError) -> Self {
+        Failure::InvalidValue
+    }
+}
 
 impl CudaError {
-    pub fn code(self) -> i32 {
-        self.0
-    }
-
-    fn info(self) -> Option<&'static crate::spec::ErrorInfo> {
-        cudart::ERRORS.iter().find(|e| e.code == i64::from(self.0))
-    }
-
-    /// The C name (`cudaErrorInvalidValue`), or "unrecognized error code".
-    pub fn name(self) -> &'static str {
-        self.info().map_or("unrecognized error code", |e| e.name)
-    }
-
-    /// The text `cudaGetErrorString` gives under the given CUDA major version.
-    pub fn text(self, abi_major: u32) -> &'static str {
-        match self.info() {
-            Some(e) => e.abi_texts.iter().find(|(v, _)| *v == i64::from(abi_major)).map_or(e.text, |(_, t)| t),
-            None => "unrecognized error code",
-        }
-    }
-
     /// Errors after which the context is unusable: every later call fails with them too.
     pub fn is_sticky(self) -> bool {
         matches!(
@@ -42,57 +54,33 @@ impl CudaError {
             700 | 702 | 710 | 714 | 715 | 716 | 717 | 718 | 719 | 214 | 226
         )
     }
-
-    /// `Ok(())` for the success code, the error otherwise.
-    pub fn check(code: i32) -> Result<(), CudaError> {
-        if code == cudart::SUCCESS { Ok(()) } else { Err(CudaError(code)) }
-    }
 }
 
-impl fmt::Debug for CudaError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", self.name(), self.0)
-    }
-}
-
-impl fmt::Display for CudaError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({}): {}", self.name(), self.0, self.text(13))
-    }
-}
-
-impl std::error::Error for CudaError {}
-
-impl From<EvalError> for CudaError {
-    fn from(_: EvalError) -> Self {
-        CudaError::InvalidValue
-    }
-}
-
-/// Why the server's dispatch refused or failed a call. Everything except `Failed` is the
-/// guest's fault (or a server bug) and is logged; all of them answer with [`Rejection::code`].
+/// Why the server's dispatch refused or failed a call of an API whose status is `S`.
+/// Everything except `Failed` is the guest's fault (or a server bug) and is logged; all of them
+/// answer with [`Rejection::code`].
 #[derive(Debug)]
-pub enum Rejection {
+pub enum Rejection<S: ApiStatus = CudaError> {
     /// The payload does not decode as the function's request.
     Malformed(bincode::error::DecodeError),
     /// The function is implemented in the guest library and is never sent.
     NotRemote(&'static str),
     /// A spec check failed: which error, and what was wrong.
-    Invalid(CudaError, &'static str),
+    Invalid(S, &'static str),
     /// The call ran and failed, as it would natively.
-    Failed(CudaError),
+    Failed(S),
     /// The service answered with a reply the spec does not allow.
     ServerBug(&'static str),
 }
 
-impl Rejection {
+impl<S: ApiStatus> Rejection<S> {
     /// The error the guest receives.
-    pub fn code(&self) -> CudaError {
+    pub fn code(&self) -> S {
         match self {
-            Rejection::Malformed(_) => CudaError::InvalidValue,
-            Rejection::NotRemote(_) => cudart::NOT_SUPPORTED,
+            Rejection::Malformed(_) => S::INVALID_VALUE,
+            Rejection::NotRemote(_) => S::NOT_SUPPORTED,
             Rejection::Invalid(c, _) | Rejection::Failed(c) => *c,
-            Rejection::ServerBug(_) => CudaError::Unknown,
+            Rejection::ServerBug(_) => S::INTERNAL_ERROR,
         }
     }
 
@@ -102,7 +90,7 @@ impl Rejection {
     }
 }
 
-impl fmt::Display for Rejection {
+impl<S: ApiStatus> fmt::Display for Rejection<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Rejection::Malformed(e) => write!(f, "malformed request: {e}"),
@@ -114,10 +102,10 @@ impl fmt::Display for Rejection {
     }
 }
 
-impl std::error::Error for Rejection {}
+impl<S: ApiStatus> std::error::Error for Rejection<S> {}
 
-impl From<EvalError> for Rejection {
+impl<S: ApiStatus> From<EvalError> for Rejection<S> {
     fn from(_: EvalError) -> Self {
-        Rejection::Invalid(CudaError::InvalidValue, "size or offset out of range")
+        Rejection::Invalid(S::INVALID_VALUE, "size or offset out of range")
     }
 }

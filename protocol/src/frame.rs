@@ -4,19 +4,29 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 4 | magic `PHOS` |
-//! | 4 | 1 | protocol version |
+//! | 4 | 1 | version: 1, or [`HANDSHAKE_VERSION`] on a `Hello` that names its APIs |
 //! | 5 | 1 | [`FrameKind`] |
 //! | 6 | 2 | flags ([`FLAG_ASYNC`], [`FLAG_REFUSED`], [`FLAG_MEASURE`]) |
 //! | 8 | 4 | function id (calls and replies) |
 //! | 12 | 4 | device: the calling thread's current device (calls) |
 //! | 16 | 4 | status: the CUDA error code (replies) |
-//! | 20 | 4 | reserved, zero |
+//! | 20 | 2 | API id of the function (calls and replies; 0 is the runtime API, `cudart`) |
+//! | 22 | 2 | reserved, zero |
 //! | 24 | 8 | session id |
 //! | 32 | 8 | call id, echoed by the reply |
 //! | 40 | 8 | payload length |
 
 pub const MAGIC: u32 = u32::from_le_bytes(*b"PHOS");
+/// The version of every frame but a `Hello` of this build. The layout is the first one's: the
+/// API id sits in what was a reserved field that every peer set to zero, and zero is the
+/// runtime API, so a guest built before there were several APIs reads and writes the same
+/// frames.
 pub const VERSION: u8 = 1;
+/// The version of a `Hello` whose payload is a [`Hello`](crate::handshake::Hello) naming the
+/// APIs it speaks and their versions. A version-1 `Hello` is a
+/// [`LegacyHello`](crate::handshake::LegacyHello) (one spec hash); a router from before
+/// version 2 refuses this one with "protocol version 2".
+pub const HANDSHAKE_VERSION: u8 = 2;
 pub const HEADER_LEN: usize = 48;
 
 /// On a call: the guest does not wait for its reply (a call the spec marks `async`, returned
@@ -85,8 +95,12 @@ impl FrameKind {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameHeader {
+    /// [`VERSION`], or [`HANDSHAKE_VERSION`] on a `Hello` of this build.
+    pub version: u8,
     pub kind: FrameKind,
     pub flags: u16,
+    /// The API of `function` (calls and replies).
+    pub api: u16,
     pub function: u32,
     pub device: i32,
     pub status: i32,
@@ -100,7 +114,7 @@ pub struct FrameHeader {
 pub enum HeaderError {
     #[error("bad magic {0:#010x}")]
     BadMagic(u32),
-    #[error("protocol version {0} (this build speaks {VERSION})")]
+    #[error("protocol version {0} (this build speaks {VERSION} and {HANDSHAKE_VERSION})")]
     BadVersion(u8),
     #[error("unknown frame kind {0}")]
     BadKind(u8),
@@ -110,18 +124,30 @@ pub enum HeaderError {
 
 impl FrameHeader {
     pub fn new(kind: FrameKind) -> Self {
-        FrameHeader { kind, flags: 0, function: 0, device: 0, status: 0, session: 0, call_id: 0, payload_len: 0 }
+        FrameHeader {
+            version: VERSION,
+            kind,
+            flags: 0,
+            api: 0,
+            function: 0,
+            device: 0,
+            status: 0,
+            session: 0,
+            call_id: 0,
+            payload_len: 0,
+        }
     }
 
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-        b[4] = VERSION;
+        b[4] = self.version;
         b[5] = self.kind as u8;
         b[6..8].copy_from_slice(&self.flags.to_le_bytes());
         b[8..12].copy_from_slice(&self.function.to_le_bytes());
         b[12..16].copy_from_slice(&self.device.to_le_bytes());
         b[16..20].copy_from_slice(&self.status.to_le_bytes());
+        b[20..22].copy_from_slice(&self.api.to_le_bytes());
         b[24..32].copy_from_slice(&self.session.to_le_bytes());
         b[32..40].copy_from_slice(&self.call_id.to_le_bytes());
         b[40..48].copy_from_slice(&self.payload_len.to_le_bytes());
@@ -135,16 +161,18 @@ impl FrameHeader {
         if magic != MAGIC {
             return Err(HeaderError::BadMagic(magic));
         }
-        if b[4] != VERSION {
+        if b[4] != VERSION && b[4] != HANDSHAKE_VERSION {
             return Err(HeaderError::BadVersion(b[4]));
         }
         let kind = FrameKind::from_u8(b[5]).ok_or(HeaderError::BadKind(b[5]))?;
-        if u32_at(20) != 0 {
+        if b[22] != 0 || b[23] != 0 {
             return Err(HeaderError::Reserved);
         }
         Ok(FrameHeader {
+            version: b[4],
             kind,
             flags: u16::from_le_bytes([b[6], b[7]]),
+            api: u16::from_le_bytes([b[20], b[21]]),
             function: u32_at(8),
             device: u32_at(12) as i32,
             status: u32_at(16) as i32,
@@ -162,8 +190,10 @@ mod tests {
     #[test]
     fn round_trip() {
         let h = FrameHeader {
+            version: VERSION,
             kind: FrameKind::Reply,
             flags: 3,
+            api: 0x1234,
             function: 17,
             device: -1,
             status: 700,
@@ -186,7 +216,27 @@ mod tests {
         b[5] = 77;
         assert_eq!(FrameHeader::decode(&b), Err(HeaderError::BadKind(77)));
         let mut b = FrameHeader::new(FrameKind::Call).encode();
-        b[21] = 1;
+        b[22] = 1;
         assert_eq!(FrameHeader::decode(&b), Err(HeaderError::Reserved));
+    }
+
+    /// A frame of a build from before the API field (reserved bytes all zero) is a runtime API
+    /// frame of version 1; a handshake of this build is version 2.
+    #[test]
+    fn the_api_field_was_reserved_and_zero() {
+        let mut old = [0u8; HEADER_LEN];
+        old[0..4].copy_from_slice(b"PHOS");
+        old[4] = 1;
+        old[5] = FrameKind::Call as u8;
+        old[8..12].copy_from_slice(&46u32.to_le_bytes());
+        let h = FrameHeader::decode(&old).unwrap();
+        assert_eq!((h.version, h.api, h.function), (1, 0, 46));
+        assert_eq!(h.encode(), old, "this build writes the same bytes");
+        let mut hello = FrameHeader::new(FrameKind::Hello);
+        hello.version = HANDSHAKE_VERSION;
+        assert_eq!(FrameHeader::decode(&hello.encode()).unwrap().version, 2);
+        let mut b = hello.encode();
+        b[4] = 3;
+        assert_eq!(FrameHeader::decode(&b), Err(HeaderError::BadVersion(3)));
     }
 }

@@ -1,10 +1,11 @@
 //! The Phos wire protocol, shared by the guest library, the router and the API server.
 //!
-//! A connection carries **frames**: a fixed 48-byte [`FrameHeader`] (session, call id,
+//! A connection carries **frames**: a fixed 48-byte [`FrameHeader`] (session, call id, API and
 //! function id, device, status) followed by a payload encoded with `bincode` 2. Calls and
-//! replies carry the request/reply structs that `phos-codegen` generates from
-//! `spec/cudart.lapis` into [`cudart`]; the session handshake carries [`handshake`] messages.
-//! Frames travel over a [`Transport`](transport::Transport).
+//! replies carry the request/reply structs that `phos-codegen` generates from each API's spec
+//! into a module of its own ([`cudart`] from `spec/cudart.lapis`, [`cuda`] from
+//! `spec/cuda.lapis`); [`apis`] is what they share. The session handshake carries
+//! [`handshake`] messages. Frames travel over a [`Transport`](transport::Transport).
 //!
 //! Nothing received is trusted: [`decode_request`] borrows buffers straight out of the
 //! payload (no allocation sized by the peer), and the server's generated dispatch re-checks
@@ -24,14 +25,14 @@ pub mod text;
 pub mod transport;
 pub mod types;
 
-/// Spec-generated wire types of the CUDA runtime API: [`cudart::FunctionId`], one
-/// `…Request`/`…Reply` pair per remote function, error codes and constants.
-#[allow(clippy::all, unused_parens)]
-pub mod cudart {
-    include!(concat!(env!("OUT_DIR"), "/cudart_wire.rs"));
-}
+// The spec-generated module of each API (`cudart`, `cuda`: its `FunctionId`, one
+// `…Request`/`…Reply` pair per remote function, its status type, errors and constants) and
+// `apis`, what they share.
+include!(concat!(env!("OUT_DIR"), "/apis.rs"));
 
-pub use error::{CudaError, Rejection};
+/// The runtime API's status, which the runtime's guest and server code use throughout.
+pub use cudart::CudaError;
+pub use error::{ApiStatus, Failure, Rejection};
 pub use eval::EvalError;
 pub use frame::{FrameHeader, FrameKind};
 
@@ -56,8 +57,11 @@ pub enum Ptr<'a> {
 
 /// A request type and the reply it gets; implemented by the generated request structs.
 pub trait RemoteCall: bincode::Encode {
-    const FUNCTION: cudart::FunctionId;
+    /// The function (its API and id: the frame header's fields).
+    const FUNCTION: apis::Function;
     type Reply: bincode::Decode<()> + bincode::Encode + Default;
+    /// The status type of the function's API.
+    type Status: ApiStatus;
 }
 
 /// Largest payload a frame may carry unless a transport is configured otherwise.
@@ -225,7 +229,8 @@ mod tests {
         // `handshake` fuzz target): refused before anything is allocated, where the 4 GiB
         // decode limit alone let bincode allocate the string first and find it missing after.
         let attach = Attach {
-            spec_hash: SPEC_HASH,
+            // No APIs: the tenant's length prefix sits right after the session id.
+            apis: Vec::new(),
             session: 3,
             tenant: "uid:1000".into(),
             abi_major: 12,
@@ -234,9 +239,10 @@ mod tests {
         let mut bytes = encode(&attach);
         bytes[16..24].copy_from_slice(&0xfd00_0008u64.to_le_bytes());
         assert!(matches!(decode::<Attach>(&bytes), Err(bincode::error::DecodeError::LimitExceeded)));
-        // A guest's `Hello` listing a billion transports.
+        // A guest's `Hello` (of no APIs, so the offsets are the fields') listing a billion
+        // transports.
         let hello = Hello {
-            spec_hash: SPEC_HASH,
+            apis: Vec::new(),
             pid: 1,
             abi_major: 12,
             token: None,
@@ -263,14 +269,34 @@ mod tests {
     }
 
     #[test]
-    fn function_ids_are_dense_and_named() {
-        for (i, f) in FunctionId::ALL.iter().enumerate() {
-            assert_eq!(*f as usize, i);
-            assert_eq!(FunctionId::from_u32(i as u32), Some(*f));
-            assert_eq!(f.info().id as usize, i);
+    fn function_ids_are_the_specs_and_named() {
+        for f in FunctionId::ALL {
+            assert_eq!(FunctionId::from_u32(*f as u32), Some(*f));
+            assert_eq!(f.info().id, *f as u32);
         }
         assert_eq!(FunctionId::CudaMalloc.name(), "cudaMalloc");
-        assert!(FunctionId::from_u32(FunctionId::ALL.len() as u32).is_none());
+        let max = FunctionId::ALL.iter().map(|f| *f as u32).max().unwrap();
+        assert!(FunctionId::from_u32(max + 1).is_none());
+        for &(id, _) in RETIRED {
+            assert!(FunctionId::from_u32(id).is_none(), "retired id {id} names a function");
+        }
+        for f in crate::cuda::FunctionId::ALL {
+            let any = apis::Function::Cuda(*f);
+            assert_eq!(apis::Function::from_wire(crate::cuda::API_ID, *f as u32), Some(any));
+            assert_eq!(any.api(), apis::Api::Cuda);
+        }
+        assert_eq!(
+            apis::Function::from_wire(0, FunctionId::CudaMalloc as u32),
+            Some(apis::Function::Cudart(FunctionId::CudaMalloc))
+        );
+        assert_eq!(apis::Function::from_wire(u16::MAX, 0), None);
+    }
+
+    /// The driver API's streams are the runtime's: one handle kind, one tag.
+    #[test]
+    fn apis_share_handle_kinds() {
+        assert_eq!(apis::HandleKind::from_name("stream").map(|k| k.id()), Some(7));
+        assert_eq!(apis::HandleKind::ALL.iter().filter(|k| k.name() == "stream").count(), 1);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use phos_policy::engine::{CallContext, PolicySet, Verdict, monotonic_ns};
-use phos_protocol::cudart::{self, FunctionId, RESOURCES};
+use phos_protocol::apis::{Function, RESOURCES};
 use phos_protocol::handshake::UsageReport;
 use phos_protocol::spec::{Charge, RcOp, ResourceKind};
 
@@ -52,7 +52,7 @@ pub fn admit(
     policies: &PolicySet,
     session: &SessionEntry,
     tenant: &TenantState,
-    function: FunctionId,
+    function: Function,
     charges: &[Charge],
     call_id: u64,
 ) -> (Decision, Option<InFlight>) {
@@ -79,7 +79,7 @@ pub fn admit(
         }
         let after = tenant.used(rc).saturating_add(tenant.reserved(rc)).saturating_add(amount[rc]);
         if after > quota {
-            let code = info.exhausted.unwrap_or(cudart::NOT_SUPPORTED.0);
+            let code = info.exhausted.unwrap_or_else(|| function.api().not_supported());
             tracing::info!(
                 session = session.id,
                 tenant = %tenant.name,
@@ -103,7 +103,7 @@ pub fn admit(
             let mut ctx = CallContext {
                 tenant: tenant.index,
                 session: session.id,
-                function: function as u64,
+                function: function.policy_id(),
                 now_ns: now,
                 share: tenant.share.load(Ordering::Relaxed),
                 amount,
@@ -171,7 +171,7 @@ pub fn answered(session: &SessionEntry, tenant: &TenantState, inflight: InFlight
     for (rc, a) in inflight.reserved {
         tenant.unreserve(rc, a);
     }
-    if status != cudart::SUCCESS {
+    if status != 0 {
         for rc in inflight.measured {
             tenant.admit_measured(rc, -1);
             session.admit_measured(rc, -1);

@@ -4,7 +4,7 @@
 //! tenant's own socket. The router identifies the tenant ([`tenants`]: peer credentials or
 //! the socket), starts one API server process per guest process (its *session*), and
 //! carries every frame between the guest and that server. Before a call is forwarded it is
-//! decided ([`admission`]): what it costs comes from the spec's cost table ([`costs`]), quotas
+//! decided ([`admission`]): what it costs comes from the specs' cost tables ([`costs`]), quotas
 //! are enforced, and the operator's eBPF policies are asked (`phos_policy`); the servers'
 //! usage reports keep the per-tenant books. The router itself knows nothing about CUDA. A
 //! tenant can only ever reach its own sessions: a channel joins a session only with that
@@ -26,10 +26,11 @@ pub mod session;
 pub mod tenants;
 pub mod usage;
 
-/// The spec-generated cost table: `costs::charges(function, payload, &mut out)`.
+/// The spec-generated cost tables, one per API: `costs::charges(function, payload, &mut out)`
+/// for a function of any API.
 #[allow(clippy::all, unused_parens)]
 pub mod costs {
-    include!(concat!(env!("OUT_DIR"), "/cudart_costs.rs"));
+    include!(concat!(env!("OUT_DIR"), "/costs.rs"));
 }
 
 use std::collections::HashMap;
@@ -46,9 +47,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use phos_control::{ControlError, ImageRefusal, Operation};
 use phos_policy::engine::PolicySet;
-use phos_protocol::cudart;
+use phos_protocol::apis::Function;
 use phos_protocol::frame::{FrameHeader, FrameKind};
-use phos_protocol::handshake::{Attach, Hello, TransportKind, UsageReport, Welcome};
+use phos_protocol::handshake::{Attach, Hello, TransportKind, UsageReport, Welcome, check_apis, decode_hello};
 use phos_protocol::shm::{SharedFiles, ShmTransport};
 use phos_protocol::text::printable;
 use phos_protocol::transport::{TcpTransport, Transport, UnixTransport, read_frame, write_frame};
@@ -249,8 +250,8 @@ enum BadHello {
     Frame(phos_protocol::transport::TransportError),
     #[error("expected Hello, got {0:?}")]
     NotHello(FrameKind),
-    #[error("{0}")]
-    Decode(bincode::error::DecodeError),
+    #[error(transparent)]
+    Decode(phos_protocol::handshake::HelloError),
 }
 
 /// Who is at the other end of a connection, as far as the router knows before the Hello.
@@ -734,7 +735,7 @@ impl Router {
         let key = peer.key();
         let mut payload = Vec::new();
         let hello = match read_frame(&mut guest, &mut payload, MAX_HANDSHAKE) {
-            Ok(h) if h.kind == FrameKind::Hello => phos_protocol::decode::<Hello>(&payload).map_err(BadHello::Decode),
+            Ok(h) if h.kind == FrameKind::Hello => decode_hello(h.version, &payload).map_err(BadHello::Decode),
             Ok(h) => Err(BadHello::NotHello(h.kind)),
             Err(phos_protocol::transport::TransportError::Io(e))
                 if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) =>
@@ -775,9 +776,9 @@ impl Router {
             },
         };
         let key = tenant.0.as_str();
-        if hello.spec_hash != cudart::SPEC_HASH {
-            guest_warn!(key, %tenant, pid, "guest built from another spec ({:016x})", hello.spec_hash);
-            return refuse(&mut guest, NO_DEVICE, "the guest library was built from another version of the API spec");
+        if let Err(why) = check_apis(&hello.apis, "the guest library") {
+            guest_warn!(key, %tenant, pid, "guest refused: {why}");
+            return refuse(&mut guest, NO_DEVICE, &why.to_string());
         }
         if !phos_protocol::handshake::SUPPORTED_ABIS.contains(&hello.abi_major) {
             guest_warn!(key, %tenant, pid, "guest presents CUDA ABI {} (not 11, 12 or 13)", hello.abi_major);
@@ -1099,7 +1100,7 @@ impl Router {
         };
         let mut server = UnixStream::connect(socket)?;
         let attach = Attach {
-            spec_hash: hello.spec_hash,
+            apis: hello.apis.clone(),
             session: session.id,
             tenant: session.tenant.to_string(),
             abi_major: hello.abi_major,
@@ -1203,7 +1204,7 @@ impl Router {
                                     failed -= 1;
                                     h.status
                                 } else {
-                                    cudart::SUCCESS
+                                    0
                                 };
                                 admission::answered(&session, &session.tenant_state, f, status);
                             }
@@ -1247,7 +1248,7 @@ impl Router {
                 }
             };
             if h.kind == FrameKind::Call
-                && let Some(f) = cudart::FunctionId::from_u32(h.function)
+                && let Some(f) = Function::from_wire(h.api, h.function)
             {
                 charges.clear();
                 let _ = costs::charges(f, &buf, &mut charges);

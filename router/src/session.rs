@@ -278,7 +278,7 @@ impl SessionEntry {
         // The tenant's count of sessions was taken by the caller (a place under the tenant's
         // limit, or an operator's restore) and is given back when the session ends.
         let state = if server.is_some() { State::Active } else { State::Suspended };
-        let n = phos_protocol::cudart::RESOURCES.len();
+        let n = phos_protocol::apis::RESOURCES.len();
         SessionEntry {
             id,
             tenant,
@@ -554,7 +554,7 @@ impl Drop for SessionEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use phos_protocol::cudart::RESOURCES;
+    use phos_protocol::apis::RESOURCES;
     use phos_protocol::handshake::UsageReport;
 
     #[test]

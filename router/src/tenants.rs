@@ -17,7 +17,7 @@
 //!   it ends), and the time that queue last emptied is kept for policies.
 //!
 //! Nothing here knows what the resources are: names, kinds and quota errors come from the
-//! spec (`cudart::RESOURCES`).
+//! specs (`apis::RESOURCES`).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -29,7 +29,7 @@ use phos_control::TenantUsage;
 use phos_policy::engine::monotonic_ns;
 
 use crate::contention::Contention;
-use phos_protocol::cudart::RESOURCES;
+use phos_protocol::apis::RESOURCES;
 use phos_protocol::limits::LimitKind;
 use phos_protocol::spec::ResourceKind;
 

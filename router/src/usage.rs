@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
-use phos_protocol::cudart::{FunctionId, RESOURCES};
+use phos_protocol::apis::{Function, RESOURCES};
 use phos_protocol::spec::{Charge, RcOp};
 
 #[derive(Default)]
@@ -14,7 +14,7 @@ pub struct Usage {
 }
 
 impl Usage {
-    pub fn record(&self, _function: FunctionId, charges: &[Charge]) {
+    pub fn record(&self, _function: Function, charges: &[Charge]) {
         self.calls.fetch_add(1, Ordering::Relaxed);
         if charges.is_empty() {
             return;

@@ -36,7 +36,7 @@ fn start_guest(router: &TestRouter, exe: &Path, args: &[&str]) -> Child {
         .arg("--")
         .arg(exe)
         .args(args)
-        .env("PHOS_GUEST_LIB", built("libcudart.so"))
+        .env("PHOS_GUEST_LIB", built("libphos_guest.so"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -32,9 +32,33 @@ fn unknown_function_id() {
     let session = g.welcome.session;
     let r = g.call_raw(9_999, session, &[]).unwrap();
     assert_eq!(r.status, CudaError::InvalidValue.0);
+    // An API this server does not serve.
+    let r = g.call_raw_api(77, 0, session, &[]).unwrap();
+    assert_eq!(r.status, CudaError::InvalidValue.0);
     // Still serving.
     assert_ne!(malloc(&mut g, 64), 0);
-    assert!(router.server_logs().contains("unknown function id 9999"), "{}", router.server_logs());
+    let logs = router.server_logs();
+    assert!(logs.contains("unknown `cudart` function id 9999"), "{logs}");
+    assert!(logs.contains("a call of API id 77, which this server does not serve"), "{logs}");
+}
+
+/// The driver API travels on the runtime's channel to the same server: its calls carry API
+/// id 1, answer in its own codes, and use the runtime's handles.
+#[test]
+fn the_driver_api_shares_the_channel_and_the_handles() {
+    use phos_protocol::cuda::{self, CuError};
+    let (_router, mut g) = open();
+    let count = g.call(&cuda::CuDeviceGetCountRequest {}).unwrap().count;
+    assert_eq!(count, g.welcome.device_count);
+    assert_eq!(g.call(&cuda::CuDeviceGetRequest { ordinal: count }).unwrap_err(), CuError::INVALID_DEVICE.0);
+    let stream = g.call(&CudaStreamCreateRequest {}).unwrap().pStream;
+    g.call(&cuda::CuStreamSynchronizeRequest { hStream: stream }).unwrap();
+    // An event handle is no stream: the driver's code for it.
+    let event = g.call(&CudaEventCreateRequest {}).unwrap().event;
+    assert_eq!(g.call(&cuda::CuStreamSynchronizeRequest { hStream: event }).unwrap_err(), CuError::INVALID_HANDLE.0);
+    // A name cut to the buffer the guest has.
+    let name = g.call(&cuda::CuDeviceGetNameRequest { len: 4, dev: 0 }).unwrap().name;
+    assert_eq!((name.len(), name[3]), (4, 0));
 }
 
 #[test]
@@ -240,11 +264,49 @@ fn sessions_are_isolated() {
     a.call(&CudaMemsetRequest { devPtr: a_buf, value: 3, count: 4096 }).unwrap();
 }
 
+/// Send a Hello frame of `version` with `payload` on a fresh connection; the answer's kind
+/// and text.
+fn hello_answer(router: &TestRouter, version: u8, payload: &[u8]) -> (phos_protocol::FrameKind, String) {
+    use phos_protocol::transport::Transport;
+    let mut t = phos_protocol::transport::UnixTransport::connect(&router.socket()).unwrap();
+    let mut h = phos_protocol::FrameHeader::new(phos_protocol::FrameKind::Hello);
+    h.version = version;
+    h.payload_len = payload.len() as u64;
+    t.send(&h, &[payload]).unwrap();
+    let mut buf = Vec::new();
+    let r = t.recv(&mut buf).unwrap();
+    (r.kind, String::from_utf8_lossy(&buf).into_owned())
+}
+
 #[test]
 fn a_guest_from_another_spec_is_refused() {
+    use phos_protocol::FrameKind;
+    use phos_protocol::frame::HANDSHAKE_VERSION;
+    use phos_protocol::handshake::{ApiVersion, Hello, LegacyHello};
     let router = TestRouter::start("emu");
-    let mut t = phos_protocol::transport::UnixTransport::connect(&router.socket()).unwrap();
-    let hello = phos_protocol::handshake::Hello {
+    let mut apis = ApiVersion::of_this_build();
+    apis[0].hash ^= 1;
+    let hello = Hello {
+        apis,
+        pid: 1,
+        abi_major: 12,
+        token: None,
+        program: "other".into(),
+        transports: Vec::new(),
+        tenant_token: None,
+        host_arena: None,
+    };
+    let (kind, why) = hello_answer(&router, HANDSHAKE_VERSION, &phos_protocol::encode(&hello));
+    assert_eq!(kind, FrameKind::Refused);
+    assert!(why.contains("`cudart` API") && why.contains("wire hash"), "{why}");
+    // A guest of another version of an API.
+    let mut apis = ApiVersion::of_this_build();
+    apis[1].version += 1;
+    let (kind, why) = hello_answer(&router, HANDSHAKE_VERSION, &phos_protocol::encode(&Hello { apis, ..hello }));
+    assert_eq!(kind, FrameKind::Refused);
+    assert!(why.contains(&format!("speaks `cuda` version {}", phos_protocol::cuda::API_VERSION + 1)), "{why}");
+    // A guest from before there were several APIs, of a spec text this build does not know.
+    let legacy = LegacyHello {
         spec_hash: 1,
         pid: 1,
         abi_major: 12,
@@ -254,15 +316,53 @@ fn a_guest_from_another_spec_is_refused() {
         tenant_token: None,
         host_arena: None,
     };
-    let payload = phos_protocol::encode(&hello);
-    let mut h = phos_protocol::FrameHeader::new(phos_protocol::FrameKind::Hello);
-    h.payload_len = payload.len() as u64;
+    let (kind, why) = hello_answer(&router, 1, &phos_protocol::encode(&legacy));
+    assert_eq!(kind, FrameKind::Refused);
+    assert!(why.contains("text hash 0000000000000001"), "{why}");
+}
+
+/// A guest built before the API field and per-API versions (a version-1 Hello naming the
+/// text hash of the spec it was built from, frames with a zero API field) is served: the ids
+/// and layouts of its calls are this build's.
+#[test]
+fn a_guest_from_before_api_versions_is_served() {
+    use phos_protocol::handshake::{LegacyHello, Welcome};
     use phos_protocol::transport::Transport;
+    use phos_protocol::{FrameHeader, FrameKind};
+    let router = TestRouter::start("emu");
+    let legacy = LegacyHello {
+        spec_hash: phos_protocol::cudart::LEGACY_TEXT_HASHES[0],
+        pid: std::process::id(),
+        abi_major: 12,
+        token: None,
+        program: "deployed".into(),
+        transports: Vec::new(),
+        tenant_token: None,
+        host_arena: None,
+    };
+    let mut t = phos_protocol::transport::UnixTransport::connect(&router.socket()).unwrap();
+    let payload = phos_protocol::encode(&legacy);
+    let mut h = FrameHeader::new(FrameKind::Hello);
+    assert_eq!(h.version, 1);
+    h.payload_len = payload.len() as u64;
     t.send(&h, &[&payload]).unwrap();
     let mut buf = Vec::new();
     let r = t.recv(&mut buf).unwrap();
-    assert_eq!(r.kind, phos_protocol::FrameKind::Refused);
-    assert!(String::from_utf8_lossy(&buf).contains("spec"));
+    assert_eq!(r.kind, FrameKind::Welcome, "{}", String::from_utf8_lossy(&buf));
+    let welcome: Welcome = phos_protocol::decode(&buf).unwrap();
+    // cudaMalloc by its id of the positional days (what that guest sends), in a frame whose
+    // API field is zero, and the answer is a version-1 frame it can read.
+    let payload = phos_protocol::encode(&CudaMallocRequest { size: 4096 });
+    let mut h = FrameHeader::new(FrameKind::Call);
+    h.function = FunctionId::CudaMalloc as u32;
+    h.session = welcome.session;
+    h.call_id = 1;
+    h.payload_len = payload.len() as u64;
+    t.send(&h, &[&payload]).unwrap();
+    let r = t.recv(&mut buf).unwrap();
+    assert_eq!((r.kind, r.version, r.api, r.status), (FrameKind::Reply, 1, 0, 0));
+    let reply: CudaMallocReply = phos_protocol::decode(&buf).unwrap();
+    assert!(reply.devPtr >= welcome.device_base);
 }
 
 #[test]
@@ -332,7 +432,7 @@ fn a_guest_that_corrupts_its_shared_rings_ends_only_that_channel() {
     // A second channel of the session that asks for shared memory.
     let mut t = phos_protocol::transport::UnixTransport::connect(&router.socket()).unwrap();
     let hello = Hello {
-        spec_hash: SPEC_HASH,
+        apis: phos_protocol::handshake::ApiVersion::of_this_build(),
         pid: std::process::id(),
         abi_major: 12,
         token: Some(g.welcome.token),
@@ -343,6 +443,7 @@ fn a_guest_that_corrupts_its_shared_rings_ends_only_that_channel() {
     };
     let payload = phos_protocol::encode(&hello);
     let mut h = FrameHeader::new(FrameKind::Hello);
+    h.version = phos_protocol::frame::HANDSHAKE_VERSION;
     h.payload_len = payload.len() as u64;
     t.send(&h, &[&payload]).unwrap();
     let mut reply = Vec::new();

@@ -25,7 +25,7 @@ fn neighbour(router: &TestRouter, nvcc: &Path) -> Child {
         .arg(format!("unix:{}", router.socket().display()))
         .arg("--")
         .arg(build_program(nvcc, "vector_add", &["-arch=sm_70"]))
-        .env("PHOS_GUEST_LIB", built("libcudart.so"))
+        .env("PHOS_GUEST_LIB", built("libphos_guest.so"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -136,7 +136,7 @@ fn a_handshake_with_an_unknown_abi_is_refused() {
     let _ = router_log();
     let mut t = phos_protocol::transport::UnixTransport::connect(&router.socket()).unwrap();
     let hello = phos_protocol::handshake::Hello {
-        spec_hash: SPEC_HASH,
+        apis: phos_protocol::handshake::ApiVersion::of_this_build(),
         pid: std::process::id(),
         abi_major: 9999,
         token: None,
@@ -147,6 +147,7 @@ fn a_handshake_with_an_unknown_abi_is_refused() {
     };
     let payload = phos_protocol::encode(&hello);
     let mut h = FrameHeader::new(FrameKind::Hello);
+    h.version = phos_protocol::frame::HANDSHAKE_VERSION;
     h.payload_len = payload.len() as u64;
     t.send(&h, &[&payload]).unwrap();
     let mut buf = Vec::new();

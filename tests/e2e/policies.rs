@@ -71,6 +71,31 @@ fn held_memory(router: &TestRouter, tenant: &str) -> u64 {
     usage_of(router, tenant).resources.iter().find(|r| r.0 == "device_memory").unwrap().2
 }
 
+/// The router reads a call's API from its frame and charges it from that API's cost table: the
+/// driver API's function with cudaMalloc's id, carrying cudaMalloc's request for more than the
+/// quota, is no allocation (the server answers it as the function it is), while the same
+/// frame of the runtime API is refused by the quota.
+#[test]
+fn a_call_is_charged_by_its_api() {
+    use phos_protocol::cuda;
+    let router = TestRouter::start_with("emu", |c| {
+        let t = tenant(c, "small", Some(64 << 20));
+        c.tenants = vec![t];
+    });
+    let mut g = RawGuest::connect(&tenant_socket(&router, "small"), None).unwrap();
+    let session = g.welcome.session;
+    let id = FunctionId::CudaMalloc as u32;
+    let driver_function = cuda::FunctionId::from_u32(id).expect("the driver API has a function of cudaMalloc's id");
+    assert_eq!(driver_function.info().exec, phos_protocol::spec::Exec::Unsupported, "{}", driver_function.name());
+    let request = phos_protocol::encode(&CudaMallocRequest { size: 128 << 20 });
+    let r = g.call_raw_api(cuda::API_ID, id, session, &request).unwrap();
+    assert_eq!(r.status, cuda::NOT_SUPPORTED.0, "{} is answered by the server", driver_function.name());
+    assert_eq!((usage_of(&router, "small").rejected, held_memory(&router, "small")), (0, 0));
+    let r = g.call_raw_api(phos_protocol::cudart::API_ID, id, session, &request).unwrap();
+    assert_eq!(r.status, CudaError::MemoryAllocation.0, "cudaMalloc past the quota");
+    assert_eq!(usage_of(&router, "small").rejected, 1);
+}
+
 #[test]
 fn an_allocation_past_the_quota_fails_as_out_of_memory_and_frees_give_it_back() {
     let router = TestRouter::start_with("emu", |c| {
@@ -288,7 +313,7 @@ fn run_guest(socket: &Path, exe: &Path, args: &[&str]) -> String {
         .arg("--")
         .arg(exe)
         .args(args)
-        .env("PHOS_GUEST_LIB", built("libcudart.so"))
+        .env("PHOS_GUEST_LIB", built("libphos_guest.so"))
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -307,7 +332,7 @@ fn a_refused_launch_that_did_not_wait_fails_at_the_next_check_without_a_reconnec
         .arg("--")
         .arg(&exe)
         .args(["60", "0"])
-        .env("PHOS_GUEST_LIB", built("libcudart.so"))
+        .env("PHOS_GUEST_LIB", built("libphos_guest.so"))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -333,7 +358,7 @@ fn policies_swap_while_guests_run() {
         .arg("--")
         .arg(&exe)
         .arg("96")
-        .env("PHOS_GUEST_LIB", built("libcudart.so"))
+        .env("PHOS_GUEST_LIB", built("libphos_guest.so"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

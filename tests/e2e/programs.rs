@@ -3,7 +3,7 @@
 //! what it prints natively on a GPU (tests/cuda/expected, recorded on an H100 by
 //! tests/scripts/gpu-suite.sh from the CUDA 11.8 builds).
 
-use phos_tests::{build_program, cuda_dir, nvcc, phos_run_over};
+use phos_tests::{TestRouter, build_program, cuda_dir, nvcc, phos_run_over, router_log};
 
 /// nvcc flags of the CI builds: sm_70 machine code plus compute_70 PTX (what emu runs).
 const ARCH: &[&str] = &["-arch=sm_70"];
@@ -89,7 +89,41 @@ fn every_program_is_tested() {
         })
         .collect();
     on_disk.sort();
-    assert_eq!(on_disk, PROGRAMS, "add new programs of tests/cuda to the list above, with an expected output");
+    let mut tested: Vec<&str> = PROGRAMS.iter().chain(TESTED_APART).copied().collect();
+    tested.sort();
+    assert_eq!(on_disk, tested, "add new programs of tests/cuda to the list above, with an expected output");
+}
+
+/// Programs with a test of their own below.
+const TESTED_APART: &[&str] = &["runtime_and_driver"];
+
+/// A program of both the runtime and the driver API (linked with `-lcuda`, so the loader
+/// reaches the guest library first as `libcuda.so.1`, then as `libcudart.so.11.0`): it prints
+/// what it prints natively, in one session, presenting the runtime ABI it was built for.
+#[test]
+fn runtime_and_driver() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "runtime_and_driver", &["-arch=sm_70", "-lcuda"]);
+    let router = TestRouter::start("emu");
+    router_log();
+    let out = std::process::Command::new(phos_tests::built("phosctl"))
+        .arg("run")
+        .arg("--endpoint")
+        .arg(format!("unix:{}", router.socket().display()))
+        .arg("--")
+        .arg(&exe)
+        .env("PHOS_GUEST_LIB", phos_tests::built("libphos_guest.so"))
+        .output()
+        .expect("running phosctl");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert_eq!(stdout, expected("runtime_and_driver"), "output differs from the native run\nstderr:\n{stderr}");
+    let log = router_log();
+    let sessions: Vec<&str> =
+        log.lines().filter(|l| l.contains("session started") && l.contains("runtime_and_driver")).collect();
+    assert_eq!(sessions.len(), 1, "one session for the program's two APIs:\n{log}");
+    assert!(sessions[0].contains("abi=11"), "the runtime ABI it was built for: {}", sessions[0]);
 }
 
 #[test]

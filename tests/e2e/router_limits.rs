@@ -202,6 +202,7 @@ fn handshakes_that_stall_are_closed_at_the_deadline() {
     let mut silent: Vec<UnixStream> = (0..20).map(|_| UnixStream::connect(router.socket()).unwrap()).collect();
     let mut half = UnixStream::connect(router.socket()).unwrap();
     let mut h = FrameHeader::new(FrameKind::Hello);
+    h.version = phos_protocol::frame::HANDSHAKE_VERSION;
     h.payload_len = 200;
     half.write_all(&h.encode()).unwrap();
     half.write_all(&[0u8; 50]).unwrap();
@@ -236,7 +237,7 @@ fn session_and_channel_floods_stop_at_the_tenants_limits() {
     // The refusal's error code is what the guest library returns: devices unavailable.
     let mut s = UnixStream::connect(router.socket()).unwrap();
     let hello = phos_protocol::handshake::Hello {
-        spec_hash: phos_protocol::cudart::SPEC_HASH,
+        apis: phos_protocol::handshake::ApiVersion::of_this_build(),
         pid: std::process::id(),
         abi_major: 12,
         token: Some(token),
@@ -247,6 +248,7 @@ fn session_and_channel_floods_stop_at_the_tenants_limits() {
     };
     let payload = phos_protocol::encode(&hello);
     let mut h = FrameHeader::new(FrameKind::Hello);
+    h.version = phos_protocol::frame::HANDSHAKE_VERSION;
     h.payload_len = payload.len() as u64;
     s.write_all(&h.encode()).unwrap();
     s.write_all(&payload).unwrap();
@@ -286,7 +288,7 @@ fn guest_chosen_names_are_printed_escaped() {
     let evil = "evil\nINFO forged session row\u{1b}[2J\r";
     let mut s = UnixStream::connect(router.socket()).unwrap();
     let hello = phos_protocol::handshake::Hello {
-        spec_hash: phos_protocol::cudart::SPEC_HASH,
+        apis: phos_protocol::handshake::ApiVersion::of_this_build(),
         pid: std::process::id(),
         abi_major: 12,
         token: None,
@@ -297,6 +299,7 @@ fn guest_chosen_names_are_printed_escaped() {
     };
     let payload = phos_protocol::encode(&hello);
     let mut h = FrameHeader::new(FrameKind::Hello);
+    h.version = phos_protocol::frame::HANDSHAKE_VERSION;
     h.payload_len = payload.len() as u64;
     s.write_all(&h.encode()).unwrap();
     s.write_all(&payload).unwrap();
@@ -349,6 +352,7 @@ fn a_flood_of_bad_handshakes_writes_a_bounded_log() {
     for i in 0..2000u32 {
         let mut s = UnixStream::connect(router.socket()).unwrap();
         let mut h = FrameHeader::new(FrameKind::Hello);
+        h.version = phos_protocol::frame::HANDSHAKE_VERSION;
         h.payload_len = 8;
         s.write_all(&h.encode()).unwrap();
         s.write_all(&i.to_le_bytes()).unwrap();

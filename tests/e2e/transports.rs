@@ -16,7 +16,7 @@ fn run_on(router: &TestRouter, transport: &str, exe: &Path, args: &[&str]) -> Ou
         .arg("--")
         .arg(exe)
         .args(args)
-        .env("PHOS_GUEST_LIB", built("libcudart.so"))
+        .env("PHOS_GUEST_LIB", built("libphos_guest.so"))
         .output()
         .expect("running phosctl")
 }
@@ -54,7 +54,7 @@ fn start_copy_loop(router: &TestRouter, nvcc: &Path, stderr: Stdio) -> (std::pat
         .arg("--")
         .arg(&exe)
         .arg("1000000")
-        .env("PHOS_GUEST_LIB", built("libcudart.so"))
+        .env("PHOS_GUEST_LIB", built("libphos_guest.so"))
         .stdout(Stdio::piped())
         .stderr(stderr)
         .spawn()
@@ -161,7 +161,7 @@ fn guests_over_tcp_identify_with_a_token() {
         let mut cmd = Command::new(built("phosctl"));
         cmd.args(["run", "--transport", transport, "--endpoint", &format!("tcp:{addr}"), "--"])
             .arg(exe)
-            .env("PHOS_GUEST_LIB", built("libcudart.so"))
+            .env("PHOS_GUEST_LIB", built("libphos_guest.so"))
             .env_remove("PHOS_TENANT_TOKEN");
         if let Some(t) = token {
             cmd.env("PHOS_TENANT_TOKEN", t);

@@ -194,20 +194,23 @@ fn initramfs(kit: &Kit, dir: &Path, programs: &BTreeMap<&str, PathBuf>, script: 
         c.file(&format!("/lib/modules/{m}.ko"), 0o644, &data);
     }
     let mut libs = std::collections::BTreeSet::new();
-    for exe in programs.values().chain([&built("libcudart.so"), &built("phosctl"), &kit.busybox]) {
+    for exe in programs.values().chain([&built("libphos_guest.so"), &built("phosctl"), &kit.busybox]) {
         libs.extend(libraries(exe));
     }
     for lib in libs {
-        if lib.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libcudart.so")) {
+        if lib
+            .file_name()
+            .is_some_and(|n| ["libcudart.so", "libcuda.so"].iter().any(|p| n.to_string_lossy().starts_with(p)))
+        {
             continue;
         }
         let data = std::fs::read(&lib).unwrap_or_else(|e| panic!("{}: {e}", lib.display()));
         c.file(&lib.to_string_lossy(), 0o755, &data);
     }
-    c.file("/phos/libcudart.so", 0o755, &stripped("libcudart.so", dir));
+    c.file("/phos/libphos_guest.so", 0o755, &stripped("libphos_guest.so", dir));
     c.file("/phos/phosctl", 0o755, &stripped("phosctl", dir));
-    for soname in ["libcudart.so.11.0", "libcudart.so.12", "libcudart.so.13"] {
-        c.symlink(&format!("/phos/{soname}"), "libcudart.so");
+    for soname in ["libcudart.so.11.0", "libcudart.so.12", "libcudart.so.13", "libcuda.so.1"] {
+        c.symlink(&format!("/phos/{soname}"), "libphos_guest.so");
     }
     for (name, exe) in programs {
         c.file(&format!("/progs/{name}"), 0o755, &std::fs::read(exe).unwrap());
@@ -248,7 +251,7 @@ fn run_in_guest(name: &str, args: &str) -> String {
 /// end marker).
 fn phosctl_in_guest(name: &str) -> String {
     format!(
-        "echo @@PHOS-BEGIN phosctl_{name}\nPHOS_GUEST_LIB=/phos/libcudart.so /phos/phosctl run --transport vsock -- /progs/{name} \
+        "echo @@PHOS-BEGIN phosctl_{name}\nPHOS_GUEST_LIB=/phos/libphos_guest.so /phos/phosctl run --transport vsock -- /progs/{name} \
          > /tmp/p_{name}.out 2>/tmp/p_{name}.err; rc=$?\ncat /tmp/p_{name}.out\necho @@PHOS-END phosctl_{name} rc=$rc\ncat /tmp/p_{name}.err\n"
     )
 }
@@ -561,7 +564,7 @@ fn a_vm_killed_mid_call_leaves_router_and_device_sound() {
         .arg(format!("unix:{}", socket.display()))
         .arg("--")
         .arg(build_program(&kit.nvcc, "vector_add", &["-arch=sm_70"]))
-        .env("PHOS_GUEST_LIB", built("libcudart.so"))
+        .env("PHOS_GUEST_LIB", built("libphos_guest.so"))
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

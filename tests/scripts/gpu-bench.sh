@@ -29,5 +29,5 @@ if [ "${PROGRAMS:-1}" != 0 ]; then
   wait
   ARGS+=(--programs "$WORK/programs")
 fi
-PHOS_GUEST_LIB="$BIN/libcudart.so" "$BIN/phosctl" bench "${ARGS[@]}"
+PHOS_GUEST_LIB="$BIN/libphos_guest.so" "$BIN/phosctl" bench "${ARGS[@]}"
 rm -rf "$WORK"

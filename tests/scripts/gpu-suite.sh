@@ -4,7 +4,7 @@
 #
 # Usage (on a machine with a GPU, from the repository root):
 #   tests/scripts/gpu-suite.sh BIN_DIR OUT_DIR
-# BIN_DIR holds phosctl, phos-api-server and libcudart.so built in release mode (the device
+# BIN_DIR holds phosctl, phos-api-server and libphos_guest.so built in release mode (the device
 # machine has no Rust: they are built elsewhere and carried). OUT_DIR receives the summary
 # (gpu-suite.md), the native outputs (native-outputs.tar, the expected files of the emu tests)
 # and the logs (logs.tar).

@@ -60,6 +60,11 @@ pub enum OpenError {
     Driver { call: &'static str, error: CudaError },
     #[error("the CUDA driver lacks {0}")]
     Missing(&'static str),
+    #[error(
+        "the libcuda.so.1 found here is Phos's guest library, not NVIDIA's driver (is LD_LIBRARY_PATH set to a \
+         directory of guest library links for the server?)"
+    )]
+    GuestLibrary,
 }
 
 impl OpenError {
@@ -394,6 +399,12 @@ impl CudaBackend {
     pub fn probe() -> Result<i32, OpenError> {
         if !Self::driver_present() {
             return Err(OpenError::NoDriver);
+        }
+        // SAFETY: looking a symbol up in the loaded library runs none of its code.
+        let runtime_export = unsafe { sys::culib().get::<unsafe extern "C" fn()>(b"cudaMalloc\0").is_ok() };
+        if runtime_export {
+            // Phos's guest library exports both APIs; NVIDIA's driver has no runtime functions.
+            return Err(OpenError::GuestLibrary);
         }
         result::init().map_err(OpenError::driver("cuInit"))?;
         result::device::get_count().map_err(OpenError::driver("cuDeviceGetCount"))

@@ -2,7 +2,7 @@
 
 use parking_lot::Mutex;
 use phos_protocol::CudaError;
-use phos_protocol::cudart::HandleKind;
+use phos_protocol::apis::HandleKind;
 
 use super::handles::{HandleTable, NewHandle};
 use crate::backend::Raw;

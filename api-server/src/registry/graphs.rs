@@ -6,7 +6,7 @@
 
 use parking_lot::Mutex;
 use phos_protocol::CudaError;
-use phos_protocol::cudart::HandleKind;
+use phos_protocol::apis::HandleKind;
 
 use super::handles::{HandleTable, NewHandle};
 use crate::capture::{CaptureState, Captures, Graph, GraphOp, Node, UPDATE_SUCCESS, UPDATE_TOPOLOGY_CHANGED};

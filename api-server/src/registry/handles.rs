@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use phos_protocol::CudaError;
-use phos_protocol::cudart::HandleKind;
+use phos_protocol::apis::HandleKind;
 
 /// Marks the high bits of every handle (`0x7e00 | kind`), far from the special stream values
 /// 0, 1 and 2 and from the session's device addresses.
@@ -52,10 +52,10 @@ pub struct HandleTable<T> {
     objects: HashMap<u64, T>,
 }
 
-/// The tag (top 16 bits) of `kind`'s handles.
+/// The tag (top 16 bits) of `kind`'s handles: the kind's id from the specs, one for every API
+/// (so the driver API's `CUstream` is the runtime's stream handle).
 pub fn tag_of(kind: HandleKind) -> u64 {
-    let index = HandleKind::ALL.iter().position(|k| *k == kind).expect("known kind") as u64;
-    (TAG_BASE | index) << NUMBER_BITS
+    (TAG_BASE | u64::from(kind.id())) << NUMBER_BITS
 }
 
 /// Whether `handle` is one of `kind`'s: its tag, and a number a table could have handed out.

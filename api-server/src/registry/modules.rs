@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use parking_lot::Mutex;
 use phos_protocol::CudaError;
-use phos_protocol::cudart::HandleKind;
+use phos_protocol::apis::HandleKind;
 use sha2::{Digest, Sha256};
 
 use super::handles::{HandleTable, NewHandle};

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use phos_protocol::CudaError;
-use phos_protocol::cudart::HandleKind;
+use phos_protocol::apis::HandleKind;
 
 use super::handles::{HandleTable, NewHandle};
 use crate::backend::prelude::*;

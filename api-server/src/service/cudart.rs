@@ -6,6 +6,7 @@
 
 use std::sync::atomic::Ordering;
 
+use phos_protocol::apis::Function as ApiFunction;
 use phos_protocol::cudart::*;
 use phos_protocol::limits::LimitKind;
 use phos_protocol::spec::{CallAccess, DeviceAccess};
@@ -15,11 +16,11 @@ use phos_protocol::{CudaError, Ptr};
 use super::{CallCx, Session};
 use crate::backend::{Copy2D, StreamRef};
 use crate::capture::{GraphOp, NODE_EMPTY, NODE_KERNEL, NODE_MEMCPY, NODE_MEMSET};
-use crate::dispatch::CudartService;
+use crate::dispatch::cudart::CudartService;
 
 /// The work of the runtime API's calls, shared by several of them.
 impl Session {
-    fn check_device(&self, device: i32) -> Result<(), CudaError> {
+    pub(crate) fn check_device(&self, device: i32) -> Result<(), CudaError> {
         if device < 0 || device >= self.backend().device_count() { Err(CudaError::InvalidDevice) } else { Ok(()) }
     }
 
@@ -309,7 +310,7 @@ impl CudartService for Session {
     }
 
     fn record(&self, cx: &CallCx, id: FunctionId, payload: &[u8], facts: &phos_protocol::spec::RecordFacts<'_>) {
-        self.records.record(id, cx.device, payload, facts);
+        self.records.record(ApiFunction::Cudart(id), cx.device, payload, facts);
     }
 
     fn intercepting(&self) -> bool {
@@ -846,7 +847,7 @@ impl CudartService for Session {
         Ok(CudaCtxResetPersistingL2CacheReply {})
     }
 
-    fn phos_memcpy3_d(&self, _: &CallCx, req: PhosMemcpy3DRequest<'_>) -> Result<PhosMemcpy3DReply, CudaError> {
+    fn phos_memcpy_3d(&self, _: &CallCx, req: PhosMemcpy3DRequest<'_>) -> Result<PhosMemcpy3DReply, CudaError> {
         if req.ordered != 0 && self.objects.graphs.captures.active().is_some_and(|c| c.of_stream(req.stream).is_some())
         {
             return self.capture_copy_3d(&req).map(|_| PhosMemcpy3DReply { dst: None });
@@ -854,7 +855,7 @@ impl CudartService for Session {
         Ok(PhosMemcpy3DReply { dst: self.copy_3d(&req)? })
     }
 
-    fn phos_memset3_d(&self, _: &CallCx, req: PhosMemset3DRequest) -> Result<PhosMemset3DReply, CudaError> {
+    fn phos_memset_3d(&self, _: &CallCx, req: PhosMemset3DRequest) -> Result<PhosMemset3DReply, CudaError> {
         let stream = if req.ordered != 0 { Some(self.objects.streams.resolve(req.stream)?) } else { None };
         if req.ordered != 0
             && let Some(mut captures) = self.objects.graphs.captures.active()

@@ -4,6 +4,7 @@
 //! service over them. A library's service (cuBLAS, ...) is another implementation over the
 //! same registries, so its calls take the runtime's streams and memory.
 
+pub mod cuda;
 pub mod cudart;
 
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use phos_checkpoint::CrError;
 use phos_checkpoint::engine::{HookSlot, Within};
 use phos_checkpoint::report::Waiting;
 use phos_protocol::CudaError;
-use phos_protocol::cudart::FunctionId;
+use phos_protocol::apis::Function as ApiFunction;
 use phos_protocol::handshake::UsageReport;
 use phos_protocol::limits::{LimitKind, SessionLimits};
 use phos_protocol::spec::{CallAccess, DeviceAccess};
@@ -39,7 +40,7 @@ pub struct CallCx {
     /// The router asked for this call's device time (a policy needs it).
     pub measure: bool,
     /// The function running, for what the server logs about the call.
-    pub function: Option<FunctionId>,
+    pub function: Option<ApiFunction>,
 }
 
 impl CallCx {

@@ -4,7 +4,7 @@
 
 use super::guest::rust_ident;
 use super::wire::request_type;
-use super::{Names, W, expr, header, is_bool};
+use super::{Names, W, expr, header_all, is_bool};
 use crate::model::*;
 
 const P: &str = "::phos_protocol";
@@ -22,16 +22,44 @@ impl Names for CostNames {
     }
 }
 
-pub fn emit(api: &Api) -> String {
+pub fn emit(apis: &[Api]) -> String {
     let mut w = W::default();
-    w.line("#[allow(unused_imports)]");
-    w.line(format!("use {P}::cudart::*;"));
-    w.line(format!("use {P}::spec::{{Charge, RcOp}};"));
+    w.line(format!("use {P}::apis::Function;"));
+    w.line(format!("use {P}::spec::Charge;"));
     w.line("");
     w.line("/// The resources a call uses, from the spec alone. `payload` is the request as sent;");
     w.line("/// a request that does not decode is charged nothing here (the server rejects it).");
+    w.line("/// Resource indices are `apis::RESOURCES`'.");
+    w.line("#[inline]");
+    w.open(format!(
+        "pub fn charges(f: Function, payload: &[u8], out: &mut Vec<Charge>) -> Result<(), {P}::EvalError> {{"
+    ));
+    w.open("match f {");
+    for api in apis {
+        w.line(format!("Function::{}(id) => {}::charges(id, payload, out),", api.type_name(), api.name));
+    }
+    w.close("}");
+    w.close("}");
+    for api in apis {
+        w.line("");
+        api_charges(&mut w, apis, api);
+    }
+    let mut out = header_all("costs", apis);
+    out.push_str(&w.finish());
+    out
+}
+
+/// One API's table: a module named after it with its `charges`.
+fn api_charges(w: &mut W, apis: &[Api], api: &Api) {
+    w.line(format!("/// The `{}` API's calls.", api.name));
+    w.open(format!("pub mod {} {{", api.name));
+    w.line("#[allow(unused_imports)]");
+    w.line(format!("use {P}::{}::*;", api.name));
+    w.line("#[allow(unused_imports)]");
+    w.line(format!("use {P}::spec::{{Charge, RcOp}};"));
+    w.line("");
     w.line(
-        "#[allow(non_snake_case, unused_variables, unused_parens, clippy::nonminimal_bool, clippy::unnecessary_cast)]",
+        "#[allow(non_snake_case, unused_variables, unused_parens, clippy::nonminimal_bool, clippy::unnecessary_cast, clippy::match_single_binding)]",
     );
     w.open(format!(
         "pub fn charges(id: FunctionId, payload: &[u8], out: &mut Vec<Charge>) -> Result<(), {P}::EvalError> {{"
@@ -44,7 +72,7 @@ pub fn emit(api: &Api) -> String {
             request_type(f, "'_")
         ));
         for r in &f.resources {
-            let index = api.resources.iter().position(|x| x.name == r.resource).expect("checked");
+            let index = crate::apis::resource_index(apis, &r.resource);
             let op = match r.op {
                 RcOp::Allocates => "RcOp::Allocates",
                 RcOp::Deallocates => "RcOp::Deallocates",
@@ -70,7 +98,5 @@ pub fn emit(api: &Api) -> String {
     w.close("}");
     w.line("Ok(())");
     w.close("}");
-    let mut out = header("costs", api);
-    out.push_str(&w.finish());
-    out
+    w.close("}");
 }

@@ -1,17 +1,26 @@
-//! The docs emitter: the API coverage table (`docs/api-coverage.md`), straight from the spec.
+//! The docs emitter: the API coverage tables (`docs/api-coverage.md`), a section per API,
+//! straight from the specs.
 
 use crate::model::*;
 
-pub fn emit(api: &Api) -> String {
+pub fn emit(apis: &[Api]) -> String {
+    let mut s = String::new();
+    s.push_str("# API coverage\n\n");
+    s.push_str("Generated from the specs (`spec/*.lapis`) by `phosctl spec coverage`; do not edit by hand.\n\n");
+    for api in apis {
+        section(&mut s, api);
+    }
+    s
+}
+
+fn section(s: &mut String, api: &Api) {
     let remote = api.functions.iter().filter(|f| f.exec == Exec::Remote && !f.internal).count();
     let guest = api.functions.iter().filter(|f| f.exec == Exec::Guest).count();
     let unsupported = api.functions.iter().filter(|f| f.exec == Exec::Unsupported).count();
     let aliases: usize = api.functions.iter().map(|f| f.aliases.len() + f.per_thread_aliases.len()).sum();
-    let mut s = String::new();
-    s.push_str("# API coverage\n\n");
     s.push_str(&format!(
-        "Generated from `spec/{}.lapis` by `phosctl spec coverage`; do not edit by hand.\n\n",
-        api.name
+        "## `{}` (`spec/{}.lapis`, API id {}, wire version {})\n\n",
+        api.name, api.name, api.id, api.version
     ));
     s.push_str(&format!(
         "Implemented: **{}** exported functions ({remote} carried to the API server, {guest} implemented in the guest library), \
@@ -53,5 +62,5 @@ pub fn emit(api: &Api) -> String {
         notes.push(format!("spec line {}", f.line));
         s.push_str(&format!("| `{}` | {status} | {} |\n", f.name, notes.join("; ")));
     }
-    s
+    s.push('\n');
 }

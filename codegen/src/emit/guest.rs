@@ -1,7 +1,9 @@
-//! The guest emitter: one `extern "C"` export per spec function (and alias), plus the trait
-//! `HandWritten` that lists every piece the guest library must write by hand (functions
-//! `implemented_by(guest)`, utilities, ABI struct writers, hooks). The generated code expects
-//! `crate::runtime` (calls, error recording) and `crate::hand::Hand` (the implementation).
+//! The guest emitter, per API: one `extern "C"` export per spec function (and alias), plus the
+//! trait `HandWritten` that lists every piece the guest library must write by hand (functions
+//! `implemented_by(guest)`, utilities, ABI struct writers, hooks). The generated code is
+//! included as the `stubs` module of the API's module in the guest library, whose `rt` (the
+//! calls through the guest core, how a status is recorded) and `hand::Hand` (the
+//! implementation) it expects as siblings: `super::rt`, `super::hand::Hand`.
 
 use std::collections::BTreeSet;
 
@@ -14,9 +16,12 @@ const P: &str = "::phos_protocol";
 pub fn emit(api: &Api) -> String {
     let mut w = W::default();
     w.line("#[allow(unused_imports)]");
-    w.line(format!("use {P}::cudart as wire;"));
-    w.line(format!("use {P}::{{CudaError, Ptr}};"));
-    w.line("use crate::runtime as rt;");
+    w.line(format!("use {P}::{} as wire;", api.name));
+    w.line("#[allow(unused_imports)]");
+    w.line(format!("use {P}::Ptr;"));
+    w.line("use super::rt;");
+    w.line(format!("/// The `{}` API's status.", api.name));
+    w.line(format!("pub type Status = wire::{};", api.errors.rust_type));
     w.line("");
     hand_trait(&mut w, api);
     for f in &api.functions {
@@ -110,7 +115,7 @@ fn hand_trait(w: &mut W, api: &Api) {
         let params: Vec<String> =
             u.params.iter().map(|p| format!("{}: {}", rust_ident(&p.name.name), util_ty(&p.ty))).collect();
         w.line(format!("/// Utility `{}` used by spec expressions.", u.name));
-        w.line(format!("fn {}({}) -> Result<{}, CudaError>;", u.name, params.join(", "), util_ty(&u.ret)));
+        w.line(format!("fn {}({}) -> Result<{}, Status>;", u.name, params.join(", "), util_ty(&u.ret)));
     }
     let mut abi = BTreeSet::new();
     for t in api.types.values() {
@@ -126,7 +131,7 @@ fn hand_trait(w: &mut W, api: &Api) {
         let h = f.fast_path.as_deref().expect("filtered");
         w.line(format!("/// Tried before `{}` is marshalled (`fast_path({h})`): `Some` answers the call,", f.name));
         w.line("/// `None` leaves it to the generated path.");
-        w.line(format!("unsafe fn {h}({}) -> Option<Result<(), CudaError>>;", params_sig(api, f)));
+        w.line(format!("unsafe fn {h}({}) -> Option<Result<(), Status>>;", params_sig(api, f)));
     }
     let hooks: BTreeSet<&str> = api.functions.iter().filter_map(|f| f.on_success.as_deref()).collect();
     for h in hooks {
@@ -151,7 +156,7 @@ fn guest_stub(w: &mut W, api: &Api, f: &Function) {
     export_attrs(w);
     w.open(format!("pub unsafe extern \"C\" fn {}({}){} {{", f.name, params_sig(api, f), ret_sig(api, f)));
     let args: Vec<String> = f.params.iter().map(|p| rust_ident(&p.name.name)).collect();
-    w.line(format!("unsafe {{ <crate::hand::Hand as HandWritten>::{}({}) }}", f.name, args.join(", ")));
+    w.line(format!("unsafe {{ <super::hand::Hand as HandWritten>::{}({}) }}", f.name, args.join(", ")));
     w.close("}");
     w.line("");
 }
@@ -181,7 +186,8 @@ fn alias_stub(w: &mut W, api: &Api, f: &Function, alias: &str, per_thread: bool)
     export_attrs(w);
     w.open(format!("pub unsafe extern \"C\" fn {alias}({}){} {{", params_sig(api, f), ret_sig(api, f)));
     if per_thread {
-        let per_thread_value = api.constants.get(PER_THREAD_STREAM).copied().unwrap_or(0);
+        let constant = f.per_thread_stream.as_deref().expect("checked: a per-thread alias names its constant");
+        let per_thread_value = api.constants.get(constant).copied().expect("checked: a constant");
         for p in f.params.iter().filter(|p| is_stream(api, &p.ty)) {
             let id = rust_ident(&p.name.name);
             w.line(format!(
@@ -194,9 +200,6 @@ fn alias_stub(w: &mut W, api: &Api, f: &Function, alias: &str, per_thread: bool)
     w.close("}");
     w.line("");
 }
-
-/// The spec constant naming the per-thread default stream (`per_thread_stream` aliases).
-pub(crate) const PER_THREAD_STREAM: &str = "cudaStreamPerThread";
 
 /// A by-value parameter that is a handle of kind `stream`.
 pub(crate) fn is_stream(api: &Api, t: &CType) -> bool {
@@ -226,7 +229,7 @@ impl Names for GuestNames<'_> {
     }
 
     fn call(&self, utility: &str, args: &[String]) -> String {
-        format!("<crate::hand::Hand as HandWritten>::{utility}({})?", args.join(", "))
+        format!("<super::hand::Hand as HandWritten>::{utility}({})?", args.join(", "))
     }
 }
 
@@ -237,11 +240,12 @@ fn is_handle(api: &Api, t: &CType) -> bool {
 
 fn remote_stub(w: &mut W, api: &Api, f: &Function) {
     let names = GuestNames { api };
+    let invalid = format!("Status::{}", error_const(api, &api.errors.failures.invalid_value));
     let t = f.type_name();
     w.line(format!("/// `{}`: marshalled to the API server (spec line {}).", f.name, f.line));
     export_attrs(w);
     w.open(format!("pub unsafe extern \"C\" fn {}({}){} {{", f.name, params_sig(api, f), ret_sig(api, f)));
-    w.open(format!("rt::api_call(wire::FunctionId::{t}, move || -> Result<(), CudaError> {{"));
+    w.open(format!("rt::api_call(wire::FunctionId::{t}, move || -> Result<(), Status> {{"));
     w.open("unsafe {");
 
     // Contextual arguments, in order.
@@ -253,14 +257,13 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
     // Preconditions.
     for p in &f.preconditions {
         let c = expr(&p.cond, api, f, &names);
-        let short = error_const(api, &p.error);
         w.open(format!("if !{c} {{"));
-        w.line(format!("return Err(CudaError::{short});"));
+        w.line(format!("return Err(Status::{});", error_const(api, &p.error)));
         w.close("}");
     }
     if let Some(h) = &f.fast_path {
         let args: Vec<String> = f.params.iter().map(|p| rust_ident(&p.name.name)).collect();
-        w.open(format!("if let Some(r) = <crate::hand::Hand as HandWritten>::{h}({}) {{", args.join(", ")));
+        w.open(format!("if let Some(r) = <super::hand::Hand as HandWritten>::{h}({}) {{", args.join(", ")));
         w.line("return r;");
         w.close("}");
     }
@@ -309,7 +312,7 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
                     }
                     Shape::InElement(elem) => {
                         w.open(format!("if {src}.is_null() {{"));
-                        w.line("return Err(CudaError::InvalidValue);");
+                        w.line(format!("return Err({invalid});"));
                         w.close("}");
                         let v = match elem {
                             ElemType::Pod(_) => format!("*{src}"),
@@ -324,7 +327,7 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
                     Shape::OutElement { elem, null_ok } => {
                         if !null_ok {
                             w.open(format!("if {src}.is_null() {{"));
-                            w.line("return Err(CudaError::InvalidValue);");
+                            w.line(format!("return Err({invalid});"));
                             w.close("}");
                         }
                         let pointee = ffi_type(api, &a.ty.pointee());
@@ -335,7 +338,7 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
                             }
                             ElemType::Pod(_) => format!("*{src} = reply.{id};"),
                             ElemType::Abi(c_type, _) => format!(
-                                "<crate::hand::Hand as HandWritten>::write_{c_type}({src} as *mut ::std::ffi::c_void, &reply.{id});"
+                                "<super::hand::Hand as HandWritten>::write_{c_type}({src} as *mut ::std::ffi::c_void, &reply.{id});"
                             ),
                         };
                         outs.push(if *null_ok { format!("if !{src}.is_null() {{ {store} }}") } else { store });
@@ -416,7 +419,7 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
         w.line(o);
     }
     if let Some(h) = &f.on_success {
-        w.line(format!("<crate::hand::Hand as HandWritten>::{h}();"));
+        w.line(format!("<super::hand::Hand as HandWritten>::{h}();"));
     }
     w.line("Ok(())");
     w.close("}");

@@ -1,11 +1,11 @@
-//! The server emitter: the `CudartService` trait (one method per remote function, written by
-//! hand in the API server) and `dispatch`, which decodes a request, re-checks everything the
-//! spec says about it (preconditions, buffer sizes, argument shapes, device ranges) and only
-//! then calls the service. A guest is never trusted.
+//! The server emitter, per API: the `<Api>Service` trait (`CudartService`: one method per
+//! remote function, written by hand in the API server) and `dispatch`, which decodes a
+//! request, re-checks everything the spec says about it (preconditions, buffer sizes, argument
+//! shapes, device ranges) and only then calls the service. A guest is never trusted.
 
 use super::guest::rust_ident;
 use super::wire::request_type;
-use super::{Names, W, error_const, expr, header, is_bool};
+use super::{Names, W, expr, header, is_bool, status_const};
 use crate::model::*;
 
 const P: &str = "::phos_protocol";
@@ -13,8 +13,10 @@ const P: &str = "::phos_protocol";
 pub fn emit(api: &Api) -> String {
     let mut w = W::default();
     w.line("#[allow(unused_imports)]");
-    w.line(format!("use {P}::cudart::*;"));
-    w.line(format!("use {P}::{{CudaError, Ptr, Rejection}};"));
+    w.line(format!("use {P}::{}::*;", api.name));
+    w.line("#[allow(unused_imports)]");
+    w.line(format!("use {P}::{{Ptr, Rejection}};"));
+    w.line(format!("pub type Status = {};", api.errors.rust_type));
     w.line("");
     service_trait(&mut w, api);
     dispatch(&mut w, api);
@@ -26,16 +28,21 @@ pub fn emit(api: &Api) -> String {
     out
 }
 
+/// `CudartService` for the `cudart` API.
+pub fn service_trait_name(api: &Api) -> String {
+    format!("{}Service", api.type_name())
+}
+
 fn service_trait(w: &mut W, api: &Api) {
     w.line("/// The API server's implementation of every remote function. Requests reach these");
     w.line("/// methods only after `dispatch` has checked them against the spec.");
     w.line("#[allow(clippy::too_many_arguments)]");
-    w.open("pub trait CudartService {");
+    w.open(format!("pub trait {} {{", service_trait_name(api)));
     w.line("/// Per-call context (session, channel, device).");
     w.line("type Cx;");
     w.line("/// `Ok` when `[addr, addr + len)` is device memory this session may use (a zero");
     w.line("/// address is accepted only when `null_ok`).");
-    w.line("fn check_device_range(&self, cx: &Self::Cx, addr: u64, len: u64, null_ok: bool) -> Result<(), CudaError>;");
+    w.line("fn check_device_range(&self, cx: &Self::Cx, addr: u64, len: u64, null_ok: bool) -> Result<(), Status>;");
     w.line("/// The largest reply buffer a call may ask for.");
     w.line("fn max_reply_bytes(&self) -> u64;");
     w.line("/// Called after each successful call that creates or destroys objects (per the spec's");
@@ -54,7 +61,7 @@ fn service_trait(w: &mut W, api: &Api) {
     w.line("/// what the spec says it will read and write. It may block (the call waits); an error");
     w.line("/// fails the call before it runs.");
     w.line(format!(
-        "fn before_call(&self, cx: &Self::Cx, id: FunctionId, access: &{P}::spec::CallAccess<'_>) -> Result<(), CudaError> {{"
+        "fn before_call(&self, cx: &Self::Cx, id: FunctionId, access: &{P}::spec::CallAccess<'_>) -> Result<(), Status> {{"
     ));
     w.line("    let _ = (cx, id, access);");
     w.line("    Ok(())");
@@ -62,7 +69,7 @@ fn service_trait(w: &mut W, api: &Api) {
     for f in api.remote_functions() {
         w.line(format!("/// `{}` (spec line {}).", f.name, f.line));
         w.line(format!(
-            "fn {}(&self, cx: &Self::Cx, req: {}) -> Result<{}Reply, CudaError>;",
+            "fn {}(&self, cx: &Self::Cx, req: {}) -> Result<{}Reply, Status>;",
             f.method_name(),
             request_type(f, "'_"),
             f.type_name()
@@ -74,7 +81,7 @@ fn service_trait(w: &mut W, api: &Api) {
 
 fn dispatch(w: &mut W, api: &Api) {
     w.line("/// Decode, check and run one call; the encoded reply is appended to `out`.");
-    w.open("pub fn dispatch<S: CudartService + ?Sized>(svc: &S, cx: &S::Cx, id: FunctionId, payload: &[u8], out: &mut Vec<u8>) -> Result<(), Rejection> {");
+    w.open(format!("pub fn dispatch<S: {} + ?Sized>(svc: &S, cx: &S::Cx, id: FunctionId, payload: &[u8], out: &mut Vec<u8>) -> Result<(), Rejection<Status>> {{", service_trait_name(api)));
     w.open("match id {");
     for f in api.remote_functions() {
         w.line(format!("FunctionId::{} => {}(svc, cx, payload, out),", f.type_name(), f.method_name()));
@@ -192,11 +199,13 @@ impl Names for ServerNames {
 
 fn handler(w: &mut W, api: &Api, f: &Function) {
     let names = ServerNames;
+    let invalid = status_const(api, &api.errors.failures.invalid_value);
     let t = f.type_name();
     w.line("#[allow(non_snake_case, unused_variables, unused_mut, unused_parens, clippy::nonminimal_bool, clippy::unnecessary_cast)]");
     w.open(format!(
-        "fn {}<S: CudartService + ?Sized>(svc: &S, cx: &S::Cx, payload: &[u8], out: &mut Vec<u8>) -> Result<(), Rejection> {{",
-        f.method_name()
+        "fn {}<S: {} + ?Sized>(svc: &S, cx: &S::Cx, payload: &[u8], out: &mut Vec<u8>) -> Result<(), Rejection<Status>> {{",
+        f.method_name(),
+        service_trait_name(api)
     ));
     w.line(format!(
         "let req: {} = {P}::decode_request(payload).map_err(Rejection::Malformed)?;",
@@ -205,11 +214,11 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
 
     // Preconditions the server can see, then argument shapes; any failure is the guest's.
     let mut expect_outs: Vec<(String, bool)> = Vec::new(); // (arg, chosen)
-    w.open("let expected = (|| -> Result<_, Rejection> {");
+    w.open("let expected = (|| -> Result<_, Rejection<Status>> {");
     for p in f.preconditions.iter().filter(|p| p.wire_checkable) {
         let c = expr(&p.cond, api, f, &names);
         w.open(format!("if !{c} {{"));
-        w.line(format!("return Err(Rejection::Invalid(CudaError::{}, \"precondition\"));", error_const(api, &p.error)));
+        w.line(format!("return Err(Rejection::Invalid({}, \"precondition\"));", status_const(api, &p.error)));
         w.close("}");
     }
     let ev = |x: &crate::ast::Expr| expr(x, api, f, &names);
@@ -231,10 +240,7 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
                 Shape::In { count, elem_size, .. } | Shape::InOut { count, elem_size, .. } => {
                     w.line(format!("let n_{}: u64 = {P}::eval::byte_len({}, {elem_size})?;", a.name, ev(count)));
                     w.open(format!("if req.{id}.len() as u64 != n_{} {{", a.name));
-                    w.line(format!(
-                        "return Err(Rejection::Invalid(CudaError::InvalidValue, \"size of buffer `{}`\"));",
-                        a.name
-                    ));
+                    w.line(format!("return Err(Rejection::Invalid({invalid}, \"size of buffer `{}`\"));", a.name));
                     w.close("}");
                     if matches!(branches[0].shape, Shape::InOut { .. }) {
                         out_lens.push(format!("n_{}", a.name));
@@ -245,7 +251,7 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
                     w.line(format!("let n_{}: u64 = {P}::eval::byte_len({}, {elem_size})?;", a.name, ev(count)));
                     w.open(format!("if n_{} > svc.max_reply_bytes() {{", a.name));
                     w.line(format!(
-                        "return Err(Rejection::Invalid(CudaError::InvalidValue, \"size of reply buffer `{}`\"));",
+                        "return Err(Rejection::Invalid({invalid}, \"size of reply buffer `{}`\"));",
                         a.name
                     ));
                     w.close("}");
@@ -278,8 +284,7 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
                 w.close(head);
                 w.indent_more();
             }
-            let mismatch =
-                format!("return Err(Rejection::Invalid(CudaError::InvalidValue, \"shape of argument `{}`\"))", a.name);
+            let mismatch = format!("return Err(Rejection::Invalid({invalid}, \"shape of argument `{}`\"))", a.name);
             match &b.shape {
                 Shape::Device { extent, null_ok } => {
                     let len = extent.as_ref().map(ev).unwrap_or_else(|| "0i128".into());
@@ -295,10 +300,7 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
                     w.line(format!("let n: u64 = {P}::eval::byte_len({}, {elem_size})?;", ev(count)));
                     w.line(format!("let Ptr::{variant}(bytes) = req.{id} else {{ {mismatch} }};"));
                     w.open("if bytes.len() as u64 != n {");
-                    w.line(format!(
-                        "return Err(Rejection::Invalid(CudaError::InvalidValue, \"size of buffer `{}`\"));",
-                        a.name
-                    ));
+                    w.line(format!("return Err(Rejection::Invalid({invalid}, \"size of buffer `{}`\"));", a.name));
                     w.close("}");
                     set_n(w, if variant == "InOut" { "Some(n)" } else { "None" });
                 }
@@ -307,7 +309,7 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
                     w.line(format!("let Ptr::Out(asked) = req.{id} else {{ {mismatch} }};"));
                     w.open("if asked != n || n > svc.max_reply_bytes() {");
                     w.line(format!(
-                        "return Err(Rejection::Invalid(CudaError::InvalidValue, \"size of reply buffer `{}`\"));",
+                        "return Err(Rejection::Invalid({invalid}, \"size of reply buffer `{}`\"));",
                         a.name
                     ));
                     w.close("}");

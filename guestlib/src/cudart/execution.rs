@@ -12,7 +12,8 @@ use phos_protocol::cudart::{
 };
 use phos_protocol::types::{Dim3, FuncAttributes};
 
-use crate::{launch, registry, runtime, soname};
+use super::launch;
+use crate::{registry, runtime, soname};
 
 /// The kernel's function handle. What a pointer that is no kernel gives changed in CUDA 13
 /// (measured on an H100): `cudaErrorInvalidDeviceFunction` before, then

@@ -10,10 +10,12 @@ use phos_protocol::cudart::{self, consts};
 use phos_protocol::types::{DeviceProperties, Dim3};
 use phos_protocol::{CudaError, cudart::FunctionId};
 
-use crate::abi::Abi;
-use crate::stubs::HandWritten;
-use crate::{callbacks, device, execution, graphs, hostmem, launch, memory, pools, registry, runtime, soname};
 use phos_protocol::types::{ChannelFormatDesc, Extent, PitchedPtr};
+
+use super::stubs::HandWritten;
+use super::{device, execution, graphs, launch, memory, pools};
+use crate::abi::Abi;
+use crate::{callbacks, hostmem, registry, runtime, soname};
 
 /// The implementation of [`HandWritten`].
 pub struct Hand;
@@ -98,9 +100,11 @@ unsafe fn fast_copy(
     match direction {
         consts::cudaMemcpyHostToDevice if !src.is_null() => unsafe {
             runtime::staged_copy(direction, dst as usize as u64, src as *mut u8, count, stream)
+                .map(|r| r.map_err(CudaError::from))
         },
         consts::cudaMemcpyDeviceToHost if !dst.is_null() => unsafe {
             runtime::staged_copy(direction, src as usize as u64, dst as *mut u8, count, stream)
+                .map(|r| r.map_err(CudaError::from))
         },
         _ => None,
     }
@@ -143,7 +147,7 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaSetDevice(device: i32) -> i32 {
-        code(runtime::session().and_then(|s| {
+        code(runtime::session().map_err(CudaError::from).and_then(|s| {
             if device < 0 || device >= s.device_count {
                 return Err(CudaError::InvalidDevice);
             }
@@ -191,7 +195,7 @@ impl HandWritten for Hand {
         shared_mem: usize,
         stream: *mut c_void,
     ) -> i32 {
-        runtime::api_call(FunctionId::CudaLaunchKernel, || unsafe {
+        super::rt::api_call(FunctionId::CudaLaunchKernel, || unsafe {
             launch::launch(func, grid, block, args, shared_mem, stream, false, false)
         })
     }
@@ -204,7 +208,7 @@ impl HandWritten for Hand {
         shared_mem: usize,
         stream: *mut c_void,
     ) -> i32 {
-        runtime::api_call(FunctionId::CudaLaunchKernelPtsz, || unsafe {
+        super::rt::api_call(FunctionId::CudaLaunchKernelPtsz, || unsafe {
             launch::launch(func, grid, block, args, shared_mem, stream, true, false)
         })
     }
@@ -231,7 +235,7 @@ impl HandWritten for Hand {
         shared_mem: usize,
         stream: *mut c_void,
     ) -> i32 {
-        runtime::api_call(FunctionId::PrivCudaLaunchKernel, || unsafe {
+        super::rt::api_call(FunctionId::PrivCudaLaunchKernel, || unsafe {
             launch::launch(kernel, grid, block, args, shared_mem, stream, false, false)
         })
     }
@@ -244,7 +248,7 @@ impl HandWritten for Hand {
         shared_mem: usize,
         stream: *mut c_void,
     ) -> i32 {
-        runtime::api_call(FunctionId::PrivCudaLaunchKernelPtsz, || unsafe {
+        super::rt::api_call(FunctionId::PrivCudaLaunchKernelPtsz, || unsafe {
             launch::launch(kernel, grid, block, args, shared_mem, stream, true, false)
         })
     }
@@ -772,19 +776,19 @@ impl HandWritten for Hand {
         shared_mem: usize,
         stream: *mut c_void,
     ) -> i32 {
-        runtime::api_call(FunctionId::CudaLaunchCooperativeKernel, || unsafe {
+        super::rt::api_call(FunctionId::CudaLaunchCooperativeKernel, || unsafe {
             launch::launch(func, grid, block, args, shared_mem, stream, false, true)
         })
     }
 
     unsafe fn cudaLaunchKernelExC(config: *const c_void, func: *const c_void, args: *mut *mut c_void) -> i32 {
-        runtime::api_call(FunctionId::CudaLaunchKernelExC, || unsafe {
+        super::rt::api_call(FunctionId::CudaLaunchKernelExC, || unsafe {
             execution::launch_ex(config, func, args, false)
         })
     }
 
     unsafe fn cudaLaunchKernelExC_ptsz(config: *const c_void, func: *const c_void, args: *mut *mut c_void) -> i32 {
-        runtime::api_call(FunctionId::CudaLaunchKernelExCPtsz, || unsafe {
+        super::rt::api_call(FunctionId::CudaLaunchKernelExCPtsz, || unsafe {
             execution::launch_ex(config, func, args, true)
         })
     }
@@ -823,7 +827,7 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaKernelSetAttributeForDevice(kernel: *mut c_void, attr: i32, value: i32, device: i32) -> i32 {
-        let devices = runtime::session().map(|s| s.device_count);
+        let devices = runtime::session().map(|s| s.device_count).map_err(CudaError::from);
         code(devices.and_then(|n| {
             if !(0..n).contains(&device) {
                 return Err(CudaError::InvalidDevice);

@@ -12,10 +12,11 @@ use phos_protocol::cudart::{
 use phos_protocol::types::Dim3;
 use phos_protocol::{CudaError as E, Ptr};
 
-use crate::hand::Hand;
-use crate::memory::Memcpy3DParms;
-use crate::stubs::HandWritten;
-use crate::{launch, memory, runtime, soname};
+use super::hand::Hand;
+use super::memory::Memcpy3DParms;
+use super::stubs::HandWritten;
+use super::{launch, memory};
+use crate::{runtime, soname};
 
 /// `cudaGraphInstantiateFlagAutoFreeOnLaunch | Upload | UseNodePriority`: accepted (no graph
 /// allocates memory, launches issue everything, priorities are hints).

@@ -10,8 +10,8 @@ use phos_protocol::cudart::{
 use phos_protocol::types::{Extent, PitchedPtr};
 use phos_protocol::{CudaError, Ptr};
 
-use crate::hand::Hand;
-use crate::stubs::HandWritten;
+use super::hand::Hand;
+use super::stubs::HandWritten;
 use crate::{hostmem, registry, runtime, soname};
 
 /// Row pitch alignment of pitched allocations (a multiple of every GPU's texture pitch
@@ -106,7 +106,7 @@ fn copy_3d(dst: Side, src: Side, (w, h, d): (u64, u64, u64), kind: i32, stream: 
     match direction {
         consts::cudaMemcpyHostToHost => {
             if let Some(s) = stream {
-                status(unsafe { crate::stubs::cudaStreamSynchronize(s as usize as *mut c_void) })?;
+                status(unsafe { super::stubs::cudaStreamSynchronize(s as usize as *mut c_void) })?;
             }
             for (y, z) in rows() {
                 unsafe {
@@ -358,8 +358,8 @@ pub fn memcpy_peer(
     let kind = consts::cudaMemcpyDeviceToDevice;
     status(unsafe {
         match stream {
-            None => crate::stubs::cudaMemcpy(dst, src, count, kind),
-            Some(s) => crate::stubs::cudaMemcpyAsync(dst, src, count, kind, s),
+            None => super::stubs::cudaMemcpy(dst, src, count, kind),
+            Some(s) => super::stubs::cudaMemcpyAsync(dst, src, count, kind, s),
         }
     })
 }

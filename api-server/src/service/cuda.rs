@@ -1,0 +1,138 @@
+//! The driver API's remote functions (`spec/cuda.lapis`), on the same session as the
+//! runtime's: the same devices, and the same objects (a `CUstream` is a stream handle the
+//! runtime handed out, and the reverse). Where a driver function is a runtime one under
+//! another name, it runs the runtime's method and answers its status in the driver's codes.
+
+use phos_protocol::apis::Function;
+use phos_protocol::cuda::*;
+use phos_protocol::cudart::{CudaError, CudaStreamSynchronizeRequest};
+use phos_protocol::spec::CallAccess;
+
+use super::{CallCx, Session};
+use crate::dispatch::cuda::CudaService;
+use crate::dispatch::cudart::CudartService;
+
+/// A runtime status as the driver API says it. The two APIs share their numbers for what they
+/// both have (`cudaErrorInvalidDevice` is `CUDA_ERROR_INVALID_DEVICE`, 101); a runtime error
+/// the driver has no code for (`cudaErrorInvalidDevicePointer`) is an invalid value to it.
+fn driver_status(e: CudaError) -> CuError {
+    if ERRORS.iter().any(|d| d.code == i64::from(e.0)) { CuError(e.0) } else { CuError::INVALID_VALUE }
+}
+
+impl CudaService for Session {
+    type Cx = CallCx;
+
+    fn check_device_range(&self, cx: &CallCx, addr: u64, len: u64, null_ok: bool) -> Result<(), CuError> {
+        CudartService::check_device_range(self, cx, addr, len, null_ok).map_err(driver_status)
+    }
+
+    fn max_reply_bytes(&self) -> u64 {
+        self.max_reply
+    }
+
+    fn record(&self, cx: &CallCx, id: FunctionId, payload: &[u8], facts: &phos_protocol::spec::RecordFacts<'_>) {
+        self.records.record(Function::Cuda(id), cx.device, payload, facts);
+    }
+
+    // The C/R engine's hook sees the driver API's calls as it sees the runtime's.
+    fn intercepting(&self) -> bool {
+        self.hooks.active()
+    }
+
+    fn before_call(&self, _: &CallCx, _: FunctionId, access: &CallAccess<'_>) -> Result<(), CuError> {
+        self.hooks.before_call(access).map_err(driver_status)
+    }
+
+    fn cu_init(&self, _: &CallCx, _: CuInitRequest) -> Result<CuInitReply, CuError> {
+        match self.backend.device_count() {
+            0 => Err(CuError::NO_DEVICE),
+            _ => Ok(CuInitReply {}),
+        }
+    }
+
+    fn cu_driver_get_version(
+        &self,
+        _: &CallCx,
+        _: CuDriverGetVersionRequest,
+    ) -> Result<CuDriverGetVersionReply, CuError> {
+        Ok(CuDriverGetVersionReply { driverVersion: self.backend.driver_version() })
+    }
+
+    fn cu_device_get(&self, _: &CallCx, req: CuDeviceGetRequest) -> Result<CuDeviceGetReply, CuError> {
+        self.check_device(req.ordinal).map_err(driver_status)?;
+        Ok(CuDeviceGetReply { device: req.ordinal })
+    }
+
+    fn cu_device_get_count(&self, _: &CallCx, _: CuDeviceGetCountRequest) -> Result<CuDeviceGetCountReply, CuError> {
+        // Unlike cudaGetDeviceCount, the driver answers 0 devices with success.
+        Ok(CuDeviceGetCountReply { count: self.backend.device_count() })
+    }
+
+    fn cu_device_get_name(&self, _: &CallCx, req: CuDeviceGetNameRequest) -> Result<CuDeviceGetNameReply, CuError> {
+        self.check_device(req.dev).map_err(driver_status)?;
+        let properties = self.backend.device_properties(req.dev).map_err(driver_status)?;
+        Ok(CuDeviceGetNameReply { name: c_string_in(&properties.name, req.len) })
+    }
+
+    fn cu_device_get_attribute(
+        &self,
+        _: &CallCx,
+        req: CuDeviceGetAttributeRequest,
+    ) -> Result<CuDeviceGetAttributeReply, CuError> {
+        self.check_device(req.dev).map_err(driver_status)?;
+        // CU_DEVICE_ATTRIBUTE_* and cudaDevAttr* are the same numbers.
+        let value = self.backend.device_attribute(req.dev, req.attrib).map_err(driver_status)?;
+        Ok(CuDeviceGetAttributeReply { pi: value })
+    }
+
+    fn cu_device_total_mem_v2(
+        &self,
+        _: &CallCx,
+        req: CuDeviceTotalMemV2Request,
+    ) -> Result<CuDeviceTotalMemV2Reply, CuError> {
+        self.check_device(req.dev).map_err(driver_status)?;
+        let properties = self.backend.device_properties(req.dev).map_err(driver_status)?;
+        Ok(CuDeviceTotalMemV2Reply { bytes: properties.total_global_mem })
+    }
+
+    fn cu_stream_synchronize(
+        &self,
+        cx: &CallCx,
+        req: CuStreamSynchronizeRequest,
+    ) -> Result<CuStreamSynchronizeReply, CuError> {
+        self.cuda_stream_synchronize(cx, CudaStreamSynchronizeRequest { stream: req.hStream })
+            .map_err(driver_status)?;
+        Ok(CuStreamSynchronizeReply {})
+    }
+}
+
+/// `name` as a C string in a buffer of `len` bytes: cut to `len - 1` bytes, NUL-terminated,
+/// the rest zero (nothing for a buffer of 0 bytes).
+fn c_string_in(name: &str, len: i32) -> Vec<u8> {
+    let len = usize::try_from(len).unwrap_or(0);
+    let mut out = vec![0u8; len];
+    let n = name.len().min(len.saturating_sub(1));
+    out[..n].copy_from_slice(&name.as_bytes()[..n]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_cut_and_terminated() {
+        assert_eq!(c_string_in("H100", 8), b"H100\0\0\0\0");
+        assert_eq!(c_string_in("NVIDIA H100 80GB HBM3", 5), b"NVID\0");
+        assert_eq!(c_string_in("H100", 1), b"\0");
+        assert!(c_string_in("H100", 0).is_empty());
+    }
+
+    #[test]
+    fn runtime_statuses_in_driver_codes() {
+        assert_eq!(driver_status(CudaError::InvalidDevice), CuError::INVALID_DEVICE);
+        assert_eq!(driver_status(CudaError::InvalidResourceHandle), CuError::INVALID_HANDLE);
+        assert_eq!(driver_status(CudaError::IllegalAddress), CuError::ILLEGAL_ADDRESS);
+        assert_eq!(driver_status(CudaError::InvalidDevicePointer), CuError::INVALID_VALUE);
+    }
+}

@@ -1,0 +1,58 @@
+//! The pieces of the driver API the spec marks `implemented_by(guest)`, its utility and its
+//! hook.
+
+use std::collections::HashMap;
+use std::ffi::{CString, c_char};
+use std::sync::OnceLock;
+
+use phos_protocol::cuda::{self, CuError};
+
+use super::stubs::HandWritten;
+use crate::runtime;
+
+/// The implementation of [`HandWritten`].
+pub struct Hand;
+
+/// NUL-terminated error names and texts, built once (`cuGetErrorName` hands out pointers that
+/// stay valid for the life of the process).
+fn error_strings() -> &'static HashMap<i32, (CString, CString)> {
+    static TABLE: OnceLock<HashMap<i32, (CString, CString)>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        cuda::ERRORS
+            .iter()
+            .map(|e| (e.code as i32, (CString::new(e.name).unwrap(), CString::new(e.text).unwrap())))
+            .collect()
+    })
+}
+
+/// `cuGetErrorName`/`cuGetErrorString`: the entry's name or text through `p_str`; an error
+/// code the driver does not have is `CUDA_ERROR_INVALID_VALUE` with `*p_str` set to NULL, as
+/// NVIDIA's driver answers.
+unsafe fn error_string(error: i32, p_str: *mut *const c_char, text: bool) -> i32 {
+    if p_str.is_null() {
+        return CuError::INVALID_VALUE.0;
+    }
+    let found = error_strings().get(&error).map(|(name, t)| if text { t.as_ptr() } else { name.as_ptr() });
+    // SAFETY: `p_str` is non-null and, by the caller's contract with CUDA, points to a
+    // `const char *` it may write.
+    unsafe { *p_str = found.unwrap_or(std::ptr::null()) };
+    if found.is_some() { cuda::SUCCESS } else { CuError::INVALID_VALUE.0 }
+}
+
+impl HandWritten for Hand {
+    unsafe fn cuGetErrorName(error: i32, p_str: *mut *const c_char) -> i32 {
+        unsafe { error_string(error, p_str, false) }
+    }
+
+    unsafe fn cuGetErrorString(error: i32, p_str: *mut *const c_char) -> i32 {
+        unsafe { error_string(error, p_str, true) }
+    }
+
+    fn driver_initialized() -> Result<i128, CuError> {
+        Ok(i128::from(runtime::driver_initialized()))
+    }
+
+    fn initialize_driver() {
+        runtime::set_driver_initialized();
+    }
+}

@@ -1,0 +1,20 @@
+//! The CUDA runtime API (`spec/cudart.lapis`): the generated exports, the hand-written half
+//! ([`hand`]: per-thread error and device state, page-locked memory, fat binary registration,
+//! kernel launches, and the composition of much of the API over a few remote calls), and
+//! [`rt`], which records each call's error as the thread's last error, as the runtime does.
+
+mod device;
+mod execution;
+mod graphs;
+pub mod hand;
+pub mod launch;
+mod memory;
+mod pools;
+pub mod rt;
+
+/// The spec-generated exports (`cudaMalloc`, `cudaMemcpy`, ...) and the trait of
+/// hand-written pieces they call.
+#[allow(clippy::all, unused_parens)]
+pub mod stubs {
+    include!(concat!(env!("OUT_DIR"), "/cudart_guest.rs"));
+}

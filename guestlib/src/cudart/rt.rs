@@ -1,0 +1,29 @@
+//! How the runtime API's exports go through the guest core: its calls, and CUDA's rule that
+//! every call's error becomes the calling thread's last error (`cudaGetLastError`).
+
+use phos_protocol::cudart::{self, CudaError, FunctionId};
+
+use crate::runtime;
+pub use crate::runtime::{byte_len, c_str, call, check_out, copy_out, in_bytes};
+
+/// Run one runtime API function: record its error as the thread's last error, turn panics
+/// into `cudaErrorUnknown`, return the code. The runtime initialises the driver API on its
+/// first call, as NVIDIA's does.
+pub fn api_call(id: FunctionId, f: impl FnOnce() -> Result<(), CudaError>) -> i32 {
+    runtime::set_driver_initialized();
+    match runtime::catch_panic(id.name(), f) {
+        Ok(()) => cudart::SUCCESS,
+        Err(e) => {
+            runtime::set_last_error(e);
+            e.0
+        }
+    }
+}
+
+/// A function Phos does not support: logged once, answers `cudaErrorNotSupported`.
+pub fn unsupported(id: FunctionId) -> i32 {
+    let function = phos_protocol::apis::Function::Cudart(id);
+    runtime::log_unsupported_once(function, cudart::NOT_SUPPORTED.name());
+    runtime::set_last_error(cudart::NOT_SUPPORTED);
+    cudart::NOT_SUPPORTED.0
+}
