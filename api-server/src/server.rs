@@ -406,10 +406,7 @@ impl ApiServer {
         if let Some(st) = staging
             && st.registered.load(Ordering::Relaxed)
         {
-            let (p, n) = st.slots_ptr();
-            // SAFETY: the channel's staging slots, `n` bytes mapped while `st` lives;
-            // unpinning reads and writes none of them.
-            session.backend().unpin_host(unsafe { std::slice::from_raw_parts_mut(p, n) });
+            session.backend().unpin_shared(st.slots_range().0);
         }
         tracing::debug!(session = session.id, channel, "channel closed");
     }

@@ -33,9 +33,9 @@ struct HostAlloc {
 
 static ALLOCATIONS: Mutex<BTreeMap<usize, HostAlloc>> = Mutex::new(BTreeMap::new());
 
-/// The process's arena: the file (sent with each shared-memory channel) and its mapping.
+/// The process's arena: its mapping, which keeps the file (sent with each shared-memory
+/// channel).
 struct Arena {
-    fd: OwnedFd,
     mapping: Mapping,
     /// A forked child inherits the mapping, but the arena is its parent's session's.
     pid: u32,
@@ -78,11 +78,10 @@ fn arena() -> Option<&'static Arena> {
             if bytes == 0 {
                 return None;
             }
-            let made = host_arena::create(bytes).and_then(|fd| Mapping::at_base(&fd).map(|m| (fd, m)));
-            match made {
-                Ok((fd, mapping)) => {
+            match host_arena::create(bytes).and_then(Mapping::at_base) {
+                Ok(mapping) => {
                     ARENA_END.store(BASE + mapping.len(), Ordering::Relaxed);
-                    Some(Arena { fd, mapping, pid: std::process::id() })
+                    Some(Arena { mapping, pid: std::process::id() })
                 }
                 Err(e) => {
                     tracing::info!("no pinned arena ({e}); page-locked memory is copied through the channel");
@@ -96,7 +95,7 @@ fn arena() -> Option<&'static Arena> {
 
 /// The arena file and its size, for a channel that moves to shared memory.
 pub fn arena_for_channel() -> Option<(&'static OwnedFd, u64)> {
-    arena().map(|a| (&a.fd, a.mapping.len()))
+    arena().map(|a| (a.mapping.fd(), a.mapping.len()))
 }
 
 /// Allocate `size` bytes of page-aligned page-locked host memory.

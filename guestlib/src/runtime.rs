@@ -690,15 +690,25 @@ pub unsafe fn staged_copy(
             let at = k as usize * slot;
             let len = slot.min(count - at);
             let user = (host + at) as *mut u8;
+            let slot = st.slot(k);
+            let slot = slot.subslice(0, len).expect("a chunk fits its slot");
             if h2d {
                 if k >= 2 {
                     wait(ch, Count::Drained, seq.wrapping_add(k - 1))?;
                 }
-                unsafe { crate::copier::copy(st.slot(k), user as *const u8, len) };
+                // SAFETY: `user` is `len` readable bytes of the copy's source (this function's
+                // contract); the slot's `len` bytes are mapped while `st` lives (bounds checked
+                // by `subslice`). A raw copy, as `vm-memory`'s bulk copies: no reference is
+                // made to the slot, which the server may write (by the protocol, not before
+                // this chunk is counted filled).
+                unsafe { crate::copier::copy(slot.ptr_guard_mut().as_ptr(), user as *const u8, len) };
                 st.set(Count::Filled, seq.wrapping_add(k + 1));
             } else {
                 wait(ch, Count::Filled, seq.wrapping_add(k + 1))?;
-                unsafe { crate::copier::copy(user, st.slot(k) as *const u8, len) };
+                // SAFETY: `user` is `len` writable bytes of the copy's destination (this
+                // function's contract), apart from the slot; the slot as above (the server
+                // leaves it alone until this chunk is counted drained).
+                unsafe { crate::copier::copy(user, slot.ptr_guard().as_ptr(), len) };
                 st.set(Count::Drained, seq.wrapping_add(k + 1));
             }
             Ok(())

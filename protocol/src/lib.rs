@@ -18,6 +18,8 @@ pub mod handshake;
 pub mod host_arena;
 pub mod limits;
 pub mod log_limit;
+pub(crate) mod ring;
+pub mod shared;
 pub mod shm;
 pub mod spec;
 pub mod staging;

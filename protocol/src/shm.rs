@@ -1,10 +1,12 @@
 //! Shared-memory rings: the transport for a peer on the same host.
 //!
 //! A channel that starts on a Unix socket can move to a **region** the accepting side creates
-//! (a sealed `memfd`) and passes over the socket (`SCM_RIGHTS`). The region holds two
-//! single-producer, single-consumer byte rings, one per direction; frames are written into
-//! them exactly as onto a socket, so [`read_frame`](crate::transport::read_frame) and
-//! [`write_frame`](crate::transport::write_frame) serve both.
+//! (a sealed `memfd`, a [`SharedRegion`]) and passes over the socket (`SCM_RIGHTS`). The
+//! region holds two single-producer, single-consumer byte rings, one per direction; frames
+//! are written into them exactly as onto a socket, so
+//! [`read_frame`](crate::transport::read_frame) and
+//! [`write_frame`](crate::transport::write_frame) serve both. The rings' protocol (who
+//! writes which word, with which ordering, and how a side sleeps) is [`crate::ring`]'s.
 //!
 //! Layout (little-endian, offsets in bytes):
 //!
@@ -34,14 +36,22 @@
 //! open for the channel's life and carries nothing more, so when it reads as closed the
 //! peer is gone (even if it was killed before it could mark its rings closed).
 
-use std::io::{self, IoSlice, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicU64, Ordering, fence};
 use std::time::{Duration, Instant};
 
+use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags};
+use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+use vm_memory::VolatileSlice;
+
 use crate::frame::FrameHeader;
+use crate::ring::{Consumer, Host, Producer, Ring, RingControl, Waited, futex_wake, since_epoch};
+pub use crate::ring::{LIVENESS_CHECK, LIVENESS_CHECK_IDLE};
+use crate::shared::{SharedAtomics, SharedRegion};
 use crate::staging::Staging;
 use crate::transport::{BufferBudget, BufferClaim, Transport, TransportError, read_frame_within, write_frame};
 
@@ -56,39 +66,9 @@ pub const DEFAULT_RING_BYTES: usize = 4 << 20;
 pub const MIN_RING_BYTES: usize = 4096;
 pub const MAX_RING_BYTES: usize = 1 << 30;
 
-/// How soon a side that starts sleeping checks that its peer still exists; the check backs
-/// off by doubling while nothing comes, up to [`LIVENESS_CHECK_IDLE`].
-pub const LIVENESS_CHECK: Duration = Duration::from_millis(20);
-
-/// How often a side asleep for long checks its peer itself. The process's peer watcher
-/// (one thread, an epoll of every region's socket) marks a region closed as soon as its
-/// peer goes, so this is only a fallback: an idle channel costs its readers a wake-up every
-/// few seconds, and a router with thousands of idle channels stays idle.
-pub const LIVENESS_CHECK_IDLE: Duration = Duration::from_secs(5);
-
-const CLOSED_BY_PRODUCER: u32 = 1;
-const CLOSED_BY_CONSUMER: u32 = 2;
-
-#[repr(C, align(64))]
-struct ProducerLine {
-    tail: AtomicU64,
-    data_seq: AtomicU32,
-    producer_waiting: AtomicU32,
-}
-
-#[repr(C, align(64))]
-struct ConsumerLine {
-    head: AtomicU64,
-    space_seq: AtomicU32,
-    consumer_waiting: AtomicU32,
-}
-
-#[repr(C, align(64))]
-struct RingControl {
-    producer: ProducerLine,
-    consumer: ConsumerLine,
-    closed: AtomicU32,
-}
+// SAFETY: a ring's control is made only of `std` atomic integers (u64 and u32 words, in
+// cache-line aligned groups) and padding.
+unsafe impl SharedAtomics for RingControl<Host> {}
 
 /// How long to spin before sleeping: `PHOS_SPIN_US`, else 50 µs where there are CPUs to
 /// spare and none where there are not (a spinning waiter on two CPUs delays the very peer
@@ -117,28 +97,23 @@ pub fn default_sync_spin() -> Duration {
 
 /// A mapped region and the socket that tells whether the peer still exists.
 struct Region {
-    base: *mut u8,
-    len: usize,
+    mem: SharedRegion,
     ring_bytes: usize,
     socket: UnixStream,
     spin: Duration,
-    /// Until when (nanoseconds after [`epoch`]) a reader of this region spins rather than
-    /// sleeps, because an answer is awaited ([`Transport::expect_frame_within`]). Process
-    /// local: the peer never sees it.
+    /// Until when (nanoseconds after the rings' epoch) a reader of this region spins rather
+    /// than sleeps, because an answer is awaited ([`Transport::expect_frame_within`]).
+    /// Process local: the peer never sees it.
     spin_until: AtomicU64,
     /// The process that mapped it: a forked child inherits the mapping, and must not close
     /// its parent's channel when it drops its copy.
     pid: u32,
 }
 
-// The region is plain shared memory accessed through atomics and bounded copies.
-unsafe impl Send for Region {}
-unsafe impl Sync for Region {}
-
 impl Drop for Region {
     fn drop(&mut self) {
+        // The mapping goes with `mem`.
         peer_watch::forget(self.socket.as_raw_fd());
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
     }
 }
 
@@ -146,120 +121,59 @@ fn region_len(ring_bytes: usize) -> usize {
     CONTROL_BYTES + 2 * ring_bytes
 }
 
-/// A `memfd` of `len` bytes, sealed so that its size never changes: the peer gets the same
-/// file and can neither shrink it under a mapping (which would fault the mapper) nor grow it.
-pub(crate) fn sealed_memfd(name: &std::ffi::CStr, len: u64) -> io::Result<OwnedFd> {
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(fd)
-}
-
-/// Map a file the peer sent, whole, once it is sealed against shrinking (so it can never be
-/// cut short under the mapping) and its size is within `min..=max`.
-pub(crate) fn map_sealed(fd: &OwnedFd, min: usize, max: usize) -> io::Result<(*mut u8, usize)> {
-    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-    if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "not sealed against shrinking"));
-    }
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let len = st.st_size as usize;
-    if !(min..=max).contains(&len) {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "wrong size"));
-    }
-    let p = unsafe {
-        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
-    };
-    if p == libc::MAP_FAILED { Err(io::Error::last_os_error()) } else { Ok((p as *mut u8, len)) }
-}
-
-/// The instant [`Region::spin_until`] counts from.
-fn epoch() -> Instant {
-    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
-}
-
-/// Nanoseconds from [`epoch`] to `t` (the unit of [`Region::spin_until`]).
-fn since_epoch(t: Instant) -> u64 {
-    t.saturating_duration_since(epoch()).as_nanos() as u64
-}
-
 impl Region {
-    fn control(&self, ring: usize) -> &RingControl {
-        unsafe { &*(self.base.add(RING_CONTROL[ring]) as *const RingControl) }
+    fn control(&self, ring: usize) -> &RingControl<Host> {
+        self.mem.atomics(RING_CONTROL[ring])
     }
 
-    fn data(&self, ring: usize) -> *mut u8 {
-        unsafe { self.base.add(CONTROL_BYTES + ring * self.ring_bytes) }
+    fn data(&self, ring: usize) -> VolatileSlice<'_> {
+        self.mem.slice(CONTROL_BYTES + ring * self.ring_bytes, self.ring_bytes)
     }
 
-    fn map(fd: &OwnedFd, len: usize) -> io::Result<*mut u8> {
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED { Err(io::Error::last_os_error()) } else { Ok(p as *mut u8) }
+    /// Ring `ring` as the protocol sees it; `hinted`: a reader, who spins while an answer
+    /// is awaited.
+    fn ring(&self, ring: usize, hinted: bool) -> Ring<'_, Host, VolatileSlice<'_>> {
+        Ring {
+            ctl: self.control(ring),
+            data: self.data(ring),
+            size: self.ring_bytes,
+            spin: self.spin,
+            hint: hinted.then_some(&self.spin_until),
+        }
     }
 
     /// Create a region with rings of `ring_bytes` (rounded up to a power of two).
     fn create(ring_bytes: usize, socket: UnixStream, spin: Duration) -> io::Result<(Region, OwnedFd)> {
         let ring_bytes = ring_bytes.clamp(MIN_RING_BYTES, MAX_RING_BYTES).next_power_of_two();
-        let len = region_len(ring_bytes);
-        let fd = sealed_memfd(c"phos-ring", len as u64)?;
-        let base = Self::map(&fd, len)?;
-        unsafe {
-            (base as *mut u64).write(MAGIC);
-            (base.add(8) as *mut u32).write(LAYOUT_VERSION);
-            (base.add(16) as *mut u64).write(ring_bytes as u64);
-        }
-        Ok((Region { base, len, ring_bytes, socket, spin, spin_until: AtomicU64::new(0), pid: std::process::id() }, fd))
+        let (mem, fd) = SharedRegion::create(c"phos-ring", region_len(ring_bytes))?;
+        mem.store::<u64>(0, MAGIC);
+        mem.store::<u32>(8, LAYOUT_VERSION);
+        mem.store::<u64>(16, ring_bytes as u64);
+        let pid = std::process::id();
+        Ok((Region { mem, ring_bytes, socket, spin, spin_until: AtomicU64::new(0), pid }, fd))
     }
 
     /// Map a region the peer created.
     fn attach(fd: OwnedFd, socket: UnixStream, spin: Duration) -> io::Result<Region> {
         let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, format!("shared region: {why}"));
-        let (base, len) = map_sealed(&fd, CONTROL_BYTES + 2 * MIN_RING_BYTES, region_len(MAX_RING_BYTES))
+        let mem = SharedRegion::attach(&fd, CONTROL_BYTES + 2 * MIN_RING_BYTES, region_len(MAX_RING_BYTES))
             .map_err(|e| bad(&e.to_string()))?;
-        let mut region =
-            Region { base, len, ring_bytes: 0, socket, spin, spin_until: AtomicU64::new(0), pid: std::process::id() };
-        let (magic, version, ring_bytes) = unsafe {
-            ((base as *const u64).read(), (base.add(8) as *const u32).read(), (base.add(16) as *const u64).read())
-        };
+        let (magic, version, ring_bytes) = (mem.load::<u64>(0), mem.load::<u32>(8), mem.load::<u64>(16));
         if magic != MAGIC || version != LAYOUT_VERSION {
             return Err(bad("bad magic or version"));
         }
         let ring_bytes = ring_bytes as usize;
-        if !ring_bytes.is_power_of_two() || region_len(ring_bytes) != len {
+        if !ring_bytes.is_power_of_two() || region_len(ring_bytes) != mem.len() {
             return Err(bad("ring size does not match the region"));
         }
-        region.ring_bytes = ring_bytes;
-        Ok(region)
+        let pid = std::process::id();
+        Ok(Region { mem, ring_bytes, socket, spin, spin_until: AtomicU64::new(0), pid })
     }
 
     /// Whether the peer has gone: its end of the socket is closed (it never writes to it
     /// once the rings are in use).
     fn peer_gone(&self) -> bool {
-        let mut pfd = libc::pollfd { fd: self.socket.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-        n > 0 && pfd.revents != 0
+        socket_closed(&self.socket)
     }
 
     fn ours(&self) -> bool {
@@ -278,14 +192,18 @@ impl Region {
     /// Mark both rings closed and wake their sleepers, on both sides.
     fn mark_closed(&self) {
         for ring in 0..2 {
-            let c = self.control(ring);
-            c.closed.fetch_or(CLOSED_BY_PRODUCER | CLOSED_BY_CONSUMER, Ordering::SeqCst);
-            c.producer.data_seq.fetch_add(1, Ordering::SeqCst);
-            c.consumer.space_seq.fetch_add(1, Ordering::SeqCst);
-            futex_wake(&c.producer.data_seq);
-            futex_wake(&c.consumer.space_seq);
+            self.control(ring).mark_closed();
         }
     }
+}
+
+/// Whether the other end of `socket` is closed (or it has something to read, which a
+/// channel's socket never has once its rings are in use). Never blocks.
+pub(crate) fn socket_closed(socket: &UnixStream) -> bool {
+    let mut pfd = libc::pollfd { fd: socket.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: poll reads and writes the one pollfd on this stack; a zero timeout returns at once.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    n > 0 && pfd.revents != 0
 }
 
 /// One thread per process watches the sockets of every shared region for the peer's end:
@@ -382,199 +300,32 @@ mod peer_watch {
     }
 }
 
-pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
-    let ts =
-        libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
-    // Not FUTEX_PRIVATE: the word is shared with another process.
-    unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &ts as *const libc::timespec);
-    }
-}
-
-pub(crate) fn futex_wake(word: &AtomicU32) {
-    unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
-    }
-}
-
-fn corrupt() -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, "the peer corrupted the shared ring")
-}
-
-/// What a wait ended with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Waited {
-    Ready,
-    TimedOut,
-    PeerGone,
-}
-
-/// Wait until `ready()` says so: spin for `spin` (or, while `hint` holds a later deadline,
-/// until then; see [`ShmTransport::expect_frame_within`]), then sleep on the futex `word`
-/// (saying so in `waiting`, so the other side knows to wake it), looking whether the peer is
-/// gone after [`LIVENESS_CHECK`] and then at doubling intervals up to
-/// [`LIVENESS_CHECK_IDLE`], until `deadline` if there is one. A sleeper
-/// woken without its condition met spins again while the hint asks for it. The other side
-/// changes `word` and then reads `waiting`; the `SeqCst` store and re-check here make a lost
-/// wake-up impossible.
-pub(crate) fn wait_until(
-    word: &AtomicU32,
-    waiting: &AtomicU32,
-    spin: Duration,
-    hint: Option<&AtomicU64>,
-    deadline: Option<Instant>,
-    mut ready: impl FnMut() -> io::Result<bool>,
-    peer_gone: impl Fn() -> bool,
-) -> io::Result<Waited> {
-    if ready()? {
-        return Ok(Waited::Ready);
-    }
-    let start = Instant::now();
-    if deadline.is_some_and(|d| d <= start) {
-        return Ok(Waited::TimedOut);
-    }
-    let hinted = |now: Instant| hint.is_some_and(|h| h.load(Ordering::Relaxed) > since_epoch(now));
-    let mut spin_until = start + spin;
-    let mut liveness = LIVENESS_CHECK;
-    loop {
-        let mut spins = 0u32;
-        while !spin.is_zero() {
-            // Looked at on every turn: a pause costs about 140 cycles on current server CPUs,
-            // so looking once per 64 of them would leave each hop of a call microseconds late.
-            std::hint::spin_loop();
-            if ready()? {
-                return Ok(Waited::Ready);
-            }
-            spins += 1;
-            if spins.is_multiple_of(64) {
-                let now = Instant::now();
-                if (now >= spin_until && !hinted(now)) || deadline.is_some_and(|d| now >= d) {
-                    break;
-                }
-            }
-        }
-        let seen = word.load(Ordering::Acquire);
-        waiting.store(1, Ordering::SeqCst);
-        if ready()? {
-            waiting.store(0, Ordering::Relaxed);
-            return Ok(Waited::Ready);
-        }
-        let now = Instant::now();
-        let mut nap = liveness;
-        liveness = (liveness * 2).min(LIVENESS_CHECK_IDLE);
-        if let Some(d) = deadline {
-            if now >= d {
-                waiting.store(0, Ordering::Relaxed);
-                return Ok(Waited::TimedOut);
-            }
-            nap = nap.min(d - now);
-        }
-        futex_wait(word, seen, nap);
-        waiting.store(0, Ordering::Relaxed);
-        if ready()? {
-            return Ok(Waited::Ready);
-        }
-        if peer_gone() {
-            return Ok(Waited::PeerGone);
-        }
-        // Woken with nothing to read: spin again only if an answer is awaited now.
-        spin_until = Instant::now();
-    }
-}
-
 /// The consuming end of one ring.
 struct RingRx {
     region: Arc<Region>,
     ring: usize,
-    /// Our own index: never read back from the region, which the peer can write.
-    head: u64,
+    consumer: Consumer,
 }
 
 impl RingRx {
-    fn ctl(&self) -> &RingControl {
-        self.region.control(self.ring)
-    }
-
-    /// Bytes ready to read; an error if the peer's index makes no sense.
-    fn available(&self) -> io::Result<usize> {
-        let tail = self.ctl().producer.tail.load(Ordering::Acquire);
-        let n = tail.wrapping_sub(self.head);
-        if n > self.region.ring_bytes as u64 {
-            return Err(corrupt());
-        }
-        Ok(n as usize)
-    }
-
-    fn closed(&self) -> bool {
-        self.ctl().closed.load(Ordering::Acquire) != 0
-    }
-
-    /// Wait until there is something to read, the ring is closed, or `deadline` passes.
     fn wait(&self, deadline: Option<Instant>) -> io::Result<Waited> {
-        let ctl = self.ctl();
-        let waited = wait_until(
-            &ctl.producer.data_seq,
-            &ctl.consumer.consumer_waiting,
-            self.region.spin,
-            Some(&self.region.spin_until),
-            deadline,
-            || Ok(self.available()? > 0 || self.closed()),
-            || self.region.peer_gone(),
-        )?;
-        if waited == Waited::PeerGone {
-            // Killed before it could close its ring: what it wrote is all there will be.
-            ctl.closed.fetch_or(CLOSED_BY_PRODUCER, Ordering::SeqCst);
-            return Ok(Waited::Ready);
-        }
-        Ok(waited)
+        let region = &*self.region;
+        self.consumer.wait(&region.ring(self.ring, true), deadline, || region.peer_gone())
     }
 }
 
 impl Read for RingRx {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        let n = loop {
-            let n = self.available()?;
-            if n > 0 {
-                break n;
-            }
-            if self.closed() {
-                return Ok(0);
-            }
-            self.wait(None)?;
-        };
-        let cap = self.region.ring_bytes;
-        let k = n.min(buf.len());
-        let off = (self.head as usize) & (cap - 1);
-        let first = k.min(cap - off);
-        let data = self.region.data(self.ring);
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.add(off), buf.as_mut_ptr(), first);
-            std::ptr::copy_nonoverlapping(data, buf.as_mut_ptr().add(first), k - first);
-        }
-        self.head = self.head.wrapping_add(k as u64);
-        let ctl = self.ctl();
-        ctl.consumer.head.store(self.head, Ordering::Release);
-        ctl.consumer.space_seq.fetch_add(1, Ordering::Release);
-        fence(Ordering::SeqCst);
-        if ctl.producer.producer_waiting.load(Ordering::Relaxed) != 0 {
-            futex_wake(&ctl.consumer.space_seq);
-        }
-        Ok(k)
+        let region = &*self.region;
+        self.consumer.read(&region.ring(self.ring, true), buf, || region.peer_gone())
     }
 }
 
 impl Drop for RingRx {
     fn drop(&mut self) {
-        if !self.region.ours() {
-            return;
+        if self.region.ours() {
+            Consumer::close(self.region.control(self.ring));
         }
-        let ctl = self.ctl();
-        ctl.closed.fetch_or(CLOSED_BY_CONSUMER, Ordering::SeqCst);
-        ctl.consumer.space_seq.fetch_add(1, Ordering::SeqCst);
-        futex_wake(&ctl.consumer.space_seq);
     }
 }
 
@@ -582,55 +333,7 @@ impl Drop for RingRx {
 struct RingTx {
     region: Arc<Region>,
     ring: usize,
-    tail: u64,
-}
-
-impl RingTx {
-    fn ctl(&self) -> &RingControl {
-        self.region.control(self.ring)
-    }
-
-    /// Room to write; an error if the peer's index makes no sense.
-    fn room(&self) -> io::Result<usize> {
-        let head = self.ctl().consumer.head.load(Ordering::Acquire);
-        let used = self.tail.wrapping_sub(head);
-        if used > self.region.ring_bytes as u64 {
-            return Err(corrupt());
-        }
-        Ok(self.region.ring_bytes - used as usize)
-    }
-
-    fn consumer_closed(&self) -> bool {
-        self.ctl().closed.load(Ordering::Acquire) & CLOSED_BY_CONSUMER != 0
-    }
-
-    /// Wait until there is room or the consumer has gone.
-    fn wait(&self) -> io::Result<()> {
-        let ctl = self.ctl();
-        let waited = wait_until(
-            &ctl.consumer.space_seq,
-            &ctl.producer.producer_waiting,
-            self.region.spin,
-            None,
-            None,
-            || Ok(self.room()? > 0 || self.consumer_closed()),
-            || self.region.peer_gone(),
-        )?;
-        if waited == Waited::PeerGone {
-            ctl.closed.fetch_or(CLOSED_BY_CONSUMER, Ordering::SeqCst);
-        }
-        Ok(())
-    }
-
-    fn publish(&self) {
-        let ctl = self.ctl();
-        ctl.producer.tail.store(self.tail, Ordering::Release);
-        ctl.producer.data_seq.fetch_add(1, Ordering::Release);
-        fence(Ordering::SeqCst);
-        if ctl.consumer.consumer_waiting.load(Ordering::Relaxed) != 0 {
-            futex_wake(&ctl.producer.data_seq);
-        }
-    }
+    producer: Producer,
 }
 
 impl Write for RingTx {
@@ -640,41 +343,8 @@ impl Write for RingTx {
 
     /// Writes as much of `bufs` as fits, waiting only until at least one byte does.
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        let total: usize = bufs.iter().map(|b| b.len()).sum();
-        if total == 0 {
-            return Ok(0);
-        }
-        let room = loop {
-            if self.consumer_closed() {
-                return Err(io::Error::new(io::ErrorKind::BrokenPipe, "the peer closed the channel"));
-            }
-            let room = self.room()?;
-            if room > 0 {
-                break room;
-            }
-            self.wait()?;
-        };
-        let cap = self.region.ring_bytes;
-        let data = self.region.data(self.ring);
-        let mut left = room.min(total);
-        let mut written = 0;
-        for b in bufs {
-            if left == 0 {
-                break;
-            }
-            let k = b.len().min(left);
-            let off = (self.tail as usize) & (cap - 1);
-            let first = k.min(cap - off);
-            unsafe {
-                std::ptr::copy_nonoverlapping(b.as_ptr(), data.add(off), first);
-                std::ptr::copy_nonoverlapping(b.as_ptr().add(first), data, k - first);
-            }
-            self.tail = self.tail.wrapping_add(k as u64);
-            left -= k;
-            written += k;
-        }
-        self.publish();
-        Ok(written)
+        let region = &*self.region;
+        self.producer.write(&region.ring(self.ring, false), bufs, || region.peer_gone())
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -684,13 +354,9 @@ impl Write for RingTx {
 
 impl Drop for RingTx {
     fn drop(&mut self) {
-        if !self.region.ours() {
-            return;
+        if self.region.ours() {
+            Producer::close(self.region.control(self.ring));
         }
-        let ctl = self.ctl();
-        ctl.closed.fetch_or(CLOSED_BY_PRODUCER, Ordering::SeqCst);
-        ctl.producer.data_seq.fetch_add(1, Ordering::SeqCst);
-        futex_wake(&ctl.producer.data_seq);
     }
 }
 
@@ -730,8 +396,8 @@ impl ShmTransport {
         let head = region.control(recv_ring).consumer.head.load(Ordering::Acquire);
         let tail = region.control(send_ring).producer.tail.load(Ordering::Acquire);
         ShmTransport {
-            rx: Some(RingRx { region: region.clone(), ring: recv_ring, head }),
-            tx: Some(RingTx { region: region.clone(), ring: send_ring, tail }),
+            rx: Some(RingRx { region: region.clone(), ring: recv_ring, consumer: Consumer::new(head) }),
+            tx: Some(RingTx { region: region.clone(), ring: send_ring, producer: Producer::new(tail) }),
             region,
             max_payload,
             recv_ring,
@@ -854,34 +520,19 @@ impl Transport for ShmTransport {
 
 /// Send file descriptors over a Unix socket (with one byte of data).
 pub fn send_fds(socket: &UnixStream, fds: &[&OwnedFd]) -> io::Result<()> {
-    let byte = [0x52u8];
-    let mut iov = libc::iovec { iov_base: byte.as_ptr() as *mut libc::c_void, iov_len: 1 };
-    let data_len = std::mem::size_of_val(&[0 as libc::c_int][..]) * fds.len();
-    let space = unsafe { libc::CMSG_SPACE(data_len as u32) } as usize;
-    let mut control = vec![0u8; space];
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
-    msg.msg_controllen = space as _;
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(data_len as u32) as _;
-        let data = libc::CMSG_DATA(cmsg) as *mut libc::c_int;
-        for (i, fd) in fds.iter().enumerate() {
-            data.add(i).write_unaligned(fd.as_raw_fd());
-        }
+    let fds: Vec<_> = fds.iter().map(|fd| fd.as_fd()).collect();
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("more than {MAX_FDS} files to send")));
     }
     loop {
-        let n = unsafe { libc::sendmsg(socket.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-        if n == 1 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        // No SIGPIPE: a guest library must not end its application when the peer is gone.
+        match rustix::net::sendmsg(socket, &[IoSlice::new(&[0x52])], &mut control, SendFlags::NOSIGNAL) {
+            Ok(1) => return Ok(()),
+            Ok(_) => return Err(io::Error::new(io::ErrorKind::WriteZero, "the socket took no byte")),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -892,46 +543,32 @@ pub fn send_fd(socket: &UnixStream, fd: &OwnedFd) -> io::Result<()> {
 }
 
 /// Receive between one and [`MAX_FDS`] file descriptors sent with [`send_fds`]. Anything
-/// else is refused, and descriptors that came along anyway are closed.
+/// else is refused, and descriptors that came along anyway are closed. They arrive
+/// close-on-exec (`MSG_CMSG_CLOEXEC`): a process another thread starts meanwhile (the
+/// router starts API servers for other sessions) must not inherit another session's memory.
 pub fn recv_fds(socket: &UnixStream) -> io::Result<Vec<OwnedFd>> {
     let mut byte = [0u8; 1];
-    let mut iov = libc::iovec { iov_base: byte.as_mut_ptr() as *mut libc::c_void, iov_len: 1 };
-    let space = unsafe { libc::CMSG_SPACE((MAX_FDS * std::mem::size_of::<libc::c_int>()) as u32) } as usize;
-    let mut control = vec![0u8; space];
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
-    msg.msg_controllen = space as _;
-    let n = loop {
-        let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-        if n >= 0 {
-            break n;
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+    // Room for one more than accepted, so that too many is seen as too many.
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS + 1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let got = loop {
+        let mut iov = [IoSliceMut::new(&mut byte)];
+        match rustix::net::recvmsg(socket, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC) {
+            Ok(got) => break got,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
         }
     };
     let mut fds = Vec::new();
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(cmsg) as *const libc::c_int;
-                let count =
-                    ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<libc::c_int>();
-                for i in 0..count {
-                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
-                }
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(received) = message {
+            fds.extend(received);
         }
     }
-    if n == 0 {
+    if got.bytes == 0 {
         return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the peer closed before sending the region"));
     }
-    if msg.msg_flags & libc::MSG_CTRUNC != 0 || fds.is_empty() || fds.len() > MAX_FDS {
+    if got.flags.contains(ReturnFlags::CTRUNC) || fds.is_empty() || fds.len() > MAX_FDS {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "expected a shared region"));
     }
     Ok(fds)
@@ -1140,14 +777,13 @@ mod tests {
             let (a, b) = ShmTransport::pair(4096, Duration::ZERO).unwrap();
             let mut b = Box::new(b) as Box<dyn Transport>;
             let data = a.region.data(0);
-            for i in 0..4096 / 8 {
-                unsafe { (data as *mut u64).add(i).write(next()) };
-            }
+            let noise: Vec<u8> = (0..4096 / 8).flat_map(|_| next().to_le_bytes()).collect();
+            data.copy_from(&noise);
             if next() % 2 == 0 {
                 // A plausible header at the start, with a random length.
                 let mut h = frame(1, (next() % (1 << 20)) as usize);
                 h.payload_len = next() % (1 << 40);
-                unsafe { std::ptr::copy_nonoverlapping(h.encode().as_ptr(), data, 48) };
+                data.copy_from(&h.encode());
             }
             let tail = match next() % 3 {
                 0 => next() % 4097,
@@ -1167,9 +803,11 @@ mod tests {
     #[test]
     fn an_unsealed_or_odd_region_is_refused() {
         let (s1, s2) = UnixStream::pair().unwrap();
-        let fd = unsafe { libc::memfd_create(c"x".as_ptr(), libc::MFD_CLOEXEC) };
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), region_len(4096) as libc::off_t) }, 0);
+        // SAFETY: a plain system call with a NUL-terminated name.
+        let raw = unsafe { libc::memfd_create(c"x".as_ptr(), libc::MFD_CLOEXEC) };
+        // SAFETY: just created, owned by nobody else.
+        let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+        std::fs::File::from(fd.try_clone().unwrap()).set_len(region_len(4096) as u64).unwrap();
         send_fd(&s1, &fd).unwrap();
         let err = ShmTransport::attach(s2, 1 << 20).err().unwrap();
         assert!(err.to_string().contains("sealed"), "{err}");

@@ -22,12 +22,16 @@
 //! chunk is ready": a guest that lies only spoils its own copy.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering, fence};
 use std::time::{Duration, Instant};
 
-use crate::shm::{Waited, futex_wake, map_sealed, sealed_memfd, wait_until};
+use vm_memory::VolatileSlice;
+
+use crate::ring::{Host, Waited, futex_wake, wait_until};
+use crate::shared::SharedRegion;
+use crate::shm::socket_closed;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"PHOSSTAG");
 const CONTROL_BYTES: usize = 4096;
@@ -66,8 +70,7 @@ pub enum StagingError {
 
 /// A mapped staging region.
 pub struct Staging {
-    base: *mut u8,
-    len: usize,
+    mem: SharedRegion,
     slot_bytes: usize,
     /// The channel's socket: closed means the peer is gone.
     socket: UnixStream,
@@ -76,34 +79,13 @@ pub struct Staging {
     pub registered: AtomicBool,
 }
 
-// Shared memory accessed through atomics and bounded copies.
-unsafe impl Send for Staging {}
-unsafe impl Sync for Staging {}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
-    }
-}
-
-fn map(fd: &OwnedFd, len: usize) -> io::Result<*mut u8> {
-    let p = unsafe {
-        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
-    };
-    if p == libc::MAP_FAILED { Err(io::Error::last_os_error()) } else { Ok(p as *mut u8) }
-}
-
 /// Create a sealed staging file with two slots of `slot_bytes` (rounded to whole pages); the
 /// creator (the router) only passes it on.
 pub fn create(slot_bytes: usize) -> io::Result<OwnedFd> {
     let slot_bytes = slot_bytes.clamp(MIN_SLOT_BYTES, MAX_SLOT_BYTES).next_multiple_of(4096);
-    let fd = sealed_memfd(c"phos-staging", (CONTROL_BYTES + 2 * slot_bytes) as u64)?;
-    let base = map(&fd, CONTROL_BYTES)?;
-    unsafe {
-        (base as *mut u64).write(MAGIC);
-        (base.add(8) as *mut u64).write(slot_bytes as u64);
-        libc::munmap(base as *mut libc::c_void, CONTROL_BYTES);
-    }
+    let (mem, fd) = SharedRegion::create(c"phos-staging", CONTROL_BYTES + 2 * slot_bytes)?;
+    mem.store::<u64>(0, MAGIC);
+    mem.store::<u64>(8, slot_bytes as u64);
     Ok(fd)
 }
 
@@ -111,34 +93,34 @@ impl Staging {
     /// Map a staging file the router sent; `socket` is the channel's, for liveness.
     pub fn attach(fd: OwnedFd, socket: UnixStream) -> io::Result<Staging> {
         let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, format!("staging region: {why}"));
-        let (base, len) = map_sealed(&fd, CONTROL_BYTES + 2 * MIN_SLOT_BYTES, CONTROL_BYTES + 2 * MAX_SLOT_BYTES)
+        let mem = SharedRegion::attach(&fd, CONTROL_BYTES + 2 * MIN_SLOT_BYTES, CONTROL_BYTES + 2 * MAX_SLOT_BYTES)
             .map_err(|e| bad(&e.to_string()))?;
-        let mut s =
-            Staging { base, len, slot_bytes: 0, socket, pid: std::process::id(), registered: AtomicBool::new(false) };
-        let (magic, slot) = unsafe { ((base as *const u64).read(), (base.add(8) as *const u64).read()) };
-        if magic != MAGIC || CONTROL_BYTES as u64 + 2 * slot != len as u64 {
+        let (magic, slot) = (mem.load::<u64>(0), mem.load::<u64>(8));
+        if magic != MAGIC || CONTROL_BYTES as u64 + 2 * slot != mem.len() as u64 {
             return Err(bad("bad magic or slot size"));
         }
-        s.slot_bytes = slot as usize;
-        Ok(s)
+        let pid = std::process::id();
+        Ok(Staging { mem, slot_bytes: slot as usize, socket, pid, registered: AtomicBool::new(false) })
     }
 
     pub fn slot_bytes(&self) -> usize {
         self.slot_bytes
     }
 
-    /// Both slots, as one range of host memory (for registering it with a driver).
-    pub fn slots_ptr(&self) -> (*mut u8, usize) {
-        (unsafe { self.base.add(CONTROL_BYTES) }, 2 * self.slot_bytes)
+    /// Both slots, as one range of host memory: their address and length, for registering
+    /// them with a driver (whose DMA then reads and writes them).
+    pub fn slots_range(&self) -> (u64, u64) {
+        (self.mem.as_ptr() as u64 + CONTROL_BYTES as u64, 2 * self.slot_bytes as u64)
     }
 
-    /// Slot `k % 2`.
-    pub fn slot(&self, k: u32) -> *mut u8 {
-        unsafe { self.base.add(CONTROL_BYTES + (k as usize % 2) * self.slot_bytes) }
+    /// Slot `k % 2`, for volatile copies: the other side writes it too (by the protocol only
+    /// while it holds the chunk; a hostile one at any time).
+    pub fn slot(&self, k: u32) -> VolatileSlice<'_> {
+        self.mem.slice(CONTROL_BYTES + (k as usize % 2) * self.slot_bytes, self.slot_bytes)
     }
 
     fn word(&self, offset: usize) -> &AtomicU32 {
-        unsafe { &*(self.base.add(offset) as *const AtomicU32) }
+        self.mem.atomics(offset)
     }
 
     fn count_word(&self, c: Count) -> (&AtomicU32, &AtomicU32) {
@@ -181,9 +163,8 @@ impl Staging {
     }
 
     fn peer_gone(&self) -> bool {
-        let mut pfd = libc::pollfd { fd: self.socket.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // Only the region's own process may judge: a forked child's copy is not its channel.
-        self.pid == std::process::id() && unsafe { libc::poll(&mut pfd, 1, 0) } > 0 && pfd.revents != 0
+        self.pid == std::process::id() && socket_closed(&self.socket)
     }
 
     /// Wait until count `c` has reached `target` (counting from `seq`, modulo 2^32).
@@ -207,7 +188,7 @@ impl Staging {
     ) -> Result<(), StagingError> {
         let (word, waiting) = self.count_word(c);
         let mut stopped = false;
-        let waited = wait_until(
+        let waited = wait_until::<Host>(
             word,
             waiting,
             spin,
@@ -274,8 +255,8 @@ mod tests {
             let mut sum = 0u64;
             for k in 0..n {
                 consumer.wait(Count::Filled, seq, seq + k + 1, Duration::ZERO).unwrap();
-                let p = consumer.slot(k);
-                let chunk = unsafe { std::slice::from_raw_parts(p, slot) };
+                let mut chunk = vec![0u8; slot];
+                consumer.slot(k).copy_to(&mut chunk);
                 assert!(chunk.iter().all(|&b| b == k as u8), "chunk {k}");
                 sum += chunk[0] as u64;
                 consumer.set(Count::Drained, seq + k + 1);
@@ -286,7 +267,7 @@ mod tests {
             if k >= 2 {
                 producer.wait(Count::Drained, seq, seq + k - 1, Duration::ZERO).unwrap();
             }
-            unsafe { std::ptr::write_bytes(producer.slot(k), k as u8, slot) };
+            producer.slot(k).copy_from(&vec![k as u8; slot]);
             producer.set(Count::Filled, seq + k + 1);
         }
         assert_eq!(t.join().unwrap(), (0..n as u64).sum::<u64>());
@@ -345,8 +326,11 @@ mod tests {
 
     #[test]
     fn an_unsealed_file_is_refused() {
-        let fd = unsafe { OwnedFd::from_raw_fd(libc::memfd_create(c"x".as_ptr(), libc::MFD_CLOEXEC)) };
-        assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), (CONTROL_BYTES + 2 * MIN_SLOT_BYTES) as libc::off_t) }, 0);
+        // SAFETY: a plain system call with a NUL-terminated name.
+        let raw = unsafe { libc::memfd_create(c"x".as_ptr(), libc::MFD_CLOEXEC) };
+        // SAFETY: just created, owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        std::fs::File::from(fd.try_clone().unwrap()).set_len((CONTROL_BYTES + 2 * MIN_SLOT_BYTES) as u64).unwrap();
         let (a, _b) = UnixStream::pair().unwrap();
         assert!(Staging::attach(fd, a).is_err());
     }

@@ -6,7 +6,7 @@
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
@@ -83,7 +83,7 @@ pub trait Transport: Send {
 }
 
 /// A stream socket a [`SocketTransport`] can carry frames over.
-pub trait FrameSocket: Read + AsRawFd + Send + Sized + 'static {
+pub trait FrameSocket: Read + AsFd + AsRawFd + Send + Sized + 'static {
     const KIND: TransportKind;
     fn try_clone_socket(&self) -> io::Result<Self>;
     fn shutdown_socket(&self);
@@ -207,7 +207,7 @@ impl VsockTransport {
 
 impl<S: FrameSocket> Transport for SocketTransport<S> {
     fn send(&mut self, header: &FrameHeader, payload: &[&[u8]]) -> io::Result<()> {
-        write_frame(&mut NoSigPipe(self.stream.as_raw_fd()), header, payload)
+        write_frame(&mut NoSigPipe(self.stream.as_fd()), header, payload)
     }
 
     fn recv(&mut self, payload: &mut Vec<u8>) -> Result<FrameHeader, TransportError> {
@@ -225,6 +225,8 @@ impl<S: FrameSocket> Transport for SocketTransport<S> {
             tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
             tv_nsec: timeout.subsec_nanos() as libc::c_long,
         };
+        // SAFETY: ppoll reads and writes the one pollfd and reads the timespec, both on this
+        // stack; no signal mask is passed.
         let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
         n > 0 && pfd.revents != 0
     }
@@ -412,19 +414,17 @@ pub fn write_frame(w: &mut impl Write, header: &FrameHeader, payload: &[&[u8]]) 
 /// A socket writer that never raises SIGPIPE: the guest library lives in applications
 /// whose signal handling is theirs, and a peer that went away must be an error, not the end
 /// of the program.
-struct NoSigPipe(RawFd);
+struct NoSigPipe<'a>(BorrowedFd<'a>);
 
-impl Write for NoSigPipe {
+impl Write for NoSigPipe<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.write_vectored(&[IoSlice::new(buf)])
     }
 
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
-        msg.msg_iovlen = bufs.len().min(1024) as _;
-        let n = unsafe { libc::sendmsg(self.0, &msg, libc::MSG_NOSIGNAL) };
-        if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
+        let bufs = &bufs[..bufs.len().min(1024)];
+        let mut no_files = rustix::net::SendAncillaryBuffer::default();
+        Ok(rustix::net::sendmsg(self.0, bufs, &mut no_files, rustix::net::SendFlags::NOSIGNAL)?)
     }
 
     fn flush(&mut self) -> io::Result<()> {

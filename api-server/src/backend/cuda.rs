@@ -929,6 +929,23 @@ impl HostMemory for CudaBackend {
         let _ = unsafe { sys::cuMemHostUnregister(buf.as_mut_ptr() as *mut c_void) };
     }
 
+    fn pin_shared(&self, addr: u64, len: u64) {
+        // SAFETY: `[addr, addr + len)` is mapped in this process until `unpin_shared` (a
+        // staging region's slots, unpinned before the region is dropped); registering it
+        // reads and writes none of it.
+        let r = check(unsafe { sys::cuMemHostRegister_v2(addr as *mut c_void, len as usize, 0) });
+        if let Err(e) = r {
+            // Copies through it still work, from pageable memory (slower).
+            tracing::warn!("page-locking a staging region of {len} bytes: {e:?}");
+        }
+    }
+
+    fn unpin_shared(&self, addr: u64) {
+        // SAFETY: a range `pin_shared` was given (one it could not register answers an error
+        // here, and nothing else happens).
+        let _ = unsafe { sys::cuMemHostUnregister(addr as *mut c_void) };
+    }
+
     fn register_host(&self, addr: u64, len: u64) -> Result<u64, CudaError> {
         // Portable (every context) and mapped (kernels reach it); under unified addressing
         // the device address is the host address.
@@ -964,7 +981,9 @@ impl HostMemory for CudaBackend {
     ) -> Result<(), CudaError> {
         let (h, n) = (host as *mut c_void, len as usize);
         // SAFETY: the service checked the device range and that `[host, host + len)` lies in
-        // one registered allocation of the mapped arena, which outlives queued copies.
+        // one registered allocation of the mapped arena, which outlives queued copies, or in
+        // a staging slot, mapped while its channel lives and synchronised before it is reused.
+        // Only the driver touches the host memory.
         unsafe {
             check(match (to_device, stream) {
                 (true, None) => sys::cuMemcpyHtoD_v2(device, h, n),

@@ -547,13 +547,12 @@ impl VirtualMemory for EmuBackend {
 
     fn unmap(&self, addr: u64, size: u64, _physical: Physical) -> Result<(), CudaError> {
         debug_assert_eq!(addr % PAGE, 0);
+        // Give the pages back and make stray accesses fault.
         // SAFETY: a range `map` opened, which the session no longer uses (its allocation is
-        // freed, and kernels hold the memory view while they run).
-        unsafe {
-            // Give the pages back and make stray accesses fault.
-            libc::madvise(addr as *mut libc::c_void, size as usize, libc::MADV_DONTNEED);
-            libc::mprotect(addr as *mut libc::c_void, size as usize, libc::PROT_NONE);
-        }
+        // freed, and kernels hold the memory view while they run): its contents may go.
+        unsafe { libc::madvise(addr as *mut libc::c_void, size as usize, libc::MADV_DONTNEED) };
+        // SAFETY: the same range, part of the session's reservation: closing it unmaps nothing.
+        unsafe { libc::mprotect(addr as *mut libc::c_void, size as usize, libc::PROT_NONE) };
         self.mapped.fetch_sub(size, Ordering::Relaxed);
         Ok(())
     }
@@ -631,7 +630,9 @@ impl HostMemory for EmuBackend {
         let _work = self.work.lock();
         let (dst, src) = if to_device { (device, host) } else { (host, device) };
         // SAFETY: the service checked the device range and that the host range is a live
-        // allocation of the mapped arena (both mapped in this process).
+        // allocation of the mapped arena or a staging slot (both mapped in this process). The
+        // guest can write the host side meanwhile: a raw copy, with no reference made to it,
+        // reads whatever bytes are there (as `vm-memory`'s volatile copies do).
         unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len as usize) };
         Ok(())
     }

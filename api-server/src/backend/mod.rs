@@ -193,13 +193,23 @@ pub trait HostMemory: Send + Sync {
     fn pin_host(&self, _buf: &mut [u8]) {}
     /// Undo [`pin_host`](HostMemory::pin_host).
     fn unpin_host(&self, _buf: &mut [u8]) {}
+    /// Page-lock `[addr, addr + len)`, memory of this process shared with the guest (a
+    /// staging region's slots), for fast copies with
+    /// [`memcpy_registered`](HostMemory::memcpy_registered); a backend that has no use for it
+    /// does nothing. An address, not a slice: Rust code holds no reference to memory the
+    /// guest can write.
+    fn pin_shared(&self, _addr: u64, _len: u64) {}
+    /// Undo [`pin_shared`](HostMemory::pin_shared).
+    fn unpin_shared(&self, _addr: u64) {}
     /// Make host memory of this process, `[addr, addr + len)` (whole pages of the guest's
     /// pinned arena), page-locked and reachable by every device; its device address.
     fn register_host(&self, addr: u64, len: u64) -> Result<u64, CudaError>;
     /// Undo [`register_host`](HostMemory::register_host).
     fn unregister_host(&self, addr: u64);
-    /// A copy between device memory and registered host memory at `host` (an address of
-    /// this process). On a stream it is only queued: the host memory outlives it.
+    /// A copy between device memory and host memory at `host`, an address of this process
+    /// that the guest can write too (an allocation of its pinned arena, registered; a staging
+    /// slot, pinned): only the device, or a raw copy, touches it. On a stream it is only
+    /// queued: the host memory outlives it.
     fn memcpy_registered(
         &self,
         device: u64,

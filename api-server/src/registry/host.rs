@@ -42,8 +42,8 @@ pub struct Pinned {
 
 #[derive(Default)]
 struct Inner {
-    /// The guest's file and its mapping, once a channel brought it.
-    file: Option<(OwnedFd, Mapping)>,
+    /// The guest's file, mapped, once a channel brought it.
+    file: Option<Mapping>,
     /// Unused ranges of the arena (known once it is mapped).
     holes: BTreeMap<u64, u64>,
     allocations: BTreeMap<u64, Pinned>,
@@ -74,14 +74,14 @@ impl PinnedArena {
     pub fn attach(&self, fd: OwnedFd, backend: &dyn Backend, memory: &AddressSpace) -> Result<(), AttachError> {
         let mut g = self.inner.lock();
         let identity = host_arena::identity(&fd).map_err(AttachError::Identity)?;
-        if let Some((_, m)) = &g.file {
+        if let Some(m) = &g.file {
             return if m.identity() == identity { Ok(()) } else { Err(AttachError::Different) };
         }
         // Bound first, so that a failure leaves nothing mapped.
         if !g.allocations.is_empty() {
             backend.bind(0).map_err(AttachError::Bind)?;
         }
-        let mapping = Mapping::at_base(&fd).map_err(AttachError::Map)?;
+        let mapping = Mapping::at_base(fd).map_err(AttachError::Map)?;
         let inner = &mut *g;
         inner.holes.insert(BASE, mapping.len());
         let replayed: Vec<u64> = inner.allocations.keys().copied().collect();
@@ -99,7 +99,7 @@ impl PinnedArena {
                 }
             }
         }
-        inner.file = Some((fd, mapping));
+        inner.file = Some(mapping);
         Ok(())
     }
 
@@ -166,8 +166,8 @@ impl PinnedArena {
             memory.remove_external(device);
             backend.unregister_host(addr);
         }
-        if let Some((fd, _)) = &inner.file {
-            host_arena::release_pages(fd, addr, p.span);
+        if let Some(mapping) = &inner.file {
+            mapping.release_pages(addr, p.span);
             coalesce_insert(&mut inner.holes, addr, p.span);
         }
         Ok(())

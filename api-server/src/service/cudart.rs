@@ -84,16 +84,17 @@ impl Session {
         let mut data = Vec::new();
         data.try_reserve_exact(req.count as usize).map_err(|_| CudaError::MemoryAllocation)?;
         for k in 0..chunks(req.count, slot) as u32 {
-            let len = slot.min(req.count as usize - data.len());
+            let at = data.len();
+            let len = slot.min(req.count as usize - at);
             if let Err(e) = st.wait(Count::Filled, seq, seq.wrapping_add(k + 1), phos_protocol::shm::default_spin()) {
                 crate::guest_warn!(self.id, "staged copy: {e}");
                 st.abort();
                 return Err(CudaError::Unknown);
             }
-            // SAFETY: slot k of the mapped staging region holds `len` bytes (at most a slot's);
-            // the guest filled it (the count above) and leaves it alone until it is counted
-            // drained, just below.
-            data.extend_from_slice(unsafe { std::slice::from_raw_parts(st.slot(k), len) });
+            // A volatile copy: the guest can write the slot at any time (by the protocol it
+            // leaves it alone until the chunk is counted drained, just below).
+            data.resize(at + len, 0);
+            st.slot(k).copy_to(&mut data[at..]);
             st.set(Count::Drained, seq.wrapping_add(k + 1));
         }
         let count = req.count;
@@ -634,10 +635,8 @@ impl CudartService for Session {
         let b = self.backend();
         if !st.registered.swap(true, Ordering::Relaxed) {
             // Registered with the driver, the slots are DMA'd directly.
-            let (p, n) = st.slots_ptr();
-            // SAFETY: the channel's staging slots, `n` bytes mapped while `st` lives;
-            // page-locking reads and writes none of them.
-            b.pin_host(unsafe { std::slice::from_raw_parts_mut(p, n) });
+            let (addr, len) = st.slots_range();
+            b.pin_shared(addr, len);
         }
         let slot = st.slot_bytes() as u64;
         let spin = phos_protocol::shm::default_spin();
@@ -649,23 +648,25 @@ impl CudartService for Session {
         for k in 0..chunks(req.count, slot as usize) as u32 {
             let at = u64::from(k) * slot;
             let len = slot.min(req.count - at) as usize;
+            let chunk = st.slot(k).subslice(0, len).map_err(|_| CudaError::Unknown)?;
+            // The device copies to or from the slot's address: no Rust reference is made to
+            // memory the guest can write (by the protocol it leaves slot k alone between the
+            // counts that bracket chunk k; a guest that does not spoils only its own copy).
+            let host = chunk.ptr_guard().as_ptr() as u64;
             let failed = if h2d {
                 st.wait(Count::Filled, seq, seq.wrapping_add(k + 1), spin).map_err(gave_up)?;
-                // SAFETY: slot k of the mapped staging region holds `len` bytes (at most a
-                // slot's); the guest filled it (the count above) and, by the protocol, leaves
-                // it alone until this chunk is counted drained.
-                let data = unsafe { std::slice::from_raw_parts(st.slot(k), len) };
                 // The slot is reused two chunks on: this chunk must be on the device first.
-                b.memcpy_htod(req.device + at, data, Some(stream)).and_then(|_| b.stream_synchronize(stream)).err()
+                b.memcpy_registered(req.device + at, host, len as u64, true, Some(stream))
+                    .and_then(|_| b.stream_synchronize(stream))
+                    .err()
             } else {
                 if k >= 2 {
                     st.wait(Count::Drained, seq, seq.wrapping_add(k - 1), spin).map_err(gave_up)?;
                 }
-                // SAFETY: slot k of the mapped staging region holds `len` bytes (at most a
-                // slot's); the guest has drained it (the count above) and, by the protocol,
-                // reads it only once this chunk is counted filled.
-                let data = unsafe { std::slice::from_raw_parts_mut(st.slot(k), len) };
-                b.memcpy_dtoh(data, req.device + at, Some(stream)).err()
+                // Done before the chunk is counted filled: the guest reads it then.
+                b.memcpy_registered(req.device + at, host, len as u64, false, Some(stream))
+                    .and_then(|_| b.stream_synchronize(stream))
+                    .err()
             };
             if let Some(e) = failed {
                 st.abort();
