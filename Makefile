@@ -14,7 +14,7 @@ SETUP := scripts/setup.sh
 # The environment the tests read (the CUDA header directories), written by the set-up.
 SETUP_ENV := target/setup.env
 
-.PHONY: build release test fmt-check clippy demo gpu-bins fuzz
+.PHONY: build release test fmt-check clippy demo gpu-bins fuzz loom
 
 build:
 	@$(SETUP) build
@@ -37,6 +37,13 @@ test:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) build --workspace
 	. ./$(SETUP_ENV) && $(CARGO) test --workspace
+	$(MAKE) loom
+
+# The shared-memory ring's protocol under the loom model checker (protocol/src/ring.rs): every
+# interleaving and weak-memory outcome of a producer and a consumer. `--cfg loom` changes how
+# every crate builds, so it has a target directory of its own.
+loom:
+	RUSTFLAGS="--cfg loom" $(CARGO) test -p phos-protocol --release --lib --target-dir target/loom ring::loom_tests
 
 demo:
 	@$(SETUP) demo

@@ -20,11 +20,15 @@
 //! `Acquire` before it writes over them.
 //!
 //! **Waking.** A side with nothing to do reads its futex word (`data_seq` for the consumer,
-//! `space_seq` for the producer), says it sleeps (`*_waiting`, then a `SeqCst` fence), looks
-//! once more and sleeps on the word. The other side changes its index, bumps the word, and
-//! after a `SeqCst` fence looks at the flag: it makes the wake-up call only if the flag is
-//! set. The two fences (and the kernel's, inside `FUTEX_WAIT`) make it impossible for the
-//! sleeper to miss the change and the other side to miss the flag both.
+//! `space_seq` for the producer), says it sleeps (`*_waiting`), looks once more and sleeps on
+//! the word. The other side changes its index, bumps the word, and after a `SeqCst` fence
+//! looks at the flag: it makes the wake-up call only if the flag is set. That fence and the
+//! kernel's full barrier inside `FUTEX_WAIT` (before it compares the word) make it
+//! impossible for the sleeper to miss the change and the other side to miss the flag both.
+//!
+//! **Closing.** Either side sets its bit in `closed`. A consumer that finds the ring empty
+//! and closed looks at `tail` once more before it reports the end: the producer may have
+//! written its last bytes and closed in between (the `loom` tests found that race).
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -219,8 +223,11 @@ pub(crate) fn since_epoch(t: Instant) -> u64 {
 /// sleeper woken without its condition met spins again while the hint asks for it.
 ///
 /// The other side changes what `ready` looks at, bumps `word`, and after a `SeqCst` fence
-/// reads `waiting`; the flag's store and the fence after it here make a lost wake-up
-/// impossible (the `loom` tests check it).
+/// reads `waiting`. Here the flag is stored before `ready` looks again, and `FUTEX_WAIT`
+/// compares `word` after a full barrier of its own: either the other side sees the flag and
+/// wakes the sleeper, or the sleeper sees the change (in `ready`, or as a changed `word`
+/// that ends its wait at once). The `loom` tests check it: without the other side's fence
+/// they find the lost wake-up.
 pub(crate) fn wait_until<P: Platform>(
     word: &P::U32,
     waiting: &P::U32,
@@ -364,7 +371,12 @@ impl Consumer {
                 break n;
             }
             if Self::closed(ring) {
-                return Ok(0);
+                // The producer may have written its last bytes and closed since `available`
+                // looked: the close was seen with `Acquire`, so those bytes are visible now.
+                match self.available(ring)? {
+                    0 => return Ok(0),
+                    n => break n,
+                }
             }
             self.wait(ring, None, &peer_gone)?;
         };
@@ -580,6 +592,14 @@ mod loom_tests {
 
     const SIZE: usize = 2;
 
+    /// Every execution with up to three preemptions (what finds the bugs the orderings can
+    /// have, in seconds instead of hours); every weak-memory outcome of each.
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = ::loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(f);
+    }
+
     fn ring(shared: &Shared) -> Ring<'_, Model, &Cells> {
         Ring { ctl: &shared.ctl, data: &shared.cells, size: SIZE, spin: Duration::ZERO, hint: None }
     }
@@ -598,7 +618,7 @@ mod loom_tests {
     /// in order, and neither side misses the other's wake-up.
     #[test]
     fn bytes_cross_a_ring_smaller_than_them() {
-        ::loom::model(|| {
+        model(|| {
             let s = shared();
             let theirs = s.clone();
             let producer = ::loom::thread::spawn(move || {
@@ -623,7 +643,7 @@ mod loom_tests {
     /// the end, however the close and the data interleave with its waits.
     #[test]
     fn a_close_after_data_is_seen_after_the_data() {
-        ::loom::model(|| {
+        model(|| {
             let s = shared();
             let theirs = s.clone();
             let producer = ::loom::thread::spawn(move || {
