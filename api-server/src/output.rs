@@ -72,8 +72,11 @@ impl StdoutCapture {
             return Err(std::io::Error::last_os_error());
         }
         // Only the reading end is non-blocking: a printer waits for room rather than lose text.
-        // SAFETY: flags of, and a duplicate of, the pipe's writing end, which this owns.
-        let writer_set = unsafe { libc::fcntl(fds[1], libc::F_SETFL, 0) == 0 && libc::dup2(fds[1], 1) >= 0 };
+        // SAFETY: the flags of the pipe's writing end, which this owns.
+        let blocking = unsafe { libc::fcntl(fds[1], libc::F_SETFL, 0) } == 0;
+        // SAFETY: fd 1 becomes a duplicate of the pipe's writing end (what the process printed
+        // there went to the file kept above as `original`).
+        let writer_set = blocking && unsafe { libc::dup2(fds[1], 1) } >= 0;
         if !writer_set {
             return Err(std::io::Error::last_os_error());
         }
@@ -121,10 +124,11 @@ impl StdoutCapture {
     /// Flush the C library's stdout buffer (where the driver prints) and take everything
     /// printed before now.
     fn drain(&self) -> Vec<u8> {
-        // SAFETY: the C library's stdout stream, which lives as long as the process.
-        unsafe {
-            libc::fflush(stdout);
-        }
+        // SAFETY: reading the C library's `stdout` pointer, which it sets before `main`
+        // and never changes.
+        let stream = unsafe { stdout };
+        // SAFETY: that stream lives as long as the process.
+        unsafe { libc::fflush(stream) };
         let mut data = self.data.lock();
         self.read_available(&mut data);
         std::mem::take(&mut *data)

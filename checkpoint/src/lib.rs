@@ -300,6 +300,8 @@ pub struct ImageSummary {
 }
 
 fn is_zero(data: &[u8]) -> bool {
+    // SAFETY: every bit pattern is a u64, and align_to puts only aligned whole words in the
+    // middle part.
     let (head, words, tail) = unsafe { data.align_to::<u64>() };
     head.iter().all(|&b| b == 0) && words.iter().all(|&w| w == 0) && tail.iter().all(|&b| b == 0)
 }

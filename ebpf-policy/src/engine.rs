@@ -130,6 +130,7 @@ impl CallContext {
 /// The clock of `now_ns` and of `bpf_ktime_get_ns` (CLOCK_MONOTONIC).
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec, into `ts` on this stack.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

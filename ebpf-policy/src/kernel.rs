@@ -57,10 +57,14 @@ pub fn available() -> bool {
         ..Default::default()
     };
     const BPF_PROG_LOAD: libc::c_long = 5;
+    // SAFETY: BPF_PROG_LOAD reads `size_of::<ProgLoad>()` bytes of `attr` (the kernel's
+    // `bpf_attr` prefix for this command, zeros beyond what is set) and, through it, the two
+    // instructions and the licence string, all on this stack for the call.
     let fd = unsafe {
         libc::syscall(libc::SYS_bpf, BPF_PROG_LOAD, &attr as *const ProgLoad, std::mem::size_of::<ProgLoad>())
     };
     if fd >= 0 {
+        // SAFETY: the program's descriptor just returned, owned by nobody else.
         unsafe { libc::close(fd as i32) };
         true
     } else {
@@ -120,15 +124,15 @@ fn install_interrupt_handler() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     extern "C" fn nothing(_: libc::c_int) {}
     ONCE.call_once(|| {
-        // SAFETY: a zeroed sigaction is a valid starting point; the handler is async-signal
-        // safe (it does nothing), and installing it changes no other handler.
-        unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = nothing as extern "C" fn(libc::c_int) as usize;
-            action.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(INTERRUPT, &action, std::ptr::null_mut());
-        }
+        // SAFETY: all zeros is a valid sigaction (no handler, no flags, an empty mask).
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        action.sa_sigaction = nothing as extern "C" fn(libc::c_int) as usize;
+        action.sa_flags = libc::SA_RESTART;
+        // SAFETY: writes the mask inside `action`, a live local.
+        unsafe { libc::sigemptyset(&mut action.sa_mask) };
+        // SAFETY: reads `action`; the handler is async-signal safe (it does nothing), and
+        // installing it changes no other signal's handler.
+        unsafe { libc::sigaction(INTERRUPT, &action, std::ptr::null_mut()) };
     });
 }
 

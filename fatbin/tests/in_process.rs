@@ -35,8 +35,10 @@ fn load(path: &Path) -> Registered {
     // stub's registration functions.
     let handle = unsafe { dlopen(c_path.as_ptr(), RTLD_NOW) };
     if handle.is_null() {
-        // SAFETY: dlerror returns a valid C string after a failed dlopen.
-        let message = unsafe { CStr::from_ptr(dlerror()) }.to_string_lossy().into_owned();
+        // SAFETY: dlerror takes no arguments; after a failed dlopen it returns a message.
+        let error = unsafe { dlerror() };
+        // SAFETY: that message is a valid C string, alive until the next dl call.
+        let message = unsafe { CStr::from_ptr(error) }.to_string_lossy().into_owned();
         panic!("dlopen {}: {message}", path.display());
     }
     let symbol = |name: &str| {
@@ -47,13 +49,18 @@ fn load(path: &Path) -> Registered {
         address
     };
     // SAFETY: the stub defines these with exactly these C signatures.
-    let (wrapper_count, wrapper, kernel_count, kernel_name) = unsafe {
-        (
-            std::mem::transmute::<*mut c_void, extern "C" fn() -> c_int>(symbol("phos_test_wrapper_count")),
-            std::mem::transmute::<*mut c_void, extern "C" fn(c_int) -> *const c_void>(symbol("phos_test_wrapper")),
-            std::mem::transmute::<*mut c_void, extern "C" fn() -> c_int>(symbol("phos_test_kernel_count")),
-            std::mem::transmute::<*mut c_void, extern "C" fn(c_int) -> *const c_char>(symbol("phos_test_kernel_name")),
-        )
+    let wrapper_count =
+        unsafe { std::mem::transmute::<*mut c_void, extern "C" fn() -> c_int>(symbol("phos_test_wrapper_count")) };
+    // SAFETY: as above.
+    let wrapper = unsafe {
+        std::mem::transmute::<*mut c_void, extern "C" fn(c_int) -> *const c_void>(symbol("phos_test_wrapper"))
+    };
+    // SAFETY: as above.
+    let kernel_count =
+        unsafe { std::mem::transmute::<*mut c_void, extern "C" fn() -> c_int>(symbol("phos_test_kernel_count")) };
+    // SAFETY: as above.
+    let kernel_name = unsafe {
+        std::mem::transmute::<*mut c_void, extern "C" fn(c_int) -> *const c_char>(symbol("phos_test_kernel_name"))
     };
     let wrappers = (0..wrapper_count()).map(|i| wrapper(i)).collect();
     let kernels = (0..kernel_count())

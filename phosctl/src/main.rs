@@ -348,13 +348,12 @@ fn serve(args: ServeArgs) -> ExitCode {
 /// system allows this process (the soft default, 1024, is a few hundred channels).
 fn raise_fd_limit() {
     let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit and setrlimit read and write one rlimit struct, which `rl` is.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) == 0 && rl.rlim_cur < rl.rlim_max {
-            rl.rlim_cur = rl.rlim_max;
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &rl) != 0 {
-                tracing::warn!("cannot raise the open-file limit: {}", std::io::Error::last_os_error());
-            }
+    // SAFETY: getrlimit writes one rlimit struct, which `rl` is.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } == 0 && rl.rlim_cur < rl.rlim_max {
+        rl.rlim_cur = rl.rlim_max;
+        // SAFETY: setrlimit reads one rlimit struct, which `rl` is.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &rl) } != 0 {
+            tracing::warn!("cannot raise the open-file limit: {}", std::io::Error::last_os_error());
         }
     }
 }

@@ -135,6 +135,8 @@ pub fn peer_credentials(stream: &UnixStream) -> io::Result<(u32, u32)> {
     use std::os::fd::AsRawFd;
     let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED writes at most `len` bytes (one ucred) into `cred`, and the length
+    // into `len`, both on this stack.
     let r = unsafe {
         libc::getsockopt(
             stream.as_raw_fd(),

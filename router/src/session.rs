@@ -255,6 +255,7 @@ impl Drop for ChannelGuard {
 
 pub(crate) fn random_token() -> io::Result<[u8; 16]> {
     let mut t = [0u8; 16];
+    // SAFETY: getrandom writes at most `t.len()` bytes into `t`.
     let n = unsafe { libc::getrandom(t.as_mut_ptr() as *mut libc::c_void, t.len(), 0) };
     if n != t.len() as isize {
         return Err(io::Error::last_os_error());
@@ -475,6 +476,7 @@ impl SessionEntry {
     }
 
     fn guest_alive(&self) -> bool {
+        // SAFETY: signal 0 sends nothing: kill only checks that the process exists.
         self.remote.load(Ordering::Relaxed) || unsafe { libc::kill(self.pid as libc::pid_t, 0) == 0 }
     }
 

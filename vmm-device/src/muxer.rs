@@ -460,6 +460,7 @@ fn connect_nonblocking(path: &std::path::Path) -> io::Result<UnixStream> {
     use std::os::fd::FromRawFd;
     use std::os::unix::ffi::OsStrExt;
     let bytes = path.as_os_str().as_bytes();
+    // SAFETY: all zeros is a valid sockaddr_un (an empty path).
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
     if bytes.len() >= addr.sun_path.len() {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "socket path too long"));
@@ -468,13 +469,17 @@ fn connect_nonblocking(path: &std::path::Path) -> io::Result<UnixStream> {
     for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
         *d = *s as libc::c_char;
     }
+    // SAFETY: a plain system call that touches no memory of ours.
     let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
     // Owned at once: closed on every error path.
+    // SAFETY: the socket just made, owned by nothing else.
     let stream = unsafe { UnixStream::from_raw_fd(fd) };
     let len = (std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1) as libc::socklen_t;
+    // SAFETY: connect reads `len` bytes of `addr` (the family, the path and its terminating
+    // zero, which the length check above left room for).
     if unsafe { libc::connect(fd, &addr as *const libc::sockaddr_un as *const libc::sockaddr, len) } < 0 {
         return Err(io::Error::last_os_error());
     }
