@@ -86,13 +86,14 @@ pub fn device_prop_size(abi: Abi) -> usize {
 /// # Safety
 /// `dst` must be valid for writes of [`device_prop_size`]`(abi)` bytes. It need not be aligned.
 pub unsafe fn write_device_prop(abi: Abi, dst: *mut c_void, props: &DeviceProperties) {
-    // SAFETY: the caller's contract is exactly what `write_as` needs.
-    unsafe {
-        match abi {
-            Abi::V11 => write_as::<DeviceProp11>(dst, props),
-            Abi::V12 => write_as::<DeviceProp12>(dst, props),
-            Abi::V13 => write_as::<DeviceProp13>(dst, props),
-        }
+    match abi {
+        // SAFETY: the caller's contract (`device_prop_size(abi)` writable bytes at `dst`) is
+        // what `write_as` needs for CUDA 11's struct.
+        Abi::V11 => unsafe { write_as::<DeviceProp11>(dst, props) },
+        // SAFETY: as above, for CUDA 12's.
+        Abi::V12 => unsafe { write_as::<DeviceProp12>(dst, props) },
+        // SAFETY: as above, for CUDA 13's.
+        Abi::V13 => unsafe { write_as::<DeviceProp13>(dst, props) },
     }
 }
 
@@ -778,6 +779,12 @@ pub unsafe fn requested_compute_capability(abi: Abi, src: *const c_void) -> (i32
         Abi::V12 => (std::mem::offset_of!(DeviceProp12, major), std::mem::offset_of!(DeviceProp12, minor)),
         Abi::V13 => (std::mem::offset_of!(DeviceProp13, major), std::mem::offset_of!(DeviceProp13, minor)),
     };
-    let read = |at: usize| unsafe { src.cast::<u8>().add(at).cast::<c_int>().read_unaligned() };
+    let read = |at: usize| {
+        // SAFETY: `at` is the offset of a field of this ABI's struct, so within the
+        // `device_prop_size(abi)` readable bytes at `src` (this function's contract).
+        let field = unsafe { src.cast::<u8>().add(at) };
+        // SAFETY: an `int` there, read without assuming alignment (the caller's need not be).
+        unsafe { field.cast::<c_int>().read_unaligned() }
+    };
     (read(major), read(minor))
 }

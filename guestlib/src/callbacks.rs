@@ -36,8 +36,9 @@ struct Pending {
     call: Call,
 }
 
-// The pointers are the application's, handed back to its own function on another thread,
-// as CUDA does.
+// SAFETY: the pointers are the application's, never dereferenced here: they are handed back
+// to its own function on the callback thread, as CUDA does (the application's function and
+// data must be usable from another thread; CUDA runs them on one of its own).
 unsafe impl Send for Pending {}
 
 /// The callback thread's queue, and the process that started it (a forked child needs its
@@ -50,6 +51,8 @@ fn run(p: Pending) {
     match p.call {
         Call::HostFn(f, data) => {
             if status.is_ok() {
+                // SAFETY: the application's host function with its own data
+                // (`cudaLaunchHostFunc`'s contract), called once, as CUDA would.
                 unsafe { f(data) }
             }
         }
@@ -58,6 +61,8 @@ fn run(p: Pending) {
                 Ok(_) => 0,
                 Err(e) => e.0,
             };
+            // SAFETY: the application's stream callback with its stream and data
+            // (`cudaStreamAddCallback`'s contract), called once, as CUDA would.
             unsafe { f(stream, code, data) }
         }
     }
@@ -99,19 +104,32 @@ fn submit(stream: *mut c_void, call: Call) -> Result<(), CudaError> {
 }
 
 /// `cudaLaunchHostFunc`.
-pub fn launch_host_func(stream: *mut c_void, f: u64, data: *mut c_void) -> Result<(), CudaError> {
+///
+/// # Safety
+/// `f` must be null or the address of a host function `void f(void *)`, which may be called
+/// with `data` on another thread.
+pub unsafe fn launch_host_func(stream: *mut c_void, f: u64, data: *mut c_void) -> Result<(), CudaError> {
     if f == 0 {
         return Err(CudaError::InvalidValue);
     }
+    // SAFETY: not null, so the address of a function of this signature (this function's
+    // contract).
     let f: HostFn = unsafe { std::mem::transmute::<usize, HostFn>(f as usize) };
     submit(stream, Call::HostFn(f, data))
 }
 
 /// `cudaStreamAddCallback`: `flags` is reserved and must be 0.
-pub fn add_callback(stream: *mut c_void, f: u64, data: *mut c_void, flags: u32) -> Result<(), CudaError> {
+///
+/// # Safety
+/// `f` must be null or the address of a stream callback
+/// `void f(cudaStream_t, cudaError_t, void *)`, which may be called with `stream` and `data`
+/// on another thread.
+pub unsafe fn add_callback(stream: *mut c_void, f: u64, data: *mut c_void, flags: u32) -> Result<(), CudaError> {
     if f == 0 || flags != 0 {
         return Err(CudaError::InvalidValue);
     }
+    // SAFETY: not null, so the address of a function of this signature (this function's
+    // contract).
     let f: StreamCallback = unsafe { std::mem::transmute::<usize, StreamCallback>(f as usize) };
     submit(stream, Call::Callback(f, stream, data))
 }

@@ -40,6 +40,9 @@ fn pool() -> Option<&'static Pool> {
                 let (tx, rx) = channel::<Part>();
                 let started = std::thread::Builder::new().name(format!("phos-copy-{i}")).spawn(move || {
                     while let Ok(p) = rx.recv() {
+                        // SAFETY: a part of a `copy` whose caller waits (on `done`) until every
+                        // part is counted, so both ranges stay valid for this copy, and the parts
+                        // of one copy do not overlap one another.
                         unsafe { std::ptr::copy_nonoverlapping(p.src as *const u8, p.dst as *mut u8, p.len) };
                         let (count, cv) = &*p.done;
                         *count.lock().unwrap_or_else(|e| e.into_inner()) += 1;
@@ -66,6 +69,7 @@ pub unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) {
     let pool = pool();
     let parts = (len / MIN_PART).min(pool.map_or(1, |p| p.workers.len() + 1));
     let Some(pool) = pool.filter(|_| parts > 1) else {
+        // SAFETY: this function's contract is `copy_nonoverlapping`'s.
         unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
         return;
     };
@@ -80,11 +84,15 @@ pub unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) {
         if let Err(e) = worker.lock().unwrap_or_else(|e| e.into_inner()).send(p) {
             // The worker is gone: copy its part here.
             let p = e.0;
+            // SAFETY: a part of this copy's ranges (this function's contract), copied here instead
+            // of on the worker that is gone.
             unsafe { std::ptr::copy_nonoverlapping(p.src as *const u8, p.dst as *mut u8, p.len) };
         } else {
             handed += 1;
         }
     }
+    // SAFETY: the first `part` bytes of this copy's ranges (this function's contract); the other
+    // parts are the workers', which do not overlap it.
     unsafe { std::ptr::copy_nonoverlapping(src, dst, part) };
     let (count, cv) = &*done;
     let mut n = count.lock().unwrap_or_else(|e| e.into_inner());
@@ -98,11 +106,13 @@ mod tests {
     #[test]
     fn large_and_odd_sized_copies_arrive_whole() {
         // Helper threads even on a small machine (no other test of this binary copies).
+        // SAFETY: no other test of this binary reads or writes the environment while this one runs.
         unsafe { std::env::set_var("PHOS_COPY_THREADS", "4") };
         assert_eq!(super::pool().map(|p| p.workers.len()), Some(3));
         for len in [0, 1, 4097, (1 << 20) - 3, (3 << 20) + 65, 9 << 20] {
             let src: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
             let mut dst = vec![0u8; len];
+            // SAFETY: two distinct vectors of `len` bytes.
             unsafe { super::copy(dst.as_mut_ptr(), src.as_ptr(), len) };
             assert!(dst == src, "{len} bytes");
         }

@@ -109,6 +109,7 @@ pub fn alloc(size: usize, flags: u32) -> Result<*mut c_void, CudaError> {
     if let Some(p) = alloc_in_arena(size, flags) {
         return Ok(p);
     }
+    // SAFETY: a new private anonymous mapping where the kernel chooses: no memory in use changes.
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
@@ -170,6 +171,8 @@ pub unsafe fn free(p: *mut c_void) -> Result<(), CudaError> {
     if entry.device.is_some() {
         runtime::call(&PhosHostFreeRequest { host: addr as u64 })?;
     } else {
+        // SAFETY: `p` is the start of a mapping `alloc` made outside the arena (the table says so,
+        // and its size); the caller's contract is that nothing uses it any more.
         unsafe { libc::munmap(p, entry.size) };
     }
     table().remove(&addr);

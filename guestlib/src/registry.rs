@@ -73,6 +73,8 @@ fn with_registry<T>(f: impl FnOnce(&mut Registry) -> T) -> T {
 /// # Safety
 /// `wrapper` must be what nvcc passes: a `__fatBinC_Wrapper_t`.
 pub unsafe fn register_fat_binary(wrapper: *const c_void) -> *mut *mut c_void {
+    // SAFETY: `wrapper` is what nvcc passes (this function's contract), which is what
+    // `container_from_wrapper` reads.
     let index = match unsafe { phos_fatbin::container_from_wrapper(wrapper) } {
         Ok(container) => with_registry(|r| {
             r.modules.push(Arc::new(Module { container, remote: Mutex::new(None), layouts: OnceLock::new() }));
@@ -87,19 +89,28 @@ pub unsafe fn register_fat_binary(wrapper: *const c_void) -> *mut *mut c_void {
     Box::into_raw(Box::new(index as *mut c_void))
 }
 
-fn module_of(handle: *mut *mut c_void) -> Option<Arc<Module>> {
+/// The module a registration handle names.
+///
+/// # Safety
+/// `handle` must be null or a handle [`register_fat_binary`] returned.
+unsafe fn module_of(handle: *mut *mut c_void) -> Option<Arc<Module>> {
     if handle.is_null() {
         return None;
     }
+    // SAFETY: a handle `register_fat_binary` returned: a leaked box, never freed, holding the
+    // module's index + 1; nothing writes it after it is made.
     let index = unsafe { *handle } as usize;
     let g = REGISTRY.read().unwrap_or_else(|p| p.into_inner());
     g.as_ref()?.modules.get(index.checked_sub(1)?).cloned()
 }
 
+/// # Safety
+/// `p` must be null or a NUL-terminated string.
 unsafe fn string(p: *const c_char) -> Option<String> {
     if p.is_null() {
         return None;
     }
+    // SAFETY: not null, so a NUL-terminated string (this function's contract).
     Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
@@ -108,7 +119,11 @@ unsafe fn string(p: *const c_char) -> Option<String> {
 /// # Safety
 /// Arguments as nvcc passes them.
 pub unsafe fn register_function(handle: *mut *mut c_void, host_fun: *const c_char, device_name: *const c_char) {
-    let (Some(module), Some(name)) = (module_of(handle), unsafe { string(device_name) }) else {
+    // SAFETY: nvcc passes the handle `__cudaRegisterFatBinary` returned (this function's
+    // contract).
+    let module = unsafe { module_of(handle) };
+    // SAFETY: nvcc passes the kernel's name as a NUL-terminated string.
+    let (Some(module), Some(name)) = (module, unsafe { string(device_name) }) else {
         return;
     };
     with_registry(|r| {
@@ -126,7 +141,11 @@ pub unsafe fn register_variable(
     device_name: *const c_char,
     size: usize,
 ) {
-    let (Some(module), Some(name)) = (module_of(handle), unsafe { string(device_name) }) else {
+    // SAFETY: nvcc passes the handle `__cudaRegisterFatBinary` returned (this function's
+    // contract).
+    let module = unsafe { module_of(handle) };
+    // SAFETY: nvcc passes the variable's name as a NUL-terminated string.
+    let (Some(module), Some(name)) = (module, unsafe { string(device_name) }) else {
         return;
     };
     with_registry(|r| {

@@ -786,10 +786,12 @@ fn write_device_output(bytes: &[u8]) {
     if bytes.is_empty() {
         return;
     }
-    unsafe {
-        let out = stdout;
-        libc::fwrite(bytes.as_ptr() as *const libc::c_void, 1, bytes.len(), out);
-    }
+    // SAFETY: reading the C library's `stdout` pointer, set before `main`; the program
+    // changes it, if ever, only to another stream.
+    let out = unsafe { stdout };
+    // SAFETY: fwrite reads `bytes.len()` bytes of `bytes` and writes them to the program's
+    // own stdout stream, as its own `printf` would.
+    unsafe { libc::fwrite(bytes.as_ptr() as *const libc::c_void, 1, bytes.len(), out) };
 }
 
 /// Whether the process has initialised the driver API: `cuInit`, or the runtime API, which
@@ -869,14 +871,14 @@ pub unsafe fn in_bytes<'a>(p: *const u8, n: usize, null_ok: bool) -> Result<&'a 
     if p.is_null() {
         return if null_ok { Ok(&[]) } else { Err(Failure::InvalidValue) };
     }
+    // SAFETY: not null, and `n` readable bytes (this function's contract); the application
+    // leaves them alone while its call runs, as CUDA asks of it.
     Ok(unsafe { std::slice::from_raw_parts(p, n) })
 }
 
-/// Checks an output buffer before the call is sent.
-///
-/// # Safety
-/// Only inspects the pointer.
-pub unsafe fn check_out(p: *mut u8, n: usize, null_ok: bool) -> Result<(), Failure> {
+/// Checks an output buffer before the call is sent (only the pointer's value: nothing is
+/// read or written).
+pub fn check_out(p: *mut u8, n: usize, null_ok: bool) -> Result<(), Failure> {
     if n > 0 && p.is_null() && !null_ok { Err(Failure::InvalidValue) } else { Ok(()) }
 }
 
@@ -888,6 +890,8 @@ pub unsafe fn copy_out(p: *mut u8, data: Option<&[u8]>, n: usize) -> Result<(), 
     match data {
         Some(d) if d.len() == n => {
             if n > 0 && !p.is_null() {
+                // SAFETY: `p` is not null and points to `n` writable bytes (this function's
+                // contract); `d` is the reply's buffer, not the application's memory.
                 unsafe { std::ptr::copy_nonoverlapping(d.as_ptr(), p, n) };
             }
             Ok(())
@@ -907,5 +911,6 @@ pub unsafe fn c_str<'a>(p: *const c_char) -> Result<&'a str, Failure> {
     if p.is_null() {
         return Err(Failure::InvalidValue);
     }
+    // SAFETY: not null, so a NUL-terminated string (this function's contract).
     unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| Failure::InvalidValue)
 }

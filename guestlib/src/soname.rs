@@ -78,9 +78,11 @@ fn needed_runtime() -> Option<Abi> {
 /// `dl_iterate_phdr`'s callback: look at one loaded object's needed libraries; a non-zero
 /// return stops the walk.
 unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
-    // SAFETY: the loader passes a valid `dl_phdr_info` for the duration of the call, and
-    // `data` is the `Option<Abi>` of `needed_runtime`.
-    let (info, found) = unsafe { (&*info, &mut *(data as *mut Option<Abi>)) };
+    // SAFETY: the loader passes a valid `dl_phdr_info` for the duration of the call.
+    let info = unsafe { &*info };
+    // SAFETY: `data` is the `Option<Abi>` `needed_runtime` passed to `dl_iterate_phdr`, which
+    // it does not touch while the walk runs.
+    let found = unsafe { &mut *(data as *mut Option<Abi>) };
     if info.dlpi_phdr.is_null() {
         return 0;
     }

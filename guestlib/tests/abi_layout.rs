@@ -341,7 +341,7 @@ fn write_with_guards(abi: Abi, props: &DeviceProperties, fill: u8, misalign: usi
     let start = GUARD + misalign;
     let mut buf = vec![fill; start + size + GUARD];
     // SAFETY: the buffer holds `size` bytes from `start`.
-    unsafe { write_device_prop(abi, buf.as_mut_ptr().add(start).cast(), props) };
+    unsafe { write_device_prop(abi, buf[start..].as_mut_ptr().cast(), props) };
     assert!(buf[..start].iter().all(|&b| b == fill), "{abi:?}: wrote before the struct");
     assert!(buf[start + size..].iter().all(|&b| b == fill), "{abi:?}: wrote past the struct");
     buf[start..start + size].to_vec()

@@ -148,7 +148,7 @@ fn util_ty(t: &CType) -> &'static str {
 
 fn export_attrs(w: &mut W) {
     w.line("#[unsafe(no_mangle)]");
-    w.line("#[allow(non_snake_case, unused_variables, unused_mut, unused_parens, unused_unsafe, clippy::missing_safety_doc, clippy::too_many_arguments, clippy::unnecessary_cast, clippy::nonminimal_bool, clippy::needless_late_init, clippy::useless_conversion)]");
+    w.line("#[allow(non_snake_case, unused_variables, unused_mut, unused_parens, clippy::missing_safety_doc, clippy::too_many_arguments, clippy::unnecessary_cast, clippy::nonminimal_bool, clippy::needless_late_init, clippy::useless_conversion)]");
 }
 
 fn guest_stub(w: &mut W, api: &Api, f: &Function) {
@@ -156,6 +156,8 @@ fn guest_stub(w: &mut W, api: &Api, f: &Function) {
     export_attrs(w);
     w.open(format!("pub unsafe extern \"C\" fn {}({}){} {{", f.name, params_sig(api, f), ret_sig(api, f)));
     let args: Vec<String> = f.params.iter().map(|p| rust_ident(&p.name.name)).collect();
+    w.line(format!("// SAFETY: the export's own arguments, unchanged: the hand-written `{}` has the", f.name));
+    w.line("// export's contract with its caller.");
     w.line(format!("unsafe {{ <super::hand::Hand as HandWritten>::{}({}) }}", f.name, args.join(", ")));
     w.close("}");
     w.line("");
@@ -196,9 +198,27 @@ fn alias_stub(w: &mut W, api: &Api, f: &Function, alias: &str, per_thread: bool)
         }
     }
     let args: Vec<String> = f.params.iter().map(|p| rust_ident(&p.name.name)).collect();
+    let changed = if per_thread { " (a null stream made the per-thread one, a value, not a pointer)" } else { "" };
+    w.line(format!("// SAFETY: `{alias}` is `{}` under another name: the same arguments{changed},", f.name));
+    w.line("// under the same contract with the caller.");
     w.line(format!("unsafe {{ {}({}) }}", f.name, args.join(", ")));
     w.close("}");
     w.line("");
+}
+
+/// The SAFETY comment of reading `n` bytes of input at the parameter `id`.
+fn in_bytes_safety(w: &mut W, id: &str, n: &str, null_ok: bool, line: usize) {
+    let null = if null_ok { "null (read as no bytes) or points to" } else { "null (refused) or points to" };
+    w.line(format!("// SAFETY: `{id}` is {null} `{n}` readable bytes, the extent spec line {line} gives it: what the"));
+    w.line("// API asks of its caller (a bad pointer faults as it would in the vendor's library).");
+}
+
+/// Copying a reply's bytes out through the parameter `id`: the SAFETY comment and the
+/// statement.
+fn copy_out(id: &str, src: &str, data: &str, n: &str, line: usize) -> String {
+    format!(
+        "// SAFETY: `{id}` points to `{n}` writable bytes, the extent spec line {line} gives it (what the API asks of its caller; copied only when not null).\nunsafe {{ rt::copy_out({src} as *mut u8, {data}, {n}) }}?;"
+    )
 }
 
 /// A by-value parameter that is a handle of kind `stream`.
@@ -246,7 +266,9 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
     export_attrs(w);
     w.open(format!("pub unsafe extern \"C\" fn {}({}){} {{", f.name, params_sig(api, f), ret_sig(api, f)));
     w.open(format!("rt::api_call(wire::FunctionId::{t}, move || -> Result<(), Status> {{"));
-    w.open("unsafe {");
+    // Each unsafe operation below is a block of its own, after a SAFETY comment that says
+    // which of the API's promises to its caller makes it sound for this argument.
+    let line = f.line;
 
     // Contextual arguments, in order.
     for a in f.args.iter().filter(|a| a.contextual.is_some()) {
@@ -263,7 +285,12 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
     }
     if let Some(h) = &f.fast_path {
         let args: Vec<String> = f.params.iter().map(|p| rust_ident(&p.name.name)).collect();
-        w.open(format!("if let Some(r) = <super::hand::Hand as HandWritten>::{h}({}) {{", args.join(", ")));
+        w.line(format!("// SAFETY: the export's own arguments, unchanged: `{h}` (`fast_path`, spec line {line}) has"));
+        w.line("// the export's contract with its caller.");
+        w.open(format!(
+            "if let Some(r) = unsafe {{ <super::hand::Hand as HandWritten>::{h}({}) }} {{",
+            args.join(", ")
+        ));
         w.line("return r;");
         w.close("}");
     }
@@ -292,34 +319,51 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
                     if a.contextual.is_some() { narrow(P, &src, "u64") } else { format!("{src} as usize as u64") };
                 match shape {
                     Shape::Device { .. } | Shape::Opaque => fields.push(format!("{id}: {addr}")),
-                    Shape::Str => fields.push(format!("{id}: rt::c_str({src} as *const ::std::ffi::c_char)?")),
-                    Shape::In { count, elem_size, null_ok } => {
-                        let n = expr(count, api, f, &names);
-                        w.line(format!("let n_{}: usize = rt::byte_len({n}, {elem_size})?;", a.name));
-                        fields.push(format!("{id}: rt::in_bytes({src} as *const u8, n_{}, {null_ok})?", a.name));
+                    Shape::Str => {
+                        w.line(format!("// SAFETY: `{id}` is null (refused) or a NUL-terminated string: what the API"));
+                        w.line(format!("// asks of its caller for this argument (a string, spec line {line})."));
+                        w.line(format!(
+                            "let s_{}: &str = unsafe {{ rt::c_str({src} as *const ::std::ffi::c_char) }}?;",
+                            a.name
+                        ));
+                        fields.push(format!("{id}: s_{}", a.name));
                     }
-                    Shape::InOut { count, elem_size, null_ok } => {
+                    Shape::In { count, elem_size, null_ok } | Shape::InOut { count, elem_size, null_ok } => {
                         let n = expr(count, api, f, &names);
-                        w.line(format!("let n_{}: usize = rt::byte_len({n}, {elem_size})?;", a.name));
-                        fields.push(format!("{id}: rt::in_bytes({src} as *const u8, n_{}, {null_ok})?", a.name));
-                        outs.push(format!("rt::copy_out({src} as *mut u8, Some(&reply.{id}), n_{})?;", a.name));
+                        let n_id = format!("n_{}", a.name);
+                        w.line(format!("let {n_id}: usize = rt::byte_len({n}, {elem_size})?;"));
+                        in_bytes_safety(w, &id, &n_id, *null_ok, line);
+                        w.line(format!(
+                            "let b_{}: &[u8] = unsafe {{ rt::in_bytes({src} as *const u8, {n_id}, {null_ok}) }}?;",
+                            a.name
+                        ));
+                        fields.push(format!("{id}: b_{}", a.name));
+                        if matches!(shape, Shape::InOut { .. }) {
+                            outs.push(copy_out(&id, &src, &format!("Some(&reply.{id})"), &n_id, line));
+                        }
                     }
                     Shape::Out { count, elem_size, null_ok } => {
                         let n = expr(count, api, f, &names);
-                        w.line(format!("let n_{}: usize = rt::byte_len({n}, {elem_size})?;", a.name));
-                        w.line(format!("rt::check_out({src} as *mut u8, n_{}, {null_ok})?;", a.name));
-                        outs.push(format!("rt::copy_out({src} as *mut u8, Some(&reply.{id}), n_{})?;", a.name));
+                        let n_id = format!("n_{}", a.name);
+                        w.line(format!("let {n_id}: usize = rt::byte_len({n}, {elem_size})?;"));
+                        w.line(format!("rt::check_out({src} as *mut u8, {n_id}, {null_ok})?;"));
+                        outs.push(copy_out(&id, &src, &format!("Some(&reply.{id})"), &n_id, line));
                     }
                     Shape::InElement(elem) => {
                         w.open(format!("if {src}.is_null() {{"));
                         w.line(format!("return Err({invalid});"));
                         w.close("}");
+                        let pointee = ffi_type(api, &a.ty.pointee());
+                        w.line(format!(
+                            "// SAFETY: `{id}` is not null (just checked) and points to a `{pointee}`, as the"
+                        ));
+                        w.line(format!("// API asks of its caller (spec line {line})."));
+                        w.line(format!("let e_{}: {pointee} = unsafe {{ *{src} }};", a.name));
+                        let e = format!("e_{}", a.name);
                         let v = match elem {
-                            ElemType::Pod(_) => format!("*{src}"),
-                            ElemType::Scalar(s) => format!("*{src} as {}", s.rust()),
-                            ElemType::Handle(_) | ElemType::DevicePtr => {
-                                format!("*{src} as usize as u64")
-                            }
+                            ElemType::Pod(_) => e,
+                            ElemType::Scalar(s) => format!("{e} as {}", s.rust()),
+                            ElemType::Handle(_) | ElemType::DevicePtr => format!("{e} as usize as u64"),
                             ElemType::Abi(..) => unreachable!("checked"),
                         };
                         fields.push(format!("{id}: {v}"));
@@ -331,17 +375,40 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
                             w.close("}");
                         }
                         let pointee = ffi_type(api, &a.ty.pointee());
-                        let store = match elem {
-                            ElemType::Scalar(_) => format!("*{src} = reply.{id} as {pointee};"),
-                            ElemType::Handle(_) | ElemType::DevicePtr => {
-                                format!("*{src} = reply.{id} as usize as {pointee};")
-                            }
-                            ElemType::Pod(_) => format!("*{src} = reply.{id};"),
-                            ElemType::Abi(c_type, _) => format!(
-                                "<super::hand::Hand as HandWritten>::write_{c_type}({src} as *mut ::std::ffi::c_void, &reply.{id});"
+                        let checked = if *null_ok { "tested just before" } else { "checked before the call" };
+                        let (safety, store) = match elem {
+                            ElemType::Scalar(_) => (
+                                format!(
+                                    "// SAFETY: `{id}` is not null ({checked}) and points to a writable `{pointee}`, as the API asks of its caller (spec line {line})."
+                                ),
+                                format!("unsafe {{ *{src} = reply.{id} as {pointee} }};"),
+                            ),
+                            ElemType::Handle(_) | ElemType::DevicePtr => (
+                                format!(
+                                    "// SAFETY: `{id}` is not null ({checked}) and points to a writable `{pointee}`, as the API asks of its caller (spec line {line})."
+                                ),
+                                format!("unsafe {{ *{src} = reply.{id} as usize as {pointee} }};"),
+                            ),
+                            ElemType::Pod(_) => (
+                                format!(
+                                    "// SAFETY: `{id}` is not null ({checked}) and points to a writable `{pointee}`, as the API asks of its caller (spec line {line})."
+                                ),
+                                format!("unsafe {{ *{src} = reply.{id} }};"),
+                            ),
+                            ElemType::Abi(c_type, _) => (
+                                format!(
+                                    "// SAFETY: `{id}` is not null ({checked}) and points to a writable `{c_type}` in the layout of the CUDA ABI this process loaded, which `write_{c_type}` writes (spec line {line})."
+                                ),
+                                format!(
+                                    "unsafe {{ <super::hand::Hand as HandWritten>::write_{c_type}({src} as *mut ::std::ffi::c_void, &reply.{id}) }};"
+                                ),
                             ),
                         };
-                        outs.push(if *null_ok { format!("if !{src}.is_null() {{ {store} }}") } else { store });
+                        outs.push(if *null_ok {
+                            format!("if !{src}.is_null() {{\n{safety}\n{store}\n}}")
+                        } else {
+                            format!("{safety}\n{store}")
+                        });
                     }
                 }
             }
@@ -379,7 +446,11 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
                         }
                         Shape::In { count, elem_size, null_ok } => {
                             len(w, count, *elem_size);
-                            w.line(format!("w_{} = Ptr::In(rt::in_bytes({src} as *const u8, n, {null_ok})?);", a.name));
+                            in_bytes_safety(w, &id, "n", *null_ok, line);
+                            w.line(format!(
+                                "w_{} = Ptr::In(unsafe {{ rt::in_bytes({src} as *const u8, n, {null_ok}) }}?);",
+                                a.name
+                            ));
                         }
                         Shape::Out { count, elem_size, null_ok } => {
                             len(w, count, *elem_size);
@@ -390,8 +461,9 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
                         Shape::InOut { count, elem_size, null_ok } => {
                             len(w, count, *elem_size);
                             w.line(format!("out_{} = Some(n);", a.name));
+                            in_bytes_safety(w, &id, "n", *null_ok, line);
                             w.line(format!(
-                                "w_{} = Ptr::InOut(rt::in_bytes({src} as *const u8, n, {null_ok})?);",
+                                "w_{} = Ptr::InOut(unsafe {{ rt::in_bytes({src} as *const u8, n, {null_ok}) }}?);",
                                 a.name
                             ));
                         }
@@ -401,10 +473,8 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
                 w.close("}");
                 fields.push(format!("{id}: w_{}", a.name));
                 if has_out {
-                    outs.push(format!(
-                        "if let Some(n) = out_{} {{ rt::copy_out({src} as *mut u8, reply.{id}.as_deref(), n)?; }}",
-                        a.name
-                    ));
+                    let copy = copy_out(&id, &src, &format!("reply.{id}.as_deref()"), "n", line);
+                    outs.push(format!("if let Some(n) = out_{} {{\n{copy}\n}}", a.name));
                 }
             }
         }
@@ -416,13 +486,20 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
         w.line("let reply = rt::call(&req)?;");
     }
     for o in outs {
-        w.line(o);
+        for l in o.lines() {
+            if l.starts_with('}') {
+                w.close(l);
+            } else if l.ends_with('{') {
+                w.open(l);
+            } else {
+                w.line(l);
+            }
+        }
     }
     if let Some(h) = &f.on_success {
         w.line(format!("<super::hand::Hand as HandWritten>::{h}();"));
     }
     w.line("Ok(())");
-    w.close("}");
     w.close("})");
     w.close("}");
     w.line("");

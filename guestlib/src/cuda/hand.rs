@@ -41,10 +41,13 @@ unsafe fn error_string(error: i32, p_str: *mut *const c_char, text: bool) -> i32
 
 impl HandWritten for Hand {
     unsafe fn cuGetErrorName(error: i32, p_str: *mut *const c_char) -> i32 {
+        // SAFETY: `p_str` is passed on unchanged: `error_string` asks what this export's caller
+        // promises (null, or a place for one `const char *`).
         unsafe { error_string(error, p_str, false) }
     }
 
     unsafe fn cuGetErrorString(error: i32, p_str: *mut *const c_char) -> i32 {
+        // SAFETY: as in `cuGetErrorName`.
         unsafe { error_string(error, p_str, true) }
     }
 

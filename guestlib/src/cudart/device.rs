@@ -56,6 +56,8 @@ pub unsafe fn get_device_flags(out: *mut u32) -> Result<(), CudaError> {
     check_device(device)?;
     let all = FLAGS.lock().unwrap_or_else(|p| p.into_inner());
     let flags = all.get(device as usize).copied().unwrap_or(MAP_HOST);
+    // SAFETY: `out` is not null (checked above) and points to a writable value of its type: this
+    // function's contract, which is the export's.
     unsafe { *out = flags };
     Ok(())
 }
@@ -76,6 +78,8 @@ pub unsafe fn set_valid_devices(list: *const i32, len: i32) -> Result<(), CudaEr
     if len < 0 || (len > 0 && list.is_null()) {
         return Err(CudaError::InvalidValue);
     }
+    // SAFETY: `len > 0`, so `list` is not null (checked above) and holds `len` device numbers
+    // (this function's contract, `cudaSetValidDevices`'s), which the call only reads.
     let devices = if len == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(list, len as usize) } };
     for (i, &d) in devices.iter().enumerate() {
         check_device(d)?;
@@ -97,6 +101,9 @@ pub unsafe fn choose_device(out: *mut i32, prop: *const c_void) -> Result<(), Cu
     if out.is_null() || prop.is_null() {
         return Err(CudaError::InvalidValue);
     }
+    // SAFETY: this function's arguments, passed on (at most retyped):
+    // `abi::requested_compute_capability` asks of them what this function's contract (the export's)
+    // promises.
     let wanted = unsafe { abi::requested_compute_capability(soname::current_abi(), prop) };
     let mut best: Option<(bool, i32, i32)> = None;
     for d in 0..device_count()? {
@@ -108,6 +115,8 @@ pub unsafe fn choose_device(out: *mut i32, prop: *const c_void) -> Result<(), Cu
         }
     }
     let (_, _, device) = best.ok_or(CudaError::NoDevice)?;
+    // SAFETY: `out` is not null (checked above) and points to a writable value of its type: this
+    // function's contract, which is the export's.
     unsafe { *out = device };
     Ok(())
 }
@@ -128,10 +137,13 @@ pub unsafe fn get_pci_bus_id(out: *mut c_char, len: i32, device: i32) -> Result<
     check_device(device)?;
     let id = pci_id(device)?;
     let n = id.len().min(len as usize - 1);
-    unsafe {
-        std::ptr::copy_nonoverlapping(id.as_ptr().cast::<c_char>(), out, n);
-        *out.add(n) = 0;
-    }
+    // SAFETY: `n < len`, and `out` is not null (checked above) with room for `len` chars
+    // (this function's contract).
+    unsafe { std::ptr::copy_nonoverlapping(id.as_ptr().cast::<c_char>(), out, n) };
+    // SAFETY: as above: `n < len`.
+    let end = unsafe { out.add(n) };
+    // SAFETY: the terminating NUL's place, within the `len` chars.
+    unsafe { *end = 0 };
     Ok(())
 }
 
@@ -152,12 +164,15 @@ pub unsafe fn get_by_pci_bus_id(out: *mut i32, id: *const c_char) -> Result<(), 
     if out.is_null() || id.is_null() {
         return Err(CudaError::InvalidValue);
     }
+    // SAFETY: not null (checked above), so a NUL-terminated string (this function's contract).
     let text = unsafe { std::ffi::CStr::from_ptr(id) }.to_str().map_err(|_| CudaError::InvalidValue)?;
     let wanted = parse_pci(text).ok_or(CudaError::InvalidValue)?;
     for d in 0..device_count()? {
         let here =
             (attribute(d, attr::PCI_DOMAIN_ID)?, attribute(d, attr::PCI_BUS_ID)?, attribute(d, attr::PCI_DEVICE_ID)?);
         if here == wanted {
+            // SAFETY: `out` is not null (checked above) and points to a writable value of its type:
+            // this function's contract, which is the export's.
             unsafe { *out = d };
             return Ok(());
         }
@@ -178,8 +193,12 @@ pub unsafe fn driver_entry_point(
     if symbol.is_null() || func.is_null() {
         return Err(CudaError::InvalidValue);
     }
+    // SAFETY: `func` is not null (checked above) and points to a writable value of its type: this
+    // function's contract, which is the export's.
     unsafe { *func = std::ptr::null_mut() };
     if has_status && !status.is_null() {
+        // SAFETY: `status` is not null (checked above) and points to a writable value of its type:
+        // this function's contract, which is the export's.
         unsafe { *status = 1 };
         return Ok(());
     }
@@ -208,6 +227,8 @@ pub unsafe fn p2p_attribute(value: *mut i32, attr: i32, src: i32, dst: i32) -> R
         4 => 0,
         _ => return Err(CudaError::InvalidValue),
     };
+    // SAFETY: `value` is not null (checked above) and points to a writable value of its type: this
+    // function's contract, which is the export's.
     unsafe { *value = v };
     Ok(())
 }

@@ -58,6 +58,8 @@ pub unsafe fn get_attributes(out: *mut c_void, func: *const c_void) -> Result<()
         bytes[24 + 4 * i..28 + 4 * i].copy_from_slice(&v.to_ne_bytes());
     }
     let size = if soname::current_abi().major() >= 12 { 144 } else { 56 };
+    // SAFETY: `out` is not null (checked above) and is a `cudaFuncAttributes` of this
+    // process's ABI, `size` bytes (this function's contract).
     unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out as *mut u8, size) };
     Ok(())
 }
@@ -93,6 +95,8 @@ pub unsafe fn get_name(out: *mut *const c_char, func: *const c_void) -> Result<(
         .get_or_insert_with(HashMap::new)
         .entry(kernel.name.clone())
         .or_insert_with(|| Box::leak(CString::new(kernel.name.clone()).unwrap_or_default().into_boxed_c_str()));
+    // SAFETY: `out` is not null (checked above) and points to a writable value of its type: this
+    // function's contract, which is the export's.
     unsafe { *out = name.as_ptr() };
     Ok(())
 }
@@ -114,6 +118,8 @@ pub unsafe fn occupancy(
         dynamicSMemSize: dynamic_smem as u64,
         flags,
     })?;
+    // SAFETY: `out` is not null (checked above) and points to a writable value of its type: this
+    // function's contract, which is the export's.
     unsafe { *out = reply.numBlocks };
     Ok(())
 }
@@ -133,6 +139,8 @@ pub unsafe fn available_dynamic_smem(
         numBlocks: blocks,
         blockSize: block_size,
     })?;
+    // SAFETY: `out` is not null (checked above) and points to a writable value of its type: this
+    // function's contract, which is the export's.
     unsafe { *out = reply.dynamicSmemSize as usize };
     Ok(())
 }
@@ -152,10 +160,10 @@ pub unsafe fn param_info(
     }
     let layout = registry::kernel(func).ok_or(CudaError::InvalidDeviceFunction)?.layout()?;
     let &(at, len) = layout.params.get(index).ok_or(CudaError::InvalidValue)?;
-    unsafe {
-        *offset = at;
-        *size = len;
-    }
+    // SAFETY: not null (checked above), so writable (this function's contract).
+    unsafe { *offset = at };
+    // SAFETY: as for `offset`.
+    unsafe { *size = len };
     Ok(())
 }
 
@@ -168,6 +176,8 @@ pub unsafe fn param_count(func: *const c_void, count: *mut usize) -> Result<(), 
         return Err(CudaError::InvalidValue);
     }
     let layout = registry::kernel(func).ok_or(CudaError::InvalidDeviceFunction)?.layout()?;
+    // SAFETY: `count` is not null (checked above) and points to a writable value of its type: this
+    // function's contract, which is the export's.
     unsafe { *count = layout.params.len() };
     Ok(())
 }
@@ -204,13 +214,19 @@ pub unsafe fn launch_ex(
     if config.is_null() {
         return Err(CudaError::InvalidValue);
     }
+    // SAFETY: not null (checked above): a `cudaLaunchConfig_t` (this function's contract),
+    // read without assuming alignment; its pointers are only copied here.
     let c = unsafe { (config as *const LaunchConfig).read_unaligned() };
     if c.num_attrs > 0 && c.attrs.is_null() {
         return Err(CudaError::InvalidValue);
     }
     let mut cooperative = false;
     for i in 0..c.num_attrs as usize {
-        let a = unsafe { c.attrs.add(i).read_unaligned() };
+        // SAFETY: `i < num_attrs`: within the config's attribute array, not null when
+        // `num_attrs > 0` (checked above; what `cudaLaunchKernelExC` asks of its caller).
+        let at = unsafe { c.attrs.add(i) };
+        // SAFETY: a `cudaLaunchAttribute` there, read without assuming alignment.
+        let a = unsafe { at.read_unaligned() };
         let word = |k: usize| u32::from_ne_bytes(a.value[4 * k..4 * k + 4].try_into().unwrap());
         match a.id {
             // ignore, access policy window, synchronisation policy, priority, memory-sync domains
@@ -221,5 +237,7 @@ pub unsafe fn launch_ex(
             _ => return Err(CudaError::NotSupported),
         }
     }
+    // SAFETY: the kernel and its argument array as `cudaLaunchKernelExC`'s caller gives them
+    // (this function's contract): what `launch::launch` reads.
     unsafe { launch::launch(func, c.grid, c.block, args, c.dynamic_smem, c.stream, per_thread, cooperative) }
 }

@@ -33,11 +33,11 @@ pub unsafe fn capture_info(stream: *mut c_void, status: *mut i32, id: *mut u64) 
         return Err(CudaError::InvalidValue);
     }
     let reply = runtime::call(&PhosStreamCaptureInfoRequest { stream: stream as usize as u64 })?;
-    unsafe {
-        *status = reply.status;
-        if !id.is_null() && reply.status != 0 {
-            *id = reply.id;
-        }
+    // SAFETY: not null (checked above), so writable (this function's contract).
+    unsafe { *status = reply.status };
+    if !id.is_null() && reply.status != 0 {
+        // SAFETY: not null, so writable (this function's contract).
+        unsafe { *id = reply.id };
     }
     Ok(())
 }
@@ -55,6 +55,7 @@ pub unsafe fn instantiate(exec: *mut *mut c_void, graph: *mut c_void, flags: u64
         return Err(CudaError::InvalidValue);
     }
     let reply = runtime::call(&PhosGraphInstantiateRequest { graph: graph as usize as u64 })?;
+    // SAFETY: not null (checked above), so writable (this function's contract).
     unsafe { *exec = reply.pGraphExec as usize as *mut c_void };
     Ok(())
 }
@@ -79,20 +80,27 @@ pub unsafe fn exec_update(
         }
         let mut bytes = [0u8; 24];
         bytes[0..4].copy_from_slice(&reply.result.to_ne_bytes());
+        // SAFETY: not null (checked above): CUDA 12's `cudaGraphExecUpdateResultInfo`, 24
+        // writable bytes (this function's contract).
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out as *mut u8, 24) };
     } else {
         if out.is_null() || result_11.is_null() {
             return Err(CudaError::InvalidValue);
         }
-        unsafe {
-            (out as *mut u64).write_unaligned(0);
-            result_11.write_unaligned(reply.result);
-        }
+        // SAFETY: not null (checked above): CUDA 11's error node, a writable
+        // `cudaGraphNode_t` (this function's contract).
+        unsafe { (out as *mut u64).write_unaligned(0) };
+        // SAFETY: not null (checked above): CUDA 11's writable result (this function's
+        // contract).
+        unsafe { result_11.write_unaligned(reply.result) };
     }
     if reply.result == 0 { Ok(()) } else { Err(CudaError::GraphExecUpdateFailure) }
 }
 
 /// Node handles as they travel: 8 bytes each.
+///
+/// # Safety
+/// A non-null `list` must hold `count` readable handles.
 unsafe fn handles(list: *const u64, count: usize) -> Result<Vec<u8>, CudaError> {
     if count == 0 {
         return Ok(Vec::new());
@@ -100,7 +108,14 @@ unsafe fn handles(list: *const u64, count: usize) -> Result<Vec<u8>, CudaError> 
     if list.is_null() || count > 1 << 20 {
         return Err(E::InvalidValue);
     }
-    Ok((0..count).flat_map(|i| unsafe { list.add(i).read_unaligned() }.to_ne_bytes()).collect())
+    let read = |i: usize| {
+        // SAFETY: `i < count`: within the `count` handles of the non-null `list` (this
+        // function's contract).
+        let at = unsafe { list.add(i) };
+        // SAFETY: a readable handle there, read without assuming alignment.
+        unsafe { at.read_unaligned() }
+    };
+    Ok((0..count).flat_map(|i| read(i).to_ne_bytes()).collect())
 }
 
 /// `struct cudaKernelNodeParams`.
@@ -127,6 +142,9 @@ struct MemsetParams {
 
 /// Add a node: `send` makes the request, with the dependencies as they travel; the new node's
 /// handle goes to `out`.
+///
+/// # Safety
+/// A non-null `out` must be writable; a non-null `deps` must hold `count` handles.
 unsafe fn add_node(
     out: *mut u64,
     deps: *const u64,
@@ -136,8 +154,10 @@ unsafe fn add_node(
     if out.is_null() {
         return Err(E::InvalidValue);
     }
+    // SAFETY: `count` handles at a non-null `deps` (this function's contract).
     let deps = unsafe { handles(deps, count)? };
     let node = send(&deps)?;
+    // SAFETY: not null (checked above), so writable (this function's contract).
     unsafe { out.write_unaligned(node) };
     Ok(())
 }
@@ -154,12 +174,17 @@ pub unsafe fn add_kernel_node(
     if p.is_null() {
         return Err(E::InvalidValue);
     }
+    // SAFETY: not null (checked above): a `cudaKernelNodeParams` (this function's contract),
+    // read without assuming alignment; its pointers are only copied.
     let k = unsafe { (p as *const KernelNodeParams).read_unaligned() };
     if !k.extra.is_null() {
         // A packed buffer in `extra` (CU_LAUNCH_PARAM_BUFFER_POINTER) is not read.
         return Err(E::NotSupported);
     }
+    // SAFETY: the node's kernel and its parameter array, as `cudaGraphAddKernelNode`'s caller
+    // gives them: what `launch::packed` reads.
     let (function, params) = unsafe { launch::packed(k.func, k.kernel_params)? };
+    // SAFETY: `out` and `deps` as this function's contract gives them to `add_node`.
     unsafe {
         add_node(out, deps, count, |deps| {
             let request = PhosGraphAddKernelNodeRequest {
@@ -179,6 +204,9 @@ pub unsafe fn add_kernel_node(
 }
 
 /// A copy node: to or on the device (a host source is read now and kept in the node).
+///
+/// # Safety
+/// As [`add_node`]; a host source must be readable for the copy's extent.
 #[allow(clippy::too_many_arguments)]
 unsafe fn copy_node(
     out: *mut u64,
@@ -199,6 +227,8 @@ unsafe fn copy_node(
             if w > spitch {
                 return Err(E::InvalidPitchValue);
             }
+            // SAFETY: a host source, readable for the copy's extent at its pitches (this
+            // function's contract): what `memory::pack` reads.
             packed = unsafe { memory::pack(src, spitch, sslice, (w, h, d))? };
             Ptr::In(&packed)
         }
@@ -206,6 +236,7 @@ unsafe fn copy_node(
         _ => return Err(E::NotSupported),
     };
     let host = direction == consts::cudaMemcpyHostToDevice;
+    // SAFETY: `out` and `deps` as this function's contract gives them to `add_node`.
     unsafe {
         add_node(out, deps, count, |deps| {
             let request = PhosGraphAddCopyNodeRequest {
@@ -240,6 +271,8 @@ pub unsafe fn add_memcpy_node(
     if p.is_null() {
         return Err(E::InvalidValue);
     }
+    // SAFETY: not null (checked above): a `cudaMemcpy3DParms` (this function's contract),
+    // read without assuming alignment; its pointers are only copied.
     let p = unsafe { (p as *const Memcpy3DParms).read_unaligned() };
     if p.src_array != 0 || p.dst_array != 0 {
         return Err(E::NotSupported);
@@ -250,6 +283,8 @@ pub unsafe fn add_memcpy_node(
     };
     let e = p.extent;
     let dims = (e.width as u64, e.height as u64, e.depth as u64);
+    // SAFETY: `out`, `deps` and the parameters' host source as this function's contract gives
+    // them (what `cudaGraphAddMemcpyNode` asks of its caller).
     unsafe {
         copy_node(out, graph, deps, count, side(&p.dst_ptr, &p.dst_pos), side(&p.src_ptr, &p.src_pos), dims, p.kind)
     }
@@ -270,6 +305,8 @@ pub unsafe fn add_memcpy_node_1d(
 ) -> Result<(), CudaError> {
     let n = bytes as u64;
     let (dst, src) = (dst as usize as u64, src as usize as u64);
+    // SAFETY: `out`, `deps` and a host `src` of `bytes` readable bytes as this function's
+    // contract gives them (what `cudaGraphAddMemcpyNode1D` asks of its caller).
     unsafe { copy_node(out, graph, deps, count, (dst, n, 0), (src, n, 0), (n, 1, 1), kind) }
 }
 
@@ -285,6 +322,8 @@ pub unsafe fn add_memset_node(
     if p.is_null() {
         return Err(E::InvalidValue);
     }
+    // SAFETY: not null (checked above): a `cudaMemsetParams` (this function's contract), read
+    // without assuming alignment.
     let m = unsafe { (p as *const MemsetParams).read_unaligned() };
     let size = m.element_size as usize;
     if ![1, 2, 4].contains(&size) {
@@ -297,6 +336,7 @@ pub unsafe fn add_memset_node(
         return Err(E::NotSupported);
     }
     let width = m.width.checked_mul(size).ok_or(E::InvalidValue)?;
+    // SAFETY: `out` and `deps` as this function's contract gives them to `add_node`.
     unsafe {
         add_node(out, deps, count, |deps| {
             let request = PhosGraphAddSetNodeRequest {
@@ -317,6 +357,7 @@ pub unsafe fn add_memset_node(
 /// # Safety
 /// The pointers must be what `cudaGraphAddEmptyNode` takes.
 pub unsafe fn add_empty_node(out: *mut u64, graph: u64, deps: *const u64, count: usize) -> Result<(), CudaError> {
+    // SAFETY: `out` and `deps` as this function's contract gives them to `add_node`.
     unsafe {
         add_node(out, deps, count, |deps| {
             Ok(runtime::call(&PhosGraphAddEmptyNodeRequest { graph, deps, numDeps: count as u64 })?.pGraphNode)
@@ -344,7 +385,10 @@ pub unsafe fn add_dependencies(
     } else {
         edge_data_or_count
     };
-    let (from, to) = unsafe { (handles(from, count)?, handles(to, count)?) };
+    // SAFETY: `from` holds `count` handles (this function's contract).
+    let from = unsafe { handles(from, count)? };
+    // SAFETY: and so does `to`.
+    let to = unsafe { handles(to, count)? };
     runtime::call(&PhosGraphAddDependenciesRequest { graph, from: &from, to: &to, numDependencies: count as u64 })
         .map(|_| ())
 }
@@ -358,17 +402,24 @@ pub unsafe fn get_nodes(graph: u64, nodes: *mut u64, count: *mut usize) -> Resul
     if count.is_null() {
         return Err(E::InvalidValue);
     }
+    // SAFETY: `count` is not null (checked above) and readable (this function's contract).
     let max = if nodes.is_null() { 0 } else { unsafe { *count } };
     let reply = runtime::call(&PhosGraphNodesRequest { graph, max: max as u64 })?;
     let total = reply.count as usize;
     if nodes.is_null() {
+        // SAFETY: not null (checked above), so writable (this function's contract).
         unsafe { *count = total };
         return Ok(());
     }
     let written = total.min(max);
     for (i, h) in reply.nodes.chunks_exact(8).take(written).enumerate() {
-        unsafe { nodes.add(i).write_unaligned(u64::from_ne_bytes(h.try_into().expect("8 bytes"))) };
+        // SAFETY: `i < written <= *count`: within the room for `*count` handles of the non-null
+        // `nodes` (this function's contract).
+        let at = unsafe { nodes.add(i) };
+        // SAFETY: a handle's room there, written without assuming alignment.
+        unsafe { at.write_unaligned(u64::from_ne_bytes(h.try_into().expect("8 bytes"))) };
     }
+    // SAFETY: not null (checked above), so writable (this function's contract).
     unsafe { *count = written };
     Ok(())
 }

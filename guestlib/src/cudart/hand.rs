@@ -47,8 +47,12 @@ fn error_strings() -> &'static HashMap<i32, (CString, CString)> {
 }
 
 /// nvcc's start-up code registers objects Phos does not carry; using them fails later.
-fn registration_not_supported(what: &str, name: *const c_char) {
+///
+/// # Safety
+/// `name` must be null or a NUL-terminated string.
+unsafe fn registration_not_supported(what: &str, name: *const c_char) {
     crate::log::init();
+    // SAFETY: null (not read) or a NUL-terminated string: this function's contract.
     let name = if name.is_null() { "?" } else { unsafe { runtime::c_str(name) }.unwrap_or("?") };
     tracing::warn!("{what} {name} is not supported by Phos; using it fails with cudaErrorNotSupported");
 }
@@ -98,10 +102,14 @@ unsafe fn fast_copy(
     }
     let stream = stream.unwrap_or(0);
     match direction {
+        // SAFETY: `src` is not null and points to `count` readable bytes: what `cudaMemcpy`
+        // asks of its caller for a host source (this function's contract).
         consts::cudaMemcpyHostToDevice if !src.is_null() => unsafe {
             runtime::staged_copy(direction, dst as usize as u64, src as *mut u8, count, stream)
                 .map(|r| r.map_err(CudaError::from))
         },
+        // SAFETY: `dst` is not null and points to `count` writable bytes: what `cudaMemcpy`
+        // asks of its caller for a host destination (this function's contract).
         consts::cudaMemcpyDeviceToHost if !dst.is_null() => unsafe {
             runtime::staged_copy(direction, src as usize as u64, dst as *mut u8, count, stream)
                 .map(|r| r.map_err(CudaError::from))
@@ -117,6 +125,8 @@ impl HandWritten for Hand {
         count: usize,
         kind: i32,
     ) -> Option<Result<(), CudaError>> {
+        // SAFETY: this export's arguments, passed on (at most retyped): `fast_copy` asks of them
+        // what CUDA asks of this export's caller.
         unsafe { fast_copy(dst, src, count, kind, None) }
     }
 
@@ -127,6 +137,8 @@ impl HandWritten for Hand {
         kind: i32,
         stream: *mut c_void,
     ) -> Option<Result<(), CudaError>> {
+        // SAFETY: this export's arguments, passed on (at most retyped): `fast_copy` asks of them
+        // what CUDA asks of this export's caller.
         unsafe { fast_copy(dst, src, count, kind, Some(stream as usize as u64)) }
     }
 
@@ -160,6 +172,8 @@ impl HandWritten for Hand {
         if device.is_null() {
             return code(Err(CudaError::InvalidValue));
         }
+        // SAFETY: `device` is not null (checked above) and points to a writable value of its type:
+        // what CUDA asks of this export's caller.
         unsafe { *device = runtime::current_device() };
         cudart::SUCCESS
     }
@@ -168,11 +182,15 @@ impl HandWritten for Hand {
         if runtime_version.is_null() {
             return code(Err(CudaError::InvalidValue));
         }
+        // SAFETY: `runtime_version` is not null (checked above) and points to a writable value of
+        // its type: what CUDA asks of this export's caller.
         unsafe { *runtime_version = soname::current_abi().runtime_version() };
         cudart::SUCCESS
     }
 
     unsafe fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `Self::cudaHostAlloc` asks
+        // of them what CUDA asks of this export's caller.
         unsafe { Self::cudaHostAlloc(ptr, size, 0) }
     }
 
@@ -180,10 +198,14 @@ impl HandWritten for Hand {
         if p_host.is_null() {
             return code(Err(CudaError::InvalidValue));
         }
+        // SAFETY: `p_host` is not null (checked above) and points to a writable value of its type:
+        // what CUDA asks of this export's caller.
         code(hostmem::alloc(size, flags).map(|p| unsafe { *p_host = p }))
     }
 
     unsafe fn cudaFreeHost(ptr: *mut c_void) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `hostmem::free` asks of
+        // them what CUDA asks of this export's caller.
         code(unsafe { hostmem::free(ptr) })
     }
 
@@ -195,6 +217,8 @@ impl HandWritten for Hand {
         shared_mem: usize,
         stream: *mut c_void,
     ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `launch::launch` asks of
+        // them what CUDA asks of this export's caller.
         super::rt::api_call(FunctionId::CudaLaunchKernel, || unsafe {
             launch::launch(func, grid, block, args, shared_mem, stream, false, false)
         })
@@ -208,6 +232,8 @@ impl HandWritten for Hand {
         shared_mem: usize,
         stream: *mut c_void,
     ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `launch::launch` asks of
+        // them what CUDA asks of this export's caller.
         super::rt::api_call(FunctionId::CudaLaunchKernelPtsz, || unsafe {
             launch::launch(func, grid, block, args, shared_mem, stream, true, false)
         })
@@ -220,6 +246,8 @@ impl HandWritten for Hand {
         }
         match registry::kernel(func) {
             Some(_) => {
+                // SAFETY: `kernel` is not null (checked above) and points to a writable value of
+                // its type: what CUDA asks of this export's caller.
                 unsafe { *kernel = func as *mut c_void };
                 cudart::SUCCESS
             }
@@ -235,6 +263,8 @@ impl HandWritten for Hand {
         shared_mem: usize,
         stream: *mut c_void,
     ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `launch::launch` asks of
+        // them what CUDA asks of this export's caller.
         super::rt::api_call(FunctionId::PrivCudaLaunchKernel, || unsafe {
             launch::launch(kernel, grid, block, args, shared_mem, stream, false, false)
         })
@@ -248,12 +278,16 @@ impl HandWritten for Hand {
         shared_mem: usize,
         stream: *mut c_void,
     ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `launch::launch` asks of
+        // them what CUDA asks of this export's caller.
         super::rt::api_call(FunctionId::PrivCudaLaunchKernelPtsz, || unsafe {
             launch::launch(kernel, grid, block, args, shared_mem, stream, true, false)
         })
     }
 
     unsafe fn __cudaRegisterFatBinary(fat_cubin: *mut c_void) -> *mut *mut c_void {
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `registry::register_fat_binary` asks of them what CUDA asks of this export's caller.
         unsafe { registry::register_fat_binary(fat_cubin) }
     }
 
@@ -283,6 +317,8 @@ impl HandWritten for Hand {
         _g_dim: *mut Dim3,
         _w_size: *mut i32,
     ) {
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `registry::register_function` asks of them what CUDA asks of this export's caller.
         unsafe { registry::register_function(handle, host_fun, device_name) }
     }
 
@@ -296,6 +332,8 @@ impl HandWritten for Hand {
         _constant: i32,
         _global: i32,
     ) {
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `registry::register_variable` asks of them what CUDA asks of this export's caller.
         unsafe { registry::register_variable(handle, host_var, device_name, size) }
     }
 
@@ -310,6 +348,7 @@ impl HandWritten for Hand {
         _global: i32,
     ) {
         crate::log::init();
+        // SAFETY: nvcc passes the variable's name as a NUL-terminated string.
         let name = unsafe { runtime::c_str(device_name) }.unwrap_or("?");
         tracing::warn!("__managed__ variable {name} is not supported by Phos; kernels using it will fail");
     }
@@ -325,6 +364,8 @@ impl HandWritten for Hand {
         shared_mem: *mut usize,
         stream: *mut c_void,
     ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `launch::pop_config` asks
+        // of them what CUDA asks of this export's caller.
         code(unsafe { launch::pop_config(grid, block, shared_mem, stream) })
     }
 
@@ -339,6 +380,8 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaGetDeviceFlags(flags: *mut u32) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `device::get_device_flags`
+        // asks of them what CUDA asks of this export's caller.
         code(unsafe { device::get_device_flags(flags) })
     }
 
@@ -347,18 +390,26 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaSetValidDevices(device_arr: *mut i32, len: i32) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `device::set_valid_devices`
+        // asks of them what CUDA asks of this export's caller.
         code(unsafe { device::set_valid_devices(device_arr, len) })
     }
 
     unsafe fn cudaChooseDevice(device: *mut i32, prop: *const c_void) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `device::choose_device`
+        // asks of them what CUDA asks of this export's caller.
         code(unsafe { device::choose_device(device, prop) })
     }
 
     unsafe fn cudaDeviceGetPCIBusId(pci_bus_id: *mut c_char, len: i32, device: i32) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `device::get_pci_bus_id`
+        // asks of them what CUDA asks of this export's caller.
         code(unsafe { device::get_pci_bus_id(pci_bus_id, len, device) })
     }
 
     unsafe fn cudaDeviceGetByPCIBusId(device: *mut i32, pci_bus_id: *const c_char) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `device::get_by_pci_bus_id`
+        // asks of them what CUDA asks of this export's caller.
         code(unsafe { device::get_by_pci_bus_id(device, pci_bus_id) })
     }
 
@@ -370,6 +421,8 @@ impl HandWritten for Hand {
     ) -> i32 {
         // CUDA 11's entry point has no status parameter: its register is not ours to read.
         let has_status = soname::current_abi().major() >= 12;
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `device::driver_entry_point` asks of them what CUDA asks of this export's caller.
         code(unsafe { device::driver_entry_point(symbol, func_ptr, driver_status, has_status) })
     }
 
@@ -380,6 +433,8 @@ impl HandWritten for Hand {
         _flags: u64,
         driver_status: *mut i32,
     ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `device::driver_entry_point` asks of them what CUDA asks of this export's caller.
         code(unsafe { device::driver_entry_point(symbol, func_ptr, driver_status, true) })
     }
 
@@ -392,6 +447,8 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaDeviceGetP2PAttribute(value: *mut i32, attr: i32, src_device: i32, dst_device: i32) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `device::p2p_attribute`
+        // asks of them what CUDA asks of this export's caller.
         code(unsafe { device::p2p_attribute(value, attr, src_device, dst_device) })
     }
 
@@ -406,6 +463,8 @@ impl HandWritten for Hand {
             if value.is_null() || !(0..=3).contains(&attr) {
                 return Err(CudaError::InvalidValue);
             }
+            // SAFETY: not null (checked above), and for these attributes a `uint64_t` CUDA
+            // writes: what it asks of this export's caller.
             unsafe { (value as *mut u64).write_unaligned(0) };
             Ok(())
         }))
@@ -414,6 +473,8 @@ impl HandWritten for Hand {
     unsafe fn cudaDeviceSetGraphMemAttribute(device: i32, attr: i32, value: *mut c_void) -> i32 {
         code(device::check_device(device).and_then(|_| {
             // Only the high-water marks (UsedMemHigh, ReservedMemHigh) may be set, to 0.
+            // SAFETY: read only when not null, and for these attributes a `uint64_t` (what CUDA
+            // asks of this export's caller).
             if value.is_null() || !(attr == 1 || attr == 3) || unsafe { (value as *const u64).read_unaligned() } != 0 {
                 return Err(CudaError::InvalidValue);
             }
@@ -436,10 +497,14 @@ impl HandWritten for Hand {
     // ---- Memory (memory.rs, pools.rs)
 
     unsafe fn cudaMallocPitch(dev_ptr: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `memory::malloc_pitch` asks
+        // of them what CUDA asks of this export's caller.
         code(unsafe { memory::malloc_pitch(dev_ptr, pitch, width, height) })
     }
 
     unsafe fn cudaMalloc3D(pitched_dev_ptr: *mut PitchedPtr, extent: Extent) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `memory::malloc_3d` asks of
+        // them what CUDA asks of this export's caller.
         code(unsafe { memory::malloc_3d(pitched_dev_ptr, extent) })
     }
 
@@ -452,7 +517,9 @@ impl HandWritten for Hand {
         height: usize,
         kind: i32,
     ) -> i32 {
-        code(memory::memcpy_2d(dst, dpitch, src, spitch, width, height, kind, None))
+        // SAFETY: this export's arguments, unchanged: `memcpy_2d` asks of its host sides what
+        // CUDA asks of this export's caller.
+        code(unsafe { memory::memcpy_2d(dst, dpitch, src, spitch, width, height, kind, None) })
     }
 
     unsafe fn cudaMemcpy2DAsync(
@@ -465,14 +532,20 @@ impl HandWritten for Hand {
         kind: i32,
         stream: *mut c_void,
     ) -> i32 {
-        code(memory::memcpy_2d(dst, dpitch, src, spitch, width, height, kind, Some(stream as usize as u64)))
+        let stream = Some(stream as usize as u64);
+        // SAFETY: as in `cudaMemcpy2D`.
+        code(unsafe { memory::memcpy_2d(dst, dpitch, src, spitch, width, height, kind, stream) })
     }
 
     unsafe fn cudaMemcpy3D(p: *const c_void) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `memory::memcpy_3d` asks of
+        // them what CUDA asks of this export's caller.
         code(unsafe { memory::memcpy_3d(p, None) })
     }
 
     unsafe fn cudaMemcpy3DAsync(p: *const c_void, stream: *mut c_void) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `memory::memcpy_3d` asks of
+        // them what CUDA asks of this export's caller.
         code(unsafe { memory::memcpy_3d(p, Some(stream as usize as u64)) })
     }
 
@@ -528,6 +601,8 @@ impl HandWritten for Hand {
         if p_device.is_null() || p_host.is_null() || flags != 0 {
             return code(Err(CudaError::InvalidValue));
         }
+        // SAFETY: `p_device` is not null (checked above) and points to a writable value of its
+        // type: what CUDA asks of this export's caller.
         code(hostmem::device_pointer(p_host as usize).map(|d| unsafe { *p_device = d as usize as *mut c_void }))
     }
 
@@ -545,6 +620,8 @@ impl HandWritten for Hand {
         }
         match hostmem::lookup_any(p_host as usize) {
             Some((_, _, flags, _)) => {
+                // SAFETY: `p_flags` is not null (checked above) and points to a writable value of
+                // its type: what CUDA asks of this export's caller.
                 unsafe { *p_flags = flags };
                 cudart::SUCCESS
             }
@@ -553,36 +630,54 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaPointerGetAttributes(attributes: *mut c_void, ptr: *const c_void) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `memory::pointer_attributes` asks of them what CUDA asks of this export's caller.
         code(unsafe { memory::pointer_attributes(attributes, ptr) })
     }
 
     unsafe fn cudaMemcpy3DPeer(p: *const c_void) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `memory::memcpy_3d_peer`
+        // asks of them what CUDA asks of this export's caller.
         code(unsafe { memory::memcpy_3d_peer(p, None) })
     }
 
     unsafe fn cudaMemcpy3DPeerAsync(p: *const c_void, stream: *mut c_void) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `memory::memcpy_3d_peer`
+        // asks of them what CUDA asks of this export's caller.
         code(unsafe { memory::memcpy_3d_peer(p, Some(stream as usize as u64)) })
     }
 
     unsafe fn cudaMemGetDefaultMemPool(mem_pool: *mut u64, location: *mut c_void, r#type: i32) -> i32 {
         code(
+            // SAFETY: this export's arguments, passed on (at most retyped):
+            // `pools::location_device` asks of them what CUDA asks of this export's caller.
             unsafe { pools::location_device(location, r#type) }
+                // SAFETY: this export's arguments, passed on (at most retyped):
+                // `pools::device_default_pool` asks of them what CUDA asks of this export's caller.
                 .and_then(|d| unsafe { pools::device_default_pool(mem_pool, d) }),
         )
     }
 
     unsafe fn cudaMemGetMemPool(mem_pool: *mut u64, location: *mut c_void, r#type: i32) -> i32 {
         code(
+            // SAFETY: this export's arguments, passed on (at most retyped):
+            // `pools::location_device` asks of them what CUDA asks of this export's caller.
             unsafe { pools::location_device(location, r#type) }
+                // SAFETY: this export's arguments, passed on (at most retyped):
+                // `pools::device_current_pool` asks of them what CUDA asks of this export's caller.
                 .and_then(|d| unsafe { pools::device_current_pool(mem_pool, d) }),
         )
     }
 
     unsafe fn cudaMemSetMemPool(location: *mut c_void, r#type: i32, mem_pool: u64) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `pools::location_device`
+        // asks of them what CUDA asks of this export's caller.
         code(unsafe { pools::location_device(location, r#type) }.and_then(|d| pools::set_device_pool(d, mem_pool)))
     }
 
     unsafe fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, _stream: *mut c_void) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `pools::malloc_async` asks
+        // of them what CUDA asks of this export's caller.
         code(unsafe { pools::malloc_async(dev_ptr, size, None) })
     }
 
@@ -591,14 +686,20 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaMallocFromPoolAsync(ptr: *mut *mut c_void, size: usize, mem_pool: u64, _stream: *mut c_void) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `pools::malloc_async` asks
+        // of them what CUDA asks of this export's caller.
         code(unsafe { pools::malloc_async(ptr, size, Some(mem_pool)) })
     }
 
     unsafe fn cudaDeviceGetDefaultMemPool(mem_pool: *mut u64, device: i32) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `pools::device_default_pool` asks of them what CUDA asks of this export's caller.
         code(unsafe { pools::device_default_pool(mem_pool, device) })
     }
 
     unsafe fn cudaDeviceGetMemPool(mem_pool: *mut u64, device: i32) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `pools::device_current_pool` asks of them what CUDA asks of this export's caller.
         code(unsafe { pools::device_current_pool(mem_pool, device) })
     }
 
@@ -607,6 +708,8 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaMemPoolCreate(mem_pool: *mut u64, pool_props: *const c_void) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `pools::create_pool` asks
+        // of them what CUDA asks of this export's caller.
         code(unsafe { pools::create_pool(mem_pool, pool_props) })
     }
 
@@ -615,10 +718,14 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaMemPoolSetAttribute(mem_pool: u64, attr: i32, value: *mut c_void) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `pools::set_attribute` asks
+        // of them what CUDA asks of this export's caller.
         code(unsafe { pools::set_attribute(mem_pool, attr, value) })
     }
 
     unsafe fn cudaMemPoolGetAttribute(mem_pool: u64, attr: i32, value: *mut c_void) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `pools::get_attribute` asks
+        // of them what CUDA asks of this export's caller.
         code(unsafe { pools::get_attribute(mem_pool, attr, value) })
     }
 
@@ -627,10 +734,14 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaMemPoolSetAccess(mem_pool: u64, desc_list: *const c_void, count: usize) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `pools::set_access` asks of
+        // them what CUDA asks of this export's caller.
         code(unsafe { pools::set_access(mem_pool, desc_list, count) })
     }
 
     unsafe fn cudaMemPoolGetAccess(flags: *mut i32, mem_pool: u64, location: *mut c_void) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `pools::get_access` asks of
+        // them what CUDA asks of this export's caller.
         code(unsafe { pools::get_access(flags, mem_pool, location) })
     }
 
@@ -640,6 +751,8 @@ impl HandWritten for Hand {
         }
         code(
             Self::device_symbol_address(symbol as usize as i128)
+                // SAFETY: `dev_ptr` is not null (checked above) and points to a writable value of
+                // its type: what CUDA asks of this export's caller.
                 .map(|a| unsafe { *dev_ptr = a as usize as *mut c_void }),
         )
     }
@@ -648,32 +761,44 @@ impl HandWritten for Hand {
         if size.is_null() {
             return code(Err(CudaError::InvalidValue));
         }
+        // SAFETY: `size` is not null (checked above) and points to a writable value of its type:
+        // what CUDA asks of this export's caller.
         code(Self::device_symbol_size(symbol as usize as i128).map(|n| unsafe { *size = n as usize }))
     }
 
     // ---- Host functions (callbacks.rs)
 
     unsafe fn cudaLaunchHostFunc(stream: *mut c_void, r#fn: u64, user_data: *mut c_void) -> i32 {
-        code(callbacks::launch_host_func(stream, r#fn, user_data))
+        // SAFETY: `fn` is the application's host function (null refused), which CUDA may run
+        // on a thread of its own: this export's contract.
+        code(unsafe { callbacks::launch_host_func(stream, r#fn, user_data) })
     }
 
     unsafe fn cudaStreamAddCallback(stream: *mut c_void, callback: u64, user_data: *mut c_void, flags: u32) -> i32 {
-        code(callbacks::add_callback(stream, callback, user_data, flags))
+        // SAFETY: `callback` is the application's stream callback (null refused), which CUDA
+        // may run on a thread of its own: this export's contract.
+        code(unsafe { callbacks::add_callback(stream, callback, user_data, flags) })
     }
 
     // ---- Stream capture and graphs (graphs.rs)
 
     unsafe fn cudaStreamGetCaptureInfo(stream: *mut c_void, status: *mut i32, id: *mut u64) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::capture_info` asks
+        // of them what CUDA asks of this export's caller.
         code(unsafe { graphs::capture_info(stream, status, id) })
     }
 
     unsafe fn cudaGraphInstantiate(exec: *mut *mut c_void, graph: *mut c_void, flags: u64) -> i32 {
         // CUDA 11's third parameter is an error-node pointer, not flags.
         let flags = if soname::current_abi().major() >= 12 { flags } else { 0 };
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::instantiate` asks
+        // of them what CUDA asks of this export's caller.
         code(unsafe { graphs::instantiate(exec, graph, flags) })
     }
 
     unsafe fn cudaGraphInstantiateWithFlags(exec: *mut *mut c_void, graph: *mut c_void, flags: u64) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::instantiate` asks
+        // of them what CUDA asks of this export's caller.
         code(unsafe { graphs::instantiate(exec, graph, flags) })
     }
 
@@ -684,6 +809,8 @@ impl HandWritten for Hand {
         count: usize,
         params: *const c_void,
     ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::add_kernel_node`
+        // asks of them what CUDA asks of this export's caller.
         code(unsafe { graphs::add_kernel_node(node.cast(), graph as usize as u64, deps.cast(), count, params) })
     }
 
@@ -694,6 +821,8 @@ impl HandWritten for Hand {
         count: usize,
         params: *const c_void,
     ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::add_memcpy_node`
+        // asks of them what CUDA asks of this export's caller.
         code(unsafe { graphs::add_memcpy_node(node.cast(), graph as usize as u64, deps.cast(), count, params) })
     }
 
@@ -708,6 +837,8 @@ impl HandWritten for Hand {
         kind: i32,
     ) -> i32 {
         let g = graph as usize as u64;
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `graphs::add_memcpy_node_1d` asks of them what CUDA asks of this export's caller.
         code(unsafe { graphs::add_memcpy_node_1d(node.cast(), g, deps.cast(), count, dst, src, bytes, kind) })
     }
 
@@ -718,6 +849,8 @@ impl HandWritten for Hand {
         count: usize,
         params: *const c_void,
     ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::add_memset_node`
+        // asks of them what CUDA asks of this export's caller.
         code(unsafe { graphs::add_memset_node(node.cast(), graph as usize as u64, deps.cast(), count, params) })
     }
 
@@ -727,6 +860,8 @@ impl HandWritten for Hand {
         deps: *const *mut c_void,
         count: usize,
     ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::add_empty_node`
+        // asks of them what CUDA asks of this export's caller.
         code(unsafe { graphs::add_empty_node(node.cast(), graph as usize as u64, deps.cast(), count) })
     }
 
@@ -738,10 +873,14 @@ impl HandWritten for Hand {
         count_13: usize,
     ) -> i32 {
         let g = graph as usize as u64;
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::add_dependencies`
+        // asks of them what CUDA asks of this export's caller.
         code(unsafe { graphs::add_dependencies(g, from.cast(), to.cast(), edge_data_or_count as usize, count_13) })
     }
 
     unsafe fn cudaGraphGetNodes(graph: *mut c_void, nodes: *mut *mut c_void, count: *mut usize) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::get_nodes` asks of
+        // them what CUDA asks of this export's caller.
         code(unsafe { graphs::get_nodes(graph as usize as u64, nodes.cast(), count) })
     }
 
@@ -751,6 +890,8 @@ impl HandWritten for Hand {
         result_info: *mut c_void,
         update_result_out: *mut i32,
     ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::exec_update` asks
+        // of them what CUDA asks of this export's caller.
         code(unsafe { graphs::exec_update(exec, graph, result_info, update_result_out) })
     }
 
@@ -759,10 +900,15 @@ impl HandWritten for Hand {
             // cudaStreamCaptureModeGlobal
             static MODE: std::cell::Cell<i32> = const { std::cell::Cell::new(0) };
         }
+        // SAFETY: read only when not null: a `cudaStreamCaptureMode` the caller passes in and
+        // out (what CUDA asks of it).
         if mode.is_null() || !(0..=2).contains(&unsafe { *mode }) {
             return code(Err(CudaError::InvalidValue));
         }
-        unsafe { *mode = MODE.replace(*mode) };
+        // SAFETY: as above: not null, read and then written.
+        let wanted = unsafe { *mode };
+        // SAFETY: as above.
+        unsafe { *mode = MODE.replace(wanted) };
         cudart::SUCCESS
     }
 
@@ -776,24 +922,32 @@ impl HandWritten for Hand {
         shared_mem: usize,
         stream: *mut c_void,
     ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `launch::launch` asks of
+        // them what CUDA asks of this export's caller.
         super::rt::api_call(FunctionId::CudaLaunchCooperativeKernel, || unsafe {
             launch::launch(func, grid, block, args, shared_mem, stream, false, true)
         })
     }
 
     unsafe fn cudaLaunchKernelExC(config: *const c_void, func: *const c_void, args: *mut *mut c_void) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `execution::launch_ex` asks
+        // of them what CUDA asks of this export's caller.
         super::rt::api_call(FunctionId::CudaLaunchKernelExC, || unsafe {
             execution::launch_ex(config, func, args, false)
         })
     }
 
     unsafe fn cudaLaunchKernelExC_ptsz(config: *const c_void, func: *const c_void, args: *mut *mut c_void) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `execution::launch_ex` asks
+        // of them what CUDA asks of this export's caller.
         super::rt::api_call(FunctionId::CudaLaunchKernelExCPtsz, || unsafe {
             execution::launch_ex(config, func, args, true)
         })
     }
 
     unsafe fn cudaFuncGetAttributes(attr: *mut c_void, func: *const c_void) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `execution::get_attributes`
+        // asks of them what CUDA asks of this export's caller.
         code(unsafe { execution::get_attributes(attr, func) })
     }
 
@@ -810,6 +964,8 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaFuncGetName(name: *mut *const c_char, func: *const c_void) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `execution::get_name` asks
+        // of them what CUDA asks of this export's caller.
         code(unsafe { execution::get_name(name, func) })
     }
 
@@ -819,10 +975,14 @@ impl HandWritten for Hand {
         param_offset: *mut usize,
         param_size: *mut usize,
     ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `execution::param_info`
+        // asks of them what CUDA asks of this export's caller.
         code(unsafe { execution::param_info(func, param_index, param_offset, param_size) })
     }
 
     unsafe fn cudaFuncGetParamCount(func: *const c_void, param_count: *mut usize) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `execution::param_count`
+        // asks of them what CUDA asks of this export's caller.
         code(unsafe { execution::param_count(func, param_count) })
     }
 
@@ -842,6 +1002,8 @@ impl HandWritten for Hand {
         }
         match registry::kernel(symbol_ptr) {
             Some(_) => {
+                // SAFETY: `function_ptr` is not null (checked above) and points to a writable value
+                // of its type: what CUDA asks of this export's caller.
                 unsafe { *function_ptr = symbol_ptr as usize as u64 };
                 cudart::SUCCESS
             }
@@ -855,6 +1017,8 @@ impl HandWritten for Hand {
         block_size: i32,
         dynamic_s_mem_size: usize,
     ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `execution::occupancy` asks
+        // of them what CUDA asks of this export's caller.
         code(unsafe { execution::occupancy(num_blocks, func, block_size, dynamic_s_mem_size, 0) })
     }
 
@@ -865,6 +1029,8 @@ impl HandWritten for Hand {
         dynamic_s_mem_size: usize,
         flags: u32,
     ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `execution::occupancy` asks
+        // of them what CUDA asks of this export's caller.
         code(unsafe { execution::occupancy(num_blocks, func, block_size, dynamic_s_mem_size, flags) })
     }
 
@@ -874,6 +1040,8 @@ impl HandWritten for Hand {
         num_blocks: i32,
         block_size: i32,
     ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `execution::available_dynamic_smem` asks of them what CUDA asks of this export's caller.
         code(unsafe { execution::available_dynamic_smem(dynamic_smem_size, func, num_blocks, block_size) })
     }
 
@@ -890,7 +1058,8 @@ impl HandWritten for Hand {
         _norm: i32,
         _ext: i32,
     ) {
-        registration_not_supported("texture reference", device_name);
+        // SAFETY: nvcc passes the texture's name as a NUL-terminated string.
+        unsafe { registration_not_supported("texture reference", device_name) };
     }
 
     unsafe fn __cudaRegisterSurface(
@@ -901,7 +1070,8 @@ impl HandWritten for Hand {
         _dim: i32,
         _ext: i32,
     ) {
-        registration_not_supported("surface reference", device_name);
+        // SAFETY: nvcc passes the surface's name as a NUL-terminated string.
+        unsafe { registration_not_supported("surface reference", device_name) };
     }
 
     unsafe fn __cudaRegisterHostVar(
@@ -910,7 +1080,8 @@ impl HandWritten for Hand {
         _host_var: *mut c_char,
         _size: usize,
     ) {
-        registration_not_supported("host variable", device_name);
+        // SAFETY: nvcc passes the variable's name as a NUL-terminated string.
+        unsafe { registration_not_supported("host variable", device_name) };
     }
 
     fn device_symbol_address(symbol: i128) -> Result<i128, CudaError> {
@@ -950,10 +1121,14 @@ impl HandWritten for Hand {
             Abi::V11 | Abi::V12 => Abi::V11,
             Abi::V13 => Abi::V13,
         };
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `crate::abi::write_device_prop` asks of them what CUDA asks of this export's caller.
         unsafe { crate::abi::write_device_prop(layout, dst, value) }
     }
 
     unsafe fn write_cudaDeviceProp_v2(dst: *mut c_void, value: &DeviceProperties) {
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `crate::abi::write_device_prop` asks of them what CUDA asks of this export's caller.
         unsafe { crate::abi::write_device_prop(soname::current_abi(), dst, value) }
     }
 

@@ -43,19 +43,23 @@ pub unsafe fn pop_config(
     stream: *mut c_void,
 ) -> Result<(), CudaError> {
     let cfg = CONFIGS.try_with(|c| c.borrow_mut().pop()).ok().flatten().ok_or(CudaError::InvalidConfiguration)?;
-    unsafe {
-        if !grid.is_null() {
-            *grid = cfg.grid;
-        }
-        if !block.is_null() {
-            *block = cfg.block;
-        }
-        if !shared_mem.is_null() {
-            *shared_mem = cfg.shared_mem;
-        }
-        if !stream.is_null() {
-            *(stream as *mut *mut c_void) = cfg.stream;
-        }
+    // Each pointer is written only when not null, and is then writable (this function's
+    // contract; nvcc passes its own locals).
+    if !grid.is_null() {
+        // SAFETY: not null, so writable: see above.
+        unsafe { *grid = cfg.grid };
+    }
+    if !block.is_null() {
+        // SAFETY: as above.
+        unsafe { *block = cfg.block };
+    }
+    if !shared_mem.is_null() {
+        // SAFETY: as above.
+        unsafe { *shared_mem = cfg.shared_mem };
+    }
+    if !stream.is_null() {
+        // SAFETY: as above: a `cudaStream_t` of nvcc's.
+        unsafe { *(stream as *mut *mut c_void) = cfg.stream };
     }
     Ok(())
 }
@@ -80,6 +84,7 @@ pub unsafe fn launch(
     cooperative: bool,
 ) -> Result<(), CudaError> {
     let r =
+        // SAFETY: `args` as this function's contract gives it, what `launch_as_is` reads.
         unsafe { launch_as_is(func, grid, block, args, shared_mem, stream, per_thread_default_stream, cooperative) };
     match r {
         Err(CudaError::InvalidConfiguration) if crate::soname::current_abi().major() >= 13 => {
@@ -89,6 +94,10 @@ pub unsafe fn launch(
     }
 }
 
+/// [`launch`], with each CUDA version's own error for a configuration the device cannot run.
+///
+/// # Safety
+/// As [`launch`].
 #[allow(clippy::too_many_arguments)]
 unsafe fn launch_as_is(
     func: *const c_void,
@@ -100,6 +109,7 @@ unsafe fn launch_as_is(
     per_thread_default_stream: bool,
     cooperative: bool,
 ) -> Result<(), CudaError> {
+    // SAFETY: `args` as this function's contract gives it, what `packed` reads.
     let (function, params) = unsafe { packed(func, args)? };
     let stream = match stream as u64 {
         0 if per_thread_default_stream => STREAM_PER_THREAD,
@@ -151,11 +161,17 @@ pub unsafe fn packed(func: *const c_void, args: *mut *mut c_void) -> Result<(u64
         return Err(CudaError::InvalidValue);
     }
     for (i, &(offset, size)) in layout.params.iter().enumerate() {
-        let src = unsafe { *args.add(i) } as *const u8;
+        // SAFETY: `i` is below the kernel's parameter count, and `args` (not null, checked
+        // above) holds one pointer per parameter (this function's contract).
+        let at = unsafe { args.add(i) };
+        // SAFETY: that pointer's place, readable.
+        let src = unsafe { *at } as *const u8;
         if src.is_null() || offset + size > params.len() {
             return Err(CudaError::InvalidValue);
         }
-        unsafe { std::ptr::copy_nonoverlapping(src, params.as_mut_ptr().add(offset), size) };
+        // SAFETY: `src` points to the parameter's `size` bytes (this function's contract);
+        // `offset + size` is within `params` (checked just above).
+        unsafe { std::ptr::copy_nonoverlapping(src, params[offset..offset + size].as_mut_ptr(), size) };
     }
     Ok((function, params))
 }

@@ -38,10 +38,10 @@ pub unsafe fn malloc_pitch(
     let p = width.checked_next_multiple_of(PITCH_ALIGNMENT).ok_or(CudaError::MemoryAllocation)?.max(PITCH_ALIGNMENT);
     let size = p.checked_mul(height).ok_or(CudaError::MemoryAllocation)?;
     let addr = if width == 0 || height == 0 { 0 } else { malloc(size)? };
-    unsafe {
-        *ptr = addr as usize as *mut c_void;
-        *pitch = p;
-    }
+    // SAFETY: not null (checked above), so writable (this function's contract).
+    unsafe { *ptr = addr as usize as *mut c_void };
+    // SAFETY: as for `ptr`.
+    unsafe { *pitch = p };
     Ok(())
 }
 
@@ -52,10 +52,10 @@ pub unsafe fn malloc_3d(out: *mut PitchedPtr, extent: Extent) -> Result<(), Cuda
     let mut pitch = 0usize;
     let mut ptr = std::ptr::null_mut();
     let rows = extent.height.checked_mul(extent.depth).ok_or(CudaError::MemoryAllocation)?;
+    // SAFETY: two locals of this function, writable.
     unsafe { malloc_pitch(&mut ptr, &mut pitch, extent.width, rows)? };
-    unsafe {
-        *out = PitchedPtr { ptr: ptr as usize as u64, pitch, xsize: extent.width, ysize: extent.height };
-    }
+    // SAFETY: not null (checked above), so writable (this function's contract).
+    unsafe { *out = PitchedPtr { ptr: ptr as usize as u64, pitch, xsize: extent.width, ysize: extent.height } };
     Ok(())
 }
 
@@ -79,7 +79,17 @@ fn region_end(s: Side, (w, h, d): (u64, u64, u64)) -> Option<u64> {
 }
 
 /// A 3D copy of `w` bytes x `h` rows x `d` slices.
-fn copy_3d(dst: Side, src: Side, (w, h, d): (u64, u64, u64), kind: i32, stream: Option<u64>) -> Result<(), CudaError> {
+///
+/// # Safety
+/// A host side must be readable (the source) or writable (the destination) for every row of
+/// the extent at its pitches.
+unsafe fn copy_3d(
+    dst: Side,
+    src: Side,
+    (w, h, d): (u64, u64, u64),
+    kind: i32,
+    stream: Option<u64>,
+) -> Result<(), CudaError> {
     if w == 0 || h == 0 || d == 0 {
         return Ok(());
     }
@@ -106,9 +116,13 @@ fn copy_3d(dst: Side, src: Side, (w, h, d): (u64, u64, u64), kind: i32, stream: 
     match direction {
         consts::cudaMemcpyHostToHost => {
             if let Some(s) = stream {
+                // SAFETY: a stream handle is a value the export only passes to the server.
                 status(unsafe { super::stubs::cudaStreamSynchronize(s as usize as *mut c_void) })?;
             }
             for (y, z) in rows() {
+                // SAFETY: row `(y, z)` of each host side, `w` bytes readable at the source and
+                // writable at the destination (this function's contract); the application's
+                // regions may overlap, so `copy`.
                 unsafe {
                     std::ptr::copy(at(src, y, z) as usize as *const u8, at(dst, y, z) as usize as *mut u8, w as usize)
                 };
@@ -116,6 +130,7 @@ fn copy_3d(dst: Side, src: Side, (w, h, d): (u64, u64, u64), kind: i32, stream: 
             Ok(())
         }
         consts::cudaMemcpyHostToDevice => {
+            // SAFETY: the host source, readable for every row (this function's contract).
             let packed = unsafe { pack(src.addr, src.pitch, src.slice, (w, h, d))? };
             send(
                 dst,
@@ -135,6 +150,8 @@ fn copy_3d(dst: Side, src: Side, (w, h, d): (u64, u64, u64), kind: i32, stream: 
                 send(packed_side, Ptr::Out(total as u64), src, Ptr::Device(src.addr), (w, h, d), direction, stream)?;
             let data = data.filter(|v| v.len() == total).ok_or(CudaError::Unknown)?;
             for ((y, z), row) in rows().zip(data.chunks_exact(w as usize)) {
+                // SAFETY: row `(y, z)` of the host destination, `w` writable bytes (this
+                // function's contract); `row` is the reply's.
                 unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), at(dst, y, z) as usize as *mut u8, w as usize) };
             }
             Ok(())
@@ -176,6 +193,9 @@ pub(crate) unsafe fn pack(addr: u64, pitch: u64, slice: u64, (w, h, d): (u64, u6
     for z in 0..d {
         for y in 0..h {
             let row = (addr + z * slice + y * pitch) as usize as *const u8;
+            // SAFETY: a row of the region, `w` readable bytes (this function's contract; the
+            // addresses were checked not to overflow), left alone by the application while its
+            // call runs.
             packed.extend_from_slice(unsafe { std::slice::from_raw_parts(row, w as usize) });
         }
     }
@@ -209,8 +229,13 @@ fn send(
     Ok(reply.dst)
 }
 
+/// `cudaMemcpy2D[Async]`.
+///
+/// # Safety
+/// A host side must be readable (the source) or writable (the destination) for `height` rows
+/// of `width` bytes at its pitch.
 #[allow(clippy::too_many_arguments)]
-pub fn memcpy_2d(
+pub unsafe fn memcpy_2d(
     dst: *mut c_void,
     dpitch: usize,
     src: *const c_void,
@@ -224,7 +249,10 @@ pub fn memcpy_2d(
         return Err(CudaError::InvalidValue);
     }
     let side = |p: u64, pitch: usize| Side { addr: p, pitch: pitch as u64, slice: 0 };
-    copy_3d(side(dst as u64, dpitch), side(src as u64, spitch), (width as u64, height as u64, 1), kind, stream)
+    // SAFETY: the host sides as this function's contract gives them.
+    unsafe {
+        copy_3d(side(dst as u64, dpitch), side(src as u64, spitch), (width as u64, height as u64, 1), kind, stream)
+    }
 }
 
 /// `struct cudaMemcpy3DParms` (the same in CUDA 11, 12 and 13).
@@ -240,10 +268,17 @@ pub(crate) struct Memcpy3DParms {
     pub kind: i32,
 }
 
+/// `cudaMemcpy3D[Async]`.
+///
+/// # Safety
+/// A non-null `p` must point to a `cudaMemcpy3DParms` whose host sides are readable (the
+/// source) or writable (the destination) for its extent.
 pub unsafe fn memcpy_3d(p: *const c_void, stream: Option<u64>) -> Result<(), CudaError> {
     if p.is_null() {
         return Err(CudaError::InvalidValue);
     }
+    // SAFETY: not null: a `cudaMemcpy3DParms` (this function's contract), read without
+    // assuming alignment.
     let p = unsafe { (p as *const Memcpy3DParms).read_unaligned() };
     if p.src_array != 0 || p.dst_array != 0 {
         // CUDA arrays are not carried (docs/api-coverage.md).
@@ -268,7 +303,8 @@ pub unsafe fn memcpy_3d(p: *const c_void, stream: Option<u64>) -> Result<(), Cud
     if e.depth > 1 && !(rows_fit(src) && rows_fit(dst)) {
         return Err(CudaError::InvalidValue);
     }
-    copy_3d(dst, src, (e.width as u64, e.height as u64, e.depth as u64), p.kind, stream)
+    // SAFETY: the parameters' host sides as this function's contract gives them.
+    unsafe { copy_3d(dst, src, (e.width as u64, e.height as u64, e.depth as u64), p.kind, stream) }
 }
 
 /// `struct cudaMemcpy3DPeerParms`: the 3D parameters with a device per side and no kind.
@@ -294,6 +330,8 @@ pub unsafe fn memcpy_3d_peer(p: *const c_void, stream: Option<u64>) -> Result<()
     if p.is_null() {
         return Err(CudaError::InvalidValue);
     }
+    // SAFETY: not null: a `cudaMemcpy3DPeerParms` (this function's contract), read without
+    // assuming alignment.
     let q = unsafe { (p as *const Memcpy3DPeerParms).read_unaligned() };
     let devices = runtime::session()?.device_count;
     if !(0..devices).contains(&q.src_device) || !(0..devices).contains(&q.dst_device) {
@@ -309,6 +347,8 @@ pub unsafe fn memcpy_3d_peer(p: *const c_void, stream: Option<u64>) -> Result<()
         extent: q.extent,
         kind: consts::cudaMemcpyDeviceToDevice,
     };
+    // SAFETY: a local `cudaMemcpy3DParms` of a device-to-device copy: neither side is host
+    // memory this process touches.
     unsafe { memcpy_3d(&plain as *const Memcpy3DParms as *const c_void, stream) }
 }
 
@@ -356,11 +396,12 @@ pub fn memcpy_peer(
         return Err(CudaError::InvalidDevice);
     }
     let kind = consts::cudaMemcpyDeviceToDevice;
-    status(unsafe {
-        match stream {
-            None => super::stubs::cudaMemcpy(dst, src, count, kind),
-            Some(s) => super::stubs::cudaMemcpyAsync(dst, src, count, kind, s),
-        }
+    status(match stream {
+        // SAFETY: a device-to-device copy: `cudaMemcpy` dereferences neither pointer in this
+        // process (both travel as device addresses).
+        None => unsafe { super::stubs::cudaMemcpy(dst, src, count, kind) },
+        // SAFETY: as above.
+        Some(s) => unsafe { super::stubs::cudaMemcpyAsync(dst, src, count, kind, s) },
     })
 }
 
@@ -394,6 +435,8 @@ pub unsafe fn pointer_attributes(out: *mut c_void, ptr: *const c_void) -> Result
     bytes[4..8].copy_from_slice(&device.to_ne_bytes());
     bytes[8..16].copy_from_slice(&device_ptr.to_ne_bytes());
     bytes[16..24].copy_from_slice(&host_ptr.to_ne_bytes());
+    // SAFETY: not null (checked above): a `cudaPointerAttributes` of this process's ABI,
+    // `size` writable bytes (this function's contract).
     unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out as *mut u8, size) };
     Ok(())
 }

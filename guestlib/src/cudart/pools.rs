@@ -98,6 +98,8 @@ pub unsafe fn malloc_async(out: *mut *mut c_void, size: usize, pool: Option<u64>
         p.reserved_high = p.reserved_high.max(p.used);
         Ok(())
     })?;
+    // SAFETY: `out` is not null (checked above) and points to a writable value of its type: this
+    // function's contract, which is the export's.
     unsafe { *out = addr as usize as *mut c_void };
     Ok(())
 }
@@ -124,6 +126,8 @@ pub unsafe fn device_default_pool(out: *mut u64, device: i32) -> Result<(), Cuda
     }
     check_device(device)?;
     let h = with(|s| Ok(s.default_of(device)))?;
+    // SAFETY: `out` is not null (checked above) and points to a writable value of its type: this
+    // function's contract, which is the export's.
     unsafe { *out = h };
     Ok(())
 }
@@ -134,6 +138,8 @@ pub unsafe fn device_current_pool(out: *mut u64, device: i32) -> Result<(), Cuda
     }
     check_device(device)?;
     let h = with(|s| Ok(s.current_of(device)))?;
+    // SAFETY: `out` is not null (checked above) and points to a writable value of its type: this
+    // function's contract, which is the export's.
     unsafe { *out = h };
     Ok(())
 }
@@ -155,6 +161,8 @@ pub unsafe fn create_pool(out: *mut u64, props: *const c_void) -> Result<(), Cud
     if out.is_null() || props.is_null() {
         return Err(CudaError::InvalidValue);
     }
+    // SAFETY: not null (checked above): a `cudaMemPoolProps`, whose first four fields are
+    // these ints (this function's contract), read without assuming alignment.
     let words = unsafe { (props as *const [i32; 4]).read_unaligned() };
     let [alloc_type, handle_types, location_type, device] = words;
     // cudaMemAllocationTypePinned, cudaMemHandleTypeNone, cudaMemLocationTypeDevice.
@@ -167,6 +175,8 @@ pub unsafe fn create_pool(out: *mut u64, props: *const c_void) -> Result<(), Cud
     }
     check_device(device)?;
     let h = with(|s| Ok(s.create(device, false)))?;
+    // SAFETY: `out` is not null (checked above) and points to a writable value of its type: this
+    // function's contract, which is the export's.
     unsafe { *out = h };
     Ok(())
 }
@@ -200,11 +210,15 @@ pub unsafe fn set_attribute(pool: u64, attr: i32, value: *const c_void) -> Resul
         let p = s.pool(pool)?;
         match attr {
             REUSE_FOLLOW_EVENT_DEPENDENCIES..=REUSE_ALLOW_INTERNAL_DEPENDENCIES => {
+                // SAFETY: not null (checked above): for these attributes an `int` (this
+                // function's contract, `cudaMemPoolSetAttribute`'s), read unaligned.
                 p.reuse[(attr - 1) as usize] = unsafe { (value as *const i32).read_unaligned() }
             }
+            // SAFETY: not null (checked above): for this attribute a `cuuint64_t`.
             RELEASE_THRESHOLD => p.release_threshold = unsafe { (value as *const u64).read_unaligned() },
             // The high-water marks may only be reset.
             RESERVED_MEM_HIGH | USED_MEM_HIGH => {
+                // SAFETY: not null (checked above): for these attributes a `cuuint64_t`.
                 if unsafe { (value as *const u64).read_unaligned() } != 0 {
                     return Err(CudaError::InvalidValue);
                 }
@@ -228,6 +242,8 @@ pub unsafe fn get_attribute(pool: u64, attr: i32, value: *mut c_void) -> Result<
         let p = *s.pool(pool)?;
         let v64 = match attr {
             REUSE_FOLLOW_EVENT_DEPENDENCIES..=REUSE_ALLOW_INTERNAL_DEPENDENCIES => {
+                // SAFETY: not null (checked above): for these attributes a writable `int` (this
+                // function's contract, `cudaMemPoolGetAttribute`'s).
                 unsafe { (value as *mut i32).write_unaligned(p.reuse[(attr - 1) as usize]) };
                 return Ok(());
             }
@@ -237,6 +253,7 @@ pub unsafe fn get_attribute(pool: u64, attr: i32, value: *mut c_void) -> Result<
             USED_MEM_HIGH => p.used_high,
             _ => return Err(CudaError::InvalidValue),
         };
+        // SAFETY: not null (checked above): for these attributes a writable `cuuint64_t`.
         unsafe { (value as *mut u64).write_unaligned(v64) };
         Ok(())
     })
@@ -255,7 +272,11 @@ pub unsafe fn set_access(pool: u64, list: *const c_void, count: usize) -> Result
     }
     let device = with(|s| s.pool(pool).map(|p| p.device))?;
     for i in 0..count {
-        let [location_type, id, flags] = unsafe { (list as *const [i32; 3]).add(i).read_unaligned() };
+        // SAFETY: `i < count`: within the `count` access descriptors of `list`, not null when
+        // `count > 0` (checked above; this function's contract).
+        let at = unsafe { (list as *const [i32; 3]).add(i) };
+        // SAFETY: a `cudaMemAccessDesc` there (location type, id, flags), read unaligned.
+        let [location_type, id, flags] = unsafe { at.read_unaligned() };
         if location_type != 1 {
             return Err(CudaError::InvalidValue);
         }
@@ -275,11 +296,15 @@ pub unsafe fn get_access(flags: *mut i32, pool: u64, location: *const c_void) ->
         return Err(CudaError::InvalidValue);
     }
     let device = with(|s| s.pool(pool).map(|p| p.device))?;
+    // SAFETY: not null (checked above): a `cudaMemLocation` (this function's contract), read
+    // without assuming alignment.
     let [location_type, id] = unsafe { (location as *const [i32; 2]).read_unaligned() };
     if location_type != 1 {
         return Err(CudaError::InvalidValue);
     }
     check_device(id)?;
+    // SAFETY: `flags` is not null (checked above) and points to a writable value of its type: this
+    // function's contract, which is the export's.
     unsafe { *flags = if id == device { 3 } else { 0 } };
     Ok(())
 }
@@ -293,6 +318,8 @@ pub unsafe fn location_device(location: *const c_void, alloc_type: i32) -> Resul
     if location.is_null() || alloc_type != 1 {
         return Err(CudaError::InvalidValue);
     }
+    // SAFETY: not null (checked above): a `cudaMemLocation` (this function's contract), read
+    // without assuming alignment.
     let [location_type, id] = unsafe { (location as *const [i32; 2]).read_unaligned() };
     if location_type != 1 {
         return Err(CudaError::NotSupported);
