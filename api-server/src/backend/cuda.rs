@@ -400,8 +400,11 @@ impl CudaBackend {
         if !Self::driver_present() {
             return Err(OpenError::NoDriver);
         }
-        // SAFETY: looking a symbol up in the loaded library runs none of its code.
-        let runtime_export = unsafe { sys::culib().get::<unsafe extern "C" fn()>(b"cudaMalloc\0").is_ok() };
+        // SAFETY: the driver's library (present, checked above), loaded once for the
+        // process's life; loading runs its initialisers, which is what using the driver means.
+        let library = unsafe { sys::culib() };
+        // SAFETY: looking a symbol up runs none of the library's code.
+        let runtime_export = unsafe { library.get::<unsafe extern "C" fn()>(b"cudaMalloc\0") }.is_ok();
         if runtime_export {
             // Phos's guest library exports both APIs; NVIDIA's driver has no runtime functions.
             return Err(OpenError::GuestLibrary);
@@ -415,14 +418,15 @@ impl CudaBackend {
         if count == 0 {
             return Err(OpenError::NoGpu);
         }
+        // SAFETY: the driver's library, loaded by `probe` above and kept for the process's life.
+        let library = unsafe { sys::culib() };
         // SAFETY: the symbol is `cuDeviceGetAttribute`, whose C signature this is (with the
         // attribute as a plain integer, see `RawDriver`); the library stays loaded for the
-        // process's life.
-        let get_attribute = unsafe {
-            *sys::culib()
-                .get::<unsafe extern "C" fn(*mut i32, i32, sys::CUdevice) -> i32>(b"cuDeviceGetAttribute\0")
-                .map_err(|_| OpenError::Missing("cuDeviceGetAttribute"))?
-        };
+        // process's life, so the function pointer stays good.
+        let get_attribute = *unsafe {
+            library.get::<unsafe extern "C" fn(*mut i32, i32, sys::CUdevice) -> i32>(b"cuDeviceGetAttribute\0")
+        }
+        .map_err(|_| OpenError::Missing("cuDeviceGetAttribute"))?;
         // Raw: the typed layer has no cuDriverGetVersion.
         let mut driver_version = 0;
         // SAFETY: writes one int.
@@ -484,9 +488,12 @@ impl RawDriver {
         fn get<T: Copy>(name: &str) -> Option<T> {
             let mut sym = name.as_bytes().to_vec();
             sym.push(0);
+            // SAFETY: the driver's library, loaded (`probe`) before a backend is made, and kept
+            // for the process's life.
+            let library = unsafe { sys::culib() };
             // SAFETY: each field's type below is the C signature of the symbol of its name
-            // (enums as plain integers); the library stays loaded for the process's life.
-            unsafe { sys::culib().get::<T>(sym.as_slice()).ok().map(|f| *f) }
+            // (enums as plain integers); the library stays loaded, so the pointer stays good.
+            unsafe { library.get::<T>(sym.as_slice()) }.ok().map(|f| *f)
         }
         macro_rules! need {
             ($name:literal) => {
@@ -616,9 +623,9 @@ impl Devices for CudaBackend {
     fn limit(&self, device: i32, limit: i32) -> Result<u64, CudaError> {
         self.bind(device)?;
         let mut v = 0usize;
-        // SAFETY (here and below): `RawDriver`'s functions have these C signatures, and take
-        // any integer for their enum arguments (answering an unknown one with an error); this
-        // one writes one size.
+        // SAFETY: `RawDriver`'s functions have these C signatures, and take any integer for
+        // their enum arguments (answering an unknown one with an error; so do the raw calls
+        // below); this one writes one size.
         check_raw(unsafe { (self.raw.ctx_get_limit)(&mut v, limit) })?;
         Ok(v as u64)
     }
@@ -732,63 +739,66 @@ impl VirtualMemory for CudaBackend {
         let d = self.device(device)?;
         let prop = allocation_prop(d.ordinal);
         let mut handle: sys::CUmemGenericAllocationHandle = 0;
-        // SAFETY: `[addr, addr + size)` is a free, granularity-aligned part of the session's
+        // `[addr, addr + size)` is a free, granularity-aligned part of the session's
         // reservation (the address space decided); each step is undone if a later one fails.
-        unsafe {
-            check(sys::cuMemCreate(&mut handle, size as usize, &prop, 0))?;
-            if let Err(e) = check(sys::cuMemMap(addr, size as usize, 0, handle, 0)) {
-                sys::cuMemRelease(handle);
-                return Err(e);
-            }
-            let mut access: sys::CUmemAccessDesc = std::mem::zeroed();
-            access.location = prop.location;
-            access.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-            // Every device of the session may read and write it (peer access).
-            let descs: Vec<sys::CUmemAccessDesc> = self
-                .devices
-                .iter()
-                .map(|other| {
-                    let mut a = access;
-                    a.location.id = other.ordinal;
-                    a
-                })
-                .collect();
-            let r = sys::cuMemSetAccess(addr, size as usize, descs.as_ptr(), descs.len());
-            let r = if r != sys::CUresult::CUDA_SUCCESS && descs.len() > 1 {
-                // Without peer access between the GPUs, only the owner maps it.
-                sys::cuMemSetAccess(addr, size as usize, &access, 1)
-            } else {
-                r
-            };
-            if let Err(e) = check(r) {
-                sys::cuMemUnmap(addr, size as usize);
-                sys::cuMemRelease(handle);
-                return Err(e);
-            }
+        // SAFETY: writes the new handle into `handle`; reads `prop`.
+        check(unsafe { sys::cuMemCreate(&mut handle, size as usize, &prop, 0) })?;
+        // SAFETY: maps the new memory into the free range just described.
+        if let Err(e) = check(unsafe { sys::cuMemMap(addr, size as usize, 0, handle, 0) }) {
+            // SAFETY: the handle just made, used by nothing.
+            unsafe { sys::cuMemRelease(handle) };
+            return Err(e);
+        }
+        // SAFETY: all zeros is a valid access descriptor (filled in below).
+        let mut access: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
+        access.location = prop.location;
+        access.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        // Every device of the session may read and write it (peer access).
+        let descs: Vec<sys::CUmemAccessDesc> = self
+            .devices
+            .iter()
+            .map(|other| {
+                let mut a = access;
+                a.location.id = other.ordinal;
+                a
+            })
+            .collect();
+        // SAFETY: reads `descs.len()` descriptors of `descs`; the range was just mapped.
+        let r = unsafe { sys::cuMemSetAccess(addr, size as usize, descs.as_ptr(), descs.len()) };
+        let r = if r != sys::CUresult::CUDA_SUCCESS && descs.len() > 1 {
+            // Without peer access between the GPUs, only the owner maps it.
+            // SAFETY: as above, with the one descriptor `access`.
+            unsafe { sys::cuMemSetAccess(addr, size as usize, &access, 1) }
+        } else {
+            r
+        };
+        if let Err(e) = check(r) {
+            // SAFETY: the range mapped above, which nothing uses yet.
+            unsafe { sys::cuMemUnmap(addr, size as usize) };
+            // SAFETY: the handle made above, now unmapped.
+            unsafe { sys::cuMemRelease(handle) };
+            return Err(e);
         }
         Ok(handle)
     }
 
     fn unmap(&self, addr: u64, size: u64, physical: Physical) -> Result<(), CudaError> {
         // SAFETY: a range `map` mapped with this handle, nothing of the session's using it now.
-        unsafe {
-            check(sys::cuMemUnmap(addr, size as usize))?;
-            check(sys::cuMemRelease(physical))
-        }
+        check(unsafe { sys::cuMemUnmap(addr, size as usize) })?;
+        // SAFETY: the handle of that range, unmapped just now.
+        check(unsafe { sys::cuMemRelease(physical) })
     }
 }
 
 impl Copies for CudaBackend {
     fn memcpy_htod(&self, dst: u64, src: &[u8], stream: Option<StreamRef>) -> Result<(), CudaError> {
-        // SAFETY: the service checked `[dst, dst + len)` against the session's memory. On a
-        // stream, `src` outlives the copy: it is the request's data or a staging slot, and
-        // the caller synchronises before either is reused (the driver stages pageable memory
-        // before it returns).
-        let r = unsafe {
-            match stream {
-                None => result::memcpy_htod_sync(dst, src),
-                Some(s) => result::memcpy_htod_async(dst, src, stream_handle(s)),
-            }
+        let r = match stream {
+            // SAFETY: the service checked `[dst, dst + len)` against the session's memory.
+            None => unsafe { result::memcpy_htod_sync(dst, src) },
+            // SAFETY: as above; `src` outlives the copy: it is the request's data, and the
+            // caller synchronises before it is reused (the driver stages pageable memory
+            // before it returns).
+            Some(s) => unsafe { result::memcpy_htod_async(dst, src, stream_handle(s)) },
         };
         r.map_err(driver)
     }
@@ -811,25 +821,21 @@ impl Copies for CudaBackend {
     }
 
     fn memcpy_dtod(&self, dst: u64, src: u64, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
-        // SAFETY: the service checked both ranges against the session's memory; the stream is
-        // live (or a special one).
-        let r = unsafe {
-            match stream {
-                None => result::memcpy_dtod_sync(dst, src, len as usize),
-                Some(s) => result::memcpy_dtod_async(dst, src, len as usize, stream_handle(s)),
-            }
+        let r = match stream {
+            // SAFETY: the service checked both ranges against the session's memory.
+            None => unsafe { result::memcpy_dtod_sync(dst, src, len as usize) },
+            // SAFETY: as above; the stream is live (or a special one).
+            Some(s) => unsafe { result::memcpy_dtod_async(dst, src, len as usize, stream_handle(s)) },
         };
         r.map_err(driver)
     }
 
     fn memset(&self, dst: u64, value: u8, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError> {
-        // SAFETY: the service checked `[dst, dst + len)` against the session's memory; the
-        // stream is live (or a special one).
-        let r = unsafe {
-            match stream {
-                None => result::memset_d8_sync(dst, value, len as usize),
-                Some(s) => result::memset_d8_async(dst, value, len as usize, stream_handle(s)),
-            }
+        let r = match stream {
+            // SAFETY: the service checked `[dst, dst + len)` against the session's memory.
+            None => unsafe { result::memset_d8_sync(dst, value, len as usize) },
+            // SAFETY: as above; the stream is live (or a special one).
+            Some(s) => unsafe { result::memset_d8_async(dst, value, len as usize, stream_handle(s)) },
         };
         r.map_err(driver)
     }
@@ -900,13 +906,11 @@ impl Copies for CudaBackend {
     ) -> Result<(), CudaError> {
         let (pitch, width, height) = (pitch as usize, width as usize, height as usize);
         // Raw: the typed layer has no 2D sets.
-        // SAFETY: the service checked every row against the session's memory; the stream is
-        // live (or a special one).
-        check(unsafe {
-            match stream {
-                None => sys::cuMemsetD2D8_v2(dst, pitch, value, width, height),
-                Some(s) => sys::cuMemsetD2D8Async(dst, pitch, value, width, height, stream_handle(s)),
-            }
+        check(match stream {
+            // SAFETY: the service checked every row against the session's memory.
+            None => unsafe { sys::cuMemsetD2D8_v2(dst, pitch, value, width, height) },
+            // SAFETY: as above; the stream is live (or a special one).
+            Some(s) => unsafe { sys::cuMemsetD2D8Async(dst, pitch, value, width, height, stream_handle(s)) },
         })
     }
 }
@@ -952,16 +956,16 @@ impl HostMemory for CudaBackend {
         const PORTABLE_MAPPED: u32 = 0x1 | 0x2;
         let p = addr as *mut c_void;
         // SAFETY: whole pages of the guest's arena mapped in this process, handed out by the
-        // server; unregistered again if the device pointer cannot be had.
-        unsafe {
-            check(sys::cuMemHostRegister_v2(p, len as usize, PORTABLE_MAPPED))?;
-            let mut device = 0;
-            if let Err(e) = check(sys::cuMemHostGetDevicePointer_v2(&mut device, p, 0)) {
-                sys::cuMemHostUnregister(p);
-                return Err(e);
-            }
-            Ok(device)
+        // server; registering reads and writes none of them.
+        check(unsafe { sys::cuMemHostRegister_v2(p, len as usize, PORTABLE_MAPPED) })?;
+        let mut device = 0;
+        // SAFETY: writes one device address into `device`; `p` was just registered.
+        if let Err(e) = check(unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, p, 0) }) {
+            // SAFETY: the range just registered, which nothing uses yet.
+            unsafe { sys::cuMemHostUnregister(p) };
+            return Err(e);
         }
+        Ok(device)
     }
 
     fn unregister_host(&self, addr: u64) {
@@ -980,18 +984,20 @@ impl HostMemory for CudaBackend {
         stream: Option<StreamRef>,
     ) -> Result<(), CudaError> {
         let (h, n) = (host as *mut c_void, len as usize);
-        // SAFETY: the service checked the device range and that `[host, host + len)` lies in
-        // one registered allocation of the mapped arena, which outlives queued copies, or in
-        // a staging slot, mapped while its channel lives and synchronised before it is reused.
+        // The service checked the device range and that `[host, host + len)` lies in one
+        // registered allocation of the mapped arena, which outlives queued copies, or in a
+        // staging slot, mapped while its channel lives and synchronised before it is reused.
         // Only the driver touches the host memory.
-        unsafe {
-            check(match (to_device, stream) {
-                (true, None) => sys::cuMemcpyHtoD_v2(device, h, n),
-                (true, Some(s)) => sys::cuMemcpyHtoDAsync_v2(device, h, n, stream_handle(s)),
-                (false, None) => sys::cuMemcpyDtoH_v2(h, device, n),
-                (false, Some(s)) => sys::cuMemcpyDtoHAsync_v2(h, device, n, stream_handle(s)),
-            })
-        }
+        check(match (to_device, stream) {
+            // SAFETY: as above.
+            (true, None) => unsafe { sys::cuMemcpyHtoD_v2(device, h, n) },
+            // SAFETY: as above, on a live stream (or a special one).
+            (true, Some(s)) => unsafe { sys::cuMemcpyHtoDAsync_v2(device, h, n, stream_handle(s)) },
+            // SAFETY: as above.
+            (false, None) => unsafe { sys::cuMemcpyDtoH_v2(h, device, n) },
+            // SAFETY: as above, on a live stream (or a special one).
+            (false, Some(s)) => unsafe { sys::cuMemcpyDtoHAsync_v2(h, device, n, stream_handle(s)) },
+        })
     }
 }
 
