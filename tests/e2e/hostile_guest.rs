@@ -2,8 +2,10 @@
 //! server keeps serving the session (and nothing leaks to another session).
 
 use std::io::Write;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use phos_protocol::cudart::*;
+use phos_protocol::shared::SharedRegion;
 use phos_protocol::{CudaError, Ptr};
 use phos_tests::{RawGuest, TestRouter};
 
@@ -457,29 +459,22 @@ fn a_guest_that_corrupts_its_shared_rings_ends_only_that_channel() {
     let fd = &fds[0];
     // Sealed: the guest cannot shrink either file under the router's or the server's mapping.
     for f in &fds {
+        // SAFETY: a plain system call on an open descriptor.
         assert_ne!(unsafe { libc::ftruncate(f.as_raw_fd(), 4096) }, 0, "the regions must be sealed");
     }
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    assert_eq!(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) }, 0);
-    let len = st.st_size as usize;
-    let base = unsafe {
-        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
-    };
-    assert_ne!(base, libc::MAP_FAILED);
+    let region = SharedRegion::attach(fd, 4096, 1 << 31).expect("the ring region maps");
     // The guest -> router ring's control is at 2048, its producer index first: claim far
     // more bytes than the ring holds, and wake the router.
-    unsafe {
-        let tail = (base as *mut u8).add(2048) as *mut u64;
-        std::ptr::write_volatile(tail, 1 << 40);
-        let seq = (base as *mut u8).add(2048 + 8) as *mut u32;
-        std::ptr::write_volatile(seq, 77);
-        libc::syscall(libc::SYS_futex, seq, libc::FUTEX_WAKE, 1);
-    }
+    region.atomics::<AtomicU64>(2048).store(1 << 40, Ordering::SeqCst);
+    let seq = region.atomics::<AtomicU32>(2048 + 8);
+    seq.store(77, Ordering::SeqCst);
+    // SAFETY: FUTEX_WAKE only uses the word's address to find sleepers.
+    unsafe { libc::syscall(libc::SYS_futex, seq.as_ptr(), libc::FUTEX_WAKE, 1) };
     // The router drops the channel: its socket closes.
     let mut byte = [0u8; 1];
     stream.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
     assert_eq!(std::io::Read::read(&mut &stream, &mut byte).unwrap(), 0, "the router closes the channel");
-    unsafe { libc::munmap(base, len) };
+    drop(region);
     // The session's first channel works, its memory untouched; new sessions open.
     g.call(&CudaMemsetRequest { devPtr: buf, value: 1, count: 4096 }).unwrap();
     g.call(&CudaFreeRequest { devPtr: buf }).unwrap();
@@ -634,14 +629,17 @@ fn graph_nodes_are_checked() {
 /// within the allocations it made, frees only those, and keeps the first arena it mapped.
 #[test]
 fn the_pinned_arena_is_checked() {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::fd::{FromRawFd, OwnedFd};
 
     use phos_protocol::host_arena::{self, BASE};
 
     let router = TestRouter::start("emu");
     // A file that is not sealed is refused before a session starts.
-    let unsealed = unsafe { OwnedFd::from_raw_fd(libc::memfd_create(c"x".as_ptr(), libc::MFD_CLOEXEC)) };
-    assert_eq!(unsafe { libc::ftruncate(unsealed.as_raw_fd(), 4 << 20) }, 0);
+    // SAFETY: a plain system call with a NUL-terminated name.
+    let raw = unsafe { libc::memfd_create(c"x".as_ptr(), libc::MFD_CLOEXEC) };
+    // SAFETY: just created, owned by nobody else.
+    let unsealed = unsafe { OwnedFd::from_raw_fd(raw) };
+    std::fs::File::from(unsealed.try_clone().unwrap()).set_len(4 << 20).unwrap();
     let refused = RawGuest::connect_shm(&router.socket(), None, Some(&unsealed)).err().expect("refused");
     assert!(refused.contains("bad pinned arena"), "{refused}");
 
@@ -652,9 +650,8 @@ fn the_pinned_arena_is_checked() {
     assert_eq!(a.device, a.host, "emu reaches pinned memory at its own address");
     // What the guest writes into its file, the server copies to the device, and back.
     let pattern: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
-    let wrote =
-        unsafe { libc::pwrite(arena.as_raw_fd(), pattern.as_ptr().cast(), 5000, (a.host - BASE) as libc::off_t) };
-    assert_eq!(wrote, 5000);
+    std::os::unix::fs::FileExt::write_all_at(&std::fs::File::from(arena.try_clone().unwrap()), &pattern, a.host - BASE)
+        .unwrap();
     let dev = malloc(&mut g, 8192);
     let pinned = |device, host, count, direction| PhosMemcpyPinnedRequest {
         device,

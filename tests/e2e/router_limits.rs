@@ -122,12 +122,15 @@ fn a_low_process_limit_costs_only_the_connections_it_refuses() {
     let limit = 60;
     let mut router = ChildRouter::start(BOB, move || {
         set_limit(libc::RLIMIT_NPROC, limit)?;
-        // SAFETY: setgid/setuid have no memory effects; in the child before exec.
-        unsafe {
-            libc::setgroups(0, std::ptr::null());
-            if libc::setgid(NOBODY) != 0 || libc::setuid(NOBODY) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+        // SAFETY: an empty list: setgroups reads nothing. In the child before exec.
+        unsafe { libc::setgroups(0, std::ptr::null()) };
+        // SAFETY: setgid has no memory effects.
+        if unsafe { libc::setgid(NOBODY) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: setuid has no memory effects.
+        if unsafe { libc::setuid(NOBODY) } != 0 {
+            return Err(std::io::Error::last_os_error());
         }
         Ok(())
     });

@@ -75,6 +75,7 @@ fn a_guest_killed_during_a_staged_copy_leaves_the_router_serving() {
     std::thread::sleep(Duration::from_millis(100));
     // The program, not phosctl: phosctl waits for it.
     let program = router.router.sessions().first().expect("a session").pid;
+    // SAFETY: sends a signal; touches no memory of this process.
     unsafe { libc::kill(program as i32, libc::SIGKILL) };
     let _ = child.wait();
     // Another guest gets a session and works.
@@ -104,6 +105,7 @@ fn a_program_whose_server_dies_fails_promptly() {
         })
         .expect("the session's API server");
     let killed = std::time::Instant::now();
+    // SAFETY: sends a signal; touches no memory of this process.
     unsafe { libc::kill(server, libc::SIGKILL) };
     let status = child.wait().unwrap();
     assert!(!status.success());
