@@ -71,8 +71,10 @@ pub fn sealed_memfd(name: &CStr, len: u64) -> io::Result<OwnedFd> {
 pub fn sealed_len(fd: &OwnedFd, seals: libc::c_int) -> io::Result<u64> {
     // SAFETY: plain system call on an open descriptor; no memory is touched.
     let have = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-    if have < 0 || have & (seals | libc::F_SEAL_SHRINK) != seals | libc::F_SEAL_SHRINK {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "not sealed against resizing"));
+    let seals = seals | libc::F_SEAL_SHRINK;
+    if have < 0 || have & seals != seals {
+        let what = if seals & libc::F_SEAL_GROW != 0 { "resizing" } else { "shrinking" };
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("not sealed against {what}")));
     }
     Ok(fstat(fd)?.st_size as u64)
 }

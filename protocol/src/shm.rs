@@ -6,7 +6,7 @@
 //! are written into them exactly as onto a socket, so
 //! [`read_frame`](crate::transport::read_frame) and
 //! [`write_frame`](crate::transport::write_frame) serve both. The rings' protocol (who
-//! writes which word, with which ordering, and how a side sleeps) is [`crate::ring`]'s.
+//! writes which word, with which ordering, and how a side sleeps) is `ring.rs`'s.
 //!
 //! Layout (little-endian, offsets in bytes):
 //!
