@@ -3,8 +3,8 @@
 #               program through Phos (on the GPU where there is one, else on the emu backend)
 #               and say what happened
 #   make test   set up what is missing (scripts/setup.sh test), then everything CI checks:
-#               formatting, clippy, the unit tests, and the end-to-end tests with real
-#               nvcc-built programs
+#               formatting, clippy, the unit tests, the end-to-end tests with real
+#               nvcc-built programs, and the ring protocol's model checking (make loom)
 # scripts/setup.sh installs missing tools with apt (as root or through sudo), or stops and
 # prints the commands to run; it is silent when everything is there.
 
