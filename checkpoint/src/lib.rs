@@ -36,6 +36,7 @@
 
 pub mod engine;
 mod format;
+pub mod parallel;
 pub mod report;
 pub mod sink;
 pub mod stream;
@@ -43,9 +44,12 @@ pub mod stream;
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub use engine::CrError;
 pub use format::*;
+use parallel::MappedFile;
+pub use parallel::{ChunkReader, ChunkStore};
 pub use sink::{ChunkHead, ImageSink, ImageSource, copy_image};
 pub use stream::{StreamReader, StreamWriter};
 
@@ -145,6 +149,8 @@ pub struct ImageWriter {
     stored_bytes: u64,
     /// The manifest's head, when written through [`ImageSink`].
     head: Option<Manifest>,
+    /// The memory file mapped for writers on several threads ([`ImageSink::parallel`]).
+    mapped: Option<Arc<MappedFile>>,
 }
 
 impl ImageWriter {
@@ -153,7 +159,9 @@ impl ImageWriter {
         // An old manifest must not survive next to new memory.
         let _ = std::fs::remove_file(dir.join(MANIFEST_FILE));
         let path = dir.join(MEMORY_FILE);
-        let memory = File::create(&path).map_err(io_err(&path))?;
+        // Readable too: a memory file written by several threads is mapped, which needs both.
+        let memory =
+            File::options().read(true).write(true).create(true).truncate(true).open(&path).map_err(io_err(&path))?;
         Ok(ImageWriter {
             dir: dir.to_path_buf(),
             memory: BufWriter::with_capacity(1 << 20, memory),
@@ -163,6 +171,7 @@ impl ImageWriter {
             regions: Vec::new(),
             stored_bytes: 0,
             head: None,
+            mapped: None,
         })
     }
 
@@ -222,6 +231,19 @@ impl ImageWriter {
 
     fn finish_with(&mut self, mut manifest: Manifest) -> Result<ImageSummary, ImageError> {
         let mpath = self.dir.join(MEMORY_FILE);
+        if let Some(mapped) = self.mapped.take() {
+            // Every writer is done (the engine joined them): unmap, and cut the file to what
+            // was stored. Chunks came in the order they finished; tables list them in order.
+            let mapped = Arc::try_unwrap(mapped)
+                .map_err(|_| ImageError::Corrupted("the memory file is still being written".into()))?;
+            let used = mapped.used();
+            drop(mapped);
+            self.memory.get_ref().set_len(used).map_err(io_err(&mpath))?;
+            self.offset = used;
+            for r in &mut self.regions {
+                r.chunks.sort_by_key(|c| c.offset);
+            }
+        }
         self.memory.flush().map_err(io_err(&mpath))?;
         self.memory.get_ref().sync_all().map_err(io_err(&mpath))?;
         for r in &self.regions {
@@ -275,6 +297,36 @@ pub enum PreparedChunk {
 }
 
 /// Prepare a chunk for [`ImageWriter::add_prepared`].
+impl ImageWriter {
+    /// Starts the parallel writing of [`ImageSink::parallel`]: the memory file mapped with
+    /// room for `capacity` bytes, every region of the head begun.
+    pub(crate) fn start_parallel(&mut self, capacity: u64) -> Result<Arc<MappedFile>, ImageError> {
+        let head = self.head.as_ref().ok_or_else(|| ImageError::Corrupted("no manifest head".into()))?;
+        if self.offset != 0 || !self.regions.is_empty() || self.mapped.is_some() {
+            return Err(ImageError::Corrupted("parallel writing of an image already started".into()));
+        }
+        let path = self.dir.join(MEMORY_FILE);
+        self.memory.flush().map_err(io_err(&path))?;
+        let mapped = Arc::new(MappedFile::new(self.memory.get_ref(), &path, 0, capacity)?);
+        for r in head.memory.clone() {
+            self.begin_region(r.addr, r.size, r.device, r.kind);
+        }
+        self.mapped = Some(mapped.clone());
+        Ok(mapped)
+    }
+
+    /// A chunk stored through the mapping, entered in region `region`'s table.
+    pub(crate) fn enter_stored(&mut self, region: usize, chunk: Chunk) -> Result<(), ImageError> {
+        let r = self.regions.get_mut(region).ok_or_else(|| ImageError::Corrupted(format!("no region {region}")))?;
+        if chunk.offset.checked_add(chunk.len).is_none_or(|end| end > r.size) {
+            return Err(ImageError::Corrupted(format!("chunk past the end of region {:#x}", r.addr)));
+        }
+        self.stored_bytes += chunk.stored;
+        r.chunks.push(chunk);
+        Ok(())
+    }
+}
+
 pub fn prepare_chunk(data: &[u8], compression: Compression) -> Result<PreparedChunk, ImageError> {
     if is_zero(data) {
         return Ok(PreparedChunk::Zero);
@@ -439,6 +491,10 @@ impl Image {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    pub(crate) fn memory_file(&self) -> &File {
+        &self.memory
     }
 
     /// The contents of one chunk, checked, into `out` (resized to the chunk's length).
