@@ -119,6 +119,7 @@ mod ir;
 mod lower;
 mod machine;
 mod printf;
+mod texture;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -128,6 +129,10 @@ use crate::ast::{Module, StateSpace};
 use ir::Func;
 use lower::{LowerError, RelocTarget, SharedVar};
 use machine::{Ctx, Fault, Worker};
+pub use texture::{
+    AddressMode, ArrayDesc, ArrayKind, ChannelFormat, ChannelType, FilterMode, Level, NoResources, ReadMode, Resource,
+    ResourceTable, Resources, Surface, Texture, TextureDesc, TextureError,
+};
 
 /// Generic-address window of shared memory (top byte 0xF1).
 pub const SHARED_WINDOW: u64 = 0xF100_0000_0000_0000;
@@ -204,6 +209,8 @@ pub enum ExecError {
     Unsupported { kernel: String, instruction: String, line: u32 },
     #[error("kernel `{kernel}`: illegal address {address:#x} at PTX line {line}")]
     IllegalAddress { kernel: String, line: u32, address: u64 },
+    #[error("kernel `{kernel}`: {handle:#x} is not a {} object (PTX line {line})", if *surface { "surface" } else { "texture" })]
+    InvalidHandle { kernel: String, line: u32, handle: u64, surface: bool },
     #[error("kernel `{kernel}`: misaligned address {address:#x} at PTX line {line}")]
     MisalignedAddress { kernel: String, line: u32, address: u64 },
     #[error("kernel `{kernel}`: trap at PTX line {line}")]
@@ -228,7 +235,7 @@ impl ExecError {
         match self {
             ExecError::NotFound(_) => 500,
             ExecError::Unsupported { .. } => 801,
-            ExecError::IllegalAddress { .. } => 700,
+            ExecError::IllegalAddress { .. } | ExecError::InvalidHandle { .. } => 700,
             ExecError::MisalignedAddress { .. } => 716,
             ExecError::Trap { .. } | ExecError::StackOverflow { .. } | ExecError::LaunchFailure { .. } => 719,
             ExecError::Assert { .. } => 710,
@@ -433,6 +440,8 @@ fn fault_error(kernel: &str, f: Fault, line: u32, limit: u64) -> ExecError {
         Fault::Deadlock => ExecError::Deadlock { kernel, line },
         Fault::BadCall(reason) => ExecError::LaunchFailure { kernel, line, reason },
         Fault::Timeout => ExecError::Timeout { kernel, line, limit },
+        Fault::BadHandle { handle, surface } => ExecError::InvalidHandle { kernel, line, handle, surface },
+        Fault::SurfaceTrap(reason) => ExecError::LaunchFailure { kernel, line, reason },
     }
 }
 
@@ -468,6 +477,20 @@ pub fn run_with(
     kernel: &str,
     launch: &Launch,
     memory: &dyn GlobalMemory,
+    printf_out: &mut Vec<u8>,
+    options: &RunOptions,
+) -> Result<Stats, ExecError> {
+    run_with_resources(program, kernel, launch, memory, &NoResources, printf_out, options)
+}
+
+/// [`run_with`] for a kernel that may use texture and surface objects: `resources` resolves their handles. Texels
+/// are read and written at the addresses the descriptors give, checked against `memory` like any global access.
+pub fn run_with_resources(
+    program: &Program,
+    kernel: &str,
+    launch: &Launch,
+    memory: &dyn GlobalMemory,
+    resources: &dyn Resources,
     printf_out: &mut Vec<u8>,
     options: &RunOptions,
 ) -> Result<Stats, ExecError> {
@@ -516,6 +539,7 @@ pub fn run_with(
         shared_size: shared_total.max(layout.static_size) as u32,
         dyn_smem: launch.dynamic_shared,
         memory,
+        resources,
         workers: workers.max(1) as u32,
         abort: AtomicBool::new(false),
         limit,

@@ -1,0 +1,998 @@
+//! Texture and surface instructions on the interpreter. CUDA programs (`tests/exec_data/textures.cu`, `surfaces.cu`)
+//! compiled with nvcc sample texture objects and read and write surface objects built here, and every result is
+//! checked against a host reference written from the CUDA Programming Guide's texture-fetching rules (nearest-point
+//! sampling, linear filtering with 8-bit fractional weights, the addressing modes, normalized-float reads). When
+//! `tests/exec_data/texture_probe_h100.txt` exists, the cases `texture_probe.cu` ran on an H100 are replayed and
+//! compared bit for bit.
+
+#![allow(clippy::needless_range_loop)] // results are checked index by index
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use phos_ptx::exec::{
+    AddressMode, ArrayDesc, ArrayKind, ChannelFormat, ChannelType, ExecError, FilterMode, Level, ReadMode, Resource,
+    ResourceTable, Texture, TextureDesc,
+};
+
+/// One lookup's inputs, as `textures.cu` declares them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct Coord {
+    x: f32,
+    y: f32,
+    z: f32,
+    layer: i32,
+    lod: f32,
+    dx: [f32; 2],
+    dy: [f32; 2],
+    comp: i32,
+}
+
+fn at(x: f32, y: f32) -> Coord {
+    Coord { x, y, ..Coord::default() }
+}
+
+// ----- images in host memory -----
+
+/// An image in host buffers, one per level, with padded rows and slices so that pitches matter.
+struct TestImage {
+    format: ChannelFormat,
+    kind: ArrayKind,
+    layers: u32,
+    levels: Vec<(Buf, Level)>,
+}
+
+impl TestImage {
+    /// Channel `ch` of texel `(x, y, z)` of `layer` at `level` holds the raw bits `f(level, layer, x, y, z, ch)`.
+    fn new(
+        format: ChannelFormat,
+        kind: ArrayKind,
+        extent: [u32; 3],
+        layers: u32,
+        nlevels: u32,
+        f: impl Fn(u32, u32, u32, u32, u32, u32) -> u32,
+    ) -> TestImage {
+        let esize = format.element_size() as u64;
+        let csize = format.ty.bytes() as usize;
+        let mut levels = Vec::new();
+        for lv in 0..nlevels {
+            let dim = |k: usize| (extent[k] >> lv).max(1);
+            let (w, h, d) = (dim(0), dim(1), dim(2));
+            let row_pitch = (w as u64 * esize).next_multiple_of(16) + 16;
+            let slice_pitch = row_pitch * h as u64 + 32;
+            let mut buf = Buf::zeroed((slice_pitch * (d * layers) as u64) as usize);
+            let base = buf.addr();
+            let bytes = buf.bytes_mut();
+            for l in 0..layers {
+                for z in 0..d {
+                    for y in 0..h {
+                        for x in 0..w {
+                            let off =
+                                ((l * d + z) as u64 * slice_pitch + y as u64 * row_pitch + x as u64 * esize) as usize;
+                            for ch in 0..format.channels as u32 {
+                                let v = f(lv, l, x, y, z, ch).to_le_bytes();
+                                let o = off + ch as usize * csize;
+                                bytes[o..o + csize].copy_from_slice(&v[..csize]);
+                            }
+                        }
+                    }
+                }
+            }
+            levels.push((buf, Level { base, width: w, height: h, depth: d, row_pitch, slice_pitch }));
+        }
+        TestImage { format, kind, layers, levels }
+    }
+
+    fn desc(&self) -> ArrayDesc {
+        ArrayDesc {
+            format: self.format,
+            kind: self.kind,
+            layers: self.layers,
+            levels: self.levels.iter().map(|(_, l)| *l).collect(),
+        }
+    }
+
+    /// The raw channels of a texel, read back from the buffer.
+    fn raw(&self, lv: usize, layer: u32, x: u32, y: u32, z: u32) -> [u32; 4] {
+        let (buf, l) = &self.levels[lv];
+        let esize = self.format.element_size() as u64;
+        let csize = self.format.ty.bytes() as usize;
+        let off = ((layer * l.depth + z) as u64 * l.slice_pitch + y as u64 * l.row_pitch + x as u64 * esize) as usize;
+        let mut out = [0u32; 4];
+        for ch in 0..self.format.channels as usize {
+            let mut b = [0u8; 4];
+            b[..csize].copy_from_slice(&buf.bytes()[off + ch * csize..off + (ch + 1) * csize]);
+            out[ch] = u32::from_le_bytes(b);
+        }
+        out
+    }
+
+    fn bufs(&self) -> Vec<&Buf> {
+        self.levels.iter().map(|(b, _)| b).collect()
+    }
+}
+
+fn fmt(ty: ChannelType, channels: u8) -> ChannelFormat {
+    ChannelFormat::new(ty, channels).unwrap()
+}
+
+fn desc(address: [AddressMode; 3], filter: FilterMode, read: ReadMode, normalized: bool) -> TextureDesc {
+    TextureDesc {
+        address,
+        filter,
+        read,
+        normalized_coords: normalized,
+        border_color: [0.25, -2.0, 7.5, 1e9],
+        ..TextureDesc::default()
+    }
+}
+
+// ----- the reference, from the CUDA Programming Guide -----
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum G {
+    D1,
+    D2,
+    D3,
+    L1,
+    L2,
+    Cube,
+    LCube,
+}
+
+/// A texture as the reference sees it: the image (or linear memory) and the description.
+struct Ref<'a> {
+    img: &'a TestImage,
+    d: TextureDesc,
+    mipmapped: bool,
+}
+
+impl Ref<'_> {
+    fn returns_float(&self) -> bool {
+        self.img.format.ty.is_float() || self.d.read == ReadMode::NormalizedFloat
+    }
+
+    /// A texel as the texture returns it: floats (as bits) or integers; missing channels are (0, 0, 0, 1).
+    fn texel(&self, lv: usize, layer: u32, x: u32, y: u32, z: u32) -> [u32; 4] {
+        let raw = self.img.raw(lv, layer, x, y, z);
+        let f = self.img.format;
+        let norm = self.d.read == ReadMode::NormalizedFloat;
+        let mut out = [0, 0, 0, if self.returns_float() { 1f32.to_bits() } else { 1 }];
+        for ch in 0..f.channels as usize {
+            let r = raw[ch];
+            out[ch] = match f.ty {
+                ChannelType::F32 => r,
+                ChannelType::F16 => half_to_f32(r as u16).to_bits(),
+                // Unsigned n-bit integers map to [0, 1] as x / (2^n - 1), signed ones to [-1, 1] as x / (2^(n-1) - 1)
+                // (the most negative value also reads -1).
+                ChannelType::U8 if norm => {
+                    let v = r as f32 / 255.0;
+                    if self.d.srgb && ch < 3 { srgb(v) } else { v }.to_bits()
+                }
+                ChannelType::U16 if norm => (r as f32 / 65535.0).to_bits(),
+                ChannelType::S8 if norm => f32::max(r as u8 as i8 as f32 / 127.0, -1.0).to_bits(),
+                ChannelType::S16 if norm => f32::max(r as u16 as i16 as f32 / 32767.0, -1.0).to_bits(),
+                ChannelType::S8 => r as u8 as i8 as i32 as u32,
+                ChannelType::S16 => r as u16 as i16 as i32 as u32,
+                _ => r,
+            };
+        }
+        out
+    }
+
+    fn border(&self) -> [u32; 4] {
+        self.d.border_color.map(f32::to_bits)
+    }
+
+    /// Texel index for integer coordinate `i` along a dimension of `n` texels, or None for the border.
+    fn wrap(&self, i: i64, n: u32, mode: AddressMode, normalized: bool) -> Option<u32> {
+        let n = n as i64;
+        let mode = if normalized || mode == AddressMode::Border { mode } else { AddressMode::Clamp };
+        match mode {
+            AddressMode::Clamp => Some(i.max(0).min(n - 1) as u32),
+            AddressMode::Border => (i >= 0 && i < n).then_some(i as u32),
+            AddressMode::Wrap => Some((((i % n) + n) % n) as u32),
+            AddressMode::Mirror => {
+                // OpenGL's mirrored repeat: (n - 1) - mirror((i mod 2n) - n), mirror(a) = a >= 0 ? a : -(1 + a).
+                let a = (((i % (2 * n)) + 2 * n) % (2 * n)) - n;
+                let m = if a >= 0 { a } else { -(1 + a) };
+                Some((n - 1 - m) as u32)
+            }
+        }
+    }
+
+    /// One level: nearest point or linear filtering over `dims` dimensions.
+    fn level(&self, dims: usize, lv: usize, layer: u32, pos: [f32; 3], normalized: bool) -> [u32; 4] {
+        let l = &self.img.levels[lv].1;
+        let size = [l.width, l.height, l.depth];
+        // Texel-space coordinates; a NaN coordinate reads as 0.
+        let u: Vec<f32> = (0..dims)
+            .map(|k| {
+                let c = if pos[k].is_nan() { 0.0 } else { pos[k] };
+                if normalized { c * size[k] as f32 } else { c }
+            })
+            .collect();
+        if self.d.filter == FilterMode::Point || !self.returns_float() {
+            let mut idx = [0u32; 3];
+            for k in 0..dims {
+                match self.wrap(u[k].floor() as i64, size[k], self.d.address[k], normalized) {
+                    Some(i) => idx[k] = i,
+                    None => return self.border(),
+                }
+            }
+            return self.texel(lv, layer, idx[0], idx[1], idx[2]);
+        }
+        // tex(x) = (1 - a) T[i] + a T[i + 1] with i = floor(x - 0.5), a = frac(x - 0.5) in 1.8 fixed point.
+        let mut lo = [0i64; 3];
+        let mut a = [0f64; 3];
+        for k in 0..dims {
+            let xb = u[k] - 0.5;
+            lo[k] = xb.floor() as i64;
+            let frac = xb - xb.floor();
+            a[k] = if frac.is_nan() { 0.0 } else { (frac as f64 * 256.0).round() / 256.0 };
+        }
+        let mut acc = [0f64; 4];
+        for corner in 0..(1 << dims) {
+            let mut w = 1f64;
+            let mut idx = [0u32; 3];
+            let mut inside = true;
+            for k in 0..dims {
+                let up = corner >> k & 1;
+                w *= if up == 1 { a[k] } else { 1.0 - a[k] };
+                match self.wrap(lo[k].saturating_add(up), size[k], self.d.address[k], normalized) {
+                    Some(i) => idx[k] = i,
+                    None => inside = false,
+                }
+            }
+            if w == 0.0 {
+                continue;
+            }
+            let t = if inside { self.texel(lv, layer, idx[0], idx[1], idx[2]) } else { self.border() };
+            for ch in 0..4 {
+                acc[ch] += w * f32::from_bits(t[ch]) as f64;
+            }
+        }
+        acc.map(|v| (v as f32).to_bits())
+    }
+
+    /// The whole lookup of `textures.cu`'s kernels.
+    fn sample(&self, g: G, c: &Coord) -> [u32; 4] {
+        let layers = self.img.layers;
+        let clamp_layer = |l: u32| l.min(layers - 1);
+        let (dims, layer, pos, normalized) = match g {
+            G::D1 => (1, 0, [c.x, 0.0, 0.0], self.d.normalized_coords),
+            G::D2 => (2, 0, [c.x, c.y, 0.0], self.d.normalized_coords),
+            G::D3 => (3, 0, [c.x, c.y, c.z], self.d.normalized_coords),
+            G::L1 => (1, clamp_layer(c.layer as u32), [c.x, 0.0, 0.0], self.d.normalized_coords),
+            G::L2 => (2, clamp_layer(c.layer as u32), [c.x, c.y, 0.0], self.d.normalized_coords),
+            G::Cube | G::LCube => {
+                let (face, s, t) = cube(c.x, c.y, c.z);
+                let cube = if g == G::LCube { (c.layer as u32).min(layers / 6 - 1) } else { 0 };
+                (2, cube * 6 + face, [s, t, 0.0], true)
+            }
+        };
+        if !self.mipmapped {
+            return self.level(dims, 0, layer, pos, normalized);
+        }
+        // Level of detail: the given one plus the bias, clamped, then the nearest level or a blend of two.
+        let n = self.img.levels.len();
+        let lambda = (c.lod + self.d.mipmap_level_bias)
+            .max(self.d.min_mipmap_level_clamp)
+            .min(self.d.max_mipmap_level_clamp)
+            .clamp(0.0, (n - 1) as f32);
+        if self.d.mipmap_filter == FilterMode::Point {
+            let lv = if lambda - lambda.floor() <= 0.5 { lambda.floor() } else { lambda.ceil() } as usize;
+            return self.level(dims, lv, layer, pos, normalized);
+        }
+        let lo = lambda.floor() as usize;
+        let w = ((lambda - lambda.floor()) as f64 * 256.0).round() / 256.0;
+        let a = self.level(dims, lo, layer, pos, normalized);
+        if w == 0.0 || lo + 1 >= n {
+            return a;
+        }
+        let b = self.level(dims, lo + 1, layer, pos, normalized);
+        std::array::from_fn(|k| (f32::from_bits(a[k]) as f64 * (1.0 - w) + f32::from_bits(b[k]) as f64 * w) as f32)
+            .map(f32::to_bits)
+    }
+
+    /// `tex2Dgather`: component `comp` of T[i, j+1], T[i+1, j+1], T[i+1, j], T[i, j], i = floor(x - 0.5).
+    fn gather(&self, c: &Coord) -> [u32; 4] {
+        let l = &self.img.levels[0].1;
+        let norm = self.d.normalized_coords;
+        let tx = |v: f32, n: u32| if norm { v * n as f32 } else { v };
+        let i = (tx(c.x, l.width) - 0.5).floor() as i64;
+        let j = (tx(c.y, l.height) - 0.5).floor() as i64;
+        [(0, 1), (1, 1), (1, 0), (0, 0)].map(|(di, dj)| {
+            let x = self.wrap(i + di, l.width, self.d.address[0], norm);
+            let y = self.wrap(j + dj, l.height, self.d.address[1], norm);
+            let t = match (x, y) {
+                (Some(x), Some(y)) => self.texel(0, 0, x, y, 0),
+                _ => self.border(),
+            };
+            t[c.comp as usize]
+        })
+    }
+}
+
+/// The cubemap face of a direction and the face coordinates, from the Programming Guide's table.
+fn cube(x: f32, y: f32, z: f32) -> (u32, f32, f32) {
+    let (ax, ay, az) = (x.abs(), y.abs(), z.abs());
+    let (face, m, s, t) = if ax >= ay && ax >= az {
+        if x >= 0.0 { (0, x, -z, -y) } else { (1, -x, z, -y) }
+    } else if ay >= az {
+        if y >= 0.0 { (2, y, x, z) } else { (3, -y, x, -z) }
+    } else if z >= 0.0 {
+        (4, z, x, -y)
+    } else {
+        (5, -z, -x, -y)
+    };
+    (face, (s / m + 1.0) / 2.0, (t / m + 1.0) / 2.0)
+}
+
+fn half_to_f32(h: u16) -> f32 {
+    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let e = (h >> 10 & 0x1f) as i32;
+    let m = (h & 0x3ff) as f32;
+    sign * match e {
+        0 => m * 2f32.powi(-24),
+        31 if m == 0.0 => f32::INFINITY,
+        31 => f32::NAN,
+        _ => (1.0 + m / 1024.0) * 2f32.powi(e - 15),
+    }
+}
+
+fn srgb(c: f32) -> f32 {
+    let c = c as f64;
+    (if c <= 0.04045 { c / 12.92 } else { ((c + 0.055) / 1.055).powf(2.4) }) as f32
+}
+
+// ----- running lookups -----
+
+/// Components a kernel stores: `_f1` one float, `_uc4` four bytes, the others four 32-bit values.
+fn components(kernel: &str) -> (usize, usize) {
+    if kernel.ends_with("_f1") {
+        (1, 4)
+    } else if kernel.ends_with("_uc4") {
+        (4, 1)
+    } else {
+        (4, 4)
+    }
+}
+
+/// Runs `kernel` on `coords` with texture handle 7 and returns each lookup's components (bytes widened).
+fn run_lookups(m: &Loaded, kernel: &str, tex: Texture, coords: &[Coord], bufs: &[&Buf]) -> Vec<[u32; 4]> {
+    tex.validate().unwrap_or_else(|e| panic!("{kernel}: {e}"));
+    let mut table = ResourceTable::default();
+    table.textures.insert(7, Arc::new(tex));
+    let n = coords.len();
+    let (count, size) = components(kernel);
+    let (bc, bo) = (Buf::from(coords), Buf::zeroed(n * count * size));
+    let args = Args::default().p(7u64).buf(&bc).buf(&bo).p(n as i32);
+    let mut all = bufs.to_vec();
+    all.extend([&bc, &bo]);
+    m.run_with(kernel, (n as u32).div_ceil(64), 64, &args, &all, &table)
+        .unwrap_or_else(|e| panic!("{}: {kernel}: {e}", m.name));
+    let bytes = bo.bytes();
+    (0..n)
+        .map(|i| {
+            std::array::from_fn(|k| {
+                if k >= count {
+                    return 0;
+                }
+                let o = (i * count + k) * size;
+                let mut b = [0u8; 4];
+                b[..size].copy_from_slice(&bytes[o..o + size]);
+                u32::from_le_bytes(b)
+            })
+        })
+        .collect()
+}
+
+/// Runs the lookups and compares them with `expected`, component by component, bit for bit.
+fn check(
+    m: &Loaded,
+    kernel: &str,
+    what: &str,
+    tex: Texture,
+    coords: &[Coord],
+    bufs: &[&Buf],
+    expected: impl Fn(&Coord) -> [u32; 4],
+) {
+    let got = run_lookups(m, kernel, tex, coords, bufs);
+    let (count, size) = components(kernel);
+    let mask = if size == 1 { 0xff } else { u32::MAX };
+    let mut wrong = Vec::new();
+    for (c, g) in coords.iter().zip(&got) {
+        let e = expected(c);
+        if (0..count).any(|k| g[k] != e[k] & mask) {
+            let show = |v: &[u32; 4]| {
+                v[..count].iter().map(|x| format!("{x:#x} ({})", f32::from_bits(*x))).collect::<Vec<_>>().join(", ")
+            };
+            wrong.push(format!("  {c:?}\n    got      {}\n    expected {}", show(g), show(&e)));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{}: {kernel} ({what}): {} of {} lookups differ:\n{}",
+        m.name,
+        wrong.len(),
+        coords.len(),
+        wrong[..wrong.len().min(12)].join("\n")
+    );
+}
+
+fn grid(xs: &[f32], ys: &[f32]) -> Vec<Coord> {
+    xs.iter().flat_map(|&x| ys.iter().map(move |&y| at(x, y))).collect()
+}
+
+const MODES: [AddressMode; 4] = [AddressMode::Wrap, AddressMode::Clamp, AddressMode::Mirror, AddressMode::Border];
+const UNNORMALIZED: &[f32] =
+    &[-3.5, -0.5, -0.25, 0.0, 0.25, 0.5, 0.7, 1.0, 1.6, 2.5, 3.999, 4.0, 4.5, 4.75, 5.0, 5.5, 7.25, 100.0, f32::NAN];
+const NORMALIZED: &[f32] = &[
+    -1.3,
+    -0.5,
+    -0.1,
+    0.0,
+    0.03125,
+    0.1,
+    1.0 / 3.0,
+    0.5,
+    0.77,
+    0.999,
+    1.0,
+    1.1,
+    1.25,
+    1.5,
+    2.6,
+    f32::NAN,
+    f32::INFINITY,
+    f32::NEG_INFINITY,
+];
+
+// ----- tests -----
+
+/// Linear filtering's 8-bit weights, against results a GPU returned (NVIDIA developer forum, "tex1D accuracy"): a
+/// two-texel float texture {1, 2}, normalized coordinates, sampled at 0, 0.05, ..., 0.95.
+#[test]
+fn linear_filtering_matches_published_gpu_results() {
+    // The printed results, in 256ths: 1.1015625 is 282/256.
+    let gpu: Vec<f32> =
+        [256, 256, 256, 256, 256, 256, 282, 307, 333, 358, 384, 410, 435, 461, 486, 512, 512, 512, 512, 512]
+            .map(|x| x as f32 / 256.0)
+            .to_vec();
+    for v in variants("textures.cu", &[70], false) {
+        let m = Loaded::new(&v.ptx, &v.label);
+        let img = TestImage::new(fmt(ChannelType::F32, 1), ArrayKind::D1, [2, 1, 1], 1, 1, |_, _, x, _, _, _| {
+            (1.0 + x as f32).to_bits()
+        });
+        let d = desc([AddressMode::Clamp; 3], FilterMode::Linear, ReadMode::ElementType, true);
+        let coords: Vec<Coord> = (0..20).map(|i| at(i as f32 * 0.05, 0.0)).collect();
+        let got = run_lookups(
+            &m,
+            "tex1d_f4",
+            Texture { resource: Resource::Array(img.desc()), desc: d },
+            &coords,
+            &img.bufs(),
+        );
+        let got: Vec<f32> = got.iter().map(|g| f32::from_bits(g[0])).collect();
+        assert_eq!(got, gpu, "{}", v.label);
+    }
+}
+
+/// 2D float textures under every addressing mode on each axis, both filters, normalized and unnormalized
+/// coordinates, at and beyond the edges, negative, NaN and infinite coordinates.
+#[test]
+fn addressing_and_filtering_2d() {
+    for v in variants("textures.cu", &[70], true) {
+        let m = Loaded::new(&v.ptx, &v.label);
+        let img = TestImage::new(fmt(ChannelType::F32, 4), ArrayKind::D2, [5, 3, 1], 1, 1, |_, _, x, y, _, ch| {
+            let (x, y) = (x as f32, y as f32);
+            [x + 10.0 * y, -(x + y) / 4.0, 100.0 + x * y, 0.5f32.powi(x as i32) - y][ch as usize].to_bits()
+        });
+        for (mx, my) in [(0, 1), (1, 0), (2, 3), (3, 2), (0, 2), (3, 3)] {
+            for filter in [FilterMode::Point, FilterMode::Linear] {
+                for normalized in [false, true] {
+                    let d = desc([MODES[mx], MODES[my], AddressMode::Clamp], filter, ReadMode::ElementType, normalized);
+                    let list = if normalized { NORMALIZED } else { UNNORMALIZED };
+                    let coords = grid(list, &list[..list.len().min(12)]);
+                    let r = Ref { img: &img, d, mipmapped: false };
+                    let tex = Texture { resource: Resource::Array(img.desc()), desc: d };
+                    let what = format!("{:?}/{:?} {filter:?} normalized={normalized}", MODES[mx], MODES[my]);
+                    check(&m, "tex2d_f4", &what, tex, &coords, &img.bufs(), |c| r.sample(G::D2, c));
+                }
+            }
+        }
+        // tex2D<float> reads the first component of the same lookup.
+        let d = desc([AddressMode::Clamp; 3], FilterMode::Linear, ReadMode::ElementType, false);
+        let r = Ref { img: &img, d, mipmapped: false };
+        let tex = Texture { resource: Resource::Array(img.desc()), desc: d };
+        check(&m, "tex2d_f1", "scalar", tex, &grid(UNNORMALIZED, UNNORMALIZED), &img.bufs(), |c| r.sample(G::D2, c));
+    }
+}
+
+/// Normalized-float reads of 8- and 16-bit integers (filtered and not), element-type reads of every integer size,
+/// half floats, sRGB, a one-texel texture, and the border colour of textures returning integers.
+#[test]
+fn formats_and_read_modes() {
+    let raw8 = [0u32, 255, 128, 1, 127, 200, 64, 33];
+    let raw16 = [0u32, 0xffff, 0x8000, 1, 0x7fff, 12345, 0x8001, 40000];
+    let half = [0x3c00u32, 0xc000, 0x3555, 0x7bff, 0x0001, 0x8000, 0x4248, 0x3800];
+    let coords = grid(&[-1.0, 0.0, 0.4, 0.5, 1.25, 2.0, 2.7, 3.5, 4.0, 9.0], &[-0.5, 0.5, 1.0, 1.5, 2.9, 3.5, 6.0]);
+    for v in variants("textures.cu", &[70], true) {
+        let m = Loaded::new(&v.ptx, &v.label);
+        let pick = |vals: &[u32; 8]| {
+            let vals = *vals;
+            move |_: u32, _: u32, x: u32, y: u32, _: u32, ch: u32| vals[((x * 3 + y * 5 + ch * 7) % 8) as usize]
+        };
+        let cases: Vec<(ChannelType, u8, &[u32; 8])> = vec![
+            (ChannelType::U8, 4, &raw8),
+            (ChannelType::S8, 1, &raw8),
+            (ChannelType::U16, 2, &raw16),
+            (ChannelType::S16, 4, &raw16),
+            (ChannelType::F16, 2, &half),
+            (ChannelType::S8, 2, &raw8),
+        ];
+        for (ty, ch, vals) in cases {
+            let img = TestImage::new(fmt(ty, ch), ArrayKind::D2, [4, 4, 1], 1, 1, pick(vals));
+            for filter in [FilterMode::Point, FilterMode::Linear] {
+                for mode in [AddressMode::Clamp, AddressMode::Border] {
+                    let read = if ty.is_float() { ReadMode::ElementType } else { ReadMode::NormalizedFloat };
+                    let d = desc([mode; 3], filter, read, false);
+                    let r = Ref { img: &img, d, mipmapped: false };
+                    let tex = Texture { resource: Resource::Array(img.desc()), desc: d };
+                    let what = format!("{ty:?}x{ch} {read:?} {filter:?} {mode:?}");
+                    check(&m, "tex2d_f4", &what, tex, &coords, &img.bufs(), |c| r.sample(G::D2, c));
+                }
+            }
+        }
+        // sRGB: R, G and B are converted, alpha is not.
+        let img = TestImage::new(fmt(ChannelType::U8, 4), ArrayKind::D2, [4, 4, 1], 1, 1, pick(&raw8));
+        let d = TextureDesc {
+            srgb: true,
+            ..desc([AddressMode::Clamp; 3], FilterMode::Linear, ReadMode::NormalizedFloat, false)
+        };
+        let r = Ref { img: &img, d, mipmapped: false };
+        let tex = Texture { resource: Resource::Array(img.desc()), desc: d };
+        check(&m, "tex2d_f4", "sRGB", tex, &coords, &img.bufs(), |c| r.sample(G::D2, c));
+        // Element-type reads: integers sign- or zero-extended; the border colour's bits for textures of integers.
+        let ints: Vec<(ChannelType, u8, &[u32; 8], &str)> = vec![
+            (ChannelType::U8, 4, &raw8, "tex2d_u4"),
+            (ChannelType::U8, 4, &raw8, "tex2d_uc4"),
+            (ChannelType::S8, 2, &raw8, "tex2d_i4"),
+            (ChannelType::S16, 2, &raw16, "tex2d_i4"),
+            (ChannelType::U16, 1, &raw16, "tex2d_u4"),
+        ];
+        for (ty, ch, vals, kernel) in ints {
+            let img = TestImage::new(fmt(ty, ch), ArrayKind::D2, [4, 4, 1], 1, 1, pick(vals));
+            for mode in MODES {
+                let d = desc([mode; 3], FilterMode::Point, ReadMode::ElementType, true);
+                let r = Ref { img: &img, d, mipmapped: false };
+                let tex = Texture { resource: Resource::Array(img.desc()), desc: d };
+                let what = format!("{ty:?}x{ch} {mode:?}");
+                check(&m, kernel, &what, tex, &grid(NORMALIZED, &[0.1, 0.6, 1.2, -0.3]), &img.bufs(), |c| {
+                    r.sample(G::D2, c)
+                });
+            }
+        }
+        let img = TestImage::new(fmt(ChannelType::S32, 1), ArrayKind::D2, [3, 2, 1], 1, 1, |_, _, x, y, _, _| {
+            (x as i32 * 1000 - y as i32 * 77 - 5) as u32
+        });
+        let d = desc([AddressMode::Border; 3], FilterMode::Point, ReadMode::ElementType, false);
+        let r = Ref { img: &img, d, mipmapped: false };
+        let tex = Texture { resource: Resource::Array(img.desc()), desc: d };
+        check(&m, "tex2d_i4", "S32 border", tex, &coords, &img.bufs(), |c| r.sample(G::D2, c));
+        // A one-texel texture under every mode and filter.
+        let img = TestImage::new(fmt(ChannelType::F32, 4), ArrayKind::D2, [1, 1, 1], 1, 1, |_, _, _, _, _, ch| {
+            [3.0f32, -1.0, 0.125, 9.0][ch as usize].to_bits()
+        });
+        for mode in MODES {
+            for filter in [FilterMode::Point, FilterMode::Linear] {
+                for normalized in [false, true] {
+                    let d = desc([mode; 3], filter, ReadMode::ElementType, normalized);
+                    let r = Ref { img: &img, d, mipmapped: false };
+                    let tex = Texture { resource: Resource::Array(img.desc()), desc: d };
+                    let list = if normalized { NORMALIZED } else { UNNORMALIZED };
+                    let what = format!("1x1 {mode:?} {filter:?} normalized={normalized}");
+                    check(&m, "tex2d_f4", &what, tex, &grid(list, &[0.0, 0.5, -0.7, 1.5]), &img.bufs(), |c| {
+                        r.sample(G::D2, c)
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// 1D and 3D textures, and layered 1D and 2D textures (layer indices out of range clamp to the last layer).
+#[test]
+fn one_three_dimensional_and_layered() {
+    for v in variants("textures.cu", &[70], true) {
+        let m = Loaded::new(&v.ptx, &v.label);
+        let val = |l: u32, x: u32, y: u32, z: u32, ch: u32| {
+            (l as f32 * 1000.0 + x as f32 + y as f32 * 10.0 + z as f32 * 100.0 + ch as f32 * 0.25).to_bits()
+        };
+        let img1 = TestImage::new(fmt(ChannelType::F32, 4), ArrayKind::D1, [6, 1, 1], 1, 1, |_, l, x, y, z, c| {
+            val(l, x, y, z, c)
+        });
+        let img3 = TestImage::new(fmt(ChannelType::F32, 2), ArrayKind::D3, [4, 3, 5], 1, 1, |_, l, x, y, z, c| {
+            val(l, x, y, z, c)
+        });
+        let l1 = TestImage::new(fmt(ChannelType::F32, 4), ArrayKind::Layered1D, [6, 1, 1], 3, 1, |_, l, x, y, z, c| {
+            val(l, x, y, z, c)
+        });
+        let l2 = TestImage::new(fmt(ChannelType::F32, 1), ArrayKind::Layered2D, [4, 3, 1], 4, 1, |_, l, x, y, z, c| {
+            val(l, x, y, z, c)
+        });
+        let xs = [-1.0, 0.0, 0.3, 0.5, 1.7, 3.5, 5.5, 6.0, 8.25];
+        for filter in [FilterMode::Point, FilterMode::Linear] {
+            for mode in MODES {
+                for normalized in [false, true] {
+                    let d = desc(
+                        [mode, AddressMode::Clamp, AddressMode::Border],
+                        filter,
+                        ReadMode::ElementType,
+                        normalized,
+                    );
+                    let scale = |x: f32| if normalized { x / 4.0 } else { x };
+                    let what = format!("{mode:?} {filter:?} normalized={normalized}");
+                    // 1D
+                    let coords: Vec<Coord> = xs.iter().map(|&x| at(scale(x), 0.0)).collect();
+                    let r = Ref { img: &img1, d, mipmapped: false };
+                    let tex = Texture { resource: Resource::Array(img1.desc()), desc: d };
+                    check(&m, "tex1d_f4", &what, tex, &coords, &img1.bufs(), |c| r.sample(G::D1, c));
+                    // 3D
+                    let mut coords = Vec::new();
+                    for &x in &xs {
+                        for (y, z) in [(0.5, 0.5), (1.2, 4.9), (-0.4, 2.5), (3.0, 5.5), (2.75, -1.0)] {
+                            coords.push(Coord { z: scale(z), ..at(scale(x), scale(y)) });
+                        }
+                    }
+                    let r = Ref { img: &img3, d, mipmapped: false };
+                    let tex = Texture { resource: Resource::Array(img3.desc()), desc: d };
+                    check(&m, "tex3d_f4", &what, tex, &coords, &img3.bufs(), |c| r.sample(G::D3, c));
+                    // Layered
+                    let mut coords = Vec::new();
+                    for &x in &xs {
+                        for layer in [-1, 0, 1, 2, 3, 7] {
+                            coords.push(Coord { layer, ..at(scale(x), scale(1.3)) });
+                        }
+                    }
+                    let r = Ref { img: &l1, d, mipmapped: false };
+                    let tex = Texture { resource: Resource::Array(l1.desc()), desc: d };
+                    check(&m, "tex1d_layered_f4", &what, tex, &coords, &l1.bufs(), |c| r.sample(G::L1, c));
+                    let r = Ref { img: &l2, d, mipmapped: false };
+                    let tex = Texture { resource: Resource::Array(l2.desc()), desc: d };
+                    check(&m, "tex2d_layered_f4", &what, tex, &coords, &l2.bufs(), |c| r.sample(G::L2, c));
+                }
+            }
+        }
+    }
+}
+
+/// Cubemaps and layered cubemaps: the face the major axis selects, and the face coordinates.
+#[test]
+fn cubemaps() {
+    for v in variants("textures.cu", &[70], true) {
+        let m = Loaded::new(&v.ptx, &v.label);
+        let val = |l: u32, x: u32, y: u32| (l as f32 * 100.0 + y as f32 * 10.0 + x as f32).to_bits();
+        let cube1 =
+            TestImage::new(fmt(ChannelType::F32, 1), ArrayKind::Cubemap, [4, 4, 1], 6, 1, |_, l, x, y, _, _| {
+                val(l, x, y)
+            });
+        let cubes = TestImage::new(
+            fmt(ChannelType::F32, 2),
+            ArrayKind::LayeredCubemap,
+            [4, 4, 1],
+            12,
+            1,
+            |_, l, x, y, _, c| val(l, x, y) + c,
+        );
+        let mut dirs = Vec::new();
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        for major in 0..6 {
+            for _ in 0..12 {
+                let mut r = || (xorshift(&mut seed) % 2001) as f32 / 1000.0 - 1.0;
+                let mut d = [r() * 0.9, r() * 0.9, r() * 0.9];
+                d[major / 2] = if major % 2 == 0 { 1.0 + r().abs() } else { -1.0 - r().abs() };
+                dirs.push(d);
+            }
+            let mut d = [0.25, -0.5, 0.125];
+            d[major / 2] = if major % 2 == 0 { 1.0 } else { -1.0 };
+            dirs.push(d);
+        }
+        for filter in [FilterMode::Point, FilterMode::Linear] {
+            for mode in [AddressMode::Clamp, AddressMode::Border] {
+                let d = desc([mode; 3], filter, ReadMode::ElementType, true);
+                let what = format!("{mode:?} {filter:?}");
+                let coords: Vec<Coord> = dirs.iter().map(|d| Coord { z: d[2], ..at(d[0], d[1]) }).collect();
+                let r = Ref { img: &cube1, d, mipmapped: false };
+                let tex = Texture { resource: Resource::Array(cube1.desc()), desc: d };
+                check(&m, "cube_f4", &what, tex, &coords, &cube1.bufs(), |c| r.sample(G::Cube, c));
+                let coords: Vec<Coord> = dirs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| Coord { z: d[2], layer: [0, 1, 5][i % 3], ..at(d[0], d[1]) })
+                    .collect();
+                let r = Ref { img: &cubes, d, mipmapped: false };
+                let tex = Texture { resource: Resource::Array(cubes.desc()), desc: d };
+                check(&m, "cube_layered_f4", &what, tex, &coords, &cubes.bufs(), |c| r.sample(G::LCube, c));
+            }
+        }
+    }
+}
+
+/// Mipmapped textures: `tex2DLod` under point and linear mipmap filtering with a bias and level clamps, and
+/// `tex2DGrad` choosing the level from the derivatives.
+#[test]
+fn mipmaps() {
+    for v in variants("textures.cu", &[70], false) {
+        let m = Loaded::new(&v.ptx, &v.label);
+        let img = TestImage::new(fmt(ChannelType::F32, 4), ArrayKind::D2, [8, 8, 1], 1, 4, |lv, _, x, y, _, ch| {
+            (lv as f32 * 1000.0 + y as f32 * 10.0 + x as f32 + ch as f32 * 0.5).to_bits()
+        });
+        let lods = [-1.0, 0.0, 0.25, 0.5, 0.51, 1.0, 1.3, 2.75, 3.0, 9.0];
+        let mut coords = Vec::new();
+        for &lod in &lods {
+            for (x, y) in [(0.1, 0.2), (0.5, 0.5), (0.93, 0.31), (0.0, 1.0)] {
+                coords.push(Coord { lod, ..at(x, y) });
+            }
+        }
+        for (filter, mip) in [
+            (FilterMode::Point, FilterMode::Point),
+            (FilterMode::Linear, FilterMode::Linear),
+            (FilterMode::Point, FilterMode::Linear),
+        ] {
+            for (bias, lo, hi) in [(0.0, 0.0, 3.0), (0.5, 0.0, 3.0), (0.0, 1.0, 2.0), (0.0, 0.0, 0.0)] {
+                let d = TextureDesc {
+                    mipmap_filter: mip,
+                    mipmap_level_bias: bias,
+                    min_mipmap_level_clamp: lo,
+                    max_mipmap_level_clamp: hi,
+                    ..desc([AddressMode::Wrap; 3], filter, ReadMode::ElementType, true)
+                };
+                let r = Ref { img: &img, d, mipmapped: true };
+                let tex = Texture { resource: Resource::Mipmapped(img.desc()), desc: d };
+                let what = format!("{filter:?} mip {mip:?} bias {bias} clamp [{lo}, {hi}]");
+                check(&m, "lod2d_f4", &what, tex, &coords, &img.bufs(), |c| r.sample(G::D2, c));
+            }
+        }
+        // Gradients of 2^k texels select level k: lod = log2(max(|dPdx|, |dPdy|) in texels).
+        let d = TextureDesc {
+            mipmap_filter: FilterMode::Linear,
+            max_mipmap_level_clamp: 3.0,
+            ..desc([AddressMode::Clamp; 3], FilterMode::Point, ReadMode::ElementType, true)
+        };
+        let r = Ref { img: &img, d, mipmapped: true };
+        let mut coords = Vec::new();
+        for (dx, dy, lod) in [
+            ([0.125, 0.0], [0.0, 0.125], 0.0),
+            ([0.25, 0.0], [0.0, 0.0], 1.0),
+            ([0.0, 0.0], [0.0, 0.5], 2.0),
+            ([1.0, 0.0], [0.0, 0.0], 3.0),
+            ([0.0, 0.0], [0.0, 0.0], 0.0),
+        ] {
+            coords.push(Coord { dx, dy, lod, ..at(0.3, 0.6) });
+        }
+        let tex = Texture { resource: Resource::Mipmapped(img.desc()), desc: d };
+        check(&m, "grad2d_f4", "gradients", tex, &coords, &img.bufs(), |c| r.sample(G::D2, c));
+    }
+}
+
+/// `tex2Dgather`: one component of the 2x2 footprint, counter-clockwise from the lower left.
+#[test]
+fn gather() {
+    for v in variants("textures.cu", &[70], true) {
+        let m = Loaded::new(&v.ptx, &v.label);
+        let img = TestImage::new(fmt(ChannelType::U8, 4), ArrayKind::D2, [4, 3, 1], 1, 1, |_, _, x, y, _, ch| {
+            x * 16 + y * 4 + ch * 64
+        });
+        let mut coords = Vec::new();
+        for &x in &[-0.2, 0.0, 0.26, 0.5, 0.9, 1.0, 1.3] {
+            for &y in &[-0.5, 0.1, 0.5, 0.8, 1.2] {
+                for comp in 0..4 {
+                    coords.push(Coord { comp, ..at(x, y) });
+                }
+            }
+        }
+        for (read, kernel) in [(ReadMode::NormalizedFloat, "gather_f4"), (ReadMode::ElementType, "gather_i4")] {
+            for mode in MODES {
+                let d = desc([mode; 3], FilterMode::Point, read, true);
+                let r = Ref { img: &img, d, mipmapped: false };
+                let tex = Texture { resource: Resource::Array(img.desc()), desc: d };
+                check(&m, kernel, &format!("{mode:?}"), tex, &coords, &img.bufs(), |c| r.gather(c));
+            }
+        }
+    }
+}
+
+/// `tex1Dfetch` on linear memory (integer indices, no filtering, zero outside), and `tex2D` on pitched memory.
+#[test]
+fn linear_and_pitched_memory() {
+    for v in variants("textures.cu", &[70], true) {
+        let m = Loaded::new(&v.ptx, &v.label);
+        let n = 37usize;
+        let idx = [-5, -1, 0, 1, 17, 36, 37, 40, 100000];
+        let coords: Vec<Coord> = idx.iter().map(|&i| at(i as f32, 0.0)).collect();
+        // float4 elements
+        let vals: Vec<[f32; 4]> = (0..n).map(|i| [i as f32, -(i as f32), 0.5 * i as f32, 1e6]).collect();
+        let buf = Buf::from(&vals);
+        let format = fmt(ChannelType::F32, 4);
+        let tex = Texture {
+            resource: Resource::Linear { base: buf.addr(), format, size: (n * 16) as u64 },
+            desc: desc([AddressMode::Wrap; 3], FilterMode::Point, ReadMode::ElementType, false),
+        };
+        check(&m, "fetch_f4", "float4", tex, &coords, &[&buf], |c| {
+            let i = c.x as i64;
+            if (0..n as i64).contains(&i) { vals[i as usize].map(f32::to_bits) } else { [0; 4] }
+        });
+        // short2 elements read as int4
+        let shorts: Vec<[i16; 2]> = (0..n).map(|i| [i as i16 * -300, 7 - i as i16]).collect();
+        let buf = Buf::from(&shorts);
+        let tex = Texture {
+            resource: Resource::Linear { base: buf.addr(), format: fmt(ChannelType::S16, 2), size: (n * 4) as u64 },
+            desc: desc([AddressMode::Wrap; 3], FilterMode::Point, ReadMode::ElementType, false),
+        };
+        check(&m, "fetch_i4", "short2", tex, &coords, &[&buf], |c| {
+            let i = c.x as i64;
+            if (0..n as i64).contains(&i) {
+                let s = shorts[i as usize];
+                [s[0] as i32 as u32, s[1] as i32 as u32, 0, 1]
+            } else {
+                [0; 4]
+            }
+        });
+        // unsigned char read as normalized float
+        let bytes: Vec<u8> = (0..n).map(|i| (i * 7) as u8).collect();
+        let buf = Buf::from(&bytes);
+        let tex = Texture {
+            resource: Resource::Linear { base: buf.addr(), format: fmt(ChannelType::U8, 1), size: n as u64 },
+            desc: desc([AddressMode::Wrap; 3], FilterMode::Point, ReadMode::NormalizedFloat, false),
+        };
+        check(&m, "fetch_f1", "uchar normalized", tex, &coords, &[&buf], |c| {
+            let i = c.x as i64;
+            let v = if (0..n as i64).contains(&i) { bytes[i as usize] as f32 / 255.0 } else { 0.0 };
+            [v.to_bits(), 0, 0, 0]
+        });
+        // Pitched 2D memory: 6x4 floats with rows 64 bytes apart, filtered.
+        let pitch = 64usize;
+        let mut raw = vec![0f32; pitch / 4 * 4];
+        for y in 0..4 {
+            for x in 0..6 {
+                raw[y * pitch / 4 + x] = (x * x) as f32 + y as f32 * 0.5;
+            }
+        }
+        let buf = Buf::from(&raw);
+        let img = TestImage {
+            format: fmt(ChannelType::F32, 1),
+            kind: ArrayKind::D2,
+            layers: 1,
+            levels: vec![(
+                Buf::from(&raw),
+                Level {
+                    base: 0,
+                    width: 6,
+                    height: 4,
+                    depth: 1,
+                    row_pitch: pitch as u64,
+                    slice_pitch: 4 * pitch as u64,
+                },
+            )],
+        };
+        for filter in [FilterMode::Point, FilterMode::Linear] {
+            let d = desc(
+                [AddressMode::Border, AddressMode::Clamp, AddressMode::Clamp],
+                filter,
+                ReadMode::ElementType,
+                false,
+            );
+            let r = Ref { img: &img, d, mipmapped: false };
+            let tex = Texture {
+                resource: Resource::Pitch2D {
+                    base: buf.addr(),
+                    format: img.format,
+                    width: 6,
+                    height: 4,
+                    pitch: pitch as u64,
+                },
+                desc: d,
+            };
+            check(
+                &m,
+                "tex2d_f1",
+                &format!("pitch2D {filter:?}"),
+                tex,
+                &grid(UNNORMALIZED, &[0.0, 0.5, 1.75, 3.5, 9.0]),
+                &[&buf],
+                |c| r.sample(G::D2, c),
+            );
+        }
+    }
+}
+
+/// `txq` answers, and a lookup through a handle that is not a texture object.
+#[test]
+fn queries_and_invalid_handles() {
+    for v in variants("textures.cu", &[70], false) {
+        let m = Loaded::new(&v.ptx, &v.label);
+        let img = TestImage::new(fmt(ChannelType::U16, 2), ArrayKind::Layered2D, [9, 5, 1], 3, 2, |_, _, _, _, _, _| 0);
+        let d = TextureDesc {
+            address: [AddressMode::Mirror, AddressMode::Border, AddressMode::Clamp],
+            filter: FilterMode::Linear,
+            read: ReadMode::NormalizedFloat,
+            normalized_coords: true,
+            max_mipmap_level_clamp: 1.0,
+            ..TextureDesc::default()
+        };
+        let mut table = ResourceTable::default();
+        table.textures.insert(3, Arc::new(Texture { resource: Resource::Mipmapped(img.desc()), desc: d }));
+        let out = Buf::zeroed(12 * 4);
+        let mut bufs = img.bufs();
+        bufs.push(&out);
+        m.run_with("texture_queries", 1, 1, &Args::default().p(3u64).buf(&out), &bufs, &table).unwrap();
+        // width, height, depth, array size, levels, normalized, filter, address modes 0 and 1 (PTX's enumeration:
+        // wrap, mirror, clamp_ogl, clamp_to_edge, clamp_to_border), channel type (OpenCL's CL_UNORM_INT16) and
+        // order (CL_RG), width of level 1.
+        assert_eq!(out.get::<u32>(), vec![9, 5, 1, 3, 2, 1, 1, 1, 4, 0x10D3, 0x10B2, 4], "{}", v.label);
+        // An unknown handle is an illegal address, as on a GPU, and names the handle.
+        let coords = Buf::from(&[at(0.0, 0.0)]);
+        let out = Buf::zeroed(16);
+        let args = Args::default().p(0xdeadu64).buf(&coords).buf(&out).p(1i32);
+        let e = m.run_with("tex2d_f4", 1, 32, &args, &[&coords, &out], &table).unwrap_err();
+        assert!(matches!(e, ExecError::InvalidHandle { handle: 0xdead, surface: false, .. }), "{e}");
+        assert_eq!(e.cuda_error(), 700);
+        assert!(e.to_string().contains("0xdead is not a texture object"), "{e}");
+    }
+}
+
+/// Descriptors `cudaCreateTextureObject` refuses are refused by `validate`.
+#[test]
+fn invalid_descriptors_are_refused() {
+    let img = TestImage::new(fmt(ChannelType::S32, 1), ArrayKind::D2, [2, 2, 1], 1, 1, |_, _, _, _, _, _| 0);
+    let d = desc([AddressMode::Clamp; 3], FilterMode::Linear, ReadMode::ElementType, false);
+    let linear_int = Texture { resource: Resource::Array(img.desc()), desc: d };
+    assert!(linear_int.validate().is_err(), "linear filtering of integers");
+    let d = desc([AddressMode::Clamp; 3], FilterMode::Point, ReadMode::NormalizedFloat, false);
+    let norm32 = Texture { resource: Resource::Array(img.desc()), desc: d };
+    assert!(norm32.validate().is_err(), "normalized reads of 32-bit integers");
+    let mut bad = img.desc();
+    bad.levels[0].row_pitch = 4;
+    assert!(bad.validate().is_err(), "a pitch below the row");
+    assert_eq!(ChannelFormat::from_cuda(8, 8, 8, 0, 1).unwrap_err().cuda_error(), 20, "three channels");
+    assert_eq!(ChannelFormat::from_cuda(16, 16, 0, 0, 2), Ok(fmt(ChannelType::F16, 2)));
+    assert_eq!(ChannelFormat::from_driver(0x08, 4), Ok(fmt(ChannelType::S8, 4)));
+    let mut cube = img.desc();
+    cube.kind = ArrayKind::Cubemap;
+    assert!(cube.validate().is_err(), "a cubemap with one face");
+}
+
+/// A module using texture references (removed in CUDA 12) is refused with a clear message when a kernel uses one.
+#[test]
+fn texture_references_are_refused() {
+    let ptx = r#"
+.version 7.8
+.target sm_80
+.address_size 64
+.global .texref oldtex;
+.visible .entry uses_ref(.param .u64 out)
+{
+    .reg .f32 %f<8>;
+    .reg .b64 %rd<2>;
+    mov.f32 %f1, 0f00000000;
+    tex.2d.v4.f32.f32 {%f2, %f3, %f4, %f5}, [oldtex, {%f1, %f1}];
+    ret;
+}
+.visible .entry plain(.param .u64 out)
+{
+    ret;
+}
+"#;
+    let prog = phos_ptx::exec::Program::new(&phos_ptx::parse(ptx).unwrap());
+    let info = prog.kernel("uses_ref").unwrap();
+    let e = info.error.expect("refused");
+    assert!(e.to_string().contains("`oldtex` is a texture reference (.texref)"), "{e}");
+    assert_eq!(e.cuda_error(), 801);
+    assert!(prog.kernel("plain").unwrap().error.is_none());
+    assert!(prog.variables().is_empty(), "a texture reference has no storage: {:?}", prog.variables());
+}
