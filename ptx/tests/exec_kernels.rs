@@ -1093,7 +1093,17 @@ fn checked_twins_compute_the_same_and_flag_stores_outside_their_ranges() {
 /// original does.
 #[test]
 fn every_test_kernel_has_a_twin_that_lowers() {
-    for file in ["basic.cu", "atomics.cu", "misc.cu", "printf.cu", "shared.cu", "warp.cu", "speculation.cu"] {
+    for file in [
+        "basic.cu",
+        "atomics.cu",
+        "misc.cu",
+        "printf.cu",
+        "shared.cu",
+        "warp.cu",
+        "speculation.cu",
+        "textures.cu",
+        "surfaces.cu",
+    ] {
         for v in variants(file, &[70], true) {
             let module = phos_ptx::parse(&v.ptx).unwrap();
             let twin = checked_twin(&module).unwrap_or_else(|e| panic!("{}: {e}", v.label));

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use common::*;
 use phos_ptx::exec::{
     AddressMode, ArrayDesc, ArrayKind, ChannelFormat, ChannelType, ExecError, FilterMode, Level, ReadMode, Resource,
-    ResourceTable, Texture, TextureDesc,
+    ResourceTable, Surface, Texture, TextureDesc,
 };
 
 /// One lookup's inputs, as `textures.cu` declares them.
@@ -995,4 +995,215 @@ fn texture_references_are_refused() {
     assert_eq!(e.cuda_error(), 801);
     assert!(prog.kernel("plain").unwrap().error.is_none());
     assert!(prog.variables().is_empty(), "a texture reference has no storage: {:?}", prog.variables());
+}
+
+// ----- surfaces.cu -----
+
+/// A surface over a test image, as handle `h` in `table`.
+fn surface(table: &mut ResourceTable, h: u64, img: &TestImage) {
+    let array = img.desc();
+    array.validate().unwrap();
+    table.surfaces.insert(h, Arc::new(Surface { array }));
+}
+
+/// Texel (x, y, z) of `layer` as raw channels.
+fn texel_of(img: &TestImage, layer: u32, x: u32, y: u32, z: u32) -> [u32; 4] {
+    img.raw(0, layer, x, y, z)
+}
+
+/// surf2Dread/surf2Dwrite and the other forms, with each boundary mode, on every kind of array.
+#[test]
+fn surfaces_read_and_write() {
+    for v in variants("surfaces.cu", &[70], true) {
+        let m = Loaded::new(&v.ptx, &v.label);
+        let mut table = ResourceTable::default();
+        // 2D floats, doubled from one surface into another.
+        let (w, h) = (7u32, 5u32);
+        let src = TestImage::new(fmt(ChannelType::F32, 1), ArrayKind::D2, [w, h, 1], 1, 1, |_, _, x, y, _, _| {
+            (x as f32 * 0.5 - y as f32).to_bits()
+        });
+        let dst = TestImage::new(fmt(ChannelType::F32, 1), ArrayKind::D2, [w, h, 1], 1, 1, |_, _, _, _, _, _| 0);
+        surface(&mut table, 1, &src);
+        surface(&mut table, 2, &dst);
+        let mut bufs = src.bufs();
+        bufs.extend(dst.bufs());
+        let launch = Loaded::run_with;
+        launch(&m, "scale2d", 1, 64, &Args::default().p(1u64).p(2u64).p(w as i32).p(h as i32), &bufs, &table)
+            .unwrap_or_else(|e| panic!("{}: {e}", v.label));
+        // One block row only: y = blockIdx.y is 0, so only row 0 is written.
+        for x in 0..w {
+            for y in 0..h {
+                let want = if y == 0 { f32::from_bits(texel_of(&src, 0, x, y, 0)[0]) * 2.0 } else { 0.0 };
+                assert_eq!(f32::from_bits(texel_of(&dst, 0, x, y, 0)[0]), want, "{}: ({x}, {y})", v.label);
+            }
+        }
+
+        // uchar4 reads: zero and clamp outside, trap inside only.
+        let img = TestImage::new(fmt(ChannelType::U8, 4), ArrayKind::D2, [5, 3, 1], 1, 1, |_, _, x, y, _, ch| {
+            x * 40 + y * 10 + ch
+        });
+        surface(&mut table, 3, &img);
+        let pts: Vec<[i32; 2]> = vec![[0, 0], [4, 2], [-1, 0], [5, 0], [2, -1], [0, 3], [100, 100], [-7, 1], [3, 1]];
+        let xy = Buf::from(&pts);
+        let out = Buf::zeroed(pts.len() * 4);
+        let mut bufs = img.bufs();
+        bufs.extend([&xy, &out]);
+        for mode in 0..2 {
+            let args = Args::default().p(3u64).buf(&xy).buf(&out).p(pts.len() as i32).p(mode);
+            m.run_with("read_uchar4", 1, 32, &args, &bufs, &table).unwrap_or_else(|e| panic!("{}: {e}", v.label));
+            let got: Vec<[u8; 4]> = out.get();
+            for (p, g) in pts.iter().zip(&got) {
+                let inside = (0..5).contains(&p[0]) && (0..3).contains(&p[1]);
+                let want = if inside || mode == 1 {
+                    let t = texel_of(&img, 0, p[0].clamp(0, 4) as u32, p[1].clamp(0, 2) as u32, 0);
+                    t.map(|c| c as u8)
+                } else {
+                    [0; 4]
+                };
+                assert_eq!(*g, want, "{}: mode {mode} at {p:?}", v.label);
+            }
+        }
+        let args = Args::default().p(3u64).buf(&xy).buf(&out).p(2i32).p(2i32);
+        m.run_with("read_uchar4", 1, 32, &args, &bufs, &table).unwrap_or_else(|e| panic!("{}: {e}", v.label));
+        let args = Args::default().p(3u64).buf(&xy).buf(&out).p(pts.len() as i32).p(2i32);
+        let e = m.run_with("read_uchar4", 1, 32, &args, &bufs, &table).unwrap_err();
+        assert!(matches!(e, ExecError::LaunchFailure { ref reason, .. } if reason.contains("outside")), "{e}");
+        assert_eq!(e.cuda_error(), 719);
+
+        // uchar4 writes: zero drops, clamp writes the nearest texel.
+        let img = TestImage::new(fmt(ChannelType::U8, 4), ArrayKind::D2, [5, 3, 1], 1, 1, |_, _, _, _, _, _| 0);
+        surface(&mut table, 4, &img);
+        let pts: Vec<[i32; 2]> = vec![[1, 1], [-3, 1], [9, 2], [2, 7], [-1, -1]];
+        let xy = Buf::from(&pts);
+        let mut bufs = img.bufs();
+        bufs.push(&xy);
+        m.run_with("write_uchar4", 1, 32, &Args::default().p(4u64).buf(&xy).p(5i32).p(0i32), &bufs, &table).unwrap();
+        let written = |img: &TestImage| {
+            let mut v = Vec::new();
+            for y in 0..3 {
+                for x in 0..5 {
+                    let t = texel_of(img, 0, x, y, 0);
+                    if t != [0; 4] {
+                        v.push(([x, y], t));
+                    }
+                }
+            }
+            v
+        };
+        assert_eq!(written(&img), vec![([1, 1], [0, 1, 2, 200])], "{}: zero mode", v.label);
+        let img = TestImage::new(fmt(ChannelType::U8, 4), ArrayKind::D2, [5, 3, 1], 1, 1, |_, _, _, _, _, _| 0);
+        surface(&mut table, 4, &img);
+        let mut bufs = img.bufs();
+        bufs.push(&xy);
+        m.run_with("write_uchar4", 1, 32, &Args::default().p(4u64).buf(&xy).p(4i32).p(1i32), &bufs, &table).unwrap();
+        let want = vec![
+            ([1, 1], [0, 1, 2, 200]),
+            ([0, 1], [1, 2, 3, 200]),
+            ([4, 2], [2, 3, 4, 200]),
+            ([2, 2], [3, 4, 5, 200]),
+        ];
+        let mut got = written(&img);
+        got.sort();
+        let mut want = want;
+        want.sort();
+        assert_eq!(got, want, "{}: clamp mode", v.label);
+        let e = m.run_with("write_uchar4", 1, 32, &Args::default().p(4u64).buf(&xy).p(5i32).p(2i32), &bufs, &table);
+        assert_eq!(e.unwrap_err().cuda_error(), 719, "{}: trap mode", v.label);
+
+        // 1D float4, read and written in place.
+        let img = TestImage::new(fmt(ChannelType::F32, 4), ArrayKind::D1, [10, 1, 1], 1, 1, |_, _, x, _, _, ch| {
+            (x as f32 * 10.0 + ch as f32).to_bits()
+        });
+        surface(&mut table, 5, &img);
+        m.run_with("bump1d", 1, 32, &Args::default().p(5u64).p(10i32), &img.bufs(), &table).unwrap();
+        for x in 0..10 {
+            let t = texel_of(&img, 0, x, 0, 0).map(f32::from_bits);
+            let b = x as f32 * 10.0;
+            assert_eq!(t, [b + 1.0, b + 3.0, b + 5.0, b + 7.0], "{}: 1D texel {x}", v.label);
+        }
+
+        // 3D int2.
+        let img = TestImage::new(fmt(ChannelType::S32, 2), ArrayKind::D3, [4, 3, 2], 1, 1, |_, _, _, _, _, _| 0);
+        surface(&mut table, 6, &img);
+        m.run_with("fill3d", 6, 32, &Args::default().p(6u64).p(4i32).p(3i32).p(2i32), &img.bufs(), &table).unwrap();
+        for z in 0..2 {
+            for y in 0..3 {
+                for x in 0..4 {
+                    assert_eq!(texel_of(&img, 0, x, y, z)[..2], [x + 100 * y, z], "{}: 3D ({x}, {y}, {z})", v.label);
+                }
+            }
+        }
+
+        // Layered 2D short2: layer 2 halved into layer 0.
+        let img =
+            TestImage::new(fmt(ChannelType::S16, 2), ArrayKind::Layered2D, [3, 2, 1], 3, 1, |_, l, x, y, _, ch| {
+                if l == 2 { ((x as i32 * 7 - y as i32 * 100 - ch as i32) as u32) & 0xffff } else { 0 }
+            });
+        surface(&mut table, 7, &img);
+        m.run_with("layers2d", 2, 32, &Args::default().p(7u64).p(3i32).p(2i32).p(2i32).p(0i32), &img.bufs(), &table)
+            .unwrap();
+        for y in 0..2 {
+            for x in 0..3 {
+                let src = texel_of(&img, 2, x, y, 0);
+                let dst = texel_of(&img, 0, x, y, 0);
+                for ch in 0..2 {
+                    assert_eq!(
+                        dst[ch] as u16 as i16,
+                        (src[ch] as u16 as i16) / 2,
+                        "{}: layer texel ({x}, {y})",
+                        v.label
+                    );
+                }
+            }
+        }
+
+        // Cubemap faces.
+        let img = TestImage::new(fmt(ChannelType::F32, 1), ArrayKind::Cubemap, [3, 3, 1], 6, 1, |_, _, _, _, _, _| 0);
+        surface(&mut table, 8, &img);
+        m.run_with("cube_faces", 18, 32, &Args::default().p(8u64).p(3i32), &img.bufs(), &table).unwrap();
+        for face in 0..6 {
+            for y in 0..3 {
+                for x in 0..3 {
+                    let got = f32::from_bits(texel_of(&img, face, x, y, 0)[0]);
+                    assert_eq!(got, (face * 1000 + y * 10 + x) as f32, "{}: face {face} ({x}, {y})", v.label);
+                }
+            }
+        }
+
+        // Layered 1D uint2.
+        let img =
+            TestImage::new(fmt(ChannelType::U32, 2), ArrayKind::Layered1D, [5, 1, 1], 2, 1, |_, l, x, _, _, ch| {
+                l << 16 | x << 4 | ch
+            });
+        surface(&mut table, 9, &img);
+        let out = Buf::zeroed(40);
+        let mut bufs = img.bufs();
+        bufs.push(&out);
+        m.run_with("layered1d", 1, 32, &Args::default().p(9u64).p(5i32).p(1i32).buf(&out), &bufs, &table).unwrap();
+        let want: Vec<u32> = (0..5).flat_map(|x| [1 << 16 | x << 4, 1 << 16 | x << 4 | 1]).collect();
+        assert_eq!(out.get::<u32>(), want, "{}: layered 1D", v.label);
+    }
+}
+
+/// sust.p converts 32-bit values to the surface's format; suq answers the surface's shape.
+#[test]
+fn formatted_stores_and_surface_queries() {
+    for v in variants("surfaces.cu", &[70], false) {
+        let m = Loaded::new(&v.ptx, &v.label);
+        let mut table = ResourceTable::default();
+        let img = TestImage::new(fmt(ChannelType::F16, 2), ArrayKind::D2, [6, 4, 1], 1, 1, |_, _, _, _, _, _| 0);
+        surface(&mut table, 1, &img);
+        let q = Buf::zeroed(7 * 4);
+        let mut bufs = img.bufs();
+        bufs.push(&q);
+        let args = Args::default().p(1u64).p(5i32).p(3i32).p(1.5f32).p(-1.0f32 / 3.0).buf(&q);
+        m.run_with("formatted", 1, 1, &args, &bufs, &table).unwrap_or_else(|e| panic!("{}: {e}", v.label));
+        // 1.5 and -1/3 as halves (round to nearest even).
+        assert_eq!(texel_of(&img, 0, 5, 3, 0)[..2], [0x3e00, 0xb555], "{}", v.label);
+        // width, height, depth, array size, OpenCL's CL_HALF_FLOAT and CL_RG, memory layout (not linear).
+        assert_eq!(q.get::<u32>(), vec![6, 4, 1, 0, 0x10DD, 0x10B2, 0], "{}", v.label);
+        // An unknown surface handle.
+        let e = m.run_with("formatted", 1, 1, &args, &bufs, &ResourceTable::default()).unwrap_err();
+        assert!(matches!(e, ExecError::InvalidHandle { handle: 1, surface: true, .. }), "{e}");
+    }
 }
