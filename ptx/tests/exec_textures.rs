@@ -1207,3 +1207,588 @@ fn formatted_stores_and_surface_queries() {
         assert!(matches!(e, ExecError::InvalidHandle { handle: 1, surface: true, .. }), "{e}");
     }
 }
+
+// ----- ground truth from a GPU (texture_probe.cu, texture_probe_h100.txt) -----
+
+/// One lookup of `texture_probe.cu`, as its kernel reads it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct ProbeQ {
+    op: i32,
+    layer: i32,
+    x: f32,
+    y: f32,
+    z: f32,
+    lod: f32,
+    dx0: f32,
+    dx1: f32,
+    dy0: f32,
+    dy1: f32,
+}
+
+/// A texture or surface as the probe describes it.
+#[derive(Clone, Debug, Default)]
+struct ProbeCfg {
+    res: u32,
+    kind: u32,
+    ty: u32,
+    ch: u32,
+    w: u32,
+    h: u32,
+    d: u32,
+    layers: u32,
+    levels: u32,
+    addr: [u32; 3],
+    filter: u32,
+    read: u32,
+    norm: u32,
+    srgb: u32,
+    mipfilter: u32,
+    floats: [f32; 7],
+    data: Vec<Vec<u8>>,
+}
+
+impl ProbeCfg {
+    fn parse(f: &[&str]) -> ProbeCfg {
+        let n = |i: usize| f[i].parse::<u32>().unwrap_or_else(|_| panic!("field {i} of {f:?}"));
+        let h = |i: usize| f32::from_bits(u32::from_str_radix(f[i], 16).unwrap());
+        ProbeCfg {
+            res: n(0),
+            kind: n(1),
+            ty: n(2),
+            ch: n(3),
+            w: n(4),
+            h: n(5),
+            d: n(6),
+            layers: n(7),
+            levels: n(8),
+            addr: [n(9), n(10), n(11)],
+            filter: n(12),
+            read: n(13),
+            norm: n(14),
+            srgb: n(15),
+            mipfilter: n(16),
+            floats: std::array::from_fn(|k| h(17 + k)),
+            data: Vec::new(),
+        }
+    }
+
+    fn format(&self) -> ChannelFormat {
+        use ChannelType::*;
+        fmt([U8, U16, U32, S8, S16, S32, F16, F32][self.ty as usize], self.ch as u8)
+    }
+
+    fn describe(&self) -> String {
+        let res = ["array", "mipmapped", "linear", "pitch2D"][self.res as usize];
+        let kind = ["1D", "2D", "3D", "layered 1D", "layered 2D", "cubemap", "layered cubemap"][self.kind as usize];
+        format!(
+            "{res} {kind} {:?}x{} {}x{}x{} addr {:?} filter {} read {} normalized {} srgb {} mip filter {}",
+            self.format().ty,
+            self.ch,
+            self.w,
+            self.h,
+            self.d,
+            self.addr,
+            self.filter,
+            self.read,
+            self.norm,
+            self.srgb,
+            self.mipfilter
+        )
+    }
+
+    /// The array holding the recorded texels (packed: layer or z, y, x, channel).
+    fn image(&self) -> TestImage {
+        use ArrayKind::*;
+        let kind = [D1, D2, D3, Layered1D, Layered2D, Cubemap, LayeredCubemap][self.kind as usize];
+        let format = self.format();
+        let csize = format.ty.bytes() as usize;
+        let one_d = matches!(kind, D1 | Layered1D);
+        let extent = [self.w, if one_d { 1 } else { self.h }, if kind == D3 { self.d } else { 1 }];
+        let data = &self.data;
+        TestImage::new(format, kind, extent, self.layers, self.levels, |lv, layer, x, y, z, ch| {
+            let dim = |k: usize| (extent[k] >> lv).max(1);
+            let dz = layer * dim(2) + z;
+            let i = ((((dz * dim(1) + y) * dim(0) + x) * format.channels as u32 + ch) as usize) * csize;
+            let mut b = [0u8; 4];
+            b[..csize].copy_from_slice(&data[lv as usize][i..i + csize]);
+            u32::from_le_bytes(b)
+        })
+    }
+
+    fn desc(&self) -> TextureDesc {
+        let mode = |m: u32| AddressMode::from_cuda(m as i32).unwrap();
+        let filter = |f: u32| FilterMode::from_cuda(f as i32).unwrap();
+        TextureDesc {
+            address: self.addr.map(mode),
+            filter: filter(self.filter),
+            read: ReadMode::from_cuda(self.read as i32).unwrap(),
+            srgb: self.srgb != 0,
+            border_color: [self.floats[0], self.floats[1], self.floats[2], self.floats[3]],
+            normalized_coords: self.norm != 0,
+            mipmap_filter: filter(self.mipfilter),
+            mipmap_level_bias: self.floats[4],
+            min_mipmap_level_clamp: self.floats[5],
+            max_mipmap_level_clamp: self.floats[6],
+            ..TextureDesc::default()
+        }
+    }
+}
+
+/// A recorded texture with what the GPU answered for it.
+#[derive(Default)]
+struct ProbeTexture {
+    cfg: ProbeCfg,
+    refused: Option<i32>,
+    lookups: Vec<(ProbeQ, [u32; 4])>,
+    query: Vec<u32>,
+}
+
+/// Everything a probe run recorded.
+#[derive(Default)]
+struct ProbeRecord {
+    textures: Vec<(u32, ProbeTexture)>,
+    surfaces: Vec<(u32, ProbeCfg)>,
+    /// (surface, mode, x, y, packed uchar4)
+    surface_reads: Vec<(u32, u32, i32, i32, u32)>,
+    /// (surface, mode, array bytes after the writes)
+    surface_writes: Vec<(u32, u32, Vec<u8>)>,
+    surface_queries: Vec<(u32, Vec<u32>)>,
+    faults: Vec<(String, i32)>,
+}
+
+fn hex_bytes(s: &str) -> Vec<u8> {
+    (0..s.len() / 2).map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap()).collect()
+}
+
+fn parse_probe(text: &str) -> ProbeRecord {
+    let mut r = ProbeRecord::default();
+    let hex = |s: &str| u32::from_str_radix(s, 16).unwrap_or_else(|_| panic!("hex {s}"));
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let Some((&tag, rest)) = f.split_first() else { continue };
+        let id = || rest[0].parse::<u32>().unwrap();
+        match tag {
+            "texture" => {
+                r.textures.push((id(), ProbeTexture { cfg: ProbeCfg::parse(&rest[1..]), ..Default::default() }))
+            }
+            "surface" => r.surfaces.push((id(), ProbeCfg::parse(&rest[1..]))),
+            "data" => {
+                let bytes = hex_bytes(rest.get(2).copied().unwrap_or(""));
+                if let Some((_, t)) = r.textures.iter_mut().find(|(i, _)| *i == id()) {
+                    t.cfg.data.push(bytes);
+                } else if let Some((_, s)) = r.surfaces.iter_mut().find(|(i, _)| *i == id()) {
+                    s.data.push(bytes);
+                }
+            }
+            "refused" => {
+                let t = r.textures.iter_mut().find(|(i, _)| *i == id()).expect("refused texture");
+                t.1.refused = Some(rest[1].parse().unwrap());
+            }
+            "L" => {
+                let i = |k: usize| rest[k].parse::<i32>().unwrap();
+                let fl = |k: usize| f32::from_bits(hex(rest[k]));
+                let q = ProbeQ {
+                    op: i(1),
+                    layer: i(2),
+                    x: fl(3),
+                    y: fl(4),
+                    z: fl(5),
+                    lod: fl(6),
+                    dx0: fl(7),
+                    dx1: fl(8),
+                    dy0: fl(9),
+                    dy1: fl(10),
+                };
+                assert_eq!(rest[11], ":", "{line}");
+                let res = [hex(rest[12]), hex(rest[13]), hex(rest[14]), hex(rest[15])];
+                let t = r.textures.iter_mut().find(|(i, _)| *i == id()).expect("lookup of a known texture");
+                t.1.lookups.push((q, res));
+            }
+            "query" => {
+                let t = r.textures.iter_mut().find(|(i, _)| *i == id()).expect("query of a known texture");
+                t.1.query = rest[1..].iter().map(|x| x.parse().unwrap()).collect();
+            }
+            "S" => r.surface_reads.push((
+                id(),
+                rest[1].parse().unwrap(),
+                rest[2].parse().unwrap(),
+                rest[3].parse().unwrap(),
+                hex(rest[5]),
+            )),
+            "W" => {
+                r.surface_writes.push((id(), rest[1].parse().unwrap(), hex_bytes(rest.get(3).copied().unwrap_or(""))))
+            }
+            "squery" => r.surface_queries.push((id(), rest[1..].iter().map(|x| x.parse().unwrap()).collect())),
+            "fault" => r.faults.push((rest[0].to_string(), rest[1].parse().unwrap())),
+            _ => {}
+        }
+    }
+    r
+}
+
+/// The points `texture_probe.cu`'s surface section reads and writes.
+const SURFACE_POINTS: [[i32; 2]; 14] = [
+    [0, 0],
+    [4, 2],
+    [-1, 0],
+    [5, 0],
+    [2, -1],
+    [0, 3],
+    [100, 100],
+    [-7, 1],
+    [3, 1],
+    [9, 2],
+    [-3, 2],
+    [2, 7],
+    [4, -1],
+    [1, 1],
+];
+
+/// Replays a probe record on the interpreter; returns every difference, grouped by texture.
+fn replay_probe(m: &Loaded, rec: &ProbeRecord) -> Vec<String> {
+    let mut wrong = Vec::new();
+    let mut lookups = 0;
+    for (id, t) in &rec.textures {
+        let cfg = &t.cfg;
+        let what = format!("texture {id} ({})", cfg.describe());
+        // Build the resource over host copies of the recorded texels.
+        let img;
+        let linear;
+        let (resource, bufs): (Resource, Vec<&Buf>) = match cfg.res {
+            0 | 1 => {
+                img = cfg.image();
+                let a = img.desc();
+                (if cfg.res == 0 { Resource::Array(a) } else { Resource::Mipmapped(a) }, img.bufs())
+            }
+            2 => {
+                linear = Buf::from(&cfg.data[0]);
+                let size = cfg.data[0].len() as u64;
+                (Resource::Linear { base: linear.addr(), format: cfg.format(), size }, vec![&linear])
+            }
+            _ => {
+                img = cfg.image();
+                let l = img.levels[0].1;
+                let r = Resource::Pitch2D {
+                    base: l.base,
+                    format: cfg.format(),
+                    width: l.width,
+                    height: l.height,
+                    pitch: l.row_pitch,
+                };
+                (r, img.bufs())
+            }
+        };
+        let tex = Texture { resource, desc: cfg.desc() };
+        match (t.refused, tex.validate()) {
+            (Some(e), Ok(())) => {
+                wrong.push(format!("{what}: the GPU refused it (error {e}), the interpreter accepts it"));
+                continue;
+            }
+            (Some(_), Err(_)) => continue,
+            (None, Err(e)) => {
+                wrong.push(format!("{what}: the GPU accepted it, the interpreter refuses it: {e}"));
+                continue;
+            }
+            (None, Ok(())) => {}
+        }
+        let mut table = ResourceTable::default();
+        table.textures.insert(5, Arc::new(tex));
+        let qs: Vec<ProbeQ> = t.lookups.iter().map(|(q, _)| *q).collect();
+        let (bq, bo, bquery) = (Buf::from(&qs), Buf::zeroed(qs.len() * 16), Buf::zeroed(13 * 4));
+        let mut all = bufs.clone();
+        all.extend([&bq, &bo, &bquery]);
+        let args = Args::default().p(5u64).buf(&bq).buf(&bo).p(qs.len() as i32);
+        if let Err(e) = m.run_with("probe_tex", (qs.len() as u32).div_ceil(128), 128, &args, &all, &table) {
+            wrong.push(format!("{what}: {e}"));
+            continue;
+        }
+        let got: Vec<[u32; 4]> = bo.get();
+        let mut bad = Vec::new();
+        for ((q, gpu), ours) in t.lookups.iter().zip(&got) {
+            lookups += 1;
+            if gpu != ours {
+                bad.push(format!("    {q:?}\n      H100 {gpu:08x?}\n      ours {ours:08x?}"));
+            }
+        }
+        if !bad.is_empty() {
+            wrong.push(format!(
+                "{what}: {} of {} lookups differ:\n{}",
+                bad.len(),
+                got.len(),
+                bad[..bad.len().min(6)].join("\n")
+            ));
+        }
+        if !t.query.is_empty() {
+            m.run_with("probe_query", 1, 1, &Args::default().p(5u64).buf(&bquery), &all, &table).unwrap();
+            let ours: Vec<u32> = bquery.get();
+            if ours != t.query {
+                wrong.push(format!("{what}: txq answers {ours:?}, H100 {:?}", t.query));
+            }
+        }
+    }
+    println!("{} textures, {lookups} lookups replayed", rec.textures.len());
+    // Surfaces: reads and writes under each boundary mode, and suq.
+    for (id, cfg) in &rec.surfaces {
+        let pts = Buf::from(&SURFACE_POINTS);
+        for mode in 0..2u32 {
+            let img = cfg.image();
+            let mut table = ResourceTable::default();
+            surface(&mut table, 5, &img);
+            let out = Buf::zeroed(64 * 4);
+            let mut all = img.bufs();
+            all.extend([&pts, &out]);
+            let n = SURFACE_POINTS.len() as i32;
+            let args = Args::default().p(5u64).buf(&pts).buf(&out).p(n).p(mode as i32);
+            m.run_with("probe_surf_read", 1, 64, &args, &all, &table).unwrap();
+            let got: Vec<u32> = out.get();
+            for (k, &(sid, smode, x, y, v)) in
+                rec.surface_reads.iter().filter(|r| r.0 == *id && r.1 == mode).enumerate()
+            {
+                if got[k] != v || SURFACE_POINTS[k] != [x, y] {
+                    wrong.push(format!(
+                        "surface {sid} mode {smode} read at ({x}, {y}): ours {:#x}, H100 {v:#x}",
+                        got[k]
+                    ));
+                }
+            }
+            let args = Args::default().p(5u64).buf(&pts).p(n).p(mode as i32);
+            m.run_with("probe_surf_write", 1, 1, &args, &all, &table).unwrap();
+            let mut ours = Vec::new();
+            for y in 0..cfg.h {
+                for x in 0..cfg.w {
+                    ours.extend(img.raw(0, 0, x, y, 0)[..4].iter().map(|&c| c as u8));
+                }
+            }
+            for (_, _, gpu) in rec.surface_writes.iter().filter(|w| w.0 == *id && w.1 == mode) {
+                if *gpu != ours {
+                    wrong.push(format!("surface {id} mode {mode} writes: ours {ours:02x?}\n  H100 {gpu:02x?}"));
+                }
+            }
+        }
+        let img = cfg.image();
+        let mut table = ResourceTable::default();
+        surface(&mut table, 5, &img);
+        let out = Buf::zeroed(7 * 4);
+        let mut all = img.bufs();
+        all.push(&out);
+        m.run_with("probe_surf_query", 1, 1, &Args::default().p(5u64).buf(&out), &all, &table).unwrap();
+        let ours: Vec<u32> = out.get();
+        for (_, gpu) in rec.surface_queries.iter().filter(|q| q.0 == *id) {
+            if *gpu != ours {
+                wrong.push(format!("surface {id}: suq answers {ours:?}, H100 {gpu:?}"));
+            }
+        }
+    }
+    // Faults: the same kernels on the same mistakes report the same errors.
+    for (name, gpu) in &rec.faults {
+        let img = TestImage::new(fmt(ChannelType::U8, 4), ArrayKind::D2, [5, 3, 1], 1, 1, |_, _, _, _, _, _| 0);
+        let mut table = ResourceTable::default();
+        surface(&mut table, 5, &img);
+        let pts = Buf::from(&[[1i32, 1], [7, 1]]);
+        let out = Buf::zeroed(64);
+        let one = Buf::from(&[ProbeQ { op: 1, x: 0.5, y: 0.5, ..ProbeQ::default() }]);
+        let mut all = img.bufs();
+        all.extend([&pts, &out, &one]);
+        let r = match name.as_str() {
+            "texture_handle" => {
+                m.run_with("probe_tex", 1, 1, &Args::default().p(0xdeadu64).buf(&one).buf(&out).p(1i32), &all, &table)
+            }
+            "surface_write_trap" => {
+                m.run_with("probe_surf_write", 1, 1, &Args::default().p(5u64).buf(&pts).p(2i32).p(2i32), &all, &table)
+            }
+            "surface_read_trap" => m.run_with(
+                "probe_surf_read",
+                1,
+                2,
+                &Args::default().p(5u64).buf(&pts).buf(&out).p(2i32).p(2i32),
+                &all,
+                &table,
+            ),
+            _ => m.run_with(
+                "probe_surf_read",
+                1,
+                1,
+                &Args::default().p(0xdeadu64).buf(&pts).buf(&out).p(1i32).p(2i32),
+                &all,
+                &table,
+            ),
+        };
+        let ours = r.err().map_or(0, |e| e.cuda_error());
+        if ours != *gpu {
+            wrong.push(format!("fault {name}: ours cudaError {ours}, H100 {gpu}"));
+        }
+    }
+    wrong
+}
+
+/// The H100's answers for `texture_probe.cu`'s cases, bit for bit (when the recording is present).
+#[test]
+fn matches_h100_texture_probe() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/exec_data/texture_probe_h100.txt");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        println!("{} is not recorded yet: nothing to replay", path.display());
+        return;
+    };
+    let rec = parse_probe(&text);
+    assert!(!rec.textures.is_empty() && !rec.faults.is_empty(), "{}: an incomplete recording", path.display());
+    for v in variants("texture_probe.cu", &[80], false) {
+        let m = Loaded::new(&v.ptx, &v.label);
+        let wrong = replay_probe(&m, &rec);
+        assert!(wrong.is_empty(), "{}: {} differences from the H100:\n{}", v.label, wrong.len(), wrong.join("\n"));
+    }
+}
+
+/// A recording in the probe's format whose answers come from the reference, to check the replay itself: it finds
+/// nothing to report on the reference's answers, and reports every answer changed.
+fn synthetic_probe_text() -> String {
+    let mut out = String::new();
+    let mut seed = 0x5eed_u64;
+    let cfg_line = |id: u32, c: &ProbeCfg, what: &str, out: &mut String| {
+        let f = c.floats.map(|x| format!("{:x}", x.to_bits())).join(" ");
+        out.push_str(&format!(
+            "{what} {id} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {f}\n",
+            c.res,
+            c.kind,
+            c.ty,
+            c.ch,
+            c.w,
+            c.h,
+            c.d,
+            c.layers,
+            c.levels,
+            c.addr[0],
+            c.addr[1],
+            c.addr[2],
+            c.filter,
+            c.read,
+            c.norm,
+            c.srgb,
+            c.mipfilter
+        ));
+        for (l, d) in c.data.iter().enumerate() {
+            let hex: String = d.iter().map(|b| format!("{b:02x}")).collect();
+            out.push_str(&format!("data {id} {l} {hex}\n"));
+        }
+    };
+    let lookup = |id: u32, q: &ProbeQ, r: [u32; 4], out: &mut String| {
+        let h = |x: f32| format!("{:x}", x.to_bits());
+        out.push_str(&format!(
+            "L {id} {} {} {} {} {} {} {} {} {} {} : {:x} {:x} {:x} {:x}\n",
+            q.op,
+            q.layer,
+            h(q.x),
+            h(q.y),
+            h(q.z),
+            h(q.lod),
+            h(q.dx0),
+            h(q.dx1),
+            h(q.dy0),
+            h(q.dy1),
+            r[0],
+            r[1],
+            r[2],
+            r[3]
+        ));
+    };
+    let mut make = |ty: u32, ch: u32, kind: u32, [w, h, d]: [u32; 3], layers: u32| {
+        let esize = [1, 2, 4, 1, 2, 4, 2, 4][ty as usize] * ch;
+        let n = (w * h * d * layers * esize) as usize;
+        let data: Vec<u8> =
+            (0..n)
+                .map(|i| {
+                    if ty == 7 && i % 4 == 3 {
+                        0x40 + (xorshift(&mut seed) % 8) as u8
+                    } else {
+                        xorshift(&mut seed) as u8
+                    }
+                })
+                .collect();
+        ProbeCfg { kind, ty, ch, w, h, d, layers, levels: 1, addr: [1; 3], data: vec![data], ..ProbeCfg::default() }
+    };
+    // A filtered 2D float texture with normalized coordinates, wrapping and mirroring.
+    let mut c = make(7, 4, 1, [5, 3, 1], 1);
+    (c.addr, c.filter, c.norm) = ([0, 2, 1], 1, 1);
+    c.floats[..4].copy_from_slice(&[0.25, -2.0, 7.5, 1e9]);
+    cfg_line(1, &c, "texture", &mut out);
+    let img = c.image();
+    let r = Ref { img: &img, d: c.desc(), mipmapped: false };
+    for p in grid(NORMALIZED, &NORMALIZED[..6]) {
+        lookup(1, &ProbeQ { op: 1, x: p.x, y: p.y, ..ProbeQ::default() }, r.sample(G::D2, &p), &mut out);
+    }
+    out.push_str("query 1 5 3 1 4318 4277 1 0 0 1 0 1 3 2\n");
+    // Integer gathers with the border colour.
+    let mut c = make(0, 4, 1, [4, 3, 1], 1);
+    (c.addr, c.norm) = ([3; 3], 1);
+    cfg_line(2, &c, "texture", &mut out);
+    let img = c.image();
+    let r = Ref { img: &img, d: c.desc(), mipmapped: false };
+    for (k, p) in grid(&[-0.2, 0.1, 0.5, 0.9, 1.3], &[-0.1, 0.4, 1.1]).iter().enumerate() {
+        let p = Coord { comp: (k % 4) as i32, ..*p };
+        lookup(2, &ProbeQ { op: 12, layer: p.comp, x: p.x, y: p.y, ..ProbeQ::default() }, r.gather(&p), &mut out);
+    }
+    // A cubemap.
+    let mut c = make(7, 1, 5, [4, 4, 1], 6);
+    c.norm = 1;
+    cfg_line(3, &c, "texture", &mut out);
+    let img = c.image();
+    let r = Ref { img: &img, d: c.desc(), mipmapped: false };
+    for d in [[1.0, 0.25, -0.5], [-0.3, -2.0, 0.7], [0.1, 0.2, 3.0], [-0.9, 0.5, -1.0]] {
+        let p = Coord { z: d[2], ..at(d[0], d[1]) };
+        lookup(3, &ProbeQ { op: 5, x: d[0], y: d[1], z: d[2], ..ProbeQ::default() }, r.sample(G::Cube, &p), &mut out);
+    }
+    // A texture the GPU refuses (linear filtering of integers): the interpreter must refuse it too.
+    let mut c = make(5, 1, 1, [2, 2, 1], 1);
+    c.filter = 1;
+    cfg_line(4, &c, "texture", &mut out);
+    out.push_str("refused 4 1\n");
+    // A surface: reads under zero and clamp modes, the writes' effect, suq.
+    let c = make(0, 4, 1, [5, 3, 1], 1);
+    cfg_line(5, &c, "surface", &mut out);
+    let texel = |x: i32, y: i32| {
+        let i = ((y * 5 + x) * 4) as usize;
+        u32::from_le_bytes(c.data[0][i..i + 4].try_into().unwrap())
+    };
+    for mode in 0..2 {
+        for [x, y] in SURFACE_POINTS {
+            let inside = (0..5).contains(&x) && (0..3).contains(&y);
+            let v = if inside || mode == 1 { texel(x.clamp(0, 4), y.clamp(0, 2)) } else { 0 };
+            out.push_str(&format!("S 5 {mode} {x} {y} : {v:x}\n"));
+        }
+        let mut bytes = c.data[0].clone();
+        for (i, [x, y]) in SURFACE_POINTS.iter().enumerate() {
+            let inside = (0..5).contains(x) && (0..3).contains(y);
+            if inside || mode == 1 {
+                let o = ((y.clamp(&0, &2) * 5 + x.clamp(&0, &4)) * 4) as usize;
+                bytes[o..o + 4].copy_from_slice(&[i as u8, i as u8 + 1, i as u8 + 2, 0xC0 + i as u8]);
+            }
+        }
+        out.push_str(&format!("W 5 {mode} : {}\n", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()));
+    }
+    out.push_str("squery 5 5 3 1 4314 4277 0 0\n");
+    out.push_str("fault texture_handle 700\nfault surface_write_trap 719\nfault surface_read_trap 719\nfault surface_handle 700\n");
+    out
+}
+
+#[test]
+fn probe_replay_reports_every_difference() {
+    let text = synthetic_probe_text();
+    for v in variants("texture_probe.cu", &[80], false) {
+        let m = Loaded::new(&v.ptx, &v.label);
+        let wrong = replay_probe(&m, &parse_probe(&text));
+        assert!(wrong.is_empty(), "{}: the replay of the reference's answers differs:\n{}", v.label, wrong.join("\n"));
+        // One changed result, query, surface answer or fault code each: four differences.
+        let changed: Vec<String> = text
+            .lines()
+            .map(|l| match l {
+                _ if l.starts_with("L 3 ") => format!("{} : 1 2 3 4", l.split(" : ").next().unwrap()),
+                _ if l.starts_with("query 1 ") => l.replace(" 4318 ", " 4319 "),
+                _ if l.starts_with("S 5 1 -1 0") => "S 5 1 -1 0 : 7".to_string(),
+                "fault surface_handle 700" => "fault surface_handle 0".to_string(),
+                _ => l.to_string(),
+            })
+            .collect();
+        let wrong = replay_probe(&m, &parse_probe(&changed.join("\n")));
+        assert_eq!(wrong.len(), 4, "{}: {wrong:#?}", v.label);
+    }
+}

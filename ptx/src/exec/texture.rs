@@ -904,9 +904,16 @@ fn channel_order(f: ChannelFormat) -> u32 {
     }
 }
 
-/// Extent of level `level` (0 beyond the last level).
+/// Extent of level `level`; beyond the last level, level 0's halved that many times (at least 1), as the sizes of
+/// a full mipmap chain would be.
 fn extent(levels: &[Level], level: usize) -> [u32; 3] {
-    levels.get(level).map_or([0; 3], |l| [l.width, l.height, l.depth])
+    match (levels.get(level), levels.first()) {
+        (Some(l), _) => [l.width, l.height, l.depth],
+        (None, Some(l)) => {
+            [l.width, l.height, l.depth].map(|n| n.checked_shr(level.min(32) as u32).unwrap_or(0).max(1))
+        }
+        (None, None) => [0; 3],
+    }
 }
 
 fn array_size(a: &ArrayDesc) -> u32 {
@@ -922,10 +929,13 @@ pub(crate) fn texture_query(t: &Texture, q: Query, level: Option<u32>) -> u32 {
     let f = t.format();
     let d = &t.desc;
     let level = level.unwrap_or(0) as usize;
+    let one_level = |width: u32, height: u32| {
+        extent(&[Level { base: 0, width, height, depth: 1, row_pitch: 0, slice_pitch: 0 }], level)
+    };
     let dims = match &t.resource {
         Resource::Array(a) | Resource::Mipmapped(a) => extent(&a.levels, level),
-        Resource::Linear { size, .. } => [(size / f.element_size() as u64).min(u32::MAX as u64) as u32, 1, 1],
-        Resource::Pitch2D { width, height, .. } => [*width, *height, 1],
+        Resource::Linear { size, .. } => one_level((size / f.element_size() as u64).min(u32::MAX as u64) as u32, 1),
+        Resource::Pitch2D { width, height, .. } => one_level(*width, *height),
     };
     match q {
         Query::Width => dims[0],
