@@ -967,34 +967,43 @@ fn invalid_descriptors_are_refused() {
     assert!(cube.validate().is_err(), "a cubemap with one face");
 }
 
-/// A module using texture references (removed in CUDA 12) is refused with a clear message when a kernel uses one.
+/// A module using texture references (removed in CUDA 12) is refused with a clear message when a kernel uses one,
+/// and so are the texture forms the interpreter does not implement.
 #[test]
-fn texture_references_are_refused() {
-    let ptx = r#"
-.version 7.8
-.target sm_80
-.address_size 64
-.global .texref oldtex;
-.visible .entry uses_ref(.param .u64 out)
-{
-    .reg .f32 %f<8>;
-    .reg .b64 %rd<2>;
-    mov.f32 %f1, 0f00000000;
-    tex.2d.v4.f32.f32 {%f2, %f3, %f4, %f5}, [oldtex, {%f1, %f1}];
-    ret;
-}
-.visible .entry plain(.param .u64 out)
-{
-    ret;
-}
-"#;
-    let prog = phos_ptx::exec::Program::new(&phos_ptx::parse(ptx).unwrap());
-    let info = prog.kernel("uses_ref").unwrap();
-    let e = info.error.expect("refused");
-    assert!(e.to_string().contains("`oldtex` is a texture reference (.texref)"), "{e}");
-    assert_eq!(e.cuda_error(), 801);
+fn unsupported_texture_forms_are_refused() {
+    let header = ".version 7.8\n.target sm_80\n.address_size 64\n.global .texref oldtex;\n.global .samplerref smp;\n";
+    let body = |name: &str, inst: &str| {
+        format!(
+            ".visible .entry {name}(.param .u64 t)\n{{\n.reg .f32 %f<8>;\n.reg .b32 %r<8>;\n.reg .b64 %rd<4>;\n\
+             ld.param.u64 %rd1, [t];\nmov.f32 %f1, 0f00000000;\nmov.b32 %r1, 0;\n{inst}\nret;\n}}\n"
+        )
+    };
+    let cases = [
+        (
+            "texref",
+            "tex.2d.v4.f32.f32 {%f2, %f3, %f4, %f5}, [oldtex, {%f1, %f1}];",
+            "`oldtex` is a texture reference (.texref)",
+        ),
+        ("sampler", "tex.2d.v4.f32.f32 {%f2, %f3, %f4, %f5}, [%rd1, smp, {%f1, %f1}];", "independent texturing mode"),
+        ("offset", "tex.2d.v4.f32.f32 {%f2, %f3, %f4, %f5}, [%rd1, {%f1, %f1}], {%r1, %r1};", "offsets"),
+        ("compare", "tex.2d.v4.f32.f32 {%f2, %f3, %f4, %f5}, [%rd1, {%f1, %f1}], %f1;", "depth comparison"),
+        ("half", "tex.2d.v2.f16x2.f32 {%r2, %r3}, [%rd1, {%f1, %f1}];", "four-component"),
+        ("multisample", "tex.2dms.v4.s32.s32 {%r2, %r3, %r4, %r5}, [%rd1, {%r1, %r1, %r1, %r1}];", "tex.2dms"),
+        ("reduction", "sured.b.add.2d.u32.trap [%rd1, {%r1, %r1}], %r1;", "sured"),
+    ];
+    let mut ptx = header.to_string();
+    ptx += ".visible .entry plain(.param .u64 out)\n{\nret;\n}\n";
+    for (name, inst, _) in &cases {
+        ptx += &body(name, inst);
+    }
+    let prog = phos_ptx::exec::Program::new(&phos_ptx::parse(&ptx).unwrap_or_else(|e| panic!("{e}\n{ptx}")));
+    for (name, _, why) in cases {
+        let e = prog.kernel(name).unwrap().error.unwrap_or_else(|| panic!("{name} was accepted"));
+        assert!(e.to_string().contains(why), "{name}: {e}");
+        assert_eq!(e.cuda_error(), 801, "{name}");
+    }
     assert!(prog.kernel("plain").unwrap().error.is_none());
-    assert!(prog.variables().is_empty(), "a texture reference has no storage: {:?}", prog.variables());
+    assert!(prog.variables().is_empty(), "references have no storage: {:?}", prog.variables());
 }
 
 // ----- surfaces.cu -----
