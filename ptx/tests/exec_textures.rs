@@ -1801,3 +1801,79 @@ fn probe_replay_reports_every_difference() {
         assert_eq!(wrong.len(), 4, "{}: {wrong:#?}", v.label);
     }
 }
+
+/// Lookups at arbitrary bit patterns (coordinates, levels, layers, every operation) on every shape of texture, and
+/// on descriptors no backend should make (three channels, no levels, empty extents, huge pitches), never panic:
+/// they answer or fail the launch.
+#[test]
+fn arbitrary_lookups_never_panic() {
+    let mut seed = 0xfeed_f00d_u64;
+    for v in variants("texture_probe.cu", &[80], false) {
+        let m = Loaded::new(&v.ptx, &v.label);
+        let mut textures = Vec::new();
+        for (kind, layers) in [
+            (ArrayKind::D1, 1),
+            (ArrayKind::D2, 1),
+            (ArrayKind::D3, 1),
+            (ArrayKind::Layered1D, 3),
+            (ArrayKind::Layered2D, 2),
+            (ArrayKind::Cubemap, 6),
+            (ArrayKind::LayeredCubemap, 12),
+        ] {
+            let d3 = if kind == ArrayKind::D3 { 4 } else { 1 };
+            let h = if matches!(kind, ArrayKind::D1 | ArrayKind::Layered1D) { 1 } else { 4 };
+            let img = TestImage::new(fmt(ChannelType::F16, 2), kind, [4, h, d3], layers, 3, |_, _, x, y, _, _| x ^ y);
+            textures.push((Resource::Mipmapped(img.desc()), img));
+        }
+        let mut bad = textures[1].1.desc();
+        bad.format.channels = 3;
+        bad.levels[1].row_pitch = u64::MAX / 2;
+        bad.levels[2].width = 0;
+        let empty = ArrayDesc { levels: Vec::new(), ..bad.clone() };
+        let keep = TestImage::new(fmt(ChannelType::U8, 1), ArrayKind::D2, [1, 1, 1], 1, 1, |_, _, _, _, _, _| 0);
+        textures.push((Resource::Mipmapped(bad), TestImage { levels: Vec::new(), ..keep }));
+        textures.push((
+            Resource::Array(empty),
+            TestImage::new(fmt(ChannelType::U8, 1), ArrayKind::D2, [1, 1, 1], 1, 1, |_, _, _, _, _, _| 0),
+        ));
+        for (resource, img) in &textures {
+            for filter in [FilterMode::Point, FilterMode::Linear] {
+                for mode in MODES {
+                    let d = TextureDesc {
+                        max_mipmap_level_clamp: 9.0,
+                        mipmap_filter: filter,
+                        ..desc([mode; 3], filter, ReadMode::ElementType, xorshift(&mut seed).is_multiple_of(2))
+                    };
+                    let mut table = ResourceTable::default();
+                    table.textures.insert(5, Arc::new(Texture { resource: resource.clone(), desc: d }));
+                    let qs: Vec<ProbeQ> = (0..256)
+                        .map(|_| {
+                            let w: [u64; 10] = std::array::from_fn(|_| xorshift(&mut seed));
+                            let f = |k: usize| f32::from_bits(w[k] as u32);
+                            ProbeQ {
+                                op: (w[0] % 20) as i32,
+                                layer: w[1] as i32,
+                                x: f(2),
+                                y: f(3),
+                                z: f(4),
+                                lod: f(5),
+                                dx0: f(6),
+                                dx1: f(7),
+                                dy0: f(8),
+                                dy1: f(9),
+                            }
+                        })
+                        .collect();
+                    let (bq, bo) = (Buf::from(&qs), Buf::zeroed(qs.len() * 16));
+                    let mut all = img.bufs();
+                    all.extend([&bq, &bo]);
+                    let args = Args::default().p(5u64).buf(&bq).buf(&bo).p(qs.len() as i32);
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        m.run_with("probe_tex", 2, 128, &args, &all, &table)
+                    }));
+                    assert!(r.is_ok(), "{}: a lookup panicked on {resource:?}", v.label);
+                }
+            }
+        }
+    }
+}

@@ -1312,6 +1312,7 @@ impl<'a> FnLower<'a> {
         let need = match geom {
             Geom::D1 => 1,
             Geom::D2 | Geom::A1d => 2,
+            Geom::ACube => 4,
             _ => 3,
         };
         if coords.len() < need {

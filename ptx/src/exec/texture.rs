@@ -235,6 +235,7 @@ impl ArrayDesc {
     /// Checks that the levels are consistent with the shape and format (what `cudaMalloc3DArray` guarantees).
     pub fn validate(&self) -> Result<(), TextureError> {
         let bad = |m: String| Err(TextureError::Descriptor(m));
+        ChannelFormat::new(self.format.ty, self.format.channels)?;
         let Some(l0) = self.levels.first() else { return bad("an array without levels".into()) };
         let esize = self.format.element_size() as u64;
         let layered = matches!(self.kind, ArrayKind::Layered1D | ArrayKind::Layered2D | ArrayKind::LayeredCubemap);
@@ -303,12 +304,14 @@ impl Texture {
                 a.format
             }
             Resource::Linear { format, size, .. } => {
+                ChannelFormat::new(format.ty, format.channels)?;
                 if *size < format.element_size() as u64 {
                     return bad("linear memory smaller than one texel");
                 }
                 *format
             }
             Resource::Pitch2D { format, width, height, pitch, .. } => {
+                ChannelFormat::new(format.ty, format.channels)?;
                 if *width == 0 || *height == 0 || *pitch < *width as u64 * format.element_size() as u64 {
                     return bad("pitched memory with an empty extent or a pitch below its row");
                 }
@@ -480,12 +483,12 @@ pub(crate) fn lookup(tex: &Texture, q: &Lookup, mem: &mut dyn TexelMemory) -> Re
         }
         Resource::Linear { base, size, .. } => {
             // tex1Dfetch: an integer index, no filtering or addressing; outside the buffer reads zero.
-            let n = size / format.element_size() as u64;
+            let esize = format.element_size().max(1) as u64;
             let i = if q.int_coords { q.coords[0] as i32 as i64 } else { floor_i64(f32::from_bits(q.coords[0])) };
-            if i < 0 || i as u64 >= n {
+            if i < 0 || i as u64 >= size / esize {
                 return Ok([0; 4]);
             }
-            let raw = read_texel(mem, format, base + i as u64 * format.element_size() as u64)?;
+            let raw = read_texel(mem, format, base.wrapping_add(i as u64 * esize))?;
             return Ok(decode(format, &tex.desc, raw));
         }
     };
@@ -841,7 +844,7 @@ pub(crate) fn surface_address(
         }
     };
     let slice = (layer as u64 * l.depth as u64 + z as u64).wrapping_mul(l.slice_pitch);
-    Ok(Some(l.base.wrapping_add(slice).wrapping_add(y as u64 * l.row_pitch).wrapping_add(x as u64)))
+    Ok(Some(l.base.wrapping_add(slice).wrapping_add((y as u64).wrapping_mul(l.row_pitch)).wrapping_add(x as u64)))
 }
 
 /// `sust.p`: one channel's bits from a 32-bit source value, converted to the surface's format.
@@ -934,7 +937,9 @@ pub(crate) fn texture_query(t: &Texture, q: Query, level: Option<u32>) -> u32 {
     };
     let dims = match &t.resource {
         Resource::Array(a) | Resource::Mipmapped(a) => extent(&a.levels, level),
-        Resource::Linear { size, .. } => one_level((size / f.element_size() as u64).min(u32::MAX as u64) as u32, 1),
+        Resource::Linear { size, .. } => {
+            one_level((size / f.element_size().max(1) as u64).min(u32::MAX as u64) as u32, 1)
+        }
         Resource::Pitch2D { width, height, .. } => one_level(*width, *height),
     };
     match q {
