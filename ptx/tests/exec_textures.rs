@@ -967,6 +967,39 @@ fn invalid_descriptors_are_refused() {
     assert!(cube.validate().is_err(), "a cubemap with one face");
 }
 
+/// The layouts a backend gets for `cudaMalloc3DArray`'s and `cudaMallocMipmappedArray`'s extents and flags.
+#[test]
+fn arrays_from_cuda_extents() {
+    let f = fmt(ChannelType::F32, 2);
+    let make = |extent: [u64; 3], flags: u32, levels: u32| ArrayDesc::from_cuda(f, extent, flags, levels, 0x1000);
+    let shape =
+        |a: &ArrayDesc| (a.kind, a.layers, a.levels.iter().map(|l| [l.width, l.height, l.depth]).collect::<Vec<_>>());
+    // extent, flags, levels asked for; the kind, layers, level extents and bytes expected.
+    type Case = ([u64; 3], u32, u32, ArrayKind, u32, Vec<[u32; 3]>, u64);
+    let cases: Vec<Case> = vec![
+        ([10, 0, 0], 0, 1, ArrayKind::D1, 1, vec![[10, 1, 1]], 80),
+        ([10, 3, 0], 0, 1, ArrayKind::D2, 1, vec![[10, 3, 1]], 240),
+        ([4, 3, 5], 0, 1, ArrayKind::D3, 1, vec![[4, 3, 5]], 480),
+        ([7, 0, 3], 1, 1, ArrayKind::Layered1D, 3, vec![[7, 1, 1]], 176),
+        ([7, 2, 3], 1, 1, ArrayKind::Layered2D, 3, vec![[7, 2, 1]], 336),
+        ([4, 4, 6], 4, 1, ArrayKind::Cubemap, 6, vec![[4, 4, 1]], 768),
+        ([2, 2, 12], 5, 1, ArrayKind::LayeredCubemap, 12, vec![[2, 2, 1]], 384),
+        // Mipmaps: levels halve (at least 1), 16-byte aligned; too many levels are clamped to the chain's length.
+        ([8, 2, 0], 0, 9, ArrayKind::D2, 1, vec![[8, 2, 1], [4, 1, 1], [2, 1, 1], [1, 1, 1]], 128 + 32 + 16 + 16),
+        ([3, 0, 0], 2, 0, ArrayKind::D1, 1, vec![[3, 1, 1]], 32),
+    ];
+    for (extent, flags, levels, kind, layers, dims, bytes) in cases {
+        let (a, size) = make(extent, flags, levels).unwrap_or_else(|e| panic!("{extent:?} {flags}: {e}"));
+        assert_eq!(shape(&a), (kind, layers, dims), "{extent:?} flags {flags}");
+        assert_eq!(size, bytes, "{extent:?} flags {flags}");
+        assert_eq!(a.levels[0].base, 0x1000);
+        a.validate().unwrap_or_else(|e| panic!("{extent:?}: {e}"));
+    }
+    for (extent, flags) in [([0, 0, 0], 0), ([4, 3, 6], 4), ([4, 4, 7], 5), ([4, 0, 0], 1), ([1 << 40, 1, 0], 0)] {
+        assert!(make(extent, flags, 1).is_err(), "{extent:?} flags {flags} was accepted");
+    }
+}
+
 /// A module using texture references (removed in CUDA 12) is refused with a clear message when a kernel uses one,
 /// and so are the texture forms the interpreter does not implement.
 #[test]

@@ -232,6 +232,61 @@ pub struct ArrayDesc {
 }
 
 impl ArrayDesc {
+    /// The array `cudaMalloc3DArray` (`levels` 1) or `cudaMallocMipmappedArray` makes of `extent` (width, height,
+    /// depth; height 0 for 1D, depth 0 for 1D and 2D, depth counting layers for layered and cubemap arrays) and
+    /// `flags` (`cudaArrayLayered` 1, `cudaArrayCubemap` 4; others do not change the layout), laid out from `base`:
+    /// each level's rows, slices and layers packed one after another, levels 16-byte aligned. Returns the array and
+    /// the bytes it spans. The level count is clamped to what the extent allows, as CUDA does.
+    pub fn from_cuda(
+        format: ChannelFormat,
+        extent: [u64; 3],
+        flags: u32,
+        levels: u32,
+        base: u64,
+    ) -> Result<(ArrayDesc, u64), TextureError> {
+        use ArrayKind::*;
+        ChannelFormat::new(format.ty, format.channels)?;
+        let bad = || TextureError::Descriptor(format!("extent {extent:?} with flags {flags:#x}"));
+        let (layered, cube) = (flags & 1 != 0, flags & 4 != 0);
+        let [w, h, d] = extent;
+        let (kind, dims, layers) = match (layered, cube) {
+            (false, false) if h == 0 && d == 0 => (D1, [w, 1, 1], 1),
+            (false, false) if d == 0 => (D2, [w, h, 1], 1),
+            (false, false) if h > 0 => (D3, [w, h, d], 1),
+            (true, false) if h == 0 && d > 0 => (Layered1D, [w, 1, 1], d),
+            (true, false) if d > 0 => (Layered2D, [w, h, 1], d),
+            (false, true) if w == h && d == 6 => (Cubemap, [w, w, 1], 6),
+            (true, true) if w == h && d > 0 && d % 6 == 0 => (LayeredCubemap, [w, w, 1], d),
+            _ => return Err(bad()),
+        };
+        let fits = |x: u64| u32::try_from(x).ok().filter(|&x| x > 0);
+        let (Some(dims), Some(layers)) = (dims.iter().map(|&x| fits(x)).collect::<Option<Vec<u32>>>(), fits(layers))
+        else {
+            return Err(bad());
+        };
+        let largest = dims.iter().copied().max().unwrap_or(1);
+        let levels = levels.clamp(1, 32 - largest.leading_zeros());
+        let esize = format.element_size() as u64;
+        let mut offset = 0u64;
+        let mut out = Vec::new();
+        for l in 0..levels {
+            let [lw, lh, ld] = [0, 1, 2].map(|k| (dims[k] >> l).max(1));
+            let row = lw as u64 * esize;
+            let slice = row.checked_mul(lh as u64).ok_or_else(bad)?;
+            let size = slice.checked_mul(ld as u64 * layers as u64).ok_or_else(bad)?;
+            out.push(Level {
+                base: base.checked_add(offset).ok_or_else(bad)?,
+                width: lw,
+                height: lh,
+                depth: ld,
+                row_pitch: row,
+                slice_pitch: slice,
+            });
+            offset = offset.checked_add(size).and_then(|o| o.checked_next_multiple_of(16)).ok_or_else(bad)?;
+        }
+        Ok((ArrayDesc { format, kind, layers, levels: out }, offset))
+    }
+
     /// Checks that the levels are consistent with the shape and format (what `cudaMalloc3DArray` guarantees).
     pub fn validate(&self) -> Result<(), TextureError> {
         let bad = |m: String| Err(TextureError::Descriptor(m));
@@ -648,7 +703,7 @@ fn sample_level(
         for k in 0..dims {
             match address(floor_i64(u[k]), sizes[k], d.address[k], normalized) {
                 Some(i) => idx[k] = i,
-                None => return Ok(border(img.format, d)),
+                None => return Ok(border(d)),
             }
         }
         let raw = read_texel(mem, img.format, texel_addr(img, l, layer, idx))?;
@@ -674,7 +729,7 @@ fn sample_level(
             continue;
         }
         let texel = if outside {
-            border(img.format, d)
+            border(d)
         } else {
             decode(img.format, d, read_texel(mem, img.format, texel_addr(img, l, layer, idx))?)
         };
@@ -708,7 +763,7 @@ fn gather(
             (Some(x), Some(y)) => {
                 decode(img.format, d, read_texel(mem, img.format, texel_addr(img, l, layer, [x, y, 0]))?)
             }
-            _ => border(img.format, d),
+            _ => border(d),
         };
         *o = texel[comp as usize & 3];
     }
@@ -783,7 +838,7 @@ fn srgb_to_linear(c: f32) -> f32 {
 }
 
 /// The border colour as the texture returns it (all four components, as floats or as their bits).
-fn border(_f: ChannelFormat, d: &TextureDesc) -> [u32; 4] {
+fn border(d: &TextureDesc) -> [u32; 4] {
     d.border_color.map(f32::to_bits)
 }
 
