@@ -139,7 +139,7 @@
 //!   `(s / m + 1) / 2` per the Guide's table, sampled with the texture's addressing within the face (lookups do not
 //!   filter across faces; `seamless_cubemap` is not implemented).
 //! * Level of detail: the `tex.level` operand, 0 for plain `tex`, or for `tex.grad` the log2 of the longer derivative
-//!   in texels; plus the bias, clamped to the level clamps and the levels there are. A point mipmap filter takes the
+//!   in texels (for cubemaps, the direction's derivatives times half the face size); plus the bias, clamped to the level clamps and the levels there are. A point mipmap filter takes the
 //!   nearest level (halves round down). Anisotropy is not implemented (`max_anisotropy` is ignored).
 //! * `tld4` gathers one component of the linear-filtering footprint, counter-clockwise from the lower left:
 //!   `T[i, j+1], T[i+1, j+1], T[i+1, j], T[i, j]`.

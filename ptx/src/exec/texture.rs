@@ -532,7 +532,7 @@ pub(crate) fn lookup(tex: &Texture, q: &Lookup, mem: &mut dyn TexelMemory) -> Re
                 height: *height,
                 depth: 1,
                 row_pitch: *pitch,
-                slice_pitch: *pitch * *height as u64,
+                slice_pitch: pitch.wrapping_mul(*height as u64),
             }];
             Image { format, layers: 1, levels: &single, mipmapped: false }
         }
