@@ -585,8 +585,8 @@ fn a_call_on_memory_not_yet_restored_waits_for_it() {
 /// goes out through the parallel copies into a directory and through the ordered copies
 /// into a stream, and comes back the same from each: the directory read by several threads,
 /// the stream in order. The directory's tables list every chunk in order of its place in
-/// memory whatever order the threads stored them in, and its memory file holds nothing but
-/// what the tables list.
+/// memory whatever order the threads stored them in, and its memory files (one per writer)
+/// hold nothing but what the tables list.
 #[test]
 fn large_memory_comes_back_the_same_from_parallel_and_ordered_copies() {
     let base = 0x4c00_0000_0000;
@@ -634,8 +634,14 @@ fn large_memory_comes_back_the_same_from_parallel_and_ordered_copies() {
             assert!(offsets.windows(2).all(|w| w[0] < w[1]), "chunks out of order: {offsets:?}");
             stored += r.chunks.iter().map(|c| c.stored).sum::<u64>();
         }
-        let file = std::fs::metadata(dir.join(phos_checkpoint::MEMORY_FILE)).unwrap().len();
-        assert_eq!((file, report.stored_bytes), (stored, stored), "the memory file holds only its chunks");
+        // A memory file per writer, each holding only its chunks.
+        let files: Vec<u64> = (0..phos_checkpoint::MAX_MEMORY_FILES)
+            .map_while(|i| std::fs::metadata(dir.join(phos_checkpoint::memory_file_name(i))).ok())
+            .map(|m| m.len())
+            .collect();
+        let writers = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+        assert_eq!(files.len(), writers, "{files:?}");
+        assert_eq!((files.iter().sum::<u64>(), report.stored_bytes), (stored, stored), "{files:?}");
     }
     assert!(report.stored_bytes < raw_report.stored_bytes, "{report:?} {raw_report:?}");
     assert!(raw_report.stored_bytes < raw_report.memory_bytes, "the zero buffer is not stored: {raw_report:?}");

@@ -515,9 +515,10 @@ pub fn checkpoint<T: Quiesce + Snapshot>(
     let session = head.session.id;
     progress.start(head.memory.iter().map(|r| r.size).sum());
     sink.begin(&head)?;
-    let capacity = head.memory.iter().map(|r| r.size).sum();
-    match sink.parallel(capacity)? {
-        Some(store) => copy_out_parallel(target, &head, store, sink, compression, progress, within, session)?,
+    let pieces = pieces(&head.memory);
+    let workers = crate::parallel::workers().min(pieces.len()).max(1);
+    match sink.parallel(workers)? {
+        Some(store) => copy_out_parallel(target, &head, &pieces, store, sink, compression, progress, within, session)?,
         None => {
             let mut copier = target.copier()?;
             copy_out(&head, copier.as_mut(), sink, compression, progress, within, session)?;
@@ -699,6 +700,7 @@ fn on_workers<W: Send>(
 fn copy_out_parallel<T: Snapshot + ?Sized>(
     target: &T,
     head: &Manifest,
+    pieces: &[(usize, u64, usize)],
     store: Arc<dyn ChunkStore>,
     sink: &mut dyn ImageSink,
     compression: Compression,
@@ -706,20 +708,20 @@ fn copy_out_parallel<T: Snapshot + ?Sized>(
     within: &Within<'_>,
     session: u64,
 ) -> Result<(), CrError> {
-    let pieces = pieces(&head.memory);
-    let workers = crate::parallel::workers().min(pieces.len()).max(1);
+    let workers = store.files();
     // Each worker has a sender: the channel closes when the last worker is done.
     let (to_sink, entered) = mpsc::channel::<(usize, Chunk)>();
     let mut states = Vec::with_capacity(workers);
-    for _ in 0..workers {
+    for file in 0..workers {
         let copier = target.copier()?;
         let buf = copier.buffer(COPY_CHUNK);
-        states.push((copier, buf, to_sink.clone()));
+        states.push((file, copier, buf, to_sink.clone()));
     }
     drop(to_sink);
     let next = AtomicUsize::new(0);
-    type Worker<'c> = (Box<dyn DeviceCopier + 'c>, HostBuffer, mpsc::Sender<(usize, Chunk)>);
-    let work = |(copier, buf, to_sink): &mut Worker<'_>| -> Result<bool, CrError> {
+    // A worker: the memory file it writes, its copier and buffer, and where it reports.
+    type Worker<'c> = (usize, Box<dyn DeviceCopier + 'c>, HostBuffer, mpsc::Sender<(usize, Chunk)>);
+    let work = |(file, copier, buf, to_sink): &mut Worker<'_>| -> Result<bool, CrError> {
         let Some(&(region, offset, n)) = pieces.get(next.fetch_add(1, Ordering::Relaxed)) else { return Ok(false) };
         if (within.cancelled)() {
             let what = format!("copying memory ({} of {} bytes)", progress.done(), progress.total());
@@ -727,18 +729,14 @@ fn copy_out_parallel<T: Snapshot + ?Sized>(
         }
         let r = &head.memory[region];
         copier.read(r.device, r.addr + offset, &mut buf[..n])?;
-        let chunk = |encoding, stored, at, crc| Chunk { offset, len: n as u64, encoding, stored, at, crc };
+        let f = *file;
+        let chunk =
+            |encoding, stored, at, crc| Chunk { offset, len: n as u64, encoding, stored, file: f as u32, at, crc };
         let entry = match prepare_chunk(&buf[..n], compression)? {
-            PreparedChunk::Zero => chunk(Encoding::Zero, 0, 0, 0),
-            PreparedChunk::Raw { crc } => {
-                let at = store.reserve(n as u64)?;
-                store.write_at(at, &buf[..n])?;
-                chunk(Encoding::Raw, n as u64, at, crc)
-            }
+            PreparedChunk::Zero => Chunk { file: 0, ..chunk(Encoding::Zero, 0, 0, 0) },
+            PreparedChunk::Raw { crc } => chunk(Encoding::Raw, n as u64, store.append(f, &buf[..n])?, crc),
             PreparedChunk::Zstd { crc, bytes } => {
-                let at = store.reserve(bytes.len() as u64)?;
-                store.write_at(at, &bytes)?;
-                chunk(Encoding::Zstd, bytes.len() as u64, at, crc)
+                chunk(Encoding::Zstd, bytes.len() as u64, store.append(f, &bytes)?, crc)
             }
         };
         to_sink.send((region, entry)).map_err(|_| CrError::Thread("image"))?;

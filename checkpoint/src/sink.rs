@@ -28,13 +28,12 @@ pub trait ImageSink: Send {
     fn chunk(&mut self, region: usize, len: u64, prepared: PreparedChunk, data: &[u8]) -> Result<(), ImageError>;
     /// Make the image whole (and durable, where that means something).
     fn complete(&mut self) -> Result<ImageSummary, ImageError>;
-    /// Storage that several threads may write chunks to at once, with room for `capacity`
-    /// bytes, if this sink has such storage (a directory's memory file has; a stream, written
-    /// in order, has not). Called after [`begin`](Self::begin), instead of
-    /// [`chunk`](Self::chunk): chunks stored there are entered with
-    /// [`stored_chunk`](Self::stored_chunk), in any order.
-    fn parallel(&mut self, capacity: u64) -> Result<Option<Arc<dyn ChunkStore>>, ImageError> {
-        let _ = capacity;
+    /// Storage that `writers` threads may write chunks to at once, if this sink has such
+    /// storage (a directory has: a memory file per writer; a stream, written in order, has
+    /// not). Called after [`begin`](Self::begin), instead of [`chunk`](Self::chunk): chunks
+    /// stored there are entered with [`stored_chunk`](Self::stored_chunk), in any order.
+    fn parallel(&mut self, writers: usize) -> Result<Option<Arc<dyn ChunkStore>>, ImageError> {
+        let _ = writers;
         Ok(None)
     }
     /// A chunk of region `region` whose bytes are in the [`parallel`](Self::parallel) store
@@ -115,8 +114,8 @@ impl ImageSink for ImageWriter {
         self.finish_with(head)
     }
 
-    fn parallel(&mut self, capacity: u64) -> Result<Option<Arc<dyn ChunkStore>>, ImageError> {
-        Ok(Some(self.start_parallel(capacity)?))
+    fn parallel(&mut self, writers: usize) -> Result<Option<Arc<dyn ChunkStore>>, ImageError> {
+        Ok(Some(self.start_parallel(writers)?))
     }
 
     fn stored_chunk(&mut self, region: usize, chunk: Chunk) -> Result<(), ImageError> {
@@ -153,10 +152,7 @@ impl ImageSource for Image {
     }
 
     fn parallel(&self) -> Option<Arc<dyn ChunkReader>> {
-        let path = self.dir().join(crate::MEMORY_FILE);
-        // A second handle of the same open file: the image cannot be swapped underneath.
-        let file = self.memory_file().try_clone().ok()?;
-        Some(Arc::new(FileChunks::new(&path, file)))
+        Some(Arc::new(FileChunks::new(self.memory_files().ok()?)))
     }
 }
 
