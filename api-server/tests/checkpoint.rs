@@ -639,7 +639,7 @@ fn large_memory_comes_back_the_same_from_parallel_and_ordered_copies() {
             .map_while(|i| std::fs::metadata(dir.join(phos_checkpoint::memory_file_name(i))).ok())
             .map(|m| m.len())
             .collect();
-        let writers = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+        let writers = std::thread::available_parallelism().map_or(1, |n| n.get().min(16));
         assert_eq!(files.len(), writers, "{files:?}");
         assert_eq!((files.iter().sum::<u64>(), report.stored_bytes), (stored, stored), "{files:?}");
     }
