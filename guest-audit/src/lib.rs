@@ -312,10 +312,11 @@ unsafe fn soname(map: &LinkMap) -> Option<&'static [u8]> {
 /// loads it again; what it inherited was noted for its parent).
 static NOTED_PHOS_FOR: AtomicI32 = AtomicI32::new(0);
 
-/// One line of the report: `PID<TAB>KIND<TAB>PATH<TAB>SONAME<TAB>LIBRARY<NL>`, `KIND` being
-/// `phos` (Phos's guest library was mapped), `bypass` (a CUDA runtime or driver that is not
-/// Phos's) or `unserved` (an NVIDIA library Phos does not serve yet, `LIBRARY` its name).
-/// Empty fields are `-`.
+/// One line of the report: `PID<TAB>KIND<TAB>PROGRAM<TAB>PATH<TAB>SONAME<TAB>LIBRARY<NL>`,
+/// `KIND` being `phos` (Phos's guest library was mapped), `bypass` (a CUDA runtime or driver
+/// that is not Phos's) or `unserved` (an NVIDIA library Phos does not serve yet, `LIBRARY`
+/// its name); `PROGRAM` is the process's executable. Empty fields are `-`; control bytes in a
+/// field are `?`.
 struct Event<'a> {
     kind: &'a [u8],
     path: &'a [u8],
@@ -331,11 +332,17 @@ fn record(event: &Event<'_>) {
     fn or_dash(s: &[u8]) -> &[u8] {
         if s.is_empty() { b"-" } else { s }
     }
-    let mut line: Line = Line::new();
+    let mut program = [0u8; PATH_MAX];
+    // SAFETY: readlink writes at most `program.len()` bytes into `program`.
+    let n = unsafe { libc::readlink(c"/proc/self/exe".as_ptr(), program.as_mut_ptr().cast(), program.len()) };
+    let program = program.get(..usize::try_from(n).unwrap_or(0)).unwrap_or(&[]);
+    let mut line: Line<{ 2 * PATH_MAX + 512 }> = Line::new();
     // SAFETY: getpid has no memory effects.
     line.push_number(unsafe { libc::getpid() } as u64)
         .push(b"\t")
         .push(event.kind)
+        .push(b"\t")
+        .push_name(or_dash(program))
         .push(b"\t")
         .push_name(or_dash(event.path))
         .push(b"\t")
