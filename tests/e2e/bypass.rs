@@ -272,3 +272,28 @@ fn a_program_with_the_runtime_linked_in_is_told_what_to_do() {
         "{log}"
     );
 }
+
+/// tests/python/check_no_bypass.py, which the GPU suite runs with PyTorch through `phosctl
+/// run`, tells a process whose CUDA runtime is Phos's from one that has another mapped (here
+/// without PyTorch: the check alone, after loading a runtime by name or a renamed copy).
+#[test]
+fn the_python_check_tells_phos_s_runtime_from_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("renamed-runtime.so");
+    stand_in(&copy, "libcudart.so.13");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/check_no_bypass.py");
+    let check = |load: &str| {
+        let out = phos_run("emu", Path::new("python3"), &[script.to_str().unwrap(), "--without-torch", "--load", load]);
+        (out.status.code(), stdout_of(&out), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, stdout, stderr) = check("libcudart.so.13");
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("no bypass: the CUDA runtime and driver mapped are Phos's"), "{stdout}");
+    let (code, _, stderr) = check(copy.to_str().unwrap());
+    assert_eq!(code, Some(1), "{stderr}");
+    let named = format!(
+        "BYPASS: a CUDA runtime or driver that is not Phos's is mapped: {} (soname libcudart.so.13)",
+        copy.display()
+    );
+    assert!(stderr.contains(&named), "{stderr}");
+}
