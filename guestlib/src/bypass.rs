@@ -77,20 +77,21 @@ pub fn before_call(calls: u64) {
     if calls.is_multiple_of(LOOK_EVERY) {
         LOOK_DUE.store(true, Ordering::Relaxed);
     }
-    if !LOOK_DUE.load(Ordering::Relaxed) || !LOOK_DUE.swap(false, Ordering::Relaxed) {
+    if !LOOK_DUE.load(Ordering::Relaxed)
+        || REPORTING.try_with(Cell::get).unwrap_or(true)
+        || !LOOK_DUE.swap(false, Ordering::Relaxed)
+    {
         return;
     }
-    if REPORTING.try_with(Cell::get).unwrap_or(true) {
-        return;
-    }
+    // The walks take the loader's lock: not under this module's.
+    let adds = objects_added();
+    let stale = adds.is_none() || adds != seen().adds;
+    let libraries = stale.then(foreign_libraries);
     let found = {
         let mut seen = seen();
-        let adds = objects_added();
-        if adds.is_none() || adds != seen.adds {
-            let private: Vec<Finding> =
-                seen.found.iter().filter(|f| f.0 == BypassKind::PrivateRuntime).cloned().collect();
-            seen.found = foreign_libraries().into_iter().map(|d| (BypassKind::ForeignLibrary, d)).collect();
-            seen.found.extend(private);
+        if let Some(libraries) = libraries {
+            seen.found.retain(|f| f.0 == BypassKind::PrivateRuntime);
+            seen.found.extend(libraries.into_iter().map(|d| (BypassKind::ForeignLibrary, d)));
             seen.adds = adds;
         }
         seen.found.clone()
@@ -100,9 +101,9 @@ pub fn before_call(calls: u64) {
 
 /// Warn once per process, and report to the session once, each finding not yet so.
 fn say_and_report(found: &[Finding]) {
+    let session = runtime::session_if_open().map_or(0, |s| s.id);
     let (to_say, to_report) = {
         let mut seen = seen();
-        let session = runtime::session_if_open().map_or(0, |s| s.id);
         if session != seen.reported_to {
             seen.reported.clear();
         }
@@ -131,8 +132,8 @@ fn say_and_report(found: &[Finding]) {
             // A server of an earlier build does not know the call; the warning stands.
             tracing::debug!("phosReportBypass: {e:?}");
         }
-        let mut seen = seen();
         let session = runtime::session_if_open().map_or(0, |s| s.id);
+        let mut seen = seen();
         if session != seen.reported_to {
             seen.reported.clear();
             seen.reported_to = session;
@@ -230,8 +231,13 @@ fn private_runtime_advice(detail: &str) -> String {
          Build it with `nvcc -cudart shared` (or link `-lcudart`) so that it loads the CUDA runtime by name and \
          gets Phos's"
     } else if detail.split(' ').next().is_some_and(is_runtime_or_driver) {
-        "NVIDIA's own CUDA runtime is loaded instead of Phos's: run the program with `phosctl run`, which makes \
-         every CUDA runtime it loads Phos's"
+        if std::env::var_os("PHOS_GUEST_DIR").is_some() {
+            "NVIDIA's own CUDA runtime is loaded instead of Phos's, escaping `phosctl run` (a copy under another \
+             name, or a runtime of a version Phos does not present)"
+        } else {
+            "NVIDIA's own CUDA runtime is loaded instead of Phos's: run the program with `phosctl run`, which makes \
+             every CUDA runtime it loads Phos's"
+        }
     } else {
         "this library carries NVIDIA's CUDA runtime inside it (NVIDIA's libraries such as cuBLAS and cuDNN do), \
          and Phos does not serve it yet"
