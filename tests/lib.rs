@@ -218,6 +218,14 @@ impl TestRouter {
         let listener = router.bind().unwrap();
         let r = router.clone();
         let thread = Some(std::thread::spawn(move || r.serve(listener).expect("the test router serves until stopped")));
+        // `serve` starts the management service on a thread of its own: a `phosctl` command
+        // of the test must find it listening.
+        let ctl = phos_control::control_path(&dir.path().join("router.sock"));
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::os::unix::net::UnixStream::connect(&ctl).is_err() {
+            assert!(std::time::Instant::now() < deadline, "the router's management service did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
         TestRouter { router, dir, thread }
     }
 
