@@ -31,14 +31,18 @@ pub const MAX_DETAIL: usize = 4096 + 256;
 /// The findings a router keeps per session; later ones are counted, not kept.
 pub const MAX_FINDINGS: usize = 16;
 
-/// A finding in words, for logs and `phosctl sessions`: `detail` escaped, cut to
-/// [`MAX_DETAIL`] bytes.
-pub fn describe(kind: i32, detail: &str) -> String {
+/// `detail` cut to at most [`MAX_DETAIL`] bytes, at a character boundary.
+pub fn bounded(detail: &str) -> &str {
     let mut end = detail.len().min(MAX_DETAIL);
     while !detail.is_char_boundary(end) {
         end -= 1;
     }
-    let detail = crate::text::printable(&detail[..end]);
+    &detail[..end]
+}
+
+/// A finding in words, for logs and `phosctl sessions`: `detail` [`bounded`] and escaped.
+pub fn describe(kind: i32, detail: &str) -> String {
+    let detail = crate::text::printable(bounded(detail));
     match BypassKind::from_i32(kind) {
         Some(BypassKind::ForeignLibrary) => format!("a CUDA runtime or driver that is not Phos's is mapped: {detail}"),
         Some(BypassKind::PrivateRuntime) => {

@@ -225,9 +225,18 @@ pub struct SessionEntry {
     /// Barriers forwarded to the server and not reported passed yet: a thread of the guest
     /// waits for calls of the others to have run.
     barriers_waiting: AtomicU64,
-    /// What the guest reported that does not go through Phos (`phosReportBypass`): (kind,
-    /// detail), at most `bypass::MAX_FINDINGS`.
-    bypass: Mutex<Vec<(i32, String)>>,
+    /// What the guest reported that does not go through Phos (`phosReportBypass`).
+    bypass: Mutex<Bypass>,
+}
+
+/// A session's bypass findings.
+#[derive(Default)]
+struct Bypass {
+    /// (kind, detail), at most `bypass::MAX_FINDINGS`.
+    findings: Vec<(i32, String)>,
+    /// The session is among its tenant's bypassed sessions (from its first finding while it is
+    /// in the tenant's books, until it ends).
+    counted: bool,
 }
 
 /// Refused async calls remembered per session (a guest has far fewer unanswered).
@@ -309,38 +318,39 @@ impl SessionEntry {
             remote: AtomicBool::new(false),
             refused_async: Mutex::new(VecDeque::new()),
             barriers_waiting: AtomicU64::new(0),
-            bypass: Mutex::new(Vec::new()),
+            bypass: Mutex::new(Bypass::default()),
         }
     }
 
     /// The guest reports a bypass (the payload of its `phosReportBypass` call): the finding in
-    /// words if it is news. The first makes the session one of its tenant's bypassed sessions. A payload that
-    /// does not decode is left to the server, which refuses the call.
+    /// words if it is news. The first makes the session one of its tenant's bypassed
+    /// sessions. A payload that does not decode is left to the server, which refuses the call.
     pub(crate) fn note_bypass(&self, payload: &[u8]) -> Option<String> {
-        use phos_protocol::bypass::{MAX_DETAIL, MAX_FINDINGS, describe};
+        use phos_protocol::bypass::{MAX_FINDINGS, bounded, describe};
         let req = phos_protocol::decode_request::<phos_protocol::cudart::PhosReportBypassRequest>(payload).ok()?;
-        let mut end = req.detail.len().min(MAX_DETAIL);
-        while !req.detail.is_char_boundary(end) {
-            end -= 1;
-        }
-        let finding = (req.kind, req.detail[..end].to_string());
-        let mut kept = self.bypass.lock();
-        if kept.contains(&finding) || kept.len() >= MAX_FINDINGS {
+        let finding = (req.kind, bounded(req.detail).to_string());
+        let mut bypass = self.bypass.lock();
+        if bypass.findings.contains(&finding) || bypass.findings.len() >= MAX_FINDINGS {
             return None;
         }
-        // Counted only while the session is in its tenant's books (see `end`, which takes
-        // it out under this lock).
-        if kept.is_empty() && !self.closed_books.load(Ordering::Relaxed) {
+        // Not once the session has left its tenant's books (`end`).
+        if !bypass.counted && !self.closed_books.load(Ordering::Relaxed) {
+            bypass.counted = true;
             self.tenant_state.bypassed_sessions.fetch_add(1, Ordering::Relaxed);
         }
         let said = describe(finding.0, &finding.1);
-        kept.push(finding);
+        bypass.findings.push(finding);
         Some(said)
     }
 
     /// What the guest reported that does not go through Phos, in words.
     pub fn bypass(&self) -> Vec<String> {
-        self.bypass.lock().iter().map(|(kind, detail)| phos_protocol::bypass::describe(*kind, detail)).collect()
+        self.bypass
+            .lock()
+            .findings
+            .iter()
+            .map(|(kind, detail)| phos_protocol::bypass::describe(*kind, detail))
+            .collect()
     }
 
     /// An async call was refused here and will not run on the server.
@@ -575,7 +585,8 @@ impl SessionEntry {
         }
         if !self.closed_books.swap(true, Ordering::Relaxed) {
             crate::admission::session_ended(self, &self.tenant_state);
-            if !self.bypass.lock().is_empty() {
+            let mut bypass = self.bypass.lock();
+            if std::mem::take(&mut bypass.counted) {
                 self.tenant_state.bypassed_sessions.fetch_sub(1, Ordering::Relaxed);
             }
         }
@@ -621,6 +632,14 @@ mod tests {
         assert_eq!(bypassed(), 0, "an ended session is no longer counted");
         s.note_bypass(&report(1, "/late.so"));
         assert_eq!(bypassed(), 0, "nor counted again after it ended");
+        // A session whose first finding comes after it left the books is never counted, and
+        // its end takes nothing off.
+        state.sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let late = SessionEntry::new(2, crate::Tenant("t".into()), state.clone(), 0, "p".into(), 12, [0; 16], 0, None);
+        late.end();
+        assert!(late.note_bypass(&report(1, "/x/copy.so")).is_some());
+        late.end();
+        assert_eq!((bypassed(), late.bypass().len()), (0, 1));
     }
 
     #[test]
