@@ -36,8 +36,8 @@
 //! wrappers (`open`, `write`, `stat`). The crate is `no_std`, so the prelude offers no
 //! allocating type; the standard library is linked only for the panic runtime the
 //! workspace's unwinding profile needs, and nothing of it runs but the argument-saving
-//! constructor every Rust shared library has. No code path panics (slices are taken with
-//! `get`); were one to, the `extern "C"` boundary aborts.
+//! constructor every Rust shared library has. No code path panics (every index is checked or
+//! in range by construction); were one to, the `extern "C"` boundary aborts.
 
 #![no_std]
 // The panic runtime (the workspace builds with `panic = "unwind"`, which `no_std` alone
@@ -200,8 +200,12 @@ fn say(message: &[&[u8]]) {
 /// interface. The two functions used, `la_objsearch` and `la_objopen`, are the same in every
 /// version so far (1, and 2 since glibc 2.35); a loader accepts its own version everywhere,
 /// while some (aarch64) accept nothing else.
+///
+/// # Safety
+/// Called once, by the loader, before any other function of the module and before the
+/// program runs (it writes the configuration every other function reads).
 #[unsafe(no_mangle)]
-pub extern "C" fn la_version(version: c_uint) -> c_uint {
+pub unsafe extern "C" fn la_version(version: c_uint) -> c_uint {
     if version == 0 {
         return 0;
     }
