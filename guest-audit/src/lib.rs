@@ -8,11 +8,12 @@
 //!
 //! - `la_version`, once, before anything else is loaded: the module reads its environment
 //!   and answers the interface version it speaks;
-//! - `la_objsearch`, whenever a library is to be found, first with the name asked for
-//!   (`LA_SER_ORIG`: a `DT_NEEDED` entry or the argument of `dlopen`, a bare name or a path):
-//!   a name whose last component is a CUDA runtime or driver (`libcudart.so*`, `libcuda.so*`)
-//!   is answered with the path of Phos's file for it, which the loader then opens directly.
-//!   Everything else is answered unchanged;
+//! - `la_objsearch`, whenever a library is to be found: with the name asked for
+//!   (`LA_SER_ORIG`: a `DT_NEEDED` entry or the argument of `dlopen`), then, for a bare name,
+//!   with each path the search tries. A path whose last component is a CUDA runtime or driver
+//!   (`libcudart.so*`, `libcuda.so*`) is answered with the path of Phos's file for it, which
+//!   the loader then opens; so the first place a search looks for one yields Phos's, and a
+//!   `dlopen` of a full path too. Everything else is answered unchanged;
 //! - `la_objopen`, whenever an object has been mapped: an object that is Phos's guest library
 //!   is noted; one whose file name or `DT_SONAME` is a CUDA runtime or driver but which is not
 //!   Phos's file (a renamed copy, a runtime of a version Phos does not present) is a
@@ -84,6 +85,16 @@ static CONFIG: Global = Global(UnsafeCell::new(Config {
     guest_file: None,
     report: [0; PATH_MAX],
 }));
+
+/// The search candidate last answered with Phos's file, NUL-terminated: the loader records
+/// the object it then opens under the candidate's name, not under the path it opened.
+struct Redirected(UnsafeCell<[u8; PATH_MAX]>);
+
+// SAFETY: written by `la_objsearch` and read by `la_objopen`, which the loader calls with its
+// lock held (`dlopen`, `dlmopen`) or before the program runs: never at once.
+unsafe impl Sync for Redirected {}
+
+static REDIRECTED: Redirected = Redirected(UnsafeCell::new([0; PATH_MAX]));
 
 fn config() -> &'static Config {
     // SAFETY: see `Global`: no writer exists once the loader calls anything but
@@ -243,21 +254,47 @@ pub unsafe extern "C" fn la_version(version: c_uint) -> c_uint {
 
 /// A search for a library: a CUDA runtime or driver is Phos's file for it.
 ///
+/// A bare name as asked for (`LA_SER_ORIG`, `libcudart.so.12`) is left to the search, whose
+/// first candidate path (in a run path, the library path, the cache or the default
+/// directories) is then answered with Phos's file: the object so found keeps the bare name
+/// among its names, which the loader's checks of symbol versions look for
+/// (`DT_VERNEED` names the file, `libcudart.so.11.0`). Answering the bare name itself would
+/// record only Phos's path for the second name that reaches the one file, and a program
+/// needing versions of both `libcuda.so.1` and `libcudart.so.N` would stop the loader. A path
+/// as asked for (`dlopen` of a full path) is searched nowhere: it is answered at once.
+///
 /// # Safety
 /// Called by the loader with `name` a NUL-terminated string.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn la_objsearch(name: *const c_char, _cookie: *mut usize, flag: c_uint) -> *const c_char {
     let config = config();
-    if flag != LA_SER_ORIG || !config.redirect || name.is_null() {
+    if !config.redirect || name.is_null() {
         return name;
     }
     // SAFETY: the loader passes the NUL-terminated name it searches for.
     let asked = unsafe { CStr::from_ptr(name) }.to_bytes();
-    match names::served(asked) {
-        // The loader opens a name with a `/` directly, searching no path.
-        Some(s) => config.targets[s as usize].as_ptr().cast(),
-        None => name,
+    if flag == LA_SER_ORIG && !asked.contains(&b'/') {
+        return name;
     }
+    let Some(served) = names::served(asked) else { return name };
+    if flag != LA_SER_ORIG && asked.len() < PATH_MAX {
+        // SAFETY: see `Redirected`; the name and its NUL fit (checked).
+        let last = unsafe { &mut *REDIRECTED.0.get() };
+        last[..asked.len()].copy_from_slice(asked);
+        last[asked.len()] = 0;
+    }
+    // A path: the loader opens it as it is.
+    config.targets[served as usize].as_ptr().cast()
+}
+
+/// Whether `path`, the name the loader recorded for an object, is Phos's guest library:
+/// Phos's file under that name, or the search candidate last answered with it.
+fn is_phos(path: &CStr) -> bool {
+    // SAFETY: see `Redirected`.
+    let last = unsafe { &*REDIRECTED.0.get() };
+    let redirected = CStr::from_bytes_until_nul(last).is_ok_and(|l| !l.is_empty() && l == path);
+    let guest_file = config().guest_file;
+    redirected || (guest_file.is_some() && file_id(path) == guest_file)
 }
 
 /// The public head of glibc's `struct link_map` (<link.h>).
@@ -382,8 +419,7 @@ pub unsafe extern "C" fn la_objopen(map: *mut LinkMap, _lmid: c_long, _cookie: *
     if path.is_empty() {
         return 0;
     }
-    let config = config();
-    if config.guest_file.is_some() && file_id(path) == config.guest_file {
+    if is_phos(path) {
         // SAFETY: getpid has no memory effects.
         let pid = unsafe { libc::getpid() };
         if NOTED_PHOS_FOR.swap(pid, Ordering::Relaxed) != pid {
