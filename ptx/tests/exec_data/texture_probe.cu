@@ -359,7 +359,9 @@ static void run(Cfg c, const std::vector<Q> &qs) {
         CHECK(cudaMalloc(&dqr, 13 * sizeof(unsigned)));
         CHECK(cudaMemcpy(dq, qs.data(), n * sizeof(Q), cudaMemcpyHostToDevice));
         probe_tex<<<(n + 127) / 128, 128>>>(t, dq, dout, n);
+        CHECK(cudaGetLastError()); // a launch that fails must not pass for all-zero results
         probe_query<<<1, 1>>>(t, dqr);
+        CHECK(cudaGetLastError()); // a launch that fails must not pass for all-zero results
         std::vector<uint4> out(n);
         unsigned qr[13];
         CHECK(cudaMemcpy(out.data(), dout, n * sizeof(uint4), cudaMemcpyDeviceToHost));
@@ -479,10 +481,12 @@ static void surfaces() {
     for (int mode = 0; mode < 2; ++mode) {
         copy_level(a, c, ls[0]);
         probe_surf_read<<<1, 64>>>(s, dxy, dout, n, mode);
+        CHECK(cudaGetLastError()); // a launch that fails must not pass for all-zero results
         unsigned out[64];
         CHECK(cudaMemcpy(out, dout, n * sizeof(unsigned), cudaMemcpyDeviceToHost));
         for (int i = 0; i < n; ++i) printf("S %d %d %d %d : %x\n", id, mode, pts[2 * i], pts[2 * i + 1], out[i]);
         probe_surf_write<<<1, 1>>>(s, dxy, n, mode);
+        CHECK(cudaGetLastError()); // a launch that fails must not pass for all-zero results
         std::vector<unsigned char> back(c.w * c.h * 4);
         CHECK(cudaMemcpy2DFromArray(back.data(), c.w * 4, a, 0, 0, c.w * 4, c.h, cudaMemcpyDeviceToHost));
         printf("W %d %d : ", id, mode);
@@ -490,6 +494,7 @@ static void surfaces() {
         printf("\n");
     }
     probe_surf_query<<<1, 1>>>(s, dout);
+    CHECK(cudaGetLastError()); // a launch that fails must not pass for all-zero results
     unsigned qr[7];
     CHECK(cudaMemcpy(qr, dout, sizeof qr, cudaMemcpyDeviceToHost));
     printf("squery %d", id);
