@@ -61,4 +61,4 @@ fuzz:
 # Release binaries for the GPU machine (which has no Rust), in .device/bin.
 gpu-bins: release
 	@mkdir -p .device/bin
-	for f in phosctl phos-api-server libphos_guest.so; do strip -o .device/bin/$$f target/release/$$f; done
+	for f in phosctl phos-api-server libphos_guest.so libphos_audit.so; do strip -o .device/bin/$$f target/release/$$f; done

@@ -119,12 +119,23 @@ pub fn build_program(nvcc: &Path, name: &str, extra: &[&str]) -> PathBuf {
 
 /// [`build_program`] for `<dir>/<name>.cu` (the benchmark programs of tests/bench).
 pub fn build_program_from(nvcc: &Path, dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    build_with_runtime(nvcc, dir, name, "shared", extra)
+}
+
+/// [`build_program`] with NVIDIA's CUDA runtime linked into the program (`-cudart static`,
+/// nvcc's default), which Phos cannot serve.
+pub fn build_static_program(nvcc: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    build_with_runtime(nvcc, &cuda_dir(), name, "static", extra)
+}
+
+fn build_with_runtime(nvcc: &Path, dir: &Path, name: &str, cudart: &str, extra: &[&str]) -> PathBuf {
     let src = dir.join(format!("{name}.cu"));
     let tag = if extra.is_empty() {
         String::new()
     } else {
         format!("-{}", extra.join("").replace(['/', ' ', '=', ','], "_"))
     };
+    let tag = if cudart == "shared" { tag } else { format!("{tag}-cudart-{cudart}") };
     let out_dir = target_dir().join("cuda-programs");
     std::fs::create_dir_all(&out_dir).unwrap();
     let exe = out_dir.join(format!("{name}{tag}"));
@@ -141,7 +152,7 @@ pub fn build_program_from(nvcc: &Path, dir: &Path, name: &str, extra: &[&str]) -
     }
     let partial = out_dir.join(format!(".{name}{tag}.{}", std::process::id()));
     let out = Command::new(nvcc)
-        .args(["-cudart", "shared", "-O2", "-I"])
+        .args(["-cudart", cudart, "-O2", "-I"])
         .arg(cuda_dir())
         .args(extra)
         .arg("-o")
@@ -152,6 +163,12 @@ pub fn build_program_from(nvcc: &Path, dir: &Path, name: &str, extra: &[&str]) -
     assert!(out.status.success(), "nvcc {name}: {}", String::from_utf8_lossy(&out.stderr));
     std::fs::rename(&partial, &exe).unwrap();
     exe
+}
+
+/// Run the C compiler (`cc`) with `args`; panics with its messages if it fails.
+pub fn cc(args: &[&std::ffi::OsStr]) {
+    let out = Command::new("cc").args(args).output().expect("running cc (a C compiler is part of the set-up)");
+    assert!(out.status.success(), "cc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// Run a program through `phosctl run --backend <backend>` (on the default transport:
@@ -201,6 +218,14 @@ impl TestRouter {
         let listener = router.bind().unwrap();
         let r = router.clone();
         let thread = Some(std::thread::spawn(move || r.serve(listener).expect("the test router serves until stopped")));
+        // `serve` starts the management service on a thread of its own: a `phosctl` command
+        // of the test must find it listening.
+        let ctl = phos_control::control_path(&dir.path().join("router.sock"));
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::os::unix::net::UnixStream::connect(&ctl).is_err() {
+            assert!(std::time::Instant::now() < deadline, "the router's management service did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
         TestRouter { router, dir, thread }
     }
 

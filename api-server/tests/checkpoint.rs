@@ -580,3 +580,84 @@ fn a_call_on_memory_not_yet_restored_waits_for_it() {
         assert!(matches!(r, Err(phos_protocol::Rejection::Failed(phos_protocol::CudaError::Unknown))), "{r:?}");
     });
 }
+
+/// Memory of many chunks (random, zero and repetitive, regions not a multiple of the chunk)
+/// goes out through the parallel copies into a directory and through the ordered copies
+/// into a stream, and comes back the same from each: the directory read by several threads,
+/// the stream in order. The directory's tables list every chunk in order of its place in
+/// memory whatever order the threads stored them in, and its memory files (one per writer)
+/// hold nothing but what the tables list.
+#[test]
+fn large_memory_comes_back_the_same_from_parallel_and_ordered_copies() {
+    let base = 0x4c00_0000_0000;
+    let s = session(base);
+    let sizes = [(20 << 20) + 4096, 9 << 20, 17 << 20];
+    let buffers: Vec<u64> = sizes.iter().map(|&size| call(&s, &CudaMallocRequest { size }).devPtr).collect();
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let random: Vec<u8> = (0..sizes[0])
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed as u8
+        })
+        .collect();
+    let repetitive: Vec<u8> = (0..sizes[2]).map(|i| (i % 251) as u8).collect();
+    write(&s, buffers[0], &random);
+    write(&s, buffers[2], &repetitive);
+    let contents = [random, vec![0u8; sizes[1] as usize], repetitive];
+
+    let compressed = tempfile::tempdir().unwrap();
+    let raw = tempfile::tempdir().unwrap();
+    let progress = Progress::default();
+    let report =
+        s.checkpoint(compressed.path(), meta(), Compression::Zstd(1), false, &progress, &Bounds::default()).unwrap();
+    assert_eq!(progress.done(), progress.total());
+    let raw_report = s.checkpoint(raw.path(), meta(), Compression::None, false, &progress, &Bounds::default()).unwrap();
+    let (tx, rx) = std::os::unix::net::UnixStream::pair().unwrap();
+    let receiver = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut &rx, &mut bytes).map(|_| bytes)
+    });
+    let mut sink = StreamWriter::new(&tx);
+    s.checkpoint_to(&mut sink, meta(), Compression::None, false, &progress, &Bounds::default()).unwrap();
+    drop(sink);
+    drop(tx);
+    let streamed = receiver.join().unwrap().unwrap();
+    drop(s);
+
+    for (dir, report) in [(compressed.path(), &report), (raw.path(), &raw_report)] {
+        let image = Image::open(dir).unwrap();
+        let mut stored = 0;
+        for r in &image.manifest.memory {
+            let offsets: Vec<u64> = r.chunks.iter().map(|c| c.offset).collect();
+            assert!(offsets.windows(2).all(|w| w[0] < w[1]), "chunks out of order: {offsets:?}");
+            stored += r.chunks.iter().map(|c| c.stored).sum::<u64>();
+        }
+        // A memory file per writer, each holding only its chunks.
+        let files: Vec<u64> = (0..phos_checkpoint::MAX_MEMORY_FILES)
+            .map_while(|i| std::fs::metadata(dir.join(phos_checkpoint::memory_file_name(i))).ok())
+            .map(|m| m.len())
+            .collect();
+        let writers = std::thread::available_parallelism().map_or(1, |n| n.get().min(16));
+        assert_eq!(files.len(), writers, "{files:?}");
+        assert_eq!((files.iter().sum::<u64>(), report.stored_bytes), (stored, stored), "{files:?}");
+    }
+    assert!(report.stored_bytes < raw_report.stored_bytes, "{report:?} {raw_report:?}");
+    assert!(raw_report.stored_bytes < raw_report.memory_bytes, "the zero buffer is not stored: {raw_report:?}");
+
+    let check = |r: &Session| {
+        for (addr, want) in buffers.iter().zip(&contents) {
+            assert!(read(r, *addr, want.len() as u64) == *want, "memory at {addr:#x} differs");
+        }
+    };
+    for dir in [compressed.path(), raw.path()] {
+        let (r, _, summary) = restore(dir, base).unwrap();
+        assert_eq!(summary.memory_bytes, sizes.iter().sum::<u64>(), "{summary:?}");
+        check(&r);
+    }
+    let mut source = StreamReader::open(std::io::Cursor::new(streamed)).unwrap();
+    let (r, _, _) =
+        Session::restore_from(&mut source, &factory(base), None, &Progress::default(), &Cancel::default()).unwrap();
+    check(&r);
+}

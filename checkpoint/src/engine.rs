@@ -28,7 +28,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -38,7 +38,8 @@ use phos_protocol::spec::CallAccess;
 
 use crate::report::{CheckpointSummary, Progress, RestoreSummary, Waiting};
 use crate::{
-    Compression, ImageError, ImageSink, ImageSource, Manifest, MemoryRegion, PreparedChunk, Record, prepare_chunk,
+    Chunk, ChunkReader, ChunkStore, Compression, Encoding, ImageError, ImageSink, ImageSource, Manifest, MemoryRegion,
+    PreparedChunk, Record, prepare_chunk,
 };
 
 /// Size of the pieces memory is copied and stored in.
@@ -176,7 +177,7 @@ pub trait Rebuild {
 
 /// Moves device memory to and from host buffers for the engine (on streams of its own, so
 /// that its copies never queue behind the session's work, nor hold it up).
-pub trait DeviceCopier {
+pub trait DeviceCopier: Send {
     /// A host buffer of `len` bytes that copies are fast from and to (page-locked).
     fn buffer(&self, len: usize) -> HostBuffer;
     /// Copy `out.len()` bytes from `addr` on `device` into `out`; returns once they are there.
@@ -514,9 +515,15 @@ pub fn checkpoint<T: Quiesce + Snapshot>(
     let session = head.session.id;
     progress.start(head.memory.iter().map(|r| r.size).sum());
     sink.begin(&head)?;
-    let mut copier = target.copier()?;
-    copy_out(&head, copier.as_mut(), sink, compression, progress, within, session)?;
-    drop(copier);
+    let pieces = pieces(&head.memory);
+    let workers = crate::parallel::workers().min(pieces.len()).max(1);
+    match sink.parallel(workers)? {
+        Some(store) => copy_out_parallel(target, &head, &pieces, store, sink, compression, progress, within, session)?,
+        None => {
+            let mut copier = target.copier()?;
+            copy_out(&head, copier.as_mut(), sink, compression, progress, within, session)?;
+        }
+    }
     let summary = sink.complete()?;
     on_written();
     drop(at_rest);
@@ -588,6 +595,170 @@ fn copy_out(
     })
 }
 
+/// A restore's copies on several threads, from a source's parallel reader: each worker has
+/// its own copier and buffer, and reads, checks and copies in whole chunks.
+fn copy_in_parallel<T: Rebuild + ?Sized>(
+    target: &T,
+    manifest: &Manifest,
+    targets: &[(u64, i32)],
+    reader: Arc<dyn ChunkReader>,
+    progress: &Progress,
+    cancelled: &(dyn Fn() -> bool + Sync),
+    session: u64,
+) -> Result<(), CrError> {
+    let chunks: Vec<(usize, Chunk)> =
+        manifest.memory.iter().enumerate().flat_map(|(i, r)| r.chunks.iter().map(move |c| (i, *c))).collect();
+    let workers = crate::parallel::workers().min(chunks.len()).max(1);
+    let largest = chunks.iter().map(|(_, c)| c.len as usize).max().unwrap_or(0).max(1);
+    let mut states = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        let copier = target.copier()?;
+        let buf = copier.buffer(largest);
+        states.push((copier, buf));
+    }
+    let next = AtomicUsize::new(0);
+    let work = |(copier, buf): &mut (Box<dyn DeviceCopier + '_>, HostBuffer)| -> Result<bool, CrError> {
+        let Some(&(region, c)) = chunks.get(next.fetch_add(1, Ordering::Relaxed)) else { return Ok(false) };
+        if cancelled() {
+            let what = format!("copying memory ({} of {} bytes)", progress.done(), progress.total());
+            return Err(CrError::Abandoned { session, what });
+        }
+        let (addr, dev) = targets[region];
+        let dst = addr + c.offset;
+        if c.encoding == Encoding::Zero {
+            copier.zero(dev, dst, c.len)?;
+        } else {
+            reader.read_into(&c, buf)?;
+            copier.write(dev, dst, &buf[..c.len as usize])?;
+        }
+        progress.add(c.len);
+        Ok(true)
+    };
+    on_workers(states, work, |(copier, _)| copier.finish(), || Ok(()))
+}
+
+/// The pieces of memory a parallel copy hands out: (region, offset, length).
+fn pieces(memory: &[MemoryRegion]) -> Vec<(usize, u64, usize)> {
+    let mut out = Vec::new();
+    for (i, r) in memory.iter().enumerate() {
+        let mut off = 0;
+        while off < r.size {
+            let n = (r.size - off).min(COPY_CHUNK as u64);
+            out.push((i, off, n as usize));
+            off += n;
+        }
+    }
+    out
+}
+
+/// Runs `work` on `workers` threads, each with what `make` gives it, until `work` says there
+/// is nothing left (`Ok(false)`), one fails or the operation is abandoned; the first error is
+/// the answer. Meanwhile this thread runs `collect` (it ends once every worker has).
+fn on_workers<W: Send>(
+    states: Vec<W>,
+    work: impl Fn(&mut W) -> Result<bool, CrError> + Sync,
+    finish: impl Fn(&mut W) -> Result<(), CrError> + Sync,
+    collect: impl FnOnce() -> Result<(), CrError>,
+) -> Result<(), CrError> {
+    let failed = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = states
+            .into_iter()
+            .map(|mut state| {
+                let (work, finish, failed) = (&work, &finish, &failed);
+                scope.spawn(move || {
+                    let r = (|| {
+                        while !failed.load(Ordering::Relaxed) && work(&mut state)? {}
+                        finish(&mut state)
+                    })();
+                    if r.is_err() {
+                        failed.store(true, Ordering::Relaxed);
+                    }
+                    r
+                })
+            })
+            .collect();
+        let collected = collect();
+        if collected.is_err() {
+            failed.store(true, Ordering::Relaxed);
+        }
+        let mut result = Ok(());
+        for h in handles {
+            let r = h.join().unwrap_or(Err(CrError::Thread("copy")));
+            if result.is_ok() {
+                result = r;
+            }
+        }
+        result.and(collected)
+    })
+}
+
+/// [`copy_out`] on several threads, into a sink's parallel store: each worker has its own
+/// copier (its own copy stream) and buffer, and copies, checks, compresses and stores whole
+/// chunks; this thread enters them in the sink's tables.
+#[allow(clippy::too_many_arguments)] // the checkpoint's own parameters, passed on
+fn copy_out_parallel<T: Snapshot + ?Sized>(
+    target: &T,
+    head: &Manifest,
+    pieces: &[(usize, u64, usize)],
+    store: Arc<dyn ChunkStore>,
+    sink: &mut dyn ImageSink,
+    compression: Compression,
+    progress: &Progress,
+    within: &Within<'_>,
+    session: u64,
+) -> Result<(), CrError> {
+    let workers = store.files();
+    // Each worker has a sender: the channel closes when the last worker is done.
+    let (to_sink, entered) = mpsc::channel::<(usize, Chunk)>();
+    let mut states = Vec::with_capacity(workers);
+    for file in 0..workers {
+        let copier = target.copier()?;
+        let buf = copier.buffer(COPY_CHUNK);
+        states.push((file, copier, buf, to_sink.clone()));
+    }
+    drop(to_sink);
+    let next = AtomicUsize::new(0);
+    // A worker: the memory file it writes, its copier and buffer, and where it reports.
+    type Worker<'c> = (usize, Box<dyn DeviceCopier + 'c>, HostBuffer, mpsc::Sender<(usize, Chunk)>);
+    let work = |(file, copier, buf, to_sink): &mut Worker<'_>| -> Result<bool, CrError> {
+        let Some(&(region, offset, n)) = pieces.get(next.fetch_add(1, Ordering::Relaxed)) else { return Ok(false) };
+        if (within.cancelled)() {
+            let what = format!("copying memory ({} of {} bytes)", progress.done(), progress.total());
+            return Err(CrError::Abandoned { session, what });
+        }
+        let r = &head.memory[region];
+        copier.read(r.device, r.addr + offset, &mut buf[..n])?;
+        let f = *file;
+        let chunk =
+            |encoding, stored, at, crc| Chunk { offset, len: n as u64, encoding, stored, file: f as u32, at, crc };
+        let entry = match prepare_chunk(&buf[..n], compression)? {
+            PreparedChunk::Zero => Chunk { file: 0, ..chunk(Encoding::Zero, 0, 0, 0) },
+            PreparedChunk::Raw { crc } => chunk(Encoding::Raw, n as u64, store.append(f, &buf[..n])?, crc),
+            PreparedChunk::Zstd { crc, bytes } => {
+                chunk(Encoding::Zstd, bytes.len() as u64, store.append(f, &bytes)?, crc)
+            }
+        };
+        to_sink.send((region, entry)).map_err(|_| CrError::Thread("image"))?;
+        progress.add(n as u64);
+        Ok(true)
+    };
+    on_workers(
+        states,
+        work,
+        |_| Ok(()),
+        || {
+            let mut result = Ok(());
+            for (region, chunk) in entered {
+                if result.is_ok() {
+                    result = sink.stored_chunk(region, chunk).map_err(CrError::from);
+                }
+            }
+            result
+        },
+    )
+}
+
 /// Rebuild a session from `source` into `target` (a fresh session, whose server has checked
 /// the manifest already): carry on its handle counters, replay its records in order, then
 /// copy its memory in, a reader thread reading and checking chunk k + 1 while this one
@@ -620,6 +791,19 @@ pub fn restore<T: Rebuild>(
     progress.start(memory_bytes);
     let targets: Vec<(u64, i32)> =
         manifest.memory.iter().map(|r| target.region_target(r, device)).collect::<Result<_, _>>()?;
+    if let Some(reader) = source.parallel() {
+        copy_in_parallel(target, &manifest, &targets, reader, progress, cancelled, session)?;
+        return Ok(RestoreSummary {
+            session,
+            records: manifest.records.len(),
+            memory_bytes,
+            verify_ms: 0.0,
+            replay_ms,
+            copy_ms: ms(copy_start),
+            total_ms: 0.0,
+            pooled: false,
+        });
+    }
     let mut copier = target.copier()?;
     let (to_copier, from_reader) = mpsc::sync_channel::<(crate::ChunkHead, Option<HostBuffer>)>(BUFFERS);
     let (free_tx, free_rx) = mpsc::channel::<HostBuffer>();

@@ -92,8 +92,9 @@ pub struct Chunk {
     pub offset: u64,
     pub len: u64,
     pub encoding: Encoding,
-    /// Bytes stored in the memory file, at `at`.
+    /// Bytes stored, in memory file `file` (0 is `memory`, N is `memory.N`) at `at`.
     pub stored: u64,
+    pub file: u32,
     pub at: u64,
     /// CRC-32 of the stored bytes.
     pub crc: u32,

@@ -36,27 +36,40 @@
 
 pub mod engine;
 mod format;
+pub mod parallel;
 pub mod report;
 pub mod sink;
 pub mod stream;
 
 use std::fs::File;
-use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub use engine::CrError;
 pub use format::*;
+use parallel::FileSet;
+pub use parallel::{ChunkReader, ChunkStore};
 pub use sink::{ChunkHead, ImageSink, ImageSource, copy_image};
 pub use stream::{StreamReader, StreamWriter};
 
 /// Magic at the start of a manifest file.
 pub const MAGIC: &[u8; 8] = b"PHOSIMG\0";
-/// The format this build writes and reads. Version 2 records the APIs of the session and
-/// each record's API; version 1 (one spec hash, records of the runtime API only) is refused.
-pub const FORMAT_VERSION: u32 = 2;
+/// The format this build writes and reads. Version 3 may store memory in several files (a
+/// chunk names its file); version 2 (one memory file) and version 1 (one spec hash, records
+/// of the runtime API only) are refused.
+pub const FORMAT_VERSION: u32 = 3;
+/// Memory files an image may have (`memory`, `memory.1`, ... `memory.63`).
+pub const MAX_MEMORY_FILES: u32 = 64;
 /// File names inside an image directory.
 pub const MANIFEST_FILE: &str = "manifest";
 pub const MEMORY_FILE: &str = "memory";
+
+/// The name of memory file `index` of an image directory: [`MEMORY_FILE`], then
+/// `memory.1`, `memory.2`...
+pub fn memory_file_name(index: u32) -> String {
+    if index == 0 { MEMORY_FILE.to_string() } else { format!("{MEMORY_FILE}.{index}") }
+}
 /// Default chunk size: large enough for fast copies, small enough to skip zero ranges.
 pub const DEFAULT_CHUNK: usize = 4 << 20;
 /// A manifest larger than this is refused (it holds module images, so it can be large).
@@ -109,7 +122,11 @@ pub enum ImageError {
     #[error(
         "image format version {found}, which this build cannot read (it reads version {FORMAT_VERSION}{}): restore it \
          with a build of the version that took it",
-        if *found == 1 { "; version 1 images come from builds before images named the versions of their APIs" } else { "" }
+        match *found {
+            1 => "; version 1 images come from builds before images named the versions of their APIs",
+            2 => "; version 2 images come from builds that stored memory in one file",
+            _ => "",
+        }
     )]
     Version { found: u32 },
     #[error("the image is truncated: {0}")]
@@ -145,15 +162,22 @@ pub struct ImageWriter {
     stored_bytes: u64,
     /// The manifest's head, when written through [`ImageSink`].
     head: Option<Manifest>,
+    /// The memory files of writers on several threads ([`ImageSink::parallel`]).
+    parallel: Option<Arc<FileSet>>,
 }
 
 impl ImageWriter {
     pub fn create(dir: &Path, compression: Compression, chunk_size: usize) -> Result<Self, ImageError> {
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-        // An old manifest must not survive next to new memory.
+        // An old manifest must not survive next to new memory, nor old memory files.
         let _ = std::fs::remove_file(dir.join(MANIFEST_FILE));
+        for i in 1..MAX_MEMORY_FILES {
+            let _ = std::fs::remove_file(dir.join(memory_file_name(i)));
+        }
         let path = dir.join(MEMORY_FILE);
-        let memory = File::create(&path).map_err(io_err(&path))?;
+        // Readable too: a memory file written by several threads is mapped, which needs both.
+        let memory =
+            File::options().read(true).write(true).create(true).truncate(true).open(&path).map_err(io_err(&path))?;
         Ok(ImageWriter {
             dir: dir.to_path_buf(),
             memory: BufWriter::with_capacity(1 << 20, memory),
@@ -163,6 +187,7 @@ impl ImageWriter {
             regions: Vec::new(),
             stored_bytes: 0,
             head: None,
+            parallel: None,
         })
     }
 
@@ -196,7 +221,7 @@ impl ImageWriter {
         }
         let (encoding, crc, bytes): (Encoding, u32, &[u8]) = match &prepared {
             PreparedChunk::Zero => {
-                region.chunks.push(Chunk { offset, len, encoding: Encoding::Zero, stored: 0, at: 0, crc: 0 });
+                region.chunks.push(Chunk { offset, len, encoding: Encoding::Zero, stored: 0, file: 0, at: 0, crc: 0 });
                 return Ok(());
             }
             PreparedChunk::Raw { crc } => (Encoding::Raw, *crc, data),
@@ -204,7 +229,7 @@ impl ImageWriter {
         };
         let path = self.dir.join(MEMORY_FILE);
         self.memory.write_all(bytes).map_err(io_err(&path))?;
-        region.chunks.push(Chunk { offset, len, encoding, stored: bytes.len() as u64, at: self.offset, crc });
+        region.chunks.push(Chunk { offset, len, encoding, stored: bytes.len() as u64, file: 0, at: self.offset, crc });
         self.offset += bytes.len() as u64;
         self.stored_bytes += bytes.len() as u64;
         Ok(())
@@ -222,6 +247,15 @@ impl ImageWriter {
 
     fn finish_with(&mut self, mut manifest: Manifest) -> Result<ImageSummary, ImageError> {
         let mpath = self.dir.join(MEMORY_FILE);
+        if let Some(files) = self.parallel.take() {
+            // Every writer is done (the engine joined them). Chunks came in the order they
+            // finished; tables list them in the order of their place in memory.
+            files.sync()?;
+            self.offset = files.lengths()[0];
+            for r in &mut self.regions {
+                r.chunks.sort_by_key(|c| c.offset);
+            }
+        }
         self.memory.flush().map_err(io_err(&mpath))?;
         self.memory.get_ref().sync_all().map_err(io_err(&mpath))?;
         for r in &self.regions {
@@ -275,6 +309,42 @@ pub enum PreparedChunk {
 }
 
 /// Prepare a chunk for [`ImageWriter::add_prepared`].
+impl ImageWriter {
+    /// Starts the parallel writing of [`ImageSink::parallel`]: the memory file mapped with
+    /// room for `capacity` bytes, every region of the head begun.
+    pub(crate) fn start_parallel(&mut self, writers: usize) -> Result<Arc<FileSet>, ImageError> {
+        let head = self.head.as_ref().ok_or_else(|| ImageError::Corrupted("no manifest head".into()))?;
+        if self.offset != 0 || !self.regions.is_empty() || self.parallel.is_some() {
+            return Err(ImageError::Corrupted("parallel writing of an image already started".into()));
+        }
+        let path = self.dir.join(MEMORY_FILE);
+        self.memory.flush().map_err(io_err(&path))?;
+        // The first writer's file is `memory`, opened already; the others' are new.
+        let mut files = vec![(path.clone(), self.memory.get_ref().try_clone().map_err(io_err(&path))?)];
+        for i in 1..writers.clamp(1, MAX_MEMORY_FILES as usize) as u32 {
+            let p = self.dir.join(memory_file_name(i));
+            files.push((p.clone(), File::create(&p).map_err(io_err(&p))?));
+        }
+        for r in head.memory.clone() {
+            self.begin_region(r.addr, r.size, r.device, r.kind);
+        }
+        let set = Arc::new(FileSet::new(files));
+        self.parallel = Some(set.clone());
+        Ok(set)
+    }
+
+    /// A chunk stored through the mapping, entered in region `region`'s table.
+    pub(crate) fn enter_stored(&mut self, region: usize, chunk: Chunk) -> Result<(), ImageError> {
+        let r = self.regions.get_mut(region).ok_or_else(|| ImageError::Corrupted(format!("no region {region}")))?;
+        if chunk.offset.checked_add(chunk.len).is_none_or(|end| end > r.size) {
+            return Err(ImageError::Corrupted(format!("chunk past the end of region {:#x}", r.addr)));
+        }
+        self.stored_bytes += chunk.stored;
+        r.chunks.push(chunk);
+        Ok(())
+    }
+}
+
 pub fn prepare_chunk(data: &[u8], compression: Compression) -> Result<PreparedChunk, ImageError> {
     if is_zero(data) {
         return Ok(PreparedChunk::Zero);
@@ -336,8 +406,8 @@ fn decode_manifest(body: &[u8]) -> Result<(Manifest, bool), bincode::error::Deco
 pub struct Image {
     dir: PathBuf,
     pub manifest: Manifest,
-    memory: File,
-    memory_len: u64,
+    /// The memory files the chunks name, with their lengths, by index.
+    memory: Vec<(PathBuf, File, u64)>,
     /// Where [`ImageSource::next_chunk`] is: (region, chunk) next, and the chunk it gave.
     cursor: (usize, usize),
     current: Option<Chunk>,
@@ -393,10 +463,28 @@ impl Image {
         if trailing || manifest.format != FORMAT_VERSION {
             return Err(ImageError::Corrupted("the manifest has trailing or inconsistent data".into()));
         }
-        let mpath = dir.join(MEMORY_FILE);
-        let memory = File::open(&mpath).map_err(io_err(&mpath))?;
-        let memory_len = memory.metadata().map_err(io_err(&mpath))?.len();
-        let image = Image { dir: dir.to_path_buf(), manifest, memory, memory_len, cursor: (0, 0), current: None };
+        // The memory files the chunks name: `memory` always, the others as far as named.
+        let files = manifest
+            .memory
+            .iter()
+            .flat_map(|r| r.chunks.iter())
+            .filter(|c| c.encoding != Encoding::Zero)
+            .map(|c| c.file)
+            .max()
+            .unwrap_or(0);
+        if files >= MAX_MEMORY_FILES {
+            return Err(ImageError::Corrupted(format!(
+                "a chunk in memory file {files}; an image has at most {MAX_MEMORY_FILES}"
+            )));
+        }
+        let mut memory = Vec::new();
+        for i in 0..=files {
+            let mpath = dir.join(memory_file_name(i));
+            let f = File::open(&mpath).map_err(io_err(&mpath))?;
+            let len = f.metadata().map_err(io_err(&mpath))?.len();
+            memory.push((mpath, f, len));
+        }
+        let image = Image { dir: dir.to_path_buf(), manifest, memory, cursor: (0, 0), current: None };
         image.check_layout()?;
         check_meaning(&image.manifest)?;
         Ok(image)
@@ -418,10 +506,12 @@ impl Image {
                     let end =
                         c.at.checked_add(c.stored)
                             .ok_or_else(|| ImageError::Corrupted("chunk offset overflows".into()))?;
-                    if end > self.memory_len {
+                    let (path, _, len) = &self.memory[c.file as usize];
+                    if end > *len {
                         return Err(ImageError::Truncated(format!(
-                            "region {:#x} needs {end} bytes of the memory file, which has {}",
-                            r.addr, self.memory_len
+                            "region {:#x} needs {end} bytes of {}, which has {len}",
+                            r.addr,
+                            path.display()
                         )));
                     }
                     if c.encoding == Encoding::Raw && c.stored != c.len {
@@ -443,6 +533,21 @@ impl Image {
         &self.dir
     }
 
+    /// The memory files, by index: a second handle of each (the image cannot be swapped
+    /// underneath the reader that gets them).
+    pub(crate) fn memory_files(&self) -> std::io::Result<Vec<(PathBuf, File)>> {
+        self.memory.iter().map(|(p, f, _)| Ok((p.clone(), f.try_clone()?))).collect()
+    }
+
+    /// Reads `out.len()` stored bytes of `chunk` from its file.
+    fn read_stored(&self, chunk: &Chunk, out: &mut [u8]) -> Result<(), ImageError> {
+        use std::os::unix::fs::FileExt;
+        let (path, file, _) = self.memory.get(chunk.file as usize).ok_or_else(|| {
+            ImageError::Corrupted(format!("a chunk in memory file {}, which is not there", chunk.file))
+        })?;
+        file.read_exact_at(out, chunk.at).map_err(io_err(path))
+    }
+
     /// The contents of one chunk, checked, into `out` (resized to the chunk's length).
     pub fn read_chunk(&mut self, chunk: &Chunk, out: &mut Vec<u8>) -> Result<(), ImageError> {
         out.clear();
@@ -453,10 +558,8 @@ impl Image {
             }
             Encoding::Raw | Encoding::Zstd => {}
         }
-        let path = self.dir.join(MEMORY_FILE);
         let mut stored = vec![0u8; chunk.stored as usize];
-        self.memory.seek(SeekFrom::Start(chunk.at)).map_err(io_err(&path))?;
-        self.memory.read_exact(&mut stored).map_err(io_err(&path))?;
+        self.read_stored(chunk, &mut stored)?;
         if crc32fast::hash(&stored) != chunk.crc {
             return Err(ImageError::Corrupted(format!("memory chunk at file offset {} fails its checksum", chunk.at)));
         }
@@ -486,9 +589,7 @@ impl Image {
         match chunk.encoding {
             Encoding::Zero => out.fill(0),
             Encoding::Raw => {
-                let path = self.dir.join(MEMORY_FILE);
-                self.memory.seek(SeekFrom::Start(chunk.at)).map_err(io_err(&path))?;
-                self.memory.read_exact(out).map_err(io_err(&path))?;
+                self.read_stored(chunk, out)?;
                 if crc32fast::hash(out) != chunk.crc {
                     return Err(ImageError::Corrupted(format!(
                         "memory chunk at file offset {} fails its checksum",

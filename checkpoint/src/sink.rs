@@ -6,9 +6,16 @@
 //! Both are sequential: the engine gives the sink the manifest's head (everything but the
 //! memory's chunk tables) first, then every chunk of every region in order; a source gives
 //! the manifest first, then the chunks in the same order. So an image can be restored while
-//! it is still being written by the peer at the other end of a socket.
+//! it is still being written by the peer at the other end of a socket. A directory can also
+//! be written and read by several threads at once ([`ImageSink::parallel`],
+//! [`ImageSource::parallel`], module [`crate::parallel`]), which is how the engine uses it.
 
-use crate::{Chunk, Encoding, Image, ImageError, ImageSummary, ImageWriter, Manifest, PreparedChunk};
+use std::sync::Arc;
+
+use crate::parallel::FileChunks;
+use crate::{
+    Chunk, ChunkReader, ChunkStore, Encoding, Image, ImageError, ImageSummary, ImageWriter, Manifest, PreparedChunk,
+};
 
 /// Where a checkpoint writes its image.
 pub trait ImageSink: Send {
@@ -21,6 +28,20 @@ pub trait ImageSink: Send {
     fn chunk(&mut self, region: usize, len: u64, prepared: PreparedChunk, data: &[u8]) -> Result<(), ImageError>;
     /// Make the image whole (and durable, where that means something).
     fn complete(&mut self) -> Result<ImageSummary, ImageError>;
+    /// Storage that `writers` threads may write chunks to at once, if this sink has such
+    /// storage (a directory has: a memory file per writer; a stream, written in order, has
+    /// not). Called after [`begin`](Self::begin), instead of [`chunk`](Self::chunk): chunks
+    /// stored there are entered with [`stored_chunk`](Self::stored_chunk), in any order.
+    fn parallel(&mut self, writers: usize) -> Result<Option<Arc<dyn ChunkStore>>, ImageError> {
+        let _ = writers;
+        Ok(None)
+    }
+    /// A chunk of region `region` whose bytes are in the [`parallel`](Self::parallel) store
+    /// already.
+    fn stored_chunk(&mut self, region: usize, chunk: Chunk) -> Result<(), ImageError> {
+        let _ = (region, chunk);
+        Err(ImageError::Corrupted("this image sink takes chunks in order only".into()))
+    }
 }
 
 /// Where a restore reads an image from. The manifest is checked (checksum, layout as far as
@@ -35,6 +56,12 @@ pub trait ImageSource: Send {
     /// The contents of the chunk [`next_chunk`](Self::next_chunk) gave last, checked, into
     /// `out[..len]`. A chunk not read is skipped.
     fn read_chunk(&mut self, out: &mut [u8]) -> Result<(), ImageError>;
+    /// A reader several threads may read chunks with at once, if the source has one and the
+    /// manifest's chunk tables are complete (a directory's; a stream's chunks come in
+    /// order). Instead of [`next_chunk`](Self::next_chunk) and [`read_chunk`](Self::read_chunk).
+    fn parallel(&self) -> Option<Arc<dyn ChunkReader>> {
+        None
+    }
 }
 
 /// Where a chunk belongs.
@@ -86,6 +113,14 @@ impl ImageSink for ImageWriter {
         }
         self.finish_with(head)
     }
+
+    fn parallel(&mut self, writers: usize) -> Result<Option<Arc<dyn ChunkStore>>, ImageError> {
+        Ok(Some(self.start_parallel(writers)?))
+    }
+
+    fn stored_chunk(&mut self, region: usize, chunk: Chunk) -> Result<(), ImageError> {
+        self.enter_stored(region, chunk)
+    }
 }
 
 impl ImageSource for Image {
@@ -114,6 +149,10 @@ impl ImageSource for Image {
     fn read_chunk(&mut self, out: &mut [u8]) -> Result<(), ImageError> {
         let c: Chunk = self.current.ok_or_else(|| ImageError::Corrupted("no chunk to read".into()))?;
         self.read_chunk_into(&c, out)
+    }
+
+    fn parallel(&self) -> Option<Arc<dyn ChunkReader>> {
+        Some(Arc::new(FileChunks::new(self.memory_files().ok()?)))
     }
 }
 

@@ -30,6 +30,9 @@ pub struct SessionInfo {
     pub uptime_s: f64,
     /// (resource, total used, held now) from the spec's cost table.
     pub resources: Vec<(String, u64, i64)>,
+    /// What the guest reported that does not go through Phos, in words (empty: nothing; the
+    /// session is not bypassed).
+    pub bypass: Vec<String>,
 }
 
 /// What a checkpoint and a restore did: one definition, the C/R engine's, answered as is.
@@ -148,6 +151,9 @@ pub struct TenantUsage {
     pub index: u64,
     pub share: u64,
     pub sessions: u64,
+    /// Sessions alive now whose guest reported a bypass: NVIDIA's CUDA runtime or driver
+    /// mapped beside Phos's, or NVIDIA's runtime built into the program.
+    pub bypassed_sessions: u64,
     pub calls: u64,
     /// Calls a policy delayed at least once, and the time they spent waiting.
     pub delayed: u64,

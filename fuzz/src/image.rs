@@ -29,9 +29,24 @@ pub fn framed_manifest(body: &[u8]) -> Vec<u8> {
 /// The input for an image directory written by the image writer (its manifest unwrapped),
 /// which must open: a seed the reader refuses outright would reach none of what follows.
 pub fn input_of(dir: &Path) -> Vec<u8> {
-    if let Err(e) = phos_checkpoint::Image::open(dir) {
-        panic!("the seed image {} does not open: {e}", dir.display());
-    }
+    let mut image = match phos_checkpoint::Image::open(dir) {
+        Ok(image) => image,
+        Err(e) => panic!("the seed image {} does not open: {e}", dir.display()),
+    };
+    // An input holds one memory file: an image its checkpoint wrote in several (one per
+    // writer) is stored again in one, in order, compressed if it was.
+    let chunks = image.manifest.memory.iter().flat_map(|r| r.chunks.iter());
+    let compression = if chunks.clone().any(|c| c.encoding == phos_checkpoint::Encoding::Zstd) {
+        phos_checkpoint::Compression::Zstd(1)
+    } else {
+        phos_checkpoint::Compression::None
+    };
+    let one = dir.with_extension("one");
+    let mut sink =
+        phos_checkpoint::ImageWriter::create(&one, compression, 1 << 20).expect("creating the single-file copy");
+    phos_checkpoint::copy_image(&mut image, &mut sink, compression)
+        .expect("copying the seed image into one memory file");
+    let dir = one.as_path();
     let manifest = std::fs::read(dir.join(phos_checkpoint::MANIFEST_FILE)).expect("the image has a manifest");
     let memory = std::fs::read(dir.join(phos_checkpoint::MEMORY_FILE)).expect("the image has a memory file");
     let body = &manifest[20..manifest.len() - 4];

@@ -13,6 +13,7 @@
 //! calls go through the core and how its status is returned.
 
 pub mod abi;
+pub mod bypass;
 mod callbacks;
 mod copier;
 pub mod cuda;

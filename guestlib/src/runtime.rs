@@ -422,6 +422,9 @@ fn open_channel() -> Result<Channel, Failure> {
     };
     let shared = Arc::new(ChannelShared::default());
     CHANNELS.lock().unwrap_or_else(|p| p.into_inner()).push(shared.clone());
+    // A thread starting to call CUDA (or a forked child's first) is a moment to look for
+    // foreign CUDA libraries again.
+    crate::bypass::look_soon();
     Ok(Channel { transport, session, reply, unanswered: VecDeque::new(), shared, staging })
 }
 
@@ -519,7 +522,7 @@ pub fn call<R: RemoteCall>(req: &R) -> Result<R::Reply, R::Status> {
 }
 
 fn call_carried<R: RemoteCall>(req: &R) -> Result<R::Reply, Failure> {
-    CALLS.fetch_add(1, Ordering::Relaxed);
+    crate::bypass::before_call(CALLS.fetch_add(1, Ordering::Relaxed));
     let mut request = Vec::new();
     phos_protocol::encode_reply(req, &mut request);
     if request.len() > (1 << 20) {
@@ -579,7 +582,7 @@ pub fn call_async<R: RemoteCall>(req: &R) -> Result<(), R::Status> {
 }
 
 fn call_async_carried<R: RemoteCall>(req: &R) -> Result<(), Failure> {
-    CALLS.fetch_add(1, Ordering::Relaxed);
+    crate::bypass::before_call(CALLS.fetch_add(1, Ordering::Relaxed));
     let mut request = Vec::new();
     phos_protocol::encode_reply(req, &mut request);
     let call_id = NEXT_CALL_ID.fetch_add(1, Ordering::Relaxed);

@@ -83,19 +83,64 @@ unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *m
     // SAFETY: `data` is the `Option<Abi>` `needed_runtime` passed to `dl_iterate_phdr`, which
     // it does not touch while the walk runs.
     let found = unsafe { &mut *(data as *mut Option<Abi>) };
+    // SAFETY: `info` is the loader's, during its callback.
+    for name in unsafe { dynamic_names(info, DT_NEEDED) } {
+        if is_runtime_name(&name)
+            && let Some(abi) = Abi::from_library_name(&name)
+        {
+            *found = Some(abi);
+            return 1;
+        }
+    }
+    0
+}
+
+/// Where one loaded object is mapped: its `PT_LOAD` segments, `[start, end)`.
+///
+/// # Safety
+/// `info` is what `dl_iterate_phdr` passed its callback for the object, used during the call.
+pub(crate) unsafe fn object_segments(info: &libc::dl_phdr_info) -> Vec<(u64, u64)> {
     if info.dlpi_phdr.is_null() {
-        return 0;
+        return Vec::new();
     }
     // SAFETY: `dlpi_phdr` points to the object's `dlpi_phnum` program headers.
     let headers = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
     let base = info.dlpi_addr;
-    // Where the object is mapped: an address read from its dynamic section is used only if
-    // it falls inside one of these.
-    let loaded: Vec<(u64, u64)> = headers
+    headers
         .iter()
         .filter(|h| h.p_type == libc::PT_LOAD)
         .map(|h| (base.wrapping_add(h.p_vaddr), base.wrapping_add(h.p_vaddr).wrapping_add(h.p_memsz)))
-        .collect();
+        .collect()
+}
+
+/// Whether `addr` lies in one loaded object (its code or data).
+///
+/// # Safety
+/// As [`object_segments`].
+pub(crate) unsafe fn object_contains(info: &libc::dl_phdr_info, addr: u64) -> bool {
+    // SAFETY: the caller's.
+    unsafe { object_segments(info) }.iter().any(|&(lo, hi)| addr >= lo && addr < hi)
+}
+
+pub(crate) const DT_SONAME: i64 = 14;
+
+/// The names a loaded object's dynamic section gives under `tag` (`DT_NEEDED`, `DT_SONAME`),
+/// read only where the object is mapped.
+///
+/// # Safety
+/// As [`object_segments`].
+pub(crate) unsafe fn dynamic_names(info: &libc::dl_phdr_info, tag: i64) -> Vec<String> {
+    let mut names = Vec::new();
+    if info.dlpi_phdr.is_null() {
+        return names;
+    }
+    // SAFETY: `dlpi_phdr` points to the object's `dlpi_phnum` program headers.
+    let headers = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
+    let base = info.dlpi_addr;
+    // An address read from the dynamic section is used only if it falls where the object is
+    // mapped.
+    // SAFETY: the caller's.
+    let loaded = unsafe { object_segments(info) };
     let mapped =
         |at: u64, len: u64| loaded.iter().any(|&(lo, hi)| at >= lo && at.checked_add(len).is_some_and(|e| e <= hi));
     for h in headers.iter().filter(|h| h.p_type == libc::PT_DYNAMIC) {
@@ -117,19 +162,13 @@ unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *m
         };
         // SAFETY: the string table lies in loaded memory (checked above), `strsz` bytes.
         let strings = unsafe { std::slice::from_raw_parts(strtab as *const u8, strsz as usize) };
-        for needed in entries.iter().filter(|d| d.tag == DT_NEEDED) {
-            let Some(rest) = strings.get(needed.value as usize..) else { continue };
+        for entry in entries.iter().filter(|d| d.tag == tag) {
+            let Some(rest) = strings.get(entry.value as usize..) else { continue };
             let Ok(name) = CStr::from_bytes_until_nul(rest) else { continue };
-            let name = name.to_string_lossy();
-            if is_runtime_name(&name)
-                && let Some(abi) = Abi::from_library_name(&name)
-            {
-                *found = Some(abi);
-                return 1;
-            }
+            names.push(name.to_string_lossy().into_owned());
         }
     }
-    0
+    names
 }
 
 #[cfg(test)]

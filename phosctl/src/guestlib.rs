@@ -7,11 +7,21 @@
 //! directory) for `LD_LIBRARY_PATH`. Links, not copies: the dynamic loader loads a file once
 //! however many names reach it, so a program that uses both APIs gets one copy of the guest
 //! library, hence one session.
+//!
+//! `LD_LIBRARY_PATH` is not enough to make a program's CUDA libraries Phos's: a library's
+//! `DT_RPATH` is searched before it, and a library loaded by its full path (PyTorch preloads
+//! its wheels' `nvidia/*/lib` libraries so) is not searched for at all. So `phosctl run` also
+//! names the audit module (`libphos_audit.so`, the `phos-guest-audit` crate) in `LD_AUDIT`:
+//! the dynamic loader asks it before every search, and it answers each CUDA runtime or driver
+//! name with Phos's file in this directory ([`Offer::dir`], `PHOS_GUEST_DIR`).
 
 use std::path::{Path, PathBuf};
 
 /// The file the build produces.
 pub const LIBRARY: &str = "libphos_guest.so";
+
+/// The audit module's file, found beside the guest library.
+pub const AUDIT_MODULE: &str = "libphos_audit.so";
 
 /// The sonames one build serves.
 pub const SONAMES: &[&str] = &["libcudart.so.11.0", "libcudart.so.12", "libcudart.so.13", "libcuda.so.1"];
@@ -21,8 +31,10 @@ pub const SONAMES: &[&str] = &["libcudart.so.11.0", "libcudart.so.12", "libcudar
 pub enum GuestLibError {
     #[error("cannot find phosctl's own executable: {0}")]
     NoExecutable(std::io::Error),
-    #[error("{} does not exist (build phos-guestlib)", .0.display())]
-    Missing(PathBuf),
+    #[error("{} does not exist (build {crate_name}, or set {variable})", path.display())]
+    Missing { path: PathBuf, crate_name: &'static str, variable: &'static str },
+    #[error("{}: the audit module's path cannot hold `:` (LD_AUDIT is a list separated by colons)", .0.display())]
+    AuditPath(PathBuf),
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
 }
@@ -34,7 +46,38 @@ pub fn library() -> Result<PathBuf, GuestLibError> {
     }
     let exe = std::env::current_exe().map_err(GuestLibError::NoExecutable)?;
     let lib = exe.with_file_name(LIBRARY);
-    if lib.exists() { Ok(lib) } else { Err(GuestLibError::Missing(lib)) }
+    if lib.exists() {
+        Ok(lib)
+    } else {
+        Err(GuestLibError::Missing { path: lib, crate_name: "phos-guestlib", variable: "PHOS_GUEST_LIB" })
+    }
+}
+
+/// The audit module: `PHOS_AUDIT_LIB`, else `libphos_audit.so` beside the guest library
+/// `lib`; an absolute path, as `LD_AUDIT` takes it.
+pub fn audit_module(lib: &Path) -> Result<PathBuf, GuestLibError> {
+    let module = match std::env::var_os("PHOS_AUDIT_LIB") {
+        Some(p) => PathBuf::from(p),
+        None => lib.with_file_name(AUDIT_MODULE),
+    };
+    let module = module.canonicalize().map_err(|_| GuestLibError::Missing {
+        path: module.clone(),
+        crate_name: "phos-guest-audit",
+        variable: "PHOS_AUDIT_LIB",
+    })?;
+    if module.as_os_str().as_encoded_bytes().contains(&b':') {
+        return Err(GuestLibError::AuditPath(module));
+    }
+    Ok(module)
+}
+
+/// What `phosctl run` offers a program: the guest library under every soname, and the audit
+/// module that makes the program's CUDA libraries those.
+pub struct Offer {
+    /// Phos's guest library under every name it serves (`LD_LIBRARY_PATH`, `PHOS_GUEST_DIR`).
+    pub dir: PathBuf,
+    /// The audit module (`LD_AUDIT`).
+    pub audit: PathBuf,
 }
 
 fn populate(dir: &Path, lib: &Path) -> std::io::Result<()> {
@@ -47,19 +90,20 @@ fn populate(dir: &Path, lib: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A directory holding the library under every soname.
-pub fn prepare() -> Result<PathBuf, GuestLibError> {
+/// A directory holding the library under every soname, and the audit module.
+pub fn prepare() -> Result<Offer, GuestLibError> {
     let lib = library()?;
     let lib = lib.canonicalize().map_err(|source| GuestLibError::Io { path: lib.clone(), source })?;
+    let audit = audit_module(&lib)?;
     let beside = lib.parent().map(|d| d.join("phos-guest"));
     if let Some(dir) = beside
         && populate(&dir, &lib).is_ok()
     {
-        return Ok(dir);
+        return Ok(Offer { dir, audit });
     }
     let dir = std::env::temp_dir().join(format!("phos-guest-{}", std::process::id()));
     populate(&dir, &lib).map_err(|source| GuestLibError::Io { path: dir.clone(), source })?;
-    Ok(dir)
+    Ok(Offer { dir, audit })
 }
 
 #[cfg(test)]

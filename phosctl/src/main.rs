@@ -14,6 +14,7 @@
 //!
 //! The other commands exit with one status per kind of failure ([`error::Exit`]).
 
+mod audit;
 mod bench;
 mod error;
 mod guestlib;
@@ -383,13 +384,22 @@ fn run(args: RunArgs) -> ExitCode {
     let RunArgs { backend, endpoint, transport, summary, server, command } = args;
     init_logging("info");
     note_absent_policies();
-    let lib_dir = match guestlib::prepare() {
-        Ok(d) => d,
+    let offer = match guestlib::prepare() {
+        Ok(o) => o,
         Err(e) => {
-            tracing::error!("cannot find the guest library: {e}");
+            tracing::error!("cannot offer the guest library: {e}");
             return error::Exit::Usage.into();
         }
     };
+    // Where the audit module says what it saw (read when the program has exited).
+    let audit_dir = match tempfile::Builder::new().prefix("phos-audit-").tempdir() {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::error!("cannot create a directory for the audit report: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let audit_report = audit_dir.path().join("report");
     // Inside a VM the router is the hypervisor's: its device answers on the host's CID.
     let (endpoint, transport) = match transport.as_deref() {
         Some("vsock") => {
@@ -450,19 +460,28 @@ fn run(args: RunArgs) -> ExitCode {
             format!("unix:{}", sock.display())
         }
     };
-    let mut ld_path = lib_dir.display().to_string();
-    if let Ok(old) = std::env::var("LD_LIBRARY_PATH")
-        && !old.is_empty()
-    {
-        ld_path = format!("{ld_path}:{old}");
-    }
+    // The program's CUDA libraries are Phos's: found first on the library path, and pinned
+    // by the audit module whatever run paths or full paths its libraries use.
+    let prepend = |var: &str, first: String| match std::env::var(var) {
+        Ok(old) if !old.is_empty() => format!("{first}:{old}"),
+        _ => first,
+    };
     let mut child = std::process::Command::new(&command[0]);
-    child.args(&command[1..]).env("LD_LIBRARY_PATH", ld_path).env("PHOS_ENDPOINT", &endpoint);
+    child
+        .args(&command[1..])
+        .env("LD_LIBRARY_PATH", prepend("LD_LIBRARY_PATH", offer.dir.display().to_string()))
+        .env("LD_AUDIT", prepend("LD_AUDIT", offer.audit.display().to_string()))
+        .env("PHOS_GUEST_DIR", &offer.dir)
+        .env("PHOS_AUDIT_REPORT", &audit_report)
+        .env("PHOS_ENDPOINT", &endpoint);
     if let Some(t) = transport {
         child.env("PHOS_TRANSPORT", t);
     }
     let started = std::time::Instant::now();
     let status = child.status();
+    for finding in audit::findings(&audit::parse(&std::fs::read_to_string(&audit_report).unwrap_or_default())) {
+        tracing::warn!("{finding}");
+    }
     if let Some(p) = private {
         if summary && let Ok(status) = &status {
             summary::wait_for_sessions_to_end(&p.router, std::time::Duration::from_secs(5));

@@ -46,12 +46,12 @@ pub fn sessions(router: &RouterArg) -> ExitCode {
     report(run(router, async |c| {
         let list = c.sessions(tarpc::context::current()).await?;
         println!(
-            "{:>4}  {:<10} {:<9} {:>7} {:>4} {:>9} {:>8}  program",
-            "id", "tenant", "state", "pid", "abi", "calls", "uptime"
+            "{:>4}  {:<10} {:<9} {:>7} {:>4} {:>9} {:>8} {:<8}  program",
+            "id", "tenant", "state", "pid", "abi", "calls", "uptime", "bypass"
         );
         for s in list {
             println!(
-                "{:>4}  {:<10} {:<9} {:>7} {:>4} {:>9} {:>7.0}s  {}",
+                "{:>4}  {:<10} {:<9} {:>7} {:>4} {:>9} {:>7.0}s {:<8}  {}",
                 s.id,
                 printable(&s.tenant),
                 printable(&s.state),
@@ -59,8 +59,13 @@ pub fn sessions(router: &RouterArg) -> ExitCode {
                 s.abi_major,
                 s.calls,
                 s.uptime_s,
+                if s.bypass.is_empty() { "-" } else { "BYPASSED" },
                 printable(&s.program)
             );
+            // The findings are escaped by the router.
+            for finding in &s.bypass {
+                println!("      bypass: {finding}");
+            }
         }
         Ok(())
     }))

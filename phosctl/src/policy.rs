@@ -180,8 +180,17 @@ pub fn top(router: &RouterArg, interval: Duration, once: bool) -> ExitCode {
                 out.push_str("\x1b[H\x1b[2J");
             }
             out.push_str(&format!(
-                "{:<14} {:>5} {:>9} {:>11} {:>10} {:>8} {:>12} {:>9} {:>9}\n",
-                "tenant", "share", "sessions", "calls/s", "launches/s", "gpu %", "memory", "delayed/s", "rejected"
+                "{:<14} {:>5} {:>9} {:>9} {:>11} {:>10} {:>8} {:>12} {:>9} {:>9}\n",
+                "tenant",
+                "share",
+                "sessions",
+                "bypassed",
+                "calls/s",
+                "launches/s",
+                "gpu %",
+                "memory",
+                "delayed/s",
+                "rejected"
             ));
             let device_ns: u64 = usage.iter().map(measured).sum();
             let last_device_ns: u64 = last.values().map(|(t, _)| measured(t)).sum();
@@ -203,10 +212,11 @@ pub fn top(router: &RouterArg, interval: Duration, once: bool) -> ExitCode {
                     None => ((0.0, 0.0, 0.0), 0.0),
                 };
                 out.push_str(&format!(
-                    "{:<14} {:>5} {:>9} {:>11.0} {:>10.0} {:>7.1}% {:>12} {:>9.0} {:>9}\n",
+                    "{:<14} {:>5} {:>9} {:>9} {:>11.0} {:>10.0} {:>7.1}% {:>12} {:>9.0} {:>9}\n",
                     t.name,
                     t.share,
                     t.sessions,
+                    t.bypassed_sessions,
                     rate.0,
                     rate.1,
                     share,

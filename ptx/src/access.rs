@@ -1,5 +1,6 @@
 //! What a kernel may read and write, as far as its PTX tells: the speculation half of validated
-//! speculation (docs/architecture.md, "Concurrent checkpoint and restore").
+//! speculation (docs/architecture.md, "Concurrent checkpoint and restore: speculation and
+//! validation").
 //!
 //! A checkpoint that runs while the application runs must know, before a launch, which
 //! allocations the kernel may write. The launch's arguments name allocations (a parameter

@@ -899,6 +899,10 @@ impl<'a> Parser<'a> {
         };
         if let Some(first) = first.filter(|_| self.at_punct(',')) {
             self.bump();
+            // `[a,]` is no PTX; read as a list of one it would print as the address `[a]`.
+            if self.at_punct(']') {
+                return self.unexpected("an operand after `,`");
+            }
             let mut items = vec![first];
             items.extend(self.operand_list(']')?);
             return Ok(Operand::BracketList(items));

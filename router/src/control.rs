@@ -74,6 +74,7 @@ impl RouterControl for RouterCtl {
                     .into_iter()
                     .map(|(n, used, held)| (n.to_string(), used, held as i64))
                     .collect(),
+                bypass: s.bypass(),
             })
             .collect()
     }

@@ -201,6 +201,10 @@ const BUSY: i32 = phos_protocol::CudaError::DevicesUnavailable.0;
 /// The error a guest gets for a connection the router cannot serve at all.
 const NO_DEVICE: i32 = phos_protocol::CudaError::NoDevice.0;
 
+/// The guest's report that something in its process does not go through Phos: the router
+/// marks the session bypassed (and forwards the call, which the server logs and answers).
+const BYPASS_REPORT: Function = Function::Cudart(phos_protocol::cudart::FunctionId::PhosReportBypass);
+
 /// Send a refusal (the error its guest returns from the call that opened the channel, and
 /// why) on a connection whose handshake did not finish.
 fn refuse(stream: &mut impl io::Write, code: i32, reason: &str) {
@@ -1252,6 +1256,17 @@ impl Router {
             if h.kind == FrameKind::Call
                 && let Some(f) = Function::from_wire(h.api, h.function)
             {
+                if f == BYPASS_REPORT
+                    && let Some(said) = session.note_bypass(&buf)
+                {
+                    guest_warn!(
+                        &session.tenant.0,
+                        session = session.id,
+                        pid = session.pid,
+                        program = %printable(&session.program),
+                        "session bypassed: {said}"
+                    );
+                }
                 charges.clear();
                 let _ = costs::charges(f, &buf, &mut charges);
                 let tenant = &session.tenant_state;

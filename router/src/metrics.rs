@@ -82,6 +82,13 @@ pub fn render(router: &Router) -> String {
     );
     family(
         &mut out,
+        "phos_tenant_sessions_bypassed",
+        "gauge",
+        "Sessions of the tenant alive now whose guest reported a bypass: NVIDIA's CUDA runtime or driver mapped beside Phos's, or NVIDIA's runtime built into the program (phosctl sessions names it).",
+        per_tenant(|t| t.bypassed_sessions.to_string()),
+    );
+    family(
+        &mut out,
         "phos_tenant_calls_total",
         "counter",
         "Calls the tenant made.",

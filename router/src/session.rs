@@ -225,6 +225,18 @@ pub struct SessionEntry {
     /// Barriers forwarded to the server and not reported passed yet: a thread of the guest
     /// waits for calls of the others to have run.
     barriers_waiting: AtomicU64,
+    /// What the guest reported that does not go through Phos (`phosReportBypass`).
+    bypass: Mutex<Bypass>,
+}
+
+/// A session's bypass findings.
+#[derive(Default)]
+struct Bypass {
+    /// (kind, detail), at most `bypass::MAX_FINDINGS`.
+    findings: Vec<(i32, String)>,
+    /// The session is among its tenant's bypassed sessions (from its first finding while it is
+    /// in the tenant's books, until it ends).
+    counted: bool,
 }
 
 /// Refused async calls remembered per session (a guest has far fewer unanswered).
@@ -307,7 +319,39 @@ impl SessionEntry {
             remote: AtomicBool::new(false),
             refused_async: Mutex::new(VecDeque::new()),
             barriers_waiting: AtomicU64::new(0),
+            bypass: Mutex::new(Bypass::default()),
         }
+    }
+
+    /// The guest reports a bypass (the payload of its `phosReportBypass` call): the finding in
+    /// words if it is news. The first makes the session one of its tenant's bypassed
+    /// sessions. A payload that does not decode is left to the server, which refuses the call.
+    pub(crate) fn note_bypass(&self, payload: &[u8]) -> Option<String> {
+        use phos_protocol::bypass::{MAX_FINDINGS, bounded, describe};
+        let req = phos_protocol::decode_request::<phos_protocol::cudart::PhosReportBypassRequest>(payload).ok()?;
+        let finding = (req.kind, bounded(req.detail).to_string());
+        let mut bypass = self.bypass.lock();
+        if bypass.findings.contains(&finding) || bypass.findings.len() >= MAX_FINDINGS {
+            return None;
+        }
+        // Not once the session has left its tenant's books (`end`).
+        if !bypass.counted && !self.closed_books.load(Ordering::Relaxed) {
+            bypass.counted = true;
+            self.tenant_state.bypassed_sessions.fetch_add(1, Ordering::Relaxed);
+        }
+        let said = describe(finding.0, &finding.1);
+        bypass.findings.push(finding);
+        Some(said)
+    }
+
+    /// What the guest reported that does not go through Phos, in words.
+    pub fn bypass(&self) -> Vec<String> {
+        self.bypass
+            .lock()
+            .findings
+            .iter()
+            .map(|(kind, detail)| phos_protocol::bypass::describe(*kind, detail))
+            .collect()
     }
 
     /// An async call was refused here and will not run on the server.
@@ -543,6 +587,10 @@ impl SessionEntry {
         }
         if !self.closed_books.swap(true, Ordering::Relaxed) {
             crate::admission::session_ended(self, &self.tenant_state);
+            let mut bypass = self.bypass.lock();
+            if std::mem::take(&mut bypass.counted) {
+                self.tenant_state.bypassed_sessions.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     }
 }
@@ -558,6 +606,43 @@ mod tests {
     use super::*;
     use phos_protocol::apis::RESOURCES;
     use phos_protocol::handshake::UsageReport;
+
+    /// A session the guest reports bypassed counts among its tenant's bypassed sessions
+    /// until it ends; a finding is kept once, and at most `MAX_FINDINGS` of them.
+    #[test]
+    fn a_bypass_report_marks_the_session_until_it_ends() {
+        use phos_protocol::bypass::MAX_FINDINGS;
+        use phos_protocol::cudart::PhosReportBypassRequest;
+        let tenants = crate::Tenants::new(vec![]).unwrap();
+        let tenant = crate::Tenant("t".into());
+        let state = tenants.state(&tenant);
+        state.sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let s = SessionEntry::new(1, tenant, state.clone(), 0, "p".into(), 12, [0; 16], 0, None);
+        let report = |kind: i32, detail: &str| phos_protocol::encode(&PhosReportBypassRequest { kind, detail });
+        let bypassed = || state.bypassed_sessions.load(Ordering::Relaxed);
+        assert!(s.note_bypass(b"not a request").is_none(), "left to the server to refuse");
+        assert_eq!((bypassed(), s.bypass().len()), (0, 0));
+        let said = s.note_bypass(&report(1, "/x/copy.so (soname libcudart.so.12)")).expect("news");
+        assert!(said.contains("/x/copy.so"), "{said}");
+        assert!(s.note_bypass(&report(1, "/x/copy.so (soname libcudart.so.12)")).is_none(), "the same again");
+        assert_eq!((bypassed(), s.bypass().len()), (1, 1));
+        for i in 0..2 * MAX_FINDINGS {
+            s.note_bypass(&report(2, &format!("/lib{i}.so")));
+        }
+        assert_eq!((bypassed(), s.bypass().len()), (1, MAX_FINDINGS), "one session, findings bounded");
+        s.end();
+        assert_eq!(bypassed(), 0, "an ended session is no longer counted");
+        s.note_bypass(&report(1, "/late.so"));
+        assert_eq!(bypassed(), 0, "nor counted again after it ended");
+        // A session whose first finding comes after it left the books is never counted, and
+        // its end takes nothing off.
+        state.sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let late = SessionEntry::new(2, crate::Tenant("t".into()), state.clone(), 0, "p".into(), 12, [0; 16], 0, None);
+        late.end();
+        assert!(late.note_bypass(&report(1, "/x/copy.so")).is_some());
+        late.end();
+        assert_eq!((bypassed(), late.bypass().len()), (0, 1));
+    }
 
     #[test]
     fn a_report_overtaken_by_a_newer_one_adds_nothing() {

@@ -126,6 +126,8 @@ pub struct TenantState {
     /// [`LimitKind`](phos_protocol::limits::LimitKind) (by index).
     pub limit_refusals: Vec<AtomicU64>,
     pub sessions: AtomicU64,
+    /// Sessions alive now whose guest reported a bypass (`phosReportBypass`).
+    pub bypassed_sessions: AtomicU64,
     /// Clock of the last call (monotonic ns), for "active".
     pub last_call_ns: AtomicU64,
     /// Channels open (or being connected) in all the tenant's sessions.
@@ -160,6 +162,7 @@ impl TenantState {
             rejected: AtomicU64::new(0),
             limit_refusals: LimitKind::ALL.iter().map(|_| AtomicU64::new(0)).collect(),
             sessions: AtomicU64::new(0),
+            bypassed_sessions: AtomicU64::new(0),
             last_call_ns: AtomicU64::new(0),
             channels: AtomicU64::new(0),
             buffered: phos_protocol::transport::BufferBudget::new(buffered),
@@ -442,6 +445,7 @@ impl Tenants {
                 index: s.index,
                 share: s.share.load(Ordering::Relaxed),
                 sessions: s.sessions.load(Ordering::Relaxed),
+                bypassed_sessions: s.bypassed_sessions.load(Ordering::Relaxed),
                 calls: s.calls.load(Ordering::Relaxed),
                 delayed: s.delayed.load(Ordering::Relaxed),
                 delay_ns: s.delay_ns.load(Ordering::Relaxed),

@@ -188,7 +188,8 @@ fn a_corrupted_image_of_a_stopped_session_is_refused_before_anything_runs() {
     let image = tempfile::tempdir().unwrap();
     let dir = image.path().join("image");
     checkpoint(&router, id, &dir, &["--stop"]);
-    let mem = dir.join(phos_checkpoint::MEMORY_FILE);
+    // A byte of the largest memory file (there is one per writer of the checkpoint).
+    let mem = memory_files(&dir).into_iter().max_by_key(|p| std::fs::metadata(p).unwrap().len()).unwrap();
     let good = std::fs::read(&mem).unwrap();
     let mut bad = good.clone();
     bad[good.len() / 3] ^= 1;
@@ -259,12 +260,22 @@ fn restore_from_the_server_pool() {
     assert!(guest.wait().unwrap().success());
 }
 
+/// The memory files of the image at `dir` (`memory`, `memory.1`, ...).
+fn memory_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    (0..phos_checkpoint::MAX_MEMORY_FILES)
+        .map(|i| dir.join(phos_checkpoint::memory_file_name(i)))
+        .take_while(|p| p.exists())
+        .collect()
+}
+
 /// A copy of the image at `dir`, named `name` beside it, whose manifest `edit` changed and
 /// whose checksum is recomputed: a forged image that no checksum catches.
 fn forged(dir: &Path, name: &str, edit: impl FnOnce(&mut phos_checkpoint::Manifest)) -> std::path::PathBuf {
     let out = dir.parent().unwrap().join(name);
     std::fs::create_dir_all(&out).unwrap();
-    std::fs::copy(dir.join(phos_checkpoint::MEMORY_FILE), out.join(phos_checkpoint::MEMORY_FILE)).unwrap();
+    for file in memory_files(dir) {
+        std::fs::copy(&file, out.join(file.file_name().unwrap())).unwrap();
+    }
     let mut m = phos_checkpoint::Image::open(dir).unwrap().manifest;
     edit(&mut m);
     phos_checkpoint::write_manifest(&out, &m).unwrap();

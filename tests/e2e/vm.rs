@@ -194,7 +194,12 @@ fn initramfs(kit: &Kit, dir: &Path, programs: &BTreeMap<&str, PathBuf>, script: 
         c.file(&format!("/lib/modules/{m}.ko"), 0o644, &data);
     }
     let mut libs = std::collections::BTreeSet::new();
-    for exe in programs.values().chain([&built("libphos_guest.so"), &built("phosctl"), &kit.busybox]) {
+    for exe in programs.values().chain([
+        &built("libphos_guest.so"),
+        &built("libphos_audit.so"),
+        &built("phosctl"),
+        &kit.busybox,
+    ]) {
         libs.extend(libraries(exe));
     }
     for lib in libs {
@@ -209,6 +214,8 @@ fn initramfs(kit: &Kit, dir: &Path, programs: &BTreeMap<&str, PathBuf>, script: 
     }
     c.file("/phos/libphos_guest.so", 0o755, &stripped("libphos_guest.so", dir));
     c.file("/phos/phosctl", 0o755, &stripped("phosctl", dir));
+    // `phosctl run` finds its audit module beside the guest library.
+    c.file("/phos/libphos_audit.so", 0o755, &stripped("libphos_audit.so", dir));
     for soname in ["libcudart.so.11.0", "libcudart.so.12", "libcudart.so.13", "libcuda.so.1"] {
         c.symlink(&format!("/phos/{soname}"), "libphos_guest.so");
     }

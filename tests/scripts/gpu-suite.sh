@@ -4,10 +4,11 @@
 #
 # Usage (on a machine with a GPU, from the repository root):
 #   tests/scripts/gpu-suite.sh BIN_DIR OUT_DIR
-# BIN_DIR holds phosctl, phos-api-server and libphos_guest.so built in release mode (the device
-# machine has no Rust: they are built elsewhere and carried). OUT_DIR receives the summary
-# (gpu-suite.md), the native outputs (native-outputs.tar, the expected files of the emu tests)
-# and the logs (logs.tar).
+# BIN_DIR holds phosctl, phos-api-server, libphos_guest.so and libphos_audit.so built in release
+# mode (`make gpu-bins`; the device machine has no Rust: they are built elsewhere and carried).
+# OUT_DIR receives the summary (gpu-suite.md), the native outputs (native-outputs.tar, the
+# expected files of the emu tests) and the logs (logs.tar). Where the machine has PyTorch, it
+# also runs tests/python/check_no_bypass.py through Phos.
 set -u
 BIN=$(realpath "$1")
 OUT=$(realpath "$2")
@@ -30,10 +31,16 @@ summary="$OUT/gpu-suite.md"
 } > "$summary"
 
 pass=0; fail=0
+# A program whose run through Phos mapped a CUDA runtime or driver that is not Phos's, or
+# carried NVIDIA's runtime inside it, did not (only) go through Phos: phosctl and the guest
+# library say so on standard error (docs/operations.md, "No bypass").
+bypassed() { grep -q "that is not Phos's\|NVIDIA's own CUDA runtime, built into" "$1"; }
 # Build every program first, all at once (the device machine's time is what a lease costs).
 for src in tests/cuda/*.cu; do
   name=$(basename "$src" .cu)
-  (nvcc -O2 -cudart shared -arch="$ARCH" -Itests/cuda -o "$WORK/build/$name" "$src" > "$WORK/build/$name.log" 2>&1 \
+  # Programs that call the driver API themselves link it, as any such program does.
+  libs=$(grep -q '#include <cuda.h>' "$src" && echo -lcuda)
+  (nvcc -O2 -cudart shared -arch="$ARCH" -Itests/cuda -o "$WORK/build/$name" "$src" $libs > "$WORK/build/$name.log" 2>&1 \
     || rm -f "$WORK/build/$name") &
 done
 wait
@@ -50,7 +57,11 @@ for src in tests/cuda/*.cu; do
   t1=$(date +%s.%N)
   "$BIN/phosctl" run --backend cuda -- "$WORK/build/$name" > "$WORK/phos/$name.out" 2> "$WORK/phos/$name.err"; phos_rc=$?
   t2=$(date +%s.%N)
-  if cmp -s "$WORK/native/$name.out" "$WORK/phos/$name.out" && [ "$native_rc" = "$phos_rc" ]; then
+  if bypassed "$WORK/phos/$name.err"; then
+    same=**bypassed**; fail=$((fail + 1))
+    echo "=== $name bypassed Phos"
+    grep "that is not Phos's\|NVIDIA's own CUDA runtime, built into" "$WORK/phos/$name.err" | head -5
+  elif cmp -s "$WORK/native/$name.out" "$WORK/phos/$name.out" && [ "$native_rc" = "$phos_rc" ]; then
     same=yes; pass=$((pass + 1))
   else
     same=**no**; fail=$((fail + 1))
@@ -75,7 +86,11 @@ if [ -n "${PREBUILT:-}" ] && [ -d "$PREBUILT" ]; then
     t1=$(date +%s.%N)
     "$BIN/phosctl" run --backend cuda -- "$exe" > "$WORK/phos/$key.out" 2> "$WORK/phos/$key.err"; phos_rc=$?
     t2=$(date +%s.%N)
-    if cmp -s "$WORK/native/$key.out" "$WORK/phos/$key.out" && [ "$native_rc" = "$phos_rc" ]; then
+    if bypassed "$WORK/phos/$key.err"; then
+      same=**bypassed**; fail=$((fail + 1))
+      echo "=== $name bypassed Phos"
+      grep "that is not Phos's\|NVIDIA's own CUDA runtime, built into" "$WORK/phos/$key.err" | head -5
+    elif cmp -s "$WORK/native/$key.out" "$WORK/phos/$key.out" && [ "$native_rc" = "$phos_rc" ]; then
       same=yes; pass=$((pass + 1))
     else
       same=**no**; fail=$((fail + 1))
@@ -87,9 +102,18 @@ if [ -n "${PREBUILT:-}" ] && [ -d "$PREBUILT" ]; then
       "$(awk "BEGIN{print $t1 - $t0}")" "$(awk "BEGIN{print $t2 - $t1}")" >> "$summary"
   done
 fi
+# PyTorch, where the machine has it: through Phos, its process must map no CUDA runtime or
+# driver but Phos's (reported on its own line; the programs' tally is above).
+torch_line=""
+if python3 -c "import torch" 2>/dev/null; then
+  "$BIN/phosctl" run --backend cuda -- python3 tests/python/check_no_bypass.py > "$WORK/phos/torch-check.out" 2>&1
+  torch_rc=$?
+  torch_line="PyTorch through Phos (tests/python/check_no_bypass.py): exit $torch_rc, $(grep -E '^(no bypass|BYPASS|FAILED)' "$WORK/phos/torch-check.out" | head -3 | tr '\n' ' ')"
+fi
 {
   echo
-  echo "$pass of $((pass + fail)) programs print the same output natively and through Phos."
+  echo "$pass of $((pass + fail)) programs print the same output natively and through Phos, none bypassing it."
+  [ -n "$torch_line" ] && echo "$torch_line"
   echo "Times are whole-process wall clock, one run each (the Phos column includes starting a private router and API server); docs/perf.md has the measured overheads."
 } >> "$summary"
 (cd "$WORK" && tar cf "$OUT/native-outputs.tar" native && tar cf "$OUT/logs.tar" native phos build/*.log)

@@ -11,7 +11,9 @@ ARCH=${ARCH:-sm_90}
 mkdir -p "$OUT/lib"
 for src in tests/cuda/*.cu; do
   name=$(basename "$src" .cu)
-  nvcc -O2 -cudart shared -arch="$ARCH" -Itests/cuda -o "$OUT/$name" "$src" &
+  # Programs that call the driver API themselves link it, as any such program does.
+  libs=$(grep -q '#include <cuda.h>' "$src" && echo -lcuda)
+  nvcc -O2 -cudart shared -arch="$ARCH" -Itests/cuda -o "$OUT/$name" "$src" $libs &
 done
 wait
 if [ ! -f "$OUT/lib/libcudart.so.11.0" ]; then

@@ -919,8 +919,19 @@ impl Copies for CudaBackend {
 // side is the guest's memory, which the guest writes meanwhile: no Rust slice may stand for it.
 impl HostMemory for CudaBackend {
     fn pin_host(&self, buf: &mut [u8]) {
+        // Registering needs a current context, which a thread that has made no call has not
+        // (the driver answers "device uninitialized" and the buffer stays pageable, copies
+        // through it at a third of the link's rate): bind one if the thread has none.
+        // Portable: page-locked for every device's context, whichever thread copies.
+        const PORTABLE: u32 = 0x1;
+        if BOUND.with(|b| b.get()) < 0
+            && let Err(e) = self.bind(0)
+        {
+            tracing::warn!("page-locking a copy buffer of {} bytes: no context: {e:?}", buf.len());
+            return;
+        }
         // SAFETY: the buffer lives until `unpin_host` (its owner unpins it before freeing it).
-        let r = check(unsafe { sys::cuMemHostRegister_v2(buf.as_mut_ptr() as *mut c_void, buf.len(), 0) });
+        let r = check(unsafe { sys::cuMemHostRegister_v2(buf.as_mut_ptr() as *mut c_void, buf.len(), PORTABLE) });
         if let Err(e) = r {
             // Copies through it still work, from pageable memory (slower).
             tracing::warn!("page-locking a copy buffer of {} bytes: {e:?}", buf.len());
@@ -928,6 +939,10 @@ impl HostMemory for CudaBackend {
     }
 
     fn unpin_host(&self, buf: &mut [u8]) {
+        // As for registering, a context must be current.
+        if BOUND.with(|b| b.get()) < 0 {
+            let _ = self.bind(0);
+        }
         // SAFETY: a buffer `pin_host` was given. One it could not register answers an error
         // here, and nothing else happens.
         let _ = unsafe { sys::cuMemHostUnregister(buf.as_mut_ptr() as *mut c_void) };

@@ -1030,6 +1030,16 @@ impl CudartService for Session {
         Ok(PhosHostFuncDoneReply {})
     }
 
+    /// The router marks the session bypassed; the server's log says so too.
+    fn phos_report_bypass(&self, _: &CallCx, req: PhosReportBypassRequest) -> Result<PhosReportBypassReply, CudaError> {
+        crate::guest_warn!(
+            self.id,
+            "the guest reports a bypass: {}",
+            phos_protocol::bypass::describe(req.kind, req.detail)
+        );
+        Ok(PhosReportBypassReply {})
+    }
+
     fn cuda_stream_begin_capture(
         &self,
         _: &CallCx,

@@ -2,7 +2,7 @@
 //! hook.
 
 use std::collections::HashMap;
-use std::ffi::{CString, c_char};
+use std::ffi::{CString, c_char, c_void};
 use std::sync::OnceLock;
 
 use phos_protocol::cuda::{self, CuError};
@@ -49,6 +49,21 @@ impl HandWritten for Hand {
     unsafe fn cuGetErrorString(error: i32, p_str: *mut *const c_char) -> i32 {
         // SAFETY: as in `cuGetErrorName`.
         unsafe { error_string(error, p_str, true) }
+    }
+
+    /// Only NVIDIA's own CUDA runtime asks for the driver's private export tables: say where
+    /// it is built in and report the session bypassed (`bypass::private_runtime`); the table
+    /// is not there.
+    unsafe fn cuGetExportTable(pp_export_table: *mut *const c_void, _table_id: *const c_void) -> i32 {
+        if !pp_export_table.is_null() {
+            // SAFETY: by the caller's contract with CUDA, a non-null `pp_export_table` points
+            // to a pointer it may write.
+            unsafe { *pp_export_table = std::ptr::null() };
+        }
+        super::rt::api_call(cuda::FunctionId::CuGetExportTable, || {
+            crate::bypass::private_runtime();
+            Err(cuda::NOT_SUPPORTED)
+        })
     }
 
     fn driver_initialized() -> Result<i128, CuError> {

@@ -8,6 +8,7 @@
 //! qualifiers on ordinary loads and stores) are dropped during lowering.
 
 use super::float::Rnd;
+pub use super::texture::{Geom, OutOfRange, Query};
 
 /// A register index within a function's register file.
 pub type Reg = u32;
@@ -329,6 +330,50 @@ pub enum Builtin {
     AssertFail,
 }
 
+/// The level of detail operands of a `tex`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LodSrc {
+    Implicit,
+    Base,
+    Level(Src),
+    /// `tex.grad`: the derivatives of the coordinates along x and y.
+    Grad(Vec<Src>, Vec<Src>),
+}
+
+/// `tex` and `tld4`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TexInst {
+    pub geom: Geom,
+    /// `tld4`: the component gathered.
+    pub gather: Option<u8>,
+    pub ds: [Option<Reg>; 4],
+    /// The residency predicate (`d|p`): always true here.
+    pub pred: Option<Reg>,
+    pub handle: Src,
+    /// Coordinates as given, the array index first for arrays.
+    pub coords: Vec<Src>,
+    pub int_coords: bool,
+    pub lod: LodSrc,
+}
+
+/// `suld.b`, `sust.b` and `sust.p`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SurfInst {
+    pub geom: Geom,
+    pub store: bool,
+    /// `sust.p`: 32-bit values converted to the surface's format.
+    pub formatted: bool,
+    /// Bits of each element of the vector.
+    pub bits: u8,
+    /// Loads: the destinations.
+    pub ds: Vec<Option<Reg>>,
+    /// Stores: the values.
+    pub srcs: Vec<Src>,
+    pub handle: Src,
+    pub coords: Vec<Src>,
+    pub oob: OutOfRange,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     Nop,
@@ -635,6 +680,16 @@ pub enum Op {
         d: Option<Reg>,
         p: Option<Reg>,
         mask: Src,
+    },
+    Tex(Box<TexInst>),
+    Surf(Box<SurfInst>),
+    /// `txq` (with the level of `txq.level`) and `suq`.
+    Query {
+        surface: bool,
+        query: Query,
+        d: Reg,
+        handle: Src,
+        level: Option<Src>,
     },
 }
 

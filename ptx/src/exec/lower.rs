@@ -77,6 +77,8 @@ enum ModSym {
     Func(u32),
     /// Declared but not defined here (`.extern .func vprintf`).
     ExternFunc,
+    /// A `.texref`, `.samplerref` or `.surfref` variable: the texture references CUDA 12 removed.
+    OpaqueRef(ScalarType),
     Unsupported,
 }
 
@@ -118,6 +120,10 @@ pub fn lower_module(module: &Module) -> Lowered {
     let mut shared = Vec::new();
     for v in module.variables() {
         for (i, d) in v.declarators.iter().enumerate() {
+            if matches!(v.ty, ScalarType::TexRef | ScalarType::SamplerRef | ScalarType::SurfRef) {
+                syms.insert(d.name.clone(), ModSym::OpaqueRef(v.ty));
+                continue;
+            }
             match v.space {
                 StateSpace::Global | StateSpace::Const => {
                     let size = declared_size(v, i);
@@ -598,6 +604,7 @@ impl<'a> FnLower<'a> {
                 Ok(Src::Imm(FUNC_WINDOW + *i as u64))
             }
             Some(ModSym::ExternFunc) => Err(format!("address of undefined function `{name}`")),
+            Some(ModSym::OpaqueRef(t)) => Err(opaque_ref(name, *t)),
             Some(ModSym::Unsupported) => Err(format!("variable `{name}` is in an unsupported state space")),
             None => Err(format!("unknown symbol `{name}`")),
         }
@@ -1187,6 +1194,9 @@ impl<'a> FnLower<'a> {
                 let mask = self.src(&ops[2], K::Bits)?;
                 Ok(Op::Redux { op, ty, d, a, mask })
             }
+            "tex" | "tld4" => self.tex(i, m),
+            "suld" | "sust" => self.surf(i, m),
+            "txq" | "suq" => self.query(i, m),
             "activemask" => {
                 need(1)?;
                 m.one_type()?;
@@ -1204,6 +1214,232 @@ impl<'a> FnLower<'a> {
             }
             _ => Err(String::new()),
         }
+    }
+
+    /// The texture or surface operand: a register holding an object handle (unified mode).
+    fn handle(&mut self, op: &Operand) -> LResult<Src> {
+        let symbol = match op {
+            Operand::Reg(_) | Operand::RegComponent(..) => return Ok(Src::Reg(self.reg(op)?)),
+            Operand::Imm(_) => return self.src(op, K::Bits),
+            Operand::Address(crate::ast::Address { base: crate::ast::AddressBase::Reg(r), offset: 0 }) => {
+                return Ok(Src::Reg(self.reg(&Operand::Reg(r.clone()))?));
+            }
+            Operand::Symbol(name)
+            | Operand::Address(crate::ast::Address { base: crate::ast::AddressBase::Symbol(name), .. }) => name,
+            other => return Err(format!("unsupported texture or surface operand `{other}`")),
+        };
+        match (self.lookup(symbol), self.syms.get(symbol)) {
+            (Some(Binding::Reg(r)), _) => Ok(Src::Reg(r)),
+            (None, Some(ModSym::OpaqueRef(t))) => Err(opaque_ref(symbol, *t)),
+            (Some(Binding::KParam(_)), _) => Err(format!(
+                "`{symbol}` is a texture reference parameter: texture references are not supported (CUDA 12 removed \
+                 them); use texture objects"
+            )),
+            _ => Err(format!("`{symbol}` is not a texture or surface object")),
+        }
+    }
+
+    /// A vector operand of `n` scalars (or a lone scalar when `n` is 1).
+    fn src_vec(&mut self, op: &Operand, k: K) -> LResult<Vec<Src>> {
+        match op {
+            Operand::Vector(items) => items.iter().map(|x| self.src(x, k)).collect(),
+            x => Ok(vec![self.src(x, k)?]),
+        }
+    }
+
+    fn tex(&mut self, i: &Instruction, m: &mut Mods) -> LResult<Op> {
+        let ops = &i.operands;
+        let gather = if i.opcode == "tld4" {
+            Some(match m.any(&["r", "g", "b", "a"]) {
+                Some("r") => 0,
+                Some("g") => 1,
+                Some("b") => 2,
+                Some(_) => 3,
+                None => return Err(String::new()),
+            })
+        } else {
+            None
+        };
+        let lod_kind = m.any(&["base", "level", "grad"]);
+        let geom = geom_of(m, gather.is_some())?;
+        if m.vector() != Some(4) {
+            return Err("only the four-component forms are supported".into());
+        }
+        let ts = m.types();
+        let [dty, cty] = ts[..] else { return Err(String::new()) };
+        if !matches!(dty, ScalarType::F32 | ScalarType::S32 | ScalarType::U32)
+            || !matches!(cty, ScalarType::F32 | ScalarType::S32)
+        {
+            return Err(String::new());
+        }
+        let int_coords = cty == ScalarType::S32;
+        if int_coords && (gather.is_some() || matches!(geom, Geom::Cube | Geom::ACube)) {
+            return Err(String::new());
+        }
+        let (dst, pred) = match ops.first() {
+            Some(Operand::Pair(d, p)) => (&**d, self.dst(p)?),
+            Some(d) => (d, None),
+            None => return Err("missing operands".into()),
+        };
+        let ds = match dst {
+            Operand::Vector(items) if items.len() == 4 => {
+                let v = items.iter().map(|x| self.dst(x)).collect::<LResult<Vec<_>>>()?;
+                [v[0], v[1], v[2], v[3]]
+            }
+            _ => return Err("expected four destinations".into()),
+        };
+        let (handle, coords) = match ops.get(1) {
+            Some(Operand::BracketList(items)) if items.len() == 2 => {
+                let handle = self.handle(&items[0])?;
+                // Array indices are integers even among float coordinates.
+                let k = if int_coords { K::Bits } else { K::F32 };
+                let mut coords = Vec::new();
+                let list: &[Operand] = match &items[1] {
+                    Operand::Vector(v) => v,
+                    x => std::slice::from_ref(x),
+                };
+                for (n, x) in list.iter().enumerate() {
+                    let array_index = n == 0 && matches!(geom, Geom::A1d | Geom::A2d | Geom::ACube);
+                    coords.push(self.src(x, if array_index { K::Bits } else { k })?);
+                }
+                (handle, coords)
+            }
+            Some(Operand::BracketList(items)) if items.len() == 3 => {
+                return Err("independent texturing mode (a separate sampler) is not supported".into());
+            }
+            _ => return Err("expected [texture, coordinates]".into()),
+        };
+        let need = match geom {
+            Geom::D1 => 1,
+            Geom::D2 | Geom::A1d => 2,
+            Geom::ACube => 4,
+            _ => 3,
+        };
+        if coords.len() < need {
+            return Err(format!("expected {need} coordinates"));
+        }
+        let rest = &ops[2..];
+        let lod = match (lod_kind, rest) {
+            (None, []) => LodSrc::Implicit,
+            (Some("base"), []) => LodSrc::Base,
+            (Some("level"), [l]) => LodSrc::Level(self.src(l, K::F32)?),
+            (Some("grad"), [dx, dy]) => LodSrc::Grad(self.src_vec(dx, K::F32)?, self.src_vec(dy, K::F32)?),
+            (None, _) => return Err("coordinate offsets and depth comparison are not supported".into()),
+            _ => return Err("unexpected level-of-detail operands".into()),
+        };
+        if gather.is_some() && !matches!(lod, LodSrc::Implicit) {
+            return Err(String::new());
+        }
+        Ok(Op::Tex(Box::new(TexInst { geom, gather, ds, pred, handle, coords, int_coords, lod })))
+    }
+
+    fn surf(&mut self, i: &Instruction, m: &mut Mods) -> LResult<Op> {
+        let ops = &i.operands;
+        let store = i.opcode == "sust";
+        let formatted = match m.any(&["b", "p"]) {
+            Some("b") => false,
+            Some(_) if store => true,
+            _ => return Err(String::new()),
+        };
+        let geom = geom_of(m, false)?;
+        if matches!(geom, Geom::Cube | Geom::ACube) {
+            return Err(String::new());
+        }
+        m.take_memory_hints();
+        let oob = match m.any(&["trap", "clamp", "zero"]) {
+            Some("clamp") => OutOfRange::Clamp,
+            Some("zero") => OutOfRange::Zero,
+            _ => OutOfRange::Trap,
+        };
+        let n = m.vector().unwrap_or(1) as usize;
+        let t = m.one_type()?;
+        let bits = match t {
+            ScalarType::B8 | ScalarType::B16 | ScalarType::B32 | ScalarType::B64 => t.bits() as u8,
+            _ => return Err(String::new()),
+        };
+        if !matches!(n, 1 | 2 | 4) || (formatted && bits != 32) {
+            return Err(String::new());
+        }
+        if ops.len() != 2 {
+            return Err("expected two operands".into());
+        }
+        let (target, data) = if store { (&ops[0], &ops[1]) } else { (&ops[1], &ops[0]) };
+        let Operand::BracketList(items) = target else { return Err("expected [surface, coordinates]".into()) };
+        let [handle, coords] = &items[..] else { return Err("expected [surface, coordinates]".into()) };
+        let handle = self.handle(handle)?;
+        let coords = self.src_vec(coords, K::Bits)?;
+        let need = match geom {
+            Geom::D1 => 1,
+            Geom::D2 | Geom::A1d => 2,
+            _ => 3,
+        };
+        if coords.len() < need {
+            return Err(format!("expected {need} coordinates"));
+        }
+        let (mut ds, mut srcs) = (Vec::new(), Vec::new());
+        if store {
+            srcs = self.src_vec(data, K::Bits)?;
+        } else {
+            ds = match data {
+                Operand::Vector(items) => items.iter().map(|x| self.dst(x)).collect::<LResult<Vec<_>>>()?,
+                x => vec![self.dst(x)?],
+            };
+        }
+        if ds.len().max(srcs.len()) != n {
+            return Err("vector width mismatch".into());
+        }
+        Ok(Op::Surf(Box::new(SurfInst { geom, store, formatted, bits, ds, srcs, handle, coords, oob })))
+    }
+
+    fn query(&mut self, i: &Instruction, m: &mut Mods) -> LResult<Op> {
+        let ops = &i.operands;
+        let surface = i.opcode == "suq";
+        let level = !surface && m.take("level");
+        const QUERIES: &[&str] = &[
+            "width",
+            "height",
+            "depth",
+            "channel_data_type",
+            "channel_order",
+            "normalized_coords",
+            "array_size",
+            "num_mipmap_levels",
+            "num_samples",
+            "force_unnormalized_coords",
+            "filter_mode",
+            "addr_mode_0",
+            "addr_mode_1",
+            "addr_mode_2",
+            "memory_layout",
+        ];
+        let query = match m.any(QUERIES) {
+            Some("width") => Query::Width,
+            Some("height") => Query::Height,
+            Some("depth") => Query::Depth,
+            Some("channel_data_type") => Query::ChannelDataType,
+            Some("channel_order") => Query::ChannelOrder,
+            Some("array_size") => Query::ArraySize,
+            Some("memory_layout") if surface => Query::MemoryLayout,
+            Some("normalized_coords") if !surface => Query::NormalizedCoords,
+            Some("num_mipmap_levels") if !surface => Query::NumMipmapLevels,
+            Some("num_samples") if !surface => Query::NumSamples,
+            Some("force_unnormalized_coords") if !surface => Query::ForceUnnormalizedCoords,
+            Some("filter_mode") if !surface => Query::FilterMode,
+            Some("addr_mode_0") if !surface => Query::AddrMode(0),
+            Some("addr_mode_1") if !surface => Query::AddrMode(1),
+            Some("addr_mode_2") if !surface => Query::AddrMode(2),
+            _ => return Err(String::new()),
+        };
+        if level && !matches!(query, Query::Width | Query::Height | Query::Depth) {
+            return Err(String::new());
+        }
+        if m.one_type()? != ScalarType::B32 || ops.len() != 2 + level as usize {
+            return Err(String::new());
+        }
+        let d = self.reg(&ops[0])?;
+        let handle = self.handle(&ops[1])?;
+        let level = if level { Some(self.src(&ops[2], K::Bits)?) } else { None };
+        Ok(Op::Query { surface, query, d, handle, level })
     }
 
     fn fmode(&self, m: &mut Mods, t: ScalarType, need_rnd: bool) -> LResult<FMode> {
@@ -1757,6 +1993,32 @@ fn special(s: SpecialReg, c: Option<u8>) -> Special {
         SpecialReg::ClusterNCtaRank => Special::One,
         _ => Special::Zero,
     }
+}
+
+/// The refusal of a texture, sampler or surface reference.
+fn opaque_ref(name: &str, t: ScalarType) -> String {
+    let kind = match t {
+        ScalarType::TexRef => "texture reference (.texref)",
+        ScalarType::SamplerRef => "sampler reference (.samplerref)",
+        _ => "surface reference (.surfref)",
+    };
+    format!(
+        "`{name}` is a {kind}: texture and surface references are not supported (CUDA 12 removed them); use texture and surface objects"
+    )
+}
+
+/// The geometry modifier of a texture or surface instruction.
+fn geom_of(m: &mut Mods, gather: bool) -> LResult<Geom> {
+    Ok(match m.any(&["1d", "2d", "3d", "a1d", "a2d", "cube", "acube"]) {
+        Some("2d") => Geom::D2,
+        Some("a2d") => Geom::A2d,
+        Some("cube") => Geom::Cube,
+        Some("acube") => Geom::ACube,
+        Some("1d") if !gather => Geom::D1,
+        Some("3d") if !gather => Geom::D3,
+        Some("a1d") if !gather => Geom::A1d,
+        _ => return Err(String::new()),
+    })
 }
 
 fn bits_of(t: ScalarType) -> u8 {

@@ -10,6 +10,7 @@ use super::alu::{self, sext, trunc};
 use super::float::{self, Rnd};
 use super::ir::*;
 use super::printf;
+use super::texture;
 use super::{FUNC_WINDOW, GlobalMemory, LOCAL_WINDOW, PARAM_WINDOW, Program, SHARED_WINDOW};
 
 /// Warp-instructions a warp runs before the block scheduler moves on to the next warp.
@@ -32,6 +33,13 @@ pub(crate) enum Fault {
     BadCall(String),
     Deadlock,
     Timeout,
+    /// A texture or surface instruction named a handle that is not an object of its kind.
+    BadHandle {
+        handle: u64,
+        surface: bool,
+    },
+    /// A `.trap` surface access out of range.
+    SurfaceTrap(String),
 }
 
 /// Everything a launch shares between workers.
@@ -47,6 +55,7 @@ pub(crate) struct Ctx<'a> {
     pub shared_size: u32,
     pub dyn_smem: u32,
     pub memory: &'a dyn GlobalMemory,
+    pub resources: &'a dyn super::Resources,
     pub workers: u32,
     pub abort: AtomicBool,
     /// Warp-instructions a worker may execute before the launch times out.
@@ -1265,6 +1274,28 @@ impl<'a> Worker<'a> {
                 let g = fr!().group as u64;
                 write(&mut fr!().regs, d, &[g; 32], act);
             }
+            Op::Tex(t) => self.tex(blk, w, fi, t, act)?,
+            Op::Surf(s) => self.surf(blk, w, fi, s, act)?,
+            &Op::Query { surface, query, d, handle, level } => {
+                let fr = &w.frames[fi];
+                let (mut hs, mut ls) = ([0u64; 32], [0u64; 32]);
+                self.rd(w, fr, blk, handle, &mut hs);
+                if let Some(level) = level {
+                    self.rd(w, fr, blk, level, &mut ls);
+                }
+                let res = self.ctx.resources;
+                let mut r = [0u64; 32];
+                for l in lanes(act) {
+                    let h = hs[l];
+                    let bad = Fault::BadHandle { handle: h, surface };
+                    r[l] = if surface {
+                        texture::surface_query(res.surface(h).ok_or(bad)?, query)
+                    } else {
+                        texture::texture_query(res.texture(h).ok_or(bad)?, query, level.map(|_| ls[l] as u32))
+                    } as u64;
+                }
+                write(&mut fr!().regs, d, &r, act);
+            }
             &Op::Elect { d, p, mask } => {
                 let m = self.rd1(w, &w.frames[fi], blk, mask, act.trailing_zeros() as usize) as u32;
                 let Some(parts) = self.sync_gather(w, fi, act, m) else { return Ok(Flow::Resched) };
@@ -1280,6 +1311,139 @@ impl<'a> Worker<'a> {
             }
         }
         Ok(Flow::Next)
+    }
+
+    /// `tex` and `tld4`: one lookup per active lane.
+    fn tex(&mut self, blk: &Block, w: &mut Warp, fi: usize, t: &TexInst, act: u32) -> Result<(), Fault> {
+        let fr = &w.frames[fi];
+        let mut hs = [0u64; 32];
+        self.rd(w, fr, blk, t.handle, &mut hs);
+        let mut cs = [[0u64; 32]; 4];
+        for (c, s) in cs.iter_mut().zip(&t.coords) {
+            self.rd(w, fr, blk, *s, c);
+        }
+        // Level operand, or the x and y derivatives of up to three coordinates.
+        let mut ls = [[0u64; 32]; 6];
+        match &t.lod {
+            LodSrc::Level(s) => self.rd(w, fr, blk, *s, &mut ls[0]),
+            LodSrc::Grad(dx, dy) => {
+                for (k, s) in dx.iter().take(3).enumerate() {
+                    self.rd(w, fr, blk, *s, &mut ls[k]);
+                }
+                for (k, s) in dy.iter().take(3).enumerate() {
+                    self.rd(w, fr, blk, *s, &mut ls[3 + k]);
+                }
+            }
+            LodSrc::Implicit | LodSrc::Base => {}
+        }
+        let res = self.ctx.resources;
+        let mut cached: Option<(u64, &texture::Texture)> = None;
+        let mut out = [[0u64; 32]; 4];
+        for l in lanes(act) {
+            let h = hs[l];
+            let tex = match cached {
+                Some((ch, tex)) if ch == h => tex,
+                _ => {
+                    let tex = res.texture(h).ok_or(Fault::BadHandle { handle: h, surface: false })?;
+                    cached = Some((h, tex));
+                    tex
+                }
+            };
+            let f = |k: usize| f32::from_bits(ls[k][l] as u32);
+            let lod = match &t.lod {
+                LodSrc::Implicit => texture::Lod::Implicit,
+                LodSrc::Base => texture::Lod::Base,
+                LodSrc::Level(_) => texture::Lod::Level(f(0)),
+                LodSrc::Grad(..) => texture::Lod::Grad([f(0), f(1), f(2)], [f(3), f(4), f(5)]),
+            };
+            let q = texture::Lookup {
+                geom: t.geom,
+                coords: std::array::from_fn(|k| cs[k][l] as u32),
+                int_coords: t.int_coords,
+                lod,
+                gather: t.gather,
+            };
+            let r = texture::lookup(tex, &q, &mut GlobalTexels(self))?;
+            for (o, v) in out.iter_mut().zip(r) {
+                o[l] = v as u64;
+            }
+        }
+        let fr = &mut w.frames[fi];
+        for (d, o) in t.ds.iter().zip(&out) {
+            if let Some(d) = d {
+                write(&mut fr.regs, *d, o, act);
+            }
+        }
+        if let Some(p) = t.pred {
+            // Every texel is resident.
+            write(&mut fr.regs, p, &[1; 32], act);
+        }
+        Ok(())
+    }
+
+    /// `suld.b`, `sust.b`, `sust.p`.
+    fn surf(&mut self, blk: &Block, w: &mut Warp, fi: usize, s: &SurfInst, act: u32) -> Result<(), Fault> {
+        let fr = &w.frames[fi];
+        let mut hs = [0u64; 32];
+        self.rd(w, fr, blk, s.handle, &mut hs);
+        let mut cs = [[0u64; 32]; 4];
+        for (c, src) in cs.iter_mut().zip(&s.coords) {
+            self.rd(w, fr, blk, *src, c);
+        }
+        let mut vals = [[0u64; 32]; 4];
+        for (v, src) in vals.iter_mut().zip(&s.srcs) {
+            self.rd(w, fr, blk, *src, v);
+        }
+        let res = self.ctx.resources;
+        let esz = s.bits as usize / 8;
+        let n = s.ds.len().max(s.srcs.len()).min(4);
+        let mut out = [[0u64; 32]; 4];
+        for l in lanes(act) {
+            let h = hs[l];
+            let surf = res.surface(h).ok_or(Fault::BadHandle { handle: h, surface: true })?;
+            let mut c: [u32; 4] = std::array::from_fn(|k| cs[k][l] as u32);
+            if s.formatted {
+                // sust.p: the x coordinate counts elements, and the access is one element of the surface's format.
+                let format = surf.array.format;
+                let x = match s.geom {
+                    texture::Geom::A1d | texture::Geom::A2d => 1,
+                    _ => 0,
+                };
+                c[x] = c[x].wrapping_mul(format.element_size());
+                let Some(a) = texture::surface_address(surf, s.geom, c, format.element_size(), s.oob)? else {
+                    continue;
+                };
+                let size = format.ty.bytes() as usize;
+                for (k, val) in vals.iter().enumerate().take(format.channels as usize) {
+                    // Channels the source does not cover are unpredictable in PTX; they are written as zero.
+                    let v = if k < n { texture::format_channel(format.ty, val[l] as u32) } else { 0 };
+                    let at = a.wrapping_add((k * size) as u64);
+                    self.global_check(at, size as u64)?;
+                    // SAFETY: inside a mapped region and naturally aligned (checked above).
+                    unsafe { global_store(at, size, v as u64) };
+                }
+                continue;
+            }
+            let Some(a) = texture::surface_address(surf, s.geom, c, (esz * n) as u32, s.oob)? else { continue };
+            for k in 0..n {
+                let at = a.wrapping_add((k * esz) as u64);
+                self.global_check(at, esz as u64)?;
+                if s.store {
+                    // SAFETY: inside a mapped region and naturally aligned (checked above).
+                    unsafe { global_store(at, esz, vals[k][l]) };
+                } else {
+                    // SAFETY: as above.
+                    out[k][l] = unsafe { global_load(at, esz) };
+                }
+            }
+        }
+        let fr = &mut w.frames[fi];
+        for (d, o) in s.ds.iter().zip(&out) {
+            if let Some(d) = d {
+                write(&mut fr.regs, *d, o, act);
+            }
+        }
+        Ok(())
     }
 
     /// For a warp-synchronous instruction: returns the participating lanes once every non-exited lane of `mask` is
@@ -1697,6 +1861,17 @@ fn read_loc(fr: &Frame, local: &[u8], stride: usize, loc: ParamLoc, l: usize) ->
             le_read(&local[l * stride + fr.base as usize + off as usize..], (size as usize).min(8))
         }
         ParamLoc::Reg(r) => fr.regs[r as usize * 32 + l],
+    }
+}
+
+/// Texel reads for texture lookups: global loads, checked like any other.
+struct GlobalTexels<'w, 'a>(&'w mut Worker<'a>);
+
+impl texture::TexelMemory for GlobalTexels<'_, '_> {
+    fn read(&mut self, addr: u64, size: usize) -> Result<u64, Fault> {
+        self.0.global_check(addr, size as u64)?;
+        // SAFETY: inside a mapped region and naturally aligned (checked above).
+        Ok(unsafe { global_load(addr, size) })
     }
 }
 

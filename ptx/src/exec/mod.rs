@@ -105,13 +105,64 @@
 //! the number of arguments, and a launch's output is capped ([`PRINTF_BUDGET`]). `__assertfail` prints the GPU's
 //! assertion message and stops the launch with [`ExecError::Assert`] (CUDA error 710).
 //!
+//! # Textures and surfaces
+//!
+//! Texture and surface objects are 64-bit handles, resolved at each instruction through the [`Resources`] given to
+//! [`run_with_resources`] ([`run`] and [`run_with`] give none, so every handle is invalid). A [`Texture`] is a
+//! [`Resource`] (a CUDA array or mipmapped array, an [`ArrayDesc`] with a [`Level`] per mip level giving its base
+//! address, extent and pitches; linear memory; pitched 2D memory) and a [`TextureDesc`] (CUDA's `cudaTextureDesc`); a
+//! [`Surface`] is an array. Texels are read and written at the addresses the descriptors give, each access checked
+//! against [`GlobalMemory`] like any global access, so a descriptor naming freed memory is an illegal address, not a
+//! crash. A handle that is no object of its kind is [`ExecError::InvalidHandle`] (`cudaErrorIllegalAddress`).
+//!
+//! The instructions are `tex` (`.1d`, `.2d`, `.3d`, `.a1d`, `.a2d`, `.cube`, `.acube`; float or integer coordinates;
+//! `.base`, `.level`, `.grad`; the `d|p` residency predicate is always true), `tld4` (`.r/.g/.b/.a` of `.2d`, `.a2d`,
+//! `.cube`, `.acube`), `txq` (with `.level`), `suld.b`, `sust.b`, `sust.p` and `suq`: the forms nvcc emits for CUDA's
+//! texture and surface functions, in unified mode. Sampling follows the CUDA Programming Guide's texture-fetching
+//! appendix:
+//!
+//! * Normalized coordinates are multiplied by the level's size (in f32); a NaN coordinate reads as 0.
+//! * Nearest point reads texel `floor(x)`. Linear filtering reads texels `i = floor(x - 0.5)` and `i + 1` with weight
+//!   `a = frac(x - 0.5)` in 9-bit fixed point with 8 fractional bits (rounded to nearest, which reproduces published
+//!   GPU results), per dimension; the weighted sum is exact and rounded once to f32. Mipmapped textures blend two
+//!   levels the same way.
+//! * Addressing applies to texel indices, per dimension: clamp, border (the border colour), wrap, and mirror (period
+//!   `2N`, OpenGL's mirrored repeat). CUDA supports wrap and mirror only with normalized coordinates; without them they
+//!   clamp.
+//! * Normalized-float reads map `n`-bit unsigned integers to `x / (2^n - 1)` and signed ones to `x / (2^(n-1) - 1)`
+//!   clamped to -1; element-type reads sign- or zero-extend integers and widen f16. Channels the format lacks read
+//!   (0, 0, 0, 1). sRGB converts R, G and B of 8-bit unsigned normalized formats by the sRGB formula. The border
+//!   colour is returned whole (its bits, for textures returning integers).
+//! * `tex1Dfetch` on linear memory, and integer coordinates, read one texel without filtering or addressing; outside
+//!   the texture they read zero. Layer indices are unsigned and clamp to the last layer.
+//! * Cubemaps: the major axis picks the face (ties: x, then y, then z) and the other two give face coordinates
+//!   `(s / m + 1) / 2` per the Guide's table, sampled with the texture's addressing within the face (lookups do not
+//!   filter across faces; `seamless_cubemap` is not implemented).
+//! * Level of detail: the `tex.level` operand, 0 for plain `tex`, or for `tex.grad` the log2 of the longer derivative
+//!   in texels (for cubemaps, the direction's derivatives times half the face size); plus the bias, clamped to the level clamps and the levels there are. A point mipmap filter takes the
+//!   nearest level (halves round down). Anisotropy is not implemented (`max_anisotropy` is ignored).
+//! * `tld4` gathers one component of the linear-filtering footprint, counter-clockwise from the lower left:
+//!   `T[i, j+1], T[i+1, j+1], T[i+1, j], T[i, j]`.
+//! * Surfaces: `x` is a byte offset (`sust.p`: an element index). Out of range, `.trap` fails the launch
+//!   (`cudaErrorLaunchFailure`, naming the access), `.clamp` accesses the nearest element, `.zero` loads zero and
+//!   drops stores. Misaligned offsets (undefined in PTX) are rounded down.
+//! * `txq`/`suq` answer extents (beyond the last level, level 0's halved), OpenCL's channel type and order
+//!   enumerations, and PTX's addressing-mode enumeration.
+//!
+//! Where CUDA does not define the result (NaN coordinates, wrap with unnormalized coordinates, the border colour of
+//! integer textures, missing channels, out-of-range layers, cubemap ties, `txq` encodings, error codes), the choices
+//! above are to be checked against `tests/exec_data/texture_probe.cu`, which records the same cases on a GPU for the
+//! tests to replay bit for bit.
+//!
 //! # Not supported
 //!
-//! Reported as [`ExecError::Unsupported`]: textures and surfaces, `wmma`/`mma`/`wgmma`/`ldmatrix` (tensor cores),
-//! `mbarrier`, bulk and tensor copies (`cp.async.bulk`, TMA), clusters of more than one block (the `%cluster_*`
-//! registers describe single-block clusters and `barrier.cluster` is the block's barrier), packed f16x2 comparisons,
-//! `.approx` functions of f16 types, fp8 conversions, `malloc`/`free` in device code. `cp.async` is supported as a
-//! synchronous copy.
+//! Reported as [`ExecError::Unsupported`]: texture, sampler and surface references (`.texref`, `.samplerref`,
+//! `.surfref`, removed in CUDA 12) and the texture forms nvcc does not emit (a separate sampler, coordinate offsets,
+//! depth comparison, `.f16`/`.f16x2` results, multisample textures, `sured`), `wmma`/`mma`/`wgmma`/`ldmatrix` (tensor
+//! cores), `mbarrier`, bulk and tensor copies (`cp.async.bulk`, TMA), clusters of more than one block (the
+//! `%cluster_*` registers describe single-block clusters and `barrier.cluster` is the block's barrier), packed f16x2
+//! comparisons, `.approx` functions of f16 types, fp8 conversions, `malloc`/`free` in device code. `cp.async` is
+//! supported as a synchronous copy.
 
 mod alu;
 mod float;
@@ -119,6 +170,7 @@ mod ir;
 mod lower;
 mod machine;
 mod printf;
+mod texture;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -128,6 +180,10 @@ use crate::ast::{Module, StateSpace};
 use ir::Func;
 use lower::{LowerError, RelocTarget, SharedVar};
 use machine::{Ctx, Fault, Worker};
+pub use texture::{
+    AddressMode, ArrayDesc, ArrayKind, ChannelFormat, ChannelType, FilterMode, Level, NoResources, ReadMode, Resource,
+    ResourceTable, Resources, Surface, Texture, TextureDesc, TextureError,
+};
 
 /// Generic-address window of shared memory (top byte 0xF1).
 pub const SHARED_WINDOW: u64 = 0xF100_0000_0000_0000;
@@ -204,6 +260,8 @@ pub enum ExecError {
     Unsupported { kernel: String, instruction: String, line: u32 },
     #[error("kernel `{kernel}`: illegal address {address:#x} at PTX line {line}")]
     IllegalAddress { kernel: String, line: u32, address: u64 },
+    #[error("kernel `{kernel}`: {handle:#x} is not a {} object (PTX line {line})", if *surface { "surface" } else { "texture" })]
+    InvalidHandle { kernel: String, line: u32, handle: u64, surface: bool },
     #[error("kernel `{kernel}`: misaligned address {address:#x} at PTX line {line}")]
     MisalignedAddress { kernel: String, line: u32, address: u64 },
     #[error("kernel `{kernel}`: trap at PTX line {line}")]
@@ -228,7 +286,7 @@ impl ExecError {
         match self {
             ExecError::NotFound(_) => 500,
             ExecError::Unsupported { .. } => 801,
-            ExecError::IllegalAddress { .. } => 700,
+            ExecError::IllegalAddress { .. } | ExecError::InvalidHandle { .. } => 700,
             ExecError::MisalignedAddress { .. } => 716,
             ExecError::Trap { .. } | ExecError::StackOverflow { .. } | ExecError::LaunchFailure { .. } => 719,
             ExecError::Assert { .. } => 710,
@@ -433,6 +491,8 @@ fn fault_error(kernel: &str, f: Fault, line: u32, limit: u64) -> ExecError {
         Fault::Deadlock => ExecError::Deadlock { kernel, line },
         Fault::BadCall(reason) => ExecError::LaunchFailure { kernel, line, reason },
         Fault::Timeout => ExecError::Timeout { kernel, line, limit },
+        Fault::BadHandle { handle, surface } => ExecError::InvalidHandle { kernel, line, handle, surface },
+        Fault::SurfaceTrap(reason) => ExecError::LaunchFailure { kernel, line, reason },
     }
 }
 
@@ -468,6 +528,20 @@ pub fn run_with(
     kernel: &str,
     launch: &Launch,
     memory: &dyn GlobalMemory,
+    printf_out: &mut Vec<u8>,
+    options: &RunOptions,
+) -> Result<Stats, ExecError> {
+    run_with_resources(program, kernel, launch, memory, &NoResources, printf_out, options)
+}
+
+/// [`run_with`] for a kernel that may use texture and surface objects: `resources` resolves their handles. Texels
+/// are read and written at the addresses the descriptors give, checked against `memory` like any global access.
+pub fn run_with_resources(
+    program: &Program,
+    kernel: &str,
+    launch: &Launch,
+    memory: &dyn GlobalMemory,
+    resources: &dyn Resources,
     printf_out: &mut Vec<u8>,
     options: &RunOptions,
 ) -> Result<Stats, ExecError> {
@@ -516,6 +590,7 @@ pub fn run_with(
         shared_size: shared_total.max(layout.static_size) as u32,
         dyn_smem: launch.dynamic_shared,
         memory,
+        resources,
         workers: workers.max(1) as u32,
         abort: AtomicBool::new(false),
         limit,

@@ -358,6 +358,9 @@ fn operand_forms() {
     let i = one("tex.2d.v4.f32.f32 {%f1, %f2, %f3, _}, [tex0, {%f5, %f6}];");
     assert_eq!(i.operands[0], Operand::Vector(vec![reg("%f1"), reg("%f2"), reg("%f3"), Operand::Sink]));
     assert_eq!(i.operands[1], Operand::BracketList(vec![sym("tex0"), Operand::Vector(vec![reg("%f5"), reg("%f6")])]));
+    // A trailing comma makes no list (found by fuzzing: `[%rd1,]` printed back as an address).
+    let e = crate::parse(&kernel("atom.global.dec.u32 %r22, [%rd1,], 100;")).unwrap_err();
+    assert!(e.to_string().contains("an operand after `,`"), "{e}");
     let is = instrs(
         "ld.param.u64 %rd1, [k_param_0];\nld.const.f32 %f1, [c+4];\nld.global.u32 %r1, [1024];\nmov.u64 %rd2, $str;\nmov.b64 {%r1, %r2}, %rd3;",
     );

@@ -1,0 +1,153 @@
+//! What a library's name says about it: one of the CUDA libraries Phos serves (and which of
+//! its files serves it), or an NVIDIA library that drives the GPU and that Phos does not
+//! serve yet. Pure functions over bytes: they run inside the dynamic loader's callbacks.
+
+/// The files of Phos's guest-library directory (`PHOS_GUEST_DIR`), each a name of the one
+/// guest library, by [`Served`] index.
+pub const SERVED_FILES: [&core::ffi::CStr; 4] =
+    [c"libcudart.so.11.0", c"libcudart.so.12", c"libcudart.so.13", c"libcuda.so.1"];
+
+/// Which of Phos's files serves a library name ([`SERVED_FILES`] index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    Runtime11 = 0,
+    Runtime12 = 1,
+    Runtime13 = 2,
+    Driver = 3,
+}
+
+/// The last component of a path.
+pub fn base_name(path: &[u8]) -> &[u8] {
+    match path.iter().rposition(|&b| b == b'/') {
+        Some(i) => path.get(i + 1..).unwrap_or(&[]),
+        None => path,
+    }
+}
+
+/// `name` is `stem` alone or `stem` followed by a `.`-separated version.
+fn versioned<'a>(name: &'a [u8], stem: &[u8]) -> Option<&'a [u8]> {
+    let rest = name.strip_prefix(stem)?;
+    match rest.first() {
+        None => Some(rest),
+        Some(b'.') => Some(rest.get(1..).unwrap_or(&[])),
+        Some(_) => None,
+    }
+}
+
+/// The file of Phos's that a search for `name` (a file name, or a path whose last
+/// component is looked at) should open instead: the driver for every `libcuda.so*`, the
+/// runtime of the same major version for `libcudart.so.11*`, `.12*` and `.13*`, and the
+/// CUDA 12 runtime (Phos's default ABI) for an unversioned `libcudart.so`. `None` for
+/// anything else, including a runtime of a major version Phos does not present (left alone:
+/// if it gets mapped, it is reported).
+pub fn served(name: &[u8]) -> Option<Served> {
+    let base = base_name(name);
+    if versioned(base, b"libcuda.so").is_some() {
+        return Some(Served::Driver);
+    }
+    let version = versioned(base, b"libcudart.so")?;
+    let major = version.split(|&b| b == b'.').next().unwrap_or(&[]);
+    match major {
+        b"" => Some(Served::Runtime12),
+        b"11" => Some(Served::Runtime11),
+        b"12" => Some(Served::Runtime12),
+        b"13" => Some(Served::Runtime13),
+        _ => None,
+    }
+}
+
+/// A CUDA runtime or driver library by its name (file name or soname), of any version: what
+/// must be Phos's in a process run through Phos.
+pub fn is_runtime_or_driver(name: &[u8]) -> bool {
+    let base = base_name(name);
+    versioned(base, b"libcuda.so").is_some() || versioned(base, b"libcudart.so").is_some()
+}
+
+/// NVIDIA libraries that drive the GPU (through the driver API, or the kernel driver for
+/// NVML) and that Phos does not serve yet, by file-name prefix, with the library's name.
+/// NVRTC and nvJitLink need no GPU and are not listed.
+const UNSERVED: &[(&[u8], &str)] = &[
+    (b"libcublasLt.so", "cuBLASLt"),
+    (b"libcublas.so", "cuBLAS"),
+    (b"libcudnn", "cuDNN"),
+    (b"libcufft", "cuFFT"),
+    (b"libcurand.so", "cuRAND"),
+    (b"libcusparseLt.so", "cuSPARSELt"),
+    (b"libcusparse.so", "cuSPARSE"),
+    (b"libcusolver", "cuSOLVER"),
+    (b"libcutensor", "cuTENSOR"),
+    (b"libnccl.so", "NCCL"),
+    (b"libnvidia-ml.so", "NVML"),
+    (b"libcupti.so", "CUPTI"),
+    (b"libcufile", "cuFile"),
+    (b"libnvjpeg.so", "nvJPEG"),
+    (b"libnpp", "NPP"),
+];
+
+/// The NVIDIA library `name` is, if it is one that drives the GPU and Phos does not serve.
+pub fn unserved(name: &[u8]) -> Option<&'static str> {
+    let base = base_name(name);
+    UNSERVED.iter().find(|(prefix, _)| base.starts_with(prefix)).map(|&(_, library)| library)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_and_driver_names_go_to_phos_files_of_their_version() {
+        for (name, want) in [
+            (&b"libcuda.so.1"[..], Some(Served::Driver)),
+            (b"libcuda.so", Some(Served::Driver)),
+            (b"/usr/lib/x86_64-linux-gnu/libcuda.so.535.104.05", Some(Served::Driver)),
+            (b"libcudart.so.11.0", Some(Served::Runtime11)),
+            (b"libcudart.so.12", Some(Served::Runtime12)),
+            (b"/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12", Some(Served::Runtime12)),
+            (b"libcudart.so.12.4.127", Some(Served::Runtime12)),
+            (b"libcudart.so.13", Some(Served::Runtime13)),
+            (b"libcudart.so", Some(Served::Runtime12)),
+            // A runtime Phos does not present: left to fail or be reported.
+            (b"libcudart.so.10.2", None),
+            // Other libraries that merely start alike.
+            (b"libcudart_static.a", None),
+            (b"libcudadebugger.so.1", None),
+            (b"libcuda_stub.so", None),
+            (b"libcublas.so.12", None),
+            (b"/opt/libcuda.so.1/libm.so.6", None),
+            (b"", None),
+        ] {
+            assert_eq!(served(name), want, "{}", core::str::from_utf8(name).unwrap_or("?"));
+        }
+        for s in [Served::Runtime11, Served::Runtime12, Served::Runtime13, Served::Driver] {
+            assert_eq!(served(SERVED_FILES[s as usize].to_bytes()), Some(s), "Phos's own file names serve themselves");
+        }
+    }
+
+    #[test]
+    fn every_runtime_and_driver_version_is_one() {
+        for name in ["libcuda.so.1", "libcudart.so.10.2", "/x/libcudart.so.12", "libcudart.so", "libcuda.so"] {
+            assert!(is_runtime_or_driver(name.as_bytes()), "{name}");
+        }
+        for name in ["libcudart_static.a", "libcublas.so.12", "libcudnn.so.9", "libc.so.6", "/libcuda.so.1/x.so"] {
+            assert!(!is_runtime_or_driver(name.as_bytes()), "{name}");
+        }
+    }
+
+    #[test]
+    fn gpu_libraries_phos_does_not_serve_are_named() {
+        for (name, want) in [
+            ("libcublas.so.12", Some("cuBLAS")),
+            ("/w/nvidia/cublas/lib/libcublasLt.so.12", Some("cuBLASLt")),
+            ("libcudnn_ops.so.9", Some("cuDNN")),
+            ("libcufftw.so.11", Some("cuFFT")),
+            ("libnccl.so.2", Some("NCCL")),
+            ("libnvidia-ml.so.1", Some("NVML")),
+            ("libnvrtc.so.12", None),
+            ("libnvJitLink.so.12", None),
+            ("libcudart.so.12", None),
+            ("libm.so.6", None),
+        ] {
+            assert_eq!(unserved(name.as_bytes()), want, "{name}");
+        }
+    }
+}
