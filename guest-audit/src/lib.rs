@@ -330,8 +330,10 @@ unsafe fn soname(map: &LinkMap) -> Option<&'static [u8]> {
     // A dynamic section is tens of entries; the bound only guards against a corrupt one.
     for i in 0..4096 {
         // SAFETY: the loader mapped the object's dynamic section at `l_ld`, which ends with
-        // a DT_NULL entry.
-        let entry = unsafe { &*map.l_ld.add(i) };
+        // a DT_NULL entry, and the walk stops there: entry `i` is inside it.
+        let at = unsafe { map.l_ld.add(i) };
+        // SAFETY: as above, `at` points to one mapped entry.
+        let entry = unsafe { &*at };
         match entry.tag {
             DT_NULL => break,
             DT_STRTAB => strtab = Some(entry.value),

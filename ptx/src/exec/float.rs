@@ -555,16 +555,22 @@ mod tests {
                 Rnd::Rz => 3,
             };
             let mut old: u32 = 0;
+            // SAFETY: stores the 4-byte MXCSR into `old`, a live u32.
             unsafe { asm!("stmxcsr [{}]", in(reg) &mut old) };
             let new = (old & !(3 << 13)) | (rc << 13);
+            // SAFETY: loads MXCSR from `new`, only its rounding bits changed (no exception is
+            // unmasked); restored below before the function returns.
             unsafe { asm!("ldmxcsr [{}]", in(reg) &new) };
             let r = f();
+            // SAFETY: restores the MXCSR read above.
             unsafe { asm!("ldmxcsr [{}]", in(reg) &old) };
             r
         }
         fn hw64(op: u8, a: f64, b: f64, mode: Rnd) -> u64 {
             with_mode(mode, || {
                 let mut x = a;
+                // SAFETY: one SSE instruction on registers, touching no memory.
+                #[expect(clippy::multiple_unsafe_ops_per_block, reason = "one arm runs")]
                 unsafe {
                     match op {
                         0 => asm!("addsd {x}, {y}", x = inout(xmm_reg) x, y = in(xmm_reg) b),
@@ -579,6 +585,8 @@ mod tests {
         fn hw32(op: u8, a: f32, b: f32, mode: Rnd) -> u64 {
             with_mode(mode, || {
                 let mut x = a;
+                // SAFETY: one SSE instruction on registers, touching no memory.
+                #[expect(clippy::multiple_unsafe_ops_per_block, reason = "one arm runs")]
                 unsafe {
                     match op {
                         0 => asm!("addss {x}, {y}", x = inout(xmm_reg) x, y = in(xmm_reg) b),
@@ -594,6 +602,7 @@ mod tests {
         fn cvt(a: f64, mode: Rnd) -> u64 {
             with_mode(mode, || {
                 let r: f32;
+                // SAFETY: one SSE conversion on registers, touching no memory.
                 unsafe { asm!("cvtsd2ss {r}, {x}", r = out(xmm_reg) r, x = in(xmm_reg) a) };
                 r.to_bits() as u64
             })

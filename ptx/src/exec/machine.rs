@@ -676,6 +676,7 @@ impl<'a> Worker<'a> {
                     return Err(Fault::Illegal(a));
                 }
                 // SAFETY: the range lies in a region the backend guarantees is mapped, and is naturally aligned.
+                #[expect(clippy::multiple_unsafe_ops_per_block, reason = "one arm runs: the same load at each width")]
                 unsafe {
                     Ok(match size {
                         1 => AtomicU8::from_ptr(a as *mut u8).load(Relaxed) as u64,
@@ -722,6 +723,7 @@ impl<'a> Worker<'a> {
             Space::Global | Space::Const | Space::Generic => {
                 self.global_check(a, align)?;
                 // SAFETY: as in `load`.
+                #[expect(clippy::multiple_unsafe_ops_per_block, reason = "one arm runs: the same store at each width")]
                 unsafe {
                     match size {
                         1 => AtomicU8::from_ptr(a as *mut u8).store(v as u8, Relaxed),
@@ -2035,6 +2037,8 @@ fn atom_apply(op: AtomOp, ty: AtomTy, old: u64, b: u64, c: u64) -> Option<u64> {
 /// `a` must be valid for reads of `size` bytes and aligned to `size`.
 #[inline(always)]
 unsafe fn global_load(a: u64, size: usize) -> u64 {
+    // SAFETY: the caller's: `a` is valid for `size` bytes and aligned.
+    #[expect(clippy::multiple_unsafe_ops_per_block, reason = "one arm runs: the same load at each width")]
     unsafe {
         match size {
             1 => AtomicU8::from_ptr(a as *mut u8).load(Relaxed) as u64,
@@ -2051,6 +2055,8 @@ unsafe fn global_load(a: u64, size: usize) -> u64 {
 /// `a` must be valid for writes of `size` bytes and aligned to `size`.
 #[inline(always)]
 unsafe fn global_store(a: u64, size: usize, v: u64) {
+    // SAFETY: the caller's: `a` is valid for `size` bytes and aligned.
+    #[expect(clippy::multiple_unsafe_ops_per_block, reason = "one arm runs: the same store at each width")]
     unsafe {
         match size {
             1 => AtomicU8::from_ptr(a as *mut u8).store(v as u8, Relaxed),
@@ -2067,6 +2073,8 @@ unsafe fn global_store(a: u64, size: usize, v: u64) {
 /// `a` must be valid for reads and writes of `size` bytes and aligned to `size`.
 unsafe fn global_atomic(a: u64, size: usize, op: AtomOp, ty: AtomTy, b: u64, c: u64) -> u64 {
     let sc = std::sync::atomic::Ordering::SeqCst;
+    // SAFETY: the caller's: `a` is valid for `size` bytes and aligned.
+    #[expect(clippy::multiple_unsafe_ops_per_block, reason = "one arm runs: one atomic per width and operation")]
     unsafe {
         match (size, op, ty) {
             (4, AtomOp::Add, AtomTy::Int(_)) => AtomicU32::from_ptr(a as *mut u32).fetch_add(b as u32, sc) as u64,

@@ -492,6 +492,9 @@ mod tests {
             .iter()
             .filter_map(|a| if let A::S(s) = a { Some(std::ffi::CString::new(*s).unwrap()) } else { None })
             .collect();
+        // SAFETY: `buf` is writable for `len` bytes, the format and strings are NUL-terminated
+        // and live, and each call passes the arguments its test format asks for.
+        #[expect(clippy::multiple_unsafe_ops_per_block, reason = "one arm runs")]
         let n = unsafe {
             let p = buf.as_mut_ptr() as *mut libc::c_char;
             let len = buf.len();
