@@ -949,10 +949,19 @@ impl HostMemory for CudaBackend {
     }
 
     fn pin_shared(&self, addr: u64, len: u64) {
+        // As `pin_host`: a context must be current, and the slots are page-locked for every
+        // context, whichever thread copies through them.
+        const PORTABLE: u32 = 0x1;
+        if BOUND.with(|b| b.get()) < 0
+            && let Err(e) = self.bind(0)
+        {
+            tracing::warn!("page-locking a staging region of {len} bytes: no context: {e:?}");
+            return;
+        }
         // SAFETY: `[addr, addr + len)` is mapped in this process until `unpin_shared` (a
         // staging region's slots, unpinned before the region is dropped); registering it
         // reads and writes none of it.
-        let r = check(unsafe { sys::cuMemHostRegister_v2(addr as *mut c_void, len as usize, 0) });
+        let r = check(unsafe { sys::cuMemHostRegister_v2(addr as *mut c_void, len as usize, PORTABLE) });
         if let Err(e) = r {
             // Copies through it still work, from pageable memory (slower).
             tracing::warn!("page-locking a staging region of {len} bytes: {e:?}");
@@ -960,6 +969,9 @@ impl HostMemory for CudaBackend {
     }
 
     fn unpin_shared(&self, addr: u64) {
+        if BOUND.with(|b| b.get()) < 0 {
+            let _ = self.bind(0);
+        }
         // SAFETY: a range `pin_shared` was given (one it could not register answers an error
         // here, and nothing else happens).
         let _ = unsafe { sys::cuMemHostUnregister(addr as *mut c_void) };
