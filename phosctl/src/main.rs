@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use phos_api_server::BackendKind;
-use phos_control::Cancel;
+use phos_control::{Cancel, CheckpointMode};
 use phos_router::{Router, RouterConfig};
 
 #[derive(Parser)]
@@ -90,16 +90,22 @@ enum Command {
         #[command(flatten)]
         router: manage::RouterArg,
     },
-    /// Checkpoint a session to an image directory.
+    /// Checkpoint a session to an image directory. By default the session runs on while its
+    /// memory is copied (copy-on-write: the image is the session as it was when the
+    /// checkpoint began, and its calls are held only to take that point).
     Checkpoint {
         /// The session (see `phosctl sessions`).
         session: u64,
         /// Image directory to write.
         #[arg(long)]
         out: PathBuf,
-        /// Stop the session afterwards: its guest waits until it is restored.
+        /// Stop the session afterwards: its guest waits until it is restored (the checkpoint
+        /// is then stop-the-world).
         #[arg(long)]
         stop: bool,
+        /// Hold the session's calls for the whole copy instead of copying while it runs.
+        #[arg(long)]
+        stop_the_world: bool,
         /// Compress the memory with zstd.
         #[arg(long)]
         compress: bool,
@@ -560,8 +566,9 @@ fn main() -> ExitCode {
             policy::top(&router, std::time::Duration::from_secs_f64(interval.max(0.1)), once)
         }
         Command::Sessions { router } => manage::sessions(&router),
-        Command::Checkpoint { session, out, stop, compress, timeout, router } => {
-            manage::checkpoint(&router, session, out, stop, compress, seconds(timeout))
+        Command::Checkpoint { session, out, stop, stop_the_world, compress, timeout, router } => {
+            let mode = if stop_the_world { CheckpointMode::StopTheWorld } else { CheckpointMode::CopyOnWrite };
+            manage::checkpoint(&router, session, out, stop, mode, compress, seconds(timeout))
         }
         Command::Restore { dir, device, tenant, as_tenant, timeout, router } => {
             manage::restore(&router, dir, device, tenant, as_tenant, seconds(timeout))
