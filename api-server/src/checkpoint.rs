@@ -393,8 +393,8 @@ impl Session {
     /// Write the session to the image directory `dir`, `how` says: copy-on-write while the
     /// session runs (taken again stop-the-world, with a log line, if validation finds a
     /// kernel wrote memory its launch was not speculated to write, or the copy-on-write
-    /// could not go on), or stop-the-world. A stopping checkpoint is always stop-the-world:
-    /// the session must end where its image is.
+    /// could not go on), recopy (the session at the end), or stop-the-world. A stopping
+    /// checkpoint is recopy or stop-the-world: the session must end where its image is.
     pub fn checkpoint_as(
         &self,
         dir: &Path,
@@ -404,13 +404,26 @@ impl Session {
         progress: &Progress,
         bounds: &Bounds,
     ) -> Result<CheckpointSummary, CrError> {
+        let cancelled = || bounds.cancel.is_cancelled();
+        let within = Within { deadline: Instant::now() + bounds.quiesce_timeout, cancelled: &cancelled };
+        let target = Checkpointing { session: self, meta: meta.clone() };
+        if how.mode == CheckpointMode::Recopy {
+            let mut sink = ImageWriter::create(dir, compression, engine::COPY_CHUNK)?;
+            let stop = how.stop;
+            let mut summary =
+                engine::checkpoint_recopy(&target, &mut sink, compression, progress, &within, stop, || {
+                    if stop {
+                        self.freeze();
+                    }
+                })?;
+            summary.dir = dir.to_path_buf();
+            summary.stopped = stop;
+            return Ok(summary);
+        }
         if how.stop || how.mode == CheckpointMode::StopTheWorld {
             return self.checkpoint(dir, meta, compression, how.stop, progress, bounds);
         }
-        let cancelled = || bounds.cancel.is_cancelled();
-        let within = Within { deadline: Instant::now() + bounds.quiesce_timeout, cancelled: &cancelled };
         let mut sink = ImageWriter::create(dir, compression, engine::COPY_CHUNK)?;
-        let target = Checkpointing { session: self, meta: meta.clone() };
         match engine::checkpoint_cow(&target, &mut sink, compression, progress, &within, how.reserve) {
             Ok(mut summary) => {
                 summary.dir = dir.to_path_buf();

@@ -26,7 +26,7 @@
 //! log ([`TrackWrites`]), or holds the call until the memory it touches is restored
 //! ([`PendingMemory`]).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -1282,6 +1282,163 @@ pub fn checkpoint_cow<T: Quiesce + Snapshot + Concurrent>(
         held_ms: cow.held_ns.load(Ordering::Relaxed) as f64 / 1e6,
         extra_bytes: cow.saved.load(Ordering::Relaxed),
         rounds: 0,
+        fallback: None,
+    })
+}
+
+/// Recopy rounds at most before the last, stopped one.
+const MAX_RECOPY_ROUNDS: u32 = 8;
+
+/// Checkpoint `target` into `sink` while it runs, by recopy: the image is the session at
+/// the checkpoint's end (what a migration wants).
+///
+/// A [`TrackWrites`] hook notes in the dirty log every region a call will write. The memory
+/// is copied into host memory while the session runs; then, in rounds, what was written
+/// since the round before is copied again, for as long as that shrinks; last, the session
+/// is quiesced, its host state taken, and what was written since the last round (and what
+/// was allocated) copied while it is held. Each round begins with the session at rest (a
+/// brief quiesce), so every write noted before the round has happened by then, and is seen
+/// by the copy that follows or noted again in the next round. `on_written` runs with the
+/// session still at rest once the image is whole (a stopping checkpoint freezes it there);
+/// with `hold_to_end` the image is written before the session is let go.
+///
+/// The copies wait in host memory until the image is written: as much host memory as the
+/// session has device memory.
+#[allow(clippy::too_many_arguments)] // the checkpoint's own parameters, and the stopping ones
+pub fn checkpoint_recopy<T: Quiesce + Snapshot + Intercept>(
+    target: &T,
+    sink: &mut dyn ImageSink,
+    compression: Compression,
+    progress: &Progress,
+    within: &Within<'_>,
+    hold_to_end: bool,
+    on_written: impl FnOnce(),
+) -> Result<CheckpointSummary, CrError> {
+    let start = Instant::now();
+    let log = target.dirty_log();
+    let installed = target.install_hook(Arc::new(TrackWrites(log.clone())), within)?;
+    let mut stall = std::time::Duration::ZERO;
+    let mut copier = target.copier()?;
+    let mut buf = copier.buffer(COPY_CHUNK);
+    // The first pass: everything, while the session runs.
+    let held = Instant::now();
+    let rest = target.quiesce(within)?;
+    let mut round = log.begin_round();
+    let first = target.head()?;
+    drop(rest);
+    stall += held.elapsed();
+    let session = first.session.id;
+    // Host copies of the regions, by address: (size, contents).
+    let mut copies: HashMap<u64, (u64, Vec<u8>)> = HashMap::new();
+    let copy = |copier: &mut dyn DeviceCopier, r: &MemoryRegion, buf: &mut HostBuffer| -> Result<Vec<u8>, CrError> {
+        let mut out = Vec::with_capacity(r.size as usize);
+        let mut off = 0;
+        while off < r.size {
+            if (within.cancelled)() {
+                return Err(CrError::Abandoned { session, what: "copying memory".into() });
+            }
+            let n = (r.size - off).min(COPY_CHUNK as u64) as usize;
+            copier.read(r.device, r.addr + off, &mut buf[..n])?;
+            out.extend_from_slice(&buf[..n]);
+            off += n as u64;
+        }
+        Ok(out)
+    };
+
+    progress.start(first.memory.iter().map(|r| r.size).sum());
+    for r in &first.memory {
+        let bytes = copy(copier.as_mut(), r, &mut buf)?;
+        progress.add(r.size);
+        copies.insert(r.addr, (r.size, bytes));
+    }
+
+    // Rounds: copy again what was written since the round before, while that shrinks.
+    let mut rounds = 0;
+    let mut extra_bytes = 0u64;
+    let mut last_dirty = u64::MAX;
+    let regions_at =
+        |head: &Manifest| -> HashMap<u64, MemoryRegion> { head.memory.iter().map(|r| (r.addr, r.clone())).collect() };
+    let mut known = regions_at(&first);
+    while rounds < MAX_RECOPY_ROUNDS {
+        let held = Instant::now();
+        let rest = target.quiesce(within)?;
+        let previous = round;
+        round = log.begin_round();
+        drop(rest);
+        stall += held.elapsed();
+        let dirty = log.written_since(previous);
+        let bytes: u64 = dirty.iter().map(|d| d.1).sum();
+        rounds += 1;
+        for (addr, _) in &dirty {
+            // Regions made since the first pass are taken at the end, with the host state.
+            let Some(r) = known.get(addr) else { continue };
+            let fresh = copy(copier.as_mut(), r, &mut buf)?;
+            copies.insert(r.addr, (r.size, fresh));
+            extra_bytes += r.size;
+        }
+        if bytes == 0 || bytes >= last_dirty {
+            break;
+        }
+        last_dirty = bytes;
+    }
+
+    // The end: the session held while the rest is copied.
+    let held = Instant::now();
+    let rest = target.quiesce(within)?;
+    let quiesce_ms = ms(held);
+    let mut head = target.head()?;
+    head.created_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let dirty: HashSet<u64> = log.written_since(round).into_iter().map(|d| d.0).collect();
+    known = regions_at(&head);
+    for r in known.values() {
+        let current = copies.get(&r.addr).is_some_and(|(size, _)| *size == r.size) && !dirty.contains(&r.addr);
+        if !current {
+            let fresh = copy(copier.as_mut(), r, &mut buf)?;
+            extra_bytes += r.size;
+            copies.insert(r.addr, (r.size, fresh));
+        }
+    }
+    drop(installed);
+    let copy_ms = ms(start);
+    let write = |sink: &mut dyn ImageSink| -> Result<crate::ImageSummary, CrError> {
+        sink.begin(&head)?;
+        for (i, r) in head.memory.iter().enumerate() {
+            let bytes = &copies.get(&r.addr).expect("every region copied").1;
+            for piece in bytes.chunks(COPY_CHUNK) {
+                let prepared = prepare_chunk(piece, compression)?;
+                sink.chunk(i, piece.len() as u64, prepared, piece)?;
+            }
+        }
+        Ok(sink.complete()?)
+    };
+    let summary = if hold_to_end {
+        let summary = write(sink)?;
+        on_written();
+        drop(rest);
+        stall += held.elapsed();
+        summary
+    } else {
+        drop(rest);
+        stall += held.elapsed();
+        let summary = write(sink)?;
+        on_written();
+        summary
+    };
+    Ok(CheckpointSummary {
+        dir: Default::default(),
+        records: head.records.len(),
+        regions: head.memory.len(),
+        memory_bytes: summary.memory_bytes,
+        stored_bytes: summary.stored_bytes,
+        quiesce_ms,
+        copy_ms,
+        total_ms: ms(start),
+        stopped: false,
+        mode: "recopy".into(),
+        stall_ms: stall.as_secs_f64() * 1e3,
+        held_ms: 0.0,
+        extra_bytes,
+        rounds,
         fallback: None,
     })
 }

@@ -47,6 +47,9 @@ pub enum CheckpointMode {
     /// the start of the checkpoint (`phosctl checkpoint`'s default).
     #[default]
     CopyOnWrite,
+    /// While the session runs, copying again what it writes, in rounds, then the rest with
+    /// the session held: the image is the session at the end of the checkpoint.
+    Recopy,
     /// Holding every call for the whole copy.
     StopTheWorld,
 }

@@ -49,8 +49,8 @@ pub struct CheckpointRequest {
     /// How long to wait for the session to come to rest (its calls in flight to finish, its
     /// devices to go idle) before giving up; the session is then left running as it was.
     pub quiesce_timeout: Duration,
-    /// Copy-on-write while the session runs, or stop-the-world. A stopping checkpoint
-    /// (`stop`) is always stop-the-world: the session ends where its image is.
+    /// Copy-on-write while the session runs, recopy, or stop-the-world. A stopping
+    /// checkpoint (`stop`) is recopy or stop-the-world: the session ends where its image is.
     #[serde(default)]
     pub mode: CheckpointMode,
 }

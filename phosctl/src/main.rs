@@ -104,8 +104,13 @@ enum Command {
         #[arg(long)]
         stop: bool,
         /// Hold the session's calls for the whole copy instead of copying while it runs.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "recopy")]
         stop_the_world: bool,
+        /// Copy while the session runs, then again what it wrote, in rounds, and the rest
+        /// with its calls held: the image is the session at the end of the checkpoint (with
+        /// --stop, the session stops there: a migration's short stop).
+        #[arg(long)]
+        recopy: bool,
         /// Compress the memory with zstd.
         #[arg(long)]
         compress: bool,
@@ -566,8 +571,12 @@ fn main() -> ExitCode {
             policy::top(&router, std::time::Duration::from_secs_f64(interval.max(0.1)), once)
         }
         Command::Sessions { router } => manage::sessions(&router),
-        Command::Checkpoint { session, out, stop, stop_the_world, compress, timeout, router } => {
-            let mode = if stop_the_world { CheckpointMode::StopTheWorld } else { CheckpointMode::CopyOnWrite };
+        Command::Checkpoint { session, out, stop, stop_the_world, recopy, compress, timeout, router } => {
+            let mode = match (stop_the_world, recopy) {
+                (true, _) => CheckpointMode::StopTheWorld,
+                (_, true) => CheckpointMode::Recopy,
+                _ => CheckpointMode::CopyOnWrite,
+            };
             manage::checkpoint(&router, session, out, stop, mode, compress, seconds(timeout))
         }
         Command::Restore { dir, device, tenant, as_tenant, timeout, router } => {

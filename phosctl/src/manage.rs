@@ -129,14 +129,14 @@ pub fn checkpoint(
             s.mode,
             s.stall_ms,
             s.copy_ms,
-            if s.mode == "copy-on-write" {
-                format!(
+            match s.mode.as_str() {
+                "copy-on-write" => format!(
                     " while the session ran ({} MiB copied ahead of writes; the longest a call waited for the copy: {:.1} ms)",
                     s.extra_bytes >> 20,
                     s.held_ms
-                )
-            } else {
-                String::new()
+                ),
+                "recopy" => format!(" ({} recopy rounds, {} MiB copied again)", s.rounds, s.extra_bytes >> 20),
+                _ => String::new(),
             }
         );
         if let Some(why) = &s.fallback {

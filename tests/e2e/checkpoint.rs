@@ -503,7 +503,24 @@ fn rewriter_step(memory: &[(u64, u64, Vec<u8>)]) -> u64 {
 /// `rewriter`'s memory after step c depends on c alone).
 #[test]
 fn a_concurrent_checkpoint_equals_a_stop_the_world_one_from_the_same_point() {
-    let Some(nvcc) = nvcc() else { return };
+    let Some(printed) = same_as_stop_the_world_at_its_step(&[]) else { return };
+    assert!(printed.contains("copy-on-write") && !printed.contains("taken again"), "{printed}");
+    // The writer wrote buffers the copy had not reached: they were copied ahead of it.
+    assert!(printed.contains("MiB copied ahead of writes") && !printed.contains("(0 MiB copied ahead"), "{printed}");
+}
+
+/// The same for a recopy checkpoint (the program at the checkpoint's end).
+#[test]
+fn a_recopy_checkpoint_equals_a_stop_the_world_one_from_the_same_point() {
+    let Some(printed) = same_as_stop_the_world_at_its_step(&["--recopy"]) else { return };
+    assert!(printed.contains("recopy:") && !printed.contains("(0 recopy rounds"), "{printed}");
+}
+
+/// Checkpoint `rewriter run` with `phosctl checkpoint ARGS`, then `rewriter pause STEP`
+/// stop-the-world at the step the first image holds: both images must hold the same
+/// memory. What the first checkpoint printed (`None` without nvcc).
+fn same_as_stop_the_world_at_its_step(args: &[&str]) -> Option<String> {
+    let nvcc = nvcc()?;
     let exe = build_program(&nvcc, "rewriter", &["-arch=sm_70"]);
     let image = tempfile::tempdir().unwrap();
     let concurrent = image.path().join("concurrent");
@@ -511,13 +528,10 @@ fn a_concurrent_checkpoint_equals_a_stop_the_world_one_from_the_same_point() {
         let router = TestRouter::start("emu");
         let (guest, mut out) = start_rewriter(&router, &exe, &["run"]);
         read_until(&mut out, "running");
-        let printed = checkpoint(&router, session_id(&router), &concurrent, &[]);
+        let printed = checkpoint(&router, session_id(&router), &concurrent, args);
         finish_rewriter(guest, out);
         printed
     };
-    assert!(printed.contains("copy-on-write") && !printed.contains("taken again"), "{printed}");
-    // The writer wrote buffers the copy had not reached: they were copied ahead of it.
-    assert!(printed.contains("MiB copied ahead of writes") && !printed.contains("(0 MiB copied ahead"), "{printed}");
     let taken = image_memory(&concurrent);
     let step = rewriter_step(&taken);
     assert!(step >= 8, "the image is from before the program ran ({step})");
@@ -526,8 +540,8 @@ fn a_concurrent_checkpoint_equals_a_stop_the_world_one_from_the_same_point() {
     let router = TestRouter::start("emu");
     let (guest, mut out) = start_rewriter(&router, &exe, &["pause", &step.to_string()]);
     read_until(&mut out, "paused at");
-    let printed = checkpoint(&router, session_id(&router), &stopped, &["--stop-the-world"]);
-    assert!(printed.contains("stop-the-world"), "{printed}");
+    let reference_printed = checkpoint(&router, session_id(&router), &stopped, &["--stop-the-world"]);
+    assert!(reference_printed.contains("stop-the-world"), "{reference_printed}");
     finish_rewriter(guest, out);
     let reference = image_memory(&stopped);
     assert_eq!(taken.len(), reference.len(), "the images have different regions");
@@ -538,6 +552,7 @@ fn a_concurrent_checkpoint_equals_a_stop_the_world_one_from_the_same_point() {
             "region {addr:#x} ({size} bytes) differs from the stop-the-world image at step {step}"
         );
     }
+    Some(printed)
 }
 
 /// A kernel that stores through a pointer it loads from device memory (nothing speculation
