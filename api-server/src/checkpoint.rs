@@ -410,15 +410,26 @@ impl Session {
         if how.mode == CheckpointMode::Recopy {
             let mut sink = ImageWriter::create(dir, compression, engine::COPY_CHUNK)?;
             let stop = how.stop;
-            let mut summary =
-                engine::checkpoint_recopy(&target, &mut sink, compression, progress, &within, stop, || {
-                    if stop {
-                        self.freeze();
-                    }
-                })?;
-            summary.dir = dir.to_path_buf();
-            summary.stopped = stop;
-            return Ok(summary);
+            let freeze = || {
+                if stop {
+                    self.freeze();
+                }
+            };
+            return match engine::checkpoint_recopy(&target, &mut sink, compression, progress, &within, stop, freeze) {
+                Ok(mut summary) => {
+                    summary.dir = dir.to_path_buf();
+                    summary.stopped = stop;
+                    Ok(summary)
+                }
+                Err(e @ CrError::ValidationMissed { .. }) => {
+                    tracing::warn!("{e}: the checkpoint is taken again, stop-the-world");
+                    drop(sink);
+                    let mut summary = self.checkpoint(dir, meta, compression, stop, progress, bounds)?;
+                    summary.fallback = Some(e.to_string());
+                    Ok(summary)
+                }
+                Err(e) => Err(e),
+            };
         }
         if how.stop || how.mode == CheckpointMode::StopTheWorld {
             return self.checkpoint(dir, meta, compression, how.stop, progress, bounds);

@@ -298,7 +298,12 @@ impl Window for ServerWindow {
         }
         // Launches run the original kernels from now on; a new launch no longer finds the
         // window.
-        *self.slot.write() = None;
+        {
+            let mut slot = self.slot.write();
+            if slot.as_ref().is_some_and(|w| std::ptr::eq(Arc::as_ptr(w), self)) {
+                *slot = None;
+            }
+        }
         // The checked kernels issued must have run before their flags say anything.
         let b = self.backend.clone();
         let session = self.session;

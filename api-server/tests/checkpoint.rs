@@ -819,7 +819,19 @@ fn a_copy_on_write_checkpoint_is_the_session_at_one_point_while_it_runs() {
 /// kernel's store (or not) whole.
 #[test]
 fn a_store_speculation_missed_is_caught_and_the_checkpoint_taken_again() {
-    let s = Arc::new(session(0x4f00_0000_0000));
+    caught_and_taken_again(0x4f00_0000_0000, concurrently());
+}
+
+/// The same during a recopy checkpoint, whose launches are validated too.
+#[test]
+fn a_store_speculation_missed_during_a_recopy_is_caught() {
+    let recopy =
+        phos_api_server::checkpoint::How { mode: phos_checkpoint::report::CheckpointMode::Recopy, ..concurrently() };
+    caught_and_taken_again(0x5000_0000_0000, recopy);
+}
+
+fn caught_and_taken_again(base: u64, how: phos_api_server::checkpoint::How) {
+    let s = Arc::new(session(base));
     let (_, through) = writers(&s);
     // Memory the copy takes a while over, so that the kernel runs during it.
     let bulk: Vec<u64> = (0..8).map(|_| call(&s, &CudaMallocRequest { size: 4 << 20 }).devPtr).collect();
@@ -849,14 +861,7 @@ fn a_store_speculation_missed_is_caught_and_the_checkpoint_taken_again() {
         std::thread::yield_now();
     }
     let dir = tempfile::tempdir().unwrap();
-    let summary = s.checkpoint_as(
-        dir.path(),
-        meta(),
-        Compression::None,
-        concurrently(),
-        &Progress::default(),
-        &Bounds::default(),
-    );
+    let summary = s.checkpoint_as(dir.path(), meta(), Compression::None, how, &Progress::default(), &Bounds::default());
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let last = writer.join().unwrap();
     let summary = summary.unwrap();

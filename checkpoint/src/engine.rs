@@ -976,6 +976,33 @@ pub trait Window: Send + Sync {
     fn finish(&self, within: &Within<'_>) -> Result<Option<u64>, CrError>;
 }
 
+/// A window that a protocol armed: finished on every way out, so that launches stop running
+/// checked twins (its flags are then not read).
+struct Armed<'a> {
+    window: &'a dyn Window,
+    finished: bool,
+}
+
+impl<'a> Armed<'a> {
+    fn arm(window: &'a dyn Window) -> Self {
+        window.arm();
+        Armed { window, finished: false }
+    }
+
+    fn finish(mut self, within: &Within<'_>) -> Result<Option<u64>, CrError> {
+        self.finished = true;
+        self.window.finish(within)
+    }
+}
+
+impl Drop for Armed<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = self.window.finish(&Within::after(std::time::Duration::from_secs(60)));
+        }
+    }
+}
+
 /// Where a region stands in a copy-on-write checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Taken {
@@ -1240,7 +1267,7 @@ pub fn checkpoint_cow<T: Quiesce + Snapshot + Concurrent>(
     head.created_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     let session = head.session.id;
     cow.arm(&head.memory);
-    window.arm();
+    let armed = Armed::arm(window.as_ref());
     drop(at_rest);
     let stall_ms = ms(quiesce_start);
 
@@ -1257,7 +1284,7 @@ pub fn checkpoint_cow<T: Quiesce + Snapshot + Concurrent>(
         deadline: Instant::now() + within.deadline.saturating_duration_since(start),
         cancelled: within.cancelled,
     };
-    let missed = window.finish(&settle);
+    let missed = armed.finish(&settle);
     drop(installed);
     copied?;
     if let Some(why) = cow.state.lock().given_up.take() {
@@ -1298,14 +1325,16 @@ const MAX_RECOPY_ROUNDS: u32 = 8;
 /// is quiesced, its host state taken, and what was written since the last round (and what
 /// was allocated) copied while it is held. Each round begins with the session at rest (a
 /// brief quiesce), so every write noted before the round has happened by then, and is seen
-/// by the copy that follows or noted again in the next round. `on_written` runs with the
+/// by the copy that follows or noted again in the next round. Launches run their checked
+/// twins meanwhile: a store outside its speculation ends the checkpoint with
+/// [`CrError::ValidationMissed`] (the caller takes it again stop-the-world). `on_written` runs with the
 /// session still at rest once the image is whole (a stopping checkpoint freezes it there);
 /// with `hold_to_end` the image is written before the session is let go.
 ///
 /// The copies wait in host memory until the image is written: as much host memory as the
 /// session has device memory.
 #[allow(clippy::too_many_arguments)] // the checkpoint's own parameters, and the stopping ones
-pub fn checkpoint_recopy<T: Quiesce + Snapshot + Intercept>(
+pub fn checkpoint_recopy<T: Quiesce + Snapshot + Concurrent>(
     target: &T,
     sink: &mut dyn ImageSink,
     compression: Compression,
@@ -1316,6 +1345,8 @@ pub fn checkpoint_recopy<T: Quiesce + Snapshot + Intercept>(
 ) -> Result<CheckpointSummary, CrError> {
     let start = Instant::now();
     let log = target.dirty_log();
+    // No reserve: only the validation of launches.
+    let window = target.open_window(0)?;
     let installed = target.install_hook(Arc::new(TrackWrites(log.clone())), within)?;
     let mut stall = std::time::Duration::ZERO;
     let mut copier = target.copier()?;
@@ -1325,6 +1356,7 @@ pub fn checkpoint_recopy<T: Quiesce + Snapshot + Intercept>(
     let rest = target.quiesce(within)?;
     let mut round = log.begin_round();
     let first = target.head()?;
+    let armed = Armed::arm(window.as_ref());
     drop(rest);
     stall += held.elapsed();
     let session = first.session.id;
@@ -1388,6 +1420,12 @@ pub fn checkpoint_recopy<T: Quiesce + Snapshot + Intercept>(
     let quiesce_ms = ms(held);
     let mut head = target.head()?;
     head.created_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    // Every launch since the first pass has finished (the session is at rest): a store
+    // outside its speculation may have gone unnoted.
+    let settle = Within { deadline: Instant::now() + within.deadline.saturating_duration_since(start), ..*within };
+    if let Some(addr) = armed.finish(&settle)? {
+        return Err(CrError::ValidationMissed { session, addr });
+    }
     let dirty: HashSet<u64> = log.written_since(round).into_iter().map(|d| d.0).collect();
     known = regions_at(&head);
     for r in known.values() {

@@ -186,6 +186,10 @@ struct ServerOptions {
     /// Memory of the emulated device, in bytes.
     #[arg(long)]
     emu_memory: Option<u64>,
+    /// Device memory, in bytes a device, a concurrent checkpoint may copy allocations into
+    /// ahead of a write (default 256 MiB); with it full, such a write waits for the copy.
+    #[arg(long)]
+    cow_reserve: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -234,6 +238,10 @@ fn router_config(listen: PathBuf, runtime_dir: PathBuf, backend: BackendKind, se
     if let Some(m) = server.emu_memory {
         server_args.push("--emu-memory".into());
         server_args.push(m.to_string());
+    }
+    if let Some(r) = server.cow_reserve {
+        server_args.push("--cow-reserve".into());
+        server_args.push(r.to_string());
     }
     let mut config = RouterConfig::new(
         listen,
