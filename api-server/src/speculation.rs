@@ -43,6 +43,9 @@ enum Code {
     NoPtx(String),
     Ptx {
         accesses: HashMap<String, KernelAccess>,
+        /// Bytes of parameters each kernel takes (its twin's context parameter follows them,
+        /// 8-byte aligned).
+        param_bytes: HashMap<String, u64>,
         twin: Result<CheckedModule, String>,
     },
 }
@@ -72,8 +75,9 @@ impl ModuleCode {
                 Err(e) => return Code::NoPtx(format!("its PTX does not parse: {e}")),
             };
             let accesses = kernel_accesses(&module).into_iter().map(|a| (a.kernel.clone(), a)).collect();
+            let param_bytes = module.functions().map(|f| (f.name.clone(), phos_ptx::signature_of(f).size)).collect();
             let twin = checked_twin(&module).map_err(|e| e.to_string());
-            Code::Ptx { accesses, twin }
+            Code::Ptx { accesses, param_bytes, twin }
         })
     }
 
@@ -87,9 +91,11 @@ impl ModuleCode {
         }
     }
 
-    /// The twin of `kernel`, loading the twin module on `device` the first time.
-    fn twin_function(&self, backend: &dyn Backend, device: i32, kernel: &str) -> Result<(Raw, Vec<String>), String> {
-        let Code::Ptx { twin, .. } = self.code() else { return Err("no PTX".into()) };
+    /// The twin of `kernel`, loading the twin module on `device` the first time: the twin, the
+    /// variables its table lists, and where its context parameter goes.
+    fn twin_function(&self, backend: &dyn Backend, device: i32, kernel: &str) -> Result<Twin, String> {
+        let Code::Ptx { twin, param_bytes, .. } = self.code() else { return Err("no PTX".into()) };
+        let context_at = param_bytes.get(kernel).copied().unwrap_or(0).next_multiple_of(8) as usize;
         let checked = twin.as_ref().map_err(|e| format!("no checked twin: {e}"))?;
         let mut slot = self.twin.lock();
         let loaded = slot.get_or_insert_with(|| {
@@ -102,12 +108,15 @@ impl ModuleCode {
                 .map_err(|e| format!("its checked twin does not load: {e:?}"))
         });
         let loaded = loaded.as_mut().map_err(|e| e.clone())?;
-        if let Some(&f) = loaded.functions.get(kernel) {
-            return Ok((f, loaded.variables.clone()));
-        }
-        let f = backend.module_function(loaded.module, kernel).map_err(|e| format!("no twin of it: {e:?}"))?;
-        loaded.functions.insert(kernel.to_string(), f);
-        Ok((f, loaded.variables.clone()))
+        let function = match loaded.functions.get(kernel) {
+            Some(&f) => f,
+            None => {
+                let f = backend.module_function(loaded.module, kernel).map_err(|e| format!("no twin of it: {e:?}"))?;
+                loaded.functions.insert(kernel.to_string(), f);
+                f
+            }
+        };
+        Ok(Twin { function, variables: loaded.variables.clone(), context_at })
     }
 
     /// Unload the twin module, if one was loaded (its module is being unloaded).
@@ -116,6 +125,15 @@ impl ModuleCode {
             let _ = backend.module_unload(t.module);
         }
     }
+}
+
+/// A kernel's twin, as a launch needs it.
+struct Twin {
+    function: Raw,
+    /// The original module's variables its table lists, in order.
+    variables: Vec<String>,
+    /// Offset of the context parameter in the twin's parameter buffer.
+    context_at: usize,
 }
 
 /// A launch of a checked twin in place of the kernel.
@@ -194,6 +212,11 @@ fn speculate(session: &Session, kernel: &Kernel, access: &KernelAccess, params: 
             out.push(DeviceAccess { addr: *addr, len: *len, writes: written });
         }
     }
+    // A load the PTX cannot attribute may read anything (what a restore that loads memory on
+    // demand must know; validation checks stores only).
+    if !access.untracked_loads.is_empty() {
+        out.extend(memory.regions().into_iter().map(|(addr, len)| DeviceAccess { addr, len, writes: false }));
+    }
     // One entry a range, written if any word writes it.
     out.sort_by_key(|d| (d.addr, !d.writes));
     out.dedup_by(|later, first| later.addr == first.addr);
@@ -210,17 +233,19 @@ fn checked_launch(
     params: &[u8],
 ) -> Result<Option<CheckedLaunch>, String> {
     let backend = session.backend();
-    let (function, variables) = kernel.code.twin_function(backend, kernel.device, &kernel.name)?;
+    let twin = kernel.code.twin_function(backend, kernel.device, &kernel.name)?;
     let mut ranges: Vec<(u64, u64)> =
         speculated.iter().filter(|d| d.writes).map(|d| (d.addr, d.addr + d.len)).collect();
     ranges.sort_unstable();
     let Some(in_flight) = window.begin_launch() else { return Ok(None) };
     let table = window.variable_table(kernel.device, kernel.module, || {
-        variables.iter().map(|v| backend.module_global(kernel.module_raw, v).map(|(addr, _)| addr)).collect()
+        twin.variables.iter().map(|v| backend.module_global(kernel.module_raw, v).map(|(addr, _)| addr)).collect()
     })?;
     let context = window.context(kernel.device, &ranges, table)?;
+    // The kernel's parameters (what the guest sent past them is never read), then the
+    // context's address.
     let mut with_context = params.to_vec();
-    with_context.resize(params.len().next_multiple_of(8), 0);
+    with_context.resize(twin.context_at, 0);
     with_context.extend_from_slice(&context.to_le_bytes());
-    Ok(Some(CheckedLaunch { function, params: with_context, _in_flight: in_flight }))
+    Ok(Some(CheckedLaunch { function: twin.function, params: with_context, _in_flight: in_flight }))
 }
