@@ -96,14 +96,18 @@ impl ServerWindow {
         let devices = backend.device_count().max(0);
         let mut areas = Vec::new();
         for device in 0..devices {
-            let full = CONTEXTS + reserve.next_multiple_of(backend.granularity(device).max(1));
+            let gran = backend.granularity(device).max(1);
+            let full = (CONTEXTS + reserve).next_multiple_of(gran);
+            let bare = CONTEXTS.next_multiple_of(gran);
             let base = memory.base() + memory.size() + device as u64 * full;
             let mapped = map_area(backend.as_ref(), device, base, full).map(|p| (p, full)).or_else(|e| {
-                tracing::warn!(
-                    session,
-                    "device {device}: no room for a copy-on-write reserve of {reserve} bytes ({e:?}): writers wait for the copy instead"
-                );
-                map_area(backend.as_ref(), device, base, CONTEXTS).map(|p| (p, CONTEXTS))
+                if reserve > 0 {
+                    tracing::warn!(
+                        session,
+                        "device {device}: no room for a copy-on-write reserve of {reserve} bytes ({e:?}): writers wait for the copy instead"
+                    );
+                }
+                map_area(backend.as_ref(), device, base, bare).map(|p| (p, bare))
             });
             let stream = mapped.and_then(|(physical, len)| {
                 match backend.bind(device).and_then(|_| backend.stream_create(device, NON_BLOCKING, 0)) {

@@ -1259,7 +1259,10 @@ pub fn checkpoint_cow<T: Quiesce + Snapshot + Concurrent>(
     // The reserve is made before the session is held, so that its cost is not a stall.
     let window = target.open_window(reserve)?;
     let cow = Arc::new(CopyOnWrite::new(window.clone()));
+    // Installing the hook holds the calls too, until those in flight end.
+    let install_start = Instant::now();
     let installed = target.install_hook(cow.clone(), within)?;
+    let install_ms = ms(install_start);
     let quiesce_start = Instant::now();
     let at_rest = target.quiesce(within)?;
     let quiesce_ms = ms(quiesce_start);
@@ -1269,7 +1272,7 @@ pub fn checkpoint_cow<T: Quiesce + Snapshot + Concurrent>(
     cow.arm(&head.memory);
     let armed = Armed::arm(window.as_ref());
     drop(at_rest);
-    let stall_ms = ms(quiesce_start);
+    let stall_ms = install_ms + ms(quiesce_start);
 
     let copy_start = Instant::now();
     progress.start(head.memory.iter().map(|r| r.size).sum());
@@ -1347,8 +1350,10 @@ pub fn checkpoint_recopy<T: Quiesce + Snapshot + Concurrent>(
     let log = target.dirty_log();
     // No reserve: only the validation of launches.
     let window = target.open_window(0)?;
+    // Installing the hook holds the calls too, until those in flight end.
+    let install_start = Instant::now();
     let installed = target.install_hook(Arc::new(TrackWrites(log.clone())), within)?;
-    let mut stall = std::time::Duration::ZERO;
+    let mut stall = install_start.elapsed();
     let mut copier = target.copier()?;
     let mut buf = copier.buffer(COPY_CHUNK);
     // The first pass: everything, while the session runs.
