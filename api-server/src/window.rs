@@ -62,6 +62,8 @@ pub struct ServerWindow {
     slot: Arc<WindowSlot>,
     areas: Vec<Area>,
     armed: AtomicBool,
+    /// Checked kernels may still run: the memory is not given back.
+    keep_mapped: AtomicBool,
     /// Check contexts by (device, ranges), and variable tables by module.
     contexts: Mutex<HashMap<ContextKey, u64>>,
     tables: Mutex<HashMap<u64, u64>>,
@@ -142,6 +144,7 @@ impl ServerWindow {
             slot,
             areas,
             armed: AtomicBool::new(false),
+            keep_mapped: AtomicBool::new(false),
             contexts: Mutex::default(),
             tables: Mutex::default(),
             in_flight: Mutex::new(0),
@@ -260,6 +263,13 @@ fn release_areas(areas: &[Area], backend: &Arc<dyn Backend>, memory: &AddressSpa
 
 impl Drop for ServerWindow {
     fn drop(&mut self) {
+        if self.keep_mapped.load(Ordering::Relaxed) {
+            tracing::warn!(
+                session = self.session,
+                "the checkpoint's device memory stays mapped: checked kernels may still be running"
+            );
+            return;
+        }
         release_areas(&self.areas, &self.backend, &self.memory);
     }
 }
@@ -308,20 +318,28 @@ impl Window for ServerWindow {
                 *slot = None;
             }
         }
-        // The checked kernels issued must have run before their flags say anything.
+        // The checked kernels issued must have run before their flags say anything, and
+        // before the memory they read goes: not cancellable, only bounded. If they do not
+        // end in time the memory stays mapped (a kernel still running reads it).
         let b = self.backend.clone();
         let session = self.session;
-        let synced = engine::wait_within(within, move || {
+        fn never() -> bool {
+            false
+        }
+        let within = Within { deadline: within.deadline, cancelled: &never };
+        let synced = engine::wait_within(&within, move || {
             (0..b.device_count())
                 .try_for_each(|d| b.device_synchronize(d).map_err(CrError::device(format!("synchronising device {d}"))))
         })
-        .map_err(|why| match why {
-            Interrupted::TimedOut => {
-                CrError::CopyOnWrite { session, why: "the devices did not finish the checked kernels in time".into() }
-            }
-            Interrupted::Cancelled => CrError::Abandoned { session, what: "waiting for the checked kernels".into() },
-        })?;
-        synced.ok_or(CrError::Thread("device synchronisation"))??;
+        .map_err(|_: Interrupted| CrError::CopyOnWrite {
+            session,
+            why: "the devices did not finish the checked kernels in time".into(),
+        })
+        .and_then(|synced| synced.ok_or(CrError::Thread("device synchronisation")).flatten());
+        if let Err(e) = synced {
+            self.keep_mapped.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
         let contexts: Vec<(i32, u64)> = self.contexts.lock().iter().map(|(k, &at)| (k.0, at)).collect();
         for (device, at) in contexts {
             let area = self.area(device).map_err(|why| CrError::CopyOnWrite { session, why })?;
