@@ -763,7 +763,23 @@ fn concurrently() -> phos_api_server::checkpoint::How {
 /// later.
 #[test]
 fn a_copy_on_write_checkpoint_is_the_session_at_one_point_while_it_runs() {
-    let s = Arc::new(session(0x4e00_0000_0000));
+    let summary = rewritten_during_copy_on_write(0x4e00_0000_0000, phos_api_server::DEFAULT_COW_RESERVE);
+    assert!(summary.extra_bytes > 0, "no buffer was copied ahead of a write: the test did not test ({summary:?})");
+}
+
+/// Without a copy-on-write reserve, a call that writes memory not yet copied waits until the
+/// copy has taken it; the image is as right.
+#[test]
+fn without_a_reserve_writers_wait_for_the_copy() {
+    let summary = rewritten_during_copy_on_write(0x5100_0000_0000, 0);
+    assert_eq!(summary.extra_bytes, 0, "{summary:?}");
+    assert!(summary.held_ms > 0.0, "no call waited for the copy: the test did not test ({summary:?})");
+}
+
+/// A copy-on-write checkpoint with `reserve` bytes of reserve while a writer rewrites the
+/// session's memory; the image must be the session between two of the writer's calls.
+fn rewritten_during_copy_on_write(base: u64, reserve: u64) -> phos_control::CheckpointSummary {
+    let s = Arc::new(session(base));
     let (fill, _) = writers(&s);
     let mut order: Vec<u64> = (0..12).map(|_| call(&s, &CudaMallocRequest { size: 4 << 20 }).devPtr).collect();
     order.sort_unstable_by(|a, b| b.cmp(a));
@@ -791,14 +807,8 @@ fn a_copy_on_write_checkpoint_is_the_session_at_one_point_while_it_runs() {
         std::thread::yield_now();
     }
     let dir = tempfile::tempdir().unwrap();
-    let summary = s.checkpoint_as(
-        dir.path(),
-        meta(),
-        Compression::None,
-        concurrently(),
-        &Progress::default(),
-        &Bounds::default(),
-    );
+    let how = phos_api_server::checkpoint::How { reserve, ..concurrently() };
+    let summary = s.checkpoint_as(dir.path(), meta(), Compression::None, how, &Progress::default(), &Bounds::default());
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     writer.join().unwrap();
     let summary = summary.unwrap();
@@ -810,7 +820,7 @@ fn a_copy_on_write_checkpoint_is_the_session_at_one_point_while_it_runs() {
     let consistent = in_order.iter().all(|&v| v == first || v == (first + 255) % 256)
         && in_order.windows(2).all(|w| w[0] == w[1] || w[1] == (w[0] + 255) % 256);
     assert!(consistent, "the image is no state between the writer's calls: {in_order:?}");
-    assert!(summary.extra_bytes > 0, "no buffer was copied ahead of a write: the test did not test ({summary:?})");
+    summary
 }
 
 /// A kernel that stores through a pointer it loads from device memory writes what no
