@@ -404,46 +404,36 @@ impl Session {
         progress: &Progress,
         bounds: &Bounds,
     ) -> Result<CheckpointSummary, CrError> {
+        if how.mode == CheckpointMode::StopTheWorld || (how.stop && how.mode != CheckpointMode::Recopy) {
+            return self.checkpoint(dir, meta, compression, how.stop, progress, bounds);
+        }
         let cancelled = || bounds.cancel.is_cancelled();
         let within = Within { deadline: Instant::now() + bounds.quiesce_timeout, cancelled: &cancelled };
         let target = Checkpointing { session: self, meta: meta.clone() };
-        if how.mode == CheckpointMode::Recopy {
-            let mut sink = ImageWriter::create(dir, compression, engine::COPY_CHUNK)?;
-            let stop = how.stop;
-            let freeze = || {
-                if stop {
-                    self.freeze();
-                }
-            };
-            return match engine::checkpoint_recopy(&target, &mut sink, compression, progress, &within, stop, freeze) {
-                Ok(mut summary) => {
-                    summary.dir = dir.to_path_buf();
-                    summary.stopped = stop;
-                    Ok(summary)
-                }
-                Err(e @ CrError::ValidationMissed { .. }) => {
-                    tracing::warn!("{e}: the checkpoint is taken again, stop-the-world");
-                    drop(sink);
-                    let mut summary = self.checkpoint(dir, meta, compression, stop, progress, bounds)?;
-                    summary.fallback = Some(e.to_string());
-                    Ok(summary)
-                }
-                Err(e) => Err(e),
-            };
-        }
-        if how.stop || how.mode == CheckpointMode::StopTheWorld {
-            return self.checkpoint(dir, meta, compression, how.stop, progress, bounds);
-        }
         let mut sink = ImageWriter::create(dir, compression, engine::COPY_CHUNK)?;
-        match engine::checkpoint_cow(&target, &mut sink, compression, progress, &within, how.reserve) {
+        let stop = how.stop;
+        let taken = match how.mode {
+            CheckpointMode::Recopy => {
+                let freeze = || {
+                    if stop {
+                        self.freeze();
+                    }
+                };
+                engine::checkpoint_recopy(&target, &mut sink, compression, progress, &within, stop, freeze)
+            }
+            _ => engine::checkpoint_cow(&target, &mut sink, compression, progress, &within, how.reserve),
+        };
+        drop(sink);
+        match taken {
             Ok(mut summary) => {
                 summary.dir = dir.to_path_buf();
+                summary.stopped = stop;
                 Ok(summary)
             }
+            // What the concurrent protocol could not vouch for, stop-the-world can.
             Err(e @ (CrError::ValidationMissed { .. } | CrError::CopyOnWrite { .. })) => {
                 tracing::warn!("{e}: the checkpoint is taken again, stop-the-world");
-                drop(sink);
-                let mut summary = self.checkpoint(dir, meta, compression, false, progress, bounds)?;
+                let mut summary = self.checkpoint(dir, meta, compression, stop, progress, bounds)?;
                 summary.fallback = Some(e.to_string());
                 Ok(summary)
             }
