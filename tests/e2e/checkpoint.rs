@@ -241,6 +241,10 @@ fn a_checkpoint_during_multi_stream_traffic_is_consistent() {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(checked > 0, "the checkpoints saw the traffic's buffers");
+    // The router's metrics count them, with the last one's figures.
+    let metrics = phos_router::metrics::render(&router.router);
+    assert!(metrics.contains("phos_checkpoints_total{mode=\"copy-on-write\"} 3"), "{metrics}");
+    assert!(metrics.contains("phos_checkpoint_last_stall_seconds{mode=\"copy-on-write\"}"), "{metrics}");
     let out = guest.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // Concurrent checkpoints change nothing the program sees.
