@@ -36,11 +36,11 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Instant;
 
 use phos_checkpoint::engine::{
-    self, CallHook, DeviceCopier, DirtyLog, HostBuffer, Installed, Intercept, Interrupted, Pinning, Quiesce, Rebuild,
-    Snapshot, Within,
+    self, CallHook, Concurrent, DeviceCopier, DirtyLog, HostBuffer, Installed, Intercept, Interrupted, Pinning,
+    Quiesce, Rebuild, Snapshot, Window, Within,
 };
 use phos_checkpoint::report::Waiting;
-use phos_checkpoint::report::{CheckpointSummary, RestoreSummary};
+use phos_checkpoint::report::{CheckpointMode, CheckpointSummary, RestoreSummary};
 use phos_checkpoint::{
     Compression, CrError, Image, ImageApi, ImageError, ImageSink, ImageSource, ImageWriter, Manifest, MemoryRegion,
     Record, RegionKind, SessionMeta,
@@ -66,6 +66,15 @@ use crate::service::{CallCx, Session};
 pub struct Bounds {
     pub quiesce_timeout: std::time::Duration,
     pub cancel: Cancel,
+}
+
+/// Which checkpoint: how the memory is taken, whether the session stops afterwards, and the
+/// copy-on-write reserve (bytes a device).
+#[derive(Clone, Copy, Debug)]
+pub struct How {
+    pub mode: CheckpointMode,
+    pub stop: bool,
+    pub reserve: u64,
 }
 
 impl Default for Bounds {
@@ -269,6 +278,32 @@ impl Snapshot for Checkpointing<'_> {
     }
 }
 
+/// The session itself follows its calls and writes.
+impl Intercept for Checkpointing<'_> {
+    fn install_hook(&self, hook: Arc<dyn CallHook>, within: &Within<'_>) -> Result<Installed<'_>, CrError> {
+        self.session.install_hook(hook, within)
+    }
+
+    fn dirty_log(&self) -> Arc<dyn DirtyLog> {
+        self.session.dirty_log()
+    }
+}
+
+/// The engine's memory and the validation of launches ([`crate::window`]).
+impl Concurrent for Checkpointing<'_> {
+    fn open_window(&self, reserve: u64) -> Result<Arc<dyn Window>, CrError> {
+        let s = self.session;
+        let window = crate::window::ServerWindow::open(
+            s.id,
+            s.backend_arc(),
+            s.objects.memory.clone(),
+            s.window.clone(),
+            reserve,
+        )?;
+        Ok(window)
+    }
+}
+
 /// A fresh session a restore rebuilds: its records are replayed through the generated
 /// dispatch, the same that served the guest.
 struct Rebuilding<'a>(&'a Session);
@@ -353,6 +388,57 @@ impl Session {
         let mut summary = self.checkpoint_to(&mut sink, meta, compression, stop, progress, bounds)?;
         summary.dir = dir.to_path_buf();
         Ok(summary)
+    }
+
+    /// Write the session to the image directory `dir`, `how` says: copy-on-write while the
+    /// session runs (taken again stop-the-world, with a log line, if validation finds a
+    /// kernel wrote memory its launch was not speculated to write, or the copy-on-write
+    /// could not go on), recopy (the session at the end), or stop-the-world. A stopping
+    /// checkpoint is recopy or stop-the-world: the session must end where its image is.
+    pub fn checkpoint_as(
+        &self,
+        dir: &Path,
+        meta: SessionMeta,
+        compression: Compression,
+        how: How,
+        progress: &Progress,
+        bounds: &Bounds,
+    ) -> Result<CheckpointSummary, CrError> {
+        if how.mode == CheckpointMode::StopTheWorld || (how.stop && how.mode != CheckpointMode::Recopy) {
+            return self.checkpoint(dir, meta, compression, how.stop, progress, bounds);
+        }
+        let cancelled = || bounds.cancel.is_cancelled();
+        let within = Within { deadline: Instant::now() + bounds.quiesce_timeout, cancelled: &cancelled };
+        let target = Checkpointing { session: self, meta: meta.clone() };
+        let mut sink = ImageWriter::create(dir, compression, engine::COPY_CHUNK)?;
+        let stop = how.stop;
+        let taken = match how.mode {
+            CheckpointMode::Recopy => {
+                let freeze = || {
+                    if stop {
+                        self.freeze();
+                    }
+                };
+                engine::checkpoint_recopy(&target, &mut sink, compression, progress, &within, stop, freeze)
+            }
+            _ => engine::checkpoint_cow(&target, &mut sink, compression, progress, &within, how.reserve),
+        };
+        drop(sink);
+        match taken {
+            Ok(mut summary) => {
+                summary.dir = dir.to_path_buf();
+                summary.stopped = stop;
+                Ok(summary)
+            }
+            // What the concurrent protocol could not vouch for, stop-the-world can.
+            Err(e @ (CrError::ValidationMissed { .. } | CrError::CopyOnWrite { .. })) => {
+                tracing::warn!("{e}: the checkpoint is taken again, stop-the-world");
+                let mut summary = self.checkpoint(dir, meta, compression, stop, progress, bounds)?;
+                summary.fallback = Some(e.to_string());
+                Ok(summary)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Write the session to `sink` (a directory, a stream). `meta` carries what the router

@@ -17,7 +17,7 @@ use tarpc::context::Context;
 use phos_protocol::CudaError;
 
 use crate::backend::prelude::*;
-use crate::checkpoint::{Bounds, Progress as Counters};
+use crate::checkpoint::{Bounds, How, Progress as Counters};
 use crate::output::DeviceOutput;
 use crate::server::SessionSlot;
 use crate::service::Session;
@@ -33,6 +33,8 @@ pub struct SessionFactory {
     pub output: Arc<dyn Fn() -> DeviceOutput + Send + Sync>,
     /// Objects of each kind a session may hold (the router's `[limits]`).
     pub limits: SessionLimits,
+    /// Bytes a device a concurrent checkpoint may copy memory into ahead of writes.
+    pub cow_reserve: u64,
 }
 
 /// Why a server could not make a fresh session.
@@ -164,18 +166,21 @@ impl ServerControl for ServerCtl {
             ..Default::default()
         };
         let compression = if request.compress { Compression::Zstd(1) } else { Compression::None };
-        let stop = request.stop;
+        let how = How { mode: request.mode, stop: request.stop, reserve: self.factory.cow_reserve };
         let running = Running::new(&self);
         let bounds = Bounds { quiesce_timeout: request.quiesce_timeout, cancel: running.cancel.clone() };
         let r = tokio::task::spawn_blocking(move || {
-            session.checkpoint(&dir, meta, compression, stop, &progress, &bounds).inspect_err(|e| tracing::warn!("{e}"))
+            session
+                .checkpoint_as(&dir, meta, compression, how, &progress, &bounds)
+                .inspect_err(|e| tracing::warn!("{e}"))
         })
         .await
         .map_err(|e| failed(session_id, Operation::Checkpoint, format!("checkpoint task: {e}")))?
         .map_err(|e| to_wire(e, Operation::Checkpoint, session_id, &request.dir))?;
         drop(running);
         tracing::info!(
-            "checkpoint to {}: {} records, {} regions, {} bytes of memory stored in {} ({:.1} ms: quiesce {:.1}, copy {:.1})",
+            "checkpoint ({}) to {}: {} records, {} regions, {} bytes of memory stored in {} ({:.1} ms: quiesce {:.1}, copy {:.1}; calls held {:.1} ms)",
+            r.mode,
             request.dir.display(),
             r.records,
             r.regions,
@@ -183,7 +188,8 @@ impl ServerControl for ServerCtl {
             r.stored_bytes,
             r.total_ms,
             r.quiesce_ms,
-            r.copy_ms
+            r.copy_ms,
+            r.stall_ms
         );
         Ok(r)
     }

@@ -42,7 +42,9 @@ pub mod records;
 pub mod registry;
 pub mod server;
 pub mod service;
+pub mod speculation;
 pub mod usage;
+mod window;
 
 /// Each API's spec-generated service trait (`dispatch::cudart::CudartService`, ...) and its
 /// checked `dispatch`.
@@ -85,6 +87,10 @@ impl std::fmt::Display for BackendKind {
         })
     }
 }
+
+/// Default size of a concurrent checkpoint's copy-on-write reserve on each device
+/// (`phos-api-server --cow-reserve`).
+pub const DEFAULT_COW_RESERVE: u64 = 256 << 20;
 
 /// Default memory of the emulated device.
 pub const DEFAULT_EMU_MEMORY: u64 = 16 << 30;

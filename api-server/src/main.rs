@@ -59,6 +59,11 @@ struct Args {
     /// their defaults.
     #[arg(long = "limit", value_name = "KIND=N")]
     limits: Vec<String>,
+    /// Device memory, in bytes on each device, that a concurrent checkpoint may copy
+    /// allocations into ahead of a write; with it full, a call that writes memory not yet
+    /// copied waits for the copy.
+    #[arg(long, default_value_t = phos_api_server::DEFAULT_COW_RESERVE, value_parser = parse_u64)]
+    cow_reserve: u64,
 }
 
 fn parse_u64(s: &str) -> Result<u64, std::num::ParseIntError> {
@@ -120,6 +125,7 @@ fn main() {
             None => DeviceOutput::default(),
         }),
         limits,
+        cow_reserve: args.cow_reserve,
     };
     let slot = Arc::new(SessionSlot::default());
     let progress = Arc::new(Progress::default());

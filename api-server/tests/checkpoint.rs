@@ -67,6 +67,7 @@ fn factory(base: u64) -> SessionFactory {
         max_reply: 1 << 30,
         output: Arc::new(DeviceOutput::default),
         limits: SessionLimits::default(),
+        cow_reserve: phos_api_server::DEFAULT_COW_RESERVE,
     }
 }
 
@@ -412,8 +413,9 @@ impl CallHook for Seen {
 
 /// While installed, the pre-call hook is shown every call before it runs, with what the spec
 /// says it reads and writes (device ranges, with a pointer to const only read) and the
-/// objects it names; a kernel launch is shown what its parameters point into and its
-/// module's variables. Once the hook is gone, nothing is shown.
+/// objects it names; a kernel launch is shown what its parameters point into and the module
+/// variables it uses, each read or written as the kernel's PTX says. Once the hook is gone,
+/// nothing is shown.
 #[test]
 fn the_pre_call_hook_sees_what_each_call_touches() {
     let s = session(0x4a00_0000_0000);
@@ -444,7 +446,8 @@ fn the_pre_call_hook_sees_what_each_call_touches() {
             vec![],
             vec![object("function", b.function, ObjectEffect::Uses), object("stream", b.stream, ObjectEffect::Uses)],
         ),
-        ("a kernel launch", vec![range(b.small, 4096, true), range(counter, 4, true)], vec![]),
+        // The PTX of `bump` stores through `data` and only reads `counter`.
+        ("a kernel launch", vec![range(b.small, 4096, true), range(counter, 4, false)], vec![]),
         ("cudaFree", vec![], vec![object("device_memory", doomed, ObjectEffect::Destroys)]),
     ];
     let got: Vec<(&str, Vec<DeviceAccess>, Vec<ObjectAccess>)> =
@@ -462,7 +465,6 @@ fn the_pre_call_hook_sees_what_each_call_touches() {
 fn the_dirty_log_follows_the_calls_that_write() {
     let s = session(0x4b00_0000_0000);
     let b = build(&s);
-    let counter = call(&s, &PhosModuleGetGlobalRequest { module: b.module, name: "counter" }).address;
     let memory = s.dirty_log();
     let _installed = s.install_hook(Arc::new(TrackWrites(memory.clone())), &within()).unwrap();
     let round = memory.begin_round();
@@ -475,10 +477,9 @@ fn the_dirty_log_follows_the_calls_that_write() {
     launch(&s, b.function, b.stream, b.freed_then_live, 25);
     let mut written = memory.written_since(next);
     written.sort();
-    let mut want = vec![(b.freed_then_live, 100), (counter, 4)];
-    want.sort();
-    assert_eq!(written, want, "a kernel writes what its parameters point into and its module's variables");
-    assert_eq!(memory.written_since(round).len(), 3);
+    // `bump` stores through its pointer and only reads `counter` (its PTX says so).
+    assert_eq!(written, vec![(b.freed_then_live, 100)], "a kernel writes what it stores through");
+    assert_eq!(memory.written_since(round).len(), 2);
 }
 
 /// A hook can refuse a call before it runs (on-demand restore holds a call the same way,
@@ -660,4 +661,228 @@ fn large_memory_comes_back_the_same_from_parallel_and_ordered_copies() {
     let (r, _, _) =
         Session::restore_from(&mut source, &factory(base), None, &Progress::default(), &Cancel::default()).unwrap();
     check(&r);
+}
+
+/// Kernels for the concurrent checkpoints: `fill` stores `v` in every word of its buffer;
+/// `through` stores `v` where the pointer held at `slot` (in device memory) points, a store
+/// speculation cannot attribute.
+const WRITERS_PTX: &str = r#".version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry fill(.param .u64 data, .param .u32 n, .param .u32 v)
+{
+	.reg .pred %p<2>;
+	.reg .b32 %r<6>;
+	.reg .b64 %rd<5>;
+	ld.param.u64 %rd1, [data];
+	ld.param.u32 %r1, [n];
+	ld.param.u32 %r2, [v];
+	mov.u32 %r3, %tid.x;
+	mov.u32 %r4, %ctaid.x;
+	mov.u32 %r5, %ntid.x;
+	mad.lo.s32 %r3, %r4, %r5, %r3;
+	setp.ge.u32 %p1, %r3, %r1;
+	@%p1 bra DONE;
+	cvta.to.global.u64 %rd2, %rd1;
+	mul.wide.u32 %rd3, %r3, 4;
+	add.s64 %rd4, %rd2, %rd3;
+	st.global.u32 [%rd4], %r2;
+DONE:
+	ret;
+}
+
+.visible .entry through(.param .u64 slot, .param .u32 v)
+{
+	.reg .b32 %r<2>;
+	.reg .b64 %rd<3>;
+	ld.param.u64 %rd1, [slot];
+	ld.param.u32 %r1, [v];
+	cvta.to.global.u64 %rd1, %rd1;
+	ld.global.u64 %rd2, [%rd1];
+	st.u32 [%rd2], %r1;
+	ret;
+}
+"#;
+
+/// A loaded [`WRITERS_PTX`]: (fill, through).
+fn writers(s: &Session) -> (u64, u64) {
+    let mut image = WRITERS_PTX.as_bytes().to_vec();
+    image.push(0);
+    let digest = Sha256::digest(&image);
+    let module = call(s, &PhosModuleLoadRequest { image: &image, size: image.len() as u64, digest: &digest }).module;
+    let fill = call(s, &PhosModuleGetFunctionRequest { module, name: "fill" }).function;
+    let through = call(s, &PhosModuleGetFunctionRequest { module, name: "through" }).function;
+    (fill, through)
+}
+
+fn launch_with(s: &Session, function: u64, threads: u32, params: &[u8]) {
+    call(
+        s,
+        &PhosLaunchKernelRequest {
+            function,
+            grid: Dim3::new(threads.div_ceil(256), 1, 1),
+            block: Dim3::new(256, 1, 1),
+            sharedMem: 0,
+            stream: 0,
+            params,
+            paramSize: params.len() as u64,
+        },
+    );
+}
+
+/// The value every word of the region at `addr` holds in the image at `dir` (it must hold one).
+fn uniform_value(dir: &std::path::Path, addr: u64) -> u32 {
+    let mut img = Image::open(dir).unwrap();
+    let r = img.manifest.memory.iter().find(|r| r.addr == addr).unwrap().clone();
+    let mut buf = Vec::new();
+    let mut value = None;
+    for c in &r.chunks {
+        img.read_chunk(c, &mut buf).unwrap();
+        for w in buf.chunks_exact(4) {
+            let v = u32::from_le_bytes(w.try_into().unwrap());
+            assert_eq!(v, *value.get_or_insert(v), "region {addr:#x} is torn in the image");
+        }
+    }
+    value.unwrap_or(0)
+}
+
+fn concurrently() -> phos_api_server::checkpoint::How {
+    phos_api_server::checkpoint::How {
+        mode: phos_checkpoint::report::CheckpointMode::CopyOnWrite,
+        stop: false,
+        reserve: phos_api_server::DEFAULT_COW_RESERVE,
+    }
+}
+
+/// A copy-on-write checkpoint while the session keeps rewriting its memory is the session at
+/// one point between its calls. The writer writes version v into its buffers in one order
+/// (the last by address first, which the copy takes last), a kernel into the last one: at
+/// any point between calls the buffers, in that order, hold v up to some buffer and v - 1
+/// after it. A copy that let writes through would show later versions in buffers copied
+/// later.
+#[test]
+fn a_copy_on_write_checkpoint_is_the_session_at_one_point_while_it_runs() {
+    let summary = rewritten_during_copy_on_write(0x4e00_0000_0000, phos_api_server::DEFAULT_COW_RESERVE);
+    assert!(summary.extra_bytes > 0, "no buffer was copied ahead of a write: the test did not test ({summary:?})");
+}
+
+/// Without a copy-on-write reserve, a call that writes memory not yet copied waits until the
+/// copy has taken it; the image is as right.
+#[test]
+fn without_a_reserve_writers_wait_for_the_copy() {
+    let summary = rewritten_during_copy_on_write(0x5100_0000_0000, 0);
+    assert_eq!(summary.extra_bytes, 0, "{summary:?}");
+    assert!(summary.held_ms > 0.0, "no call waited for the copy: the test did not test ({summary:?})");
+}
+
+/// A copy-on-write checkpoint with `reserve` bytes of reserve while a writer rewrites the
+/// session's memory; the image must be the session between two of the writer's calls.
+fn rewritten_during_copy_on_write(base: u64, reserve: u64) -> phos_control::CheckpointSummary {
+    let s = Arc::new(session(base));
+    let (fill, _) = writers(&s);
+    let mut order: Vec<u64> = (0..12).map(|_| call(&s, &CudaMallocRequest { size: 4 << 20 }).devPtr).collect();
+    order.sort_unstable_by(|a, b| b.cmp(a));
+    let small = call(&s, &CudaMallocRequest { size: 4096 }).devPtr;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let versions = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let writer = {
+        let (s, order, stop, versions) = (s.clone(), order.clone(), stop.clone(), versions.clone());
+        std::thread::spawn(move || {
+            let mut v = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || v < 3 {
+                v += 1;
+                for &a in &order {
+                    call(&s, &CudaMemsetAsyncRequest { devPtr: a, value: (v % 256) as i32, count: 4 << 20, stream: 0 });
+                }
+                let mut params = small.to_le_bytes().to_vec();
+                params.extend_from_slice(&1024u32.to_le_bytes());
+                params.extend_from_slice(&(v % 256 * 0x0101_0101).to_le_bytes());
+                launch_with(&s, fill, 1024, &params);
+                versions.store(v, std::sync::atomic::Ordering::Relaxed);
+            }
+        })
+    };
+    while versions.load(std::sync::atomic::Ordering::Relaxed) < 2 {
+        std::thread::yield_now();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let how = phos_api_server::checkpoint::How { reserve, ..concurrently() };
+    let summary = s.checkpoint_as(dir.path(), meta(), Compression::None, how, &Progress::default(), &Bounds::default());
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    let summary = summary.unwrap();
+    assert_eq!(summary.mode, "copy-on-write");
+    assert_eq!(summary.fallback, None);
+    let mut in_order: Vec<u32> = order.iter().map(|&a| uniform_value(dir.path(), a) & 0xff).collect();
+    in_order.push(uniform_value(dir.path(), small) & 0xff);
+    let first = in_order[0];
+    let consistent = in_order.iter().all(|&v| v == first || v == (first + 255) % 256)
+        && in_order.windows(2).all(|w| w[0] == w[1] || w[1] == (w[0] + 255) % 256);
+    assert!(consistent, "the image is no state between the writer's calls: {in_order:?}");
+    summary
+}
+
+/// A kernel that stores through a pointer it loads from device memory writes what no
+/// speculation of its launch names: during a copy-on-write checkpoint its checked twin runs,
+/// flags the store, and the checkpoint is taken again stop-the-world, whose image has the
+/// kernel's store (or not) whole.
+#[test]
+fn a_store_speculation_missed_is_caught_and_the_checkpoint_taken_again() {
+    caught_and_taken_again(0x4f00_0000_0000, concurrently());
+}
+
+/// The same during a recopy checkpoint, whose launches are validated too.
+#[test]
+fn a_store_speculation_missed_during_a_recopy_is_caught() {
+    let recopy =
+        phos_api_server::checkpoint::How { mode: phos_checkpoint::report::CheckpointMode::Recopy, ..concurrently() };
+    caught_and_taken_again(0x5000_0000_0000, recopy);
+}
+
+fn caught_and_taken_again(base: u64, how: phos_api_server::checkpoint::How) {
+    let s = Arc::new(session(base));
+    let (_, through) = writers(&s);
+    // Memory the copy takes a while over, so that the kernel runs during it.
+    let bulk: Vec<u64> = (0..8).map(|_| call(&s, &CudaMallocRequest { size: 4 << 20 }).devPtr).collect();
+    for &b in &bulk {
+        call(&s, &CudaMemsetAsyncRequest { devPtr: b, value: 3, count: 4 << 20, stream: 0 });
+    }
+    let target = call(&s, &CudaMallocRequest { size: 4 }).devPtr;
+    let slot = call(&s, &CudaMallocRequest { size: 8 }).devPtr;
+    write(&s, slot, &target.to_le_bytes());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let launched = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let writer = {
+        let (s, stop, launched) = (s.clone(), stop.clone(), launched.clone());
+        std::thread::spawn(move || {
+            let mut v = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                v += 1;
+                let mut params = slot.to_le_bytes().to_vec();
+                params.extend_from_slice(&v.to_le_bytes());
+                launch_with(&s, through, 1, &params);
+                launched.store(v, std::sync::atomic::Ordering::Relaxed);
+            }
+            v
+        })
+    };
+    while launched.load(std::sync::atomic::Ordering::Relaxed) < 2 {
+        std::thread::yield_now();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let summary = s.checkpoint_as(dir.path(), meta(), Compression::None, how, &Progress::default(), &Bounds::default());
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let last = writer.join().unwrap();
+    let summary = summary.unwrap();
+    let why = summary.fallback.clone().unwrap_or_default();
+    assert!(why.contains(&format!("wrote {target:#x}")), "the miss was not caught: {summary:?}");
+    assert_eq!(summary.mode, "stop-the-world");
+    let stored = uniform_value(dir.path(), target);
+    assert!((1..=last).contains(&stored), "the image holds {stored}, no value the kernel stored (1..={last})");
+    // After the checkpoint the original kernel runs again, and its stores land.
+    let mut params = slot.to_le_bytes().to_vec();
+    params.extend_from_slice(&777u32.to_le_bytes());
+    launch_with(&s, through, 1, &params);
+    assert_eq!(read(&s, target, 4), 777u32.to_le_bytes());
 }

@@ -26,7 +26,7 @@
 //! log ([`TrackWrites`]), or holds the call until the memory it touches is restored
 //! ([`PendingMemory`]).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -79,6 +79,15 @@ pub enum CrError {
     Thread(&'static str),
     #[error("session {session}: a C/R protocol is in progress already")]
     HookInstalled { session: u64 },
+    /// A kernel stored outside what its launch was speculated to write while a concurrent
+    /// checkpoint copied: the copy may have missed the write (the server takes it again,
+    /// stop-the-world).
+    #[error(
+        "session {session}: a kernel launched during the concurrent copy wrote {addr:#x}, outside what its launch was speculated to write"
+    )]
+    ValidationMissed { session: u64, addr: u64 },
+    #[error("session {session}: the copy-on-write checkpoint stopped: {why}")]
+    CopyOnWrite { session: u64, why: String },
 }
 
 impl CrError {
@@ -512,18 +521,9 @@ pub fn checkpoint<T: Quiesce + Snapshot>(
     let copy_start = Instant::now();
     let mut head = target.head()?;
     head.created_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-    let session = head.session.id;
     progress.start(head.memory.iter().map(|r| r.size).sum());
-    sink.begin(&head)?;
-    let pieces = pieces(&head.memory);
-    let workers = crate::parallel::workers().min(pieces.len()).max(1);
-    match sink.parallel(workers)? {
-        Some(store) => copy_out_parallel(target, &head, &pieces, store, sink, compression, progress, within, session)?,
-        None => {
-            let mut copier = target.copier()?;
-            copy_out(&head, copier.as_mut(), sink, compression, progress, within, session)?;
-        }
-    }
+    let pieces = InOrder::new(&head.memory);
+    copy_image(target, &head, &pieces, sink, compression, progress, within)?;
     let summary = sink.complete()?;
     on_written();
     drop(at_rest);
@@ -537,14 +537,93 @@ pub fn checkpoint<T: Quiesce + Snapshot>(
         copy_ms: ms(copy_start),
         total_ms: ms(start),
         stopped: false,
+        mode: "stop-the-world".into(),
+        stall_ms: ms(start),
+        ..Default::default()
     })
+}
+
+/// Begin `sink`'s image with `head` and copy every piece `pieces` hands out into it, on
+/// several threads where the sink has parallel storage, else in order on this one.
+fn copy_image<T: Snapshot + ?Sized>(
+    target: &T,
+    head: &Manifest,
+    pieces: &dyn PieceSource,
+    sink: &mut dyn ImageSink,
+    compression: Compression,
+    progress: &Progress,
+    within: &Within<'_>,
+) -> Result<(), CrError> {
+    let session = head.session.id;
+    sink.begin(head)?;
+    let workers = crate::parallel::workers().min(pieces.count()).max(1);
+    match sink.parallel(workers)? {
+        Some(store) => copy_out_parallel(target, pieces, store, sink, compression, progress, within, session),
+        None => {
+            let mut copier = target.copier()?;
+            copy_out(pieces, copier.as_mut(), sink, compression, progress, within, session)
+        }
+    }
+}
+
+/// One piece of a region to copy out: where it goes in the image and where its bytes are
+/// now (the region itself, or a copy taken ahead of a write).
+#[derive(Debug, Clone, Copy)]
+struct Piece {
+    region: usize,
+    offset: u64,
+    len: usize,
+    device: i32,
+    from: u64,
+}
+
+/// Hands out the pieces of a checkpoint's copy, to one thread or several.
+trait PieceSource: Sync {
+    /// How many pieces there are in all.
+    fn count(&self) -> usize;
+    /// The next piece to copy; `None` once all are handed out. Region by region, each from
+    /// its start, for a sink that takes chunks in order.
+    fn next(&self, ordered: bool) -> Option<Piece>;
+    /// `piece` has been read from the device.
+    fn done(&self, piece: &Piece);
+}
+
+/// Every region's pieces in image order: the stop-the-world copy, where nothing changes.
+struct InOrder {
+    pieces: Vec<Piece>,
+    next: AtomicUsize,
+}
+
+impl InOrder {
+    fn new(memory: &[MemoryRegion]) -> Self {
+        let pieces = pieces(memory)
+            .into_iter()
+            .map(|(region, offset, len)| {
+                let r = &memory[region];
+                Piece { region, offset, len, device: r.device, from: r.addr + offset }
+            })
+            .collect();
+        InOrder { pieces, next: AtomicUsize::new(0) }
+    }
+}
+
+impl PieceSource for InOrder {
+    fn count(&self) -> usize {
+        self.pieces.len()
+    }
+
+    fn next(&self, _ordered: bool) -> Option<Piece> {
+        self.pieces.get(self.next.fetch_add(1, Ordering::Relaxed)).copied()
+    }
+
+    fn done(&self, _: &Piece) {}
 }
 
 /// Every region of `head` out of the device and into `sink`: this thread copies piece k + 1
 /// while a writer thread writes piece k (the zero check, compression and checksum happen
 /// here, beside the writing).
 fn copy_out(
-    head: &Manifest,
+    pieces: &dyn PieceSource,
     copier: &mut dyn DeviceCopier,
     sink: &mut dyn ImageSink,
     compression: Compression,
@@ -569,21 +648,19 @@ fn copy_out(
         });
         let stopped = || CrError::Thread("writer");
         let copied = (|| -> Result<(), CrError> {
-            for (i, r) in head.memory.iter().enumerate() {
-                let mut off = 0;
-                while off < r.size {
-                    if (within.cancelled)() {
-                        let what = format!("copying memory ({} of {} bytes)", progress.done(), progress.total());
-                        return Err(CrError::Abandoned { session, what });
-                    }
-                    let n = (r.size - off).min(COPY_CHUNK as u64) as usize;
-                    let mut buf = free_rx.recv().map_err(|_| stopped())?;
-                    copier.read(r.device, r.addr + off, &mut buf[..n])?;
-                    let prepared = prepare_chunk(&buf[..n], compression)?;
-                    to_writer.send((i, buf, n, prepared)).map_err(|_| stopped())?;
-                    progress.add(n as u64);
-                    off += n as u64;
+            while let Some(p) = pieces.next(true) {
+                if (within.cancelled)() {
+                    let what = format!("copying memory ({} of {} bytes)", progress.done(), progress.total());
+                    return Err(CrError::Abandoned { session, what });
                 }
+                let n = p.len;
+                let mut buf = free_rx.recv().map_err(|_| stopped())?;
+                let read = copier.read(p.device, p.from, &mut buf[..n]);
+                pieces.done(&p);
+                read?;
+                let prepared = prepare_chunk(&buf[..n], compression)?;
+                to_writer.send((p.region, buf, n, prepared)).map_err(|_| stopped())?;
+                progress.add(n as u64);
             }
             Ok(())
         })();
@@ -699,8 +776,7 @@ fn on_workers<W: Send>(
 #[allow(clippy::too_many_arguments)] // the checkpoint's own parameters, passed on
 fn copy_out_parallel<T: Snapshot + ?Sized>(
     target: &T,
-    head: &Manifest,
-    pieces: &[(usize, u64, usize)],
+    pieces: &dyn PieceSource,
     store: Arc<dyn ChunkStore>,
     sink: &mut dyn ImageSink,
     compression: Compression,
@@ -718,17 +794,18 @@ fn copy_out_parallel<T: Snapshot + ?Sized>(
         states.push((file, copier, buf, to_sink.clone()));
     }
     drop(to_sink);
-    let next = AtomicUsize::new(0);
     // A worker: the memory file it writes, its copier and buffer, and where it reports.
     type Worker<'c> = (usize, Box<dyn DeviceCopier + 'c>, HostBuffer, mpsc::Sender<(usize, Chunk)>);
     let work = |(file, copier, buf, to_sink): &mut Worker<'_>| -> Result<bool, CrError> {
-        let Some(&(region, offset, n)) = pieces.get(next.fetch_add(1, Ordering::Relaxed)) else { return Ok(false) };
         if (within.cancelled)() {
             let what = format!("copying memory ({} of {} bytes)", progress.done(), progress.total());
             return Err(CrError::Abandoned { session, what });
         }
-        let r = &head.memory[region];
-        copier.read(r.device, r.addr + offset, &mut buf[..n])?;
+        let Some(piece) = pieces.next(false) else { return Ok(false) };
+        let (region, offset, n) = (piece.region, piece.offset, piece.len);
+        let read = copier.read(piece.device, piece.from, &mut buf[..n]);
+        pieces.done(&piece);
+        read?;
         let f = *file;
         let chunk =
             |encoding, stored, at, crc| Chunk { offset, len: n as u64, encoding, stored, file: f as u32, at, crc };
@@ -868,5 +945,543 @@ pub fn restore<T: Rebuild>(
         copy_ms: ms(copy_start),
         total_ms: 0.0,
         pooled: false,
+    })
+}
+
+/// What a server gives a concurrent checkpoint besides [`Intercept`]: device memory to copy
+/// regions into ahead of a write, and validation of what kernel launches were speculated to
+/// write.
+pub trait Concurrent: Intercept {
+    /// Device memory for copies taken ahead of writes, `reserve` bytes on each device of the
+    /// session (less where a device has less free; none is an answer too: writers then wait
+    /// for the copy). Validation starts at [`Window::arm`].
+    fn open_window(&self, reserve: u64) -> Result<Arc<dyn Window>, CrError>;
+}
+
+/// A concurrent checkpoint's window on its session: the copy-on-write reserve, and the
+/// validation of launches.
+pub trait Window: Send + Sync {
+    /// From now on every kernel launch runs its checked twin, which flags a store outside
+    /// the ranges the launch was speculated to write (a launch whose speculation is "all of
+    /// memory" needs none). Called with the session at rest, so no launch goes unchecked.
+    fn arm(&self);
+    /// Copy `[addr, addr + len)` of `device` into the reserve, on the device, and return
+    /// once the copy is done: where the copy is. `None`: the reserve has no room for it.
+    fn save(&self, device: i32, addr: u64, len: u64) -> Result<Option<u64>, CrError>;
+    /// The copy at `copy` is no longer needed.
+    fn release(&self, device: i32, copy: u64, len: u64);
+    /// Stop checking new launches, wait (until `within`'s deadline) for the checked ones to
+    /// finish, and say whether any of them stored outside its speculated ranges: the first
+    /// address one missed with.
+    fn finish(&self, within: &Within<'_>) -> Result<Option<u64>, CrError>;
+}
+
+/// A window that a protocol armed: finished on every way out, so that launches stop running
+/// checked twins (its flags are then not read).
+struct Armed<'a> {
+    window: &'a dyn Window,
+    finished: bool,
+}
+
+impl<'a> Armed<'a> {
+    fn arm(window: &'a dyn Window) -> Self {
+        window.arm();
+        Armed { window, finished: false }
+    }
+
+    fn finish(mut self, within: &Within<'_>) -> Result<Option<u64>, CrError> {
+        self.finished = true;
+        self.window.finish(within)
+    }
+}
+
+impl Drop for Armed<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = self.window.finish(&Within::after(std::time::Duration::from_secs(60)));
+        }
+    }
+}
+
+/// Where a region stands in a copy-on-write checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Taken {
+    /// Its contents at the quiesce are still in the region itself.
+    Pending,
+    /// A write is coming: its contents at the quiesce were copied to this address first.
+    Saved(u64),
+    /// Every piece is in the image.
+    Copied,
+}
+
+/// A region a copy-on-write checkpoint follows: (address, size, device, the module whose
+/// variable it is).
+type Followed = (u64, u64, i32, Option<u64>);
+
+#[derive(Default)]
+struct CowState {
+    taken: Vec<Taken>,
+    /// Pieces of each region being read from the device now.
+    reading: Vec<u32>,
+    /// Bytes of each region handed out to the copy, and copied.
+    handed: Vec<u64>,
+    copied: Vec<u64>,
+    /// Regions that calls wait for (the reserve had no room): copied first.
+    wanted: VecDeque<usize>,
+    /// The next region of the copy in image order.
+    cursor: usize,
+    /// The checkpoint gave up (its copy failed, a save failed): calls go on unheld.
+    given_up: Option<String>,
+}
+
+/// Copy-on-write over a running session: installed as its hook, it sees every call before
+/// it runs; a call that will write a region not yet copied waits until that region's
+/// contents are safe: copied on the device into the reserve, or (the reserve full) copied
+/// into the image. It also hands out the copy's pieces, reading a saved region from its copy
+/// and the regions calls wait for first.
+struct CopyOnWrite {
+    window: Arc<dyn Window>,
+    /// The image's regions (unset until the session is at rest and the checkpoint arms it).
+    regions: std::sync::OnceLock<Vec<Followed>>,
+    /// Region indices by address.
+    by_addr: std::sync::OnceLock<Vec<(u64, u64, usize)>>,
+    pieces: AtomicUsize,
+    state: Mutex<CowState>,
+    changed: Condvar,
+    /// The longest a call was held (ns), and bytes saved ahead of writes.
+    held_ns: std::sync::atomic::AtomicU64,
+    saved: std::sync::atomic::AtomicU64,
+}
+
+impl CopyOnWrite {
+    fn new(window: Arc<dyn Window>) -> Self {
+        CopyOnWrite {
+            window,
+            regions: Default::default(),
+            by_addr: Default::default(),
+            pieces: AtomicUsize::new(0),
+            state: Mutex::new(CowState::default()),
+            changed: Condvar::new(),
+            held_ns: Default::default(),
+            saved: Default::default(),
+        }
+    }
+
+    /// Follow `memory` (the image's regions, taken with the session at rest).
+    fn arm(&self, memory: &[MemoryRegion]) {
+        let regions: Vec<_> = memory
+            .iter()
+            .map(|r| {
+                let module = match &r.kind {
+                    crate::RegionKind::ModuleVariable { module, .. } => Some(*module),
+                    crate::RegionKind::Allocation => None,
+                };
+                (r.addr, r.size, r.device, module)
+            })
+            .collect();
+        let mut by_addr: Vec<_> = regions.iter().enumerate().map(|(i, r)| (r.0, r.0 + r.1, i)).collect();
+        by_addr.sort_unstable();
+        let mut st = self.state.lock();
+        st.taken = regions.iter().map(|r| if r.1 == 0 { Taken::Copied } else { Taken::Pending }).collect();
+        st.reading = vec![0; regions.len()];
+        st.handed = vec![0; regions.len()];
+        st.copied = vec![0; regions.len()];
+        self.pieces.store(pieces(memory).len(), Ordering::Relaxed);
+        let _ = self.by_addr.set(by_addr);
+        let _ = self.regions.set(regions);
+    }
+
+    /// The regions a call with `access` writes or frees.
+    fn written(&self, access: &CallAccess<'_>) -> Vec<usize> {
+        let (Some(regions), Some(by_addr)) = (self.regions.get(), self.by_addr.get()) else { return Vec::new() };
+        let mut out = Vec::new();
+        for d in access.device.iter().filter(|d| d.writes) {
+            let end = d.addr.saturating_add(d.len.max(1));
+            // Regions do not overlap: those starting before `end`, back to the first that
+            // ends at or before `addr`.
+            let upto = by_addr.partition_point(|r| r.0 < end);
+            for &(start, stop, i) in by_addr[..upto].iter().rev() {
+                if stop <= d.addr {
+                    break;
+                }
+                if start < end {
+                    out.push(i);
+                }
+            }
+        }
+        use phos_protocol::spec::ObjectEffect;
+        for o in access.objects.iter().filter(|o| o.effect == ObjectEffect::Destroys) {
+            match o.kind {
+                "device_memory" => out.extend(by_addr.iter().filter(|r| r.0 == o.value).map(|r| r.2)),
+                "module" => out.extend((0..regions.len()).filter(|&i| regions[i].3 == Some(o.value))),
+                _ => {}
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// The copy failed: let every call go.
+    fn give_up(&self, why: String) {
+        let mut st = self.state.lock();
+        st.given_up.get_or_insert(why);
+        self.changed.notify_all();
+    }
+}
+
+impl CallHook for CopyOnWrite {
+    fn before_call(&self, access: &CallAccess<'_>) -> Result<(), CudaError> {
+        let targets = self.written(access);
+        if targets.is_empty() {
+            return Ok(());
+        }
+        let Some(regions) = self.regions.get() else { return Ok(()) };
+        let start = Instant::now();
+        let mut st = self.state.lock();
+        for i in targets {
+            loop {
+                if st.given_up.is_some() {
+                    return Ok(());
+                }
+                match st.taken[i] {
+                    Taken::Copied | Taken::Saved(_) => break,
+                    // A piece is on its way out of the region: the write waits for it.
+                    Taken::Pending if st.reading[i] > 0 => self.changed.wait(&mut st),
+                    Taken::Pending => {
+                        let (addr, size, device, _) = regions[i];
+                        match self.window.save(device, addr, size) {
+                            Ok(Some(copy)) => {
+                                st.taken[i] = Taken::Saved(copy);
+                                self.saved.fetch_add(size, Ordering::Relaxed);
+                            }
+                            Ok(None) => {
+                                if !st.wanted.contains(&i) {
+                                    st.wanted.push_back(i);
+                                }
+                                self.changed.wait(&mut st);
+                            }
+                            Err(e) => {
+                                // The checkpoint fails with this (the server then takes it
+                                // stop-the-world); the call goes on.
+                                let why = format!("copying {addr:#x} ahead of {}: {e}", access.function);
+                                st.given_up.get_or_insert(why);
+                                self.changed.notify_all();
+                                return Ok(());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        self.held_ns.fetch_max(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+impl PieceSource for CopyOnWrite {
+    fn count(&self) -> usize {
+        self.pieces.load(Ordering::Relaxed)
+    }
+
+    fn next(&self, ordered: bool) -> Option<Piece> {
+        let regions = self.regions.get()?;
+        let mut st = self.state.lock();
+        if st.given_up.is_some() {
+            return None;
+        }
+        let left = |st: &CowState, i: usize| st.handed[i] < regions[i].1;
+        let mut pick = None;
+        if !ordered {
+            while let Some(&i) = st.wanted.front() {
+                if left(&st, i) {
+                    pick = Some(i);
+                    break;
+                }
+                st.wanted.pop_front();
+            }
+        }
+        if pick.is_none() {
+            while st.cursor < regions.len() && !left(&st, st.cursor) {
+                st.cursor += 1;
+            }
+            pick = (st.cursor < regions.len()).then_some(st.cursor);
+        }
+        let i = pick?;
+        let (addr, size, device, _) = regions[i];
+        let offset = st.handed[i];
+        let len = (size - offset).min(COPY_CHUNK as u64);
+        st.handed[i] += len;
+        st.reading[i] += 1;
+        let from = match st.taken[i] {
+            Taken::Saved(copy) => copy + offset,
+            _ => addr + offset,
+        };
+        Some(Piece { region: i, offset, len: len as usize, device, from })
+    }
+
+    fn done(&self, piece: &Piece) {
+        let Some(regions) = self.regions.get() else { return };
+        let mut st = self.state.lock();
+        let i = piece.region;
+        st.reading[i] -= 1;
+        st.copied[i] += piece.len as u64;
+        if st.copied[i] == regions[i].1 {
+            if let Taken::Saved(copy) = st.taken[i] {
+                self.window.release(regions[i].2, copy, regions[i].1);
+            }
+            st.taken[i] = Taken::Copied;
+        }
+        self.changed.notify_all();
+    }
+}
+
+/// Checkpoint `target` into `sink` while it runs, copy-on-write: the image is what a
+/// stop-the-world checkpoint would have taken at the quiesce.
+///
+/// The session is held only to take its host state (the quiesce, and the manifest's head)
+/// and to arm the hook and validation; then its calls run while the memory is copied out.
+/// Before a call writes (or frees) a region not yet copied, the region is copied on the
+/// device into the reserve (`reserve` bytes a device) and the image takes that copy; with
+/// the reserve full the call waits until the region is in the image. Kernel launches, whose
+/// writes are speculated, run checked twins meanwhile: a store outside the speculation ends
+/// the checkpoint with [`CrError::ValidationMissed`] (the caller takes it again
+/// stop-the-world), since the copy may have taken memory the kernel had changed.
+pub fn checkpoint_cow<T: Quiesce + Snapshot + Concurrent>(
+    target: &T,
+    sink: &mut dyn ImageSink,
+    compression: Compression,
+    progress: &Progress,
+    within: &Within<'_>,
+    reserve: u64,
+) -> Result<CheckpointSummary, CrError> {
+    let start = Instant::now();
+    // The reserve is made before the session is held, so that its cost is not a stall.
+    let window = target.open_window(reserve)?;
+    let cow = Arc::new(CopyOnWrite::new(window.clone()));
+    // Installing the hook holds the calls too, until those in flight end.
+    let install_start = Instant::now();
+    let installed = target.install_hook(cow.clone(), within)?;
+    let install_ms = ms(install_start);
+    let quiesce_start = Instant::now();
+    let at_rest = target.quiesce(within)?;
+    let quiesce_ms = ms(quiesce_start);
+    let mut head = target.head()?;
+    head.created_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let session = head.session.id;
+    cow.arm(&head.memory);
+    let armed = Armed::arm(window.as_ref());
+    drop(at_rest);
+    let stall_ms = install_ms + ms(quiesce_start);
+
+    let copy_start = Instant::now();
+    progress.start(head.memory.iter().map(|r| r.size).sum());
+    let copied = copy_image(target, &head, cow.as_ref(), sink, compression, progress, within);
+    if let Err(e) = &copied {
+        cow.give_up(e.to_string());
+    }
+    // Every region is in the image: calls need not wait any more, nor launches be checked;
+    // those checked already must finish before their flags say anything.
+    // As long again as the quiesce could take, from now.
+    let settle = Within {
+        deadline: Instant::now() + within.deadline.saturating_duration_since(start),
+        cancelled: within.cancelled,
+    };
+    let missed = armed.finish(&settle);
+    drop(installed);
+    copied?;
+    if let Some(why) = cow.state.lock().given_up.take() {
+        return Err(CrError::CopyOnWrite { session, why });
+    }
+    if let Some(addr) = missed? {
+        return Err(CrError::ValidationMissed { session, addr });
+    }
+    let summary = sink.complete()?;
+    Ok(CheckpointSummary {
+        dir: Default::default(),
+        records: head.records.len(),
+        regions: head.memory.len(),
+        memory_bytes: summary.memory_bytes,
+        stored_bytes: summary.stored_bytes,
+        quiesce_ms,
+        copy_ms: ms(copy_start),
+        total_ms: ms(start),
+        stopped: false,
+        mode: "copy-on-write".into(),
+        stall_ms,
+        held_ms: cow.held_ns.load(Ordering::Relaxed) as f64 / 1e6,
+        extra_bytes: cow.saved.load(Ordering::Relaxed),
+        rounds: 0,
+        fallback: None,
+    })
+}
+
+/// Recopy rounds at most before the last, stopped one.
+const MAX_RECOPY_ROUNDS: u32 = 8;
+
+/// Checkpoint `target` into `sink` while it runs, by recopy: the image is the session at
+/// the checkpoint's end (what a migration wants).
+///
+/// A [`TrackWrites`] hook notes in the dirty log every region a call will write. The memory
+/// is copied into host memory while the session runs; then, in rounds, what was written
+/// since the round before is copied again, for as long as that shrinks; last, the session
+/// is quiesced, its host state taken, and what was written since the last round (and what
+/// was allocated) copied while it is held. Each round begins with the session at rest (a
+/// brief quiesce), so every write noted before the round has happened by then, and is seen
+/// by the copy that follows or noted again in the next round. Launches run their checked
+/// twins meanwhile: a store outside its speculation ends the checkpoint with
+/// [`CrError::ValidationMissed`] (the caller takes it again stop-the-world). `on_written` runs with the
+/// session still at rest once the image is whole (a stopping checkpoint freezes it there);
+/// with `hold_to_end` the image is written before the session is let go.
+///
+/// The copies wait in host memory until the image is written: as much host memory as the
+/// session has device memory.
+#[allow(clippy::too_many_arguments)] // the checkpoint's own parameters, and the stopping ones
+pub fn checkpoint_recopy<T: Quiesce + Snapshot + Concurrent>(
+    target: &T,
+    sink: &mut dyn ImageSink,
+    compression: Compression,
+    progress: &Progress,
+    within: &Within<'_>,
+    hold_to_end: bool,
+    on_written: impl FnOnce(),
+) -> Result<CheckpointSummary, CrError> {
+    let start = Instant::now();
+    let log = target.dirty_log();
+    // No reserve: only the validation of launches.
+    let window = target.open_window(0)?;
+    // Installing the hook holds the calls too, until those in flight end.
+    let install_start = Instant::now();
+    let installed = target.install_hook(Arc::new(TrackWrites(log.clone())), within)?;
+    let mut stall = install_start.elapsed();
+    let mut copier = target.copier()?;
+    let mut buf = copier.buffer(COPY_CHUNK);
+    // The first pass: everything, while the session runs.
+    let held = Instant::now();
+    let rest = target.quiesce(within)?;
+    let mut round = log.begin_round();
+    let first = target.head()?;
+    let armed = Armed::arm(window.as_ref());
+    drop(rest);
+    stall += held.elapsed();
+    let session = first.session.id;
+    // Host copies of the regions, by address: (size, contents).
+    let mut copies: HashMap<u64, (u64, Vec<u8>)> = HashMap::new();
+    let copy = |copier: &mut dyn DeviceCopier, r: &MemoryRegion, buf: &mut HostBuffer| -> Result<Vec<u8>, CrError> {
+        let mut out = Vec::with_capacity(r.size as usize);
+        let mut off = 0;
+        while off < r.size {
+            if (within.cancelled)() {
+                return Err(CrError::Abandoned { session, what: "copying memory".into() });
+            }
+            let n = (r.size - off).min(COPY_CHUNK as u64) as usize;
+            copier.read(r.device, r.addr + off, &mut buf[..n])?;
+            out.extend_from_slice(&buf[..n]);
+            off += n as u64;
+        }
+        Ok(out)
+    };
+
+    progress.start(first.memory.iter().map(|r| r.size).sum());
+    for r in &first.memory {
+        let bytes = copy(copier.as_mut(), r, &mut buf)?;
+        progress.add(r.size);
+        copies.insert(r.addr, (r.size, bytes));
+    }
+
+    // Rounds: copy again what was written since the round before, while that shrinks.
+    let mut rounds = 0;
+    let mut extra_bytes = 0u64;
+    let mut last_dirty = u64::MAX;
+    let regions_at =
+        |head: &Manifest| -> HashMap<u64, MemoryRegion> { head.memory.iter().map(|r| (r.addr, r.clone())).collect() };
+    let mut known = regions_at(&first);
+    while rounds < MAX_RECOPY_ROUNDS {
+        let held = Instant::now();
+        let rest = target.quiesce(within)?;
+        let previous = round;
+        round = log.begin_round();
+        drop(rest);
+        stall += held.elapsed();
+        let dirty = log.written_since(previous);
+        let bytes: u64 = dirty.iter().map(|d| d.1).sum();
+        rounds += 1;
+        for (addr, _) in &dirty {
+            // Regions made since the first pass are taken at the end, with the host state.
+            let Some(r) = known.get(addr) else { continue };
+            let fresh = copy(copier.as_mut(), r, &mut buf)?;
+            copies.insert(r.addr, (r.size, fresh));
+            extra_bytes += r.size;
+        }
+        if bytes == 0 || bytes >= last_dirty {
+            break;
+        }
+        last_dirty = bytes;
+    }
+
+    // The end: the session held while the rest is copied.
+    let held = Instant::now();
+    let rest = target.quiesce(within)?;
+    let quiesce_ms = ms(held);
+    let mut head = target.head()?;
+    head.created_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    // Every launch since the first pass has finished (the session is at rest): a store
+    // outside its speculation may have gone unnoted.
+    let settle = Within { deadline: Instant::now() + within.deadline.saturating_duration_since(start), ..*within };
+    if let Some(addr) = armed.finish(&settle)? {
+        return Err(CrError::ValidationMissed { session, addr });
+    }
+    let dirty: HashSet<u64> = log.written_since(round).into_iter().map(|d| d.0).collect();
+    known = regions_at(&head);
+    for r in known.values() {
+        let current = copies.get(&r.addr).is_some_and(|(size, _)| *size == r.size) && !dirty.contains(&r.addr);
+        if !current {
+            let fresh = copy(copier.as_mut(), r, &mut buf)?;
+            extra_bytes += r.size;
+            copies.insert(r.addr, (r.size, fresh));
+        }
+    }
+    drop(installed);
+    let copy_ms = ms(start);
+    let write = |sink: &mut dyn ImageSink| -> Result<crate::ImageSummary, CrError> {
+        sink.begin(&head)?;
+        for (i, r) in head.memory.iter().enumerate() {
+            let bytes = &copies.get(&r.addr).expect("every region copied").1;
+            for piece in bytes.chunks(COPY_CHUNK) {
+                let prepared = prepare_chunk(piece, compression)?;
+                sink.chunk(i, piece.len() as u64, prepared, piece)?;
+            }
+        }
+        Ok(sink.complete()?)
+    };
+    let summary = if hold_to_end {
+        let summary = write(sink)?;
+        on_written();
+        drop(rest);
+        stall += held.elapsed();
+        summary
+    } else {
+        drop(rest);
+        stall += held.elapsed();
+        let summary = write(sink)?;
+        on_written();
+        summary
+    };
+    Ok(CheckpointSummary {
+        dir: Default::default(),
+        records: head.records.len(),
+        regions: head.memory.len(),
+        memory_bytes: summary.memory_bytes,
+        stored_bytes: summary.stored_bytes,
+        quiesce_ms,
+        copy_ms,
+        total_ms: ms(start),
+        stopped: false,
+        mode: "recopy".into(),
+        stall_ms: stall.as_secs_f64() * 1e3,
+        held_ms: 0.0,
+        extra_bytes,
+        rounds,
+        fallback: None,
     })
 }

@@ -23,6 +23,35 @@ pub struct CheckpointSummary {
     pub total_ms: f64,
     /// The session was frozen afterwards (its server is then ended).
     pub stopped: bool,
+    /// How the memory was taken: `stop-the-world`, `copy-on-write` or `recopy`.
+    pub mode: String,
+    /// How long every call of the session was held: the quiesce and taking the host state
+    /// (all of the copy too, stop-the-world; the last round, recopy).
+    pub stall_ms: f64,
+    /// The longest one call waited, while the session ran, for memory it writes to be
+    /// copied first (copy-on-write: the reserve was full).
+    pub held_ms: f64,
+    /// Bytes copied on the device ahead of a write (copy-on-write), or copied again after
+    /// one (recopy).
+    pub extra_bytes: u64,
+    /// Recopy rounds before the last, stopped one.
+    pub rounds: u32,
+    /// Why a concurrent checkpoint was given up and taken again stop-the-world, if it was.
+    pub fallback: Option<String>,
+}
+
+/// How a checkpoint takes the session's memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CheckpointMode {
+    /// While the session runs, copying memory ahead of writes: the image is the session at
+    /// the start of the checkpoint (`phosctl checkpoint`'s default).
+    #[default]
+    CopyOnWrite,
+    /// While the session runs, copying again what it writes, in rounds, then the rest with
+    /// the session held: the image is the session at the end of the checkpoint.
+    Recopy,
+    /// Holding every call for the whole copy.
+    StopTheWorld,
 }
 
 /// What a restore did.

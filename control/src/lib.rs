@@ -36,7 +36,7 @@ pub struct SessionInfo {
 }
 
 /// What a checkpoint and a restore did: one definition, the C/R engine's, answered as is.
-pub use phos_checkpoint::report::{CheckpointSummary, RestoreSummary};
+pub use phos_checkpoint::report::{CheckpointMode, CheckpointSummary, RestoreSummary};
 
 /// How to take a checkpoint.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -49,6 +49,10 @@ pub struct CheckpointRequest {
     /// How long to wait for the session to come to rest (its calls in flight to finish, its
     /// devices to go idle) before giving up; the session is then left running as it was.
     pub quiesce_timeout: Duration,
+    /// Copy-on-write while the session runs, recopy, or stop-the-world. A stopping
+    /// checkpoint (`stop`) is recopy or stop-the-world: the session ends where its image is.
+    #[serde(default)]
+    pub mode: CheckpointMode,
 }
 
 /// The default of [`CheckpointRequest::quiesce_timeout`] (`phosctl checkpoint --timeout`):

@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use phos_api_server::BackendKind;
-use phos_control::Cancel;
+use phos_control::{Cancel, CheckpointMode};
 use phos_router::{Router, RouterConfig};
 
 #[derive(Parser)]
@@ -90,16 +90,27 @@ enum Command {
         #[command(flatten)]
         router: manage::RouterArg,
     },
-    /// Checkpoint a session to an image directory.
+    /// Checkpoint a session to an image directory. By default the session runs on while its
+    /// memory is copied (copy-on-write: the image is the session as it was when the
+    /// checkpoint began, and its calls are held only to take that point).
     Checkpoint {
         /// The session (see `phosctl sessions`).
         session: u64,
         /// Image directory to write.
         #[arg(long)]
         out: PathBuf,
-        /// Stop the session afterwards: its guest waits until it is restored.
+        /// Stop the session afterwards: its guest waits until it is restored (the checkpoint
+        /// is then stop-the-world).
         #[arg(long)]
         stop: bool,
+        /// Hold the session's calls for the whole copy instead of copying while it runs.
+        #[arg(long, conflicts_with = "recopy")]
+        stop_the_world: bool,
+        /// Copy while the session runs, then again what it wrote, in rounds, and the rest
+        /// with its calls held: the image is the session at the end of the checkpoint (with
+        /// --stop, the session stops there: a migration's short stop).
+        #[arg(long)]
+        recopy: bool,
         /// Compress the memory with zstd.
         #[arg(long)]
         compress: bool,
@@ -175,6 +186,10 @@ struct ServerOptions {
     /// Memory of the emulated device, in bytes.
     #[arg(long)]
     emu_memory: Option<u64>,
+    /// Device memory, in bytes a device, a concurrent checkpoint may copy allocations into
+    /// ahead of a write (default 256 MiB); with it full, such a write waits for the copy.
+    #[arg(long)]
+    cow_reserve: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -223,6 +238,10 @@ fn router_config(listen: PathBuf, runtime_dir: PathBuf, backend: BackendKind, se
     if let Some(m) = server.emu_memory {
         server_args.push("--emu-memory".into());
         server_args.push(m.to_string());
+    }
+    if let Some(r) = server.cow_reserve {
+        server_args.push("--cow-reserve".into());
+        server_args.push(r.to_string());
     }
     let mut config = RouterConfig::new(
         listen,
@@ -560,8 +579,13 @@ fn main() -> ExitCode {
             policy::top(&router, std::time::Duration::from_secs_f64(interval.max(0.1)), once)
         }
         Command::Sessions { router } => manage::sessions(&router),
-        Command::Checkpoint { session, out, stop, compress, timeout, router } => {
-            manage::checkpoint(&router, session, out, stop, compress, seconds(timeout))
+        Command::Checkpoint { session, out, stop, stop_the_world, recopy, compress, timeout, router } => {
+            let mode = match (stop_the_world, recopy) {
+                (true, _) => CheckpointMode::StopTheWorld,
+                (_, true) => CheckpointMode::Recopy,
+                _ => CheckpointMode::CopyOnWrite,
+            };
+            manage::checkpoint(&router, session, out, stop, mode, compress, seconds(timeout))
         }
         Command::Restore { dir, device, tenant, as_tenant, timeout, router } => {
             manage::restore(&router, dir, device, tenant, as_tenant, seconds(timeout))

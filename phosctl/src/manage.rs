@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use phos_control::{CheckpointRequest, ControlError, ImageRefusal, RestoreRequest, RouterControlClient};
+use phos_control::{
+    CheckpointMode, CheckpointRequest, ControlError, ImageRefusal, RestoreRequest, RouterControlClient,
+};
 use phos_protocol::text::printable;
 
 use crate::error::{CliError, report};
@@ -102,12 +104,13 @@ pub fn checkpoint(
     session: u64,
     out: PathBuf,
     stop: bool,
+    mode: CheckpointMode,
     compress: bool,
     quiesce_timeout: Duration,
 ) -> ExitCode {
     let dir = absolute(&out);
     report(run(router, async |c| {
-        let request = CheckpointRequest { dir: dir.clone(), stop, compress, quiesce_timeout };
+        let request = CheckpointRequest { dir: dir.clone(), stop, compress, quiesce_timeout, mode };
         let work = c.checkpoint(phos_control::long_context(), session, request);
         let s = with_progress(&c, session, "checkpoint", work).await??;
         println!(
@@ -121,6 +124,24 @@ pub fn checkpoint(
             s.copy_ms,
             if s.stopped { "; the session is stopped until it is restored" } else { "" }
         );
+        println!(
+            "{}: calls held {:.1} ms, memory copied in {:.1} ms{}",
+            s.mode,
+            s.stall_ms,
+            s.copy_ms,
+            match s.mode.as_str() {
+                "copy-on-write" => format!(
+                    " while the session ran ({} MiB copied ahead of writes; the longest a call waited for the copy: {:.1} ms)",
+                    s.extra_bytes >> 20,
+                    s.held_ms
+                ),
+                "recopy" => format!(" ({} recopy rounds, {} MiB copied again)", s.rounds, s.extra_bytes >> 20),
+                _ => String::new(),
+            }
+        );
+        if let Some(why) = &s.fallback {
+            println!("the concurrent checkpoint was taken again stop-the-world: {why}");
+        }
         println!("image: {}", s.dir.display());
         Ok(())
     }))

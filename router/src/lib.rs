@@ -174,6 +174,18 @@ pub struct Router {
     /// Channels one tenant may have: the configured limit, or less where the router's file
     /// descriptors could not serve that many for two tenants.
     channels_per_tenant: AtomicU64,
+    /// What the checkpoints taken through this router did, for the metrics.
+    pub checkpoints: Mutex<CheckpointFigures>,
+}
+
+/// Checkpoints so far and the last one's figures, by mode (`stop-the-world`,
+/// `copy-on-write`).
+#[derive(Default)]
+pub struct CheckpointFigures {
+    /// Mode -> (checkpoints taken, the last one's summary).
+    pub by_mode: std::collections::BTreeMap<String, (u64, phos_control::CheckpointSummary)>,
+    /// Concurrent checkpoints taken again stop-the-world.
+    pub fallbacks: u64,
 }
 
 /// Handshake frames are small; anything larger is refused before it is read.
@@ -372,6 +384,7 @@ impl Router {
             pending: Arc::default(),
             spare_fd: Mutex::new(None),
             channels_per_tenant: AtomicU64::new(config_channels_per_tenant),
+            checkpoints: Mutex::default(),
         }))
     }
 
@@ -1442,6 +1455,13 @@ impl Router {
         };
         if stop {
             session.suspend();
+        }
+        {
+            let mut figures = self.checkpoints.lock();
+            figures.fallbacks += u64::from(summary.fallback.is_some());
+            let entry = figures.by_mode.entry(summary.mode.clone()).or_default();
+            entry.0 += 1;
+            entry.1 = summary.clone();
         }
         tracing::info!(session = id, stop, "checkpoint written in {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
         Ok(summary)

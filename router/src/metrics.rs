@@ -172,6 +172,47 @@ pub fn render(router: &Router) -> String {
     let per_policy = |f: fn(&PolicyInfo) -> u64| {
         policies.iter().map(|p| (format!("policy=\"{}\"", label(&p.name)), f(p).to_string())).collect::<Vec<_>>()
     };
+    {
+        let figures = router.checkpoints.lock();
+        let mode = |m: &str| format!("mode=\"{}\"", label(m));
+        let per_mode = |f: &dyn Fn(&(u64, phos_control::CheckpointSummary)) -> String| {
+            figures.by_mode.iter().map(|(m, v)| (mode(m), f(v))).collect::<Vec<_>>()
+        };
+        family(&mut out, "phos_checkpoints_total", "counter", "Checkpoints taken.", per_mode(&|v| v.0.to_string()));
+        let secs = |ms: f64| format!("{:.6}", ms / 1e3);
+        family(
+            &mut out,
+            "phos_checkpoint_last_stall_seconds",
+            "gauge",
+            "How long the last checkpoint held every call of its session.",
+            per_mode(&|v| secs(v.1.stall_ms)),
+        );
+        family(
+            &mut out,
+            "phos_checkpoint_last_copy_seconds",
+            "gauge",
+            "How long the last checkpoint took to copy its session's memory.",
+            per_mode(&|v| secs(v.1.copy_ms)),
+        );
+        family(
+            &mut out,
+            "phos_checkpoint_last_held_seconds",
+            "gauge",
+            "The longest one call waited, in the last checkpoint, for memory it writes to be copied.",
+            per_mode(&|v| secs(v.1.held_ms)),
+        );
+        family(
+            &mut out,
+            "phos_checkpoint_last_bytes",
+            "gauge",
+            "Device memory the last checkpoint covered.",
+            per_mode(&|v| v.1.memory_bytes.to_string()),
+        );
+        out.push_str(&format!(
+            "# HELP phos_checkpoint_fallbacks_total Concurrent checkpoints taken again stop-the-world.\n# TYPE phos_checkpoint_fallbacks_total counter\nphos_checkpoint_fallbacks_total {}\n",
+            figures.fallbacks
+        ));
+    }
     family(&mut out, "phos_policy_runs_total", "counter", "Times the policy ran.", per_policy(|p| p.runs));
     family(&mut out, "phos_policy_delayed_total", "counter", "Delay verdicts.", per_policy(|p| p.delayed));
     family(&mut out, "phos_policy_rejected_total", "counter", "Reject verdicts.", per_policy(|p| p.rejected));

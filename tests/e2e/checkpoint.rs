@@ -205,6 +205,8 @@ fn a_corrupted_image_of_a_stopped_session_is_refused_before_anything_runs() {
     assert!(guest.wait().unwrap().success());
 }
 
+/// Repeated concurrent (copy-on-write) checkpoints of four host threads on four streams: each
+/// image is the session between calls, and the program's output is unchanged.
 #[test]
 fn a_checkpoint_during_multi_stream_traffic_is_consistent() {
     let Some(nvcc) = nvcc() else { return };
@@ -217,7 +219,8 @@ fn a_checkpoint_during_multi_stream_traffic_is_consistent() {
     let mut checked = 0;
     for k in 0..3 {
         let dir = image.path().join(format!("image{k}"));
-        checkpoint(&router, id, &dir, &[]);
+        let printed = checkpoint(&router, id, &dir, &[]);
+        assert!(printed.contains("copy-on-write") && !printed.contains("taken again"), "{printed}");
         // Every buffer the threads update must hold a single value: the image was taken
         // between calls, with no kernel half-applied.
         let mut img = phos_checkpoint::Image::open(&dir).unwrap();
@@ -238,9 +241,15 @@ fn a_checkpoint_during_multi_stream_traffic_is_consistent() {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(checked > 0, "the checkpoints saw the traffic's buffers");
+    // The router's metrics count them, with the last one's figures.
+    let metrics = phos_router::metrics::render(&router.router);
+    assert!(metrics.contains("phos_checkpoints_total{mode=\"copy-on-write\"} 3"), "{metrics}");
+    assert!(metrics.contains("phos_checkpoint_last_stall_seconds{mode=\"copy-on-write\"}"), "{metrics}");
     let out = guest.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).ends_with("PASS\n"));
+    // Concurrent checkpoints change nothing the program sees.
+    let want: String = (0..4).map(|t| format!("thread {t}: 4000 rounds\n")).collect::<String>() + "PASS\n";
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
 }
 
 #[test]
@@ -437,4 +446,140 @@ fn phosctl_names_what_is_missing_and_exits_with_its_class() {
     let err = String::from_utf8_lossy(&listed.stderr);
     assert_eq!(listed.status.code(), Some(UNAVAILABLE), "{err}");
     assert!(err.contains("cannot reach the router at") && err.contains("no-router.sock.ctl"), "{err}");
+}
+
+/// `rewriter MODE...` on `router`, with its stdin and stdout piped.
+fn start_rewriter(router: &TestRouter, exe: &Path, args: &[&str]) -> (Child, BufReader<ChildStdout>) {
+    let mut guest = Command::new(built("phosctl"))
+        .args(["run", "--endpoint"])
+        .arg(format!("unix:{}", router.socket().display()))
+        .arg("--")
+        .arg(exe)
+        .args(args)
+        .env("PHOS_GUEST_LIB", built("libphos_guest.so"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(guest.stdout.take().unwrap());
+    (guest, out)
+}
+
+/// Tell a waiting `rewriter` to finish; it must end with PASS.
+fn finish_rewriter(mut guest: Child, mut out: BufReader<ChildStdout>) {
+    use std::io::Write;
+    guest.stdin.take().unwrap().write_all(b"go on\n").unwrap();
+    let rest = read_until(&mut out, "PASS");
+    let status = guest.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut guest.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "rewriter failed: {rest}{err}");
+}
+
+/// Every region of the image at `dir`: (address, size, contents).
+fn image_memory(dir: &Path) -> Vec<(u64, u64, Vec<u8>)> {
+    let mut img = phos_checkpoint::Image::open(dir).unwrap();
+    let regions = img.manifest.memory.clone();
+    let mut buf = Vec::new();
+    regions
+        .iter()
+        .map(|r| {
+            let mut bytes = vec![0u8; r.size as usize];
+            for c in &r.chunks {
+                img.read_chunk(c, &mut buf).unwrap();
+                bytes[c.offset as usize..][..c.len as usize].copy_from_slice(&buf[..c.len as usize]);
+            }
+            (r.addr, r.size, bytes)
+        })
+        .collect()
+}
+
+/// `rewriter`'s step counter in an image: its first 8-byte allocation.
+fn rewriter_step(memory: &[(u64, u64, Vec<u8>)]) -> u64 {
+    let (_, _, bytes) = memory.iter().filter(|r| r.1 == 8).min_by_key(|r| r.0).expect("the step counter");
+    u64::from_le_bytes(bytes[..8].try_into().unwrap())
+}
+
+/// A copy-on-write checkpoint of a program that rewrites its memory as fast as it can is
+/// the program at one point: the same bytes, region by region, as a stop-the-world
+/// checkpoint of the same program stopped at that point (its step counter says which;
+/// `rewriter`'s memory after step c depends on c alone).
+#[test]
+fn a_concurrent_checkpoint_equals_a_stop_the_world_one_from_the_same_point() {
+    let Some(printed) = same_as_stop_the_world_at_its_step(&[]) else { return };
+    assert!(printed.contains("copy-on-write") && !printed.contains("taken again"), "{printed}");
+    // The writer wrote buffers the copy had not reached: they were copied ahead of it.
+    assert!(printed.contains("MiB copied ahead of writes") && !printed.contains("(0 MiB copied ahead"), "{printed}");
+}
+
+/// The same for a recopy checkpoint (the program at the checkpoint's end).
+#[test]
+fn a_recopy_checkpoint_equals_a_stop_the_world_one_from_the_same_point() {
+    let Some(printed) = same_as_stop_the_world_at_its_step(&["--recopy"]) else { return };
+    assert!(printed.contains("recopy:") && !printed.contains("(0 recopy rounds"), "{printed}");
+}
+
+/// Checkpoint `rewriter run` with `phosctl checkpoint ARGS`, then `rewriter pause STEP`
+/// stop-the-world at the step the first image holds: both images must hold the same
+/// memory. What the first checkpoint printed (`None` without nvcc).
+fn same_as_stop_the_world_at_its_step(args: &[&str]) -> Option<String> {
+    let nvcc = nvcc()?;
+    let exe = build_program(&nvcc, "rewriter", &["-arch=sm_70"]);
+    let image = tempfile::tempdir().unwrap();
+    let concurrent = image.path().join("concurrent");
+    let printed = {
+        let router = TestRouter::start("emu");
+        let (guest, mut out) = start_rewriter(&router, &exe, &["run"]);
+        read_until(&mut out, "running");
+        let printed = checkpoint(&router, session_id(&router), &concurrent, args);
+        finish_rewriter(guest, out);
+        printed
+    };
+    let taken = image_memory(&concurrent);
+    let step = rewriter_step(&taken);
+    assert!(step >= 8, "the image is from before the program ran ({step})");
+
+    let stopped = image.path().join("stopped");
+    let router = TestRouter::start("emu");
+    let (guest, mut out) = start_rewriter(&router, &exe, &["pause", &step.to_string()]);
+    read_until(&mut out, "paused at");
+    let reference_printed = checkpoint(&router, session_id(&router), &stopped, &["--stop-the-world"]);
+    assert!(reference_printed.contains("stop-the-world"), "{reference_printed}");
+    finish_rewriter(guest, out);
+    let reference = image_memory(&stopped);
+    assert_eq!(taken.len(), reference.len(), "the images have different regions");
+    for ((addr, size, bytes), (raddr, rsize, rbytes)) in taken.iter().zip(&reference) {
+        assert_eq!((addr, size), (raddr, rsize), "the images have different regions");
+        assert!(
+            bytes == rbytes,
+            "region {addr:#x} ({size} bytes) differs from the stop-the-world image at step {step}"
+        );
+    }
+    Some(printed)
+}
+
+/// A kernel that stores through a pointer it loads from device memory (nothing speculation
+/// can see) during a concurrent checkpoint: its checked twin flags the store, the checkpoint
+/// is taken again stop-the-world, and the image holds the program at one point (the word
+/// the pointer names holds the step counter's value, as after every step).
+#[test]
+fn a_store_through_a_pointer_in_memory_is_caught_during_a_concurrent_checkpoint() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "rewriter", &["-arch=sm_70"]);
+    let router = TestRouter::start("emu");
+    let (guest, mut out) = start_rewriter(&router, &exe, &["indirect"]);
+    read_until(&mut out, "running");
+    let image = tempfile::tempdir().unwrap();
+    let dir = image.path().join("image");
+    let printed = checkpoint(&router, session_id(&router), &dir, &[]);
+    finish_rewriter(guest, out);
+    assert!(
+        printed.contains("taken again stop-the-world") && printed.contains("outside what its launch was speculated"),
+        "{printed}"
+    );
+    let memory = image_memory(&dir);
+    let step = rewriter_step(&memory);
+    let (_, _, target) = memory.iter().find(|r| r.1 == 4096).expect("the word written through the pointer");
+    assert_eq!(u32::from_le_bytes(target[..4].try_into().unwrap()) as u64, step, "the image is torn");
 }

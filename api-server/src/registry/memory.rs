@@ -71,6 +71,10 @@ struct Inner {
     /// variables): start -> length.
     external: BTreeMap<u64, u64>,
     allocated: u64,
+    /// Device memory of the C/R engine's own (check contexts of validated launches): kernels
+    /// the server runs may reach it, the guest's calls may not, and it is no part of the
+    /// session's image. Start -> length.
+    engine: BTreeMap<u64, u64>,
     /// The dirty log: by the start of each allocation and external range, the round in
     /// which it was last written (or made).
     written: BTreeMap<u64, AtomicU64>,
@@ -113,8 +117,11 @@ impl MemoryView<'_> {
         {
             return Some(a.addr..a.addr + a.size);
         }
-        let (&start, &len) = inner.external.range(..=addr).next_back()?;
-        (addr < start + len).then_some(start..start + len)
+        let within = |m: &BTreeMap<u64, u64>| {
+            let (&start, &len) = m.range(..=addr).next_back()?;
+            (addr < start + len).then_some(start..start + len)
+        };
+        within(&inner.external).or_else(|| within(&inner.engine))
     }
 }
 
@@ -390,6 +397,17 @@ impl AddressSpace {
         }
     }
 
+    /// Let kernels the server runs reach `[addr, addr + len)`, the C/R engine's own memory
+    /// (not the guest's calls, nor the session's image).
+    pub fn add_engine(&self, addr: u64, len: u64) {
+        self.inner.write().engine.insert(addr, len);
+    }
+
+    /// Undo [`add_engine`](Self::add_engine).
+    pub fn remove_engine(&self, addr: u64) {
+        self.inner.write().engine.remove(&addr);
+    }
+
     /// Is `[addr, addr + len)` inside one allocation (or module variable) of this session?
     /// A length of 0 asks whether `addr` itself is.
     /// The device whose memory backs the allocation containing `addr`.
@@ -398,24 +416,18 @@ impl AddressSpace {
         g.allocations.range(..=addr).next_back().filter(|(_, a)| addr < a.addr + a.size.max(1)).map(|(_, a)| a.device)
     }
 
-    /// The allocations and external ranges that a value among `params` (every aligned 8-byte
-    /// word of a kernel's parameter buffer) points into, whole: what a kernel given these
-    /// parameters reaches directly. A speculation: a kernel may also reach memory through
-    /// pointers stored in memory.
-    pub fn reached_by(&self, params: &[u8]) -> Vec<(u64, u64)> {
+    /// The allocation or module variable containing `addr`, as (start, length).
+    pub fn region_of(&self, addr: u64) -> Option<(u64, u64)> {
         let g = self.inner.read();
-        let mut out: Vec<(u64, u64)> = params
-            .chunks_exact(8)
-            .filter_map(|w| {
-                let v = u64::from_le_bytes(w.try_into().expect("8 bytes"));
-                let (&start, _) = g.written.range(..=v).next_back()?;
-                let len = g.len_at(start);
-                (v < start.saturating_add(len)).then_some((start, len))
-            })
-            .collect();
-        out.sort_unstable();
-        out.dedup();
-        out
+        let (&start, _) = g.written.range(..=addr).next_back()?;
+        let len = g.len_at(start);
+        (addr < start.saturating_add(len)).then_some((start, len))
+    }
+
+    /// Every allocation and module variable, as (start, length): all a kernel could write.
+    pub fn regions(&self) -> Vec<(u64, u64)> {
+        let g = self.inner.read();
+        g.written.keys().map(|&start| (start, g.len_at(start))).collect()
     }
 
     pub fn contains(&self, addr: u64, len: u64) -> bool {

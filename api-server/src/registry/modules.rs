@@ -7,6 +7,7 @@
 //! way.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use phos_protocol::CudaError;
@@ -17,6 +18,7 @@ use super::handles::{HandleTable, NewHandle};
 use super::memory::AddressSpace;
 use crate::backend::Raw;
 use crate::backend::prelude::*;
+use crate::speculation::ModuleCode;
 
 struct Module {
     raw: Raw,
@@ -25,11 +27,27 @@ struct Module {
     /// Module variables registered as device memory the session may use: (name, address,
     /// size).
     globals: Vec<(String, u64, u64)>,
+    /// What its PTX says its kernels touch, and its checked twin (read when a C/R protocol
+    /// first launches one of its kernels).
+    code: Arc<ModuleCode>,
 }
 
 struct Function {
     raw: Raw,
     module: u64,
+    name: String,
+}
+
+/// A kernel, for speculating what a launch of it touches.
+pub struct Kernel {
+    pub name: String,
+    /// Its module: handle, backend module, device.
+    pub module: u64,
+    pub module_raw: Raw,
+    pub device: i32,
+    pub code: Arc<ModuleCode>,
+    /// The module's variables the session knows: (name, address, size).
+    pub globals: Vec<(String, u64, u64)>,
 }
 
 /// A module variable: its module's handle, its name, where it is and on which device.
@@ -93,7 +111,16 @@ impl ModuleRegistry {
         let h = self
             .modules
             .lock()
-            .add(Module { raw, device, digest: actual, globals: globals.clone() }, new)
+            .add(
+                Module {
+                    raw,
+                    device,
+                    digest: actual,
+                    globals: globals.clone(),
+                    code: Arc::new(ModuleCode::new(image)),
+                },
+                new,
+            )
             .inspect_err(|_| {
                 unregister(&globals);
                 let _ = backend.module_unload(raw);
@@ -113,6 +140,7 @@ impl ModuleRegistry {
         for (_, addr, _) in &m.globals {
             memory.remove_external(*addr);
         }
+        m.code.unload_twin(backend);
         backend.module_unload(m.raw)
     }
 
@@ -126,7 +154,22 @@ impl ModuleRegistry {
     ) -> Result<u64, CudaError> {
         let module_raw = self.modules.lock().get(module)?.raw;
         let raw = backend.module_function(module_raw, name)?;
-        self.functions.lock().add(Function { raw, module }, new)
+        self.functions.lock().add(Function { raw, module, name: name.to_string() }, new)
+    }
+
+    /// The kernel behind a function handle, with its module's code.
+    pub fn kernel(&self, function: u64) -> Option<Kernel> {
+        let (module, name) = self.functions.lock().get(function).map(|f| (f.module, f.name.clone())).ok()?;
+        let modules = self.modules.lock();
+        let m = modules.get(module).ok()?;
+        Some(Kernel {
+            name,
+            module,
+            module_raw: m.raw,
+            device: m.device,
+            code: m.code.clone(),
+            globals: m.globals.clone(),
+        })
     }
 
     /// The backend's function behind a handle.
@@ -152,14 +195,6 @@ impl ModuleRegistry {
         memory.add_external(addr, size);
         m.globals.push((name.to_string(), addr, size));
         Ok((addr, size))
-    }
-
-    /// The variables of the module a function belongs to (as (address, size)): memory its
-    /// kernels reach without being given it.
-    pub fn variables_of_function(&self, function: u64) -> Vec<(u64, u64)> {
-        let Ok(module) = self.functions.lock().get(function).map(|f| f.module) else { return Vec::new() };
-        let modules = self.modules.lock();
-        modules.get(module).map(|m| m.globals.iter().map(|&(_, addr, size)| (addr, size)).collect()).unwrap_or_default()
     }
 
     /// Every module variable the session can use, in order.
@@ -203,6 +238,7 @@ impl ModuleRegistry {
             for (_, addr, _) in m.globals {
                 memory.remove_external(addr);
             }
+            m.code.unload_twin(backend);
             let _ = backend.module_unload(m.raw);
         }
         loaded.clear();

@@ -227,6 +227,21 @@ impl Session {
         }
     }
 
+    /// Show the C/R hook what a launch will read and write (speculated from the kernel's
+    /// PTX: [`crate::speculation`]); while a concurrent checkpoint's window is armed, the
+    /// checked twin to launch instead.
+    fn speculate_launch(
+        &self,
+        cx: &CallCx,
+        function: u64,
+        params: &[u8],
+    ) -> Result<Option<crate::speculation::CheckedLaunch>, CudaError> {
+        let window = self.window.read().clone();
+        let (access, checked) = crate::speculation::plan_launch(self, function, params, window.as_ref());
+        self.before_work(cx.function.map_or("a kernel launch", |f| f.name()), &access)?;
+        Ok(checked)
+    }
+
     /// One kernel launch (plain or cooperative).
     #[allow(clippy::too_many_arguments)]
     fn launch(
@@ -248,15 +263,11 @@ impl Session {
         }
         let stream = self.objects.streams.resolve(stream)?;
         self.objects.devices.check_launch(self.backend(), cx.device, grid, block, shared_mem)?;
-        if self.hooks.active() {
-            // What the kernel may write, as far as the server can tell without reading its
-            // code: the memory its parameters point into, and its module's variables.
-            let mut reached = self.objects.memory.reached_by(params);
-            reached.extend(self.objects.modules.variables_of_function(function));
-            let access: Vec<DeviceAccess> =
-                reached.into_iter().map(|(addr, len)| DeviceAccess { addr, len, writes: true }).collect();
-            self.before_work(cx.function.map_or("a kernel launch", |f| f.name()), &access)?;
-        }
+        let checked = if self.hooks.active() { self.speculate_launch(cx, function, params)? } else { None };
+        let (raw, params) = match &checked {
+            Some(c) => (c.function, &c.params[..]),
+            None => (raw, params),
+        };
         let mut printed = Vec::new();
         let view = self.objects.memory.view();
         let r = self.backend().launch(
@@ -272,6 +283,7 @@ impl Session {
             cooperative,
         );
         drop(view);
+        drop(checked);
         self.output.push(&printed);
         match r {
             // A fault while the kernel ran (a backend that runs kernels before the launch
@@ -373,6 +385,13 @@ impl CudartService for Session {
     }
 
     fn cuda_device_reset(&self, cx: &CallCx, _: CudaDeviceResetRequest) -> Result<CudaDeviceResetReply, CudaError> {
+        if self.hooks.active() {
+            // It frees every allocation and module variable: to the C/R hook, a write of all.
+            let all: Vec<DeviceAccess> = (self.objects.memory.regions().into_iter())
+                .map(|(addr, len)| DeviceAccess { addr, len, writes: true })
+                .collect();
+            self.before_work("cudaDeviceReset", &all)?;
+        }
         let _ = self.backend().device_synchronize(cx.device);
         self.objects.release_all(self.backend());
         self.clear_error();

@@ -74,6 +74,8 @@ pub struct Session {
     /// The C/R engine's hook into every call: inactive (one relaxed load per call) unless a
     /// protocol runs.
     pub(crate) hooks: HookSlot,
+    /// A concurrent checkpoint's window, while one is armed: launches run checked twins.
+    pub(crate) window: Arc<crate::window::WindowSlot>,
     usage: Usage,
     /// Set by a stopping checkpoint: calls wait until the server is ended.
     frozen: AtomicBool,
@@ -101,6 +103,7 @@ impl Session {
             quiesce: QuiesceLock::default(),
             activity: Activity::default(),
             hooks: HookSlot::default(),
+            window: Arc::default(),
             usage: Usage::new(limits),
             frozen: AtomicBool::new(false),
         })
