@@ -5,19 +5,13 @@
 
 use phos_protocol::apis::Function;
 use phos_protocol::cuda::*;
-use phos_protocol::cudart::{CudaError, CudaStreamSynchronizeRequest};
+use phos_protocol::cudart::CudaStreamSynchronizeRequest;
+use phos_protocol::error::driver_status;
 use phos_protocol::spec::CallAccess;
 
 use super::{CallCx, Session};
 use crate::dispatch::cuda::CudaService;
 use crate::dispatch::cudart::CudartService;
-
-/// A runtime status as the driver API says it. The two APIs share their numbers for what they
-/// both have (`cudaErrorInvalidDevice` is `CUDA_ERROR_INVALID_DEVICE`, 101); a runtime error
-/// the driver has no code for (`cudaErrorInvalidDevicePointer`) is an invalid value to it.
-fn driver_status(e: CudaError) -> CuError {
-    if ERRORS.iter().any(|d| d.code == i64::from(e.0)) { CuError(e.0) } else { CuError::INVALID_VALUE }
-}
 
 impl CudaService for Session {
     type Cx = CallCx;
@@ -104,6 +98,16 @@ impl CudaService for Session {
             .map_err(driver_status)?;
         Ok(CuStreamSynchronizeReply {})
     }
+
+    fn cu_mem_get_address_range_v2(
+        &self,
+        _: &CallCx,
+        req: CuMemGetAddressRangeV2Request,
+    ) -> Result<CuMemGetAddressRangeV2Reply, CuError> {
+        // An allocation or a module variable; anything else is not the session's memory.
+        let range = self.objects.memory.view().region(req.dptr).ok_or(CuError::NOT_FOUND)?;
+        Ok(CuMemGetAddressRangeV2Reply { pbase: range.start, psize: range.end - range.start })
+    }
 }
 
 /// `name` as a C string in a buffer of `len` bytes: cut to `len - 1` bytes, NUL-terminated,
@@ -119,6 +123,7 @@ fn c_string_in(name: &str, len: i32) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use phos_protocol::cudart::CudaError;
 
     #[test]
     fn names_are_cut_and_terminated() {
