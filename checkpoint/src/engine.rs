@@ -79,6 +79,12 @@ pub enum CrError {
     Thread(&'static str),
     #[error("session {session}: a C/R protocol is in progress already")]
     HookInstalled { session: u64 },
+    /// The session holds state checkpoints do not carry yet; nothing was written, and the
+    /// session carries on.
+    #[error(
+        "session {session}: cannot be checkpointed: {what}; nothing was written, and the session carries on as it was"
+    )]
+    NotCheckpointable { session: u64, what: String },
 }
 
 impl CrError {

@@ -252,6 +252,56 @@ int main() {
                 name_of(cuLaunchKernel(scale, 1, 1, 1, 1, 1, 1, 0, nullptr, args, extra)));
     std::printf("a garbage image is refused: %s\n", yes(cuModuleLoadData(&module, "not a module") != CUDA_SUCCESS));
 
+    // Virtual memory management as PyTorch's expandable segments use it: a reservation, two
+    // handles mapped side by side, one range of memory across them.
+    CUmemAllocationProp prop;
+    std::memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    size_t gran = 0;
+    CU(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    std::printf("granularity a power of two: %s\n", yes(gran > 0 && (gran & (gran - 1)) == 0));
+    CUdeviceptr va = 0;
+    CU(cuMemAddressReserve(&va, 4 * gran, 0, 0, 0));
+    CUmemGenericAllocationHandle handles[2];
+    for (auto &hd : handles) CU(cuMemCreate(&hd, gran, &prop, 0));
+    CU(cuMemMap(va, gran, 0, handles[0], 0));
+    CU(cuMemMap(va + gran, gran, 0, handles[1], 0));
+    CUmemAccessDesc access;
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CU(cuMemSetAccess(va, 2 * gran, &access, 1));
+    CUmemGenericAllocationHandle spare;
+    CU(cuMemCreate(&spare, gran, &prop, 0));
+    std::printf("a mapping outside the reservation: %s\n",
+                yes(cuMemMap(va + 4 * gran, gran, 0, spare, 0) != CUDA_SUCCESS));
+    CU(cuMemRelease(spare));
+    // 2048 floats across the boundary between the two mappings.
+    const int across = 2048;
+    CUdeviceptr straddle = va + gran - across / 2 * sizeof(float);
+    CU(cuMemsetD32(straddle, 0x3f800000u, across));  // 1.0f
+    float four = 4.0f;
+    unsigned int across_n = across;
+    void *vargs[] = {&straddle, &four, &across_n};
+    CU(cuLaunchKernel(scale, across / 128, 1, 1, 128, 1, 1, 0, nullptr, vargs, nullptr));
+    std::vector<float> vh(across);
+    CU(cuMemcpyDtoH(vh.data(), straddle, across * sizeof(float)));
+    bool fours = true;
+    for (float v : vh) fours = fours && v == 4.0f;
+    std::printf("a kernel and copies across two mappings: %s\n", yes(fours));
+    CUmemAllocationProp got_prop;
+    CU(cuMemGetAllocationPropertiesFromHandle(&got_prop, handles[1]));
+    std::printf("a handle's properties: device %s\n", yes(got_prop.location.id == dev));
+    CU(cuMemRelease(handles[0]));  // still mapped: the memory stays until unmapped
+    float kept = 0;
+    CU(cuMemcpyDtoH(&kept, va + gran - 4, sizeof kept));
+    std::printf("released while mapped, still there: %.1f\n", kept);
+    CU(cuMemUnmap(va, 2 * gran));
+    CU(cuMemRelease(handles[1]));
+    CU(cuMemAddressFree(va, 4 * gran));
+    std::printf("a copy from unmapped memory: %s\n", yes(cuMemcpyDtoH(&kept, va, sizeof kept) != CUDA_SUCCESS));
+
     // Streams and events, shared with the runtime.
     int least = 0, greatest = 0;
     CU(cuCtxGetStreamPriorityRange(&least, &greatest));

@@ -10,7 +10,7 @@ use phos_protocol::types::Dim3;
 
 use super::bridge::{self, dptr};
 use super::stubs::HandWritten;
-use super::{context, entry_points, memory, modules};
+use super::{context, entry_points, memory, modules, vmm};
 use crate::cudart::stubs as cudart;
 use crate::runtime;
 
@@ -459,6 +459,39 @@ impl HandWritten for Hand {
             // runtime writes (this export's contract).
             bridge::runtime(|| unsafe { cudart::cudaHostGetDevicePointer(pdptr as *mut *mut c_void, p, flags) })
         })
+    }
+
+    // ---- Virtual memory management (vmm.rs; reservations and mappings are remote calls)
+
+    unsafe fn cuMemGetAllocationGranularity(granularity: *mut usize, prop: *const c_void, option: i32) -> i32 {
+        driver(F::CuMemGetAllocationGranularity, || {
+            // SAFETY: `prop` null or a `CUmemAllocationProp` (this export's contract).
+            let g = unsafe { vmm::granularity(prop, option) }?;
+            // SAFETY: `granularity` null (refused) or writable (this export's contract).
+            unsafe { put(granularity, g as usize) }
+        })
+    }
+
+    unsafe fn cuMemCreate(handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> i32 {
+        driver(F::CuMemCreate, || {
+            if handle.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            // SAFETY: `prop` null or a `CUmemAllocationProp` (this export's contract).
+            let h = unsafe { vmm::create(size, prop, flags) }?;
+            // SAFETY: not null and writable (this export's contract).
+            unsafe { put(handle, h) }
+        })
+    }
+
+    unsafe fn cuMemSetAccess(ptr: u64, size: usize, desc: *const c_void, count: usize) -> i32 {
+        // SAFETY: `desc` holds `count` descriptors (this export's contract).
+        driver(F::CuMemSetAccess, || unsafe { vmm::set_access(ptr, size, desc, count) })
+    }
+
+    unsafe fn cuMemGetAllocationPropertiesFromHandle(prop: *mut c_void, handle: u64) -> i32 {
+        // SAFETY: `prop` null or a writable `CUmemAllocationProp` (this export's contract).
+        driver(F::CuMemGetAllocationPropertiesFromHandle, || unsafe { vmm::properties(prop, handle) })
     }
 
     // ---- Modules and launches (modules.rs)
