@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <vector>
 #include <dlfcn.h>
+#include <unistd.h>
 #include <cuda.h>
 #include "check.h"
 
@@ -75,7 +76,9 @@ static const void *object_of(const void *p, const char **path) {
     return info.dli_fbase;
 }
 
-int main() {
+int main(int argc, char **argv) {
+    // `driver_api hold`: stop with virtual memory mapped, for a checkpoint test.
+    const bool hold = argc > 1 && std::strcmp(argv[1], "hold") == 0;
     // Entry points by name work before cuInit: that is how a runtime finds the driver.
     void *fn = nullptr;
 #if CUDA_VERSION >= 12000
@@ -290,6 +293,12 @@ int main() {
     bool fours = true;
     for (float v : vh) fours = fours && v == 4.0f;
     std::printf("a kernel and copies across two mappings: %s\n", yes(fours));
+    if (hold) {
+        std::printf("holding mappings\n");
+        std::fflush(stdout);
+        sleep(120);
+        return 0;
+    }
     CUmemAllocationProp got_prop;
     CU(cuMemGetAllocationPropertiesFromHandle(&got_prop, handles[1]));
     std::printf("a handle's properties: device %s\n", yes(got_prop.location.id == dev));

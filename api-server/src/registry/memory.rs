@@ -751,6 +751,45 @@ mod tests {
     }
 
     #[test]
+    fn program_mappings_live_in_reservations_and_are_one_range_side_by_side() {
+        let (b, s) = space(1 << 30);
+        let g = b.granularity(0);
+        assert_eq!(
+            s.reserve_range(&b, 0, g + 1, 0, 0),
+            Err(VmmError::InvalidValue),
+            "not a multiple of the granularity"
+        );
+        let va = s.reserve_range(&b, 0, 4 * g, 0, 0).unwrap();
+        assert!(va.is_multiple_of(g));
+        let other = s.alloc(&b, 0, g).unwrap();
+        assert!(other >= va + 4 * g || other + g <= va, "cudaMalloc stays out of reservations");
+        let (h0, h1) = (s.create_handle(&b, 0, g).unwrap(), s.create_handle(&b, 0, g).unwrap());
+        assert_eq!(s.map_handle(&b, va + 4 * g, g, h0), Err(VmmError::InvalidValue), "outside the reservation");
+        assert_eq!(s.map_handle(&b, va, 2 * g, h0), Err(VmmError::NotSupported), "more than the handle");
+        s.map_handle(&b, va, g, h0).unwrap();
+        assert_eq!(s.map_handle(&b, va, g, h1), Err(VmmError::InvalidValue), "over a mapping");
+        s.map_handle(&b, va + g, g, h1).unwrap();
+        assert!(s.contains(va + g - 8, 16), "across the two mappings");
+        assert!(!s.contains(va + 2 * g - 8, 16), "past the second");
+        assert_eq!(s.mapped_range_device(va, 2 * g), Some(0));
+        assert_eq!(s.mapped_range_device(va, 3 * g), None);
+        assert_eq!(s.allocated(), 3 * g);
+        assert!(s.free(&b, va).is_err(), "a mapping is unmapped, not freed");
+        assert_eq!(s.free_range(va, 4 * g), Err(VmmError::InvalidValue), "still mapped");
+        s.release_handle(h0).unwrap();
+        assert_eq!(s.handle_info(h0), Err(VmmError::InvalidValue), "released");
+        assert_eq!(s.unmap_range(&b, va, g + 1), Err(VmmError::InvalidValue), "not whole mappings");
+        assert_eq!(s.unmap_range(&b, va, 2 * g), Ok(2 * g));
+        assert_eq!(s.allocated(), g);
+        assert_eq!(s.map_handle(&b, va, g, h1), Err(VmmError::NotSupported), "its memory went with its mapping");
+        assert!(s.has_program_mappings());
+        s.release_handle(h1).unwrap();
+        s.free_range(va, 4 * g).unwrap();
+        assert!(!s.has_program_mappings());
+        assert_eq!(s.reserve_range(&b, 0, 4 * g, 0, va), Ok(va), "the range is free again, at the hint");
+    }
+
+    #[test]
     fn small_allocations_share_a_slab_and_are_aligned() {
         let (b, s) = space(1 << 30);
         let a = s.alloc(&b, 0, 4).unwrap();
