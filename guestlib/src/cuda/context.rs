@@ -25,6 +25,7 @@ use crate::runtime;
 
 /// The tag of every context handle (`0xC7C7...`), so a stray pointer is not taken for one.
 const TAG: u64 = 0xC7C7_0000_0000_0000;
+const TAG_MASK: u64 = 0xFFFF_0000_0000_0000;
 /// Primary contexts are `TAG | device + 1`; created ones count on from here.
 const FIRST_CREATED: u64 = 0x1_0000;
 
@@ -70,12 +71,10 @@ pub fn primary_handle(device: i32) -> u64 {
 
 /// The device and flags of a live context, or `CUDA_ERROR_INVALID_CONTEXT`.
 fn lookup(ctx: u64) -> Result<Context, CuError> {
-    if ctx & 0xFFFF_0000_0000_0000 != TAG || ctx == TAG {
+    if ctx & TAG_MASK != TAG || ctx == TAG {
         return Err(CuError::INVALID_CONTEXT);
     }
-    let id = ctx & !0xFFFF_0000_0000_0000;
-    if id < FIRST_CREATED {
-        let device = (id - 1) as i32;
+    if let Some(device) = primary_device(ctx) {
         let flags = with(|c| c.primary.get(&device).map_or(0, |p| p.flags));
         return Ok(Context { device, flags });
     }
@@ -93,9 +92,19 @@ pub fn current() -> Option<u64> {
 }
 
 /// The device of the thread's current context: `CUDA_ERROR_INVALID_CONTEXT` without one.
+/// A primary context's device is in its handle (no lock on the launch path).
 pub fn current_device() -> Result<i32, CuError> {
     let ctx = current().ok_or(CuError::INVALID_CONTEXT)?;
-    lookup(ctx).map(|c| c.device)
+    match primary_device(ctx) {
+        Some(device) => Ok(device),
+        None => lookup(ctx).map(|c| c.device),
+    }
+}
+
+/// The device of a primary context's handle.
+fn primary_device(ctx: u64) -> Option<i32> {
+    let id = ctx & !TAG_MASK;
+    (ctx & TAG_MASK == TAG && (1..FIRST_CREATED).contains(&id)).then(|| (id - 1) as i32)
 }
 
 /// Calls that work on the current context need one, as on NVIDIA's driver.
@@ -247,4 +256,44 @@ pub fn primary_reset(device: i32) -> Result<(), CuError> {
     runtime::set_current_device(previous);
     with(|c| c.primary.insert(device, Primary::default()));
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stack_of_current_contexts() {
+        // A fresh thread of a process that has not used the runtime: no context.
+        std::thread::spawn(|| {
+            assert_eq!(current(), None);
+            assert_eq!(current_device(), Err(CuError::INVALID_CONTEXT));
+            let (p0, p1) = (primary_handle(0), primary_handle(1));
+            push_current(p0).unwrap();
+            push_current(p1).unwrap();
+            assert_eq!(current_device(), Ok(1));
+            assert_eq!(pop_current(), Ok(p1));
+            assert_eq!(current(), Some(p0));
+            set_current(p1).unwrap();
+            assert_eq!(current(), Some(p1), "set replaces the top");
+            assert_eq!(pop_current(), Ok(p1));
+            assert_eq!(current(), None);
+            assert_eq!(pop_current(), Err(CuError::INVALID_CONTEXT));
+            set_current(p0).unwrap();
+            set_current(0).unwrap();
+            assert_eq!(current(), None, "setting NULL empties the stack");
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn handles_that_are_no_context() {
+        assert_eq!(lookup(0).map(|_| ()), Err(CuError::INVALID_CONTEXT));
+        assert_eq!(lookup(0x7fff_1234).map(|_| ()), Err(CuError::INVALID_CONTEXT), "a stray pointer");
+        assert_eq!(lookup(TAG).map(|_| ()), Err(CuError::INVALID_CONTEXT));
+        assert_eq!(lookup(TAG | (FIRST_CREATED + 999)).map(|_| ()), Err(CuError::CONTEXT_IS_DESTROYED));
+        assert_eq!(push_current(0x7fff_1234), Err(CuError::INVALID_CONTEXT));
+        assert_eq!(lookup(primary_handle(3)).map(|c| c.device), Ok(3));
+    }
 }

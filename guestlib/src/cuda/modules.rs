@@ -38,7 +38,7 @@ struct Loaded {
     /// Kernel parameter layouts of each loaded module.
     modules: HashMap<u64, Arc<HashMap<String, ParamLayout>>>,
     /// Each function handed out: its module and its layout.
-    functions: HashMap<u64, (u64, ParamLayout)>,
+    functions: HashMap<u64, (u64, Arc<ParamLayout>)>,
 }
 
 static LOADED: Mutex<Option<Loaded>> = Mutex::new(None);
@@ -172,7 +172,7 @@ pub fn function(module: u64, name: &str) -> Result<u64, CuError> {
     let layouts = with(|l| l.modules.get(&module).cloned()).ok_or(CuError::INVALID_HANDLE)?;
     let layout = layouts.get(name).cloned().ok_or(CuError::NOT_FOUND)?;
     let function = from_runtime(runtime::call(&PhosModuleGetFunctionRequest { module, name }))?.function;
-    with(|l| l.functions.insert(function, (module, layout)));
+    with(|l| l.functions.insert(function, (module, Arc::new(layout))));
     Ok(function)
 }
 
@@ -184,7 +184,8 @@ pub fn global(module: u64, name: &str) -> Result<(u64, u64), CuError> {
     Ok((r.address, r.bytes))
 }
 
-fn known(function: u64) -> Result<ParamLayout, CuError> {
+/// The layout of a function handed out (shared: a launch takes no copy of it).
+fn known(function: u64) -> Result<Arc<ParamLayout>, CuError> {
     with(|l| l.functions.get(&function).map(|(_, layout)| layout.clone())).ok_or(CuError::INVALID_HANDLE)
 }
 
