@@ -251,6 +251,28 @@ int main(int argc, char **argv) {
     bool scaled = true;
     for (int i = 0; i < n; ++i) scaled = scaled && h[i] == 6.0f * i;
     std::printf("two launches scaled by 2 then 3: %s (h[7] = %.1f)\n", yes(scaled), h[7]);
+#if CUDA_VERSION >= 12000
+    // cuLaunchKernelEx as Triton calls it: a configuration with a cluster of one block.
+    CUlaunchAttribute attr;
+    std::memset(&attr, 0, sizeof attr);
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = attr.value.clusterDim.y = attr.value.clusterDim.z = 1;
+    CUlaunchConfig config;
+    std::memset(&config, 0, sizeof config);
+    config.gridDimX = (n + 127) / 128;
+    config.gridDimY = config.gridDimZ = 1;
+    config.blockDimX = 128;
+    config.blockDimY = config.blockDimZ = 1;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    float half = 0.5f;
+    void *ex_args[] = {&d2, &half, &count};
+    CU(cuLaunchKernelEx(&config, scale, ex_args, nullptr));
+    CU(cuMemcpyDtoH(h.data(), d2, n * sizeof(float)));
+    std::printf("cuLaunchKernelEx: h[7] = %.1f\n", h[7]);
+    half = 2.0f;
+    CU(cuLaunchKernelEx(&config, scale, ex_args, nullptr));
+#endif
     std::printf("a launch with both parameter forms: %s\n",
                 name_of(cuLaunchKernel(scale, 1, 1, 1, 1, 1, 1, 0, nullptr, args, extra)));
     std::printf("a garbage image is refused: %s\n", yes(cuModuleLoadData(&module, "not a module") != CUDA_SUCCESS));

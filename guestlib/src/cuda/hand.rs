@@ -588,7 +588,7 @@ impl HandWritten for Hand {
         let block = Dim3 { x: block_x, y: block_y, z: block_z };
         // SAFETY: `kernel_params` and `extra` as the driver's contract has them.
         in_context(F::CuLaunchKernel, || unsafe {
-            modules::launch(f as u64, grid, block, shared_mem_bytes, stream as u64, kernel_params, extra)
+            modules::launch(f as u64, grid, block, shared_mem_bytes, stream as u64, kernel_params, extra, false)
         })
     }
 

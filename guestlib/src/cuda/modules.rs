@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use phos_protocol::cuda::CuError;
 use phos_protocol::cudart::{
     PhosFuncGetAttributesRequest, PhosFuncSetAttributeRequest, PhosFuncSetCacheConfigRequest,
-    PhosModuleGetFunctionRequest, PhosModuleGetGlobalRequest, PhosModuleLoadRequest, PhosModuleUnloadRequest,
-    PhosOccupancyMaxActiveBlocksRequest,
+    PhosLaunchCooperativeKernelRequest, PhosModuleGetFunctionRequest, PhosModuleGetGlobalRequest,
+    PhosModuleLoadRequest, PhosModuleUnloadRequest, PhosOccupancyMaxActiveBlocksRequest,
 };
 use phos_protocol::types::Dim3;
 use sha2::{Digest, Sha256};
@@ -297,10 +297,12 @@ unsafe fn parameters(
     Ok(params)
 }
 
-/// `cuLaunchKernel`.
+/// `cuLaunchKernel`; a cooperative launch (all blocks resident at once) waits for its answer,
+/// since a grid too large fails at launch.
 ///
 /// # Safety
 /// As [`parameters`].
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn launch(
     function: u64,
     grid: Dim3,
@@ -309,6 +311,7 @@ pub unsafe fn launch(
     stream: u64,
     kernel_params: *mut *mut c_void,
     extra: *mut *mut c_void,
+    cooperative: bool,
 ) -> Result<(), CuError> {
     let layout = known(function)?;
     if [grid.x, grid.y, grid.z, block.x, block.y, block.z].contains(&0) {
@@ -316,6 +319,18 @@ pub unsafe fn launch(
     }
     // SAFETY: as this function's contract.
     let params = unsafe { parameters(&layout, kernel_params, extra)? };
+    if cooperative {
+        let request = PhosLaunchCooperativeKernelRequest {
+            function,
+            grid,
+            block,
+            sharedMem: shared_mem,
+            stream,
+            params: &params,
+            paramSize: params.len() as u64,
+        };
+        return from_runtime(runtime::call(&request)).map(|_| ());
+    }
     from_runtime(crate::cudart::launch::send(function, grid, block, shared_mem, stream, &params))
 }
 
@@ -330,8 +345,59 @@ struct LaunchConfig {
     num_attrs: u32,
 }
 
-/// `cuLaunchKernelEx`: a launch without attributes (attributes are refused as not
-/// supported: cluster shapes, priorities and programmatic launches are not carried).
+/// `CU_LAUNCH_ATTRIBUTE_*` that a launch may carry here, and the size of a
+/// `CUlaunchAttribute` (an id padded to 8 bytes, a 64-byte value).
+mod launch_attr {
+    pub const IGNORE: u32 = 0;
+    pub const COOPERATIVE: u32 = 2;
+    pub const CLUSTER_DIMENSION: u32 = 4;
+    pub const CLUSTER_SCHEDULING_POLICY_PREFERENCE: u32 = 5;
+    pub const PROGRAMMATIC_STREAM_SERIALIZATION: u32 = 6;
+    pub const PRIORITY: u32 = 8;
+    pub const PREFERRED_SHARED_MEMORY_CARVEOUT: u32 = 14;
+    pub const SIZE: usize = 72;
+}
+
+/// Whether a launch's attributes ask for a cooperative launch. Hints a launch may ignore
+/// without changing what it computes (scheduling preferences, priority, carveout, leave to
+/// overlap with the previous kernel) are ignored; a cluster of one block is no cluster;
+/// anything else is not carried.
+///
+/// # Safety
+/// `attrs` must hold `count` `CUlaunchAttribute`s.
+unsafe fn cooperative(attrs: *const c_void, count: u32) -> Result<bool, CuError> {
+    use launch_attr::*;
+    if count > 0 && attrs.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let mut cooperative = false;
+    for i in 0..count.min(64) as usize {
+        let at = (attrs as *const u8).wrapping_add(i * SIZE);
+        // SAFETY: attribute `i` of `count` (this function's contract).
+        let raw = unsafe { (at as *const [u8; SIZE]).read_unaligned() };
+        let word = |k: usize| u32::from_ne_bytes([raw[8 + 4 * k], raw[9 + 4 * k], raw[10 + 4 * k], raw[11 + 4 * k]]);
+        match u32::from_ne_bytes([raw[0], raw[1], raw[2], raw[3]]) {
+            IGNORE
+            | CLUSTER_SCHEDULING_POLICY_PREFERENCE
+            | PROGRAMMATIC_STREAM_SERIALIZATION
+            | PRIORITY
+            | PREFERRED_SHARED_MEMORY_CARVEOUT => {}
+            COOPERATIVE => cooperative = word(0) != 0,
+            CLUSTER_DIMENSION if (0..3).all(|k| word(k) <= 1) => {}
+            other => {
+                if let Some(dropped) = phos_protocol::log_limit::GUEST_LINES.admit("cuLaunchKernelEx") {
+                    tracing::warn!(
+                        "cuLaunchKernelEx: launch attribute {other} is not supported by Phos; returning CUDA_ERROR_NOT_SUPPORTED ({dropped} earlier lines dropped)"
+                    );
+                }
+                return Err(CuError::NOT_SUPPORTED);
+            }
+        }
+    }
+    Ok(cooperative)
+}
+
+/// `cuLaunchKernelEx`: its configuration, with the attributes [`cooperative`] takes.
 ///
 /// # Safety
 /// `config` must be null or a `CUlaunchConfig`; as [`parameters`] for the rest.
@@ -346,17 +412,11 @@ pub unsafe fn launch_ex(
     }
     // SAFETY: `config` is a `CUlaunchConfig` (this function's contract).
     let c = unsafe { (config as *const LaunchConfig).read_unaligned() };
-    if c.num_attrs != 0 {
-        if let Some(dropped) = phos_protocol::log_limit::GUEST_LINES.admit("cuLaunchKernelEx") {
-            tracing::warn!(
-                "cuLaunchKernelEx: launch attributes are not supported by Phos; returning CUDA_ERROR_NOT_SUPPORTED ({dropped} earlier lines dropped)"
-            );
-        }
-        return Err(CuError::NOT_SUPPORTED);
-    }
+    // SAFETY: the configuration's attributes (this function's contract).
+    let cooperative = unsafe { cooperative(c.attrs, c.num_attrs) }?;
     let dim = |d: [u32; 3]| Dim3 { x: d[0], y: d[1], z: d[2] };
     // SAFETY: as this function's contract.
-    unsafe { launch(function, dim(c.grid), dim(c.block), c.shared_mem, c.stream, kernel_params, extra) }
+    unsafe { launch(function, dim(c.grid), dim(c.block), c.shared_mem, c.stream, kernel_params, extra, cooperative) }
 }
 
 #[cfg(test)]
@@ -365,6 +425,28 @@ mod tests {
 
     const PTX: &str = ".version 7.0\n.target sm_52\n.address_size 64\n\
         .visible .entry scale(.param .u64 p, .param .f32 f, .param .u32 n)\n{\n ret;\n}\n";
+
+    fn attribute(id: u32, words: [u32; 3]) -> [u8; launch_attr::SIZE] {
+        let mut a = [0u8; launch_attr::SIZE];
+        a[0..4].copy_from_slice(&id.to_ne_bytes());
+        for (k, w) in words.iter().enumerate() {
+            a[8 + 4 * k..12 + 4 * k].copy_from_slice(&w.to_ne_bytes());
+        }
+        a
+    }
+
+    #[test]
+    fn launch_attributes_carried_hinted_or_refused() {
+        let list = |attrs: &[[u8; launch_attr::SIZE]]| {
+            // SAFETY: `attrs.len()` attributes of the driver's layout.
+            unsafe { cooperative(attrs.as_ptr() as *const c_void, attrs.len() as u32) }
+        };
+        assert_eq!(list(&[]), Ok(false));
+        assert_eq!(list(&[attribute(launch_attr::COOPERATIVE, [1, 0, 0])]), Ok(true));
+        assert_eq!(list(&[attribute(launch_attr::CLUSTER_DIMENSION, [1, 1, 1]), attribute(8, [3, 0, 0])]), Ok(false));
+        assert_eq!(list(&[attribute(launch_attr::CLUSTER_DIMENSION, [2, 1, 1])]), Err(CuError::NOT_SUPPORTED));
+        assert_eq!(list(&[attribute(1, [0, 0, 0])]), Err(CuError::NOT_SUPPORTED), "an access policy window");
+    }
 
     #[test]
     fn ptx_images_give_their_layouts() {
