@@ -276,6 +276,34 @@ int main(int argc, char **argv) {
     std::printf("a launch with both parameter forms: %s\n",
                 name_of(cuLaunchKernel(scale, 1, 1, 1, 1, 1, 1, 0, nullptr, args, extra)));
     std::printf("a garbage image is refused: %s\n", yes(cuModuleLoadData(&module, "not a module") != CUDA_SUCCESS));
+    // The same PTX from a file: a module of its own to the program, unloaded on its own;
+    // and a cooperative launch of its kernel.
+    char ptx_path[] = "/tmp/phos-driver-api-XXXXXX";
+    int fd = mkstemp(ptx_path);
+    if (fd < 0 || write(fd, kPtx, std::strlen(kPtx)) != (ssize_t)std::strlen(kPtx)) return 1;
+    close(fd);
+    CUmodule from_file;
+    CU(cuModuleLoad(&from_file, ptx_path));
+    unlink(ptx_path);
+    CUfunction scale_again;
+    CU(cuModuleGetFunction(&scale_again, from_file, "scale"));
+    int cooperative = 0;
+    CU(cuDeviceGetAttribute(&cooperative, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, dev));
+    if (cooperative) {
+        float third = 1.0f / 3.0f;
+        // d holds 0, 1, 2...: one block of 128 threads scales the first 128 by 1/3.
+        void *coop_args[] = {&d, &third, &count};
+        CU(cuLaunchCooperativeKernel(scale_again, 1, 1, 1, 128, 1, 1, 0, nullptr, coop_args));
+        CU(cuCtxSynchronize());
+        CU(cuMemcpyDtoH(h.data(), d, n * sizeof(float)));
+    }
+    std::printf("a cooperative launch from a module loaded from a file: %s\n",
+                yes(!cooperative || (h[3] == 1.0f && h[200] == 200.0f)));
+    CU(cuModuleUnload(from_file));
+    CU(cuLaunchKernel(scale, 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr));
+    CU(cuCtxSynchronize());
+    std::printf("the first module outlives the second's unload: yes\n");
+    std::printf("a file that is not there: %s\n", name_of(cuModuleLoad(&from_file, "/nonexistent/module.ptx")));
 
     // Virtual memory management as PyTorch's expandable segments use it: a reservation, two
     // handles mapped side by side, one range of memory across them.

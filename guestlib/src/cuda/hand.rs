@@ -501,6 +501,24 @@ impl HandWritten for Hand {
         in_context(F::CuModuleLoadData, || unsafe { load_module(module, image) })
     }
 
+    unsafe fn cuModuleLoad(module: *mut *mut c_void, fname: *const c_char) -> i32 {
+        in_context(F::CuModuleLoad, || {
+            // SAFETY: `fname` null or NUL-terminated (this export's contract).
+            let path = unsafe { name(fname) }?;
+            // The image as a NUL-terminated copy (PTX is text the loader reads to its end).
+            let mut image = std::fs::read(path).map_err(|e| {
+                if let Some(dropped) = phos_protocol::log_limit::GUEST_LINES.admit("cuModuleLoad") {
+                    tracing::warn!("cuModuleLoad: cannot read {path}: {e} ({dropped} earlier lines dropped)");
+                }
+                CuError::FILE_NOT_FOUND
+            })?;
+            image.push(0);
+            // SAFETY: `module` null or writable (this export's contract); `image` a whole
+            // image of its file, terminated, alive for the call.
+            unsafe { load_module(module, image.as_ptr() as *const c_void) }
+        })
+    }
+
     unsafe fn cuModuleLoadDataEx(
         module: *mut *mut c_void,
         image: *const c_void,
@@ -589,6 +607,27 @@ impl HandWritten for Hand {
         // SAFETY: `kernel_params` and `extra` as the driver's contract has them.
         in_context(F::CuLaunchKernel, || unsafe {
             modules::launch(f as u64, grid, block, shared_mem_bytes, stream as u64, kernel_params, extra, false)
+        })
+    }
+
+    unsafe fn cuLaunchCooperativeKernel(
+        f: *mut c_void,
+        grid_x: u32,
+        grid_y: u32,
+        grid_z: u32,
+        block_x: u32,
+        block_y: u32,
+        block_z: u32,
+        shared_mem_bytes: u32,
+        stream: *mut c_void,
+        kernel_params: *mut *mut c_void,
+    ) -> i32 {
+        let grid = Dim3 { x: grid_x, y: grid_y, z: grid_z };
+        let block = Dim3 { x: block_x, y: block_y, z: block_z };
+        let none = std::ptr::null_mut();
+        // SAFETY: `kernel_params` as the driver's contract has it.
+        in_context(F::CuLaunchCooperativeKernel, || unsafe {
+            modules::launch(f as u64, grid, block, shared_mem_bytes, stream as u64, kernel_params, none, true)
         })
     }
 

@@ -35,8 +35,9 @@ const PARAM_BUFFER_SIZE: usize = 2;
 
 #[derive(Default)]
 struct Loaded {
-    /// Kernel parameter layouts of each loaded module.
-    modules: HashMap<u64, Arc<HashMap<String, ParamLayout>>>,
+    /// Kernel parameter layouts of each loaded module, and how many loads it stands for (the
+    /// server loads an image once per content and hands out the same module again).
+    modules: HashMap<u64, (Arc<HashMap<String, ParamLayout>>, u32)>,
     /// Each function handed out: its module and its layout.
     functions: HashMap<u64, (u64, Arc<ParamLayout>)>,
 }
@@ -156,20 +157,33 @@ pub unsafe fn load(image: *const c_void) -> Result<u64, CuError> {
         digest: digest.as_slice(),
     }))?
     .module;
-    with(|l| l.modules.insert(module, Arc::new(kernels)));
+    with(|l| l.modules.entry(module).or_insert_with(|| (Arc::new(kernels), 0)).1 += 1);
     Ok(module)
 }
 
 pub fn unload(module: u64) -> Result<(), CuError> {
-    if with(|l| l.modules.remove(&module)).is_none() {
-        return Err(CuError::INVALID_HANDLE);
+    // The same image loaded twice is one module: it goes with its last unload.
+    let last = with(|l| match l.modules.get_mut(&module) {
+        None => Err(CuError::INVALID_HANDLE),
+        Some((_, loads)) if *loads > 1 => {
+            *loads -= 1;
+            Ok(false)
+        }
+        Some(_) => {
+            l.modules.remove(&module);
+            Ok(true)
+        }
+    })?;
+    if !last {
+        return Ok(());
     }
     with(|l| l.functions.retain(|_, (m, _)| *m != module));
     from_runtime(runtime::call(&PhosModuleUnloadRequest { module })).map(|_| ())
 }
 
 pub fn function(module: u64, name: &str) -> Result<u64, CuError> {
-    let layouts = with(|l| l.modules.get(&module).cloned()).ok_or(CuError::INVALID_HANDLE)?;
+    let layouts =
+        with(|l| l.modules.get(&module).map(|(layouts, _)| layouts.clone())).ok_or(CuError::INVALID_HANDLE)?;
     let layout = layouts.get(name).cloned().ok_or(CuError::NOT_FOUND)?;
     let function = from_runtime(runtime::call(&PhosModuleGetFunctionRequest { module, name }))?.function;
     with(|l| l.functions.insert(function, (module, Arc::new(layout))));
