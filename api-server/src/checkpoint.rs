@@ -453,6 +453,12 @@ impl Session {
         progress: &Progress,
         bounds: &Bounds,
     ) -> Result<CheckpointSummary, CrError> {
+        if self.objects.memory.has_program_mappings() {
+            return Err(CrError::NotCheckpointable {
+                session: self.id,
+                what: "it uses the driver API's virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap), which checkpoints do not hold yet".into(),
+            });
+        }
         let cancelled = || bounds.cancel.is_cancelled();
         let within = Within { deadline: Instant::now() + bounds.quiesce_timeout, cancelled: &cancelled };
         let target = Checkpointing { session: self, meta };

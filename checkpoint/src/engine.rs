@@ -88,6 +88,12 @@ pub enum CrError {
     ValidationMissed { session: u64, addr: u64 },
     #[error("session {session}: the copy-on-write checkpoint stopped: {why}")]
     CopyOnWrite { session: u64, why: String },
+    /// The session holds state checkpoints do not carry yet; nothing was written, and the
+    /// session carries on.
+    #[error(
+        "session {session}: cannot be checkpointed: {what}; nothing was written, and the session carries on as it was"
+    )]
+    NotCheckpointable { session: u64, what: String },
 }
 
 impl CrError {

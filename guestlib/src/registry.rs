@@ -233,7 +233,7 @@ impl Module {
     }
 }
 
-fn kernel_layouts(container: &[u8]) -> Result<HashMap<String, ParamLayout>, String> {
+pub(crate) fn kernel_layouts(container: &[u8]) -> Result<HashMap<String, ParamLayout>, String> {
     let fatbin = phos_fatbin::FatBinary::parse(container).map_err(|e| e.to_string())?;
     let mut out: HashMap<String, ParamLayout> = HashMap::new();
     let mut ptx_texts = Vec::new();
@@ -242,11 +242,8 @@ fn kernel_layouts(container: &[u8]) -> Result<HashMap<String, ParamLayout>, Stri
         match entry.kind {
             phos_fatbin::EntryKind::Cubin => {
                 let elf = entry.payload().map_err(|e| e.to_string())?;
-                for k in phos_fatbin::cubin::kernels(&elf[..]).map_err(|e| e.to_string())? {
-                    out.entry(k.name.clone()).or_insert_with(|| ParamLayout {
-                        buffer_size: k.buffer_size as usize,
-                        params: k.params.iter().map(|p| (usize::from(p.offset), usize::from(p.size))).collect(),
-                    });
+                for (name, layout) in cubin_layouts(&elf)? {
+                    out.entry(name).or_insert(layout);
                 }
             }
             phos_fatbin::EntryKind::Ptx => {
@@ -265,8 +262,23 @@ fn kernel_layouts(container: &[u8]) -> Result<HashMap<String, ParamLayout>, Stri
     Ok(out)
 }
 
+/// Parameter layouts from a cubin's `.nv.info`.
+pub(crate) fn cubin_layouts(elf: &[u8]) -> Result<Vec<(String, ParamLayout)>, String> {
+    Ok(phos_fatbin::cubin::kernels(elf)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|k| {
+            let layout = ParamLayout {
+                buffer_size: k.buffer_size as usize,
+                params: k.params.iter().map(|p| (usize::from(p.offset), usize::from(p.size))).collect(),
+            };
+            (k.name, layout)
+        })
+        .collect())
+}
+
 /// Parameter layouts from PTX `.entry` signatures.
-fn ptx_layouts(text: &str) -> Result<Vec<(String, ParamLayout)>, String> {
+pub(crate) fn ptx_layouts(text: &str) -> Result<Vec<(String, ParamLayout)>, String> {
     Ok(phos_ptx::parse_signatures(text)
         .map_err(|e| e.to_string())?
         .into_iter()

@@ -226,6 +226,10 @@ thread_local! {
     static LAST_ERROR: Cell<i32> = const { Cell::new(0) };
     static CURRENT_DEVICE: Cell<i32> = const { Cell::new(0) };
     static WITHOUT_BARRIERS: Cell<bool> = const { Cell::new(false) };
+    /// Whether this thread has called the runtime API (not counting the driver API's own use
+    /// of it), and whether a driver API call is using it right now.
+    static RUNTIME_HERE: Cell<bool> = const { Cell::new(false) };
+    static BRIDGING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// This thread's synchronous calls do not wait for other threads' async calls (no barrier).
@@ -807,6 +811,42 @@ pub fn driver_initialized() -> bool {
 
 pub fn set_driver_initialized() {
     DRIVER_INITIALIZED.store(true, Ordering::Relaxed);
+}
+
+/// Whether the process has called the runtime API, which keeps the primary context of its
+/// device, as NVIDIA's runtime does.
+static RUNTIME_USED: AtomicBool = AtomicBool::new(false);
+
+/// A runtime API call: the thread has its device's primary context current from now on,
+/// unless it set a context of its own (driver API). Calls the driver API makes through the
+/// runtime's functions ([`bridged`]) do not count.
+pub fn note_runtime_call() {
+    if BRIDGING.try_with(Cell::get).unwrap_or(false) {
+        return;
+    }
+    let _ = RUNTIME_HERE.try_with(|r| r.set(true));
+    if !RUNTIME_USED.load(Ordering::Relaxed) {
+        RUNTIME_USED.store(true, Ordering::Relaxed);
+    }
+}
+
+pub fn runtime_used() -> bool {
+    RUNTIME_USED.load(Ordering::Relaxed)
+}
+
+pub fn runtime_used_on_this_thread() -> bool {
+    RUNTIME_HERE.try_with(Cell::get).unwrap_or(false)
+}
+
+/// Run `f`, a driver API function's use of the runtime's, with the thread's last runtime
+/// error left as it was (the driver API does not touch it).
+pub fn bridged<T>(f: impl FnOnce() -> T) -> T {
+    let saved = peek_last_error();
+    let was = BRIDGING.try_with(|b| b.replace(true)).unwrap_or(false);
+    let r = f();
+    let _ = BRIDGING.try_with(|b| b.set(was));
+    let _ = LAST_ERROR.try_with(|l| l.set(saved));
+    r
 }
 
 /// Run one exported function: a panic becomes `internal` (it must never unwind into C).

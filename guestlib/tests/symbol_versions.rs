@@ -361,7 +361,7 @@ int main(int argc, char **argv) {
     name_fn name = (name_fn)dlsym(h, "cuGetErrorName"), text = (name_fn)dlsym(h, "cuGetErrorString");
     int (*get)(int *, int) = (int (*)(int *, int))dlsym(h, "cuDeviceGet");
     int (*init)(unsigned) = (int (*)(unsigned))dlsym(h, "cuInit");
-    int (*ctx)(void **, unsigned, int) = (int (*)(void **, unsigned, int))dlsym(h, "cuCtxCreate_v2");
+    int (*graph)(void **, unsigned) = (int (*)(void **, unsigned))dlsym(h, "cuGraphCreate");
     const char *s = 0;
     int r = name(1, &s);
     printf("%d %s\n", r, s);
@@ -377,9 +377,9 @@ int main(int argc, char **argv) {
     printf("%d\n", init(1));
     printf("%d\n", init(0));
     printf("%d\n", get(&d, 0));
-    void *c = 0;
-    int first = ctx(&c, 0, 0);
-    printf("%d %d\n", first, ctx(&c, 0, 0));
+    void *g = 0;
+    int first = graph(&g, 0);
+    printf("%d %d\n", first, graph(&g, 0));
     return 0;
 }
 "#,
@@ -412,7 +412,7 @@ int main(int argc, char **argv) {
         "801 801",
     ];
     assert_eq!(stdout.lines().collect::<Vec<_>>(), expected, "stderr:\n{stderr}");
-    let unsupported = "cuCtxCreate_v2 is not supported by Phos; returning CUDA_ERROR_NOT_SUPPORTED";
+    let unsupported = "cuGraphCreate is not supported by Phos; returning CUDA_ERROR_NOT_SUPPORTED";
     assert_eq!(stderr.matches(unsupported).count(), 1, "logged once, by name:\n{stderr}");
 }
 

@@ -109,3 +109,13 @@ impl<S: ApiStatus> From<EvalError> for Rejection<S> {
         Rejection::Invalid(S::INVALID_VALUE, "size or offset out of range")
     }
 }
+
+/// A runtime status as the driver API says it. The two APIs share their numbers for what they
+/// both have (`cudaErrorInvalidDevice` is `CUDA_ERROR_INVALID_DEVICE`, 101); a runtime error
+/// the driver has no code for (`cudaErrorInvalidDevicePointer`) is an invalid value to it.
+/// Used wherever a driver function runs a runtime one: the server's driver methods and the
+/// guest's driver functions composed over the runtime's.
+pub fn driver_status(e: CudaError) -> crate::cuda::CuError {
+    use crate::cuda::{CuError, ERRORS};
+    if ERRORS.iter().any(|d| d.code == i64::from(e.0)) { CuError(e.0) } else { CuError::INVALID_VALUE }
+}

@@ -583,3 +583,25 @@ fn a_store_through_a_pointer_in_memory_is_caught_during_a_concurrent_checkpoint(
     let (_, _, target) = memory.iter().find(|r| r.1 == 4096).expect("the word written through the pointer");
     assert_eq!(u32::from_le_bytes(target[..4].try_into().unwrap()) as u64, step, "the image is torn");
 }
+
+/// A session that maps memory of its own through the driver API's virtual memory management
+/// is refused a checkpoint, with a message that names it, and carries on.
+#[test]
+fn a_session_with_program_mappings_is_refused_a_checkpoint() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "driver_api", &["-arch=sm_70", "-lcuda"]);
+    let router = TestRouter::start("emu");
+    let mut guest = start_guest(&router, &exe, &["hold"]);
+    let mut out = BufReader::new(guest.stdout.take().unwrap());
+    read_until(&mut out, "holding mappings");
+    let id = session_id(&router);
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("image");
+    let ck = phosctl(&router, &["checkpoint", &id.to_string(), "--out", &image.display().to_string()]);
+    let stderr = String::from_utf8_lossy(&ck.stderr);
+    assert!(!ck.status.success(), "the checkpoint must be refused: {stderr}");
+    assert!(stderr.contains("virtual memory management"), "names why: {stderr}");
+    assert!(router.router.sessions().iter().any(|s| s.id == id), "the session carries on");
+    let _ = guest.kill();
+    let _ = guest.wait();
+}

@@ -86,7 +86,8 @@ fn a_call_is_charged_by_its_api() {
     let session = g.welcome.session;
     let id = FunctionId::CudaMalloc as u32;
     let driver_function = cuda::FunctionId::from_u32(id).expect("the driver API has a function of cudaMalloc's id");
-    assert_eq!(driver_function.info().exec, phos_protocol::spec::Exec::Unsupported, "{}", driver_function.name());
+    // Not a function the server carries (the guest library implements it, or nobody does).
+    assert_ne!(driver_function.info().exec, phos_protocol::spec::Exec::Remote, "{}", driver_function.name());
     let request = phos_protocol::encode(&CudaMallocRequest { size: 128 << 20 });
     let r = g.call_raw_api(cuda::API_ID, id, session, &request).unwrap();
     assert_eq!(r.status, cuda::NOT_SUPPORTED.0, "{} is answered by the server", driver_function.name());

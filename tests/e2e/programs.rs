@@ -95,7 +95,7 @@ fn every_program_is_tested() {
 }
 
 /// Programs with a test of their own below.
-const TESTED_APART: &[&str] = &["runtime_and_driver", "rewriter"];
+const TESTED_APART: &[&str] = &["runtime_and_driver", "rewriter", "driver_api"];
 
 /// A program of both the runtime and the driver API (linked with `-lcuda`, so the loader
 /// reaches the guest library first as `libcuda.so.1`, then as `libcudart.so.11.0`): it prints
@@ -124,6 +124,29 @@ fn runtime_and_driver() {
         log.lines().filter(|l| l.contains("session started") && l.contains("runtime_and_driver")).collect();
     assert_eq!(sessions.len(), 1, "one session for the program's two APIs:\n{log}");
     assert!(sessions[0].contains("abi=11"), "the runtime ABI it was built for: {}", sessions[0]);
+}
+
+/// The driver API as frameworks call it (entry points by name, the primary context and the
+/// context stack, memory, memsets, a PTX module launched with both parameter forms, streams
+/// and events shared with the runtime) prints what it prints natively, and the runtime's
+/// `cudaGetDriverEntryPoint` answers with Phos's own function: its address lies in Phos's
+/// library, never in NVIDIA's.
+#[test]
+fn driver_api() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "driver_api", &["-arch=sm_70", "-lcuda"]);
+    let out = phos_run_over("emu", "shm", &exe, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert_eq!(stdout, expected("driver_api"), "output differs from the native run\nstderr:\n{stderr}");
+    let line = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("cudaGetDriverEntryPoint(cuMemAlloc) lies in "))
+        .unwrap_or_else(|| panic!("the program names where the entry point lies:\n{stderr}"));
+    let lies_in = std::fs::canonicalize(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+    let phos = std::fs::canonicalize(phos_tests::built("libphos_guest.so")).unwrap();
+    assert_eq!(lies_in, phos, "the driver entry point must be Phos's own");
 }
 
 #[test]

@@ -39,6 +39,9 @@ enum BlockKind {
     Whole,
     /// Shared by small allocations: free runs by offset, and bytes in use.
     Slab { free: BTreeMap<u64, u64>, used: u64 },
+    /// A mapping of the driver API's virtual memory management (`cuMemMap`) of physical
+    /// handle `handle`, inside one of the program's reservations.
+    Mapped { handle: u64 },
 }
 
 #[derive(Debug)]
@@ -78,9 +81,72 @@ struct Inner {
     /// The dirty log: by the start of each allocation and external range, the round in
     /// which it was last written (or made).
     written: BTreeMap<u64, AtomicU64>,
+    /// Address ranges the program reserved (`cuMemAddressReserve`): start -> length. They are
+    /// out of `holes`; mappings live inside them.
+    reservations: BTreeMap<u64, u64>,
+    /// Physical memory handles (`cuMemCreate`), by handle.
+    handles: BTreeMap<u64, PhysicalHandle>,
+    next_handle: u64,
 }
 
+/// A `CUmemGenericAllocationHandle`: physical memory of `size` bytes of `device`. Phos backs
+/// it when it is mapped (one mapping at a time, once: the memory is the mapping's) and gives
+/// the memory back when it is unmapped.
+#[derive(Debug, Clone, Copy)]
+struct PhysicalHandle {
+    size: u64,
+    device: i32,
+    /// Where it is mapped now.
+    mapped_at: Option<u64>,
+    /// Whether it was mapped before (its memory went with that mapping).
+    was_mapped: bool,
+    /// `cuMemRelease`d: it goes once unmapped.
+    released: bool,
+}
+
+/// What the virtual memory calls refuse, in the driver's terms (the service maps them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum VmmError {
+    #[error("invalid value")]
+    InvalidValue,
+    #[error("out of memory")]
+    OutOfMemory,
+    #[error("not supported by Phos")]
+    NotSupported,
+    #[error("device: {0:?}")]
+    Device(CudaError),
+}
+
+/// Handles of physical memory, tagged so that a stray number is not taken for one.
+const HANDLE_TAG: u64 = 0x9E00_0000_0000_0000;
+
 impl Inner {
+    fn is_mapping(&self, block: u64) -> bool {
+        self.blocks.get(&block).is_some_and(|b| matches!(b.kind, BlockKind::Mapped { .. }))
+    }
+
+    /// Unmap the mapping at `start` (its allocation and block), giving its memory back; its
+    /// handle goes too if it was released. Returns the bytes freed.
+    fn unmap_one(&mut self, backend: &dyn VirtualMemory, start: u64) -> Result<u64, CudaError> {
+        let Some(block) = self.blocks.remove(&start) else { return Ok(0) };
+        let BlockKind::Mapped { handle } = block.kind else {
+            self.blocks.insert(start, block);
+            return Err(CudaError::InvalidValue);
+        };
+        if let Some(a) = self.allocations.remove(&start) {
+            self.allocated -= a.size;
+        }
+        self.written.remove(&start);
+        if let Some(h) = self.handles.get_mut(&handle) {
+            h.mapped_at = None;
+            if h.released {
+                self.handles.remove(&handle);
+            }
+        }
+        backend.unmap(start, block.len, block.physical)?;
+        Ok(block.len)
+    }
+
     fn add(&mut self, a: Allocation, round: u64) {
         self.allocations.insert(a.addr, a);
         self.written.insert(a.addr, AtomicU64::new(round));
@@ -340,12 +406,16 @@ impl AddressSpace {
     pub fn free(&self, backend: &dyn VirtualMemory, addr: u64) -> Result<Allocation, CudaError> {
         let mut g = self.inner.write();
         let inner = &mut *g;
+        // A mapping of the program's is unmapped, not freed (cudaFree refuses it).
+        if inner.is_mapping(addr) {
+            return Err(CudaError::InvalidValue);
+        }
         let a = inner.allocations.remove(&addr).ok_or(CudaError::InvalidValue)?;
         inner.written.remove(&addr);
         inner.allocated -= a.size;
         let block = inner.blocks.get_mut(&a.block).expect("allocation's block");
         let release = match &mut block.kind {
-            BlockKind::Whole => true,
+            BlockKind::Whole | BlockKind::Mapped { .. } => true,
             BlockKind::Slab { free, used } => {
                 coalesce_insert(free, a.addr - a.block, a.span);
                 *used -= a.span;
@@ -366,7 +436,30 @@ impl AddressSpace {
             let g = self.inner.read();
             g.allocations.values().filter(|a| device.is_none_or(|d| a.device == d)).map(|a| a.addr).collect()
         };
-        addrs.into_iter().filter_map(|a| self.free(backend, a).ok()).collect()
+        let mut freed = Vec::new();
+        for addr in addrs {
+            let mapping = {
+                let mut g = self.inner.write();
+                let a = g.allocations.get(&addr).copied();
+                if g.is_mapping(addr) {
+                    let _ = g.unmap_one(backend, addr);
+                    a
+                } else {
+                    None
+                }
+            };
+            freed.extend(mapping.or_else(|| self.free(backend, addr).ok()));
+        }
+        if device.is_none() {
+            // The session's end: its reservations and handles go too.
+            let mut g = self.inner.write();
+            let inner = &mut *g;
+            for (start, len) in std::mem::take(&mut inner.reservations) {
+                coalesce_insert(&mut inner.holes, start, len);
+            }
+            inner.handles.clear();
+        }
+        freed
     }
 
     /// Live allocations, by address.
@@ -435,8 +528,190 @@ impl AddressSpace {
         let g = self.inner.read();
         let inside =
             |m: &BTreeMap<u64, u64>| m.range(..=addr).next_back().is_some_and(|(&start, &size)| end <= start + size);
-        let in_alloc = g.allocations.range(..=addr).next_back().is_some_and(|(_, a)| end <= a.addr + a.size);
-        in_alloc || inside(&g.external)
+        let Some((_, first)) = g.allocations.range(..=addr).next_back().filter(|(_, a)| addr < a.addr + a.size.max(1))
+        else {
+            return inside(&g.external);
+        };
+        // Mappings side by side in a reservation are one range of memory, as on a GPU.
+        let mut reached = first.addr + first.size;
+        while reached < end && g.is_mapping(first.block) {
+            match g.allocations.get(&reached) {
+                Some(next) if g.is_mapping(next.block) => reached = next.addr + next.size,
+                _ => break,
+            }
+        }
+        end <= reached
+    }
+
+    /// Reserve `size` bytes of address space for the program's own mappings, at `hint` when
+    /// that is free, else anywhere, aligned to `alignment` (0: the granularity).
+    pub fn reserve_range(
+        &self,
+        backend: &dyn VirtualMemory,
+        device: i32,
+        size: u64,
+        alignment: u64,
+        hint: u64,
+    ) -> Result<u64, VmmError> {
+        let gran = backend.granularity(device).max(ALIGNMENT);
+        if size == 0 || !size.is_multiple_of(gran) || (alignment != 0 && !alignment.is_power_of_two()) {
+            return Err(VmmError::InvalidValue);
+        }
+        let align = alignment.max(gran);
+        let mut g = self.inner.write();
+        let inner = &mut *g;
+        if inner.reservations.len() >= self.max_allocations {
+            return Err(VmmError::OutOfMemory);
+        }
+        let at = if hint != 0 && hint.is_multiple_of(align) && take_exact(&mut inner.holes, hint, size) {
+            hint
+        } else {
+            take_first_fit(&mut inner.holes, size, align).ok_or(VmmError::OutOfMemory)?
+        };
+        inner.reservations.insert(at, size);
+        Ok(at)
+    }
+
+    /// Give a reservation back whole; nothing may be mapped in it.
+    pub fn free_range(&self, addr: u64, size: u64) -> Result<(), VmmError> {
+        let mut g = self.inner.write();
+        let inner = &mut *g;
+        if inner.reservations.get(&addr) != Some(&size) {
+            return Err(VmmError::InvalidValue);
+        }
+        if inner.blocks.range(addr..addr + size).next().is_some() {
+            return Err(VmmError::InvalidValue);
+        }
+        inner.reservations.remove(&addr);
+        coalesce_insert(&mut inner.holes, addr, size);
+        Ok(())
+    }
+
+    /// A handle of `size` bytes of `device`'s memory (a multiple of the granularity).
+    pub fn create_handle(&self, backend: &dyn VirtualMemory, device: i32, size: u64) -> Result<u64, VmmError> {
+        let gran = backend.granularity(device).max(ALIGNMENT);
+        if size == 0 || !size.is_multiple_of(gran) || size > self.size {
+            return Err(VmmError::InvalidValue);
+        }
+        let mut g = self.inner.write();
+        if g.handles.len() >= self.max_allocations {
+            return Err(VmmError::OutOfMemory);
+        }
+        g.next_handle += 1;
+        let handle = HANDLE_TAG | g.next_handle;
+        g.handles.insert(handle, PhysicalHandle { size, device, mapped_at: None, was_mapped: false, released: false });
+        Ok(handle)
+    }
+
+    /// `cuMemRelease`: the handle goes now, or when its mapping is unmapped.
+    pub fn release_handle(&self, handle: u64) -> Result<(), VmmError> {
+        let mut g = self.inner.write();
+        let h = g.handles.get_mut(&handle).filter(|h| !h.released).ok_or(VmmError::InvalidValue)?;
+        if h.mapped_at.is_some() {
+            h.released = true;
+        } else {
+            g.handles.remove(&handle);
+        }
+        Ok(())
+    }
+
+    /// The size and device of a live handle.
+    pub fn handle_info(&self, handle: u64) -> Result<(u64, i32), VmmError> {
+        let g = self.inner.read();
+        let h = g.handles.get(&handle).filter(|h| !h.released).ok_or(VmmError::InvalidValue)?;
+        Ok((h.size, h.device))
+    }
+
+    /// Map `handle` (all of it: `size` is its size) at `addr`, inside one reservation and
+    /// over nothing mapped. Its memory is then an allocation of the session like any other.
+    pub fn map_handle(&self, backend: &dyn VirtualMemory, addr: u64, size: u64, handle: u64) -> Result<(), VmmError> {
+        let mut g = self.inner.write();
+        let inner = &mut *g;
+        let h = *inner.handles.get(&handle).filter(|h| !h.released).ok_or(VmmError::InvalidValue)?;
+        if size != h.size {
+            // Part of a handle, at an offset: not carried.
+            return Err(VmmError::NotSupported);
+        }
+        if h.mapped_at.is_some() || h.was_mapped {
+            // One mapping of a handle at a time, once (see PhysicalHandle).
+            return Err(VmmError::NotSupported);
+        }
+        let end = addr.checked_add(size).ok_or(VmmError::InvalidValue)?;
+        let gran = backend.granularity(h.device).max(ALIGNMENT);
+        let in_reservation =
+            inner.reservations.range(..=addr).next_back().is_some_and(|(&start, &len)| end <= start + len);
+        if !addr.is_multiple_of(gran) || !in_reservation {
+            return Err(VmmError::InvalidValue);
+        }
+        let overlaps = inner.blocks.range(..end).next_back().is_some_and(|(&start, b)| start + b.len > addr);
+        if overlaps {
+            return Err(VmmError::InvalidValue);
+        }
+        if inner.allocations.len() >= self.max_allocations {
+            return Err(VmmError::OutOfMemory);
+        }
+        let physical = backend.map(h.device, addr, size).map_err(|e| match e {
+            CudaError::MemoryAllocation => VmmError::OutOfMemory,
+            e => VmmError::Device(e),
+        })?;
+        inner.blocks.insert(addr, Block { len: size, device: h.device, physical, kind: BlockKind::Mapped { handle } });
+        let round = self.round.load(Ordering::Relaxed);
+        inner.add(Allocation { addr, size, device: h.device, block: addr, span: size }, round);
+        if let Some(h) = inner.handles.get_mut(&handle) {
+            h.mapped_at = Some(addr);
+            h.was_mapped = true;
+        }
+        Ok(())
+    }
+
+    /// Unmap every mapping in `[addr, addr + size)`, which they must cover exactly.
+    pub fn unmap_range(&self, backend: &dyn VirtualMemory, addr: u64, size: u64) -> Result<u64, VmmError> {
+        let end = addr.checked_add(size).ok_or(VmmError::InvalidValue)?;
+        let mut g = self.inner.write();
+        let inner = &mut *g;
+        let mut covered = addr;
+        let mut starts = Vec::new();
+        for (&start, b) in inner.blocks.range(addr..end) {
+            if start != covered || !matches!(b.kind, BlockKind::Mapped { .. }) {
+                return Err(VmmError::InvalidValue);
+            }
+            covered = start + b.len;
+            starts.push(start);
+        }
+        if size == 0 || covered != end {
+            return Err(VmmError::InvalidValue);
+        }
+        let mut freed = 0;
+        for start in starts {
+            freed += inner.unmap_one(backend, start).map_err(VmmError::Device)?;
+        }
+        Ok(freed)
+    }
+
+    /// The device of the mappings that cover `[addr, addr + size)` side by side; `None` when
+    /// something else (or nothing) is there.
+    pub fn mapped_range_device(&self, addr: u64, size: u64) -> Option<i32> {
+        let end = addr.checked_add(size)?;
+        let g = self.inner.read();
+        let (&first, _) = g.blocks.range(..=addr).next_back()?;
+        let mut covered = first;
+        let mut device = None;
+        for (&start, b) in g.blocks.range(first..end) {
+            let BlockKind::Mapped { .. } = b.kind else { return None };
+            if start != covered || device.is_some_and(|d| d != b.device) {
+                return None;
+            }
+            device = Some(b.device);
+            covered = start + b.len;
+        }
+        (size > 0 && covered >= end).then_some(device).flatten()
+    }
+
+    /// Whether the program has reservations or physical handles of its own (the driver API's
+    /// virtual memory management), which checkpoints do not hold yet.
+    pub fn has_program_mappings(&self) -> bool {
+        let g = self.inner.read();
+        !g.reservations.is_empty() || !g.handles.is_empty()
     }
 }
 
@@ -485,6 +760,45 @@ mod tests {
         let base = 0x5100_0000_0000 + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) * (1 << 36);
         let s = AddressSpace::reserve(&backend, base, size, 1 << 20).unwrap();
         (backend, s)
+    }
+
+    #[test]
+    fn program_mappings_live_in_reservations_and_are_one_range_side_by_side() {
+        let (b, s) = space(1 << 30);
+        let g = b.granularity(0);
+        assert_eq!(
+            s.reserve_range(&b, 0, g + 1, 0, 0),
+            Err(VmmError::InvalidValue),
+            "not a multiple of the granularity"
+        );
+        let va = s.reserve_range(&b, 0, 4 * g, 0, 0).unwrap();
+        assert!(va.is_multiple_of(g));
+        let other = s.alloc(&b, 0, g).unwrap();
+        assert!(other >= va + 4 * g || other + g <= va, "cudaMalloc stays out of reservations");
+        let (h0, h1) = (s.create_handle(&b, 0, g).unwrap(), s.create_handle(&b, 0, g).unwrap());
+        assert_eq!(s.map_handle(&b, va + 4 * g, g, h0), Err(VmmError::InvalidValue), "outside the reservation");
+        assert_eq!(s.map_handle(&b, va, 2 * g, h0), Err(VmmError::NotSupported), "more than the handle");
+        s.map_handle(&b, va, g, h0).unwrap();
+        assert_eq!(s.map_handle(&b, va, g, h1), Err(VmmError::InvalidValue), "over a mapping");
+        s.map_handle(&b, va + g, g, h1).unwrap();
+        assert!(s.contains(va + g - 8, 16), "across the two mappings");
+        assert!(!s.contains(va + 2 * g - 8, 16), "past the second");
+        assert_eq!(s.mapped_range_device(va, 2 * g), Some(0));
+        assert_eq!(s.mapped_range_device(va, 3 * g), None);
+        assert_eq!(s.allocated(), 3 * g);
+        assert!(s.free(&b, va).is_err(), "a mapping is unmapped, not freed");
+        assert_eq!(s.free_range(va, 4 * g), Err(VmmError::InvalidValue), "still mapped");
+        s.release_handle(h0).unwrap();
+        assert_eq!(s.handle_info(h0), Err(VmmError::InvalidValue), "released");
+        assert_eq!(s.unmap_range(&b, va, g + 1), Err(VmmError::InvalidValue), "not whole mappings");
+        assert_eq!(s.unmap_range(&b, va, 2 * g), Ok(2 * g));
+        assert_eq!(s.allocated(), g);
+        assert_eq!(s.map_handle(&b, va, g, h1), Err(VmmError::NotSupported), "its memory went with its mapping");
+        assert!(s.has_program_mappings());
+        s.release_handle(h1).unwrap();
+        s.free_range(va, 4 * g).unwrap();
+        assert!(!s.has_program_mappings());
+        assert_eq!(s.reserve_range(&b, 0, 4 * g, 0, va), Ok(va), "the range is free again, at the hint");
     }
 
     #[test]

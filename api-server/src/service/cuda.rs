@@ -5,19 +5,14 @@
 
 use phos_protocol::apis::Function;
 use phos_protocol::cuda::*;
-use phos_protocol::cudart::{CudaError, CudaStreamSynchronizeRequest};
+use phos_protocol::cudart::CudaStreamSynchronizeRequest;
+use phos_protocol::error::driver_status;
 use phos_protocol::spec::CallAccess;
 
 use super::{CallCx, Session};
 use crate::dispatch::cuda::CudaService;
 use crate::dispatch::cudart::CudartService;
-
-/// A runtime status as the driver API says it. The two APIs share their numbers for what they
-/// both have (`cudaErrorInvalidDevice` is `CUDA_ERROR_INVALID_DEVICE`, 101); a runtime error
-/// the driver has no code for (`cudaErrorInvalidDevicePointer`) is an invalid value to it.
-fn driver_status(e: CudaError) -> CuError {
-    if ERRORS.iter().any(|d| d.code == i64::from(e.0)) { CuError(e.0) } else { CuError::INVALID_VALUE }
-}
+use crate::registry::memory::VmmError;
 
 impl CudaService for Session {
     type Cx = CallCx;
@@ -104,6 +99,119 @@ impl CudaService for Session {
             .map_err(driver_status)?;
         Ok(CuStreamSynchronizeReply {})
     }
+
+    fn cu_mem_get_address_range_v2(
+        &self,
+        _: &CallCx,
+        req: CuMemGetAddressRangeV2Request,
+    ) -> Result<CuMemGetAddressRangeV2Reply, CuError> {
+        // An allocation or a module variable; anything else is not the session's memory.
+        let range = self.objects.memory.view().region(req.dptr).ok_or(CuError::NOT_FOUND)?;
+        Ok(CuMemGetAddressRangeV2Reply { pbase: range.start, psize: range.end - range.start })
+    }
+
+    fn cu_mem_address_reserve(
+        &self,
+        cx: &CallCx,
+        req: CuMemAddressReserveRequest,
+    ) -> Result<CuMemAddressReserveReply, CuError> {
+        let ptr = self
+            .objects
+            .memory
+            .reserve_range(self.backend(), cx.device, req.size, req.alignment, req.addr)
+            .map_err(vmm_status(FunctionId::CuMemAddressReserve))?;
+        Ok(CuMemAddressReserveReply { ptr })
+    }
+
+    fn cu_mem_address_free(&self, _: &CallCx, req: CuMemAddressFreeRequest) -> Result<CuMemAddressFreeReply, CuError> {
+        self.objects.memory.free_range(req.ptr, req.size).map_err(vmm_status(FunctionId::CuMemAddressFree))?;
+        Ok(CuMemAddressFreeReply {})
+    }
+
+    fn phos_mem_create(&self, _: &CallCx, req: PhosMemCreateRequest) -> Result<PhosMemCreateReply, CuError> {
+        self.check_device(req.device).map_err(driver_status)?;
+        let handle = self
+            .objects
+            .memory
+            .create_handle(self.backend(), req.device, req.size)
+            .map_err(vmm_status(FunctionId::CuMemCreate))?;
+        Ok(PhosMemCreateReply { handle })
+    }
+
+    fn cu_mem_release(&self, _: &CallCx, req: CuMemReleaseRequest) -> Result<CuMemReleaseReply, CuError> {
+        self.objects.memory.release_handle(req.handle).map_err(vmm_status(FunctionId::CuMemRelease))?;
+        Ok(CuMemReleaseReply {})
+    }
+
+    fn cu_mem_map(&self, _: &CallCx, req: CuMemMapRequest) -> Result<CuMemMapReply, CuError> {
+        if req.offset != 0 {
+            return Err(vmm_status(FunctionId::CuMemMap)(VmmError::NotSupported));
+        }
+        self.objects
+            .memory
+            .map_handle(self.backend(), req.ptr, req.size, req.handle)
+            .map_err(vmm_status(FunctionId::CuMemMap))?;
+        Ok(CuMemMapReply {})
+    }
+
+    fn cu_mem_unmap(&self, cx: &CallCx, req: CuMemUnmapRequest) -> Result<CuMemUnmapReply, CuError> {
+        // Work in flight may still use the memory, as for cudaFree.
+        self.backend().device_synchronize(cx.device).map_err(driver_status)?;
+        self.objects
+            .memory
+            .unmap_range(self.backend(), req.ptr, req.size)
+            .map_err(vmm_status(FunctionId::CuMemUnmap))?;
+        Ok(CuMemUnmapReply {})
+    }
+
+    fn phos_mem_set_access(&self, _: &CallCx, req: PhosMemSetAccessRequest) -> Result<PhosMemSetAccessReply, CuError> {
+        // Mappings are read-write for their device from the start: the call checks the range.
+        match self.objects.memory.mapped_range_device(req.ptr, req.size) {
+            Some(d) if d == req.device => Ok(PhosMemSetAccessReply {}),
+            _ => Err(CuError::INVALID_VALUE),
+        }
+    }
+
+    fn phos_mem_granularity(
+        &self,
+        _: &CallCx,
+        req: PhosMemGranularityRequest,
+    ) -> Result<PhosMemGranularityReply, CuError> {
+        self.check_device(req.device).map_err(driver_status)?;
+        Ok(PhosMemGranularityReply { granularity: self.backend().granularity(req.device) })
+    }
+
+    fn phos_mem_handle_device(
+        &self,
+        _: &CallCx,
+        req: PhosMemHandleDeviceRequest,
+    ) -> Result<PhosMemHandleDeviceReply, CuError> {
+        let (_, device) = self
+            .objects
+            .memory
+            .handle_info(req.handle)
+            .map_err(vmm_status(FunctionId::CuMemGetAllocationPropertiesFromHandle))?;
+        Ok(PhosMemHandleDeviceReply { device })
+    }
+}
+
+/// A refusal of the virtual memory calls in the driver's codes; what Phos does not carry is
+/// named in the log.
+fn vmm_status(function: FunctionId) -> impl Fn(VmmError) -> CuError {
+    move |e| match e {
+        VmmError::InvalidValue => CuError::INVALID_VALUE,
+        VmmError::OutOfMemory => CuError::OUT_OF_MEMORY,
+        VmmError::NotSupported => {
+            if let Some(dropped) = phos_protocol::log_limit::GUEST_LINES.admit(function.name()) {
+                tracing::warn!(
+                    "{}: only whole handles mapped once, at offset 0, are supported by Phos; returning CUDA_ERROR_NOT_SUPPORTED ({dropped} earlier lines dropped)",
+                    function.name()
+                );
+            }
+            CuError::NOT_SUPPORTED
+        }
+        VmmError::Device(e) => driver_status(e),
+    }
 }
 
 /// `name` as a C string in a buffer of `len` bytes: cut to `len - 1` bytes, NUL-terminated,
@@ -119,6 +227,7 @@ fn c_string_in(name: &str, len: i32) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use phos_protocol::cudart::CudaError;
 
     #[test]
     fn names_are_cut_and_terminated() {

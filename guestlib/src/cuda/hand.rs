@@ -2,13 +2,68 @@
 //! hook.
 
 use std::collections::HashMap;
-use std::ffi::{CString, c_char, c_void};
+use std::ffi::{CStr, CString, c_char, c_void};
 use std::sync::OnceLock;
 
-use phos_protocol::cuda::{self, CuError};
+use phos_protocol::cuda::{self, CuError, FunctionId as F};
+use phos_protocol::types::Dim3;
 
+use super::bridge::{self, dptr};
 use super::stubs::HandWritten;
+use super::{context, entry_points, memory, modules, vmm};
+use crate::cudart::stubs as cudart;
 use crate::runtime;
+
+/// `cudaMemcpyDefault`: the direction from where the pointers live.
+const MEMCPY_DEFAULT: i32 = 4;
+const MEMCPY_HOST_TO_DEVICE: i32 = 1;
+const MEMCPY_DEVICE_TO_HOST: i32 = 2;
+const MEMCPY_DEVICE_TO_DEVICE: i32 = 3;
+
+/// A driver function: `CUDA_ERROR_NOT_INITIALIZED` before `cuInit` (or the runtime's first
+/// call), as NVIDIA's driver answers.
+fn driver(id: F, f: impl FnOnce() -> Result<(), CuError>) -> i32 {
+    super::rt::api_call(id, || {
+        if !runtime::driver_initialized() {
+            return Err(CuError::NOT_INITIALIZED);
+        }
+        f()
+    })
+}
+
+/// A driver function that works in the current context: `CUDA_ERROR_INVALID_CONTEXT` on a
+/// thread without one.
+fn in_context(id: F, f: impl FnOnce() -> Result<(), CuError>) -> i32 {
+    driver(id, || {
+        context::require_current()?;
+        f()
+    })
+}
+
+/// Write `value` to the caller's out parameter `p`: `CUDA_ERROR_INVALID_VALUE` when null.
+///
+/// # Safety
+/// `p` must be null or writable.
+unsafe fn put<T>(p: *mut T, value: T) -> Result<(), CuError> {
+    if p.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    // SAFETY: not null, and writable (this function's contract).
+    unsafe { p.write(value) };
+    Ok(())
+}
+
+/// A name the caller passes.
+///
+/// # Safety
+/// `p` must be null or NUL-terminated.
+unsafe fn name<'a>(p: *const c_char) -> Result<&'a str, CuError> {
+    if p.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    // SAFETY: not null and NUL-terminated (this function's contract).
+    unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| CuError::INVALID_VALUE)
+}
 
 /// The implementation of [`HandWritten`].
 pub struct Hand;
@@ -66,11 +121,743 @@ impl HandWritten for Hand {
         })
     }
 
+    // ---- Entry points (entry_points.rs)
+
+    unsafe fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: i32, flags: u64) -> i32 {
+        // No cuInit needed: programs look the driver up before initialising it.
+        // SAFETY: this export's arguments, passed on: `get_proc_address` asks of them what
+        // CUDA asks of this export's caller.
+        super::rt::api_call(F::CuGetProcAddress, || unsafe {
+            entry_points::get_proc_address(symbol, pfn, cuda_version, flags, std::ptr::null_mut())
+        })
+    }
+
+    unsafe fn cuGetProcAddress_v2(
+        symbol: *const c_char,
+        pfn: *mut *mut c_void,
+        cuda_version: i32,
+        flags: u64,
+        symbol_status: *mut i32,
+    ) -> i32 {
+        // SAFETY: as in `cuGetProcAddress`.
+        super::rt::api_call(F::CuGetProcAddressV2, || unsafe {
+            entry_points::get_proc_address(symbol, pfn, cuda_version, flags, symbol_status)
+        })
+    }
+
+    // ---- Contexts (context.rs)
+
+    unsafe fn cuDevicePrimaryCtxRetain(pctx: *mut u64, dev: i32) -> i32 {
+        // SAFETY: `pctx` is null or writable: this export's contract.
+        driver(F::CuDevicePrimaryCtxRetain, || unsafe {
+            if pctx.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            put(pctx, context::primary_retain(dev)?)
+        })
+    }
+
+    unsafe fn cuDevicePrimaryCtxRelease(dev: i32) -> i32 {
+        driver(F::CuDevicePrimaryCtxRelease, || context::primary_release(dev))
+    }
+
+    unsafe fn cuDevicePrimaryCtxRelease_v2(dev: i32) -> i32 {
+        driver(F::CuDevicePrimaryCtxReleaseV2, || context::primary_release(dev))
+    }
+
+    unsafe fn cuDevicePrimaryCtxGetState(dev: i32, flags: *mut u32, active: *mut i32) -> i32 {
+        driver(F::CuDevicePrimaryCtxGetState, || {
+            if flags.is_null() || active.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            let (f, a) = context::primary_state(dev)?;
+            // SAFETY: not null and writable (this export's contract).
+            unsafe { put(flags, f) }?;
+            // SAFETY: as `flags`.
+            unsafe { put(active, i32::from(a)) }
+        })
+    }
+
+    unsafe fn cuDevicePrimaryCtxSetFlags(dev: i32, flags: u32) -> i32 {
+        driver(F::CuDevicePrimaryCtxSetFlags, || context::primary_set_flags(dev, flags))
+    }
+
+    unsafe fn cuDevicePrimaryCtxSetFlags_v2(dev: i32, flags: u32) -> i32 {
+        driver(F::CuDevicePrimaryCtxSetFlagsV2, || context::primary_set_flags(dev, flags))
+    }
+
+    unsafe fn cuDevicePrimaryCtxReset(dev: i32) -> i32 {
+        driver(F::CuDevicePrimaryCtxReset, || context::primary_reset(dev))
+    }
+
+    unsafe fn cuDevicePrimaryCtxReset_v2(dev: i32) -> i32 {
+        driver(F::CuDevicePrimaryCtxResetV2, || context::primary_reset(dev))
+    }
+
+    unsafe fn cuCtxCreate(pctx: *mut u64, flags: u32, dev: i32) -> i32 {
+        // SAFETY: `pctx` is null or writable: this export's contract.
+        driver(F::CuCtxCreate, || unsafe { create_context(pctx, flags, dev) })
+    }
+
+    unsafe fn cuCtxCreate_v2(pctx: *mut u64, flags: u32, dev: i32) -> i32 {
+        // SAFETY: as in `cuCtxCreate`.
+        driver(F::CuCtxCreateV2, || unsafe { create_context(pctx, flags, dev) })
+    }
+
+    unsafe fn cuCtxCreate_v3(pctx: *mut u64, params: *mut c_void, num_params: i32, flags: u32, dev: i32) -> i32 {
+        // SAFETY: as in `cuCtxCreate`.
+        driver(F::CuCtxCreateV3, || unsafe {
+            if num_params > 0 && !params.is_null() {
+                return Err(not_carried("cuCtxCreate_v3", "execution affinity"));
+            }
+            create_context(pctx, flags, dev)
+        })
+    }
+
+    unsafe fn cuCtxCreate_v4(pctx: *mut u64, params: *mut c_void, flags: u32, dev: i32) -> i32 {
+        driver(F::CuCtxCreateV4, || {
+            if !params.is_null() {
+                // { CUexecAffinityParam *, int, CUctxCigParam * }: only the empty form.
+                // SAFETY: a non-null `params` is a `CUctxCreateParams`, 24 bytes (this export's
+                // contract).
+                let raw = unsafe { (params as *const [u8; 24]).read_unaligned() };
+                let affinity = u64::from_ne_bytes(raw[0..8].try_into().unwrap_or_default());
+                let count = i32::from_ne_bytes(raw[8..12].try_into().unwrap_or_default());
+                let cig = u64::from_ne_bytes(raw[16..24].try_into().unwrap_or_default());
+                if (affinity != 0 && count > 0) || cig != 0 {
+                    return Err(not_carried("cuCtxCreate_v4", "execution affinity and CIG contexts"));
+                }
+            }
+            // SAFETY: as in `cuCtxCreate`.
+            unsafe { create_context(pctx, flags, dev) }
+        })
+    }
+
+    unsafe fn cuCtxDestroy(ctx: u64) -> i32 {
+        driver(F::CuCtxDestroy, || context::destroy(ctx))
+    }
+
+    unsafe fn cuCtxDestroy_v2(ctx: u64) -> i32 {
+        driver(F::CuCtxDestroyV2, || context::destroy(ctx))
+    }
+
+    unsafe fn cuCtxGetCurrent(pctx: *mut u64) -> i32 {
+        // SAFETY: `pctx` is null or writable: this export's contract.
+        driver(F::CuCtxGetCurrent, || unsafe { put(pctx, context::current().unwrap_or(0)) })
+    }
+
+    unsafe fn cuCtxSetCurrent(ctx: u64) -> i32 {
+        driver(F::CuCtxSetCurrent, || context::set_current(ctx))
+    }
+
+    unsafe fn cuCtxGetDevice(device: *mut i32) -> i32 {
+        // SAFETY: `device` is null or writable: this export's contract.
+        driver(F::CuCtxGetDevice, || unsafe {
+            if device.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            put(device, context::current_device()?)
+        })
+    }
+
+    unsafe fn cuCtxPushCurrent(ctx: u64) -> i32 {
+        driver(F::CuCtxPushCurrent, || context::push_current(ctx))
+    }
+
+    unsafe fn cuCtxPushCurrent_v2(ctx: u64) -> i32 {
+        driver(F::CuCtxPushCurrentV2, || context::push_current(ctx))
+    }
+
+    unsafe fn cuCtxPopCurrent(pctx: *mut u64) -> i32 {
+        // SAFETY: `pctx` is null or writable: this export's contract.
+        driver(F::CuCtxPopCurrent, || unsafe { pop_context(pctx) })
+    }
+
+    unsafe fn cuCtxPopCurrent_v2(pctx: *mut u64) -> i32 {
+        // SAFETY: as in `cuCtxPopCurrent`.
+        driver(F::CuCtxPopCurrentV2, || unsafe { pop_context(pctx) })
+    }
+
+    unsafe fn cuCtxSynchronize() -> i32 {
+        // SAFETY: cudaDeviceSynchronize takes no arguments.
+        in_context(F::CuCtxSynchronize, || bridge::runtime(|| unsafe { cudart::cudaDeviceSynchronize() }))
+    }
+
+    unsafe fn cuCtxGetFlags(flags: *mut u32) -> i32 {
+        // SAFETY: `flags` is null or writable: this export's contract.
+        in_context(F::CuCtxGetFlags, || unsafe { put(flags, context::flags_of_current()?) })
+    }
+
+    unsafe fn cuCtxGetApiVersion(ctx: u64, version: *mut u32) -> i32 {
+        // SAFETY: `version` is null or writable: this export's contract.
+        driver(F::CuCtxGetApiVersion, || unsafe {
+            if version.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            put(version, context::api_version(ctx)?)
+        })
+    }
+
+    unsafe fn cuCtxGetStreamPriorityRange(least: *mut i32, greatest: *mut i32) -> i32 {
+        in_context(F::CuCtxGetStreamPriorityRange, || {
+            // SAFETY: null or writable places (this export's contract), which the runtime's
+            // function accepts as its own.
+            bridge::runtime(|| unsafe { cudart::cudaDeviceGetStreamPriorityRange(least, greatest) })
+        })
+    }
+
+    // ---- Memory: the runtime's calls (bridge.rs), memory.rs
+
+    unsafe fn cuMemAlloc_v2(dptr_out: *mut u64, bytesize: usize) -> i32 {
+        in_context(F::CuMemAllocV2, || {
+            if dptr_out.is_null() || bytesize == 0 {
+                return Err(CuError::INVALID_VALUE);
+            }
+            // SAFETY: `dptr_out` is a writable `CUdeviceptr` (not null, checked above), the
+            // size of the `void *` cudaMalloc writes.
+            bridge::runtime(|| unsafe { cudart::cudaMalloc(dptr_out as *mut *mut c_void, bytesize) })
+        })
+    }
+
+    unsafe fn cuMemFree_v2(p: u64) -> i32 {
+        // SAFETY: the runtime checks the address against the session's allocations.
+        in_context(F::CuMemFreeV2, || bridge::runtime(|| unsafe { cudart::cudaFree(dptr(p)) }))
+    }
+
+    unsafe fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> i32 {
+        // SAFETY: null or writable places (this export's contract), as the runtime's takes.
+        in_context(F::CuMemGetInfoV2, || bridge::runtime(|| unsafe { cudart::cudaMemGetInfo(free, total) }))
+    }
+
+    unsafe fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, count: usize) -> i32 {
+        in_context(F::CuMemcpyHtoDV2, || {
+            // SAFETY: `src` is `count` readable bytes (this export's contract); the runtime checks
+            // the device range.
+            bridge::runtime(|| unsafe { cudart::cudaMemcpy(dptr(dst), src, count, MEMCPY_HOST_TO_DEVICE) })
+        })
+    }
+
+    unsafe fn cuMemcpyDtoH_v2(dst: *mut c_void, src: u64, count: usize) -> i32 {
+        in_context(F::CuMemcpyDtoHV2, || {
+            // SAFETY: `dst` is `count` writable bytes (this export's contract); the runtime
+            // checks the device range.
+            bridge::runtime(|| unsafe { cudart::cudaMemcpy(dst, dptr(src), count, MEMCPY_DEVICE_TO_HOST) })
+        })
+    }
+
+    unsafe fn cuMemcpyDtoD_v2(dst: u64, src: u64, count: usize) -> i32 {
+        in_context(F::CuMemcpyDtoDV2, || {
+            // SAFETY: device addresses only, which the runtime checks.
+            bridge::runtime(|| unsafe { cudart::cudaMemcpy(dptr(dst), dptr(src), count, MEMCPY_DEVICE_TO_DEVICE) })
+        })
+    }
+
+    unsafe fn cuMemcpyHtoDAsync_v2(dst: u64, src: *const c_void, count: usize, stream: *mut c_void) -> i32 {
+        in_context(F::CuMemcpyHtoDAsyncV2, || {
+            // SAFETY: as in `cuMemcpyHtoD_v2`.
+            bridge::runtime(|| unsafe { cudart::cudaMemcpyAsync(dptr(dst), src, count, MEMCPY_HOST_TO_DEVICE, stream) })
+        })
+    }
+
+    unsafe fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: u64, count: usize, stream: *mut c_void) -> i32 {
+        in_context(F::CuMemcpyDtoHAsyncV2, || {
+            // SAFETY: as in `cuMemcpyDtoH_v2`.
+            bridge::runtime(|| unsafe { cudart::cudaMemcpyAsync(dst, dptr(src), count, MEMCPY_DEVICE_TO_HOST, stream) })
+        })
+    }
+
+    unsafe fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, count: usize, stream: *mut c_void) -> i32 {
+        in_context(F::CuMemcpyDtoDAsyncV2, || {
+            // SAFETY: as in `cuMemcpyDtoD_v2`.
+            bridge::runtime(|| unsafe {
+                cudart::cudaMemcpyAsync(dptr(dst), dptr(src), count, MEMCPY_DEVICE_TO_DEVICE, stream)
+            })
+        })
+    }
+
+    unsafe fn cuMemcpy(dst: u64, src: u64, count: usize) -> i32 {
+        in_context(F::CuMemcpy, || {
+            // SAFETY: unified addresses: host memory of `count` bytes or device memory, which the
+            // runtime tells apart and checks (this export's contract).
+            bridge::runtime(|| unsafe { cudart::cudaMemcpy(dptr(dst), dptr(src), count, MEMCPY_DEFAULT) })
+        })
+    }
+
+    unsafe fn cuMemcpyAsync(dst: u64, src: u64, count: usize, stream: *mut c_void) -> i32 {
+        in_context(F::CuMemcpyAsync, || {
+            // SAFETY: as in `cuMemcpy`.
+            bridge::runtime(|| unsafe { cudart::cudaMemcpyAsync(dptr(dst), dptr(src), count, MEMCPY_DEFAULT, stream) })
+        })
+    }
+
+    unsafe fn cuMemsetD8_v2(dst: u64, value: u8, count: usize) -> i32 {
+        in_context(F::CuMemsetD8V2, || memory::memset_pattern(dst, [value], count, None))
+    }
+
+    unsafe fn cuMemsetD16_v2(dst: u64, value: u16, count: usize) -> i32 {
+        in_context(F::CuMemsetD16V2, || memory::memset_pattern(dst, value.to_ne_bytes(), count, None))
+    }
+
+    unsafe fn cuMemsetD32_v2(dst: u64, value: u32, count: usize) -> i32 {
+        in_context(F::CuMemsetD32V2, || memory::memset_pattern(dst, value.to_ne_bytes(), count, None))
+    }
+
+    unsafe fn cuMemsetD8Async(dst: u64, value: u8, count: usize, stream: *mut c_void) -> i32 {
+        in_context(F::CuMemsetD8Async, || memory::memset_pattern(dst, [value], count, Some(stream)))
+    }
+
+    unsafe fn cuMemsetD16Async(dst: u64, value: u16, count: usize, stream: *mut c_void) -> i32 {
+        in_context(F::CuMemsetD16Async, || memory::memset_pattern(dst, value.to_ne_bytes(), count, Some(stream)))
+    }
+
+    unsafe fn cuMemsetD32Async(dst: u64, value: u32, count: usize, stream: *mut c_void) -> i32 {
+        in_context(F::CuMemsetD32Async, || memory::memset_pattern(dst, value.to_ne_bytes(), count, Some(stream)))
+    }
+
+    unsafe fn cuPointerGetAttribute(data: *mut c_void, attribute: i32, ptr: u64) -> i32 {
+        // SAFETY: `data` is null or holds the attribute's value (this export's contract).
+        driver(F::CuPointerGetAttribute, || unsafe { memory::get_attribute(data, attribute, ptr) })
+    }
+
+    unsafe fn cuPointerGetAttributes(count: u32, attributes: *mut i32, data: *mut *mut c_void, ptr: u64) -> i32 {
+        // SAFETY: `count` attributes and places (this export's contract).
+        driver(F::CuPointerGetAttributes, || unsafe { memory::get_attributes(count, attributes, data, ptr) })
+    }
+
+    unsafe fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) -> i32 {
+        // SAFETY: `pp` is null or writable (this export's contract), as the runtime's takes.
+        in_context(F::CuMemAllocHostV2, || bridge::runtime(|| unsafe { cudart::cudaHostAlloc(pp, bytesize, 0) }))
+    }
+
+    unsafe fn cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, flags: u32) -> i32 {
+        // CU_MEMHOSTALLOC_* are the runtime's cudaHostAlloc* flags.
+        // SAFETY: as in `cuMemAllocHost_v2`.
+        in_context(F::CuMemHostAlloc, || bridge::runtime(|| unsafe { cudart::cudaHostAlloc(pp, bytesize, flags) }))
+    }
+
+    unsafe fn cuMemFreeHost(p: *mut c_void) -> i32 {
+        // SAFETY: the runtime looks `p` up among its page-locked allocations.
+        in_context(F::CuMemFreeHost, || bridge::runtime(|| unsafe { cudart::cudaFreeHost(p) }))
+    }
+
+    unsafe fn cuMemHostRegister_v2(p: *mut c_void, bytesize: usize, flags: u32) -> i32 {
+        // CU_MEMHOSTREGISTER_* are the runtime's cudaHostRegister* flags.
+        in_context(F::CuMemHostRegisterV2, || {
+            // SAFETY: `p` is `bytesize` bytes of the program's memory (this export's contract).
+            bridge::runtime(|| unsafe { cudart::cudaHostRegister(p, bytesize, flags) })
+        })
+    }
+
+    unsafe fn cuMemHostUnregister(p: *mut c_void) -> i32 {
+        // SAFETY: the runtime looks `p` up among its registrations.
+        in_context(F::CuMemHostUnregister, || bridge::runtime(|| unsafe { cudart::cudaHostUnregister(p) }))
+    }
+
+    unsafe fn cuMemHostGetDevicePointer_v2(pdptr: *mut u64, p: *mut c_void, flags: u32) -> i32 {
+        in_context(F::CuMemHostGetDevicePointerV2, || {
+            // SAFETY: `pdptr` is null or a writable `CUdeviceptr`, the size of the `void *` the
+            // runtime writes (this export's contract).
+            bridge::runtime(|| unsafe { cudart::cudaHostGetDevicePointer(pdptr as *mut *mut c_void, p, flags) })
+        })
+    }
+
+    // ---- Virtual memory management (vmm.rs; reservations and mappings are remote calls)
+
+    unsafe fn cuMemGetAllocationGranularity(granularity: *mut usize, prop: *const c_void, option: i32) -> i32 {
+        driver(F::CuMemGetAllocationGranularity, || {
+            // SAFETY: `prop` null or a `CUmemAllocationProp` (this export's contract).
+            let g = unsafe { vmm::granularity(prop, option) }?;
+            // SAFETY: `granularity` null (refused) or writable (this export's contract).
+            unsafe { put(granularity, g as usize) }
+        })
+    }
+
+    unsafe fn cuMemCreate(handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> i32 {
+        driver(F::CuMemCreate, || {
+            if handle.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            // SAFETY: `prop` null or a `CUmemAllocationProp` (this export's contract).
+            let h = unsafe { vmm::create(size, prop, flags) }?;
+            // SAFETY: not null and writable (this export's contract).
+            unsafe { put(handle, h) }
+        })
+    }
+
+    unsafe fn cuMemSetAccess(ptr: u64, size: usize, desc: *const c_void, count: usize) -> i32 {
+        // SAFETY: `desc` holds `count` descriptors (this export's contract).
+        driver(F::CuMemSetAccess, || unsafe { vmm::set_access(ptr, size, desc, count) })
+    }
+
+    unsafe fn cuMemGetAllocationPropertiesFromHandle(prop: *mut c_void, handle: u64) -> i32 {
+        // SAFETY: `prop` null or a writable `CUmemAllocationProp` (this export's contract).
+        driver(F::CuMemGetAllocationPropertiesFromHandle, || unsafe { vmm::properties(prop, handle) })
+    }
+
+    // ---- Modules and launches (modules.rs)
+
+    unsafe fn cuModuleLoadData(module: *mut *mut c_void, image: *const c_void) -> i32 {
+        // SAFETY: `module` null or writable, `image` a whole image (this export's contract).
+        in_context(F::CuModuleLoadData, || unsafe { load_module(module, image) })
+    }
+
+    unsafe fn cuModuleLoad(module: *mut *mut c_void, fname: *const c_char) -> i32 {
+        in_context(F::CuModuleLoad, || {
+            // SAFETY: `fname` null or NUL-terminated (this export's contract).
+            let path = unsafe { name(fname) }?;
+            // The image as a NUL-terminated copy (PTX is text the loader reads to its end).
+            let mut image = std::fs::read(path).map_err(|e| {
+                if let Some(dropped) = phos_protocol::log_limit::GUEST_LINES.admit("cuModuleLoad") {
+                    tracing::warn!("cuModuleLoad: cannot read {path}: {e} ({dropped} earlier lines dropped)");
+                }
+                CuError::FILE_NOT_FOUND
+            })?;
+            image.push(0);
+            // SAFETY: `module` null or writable (this export's contract); `image` a whole
+            // image of its file, terminated, alive for the call.
+            unsafe { load_module(module, image.as_ptr() as *const c_void) }
+        })
+    }
+
+    unsafe fn cuModuleLoadDataEx(
+        module: *mut *mut c_void,
+        image: *const c_void,
+        num_options: u32,
+        options: *mut i32,
+        option_values: *mut *mut c_void,
+    ) -> i32 {
+        in_context(F::CuModuleLoadDataEx, || {
+            // SAFETY: the options as the driver's contract has them.
+            unsafe { clear_jit_logs(num_options, options, option_values) };
+            // SAFETY: as in `cuModuleLoadData`.
+            unsafe { load_module(module, image) }
+        })
+    }
+
+    unsafe fn cuModuleLoadFatBinary(module: *mut *mut c_void, fat_cubin: *const c_void) -> i32 {
+        // SAFETY: as in `cuModuleLoadData`.
+        in_context(F::CuModuleLoadFatBinary, || unsafe { load_module(module, fat_cubin) })
+    }
+
+    unsafe fn cuModuleUnload(module: *mut c_void) -> i32 {
+        in_context(F::CuModuleUnload, || modules::unload(module as u64))
+    }
+
+    unsafe fn cuModuleGetFunction(hfunc: *mut *mut c_void, module: *mut c_void, fname: *const c_char) -> i32 {
+        in_context(F::CuModuleGetFunction, || {
+            if hfunc.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            // SAFETY: `fname` null or NUL-terminated (this export's contract).
+            let f = modules::function(module as u64, unsafe { name(fname) }?)?;
+            // SAFETY: `hfunc` not null and writable (this export's contract).
+            unsafe { put(hfunc, f as usize as *mut c_void) }
+        })
+    }
+
+    unsafe fn cuModuleGetGlobal_v2(out: *mut u64, bytes: *mut usize, module: *mut c_void, vname: *const c_char) -> i32 {
+        in_context(F::CuModuleGetGlobalV2, || {
+            // SAFETY: `vname` null or NUL-terminated (this export's contract).
+            let (address, size) = modules::global(module as u64, unsafe { name(vname) }?)?;
+            if !out.is_null() {
+                // SAFETY: not null and writable (this export's contract; null is allowed).
+                unsafe { put(out, address) }?;
+            }
+            if !bytes.is_null() {
+                // SAFETY: as `out`.
+                unsafe { put(bytes, size as usize) }?;
+            }
+            Ok(())
+        })
+    }
+
+    unsafe fn cuFuncGetAttribute(pi: *mut i32, attrib: i32, hfunc: *mut c_void) -> i32 {
+        // SAFETY: `pi` null or writable (this export's contract).
+        in_context(F::CuFuncGetAttribute, || unsafe {
+            if pi.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            put(pi, modules::attribute(hfunc as u64, attrib)?)
+        })
+    }
+
+    unsafe fn cuFuncSetAttribute(hfunc: *mut c_void, attrib: i32, value: i32) -> i32 {
+        in_context(F::CuFuncSetAttribute, || modules::set_attribute(hfunc as u64, attrib, value))
+    }
+
+    unsafe fn cuFuncSetCacheConfig(hfunc: *mut c_void, config: i32) -> i32 {
+        in_context(F::CuFuncSetCacheConfig, || modules::set_cache_config(hfunc as u64, config))
+    }
+
+    unsafe fn cuLaunchKernel(
+        f: *mut c_void,
+        grid_x: u32,
+        grid_y: u32,
+        grid_z: u32,
+        block_x: u32,
+        block_y: u32,
+        block_z: u32,
+        shared_mem_bytes: u32,
+        stream: *mut c_void,
+        kernel_params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) -> i32 {
+        let grid = Dim3 { x: grid_x, y: grid_y, z: grid_z };
+        let block = Dim3 { x: block_x, y: block_y, z: block_z };
+        // SAFETY: `kernel_params` and `extra` as the driver's contract has them.
+        in_context(F::CuLaunchKernel, || unsafe {
+            modules::launch(f as u64, grid, block, shared_mem_bytes, stream as u64, kernel_params, extra, false)
+        })
+    }
+
+    unsafe fn cuLaunchCooperativeKernel(
+        f: *mut c_void,
+        grid_x: u32,
+        grid_y: u32,
+        grid_z: u32,
+        block_x: u32,
+        block_y: u32,
+        block_z: u32,
+        shared_mem_bytes: u32,
+        stream: *mut c_void,
+        kernel_params: *mut *mut c_void,
+    ) -> i32 {
+        let grid = Dim3 { x: grid_x, y: grid_y, z: grid_z };
+        let block = Dim3 { x: block_x, y: block_y, z: block_z };
+        let none = std::ptr::null_mut();
+        // SAFETY: `kernel_params` as the driver's contract has it.
+        in_context(F::CuLaunchCooperativeKernel, || unsafe {
+            modules::launch(f as u64, grid, block, shared_mem_bytes, stream as u64, kernel_params, none, true)
+        })
+    }
+
+    unsafe fn cuLaunchKernelEx(
+        config: *const c_void,
+        f: *mut c_void,
+        kernel_params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) -> i32 {
+        // SAFETY: `config` null or a `CUlaunchConfig`; the rest as in `cuLaunchKernel`.
+        in_context(F::CuLaunchKernelEx, || unsafe { modules::launch_ex(config, f as u64, kernel_params, extra) })
+    }
+
+    unsafe fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        num_blocks: *mut i32,
+        func: *mut c_void,
+        block_size: i32,
+        dynamic_smem: usize,
+    ) -> i32 {
+        // SAFETY: `num_blocks` null or writable (this export's contract).
+        in_context(F::CuOccupancyMaxActiveBlocksPerMultiprocessor, || unsafe {
+            if num_blocks.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            put(num_blocks, modules::occupancy(func as u64, block_size, dynamic_smem, 0)?)
+        })
+    }
+
+    unsafe fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+        num_blocks: *mut i32,
+        func: *mut c_void,
+        block_size: i32,
+        dynamic_smem: usize,
+        flags: u32,
+    ) -> i32 {
+        // SAFETY: as in `cuOccupancyMaxActiveBlocksPerMultiprocessor`.
+        in_context(F::CuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, || unsafe {
+            if num_blocks.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            put(num_blocks, modules::occupancy(func as u64, block_size, dynamic_smem, flags)?)
+        })
+    }
+
+    // ---- Streams and events: the runtime's (same handles, same flag values)
+
+    unsafe fn cuStreamCreate(ph_stream: *mut *mut c_void, flags: u32) -> i32 {
+        in_context(F::CuStreamCreate, || {
+            // SAFETY: `ph_stream` null or writable (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaStreamCreateWithPriority(ph_stream, flags, 0) })
+        })
+    }
+
+    unsafe fn cuStreamCreateWithPriority(ph_stream: *mut *mut c_void, flags: u32, priority: i32) -> i32 {
+        in_context(F::CuStreamCreateWithPriority, || {
+            // SAFETY: as in `cuStreamCreate`.
+            bridge::runtime(|| unsafe { cudart::cudaStreamCreateWithPriority(ph_stream, flags, priority) })
+        })
+    }
+
+    unsafe fn cuStreamDestroy(stream: *mut c_void) -> i32 {
+        // SAFETY: a handle, which the server checks.
+        in_context(F::CuStreamDestroy, || bridge::runtime(|| unsafe { cudart::cudaStreamDestroy(stream) }))
+    }
+
+    unsafe fn cuStreamDestroy_v2(stream: *mut c_void) -> i32 {
+        // SAFETY: as in `cuStreamDestroy`.
+        in_context(F::CuStreamDestroyV2, || bridge::runtime(|| unsafe { cudart::cudaStreamDestroy(stream) }))
+    }
+
+    unsafe fn cuStreamQuery(stream: *mut c_void) -> i32 {
+        // SAFETY: as in `cuStreamDestroy`.
+        in_context(F::CuStreamQuery, || bridge::runtime(|| unsafe { cudart::cudaStreamQuery(stream) }))
+    }
+
+    unsafe fn cuStreamWaitEvent(stream: *mut c_void, event: *mut c_void, flags: u32) -> i32 {
+        in_context(F::CuStreamWaitEvent, || {
+            // SAFETY: handles, which the server checks.
+            bridge::runtime(|| unsafe { cudart::cudaStreamWaitEvent(stream, event, flags) })
+        })
+    }
+
+    unsafe fn cuStreamGetPriority(stream: *mut c_void, priority: *mut i32) -> i32 {
+        in_context(F::CuStreamGetPriority, || {
+            // SAFETY: `priority` null or writable (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaStreamGetPriority(stream, priority) })
+        })
+    }
+
+    unsafe fn cuStreamGetFlags(stream: *mut c_void, flags: *mut u32) -> i32 {
+        // SAFETY: as in `cuStreamGetPriority`.
+        in_context(F::CuStreamGetFlags, || bridge::runtime(|| unsafe { cudart::cudaStreamGetFlags(stream, flags) }))
+    }
+
+    unsafe fn cuEventCreate(ph_event: *mut *mut c_void, flags: u32) -> i32 {
+        in_context(F::CuEventCreate, || {
+            // SAFETY: `ph_event` null or writable (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaEventCreateWithFlags(ph_event, flags) })
+        })
+    }
+
+    unsafe fn cuEventRecord(event: *mut c_void, stream: *mut c_void) -> i32 {
+        // SAFETY: handles, which the server checks.
+        in_context(F::CuEventRecord, || bridge::runtime(|| unsafe { cudart::cudaEventRecord(event, stream) }))
+    }
+
+    unsafe fn cuEventQuery(event: *mut c_void) -> i32 {
+        // SAFETY: a handle, which the server checks.
+        in_context(F::CuEventQuery, || bridge::runtime(|| unsafe { cudart::cudaEventQuery(event) }))
+    }
+
+    unsafe fn cuEventSynchronize(event: *mut c_void) -> i32 {
+        // SAFETY: a handle, which the server checks.
+        in_context(F::CuEventSynchronize, || bridge::runtime(|| unsafe { cudart::cudaEventSynchronize(event) }))
+    }
+
+    unsafe fn cuEventElapsedTime(ms: *mut f32, start: *mut c_void, end: *mut c_void) -> i32 {
+        in_context(F::CuEventElapsedTime, || {
+            // SAFETY: `ms` null or writable (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaEventElapsedTime(ms, start, end) })
+        })
+    }
+
+    unsafe fn cuEventElapsedTime_v2(ms: *mut f32, start: *mut c_void, end: *mut c_void) -> i32 {
+        in_context(F::CuEventElapsedTimeV2, || {
+            // SAFETY: as in `cuEventElapsedTime`.
+            bridge::runtime(|| unsafe { cudart::cudaEventElapsedTime(ms, start, end) })
+        })
+    }
+
+    unsafe fn cuEventDestroy(event: *mut c_void) -> i32 {
+        // SAFETY: a handle, which the server checks.
+        in_context(F::CuEventDestroy, || bridge::runtime(|| unsafe { cudart::cudaEventDestroy(event) }))
+    }
+
+    unsafe fn cuEventDestroy_v2(event: *mut c_void) -> i32 {
+        // SAFETY: a handle, which the server checks.
+        in_context(F::CuEventDestroyV2, || bridge::runtime(|| unsafe { cudart::cudaEventDestroy(event) }))
+    }
+
     fn driver_initialized() -> Result<i128, CuError> {
         Ok(i128::from(runtime::driver_initialized()))
     }
 
     fn initialize_driver() {
         runtime::set_driver_initialized();
+    }
+}
+
+/// A form of a carried function Phos does not carry: logged (rate-limited), and answered
+/// `CUDA_ERROR_NOT_SUPPORTED`.
+fn not_carried(function: &str, what: &str) -> CuError {
+    if let Some(dropped) = phos_protocol::log_limit::GUEST_LINES.admit(function) {
+        tracing::warn!(
+            "{function}: {what} is not supported by Phos; returning CUDA_ERROR_NOT_SUPPORTED ({dropped} earlier lines dropped)"
+        );
+    }
+    CuError::NOT_SUPPORTED
+}
+
+/// `cuCtxCreate`: a new context on `dev`, current on this thread.
+///
+/// # Safety
+/// `pctx` must be null or writable.
+unsafe fn create_context(pctx: *mut u64, flags: u32, dev: i32) -> Result<(), CuError> {
+    if pctx.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let ctx = context::create(flags, dev)?;
+    // SAFETY: not null, writable (this function's contract).
+    unsafe { put(pctx, ctx) }
+}
+
+/// `cuCtxPopCurrent`: the popped context through `pctx` when given.
+///
+/// # Safety
+/// `pctx` must be null or writable.
+unsafe fn pop_context(pctx: *mut u64) -> Result<(), CuError> {
+    let ctx = context::pop_current()?;
+    if !pctx.is_null() {
+        // SAFETY: not null, writable (this function's contract).
+        unsafe { put(pctx, ctx)? };
+    }
+    Ok(())
+}
+
+/// Load a module image and hand out its handle.
+///
+/// # Safety
+/// `module` must be null or writable, `image` null or a whole module image.
+unsafe fn load_module(module: *mut *mut c_void, image: *const c_void) -> Result<(), CuError> {
+    if module.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    // SAFETY: `image` as this function's contract gives it.
+    let m = unsafe { modules::load(image)? };
+    // SAFETY: not null, writable (this function's contract).
+    unsafe { put(module, m as usize as *mut c_void) }
+}
+
+/// JIT options of `cuModuleLoadDataEx`: Phos compiles nothing in the guest, so the info and
+/// error logs it is given are left empty (their sizes set to 0); other options are hints.
+///
+/// # Safety
+/// `options` and `values` must hold `count` entries, log buffers the sizes given beside them.
+unsafe fn clear_jit_logs(count: u32, options: *mut i32, values: *mut *mut c_void) {
+    const INFO_LOG_BUFFER: i32 = 3;
+    const INFO_LOG_BUFFER_SIZE_BYTES: i32 = 4;
+    const ERROR_LOG_BUFFER: i32 = 5;
+    const ERROR_LOG_BUFFER_SIZE_BYTES: i32 = 6;
+    if options.is_null() || values.is_null() {
+        return;
+    }
+    for i in 0..count.min(64) as usize {
+        // SAFETY: `i < count`, the length of both lists (this function's contract).
+        let option = unsafe { options.wrapping_add(i).read() };
+        let value = values.wrapping_add(i);
+        match option {
+            INFO_LOG_BUFFER | ERROR_LOG_BUFFER => {
+                // SAFETY: the option's value, a buffer of at least one byte or null.
+                let buffer = unsafe { value.read() } as *mut u8;
+                if !buffer.is_null() {
+                    // SAFETY: not null: its first byte, writable.
+                    unsafe { buffer.write(0) };
+                }
+            }
+            // The size options' values are the sizes themselves, written back as used.
+            // SAFETY: the option's place, writable.
+            INFO_LOG_BUFFER_SIZE_BYTES | ERROR_LOG_BUFFER_SIZE_BYTES => unsafe { value.write(std::ptr::null_mut()) },
+            _ => {}
+        }
     }
 }

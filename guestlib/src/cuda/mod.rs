@@ -1,10 +1,18 @@
 //! The CUDA driver API (`spec/cuda.lapis`): the generated exports, the hand-written half
-//! ([`hand`]: error names and texts, whether the driver is initialised) and [`rt`]. It shares
-//! everything else with the runtime API through the guest core: the session, its channels,
-//! and its handles (a `CUstream` is a `cudaStream_t`).
+//! ([`hand`], over [`context`], [`entry_points`], [`memory`], [`modules`] and [`vmm`]; the driver
+//! functions that are runtime functions under another name run the runtime's code through
+//! [`bridge`]) and [`rt`]. It shares everything else with the runtime API through the guest
+//! core: the session, its channels, and its handles (a `CUstream` is a `cudaStream_t`, a
+//! `CUdeviceptr` the runtime's device pointer, a `CUmodule` a module the server loaded).
 
+mod bridge;
+pub mod context;
+pub mod entry_points;
 pub mod hand;
+mod memory;
+mod modules;
 pub mod rt;
+mod vmm;
 
 /// The spec-generated exports (`cuInit`, `cuDeviceGet`, ...) and the trait of hand-written
 /// pieces they call.

@@ -180,29 +180,39 @@ pub unsafe fn get_by_pci_bus_id(out: *mut i32, id: *const c_char) -> Result<(), 
     Err(CudaError::InvalidDevice)
 }
 
-/// `cudaGetDriverEntryPoint[ByVersion]`: Phos carries the runtime API, not the driver's, so
-/// no driver symbol is found. CUDA 12 and later report that through `driverStatus`
-/// (`cudaDriverEntryPointSymbolNotFound`) and succeed; without a status pointer (and in
-/// CUDA 11, which has none) the call fails with `cudaErrorSymbolNotFound`.
+/// `cudaGetDriverEntryPoint[ByVersion]`: this library's own driver entry point for `symbol`
+/// (never NVIDIA's), as `cuGetProcAddress` answers it for CUDA `version` (the runtime's own
+/// version for `cudaGetDriverEntryPoint`). CUDA 12 and later report a symbol not found (or
+/// too new) through `driverStatus` and succeed; without a status pointer (and in CUDA 11,
+/// which has none) the call fails with `cudaErrorSymbolNotFound`.
 pub unsafe fn driver_entry_point(
     symbol: *const c_char,
     func: *mut *mut c_void,
+    version: u32,
+    flags: u64,
     status: *mut i32,
     has_status: bool,
 ) -> Result<(), CudaError> {
-    if symbol.is_null() || func.is_null() {
+    if symbol.is_null() || func.is_null() || flags > 2 {
         return Err(CudaError::InvalidValue);
     }
+    // SAFETY: `symbol` is not null and NUL-terminated (this function's contract, the export's).
+    let name = unsafe { std::ffi::CStr::from_ptr(symbol) }.to_str().unwrap_or("");
+    let found = crate::cuda::entry_points::resolve(name, version, flags);
+    let (address, answer) = match found {
+        Ok(p) => (p, 0),
+        Err(s) => (std::ptr::null_mut(), s as i32),
+    };
     // SAFETY: `func` is not null (checked above) and points to a writable value of its type: this
     // function's contract, which is the export's.
-    unsafe { *func = std::ptr::null_mut() };
+    unsafe { *func = address };
     if has_status && !status.is_null() {
         // SAFETY: `status` is not null (checked above) and points to a writable value of its type:
         // this function's contract, which is the export's.
-        unsafe { *status = 1 };
+        unsafe { *status = answer };
         return Ok(());
     }
-    Err(CudaError::SymbolNotFound)
+    if answer == 0 { Ok(()) } else { Err(CudaError::SymbolNotFound) }
 }
 
 /// `cudaDeviceGetP2PAttribute`: performance rank (1), access (2), native atomics (3), CUDA

@@ -21,6 +21,7 @@ use crate::{callbacks, hostmem, registry, runtime, soname};
 pub struct Hand;
 
 fn code(r: Result<(), CudaError>) -> i32 {
+    runtime::note_runtime_call();
     match r {
         Ok(()) => cudart::SUCCESS,
         Err(e) => {
@@ -416,26 +417,28 @@ impl HandWritten for Hand {
     unsafe fn cudaGetDriverEntryPoint(
         symbol: *const c_char,
         func_ptr: *mut *mut c_void,
-        _flags: u64,
+        flags: u64,
         driver_status: *mut i32,
     ) -> i32 {
         // CUDA 11's entry point has no status parameter: its register is not ours to read.
-        let has_status = soname::current_abi().major() >= 12;
+        let abi = soname::current_abi();
+        let has_status = abi.major() >= 12;
+        let version = abi.runtime_version() as u32;
         // SAFETY: this export's arguments, passed on (at most retyped):
         // `device::driver_entry_point` asks of them what CUDA asks of this export's caller.
-        code(unsafe { device::driver_entry_point(symbol, func_ptr, driver_status, has_status) })
+        code(unsafe { device::driver_entry_point(symbol, func_ptr, version, flags, driver_status, has_status) })
     }
 
     unsafe fn cudaGetDriverEntryPointByVersion(
         symbol: *const c_char,
         func_ptr: *mut *mut c_void,
-        _cuda_version: u32,
-        _flags: u64,
+        cuda_version: u32,
+        flags: u64,
         driver_status: *mut i32,
     ) -> i32 {
         // SAFETY: this export's arguments, passed on (at most retyped):
         // `device::driver_entry_point` asks of them what CUDA asks of this export's caller.
-        code(unsafe { device::driver_entry_point(symbol, func_ptr, driver_status, true) })
+        code(unsafe { device::driver_entry_point(symbol, func_ptr, cuda_version, flags, driver_status, true) })
     }
 
     unsafe fn cudaSetDoubleForDevice(d: *mut f64) -> i32 {

@@ -129,13 +129,27 @@ unsafe fn launch_as_is(
         })
         .map(|_| ());
     }
+    send(function, grid, block, shared_mem, stream, &params)
+}
+
+/// Send a launch of server function `function` with its packed parameter buffer: without
+/// waiting when its shape has launched before (see [`LaunchShape`]), else waiting for the
+/// answer. The driver API's launches end here too.
+pub fn send(
+    function: u64,
+    grid: Dim3,
+    block: Dim3,
+    shared_mem: u32,
+    stream: u64,
+    params: &[u8],
+) -> Result<(), CudaError> {
     let request = PhosLaunchKernelRequest {
         function,
         grid,
         block,
         sharedMem: shared_mem,
         stream,
-        params: &params,
+        params,
         paramSize: params.len() as u64,
     };
     let shape = LaunchShape { function, device: runtime::current_device(), block, shared_mem, stream };

@@ -11,6 +11,7 @@ pub use crate::runtime::{byte_len, c_str, call, check_out, copy_out, in_bytes};
 /// first call, as NVIDIA's does.
 pub fn api_call(id: FunctionId, f: impl FnOnce() -> Result<(), CudaError>) -> i32 {
     runtime::set_driver_initialized();
+    runtime::note_runtime_call();
     match runtime::catch_panic(id.name(), f) {
         Ok(()) => cudart::SUCCESS,
         Err(e) => {
