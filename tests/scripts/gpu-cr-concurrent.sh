@@ -29,7 +29,7 @@ nvcc -O2 -cudart shared -arch="$ARCH" -o "$WORK/cr_busy" tests/bench/cr_busy.cu 
 
 "$BIN/phosctl" serve --listen "unix:$WORK/r.sock" --backend "$BACKEND" --pool 1 > "$WORK/router.log" 2>&1 &
 router=$!
-trap 'kill "$router" 2> /dev/null; rm -rf "$WORK"' EXIT
+trap 'kill "$router" 2> /dev/null; cp "$WORK/router.log" "$OUT/" 2> /dev/null; rm -rf "$WORK"' EXIT
 for _ in $(seq 200); do [ -S "$WORK/r.sock.ctl" ] && break; sleep 0.05; done
 sleep 0.5
 ctl() { "$BIN/phosctl" "$@" --router "unix:$WORK/r.sock"; }

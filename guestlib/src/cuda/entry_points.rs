@@ -149,8 +149,18 @@ pub fn resolve(symbol: &str, version: u32, flags: u64) -> Result<*mut c_void, Sy
     exported(export).ok_or(SymbolStatus::SymbolNotFound)
 }
 
-/// The driver's answer: `CUDA_SUCCESS` with the address, or `CUDA_ERROR_NOT_FOUND` with
-/// `*pfn` NULL; `*status` (when given) says which. A bad argument is
+/// Which export asks: they answer a name they cannot give differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcAddressForm {
+    /// `cuGetProcAddress` (CUDA 11): `CUDA_ERROR_NOT_FOUND`, `*pfn` left as it was.
+    Legacy,
+    /// `cuGetProcAddress_v2` (CUDA 12 and later): `CUDA_SUCCESS` with `*pfn` NULL and the
+    /// reason in `*status`, as NVIDIA's driver answers (measured with driver 580).
+    WithStatus,
+}
+
+/// The driver's answer: `CUDA_SUCCESS` with the address; for a name it cannot give, what
+/// `form` answers (above), `*status` (when given) saying why. A bad argument is
 /// `CUDA_ERROR_INVALID_VALUE`.
 ///
 /// # Safety
@@ -161,6 +171,7 @@ pub unsafe fn get_proc_address(
     version: i32,
     flags: u64,
     status: *mut i32,
+    form: ProcAddressForm,
 ) -> Result<(), CuError> {
     if symbol.is_null() || pfn.is_null() || flags & !(LEGACY_STREAM | PER_THREAD_DEFAULT_STREAM) != 0 {
         return Err(CuError::INVALID_VALUE);
@@ -173,8 +184,10 @@ pub unsafe fn get_proc_address(
         Ok(p) => (p, SymbolStatus::Success),
         Err(s) => (std::ptr::null_mut(), s),
     };
-    // SAFETY: `pfn` is not null (checked above) and writable (this function's contract).
-    unsafe { *pfn = address };
+    if answer == SymbolStatus::Success || form == ProcAddressForm::WithStatus {
+        // SAFETY: `pfn` is not null (checked above) and writable (this function's contract).
+        unsafe { *pfn = address };
+    }
     if !status.is_null() {
         // SAFETY: `status` is not null and writable (this function's contract).
         unsafe { *status = answer as i32 };
@@ -187,7 +200,10 @@ pub unsafe fn get_proc_address(
                 "cuGetProcAddress: no entry point for {name} at CUDA {version} ({answer:?}; {dropped} earlier lines dropped)"
             );
         }
-        Err(CuError::NOT_FOUND)
+        match form {
+            ProcAddressForm::Legacy => Err(CuError::NOT_FOUND),
+            ProcAddressForm::WithStatus => Ok(()),
+        }
     }
 }
 

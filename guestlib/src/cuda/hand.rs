@@ -128,7 +128,14 @@ impl HandWritten for Hand {
         // SAFETY: this export's arguments, passed on: `get_proc_address` asks of them what
         // CUDA asks of this export's caller.
         super::rt::api_call(F::CuGetProcAddress, || unsafe {
-            entry_points::get_proc_address(symbol, pfn, cuda_version, flags, std::ptr::null_mut())
+            entry_points::get_proc_address(
+                symbol,
+                pfn,
+                cuda_version,
+                flags,
+                std::ptr::null_mut(),
+                entry_points::ProcAddressForm::Legacy,
+            )
         })
     }
 
@@ -141,7 +148,14 @@ impl HandWritten for Hand {
     ) -> i32 {
         // SAFETY: as in `cuGetProcAddress`.
         super::rt::api_call(F::CuGetProcAddressV2, || unsafe {
-            entry_points::get_proc_address(symbol, pfn, cuda_version, flags, symbol_status)
+            entry_points::get_proc_address(
+                symbol,
+                pfn,
+                cuda_version,
+                flags,
+                symbol_status,
+                entry_points::ProcAddressForm::WithStatus,
+            )
         })
     }
 
