@@ -59,6 +59,10 @@ struct Args {
     /// their defaults.
     #[arg(long = "limit", value_name = "KIND=N")]
     limits: Vec<String>,
+    /// Tests only: milliseconds an on-demand restore waits before loading each chunk, so
+    /// that the session's calls really come before their memory.
+    #[arg(long, hide = true, default_value_t = 0, env = phos_api_server::on_demand::LOAD_PACE_VAR)]
+    restore_load_pace_ms: u64,
 }
 
 fn parse_u64(s: &str) -> Result<u64, std::num::ParseIntError> {
@@ -134,6 +138,8 @@ fn main() {
     let control = {
         let (slot, factory, progress) = (slot.clone(), factory.clone(), progress.clone());
         let running = Arc::default();
+        let load = Arc::default();
+        let load_pace_ms = args.restore_load_pace_ms;
         move |gone| {
             ServerCtl {
                 slot: slot.clone(),
@@ -141,6 +147,8 @@ fn main() {
                 progress: progress.clone(),
                 gone,
                 running: Arc::clone(&running),
+                load: Arc::clone(&load),
+                load_pace: std::time::Duration::from_millis(load_pace_ms),
             }
             .serve()
         }

@@ -759,6 +759,27 @@ fn copy_out_parallel<T: Snapshot + ?Sized>(
     )
 }
 
+/// Recreate the objects of `manifest`'s session in `target` (a fresh session, whose server
+/// has checked the manifest already): carry on its handle counters and replay its records in
+/// order, stopping between records once `cancelled`. Returns the time it took, in ms.
+pub fn recreate<T: Rebuild + ?Sized>(
+    target: &T,
+    manifest: &Manifest,
+    device: Option<i32>,
+    cancelled: &(dyn Fn() -> bool + Sync),
+) -> Result<f64, CrError> {
+    target.set_handle_counters(&manifest.handle_counters);
+    let start = Instant::now();
+    for r in &manifest.records {
+        if cancelled() {
+            let what = "replaying its records".into();
+            return Err(CrError::Abandoned { session: manifest.session.id, what });
+        }
+        target.replay(r, device)?;
+    }
+    Ok(ms(start))
+}
+
 /// Rebuild a session from `source` into `target` (a fresh session, whose server has checked
 /// the manifest already): carry on its handle counters, replay its records in order, then
 /// copy its memory in, a reader thread reading and checking chunk k + 1 while this one
@@ -776,15 +797,7 @@ pub fn restore<T: Rebuild>(
     let manifest = source.manifest().clone();
     let session = manifest.session.id;
     let abandoned = |what: String| CrError::Abandoned { session, what };
-    target.set_handle_counters(&manifest.handle_counters);
-    let replay_start = Instant::now();
-    for r in &manifest.records {
-        if cancelled() {
-            return Err(abandoned("replaying its records".into()));
-        }
-        target.replay(r, device)?;
-    }
-    let replay_ms = ms(replay_start);
+    let replay_ms = recreate(target, &manifest, device, cancelled)?;
 
     let copy_start = Instant::now();
     let memory_bytes = manifest.memory.iter().map(|r| r.size).sum();
@@ -802,6 +815,7 @@ pub fn restore<T: Rebuild>(
             copy_ms: ms(copy_start),
             total_ms: 0.0,
             pooled: false,
+            on_demand: false,
         });
     }
     let mut copier = target.copier()?;
@@ -868,5 +882,6 @@ pub fn restore<T: Rebuild>(
         copy_ms: ms(copy_start),
         total_ms: 0.0,
         pooled: false,
+        on_demand: false,
     })
 }

@@ -976,11 +976,12 @@ impl Router {
         let within = deadline.saturating_duration_since(Instant::now());
         let during = if pooled { "replaying and copying into a pooled server" } else { "replaying and copying" };
         let id = meta.id;
+        let full = request.full;
         let restored = phos_control::block_on(async move {
             let client = phos_control::server_client(&ctl)
                 .await
                 .map_err(|e| ControlError::ServerUnreachable { session: id, reason: e.to_string() })?;
-            let call = client.restore(phos_control::context_within(within), id, d, device);
+            let call = client.restore(phos_control::context_within(within), id, d, device, full);
             tokio::pin!(call);
             let answer = tokio::select! {
                 biased;
@@ -1030,6 +1031,10 @@ impl Router {
             }
         };
         tracing::info!(session = meta.id, %tenant, pooled, "session restored from {}", dir.display());
+        *entry.restore_load.lock() = None;
+        if summary.on_demand {
+            follow_load(entry.clone());
+        }
         Ok((entry, summary))
     }
 
@@ -1445,5 +1450,47 @@ impl Router {
         }
         tracing::info!(session = id, stop, "checkpoint written in {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
         Ok(summary)
+    }
+}
+
+/// Follow the memory load of `session`'s on-demand restore on a thread of its own, keeping
+/// its server's figures in the session (for `phosctl restore` and the metrics) until the load
+/// is over, or until the server goes or stops answering (the figures then say so).
+fn follow_load(session: Arc<SessionEntry>) {
+    let mut last = phos_control::LoadReport { session: session.id, ..Default::default() };
+    *session.restore_load.lock() = Some(last.clone());
+    let followed = session.clone();
+    let spawned = std::thread::Builder::new().name(format!("phos-load-{}", session.id)).spawn(move || {
+        let session = followed;
+        loop {
+            let report = session.control_socket().and_then(|ctl| {
+                phos_control::block_on(async {
+                    let client = phos_control::server_client(&ctl).await.ok()?;
+                    client.load(tarpc::context::current()).await.ok().flatten()
+                })
+                .ok()
+                .flatten()
+            });
+            let Some(report) = report else {
+                last.failed =
+                    Some("the session's server ended or stopped answering before its memory was loaded".into());
+                *session.restore_load.lock() = Some(last);
+                return;
+            };
+            let over = report.finished();
+            *session.restore_load.lock() = Some(report.clone());
+            if over {
+                return;
+            }
+            last = report;
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    if let Err(e) = spawned {
+        let why = format!("cannot follow the memory load of the restored session: {e}");
+        tracing::warn!(session = session.id, "{why}");
+        if let Some(r) = session.restore_load.lock().as_mut() {
+            r.failed = Some(why);
+        }
     }
 }

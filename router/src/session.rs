@@ -227,6 +227,9 @@ pub struct SessionEntry {
     barriers_waiting: AtomicU64,
     /// What the guest reported that does not go through Phos (`phosReportBypass`).
     bypass: Mutex<Bypass>,
+    /// The memory load of the last on-demand restore of the session, as its server last
+    /// reported it (followed until it is over).
+    pub restore_load: Mutex<Option<phos_control::LoadReport>>,
 }
 
 /// A session's bypass findings.
@@ -320,6 +323,7 @@ impl SessionEntry {
             refused_async: Mutex::new(VecDeque::new()),
             barriers_waiting: AtomicU64::new(0),
             bypass: Mutex::new(Bypass::default()),
+            restore_load: Mutex::new(None),
         }
     }
 

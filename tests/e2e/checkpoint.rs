@@ -438,3 +438,65 @@ fn phosctl_names_what_is_missing_and_exits_with_its_class() {
     assert_eq!(listed.status.code(), Some(UNAVAILABLE), "{err}");
     assert!(err.contains("cannot reach the router at") && err.contains("no-router.sock.ctl"), "{err}");
 }
+
+/// A number printed after `before` in `text` (up to the next space).
+fn figure(text: &str, before: &str) -> f64 {
+    let at = text.find(before).unwrap_or_else(|| panic!("no {before:?} in {text}")) + before.len();
+    text[at..].split(' ').next().unwrap().parse().unwrap_or_else(|e| panic!("{before:?} in {text}: {e}"))
+}
+
+/// On-demand restore: the restored session serves its guest's calls before its memory is
+/// loaded (each chunk's load is slowed down, so that the race is real), and its first call
+/// is a kernel reading a buffer whose memory is not loaded yet: it must wait for it, and
+/// computes the right result. The next kernel reads every buffer through pointers stored in
+/// device memory, which no analysis of its parameters sees: it must wait for the whole load,
+/// and computes the right result too.
+#[test]
+fn an_on_demand_restore_serves_calls_before_their_memory_is_loaded() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "restore_on_demand", &["-arch=sm_70"]);
+    let router = TestRouter::start_with("emu", |c| {
+        c.server_args.extend(["--restore-load-pace-ms".to_string(), "300".to_string()]);
+    });
+    let mut guest = Command::new(built("phosctl"))
+        .args(["run", "--endpoint"])
+        .arg(format!("unix:{}", router.socket().display()))
+        .arg("--")
+        .arg(&exe)
+        .env("PHOS_GUEST_LIB", built("libphos_guest.so"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(guest.stdout.take().unwrap());
+    read_until(&mut out, "ready");
+    let id = session_id(&router);
+    let image = tempfile::tempdir().unwrap();
+    let dir = image.path().join("image");
+    checkpoint(&router, id, &dir, &["--stop"]);
+    // The guest's next call (the first kernel) waits in the router for the restore.
+    std::io::Write::write_all(guest.stdin.as_mut().unwrap(), b"go\n").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&rs.stdout).into_owned();
+    assert!(rs.status.success(), "restore: {said}{}", String::from_utf8_lossy(&rs.stderr));
+    println!("{said}");
+    assert!(said.contains("on demand: serving after"), "{said}");
+    let first_call = figure(&said, "first call served ");
+    let loaded = figure(&said, "all in ");
+    assert!(first_call < loaded, "the first call came after the whole load: {said}");
+    assert!(figure(&said, "calls held for memory: ") >= 1.0, "no call waited for memory: {said}");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let status = guest.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut guest.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "the program failed after the restore: {rest}{err}");
+    assert_eq!(rest, "direct: ok\nthrough the table: ok\nPASS\n", "{err}");
+    let logs = router.server_logs();
+    assert!(
+        logs.contains("sum_through_table") && logs.contains("loads all memory before it runs"),
+        "the kernel reading through the table was not found untracked: {logs}"
+    );
+}

@@ -292,7 +292,7 @@ impl EmuBackend {
 
 /// Why a module image gives no PTX to read.
 #[derive(Debug, thiserror::Error)]
-enum ImageError {
+pub(crate) enum ImageError {
     #[error("{0}")]
     Fatbin(#[from] phos_fatbin::FatbinError),
     #[error("not a fat binary, and not PTX text: {0}")]
@@ -301,7 +301,7 @@ enum ImageError {
 
 /// The PTX of a module image to run: from a fat binary, the entry for the newest virtual
 /// architecture; or a PTX text on its own.
-fn ptx_of(image: &[u8]) -> Result<Option<String>, ImageError> {
+pub(crate) fn ptx_of(image: &[u8]) -> Result<Option<String>, ImageError> {
     if image.starts_with(&0xBA55_ED50u32.to_le_bytes()) {
         let fatbin = phos_fatbin::FatBinary::parse(image)?;
         let mut best: Option<(u32, String)> = None;

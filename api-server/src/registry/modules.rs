@@ -14,6 +14,7 @@ use phos_protocol::apis::HandleKind;
 use sha2::{Digest, Sha256};
 
 use super::handles::{HandleTable, NewHandle};
+use super::kernel_reach::KernelReach;
 use super::memory::AddressSpace;
 use crate::backend::Raw;
 use crate::backend::prelude::*;
@@ -48,6 +49,8 @@ pub struct ModuleRegistry {
     loaded: Mutex<HashMap<(i32, [u8; 32]), u64>>,
     modules: Mutex<HandleTable<Module>>,
     functions: Mutex<HandleTable<Function>>,
+    /// Which kernels may touch memory their parameters do not name (for on-demand restore).
+    pub reach: KernelReach,
 }
 
 impl ModuleRegistry {
@@ -56,6 +59,7 @@ impl ModuleRegistry {
             loaded: Mutex::default(),
             modules: Mutex::new(HandleTable::new(HandleKind::Module, module_limit)),
             functions: Mutex::new(HandleTable::new(HandleKind::Function, function_limit)),
+            reach: KernelReach::default(),
         }
     }
 
@@ -99,6 +103,7 @@ impl ModuleRegistry {
                 let _ = backend.module_unload(raw);
             })?;
         loaded.insert((device, actual), h);
+        self.reach.module_loaded(h, image);
         Ok(h)
     }
 
@@ -110,6 +115,7 @@ impl ModuleRegistry {
         loaded.remove(&(m.device, m.digest));
         drop(loaded);
         self.functions.lock().retain(|f| f.module != handle);
+        self.reach.module_unloaded(handle);
         for (_, addr, _) in &m.globals {
             memory.remove_external(*addr);
         }
@@ -126,7 +132,9 @@ impl ModuleRegistry {
     ) -> Result<u64, CudaError> {
         let module_raw = self.modules.lock().get(module)?.raw;
         let raw = backend.module_function(module_raw, name)?;
-        self.functions.lock().add(Function { raw, module }, new)
+        let h = self.functions.lock().add(Function { raw, module }, new)?;
+        self.reach.function_found(h, module, name);
+        Ok(h)
     }
 
     /// The backend's function behind a handle.
@@ -199,6 +207,7 @@ impl ModuleRegistry {
     pub fn release_all(&self, backend: &dyn Backend, memory: &AddressSpace) {
         let mut loaded = self.loaded.lock();
         self.functions.lock().drain();
+        self.reach.clear();
         for (_, m) in self.modules.lock().drain() {
             for (_, addr, _) in m.globals {
                 memory.remove_external(addr);

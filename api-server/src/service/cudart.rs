@@ -253,8 +253,9 @@ impl Session {
             // code: the memory its parameters point into, and its module's variables.
             let mut reached = self.objects.memory.reached_by(params);
             reached.extend(self.objects.modules.variables_of_function(function));
-            let access: Vec<DeviceAccess> =
+            let mut access: Vec<DeviceAccess> =
                 reached.into_iter().map(|(addr, len)| DeviceAccess { addr, len, writes: true }).collect();
+            access.extend(self.untracked_reach(function));
             self.before_work(cx.function.map_or("a kernel launch", |f| f.name()), &access)?;
         }
         let mut printed = Vec::new();
