@@ -501,9 +501,19 @@ impl Session {
                 };
                 let _ = installed_tx.send(true);
                 let workers = phos_checkpoint::parallel::workers();
-                match on_demand::load(&Rebuilding(&s), &plan, reader.as_ref(), &pending, &progress, workers, pace) {
+                let all_loaded = || st.loaded();
+                let loaded = on_demand::load(
+                    &Rebuilding(&s),
+                    &plan,
+                    reader.as_ref(),
+                    &pending,
+                    &progress,
+                    workers,
+                    pace,
+                    &all_loaded,
+                );
+                match loaded {
                     Ok(()) => {
-                        st.loaded();
                         let r = st.report();
                         tracing::info!(
                             session = s.id,

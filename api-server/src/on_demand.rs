@@ -70,9 +70,9 @@ impl LoadStatus {
         *self.serving_ms.lock() = self.since_start();
     }
 
-    /// Every byte is loaded.
+    /// Every byte is loaded (the first time this is said).
     pub fn loaded(&self) {
-        *self.ended.lock() = Some(Ok(self.since_start()));
+        self.ended.lock().get_or_insert_with(|| Ok(self.since_start()));
     }
 
     /// The load stopped: `why`.
@@ -92,6 +92,7 @@ impl LoadStatus {
             held_calls: self.held_calls.load(Ordering::Relaxed),
             held_ms: self.held_ns.load(Ordering::Relaxed) as f64 / 1e6,
             failed: ended.and_then(Result::err),
+            session_ended: false,
         }
     }
 }

@@ -102,9 +102,13 @@ impl LoadPlan {
 /// checksum): the chunks held calls want first ([`LoadPlan::next`]), then the rest in image
 /// order. Each chunk is marked loaded in `pending` once its copy is complete on the device.
 /// `pace` is waited before each chunk (a test's way to make the load slow; zero otherwise).
+/// `all_loaded` is called as soon as nothing is pending any more (before the workers are
+/// joined: a call let through by the last chunk may end its program meanwhile), perhaps more
+/// than once.
 ///
 /// The first failure stops the load and is returned; the caller then fails `pending`, so
 /// that the calls held (and later calls that need memory not loaded) fail rather than wait.
+#[allow(clippy::too_many_arguments)] // what a load needs, none of it shared with another
 pub fn load<T: Rebuild + ?Sized>(
     target: &T,
     plan: &LoadPlan,
@@ -113,6 +117,7 @@ pub fn load<T: Rebuild + ?Sized>(
     progress: &Progress,
     workers: usize,
     pace: Duration,
+    all_loaded: &(dyn Fn() + Sync),
 ) -> Result<(), CrError> {
     let largest = plan.pieces.iter().map(|p| p.chunk.len as usize).max().unwrap_or(0).max(1);
     let workers = workers.clamp(1, plan.pieces.len().max(1));
@@ -138,8 +143,11 @@ pub fn load<T: Rebuild + ?Sized>(
                             }
                             let piece = plan.pieces[i];
                             load_piece(copier.as_mut(), &mut buf, reader, piece)?;
-                            pending.loaded(piece.addr, piece.chunk.len);
                             progress.add(piece.chunk.len);
+                            pending.loaded(piece.addr, piece.chunk.len);
+                            if pending.remaining() == 0 {
+                                all_loaded();
+                            }
                         }
                         Ok(())
                     })();
@@ -308,7 +316,7 @@ mod tests {
         let last = BASE + (2 * chunks - 2) * CHUNK;
         std::thread::scope(|scope| {
             let loader =
-                scope.spawn(|| load(&device, &plan, &reader, &pending, &progress, 2, Duration::from_millis(5)));
+                scope.spawn(|| load(&device, &plan, &reader, &pending, &progress, 2, Duration::from_millis(5), &|| {}));
             // Let the loader start in image order.
             std::thread::sleep(Duration::from_millis(20));
             let started = Instant::now();
@@ -347,7 +355,7 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(1));
             }
             let progress = Progress::default();
-            let err = load(&device, &plan, &reader, &pending, &progress, 2, Duration::ZERO).unwrap_err();
+            let err = load(&device, &plan, &reader, &pending, &progress, 2, Duration::ZERO, &|| {}).unwrap_err();
             assert!(err.to_string().contains("checksum"), "{err}");
             pending.fail(phos_protocol::CudaError::Unknown);
             assert_eq!(held.join().unwrap(), Err(phos_protocol::CudaError::Unknown));

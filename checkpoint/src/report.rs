@@ -112,11 +112,13 @@ pub struct LoadReport {
     pub held_ms: f64,
     /// Why the load stopped, if it did: the session's calls then fail.
     pub failed: Option<String>,
+    /// The session ended (its program exited) before all was loaded: the rest is not needed.
+    pub session_ended: bool,
 }
 
 impl LoadReport {
-    /// The load is over, loaded or failed.
+    /// The load is over: loaded, failed, or no longer needed.
     pub fn finished(&self) -> bool {
-        self.loaded_ms.is_some() || self.failed.is_some()
+        self.loaded_ms.is_some() || self.failed.is_some() || self.session_ended
     }
 }

@@ -177,6 +177,14 @@ pub fn restore(router: &RouterArg, dir: PathBuf, target: RestoreTarget, timeout:
         if let Some(reason) = load.failed {
             return Err(CliError::LoadFailed { session: s.session, reason });
         }
+        if load.loaded_ms.is_none() {
+            println!(
+                "the session ended with {} of {} MiB of its memory loaded (its program needed no more)",
+                load.done >> 20,
+                load.total >> 20
+            );
+            return Ok(());
+        }
         // The server's times count from its restore's start; the router's, from the request
         // (server start or pool hand-out included): a time from the request is the router's
         // time to serving plus the server's from serving on.
@@ -211,14 +219,25 @@ async fn follow_load(c: &RouterControlClient, session: u64) -> phos_control::Loa
             .progress_chars("=> "),
     );
     bar.set_message("loading");
+    let mut last = phos_control::LoadReport { session, ..Default::default() };
     loop {
-        if let Ok(Some(r)) = c.restore_load(tarpc::context::current(), session).await {
-            bar.set_length(r.total);
-            bar.set_position(r.done);
-            if r.finished() {
-                bar.finish_and_clear();
-                return r;
+        match c.restore_load(tarpc::context::current(), session).await {
+            Ok(Some(r)) => {
+                bar.set_length(r.total);
+                bar.set_position(r.done);
+                if r.finished() {
+                    bar.finish_and_clear();
+                    return r;
+                }
+                last = r;
             }
+            // The router no longer has the session: it ended.
+            Ok(None) => {
+                bar.finish_and_clear();
+                return phos_control::LoadReport { session_ended: true, ..last };
+            }
+            // The router did not answer this time: ask again.
+            Err(_) => {}
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -109,7 +109,7 @@ impl RouterControl for RouterCtl {
     }
 
     async fn restore_load(self, _: Context, session: u64) -> Option<LoadReport> {
-        self.router.session(session)?.restore_load.lock().clone()
+        self.router.restore_load(session)
     }
 
     async fn policy_load(self, _: Context, policy: PolicyLoad) -> Result<PolicySummary, ControlError> {

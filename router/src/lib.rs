@@ -162,6 +162,9 @@ pub struct Router {
     /// Management sockets of servers restoring a session, by session: progress is asked there
     /// until the session has its server again.
     restoring: Mutex<HashMap<u64, PathBuf>>,
+    /// The last word on the memory load of on-demand restores of sessions that have ended
+    /// since (the most recent [`ENDED_LOADS_KEPT`]), for `phosctl restore` still following one.
+    ended_loads: Mutex<VecDeque<phos_control::LoadReport>>,
     pub tenants: Tenants,
     pub policies: PolicySet,
     /// Where the TCP listener ended up bound (port 0 in the configuration picks one).
@@ -368,6 +371,7 @@ impl Router {
             pool: Mutex::new(Vec::new()),
             next_pooled: AtomicU64::new(1),
             restoring: Mutex::new(HashMap::new()),
+            ended_loads: Mutex::new(VecDeque::new()),
             tcp_bound: Mutex::new(None),
             pending: Arc::default(),
             spare_fd: Mutex::new(None),
@@ -697,6 +701,7 @@ impl Router {
             for s in ended {
                 tracing::info!(session = s.id, tenant = %s.tenant, "session ended ({} calls)", s.usage.calls());
                 s.end();
+                self.keep_ended_load(&s);
             }
             self.fill_pool();
         }
@@ -904,6 +909,29 @@ impl Router {
 
     fn spawn_server_at(&self, socket: PathBuf, id: u64, start: ServerStart<'_>) -> io::Result<ServerProcess> {
         ServerProcess::spawn(&self.config, socket, &format!("session-{id}"), start)
+    }
+
+    /// What is known of the memory load of `session`'s last on-demand restore: from the
+    /// session, or, once it has ended, from the last word kept.
+    pub fn restore_load(&self, session: u64) -> Option<phos_control::LoadReport> {
+        if let Some(s) = self.session(session) {
+            return s.restore_load.lock().clone();
+        }
+        self.ended_loads.lock().iter().rev().find(|r| r.session == session).cloned()
+    }
+
+    /// Keep the last word on an ended session's on-demand restore a while (see
+    /// [`restore_load`](Self::restore_load)).
+    fn keep_ended_load(&self, session: &SessionEntry) {
+        let Some(mut last) = session.restore_load.lock().clone() else { return };
+        if !last.finished() {
+            last.session_ended = true;
+        }
+        let mut kept = self.ended_loads.lock();
+        if kept.len() == ENDED_LOADS_KEPT {
+            kept.pop_front();
+        }
+        kept.push_back(last);
     }
 
     /// The management socket of the server restoring `session`, while it does.
@@ -1453,6 +1481,9 @@ impl Router {
     }
 }
 
+/// Ended sessions whose last on-demand restore's figures the router keeps.
+const ENDED_LOADS_KEPT: usize = 64;
+
 /// Follow the memory load of `session`'s on-demand restore on a thread of its own, keeping
 /// its server's figures in the session (for `phosctl restore` and the metrics) until the load
 /// is over, or until the server goes or stops answering (the figures then say so).
@@ -1472,13 +1503,27 @@ fn follow_load(session: Arc<SessionEntry>) {
                 .flatten()
             });
             let Some(report) = report else {
-                last.failed =
-                    Some("the session's server ended or stopped answering before its memory was loaded".into());
-                *session.restore_load.lock() = Some(last);
+                // The session's end may have asked the server last (`SessionEntry::end`).
+                let mut kept = session.restore_load.lock();
+                let r = kept.get_or_insert(last);
+                if !r.finished() {
+                    if session.state() == State::Ended {
+                        r.session_ended = true;
+                    } else {
+                        r.failed =
+                            Some("the session's server ended or stopped answering before its memory was loaded".into());
+                    }
+                }
                 return;
             };
+            let mut kept = session.restore_load.lock();
+            // The session's end may have stored the last word meanwhile.
+            if kept.as_ref().is_some_and(phos_control::LoadReport::finished) {
+                return;
+            }
             let over = report.finished();
-            *session.restore_load.lock() = Some(report.clone());
+            *kept = Some(report.clone());
+            drop(kept);
             if over {
                 return;
             }
