@@ -194,7 +194,8 @@ fn a_corrupted_image_of_a_stopped_session_is_refused_before_anything_runs() {
     let mut bad = good.clone();
     bad[good.len() / 3] ^= 1;
     std::fs::write(&mem, &bad).unwrap();
-    let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
+    // A full restore checks every chunk before the session is served.
+    let rs = phosctl(&router, &["restore", dir.to_str().unwrap(), "--full"]);
     assert_eq!(rs.status.code(), Some(REFUSED));
     assert!(String::from_utf8_lossy(&rs.stderr).contains("checksum"), "{}", String::from_utf8_lossy(&rs.stderr));
     assert!(router.router.session(id).unwrap().control_socket().is_none(), "no server was left running");
@@ -203,6 +204,32 @@ fn a_corrupted_image_of_a_stopped_session_is_refused_before_anything_runs() {
     let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
     assert!(rs.status.success(), "{}", String::from_utf8_lossy(&rs.stderr));
     assert!(guest.wait().unwrap().success());
+}
+
+/// An on-demand restore serves the session before it has read every chunk: a chunk that
+/// fails its checksum during the load fails the session (its calls report a sticky error, so
+/// its program stops rather than compute with memory that is not its own), and `phosctl
+/// restore` says so and exits with status 1.
+#[test]
+fn a_bad_chunk_found_during_an_on_demand_load_fails_the_session() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);
+    let router = TestRouter::start("emu");
+    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["120", "40"]);
+    let image = tempfile::tempdir().unwrap();
+    let dir = image.path().join("image");
+    checkpoint(&router, id, &dir, &["--stop"]);
+    let mem = memory_files(&dir).into_iter().max_by_key(|p| std::fs::metadata(p).unwrap().len()).unwrap();
+    let mut bad = std::fs::read(&mem).unwrap();
+    let at = bad.len() / 3;
+    bad[at] ^= 1;
+    std::fs::write(&mem, &bad).unwrap();
+    let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&rs.stderr);
+    assert_eq!(rs.status.code(), Some(1), "{err}");
+    assert!(err.contains("loading its memory after the restore failed") && err.contains("checksum"), "{err}");
+    assert!(!guest.wait().unwrap().success(), "the program went on with memory that failed its checksum");
+    assert!(router.server_logs().contains("loading the restored memory failed"), "{}", router.server_logs());
 }
 
 #[test]
