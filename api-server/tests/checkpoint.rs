@@ -661,3 +661,37 @@ fn large_memory_comes_back_the_same_from_parallel_and_ordered_copies() {
         Session::restore_from(&mut source, &factory(base), None, &Progress::default(), &Cancel::default()).unwrap();
     check(&r);
 }
+
+/// On-demand restore, in process: the session is served before its memory is loaded (the
+/// load slowed down); a call reading memory not yet loaded waits for it and sees the image's
+/// bytes; a kernel runs on what it reaches; freeing an allocation or unloading a module waits
+/// for the memory that goes with it (the loader would otherwise write into memory that is
+/// gone: on emu, a fault of the server itself), and the load ends without an error.
+#[test]
+fn an_on_demand_restore_holds_calls_until_their_memory_is_in() {
+    let base = 0x4e00_0000_0000;
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(base);
+    let b = build(&s);
+    s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &Bounds::default()).unwrap();
+    drop(s);
+    let progress = Arc::new(Progress::default());
+    let pace = std::time::Duration::from_millis(150);
+    let (r, _, summary, status) =
+        Session::restore_on_demand(dir.path(), &factory(base), None, &progress, &Cancel::default(), pace).unwrap();
+    assert!(summary.on_demand && summary.copy_ms == 0.0, "{summary:?}");
+    assert!(status.report().loaded_ms.is_none(), "served before its memory was loaded");
+    // First thing, the allocation that is first in the image goes (it has blocks of its
+    // own, which the free unmaps).
+    call(&r, &CudaFreeRequest { devPtr: b.big });
+    assert!(status.report().held_calls >= 1, "{:?}", status.report());
+    assert_eq!(read(&r, b.freed_then_live, 100), [1u8; 100]);
+    launch(&r, b.function, b.stream, b.small, 32);
+    let counter = u32::from_le_bytes(read(&r, b.small, 4).try_into().unwrap());
+    assert_eq!(counter, u32::from_le_bytes([7; 4]) + 9, "the kernel ran on the image's memory and variable");
+    call(&r, &PhosModuleUnloadRequest { module: b.module });
+    let report = status.report();
+    assert!(report.loaded_ms.is_some() && report.failed.is_none(), "{report:?}");
+    assert_eq!((report.done, report.total), (summary.memory_bytes, summary.memory_bytes));
+    assert!(report.first_call_ms.is_some_and(|ms| ms >= report.serving_ms), "{report:?}");
+}

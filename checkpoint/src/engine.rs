@@ -439,8 +439,17 @@ impl PendingMemory {
     /// `[addr, addr + len)` is loaded: the calls that waited only for it (or for it and
     /// memory loaded before) run.
     pub fn loaded(&self, addr: u64, len: u64) {
+        self.loaded_then(addr, len, &|| {});
+    }
+
+    /// [`loaded`](Self::loaded), running `when_all_loaded` first if nothing is pending any
+    /// more: before any call this lets go runs.
+    pub fn loaded_then(&self, addr: u64, len: u64, when_all_loaded: &dyn Fn()) {
         let mut state = self.state.lock();
         state.remove(addr, len);
+        if state.ranges.is_empty() {
+            when_all_loaded();
+        }
         self.changed.notify_all();
     }
 

@@ -102,9 +102,8 @@ impl LoadPlan {
 /// checksum): the chunks held calls want first ([`LoadPlan::next`]), then the rest in image
 /// order. Each chunk is marked loaded in `pending` once its copy is complete on the device.
 /// `pace` is waited before each chunk (a test's way to make the load slow; zero otherwise).
-/// `all_loaded` is called as soon as nothing is pending any more (before the workers are
-/// joined: a call let through by the last chunk may end its program meanwhile), perhaps more
-/// than once.
+/// `all_loaded` is called as soon as nothing is pending any more, before the calls that
+/// waited for the last chunk run.
 ///
 /// The first failure stops the load and is returned; the caller then fails `pending`, so
 /// that the calls held (and later calls that need memory not loaded) fail rather than wait.
@@ -144,10 +143,7 @@ pub fn load<T: Rebuild + ?Sized>(
                             let piece = plan.pieces[i];
                             load_piece(copier.as_mut(), &mut buf, reader, piece)?;
                             progress.add(piece.chunk.len);
-                            pending.loaded(piece.addr, piece.chunk.len);
-                            if pending.remaining() == 0 {
-                                all_loaded();
-                            }
+                            pending.loaded_then(piece.addr, piece.chunk.len, all_loaded);
                         }
                         Ok(())
                     })();
