@@ -505,7 +505,25 @@ fn an_on_demand_restore_serves_calls_before_their_memory_is_loaded() {
     // The guest's next call (the first kernel) waits in the router for the restore.
     std::io::Write::write_all(guest.stdin.as_mut().unwrap(), b"go\n").unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
+    let restoring = Command::new(built("phosctl"))
+        .args(["restore", dir.to_str().unwrap(), "--router"])
+        .arg(format!("unix:{}", router.socket().display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // While the memory loads, the router's metrics follow it.
+    let gauge = format!("phos_restore_memory_bytes{{session=\"{id}\",tenant=\"uid:0\"}} ");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let page = loop {
+        let page = phos_router::metrics::render(&router.router);
+        if page.contains(&gauge) || Instant::now() > deadline {
+            break page;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(page.contains(&gauge) && page.contains("phos_restore_serving_seconds{"), "{page}");
+    let rs = restoring.wait_with_output().unwrap();
     let said = String::from_utf8_lossy(&rs.stdout).into_owned();
     assert!(rs.status.success(), "restore: {said}{}", String::from_utf8_lossy(&rs.stderr));
     println!("{said}");
