@@ -144,11 +144,14 @@ impl CallHook for OnDemandHook {
             self.status.held_calls.fetch_add(1, Ordering::Relaxed);
             self.status.held_ns.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
         }
+        r
+    }
+
+    fn after_call(&self) {
         let mut first = self.status.first_call_ms.lock();
         if first.is_none() {
             *first = Some(self.status.since_start());
         }
-        r
     }
 }
 

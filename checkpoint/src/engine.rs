@@ -263,6 +263,9 @@ pub trait CallHook: Send + Sync {
     /// `access` is what the call will read and write. Returning holds the call no longer; an
     /// error fails the call before it runs (the guest gets that error).
     fn before_call(&self, access: &CallAccess<'_>) -> Result<(), CudaError>;
+    /// A call shown to [`before_call`](Self::before_call) has been served (answered, or
+    /// queued for an async one).
+    fn after_call(&self) {}
 }
 
 /// Where a session's C/R hook is installed. The dispatch asks [`active`](Self::active)
@@ -303,6 +306,14 @@ impl HookSlot {
         *slot = Some(hook);
         self.active.store(true, Ordering::Relaxed);
         Some(Installed(self))
+    }
+
+    /// Tell the installed hook, if there is one, that a call has been served.
+    pub fn after_call(&self) {
+        let hook = self.hook.read().clone();
+        if let Some(h) = hook {
+            h.after_call();
+        }
     }
 
     /// Hand `access` to the installed hook, if there is one.
@@ -464,6 +475,24 @@ impl PendingMemory {
             state.wanted.pop_front();
         }
         None
+    }
+
+    /// Every range held calls wait for that is still pending (pieces of them, where some is
+    /// loaded already), the oldest call's first: [`next_wanted`](Self::next_wanted) and what
+    /// comes after it, for loaders that take several chunks at once.
+    pub fn wanted(&self) -> Vec<(u64, u64)> {
+        let mut state = self.state.lock();
+        let mut out = Vec::new();
+        let mut kept = VecDeque::new();
+        while let Some((addr, len)) = state.wanted.pop_front() {
+            let pieces = state.overlapping(addr, len);
+            if !pieces.is_empty() {
+                out.extend(pieces);
+                kept.push_back((addr, len));
+            }
+        }
+        state.wanted = kept;
+        out
     }
 
     /// The restore cannot load the rest: the calls held, and every later call that touches

@@ -6,8 +6,8 @@
 //! pending in a [`PendingMemory`] and installs it as the session's hook, then lets the
 //! session serve its calls while [`load`] copies the chunks in on several threads. The hook
 //! holds each call that reads or writes memory still pending; a held call's ranges are
-//! wanted ([`PendingMemory::next_wanted`]), and the loaders take the chunks that cover them
-//! before any other. A chunk is marked loaded only once its copy is complete on the device,
+//! wanted ([`PendingMemory::wanted`]), and the loaders take the chunks that cover them before
+//! any other, the oldest call's first. A chunk is marked loaded only once its copy is complete on the device,
 //! so a call let through never sees memory half-written by the restore, and a call's own
 //! writes can never be overwritten by it afterwards.
 
@@ -80,9 +80,8 @@ impl LoadPlan {
     /// The next chunk to load: one that a held call waits for if there is such a chunk no
     /// loader has taken, else the next in image order. `None`: every chunk is taken.
     fn next(&self, pending: &PendingMemory) -> Option<usize> {
-        if let Some((addr, len)) = pending.next_wanted()
-            && let Some(i) = self.take_within(addr, len)
-        {
+        // The oldest call's ranges first; chunks other loaders have in flight are skipped.
+        if let Some(i) = pending.wanted().into_iter().find_map(|(addr, len)| self.take_within(addr, len)) {
             return Some(i);
         }
         loop {
@@ -327,6 +326,37 @@ mod tests {
         assert_eq!(*device.bytes.lock(), expected(chunks));
         assert_eq!(pending.remaining(), 0);
         assert_eq!(progress.done(), 2 * chunks * CHUNK);
+    }
+
+    /// Every range held calls wait for is wanted, the oldest call's first, until it is loaded.
+    #[test]
+    fn the_ranges_of_every_held_call_are_wanted_oldest_first() {
+        let p = PendingMemory::new([(0x1000, 0x1000), (0x4000, 0x1000)]);
+        let wait_for = |n: usize| {
+            let started = Instant::now();
+            while p.wanted().len() < n {
+                assert!(started.elapsed() < Duration::from_secs(10), "the held calls never asked");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        std::thread::scope(|scope| {
+            let first = scope
+                .spawn(|| p.before_call(&CallAccess { function: "a", device: &reads(0x4800, 0x10), objects: &[] }));
+            wait_for(1);
+            // Spans the first range and the gap after it.
+            let second = scope
+                .spawn(|| p.before_call(&CallAccess { function: "b", device: &reads(0x1000, 0x2000), objects: &[] }));
+            wait_for(2);
+            assert_eq!(p.wanted(), [(0x4800, 0x10), (0x1000, 0x1000)]);
+            p.loaded(0x4000, 0x1000);
+            assert_eq!(first.join().unwrap(), Ok(()));
+            assert_eq!(p.wanted(), [(0x1000, 0x1000)]);
+            p.loaded(0x1000, 0x800);
+            assert_eq!(p.wanted(), [(0x1800, 0x800)], "what is still pending of it");
+            p.loaded(0x1800, 0x800);
+            assert_eq!(second.join().unwrap(), Ok(()));
+            assert!(p.wanted().is_empty());
+        });
     }
 
     /// A load that fails returns the error; the calls held until then fail with the error

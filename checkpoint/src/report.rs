@@ -103,7 +103,8 @@ pub struct LoadReport {
     pub total: u64,
     /// When the session was served (its objects recreated, its memory not yet loaded).
     pub serving_ms: f64,
-    /// When its first call was let through (`None`: no call came during the load).
+    /// When its first call was served: answered, or queued for an async one, after waiting
+    /// for any memory it needed (`None`: no call came during the load).
     pub first_call_ms: Option<f64>,
     /// When every byte was loaded (`None`: still loading, or failed).
     pub loaded_ms: Option<f64>,

@@ -206,7 +206,7 @@ fn restore_loads(out: &mut String, router: &Router) {
         out,
         "phos_restore_first_call_seconds",
         "gauge",
-        "On-demand restore: time until the session's first call was let through (absent: no call came during the load).",
+        "On-demand restore: time until the session's first call was served (answered, or queued for an async call, after any wait for its memory; absent: no call came during the load).",
         rows(&|r| r.first_call_ms.map(seconds)),
     );
     family(
