@@ -20,7 +20,9 @@
 //! The session is then rebuilt in a fresh server: the same device address range is reserved,
 //! each record is replayed through the generated dispatch with the handles and addresses it
 //! produced before (so every allocation comes back at its address and every virtual handle
-//! keeps its value), and the memory contents are written back.
+//! keeps its value), and the memory contents are written back: all of them before the
+//! session is served, or behind it, each call waiting for the memory it touches
+//! ([`Session::restore_on_demand`], [`crate::on_demand`]).
 //!
 //! Images go to and come from any sink or source: a directory, or a stream over a file,
 //! pipe or socket ([`Session::checkpoint_to`], [`Session::restore_from`]).

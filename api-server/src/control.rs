@@ -195,8 +195,12 @@ impl ServerControl for ServerCtl {
         let stop = request.stop;
         let running = Running::new(&self);
         let bounds = Bounds { quiesce_timeout: request.quiesce_timeout, cancel: running.cancel.clone() };
+        let load = self.load.lock().clone();
         let r = tokio::task::spawn_blocking(move || {
-            session.checkpoint(&dir, meta, compression, stop, &progress, &bounds).inspect_err(|e| tracing::warn!("{e}"))
+            // Memory an on-demand restore has not loaded yet is not the session's to copy.
+            load.map_or(Ok(()), |l| l.wait_over(&bounds))
+                .and_then(|()| session.checkpoint(&dir, meta, compression, stop, &progress, &bounds))
+                .inspect_err(|e| tracing::warn!("{e}"))
         })
         .await
         .map_err(|e| failed(session_id, Operation::Checkpoint, format!("checkpoint task: {e}")))?

@@ -12,14 +12,16 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
+use phos_checkpoint::CrError;
 use phos_checkpoint::engine::{CallHook, PendingMemory};
-use phos_checkpoint::report::{LoadReport, Progress};
+use phos_checkpoint::report::{LoadReport, Progress, Waiting};
 use phos_protocol::CudaError;
 use phos_protocol::spec::{CallAccess, DeviceAccess, ObjectEffect};
 
+use crate::checkpoint::Bounds;
 use crate::registry::memory::AddressSpace;
 
 /// What a call touches when it may touch any memory: every address. Only read, as far as the
@@ -43,6 +45,8 @@ pub struct LoadStatus {
     first_call_ms: Mutex<Option<f64>>,
     /// `Ok(ms)`: all loaded then; `Err(why)`: the load failed.
     ended: Mutex<Option<Result<f64, String>>>,
+    /// Signalled when `ended` is set.
+    over: Condvar,
     held_calls: AtomicU64,
     held_ns: AtomicU64,
 }
@@ -56,6 +60,7 @@ impl LoadStatus {
             serving_ms: Mutex::new(0.0),
             first_call_ms: Mutex::new(None),
             ended: Mutex::new(None),
+            over: Condvar::new(),
             held_calls: AtomicU64::new(0),
             held_ns: AtomicU64::new(0),
         }
@@ -73,11 +78,34 @@ impl LoadStatus {
     /// Every byte is loaded (the first time this is said).
     pub fn loaded(&self) {
         self.ended.lock().get_or_insert_with(|| Ok(self.since_start()));
+        self.over.notify_all();
     }
 
     /// The load stopped: `why`.
     pub fn failed(&self, why: String) {
         *self.ended.lock() = Some(Err(why));
+        self.over.notify_all();
+    }
+
+    /// Wait until the load is over (loaded or failed), within `bounds`: a checkpoint must not
+    /// copy memory that is not loaded yet (nor share the progress counters with the load).
+    pub fn wait_over(&self, bounds: &Bounds) -> Result<(), CrError> {
+        let start = Instant::now();
+        let deadline = start + bounds.quiesce_timeout;
+        let mut ended = self.ended.lock();
+        while ended.is_none() {
+            let timed_out = Instant::now() >= deadline;
+            if timed_out || bounds.cancel.is_cancelled() {
+                let waiting_for = Waiting::MemoryLoad { done: self.progress.done(), total: self.progress.total() };
+                return Err(if timed_out {
+                    CrError::TimedOut { session: self.session, waited: start.elapsed(), waiting_for }
+                } else {
+                    CrError::Abandoned { session: self.session, what: format!("waiting for {waiting_for}") }
+                });
+            }
+            self.over.wait_for(&mut ended, Duration::from_millis(50));
+        }
+        Ok(())
     }
 
     pub fn report(&self) -> LoadReport {

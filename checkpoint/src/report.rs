@@ -52,6 +52,8 @@ pub enum Waiting {
     Calls { functions: Vec<String> },
     /// A device to finish the work queued on it.
     Device { device: i32 },
+    /// The session's on-demand restore to finish loading its memory (bytes loaded, in all).
+    MemoryLoad { done: u64, total: u64 },
 }
 
 impl std::fmt::Display for Waiting {
@@ -61,6 +63,9 @@ impl std::fmt::Display for Waiting {
             Waiting::Calls { functions } => write!(f, "its calls in flight to finish: {}", functions.join(", ")),
             Waiting::Device { device } => {
                 write!(f, "device {device} to finish the work queued on it (kernels, copies, host functions)")
+            }
+            Waiting::MemoryLoad { done, total } => {
+                write!(f, "its restore to finish loading its memory ({done} of {total} bytes loaded)")
             }
         }
     }

@@ -71,8 +71,8 @@ pub fn sessions(router: &RouterArg) -> ExitCode {
     }))
 }
 
-/// Poll `progress` while `work` runs, showing a bar of bytes copied.
-async fn with_progress<T>(c: &RouterControlClient, session: u64, what: &str, work: impl Future<Output = T>) -> T {
+/// A bar of bytes done, labelled `what` (drawn only on a terminal).
+fn bytes_bar(what: &str) -> ProgressBar {
     let bar = ProgressBar::new(0);
     bar.set_style(
         ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec})")
@@ -80,6 +80,12 @@ async fn with_progress<T>(c: &RouterControlClient, session: u64, what: &str, wor
             .progress_chars("=> "),
     );
     bar.set_message(what.to_string());
+    bar
+}
+
+/// Poll `progress` while `work` runs, showing a bar of bytes copied.
+async fn with_progress<T>(c: &RouterControlClient, session: u64, what: &str, work: impl Future<Output = T>) -> T {
+    let bar = bytes_bar(what);
     let poll = async {
         loop {
             if let Ok(Some(p)) = c.progress(tarpc::context::current(), session).await {
@@ -212,13 +218,7 @@ pub fn restore(router: &RouterArg, dir: PathBuf, target: RestoreTarget, timeout:
 /// Follow the memory load of an on-demand restore of `session` with a bar of bytes loaded,
 /// until it is over.
 async fn follow_load(c: &RouterControlClient, session: u64) -> phos_control::LoadReport {
-    let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    bar.set_message("loading");
+    let bar = bytes_bar("loading");
     let mut last = phos_control::LoadReport { session, ..Default::default() };
     loop {
         match c.restore_load(tarpc::context::current(), session).await {

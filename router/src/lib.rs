@@ -1488,8 +1488,7 @@ const ENDED_LOADS_KEPT: usize = 64;
 /// its server's figures in the session (for `phosctl restore` and the metrics) until the load
 /// is over, or until the server goes or stops answering (the figures then say so).
 fn follow_load(session: Arc<SessionEntry>) {
-    let mut last = phos_control::LoadReport { session: session.id, ..Default::default() };
-    *session.restore_load.lock() = Some(last.clone());
+    *session.restore_load.lock() = Some(phos_control::LoadReport { session: session.id, ..Default::default() });
     let followed = session.clone();
     let spawned = std::thread::Builder::new().name(format!("phos-load-{}", session.id)).spawn(move || {
         let session = followed;
@@ -1505,8 +1504,7 @@ fn follow_load(session: Arc<SessionEntry>) {
             let Some(report) = report else {
                 // The session's end may have asked the server last (`SessionEntry::end`).
                 let mut kept = session.restore_load.lock();
-                let r = kept.get_or_insert(last);
-                if !r.finished() {
+                if let Some(r) = kept.as_mut().filter(|r| !r.finished()) {
                     if session.state() == State::Ended {
                         r.session_ended = true;
                     } else {
@@ -1522,12 +1520,11 @@ fn follow_load(session: Arc<SessionEntry>) {
                 return;
             }
             let over = report.finished();
-            *kept = Some(report.clone());
+            *kept = Some(report);
             drop(kept);
             if over {
                 return;
             }
-            last = report;
             std::thread::sleep(Duration::from_millis(50));
         }
     });

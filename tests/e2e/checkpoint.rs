@@ -523,6 +523,25 @@ fn an_on_demand_restore_serves_calls_before_their_memory_is_loaded() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(page.contains(&gauge) && page.contains("phos_restore_serving_seconds{"), "{page}");
+    // A checkpoint meanwhile waits for the load: its image holds the buffers' contents, not
+    // memory the restore had not loaded yet.
+    let again = image.path().join("again");
+    checkpoint(&router, id, &again, &[]);
+    let buffers = |dir: &Path| {
+        let mut img = phos_checkpoint::Image::open(dir).unwrap();
+        let mut all = Vec::new();
+        let mut buf = Vec::new();
+        for r in img.manifest.memory.clone().iter().filter(|r| r.size == 8 << 20) {
+            for c in &r.chunks {
+                img.read_chunk(c, &mut buf).unwrap();
+                all.extend_from_slice(&buf[..c.len as usize]);
+            }
+        }
+        all
+    };
+    let before = buffers(&dir);
+    assert_eq!(before.len(), 6 * (8 << 20));
+    assert!(before == buffers(&again), "a checkpoint during the load copied memory not loaded yet");
     let rs = restoring.wait_with_output().unwrap();
     let said = String::from_utf8_lossy(&rs.stdout).into_owned();
     assert!(rs.status.success(), "restore: {said}{}", String::from_utf8_lossy(&rs.stderr));
