@@ -20,7 +20,9 @@
 //! The session is then rebuilt in a fresh server: the same device address range is reserved,
 //! each record is replayed through the generated dispatch with the handles and addresses it
 //! produced before (so every allocation comes back at its address and every virtual handle
-//! keeps its value), and the memory contents are written back.
+//! keeps its value), and the memory contents are written back: all of them before the
+//! session is served, or behind it, each call waiting for the memory it touches
+//! ([`Session::restore_on_demand`], [`crate::on_demand`]).
 //!
 //! Images go to and come from any sink or source: a directory, or a stream over a file,
 //! pipe or socket ([`Session::checkpoint_to`], [`Session::restore_from`]).
@@ -35,10 +37,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Instant;
 
+use phos_checkpoint::engine::PendingMemory;
 use phos_checkpoint::engine::{
     self, CallHook, Concurrent, DeviceCopier, DirtyLog, HostBuffer, Installed, Intercept, Interrupted, Pinning,
     Quiesce, Rebuild, Snapshot, Window, Within,
 };
+use phos_checkpoint::on_demand::{self, LoadPlan};
 use phos_checkpoint::report::Waiting;
 use phos_checkpoint::report::{CheckpointMode, CheckpointSummary, RestoreSummary};
 use phos_checkpoint::{
@@ -56,6 +60,7 @@ pub use phos_checkpoint::report::Progress;
 use crate::backend::prelude::*;
 use crate::backend::{Raw, StreamRef};
 use crate::control::SessionFactory;
+use crate::on_demand::{LoadStatus, OnDemandHook};
 use crate::quiesce::Quiesced;
 use crate::registry::handles::{NUMBER_BITS, is_handle_of};
 use crate::service::{CallCx, Session};
@@ -502,12 +507,29 @@ impl Session {
         cancel: &Cancel,
     ) -> Result<(Session, SessionMeta, RestoreSummary), CrError> {
         let start = Instant::now();
-        check_image(source.manifest(), factory, device)?;
         // The manifest and what is known of the chunks are checked; each chunk's checksum is
         // checked as it is read. A failure anywhere ends the restore and drops the new
         // session with everything it made: nothing half-restored is ever served.
+        let (session, meta) = Self::for_image(source.manifest(), factory, device)?;
         let verify_ms = start.elapsed().as_secs_f64() * 1e3;
-        let meta = source.manifest().session.clone();
+        let cancelled = || cancel.is_cancelled();
+        let mut summary = engine::restore(&Rebuilding(&session), source, device, progress, &cancelled)?;
+        summary.verify_ms = verify_ms;
+        summary.total_ms = start.elapsed().as_secs_f64() * 1e3;
+        Ok((session, meta, summary))
+    }
+}
+
+impl Session {
+    /// A fresh session for the image of `manifest`, once its manifest checks
+    /// ([`check_image`]): its device address range reserved, nothing in it yet.
+    fn for_image(
+        manifest: &Manifest,
+        factory: &SessionFactory,
+        device: Option<i32>,
+    ) -> Result<(Session, SessionMeta), CrError> {
+        check_image(manifest, factory, device)?;
+        let meta = manifest.session.clone();
         let session = Session::new(
             meta.id,
             factory.backend.clone(),
@@ -518,11 +540,116 @@ impl Session {
             factory.limits,
         )
         .map_err(CrError::device(format!("reserving the device address range {:#x}", meta.device_base)))?;
+        Ok((session, meta))
+    }
+
+    /// Restore the image directory `dir` on demand: check it, recreate the session's objects,
+    /// and return the session to be served at once, its memory loading on threads of its own
+    /// behind it (`pace` waited before each chunk: a test's knob). Until a byte is loaded,
+    /// every call that reads or writes it waits ([`OnDemandHook`]); the returned status
+    /// follows the load. `cancel` stops the restore until the session is returned; the load
+    /// then has no client to stop it. A load that fails leaves the session with a sticky
+    /// error: its calls fail from then on, as after a device fault.
+    pub fn restore_on_demand(
+        dir: &Path,
+        factory: &SessionFactory,
+        device: Option<i32>,
+        progress: &Arc<Progress>,
+        cancel: &Cancel,
+        pace: std::time::Duration,
+    ) -> Result<(Arc<Session>, SessionMeta, RestoreSummary, Arc<LoadStatus>), CrError> {
+        let start = Instant::now();
+        let image = Image::open(dir)?;
+        let (session, meta) = Self::for_image(&image.manifest, factory, device)?;
+        let verify_ms = start.elapsed().as_secs_f64() * 1e3;
         let cancelled = || cancel.is_cancelled();
-        let mut summary = engine::restore(&Rebuilding(&session), source, device, progress, &cancelled)?;
-        summary.verify_ms = verify_ms;
-        summary.total_ms = start.elapsed().as_secs_f64() * 1e3;
-        Ok((session, meta, summary))
+        let manifest = &image.manifest;
+        let replay_ms = engine::recreate(&Rebuilding(&session), manifest, device, &cancelled)?;
+        let rebuilt = Rebuilding(&session);
+        let targets: Vec<(u64, i32)> =
+            manifest.memory.iter().map(|r| rebuilt.region_target(r, device)).collect::<Result<_, _>>()?;
+        let plan = LoadPlan::new(manifest, &targets);
+        let pending = Arc::new(PendingMemory::new(plan.ranges()));
+        let status = Arc::new(LoadStatus::new(meta.id, start, progress.clone()));
+        let memory_bytes = plan.bytes();
+        progress.done.store(0, Ordering::Relaxed);
+        progress.total.store(memory_bytes, Ordering::Relaxed);
+        let hook = Arc::new(OnDemandHook {
+            pending: pending.clone(),
+            memory: session.objects.memory.clone(),
+            status: status.clone(),
+        });
+        let session = Arc::new(session);
+        // A directory image always has one.
+        let reader = image.parallel().ok_or(CrError::Thread("image reader"))?;
+        // The loader installs the hook (its guard lives on the loader's stack, beside its own
+        // handle on the session) and says so before the session may be served.
+        let (installed_tx, installed_rx) = std::sync::mpsc::channel();
+        let (s, st, progress) = (session.clone(), status.clone(), progress.clone());
+        std::thread::Builder::new()
+            .name("phos-restore-load".into())
+            .spawn(move || {
+                let Some(_installed) = s.hooks.install(hook) else {
+                    let _ = installed_tx.send(false);
+                    return;
+                };
+                let _ = installed_tx.send(true);
+                let workers = phos_checkpoint::parallel::workers();
+                let all_loaded = || st.loaded();
+                let loaded = on_demand::load(
+                    &Rebuilding(&s),
+                    &plan,
+                    reader.as_ref(),
+                    &pending,
+                    &progress,
+                    workers,
+                    pace,
+                    &all_loaded,
+                );
+                match loaded {
+                    Ok(()) => {
+                        let r = st.report();
+                        tracing::info!(
+                            session = s.id,
+                            "memory loaded: {} bytes in {:.1} ms (first call {}, {} calls waited {:.1} ms in all)",
+                            r.total,
+                            r.loaded_ms.unwrap_or_default(),
+                            r.first_call_ms.map_or("none during the load".into(), |ms| format!("at {ms:.1} ms")),
+                            r.held_calls,
+                            r.held_ms
+                        );
+                    }
+                    Err(e) => {
+                        // The memory is lost, as after an uncorrectable memory error
+                        // (cudaErrorECCUncorrectable, sticky): calls held and to come fail.
+                        let lost = phos_protocol::CudaError(214);
+                        tracing::error!(
+                            session = s.id,
+                            "loading the restored memory failed: {e}; the session's calls fail from now on"
+                        );
+                        s.note_error(lost);
+                        pending.fail(lost);
+                        st.failed(e.to_string());
+                    }
+                }
+            })
+            .map_err(|_| CrError::Thread("restore load"))?;
+        if installed_rx.recv() != Ok(true) {
+            return Err(CrError::HookInstalled { session: meta.id });
+        }
+        status.serving();
+        let summary = RestoreSummary {
+            session: meta.id,
+            records: manifest.records.len(),
+            memory_bytes,
+            verify_ms,
+            replay_ms,
+            copy_ms: 0.0,
+            total_ms: start.elapsed().as_secs_f64() * 1e3,
+            pooled: false,
+            on_demand: true,
+        };
+        Ok((session, meta, summary, status))
     }
 }
 

@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 
 use phos_checkpoint::{Compression, CrError, SessionMeta};
 use phos_control::{
-    Cancel, CheckpointRequest, CheckpointSummary, ControlError, ImageRefusal, Operation, Progress, RestoreSummary,
-    ServerControl, SessionIdentity,
+    Cancel, CheckpointRequest, CheckpointSummary, ControlError, ImageRefusal, LoadReport, Operation, Progress,
+    RestoreSummary, ServerControl, SessionIdentity,
 };
 use phos_protocol::limits::SessionLimits;
 use tarpc::context::Context;
@@ -18,6 +18,7 @@ use phos_protocol::CudaError;
 
 use crate::backend::prelude::*;
 use crate::checkpoint::{Bounds, How, Progress as Counters};
+use crate::on_demand::LoadStatus;
 use crate::output::DeviceOutput;
 use crate::server::SessionSlot;
 use crate::service::Session;
@@ -76,6 +77,29 @@ impl SessionFactory {
         );
         Ok((session, r))
     }
+
+    /// Restore on demand ([`Session::restore_on_demand`]): the session is returned once its
+    /// objects exist, and its memory loads behind it.
+    pub fn restore_on_demand(
+        &self,
+        dir: &std::path::Path,
+        device: Option<i32>,
+        progress: &Arc<Counters>,
+        cancel: &Cancel,
+        pace: std::time::Duration,
+    ) -> Result<(Arc<Session>, RestoreSummary, Arc<LoadStatus>), CrError> {
+        let (session, meta, r, status) = Session::restore_on_demand(dir, self, device, progress, cancel, pace)?;
+        tracing::info!(
+            session = meta.id,
+            "restored {} records on demand in {:.1} ms (verify {:.1}, replay {:.1}); serving while {} bytes of device memory load",
+            r.records,
+            r.total_ms,
+            r.verify_ms,
+            r.replay_ms,
+            r.memory_bytes
+        );
+        Ok((session, r, status))
+    }
 }
 
 /// What a checkpoint or restore of `session` (to or from `dir`) that stopped says to the
@@ -111,6 +135,10 @@ pub struct ServerCtl {
     pub gone: Cancel,
     /// The flags of the operations in progress, for [`abandon`](ServerControl::abandon).
     pub running: Arc<parking_lot::Mutex<Vec<Cancel>>>,
+    /// The load of the session's on-demand restore, once there was one.
+    pub load: Arc<parking_lot::Mutex<Option<Arc<LoadStatus>>>>,
+    /// Waited before each chunk an on-demand restore loads (a test's knob; zero otherwise).
+    pub load_pace: std::time::Duration,
 }
 
 impl ServerCtl {
@@ -169,9 +197,11 @@ impl ServerControl for ServerCtl {
         let how = How { mode: request.mode, stop: request.stop, reserve: self.factory.cow_reserve };
         let running = Running::new(&self);
         let bounds = Bounds { quiesce_timeout: request.quiesce_timeout, cancel: running.cancel.clone() };
+        let load = self.load.lock().clone();
         let r = tokio::task::spawn_blocking(move || {
-            session
-                .checkpoint_as(&dir, meta, compression, how, &progress, &bounds)
+            // Memory an on-demand restore has not loaded yet is not the session's to copy.
+            load.map_or(Ok(()), |l| l.wait_over(&bounds))
+                .and_then(|()| session.checkpoint_as(&dir, meta, compression, how, &progress, &bounds))
                 .inspect_err(|e| tracing::warn!("{e}"))
         })
         .await
@@ -212,6 +242,7 @@ impl ServerControl for ServerCtl {
         session: u64,
         dir: PathBuf,
         device: Option<i32>,
+        full: bool,
     ) -> Result<RestoreSummary, ControlError> {
         if self.slot.get().is_some() {
             return Err(self.has_session());
@@ -221,19 +252,30 @@ impl ServerControl for ServerCtl {
         let running = Running::new(&self);
         let cancel = running.cancel.clone();
         let image = dir.clone();
-        let (restored, summary) =
-            tokio::task::spawn_blocking(move || factory.restore(&image, device, &progress, &cancel))
-                .await
-                .map_err(|e| failed(session, Operation::Restore, format!("restore task: {e}")))?
-                .map_err(|e| to_wire(e, Operation::Restore, session, &dir))?;
+        let pace = self.load_pace;
+        let (restored, summary, load) = tokio::task::spawn_blocking(move || {
+            if full {
+                factory.restore(&image, device, &progress, &cancel).map(|(s, r)| (Arc::new(s), r, None))
+            } else {
+                factory.restore_on_demand(&image, device, &progress, &cancel, pace).map(|(s, r, l)| (s, r, Some(l)))
+            }
+        })
+        .await
+        .map_err(|e| failed(session, Operation::Restore, format!("restore task: {e}")))?
+        .map_err(|e| to_wire(e, Operation::Restore, session, &dir))?;
         drop(running);
         if restored.id != session {
             // The router read another manifest there: the image changed under it.
             let reason = ImageRefusal::Invalid(format!("the image is of session {}, not {session}", restored.id));
             return Err(ControlError::ImageRefused { dir, reason });
         }
-        self.slot.set(Arc::new(restored)).map_err(|_| self.has_session())?;
+        *self.load.lock() = load;
+        self.slot.set(restored).map_err(|_| self.has_session())?;
         Ok(summary)
+    }
+
+    async fn load(self, _: Context) -> Option<LoadReport> {
+        self.load.lock().as_ref().map(|l| l.report())
     }
 
     async fn abandon(self, _: Context) {

@@ -64,6 +64,10 @@ struct Args {
     /// copied waits for the copy.
     #[arg(long, default_value_t = phos_api_server::DEFAULT_COW_RESERVE, value_parser = parse_u64)]
     cow_reserve: u64,
+    /// Tests only: milliseconds an on-demand restore waits before loading each chunk, so
+    /// that the session's calls really come before their memory.
+    #[arg(long, hide = true, default_value_t = 0, env = phos_api_server::on_demand::LOAD_PACE_VAR)]
+    restore_load_pace_ms: u64,
 }
 
 fn parse_u64(s: &str) -> Result<u64, std::num::ParseIntError> {
@@ -140,6 +144,8 @@ fn main() {
     let control = {
         let (slot, factory, progress) = (slot.clone(), factory.clone(), progress.clone());
         let running = Arc::default();
+        let load = Arc::default();
+        let load_pace_ms = args.restore_load_pace_ms;
         move |gone| {
             ServerCtl {
                 slot: slot.clone(),
@@ -147,6 +153,8 @@ fn main() {
                 progress: progress.clone(),
                 gone,
                 running: Arc::clone(&running),
+                load: Arc::clone(&load),
+                load_pace: std::time::Duration::from_millis(load_pace_ms),
             }
             .serve()
         }

@@ -526,6 +526,9 @@ impl ApiServer {
             Function::Cudart(f) => Self::outcome(s, f.name(), dispatch::cudart::dispatch(s, &cx, f, payload, out)),
             Function::Cuda(f) => Self::outcome(s, f.name(), dispatch::cuda::dispatch(s, &cx, f, payload, out)),
         }));
+        if s.hooks.active() {
+            s.hooks.after_call();
+        }
         result.unwrap_or_else(|_| {
             if let Some(dropped) = GUEST_LINES.admit(&session.id.to_string()) {
                 tracing::error!(session = session.id, dropped, "{}: internal error (panic)", id.name());

@@ -886,3 +886,36 @@ fn caught_and_taken_again(base: u64, how: phos_api_server::checkpoint::How) {
     launch_with(&s, through, 1, &params);
     assert_eq!(read(&s, target, 4), 777u32.to_le_bytes());
 }
+
+/// On-demand restore, in process: the session is served before its memory is loaded (the
+/// load slowed down); a call reading memory not yet loaded waits for it and sees the image's
+/// bytes; a kernel runs on what it reaches; freeing an allocation or unloading a module waits
+/// for the memory that goes with it (the loader would otherwise write into memory that is
+/// gone: on emu, a fault of the server itself), and the load ends without an error.
+#[test]
+fn an_on_demand_restore_holds_calls_until_their_memory_is_in() {
+    let base = 0x5200_0000_0000;
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(base);
+    let b = build(&s);
+    s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &Bounds::default()).unwrap();
+    drop(s);
+    let progress = Arc::new(Progress::default());
+    let pace = std::time::Duration::from_millis(150);
+    let (r, _, summary, status) =
+        Session::restore_on_demand(dir.path(), &factory(base), None, &progress, &Cancel::default(), pace).unwrap();
+    assert!(summary.on_demand && summary.copy_ms == 0.0, "{summary:?}");
+    assert!(status.report().loaded_ms.is_none(), "served before its memory was loaded");
+    // First thing, the allocation that is first in the image goes (it has blocks of its
+    // own, which the free unmaps).
+    call(&r, &CudaFreeRequest { devPtr: b.big });
+    assert!(status.report().held_calls >= 1, "{:?}", status.report());
+    assert_eq!(read(&r, b.freed_then_live, 100), [1u8; 100]);
+    launch(&r, b.function, b.stream, b.small, 32);
+    let counter = u32::from_le_bytes(read(&r, b.small, 4).try_into().unwrap());
+    assert_eq!(counter, u32::from_le_bytes([7; 4]) + 9, "the kernel ran on the image's memory and variable");
+    call(&r, &PhosModuleUnloadRequest { module: b.module });
+    let report = status.report();
+    assert!(report.loaded_ms.is_some() && report.failed.is_none(), "{report:?}");
+    assert_eq!((report.done, report.total), (summary.memory_bytes, summary.memory_bytes));
+}

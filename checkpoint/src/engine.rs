@@ -278,6 +278,9 @@ pub trait CallHook: Send + Sync {
     /// `access` is what the call will read and write. Returning holds the call no longer; an
     /// error fails the call before it runs (the guest gets that error).
     fn before_call(&self, access: &CallAccess<'_>) -> Result<(), CudaError>;
+    /// A call shown to [`before_call`](Self::before_call) has been served (answered, or
+    /// queued for an async one).
+    fn after_call(&self) {}
 }
 
 /// Where a session's C/R hook is installed. The dispatch asks [`active`](Self::active)
@@ -318,6 +321,14 @@ impl HookSlot {
         *slot = Some(hook);
         self.active.store(true, Ordering::Relaxed);
         Some(Installed(self))
+    }
+
+    /// Tell the installed hook, if there is one, that a call has been served.
+    pub fn after_call(&self) {
+        let hook = self.hook.read().clone();
+        if let Some(h) = hook {
+            h.after_call();
+        }
     }
 
     /// Hand `access` to the installed hook, if there is one.
@@ -454,8 +465,17 @@ impl PendingMemory {
     /// `[addr, addr + len)` is loaded: the calls that waited only for it (or for it and
     /// memory loaded before) run.
     pub fn loaded(&self, addr: u64, len: u64) {
+        self.loaded_then(addr, len, &|| {});
+    }
+
+    /// [`loaded`](Self::loaded), running `when_all_loaded` first if nothing is pending any
+    /// more: before any call this lets go runs.
+    pub fn loaded_then(&self, addr: u64, len: u64, when_all_loaded: &dyn Fn()) {
         let mut state = self.state.lock();
         state.remove(addr, len);
+        if state.ranges.is_empty() {
+            when_all_loaded();
+        }
         self.changed.notify_all();
     }
 
@@ -470,6 +490,24 @@ impl PendingMemory {
             state.wanted.pop_front();
         }
         None
+    }
+
+    /// Every range held calls wait for that is still pending (pieces of them, where some is
+    /// loaded already), the oldest call's first: [`next_wanted`](Self::next_wanted) and what
+    /// comes after it, for loaders that take several chunks at once.
+    pub fn wanted(&self) -> Vec<(u64, u64)> {
+        let mut state = self.state.lock();
+        let mut out = Vec::new();
+        let mut kept = VecDeque::new();
+        while let Some((addr, len)) = state.wanted.pop_front() {
+            let pieces = state.overlapping(addr, len);
+            if !pieces.is_empty() {
+                out.extend(pieces);
+                kept.push_back((addr, len));
+            }
+        }
+        state.wanted = kept;
+        out
     }
 
     /// The restore cannot load the rest: the calls held, and every later call that touches
@@ -842,6 +880,27 @@ fn copy_out_parallel<T: Snapshot + ?Sized>(
     )
 }
 
+/// Recreate the objects of `manifest`'s session in `target` (a fresh session, whose server
+/// has checked the manifest already): carry on its handle counters and replay its records in
+/// order, stopping between records once `cancelled`. Returns the time it took, in ms.
+pub fn recreate<T: Rebuild + ?Sized>(
+    target: &T,
+    manifest: &Manifest,
+    device: Option<i32>,
+    cancelled: &(dyn Fn() -> bool + Sync),
+) -> Result<f64, CrError> {
+    target.set_handle_counters(&manifest.handle_counters);
+    let start = Instant::now();
+    for r in &manifest.records {
+        if cancelled() {
+            let what = "replaying its records".into();
+            return Err(CrError::Abandoned { session: manifest.session.id, what });
+        }
+        target.replay(r, device)?;
+    }
+    Ok(ms(start))
+}
+
 /// Rebuild a session from `source` into `target` (a fresh session, whose server has checked
 /// the manifest already): carry on its handle counters, replay its records in order, then
 /// copy its memory in, a reader thread reading and checking chunk k + 1 while this one
@@ -859,15 +918,7 @@ pub fn restore<T: Rebuild>(
     let manifest = source.manifest().clone();
     let session = manifest.session.id;
     let abandoned = |what: String| CrError::Abandoned { session, what };
-    target.set_handle_counters(&manifest.handle_counters);
-    let replay_start = Instant::now();
-    for r in &manifest.records {
-        if cancelled() {
-            return Err(abandoned("replaying its records".into()));
-        }
-        target.replay(r, device)?;
-    }
-    let replay_ms = ms(replay_start);
+    let replay_ms = recreate(target, &manifest, device, cancelled)?;
 
     let copy_start = Instant::now();
     let memory_bytes = manifest.memory.iter().map(|r| r.size).sum();
@@ -885,6 +936,7 @@ pub fn restore<T: Rebuild>(
             copy_ms: ms(copy_start),
             total_ms: 0.0,
             pooled: false,
+            on_demand: false,
         });
     }
     let mut copier = target.copier()?;
@@ -951,6 +1003,7 @@ pub fn restore<T: Rebuild>(
         copy_ms: ms(copy_start),
         total_ms: 0.0,
         pooled: false,
+        on_demand: false,
     })
 }
 

@@ -36,6 +36,7 @@
 
 pub mod engine;
 mod format;
+pub mod on_demand;
 pub mod parallel;
 pub mod report;
 pub mod sink;

@@ -67,6 +67,10 @@ pub struct RestoreSummary {
     pub total_ms: f64,
     /// The server came from the router's pool of pre-started servers.
     pub pooled: bool,
+    /// The session was served before its memory was loaded (on-demand restore): `copy_ms` is
+    /// 0 and `total_ms` the time until it was served; the load goes on behind it
+    /// ([`LoadReport`]).
+    pub on_demand: bool,
 }
 
 /// What a checkpoint was still waiting for when it gave up.
@@ -77,6 +81,8 @@ pub enum Waiting {
     Calls { functions: Vec<String> },
     /// A device to finish the work queued on it.
     Device { device: i32 },
+    /// The session's on-demand restore to finish loading its memory (bytes loaded, in all).
+    MemoryLoad { done: u64, total: u64 },
 }
 
 impl std::fmt::Display for Waiting {
@@ -86,6 +92,9 @@ impl std::fmt::Display for Waiting {
             Waiting::Calls { functions } => write!(f, "its calls in flight to finish: {}", functions.join(", ")),
             Waiting::Device { device } => {
                 write!(f, "device {device} to finish the work queued on it (kernels, copies, host functions)")
+            }
+            Waiting::MemoryLoad { done, total } => {
+                write!(f, "its restore to finish loading its memory ({done} of {total} bytes loaded)")
             }
         }
     }
@@ -115,5 +124,36 @@ impl Progress {
 
     pub(crate) fn add(&self, n: u64) {
         self.done.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// How the background load of an on-demand restore goes, or went. Times are from the start
+/// of the restore in the server.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoadReport {
+    pub session: u64,
+    /// Bytes of device memory loaded, and in all.
+    pub done: u64,
+    pub total: u64,
+    /// When the session was served (its objects recreated, its memory not yet loaded).
+    pub serving_ms: f64,
+    /// When its first call was served: answered, or queued for an async one, after waiting
+    /// for any memory it needed (`None`: no call came during the load).
+    pub first_call_ms: Option<f64>,
+    /// When every byte was loaded (`None`: still loading, or failed).
+    pub loaded_ms: Option<f64>,
+    /// Calls held for memory not yet loaded, and the time they waited in all.
+    pub held_calls: u64,
+    pub held_ms: f64,
+    /// Why the load stopped, if it did: the session's calls then fail.
+    pub failed: Option<String>,
+    /// The session ended (its program exited) before all was loaded: the rest is not needed.
+    pub session_ended: bool,
+}
+
+impl LoadReport {
+    /// The load is over: loaded, failed, or no longer needed.
+    pub fn finished(&self) -> bool {
+        self.loaded_ms.is_some() || self.failed.is_some() || self.session_ended
     }
 }

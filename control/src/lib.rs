@@ -36,7 +36,7 @@ pub struct SessionInfo {
 }
 
 /// What a checkpoint and a restore did: one definition, the C/R engine's, answered as is.
-pub use phos_checkpoint::report::{CheckpointMode, CheckpointSummary, RestoreSummary};
+pub use phos_checkpoint::report::{CheckpointMode, CheckpointSummary, LoadReport, RestoreSummary};
 
 /// How to take a checkpoint.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -74,6 +74,9 @@ pub struct RestoreRequest {
     /// The whole restore (server start, replay, copy) must end within this, or it is given
     /// up and the session stays as it was.
     pub timeout: Duration,
+    /// Load all memory before the session is served (stop-the-world), rather than serve it
+    /// once its objects exist and load its memory behind it (on demand, the default).
+    pub full: bool,
 }
 
 /// The default of [`RestoreRequest::timeout`] (`phosctl restore --timeout`).
@@ -183,6 +186,9 @@ pub trait RouterControl {
     async fn restore(request: RestoreRequest) -> Result<RestoreSummary, ControlError>;
     /// Progress of a checkpoint of `session` (or of the restore that is bringing it back).
     async fn progress(session: u64) -> Option<Progress>;
+    /// How the memory of `session`'s last on-demand restore loads, or loaded (`None`: it has
+    /// none, or its server does not answer).
+    async fn restore_load(session: u64) -> Option<LoadReport>;
     async fn policy_load(policy: PolicyLoad) -> Result<PolicySummary, ControlError>;
     async fn policy_unload(name: String) -> Result<(), ControlError>;
     async fn policy_list() -> Vec<PolicySummary>;
@@ -202,8 +208,16 @@ pub trait ServerControl {
     /// Give a server started ahead of need (pooled) a fresh session.
     async fn start(session: u64) -> Result<(), ControlError>;
     /// Give a server started without a session the session of an image, which must be
-    /// session `session` (the router read its manifest).
-    async fn restore(session: u64, dir: PathBuf, device: Option<i32>) -> Result<RestoreSummary, ControlError>;
+    /// session `session` (the router read its manifest): on demand (served once its objects
+    /// exist, its memory loading behind it), or `full` (served once all is loaded).
+    async fn restore(
+        session: u64,
+        dir: PathBuf,
+        device: Option<i32>,
+        full: bool,
+    ) -> Result<RestoreSummary, ControlError>;
+    /// The load of the session's on-demand restore, if it was restored so.
+    async fn load() -> Option<LoadReport>;
     /// Give up the checkpoint or restore in progress (its client went away): it ends as
     /// soon as it can, with an error, leaving the session as it was.
     async fn abandon();

@@ -68,6 +68,9 @@ pub enum CliError {
     PolicyBuild(#[from] phos_policy::BuildError),
     #[error("{context}: {source}")]
     Io { context: String, source: std::io::Error },
+    /// An on-demand restore served its session, then could not load its memory.
+    #[error("session {session}: loading its memory after the restore failed: {reason}; the session's calls fail")]
+    LoadFailed { session: u64, reason: String },
 }
 
 impl From<tarpc::client::RpcError> for CliError {
@@ -87,7 +90,7 @@ impl CliError {
             CliError::NoAnswer => Exit::TimedOut,
             CliError::Usage(_) | CliError::PolicySource(_) => Exit::Usage,
             CliError::PolicyBuild(phos_policy::BuildError::NoCompiler { .. }) => Exit::Unavailable,
-            CliError::PolicyBuild(_) | CliError::Io { .. } => Exit::Failed,
+            CliError::PolicyBuild(_) | CliError::Io { .. } | CliError::LoadFailed { .. } => Exit::Failed,
         }
     }
 }

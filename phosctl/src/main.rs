@@ -139,6 +139,11 @@ enum Command {
         /// as it was).
         #[arg(long, default_value_t = phos_control::DEFAULT_RESTORE_TIMEOUT.as_secs_f64())]
         timeout: f64,
+        /// Load all of the session's memory before it is served. Without it the session is
+        /// served once its objects are recreated and its memory loads behind it, each call
+        /// waiting for the memory it touches (on demand).
+        #[arg(long)]
+        full: bool,
         #[command(flatten)]
         router: manage::RouterArg,
     },
@@ -587,8 +592,8 @@ fn main() -> ExitCode {
             };
             manage::checkpoint(&router, session, out, stop, mode, compress, seconds(timeout))
         }
-        Command::Restore { dir, device, tenant, as_tenant, timeout, router } => {
-            manage::restore(&router, dir, device, tenant, as_tenant, seconds(timeout))
+        Command::Restore { dir, device, tenant, as_tenant, timeout, full, router } => {
+            manage::restore(&router, dir, manage::RestoreTarget { device, tenant, as_tenant }, seconds(timeout), full)
         }
         Command::Run { backend, endpoint, transport, summary, server, command } => {
             run(RunArgs { backend, endpoint, transport, summary, server, command })

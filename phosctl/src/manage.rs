@@ -73,8 +73,8 @@ pub fn sessions(router: &RouterArg) -> ExitCode {
     }))
 }
 
-/// Poll `progress` while `work` runs, showing a bar of bytes copied.
-async fn with_progress<T>(c: &RouterControlClient, session: u64, what: &str, work: impl Future<Output = T>) -> T {
+/// A bar of bytes done, labelled `what` (drawn only on a terminal).
+fn bytes_bar(what: &str) -> ProgressBar {
     let bar = ProgressBar::new(0);
     bar.set_style(
         ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec})")
@@ -82,6 +82,12 @@ async fn with_progress<T>(c: &RouterControlClient, session: u64, what: &str, wor
             .progress_chars("=> "),
     );
     bar.set_message(what.to_string());
+    bar
+}
+
+/// Poll `progress` while `work` runs, showing a bar of bytes copied.
+async fn with_progress<T>(c: &RouterControlClient, session: u64, what: &str, work: impl Future<Output = T>) -> T {
+    let bar = bytes_bar(what);
     let poll = async {
         loop {
             if let Ok(Some(p)) = c.progress(tarpc::context::current(), session).await {
@@ -147,14 +153,14 @@ pub fn checkpoint(
     }))
 }
 
-pub fn restore(
-    router: &RouterArg,
-    dir: PathBuf,
-    device: Option<i32>,
-    tenant: Option<String>,
-    as_tenant: Option<String>,
-    timeout: Duration,
-) -> ExitCode {
+/// Where a restored session goes: the device, and whose it is to be.
+pub struct RestoreTarget {
+    pub device: Option<i32>,
+    pub tenant: Option<String>,
+    pub as_tenant: Option<String>,
+}
+
+pub fn restore(router: &RouterArg, dir: PathBuf, target: RestoreTarget, timeout: Duration, full: bool) -> ExitCode {
     let dir = absolute(&dir);
     // The session's id, for following the restore's progress; a bad image is refused here
     // already, with the same error the router would give.
@@ -165,25 +171,97 @@ pub fn restore(
             return report(Err(ControlError::ImageRefused { dir, reason }.into()));
         }
     };
+    let RestoreTarget { device, tenant, as_tenant } = target;
     report(run(router, async |c| {
-        let request =
-            RestoreRequest { dir: dir.clone(), device, tenant: tenant.clone(), as_tenant: as_tenant.clone(), timeout };
+        let request = RestoreRequest { dir: dir.clone(), device, tenant, as_tenant, timeout, full };
         // The router gives up at `timeout`; the call waits a little longer for its answer.
         let work = c.restore(phos_control::context_within(timeout + Duration::from_secs(30)), request);
         let s = with_progress(&c, session, "restore", work).await??;
+        let server = if s.pooled { "pooled" } else { "new" };
+        if !s.on_demand {
+            println!(
+                "session {} restored from {} in {:.1} ms ({server} server; in the server: {} records replayed in {:.1} ms, {} MiB copied in {:.1} ms)",
+                s.session,
+                dir.display(),
+                s.total_ms,
+                s.records,
+                s.replay_ms,
+                s.memory_bytes >> 20,
+                s.copy_ms
+            );
+            return Ok(());
+        }
         println!(
-            "session {} restored from {} in {:.1} ms ({} server; in the server: {} records replayed in {:.1} ms, {} MiB copied in {:.1} ms)",
+            "session {} restored from {} on demand: serving after {:.1} ms ({server} server; in the server: {} records replayed in {:.1} ms); loading {} MiB of device memory behind it",
             s.session,
             dir.display(),
             s.total_ms,
-            if s.pooled { "pooled" } else { "new" },
             s.records,
             s.replay_ms,
             s.memory_bytes >> 20,
-            s.copy_ms
         );
+        let load = follow_load(&c, s.session).await;
+        if let Some(reason) = load.failed {
+            return Err(CliError::LoadFailed { session: s.session, reason });
+        }
+        if load.loaded_ms.is_none() {
+            println!(
+                "the session ended with {} of {} MiB of its memory loaded (its program needed no more)",
+                load.done >> 20,
+                load.total >> 20
+            );
+            return Ok(());
+        }
+        // The server's times count from its restore's start; the router's, from the request
+        // (server start or pool hand-out included): a time from the request is the router's
+        // time to serving plus the server's from serving on.
+        let from_request = |ms: f64| s.total_ms + (ms - load.serving_ms);
+        let loaded = load.loaded_ms.unwrap_or_default();
+        println!(
+            "memory loaded: {} MiB, all in {:.1} ms after the request ({:.1} ms of loading behind the served session)",
+            load.total >> 20,
+            from_request(loaded),
+            loaded - load.serving_ms
+        );
+        match load.first_call_ms {
+            Some(ms) => println!(
+                "first call served {:.1} ms after the request; calls held for memory: {} ({:.1} ms in all)",
+                from_request(ms),
+                load.held_calls,
+                load.held_ms
+            ),
+            None => println!("no call came during the load"),
+        }
         Ok(())
     }))
+}
+
+/// Follow the memory load of an on-demand restore of `session` with a bar of bytes loaded,
+/// until it is over.
+async fn follow_load(c: &RouterControlClient, session: u64) -> phos_control::LoadReport {
+    let bar = bytes_bar("loading");
+    let mut last = phos_control::LoadReport { session, ..Default::default() };
+    loop {
+        match c.restore_load(tarpc::context::current(), session).await {
+            Ok(Some(r)) => {
+                bar.set_length(r.total);
+                bar.set_position(r.done);
+                if r.finished() {
+                    bar.finish_and_clear();
+                    return r;
+                }
+                last = r;
+            }
+            // The router no longer has the session: it ended.
+            Ok(None) => {
+                bar.finish_and_clear();
+                return phos_control::LoadReport { session_ended: true, ..last };
+            }
+            // The router did not answer this time: ask again.
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 fn absolute(p: &Path) -> PathBuf {

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use phos_control::{
-    Cancel, CheckpointRequest, CheckpointSummary, ControlError, PolicyDetail, PolicyLoad, PolicySummary, Progress,
-    RestoreRequest, RestoreSummary, RouterControl, SessionInfo, TenantUsage,
+    Cancel, CheckpointRequest, CheckpointSummary, ControlError, LoadReport, PolicyDetail, PolicyLoad, PolicySummary,
+    Progress, RestoreRequest, RestoreSummary, RouterControl, SessionInfo, TenantUsage,
 };
 use phos_policy::engine::{PolicyError, PolicyInfo};
 use tarpc::context::Context;
@@ -106,6 +106,10 @@ impl RouterControl for RouterCtl {
         };
         let client = phos_control::server_client(&ctl).await.ok()?;
         client.progress(tarpc::context::current()).await.ok()
+    }
+
+    async fn restore_load(self, _: Context, session: u64) -> Option<LoadReport> {
+        self.router.restore_load(session)
     }
 
     async fn policy_load(self, _: Context, policy: PolicyLoad) -> Result<PolicySummary, ControlError> {

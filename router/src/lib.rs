@@ -162,6 +162,9 @@ pub struct Router {
     /// Management sockets of servers restoring a session, by session: progress is asked there
     /// until the session has its server again.
     restoring: Mutex<HashMap<u64, PathBuf>>,
+    /// The last word on the memory load of on-demand restores of sessions that have ended
+    /// since (the most recent [`ENDED_LOADS_KEPT`]), for `phosctl restore` still following one.
+    ended_loads: Mutex<VecDeque<phos_control::LoadReport>>,
     pub tenants: Tenants,
     pub policies: PolicySet,
     /// Where the TCP listener ended up bound (port 0 in the configuration picks one).
@@ -380,6 +383,7 @@ impl Router {
             pool: Mutex::new(Vec::new()),
             next_pooled: AtomicU64::new(1),
             restoring: Mutex::new(HashMap::new()),
+            ended_loads: Mutex::new(VecDeque::new()),
             tcp_bound: Mutex::new(None),
             pending: Arc::default(),
             spare_fd: Mutex::new(None),
@@ -710,6 +714,7 @@ impl Router {
             for s in ended {
                 tracing::info!(session = s.id, tenant = %s.tenant, "session ended ({} calls)", s.usage.calls());
                 s.end();
+                self.keep_ended_load(&s);
             }
             self.fill_pool();
         }
@@ -919,6 +924,29 @@ impl Router {
         ServerProcess::spawn(&self.config, socket, &format!("session-{id}"), start)
     }
 
+    /// What is known of the memory load of `session`'s last on-demand restore: from the
+    /// session, or, once it has ended, from the last word kept.
+    pub fn restore_load(&self, session: u64) -> Option<phos_control::LoadReport> {
+        if let Some(s) = self.session(session) {
+            return s.restore_load.lock().clone();
+        }
+        self.ended_loads.lock().iter().rev().find(|r| r.session == session).cloned()
+    }
+
+    /// Keep the last word on an ended session's on-demand restore a while (see
+    /// [`restore_load`](Self::restore_load)).
+    fn keep_ended_load(&self, session: &SessionEntry) {
+        let Some(mut last) = session.restore_load.lock().clone() else { return };
+        if !last.finished() {
+            last.session_ended = true;
+        }
+        let mut kept = self.ended_loads.lock();
+        if kept.len() == ENDED_LOADS_KEPT {
+            kept.pop_front();
+        }
+        kept.push_back(last);
+    }
+
     /// The management socket of the server restoring `session`, while it does.
     pub fn restoring(&self, session: u64) -> Option<PathBuf> {
         self.restoring.lock().get(&session).cloned()
@@ -989,11 +1017,12 @@ impl Router {
         let within = deadline.saturating_duration_since(Instant::now());
         let during = if pooled { "replaying and copying into a pooled server" } else { "replaying and copying" };
         let id = meta.id;
+        let full = request.full;
         let restored = phos_control::block_on(async move {
             let client = phos_control::server_client(&ctl)
                 .await
                 .map_err(|e| ControlError::ServerUnreachable { session: id, reason: e.to_string() })?;
-            let call = client.restore(phos_control::context_within(within), id, d, device);
+            let call = client.restore(phos_control::context_within(within), id, d, device, full);
             tokio::pin!(call);
             let answer = tokio::select! {
                 biased;
@@ -1043,6 +1072,10 @@ impl Router {
             }
         };
         tracing::info!(session = meta.id, %tenant, pooled, "session restored from {}", dir.display());
+        *entry.restore_load.lock() = None;
+        if summary.on_demand {
+            follow_load(entry.clone());
+        }
         Ok((entry, summary))
     }
 
@@ -1465,5 +1498,61 @@ impl Router {
         }
         tracing::info!(session = id, stop, "checkpoint written in {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
         Ok(summary)
+    }
+}
+
+/// Ended sessions whose last on-demand restore's figures the router keeps.
+const ENDED_LOADS_KEPT: usize = 64;
+
+/// Follow the memory load of `session`'s on-demand restore on a thread of its own, keeping
+/// its server's figures in the session (for `phosctl restore` and the metrics) until the load
+/// is over, or until the server goes or stops answering (the figures then say so).
+fn follow_load(session: Arc<SessionEntry>) {
+    *session.restore_load.lock() = Some(phos_control::LoadReport { session: session.id, ..Default::default() });
+    let followed = session.clone();
+    let spawned = std::thread::Builder::new().name(format!("phos-load-{}", session.id)).spawn(move || {
+        let session = followed;
+        loop {
+            let report = session.control_socket().and_then(|ctl| {
+                phos_control::block_on(async {
+                    let client = phos_control::server_client(&ctl).await.ok()?;
+                    client.load(tarpc::context::current()).await.ok().flatten()
+                })
+                .ok()
+                .flatten()
+            });
+            let Some(report) = report else {
+                // The session's end may have asked the server last (`SessionEntry::end`).
+                let mut kept = session.restore_load.lock();
+                if let Some(r) = kept.as_mut().filter(|r| !r.finished()) {
+                    if session.state() == State::Ended {
+                        r.session_ended = true;
+                    } else {
+                        r.failed =
+                            Some("the session's server ended or stopped answering before its memory was loaded".into());
+                    }
+                }
+                return;
+            };
+            let mut kept = session.restore_load.lock();
+            // The session's end may have stored the last word meanwhile.
+            if kept.as_ref().is_some_and(phos_control::LoadReport::finished) {
+                return;
+            }
+            let over = report.finished();
+            *kept = Some(report);
+            drop(kept);
+            if over {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    if let Err(e) = spawned {
+        let why = format!("cannot follow the memory load of the restored session: {e}");
+        tracing::warn!(session = session.id, "{why}");
+        if let Some(r) = session.restore_load.lock().as_mut() {
+            r.failed = Some(why);
+        }
     }
 }

@@ -168,6 +168,7 @@ pub fn render(router: &Router) -> String {
         "Connections in their handshake now.",
         [(String::new(), router.pending_handshakes().to_string())],
     );
+    restore_loads(&mut out, router);
     let policies = router.policies.list();
     let per_policy = |f: fn(&PolicyInfo) -> u64| {
         policies.iter().map(|p| (format!("policy=\"{}\"", label(&p.name)), f(p).to_string())).collect::<Vec<_>>()
@@ -218,4 +219,70 @@ pub fn render(router: &Router) -> String {
     family(&mut out, "phos_policy_rejected_total", "counter", "Reject verdicts.", per_policy(|p| p.rejected));
     family(&mut out, "phos_policy_run_mean_ns", "gauge", "Mean time of one run.", per_policy(|p| p.mean_run_ns));
     out
+}
+
+/// The figures of each session's last on-demand restore (times from the restore's start in
+/// its server).
+fn restore_loads(out: &mut String, router: &Router) {
+    let loads: Vec<(String, phos_control::LoadReport)> = router
+        .sessions()
+        .iter()
+        .filter_map(|s| {
+            let load = s.restore_load.lock().clone()?;
+            Some((format!("session=\"{}\",tenant=\"{}\"", s.id, label(&s.tenant.0)), load))
+        })
+        .collect();
+    let seconds = |ms: f64| format!("{}", ms / 1e3);
+    let rows = |f: &dyn Fn(&phos_control::LoadReport) -> Option<String>| {
+        loads.iter().filter_map(|(l, r)| Some((l.clone(), f(r)?))).collect::<Vec<_>>()
+    };
+    family(
+        out,
+        "phos_restore_serving_seconds",
+        "gauge",
+        "On-demand restore: time until the session was served (its objects recreated).",
+        rows(&|r| Some(seconds(r.serving_ms))),
+    );
+    family(
+        out,
+        "phos_restore_first_call_seconds",
+        "gauge",
+        "On-demand restore: time until the session's first call was served (answered, or queued for an async call, after any wait for its memory; absent: no call came during the load).",
+        rows(&|r| r.first_call_ms.map(seconds)),
+    );
+    family(
+        out,
+        "phos_restore_loaded_seconds",
+        "gauge",
+        "On-demand restore: time until all of the session's memory was loaded (absent: loading, or failed).",
+        rows(&|r| r.loaded_ms.map(seconds)),
+    );
+    family(
+        out,
+        "phos_restore_loaded_bytes",
+        "gauge",
+        "On-demand restore: bytes of device memory loaded so far.",
+        rows(&|r| Some(r.done.to_string())),
+    );
+    family(
+        out,
+        "phos_restore_memory_bytes",
+        "gauge",
+        "On-demand restore: bytes of device memory to load in all.",
+        rows(&|r| Some(r.total.to_string())),
+    );
+    family(
+        out,
+        "phos_restore_held_calls",
+        "gauge",
+        "On-demand restore: calls held until memory they touch was loaded.",
+        rows(&|r| Some(r.held_calls.to_string())),
+    );
+    family(
+        out,
+        "phos_restore_failed",
+        "gauge",
+        "On-demand restore: 1 if the load failed (the session's calls then fail; its server's log says why).",
+        rows(&|r| Some(u8::from(r.failed.is_some()).to_string())),
+    );
 }

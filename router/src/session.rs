@@ -227,6 +227,9 @@ pub struct SessionEntry {
     barriers_waiting: AtomicU64,
     /// What the guest reported that does not go through Phos (`phosReportBypass`).
     bypass: Mutex<Bypass>,
+    /// The memory load of the last on-demand restore of the session, as its server last
+    /// reported it (followed until it is over).
+    pub restore_load: Mutex<Option<phos_control::LoadReport>>,
 }
 
 /// A session's bypass findings.
@@ -320,6 +323,7 @@ impl SessionEntry {
             refused_async: Mutex::new(VecDeque::new()),
             barriers_waiting: AtomicU64::new(0),
             bypass: Mutex::new(Bypass::default()),
+            restore_load: Mutex::new(None),
         }
     }
 
@@ -578,11 +582,29 @@ impl SessionEntry {
         self.set_state(State::Active);
     }
 
+    /// The memory load of an on-demand restore that was still being followed, as `server`
+    /// says it ended, asked once more before the server goes (its figures go with it).
+    fn last_load_report(&self, server: &ServerProcess) {
+        if self.restore_load.lock().as_ref().is_none_or(phos_control::LoadReport::finished) {
+            return;
+        }
+        let ctl = phos_control::control_path(&server.socket);
+        let report = phos_control::block_on(async {
+            let client = phos_control::server_client(&ctl).await.ok()?;
+            client.load(phos_control::context_within(Duration::from_secs(1))).await.ok().flatten()
+        });
+        if let Ok(Some(mut r)) = report {
+            r.session_ended = !r.finished();
+            *self.restore_load.lock() = Some(r);
+        }
+    }
+
     /// Stop the server for good.
     pub(crate) fn end(&self) {
         let server = self.server.lock().take();
         self.set_state(State::Ended);
         if let Some(s) = server {
+            self.last_load_report(&s);
             s.end();
         }
         if !self.closed_books.swap(true, Ordering::Relaxed) {

@@ -194,7 +194,8 @@ fn a_corrupted_image_of_a_stopped_session_is_refused_before_anything_runs() {
     let mut bad = good.clone();
     bad[good.len() / 3] ^= 1;
     std::fs::write(&mem, &bad).unwrap();
-    let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
+    // A full restore checks every chunk before the session is served.
+    let rs = phosctl(&router, &["restore", dir.to_str().unwrap(), "--full"]);
     assert_eq!(rs.status.code(), Some(REFUSED));
     assert!(String::from_utf8_lossy(&rs.stderr).contains("checksum"), "{}", String::from_utf8_lossy(&rs.stderr));
     assert!(router.router.session(id).unwrap().control_socket().is_none(), "no server was left running");
@@ -250,6 +251,32 @@ fn a_checkpoint_during_multi_stream_traffic_is_consistent() {
     // Concurrent checkpoints change nothing the program sees.
     let want: String = (0..4).map(|t| format!("thread {t}: 4000 rounds\n")).collect::<String>() + "PASS\n";
     assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+}
+
+/// An on-demand restore serves the session before it has read every chunk: a chunk that
+/// fails its checksum during the load fails the session (its calls report a sticky error, so
+/// its program stops rather than compute with memory that is not its own), and `phosctl
+/// restore` says so and exits with status 1.
+#[test]
+fn a_bad_chunk_found_during_an_on_demand_load_fails_the_session() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);
+    let router = TestRouter::start("emu");
+    let (mut guest, _out, id) = iterative_at_ten(&router, &exe, &["120", "40"]);
+    let image = tempfile::tempdir().unwrap();
+    let dir = image.path().join("image");
+    checkpoint(&router, id, &dir, &["--stop"]);
+    let mem = memory_files(&dir).into_iter().max_by_key(|p| std::fs::metadata(p).unwrap().len()).unwrap();
+    let mut bad = std::fs::read(&mem).unwrap();
+    let at = bad.len() / 3;
+    bad[at] ^= 1;
+    std::fs::write(&mem, &bad).unwrap();
+    let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&rs.stderr);
+    assert_eq!(rs.status.code(), Some(1), "{err}");
+    assert!(err.contains("loading its memory after the restore failed") && err.contains("checksum"), "{err}");
+    assert!(!guest.wait().unwrap().success(), "the program went on with memory that failed its checksum");
+    assert!(router.server_logs().contains("loading the restored memory failed"), "{}", router.server_logs());
 }
 
 #[test]
@@ -604,4 +631,103 @@ fn a_session_with_program_mappings_is_refused_a_checkpoint() {
     assert!(router.router.sessions().iter().any(|s| s.id == id), "the session carries on");
     let _ = guest.kill();
     let _ = guest.wait();
+}
+
+/// A number printed after `before` in `text` (up to the next space).
+fn figure(text: &str, before: &str) -> f64 {
+    let at = text.find(before).unwrap_or_else(|| panic!("no {before:?} in {text}")) + before.len();
+    text[at..].split(' ').next().unwrap().parse().unwrap_or_else(|e| panic!("{before:?} in {text}: {e}"))
+}
+
+/// On-demand restore: the restored session serves its guest's calls before its memory is
+/// loaded (each chunk's load is slowed down, so that the race is real), and its first call
+/// is a kernel reading a buffer whose memory is not loaded yet: it must wait for it, and
+/// computes the right result. The next kernel reads every buffer through pointers stored in
+/// device memory, which no analysis of its parameters sees: it must wait for the whole load,
+/// and computes the right result too.
+#[test]
+fn an_on_demand_restore_serves_calls_before_their_memory_is_loaded() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "restore_on_demand", &["-arch=sm_70"]);
+    let router = TestRouter::start_with("emu", |c| {
+        c.server_args.extend(["--restore-load-pace-ms".to_string(), "300".to_string()]);
+    });
+    let mut guest = Command::new(built("phosctl"))
+        .args(["run", "--endpoint"])
+        .arg(format!("unix:{}", router.socket().display()))
+        .arg("--")
+        .arg(&exe)
+        .env("PHOS_GUEST_LIB", built("libphos_guest.so"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(guest.stdout.take().unwrap());
+    read_until(&mut out, "ready");
+    let id = session_id(&router);
+    let image = tempfile::tempdir().unwrap();
+    let dir = image.path().join("image");
+    checkpoint(&router, id, &dir, &["--stop"]);
+    // The guest's next call (the first kernel) waits in the router for the restore.
+    std::io::Write::write_all(guest.stdin.as_mut().unwrap(), b"go\n").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let restoring = Command::new(built("phosctl"))
+        .args(["restore", dir.to_str().unwrap(), "--router"])
+        .arg(format!("unix:{}", router.socket().display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // While the memory loads, the router's metrics follow it.
+    let gauge = format!("phos_restore_memory_bytes{{session=\"{id}\",tenant=\"uid:0\"}} ");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let page = loop {
+        let page = phos_router::metrics::render(&router.router);
+        if page.contains(&gauge) || Instant::now() > deadline {
+            break page;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(page.contains(&gauge) && page.contains("phos_restore_serving_seconds{"), "{page}");
+    // A checkpoint meanwhile waits for the load: its image holds the buffers' contents, not
+    // memory the restore had not loaded yet.
+    let again = image.path().join("again");
+    checkpoint(&router, id, &again, &[]);
+    let buffers = |dir: &Path| {
+        let mut img = phos_checkpoint::Image::open(dir).unwrap();
+        let mut all = Vec::new();
+        let mut buf = Vec::new();
+        for r in img.manifest.memory.clone().iter().filter(|r| r.size == 8 << 20) {
+            for c in &r.chunks {
+                img.read_chunk(c, &mut buf).unwrap();
+                all.extend_from_slice(&buf[..c.len as usize]);
+            }
+        }
+        all
+    };
+    let before = buffers(&dir);
+    assert_eq!(before.len(), 6 * (8 << 20));
+    assert!(before == buffers(&again), "a checkpoint during the load copied memory not loaded yet");
+    let rs = restoring.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&rs.stdout).into_owned();
+    assert!(rs.status.success(), "restore: {said}{}", String::from_utf8_lossy(&rs.stderr));
+    println!("{said}");
+    assert!(said.contains("on demand: serving after"), "{said}");
+    let first_call = figure(&said, "first call served ");
+    let loaded = figure(&said, "all in ");
+    assert!(first_call < loaded, "the first call came after the whole load: {said}");
+    assert!(figure(&said, "calls held for memory: ") >= 1.0, "no call waited for memory: {said}");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let status = guest.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut guest.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "the program failed after the restore: {rest}{err}");
+    assert_eq!(rest, "direct: ok\nthrough the table: ok\nPASS\n", "{err}");
+    let logs = router.server_logs();
+    assert!(
+        logs.contains("sum_through_table") && logs.contains("loads all memory before it runs"),
+        "the kernel reading through the table was not found untracked: {logs}"
+    );
 }

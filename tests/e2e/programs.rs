@@ -95,7 +95,7 @@ fn every_program_is_tested() {
 }
 
 /// Programs with a test of their own below.
-const TESTED_APART: &[&str] = &["runtime_and_driver", "rewriter", "driver_api"];
+const TESTED_APART: &[&str] = &["runtime_and_driver", "rewriter", "driver_api", "restore_on_demand"];
 
 /// A program of both the runtime and the driver API (linked with `-lcuda`, so the loader
 /// reaches the guest library first as `libcuda.so.1`, then as `libcudart.so.11.0`): it prints

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Checkpoint/restore on the GPU: correctness of a checkpoint-stop-restore in the middle of a
-# run, then checkpoint and restore times against image size (with and without the server
-# pool), and the driver's own checkpoint (cuCheckpointProcess*) of the same workload.
+# run, then checkpoint and full-restore times against image size (with and without the server
+# pool), time to the first served call of an on-demand restore against a full one, and the
+# driver's own checkpoint (cuCheckpointProcess*) of the same workload.
 #
 # Usage (on the GPU machine, from the repository root):
 #   tests/scripts/gpu-cr.sh BIN_DIR OUT_DIR
-# SIZES (GiB, default "1 2 4 8 16") and IMG (image directory, default /dev/shm/phos-img, so
-# that the figures measure the copy path rather than the disk) can be set.
+# SIZES (GiB, default "1 2 4 8 16"), ONDEMAND_SIZES (GiB, default "1 2 4 8 16 32") and IMG
+# (image directory, default /dev/shm/phos-img, so that the figures measure the copy path
+# rather than the disk) can be set. ONLY=ondemand runs the on-demand comparison alone.
 set -u
 BIN=$(realpath "$1")
 OUT=$(realpath "$2")
 SIZES=${SIZES:-"1 2 4 8 16"}
+ONDEMAND_SIZES=${ONDEMAND_SIZES:-"1 2 4 8 16 32"}
+ONLY=${ONLY:-all}
 IMG=${IMG:-/dev/shm/phos-img}
 ARCH=${ARCH:-sm_90}
 WORK=$(mktemp -d)
@@ -60,9 +64,10 @@ for r in main nopool; do
   ctl $r checkpoint "$id" --out "$IMG" --stop | tee "$WORK/ck.txt"
   ctl $r restore "$IMG" | tee "$WORK/rs.txt"
   wait $guest; rc=$?
-  rs_ms=$(sed -n 's/^session [0-9]* restored from [^ ]* in \([0-9.]*\) ms.*/\1/p' "$WORK/rs.txt")
+  # On demand (the default): the time until the session was served.
+  rs_ms=$(sed -n 's/^session [0-9]* restored from [^ ]* on demand: serving after \([0-9.]*\) ms.*/\1/p' "$WORK/rs.txt")
   if cmp -s "$WORK/native.out" "$WORK/phos.out" && [ $rc = 0 ]; then
-    echo "- $r: checkpoint with --stop at iteration 10 of tests/cuda/iterative.cu, server ended, session restored in $rs_ms ms ($(grep -o '(.*server' "$WORK/rs.txt" | head -1 | tr -d '(')): the program finishes with output identical to the native run." >> "$summary"
+    echo "- $r: checkpoint with --stop at iteration 10 of tests/cuda/iterative.cu, server ended, session restored on demand (served after $rs_ms ms, $(grep -o '(.*server' "$WORK/rs.txt" | head -1 | tr -d '(')): the program finishes with output identical to the native run." >> "$summary"
   else
     echo "- **$r: checkpoint/restore mid-run: output differs from the native run** (rc $rc)" >> "$summary"
     diff "$WORK/native.out" "$WORK/phos.out"; tail "$WORK/phos.err"
@@ -88,7 +93,7 @@ measure() { # router size
   local ck_ms; ck_ms=$(echo "$ck" | sed -n 's/.* in \([0-9.]*\) ms.*/\1/p')
   local q; q=$(echo "$ck" | sed -n 's/.*quiesce \([0-9.]*\) ms.*/\1/p')
   local c; c=$(echo "$ck" | sed -n 's/.*copy \([0-9.]*\) ms.*/\1/p')
-  local rs; rs=$(ctl "$r" restore "$IMG")
+  local rs; rs=$(ctl "$r" restore "$IMG" --full)
   local rs_ms; rs_ms=$(echo "$rs" | sed -n 's/^session [0-9]* restored from [^ ]* in \([0-9.]*\) ms.*/\1/p')
   local rp; rp=$(echo "$rs" | sed -n 's/.*replayed in \([0-9.]*\) ms.*/\1/p')
   local rc_ms; rc_ms=$(echo "$rs" | sed -n 's/.*copied in \([0-9.]*\) ms.*/\1/p')
@@ -101,11 +106,60 @@ measure() { # router size
   echo "$s GiB via $r: checkpoint $ck_ms ms, restore $rs_ms ms: $v"
   rm -rf "$IMG" "$WORK/in"
 }
-for s in $SIZES; do measure main "$s"; done
-for s in 1 8; do measure nopool "$s"; done
+if [ "$ONLY" != ondemand ]; then
+  for s in $SIZES; do measure main "$s"; done
+  for s in 1 8; do measure nopool "$s"; done
+fi
+
+# 2b. Time to the first served call: on-demand restore (the default) against a full one
+#     (--full), pooled server. The workload's next call (its check kernel on its first GiB)
+#     is sent before the restore, so it waits in the router and is the session's first call:
+#     after a full restore it runs once everything is copied (the restore's time); after an
+#     on-demand one, once its own GiB is loaded (its chunks are loaded first).
+{
+  echo
+  echo "Time to the first served call after a restore, pooled server (times from the request; the first call is a kernel reading the first GiB, so it waits for that GiB):"
+  echo
+  echo "| device memory | full: first call ms (= restore) | on demand: serving ms | on demand: first call ms | on demand: all loaded ms | calls held | after restore (full / on demand) |"
+  echo "|---|---|---|---|---|---|---|"
+} >> "$summary"
+first_call() { # size mode(full|ondemand) -> prints "serving first loaded held verdict"
+  local s=$1 mode=$2
+  mkfifo "$WORK/in"
+  "$BIN/phosctl" run --endpoint "unix:$WORK/main.sock" -- "$WORK/cr_workload" "$s" < "$WORK/in" > "$WORK/w.out" 2> "$WORK/w.err" &
+  local g=$!
+  exec 3> "$WORK/in"
+  wait_for "$WORK/w.out" "ready" || { exec 3>&-; rm -f "$WORK/in"; return 1; }
+  local id; id=$(active_session main)
+  ctl main checkpoint "$id" --out "$IMG" --stop > /dev/null
+  sleep 1 # the pool refills
+  # The workload's next call goes now, and waits in the router for the restore.
+  echo go >&3; exec 3>&-
+  local rs
+  if [ "$mode" = full ]; then rs=$(ctl main restore "$IMG" --full); else rs=$(ctl main restore "$IMG"); fi
+  wait $g
+  local v; v=$(tail -1 "$WORK/w.out")
+  if [ "$mode" = full ]; then
+    local ms; ms=$(echo "$rs" | sed -n 's/^session [0-9]* restored from [^ ]* in \([0-9.]*\) ms.*/\1/p')
+    echo "- - $ms - $v"
+  else
+    local serving; serving=$(echo "$rs" | sed -n 's/.*on demand: serving after \([0-9.]*\) ms.*/\1/p')
+    local first; first=$(echo "$rs" | sed -n 's/^first call served \([0-9.]*\) ms.*/\1/p')
+    local loaded; loaded=$(echo "$rs" | sed -n 's/.*all in \([0-9.]*\) ms after the request.*/\1/p')
+    local held; held=$(echo "$rs" | sed -n 's/.*calls held for memory: \([0-9]*\).*/\1/p')
+    echo "$serving ${first:-none} $loaded $held $v"
+  fi
+  echo "$s GiB $mode: $rs" >&2
+  rm -rf "$IMG" "$WORK/in"
+}
+for s in $ONDEMAND_SIZES; do
+  read -r _ _ full_ms _ full_v <<< "$(first_call "$s" full)"
+  read -r od_serving od_first od_loaded od_held od_v <<< "$(first_call "$s" ondemand)"
+  echo "| $s GiB | $full_ms | $od_serving | $od_first | $od_loaded | $od_held | $full_v / $od_v |" >> "$summary"
+done
 
 # 3. The driver's own checkpoint of the same workload, natively.
-if [ -x "$WORK/driver_checkpoint" ]; then
+if [ "$ONLY" != ondemand ] && [ -x "$WORK/driver_checkpoint" ]; then
   {
     echo
     echo "The driver's checkpoint (cuCheckpointProcessCheckpoint/Restore of the native process, device memory to host memory, no image written):"
