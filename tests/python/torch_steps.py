@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Runs PyTorch's common GPU steps one by one and prints one line per step: `ok`, or the
+error it stopped at. Each step is independent, so one failure does not hide the next; the
+output of a native run and of a run through Phos can be compared line by line.
+
+    python3 tests/python/torch_steps.py                                 # natively
+    phosctl run --backend cuda -- python3 tests/python/torch_steps.py   # through Phos
+
+Results are rounded so that a native run and a run through Phos print the same text when
+they compute the same thing. Exit status: the number of failed steps (0: all passed).
+"""
+
+import sys
+import traceback
+
+
+def main():
+    import torch
+
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+
+    def tensors():
+        a = torch.arange(1 << 20, device=dev, dtype=torch.float32)
+        return f"{a[12345].item():.1f} {a.sum().item():.6e}"
+
+    def elementwise():
+        a = torch.linspace(-3, 3, 4096, device=dev)
+        b = torch.sin(a) * torch.exp(-a * a) + a.clamp(min=0)
+        return f"{b.sum().item():.4f} {b.max().item():.4f}"
+
+    def reductions():
+        a = torch.arange(10000, device=dev, dtype=torch.float64).reshape(100, 100)
+        return f"{a.mean().item():.3f} {a.std().item():.3f} {a.argmax(dim=1)[7].item()}"
+
+    def copies():
+        host = torch.arange(1 << 22, dtype=torch.int32)
+        back = host.to(dev).mul_(3).cpu()
+        return f"{int(back[-1])} {bool(torch.equal(back, host * 3))}"
+
+    def matmul(dtype):
+        def step():
+            a = torch.ones(256, 512, device=dev, dtype=dtype) / 8
+            b = torch.ones(512, 128, device=dev, dtype=dtype) / 4
+            c = a @ b
+            return f"{c.float().mean().item():.3f}"
+
+        return step
+
+    def conv2d():
+        conv = torch.nn.Conv2d(3, 8, 3, padding=1).to(dev)
+        with torch.no_grad():
+            conv.weight.fill_(0.1)
+            conv.bias.fill_(0.0)
+        x = torch.ones(2, 3, 16, 16, device=dev, requires_grad=True)
+        y = conv(x)
+        y.sum().backward()
+        return f"{y.sum().item():.2f} {x.grad.sum().item():.2f}"
+
+    def graphs():
+        x = torch.zeros(1024, device=dev)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            x.add_(1)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            x.add_(1)
+        for _ in range(3):
+            g.replay()
+        torch.cuda.synchronize()
+        return f"{x.sum().item():.1f}"
+
+    def memory_stats():
+        before = torch.cuda.memory_allocated()
+        a = torch.empty(1 << 24, device=dev)
+        grew = torch.cuda.memory_allocated() - before
+        del a
+        return f"{grew}"
+
+    steps = [
+        ("tensors", tensors),
+        ("elementwise", elementwise),
+        ("reductions", reductions),
+        ("copies", copies),
+        ("matmul_fp32", matmul(torch.float32)),
+        ("matmul_fp16", matmul(torch.float16)),
+        ("matmul_bf16", matmul(torch.bfloat16)),
+        ("conv2d", conv2d),
+        ("graphs", graphs),
+        ("memory_stats", memory_stats),
+    ]
+    failed = 0
+    for name, step in steps:
+        try:
+            result = step()
+            torch.cuda.synchronize()
+            print(f"{name}: ok {result}", flush=True)
+        except Exception as e:  # a step's failure is its line of output
+            failed += 1
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            print(f"{name}: FAILED {type(e).__name__}: {first}", flush=True)
+            traceback.print_exc(file=sys.stderr)
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(main())
