@@ -179,16 +179,18 @@ pub fn alloc_managed(size: usize, flags: u32) -> Result<*mut c_void, CudaError> 
     if size == 0 || (flags != ATTACH_GLOBAL && flags != ATTACH_HOST) {
         return Err(CudaError::InvalidValue);
     }
+    // Portable and mapped: every device of the session reaches it at its own address.
+    let placed = place_in_arena(size, 0x1 | 0x2);
     if arena().is_none() || ARENA_REFUSED.load(Ordering::Relaxed) {
+        // No arena here, or the server has none (it answered the first allocation so).
         crate::log::not_supported_once(
             "cudaMallocManaged without the pinned arena (a channel on a socket or vsock, PHOS_PINNED_ARENA=off)",
             "cudaErrorNotSupported",
         );
         return Err(CudaError::NotSupported);
     }
-    // Portable and mapped: every device of the session reaches it at its own address. `None`
-    // now is a full arena or the tenant's pinned_host_memory quota.
-    let (host, device) = place_in_arena(size, 0x1 | 0x2).ok_or(CudaError::MemoryAllocation)?;
+    // Otherwise `None` is a full arena or the tenant's pinned_host_memory quota.
+    let (host, device) = placed.ok_or(CudaError::MemoryAllocation)?;
     if device != host as u64 {
         // Managed memory has one address for the host and the device.
         tracing::error!("cudaMallocManaged: the server mapped {host:#x} for the device at {device:#x}");

@@ -180,3 +180,17 @@ fn the_run_summary_names_a_signal() {
     assert!(stderr.contains("sh was killed by signal 9"), "{stderr}");
     assert!(stderr.contains("0 CUDA calls, 0 kernel launches"), "{stderr}");
 }
+
+/// Without a pinned arena (a channel on a Unix socket has none) no memory is reachable by both
+/// the guest and the device: `cudaMallocManaged` refuses cleanly, and the log names it.
+#[test]
+fn managed_memory_needs_the_pinned_arena() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "managed_memory", ARCH);
+    let out = phos_run_over("emu", "unix", &exe, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "managed memory without an arena:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("cudaMallocManaged") && stdout.contains("cudaErrorNotSupported"), "{stdout}");
+    assert!(stderr.contains("cudaMallocManaged without the pinned arena"), "the refusal is logged by name: {stderr}");
+}

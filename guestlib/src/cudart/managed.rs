@@ -282,13 +282,14 @@ pub unsafe fn range_get_attributes(
     if data.is_null() || data_sizes.is_null() || attributes.is_null() || count == 0 {
         return Err(CudaError::InvalidValue);
     }
-    for i in 0..count {
-        // SAFETY: `i < count` entries of each array (this function's contract).
-        let out = unsafe { *data.add(i) };
-        // SAFETY: as above.
-        let size = unsafe { *data_sizes.add(i) };
-        // SAFETY: as above.
-        let attribute = unsafe { *attributes.add(i) };
+    // SAFETY: not null (checked above): `count` entries (this function's contract), the
+    // caller's arrays, which nothing writes during the call.
+    let data = unsafe { std::slice::from_raw_parts(data, count) };
+    // SAFETY: as for `data`.
+    let data_sizes = unsafe { std::slice::from_raw_parts(data_sizes, count) };
+    // SAFETY: as for `data`.
+    let attributes = unsafe { std::slice::from_raw_parts(attributes, count) };
+    for ((&out, &size), &attribute) in data.iter().zip(data_sizes).zip(attributes) {
         // SAFETY: `out` has `size` writable bytes (this function's contract).
         unsafe { range_get_attribute(out, size, attribute, ptr, range)? };
     }
