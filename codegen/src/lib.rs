@@ -205,12 +205,9 @@ mod tests {
     fn comments_and_coverage_notes_leave_the_wire_alone() {
         let path = phos_spec::CUDART_SPEC_PATH;
         let text = phos_spec::SPECS.iter().find(|s| s.path == path).unwrap().text;
-        let edited =
-            text.replacen("// Device management", "// Devices,\n// and how the guest manages them", 1).replacen(
-                "coverage_note \"Unified (managed) memory",
-                "coverage_note \"Managed memory, also called unified",
-                1,
-            );
+        let edited = text
+            .replacen("// Device management", "// Devices,\n// and how the guest manages them", 1)
+            .replacen("coverage_note \"Managed memory (", "coverage_note \"Unified memory, also called managed (", 1);
         assert_ne!(edited, text, "the edit must change the text");
         let (before, after) = (crate::load(path, text).unwrap(), crate::load(path, &edited).unwrap());
         assert_eq!(before.spec_hash, after.spec_hash);

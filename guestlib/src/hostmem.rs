@@ -7,6 +7,9 @@
 //! refused or unavailable) the memory is the process's own and copies take the ordinary
 //! paths. Either way the table lets `cudaFreeHost` refuse pointers it did not hand out, as
 //! CUDA does.
+//!
+//! Managed memory (`cudaMallocManaged`) is arena memory too, marked as such: the host and the
+//! device reach the same pages at the same address (docs/architecture.md, "Managed memory").
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
@@ -29,6 +32,9 @@ struct HostAlloc {
     size: usize,
     flags: u32,
     device: Option<u64>,
+    /// Managed memory (`cudaMallocManaged`, with its attach flags in `flags`), not
+    /// page-locked memory: `cudaFreeHost` and the page-locked queries do not see it.
+    managed: bool,
 }
 
 static ALLOCATIONS: Mutex<BTreeMap<usize, HostAlloc>> = Mutex::new(BTreeMap::new());
@@ -123,12 +129,20 @@ pub fn alloc(size: usize, flags: u32) -> Result<*mut c_void, CudaError> {
     if p == libc::MAP_FAILED {
         return Err(CudaError::MemoryAllocation);
     }
-    table().insert(p as usize, HostAlloc { size, flags, device: None });
+    table().insert(p as usize, HostAlloc { size, flags, device: None, managed: false });
     Ok(p)
 }
 
 /// An allocation in the arena, if there is one and the server places it.
 fn alloc_in_arena(size: usize, flags: u32) -> Option<*mut c_void> {
+    let (host, device) = place_in_arena(size, flags)?;
+    table().insert(host, HostAlloc { size, flags, device: Some(device), managed: false });
+    Some(host as *mut c_void)
+}
+
+/// Pages of the arena the server placed and registered for `size` bytes: (address, device
+/// address); `None` where there is no arena or the server does not place them.
+fn place_in_arena(size: usize, flags: u32) -> Option<(usize, u64)> {
     let a = arena()?;
     if ARENA_REFUSED.load(Ordering::Relaxed) {
         return None;
@@ -150,8 +164,68 @@ fn alloc_in_arena(size: usize, flags: u32) -> Option<*mut c_void> {
         tracing::error!("the server placed pinned memory outside the arena ({:#x})", reply.host);
         return None;
     }
-    table().insert(reply.host as usize, HostAlloc { size, flags, device: Some(reply.device) });
-    Some(reply.host as usize as *mut c_void)
+    Some((reply.host as usize, reply.device))
+}
+
+/// `cudaMemAttachGlobal`, `cudaMemAttachHost`, `cudaMemAttachSingle`.
+pub const ATTACH_GLOBAL: u32 = 0x1;
+pub const ATTACH_HOST: u32 = 0x2;
+pub const ATTACH_SINGLE: u32 = 0x4;
+
+/// `cudaMallocManaged`: `size` bytes the host and the device both reach at the returned
+/// address, pages of the arena (mapped and registered by the server like page-locked
+/// memory). Without an arena there is no memory both sides can reach: not supported.
+pub fn alloc_managed(size: usize, flags: u32) -> Result<*mut c_void, CudaError> {
+    if size == 0 || (flags != ATTACH_GLOBAL && flags != ATTACH_HOST) {
+        return Err(CudaError::InvalidValue);
+    }
+    // Portable and mapped: every device of the session reaches it at its own address.
+    let placed = place_in_arena(size, 0x1 | 0x2);
+    if arena().is_none() || ARENA_REFUSED.load(Ordering::Relaxed) {
+        // No arena here, or the server has none (it answered the first allocation so).
+        crate::log::not_supported_once(
+            "cudaMallocManaged without the pinned arena (a channel on a socket or vsock, PHOS_PINNED_ARENA=off)",
+            "cudaErrorNotSupported",
+        );
+        return Err(CudaError::NotSupported);
+    }
+    // Otherwise `None` is a full arena or the tenant's pinned_host_memory quota.
+    let (host, device) = placed.ok_or(CudaError::MemoryAllocation)?;
+    if device != host as u64 {
+        // Managed memory has one address for the host and the device.
+        tracing::error!("cudaMallocManaged: the server mapped {host:#x} for the device at {device:#x}");
+        // Give the pages back: nothing else knows of them yet.
+        let _ = runtime::call(&PhosHostFreeRequest { host: host as u64 });
+        return Err(CudaError::MemoryAllocation);
+    }
+    table().insert(host, HostAlloc { size, flags, device: Some(device), managed: true });
+    Ok(host as *mut c_void)
+}
+
+/// `cudaFree` of managed memory: `None` when `p` is not managed memory (the server frees it).
+/// A pointer inside an allocation but not at its start is `cudaErrorInvalidValue`, as for
+/// device memory.
+pub fn free_managed(p: usize) -> Option<Result<(), CudaError>> {
+    let (base, _) = managed(p)?;
+    if base != p {
+        return Some(Err(CudaError::InvalidValue));
+    }
+    // The server waits for the device first (work in flight may still use the memory).
+    Some(runtime::call(&PhosHostFreeRequest { host: p as u64 }).map(|_| {
+        table().remove(&p);
+    }))
+}
+
+/// The managed allocation containing `addr`: (base, size).
+pub fn managed(addr: usize) -> Option<(usize, usize)> {
+    containing(addr).filter(|(_, a)| a.managed).map(|(base, a)| (base, a.size))
+}
+
+/// Change the attach flags of the managed allocation at `base` (`cudaStreamAttachMemAsync`).
+pub fn set_managed_flags(base: usize, flags: u32) {
+    if let Some(a) = table().get_mut(&base).filter(|a| a.managed) {
+        a.flags = flags;
+    }
 }
 
 fn table() -> std::sync::MutexGuard<'static, BTreeMap<usize, HostAlloc>> {
@@ -167,7 +241,7 @@ pub unsafe fn free(p: *mut c_void) -> Result<(), CudaError> {
         return Ok(());
     }
     let addr = p as usize;
-    let entry = table().get(&addr).copied().ok_or(CudaError::InvalidValue)?;
+    let entry = table().get(&addr).copied().filter(|a| !a.managed).ok_or(CudaError::InvalidValue)?;
     if entry.device.is_some() {
         runtime::call(&PhosHostFreeRequest { host: addr as u64 })?;
     } else {
@@ -187,7 +261,7 @@ fn containing(addr: usize) -> Option<(usize, HostAlloc)> {
 
 /// Base, size and flags of the allocation containing `addr`, if it is page-locked memory of ours.
 pub fn lookup(addr: usize) -> Option<(usize, usize, u32)> {
-    containing(addr).map(|(base, a)| (base, a.size, a.flags))
+    containing(addr).filter(|(_, a)| !a.managed).map(|(base, a)| (base, a.size, a.flags))
 }
 
 /// Whether `[addr, addr + len)` lies in one arena allocation, so the server can copy it
@@ -209,7 +283,7 @@ pub fn arena_device_pointer(addr: usize) -> Option<u64> {
 
 /// `cudaHostGetDevicePointer`: the device address of page-locked memory at `addr`.
 pub fn device_pointer(addr: usize) -> Result<u64, CudaError> {
-    if let Some(d) = arena_device_pointer(addr) {
+    if let Some(d) = arena_device_pointer(addr).filter(|_| managed(addr).is_none()) {
         return Ok(d);
     }
     if lookup_any(addr).is_none() {

@@ -163,6 +163,14 @@ pub fn variable(host_var: *const c_void) -> Option<Arc<Variable>> {
     g.as_ref()?.variables.get(&(host_var as usize)).cloned()
 }
 
+/// Also find `var` under `key` (a managed variable under its host copy's address, which is
+/// what the program passes as the symbol).
+pub fn alias_variable(key: usize, var: Arc<Variable>) {
+    with_registry(|r| {
+        r.variables.insert(key, var);
+    });
+}
+
 /// Forget every server handle (after `cudaDeviceReset` the server has none of them).
 pub fn forget_remote_state() {
     let g = REGISTRY.read().unwrap_or_else(|p| p.into_inner());

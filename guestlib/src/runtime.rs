@@ -869,6 +869,18 @@ pub fn log_unsupported_once(function: Function, answer: &str) {
     }
 }
 
+/// A function that refused one use of it (a case Phos does not carry): logged once per
+/// function, so that every refusal names its function.
+pub fn log_refusal_once(function: Function, answer: &str) {
+    static LOGGED: Mutex<Vec<Function>> = Mutex::new(Vec::new());
+    let mut logged = LOGGED.lock().unwrap_or_else(|p| p.into_inner());
+    if !logged.contains(&function) {
+        logged.push(function);
+        crate::log::init();
+        tracing::warn!("{} answered {answer}: this use of it is not supported by Phos", function.name());
+    }
+}
+
 pub fn set_last_error(e: CudaError) {
     let _ = LAST_ERROR.try_with(|l| l.set(e.0));
 }

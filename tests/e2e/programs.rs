@@ -52,6 +52,7 @@ programs!(
     graphs,
     host_threads,
     iterative,
+    managed_memory,
     math_fns,
     matmul_tiled,
     memory_2d3d,
@@ -61,6 +62,7 @@ programs!(
     printf_kernel,
     shared_reduce,
     stream_api,
+    stream_attributes,
     stream_traffic,
     streams_events,
     struct_args,
@@ -200,4 +202,18 @@ fn the_run_summary_names_a_signal() {
     assert_eq!(out.status.code(), Some(128 + 9));
     assert!(stderr.contains("sh was killed by signal 9"), "{stderr}");
     assert!(stderr.contains("0 CUDA calls, 0 kernel launches"), "{stderr}");
+}
+
+/// Without a pinned arena (a channel on a Unix socket has none) no memory is reachable by both
+/// the guest and the device: `cudaMallocManaged` refuses cleanly, and the log names it.
+#[test]
+fn managed_memory_needs_the_pinned_arena() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "managed_memory", ARCH);
+    let out = phos_run_over("emu", "unix", &exe, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "managed memory without an arena:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("cudaMallocManaged") && stdout.contains("cudaErrorNotSupported"), "{stdout}");
+    assert!(stderr.contains("cudaMallocManaged without the pinned arena"), "the refusal is logged by name: {stderr}");
 }

@@ -551,6 +551,7 @@ fn query_properties(
             *slot = v;
         }
     }
+    super::set_managed_memory_attributes(&mut attributes);
     Ok(DeviceProperties {
         name,
         uuid: uuid.bytes.map(|b| b as u8),
@@ -585,6 +586,9 @@ impl Devices for CudaBackend {
 
     fn device_attribute(&self, device: i32, attribute: i32) -> Result<i32, CudaError> {
         let dev = result::device::get(self.device(device)?.ordinal).map_err(driver)?;
+        if let Some(v) = super::managed_memory_attribute(attribute) {
+            return Ok(v);
+        }
         let mut v = 0;
         // SAFETY: writes one int; a guest's attribute number the driver does not know is
         // answered with an error (hence the raw call: see `RawDriver`).

@@ -227,6 +227,7 @@ impl EmuBackend {
         set(&mut a, attr::MAX_BLOCKS_PER_MULTIPROCESSOR, 32);
         set(&mut a, attr::RESERVED_SHARED_MEMORY_PER_BLOCK, 1024);
         set(&mut a, attr::VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 1);
+        super::set_managed_memory_attributes(&mut a);
         let mut uuid = [0u8; 16];
         uuid[..8].copy_from_slice(b"phos-emu");
         EmuBackend {

@@ -12,6 +12,31 @@ use phos_protocol::types::{DeviceProperties, Dim3, FuncAttributes};
 
 use crate::registry::memory::MemoryView;
 
+/// Device attributes of managed memory as Phos provides it, whatever the GPU would say:
+/// managed memory is the guest's pinned arena, one copy both sides reach, which the host
+/// may touch only while no kernel runs (for `__managed__` variables, whose host copy is
+/// written back at launches and read at synchronisations): no concurrent managed access, no
+/// access to the guest's pageable memory, and no direct host access to device memory.
+pub fn managed_memory_attribute(attribute: i32) -> Option<i32> {
+    match attribute {
+        83 => Some(1),  // cudaDevAttrManagedMemory
+        88 => Some(0),  // cudaDevAttrPageableMemoryAccess
+        89 => Some(0),  // cudaDevAttrConcurrentManagedAccess
+        100 => Some(0), // cudaDevAttrPageableMemoryAccessUsesHostPageTables
+        101 => Some(0), // cudaDevAttrDirectManagedMemAccessFromHost
+        _ => None,
+    }
+}
+
+/// An attribute table (indexed by attribute) with [`managed_memory_attribute`]'s values.
+pub fn set_managed_memory_attributes(attributes: &mut [i32]) {
+    for (a, slot) in attributes.iter_mut().enumerate() {
+        if let Some(v) = i32::try_from(a).ok().and_then(managed_memory_attribute) {
+            *slot = v;
+        }
+    }
+}
+
 /// A backend's own object (a `CUstream`, `CUevent`, ... or an emulator index).
 pub type Raw = u64;
 

@@ -158,7 +158,21 @@ fn guest_stub(w: &mut W, api: &Api, f: &Function) {
     let args: Vec<String> = f.params.iter().map(|p| rust_ident(&p.name.name)).collect();
     w.line(format!("// SAFETY: the export's own arguments, unchanged: the hand-written `{}` has the", f.name));
     w.line("// export's contract with its caller.");
-    w.line(format!("unsafe {{ <super::hand::Hand as HandWritten>::{}({}) }}", f.name, args.join(", ")));
+    let call = format!("unsafe {{ <super::hand::Hand as HandWritten>::{}({}) }}", f.name, args.join(", "));
+    if matches!(&f.ret.base, BaseType::Named(n) if *n == api.errors.ty) && !f.ret.is_pointer() {
+        // Every refusal names its function: a hand-written refusal is logged here, once.
+        w.line(format!("let status = {call};"));
+        w.open("if status == wire::NOT_SUPPORTED.0 {");
+        w.line(format!(
+            "crate::runtime::log_refusal_once({P}::apis::Function::{}(wire::FunctionId::{}), wire::NOT_SUPPORTED.name());",
+            api.type_name(),
+            f.type_name()
+        ));
+        w.close("}");
+        w.line("status");
+    } else {
+        w.line(call);
+    }
     w.close("}");
     w.line("");
 }

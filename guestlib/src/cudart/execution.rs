@@ -202,9 +202,9 @@ struct LaunchAttribute {
 }
 
 /// `cudaLaunchKernelExC`. Attributes that change what a launch computes must be honoured:
-/// cooperative launches are; cluster shapes other than 1x1x1 are not carried. Hints without
-/// effect on results (access policy window, synchronisation policy, priority, memory-sync
-/// domains) are accepted and not applied.
+/// cooperative launches are; cluster shapes other than 1x1x1, programmatic events and
+/// launch-completion events are not carried ([`super::attributes::launch_attribute`]).
+/// Hints without effect on results are checked and not applied.
 pub unsafe fn launch_ex(
     config: *const c_void,
     func: *const c_void,
@@ -227,15 +227,7 @@ pub unsafe fn launch_ex(
         let at = unsafe { c.attrs.add(i) };
         // SAFETY: a `cudaLaunchAttribute` there, read without assuming alignment.
         let a = unsafe { at.read_unaligned() };
-        let word = |k: usize| u32::from_ne_bytes(a.value[4 * k..4 * k + 4].try_into().unwrap());
-        match a.id {
-            // ignore, access policy window, synchronisation policy, priority, memory-sync domains
-            0 | 1 | 3 | 8 | 9 | 10 => {}
-            2 => cooperative = word(0) != 0,
-            // cluster dimension: only the trivial one
-            4 if (word(0), word(1), word(2)) == (1, 1, 1) || (word(0), word(1), word(2)) == (0, 0, 0) => {}
-            _ => return Err(CudaError::NotSupported),
-        }
+        cooperative |= super::attributes::launch_attribute(a.id, &a.value)?;
     }
     // SAFETY: the kernel and its argument array as `cudaLaunchKernelExC`'s caller gives them
     // (this function's contract): what `launch::launch` reads.

@@ -13,12 +13,17 @@ use phos_protocol::{CudaError, cudart::FunctionId};
 use phos_protocol::types::{ChannelFormatDesc, Extent, PitchedPtr};
 
 use super::stubs::HandWritten;
-use super::{device, execution, graphs, launch, memory, pools};
+use super::{attributes, device, execution, graphs, launch, managed, memory, pools};
 use crate::abi::Abi;
 use crate::{callbacks, hostmem, registry, runtime, soname};
 
 /// The implementation of [`HandWritten`].
 pub struct Hand;
+
+/// A `_ptsz` entry point's stream: the null stream is the thread's default stream.
+fn per_thread(stream: *mut c_void) -> *mut c_void {
+    if stream.is_null() { consts::cudaStreamPerThread as usize as *mut c_void } else { stream }
+}
 
 fn code(r: Result<(), CudaError>) -> i32 {
     runtime::note_runtime_call();
@@ -61,7 +66,9 @@ unsafe fn registration_not_supported(what: &str, name: *const c_char) {
 const UNRECOGNIZED: &std::ffi::CStr = c"unrecognized error code";
 
 fn memcpy_kind_of(addr: u64) -> bool {
-    runtime::session_if_open().is_some_and(|s| s.contains(addr)) || registry::is_module_global(addr)
+    runtime::session_if_open().is_some_and(|s| s.contains(addr))
+        || registry::is_module_global(addr)
+        || hostmem::managed(addr as usize).is_some()
 }
 
 #[allow(non_snake_case)]
@@ -339,19 +346,18 @@ impl HandWritten for Hand {
     }
 
     unsafe fn __cudaRegisterManagedVar(
-        _handle: *mut *mut c_void,
-        _host_var_ptr_address: *mut *mut c_void,
+        handle: *mut *mut c_void,
+        host_var_ptr_address: *mut *mut c_void,
         _device_address: *mut c_char,
         device_name: *const c_char,
         _ext: i32,
-        _size: usize,
+        size: usize,
         _constant: i32,
         _global: i32,
     ) {
-        crate::log::init();
-        // SAFETY: nvcc passes the variable's name as a NUL-terminated string.
-        let name = unsafe { runtime::c_str(device_name) }.unwrap_or("?");
-        tracing::warn!("__managed__ variable {name} is not supported by Phos; kernels using it will fail");
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `managed::register_var` asks of them what CUDA asks of this export's caller.
+        unsafe { managed::register_var(handle, host_var_ptr_address, device_name, size) }
     }
 
     unsafe fn __cudaPushCallConfiguration(grid: Dim3, block: Dim3, shared_mem: usize, stream: *mut c_void) -> u32 {
@@ -370,8 +376,138 @@ impl HandWritten for Hand {
         code(unsafe { launch::pop_config(grid, block, shared_mem, stream) })
     }
 
-    unsafe fn __cudaInitModule(_handle: *mut *mut c_void) -> c_char {
-        1
+    unsafe fn __cudaInitModule(handle: *mut *mut c_void) -> c_char {
+        managed::init_module(handle)
+    }
+
+    // ---- Stream attributes (attributes.rs)
+
+    unsafe fn cudaStreamSetAttribute(stream: *mut c_void, attr: i32, value: *const c_void) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `attributes::stream_set`
+        // asks of them what CUDA asks of this export's caller.
+        code(unsafe { attributes::stream_set(stream, attr, value) })
+    }
+
+    unsafe fn cudaStreamSetAttribute_ptsz(stream: *mut c_void, attr: i32, value: *const c_void) -> i32 {
+        // SAFETY: as for `cudaStreamSetAttribute`.
+        code(unsafe { attributes::stream_set(per_thread(stream), attr, value) })
+    }
+
+    unsafe fn cudaStreamGetAttribute(stream: *mut c_void, attr: i32, value_out: *mut c_void) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `attributes::stream_get`
+        // asks of them what CUDA asks of this export's caller.
+        code(unsafe { attributes::stream_get(stream, attr, value_out) })
+    }
+
+    unsafe fn cudaStreamGetAttribute_ptsz(stream: *mut c_void, attr: i32, value_out: *mut c_void) -> i32 {
+        // SAFETY: as for `cudaStreamGetAttribute`.
+        code(unsafe { attributes::stream_get(per_thread(stream), attr, value_out) })
+    }
+
+    unsafe fn cudaStreamCopyAttributes(dst: *mut c_void, src: *mut c_void) -> i32 {
+        code(attributes::stream_copy(dst, src))
+    }
+
+    unsafe fn cudaStreamCopyAttributes_ptsz(dst: *mut c_void, src: *mut c_void) -> i32 {
+        code(attributes::stream_copy(per_thread(dst), per_thread(src)))
+    }
+
+    // ---- Managed memory (managed.rs)
+
+    unsafe fn cudaMallocManaged(dev_ptr: *mut *mut c_void, size: usize, flags: u32) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `managed::malloc_managed`
+        // asks of them what CUDA asks of this export's caller.
+        code(unsafe { managed::malloc_managed(dev_ptr, size, flags) })
+    }
+
+    unsafe fn free_managed(dev_ptr: *mut c_void) -> Option<Result<(), CudaError>> {
+        managed::free_managed(dev_ptr)
+    }
+
+    unsafe fn cudaMemAdvise(dev_ptr: *const c_void, count: usize, advice: i32, location: u64) -> i32 {
+        code(managed::advise_abi(dev_ptr, count, advice, location))
+    }
+
+    unsafe fn cudaMemAdvise_v2(dev_ptr: *const c_void, count: usize, advice: i32, location: u64) -> i32 {
+        code(managed::advise(dev_ptr, count, advice, location, true))
+    }
+
+    unsafe fn cudaMemPrefetchAsync(
+        dev_ptr: *const c_void,
+        count: usize,
+        location: u64,
+        flags: u64,
+        _stream: *mut c_void,
+    ) -> i32 {
+        code(managed::prefetch_abi(dev_ptr, count, location, flags))
+    }
+
+    unsafe fn cudaMemPrefetchAsync_ptsz(
+        dev_ptr: *const c_void,
+        count: usize,
+        location: u64,
+        flags: u64,
+        _stream: *mut c_void,
+    ) -> i32 {
+        code(managed::prefetch_abi(dev_ptr, count, location, flags))
+    }
+
+    unsafe fn cudaMemPrefetchAsync_v2(
+        dev_ptr: *const c_void,
+        count: usize,
+        location: u64,
+        flags: u32,
+        _stream: *mut c_void,
+    ) -> i32 {
+        code(managed::prefetch(dev_ptr, count, location, u64::from(flags), true))
+    }
+
+    unsafe fn cudaMemPrefetchAsync_v2_ptsz(
+        dev_ptr: *const c_void,
+        count: usize,
+        location: u64,
+        flags: u32,
+        _stream: *mut c_void,
+    ) -> i32 {
+        code(managed::prefetch(dev_ptr, count, location, u64::from(flags), true))
+    }
+
+    unsafe fn cudaStreamAttachMemAsync(_stream: *mut c_void, dev_ptr: *mut c_void, length: usize, flags: u32) -> i32 {
+        code(managed::attach(dev_ptr, length, flags))
+    }
+
+    unsafe fn cudaStreamAttachMemAsync_ptsz(
+        _stream: *mut c_void,
+        dev_ptr: *mut c_void,
+        length: usize,
+        flags: u32,
+    ) -> i32 {
+        code(managed::attach(dev_ptr, length, flags))
+    }
+
+    unsafe fn cudaMemRangeGetAttribute(
+        data: *mut c_void,
+        data_size: usize,
+        attribute: i32,
+        dev_ptr: *const c_void,
+        count: usize,
+    ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `managed::range_get_attribute` asks of them what CUDA asks of this export's caller.
+        code(unsafe { managed::range_get_attribute(data, data_size, attribute, dev_ptr, count) })
+    }
+
+    unsafe fn cudaMemRangeGetAttributes(
+        data: *mut *mut c_void,
+        data_sizes: *mut usize,
+        attributes: *mut i32,
+        num_attributes: usize,
+        dev_ptr: *const c_void,
+        count: usize,
+    ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `managed::range_get_attributes` asks of them what CUDA asks of this export's caller.
+        code(unsafe { managed::range_get_attributes(data, data_sizes, attributes, num_attributes, dev_ptr, count) })
     }
 
     // ---- Device management (device.rs)

@@ -111,6 +111,8 @@ unsafe fn launch_as_is(
 ) -> Result<(), CudaError> {
     // SAFETY: `args` as this function's contract gives it, what `packed` reads.
     let (function, params) = unsafe { packed(func, args)? };
+    // The kernel sees what the host wrote to __managed__ variables.
+    super::managed::before_launch()?;
     let stream = match stream as u64 {
         0 if per_thread_default_stream => STREAM_PER_THREAD,
         s => s,

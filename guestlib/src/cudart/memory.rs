@@ -409,6 +409,7 @@ pub fn memcpy_peer(
 const MEMORY_UNREGISTERED: i32 = 0;
 const MEMORY_HOST: i32 = 1;
 const MEMORY_DEVICE: i32 = 2;
+const MEMORY_MANAGED: i32 = 3;
 
 /// `cudaPointerGetAttributes`. Host memory is the guest's (page-locked by `cudaHostAlloc` or
 /// registered); device memory is asked about at the server.
@@ -417,7 +418,10 @@ pub unsafe fn pointer_attributes(out: *mut c_void, ptr: *const c_void) -> Result
         return Err(CudaError::InvalidValue);
     }
     let addr = ptr as usize as u64;
-    let (kind, device, device_ptr, host_ptr) = if let Some((_, _, _, device)) = hostmem::lookup_any(addr as usize) {
+    let (kind, device, device_ptr, host_ptr) = if hostmem::managed(addr as usize).is_some() {
+        // One address for the host and every device; CUDA names the device current at the call.
+        (MEMORY_MANAGED, runtime::current_device(), addr, addr)
+    } else if let Some((_, _, _, device)) = hostmem::lookup_any(addr as usize) {
         // Under unified addressing page-locked memory is mapped at its own address; arena
         // memory where the driver says.
         (MEMORY_HOST, device, hostmem::arena_device_pointer(addr as usize).unwrap_or(addr), addr)

@@ -3,11 +3,13 @@
 //! kernel launches, and the composition of much of the API over a few remote calls), and
 //! [`rt`], which records each call's error as the thread's last error, as the runtime does.
 
+mod attributes;
 mod device;
 mod execution;
 mod graphs;
 pub mod hand;
 pub mod launch;
+mod managed;
 mod memory;
 mod pools;
 pub mod rt;

@@ -12,9 +12,13 @@ pub use crate::runtime::{byte_len, c_str, call, check_out, copy_out, in_bytes};
 pub fn api_call(id: FunctionId, f: impl FnOnce() -> Result<(), CudaError>) -> i32 {
     runtime::set_driver_initialized();
     runtime::note_runtime_call();
-    match runtime::catch_panic(id.name(), f) {
+    match runtime::catch_panic(id.name(), || super::managed::around_call(id, f)) {
         Ok(()) => cudart::SUCCESS,
         Err(e) => {
+            if e == cudart::NOT_SUPPORTED {
+                // The server's refusal or the guest's: either way the log names the call.
+                runtime::log_refusal_once(phos_protocol::apis::Function::Cudart(id), cudart::NOT_SUPPORTED.name());
+            }
             runtime::set_last_error(e);
             e.0
         }
