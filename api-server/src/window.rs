@@ -34,6 +34,10 @@ pub(crate) type WindowSlot = RwLock<Option<Arc<ServerWindow>>>;
 
 /// Room for check contexts and variable tables on each device.
 const CONTEXTS: u64 = 2 << 20;
+/// Address space reserved for each device's area, at least: NVIDIA's driver (580, on the
+/// H100) gives a reservation of a few MiB somewhere else than the address asked for, where
+/// it keeps one of hundreds of MiB there; only what the area needs is mapped.
+const MIN_RESERVATION: u64 = 1 << 30;
 /// `CU_STREAM_NON_BLOCKING`
 const NON_BLOCKING: u32 = 1;
 
@@ -44,7 +48,10 @@ type ContextKey = (i32, Vec<(u64, u64)>);
 struct Area {
     device: i32,
     base: u64,
+    /// Mapped, from `base`.
     len: u64,
+    /// Reserved, from `base` (at least `len`).
+    reserved: u64,
     physical: Physical,
     stream: Raw,
     /// Next free byte of the contexts part.
@@ -101,22 +108,23 @@ impl ServerWindow {
             let gran = backend.granularity(device).max(1);
             let full = (CONTEXTS + reserve).next_multiple_of(gran);
             let bare = CONTEXTS.next_multiple_of(gran);
-            let base = memory.base() + memory.size() + device as u64 * full;
-            let mapped = map_area(backend.as_ref(), device, base, full).map(|p| (p, full)).or_else(|e| {
+            let reserved = full.max(MIN_RESERVATION).next_multiple_of(gran);
+            let base = memory.base() + memory.size() + device as u64 * reserved;
+            let mapped = map_area(backend.as_ref(), device, base, full, reserved).map(|p| (p, full)).or_else(|e| {
                 if reserve > 0 {
                     tracing::warn!(
                         session,
                         "device {device}: no room for a copy-on-write reserve of {reserve} bytes ({e:?}): writers wait for the copy instead"
                     );
                 }
-                map_area(backend.as_ref(), device, base, bare).map(|p| (p, bare))
+                map_area(backend.as_ref(), device, base, bare, reserved).map(|p| (p, bare))
             });
             let stream = mapped.and_then(|(physical, len)| {
                 match backend.bind(device).and_then(|_| backend.stream_create(device, NON_BLOCKING, 0)) {
                     Ok(stream) => Ok((physical, len, stream)),
                     Err(e) => {
                         let _ = backend.unmap(base, len, physical);
-                        backend.unreserve(base, len);
+                        backend.unreserve(base, reserved);
                         Err(e)
                     }
                 }
@@ -134,7 +142,16 @@ impl ServerWindow {
             if len > CONTEXTS {
                 free.insert(base + CONTEXTS, len - CONTEXTS);
             }
-            areas.push(Area { device, base, len, physical, stream, next: Mutex::new(base), free: Mutex::new(free) });
+            areas.push(Area {
+                device,
+                base,
+                len,
+                reserved,
+                physical,
+                stream,
+                next: Mutex::new(base),
+                free: Mutex::new(free),
+            });
         }
         Ok(Arc::new_cyclic(|me| ServerWindow {
             me: me.clone(),
@@ -240,12 +257,19 @@ impl ServerWindow {
     }
 }
 
-fn map_area(backend: &dyn Backend, device: i32, base: u64, len: u64) -> Result<Physical, phos_protocol::CudaError> {
-    backend.reserve(base, len)?;
+/// Reserve `reserved` bytes of address space at `base` and map the first `len`.
+fn map_area(
+    backend: &dyn Backend,
+    device: i32,
+    base: u64,
+    len: u64,
+    reserved: u64,
+) -> Result<Physical, phos_protocol::CudaError> {
+    backend.reserve(base, reserved)?;
     match backend.map(device, base, len) {
         Ok(p) => Ok(p),
         Err(e) => {
-            backend.unreserve(base, len);
+            backend.unreserve(base, reserved);
             Err(e)
         }
     }
@@ -257,7 +281,7 @@ fn release_areas(areas: &[Area], backend: &Arc<dyn Backend>, memory: &AddressSpa
         let _ = backend.bind(a.device);
         let _ = backend.stream_destroy(a.stream);
         let _ = backend.unmap(a.base, a.len, a.physical);
-        backend.unreserve(a.base, a.len);
+        backend.unreserve(a.base, a.reserved);
     }
 }
 

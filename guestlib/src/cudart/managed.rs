@@ -83,7 +83,9 @@ pub unsafe fn malloc_managed(dev_ptr: *mut *mut c_void, size: usize, flags: u32)
     }
     runtime::session()?;
     let p = hostmem::alloc_managed(size, flags)?;
-    advice().insert(p as usize, Advice::default());
+    if !p.is_null() {
+        advice().insert(p as usize, Advice::default());
+    }
     // SAFETY: not null (checked above), writable: this function's contract.
     unsafe { *dev_ptr = p };
     Ok(())
