@@ -412,6 +412,7 @@ impl Session {
         if how.mode == CheckpointMode::StopTheWorld || (how.stop && how.mode != CheckpointMode::Recopy) {
             return self.checkpoint(dir, meta, compression, how.stop, progress, bounds);
         }
+        self.refuse_what_images_do_not_hold()?;
         let cancelled = || bounds.cancel.is_cancelled();
         let within = Within { deadline: Instant::now() + bounds.quiesce_timeout, cancelled: &cancelled };
         let target = Checkpointing { session: self, meta: meta.clone() };
@@ -446,6 +447,18 @@ impl Session {
         }
     }
 
+    /// Refuse, before anything is held or written, a session holding state images do not
+    /// carry yet (every kind of checkpoint asks).
+    fn refuse_what_images_do_not_hold(&self) -> Result<(), CrError> {
+        if self.objects.memory.has_program_mappings() {
+            return Err(CrError::NotCheckpointable {
+                session: self.id,
+                what: "it uses the driver API's virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap), which checkpoints do not hold yet".into(),
+            });
+        }
+        Ok(())
+    }
+
     /// Write the session to `sink` (a directory, a stream). `meta` carries what the router
     /// knows (token, tenant, program, ABI, epoch); the rest is filled in here. `stop`: the
     /// session is frozen once the image is whole.
@@ -458,12 +471,7 @@ impl Session {
         progress: &Progress,
         bounds: &Bounds,
     ) -> Result<CheckpointSummary, CrError> {
-        if self.objects.memory.has_program_mappings() {
-            return Err(CrError::NotCheckpointable {
-                session: self.id,
-                what: "it uses the driver API's virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap), which checkpoints do not hold yet".into(),
-            });
-        }
+        self.refuse_what_images_do_not_hold()?;
         let cancelled = || bounds.cancel.is_cancelled();
         let within = Within { deadline: Instant::now() + bounds.quiesce_timeout, cancelled: &cancelled };
         let target = Checkpointing { session: self, meta };
@@ -589,7 +597,7 @@ impl Session {
         std::thread::Builder::new()
             .name("phos-restore-load".into())
             .spawn(move || {
-                let Some(_installed) = s.hooks.install(hook) else {
+                let Some(installed) = s.hooks.install(hook) else {
                     let _ = installed_tx.send(false);
                     return;
                 };
@@ -632,6 +640,8 @@ impl Session {
                         st.failed(e.to_string());
                     }
                 }
+                drop(installed);
+                st.hook_released();
             })
             .map_err(|_| CrError::Thread("restore load"))?;
         if installed_rx.recv() != Ok(true) {

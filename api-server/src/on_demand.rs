@@ -45,8 +45,11 @@ pub struct LoadStatus {
     first_call_ms: Mutex<Option<f64>>,
     /// `Ok(ms)`: all loaded then; `Err(why)`: the load failed.
     ended: Mutex<Option<Result<f64, String>>>,
-    /// Signalled when `ended` is set.
+    /// Signalled when `ended` is set, and when the hook is gone.
     over: Condvar,
+    /// The load's hook is uninstalled (after `ended` is set): another protocol may install
+    /// its own.
+    released: std::sync::atomic::AtomicBool,
     held_calls: AtomicU64,
     held_ns: AtomicU64,
 }
@@ -61,6 +64,7 @@ impl LoadStatus {
             first_call_ms: Mutex::new(None),
             ended: Mutex::new(None),
             over: Condvar::new(),
+            released: std::sync::atomic::AtomicBool::new(false),
             held_calls: AtomicU64::new(0),
             held_ns: AtomicU64::new(0),
         }
@@ -87,13 +91,21 @@ impl LoadStatus {
         self.over.notify_all();
     }
 
-    /// Wait until the load is over (loaded or failed), within `bounds`: a checkpoint must not
-    /// copy memory that is not loaded yet (nor share the progress counters with the load).
+    /// The load's hook is uninstalled.
+    pub fn hook_released(&self) {
+        let _ended = self.ended.lock();
+        self.released.store(true, Ordering::Release);
+        self.over.notify_all();
+    }
+
+    /// Wait until the load is over (loaded or failed) and its hook gone, within `bounds`: a
+    /// checkpoint must not copy memory that is not loaded yet (nor share the progress
+    /// counters with the load), and installs a hook of its own.
     pub fn wait_over(&self, bounds: &Bounds) -> Result<(), CrError> {
         let start = Instant::now();
         let deadline = start + bounds.quiesce_timeout;
         let mut ended = self.ended.lock();
-        while ended.is_none() {
+        while ended.is_none() || !self.released.load(Ordering::Acquire) {
             let timed_out = Instant::now() >= deadline;
             if timed_out || bounds.cancel.is_cancelled() {
                 let waiting_for = Waiting::MemoryLoad { done: self.progress.done(), total: self.progress.total() };
