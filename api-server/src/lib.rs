@@ -34,6 +34,7 @@ pub mod backend;
 pub mod capture;
 pub mod checkpoint;
 pub mod control;
+pub mod cpu_blas;
 pub mod module_vars;
 pub mod on_demand;
 pub mod ordering;
@@ -51,6 +52,12 @@ mod window;
 /// checked `dispatch`.
 pub mod dispatch {
     include!(concat!(env!("OUT_DIR"), "/dispatch.rs"));
+}
+
+/// The vendor libraries' entry points and the calls made with checked requests, for the APIs
+/// the server runs with the vendor's own library (`vendor::cublas::Library`, ...).
+pub mod vendor {
+    include!(concat!(env!("OUT_DIR"), "/vendor.rs"));
 }
 
 use std::sync::Arc;

@@ -31,6 +31,8 @@ struct Records {
     entries: Vec<Option<(Record, Vec<usize>)>>,
     /// Live object (kind, value) -> index of its record.
     by_object: HashMap<(&'static str, u64), usize>,
+    /// (setter, object) -> index of the object's last record of that setter.
+    settings: HashMap<(Function, (&'static str, u64)), usize>,
 }
 
 #[derive(Default)]
@@ -52,17 +54,31 @@ impl Recorder {
         }
         let created: Vec<(&'static str, u64)> =
             facts.created.iter().copied().filter(|&(k, v)| v != 0 && !r.by_object.contains_key(&(k, v))).collect();
-        if created.is_empty() {
+        // A setting of a live object: it depends on the object (and goes with it), and the
+        // object's earlier call of the same function is replaced, so a setter called on every
+        // use (PyTorch sets a cuBLAS handle's stream each time) keeps one record.
+        let mutated: Vec<(&'static str, u64)> =
+            facts.mutated.iter().copied().filter(|o| r.by_object.contains_key(o)).collect();
+        if created.is_empty() && mutated.is_empty() {
             return;
         }
-        let deps: Vec<usize> = facts
+        for &obj in &mutated {
+            if let Some(old) = r.settings.remove(&(function, obj)) {
+                r.prune(old);
+            }
+        }
+        let mut deps: Vec<usize> = facts
             .depends_on
             .iter()
             .filter_map(|&v| r.by_object.iter().find(|((_, value), _)| *value == v).map(|(_, &i)| i))
             .collect();
+        deps.extend(mutated.iter().filter_map(|o| r.by_object.get(o).copied()));
         let index = r.entries.len();
         for &obj in &created {
             r.by_object.insert(obj, index);
+        }
+        for &obj in &mutated {
+            r.settings.insert((function, obj), index);
         }
         r.entries.push(Some((Record { function, device, payload: payload.to_vec(), creates: created }, deps)));
     }
@@ -83,6 +99,7 @@ impl Records {
         let mut stack = vec![i];
         while let Some(i) = stack.pop() {
             let Some((rec, _)) = self.entries[i].take() else { continue };
+            self.settings.retain(|_, &mut j| j != i);
             for obj in &rec.creates {
                 if self.by_object.get(obj) == Some(&i) {
                     self.by_object.remove(obj);
@@ -109,7 +126,7 @@ mod tests {
         destroyed: &'a [(&'static str, u64)],
         depends_on: &'a [u64],
     ) -> RecordFacts<'a> {
-        RecordFacts { created, destroyed, depends_on, global: false }
+        RecordFacts { created, destroyed, mutated: &[], depends_on, global: false }
     }
 
     #[test]
@@ -136,8 +153,49 @@ mod tests {
             Function::Cudart(FunctionId::CudaDeviceReset),
             0,
             b"",
-            &RecordFacts { created: &[], destroyed: &[], depends_on: &[], global: true },
+            &RecordFacts { created: &[], destroyed: &[], mutated: &[], depends_on: &[], global: true },
         );
+        assert!(r.live().is_empty());
+    }
+
+    #[test]
+    fn a_setting_is_kept_once_and_goes_with_its_object() {
+        use phos_protocol::cublas::FunctionId as Blas;
+        let r = Recorder::default();
+        let blas = |id| Function::Cublas(id);
+        let setting = |payload: &[u8], handle: u64, stream: u64| {
+            r.record(
+                blas(Blas::CublasSetStreamV2),
+                0,
+                payload,
+                &RecordFacts {
+                    created: &[],
+                    destroyed: &[],
+                    mutated: &[("cublas_handle", handle)],
+                    depends_on: &[stream],
+                    global: false,
+                },
+            )
+        };
+        r.record(Function::Cudart(FunctionId::CudaStreamCreate), 0, b"s", &facts(&[("stream", 30)], &[], &[]));
+        r.record(blas(Blas::CublasCreateV2), 0, b"h", &facts(&[("cublas_handle", 40)], &[], &[]));
+        // A setting of an object that is not live is not recorded.
+        setting(b"x", 41, 30);
+        assert_eq!(r.live().len(), 2);
+        // The last call of a setter replaces the one before.
+        setting(b"1", 40, 0);
+        setting(b"2", 40, 30);
+        let live = r.live();
+        assert_eq!(live.len(), 3);
+        assert_eq!(live[2].payload, b"2");
+        // Destroying the stream the setting names drops the setting, not the handle.
+        r.record(Function::Cudart(FunctionId::CudaStreamDestroy), 0, b"", &facts(&[], &[("stream", 30)], &[]));
+        let live = r.live();
+        assert_eq!(live.len(), 1);
+        assert_eq!(live[0].payload, b"h");
+        // Destroying the handle drops the rest.
+        setting(b"3", 40, 0);
+        r.record(blas(Blas::CublasDestroyV2), 0, b"", &facts(&[], &[("cublas_handle", 40)], &[]));
         assert!(r.live().is_empty());
     }
 

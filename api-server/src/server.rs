@@ -525,6 +525,7 @@ impl ApiServer {
         let result = catch_unwind(AssertUnwindSafe(|| match id {
             Function::Cudart(f) => Self::outcome(s, f.name(), dispatch::cudart::dispatch(s, &cx, f, payload, out)),
             Function::Cuda(f) => Self::outcome(s, f.name(), dispatch::cuda::dispatch(s, &cx, f, payload, out)),
+            Function::Cublas(f) => Self::outcome(s, f.name(), dispatch::cublas::dispatch(s, &cx, f, payload, out)),
         }));
         if s.hooks.active() {
             s.hooks.after_call();
@@ -576,5 +577,6 @@ pub(crate) fn replay(
     match f {
         Function::Cudart(id) => dispatch::cudart::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string()),
         Function::Cuda(id) => dispatch::cuda::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string()),
+        Function::Cublas(id) => dispatch::cublas::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string()),
     }
 }

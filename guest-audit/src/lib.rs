@@ -51,7 +51,7 @@ use core::cell::UnsafeCell;
 use core::ffi::{CStr, c_char, c_int, c_long, c_uint};
 use core::sync::atomic::{AtomicI32, Ordering};
 
-use names::{SERVED_FILES, Served};
+use names::{SERVED_COUNT, SERVED_FILES, Served};
 
 /// The longest path the module handles (Linux's `PATH_MAX`).
 const PATH_MAX: usize = 4096;
@@ -62,7 +62,7 @@ const LA_SER_ORIG: c_uint = 0x01;
 /// What the module learned in `la_version`.
 struct Config {
     /// Phos's files, NUL-terminated, by [`Served`] index.
-    targets: [[u8; PATH_MAX]; 4],
+    targets: [[u8; PATH_MAX]; SERVED_COUNT],
     /// Every target exists: searches are redirected.
     redirect: bool,
     /// The guest library's file (device, inode), which every target names.
@@ -80,7 +80,7 @@ struct Global(UnsafeCell<Config>);
 unsafe impl Sync for Global {}
 
 static CONFIG: Global = Global(UnsafeCell::new(Config {
-    targets: [[0; PATH_MAX]; 4],
+    targets: [[0; PATH_MAX]; SERVED_COUNT],
     redirect: false,
     guest_file: None,
     report: [0; PATH_MAX],
@@ -232,7 +232,7 @@ pub unsafe extern "C" fn la_version(version: c_uint) -> c_uint {
         say(&[b"the audit module has no PHOS_GUEST_DIR: CUDA libraries are not redirected to Phos's"]);
         return version;
     }
-    let mut ids = [None; 4];
+    let mut ids = [None; SERVED_COUNT];
     for (i, file) in SERVED_FILES.iter().enumerate() {
         let joined = join(&mut config.targets[i], dir, file.to_bytes());
         ids[i] = if joined { CStr::from_bytes_until_nul(&config.targets[i]).ok().and_then(file_id) } else { None };
@@ -252,7 +252,7 @@ pub unsafe extern "C" fn la_version(version: c_uint) -> c_uint {
     version
 }
 
-/// A search for a library: a CUDA runtime or driver is Phos's file for it.
+/// A search for a library: a CUDA runtime, driver or cuBLAS is Phos's file for it.
 ///
 /// A bare name as asked for (`LA_SER_ORIG`, `libcudart.so.12`) is left to the search, whose
 /// first candidate path (in a run path, the library path, the cache or the default

@@ -4,8 +4,18 @@
 
 /// The files of Phos's guest-library directory (`PHOS_GUEST_DIR`), each a name of the one
 /// guest library, by [`Served`] index.
-pub const SERVED_FILES: [&core::ffi::CStr; 4] =
-    [c"libcudart.so.11.0", c"libcudart.so.12", c"libcudart.so.13", c"libcuda.so.1"];
+pub const SERVED_FILES: [&core::ffi::CStr; SERVED_COUNT] = [
+    c"libcudart.so.11.0",
+    c"libcudart.so.12",
+    c"libcudart.so.13",
+    c"libcuda.so.1",
+    c"libcublas.so.11",
+    c"libcublas.so.12",
+    c"libcublas.so.13",
+];
+
+/// How many files Phos serves libraries with.
+pub const SERVED_COUNT: usize = 7;
 
 /// Which of Phos's files serves a library name ([`SERVED_FILES`] index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,6 +24,9 @@ pub enum Served {
     Runtime12 = 1,
     Runtime13 = 2,
     Driver = 3,
+    Blas11 = 4,
+    Blas12 = 5,
+    Blas13 = 6,
 }
 
 /// The last component of a path.
@@ -22,6 +35,11 @@ pub fn base_name(path: &[u8]) -> &[u8] {
         Some(i) => path.get(i + 1..).unwrap_or(&[]),
         None => path,
     }
+}
+
+/// The major version of a `.`-separated version (`12` of `12.4.127`; empty when there is none).
+fn major(version: &[u8]) -> &[u8] {
+    version.split(|&b| b == b'.').next().unwrap_or(&[])
 }
 
 /// `name` is `stem` alone or `stem` followed by a `.`-separated version.
@@ -37,7 +55,8 @@ fn versioned<'a>(name: &'a [u8], stem: &[u8]) -> Option<&'a [u8]> {
 /// The file of Phos's that a search for `name` (a file name, or a path whose last
 /// component is looked at) should open instead: the driver for every `libcuda.so*`, the
 /// runtime of the same major version for `libcudart.so.11*`, `.12*` and `.13*`, and the
-/// CUDA 12 runtime (Phos's default ABI) for an unversioned `libcudart.so`. `None` for
+/// CUDA 12 runtime (Phos's default ABI) for an unversioned `libcudart.so`; cuBLAS of the same
+/// major version for `libcublas.so.11*`, `.12*`, `.13*` (12 for `libcublas.so`). `None` for
 /// anything else, including a runtime of a major version Phos does not present (left alone:
 /// if it gets mapped, it is reported).
 pub fn served(name: &[u8]) -> Option<Served> {
@@ -45,9 +64,16 @@ pub fn served(name: &[u8]) -> Option<Served> {
     if versioned(base, b"libcuda.so").is_some() {
         return Some(Served::Driver);
     }
+    if let Some(version) = versioned(base, b"libcublas.so") {
+        return match major(version) {
+            b"" | b"12" => Some(Served::Blas12),
+            b"11" => Some(Served::Blas11),
+            b"13" => Some(Served::Blas13),
+            _ => None,
+        };
+    }
     let version = versioned(base, b"libcudart.so")?;
-    let major = version.split(|&b| b == b'.').next().unwrap_or(&[]);
-    match major {
+    match major(version) {
         b"" => Some(Served::Runtime12),
         b"11" => Some(Served::Runtime11),
         b"12" => Some(Served::Runtime12),
@@ -68,7 +94,6 @@ pub fn is_runtime_or_driver(name: &[u8]) -> bool {
 /// NVRTC and nvJitLink need no GPU and are not listed.
 const UNSERVED: &[(&[u8], &str)] = &[
     (b"libcublasLt.so", "cuBLASLt"),
-    (b"libcublas.so", "cuBLAS"),
     (b"libcudnn", "cuDNN"),
     (b"libcufft", "cuFFT"),
     (b"libcurand.so", "cuRAND"),
@@ -112,13 +137,27 @@ mod tests {
             (b"libcudart_static.a", None),
             (b"libcudadebugger.so.1", None),
             (b"libcuda_stub.so", None),
-            (b"libcublas.so.12", None),
+            (b"libcublas.so.12", Some(Served::Blas12)),
+            (b"/site-packages/nvidia/cublas/lib/libcublas.so.12", Some(Served::Blas12)),
+            (b"libcublas.so.11", Some(Served::Blas11)),
+            (b"libcublas.so.13", Some(Served::Blas13)),
+            (b"libcublas.so", Some(Served::Blas12)),
+            (b"libcublasLt.so.12", None),
+            (b"libcublas.so.10", None),
             (b"/opt/libcuda.so.1/libm.so.6", None),
             (b"", None),
         ] {
             assert_eq!(served(name), want, "{}", core::str::from_utf8(name).unwrap_or("?"));
         }
-        for s in [Served::Runtime11, Served::Runtime12, Served::Runtime13, Served::Driver] {
+        for s in [
+            Served::Runtime11,
+            Served::Runtime12,
+            Served::Runtime13,
+            Served::Driver,
+            Served::Blas11,
+            Served::Blas12,
+            Served::Blas13,
+        ] {
             assert_eq!(served(SERVED_FILES[s as usize].to_bytes()), Some(s), "Phos's own file names serve themselves");
         }
     }
@@ -136,7 +175,7 @@ mod tests {
     #[test]
     fn gpu_libraries_phos_does_not_serve_are_named() {
         for (name, want) in [
-            ("libcublas.so.12", Some("cuBLAS")),
+            ("libcublas.so.12", None),
             ("/w/nvidia/cublas/lib/libcublasLt.so.12", Some("cuBLASLt")),
             ("libcudnn_ops.so.9", Some("cuDNN")),
             ("libcufftw.so.11", Some("cuFFT")),

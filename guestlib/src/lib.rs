@@ -16,6 +16,7 @@ pub mod abi;
 pub mod bypass;
 mod callbacks;
 mod copier;
+pub mod cublas;
 pub mod cuda;
 pub mod cudart;
 pub mod hostmem;

@@ -14,7 +14,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The version nodes, one per soname; the first export of each name is `@@` this one.
-const VERSIONS: [&str; 3] = ["libcudart.so.11.0", "libcudart.so.12", "libcudart.so.13"];
+const VERSIONS: [&str; 6] = [
+    "libcudart.so.11.0",
+    "libcudart.so.12",
+    "libcudart.so.13",
+    "libcublas.so.11",
+    "libcublas.so.12",
+    "libcublas.so.13",
+];
 const DEFAULT_VERSION: &str = "libcudart.so.12";
 
 /// `target/<profile>/libphos_guest.so`, next to the `deps` directory this test runs from.
@@ -168,8 +175,11 @@ fn exports_nothing_but_the_cuda_api() {
         .filter(|n| ["_ZN", "_R", "rust_", "__rust", "__rdl", "__rg_"].iter().any(|p| n.starts_with(p)))
         .collect();
     assert!(rust.is_empty(), "Rust symbols are exported: {rust:?}");
-    let generated: BTreeSet<String> =
-        generated_exports("cudart").into_iter().chain(generated_exports("cuda")).collect();
+    let generated: BTreeSet<String> = generated_exports("cudart")
+        .into_iter()
+        .chain(generated_exports("cuda"))
+        .chain(generated_exports("cublas"))
+        .collect();
     assert_eq!(exports, generated, "the exports are not exactly the generated stubs");
 }
 
@@ -333,6 +343,58 @@ fn exports_every_function_of_nvidias_driver() {
     assert!(names.len() > 500, "the list is read");
     let missing: Vec<&&str> = names.iter().filter(|n| !exports.contains_key(**n)).collect();
     assert!(missing.is_empty(), "not exported: {missing:?}");
+}
+
+/// Every function NVIDIA's libcublas exports (tests/abi/libcublas-exports.txt) is exported
+/// under the version node of each cuBLAS soname that has it, so that programs linked with
+/// `-lcublas` (and PyTorch's wheels) load.
+#[test]
+fn exports_every_function_of_nvidias_cublas() {
+    let list = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/abi/libcublas-exports.txt"))
+        .expect("tests/abi/libcublas-exports.txt");
+    let exports = exports();
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for line in list.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        let mut words = line.split_whitespace();
+        let name = words.next().unwrap();
+        for major in words {
+            let node = format!("libcublas.so.{major}");
+            checked += 1;
+            let found = exports.get(name).is_some_and(|syms| syms.iter().any(|s| s.version.as_deref() == Some(&node)));
+            if !found {
+                missing.push(format!("{name}@{node}"));
+            }
+        }
+    }
+    assert!(checked > 1500, "the list is read");
+    assert!(missing.is_empty(), "not exported: {missing:?}");
+}
+
+/// Where this machine has NVIDIA's libcublas (a CUDA 11 toolkit's, as CI's), every function it
+/// exports is in the list above, so the list stays what the library is.
+#[test]
+fn the_cublas_list_holds_the_installed_librarys_exports() {
+    let installed = ["/usr/lib/x86_64-linux-gnu/libcublas.so.11", "/usr/local/cuda/lib64/libcublas.so.11"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.exists());
+    let Some(installed) = installed else { return };
+    let list = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/abi/libcublas-exports.txt"))
+        .expect("tests/abi/libcublas-exports.txt");
+    let listed: BTreeSet<&str> = list
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.split_whitespace().skip(1).any(|m| m == "11"))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let theirs: BTreeSet<String> = dynamic_symbols(installed)
+        .into_iter()
+        .filter(|s| s.ndx != "UND" && s.name.starts_with("cublas"))
+        .map(|s| s.name)
+        .collect();
+    let unlisted: Vec<&String> = theirs.iter().filter(|n| !listed.contains(n.as_str())).collect();
+    assert!(unlisted.is_empty(), "{} exports what the list lacks: {unlisted:?}", installed.display());
 }
 
 /// Build a C program from `src` (extra `cc` arguments after it) in `dir`.

@@ -24,7 +24,15 @@ pub const LIBRARY: &str = "libphos_guest.so";
 pub const AUDIT_MODULE: &str = "libphos_audit.so";
 
 /// The sonames one build serves.
-pub const SONAMES: &[&str] = &["libcudart.so.11.0", "libcudart.so.12", "libcudart.so.13", "libcuda.so.1"];
+pub const SONAMES: &[&str] = &[
+    "libcudart.so.11.0",
+    "libcudart.so.12",
+    "libcudart.so.13",
+    "libcuda.so.1",
+    "libcublas.so.11",
+    "libcublas.so.12",
+    "libcublas.so.13",
+];
 
 /// Why the guest library cannot be offered to a program.
 #[derive(Debug, thiserror::Error)]

@@ -11,6 +11,7 @@
 //! payload (no allocation sized by the peer), and the server's generated dispatch re-checks
 //! every size and pointer against the spec before a call runs.
 
+pub mod blas;
 pub mod bypass;
 pub mod error;
 pub mod eval;

@@ -97,6 +97,9 @@ pub struct RecordFacts<'a> {
     pub created: &'a [(&'static str, u64)],
     /// (object kind, handle or device address) the call destroyed.
     pub destroyed: &'a [(&'static str, u64)],
+    /// (object kind, handle) whose state the call changed (a library handle's setting): the
+    /// call is recorded on it, replacing its last call of the same function.
+    pub mutated: &'a [(&'static str, u64)],
     /// Objects the created ones depend on.
     pub depends_on: &'a [u64],
     /// The call changed session-wide state (`obj_record` on the function).

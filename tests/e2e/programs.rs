@@ -97,7 +97,7 @@ fn every_program_is_tested() {
 }
 
 /// Programs with a test of their own below.
-const TESTED_APART: &[&str] = &["runtime_and_driver", "rewriter", "driver_api", "restore_on_demand"];
+const TESTED_APART: &[&str] = &["runtime_and_driver", "rewriter", "driver_api", "restore_on_demand", "cublas_blas"];
 
 /// A program of both the runtime and the driver API (linked with `-lcuda`, so the loader
 /// reaches the guest library first as `libcuda.so.1`, then as `libcudart.so.11.0`): it prints
@@ -216,4 +216,50 @@ fn managed_memory_needs_the_pinned_arena() {
     assert!(!out.status.success(), "managed memory without an arena:\n{stdout}\n{stderr}");
     assert!(stdout.contains("cudaMallocManaged") && stdout.contains("cudaErrorNotSupported"), "{stdout}");
     assert!(stderr.contains("cudaMallocManaged without the pinned arena"), "the refusal is logged by name: {stderr}");
+}
+
+/// A cuBLAS program (linked with `-lcublas`, so the loader reaches the guest library as
+/// `libcublas.so.11` too): handles, level-1/2 BLAS, GEMMs of every form carried, both pointer
+/// modes and a stream, on emu's CPU BLAS, printing what it prints natively.
+#[test]
+fn cublas_blas() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "cublas_blas", &["-arch=sm_70", "-lcublas"]);
+    let out = phos_run_over("emu", "shm", &exe, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert!(!stderr.contains("no version information"), "{stderr}");
+    assert_eq!(stdout, expected("cublas_blas"), "output differs from the native run\nstderr:\n{stderr}");
+    // The one function it calls that Phos does not carry is refused by name.
+    assert!(stderr.contains("cublasCgemm_v2"), "the refusal names its function:\n{stderr}");
+}
+
+/// What a careless or hostile cuBLAS program gets: the library's own statuses for a bad
+/// leading dimension, a matrix past its allocation, a pointer array that points outside the
+/// session's memory and a destroyed handle; the server is unharmed and the handle still works.
+#[test]
+fn cublas_hostile_calls() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "cublas_blas", &["-arch=sm_70", "-lcublas"]);
+    let out = phos_run_over("emu", "shm", &exe, &["hostile"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    for line in [
+        "hostile: bad lda -> CUBLAS_STATUS_INVALID_VALUE",
+        "hostile: matrix past its allocation -> CUBLAS_STATUS_INVALID_VALUE",
+        "hostile: batched pointer outside memory -> CUBLAS_STATUS_INVALID_VALUE",
+        "hostile: destroyed handle -> CUBLAS_STATUS_NOT_INITIALIZED",
+        "hostile: the handle still works",
+        "done",
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "missing `{line}`\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    }
+    // The server logs what it refused, naming the call or what was wrong.
+    for logged in
+        ["cublasSgemm_v2: invalid device pointer `A`", "is not the session's memory", "is not a cuBLAS handle"]
+    {
+        assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
+    }
 }

@@ -216,7 +216,15 @@ fn initramfs(kit: &Kit, dir: &Path, programs: &BTreeMap<&str, PathBuf>, script: 
     c.file("/phos/phosctl", 0o755, &stripped("phosctl", dir));
     // `phosctl run` finds its audit module beside the guest library.
     c.file("/phos/libphos_audit.so", 0o755, &stripped("libphos_audit.so", dir));
-    for soname in ["libcudart.so.11.0", "libcudart.so.12", "libcudart.so.13", "libcuda.so.1"] {
+    for soname in [
+        "libcudart.so.11.0",
+        "libcudart.so.12",
+        "libcudart.so.13",
+        "libcuda.so.1",
+        "libcublas.so.11",
+        "libcublas.so.12",
+        "libcublas.so.13",
+    ] {
         c.symlink(&format!("/phos/{soname}"), "libphos_guest.so");
     }
     for (name, exe) in programs {

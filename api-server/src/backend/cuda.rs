@@ -90,6 +90,8 @@ pub struct CudaBackend {
     devices: Vec<Device>,
     driver_version: i32,
     raw: RawDriver,
+    /// NVIDIA's libcublas, loaded at the first cuBLAS call (`None` when none is found).
+    cublas: std::sync::OnceLock<Option<super::vendor::Cublas>>,
     /// `cuDeviceGetAttribute`, called with plain integers: attributes come from guests and
     /// may not be valid enumerators of the bindings' Rust enum.
     get_attribute: unsafe extern "C" fn(*mut i32, i32, sys::CUdevice) -> i32,
@@ -459,7 +461,7 @@ impl CudaBackend {
         BOUND.with(|b| b.set(count - 1));
         let timer = Mutex::new(KernelTimer::new(devices.len()));
         let raw = RawDriver::load()?;
-        Ok(CudaBackend { devices, driver_version, raw, get_attribute, timer })
+        Ok(CudaBackend { devices, driver_version, raw, cublas: std::sync::OnceLock::new(), get_attribute, timer })
     }
 
     fn device(&self, device: i32) -> Result<&Device, CudaError> {
@@ -1236,6 +1238,27 @@ impl Modules for CudaBackend {
         let n = unsafe { result::occupancy::available_dynamic_shared_mem_per_block(f, blocks, block_size) }
             .map_err(driver)?;
         Ok(n as u64)
+    }
+}
+
+impl Libraries for CudaBackend {
+    fn cublas(&self) -> Option<&super::vendor::Cublas> {
+        self.cublas
+            .get_or_init(|| match super::vendor::Cublas::open() {
+                Ok(c) => {
+                    tracing::info!(
+                        "cuBLAS: {} ({} of the compute functions Phos carries found)",
+                        c.path.display(),
+                        c.library.found()
+                    );
+                    Some(c)
+                }
+                Err(e) => {
+                    tracing::warn!("cuBLAS calls run on the server's CPU (slowly): {e}");
+                    None
+                }
+            })
+            .as_ref()
     }
 }
 

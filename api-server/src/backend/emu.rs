@@ -850,6 +850,9 @@ impl Modules for EmuBackend {
     }
 }
 
+/// cuBLAS runs on the server's CPU BLAS.
+impl Libraries for EmuBackend {}
+
 impl Launch for EmuBackend {
     fn launch(
         &self,

@@ -6,6 +6,7 @@
 
 pub mod cuda;
 pub mod emu;
+pub mod vendor;
 
 use phos_protocol::CudaError;
 use phos_protocol::types::{DeviceProperties, Dim3, FuncAttributes};
@@ -321,12 +322,24 @@ pub trait Launch: Send + Sync {
     }
 }
 
-/// Every capability: what a session's backend is (`cuda` or `emu`).
-pub trait Backend: Devices + VirtualMemory + Copies + HostMemory + Streams + Events + Modules + Launch {}
+/// The vendor's libraries a backend runs library APIs with (NVIDIA's libcublas on a GPU); a
+/// backend without them (emu) leaves those calls to the server's own implementations
+/// ([`crate::cpu_blas`]).
+pub trait Libraries: Send + Sync {
+    fn cublas(&self) -> Option<&vendor::Cublas> {
+        None
+    }
+}
 
-impl<T: Devices + VirtualMemory + Copies + HostMemory + Streams + Events + Modules + Launch> Backend for T {}
+/// Every capability: what a session's backend is (`cuda` or `emu`).
+pub trait Backend:
+    Devices + VirtualMemory + Copies + HostMemory + Streams + Events + Modules + Launch + Libraries
+{
+}
+
+impl<T: Devices + VirtualMemory + Copies + HostMemory + Streams + Events + Modules + Launch + Libraries> Backend for T {}
 
 /// The capability traits, for code that calls a [`Backend`]'s methods.
 pub mod prelude {
-    pub use super::{Backend, Copies, Devices, Events, HostMemory, Launch, Modules, Streams, VirtualMemory};
+    pub use super::{Backend, Copies, Devices, Events, HostMemory, Launch, Libraries, Modules, Streams, VirtualMemory};
 }

@@ -16,6 +16,7 @@
 //! cuBLAS handle, ...) get a registry of their own here, built on a [`handles::HandleTable`]
 //! of a new handle kind, whose counter joins [`Registries::handle_counters`].
 
+pub mod blas;
 pub mod devices;
 pub mod events;
 pub mod graphs;
@@ -32,6 +33,7 @@ use phos_protocol::CudaError;
 use phos_protocol::limits::{LimitKind, SessionLimits};
 
 use crate::backend::Backend;
+use blas::BlasRegistry;
 use devices::DeviceFacts;
 use events::EventRegistry;
 use graphs::{GraphLimits, GraphRegistry};
@@ -41,6 +43,7 @@ use modules::ModuleRegistry;
 use streams::StreamRegistry;
 
 pub struct Registries {
+    pub blas: BlasRegistry,
     /// Shared with the C/R engine's hooks, which note writes in its dirty log.
     pub memory: Arc<AddressSpace>,
     pub host: PinnedArena,
@@ -52,13 +55,14 @@ pub struct Registries {
 }
 
 /// Kinds of handle whose counters a checkpoint keeps (the kinds checkpoints hold objects of).
-const COUNTED: [&str; 4] = ["stream", "event", "module", "function"];
+const COUNTED: [&str; 5] = ["stream", "event", "module", "function", "cublas_handle"];
 
 impl Registries {
     /// The registries of a session whose device memory lives in `[base, base + size)`, each
     /// holding at most its kind's limit of objects.
     pub fn new(backend: &dyn Backend, base: u64, size: u64, limits: &SessionLimits) -> Result<Self, CudaError> {
         Ok(Registries {
+            blas: BlasRegistry::default(),
             memory: Arc::new(AddressSpace::reserve(backend, base, size, limits.get(LimitKind::Allocations))?),
             host: PinnedArena::new(limits.get(LimitKind::HostAllocations)),
             streams: StreamRegistry::new(limits.get(LimitKind::Streams)),
@@ -76,7 +80,8 @@ impl Registries {
     /// Next value of each handle kind's counter.
     pub fn handle_counters(&self) -> Vec<(String, u64)> {
         let (modules, functions) = self.modules.next_counters();
-        let values = [self.streams.next_counter(), self.events.next_counter(), modules, functions];
+        let values =
+            [self.streams.next_counter(), self.events.next_counter(), modules, functions, self.blas.next_counter()];
         COUNTED.iter().zip(values).map(|(k, v)| (k.to_string(), v)).collect()
     }
 
@@ -91,11 +96,15 @@ impl Registries {
             self.events.set_next_counter(n);
         }
         self.modules.set_next_counters(get("module"), get("function"));
+        if let Some(n) = get("cublas_handle") {
+            self.blas.set_next_counter(n);
+        }
     }
 
     /// Destroy every object (a device reset, the session's end). Pinned host memory is the
     /// guest's and outlives a device reset: [`PinnedArena::release`] lets go of it.
     pub fn release_all(&self, backend: &dyn Backend) {
+        self.blas.release_all(backend);
         self.streams.release_all(backend);
         self.events.release_all(backend);
         self.graphs.release_all();

@@ -4,6 +4,7 @@
 //! service over them. A library's service (cuBLAS, ...) is another implementation over the
 //! same registries, so its calls take the runtime's streams and memory.
 
+pub mod cublas;
 pub mod cuda;
 pub mod cudart;
 

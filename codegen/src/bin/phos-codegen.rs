@@ -88,6 +88,7 @@ fn run(args: &[String]) -> Result<String, String> {
         "wire" => phos_codegen::emit::wire::emit(one()?),
         "guest" => phos_codegen::emit::guest::emit(one()?),
         "server" => phos_codegen::emit::server::emit(one()?),
+        "vendor" => phos_codegen::emit::vendor::emit(one()?),
         "apis" => phos_codegen::emit::apis::emit(&apis),
         "costs" => phos_codegen::emit::costs::emit(&apis),
         "docs" => phos_codegen::emit::docs::emit(&apis),

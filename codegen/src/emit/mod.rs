@@ -7,6 +7,7 @@ pub mod docs;
 pub mod guest;
 pub mod policy_header;
 pub mod server;
+pub mod vendor;
 pub mod wire;
 
 use crate::ast::{BinOp, Expr, UnOp};

@@ -336,13 +336,32 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
         w.line("let expected = expected?;");
     }
     access_hook(w, api, f);
-    let records = !f.objects.creates.is_empty() || !f.objects.destroys.is_empty() || f.objects.global_record;
+    // A call that changes a handle's state (`obj_record` on a handle argument: a library
+    // handle's setting) is recorded on that handle, after the other handles it names.
+    let mutated_handles: Vec<&(String, String)> =
+        f.objects.mutates.iter().filter(|(_, k)| api.handle_kinds.iter().any(|h| &h.name == k)).collect();
+    let records = !f.objects.creates.is_empty()
+        || !f.objects.destroys.is_empty()
+        || !mutated_handles.is_empty()
+        || f.objects.global_record;
     let value_of = |name: &str| format!("req.{} as u64", rust_ident(name));
     if records {
         let destroyed: Vec<String> =
             f.objects.destroys.iter().map(|(a, k)| format!("({}, {})", super::lit(k), value_of(a))).collect();
-        let deps: Vec<String> = f.objects.depends_on.iter().map(|(_, dep)| value_of(dep)).collect();
+        let mutated: Vec<String> =
+            mutated_handles.iter().map(|(a, k)| format!("({}, {})", super::lit(k), value_of(a))).collect();
+        let mut deps: Vec<String> = f.objects.depends_on.iter().map(|(_, dep)| value_of(dep)).collect();
+        if !mutated_handles.is_empty() {
+            deps.extend(
+                f.args
+                    .iter()
+                    .filter(|a| matches!(a.class, ArgClass::Value(ValueType::Handle(_))))
+                    .filter(|a| !mutated_handles.iter().any(|(m, _)| *m == a.name))
+                    .map(|a| value_of(&a.name)),
+            );
+        }
         w.line(format!("let destroyed: [(&'static str, u64); {}] = [{}];", destroyed.len(), destroyed.join(", ")));
+        w.line(format!("let mutated: [(&'static str, u64); {}] = [{}];", mutated.len(), mutated.join(", ")));
         w.line(format!("let depends_on: [u64; {}] = [{}];", deps.len(), deps.join(", ")));
     }
     w.line(format!("let reply = svc.{}(cx, req).map_err(Rejection::Failed)?;", f.method_name()));
@@ -355,7 +374,7 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
             .collect();
         w.line(format!("let created: [(&'static str, u64); {}] = [{}];", created.len(), created.join(", ")));
         w.line(format!(
-            "svc.record(cx, FunctionId::{t}, payload, &{P}::spec::RecordFacts {{ created: &created, destroyed: &destroyed, depends_on: &depends_on, global: {} }});",
+            "svc.record(cx, FunctionId::{t}, payload, &{P}::spec::RecordFacts {{ created: &created, destroyed: &destroyed, mutated: &mutated, depends_on: &depends_on, global: {} }});",
             f.objects.global_record
         ));
     }
