@@ -3,9 +3,12 @@
 // the transfers of cublas_api.h. Every result is checked against a host computation; the
 // program prints one line per step. With the argument `hostile` it also makes the calls a
 // careless or hostile program makes (bad leading dimension, a matrix past its allocation, a
-// destroyed handle) and prints the status each gets.
+// destroyed handle) and prints the status each gets. With `checkpoint` it sets a handle up
+// (a stream, device pointer mode, a math mode, a workspace), says so, waits three seconds (a
+// checkpoint and restore happen then), and checks the handle kept everything.
 #include <cmath>
 #include <cstring>
+#include <unistd.h>
 #include <vector>
 
 #include <cublas_v2.h>
@@ -75,7 +78,44 @@ static std::vector<double> seq_d(int n, double scale, double shift) {
     return v;
 }
 
+// A handle set up before a checkpoint is the same handle after the restore.
+static int across_a_restore() {
+    cublasHandle_t h;
+    BLAS(cublasCreate(&h));
+    cudaStream_t stream;
+    CHECK(cudaStreamCreate(&stream));
+    BLAS(cublasSetStream(h, stream));
+    BLAS(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_DEVICE));
+    BLAS(cublasSetMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH));
+    void *workspace;
+    CHECK(cudaMalloc(&workspace, 1 << 20));
+    BLAS(cublasSetWorkspace(h, workspace, 1 << 20));
+    const int n = 4;
+    std::vector<float> a = seq_f(n * n, 1.0f, -2.0f), b = seq_f(n * n, 0.5f, 1.0f), c(n * n, 0.0f);
+    std::vector<float> scalars = {1.0f, 0.0f};
+    float *da = to_device(a), *db = to_device(b), *dc = to_device(c), *ds = to_device(scalars);
+    std::printf("cublas ready\n");
+    std::fflush(stdout);
+    sleep(3);
+    cudaStream_t got;
+    BLAS(cublasGetStream(h, &got));
+    cublasPointerMode_t mode;
+    BLAS(cublasGetPointerMode(h, &mode));
+    cublasMath_t math;
+    BLAS(cublasGetMathMode(h, &math));
+    EXPECT(got == stream && mode == CUBLAS_POINTER_MODE_DEVICE && math == CUBLAS_TF32_TENSOR_OP_MATH);
+    BLAS(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &ds[0], da, n, db, n, &ds[1], dc, n));
+    CHECK(cudaStreamSynchronize(stream));
+    ref_gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    EXPECT(close(from_device(dc, n * n), c, 1e-3));
+    std::printf("after the restore: the handle kept its stream, pointer mode and math mode; sgemm correct\n");
+    BLAS(cublasDestroy(h));
+    CHECK(cudaStreamDestroy(stream));
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && std::strcmp(argv[1], "checkpoint") == 0) return across_a_restore();
     bool hostile = argc > 1 && std::strcmp(argv[1], "hostile") == 0;
     cublasHandle_t h;
     BLAS(cublasCreate(&h));

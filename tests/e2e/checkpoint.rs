@@ -738,3 +738,30 @@ fn an_on_demand_restore_serves_calls_before_their_memory_is_loaded() {
         "the kernel reading through the table was not found untracked: {logs}"
     );
 }
+
+/// A cuBLAS handle with its settings (stream, device pointer mode, math mode, workspace) is
+/// recorded and made again on restore: after a stop and a restore into a new server, the
+/// program finds the handle as it left it and its GEMM runs.
+#[test]
+fn a_cublas_handle_and_its_settings_survive_a_restore() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "cublas_blas", &["-arch=sm_70", "-lcublas"]);
+    let router = TestRouter::start("emu");
+    let mut guest = start_guest(&router, &exe, &["checkpoint"]);
+    let mut out = BufReader::new(guest.stdout.take().unwrap());
+    read_until(&mut out, "cublas ready");
+    let id = session_id(&router);
+    let image = tempfile::tempdir().unwrap();
+    let dir = image.path().join("image");
+    checkpoint(&router, id, &dir, &["--stop"]);
+    let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
+    assert!(rs.status.success(), "restore: {}", String::from_utf8_lossy(&rs.stderr));
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let status = guest.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut guest.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "the program failed after the restore: {rest}\n{err}\n{}", router.server_logs());
+    assert!(rest.contains("after the restore: the handle kept"), "{rest}");
+    assert!(router.server_logs().contains("restored"), "{}", router.server_logs());
+}
