@@ -40,6 +40,8 @@ for src in tests/cuda/*.cu; do
   name=$(basename "$src" .cu)
   # Programs that call the driver API themselves link it, as any such program does.
   libs=$(grep -q '#include <cuda.h>' "$src" && echo -lcuda)
+  # Programs of cuBLAS link it.
+  grep -q '#include <cublas_v2.h>' "$src" && libs="$libs -lcublas"
   (nvcc -O2 -cudart shared -arch="$ARCH" -Itests/cuda -o "$WORK/build/$name" "$src" $libs > "$WORK/build/$name.log" 2>&1 \
     || rm -f "$WORK/build/$name") &
 done

@@ -565,12 +565,7 @@ fn query_properties(
 }
 
 fn stream_handle(s: StreamRef) -> sys::CUstream {
-    match s {
-        StreamRef::Legacy => std::ptr::null_mut(),
-        // CU_STREAM_PER_THREAD
-        StreamRef::PerThread => 0x2 as sys::CUstream,
-        StreamRef::Created(raw) => raw as sys::CUstream,
-    }
+    s.cu_stream() as sys::CUstream
 }
 
 impl Devices for CudaBackend {

@@ -52,6 +52,18 @@ pub enum StreamRef {
     Created(Raw),
 }
 
+impl StreamRef {
+    /// The `CUstream` this is on a GPU (what NVIDIA's libraries take as a stream too).
+    pub fn cu_stream(self) -> u64 {
+        match self {
+            StreamRef::Legacy => 0,
+            // CU_STREAM_PER_THREAD
+            StreamRef::PerThread => 0x2,
+            StreamRef::Created(raw) => raw,
+        }
+    }
+}
+
 /// Physical backing of one mapped range.
 pub type Physical = u64;
 

@@ -259,16 +259,6 @@ fn vendor_status(code: i32) -> Result<(), CublasStatus> {
     if code == SUCCESS { Ok(()) } else { Err(CublasStatus(code)) }
 }
 
-/// The `CUstream` a stream reference is for the vendor's library.
-fn raw_stream(s: StreamRef) -> u64 {
-    match s {
-        StreamRef::Legacy => 0,
-        // CU_STREAM_PER_THREAD
-        StreamRef::PerThread => 2,
-        StreamRef::Created(raw) => raw,
-    }
-}
-
 impl Session {
     /// The vendor's libcublas, where the backend has it.
     fn vendor_cublas(&self) -> Option<&Cublas> {
@@ -679,7 +669,7 @@ impl CublasService for Session {
         let stream = self.objects.streams.resolve(req.streamId).map_err(|_| CublasStatus::INVALID_VALUE)?;
         let h = self.blas_handle(req.handle)?;
         if let Some(cublas) = self.vendor_cublas() {
-            vendor_status(cublas.set_stream(h.raw, raw_stream(stream)))?;
+            vendor_status(cublas.set_stream(h.raw, stream.cu_stream()))?;
         }
         self.objects.blas.update(req.handle, |h| h.stream = req.streamId).map_err(blas_status)?;
         Ok(CublasSetStreamV2Reply {})
