@@ -48,7 +48,8 @@ fn device_address(p: &Ptr<'_>) -> u64 {
     }
 }
 
-/// What one call works with: the handle's settings and the stream its work is ordered on.
+/// What one call on the CPU works with: the session, and the stream its handle's work is
+/// ordered on.
 struct Call<'s> {
     session: &'s Session,
     stream: StreamRef,
@@ -298,21 +299,16 @@ impl Session {
         })
     }
 
-    /// A handle's settings and the stream its work goes on.
-    fn blas_call(&self, handle: u64) -> Result<(BlasHandle, Call<'_>), CublasStatus> {
+    /// A CPU call on a handle: the stream its work goes on.
+    fn blas_call(&self, handle: u64) -> Result<Call<'_>, CublasStatus> {
         let h = self.blas_handle(handle)?;
         let stream = self.objects.streams.resolve(h.stream).map_err(blas_status)?;
-        Ok((h, Call { session: self, stream }))
+        Ok(Call { session: self, stream })
     }
 
     /// The accesses of a batched GEMM's matrices, which the spec cannot name (they are behind
     /// the pointer arrays), for the C/R engine's hook: C written, A and B read.
-    fn batched_access(
-        &self,
-        cx: &CallCx,
-        id: FunctionId,
-        arrays: [(&[u64], usize, bool); 3],
-    ) -> Result<(), CublasStatus> {
+    fn batched_access(&self, id: FunctionId, arrays: [(&[u64], usize, bool); 3]) -> Result<(), CublasStatus> {
         if !self.hooks.active() {
             return Ok(());
         }
@@ -323,7 +319,6 @@ impl Session {
             })
             .collect();
         let access = CallAccess { function: id.name(), device: &device, objects: &[] };
-        let _ = cx;
         self.hooks.before_call(&access).map_err(blas_status)
     }
 
@@ -331,7 +326,6 @@ impl Session {
     /// memory (`bytes` of A, B and C), and shown to the C/R engine's hook.
     fn batched_arrays(
         &self,
-        cx: &CallCx,
         id: FunctionId,
         call: &Call<'_>,
         arrays: [&Ptr<'_>; 3],
@@ -341,7 +335,7 @@ impl Session {
         let a = call.pointer_array(arrays[0], batch, bytes[0])?;
         let b = call.pointer_array(arrays[1], batch, bytes[1])?;
         let c = call.pointer_array(arrays[2], batch, bytes[2])?;
-        self.batched_access(cx, id, [(&a, bytes[0], false), (&b, bytes[1], false), (&c, bytes[2], true)])?;
+        self.batched_access(id, [(&a, bytes[0], false), (&b, bytes[1], false), (&c, bytes[2], true)])?;
         Ok([a, b, c])
     }
 
@@ -389,7 +383,7 @@ macro_rules! level1 {
             if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
                 return r;
             }
-            let (_, call) = self.blas_call(req.handle)?;
+            let call = self.blas_call(req.handle)?;
             let n = count(req.n)?;
             let alpha: $t = call.scalar(&req.alpha)?;
             let x = call.values::<$t>(&req.x, cpu_blas::vector_len(n, req.incx.into()))?;
@@ -403,7 +397,7 @@ macro_rules! level1 {
             if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
                 return r;
             }
-            let (_, call) = self.blas_call(req.handle)?;
+            let call = self.blas_call(req.handle)?;
             let n = count(req.n)?;
             let alpha: $t = call.scalar(&req.alpha)?;
             let mut x = call.values::<$t>(&req.x, cpu_blas::vector_len(n, req.incx.into()))?;
@@ -416,7 +410,7 @@ macro_rules! level1 {
             if let Some(r) = self.on_vendor(req.handle, None, &req) {
                 return r;
             }
-            let (_, call) = self.blas_call(req.handle)?;
+            let call = self.blas_call(req.handle)?;
             let n = count(req.n)?;
             let x = call.values::<$t>(&req.x, cpu_blas::vector_len(n, req.incx.into()))?;
             let mut y = call.values::<$t>(&req.y, cpu_blas::vector_len(n, req.incy.into()))?;
@@ -429,7 +423,7 @@ macro_rules! level1 {
             if let Some(r) = self.on_vendor(req.handle, None, &req) {
                 return r;
             }
-            let (_, call) = self.blas_call(req.handle)?;
+            let call = self.blas_call(req.handle)?;
             let n = count(req.n)?;
             let mut x = call.values::<$t>(&req.x, cpu_blas::vector_len(n, req.incx.into()))?;
             let mut y = call.values::<$t>(&req.y, cpu_blas::vector_len(n, req.incy.into()))?;
@@ -443,7 +437,7 @@ macro_rules! level1 {
             if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
                 return r;
             }
-            let (_, call) = self.blas_call(req.handle)?;
+            let call = self.blas_call(req.handle)?;
             let n = count(req.n)?;
             let x = call.values::<$t>(&req.x, cpu_blas::vector_len(n, req.incx.into()))?;
             let y = call.values::<$t>(&req.y, cpu_blas::vector_len(n, req.incy.into()))?;
@@ -455,7 +449,7 @@ macro_rules! level1 {
             if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
                 return r;
             }
-            let (_, call) = self.blas_call(req.handle)?;
+            let call = self.blas_call(req.handle)?;
             let n = count(req.n)?;
             let x = call.values::<$t>(&req.x, cpu_blas::vector_len(n, req.incx.into()))?;
             let r = cpu_blas::nrm2(n, &x, req.incx.into());
@@ -466,7 +460,7 @@ macro_rules! level1 {
             if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
                 return r;
             }
-            let (_, call) = self.blas_call(req.handle)?;
+            let call = self.blas_call(req.handle)?;
             let n = count(req.n)?;
             let x = call.values::<$t>(&req.x, cpu_blas::vector_len(n, req.incx.into()))?;
             let r = cpu_blas::asum(n, &x, req.incx.into());
@@ -477,7 +471,7 @@ macro_rules! level1 {
             if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
                 return r;
             }
-            let (_, call) = self.blas_call(req.handle)?;
+            let call = self.blas_call(req.handle)?;
             let n = count(req.n)?;
             let x = call.values::<$t>(&req.x, cpu_blas::vector_len(n, req.incx.into()))?;
             let r = cpu_blas::iamax(n, &x, req.incx.into(), true);
@@ -488,7 +482,7 @@ macro_rules! level1 {
             if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
                 return r;
             }
-            let (_, call) = self.blas_call(req.handle)?;
+            let call = self.blas_call(req.handle)?;
             let n = count(req.n)?;
             let x = call.values::<$t>(&req.x, cpu_blas::vector_len(n, req.incx.into()))?;
             let r = cpu_blas::iamax(n, &x, req.incx.into(), false);
@@ -507,7 +501,7 @@ macro_rules! level23 {
             if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
                 return r;
             }
-            let (_, call) = self.blas_call(req.handle)?;
+            let call = self.blas_call(req.handle)?;
             let (m, n, lda) = (count(req.m)?, count(req.n)?, count(req.lda)?);
             let trans = req.trans != consts::CUBLAS_OP_N;
             let (xn, yn) = if trans { (m, n) } else { (n, m) };
@@ -527,7 +521,7 @@ macro_rules! level23 {
             if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
                 return r;
             }
-            let (_, call) = self.blas_call(req.handle)?;
+            let call = self.blas_call(req.handle)?;
             let (m, n, lda) = (count(req.m)?, count(req.n)?, count(req.lda)?);
             let alpha: $t = call.scalar(&req.alpha)?;
             if m == 0 || n == 0 {
@@ -545,7 +539,7 @@ macro_rules! level23 {
             if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
                 return r;
             }
-            let (_, call) = self.blas_call(req.handle)?;
+            let call = self.blas_call(req.handle)?;
             let g = Gemm::new(req.transa, req.transb, req.m, req.n, req.k, req.lda, req.ldb, req.ldc)?;
             let (alpha, beta): ($t, $t) = (call.scalar(&req.alpha)?, call.scalar(&req.beta)?);
             g.on_device(&call, alpha, beta, device_address(&req.A), device_address(&req.B), device_address(&req.C))?;
@@ -556,7 +550,7 @@ macro_rules! level23 {
             if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
                 return r;
             }
-            let (_, call) = self.blas_call(req.handle)?;
+            let call = self.blas_call(req.handle)?;
             let g = Gemm::new(req.transa, req.transb, req.m, req.n, req.k, req.lda, req.ldb, req.ldc)?;
             let (alpha, beta): ($t, $t) = (call.scalar(&req.alpha)?, call.scalar(&req.beta)?);
             let step = |stride: i64| -> Result<u64, CublasStatus> { Ok(count(stride)? as u64 * <$t>::BYTES as u64) };
@@ -568,21 +562,15 @@ macro_rules! level23 {
             Ok($strided_rep {})
         }
 
-        fn $batched(&self, cx: &CallCx, req: $batched_req<'_>) -> Result<$batched_rep, CublasStatus> {
-            let (_, call) = self.blas_call(req.handle)?;
+        fn $batched(&self, _: &CallCx, req: $batched_req<'_>) -> Result<$batched_rep, CublasStatus> {
+            let call = self.blas_call(req.handle)?;
             let g = Gemm::new(req.transa, req.transb, req.m, req.n, req.k, req.lda, req.ldb, req.ldc)?;
             let (la, lb, lc) = g.lens();
             let size = <$t>::BYTES;
             let arrays = [&req.Aarray, &req.Barray, &req.Carray];
             let batch = count(req.batchCount)?;
-            let [a, b, c] = self.batched_arrays(
-                cx,
-                FunctionId::$batched_id,
-                &call,
-                arrays,
-                batch,
-                [la * size, lb * size, lc * size],
-            )?;
+            let [a, b, c] =
+                self.batched_arrays(FunctionId::$batched_id, &call, arrays, batch, [la * size, lb * size, lc * size])?;
             if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
                 return r;
             }
@@ -865,7 +853,7 @@ impl CublasService for Session {
         if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
             return r;
         }
-        let (_, call) = self.blas_call(req.handle)?;
+        let call = self.blas_call(req.handle)?;
         let g = Gemm::new(req.transa, req.transb, req.m, req.n, req.k, req.lda, req.ldb, req.ldc)?;
         let scalar = |p| {
             call.scalar_bytes(p, req.scalar_size as usize)
@@ -899,7 +887,7 @@ impl CublasService for Session {
         if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
             return r;
         }
-        let (_, call) = self.blas_call(req.handle)?;
+        let call = self.blas_call(req.handle)?;
         let g = Gemm::new(req.transa, req.transb, req.m, req.n, req.k, req.lda, req.ldb, req.ldc)?;
         let scalar = |p| {
             call.scalar_bytes(p, req.scalar_size as usize)
@@ -923,7 +911,7 @@ impl CublasService for Session {
 
     fn cublas_gemm_batched_ex(
         &self,
-        cx: &CallCx,
+        _: &CallCx,
         req: CublasGemmBatchedExRequest<'_>,
     ) -> Result<CublasGemmBatchedExReply, CublasStatus> {
         self.gemm_ex_types(
@@ -932,13 +920,13 @@ impl CublasService for Session {
             req.computeType,
             req.scalar_size,
         )?;
-        let (_, call) = self.blas_call(req.handle)?;
+        let call = self.blas_call(req.handle)?;
         let g = Gemm::new(req.transa, req.transb, req.m, req.n, req.k, req.lda, req.ldb, req.ldc)?;
         let batch = count(req.batchCount)?;
         let (la, lb, lc) = g.lens();
         let bytes = [la * req.a_size as usize, lb * req.b_size as usize, lc * req.c_size as usize];
         let arrays = [&req.Aarray, &req.Barray, &req.Carray];
-        let [a, b, c] = self.batched_arrays(cx, FunctionId::CublasGemmBatchedEx, &call, arrays, batch, bytes)?;
+        let [a, b, c] = self.batched_arrays(FunctionId::CublasGemmBatchedEx, &call, arrays, batch, bytes)?;
         if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
             return r;
         }
