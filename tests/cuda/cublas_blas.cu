@@ -354,6 +354,26 @@ int main(int argc, char **argv) {
         std::printf("transfers: set/get vector and matrix correct\n");
     }
 
+    // geam runs where the server has NVIDIA's libcublas; on emu it answers NOT_SUPPORTED.
+    {
+        const int m = 3, n = 2;
+        std::vector<float> a = seq_f(m * n, 1.0f, 0.0f), b = seq_f(n * m, -1.0f, 2.0f), c(m * n, 0.0f);
+        float *da = to_device(a), *db = to_device(b), *dc = to_device(c);
+        float alpha = 2.0f, beta = 1.0f;
+        cublasStatus_t s = cublasSgeam(h, CUBLAS_OP_N, CUBLAS_OP_T, m, n, &alpha, da, m, &beta, db, n, dc, m);
+        bool right = s == CUBLAS_STATUS_NOT_SUPPORTED;
+        if (s == CUBLAS_STATUS_SUCCESS) {
+            std::vector<float> want(m * n);
+            for (int j = 0; j < n; ++j)
+                for (int i = 0; i < m; ++i) want[i + j * m] = alpha * a[i + j * m] + beta * b[j + i * n];
+            right = close(from_device(dc, m * n), want, 1e-6);
+        }
+        std::printf("geam: %s\n", right ? "answered" : "wrong");
+        CHECK(cudaFree(da));
+        CHECK(cudaFree(db));
+        CHECK(cudaFree(dc));
+    }
+
     // A function Phos does not carry answers the library's own status.
     {
         cuComplex one = {1.0f, 0.0f};

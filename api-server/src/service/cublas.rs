@@ -583,6 +583,18 @@ macro_rules! level23 {
     };
 }
 
+/// Functions run with the vendor's library only: without one (emu) they answer
+/// `CUBLAS_STATUS_NOT_SUPPORTED`, which the guest logs once by name.
+macro_rules! vendor_only {
+    ($($method:ident, $req:ident, $rep:ident, $mode:ident);* $(;)?) => {
+        $(fn $method(&self, _: &CallCx, req: $req<'_>) -> Result<$rep, CublasStatus> {
+            self.on_vendor(req.handle, vendor_only!(@mode req $mode), &req).unwrap_or(Err(CublasStatus::NOT_SUPPORTED))
+        })*
+    };
+    (@mode $req:ident scalars) => { Some($req.mode) };
+    (@mode $req:ident none) => { None };
+}
+
 impl CublasService for Session {
     type Cx = CallCx;
 
@@ -841,6 +853,19 @@ impl CublasService for Session {
         CublasDgemmBatchedRequest,
         CublasDgemmBatchedReply,
         CublasDgemmBatched
+    );
+
+    vendor_only!(
+        cublas_strsv_v2, CublasStrsvV2Request, CublasStrsvV2Reply, none;
+        cublas_dtrsv_v2, CublasDtrsvV2Request, CublasDtrsvV2Reply, none;
+        cublas_ssymm_v2, CublasSsymmV2Request, CublasSsymmV2Reply, scalars;
+        cublas_dsymm_v2, CublasDsymmV2Request, CublasDsymmV2Reply, scalars;
+        cublas_ssyrk_v2, CublasSsyrkV2Request, CublasSsyrkV2Reply, scalars;
+        cublas_dsyrk_v2, CublasDsyrkV2Request, CublasDsyrkV2Reply, scalars;
+        cublas_strsm_v2, CublasStrsmV2Request, CublasStrsmV2Reply, scalars;
+        cublas_dtrsm_v2, CublasDtrsmV2Request, CublasDtrsmV2Reply, scalars;
+        cublas_sgeam, CublasSgeamRequest, CublasSgeamReply, scalars;
+        cublas_dgeam, CublasDgeamRequest, CublasDgeamReply, scalars;
     );
 
     fn cublas_gemm_ex(&self, _: &CallCx, req: CublasGemmExRequest<'_>) -> Result<CublasGemmExReply, CublasStatus> {
