@@ -10,7 +10,7 @@
 //!   objects' file names and `DT_SONAME`s at its first call, whenever a thread opens its
 //!   channel, and every few thousand calls when objects were loaded since ([`before_call`]).
 //! - **NVIDIA's own CUDA runtime built into an object**: a program linked with `-cudart
-//!   static` (nvcc's default), or an NVIDIA library that carries one (cuBLAS, cuDNN), finds
+//!   static` (nvcc's default), or an NVIDIA library that carries one (cuBLASLt, cuDNN), finds
 //!   this library as `libcuda.so.1` and asks it for the driver's private export tables,
 //!   which only NVIDIA's driver has ([`private_runtime`], from `cuGetExportTable`): its CUDA
 //!   calls fail, and the user is told why and what to do.
@@ -241,7 +241,7 @@ fn private_runtime_advice(detail: &str) -> String {
              every CUDA runtime it loads Phos's"
         }
     } else {
-        "this library carries NVIDIA's CUDA runtime inside it (NVIDIA's libraries such as cuBLAS and cuDNN do), \
+        "this library carries NVIDIA's CUDA runtime inside it (NVIDIA's libraries such as cuBLASLt and cuDNN do), \
          and Phos does not serve it yet"
     };
     format!(

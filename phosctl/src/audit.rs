@@ -109,7 +109,7 @@ mod tests {
 10\tphos\t/bin/app\t/g/libcudart.so.12\t-\t-
 10\tbypass\t/bin/app\t/x/copy.so\tlibcudart.so.12\t-
 11\tbypass\t/bin/other\t/usr/lib/libcuda.so.535\t-\t-
-10\tunserved\t/bin/app\t/w/libcublas.so.12\tlibcublas.so.12\tcuBLAS
+10\tunserved\t/bin/app\t/w/libcudnn.so.9\tlibcudnn.so.9\tcuDNN
 12\tphos\t/bin/fine\t/g/libcuda.so.1\t-\t-
 garbage line
 13\tbyp";
@@ -140,7 +140,7 @@ garbage line
                 && said[0].contains("/x/copy.so (soname libcudart.so.12)")
         );
         assert!(said[0].contains("beside Phos's library"), "{}", said[0]);
-        assert!(said[1].contains("cuBLAS (/w/libcublas.so.12)"), "{}", said[1]);
+        assert!(said[1].contains("cuDNN (/w/libcudnn.so.9)"), "{}", said[1]);
         assert!(said[2].starts_with("process 11 (/bin/other)") && said[2].contains("never loaded Phos's library"));
         assert!(findings(&parse("12\tphos\t/bin/fine\t/g/libcuda.so.1\t-\t-\n")).is_empty());
     }
