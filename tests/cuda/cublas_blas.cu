@@ -404,6 +404,19 @@ int main(int argc, char **argv) {
         BLAS(cublasCreate(&gone));
         BLAS(cublasDestroy(gone));
         std::printf("hostile: destroyed handle -> %s\n", cublasGetStatusName(cublasSscal(gone, 4, &one, d, 1)));
+        // cuBLAS in a stream capture: not carried by Phos; the capture is invalidated.
+        cudaStream_t cs;
+        CHECK(cudaStreamCreate(&cs));
+        BLAS(cublasSetStream(h, cs));
+        CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+        cublasStatus_t in_capture = cublasSscal(h, 4, &one, d, 1);
+        cudaGraph_t graph = nullptr;
+        cudaError_t ended = cudaStreamEndCapture(cs, &graph);
+        std::printf("hostile: cuBLAS in a capture -> %s, end of capture -> %s\n", cublasGetStatusName(in_capture),
+                    cudaGetErrorName(ended));
+        if (graph) CHECK(cudaGraphDestroy(graph));
+        BLAS(cublasSetStream(h, 0));
+        CHECK(cudaStreamDestroy(cs));
         // The session still works.
         BLAS(cublasSscal(h, 4, &one, d, 1));
         CHECK(cudaFree(arr));

@@ -239,7 +239,8 @@ fn cublas_blas() {
 
 /// What a careless or hostile cuBLAS program gets: the library's own statuses for a bad
 /// leading dimension, a matrix past its allocation, a pointer array that points outside the
-/// session's memory and a destroyed handle; the server is unharmed and the handle still works.
+/// session's memory and a destroyed handle, and a refusal (the capture invalidated) for cuBLAS
+/// in a stream capture; the server is unharmed and the handle still works.
 #[test]
 fn cublas_hostile_calls() {
     let Some(nvcc) = nvcc() else { return };
@@ -253,6 +254,7 @@ fn cublas_hostile_calls() {
         "hostile: matrix past its allocation -> CUBLAS_STATUS_INVALID_VALUE",
         "hostile: batched pointer outside memory -> CUBLAS_STATUS_INVALID_VALUE",
         "hostile: destroyed handle -> CUBLAS_STATUS_NOT_INITIALIZED",
+        "hostile: cuBLAS in a capture -> CUBLAS_STATUS_NOT_SUPPORTED, end of capture -> cudaErrorStreamCaptureInvalidated",
         "hostile: the handle still works",
         "done",
     ] {

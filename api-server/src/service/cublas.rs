@@ -277,6 +277,7 @@ impl Session {
         let cublas = self.vendor_cublas()?;
         Some((|| {
             let h = self.blas_handle(handle)?;
+            self.refuse_in_capture(&h)?;
             self.backend.bind(h.device).map_err(blas_status)?;
             if let Some(mode) = mode.filter(|&m| m != h.raw_pointer_mode) {
                 vendor_status(cublas.set_pointer_mode(h.raw, mode))?;
@@ -286,6 +287,23 @@ impl Session {
             // memory (and the service the pointer arrays), and `h.raw` is the live handle.
             unsafe { req.call_vendor(&cublas.library, &VendorObjects { handle: h.raw }) }
         })())
+    }
+
+    /// A compute call on a stream that is being captured is not carried (the server records
+    /// a capture's work, and cuBLAS's kernels are not its to record): the capture is
+    /// invalidated, as CUDA does for work it cannot capture, and the call refused, logged.
+    fn refuse_in_capture(&self, h: &BlasHandle) -> Result<(), CublasStatus> {
+        let Some(mut captures) = self.objects.graphs.captures.active() else { return Ok(()) };
+        if captures.of_stream(h.stream).is_none() {
+            return Ok(());
+        }
+        captures.refuse(h.stream);
+        crate::guest_warn!(
+            self.id,
+            "a cuBLAS call on a stream being captured: not carried (the capture is invalidated), \
+             CUBLAS_STATUS_NOT_SUPPORTED"
+        );
+        Err(CublasStatus::NOT_SUPPORTED)
     }
 
     /// A handle's settings; an unknown handle is `NOT_INITIALIZED`, logged.
@@ -302,6 +320,7 @@ impl Session {
     /// A CPU call on a handle: the stream its work goes on.
     fn blas_call(&self, handle: u64) -> Result<Call<'_>, CublasStatus> {
         let h = self.blas_handle(handle)?;
+        self.refuse_in_capture(&h)?;
         let stream = self.objects.streams.resolve(h.stream).map_err(blas_status)?;
         Ok(Call { session: self, stream })
     }
