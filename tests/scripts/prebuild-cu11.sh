@@ -11,8 +11,7 @@ ARCH=${ARCH:-sm_90}
 mkdir -p "$OUT/lib"
 for src in tests/cuda/*.cu; do
   name=$(basename "$src" .cu)
-  # Programs that call the driver API themselves link it, as any such program does.
-  libs=$(grep -q '#include <cuda.h>' "$src" && echo -lcuda || true)
+  libs=$(tests/scripts/cuda-link-flags.sh "$src")
   nvcc -O2 -cudart shared -arch="$ARCH" -Itests/cuda -o "$OUT/$name" "$src" $libs &
 done
 wait
