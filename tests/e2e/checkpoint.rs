@@ -542,7 +542,10 @@ fn a_concurrent_checkpoint_equals_a_stop_the_world_one_from_the_same_point() {
     let Some(printed) = same_as_stop_the_world_at_its_step(&[]) else { return };
     assert!(printed.contains("copy-on-write") && !printed.contains("taken again"), "{printed}");
     // The writer wrote buffers the copy had not reached: they were copied ahead of it.
-    assert!(printed.contains("MiB copied ahead of writes") && !printed.contains("(0 MiB copied ahead"), "{printed}");
+    assert!(
+        printed.contains("MiB copied aside ahead of writes") && !printed.contains("(0.0 MiB copied aside"),
+        "{printed}"
+    );
 }
 
 /// The same for a recopy checkpoint (the program at the checkpoint's end).
