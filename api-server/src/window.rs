@@ -2,8 +2,8 @@
 //! memory of the engine's own, outside the session's address range, for the check contexts
 //! of validated launches and the copy-on-write reserve; and the validation itself.
 //!
-//! Each device the session has gets one area, reserved right after the session's range
-//! (`base + size + device × area`) and mapped for the checkpoint's duration:
+//! Each device the session has gets one area, reserved after the session's range (the
+//! devices' areas one after the other) and mapped for the checkpoint's duration:
 //!
 //! ```text
 //! [0, CONTEXTS)                  check contexts and variable tables, handed out in order
@@ -107,13 +107,16 @@ impl ServerWindow {
     ) -> Result<Arc<ServerWindow>, CrError> {
         let devices = backend.device_count().max(0);
         let mut areas = Vec::new();
+        // The areas follow one another (their sizes differ where the reserves do).
+        let mut next = memory.base() + memory.size();
         for device in 0..devices {
             let reserve = reserve(device);
             let gran = backend.granularity(device).max(1);
             let full = (CONTEXTS + reserve).next_multiple_of(gran);
             let bare = CONTEXTS.next_multiple_of(gran);
             let reserved = full.max(MIN_RESERVATION).next_multiple_of(gran);
-            let base = memory.base() + memory.size() + device as u64 * reserved;
+            let base = next.next_multiple_of(gran);
+            next = base + reserved;
             let mapped = map_area(backend.as_ref(), device, base, full, reserved).map(|p| (p, full)).or_else(|e| {
                 if reserve > 0 {
                     tracing::warn!(
