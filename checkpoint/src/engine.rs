@@ -1126,28 +1126,30 @@ type Span = (usize, usize, usize);
 
 impl Layout {
     fn new(memory: &[MemoryRegion]) -> Self {
-        let mut chunks = Vec::new();
-        let mut regions = Vec::with_capacity(memory.len());
-        for (i, r) in memory.iter().enumerate() {
-            let first = chunks.len();
-            let mut offset = 0;
-            while offset < r.size {
-                let len = (r.size - offset).min(COPY_CHUNK as u64);
-                chunks.push(FollowedChunk { region: i, offset, len, device: r.device, addr: r.addr + offset });
-                offset += len;
-            }
-            let module = match &r.kind {
-                crate::RegionKind::ModuleVariable { module, .. } => Some(*module),
-                crate::RegionKind::Allocation => None,
-            };
-            regions.push(FollowedRegion {
-                start: r.addr,
-                end: r.addr.saturating_add(r.size),
-                first,
-                count: chunks.len() - first,
-                module,
-            });
-        }
+        // The copy's pieces, region by region.
+        let chunks: Vec<FollowedChunk> = pieces(memory)
+            .into_iter()
+            .map(|(region, offset, len)| {
+                let r = &memory[region];
+                FollowedChunk { region, offset, len: len as u64, device: r.device, addr: r.addr + offset }
+            })
+            .collect();
+        let mut first = 0;
+        let regions: Vec<FollowedRegion> = memory
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let count = chunks[first..].iter().take_while(|c| c.region == i).count();
+                let module = match &r.kind {
+                    crate::RegionKind::ModuleVariable { module, .. } => Some(*module),
+                    crate::RegionKind::Allocation => None,
+                };
+                let followed =
+                    FollowedRegion { start: r.addr, end: r.addr.saturating_add(r.size), first, count, module };
+                first += count;
+                followed
+            })
+            .collect();
         let mut by_addr: Vec<usize> = (0..regions.len()).collect();
         by_addr.sort_unstable_by_key(|&i| regions[i].start);
         Layout { chunks, regions, by_addr }
@@ -1207,6 +1209,7 @@ struct CowState {
     open: Vec<usize>,
     /// Chunks that calls wait for (the reserve had no room for them): copied first.
     wanted: VecDeque<usize>,
+    /// By chunk: put in `wanted` already.
     asked: Vec<bool>,
     /// The next chunk of the copy in image order.
     cursor: usize,
