@@ -344,18 +344,21 @@ impl Window for ServerWindow {
         if copies.is_empty() {
             return Ok(copies);
         }
-        // Every copy queued on the area's stream, then one wait: the writes that asked for
-        // them are issued only after this returns.
+        // Every copy queued on the area's stream (pieces that follow one another, here and in
+        // the reserve, as one), then one wait: the writes that asked for them are issued only
+        // after this returns.
+        let mut runs: Vec<(u64, u64, u64)> = Vec::new();
+        for (&copy, &(addr, len)) in copies.iter().zip(pieces) {
+            match runs.last_mut() {
+                Some((to, from, n)) if *from + *n == addr && *to + *n == copy => *n += len,
+                _ => runs.push((copy, addr, len)),
+            }
+        }
         let b = &self.backend;
         let stream = StreamRef::Created(area.stream);
         let copied = b
             .bind(device)
-            .and_then(|_| {
-                copies
-                    .iter()
-                    .zip(pieces)
-                    .try_for_each(|(&copy, &(addr, len))| b.memcpy_dtod(copy, addr, len, Some(stream)))
-            })
+            .and_then(|_| runs.iter().try_for_each(|&(to, from, n)| b.memcpy_dtod(to, from, n, Some(stream))))
             .and_then(|_| b.stream_synchronize(stream));
         if let Err(error) = copied {
             for (&copy, &(_, len)) in copies.iter().zip(pieces) {
