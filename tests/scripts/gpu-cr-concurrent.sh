@@ -58,7 +58,7 @@ summary="$OUT/cr-concurrent.md"
   echo "- command: \`tests/scripts/gpu-cr-concurrent.sh BIN_DIR OUT_DIR\`"
   echo
   echo "| device memory | checkpoint | calls held ms | copy ms | launches/s before | during (slowdown) | kernel µs before | during | copied aside MiB | writers waited ms (calls) | note |"
-  echo "|---|---|---|---|---|---|---|---|---|"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|"
 } > "$summary"
 
 measure() { # size mode flags...
