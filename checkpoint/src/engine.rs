@@ -1305,8 +1305,8 @@ impl CallHook for CopyOnWrite {
             if st.given_up.is_some() {
                 break;
             }
-            // The chunks written that are not safe yet.
-            let unsafe_chunks: Vec<usize> = spans
+            // The chunks written that are not safe yet (once each: a call's ranges may overlap).
+            let mut unsafe_chunks: Vec<usize> = spans
                 .iter()
                 .filter(|&&(region, _, _)| st.open[region] > 0)
                 .flat_map(|&(region, lo, hi)| {
@@ -1314,6 +1314,8 @@ impl CallHook for CopyOnWrite {
                     (first + lo..first + hi).filter(|&c| matches!(st.taken[c], Taken::Pending | Taken::Reading))
                 })
                 .collect();
+            unsafe_chunks.sort_unstable();
+            unsafe_chunks.dedup();
             if unsafe_chunks.is_empty() {
                 break;
             }

@@ -353,7 +353,7 @@ fn only_the_chunks_written_are_copied_aside() {
     let first = cow.next(true).unwrap();
     assert_eq!((first.offset, first.from), (0, BASE));
     cow.done(&first);
-    let _second = cow.next(true).unwrap();
+    let second = cow.next(true).unwrap();
     let third = cow.next(true).unwrap();
     assert_eq!(third.offset, 2 * CHUNK);
     assert!(third.from >= RESERVE_AT, "a saved chunk is read from its copy");
@@ -366,7 +366,7 @@ fn only_the_chunks_written_are_copied_aside() {
         });
         std::thread::sleep(Duration::from_millis(50));
         let waited = !free.is_finished();
-        cow.done(&_second);
+        cow.done(&second);
         free.join().unwrap();
         waited
     });
@@ -416,4 +416,30 @@ fn the_copy_takes_first_the_chunks_writers_wait_for() {
     assert_eq!(cow.next(false).unwrap().offset, CHUNK);
     assert!(cow.figures.held_ns.load(Ordering::Relaxed) > 0);
     assert!(window.asked.lock().is_empty());
+}
+
+/// A call whose write ranges overlap (a graph's memsets into one buffer) copies each chunk
+/// aside once.
+#[test]
+fn overlapping_ranges_copy_each_chunk_aside_once() {
+    let window = Arc::new(FakeWindow {
+        regions: Arc::new(vec![(BASE, Mutex::new(vec![0u8; 2 * CHUNK as usize]))]),
+        room: Mutex::new(u64::MAX),
+        copies: Mutex::default(),
+        next: AtomicU64::new(0),
+        asked: Mutex::default(),
+    });
+    let cow = CopyOnWrite::new(window.clone());
+    let region =
+        MemoryRegion { addr: BASE, size: 2 * CHUNK, device: 0, kind: RegionKind::Allocation, chunks: Vec::new() };
+    cow.arm(std::slice::from_ref(&region));
+    let twice = [
+        DeviceAccess { addr: BASE + 10, len: 100, writes: true },
+        DeviceAccess { addr: BASE + 50, len: CHUNK, writes: true },
+        DeviceAccess { addr: BASE, len: 8, writes: true },
+    ];
+    cow.before_call(&CallAccess { function: "cudaGraphLaunch", device: &twice, objects: &[] }).unwrap();
+    assert_eq!(*window.asked.lock(), [(BASE, CHUNK), (BASE + CHUNK, CHUNK)]);
+    assert_eq!(cow.figures.saved.load(Ordering::Relaxed), 2 * CHUNK);
+    assert_eq!(cow.state.lock().open, [0]);
 }
