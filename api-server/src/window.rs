@@ -438,3 +438,24 @@ impl Window for ServerWindow {
         Ok(None)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::emu::EmuBackend;
+
+    /// Unless set, the reserve is half the device's free memory, at most the session's
+    /// memory on it; a device that does not answer gets none.
+    #[test]
+    fn the_reserve_is_half_the_free_memory_at_most_the_sessions() {
+        let emu = EmuBackend::new(1 << 30);
+        assert_eq!(sized_reserve(&emu, 0, 48 << 20), 48 << 20);
+        assert_eq!(sized_reserve(&emu, 0, 4 << 30), 512 << 20);
+        let physical = emu.reserve(0x4a00_0000_0000, 256 << 20).and_then(|_| emu.map(0, 0x4a00_0000_0000, 256 << 20));
+        let physical = physical.expect("256 MiB mapped");
+        assert_eq!(sized_reserve(&emu, 0, 4 << 30), 384 << 20, "half of what is free now");
+        emu.unmap(0x4a00_0000_0000, 256 << 20, physical).unwrap();
+        emu.unreserve(0x4a00_0000_0000, 256 << 20);
+        assert_eq!(sized_reserve(&emu, 7, 4 << 30), 0);
+    }
+}
