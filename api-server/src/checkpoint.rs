@@ -74,12 +74,13 @@ pub struct Bounds {
 }
 
 /// Which checkpoint: how the memory is taken, whether the session stops afterwards, and the
-/// copy-on-write reserve (bytes a device).
+/// copy-on-write reserve (bytes a device; `None`: sized from each device's free memory,
+/// [`crate::window::sized_reserve`]).
 #[derive(Clone, Copy, Debug)]
 pub struct How {
     pub mode: CheckpointMode,
     pub stop: bool,
-    pub reserve: u64,
+    pub reserve: Option<u64>,
 }
 
 impl Default for Bounds {
@@ -296,15 +297,25 @@ impl Intercept for Checkpointing<'_> {
 
 /// The engine's memory and the validation of launches ([`crate::window`]).
 impl Concurrent for Checkpointing<'_> {
-    fn open_window(&self, reserve: u64) -> Result<Arc<dyn Window>, CrError> {
+    fn open_window(&self, reserve: Option<u64>) -> Result<Arc<dyn Window>, CrError> {
         let s = self.session;
-        let window = crate::window::ServerWindow::open(
-            s.id,
-            s.backend_arc(),
-            s.objects.memory.clone(),
-            s.window.clone(),
-            reserve,
-        )?;
+        let o = &s.objects;
+        // The session's memory on each device: more is never copied aside.
+        let mut bytes: HashMap<i32, u64> = HashMap::new();
+        for a in o.memory.allocations() {
+            *bytes.entry(a.device).or_default() += a.size;
+        }
+        for v in o.modules.variables() {
+            *bytes.entry(v.device).or_default() += v.size;
+        }
+        let backend = s.backend_arc();
+        let sized = |device: i32| {
+            reserve.unwrap_or_else(|| {
+                crate::window::sized_reserve(backend.as_ref(), device, bytes.get(&device).copied().unwrap_or(0))
+            })
+        };
+        let window =
+            crate::window::ServerWindow::open(s.id, backend.clone(), o.memory.clone(), s.window.clone(), sized)?;
         Ok(window)
     }
 }
@@ -413,10 +424,11 @@ impl Session {
             return self.checkpoint(dir, meta, compression, how.stop, progress, bounds);
         }
         self.refuse_what_images_do_not_hold()?;
-        let cancelled = || bounds.cancel.is_cancelled();
-        let within = Within { deadline: Instant::now() + bounds.quiesce_timeout, cancelled: &cancelled };
         let target = Checkpointing { session: self, meta: meta.clone() };
         let mut sink = ImageWriter::create(dir, compression, engine::COPY_CHUNK)?;
+        // The waits for the session may take the whole timeout, from when they begin.
+        let cancelled = || bounds.cancel.is_cancelled();
+        let within = Within { deadline: Instant::now() + bounds.quiesce_timeout, cancelled: &cancelled };
         let stop = how.stop;
         let taken = match how.mode {
             CheckpointMode::Recopy => {

@@ -34,8 +34,9 @@ pub struct SessionFactory {
     pub output: Arc<dyn Fn() -> DeviceOutput + Send + Sync>,
     /// Objects of each kind a session may hold (the router's `[limits]`).
     pub limits: SessionLimits,
-    /// Bytes a device a concurrent checkpoint may copy memory into ahead of writes.
-    pub cow_reserve: u64,
+    /// Bytes a device a concurrent checkpoint may copy memory into ahead of writes (`None`:
+    /// sized from each device's free memory when the checkpoint starts).
+    pub cow_reserve: Option<u64>,
 }
 
 /// Why a server could not make a fresh session.

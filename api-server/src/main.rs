@@ -60,10 +60,11 @@ struct Args {
     #[arg(long = "limit", value_name = "KIND=N")]
     limits: Vec<String>,
     /// Device memory, in bytes on each device, that a concurrent checkpoint may copy
-    /// allocations into ahead of a write; with it full, a call that writes memory not yet
-    /// copied waits for the copy.
-    #[arg(long, default_value_t = phos_api_server::DEFAULT_COW_RESERVE, value_parser = parse_u64)]
-    cow_reserve: u64,
+    /// memory into ahead of a write (default: half the device's free memory, at most the
+    /// session's memory on it); with it full, a call that writes memory not yet copied waits
+    /// for the copy.
+    #[arg(long, value_parser = parse_u64)]
+    cow_reserve: Option<u64>,
     /// Tests only: milliseconds an on-demand restore waits before loading each chunk, so
     /// that the session's calls really come before their memory.
     #[arg(long, hide = true, default_value_t = 0, env = phos_api_server::on_demand::LOAD_PACE_VAR)]

@@ -29,11 +29,15 @@ pub struct CheckpointSummary {
     /// (all of the copy too, stop-the-world; the last round, recopy).
     pub stall_ms: f64,
     /// The longest one call waited, while the session ran, for memory it writes to be
-    /// copied first (copy-on-write: the reserve was full).
+    /// copied first (copy-on-write: the reserve was full, or a chunk was being read).
     pub held_ms: f64,
     /// Bytes copied on the device ahead of a write (copy-on-write), or copied again after
     /// one (recopy).
     pub extra_bytes: u64,
+    /// Copy-on-write: calls that waited before they could write (for copies aside, or for
+    /// the copy), and the time they waited in all.
+    pub waited_calls: u64,
+    pub waited_ms: f64,
     /// Recopy rounds before the last, stopped one.
     pub rounds: u32,
     /// Why a concurrent checkpoint was given up and taken again stop-the-world, if it was.

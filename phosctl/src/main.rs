@@ -191,8 +191,9 @@ struct ServerOptions {
     /// Memory of the emulated device, in bytes.
     #[arg(long)]
     emu_memory: Option<u64>,
-    /// Device memory, in bytes a device, a concurrent checkpoint may copy allocations into
-    /// ahead of a write (default 256 MiB); with it full, such a write waits for the copy.
+    /// Device memory, in bytes a device, a concurrent checkpoint may copy memory into ahead
+    /// of a write (default: half the device's free memory, at most the session's memory on
+    /// it); with it full, such a write waits for the copy.
     #[arg(long)]
     cow_reserve: Option<u64>,
 }

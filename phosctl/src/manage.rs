@@ -137,8 +137,10 @@ pub fn checkpoint(
             s.copy_ms,
             match s.mode.as_str() {
                 "copy-on-write" => format!(
-                    " while the session ran ({} MiB copied ahead of writes; the longest a call waited for the copy: {:.1} ms)",
-                    s.extra_bytes >> 20,
+                    " while the session ran ({:.1} MiB copied aside ahead of writes; {} calls waited {:.1} ms in all before they could write, the longest {:.1} ms for the copy)",
+                    s.extra_bytes as f64 / (1 << 20) as f64,
+                    s.waited_calls,
+                    s.waited_ms,
                     s.held_ms
                 ),
                 "recopy" => format!(" ({} recopy rounds, {} MiB copied again)", s.rounds, s.extra_bytes >> 20),

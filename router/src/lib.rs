@@ -1448,6 +1448,9 @@ impl Router {
         };
         let stop = request.stop;
         let started = Instant::now();
+        // The session's program may end while the checkpoint runs (a concurrent one lets it
+        // go on): its server must stay until it has answered.
+        let _running = session.operation();
         let cancel = cancel.clone();
         let context = phos_control::long_context();
         let within = context.deadline.saturating_duration_since(Instant::now());

@@ -204,6 +204,27 @@ pub fn render(router: &Router) -> String {
         );
         family(
             &mut out,
+            "phos_checkpoint_last_copied_aside_bytes",
+            "gauge",
+            "Device memory the last checkpoint copied aside ahead of writes (copy-on-write).",
+            per_mode(&|v| if v.1.mode == "copy-on-write" { v.1.extra_bytes } else { 0 }.to_string()),
+        );
+        family(
+            &mut out,
+            "phos_checkpoint_last_waited_seconds",
+            "gauge",
+            "The time calls waited in all, in the last checkpoint, before they could write (copy-on-write).",
+            per_mode(&|v| secs(v.1.waited_ms)),
+        );
+        family(
+            &mut out,
+            "phos_checkpoint_last_waited_calls",
+            "gauge",
+            "Calls that waited, in the last checkpoint, before they could write (copy-on-write).",
+            per_mode(&|v| v.1.waited_calls.to_string()),
+        );
+        family(
+            &mut out,
             "phos_checkpoint_last_bytes",
             "gauge",
             "Device memory the last checkpoint covered.",

@@ -230,6 +230,18 @@ pub struct SessionEntry {
     /// The memory load of the last on-demand restore of the session, as its server last
     /// reported it (followed until it is over).
     pub restore_load: Mutex<Option<phos_control::LoadReport>>,
+    /// Checkpoints of the session in progress: its server is not ended under them, even if
+    /// its program ends meanwhile (a concurrent checkpoint lets it run on).
+    operations: AtomicU64,
+}
+
+/// A checkpoint of a session in progress ([`SessionEntry::operation`]).
+pub struct Operation<'a>(&'a SessionEntry);
+
+impl Drop for Operation<'_> {
+    fn drop(&mut self) {
+        self.0.operations.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A session's bypass findings.
@@ -324,7 +336,15 @@ impl SessionEntry {
             barriers_waiting: AtomicU64::new(0),
             bypass: Mutex::new(Bypass::default()),
             restore_load: Mutex::new(None),
+            operations: AtomicU64::new(0),
         }
+    }
+
+    /// A checkpoint of the session begins: until the returned guard is dropped, the session
+    /// does not end for want of its guest (its server still answers the checkpoint).
+    pub(crate) fn operation(&self) -> Operation<'_> {
+        self.operations.fetch_add(1, Ordering::Relaxed);
+        Operation(self)
     }
 
     /// The guest reports a bypass (the payload of its `phosReportBypass` call): the finding in
@@ -550,6 +570,9 @@ impl SessionEntry {
                     );
                     return true;
                 }
+                if self.operations.load(Ordering::Relaxed) > 0 {
+                    return false;
+                }
                 match *self.idle_since.lock() {
                     Some(since) => !self.guest_alive() || since.elapsed() > linger,
                     None => false,
@@ -664,6 +687,30 @@ mod tests {
         assert!(late.note_bypass(&report(1, "/x/copy.so")).is_some());
         late.end();
         assert_eq!((bypassed(), late.bypass().len()), (0, 1));
+    }
+
+    /// A session whose guest is gone ends, unless a checkpoint of it is in progress: then it
+    /// ends once the checkpoint is done (its server must stay to answer it).
+    #[test]
+    fn a_session_does_not_end_under_its_checkpoint() {
+        let tenants = crate::Tenants::new(vec![]).unwrap();
+        let tenant = crate::Tenant("t".into());
+        let state = tenants.state(&tenant);
+        state.sessions.fetch_add(1, Ordering::Relaxed);
+        // A pid no process has (above the kernel's largest).
+        let gone = 1 << 30;
+        let s = SessionEntry::new(3, tenant, state, gone, "p".into(), 12, [0; 16], 0, None);
+        s.set_state(State::Active);
+        let (linger, suspended_for) = (Duration::from_secs(60), Duration::from_secs(60));
+        assert!(s.is_finished(linger, suspended_for), "its guest is gone");
+        let checkpoint = s.operation();
+        let other = s.operation();
+        assert!(!s.is_finished(linger, suspended_for), "ended under a checkpoint");
+        drop(checkpoint);
+        assert!(!s.is_finished(linger, suspended_for), "ended under the other checkpoint");
+        drop(other);
+        assert!(s.is_finished(linger, suspended_for));
+        s.end();
     }
 
     #[test]

@@ -21,7 +21,6 @@ pub mod events;
 pub mod graphs;
 pub mod handles;
 pub mod host;
-pub mod kernel_reach;
 pub mod memory;
 pub mod modules;
 pub mod streams;

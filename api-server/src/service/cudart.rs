@@ -237,10 +237,7 @@ impl Session {
         params: &[u8],
     ) -> Result<Option<crate::speculation::CheckedLaunch>, CudaError> {
         let window = self.window.read().clone();
-        let (mut access, checked) = crate::speculation::plan_launch(self, function, params, window.as_ref());
-        // What an on-demand restore must load first for a kernel the analysis cannot follow
-        // (all of it), said in the log once per kernel.
-        access.extend(self.untracked_reach(function));
+        let (access, checked) = crate::speculation::plan_launch(self, function, params, window.as_ref());
         self.before_work(cx.function.map_or("a kernel launch", |f| f.name()), &access)?;
         Ok(checked)
     }
