@@ -309,9 +309,17 @@ fn a_corrupted_image_creates_nothing() {
     build(&s);
     s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &Bounds::default()).unwrap();
     drop(s);
-    let mem = dir.path().join(phos_checkpoint::MEMORY_FILE);
+    // The memory is spread over `memory` and `memory.N`, one per writer thread, as the
+    // threads took the chunks: corrupt the middle of the largest, which holds chunk data.
+    let mem = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(phos_checkpoint::MEMORY_FILE))
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .expect("a memory file");
     let mut bytes = std::fs::read(&mem).unwrap();
-    bytes[100] ^= 0xff;
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
     std::fs::write(&mem, &bytes).unwrap();
     let err = restore(dir.path(), base).err().expect("refused");
     assert!(matches!(&err, CrError::Image(ImageError::Corrupted(why)) if why.contains("checksum")), "{err}");
