@@ -15,9 +15,12 @@ use phos_protocol::CudaError;
 use phos_protocol::types::{DeviceProperties, Dim3, FuncAttributes};
 use phos_ptx::exec::{self, GlobalMemory, Program};
 
+use super::emu_arrays::ArrayStore;
 use super::prelude::*;
-use super::{Gate, LoadedModule, Physical, Raw, StreamRef};
+use super::{ArraySide, ArraySpec, Gate, LoadedModule, Physical, Raw, StreamRef, TextureSource};
 use crate::registry::memory::MemoryView;
+use phos_protocol::types::ResourceViewWire;
+use phos_ptx::exec::TextureDesc;
 use std::sync::atomic::AtomicI32;
 
 /// `CUdevice_attribute` numbers the emulated device reports (the subset that describes it).
@@ -124,6 +127,8 @@ pub struct EmuBackend {
     /// Warp-instructions a launch may run per worker before it fails as timed out (none:
     /// kernels run until they end, as on a GPU).
     kernel_limit: Option<u64>,
+    /// CUDA arrays, texture and surface objects.
+    arrays: Mutex<ArrayStore>,
 }
 
 /// A kernel handle: its program and the attributes a program may set.
@@ -255,6 +260,7 @@ impl EmuBackend {
             kernel_ns: AtomicU64::new(0),
             kernels: AtomicU64::new(0),
             kernel_limit: None,
+            arrays: Mutex::new(ArrayStore::default()),
         }
     }
 
@@ -850,6 +856,77 @@ impl Modules for EmuBackend {
     }
 }
 
+impl Arrays for EmuBackend {
+    fn array_create(&self, device: i32, spec: &ArraySpec) -> Result<Raw, CudaError> {
+        self.check_device(device)?;
+        let raw = self.fresh();
+        let mut arrays = self.arrays.lock();
+        let bytes = arrays.create(raw, spec)?;
+        // Arrays count against the device's memory, as on a GPU.
+        if self.mapped.fetch_add(bytes, Ordering::Relaxed) + bytes > self.total_memory {
+            self.mapped.fetch_sub(arrays.destroy(raw)?, Ordering::Relaxed);
+            return Err(CudaError::MemoryAllocation);
+        }
+        Ok(raw)
+    }
+
+    fn array_destroy(&self, array: Raw, _mipmapped: bool) -> Result<(), CudaError> {
+        // Kernels read arrays while they run: wait for the work before.
+        let _work = self.work.lock();
+        let bytes = self.arrays.lock().destroy(array)?;
+        self.mapped.fetch_sub(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn mipmap_level(&self, mipmap: Raw, level: u32) -> Result<Raw, CudaError> {
+        let raw = self.fresh();
+        self.arrays.lock().level(mipmap, level, raw)?;
+        Ok(raw)
+    }
+
+    fn array_copy(
+        &self,
+        dst: ArraySide<'_>,
+        src: ArraySide<'_>,
+        extent: [u64; 3],
+        stream: Option<StreamRef>,
+    ) -> Result<(), CudaError> {
+        match stream {
+            Some(s) => self.check_stream(s)?,
+            None => self.pass_gates(),
+        }
+        let _work = self.work.lock();
+        self.arrays.lock().copy(dst, src, extent)
+    }
+
+    fn texture_create(
+        &self,
+        source: &TextureSource,
+        desc: &TextureDesc,
+        view: Option<&ResourceViewWire>,
+    ) -> Result<u64, CudaError> {
+        let handle = self.fresh();
+        self.arrays.lock().texture(handle, source, desc, view)?;
+        Ok(handle)
+    }
+
+    fn texture_destroy(&self, texture: u64) -> Result<(), CudaError> {
+        let _work = self.work.lock();
+        self.arrays.lock().destroy_texture(texture)
+    }
+
+    fn surface_create(&self, array: Raw) -> Result<u64, CudaError> {
+        let handle = self.fresh();
+        self.arrays.lock().surface(handle, array)?;
+        Ok(handle)
+    }
+
+    fn surface_destroy(&self, surface: u64) -> Result<(), CudaError> {
+        let _work = self.work.lock();
+        self.arrays.lock().destroy_surface(surface)
+    }
+}
+
 impl Launch for EmuBackend {
     fn launch(
         &self,
@@ -890,9 +967,10 @@ impl Launch for EmuBackend {
             params,
         };
         let _work = self.work.lock();
+        let (resources, memory) = self.arrays.lock().for_launch(memory);
         let started = std::time::Instant::now();
         let options = exec::RunOptions { workers: self.workers, max_warp_instructions: self.kernel_limit };
-        let result = exec::run_with(&program, &name, &launch, memory, printed, &options);
+        let result = exec::run_with_resources(&program, &name, &launch, &memory, &resources, printed, &options);
         // A kernel that failed is not counted: the router takes the failure as a launch
         // that will not be measured, and counts the kernels measured against its own.
         if result.is_ok() {
