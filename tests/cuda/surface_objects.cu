@@ -4,6 +4,7 @@
 // CUDA answers for misuse.
 #include "check.h"
 #include <cstring>
+#include <unistd.h>
 #include <vector>
 
 const int W = 12, H = 7;
@@ -45,7 +46,9 @@ static cudaSurfaceObject_t surface_of(cudaArray_t a) {
     return s;
 }
 
-int main() {
+int main(int argc, char **argv) {
+    // `surface_objects hold`: stop holding an array and a surface object, for a checkpoint test.
+    const bool hold = argc > 1 && std::strcmp(argv[1], "hold") == 0;
     cudaChannelFormatDesc desc = cudaCreateChannelDesc(32, 0, 0, 0, cudaChannelFormatKindFloat);
     cudaArray_t arr;
     CHECK(cudaMallocArray(&arr, &desc, W, H, cudaArraySurfaceLoadStore));
@@ -58,6 +61,12 @@ int main() {
     for (int y = 0; y < H; y++)
         for (int x = 0; x < W; x++) EXPECT(host[y * W + x] == (float)(x * 100 + y));
     std::printf("surf2Dwrite ok\n");
+    if (hold) {
+        std::printf("holding arrays\n");
+        std::fflush(stdout);
+        sleep(120);
+        return 0;
+    }
 
     float *dout;
     CHECK(cudaMalloc(&dout, W * H * sizeof(float)));
