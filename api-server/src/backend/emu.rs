@@ -859,14 +859,17 @@ impl Modules for EmuBackend {
 impl Arrays for EmuBackend {
     fn array_create(&self, device: i32, spec: &ArraySpec) -> Result<Raw, CudaError> {
         self.check_device(device)?;
-        let raw = self.fresh();
-        let mut arrays = self.arrays.lock();
-        let bytes = arrays.create(raw, spec)?;
-        // Arrays count against the device's memory, as on a GPU.
+        // Arrays count against the device's memory, as on a GPU: taken before anything is
+        // mapped, given back if the array cannot be made.
+        let bytes = ArrayStore::bytes(spec)?;
         if self.mapped.fetch_add(bytes, Ordering::Relaxed) + bytes > self.total_memory {
-            self.mapped.fetch_sub(arrays.destroy(raw)?, Ordering::Relaxed);
+            self.mapped.fetch_sub(bytes, Ordering::Relaxed);
             return Err(CudaError::MemoryAllocation);
         }
+        let raw = self.fresh();
+        self.arrays.lock().create(raw, spec).inspect_err(|_| {
+            self.mapped.fetch_sub(bytes, Ordering::Relaxed);
+        })?;
         Ok(raw)
     }
 
@@ -997,6 +1000,44 @@ impl Launch for EmuBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Arrays count against the device's memory; their texels survive copies in and out, and
+    /// a level of a mipmapped array is its own region of the storage.
+    #[test]
+    fn arrays_take_device_memory_and_keep_their_texels() {
+        use phos_ptx::exec::{ChannelFormat, ChannelType};
+        let emu = EmuBackend::new(1 << 20);
+        let format = ChannelFormat { ty: ChannelType::U8, channels: 1 };
+        let whole = ArraySpec { format, extent: [1024, 1024, 0], flags: 0, levels: None };
+        let a = emu.array_create(0, &whole).unwrap();
+        assert_eq!(emu.array_create(0, &whole), Err(CudaError::MemoryAllocation), "the device is full");
+        emu.array_destroy(a, false).unwrap();
+        let mip = ArraySpec { format, extent: [8, 4, 0], flags: 0, levels: Some(3) };
+        let m = emu.array_create(0, &mip).unwrap();
+        let (l0, l1) = (emu.mipmap_level(m, 0).unwrap(), emu.mipmap_level(m, 1).unwrap());
+        assert_eq!(emu.mipmap_level(m, 3), Err(CudaError::InvalidValue));
+        let texels: Vec<u8> = (0..32).collect();
+        let at = |raw| ArraySide::Array { raw, x: 0, y: 0, z: 0 };
+        emu.array_copy(at(l0), ArraySide::Host(&texels), [8, 4, 1], None).unwrap();
+        emu.array_copy(at(l1), ArraySide::Host(&[100, 101, 102, 103, 104, 105, 106, 107]), [4, 2, 1], None).unwrap();
+        let mut back = vec![0u8; 32];
+        emu.array_copy(ArraySide::HostOut(&mut back), at(l0), [8, 4, 1], None).unwrap();
+        assert_eq!(back, texels, "level 1 does not overlap level 0");
+        let mut corner = [0u8; 2];
+        let inner = ArraySide::Array { raw: l1, x: 2, y: 1, z: 0 };
+        emu.array_copy(ArraySide::HostOut(&mut corner), inner, [2, 1, 1], None).unwrap();
+        assert_eq!(corner, [106, 107]);
+        // A copy past the storage is refused even if the service let it through.
+        let past = ArraySide::Array { raw: l1, x: 0, y: 0, z: 1 << 20 };
+        assert_eq!(
+            emu.array_copy(ArraySide::HostOut(&mut corner), past, [2, 1, 1], None),
+            Err(CudaError::InvalidValue)
+        );
+        assert_eq!(emu.array_destroy(l1, false), Err(CudaError::InvalidValue), "a level goes with its array");
+        emu.array_destroy(m, true).unwrap();
+        assert_eq!(emu.mipmap_level(m, 0), Err(CudaError::InvalidResourceHandle));
+        emu.array_create(0, &whole).expect("all the memory is back");
+    }
 
     #[test]
     fn a_stack_size_that_cannot_be_rounded_up_is_refused() {

@@ -92,16 +92,22 @@ fn texture_error(e: TextureError) -> CudaError {
 }
 
 impl ArrayStore {
-    /// A new array under `raw`; the bytes its storage takes.
-    pub(super) fn create(&mut self, raw: Raw, spec: &ArraySpec) -> Result<u64, CudaError> {
+    /// The bytes an array's storage takes.
+    pub(super) fn bytes(spec: &ArraySpec) -> Result<u64, CudaError> {
         let levels = spec.levels.unwrap_or(1);
         let (_, bytes) =
             ArrayDesc::from_cuda(spec.format, spec.extent, spec.flags, levels, 0).map_err(texture_error)?;
-        let storage = Arc::new(Storage::new(bytes)?);
+        Ok(bytes)
+    }
+
+    /// A new array under `raw`.
+    pub(super) fn create(&mut self, raw: Raw, spec: &ArraySpec) -> Result<(), CudaError> {
+        let storage = Arc::new(Storage::new(Self::bytes(spec)?)?);
+        let levels = spec.levels.unwrap_or(1);
         let (desc, _) =
             ArrayDesc::from_cuda(spec.format, spec.extent, spec.flags, levels, storage.addr).map_err(texture_error)?;
         self.arrays.insert(raw, EmuArray { desc, storage, mipmapped: spec.levels.is_some(), level_of: None });
-        Ok(bytes)
+        Ok(())
     }
 
     /// Destroy an array or mipmapped array and its levels; the bytes given back.
