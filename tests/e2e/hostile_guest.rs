@@ -817,6 +817,10 @@ fn arrays_and_textures_that_do_not_fit() {
         .expect("a copy back")
         .dst;
     assert_eq!(back.as_deref(), Some(&rows[..]));
+    let logs = router.server_logs();
+    for line in ["does not fit a CUDA array", "cudaCreateTextureObject: refused", "is no object of the session's"] {
+        assert!(logs.contains(line), "the refusal is logged ({line}): {logs}");
+    }
     g.call(&CudaDestroyTextureObjectRequest { texObject: t }).expect("its own texture");
     g.call(&CudaFreeArrayRequest { array }).expect("its own array");
 }

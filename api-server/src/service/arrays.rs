@@ -5,7 +5,7 @@
 use phos_protocol::limits::LimitKind;
 use phos_protocol::types::{ChannelFormatDesc, TextureDescWire};
 use phos_protocol::{CudaError, Ptr};
-use phos_ptx::exec::{AddressMode, FilterMode, ReadMode, Resource, Texture, TextureDesc};
+use phos_ptx::exec::{AddressMode, FilterMode, ReadMode, Resource, Texture, TextureDesc, TextureError};
 
 use super::{CallCx, Session};
 use crate::backend::{ArraySide, TextureSource};
@@ -22,22 +22,21 @@ const RESOURCE_PITCH_2D: i32 = 3;
 const TEXTURE_PITCH_ALIGNMENT: u64 = 32;
 
 /// The interpreter's texture description of the wire's (CUDA's values are checked here).
-pub(super) fn texture_desc(w: &TextureDescWire) -> Result<TextureDesc, CudaError> {
-    let invalid = |_| CudaError::InvalidValue;
+fn texture_desc(w: &TextureDescWire) -> Result<TextureDesc, TextureError> {
     let address = [
-        AddressMode::from_cuda(w.address_mode[0]).map_err(invalid)?,
-        AddressMode::from_cuda(w.address_mode[1]).map_err(invalid)?,
-        AddressMode::from_cuda(w.address_mode[2]).map_err(invalid)?,
+        AddressMode::from_cuda(w.address_mode[0])?,
+        AddressMode::from_cuda(w.address_mode[1])?,
+        AddressMode::from_cuda(w.address_mode[2])?,
     ];
     Ok(TextureDesc {
         address,
-        filter: FilterMode::from_cuda(w.filter_mode).map_err(invalid)?,
-        read: ReadMode::from_cuda(w.read_mode).map_err(invalid)?,
+        filter: FilterMode::from_cuda(w.filter_mode)?,
+        read: ReadMode::from_cuda(w.read_mode)?,
         srgb: w.srgb != 0,
         border_color: w.border_color,
         normalized_coords: w.normalized_coords != 0,
         max_anisotropy: w.max_anisotropy,
-        mipmap_filter: FilterMode::from_cuda(w.mipmap_filter_mode).map_err(invalid)?,
+        mipmap_filter: FilterMode::from_cuda(w.mipmap_filter_mode)?,
         mipmap_level_bias: w.mipmap_level_bias,
         min_mipmap_level_clamp: w.min_mipmap_level_clamp,
         max_mipmap_level_clamp: w.max_mipmap_level_clamp,
@@ -46,6 +45,32 @@ pub(super) fn texture_desc(w: &TextureDescWire) -> Result<TextureDesc, CudaError
 }
 
 impl Session {
+    /// A copy box that does not fit its array: logged (rate-limited), `cudaErrorInvalidValue`.
+    fn outside_array(&self, corner: [u64; 3], extent: [u64; 3], shape: &Shape) -> CudaError {
+        crate::guest_warn!(
+            self.id,
+            "a copy of {extent:?} bytes x rows x slices at {corner:?} does not fit a CUDA array of {:?} (flags {:#x})",
+            shape.extent,
+            shape.flags
+        );
+        CudaError::InvalidValue
+    }
+
+    /// A texture description or resource `cudaCreateTextureObject` refuses: logged, `error`.
+    fn texture_refused(&self, why: &str, error: CudaError) -> CudaError {
+        crate::guest_warn!(self.id, "cudaCreateTextureObject: refused: {why}");
+        error
+    }
+
+    /// `error` of a call that took `value` for a texture or surface object of the session's;
+    /// when it is not one (`cudaErrorInvalidValue` from the registry), logged (rate-limited).
+    pub(super) fn unless_object(&self, error: CudaError, function: &str, value: u64) -> CudaError {
+        if error == CudaError::InvalidValue {
+            crate::guest_warn!(self.id, "{function}: {value:#x} is no object of the session's");
+        }
+        error
+    }
+
     /// A new array or mipmapped array; refused when the bytes the router accounted are not
     /// its layout's.
     pub(super) fn create_array(
@@ -106,7 +131,7 @@ impl Session {
     ) -> Result<(), CudaError> {
         let a = self.objects.arrays.array(array)?;
         if !a.shape.holds(corner, extent) {
-            return Err(CudaError::InvalidValue);
+            return Err(self.outside_array(corner, extent, &a.shape));
         }
         let src = match *src {
             Ptr::In(bytes) => ArraySide::Host(bytes),
@@ -133,7 +158,7 @@ impl Session {
     ) -> Result<Option<Vec<u8>>, CudaError> {
         let a = self.objects.arrays.array(array)?;
         if !a.shape.holds(corner, extent) {
-            return Err(CudaError::InvalidValue);
+            return Err(self.outside_array(corner, extent, &a.shape));
         }
         let stream = self.array_copy_stream(stream, ordered)?;
         let [x, y, z] = corner;
@@ -164,11 +189,15 @@ impl Session {
         ordered: bool,
     ) -> Result<(), CudaError> {
         let (d, s) = (self.objects.arrays.array(dst)?, self.objects.arrays.array(src)?);
-        if !d.shape.holds(dst_corner, extent) || !s.shape.holds(src_corner, extent) {
-            return Err(CudaError::InvalidValue);
+        if !d.shape.holds(dst_corner, extent) {
+            return Err(self.outside_array(dst_corner, extent, &d.shape));
+        }
+        if !s.shape.holds(src_corner, extent) {
+            return Err(self.outside_array(src_corner, extent, &s.shape));
         }
         // CUDA copies bytes between arrays of one element size.
         if d.shape.format.element_size() != s.shape.format.element_size() {
+            crate::guest_warn!(self.id, "a copy between CUDA arrays of different element sizes");
             return Err(CudaError::InvalidValue);
         }
         let stream = self.array_copy_stream(stream, ordered)?;
@@ -185,7 +214,8 @@ impl Session {
     /// `cudaCreateTextureObject` checks them (the interpreter's rules, the same for both
     /// backends); the backend's value of it.
     pub(super) fn create_texture(&self, cx: &CallCx, record: TextureRecord) -> Result<u64, CudaError> {
-        let desc = texture_desc(&record.tex_desc)?;
+        let desc = texture_desc(&record.tex_desc)
+            .map_err(|e| self.texture_refused(&e.to_string(), CudaError::InvalidValue))?;
         if let Some(v) = &record.view
             && (v.format != 0 || v.first_mipmap_level != 0 || v.first_layer != 0)
         {
@@ -213,7 +243,7 @@ impl Session {
             RESOURCE_LINEAR => {
                 let f = format(&record.desc)?;
                 if !self.objects.memory.contains(record.dev_ptr, record.size) {
-                    return Err(CudaError::InvalidValue);
+                    return Err(self.texture_refused("linear memory outside the session's", CudaError::InvalidValue));
                 }
                 let source = TextureSource::Linear { addr: record.dev_ptr, format: f, size: record.size };
                 (source, Resource::Linear { base: record.dev_ptr, format: f, size: record.size })
@@ -224,20 +254,22 @@ impl Session {
                 let row = w.checked_mul(u64::from(f.element_size())).ok_or(CudaError::InvalidValue)?;
                 let span = pitch.checked_mul(h.saturating_sub(1)).and_then(|n| n.checked_add(row));
                 let (Ok(w32), Ok(h32), Some(span)) = (u32::try_from(w), u32::try_from(h), span) else {
-                    return Err(CudaError::InvalidValue);
+                    return Err(self.texture_refused("pitched memory of an impossible extent", CudaError::InvalidValue));
                 };
                 if pitch % TEXTURE_PITCH_ALIGNMENT != 0 || !self.objects.memory.contains(record.dev_ptr, span) {
-                    return Err(CudaError::InvalidValue);
+                    let why = "pitched memory outside the session's, or a pitch not a multiple of 32";
+                    return Err(self.texture_refused(why, CudaError::InvalidValue));
                 }
                 let source = TextureSource::Pitch2D { addr: record.dev_ptr, format: f, width: w, height: h, pitch };
                 (source, Resource::Pitch2D { base: record.dev_ptr, format: f, width: w32, height: h32, pitch })
             }
-            _ => return Err(CudaError::InvalidValue),
+            other => {
+                return Err(self.texture_refused(&format!("resource type {other}"), CudaError::InvalidValue));
+            }
         };
-        Texture { resource, desc }.validate().map_err(|e| {
-            tracing::debug!(session = self.id, "cudaCreateTextureObject: {e}");
-            CudaError(e.cuda_error())
-        })?;
+        Texture { resource, desc }
+            .validate()
+            .map_err(|e| self.texture_refused(&e.to_string(), CudaError(e.cuda_error())))?;
         let view = record.view;
         let backend = self.backend();
         self.objects.arrays.add_texture(record, || backend.texture_create(&source, &desc, view.as_ref()), &|| {

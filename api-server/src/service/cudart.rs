@@ -1455,7 +1455,8 @@ impl CudartService for Session {
         _: &CallCx,
         req: PhosTextureGetDescRequest,
     ) -> Result<PhosTextureGetDescReply, CudaError> {
-        let r = self.objects.arrays.texture(req.texObject)?;
+        let r = (self.objects.arrays.texture(req.texObject))
+            .map_err(|e| self.unless_object(e, "a texture object query", req.texObject))?;
         Ok(PhosTextureGetDescReply {
             resType: r.res_type,
             array: r.array,
@@ -1479,7 +1480,8 @@ impl CudartService for Session {
     ) -> Result<CudaDestroyTextureObjectReply, CudaError> {
         // Kernels in flight may still sample it.
         self.backend().device_synchronize(cx.device)?;
-        self.objects.arrays.destroy_texture(self.backend(), req.texObject)?;
+        (self.objects.arrays.destroy_texture(self.backend(), req.texObject))
+            .map_err(|e| self.unless_object(e, "cudaDestroyTextureObject", req.texObject))?;
         Ok(CudaDestroyTextureObjectReply {})
     }
 
@@ -1497,7 +1499,9 @@ impl CudartService for Session {
         _: &CallCx,
         req: PhosSurfaceGetArrayRequest,
     ) -> Result<PhosSurfaceGetArrayReply, CudaError> {
-        Ok(PhosSurfaceGetArrayReply { array: self.objects.arrays.surface(req.surfObject)? })
+        let array = (self.objects.arrays.surface(req.surfObject))
+            .map_err(|e| self.unless_object(e, "cudaGetSurfaceObjectResourceDesc", req.surfObject))?;
+        Ok(PhosSurfaceGetArrayReply { array })
     }
 
     fn cuda_destroy_surface_object(
@@ -1506,7 +1510,8 @@ impl CudartService for Session {
         req: CudaDestroySurfaceObjectRequest,
     ) -> Result<CudaDestroySurfaceObjectReply, CudaError> {
         self.backend().device_synchronize(cx.device)?;
-        self.objects.arrays.destroy_surface(self.backend(), req.surfObject)?;
+        (self.objects.arrays.destroy_surface(self.backend(), req.surfObject))
+            .map_err(|e| self.unless_object(e, "cudaDestroySurfaceObject", req.surfObject))?;
         Ok(CudaDestroySurfaceObjectReply {})
     }
 }
