@@ -3,7 +3,7 @@
 //! gives (each level's rows, slices and layers one after another); texture and surface objects
 //! are the interpreter's descriptors of it, which kernels reach through
 //! `exec::run_with_resources`. The interpreter checks every texel access against the launch's
-//! memory, which [`ArrayStore::memory`] extends with the arrays' mappings.
+//! memory, which [`ArrayStore::for_launch`] extends with the arrays' mappings.
 
 use std::collections::HashMap;
 use std::ops::Range;
