@@ -468,6 +468,12 @@ impl Session {
                 what: "it uses the driver API's virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap), which checkpoints do not hold yet".into(),
             });
         }
+        if !self.objects.arrays.is_empty() {
+            return Err(CrError::NotCheckpointable {
+                session: self.id,
+                what: "it holds CUDA arrays, mipmapped arrays, texture objects or surface objects, which checkpoints do not hold yet".into(),
+            });
+        }
         Ok(())
     }
 

@@ -641,6 +641,28 @@ fn a_session_with_program_mappings_is_refused_a_checkpoint() {
     let _ = guest.wait();
 }
 
+/// A session holding a CUDA array and a surface object is refused a checkpoint, with a message
+/// that names them, and carries on.
+#[test]
+fn a_session_with_arrays_is_refused_a_checkpoint() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "surface_objects", &["-arch=sm_70"]);
+    let router = TestRouter::start("emu");
+    let mut guest = start_guest(&router, &exe, &["hold"]);
+    let mut out = BufReader::new(guest.stdout.take().unwrap());
+    read_until(&mut out, "holding arrays");
+    let id = session_id(&router);
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("image");
+    let ck = phosctl(&router, &["checkpoint", &id.to_string(), "--out", &image.display().to_string()]);
+    let stderr = String::from_utf8_lossy(&ck.stderr);
+    assert!(!ck.status.success(), "the checkpoint must be refused: {stderr}");
+    assert!(stderr.contains("CUDA arrays"), "names why: {stderr}");
+    assert!(router.router.sessions().iter().any(|s| s.id == id), "the session carries on");
+    let _ = guest.kill();
+    let _ = guest.wait();
+}
+
 /// A number printed after `before` in `text` (up to the next space).
 fn figure(text: &str, before: &str) -> f64 {
     let at = text.find(before).unwrap_or_else(|| panic!("no {before:?} in {text}")) + before.len();

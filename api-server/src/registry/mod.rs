@@ -10,12 +10,14 @@
 //! - [`events`] events;
 //! - [`modules`] modules, their functions and variables;
 //! - [`graphs`] stream captures, graphs, their nodes and executable graphs;
+//! - [`arrays`] CUDA arrays, mipmapped arrays, texture and surface objects;
 //! - [`devices`] facts about the devices, asked of the backend once.
 //!
 //! API objects reach the guest as virtual [`handles`] of their kind. A library's objects (a
 //! cuBLAS handle, ...) get a registry of their own here, built on a [`handles::HandleTable`]
 //! of a new handle kind, whose counter joins [`Registries::handle_counters`].
 
+pub mod arrays;
 pub mod devices;
 pub mod events;
 pub mod graphs;
@@ -31,6 +33,7 @@ use phos_protocol::CudaError;
 use phos_protocol::limits::{LimitKind, SessionLimits};
 
 use crate::backend::Backend;
+use arrays::ArrayRegistry;
 use devices::DeviceFacts;
 use events::EventRegistry;
 use graphs::{GraphLimits, GraphRegistry};
@@ -47,6 +50,7 @@ pub struct Registries {
     pub events: EventRegistry,
     pub modules: ModuleRegistry,
     pub graphs: GraphRegistry,
+    pub arrays: ArrayRegistry,
     pub devices: DeviceFacts,
 }
 
@@ -68,6 +72,7 @@ impl Registries {
                 nodes: limits.get(LimitKind::GraphNodes),
                 execs: limits.get(LimitKind::GraphExecs),
             }),
+            arrays: ArrayRegistry::new(limits.get(LimitKind::Allocations)),
             devices: DeviceFacts::default(),
         })
     }
@@ -98,6 +103,7 @@ impl Registries {
         self.streams.release_all(backend);
         self.events.release_all(backend);
         self.graphs.release_all();
+        self.arrays.release_all(backend);
         self.modules.release_all(backend, &self.memory);
         self.memory.free_all(backend, None);
     }

@@ -4,6 +4,7 @@
 //! service over them. A library's service (cuBLAS, ...) is another implementation over the
 //! same registries, so its calls take the runtime's streams and memory.
 
+mod arrays;
 pub mod cuda;
 pub mod cudart;
 
@@ -116,8 +117,8 @@ impl Session {
         // Asked after every call: the figures are compared first, and a report is only built
         // when one of them moved.
         let (ns, kernels) = self.backend.device_time();
-        let figures =
-            [self.objects.memory.allocated(), self.objects.host.allocated(), ns, kernels, self.usage.refusals()];
+        let device_memory = self.objects.memory.allocated() + self.objects.arrays.bytes();
+        let figures = [device_memory, self.objects.host.allocated(), ns, kernels, self.usage.refusals()];
         self.usage.report_if_changed(figures, kernel_gap)
     }
 
