@@ -40,6 +40,16 @@ pub struct CheckpointSummary {
     pub fallback: Option<String>,
 }
 
+/// One pass of a recopy (the first, whole copy; a round; the last, held one): bytes the
+/// session wrote since the pass before (as noted; the first pass counts all its memory, the
+/// last its written regions), bytes copied (whole regions), and how long the pass took.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct RoundFigures {
+    pub dirty_bytes: u64,
+    pub copied_bytes: u64,
+    pub ms: f64,
+}
+
 /// How a checkpoint takes the session's memory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CheckpointMode {

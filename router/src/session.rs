@@ -523,6 +523,11 @@ impl SessionEntry {
         self.remote.store(true, Ordering::Relaxed);
     }
 
+    /// Whether the guest reached us over the network.
+    pub(crate) fn is_remote(&self) -> bool {
+        self.remote.load(Ordering::Relaxed)
+    }
+
     fn guest_alive(&self) -> bool {
         // SAFETY: signal 0 sends nothing: kill only checks that the process exists.
         self.remote.load(Ordering::Relaxed) || unsafe { libc::kill(self.pid as libc::pid_t, 0) == 0 }
