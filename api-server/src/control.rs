@@ -416,7 +416,7 @@ impl ServerControl for ServerCtl {
                 passes,
                 memory_bytes: summary.memory_bytes,
                 sent_bytes: sender.sent_bytes,
-                held_ms: summary.stall_ms.min(started.elapsed().as_secs_f64() * 1e3),
+                held_ms: summary.held_ms,
                 total_ms: started.elapsed().as_secs_f64() * 1e3,
             })
         })
@@ -479,7 +479,6 @@ impl ServerCtl {
         drop(listener);
         let _ = stream.set_nonblocking(false);
         let _ = stream.set_read_timeout(Some(MIGRATION_WAIT));
-        let start = std::time::Instant::now();
         // No more than the session's device range can hold (its module variables aside, which
         // are small): a source cannot make this server hold more host memory than that.
         let limits =
@@ -488,6 +487,8 @@ impl ServerCtl {
             let mut reader = std::io::BufReader::with_capacity(1 << 20, &mut stream);
             phos_checkpoint::migrate::receive(&mut reader, key, limits, &self.progress, self.migrate_in_pace)
         };
+        // The restore proper: from the manifest's arrival, with the source holding the session.
+        let start = std::time::Instant::now();
         let restored = image.map_err(|e| fail(format!("receiving: {e}"))).and_then(|image| {
             if image.manifest.session.id != session {
                 return Err(fail(format!("the stream brings session {}, not {session}", image.manifest.session.id)));

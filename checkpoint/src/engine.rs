@@ -1613,19 +1613,19 @@ pub fn recopy<T: Quiesce + Snapshot + Concurrent>(
     figures.push(RoundFigures { dirty_bytes, copied_bytes: copied, ms: ms(held) });
     drop(installed);
     let copy_ms = ms(start);
-    let summary = if hold_to_end {
+    let (summary, last_hold) = if hold_to_end {
         let summary = sink.end(&head)?;
         on_written();
         drop(rest);
-        stall += held.elapsed();
-        summary
+        (summary, held.elapsed())
     } else {
         drop(rest);
-        stall += held.elapsed();
+        let last_hold = held.elapsed();
         let summary = sink.end(&head)?;
         on_written();
-        summary
+        (summary, last_hold)
     };
+    stall += last_hold;
     let summary = CheckpointSummary {
         dir: Default::default(),
         records: head.records.len(),
@@ -1638,7 +1638,7 @@ pub fn recopy<T: Quiesce + Snapshot + Concurrent>(
         stopped: false,
         mode: "recopy".into(),
         stall_ms: stall.as_secs_f64() * 1e3,
-        held_ms: 0.0,
+        held_ms: last_hold.as_secs_f64() * 1e3,
         extra_bytes,
         rounds,
         fallback: None,

@@ -29,7 +29,8 @@ pub struct CheckpointSummary {
     /// (all of the copy too, stop-the-world; the last round, recopy).
     pub stall_ms: f64,
     /// The longest one call waited, while the session ran, for memory it writes to be
-    /// copied first (copy-on-write: the reserve was full).
+    /// copied first (copy-on-write: the reserve was full); recopy: how long the last pass
+    /// held the session (for a migration, until the target had restored it: its downtime).
     pub held_ms: f64,
     /// Bytes copied on the device ahead of a write (copy-on-write), or copied again after
     /// one (recopy).

@@ -253,6 +253,7 @@ fn a_migration_whose_target_dies_leaves_the_program_on_the_source() {
 fn a_program_with_threads_and_streams_in_flight_is_migrated() {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "stream_traffic", &["-arch=sm_70"]);
+    phos_tests::router_log();
     let dir = tempfile::tempdir().unwrap();
     let secret = secret_file(dir.path(), SECRET);
     let a = peer_router(&secret, &[]);
@@ -262,7 +263,9 @@ fn a_program_with_threads_and_streams_in_flight_is_migrated() {
     std::thread::sleep(Duration::from_millis(800));
     migrate(&a, id, &["--to", &format!("unix:{}", b.socket().display())]);
     std::thread::sleep(Duration::from_millis(500));
-    let old_server = b.router.session(id).expect("the session is at B").control_socket().unwrap();
+    let at_b = b.router.session(id);
+    assert!(at_b.is_some(), "the session is not at B:\n{}\n{}", b.server_logs(), phos_tests::router_log());
+    let old_server = at_b.unwrap().control_socket().unwrap();
     migrate(&b, id, &["--device", "0"]);
     let new_server = b.router.session(id).unwrap().control_socket().unwrap();
     assert_ne!(old_server, new_server, "the session kept its server");
