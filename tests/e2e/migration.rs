@@ -57,6 +57,7 @@ fn migrate(from: &TestRouter, session: u64, to: &[&str]) -> String {
         from.server_logs()
     );
     assert!(printed.contains("moved to") && printed.contains("downtime"), "{printed}");
+    println!("{printed}");
     printed
 }
 
