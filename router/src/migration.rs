@@ -102,6 +102,40 @@ fn rpc(session: u64, e: tarpc::client::RpcError) -> ControlError {
     ControlError::ServerUnreachable { session, reason: e.to_string() }
 }
 
+/// Have the session's server (management socket `ctl`) send it as `request` says, by
+/// `deadline`; if `cancel` is set meanwhile (the operator's `phosctl` went away), the server
+/// is told to give up, which leaves the session running there.
+fn send(
+    ctl: &std::path::Path,
+    session: u64,
+    request: MigrateOut,
+    deadline: Instant,
+    cancel: &phos_control::Cancel,
+) -> Result<SentFigures, ControlError> {
+    let within = deadline.saturating_duration_since(Instant::now());
+    with_server(ctl, session, async |c| {
+        let call = c.migrate_out(phos_control::context_within(within), request);
+        tokio::pin!(call);
+        let answer = tokio::select! {
+            biased;
+            r = &mut call => r,
+            _ = cancel.cancelled() => {
+                let _ = c.abandon(tarpc::context::current()).await;
+                call.await
+            }
+        };
+        answer.map_err(|e| match e {
+            tarpc::client::RpcError::DeadlineExceeded => ControlError::DeadlinePassed {
+                session,
+                operation: phos_control::Operation::Migration,
+                within,
+                during: "sending the session".into(),
+            },
+            e => rpc(session, e),
+        })?
+    })
+}
+
 impl Router {
     /// Where a guest whose session (by `token`, of `tenant`) moved away reconnects.
     pub(crate) fn moved_to(&self, token: &[u8; 16], tenant: &Tenant) -> Option<String> {
@@ -162,7 +196,9 @@ impl Router {
             MigrationTarget::Device(device) => {
                 self.migrate_to_device(&session, &source_ctl, *device, deadline, cancel, out)
             }
-            MigrationTarget::Router(endpoint) => self.migrate_to_router(&session, &source_ctl, endpoint, out),
+            MigrationTarget::Router(endpoint) => {
+                self.migrate_to_router(&session, &source_ctl, endpoint, deadline, cancel, out)
+            }
         };
         let mut figures = self.migrations.figures.lock();
         match result {
@@ -224,12 +260,7 @@ impl Router {
                     .await
                     .map_err(|e| rpc(id, e))?
             })?;
-            let within = deadline.saturating_duration_since(Instant::now());
-            let sent = with_server(source_ctl, id, async |c| {
-                c.migrate_out(phos_control::context_within(within), out(format!("127.0.0.1:{port}"), key))
-                    .await
-                    .map_err(|e| rpc(id, e))?
-            })?;
+            let sent = send(source_ctl, id, out(format!("127.0.0.1:{port}"), key), deadline, cancel)?;
             let restore = with_server(&target_ctl, id, async |c| {
                 c.received(phos_control::context_within(Duration::from_secs(60))).await.map_err(|e| rpc(id, e))?
             });
@@ -263,6 +294,8 @@ impl Router {
         session: &Arc<SessionEntry>,
         source_ctl: &std::path::Path,
         endpoint: &str,
+        deadline: Instant,
+        cancel: &phos_control::Cancel,
         out: impl Fn(String, [u8; 16]) -> MigrateOut,
     ) -> Result<(SentFigures, RestoreSummary), ControlError> {
         let id = session.id;
@@ -303,12 +336,7 @@ impl Router {
             None => "127.0.0.1".to_string(),
         };
         let stream = format!("{host}:{}", incoming.stream_port);
-        let sent = with_server(source_ctl, id, async |c| {
-            c.migrate_out(phos_control::long_context(), out(stream.clone(), incoming.key))
-                .await
-                .map_err(|e| rpc(id, e))?
-        })
-        .map_err(abort)?;
+        let sent = send(source_ctl, id, out(stream, incoming.key), deadline, cancel).map_err(abort)?;
         // The target has the session: it becomes the target router's.
         let finished = phos_control::block_on(async {
             let peer = phos_control::peer::router_client_at(endpoint, secret.as_ref()).await?;
