@@ -18,10 +18,13 @@ use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use serde::Deserialize;
+use sha2::Sha256;
 use tarpc::tokio_serde::formats::Bincode;
 use tarpc::tokio_util::codec::{Framed, LengthDelimitedCodec};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use phos_protocol::log_limit::GUEST_LINES;
 
 use crate::{Cancel, ControlError, RouterControlClient};
 
@@ -33,7 +36,6 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_FRAME: usize = 64 << 20;
 
 type HmacSha256 = Hmac<Sha256>;
-use sha2::Sha256;
 
 /// The shared secret routers present to each other, at least 16 bytes.
 #[derive(Clone)]
@@ -173,16 +175,17 @@ where
                 let service = service(gone.clone());
                 let secret = secret.clone();
                 tokio::task::spawn_local(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, admit(&mut stream, &secret)).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => {
-                            eprintln!("phos: peer {from} refused: {e}");
-                            return;
+                    let why = match tokio::time::timeout(HANDSHAKE_TIMEOUT, admit(&mut stream, &secret)).await {
+                        Ok(Ok(())) => None,
+                        Ok(Err(e)) => Some(e.to_string()),
+                        Err(_) => Some(format!("no handshake within {HANDSHAKE_TIMEOUT:?}")),
+                    };
+                    if let Some(why) = why {
+                        // Anyone who reaches the port can make this line: limited per address.
+                        if let Some(dropped) = GUEST_LINES.admit(&from.ip().to_string()) {
+                            tracing::warn!(%from, dropped, "a peer router's connection refused: {why}");
                         }
-                        Err(_) => {
-                            eprintln!("phos: peer {from}: no handshake within {HANDSHAKE_TIMEOUT:?}");
-                            return;
-                        }
+                        return;
                     }
                     let transport = tarpc::serde_transport::new(framed(stream), Bincode::default());
                     crate::run_connection(transport, service, gone).await;
