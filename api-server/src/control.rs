@@ -122,6 +122,18 @@ fn to_wire(e: CrError, operation: Operation, session: u64, dir: &Path) -> Contro
     }
 }
 
+/// What the router knows of a session, as its image records it (the rest is the server's).
+fn meta_of(id: SessionIdentity) -> SessionMeta {
+    SessionMeta {
+        token: id.token,
+        tenant: id.tenant,
+        program: id.program,
+        abi_major: id.abi_major,
+        epoch: id.epoch,
+        ..Default::default()
+    }
+}
+
 fn failed(session: u64, operation: Operation, reason: String) -> ControlError {
     ControlError::Failed { session, operation, reason }
 }
@@ -156,6 +168,9 @@ pub struct Incoming {
 /// How long a server that listens for a migration waits for its source to connect, and for
 /// each read once connected, before it gives up.
 const MIGRATION_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// How long a server sending a session waits for the target's server to accept.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn migration_failed(session: u64, reason: String) -> ControlError {
     failed(session, Operation::Migration, reason)
@@ -214,14 +229,7 @@ impl ServerControl for ServerCtl {
         let session_id = session.id;
         let progress = self.progress.clone();
         let dir = request.dir.clone();
-        let meta = SessionMeta {
-            token: id.token,
-            tenant: id.tenant,
-            program: id.program,
-            abi_major: id.abi_major,
-            epoch: id.epoch,
-            ..Default::default()
-        };
+        let meta = meta_of(id);
         let compression = if request.compress { Compression::Zstd(1) } else { Compression::None };
         let how = How { mode: request.mode, stop: request.stop, reserve: self.factory.cow_reserve };
         let running = Running::new(&self);
@@ -389,22 +397,18 @@ impl ServerControl for ServerCtl {
             // Memory an on-demand restore has not loaded yet is not the session's to send.
             load.map_or(Ok(()), |l| l.wait_over(&bounds))
                 .map_err(|e| to_wire(e, Operation::Migration, id, Path::new("")))?;
-            let stream = std::net::TcpStream::connect(&to).map_err(|e| fail(format!("connecting to {to}: {e}")))?;
+            let connect = |addr: &std::net::SocketAddr| std::net::TcpStream::connect_timeout(addr, CONNECT_TIMEOUT);
+            let stream = std::net::ToSocketAddrs::to_socket_addrs(to.as_str())
+                .and_then(|mut addrs| addrs.next().ok_or_else(|| std::io::Error::other("no address")))
+                .and_then(|addr| connect(&addr))
+                .map_err(|e| fail(format!("connecting to {to}: {e}")))?;
             // A target that stops reading or answering must not hold the session for ever.
             let _ = stream.set_write_timeout(Some(MIGRATION_WAIT));
             let _ = stream.set_read_timeout(Some(request.answer_timeout));
             let _ = stream.set_nodelay(true);
             let mut sender = phos_checkpoint::migrate::MigrationSender::start(stream, &request.key)
                 .map_err(|e| fail(format!("starting the stream to {to}: {e}")))?;
-            let id_meta = request.identity;
-            let meta = SessionMeta {
-                token: id_meta.token,
-                tenant: id_meta.tenant,
-                program: id_meta.program,
-                abi_major: id_meta.abi_major,
-                epoch: id_meta.epoch,
-                ..Default::default()
-            };
+            let meta = meta_of(request.identity);
             let (summary, passes) =
                 session.migrate_out(&mut sender, meta, &progress, &bounds).map_err(|e| match e {
                     e @ (CrError::TimedOut { .. } | CrError::Abandoned { .. }) => {

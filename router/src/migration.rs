@@ -26,7 +26,7 @@ use phos_control::{
     SessionIdentity,
 };
 
-use crate::session::{ServerProcess, ServerStart, SessionEntry, State};
+use crate::session::{self, ServerProcess, ServerStart, SessionEntry, State};
 use crate::tenants::Tenant;
 use crate::{Router, follow_load};
 
@@ -136,6 +136,17 @@ fn send(
     })
 }
 
+/// What the image of `session` says of it besides its state (as a checkpoint's).
+fn identity_of(session: &SessionEntry) -> SessionIdentity {
+    SessionIdentity {
+        token: session.token(),
+        tenant: session.tenant.to_string(),
+        program: session.program.clone(),
+        abi_major: session.abi_major,
+        epoch: session.epoch.load(Ordering::Relaxed),
+    }
+}
+
 impl Router {
     /// Where a guest whose session (by `token`, of `tenant`) moved away reconnects.
     pub(crate) fn moved_to(&self, token: &[u8; 16], tenant: &Tenant) -> Option<String> {
@@ -143,7 +154,7 @@ impl Router {
         moved
             .iter()
             .rev()
-            .find(|m| m.token.iter().zip(token).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0 && m.tenant == *tenant)
+            .find(|m| session::tokens_match(&m.token, token) && m.tenant == *tenant)
             .map(|m| m.endpoint.clone())
     }
 
@@ -176,13 +187,7 @@ impl Router {
             State::Ended => ControlError::Ended { session: id },
             State::Active | State::Suspended => ControlError::Suspended { session: id },
         })?;
-        let identity = SessionIdentity {
-            token: session.token(),
-            tenant: session.tenant.to_string(),
-            program: session.program.clone(),
-            abi_major: session.abi_major,
-            epoch: session.epoch.load(Ordering::Relaxed),
-        };
+        let identity = identity_of(&session);
         let to = request.to.to_string();
         let deadline = started + request.timeout;
         let out = |stream: String, key: [u8; 16]| MigrateOut {
@@ -301,7 +306,7 @@ impl Router {
         let id = session.id;
         let to = format!("router {endpoint}");
         let secret = self.config.peer_secret.clone();
-        let identity = out(String::new(), [0; 16]).identity;
+        let identity = identity_of(session);
         let (pid, remote) = (session.pid, session.is_remote());
         let incoming: Incoming = phos_control::block_on(async {
             let peer = phos_control::peer::router_client_at(endpoint, secret.as_ref()).await?;
