@@ -1423,12 +1423,26 @@ impl RecopySink for HeldCopies<'_> {
     }
 }
 
-/// Copy `regions` out of the device into `sink` on several threads (each with its own
-/// copier, that is its own copy stream, and page-locked buffers), handing each region's
-/// pieces to the sink in order on this thread. The copy of the ordinary checkpoint's rate,
-/// for the recopy's rounds.
-fn copy_regions<T: Snapshot + ?Sized>(
-    target: &T,
+/// The copiers of a recopy, each with its own copy stream and two page-locked buffers: made
+/// once, before the first pass, so that no pass (the last, held one least of all) pays for
+/// streams or for locking host pages.
+type CopierPool<'c> = Vec<(Box<dyn DeviceCopier + 'c>, [HostBuffer; 2])>;
+
+fn copier_pool<T: Snapshot + ?Sized>(target: &T, workers: usize) -> Result<CopierPool<'_>, CrError> {
+    (0..workers.max(1))
+        .map(|_| {
+            let copier = target.copier()?;
+            let bufs = [copier.buffer(COPY_CHUNK), copier.buffer(COPY_CHUNK)];
+            Ok((copier, bufs))
+        })
+        .collect()
+}
+
+/// Copy `regions` out of the device into `sink` on the pool's copiers, several at once,
+/// handing each region's pieces to the sink in order on this thread: the copy at the
+/// ordinary checkpoint's rate, for the recopy's passes.
+fn copy_regions(
+    pool: &mut CopierPool<'_>,
     regions: &[MemoryRegion],
     sink: &mut dyn RecopySink,
     progress: &Progress,
@@ -1439,31 +1453,36 @@ fn copy_regions<T: Snapshot + ?Sized>(
     if pieces.is_empty() {
         return Ok(());
     }
-    let workers = crate::parallel::workers().min(pieces.len()).max(1);
+    let workers = pool.len().min(pieces.len()).max(1);
     // Pieces are handed out in order and delivered in order: worker k copies pieces k,
-    // k + workers, ...; the collector takes them round-robin.
+    // k + workers, ...; the collector takes them round-robin. A worker's two buffers go
+    // back and forth between it and the collector.
     let mut states = Vec::with_capacity(workers);
     let mut deliveries = Vec::with_capacity(workers);
-    for k in 0..workers {
-        let copier = target.copier()?;
-        let (full_tx, full_rx) = mpsc::sync_channel::<HostBuffer>(1);
-        let (free_tx, free_rx) = mpsc::channel::<HostBuffer>();
-        for _ in 0..2 {
-            free_tx.send(copier.buffer(COPY_CHUNK)).expect("receiver alive");
+    for (k, (copier, bufs)) in pool.iter_mut().take(workers).enumerate() {
+        let (full_tx, full_rx) = mpsc::sync_channel::<&mut HostBuffer>(1);
+        let (free_tx, free_rx) = mpsc::channel::<&mut HostBuffer>();
+        for buf in bufs.iter_mut() {
+            free_tx.send(buf).expect("receiver alive");
         }
         states.push((k, copier, free_rx, full_tx));
         deliveries.push((full_rx, free_tx));
     }
     let stopped = || CrError::Thread("recopy copier");
-    type Worker<'c> = (usize, Box<dyn DeviceCopier + 'c>, mpsc::Receiver<HostBuffer>, mpsc::SyncSender<HostBuffer>);
-    let work = |(next, copier, free, full): &mut Worker<'_>| -> Result<bool, CrError> {
+    type Worker<'w, 'c> = (
+        usize,
+        &'w mut Box<dyn DeviceCopier + 'c>,
+        mpsc::Receiver<&'w mut HostBuffer>,
+        mpsc::SyncSender<&'w mut HostBuffer>,
+    );
+    let work = |(next, copier, free, full): &mut Worker<'_, '_>| -> Result<bool, CrError> {
         let Some(&(region, offset, n)) = pieces.get(*next) else { return Ok(false) };
         if (within.cancelled)() {
             let what = format!("copying memory ({} of {} bytes)", progress.done(), progress.total());
             return Err(CrError::Abandoned { session, what });
         }
         let r = &regions[region];
-        let mut buf = free.recv().map_err(|_| stopped())?;
+        let buf = free.recv().map_err(|_| stopped())?;
         copier.read(r.device, r.addr + offset, &mut buf[..n])?;
         full.send(buf).map_err(|_| stopped())?;
         *next += workers;
@@ -1554,7 +1573,8 @@ pub fn recopy<T: Quiesce + Snapshot + Concurrent>(
     let total: u64 = first.memory.iter().map(|r| r.size).sum();
     progress.start(total);
     let pass = Instant::now();
-    copy_regions(target, &first.memory, sink, progress, within, session)?;
+    let mut pool = copier_pool(target, crate::parallel::workers().min(pieces(&first.memory).len()))?;
+    copy_regions(&mut pool, &first.memory, sink, progress, within, session)?;
     figures.push(RoundFigures { dirty_bytes: total, copied_bytes: total, ms: ms(pass) });
     // Sizes of the regions as last copied, by address.
     let mut sent: HashMap<u64, u64> = first.memory.iter().map(|r| (r.addr, r.size)).collect();
@@ -1579,7 +1599,7 @@ pub fn recopy<T: Quiesce + Snapshot + Concurrent>(
         let again: Vec<MemoryRegion> = addrs.iter().filter_map(|addr| known.get(addr).cloned()).collect();
         let copied: u64 = again.iter().map(|r| r.size).sum();
         progress.total.fetch_add(copied, Ordering::Relaxed);
-        copy_regions(target, &again, sink, progress, within, session)?;
+        copy_regions(&mut pool, &again, sink, progress, within, session)?;
         extra_bytes += copied;
         figures.push(RoundFigures { dirty_bytes: bytes, copied_bytes: copied, ms: ms(round_start) });
         if bytes == 0 || bytes >= last_dirty {
@@ -1607,7 +1627,7 @@ pub fn recopy<T: Quiesce + Snapshot + Concurrent>(
         head.memory.iter().filter(|r| sent.get(&r.addr) != Some(&r.size) || dirty.contains(&r.addr)).cloned().collect();
     let copied: u64 = last.iter().map(|r| r.size).sum();
     progress.total.fetch_add(copied, Ordering::Relaxed);
-    copy_regions(target, &last, sink, progress, within, session)?;
+    copy_regions(&mut pool, &last, sink, progress, within, session)?;
     extra_bytes += copied;
     sent.extend(last.iter().map(|r| (r.addr, r.size)));
     figures.push(RoundFigures { dirty_bytes, copied_bytes: copied, ms: ms(held) });
