@@ -36,7 +36,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use phos_protocol::CudaError;
 use phos_protocol::spec::CallAccess;
 
-use crate::report::{CheckpointSummary, Progress, RestoreSummary, Waiting};
+use crate::report::{CheckpointSummary, Progress, RestoreSummary, RoundFigures, Waiting};
 use crate::{
     Chunk, ChunkReader, ChunkStore, Compression, Encoding, ImageError, ImageSink, ImageSource, Manifest, MemoryRegion,
     PreparedChunk, Record, prepare_chunk,
@@ -1520,23 +1520,143 @@ pub fn checkpoint_cow<T: Quiesce + Snapshot + Concurrent>(
 /// Recopy rounds at most before the last, stopped one.
 const MAX_RECOPY_ROUNDS: u32 = 8;
 
+/// Where a recopy's copies go, region by region, as the rounds take them: host memory until
+/// the image is written (a checkpoint), or a stream to the server a session migrates to.
+pub trait RecopySink: Send {
+    /// A piece of `region` as it is now, `offset` bytes into it. A region is sent whole
+    /// (every piece, from its start) each time it is copied; a region sent again replaces
+    /// what was sent of it before.
+    fn piece(&mut self, region: &MemoryRegion, offset: u64, bytes: &[u8]) -> Result<(), CrError>;
+    /// The session's manifest, taken with the session at rest (which it still is): every
+    /// region it lists was sent whole since it was last written. Makes the image whole (a
+    /// migration: the target has restored it), or fails and leaves the session as it was.
+    fn end(&mut self, head: &Manifest) -> Result<crate::ImageSummary, CrError>;
+}
+
+/// A [`RecopySink`] that keeps the copies in host memory and writes them into an image
+/// sink once the session's head is known: a recopy checkpoint.
+struct HeldCopies<'a> {
+    /// Host copies of the regions, by address: (size, contents).
+    copies: HashMap<u64, (u64, Vec<u8>)>,
+    sink: &'a mut dyn ImageSink,
+    compression: Compression,
+}
+
+impl RecopySink for HeldCopies<'_> {
+    fn piece(&mut self, region: &MemoryRegion, offset: u64, bytes: &[u8]) -> Result<(), CrError> {
+        let entry = self.copies.entry(region.addr).or_insert_with(|| (region.size, Vec::new()));
+        if offset == 0 {
+            *entry = (region.size, Vec::with_capacity(region.size as usize));
+        }
+        entry.1.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn end(&mut self, head: &Manifest) -> Result<crate::ImageSummary, CrError> {
+        self.sink.begin(head)?;
+        for (i, r) in head.memory.iter().enumerate() {
+            let bytes = &self.copies.get(&r.addr).expect("every region copied").1;
+            for piece in bytes.chunks(COPY_CHUNK) {
+                let prepared = prepare_chunk(piece, self.compression)?;
+                self.sink.chunk(i, piece.len() as u64, prepared, piece)?;
+            }
+        }
+        Ok(self.sink.complete()?)
+    }
+}
+
+/// The copiers of a recopy, each with its own copy stream and two page-locked buffers: made
+/// once, before the first pass, so that no pass (the last, held one least of all) pays for
+/// streams or for locking host pages.
+type CopierPool<'c> = Vec<(Box<dyn DeviceCopier + 'c>, [HostBuffer; 2])>;
+
+fn copier_pool<T: Snapshot + ?Sized>(target: &T, workers: usize) -> Result<CopierPool<'_>, CrError> {
+    (0..workers.max(1))
+        .map(|_| {
+            let copier = target.copier()?;
+            let bufs = [copier.buffer(COPY_CHUNK), copier.buffer(COPY_CHUNK)];
+            Ok((copier, bufs))
+        })
+        .collect()
+}
+
+/// Copy `regions` out of the device into `sink` on the pool's copiers, several at once,
+/// handing each region's pieces to the sink in order on this thread: the copy at the
+/// ordinary checkpoint's rate, for the recopy's passes.
+fn copy_regions(
+    pool: &mut CopierPool<'_>,
+    regions: &[MemoryRegion],
+    sink: &mut dyn RecopySink,
+    progress: &Progress,
+    within: &Within<'_>,
+    session: u64,
+) -> Result<(), CrError> {
+    let pieces = pieces(regions);
+    if pieces.is_empty() {
+        return Ok(());
+    }
+    let workers = pool.len().min(pieces.len()).max(1);
+    // Pieces are handed out in order and delivered in order: worker k copies pieces k,
+    // k + workers, ...; the collector takes them round-robin. A worker's two buffers go
+    // back and forth between it and the collector.
+    let mut states = Vec::with_capacity(workers);
+    let mut deliveries = Vec::with_capacity(workers);
+    for (k, (copier, bufs)) in pool.iter_mut().take(workers).enumerate() {
+        let (full_tx, full_rx) = mpsc::sync_channel::<&mut HostBuffer>(1);
+        let (free_tx, free_rx) = mpsc::channel::<&mut HostBuffer>();
+        for buf in bufs.iter_mut() {
+            free_tx.send(buf).expect("receiver alive");
+        }
+        states.push((k, copier, free_rx, full_tx));
+        deliveries.push((full_rx, free_tx));
+    }
+    let stopped = || CrError::Thread("recopy copier");
+    type Worker<'w, 'c> = (
+        usize,
+        &'w mut Box<dyn DeviceCopier + 'c>,
+        mpsc::Receiver<&'w mut HostBuffer>,
+        mpsc::SyncSender<&'w mut HostBuffer>,
+    );
+    let work = |(next, copier, free, full): &mut Worker<'_, '_>| -> Result<bool, CrError> {
+        let Some(&(region, offset, n)) = pieces.get(*next) else { return Ok(false) };
+        if (within.cancelled)() {
+            let what = format!("copying memory ({} of {} bytes)", progress.done(), progress.total());
+            return Err(CrError::Abandoned { session, what });
+        }
+        let r = &regions[region];
+        let buf = free.recv().map_err(|_| stopped())?;
+        copier.read(r.device, r.addr + offset, &mut buf[..n])?;
+        full.send(buf).map_err(|_| stopped())?;
+        *next += workers;
+        Ok(true)
+    };
+    let in_order = &pieces;
+    on_workers(
+        states,
+        work,
+        |_| Ok(()),
+        // Owns the channels: a collector that stops drops them, and workers waiting on them
+        // stop too.
+        move || {
+            for (i, &(region, offset, n)) in in_order.iter().enumerate() {
+                let (full, free) = &deliveries[i % workers];
+                // A worker that failed drops its sender: its error is the answer.
+                let buf = full.recv().map_err(|_| stopped())?;
+                sink.piece(&regions[region], offset, &buf[..n])?;
+                progress.add(n as u64);
+                let _ = free.send(buf);
+            }
+            Ok(())
+        },
+    )
+}
+
 /// Checkpoint `target` into `sink` while it runs, by recopy: the image is the session at
-/// the checkpoint's end (what a migration wants).
-///
-/// A [`TrackWrites`] hook notes in the dirty log every region a call will write. The memory
-/// is copied into host memory while the session runs; then, in rounds, what was written
-/// since the round before is copied again, for as long as that shrinks; last, the session
-/// is quiesced, its host state taken, and what was written since the last round (and what
-/// was allocated) copied while it is held. Each round begins with the session at rest (a
-/// brief quiesce), so every write noted before the round has happened by then, and is seen
-/// by the copy that follows or noted again in the next round. Launches run their checked
-/// twins meanwhile: a store outside its speculation ends the checkpoint with
-/// [`CrError::ValidationMissed`] (the caller takes it again stop-the-world). `on_written` runs with the
-/// session still at rest once the image is whole (a stopping checkpoint freezes it there);
-/// with `hold_to_end` the image is written before the session is let go.
-///
-/// The copies wait in host memory until the image is written: as much host memory as the
-/// session has device memory.
+/// the checkpoint's end. The copies wait in host memory until the image is written (as much
+/// host memory as the session has device memory); see [`recopy`] for the protocol.
+/// `on_written` runs with the session still at rest once the image is whole (a stopping
+/// checkpoint freezes the session there); with `hold_to_end` the image is written before
+/// the session is let go.
 #[allow(clippy::too_many_arguments)] // the checkpoint's own parameters, and the stopping ones
 pub fn checkpoint_recopy<T: Quiesce + Snapshot + Concurrent>(
     target: &T,
@@ -1547,6 +1667,33 @@ pub fn checkpoint_recopy<T: Quiesce + Snapshot + Concurrent>(
     hold_to_end: bool,
     on_written: impl FnOnce(),
 ) -> Result<CheckpointSummary, CrError> {
+    let mut held = HeldCopies { copies: HashMap::new(), sink, compression };
+    let (summary, _) = recopy(target, &mut held, progress, within, hold_to_end, on_written)?;
+    Ok(summary)
+}
+
+/// The recopy protocol, into any [`RecopySink`] (a checkpoint's host copies, a migration's
+/// stream). Returns its summary and each round's figures.
+///
+/// A [`TrackWrites`] hook notes in the dirty log every region a call will write. The memory
+/// is copied while the session runs; then, in rounds, what was written since the round
+/// before is copied again, for as long as that shrinks; last, the session is quiesced, its
+/// host state taken, and what was written since the last round (and what was allocated)
+/// copied while it is held. Each round begins with the session at rest (a brief quiesce),
+/// so every write noted before the round has happened by then, and is seen by the copy that
+/// follows or noted again in the next round. Launches run their checked twins meanwhile: a
+/// store outside its speculation ends the checkpoint with [`CrError::ValidationMissed`] (the
+/// caller takes it again stop-the-world). `on_written` runs with the session still at rest
+/// once the sink's [`end`](RecopySink::end) succeeded; with `hold_to_end` that end happens
+/// before the session is let go (a stopping checkpoint, a migration).
+pub fn recopy<T: Quiesce + Snapshot + Concurrent>(
+    target: &T,
+    sink: &mut dyn RecopySink,
+    progress: &Progress,
+    within: &Within<'_>,
+    hold_to_end: bool,
+    on_written: impl FnOnce(),
+) -> Result<(CheckpointSummary, Vec<RoundFigures>), CrError> {
     let start = Instant::now();
     let log = target.dirty_log();
     // No reserve: only the validation of launches.
@@ -1555,8 +1702,6 @@ pub fn checkpoint_recopy<T: Quiesce + Snapshot + Concurrent>(
     let install_start = Instant::now();
     let installed = target.install_hook(Arc::new(TrackWrites(log.clone())), within)?;
     let mut stall = install_start.elapsed();
-    let mut copier = target.copier()?;
-    let mut buf = copier.buffer(COPY_CHUNK);
     // The first pass: everything, while the session runs.
     let held = Instant::now();
     let rest = target.quiesce(within)?;
@@ -1566,54 +1711,39 @@ pub fn checkpoint_recopy<T: Quiesce + Snapshot + Concurrent>(
     drop(rest);
     stall += held.elapsed();
     let session = first.session.id;
-    // Host copies of the regions, by address: (size, contents).
-    let mut copies: HashMap<u64, (u64, Vec<u8>)> = HashMap::new();
-    let copy = |copier: &mut dyn DeviceCopier, r: &MemoryRegion, buf: &mut HostBuffer| -> Result<Vec<u8>, CrError> {
-        let mut out = Vec::with_capacity(r.size as usize);
-        let mut off = 0;
-        while off < r.size {
-            if (within.cancelled)() {
-                return Err(CrError::Abandoned { session, what: "copying memory".into() });
-            }
-            let n = (r.size - off).min(COPY_CHUNK as u64) as usize;
-            copier.read(r.device, r.addr + off, &mut buf[..n])?;
-            out.extend_from_slice(&buf[..n]);
-            off += n as u64;
-        }
-        Ok(out)
-    };
-
-    progress.start(first.memory.iter().map(|r| r.size).sum());
-    for r in &first.memory {
-        let bytes = copy(copier.as_mut(), r, &mut buf)?;
-        progress.add(r.size);
-        copies.insert(r.addr, (r.size, bytes));
-    }
+    let mut figures = Vec::new();
+    let total: u64 = first.memory.iter().map(|r| r.size).sum();
+    progress.start(total);
+    let pass = Instant::now();
+    let mut pool = copier_pool(target, crate::parallel::workers().min(pieces(&first.memory).len()))?;
+    copy_regions(&mut pool, &first.memory, sink, progress, within, session)?;
+    figures.push(RoundFigures { dirty_bytes: total, copied_bytes: total, ms: ms(pass) });
+    // Sizes of the regions as last copied, by address.
+    let mut sent: HashMap<u64, u64> = first.memory.iter().map(|r| (r.addr, r.size)).collect();
 
     // Rounds: copy again what was written since the round before, while that shrinks.
     let mut rounds = 0;
     let mut extra_bytes = 0u64;
     let mut last_dirty = u64::MAX;
-    let regions_at =
-        |head: &Manifest| -> HashMap<u64, MemoryRegion> { head.memory.iter().map(|r| (r.addr, r.clone())).collect() };
-    let mut known = regions_at(&first);
+    let known: HashMap<u64, MemoryRegion> = first.memory.iter().map(|r| (r.addr, r.clone())).collect();
     while rounds < MAX_RECOPY_ROUNDS {
-        let held = Instant::now();
+        let round_start = Instant::now();
         let rest = target.quiesce(within)?;
         let previous = round;
         round = log.begin_round();
         drop(rest);
-        stall += held.elapsed();
+        stall += round_start.elapsed();
         let dirty = log.written_since(previous);
         let bytes: u64 = dirty.iter().map(|d| d.1).sum();
         rounds += 1;
-        for (addr, _) in &dirty {
-            // Regions made since the first pass are taken at the end, with the host state.
-            let Some(r) = known.get(addr) else { continue };
-            let fresh = copy(copier.as_mut(), r, &mut buf)?;
-            copies.insert(r.addr, (r.size, fresh));
-            extra_bytes += r.size;
-        }
+        // Regions made since the first pass are taken at the end, with the host state.
+        let addrs: HashSet<u64> = dirty.iter().map(|d| d.0).collect();
+        let again: Vec<MemoryRegion> = addrs.iter().filter_map(|addr| known.get(addr).cloned()).collect();
+        let copied: u64 = again.iter().map(|r| r.size).sum();
+        progress.total.fetch_add(copied, Ordering::Relaxed);
+        copy_regions(&mut pool, &again, sink, progress, within, session)?;
+        extra_bytes += copied;
+        figures.push(RoundFigures { dirty_bytes: bytes, copied_bytes: copied, ms: ms(round_start) });
         if bytes == 0 || bytes >= last_dirty {
             break;
         }
@@ -1632,43 +1762,33 @@ pub fn checkpoint_recopy<T: Quiesce + Snapshot + Concurrent>(
     if let Some(addr) = armed.finish(&settle)? {
         return Err(CrError::ValidationMissed { session, addr });
     }
-    let dirty: HashSet<u64> = log.written_since(round).into_iter().map(|d| d.0).collect();
-    known = regions_at(&head);
-    for r in known.values() {
-        let current = copies.get(&r.addr).is_some_and(|(size, _)| *size == r.size) && !dirty.contains(&r.addr);
-        if !current {
-            let fresh = copy(copier.as_mut(), r, &mut buf)?;
-            extra_bytes += r.size;
-            copies.insert(r.addr, (r.size, fresh));
-        }
-    }
+    let written = log.written_since(round);
+    let dirty_bytes: u64 = written.iter().map(|d| d.1).sum();
+    let dirty: HashSet<u64> = written.into_iter().map(|d| d.0).collect();
+    let last: Vec<MemoryRegion> =
+        head.memory.iter().filter(|r| sent.get(&r.addr) != Some(&r.size) || dirty.contains(&r.addr)).cloned().collect();
+    let copied: u64 = last.iter().map(|r| r.size).sum();
+    progress.total.fetch_add(copied, Ordering::Relaxed);
+    copy_regions(&mut pool, &last, sink, progress, within, session)?;
+    extra_bytes += copied;
+    sent.extend(last.iter().map(|r| (r.addr, r.size)));
+    figures.push(RoundFigures { dirty_bytes, copied_bytes: copied, ms: ms(held) });
     drop(installed);
     let copy_ms = ms(start);
-    let write = |sink: &mut dyn ImageSink| -> Result<crate::ImageSummary, CrError> {
-        sink.begin(&head)?;
-        for (i, r) in head.memory.iter().enumerate() {
-            let bytes = &copies.get(&r.addr).expect("every region copied").1;
-            for piece in bytes.chunks(COPY_CHUNK) {
-                let prepared = prepare_chunk(piece, compression)?;
-                sink.chunk(i, piece.len() as u64, prepared, piece)?;
-            }
-        }
-        Ok(sink.complete()?)
-    };
-    let summary = if hold_to_end {
-        let summary = write(sink)?;
+    let (summary, last_hold) = if hold_to_end {
+        let summary = sink.end(&head)?;
         on_written();
         drop(rest);
-        stall += held.elapsed();
-        summary
+        (summary, held.elapsed())
     } else {
         drop(rest);
-        stall += held.elapsed();
-        let summary = write(sink)?;
+        let last_hold = held.elapsed();
+        let summary = sink.end(&head)?;
         on_written();
-        summary
+        (summary, last_hold)
     };
-    Ok(CheckpointSummary {
+    stall += last_hold;
+    let summary = CheckpointSummary {
         dir: Default::default(),
         records: head.records.len(),
         regions: head.memory.len(),
@@ -1680,12 +1800,13 @@ pub fn checkpoint_recopy<T: Quiesce + Snapshot + Concurrent>(
         stopped: false,
         mode: "recopy".into(),
         stall_ms: stall.as_secs_f64() * 1e3,
-        held_ms: 0.0,
+        held_ms: last_hold.as_secs_f64() * 1e3,
         extra_bytes,
         rounds,
         fallback: None,
         ..Default::default()
-    })
+    };
+    Ok((summary, figures))
 }
 
 #[cfg(test)]

@@ -280,6 +280,12 @@ impl Drop for ChannelGuard {
     }
 }
 
+/// Whether two session tokens are the same, in a time that does not depend on where they
+/// differ.
+pub(crate) fn tokens_match(a: &[u8; 16], b: &[u8; 16]) -> bool {
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 pub(crate) fn random_token() -> io::Result<[u8; 16]> {
     let mut t = [0u8; 16];
     // SAFETY: getrandom writes at most `t.len()` bytes into `t`.
@@ -470,7 +476,7 @@ impl SessionEntry {
 
     /// Compare tokens without leaking how much of one matched.
     pub fn token_matches(&self, other: &[u8; 16]) -> bool {
-        self.token.iter().zip(other).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+        tokens_match(&self.token, other)
     }
 
     pub fn channels(&self) -> u64 {
@@ -541,6 +547,11 @@ impl SessionEntry {
     /// channels (and the linger time) say whether it is still there.
     pub(crate) fn set_remote(&self) {
         self.remote.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the guest reached us over the network.
+    pub(crate) fn is_remote(&self) -> bool {
+        self.remote.load(Ordering::Relaxed)
     }
 
     fn guest_alive(&self) -> bool {

@@ -171,6 +171,20 @@ impl Session {
         self.frozen.load(Ordering::SeqCst)
     }
 
+    /// Serve calls again after a [`freeze`](Self::freeze) whose server is not ended after all
+    /// (a migration that failed after the session was handed over): the calls held resume.
+    pub fn thaw(&self) {
+        self.frozen.store(false, Ordering::SeqCst);
+    }
+
+    /// Wait while the session is frozen: for ever if its server ends, until a
+    /// [`thaw`](Self::thaw) otherwise.
+    pub fn wait_thawed(&self) {
+        while self.is_frozen() {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+
     /// The sticky error, if the context is corrupted.
     pub fn sticky_error(&self) -> Option<CudaError> {
         match self.sticky.load(Ordering::Relaxed) {
