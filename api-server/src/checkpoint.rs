@@ -40,11 +40,11 @@ use std::time::Instant;
 use phos_checkpoint::engine::PendingMemory;
 use phos_checkpoint::engine::{
     self, CallHook, Concurrent, DeviceCopier, DirtyLog, HostBuffer, Installed, Intercept, Interrupted, Pinning,
-    Quiesce, Rebuild, Snapshot, Window, Within,
+    Quiesce, Rebuild, RecopySink, Snapshot, Window, Within,
 };
 use phos_checkpoint::on_demand::{self, LoadPlan};
 use phos_checkpoint::report::Waiting;
-use phos_checkpoint::report::{CheckpointMode, CheckpointSummary, RestoreSummary};
+use phos_checkpoint::report::{CheckpointMode, CheckpointSummary, RestoreSummary, RoundFigures};
 use phos_checkpoint::{
     Compression, CrError, Image, ImageApi, ImageError, ImageSink, ImageSource, ImageWriter, Manifest, MemoryRegion,
     Record, RegionKind, SessionMeta,
@@ -74,12 +74,13 @@ pub struct Bounds {
 }
 
 /// Which checkpoint: how the memory is taken, whether the session stops afterwards, and the
-/// copy-on-write reserve (bytes a device).
+/// copy-on-write reserve (bytes a device; `None`: sized from each device's free memory,
+/// [`crate::window::sized_reserve`]).
 #[derive(Clone, Copy, Debug)]
 pub struct How {
     pub mode: CheckpointMode,
     pub stop: bool,
-    pub reserve: u64,
+    pub reserve: Option<u64>,
 }
 
 impl Default for Bounds {
@@ -296,15 +297,25 @@ impl Intercept for Checkpointing<'_> {
 
 /// The engine's memory and the validation of launches ([`crate::window`]).
 impl Concurrent for Checkpointing<'_> {
-    fn open_window(&self, reserve: u64) -> Result<Arc<dyn Window>, CrError> {
+    fn open_window(&self, reserve: Option<u64>) -> Result<Arc<dyn Window>, CrError> {
         let s = self.session;
-        let window = crate::window::ServerWindow::open(
-            s.id,
-            s.backend_arc(),
-            s.objects.memory.clone(),
-            s.window.clone(),
-            reserve,
-        )?;
+        let o = &s.objects;
+        // The session's memory on each device: more is never copied aside.
+        let mut bytes: HashMap<i32, u64> = HashMap::new();
+        for a in o.memory.allocations() {
+            *bytes.entry(a.device).or_default() += a.size;
+        }
+        for v in o.modules.variables() {
+            *bytes.entry(v.device).or_default() += v.size;
+        }
+        let backend = s.backend_arc();
+        let sized = |device: i32| {
+            reserve.unwrap_or_else(|| {
+                crate::window::sized_reserve(backend.as_ref(), device, bytes.get(&device).copied().unwrap_or(0))
+            })
+        };
+        let window =
+            crate::window::ServerWindow::open(s.id, backend.clone(), o.memory.clone(), s.window.clone(), sized)?;
         Ok(window)
     }
 }
@@ -413,10 +424,11 @@ impl Session {
             return self.checkpoint(dir, meta, compression, how.stop, progress, bounds);
         }
         self.refuse_what_images_do_not_hold()?;
-        let cancelled = || bounds.cancel.is_cancelled();
-        let within = Within { deadline: Instant::now() + bounds.quiesce_timeout, cancelled: &cancelled };
         let target = Checkpointing { session: self, meta: meta.clone() };
         let mut sink = ImageWriter::create(dir, compression, engine::COPY_CHUNK)?;
+        // The waits for the session may take the whole timeout, from when they begin.
+        let cancelled = || bounds.cancel.is_cancelled();
+        let within = Within { deadline: Instant::now() + bounds.quiesce_timeout, cancelled: &cancelled };
         let stop = how.stop;
         let taken = match how.mode {
             CheckpointMode::Recopy => {
@@ -456,6 +468,12 @@ impl Session {
                 what: "it uses the driver API's virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap), which checkpoints do not hold yet".into(),
             });
         }
+        if !self.objects.arrays.is_empty() {
+            return Err(CrError::NotCheckpointable {
+                session: self.id,
+                what: "it holds CUDA arrays, mipmapped arrays, texture objects or surface objects, which checkpoints do not hold yet".into(),
+            });
+        }
         Ok(())
     }
 
@@ -485,6 +503,28 @@ impl Session {
         })?;
         summary.stopped = stop;
         Ok(summary)
+    }
+
+    /// Move the session to another server while it runs: the recopy protocol
+    /// ([`engine::recopy`]) into `sink` (a [`MigrationSender`](phos_checkpoint::migrate::MigrationSender)
+    /// streaming to the target), whose end returns once the target has restored the session.
+    /// The session is frozen then, held from the last round on: its calls go to the target
+    /// (or, should the move be given up after all, run here again on a [`thaw`](Self::thaw)).
+    /// Any failure before leaves the session running here as it was.
+    pub fn migrate_out(
+        &self,
+        sink: &mut dyn RecopySink,
+        meta: SessionMeta,
+        progress: &Progress,
+        bounds: &Bounds,
+    ) -> Result<(CheckpointSummary, Vec<RoundFigures>), CrError> {
+        self.refuse_what_images_do_not_hold()?;
+        let cancelled = || bounds.cancel.is_cancelled();
+        let within = Within { deadline: Instant::now() + bounds.quiesce_timeout, cancelled: &cancelled };
+        let target = Checkpointing { session: self, meta };
+        let (mut summary, rounds) = engine::recopy(&target, sink, progress, &within, true, || self.freeze())?;
+        summary.stopped = true;
+        Ok((summary, rounds))
     }
 
     /// Rebuild a session from the image directory `dir`; see [`restore_from`](Self::restore_from).
@@ -568,10 +608,28 @@ impl Session {
     ) -> Result<(Arc<Session>, SessionMeta, RestoreSummary, Arc<LoadStatus>), CrError> {
         let start = Instant::now();
         let image = Image::open(dir)?;
-        let (session, meta) = Self::for_image(&image.manifest, factory, device)?;
+        // A directory image always has one.
+        let reader = image.parallel().ok_or(CrError::Thread("image reader"))?;
+        Self::restore_on_demand_from(&image.manifest, reader, start, factory, device, progress, cancel, pace)
+    }
+
+    /// [`restore_on_demand`](Self::restore_on_demand) of an image whose manifest (with its
+    /// chunk tables) is `manifest` and whose chunks `reader` reads: a directory's, or what a
+    /// migration brought in host memory. `start` is when the restore began.
+    #[allow(clippy::too_many_arguments)] // the restore's own parameters, and where the image is
+    pub fn restore_on_demand_from(
+        manifest: &Manifest,
+        reader: Arc<dyn phos_checkpoint::ChunkReader>,
+        start: Instant,
+        factory: &SessionFactory,
+        device: Option<i32>,
+        progress: &Arc<Progress>,
+        cancel: &Cancel,
+        pace: std::time::Duration,
+    ) -> Result<(Arc<Session>, SessionMeta, RestoreSummary, Arc<LoadStatus>), CrError> {
+        let (session, meta) = Self::for_image(manifest, factory, device)?;
         let verify_ms = start.elapsed().as_secs_f64() * 1e3;
         let cancelled = || cancel.is_cancelled();
-        let manifest = &image.manifest;
         let replay_ms = engine::recreate(&Rebuilding(&session), manifest, device, &cancelled)?;
         let rebuilt = Rebuilding(&session);
         let targets: Vec<(u64, i32)> =
@@ -588,8 +646,6 @@ impl Session {
             status: status.clone(),
         });
         let session = Arc::new(session);
-        // A directory image always has one.
-        let reader = image.parallel().ok_or(CrError::Thread("image reader"))?;
         // The loader installs the hook (its guard lives on the loader's stack, beside its own
         // handle on the session) and says so before the session may be served.
         let (installed_tx, installed_rx) = std::sync::mpsc::channel();

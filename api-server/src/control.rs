@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 
 use phos_checkpoint::{Compression, CrError, SessionMeta};
 use phos_control::{
-    Cancel, CheckpointRequest, CheckpointSummary, ControlError, ImageRefusal, LoadReport, Operation, Progress,
-    RestoreSummary, ServerControl, SessionIdentity,
+    Cancel, CheckpointRequest, CheckpointSummary, ControlError, ImageRefusal, LoadReport, MigrateOut, Operation,
+    Progress, RestoreSummary, SentFigures, ServerControl, SessionIdentity,
 };
 use phos_protocol::limits::SessionLimits;
 use tarpc::context::Context;
@@ -34,8 +34,9 @@ pub struct SessionFactory {
     pub output: Arc<dyn Fn() -> DeviceOutput + Send + Sync>,
     /// Objects of each kind a session may hold (the router's `[limits]`).
     pub limits: SessionLimits,
-    /// Bytes a device a concurrent checkpoint may copy memory into ahead of writes.
-    pub cow_reserve: u64,
+    /// Bytes a device a concurrent checkpoint may copy memory into ahead of writes (`None`:
+    /// sized from each device's free memory when the checkpoint starts).
+    pub cow_reserve: Option<u64>,
 }
 
 /// Why a server could not make a fresh session.
@@ -122,6 +123,18 @@ fn to_wire(e: CrError, operation: Operation, session: u64, dir: &Path) -> Contro
     }
 }
 
+/// What the router knows of a session, as its image records it (the rest is the server's).
+fn meta_of(id: SessionIdentity) -> SessionMeta {
+    SessionMeta {
+        token: id.token,
+        tenant: id.tenant,
+        program: id.program,
+        abi_major: id.abi_major,
+        epoch: id.epoch,
+        ..Default::default()
+    }
+}
+
 fn failed(session: u64, operation: Operation, reason: String) -> ControlError {
     ControlError::Failed { session, operation, reason }
 }
@@ -139,6 +152,29 @@ pub struct ServerCtl {
     pub load: Arc<parking_lot::Mutex<Option<Arc<LoadStatus>>>>,
     /// Waited before each chunk an on-demand restore loads (a test's knob; zero otherwise).
     pub load_pace: std::time::Duration,
+    /// The migration this server receives, once one began: its outcome when it is known.
+    pub incoming: Arc<Incoming>,
+    /// Waited before each piece of an incoming migration (a test's knob; zero otherwise).
+    pub migrate_in_pace: std::time::Duration,
+}
+
+/// A migration stream a server without a session receives ([`ServerControl::receive`]).
+#[derive(Default)]
+pub struct Incoming {
+    /// `None` until one began; then `Some(None)` until it ends.
+    outcome: parking_lot::Mutex<Option<Option<Result<RestoreSummary, ControlError>>>>,
+    ended: parking_lot::Condvar,
+}
+
+/// How long a server that listens for a migration waits for its source to connect, and for
+/// each read once connected, before it gives up.
+const MIGRATION_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// How long a server sending a session waits for the target's server to accept.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+fn migration_failed(session: u64, reason: String) -> ControlError {
+    failed(session, Operation::Migration, reason)
 }
 
 impl ServerCtl {
@@ -159,7 +195,16 @@ struct Running {
 
 impl Running {
     fn new(ctl: &ServerCtl) -> Self {
-        let cancel = ctl.gone.child();
+        Self::with(ctl, ctl.gone.child())
+    }
+
+    /// An operation that outlives the request that began it (an incoming migration, which
+    /// its router asks about later on another connection): only `abandon` stops it.
+    fn detached(ctl: &ServerCtl) -> Self {
+        Self::with(ctl, Cancel::default())
+    }
+
+    fn with(ctl: &ServerCtl, cancel: Cancel) -> Self {
         ctl.running.lock().push(cancel.clone());
         Running { _on_drop: cancel.on_drop(), cancel, list: ctl.running.clone() }
     }
@@ -185,14 +230,7 @@ impl ServerControl for ServerCtl {
         let session_id = session.id;
         let progress = self.progress.clone();
         let dir = request.dir.clone();
-        let meta = SessionMeta {
-            token: id.token,
-            tenant: id.tenant,
-            program: id.program,
-            abi_major: id.abi_major,
-            epoch: id.epoch,
-            ..Default::default()
-        };
+        let meta = meta_of(id);
         let compression = if request.compress { Compression::Zstd(1) } else { Compression::None };
         let how = How { mode: request.mode, stop: request.stop, reserve: self.factory.cow_reserve };
         let running = Running::new(&self);
@@ -282,6 +320,215 @@ impl ServerControl for ServerCtl {
         for c in self.running.lock().iter() {
             c.cancel();
         }
+    }
+
+    async fn receive(
+        self,
+        _: Context,
+        session: u64,
+        device: Option<i32>,
+        key: [u8; 16],
+        bind: String,
+    ) -> Result<u16, ControlError> {
+        if self.slot.get().is_some() {
+            return Err(self.has_session());
+        }
+        {
+            let mut outcome = self.incoming.outcome.lock();
+            if outcome.is_some() {
+                return Err(migration_failed(session, "this server receives a migration already".into()));
+            }
+            *outcome = Some(None);
+        }
+        let listener = std::net::TcpListener::bind((bind.as_str(), 0))
+            .and_then(|l| l.local_addr().map(|a| (l, a)))
+            .map_err(|e| migration_failed(session, format!("listening on {bind} for the migration: {e}")));
+        let (listener, addr) = match listener {
+            Ok(l) => l,
+            Err(e) => {
+                *self.incoming.outcome.lock() = None;
+                return Err(e);
+            }
+        };
+        let ctl = self.clone();
+        let spawned = std::thread::Builder::new().name("phos-migrate-in".into()).spawn(move || {
+            let outcome = ctl.take_migration(listener, session, device, &key);
+            if let Err(e) = &outcome {
+                tracing::warn!(session, "incoming migration: {e}");
+            }
+            *ctl.incoming.outcome.lock() = Some(Some(outcome));
+            ctl.incoming.ended.notify_all();
+        });
+        spawned.map_err(|e| migration_failed(session, format!("a thread for the migration: {e}")))?;
+        Ok(addr.port())
+    }
+
+    async fn received(self, cx: Context) -> Result<RestoreSummary, ControlError> {
+        let incoming = self.incoming.clone();
+        let until = cx.deadline;
+        tokio::task::spawn_blocking(move || {
+            let mut outcome = incoming.outcome.lock();
+            loop {
+                match &*outcome {
+                    None => return Err(ControlError::ServerHasNoSession),
+                    Some(Some(r)) => return r.clone(),
+                    Some(None) => {
+                        if incoming.ended.wait_until(&mut outcome, until).timed_out() {
+                            return Err(migration_failed(0, "the migration did not arrive in time".into()));
+                        }
+                    }
+                }
+            }
+        })
+        .await
+        .map_err(|e| migration_failed(0, format!("waiting for the migration: {e}")))?
+    }
+
+    async fn migrate_out(self, _: Context, request: MigrateOut) -> Result<SentFigures, ControlError> {
+        let session = self.slot.get().cloned().ok_or(ControlError::ServerHasNoSession)?;
+        let id = session.id;
+        let progress = self.progress.clone();
+        let running = Running::new(&self);
+        let bounds = Bounds { quiesce_timeout: request.quiesce_timeout, cancel: running.cancel.clone() };
+        let load = self.load.lock().clone();
+        let to = request.stream.clone();
+        let sent = tokio::task::spawn_blocking(move || -> Result<SentFigures, ControlError> {
+            let started = std::time::Instant::now();
+            let fail = |why: String| migration_failed(id, why);
+            // Memory an on-demand restore has not loaded yet is not the session's to send.
+            load.map_or(Ok(()), |l| l.wait_over(&bounds))
+                .map_err(|e| to_wire(e, Operation::Migration, id, Path::new("")))?;
+            let connect = |addr: &std::net::SocketAddr| std::net::TcpStream::connect_timeout(addr, CONNECT_TIMEOUT);
+            let stream = std::net::ToSocketAddrs::to_socket_addrs(to.as_str())
+                .and_then(|mut addrs| addrs.next().ok_or_else(|| std::io::Error::other("no address")))
+                .and_then(|addr| connect(&addr))
+                .map_err(|e| fail(format!("connecting to {to}: {e}")))?;
+            // A target that stops reading or answering must not hold the session for ever.
+            let _ = stream.set_write_timeout(Some(MIGRATION_WAIT));
+            let _ = stream.set_read_timeout(Some(request.answer_timeout));
+            let _ = stream.set_nodelay(true);
+            let mut sender = phos_checkpoint::migrate::MigrationSender::start(stream, &request.key)
+                .map_err(|e| fail(format!("starting the stream to {to}: {e}")))?;
+            let meta = meta_of(request.identity);
+            let (summary, passes) =
+                session.migrate_out(&mut sender, meta, &progress, &bounds).map_err(|e| match e {
+                    e @ (CrError::TimedOut { .. } | CrError::Abandoned { .. }) => {
+                        to_wire(e, Operation::Migration, id, Path::new(""))
+                    }
+                    e => fail(e.to_string()),
+                })?;
+            Ok(SentFigures {
+                passes,
+                memory_bytes: summary.memory_bytes,
+                sent_bytes: sender.sent_bytes,
+                held_ms: summary.held_ms,
+                total_ms: started.elapsed().as_secs_f64() * 1e3,
+            })
+        })
+        .await
+        .map_err(|e| migration_failed(id, format!("migration task: {e}")))?;
+        drop(running);
+        match &sent {
+            Ok(f) => tracing::info!(
+                session = id,
+                "sent to {}: {} bytes of memory in {} passes ({} bytes sent), {:.1} ms; calls held {:.1} ms at the end",
+                request.stream,
+                f.memory_bytes,
+                f.passes.len(),
+                f.sent_bytes,
+                f.total_ms,
+                f.held_ms
+            ),
+            Err(e) => tracing::warn!(session = id, "migration to {} given up: {e}", request.stream),
+        }
+        sent
+    }
+
+    async fn thaw(self, _: Context) {
+        if let Some(s) = self.slot.get() {
+            tracing::info!(session = s.id, "the migration was given up: serving the session again");
+            s.thaw();
+        }
+    }
+}
+
+impl ServerCtl {
+    /// Accept the migration stream of session `session` on `listener` (its source presents
+    /// `key`), restore it on demand, and answer the source: the session is this server's.
+    fn take_migration(
+        &self,
+        listener: std::net::TcpListener,
+        session: u64,
+        device: Option<i32>,
+        key: &[u8; 16],
+    ) -> Result<RestoreSummary, ControlError> {
+        let fail = |why: String| migration_failed(session, why);
+        let running = Running::detached(self);
+        let deadline = std::time::Instant::now() + MIGRATION_WAIT;
+        listener.set_nonblocking(true).map_err(|e| fail(format!("the migration listener: {e}")))?;
+        let mut stream = loop {
+            match listener.accept() {
+                Ok((s, from)) => {
+                    tracing::info!(session, "receiving a migration from {from}");
+                    break s;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if std::time::Instant::now() >= deadline || running.cancel.is_cancelled() {
+                        return Err(fail("its source never connected".into()));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Err(e) => return Err(fail(format!("accepting the migration stream: {e}"))),
+            }
+        };
+        drop(listener);
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_read_timeout(Some(MIGRATION_WAIT));
+        // No more than the session's device range can hold (its module variables aside, which
+        // are small): a source cannot make this server hold more host memory than that.
+        let limits =
+            phos_checkpoint::migrate::ReceiveLimits { max_bytes: self.factory.device_size.saturating_add(1 << 30) };
+        let image = {
+            let mut reader = std::io::BufReader::with_capacity(1 << 20, &mut stream);
+            phos_checkpoint::migrate::receive(&mut reader, key, limits, &self.progress, self.migrate_in_pace)
+        };
+        // The restore proper: from the manifest's arrival, with the source holding the session.
+        let start = std::time::Instant::now();
+        let restored = image.map_err(|e| fail(format!("receiving: {e}"))).and_then(|image| {
+            if image.manifest.session.id != session {
+                return Err(fail(format!("the stream brings session {}, not {session}", image.manifest.session.id)));
+            }
+            Session::restore_on_demand_from(
+                &image.manifest,
+                image.memory.clone(),
+                start,
+                &self.factory,
+                device,
+                &self.progress,
+                &running.cancel,
+                self.load_pace,
+            )
+            .map_err(|e| fail(format!("restoring: {e}")))
+        });
+        let (restored, summary, load) = match restored {
+            Ok((s, _, summary, load)) => (s, summary, load),
+            Err(e) => {
+                let _ = phos_checkpoint::migrate::answer(&mut stream, Err(e.to_string()));
+                return Err(e);
+            }
+        };
+        *self.load.lock() = Some(load);
+        self.slot.set(restored).map_err(|_| self.has_session())?;
+        phos_checkpoint::migrate::answer(&mut stream, Ok(()))
+            .map_err(|e| fail(format!("telling the source the session is here: {e}")))?;
+        tracing::info!(
+            session,
+            "migrated in: {} records, {} bytes of memory, served after {:.1} ms",
+            summary.records,
+            summary.memory_bytes,
+            summary.total_ms
+        );
+        Ok(summary)
     }
 }
 

@@ -96,10 +96,6 @@ impl std::fmt::Display for BackendKind {
     }
 }
 
-/// Default size of a concurrent checkpoint's copy-on-write reserve on each device
-/// (`phos-api-server --cow-reserve`).
-pub const DEFAULT_COW_RESERVE: u64 = 256 << 20;
-
 /// Default memory of the emulated device.
 pub const DEFAULT_EMU_MEMORY: u64 = 16 << 30;
 

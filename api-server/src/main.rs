@@ -60,14 +60,19 @@ struct Args {
     #[arg(long = "limit", value_name = "KIND=N")]
     limits: Vec<String>,
     /// Device memory, in bytes on each device, that a concurrent checkpoint may copy
-    /// allocations into ahead of a write; with it full, a call that writes memory not yet
-    /// copied waits for the copy.
-    #[arg(long, default_value_t = phos_api_server::DEFAULT_COW_RESERVE, value_parser = parse_u64)]
-    cow_reserve: u64,
+    /// memory into ahead of a write (default: half the device's free memory, at most the
+    /// session's memory on it); with it full, a call that writes memory not yet copied waits
+    /// for the copy.
+    #[arg(long, value_parser = parse_u64)]
+    cow_reserve: Option<u64>,
     /// Tests only: milliseconds an on-demand restore waits before loading each chunk, so
     /// that the session's calls really come before their memory.
     #[arg(long, hide = true, default_value_t = 0, env = phos_api_server::on_demand::LOAD_PACE_VAR)]
     restore_load_pace_ms: u64,
+    /// Tests only: milliseconds an incoming migration waits before reading each piece, so
+    /// that a test can end the transfer in its middle.
+    #[arg(long, hide = true, default_value_t = 0)]
+    migrate_in_pace_ms: u64,
 }
 
 fn parse_u64(s: &str) -> Result<u64, std::num::ParseIntError> {
@@ -145,7 +150,9 @@ fn main() {
         let (slot, factory, progress) = (slot.clone(), factory.clone(), progress.clone());
         let running = Arc::default();
         let load = Arc::default();
+        let incoming = Arc::default();
         let load_pace_ms = args.restore_load_pace_ms;
+        let migrate_in_pace_ms = args.migrate_in_pace_ms;
         move |gone| {
             ServerCtl {
                 slot: slot.clone(),
@@ -155,6 +162,8 @@ fn main() {
                 running: Arc::clone(&running),
                 load: Arc::clone(&load),
                 load_pace: std::time::Duration::from_millis(load_pace_ms),
+                incoming: Arc::clone(&incoming),
+                migrate_in_pace: std::time::Duration::from_millis(migrate_in_pace_ms),
             }
             .serve()
         }

@@ -194,12 +194,3 @@ impl CallHook for OnDemandHook {
         }
     }
 }
-
-impl crate::service::Session {
-    /// What a launch of `function` touches beyond the memory its parameters and its module's
-    /// variables name: [`EVERYTHING`] for a kernel whose accesses the PTX analysis cannot
-    /// follow, or that has no PTX; nothing otherwise. Asked only while a hook is installed.
-    pub(crate) fn untracked_reach(&self, function: u64) -> Option<DeviceAccess> {
-        self.objects.modules.reach.untracked(self.id, function).map(|_| EVERYTHING)
-    }
-}

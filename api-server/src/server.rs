@@ -86,6 +86,9 @@ const UNPOLICED_REPORT_GAP: Duration = Duration::from_millis(1);
 /// Async calls answered by one acknowledgement at most.
 const ACK_EVERY: u64 = 256;
 
+/// What [`ApiServer::run`] answers for a call of a frozen session (never sent to a guest).
+const FROZEN: i32 = i32::MIN;
+
 impl AckWindow {
     fn ran(&mut self, call_id: u64, status: i32) {
         self.last = call_id;
@@ -326,6 +329,9 @@ impl ApiServer {
                             printed = session.output.take();
                         }
                         activity.store(id.policy_id() + 1, Ordering::Relaxed);
+                        let mut answer_ran = || {
+                            let _ = acks.send(t.as_mut(), session.id);
+                        };
                         let status = match self.call_on(
                             id,
                             h.device,
@@ -333,6 +339,7 @@ impl ApiServer {
                             &mut out,
                             staging.as_ref(),
                             h.flags & FLAG_MEASURE != 0,
+                            &mut answer_ran,
                         ) {
                             Ok(()) => 0,
                             Err(code) => {
@@ -463,11 +470,16 @@ impl ApiServer {
         payload: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<(), CudaError> {
-        self.call_on(id.into(), device, payload, out, None, false).map_err(CudaError)
+        self.call_on(id.into(), device, payload, out, None, false, &mut || {}).map_err(CudaError)
     }
 
     /// Run one call that came on a channel with this staging region; the error is a status of
     /// the function's API.
+    ///
+    /// A frozen session's call runs `on_frozen` (the channel answers the async calls that
+    /// ran before it, so that the guest does not send them again to the session's next
+    /// server) and waits for a thaw, which never comes if the server ends.
+    #[allow(clippy::too_many_arguments)] // a call's own arguments, and what a freeze asks
     fn call_on(
         &self,
         id: Function,
@@ -476,8 +488,14 @@ impl ApiServer {
         out: &mut Vec<u8>,
         staging: Option<&Arc<Staging>>,
         measure: bool,
+        on_frozen: &mut dyn FnMut(),
     ) -> Result<(), i32> {
-        let result = self.run(id, device, payload, out, staging, measure);
+        let mut result = self.run(id, device, payload, out, staging, measure);
+        while result == Err(FROZEN) {
+            on_frozen();
+            self.session().wait_thawed();
+            result = self.run(id, device, payload, out, staging, measure);
+        }
         if result.is_err()
             && id == Function::Cudart(FunctionId::PhosMemcpyStaged)
             && let Some(st) = staging
@@ -503,11 +521,10 @@ impl ApiServer {
         let session = self.session();
         let in_flight = session.quiesce.enter();
         if session.is_frozen() {
-            // Checkpointed and stopped: this call belongs to the restored session.
+            // Checkpointed and stopped (or handed over to another server): this call belongs
+            // to the restored session, unless the session is thawed.
             drop(in_flight);
-            loop {
-                std::thread::park();
-            }
+            return Err(FROZEN);
         }
         if let Some(e) = session.sticky_error() {
             return Err(e.0);

@@ -12,6 +12,13 @@
 //! speculated ranges. Where there is nothing to narrow with (no PTX in the module, a twin that
 //! cannot be built or loaded, no room for its check context), the launch is taken to write all
 //! of the session's memory: the conservative answer, which needs no validation.
+//!
+//! The same analysis says what an on-demand restore must load before a launch runs
+//! (docs/architecture.md, "On-demand restore"): a kernel that loads or stores through an
+//! address the PTX cannot derive from its parameters or its module's variables, or whose
+//! module has no PTX, may touch any memory ([`EVERYTHING`] joins its speculation). The module
+//! is analysed once, the first time a launch of one of its kernels runs under a C/R
+//! protocol, and the answer kept until the module is unloaded.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
@@ -23,6 +30,7 @@ use phos_ptx::instrument::{CheckedModule, checked_twin};
 
 use crate::backend::Raw;
 use crate::backend::prelude::*;
+use crate::on_demand::EVERYTHING;
 use crate::registry::modules::Kernel;
 use crate::service::Session;
 use crate::window::{InFlight, ServerWindow};
@@ -34,8 +42,10 @@ pub struct ModuleCode {
     code: OnceLock<Code>,
     /// The checked twin, loaded on the backend (once: later protocols reuse it).
     twin: Mutex<Option<Result<LoadedTwin, String>>>,
-    /// Kernels the log has been told about (once each).
+    /// Kernels the log has been told about (once each): taken to write everything, taken
+    /// to touch anything.
     logged: Mutex<HashSet<String>>,
+    reach_logged: Mutex<HashSet<String>>,
 }
 
 enum Code {
@@ -46,7 +56,10 @@ enum Code {
         /// Bytes of parameters each kernel takes (its twin's context parameter follows them,
         /// 8-byte aligned).
         param_bytes: HashMap<String, u64>,
-        twin: Result<CheckedModule, String>,
+        /// The module, for its checked twin, made the first time a window asks for it (an
+        /// on-demand restore reads only the accesses).
+        module: phos_ptx::Module,
+        twin: OnceLock<Result<CheckedModule, String>>,
     },
 }
 
@@ -60,7 +73,13 @@ struct LoadedTwin {
 
 impl ModuleCode {
     pub fn new(image: &[u8]) -> Self {
-        ModuleCode { image: image.to_vec(), code: OnceLock::new(), twin: Mutex::new(None), logged: Mutex::default() }
+        ModuleCode {
+            image: image.to_vec(),
+            code: OnceLock::new(),
+            twin: Mutex::new(None),
+            logged: Mutex::default(),
+            reach_logged: Mutex::default(),
+        }
     }
 
     fn code(&self) -> &Code {
@@ -76,9 +95,35 @@ impl ModuleCode {
             };
             let accesses = kernel_accesses(&module).into_iter().map(|a| (a.kernel.clone(), a)).collect();
             let param_bytes = module.functions().map(|f| (f.name.clone(), phos_ptx::signature_of(f).size)).collect();
-            let twin = checked_twin(&module).map_err(|e| e.to_string());
-            Code::Ptx { accesses, param_bytes, twin }
+            Code::Ptx { accesses, param_bytes, module, twin: OnceLock::new() }
         })
+    }
+
+    /// Why a launch of `kernel` may touch memory that its parameters and its module's
+    /// variables do not name; `None` when it cannot.
+    pub(crate) fn untracked(&self, kernel: &str) -> Option<String> {
+        let accesses = match self.code() {
+            Code::NoPtx(why) => return Some(why.clone()),
+            Code::Ptx { accesses, .. } => accesses,
+        };
+        let Some(k) = accesses.get(kernel) else { return Some("its module's PTX has no body for it".into()) };
+        let loads = k.untracked_loads.first().map(|u| ("loads", u));
+        loads.or(k.untracked_stores.first().map(|u| ("stores", u))).map(|(what, u)| {
+            format!(
+                "it {what} through an address not derived from its parameters ({}, {} line {})",
+                u.what, u.function, u.line
+            )
+        })
+    }
+
+    /// Say once per kernel that its launches may touch any memory, and why.
+    fn log_reach_once(&self, session: u64, kernel: &str, why: &str) {
+        if self.reach_logged.lock().insert(kernel.to_string()) {
+            tracing::info!(
+                session,
+                "kernel {kernel}: {why}: its launches are taken to touch any memory (an on-demand restore loads all memory before it runs)"
+            );
+        }
     }
 
     /// Say once per kernel why its launches are taken to write everything.
@@ -94,8 +139,9 @@ impl ModuleCode {
     /// The twin of `kernel`, loading the twin module on `device` the first time: the twin, the
     /// variables its table lists, and where its context parameter goes.
     fn twin_function(&self, backend: &dyn Backend, device: i32, kernel: &str) -> Result<Twin, String> {
-        let Code::Ptx { twin, param_bytes, .. } = self.code() else { return Err("no PTX".into()) };
+        let Code::Ptx { twin, param_bytes, module, .. } = self.code() else { return Err("no PTX".into()) };
         let context_at = param_bytes.get(kernel).copied().unwrap_or(0).next_multiple_of(8) as usize;
+        let twin = twin.get_or_init(|| checked_twin(module).map_err(|e| e.to_string()));
         let checked = twin.as_ref().map_err(|e| format!("no checked twin: {e}"))?;
         let mut slot = self.twin.lock();
         let loaded = slot.get_or_insert_with(|| {
@@ -146,17 +192,40 @@ pub(crate) struct CheckedLaunch {
 }
 
 /// What a launch of `function` with `params` will read and write (what the hook is shown),
-/// and, while a window is armed, the checked twin to run instead.
+/// and, while a window is armed, the checked twin to run instead. A kernel that may touch
+/// memory its launch does not name has [`EVERYTHING`] among its accesses too.
 pub(crate) fn plan_launch(
     session: &Session,
     function: u64,
     params: &[u8],
     window: Option<&Arc<ServerWindow>>,
 ) -> (Vec<DeviceAccess>, Option<CheckedLaunch>) {
-    let memory = &session.objects.memory;
-    let everything =
-        || memory.regions().into_iter().map(|(addr, len)| DeviceAccess { addr, len, writes: true }).collect();
-    let Some(kernel) = session.objects.modules.kernel(function) else { return (everything(), None) };
+    let Some(kernel) = session.objects.modules.kernel(function) else {
+        let mut all = writes_everything(session);
+        all.push(EVERYTHING);
+        return (all, None);
+    };
+    let (mut access, checked) = plan_kernel(session, &kernel, params, window);
+    if let Some(why) = kernel.code.untracked(&kernel.name) {
+        kernel.code.log_reach_once(session.id, &kernel.name, &why);
+        access.push(EVERYTHING);
+    }
+    (access, checked)
+}
+
+/// Every region of the session's memory, written.
+fn writes_everything(session: &Session) -> Vec<DeviceAccess> {
+    session.objects.memory.regions().into_iter().map(|(addr, len)| DeviceAccess { addr, len, writes: true }).collect()
+}
+
+/// [`plan_launch`] of a known kernel, but for what it may touch unnamed.
+fn plan_kernel(
+    session: &Session,
+    kernel: &Kernel,
+    params: &[u8],
+    window: Option<&Arc<ServerWindow>>,
+) -> (Vec<DeviceAccess>, Option<CheckedLaunch>) {
+    let everything = || writes_everything(session);
     let access = match kernel.code.code() {
         Code::NoPtx(why) => {
             kernel.code.log_once(session.id, &kernel.name, why);
@@ -170,7 +239,7 @@ pub(crate) fn plan_launch(
             }
         },
     };
-    let speculated = speculate(session, &kernel, access, params);
+    let speculated = speculate(session, kernel, access, params);
     let Some(window) = window.filter(|w| w.armed()) else {
         // Nothing checks the launch: what speculation cannot attribute makes it write
         // everything.
@@ -179,7 +248,7 @@ pub(crate) fn plan_launch(
         }
         return (speculated, None);
     };
-    match checked_launch(session, window, &kernel, &speculated, params) {
+    match checked_launch(session, window, kernel, &speculated, params) {
         Ok(Some(c)) => (speculated, Some(c)),
         // The window was finished meanwhile: nothing is checked any more.
         Ok(None) if access.stores_are_tracked() => (speculated, None),
@@ -212,11 +281,7 @@ fn speculate(session: &Session, kernel: &Kernel, access: &KernelAccess, params: 
             out.push(DeviceAccess { addr: *addr, len: *len, writes: written });
         }
     }
-    // A load the PTX cannot attribute may read anything (what a restore that loads memory on
-    // demand must know; validation checks stores only).
-    if !access.untracked_loads.is_empty() {
-        out.extend(memory.regions().into_iter().map(|(addr, len)| DeviceAccess { addr, len, writes: false }));
-    }
+    // A load the PTX cannot attribute may read anything: `plan_launch` adds `EVERYTHING`.
     // One entry a range, written if any word writes it.
     out.sort_by_key(|d| (d.addr, !d.writes));
     out.dedup_by(|later, first| later.addr == first.addr);
@@ -248,4 +313,70 @@ fn checked_launch(
     with_context.resize(twin.context_at, 0);
     with_context.extend_from_slice(&context.to_le_bytes());
     Ok(Some(CheckedLaunch { function: twin.function, params: with_context, _in_flight: in_flight }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PTX: &str = r#"
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry direct(.param .u64 a, .param .u64 b)
+{
+    .reg .b64 %rd<4>;
+    .reg .b32 %r<2>;
+    ld.param.u64 %rd1, [a];
+    ld.param.u64 %rd2, [b];
+    cvta.to.global.u64 %rd1, %rd1;
+    cvta.to.global.u64 %rd2, %rd2;
+    ld.global.u32 %r1, [%rd1];
+    st.global.u32 [%rd2], %r1;
+    ret;
+}
+
+.visible .entry chase(.param .u64 table, .param .u64 out)
+{
+    .reg .b64 %rd<5>;
+    .reg .b32 %r<2>;
+    ld.param.u64 %rd1, [table];
+    ld.param.u64 %rd2, [out];
+    cvta.to.global.u64 %rd1, %rd1;
+    cvta.to.global.u64 %rd2, %rd2;
+    ld.global.u64 %rd3, [%rd1];
+    ld.global.u32 %r1, [%rd3];
+    st.global.u32 [%rd2], %r1;
+    ret;
+}
+
+.visible .entry scatter(.param .u64 table, .param .u32 v)
+{
+    .reg .b64 %rd<4>;
+    .reg .b32 %r<2>;
+    ld.param.u64 %rd1, [table];
+    ld.param.u32 %r1, [v];
+    cvta.to.global.u64 %rd1, %rd1;
+    ld.global.u64 %rd2, [%rd1];
+    st.global.u32 [%rd2], %r1;
+    ret;
+}
+"#;
+
+    /// A kernel that reads and writes only through its parameters reaches nothing else; one
+    /// that loads or stores through a pointer loaded from memory may touch anything, and
+    /// says why; so may a kernel of a module without PTX, and one its PTX has no body for.
+    #[test]
+    fn kernels_touching_memory_through_loaded_pointers_are_untracked() {
+        let code = ModuleCode::new(PTX.as_bytes());
+        assert_eq!(code.untracked("direct"), None);
+        let why = code.untracked("chase").expect("chase reads through a loaded pointer");
+        assert!(why.contains("loads through an address not derived"), "{why}");
+        let why = code.untracked("scatter").expect("scatter writes through a loaded pointer");
+        assert!(why.contains("stores through an address not derived"), "{why}");
+        assert!(code.untracked("absent").is_some_and(|w| w.contains("no body")));
+        let opaque = ModuleCode::new(b"\x7fELF not ptx");
+        assert!(opaque.untracked("k").is_some_and(|w| w.contains("PTX")));
+    }
 }

@@ -2,13 +2,16 @@
 //! memory of the engine's own, outside the session's address range, for the check contexts
 //! of validated launches and the copy-on-write reserve; and the validation itself.
 //!
-//! Each device the session has gets one area, reserved right after the session's range
-//! (`base + size + device × area`) and mapped for the checkpoint's duration:
+//! Each device the session has gets one area, reserved after the session's range (the
+//! devices' areas one after the other) and mapped for the checkpoint's duration:
 //!
 //! ```text
 //! [0, CONTEXTS)                  check contexts and variable tables, handed out in order
-//! [CONTEXTS, CONTEXTS + reserve) copies of regions taken ahead of a write (first fit)
+//! [CONTEXTS, CONTEXTS + reserve) copies of chunks taken ahead of a write (first fit)
 //! ```
+//!
+//! The reserve is what the operator set (`--cow-reserve`), or else sized from the device's
+//! free memory ([`sized_reserve`]).
 //!
 //! A check context is written once and shared by every launch speculated to write the same
 //! ranges (the flags only ever go from clear to set), so a busy session needs few. The
@@ -93,23 +96,27 @@ impl Drop for InFlight {
 }
 
 impl ServerWindow {
-    /// Map an area on every device of the session, with `reserve` bytes for copies (none
-    /// where the device has not that much free); launches find it once it is armed.
+    /// Map an area on every device of the session, with `reserve(device)` bytes for copies
+    /// (none where the device has not that much free); launches find it once it is armed.
     pub(crate) fn open(
         session: u64,
         backend: Arc<dyn Backend>,
         memory: Arc<AddressSpace>,
         slot: Arc<WindowSlot>,
-        reserve: u64,
+        reserve: impl Fn(i32) -> u64,
     ) -> Result<Arc<ServerWindow>, CrError> {
         let devices = backend.device_count().max(0);
         let mut areas = Vec::new();
+        // The areas follow one another (their sizes differ where the reserves do).
+        let mut next = memory.base() + memory.size();
         for device in 0..devices {
+            let reserve = reserve(device);
             let gran = backend.granularity(device).max(1);
             let full = (CONTEXTS + reserve).next_multiple_of(gran);
             let bare = CONTEXTS.next_multiple_of(gran);
             let reserved = full.max(MIN_RESERVATION).next_multiple_of(gran);
-            let base = memory.base() + memory.size() + device as u64 * reserved;
+            let base = next.next_multiple_of(gran);
+            next = base + reserved;
             let mapped = map_area(backend.as_ref(), device, base, full, reserved).map(|p| (p, full)).or_else(|e| {
                 if reserve > 0 {
                     tracing::warn!(
@@ -137,7 +144,6 @@ impl ServerWindow {
                     return Err(CrError::Device { what, error });
                 }
             };
-            memory.add_engine(base, CONTEXTS);
             let mut free = BTreeMap::new();
             if len > CONTEXTS {
                 free.insert(base + CONTEXTS, len - CONTEXTS);
@@ -257,6 +263,19 @@ impl ServerWindow {
     }
 }
 
+/// The copy-on-write reserve a device gets when the operator set none: half of its free
+/// memory (the session keeps the other half to allocate from while the checkpoint runs), and
+/// no more than the session's memory on it, `session_bytes` (it never copies more aside).
+pub(crate) fn sized_reserve(backend: &dyn Backend, device: i32, session_bytes: u64) -> u64 {
+    match backend.mem_info(device) {
+        Ok((free, _)) => (free / 2).min(session_bytes),
+        Err(e) => {
+            tracing::warn!("device {device}: its free memory is unknown ({e:?}): no copy-on-write reserve");
+            0
+        }
+    }
+}
+
 /// Reserve `reserved` bytes of address space at `base` and map the first `len`.
 fn map_area(
     backend: &dyn Backend,
@@ -300,24 +319,56 @@ impl Drop for ServerWindow {
 
 impl Window for ServerWindow {
     fn arm(&self) {
+        // Registered here, with the session at rest, not when the window opens: on `emu` a
+        // running kernel holds the address space for reading until it ends, and the window
+        // opens before the checkpoint's deadline-bound waits.
+        for a in &self.areas {
+            self.memory.add_engine(a.base, CONTEXTS);
+        }
         *self.slot.write() = self.me.upgrade();
         self.armed.store(true, Ordering::Release);
     }
 
-    fn save(&self, device: i32, addr: u64, len: u64) -> Result<Option<u64>, CrError> {
-        let Ok(area) = self.area(device) else { return Ok(None) };
-        let Some(copy) = take_first_fit(&mut area.free.lock(), len.next_multiple_of(256), 256) else { return Ok(None) };
+    fn save(&self, device: i32, pieces: &[(u64, u64)]) -> Result<Vec<u64>, CrError> {
+        let Ok(area) = self.area(device) else { return Ok(Vec::new()) };
+        let mut copies = Vec::with_capacity(pieces.len());
+        {
+            let mut free = area.free.lock();
+            for &(_, len) in pieces {
+                match take_first_fit(&mut free, len.next_multiple_of(256), 256) {
+                    Some(copy) => copies.push(copy),
+                    None => break,
+                }
+            }
+        }
+        if copies.is_empty() {
+            return Ok(copies);
+        }
+        // Every copy queued on the area's stream (pieces that follow one another, here and in
+        // the reserve, as one), then one wait: the writes that asked for them are issued only
+        // after this returns.
+        let mut runs: Vec<(u64, u64, u64)> = Vec::new();
+        for (&copy, &(addr, len)) in copies.iter().zip(pieces) {
+            match runs.last_mut() {
+                Some((to, from, n)) if *from + *n == addr && *to + *n == copy => *n += len,
+                _ => runs.push((copy, addr, len)),
+            }
+        }
         let b = &self.backend;
         let stream = StreamRef::Created(area.stream);
         let copied = b
             .bind(device)
-            .and_then(|_| b.memcpy_dtod(copy, addr, len, Some(stream)))
+            .and_then(|_| runs.iter().try_for_each(|&(to, from, n)| b.memcpy_dtod(to, from, n, Some(stream))))
             .and_then(|_| b.stream_synchronize(stream));
         if let Err(error) = copied {
-            self.release(device, copy, len);
-            return Err(CrError::Device { what: format!("copying {addr:#x} ahead of a write"), error });
+            for (&copy, &(_, len)) in copies.iter().zip(pieces) {
+                self.release(device, copy, len);
+            }
+            let bytes: u64 = pieces[..copies.len()].iter().map(|p| p.1).sum();
+            let what = format!("copying {bytes} bytes from {:#x} on aside ahead of a write", pieces[0].0);
+            return Err(CrError::Device { what, error });
         }
-        Ok(Some(copy))
+        Ok(copies)
     }
 
     fn release(&self, device: i32, copy: u64, len: u64) {
@@ -327,13 +378,14 @@ impl Window for ServerWindow {
     }
 
     fn finish(&self, within: &Within<'_>) -> Result<Option<u64>, CrError> {
-        {
+        // Launches being issued with a twin finish issuing (on `emu`, running), within the
+        // deadline too.
+        let issued = {
             let mut n = self.in_flight.lock();
             self.armed.store(false, Ordering::Release);
-            while *n > 0 {
-                self.idle.wait(&mut n);
-            }
-        }
+            while *n > 0 && !self.idle.wait_until(&mut n, within.deadline).timed_out() {}
+            *n == 0
+        };
         // Launches run the original kernels from now on; a new launch no longer finds the
         // window.
         {
@@ -342,11 +394,16 @@ impl Window for ServerWindow {
                 *slot = None;
             }
         }
+        let session = self.session;
+        if !issued {
+            self.keep_mapped.store(true, Ordering::Relaxed);
+            let why = "checked kernel launches were still being issued at the deadline".into();
+            return Err(CrError::CopyOnWrite { session, why });
+        }
         // The checked kernels issued must have run before their flags say anything, and
         // before the memory they read goes: not cancellable, only bounded. If they do not
         // end in time the memory stays mapped (a kernel still running reads it).
         let b = self.backend.clone();
-        let session = self.session;
         fn never() -> bool {
             false
         }
@@ -379,5 +436,26 @@ impl Window for ServerWindow {
             }
         }
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::emu::EmuBackend;
+
+    /// Unless set, the reserve is half the device's free memory, at most the session's
+    /// memory on it; a device that does not answer gets none.
+    #[test]
+    fn the_reserve_is_half_the_free_memory_at_most_the_sessions() {
+        let emu = EmuBackend::new(1 << 30);
+        assert_eq!(sized_reserve(&emu, 0, 48 << 20), 48 << 20);
+        assert_eq!(sized_reserve(&emu, 0, 4 << 30), 512 << 20);
+        let physical = emu.reserve(0x4a00_0000_0000, 256 << 20).and_then(|_| emu.map(0, 0x4a00_0000_0000, 256 << 20));
+        let physical = physical.expect("256 MiB mapped");
+        assert_eq!(sized_reserve(&emu, 0, 4 << 30), 384 << 20, "half of what is free now");
+        emu.unmap(0x4a00_0000_0000, 256 << 20, physical).unwrap();
+        emu.unreserve(0x4a00_0000_0000, 256 << 20);
+        assert_eq!(sized_reserve(&emu, 7, 4 << 30), 0);
     }
 }

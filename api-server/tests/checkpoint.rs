@@ -67,7 +67,7 @@ fn factory(base: u64) -> SessionFactory {
         max_reply: 1 << 30,
         output: Arc::new(DeviceOutput::default),
         limits: SessionLimits::default(),
-        cow_reserve: phos_api_server::DEFAULT_COW_RESERVE,
+        cow_reserve: None,
     }
 }
 
@@ -309,9 +309,17 @@ fn a_corrupted_image_creates_nothing() {
     build(&s);
     s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &Bounds::default()).unwrap();
     drop(s);
-    let mem = dir.path().join(phos_checkpoint::MEMORY_FILE);
+    // The memory is spread over `memory` and `memory.N`, one per writer thread, as the
+    // threads took the chunks: corrupt the middle of the largest, which holds chunk data.
+    let mem = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(phos_checkpoint::MEMORY_FILE))
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .expect("a memory file");
     let mut bytes = std::fs::read(&mem).unwrap();
-    bytes[100] ^= 0xff;
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
     std::fs::write(&mem, &bytes).unwrap();
     let err = restore(dir.path(), base).err().expect("refused");
     assert!(matches!(&err, CrError::Image(ImageError::Corrupted(why)) if why.contains("checksum")), "{err}");
@@ -751,7 +759,7 @@ fn concurrently() -> phos_api_server::checkpoint::How {
     phos_api_server::checkpoint::How {
         mode: phos_checkpoint::report::CheckpointMode::CopyOnWrite,
         stop: false,
-        reserve: phos_api_server::DEFAULT_COW_RESERVE,
+        reserve: None,
     }
 }
 
@@ -763,7 +771,7 @@ fn concurrently() -> phos_api_server::checkpoint::How {
 /// later.
 #[test]
 fn a_copy_on_write_checkpoint_is_the_session_at_one_point_while_it_runs() {
-    let summary = rewritten_during_copy_on_write(0x4e00_0000_0000, phos_api_server::DEFAULT_COW_RESERVE);
+    let summary = rewritten_during_copy_on_write(0x4e00_0000_0000, None);
     assert!(summary.extra_bytes > 0, "no buffer was copied ahead of a write: the test did not test ({summary:?})");
 }
 
@@ -771,14 +779,14 @@ fn a_copy_on_write_checkpoint_is_the_session_at_one_point_while_it_runs() {
 /// copy has taken it; the image is as right.
 #[test]
 fn without_a_reserve_writers_wait_for_the_copy() {
-    let summary = rewritten_during_copy_on_write(0x5100_0000_0000, 0);
+    let summary = rewritten_during_copy_on_write(0x5100_0000_0000, Some(0));
     assert_eq!(summary.extra_bytes, 0, "{summary:?}");
     assert!(summary.held_ms > 0.0, "no call waited for the copy: the test did not test ({summary:?})");
 }
 
 /// A copy-on-write checkpoint with `reserve` bytes of reserve while a writer rewrites the
 /// session's memory; the image must be the session between two of the writer's calls.
-fn rewritten_during_copy_on_write(base: u64, reserve: u64) -> phos_control::CheckpointSummary {
+fn rewritten_during_copy_on_write(base: u64, reserve: Option<u64>) -> phos_control::CheckpointSummary {
     let s = Arc::new(session(base));
     let (fill, _) = writers(&s);
     let mut order: Vec<u64> = (0..12).map(|_| call(&s, &CudaMallocRequest { size: 4 << 20 }).devPtr).collect();

@@ -36,7 +36,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use phos_protocol::CudaError;
 use phos_protocol::spec::CallAccess;
 
-use crate::report::{CheckpointSummary, Progress, RestoreSummary, Waiting};
+use crate::report::{CheckpointSummary, Progress, RestoreSummary, RoundFigures, Waiting};
 use crate::{
     Chunk, ChunkReader, ChunkStore, Compression, Encoding, ImageError, ImageSink, ImageSource, Manifest, MemoryRegion,
     PreparedChunk, Record, prepare_chunk,
@@ -614,6 +614,8 @@ fn copy_image<T: Snapshot + ?Sized>(
 /// now (the region itself, or a copy taken ahead of a write).
 #[derive(Debug, Clone, Copy)]
 struct Piece {
+    /// Its place among the pieces handed out.
+    index: usize,
     region: usize,
     offset: u64,
     len: usize,
@@ -642,9 +644,10 @@ impl InOrder {
     fn new(memory: &[MemoryRegion]) -> Self {
         let pieces = pieces(memory)
             .into_iter()
-            .map(|(region, offset, len)| {
+            .enumerate()
+            .map(|(index, (region, offset, len))| {
                 let r = &memory[region];
-                Piece { region, offset, len, device: r.device, from: r.addr + offset }
+                Piece { index, region, offset, len, device: r.device, from: r.addr + offset }
             })
             .collect();
         InOrder { pieces, next: AtomicUsize::new(0) }
@@ -1013,8 +1016,9 @@ pub fn restore<T: Rebuild>(
 pub trait Concurrent: Intercept {
     /// Device memory for copies taken ahead of writes, `reserve` bytes on each device of the
     /// session (less where a device has less free; none is an answer too: writers then wait
-    /// for the copy). Validation starts at [`Window::arm`].
-    fn open_window(&self, reserve: u64) -> Result<Arc<dyn Window>, CrError>;
+    /// for the copy); `None`: as much as the server sees fit on each device. Validation
+    /// starts at [`Window::arm`].
+    fn open_window(&self, reserve: Option<u64>) -> Result<Arc<dyn Window>, CrError>;
 }
 
 /// A concurrent checkpoint's window on its session: the copy-on-write reserve, and the
@@ -1024,9 +1028,10 @@ pub trait Window: Send + Sync {
     /// the ranges the launch was speculated to write (a launch whose speculation is "all of
     /// memory" needs none). Called with the session at rest, so no launch goes unchecked.
     fn arm(&self);
-    /// Copy `[addr, addr + len)` of `device` into the reserve, on the device, and return
-    /// once the copy is done: where the copy is. `None`: the reserve has no room for it.
-    fn save(&self, device: i32, addr: u64, len: u64) -> Result<Option<u64>, CrError>;
+    /// Copy as many of `pieces` (address, length) of `device`, in order, as the reserve has
+    /// room for into it, on the device, and return once the copies are done: where each
+    /// piece copied is (the first pieces; none where the reserve is full).
+    fn save(&self, device: i32, pieces: &[(u64, u64)]) -> Result<Vec<u64>, CrError>;
     /// The copy at `copy` is no longer needed.
     fn release(&self, device: i32, copy: u64, len: u64);
     /// Stop checking new launches, wait (until `within`'s deadline) for the checked ones to
@@ -1062,123 +1067,201 @@ impl Drop for Armed<'_> {
     }
 }
 
-/// Where a region stands in a copy-on-write checkpoint.
+/// Where a chunk of the image stands in a copy-on-write checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Taken {
-    /// Its contents at the quiesce are still in the region itself.
+    /// Its contents at the quiesce are still in place only; not handed to the copy yet.
     Pending,
-    /// A write is coming: its contents at the quiesce were copied to this address first.
+    /// A write is coming: its contents at the quiesce were copied aside to this address
+    /// first; not handed to the copy yet.
     Saved(u64),
-    /// Every piece is in the image.
-    Copied,
+    /// Being read from its place: a write waits until it is in the image.
+    Reading,
+    /// Being read from its copy aside.
+    ReadingSaved(u64),
+    /// In the image.
+    Done,
 }
 
-/// A region a copy-on-write checkpoint follows: (address, size, device, the module whose
-/// variable it is).
-type Followed = (u64, u64, i32, Option<u64>);
+impl Taken {
+    /// Not handed to the copy yet.
+    fn unhanded(self) -> bool {
+        matches!(self, Taken::Pending | Taken::Saved(_))
+    }
+}
+
+/// One chunk of the image's memory: the piece of `region` at `offset`, `len` bytes at `addr`
+/// on `device`. Chunks are the copy's pieces ([`COPY_CHUNK`]) and the unit copied aside.
+#[derive(Debug, Clone, Copy)]
+struct FollowedChunk {
+    region: usize,
+    offset: u64,
+    len: u64,
+    device: i32,
+    addr: u64,
+}
+
+/// A region of the image: `[start, end)`, its chunks `first..first + count`, and the module
+/// whose variable it is.
+#[derive(Debug, Clone, Copy)]
+struct FollowedRegion {
+    start: u64,
+    end: u64,
+    first: usize,
+    count: usize,
+    module: Option<u64>,
+}
+
+/// The image's memory as a copy-on-write checkpoint follows it.
+struct Layout {
+    chunks: Vec<FollowedChunk>,
+    /// In image order.
+    regions: Vec<FollowedRegion>,
+    /// Region indices by start address (regions do not overlap).
+    by_addr: Vec<usize>,
+}
+
+/// Chunks `lo..hi` of region `region`, which a call writes.
+type Span = (usize, usize, usize);
+
+impl Layout {
+    fn new(memory: &[MemoryRegion]) -> Self {
+        // The copy's pieces, region by region.
+        let chunks: Vec<FollowedChunk> = pieces(memory)
+            .into_iter()
+            .map(|(region, offset, len)| {
+                let r = &memory[region];
+                FollowedChunk { region, offset, len: len as u64, device: r.device, addr: r.addr + offset }
+            })
+            .collect();
+        let mut first = 0;
+        let regions: Vec<FollowedRegion> = memory
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let count = chunks[first..].iter().take_while(|c| c.region == i).count();
+                let module = match &r.kind {
+                    crate::RegionKind::ModuleVariable { module, .. } => Some(*module),
+                    crate::RegionKind::Allocation => None,
+                };
+                let followed =
+                    FollowedRegion { start: r.addr, end: r.addr.saturating_add(r.size), first, count, module };
+                first += count;
+                followed
+            })
+            .collect();
+        let mut by_addr: Vec<usize> = (0..regions.len()).collect();
+        by_addr.sort_unstable_by_key(|&i| regions[i].start);
+        Layout { chunks, regions, by_addr }
+    }
+
+    /// The chunks a call with `access` writes: those its announced write ranges overlap
+    /// (the spec's ranges are exact; a launch's are the allocations it may write), and all
+    /// of a region it frees or whose module it unloads.
+    fn written(&self, access: &CallAccess<'_>) -> Vec<Span> {
+        let mut out = Vec::new();
+        for d in access.device.iter().filter(|d| d.writes) {
+            let end = d.addr.saturating_add(d.len.max(1));
+            // The regions starting before `end`, back to the first that ends at or before
+            // `addr`.
+            let upto = self.by_addr.partition_point(|&i| self.regions[i].start < end);
+            for &i in self.by_addr[..upto].iter().rev() {
+                let r = &self.regions[i];
+                if r.end <= d.addr {
+                    break;
+                }
+                if r.count == 0 {
+                    continue;
+                }
+                let chunk = COPY_CHUNK as u64;
+                let lo = (d.addr.max(r.start) - r.start) / chunk;
+                let hi = (end.min(r.end) - 1 - r.start) / chunk + 1;
+                out.push((i, lo as usize, hi as usize));
+            }
+        }
+        use phos_protocol::spec::ObjectEffect;
+        for o in access.objects.iter().filter(|o| o.effect == ObjectEffect::Destroys) {
+            let whole = |i: usize| (i, 0, self.regions[i].count);
+            match o.kind {
+                "device_memory" => out.extend(
+                    (0..self.regions.len())
+                        .filter(|&i| self.regions[i].start == o.value && self.regions[i].count > 0)
+                        .map(whole),
+                ),
+                "module" => out.extend(
+                    (0..self.regions.len())
+                        .filter(|&i| self.regions[i].module == Some(o.value) && self.regions[i].count > 0)
+                        .map(whole),
+                ),
+                _ => {}
+            }
+        }
+        out
+    }
+}
 
 #[derive(Default)]
 struct CowState {
+    /// By chunk.
     taken: Vec<Taken>,
-    /// Pieces of each region being read from the device now.
-    reading: Vec<u32>,
-    /// Bytes of each region handed out to the copy, and copied.
-    handed: Vec<u64>,
-    copied: Vec<u64>,
-    /// Regions that calls wait for (the reserve had no room): copied first.
+    /// Chunks of each region not safe from writes yet (pending or being read in place): a
+    /// write to a region with none goes straight on.
+    open: Vec<usize>,
+    /// Chunks that calls wait for (the reserve had no room for them): copied first.
     wanted: VecDeque<usize>,
-    /// The next region of the copy in image order.
+    /// By chunk: put in `wanted` already.
+    asked: Vec<bool>,
+    /// The next chunk of the copy in image order.
     cursor: usize,
-    /// The checkpoint gave up (its copy failed, a save failed): calls go on unheld.
+    /// The checkpoint gave up (its copy failed, a copy aside failed): calls go on unheld.
     given_up: Option<String>,
 }
 
+/// What the copy-on-write hook cost the session's calls.
+#[derive(Default)]
+struct CowFigures {
+    /// Bytes copied aside ahead of writes.
+    saved: std::sync::atomic::AtomicU64,
+    /// Calls that waited (for a copy aside, or for the copy), the time they waited in all,
+    /// and the longest one call waited for the copy (ns).
+    waited_calls: std::sync::atomic::AtomicU64,
+    waited_ns: std::sync::atomic::AtomicU64,
+    held_ns: std::sync::atomic::AtomicU64,
+}
+
 /// Copy-on-write over a running session: installed as its hook, it sees every call before
-/// it runs; a call that will write a region not yet copied waits until that region's
+/// it runs; a call that will write chunks of the image not yet copied waits until their
 /// contents are safe: copied on the device into the reserve, or (the reserve full) copied
-/// into the image. It also hands out the copy's pieces, reading a saved region from its copy
-/// and the regions calls wait for first.
+/// into the image. It also hands out the copy's pieces, reading a saved chunk from its copy
+/// and the chunks calls wait for first.
 struct CopyOnWrite {
     window: Arc<dyn Window>,
-    /// The image's regions (unset until the session is at rest and the checkpoint arms it).
-    regions: std::sync::OnceLock<Vec<Followed>>,
-    /// Region indices by address.
-    by_addr: std::sync::OnceLock<Vec<(u64, u64, usize)>>,
-    pieces: AtomicUsize,
+    /// The image's memory (unset until the session is at rest and the checkpoint arms it).
+    layout: std::sync::OnceLock<Layout>,
     state: Mutex<CowState>,
     changed: Condvar,
-    /// The longest a call was held (ns), and bytes saved ahead of writes.
-    held_ns: std::sync::atomic::AtomicU64,
-    saved: std::sync::atomic::AtomicU64,
+    figures: CowFigures,
 }
 
 impl CopyOnWrite {
     fn new(window: Arc<dyn Window>) -> Self {
         CopyOnWrite {
             window,
-            regions: Default::default(),
-            by_addr: Default::default(),
-            pieces: AtomicUsize::new(0),
+            layout: Default::default(),
             state: Mutex::new(CowState::default()),
             changed: Condvar::new(),
-            held_ns: Default::default(),
-            saved: Default::default(),
+            figures: CowFigures::default(),
         }
     }
 
     /// Follow `memory` (the image's regions, taken with the session at rest).
     fn arm(&self, memory: &[MemoryRegion]) {
-        let regions: Vec<_> = memory
-            .iter()
-            .map(|r| {
-                let module = match &r.kind {
-                    crate::RegionKind::ModuleVariable { module, .. } => Some(*module),
-                    crate::RegionKind::Allocation => None,
-                };
-                (r.addr, r.size, r.device, module)
-            })
-            .collect();
-        let mut by_addr: Vec<_> = regions.iter().enumerate().map(|(i, r)| (r.0, r.0 + r.1, i)).collect();
-        by_addr.sort_unstable();
+        let layout = Layout::new(memory);
         let mut st = self.state.lock();
-        st.taken = regions.iter().map(|r| if r.1 == 0 { Taken::Copied } else { Taken::Pending }).collect();
-        st.reading = vec![0; regions.len()];
-        st.handed = vec![0; regions.len()];
-        st.copied = vec![0; regions.len()];
-        self.pieces.store(pieces(memory).len(), Ordering::Relaxed);
-        let _ = self.by_addr.set(by_addr);
-        let _ = self.regions.set(regions);
-    }
-
-    /// The regions a call with `access` writes or frees.
-    fn written(&self, access: &CallAccess<'_>) -> Vec<usize> {
-        let (Some(regions), Some(by_addr)) = (self.regions.get(), self.by_addr.get()) else { return Vec::new() };
-        let mut out = Vec::new();
-        for d in access.device.iter().filter(|d| d.writes) {
-            let end = d.addr.saturating_add(d.len.max(1));
-            // Regions do not overlap: those starting before `end`, back to the first that
-            // ends at or before `addr`.
-            let upto = by_addr.partition_point(|r| r.0 < end);
-            for &(start, stop, i) in by_addr[..upto].iter().rev() {
-                if stop <= d.addr {
-                    break;
-                }
-                if start < end {
-                    out.push(i);
-                }
-            }
-        }
-        use phos_protocol::spec::ObjectEffect;
-        for o in access.objects.iter().filter(|o| o.effect == ObjectEffect::Destroys) {
-            match o.kind {
-                "device_memory" => out.extend(by_addr.iter().filter(|r| r.0 == o.value).map(|r| r.2)),
-                "module" => out.extend((0..regions.len()).filter(|&i| regions[i].3 == Some(o.value))),
-                _ => {}
-            }
-        }
-        out.sort_unstable();
-        out.dedup();
-        out
+        st.taken = vec![Taken::Pending; layout.chunks.len()];
+        st.asked = vec![false; layout.chunks.len()];
+        st.open = layout.regions.iter().map(|r| r.count).collect();
+        let _ = self.layout.set(layout);
     }
 
     /// The copy failed: let every call go.
@@ -1187,110 +1270,153 @@ impl CopyOnWrite {
         st.given_up.get_or_insert(why);
         self.changed.notify_all();
     }
+
+    /// Copy aside, on their devices, as many of `chunks` (pending ones) as the reserve has
+    /// room for.
+    fn save(&self, st: &mut CowState, layout: &Layout, chunks: &[usize]) -> Result<(), CrError> {
+        let mut devices: Vec<i32> = chunks.iter().map(|&c| layout.chunks[c].device).collect();
+        devices.sort_unstable();
+        devices.dedup();
+        for device in devices {
+            let on: Vec<usize> = chunks.iter().copied().filter(|&c| layout.chunks[c].device == device).collect();
+            let pieces: Vec<(u64, u64)> = on.iter().map(|&c| (layout.chunks[c].addr, layout.chunks[c].len)).collect();
+            let copies = self.window.save(device, &pieces)?;
+            for (&c, copy) in on.iter().zip(copies) {
+                st.taken[c] = Taken::Saved(copy);
+                st.open[layout.chunks[c].region] -= 1;
+                self.figures.saved.fetch_add(layout.chunks[c].len, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
 }
 
 impl CallHook for CopyOnWrite {
     fn before_call(&self, access: &CallAccess<'_>) -> Result<(), CudaError> {
-        let targets = self.written(access);
-        if targets.is_empty() {
+        let Some(layout) = self.layout.get() else { return Ok(()) };
+        let spans = layout.written(access);
+        if spans.is_empty() {
             return Ok(());
         }
-        let Some(regions) = self.regions.get() else { return Ok(()) };
         let start = Instant::now();
+        let (mut acted, mut held) = (false, Duration::ZERO);
         let mut st = self.state.lock();
-        for i in targets {
-            loop {
-                if st.given_up.is_some() {
-                    return Ok(());
+        loop {
+            if st.given_up.is_some() {
+                break;
+            }
+            // The chunks written that are not safe yet (once each: a call's ranges may overlap).
+            let mut unsafe_chunks: Vec<usize> = spans
+                .iter()
+                .filter(|&&(region, _, _)| st.open[region] > 0)
+                .flat_map(|&(region, lo, hi)| {
+                    let first = layout.regions[region].first;
+                    (first + lo..first + hi).filter(|&c| matches!(st.taken[c], Taken::Pending | Taken::Reading))
+                })
+                .collect();
+            unsafe_chunks.sort_unstable();
+            unsafe_chunks.dedup();
+            if unsafe_chunks.is_empty() {
+                break;
+            }
+            acted = true;
+            // The pending ones are copied aside, as many as the reserve has room for.
+            let pending: Vec<usize> =
+                unsafe_chunks.iter().copied().filter(|&c| st.taken[c] == Taken::Pending).collect();
+            if !pending.is_empty() {
+                if let Err(e) = self.save(&mut st, layout, &pending) {
+                    // The checkpoint fails with this (the server then takes it
+                    // stop-the-world); the call goes on.
+                    st.given_up.get_or_insert(format!("copying memory aside ahead of {}: {e}", access.function));
+                    self.changed.notify_all();
+                    break;
                 }
-                match st.taken[i] {
-                    Taken::Copied | Taken::Saved(_) => break,
-                    // A piece is on its way out of the region: the write waits for it.
-                    Taken::Pending if st.reading[i] > 0 => self.changed.wait(&mut st),
-                    Taken::Pending => {
-                        let (addr, size, device, _) = regions[i];
-                        match self.window.save(device, addr, size) {
-                            Ok(Some(copy)) => {
-                                st.taken[i] = Taken::Saved(copy);
-                                self.saved.fetch_add(size, Ordering::Relaxed);
-                            }
-                            Ok(None) => {
-                                if !st.wanted.contains(&i) {
-                                    st.wanted.push_back(i);
-                                }
-                                self.changed.wait(&mut st);
-                            }
-                            Err(e) => {
-                                // The checkpoint fails with this (the server then takes it
-                                // stop-the-world); the call goes on.
-                                let why = format!("copying {addr:#x} ahead of {}: {e}", access.function);
-                                st.given_up.get_or_insert(why);
-                                self.changed.notify_all();
-                                return Ok(());
-                            }
-                        }
+                // What the reserve had no room for: the copy takes it first.
+                for &c in &pending {
+                    if st.taken[c] == Taken::Pending && !std::mem::replace(&mut st.asked[c], true) {
+                        st.wanted.push_back(c);
                     }
                 }
             }
+            // The call waits for the chunks still pending, and for those on their way out of
+            // their place.
+            if unsafe_chunks.iter().all(|&c| !matches!(st.taken[c], Taken::Pending | Taken::Reading)) {
+                break;
+            }
+            let waiting = Instant::now();
+            self.changed.wait(&mut st);
+            held += waiting.elapsed();
         }
-        self.held_ns.fetch_max(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        drop(st);
+        if acted {
+            let f = &self.figures;
+            f.waited_calls.fetch_add(1, Ordering::Relaxed);
+            f.waited_ns.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            f.held_ns.fetch_max(held.as_nanos() as u64, Ordering::Relaxed);
+        }
         Ok(())
     }
 }
 
 impl PieceSource for CopyOnWrite {
     fn count(&self) -> usize {
-        self.pieces.load(Ordering::Relaxed)
+        self.layout.get().map_or(0, |l| l.chunks.len())
     }
 
     fn next(&self, ordered: bool) -> Option<Piece> {
-        let regions = self.regions.get()?;
+        let layout = self.layout.get()?;
         let mut st = self.state.lock();
         if st.given_up.is_some() {
             return None;
         }
-        let left = |st: &CowState, i: usize| st.handed[i] < regions[i].1;
         let mut pick = None;
+        // Chunks in any order (a sink with parallel storage): those writers wait for first.
         if !ordered {
-            while let Some(&i) = st.wanted.front() {
-                if left(&st, i) {
-                    pick = Some(i);
+            while let Some(c) = st.wanted.pop_front() {
+                if st.taken[c].unhanded() {
+                    pick = Some(c);
                     break;
                 }
-                st.wanted.pop_front();
             }
         }
         if pick.is_none() {
-            while st.cursor < regions.len() && !left(&st, st.cursor) {
+            while st.cursor < st.taken.len() && !st.taken[st.cursor].unhanded() {
                 st.cursor += 1;
             }
-            pick = (st.cursor < regions.len()).then_some(st.cursor);
+            pick = (st.cursor < st.taken.len()).then_some(st.cursor);
         }
-        let i = pick?;
-        let (addr, size, device, _) = regions[i];
-        let offset = st.handed[i];
-        let len = (size - offset).min(COPY_CHUNK as u64);
-        st.handed[i] += len;
-        st.reading[i] += 1;
-        let from = match st.taken[i] {
-            Taken::Saved(copy) => copy + offset,
-            _ => addr + offset,
+        let c = pick?;
+        let chunk = layout.chunks[c];
+        let from = match st.taken[c] {
+            Taken::Saved(copy) => {
+                st.taken[c] = Taken::ReadingSaved(copy);
+                copy
+            }
+            _ => {
+                st.taken[c] = Taken::Reading;
+                chunk.addr
+            }
         };
-        Some(Piece { region: i, offset, len: len as usize, device, from })
+        Some(Piece {
+            index: c,
+            region: chunk.region,
+            offset: chunk.offset,
+            len: chunk.len as usize,
+            device: chunk.device,
+            from,
+        })
     }
 
     fn done(&self, piece: &Piece) {
-        let Some(regions) = self.regions.get() else { return };
+        let Some(layout) = self.layout.get() else { return };
         let mut st = self.state.lock();
-        let i = piece.region;
-        st.reading[i] -= 1;
-        st.copied[i] += piece.len as u64;
-        if st.copied[i] == regions[i].1 {
-            if let Taken::Saved(copy) = st.taken[i] {
-                self.window.release(regions[i].2, copy, regions[i].1);
-            }
-            st.taken[i] = Taken::Copied;
+        let c = piece.index;
+        match st.taken[c] {
+            Taken::ReadingSaved(copy) => self.window.release(piece.device, copy, layout.chunks[c].len),
+            Taken::Reading => st.open[layout.chunks[c].region] -= 1,
+            _ => {}
         }
+        st.taken[c] = Taken::Done;
         self.changed.notify_all();
     }
 }
@@ -1300,30 +1426,43 @@ impl PieceSource for CopyOnWrite {
 ///
 /// The session is held only to take its host state (the quiesce, and the manifest's head)
 /// and to arm the hook and validation; then its calls run while the memory is copied out.
-/// Before a call writes (or frees) a region not yet copied, the region is copied on the
-/// device into the reserve (`reserve` bytes a device) and the image takes that copy; with
-/// the reserve full the call waits until the region is in the image. Kernel launches, whose
-/// writes are speculated, run checked twins meanwhile: a store outside the speculation ends
-/// the checkpoint with [`CrError::ValidationMissed`] (the caller takes it again
+/// Before a call writes (or frees) chunks of a region not yet copied, those chunks are
+/// copied on the device into the reserve (`reserve` bytes a device; `None`: as the server
+/// sizes it) and the image takes that copy; with the reserve full the call waits until the
+/// copy, which takes such chunks first, has them. Kernel launches, whose writes are
+/// speculated, run checked twins meanwhile: a store outside the speculation ends the
+/// checkpoint with [`CrError::ValidationMissed`] (the caller takes it again
 /// stop-the-world), since the copy may have taken memory the kernel had changed.
+///
+/// `within`'s deadline bounds the waits for the session (the quiesce's, and the checked
+/// kernels' at the end); the window's setup before them does not count against it, and a
+/// checkpoint that gives up says how long it waited in all.
 pub fn checkpoint_cow<T: Quiesce + Snapshot + Concurrent>(
     target: &T,
     sink: &mut dyn ImageSink,
     compression: Compression,
     progress: &Progress,
     within: &Within<'_>,
-    reserve: u64,
+    reserve: Option<u64>,
 ) -> Result<CheckpointSummary, CrError> {
     let start = Instant::now();
     // The reserve is made before the session is held, so that its cost is not a stall.
     let window = target.open_window(reserve)?;
     let cow = Arc::new(CopyOnWrite::new(window.clone()));
+    // Waiting for the session starts now, and may take as long as it was given.
+    let waiting = Instant::now();
+    let within = Within { deadline: within.deadline + (waiting - start), ..*within };
+    let waited = |e: CrError| match e {
+        CrError::TimedOut { session, waiting_for, .. } => {
+            CrError::TimedOut { session, waited: waiting.elapsed(), waiting_for }
+        }
+        e => e,
+    };
     // Installing the hook holds the calls too, until those in flight end.
-    let install_start = Instant::now();
-    let installed = target.install_hook(cow.clone(), within)?;
-    let install_ms = ms(install_start);
+    let installed = target.install_hook(cow.clone(), &within).map_err(waited)?;
+    let install_ms = ms(waiting);
     let quiesce_start = Instant::now();
-    let at_rest = target.quiesce(within)?;
+    let at_rest = target.quiesce(&within).map_err(waited)?;
     let quiesce_ms = ms(quiesce_start);
     let mut head = target.head()?;
     head.created_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
@@ -1335,15 +1474,15 @@ pub fn checkpoint_cow<T: Quiesce + Snapshot + Concurrent>(
 
     let copy_start = Instant::now();
     progress.start(head.memory.iter().map(|r| r.size).sum());
-    let copied = copy_image(target, &head, cow.as_ref(), sink, compression, progress, within);
+    let copied = copy_image(target, &head, cow.as_ref(), sink, compression, progress, &within);
     if let Err(e) = &copied {
         cow.give_up(e.to_string());
     }
-    // Every region is in the image: calls need not wait any more, nor launches be checked;
-    // those checked already must finish before their flags say anything.
-    // As long again as the quiesce could take, from now.
+    // Every chunk is in the image: calls need not wait any more, nor launches be checked;
+    // those checked already must finish before their flags say anything: as long again as
+    // the quiesce could take, from now.
     let settle = Within {
-        deadline: Instant::now() + within.deadline.saturating_duration_since(start),
+        deadline: Instant::now() + within.deadline.saturating_duration_since(waiting),
         cancelled: within.cancelled,
     };
     let missed = armed.finish(&settle);
@@ -1356,6 +1495,7 @@ pub fn checkpoint_cow<T: Quiesce + Snapshot + Concurrent>(
         return Err(CrError::ValidationMissed { session, addr });
     }
     let summary = sink.complete()?;
+    let f = &cow.figures;
     Ok(CheckpointSummary {
         dir: Default::default(),
         records: head.records.len(),
@@ -1368,8 +1508,10 @@ pub fn checkpoint_cow<T: Quiesce + Snapshot + Concurrent>(
         stopped: false,
         mode: "copy-on-write".into(),
         stall_ms,
-        held_ms: cow.held_ns.load(Ordering::Relaxed) as f64 / 1e6,
-        extra_bytes: cow.saved.load(Ordering::Relaxed),
+        held_ms: f.held_ns.load(Ordering::Relaxed) as f64 / 1e6,
+        extra_bytes: f.saved.load(Ordering::Relaxed),
+        waited_calls: f.waited_calls.load(Ordering::Relaxed),
+        waited_ms: f.waited_ns.load(Ordering::Relaxed) as f64 / 1e6,
         rounds: 0,
         fallback: None,
     })
@@ -1378,23 +1520,143 @@ pub fn checkpoint_cow<T: Quiesce + Snapshot + Concurrent>(
 /// Recopy rounds at most before the last, stopped one.
 const MAX_RECOPY_ROUNDS: u32 = 8;
 
+/// Where a recopy's copies go, region by region, as the rounds take them: host memory until
+/// the image is written (a checkpoint), or a stream to the server a session migrates to.
+pub trait RecopySink: Send {
+    /// A piece of `region` as it is now, `offset` bytes into it. A region is sent whole
+    /// (every piece, from its start) each time it is copied; a region sent again replaces
+    /// what was sent of it before.
+    fn piece(&mut self, region: &MemoryRegion, offset: u64, bytes: &[u8]) -> Result<(), CrError>;
+    /// The session's manifest, taken with the session at rest (which it still is): every
+    /// region it lists was sent whole since it was last written. Makes the image whole (a
+    /// migration: the target has restored it), or fails and leaves the session as it was.
+    fn end(&mut self, head: &Manifest) -> Result<crate::ImageSummary, CrError>;
+}
+
+/// A [`RecopySink`] that keeps the copies in host memory and writes them into an image
+/// sink once the session's head is known: a recopy checkpoint.
+struct HeldCopies<'a> {
+    /// Host copies of the regions, by address: (size, contents).
+    copies: HashMap<u64, (u64, Vec<u8>)>,
+    sink: &'a mut dyn ImageSink,
+    compression: Compression,
+}
+
+impl RecopySink for HeldCopies<'_> {
+    fn piece(&mut self, region: &MemoryRegion, offset: u64, bytes: &[u8]) -> Result<(), CrError> {
+        let entry = self.copies.entry(region.addr).or_insert_with(|| (region.size, Vec::new()));
+        if offset == 0 {
+            *entry = (region.size, Vec::with_capacity(region.size as usize));
+        }
+        entry.1.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn end(&mut self, head: &Manifest) -> Result<crate::ImageSummary, CrError> {
+        self.sink.begin(head)?;
+        for (i, r) in head.memory.iter().enumerate() {
+            let bytes = &self.copies.get(&r.addr).expect("every region copied").1;
+            for piece in bytes.chunks(COPY_CHUNK) {
+                let prepared = prepare_chunk(piece, self.compression)?;
+                self.sink.chunk(i, piece.len() as u64, prepared, piece)?;
+            }
+        }
+        Ok(self.sink.complete()?)
+    }
+}
+
+/// The copiers of a recopy, each with its own copy stream and two page-locked buffers: made
+/// once, before the first pass, so that no pass (the last, held one least of all) pays for
+/// streams or for locking host pages.
+type CopierPool<'c> = Vec<(Box<dyn DeviceCopier + 'c>, [HostBuffer; 2])>;
+
+fn copier_pool<T: Snapshot + ?Sized>(target: &T, workers: usize) -> Result<CopierPool<'_>, CrError> {
+    (0..workers.max(1))
+        .map(|_| {
+            let copier = target.copier()?;
+            let bufs = [copier.buffer(COPY_CHUNK), copier.buffer(COPY_CHUNK)];
+            Ok((copier, bufs))
+        })
+        .collect()
+}
+
+/// Copy `regions` out of the device into `sink` on the pool's copiers, several at once,
+/// handing each region's pieces to the sink in order on this thread: the copy at the
+/// ordinary checkpoint's rate, for the recopy's passes.
+fn copy_regions(
+    pool: &mut CopierPool<'_>,
+    regions: &[MemoryRegion],
+    sink: &mut dyn RecopySink,
+    progress: &Progress,
+    within: &Within<'_>,
+    session: u64,
+) -> Result<(), CrError> {
+    let pieces = pieces(regions);
+    if pieces.is_empty() {
+        return Ok(());
+    }
+    let workers = pool.len().min(pieces.len()).max(1);
+    // Pieces are handed out in order and delivered in order: worker k copies pieces k,
+    // k + workers, ...; the collector takes them round-robin. A worker's two buffers go
+    // back and forth between it and the collector.
+    let mut states = Vec::with_capacity(workers);
+    let mut deliveries = Vec::with_capacity(workers);
+    for (k, (copier, bufs)) in pool.iter_mut().take(workers).enumerate() {
+        let (full_tx, full_rx) = mpsc::sync_channel::<&mut HostBuffer>(1);
+        let (free_tx, free_rx) = mpsc::channel::<&mut HostBuffer>();
+        for buf in bufs.iter_mut() {
+            free_tx.send(buf).expect("receiver alive");
+        }
+        states.push((k, copier, free_rx, full_tx));
+        deliveries.push((full_rx, free_tx));
+    }
+    let stopped = || CrError::Thread("recopy copier");
+    type Worker<'w, 'c> = (
+        usize,
+        &'w mut Box<dyn DeviceCopier + 'c>,
+        mpsc::Receiver<&'w mut HostBuffer>,
+        mpsc::SyncSender<&'w mut HostBuffer>,
+    );
+    let work = |(next, copier, free, full): &mut Worker<'_, '_>| -> Result<bool, CrError> {
+        let Some(&(region, offset, n)) = pieces.get(*next) else { return Ok(false) };
+        if (within.cancelled)() {
+            let what = format!("copying memory ({} of {} bytes)", progress.done(), progress.total());
+            return Err(CrError::Abandoned { session, what });
+        }
+        let r = &regions[region];
+        let buf = free.recv().map_err(|_| stopped())?;
+        copier.read(r.device, r.addr + offset, &mut buf[..n])?;
+        full.send(buf).map_err(|_| stopped())?;
+        *next += workers;
+        Ok(true)
+    };
+    let in_order = &pieces;
+    on_workers(
+        states,
+        work,
+        |_| Ok(()),
+        // Owns the channels: a collector that stops drops them, and workers waiting on them
+        // stop too.
+        move || {
+            for (i, &(region, offset, n)) in in_order.iter().enumerate() {
+                let (full, free) = &deliveries[i % workers];
+                // A worker that failed drops its sender: its error is the answer.
+                let buf = full.recv().map_err(|_| stopped())?;
+                sink.piece(&regions[region], offset, &buf[..n])?;
+                progress.add(n as u64);
+                let _ = free.send(buf);
+            }
+            Ok(())
+        },
+    )
+}
+
 /// Checkpoint `target` into `sink` while it runs, by recopy: the image is the session at
-/// the checkpoint's end (what a migration wants).
-///
-/// A [`TrackWrites`] hook notes in the dirty log every region a call will write. The memory
-/// is copied into host memory while the session runs; then, in rounds, what was written
-/// since the round before is copied again, for as long as that shrinks; last, the session
-/// is quiesced, its host state taken, and what was written since the last round (and what
-/// was allocated) copied while it is held. Each round begins with the session at rest (a
-/// brief quiesce), so every write noted before the round has happened by then, and is seen
-/// by the copy that follows or noted again in the next round. Launches run their checked
-/// twins meanwhile: a store outside its speculation ends the checkpoint with
-/// [`CrError::ValidationMissed`] (the caller takes it again stop-the-world). `on_written` runs with the
-/// session still at rest once the image is whole (a stopping checkpoint freezes it there);
-/// with `hold_to_end` the image is written before the session is let go.
-///
-/// The copies wait in host memory until the image is written: as much host memory as the
-/// session has device memory.
+/// the checkpoint's end. The copies wait in host memory until the image is written (as much
+/// host memory as the session has device memory); see [`recopy`] for the protocol.
+/// `on_written` runs with the session still at rest once the image is whole (a stopping
+/// checkpoint freezes the session there); with `hold_to_end` the image is written before
+/// the session is let go.
 #[allow(clippy::too_many_arguments)] // the checkpoint's own parameters, and the stopping ones
 pub fn checkpoint_recopy<T: Quiesce + Snapshot + Concurrent>(
     target: &T,
@@ -1405,16 +1667,41 @@ pub fn checkpoint_recopy<T: Quiesce + Snapshot + Concurrent>(
     hold_to_end: bool,
     on_written: impl FnOnce(),
 ) -> Result<CheckpointSummary, CrError> {
+    let mut held = HeldCopies { copies: HashMap::new(), sink, compression };
+    let (summary, _) = recopy(target, &mut held, progress, within, hold_to_end, on_written)?;
+    Ok(summary)
+}
+
+/// The recopy protocol, into any [`RecopySink`] (a checkpoint's host copies, a migration's
+/// stream). Returns its summary and each round's figures.
+///
+/// A [`TrackWrites`] hook notes in the dirty log every region a call will write. The memory
+/// is copied while the session runs; then, in rounds, what was written since the round
+/// before is copied again, for as long as that shrinks; last, the session is quiesced, its
+/// host state taken, and what was written since the last round (and what was allocated)
+/// copied while it is held. Each round begins with the session at rest (a brief quiesce),
+/// so every write noted before the round has happened by then, and is seen by the copy that
+/// follows or noted again in the next round. Launches run their checked twins meanwhile: a
+/// store outside its speculation ends the checkpoint with [`CrError::ValidationMissed`] (the
+/// caller takes it again stop-the-world). `on_written` runs with the session still at rest
+/// once the sink's [`end`](RecopySink::end) succeeded; with `hold_to_end` that end happens
+/// before the session is let go (a stopping checkpoint, a migration).
+pub fn recopy<T: Quiesce + Snapshot + Concurrent>(
+    target: &T,
+    sink: &mut dyn RecopySink,
+    progress: &Progress,
+    within: &Within<'_>,
+    hold_to_end: bool,
+    on_written: impl FnOnce(),
+) -> Result<(CheckpointSummary, Vec<RoundFigures>), CrError> {
     let start = Instant::now();
     let log = target.dirty_log();
     // No reserve: only the validation of launches.
-    let window = target.open_window(0)?;
+    let window = target.open_window(Some(0))?;
     // Installing the hook holds the calls too, until those in flight end.
     let install_start = Instant::now();
     let installed = target.install_hook(Arc::new(TrackWrites(log.clone())), within)?;
     let mut stall = install_start.elapsed();
-    let mut copier = target.copier()?;
-    let mut buf = copier.buffer(COPY_CHUNK);
     // The first pass: everything, while the session runs.
     let held = Instant::now();
     let rest = target.quiesce(within)?;
@@ -1424,54 +1711,39 @@ pub fn checkpoint_recopy<T: Quiesce + Snapshot + Concurrent>(
     drop(rest);
     stall += held.elapsed();
     let session = first.session.id;
-    // Host copies of the regions, by address: (size, contents).
-    let mut copies: HashMap<u64, (u64, Vec<u8>)> = HashMap::new();
-    let copy = |copier: &mut dyn DeviceCopier, r: &MemoryRegion, buf: &mut HostBuffer| -> Result<Vec<u8>, CrError> {
-        let mut out = Vec::with_capacity(r.size as usize);
-        let mut off = 0;
-        while off < r.size {
-            if (within.cancelled)() {
-                return Err(CrError::Abandoned { session, what: "copying memory".into() });
-            }
-            let n = (r.size - off).min(COPY_CHUNK as u64) as usize;
-            copier.read(r.device, r.addr + off, &mut buf[..n])?;
-            out.extend_from_slice(&buf[..n]);
-            off += n as u64;
-        }
-        Ok(out)
-    };
-
-    progress.start(first.memory.iter().map(|r| r.size).sum());
-    for r in &first.memory {
-        let bytes = copy(copier.as_mut(), r, &mut buf)?;
-        progress.add(r.size);
-        copies.insert(r.addr, (r.size, bytes));
-    }
+    let mut figures = Vec::new();
+    let total: u64 = first.memory.iter().map(|r| r.size).sum();
+    progress.start(total);
+    let pass = Instant::now();
+    let mut pool = copier_pool(target, crate::parallel::workers().min(pieces(&first.memory).len()))?;
+    copy_regions(&mut pool, &first.memory, sink, progress, within, session)?;
+    figures.push(RoundFigures { dirty_bytes: total, copied_bytes: total, ms: ms(pass) });
+    // Sizes of the regions as last copied, by address.
+    let mut sent: HashMap<u64, u64> = first.memory.iter().map(|r| (r.addr, r.size)).collect();
 
     // Rounds: copy again what was written since the round before, while that shrinks.
     let mut rounds = 0;
     let mut extra_bytes = 0u64;
     let mut last_dirty = u64::MAX;
-    let regions_at =
-        |head: &Manifest| -> HashMap<u64, MemoryRegion> { head.memory.iter().map(|r| (r.addr, r.clone())).collect() };
-    let mut known = regions_at(&first);
+    let known: HashMap<u64, MemoryRegion> = first.memory.iter().map(|r| (r.addr, r.clone())).collect();
     while rounds < MAX_RECOPY_ROUNDS {
-        let held = Instant::now();
+        let round_start = Instant::now();
         let rest = target.quiesce(within)?;
         let previous = round;
         round = log.begin_round();
         drop(rest);
-        stall += held.elapsed();
+        stall += round_start.elapsed();
         let dirty = log.written_since(previous);
         let bytes: u64 = dirty.iter().map(|d| d.1).sum();
         rounds += 1;
-        for (addr, _) in &dirty {
-            // Regions made since the first pass are taken at the end, with the host state.
-            let Some(r) = known.get(addr) else { continue };
-            let fresh = copy(copier.as_mut(), r, &mut buf)?;
-            copies.insert(r.addr, (r.size, fresh));
-            extra_bytes += r.size;
-        }
+        // Regions made since the first pass are taken at the end, with the host state.
+        let addrs: HashSet<u64> = dirty.iter().map(|d| d.0).collect();
+        let again: Vec<MemoryRegion> = addrs.iter().filter_map(|addr| known.get(addr).cloned()).collect();
+        let copied: u64 = again.iter().map(|r| r.size).sum();
+        progress.total.fetch_add(copied, Ordering::Relaxed);
+        copy_regions(&mut pool, &again, sink, progress, within, session)?;
+        extra_bytes += copied;
+        figures.push(RoundFigures { dirty_bytes: bytes, copied_bytes: copied, ms: ms(round_start) });
         if bytes == 0 || bytes >= last_dirty {
             break;
         }
@@ -1490,43 +1762,33 @@ pub fn checkpoint_recopy<T: Quiesce + Snapshot + Concurrent>(
     if let Some(addr) = armed.finish(&settle)? {
         return Err(CrError::ValidationMissed { session, addr });
     }
-    let dirty: HashSet<u64> = log.written_since(round).into_iter().map(|d| d.0).collect();
-    known = regions_at(&head);
-    for r in known.values() {
-        let current = copies.get(&r.addr).is_some_and(|(size, _)| *size == r.size) && !dirty.contains(&r.addr);
-        if !current {
-            let fresh = copy(copier.as_mut(), r, &mut buf)?;
-            extra_bytes += r.size;
-            copies.insert(r.addr, (r.size, fresh));
-        }
-    }
+    let written = log.written_since(round);
+    let dirty_bytes: u64 = written.iter().map(|d| d.1).sum();
+    let dirty: HashSet<u64> = written.into_iter().map(|d| d.0).collect();
+    let last: Vec<MemoryRegion> =
+        head.memory.iter().filter(|r| sent.get(&r.addr) != Some(&r.size) || dirty.contains(&r.addr)).cloned().collect();
+    let copied: u64 = last.iter().map(|r| r.size).sum();
+    progress.total.fetch_add(copied, Ordering::Relaxed);
+    copy_regions(&mut pool, &last, sink, progress, within, session)?;
+    extra_bytes += copied;
+    sent.extend(last.iter().map(|r| (r.addr, r.size)));
+    figures.push(RoundFigures { dirty_bytes, copied_bytes: copied, ms: ms(held) });
     drop(installed);
     let copy_ms = ms(start);
-    let write = |sink: &mut dyn ImageSink| -> Result<crate::ImageSummary, CrError> {
-        sink.begin(&head)?;
-        for (i, r) in head.memory.iter().enumerate() {
-            let bytes = &copies.get(&r.addr).expect("every region copied").1;
-            for piece in bytes.chunks(COPY_CHUNK) {
-                let prepared = prepare_chunk(piece, compression)?;
-                sink.chunk(i, piece.len() as u64, prepared, piece)?;
-            }
-        }
-        Ok(sink.complete()?)
-    };
-    let summary = if hold_to_end {
-        let summary = write(sink)?;
+    let (summary, last_hold) = if hold_to_end {
+        let summary = sink.end(&head)?;
         on_written();
         drop(rest);
-        stall += held.elapsed();
-        summary
+        (summary, held.elapsed())
     } else {
         drop(rest);
-        stall += held.elapsed();
-        let summary = write(sink)?;
+        let last_hold = held.elapsed();
+        let summary = sink.end(&head)?;
         on_written();
-        summary
+        (summary, last_hold)
     };
-    Ok(CheckpointSummary {
+    stall += last_hold;
+    let summary = CheckpointSummary {
         dir: Default::default(),
         records: head.records.len(),
         regions: head.memory.len(),
@@ -1538,9 +1800,14 @@ pub fn checkpoint_recopy<T: Quiesce + Snapshot + Concurrent>(
         stopped: false,
         mode: "recopy".into(),
         stall_ms: stall.as_secs_f64() * 1e3,
-        held_ms: 0.0,
+        held_ms: last_hold.as_secs_f64() * 1e3,
         extra_bytes,
         rounds,
         fallback: None,
-    })
+        ..Default::default()
+    };
+    Ok((summary, figures))
 }
+
+#[cfg(test)]
+mod cow_tests;

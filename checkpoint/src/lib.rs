@@ -36,6 +36,7 @@
 
 pub mod engine;
 mod format;
+pub mod migrate;
 pub mod on_demand;
 pub mod parallel;
 pub mod report;

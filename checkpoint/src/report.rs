@@ -29,15 +29,31 @@ pub struct CheckpointSummary {
     /// (all of the copy too, stop-the-world; the last round, recopy).
     pub stall_ms: f64,
     /// The longest one call waited, while the session ran, for memory it writes to be
-    /// copied first (copy-on-write: the reserve was full).
+    /// copied first (copy-on-write: the reserve was full, or a chunk was being read);
+    /// recopy: how long the last pass held the session (for a migration, until the target
+    /// had restored it: its downtime).
     pub held_ms: f64,
     /// Bytes copied on the device ahead of a write (copy-on-write), or copied again after
     /// one (recopy).
     pub extra_bytes: u64,
+    /// Copy-on-write: calls that waited before they could write (for copies aside, or for
+    /// the copy), and the time they waited in all.
+    pub waited_calls: u64,
+    pub waited_ms: f64,
     /// Recopy rounds before the last, stopped one.
     pub rounds: u32,
     /// Why a concurrent checkpoint was given up and taken again stop-the-world, if it was.
     pub fallback: Option<String>,
+}
+
+/// One pass of a recopy (the first, whole copy; a round; the last, held one): bytes the
+/// session wrote since the pass before (as noted; the first pass counts all its memory, the
+/// last its written regions), bytes copied (whole regions), and how long the pass took.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct RoundFigures {
+    pub dirty_bytes: u64,
+    pub copied_bytes: u64,
+    pub ms: f64,
 }
 
 /// How a checkpoint takes the session's memory.

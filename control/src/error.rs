@@ -14,6 +14,8 @@ pub enum Operation {
     Restore,
     /// Giving a pooled server a fresh session.
     Start,
+    /// Moving a running session to another server.
+    Migration,
 }
 
 impl std::fmt::Display for Operation {
@@ -22,6 +24,7 @@ impl std::fmt::Display for Operation {
             Operation::Checkpoint => "checkpoint",
             Operation::Restore => "restore",
             Operation::Start => "start of the session",
+            Operation::Migration => "migration",
         })
     }
 }
@@ -100,6 +103,13 @@ pub enum ControlError {
     /// The router's own resources (a thread, a runtime, a file).
     #[error("{context}: {reason}")]
     Io { context: String, reason: String },
+    /// A migration's target (another router, another device's server) refused the session,
+    /// failed, or could not be reached; the session runs on where it was.
+    #[error("session {session}: the migration to {to} failed: {reason}; the session runs on here, as it was")]
+    MigrationFailed { session: u64, to: String, reason: String },
+    /// A peer router refused to talk (no shared secret, or not the same one).
+    #[error("the router at {peer} refused: {reason}")]
+    PeerRefused { peer: String, reason: String },
 }
 
 /// What kind of failure an error is: `phosctl` exits with one status per class
@@ -129,6 +139,8 @@ impl ControlError {
             }
             Busy { .. } | DeadlinePassed { .. } => ErrorClass::TimedOut,
             ServerUnreachable { .. } | ServerNotStarted { .. } => ErrorClass::Unavailable,
+            PeerRefused { .. } => ErrorClass::Refused,
+            MigrationFailed { .. } => ErrorClass::Failed,
             Abandoned { .. }
             | PolicyAbandoned { .. }
             | ServerHasNoSession

@@ -5,6 +5,7 @@
 //! with a [`ControlError`] ([`error`]), which says what failed and of which [`ErrorClass`].
 
 mod error;
+pub mod peer;
 
 pub use error::{ControlError, ErrorClass, ImageRefusal, Operation, Waiting};
 
@@ -97,6 +98,103 @@ pub struct SessionIdentity {
 pub struct Progress {
     pub done: u64,
     pub total: u64,
+}
+
+/// Where a live migration moves a session (`phosctl migrate`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MigrationTarget {
+    /// Another router: `unix:PATH` of its management socket, or `tcp:HOST:PORT` of its peer
+    /// listener (`phosctl serve --peer-listen`).
+    Router(String),
+    /// Another device of the session's own router (a server of its own on that device).
+    Device(i32),
+}
+
+impl std::fmt::Display for MigrationTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MigrationTarget::Router(r) => write!(f, "router {r}"),
+            MigrationTarget::Device(d) => write!(f, "device {d}"),
+        }
+    }
+}
+
+/// How to migrate a session.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MigrateRequest {
+    pub to: MigrationTarget,
+    /// How long each wait for the session to come to rest may take (each round begins with
+    /// one, and the last holds the session): as a checkpoint's.
+    pub quiesce_timeout: Duration,
+    /// The whole migration must end within this, or it is given up (the session runs on
+    /// where it was).
+    pub timeout: Duration,
+}
+
+/// The default of [`MigrateRequest::timeout`] (`phosctl migrate --timeout`).
+pub const DEFAULT_MIGRATE_TIMEOUT: Duration = Duration::from_secs(600);
+
+pub use phos_checkpoint::report::RoundFigures;
+
+/// What a migration did.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct MigrationSummary {
+    /// The session (its id at the target: a router keeps its own ids).
+    pub session: u64,
+    pub to: String,
+    /// The passes over its memory: the first (everything, while it runs), the rounds
+    /// (what it wrote meanwhile, while it runs), the last (what it wrote since, held).
+    pub passes: Vec<RoundFigures>,
+    /// Device memory the session has, and bytes sent for it (all passes).
+    pub memory_bytes: u64,
+    pub sent_bytes: u64,
+    /// Bytes a second the session wrote while the rounds ran.
+    pub dirty_rate: f64,
+    /// How long the session's calls were held at the end: from the last quiesce until the
+    /// target served the session (what the guest saw as a pause, besides reconnecting).
+    pub downtime_ms: f64,
+    pub total_ms: f64,
+    /// The target's restore (on demand: served before its memory was on the device).
+    pub restore: RestoreSummary,
+}
+
+/// What a source's server reports of its side of a migration.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SentFigures {
+    pub passes: Vec<RoundFigures>,
+    pub memory_bytes: u64,
+    pub sent_bytes: u64,
+    /// The calls held from the last quiesce until the target took the session.
+    pub held_ms: f64,
+    pub total_ms: f64,
+}
+
+/// What a router taking a session in answers the router it comes from.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Incoming {
+    /// Names this migration in the calls that follow.
+    pub ticket: u64,
+    /// Where the source's server sends the session: this port of the host the source
+    /// reached the target router on (`127.0.0.1` over its Unix socket), with this key.
+    pub stream_port: u16,
+    pub key: [u8; 16],
+    /// Where the session's guest reconnects: the router's guest socket (a guest on its host)
+    /// and its TCP address for guests, if it has one.
+    pub guest_unix: PathBuf,
+    pub guest_tcp: Option<String>,
+    /// The target's host (its boot id): a local guest can reach `guest_unix` only from it.
+    pub host: String,
+}
+
+/// How a server sends its session to another (`ServerControl::migrate_out`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MigrateOut {
+    pub stream: String,
+    pub key: [u8; 16],
+    pub identity: SessionIdentity,
+    pub quiesce_timeout: Duration,
+    /// How long the target may take to say it has the session, once it has it all.
+    pub answer_timeout: Duration,
 }
 
 /// A policy to load (`phosctl policy load`).
@@ -195,6 +293,21 @@ pub trait RouterControl {
     async fn policy_show(name: String) -> Result<PolicyDetail, ControlError>;
     /// Every tenant's usage.
     async fn usage() -> Vec<TenantUsage>;
+    /// Move `session` to another router or device while it runs (pre-copy live migration).
+    async fn migrate(session: u64, request: MigrateRequest) -> Result<MigrationSummary, ControlError>;
+    /// Another router's: take in its session `session`, `identity` (its guest process
+    /// `pid`, or a guest `remote` from it): a server is readied to receive it.
+    async fn migrate_prepare(
+        session: u64,
+        identity: SessionIdentity,
+        pid: u32,
+        remote: bool,
+    ) -> Result<Incoming, ControlError>;
+    /// Another router's: the session of `ticket` was sent; answers once its server has
+    /// restored it, and the session is this router's from then on.
+    async fn migrate_finish(ticket: u64) -> Result<RestoreSummary, ControlError>;
+    /// Another router's: the migration of `ticket` is given up (its server is ended).
+    async fn migrate_abort(ticket: u64);
 }
 
 /// An API server's management service (used by the router).
@@ -221,6 +334,19 @@ pub trait ServerControl {
     /// Give up the checkpoint or restore in progress (its client went away): it ends as
     /// soon as it can, with an error, leaving the session as it was.
     async fn abandon();
+    /// A server without a session: listen on `bind` (an address, port chosen) for a
+    /// migration stream bringing session `session`, which must present `key`; answers the
+    /// port it listens on. The session is restored on demand (onto `device`, if given) once it has
+    /// come; [`received`](ServerControl::received) answers how that went.
+    async fn receive(session: u64, device: Option<i32>, key: [u8; 16], bind: String) -> Result<u16, ControlError>;
+    /// Waits for the migration [`receive`](ServerControl::receive) began.
+    async fn received() -> Result<RestoreSummary, ControlError>;
+    /// Send the session to the server listening at `request.stream` while it runs, and
+    /// answer once that server has it: the session is then frozen here (its calls held
+    /// for the target). A failure leaves it running here.
+    async fn migrate_out(request: MigrateOut) -> Result<SentFigures, ControlError>;
+    /// Serve the frozen session again (a migration given up after the hand-over).
+    async fn thaw();
 }
 
 /// Where the management service of a component listening on `socket` is.
@@ -368,7 +494,6 @@ where
     S::Resp: Serialize + 'static,
 {
     use futures::StreamExt;
-    use tarpc::server::{BaseChannel, Channel};
     while let Some(conn) = listener.next().await {
         let Ok(transport) = conn else {
             // Out of descriptors, most likely: wait for some rather than spin on the error.
@@ -378,11 +503,24 @@ where
         let transport: ServerTransport<S::Req, S::Resp> = transport;
         let gone = Cancel::default();
         let service = service(gone.clone());
-        let watched = Watched { inner: Box::pin(transport), gone };
-        tokio::task::spawn_local(async move {
-            BaseChannel::with_defaults(watched).execute(service).for_each_concurrent(None, |fut| fut).await;
-        });
+        tokio::task::spawn_local(run_connection(transport, service, gone));
     }
+}
+
+/// Serve one connection's requests, concurrently, until it closes; `gone` is set then.
+async fn run_connection<S, T, E>(transport: T, service: S, gone: Cancel)
+where
+    S: tarpc::server::Serve + Clone + 'static,
+    S::Req: tarpc::RequestName + 'static,
+    T: futures::Stream<Item = Result<tarpc::ClientMessage<S::Req>, E>>
+        + futures::Sink<tarpc::Response<S::Resp>, Error = E>
+        + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    use futures::StreamExt;
+    use tarpc::server::{BaseChannel, Channel};
+    let watched = Watched { inner: Box::pin(transport), gone };
+    BaseChannel::with_defaults(watched).execute(service).for_each_concurrent(None, |fut| fut).await;
 }
 
 /// Run a management service on a thread of its own (a single-threaded runtime), so that the

@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 use phos_protocol::DEFAULT_MAX_PAYLOAD;
 use phos_protocol::apis::Function;
 use phos_protocol::cudart;
-use phos_protocol::frame::{FLAG_ASYNC, FLAG_REFUSED, FrameHeader, FrameKind, HANDSHAKE_VERSION, MAX_BARRIER_IDS};
+use phos_protocol::frame::{
+    FLAG_ASYNC, FLAG_REFUSED, FrameHeader, FrameKind, HANDSHAKE_VERSION, MAX_BARRIER_IDS, REFUSED_MOVED,
+};
 use phos_protocol::handshake::{ApiVersion, Hello, TransportKind, Welcome};
 use phos_protocol::shm::ShmTransport;
 use phos_protocol::staging::{Count, Staging, StagingError};
@@ -244,8 +246,16 @@ static SESSION: Mutex<Option<Arc<Session>>> = Mutex::new(None);
 /// Calls made by this process (for diagnostics).
 static CALLS: AtomicU64 = AtomicU64::new(0);
 
+/// Where the session moved (a live migration to another router): the router it was on
+/// said so when a channel reconnected, and every channel reconnects there from then on.
+static MOVED_TO: Mutex<Option<String>> = Mutex::new(None);
+
+/// How many times in a row a channel follows a router's word that its session moved.
+const MAX_MOVES: usize = 8;
+
 fn endpoint() -> Result<Endpoint, Failure> {
-    let text = std::env::var("PHOS_ENDPOINT").unwrap_or_else(|_| default_endpoint());
+    let moved = MOVED_TO.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let text = moved.unwrap_or_else(|| std::env::var("PHOS_ENDPOINT").unwrap_or_else(|_| default_endpoint()));
     Endpoint::parse(&text).map_err(|e| {
         tracing::error!("PHOS_ENDPOINT: {e}");
         Failure::NoDevice
@@ -286,8 +296,37 @@ fn program_name() -> String {
     std::env::args().next().unwrap_or_default()
 }
 
-/// Open a channel: the first one of the process creates the session.
+/// Open a channel: the first one of the process creates the session. A router whose
+/// session moved away names where it went; the channel is opened there.
 fn open_channel() -> Result<Channel, Failure> {
+    for _ in 0..MAX_MOVES {
+        match open_channel_once() {
+            Err(Opened::Moved(to)) => {
+                tracing::info!("the session moved to {to}; reconnecting there");
+                *MOVED_TO.lock().unwrap_or_else(|p| p.into_inner()) = Some(to);
+            }
+            Err(Opened::Failed(f)) => return Err(f),
+            Ok(c) => return Ok(c),
+        }
+    }
+    tracing::error!("the session moved {MAX_MOVES} times while this channel reconnected");
+    Err(Failure::NoDevice)
+}
+
+/// Why a channel did not open.
+enum Opened {
+    Failed(Failure),
+    /// The router said the session moved there.
+    Moved(String),
+}
+
+impl From<Failure> for Opened {
+    fn from(f: Failure) -> Self {
+        Opened::Failed(f)
+    }
+}
+
+fn open_channel_once() -> Result<Channel, Opened> {
     crate::log::init();
     let pid = std::process::id();
     // Holding the lock while the first channel handshakes makes concurrent first calls from
@@ -321,7 +360,7 @@ fn open_channel() -> Result<Channel, Failure> {
     let local = matches!(endpoint, Endpoint::Unix(_));
     if !local && wanted == TransportChoice::Shm {
         tracing::error!("PHOS_TRANSPORT=shm needs a router on this host (a unix: endpoint), not {endpoint}");
-        return Err(Failure::NoDevice);
+        return Err(Failure::NoDevice.into());
     }
     let shm_wanted = local && matches!(wanted, TransportChoice::Auto | TransportChoice::Shm);
     let arena = if shm_wanted { crate::hostmem::arena_for_channel() } else { None };
@@ -343,6 +382,8 @@ fn open_channel() -> Result<Channel, Failure> {
     // A refusal carries the error the call gets (a limit of the router's: devices busy), or
     // none (no device for this process).
     let mut refused_with = Failure::NoDevice;
+    // Where the session went, if the router says it moved.
+    let mut moved = None;
     // A router that refuses the Hello closes the connection, so sending the arena after it
     // can fail: its refusal, still there to be read, says why.
     let mut arena_sent = Ok(());
@@ -361,6 +402,10 @@ fn open_channel() -> Result<Channel, Failure> {
         })
         .and_then(|rh| match rh.kind {
             FrameKind::Welcome => phos_protocol::decode::<Welcome>(&reply).map_err(|e| e.to_string()),
+            FrameKind::Refused if rh.status == REFUSED_MOVED => {
+                moved = Some(String::from_utf8_lossy(&reply).into_owned());
+                Err("the session moved".into())
+            }
             FrameKind::Refused => {
                 if rh.status != 0 {
                     refused_with = Failure::Status(rh.status);
@@ -370,13 +415,16 @@ fn open_channel() -> Result<Channel, Failure> {
             other => Err(format!("unexpected {other:?} frame")),
         })
         .map_err(|e| {
+            if let Some(to) = moved.take().filter(|to| Endpoint::parse(to).is_ok()) {
+                return Opened::Moved(to);
+            }
             tracing::error!("the Phos router at {endpoint} refused the session: {e}");
             if e == "unknown session" {
                 // The router has ended the session (its API server is gone): no restore
                 // will bring it back, so calls stop waiting for one.
                 SESSION_GONE.store(true, Ordering::Relaxed);
             }
-            refused_with
+            Opened::Failed(refused_with)
         })?;
     let mut staging = None;
     let transport: Box<dyn Transport> = match welcome.transport {
@@ -394,7 +442,7 @@ fn open_channel() -> Result<Channel, Failure> {
         }
         TransportKind::Unix if wanted == TransportChoice::Shm => {
             tracing::error!("PHOS_TRANSPORT=shm, but the router at {endpoint} does not offer shared memory");
-            return Err(Failure::NoDevice);
+            return Err(Failure::NoDevice.into());
         }
         TransportKind::Unix | TransportKind::Tcp | TransportKind::Vsock => transport,
     };
@@ -778,7 +826,17 @@ fn drop_channel() -> VecDeque<Unanswered> {
         .try_with(|c| c.borrow_mut().take())
         .ok()
         .flatten()
-        .map(|mut ch| std::mem::take(&mut ch.unanswered))
+        .map(|mut ch| {
+            // Acknowledgements the old server sent before it went (a session frozen for a
+            // migration answers what ran first) retire their calls: those must not run twice.
+            for _ in 0..MAX_UNANSWERED {
+                if ch.unanswered.is_empty() || !ch.transport.wait_readable(Duration::ZERO) || ch.receive_one().is_err()
+                {
+                    break;
+                }
+            }
+            std::mem::take(&mut ch.unanswered)
+        })
         .unwrap_or_default()
 }
 

@@ -66,6 +66,15 @@ enum Command {
         /// Serve Prometheus metrics on this address (host:port).
         #[arg(long)]
         metrics: Option<std::net::SocketAddr>,
+        /// Serve the management service on this address (host:port) too, for other routers
+        /// (migrations to this one, `tcp:HOST:PORT`) and remote operators; needs
+        /// --peer-secret-file.
+        #[arg(long)]
+        peer_listen: Option<std::net::SocketAddr>,
+        /// File holding the secret routers share (at least 16 bytes): peers over TCP must
+        /// know it, and migrations to `tcp:` routers present it.
+        #[arg(long, env = "PHOS_PEER_SECRET_FILE")]
+        peer_secret_file: Option<PathBuf>,
         #[command(flatten)]
         server: ServerOptions,
     },
@@ -117,6 +126,30 @@ enum Command {
         /// Seconds to wait for the session to come to rest (calls in flight finished, devices
         /// idle) before giving up and leaving it running as it was.
         #[arg(long, default_value_t = phos_control::DEFAULT_QUIESCE_TIMEOUT.as_secs_f64())]
+        timeout: f64,
+        #[command(flatten)]
+        router: manage::RouterArg,
+    },
+    /// Move a running session to another router or another device (pre-copy live
+    /// migration): its memory is copied while it runs, in rounds while what it writes
+    /// shrinks, then the rest with its calls held; its guest reconnects to the target
+    /// without noticing. A migration that fails leaves the session running where it was.
+    Migrate {
+        /// The session (see `phosctl sessions`).
+        session: u64,
+        /// The router to move it to: `unix:PATH` (its socket on this host, or that socket's
+        /// `.ctl`) or `tcp:HOST:PORT` (its --peer-listen address; both routers need the same
+        /// --peer-secret-file).
+        #[arg(long, conflicts_with = "device", required_unless_present = "device")]
+        to: Option<String>,
+        /// Move it to a server of its own router on this device.
+        #[arg(long)]
+        device: Option<i32>,
+        /// Seconds each wait for the session to come to rest may take (as a checkpoint's).
+        #[arg(long, default_value_t = phos_control::DEFAULT_QUIESCE_TIMEOUT.as_secs_f64())]
+        quiesce_timeout: f64,
+        /// Seconds the whole migration may take before it is given up.
+        #[arg(long, default_value_t = phos_control::DEFAULT_MIGRATE_TIMEOUT.as_secs_f64())]
         timeout: f64,
         #[command(flatten)]
         router: manage::RouterArg,
@@ -191,8 +224,9 @@ struct ServerOptions {
     /// Memory of the emulated device, in bytes.
     #[arg(long)]
     emu_memory: Option<u64>,
-    /// Device memory, in bytes a device, a concurrent checkpoint may copy allocations into
-    /// ahead of a write (default 256 MiB); with it full, such a write waits for the copy.
+    /// Device memory, in bytes a device, a concurrent checkpoint may copy memory into ahead
+    /// of a write (default: half the device's free memory, at most the session's memory on
+    /// it); with it full, such a write waits for the copy.
     #[arg(long)]
     cow_reserve: Option<u64>,
 }
@@ -275,6 +309,8 @@ struct ServeArgs {
     pool: Option<usize>,
     config: Option<PathBuf>,
     metrics: Option<std::net::SocketAddr>,
+    peer_listen: Option<std::net::SocketAddr>,
+    peer_secret_file: Option<PathBuf>,
     server: ServerOptions,
 }
 
@@ -311,6 +347,16 @@ fn serve(args: ServeArgs) -> ExitCode {
         config.policy_budget = b;
     }
     config.listen_tcp = file.listen_tcp;
+    config.peer_listen = args.peer_listen;
+    if let Some(path) = &args.peer_secret_file {
+        match phos_control::peer::Secret::from_file(path) {
+            Ok(s) => config.peer_secret = Some(s),
+            Err(e) => {
+                tracing::error!("--peer-secret-file: {e}");
+                return error::Exit::Usage.into();
+            }
+        }
+    }
     match file.limits.resolve() {
         Ok(l) => config.limits = l,
         Err(e) => {
@@ -576,8 +622,16 @@ fn spec(what: SpecCommand) -> ExitCode {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Serve { listen, backend, pool, config, metrics, server } => {
-            serve(ServeArgs { listen, backend, pool, config, metrics, server })
+        Command::Serve { listen, backend, pool, config, metrics, peer_listen, peer_secret_file, server } => {
+            serve(ServeArgs { listen, backend, pool, config, metrics, peer_listen, peer_secret_file, server })
+        }
+        Command::Migrate { session, to, device, quiesce_timeout, timeout, router } => {
+            let to = match (to, device) {
+                (_, Some(d)) => phos_control::MigrationTarget::Device(d),
+                (Some(r), None) => phos_control::MigrationTarget::Router(r),
+                (None, None) => unreachable!("clap requires --to or --device"),
+            };
+            manage::migrate(&router, session, to, seconds(quiesce_timeout), seconds(timeout))
         }
         Command::Policy { cmd } => policy::command(cmd),
         Command::Top { interval, once, router } => {

@@ -137,8 +137,10 @@ pub fn checkpoint(
             s.copy_ms,
             match s.mode.as_str() {
                 "copy-on-write" => format!(
-                    " while the session ran ({} MiB copied ahead of writes; the longest a call waited for the copy: {:.1} ms)",
-                    s.extra_bytes >> 20,
+                    " while the session ran ({:.1} MiB copied aside ahead of writes; {} calls waited {:.1} ms in all before they could write, the longest {:.1} ms for the copy)",
+                    s.extra_bytes as f64 / (1 << 20) as f64,
+                    s.waited_calls,
+                    s.waited_ms,
                     s.held_ms
                 ),
                 "recopy" => format!(" ({} recopy rounds, {} MiB copied again)", s.rounds, s.extra_bytes >> 20),
@@ -149,6 +151,45 @@ pub fn checkpoint(
             println!("the concurrent checkpoint was taken again stop-the-world: {why}");
         }
         println!("image: {}", s.dir.display());
+        Ok(())
+    }))
+}
+
+pub fn migrate(
+    router: &RouterArg,
+    session: u64,
+    to: phos_control::MigrationTarget,
+    quiesce_timeout: Duration,
+    timeout: Duration,
+) -> ExitCode {
+    report(run(router, async |c| {
+        let request = phos_control::MigrateRequest { to, quiesce_timeout, timeout };
+        let work = c.migrate(phos_control::context_within(timeout + Duration::from_secs(30)), session, request);
+        let s = with_progress(&c, session, "migrate", work).await??;
+        println!(
+            "session {session} moved to {}: {} MiB of device memory, {} MiB sent, in {:.1} ms; calls held {:.1} ms (downtime)",
+            s.to,
+            s.memory_bytes >> 20,
+            s.sent_bytes >> 20,
+            s.total_ms,
+            s.downtime_ms
+        );
+        for (i, p) in s.passes.iter().enumerate() {
+            let what = match i {
+                0 => "first copy".to_string(),
+                i if i + 1 == s.passes.len() => "held copy".to_string(),
+                i => format!("round {i}"),
+            };
+            println!(
+                "  {what:<10} {:>10} bytes written before it, {:>10} bytes copied, {:8.1} ms",
+                p.dirty_bytes, p.copied_bytes, p.ms
+            );
+        }
+        println!(
+            "dirty rate {:.1} MiB/s during the rounds; the target served the session after {:.1} ms (on demand: memory loading behind it)",
+            s.dirty_rate / (1 << 20) as f64,
+            s.restore.total_ms
+        );
         Ok(())
     }))
 }

@@ -49,6 +49,11 @@ pub const FLAG_MEASURE: u16 = 4;
 /// The most call ids one [`FrameKind::Barrier`] may name.
 pub const MAX_BARRIER_IDS: usize = 1024;
 
+/// The status of a `Refused` handshake answer that says the session moved to another router
+/// (a live migration): the payload is the endpoint (`unix:PATH`, `tcp:HOST:PORT`) where the
+/// guest reconnects with its token. Not a CUDA error: no call ever returns it.
+pub const REFUSED_MOVED: i32 = 0x4d4f_5645;
+
 /// What a frame is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]

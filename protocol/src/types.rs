@@ -33,6 +33,73 @@ pub struct ChannelFormatDesc {
     pub f: i32,
 }
 
+impl ChannelFormatDesc {
+    /// Bytes of one element: the channels' bits together (`None` when that is not a whole,
+    /// positive number of bytes). Which formats CUDA accepts is for the server to decide.
+    pub fn element_size(&self) -> Option<u64> {
+        let bits = [self.x, self.y, self.z, self.w];
+        if bits.iter().any(|&b| b < 0) {
+            return None;
+        }
+        let total: i64 = bits.iter().map(|&b| i64::from(b)).sum();
+        (total > 0 && total % 8 == 0).then_some(total as u64 / 8)
+    }
+}
+
+/// The bytes a CUDA array of `element_size`-byte texels takes in CUDA's packed layout, which
+/// Phos accounts as device memory: each level's rows, slices and layers one after another,
+/// levels 16 bytes apart. `extent` is cudaMalloc3DArray's (height 0 for 1D, depth 0 for 1D
+/// and 2D, layers in depth when `flags` has cudaArrayLayered 1 or cudaArrayCubemap 4);
+/// `levels` 0 or 1 for a plain array, clamped to what the extent allows as CUDA does. `None`
+/// when the size does not fit 64 bits.
+pub fn array_bytes(element_size: u64, extent: [u64; 3], flags: u32, levels: u32) -> Option<u64> {
+    let layered = flags & (1 | 4) != 0;
+    let [w, h, d] = extent;
+    let (dims, layers) = if layered { ([w, h.max(1), 1], d.max(1)) } else { ([w, h.max(1), d.max(1)], 1) };
+    let largest = dims.iter().copied().max().unwrap_or(1).max(1);
+    let levels = levels.clamp(1, 64 - largest.leading_zeros());
+    let mut total = 0u64;
+    for l in 0..levels {
+        let [lw, lh, ld] = dims.map(|x| (x >> l).max(1));
+        let size = element_size.checked_mul(lw)?.checked_mul(lh)?.checked_mul(ld)?.checked_mul(layers)?;
+        total = total.checked_add(size)?.checked_next_multiple_of(16)?;
+    }
+    Some(total)
+}
+
+/// `cudaTextureDesc` in CUDA 12's layout (with `seamlessCubemap`): how a texture is sampled.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, bincode::Encode, bincode::Decode)]
+pub struct TextureDescWire {
+    pub address_mode: [i32; 3],
+    pub filter_mode: i32,
+    pub read_mode: i32,
+    pub srgb: i32,
+    pub border_color: [f32; 4],
+    pub normalized_coords: i32,
+    pub max_anisotropy: u32,
+    pub mipmap_filter_mode: i32,
+    pub mipmap_level_bias: f32,
+    pub min_mipmap_level_clamp: f32,
+    pub max_mipmap_level_clamp: f32,
+    pub disable_trilinear_optimization: i32,
+    pub seamless_cubemap: i32,
+}
+
+/// `cudaResourceViewDesc` without CUDA 13's reserved words.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, bincode::Encode, bincode::Decode)]
+pub struct ResourceViewWire {
+    pub format: i32,
+    pub width: u64,
+    pub height: u64,
+    pub depth: u64,
+    pub first_mipmap_level: u32,
+    pub last_mipmap_level: u32,
+    pub first_layer: u32,
+    pub last_layer: u32,
+}
+
 /// `cudaExtent`: width (bytes for linear memory), height and depth of a 3D region.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, bincode::Encode, bincode::Decode)]

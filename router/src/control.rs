@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use phos_control::{
-    Cancel, CheckpointRequest, CheckpointSummary, ControlError, LoadReport, PolicyDetail, PolicyLoad, PolicySummary,
-    Progress, RestoreRequest, RestoreSummary, RouterControl, SessionInfo, TenantUsage,
+    Cancel, CheckpointRequest, CheckpointSummary, ControlError, Incoming, LoadReport, MigrateRequest, MigrationSummary,
+    PolicyDetail, PolicyLoad, PolicySummary, Progress, RestoreRequest, RestoreSummary, RouterControl, SessionIdentity,
+    SessionInfo, TenantUsage,
 };
 use phos_policy::engine::{PolicyError, PolicyInfo};
 use tarpc::context::Context;
@@ -139,6 +140,38 @@ impl RouterControl for RouterCtl {
 
     async fn usage(self, _: Context) -> Vec<TenantUsage> {
         self.router.tenants.usage()
+    }
+
+    async fn migrate(
+        self,
+        _: Context,
+        session: u64,
+        request: MigrateRequest,
+    ) -> Result<MigrationSummary, ControlError> {
+        let router = self.router.clone();
+        blocking(&self.gone, move |cancel| router.migrate(session, &request, cancel)).await
+    }
+
+    async fn migrate_prepare(
+        self,
+        _: Context,
+        session: u64,
+        identity: SessionIdentity,
+        pid: u32,
+        remote: bool,
+    ) -> Result<Incoming, ControlError> {
+        let router = self.router.clone();
+        blocking(&self.gone, move |cancel| router.migrate_prepare(session, identity, pid, remote, cancel)).await
+    }
+
+    async fn migrate_finish(self, _: Context, ticket: u64) -> Result<RestoreSummary, ControlError> {
+        let router = self.router.clone();
+        blocking(&self.gone, move |_| router.migrate_finish(ticket)).await
+    }
+
+    async fn migrate_abort(self, _: Context, ticket: u64) {
+        let router = self.router.clone();
+        let _ = tokio::task::spawn_blocking(move || router.migrate_abort(ticket)).await;
     }
 }
 

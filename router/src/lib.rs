@@ -22,6 +22,7 @@ pub mod contention;
 pub mod control;
 pub mod limits;
 pub mod metrics;
+mod migration;
 pub mod session;
 pub mod tenants;
 pub mod usage;
@@ -54,6 +55,7 @@ use phos_protocol::shm::{SharedFiles, ShmTransport};
 use phos_protocol::text::printable;
 use phos_protocol::transport::{TcpTransport, Transport, UnixTransport, read_frame, write_frame};
 
+pub use migration::MigrationFigures;
 pub use session::SessionEntry;
 use session::{ServerProcess, ServerStart, State};
 pub use tenants::{Tenant, TenantConfig, Tenants};
@@ -101,6 +103,12 @@ pub struct RouterConfig {
     pub limits: limits::Limits,
     /// Objects of each kind one session may hold (passed to every API server).
     pub session_limits: phos_protocol::limits::SessionLimits,
+    /// Serve the management service over TCP here too, for other routers (migrations to
+    /// this one) and remote operators: only to peers that know `peer_secret`.
+    pub peer_listen: Option<std::net::SocketAddr>,
+    /// The secret routers authenticate each other with (over TCP; `phosctl serve
+    /// --peer-secret-file`). Needed to listen for peers and to migrate to `tcp:` routers.
+    pub peer_secret: Option<phos_control::peer::Secret>,
 }
 
 impl RouterConfig {
@@ -126,6 +134,8 @@ impl RouterConfig {
             staging_slot_bytes: phos_protocol::staging::DEFAULT_SLOT_BYTES,
             limits: limits::Limits::default(),
             session_limits: Default::default(),
+            peer_listen: None,
+            peer_secret: None,
         }
     }
 }
@@ -179,6 +189,10 @@ pub struct Router {
     channels_per_tenant: AtomicU64,
     /// What the checkpoints taken through this router did, for the metrics.
     pub checkpoints: Mutex<CheckpointFigures>,
+    /// Sessions that moved away and sessions arriving; migrations' figures.
+    migrations: migration::Migrations,
+    /// Where the peer listener ended up bound.
+    peer_bound: Mutex<Option<std::net::SocketAddr>>,
 }
 
 /// Checkpoints so far and the last one's figures, by mode (`stop-the-world`,
@@ -389,6 +403,8 @@ impl Router {
             spare_fd: Mutex::new(None),
             channels_per_tenant: AtomicU64::new(config_channels_per_tenant),
             checkpoints: Mutex::default(),
+            migrations: Default::default(),
+            peer_bound: Mutex::new(None),
         }))
     }
 
@@ -419,6 +435,16 @@ impl Router {
         let ctl = move |gone| control::RouterCtl { router: me.clone(), gone }.into_service();
         if let Err(e) = phos_control::spawn_service_thread(phos_control::control_path(&self.config.listen), ctl) {
             tracing::error!("management service: {e}");
+        }
+        if let Some(addr) = self.config.peer_listen {
+            let Some(secret) = self.config.peer_secret.clone() else {
+                return Err(io::Error::other("a peer listener needs a shared secret (--peer-secret-file)"));
+            };
+            let me = self.clone();
+            let ctl = move |gone| control::RouterCtl { router: me.clone(), gone }.into_service();
+            let bound = phos_control::peer::spawn_tcp_service_thread(addr, secret, ctl)?;
+            tracing::info!("peer routers and operators on tcp:{bound}");
+            *self.peer_bound.lock() = Some(bound);
         }
         if let Some(addr) = self.config.metrics {
             match metrics::serve(self.clone(), addr) {
@@ -503,6 +529,16 @@ impl Router {
     }
 
     /// Connections in their handshake now.
+    /// Where the peer listener is bound, if there is one.
+    pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        *self.peer_bound.lock()
+    }
+
+    /// What the migrations through this router did.
+    pub fn migration_figures(&self) -> parking_lot::MutexGuard<'_, MigrationFigures> {
+        self.migrations.figures.lock()
+    }
+
     pub fn pending_handshakes(&self) -> u64 {
         self.pending.total()
     }
@@ -716,6 +752,7 @@ impl Router {
                 s.end();
                 self.keep_ended_load(&s);
             }
+            self.expire_arrivals();
             self.fill_pool();
         }
     }
@@ -843,6 +880,10 @@ impl Router {
                         return refuse(&mut guest, NO_DEVICE, "unknown session");
                     }
                     None => {
+                        if let Some(to) = self.moved_to(&token, &tenant) {
+                            tracing::info!(%tenant, pid, "a guest of a session that moved is sent to {to}");
+                            return refuse(&mut guest, phos_protocol::frame::REFUSED_MOVED, &to);
+                        }
                         guest_warn!(key, %tenant, pid, "unknown session token");
                         return refuse(&mut guest, NO_DEVICE, "unknown session");
                     }
@@ -1448,6 +1489,9 @@ impl Router {
         };
         let stop = request.stop;
         let started = Instant::now();
+        // The session's program may end while the checkpoint runs (a concurrent one lets it
+        // go on): its server must stay until it has answered.
+        let _running = session.operation();
         let cancel = cancel.clone();
         let context = phos_control::long_context();
         let within = context.deadline.saturating_duration_since(Instant::now());

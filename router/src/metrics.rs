@@ -204,6 +204,27 @@ pub fn render(router: &Router) -> String {
         );
         family(
             &mut out,
+            "phos_checkpoint_last_copied_aside_bytes",
+            "gauge",
+            "Device memory the last checkpoint copied aside ahead of writes (copy-on-write).",
+            per_mode(&|v| if v.1.mode == "copy-on-write" { v.1.extra_bytes } else { 0 }.to_string()),
+        );
+        family(
+            &mut out,
+            "phos_checkpoint_last_waited_seconds",
+            "gauge",
+            "The time calls waited in all, in the last checkpoint, before they could write (copy-on-write).",
+            per_mode(&|v| secs(v.1.waited_ms)),
+        );
+        family(
+            &mut out,
+            "phos_checkpoint_last_waited_calls",
+            "gauge",
+            "Calls that waited, in the last checkpoint, before they could write (copy-on-write).",
+            per_mode(&|v| v.1.waited_calls.to_string()),
+        );
+        family(
+            &mut out,
             "phos_checkpoint_last_bytes",
             "gauge",
             "Device memory the last checkpoint covered.",
@@ -214,11 +235,84 @@ pub fn render(router: &Router) -> String {
             figures.fallbacks
         ));
     }
+    migrations(&mut out, router);
     family(&mut out, "phos_policy_runs_total", "counter", "Times the policy ran.", per_policy(|p| p.runs));
     family(&mut out, "phos_policy_delayed_total", "counter", "Delay verdicts.", per_policy(|p| p.delayed));
     family(&mut out, "phos_policy_rejected_total", "counter", "Reject verdicts.", per_policy(|p| p.rejected));
     family(&mut out, "phos_policy_run_mean_ns", "gauge", "Mean time of one run.", per_policy(|p| p.mean_run_ns));
     out
+}
+
+/// Migrations through the router: how many went (out, failed, in), and the last one's figures.
+fn migrations(out: &mut String, router: &Router) {
+    let figures = router.migration_figures();
+    let one = |v: String| [(String::new(), v)];
+    family(
+        out,
+        "phos_migrations_total",
+        "counter",
+        "Sessions moved away from this router (or between its devices).",
+        one(figures.done.to_string()),
+    );
+    family(
+        out,
+        "phos_migrations_failed_total",
+        "counter",
+        "Migrations given up (their sessions ran on where they were).",
+        one(figures.failed.to_string()),
+    );
+    family(
+        out,
+        "phos_migrations_arrived_total",
+        "counter",
+        "Sessions that moved here from another router.",
+        one(figures.arrived.to_string()),
+    );
+    if let Some(last) = &figures.last {
+        let secs = |ms: f64| format!("{:.6}", ms / 1e3);
+        family(
+            out,
+            "phos_migration_last_downtime_seconds",
+            "gauge",
+            "How long the last migration held its session's calls (the last round and the target's restore).",
+            one(secs(last.downtime_ms)),
+        );
+        family(
+            out,
+            "phos_migration_last_total_seconds",
+            "gauge",
+            "How long the last migration took in all.",
+            one(secs(last.total_ms)),
+        );
+        family(
+            out,
+            "phos_migration_last_rounds",
+            "gauge",
+            "Recopy rounds of the last migration (between its first copy and its held one).",
+            one(last.passes.len().saturating_sub(2).to_string()),
+        );
+        family(
+            out,
+            "phos_migration_last_bytes",
+            "gauge",
+            "Device memory the last migration moved.",
+            one(last.memory_bytes.to_string()),
+        );
+        family(
+            out,
+            "phos_migration_last_sent_bytes",
+            "gauge",
+            "Bytes the last migration sent (every pass).",
+            one(last.sent_bytes.to_string()),
+        );
+        family(
+            out,
+            "phos_migration_last_dirty_bytes_per_second",
+            "gauge",
+            "How fast the last migrated session wrote memory during its rounds.",
+            one(format!("{:.0}", last.dirty_rate)),
+        );
+    }
 }
 
 /// The figures of each session's last on-demand restore (times from the restore's start in

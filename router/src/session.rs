@@ -230,6 +230,18 @@ pub struct SessionEntry {
     /// The memory load of the last on-demand restore of the session, as its server last
     /// reported it (followed until it is over).
     pub restore_load: Mutex<Option<phos_control::LoadReport>>,
+    /// Checkpoints of the session in progress: its server is not ended under them, even if
+    /// its program ends meanwhile (a concurrent checkpoint lets it run on).
+    operations: AtomicU64,
+}
+
+/// A checkpoint of a session in progress ([`SessionEntry::operation`]).
+pub struct Operation<'a>(&'a SessionEntry);
+
+impl Drop for Operation<'_> {
+    fn drop(&mut self) {
+        self.0.operations.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A session's bypass findings.
@@ -266,6 +278,12 @@ impl Drop for ChannelGuard {
     fn drop(&mut self) {
         self.0.channel_closed();
     }
+}
+
+/// Whether two session tokens are the same, in a time that does not depend on where they
+/// differ.
+pub(crate) fn tokens_match(a: &[u8; 16], b: &[u8; 16]) -> bool {
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 pub(crate) fn random_token() -> io::Result<[u8; 16]> {
@@ -324,7 +342,15 @@ impl SessionEntry {
             barriers_waiting: AtomicU64::new(0),
             bypass: Mutex::new(Bypass::default()),
             restore_load: Mutex::new(None),
+            operations: AtomicU64::new(0),
         }
+    }
+
+    /// A checkpoint of the session begins: until the returned guard is dropped, the session
+    /// does not end for want of its guest (its server still answers the checkpoint).
+    pub(crate) fn operation(&self) -> Operation<'_> {
+        self.operations.fetch_add(1, Ordering::Relaxed);
+        Operation(self)
     }
 
     /// The guest reports a bypass (the payload of its `phosReportBypass` call): the finding in
@@ -450,7 +476,7 @@ impl SessionEntry {
 
     /// Compare tokens without leaking how much of one matched.
     pub fn token_matches(&self, other: &[u8; 16]) -> bool {
-        self.token.iter().zip(other).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+        tokens_match(&self.token, other)
     }
 
     pub fn channels(&self) -> u64 {
@@ -523,6 +549,11 @@ impl SessionEntry {
         self.remote.store(true, Ordering::Relaxed);
     }
 
+    /// Whether the guest reached us over the network.
+    pub(crate) fn is_remote(&self) -> bool {
+        self.remote.load(Ordering::Relaxed)
+    }
+
     fn guest_alive(&self) -> bool {
         // SAFETY: signal 0 sends nothing: kill only checks that the process exists.
         self.remote.load(Ordering::Relaxed) || unsafe { libc::kill(self.pid as libc::pid_t, 0) == 0 }
@@ -549,6 +580,9 @@ impl SessionEntry {
                         describe_exit(status)
                     );
                     return true;
+                }
+                if self.operations.load(Ordering::Relaxed) > 0 {
+                    return false;
                 }
                 match *self.idle_since.lock() {
                     Some(since) => !self.guest_alive() || since.elapsed() > linger,
@@ -664,6 +698,30 @@ mod tests {
         assert!(late.note_bypass(&report(1, "/x/copy.so")).is_some());
         late.end();
         assert_eq!((bypassed(), late.bypass().len()), (0, 1));
+    }
+
+    /// A session whose guest is gone ends, unless a checkpoint of it is in progress: then it
+    /// ends once the checkpoint is done (its server must stay to answer it).
+    #[test]
+    fn a_session_does_not_end_under_its_checkpoint() {
+        let tenants = crate::Tenants::new(vec![]).unwrap();
+        let tenant = crate::Tenant("t".into());
+        let state = tenants.state(&tenant);
+        state.sessions.fetch_add(1, Ordering::Relaxed);
+        // A pid no process has (above the kernel's largest).
+        let gone = 1 << 30;
+        let s = SessionEntry::new(3, tenant, state, gone, "p".into(), 12, [0; 16], 0, None);
+        s.set_state(State::Active);
+        let (linger, suspended_for) = (Duration::from_secs(60), Duration::from_secs(60));
+        assert!(s.is_finished(linger, suspended_for), "its guest is gone");
+        let checkpoint = s.operation();
+        let other = s.operation();
+        assert!(!s.is_finished(linger, suspended_for), "ended under a checkpoint");
+        drop(checkpoint);
+        assert!(!s.is_finished(linger, suspended_for), "ended under the other checkpoint");
+        drop(other);
+        assert!(s.is_finished(linger, suspended_for));
+        s.end();
     }
 
     #[test]

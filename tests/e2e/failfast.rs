@@ -158,21 +158,8 @@ fn a_checkpoint_gives_up_on_a_kernel_that_does_not_end() {
     std::thread::sleep(Duration::from_millis(300));
     let image = tempfile::tempdir().unwrap();
     let dir = image.path().join("image");
-    let asked = Instant::now();
-    // Stop-the-world: its quiesce is what waits for the call in flight. (A copy-on-write
-    // checkpoint here names the device's queued work or the call, by timing, and under load
-    // has failed otherwise: under investigation.)
-    let ck = phosctl(
-        &router,
-        &["checkpoint", &id.to_string(), "--out", dir.to_str().unwrap(), "--timeout", "1", "--stop-the-world"],
-    );
-    let took = asked.elapsed();
-    let err = String::from_utf8_lossy(&ck.stderr);
-    assert_eq!(ck.status.code(), Some(TIMED_OUT), "the checkpoint waited the kernel out: {err}");
-    assert!(took < Duration::from_secs(6), "gave up after {took:?}: {err}");
-    assert!(err.contains(&format!("session {id}")), "{err}");
-    assert!(err.contains("phosLaunchKernel"), "names the call it waited for: {err}");
-    assert!(!dir.join(phos_checkpoint::MANIFEST_FILE).exists(), "no image was written");
+    // Stop-the-world: its quiesce is what waits for the call in flight.
+    gives_up_at_its_deadline(&router, id, &dir, &["--stop-the-world"]);
     // The session was left running: its program ends with the kernel's results.
     let mut rest = String::new();
     out.read_to_string(&mut rest).unwrap();
@@ -187,6 +174,66 @@ fn a_checkpoint_gives_up_on_a_kernel_that_does_not_end() {
     let ck = phosctl(&router, &["checkpoint", &id.to_string(), "--out", dir.to_str().unwrap(), "--timeout", "60"]);
     assert!(ck.status.success(), "{}", String::from_utf8_lossy(&ck.stderr));
     assert!(again.wait().unwrap().success());
+}
+
+/// The same, copy-on-write (the default): installing its hook and its quiesce wait for the
+/// call in flight, one deadline for both, and it gives up once that has passed, saying how
+/// long it waited in all.
+#[test]
+fn a_copy_on_write_checkpoint_gives_up_on_a_kernel_that_does_not_end() {
+    let Some(nvcc) = nvcc() else { return };
+    let spin = build_program_from(&nvcc, &hostile_dir(), "spin", ARCH);
+    let router = TestRouter::start("emu");
+    let mut guest = start_guest(&router, &spin, &["4000"]);
+    let mut out = BufReader::new(guest.stdout.take().unwrap());
+    read_until(&mut out, "launched");
+    let id = session_of(&router, "spin");
+    std::thread::sleep(Duration::from_millis(300));
+    let image = tempfile::tempdir().unwrap();
+    let dir = image.path().join("image");
+    gives_up_at_its_deadline(&router, id, &dir, &[]);
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert!(guest.wait().unwrap().success() && rest.contains("PASS"), "{rest}");
+}
+
+/// Checkpoint session `id` (whose kernel runs for seconds) into `dir` with a 1 s timeout:
+/// it must give up, after waiting at least that long (and said so), naming the launch, and
+/// write nothing.
+fn gives_up_at_its_deadline(router: &TestRouter, id: u64, dir: &Path, extra: &[&str]) {
+    let asked = Instant::now();
+    let session = id.to_string();
+    let mut args = vec!["checkpoint", &session, "--out", dir.to_str().unwrap()];
+    args.extend(["--timeout", "1"]);
+    args.extend(extra);
+    let ck = phosctl(router, &args);
+    let took = asked.elapsed();
+    let err = String::from_utf8_lossy(&ck.stderr);
+    let said = String::from_utf8_lossy(&ck.stdout);
+    assert_eq!(ck.status.code(), Some(TIMED_OUT), "the checkpoint waited the kernel out ({took:?}): {said}{err}");
+    assert!(took >= Duration::from_secs(1), "gave up after {took:?}, before its deadline: {err}");
+    assert!(took < Duration::from_secs(6), "gave up after {took:?}: {err}");
+    let waited = said_waited(&err);
+    assert!(waited >= Duration::from_millis(950), "says it waited {waited:?}, less than its timeout: {err}");
+    assert!(err.contains(&format!("session {id}")), "{err}");
+    assert!(err.contains("phosLaunchKernel"), "names the call it waited for: {err}");
+    assert!(!dir.join(phos_checkpoint::MANIFEST_FILE).exists(), "no image was written");
+}
+
+/// The wait a "gave up after D waiting for" message says (`D` as Rust prints a duration).
+fn said_waited(err: &str) -> Duration {
+    let after = err.split("gave up after ").nth(1).unwrap_or_else(|| panic!("no wait said: {err}"));
+    let figure = after.split_whitespace().next().unwrap_or("");
+    let unit_at = figure.find(|c: char| c.is_alphabetic() || c == 'µ').unwrap_or(figure.len());
+    let value: f64 = figure[..unit_at].parse().unwrap_or_else(|_| panic!("no duration in {figure:?}: {err}"));
+    let seconds = match &figure[unit_at..] {
+        "s" => value,
+        "ms" => value / 1e3,
+        "µs" => value / 1e6,
+        "ns" => value / 1e9,
+        unit => panic!("unit {unit:?} in {figure:?}: {err}"),
+    };
+    Duration::from_secs_f64(seconds)
 }
 
 /// A checkpoint whose client is killed while it waits stops there: the server says it was

@@ -713,3 +713,114 @@ fn the_pinned_arena_is_checked() {
     // A session on the socket has no arena: pinned memory stays the guest's.
     assert_eq!(third.call(&PhosHostAllocRequest { size: 4096, flags: 0 }).unwrap_err(), CudaError::NotSupported.0);
 }
+
+/// CUDA arrays and texture objects from a guest that lies: extents, corners and pitches that
+/// do not fit, accounted sizes that are not the layout's, handles and object values that are
+/// not the session's. Each gets its error; the session's array is untouched, and another
+/// session cannot reach its texture object.
+#[test]
+fn arrays_and_textures_that_do_not_fit() {
+    use phos_protocol::types::{ChannelFormatDesc, ResourceViewWire, TextureDescWire};
+    let (router, mut g) = open();
+    let float = ChannelFormatDesc { x: 32, y: 0, z: 0, w: 0, f: 2 };
+    let create = |g: &mut RawGuest, desc, width, height, depth, bytes| {
+        g.call(&PhosArrayCreateRequest { desc, width, height, depth, flags: 0, bytes }).map(|r| r.array)
+    };
+    // The layout of 8x4 floats is 128 bytes: another figure would cheat the router's accounting.
+    assert_eq!(create(&mut g, float, 8, 4, 0, 16), Err(CudaError::InvalidValue.0));
+    assert!(router.server_logs().contains("not the 16 its request accounted"), "{}", router.server_logs());
+    assert_eq!(create(&mut g, float, 1 << 40, 4, 0, u64::MAX), Err(CudaError::InvalidValue.0));
+    let odd = ChannelFormatDesc { x: 8, y: 16, z: 0, w: 0, f: 1 };
+    assert_eq!(create(&mut g, odd, 8, 4, 0, 96), Err(CudaError::InvalidChannelDescriptor.0));
+    let array = create(&mut g, float, 8, 4, 0, 128).expect("a valid array");
+    let rows: Vec<u8> = (0..128u8).collect();
+    let to_array = |g: &mut RawGuest, array, [x, y, z]: [u64; 3], [w, h, d]: [u64; 3], src: &[u8]| {
+        g.call(&PhosMemcpyToArrayRequest {
+            dst: array,
+            x,
+            y,
+            z,
+            src: Ptr::In(src),
+            spitch: w,
+            sslice: w * h,
+            width: w,
+            height: h,
+            depth: d,
+            direction: consts::cudaMemcpyHostToDevice,
+            stream: 0,
+            ordered: 0,
+        })
+        .map(|_| ())
+    };
+    to_array(&mut g, array, [0, 0, 0], [32, 4, 1], &rows).expect("the whole array");
+    for (corner, extent) in [
+        ([4u64, 0, 0], [32u64, 1, 1]),     // past the row
+        ([2, 0, 0], [4, 1, 1]),            // half an element
+        ([0, 3, 0], [32, 2, 1]),           // past the rows
+        ([0, 0, 1], [32, 1, 1]),           // past the slices
+        ([u64::MAX - 3, 0, 0], [4, 1, 1]), // wrapping
+    ] {
+        let n = (extent[0] * extent[1] * extent[2]) as usize;
+        assert_eq!(to_array(&mut g, array, corner, extent, &rows[..n]), Err(CudaError::InvalidValue.0), "{corner:?}");
+    }
+    let stream = g.call(&CudaStreamCreateRequest {}).expect("a stream").pStream;
+    assert_eq!(to_array(&mut g, stream, [0, 0, 0], [4, 1, 1], &rows[..4]), Err(CudaError::InvalidResourceHandle.0));
+    // A texture of linear memory outside the session, a resource type and an address mode CUDA
+    // does not have, a value that is no texture of the session's.
+    let texture = |g: &mut RawGuest, res_type, dev_ptr, address| {
+        let desc = TextureDescWire { address_mode: [address; 3], ..Default::default() };
+        g.call(&PhosTextureCreateRequest {
+            resType: res_type,
+            array,
+            mipmap: 0,
+            devPtr: dev_ptr,
+            desc: float,
+            width: 0,
+            height: 0,
+            pitch: 0,
+            sizeInBytes: 4096,
+            texDesc: desc,
+            hasView: 0,
+            view: ResourceViewWire::default(),
+        })
+        .map(|r| r.texObject)
+    };
+    assert_eq!(texture(&mut g, 2, 0x5555_0000_0000, 0), Err(CudaError::InvalidValue.0));
+    assert_eq!(texture(&mut g, 9, 0, 0), Err(CudaError::InvalidValue.0));
+    assert_eq!(texture(&mut g, 0, 0, 17), Err(CudaError::InvalidValue.0));
+    let t = texture(&mut g, 0, 0, 1).expect("a texture of the array");
+    assert_eq!(
+        g.call(&CudaDestroyTextureObjectRequest { texObject: t + 1000 }).unwrap_err(),
+        CudaError::InvalidValue.0
+    );
+    // Another session cannot destroy this one's object, nor name its array.
+    let mut other = RawGuest::connect(&router.socket(), None).expect("another session");
+    assert_eq!(other.call(&CudaDestroyTextureObjectRequest { texObject: t }).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(other.call(&PhosArrayGetInfoRequest { array }).unwrap_err(), CudaError::InvalidResourceHandle.0);
+    // The array is as it was written.
+    let back = g
+        .call(&PhosMemcpyFromArrayRequest {
+            dst: Ptr::Out(128),
+            dpitch: 32,
+            dslice: 128,
+            src: array,
+            x: 0,
+            y: 0,
+            z: 0,
+            width: 32,
+            height: 4,
+            depth: 1,
+            direction: consts::cudaMemcpyDeviceToHost,
+            stream: 0,
+            ordered: 0,
+        })
+        .expect("a copy back")
+        .dst;
+    assert_eq!(back.as_deref(), Some(&rows[..]));
+    let logs = router.server_logs();
+    for line in ["does not fit a CUDA array", "cudaCreateTextureObject: refused", "is no object of the session's"] {
+        assert!(logs.contains(line), "the refusal is logged ({line}): {logs}");
+    }
+    g.call(&CudaDestroyTextureObjectRequest { texObject: t }).expect("its own texture");
+    g.call(&CudaFreeArrayRequest { array }).expect("its own array");
+}

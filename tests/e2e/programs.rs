@@ -52,6 +52,7 @@ programs!(
     graphs,
     host_threads,
     iterative,
+    layered_mipmapped,
     managed_memory,
     math_fns,
     matmul_tiled,
@@ -66,8 +67,10 @@ programs!(
     stream_traffic,
     streams_events,
     struct_args,
+    surface_objects,
     symbols,
     templates,
+    texture_objects,
     vector_add,
     warp_ops,
 );

@@ -57,8 +57,8 @@ summary="$OUT/cr-concurrent.md"
   echo "- backend $BACKEND; images in $IMG; each kernel writes $WINDOW_KIB KiB of one 256 MiB buffer, the buffers in turn"
   echo "- command: \`tests/scripts/gpu-cr-concurrent.sh BIN_DIR OUT_DIR\`"
   echo
-  echo "| device memory | checkpoint | calls held ms | copy ms | launches/s before | during (slowdown) | kernel µs before | during | note |"
-  echo "|---|---|---|---|---|---|---|---|---|"
+  echo "| device memory | checkpoint | calls held ms | copy ms | launches/s before | during (slowdown) | kernel µs before | during | copied aside MiB | writers waited ms (calls) | note |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|"
 } > "$summary"
 
 measure() { # size mode flags...
@@ -85,6 +85,10 @@ measure() { # size mode flags...
   held=$(echo "$ck" | sed -n 's/.*calls held \([0-9.]*\) ms.*/\1/p')
   copy=$(echo "$ck" | sed -n 's/.*memory copied in \([0-9.]*\) ms.*/\1/p')
   note=$(echo "$ck" | grep -o 'taken again stop-the-world' || true)
+  # Copy-on-write: what was copied aside ahead of writes, and the writers' waits in all.
+  local aside waited
+  aside=$(echo "$ck" | sed -n 's/.*(\([0-9.]*\) MiB copied aside.*/\1/p')
+  waited=$(echo "$ck" | sed -n 's/.*; \([0-9]*\) calls waited \([0-9.]*\) ms in all.*/\2 (\1)/p')
   local before us_before during us_during from
   from=$(awk -v t="$t0" -v w="$WARM" 'BEGIN { printf "%.6f", t - w }')
   read -r before us_before <<< "$(window_stats "$WORK/w.out" "$from" "$t0")"
@@ -93,7 +97,7 @@ measure() { # size mode flags...
   if [ "$before" != n/a ] && [ "$during" != n/a ]; then
     slowdown=$(awk -v a="$before" -v b="$during" 'BEGIN { printf "%.0f%%", (1 - b / a) * 100 }')
   fi
-  echo "| $size GiB | $mode | $held | $copy | $before | $during ($slowdown) | $us_before | $us_during | $note |" >> "$summary"
+  echo "| $size GiB | $mode | $held | $copy | $before | $during ($slowdown) | $us_before | $us_during | ${aside:-} | ${waited:-} | $note |" >> "$summary"
   echo "$size GiB $mode: held $held ms, copy $copy ms, launches/s $before -> $during, kernel µs $us_before -> $us_during $note"
   rm -rf "$IMG" "$WORK/in"
 }

@@ -11,10 +11,7 @@ ARCH=${ARCH:-sm_90}
 mkdir -p "$OUT/lib"
 for src in tests/cuda/*.cu; do
   name=$(basename "$src" .cu)
-  # Programs that call the driver API themselves link it, as any such program does.
-  libs=$(grep -q '#include <cuda.h>' "$src" && echo -lcuda || true)
-  # Programs of cuBLAS link it (their native runs need NVIDIA's libcublas.so.11 on the GPU machine).
-  if grep -q '#include <cublas_v2.h>' "$src"; then libs="$libs -lcublas"; fi
+  libs=$(tests/scripts/cuda-link-flags.sh "$src")
   nvcc -O2 -cudart shared -arch="$ARCH" -Itests/cuda -o "$OUT/$name" "$src" $libs &
 done
 wait

@@ -39,7 +39,7 @@ use crate::registry::memory::MemoryView;
 const MAX_ATTRIBUTE: i32 = 160;
 
 /// A raw driver call's result.
-fn check(r: sys::CUresult) -> Result<(), CudaError> {
+pub(super) fn check(r: sys::CUresult) -> Result<(), CudaError> {
     r.result().map_err(driver)
 }
 
@@ -73,7 +73,7 @@ impl OpenError {
     }
 }
 
-struct Device {
+pub(super) struct Device {
     ordinal: i32,
     ctx: sys::CUcontext,
     granularity: u64,
@@ -464,7 +464,7 @@ impl CudaBackend {
         Ok(CudaBackend { devices, driver_version, raw, cublas: std::sync::OnceLock::new(), get_attribute, timer })
     }
 
-    fn device(&self, device: i32) -> Result<&Device, CudaError> {
+    pub(super) fn device(&self, device: i32) -> Result<&Device, CudaError> {
         usize::try_from(device).ok().and_then(|d| self.devices.get(d)).ok_or(CudaError::InvalidDevice)
     }
 }
@@ -564,7 +564,7 @@ fn query_properties(
     })
 }
 
-fn stream_handle(s: StreamRef) -> sys::CUstream {
+pub(super) fn stream_handle(s: StreamRef) -> sys::CUstream {
     s.cu_stream() as sys::CUstream
 }
 

@@ -15,9 +15,12 @@ use phos_protocol::CudaError;
 use phos_protocol::types::{DeviceProperties, Dim3, FuncAttributes};
 use phos_ptx::exec::{self, GlobalMemory, Program};
 
+use super::emu_arrays::ArrayStore;
 use super::prelude::*;
-use super::{Gate, LoadedModule, Physical, Raw, StreamRef};
+use super::{ArraySide, ArraySpec, Gate, LoadedModule, Physical, Raw, StreamRef, TextureSource};
 use crate::registry::memory::MemoryView;
+use phos_protocol::types::ResourceViewWire;
+use phos_ptx::exec::TextureDesc;
 use std::sync::atomic::AtomicI32;
 
 /// `CUdevice_attribute` numbers the emulated device reports (the subset that describes it).
@@ -124,6 +127,8 @@ pub struct EmuBackend {
     /// Warp-instructions a launch may run per worker before it fails as timed out (none:
     /// kernels run until they end, as on a GPU).
     kernel_limit: Option<u64>,
+    /// CUDA arrays, texture and surface objects.
+    arrays: Mutex<ArrayStore>,
 }
 
 /// A kernel handle: its program and the attributes a program may set.
@@ -255,6 +260,7 @@ impl EmuBackend {
             kernel_ns: AtomicU64::new(0),
             kernels: AtomicU64::new(0),
             kernel_limit: None,
+            arrays: Mutex::new(ArrayStore::default()),
         }
     }
 
@@ -853,6 +859,80 @@ impl Modules for EmuBackend {
 /// cuBLAS runs on the server's CPU BLAS.
 impl Libraries for EmuBackend {}
 
+impl Arrays for EmuBackend {
+    fn array_create(&self, device: i32, spec: &ArraySpec) -> Result<Raw, CudaError> {
+        self.check_device(device)?;
+        // Arrays count against the device's memory, as on a GPU: taken before anything is
+        // mapped, given back if the array cannot be made.
+        let bytes = ArrayStore::bytes(spec)?;
+        if self.mapped.fetch_add(bytes, Ordering::Relaxed) + bytes > self.total_memory {
+            self.mapped.fetch_sub(bytes, Ordering::Relaxed);
+            return Err(CudaError::MemoryAllocation);
+        }
+        let raw = self.fresh();
+        self.arrays.lock().create(raw, spec).inspect_err(|_| {
+            self.mapped.fetch_sub(bytes, Ordering::Relaxed);
+        })?;
+        Ok(raw)
+    }
+
+    fn array_destroy(&self, array: Raw, _mipmapped: bool) -> Result<(), CudaError> {
+        // Kernels read arrays while they run: wait for the work before.
+        let _work = self.work.lock();
+        let bytes = self.arrays.lock().destroy(array)?;
+        self.mapped.fetch_sub(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn mipmap_level(&self, mipmap: Raw, level: u32) -> Result<Raw, CudaError> {
+        let raw = self.fresh();
+        self.arrays.lock().level(mipmap, level, raw)?;
+        Ok(raw)
+    }
+
+    fn array_copy(
+        &self,
+        dst: ArraySide<'_>,
+        src: ArraySide<'_>,
+        extent: [u64; 3],
+        stream: Option<StreamRef>,
+    ) -> Result<(), CudaError> {
+        match stream {
+            Some(s) => self.check_stream(s)?,
+            None => self.pass_gates(),
+        }
+        let _work = self.work.lock();
+        self.arrays.lock().copy(dst, src, extent)
+    }
+
+    fn texture_create(
+        &self,
+        source: &TextureSource,
+        desc: &TextureDesc,
+        view: Option<&ResourceViewWire>,
+    ) -> Result<u64, CudaError> {
+        let handle = self.fresh();
+        self.arrays.lock().texture(handle, source, desc, view)?;
+        Ok(handle)
+    }
+
+    fn texture_destroy(&self, texture: u64) -> Result<(), CudaError> {
+        let _work = self.work.lock();
+        self.arrays.lock().destroy_texture(texture)
+    }
+
+    fn surface_create(&self, array: Raw) -> Result<u64, CudaError> {
+        let handle = self.fresh();
+        self.arrays.lock().surface(handle, array)?;
+        Ok(handle)
+    }
+
+    fn surface_destroy(&self, surface: u64) -> Result<(), CudaError> {
+        let _work = self.work.lock();
+        self.arrays.lock().destroy_surface(surface)
+    }
+}
+
 impl Launch for EmuBackend {
     fn launch(
         &self,
@@ -893,9 +973,10 @@ impl Launch for EmuBackend {
             params,
         };
         let _work = self.work.lock();
+        let (resources, memory) = self.arrays.lock().for_launch(memory);
         let started = std::time::Instant::now();
         let options = exec::RunOptions { workers: self.workers, max_warp_instructions: self.kernel_limit };
-        let result = exec::run_with(&program, &name, &launch, memory, printed, &options);
+        let result = exec::run_with_resources(&program, &name, &launch, &memory, &resources, printed, &options);
         // A kernel that failed is not counted: the router takes the failure as a launch
         // that will not be measured, and counts the kernels measured against its own.
         if result.is_ok() {
@@ -922,6 +1003,44 @@ impl Launch for EmuBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Arrays count against the device's memory; their texels survive copies in and out, and
+    /// a level of a mipmapped array is its own region of the storage.
+    #[test]
+    fn arrays_take_device_memory_and_keep_their_texels() {
+        use phos_ptx::exec::{ChannelFormat, ChannelType};
+        let emu = EmuBackend::new(1 << 20);
+        let format = ChannelFormat { ty: ChannelType::U8, channels: 1 };
+        let whole = ArraySpec { format, extent: [1024, 1024, 0], flags: 0, levels: None };
+        let a = emu.array_create(0, &whole).unwrap();
+        assert_eq!(emu.array_create(0, &whole), Err(CudaError::MemoryAllocation), "the device is full");
+        emu.array_destroy(a, false).unwrap();
+        let mip = ArraySpec { format, extent: [8, 4, 0], flags: 0, levels: Some(3) };
+        let m = emu.array_create(0, &mip).unwrap();
+        let (l0, l1) = (emu.mipmap_level(m, 0).unwrap(), emu.mipmap_level(m, 1).unwrap());
+        assert_eq!(emu.mipmap_level(m, 3), Err(CudaError::InvalidValue));
+        let texels: Vec<u8> = (0..32).collect();
+        let at = |raw| ArraySide::Array { raw, x: 0, y: 0, z: 0 };
+        emu.array_copy(at(l0), ArraySide::Host(&texels), [8, 4, 1], None).unwrap();
+        emu.array_copy(at(l1), ArraySide::Host(&[100, 101, 102, 103, 104, 105, 106, 107]), [4, 2, 1], None).unwrap();
+        let mut back = vec![0u8; 32];
+        emu.array_copy(ArraySide::HostOut(&mut back), at(l0), [8, 4, 1], None).unwrap();
+        assert_eq!(back, texels, "level 1 does not overlap level 0");
+        let mut corner = [0u8; 2];
+        let inner = ArraySide::Array { raw: l1, x: 2, y: 1, z: 0 };
+        emu.array_copy(ArraySide::HostOut(&mut corner), inner, [2, 1, 1], None).unwrap();
+        assert_eq!(corner, [106, 107]);
+        // A copy past the storage is refused even if the service let it through.
+        let past = ArraySide::Array { raw: l1, x: 0, y: 0, z: 1 << 20 };
+        assert_eq!(
+            emu.array_copy(ArraySide::HostOut(&mut corner), past, [2, 1, 1], None),
+            Err(CudaError::InvalidValue)
+        );
+        assert_eq!(emu.array_destroy(l1, false), Err(CudaError::InvalidValue), "a level goes with its array");
+        emu.array_destroy(m, true).unwrap();
+        assert_eq!(emu.mipmap_level(m, 0), Err(CudaError::InvalidResourceHandle));
+        emu.array_create(0, &whole).expect("all the memory is back");
+    }
 
     #[test]
     fn a_stack_size_that_cannot_be_rounded_up_is_refused() {

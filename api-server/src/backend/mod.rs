@@ -5,11 +5,14 @@
 //! checked every address against the session's memory map.
 
 pub mod cuda;
+mod cuda_arrays;
 pub mod emu;
+mod emu_arrays;
 pub mod vendor;
 
 use phos_protocol::CudaError;
-use phos_protocol::types::{DeviceProperties, Dim3, FuncAttributes};
+use phos_protocol::types::{DeviceProperties, Dim3, FuncAttributes, ResourceViewWire};
+use phos_ptx::exec::{ChannelFormat, TextureDesc};
 
 use crate::registry::memory::MemoryView;
 
@@ -334,6 +337,89 @@ pub trait Launch: Send + Sync {
     }
 }
 
+/// A CUDA array or mipmapped array as the backend creates it; the service checked the shape
+/// (`phos_ptx::exec::ArrayDesc::from_cuda` accepts it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArraySpec {
+    pub format: ChannelFormat,
+    /// `cudaMalloc3DArray`'s extent: height 0 for 1D, depth 0 for 1D and 2D, layers in depth
+    /// for layered and cubemap arrays.
+    pub extent: [u64; 3],
+    /// `cudaArray*` flags (layered 1, surface load/store 2, cubemap 4, texture gather 8).
+    pub flags: u32,
+    /// `None` for a plain array; the level count of a mipmapped array.
+    pub levels: Option<u32>,
+}
+
+/// One side of a copy with a CUDA array. The service checked every side: an array's corner
+/// and extent lie in the array, a device side's rows in the session's memory, a host side is
+/// exactly the copy's bytes, packed.
+pub enum ArraySide<'a> {
+    /// `x` in bytes (a multiple of the element size), `y` rows, `z` slices or layers.
+    Array {
+        raw: Raw,
+        x: u64,
+        y: u64,
+        z: u64,
+    },
+    Device {
+        addr: u64,
+        pitch: u64,
+        slice: u64,
+    },
+    Host(&'a [u8]),
+    HostOut(&'a mut [u8]),
+}
+
+/// What a texture object reads (`cudaResourceDesc`), with the backend's arrays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextureSource {
+    Array { raw: Raw, format: ChannelFormat },
+    Mipmapped { raw: Raw, format: ChannelFormat },
+    Linear { addr: u64, format: ChannelFormat, size: u64 },
+    Pitch2D { addr: u64, format: ChannelFormat, width: u64, height: u64, pitch: u64 },
+}
+
+impl TextureSource {
+    pub fn format(&self) -> ChannelFormat {
+        match *self {
+            TextureSource::Array { format, .. }
+            | TextureSource::Mipmapped { format, .. }
+            | TextureSource::Linear { format, .. }
+            | TextureSource::Pitch2D { format, .. } => format,
+        }
+    }
+}
+
+/// CUDA arrays, and the texture and surface objects kernels read and write them through.
+/// Texture and surface objects are the backend's own 64-bit values, which kernels take as
+/// they are.
+pub trait Arrays: Send + Sync {
+    fn array_create(&self, device: i32, spec: &ArraySpec) -> Result<Raw, CudaError>;
+    /// Destroys a plain array, or a mipmapped one with its levels.
+    fn array_destroy(&self, array: Raw, mipmapped: bool) -> Result<(), CudaError>;
+    /// Level `level` of a mipmapped array, as an array.
+    fn mipmap_level(&self, mipmap: Raw, level: u32) -> Result<Raw, CudaError>;
+    /// A copy of `width` bytes by `height` rows by `depth` slices; at least one side is an
+    /// array.
+    fn array_copy(
+        &self,
+        dst: ArraySide<'_>,
+        src: ArraySide<'_>,
+        extent: [u64; 3],
+        stream: Option<StreamRef>,
+    ) -> Result<(), CudaError>;
+    fn texture_create(
+        &self,
+        source: &TextureSource,
+        desc: &TextureDesc,
+        view: Option<&ResourceViewWire>,
+    ) -> Result<u64, CudaError>;
+    fn texture_destroy(&self, texture: u64) -> Result<(), CudaError>;
+    fn surface_create(&self, array: Raw) -> Result<u64, CudaError>;
+    fn surface_destroy(&self, surface: u64) -> Result<(), CudaError>;
+}
+
 /// The vendor's libraries a backend runs library APIs with (NVIDIA's libcublas on a GPU); a
 /// backend without them (emu) leaves those calls to the server's own implementations
 /// ([`crate::cpu_blas`]).
@@ -345,13 +431,18 @@ pub trait Libraries: Send + Sync {
 
 /// Every capability: what a session's backend is (`cuda` or `emu`).
 pub trait Backend:
-    Devices + VirtualMemory + Copies + HostMemory + Streams + Events + Modules + Launch + Libraries
+    Devices + VirtualMemory + Copies + HostMemory + Streams + Events + Modules + Launch + Arrays + Libraries
 {
 }
 
-impl<T: Devices + VirtualMemory + Copies + HostMemory + Streams + Events + Modules + Launch + Libraries> Backend for T {}
+impl<T: Devices + VirtualMemory + Copies + HostMemory + Streams + Events + Modules + Launch + Arrays + Libraries>
+    Backend for T
+{
+}
 
 /// The capability traits, for code that calls a [`Backend`]'s methods.
 pub mod prelude {
-    pub use super::{Backend, Copies, Devices, Events, HostMemory, Launch, Libraries, Modules, Streams, VirtualMemory};
+    pub use super::{
+        Arrays, Backend, Copies, Devices, Events, HostMemory, Launch, Libraries, Modules, Streams, VirtualMemory,
+    };
 }

@@ -10,19 +10,22 @@
 //! - [`events`] events;
 //! - [`modules`] modules, their functions and variables;
 //! - [`graphs`] stream captures, graphs, their nodes and executable graphs;
+//! - [`arrays`] CUDA arrays, mipmapped arrays, texture and surface objects;
+//! - [`blas`] cuBLAS handles and their settings;
 //! - [`devices`] facts about the devices, asked of the backend once.
 //!
 //! API objects reach the guest as virtual [`handles`] of their kind. A library's objects (a
 //! cuBLAS handle, ...) get a registry of their own here, built on a [`handles::HandleTable`]
-//! of a new handle kind, whose counter joins [`Registries::handle_counters`].
+//! of a new handle kind, whose counter joins [`Registries::handle_counters`] ([`blas`] is
+//! the first).
 
+pub mod arrays;
 pub mod blas;
 pub mod devices;
 pub mod events;
 pub mod graphs;
 pub mod handles;
 pub mod host;
-pub mod kernel_reach;
 pub mod memory;
 pub mod modules;
 pub mod streams;
@@ -33,6 +36,7 @@ use phos_protocol::CudaError;
 use phos_protocol::limits::{LimitKind, SessionLimits};
 
 use crate::backend::Backend;
+use arrays::ArrayRegistry;
 use blas::BlasRegistry;
 use devices::DeviceFacts;
 use events::EventRegistry;
@@ -51,6 +55,7 @@ pub struct Registries {
     pub events: EventRegistry,
     pub modules: ModuleRegistry,
     pub graphs: GraphRegistry,
+    pub arrays: ArrayRegistry,
     pub devices: DeviceFacts,
 }
 
@@ -73,6 +78,7 @@ impl Registries {
                 nodes: limits.get(LimitKind::GraphNodes),
                 execs: limits.get(LimitKind::GraphExecs),
             }),
+            arrays: ArrayRegistry::new(limits.get(LimitKind::Allocations)),
             devices: DeviceFacts::default(),
         })
     }
@@ -108,6 +114,7 @@ impl Registries {
         self.streams.release_all(backend);
         self.events.release_all(backend);
         self.graphs.release_all();
+        self.arrays.release_all(backend);
         self.modules.release_all(backend, &self.memory);
         self.memory.free_all(backend, None);
     }

@@ -15,7 +15,6 @@ use phos_protocol::apis::HandleKind;
 use sha2::{Digest, Sha256};
 
 use super::handles::{HandleTable, NewHandle};
-use super::kernel_reach::KernelReach;
 use super::memory::AddressSpace;
 use crate::backend::Raw;
 use crate::backend::prelude::*;
@@ -67,8 +66,6 @@ pub struct ModuleRegistry {
     loaded: Mutex<HashMap<(i32, [u8; 32]), u64>>,
     modules: Mutex<HandleTable<Module>>,
     functions: Mutex<HandleTable<Function>>,
-    /// Which kernels may touch memory their parameters do not name (for on-demand restore).
-    pub reach: KernelReach,
 }
 
 impl ModuleRegistry {
@@ -77,7 +74,6 @@ impl ModuleRegistry {
             loaded: Mutex::default(),
             modules: Mutex::new(HandleTable::new(HandleKind::Module, module_limit)),
             functions: Mutex::new(HandleTable::new(HandleKind::Function, function_limit)),
-            reach: KernelReach::default(),
         }
     }
 
@@ -130,7 +126,6 @@ impl ModuleRegistry {
                 let _ = backend.module_unload(raw);
             })?;
         loaded.insert((device, actual), h);
-        self.reach.module_loaded(h, image);
         Ok(h)
     }
 
@@ -142,7 +137,6 @@ impl ModuleRegistry {
         loaded.remove(&(m.device, m.digest));
         drop(loaded);
         self.functions.lock().retain(|f| f.module != handle);
-        self.reach.module_unloaded(handle);
         for (_, addr, _) in &m.globals {
             memory.remove_external(*addr);
         }
@@ -161,7 +155,6 @@ impl ModuleRegistry {
         let module_raw = self.modules.lock().get(module)?.raw;
         let raw = backend.module_function(module_raw, name)?;
         let h = self.functions.lock().add(Function { raw, module, name: name.to_string() }, new)?;
-        self.reach.function_found(h, module, name);
         Ok(h)
     }
 
@@ -242,7 +235,6 @@ impl ModuleRegistry {
     pub fn release_all(&self, backend: &dyn Backend, memory: &AddressSpace) {
         let mut loaded = self.loaded.lock();
         self.functions.lock().drain();
-        self.reach.clear();
         for (_, m) in self.modules.lock().drain() {
             for (_, addr, _) in m.globals {
                 memory.remove_external(addr);

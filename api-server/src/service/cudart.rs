@@ -237,10 +237,7 @@ impl Session {
         params: &[u8],
     ) -> Result<Option<crate::speculation::CheckedLaunch>, CudaError> {
         let window = self.window.read().clone();
-        let (mut access, checked) = crate::speculation::plan_launch(self, function, params, window.as_ref());
-        // What an on-demand restore must load first for a kernel the analysis cannot follow
-        // (all of it), said in the log once per kernel.
-        access.extend(self.untracked_reach(function));
+        let (access, checked) = crate::speculation::plan_launch(self, function, params, window.as_ref());
         self.before_work(cx.function.map_or("a kernel launch", |f| f.name()), &access)?;
         Ok(checked)
     }
@@ -303,7 +300,7 @@ impl Session {
 }
 
 /// A reply buffer, refusing sizes the host cannot provide instead of aborting.
-fn reply_buffer(len: u64) -> Result<Vec<u8>, CudaError> {
+pub(super) fn reply_buffer(len: u64) -> Result<Vec<u8>, CudaError> {
     let len = usize::try_from(len).map_err(|_| CudaError::InvalidValue)?;
     let mut v = Vec::new();
     v.try_reserve_exact(len).map_err(|_| CudaError::MemoryAllocation)?;
@@ -1330,5 +1327,188 @@ impl CudartService for Session {
         let f = self.objects.modules.resolve_function(req.function)?;
         let n = self.backend().available_dynamic_smem(f, req.numBlocks, req.blockSize)?;
         Ok(PhosOccupancyAvailableDynamicSMemReply { dynamicSmemSize: n })
+    }
+
+    fn phos_array_create(&self, cx: &CallCx, req: PhosArrayCreateRequest) -> Result<PhosArrayCreateReply, CudaError> {
+        let extent = [req.width, req.height, req.depth];
+        Ok(PhosArrayCreateReply { array: self.create_array(cx, req.desc, extent, req.flags, None, req.bytes)? })
+    }
+
+    fn phos_mipmapped_array_create(
+        &self,
+        cx: &CallCx,
+        req: PhosMipmappedArrayCreateRequest,
+    ) -> Result<PhosMipmappedArrayCreateReply, CudaError> {
+        let extent = [req.width, req.height, req.depth];
+        let levels = Some(req.levels);
+        Ok(PhosMipmappedArrayCreateReply {
+            mipmap: self.create_array(cx, req.desc, extent, req.flags, levels, req.bytes)?,
+        })
+    }
+
+    fn cuda_free_array(&self, cx: &CallCx, req: CudaFreeArrayRequest) -> Result<CudaFreeArrayReply, CudaError> {
+        if req.array == 0 {
+            return Ok(CudaFreeArrayReply {});
+        }
+        // As cudaFree: work in flight may still read the array.
+        self.backend().device_synchronize(cx.device)?;
+        self.objects.arrays.destroy(self.backend(), req.array)?;
+        Ok(CudaFreeArrayReply {})
+    }
+
+    fn cuda_free_mipmapped_array(
+        &self,
+        cx: &CallCx,
+        req: CudaFreeMipmappedArrayRequest,
+    ) -> Result<CudaFreeMipmappedArrayReply, CudaError> {
+        if req.mipmappedArray == 0 {
+            return Ok(CudaFreeMipmappedArrayReply {});
+        }
+        self.backend().device_synchronize(cx.device)?;
+        self.objects.arrays.destroy_mipmapped(self.backend(), req.mipmappedArray)?;
+        Ok(CudaFreeMipmappedArrayReply {})
+    }
+
+    fn cuda_get_mipmapped_array_level(
+        &self,
+        _: &CallCx,
+        req: CudaGetMipmappedArrayLevelRequest,
+    ) -> Result<CudaGetMipmappedArrayLevelReply, CudaError> {
+        let level = self.objects.arrays.level(self.backend(), req.mipmappedArray, req.level)?;
+        Ok(CudaGetMipmappedArrayLevelReply { levelArray: level })
+    }
+
+    fn phos_array_get_info(
+        &self,
+        _: &CallCx,
+        req: PhosArrayGetInfoRequest,
+    ) -> Result<PhosArrayGetInfoReply, CudaError> {
+        let shape = self.objects.arrays.array(req.array)?.shape;
+        let [width, height, depth] = shape.extent.map(|n| n as usize);
+        Ok(PhosArrayGetInfoReply {
+            desc: shape.desc,
+            extent: phos_protocol::types::Extent { width, height, depth },
+            flags: shape.flags,
+        })
+    }
+
+    fn phos_memcpy_to_array(
+        &self,
+        _: &CallCx,
+        req: PhosMemcpyToArrayRequest<'_>,
+    ) -> Result<PhosMemcpyToArrayReply, CudaError> {
+        let (corner, extent) = ([req.x, req.y, req.z], [req.width, req.height, req.depth]);
+        let ordered = req.ordered != 0;
+        self.copy_to_array(req.dst, corner, &req.src, req.spitch, req.sslice, extent, req.stream, ordered)?;
+        Ok(PhosMemcpyToArrayReply {})
+    }
+
+    fn phos_memcpy_from_array(
+        &self,
+        _: &CallCx,
+        req: PhosMemcpyFromArrayRequest<'_>,
+    ) -> Result<PhosMemcpyFromArrayReply, CudaError> {
+        let (corner, extent) = ([req.x, req.y, req.z], [req.width, req.height, req.depth]);
+        let ordered = req.ordered != 0;
+        let dst =
+            self.copy_from_array(&req.dst, req.dpitch, req.dslice, req.src, corner, extent, req.stream, ordered)?;
+        Ok(PhosMemcpyFromArrayReply { dst })
+    }
+
+    fn phos_memcpy_array_to_array(
+        &self,
+        _: &CallCx,
+        req: PhosMemcpyArrayToArrayRequest,
+    ) -> Result<PhosMemcpyArrayToArrayReply, CudaError> {
+        let (d, s) = ([req.dx, req.dy, req.dz], [req.sx, req.sy, req.sz]);
+        let extent = [req.width, req.height, req.depth];
+        self.copy_array_to_array(req.dst, d, req.src, s, extent, req.stream, req.ordered != 0)?;
+        Ok(PhosMemcpyArrayToArrayReply {})
+    }
+
+    fn phos_texture_create(
+        &self,
+        cx: &CallCx,
+        req: PhosTextureCreateRequest,
+    ) -> Result<PhosTextureCreateReply, CudaError> {
+        let record = crate::registry::arrays::TextureRecord {
+            res_type: req.resType,
+            array: req.array,
+            mipmap: req.mipmap,
+            dev_ptr: req.devPtr,
+            desc: req.desc,
+            width: req.width,
+            height: req.height,
+            pitch: req.pitch,
+            size: req.sizeInBytes,
+            tex_desc: req.texDesc,
+            view: (req.hasView != 0).then_some(req.view),
+        };
+        Ok(PhosTextureCreateReply { texObject: self.create_texture(cx, record)? })
+    }
+
+    fn phos_texture_get_desc(
+        &self,
+        _: &CallCx,
+        req: PhosTextureGetDescRequest,
+    ) -> Result<PhosTextureGetDescReply, CudaError> {
+        let r = (self.objects.arrays.texture(req.texObject))
+            .map_err(|e| self.unless_object(e, "a texture object query", req.texObject))?;
+        Ok(PhosTextureGetDescReply {
+            resType: r.res_type,
+            array: r.array,
+            mipmap: r.mipmap,
+            devPtr: r.dev_ptr,
+            desc: r.desc,
+            width: r.width,
+            height: r.height,
+            pitch: r.pitch,
+            sizeInBytes: r.size,
+            texDesc: r.tex_desc,
+            hasView: r.view.is_some() as i32,
+            view: r.view.unwrap_or_default(),
+        })
+    }
+
+    fn cuda_destroy_texture_object(
+        &self,
+        cx: &CallCx,
+        req: CudaDestroyTextureObjectRequest,
+    ) -> Result<CudaDestroyTextureObjectReply, CudaError> {
+        // Kernels in flight may still sample it.
+        self.backend().device_synchronize(cx.device)?;
+        (self.objects.arrays.destroy_texture(self.backend(), req.texObject))
+            .map_err(|e| self.unless_object(e, "cudaDestroyTextureObject", req.texObject))?;
+        Ok(CudaDestroyTextureObjectReply {})
+    }
+
+    fn phos_surface_create(
+        &self,
+        cx: &CallCx,
+        req: PhosSurfaceCreateRequest,
+    ) -> Result<PhosSurfaceCreateReply, CudaError> {
+        let full = || self.refuse(cx, LimitKind::Allocations);
+        Ok(PhosSurfaceCreateReply { surfObject: self.objects.arrays.add_surface(self.backend(), req.array, &full)? })
+    }
+
+    fn phos_surface_get_array(
+        &self,
+        _: &CallCx,
+        req: PhosSurfaceGetArrayRequest,
+    ) -> Result<PhosSurfaceGetArrayReply, CudaError> {
+        let array = (self.objects.arrays.surface(req.surfObject))
+            .map_err(|e| self.unless_object(e, "cudaGetSurfaceObjectResourceDesc", req.surfObject))?;
+        Ok(PhosSurfaceGetArrayReply { array })
+    }
+
+    fn cuda_destroy_surface_object(
+        &self,
+        cx: &CallCx,
+        req: CudaDestroySurfaceObjectRequest,
+    ) -> Result<CudaDestroySurfaceObjectReply, CudaError> {
+        self.backend().device_synchronize(cx.device)?;
+        (self.objects.arrays.destroy_surface(self.backend(), req.surfObject))
+            .map_err(|e| self.unless_object(e, "cudaDestroySurfaceObject", req.surfObject))?;
+        Ok(CudaDestroySurfaceObjectReply {})
     }
 }

@@ -4,6 +4,7 @@
 //! service over them. A library's service (cuBLAS, ...) is another implementation over the
 //! same registries, so its calls take the runtime's streams and memory.
 
+mod arrays;
 pub mod cublas;
 pub mod cuda;
 pub mod cudart;
@@ -117,8 +118,8 @@ impl Session {
         // Asked after every call: the figures are compared first, and a report is only built
         // when one of them moved.
         let (ns, kernels) = self.backend.device_time();
-        let figures =
-            [self.objects.memory.allocated(), self.objects.host.allocated(), ns, kernels, self.usage.refusals()];
+        let device_memory = self.objects.memory.allocated() + self.objects.arrays.bytes();
+        let figures = [device_memory, self.objects.host.allocated(), ns, kernels, self.usage.refusals()];
         self.usage.report_if_changed(figures, kernel_gap)
     }
 
@@ -169,6 +170,20 @@ impl Session {
 
     pub fn is_frozen(&self) -> bool {
         self.frozen.load(Ordering::SeqCst)
+    }
+
+    /// Serve calls again after a [`freeze`](Self::freeze) whose server is not ended after all
+    /// (a migration that failed after the session was handed over): the calls held resume.
+    pub fn thaw(&self) {
+        self.frozen.store(false, Ordering::SeqCst);
+    }
+
+    /// Wait while the session is frozen: for ever if its server ends, until a
+    /// [`thaw`](Self::thaw) otherwise.
+    pub fn wait_thawed(&self) {
+        while self.is_frozen() {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
     }
 
     /// The sticky error, if the context is corrupted.

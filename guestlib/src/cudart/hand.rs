@@ -13,7 +13,7 @@ use phos_protocol::{CudaError, cudart::FunctionId};
 use phos_protocol::types::{ChannelFormatDesc, Extent, PitchedPtr};
 
 use super::stubs::HandWritten;
-use super::{attributes, device, execution, graphs, launch, managed, memory, pools};
+use super::{arrays, attributes, device, execution, graphs, launch, managed, memory, pools};
 use crate::abi::Abi;
 use crate::{callbacks, hostmem, registry, runtime, soname};
 
@@ -65,7 +65,7 @@ unsafe fn registration_not_supported(what: &str, name: *const c_char) {
 
 const UNRECOGNIZED: &std::ffi::CStr = c"unrecognized error code";
 
-fn memcpy_kind_of(addr: u64) -> bool {
+pub(crate) fn memcpy_kind_of(addr: u64) -> bool {
     runtime::session_if_open().is_some_and(|s| s.contains(addr))
         || registry::is_module_global(addr)
         || hostmem::managed(addr as usize).is_some()
@@ -1182,6 +1182,261 @@ impl HandWritten for Hand {
         // SAFETY: this export's arguments, passed on (at most retyped):
         // `execution::available_dynamic_smem` asks of them what CUDA asks of this export's caller.
         code(unsafe { execution::available_dynamic_smem(dynamic_smem_size, func, num_blocks, block_size) })
+    }
+
+    unsafe fn cudaMallocArray(
+        array: *mut *mut c_void,
+        desc: *const ChannelFormatDesc,
+        width: usize,
+        height: usize,
+        flags: u32,
+    ) -> i32 {
+        // SAFETY: this export's arguments: `malloc_array` asks of them what CUDA asks.
+        code(unsafe { arrays::malloc_array(array, desc, [width, height, 0], flags, None) })
+    }
+
+    unsafe fn cudaMalloc3DArray(
+        array: *mut *mut c_void,
+        desc: *const ChannelFormatDesc,
+        extent: Extent,
+        flags: u32,
+    ) -> i32 {
+        let e = [extent.width, extent.height, extent.depth];
+        // SAFETY: as in `cudaMallocArray`.
+        code(unsafe { arrays::malloc_array(array, desc, e, flags, None) })
+    }
+
+    unsafe fn cudaMallocMipmappedArray(
+        mipmap: *mut *mut c_void,
+        desc: *const ChannelFormatDesc,
+        extent: Extent,
+        levels: u32,
+        flags: u32,
+    ) -> i32 {
+        let e = [extent.width, extent.height, extent.depth];
+        // SAFETY: as in `cudaMallocArray`.
+        code(unsafe { arrays::malloc_array(mipmap, desc, e, flags, Some(levels)) })
+    }
+
+    unsafe fn cudaArrayGetInfo(
+        desc: *mut ChannelFormatDesc,
+        extent: *mut Extent,
+        flags: *mut u32,
+        array: *mut c_void,
+    ) -> i32 {
+        // SAFETY: this export's outputs, null or writable as CUDA asks.
+        code(unsafe { arrays::array_get_info(desc, extent, flags, array) })
+    }
+
+    unsafe fn cudaGetChannelDesc(desc: *mut ChannelFormatDesc, array: *mut c_void) -> i32 {
+        if desc.is_null() {
+            return code(Err(CudaError::InvalidValue));
+        }
+        // SAFETY: as in `cudaArrayGetInfo`.
+        code(unsafe { arrays::array_get_info(desc, std::ptr::null_mut(), std::ptr::null_mut(), array) })
+    }
+
+    unsafe fn cudaMemcpy2DToArray(
+        dst: *mut c_void,
+        w_offset: usize,
+        h_offset: usize,
+        src: *const c_void,
+        spitch: usize,
+        width: usize,
+        height: usize,
+        kind: i32,
+    ) -> i32 {
+        let side = arrays::Linear { addr: src as u64, pitch: spitch as u64, slice: 0 };
+        let corner = [w_offset as u64, h_offset as u64, 0];
+        // SAFETY: this export's source, readable for its rows as CUDA asks.
+        code(unsafe { arrays::copy_to_array(dst as u64, corner, side, (width as u64, height as u64, 1), kind, None) })
+    }
+
+    unsafe fn cudaMemcpy2DToArrayAsync(
+        dst: *mut c_void,
+        w_offset: usize,
+        h_offset: usize,
+        src: *const c_void,
+        spitch: usize,
+        width: usize,
+        height: usize,
+        kind: i32,
+        stream: *mut c_void,
+    ) -> i32 {
+        let side = arrays::Linear { addr: src as u64, pitch: spitch as u64, slice: 0 };
+        let corner = [w_offset as u64, h_offset as u64, 0];
+        let (extent, stream) = ((width as u64, height as u64, 1), Some(stream as u64));
+        // SAFETY: as in `cudaMemcpy2DToArray`.
+        code(unsafe { arrays::copy_to_array(dst as u64, corner, side, extent, kind, stream) })
+    }
+
+    unsafe fn cudaMemcpy2DFromArray(
+        dst: *mut c_void,
+        dpitch: usize,
+        src: *mut c_void,
+        w_offset: usize,
+        h_offset: usize,
+        width: usize,
+        height: usize,
+        kind: i32,
+    ) -> i32 {
+        let side = arrays::Linear { addr: dst as u64, pitch: dpitch as u64, slice: 0 };
+        let corner = [w_offset as u64, h_offset as u64, 0];
+        // SAFETY: this export's destination, writable for its rows as CUDA asks.
+        code(unsafe { arrays::copy_from_array(side, src as u64, corner, (width as u64, height as u64, 1), kind, None) })
+    }
+
+    unsafe fn cudaMemcpy2DFromArrayAsync(
+        dst: *mut c_void,
+        dpitch: usize,
+        src: *mut c_void,
+        w_offset: usize,
+        h_offset: usize,
+        width: usize,
+        height: usize,
+        kind: i32,
+        stream: *mut c_void,
+    ) -> i32 {
+        let side = arrays::Linear { addr: dst as u64, pitch: dpitch as u64, slice: 0 };
+        let corner = [w_offset as u64, h_offset as u64, 0];
+        let (extent, stream) = ((width as u64, height as u64, 1), Some(stream as u64));
+        // SAFETY: as in `cudaMemcpy2DFromArray`.
+        code(unsafe { arrays::copy_from_array(side, src as u64, corner, extent, kind, stream) })
+    }
+
+    unsafe fn cudaMemcpyToArray(
+        dst: *mut c_void,
+        w_offset: usize,
+        h_offset: usize,
+        src: *const c_void,
+        count: usize,
+        kind: i32,
+    ) -> i32 {
+        // SAFETY: this export's source, `count` readable bytes as CUDA asks.
+        code(unsafe { arrays::memcpy_to_array(dst, w_offset, h_offset, src, count, kind, None) })
+    }
+
+    unsafe fn cudaMemcpyToArrayAsync(
+        dst: *mut c_void,
+        w_offset: usize,
+        h_offset: usize,
+        src: *const c_void,
+        count: usize,
+        kind: i32,
+        stream: *mut c_void,
+    ) -> i32 {
+        // SAFETY: as in `cudaMemcpyToArray`.
+        code(unsafe { arrays::memcpy_to_array(dst, w_offset, h_offset, src, count, kind, Some(stream as u64)) })
+    }
+
+    unsafe fn cudaMemcpyFromArray(
+        dst: *mut c_void,
+        src: *mut c_void,
+        w_offset: usize,
+        h_offset: usize,
+        count: usize,
+        kind: i32,
+    ) -> i32 {
+        // SAFETY: this export's destination, `count` writable bytes as CUDA asks.
+        code(unsafe { arrays::memcpy_from_array(dst, src, w_offset, h_offset, count, kind, None) })
+    }
+
+    unsafe fn cudaMemcpyFromArrayAsync(
+        dst: *mut c_void,
+        src: *mut c_void,
+        w_offset: usize,
+        h_offset: usize,
+        count: usize,
+        kind: i32,
+        stream: *mut c_void,
+    ) -> i32 {
+        // SAFETY: as in `cudaMemcpyFromArray`.
+        code(unsafe { arrays::memcpy_from_array(dst, src, w_offset, h_offset, count, kind, Some(stream as u64)) })
+    }
+
+    unsafe fn cudaMemcpyArrayToArray(
+        dst: *mut c_void,
+        w_offset_dst: usize,
+        h_offset_dst: usize,
+        src: *mut c_void,
+        w_offset_src: usize,
+        h_offset_src: usize,
+        count: usize,
+        kind: i32,
+    ) -> i32 {
+        let (d, s) = ((w_offset_dst, h_offset_dst), (w_offset_src, h_offset_src));
+        code(arrays::memcpy_array_to_array(dst, d, src, s, count, kind))
+    }
+
+    unsafe fn cudaMemcpy2DArrayToArray(
+        dst: *mut c_void,
+        w_offset_dst: usize,
+        h_offset_dst: usize,
+        src: *mut c_void,
+        w_offset_src: usize,
+        h_offset_src: usize,
+        width: usize,
+        height: usize,
+        kind: i32,
+    ) -> i32 {
+        let d = [w_offset_dst as u64, h_offset_dst as u64, 0];
+        let s = [w_offset_src as u64, h_offset_src as u64, 0];
+        let extent = (width as u64, height as u64, 1);
+        code(arrays::copy_array_to_array(dst as u64, d, src as u64, s, extent, kind, None))
+    }
+
+    unsafe fn cudaCreateTextureObject(
+        tex: *mut u64,
+        res: *const c_void,
+        desc: *const c_void,
+        view: *const c_void,
+    ) -> i32 {
+        // CUDA 11's plain entry point takes the description without `seamlessCubemap`.
+        let with_seamless = soname::current_abi().major() >= 12;
+        // SAFETY: this export's arguments, as CUDA asks of them.
+        code(unsafe { arrays::create_texture(tex, res, desc, view, with_seamless) })
+    }
+
+    unsafe fn cudaCreateTextureObject_v2(
+        tex: *mut u64,
+        res: *const c_void,
+        desc: *const c_void,
+        view: *const c_void,
+    ) -> i32 {
+        // SAFETY: as in `cudaCreateTextureObject`.
+        code(unsafe { arrays::create_texture(tex, res, desc, view, true) })
+    }
+
+    unsafe fn cudaGetTextureObjectResourceDesc(res: *mut c_void, tex: u64) -> i32 {
+        // SAFETY: this export's output, as CUDA asks of it.
+        code(unsafe { arrays::texture_query(res, tex, arrays::TextureQuery::Resource) })
+    }
+
+    unsafe fn cudaGetTextureObjectTextureDesc(desc: *mut c_void, tex: u64) -> i32 {
+        let query = arrays::TextureQuery::Texture { with_seamless: soname::current_abi().major() >= 12 };
+        // SAFETY: as in `cudaGetTextureObjectResourceDesc`.
+        code(unsafe { arrays::texture_query(desc, tex, query) })
+    }
+
+    unsafe fn cudaGetTextureObjectTextureDesc_v2(desc: *mut c_void, tex: u64) -> i32 {
+        let query = arrays::TextureQuery::Texture { with_seamless: true };
+        // SAFETY: as in `cudaGetTextureObjectResourceDesc`.
+        code(unsafe { arrays::texture_query(desc, tex, query) })
+    }
+
+    unsafe fn cudaGetTextureObjectResourceViewDesc(view: *mut c_void, tex: u64) -> i32 {
+        // SAFETY: as in `cudaGetTextureObjectResourceDesc`.
+        code(unsafe { arrays::texture_query(view, tex, arrays::TextureQuery::View) })
+    }
+
+    unsafe fn cudaCreateSurfaceObject(surf: *mut u64, res: *const c_void) -> i32 {
+        // SAFETY: this export's arguments, as CUDA asks of them.
+        code(unsafe { arrays::create_surface(surf, res) })
+    }
+
+    unsafe fn cudaGetSurfaceObjectResourceDesc(res: *mut c_void, surf: u64) -> i32 {
+        // SAFETY: this export's output, as CUDA asks of it.
+        code(unsafe { arrays::surface_resource(res, surf) })
     }
 
     unsafe fn cudaCreateChannelDesc(x: i32, y: i32, z: i32, w: i32, f: i32) -> ChannelFormatDesc {

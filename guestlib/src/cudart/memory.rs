@@ -162,7 +162,7 @@ unsafe fn copy_3d(
 
 /// A strided copy's host data travels packed in one frame: more than the router carries
 /// (its `max_payload`) cannot be sent, and is refused before anything is allocated for it.
-fn check_carried(bytes: u64) -> Result<(), CudaError> {
+pub(crate) fn check_carried(bytes: u64) -> Result<(), CudaError> {
     let limit = runtime::session()?.max_payload;
     if bytes > limit {
         tracing::warn!("a strided copy of {bytes} bytes is over the router's limit of {limit} (its max_payload)");
@@ -281,8 +281,8 @@ pub unsafe fn memcpy_3d(p: *const c_void, stream: Option<u64>) -> Result<(), Cud
     // assuming alignment.
     let p = unsafe { (p as *const Memcpy3DParms).read_unaligned() };
     if p.src_array != 0 || p.dst_array != 0 {
-        // CUDA arrays are not carried (docs/api-coverage.md).
-        return Err(CudaError::NotSupported);
+        // SAFETY: the parameters' host sides as this function's contract gives them.
+        return unsafe { super::arrays::memcpy_3d(&p, stream) };
     }
     if p.src_ptr.ptr == 0 || p.dst_ptr.ptr == 0 {
         return Err(CudaError::InvalidValue);

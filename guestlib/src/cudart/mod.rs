@@ -3,6 +3,7 @@
 //! kernel launches, and the composition of much of the API over a few remote calls), and
 //! [`rt`], which records each call's error as the thread's last error, as the runtime does.
 
+mod arrays;
 mod attributes;
 mod device;
 mod execution;
