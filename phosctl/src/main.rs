@@ -338,7 +338,13 @@ fn serve(args: ServeArgs) -> ExitCode {
             return error::Exit::Usage.into();
         }
     };
-    let runtime_dir = path.parent().map(|d| d.join("servers")).unwrap_or_else(|| PathBuf::from("/tmp/phos-servers"));
+    // The servers' sockets go beside the router's, in a directory named after it: two routers
+    // whose sockets share a directory must not share their servers' socket names.
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "router".into());
+    let runtime_dir = path
+        .parent()
+        .map(|d| d.join(format!("{name}.servers")))
+        .unwrap_or_else(|| PathBuf::from(format!("/tmp/phos-{name}.servers")));
     let mut config = router_config(path.clone(), runtime_dir, backend, &server);
     config.pool_size = pool.or(file.pool).unwrap_or(0);
     config.metrics = args.metrics.or(file.metrics);

@@ -6,6 +6,7 @@
 // 64 launches it synchronises and prints "t UNIX_SECONDS LAUNCHES KERNEL_US": the wall time,
 // the launches so far, and the device time of the last launch (events), so that a script can
 // tell the launch rate and the kernel time before, during and after a checkpoint.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -38,11 +39,14 @@ static double now() {
 int main(int argc, char **argv) {
     const double gib = argc > 1 ? std::atof(argv[1]) : 1;
     if (gib < 0.25) {
-        std::printf("usage: cr_busy GIB (at least 0.25) [WINDOW_KIB]\n");
+        std::printf("usage: cr_busy GIB (at least 0.25) [WINDOW_KIB] [HOT_BUFFERS]\n");
         return 2;
     }
     const size_t count = (size_t)(gib * (1ull << 30) / BUFFER + 0.5);
     const unsigned window = (argc > 2 ? (unsigned)std::atoi(argv[2]) : 4096) * 256;
+    // The kernels write the first HOT buffers in turn (all by default): fewer bound the
+    // memory a checkpoint or migration finds written again.
+    const size_t hot = argc > 3 ? std::max<size_t>(1, std::min<size_t>(count, std::atoi(argv[3]))) : count;
     std::vector<unsigned *> bufs(count);
     for (auto &b : bufs) {
         CHECK(cudaMalloc(&b, BUFFER));
@@ -58,7 +62,7 @@ int main(int argc, char **argv) {
     for (unsigned step = 1;; step++) {
         const bool timed = step % 64 == 0;
         if (timed) CHECK(cudaEventRecord(start));
-        stamp<<<(window + 255) / 256, 256>>>(bufs[step % count], BUFFER / 4, window, step);
+        stamp<<<(window + 255) / 256, 256>>>(bufs[step % hot], BUFFER / 4, window, step);
         CHECK(cudaGetLastError());
         if (timed) {
             CHECK(cudaEventRecord(end));
