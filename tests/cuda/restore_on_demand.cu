@@ -66,6 +66,11 @@ int main() {
     unsigned long long *sums;
     CHECK(cudaMalloc(&sums, (BUFFERS + 1) * sizeof(unsigned long long)));
     CHECK(cudaMemset(sums, 0, (BUFFERS + 1) * sizeof(unsigned long long)));
+    // An event recorded before the pause stays a recorded event after a restore.
+    cudaEvent_t before, after;
+    CHECK(cudaEventCreate(&before));
+    CHECK(cudaEventCreate(&after));
+    CHECK(cudaEventRecord(before));
     CHECK(cudaDeviceSynchronize());
     std::printf("ready\n");
     std::fflush(stdout);
@@ -93,6 +98,11 @@ int main() {
         }
     }
     if (ok) std::printf("through the table: ok\n");
+    CHECK(cudaEventRecord(after));
+    CHECK(cudaEventSynchronize(after));
+    float ms = -1;
+    CHECK(cudaEventElapsedTime(&ms, before, after));
+    std::printf(ms >= 0 ? "events: timed across the pause\n" : "events: negative time %f\n", ms);
     std::printf(ok ? "PASS\n" : "FAIL\n");
     return ok ? 0 : 1;
 }

@@ -756,7 +756,7 @@ fn an_on_demand_restore_serves_calls_before_their_memory_is_loaded() {
     let mut err = String::new();
     std::io::Read::read_to_string(&mut guest.stderr.take().unwrap(), &mut err).unwrap();
     assert!(status.success(), "the program failed after the restore: {rest}{err}");
-    assert_eq!(rest, "direct: ok\nthrough the table: ok\nPASS\n", "{err}");
+    assert_eq!(rest, "direct: ok\nthrough the table: ok\nevents: timed across the pause\nPASS\n", "{err}");
     let logs = router.server_logs();
     assert!(
         logs.contains("sum_through_table") && logs.contains("loads all memory before it runs"),
