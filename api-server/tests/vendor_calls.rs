@@ -115,7 +115,8 @@ fn generated_calls_pass_each_argument_as_the_prototype_says() {
         result: Ptr::Out(4),
         mode: 0,
     };
-    // SAFETY: as above.
+    // SAFETY: `x` and `y` are live vectors of the lengths and strides the request gives;
+    // the result goes into the reply.
     let reply = unsafe { req.call_vendor(&lib, &Objects) }.unwrap();
     assert_eq!(reply.result, Some(floats(&[12.0 + 2.0 * 24.0 + 3.0 * 36.0])));
 
@@ -142,7 +143,8 @@ fn generated_calls_pass_each_argument_as_the_prototype_says() {
         ldc: 2,
         mode: 1,
     };
-    // SAFETY: as above.
+    // SAFETY: `a`, `b` and `c` are live 2x2 matrices with the leading dimensions the request
+    // gives, and `scalars` holds the two device-mode scalars.
     unsafe { req.call_vendor(&lib, &Objects) }.unwrap();
     // A^T = [[1,2],[3,4]], B = [[5,7],[6,8]]: A^T B = [[17,23],[39,53]], plus C.
     assert_eq!(c, [18.0, 40.0, 24.0, 54.0]);
@@ -170,7 +172,8 @@ fn generated_calls_pass_each_argument_as_the_prototype_says() {
         batchCount: 2,
         mode: 0,
     };
-    // SAFETY: as above.
+    // SAFETY: the batch of two lies inside live arrays: `a` and `b` (stride 0: the same 2x2
+    // matrix each time) and `c2` (two 2x2 matrices at stride 4).
     unsafe { req.call_vendor(&lib, &Objects) }.unwrap();
     // A B = [[1,3],[2,4]] [[5,7],[6,8]] = [[23,31],[34,46]], twice.
     assert_eq!(c2, [23.0, 34.0, 31.0, 46.0, 23.0, 34.0, 31.0, 46.0]);
@@ -178,6 +181,7 @@ fn generated_calls_pass_each_argument_as_the_prototype_says() {
     // A function the library lacks answers NOT_SUPPORTED, without calling anything.
     let req =
         CublasSscalV2Request { handle: 7, n: 1, alpha: Ptr::In(&one), x: Ptr::Device(addr(&mut c2)), incx: 1, mode: 0 };
-    // SAFETY: as above.
+    // SAFETY: `c2` is a live vector of the request's length; the stand-in library lacks the
+    // entry point, so nothing is called.
     assert_eq!(unsafe { req.call_vendor(&lib, &Objects) }.unwrap_err(), CublasStatus::NOT_SUPPORTED);
 }

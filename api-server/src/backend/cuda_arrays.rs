@@ -182,7 +182,8 @@ impl Arrays for CudaBackend {
             }
             Some(levels) => {
                 let mut mipmap: sys::CUmipmappedArray = std::ptr::null_mut();
-                // SAFETY: as above.
+                // SAFETY: writes one handle into the local `mipmap`; `desc` is a local the service
+                // checked, and `levels` was checked against the extent.
                 check(unsafe { sys::cuMipmappedArrayCreate(&mut mipmap, &desc, levels) })?;
                 Ok(mipmap as Raw)
             }
@@ -252,8 +253,9 @@ impl Arrays for CudaBackend {
                 // device side's rows, a host side's length); a host side is borrowed until the
                 // copy is done.
                 None => check(unsafe { sys::cuMemcpy3D_v2(&p) })?,
-                // SAFETY: as above; a host side stays borrowed until the stream is
-                // synchronised below.
+                // SAFETY: the service checked both sides (an array's corner and extent, a device
+                // side's rows, a host side's length); a host side stays borrowed until the stream
+                // is synchronised below.
                 Some(st) => check(unsafe { sys::cuMemcpy3DAsync_v2(&p, stream_handle(st)) })?,
             }
         }

@@ -114,7 +114,8 @@ impl Cublas {
         // SAFETY: a file named as NVIDIA's libcublas; loading it runs its initialisers,
         // which is what using it means.
         let library = unsafe { Library::open(path) }.map_err(err)?;
-        // SAFETY: as above (the loader hands out the same object again).
+        // SAFETY: the same file as the line before: the loader hands out the object already
+        // loaded, whose initialisers have run.
         let handles = unsafe { libloading::Library::new(path) }.map_err(err)?;
         /// An entry point of the handles' library, with its prototype from cublas_api.h.
         fn get<T: Copy>(lib: &libloading::Library, name: &[u8]) -> Result<T, libloading::Error> {
@@ -160,12 +161,12 @@ impl Cublas {
     }
 
     pub fn set_math_mode(&self, handle: u64, mode: i32) -> i32 {
-        // SAFETY: as above.
+        // SAFETY: a live handle of this library (the registry's); cuBLAS checks the mode's value.
         unsafe { (self.set_math_mode)(handle as *mut c_void, mode) }
     }
 
     pub fn set_atomics_mode(&self, handle: u64, mode: i32) -> i32 {
-        // SAFETY: as above.
+        // SAFETY: a live handle of this library (the registry's); cuBLAS checks the mode's value.
         unsafe { (self.set_atomics_mode)(handle as *mut c_void, mode) }
     }
 

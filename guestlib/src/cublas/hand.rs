@@ -85,7 +85,7 @@ unsafe fn strided_copy(
     let status = match stream {
         // SAFETY: the caller's buffers as it described them; the runtime checks the device side.
         Some(s) => unsafe { cudart::cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, s) },
-        // SAFETY: as above.
+        // SAFETY: the caller's buffers as it described them; the runtime checks the device side.
         None => unsafe { cudart::cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind) },
     };
     copy_status(status)
@@ -206,7 +206,8 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cublasGetVector(n: i32, elem: i32, x: *const c_void, incx: i32, y: *mut c_void, incy: i32) -> i32 {
-        // SAFETY: as above.
+        // SAFETY: cuBLAS's contract for the caller: `x` holds `n` elements of `elem` bytes at
+        // stride `incx` on the device, `y` as many at stride `incy` on the host.
         api_call(F::CublasGetVector, || unsafe { vector(n, elem, x, incx, y, incy, MEMCPY_DEVICE_TO_HOST, None) })
     }
 
@@ -219,7 +220,8 @@ impl HandWritten for Hand {
         b: *mut c_void,
         ldb: i32,
     ) -> i32 {
-        // SAFETY: as above.
+        // SAFETY: cuBLAS's contract for the caller: `a` holds `rows` x `cols` elements of
+        // `elem` bytes with leading dimension `lda` on the host, `b` likewise (`ldb`) on the device.
         api_call(F::CublasSetMatrix, || unsafe {
             matrix(rows, cols, elem, a, lda, b, ldb, MEMCPY_HOST_TO_DEVICE, None)
         })
@@ -234,7 +236,8 @@ impl HandWritten for Hand {
         b: *mut c_void,
         ldb: i32,
     ) -> i32 {
-        // SAFETY: as above.
+        // SAFETY: cuBLAS's contract for the caller: `a` holds `rows` x `cols` elements of
+        // `elem` bytes with leading dimension `lda` on the device, `b` likewise (`ldb`) on the host.
         api_call(F::CublasGetMatrix, || unsafe {
             matrix(rows, cols, elem, a, lda, b, ldb, MEMCPY_DEVICE_TO_HOST, None)
         })
@@ -249,7 +252,8 @@ impl HandWritten for Hand {
         incy: i32,
         stream: *mut c_void,
     ) -> i32 {
-        // SAFETY: as above.
+        // SAFETY: as cublasSetVector's contract, and `x` stays valid until `stream` reaches the
+        // copy (the caller's, for an asynchronous copy).
         api_call(F::CublasSetVectorAsync, || unsafe {
             vector(n, elem, x, incx, y, incy, MEMCPY_HOST_TO_DEVICE, Some(stream))
         })
@@ -264,7 +268,8 @@ impl HandWritten for Hand {
         incy: i32,
         stream: *mut c_void,
     ) -> i32 {
-        // SAFETY: as above.
+        // SAFETY: as cublasGetVector's contract, and `y` stays valid until `stream` reaches the
+        // copy (the caller's, for an asynchronous copy).
         api_call(F::CublasGetVectorAsync, || unsafe {
             vector(n, elem, x, incx, y, incy, MEMCPY_DEVICE_TO_HOST, Some(stream))
         })
@@ -280,7 +285,8 @@ impl HandWritten for Hand {
         ldb: i32,
         stream: *mut c_void,
     ) -> i32 {
-        // SAFETY: as above.
+        // SAFETY: as cublasSetMatrix's contract, and `a` stays valid until `stream` reaches the
+        // copy (the caller's, for an asynchronous copy).
         api_call(F::CublasSetMatrixAsync, || unsafe {
             matrix(rows, cols, elem, a, lda, b, ldb, MEMCPY_HOST_TO_DEVICE, Some(stream))
         })
@@ -296,7 +302,8 @@ impl HandWritten for Hand {
         ldb: i32,
         stream: *mut c_void,
     ) -> i32 {
-        // SAFETY: as above.
+        // SAFETY: as cublasGetMatrix's contract, and `b` stays valid until `stream` reaches the
+        // copy (the caller's, for an asynchronous copy).
         api_call(F::CublasGetMatrixAsync, || unsafe {
             matrix(rows, cols, elem, a, lda, b, ldb, MEMCPY_DEVICE_TO_HOST, Some(stream))
         })

@@ -31,7 +31,7 @@ pub fn memset_pattern<const N: usize>(
         return bridge::runtime(|| match stream {
             // SAFETY: the runtime's exports check their device arguments; no host memory is read.
             Some(s) => unsafe { cudart::cudaMemsetAsync(bridge::dptr(dst), value, bytes, s) },
-            // SAFETY: as above.
+            // SAFETY: the runtime's export checks its device argument; no host memory is read.
             None => unsafe { cudart::cudaMemset(bridge::dptr(dst), value, bytes) },
         });
     }
@@ -46,7 +46,8 @@ pub fn memset_pattern<const N: usize>(
             // from pageable memory returns once the data is taken); the runtime checks the
             // destination against the session's memory.
             Some(s) => unsafe { cudart::cudaMemcpyAsync(bridge::dptr(at), src, n, HOST_TO_DEVICE, s) },
-            // SAFETY: as above.
+            // SAFETY: `src` is `n` readable bytes of `chunk`, which outlives this synchronous
+            // copy; the runtime checks the destination against the session's memory.
             None => unsafe { cudart::cudaMemcpy(bridge::dptr(at), src, n, HOST_TO_DEVICE) },
         })?;
         done += n;

@@ -67,7 +67,8 @@ unsafe fn image_bytes<'a>(image: *const c_void) -> Result<&'a [u8], CuError> {
     } else if head == ELF_MAGIC {
         // SAFETY: an ELF image has its 64-byte header (the caller's contract).
         let header = unsafe { std::slice::from_raw_parts(p, 64) };
-        // SAFETY: as above, its section and program headers where the header says.
+        // SAFETY: an ELF image holds its section and program headers where its header says
+        // (the caller's contract: a whole image); `elf_len` reads only those.
         unsafe { elf_len(p, header) }?
     } else {
         // SAFETY: PTX is NUL-terminated text (the caller's contract).
@@ -492,7 +493,8 @@ mod tests {
         assert_eq!(&packed[8..12], &2.5f32.to_ne_bytes());
         let mut wrong = 8usize;
         extra[3] = &mut wrong as *mut usize as *mut c_void;
-        // SAFETY: as above, with a size that is not the layout's.
+        // SAFETY: `extra` is the same END-terminated list, now naming a buffer size that is not
+        // the layout's; `parameters` refuses it before reading the buffer.
         let refused = unsafe { parameters(&layout, std::ptr::null_mut(), extra.as_mut_ptr()) };
         assert_eq!(refused, Err(CuError::INVALID_VALUE));
     }

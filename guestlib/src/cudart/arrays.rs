@@ -87,11 +87,11 @@ pub unsafe fn array_get_info(
         unsafe { desc.write_unaligned(d) };
     }
     if !extent.is_null() {
-        // SAFETY: as for `desc`.
+        // SAFETY: not null, so writable (this function's contract); unaligned writes are allowed.
         unsafe { extent.write_unaligned(e) };
     }
     if !flags.is_null() {
-        // SAFETY: as for `desc`.
+        // SAFETY: not null, so writable (this function's contract); unaligned writes are allowed.
         unsafe { flags.write_unaligned(f) };
     }
     Ok(())

@@ -389,7 +389,8 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaStreamSetAttribute_ptsz(stream: *mut c_void, attr: i32, value: *const c_void) -> i32 {
-        // SAFETY: as for `cudaStreamSetAttribute`.
+        // SAFETY: this export's arguments, passed on with the per-thread stream named:
+        // `attributes::stream_set` asks of them what CUDA asks of this export's caller.
         code(unsafe { attributes::stream_set(per_thread(stream), attr, value) })
     }
 
@@ -400,7 +401,8 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaStreamGetAttribute_ptsz(stream: *mut c_void, attr: i32, value_out: *mut c_void) -> i32 {
-        // SAFETY: as for `cudaStreamGetAttribute`.
+        // SAFETY: this export's arguments, passed on with the per-thread stream named:
+        // `attributes::stream_get` asks of them what CUDA asks of this export's caller.
         code(unsafe { attributes::stream_get(per_thread(stream), attr, value_out) })
     }
 

@@ -287,9 +287,11 @@ pub unsafe fn range_get_attributes(
     // SAFETY: not null (checked above): `count` entries (this function's contract), the
     // caller's arrays, which nothing writes during the call.
     let data = unsafe { std::slice::from_raw_parts(data, count) };
-    // SAFETY: as for `data`.
+    // SAFETY: not null (checked above): `count` entries, the caller's array (this function's
+    // contract), which nothing writes during the call.
     let data_sizes = unsafe { std::slice::from_raw_parts(data_sizes, count) };
-    // SAFETY: as for `data`.
+    // SAFETY: not null (checked above): `count` entries, the caller's array (this function's
+    // contract), which nothing writes during the call.
     let attributes = unsafe { std::slice::from_raw_parts(attributes, count) };
     for ((&out, &size), &attribute) in data.iter().zip(data_sizes).zip(attributes) {
         // SAFETY: `out` has `size` writable bytes (this function's contract).
