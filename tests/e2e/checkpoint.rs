@@ -271,10 +271,18 @@ fn a_bad_chunk_found_during_an_on_demand_load_fails_the_session() {
     let image = tempfile::tempdir().unwrap();
     let dir = image.path().join("image");
     checkpoint(&router, id, &dir, &["--stop"]);
-    let mem = memory_files(&dir).into_iter().max_by_key(|p| std::fs::metadata(p).unwrap().len()).unwrap();
+    // A byte inside a stored chunk (a memory file also holds padding no checksum covers).
+    let chunk = phos_checkpoint::Image::open(&dir)
+        .unwrap()
+        .manifest
+        .memory
+        .iter()
+        .flat_map(|r| r.chunks.clone())
+        .find(|c| c.stored > 0)
+        .expect("a stored chunk");
+    let mem = dir.join(phos_checkpoint::memory_file_name(chunk.file));
     let mut bad = std::fs::read(&mem).unwrap();
-    let at = bad.len() / 3;
-    bad[at] ^= 1;
+    bad[(chunk.at + chunk.stored / 2) as usize] ^= 1;
     std::fs::write(&mem, &bad).unwrap();
     let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&rs.stderr);
