@@ -431,11 +431,8 @@ impl Router {
         *self.spare_fd.lock() = std::fs::File::open("/dev/null").ok();
         let me = self.clone();
         std::thread::Builder::new().name("phos-reaper".into()).spawn(move || me.housekeeping_loop())?;
-        let me = self.clone();
-        let ctl = move |gone| control::RouterCtl { router: me.clone(), gone }.into_service();
-        if let Err(e) = phos_control::spawn_service_thread(phos_control::control_path(&self.config.listen), ctl) {
-            tracing::error!("management service: {e}");
-        }
+        // The peer listener is bound before the management service answers: whoever finds
+        // the router managed (an operator, a test) also finds it reachable by its peers.
         if let Some(addr) = self.config.peer_listen {
             let Some(secret) = self.config.peer_secret.clone() else {
                 return Err(io::Error::other("a peer listener needs a shared secret (--peer-secret-file)"));
@@ -445,6 +442,11 @@ impl Router {
             let bound = phos_control::peer::spawn_tcp_service_thread(addr, secret, ctl)?;
             tracing::info!("peer routers and operators on tcp:{bound}");
             *self.peer_bound.lock() = Some(bound);
+        }
+        let me = self.clone();
+        let ctl = move |gone| control::RouterCtl { router: me.clone(), gone }.into_service();
+        if let Err(e) = phos_control::spawn_service_thread(phos_control::control_path(&self.config.listen), ctl) {
+            tracing::error!("management service: {e}");
         }
         if let Some(addr) = self.config.metrics {
             match metrics::serve(self.clone(), addr) {
@@ -528,7 +530,6 @@ impl Router {
         *self.tcp_bound.lock()
     }
 
-    /// Connections in their handshake now.
     /// Where the peer listener is bound, if there is one.
     pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
         *self.peer_bound.lock()
@@ -539,6 +540,7 @@ impl Router {
         self.migrations.figures.lock()
     }
 
+    /// Connections in their handshake now.
     pub fn pending_handshakes(&self) -> u64 {
         self.pending.total()
     }
