@@ -100,7 +100,8 @@ fn every_program_is_tested() {
 }
 
 /// Programs with a test of their own below.
-const TESTED_APART: &[&str] = &["runtime_and_driver", "rewriter", "driver_api", "restore_on_demand", "cublas_blas"];
+const TESTED_APART: &[&str] =
+    &["runtime_and_driver", "rewriter", "driver_api", "driver_arrays", "restore_on_demand", "cublas_blas"];
 
 /// A program of both the runtime and the driver API (linked with `-lcuda`, so the loader
 /// reaches the guest library first as `libcuda.so.1`, then as `libcudart.so.11.0`): it prints
@@ -152,6 +153,19 @@ fn driver_api() {
     let lies_in = std::fs::canonicalize(line).unwrap_or_else(|e| panic!("{line}: {e}"));
     let phos = std::fs::canonicalize(phos_tests::built("libphos_guest.so")).unwrap();
     assert_eq!(lies_in, phos, "the driver entry point must be Phos's own");
+}
+
+/// CUDA arrays, texture and surface objects through the driver API (`cuArrayCreate`,
+/// `cuMemcpy2D`/`3D`, `cuTexObjectCreate`...) print what they print natively.
+#[test]
+fn driver_arrays() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "driver_arrays", &["-arch=sm_70", "-lcuda"]);
+    let out = phos_run_over("emu", "shm", &exe, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert_eq!(stdout, expected("driver_arrays"), "output differs from the native run\nstderr:\n{stderr}");
 }
 
 #[test]
