@@ -6,26 +6,9 @@
 // a mipmapped array's levels, and the driver's errors for descriptors it refuses. Checks its own
 // results; prints only what does not depend on the GPU model.
 #include <cstring>
-#include <cuda.h>
 #include <vector>
-#include "check.h"
-
-#define CU(call)                                                                             \
-    do {                                                                                     \
-        CUresult r_ = (call);                                                                \
-        if (r_ != CUDA_SUCCESS) {                                                            \
-            const char *name_ = nullptr;                                                     \
-            cuGetErrorName(r_, &name_);                                                      \
-            std::printf("FAILED: %s -> %s at %s:%d\n", #call, name_ ? name_ : "?", __FILE__, \
-                        __LINE__);                                                           \
-            std::exit(1);                                                                    \
-        }                                                                                    \
-    } while (0)
-
-static const char *name_of(CUresult r) {
-    const char *name = nullptr;
-    return cuGetErrorName(r, &name) == CUDA_SUCCESS ? name : "(no name)";
-}
+#include <cuda.h>
+#include "driver_check.h"
 
 __global__ void sample(CUtexObject t, float *out, int w, int h) {
     int x = threadIdx.x, y = threadIdx.y;

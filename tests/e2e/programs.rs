@@ -139,13 +139,10 @@ fn runtime_and_driver() {
 /// library, never in NVIDIA's.
 #[test]
 fn driver_api() {
-    let Some(nvcc) = nvcc() else { return };
-    let exe = build_program(&nvcc, "driver_api", &["-arch=sm_70", "-lcuda"]);
-    let out = phos_run_over("emu", "shm", &exe, &[]);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
-    assert_eq!(stdout, expected("driver_api"), "output differs from the native run\nstderr:\n{stderr}");
+    if nvcc().is_none() {
+        return;
+    }
+    let stderr = driver_program("driver_api");
     let line = stderr
         .lines()
         .find_map(|l| l.strip_prefix("cudaGetDriverEntryPoint(cuMemAlloc) lies in "))
@@ -159,13 +156,20 @@ fn driver_api() {
 /// `cuMemcpy2D`/`3D`, `cuTexObjectCreate`...) print what they print natively.
 #[test]
 fn driver_arrays() {
-    let Some(nvcc) = nvcc() else { return };
-    let exe = build_program(&nvcc, "driver_arrays", &["-arch=sm_70", "-lcuda"]);
+    driver_program("driver_arrays");
+}
+
+/// Runs a program of the driver API (linked with `-lcuda`) on emu and compares its output
+/// with the native GPU's; what it printed to standard error.
+fn driver_program(name: &str) -> String {
+    let Some(nvcc) = nvcc() else { return String::new() };
+    let exe = build_program(&nvcc, name, &["-arch=sm_70", "-lcuda"]);
     let out = phos_run_over("emu", "shm", &exe, &[]);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
-    assert_eq!(stdout, expected("driver_arrays"), "output differs from the native run\nstderr:\n{stderr}");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{name} failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert_eq!(stdout, expected(name), "{name}: output differs from the native run\nstderr:\n{stderr}");
+    stderr
 }
 
 #[test]

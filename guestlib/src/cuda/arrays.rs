@@ -8,7 +8,7 @@
 use std::ffi::c_void;
 
 use phos_protocol::cuda::CuError;
-use phos_protocol::cudart::{PhosSurfaceCreateRequest, PhosSurfaceGetArrayRequest, PhosTextureGetDescRequest, consts};
+use phos_protocol::cudart::{PhosSurfaceCreateRequest, PhosTextureGetDescRequest, consts};
 use phos_protocol::types::{ChannelFormatDesc, ResourceViewWire, TextureDescWire};
 
 use super::bridge::from_runtime;
@@ -706,8 +706,7 @@ pub unsafe fn create_surface(out: *mut u64, res: *const c_void) -> Result<(), Cu
 /// # Safety
 /// `out` null or a writable `CUDA_RESOURCE_DESC`.
 pub unsafe fn surface_resource(out: *mut c_void, object: u64) -> Result<(), CuError> {
-    let array = from_runtime(runtime::call(&PhosSurfaceGetArrayRequest { surfObject: object }))?.array;
-    let r = ResourceDesc { res_type: RESOURCE_ARRAY, dev_ptr: array, ..Default::default() };
+    let r = from_runtime(rt::surface_resource_of(object))?;
     // SAFETY: as this function's contract gives `out`.
     unsafe { write_resource(out, &r) }
 }

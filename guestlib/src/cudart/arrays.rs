@@ -676,10 +676,15 @@ pub unsafe fn surface_resource(out: *mut c_void, object: u64) -> Result<(), Cuda
     if out.is_null() {
         return Err(CudaError::InvalidValue);
     }
-    let array = runtime::call(&PhosSurfaceGetArrayRequest { surfObject: object })?.array;
-    let r = ResourceDesc { res_type: RESOURCE_ARRAY, dev_ptr: array, ..Default::default() };
+    let r = surface_resource_of(object)?;
     // SAFETY: a writable `cudaResourceDesc` (this function's contract).
     unsafe { write_resource(out, &r) }
+}
+
+/// The resource (always an array) a surface object writes.
+pub(crate) fn surface_resource_of(object: u64) -> Result<ResourceDesc, CudaError> {
+    let array = runtime::call(&PhosSurfaceGetArrayRequest { surfObject: object })?.array;
+    Ok(ResourceDesc { res_type: RESOURCE_ARRAY, dev_ptr: array, ..Default::default() })
 }
 
 #[cfg(test)]
