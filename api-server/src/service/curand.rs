@@ -163,7 +163,7 @@ impl Session {
             }
         };
         let full = || {
-            tracing::warn!(session = self.id, "{name}: the session holds {MAX_GENERATORS} cuRAND generators already");
+            crate::guest_warn!(self.id, "{name}: the session holds {MAX_GENERATORS} cuRAND generators already");
             CudaError::MemoryAllocation
         };
         let generator = Generator {

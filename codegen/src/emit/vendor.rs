@@ -156,7 +156,10 @@ fn call_fn(w: &mut W, api: &Api, f: &Function) {
     w.line("#[allow(non_snake_case, clippy::useless_conversion, clippy::unnecessary_cast)]");
     w.open(format!("unsafe fn call_vendor(&self, lib: &Library, t: &impl Translate) -> Result<{t}Reply, {status}> {{"));
     w.line("let req = self;");
-    w.line(format!("let Some(entry) = lib.{} else {{ return Err({P}::{}::NOT_SUPPORTED) }};", f.name, api.name));
+    w.line(format!(
+        "let Some(entry) = lib.{} else {{ return Err(<{status} as {P}::ApiStatus>::NOT_SUPPORTED) }};",
+        f.name
+    ));
     let mut call_args = Vec::new();
     let mut reply_fields = Vec::new();
     for p in &f.params {
