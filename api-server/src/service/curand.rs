@@ -267,8 +267,8 @@ impl Session {
         let (out, drawn) = match self.vendor_curand() {
             Some(curand) => {
                 self.backend.bind(g.device).map_err(rand_status)?;
-                // SAFETY: the dispatch checked the output range against the session's memory
-                // (or sized the reply's buffer), and `g.raw` is the live generator.
+                // The generated call, with the output range the dispatch checked (or the reply's
+                // buffer it sized) and the live vendor generator.
                 let out = vendor(&curand.library, &VendorObjects { generator: g.raw })?;
                 (out, n)
             }
@@ -426,6 +426,11 @@ impl CurandService for Session {
     ) -> Result<CurandSetQuasiRandomGeneratorDimensionsReply, CurandStatus> {
         let g = self.rand_generator(req.generator)?;
         if self.vendor_curand().is_none() && !is_quasi(g.rng_type) {
+            crate::guest_warn!(
+                self.id,
+                "curandSetQuasiRandomGeneratorDimensions: {:#x} is a pseudo-random generator: CURAND_STATUS_TYPE_ERROR",
+                req.generator
+            );
             return Err(CurandStatus::TYPE_ERROR);
         }
         let dimensions = req.num_dimensions;
