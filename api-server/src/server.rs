@@ -543,6 +543,7 @@ impl ApiServer {
             Function::Cudart(f) => Self::outcome(s, f.name(), dispatch::cudart::dispatch(s, &cx, f, payload, out)),
             Function::Cuda(f) => Self::outcome(s, f.name(), dispatch::cuda::dispatch(s, &cx, f, payload, out)),
             Function::Cublas(f) => Self::outcome(s, f.name(), dispatch::cublas::dispatch(s, &cx, f, payload, out)),
+            Function::Curand(f) => Self::outcome(s, f.name(), dispatch::curand::dispatch(s, &cx, f, payload, out)),
         }));
         if s.hooks.active() {
             s.hooks.after_call();
@@ -595,5 +596,6 @@ pub(crate) fn replay(
         Function::Cudart(id) => dispatch::cudart::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string()),
         Function::Cuda(id) => dispatch::cuda::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string()),
         Function::Cublas(id) => dispatch::cublas::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string()),
+        Function::Curand(id) => dispatch::curand::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string()),
     }
 }

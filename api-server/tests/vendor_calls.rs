@@ -1,7 +1,9 @@
 //! The generated calls into a vendor's library (`phos_api_server::vendor`, from
 //! codegen/src/emit/vendor.rs), against a stand-in for libcublas built here: a C library whose
 //! functions have cuBLAS's prototypes and compute on the CPU, so the arguments' order, types
-//! and shapes (host scalars, device addresses, results in the reply) are checked without a GPU.
+//! and shapes (host scalars, device addresses, results in the reply) are checked without a GPU;
+//! and likewise for libcurand (value arguments of C's float, double and size_t, a host
+//! generator's output in the reply).
 #![cfg(target_os = "linux")]
 
 use std::path::{Path, PathBuf};
@@ -63,9 +65,13 @@ impl Translate for Objects {
 
 /// The stand-in, built with `cc` into a temporary directory.
 fn stand_in(dir: &Path) -> PathBuf {
-    let src = dir.join("stand_in.c");
-    std::fs::write(&src, STAND_IN).unwrap();
-    let lib = dir.join("libcublas_stand_in.so");
+    build_stand_in(dir, "libcublas_stand_in", STAND_IN)
+}
+
+fn build_stand_in(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let lib = dir.join(format!("{name}.so"));
     let out = Command::new("cc").args(["-shared", "-fPIC", "-O1", "-o"]).arg(&lib).arg(&src).output().expect("cc");
     assert!(out.status.success(), "cc: {}", String::from_utf8_lossy(&out.stderr));
     lib
@@ -184,4 +190,74 @@ fn generated_calls_pass_each_argument_as_the_prototype_says() {
     // SAFETY: `c2` is a live vector of the request's length; the stand-in library lacks the
     // entry point, so nothing is called.
     assert_eq!(unsafe { req.call_vendor(&lib, &Objects) }.unwrap_err(), CublasStatus::NOT_SUPPORTED);
+}
+
+/// A stand-in for libcurand: each function writes numbers its arguments determine, so a value
+/// passed in the wrong place or with the wrong width shows.
+const CURAND_STAND_IN: &str = r#"
+#include <stddef.h>
+#include <stdint.h>
+int curandGenerateNormal(void *g, float *out, size_t n, float mean, float stddev) {
+    if ((uintptr_t)g != 0x1234) return 101;
+    for (size_t i = 0; i < n; ++i) out[i] = mean + stddev * (float)((int)(i % 3) - 1);
+    return 0;
+}
+int curandGeneratePoissonMethod(void *g, unsigned *out, size_t n, double lambda, int method) {
+    if ((uintptr_t)g != 0x1234) return 101;
+    for (size_t i = 0; i < n; ++i) out[i] = (unsigned)lambda + (unsigned)method + (unsigned)i;
+    return 0;
+}
+"#;
+
+struct Generators;
+
+impl phos_api_server::vendor::curand::Translate for Generators {
+    fn object(&self, kind: &'static str, _: u64) -> Result<*mut std::ffi::c_void, phos_protocol::curand::CurandStatus> {
+        assert_eq!(kind, "curand_generator");
+        Ok(VENDOR_HANDLE as *mut std::ffi::c_void)
+    }
+}
+
+#[test]
+fn generated_curand_calls_pass_values_and_fill_host_outputs() {
+    use phos_api_server::vendor::curand::{Library, VendorCall};
+    use phos_protocol::curand::*;
+    let dir = tempfile::tempdir().unwrap();
+    // SAFETY: the stand-in has no initialisers.
+    let lib = unsafe { Library::open(&build_stand_in(dir.path(), "libcurand_stand_in", CURAND_STAND_IN)) }.unwrap();
+    assert_eq!(lib.found(), 2, "the stand-in's two functions are found, the others are not");
+
+    // A device generator writes the "device" memory (this process's) in place.
+    let mut out = vec![0.0f32; 4];
+    let req = CurandGenerateNormalRequest {
+        generator: 9,
+        outputPtr: Ptr::Device(addr(&mut out)),
+        n: 4,
+        mean: 10.0,
+        stddev: 2.0,
+        on_host: 0,
+    };
+    // SAFETY: `out` is a live vector of the request's length.
+    let reply = unsafe { req.call_vendor(&lib, &Generators) }.unwrap();
+    assert_eq!(reply.outputPtr, None);
+    assert_eq!(out, [8.0, 10.0, 12.0, 8.0]);
+
+    // A host generator's numbers come back in the reply, as many bytes as the guest asked for.
+    let req = CurandGeneratePoissonMethodRequest {
+        generator: 9,
+        outputPtr: Ptr::Out(12),
+        n: 3,
+        lambda: 40.0,
+        method: 13,
+        on_host: 1,
+    };
+    // SAFETY: the output is the reply's buffer of 12 bytes, three numbers.
+    let reply = unsafe { req.call_vendor(&lib, &Generators) }.unwrap();
+    let want: Vec<u8> = [53u32, 54, 55].iter().flat_map(|v| v.to_le_bytes()).collect();
+    assert_eq!(reply.outputPtr, Some(want));
+
+    // A function the library lacks answers cuRAND's not-supported status.
+    let req = CurandGenerateUniformRequest { generator: 9, outputPtr: Ptr::Device(addr(&mut out)), num: 4, on_host: 0 };
+    // SAFETY: the stand-in lacks the entry point, so nothing is called.
+    assert_eq!(unsafe { req.call_vendor(&lib, &Generators) }.unwrap_err(), CurandStatus::ARCH_MISMATCH);
 }

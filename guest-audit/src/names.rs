@@ -12,10 +12,11 @@ pub const SERVED_FILES: [&core::ffi::CStr; SERVED_COUNT] = [
     c"libcublas.so.11",
     c"libcublas.so.12",
     c"libcublas.so.13",
+    c"libcurand.so.10",
 ];
 
 /// How many files Phos serves libraries with.
-pub const SERVED_COUNT: usize = 7;
+pub const SERVED_COUNT: usize = 8;
 
 /// Which of Phos's files serves a library name ([`SERVED_FILES`] index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +28,7 @@ pub enum Served {
     Blas11 = 4,
     Blas12 = 5,
     Blas13 = 6,
+    Rand10 = 7,
 }
 
 /// The last component of a path.
@@ -56,7 +58,8 @@ fn versioned<'a>(name: &'a [u8], stem: &[u8]) -> Option<&'a [u8]> {
 /// component is looked at) should open instead: the driver for every `libcuda.so*`, the
 /// runtime of the same major version for `libcudart.so.11*`, `.12*` and `.13*`, and the
 /// CUDA 12 runtime (Phos's default ABI) for an unversioned `libcudart.so`; cuBLAS of the same
-/// major version for `libcublas.so.11*`, `.12*`, `.13*` (12 for `libcublas.so`). `None` for
+/// major version for `libcublas.so.11*`, `.12*`, `.13*` (12 for `libcublas.so`); cuRAND for
+/// `libcurand.so.10*` and `libcurand.so` (10 in CUDA 11, 12 and 13). `None` for
 /// anything else, including a runtime of a major version Phos does not present (left alone:
 /// if it gets mapped, it is reported).
 pub fn served(name: &[u8]) -> Option<Served> {
@@ -71,6 +74,9 @@ pub fn served(name: &[u8]) -> Option<Served> {
             b"13" => Some(Served::Blas13),
             _ => None,
         };
+    }
+    if let Some(version) = versioned(base, b"libcurand.so") {
+        return matches!(major(version), b"" | b"10").then_some(Served::Rand10);
     }
     let version = versioned(base, b"libcudart.so")?;
     match major(version) {
@@ -96,7 +102,6 @@ const UNSERVED: &[(&[u8], &str)] = &[
     (b"libcublasLt.so", "cuBLASLt"),
     (b"libcudnn", "cuDNN"),
     (b"libcufft", "cuFFT"),
-    (b"libcurand.so", "cuRAND"),
     (b"libcusparseLt.so", "cuSPARSELt"),
     (b"libcusparse.so", "cuSPARSE"),
     (b"libcusolver", "cuSOLVER"),
@@ -144,6 +149,10 @@ mod tests {
             (b"libcublas.so", Some(Served::Blas12)),
             (b"libcublasLt.so.12", None),
             (b"libcublas.so.10", None),
+            (b"libcurand.so.10", Some(Served::Rand10)),
+            (b"/usr/lib/x86_64-linux-gnu/libcurand.so.10.3.0.86", Some(Served::Rand10)),
+            (b"libcurand.so", Some(Served::Rand10)),
+            (b"libcurand.so.9", None),
             (b"/opt/libcuda.so.1/libm.so.6", None),
             (b"", None),
         ] {
@@ -157,6 +166,7 @@ mod tests {
             Served::Blas11,
             Served::Blas12,
             Served::Blas13,
+            Served::Rand10,
         ] {
             assert_eq!(served(SERVED_FILES[s as usize].to_bytes()), Some(s), "Phos's own file names serve themselves");
         }
@@ -180,6 +190,7 @@ mod tests {
             ("libcudnn_ops.so.9", Some("cuDNN")),
             ("libcufftw.so.11", Some("cuFFT")),
             ("libnccl.so.2", Some("NCCL")),
+            ("libcurand.so.10", None),
             ("libnvidia-ml.so.1", Some("NVML")),
             ("libnvrtc.so.12", None),
             ("libnvJitLink.so.12", None),

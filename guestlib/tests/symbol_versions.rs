@@ -14,13 +14,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The version nodes, one per soname; the first export of each name is `@@` this one.
-const VERSIONS: [&str; 6] = [
+const VERSIONS: [&str; 7] = [
     "libcudart.so.11.0",
     "libcudart.so.12",
     "libcudart.so.13",
     "libcublas.so.11",
     "libcublas.so.12",
     "libcublas.so.13",
+    "libcurand.so.10",
 ];
 const DEFAULT_VERSION: &str = "libcudart.so.12";
 
@@ -179,6 +180,7 @@ fn exports_nothing_but_the_cuda_api() {
         .into_iter()
         .chain(generated_exports("cuda"))
         .chain(generated_exports("cublas"))
+        .chain(generated_exports("curand"))
         .collect();
     assert_eq!(exports, generated, "the exports are not exactly the generated stubs");
 }
@@ -585,4 +587,32 @@ int main(void) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.starts_with("0 11080 "), "cudaRuntimeGetVersion of the CUDA 11 ABI: {stdout}");
+}
+
+/// Where this machine has NVIDIA's libcurand (a CUDA 11 toolkit's, as CI's), every function it
+/// exports is exported under `libcurand.so.10` (cuRAND's soname in CUDA 11, 12 and 13), so
+/// that programs linked with `-lcurand` load.
+#[test]
+fn exports_every_function_of_the_installed_curand() {
+    let installed = ["/usr/lib/x86_64-linux-gnu/libcurand.so.10", "/usr/local/cuda/lib64/libcurand.so.10"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.exists());
+    let Some(installed) = installed else { return };
+    let exports = exports();
+    let theirs: BTreeSet<String> = dynamic_symbols(installed)
+        .into_iter()
+        .filter(|s| s.ndx != "UND" && s.name.starts_with("curand"))
+        .map(|s| s.name)
+        .collect();
+    assert!(theirs.len() > 20, "{} is read", installed.display());
+    let missing: Vec<&String> = theirs
+        .iter()
+        .filter(|n| {
+            !exports
+                .get(n.as_str())
+                .is_some_and(|syms| syms.iter().any(|s| s.version.as_deref() == Some("libcurand.so.10")))
+        })
+        .collect();
+    assert!(missing.is_empty(), "not exported @libcurand.so.10: {missing:?}");
 }

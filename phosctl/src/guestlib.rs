@@ -32,6 +32,7 @@ pub const SONAMES: &[&str] = &[
     "libcublas.so.11",
     "libcublas.so.12",
     "libcublas.so.13",
+    "libcurand.so.10",
 ];
 
 /// Why the guest library cannot be offered to a program.

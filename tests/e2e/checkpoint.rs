@@ -798,3 +798,31 @@ fn a_cublas_handle_and_its_settings_survive_a_restore() {
     assert!(rest.contains("after the restore: the handle kept"), "{rest}");
     assert!(router.server_logs().contains("restored"), "{}", router.server_logs());
 }
+
+/// cuRAND generators, a device one on a stream and a host one, seeded and drawn from, are
+/// recorded with their settings and their positions: after a stop and a restore into a new
+/// server, each draws the numbers that follow the ones it drew before (emu's CPU generator
+/// reaches any position directly).
+#[test]
+fn curand_generators_continue_after_a_restore() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "curand_montecarlo", &["-arch=sm_70", "-lcurand"]);
+    let router = TestRouter::start("emu");
+    let mut guest = start_guest(&router, &exe, &["checkpoint"]);
+    let mut out = BufReader::new(guest.stdout.take().unwrap());
+    read_until(&mut out, "curand ready");
+    let id = session_id(&router);
+    let image = tempfile::tempdir().unwrap();
+    let dir = image.path().join("image");
+    checkpoint(&router, id, &dir, &["--stop"]);
+    let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
+    assert!(rs.status.success(), "restore: {}", String::from_utf8_lossy(&rs.stderr));
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let status = guest.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut guest.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "the program failed after the restore: {rest}\n{err}\n{}", router.server_logs());
+    assert!(rest.contains("after the restore: both generators draw on from where they were"), "{rest}\n{err}");
+    assert!(router.server_logs().contains("restored"), "{}", router.server_logs());
+}

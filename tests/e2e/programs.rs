@@ -100,8 +100,15 @@ fn every_program_is_tested() {
 }
 
 /// Programs with a test of their own below.
-const TESTED_APART: &[&str] =
-    &["runtime_and_driver", "rewriter", "driver_api", "driver_arrays", "restore_on_demand", "cublas_blas"];
+const TESTED_APART: &[&str] = &[
+    "runtime_and_driver",
+    "rewriter",
+    "driver_api",
+    "driver_arrays",
+    "restore_on_demand",
+    "cublas_blas",
+    "curand_montecarlo",
+];
 
 /// A program of both the runtime and the driver API (linked with `-lcuda`, so the loader
 /// reaches the guest library first as `libcuda.so.1`, then as `libcudart.so.11.0`): it prints
@@ -286,5 +293,60 @@ fn cublas_hostile_calls() {
         ["cublasSgemm_v2: invalid device pointer `A`", "is not the session's memory", "is not a cuBLAS handle"]
     {
         assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
+    }
+}
+
+/// A cuRAND program (linked with `-lcurand`, so the loader reaches the guest library as
+/// `libcurand.so.10` too): a Monte Carlo estimate of pi and the moments of every distribution
+/// from every pseudo-random generator type, device and host generators, seeds, offsets,
+/// orderings and a stream, on emu's CPU generator, printing what it prints natively.
+#[test]
+fn curand_montecarlo() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "curand_montecarlo", &["-arch=sm_70", "-lcurand"]);
+    let out = phos_run_over("emu", "shm", &exe, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert!(!stderr.contains("no version information"), "{stderr}");
+    assert_eq!(stdout, expected("curand_montecarlo"), "output differs from the native run\nstderr:\n{stderr}");
+    // emu has no quasi-random generators: the refusal names the call and the type.
+    assert!(
+        stderr.contains("curandCreateGenerator: generator type 201: quasi-random generators are not served on emu"),
+        "the refusal names its function:\n{stderr}"
+    );
+}
+
+/// What a careless or hostile cuRAND program gets: the library's own statuses for a generator
+/// it never made, a destroyed one, an output past its allocation, an absurd count and a stream
+/// it does not have, and the not-supported status (logged by name) for a function Phos does
+/// not carry; the server is unharmed and the generator still works.
+#[test]
+fn curand_hostile_calls() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "curand_montecarlo", &["-arch=sm_70", "-lcurand"]);
+    let out = phos_run_over("emu", "shm", &exe, &["hostile"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    for line in [
+        "hostile: a generator never made -> CURAND_STATUS_NOT_INITIALIZED",
+        "hostile: a destroyed generator -> CURAND_STATUS_NOT_INITIALIZED",
+        "hostile: output past its allocation -> CURAND_STATUS_OUT_OF_RANGE",
+        "hostile: an absurd count -> CURAND_STATUS_OUT_OF_RANGE",
+        "hostile: a stream it does not have -> CURAND_STATUS_OUT_OF_RANGE",
+        "hostile: direction vectors -> CURAND_STATUS_ARCH_MISMATCH",
+        "hostile: the generator still works: PASS",
+        "done",
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "missing `{line}`\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    }
+    for logged in [
+        "is not a cuRAND generator of the session",
+        "curandGenerateUniform: invalid device pointer `outputPtr`",
+        "curandSetStream: 0x777 is not a stream of the session",
+        "curandGetDirectionVectors32",
+    ] {
+        assert!(stderr.contains(logged), "the log lacks `{logged}`:\n{stderr}");
     }
 }

@@ -224,6 +224,7 @@ fn initramfs(kit: &Kit, dir: &Path, programs: &BTreeMap<&str, PathBuf>, script: 
         "libcublas.so.11",
         "libcublas.so.12",
         "libcublas.so.13",
+        "libcurand.so.10",
     ] {
         c.symlink(&format!("/phos/{soname}"), "libphos_guest.so");
     }

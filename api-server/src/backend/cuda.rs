@@ -92,6 +92,8 @@ pub struct CudaBackend {
     raw: RawDriver,
     /// NVIDIA's libcublas, loaded at the first cuBLAS call (`None` when none is found).
     cublas: std::sync::OnceLock<Option<super::vendor::Cublas>>,
+    /// NVIDIA's libcurand, loaded at the first cuRAND call (`None` when none is found).
+    curand: std::sync::OnceLock<Option<super::vendor_curand::Curand>>,
     /// `cuDeviceGetAttribute`, called with plain integers: attributes come from guests and
     /// may not be valid enumerators of the bindings' Rust enum.
     get_attribute: unsafe extern "C" fn(*mut i32, i32, sys::CUdevice) -> i32,
@@ -461,7 +463,15 @@ impl CudaBackend {
         BOUND.with(|b| b.set(count - 1));
         let timer = Mutex::new(KernelTimer::new(devices.len()));
         let raw = RawDriver::load()?;
-        Ok(CudaBackend { devices, driver_version, raw, cublas: std::sync::OnceLock::new(), get_attribute, timer })
+        Ok(CudaBackend {
+            devices,
+            driver_version,
+            raw,
+            cublas: std::sync::OnceLock::new(),
+            curand: std::sync::OnceLock::new(),
+            get_attribute,
+            timer,
+        })
     }
 
     pub(super) fn device(&self, device: i32) -> Result<&Device, CudaError> {
@@ -1250,6 +1260,25 @@ impl Libraries for CudaBackend {
                 }
                 Err(e) => {
                     tracing::warn!("cuBLAS calls run on the server's CPU (slowly): {e}");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    fn curand(&self) -> Option<&super::vendor_curand::Curand> {
+        self.curand
+            .get_or_init(|| match super::vendor_curand::Curand::open() {
+                Ok(c) => {
+                    tracing::info!(
+                        "cuRAND: {} ({} of the generation functions Phos carries found)",
+                        c.path.display(),
+                        c.library.found()
+                    );
+                    Some(c)
+                }
+                Err(e) => {
+                    tracing::warn!("cuRAND generators are drawn on the server's CPU (Philox4x32-10): {e}");
                     None
                 }
             })

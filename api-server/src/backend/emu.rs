@@ -856,7 +856,7 @@ impl Modules for EmuBackend {
     }
 }
 
-/// cuBLAS runs on the server's CPU BLAS.
+/// cuBLAS runs on the server's CPU BLAS, cuRAND on its CPU generator.
 impl Libraries for EmuBackend {}
 
 impl Arrays for EmuBackend {

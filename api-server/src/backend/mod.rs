@@ -9,6 +9,7 @@ mod cuda_arrays;
 pub mod emu;
 mod emu_arrays;
 pub mod vendor;
+pub mod vendor_curand;
 
 use phos_protocol::CudaError;
 use phos_protocol::types::{DeviceProperties, Dim3, FuncAttributes, ResourceViewWire};
@@ -420,11 +421,14 @@ pub trait Arrays: Send + Sync {
     fn surface_destroy(&self, surface: u64) -> Result<(), CudaError>;
 }
 
-/// The vendor's libraries a backend runs library APIs with (NVIDIA's libcublas on a GPU); a
-/// backend without them (emu) leaves those calls to the server's own implementations
-/// ([`crate::cpu_blas`]).
+/// The vendor's libraries a backend runs library APIs with (NVIDIA's libcublas and libcurand
+/// on a GPU); a backend without them (emu) leaves those calls to the server's own
+/// implementations ([`crate::cpu_blas`], [`crate::cpu_rand`]).
 pub trait Libraries: Send + Sync {
     fn cublas(&self) -> Option<&vendor::Cublas> {
+        None
+    }
+    fn curand(&self) -> Option<&vendor_curand::Curand> {
         None
     }
 }

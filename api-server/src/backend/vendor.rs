@@ -70,7 +70,7 @@ pub fn find_cublas() -> Vec<PathBuf> {
 
 /// Python's site directories where pip puts NVIDIA's wheels: the virtual environment's, the
 /// user's and the system's, for every Python 3 present.
-fn python_site_dirs() -> Vec<PathBuf> {
+pub(super) fn python_site_dirs() -> Vec<PathBuf> {
     let mut roots: Vec<PathBuf> = Vec::new();
     if let Some(venv) = std::env::var_os("VIRTUAL_ENV") {
         roots.push(PathBuf::from(venv).join("lib"));

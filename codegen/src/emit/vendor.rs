@@ -117,9 +117,9 @@ pub fn emit(api: &Api) -> String {
     w.open("Ok(match p {");
     w.line("Ptr::InOut(b) => Some(b.to_vec()),");
     w.open("Ptr::Out(n) => {");
-    w.line(format!("let n = usize::try_from(*n).map_err(|_| {status}::INVALID_VALUE)?;"));
+    w.line(format!("let n = usize::try_from(*n).map_err(|_| <{status} as {P}::ApiStatus>::INVALID_VALUE)?;"));
     w.line("let mut v = Vec::new();");
-    w.line(format!("v.try_reserve_exact(n).map_err(|_| {status}::INTERNAL_ERROR)?;"));
+    w.line(format!("v.try_reserve_exact(n).map_err(|_| <{status} as {P}::ApiStatus>::INTERNAL_ERROR)?;"));
     w.line("v.resize(n, 0);");
     w.line("Some(v)");
     w.close("}");
@@ -153,10 +153,13 @@ fn call_fn(w: &mut W, api: &Api, f: &Function) {
     w.line(format!("/// `{}` of the vendor's library (spec line {}).", f.name, f.line));
     w.open(format!("impl VendorCall for {} {{", request_type(f, "'_")));
     w.line(format!("type Reply = {t}Reply;"));
-    w.line("#[allow(non_snake_case, clippy::useless_conversion)]");
+    w.line("#[allow(non_snake_case, clippy::useless_conversion, clippy::unnecessary_cast)]");
     w.open(format!("unsafe fn call_vendor(&self, lib: &Library, t: &impl Translate) -> Result<{t}Reply, {status}> {{"));
     w.line("let req = self;");
-    w.line(format!("let Some(entry) = lib.{} else {{ return Err({status}::NOT_SUPPORTED) }};", f.name));
+    w.line(format!(
+        "let Some(entry) = lib.{} else {{ return Err(<{status} as {P}::ApiStatus>::NOT_SUPPORTED) }};",
+        f.name
+    ));
     let mut call_args = Vec::new();
     let mut reply_fields = Vec::new();
     for p in &f.params {
@@ -167,7 +170,8 @@ fn call_fn(w: &mut W, api: &Api, f: &Function) {
                 w.line(format!("let {id} = t.object({}, req.{id})?;", super::lit(kind)));
                 call_args.push(id.clone());
             }
-            Some((ArgClass::Value(_), _)) => call_args.push(format!("req.{id}")),
+            // The wire's width (`u64` for a `size_t`) cast to the prototype's.
+            Some((ArgClass::Value(_), _)) => call_args.push(format!("req.{id} as {}", ffi_type(api, &p.ty))),
             Some((ArgClass::Pointer(_), WireRepr::Chosen { has_out })) => {
                 if has_out {
                     w.line(format!("let mut {id}_out = out_buffer(&req.{id})?;"));
