@@ -276,6 +276,8 @@ impl Snapshot for Checkpointing<'_> {
             handle_counters: o.handle_counters(),
             records,
             memory,
+            // Taken at rest: every async call that ran is noted (see `ApiServer::run`).
+            async_calls: s.async_calls.snapshot(),
         })
     }
 
@@ -588,6 +590,10 @@ impl Session {
             factory.limits,
         )
         .map_err(CrError::device(format!("reserving the device address range {:#x}", meta.device_base)))?;
+        session
+            .async_calls
+            .load(&manifest.async_calls)
+            .map_err(|e| CrError::Image(ImageError::Impossible(e.to_string())))?;
         Ok((session, meta))
     }
 

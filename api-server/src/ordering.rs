@@ -7,8 +7,13 @@
 //! another thread enqueued work first sends a barrier naming the other threads' last
 //! unanswered async calls (call ids are unique in the guest process), and its channel waits
 //! here until those have run.
+//!
+//! The same record answers a guest that sends async calls again after its channels were cut
+//! (see [`phos_checkpoint::AsyncCallsRun`]): an image carries it, and a restored session
+//! acknowledges a resent call that ran before the image without running it twice.
 
 use parking_lot::{Condvar, Mutex};
+use phos_checkpoint::AsyncCallsRun;
 use std::time::{Duration, Instant};
 
 /// Call ids kept, counting back from the newest that ran; older ones count as run. A guest
@@ -24,6 +29,14 @@ const BARRIER_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct AsyncLedger {
     state: Mutex<Ledger>,
     changed: Condvar,
+}
+
+/// An image's [`AsyncCallsRun`] that does not fit the ledger.
+#[derive(Debug, thiserror::Error)]
+#[error("its record of async calls run has {words} words, over the {max} the window holds")]
+pub struct TooManyCalls {
+    words: usize,
+    max: usize,
 }
 
 /// A bitmap of the ids in `[base, base + REMEMBERED)` that ran (a launch storm marks one
@@ -83,6 +96,43 @@ impl Ledger {
 }
 
 impl AsyncLedger {
+    /// Whether the async call `call_id` has run (ids older than the window count as run).
+    pub fn has_run(&self, call_id: u64) -> bool {
+        self.state.lock().has_run(call_id)
+    }
+
+    /// What an image keeps of the ledger.
+    pub fn snapshot(&self) -> AsyncCallsRun {
+        let s = self.state.lock();
+        let mut ran = vec![0u64; s.bits.len()];
+        for k in 0..REMEMBERED {
+            if s.has_run(s.base + k) {
+                ran[(k / 64) as usize] |= 1 << (k % 64);
+            }
+        }
+        while ran.last() == Some(&0) {
+            ran.pop();
+        }
+        AsyncCallsRun { below: s.base, ran }
+    }
+
+    /// Take an image's record as this (fresh) ledger's.
+    pub fn load(&self, image: &AsyncCallsRun) -> Result<(), TooManyCalls> {
+        let max = (REMEMBERED / 64) as usize;
+        if image.ran.len() > max {
+            return Err(TooManyCalls { words: image.ran.len(), max });
+        }
+        let mut s = self.state.lock();
+        *s = Ledger { base: image.below, ..Ledger::default() };
+        for (w, word) in image.ran.iter().enumerate() {
+            for k in (0..64).filter(|k| word & (1 << k) != 0) {
+                let (i, bit) = Ledger::slot(image.below + w as u64 * 64 + k);
+                s.bits[i] |= bit;
+            }
+        }
+        Ok(())
+    }
+
     /// An async call has run (successfully or not).
     pub fn ran(&self, call_id: u64) {
         let mut s = self.state.lock();
@@ -130,6 +180,28 @@ mod tests {
         ledger.ran(7);
         ledger.ran(5);
         assert!(waiter.join().unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_image_of_the_ledger_restores_what_ran() {
+        let ledger = AsyncLedger::default();
+        for id in [3, 64, 65, 200] {
+            ledger.ran(id);
+        }
+        ledger.ran(REMEMBERED + 50);
+        let image = ledger.snapshot();
+        assert_eq!(image.below, 51);
+        let restored = AsyncLedger::default();
+        restored.load(&image).unwrap();
+        for id in [3, 50, 64, 65, 200, REMEMBERED + 50] {
+            assert!(restored.has_run(id), "{id}");
+        }
+        for id in [66, 199, 201, REMEMBERED + 49, REMEMBERED + 51] {
+            assert!(!restored.has_run(id), "{id}");
+        }
+        assert_eq!(restored.snapshot(), image);
+        let too_long = AsyncCallsRun { below: 0, ran: vec![1; (REMEMBERED / 64) as usize + 1] };
+        assert!(AsyncLedger::default().load(&too_long).is_err());
     }
 
     #[test]

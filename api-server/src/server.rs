@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use phos_protocol::apis::{Api, Function};
 use phos_protocol::cudart::{self, FunctionId};
-use phos_protocol::frame::{FLAG_ASYNC, FLAG_MEASURE, FrameHeader, FrameKind, MAX_BARRIER_IDS};
+use phos_protocol::frame::{FLAG_ASYNC, FLAG_MEASURE, FLAG_RESENT, FrameHeader, FrameKind, MAX_BARRIER_IDS};
 use phos_protocol::handshake::TransportKind;
 use phos_protocol::handshake::{Attach, UsageReport, Welcome, check_apis};
 use phos_protocol::log_limit::GUEST_LINES;
@@ -22,7 +22,6 @@ use phos_protocol::transport::{Transport, TransportError, UnixTransport};
 use phos_protocol::{ApiStatus, CudaError, Rejection};
 
 use crate::dispatch;
-use crate::ordering::AsyncLedger;
 use crate::service::{CallCx, Session};
 
 /// The session a server serves: set once, when the server is started for a session, or
@@ -119,6 +118,17 @@ impl AckWindow {
     }
 }
 
+/// How a call from a channel runs.
+#[derive(Default)]
+struct Running<'a> {
+    /// The channel's staging region.
+    staging: Option<&'a Arc<Staging>>,
+    /// The router asks for its device time.
+    measure: bool,
+    /// An async call's id: noted as run (for barriers and images) once it has.
+    async_id: Option<u64>,
+}
+
 /// Why a channel's handshake is refused (said to the router in a `Refused` frame).
 #[derive(Debug, thiserror::Error)]
 enum HandshakeError {
@@ -137,13 +147,11 @@ enum HandshakeError {
 pub struct ApiServer {
     slot: Arc<SessionSlot>,
     channels: AtomicU64,
-    /// The async calls that have run, for barriers.
-    ledger: AsyncLedger,
 }
 
 impl ApiServer {
     pub fn new(slot: Arc<SessionSlot>) -> Arc<Self> {
-        Arc::new(ApiServer { slot, channels: AtomicU64::new(0), ledger: AsyncLedger::default() })
+        Arc::new(ApiServer { slot, channels: AtomicU64::new(0) })
     }
 
     /// A server for an existing session.
@@ -271,6 +279,8 @@ impl ApiServer {
         let mut usage_checked = Instant::now();
         // Calls whose effect on usage has not been looked at yet.
         let mut unchecked_calls = 0u32;
+        // Async calls sent again that had run already (acknowledged, not run twice).
+        let mut resent_run = 0u64;
         loop {
             // While kernels are still to be measured and the guest is quiet (waiting, or
             // held back by the router), report their device time as they finish, so that
@@ -305,6 +315,14 @@ impl ApiServer {
                 continue;
             }
             let is_async = h.flags & FLAG_ASYNC != 0;
+            let already_ran = is_async
+                && h.flags & FLAG_RESENT != 0
+                && h.session == session.id
+                && h.kind == FrameKind::Call
+                && session.async_calls.has_run(h.call_id);
+            if !already_ran && resent_run > 0 {
+                Self::log_resent_run(session.id, channel, std::mem::take(&mut resent_run));
+            }
             if !is_async && acks.send(t.as_mut(), session.id).is_err() {
                 break;
             }
@@ -314,6 +332,12 @@ impl ApiServer {
             } else if h.session != session.id {
                 crate::guest_warn!(session.id, "channel {channel}: call for session {} on this channel", h.session);
                 CudaError::InvalidValue.0
+            } else if already_ran {
+                // Sent again after a cut channel, but it ran before the image this session
+                // was restored from (or before the cut, here): acknowledged, not run twice.
+                tracing::debug!(session = session.id, channel, call = h.call_id, "a resent async call had run");
+                resent_run += 1;
+                cudart::SUCCESS
             } else {
                 match Function::from_wire(h.api, h.function) {
                     None => Self::unknown_function(session.id, channel, h.api, h.function),
@@ -330,6 +354,13 @@ impl ApiServer {
                         }
                         activity.store(id.policy_id() + 1, Ordering::Relaxed);
                         let mut answer_ran = || {
+                            tracing::debug!(
+                                session = session.id,
+                                channel,
+                                up_to = acks.last,
+                                call = h.call_id,
+                                "frozen: answering the async calls that ran"
+                            );
                             let _ = acks.send(t.as_mut(), session.id);
                         };
                         let status = match self.call_on(
@@ -337,8 +368,11 @@ impl ApiServer {
                             h.device,
                             &payload,
                             &mut out,
-                            staging.as_ref(),
-                            h.flags & FLAG_MEASURE != 0,
+                            Running {
+                                staging: staging.as_ref(),
+                                measure: h.flags & FLAG_MEASURE != 0,
+                                async_id: is_async.then_some(h.call_id),
+                            },
                             &mut answer_ran,
                         ) {
                             Ok(()) => 0,
@@ -365,8 +399,9 @@ impl ApiServer {
                 }
             };
             if is_async {
-                // Run, or failed before it could: either way a barrier no longer waits for it.
-                self.ledger.ran(h.call_id);
+                // Run, or failed before it could: either way a barrier no longer waits for it
+                // (and a call that never reached the dispatch counts as run too).
+                session.async_calls.ran(h.call_id);
                 acks.ran(h.call_id, status);
             }
             // What the call changed in the session's usage goes to the router first, so its
@@ -409,6 +444,9 @@ impl ApiServer {
                 break;
             }
         }
+        if resent_run > 0 {
+            Self::log_resent_run(session.id, channel, resent_run);
+        }
         session.activity.closed(channel);
         if let Some(st) = staging
             && st.registered.load(Ordering::Relaxed)
@@ -416,6 +454,18 @@ impl ApiServer {
             session.backend().unpin_shared(st.slots_range().0);
         }
         tracing::debug!(session = session.id, channel, "channel closed");
+    }
+
+    /// A run of resent async calls that had run already ended (one line for them all).
+    fn log_resent_run(session: u64, channel: u64, calls: u64) {
+        if let Some(dropped) = GUEST_LINES.admit(&session.to_string()) {
+            tracing::info!(
+                session,
+                channel,
+                dropped,
+                "{calls} resent async calls had run before: acknowledged without running them again"
+            );
+        }
     }
 
     fn report(t: &mut dyn Transport, session: u64, call_id: u64, report: &UsageReport) -> std::io::Result<()> {
@@ -437,7 +487,7 @@ impl ApiServer {
         }
         let ids: Vec<u64> =
             payload.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
-        let missing = self.ledger.wait_for(&ids);
+        let missing = self.session().async_calls.wait_for(&ids);
         if !missing.is_empty() {
             crate::guest_warn!(session, "channel {channel}: barrier gave up waiting for async calls {missing:?}");
         }
@@ -470,7 +520,7 @@ impl ApiServer {
         payload: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<(), CudaError> {
-        self.call_on(id.into(), device, payload, out, None, false, &mut || {}).map_err(CudaError)
+        self.call_on(id.into(), device, payload, out, Running::default(), &mut || {}).map_err(CudaError)
     }
 
     /// Run one call that came on a channel with this staging region; the error is a status of
@@ -479,26 +529,24 @@ impl ApiServer {
     /// A frozen session's call runs `on_frozen` (the channel answers the async calls that
     /// ran before it, so that the guest does not send them again to the session's next
     /// server) and waits for a thaw, which never comes if the server ends.
-    #[allow(clippy::too_many_arguments)] // a call's own arguments, and what a freeze asks
     fn call_on(
         &self,
         id: Function,
         device: i32,
         payload: &[u8],
         out: &mut Vec<u8>,
-        staging: Option<&Arc<Staging>>,
-        measure: bool,
+        how: Running<'_>,
         on_frozen: &mut dyn FnMut(),
     ) -> Result<(), i32> {
-        let mut result = self.run(id, device, payload, out, staging, measure);
+        let mut result = self.run(id, device, payload, out, &how);
         while result == Err(FROZEN) {
             on_frozen();
             self.session().wait_thawed();
-            result = self.run(id, device, payload, out, staging, measure);
+            result = self.run(id, device, payload, out, &how);
         }
         if result.is_err()
             && id == Function::Cudart(FunctionId::PhosMemcpyStaged)
-            && let Some(st) = staging
+            && let Some(st) = how.staging
         {
             // Refused before (or while) its data moved: the guest is waiting on the slots,
             // and must learn now, not when it gives up on a stalled copy.
@@ -509,15 +557,7 @@ impl ApiServer {
 
     /// Run a call. The checks before its API's dispatch answer codes that the runtime and the
     /// driver API share (a sticky error, an invalid device), as the backends' errors do.
-    fn run(
-        &self,
-        id: Function,
-        device: i32,
-        payload: &[u8],
-        out: &mut Vec<u8>,
-        staging: Option<&Arc<Staging>>,
-        measure: bool,
-    ) -> Result<(), i32> {
+    fn run(&self, id: Function, device: i32, payload: &[u8], out: &mut Vec<u8>, how: &Running<'_>) -> Result<(), i32> {
         let session = self.session();
         let in_flight = session.quiesce.enter();
         if session.is_frozen() {
@@ -526,6 +566,26 @@ impl ApiServer {
             drop(in_flight);
             return Err(FROZEN);
         }
+        let result = self.run_entered(id, device, payload, out, how);
+        if let Some(call_id) = how.async_id {
+            // Noted while the call still holds the quiesce lock, so that an image taken once
+            // it has left says it ran (the guest may send it again to the restored session).
+            session.async_calls.ran(call_id);
+        }
+        drop(in_flight);
+        result
+    }
+
+    /// [`run`](Self::run), in the quiesce lock and not frozen.
+    fn run_entered(
+        &self,
+        id: Function,
+        device: i32,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+        how: &Running<'_>,
+    ) -> Result<(), i32> {
+        let session = self.session();
         if let Some(e) = session.sticky_error() {
             return Err(e.0);
         }
@@ -535,8 +595,8 @@ impl ApiServer {
         }
         session.backend().bind(device).map_err(|e| e.0)?;
         let mut cx = CallCx::new(device);
-        cx.staging = staging.cloned();
-        cx.measure = measure;
+        cx.staging = how.staging.cloned();
+        cx.measure = how.measure;
         cx.function = Some(id);
         let s = session.as_ref();
         let result = catch_unwind(AssertUnwindSafe(|| match id {

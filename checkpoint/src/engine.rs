@@ -26,7 +26,7 @@
 //! log ([`TrackWrites`]), or holds the call until the memory it touches is restored
 //! ([`PendingMemory`]).
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -263,7 +263,8 @@ impl Drop for HostBuffer {
 pub struct Round(pub u64);
 
 /// Which device memory has been written, for protocols that copy while the session runs.
-/// Granularity is the log's (the server's is whole allocations).
+/// Granularity is the log's (the server's is pieces of [`COPY_CHUNK`] bytes from the start
+/// of each allocation).
 pub trait DirtyLog: Send + Sync {
     /// `[addr, addr + len)` is about to be written.
     fn note_write(&self, addr: u64, len: u64);
@@ -1523,9 +1524,9 @@ const MAX_RECOPY_ROUNDS: u32 = 8;
 /// Where a recopy's copies go, region by region, as the rounds take them: host memory until
 /// the image is written (a checkpoint), or a stream to the server a session migrates to.
 pub trait RecopySink: Send {
-    /// A piece of `region` as it is now, `offset` bytes into it. A region is sent whole
-    /// (every piece, from its start) each time it is copied; a region sent again replaces
-    /// what was sent of it before.
+    /// A piece of `region` as it is now, `offset` bytes into it. A region is sent whole the
+    /// first time (every piece, from its start), and again whole if its size changed; after
+    /// that a piece replaces those bytes of what was sent (a part written since).
     fn piece(&mut self, region: &MemoryRegion, offset: u64, bytes: &[u8]) -> Result<(), CrError>;
     /// The session's manifest, taken with the session at rest (which it still is): every
     /// region it lists was sent whole since it was last written. Makes the image whole (a
@@ -1544,11 +1545,22 @@ struct HeldCopies<'a> {
 
 impl RecopySink for HeldCopies<'_> {
     fn piece(&mut self, region: &MemoryRegion, offset: u64, bytes: &[u8]) -> Result<(), CrError> {
-        let entry = self.copies.entry(region.addr).or_insert_with(|| (region.size, Vec::new()));
-        if offset == 0 {
-            *entry = (region.size, Vec::with_capacity(region.size as usize));
+        let whole = |size: u64, bytes: &Vec<u8>| bytes.len() as u64 == size;
+        match self.copies.get_mut(&region.addr) {
+            // Received whole at this size: a part written since.
+            Some((size, held)) if *size == region.size && whole(*size, held) => {
+                let at = offset as usize;
+                held[at..at + bytes.len()].copy_from_slice(bytes);
+            }
+            // Being received whole: the next piece.
+            Some((size, held)) if *size == region.size && offset == held.len() as u64 => held.extend_from_slice(bytes),
+            // New, or at another size: sent whole from its start.
+            _ => {
+                let mut held = Vec::with_capacity(region.size as usize);
+                held.extend_from_slice(bytes);
+                self.copies.insert(region.addr, (region.size, held));
+            }
         }
-        entry.1.extend_from_slice(bytes);
         Ok(())
     }
 
@@ -1580,18 +1592,48 @@ fn copier_pool<T: Snapshot + ?Sized>(target: &T, workers: usize) -> Result<Copie
         .collect()
 }
 
-/// Copy `regions` out of the device into `sink` on the pool's copiers, several at once,
-/// handing each region's pieces to the sink in order on this thread: the copy at the
+/// A part of a region for a recopy pass to copy: `len` bytes from `offset`.
+#[derive(Debug, Clone, Copy)]
+struct RecopySpan<'r> {
+    region: &'r MemoryRegion,
+    offset: u64,
+    len: u64,
+}
+
+impl<'r> RecopySpan<'r> {
+    fn whole(region: &'r MemoryRegion) -> Self {
+        RecopySpan { region, offset: 0, len: region.size }
+    }
+
+    /// The part `[addr, addr + len)` (a range the dirty log names) of the region of `regions`
+    /// (by address) that holds it, cut at the region's end.
+    fn within(regions: &'r BTreeMap<u64, MemoryRegion>, addr: u64, len: u64) -> Option<Self> {
+        let (_, region) = regions.range(..=addr).next_back()?;
+        let offset = addr - region.addr;
+        (offset < region.size).then(|| RecopySpan { region, offset, len: len.min(region.size - offset) })
+    }
+}
+
+/// Copy `spans` out of the device into `sink` on the pool's copiers, several at once,
+/// handing each span's pieces to the sink in order on this thread: the copy at the
 /// ordinary checkpoint's rate, for the recopy's passes.
 fn copy_regions(
     pool: &mut CopierPool<'_>,
-    regions: &[MemoryRegion],
+    spans: &[RecopySpan<'_>],
     sink: &mut dyn RecopySink,
     progress: &Progress,
     within: &Within<'_>,
     session: u64,
 ) -> Result<(), CrError> {
-    let pieces = pieces(regions);
+    let mut pieces = Vec::new();
+    for (i, s) in spans.iter().enumerate() {
+        let mut off = s.offset;
+        while off < s.offset + s.len {
+            let n = (s.offset + s.len - off).min(COPY_CHUNK as u64);
+            pieces.push((i, off, n as usize));
+            off += n;
+        }
+    }
     if pieces.is_empty() {
         return Ok(());
     }
@@ -1623,7 +1665,7 @@ fn copy_regions(
             let what = format!("copying memory ({} of {} bytes)", progress.done(), progress.total());
             return Err(CrError::Abandoned { session, what });
         }
-        let r = &regions[region];
+        let r = spans[region].region;
         let buf = free.recv().map_err(|_| stopped())?;
         copier.read(r.device, r.addr + offset, &mut buf[..n])?;
         full.send(buf).map_err(|_| stopped())?;
@@ -1642,7 +1684,7 @@ fn copy_regions(
                 let (full, free) = &deliveries[i % workers];
                 // A worker that failed drops its sender: its error is the answer.
                 let buf = full.recv().map_err(|_| stopped())?;
-                sink.piece(&regions[region], offset, &buf[..n])?;
+                sink.piece(spans[region].region, offset, &buf[..n])?;
                 progress.add(n as u64);
                 let _ = free.send(buf);
             }
@@ -1716,16 +1758,17 @@ pub fn recopy<T: Quiesce + Snapshot + Concurrent>(
     progress.start(total);
     let pass = Instant::now();
     let mut pool = copier_pool(target, crate::parallel::workers().min(pieces(&first.memory).len()))?;
-    copy_regions(&mut pool, &first.memory, sink, progress, within, session)?;
+    let everything: Vec<RecopySpan<'_>> = first.memory.iter().map(RecopySpan::whole).collect();
+    copy_regions(&mut pool, &everything, sink, progress, within, session)?;
     figures.push(RoundFigures { dirty_bytes: total, copied_bytes: total, ms: ms(pass) });
     // Sizes of the regions as last copied, by address.
-    let mut sent: HashMap<u64, u64> = first.memory.iter().map(|r| (r.addr, r.size)).collect();
+    let sent: HashMap<u64, u64> = first.memory.iter().map(|r| (r.addr, r.size)).collect();
 
     // Rounds: copy again what was written since the round before, while that shrinks.
     let mut rounds = 0;
     let mut extra_bytes = 0u64;
     let mut last_dirty = u64::MAX;
-    let known: HashMap<u64, MemoryRegion> = first.memory.iter().map(|r| (r.addr, r.clone())).collect();
+    let known: BTreeMap<u64, MemoryRegion> = first.memory.iter().map(|r| (r.addr, r.clone())).collect();
     while rounds < MAX_RECOPY_ROUNDS {
         let round_start = Instant::now();
         let rest = target.quiesce(within)?;
@@ -1736,10 +1779,11 @@ pub fn recopy<T: Quiesce + Snapshot + Concurrent>(
         let dirty = log.written_since(previous);
         let bytes: u64 = dirty.iter().map(|d| d.1).sum();
         rounds += 1;
-        // Regions made since the first pass are taken at the end, with the host state.
-        let addrs: HashSet<u64> = dirty.iter().map(|d| d.0).collect();
-        let again: Vec<MemoryRegion> = addrs.iter().filter_map(|addr| known.get(addr).cloned()).collect();
-        let copied: u64 = again.iter().map(|r| r.size).sum();
+        // The parts written of the regions of the first pass (regions made since are taken at
+        // the end, with the host state).
+        let again: Vec<RecopySpan<'_>> =
+            dirty.iter().filter_map(|&(addr, len)| RecopySpan::within(&known, addr, len)).collect();
+        let copied: u64 = again.iter().map(|s| s.len).sum();
         progress.total.fetch_add(copied, Ordering::Relaxed);
         copy_regions(&mut pool, &again, sink, progress, within, session)?;
         extra_bytes += copied;
@@ -1764,14 +1808,18 @@ pub fn recopy<T: Quiesce + Snapshot + Concurrent>(
     }
     let written = log.written_since(round);
     let dirty_bytes: u64 = written.iter().map(|d| d.1).sum();
-    let dirty: HashSet<u64> = written.into_iter().map(|d| d.0).collect();
-    let last: Vec<MemoryRegion> =
-        head.memory.iter().filter(|r| sent.get(&r.addr) != Some(&r.size) || dirty.contains(&r.addr)).cloned().collect();
-    let copied: u64 = last.iter().map(|r| r.size).sum();
+    // New regions (or regions made again at another size) whole, and the parts written of
+    // the others.
+    let unsent = |r: &&MemoryRegion| sent.get(&r.addr) != Some(&r.size);
+    let mut last: Vec<RecopySpan<'_>> = head.memory.iter().filter(unsent).map(RecopySpan::whole).collect();
+    let now: BTreeMap<u64, MemoryRegion> = head.memory.iter().map(|r| (r.addr, r.clone())).collect();
+    last.extend(
+        written.iter().filter_map(|&(addr, len)| RecopySpan::within(&now, addr, len)).filter(|s| !unsent(&s.region)),
+    );
+    let copied: u64 = last.iter().map(|s| s.len).sum();
     progress.total.fetch_add(copied, Ordering::Relaxed);
     copy_regions(&mut pool, &last, sink, progress, within, session)?;
     extra_bytes += copied;
-    sent.extend(last.iter().map(|r| (r.addr, r.size)));
     figures.push(RoundFigures { dirty_bytes, copied_bytes: copied, ms: ms(held) });
     drop(installed);
     let copy_ms = ms(start);

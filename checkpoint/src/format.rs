@@ -18,6 +18,21 @@ pub struct Manifest {
     pub records: Vec<Record>,
     /// Device memory ranges and where their contents are.
     pub memory: Vec<MemoryRegion>,
+    /// The guest's async calls that had run when the image was taken.
+    pub async_calls: AsyncCallsRun,
+}
+
+/// Which of the guest's async calls (by call id; ids are unique in the guest process and
+/// grow) had run in the session when its image was taken. A guest whose channels are cut
+/// (the session checkpointed and stopped, or migrated) sends again every async call it had no
+/// acknowledgement for; the restored session answers those that ran before the image
+/// without running them a second time, and barriers naming them pass.
+#[derive(Debug, Clone, Default, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct AsyncCallsRun {
+    /// Every id below this counts as run (older than the window the server remembers).
+    pub below: u64,
+    /// Bit `k` of word `w`: id `below + 64 * w + k` ran. Trailing zero words are left out.
+    pub ran: Vec<u64>,
 }
 
 /// One API the session's server spoke.

@@ -57,10 +57,11 @@ pub use stream::{StreamReader, StreamWriter};
 
 /// Magic at the start of a manifest file.
 pub const MAGIC: &[u8; 8] = b"PHOSIMG\0";
-/// The format this build writes and reads. Version 3 may store memory in several files (a
-/// chunk names its file); version 2 (one memory file) and version 1 (one spec hash, records
-/// of the runtime API only) are refused.
-pub const FORMAT_VERSION: u32 = 3;
+/// The format this build writes and reads. Version 4 says which of the guest's async calls
+/// had run ([`AsyncCallsRun`]); version 3 (memory in several files, a chunk naming its file),
+/// version 2 (one memory file) and version 1 (one spec hash, records of the runtime API only)
+/// are refused.
+pub const FORMAT_VERSION: u32 = 4;
 /// Memory files an image may have (`memory`, `memory.1`, ... `memory.63`).
 pub const MAX_MEMORY_FILES: u32 = 64;
 /// File names inside an image directory.
@@ -127,6 +128,7 @@ pub enum ImageError {
         match *found {
             1 => "; version 1 images come from builds before images named the versions of their APIs",
             2 => "; version 2 images come from builds that stored memory in one file",
+            3 => "; version 3 images come from builds that did not record which async calls had run",
             _ => "",
         }
     )]

@@ -7,7 +7,8 @@
 //! source: magic "PHOSMIG\0", key (16 bytes: the target's one-time key)
 //!         piece: 1 (u8), region address (u64), region size (u64), offset (u64), len (u64),
 //!                CRC-32 of the bytes (u32), then the bytes
-//!         ... (a region is sent whole each time it is copied, from offset 0)
+//!         ... (a region is sent whole, from offset 0, the first time and whenever its size
+//!         changed; then a piece replaces those bytes of it, a part written since)
 //!         head:  2 (u8), length n (u64), n bytes of bincode Manifest (empty chunk tables)
 //! target: 0 (u8): restored and serving; or 1 (u8), length (u32), why (UTF-8)
 //! ```
@@ -196,8 +197,16 @@ pub fn receive(
                 if len == 0 || len > COPY_CHUNK as u64 {
                     return Err(corrupted(format!("a piece of {len} bytes")));
                 }
-                if offset == 0 {
-                    // The region is sent again (or for the first time): it starts over.
+                if offset.checked_add(len).is_none_or(|end| end > size) {
+                    return Err(corrupted(format!("a piece past the end of region {addr:#x}")));
+                }
+                let whole = regions.get(&addr).is_some_and(|r| r.size == size && r.bytes.len() as u64 == size);
+                let next = regions.get(&addr).is_some_and(|r| r.size == size && r.bytes.len() as u64 == offset);
+                if !whole && !next {
+                    if offset != 0 {
+                        return Err(corrupted(format!("a piece of region {addr:#x} out of order")));
+                    }
+                    // New, or at another size: it is sent whole from its start.
                     if let Some(old) = regions.remove(&addr) {
                         held -= old.size;
                     }
@@ -207,17 +216,15 @@ pub fn receive(
                     }
                     regions.insert(addr, Received { size, bytes: Vec::with_capacity(size as usize) });
                 }
-                let Some(r) = regions.get_mut(&addr).filter(|r| r.size == size && r.bytes.len() as u64 == offset)
-                else {
-                    return Err(corrupted(format!("a piece of region {addr:#x} out of order")));
-                };
-                if offset + len > size {
-                    return Err(corrupted(format!("a piece past the end of region {addr:#x}")));
+                let r = regions.get_mut(&addr).expect("a region received or begun above");
+                // Received whole: a part written since replaces those bytes; else the next piece.
+                let at = offset as usize;
+                if !whole {
+                    r.bytes.resize(at + len as usize, 0);
                 }
-                let at = r.bytes.len();
-                r.bytes.resize(at + len as usize, 0);
-                stream.read_exact(&mut r.bytes[at..]).map_err(stream_error)?;
-                if crc32fast::hash(&r.bytes[at..]) != crc {
+                let piece = &mut r.bytes[at..at + len as usize];
+                stream.read_exact(piece).map_err(stream_error)?;
+                if crc32fast::hash(piece) != crc {
                     return Err(corrupted(format!("a piece of region {addr:#x} fails its checksum")));
                 }
                 progress.add(len);
@@ -355,6 +362,32 @@ mod tests {
         let mut out = [0u8; 5];
         got.memory.read_into(&chunk, &mut out).unwrap();
         assert_eq!(&out, b"HELLO");
+    }
+
+    /// A region received whole takes the parts written since (a recopy round sends only
+    /// those); sent at another size it starts over; a piece that neither continues a region
+    /// nor falls in one received whole is refused.
+    #[test]
+    fn a_part_written_since_replaces_those_bytes() {
+        let r = region(0x2000, 8);
+        let pieces =
+            [(r.clone(), 0, b"abcdefgh".to_vec()), (r.clone(), 3, b"XY".to_vec()), (r.clone(), 7, b"Z".to_vec())];
+        let (bytes, _) = sent(&pieces, &head(vec![r.clone()]), vec![TAKEN]);
+        let got = receive(&mut bytes.as_slice(), &KEY, LIMITS, &Progress::default(), Duration::ZERO).unwrap();
+        let mut out = [0u8; 8];
+        got.memory.read_into(&got.manifest.memory[0].chunks[0], &mut out).unwrap();
+        assert_eq!(&out, b"abcXYfgZ");
+        let smaller = region(0x2000, 4);
+        let pieces = [(r.clone(), 0, b"abcdefgh".to_vec()), (smaller.clone(), 0, b"wxyz".to_vec())];
+        let (bytes, _) = sent(&pieces, &head(vec![smaller]), vec![TAKEN]);
+        let got = receive(&mut bytes.as_slice(), &KEY, LIMITS, &Progress::default(), Duration::ZERO).unwrap();
+        let mut out = [0u8; 4];
+        got.memory.read_into(&got.manifest.memory[0].chunks[0], &mut out).unwrap();
+        assert_eq!(&out, b"wxyz");
+        let pieces = [(r.clone(), 0, b"abc".to_vec()), (r.clone(), 5, b"fgh".to_vec())];
+        let (bytes, _) = sent(&pieces, &head(vec![r]), vec![TAKEN]);
+        let e = receive(&mut bytes.as_slice(), &KEY, LIMITS, &Progress::default(), Duration::ZERO).err().unwrap();
+        assert!(e.to_string().contains("out of order"), "{e}");
     }
 
     /// A wrong key, more memory than the target holds, a region the manifest names but that

@@ -22,7 +22,7 @@ use phos_protocol::DEFAULT_MAX_PAYLOAD;
 use phos_protocol::apis::Function;
 use phos_protocol::cudart;
 use phos_protocol::frame::{
-    FLAG_ASYNC, FLAG_REFUSED, FrameHeader, FrameKind, HANDSHAKE_VERSION, MAX_BARRIER_IDS, REFUSED_MOVED,
+    FLAG_ASYNC, FLAG_REFUSED, FLAG_RESENT, FrameHeader, FrameKind, HANDSHAKE_VERSION, MAX_BARRIER_IDS, REFUSED_MOVED,
 };
 use phos_protocol::handshake::{ApiVersion, Hello, TransportKind, Welcome};
 use phos_protocol::shm::ShmTransport;
@@ -184,11 +184,22 @@ impl Channel {
     }
 
     /// After a reconnect: send the async calls the lost connection never answered again,
-    /// in their order.
+    /// in their order, flagged as resent: some may have run (answered in a batch that never
+    /// came), and the session, whose image says which, acknowledges those without running
+    /// them twice.
     fn resend_unanswered(&mut self) -> Result<(), String> {
         let pending = std::mem::take(&mut self.unanswered);
-        let sent =
-            pending.iter().try_for_each(|u| self.send_call(u.function, u.device, u.call_id, FLAG_ASYNC, &u.request));
+        if let (Some(first), Some(last)) = (pending.front(), pending.back()) {
+            tracing::debug!(
+                count = pending.len(),
+                first = first.call_id,
+                last = last.call_id,
+                "resending unanswered async calls"
+            );
+        }
+        let sent = pending
+            .iter()
+            .try_for_each(|u| self.send_call(u.function, u.device, u.call_id, FLAG_ASYNC | FLAG_RESENT, &u.request));
         // Kept whatever happened: a failure here is another lost connection.
         self.unanswered = pending;
         sent
@@ -834,6 +845,13 @@ fn drop_channel() -> VecDeque<Unanswered> {
                 {
                     break;
                 }
+            }
+            if let Some(first) = ch.unanswered.front() {
+                tracing::debug!(
+                    count = ch.unanswered.len(),
+                    first = first.call_id,
+                    "async calls left unanswered by the lost connection"
+                );
             }
             std::mem::take(&mut ch.unanswered)
         })

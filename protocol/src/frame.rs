@@ -6,7 +6,7 @@
 //! | 0 | 4 | magic `PHOS` |
 //! | 4 | 1 | version: 1, or [`HANDSHAKE_VERSION`] on a `Hello` that names its APIs |
 //! | 5 | 1 | [`FrameKind`] |
-//! | 6 | 2 | flags ([`FLAG_ASYNC`], [`FLAG_REFUSED`], [`FLAG_MEASURE`]) |
+//! | 6 | 2 | flags ([`FLAG_ASYNC`], [`FLAG_REFUSED`], [`FLAG_MEASURE`], [`FLAG_RESENT`]) |
 //! | 8 | 4 | function id (calls and replies) |
 //! | 12 | 4 | device: the calling thread's current device (calls) |
 //! | 16 | 4 | status: the CUDA error code (replies) |
@@ -45,6 +45,12 @@ pub const FLAG_REFUSED: u16 = 2;
 /// measures it (a kernel launch) rather than sampling one launch in N. The router sets it;
 /// a guest's setting is cleared.
 pub const FLAG_MEASURE: u16 = 4;
+
+/// On an async call: the guest sends it again on a new channel, having had no
+/// acknowledgement on the one that was cut (its session was stopped by a checkpoint, or moved).
+/// It may have run before: a server that knows it did (its image says so) acknowledges it
+/// without running it again.
+pub const FLAG_RESENT: u16 = 8;
 
 /// The most call ids one [`FrameKind::Barrier`] may name.
 pub const MAX_BARRIER_IDS: usize = 1024;

@@ -305,6 +305,24 @@ fn migrations(out: &mut String, router: &Router) {
             "Bytes the last migration sent (every pass).",
             one(last.sent_bytes.to_string()),
         );
+        // By pass: 0 is the first copy, the last the held one; rounds in between.
+        let passes = |f: fn(&phos_control::RoundFigures) -> u64| {
+            last.passes.iter().enumerate().map(move |(i, p)| (format!("pass=\"{i}\""), f(p).to_string()))
+        };
+        family(
+            out,
+            "phos_migration_last_pass_copied_bytes",
+            "gauge",
+            "Bytes each pass of the last migration copied (pass 0 everything, then the parts written since).",
+            passes(|p| p.copied_bytes),
+        );
+        family(
+            out,
+            "phos_migration_last_pass_dirty_bytes",
+            "gauge",
+            "Bytes written before each pass of the last migration (what the dirty log named).",
+            passes(|p| p.dirty_bytes),
+        );
         family(
             out,
             "phos_migration_last_dirty_bytes_per_second",

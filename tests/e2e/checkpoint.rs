@@ -211,6 +211,39 @@ fn a_corrupted_image_of_a_stopped_session_is_refused_before_anything_runs() {
     assert!(guest.wait().unwrap().success());
 }
 
+/// Four host threads, each launching on its own stream, stopped (stop-the-world) and
+/// restored three times: the calls each thread had sent and not yet seen answered go to the
+/// restored session again, and those that had run before the image (answered in a batch the
+/// cut channel never delivered) must not run twice: every thread's checks of its buffer hold.
+#[test]
+fn a_multi_threaded_program_stopped_and_restored_again_and_again_passes() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "stream_traffic", &["-arch=sm_70"]);
+    let router = TestRouter::start("emu");
+    let guest = start_guest(&router, &exe, &["3000"]);
+    let id = session_id(&router);
+    let image = tempfile::tempdir().unwrap();
+    for k in 0..3 {
+        std::thread::sleep(Duration::from_millis(400));
+        let dir = image.path().join(format!("image{k}"));
+        let printed = checkpoint(&router, id, &dir, &["--stop"]);
+        assert!(printed.contains("stopped until it is restored"), "{printed}");
+        let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
+        assert!(rs.status.success(), "restore {k}: {}", String::from_utf8_lossy(&rs.stderr));
+    }
+    let out = guest.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{:?}\nstdout: {}\nstderr: {}\nservers: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        router.server_logs()
+    );
+    let want: String = (0..4).map(|t| format!("thread {t}: 3000 rounds\n")).collect::<String>() + "PASS\n";
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+}
+
 /// Repeated concurrent (copy-on-write) checkpoints of four host threads on four streams: each
 /// image is the session between calls, and the program's output is unchanged.
 #[test]

@@ -824,3 +824,49 @@ fn arrays_and_textures_that_do_not_fit() {
     g.call(&CudaDestroyTextureObjectRequest { texObject: t }).expect("its own texture");
     g.call(&CudaFreeArrayRequest { array }).expect("its own array");
 }
+
+/// An async call sent again flagged as resent (what the guest library does after a cut
+/// channel) that has already run in the session is acknowledged without running again; one
+/// that never ran runs; an id sent again without the flag is an ordinary call.
+#[test]
+fn a_resent_async_call_that_ran_is_acknowledged_without_running_again() {
+    use phos_protocol::frame::{FLAG_ASYNC, FLAG_RESENT, FrameHeader, FrameKind};
+    use phos_protocol::transport::Transport;
+    let (_router, mut g) = open();
+    let session = g.welcome.session;
+    // A call that fails each time it runs (a stream that does not exist): the failures the
+    // acknowledgement counts say how many times it ran.
+    let failing = phos_protocol::encode(&CudaStreamSynchronizeRequest { stream: 0xdead_beef });
+    let get_count = phos_protocol::encode(&CudaGetDeviceCountRequest {});
+    // Sends `ids` async with `flags`, then a synchronous call `sync`: the acknowledgement
+    // before its reply, as (last id, status, calls that failed).
+    let mut round = |ids: &[u64], flags: u16, sync: u64| {
+        for &id in ids {
+            let mut h = FrameHeader::new(FrameKind::Call);
+            h.function = FunctionId::CudaStreamSynchronize as u32;
+            h.session = session;
+            h.call_id = id;
+            h.flags = FLAG_ASYNC | flags;
+            h.payload_len = failing.len() as u64;
+            g.transport.send(&h, &[&failing]).unwrap();
+        }
+        let mut h = FrameHeader::new(FrameKind::Call);
+        h.function = FunctionId::CudaGetDeviceCount as u32;
+        h.session = session;
+        h.call_id = sync;
+        h.payload_len = get_count.len() as u64;
+        g.transport.send(&h, &[&get_count]).unwrap();
+        let mut buf = Vec::new();
+        let ack = g.transport.recv(&mut buf).unwrap();
+        assert_eq!((ack.kind, ack.flags), (FrameKind::Reply, FLAG_ASYNC), "an acknowledgement");
+        let failed = u64::from_le_bytes(buf[..8].try_into().unwrap());
+        let reply = g.transport.recv(&mut buf).unwrap();
+        assert_eq!((reply.kind, reply.call_id, reply.status), (FrameKind::Reply, sync, 0));
+        (ack.call_id, ack.status, failed)
+    };
+    let bad = CudaError::InvalidResourceHandle.0;
+    assert_eq!(round(&[100], 0, 200), (100, bad, 1), "the call runs");
+    assert_eq!(round(&[100, 150], FLAG_RESENT, 201), (150, bad, 1), "only the resent call that never ran runs");
+    assert_eq!(round(&[100, 150], FLAG_RESENT, 202), (150, 0, 0), "both ran already");
+    assert_eq!(round(&[100], 0, 203), (100, bad, 1), "not flagged as resent: an ordinary call");
+}

@@ -62,6 +62,7 @@ programs!(
     pinned_mapped,
     printf_kernel,
     shared_reduce,
+    small_writes,
     stream_api,
     stream_attributes,
     stream_traffic,

@@ -10,16 +10,16 @@
 //!
 //! The same map answers the question every call from a guest raises: is `[addr, addr + len)`
 //! memory this session may touch? And, for the C/R engine's protocols that copy while the
-//! session runs, it keeps a dirty log ([`DirtyLog`]): each allocation and module variable
-//! carries the round in which it was last written (noted by the engine's pre-call hook, so
-//! it costs nothing while no protocol runs).
+//! session runs, it keeps a dirty log ([`DirtyLog`]): each piece of [`DIRTY_PIECE`] bytes of
+//! each allocation and module variable carries the round in which it was last written (noted
+//! by the engine's pre-call hook, so it costs nothing while no protocol runs).
 
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{RwLock, RwLockReadGuard};
-use phos_checkpoint::engine::{DirtyLog, Round};
+use phos_checkpoint::engine::{COPY_CHUNK, DirtyLog, Round};
 use phos_protocol::CudaError;
 
 use crate::backend::{Physical, VirtualMemory};
@@ -78,9 +78,9 @@ struct Inner {
     /// the server runs may reach it, the guest's calls may not, and it is no part of the
     /// session's image. Start -> length.
     engine: BTreeMap<u64, u64>,
-    /// The dirty log: by the start of each allocation and external range, the round in
-    /// which it was last written (or made).
-    written: BTreeMap<u64, AtomicU64>,
+    /// The dirty log: by the start of each allocation and external range, the rounds in
+    /// which its pieces were last written (or made).
+    written: BTreeMap<u64, Marks>,
     /// Address ranges the program reserved (`cuMemAddressReserve`): start -> length. They are
     /// out of `holes`; mappings live inside them.
     reservations: BTreeMap<u64, u64>,
@@ -149,7 +149,7 @@ impl Inner {
 
     fn add(&mut self, a: Allocation, round: u64) {
         self.allocations.insert(a.addr, a);
-        self.written.insert(a.addr, AtomicU64::new(round));
+        self.written.insert(a.addr, Marks::new(a.size, round));
         self.allocated += a.size;
     }
 
@@ -479,7 +479,7 @@ impl AddressSpace {
         if len > 0 {
             let mut g = self.inner.write();
             g.external.insert(addr, len);
-            g.written.insert(addr, AtomicU64::new(self.round.load(Ordering::Relaxed)));
+            g.written.insert(addr, Marks::new(len, self.round.load(Ordering::Relaxed)));
         }
     }
 
@@ -715,10 +715,25 @@ impl AddressSpace {
     }
 }
 
-/// Whole allocations and module variables: a write to any byte of one marks all of it.
-/// Ranges made during a round count as written in it (their contents are new). A round
-/// begun while calls run may count a write noted as it begins for the round before:
-/// protocols begin rounds with the session quiesced.
+/// How finely the dirty log follows writes: pieces of this many bytes from the start of each
+/// allocation and module variable, the pieces the C/R engine copies (a kernel that writes a
+/// byte of a large allocation makes one piece dirty, not the allocation).
+pub const DIRTY_PIECE: u64 = COPY_CHUNK as u64;
+
+/// The rounds in which the pieces of one range were last written.
+struct Marks(Box<[AtomicU64]>);
+
+impl Marks {
+    fn new(len: u64, round: u64) -> Self {
+        Marks((0..len.div_ceil(DIRTY_PIECE).max(1)).map(|_| AtomicU64::new(round)).collect())
+    }
+}
+
+/// Pieces of allocations and module variables ([`DIRTY_PIECE`]): a write marks the pieces it
+/// touches (a kernel whose stores are not known is shown the whole allocations it may
+/// write, so it marks every piece of them). Ranges made during a round count as written in
+/// it (their contents are new). A round begun while calls run may count a write noted as it
+/// begins for the round before: protocols begin rounds with the session quiesced.
 impl DirtyLog for AddressSpace {
     fn note_write(&self, addr: u64, len: u64) {
         let end = addr.saturating_add(len.max(1));
@@ -726,11 +741,16 @@ impl DirtyLog for AddressSpace {
         let round = self.round.load(Ordering::Relaxed);
         // Ranges do not overlap: walking down from the last one starting before `end`, the
         // first that ends at or before `addr` ends the ones written.
-        for (&start, mark) in g.written.range(..end).rev() {
-            if start.saturating_add(g.len_at(start)) <= addr {
+        for (&start, marks) in g.written.range(..end).rev() {
+            let range_end = start.saturating_add(g.len_at(start));
+            if range_end <= addr {
                 break;
             }
-            mark.fetch_max(round, Ordering::Relaxed);
+            let first = (addr.max(start) - start) / DIRTY_PIECE;
+            let last = (end.min(range_end).max(start + 1) - 1 - start) / DIRTY_PIECE;
+            for mark in marks.0.iter().take(last as usize + 1).skip(first as usize) {
+                mark.fetch_max(round, Ordering::Relaxed);
+            }
         }
     }
 
@@ -740,11 +760,23 @@ impl DirtyLog for AddressSpace {
 
     fn written_since(&self, round: Round) -> Vec<(u64, u64)> {
         let g = self.inner.read();
-        g.written
-            .iter()
-            .filter(|(_, mark)| mark.load(Ordering::Relaxed) >= round.0)
-            .map(|(&start, _)| (start, g.len_at(start)))
-            .collect()
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for (&start, marks) in &g.written {
+            let len = g.len_at(start);
+            for (i, mark) in marks.0.iter().enumerate() {
+                let at = i as u64 * DIRTY_PIECE;
+                if mark.load(Ordering::Relaxed) < round.0 || at >= len.max(1) {
+                    continue;
+                }
+                let piece = (start + at, (len - at).min(DIRTY_PIECE));
+                // Neighbouring pieces of one range make one range.
+                match out.last_mut() {
+                    Some((s, n)) if *s + *n == piece.0 && *s >= start => *n += piece.1,
+                    _ => out.push(piece),
+                }
+            }
+        }
+        out
     }
 }
 
@@ -905,5 +937,28 @@ mod tests {
         // Outside every range: nothing.
         s.note_write(0x1000, 8);
         assert_eq!(s.written_since(s.begin_round()), vec![]);
+    }
+
+    #[test]
+    fn the_dirty_log_follows_pieces_of_large_allocations() {
+        let (b, s) = space(1 << 30);
+        let p = DIRTY_PIECE;
+        let big = s.alloc(&b, 0, 4 * p + 100).unwrap();
+        let round = s.begin_round();
+        // A byte of the second piece; a write across the third and fourth; the short last one.
+        s.note_write(big + p + 5, 1);
+        assert_eq!(s.written_since(round), vec![(big + p, p)]);
+        s.note_write(big + 3 * p - 1, 2);
+        assert_eq!(s.written_since(round), vec![(big + p, 3 * p)], "neighbouring pieces are one range");
+        s.note_write(big + 4 * p + 99, 1);
+        assert_eq!(s.written_since(round), vec![(big + p, 3 * p + 100)]);
+        let next = s.begin_round();
+        // A write of the whole allocation (a kernel whose stores are not known) marks all of it.
+        s.note_write(big, 4 * p + 100);
+        assert_eq!(s.written_since(next), vec![(big, 4 * p + 100)]);
+        // One ending where a piece starts does not mark that piece.
+        let last = s.begin_round();
+        s.note_write(big, p);
+        assert_eq!(s.written_since(last), vec![(big, p)]);
     }
 }

@@ -82,6 +82,9 @@ pub struct Session {
     usage: Usage,
     /// Set by a stopping checkpoint: calls wait until the server is ended.
     frozen: AtomicBool,
+    /// The guest's async calls that have run (for barriers, and kept in images so that a
+    /// restored session does not run a resent one twice).
+    pub(crate) async_calls: crate::ordering::AsyncLedger,
 }
 
 impl Session {
@@ -109,6 +112,7 @@ impl Session {
             window: Arc::default(),
             usage: Usage::new(limits),
             frozen: AtomicBool::new(false),
+            async_calls: Default::default(),
         })
     }
 
