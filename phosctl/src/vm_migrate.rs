@@ -60,7 +60,8 @@ pub enum VmMigrationError {
     Qmp(#[from] QmpError),
     #[error("{0}")]
     Refused(String),
-    /// It failed after the device was unplugged; what was undone is in `now`.
+    /// It failed partway; where the VM and its sessions are now (after undoing what had
+    /// been done) is in `now`.
     #[error("the VM migration failed: {failed}; {now}")]
     Failed { failed: String, now: String },
 }
@@ -328,8 +329,10 @@ fn undo(m: &VmMigration, src: &mut Qmp, device: &Device, moved: &[MigrationSumma
     if unplugged && let Err(e) = device.plug(src, &m.source_vhost_user) {
         left.push(format!("plugging the vsock device back into the source: {e}"));
     }
-    if left.is_empty() {
+    if left.is_empty() && unplugged {
         "the VM and its sessions run on the source, its vsock device plugged in again".into()
+    } else if left.is_empty() {
+        "the VM and its sessions run on the source".into()
     } else {
         format!("undoing it failed too: {}", left.join("; "))
     }

@@ -723,7 +723,7 @@ fn vm_migrate(from: &Host, qmp: &Path, to: &Host, to_qmp: &Path, dir: &Path, n: 
         .arg(to_qmp)
         .arg("--incoming")
         .arg(format!("unix:{}", dir.join(format!("migration-{n}.sock")).display()))
-        .args(["--tenant", "vm", "--to", &to.peer(), "--dest-router", &to.endpoint()])
+        .args(["--tenant", "vm", "--to", &to.peer(), "--dest-router", &to.endpoint(), "--timeout", "150"])
         .arg("--vhost-user")
         .arg(&from.vhost_user)
         .arg("--to-vhost-user")
@@ -810,11 +810,12 @@ fn reference_output(host: &Host, exe: &Path, args: &[&str]) -> String {
 const ITERATIVE_ARGS: [&str; 2] = ["150", "100"];
 
 /// The guest shell's lines that run `name` and print its standard output between markers
-/// (its standard error, where the guest library logs its reconnections, after them).
+/// (its standard error, where the guest library logs its reconnections, goes to the console
+/// as it comes, for a failure's story).
 fn run_in_guest_stdout(name: &str, args: &str) -> String {
     format!(
-        "echo @@PHOS-BEGIN {name}\n/progs/{name} {args} > /tmp/{name}.out 2>/tmp/{name}.err; rc=$?\ncat /tmp/{name}.out\n\
-         echo @@PHOS-END {name} rc=$rc\ncat /tmp/{name}.err\n"
+        "PHOS_LOG=info /progs/{name} {args} > /tmp/{name}.out; rc=$?\n\
+         echo @@PHOS-BEGIN out_{name}\ncat /tmp/{name}.out\necho @@PHOS-END out_{name} rc=$rc\n"
     )
 }
 
@@ -824,29 +825,55 @@ fn run_in_guest_stdout(name: &str, args: &str) -> String {
 #[test]
 fn a_vm_moves_with_its_gpu_session_and_back() {
     let Some(kit) = kit() else { return };
+    let exe = build_program(&kit.nvcc, "iterative", &["-arch=sm_70"]);
+    move_there_and_back(&kit, "iterative", &exe, &ITERATIVE_ARGS, |a| reference_output(a, &exe, &ITERATIVE_ARGS));
+}
+
+/// The same with a program of four host threads, each with its own stream and kernels in
+/// flight (a channel each): every thread's checks of its buffer hold after the moves (a
+/// launch lost or run twice would show).
+#[test]
+#[ignore = "known bug: now and then a thread's buffer is one add off after the moves (a launch lost or run twice \
+            around the sessions' hand-over with several channels, as in migration.rs's threaded test); run with \
+            --ignored while fixing it"]
+fn a_vm_moves_with_a_multithreaded_program_and_back() {
+    let Some(kit) = kit() else { return };
+    let exe = build_program(&kit.nvcc, "stream_traffic", &["-arch=sm_70"]);
+    // Long enough to be running at both moves on an idle machine (a loaded one runs the VM
+    // slower, and the program with it).
+    let rounds = "1500";
+    let want: String = (0..4).map(|t| format!("thread {t}: {rounds} rounds\n")).collect::<String>() + "PASS\n";
+    move_there_and_back(&kit, "stream_traffic", &exe, &[rounds], |_| want.clone());
+}
+
+/// Run `name` (`exe`) with `args` in a VM at host A, move the VM to B once the program is
+/// busy, then back to A, and check that it printed `reference(A)`.
+fn move_there_and_back(kit: &Kit, name: &str, exe: &Path, args: &[&str], reference: impl FnOnce(&Host) -> String) {
+    phos_tests::router_log();
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     let secret = dir.join("secret");
     std::fs::write(&secret, format!("{SECRET}\n")).unwrap();
-    let exe = build_program(&kit.nvcc, "iterative", &["-arch=sm_70"]);
-    let programs: BTreeMap<&str, PathBuf> = [("iterative", exe.clone())].into_iter().collect();
-    let script = format!("echo @@PHOS-BOOTED\n{}", run_in_guest_stdout("iterative", &ITERATIVE_ARGS.join(" ")));
-    let initrd = initramfs(&kit, dir, &programs, &script);
+    let programs: BTreeMap<&str, PathBuf> = [(name, exe.to_path_buf())].into_iter().collect();
+    let script = format!("echo @@PHOS-BOOTED\n{}", run_in_guest_stdout(name, &args.join(" ")));
+    let initrd = initramfs(kit, dir, &programs, &script);
     let a = Host::start("a", dir, &secret);
     let b = Host::start("b", dir, &secret);
-    let reference = reference_output(&a, &exe, &ITERATIVE_ARGS);
+    let reference = reference(&a);
 
     let (tx, lines) = mpsc::channel();
     let mut vm = Console2 { lines, seen: Vec::new() };
-    let (mut qemu_a, qmp_a) = start_qemu(&kit, dir, &initrd, "a1", Some(&a), &tx);
+    let (mut qemu_a, qmp_a) = start_qemu(kit, dir, &initrd, "a1", Some(&a), &tx);
     let session = vm_session_busy(&a, 40, &mut vm);
-    let (mut qemu_b, qmp_b) = start_qemu(&kit, dir, &initrd, "b1", None, &tx);
+    let (mut qemu_b, qmp_b) = start_qemu(kit, dir, &initrd, "b1", None, &tx);
     let (printed, err, ok) = vm_migrate_output(vm_migrate(&a, &qmp_a, &b, &qmp_b, dir, 1, &[]));
     println!("A to B:\n{printed}{err}");
     assert!(ok, "vm-migrate A to B failed:\n{printed}\n{err}\nconsole:\n{}", vm.text());
     assert!(
         printed.contains("moved in") && printed.contains("VM paused") && printed.contains("calls waited"),
-        "{printed}"
+        "{printed}\nconsole:\n{}\nrouters:\n{}",
+        vm.text(),
+        phos_tests::router_log()
     );
     assert!(printed.contains(&format!("session {session} moved to")), "{printed}");
     assert_eq!(b.vm_sessions(), vec![session], "the session is not at B");
@@ -858,7 +885,7 @@ fn a_vm_moves_with_its_gpu_session_and_back() {
     // Computing at B, then back to A (a new QEMU there, on A's device).
     let calls = vm_calls(&b.router);
     vm_session_busy(&b, calls + 40, &mut vm);
-    let (mut qemu_a2, qmp_a2) = start_qemu(&kit, dir, &initrd, "a2", None, &tx);
+    let (mut qemu_a2, qmp_a2) = start_qemu(kit, dir, &initrd, "a2", None, &tx);
     let (printed, err, ok) = vm_migrate_output(vm_migrate(&b, &qmp_b, &a, &qmp_a2, dir, 2, &[]));
     println!("B to A:\n{printed}{err}");
     assert!(ok, "vm-migrate B to A failed:\n{printed}\n{err}\nconsole:\n{}", vm.text());
@@ -868,8 +895,8 @@ fn a_vm_moves_with_its_gpu_session_and_back() {
     vm.wait_for("@@PHOS-DONE", timeout());
     let _ = qemu_a2.wait();
     let console = Console { console: vm.seen.clone() };
-    let (out, rc) = console.output_of("iterative");
-    assert_eq!(rc, "rc=0", "the program in the VM:\n{}", vm.text());
+    let (out, rc) = console.output_of(&format!("out_{name}"));
+    assert_eq!(rc, "rc=0", "the program in the VM:\n{}\nrouters:\n{}", vm.text(), phos_tests::router_log());
     assert_eq!(out, reference, "output differs from the uninterrupted run");
     for host in [&a, &b] {
         let metrics = host.metrics();
@@ -930,7 +957,7 @@ fn a_vm_migration_whose_destination_dies_leaves_the_vm_on_the_source() {
     vm.wait_for("@@PHOS-DONE", timeout());
     let _ = qemu_a.wait();
     let console = Console { console: vm.seen.clone() };
-    let (out, rc) = console.output_of("iterative");
+    let (out, rc) = console.output_of("out_iterative");
     assert_eq!(rc, "rc=0", "the program in the VM:\n{}", vm.text());
     assert_eq!(out, reference, "output differs from the uninterrupted run");
     assert!(a.metrics().contains("phos_vm_migrations_failed_total{} 1"), "{}", a.metrics());
