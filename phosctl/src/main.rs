@@ -157,11 +157,11 @@ enum Command {
         router: manage::RouterArg,
     },
     /// Move a running VM to another QEMU and its GPU sessions (its tenant's, at --router)
-    /// to that QEMU's router, together: the VM's vsock device is unplugged, VM memory and GPU
-    /// memory are copied at once while the VM runs, the VM pauses for the switch-over once
-    /// both are across, and resumes at the destination, where the device is plugged back in
-    /// and the guest reconnects to its sessions. A failure before the switch-over leaves the
-    /// VM and its sessions on the source (docs/operations.md, "Migrating a VM").
+    /// to that QEMU's router, together: the sessions move first while the VM runs (live
+    /// migration), then the VM's vsock device is unplugged, the VM migrates (QEMU pre-copy,
+    /// a short stop) and the device is plugged in at the destination, where the guest
+    /// reconnects to its sessions. A failure before the VM's switch-over leaves the VM and
+    /// its sessions on the source (docs/operations.md, "Migrating a VM with its GPU work").
     VmMigrate {
         /// The source QEMU's QMP socket (`-qmp unix:PATH,server=on,wait=off`).
         #[arg(long)]

@@ -354,8 +354,12 @@ fn cancel_vm_migration(src: &mut Qmp) -> Result<(), QmpError> {
 /// How long after `since` the moved sessions all had a channel at the destination again
 /// (their guest reconnected), if the destination router can be asked.
 fn guest_back(dest: &str, moved: &[MigrationSummary], since: Instant, deadline: Instant) -> Option<Duration> {
+    if moved.is_empty() {
+        return None;
+    }
     let dest = RouterArg::at(dest.to_string());
     let ids: Vec<u64> = moved.iter().map(|s| s.session).collect();
+    let deadline = deadline.min(Instant::now() + Duration::from_secs(120));
     loop {
         let list = run(&dest, async |c| Ok(c.sessions(tarpc::context::current()).await?)).ok()?;
         let back = ids.iter().all(|id| list.iter().any(|s| s.id == *id && s.channels > 0));

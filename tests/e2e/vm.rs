@@ -962,3 +962,65 @@ fn a_vm_migration_whose_destination_dies_leaves_the_vm_on_the_source() {
     assert_eq!(out, reference, "output differs from the uninterrupted run");
     assert!(a.metrics().contains("phos_vm_migrations_failed_total{} 1"), "{}", a.metrics());
 }
+
+/// `phosctl migrate` from `router`; it must succeed.
+fn migrate_session(router: &Host, session: u64, to: &str) {
+    let out = Command::new(built("phosctl"))
+        .args(["migrate", &session.to_string(), "--to", to, "--router", &router.endpoint()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "migrate {session} to {to}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A VM guest whose session moves to another router without its VM (a plain `phosctl
+/// migrate`) is told where the session went: a host socket it cannot reach from the VM.
+/// It does not follow; it keeps retrying its own endpoint, and once the session is back it
+/// carries on, its output unchanged.
+#[test]
+fn a_vm_guest_waits_for_a_session_moved_beyond_its_reach() {
+    let Some(kit) = kit() else { return };
+    phos_tests::router_log();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let secret = dir.join("secret");
+    std::fs::write(&secret, format!("{SECRET}\n")).unwrap();
+    let exe = build_program(&kit.nvcc, "iterative", &["-arch=sm_70"]);
+    let programs: BTreeMap<&str, PathBuf> = [("iterative", exe.clone())].into_iter().collect();
+    let script = format!("echo @@PHOS-BOOTED\n{}", run_in_guest_stdout("iterative", &ITERATIVE_ARGS.join(" ")));
+    let initrd = initramfs(&kit, dir, &programs, &script);
+    let a = Host::start("a", dir, &secret);
+    let b = Host::start("b", dir, &secret);
+    let reference = reference_output(&a, &exe, &ITERATIVE_ARGS);
+
+    let (tx, lines) = mpsc::channel();
+    let mut vm = Console2 { lines, seen: Vec::new() };
+    let (mut qemu, _qmp) = start_qemu(&kit, dir, &initrd, "a1", Some(&a), &tx);
+    let session = vm_session_busy(&a, 40, &mut vm);
+    migrate_session(&a, session, &b.endpoint());
+    // The guest reconnects to A (its only way out of the VM) and is told the session is at
+    // B's socket.
+    let told = format!("is sent to {}", b.endpoint());
+    let deadline = Instant::now() + timeout();
+    while !phos_tests::router_log().contains(&told) {
+        assert!(
+            Instant::now() < deadline,
+            "A never told the guest where its session went:\n{}",
+            phos_tests::router_log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    migrate_session(&b, session, &a.endpoint());
+
+    vm.wait_for("@@PHOS-DONE", timeout());
+    let _ = qemu.wait();
+    let console = Console { console: vm.seen.clone() };
+    let (out, rc) = console.output_of("out_iterative");
+    assert_eq!(rc, "rc=0", "the program in the VM:\n{}\nrouters:\n{}", vm.text(), phos_tests::router_log());
+    assert_eq!(out, reference, "output differs from the uninterrupted run");
+}
