@@ -676,6 +676,29 @@ impl Drop for Host {
     }
 }
 
+/// A QEMU that a failed test does not leave running.
+struct Qemu(Child);
+
+impl std::ops::Deref for Qemu {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Qemu {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Qemu {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A migratable VM: its vsock device sits behind a PCIe root port (so that it can be
 /// unplugged) and QEMU answers QMP. `incoming`: a destination QEMU waiting for the VM
 /// (`-incoming defer`), without the device.
@@ -686,7 +709,7 @@ fn start_qemu(
     name: &str,
     plugged_into: Option<&Host>,
     console: &mpsc::Sender<String>,
-) -> (Child, PathBuf) {
+) -> (Qemu, PathBuf) {
     let qmp = dir.join(format!("qmp-{name}.sock"));
     let mut qemu = qemu_command(kit, initramfs);
     qemu.args(["-device", "pcie-root-port,id=rp1,chassis=1"])
@@ -700,7 +723,7 @@ fn start_qemu(
             .args(["-device", "vhost-user-vsock-pci,chardev=c0,id=vsock0,bus=rp1"]),
         None => qemu.args(["-incoming", "defer"]),
     };
-    let mut child = qemu.spawn().expect("starting qemu");
+    let mut child = Qemu(qemu.spawn().expect("starting qemu"));
     forward_console(&mut child, console.clone());
     let deadline = Instant::now() + Duration::from_secs(20);
     while !qmp.exists() {
