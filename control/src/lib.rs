@@ -136,6 +136,21 @@ pub const DEFAULT_MIGRATE_TIMEOUT: Duration = Duration::from_secs(600);
 
 pub use phos_checkpoint::report::RoundFigures;
 
+/// What a VM's move with its GPU sessions (`phosctl vm-migrate`) did, besides the
+/// sessions' own migrations.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct VmMigrationReport {
+    /// QEMU's downtime: the VM stopped for its last memory and the switch-over.
+    pub vm_downtime_ms: f64,
+    /// From unplugging the vsock device at the source to plugging it at the destination.
+    pub device_away_ms: f64,
+    /// From the sessions' hand-over until every moved session had its guest back (when
+    /// measured): how long the guest's CUDA calls waited.
+    pub calls_held_ms: Option<f64>,
+    pub total_ms: f64,
+    pub sessions: u32,
+}
+
 /// What a migration did.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct MigrationSummary {
@@ -308,6 +323,9 @@ pub trait RouterControl {
     async fn migrate_finish(ticket: u64) -> Result<RestoreSummary, ControlError>;
     /// Another router's: the migration of `ticket` is given up (its server is ended).
     async fn migrate_abort(ticket: u64);
+    /// `phosctl vm-migrate`'s word on a VM that moved with its sessions from this router
+    /// (`None`: its move failed and was undone), for the metrics.
+    async fn vm_migrated(report: Option<VmMigrationReport>);
 }
 
 /// An API server's management service (used by the router).

@@ -317,6 +317,7 @@ mod tests {
                 Err(ControlError::NoSuchSession { session: 0 })
             }
             async fn migrate_abort(self, _: tarpc::context::Context, _: u64) {}
+            async fn vm_migrated(self, _: tarpc::context::Context, _: Option<crate::VmMigrationReport>) {}
         }
         let secret = Secret::new(b"0123456789abcdef-shared").unwrap();
         let addr = spawn_tcp_service_thread("127.0.0.1:0".parse().unwrap(), secret.clone(), |_| Usage.serve()).unwrap();

@@ -312,6 +312,13 @@ fn program_name() -> String {
 fn open_channel() -> Result<Channel, Failure> {
     for _ in 0..MAX_MOVES {
         match open_channel_once() {
+            Err(Opened::Moved(to)) if in_a_vm() && !to.starts_with("vsock:") => {
+                // Inside a VM the host's sockets are out of reach: the VM moves with its
+                // session (phosctl vm-migrate), and this endpoint leads to the session's
+                // router once it has. The caller retries here.
+                tracing::info!("the session moved to {to}, beyond this VM's reach; waiting for the VM to follow");
+                return Err(Failure::NoDevice);
+            }
             Err(Opened::Moved(to)) => {
                 tracing::info!("the session moved to {to}; reconnecting there");
                 *MOVED_TO.lock().unwrap_or_else(|p| p.into_inner()) = Some(to);
@@ -322,6 +329,11 @@ fn open_channel() -> Result<Channel, Failure> {
     }
     tracing::error!("the session moved {MAX_MOVES} times while this channel reconnected");
     Err(Failure::NoDevice)
+}
+
+/// Whether this process reaches Phos over vsock (it runs in a VM).
+fn in_a_vm() -> bool {
+    matches!(endpoint(), Ok(Endpoint::Vsock { .. }))
 }
 
 /// Why a channel did not open.

@@ -68,6 +68,8 @@ pub enum CliError {
     PolicyBuild(#[from] phos_policy::BuildError),
     #[error("{context}: {source}")]
     Io { context: String, source: std::io::Error },
+    #[error(transparent)]
+    VmMigration(#[from] crate::vm_migrate::VmMigrationError),
     /// An on-demand restore served its session, then could not load its memory.
     #[error("session {session}: loading its memory after the restore failed: {reason}; the session's calls fail")]
     LoadFailed { session: u64, reason: String },
@@ -91,6 +93,11 @@ impl CliError {
             CliError::Usage(_) | CliError::PolicySource(_) => Exit::Usage,
             CliError::PolicyBuild(phos_policy::BuildError::NoCompiler { .. }) => Exit::Unavailable,
             CliError::PolicyBuild(_) | CliError::Io { .. } | CliError::LoadFailed { .. } => Exit::Failed,
+            CliError::VmMigration(e) => match e {
+                crate::vm_migrate::VmMigrationError::Refused(_) => Exit::Refused,
+                crate::vm_migrate::VmMigrationError::Qmp(crate::qmp::QmpError::Connect { .. }) => Exit::Unavailable,
+                _ => Exit::Failed,
+            },
         }
     }
 }

@@ -20,7 +20,9 @@ mod error;
 mod guestlib;
 mod manage;
 mod policy;
+mod qmp;
 mod summary;
+mod vm_migrate;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -150,6 +152,62 @@ enum Command {
         quiesce_timeout: f64,
         /// Seconds the whole migration may take before it is given up.
         #[arg(long, default_value_t = phos_control::DEFAULT_MIGRATE_TIMEOUT.as_secs_f64())]
+        timeout: f64,
+        #[command(flatten)]
+        router: manage::RouterArg,
+    },
+    /// Move a running VM to another QEMU and its GPU sessions (its tenant's, at --router)
+    /// to that QEMU's router, together: the sessions move first while the VM runs (live
+    /// migration), then the VM's vsock device is unplugged, the VM migrates (QEMU pre-copy,
+    /// a short stop) and the device is plugged in at the destination, where the guest
+    /// reconnects to its sessions. A failure before the VM's switch-over leaves the VM and
+    /// its sessions on the source (docs/operations.md, "Migrating a VM with its GPU work").
+    VmMigrate {
+        /// The source QEMU's QMP socket (`-qmp unix:PATH,server=on,wait=off`).
+        #[arg(long)]
+        qmp: PathBuf,
+        /// The destination QEMU's QMP socket; that QEMU was started with `-incoming defer`
+        /// and the source's command line less its vsock device.
+        #[arg(long)]
+        to_qmp: PathBuf,
+        /// Where the destination QEMU takes the VM: `unix:PATH` or `tcp:HOST:PORT`.
+        #[arg(long)]
+        incoming: String,
+        /// The VM's tenant at the source router (every active session of it moves).
+        #[arg(long)]
+        tenant: String,
+        /// The destination router, as `phosctl migrate --to` names it.
+        #[arg(long)]
+        to: String,
+        /// The destination router's own socket (`unix:PATH`), to move sessions back if the
+        /// VM cannot follow them, and to see the guest reconnect. Default: --to, if it is a
+        /// `unix:` path.
+        #[arg(long)]
+        dest_router: Option<String>,
+        /// How the destination router reaches the source router, to move sessions back.
+        /// Default: --router.
+        #[arg(long)]
+        back_to: Option<String>,
+        /// The source's phos-vmm-device socket (to plug the device back in after a failure).
+        #[arg(long)]
+        vhost_user: PathBuf,
+        /// The destination's phos-vmm-device socket (connected to the destination router).
+        #[arg(long)]
+        to_vhost_user: PathBuf,
+        /// The id of the VM's `vhost-user-vsock-pci` device.
+        #[arg(long, default_value = "vsock0")]
+        device: String,
+        /// QEMU's migration bandwidth, MiB/s (QEMU's own default is 32).
+        #[arg(long, default_value_t = 1024)]
+        max_bandwidth: u64,
+        /// The VM downtime QEMU aims for, ms.
+        #[arg(long, default_value_t = 300)]
+        downtime_limit: u64,
+        /// Seconds each session's wait to come to rest may take.
+        #[arg(long, default_value_t = phos_control::DEFAULT_QUIESCE_TIMEOUT.as_secs_f64())]
+        quiesce_timeout: f64,
+        /// Seconds the whole move may take before it is given up (and undone).
+        #[arg(long, default_value_t = 300.0)]
         timeout: f64,
         #[command(flatten)]
         router: manage::RouterArg,
@@ -638,6 +696,42 @@ fn main() -> ExitCode {
                 (None, None) => unreachable!("clap requires --to or --device"),
             };
             manage::migrate(&router, session, to, seconds(quiesce_timeout), seconds(timeout))
+        }
+        Command::VmMigrate {
+            qmp,
+            to_qmp,
+            incoming,
+            tenant,
+            to,
+            dest_router,
+            back_to,
+            vhost_user,
+            to_vhost_user,
+            device,
+            max_bandwidth,
+            downtime_limit,
+            quiesce_timeout,
+            timeout,
+            router,
+        } => {
+            let dest_router = dest_router.or_else(|| to.starts_with("unix:").then(|| to.clone()));
+            error::report(vm_migrate::vm_migrate(vm_migrate::VmMigration {
+                router,
+                source_qmp: qmp,
+                dest_qmp: to_qmp,
+                incoming,
+                tenant,
+                to,
+                dest_router,
+                back_to,
+                device,
+                source_vhost_user: vhost_user,
+                dest_vhost_user: to_vhost_user,
+                max_bandwidth_mib: max_bandwidth,
+                downtime_limit_ms: downtime_limit,
+                timeout: seconds(timeout),
+                quiesce_timeout: seconds(quiesce_timeout),
+            }))
         }
         Command::Policy { cmd } => policy::command(cmd),
         Command::Top { interval, once, router } => {

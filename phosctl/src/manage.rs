@@ -22,6 +22,16 @@ pub struct RouterArg {
 }
 
 impl RouterArg {
+    /// The router whose socket is `endpoint`.
+    pub fn at(endpoint: String) -> RouterArg {
+        RouterArg { router: Some(endpoint) }
+    }
+
+    /// The router's socket as given (`None`: the default one).
+    pub fn endpoint(&self) -> Option<String> {
+        self.router.clone()
+    }
+
     fn control_path(&self) -> Result<PathBuf, CliError> {
         let endpoint =
             self.router.clone().or_else(|| std::env::var("PHOS_ENDPOINT").ok()).unwrap_or_else(crate::default_endpoint);
@@ -166,32 +176,37 @@ pub fn migrate(
         let request = phos_control::MigrateRequest { to, quiesce_timeout, timeout };
         let work = c.migrate(phos_control::context_within(timeout + Duration::from_secs(30)), session, request);
         let s = with_progress(&c, session, "migrate", work).await??;
-        println!(
-            "session {session} moved to {}: {} MiB of device memory, {} MiB sent, in {:.1} ms; calls held {:.1} ms (downtime)",
-            s.to,
-            s.memory_bytes >> 20,
-            s.sent_bytes >> 20,
-            s.total_ms,
-            s.downtime_ms
-        );
-        for (i, p) in s.passes.iter().enumerate() {
-            let what = match i {
-                0 => "first copy".to_string(),
-                i if i + 1 == s.passes.len() => "held copy".to_string(),
-                i => format!("round {i}"),
-            };
-            println!(
-                "  {what:<10} {:>10} bytes written before it, {:>10} bytes copied, {:8.1} ms",
-                p.dirty_bytes, p.copied_bytes, p.ms
-            );
-        }
-        println!(
-            "dirty rate {:.1} MiB/s during the rounds; the target served the session after {:.1} ms (on demand: memory loading behind it)",
-            s.dirty_rate / (1 << 20) as f64,
-            s.restore.total_ms
-        );
+        print_migration(session, &s);
         Ok(())
     }))
+}
+
+/// What a migration did, for the operator.
+pub(crate) fn print_migration(session: u64, s: &phos_control::MigrationSummary) {
+    println!(
+        "session {session} moved to {}: {} MiB of device memory, {} MiB sent, in {:.1} ms; calls held {:.1} ms (downtime)",
+        s.to,
+        s.memory_bytes >> 20,
+        s.sent_bytes >> 20,
+        s.total_ms,
+        s.downtime_ms
+    );
+    for (i, p) in s.passes.iter().enumerate() {
+        let what = match i {
+            0 => "first copy".to_string(),
+            i if i + 1 == s.passes.len() => "held copy".to_string(),
+            i => format!("round {i}"),
+        };
+        println!(
+            "  {what:<10} {:>10} bytes written before it, {:>10} bytes copied, {:8.1} ms",
+            p.dirty_bytes, p.copied_bytes, p.ms
+        );
+    }
+    println!(
+        "dirty rate {:.1} MiB/s during the rounds; the target served the session after {:.1} ms (on demand: memory loading behind it)",
+        s.dirty_rate / (1 << 20) as f64,
+        s.restore.total_ms
+    );
 }
 
 /// Where a restored session goes: the device, and whose it is to be.

@@ -173,6 +173,10 @@ impl RouterControl for RouterCtl {
         let router = self.router.clone();
         let _ = tokio::task::spawn_blocking(move || router.migrate_abort(ticket)).await;
     }
+
+    async fn vm_migrated(self, _: Context, report: Option<phos_control::VmMigrationReport>) {
+        self.router.vm_migrated(report);
+    }
 }
 
 /// What a failed operation on policy `name` says to its client.

@@ -331,6 +331,44 @@ fn migrations(out: &mut String, router: &Router) {
             one(format!("{:.0}", last.dirty_rate)),
         );
     }
+    family(
+        out,
+        "phos_vm_migrations_total",
+        "counter",
+        "VMs moved away with their sessions (phosctl vm-migrate).",
+        one(figures.vm_done.to_string()),
+    );
+    family(
+        out,
+        "phos_vm_migrations_failed_total",
+        "counter",
+        "VM moves undone (the VM and its sessions stayed here).",
+        one(figures.vm_failed.to_string()),
+    );
+    if let Some(last) = &figures.vm_last {
+        let secs = |ms: f64| format!("{:.6}", ms / 1e3);
+        let gauges = [
+            ("phos_vm_migration_last_downtime_seconds", "QEMU's downtime of the last VM move.", last.vm_downtime_ms),
+            (
+                "phos_vm_migration_last_device_away_seconds",
+                "How long the last moved VM had no vsock device.",
+                last.device_away_ms,
+            ),
+            ("phos_vm_migration_last_total_seconds", "How long the last VM move took in all.", last.total_ms),
+        ];
+        for (name, help, ms) in gauges {
+            family(out, name, "gauge", help, one(secs(ms)));
+        }
+        if let Some(held) = last.calls_held_ms {
+            family(
+                out,
+                "phos_vm_migration_last_calls_held_seconds",
+                "gauge",
+                "How long the last moved VM's CUDA calls waited (hand-over to its guest back at the destination).",
+                one(secs(held)),
+            );
+        }
+    }
 }
 
 /// The figures of each session's last on-demand restore (times from the restore's start in

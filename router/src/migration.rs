@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use phos_control::{
     ControlError, Incoming, MigrateOut, MigrateRequest, MigrationSummary, MigrationTarget, RestoreSummary, SentFigures,
-    SessionIdentity,
+    SessionIdentity, VmMigrationReport,
 };
 
 use crate::session::{self, ServerProcess, ServerStart, SessionEntry, State};
@@ -62,6 +62,11 @@ pub struct MigrationFigures {
     pub arrived: u64,
     /// The last successful one's figures.
     pub last: Option<MigrationSummary>,
+    /// VMs moved with their sessions (`phosctl vm-migrate`), those whose move was undone,
+    /// and the last move's figures.
+    pub vm_done: u64,
+    pub vm_failed: u64,
+    pub vm_last: Option<VmMigrationReport>,
 }
 
 /// The migration state a router keeps.
@@ -474,6 +479,24 @@ impl Router {
         follow_load(entry);
         tracing::info!(session = id, %tenant, "session arrived from another router");
         Ok(summary)
+    }
+
+    /// A VM moved away with its sessions (`None`: its move was undone).
+    pub fn vm_migrated(&self, report: Option<VmMigrationReport>) {
+        let mut figures = self.migrations.figures.lock();
+        match report {
+            Some(r) => {
+                tracing::info!(
+                    "a VM moved away with {} session(s): paused {:.1} ms, its vsock device away {:.1} ms",
+                    r.sessions,
+                    r.vm_downtime_ms,
+                    r.device_away_ms
+                );
+                figures.vm_done += 1;
+                figures.vm_last = Some(r);
+            }
+            None => figures.vm_failed += 1,
+        }
     }
 
     /// The migration of `ticket` is given up: its server ends.

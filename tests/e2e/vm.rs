@@ -305,40 +305,15 @@ impl Vm {
             assert!(Instant::now() < deadline, "phos-vmm-device did not listen on {}", sock.display());
             std::thread::sleep(Duration::from_millis(10));
         }
-        let accel: &[&str] = if kvm_wanted() {
-            &["-accel", "kvm", "-cpu", "host,-arch-capabilities"]
-        } else {
-            &["-accel", "tcg,thread=multi", "-cpu", "max"]
-        };
-        let mut qemu = Command::new(&kit.qemu)
-            .args(["-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-machine", "q35"])
-            .args(accel)
-            .args(["-smp", "2", "-m", "512M"])
-            .args(["-object", "memory-backend-memfd,id=mem,size=512M,share=on", "-numa", "node,memdev=mem"])
-            .arg("-kernel")
-            .arg(&kit.kernel)
-            .arg("-initrd")
-            .arg(initramfs)
-            .args(["-append", "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init"])
-            .args(["-serial", "stdio"])
+        let mut qemu = qemu_command(kit, initramfs)
             .arg("-chardev")
             .arg(format!("socket,id=c0,path={}", sock.display()))
             .args(["-device", "vhost-user-vsock-pci,chardev=c0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
             .stderr(std::fs::File::create(dir.join("qemu.log")).unwrap())
             .spawn()
             .expect("starting qemu");
-        let out = qemu.stdout.take().unwrap();
         let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line.trim_end_matches('\r').to_string()).is_err() {
-                    break;
-                }
-            }
-        });
+        forward_console(&mut qemu, tx);
         Vm { qemu, device, lines, console: Vec::new(), booted: Instant::now() }
     }
 
@@ -394,6 +369,45 @@ impl Vm {
     }
 }
 
+/// QEMU with the test VM's machine, kernel and initramfs, its serial console on standard
+/// output (a vsock device is added by the caller). The memory is a shared memfd, which a
+/// vhost-user device needs (and a migration carries like any other).
+fn qemu_command(kit: &Kit, initramfs: &Path) -> Command {
+    let accel: &[&str] = if kvm_wanted() {
+        &["-accel", "kvm", "-cpu", "host,-arch-capabilities"]
+    } else {
+        &["-accel", "tcg,thread=multi", "-cpu", "max"]
+    };
+    let mut qemu = Command::new(&kit.qemu);
+    qemu.args(["-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-machine", "q35"])
+        .args(accel)
+        .args(["-smp", "2", "-m", "512M"])
+        .args(["-object", "memory-backend-memfd,id=mem,size=512M,share=on", "-numa", "node,memdev=mem"])
+        .arg("-kernel")
+        .arg(&kit.kernel)
+        .arg("-initrd")
+        .arg(initramfs)
+        .args(["-append", "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init"])
+        .args(["-serial", "stdio"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    qemu
+}
+
+/// Send `qemu`'s console lines to `tx` (several QEMUs may share one: a migrated VM goes on
+/// printing from its new QEMU).
+fn forward_console(qemu: &mut Child, tx: mpsc::Sender<String>) {
+    let out = qemu.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line.trim_end_matches('\r').to_string()).is_err() {
+                break;
+            }
+        }
+    });
+}
+
 impl Drop for Vm {
     /// A failed test leaves no VM or device behind.
     fn drop(&mut self) {
@@ -431,6 +445,14 @@ fn expected(name: &str) -> String {
 
 /// A router with a tenant `vm` on a socket of its own, which the device connects to.
 fn router() -> (TestRouter, PathBuf) {
+    let router = vm_router(|_| {});
+    let socket = router.socket().with_file_name("vm.sock");
+    (router, socket)
+}
+
+/// The same, with `adjust` applied to its configuration; it returns once the tenant's
+/// socket is there.
+fn vm_router(adjust: impl FnOnce(&mut phos_router::RouterConfig)) -> TestRouter {
     let router = TestRouter::start_with("emu", |c| {
         // memory_ops copies 64 MiB in one call (no staging region over vsock).
         c.max_payload = 256 << 20;
@@ -442,6 +464,7 @@ fn router() -> (TestRouter, PathBuf) {
             quota: Default::default(),
             token: None,
         });
+        adjust(c);
     });
     let socket = router.socket().with_file_name("vm.sock");
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -449,7 +472,7 @@ fn router() -> (TestRouter, PathBuf) {
         assert!(Instant::now() < deadline, "the tenant socket did not appear");
         std::thread::sleep(Duration::from_millis(10));
     }
-    (router, socket)
+    router
 }
 
 fn vm_calls(router: &TestRouter) -> u64 {
@@ -586,4 +609,442 @@ fn a_vm_killed_mid_call_leaves_router_and_device_sound() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), expected("vector_add"));
     let _ = std::io::stderr().flush();
+}
+
+// ---------------------------------------------------------------------------------------
+// A VM and its GPU sessions moved together (`phosctl vm-migrate`).
+
+const SECRET: &str = "vm-migration-test-shared-secret";
+
+/// A host: a router on the emu backend with the `vm` tenant and a peer listener (routers
+/// know each other by `secret`), and the VM's phos-vmm-device connected to it. The device
+/// outlives a VM (no `--once`): a VM that comes back plugs into it again.
+struct Host {
+    router: TestRouter,
+    device: Child,
+    vhost_user: PathBuf,
+    name: &'static str,
+}
+
+impl Host {
+    fn start(name: &'static str, dir: &Path, secret: &Path) -> Host {
+        let secret = phos_control::peer::Secret::from_file(secret).unwrap();
+        let router = vm_router(move |c| {
+            c.peer_listen = Some("127.0.0.1:0".parse().unwrap());
+            c.peer_secret = Some(secret);
+            c.pool_size = 1;
+        });
+        let vhost_user = dir.join(format!("vhost-user-{name}.sock"));
+        let device = Command::new(built("phos-vmm-device"))
+            .arg("--socket")
+            .arg(&vhost_user)
+            .args(["--guest-cid", &GUEST_CID.to_string(), "--port", &PORT.to_string(), "--router"])
+            .arg(router.socket().with_file_name("vm.sock"))
+            .env("PHOS_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join(format!("device-{name}.log"))).unwrap())
+            .spawn()
+            .expect("starting phos-vmm-device");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !vhost_user.exists() {
+            assert!(Instant::now() < deadline, "phos-vmm-device did not listen on {}", vhost_user.display());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Host { router, device, vhost_user, name }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("unix:{}", self.router.socket().display())
+    }
+
+    fn peer(&self) -> String {
+        format!("tcp:{}", self.router.router.peer_addr().expect("a peer listener"))
+    }
+
+    fn vm_sessions(&self) -> Vec<u64> {
+        self.router.router.sessions().iter().filter(|s| s.tenant.0 == "vm").map(|s| s.id).collect()
+    }
+
+    fn metrics(&self) -> String {
+        phos_router::metrics::render(&self.router.router)
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.device.kill();
+        let _ = self.device.wait();
+    }
+}
+
+/// A QEMU that a failed test does not leave running.
+struct Qemu(Child);
+
+impl std::ops::Deref for Qemu {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Qemu {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Qemu {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A migratable VM: its vsock device sits behind a PCIe root port (so that it can be
+/// unplugged) and QEMU answers QMP. `incoming`: a destination QEMU waiting for the VM
+/// (`-incoming defer`), without the device.
+fn start_qemu(
+    kit: &Kit,
+    dir: &Path,
+    initramfs: &Path,
+    name: &str,
+    plugged_into: Option<&Host>,
+    console: &mpsc::Sender<String>,
+) -> (Qemu, PathBuf) {
+    let qmp = dir.join(format!("qmp-{name}.sock"));
+    let mut qemu = qemu_command(kit, initramfs);
+    qemu.args(["-device", "pcie-root-port,id=rp1,chassis=1"])
+        .arg("-qmp")
+        .arg(format!("unix:{},server=on,wait=off", qmp.display()))
+        .stderr(std::fs::File::create(dir.join(format!("qemu-{name}.log"))).unwrap());
+    match plugged_into {
+        Some(host) => qemu
+            .arg("-chardev")
+            .arg(format!("socket,id=c0,path={}", host.vhost_user.display()))
+            .args(["-device", "vhost-user-vsock-pci,chardev=c0,id=vsock0,bus=rp1"]),
+        None => qemu.args(["-incoming", "defer"]),
+    };
+    let mut child = Qemu(qemu.spawn().expect("starting qemu"));
+    forward_console(&mut child, console.clone());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !qmp.exists() {
+        assert!(Instant::now() < deadline, "QEMU {name} did not open its QMP socket");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (child, qmp)
+}
+
+/// `phosctl vm-migrate` of the `vm` tenant's VM from `from` (QMP `qmp`) to `to` (QMP
+/// `to_qmp`), started; `extra` arguments are added.
+fn vm_migrate(from: &Host, qmp: &Path, to: &Host, to_qmp: &Path, dir: &Path, n: u32, extra: &[&str]) -> Child {
+    Command::new(built("phosctl"))
+        .arg("vm-migrate")
+        .arg("--router")
+        .arg(from.endpoint())
+        .arg("--qmp")
+        .arg(qmp)
+        .arg("--to-qmp")
+        .arg(to_qmp)
+        .arg("--incoming")
+        .arg(format!("unix:{}", dir.join(format!("migration-{n}.sock")).display()))
+        .args(["--tenant", "vm", "--to", &to.peer(), "--dest-router", &to.endpoint(), "--timeout", "150"])
+        .arg("--vhost-user")
+        .arg(&from.vhost_user)
+        .arg("--to-vhost-user")
+        .arg(&to.vhost_user)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running phosctl vm-migrate")
+}
+
+/// Wait until the `vm` tenant's session at `host` has made `calls` calls (the program is
+/// in the middle of its work); its id.
+fn vm_session_busy(host: &Host, calls: u64, vm: &mut Console2) -> u64 {
+    let deadline = Instant::now() + timeout();
+    loop {
+        vm.drain();
+        if let Some(s) = host.router.router.sessions().iter().find(|s| s.tenant.0 == "vm")
+            && vm_calls(&host.router) >= calls
+        {
+            return s.id;
+        }
+        assert!(Instant::now() < deadline, "no busy vm session at {}; console:\n{}", host.name, vm.text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The console lines of whichever QEMU runs the VM.
+struct Console2 {
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Console2 {
+    fn drain(&mut self) {
+        while let Ok(l) = self.lines.try_recv() {
+            self.seen.push(l);
+        }
+    }
+
+    fn wait_for(&mut self, marker: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        while !self.seen.iter().any(|l| l.starts_with(marker)) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => self.seen.push(l),
+                Err(e) => panic!("waiting for `{marker}` ({e:?}); console:\n{}", self.text()),
+            }
+        }
+    }
+
+    fn text(&self) -> String {
+        self.seen.join("\n")
+    }
+}
+
+/// What a finished `phosctl vm-migrate` printed (stdout, stderr) and whether it succeeded.
+fn vm_migrate_output(child: Child) -> (String, String, bool) {
+    let out = child.wait_with_output().unwrap();
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.status.success(),
+    )
+}
+
+/// The program's output from an uninterrupted run, on the host through a router of the
+/// same backend.
+fn reference_output(host: &Host, exe: &Path, args: &[&str]) -> String {
+    let out = Command::new(built("phosctl"))
+        .arg("run")
+        .arg("--endpoint")
+        .arg(host.endpoint())
+        .arg("--")
+        .arg(exe)
+        .args(args)
+        .env("PHOS_GUEST_LIB", built("libphos_guest.so"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+const ITERATIVE_ARGS: [&str; 2] = ["150", "100"];
+
+/// The guest shell's lines that run `name` and print its standard output between markers
+/// (its standard error, where the guest library logs its reconnections, goes to the console
+/// as it comes, for a failure's story).
+fn run_in_guest_stdout(name: &str, args: &str) -> String {
+    format!(
+        "PHOS_LOG=info /progs/{name} {args} > /tmp/{name}.out; rc=$?\n\
+         echo @@PHOS-BEGIN out_{name}\ncat /tmp/{name}.out\necho @@PHOS-END out_{name} rc=$rc\n"
+    )
+}
+
+/// A VM whose program iterates on the GPU moves to another QEMU and router in the middle of
+/// its run, and back again: its session follows it each time, and the program finishes
+/// printing exactly what an uninterrupted run prints. Both routers count the moves.
+#[test]
+fn a_vm_moves_with_its_gpu_session_and_back() {
+    let Some(kit) = kit() else { return };
+    let exe = build_program(&kit.nvcc, "iterative", &["-arch=sm_70"]);
+    move_there_and_back(&kit, "iterative", &exe, &ITERATIVE_ARGS, |a| reference_output(a, &exe, &ITERATIVE_ARGS));
+}
+
+/// The same with a program of four host threads, each with its own stream and kernels in
+/// flight (a channel each): every thread's checks of its buffer hold after the moves (a
+/// launch lost or run twice would show).
+#[test]
+#[ignore = "known bug: now and then a thread's buffer is one add off after the moves (a launch lost or run twice \
+            around the sessions' hand-over with several channels, as in migration.rs's threaded test); run with \
+            --ignored while fixing it"]
+fn a_vm_moves_with_a_multithreaded_program_and_back() {
+    let Some(kit) = kit() else { return };
+    let exe = build_program(&kit.nvcc, "stream_traffic", &["-arch=sm_70"]);
+    // Long enough to be running at both moves on an idle machine (a loaded one runs the VM
+    // slower, and the program with it).
+    let rounds = "1500";
+    let want: String = (0..4).map(|t| format!("thread {t}: {rounds} rounds\n")).collect::<String>() + "PASS\n";
+    move_there_and_back(&kit, "stream_traffic", &exe, &[rounds], |_| want.clone());
+}
+
+/// Run `name` (`exe`) with `args` in a VM at host A, move the VM to B once the program is
+/// busy, then back to A, and check that it printed `reference(A)`.
+fn move_there_and_back(kit: &Kit, name: &str, exe: &Path, args: &[&str], reference: impl FnOnce(&Host) -> String) {
+    phos_tests::router_log();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let secret = dir.join("secret");
+    std::fs::write(&secret, format!("{SECRET}\n")).unwrap();
+    let programs: BTreeMap<&str, PathBuf> = [(name, exe.to_path_buf())].into_iter().collect();
+    let script = format!("echo @@PHOS-BOOTED\n{}", run_in_guest_stdout(name, &args.join(" ")));
+    let initrd = initramfs(kit, dir, &programs, &script);
+    let a = Host::start("a", dir, &secret);
+    let b = Host::start("b", dir, &secret);
+    let reference = reference(&a);
+
+    let (tx, lines) = mpsc::channel();
+    let mut vm = Console2 { lines, seen: Vec::new() };
+    let (mut qemu_a, qmp_a) = start_qemu(kit, dir, &initrd, "a1", Some(&a), &tx);
+    let session = vm_session_busy(&a, 40, &mut vm);
+    let (mut qemu_b, qmp_b) = start_qemu(kit, dir, &initrd, "b1", None, &tx);
+    let (printed, err, ok) = vm_migrate_output(vm_migrate(&a, &qmp_a, &b, &qmp_b, dir, 1, &[]));
+    println!("A to B:\n{printed}{err}");
+    assert!(ok, "vm-migrate A to B failed:\n{printed}\n{err}\nconsole:\n{}", vm.text());
+    assert!(
+        printed.contains("moved in") && printed.contains("VM paused") && printed.contains("calls waited"),
+        "{printed}\nconsole:\n{}\nrouters:\n{}",
+        vm.text(),
+        phos_tests::router_log()
+    );
+    assert!(printed.contains(&format!("session {session} moved to")), "{printed}");
+    assert_eq!(b.vm_sessions(), vec![session], "the session is not at B");
+    assert!(a.vm_sessions().is_empty(), "the session stayed at A");
+    // The source QEMU was told to quit.
+    let status = qemu_a.wait().unwrap();
+    assert!(status.success(), "the source QEMU: {status}");
+
+    // Computing at B, then back to A (a new QEMU there, on A's device).
+    let calls = vm_calls(&b.router);
+    vm_session_busy(&b, calls + 40, &mut vm);
+    let (mut qemu_a2, qmp_a2) = start_qemu(kit, dir, &initrd, "a2", None, &tx);
+    let (printed, err, ok) = vm_migrate_output(vm_migrate(&b, &qmp_b, &a, &qmp_a2, dir, 2, &[]));
+    println!("B to A:\n{printed}{err}");
+    assert!(ok, "vm-migrate B to A failed:\n{printed}\n{err}\nconsole:\n{}", vm.text());
+    assert_eq!(a.vm_sessions(), vec![session], "the session did not come back to A");
+    let _ = qemu_b.wait();
+
+    vm.wait_for("@@PHOS-DONE", timeout());
+    let _ = qemu_a2.wait();
+    let console = Console { console: vm.seen.clone() };
+    let (out, rc) = console.output_of(&format!("out_{name}"));
+    assert_eq!(rc, "rc=0", "the program in the VM:\n{}\nrouters:\n{}", vm.text(), phos_tests::router_log());
+    assert_eq!(out, reference, "output differs from the uninterrupted run");
+    for host in [&a, &b] {
+        let metrics = host.metrics();
+        assert!(metrics.contains("phos_vm_migrations_total{} 1"), "{}: {metrics}", host.name);
+        assert!(metrics.contains("phos_vm_migration_last_downtime_seconds{}"), "{}: {metrics}", host.name);
+        assert!(metrics.contains("phos_vm_migration_last_calls_held_seconds{}"), "{}: {metrics}", host.name);
+        assert!(metrics.contains("phos_migrations_arrived_total{} 1"), "{}: {metrics}", host.name);
+    }
+}
+
+/// The destination QEMU dies while the VM's memory is on its way (slowly: QEMU may send 8
+/// MiB/s): `vm-migrate` fails saying so, the session that had moved comes back, the device
+/// is plugged in again, and the program in the VM runs on at the source, unchanged.
+#[test]
+fn a_vm_migration_whose_destination_dies_leaves_the_vm_on_the_source() {
+    let Some(kit) = kit() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let secret = dir.join("secret");
+    std::fs::write(&secret, format!("{SECRET}\n")).unwrap();
+    let exe = build_program(&kit.nvcc, "iterative", &["-arch=sm_70"]);
+    let programs: BTreeMap<&str, PathBuf> = [("iterative", exe.clone())].into_iter().collect();
+    let script = format!("echo @@PHOS-BOOTED\n{}", run_in_guest_stdout("iterative", &ITERATIVE_ARGS.join(" ")));
+    let initrd = initramfs(&kit, dir, &programs, &script);
+    let a = Host::start("a", dir, &secret);
+    let b = Host::start("b", dir, &secret);
+    let reference = reference_output(&a, &exe, &ITERATIVE_ARGS);
+
+    let (tx, lines) = mpsc::channel();
+    let mut vm = Console2 { lines, seen: Vec::new() };
+    let (mut qemu_a, qmp_a) = start_qemu(&kit, dir, &initrd, "a1", Some(&a), &tx);
+    let session = vm_session_busy(&a, 40, &mut vm);
+    let (mut qemu_b, qmp_b) = start_qemu(&kit, dir, &initrd, "b1", None, &tx);
+    let mut migration = vm_migrate(&a, &qmp_a, &b, &qmp_b, dir, 1, &["--max-bandwidth", "8"]);
+    // Once the VM's memory is on its way, the destination QEMU is killed.
+    let mut out = BufReader::new(migration.stdout.take().unwrap());
+    let mut printed = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(out.read_line(&mut line).unwrap() > 0, "vm-migrate ended before copying VM memory: {printed}");
+        printed.push_str(&line);
+        if line.contains("VM memory:") {
+            break;
+        }
+    }
+    qemu_b.kill().unwrap();
+    let _ = qemu_b.wait();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    printed += &rest;
+    let (_, err, ok) = vm_migrate_output(migration);
+    println!("{printed}{err}");
+    assert!(!ok, "vm-migrate to a killed QEMU succeeded:\n{printed}");
+    assert!(err.contains("the VM's memory") && err.contains("run on the source"), "{err}");
+    assert_eq!(a.vm_sessions(), vec![session], "the session is not back at A:\n{printed}{err}");
+    assert!(b.vm_sessions().is_empty(), "the session stayed at B");
+
+    vm.wait_for("@@PHOS-DONE", timeout());
+    let _ = qemu_a.wait();
+    let console = Console { console: vm.seen.clone() };
+    let (out, rc) = console.output_of("out_iterative");
+    assert_eq!(rc, "rc=0", "the program in the VM:\n{}", vm.text());
+    assert_eq!(out, reference, "output differs from the uninterrupted run");
+    assert!(a.metrics().contains("phos_vm_migrations_failed_total{} 1"), "{}", a.metrics());
+}
+
+/// `phosctl migrate` from `router`; it must succeed.
+fn migrate_session(router: &Host, session: u64, to: &str) {
+    let out = Command::new(built("phosctl"))
+        .args(["migrate", &session.to_string(), "--to", to, "--router", &router.endpoint()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "migrate {session} to {to}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A VM guest whose session moves to another router without its VM (a plain `phosctl
+/// migrate`) is told where the session went: a host socket it cannot reach from the VM.
+/// It does not follow; it keeps retrying its own endpoint, and once the session is back it
+/// carries on, its output unchanged.
+#[test]
+fn a_vm_guest_waits_for_a_session_moved_beyond_its_reach() {
+    let Some(kit) = kit() else { return };
+    phos_tests::router_log();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let secret = dir.join("secret");
+    std::fs::write(&secret, format!("{SECRET}\n")).unwrap();
+    let exe = build_program(&kit.nvcc, "iterative", &["-arch=sm_70"]);
+    let programs: BTreeMap<&str, PathBuf> = [("iterative", exe.clone())].into_iter().collect();
+    let script = format!("echo @@PHOS-BOOTED\n{}", run_in_guest_stdout("iterative", &ITERATIVE_ARGS.join(" ")));
+    let initrd = initramfs(&kit, dir, &programs, &script);
+    let a = Host::start("a", dir, &secret);
+    let b = Host::start("b", dir, &secret);
+    let reference = reference_output(&a, &exe, &ITERATIVE_ARGS);
+
+    let (tx, lines) = mpsc::channel();
+    let mut vm = Console2 { lines, seen: Vec::new() };
+    let (mut qemu, _qmp) = start_qemu(&kit, dir, &initrd, "a1", Some(&a), &tx);
+    let session = vm_session_busy(&a, 40, &mut vm);
+    migrate_session(&a, session, &b.endpoint());
+    // The guest reconnects to A (its only way out of the VM) and is told the session is at
+    // B's socket.
+    let told = format!("is sent to {}", b.endpoint());
+    let deadline = Instant::now() + timeout();
+    while !phos_tests::router_log().contains(&told) {
+        assert!(
+            Instant::now() < deadline,
+            "A never told the guest where its session went:\n{}",
+            phos_tests::router_log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    migrate_session(&b, session, &a.endpoint());
+
+    vm.wait_for("@@PHOS-DONE", timeout());
+    let _ = qemu.wait();
+    let console = Console { console: vm.seen.clone() };
+    let (out, rc) = console.output_of("out_iterative");
+    assert_eq!(rc, "rc=0", "the program in the VM:\n{}\nrouters:\n{}", vm.text(), phos_tests::router_log());
+    assert_eq!(out, reference, "output differs from the uninterrupted run");
 }
