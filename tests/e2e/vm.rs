@@ -857,9 +857,6 @@ fn a_vm_moves_with_its_gpu_session_and_back() {
 /// flight (a channel each): every thread's checks of its buffer hold after the moves (a
 /// launch lost or run twice would show).
 #[test]
-#[ignore = "known bug: now and then a thread's buffer is one add off after the moves (a launch lost or run twice \
-            around the sessions' hand-over with several channels, as in migration.rs's threaded test); run with \
-            --ignored while fixing it"]
 fn a_vm_moves_with_a_multithreaded_program_and_back() {
     let Some(kit) = kit() else { return };
     let exe = build_program(&kit.nvcc, "stream_traffic", &["-arch=sm_70"]);
