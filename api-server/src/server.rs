@@ -543,6 +543,7 @@ impl ApiServer {
             Function::Cudart(f) => Self::outcome(s, f.name(), dispatch::cudart::dispatch(s, &cx, f, payload, out)),
             Function::Cuda(f) => Self::outcome(s, f.name(), dispatch::cuda::dispatch(s, &cx, f, payload, out)),
             Function::Cublas(f) => Self::outcome(s, f.name(), dispatch::cublas::dispatch(s, &cx, f, payload, out)),
+            Function::Cusolver(f) => Self::outcome(s, f.name(), dispatch::cusolver::dispatch(s, &cx, f, payload, out)),
         }));
         if s.hooks.active() {
             s.hooks.after_call();
@@ -595,5 +596,8 @@ pub(crate) fn replay(
         Function::Cudart(id) => dispatch::cudart::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string()),
         Function::Cuda(id) => dispatch::cuda::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string()),
         Function::Cublas(id) => dispatch::cublas::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string()),
+        Function::Cusolver(id) => {
+            dispatch::cusolver::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string())
+        }
     }
 }

@@ -12,10 +12,12 @@ pub const SERVED_FILES: [&core::ffi::CStr; SERVED_COUNT] = [
     c"libcublas.so.11",
     c"libcublas.so.12",
     c"libcublas.so.13",
+    c"libcusolver.so.11",
+    c"libcusolver.so.12",
 ];
 
 /// How many files Phos serves libraries with.
-pub const SERVED_COUNT: usize = 7;
+pub const SERVED_COUNT: usize = 9;
 
 /// Which of Phos's files serves a library name ([`SERVED_FILES`] index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +29,8 @@ pub enum Served {
     Blas11 = 4,
     Blas12 = 5,
     Blas13 = 6,
+    Solver11 = 7,
+    Solver12 = 8,
 }
 
 /// The last component of a path.
@@ -56,7 +60,9 @@ fn versioned<'a>(name: &'a [u8], stem: &[u8]) -> Option<&'a [u8]> {
 /// component is looked at) should open instead: the driver for every `libcuda.so*`, the
 /// runtime of the same major version for `libcudart.so.11*`, `.12*` and `.13*`, and the
 /// CUDA 12 runtime (Phos's default ABI) for an unversioned `libcudart.so`; cuBLAS of the same
-/// major version for `libcublas.so.11*`, `.12*`, `.13*` (12 for `libcublas.so`). `None` for
+/// major version for `libcublas.so.11*`, `.12*`, `.13*` (12 for `libcublas.so`); cuSOLVER of
+/// the same major version for `libcusolver.so.11*` (CUDA 11 and 12) and `.12*` (CUDA 13; 11 for
+/// `libcusolver.so`). `None` for
 /// anything else, including a runtime of a major version Phos does not present (left alone:
 /// if it gets mapped, it is reported).
 pub fn served(name: &[u8]) -> Option<Served> {
@@ -69,6 +75,13 @@ pub fn served(name: &[u8]) -> Option<Served> {
             b"" | b"12" => Some(Served::Blas12),
             b"11" => Some(Served::Blas11),
             b"13" => Some(Served::Blas13),
+            _ => None,
+        };
+    }
+    if let Some(version) = versioned(base, b"libcusolver.so") {
+        return match major(version) {
+            b"" | b"11" => Some(Served::Solver11),
+            b"12" => Some(Served::Solver12),
             _ => None,
         };
     }
@@ -99,7 +112,7 @@ const UNSERVED: &[(&[u8], &str)] = &[
     (b"libcurand.so", "cuRAND"),
     (b"libcusparseLt.so", "cuSPARSELt"),
     (b"libcusparse.so", "cuSPARSE"),
-    (b"libcusolver", "cuSOLVER"),
+    (b"libcusolverMg.so", "cuSOLVERMg"),
     (b"libcutensor", "cuTENSOR"),
     (b"libnccl.so", "NCCL"),
     (b"libnvidia-ml.so", "NVML"),
@@ -144,6 +157,11 @@ mod tests {
             (b"libcublas.so", Some(Served::Blas12)),
             (b"libcublasLt.so.12", None),
             (b"libcublas.so.10", None),
+            (b"libcusolver.so.11", Some(Served::Solver11)),
+            (b"/site-packages/nvidia/cusolver/lib/libcusolver.so.11", Some(Served::Solver11)),
+            (b"libcusolver.so.12", Some(Served::Solver12)),
+            (b"libcusolver.so", Some(Served::Solver11)),
+            (b"libcusolverMg.so.11", None),
             (b"/opt/libcuda.so.1/libm.so.6", None),
             (b"", None),
         ] {
@@ -157,6 +175,8 @@ mod tests {
             Served::Blas11,
             Served::Blas12,
             Served::Blas13,
+            Served::Solver11,
+            Served::Solver12,
         ] {
             assert_eq!(served(SERVED_FILES[s as usize].to_bytes()), Some(s), "Phos's own file names serve themselves");
         }

@@ -32,6 +32,8 @@ pub const SONAMES: &[&str] = &[
     "libcublas.so.11",
     "libcublas.so.12",
     "libcublas.so.13",
+    "libcusolver.so.11",
+    "libcusolver.so.12",
 ];
 
 /// Why the guest library cannot be offered to a program.

@@ -92,6 +92,8 @@ pub struct CudaBackend {
     raw: RawDriver,
     /// NVIDIA's libcublas, loaded at the first cuBLAS call (`None` when none is found).
     cublas: std::sync::OnceLock<Option<super::vendor::Cublas>>,
+    /// NVIDIA's libcusolver, loaded at the first cuSOLVER call (`None` when none is found).
+    cusolver: std::sync::OnceLock<Option<super::vendor::Cusolver>>,
     /// `cuDeviceGetAttribute`, called with plain integers: attributes come from guests and
     /// may not be valid enumerators of the bindings' Rust enum.
     get_attribute: unsafe extern "C" fn(*mut i32, i32, sys::CUdevice) -> i32,
@@ -461,7 +463,15 @@ impl CudaBackend {
         BOUND.with(|b| b.set(count - 1));
         let timer = Mutex::new(KernelTimer::new(devices.len()));
         let raw = RawDriver::load()?;
-        Ok(CudaBackend { devices, driver_version, raw, cublas: std::sync::OnceLock::new(), get_attribute, timer })
+        Ok(CudaBackend {
+            devices,
+            driver_version,
+            raw,
+            cublas: std::sync::OnceLock::new(),
+            cusolver: std::sync::OnceLock::new(),
+            get_attribute,
+            timer,
+        })
     }
 
     pub(super) fn device(&self, device: i32) -> Result<&Device, CudaError> {
@@ -1250,6 +1260,25 @@ impl Libraries for CudaBackend {
                 }
                 Err(e) => {
                     tracing::warn!("cuBLAS calls run on the server's CPU (slowly): {e}");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    fn cusolver(&self) -> Option<&super::vendor::Cusolver> {
+        self.cusolver
+            .get_or_init(|| match super::vendor::Cusolver::open() {
+                Ok(c) => {
+                    tracing::info!(
+                        "cuSOLVER: {} ({} of the compute functions Phos carries found)",
+                        c.path.display(),
+                        c.library.found()
+                    );
+                    Some(c)
+                }
+                Err(e) => {
+                    tracing::warn!("cuSOLVER calls run on the server's CPU (slowly): {e}");
                     None
                 }
             })

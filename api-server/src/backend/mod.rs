@@ -427,6 +427,10 @@ pub trait Libraries: Send + Sync {
     fn cublas(&self) -> Option<&vendor::Cublas> {
         None
     }
+    /// NVIDIA's libcusolver (the dense API).
+    fn cusolver(&self) -> Option<&vendor::Cusolver> {
+        None
+    }
 }
 
 /// Every capability: what a session's backend is (`cuda` or `emu`).

@@ -12,6 +12,7 @@
 //! - [`graphs`] stream captures, graphs, their nodes and executable graphs;
 //! - [`arrays`] CUDA arrays, mipmapped arrays, texture and surface objects;
 //! - [`blas`] cuBLAS handles and their settings;
+//! - [`solver`] cuSOLVER dense handles and their streams;
 //! - [`devices`] facts about the devices, asked of the backend once.
 //!
 //! API objects reach the guest as virtual [`handles`] of their kind. A library's objects (a
@@ -28,6 +29,7 @@ pub mod handles;
 pub mod host;
 pub mod memory;
 pub mod modules;
+pub mod solver;
 pub mod streams;
 
 use std::sync::Arc;
@@ -44,10 +46,12 @@ use graphs::{GraphLimits, GraphRegistry};
 use host::PinnedArena;
 use memory::AddressSpace;
 use modules::ModuleRegistry;
+use solver::SolverRegistry;
 use streams::StreamRegistry;
 
 pub struct Registries {
     pub blas: BlasRegistry,
+    pub solver: SolverRegistry,
     /// Shared with the C/R engine's hooks, which note writes in its dirty log.
     pub memory: Arc<AddressSpace>,
     pub host: PinnedArena,
@@ -60,7 +64,7 @@ pub struct Registries {
 }
 
 /// Kinds of handle whose counters a checkpoint keeps (the kinds checkpoints hold objects of).
-const COUNTED: [&str; 5] = ["stream", "event", "module", "function", "cublas_handle"];
+const COUNTED: [&str; 6] = ["stream", "event", "module", "function", "cublas_handle", "cusolver_dn_handle"];
 
 impl Registries {
     /// The registries of a session whose device memory lives in `[base, base + size)`, each
@@ -68,6 +72,7 @@ impl Registries {
     pub fn new(backend: &dyn Backend, base: u64, size: u64, limits: &SessionLimits) -> Result<Self, CudaError> {
         Ok(Registries {
             blas: BlasRegistry::default(),
+            solver: SolverRegistry::default(),
             memory: Arc::new(AddressSpace::reserve(backend, base, size, limits.get(LimitKind::Allocations))?),
             host: PinnedArena::new(limits.get(LimitKind::HostAllocations)),
             streams: StreamRegistry::new(limits.get(LimitKind::Streams)),
@@ -86,8 +91,14 @@ impl Registries {
     /// Next value of each handle kind's counter.
     pub fn handle_counters(&self) -> Vec<(String, u64)> {
         let (modules, functions) = self.modules.next_counters();
-        let values =
-            [self.streams.next_counter(), self.events.next_counter(), modules, functions, self.blas.next_counter()];
+        let values = [
+            self.streams.next_counter(),
+            self.events.next_counter(),
+            modules,
+            functions,
+            self.blas.next_counter(),
+            self.solver.next_counter(),
+        ];
         COUNTED.iter().zip(values).map(|(k, v)| (k.to_string(), v)).collect()
     }
 
@@ -105,12 +116,16 @@ impl Registries {
         if let Some(n) = get("cublas_handle") {
             self.blas.set_next_counter(n);
         }
+        if let Some(n) = get("cusolver_dn_handle") {
+            self.solver.set_next_counter(n);
+        }
     }
 
     /// Destroy every object (a device reset, the session's end). Pinned host memory is the
     /// guest's and outlives a device reset: [`PinnedArena::release`] lets go of it.
     pub fn release_all(&self, backend: &dyn Backend) {
         self.blas.release_all(backend);
+        self.solver.release_all(backend);
         self.streams.release_all(backend);
         self.events.release_all(backend);
         self.graphs.release_all();

@@ -8,6 +8,7 @@ mod arrays;
 pub mod cublas;
 pub mod cuda;
 pub mod cudart;
+pub mod cusolver;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
