@@ -17,12 +17,18 @@ fn at(ld: usize, i: usize, j: usize) -> usize {
 }
 
 /// Why a CPU solver call could not run.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SolverError {
     #[error("ipiv[{index}] is {value}, outside 1..={n}")]
     BadPivot { index: usize, value: i32, n: usize },
-    #[error("the eigenvalue iteration did not converge")]
+    #[error("the iteration did not converge (or the matrix holds a NaN or an infinity)")]
     NoConvergence,
+}
+
+/// Sweeps the eigenvalue and SVD iterations may take (LAPACK's bound, 30 per row), so that a
+/// matrix of NaNs from a program ends in `NoConvergence` rather than a server that spins.
+fn max_sweeps(n: usize) -> usize {
+    30 * n.max(1)
 }
 
 /// LU with partial pivoting (`getrf`) of the m x n matrix `a`: the pivots go to `ipiv` (1-based;
@@ -255,11 +261,18 @@ pub fn syevd(
     lda: usize,
     w: &mut [f64],
 ) -> Result<(), SolverError> {
+    if n == 0 {
+        return Ok(());
+    }
     let sym = DMatrix::from_fn(n, n, |i, j| {
         let (r, c) = if (i >= j) == lower { (i, j) } else { (j, i) };
         a[at(lda, r, c)]
     });
-    let eig = nalgebra::SymmetricEigen::try_new(sym, f64::EPSILON, 0).ok_or(SolverError::NoConvergence)?;
+    // nalgebra's iterations assume finite numbers (its SVD panics on a NaN).
+    if sym.iter().any(|v| !v.is_finite()) {
+        return Err(SolverError::NoConvergence);
+    }
+    let eig = nalgebra::SymmetricEigen::try_new(sym, f64::EPSILON, max_sweeps(n)).ok_or(SolverError::NoConvergence)?;
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by(|&x, &y| eig.eigenvalues[x].total_cmp(&eig.eigenvalues[y]));
     for (dst, &src) in order.iter().enumerate() {
@@ -307,11 +320,20 @@ pub struct Svd {
 /// columns (m for a full U, n for the leading ones, 0 for none), V^T n x n. Computed as LAPACK
 /// does for a tall matrix: A = Q R, then R = Ur S V^T, and U = Q [Ur 0; 0 I].
 pub fn gesvd(m: usize, n: usize, a: &[f64], lda: usize, ucols: usize) -> Result<Svd, SolverError> {
+    if n == 0 {
+        // Nothing to decompose; a full U is the identity.
+        let u = (0..m * ucols).map(|p| if p % (m + 1) == 0 { 1.0 } else { 0.0 }).collect();
+        return Ok(Svd { s: Vec::new(), u, ucols, vt: Vec::new() });
+    }
     let mut qr: Vec<f64> = (0..n).flat_map(|j| (0..m).map(move |i| (i, j))).map(|(i, j)| a[at(lda, i, j)]).collect();
     let mut tau = vec![0.0; n];
     geqrf(m, n, &mut qr, m, &mut tau);
     let r = DMatrix::from_fn(n, n, |i, j| if i <= j { qr[at(m, i, j)] } else { 0.0 });
-    let svd = nalgebra::SVD::try_new(r, ucols > 0, true, f64::EPSILON, 0).ok_or(SolverError::NoConvergence)?;
+    if r.iter().any(|v| !v.is_finite()) {
+        return Err(SolverError::NoConvergence);
+    }
+    let svd =
+        nalgebra::SVD::try_new(r, ucols > 0, true, f64::EPSILON, max_sweeps(n)).ok_or(SolverError::NoConvergence)?;
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by(|&x, &y| svd.singular_values[y].total_cmp(&svd.singular_values[x]));
     let s: Vec<f64> = order.iter().map(|&i| svd.singular_values[i]).collect();
@@ -435,6 +457,22 @@ mod tests {
         assert!(close(&w, &[1.0, 3.0]), "{w:?}");
         let s = std::f64::consts::FRAC_1_SQRT_2;
         assert!((a[0].abs() - s).abs() < 1e-12 && (a[0] + a[1]).abs() < 1e-12, "(1, -1)/sqrt 2: {a:?}");
+    }
+
+    #[test]
+    fn a_matrix_of_nans_does_not_converge() {
+        // Refused before nalgebra's iterations, which assume finite numbers.
+        let nan = SolverError::NoConvergence;
+        assert_eq!(syevd(true, true, 2, &mut [f64::NAN; 4], 2, &mut [0.0; 2]), Err(nan));
+        assert_eq!(gesvd(3, 2, &[1.0, f64::INFINITY, 0.0, 0.0, 1.0, 0.0], 3, 3).err(), Some(nan));
+    }
+
+    #[test]
+    fn empty_matrices_are_answered() {
+        assert_eq!(syevd(true, true, 0, &mut [], 1, &mut []), Ok(()));
+        let svd = gesvd(2, 0, &[], 2, 2).unwrap();
+        assert!(svd.s.is_empty() && svd.u == [1.0, 0.0, 0.0, 1.0]);
+        assert!(gesvd(0, 0, &[], 1, 0).unwrap().u.is_empty());
     }
 
     #[test]
