@@ -147,7 +147,8 @@ fn build_with_runtime(nvcc: &Path, dir: &Path, name: &str, cudart: &str, extra: 
     // renamed into place, so another test binary never runs a half-written file.
     static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one_at_a_time = BUILDING.lock().unwrap_or_else(|p| p.into_inner());
-    if exe.exists() && newer(&exe, &src) && newer(&exe, &cuda_dir().join("check.h")) {
+    let headers = ["check.h", "driver_check.h"].map(|h| cuda_dir().join(h));
+    if exe.exists() && newer(&exe, &src) && headers.iter().all(|h| newer(&exe, h)) {
         return exe;
     }
     let partial = out_dir.join(format!(".{name}{tag}.{}", std::process::id()));

@@ -225,7 +225,8 @@ impl Ref<'_> {
             }
             return self.texel(lv, layer, idx[0], idx[1], idx[2]);
         }
-        // tex(x) = (1 - a) T[i] + a T[i + 1] with i = floor(x - 0.5), a = frac(x - 0.5) in 1.8 fixed point.
+        // tex(x) = (1 - a) T[i] + a T[i + 1] with i = floor(x - 0.5), a = frac(x - 0.5) in 1.8 fixed point; in more
+        // dimensions the product of the fractions, rounded to 1.8 fixed point, weighs each corner.
         let mut lo = [0i64; 3];
         let mut a = [0f64; 3];
         for k in 0..dims {
@@ -246,6 +247,10 @@ impl Ref<'_> {
                     Some(i) => idx[k] = i,
                     None => inside = false,
                 }
+            }
+            // Each corner's weight is itself rounded to 1/256 (what an H100 reads at border addressing).
+            if dims > 1 {
+                w = (w * 256.0 + 0.5).floor() / 256.0;
             }
             if w == 0.0 {
                 continue;

@@ -9,24 +9,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 #include <cuda.h>
-#include "check.h"
-
-#define CU(call)                                                                             \
-    do {                                                                                     \
-        CUresult r_ = (call);                                                                \
-        if (r_ != CUDA_SUCCESS) {                                                            \
-            const char *name_ = nullptr;                                                     \
-            cuGetErrorName(r_, &name_);                                                      \
-            std::printf("FAILED: %s -> %s at %s:%d\n", #call, name_ ? name_ : "?", __FILE__, \
-                        __LINE__);                                                           \
-            std::exit(1);                                                                    \
-        }                                                                                    \
-    } while (0)
-
-static const char *name_of(CUresult r) {
-    const char *name = nullptr;
-    return cuGetErrorName(r, &name) == CUDA_SUCCESS ? name : "(no name)";
-}
+#include "driver_check.h"
 
 static const char *yes(bool b) { return b ? "yes" : "no"; }
 

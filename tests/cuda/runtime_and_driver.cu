@@ -4,24 +4,7 @@
 // guest library and one session. Prints only what does not depend on the GPU model.
 #include <cstring>
 #include <cuda.h>
-#include "check.h"
-
-#define CU(call)                                                                             \
-    do {                                                                                     \
-        CUresult r_ = (call);                                                                \
-        if (r_ != CUDA_SUCCESS) {                                                            \
-            const char *name_ = nullptr;                                                     \
-            cuGetErrorName(r_, &name_);                                                      \
-            std::printf("FAILED: %s -> %s at %s:%d\n", #call, name_ ? name_ : "?", __FILE__, \
-                        __LINE__);                                                           \
-            std::exit(1);                                                                    \
-        }                                                                                    \
-    } while (0)
-
-static const char *name_of(CUresult r) {
-    const char *name = nullptr;
-    return cuGetErrorName(r, &name) == CUDA_SUCCESS ? name : "(no name)";
-}
+#include "driver_check.h"
 
 __global__ void fill(int *out, int n, int base) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -65,8 +65,11 @@ static float reference(float x, float y, bool linear, bool normalized, cudaTextu
     int i = (int)floorf(xb), j = (int)floorf(yb);
     double a = std::round((double)(xb - floorf(xb)) * 256.0) / 256.0;
     double b = std::round((double)(yb - floorf(yb)) * 256.0) / 256.0;
-    double r = (1 - a) * (1 - b) * fetch(i, j, mode) + a * (1 - b) * fetch(i + 1, j, mode) +
-               (1 - a) * b * fetch(i, j + 1, mode) + a * b * fetch(i + 1, j + 1, mode);
+    // Each corner's weight, the product of its fractions, is itself rounded to 8 fractional bits (it shows at the
+    // border, where the corners' weights do not cancel out as they do over this texture's linear texels).
+    auto q = [](double w) { return std::floor(w * 256.0 + 0.5) / 256.0; };
+    double r = q((1 - a) * (1 - b)) * fetch(i, j, mode) + q(a * (1 - b)) * fetch(i + 1, j, mode) +
+               q((1 - a) * b) * fetch(i, j + 1, mode) + q(a * b) * fetch(i + 1, j + 1, mode);
     return (float)r;
 }
 

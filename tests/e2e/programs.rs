@@ -100,8 +100,15 @@ fn every_program_is_tested() {
 }
 
 /// Programs with a test of their own below.
-const TESTED_APART: &[&str] =
-    &["runtime_and_driver", "rewriter", "driver_api", "restore_on_demand", "cublas_blas", "cusolver_dense"];
+const TESTED_APART: &[&str] = &[
+    "runtime_and_driver",
+    "rewriter",
+    "driver_api",
+    "driver_arrays",
+    "restore_on_demand",
+    "cublas_blas",
+    "cusolver_dense",
+];
 
 /// A program of both the runtime and the driver API (linked with `-lcuda`, so the loader
 /// reaches the guest library first as `libcuda.so.1`, then as `libcudart.so.11.0`): it prints
@@ -139,13 +146,10 @@ fn runtime_and_driver() {
 /// library, never in NVIDIA's.
 #[test]
 fn driver_api() {
-    let Some(nvcc) = nvcc() else { return };
-    let exe = build_program(&nvcc, "driver_api", &["-arch=sm_70", "-lcuda"]);
-    let out = phos_run_over("emu", "shm", &exe, &[]);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
-    assert_eq!(stdout, expected("driver_api"), "output differs from the native run\nstderr:\n{stderr}");
+    if nvcc().is_none() {
+        return;
+    }
+    let stderr = driver_program("driver_api");
     let line = stderr
         .lines()
         .find_map(|l| l.strip_prefix("cudaGetDriverEntryPoint(cuMemAlloc) lies in "))
@@ -153,6 +157,26 @@ fn driver_api() {
     let lies_in = std::fs::canonicalize(line).unwrap_or_else(|e| panic!("{line}: {e}"));
     let phos = std::fs::canonicalize(phos_tests::built("libphos_guest.so")).unwrap();
     assert_eq!(lies_in, phos, "the driver entry point must be Phos's own");
+}
+
+/// CUDA arrays, texture and surface objects through the driver API (`cuArrayCreate`,
+/// `cuMemcpy2D`/`3D`, `cuTexObjectCreate`...) print what they print natively.
+#[test]
+fn driver_arrays() {
+    driver_program("driver_arrays");
+}
+
+/// Runs a program of the driver API (linked with `-lcuda`) on emu and compares its output
+/// with the native GPU's; what it printed to standard error.
+fn driver_program(name: &str) -> String {
+    let Some(nvcc) = nvcc() else { return String::new() };
+    let exe = build_program(&nvcc, name, &["-arch=sm_70", "-lcuda"]);
+    let out = phos_run_over("emu", "shm", &exe, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{name} failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert_eq!(stdout, expected(name), "{name}: output differs from the native run\nstderr:\n{stderr}");
+    stderr
 }
 
 #[test]

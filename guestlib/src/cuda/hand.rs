@@ -10,7 +10,7 @@ use phos_protocol::types::Dim3;
 
 use super::bridge::{self, dptr};
 use super::stubs::HandWritten;
-use super::{context, entry_points, memory, modules, vmm};
+use super::{arrays, context, entry_points, memory, modules, vmm};
 use crate::cudart::stubs as cudart;
 use crate::runtime;
 
@@ -330,6 +330,24 @@ impl HandWritten for Hand {
             // SAFETY: `dptr_out` is a writable `CUdeviceptr` (not null, checked above), the
             // size of the `void *` cudaMalloc writes.
             bridge::runtime(|| unsafe { cudart::cudaMalloc(dptr_out as *mut *mut c_void, bytesize) })
+        })
+    }
+
+    unsafe fn cuMemAllocPitch_v2(
+        dptr_out: *mut u64,
+        pitch: *mut usize,
+        width: usize,
+        height: usize,
+        element: u32,
+    ) -> i32 {
+        in_context(F::CuMemAllocPitchV2, || {
+            // The driver's element sizes; the pitch suits any of them.
+            if dptr_out.is_null() || pitch.is_null() || width == 0 || height == 0 || !matches!(element, 4 | 8 | 16) {
+                return Err(CuError::INVALID_VALUE);
+            }
+            // SAFETY: both outputs are writable (not null, checked above; this export's contract),
+            // of the sizes cudaMallocPitch writes.
+            bridge::runtime(|| unsafe { cudart::cudaMallocPitch(dptr_out as *mut *mut c_void, pitch, width, height) })
         })
     }
 
@@ -780,6 +798,175 @@ impl HandWritten for Hand {
     unsafe fn cuEventDestroy_v2(event: *mut c_void) -> i32 {
         // SAFETY: a handle, which the server checks.
         in_context(F::CuEventDestroyV2, || bridge::runtime(|| unsafe { cudart::cudaEventDestroy(event) }))
+    }
+
+    // CUDA arrays, texture and surface objects: the runtime's, through `arrays`.
+
+    unsafe fn cuArrayCreate_v2(out: *mut *mut c_void, desc: *const c_void) -> i32 {
+        // SAFETY: the pointers as cuArrayCreate asks of its caller.
+        in_context(F::CuArrayCreateV2, || unsafe { arrays::create(out, desc, false, None) })
+    }
+
+    unsafe fn cuArray3DCreate_v2(out: *mut *mut c_void, desc: *const c_void) -> i32 {
+        // SAFETY: the pointers as cuArray3DCreate asks of its caller.
+        in_context(F::CuArray3DCreateV2, || unsafe { arrays::create(out, desc, true, None) })
+    }
+
+    unsafe fn cuMipmappedArrayCreate(out: *mut *mut c_void, desc: *const c_void, levels: u32) -> i32 {
+        // SAFETY: the pointers as cuMipmappedArrayCreate asks of its caller.
+        in_context(F::CuMipmappedArrayCreate, || unsafe { arrays::create(out, desc, true, Some(levels)) })
+    }
+
+    unsafe fn cuArrayGetDescriptor_v2(out: *mut c_void, array: *mut c_void) -> i32 {
+        // SAFETY: `out` as cuArrayGetDescriptor asks of its caller; the handle is the server's to check.
+        in_context(F::CuArrayGetDescriptorV2, || unsafe { arrays::describe(out, array, false) })
+    }
+
+    unsafe fn cuArray3DGetDescriptor_v2(out: *mut c_void, array: *mut c_void) -> i32 {
+        // SAFETY: `out` as cuArray3DGetDescriptor asks of its caller.
+        in_context(F::CuArray3DGetDescriptorV2, || unsafe { arrays::describe(out, array, true) })
+    }
+
+    unsafe fn cuArrayDestroy(array: *mut c_void) -> i32 {
+        // SAFETY: a handle, which the server checks.
+        in_context(F::CuArrayDestroy, || bridge::runtime(|| unsafe { cudart::cudaFreeArray(array) }))
+    }
+
+    unsafe fn cuMipmappedArrayDestroy(mipmap: *mut c_void) -> i32 {
+        // SAFETY: a handle, which the server checks.
+        in_context(F::CuMipmappedArrayDestroy, || bridge::runtime(|| unsafe { cudart::cudaFreeMipmappedArray(mipmap) }))
+    }
+
+    unsafe fn cuMipmappedArrayGetLevel(out: *mut *mut c_void, mipmap: *mut c_void, level: u32) -> i32 {
+        in_context(F::CuMipmappedArrayGetLevel, || {
+            if out.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            // SAFETY: `out` is a writable `CUarray` (not null; this export's contract); the
+            // handle is the server's to check.
+            bridge::runtime(|| unsafe { cudart::cudaGetMipmappedArrayLevel(out, mipmap, level) })
+        })
+    }
+
+    unsafe fn cuMemcpy2D_v2(copy: *const c_void) -> i32 {
+        // SAFETY: a `CUDA_MEMCPY2D` as cuMemcpy2D asks of its caller.
+        in_context(F::CuMemcpy2DV2, || unsafe { arrays::memcpy_2d(copy, None) })
+    }
+
+    unsafe fn cuMemcpy2DUnaligned_v2(copy: *const c_void) -> i32 {
+        // SAFETY: as in `cuMemcpy2D_v2`.
+        in_context(F::CuMemcpy2DUnalignedV2, || unsafe { arrays::memcpy_2d(copy, None) })
+    }
+
+    unsafe fn cuMemcpy2DAsync_v2(copy: *const c_void, stream: *mut c_void) -> i32 {
+        // SAFETY: as in `cuMemcpy2D_v2`; the stream is the server's to check.
+        in_context(F::CuMemcpy2DAsyncV2, || unsafe { arrays::memcpy_2d(copy, Some(stream as u64)) })
+    }
+
+    unsafe fn cuMemcpy3D_v2(copy: *const c_void) -> i32 {
+        // SAFETY: a `CUDA_MEMCPY3D` as cuMemcpy3D asks of its caller.
+        in_context(F::CuMemcpy3DV2, || unsafe { arrays::memcpy_3d(copy, None) })
+    }
+
+    unsafe fn cuMemcpy3DAsync_v2(copy: *const c_void, stream: *mut c_void) -> i32 {
+        // SAFETY: as in `cuMemcpy3D_v2`; the stream is the server's to check.
+        in_context(F::CuMemcpy3DAsyncV2, || unsafe { arrays::memcpy_3d(copy, Some(stream as u64)) })
+    }
+
+    unsafe fn cuMemcpyHtoA_v2(array: *mut c_void, offset: usize, src: *const c_void, count: usize) -> i32 {
+        // SAFETY: `src` is `count` readable bytes (this export's contract).
+        in_context(F::CuMemcpyHtoAV2, || unsafe { arrays::to_array(array, offset, src, count, false, None) })
+    }
+
+    unsafe fn cuMemcpyHtoAAsync_v2(
+        array: *mut c_void,
+        offset: usize,
+        src: *const c_void,
+        count: usize,
+        stream: *mut c_void,
+    ) -> i32 {
+        // SAFETY: as in `cuMemcpyHtoA_v2`.
+        in_context(F::CuMemcpyHtoAAsyncV2, || unsafe {
+            arrays::to_array(array, offset, src, count, false, Some(stream as u64))
+        })
+    }
+
+    unsafe fn cuMemcpyDtoA_v2(array: *mut c_void, offset: usize, src: u64, count: usize) -> i32 {
+        // SAFETY: a device source, which the server checks.
+        in_context(F::CuMemcpyDtoAV2, || unsafe { arrays::to_array(array, offset, dptr(src), count, true, None) })
+    }
+
+    unsafe fn cuMemcpyAtoH_v2(dst: *mut c_void, array: *mut c_void, offset: usize, count: usize) -> i32 {
+        // SAFETY: `dst` is `count` writable bytes (this export's contract).
+        in_context(F::CuMemcpyAtoHV2, || unsafe { arrays::from_array(dst, array, offset, count, false, None) })
+    }
+
+    unsafe fn cuMemcpyAtoHAsync_v2(
+        dst: *mut c_void,
+        array: *mut c_void,
+        offset: usize,
+        count: usize,
+        stream: *mut c_void,
+    ) -> i32 {
+        // SAFETY: as in `cuMemcpyAtoH_v2`.
+        in_context(F::CuMemcpyAtoHAsyncV2, || unsafe {
+            arrays::from_array(dst, array, offset, count, false, Some(stream as u64))
+        })
+    }
+
+    unsafe fn cuMemcpyAtoD_v2(dst: u64, array: *mut c_void, offset: usize, count: usize) -> i32 {
+        // SAFETY: a device destination, which the server checks.
+        in_context(F::CuMemcpyAtoDV2, || unsafe { arrays::from_array(dptr(dst), array, offset, count, true, None) })
+    }
+
+    unsafe fn cuMemcpyAtoA_v2(
+        dst: *mut c_void,
+        dst_offset: usize,
+        src: *mut c_void,
+        src_offset: usize,
+        count: usize,
+    ) -> i32 {
+        in_context(F::CuMemcpyAtoAV2, || arrays::array_to_array(dst, dst_offset, src, src_offset, count))
+    }
+
+    unsafe fn cuTexObjectCreate(out: *mut u64, res: *const c_void, tex: *const c_void, view: *const c_void) -> i32 {
+        // SAFETY: the descriptors as cuTexObjectCreate asks of its caller.
+        in_context(F::CuTexObjectCreate, || unsafe { arrays::create_texture(out, res, tex, view) })
+    }
+
+    unsafe fn cuTexObjectDestroy(object: u64) -> i32 {
+        // SAFETY: a value, which the server checks.
+        in_context(F::CuTexObjectDestroy, || bridge::runtime(|| unsafe { cudart::cudaDestroyTextureObject(object) }))
+    }
+
+    unsafe fn cuTexObjectGetResourceDesc(out: *mut c_void, object: u64) -> i32 {
+        // SAFETY: `out` as the query asks of its caller.
+        in_context(F::CuTexObjectGetResourceDesc, || unsafe { arrays::texture_resource(out, object) })
+    }
+
+    unsafe fn cuTexObjectGetTextureDesc(out: *mut c_void, object: u64) -> i32 {
+        // SAFETY: `out` as the query asks of its caller.
+        in_context(F::CuTexObjectGetTextureDesc, || unsafe { arrays::texture_desc_of(out, object) })
+    }
+
+    unsafe fn cuTexObjectGetResourceViewDesc(out: *mut c_void, object: u64) -> i32 {
+        // SAFETY: `out` as the query asks of its caller.
+        in_context(F::CuTexObjectGetResourceViewDesc, || unsafe { arrays::texture_view(out, object) })
+    }
+
+    unsafe fn cuSurfObjectCreate(out: *mut u64, res: *const c_void) -> i32 {
+        // SAFETY: the pointers as cuSurfObjectCreate asks of its caller.
+        in_context(F::CuSurfObjectCreate, || unsafe { arrays::create_surface(out, res) })
+    }
+
+    unsafe fn cuSurfObjectDestroy(object: u64) -> i32 {
+        // SAFETY: a value, which the server checks.
+        in_context(F::CuSurfObjectDestroy, || bridge::runtime(|| unsafe { cudart::cudaDestroySurfaceObject(object) }))
+    }
+
+    unsafe fn cuSurfObjectGetResourceDesc(out: *mut c_void, object: u64) -> i32 {
+        // SAFETY: `out` as the query asks of its caller.
+        in_context(F::CuSurfObjectGetResourceDesc, || unsafe { arrays::surface_resource(out, object) })
     }
 
     fn driver_initialized() -> Result<i128, CuError> {

@@ -5,6 +5,7 @@
 //! core: the session, its channels, and its handles (a `CUstream` is a `cudaStream_t`, a
 //! `CUdeviceptr` the runtime's device pointer, a `CUmodule` a module the server loaded).
 
+mod arrays;
 mod bridge;
 pub mod context;
 pub mod entry_points;

@@ -18,7 +18,7 @@ use phos_protocol::types::{ChannelFormatDesc, Extent, PitchedPtr, ResourceViewWi
 use phos_protocol::{CudaError, Ptr};
 
 use super::hand::memcpy_kind_of;
-use super::memory::{Memcpy3DParms, check_carried, pack};
+use super::memory::{Memcpy3DParms, Side, check_carried, pack};
 use crate::{runtime, soname};
 
 /// `cudaResourceType`.
@@ -122,14 +122,6 @@ fn from_array_direction(kind: i32, dst: u64) -> Result<i32, CudaError> {
     }
 }
 
-/// A linear side of an array copy: where it starts, its row pitch and slice pitch.
-#[derive(Clone, Copy)]
-pub(crate) struct Linear {
-    pub addr: u64,
-    pub pitch: u64,
-    pub slice: u64,
-}
-
 /// A copy of `w` bytes x `h` rows x `d` slices into `array` at `(x bytes, y, z)`.
 ///
 /// # Safety
@@ -137,7 +129,7 @@ pub(crate) struct Linear {
 pub(crate) unsafe fn copy_to_array(
     array: u64,
     [x, y, z]: [u64; 3],
-    src: Linear,
+    src: Side,
     (w, h, d): (u64, u64, u64),
     kind: i32,
     stream: Option<u64>,
@@ -185,7 +177,7 @@ pub(crate) unsafe fn copy_to_array(
 /// # Safety
 /// A host destination must be writable for every row of the extent at its pitches.
 pub(crate) unsafe fn copy_from_array(
-    dst: Linear,
+    dst: Side,
     array: u64,
     [x, y, z]: [u64; 3],
     (w, h, d): (u64, u64, u64),
@@ -332,7 +324,7 @@ pub unsafe fn memcpy_to_array(
     let row = row_bytes(dst)?;
     for ([px, py, _], at, w, h) in linear_pieces(row, x as u64, y as u64, count as u64)? {
         let side =
-            Linear { addr: (src as u64).checked_add(at).ok_or(CudaError::InvalidValue)?, pitch: w.max(row), slice: 0 };
+            Side { addr: (src as u64).checked_add(at).ok_or(CudaError::InvalidValue)?, pitch: w.max(row), slice: 0 };
         // SAFETY: rows of the source's `count` bytes (this function's contract).
         unsafe { copy_to_array(handle(dst), [px, py, 0], side, (w, h, 1), kind, stream)? };
     }
@@ -355,7 +347,7 @@ pub unsafe fn memcpy_from_array(
     let row = row_bytes(src)?;
     for ([px, py, _], at, w, h) in linear_pieces(row, x as u64, y as u64, count as u64)? {
         let side =
-            Linear { addr: (dst as u64).checked_add(at).ok_or(CudaError::InvalidValue)?, pitch: w.max(row), slice: 0 };
+            Side { addr: (dst as u64).checked_add(at).ok_or(CudaError::InvalidValue)?, pitch: w.max(row), slice: 0 };
         // SAFETY: rows of the destination's `count` bytes (this function's contract).
         unsafe { copy_from_array(side, handle(src), [px, py, 0], (w, h, 1), kind, stream)? };
     }
@@ -408,7 +400,7 @@ pub(crate) unsafe fn memcpy_3d(p: &Memcpy3DParms, stream: Option<u64>) -> Result
         let x = (pos.width as u64).checked_mul(esize).ok_or(CudaError::InvalidValue)?;
         Ok([x, pos.height as u64, pos.depth as u64])
     };
-    let linear = |ptr: &PitchedPtr, pos: &Extent| -> Result<Linear, CudaError> {
+    let linear = |ptr: &PitchedPtr, pos: &Extent| -> Result<Side, CudaError> {
         let pitch = ptr.pitch as u64;
         let slice = pitch.checked_mul(ptr.ysize as u64).ok_or(CudaError::InvalidValue)?;
         let offset = (pos.depth as u64)
@@ -417,7 +409,7 @@ pub(crate) unsafe fn memcpy_3d(p: &Memcpy3DParms, stream: Option<u64>) -> Result
             .and_then(|n| n.checked_add(pos.width as u64))
             .ok_or(CudaError::InvalidValue)?;
         let addr = ptr.ptr.checked_add(offset).ok_or(CudaError::InvalidValue)?;
-        Ok(Linear { addr, pitch, slice })
+        Ok(Side { addr, pitch, slice })
     };
     match (p.src_array != 0, p.dst_array != 0) {
         (true, true) => {
@@ -450,15 +442,15 @@ pub(crate) unsafe fn memcpy_3d(p: &Memcpy3DParms, stream: Option<u64>) -> Result
 /// the union 128 bytes and adds `flags` after it).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct ResourceDesc {
-    res_type: i32,
+pub(crate) struct ResourceDesc {
+    pub res_type: i32,
     /// The union: `array`/`mipmap` (a handle in `dev_ptr`), `linear` (devPtr, desc,
     /// sizeInBytes in `width`), `pitch2D` (devPtr, desc, width, height, pitchInBytes).
-    dev_ptr: u64,
-    desc: ChannelFormatDesc,
-    width: u64,
-    height: u64,
-    pitch: u64,
+    pub dev_ptr: u64,
+    pub desc: ChannelFormatDesc,
+    pub width: u64,
+    pub height: u64,
+    pub pitch: u64,
 }
 
 /// Offset of CUDA 13's `cudaResourceDesc::flags`, and that struct's size.
@@ -546,6 +538,18 @@ pub unsafe fn create_texture(
         }
         (1, v)
     };
+    let object = texture_create(&r, desc, (has_view != 0).then_some(view))?;
+    // SAFETY: not null (checked above), so writable (this function's contract).
+    unsafe { out.write_unaligned(object) };
+    Ok(())
+}
+
+/// A texture object of resource `r`, sampled as `desc` says, through `view` if any.
+pub(crate) fn texture_create(
+    r: &ResourceDesc,
+    desc: TextureDescWire,
+    view: Option<ResourceViewWire>,
+) -> Result<u64, CudaError> {
     let (array, mipmap, size_in_bytes) = match r.res_type {
         RESOURCE_ARRAY => (r.dev_ptr, 0, 0),
         RESOURCE_MIPMAPPED => (0, r.dev_ptr, 0),
@@ -565,12 +569,10 @@ pub unsafe fn create_texture(
         pitch: if r.res_type == RESOURCE_PITCH_2D { r.pitch } else { 0 },
         sizeInBytes: size_in_bytes,
         texDesc: desc,
-        hasView: has_view,
-        view,
+        hasView: view.is_some() as i32,
+        view: view.unwrap_or_default(),
     })?;
-    // SAFETY: not null (checked above), so writable (this function's contract).
-    unsafe { out.write_unaligned(reply.texObject) };
-    Ok(())
+    Ok(reply.texObject)
 }
 
 /// Which part of a texture object a query writes.
@@ -591,32 +593,14 @@ pub unsafe fn texture_query(out: *mut c_void, object: u64, query: TextureQuery) 
     if out.is_null() {
         return Err(CudaError::InvalidValue);
     }
-    let t = runtime::call(&PhosTextureGetDescRequest { texObject: object })?;
     match query {
         TextureQuery::Resource => {
-            let r = match t.resType {
-                RESOURCE_ARRAY => ResourceDesc { res_type: t.resType, dev_ptr: t.array, ..Default::default() },
-                RESOURCE_MIPMAPPED => ResourceDesc { res_type: t.resType, dev_ptr: t.mipmap, ..Default::default() },
-                RESOURCE_LINEAR => ResourceDesc {
-                    res_type: t.resType,
-                    dev_ptr: t.devPtr,
-                    desc: t.desc,
-                    width: t.sizeInBytes,
-                    ..Default::default()
-                },
-                _ => ResourceDesc {
-                    res_type: t.resType,
-                    dev_ptr: t.devPtr,
-                    desc: t.desc,
-                    width: t.width,
-                    height: t.height,
-                    pitch: t.pitch,
-                },
-            };
+            let r = texture_resource(object)?;
             // SAFETY: a writable `cudaResourceDesc` (this function's contract).
             unsafe { write_resource(out, &r) }
         }
         TextureQuery::Texture { with_seamless } => {
+            let t = runtime::call(&PhosTextureGetDescRequest { texObject: object })?;
             let size = if with_seamless { std::mem::size_of::<TextureDescWire>() } else { TEXTURE_DESC_SIZE_11 };
             // SAFETY: a writable `cudaTextureDesc` of `size` bytes (this function's contract).
             unsafe {
@@ -625,14 +609,44 @@ pub unsafe fn texture_query(out: *mut c_void, object: u64, query: TextureQuery) 
             Ok(())
         }
         TextureQuery::View => {
+            let view = texture_view(object)?;
             let size = std::mem::size_of::<ResourceViewWire>() + if abi13() { 4 * VIEW_RESERVED_13 } else { 0 };
             // SAFETY: a writable `cudaResourceViewDesc` of the ABI (this function's contract).
             unsafe { std::ptr::write_bytes(out as *mut u8, 0, size) };
             // SAFETY: its prefix, written without assuming alignment.
-            unsafe { (out as *mut ResourceViewWire).write_unaligned(t.view) };
+            unsafe { (out as *mut ResourceViewWire).write_unaligned(view) };
             Ok(())
         }
     }
+}
+
+/// The resource a texture object samples.
+pub(crate) fn texture_resource(object: u64) -> Result<ResourceDesc, CudaError> {
+    let t = runtime::call(&PhosTextureGetDescRequest { texObject: object })?;
+    Ok(match t.resType {
+        RESOURCE_ARRAY => ResourceDesc { res_type: t.resType, dev_ptr: t.array, ..Default::default() },
+        RESOURCE_MIPMAPPED => ResourceDesc { res_type: t.resType, dev_ptr: t.mipmap, ..Default::default() },
+        RESOURCE_LINEAR => ResourceDesc {
+            res_type: t.resType,
+            dev_ptr: t.devPtr,
+            desc: t.desc,
+            width: t.sizeInBytes,
+            ..Default::default()
+        },
+        _ => ResourceDesc {
+            res_type: t.resType,
+            dev_ptr: t.devPtr,
+            desc: t.desc,
+            width: t.width,
+            height: t.height,
+            pitch: t.pitch,
+        },
+    })
+}
+
+/// The view a texture object was made with (zeroed when none).
+pub(crate) fn texture_view(object: u64) -> Result<ResourceViewWire, CudaError> {
+    Ok(runtime::call(&PhosTextureGetDescRequest { texObject: object })?.view)
 }
 
 /// `cudaCreateSurfaceObject`: CUDA's only resource type for surfaces is an array.
@@ -662,10 +676,15 @@ pub unsafe fn surface_resource(out: *mut c_void, object: u64) -> Result<(), Cuda
     if out.is_null() {
         return Err(CudaError::InvalidValue);
     }
-    let array = runtime::call(&PhosSurfaceGetArrayRequest { surfObject: object })?.array;
-    let r = ResourceDesc { res_type: RESOURCE_ARRAY, dev_ptr: array, ..Default::default() };
+    let r = surface_resource_of(object)?;
     // SAFETY: a writable `cudaResourceDesc` (this function's contract).
     unsafe { write_resource(out, &r) }
+}
+
+/// The resource (always an array) a surface object writes.
+pub(crate) fn surface_resource_of(object: u64) -> Result<ResourceDesc, CudaError> {
+    let array = runtime::call(&PhosSurfaceGetArrayRequest { surfObject: object })?.array;
+    Ok(ResourceDesc { res_type: RESOURCE_ARRAY, dev_ptr: array, ..Default::default() })
 }
 
 #[cfg(test)]

@@ -1248,7 +1248,7 @@ impl HandWritten for Hand {
         height: usize,
         kind: i32,
     ) -> i32 {
-        let side = arrays::Linear { addr: src as u64, pitch: spitch as u64, slice: 0 };
+        let side = memory::Side { addr: src as u64, pitch: spitch as u64, slice: 0 };
         let corner = [w_offset as u64, h_offset as u64, 0];
         // SAFETY: this export's source, readable for its rows as CUDA asks.
         code(unsafe { arrays::copy_to_array(dst as u64, corner, side, (width as u64, height as u64, 1), kind, None) })
@@ -1265,7 +1265,7 @@ impl HandWritten for Hand {
         kind: i32,
         stream: *mut c_void,
     ) -> i32 {
-        let side = arrays::Linear { addr: src as u64, pitch: spitch as u64, slice: 0 };
+        let side = memory::Side { addr: src as u64, pitch: spitch as u64, slice: 0 };
         let corner = [w_offset as u64, h_offset as u64, 0];
         let (extent, stream) = ((width as u64, height as u64, 1), Some(stream as u64));
         // SAFETY: as in `cudaMemcpy2DToArray`.
@@ -1282,7 +1282,7 @@ impl HandWritten for Hand {
         height: usize,
         kind: i32,
     ) -> i32 {
-        let side = arrays::Linear { addr: dst as u64, pitch: dpitch as u64, slice: 0 };
+        let side = memory::Side { addr: dst as u64, pitch: dpitch as u64, slice: 0 };
         let corner = [w_offset as u64, h_offset as u64, 0];
         // SAFETY: this export's destination, writable for its rows as CUDA asks.
         code(unsafe { arrays::copy_from_array(side, src as u64, corner, (width as u64, height as u64, 1), kind, None) })
@@ -1299,7 +1299,7 @@ impl HandWritten for Hand {
         kind: i32,
         stream: *mut c_void,
     ) -> i32 {
-        let side = arrays::Linear { addr: dst as u64, pitch: dpitch as u64, slice: 0 };
+        let side = memory::Side { addr: dst as u64, pitch: dpitch as u64, slice: 0 };
         let corner = [w_offset as u64, h_offset as u64, 0];
         let (extent, stream) = ((width as u64, height as u64, 1), Some(stream as u64));
         // SAFETY: as in `cudaMemcpy2DFromArray`.

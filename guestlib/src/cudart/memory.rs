@@ -61,10 +61,10 @@ pub unsafe fn malloc_3d(out: *mut PitchedPtr, extent: Extent) -> Result<(), Cuda
 
 /// One side of a strided copy: where it starts, its row pitch and slice pitch.
 #[derive(Clone, Copy)]
-struct Side {
-    addr: u64,
-    pitch: u64,
-    slice: u64,
+pub(crate) struct Side {
+    pub addr: u64,
+    pub pitch: u64,
+    pub slice: u64,
 }
 
 fn resolve(kind: i32, dst: u64, src: u64) -> Result<i32, CudaError> {
@@ -83,7 +83,7 @@ fn region_end(s: Side, (w, h, d): (u64, u64, u64)) -> Option<u64> {
 /// # Safety
 /// A host side must be readable (the source) or writable (the destination) for every row of
 /// the extent at its pitches.
-unsafe fn copy_3d(
+pub(crate) unsafe fn copy_3d(
     dst: Side,
     src: Side,
     (w, h, d): (u64, u64, u64),

@@ -3,7 +3,7 @@
 //! kernel launches, and the composition of much of the API over a few remote calls), and
 //! [`rt`], which records each call's error as the thread's last error, as the runtime does.
 
-mod arrays;
+pub(crate) mod arrays;
 mod attributes;
 mod device;
 mod execution;
@@ -11,7 +11,7 @@ mod graphs;
 pub mod hand;
 pub mod launch;
 mod managed;
-mod memory;
+pub(crate) mod memory;
 mod pools;
 pub mod rt;
 

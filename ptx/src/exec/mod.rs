@@ -124,8 +124,9 @@
 //! * Normalized coordinates are multiplied by the level's size (in f32); a NaN coordinate reads as 0.
 //! * Nearest point reads texel `floor(x)`. Linear filtering reads texels `i = floor(x - 0.5)` and `i + 1` with weight
 //!   `a = frac(x - 0.5)` in 9-bit fixed point with 8 fractional bits (rounded to nearest, which reproduces published
-//!   GPU results), per dimension; the weighted sum is exact and rounded once to f32. Mipmapped textures blend two
-//!   levels the same way.
+//!   GPU results), per dimension; each corner's weight, the product of its fractions, is rounded to nearest in the
+//!   same 8-bit fixed point (as an H100 does: it shows at border addressing, where the corners' weights do not
+//!   cancel); the weighted sum is exact and rounded once to f32. Mipmapped textures blend two levels the same way.
 //! * Addressing applies to texel indices, per dimension: clamp, border (the border colour), wrap, and mirror (period
 //!   `2N`, OpenGL's mirrored repeat). CUDA supports wrap and mirror only with normalized coordinates; without them they
 //!   clamp.

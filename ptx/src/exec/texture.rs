@@ -725,6 +725,12 @@ fn sample_level(
                 None => outside = true,
             }
         }
+        // The hardware keeps each corner's weight, the product of its per-dimension fractions, in the same
+        // 8-bit fixed point, rounded to nearest (an H100 reads 15/256 where the exact 2D product is 15.19/256).
+        let shift = 8 * (dims as u32 - 1);
+        if shift > 0 {
+            weight = (weight + (1 << (shift - 1))) >> shift;
+        }
         if weight == 0 {
             continue;
         }
@@ -737,8 +743,7 @@ fn sample_level(
             *a += weight as f64 * f32::from_bits(t) as f64;
         }
     }
-    let scale = (1u64 << (8 * dims)) as f64;
-    Ok(acc.map(|a| float::f64_to_f32(a / scale, Rnd::Rn)))
+    Ok(acc.map(|a| float::f64_to_f32(a / 256.0, Rnd::Rn)))
 }
 
 /// `tld4`: component `comp` of the 2x2 footprint, counter-clockwise from the lower left: (i, j+1), (i+1, j+1),
