@@ -10,14 +10,18 @@ use std::process::Command;
 const DEFAULT_VERSION: &str = "libcudart.so.12";
 /// cuBLAS's exports are in the same file, installed as `libcublas.so.11`, `.12` and `.13`,
 /// whose programs ask for `cublasSgemm_v2@libcublas.so.11` and so on: every export gets those
-/// versions too (a name the other library lacks is never asked for under its version).
-const OTHER_VERSIONS: [&str; 6] = [
+/// versions too (a name the other library lacks is never asked for under its version). So do
+/// cuRAND's (`libcurand.so.10`) and cuSOLVER's, installed as `libcusolver.so.11` (CUDA 11 and 12)
+/// and `libcusolver.so.12` (CUDA 13).
+const OTHER_VERSIONS: [&str; 8] = [
     "libcudart.so.11.0",
     "libcudart.so.13",
     "libcublas.so.11",
     "libcublas.so.12",
     "libcublas.so.13",
     "libcurand.so.10",
+    "libcusolver.so.11",
+    "libcusolver.so.12",
 ];
 
 fn main() {

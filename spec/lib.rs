@@ -14,8 +14,12 @@ pub const CUBLAS_SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/cublas.
 /// Path of the cuRAND (host API) spec.
 pub const CURAND_SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/curand.lapis");
 
+/// Path of the cuSOLVER (dense API) spec.
+pub const CUSOLVER_SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/cusolver.lapis");
+
 /// Every API Phos carries, by path. Adding an API starts here (docs/architecture.md).
-pub const SPEC_PATHS: &[&str] = &[CUDART_SPEC_PATH, CUDA_SPEC_PATH, CUBLAS_SPEC_PATH, CURAND_SPEC_PATH];
+pub const SPEC_PATHS: &[&str] =
+    &[CUDART_SPEC_PATH, CUDA_SPEC_PATH, CUBLAS_SPEC_PATH, CURAND_SPEC_PATH, CUSOLVER_SPEC_PATH];
 
 /// A spec built into a program (for `phosctl spec`).
 pub struct Spec {
@@ -29,4 +33,5 @@ pub const SPECS: &[Spec] = &[
     Spec { path: CUDA_SPEC_PATH, text: include_str!("cuda.lapis") },
     Spec { path: CUBLAS_SPEC_PATH, text: include_str!("cublas.lapis") },
     Spec { path: CURAND_SPEC_PATH, text: include_str!("curand.lapis") },
+    Spec { path: CUSOLVER_SPEC_PATH, text: include_str!("cusolver.lapis") },
 ];

@@ -36,6 +36,7 @@ pub mod checkpoint;
 pub mod control;
 pub mod cpu_blas;
 pub mod cpu_rand;
+pub mod cpu_solver;
 pub mod module_vars;
 pub mod on_demand;
 pub mod ordering;

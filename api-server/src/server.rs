@@ -604,6 +604,7 @@ impl ApiServer {
             Function::Cuda(f) => Self::outcome(s, f.name(), dispatch::cuda::dispatch(s, &cx, f, payload, out)),
             Function::Cublas(f) => Self::outcome(s, f.name(), dispatch::cublas::dispatch(s, &cx, f, payload, out)),
             Function::Curand(f) => Self::outcome(s, f.name(), dispatch::curand::dispatch(s, &cx, f, payload, out)),
+            Function::Cusolver(f) => Self::outcome(s, f.name(), dispatch::cusolver::dispatch(s, &cx, f, payload, out)),
         }));
         if s.hooks.active() {
             s.hooks.after_call();
@@ -657,5 +658,8 @@ pub(crate) fn replay(
         Function::Cuda(id) => dispatch::cuda::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string()),
         Function::Cublas(id) => dispatch::cublas::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string()),
         Function::Curand(id) => dispatch::curand::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string()),
+        Function::Cusolver(id) => {
+            dispatch::cusolver::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string())
+        }
     }
 }

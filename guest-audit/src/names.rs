@@ -13,10 +13,12 @@ pub const SERVED_FILES: [&core::ffi::CStr; SERVED_COUNT] = [
     c"libcublas.so.12",
     c"libcublas.so.13",
     c"libcurand.so.10",
+    c"libcusolver.so.11",
+    c"libcusolver.so.12",
 ];
 
 /// How many files Phos serves libraries with.
-pub const SERVED_COUNT: usize = 8;
+pub const SERVED_COUNT: usize = 10;
 
 /// Which of Phos's files serves a library name ([`SERVED_FILES`] index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +31,8 @@ pub enum Served {
     Blas12 = 5,
     Blas13 = 6,
     Rand10 = 7,
+    Solver11 = 8,
+    Solver12 = 9,
 }
 
 /// The last component of a path.
@@ -59,7 +63,9 @@ fn versioned<'a>(name: &'a [u8], stem: &[u8]) -> Option<&'a [u8]> {
 /// runtime of the same major version for `libcudart.so.11*`, `.12*` and `.13*`, and the
 /// CUDA 12 runtime (Phos's default ABI) for an unversioned `libcudart.so`; cuBLAS of the same
 /// major version for `libcublas.so.11*`, `.12*`, `.13*` (12 for `libcublas.so`); cuRAND for
-/// `libcurand.so.10*` and `libcurand.so` (10 in CUDA 11, 12 and 13). `None` for
+/// `libcurand.so.10*` and `libcurand.so` (10 in CUDA 11, 12 and 13); cuSOLVER of the same
+/// major version for `libcusolver.so.11*` (CUDA 11 and 12) and `.12*` (CUDA 13; 11 for
+/// `libcusolver.so`). `None` for
 /// anything else, including a runtime of a major version Phos does not present (left alone:
 /// if it gets mapped, it is reported).
 pub fn served(name: &[u8]) -> Option<Served> {
@@ -77,6 +83,13 @@ pub fn served(name: &[u8]) -> Option<Served> {
     }
     if let Some(version) = versioned(base, b"libcurand.so") {
         return matches!(major(version), b"" | b"10").then_some(Served::Rand10);
+    }
+    if let Some(version) = versioned(base, b"libcusolver.so") {
+        return match major(version) {
+            b"" | b"11" => Some(Served::Solver11),
+            b"12" => Some(Served::Solver12),
+            _ => None,
+        };
     }
     let version = versioned(base, b"libcudart.so")?;
     match major(version) {
@@ -104,7 +117,7 @@ const UNSERVED: &[(&[u8], &str)] = &[
     (b"libcufft", "cuFFT"),
     (b"libcusparseLt.so", "cuSPARSELt"),
     (b"libcusparse.so", "cuSPARSE"),
-    (b"libcusolver", "cuSOLVER"),
+    (b"libcusolverMg.so", "cuSOLVERMg"),
     (b"libcutensor", "cuTENSOR"),
     (b"libnccl.so", "NCCL"),
     (b"libnvidia-ml.so", "NVML"),
@@ -153,6 +166,11 @@ mod tests {
             (b"/usr/lib/x86_64-linux-gnu/libcurand.so.10.3.0.86", Some(Served::Rand10)),
             (b"libcurand.so", Some(Served::Rand10)),
             (b"libcurand.so.9", None),
+            (b"libcusolver.so.11", Some(Served::Solver11)),
+            (b"/site-packages/nvidia/cusolver/lib/libcusolver.so.11", Some(Served::Solver11)),
+            (b"libcusolver.so.12", Some(Served::Solver12)),
+            (b"libcusolver.so", Some(Served::Solver11)),
+            (b"libcusolverMg.so.11", None),
             (b"/opt/libcuda.so.1/libm.so.6", None),
             (b"", None),
         ] {
@@ -167,6 +185,8 @@ mod tests {
             Served::Blas12,
             Served::Blas13,
             Served::Rand10,
+            Served::Solver11,
+            Served::Solver12,
         ] {
             assert_eq!(served(SERVED_FILES[s as usize].to_bytes()), Some(s), "Phos's own file names serve themselves");
         }

@@ -20,6 +20,7 @@ pub mod cublas;
 pub mod cuda;
 pub mod cudart;
 pub mod curand;
+pub mod cusolver;
 pub mod hostmem;
 pub mod log;
 pub mod registry;

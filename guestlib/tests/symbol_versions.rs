@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The version nodes, one per soname; the first export of each name is `@@` this one.
-const VERSIONS: [&str; 7] = [
+const VERSIONS: [&str; 9] = [
     "libcudart.so.11.0",
     "libcudart.so.12",
     "libcudart.so.13",
@@ -22,6 +22,8 @@ const VERSIONS: [&str; 7] = [
     "libcublas.so.12",
     "libcublas.so.13",
     "libcurand.so.10",
+    "libcusolver.so.11",
+    "libcusolver.so.12",
 ];
 const DEFAULT_VERSION: &str = "libcudart.so.12";
 
@@ -181,6 +183,7 @@ fn exports_nothing_but_the_cuda_api() {
         .chain(generated_exports("cuda"))
         .chain(generated_exports("cublas"))
         .chain(generated_exports("curand"))
+        .chain(generated_exports("cusolver"))
         .collect();
     assert_eq!(exports, generated, "the exports are not exactly the generated stubs");
 }
@@ -352,8 +355,21 @@ fn exports_every_function_of_nvidias_driver() {
 /// `-lcublas` (and PyTorch's wheels) load.
 #[test]
 fn exports_every_function_of_nvidias_cublas() {
-    let list = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/abi/libcublas-exports.txt"))
-        .expect("tests/abi/libcublas-exports.txt");
+    exports_every_listed_function("libcublas", 1500);
+}
+
+/// The same for libcusolver (tests/abi/libcusolver-exports.txt), for programs linked with
+/// `-lcusolver`.
+#[test]
+fn exports_every_function_of_nvidias_cusolver() {
+    exports_every_listed_function("libcusolver", 1800);
+}
+
+/// Every name of `tests/abi/<library>-exports.txt` is exported under `<library>.so.<major>`
+/// for each major listed with it (at least `at_least` pairs are read).
+fn exports_every_listed_function(library: &str, at_least: usize) {
+    let file = format!("tests/abi/{library}-exports.txt");
+    let list = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(&file)).expect(&file);
     let exports = exports();
     let mut missing = Vec::new();
     let mut checked = 0;
@@ -361,7 +377,7 @@ fn exports_every_function_of_nvidias_cublas() {
         let mut words = line.split_whitespace();
         let name = words.next().unwrap();
         for major in words {
-            let node = format!("libcublas.so.{major}");
+            let node = format!("{library}.so.{major}");
             checked += 1;
             let found = exports.get(name).is_some_and(|syms| syms.iter().any(|s| s.version.as_deref() == Some(&node)));
             if !found {
@@ -369,7 +385,7 @@ fn exports_every_function_of_nvidias_cublas() {
             }
         }
     }
-    assert!(checked > 1500, "the list is read");
+    assert!(checked > at_least, "the list is read");
     assert!(missing.is_empty(), "not exported: {missing:?}");
 }
 
@@ -377,22 +393,34 @@ fn exports_every_function_of_nvidias_cublas() {
 /// exports is in the list above, so the list stays what the library is.
 #[test]
 fn the_cublas_list_holds_the_installed_librarys_exports() {
-    let installed = ["/usr/lib/x86_64-linux-gnu/libcublas.so.11", "/usr/local/cuda/lib64/libcublas.so.11"]
-        .into_iter()
-        .map(Path::new)
-        .find(|p| p.exists());
+    the_list_holds_the_installed_librarys_exports("libcublas", "cublas");
+}
+
+/// The same for libcusolver.
+#[test]
+fn the_cusolver_list_holds_the_installed_librarys_exports() {
+    the_list_holds_the_installed_librarys_exports("libcusolver", "cusolver");
+}
+
+/// Every `prefix*` function of CUDA 11's `<library>.so.11` on this machine is listed with 11.
+fn the_list_holds_the_installed_librarys_exports(library: &str, prefix: &str) {
+    let installed =
+        [format!("/usr/lib/x86_64-linux-gnu/{library}.so.11"), format!("/usr/local/cuda/lib64/{library}.so.11")]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists());
     let Some(installed) = installed else { return };
-    let list = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/abi/libcublas-exports.txt"))
-        .expect("tests/abi/libcublas-exports.txt");
+    let file = format!("tests/abi/{library}-exports.txt");
+    let list = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(&file)).expect(&file);
     let listed: BTreeSet<&str> = list
         .lines()
         .filter(|l| !l.starts_with('#'))
         .filter(|l| l.split_whitespace().skip(1).any(|m| m == "11"))
         .filter_map(|l| l.split_whitespace().next())
         .collect();
-    let theirs: BTreeSet<String> = dynamic_symbols(installed)
+    let theirs: BTreeSet<String> = dynamic_symbols(&installed)
         .into_iter()
-        .filter(|s| s.ndx != "UND" && s.name.starts_with("cublas"))
+        .filter(|s| s.ndx != "UND" && s.name.starts_with(prefix))
         .map(|s| s.name)
         .collect();
     let unlisted: Vec<&String> = theirs.iter().filter(|n| !listed.contains(n.as_str())).collect();

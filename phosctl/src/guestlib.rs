@@ -33,6 +33,8 @@ pub const SONAMES: &[&str] = &[
     "libcublas.so.12",
     "libcublas.so.13",
     "libcurand.so.10",
+    "libcusolver.so.11",
+    "libcusolver.so.12",
 ];
 
 /// Why the guest library cannot be offered to a program.

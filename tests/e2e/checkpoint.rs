@@ -859,3 +859,30 @@ fn curand_generators_continue_after_a_restore() {
     assert!(rest.contains("after the restore: both generators draw on from where they were"), "{rest}\n{err}");
     assert!(router.server_logs().contains("restored"), "{}", router.server_logs());
 }
+
+/// A cuSOLVER handle with its stream is recorded and made again on restore: after a stop and a
+/// restore into a new server, the program finds the handle on its stream and solves with the
+/// LU factors and pivots it left in device memory before the checkpoint.
+#[test]
+fn a_cusolver_handle_and_its_stream_survive_a_restore() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "cusolver_dense", &["-arch=sm_70", "-lcusolver"]);
+    let router = TestRouter::start("emu");
+    let mut guest = start_guest(&router, &exe, &["checkpoint"]);
+    let mut out = BufReader::new(guest.stdout.take().unwrap());
+    read_until(&mut out, "cusolver ready");
+    let id = session_id(&router);
+    let image = tempfile::tempdir().unwrap();
+    let dir = image.path().join("image");
+    checkpoint(&router, id, &dir, &["--stop"]);
+    let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
+    assert!(rs.status.success(), "restore: {}", String::from_utf8_lossy(&rs.stderr));
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let status = guest.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut guest.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "the program failed after the restore: {rest}\n{err}\n{}", router.server_logs());
+    assert!(rest.contains("after the restore: the handle kept its stream and the factors solve"), "{rest}");
+    assert!(router.server_logs().contains("restored"), "{}", router.server_logs());
+}

@@ -109,6 +109,7 @@ const TESTED_APART: &[&str] = &[
     "restore_on_demand",
     "cublas_blas",
     "curand_montecarlo",
+    "cusolver_dense",
 ];
 
 /// A program of both the runtime and the driver API (linked with `-lcuda`, so the loader
@@ -349,5 +350,56 @@ fn curand_hostile_calls() {
         "curandGetDirectionVectors32",
     ] {
         assert!(stderr.contains(logged), "the log lacks `{logged}`:\n{stderr}");
+    }
+}
+
+/// A cuSOLVER program (linked with `-lcusolver`, so the loader reaches the guest library as
+/// `libcusolver.so.11` too): an LU solve, a QR least-squares solve, Cholesky, syevd and gesvd
+/// in both precisions on emu's CPU LAPACK, printing what it prints natively (pivots, info,
+/// rounded solutions and spectra).
+#[test]
+fn cusolver_dense() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "cusolver_dense", &["-arch=sm_70", "-lcusolver"]);
+    let out = phos_run_over("emu", "shm", &exe, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert!(!stderr.contains("no version information"), "{stderr}");
+    assert_eq!(stdout, expected("cusolver_dense"), "output differs from the native run\nstderr:\n{stderr}");
+    assert!(stderr.contains("cusolverDnCgetrf_bufferSize"), "the refusal names its function:\n{stderr}");
+}
+
+/// What a careless or hostile cuSOLVER program gets: the library's own statuses for a bad
+/// leading dimension, a matrix or a workspace past its allocation, pivots naming rows the
+/// matrix lacks, a made-up and a destroyed handle; the server logs each and the handle still
+/// works.
+#[test]
+fn cusolver_hostile_calls() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "cusolver_dense", &["-arch=sm_70", "-lcusolver"]);
+    let out = phos_run_over("emu", "shm", &exe, &["hostile"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    for line in [
+        "hostile: bad lda -> CUSOLVER_STATUS_INVALID_VALUE",
+        "hostile: matrix past its allocation -> CUSOLVER_STATUS_INVALID_VALUE",
+        "hostile: workspace past its allocation -> CUSOLVER_STATUS_INVALID_VALUE",
+        "hostile: pivots out of range -> CUSOLVER_STATUS_INVALID_VALUE",
+        "hostile: made-up handle -> CUSOLVER_STATUS_NOT_INITIALIZED",
+        "hostile: destroyed handle -> CUSOLVER_STATUS_NOT_INITIALIZED",
+        "hostile: the handle still works",
+        "done",
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "missing `{line}`\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    }
+    for logged in [
+        "cusolverDnDgetrf: invalid device pointer `A`",
+        "cusolverDnDpotrf: invalid device pointer `work`",
+        "ipiv[1] is 99, outside 1..=4",
+        "is not a cuSOLVER handle",
+    ] {
+        assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
     }
 }

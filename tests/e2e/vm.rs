@@ -225,6 +225,8 @@ fn initramfs(kit: &Kit, dir: &Path, programs: &BTreeMap<&str, PathBuf>, script: 
         "libcublas.so.12",
         "libcublas.so.13",
         "libcurand.so.10",
+        "libcusolver.so.11",
+        "libcusolver.so.12",
     ] {
         c.symlink(&format!("/phos/{soname}"), "libphos_guest.so");
     }

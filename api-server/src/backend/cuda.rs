@@ -94,6 +94,8 @@ pub struct CudaBackend {
     cublas: std::sync::OnceLock<Option<super::vendor::Cublas>>,
     /// NVIDIA's libcurand, loaded at the first cuRAND call (`None` when none is found).
     curand: std::sync::OnceLock<Option<super::vendor_curand::Curand>>,
+    /// NVIDIA's libcusolver, loaded at the first cuSOLVER call (`None` when none is found).
+    cusolver: std::sync::OnceLock<Option<super::vendor::Cusolver>>,
     /// `cuDeviceGetAttribute`, called with plain integers: attributes come from guests and
     /// may not be valid enumerators of the bindings' Rust enum.
     get_attribute: unsafe extern "C" fn(*mut i32, i32, sys::CUdevice) -> i32,
@@ -469,6 +471,7 @@ impl CudaBackend {
             raw,
             cublas: std::sync::OnceLock::new(),
             curand: std::sync::OnceLock::new(),
+            cusolver: std::sync::OnceLock::new(),
             get_attribute,
             timer,
         })
@@ -1279,6 +1282,25 @@ impl Libraries for CudaBackend {
                 }
                 Err(e) => {
                     tracing::warn!("cuRAND generators are drawn on the server's CPU (Philox4x32-10): {e}");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    fn cusolver(&self) -> Option<&super::vendor::Cusolver> {
+        self.cusolver
+            .get_or_init(|| match super::vendor::Cusolver::open() {
+                Ok(c) => {
+                    tracing::info!(
+                        "cuSOLVER: {} ({} of the compute functions Phos carries found)",
+                        c.path.display(),
+                        c.library.found()
+                    );
+                    Some(c)
+                }
+                Err(e) => {
+                    tracing::warn!("cuSOLVER calls run on the server's CPU (slowly): {e}");
                     None
                 }
             })

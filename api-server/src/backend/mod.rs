@@ -421,14 +421,19 @@ pub trait Arrays: Send + Sync {
     fn surface_destroy(&self, surface: u64) -> Result<(), CudaError>;
 }
 
-/// The vendor's libraries a backend runs library APIs with (NVIDIA's libcublas and libcurand
-/// on a GPU); a backend without them (emu) leaves those calls to the server's own
-/// implementations ([`crate::cpu_blas`], [`crate::cpu_rand`]).
+/// The vendor's libraries a backend runs library APIs with (NVIDIA's libcublas, libcurand and
+/// libcusolver on a GPU); a backend without them (emu) leaves those calls to the server's own
+/// implementations ([`crate::cpu_blas`], [`crate::cpu_rand`], [`crate::cpu_solver`]).
 pub trait Libraries: Send + Sync {
     fn cublas(&self) -> Option<&vendor::Cublas> {
         None
     }
+    /// NVIDIA's libcurand (the host API).
     fn curand(&self) -> Option<&vendor_curand::Curand> {
+        None
+    }
+    /// NVIDIA's libcusolver (the dense API).
+    fn cusolver(&self) -> Option<&vendor::Cusolver> {
         None
     }
 }

@@ -1,7 +1,8 @@
 //! NVIDIA's libraries that a GPU backend runs library APIs with, loaded at run time: for
-//! cuBLAS, `libcublas`, found where [`find_cublas`] looks. The compute calls are the generated
-//! ones (`crate::vendor::cublas`); what is here is the handles' life and settings, which the
-//! session keeps itself.
+//! cuBLAS, `libcublas`, found where [`find_cublas`] looks; for cuSOLVER, `libcusolver`, looked
+//! for the same way ([`find_library`]). The compute calls are the generated ones
+//! (`crate::vendor::cublas`, `crate::vendor::cusolver`); what is here is the handles' life and
+//! settings, which the session keeps itself.
 
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
@@ -48,14 +49,21 @@ pub enum CublasOpenError {
 /// Python's site directories (`nvidia/cublas/lib`, `nvidia/cu13/lib`); the loader's own search
 /// by soname (its cache, `LD_LIBRARY_PATH`); `/usr/local/cuda/lib64`.
 pub fn find_cublas() -> Vec<PathBuf> {
+    find_library(CUBLAS_LIB_VAR, "cublas", &CUBLAS_SONAMES)
+}
+
+/// Where a vendor library is looked for, in order: the file the environment variable `var`
+/// names; the wheels of Python's site directories (`nvidia/<wheel>/lib`, `nvidia/cu13/lib`);
+/// the loader's own search by soname (its cache, `LD_LIBRARY_PATH`); `/usr/local/cuda/lib64`.
+pub fn find_library(var: &str, wheel: &str, sonames: &[&str]) -> Vec<PathBuf> {
     let mut candidates = Vec::new();
-    if let Some(p) = std::env::var_os(CUBLAS_LIB_VAR) {
+    if let Some(p) = std::env::var_os(var) {
         candidates.push(PathBuf::from(p));
     }
     for site in python_site_dirs() {
-        for sub in ["nvidia/cu13/lib", "nvidia/cublas/lib"] {
-            for soname in CUBLAS_SONAMES {
-                let p = site.join(sub).join(soname);
+        for sub in ["nvidia/cu13/lib".to_string(), format!("nvidia/{wheel}/lib")] {
+            for soname in sonames {
+                let p = site.join(&sub).join(soname);
                 if p.exists() {
                     candidates.push(p);
                 }
@@ -63,8 +71,8 @@ pub fn find_cublas() -> Vec<PathBuf> {
         }
     }
     // Bare sonames: the loader searches its cache and LD_LIBRARY_PATH.
-    candidates.extend(CUBLAS_SONAMES.iter().map(PathBuf::from));
-    candidates.extend(CUBLAS_SONAMES.iter().map(|s| Path::new("/usr/local/cuda/lib64").join(s)));
+    candidates.extend(sonames.iter().map(PathBuf::from));
+    candidates.extend(sonames.iter().map(|s| Path::new("/usr/local/cuda/lib64").join(s)));
     candidates
 }
 
@@ -176,5 +184,86 @@ impl Cublas {
         let Some(f) = self.set_workspace else { return 15 };
         // SAFETY: a live handle and `[addr, addr + bytes)` of the session's device memory.
         unsafe { f(handle as *mut c_void, addr as *mut c_void, bytes as usize) }
+    }
+}
+
+/// The environment variable naming the libcusolver file to load.
+pub const CUSOLVER_LIB_VAR: &str = "PHOS_CUSOLVER_LIB";
+
+/// cuSOLVER's sonames, newest first: `.12` is CUDA 13's, `.11` CUDA 11's and 12's.
+const CUSOLVER_SONAMES: [&str; 2] = ["libcusolver.so.12", "libcusolver.so.11"];
+
+/// Why a vendor library other than cuBLAS could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum VendorOpenError {
+    #[error("no {library} found ({var}, Python's nvidia/*/lib, the loader's paths, /usr/local/cuda)")]
+    NotFound { library: &'static str, var: &'static str },
+    #[error("{path}: {error}")]
+    Load { path: PathBuf, error: libloading::Error },
+}
+
+/// NVIDIA's libcusolver (the dense API): the compute calls, and the handle functions the
+/// session uses.
+pub struct Cusolver {
+    pub library: crate::vendor::cusolver::Library,
+    pub path: PathBuf,
+    _handles: libloading::Library,
+    create: CreateFn,
+    destroy: HandleFn,
+    set_stream: SetPtrFn,
+}
+
+impl Cusolver {
+    /// Load the first libcusolver of [`find_library`] that opens and has the handle functions.
+    pub fn open() -> Result<Cusolver, VendorOpenError> {
+        let mut last = VendorOpenError::NotFound { library: "libcusolver", var: CUSOLVER_LIB_VAR };
+        for path in find_library(CUSOLVER_LIB_VAR, "cusolver", &CUSOLVER_SONAMES) {
+            match Cusolver::open_at(&path) {
+                Ok(c) => return Ok(c),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    fn open_at(path: &Path) -> Result<Cusolver, VendorOpenError> {
+        let err = |error| VendorOpenError::Load { path: path.to_path_buf(), error };
+        // SAFETY: a file named as NVIDIA's libcusolver; loading it runs its initialisers,
+        // which is what using it means.
+        let library = unsafe { crate::vendor::cusolver::Library::open(path) }.map_err(err)?;
+        // SAFETY: the same file again (the loader hands out the same object).
+        let handles = unsafe { libloading::Library::new(path) }.map_err(err)?;
+        /// An entry point of the handles' library, with its prototype from cusolverDn.h.
+        fn get<T: Copy>(lib: &libloading::Library, name: &[u8]) -> Result<T, libloading::Error> {
+            // SAFETY: the callers name each function with its prototype in cusolverDn.h.
+            unsafe { lib.get::<T>(name) }.map(|s| *s)
+        }
+        Ok(Cusolver {
+            create: get(&handles, b"cusolverDnCreate\0").map_err(err)?,
+            destroy: get(&handles, b"cusolverDnDestroy\0").map_err(err)?,
+            set_stream: get(&handles, b"cusolverDnSetStream\0").map_err(err)?,
+            _handles: handles,
+            library,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// A new handle, on the context current on the calling thread.
+    pub fn create(&self) -> Result<u64, i32> {
+        let mut h: *mut c_void = std::ptr::null_mut();
+        // SAFETY: cusolverDnCreate writes the handle to a valid out pointer.
+        let code = unsafe { (self.create)(&mut h) };
+        if code == 0 { Ok(h as u64) } else { Err(code) }
+    }
+
+    pub fn destroy(&self, handle: u64) -> i32 {
+        // SAFETY: a handle `create` made and the session has not destroyed.
+        unsafe { (self.destroy)(handle as *mut c_void) }
+    }
+
+    /// The stream a handle's work goes on (a `CUstream`; 0 the legacy default stream).
+    pub fn set_stream(&self, handle: u64, stream: u64) -> i32 {
+        // SAFETY: a live handle, and a stream of the session's context (or a special one).
+        unsafe { (self.set_stream)(handle as *mut c_void, stream as *mut c_void) }
     }
 }

@@ -13,6 +13,7 @@
 //! - [`arrays`] CUDA arrays, mipmapped arrays, texture and surface objects;
 //! - [`blas`] cuBLAS handles and their settings;
 //! - [`rand`] cuRAND generators, their settings and positions;
+//! - [`solver`] cuSOLVER dense handles and their streams;
 //! - [`devices`] facts about the devices, asked of the backend once.
 //!
 //! API objects reach the guest as virtual [`handles`] of their kind. A library's objects (a
@@ -30,6 +31,7 @@ pub mod host;
 pub mod memory;
 pub mod modules;
 pub mod rand;
+pub mod solver;
 pub mod streams;
 
 use std::sync::Arc;
@@ -47,11 +49,13 @@ use host::PinnedArena;
 use memory::AddressSpace;
 use modules::ModuleRegistry;
 use rand::RandRegistry;
+use solver::SolverRegistry;
 use streams::StreamRegistry;
 
 pub struct Registries {
     pub blas: BlasRegistry,
     pub rand: RandRegistry,
+    pub solver: SolverRegistry,
     /// Shared with the C/R engine's hooks, which note writes in its dirty log.
     pub memory: Arc<AddressSpace>,
     pub host: PinnedArena,
@@ -64,7 +68,8 @@ pub struct Registries {
 }
 
 /// Kinds of handle whose counters a checkpoint keeps (the kinds checkpoints hold objects of).
-const COUNTED: [&str; 6] = ["stream", "event", "module", "function", "cublas_handle", "curand_generator"];
+const COUNTED: [&str; 7] =
+    ["stream", "event", "module", "function", "cublas_handle", "curand_generator", "cusolver_dn_handle"];
 
 impl Registries {
     /// The registries of a session whose device memory lives in `[base, base + size)`, each
@@ -73,6 +78,7 @@ impl Registries {
         Ok(Registries {
             blas: BlasRegistry::default(),
             rand: RandRegistry::default(),
+            solver: SolverRegistry::default(),
             memory: Arc::new(AddressSpace::reserve(backend, base, size, limits.get(LimitKind::Allocations))?),
             host: PinnedArena::new(limits.get(LimitKind::HostAllocations)),
             streams: StreamRegistry::new(limits.get(LimitKind::Streams)),
@@ -98,6 +104,7 @@ impl Registries {
             functions,
             self.blas.next_counter(),
             self.rand.next_counter(),
+            self.solver.next_counter(),
         ];
         COUNTED.iter().zip(values).map(|(k, v)| (k.to_string(), v)).collect()
     }
@@ -119,6 +126,9 @@ impl Registries {
         if let Some(n) = get("curand_generator") {
             self.rand.set_next_counter(n);
         }
+        if let Some(n) = get("cusolver_dn_handle") {
+            self.solver.set_next_counter(n);
+        }
     }
 
     /// Destroy every object (a device reset, the session's end). Pinned host memory is the
@@ -126,6 +136,7 @@ impl Registries {
     pub fn release_all(&self, backend: &dyn Backend) {
         self.blas.release_all(backend);
         self.rand.release_all(backend);
+        self.solver.release_all(backend);
         self.streams.release_all(backend);
         self.events.release_all(backend);
         self.graphs.release_all();

@@ -9,6 +9,7 @@ pub mod cublas;
 pub mod cuda;
 pub mod cudart;
 pub mod curand;
+pub mod cusolver;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};

@@ -8,7 +8,8 @@
 //! - `VendorCall` for each such request: the call made with it once the dispatch has checked it: handles given to
 //!   [`Translate`] for the vendor's own objects, device addresses as they are (the session's
 //!   memory is at the same addresses on the device), host buffers from the frame, outputs
-//!   into buffers of the size the guest asked for, which become the reply.
+//!   into buffers of the size the guest asked for, which become the reply, and a number the
+//!   call writes through a pointer (a workspace query's size) into a reply field.
 //!
 //! Functions that create, destroy or change objects are the service's own (it keeps the
 //! objects' state), and so are functions with other kinds of arguments.
@@ -34,7 +35,12 @@ pub fn callable(f: &Function) -> bool {
             Some(ArgClass::Pointer(branches)) if branches.len() > 1 => branches.iter().all(|b| {
                 matches!(b.shape, Shape::Device { .. } | Shape::In { .. } | Shape::Out { .. } | Shape::InOut { .. })
             }),
-            Some(ArgClass::Pointer(branches)) => matches!(branches[0].shape, Shape::Device { .. } | Shape::In { .. }),
+            Some(ArgClass::Pointer(branches)) => matches!(
+                branches[0].shape,
+                Shape::Device { .. }
+                    | Shape::In { .. }
+                    | Shape::OutElement { elem: ElemType::Scalar(_), null_ok: false }
+            ),
             _ => false,
         })
         && f.params.iter().any(|p| matches!(f.arg(&p.name.name).map(|a| &a.class), Some(ArgClass::Pointer(_))))
@@ -113,6 +119,8 @@ pub fn emit(api: &Api) -> String {
     w.close("}");
     w.line("");
     w.line("/// The reply buffer of an output argument: what the guest sent (in and out), or zeros.");
+    w.line("/// (Unused by an API whose calls have no output of a shape chosen per call.)");
+    w.line("#[allow(dead_code)]");
     w.open(format!("fn out_buffer(p: &Ptr<'_>) -> Result<Option<Vec<u8>>, {status}> {{"));
     w.open("Ok(match p {");
     w.line("Ptr::InOut(b) => Some(b.to_vec()),");
@@ -187,6 +195,12 @@ fn call_fn(w: &mut W, api: &Api, f: &Function) {
             }
             Some((ArgClass::Pointer(_), WireRepr::Request(_))) => {
                 call_args.push(format!("req.{id}.as_ptr() as *mut c_void"));
+            }
+            // One number the call writes (a workspace size): a local, then a reply field.
+            Some((ArgClass::Pointer(_), WireRepr::Reply(ty))) => {
+                w.line(format!("let mut {id}: {ty} = Default::default();"));
+                call_args.push(format!("(&mut {id} as *mut {ty}).cast::<c_void>()"));
+                reply_fields.push(id.clone());
             }
             _ => unreachable!("`callable` admits no other argument"),
         }
