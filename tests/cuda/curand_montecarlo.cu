@@ -172,8 +172,9 @@ static void distributions() {
     std::printf("bits (philox): top and low bits set half the time: %s\n",
                 verdict(near((double)top / N, 0.5, 0.005) && near((double)low / N, 0.5, 0.005)));
 
-    // What cuRAND refuses: an odd count of normals from a pseudo-random generator, a negative
-    // Poisson mean, 64-bit integers from a 32-bit generator.
+    // An odd count of normals from Philox4x32-10 (served, though cuRAND documents pairs for
+    // pseudo-random generators), and what cuRAND refuses: a negative Poisson mean, 64-bit
+    // integers from a 32-bit generator.
     std::printf("odd normal count: %s\n", status_name(curandGenerateNormal(philox, df, 7, 0.0f, 1.0f)));
     std::printf("poisson of lambda -1: %s\n", status_name(curandGeneratePoisson(philox, du, 16, -1.0)));
     std::printf("long long from philox: %s\n",

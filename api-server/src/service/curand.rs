@@ -47,6 +47,9 @@ fn is_pseudo(rng_type: i32) -> bool {
     matches!(rng_type, 100 | 101 | 121 | 141 | 142 | 161)
 }
 
+/// `CURAND_RNG_PSEUDO_PHILOX4_32_10`.
+const PHILOX: i32 = 161;
+
 /// cuRAND's quasi-random types.
 fn is_quasi(rng_type: i32) -> bool {
     (200..=204).contains(&rng_type)
@@ -78,9 +81,9 @@ impl Draw {
         }
     }
 
-    /// `n` numbers from `words`, little-endian, as the program's memory holds them; cuRAND's
-    /// status for a request the generator cannot serve.
-    fn run(self, words: &mut Words, n: usize) -> Result<Vec<u8>, CurandStatus> {
+    /// `n` numbers from `words` for a generator of `rng_type`, little-endian, as the program's
+    /// memory holds them; cuRAND's status for a request the generator cannot serve.
+    fn run(self, words: &mut Words, n: usize, rng_type: i32) -> Result<Vec<u8>, CurandStatus> {
         let mut out = Vec::new();
         out.try_reserve_exact(n.saturating_mul(self.width())).map_err(|_| CurandStatus::ALLOCATION_FAILED)?;
         match self {
@@ -90,8 +93,10 @@ impl Draw {
             Draw::Uniform => (0..n).for_each(|_| out.extend_from_slice(&words.uniform_f32().to_le_bytes())),
             Draw::UniformDouble => (0..n).for_each(|_| out.extend_from_slice(&words.uniform_f64().to_le_bytes())),
             Draw::Normal { mean, stddev, wide, log } => {
-                // Pseudo-random normals come in pairs, as cuRAND documents.
-                if !n.is_multiple_of(2) {
+                // Pseudo-random normals come in pairs, as cuRAND documents, and it refuses an odd
+                // count, except from Philox4x32-10, which an H100's libcurand serves an odd count
+                // of (its draws are four words at a time anyway).
+                if !n.is_multiple_of(2) && rng_type != PHILOX {
                     return Err(CurandStatus::LENGTH_NOT_MULTIPLE);
                 }
                 for v in words.normals(n, mean, stddev, wide) {
@@ -275,7 +280,7 @@ impl Session {
             None => {
                 let count = usize::try_from(n).map_err(|_| CurandStatus::OUT_OF_RANGE)?;
                 let mut words = Words::new(g.seed, g.position());
-                let bytes = draw.run(&mut words, count)?;
+                let bytes = draw.run(&mut words, count, g.rng_type)?;
                 let drawn = words.position() - g.position();
                 let out = match output {
                     Ptr::Device(addr) if !bytes.is_empty() => {
