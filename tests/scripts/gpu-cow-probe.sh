@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Usage (on the GPU machine, from the repository root): tests/scripts/gpu-cow-probe.sh BIN_DIR OUT_DIR
-# Two copy-on-write checkpoints of one running cr_busy (1 GiB): is the per-launch cost the
-# first checkpoint's (twin module JIT) or every checkpoint's? Keeps the program's "t" lines.
+# Three copy-on-write checkpoints, one second apart, of one running cr_busy (1 GiB): the
+# program's timed launches ("t" lines: time, step, kernel µs) in OUT_DIR/t.txt, the
+# checkpoints' start and end times in marks.txt and what phosctl printed in ck.txt, to see
+# which launches a checkpoint slows and by how much.
 set -u
 BIN=$(realpath "$1")
 OUT=$(realpath "$2")
 mkdir -p "$OUT"
-
-
 W=$(mktemp -d)
 nvcc -O2 -cudart shared -arch=sm_90 -o "$W/cr_busy" tests/bench/cr_busy.cu || exit 1
 "$BIN/phosctl" serve --listen "unix:$W/r.sock" --backend cuda --pool 1 > "$OUT/router.log" 2>&1 &
