@@ -13,6 +13,7 @@ use phos_protocol::cublas::*;
 use phos_protocol::spec::{CallAccess, DeviceAccess};
 use phos_protocol::{CudaError, Ptr};
 
+use super::device_io::{self, device_address};
 use super::{CallCx, Session};
 use crate::backend::StreamRef;
 use crate::backend::vendor::Cublas;
@@ -40,14 +41,6 @@ fn count(v: impl TryInto<usize>) -> Result<usize, CublasStatus> {
     v.try_into().map_err(|_| CublasStatus::INVALID_VALUE)
 }
 
-/// The address a device-pointer argument carries (the dispatch checked its shape).
-fn device_address(p: &Ptr<'_>) -> u64 {
-    match p {
-        Ptr::Device(a) => *a,
-        _ => 0,
-    }
-}
-
 /// What one call on the CPU works with: the session, and the stream its handle's work is
 /// ordered on.
 struct Call<'s> {
@@ -57,20 +50,11 @@ struct Call<'s> {
 
 impl Call<'_> {
     fn read(&self, addr: u64, bytes: usize) -> Result<Vec<u8>, CublasStatus> {
-        let mut buf = Vec::new();
-        buf.try_reserve_exact(bytes).map_err(|_| CublasStatus::ALLOC_FAILED)?;
-        buf.resize(bytes, 0);
-        if bytes > 0 {
-            self.session.backend.memcpy_dtoh(&mut buf, addr, Some(self.stream)).map_err(blas_status)?;
-        }
-        Ok(buf)
+        device_io::read(self.session, self.stream, addr, bytes).map_err(blas_status)
     }
 
     fn write(&self, addr: u64, bytes: &[u8]) -> Result<(), CublasStatus> {
-        if bytes.is_empty() {
-            return Ok(());
-        }
-        self.session.backend.memcpy_htod(addr, bytes, Some(self.stream)).map_err(blas_status)
+        device_io::write(self.session, self.stream, addr, bytes).map_err(blas_status)
     }
 
     fn values<T: Real>(&self, p: &Ptr<'_>, elements: usize) -> Result<Vec<T>, CublasStatus> {

@@ -7,11 +7,12 @@
 //! checked the program's workspace against it; otherwise on [`crate::cpu_solver`], reading and
 //! writing operands through the backend's copies on the handle's stream (emu).
 
+use phos_protocol::CudaError;
 use phos_protocol::apis::Function;
 use phos_protocol::cusolver::*;
 use phos_protocol::spec::{CallAccess, DeviceAccess};
-use phos_protocol::{CudaError, Ptr};
 
+use super::device_io::{self, device_address};
 use super::{CallCx, Session};
 use crate::backend::StreamRef;
 use crate::backend::vendor::Cusolver;
@@ -40,14 +41,6 @@ fn count(v: i32) -> Result<usize, CusolverStatus> {
     usize::try_from(v).map_err(|_| CusolverStatus::INVALID_VALUE)
 }
 
-/// The address a device-pointer argument carries (0 for a null one).
-fn device_address(p: &Ptr<'_>) -> u64 {
-    match p {
-        Ptr::Device(a) => *a,
-        _ => 0,
-    }
-}
-
 /// What one call on the CPU works with: the session, and the stream its handle's work is
 /// ordered on.
 struct Call<'s> {
@@ -57,20 +50,11 @@ struct Call<'s> {
 
 impl Call<'_> {
     fn read(&self, addr: u64, bytes: usize) -> Result<Vec<u8>, CusolverStatus> {
-        let mut buf = Vec::new();
-        buf.try_reserve_exact(bytes).map_err(|_| CusolverStatus::ALLOC_FAILED)?;
-        buf.resize(bytes, 0);
-        if bytes > 0 {
-            self.session.backend.memcpy_dtoh(&mut buf, addr, Some(self.stream)).map_err(solver_status)?;
-        }
-        Ok(buf)
+        device_io::read(self.session, self.stream, addr, bytes).map_err(solver_status)
     }
 
     fn write(&self, addr: u64, bytes: &[u8]) -> Result<(), CusolverStatus> {
-        if bytes.is_empty() {
-            return Ok(());
-        }
-        self.session.backend.memcpy_htod(addr, bytes, Some(self.stream)).map_err(solver_status)
+        device_io::write(self.session, self.stream, addr, bytes).map_err(solver_status)
     }
 
     /// `elements` values of type `T` at `addr`, as `f64`.

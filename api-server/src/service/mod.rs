@@ -10,6 +10,7 @@ pub mod cuda;
 pub mod cudart;
 pub mod curand;
 pub mod cusolver;
+mod device_io;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
