@@ -57,11 +57,15 @@ pub use stream::{StreamReader, StreamWriter};
 
 /// Magic at the start of a manifest file.
 pub const MAGIC: &[u8; 8] = b"PHOSIMG\0";
-/// The format this build writes and reads. Version 4 says which of the guest's async calls
-/// had run ([`AsyncCallsRun`]); version 3 (memory in several files, a chunk naming its file),
-/// version 2 (one memory file) and version 1 (one spec hash, records of the runtime API only)
-/// are refused.
+/// The format this build writes. Version 4 says which of the guest's async calls had run
+/// ([`AsyncCallsRun`]); it is version 3 (memory in several files, a chunk naming its file) with
+/// that one field more at the manifest's end.
 pub const FORMAT_VERSION: u32 = 4;
+/// The oldest format this build reads: a version 3 image reads as one of version 4 in which no
+/// async call is known to have run (what the build that took it assumed: the calls a guest sends
+/// again after the restore run). Version 2 (one memory file) and version 1 (one spec hash,
+/// records of the runtime API only) are refused.
+pub const OLDEST_FORMAT_READ: u32 = 3;
 /// Memory files an image may have (`memory`, `memory.1`, ... `memory.63`).
 pub const MAX_MEMORY_FILES: u32 = 64;
 /// File names inside an image directory.
@@ -123,12 +127,11 @@ pub enum ImageError {
     #[error("the image stream: {0}")]
     Stream(io::Error),
     #[error(
-        "image format version {found}, which this build cannot read (it reads version {FORMAT_VERSION}{}): restore it \
-         with a build of the version that took it",
+        "image format version {found}, which this build cannot read (it reads versions {OLDEST_FORMAT_READ} to \
+         {FORMAT_VERSION}{}): restore it with a build of the version that took it",
         match *found {
             1 => "; version 1 images come from builds before images named the versions of their APIs",
             2 => "; version 2 images come from builds that stored memory in one file",
-            3 => "; version 3 images come from builds that did not record which async calls had run",
             _ => "",
         }
     )]
@@ -395,9 +398,27 @@ pub(crate) fn config() -> bincode::config::Configuration<
 const MANIFEST_MEMORY_FACTOR: usize = 4;
 
 /// Decode a manifest body; whether bytes were left after it.
-fn decode_manifest(body: &[u8]) -> Result<(Manifest, bool), bincode::error::DecodeError> {
+/// Whether this build reads images of format `version`.
+fn format_read(version: u32) -> bool {
+    (OLDEST_FORMAT_READ..=FORMAT_VERSION).contains(&version)
+}
+
+/// The manifest of an image of format `version` (one [`format_read`] accepts), and whether
+/// bytes follow it. A version 3 manifest is a version 4 one without its last field: it is read
+/// with that field empty.
+fn decode_manifest(body: &[u8], version: u32) -> Result<(Manifest, bool), bincode::error::DecodeError> {
     use bincode::de::read::Reader;
     use bincode::de::{Decode, Decoder, DecoderImpl};
+    let completed;
+    let body = if version == 3 {
+        let mut b = body.to_vec();
+        bincode::encode_into_std_write(AsyncCallsRun::default(), &mut b, config())
+            .map_err(|e| bincode::error::DecodeError::OtherString(e.to_string()))?;
+        completed = b;
+        &completed[..]
+    } else {
+        body
+    };
     let mut decoder = DecoderImpl::new(bincode::de::read::SliceReader::new(body), config(), ());
     let budget = body.len().saturating_mul(MANIFEST_MEMORY_FACTOR).saturating_add(4096);
     decoder.claim_bytes_read((MAX_MANIFEST as usize).saturating_sub(budget))?;
@@ -437,7 +458,7 @@ impl Image {
             return Err(ImageError::NotAnImage(dir.to_path_buf()));
         }
         let version = u32::from_le_bytes(head[8..12].try_into().unwrap());
-        if version != FORMAT_VERSION {
+        if !format_read(version) {
             return Err(ImageError::Version { found: version });
         }
         let body_len = u64::from_le_bytes(head[12..20].try_into().unwrap());
@@ -462,9 +483,9 @@ impl Image {
         if hasher.finalize() != stored_crc {
             return Err(ImageError::Corrupted("the manifest's checksum does not match".into()));
         }
-        let (manifest, trailing) = decode_manifest(&rest[..body_len as usize])
+        let (manifest, trailing) = decode_manifest(&rest[..body_len as usize], version)
             .map_err(|e| ImageError::Corrupted(format!("the manifest does not decode: {e}")))?;
-        if trailing || manifest.format != FORMAT_VERSION {
+        if trailing || manifest.format != version {
             return Err(ImageError::Corrupted("the manifest has trailing or inconsistent data".into()));
         }
         // The memory files the chunks name: `memory` always, the others as far as named.

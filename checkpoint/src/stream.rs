@@ -205,7 +205,7 @@ impl<R: Read> StreamReader<R> {
             return Err(ImageError::NotAStream);
         }
         let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
-        if version != FORMAT_VERSION {
+        if !crate::format_read(version) {
             return Err(ImageError::Version { found: version });
         }
         let body_len = u64::from_le_bytes(head[12..20].try_into().expect("8 bytes"));
@@ -227,9 +227,9 @@ impl<R: Read> StreamReader<R> {
             return Err(ImageError::Corrupted("the manifest's checksum does not match".into()));
         }
         // Decoded as a directory's manifest is: its lengths cannot make the reader allocate.
-        let (manifest, trailing) = crate::decode_manifest(&body)
+        let (manifest, trailing) = crate::decode_manifest(&body, version)
             .map_err(|e| ImageError::Corrupted(format!("the manifest does not decode: {e}")))?;
-        if trailing || manifest.format != FORMAT_VERSION || manifest.memory.iter().any(|r| !r.chunks.is_empty()) {
+        if trailing || manifest.format != version || manifest.memory.iter().any(|r| !r.chunks.is_empty()) {
             return Err(ImageError::Corrupted("the manifest has trailing or inconsistent data".into()));
         }
         crate::check_meaning(&manifest)?;

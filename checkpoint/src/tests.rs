@@ -133,8 +133,7 @@ fn another_version_is_refused() {
     for (found, says) in [
         (1u32, "version 1 images come from builds before"),
         (2, "version 2 images come from builds that stored memory in one file"),
-        (3, "version 3 images come from builds that did not record which async calls had run"),
-        (5, "it reads version 4"),
+        (5, "it reads versions 3 to 4"),
     ] {
         bytes[8..12].copy_from_slice(&found.to_le_bytes());
         std::fs::write(&path, &bytes).unwrap();
@@ -142,6 +141,36 @@ fn another_version_is_refused() {
         assert!(matches!(e, ImageError::Version { found: f } if f == found), "{e}");
         assert!(e.to_string().contains(says), "{e}");
     }
+}
+
+/// An image of format 3 (the version 4 manifest without its last field, which says which async
+/// calls had run) is read, with no async call known to have run, and its memory reads back.
+#[test]
+fn a_version_3_image_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = write(dir.path(), Compression::Zstd(1));
+    let path = dir.path().join(MANIFEST_FILE);
+    let bytes = std::fs::read(&path).unwrap();
+    let mut body = bytes[20..bytes.len() - 4].to_vec();
+    let mut tail = Vec::new();
+    bincode::encode_into_std_write(AsyncCallsRun::default(), &mut tail, config()).unwrap();
+    assert!(body.ends_with(&tail), "the manifest ends with its async calls");
+    body.truncate(body.len() - tail.len());
+    // The format is the manifest's first field, one byte.
+    assert_eq!(body[0], FORMAT_VERSION as u8);
+    body[0] = 3;
+    let mut old = MAGIC.to_vec();
+    old.extend_from_slice(&3u32.to_le_bytes());
+    old.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    old.extend_from_slice(&body);
+    let crc = crc32fast::hash(&old);
+    old.extend_from_slice(&crc.to_le_bytes());
+    std::fs::write(&path, &old).unwrap();
+    let img = Image::open(dir.path()).expect("a version 3 image is read");
+    assert_eq!(img.manifest.format, 3);
+    assert_eq!(img.manifest.async_calls, AsyncCallsRun::default());
+    assert_eq!(img.manifest.records, sample_manifest().records);
+    assert_eq!(read_back(dir.path()).unwrap(), data);
 }
 
 #[test]
