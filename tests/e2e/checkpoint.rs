@@ -805,17 +805,16 @@ fn an_on_demand_restore_serves_calls_before_their_memory_is_loaded() {
     );
 }
 
-/// A cuBLAS handle with its settings (stream, device pointer mode, math mode, workspace) is
-/// recorded and made again on restore: after a stop and a restore into a new server, the
-/// program finds the handle as it left it and its GEMM runs.
-#[test]
-fn a_cublas_handle_and_its_settings_survive_a_restore() {
+/// A library program (`program`, linked with `link`) run with `checkpoint` as its argument,
+/// stopped once it prints `ready` and restored into a new server: it finishes and prints
+/// `after`.
+fn library_program_survives_a_restore(program: &str, link: &str, ready: &str, after: &str) {
     let Some(nvcc) = nvcc() else { return };
-    let exe = build_program(&nvcc, "cublas_blas", &["-arch=sm_70", "-lcublas"]);
+    let exe = build_program(&nvcc, program, &["-arch=sm_70", link]);
     let router = TestRouter::start("emu");
     let mut guest = start_guest(&router, &exe, &["checkpoint"]);
     let mut out = BufReader::new(guest.stdout.take().unwrap());
-    read_until(&mut out, "cublas ready");
+    read_until(&mut out, ready);
     let id = session_id(&router);
     let image = tempfile::tempdir().unwrap();
     let dir = image.path().join("image");
@@ -828,8 +827,16 @@ fn a_cublas_handle_and_its_settings_survive_a_restore() {
     let mut err = String::new();
     std::io::Read::read_to_string(&mut guest.stderr.take().unwrap(), &mut err).unwrap();
     assert!(status.success(), "the program failed after the restore: {rest}\n{err}\n{}", router.server_logs());
-    assert!(rest.contains("after the restore: the handle kept"), "{rest}");
+    assert!(rest.contains(after), "{rest}\n{err}");
     assert!(router.server_logs().contains("restored"), "{}", router.server_logs());
+}
+
+/// A cuBLAS handle with its settings (stream, device pointer mode, math mode, workspace) is
+/// recorded and made again on restore: after a stop and a restore into a new server, the
+/// program finds the handle as it left it and its GEMM runs.
+#[test]
+fn a_cublas_handle_and_its_settings_survive_a_restore() {
+    library_program_survives_a_restore("cublas_blas", "-lcublas", "cublas ready", "after the restore: the handle kept");
 }
 
 /// cuRAND generators, a device one on a stream and a host one, seeded and drawn from, are
@@ -838,26 +845,12 @@ fn a_cublas_handle_and_its_settings_survive_a_restore() {
 /// reaches any position directly).
 #[test]
 fn curand_generators_continue_after_a_restore() {
-    let Some(nvcc) = nvcc() else { return };
-    let exe = build_program(&nvcc, "curand_montecarlo", &["-arch=sm_70", "-lcurand"]);
-    let router = TestRouter::start("emu");
-    let mut guest = start_guest(&router, &exe, &["checkpoint"]);
-    let mut out = BufReader::new(guest.stdout.take().unwrap());
-    read_until(&mut out, "curand ready");
-    let id = session_id(&router);
-    let image = tempfile::tempdir().unwrap();
-    let dir = image.path().join("image");
-    checkpoint(&router, id, &dir, &["--stop"]);
-    let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
-    assert!(rs.status.success(), "restore: {}", String::from_utf8_lossy(&rs.stderr));
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    let status = guest.wait().unwrap();
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut guest.stderr.take().unwrap(), &mut err).unwrap();
-    assert!(status.success(), "the program failed after the restore: {rest}\n{err}\n{}", router.server_logs());
-    assert!(rest.contains("after the restore: both generators draw on from where they were"), "{rest}\n{err}");
-    assert!(router.server_logs().contains("restored"), "{}", router.server_logs());
+    library_program_survives_a_restore(
+        "curand_montecarlo",
+        "-lcurand",
+        "curand ready",
+        "after the restore: both generators draw on from where they were",
+    );
 }
 
 /// A cuSOLVER handle with its stream is recorded and made again on restore: after a stop and a
@@ -865,24 +858,10 @@ fn curand_generators_continue_after_a_restore() {
 /// LU factors and pivots it left in device memory before the checkpoint.
 #[test]
 fn a_cusolver_handle_and_its_stream_survive_a_restore() {
-    let Some(nvcc) = nvcc() else { return };
-    let exe = build_program(&nvcc, "cusolver_dense", &["-arch=sm_70", "-lcusolver"]);
-    let router = TestRouter::start("emu");
-    let mut guest = start_guest(&router, &exe, &["checkpoint"]);
-    let mut out = BufReader::new(guest.stdout.take().unwrap());
-    read_until(&mut out, "cusolver ready");
-    let id = session_id(&router);
-    let image = tempfile::tempdir().unwrap();
-    let dir = image.path().join("image");
-    checkpoint(&router, id, &dir, &["--stop"]);
-    let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
-    assert!(rs.status.success(), "restore: {}", String::from_utf8_lossy(&rs.stderr));
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    let status = guest.wait().unwrap();
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut guest.stderr.take().unwrap(), &mut err).unwrap();
-    assert!(status.success(), "the program failed after the restore: {rest}\n{err}\n{}", router.server_logs());
-    assert!(rest.contains("after the restore: the handle kept its stream and the factors solve"), "{rest}");
-    assert!(router.server_logs().contains("restored"), "{}", router.server_logs());
+    library_program_survives_a_restore(
+        "cusolver_dense",
+        "-lcusolver",
+        "cusolver ready",
+        "after the restore: the handle kept its stream and the factors solve",
+    );
 }
