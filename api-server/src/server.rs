@@ -326,6 +326,8 @@ impl ApiServer {
             if !is_async && acks.send(t.as_mut(), session.id).is_err() {
                 break;
             }
+            // Whether the ledger has this async call already (it ran, or had run before).
+            let mut noted = false;
             let status = if h.kind != FrameKind::Call {
                 crate::guest_warn!(session.id, "channel {channel}: unexpected {:?} frame", h.kind);
                 CudaError::InvalidValue.0
@@ -337,11 +339,14 @@ impl ApiServer {
                 // was restored from (or before the cut, here): acknowledged, not run twice.
                 tracing::debug!(session = session.id, channel, call = h.call_id, "a resent async call had run");
                 resent_run += 1;
+                noted = true;
                 cudart::SUCCESS
             } else {
                 match Function::from_wire(h.api, h.function) {
                     None => Self::unknown_function(session.id, channel, h.api, h.function),
                     Some(id) => {
+                        // `run` notes an async call in the ledger once it has run.
+                        noted = true;
                         // Device printf output rides with the calls that flush it: a
                         // synchronising call delivers what the work before it printed, an
                         // async one (a launch) only what earlier work printed, and only if
@@ -399,9 +404,11 @@ impl ApiServer {
                 }
             };
             if is_async {
-                // Run, or failed before it could: either way a barrier no longer waits for it
-                // (and a call that never reached the dispatch counts as run too).
-                session.async_calls.ran(h.call_id);
+                // A call refused before it reached the dispatch counts as run too: a barrier
+                // no longer waits for it.
+                if !noted {
+                    session.async_calls.ran(h.call_id);
+                }
                 acks.ran(h.call_id, status);
             }
             // What the call changed in the session's usage goes to the router first, so its
