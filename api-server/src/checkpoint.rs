@@ -92,24 +92,40 @@ impl Default for Bounds {
 /// `CU_STREAM_NON_BLOCKING`: the copy streams do not wait on the legacy default stream.
 const NON_BLOCKING: u32 = 1;
 
-/// Page-locking through the backend, for the engine's buffers.
+/// Page-locking through the backend, for the engine's buffers: the backend's kept buffers
+/// first ([`crate::backend::copy_pool`]), then fresh ones.
 struct BackendPinning(Arc<dyn Backend>);
 
 impl Pinning for BackendPinning {
     fn pin(&self, buf: &mut [u8]) {
-        self.0.pin_host(buf);
+        let len = buf.len();
+        crate::timing::timed(|| format!("page-locking a copy buffer of {len} bytes"), || self.0.pin_host(buf));
     }
 
     fn unpin(&self, buf: &mut [u8]) {
-        self.0.unpin_host(buf);
+        let len = buf.len();
+        crate::timing::timed(|| format!("unlocking a copy buffer of {len} bytes"), || self.0.unpin_host(buf));
+    }
+
+    fn reuse(&self, len: usize) -> Option<Vec<u8>> {
+        self.0.copy_pool()?.take_buffer(len)
+    }
+
+    fn keep(&self, buf: Vec<u8>) -> Result<(), Vec<u8>> {
+        match self.0.copy_pool() {
+            Some(pool) => pool.give_buffer(buf),
+            None => Err(buf),
+        }
     }
 }
 
-/// The engine's device copies: on a dedicated stream per device, made on first use, so that
-/// they never queue behind (or hold up) work on the session's own streams.
+/// The engine's device copies, on streams of their own (never the session's, so that they
+/// never queue behind its work, nor hold it up): a lane of the backend's lent for each piece
+/// ([`crate::backend::copy_pool`]), or, on a backend that keeps none, a stream per device
+/// made on first use. Every copy is waited for before the call returns.
 struct BackendCopier {
     backend: Arc<dyn Backend>,
-    streams: Vec<Option<Raw>>,
+    own: Vec<Option<Raw>>,
     pinning: Arc<dyn Pinning>,
 }
 
@@ -117,24 +133,56 @@ impl BackendCopier {
     fn new(backend: Arc<dyn Backend>) -> Self {
         let n = backend.device_count().max(0) as usize;
         let pinning = Arc::new(BackendPinning(backend.clone()));
-        BackendCopier { backend, streams: vec![None; n], pinning }
+        BackendCopier { backend, own: vec![None; n], pinning }
     }
 
-    /// Bind `device` and give its copy stream.
-    fn on(&mut self, device: i32) -> Result<StreamRef, CrError> {
+    /// Run `copy` on a stream of `device` (bound), then wait until it is done: on a lane's
+    /// event (the thread sleeps instead of spinning on a core the session's threads need),
+    /// else on the stream.
+    fn on(
+        &mut self,
+        device: i32,
+        what: impl Fn() -> String,
+        copy: impl FnOnce(&dyn Backend, StreamRef) -> Result<(), phos_protocol::CudaError>,
+    ) -> Result<(), CrError> {
+        let b = self.backend.clone();
         let slot = self
-            .streams
+            .own
             .get_mut(usize::try_from(device).unwrap_or(usize::MAX))
-            .ok_or(CrError::NoSuchDevice { device, devices: self.backend.device_count() })?;
-        self.backend.bind(device).map_err(CrError::device(format!("making device {device} current")))?;
-        if slot.is_none() {
-            let raw = self
-                .backend
-                .stream_create(device, NON_BLOCKING, 0)
-                .map_err(CrError::device(format!("creating the copy stream on device {device}")))?;
-            *slot = Some(raw);
+            .ok_or(CrError::NoSuchDevice { device, devices: b.device_count() })?;
+        b.bind(device).map_err(CrError::device(format!("making device {device} current")))?;
+        if let Some(pool) = b.copy_pool()
+            && let Some(lane) = pool.take_lane(device)
+        {
+            let stream = StreamRef::Created(lane.stream);
+            let done = copy(b.as_ref(), stream).and_then(|_| {
+                if b.event_record(lane.event, stream).is_ok() && b.event_synchronize(lane.event).is_ok() {
+                    Ok(())
+                } else {
+                    b.stream_synchronize(stream)
+                }
+            });
+            // Given back idle: a copy queued before a failure must not run into the next
+            // user's buffer.
+            if done.is_ok() || b.stream_synchronize(stream).is_ok() {
+                pool.give_lane(lane);
+            }
+            return done.map_err(CrError::device(what()));
         }
-        Ok(StreamRef::Created(slot.expect("just made")))
+        let stream = match *slot {
+            Some(s) => s,
+            None => {
+                let s = crate::timing::timed(
+                    || format!("creating a copy stream on device {device}"),
+                    || b.stream_create(device, NON_BLOCKING, 0),
+                )
+                .map_err(CrError::device(format!("creating the copy stream on device {device}")))?;
+                *slot = Some(s);
+                s
+            }
+        };
+        let stream = StreamRef::Created(stream);
+        copy(b.as_ref(), stream).and_then(|_| b.stream_synchronize(stream)).map_err(CrError::device(what()))
     }
 }
 
@@ -144,39 +192,29 @@ impl DeviceCopier for BackendCopier {
     }
 
     fn read(&mut self, device: i32, addr: u64, out: &mut [u8]) -> Result<(), CrError> {
-        let stream = self.on(device)?;
-        // Returns once the piece has arrived (the backend synchronises the stream).
-        self.backend.memcpy_dtoh(out, addr, Some(stream)).map_err(CrError::device(format!("copying {addr:#x}")))
+        let (host, len) = (out.as_mut_ptr() as u64, out.len() as u64);
+        // Queued, then waited for before `out` is given back: only the device writes it
+        // meanwhile (a copy that failed to queue writes nothing).
+        self.on(device, || format!("copying {addr:#x}"), |b, s| b.memcpy_registered(addr, host, len, false, Some(s)))
     }
 
     fn write(&mut self, device: i32, addr: u64, data: &[u8]) -> Result<(), CrError> {
-        let stream = self.on(device)?;
-        let b = &self.backend;
-        b.memcpy_htod(addr, data, Some(stream))
-            .and_then(|_| b.stream_synchronize(stream))
-            .map_err(CrError::device(format!("writing {addr:#x}")))
+        self.on(device, || format!("writing {addr:#x}"), |b, s| b.memcpy_htod(addr, data, Some(s)))
     }
 
     fn zero(&mut self, device: i32, addr: u64, len: u64) -> Result<(), CrError> {
-        let stream = self.on(device)?;
-        self.backend.memset(addr, 0, len, Some(stream)).map_err(CrError::device(format!("writing {addr:#x}")))
+        self.on(device, || format!("writing {addr:#x}"), |b, s| b.memset(addr, 0, len, Some(s)))
     }
 
     fn finish(&mut self) -> Result<(), CrError> {
-        for (d, s) in self.streams.iter().enumerate() {
-            if let Some(raw) = s {
-                let what = || format!("finishing the copies on device {d}");
-                self.backend.bind(d as i32).map_err(CrError::device(what()))?;
-                self.backend.stream_synchronize(StreamRef::Created(*raw)).map_err(CrError::device(what()))?;
-            }
-        }
+        // Every copy was waited for.
         Ok(())
     }
 }
 
 impl Drop for BackendCopier {
     fn drop(&mut self) {
-        for (d, s) in self.streams.iter().enumerate() {
+        for (d, s) in self.own.iter().enumerate() {
             if let Some(raw) = s {
                 let _ = self.backend.bind(d as i32);
                 let _ = self.backend.stream_destroy(*raw);
@@ -310,6 +348,8 @@ impl Concurrent for Checkpointing<'_> {
         for v in o.modules.variables() {
             *bytes.entry(v.device).or_default() += v.size;
         }
+        // Before the session is held: compiling a twin takes seconds for large modules.
+        crate::speculation::prepare_twins(s);
         let backend = s.backend_arc();
         let sized = |device: i32| {
             reserve.unwrap_or_else(|| {

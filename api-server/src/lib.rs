@@ -47,6 +47,7 @@ pub mod registry;
 pub mod server;
 pub mod service;
 pub mod speculation;
+mod timing;
 pub mod usage;
 mod window;
 

@@ -65,6 +65,12 @@ struct Args {
     /// for the copy.
     #[arg(long, value_parser = parse_u64)]
     cow_reserve: Option<u64>,
+    /// Page-locked host buffers of 8 MiB that checkpoints, restores and migrations copy
+    /// through, made when the server starts and kept (default: two per copy thread, one
+    /// copy thread per core up to 16); 0 makes them at each operation instead, which holds
+    /// up the session's calls while the driver page-locks them.
+    #[arg(long)]
+    copy_buffers: Option<usize>,
     /// Tests only: milliseconds an on-demand restore waits before loading each chunk, so
     /// that the session's calls really come before their memory.
     #[arg(long, hide = true, default_value_t = 0, env = phos_api_server::on_demand::LOAD_PACE_VAR)]
@@ -87,6 +93,9 @@ fn fail(what: impl std::fmt::Display) -> ! {
     std::process::exit(1);
 }
 
+/// The driver's number of hardware queues per context.
+const DEVICE_CONNECTIONS_VAR: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
+
 fn main() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PHOS_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -104,8 +113,34 @@ fn main() {
     for l in &args.limits {
         limits.apply(l).unwrap_or_else(|e| fail(format!("--limit {e}")));
     }
+    if std::env::var_os(DEVICE_CONNECTIONS_VAR).is_none() {
+        // The driver gives a context's streams this many hardware queues (8 unless told):
+        // with the C/R engine's copy lanes beside the session's streams, a queue shared with
+        // a lane puts the session's kernels behind a checkpoint's copies (measured on the
+        // H100: launches waited 2-5 ms each during a copy-on-write checkpoint). 32 is the most
+        // the driver takes; an operator's setting is kept.
+        // SAFETY: the process has one thread yet (the backend, which reads it, opens below).
+        unsafe { std::env::set_var(DEVICE_CONNECTIONS_VAR, "32") };
+    }
     let backend = open_backend(args.backend, args.emu_memory)
         .unwrap_or_else(|e| fail(format!("cannot open the {} backend: {e}", args.backend)));
+    let buffers = args.copy_buffers.unwrap_or(2 * phos_checkpoint::parallel::workers());
+    if backend.copy_pool().is_some() && buffers > 0 {
+        // Page-locking holds up every other driver call: a pooled server does it before it
+        // has a session (the router starts it ahead of need); one started for a session
+        // does it beside the program's start rather than delay it (about 100 ms on an H100).
+        let b = backend.clone();
+        let prepare = move || {
+            if let Some(pool) = b.copy_pool() {
+                pool.prepare(b.as_ref(), buffers, phos_checkpoint::engine::COPY_CHUNK);
+            }
+        };
+        if args.pooled {
+            prepare();
+        } else {
+            std::thread::spawn(prepare);
+        }
+    }
 
     // The driver prints device printf output to our stdout: collect it from there (the
     // `ready` line goes to the original stdout, the router's pipe).

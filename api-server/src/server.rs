@@ -566,7 +566,10 @@ impl ApiServer {
     /// driver API share (a sticky error, an invalid device), as the backends' errors do.
     fn run(&self, id: Function, device: i32, payload: &[u8], out: &mut Vec<u8>, how: &Running<'_>) -> Result<(), i32> {
         let session = self.session();
+        let timed = session.hooks.active() && crate::timing::on();
+        let start = std::time::Instant::now();
         let in_flight = session.quiesce.enter();
+        let entered = start.elapsed();
         if session.is_frozen() {
             // Checkpointed and stopped (or handed over to another server): this call belongs
             // to the restored session, unless the session is thawed.
@@ -580,6 +583,10 @@ impl ApiServer {
             session.async_calls.ran(call_id);
         }
         drop(in_flight);
+        if timed {
+            let waited = entered.as_secs_f64() * 1e3;
+            crate::timing::slow(start, || format!("{} while a C/R hook was on ({waited:.3} ms to enter)", id.name()));
+        }
         result
     }
 

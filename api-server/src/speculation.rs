@@ -145,11 +145,13 @@ impl ModuleCode {
         let checked = twin.as_ref().map_err(|e| format!("no checked twin: {e}"))?;
         let mut slot = self.twin.lock();
         let loaded = slot.get_or_insert_with(|| {
-            // The driver JIT-compiles it (cuModuleLoadData of PTX text); `emu` interprets it.
+            // Compiled away from the driver where the backend can, else by the driver
+            // (cuModuleLoadData of PTX text); `emu` interprets it.
             let mut text = checked.module.to_string().into_bytes();
             text.push(0);
+            let image = backend.compile_ptx(device, &text).unwrap_or(text);
             backend
-                .module_load(device, &text)
+                .module_load(device, &image)
                 .map(|m| LoadedTwin { module: m.raw, functions: HashMap::new(), variables: checked.variables.clone() })
                 .map_err(|e| format!("its checked twin does not load: {e:?}"))
         });
@@ -288,6 +290,20 @@ fn speculate(session: &Session, kernel: &Kernel, access: &KernelAccess, params: 
     out
 }
 
+/// Make the checked twins of the kernels `session` has launched ready (their PTX read,
+/// rewritten, compiled and loaded), so that the first checked launch of each finds its twin:
+/// done before a concurrent checkpoint holds the session. A kernel whose twin cannot be made
+/// is left to its first launch, which logs why.
+pub(crate) fn prepare_twins(session: &Session) {
+    let backend = session.backend();
+    for kernel in session.objects.modules.launched_kernels() {
+        let _ = crate::timing::timed(
+            || format!("making the checked twin of {} ready", kernel.name),
+            || kernel.code.twin_function(backend, kernel.device, &kernel.name),
+        );
+    }
+}
+
 /// The twin of `kernel` with a check context that holds the ranges `speculated` writes.
 /// `Ok(None)`: the window is no longer armed.
 fn checked_launch(
@@ -298,7 +314,10 @@ fn checked_launch(
     params: &[u8],
 ) -> Result<Option<CheckedLaunch>, String> {
     let backend = session.backend();
-    let twin = kernel.code.twin_function(backend, kernel.device, &kernel.name)?;
+    let twin = crate::timing::timed(
+        || format!("finding the checked twin of {}", kernel.name),
+        || kernel.code.twin_function(backend, kernel.device, &kernel.name),
+    )?;
     let mut ranges: Vec<(u64, u64)> =
         speculated.iter().filter(|d| d.writes).map(|d| (d.addr, d.addr + d.len)).collect();
     ranges.sort_unstable();

@@ -31,6 +31,7 @@ use phos_ptx::instrument::context;
 use crate::backend::prelude::*;
 use crate::backend::{Physical, Raw, StreamRef};
 use crate::registry::memory::{AddressSpace, coalesce_insert, take_first_fit};
+use crate::timing;
 
 /// Where a session's window is, for its launches: none outside a concurrent checkpoint.
 pub(crate) type WindowSlot = RwLock<Option<Arc<ServerWindow>>>;
@@ -117,7 +118,12 @@ impl ServerWindow {
             let reserved = full.max(MIN_RESERVATION).next_multiple_of(gran);
             let base = next.next_multiple_of(gran);
             next = base + reserved;
-            let mapped = map_area(backend.as_ref(), device, base, full, reserved).map(|p| (p, full)).or_else(|e| {
+            let mapped = timing::timed(
+                || format!("mapping the checkpoint's area of {full} bytes on device {device}"),
+                || map_area(backend.as_ref(), device, base, full, reserved),
+            )
+            .map(|p| (p, full))
+            .or_else(|e| {
                 if reserve > 0 {
                     tracing::warn!(
                         session,
@@ -127,7 +133,11 @@ impl ServerWindow {
                 map_area(backend.as_ref(), device, base, bare, reserved).map(|p| (p, bare))
             });
             let stream = mapped.and_then(|(physical, len)| {
-                match backend.bind(device).and_then(|_| backend.stream_create(device, NON_BLOCKING, 0)) {
+                let made = timing::timed(
+                    || format!("creating the checkpoint's stream on device {device}"),
+                    || backend.bind(device).and_then(|_| backend.stream_create(device, NON_BLOCKING, 0)),
+                );
+                match made {
                     Ok(stream) => Ok((physical, len, stream)),
                     Err(e) => {
                         let _ = backend.unmap(base, len, physical);
@@ -210,9 +220,14 @@ impl ServerWindow {
     fn copy_in(&self, area: &Area, at: u64, bytes: &[u8]) -> Result<(), phos_protocol::CudaError> {
         let b = &self.backend;
         let stream = Some(StreamRef::Created(area.stream));
-        b.bind(area.device)?;
-        b.memcpy_htod(at, bytes, stream)?;
-        b.stream_synchronize(StreamRef::Created(area.stream))
+        timing::timed(
+            || format!("writing {} bytes of check context on device {}", bytes.len(), area.device),
+            || {
+                b.bind(area.device)?;
+                b.memcpy_htod(at, bytes, stream)?;
+                b.stream_synchronize(StreamRef::Created(area.stream))
+            },
+        )
     }
 
     /// The table of the original module's variable addresses that `module`'s twins read,
@@ -298,8 +313,14 @@ fn release_areas(areas: &[Area], backend: &Arc<dyn Backend>, memory: &AddressSpa
     for a in areas {
         memory.remove_engine(a.base);
         let _ = backend.bind(a.device);
-        let _ = backend.stream_destroy(a.stream);
-        let _ = backend.unmap(a.base, a.len, a.physical);
+        let _ = timing::timed(
+            || format!("destroying the checkpoint's stream on device {}", a.device),
+            || backend.stream_destroy(a.stream),
+        );
+        let _ = timing::timed(
+            || format!("unmapping the checkpoint's area of {} bytes", a.len),
+            || backend.unmap(a.base, a.len, a.physical),
+        );
         backend.unreserve(a.base, a.reserved);
     }
 }
@@ -356,10 +377,15 @@ impl Window for ServerWindow {
         }
         let b = &self.backend;
         let stream = StreamRef::Created(area.stream);
-        let copied = b
-            .bind(device)
-            .and_then(|_| runs.iter().try_for_each(|&(to, from, n)| b.memcpy_dtod(to, from, n, Some(stream))))
-            .and_then(|_| b.stream_synchronize(stream));
+        let bytes: u64 = runs.iter().map(|r| r.2).sum();
+        let copied = timing::timed(
+            || format!("copying {bytes} bytes aside on device {device} ({} runs)", runs.len()),
+            || {
+                b.bind(device)
+                    .and_then(|_| runs.iter().try_for_each(|&(to, from, n)| b.memcpy_dtod(to, from, n, Some(stream))))
+                    .and_then(|_| b.stream_synchronize(stream))
+            },
+        );
         if let Err(error) = copied {
             for (&copy, &(_, len)) in copies.iter().zip(pieces) {
                 self.release(device, copy, len);
@@ -408,6 +434,7 @@ impl Window for ServerWindow {
             false
         }
         let within = Within { deadline: within.deadline, cancelled: &never };
+        let syncing = std::time::Instant::now();
         let synced = engine::wait_within(&within, move || {
             (0..b.device_count())
                 .try_for_each(|d| b.device_synchronize(d).map_err(CrError::device(format!("synchronising device {d}"))))
@@ -417,6 +444,7 @@ impl Window for ServerWindow {
             why: "the devices did not finish the checked kernels in time".into(),
         })
         .and_then(|synced| synced.ok_or(CrError::Thread("device synchronisation")).flatten());
+        timing::slow(syncing, || "waiting for the checked kernels at the checkpoint's end".into());
         if let Err(e) = synced {
             self.keep_mapped.store(true, Ordering::Relaxed);
             return Err(e);

@@ -209,6 +209,16 @@ pub trait DeviceCopier: Send {
 pub trait Pinning: Send + Sync {
     fn pin(&self, buf: &mut [u8]);
     fn unpin(&self, buf: &mut [u8]);
+    /// A page-locked buffer of at least `len` bytes kept from an earlier use, if there is one
+    /// (page-locking is slow, and holds up the rest of the process on some drivers).
+    fn reuse(&self, _len: usize) -> Option<Vec<u8>> {
+        None
+    }
+    /// Keep `buf`, still page-locked, for a later [`reuse`](Pinning::reuse); `Err` hands it
+    /// back to be unlocked and freed.
+    fn keep(&self, buf: Vec<u8>) -> Result<(), Vec<u8>> {
+        Err(buf)
+    }
 }
 
 /// A host buffer for the engine's copies, page-locked for as long as it lives.
@@ -218,8 +228,13 @@ pub struct HostBuffer {
 }
 
 impl HostBuffer {
-    /// `len` zero bytes, page-locked by `pinning`.
+    /// At least `len` bytes, page-locked by `pinning`: `len` zeros, or a buffer `pinning`
+    /// kept, with what its earlier user left there (every user writes before it reads, and
+    /// takes the length it needs).
     pub fn new(len: usize, pinning: Option<Arc<dyn Pinning>>) -> Self {
+        if let Some(bytes) = pinning.as_ref().and_then(|p| p.reuse(len)) {
+            return HostBuffer { bytes, pinning };
+        }
         let mut bytes = vec![0u8; len];
         if let Some(p) = &pinning {
             p.pin(&mut bytes);
@@ -251,8 +266,10 @@ impl std::ops::DerefMut for HostBuffer {
 
 impl Drop for HostBuffer {
     fn drop(&mut self) {
-        if let Some(p) = &self.pinning {
-            p.unpin(&mut self.bytes);
+        if let Some(p) = &self.pinning
+            && let Err(mut bytes) = p.keep(std::mem::take(&mut self.bytes))
+        {
+            p.unpin(&mut bytes);
         }
     }
 }

@@ -287,6 +287,12 @@ struct ServerOptions {
     /// it); with it full, such a write waits for the copy.
     #[arg(long)]
     cow_reserve: Option<u64>,
+    /// Page-locked 8 MiB host buffers each API server makes when it starts and keeps for its
+    /// checkpoints, restores and migrations (default: two per copy thread, one copy thread
+    /// per core up to 16); 0: made at each operation, which holds up the session's calls
+    /// while the driver page-locks them.
+    #[arg(long)]
+    copy_buffers: Option<usize>,
 }
 
 #[derive(Subcommand)]
@@ -339,6 +345,10 @@ fn router_config(listen: PathBuf, runtime_dir: PathBuf, backend: BackendKind, se
     if let Some(r) = server.cow_reserve {
         server_args.push("--cow-reserve".into());
         server_args.push(r.to_string());
+    }
+    if let Some(n) = server.copy_buffers {
+        server_args.push("--copy-buffers".into());
+        server_args.push(n.to_string());
     }
     let mut config = RouterConfig::new(
         listen,

@@ -100,6 +100,10 @@ pub struct CudaBackend {
     /// may not be valid enumerators of the bindings' Rust enum.
     get_attribute: unsafe extern "C" fn(*mut i32, i32, sys::CUdevice) -> i32,
     timer: Mutex<KernelTimer>,
+    /// The C/R engine's page-locked buffers and copy lanes, made once.
+    copies: super::copy_pool::CopyPool,
+    /// NVIDIA's nvJitLink, for the checked twins, looked for the first time one is compiled.
+    jit_link: std::sync::OnceLock<Option<super::jit_link::JitLink>>,
 }
 
 /// Device time of kernels, from an event pair recorded around each timed launch on its own
@@ -474,6 +478,8 @@ impl CudaBackend {
             cusolver: std::sync::OnceLock::new(),
             get_attribute,
             timer,
+            copies: Default::default(),
+            jit_link: std::sync::OnceLock::new(),
         })
     }
 
@@ -952,6 +958,10 @@ impl HostMemory for CudaBackend {
         }
     }
 
+    fn copy_pool(&self) -> Option<&super::copy_pool::CopyPool> {
+        Some(&self.copies)
+    }
+
     fn unpin_host(&self, buf: &mut [u8]) {
         // As for registering, a context must be current.
         if BOUND.with(|b| b.get()) < 0 {
@@ -1027,7 +1037,8 @@ impl HostMemory for CudaBackend {
         let (h, n) = (host as *mut c_void, len as usize);
         // The service checked the device range and that `[host, host + len)` lies in one
         // registered allocation of the mapped arena, which outlives queued copies, or in a
-        // staging slot, mapped while its channel lives and synchronised before it is reused.
+        // staging slot, mapped while its channel lives and synchronised before it is reused;
+        // or it is a copy buffer of the C/R engine's, borrowed until the copy is waited for.
         // Only the driver touches the host memory.
         check(match (to_device, stream) {
             // SAFETY: as above.
@@ -1163,6 +1174,32 @@ impl Modules for CudaBackend {
             })
             .collect();
         Ok(LoadedModule { raw: m as Raw, variables })
+    }
+
+    fn compile_ptx(&self, device: i32, ptx: &[u8]) -> Option<Vec<u8>> {
+        let jit = self.jit_link.get_or_init(|| {
+            let found = super::jit_link::JitLink::open();
+            match &found {
+                Some(j) => tracing::info!("checked twins are compiled with {}", j.path.display()),
+                None => tracing::info!(
+                    "no nvJitLink found ({}, Python's nvidia/*/lib, the loader's paths): the driver compiles checked twins, holding up the session's calls while it does",
+                    super::jit_link::NVJITLINK_LIB_VAR
+                ),
+            }
+            found
+        });
+        let jit = jit.as_ref()?;
+        // `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR` and `_MINOR`
+        let major = self.device_attribute(device, 75).ok()?;
+        let minor = self.device_attribute(device, 76).ok()?;
+        let ptx = ptx.strip_suffix(&[0]).unwrap_or(ptx);
+        match jit.compile(ptx, major * 10 + minor) {
+            Ok(cubin) => Some(cubin),
+            Err(e) => {
+                tracing::warn!("nvJitLink did not compile a checked twin ({e}): the driver compiles it");
+                None
+            }
+        }
     }
 
     fn module_unload(&self, module: Raw) -> Result<(), CudaError> {

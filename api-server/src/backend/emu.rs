@@ -129,6 +129,9 @@ pub struct EmuBackend {
     kernel_limit: Option<u64>,
     /// CUDA arrays, texture and surface objects.
     arrays: Mutex<ArrayStore>,
+    /// The C/R engine's buffers and copy lanes (kept as on a GPU, so that tests take the
+    /// same path).
+    copies: super::copy_pool::CopyPool,
 }
 
 /// A kernel handle: its program and the attributes a program may set.
@@ -260,6 +263,7 @@ impl EmuBackend {
             kernel_ns: AtomicU64::new(0),
             kernels: AtomicU64::new(0),
             kernel_limit: None,
+            copies: Default::default(),
             arrays: Mutex::new(ArrayStore::default()),
         }
     }
@@ -615,6 +619,10 @@ impl Copies for EmuBackend {
 }
 
 impl HostMemory for EmuBackend {
+    fn copy_pool(&self) -> Option<&super::copy_pool::CopyPool> {
+        Some(&self.copies)
+    }
+
     fn register_host(&self, addr: u64, _len: u64) -> Result<u64, CudaError> {
         // Device memory is host memory here: the device reaches it at its own address.
         Ok(addr)

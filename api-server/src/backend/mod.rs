@@ -4,10 +4,12 @@
 //! service layer has already translated virtual handles into the backend's raw objects and
 //! checked every address against the session's memory map.
 
+pub mod copy_pool;
 pub mod cuda;
 mod cuda_arrays;
 pub mod emu;
 mod emu_arrays;
+mod jit_link;
 pub mod vendor;
 pub mod vendor_curand;
 
@@ -235,6 +237,11 @@ pub trait HostMemory: Send + Sync {
     fn pin_host(&self, _buf: &mut [u8]) {}
     /// Undo [`pin_host`](HostMemory::pin_host).
     fn unpin_host(&self, _buf: &mut [u8]) {}
+    /// The page-locked buffers and copy lanes the C/R engine reuses, on a backend that keeps
+    /// them ([`copy_pool`]).
+    fn copy_pool(&self) -> Option<&copy_pool::CopyPool> {
+        None
+    }
     /// Page-lock `[addr, addr + len)`, memory of this process shared with the guest (a
     /// staging region's slots), for fast copies with
     /// [`memcpy_registered`](HostMemory::memcpy_registered); a backend that has no use for it
@@ -250,8 +257,9 @@ pub trait HostMemory: Send + Sync {
     fn unregister_host(&self, addr: u64);
     /// A copy between device memory and host memory at `host`, an address of this process
     /// that the guest can write too (an allocation of its pinned arena, registered; a staging
-    /// slot, pinned): only the device, or a raw copy, touches it. On a stream it is only
-    /// queued: the host memory outlives it.
+    /// slot, pinned), or a buffer of the C/R engine's that stays borrowed until the copy is
+    /// waited for: only the device, or a raw copy, touches it. On a stream it is only queued:
+    /// the host memory outlives it.
     fn memcpy_registered(
         &self,
         device: u64,
@@ -290,6 +298,12 @@ pub trait Events: Send + Sync {
 pub trait Modules: Send + Sync {
     /// Load a module image (a fat binary, cubin or PTX) on `device`.
     fn module_load(&self, device: i32, image: &[u8]) -> Result<LoadedModule, CudaError>;
+    /// PTX of the server's own (a checked twin) compiled for `device` away from the driver
+    /// (which compiles under a lock every call of the process waits for), where the backend
+    /// can; `None`: load the PTX itself.
+    fn compile_ptx(&self, _device: i32, _ptx: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
     fn module_unload(&self, module: Raw) -> Result<(), CudaError>;
     fn module_function(&self, module: Raw, name: &str) -> Result<Raw, CudaError>;
     /// Address and size of a module's global variable.

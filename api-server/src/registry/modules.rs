@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 use phos_protocol::CudaError;
@@ -36,6 +37,9 @@ struct Function {
     raw: Raw,
     module: u64,
     name: String,
+    /// Launched at least once: a concurrent checkpoint makes its checked twin ready before
+    /// it holds the session.
+    launched: AtomicBool,
 }
 
 /// A kernel, for speculating what a launch of it touches.
@@ -154,7 +158,8 @@ impl ModuleRegistry {
     ) -> Result<u64, CudaError> {
         let module_raw = self.modules.lock().get(module)?.raw;
         let raw = backend.module_function(module_raw, name)?;
-        let h = self.functions.lock().add(Function { raw, module, name: name.to_string() }, new)?;
+        let f = Function { raw, module, name: name.to_string(), launched: AtomicBool::new(false) };
+        let h = self.functions.lock().add(f, new)?;
         Ok(h)
     }
 
@@ -173,9 +178,22 @@ impl ModuleRegistry {
         })
     }
 
-    /// The backend's function behind a handle.
+    /// The backend's function behind a handle, for a launch.
     pub fn resolve_function(&self, handle: u64) -> Result<Raw, CudaError> {
-        Ok(self.functions.lock().get(handle)?.raw)
+        let functions = self.functions.lock();
+        let f = functions.get(handle)?;
+        // Read first: the flag is set once, and launches after that only read it.
+        if !f.launched.load(Ordering::Relaxed) {
+            f.launched.store(true, Ordering::Relaxed);
+        }
+        Ok(f.raw)
+    }
+
+    /// The kernels launched so far.
+    pub fn launched_kernels(&self) -> Vec<Kernel> {
+        let handles: Vec<u64> =
+            self.functions.lock().iter().filter(|(_, f)| f.launched.load(Ordering::Relaxed)).map(|(h, _)| h).collect();
+        handles.into_iter().filter_map(|h| self.kernel(h)).collect()
     }
 
     /// Address and size of a variable of a loaded module, which becomes memory the session

@@ -237,8 +237,12 @@ impl Session {
         params: &[u8],
     ) -> Result<Option<crate::speculation::CheckedLaunch>, CudaError> {
         let window = self.window.read().clone();
-        let (access, checked) = crate::speculation::plan_launch(self, function, params, window.as_ref());
-        self.before_work(cx.function.map_or("a kernel launch", |f| f.name()), &access)?;
+        let (access, checked) = crate::timing::timed(
+            || "speculating a launch's accesses".into(),
+            || crate::speculation::plan_launch(self, function, params, window.as_ref()),
+        );
+        let name = cx.function.map_or("a kernel launch", |f| f.name());
+        crate::timing::timed(|| format!("the C/R hooks before {name}"), || self.before_work(name, &access))?;
         Ok(checked)
     }
 
@@ -263,7 +267,10 @@ impl Session {
         }
         let stream = self.objects.streams.resolve(stream)?;
         self.objects.devices.check_launch(self.backend(), cx.device, grid, block, shared_mem)?;
+        let timed = self.hooks.active() && crate::timing::on();
+        let planning = std::time::Instant::now();
         let checked = if self.hooks.active() { self.speculate_launch(cx, function, params)? } else { None };
+        let planned = planning.elapsed();
         let (raw, params) = match &checked {
             Some(c) => (c.function, &c.params[..]),
             None => (raw, params),
@@ -283,6 +290,15 @@ impl Session {
             cooperative,
         );
         drop(view);
+        if timed {
+            let twin = if checked.is_some() { "a checked twin" } else { "the kernel" };
+            crate::timing::slow(planning, || {
+                format!(
+                    "a launch of {twin} while a C/R hook is on: {:.3} ms to plan and show the hook",
+                    planned.as_secs_f64() * 1e3
+                )
+            });
+        }
         drop(checked);
         self.output.push(&printed);
         match r {
