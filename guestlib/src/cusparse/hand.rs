@@ -84,7 +84,13 @@ unsafe fn put<T>(p: *mut T, value: T) -> Result<(), CusparseStatus> {
 
 /// Change one setting of a live matrix descriptor; `valid` is the setting's range. An unknown
 /// descriptor is `CUSPARSE_STATUS_INVALID_VALUE`, as is a value out of range.
-fn set_descr(id: F, descr: u64, value: i32, valid: std::ops::RangeInclusive<i32>, field: fn(&mut MatDescr) -> &mut i32) -> i32 {
+fn set_descr(
+    id: F,
+    descr: u64,
+    value: i32,
+    valid: std::ops::RangeInclusive<i32>,
+    field: fn(&mut MatDescr) -> &mut i32,
+) -> i32 {
     api_call(id, || {
         if !valid.contains(&value) {
             return Err(CusparseStatus::INVALID_VALUE);
