@@ -481,6 +481,18 @@ impl Session {
     // The compute calls' CPU halves.
     // ---------------------------------------------------------------------------------------
 
+    /// SpMV's vectors must fit op(A) (cuSPARSE's own check, made on the CPU).
+    fn spmv_fits(&self, cx: &CallCx, op: i32, a: &SpMat, x: &DnVec, y: &DnVec) -> Result<(), CusparseStatus> {
+        let (out_len, in_len) = if op != OP_NON_TRANSPOSE { (a.cols, a.rows) } else { (a.rows, a.cols) };
+        if x.size != in_len || y.size != out_len {
+            return Err(self.sparse_mismatch(
+                cx,
+                format!("op(A) is {out_len} x {in_len}, x has {} elements, y {}", x.size, y.size),
+            ));
+        }
+        Ok(())
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn cpu_spmv(
         &self,
@@ -495,14 +507,8 @@ impl Session {
         compute_type: i32,
     ) -> Result<(), CusparseStatus> {
         self.sparse_cpu_types(cx, &[a.value_type, x.value_type, y.value_type, compute_type])?;
+        self.spmv_fits(cx, op, a, x, y)?;
         let transpose = op != OP_NON_TRANSPOSE;
-        let (out_len, in_len) = if transpose { (a.cols, a.rows) } else { (a.rows, a.cols) };
-        if x.size != in_len || y.size != out_len {
-            return Err(self.sparse_mismatch(
-                cx,
-                format!("op(A) is {out_len} x {in_len}, x has {} elements, y {}", x.size, y.size),
-            ));
-        }
         let call = self.sparse_cpu_call(cx, h)?;
         let (alpha, beta) = (call.scalar(alpha, compute_type)?, call.scalar(beta, compute_type)?);
         let entries = call.entries(a)?;
@@ -1086,10 +1092,12 @@ impl CusparseService for Session {
         let h = self.sparse_handle(cx, req.handle)?;
         self.check_scalars(cx, &h, req.mode, req.scalar_bytes, req.computeType)?;
         let (a, x, y) = (self.sp_mat_of(cx, req.matA)?, self.dn_vec_of(cx, req.vecX)?, self.dn_vec_of(cx, req.vecY)?);
-        let _ = (a, x, y);
         match self.vendor_cusparse() {
             Some(vendor) => self.sparse_on_vendor(&h, vendor, &req),
-            None => Ok(CusparseSpMVBufferSizeReply { bufferSize: 0 }),
+            None => {
+                self.spmv_fits(cx, req.opA, &a, &x, &y)?;
+                Ok(CusparseSpMVBufferSizeReply { bufferSize: 0 })
+            }
         }
     }
 
@@ -1626,12 +1634,6 @@ impl Session {
             }
             return Ok((size as u64).to_le_bytes().to_vec());
         }
-        if s.buffer == 0 {
-            return Ok(CPU_SPGEMM_BUFFER.to_le_bytes().to_vec());
-        }
-        if !compute {
-            return Ok(s.buffer_size.to_vec());
-        }
         self.sparse_cpu_types(cx, &[a.value_type, b.value_type, c.value_type, s.compute_type])?;
         if s.op_a != OP_NON_TRANSPOSE || s.op_b != OP_NON_TRANSPOSE {
             crate::guest_warn!(
@@ -1649,6 +1651,12 @@ impl Session {
                 cx,
                 format!("A is {} x {}, B {} x {}, C {} x {}", a.rows, a.cols, b.rows, b.cols, c.rows, c.cols),
             ));
+        }
+        if s.buffer == 0 {
+            return Ok(CPU_SPGEMM_BUFFER.to_le_bytes().to_vec());
+        }
+        if !compute {
+            return Ok(s.buffer_size.to_vec());
         }
         let call = self.sparse_cpu_call(cx, &h)?;
         let alpha = call.scalar(&s.alpha, s.compute_type)?;
