@@ -625,14 +625,13 @@ impl CusparseService for Session {
 
     fn cusparse_destroy(
         &self,
-        cx: &CallCx,
+        _: &CallCx,
         req: CusparseDestroyRequest,
     ) -> Result<CusparseDestroyReply, CusparseStatus> {
         let h = self.objects.sparse.handles.lock().remove(req.handle).map_err(|_| {
             crate::guest_warn!(self.id, "cusparseDestroy: {:#x} is not a cuSPARSE handle of the session", req.handle);
             CusparseStatus::NOT_INITIALIZED
         })?;
-        let _ = cx;
         if let Some(vendor) = self.vendor_cusparse().filter(|_| h.raw != 0) {
             vendor_status(vendor.destroy(h.raw))?;
         }
