@@ -12,8 +12,9 @@ const DEFAULT_VERSION: &str = "libcudart.so.12";
 /// whose programs ask for `cublasSgemm_v2@libcublas.so.11` and so on: every export gets those
 /// versions too (a name the other library lacks is never asked for under its version). So do
 /// cuRAND's (`libcurand.so.10`) and cuSOLVER's, installed as `libcusolver.so.11` (CUDA 11 and 12)
-/// and `libcusolver.so.12` (CUDA 13).
-const OTHER_VERSIONS: [&str; 8] = [
+/// and `libcusolver.so.12` (CUDA 13), and cuSPARSE's, installed as `libcusparse.so.11` (CUDA 11)
+/// and `libcusparse.so.12` (CUDA 12 and 13).
+const OTHER_VERSIONS: [&str; 10] = [
     "libcudart.so.11.0",
     "libcudart.so.13",
     "libcublas.so.11",
@@ -22,6 +23,8 @@ const OTHER_VERSIONS: [&str; 8] = [
     "libcurand.so.10",
     "libcusolver.so.11",
     "libcusolver.so.12",
+    "libcusparse.so.11",
+    "libcusparse.so.12",
 ];
 
 fn main() {

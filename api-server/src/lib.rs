@@ -37,6 +37,7 @@ pub mod control;
 pub mod cpu_blas;
 pub mod cpu_rand;
 pub mod cpu_solver;
+pub mod cpu_sparse;
 pub mod module_vars;
 pub mod on_demand;
 pub mod ordering;

@@ -15,10 +15,12 @@ pub const SERVED_FILES: [&core::ffi::CStr; SERVED_COUNT] = [
     c"libcurand.so.10",
     c"libcusolver.so.11",
     c"libcusolver.so.12",
+    c"libcusparse.so.11",
+    c"libcusparse.so.12",
 ];
 
 /// How many files Phos serves libraries with.
-pub const SERVED_COUNT: usize = 10;
+pub const SERVED_COUNT: usize = 12;
 
 /// Which of Phos's files serves a library name ([`SERVED_FILES`] index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +35,8 @@ pub enum Served {
     Rand10 = 7,
     Solver11 = 8,
     Solver12 = 9,
+    Sparse11 = 10,
+    Sparse12 = 11,
 }
 
 /// The last component of a path.
@@ -65,7 +69,8 @@ fn versioned<'a>(name: &'a [u8], stem: &[u8]) -> Option<&'a [u8]> {
 /// major version for `libcublas.so.11*`, `.12*`, `.13*` (12 for `libcublas.so`); cuRAND for
 /// `libcurand.so.10*` and `libcurand.so` (10 in CUDA 11, 12 and 13); cuSOLVER of the same
 /// major version for `libcusolver.so.11*` (CUDA 11 and 12) and `.12*` (CUDA 13; 11 for
-/// `libcusolver.so`). `None` for
+/// `libcusolver.so`); cuSPARSE of the same major version for `libcusparse.so.11*` (CUDA 11) and
+/// `.12*` (CUDA 12 and 13; 12 for `libcusparse.so`). `None` for
 /// anything else, including a runtime of a major version Phos does not present (left alone:
 /// if it gets mapped, it is reported).
 pub fn served(name: &[u8]) -> Option<Served> {
@@ -88,6 +93,13 @@ pub fn served(name: &[u8]) -> Option<Served> {
         return match major(version) {
             b"" | b"11" => Some(Served::Solver11),
             b"12" => Some(Served::Solver12),
+            _ => None,
+        };
+    }
+    if let Some(version) = versioned(base, b"libcusparse.so") {
+        return match major(version) {
+            b"11" => Some(Served::Sparse11),
+            b"" | b"12" => Some(Served::Sparse12),
             _ => None,
         };
     }
@@ -116,7 +128,6 @@ const UNSERVED: &[(&[u8], &str)] = &[
     (b"libcudnn", "cuDNN"),
     (b"libcufft", "cuFFT"),
     (b"libcusparseLt.so", "cuSPARSELt"),
-    (b"libcusparse.so", "cuSPARSE"),
     (b"libcusolverMg.so", "cuSOLVERMg"),
     (b"libcutensor", "cuTENSOR"),
     (b"libnccl.so", "NCCL"),
@@ -171,6 +182,11 @@ mod tests {
             (b"libcusolver.so.12", Some(Served::Solver12)),
             (b"libcusolver.so", Some(Served::Solver11)),
             (b"libcusolverMg.so.11", None),
+            (b"libcusparse.so.11", Some(Served::Sparse11)),
+            (b"/usr/lib/x86_64-linux-gnu/libcusparse.so.11.7.5.86", Some(Served::Sparse11)),
+            (b"libcusparse.so.12", Some(Served::Sparse12)),
+            (b"libcusparse.so", Some(Served::Sparse12)),
+            (b"libcusparseLt.so.0", None),
             (b"/opt/libcuda.so.1/libm.so.6", None),
             (b"", None),
         ] {
@@ -187,6 +203,8 @@ mod tests {
             Served::Rand10,
             Served::Solver11,
             Served::Solver12,
+            Served::Sparse11,
+            Served::Sparse12,
         ] {
             assert_eq!(served(SERVED_FILES[s as usize].to_bytes()), Some(s), "Phos's own file names serve themselves");
         }

@@ -21,6 +21,7 @@ pub mod cuda;
 pub mod cudart;
 pub mod curand;
 pub mod cusolver;
+pub mod cusparse;
 pub mod hostmem;
 pub mod log;
 pub mod registry;

@@ -35,6 +35,8 @@ pub const SONAMES: &[&str] = &[
     "libcurand.so.10",
     "libcusolver.so.11",
     "libcusolver.so.12",
+    "libcusparse.so.11",
+    "libcusparse.so.12",
 ];
 
 /// Why the guest library cannot be offered to a program.

@@ -865,3 +865,18 @@ fn a_cusolver_handle_and_its_stream_survive_a_restore() {
         "after the restore: the handle kept its stream and the factors solve",
     );
 }
+
+/// A cuSPARSE handle with its stream, and descriptors among which a product whose size SpGEMM
+/// chose, are recorded and made again on restore, in dependency order: after a stop and a
+/// restore into a new server, the program finds the handle on its stream and the product with
+/// its size and arrays, and computes with them.
+#[test]
+fn cusparse_handles_and_descriptors_survive_a_restore() {
+    library_program_survives_a_restore(
+        "cusparse_cg",
+        // nvcc's list form: the program uses cuBLAS too.
+        "-lcusparse,cublas",
+        "cusparse ready",
+        "after the restore: the handle kept its stream and the product its size and arrays",
+    );
+}

@@ -110,6 +110,7 @@ const TESTED_APART: &[&str] = &[
     "cublas_blas",
     "curand_montecarlo",
     "cusolver_dense",
+    "cusparse_cg",
 ];
 
 /// A program of both the runtime and the driver API (linked with `-lcuda`, so the loader
@@ -399,6 +400,62 @@ fn cusolver_hostile_calls() {
         "cusolverDnDpotrf: invalid device pointer `work`",
         "ipiv[1] is 99, outside 1..=4",
         "is not a cuSOLVER handle",
+    ] {
+        assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
+    }
+}
+
+/// A cuSPARSE program (linked with `-lcusparse -lcublas`, so the loader reaches the guest
+/// library as `libcusparse.so.11` and `libcublas.so.11` too): a conjugate gradient solve with
+/// SpMV and cuBLAS in both precisions, SpMV of a transposed COO matrix, SpMM, SpGEMM, the
+/// sparse/dense conversions and misuse cuSPARSE refuses, on emu's CPU implementation,
+/// printing what it prints natively.
+#[test]
+fn cusparse_cg() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "cusparse_cg", &["-arch=sm_70", "-lcusparse", "-lcublas"]);
+    let out = phos_run_over("emu", "shm", &exe, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert!(!stderr.contains("no version information"), "{stderr}");
+    assert_eq!(stdout, expected("cusparse_cg"), "output differs from the native run\nstderr:\n{stderr}");
+    assert!(stderr.contains("cusparseSpMatSetStridedBatch"), "the refusal names its function:\n{stderr}");
+}
+
+/// What a careless or hostile cuSPARSE program gets: arrays past their allocation (at
+/// creation and through a setter), a column index outside the matrix, a made-up descriptor and
+/// handle, a destroyed descriptor; the server logs each and the handle and descriptors still
+/// work.
+#[test]
+fn cusparse_hostile_calls() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "cusparse_cg", &["-arch=sm_70", "-lcusparse", "-lcublas"]);
+    let out = phos_run_over("emu", "shm", &exe, &["hostile"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    for line in [
+        "hostile: vector past its allocation -> CUSPARSE_STATUS_INVALID_VALUE",
+        "hostile: arrays past their allocation -> CUSPARSE_STATUS_INVALID_VALUE",
+        "hostile: column index outside the matrix -> CUSPARSE_STATUS_INVALID_VALUE",
+        "hostile: CsrSetPointers with a short index array -> CUSPARSE_STATUS_INVALID_VALUE",
+        "hostile: made-up descriptor -> CUSPARSE_STATUS_INVALID_VALUE",
+        "hostile: made-up handle -> CUSPARSE_STATUS_NOT_INITIALIZED",
+        "hostile: destroyed descriptor -> CUSPARSE_STATUS_INVALID_VALUE",
+        "hostile: the handle and descriptors still work",
+        "done",
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "missing `{line}`\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    }
+    for logged in [
+        "cusparseCreateDnVec: invalid device pointer `values`",
+        "cusparseCreateCsr: invalid device pointer `csrColInd`",
+        "index 1 is 7, outside [0, 2)",
+        "the second index array at",
+        "is not a sparse matrix descriptor of the session",
+        "is not a cuSPARSE handle of the session",
+        "is not a dense vector descriptor of the session",
     ] {
         assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
     }

@@ -227,6 +227,8 @@ fn initramfs(kit: &Kit, dir: &Path, programs: &BTreeMap<&str, PathBuf>, script: 
         "libcurand.so.10",
         "libcusolver.so.11",
         "libcusolver.so.12",
+        "libcusparse.so.11",
+        "libcusparse.so.12",
     ] {
         c.symlink(&format!("/phos/{soname}"), "libphos_guest.so");
     }

@@ -96,6 +96,8 @@ pub struct CudaBackend {
     curand: std::sync::OnceLock<Option<super::vendor_curand::Curand>>,
     /// NVIDIA's libcusolver, loaded at the first cuSOLVER call (`None` when none is found).
     cusolver: std::sync::OnceLock<Option<super::vendor::Cusolver>>,
+    /// NVIDIA's libcusparse, loaded at the first cuSPARSE call (`None` when none is found).
+    cusparse: std::sync::OnceLock<Option<super::vendor_cusparse::Cusparse>>,
     /// `cuDeviceGetAttribute`, called with plain integers: attributes come from guests and
     /// may not be valid enumerators of the bindings' Rust enum.
     get_attribute: unsafe extern "C" fn(*mut i32, i32, sys::CUdevice) -> i32,
@@ -476,6 +478,7 @@ impl CudaBackend {
             cublas: std::sync::OnceLock::new(),
             curand: std::sync::OnceLock::new(),
             cusolver: std::sync::OnceLock::new(),
+            cusparse: std::sync::OnceLock::new(),
             get_attribute,
             timer,
             copies: Default::default(),
@@ -1338,6 +1341,25 @@ impl Libraries for CudaBackend {
                 }
                 Err(e) => {
                     tracing::warn!("cuSOLVER calls run on the server's CPU (slowly): {e}");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    fn cusparse(&self) -> Option<&super::vendor_cusparse::Cusparse> {
+        self.cusparse
+            .get_or_init(|| match super::vendor_cusparse::Cusparse::open() {
+                Ok(c) => {
+                    tracing::info!(
+                        "cuSPARSE: {} ({} of the compute functions Phos carries found)",
+                        c.path.display(),
+                        c.library.found()
+                    );
+                    Some(c)
+                }
+                Err(e) => {
+                    tracing::warn!("cuSPARSE calls run on the server's CPU (slowly): {e}");
                     None
                 }
             })

@@ -12,6 +12,7 @@ mod emu_arrays;
 mod jit_link;
 pub mod vendor;
 pub mod vendor_curand;
+pub mod vendor_cusparse;
 
 use phos_protocol::CudaError;
 use phos_protocol::types::{DeviceProperties, Dim3, FuncAttributes, ResourceViewWire};
@@ -448,6 +449,10 @@ pub trait Libraries: Send + Sync {
     }
     /// NVIDIA's libcusolver (the dense API).
     fn cusolver(&self) -> Option<&vendor::Cusolver> {
+        None
+    }
+    /// NVIDIA's libcusparse.
+    fn cusparse(&self) -> Option<&vendor_cusparse::Cusparse> {
         None
     }
 }

@@ -14,6 +14,7 @@
 //! - [`blas`] cuBLAS handles and their settings;
 //! - [`rand`] cuRAND generators, their settings and positions;
 //! - [`solver`] cuSOLVER dense handles and their streams;
+//! - [`sparse`] cuSPARSE handles and the generic API's descriptors;
 //! - [`devices`] facts about the devices, asked of the backend once.
 //!
 //! API objects reach the guest as virtual [`handles`] of their kind. A library's objects (a
@@ -32,6 +33,7 @@ pub mod memory;
 pub mod modules;
 pub mod rand;
 pub mod solver;
+pub mod sparse;
 pub mod streams;
 
 use std::sync::Arc;
@@ -50,12 +52,14 @@ use memory::AddressSpace;
 use modules::ModuleRegistry;
 use rand::RandRegistry;
 use solver::SolverRegistry;
+use sparse::SparseRegistry;
 use streams::StreamRegistry;
 
 pub struct Registries {
     pub blas: BlasRegistry,
     pub rand: RandRegistry,
     pub solver: SolverRegistry,
+    pub sparse: SparseRegistry,
     /// Shared with the C/R engine's hooks, which note writes in its dirty log.
     pub memory: Arc<AddressSpace>,
     pub host: PinnedArena,
@@ -79,6 +83,7 @@ impl Registries {
             blas: BlasRegistry::default(),
             rand: RandRegistry::default(),
             solver: SolverRegistry::default(),
+            sparse: SparseRegistry::default(),
             memory: Arc::new(AddressSpace::reserve(backend, base, size, limits.get(LimitKind::Allocations))?),
             host: PinnedArena::new(limits.get(LimitKind::HostAllocations)),
             streams: StreamRegistry::new(limits.get(LimitKind::Streams)),
@@ -106,7 +111,8 @@ impl Registries {
             self.rand.next_counter(),
             self.solver.next_counter(),
         ];
-        COUNTED.iter().zip(values).map(|(k, v)| (k.to_string(), v)).collect()
+        let sparse = sparse::SPARSE_KINDS.iter().zip(self.sparse.next_counters());
+        COUNTED.iter().zip(values).chain(sparse).map(|(k, v)| (k.to_string(), v)).collect()
     }
 
     /// Carry on counters from an image (kinds this server does not count are ignored: the
@@ -129,6 +135,11 @@ impl Registries {
         if let Some(n) = get("cusolver_dn_handle") {
             self.solver.set_next_counter(n);
         }
+        for kind in sparse::SPARSE_KINDS {
+            if let Some(n) = get(kind) {
+                self.sparse.set_next_counter(kind, n);
+            }
+        }
     }
 
     /// Destroy every object (a device reset, the session's end). Pinned host memory is the
@@ -137,6 +148,7 @@ impl Registries {
         self.blas.release_all(backend);
         self.rand.release_all(backend);
         self.solver.release_all(backend);
+        self.sparse.release_all(backend);
         self.streams.release_all(backend);
         self.events.release_all(backend);
         self.graphs.release_all();

@@ -10,6 +10,7 @@ pub mod cuda;
 pub mod cudart;
 pub mod curand;
 pub mod cusolver;
+pub mod cusparse;
 mod device_io;
 
 use std::sync::Arc;
