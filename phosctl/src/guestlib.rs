@@ -35,6 +35,12 @@ pub const SONAMES: &[&str] = &[
     "libcurand.so.10",
     "libcusolver.so.11",
     "libcusolver.so.12",
+    "libcudnn.so.9",
+    "libcudnn_graph.so.9",
+    "libcudnn_ops.so.9",
+    "libcudnn_cnn.so.9",
+    "libcudnn_adv.so.9",
+    "libcudnn_ext.so.9",
 ];
 
 /// Why the guest library cannot be offered to a program.

@@ -96,6 +96,8 @@ pub struct CudaBackend {
     curand: std::sync::OnceLock<Option<super::vendor_curand::Curand>>,
     /// NVIDIA's libcusolver, loaded at the first cuSOLVER call (`None` when none is found).
     cusolver: std::sync::OnceLock<Option<super::vendor::Cusolver>>,
+    /// NVIDIA's libcudnn, loaded at the first cuDNN call (`None` when none is found).
+    cudnn: std::sync::OnceLock<Option<super::vendor_cudnn::Cudnn>>,
     /// `cuDeviceGetAttribute`, called with plain integers: attributes come from guests and
     /// may not be valid enumerators of the bindings' Rust enum.
     get_attribute: unsafe extern "C" fn(*mut i32, i32, sys::CUdevice) -> i32,
@@ -472,6 +474,7 @@ impl CudaBackend {
             cublas: std::sync::OnceLock::new(),
             curand: std::sync::OnceLock::new(),
             cusolver: std::sync::OnceLock::new(),
+            cudnn: std::sync::OnceLock::new(),
             get_attribute,
             timer,
         })
@@ -1301,6 +1304,21 @@ impl Libraries for CudaBackend {
                 }
                 Err(e) => {
                     tracing::warn!("cuSOLVER calls run on the server's CPU (slowly): {e}");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    fn cudnn(&self) -> Option<&super::vendor_cudnn::Cudnn> {
+        self.cudnn
+            .get_or_init(|| match super::vendor_cudnn::Cudnn::open() {
+                Ok(c) => {
+                    tracing::info!("cuDNN: {} (version {})", c.path.display(), c.versions().version);
+                    Some(c)
+                }
+                Err(e) => {
+                    tracing::warn!("cuDNN calls that need cuDNN answer CUDNN_STATUS_NOT_SUPPORTED: {e}");
                     None
                 }
             })

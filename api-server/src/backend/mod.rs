@@ -9,6 +9,7 @@ mod cuda_arrays;
 pub mod emu;
 mod emu_arrays;
 pub mod vendor;
+pub mod vendor_cudnn;
 pub mod vendor_curand;
 
 use phos_protocol::CudaError;
@@ -421,8 +422,8 @@ pub trait Arrays: Send + Sync {
     fn surface_destroy(&self, surface: u64) -> Result<(), CudaError>;
 }
 
-/// The vendor's libraries a backend runs library APIs with (NVIDIA's libcublas, libcurand and
-/// libcusolver on a GPU); a backend without them (emu) leaves those calls to the server's own
+/// The vendor's libraries a backend runs library APIs with (NVIDIA's libcublas, libcurand,
+/// libcusolver and libcudnn on a GPU); a backend without them (emu) leaves those calls to the server's own
 /// implementations ([`crate::cpu_blas`], [`crate::cpu_rand`], [`crate::cpu_solver`]).
 pub trait Libraries: Send + Sync {
     fn cublas(&self) -> Option<&vendor::Cublas> {
@@ -434,6 +435,10 @@ pub trait Libraries: Send + Sync {
     }
     /// NVIDIA's libcusolver (the dense API).
     fn cusolver(&self) -> Option<&vendor::Cusolver> {
+        None
+    }
+    /// NVIDIA's libcudnn (cuDNN 9).
+    fn cudnn(&self) -> Option<&vendor_cudnn::Cudnn> {
         None
     }
 }

@@ -14,6 +14,7 @@
 //! - [`blas`] cuBLAS handles and their settings;
 //! - [`rand`] cuRAND generators, their settings and positions;
 //! - [`solver`] cuSOLVER dense handles and their streams;
+//! - [`dnn`] cuDNN handles and backend descriptors;
 //! - [`devices`] facts about the devices, asked of the backend once.
 //!
 //! API objects reach the guest as virtual [`handles`] of their kind. A library's objects (a
@@ -24,6 +25,7 @@
 pub mod arrays;
 pub mod blas;
 pub mod devices;
+pub mod dnn;
 pub mod events;
 pub mod graphs;
 pub mod handles;
@@ -43,6 +45,7 @@ use crate::backend::Backend;
 use arrays::ArrayRegistry;
 use blas::BlasRegistry;
 use devices::DeviceFacts;
+use dnn::DnnRegistry;
 use events::EventRegistry;
 use graphs::{GraphLimits, GraphRegistry};
 use host::PinnedArena;
@@ -56,6 +59,7 @@ pub struct Registries {
     pub blas: BlasRegistry,
     pub rand: RandRegistry,
     pub solver: SolverRegistry,
+    pub dnn: DnnRegistry,
     /// Shared with the C/R engine's hooks, which note writes in its dirty log.
     pub memory: Arc<AddressSpace>,
     pub host: PinnedArena,
@@ -68,8 +72,17 @@ pub struct Registries {
 }
 
 /// Kinds of handle whose counters a checkpoint keeps (the kinds checkpoints hold objects of).
-const COUNTED: [&str; 7] =
-    ["stream", "event", "module", "function", "cublas_handle", "curand_generator", "cusolver_dn_handle"];
+const COUNTED: [&str; 9] = [
+    "stream",
+    "event",
+    "module",
+    "function",
+    "cublas_handle",
+    "curand_generator",
+    "cusolver_dn_handle",
+    "cudnn_handle",
+    "cudnn_backend_descriptor",
+];
 
 impl Registries {
     /// The registries of a session whose device memory lives in `[base, base + size)`, each
@@ -79,6 +92,7 @@ impl Registries {
             blas: BlasRegistry::default(),
             rand: RandRegistry::default(),
             solver: SolverRegistry::default(),
+            dnn: DnnRegistry::default(),
             memory: Arc::new(AddressSpace::reserve(backend, base, size, limits.get(LimitKind::Allocations))?),
             host: PinnedArena::new(limits.get(LimitKind::HostAllocations)),
             streams: StreamRegistry::new(limits.get(LimitKind::Streams)),
@@ -97,6 +111,7 @@ impl Registries {
     /// Next value of each handle kind's counter.
     pub fn handle_counters(&self) -> Vec<(String, u64)> {
         let (modules, functions) = self.modules.next_counters();
+        let (dnn_handles, dnn_descriptors) = self.dnn.next_counters();
         let values = [
             self.streams.next_counter(),
             self.events.next_counter(),
@@ -105,6 +120,8 @@ impl Registries {
             self.blas.next_counter(),
             self.rand.next_counter(),
             self.solver.next_counter(),
+            dnn_handles,
+            dnn_descriptors,
         ];
         COUNTED.iter().zip(values).map(|(k, v)| (k.to_string(), v)).collect()
     }
@@ -129,6 +146,7 @@ impl Registries {
         if let Some(n) = get("cusolver_dn_handle") {
             self.solver.set_next_counter(n);
         }
+        self.dnn.set_next_counters(get("cudnn_handle"), get("cudnn_backend_descriptor"));
     }
 
     /// Destroy every object (a device reset, the session's end). Pinned host memory is the
@@ -137,6 +155,7 @@ impl Registries {
         self.blas.release_all(backend);
         self.rand.release_all(backend);
         self.solver.release_all(backend);
+        self.dnn.release_all(backend);
         self.streams.release_all(backend);
         self.events.release_all(backend);
         self.graphs.release_all();
