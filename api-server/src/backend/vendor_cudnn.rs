@@ -115,13 +115,12 @@ impl Cudnn {
 
     pub fn versions(&self) -> CudnnVersions {
         // SAFETY: the version functions take nothing and only read the library's constants.
-        unsafe {
-            CudnnVersions {
-                version: (self.get_version)(),
-                max_device_version: (self.get_max_device_version)(),
-                cudart_version: (self.get_cudart_version)(),
-            }
-        }
+        let version = unsafe { (self.get_version)() };
+        // SAFETY: as above.
+        let max_device_version = unsafe { (self.get_max_device_version)() };
+        // SAFETY: as above.
+        let cudart_version = unsafe { (self.get_cudart_version)() };
+        CudnnVersions { version, max_device_version, cudart_version }
     }
 
     /// A new backend descriptor of cuDNN's type `kind`.

@@ -86,12 +86,11 @@ impl HandWritten for Hand {
         }
         let text = rt::take_last_error();
         let n = text.len().min(max_size - 1);
+        let mut bytes: Vec<c_char> = text.bytes().take(n).map(|b| b as c_char).collect();
+        bytes.push(0);
         // SAFETY: the caller gives `max_size` writable bytes at `message` (cuDNN's contract);
         // `n + 1 <= max_size` are written.
-        unsafe {
-            std::ptr::copy_nonoverlapping(text.as_ptr().cast::<c_char>(), message, n);
-            message.add(n).write(0);
-        }
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), message, bytes.len()) };
     }
 
     fn requested_elements(array: i128, requested: i128) -> Result<i128, CudnnStatus> {
