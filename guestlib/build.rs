@@ -12,9 +12,10 @@ const DEFAULT_VERSION: &str = "libcudart.so.12";
 /// whose programs ask for `cublasSgemm_v2@libcublas.so.11` and so on: every export gets those
 /// versions too (a name the other library lacks is never asked for under its version). So do
 /// cuRAND's (`libcurand.so.10`) and cuSOLVER's, installed as `libcusolver.so.11` (CUDA 11 and 12)
-/// and `libcusolver.so.12` (CUDA 13), and cuSPARSE's, installed as `libcusparse.so.11` (CUDA 11)
-/// and `libcusparse.so.12` (CUDA 12 and 13).
-const OTHER_VERSIONS: [&str; 10] = [
+/// and `libcusolver.so.12` (CUDA 13), cuSPARSE's, installed as `libcusparse.so.11` (CUDA 11)
+/// and `libcusparse.so.12` (CUDA 12 and 13), and cuDNN's, installed as `libcudnn.so.9` and as
+/// each of its sub-libraries (whose programs ask for `cudnnBackendExecute@libcudnn_graph.so.9`).
+const OTHER_VERSIONS: [&str; 16] = [
     "libcudart.so.11.0",
     "libcudart.so.13",
     "libcublas.so.11",
@@ -25,6 +26,12 @@ const OTHER_VERSIONS: [&str; 10] = [
     "libcusolver.so.12",
     "libcusparse.so.11",
     "libcusparse.so.12",
+    "libcudnn.so.9",
+    "libcudnn_graph.so.9",
+    "libcudnn_ops.so.9",
+    "libcudnn_cnn.so.9",
+    "libcudnn_adv.so.9",
+    "libcudnn_ext.so.9",
 ];
 
 fn main() {

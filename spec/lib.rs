@@ -20,9 +20,19 @@ pub const CUSOLVER_SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/cusol
 /// Path of the cuSPARSE spec.
 pub const CUSPARSE_SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/cusparse.lapis");
 
+/// Path of the cuDNN 9 spec.
+pub const CUDNN_SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/cudnn.lapis");
+
 /// Every API Phos carries, by path. Adding an API starts here (docs/architecture.md).
-pub const SPEC_PATHS: &[&str] =
-    &[CUDART_SPEC_PATH, CUDA_SPEC_PATH, CUBLAS_SPEC_PATH, CURAND_SPEC_PATH, CUSOLVER_SPEC_PATH, CUSPARSE_SPEC_PATH];
+pub const SPEC_PATHS: &[&str] = &[
+    CUDART_SPEC_PATH,
+    CUDA_SPEC_PATH,
+    CUBLAS_SPEC_PATH,
+    CURAND_SPEC_PATH,
+    CUSOLVER_SPEC_PATH,
+    CUSPARSE_SPEC_PATH,
+    CUDNN_SPEC_PATH,
+];
 
 /// A spec built into a program (for `phosctl spec`).
 pub struct Spec {
@@ -38,4 +48,5 @@ pub const SPECS: &[Spec] = &[
     Spec { path: CURAND_SPEC_PATH, text: include_str!("curand.lapis") },
     Spec { path: CUSOLVER_SPEC_PATH, text: include_str!("cusolver.lapis") },
     Spec { path: CUSPARSE_SPEC_PATH, text: include_str!("cusparse.lapis") },
+    Spec { path: CUDNN_SPEC_PATH, text: include_str!("cudnn.lapis") },
 ];

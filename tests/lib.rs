@@ -166,6 +166,46 @@ fn build_with_runtime(nvcc: &Path, dir: &Path, name: &str, cudart: &str, extra: 
     exe
 }
 
+/// Link flags for a program that calls cuDNN 9 where NVIDIA's libcudnn is absent (CI): a stub
+/// `libcudnn.so` built here whose soname is `libcudnn.so.9` and which defines the functions
+/// tests/cuda/cudnn_conv.cu calls, so the program is linked as against NVIDIA's library (it
+/// needs `libcudnn.so.9`, which Phos's guest directory serves when it runs).
+pub fn cudnn_link_flags() -> [String; 2] {
+    const FUNCTIONS: [&str; 13] = [
+        "cudnnCreate",
+        "cudnnDestroy",
+        "cudnnSetStream",
+        "cudnnGetVersion",
+        "cudnnGetErrorString",
+        "cudnnGetLastErrorString",
+        "cudnnBackendCreateDescriptor",
+        "cudnnBackendDestroyDescriptor",
+        "cudnnBackendFinalize",
+        "cudnnBackendSetAttribute",
+        "cudnnBackendGetAttribute",
+        "cudnnBackendExecute",
+        "cudnnCreateTensorDescriptor",
+    ];
+    let dir = target_dir().join("cudnn-link-stub");
+    let lib = dir.join("libcudnn.so");
+    static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = BUILDING.lock().unwrap_or_else(|p| p.into_inner());
+    if !lib.exists() {
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("stub.c");
+        let body: String = FUNCTIONS.iter().map(|f| format!("void {f}(void) {{}}\n")).collect();
+        std::fs::write(&src, body).unwrap();
+        let partial = dir.join(format!(".libcudnn.so.{}", std::process::id()));
+        cc(&["-shared", "-fPIC", "-Wl,-soname,libcudnn.so.9", "-o"]
+            .map(std::ffi::OsStr::new)
+            .into_iter()
+            .chain([partial.as_os_str(), src.as_os_str()])
+            .collect::<Vec<_>>());
+        std::fs::rename(&partial, &lib).unwrap();
+    }
+    [format!("-L{}", dir.display()), "-lcudnn".to_string()]
+}
+
 /// Run the C compiler (`cc`) with `args`; panics with its messages if it fails.
 pub fn cc(args: &[&std::ffi::OsStr]) {
     let out = Command::new("cc").args(args).output().expect("running cc (a C compiler is part of the set-up)");

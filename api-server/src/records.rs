@@ -31,8 +31,9 @@ struct Records {
     entries: Vec<Option<(Record, Vec<usize>)>>,
     /// Live object (kind, value) -> index of its record.
     by_object: HashMap<(&'static str, u64), usize>,
-    /// (setter, object) -> index of the object's last record of that setter.
-    settings: HashMap<(Function, (&'static str, u64)), usize>,
+    /// (setter, what it sets, object) -> index of the object's last record of that setter
+    /// for that key (0 for a setter whose call is the whole setting).
+    settings: HashMap<(Function, u64, (&'static str, u64)), usize>,
 }
 
 #[derive(Default)]
@@ -42,6 +43,12 @@ pub struct Recorder {
 
 impl Recorder {
     pub fn record(&self, function: Function, device: i32, payload: &[u8], facts: &RecordFacts<'_>) {
+        self.record_keyed(function, 0, device, payload, facts);
+    }
+
+    /// [`record`](Self::record) for a setter that sets one of several things per call (a cuDNN
+    /// descriptor's attribute, by name): its last call is kept per `key`.
+    pub fn record_keyed(&self, function: Function, key: u64, device: i32, payload: &[u8], facts: &RecordFacts<'_>) {
         let mut r = self.inner.lock();
         if facts.global {
             // Session-wide state changed (a device reset): everything before is gone.
@@ -63,7 +70,7 @@ impl Recorder {
             return;
         }
         for &obj in &mutated {
-            if let Some(old) = r.settings.remove(&(function, obj)) {
+            if let Some(old) = r.settings.remove(&(function, key, obj)) {
                 r.prune(old);
             }
         }
@@ -78,7 +85,7 @@ impl Recorder {
             r.by_object.insert(obj, index);
         }
         for &obj in &mutated {
-            r.settings.insert((function, obj), index);
+            r.settings.insert((function, key, obj), index);
         }
         r.entries.push(Some((Record { function, device, payload: payload.to_vec(), creates: created }, deps)));
     }
@@ -197,6 +204,22 @@ mod tests {
         setting(b"3", 40, 0);
         r.record(blas(Blas::CublasDestroyV2), 0, b"", &facts(&[], &[("cublas_handle", 40)], &[]));
         assert!(r.live().is_empty());
+    }
+
+    #[test]
+    fn a_keyed_setting_is_kept_once_per_key() {
+        use phos_protocol::cudnn::FunctionId as Dnn;
+        let r = Recorder::default();
+        let set = Function::Cudnn(Dnn::CudnnBackendSetAttribute);
+        let mutated = [("cudnn_backend_descriptor", 50)];
+        let setting = RecordFacts { created: &[], destroyed: &[], mutated: &mutated, depends_on: &[], global: false };
+        let create = Function::Cudnn(Dnn::CudnnBackendCreateDescriptor);
+        r.record(create, 0, b"d", &facts(&[("cudnn_backend_descriptor", 50)], &[], &[]));
+        r.record_keyed(set, 1, 0, b"dims", &setting);
+        r.record_keyed(set, 2, 0, b"strides", &setting);
+        r.record_keyed(set, 1, 0, b"dims again", &setting);
+        let payloads: Vec<Vec<u8>> = r.live().into_iter().map(|rec| rec.payload).collect();
+        assert_eq!(payloads, [b"d".to_vec(), b"strides".to_vec(), b"dims again".to_vec()]);
     }
 
     #[test]

@@ -620,6 +620,7 @@ impl ApiServer {
             Function::Curand(f) => Self::outcome(s, f.name(), dispatch::curand::dispatch(s, &cx, f, payload, out)),
             Function::Cusolver(f) => Self::outcome(s, f.name(), dispatch::cusolver::dispatch(s, &cx, f, payload, out)),
             Function::Cusparse(f) => Self::outcome(s, f.name(), dispatch::cusparse::dispatch(s, &cx, f, payload, out)),
+            Function::Cudnn(f) => Self::outcome(s, f.name(), dispatch::cudnn::dispatch(s, &cx, f, payload, out)),
         }));
         if s.hooks.active() {
             s.hooks.after_call();
@@ -679,5 +680,6 @@ pub(crate) fn replay(
         Function::Cusparse(id) => {
             dispatch::cusparse::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string())
         }
+        Function::Cudnn(id) => dispatch::cudnn::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string()),
     }
 }

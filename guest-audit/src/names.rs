@@ -17,10 +17,16 @@ pub const SERVED_FILES: [&core::ffi::CStr; SERVED_COUNT] = [
     c"libcusolver.so.12",
     c"libcusparse.so.11",
     c"libcusparse.so.12",
+    c"libcudnn.so.9",
+    c"libcudnn_graph.so.9",
+    c"libcudnn_ops.so.9",
+    c"libcudnn_cnn.so.9",
+    c"libcudnn_adv.so.9",
+    c"libcudnn_ext.so.9",
 ];
 
 /// How many files Phos serves libraries with.
-pub const SERVED_COUNT: usize = 12;
+pub const SERVED_COUNT: usize = 18;
 
 /// Which of Phos's files serves a library name ([`SERVED_FILES`] index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +43,12 @@ pub enum Served {
     Solver12 = 9,
     Sparse11 = 10,
     Sparse12 = 11,
+    Dnn9 = 12,
+    DnnGraph9 = 13,
+    DnnOps9 = 14,
+    DnnCnn9 = 15,
+    DnnAdv9 = 16,
+    DnnExt9 = 17,
 }
 
 /// The last component of a path.
@@ -70,7 +82,8 @@ fn versioned<'a>(name: &'a [u8], stem: &[u8]) -> Option<&'a [u8]> {
 /// `libcurand.so.10*` and `libcurand.so` (10 in CUDA 11, 12 and 13); cuSOLVER of the same
 /// major version for `libcusolver.so.11*` (CUDA 11 and 12) and `.12*` (CUDA 13; 11 for
 /// `libcusolver.so`); cuSPARSE of the same major version for `libcusparse.so.11*` (CUDA 11) and
-/// `.12*` (CUDA 12 and 13; 12 for `libcusparse.so`). `None` for
+/// `.12*` (CUDA 12 and 13; 12 for `libcusparse.so`); cuDNN 9 for `libcudnn.so.9*` and each of
+/// its sub-libraries (`libcudnn_graph.so.9*`, ...; 9 for the unversioned names). `None` for
 /// anything else, including a runtime of a major version Phos does not present (left alone:
 /// if it gets mapped, it is reported).
 pub fn served(name: &[u8]) -> Option<Served> {
@@ -102,6 +115,18 @@ pub fn served(name: &[u8]) -> Option<Served> {
             b"" | b"12" => Some(Served::Sparse12),
             _ => None,
         };
+    }
+    for (stem, file) in [
+        (&b"libcudnn.so"[..], Served::Dnn9),
+        (b"libcudnn_graph.so", Served::DnnGraph9),
+        (b"libcudnn_ops.so", Served::DnnOps9),
+        (b"libcudnn_cnn.so", Served::DnnCnn9),
+        (b"libcudnn_adv.so", Served::DnnAdv9),
+        (b"libcudnn_ext.so", Served::DnnExt9),
+    ] {
+        if let Some(version) = versioned(base, stem) {
+            return matches!(major(version), b"" | b"9").then_some(file);
+        }
     }
     let version = versioned(base, b"libcudart.so")?;
     match major(version) {
@@ -187,6 +212,15 @@ mod tests {
             (b"libcusparse.so.12", Some(Served::Sparse12)),
             (b"libcusparse.so", Some(Served::Sparse12)),
             (b"libcusparseLt.so.0", None),
+            (b"libcudnn.so.9", Some(Served::Dnn9)),
+            (b"/site-packages/nvidia/cudnn/lib/libcudnn_graph.so.9", Some(Served::DnnGraph9)),
+            (b"libcudnn_ops.so.9.10.2", Some(Served::DnnOps9)),
+            (b"libcudnn_cnn.so", Some(Served::DnnCnn9)),
+            (b"libcudnn_adv.so.9", Some(Served::DnnAdv9)),
+            (b"libcudnn_ext.so.9", Some(Served::DnnExt9)),
+            // cuDNN 8 and the engine libraries NVIDIA's libcudnn loads itself: not Phos's.
+            (b"libcudnn.so.8", None),
+            (b"libcudnn_engines_precompiled.so.9", None),
             (b"/opt/libcuda.so.1/libm.so.6", None),
             (b"", None),
         ] {
@@ -205,6 +239,12 @@ mod tests {
             Served::Solver12,
             Served::Sparse11,
             Served::Sparse12,
+            Served::Dnn9,
+            Served::DnnGraph9,
+            Served::DnnOps9,
+            Served::DnnCnn9,
+            Served::DnnAdv9,
+            Served::DnnExt9,
         ] {
             assert_eq!(served(SERVED_FILES[s as usize].to_bytes()), Some(s), "Phos's own file names serve themselves");
         }
@@ -225,7 +265,8 @@ mod tests {
         for (name, want) in [
             ("libcublas.so.12", None),
             ("/w/nvidia/cublas/lib/libcublasLt.so.12", Some("cuBLASLt")),
-            ("libcudnn_ops.so.9", Some("cuDNN")),
+            ("libcudnn_engines_precompiled.so.9", Some("cuDNN")),
+            ("libcudnn.so.8", Some("cuDNN")),
             ("libcufftw.so.11", Some("cuFFT")),
             ("libnccl.so.2", Some("NCCL")),
             ("libcurand.so.10", None),

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The version nodes, one per soname; the first export of each name is `@@` this one.
-const VERSIONS: [&str; 11] = [
+const VERSIONS: [&str; 17] = [
     "libcudart.so.11.0",
     "libcudart.so.12",
     "libcudart.so.13",
@@ -26,6 +26,12 @@ const VERSIONS: [&str; 11] = [
     "libcusolver.so.12",
     "libcusparse.so.11",
     "libcusparse.so.12",
+    "libcudnn.so.9",
+    "libcudnn_graph.so.9",
+    "libcudnn_ops.so.9",
+    "libcudnn_cnn.so.9",
+    "libcudnn_adv.so.9",
+    "libcudnn_ext.so.9",
 ];
 const DEFAULT_VERSION: &str = "libcudart.so.12";
 
@@ -187,6 +193,7 @@ fn exports_nothing_but_the_cuda_api() {
         .chain(generated_exports("curand"))
         .chain(generated_exports("cusolver"))
         .chain(generated_exports("cusparse"))
+        .chain(generated_exports("cudnn"))
         .collect();
     assert_eq!(exports, generated, "the exports are not exactly the generated stubs");
 }
@@ -373,6 +380,32 @@ fn exports_every_function_of_nvidias_cusolver() {
 #[test]
 fn exports_every_function_of_nvidias_cusparse() {
     exports_every_listed_function("libcusparse", 900);
+}
+
+/// Every function NVIDIA's cuDNN 9 exports (tests/abi/libcudnn-exports.txt) is exported under
+/// the version node of each of its files that has it (`libcudnn.so.9`, `libcudnn_graph.so.9`,
+/// ...), so that programs and PyTorch's wheels load whichever file they name.
+#[test]
+fn exports_every_function_of_nvidias_cudnn() {
+    let list = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/abi/libcudnn-exports.txt"))
+        .expect("tests/abi/libcudnn-exports.txt");
+    let exports = exports();
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for line in list.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        let mut words = line.split_whitespace();
+        let name = words.next().unwrap();
+        for file in words {
+            let node = format!("{file}.so.9");
+            checked += 1;
+            let found = exports.get(name).is_some_and(|syms| syms.iter().any(|s| s.version.as_deref() == Some(&node)));
+            if !found {
+                missing.push(format!("{name}@{node}"));
+            }
+        }
+    }
+    assert!(checked > 400, "the list is read");
+    assert!(missing.is_empty(), "not exported: {missing:?}");
 }
 
 /// Every name of `tests/abi/<library>-exports.txt` is exported under `<library>.so.<major>`

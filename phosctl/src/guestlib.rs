@@ -37,6 +37,12 @@ pub const SONAMES: &[&str] = &[
     "libcusolver.so.12",
     "libcusparse.so.11",
     "libcusparse.so.12",
+    "libcudnn.so.9",
+    "libcudnn_graph.so.9",
+    "libcudnn_ops.so.9",
+    "libcudnn_cnn.so.9",
+    "libcudnn_adv.so.9",
+    "libcudnn_ext.so.9",
 ];
 
 /// Why the guest library cannot be offered to a program.

@@ -809,8 +809,14 @@ fn an_on_demand_restore_serves_calls_before_their_memory_is_loaded() {
 /// stopped once it prints `ready` and restored into a new server: it finishes and prints
 /// `after`.
 fn library_program_survives_a_restore(program: &str, link: &str, ready: &str, after: &str) {
+    library_program_with_flags_survives_a_restore(program, &[link], ready, after);
+}
+
+/// [`library_program_survives_a_restore`] with the program's link flags.
+fn library_program_with_flags_survives_a_restore(program: &str, link: &[&str], ready: &str, after: &str) {
     let Some(nvcc) = nvcc() else { return };
-    let exe = build_program(&nvcc, program, &["-arch=sm_70", link]);
+    let flags: Vec<&str> = ["-arch=sm_70"].into_iter().chain(link.iter().copied()).collect();
+    let exe = build_program(&nvcc, program, &flags);
     let router = TestRouter::start("emu");
     let mut guest = start_guest(&router, &exe, &["checkpoint"]);
     let mut out = BufReader::new(guest.stdout.take().unwrap());
@@ -878,5 +884,22 @@ fn cusparse_handles_and_descriptors_survive_a_restore() {
         "-lcusparse,cublas",
         "cusparse ready",
         "after the restore: the handle kept its stream and the product its size and arrays",
+    );
+}
+
+/// cuDNN's handle and backend descriptors (tensors the program destroyed but an operation
+/// refers to, a graph naming the handle, an engine, its config, a plan and a variant pack, all
+/// finalized) are recorded with their attributes and replayed in order on restore: after a stop
+/// and a restore into a new server, the program reads the variant pack's and the graph's
+/// attributes back as it set them, and the execution answers emu's NOT_SUPPORTED (not a lost
+/// plan's BAD_PARAM).
+#[test]
+fn cudnn_descriptors_survive_a_restore() {
+    let link = phos_tests::cudnn_link_flags();
+    library_program_with_flags_survives_a_restore(
+        "cudnn_conv",
+        &[&link[0], &link[1]],
+        "cudnn ready",
+        "after the restore: the descriptors kept their attributes\nexecute: CUDNN_STATUS_NOT_SUPPORTED\ndone",
     );
 }

@@ -111,6 +111,7 @@ const TESTED_APART: &[&str] = &[
     "curand_montecarlo",
     "cusolver_dense",
     "cusparse_cg",
+    "cudnn_conv",
 ];
 
 /// A program of both the runtime and the driver API (linked with `-lcuda`, so the loader
@@ -458,5 +459,74 @@ fn cusparse_hostile_calls() {
         "is not a dense vector descriptor of the session",
     ] {
         assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
+    }
+}
+
+/// A convolution through cuDNN's backend API (tests/cuda/cudnn_conv.cu, linked against
+/// `libcudnn.so.9` as against NVIDIA's): on emu, which has no cuDNN, every descriptor is made,
+/// set, read back and finalized, heuristics answer CUDNN_STATUS_NOT_SUPPORTED (the program
+/// takes engine 0) and so does the execution, by name; the program ends cleanly.
+#[test]
+fn cudnn_conv_on_emu_gets_not_supported_at_execute() {
+    let Some(nvcc) = nvcc() else { return };
+    let link = phos_tests::cudnn_link_flags();
+    let exe = build_program(&nvcc, "cudnn_conv", &["-arch=sm_70", &link[0], &link[1]]);
+    let out = phos_run_over("emu", "shm", &exe, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert!(!stderr.contains("no version information"), "{stderr}");
+    assert_eq!(
+        stdout,
+        "cudnn major version: 9\n\
+         x: 4 dims 1 2 5 5\n\
+         graph: its handle comes back as the program's\n\
+         heuristics: CUDNN_STATUS_NOT_SUPPORTED\n\
+         plan: finalized\n\
+         execute: CUDNN_STATUS_NOT_SUPPORTED\n\
+         done\n",
+        "stderr:\n{stderr}"
+    );
+    assert!(stderr.contains("cudnnBackendExecute"), "the refusal names its function:\n{stderr}");
+}
+
+/// What a careless or hostile cuDNN program gets: CUDNN_STATUS_BAD_PARAM for made-up and
+/// destroyed descriptors and handles, impossible counts and types, descriptor elements that
+/// are not the session's, pointers where no pointer belongs or outside the session's memory;
+/// CUDNN_STATUS_NOT_SUPPORTED for the legacy API, named by cudnnGetLastErrorString. The server
+/// logs each, and the handle and descriptors still work.
+#[test]
+fn cudnn_hostile_calls() {
+    let Some(nvcc) = nvcc() else { return };
+    let link = phos_tests::cudnn_link_flags();
+    let exe = build_program(&nvcc, "cudnn_conv", &["-arch=sm_70", &link[0], &link[1]]);
+    let out = phos_run_over("emu", "shm", &exe, &["hostile"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    for line in [
+        "hostile: made-up descriptor -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: negative element count -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: unknown attribute type -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: descriptor element made up -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: pointer on a tensor -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: host pointer in a variant pack -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: destroyed descriptor -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: made-up handle -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: legacy tensor descriptor -> CUDNN_STATUS_NOT_SUPPORTED",
+        "hostile: last error names the call",
+        "hostile: the handle and descriptors still work",
+        "done",
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "missing `{line}`\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    }
+    for logged in [
+        "is not a backend descriptor of the session",
+        "only variant packs hold pointers",
+        "is not device memory of the session",
+        "is not a cuDNN handle of the session",
+        "cudnnCreateTensorDescriptor",
+    ] {
+        assert!(stderr.contains(logged), "the log lacks `{logged}`:\n{stderr}");
     }
 }

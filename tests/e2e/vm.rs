@@ -229,6 +229,12 @@ fn initramfs(kit: &Kit, dir: &Path, programs: &BTreeMap<&str, PathBuf>, script: 
         "libcusolver.so.12",
         "libcusparse.so.11",
         "libcusparse.so.12",
+        "libcudnn.so.9",
+        "libcudnn_graph.so.9",
+        "libcudnn_ops.so.9",
+        "libcudnn_cnn.so.9",
+        "libcudnn_adv.so.9",
+        "libcudnn_ext.so.9",
     ] {
         c.symlink(&format!("/phos/{soname}"), "libphos_guest.so");
     }

@@ -96,6 +96,8 @@ pub struct CudaBackend {
     curand: std::sync::OnceLock<Option<super::vendor_curand::Curand>>,
     /// NVIDIA's libcusolver, loaded at the first cuSOLVER call (`None` when none is found).
     cusolver: std::sync::OnceLock<Option<super::vendor::Cusolver>>,
+    /// NVIDIA's libcudnn, loaded at the first cuDNN call (`None` when none is found).
+    cudnn: std::sync::OnceLock<Option<super::vendor_cudnn::Cudnn>>,
     /// NVIDIA's libcusparse, loaded at the first cuSPARSE call (`None` when none is found).
     cusparse: std::sync::OnceLock<Option<super::vendor_cusparse::Cusparse>>,
     /// `cuDeviceGetAttribute`, called with plain integers: attributes come from guests and
@@ -472,6 +474,7 @@ impl CudaBackend {
         let timer = Mutex::new(KernelTimer::new(devices.len()));
         let raw = RawDriver::load()?;
         Ok(CudaBackend {
+            cudnn: std::sync::OnceLock::new(),
             devices,
             driver_version,
             raw,
@@ -1360,6 +1363,21 @@ impl Libraries for CudaBackend {
                 }
                 Err(e) => {
                     tracing::warn!("cuSPARSE calls run on the server's CPU (slowly): {e}");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    fn cudnn(&self) -> Option<&super::vendor_cudnn::Cudnn> {
+        self.cudnn
+            .get_or_init(|| match super::vendor_cudnn::Cudnn::open() {
+                Ok(c) => {
+                    tracing::info!("cuDNN: {} (version {})", c.path.display(), c.versions().version);
+                    Some(c)
+                }
+                Err(e) => {
+                    tracing::warn!("cuDNN calls that need cuDNN answer CUDNN_STATUS_NOT_SUPPORTED: {e}");
                     None
                 }
             })

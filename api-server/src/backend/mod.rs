@@ -11,6 +11,7 @@ pub mod emu;
 mod emu_arrays;
 mod jit_link;
 pub mod vendor;
+pub mod vendor_cudnn;
 pub mod vendor_curand;
 pub mod vendor_cusparse;
 
@@ -436,8 +437,9 @@ pub trait Arrays: Send + Sync {
     fn surface_destroy(&self, surface: u64) -> Result<(), CudaError>;
 }
 
-/// The vendor's libraries a backend runs library APIs with (NVIDIA's libcublas, libcurand and
-/// libcusolver on a GPU); a backend without them (emu) leaves those calls to the server's own
+/// The vendor's libraries a backend runs library APIs with (NVIDIA's libcublas, libcurand,
+/// libcusolver, libcusparse and libcudnn on a GPU); a backend without them (emu) leaves those
+/// calls to the server's own
 /// implementations ([`crate::cpu_blas`], [`crate::cpu_rand`], [`crate::cpu_solver`]).
 pub trait Libraries: Send + Sync {
     fn cublas(&self) -> Option<&vendor::Cublas> {
@@ -453,6 +455,10 @@ pub trait Libraries: Send + Sync {
     }
     /// NVIDIA's libcusparse.
     fn cusparse(&self) -> Option<&vendor_cusparse::Cusparse> {
+        None
+    }
+    /// NVIDIA's libcudnn (cuDNN 9).
+    fn cudnn(&self) -> Option<&vendor_cudnn::Cudnn> {
         None
     }
 }

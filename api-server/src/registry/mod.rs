@@ -14,6 +14,7 @@
 //! - [`blas`] cuBLAS handles and their settings;
 //! - [`rand`] cuRAND generators, their settings and positions;
 //! - [`solver`] cuSOLVER dense handles and their streams;
+//! - [`dnn`] cuDNN handles and backend descriptors;
 //! - [`sparse`] cuSPARSE handles and the generic API's descriptors;
 //! - [`devices`] facts about the devices, asked of the backend once.
 //!
@@ -25,6 +26,7 @@
 pub mod arrays;
 pub mod blas;
 pub mod devices;
+pub mod dnn;
 pub mod events;
 pub mod graphs;
 pub mod handles;
@@ -45,6 +47,7 @@ use crate::backend::Backend;
 use arrays::ArrayRegistry;
 use blas::BlasRegistry;
 use devices::DeviceFacts;
+use dnn::DnnRegistry;
 use events::EventRegistry;
 use graphs::{GraphLimits, GraphRegistry};
 use host::PinnedArena;
@@ -58,6 +61,7 @@ use streams::StreamRegistry;
 pub struct Registries {
     pub blas: BlasRegistry,
     pub rand: RandRegistry,
+    pub dnn: DnnRegistry,
     pub solver: SolverRegistry,
     pub sparse: SparseRegistry,
     /// Shared with the C/R engine's hooks, which note writes in its dirty log.
@@ -72,8 +76,17 @@ pub struct Registries {
 }
 
 /// Kinds of handle whose counters a checkpoint keeps (the kinds checkpoints hold objects of).
-const COUNTED: [&str; 7] =
-    ["stream", "event", "module", "function", "cublas_handle", "curand_generator", "cusolver_dn_handle"];
+const COUNTED: [&str; 9] = [
+    "stream",
+    "event",
+    "module",
+    "function",
+    "cublas_handle",
+    "curand_generator",
+    "cusolver_dn_handle",
+    "cudnn_handle",
+    "cudnn_backend_descriptor",
+];
 
 impl Registries {
     /// The registries of a session whose device memory lives in `[base, base + size)`, each
@@ -83,6 +96,7 @@ impl Registries {
             blas: BlasRegistry::default(),
             rand: RandRegistry::default(),
             solver: SolverRegistry::default(),
+            dnn: DnnRegistry::default(),
             sparse: SparseRegistry::default(),
             memory: Arc::new(AddressSpace::reserve(backend, base, size, limits.get(LimitKind::Allocations))?),
             host: PinnedArena::new(limits.get(LimitKind::HostAllocations)),
@@ -102,6 +116,7 @@ impl Registries {
     /// Next value of each handle kind's counter.
     pub fn handle_counters(&self) -> Vec<(String, u64)> {
         let (modules, functions) = self.modules.next_counters();
+        let (dnn_handles, dnn_descriptors) = self.dnn.next_counters();
         let values = [
             self.streams.next_counter(),
             self.events.next_counter(),
@@ -110,6 +125,8 @@ impl Registries {
             self.blas.next_counter(),
             self.rand.next_counter(),
             self.solver.next_counter(),
+            dnn_handles,
+            dnn_descriptors,
         ];
         let sparse = sparse::SPARSE_KINDS.iter().zip(self.sparse.next_counters());
         COUNTED.iter().zip(values).chain(sparse).map(|(k, v)| (k.to_string(), v)).collect()
@@ -140,6 +157,7 @@ impl Registries {
                 self.sparse.set_next_counter(kind, n);
             }
         }
+        self.dnn.set_next_counters(get("cudnn_handle"), get("cudnn_backend_descriptor"));
     }
 
     /// Destroy every object (a device reset, the session's end). Pinned host memory is the
@@ -148,6 +166,7 @@ impl Registries {
         self.blas.release_all(backend);
         self.rand.release_all(backend);
         self.solver.release_all(backend);
+        self.dnn.release_all(backend);
         self.sparse.release_all(backend);
         self.streams.release_all(backend);
         self.events.release_all(backend);

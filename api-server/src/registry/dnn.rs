@@ -1,0 +1,231 @@
+//! The session's cuDNN objects: handles (kind `cudnn_handle`: a device, a stream and cuDNN's
+//! handle) and backend descriptors (kind `cudnn_backend_descriptor`: cuDNN's type, cuDNN's
+//! descriptor, the attributes the program set and whether it was finalized).
+//!
+//! A descriptor another descriptor refers to (an attribute names it, or it was filled from it)
+//! lives on after the program destroys it, hidden from the program, until nothing live refers
+//! to it: cuDNN's objects stay valid, and a restore can replay what referred to it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use parking_lot::Mutex;
+use phos_protocol::CudaError;
+use phos_protocol::apis::HandleKind;
+
+use super::handles::{HandleTable, NewHandle};
+use crate::backend::Backend;
+
+/// cuDNN handles a session may hold at once.
+pub const MAX_DNN_HANDLES: u64 = 1024;
+/// Backend descriptors a session may hold at once (PyTorch caches plans, each a handful).
+pub const MAX_DNN_DESCRIPTORS: u64 = 1 << 18;
+
+/// One handle's state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DnnHandle {
+    /// The device current when it was made.
+    pub device: i32,
+    /// The stream its work goes on (a stream handle; 0 is the legacy default stream).
+    pub stream: u64,
+    /// cuDNN's handle, 0 where there is no cuDNN (emu).
+    pub raw: u64,
+}
+
+/// One attribute as the program set it (its elements hold the session's handles).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attribute {
+    pub ty: i32,
+    pub count: i64,
+    pub elements: Vec<u8>,
+}
+
+/// One backend descriptor.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Descriptor {
+    /// cuDNN's descriptor type (`cudnnBackendDescriptorType_t`).
+    pub kind: i32,
+    /// cuDNN's descriptor, 0 where there is no cuDNN (emu).
+    pub raw: u64,
+    pub attributes: BTreeMap<i32, Attribute>,
+    pub finalized: bool,
+    /// The descriptors it refers to.
+    pub references: BTreeSet<u64>,
+    /// How many live descriptors refer to it.
+    pub referrers: u32,
+    /// The program destroyed it; it lives on for its referrers.
+    pub released: bool,
+}
+
+pub struct DnnRegistry {
+    handles: Mutex<HandleTable<DnnHandle>>,
+    descriptors: Mutex<HandleTable<Descriptor>>,
+}
+
+impl Default for DnnRegistry {
+    fn default() -> Self {
+        DnnRegistry {
+            handles: Mutex::new(HandleTable::new(HandleKind::CudnnHandle, MAX_DNN_HANDLES)),
+            descriptors: Mutex::new(HandleTable::new(HandleKind::CudnnBackendDescriptor, MAX_DNN_DESCRIPTORS)),
+        }
+    }
+}
+
+impl DnnRegistry {
+    pub fn create_handle(&self, h: DnnHandle, new: &NewHandle<'_>) -> Result<u64, CudaError> {
+        self.handles.lock().add(h, new)
+    }
+
+    pub fn destroy_handle(&self, handle: u64) -> Result<DnnHandle, CudaError> {
+        self.handles.lock().remove(handle)
+    }
+
+    pub fn handle(&self, handle: u64) -> Result<DnnHandle, CudaError> {
+        self.handles.lock().get(handle).copied()
+    }
+
+    pub fn set_stream(&self, handle: u64, stream: u64) -> Result<(), CudaError> {
+        self.handles.lock().get_mut(handle)?.stream = stream;
+        Ok(())
+    }
+
+    /// The handle whose cuDNN handle is `raw`.
+    pub fn handle_of_raw(&self, raw: u64) -> Option<u64> {
+        self.handles.lock().iter().find(|(_, h)| h.raw == raw && raw != 0).map(|(v, _)| v)
+    }
+
+    pub fn create_descriptor(&self, d: Descriptor, new: &NewHandle<'_>) -> Result<u64, CudaError> {
+        self.descriptors.lock().add(d, new)
+    }
+
+    /// A descriptor the program holds (not one it destroyed).
+    pub fn descriptor(&self, handle: u64) -> Result<Descriptor, CudaError> {
+        let table = self.descriptors.lock();
+        let d = table.get(handle)?;
+        if d.released {
+            return Err(CudaError::InvalidResourceHandle);
+        }
+        Ok(d.clone())
+    }
+
+    /// The descriptor whose cuDNN descriptor is `raw`.
+    pub fn descriptor_of_raw(&self, raw: u64) -> Option<u64> {
+        self.descriptors.lock().iter().find(|(_, d)| d.raw == raw && raw != 0).map(|(v, _)| v)
+    }
+
+    /// Keep an attribute the program set, and what it refers to.
+    pub fn set_attribute(&self, handle: u64, name: i32, attribute: Attribute, refers_to: &[u64]) {
+        self.refer(handle, refers_to);
+        if let Ok(d) = self.descriptors.lock().get_mut(handle) {
+            d.attributes.insert(name, attribute);
+        }
+    }
+
+    /// Note that `handle` refers to each of `targets` (each counted once).
+    pub fn refer(&self, handle: u64, targets: &[u64]) {
+        let mut table = self.descriptors.lock();
+        let Ok(d) = table.get_mut(handle) else { return };
+        let new: Vec<u64> = targets.iter().copied().filter(|t| *t != handle && d.references.insert(*t)).collect();
+        for t in new {
+            if let Ok(target) = table.get_mut(t) {
+                target.referrers += 1;
+            }
+        }
+    }
+
+    pub fn finalize(&self, handle: u64) -> Result<(), CudaError> {
+        self.descriptors.lock().get_mut(handle)?.finalized = true;
+        Ok(())
+    }
+
+    /// The program destroys a descriptor: it goes now if nothing refers to it, and so does
+    /// each descriptor it referred to that the program destroyed and nothing else refers to.
+    /// Answers those that went (handle, cuDNN's descriptor).
+    pub fn release_descriptor(&self, handle: u64) -> Result<Vec<(u64, u64)>, CudaError> {
+        let mut table = self.descriptors.lock();
+        let d = table.get_mut(handle)?;
+        if d.released {
+            return Err(CudaError::InvalidResourceHandle);
+        }
+        d.released = true;
+        let mut gone = Vec::new();
+        let mut candidates = vec![handle];
+        while let Some(h) = candidates.pop() {
+            let removable = table.get(h).is_ok_and(|d| d.released && d.referrers == 0);
+            if !removable {
+                continue;
+            }
+            let Ok(d) = table.remove(h) else { continue };
+            gone.push((h, d.raw));
+            for t in d.references {
+                if let Ok(target) = table.get_mut(t) {
+                    target.referrers = target.referrers.saturating_sub(1);
+                    candidates.push(t);
+                }
+            }
+        }
+        Ok(gone)
+    }
+
+    pub fn next_counters(&self) -> (u64, u64) {
+        (self.handles.lock().next_counter(), self.descriptors.lock().next_counter())
+    }
+
+    pub fn set_next_counters(&self, handles: Option<u64>, descriptors: Option<u64>) {
+        if let Some(n) = handles {
+            self.handles.lock().set_next_counter(n);
+        }
+        if let Some(n) = descriptors {
+            self.descriptors.lock().set_next_counter(n);
+        }
+    }
+
+    /// Destroy every object (a device reset, the session's end): descriptors first, then the
+    /// handles they may name.
+    pub fn release_all(&self, backend: &dyn Backend) {
+        let descriptors = self.descriptors.lock().drain();
+        let handles = self.handles.lock().drain();
+        if let Some(cudnn) = backend.cudnn() {
+            for (_, d) in descriptors.into_iter().filter(|(_, d)| d.raw != 0) {
+                cudnn.destroy_descriptor(d.raw);
+            }
+            for (_, h) in handles.into_iter().filter(|(_, h)| h.raw != 0) {
+                cudnn.destroy(h.raw);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn new_handle() -> NewHandle<'static> {
+        NewHandle { forced: None, full: &|| CudaError::MemoryAllocation }
+    }
+
+    #[test]
+    fn a_referred_descriptor_lives_until_its_referrers_go() {
+        let r = DnnRegistry::default();
+        let tensor = r.create_descriptor(Descriptor::default(), &new_handle()).unwrap();
+        let op = r.create_descriptor(Descriptor::default(), &new_handle()).unwrap();
+        r.refer(op, &[tensor, tensor]);
+        // Destroyed by the program, but the operation refers to it: hidden, not gone.
+        assert_eq!(r.release_descriptor(tensor).unwrap(), vec![]);
+        assert!(r.descriptor(tensor).is_err(), "the program no longer reaches it");
+        assert!(r.release_descriptor(tensor).is_err(), "destroyed twice");
+        // The operation goes, and takes the tensor with it.
+        let gone: Vec<u64> = r.release_descriptor(op).unwrap().into_iter().map(|(h, _)| h).collect();
+        assert_eq!(gone, vec![op, tensor]);
+    }
+
+    #[test]
+    fn a_descriptor_still_held_by_the_program_stays() {
+        let r = DnnRegistry::default();
+        let tensor = r.create_descriptor(Descriptor::default(), &new_handle()).unwrap();
+        let op = r.create_descriptor(Descriptor::default(), &new_handle()).unwrap();
+        r.refer(op, &[tensor]);
+        assert_eq!(r.release_descriptor(op).unwrap().len(), 1);
+        assert!(r.descriptor(tensor).is_ok());
+        assert_eq!(r.descriptor(tensor).unwrap().referrers, 0);
+    }
+}

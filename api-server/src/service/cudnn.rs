@@ -1,0 +1,506 @@
+//! cuDNN 9 (`spec/cudnn.lapis`) on the session: handles and backend descriptors live in
+//! [`crate::registry::dnn`]. On a GPU each call runs with the backend's libcudnn
+//! ([`crate::backend::vendor_cudnn`]) on cuDNN's own objects: the service translates every
+//! handle an attribute's elements hold (descriptors and cuDNN handles, both ways), allows
+//! pointer elements on variant packs only, and checks them against the session's memory when a
+//! plan is executed. Without cuDNN (emu) descriptors keep and give back their attributes and
+//! finalize; what needs cuDNN answers `CUDNN_STATUS_NOT_SUPPORTED`.
+//!
+//! Checkpoints: a descriptor's creation is recorded by the dispatch; the service records each
+//! attribute set (the last per attribute name), each fill from `cudnnBackendGetAttribute`,
+//! the finalization and a destruction the descriptor outlives (it is referred to), each after
+//! what it names, so a restore replays them in that order on new cuDNN objects.
+
+use phos_protocol::CudaError;
+use phos_protocol::apis::Function;
+use phos_protocol::cudnn::consts::*;
+use phos_protocol::cudnn::*;
+use phos_protocol::spec::{CallAccess, DeviceAccess, RecordFacts};
+use phos_protocol::{Ptr, encode};
+
+use super::{CallCx, Session};
+use crate::backend::vendor_cudnn::{Cudnn, CudnnVersions};
+use crate::dispatch::cudart::CudartService;
+use crate::dispatch::cudnn::CudnnService;
+use crate::registry::dnn::{Attribute, Descriptor, DnnHandle, MAX_DNN_DESCRIPTORS, MAX_DNN_HANDLES};
+use crate::registry::handles::NewHandle;
+
+/// `CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR`: the one descriptor type whose attributes may hold
+/// device pointers.
+const VARIANT_PACK: i32 = 16;
+/// The newest descriptor type of the cuDNN Phos's spec was written from (9.28): what `emu`
+/// accepts.
+const LAST_DESCRIPTOR_TYPE: i32 = 50;
+
+/// What `emu` answers for the versions: the cuDNN of the headers the spec was written from.
+const EMU_VERSIONS: CudnnVersions = CudnnVersions { version: 92800, max_device_version: 1210, cudart_version: 12090 };
+
+/// A runtime failure as cuDNN reports it: a handle that is not the session's, or a bad value,
+/// is `BAD_PARAM`; a table at its limit `INTERNAL_ERROR_HOST_ALLOCATION_FAILED`.
+fn dnn_status(e: CudaError) -> CudnnStatus {
+    match e {
+        CudaError::MemoryAllocation => CudnnStatus::INTERNAL_ERROR_HOST_ALLOCATION_FAILED,
+        CudaError::NotSupported => CudnnStatus::NOT_SUPPORTED,
+        _ => CudnnStatus::BAD_PARAM,
+    }
+}
+
+fn vendor_status(code: i32) -> Result<(), CudnnStatus> {
+    if code == SUCCESS { Ok(()) } else { Err(CudnnStatus(code)) }
+}
+
+/// The bytes of one element of an attribute type (cudnn_graph.h's layouts).
+fn element_size(ty: i32) -> Option<usize> {
+    match ty {
+        CUDNN_TYPE_HANDLE
+        | CUDNN_TYPE_INT64
+        | CUDNN_TYPE_DOUBLE
+        | CUDNN_TYPE_VOID_PTR
+        | CUDNN_TYPE_BACKEND_DESCRIPTOR => Some(8),
+        CUDNN_TYPE_BOOLEAN | CUDNN_TYPE_CHAR => Some(1),
+        CUDNN_TYPE_FRACTION => Some(16),
+        CUDNN_TYPE_HANDLE..=CUDNN_TYPE_CUDA_GRAPH_RETENTION => Some(4),
+        _ => None,
+    }
+}
+
+/// The 64-bit elements of an attribute's bytes.
+fn words(bytes: &[u8]) -> Vec<u64> {
+    bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect()
+}
+
+fn from_words(words: &[u64]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// The bytes of a buffer argument (the dispatch has checked its shape and size).
+fn bytes_of<'a>(p: &Ptr<'a>) -> &'a [u8] {
+    match p {
+        Ptr::In(b) | Ptr::InOut(b) => b,
+        _ => &[],
+    }
+}
+
+impl Session {
+    fn vendor_cudnn(&self) -> Option<&Cudnn> {
+        self.backend.cudnn()
+    }
+
+    /// A bad argument of a call: logged (bounded), `CUDNN_STATUS_BAD_PARAM`.
+    fn dnn_bad(&self, cx: &CallCx, why: std::fmt::Arguments<'_>) -> CudnnStatus {
+        let name = cx.function.map_or("cuDNN", |f| f.name());
+        crate::guest_warn!(self.id, "{name}: {why}: CUDNN_STATUS_BAD_PARAM");
+        CudnnStatus::BAD_PARAM
+    }
+
+    /// What needs cuDNN where the backend has none: logged (bounded), `NOT_SUPPORTED`.
+    fn dnn_unsupported(&self, cx: &CallCx, what: &str) -> CudnnStatus {
+        let name = cx.function.map_or("cuDNN", |f| f.name());
+        crate::guest_warn!(
+            self.id,
+            "{name}: {what} needs cuDNN, which this backend does not have: CUDNN_STATUS_NOT_SUPPORTED"
+        );
+        CudnnStatus::NOT_SUPPORTED
+    }
+
+    fn dnn_handle(&self, cx: &CallCx, handle: u64) -> Result<DnnHandle, CudnnStatus> {
+        self.objects
+            .dnn
+            .handle(handle)
+            .map_err(|_| self.dnn_bad(cx, format_args!("{handle:#x} is not a cuDNN handle of the session")))
+    }
+
+    fn dnn_descriptor(&self, cx: &CallCx, handle: u64) -> Result<Descriptor, CudnnStatus> {
+        self.objects
+            .dnn
+            .descriptor(handle)
+            .map_err(|_| self.dnn_bad(cx, format_args!("{handle:#x} is not a backend descriptor of the session")))
+    }
+
+    /// The elements of an attribute as cuDNN takes them: descriptors and handles become
+    /// cuDNN's own; pointers must be null or the session's device memory, on a variant pack.
+    /// Also answers the descriptors the elements name.
+    fn dnn_elements_in(
+        &self,
+        cx: &CallCx,
+        owner: &Descriptor,
+        ty: i32,
+        elements: &[u8],
+        for_output: bool,
+    ) -> Result<(Vec<u8>, Vec<u64>), CudnnStatus> {
+        match ty {
+            CUDNN_TYPE_BACKEND_DESCRIPTOR => {
+                let handles = words(elements);
+                let mut raw = Vec::with_capacity(handles.len());
+                for &h in &handles {
+                    raw.push(self.dnn_descriptor(cx, h)?.raw);
+                }
+                Ok((from_words(&raw), handles))
+            }
+            // What a get fills in place of a handle is cuDNN's: nothing to translate in.
+            CUDNN_TYPE_HANDLE if for_output => Ok((elements.to_vec(), Vec::new())),
+            CUDNN_TYPE_HANDLE => {
+                let mut raw = Vec::new();
+                for h in words(elements) {
+                    raw.push(self.dnn_handle(cx, h)?.raw);
+                }
+                Ok((from_words(&raw), Vec::new()))
+            }
+            CUDNN_TYPE_VOID_PTR if !for_output => {
+                if owner.kind != VARIANT_PACK {
+                    return Err(self.dnn_bad(
+                        cx,
+                        format_args!(
+                            "pointer elements on a descriptor of type {} (only variant packs hold pointers)",
+                            owner.kind
+                        ),
+                    ));
+                }
+                for addr in words(elements) {
+                    if addr != 0 && !self.objects.memory.contains(addr, 1) {
+                        return Err(self.dnn_bad(cx, format_args!("{addr:#x} is not device memory of the session")));
+                    }
+                }
+                Ok((elements.to_vec(), Vec::new()))
+            }
+            // A bool holding anything but 0 or 1 is undefined in C++: normalised.
+            CUDNN_TYPE_BOOLEAN => Ok((elements.iter().map(|&b| u8::from(b != 0)).collect(), Vec::new())),
+            _ => Ok((elements.to_vec(), Vec::new())),
+        }
+    }
+
+    /// A setting of a descriptor, for restores: kept per `key`, after what it names.
+    fn dnn_record(&self, cx: &CallCx, id: FunctionId, key: u64, payload: &[u8], descriptor: u64, names: &[u64]) {
+        let mutated = [("cudnn_backend_descriptor", descriptor)];
+        let facts = RecordFacts { created: &[], destroyed: &[], mutated: &mutated, depends_on: names, global: false };
+        self.records.record_keyed(Function::Cudnn(id), key, cx.device, payload, &facts);
+    }
+
+    /// The variant pack's pointers, checked against the session's memory now (an allocation
+    /// may have been freed since they were set), each with the allocation it lies in, shown to
+    /// the checkpoint engine as written (what the plan writes only cuDNN knows).
+    fn dnn_variant_pack_access(&self, cx: &CallCx, pack: &Descriptor) -> Result<Vec<DeviceAccess>, CudnnStatus> {
+        let mut access = Vec::new();
+        for attribute in pack.attributes.values().filter(|a| a.ty == CUDNN_TYPE_VOID_PTR) {
+            for addr in words(&attribute.elements).into_iter().filter(|&a| a != 0) {
+                let Some(allocation) = self.objects.memory.allocation_at(addr) else {
+                    return Err(self.dnn_bad(
+                        cx,
+                        format_args!("the variant pack names {addr:#x}, not device memory of the session"),
+                    ));
+                };
+                access.push(DeviceAccess { addr: allocation.addr, len: allocation.size, writes: true });
+            }
+        }
+        Ok(access)
+    }
+}
+
+impl CudnnService for Session {
+    type Cx = CallCx;
+
+    fn check_device_range(&self, cx: &CallCx, addr: u64, len: u64, null_ok: bool) -> Result<(), CudnnStatus> {
+        CudartService::check_device_range(self, cx, addr, len, null_ok).map_err(dnn_status)
+    }
+
+    fn max_reply_bytes(&self) -> u64 {
+        self.max_reply
+    }
+
+    fn record(&self, cx: &CallCx, id: FunctionId, payload: &[u8], facts: &RecordFacts<'_>) {
+        self.records.record(Function::Cudnn(id), cx.device, payload, facts);
+    }
+
+    fn intercepting(&self) -> bool {
+        self.hooks.active()
+    }
+
+    fn before_call(&self, _: &CallCx, _: FunctionId, access: &CallAccess<'_>) -> Result<(), CudnnStatus> {
+        self.hooks.before_call(access).map_err(dnn_status)
+    }
+
+    fn cudnn_create(&self, cx: &CallCx, _: CudnnCreateRequest) -> Result<CudnnCreateReply, CudnnStatus> {
+        self.check_device(cx.device).map_err(|_| CudnnStatus::NOT_INITIALIZED)?;
+        let full = || {
+            crate::guest_warn!(self.id, "cudnnCreate: the session holds {MAX_DNN_HANDLES} cuDNN handles already");
+            CudaError::MemoryAllocation
+        };
+        // On a GPU, NVIDIA's handle, made on the session's context.
+        let raw = match self.vendor_cudnn() {
+            Some(cudnn) => {
+                self.backend.bind(cx.device).map_err(dnn_status)?;
+                cudnn.create().map_err(CudnnStatus)?
+            }
+            None => 0,
+        };
+        let h = DnnHandle { device: cx.device, stream: 0, raw };
+        self.objects
+            .dnn
+            .create_handle(h, &NewHandle { forced: cx.forced(), full: &full })
+            .map(|handle| CudnnCreateReply { handle })
+            .map_err(|e| {
+                if let Some(cudnn) = self.vendor_cudnn().filter(|_| raw != 0) {
+                    cudnn.destroy(raw);
+                }
+                dnn_status(e)
+            })
+    }
+
+    fn cudnn_destroy(&self, cx: &CallCx, req: CudnnDestroyRequest) -> Result<CudnnDestroyReply, CudnnStatus> {
+        let h =
+            self.objects.dnn.destroy_handle(req.handle).map_err(|_| {
+                self.dnn_bad(cx, format_args!("{:#x} is not a cuDNN handle of the session", req.handle))
+            })?;
+        if let Some(cudnn) = self.vendor_cudnn().filter(|_| h.raw != 0) {
+            self.backend.bind(h.device).map_err(dnn_status)?;
+            vendor_status(cudnn.destroy(h.raw))?;
+        }
+        Ok(CudnnDestroyReply {})
+    }
+
+    fn cudnn_set_stream(&self, cx: &CallCx, req: CudnnSetStreamRequest) -> Result<CudnnSetStreamReply, CudnnStatus> {
+        let h = self.dnn_handle(cx, req.handle)?;
+        // The stream must be one of the session's (or a special one).
+        let stream = self
+            .objects
+            .streams
+            .resolve(req.streamId)
+            .map_err(|_| self.dnn_bad(cx, format_args!("{:#x} is not a stream of the session", req.streamId)))?;
+        if let Some(cudnn) = self.vendor_cudnn().filter(|_| h.raw != 0) {
+            self.backend.bind(h.device).map_err(dnn_status)?;
+            vendor_status(cudnn.set_stream(h.raw, stream.cu_stream()))?;
+        }
+        self.objects.dnn.set_stream(req.handle, req.streamId).map_err(dnn_status)?;
+        Ok(CudnnSetStreamReply {})
+    }
+
+    fn cudnn_get_stream(&self, cx: &CallCx, req: CudnnGetStreamRequest) -> Result<CudnnGetStreamReply, CudnnStatus> {
+        Ok(CudnnGetStreamReply { streamId: self.dnn_handle(cx, req.handle)?.stream })
+    }
+
+    fn phos_cudnn_get_versions(
+        &self,
+        _: &CallCx,
+        _: PhosCudnnGetVersionsRequest,
+    ) -> Result<PhosCudnnGetVersionsReply, CudnnStatus> {
+        let v = self.vendor_cudnn().map_or(EMU_VERSIONS, Cudnn::versions);
+        Ok(PhosCudnnGetVersionsReply {
+            version: v.version as u64,
+            max_device_version: v.max_device_version as u64,
+            cudart_version: v.cudart_version as u64,
+        })
+    }
+
+    fn cudnn_backend_create_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnBackendCreateDescriptorRequest,
+    ) -> Result<CudnnBackendCreateDescriptorReply, CudnnStatus> {
+        let full = || {
+            crate::guest_warn!(
+                self.id,
+                "cudnnBackendCreateDescriptor: the session holds {MAX_DNN_DESCRIPTORS} backend descriptors already"
+            );
+            CudaError::MemoryAllocation
+        };
+        let raw = match self.vendor_cudnn() {
+            Some(cudnn) => {
+                self.backend.bind(cx.device).map_err(dnn_status)?;
+                cudnn.create_descriptor(req.descriptorType).map_err(CudnnStatus)?
+            }
+            None if (0..=LAST_DESCRIPTOR_TYPE).contains(&req.descriptorType) => 0,
+            None => return Err(self.dnn_bad(cx, format_args!("descriptor type {}", req.descriptorType))),
+        };
+        let d = Descriptor { kind: req.descriptorType, raw, ..Descriptor::default() };
+        self.objects
+            .dnn
+            .create_descriptor(d, &NewHandle { forced: cx.forced(), full: &full })
+            .map(|descriptor| CudnnBackendCreateDescriptorReply { descriptor })
+            .map_err(|e| {
+                if let Some(cudnn) = self.vendor_cudnn().filter(|_| raw != 0) {
+                    cudnn.destroy_descriptor(raw);
+                }
+                dnn_status(e)
+            })
+    }
+
+    fn cudnn_backend_destroy_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnBackendDestroyDescriptorRequest,
+    ) -> Result<CudnnBackendDestroyDescriptorReply, CudnnStatus> {
+        let gone = self.objects.dnn.release_descriptor(req.descriptor).map_err(|_| {
+            self.dnn_bad(cx, format_args!("{:#x} is not a backend descriptor of the session", req.descriptor))
+        })?;
+        if gone.is_empty() {
+            // Referred to: it lives on, and a restore must hide it again.
+            let payload = encode(&req);
+            self.dnn_record(cx, FunctionId::CudnnBackendDestroyDescriptor, 0, &payload, req.descriptor, &[]);
+            return Ok(CudnnBackendDestroyDescriptorReply {});
+        }
+        let destroyed: Vec<(&'static str, u64)> = gone.iter().map(|&(h, _)| ("cudnn_backend_descriptor", h)).collect();
+        let facts = RecordFacts { created: &[], destroyed: &destroyed, mutated: &[], depends_on: &[], global: false };
+        self.records.record(Function::Cudnn(FunctionId::CudnnBackendDestroyDescriptor), cx.device, &[], &facts);
+        if let Some(cudnn) = self.vendor_cudnn() {
+            self.backend.bind(cx.device).map_err(dnn_status)?;
+            for (_, raw) in gone.into_iter().filter(|&(_, raw)| raw != 0) {
+                vendor_status(cudnn.destroy_descriptor(raw))?;
+            }
+        }
+        Ok(CudnnBackendDestroyDescriptorReply {})
+    }
+
+    fn cudnn_backend_finalize(
+        &self,
+        cx: &CallCx,
+        req: CudnnBackendFinalizeRequest,
+    ) -> Result<CudnnBackendFinalizeReply, CudnnStatus> {
+        let d = self.dnn_descriptor(cx, req.descriptor)?;
+        match self.vendor_cudnn() {
+            Some(cudnn) => {
+                self.backend.bind(cx.device).map_err(dnn_status)?;
+                vendor_status(cudnn.finalize(d.raw))?;
+            }
+            None if d.finalized => {
+                return Err(self.dnn_bad(cx, format_args!("{:#x} is finalized already", req.descriptor)));
+            }
+            None => {}
+        }
+        self.objects.dnn.finalize(req.descriptor).map_err(dnn_status)?;
+        self.dnn_record(cx, FunctionId::CudnnBackendFinalize, 0, &encode(&req), req.descriptor, &[]);
+        Ok(CudnnBackendFinalizeReply {})
+    }
+
+    fn cudnn_backend_set_attribute(
+        &self,
+        cx: &CallCx,
+        req: CudnnBackendSetAttributeRequest<'_>,
+    ) -> Result<CudnnBackendSetAttributeReply, CudnnStatus> {
+        let d = self.dnn_descriptor(cx, req.descriptor)?;
+        let elements = bytes_of(&req.arrayOfElements);
+        let (translated, refers_to) = self.dnn_elements_in(cx, &d, req.attributeType, elements, false)?;
+        match self.vendor_cudnn() {
+            Some(cudnn) => {
+                self.backend.bind(cx.device).map_err(dnn_status)?;
+                let code =
+                    cudnn.set_attribute(d.raw, req.attributeName, req.attributeType, req.elementCount, &translated);
+                vendor_status(code)?;
+            }
+            None if d.finalized => {
+                return Err(
+                    self.dnn_bad(cx, format_args!("{:#x} is finalized (its attributes are read-only)", req.descriptor))
+                );
+            }
+            None => {}
+        }
+        let mut names = refers_to.clone();
+        if req.attributeType == CUDNN_TYPE_HANDLE {
+            names.extend(words(elements));
+        }
+        let attribute = Attribute { ty: req.attributeType, count: req.elementCount, elements: elements.to_vec() };
+        self.objects.dnn.set_attribute(req.descriptor, req.attributeName, attribute, &refers_to);
+        let key = req.attributeName as u32 as u64;
+        self.dnn_record(cx, FunctionId::CudnnBackendSetAttribute, key, &encode(&req), req.descriptor, &names);
+        Ok(CudnnBackendSetAttributeReply {})
+    }
+
+    fn cudnn_backend_get_attribute(
+        &self,
+        cx: &CallCx,
+        req: CudnnBackendGetAttributeRequest<'_>,
+    ) -> Result<CudnnBackendGetAttributeReply, CudnnStatus> {
+        let d = self.dnn_descriptor(cx, req.descriptor)?;
+        let given = bytes_of(&req.arrayOfElements);
+        let size = element_size(req.attributeType).ok_or(CudnnStatus::BAD_PARAM)?;
+        let Some(cudnn) = self.vendor_cudnn() else {
+            // emu: what the program set, as it set it.
+            if req.attributeType == CUDNN_TYPE_BACKEND_DESCRIPTOR {
+                return Err(self.dnn_unsupported(cx, "filling descriptors"));
+            }
+            let Some(a) = d.attributes.get(&req.attributeName) else {
+                return Err(self.dnn_unsupported(
+                    cx,
+                    &format!(
+                        "attribute {} of a descriptor of type {} (not set by the program)",
+                        req.attributeName, d.kind
+                    ),
+                ));
+            };
+            if a.ty != req.attributeType {
+                return Err(CudnnStatus::BAD_PARAM_ATTRIBUTE_TYPE);
+            }
+            let mut out = given.to_vec();
+            let n = (a.elements.len()).min(out.len());
+            out[..n].copy_from_slice(&a.elements[..n]);
+            return Ok(CudnnBackendGetAttributeReply { elementCount: a.count, arrayOfElements: Some(out) });
+        };
+        let (mut elements, filled) = self.dnn_elements_in(cx, &d, req.attributeType, given, true)?;
+        self.backend.bind(cx.device).map_err(dnn_status)?;
+        let count = cudnn
+            .get_attribute(d.raw, req.attributeName, req.attributeType, req.wanted, &mut elements)
+            .map_err(CudnnStatus)?;
+        let written = usize::try_from(count).unwrap_or(0).min(elements.len() / size);
+        match req.attributeType {
+            // cuDNN filled the program's descriptors in place; the elements are still theirs.
+            CUDNN_TYPE_BACKEND_DESCRIPTOR => {
+                let filled = &filled[..written];
+                let payload = encode(&req);
+                let key = req.attributeName as u32 as u64;
+                for &f in filled {
+                    self.objects.dnn.refer(f, &[req.descriptor]);
+                    self.dnn_record(cx, FunctionId::CudnnBackendGetAttribute, key, &payload, f, &[req.descriptor]);
+                }
+                elements = given.to_vec();
+            }
+            // cuDNN's handles, as the session's.
+            CUDNN_TYPE_HANDLE => {
+                let mut out = words(given);
+                for (i, raw) in words(&elements).into_iter().take(written).enumerate() {
+                    out[i] = self.objects.dnn.handle_of_raw(raw).ok_or(CudnnStatus::INTERNAL_ERROR)?;
+                }
+                elements = from_words(&out);
+            }
+            _ => {}
+        }
+        Ok(CudnnBackendGetAttributeReply { elementCount: count, arrayOfElements: Some(elements) })
+    }
+
+    fn cudnn_backend_execute(
+        &self,
+        cx: &CallCx,
+        req: CudnnBackendExecuteRequest,
+    ) -> Result<CudnnBackendExecuteReply, CudnnStatus> {
+        let h = self.dnn_handle(cx, req.handle)?;
+        let plan = self.dnn_descriptor(cx, req.executionPlan)?;
+        let pack = self.dnn_descriptor(cx, req.variantPack)?;
+        if pack.kind != VARIANT_PACK {
+            return Err(self.dnn_bad(cx, format_args!("{:#x} is not a variant pack", req.variantPack)));
+        }
+        if !plan.finalized || !pack.finalized {
+            crate::guest_warn!(
+                self.id,
+                "cudnnBackendExecute: a plan or variant pack not finalized: CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED"
+            );
+            return Err(CudnnStatus::BAD_PARAM_NOT_FINALIZED);
+        }
+        let access = self.dnn_variant_pack_access(cx, &pack)?;
+        let Some(cudnn) = self.vendor_cudnn() else {
+            return Err(self.dnn_unsupported(cx, "executing a plan"));
+        };
+        // A capture's work is the server's to record, and cuDNN's kernels are not.
+        if let Some(mut captures) = self.objects.graphs.captures.active()
+            && captures.of_stream(h.stream).is_some()
+        {
+            captures.refuse(h.stream);
+            crate::guest_warn!(
+                self.id,
+                "cudnnBackendExecute on a stream being captured: not carried (the capture is invalidated), CUDNN_STATUS_NOT_SUPPORTED"
+            );
+            return Err(CudnnStatus::NOT_SUPPORTED);
+        }
+        self.before_work("cudnnBackendExecute", &access).map_err(dnn_status)?;
+        self.backend.bind(h.device).map_err(dnn_status)?;
+        vendor_status(cudnn.execute(h.raw, plan.raw, pack.raw))?;
+        Ok(CudnnBackendExecuteReply {})
+    }
+}
