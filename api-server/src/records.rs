@@ -31,8 +31,8 @@ struct Records {
     entries: Vec<Option<(Record, Vec<usize>)>>,
     /// Live object (kind, value) -> index of its record.
     by_object: HashMap<(&'static str, u64), usize>,
-    /// (setter, object) -> index of the object's last record of that setter.
-    settings: HashMap<(Function, (&'static str, u64)), usize>,
+    /// (setter, which setting, object) -> index of the object's last record of that setting.
+    settings: HashMap<(Function, u64, (&'static str, u64)), usize>,
 }
 
 #[derive(Default)]
@@ -42,6 +42,13 @@ pub struct Recorder {
 
 impl Recorder {
     pub fn record(&self, function: Function, device: i32, payload: &[u8], facts: &RecordFacts<'_>) {
+        self.record_setting(function, 0, device, payload, facts);
+    }
+
+    /// [`Recorder::record`] for a setter that sets one of several settings of an object (a
+    /// cuBLASLt descriptor's attribute, `which`): the object keeps its last call for each
+    /// setting, not only the setter's last call.
+    pub fn record_setting(&self, function: Function, which: u64, device: i32, payload: &[u8], facts: &RecordFacts<'_>) {
         let mut r = self.inner.lock();
         if facts.global {
             // Session-wide state changed (a device reset): everything before is gone.
@@ -63,7 +70,7 @@ impl Recorder {
             return;
         }
         for &obj in &mutated {
-            if let Some(old) = r.settings.remove(&(function, obj)) {
+            if let Some(old) = r.settings.remove(&(function, which, obj)) {
                 r.prune(old);
             }
         }
@@ -78,7 +85,7 @@ impl Recorder {
             r.by_object.insert(obj, index);
         }
         for &obj in &mutated {
-            r.settings.insert((function, obj), index);
+            r.settings.insert((function, which, obj), index);
         }
         r.entries.push(Some((Record { function, device, payload: payload.to_vec(), creates: created }, deps)));
     }
@@ -154,6 +161,40 @@ mod tests {
             0,
             b"",
             &RecordFacts { created: &[], destroyed: &[], mutated: &[], depends_on: &[], global: true },
+        );
+        assert!(r.live().is_empty());
+    }
+
+    #[test]
+    fn each_setting_of_a_setter_is_kept_once() {
+        use phos_protocol::cublaslt::FunctionId as Lt;
+        let r = Recorder::default();
+        let set = |which: u64, payload: &[u8]| {
+            let facts = RecordFacts {
+                created: &[],
+                destroyed: &[],
+                mutated: &[("cublaslt_matmul_desc", 50)],
+                depends_on: &[],
+                global: false,
+            };
+            r.record_setting(Function::Cublaslt(Lt::CublasLtMatmulDescSetAttribute), which, 0, payload, &facts)
+        };
+        r.record(
+            Function::Cublaslt(Lt::CublasLtMatmulDescCreate),
+            0,
+            b"d",
+            &facts(&[("cublaslt_matmul_desc", 50)], &[], &[]),
+        );
+        set(3, b"transa 1");
+        set(7, b"epilogue 1");
+        set(3, b"transa 2");
+        let payloads: Vec<Vec<u8>> = r.live().into_iter().map(|rec| rec.payload).collect();
+        assert_eq!(payloads, [b"d".to_vec(), b"epilogue 1".to_vec(), b"transa 2".to_vec()]);
+        r.record(
+            Function::Cublaslt(Lt::CublasLtMatmulDescDestroy),
+            0,
+            b"",
+            &facts(&[], &[("cublaslt_matmul_desc", 50)], &[]),
         );
         assert!(r.live().is_empty());
     }

@@ -612,6 +612,7 @@ impl ApiServer {
             Function::Cublas(f) => Self::outcome(s, f.name(), dispatch::cublas::dispatch(s, &cx, f, payload, out)),
             Function::Curand(f) => Self::outcome(s, f.name(), dispatch::curand::dispatch(s, &cx, f, payload, out)),
             Function::Cusolver(f) => Self::outcome(s, f.name(), dispatch::cusolver::dispatch(s, &cx, f, payload, out)),
+            Function::Cublaslt(f) => Self::outcome(s, f.name(), dispatch::cublaslt::dispatch(s, &cx, f, payload, out)),
         }));
         if s.hooks.active() {
             s.hooks.after_call();
@@ -667,6 +668,9 @@ pub(crate) fn replay(
         Function::Curand(id) => dispatch::curand::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string()),
         Function::Cusolver(id) => {
             dispatch::cusolver::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string())
+        }
+        Function::Cublaslt(id) => {
+            dispatch::cublaslt::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string())
         }
     }
 }

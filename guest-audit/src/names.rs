@@ -15,10 +15,13 @@ pub const SERVED_FILES: [&core::ffi::CStr; SERVED_COUNT] = [
     c"libcurand.so.10",
     c"libcusolver.so.11",
     c"libcusolver.so.12",
+    c"libcublasLt.so.11",
+    c"libcublasLt.so.12",
+    c"libcublasLt.so.13",
 ];
 
 /// How many files Phos serves libraries with.
-pub const SERVED_COUNT: usize = 10;
+pub const SERVED_COUNT: usize = 13;
 
 /// Which of Phos's files serves a library name ([`SERVED_FILES`] index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +36,9 @@ pub enum Served {
     Rand10 = 7,
     Solver11 = 8,
     Solver12 = 9,
+    BlasLt11 = 10,
+    BlasLt12 = 11,
+    BlasLt13 = 12,
 }
 
 /// The last component of a path.
@@ -65,7 +71,8 @@ fn versioned<'a>(name: &'a [u8], stem: &[u8]) -> Option<&'a [u8]> {
 /// major version for `libcublas.so.11*`, `.12*`, `.13*` (12 for `libcublas.so`); cuRAND for
 /// `libcurand.so.10*` and `libcurand.so` (10 in CUDA 11, 12 and 13); cuSOLVER of the same
 /// major version for `libcusolver.so.11*` (CUDA 11 and 12) and `.12*` (CUDA 13; 11 for
-/// `libcusolver.so`). `None` for
+/// `libcusolver.so`); cuBLASLt of the same major version for `libcublasLt.so.11*`, `.12*`,
+/// `.13*` (12 for `libcublasLt.so`). `None` for
 /// anything else, including a runtime of a major version Phos does not present (left alone:
 /// if it gets mapped, it is reported).
 pub fn served(name: &[u8]) -> Option<Served> {
@@ -91,6 +98,14 @@ pub fn served(name: &[u8]) -> Option<Served> {
             _ => None,
         };
     }
+    if let Some(version) = versioned(base, b"libcublasLt.so") {
+        return match major(version) {
+            b"" | b"12" => Some(Served::BlasLt12),
+            b"11" => Some(Served::BlasLt11),
+            b"13" => Some(Served::BlasLt13),
+            _ => None,
+        };
+    }
     let version = versioned(base, b"libcudart.so")?;
     match major(version) {
         b"" => Some(Served::Runtime12),
@@ -112,7 +127,6 @@ pub fn is_runtime_or_driver(name: &[u8]) -> bool {
 /// NVML) and that Phos does not serve yet, by file-name prefix, with the library's name.
 /// NVRTC and nvJitLink need no GPU and are not listed.
 const UNSERVED: &[(&[u8], &str)] = &[
-    (b"libcublasLt.so", "cuBLASLt"),
     (b"libcudnn", "cuDNN"),
     (b"libcufft", "cuFFT"),
     (b"libcusparseLt.so", "cuSPARSELt"),
@@ -171,6 +185,11 @@ mod tests {
             (b"libcusolver.so.12", Some(Served::Solver12)),
             (b"libcusolver.so", Some(Served::Solver11)),
             (b"libcusolverMg.so.11", None),
+            (b"libcublasLt.so.11", Some(Served::BlasLt11)),
+            (b"/site-packages/nvidia/cublas/lib/libcublasLt.so.12", Some(Served::BlasLt12)),
+            (b"libcublasLt.so.13.0.0", Some(Served::BlasLt13)),
+            (b"libcublasLt.so", Some(Served::BlasLt12)),
+            (b"libcublasLt.so.10", None),
             (b"/opt/libcuda.so.1/libm.so.6", None),
             (b"", None),
         ] {
@@ -206,7 +225,7 @@ mod tests {
     fn gpu_libraries_phos_does_not_serve_are_named() {
         for (name, want) in [
             ("libcublas.so.12", None),
-            ("/w/nvidia/cublas/lib/libcublasLt.so.12", Some("cuBLASLt")),
+            ("/w/nvidia/cublas/lib/libcublasLt.so.12", None),
             ("libcudnn_ops.so.9", Some("cuDNN")),
             ("libcufftw.so.11", Some("cuFFT")),
             ("libnccl.so.2", Some("NCCL")),

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The version nodes, one per soname; the first export of each name is `@@` this one.
-const VERSIONS: [&str; 9] = [
+const VERSIONS: [&str; 12] = [
     "libcudart.so.11.0",
     "libcudart.so.12",
     "libcudart.so.13",
@@ -24,6 +24,9 @@ const VERSIONS: [&str; 9] = [
     "libcurand.so.10",
     "libcusolver.so.11",
     "libcusolver.so.12",
+    "libcublasLt.so.11",
+    "libcublasLt.so.12",
+    "libcublasLt.so.13",
 ];
 const DEFAULT_VERSION: &str = "libcudart.so.12";
 
@@ -184,6 +187,7 @@ fn exports_nothing_but_the_cuda_api() {
         .chain(generated_exports("cublas"))
         .chain(generated_exports("curand"))
         .chain(generated_exports("cusolver"))
+        .chain(generated_exports("cublaslt"))
         .collect();
     assert_eq!(exports, generated, "the exports are not exactly the generated stubs");
 }
@@ -365,6 +369,13 @@ fn exports_every_function_of_nvidias_cusolver() {
     exports_every_listed_function("libcusolver", 1800);
 }
 
+/// The same for libcublasLt (tests/abi/libcublasLt-exports.txt), for programs linked with
+/// `-lcublasLt` and PyTorch's wheels.
+#[test]
+fn exports_every_function_of_nvidias_cublaslt() {
+    exports_every_listed_function("libcublasLt", 600);
+}
+
 /// Every name of `tests/abi/<library>-exports.txt` is exported under `<library>.so.<major>`
 /// for each major listed with it (at least `at_least` pairs are read).
 fn exports_every_listed_function(library: &str, at_least: usize) {
@@ -400,6 +411,12 @@ fn the_cublas_list_holds_the_installed_librarys_exports() {
 #[test]
 fn the_cusolver_list_holds_the_installed_librarys_exports() {
     the_list_holds_the_installed_librarys_exports("libcusolver", "cusolver");
+}
+
+/// The same for libcublasLt.
+#[test]
+fn the_cublaslt_list_holds_the_installed_librarys_exports() {
+    the_list_holds_the_installed_librarys_exports("libcublasLt", "cublasLt");
 }
 
 /// Every `prefix*` function of CUDA 11's `<library>.so.11` on this machine is listed with 11.

@@ -35,6 +35,9 @@ pub const SONAMES: &[&str] = &[
     "libcurand.so.10",
     "libcusolver.so.11",
     "libcusolver.so.12",
+    "libcublasLt.so.11",
+    "libcublasLt.so.12",
+    "libcublasLt.so.13",
 ];
 
 /// Why the guest library cannot be offered to a program.

@@ -227,6 +227,9 @@ fn initramfs(kit: &Kit, dir: &Path, programs: &BTreeMap<&str, PathBuf>, script: 
         "libcurand.so.10",
         "libcusolver.so.11",
         "libcusolver.so.12",
+        "libcublasLt.so.11",
+        "libcublasLt.so.12",
+        "libcublasLt.so.13",
     ] {
         c.symlink(&format!("/phos/{soname}"), "libphos_guest.so");
     }

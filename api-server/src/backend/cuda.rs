@@ -96,6 +96,8 @@ pub struct CudaBackend {
     curand: std::sync::OnceLock<Option<super::vendor_curand::Curand>>,
     /// NVIDIA's libcusolver, loaded at the first cuSOLVER call (`None` when none is found).
     cusolver: std::sync::OnceLock<Option<super::vendor::Cusolver>>,
+    /// NVIDIA's libcublasLt, loaded at the first cuBLASLt call (`None` when none is found).
+    cublaslt: std::sync::OnceLock<Option<super::vendor_lt::CublasLt>>,
     /// `cuDeviceGetAttribute`, called with plain integers: attributes come from guests and
     /// may not be valid enumerators of the bindings' Rust enum.
     get_attribute: unsafe extern "C" fn(*mut i32, i32, sys::CUdevice) -> i32,
@@ -472,6 +474,7 @@ impl CudaBackend {
             cublas: std::sync::OnceLock::new(),
             curand: std::sync::OnceLock::new(),
             cusolver: std::sync::OnceLock::new(),
+            cublaslt: std::sync::OnceLock::new(),
             get_attribute,
             timer,
         })
@@ -1282,6 +1285,25 @@ impl Libraries for CudaBackend {
                 }
                 Err(e) => {
                     tracing::warn!("cuRAND generators are drawn on the server's CPU (Philox4x32-10): {e}");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    fn cublaslt(&self) -> Option<&super::vendor_lt::CublasLt> {
+        self.cublaslt
+            .get_or_init(|| match super::vendor_lt::CublasLt::open() {
+                Ok(c) => {
+                    tracing::info!(
+                        "cuBLASLt: {} ({} of the calls Phos makes through it found)",
+                        c.path.display(),
+                        c.library.found()
+                    );
+                    Some(c)
+                }
+                Err(e) => {
+                    tracing::warn!("cuBLASLt matmuls run on the server's CPU (slowly): {e}");
                     None
                 }
             })

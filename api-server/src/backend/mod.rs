@@ -10,6 +10,7 @@ pub mod emu;
 mod emu_arrays;
 pub mod vendor;
 pub mod vendor_curand;
+pub mod vendor_lt;
 
 use phos_protocol::CudaError;
 use phos_protocol::types::{DeviceProperties, Dim3, FuncAttributes, ResourceViewWire};
@@ -434,6 +435,10 @@ pub trait Libraries: Send + Sync {
     }
     /// NVIDIA's libcusolver (the dense API).
     fn cusolver(&self) -> Option<&vendor::Cusolver> {
+        None
+    }
+    /// NVIDIA's libcublasLt.
+    fn cublaslt(&self) -> Option<&vendor_lt::CublasLt> {
         None
     }
 }

@@ -28,6 +28,7 @@ pub mod events;
 pub mod graphs;
 pub mod handles;
 pub mod host;
+pub mod lt;
 pub mod memory;
 pub mod modules;
 pub mod rand;
@@ -46,6 +47,7 @@ use devices::DeviceFacts;
 use events::EventRegistry;
 use graphs::{GraphLimits, GraphRegistry};
 use host::PinnedArena;
+use lt::LtRegistry;
 use memory::AddressSpace;
 use modules::ModuleRegistry;
 use rand::RandRegistry;
@@ -56,6 +58,7 @@ pub struct Registries {
     pub blas: BlasRegistry,
     pub rand: RandRegistry,
     pub solver: SolverRegistry,
+    pub lt: LtRegistry,
     /// Shared with the C/R engine's hooks, which note writes in its dirty log.
     pub memory: Arc<AddressSpace>,
     pub host: PinnedArena,
@@ -70,6 +73,7 @@ pub struct Registries {
 /// Kinds of handle whose counters a checkpoint keeps (the kinds checkpoints hold objects of).
 const COUNTED: [&str; 7] =
     ["stream", "event", "module", "function", "cublas_handle", "curand_generator", "cusolver_dn_handle"];
+// cuBLASLt's kinds are counted by its registry (`lt::COUNTED`), after these.
 
 impl Registries {
     /// The registries of a session whose device memory lives in `[base, base + size)`, each
@@ -79,6 +83,7 @@ impl Registries {
             blas: BlasRegistry::default(),
             rand: RandRegistry::default(),
             solver: SolverRegistry::default(),
+            lt: LtRegistry::default(),
             memory: Arc::new(AddressSpace::reserve(backend, base, size, limits.get(LimitKind::Allocations))?),
             host: PinnedArena::new(limits.get(LimitKind::HostAllocations)),
             streams: StreamRegistry::new(limits.get(LimitKind::Streams)),
@@ -106,7 +111,8 @@ impl Registries {
             self.rand.next_counter(),
             self.solver.next_counter(),
         ];
-        COUNTED.iter().zip(values).map(|(k, v)| (k.to_string(), v)).collect()
+        let lt = lt::COUNTED.iter().zip(self.lt.next_counters());
+        COUNTED.iter().zip(values).chain(lt).map(|(k, v)| (k.to_string(), v)).collect()
     }
 
     /// Carry on counters from an image (kinds this server does not count are ignored: the
@@ -129,6 +135,11 @@ impl Registries {
         if let Some(n) = get("cusolver_dn_handle") {
             self.solver.set_next_counter(n);
         }
+        for kind in lt::COUNTED {
+            if let Some(n) = get(kind) {
+                self.lt.set_next_counter(kind, n);
+            }
+        }
     }
 
     /// Destroy every object (a device reset, the session's end). Pinned host memory is the
@@ -137,6 +148,7 @@ impl Registries {
         self.blas.release_all(backend);
         self.rand.release_all(backend);
         self.solver.release_all(backend);
+        self.lt.release_all(backend);
         self.streams.release_all(backend);
         self.events.release_all(backend);
         self.graphs.release_all();
