@@ -174,7 +174,7 @@ mod tests {
             (b"libcublas.so.11", Some(Served::Blas11)),
             (b"libcublas.so.13", Some(Served::Blas13)),
             (b"libcublas.so", Some(Served::Blas12)),
-            (b"libcublasLt.so.12", None),
+            (b"libcublasLt.so.12", Some(Served::BlasLt12)),
             (b"libcublas.so.10", None),
             (b"libcurand.so.10", Some(Served::Rand10)),
             (b"/usr/lib/x86_64-linux-gnu/libcurand.so.10.3.0.86", Some(Served::Rand10)),

@@ -123,19 +123,21 @@ impl CublasLt {
     /// A new descriptor of the vendor's.
     pub fn create_descriptor(&self, how: Creation) -> Result<u64, i32> {
         let mut d: *mut c_void = std::ptr::null_mut();
-        // SAFETY: each create writes the descriptor to a valid out pointer; the other
-        // arguments are values cuBLASLt checks itself.
-        let code = unsafe {
-            match how {
-                Creation::Matmul { compute_type, scale_type } => {
-                    (self.matmul_desc_create)(&mut d, compute_type, scale_type)
-                }
-                Creation::Layout { data_type, rows, cols, ld } => {
-                    (self.layout_create)(&mut d, data_type, rows, cols, ld)
-                }
-                Creation::Preference => (self.preference_create)(&mut d),
-                Creation::Transform { scale_type } => (self.transform_desc_create)(&mut d, scale_type),
+        // SAFETY (each call): the create writes the descriptor to a valid out pointer; the
+        // other arguments are values cuBLASLt checks itself.
+        let code = match how {
+            Creation::Matmul { compute_type, scale_type } => {
+                // SAFETY: as above.
+                unsafe { (self.matmul_desc_create)(&mut d, compute_type, scale_type) }
             }
+            // SAFETY: as above.
+            Creation::Layout { data_type, rows, cols, ld } => unsafe {
+                (self.layout_create)(&mut d, data_type, rows, cols, ld)
+            },
+            // SAFETY: as above.
+            Creation::Preference => unsafe { (self.preference_create)(&mut d) },
+            // SAFETY: as above.
+            Creation::Transform { scale_type } => unsafe { (self.transform_desc_create)(&mut d, scale_type) },
         };
         if code == 0 { Ok(d as u64) } else { Err(code) }
     }

@@ -64,18 +64,6 @@ pub mod matmul {
     pub const EPILOGUE_AUX_AMAX_POINTER: i32 = 24;
     pub const FAST_ACCUM: i32 = 25;
     pub const BIAS_DATA_TYPE: i32 = 26;
-    /// Attributes that hold a device pointer (checked when a matmul uses them).
-    pub const POINTERS: [i32; 9] = [
-        BIAS_POINTER,
-        EPILOGUE_AUX_POINTER,
-        A_SCALE_POINTER,
-        B_SCALE_POINTER,
-        C_SCALE_POINTER,
-        D_SCALE_POINTER,
-        AMAX_D_POINTER,
-        EPILOGUE_AUX_SCALE_POINTER,
-        EPILOGUE_AUX_AMAX_POINTER,
-    ];
 }
 
 /// Matrix layout attributes (`cublasLtMatrixLayoutAttribute_t`).

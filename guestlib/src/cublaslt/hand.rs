@@ -107,13 +107,12 @@ unsafe fn integer(buf: *const c_void, size: usize) -> Option<i64> {
     if buf.is_null() {
         return None;
     }
-    // SAFETY: `buf` holds `size` bytes (this function's contract); unaligned reads.
-    unsafe {
-        match size {
-            4 => Some(i64::from(buf.cast::<i32>().read_unaligned())),
-            8 => Some(buf.cast::<i64>().read_unaligned()),
-            _ => None,
-        }
+    match size {
+        // SAFETY: `buf` holds 4 bytes (this function's contract); an unaligned read.
+        4 => Some(i64::from(unsafe { buf.cast::<i32>().read_unaligned() })),
+        // SAFETY: `buf` holds 8 bytes (this function's contract); an unaligned read.
+        8 => Some(unsafe { buf.cast::<i64>().read_unaligned() }),
+        _ => None,
     }
 }
 
