@@ -14,8 +14,9 @@ const DEFAULT_VERSION: &str = "libcudart.so.12";
 /// cuRAND's (`libcurand.so.10`) and cuSOLVER's, installed as `libcusolver.so.11` (CUDA 11 and 12)
 /// and `libcusolver.so.12` (CUDA 13), cuSPARSE's, installed as `libcusparse.so.11` (CUDA 11)
 /// and `libcusparse.so.12` (CUDA 12 and 13), and cuDNN's, installed as `libcudnn.so.9` and as
-/// each of its sub-libraries (whose programs ask for `cudnnBackendExecute@libcudnn_graph.so.9`).
-const OTHER_VERSIONS: [&str; 16] = [
+/// each of its sub-libraries (whose programs ask for `cudnnBackendExecute@libcudnn_graph.so.9`),
+/// and cuBLASLt's (`libcublasLt.so.11`, `.12`, `.13`).
+const OTHER_VERSIONS: [&str; 19] = [
     "libcudart.so.11.0",
     "libcudart.so.13",
     "libcublas.so.11",
@@ -32,6 +33,9 @@ const OTHER_VERSIONS: [&str; 16] = [
     "libcudnn_cnn.so.9",
     "libcudnn_adv.so.9",
     "libcudnn_ext.so.9",
+    "libcublasLt.so.11",
+    "libcublasLt.so.12",
+    "libcublasLt.so.13",
 ];
 
 fn main() {

@@ -23,6 +23,9 @@ pub const CUSPARSE_SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/cuspa
 /// Path of the cuDNN 9 spec.
 pub const CUDNN_SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/cudnn.lapis");
 
+/// Path of the cuBLASLt spec.
+pub const CUBLASLT_SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/cublaslt.lapis");
+
 /// Every API Phos carries, by path. Adding an API starts here (docs/architecture.md).
 pub const SPEC_PATHS: &[&str] = &[
     CUDART_SPEC_PATH,
@@ -32,6 +35,7 @@ pub const SPEC_PATHS: &[&str] = &[
     CUSOLVER_SPEC_PATH,
     CUSPARSE_SPEC_PATH,
     CUDNN_SPEC_PATH,
+    CUBLASLT_SPEC_PATH,
 ];
 
 /// A spec built into a program (for `phosctl spec`).
@@ -49,4 +53,5 @@ pub const SPECS: &[Spec] = &[
     Spec { path: CUSOLVER_SPEC_PATH, text: include_str!("cusolver.lapis") },
     Spec { path: CUSPARSE_SPEC_PATH, text: include_str!("cusparse.lapis") },
     Spec { path: CUDNN_SPEC_PATH, text: include_str!("cudnn.lapis") },
+    Spec { path: CUBLASLT_SPEC_PATH, text: include_str!("cublaslt.lapis") },
 ];

@@ -47,7 +47,7 @@ impl Recorder {
     }
 
     /// [`record`](Self::record) for a setter that sets one of several things per call (a cuDNN
-    /// descriptor's attribute, by name): its last call is kept per `key`.
+    /// or cuBLASLt descriptor's attribute, by name): its last call is kept per `key`.
     pub fn record_keyed(&self, function: Function, key: u64, device: i32, payload: &[u8], facts: &RecordFacts<'_>) {
         let mut r = self.inner.lock();
         if facts.global {
@@ -161,6 +161,40 @@ mod tests {
             0,
             b"",
             &RecordFacts { created: &[], destroyed: &[], mutated: &[], depends_on: &[], global: true },
+        );
+        assert!(r.live().is_empty());
+    }
+
+    #[test]
+    fn each_setting_of_a_setter_is_kept_once() {
+        use phos_protocol::cublaslt::FunctionId as Lt;
+        let r = Recorder::default();
+        let set = |which: u64, payload: &[u8]| {
+            let facts = RecordFacts {
+                created: &[],
+                destroyed: &[],
+                mutated: &[("cublaslt_matmul_desc", 50)],
+                depends_on: &[],
+                global: false,
+            };
+            r.record_keyed(Function::Cublaslt(Lt::CublasLtMatmulDescSetAttribute), which, 0, payload, &facts)
+        };
+        r.record(
+            Function::Cublaslt(Lt::CublasLtMatmulDescCreate),
+            0,
+            b"d",
+            &facts(&[("cublaslt_matmul_desc", 50)], &[], &[]),
+        );
+        set(3, b"transa 1");
+        set(7, b"epilogue 1");
+        set(3, b"transa 2");
+        let payloads: Vec<Vec<u8>> = r.live().into_iter().map(|rec| rec.payload).collect();
+        assert_eq!(payloads, [b"d".to_vec(), b"epilogue 1".to_vec(), b"transa 2".to_vec()]);
+        r.record(
+            Function::Cublaslt(Lt::CublasLtMatmulDescDestroy),
+            0,
+            b"",
+            &facts(&[], &[("cublaslt_matmul_desc", 50)], &[]),
         );
         assert!(r.live().is_empty());
     }

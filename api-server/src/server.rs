@@ -621,6 +621,7 @@ impl ApiServer {
             Function::Cusolver(f) => Self::outcome(s, f.name(), dispatch::cusolver::dispatch(s, &cx, f, payload, out)),
             Function::Cusparse(f) => Self::outcome(s, f.name(), dispatch::cusparse::dispatch(s, &cx, f, payload, out)),
             Function::Cudnn(f) => Self::outcome(s, f.name(), dispatch::cudnn::dispatch(s, &cx, f, payload, out)),
+            Function::Cublaslt(f) => Self::outcome(s, f.name(), dispatch::cublaslt::dispatch(s, &cx, f, payload, out)),
         }));
         if s.hooks.active() {
             s.hooks.after_call();
@@ -681,5 +682,8 @@ pub(crate) fn replay(
             dispatch::cusparse::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string())
         }
         Function::Cudnn(id) => dispatch::cudnn::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string()),
+        Function::Cublaslt(id) => {
+            dispatch::cublaslt::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string())
+        }
     }
 }

@@ -23,10 +23,13 @@ pub const SERVED_FILES: [&core::ffi::CStr; SERVED_COUNT] = [
     c"libcudnn_cnn.so.9",
     c"libcudnn_adv.so.9",
     c"libcudnn_ext.so.9",
+    c"libcublasLt.so.11",
+    c"libcublasLt.so.12",
+    c"libcublasLt.so.13",
 ];
 
 /// How many files Phos serves libraries with.
-pub const SERVED_COUNT: usize = 18;
+pub const SERVED_COUNT: usize = 21;
 
 /// Which of Phos's files serves a library name ([`SERVED_FILES`] index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +52,9 @@ pub enum Served {
     DnnCnn9 = 15,
     DnnAdv9 = 16,
     DnnExt9 = 17,
+    BlasLt11 = 18,
+    BlasLt12 = 19,
+    BlasLt13 = 20,
 }
 
 /// The last component of a path.
@@ -83,7 +89,9 @@ fn versioned<'a>(name: &'a [u8], stem: &[u8]) -> Option<&'a [u8]> {
 /// major version for `libcusolver.so.11*` (CUDA 11 and 12) and `.12*` (CUDA 13; 11 for
 /// `libcusolver.so`); cuSPARSE of the same major version for `libcusparse.so.11*` (CUDA 11) and
 /// `.12*` (CUDA 12 and 13; 12 for `libcusparse.so`); cuDNN 9 for `libcudnn.so.9*` and each of
-/// its sub-libraries (`libcudnn_graph.so.9*`, ...; 9 for the unversioned names). `None` for
+/// its sub-libraries (`libcudnn_graph.so.9*`, ...; 9 for the unversioned names); cuBLASLt of the
+/// same major version for `libcublasLt.so.11*`, `.12*`, `.13*` (12 for `libcublasLt.so`). `None`
+/// for
 /// anything else, including a runtime of a major version Phos does not present (left alone:
 /// if it gets mapped, it is reported).
 pub fn served(name: &[u8]) -> Option<Served> {
@@ -128,6 +136,14 @@ pub fn served(name: &[u8]) -> Option<Served> {
             return matches!(major(version), b"" | b"9").then_some(file);
         }
     }
+    if let Some(version) = versioned(base, b"libcublasLt.so") {
+        return match major(version) {
+            b"" | b"12" => Some(Served::BlasLt12),
+            b"11" => Some(Served::BlasLt11),
+            b"13" => Some(Served::BlasLt13),
+            _ => None,
+        };
+    }
     let version = versioned(base, b"libcudart.so")?;
     match major(version) {
         b"" => Some(Served::Runtime12),
@@ -149,7 +165,6 @@ pub fn is_runtime_or_driver(name: &[u8]) -> bool {
 /// NVML) and that Phos does not serve yet, by file-name prefix, with the library's name.
 /// NVRTC and nvJitLink need no GPU and are not listed.
 const UNSERVED: &[(&[u8], &str)] = &[
-    (b"libcublasLt.so", "cuBLASLt"),
     (b"libcudnn", "cuDNN"),
     (b"libcufft", "cuFFT"),
     (b"libcusparseLt.so", "cuSPARSELt"),
@@ -196,7 +211,7 @@ mod tests {
             (b"libcublas.so.11", Some(Served::Blas11)),
             (b"libcublas.so.13", Some(Served::Blas13)),
             (b"libcublas.so", Some(Served::Blas12)),
-            (b"libcublasLt.so.12", None),
+            (b"libcublasLt.so.12", Some(Served::BlasLt12)),
             (b"libcublas.so.10", None),
             (b"libcurand.so.10", Some(Served::Rand10)),
             (b"/usr/lib/x86_64-linux-gnu/libcurand.so.10.3.0.86", Some(Served::Rand10)),
@@ -221,6 +236,11 @@ mod tests {
             // cuDNN 8 and the engine libraries NVIDIA's libcudnn loads itself: not Phos's.
             (b"libcudnn.so.8", None),
             (b"libcudnn_engines_precompiled.so.9", None),
+            (b"libcublasLt.so.11", Some(Served::BlasLt11)),
+            (b"/site-packages/nvidia/cublas/lib/libcublasLt.so.12", Some(Served::BlasLt12)),
+            (b"libcublasLt.so.13.0.0", Some(Served::BlasLt13)),
+            (b"libcublasLt.so", Some(Served::BlasLt12)),
+            (b"libcublasLt.so.10", None),
             (b"/opt/libcuda.so.1/libm.so.6", None),
             (b"", None),
         ] {
@@ -264,9 +284,9 @@ mod tests {
     fn gpu_libraries_phos_does_not_serve_are_named() {
         for (name, want) in [
             ("libcublas.so.12", None),
-            ("/w/nvidia/cublas/lib/libcublasLt.so.12", Some("cuBLASLt")),
             ("libcudnn_engines_precompiled.so.9", Some("cuDNN")),
             ("libcudnn.so.8", Some("cuDNN")),
+            ("/w/nvidia/cublas/lib/libcublasLt.so.12", None),
             ("libcufftw.so.11", Some("cuFFT")),
             ("libnccl.so.2", Some("NCCL")),
             ("libcurand.so.10", None),

@@ -17,6 +17,7 @@ pub mod bypass;
 mod callbacks;
 mod copier;
 pub mod cublas;
+pub mod cublaslt;
 pub mod cuda;
 pub mod cudart;
 pub mod cudnn;

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The version nodes, one per soname; the first export of each name is `@@` this one.
-const VERSIONS: [&str; 17] = [
+const VERSIONS: [&str; 20] = [
     "libcudart.so.11.0",
     "libcudart.so.12",
     "libcudart.so.13",
@@ -32,6 +32,9 @@ const VERSIONS: [&str; 17] = [
     "libcudnn_cnn.so.9",
     "libcudnn_adv.so.9",
     "libcudnn_ext.so.9",
+    "libcublasLt.so.11",
+    "libcublasLt.so.12",
+    "libcublasLt.so.13",
 ];
 const DEFAULT_VERSION: &str = "libcudart.so.12";
 
@@ -194,6 +197,7 @@ fn exports_nothing_but_the_cuda_api() {
         .chain(generated_exports("cusolver"))
         .chain(generated_exports("cusparse"))
         .chain(generated_exports("cudnn"))
+        .chain(generated_exports("cublaslt"))
         .collect();
     assert_eq!(exports, generated, "the exports are not exactly the generated stubs");
 }
@@ -408,6 +412,13 @@ fn exports_every_function_of_nvidias_cudnn() {
     assert!(missing.is_empty(), "not exported: {missing:?}");
 }
 
+/// The same for libcublasLt (tests/abi/libcublasLt-exports.txt), for programs linked with
+/// `-lcublasLt` and PyTorch's wheels.
+#[test]
+fn exports_every_function_of_nvidias_cublaslt() {
+    exports_every_listed_function("libcublasLt", 600);
+}
+
 /// Every name of `tests/abi/<library>-exports.txt` is exported under `<library>.so.<major>`
 /// for each major listed with it (at least `at_least` pairs are read).
 fn exports_every_listed_function(library: &str, at_least: usize) {
@@ -449,6 +460,12 @@ fn the_cusolver_list_holds_the_installed_librarys_exports() {
 #[test]
 fn the_cusparse_list_holds_the_installed_librarys_exports() {
     the_list_holds_the_installed_librarys_exports("libcusparse", "cusparse");
+}
+
+/// The same for libcublasLt.
+#[test]
+fn the_cublaslt_list_holds_the_installed_librarys_exports() {
+    the_list_holds_the_installed_librarys_exports("libcublasLt", "cublasLt");
 }
 
 /// Every `prefix*` function of CUDA 11's `<library>.so.11` on this machine is listed with 11.

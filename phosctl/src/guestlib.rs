@@ -43,6 +43,9 @@ pub const SONAMES: &[&str] = &[
     "libcudnn_cnn.so.9",
     "libcudnn_adv.so.9",
     "libcudnn_ext.so.9",
+    "libcublasLt.so.11",
+    "libcublasLt.so.12",
+    "libcublasLt.so.13",
 ];
 
 /// Why the guest library cannot be offered to a program.

@@ -903,3 +903,16 @@ fn cudnn_descriptors_survive_a_restore() {
         "after the restore: the descriptors kept their attributes\nexecute: CUDNN_STATUS_NOT_SUPPORTED\ndone",
     );
 }
+
+/// cuBLASLt's handle and descriptors are recorded with every attribute set on them: after a
+/// stop and a restore into a new server, the program reads its matmul descriptor's epilogue
+/// back and runs the matmul with the bias it set before the checkpoint.
+#[test]
+fn cublaslt_descriptors_and_their_attributes_survive_a_restore() {
+    library_program_survives_a_restore(
+        "cublaslt_matmul",
+        "-lcublasLt",
+        "cublaslt ready",
+        "after the restore: the descriptors kept their epilogue and bias",
+    );
+}

@@ -112,6 +112,7 @@ const TESTED_APART: &[&str] = &[
     "cusolver_dense",
     "cusparse_cg",
     "cudnn_conv",
+    "cublaslt_matmul",
 ];
 
 /// A program of both the runtime and the driver API (linked with `-lcuda`, so the loader
@@ -528,5 +529,59 @@ fn cudnn_hostile_calls() {
         "cudnnCreateTensorDescriptor",
     ] {
         assert!(stderr.contains(logged), "the log lacks `{logged}`:\n{stderr}");
+    }
+}
+
+/// A cuBLASLt program (linked with `-lcublasLt`, so the loader reaches the guest library as
+/// `libcublasLt.so.11` too): fp32 matmuls with the bias, RELU and GELU epilogues, a transposed
+/// A with a row-major B, a strided batch, device-side scalars, GELU_AUX, the heuristic query,
+/// attributes read back and a matrix transform, on emu's CPU GEMM, each checked against the
+/// host, printing what it prints natively.
+#[test]
+fn cublaslt_matmul() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "cublaslt_matmul", &["-arch=sm_70", "-lcublasLt"]);
+    let out = phos_run_over("emu", "shm", &exe, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert!(!stderr.contains("no version information"), "{stderr}");
+    assert_eq!(stdout, expected("cublaslt_matmul"), "output differs from the native run\nstderr:\n{stderr}");
+}
+
+/// What a careless or hostile cuBLASLt program gets: a layout larger than the memory behind
+/// it, a bias pointer that is not the program's, a workspace past its allocation, an attribute
+/// of the wrong size, layouts that do not agree, a made-up handle and a destroyed descriptor
+/// each get cuBLASLt's status; the server logs each by name and the handle still works.
+#[test]
+fn cublaslt_hostile_calls() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "cublaslt_matmul", &["-arch=sm_70", "-lcublasLt"]);
+    let out = phos_run_over("emu", "shm", &exe, &["hostile"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    for line in [
+        "hostile: matrix past its allocation -> CUBLAS_STATUS_INVALID_VALUE",
+        "hostile: bias pointer not the program's -> CUBLAS_STATUS_INVALID_VALUE",
+        "hostile: workspace past its allocation -> CUBLAS_STATUS_INVALID_VALUE",
+        "hostile: attribute of the wrong size -> CUBLAS_STATUS_INVALID_VALUE",
+        "hostile: layouts that do not agree -> CUBLAS_STATUS_INVALID_VALUE",
+        "hostile: made-up handle -> CUBLAS_STATUS_NOT_INITIALIZED",
+        "hostile: destroyed descriptor -> CUBLAS_STATUS_INVALID_VALUE",
+        "hostile: the handle still works",
+        "done",
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "missing `{line}`\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    }
+    for logged in [
+        "cublasLtMatmul: `A` at",
+        "cublasLtMatmul: `bias` at 0x1000",
+        "cublasLtMatmulDescSetAttribute: attribute 8 takes 8 bytes, not 4",
+        "cublasLtMatmul: the layouts do not agree",
+        "is not a cuBLASLt handle of the session",
+        "is not a cublaslt_matmul_desc of the session",
+    ] {
+        assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
     }
 }

@@ -235,6 +235,9 @@ fn initramfs(kit: &Kit, dir: &Path, programs: &BTreeMap<&str, PathBuf>, script: 
         "libcudnn_cnn.so.9",
         "libcudnn_adv.so.9",
         "libcudnn_ext.so.9",
+        "libcublasLt.so.11",
+        "libcublasLt.so.12",
+        "libcublasLt.so.13",
     ] {
         c.symlink(&format!("/phos/{soname}"), "libphos_guest.so");
     }

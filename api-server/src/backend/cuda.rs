@@ -100,6 +100,8 @@ pub struct CudaBackend {
     cudnn: std::sync::OnceLock<Option<super::vendor_cudnn::Cudnn>>,
     /// NVIDIA's libcusparse, loaded at the first cuSPARSE call (`None` when none is found).
     cusparse: std::sync::OnceLock<Option<super::vendor_cusparse::Cusparse>>,
+    /// NVIDIA's libcublasLt, loaded at the first cuBLASLt call (`None` when none is found).
+    cublaslt: std::sync::OnceLock<Option<super::vendor_lt::CublasLt>>,
     /// `cuDeviceGetAttribute`, called with plain integers: attributes come from guests and
     /// may not be valid enumerators of the bindings' Rust enum.
     get_attribute: unsafe extern "C" fn(*mut i32, i32, sys::CUdevice) -> i32,
@@ -482,6 +484,7 @@ impl CudaBackend {
             curand: std::sync::OnceLock::new(),
             cusolver: std::sync::OnceLock::new(),
             cusparse: std::sync::OnceLock::new(),
+            cublaslt: std::sync::OnceLock::new(),
             get_attribute,
             timer,
             copies: Default::default(),
@@ -1325,6 +1328,25 @@ impl Libraries for CudaBackend {
                 }
                 Err(e) => {
                     tracing::warn!("cuRAND generators are drawn on the server's CPU (Philox4x32-10): {e}");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    fn cublaslt(&self) -> Option<&super::vendor_lt::CublasLt> {
+        self.cublaslt
+            .get_or_init(|| match super::vendor_lt::CublasLt::open() {
+                Ok(c) => {
+                    tracing::info!(
+                        "cuBLASLt: {} ({} of the calls Phos makes through it found)",
+                        c.path.display(),
+                        c.library.found()
+                    );
+                    Some(c)
+                }
+                Err(e) => {
+                    tracing::warn!("cuBLASLt matmuls run on the server's CPU (slowly): {e}");
                     None
                 }
             })

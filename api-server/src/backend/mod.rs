@@ -14,6 +14,7 @@ pub mod vendor;
 pub mod vendor_cudnn;
 pub mod vendor_curand;
 pub mod vendor_cusparse;
+pub mod vendor_lt;
 
 use phos_protocol::CudaError;
 use phos_protocol::types::{DeviceProperties, Dim3, FuncAttributes, ResourceViewWire};
@@ -459,6 +460,10 @@ pub trait Libraries: Send + Sync {
     }
     /// NVIDIA's libcudnn (cuDNN 9).
     fn cudnn(&self) -> Option<&vendor_cudnn::Cudnn> {
+        None
+    }
+    /// NVIDIA's libcublasLt.
+    fn cublaslt(&self) -> Option<&vendor_lt::CublasLt> {
         None
     }
 }

@@ -31,6 +31,7 @@ pub mod events;
 pub mod graphs;
 pub mod handles;
 pub mod host;
+pub mod lt;
 pub mod memory;
 pub mod modules;
 pub mod rand;
@@ -51,6 +52,7 @@ use dnn::DnnRegistry;
 use events::EventRegistry;
 use graphs::{GraphLimits, GraphRegistry};
 use host::PinnedArena;
+use lt::LtRegistry;
 use memory::AddressSpace;
 use modules::ModuleRegistry;
 use rand::RandRegistry;
@@ -64,6 +66,7 @@ pub struct Registries {
     pub dnn: DnnRegistry,
     pub solver: SolverRegistry,
     pub sparse: SparseRegistry,
+    pub lt: LtRegistry,
     /// Shared with the C/R engine's hooks, which note writes in its dirty log.
     pub memory: Arc<AddressSpace>,
     pub host: PinnedArena,
@@ -87,6 +90,8 @@ const COUNTED: [&str; 9] = [
     "cudnn_handle",
     "cudnn_backend_descriptor",
 ];
+// cuSPARSE's and cuBLASLt's kinds are counted by their registries (`sparse::SPARSE_KINDS`,
+// `lt::COUNTED`), after these.
 
 impl Registries {
     /// The registries of a session whose device memory lives in `[base, base + size)`, each
@@ -98,6 +103,7 @@ impl Registries {
             solver: SolverRegistry::default(),
             dnn: DnnRegistry::default(),
             sparse: SparseRegistry::default(),
+            lt: LtRegistry::default(),
             memory: Arc::new(AddressSpace::reserve(backend, base, size, limits.get(LimitKind::Allocations))?),
             host: PinnedArena::new(limits.get(LimitKind::HostAllocations)),
             streams: StreamRegistry::new(limits.get(LimitKind::Streams)),
@@ -129,7 +135,8 @@ impl Registries {
             dnn_descriptors,
         ];
         let sparse = sparse::SPARSE_KINDS.iter().zip(self.sparse.next_counters());
-        COUNTED.iter().zip(values).chain(sparse).map(|(k, v)| (k.to_string(), v)).collect()
+        let lt = lt::COUNTED.iter().zip(self.lt.next_counters());
+        COUNTED.iter().zip(values).chain(sparse).chain(lt).map(|(k, v)| (k.to_string(), v)).collect()
     }
 
     /// Carry on counters from an image (kinds this server does not count are ignored: the
@@ -158,6 +165,11 @@ impl Registries {
             }
         }
         self.dnn.set_next_counters(get("cudnn_handle"), get("cudnn_backend_descriptor"));
+        for kind in lt::COUNTED {
+            if let Some(n) = get(kind) {
+                self.lt.set_next_counter(kind, n);
+            }
+        }
     }
 
     /// Destroy every object (a device reset, the session's end). Pinned host memory is the
@@ -168,6 +180,7 @@ impl Registries {
         self.solver.release_all(backend);
         self.dnn.release_all(backend);
         self.sparse.release_all(backend);
+        self.lt.release_all(backend);
         self.streams.release_all(backend);
         self.events.release_all(backend);
         self.graphs.release_all();

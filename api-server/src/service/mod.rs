@@ -6,6 +6,7 @@
 
 mod arrays;
 pub mod cublas;
+pub mod cublaslt;
 pub mod cuda;
 pub mod cudart;
 pub mod cudnn;

@@ -194,7 +194,10 @@ fn call_fn(w: &mut W, api: &Api, f: &Function) {
                 call_args.push(format!("req.{id} as *mut c_void"));
             }
             Some((ArgClass::Pointer(_), WireRepr::Request(_))) => {
-                call_args.push(format!("req.{id}.as_ptr() as *mut c_void"));
+                // An empty buffer is a null pointer (an optional input the program left out).
+                call_args.push(format!(
+                    "if req.{id}.is_empty() {{ ::std::ptr::null_mut() }} else {{ req.{id}.as_ptr() as *mut c_void }}"
+                ));
             }
             // One number the call writes (a workspace size): a local, then a reply field.
             Some((ArgClass::Pointer(_), WireRepr::Reply(ty))) => {

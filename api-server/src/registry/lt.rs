@@ -1,0 +1,364 @@
+//! The session's cuBLASLt objects: handles (kind `cublaslt_handle`) and the four kinds of
+//! descriptor (matmul descriptors, matrix layouts, matmul preferences, transform descriptors),
+//! each a virtual handle of its kind. A descriptor is its attributes: the registry keeps every
+//! attribute's value as cuBLASLt stores it (the bytes of its C type), with cuBLASLt's defaults,
+//! so the server can size and check a matmul from them and a restore can set them again.
+
+use std::collections::BTreeMap;
+
+use parking_lot::Mutex;
+use phos_protocol::CudaError;
+use phos_protocol::apis::HandleKind;
+
+use super::handles::{HandleTable, NewHandle};
+use crate::backend::Backend;
+
+/// cuBLASLt objects of each kind a session may hold at once.
+pub const MAX_LT_OBJECTS: u64 = 65536;
+
+/// One attribute of a descriptor kind: its number, the size of its C type, and its default.
+#[derive(Debug, Clone, Copy)]
+pub struct AttributeSpec {
+    pub id: i32,
+    pub size: usize,
+    pub default: i64,
+}
+
+const fn a(id: i32, size: usize, default: i64) -> AttributeSpec {
+    AttributeSpec { id, size, default }
+}
+
+/// The kinds of descriptor, with their attributes (cublasLt.h of CUDA 11.8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DescKind {
+    Matmul,
+    Layout,
+    Preference,
+    Transform,
+}
+
+/// Matmul descriptor attributes (`cublasLtMatmulDescAttributes_t`).
+pub mod matmul {
+    pub const COMPUTE_TYPE: i32 = 0;
+    pub const SCALE_TYPE: i32 = 1;
+    pub const POINTER_MODE: i32 = 2;
+    pub const TRANSA: i32 = 3;
+    pub const TRANSB: i32 = 4;
+    pub const TRANSC: i32 = 5;
+    pub const FILL_MODE: i32 = 6;
+    pub const EPILOGUE: i32 = 7;
+    pub const BIAS_POINTER: i32 = 8;
+    pub const BIAS_BATCH_STRIDE: i32 = 10;
+    pub const EPILOGUE_AUX_POINTER: i32 = 11;
+    pub const EPILOGUE_AUX_LD: i32 = 12;
+    pub const EPILOGUE_AUX_BATCH_STRIDE: i32 = 13;
+    pub const ALPHA_VECTOR_BATCH_STRIDE: i32 = 14;
+    pub const SM_COUNT_TARGET: i32 = 15;
+    pub const A_SCALE_POINTER: i32 = 17;
+    pub const B_SCALE_POINTER: i32 = 18;
+    pub const C_SCALE_POINTER: i32 = 19;
+    pub const D_SCALE_POINTER: i32 = 20;
+    pub const AMAX_D_POINTER: i32 = 21;
+    pub const EPILOGUE_AUX_DATA_TYPE: i32 = 22;
+    pub const EPILOGUE_AUX_SCALE_POINTER: i32 = 23;
+    pub const EPILOGUE_AUX_AMAX_POINTER: i32 = 24;
+    pub const FAST_ACCUM: i32 = 25;
+    pub const BIAS_DATA_TYPE: i32 = 26;
+}
+
+/// Matrix layout attributes (`cublasLtMatrixLayoutAttribute_t`).
+pub mod layout {
+    pub const TYPE: i32 = 0;
+    pub const ORDER: i32 = 1;
+    pub const ROWS: i32 = 2;
+    pub const COLS: i32 = 3;
+    pub const LD: i32 = 4;
+    pub const BATCH_COUNT: i32 = 5;
+    pub const STRIDED_BATCH_OFFSET: i32 = 6;
+    pub const PLANE_OFFSET: i32 = 7;
+}
+
+/// Matmul preference attributes (`cublasLtMatmulPreferenceAttributes_t`).
+pub mod preference {
+    pub const MAX_WORKSPACE_BYTES: i32 = 1;
+}
+
+/// Transform descriptor attributes (`cublasLtMatrixTransformDescAttributes_t`).
+pub mod transform {
+    pub const SCALE_TYPE: i32 = 0;
+    pub const POINTER_MODE: i32 = 1;
+    pub const TRANSA: i32 = 2;
+    pub const TRANSB: i32 = 3;
+}
+
+impl DescKind {
+    pub fn handle_kind(self) -> HandleKind {
+        match self {
+            DescKind::Matmul => HandleKind::CublasltMatmulDesc,
+            DescKind::Layout => HandleKind::CublasltMatrixLayout,
+            DescKind::Preference => HandleKind::CublasltMatmulPreference,
+            DescKind::Transform => HandleKind::CublasltMatrixTransformDesc,
+        }
+    }
+
+    /// The name of the kind in the specs (and in checkpoint images' counters).
+    pub fn kind_name(self) -> &'static str {
+        match self {
+            DescKind::Matmul => "cublaslt_matmul_desc",
+            DescKind::Layout => "cublaslt_matrix_layout",
+            DescKind::Preference => "cublaslt_matmul_preference",
+            DescKind::Transform => "cublaslt_matrix_transform_desc",
+        }
+    }
+
+    /// The attributes of the kind (default -1 where cuBLASLt's is "same as another").
+    pub fn attributes(self) -> &'static [AttributeSpec] {
+        use matmul as m;
+        const MATMUL: &[AttributeSpec] = &[
+            a(m::COMPUTE_TYPE, 4, 0),
+            a(m::SCALE_TYPE, 4, 0),
+            a(m::POINTER_MODE, 4, 0),
+            a(m::TRANSA, 4, 0),
+            a(m::TRANSB, 4, 0),
+            a(m::TRANSC, 4, 0),
+            a(m::FILL_MODE, 4, 2),
+            a(m::EPILOGUE, 4, 1),
+            a(m::BIAS_POINTER, 8, 0),
+            a(m::BIAS_BATCH_STRIDE, 8, 0),
+            a(m::EPILOGUE_AUX_POINTER, 8, 0),
+            a(m::EPILOGUE_AUX_LD, 8, 0),
+            a(m::EPILOGUE_AUX_BATCH_STRIDE, 8, 0),
+            a(m::ALPHA_VECTOR_BATCH_STRIDE, 8, 0),
+            a(m::SM_COUNT_TARGET, 4, 0),
+            a(m::A_SCALE_POINTER, 8, 0),
+            a(m::B_SCALE_POINTER, 8, 0),
+            a(m::C_SCALE_POINTER, 8, 0),
+            a(m::D_SCALE_POINTER, 8, 0),
+            a(m::AMAX_D_POINTER, 8, 0),
+            a(m::EPILOGUE_AUX_DATA_TYPE, 4, -1),
+            a(m::EPILOGUE_AUX_SCALE_POINTER, 8, 0),
+            a(m::EPILOGUE_AUX_AMAX_POINTER, 8, 0),
+            a(m::FAST_ACCUM, 1, 0),
+            a(m::BIAS_DATA_TYPE, 4, -1),
+        ];
+        const LAYOUT: &[AttributeSpec] = &[
+            a(layout::TYPE, 4, 0),
+            a(layout::ORDER, 4, 0),
+            a(layout::ROWS, 8, 0),
+            a(layout::COLS, 8, 0),
+            a(layout::LD, 8, 0),
+            a(layout::BATCH_COUNT, 4, 1),
+            a(layout::STRIDED_BATCH_OFFSET, 8, 0),
+            a(layout::PLANE_OFFSET, 8, 0),
+        ];
+        const PREFERENCE: &[AttributeSpec] = &[
+            a(0, 4, 0),                               // SEARCH_MODE: best fit
+            a(preference::MAX_WORKSPACE_BYTES, 8, 0), // no workspace
+            a(2, 4, 1),                               // MATH_MODE_MASK
+            a(3, 4, 0x7f),                            // REDUCTION_SCHEME_MASK: all
+            a(4, 4, 3),                               // GAUSSIAN_MODE_MASK
+            a(5, 4, 256),                             // MIN_ALIGNMENT_A_BYTES
+            a(6, 4, 256),                             // ... B
+            a(7, 4, 256),                             // ... C
+            a(8, 4, 256),                             // ... D
+            a(9, 4, 0),                               // MAX_WAVES_COUNT (a float, 0.0)
+            a(10, 4, 3),                              // POINTER_MODE_MASK: host and device
+            a(11, 4, 1),                              // EPILOGUE_MASK: default
+            a(12, 8, -1),                             // IMPL_MASK: everything
+            a(13, 4, 0),                              // SM_COUNT_TARGET
+        ];
+        const TRANSFORM: &[AttributeSpec] = &[
+            a(transform::SCALE_TYPE, 4, 0),
+            a(transform::POINTER_MODE, 4, 0),
+            a(transform::TRANSA, 4, 0),
+            a(transform::TRANSB, 4, 0),
+        ];
+        match self {
+            DescKind::Matmul => MATMUL,
+            DescKind::Layout => LAYOUT,
+            DescKind::Preference => PREFERENCE,
+            DescKind::Transform => TRANSFORM,
+        }
+    }
+
+    pub fn attribute(self, id: i32) -> Option<AttributeSpec> {
+        self.attributes().iter().copied().find(|s| s.id == id)
+    }
+}
+
+/// One descriptor: its attributes' values, little-endian as cuBLASLt keeps them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Descriptor {
+    pub kind: DescKind,
+    pub values: BTreeMap<i32, Vec<u8>>,
+    /// The vendor library's descriptor, 0 where the server computes the calls itself.
+    pub raw: u64,
+}
+
+impl Descriptor {
+    /// A descriptor with cuBLASLt's defaults.
+    pub fn new(kind: DescKind) -> Descriptor {
+        let values = kind.attributes().iter().map(|s| (s.id, s.default.to_le_bytes()[..s.size].to_vec())).collect();
+        Descriptor { kind, values, raw: 0 }
+    }
+
+    /// An attribute as a signed integer (sign-extended from its size).
+    pub fn int(&self, id: i32) -> i64 {
+        let Some(v) = self.values.get(&id) else { return 0 };
+        match v.len() {
+            1 => i64::from(v[0] as i8),
+            4 => i64::from(i32::from_le_bytes([v[0], v[1], v[2], v[3]])),
+            8 => i64::from_le_bytes([v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]]),
+            _ => 0,
+        }
+    }
+
+    /// An attribute as an unsigned 64-bit value (pointers, sizes).
+    pub fn u64(&self, id: i32) -> u64 {
+        self.int(id) as u64
+    }
+
+    /// Set an attribute from an integer (creation arguments).
+    pub fn set_int(&mut self, id: i32, value: i64) {
+        if let Some(s) = self.kind.attribute(id) {
+            self.values.insert(id, value.to_le_bytes()[..s.size].to_vec());
+        }
+    }
+}
+
+/// A cuBLASLt handle: the device it was made on and the vendor's handle.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LtHandle {
+    pub device: i32,
+    /// NVIDIA's `cublasLtHandle_t`, 0 where the server computes the calls itself.
+    pub raw: u64,
+}
+
+pub struct LtRegistry {
+    handles: Mutex<HandleTable<LtHandle>>,
+    matmul: Mutex<HandleTable<Descriptor>>,
+    layouts: Mutex<HandleTable<Descriptor>>,
+    preferences: Mutex<HandleTable<Descriptor>>,
+    transforms: Mutex<HandleTable<Descriptor>>,
+}
+
+impl Default for LtRegistry {
+    fn default() -> Self {
+        let table = |kind: DescKind| Mutex::new(HandleTable::new(kind.handle_kind(), MAX_LT_OBJECTS));
+        LtRegistry {
+            handles: Mutex::new(HandleTable::new(HandleKind::CublasltHandle, MAX_LT_OBJECTS)),
+            matmul: table(DescKind::Matmul),
+            layouts: table(DescKind::Layout),
+            preferences: table(DescKind::Preference),
+            transforms: table(DescKind::Transform),
+        }
+    }
+}
+
+/// The kinds whose counters a checkpoint keeps, in [`LtRegistry::next_counters`]' order.
+pub const COUNTED: [&str; 5] = [
+    "cublaslt_handle",
+    "cublaslt_matmul_desc",
+    "cublaslt_matrix_layout",
+    "cublaslt_matmul_preference",
+    "cublaslt_matrix_transform_desc",
+];
+
+impl LtRegistry {
+    fn table(&self, kind: DescKind) -> &Mutex<HandleTable<Descriptor>> {
+        match kind {
+            DescKind::Matmul => &self.matmul,
+            DescKind::Layout => &self.layouts,
+            DescKind::Preference => &self.preferences,
+            DescKind::Transform => &self.transforms,
+        }
+    }
+
+    pub fn create_handle(&self, handle: LtHandle, new: &NewHandle<'_>) -> Result<u64, CudaError> {
+        self.handles.lock().add(handle, new)
+    }
+
+    pub fn destroy_handle(&self, handle: u64) -> Result<LtHandle, CudaError> {
+        self.handles.lock().remove(handle)
+    }
+
+    pub fn handle(&self, handle: u64) -> Result<LtHandle, CudaError> {
+        self.handles.lock().get(handle).copied()
+    }
+
+    pub fn create(&self, desc: Descriptor, new: &NewHandle<'_>) -> Result<u64, CudaError> {
+        self.table(desc.kind).lock().add(desc, new)
+    }
+
+    pub fn destroy(&self, kind: DescKind, handle: u64) -> Result<Descriptor, CudaError> {
+        self.table(kind).lock().remove(handle)
+    }
+
+    pub fn get(&self, kind: DescKind, handle: u64) -> Result<Descriptor, CudaError> {
+        self.table(kind).lock().get(handle).cloned()
+    }
+
+    /// Set one attribute's bytes (the caller has checked its size).
+    pub fn set(&self, kind: DescKind, handle: u64, id: i32, value: &[u8]) -> Result<(), CudaError> {
+        self.table(kind).lock().get_mut(handle)?.values.insert(id, value.to_vec());
+        Ok(())
+    }
+
+    pub fn next_counters(&self) -> [u64; 5] {
+        [
+            self.handles.lock().next_counter(),
+            self.matmul.lock().next_counter(),
+            self.layouts.lock().next_counter(),
+            self.preferences.lock().next_counter(),
+            self.transforms.lock().next_counter(),
+        ]
+    }
+
+    /// Carry on the counter of the kind named `kind` (one of [`COUNTED`]).
+    pub fn set_next_counter(&self, kind: &str, next: u64) {
+        match kind {
+            "cublaslt_handle" => self.handles.lock().set_next_counter(next),
+            "cublaslt_matmul_desc" => self.matmul.lock().set_next_counter(next),
+            "cublaslt_matrix_layout" => self.layouts.lock().set_next_counter(next),
+            "cublaslt_matmul_preference" => self.preferences.lock().set_next_counter(next),
+            "cublaslt_matrix_transform_desc" => self.transforms.lock().set_next_counter(next),
+            _ => {}
+        }
+    }
+
+    /// Destroy every object (a device reset, the session's end).
+    pub fn release_all(&self, backend: &dyn Backend) {
+        let handles = self.handles.lock().drain();
+        let descriptors: Vec<Descriptor> =
+            [DescKind::Matmul, DescKind::Layout, DescKind::Preference, DescKind::Transform]
+                .into_iter()
+                .flat_map(|k| self.table(k).lock().drain().into_iter().map(|(_, d)| d))
+                .collect();
+        if let Some(lt) = backend.cublaslt() {
+            for d in descriptors.iter().filter(|d| d.raw != 0) {
+                lt.destroy_descriptor(d.kind, d.raw);
+            }
+            for (_, h) in handles.into_iter().filter(|(_, h)| h.raw != 0) {
+                lt.destroy(h.raw);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_integers_read_back() {
+        let mut d = Descriptor::new(DescKind::Matmul);
+        assert_eq!(d.int(matmul::EPILOGUE), 1);
+        assert_eq!(d.int(matmul::BIAS_DATA_TYPE), -1);
+        assert_eq!(d.values[&matmul::FAST_ACCUM].len(), 1);
+        d.set_int(matmul::BIAS_POINTER, 0x7000_0000_1000);
+        assert_eq!(d.u64(matmul::BIAS_POINTER), 0x7000_0000_1000);
+        let l = Descriptor::new(DescKind::Layout);
+        assert_eq!(l.int(layout::BATCH_COUNT), 1);
+        assert_eq!(l.values[&layout::ROWS].len(), 8);
+    }
+}

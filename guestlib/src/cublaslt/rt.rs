@@ -1,0 +1,28 @@
+//! How cuBLASLt's exports go through the guest core: a call's status is its return value, as
+//! for cuBLAS; the runtime's last error is left alone.
+
+use phos_protocol::apis::Function;
+use phos_protocol::cublaslt::{self, CublasLtStatus, FunctionId};
+
+use crate::runtime;
+pub use crate::runtime::{byte_len, c_str, call, check_out, copy_out, in_bytes};
+
+/// Run one cuBLASLt function; a panic becomes `CUBLAS_STATUS_INTERNAL_ERROR`. A refusal
+/// (`CUBLAS_STATUS_NOT_SUPPORTED`, from the server or the guest) is logged once by name.
+pub fn api_call(id: FunctionId, f: impl FnOnce() -> Result<(), CublasLtStatus>) -> i32 {
+    match runtime::catch_panic(id.name(), f) {
+        Ok(()) => cublaslt::SUCCESS,
+        Err(e) => {
+            if e == cublaslt::NOT_SUPPORTED {
+                runtime::log_refusal_once(Function::Cublaslt(id), cublaslt::NOT_SUPPORTED.name());
+            }
+            e.0
+        }
+    }
+}
+
+/// A function Phos does not support: logged once, answers `CUBLAS_STATUS_NOT_SUPPORTED`.
+pub fn unsupported(id: FunctionId) -> i32 {
+    runtime::log_unsupported_once(Function::Cublaslt(id), cublaslt::NOT_SUPPORTED.name());
+    cublaslt::NOT_SUPPORTED.0
+}
