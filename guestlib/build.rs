@@ -12,8 +12,9 @@ const DEFAULT_VERSION: &str = "libcudart.so.12";
 /// whose programs ask for `cublasSgemm_v2@libcublas.so.11` and so on: every export gets those
 /// versions too (a name the other library lacks is never asked for under its version). So do
 /// cuRAND's (`libcurand.so.10`) and cuSOLVER's, installed as `libcusolver.so.11` (CUDA 11 and 12)
-/// and `libcusolver.so.12` (CUDA 13).
-const OTHER_VERSIONS: [&str; 8] = [
+/// and `libcusolver.so.12` (CUDA 13), and cuFFT's, installed as `libcufft.so.10`, `.11` and `.12`
+/// (CUDA 11, 12 and 13).
+const OTHER_VERSIONS: [&str; 11] = [
     "libcudart.so.11.0",
     "libcudart.so.13",
     "libcublas.so.11",
@@ -22,6 +23,9 @@ const OTHER_VERSIONS: [&str; 8] = [
     "libcurand.so.10",
     "libcusolver.so.11",
     "libcusolver.so.12",
+    "libcufft.so.10",
+    "libcufft.so.11",
+    "libcufft.so.12",
 ];
 
 fn main() {

@@ -17,9 +17,12 @@ pub const CURAND_SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/curand.
 /// Path of the cuSOLVER (dense API) spec.
 pub const CUSOLVER_SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/cusolver.lapis");
 
+/// Path of the cuFFT spec.
+pub const CUFFT_SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/cufft.lapis");
+
 /// Every API Phos carries, by path. Adding an API starts here (docs/architecture.md).
 pub const SPEC_PATHS: &[&str] =
-    &[CUDART_SPEC_PATH, CUDA_SPEC_PATH, CUBLAS_SPEC_PATH, CURAND_SPEC_PATH, CUSOLVER_SPEC_PATH];
+    &[CUDART_SPEC_PATH, CUDA_SPEC_PATH, CUBLAS_SPEC_PATH, CURAND_SPEC_PATH, CUSOLVER_SPEC_PATH, CUFFT_SPEC_PATH];
 
 /// A spec built into a program (for `phosctl spec`).
 pub struct Spec {
@@ -34,4 +37,5 @@ pub const SPECS: &[Spec] = &[
     Spec { path: CUBLAS_SPEC_PATH, text: include_str!("cublas.lapis") },
     Spec { path: CURAND_SPEC_PATH, text: include_str!("curand.lapis") },
     Spec { path: CUSOLVER_SPEC_PATH, text: include_str!("cusolver.lapis") },
+    Spec { path: CUFFT_SPEC_PATH, text: include_str!("cufft.lapis") },
 ];

@@ -612,6 +612,7 @@ impl ApiServer {
             Function::Cublas(f) => Self::outcome(s, f.name(), dispatch::cublas::dispatch(s, &cx, f, payload, out)),
             Function::Curand(f) => Self::outcome(s, f.name(), dispatch::curand::dispatch(s, &cx, f, payload, out)),
             Function::Cusolver(f) => Self::outcome(s, f.name(), dispatch::cusolver::dispatch(s, &cx, f, payload, out)),
+            Function::Cufft(f) => Self::outcome(s, f.name(), dispatch::cufft::dispatch(s, &cx, f, payload, out)),
         }));
         if s.hooks.active() {
             s.hooks.after_call();
@@ -668,5 +669,6 @@ pub(crate) fn replay(
         Function::Cusolver(id) => {
             dispatch::cusolver::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string())
         }
+        Function::Cufft(id) => dispatch::cufft::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string()),
     }
 }

@@ -322,6 +322,7 @@ impl<'s> Checker<'s> {
     /// Returns the return-code declaration when this is it.
     fn type_decl(&mut self, name: &Ident, descs: &[TypeDesc]) -> Option<ReturnCodeDecl> {
         let mut kind: Option<TypeKind> = None;
+        let mut int_handle = false;
         let mut is_rc = false;
         let mut rust = None;
         let (mut success, mut not_supported) = (None, None);
@@ -330,6 +331,11 @@ impl<'s> Checker<'s> {
             let k = match d {
                 TypeDesc::Handle(k) => {
                     self.handle_uses.push(k.clone());
+                    Some(TypeKind::Handle(k.name.clone()))
+                }
+                TypeDesc::IntHandle(k) => {
+                    self.handle_uses.push(k.clone());
+                    int_handle = true;
                     Some(TypeKind::Handle(k.name.clone()))
                 }
                 TypeDesc::Scalar(s) => match Scalar::from_name(&s.name) {
@@ -369,7 +375,11 @@ impl<'s> Checker<'s> {
         }
         match kind {
             Some(kind) => {
-                if self.types.insert(name.name.clone(), NamedType { name: name.name.clone(), kind }).is_some() {
+                if self
+                    .types
+                    .insert(name.name.clone(), NamedType { name: name.name.clone(), kind, int_handle })
+                    .is_some()
+                {
                     self.err(name.span, format!("type `{}` declared twice", name.name));
                 }
             }
@@ -407,7 +417,10 @@ impl<'s> Checker<'s> {
         if self.types.contains_key(&name.name) {
             self.err(name.span, format!("type `{}` declared twice", name.name));
         }
-        self.types.insert(name.name.clone(), NamedType { name: name.name.clone(), kind: TypeKind::Scalar(repr) });
+        self.types.insert(
+            name.name.clone(),
+            NamedType { name: name.name.clone(), kind: TypeKind::Scalar(repr), int_handle: false },
+        );
         for (v, value) in variants {
             if self.constants.insert(v.name.clone(), *value).is_some() {
                 self.err(v.span, format!("constant `{}` defined twice", v.name));

@@ -15,10 +15,13 @@ pub const SERVED_FILES: [&core::ffi::CStr; SERVED_COUNT] = [
     c"libcurand.so.10",
     c"libcusolver.so.11",
     c"libcusolver.so.12",
+    c"libcufft.so.10",
+    c"libcufft.so.11",
+    c"libcufft.so.12",
 ];
 
 /// How many files Phos serves libraries with.
-pub const SERVED_COUNT: usize = 10;
+pub const SERVED_COUNT: usize = 13;
 
 /// Which of Phos's files serves a library name ([`SERVED_FILES`] index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +36,9 @@ pub enum Served {
     Rand10 = 7,
     Solver11 = 8,
     Solver12 = 9,
+    Fft10 = 10,
+    Fft11 = 11,
+    Fft12 = 12,
 }
 
 /// The last component of a path.
@@ -65,7 +71,8 @@ fn versioned<'a>(name: &'a [u8], stem: &[u8]) -> Option<&'a [u8]> {
 /// major version for `libcublas.so.11*`, `.12*`, `.13*` (12 for `libcublas.so`); cuRAND for
 /// `libcurand.so.10*` and `libcurand.so` (10 in CUDA 11, 12 and 13); cuSOLVER of the same
 /// major version for `libcusolver.so.11*` (CUDA 11 and 12) and `.12*` (CUDA 13; 11 for
-/// `libcusolver.so`). `None` for
+/// `libcusolver.so`); cuFFT of the same major version for `libcufft.so.10*` (CUDA 11), `.11*`
+/// (CUDA 12) and `.12*` (CUDA 13; 11 for `libcufft.so`). `None` for
 /// anything else, including a runtime of a major version Phos does not present (left alone:
 /// if it gets mapped, it is reported).
 pub fn served(name: &[u8]) -> Option<Served> {
@@ -88,6 +95,14 @@ pub fn served(name: &[u8]) -> Option<Served> {
         return match major(version) {
             b"" | b"11" => Some(Served::Solver11),
             b"12" => Some(Served::Solver12),
+            _ => None,
+        };
+    }
+    if let Some(version) = versioned(base, b"libcufft.so") {
+        return match major(version) {
+            b"10" => Some(Served::Fft10),
+            b"" | b"11" => Some(Served::Fft11),
+            b"12" => Some(Served::Fft12),
             _ => None,
         };
     }
@@ -114,7 +129,6 @@ pub fn is_runtime_or_driver(name: &[u8]) -> bool {
 const UNSERVED: &[(&[u8], &str)] = &[
     (b"libcublasLt.so", "cuBLASLt"),
     (b"libcudnn", "cuDNN"),
-    (b"libcufft", "cuFFT"),
     (b"libcusparseLt.so", "cuSPARSELt"),
     (b"libcusparse.so", "cuSPARSE"),
     (b"libcusolverMg.so", "cuSOLVERMg"),
@@ -171,6 +185,12 @@ mod tests {
             (b"libcusolver.so.12", Some(Served::Solver12)),
             (b"libcusolver.so", Some(Served::Solver11)),
             (b"libcusolverMg.so.11", None),
+            (b"libcufft.so.10", Some(Served::Fft10)),
+            (b"/usr/lib/x86_64-linux-gnu/libcufft.so.10.9.0.58", Some(Served::Fft10)),
+            (b"libcufft.so.11", Some(Served::Fft11)),
+            (b"libcufft.so.12", Some(Served::Fft12)),
+            (b"libcufft.so", Some(Served::Fft11)),
+            (b"libcufftw.so.10", None),
             (b"/opt/libcuda.so.1/libm.so.6", None),
             (b"", None),
         ] {
@@ -187,6 +207,9 @@ mod tests {
             Served::Rand10,
             Served::Solver11,
             Served::Solver12,
+            Served::Fft10,
+            Served::Fft11,
+            Served::Fft12,
         ] {
             assert_eq!(served(SERVED_FILES[s as usize].to_bytes()), Some(s), "Phos's own file names serve themselves");
         }

@@ -19,6 +19,7 @@ mod copier;
 pub mod cublas;
 pub mod cuda;
 pub mod cudart;
+pub mod cufft;
 pub mod curand;
 pub mod cusolver;
 pub mod hostmem;

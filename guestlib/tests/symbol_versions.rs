@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The version nodes, one per soname; the first export of each name is `@@` this one.
-const VERSIONS: [&str; 9] = [
+const VERSIONS: [&str; 12] = [
     "libcudart.so.11.0",
     "libcudart.so.12",
     "libcudart.so.13",
@@ -24,6 +24,9 @@ const VERSIONS: [&str; 9] = [
     "libcurand.so.10",
     "libcusolver.so.11",
     "libcusolver.so.12",
+    "libcufft.so.10",
+    "libcufft.so.11",
+    "libcufft.so.12",
 ];
 const DEFAULT_VERSION: &str = "libcudart.so.12";
 
@@ -184,6 +187,7 @@ fn exports_nothing_but_the_cuda_api() {
         .chain(generated_exports("cublas"))
         .chain(generated_exports("curand"))
         .chain(generated_exports("cusolver"))
+        .chain(generated_exports("cufft"))
         .collect();
     assert_eq!(exports, generated, "the exports are not exactly the generated stubs");
 }
@@ -365,6 +369,12 @@ fn exports_every_function_of_nvidias_cusolver() {
     exports_every_listed_function("libcusolver", 1800);
 }
 
+/// The same for libcufft (tests/abi/libcufft-exports.txt), for programs linked with `-lcufft`.
+#[test]
+fn exports_every_function_of_nvidias_cufft() {
+    exports_every_listed_function("libcufft", 150);
+}
+
 /// Every name of `tests/abi/<library>-exports.txt` is exported under `<library>.so.<major>`
 /// for each major listed with it (at least `at_least` pairs are read).
 fn exports_every_listed_function(library: &str, at_least: usize) {
@@ -393,29 +403,38 @@ fn exports_every_listed_function(library: &str, at_least: usize) {
 /// exports is in the list above, so the list stays what the library is.
 #[test]
 fn the_cublas_list_holds_the_installed_librarys_exports() {
-    the_list_holds_the_installed_librarys_exports("libcublas", "cublas");
+    the_list_holds_the_installed_librarys_exports("libcublas", "cublas", "11");
 }
 
 /// The same for libcusolver.
 #[test]
 fn the_cusolver_list_holds_the_installed_librarys_exports() {
-    the_list_holds_the_installed_librarys_exports("libcusolver", "cusolver");
+    the_list_holds_the_installed_librarys_exports("libcusolver", "cusolver", "11");
 }
 
-/// Every `prefix*` function of CUDA 11's `<library>.so.11` on this machine is listed with 11.
-fn the_list_holds_the_installed_librarys_exports(library: &str, prefix: &str) {
-    let installed =
-        [format!("/usr/lib/x86_64-linux-gnu/{library}.so.11"), format!("/usr/local/cuda/lib64/{library}.so.11")]
-            .into_iter()
-            .map(PathBuf::from)
-            .find(|p| p.exists());
+/// The same for libcufft (CUDA 11's is `libcufft.so.10`).
+#[test]
+fn the_cufft_list_holds_the_installed_librarys_exports() {
+    the_list_holds_the_installed_librarys_exports("libcufft", "cufft", "10");
+}
+
+/// Every `prefix*` function of CUDA 11's `<library>.so.<major>` on this machine is listed with
+/// that major.
+fn the_list_holds_the_installed_librarys_exports(library: &str, prefix: &str, major: &str) {
+    let installed = [
+        format!("/usr/lib/x86_64-linux-gnu/{library}.so.{major}"),
+        format!("/usr/local/cuda/lib64/{library}.so.{major}"),
+    ]
+    .into_iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists());
     let Some(installed) = installed else { return };
     let file = format!("tests/abi/{library}-exports.txt");
     let list = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(&file)).expect(&file);
     let listed: BTreeSet<&str> = list
         .lines()
         .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.split_whitespace().skip(1).any(|m| m == "11"))
+        .filter(|l| l.split_whitespace().skip(1).any(|m| m == major))
         .filter_map(|l| l.split_whitespace().next())
         .collect();
     let theirs: BTreeSet<String> = dynamic_symbols(&installed)

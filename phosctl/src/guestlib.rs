@@ -35,6 +35,9 @@ pub const SONAMES: &[&str] = &[
     "libcurand.so.10",
     "libcusolver.so.11",
     "libcusolver.so.12",
+    "libcufft.so.10",
+    "libcufft.so.11",
+    "libcufft.so.12",
 ];
 
 /// Why the guest library cannot be offered to a program.

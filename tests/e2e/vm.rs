@@ -227,6 +227,9 @@ fn initramfs(kit: &Kit, dir: &Path, programs: &BTreeMap<&str, PathBuf>, script: 
         "libcurand.so.10",
         "libcusolver.so.11",
         "libcusolver.so.12",
+        "libcufft.so.10",
+        "libcufft.so.11",
+        "libcufft.so.12",
     ] {
         c.symlink(&format!("/phos/{soname}"), "libphos_guest.so");
     }

@@ -96,6 +96,8 @@ pub struct CudaBackend {
     curand: std::sync::OnceLock<Option<super::vendor_curand::Curand>>,
     /// NVIDIA's libcusolver, loaded at the first cuSOLVER call (`None` when none is found).
     cusolver: std::sync::OnceLock<Option<super::vendor::Cusolver>>,
+    /// NVIDIA's libcufft, loaded at the first cuFFT call (`None` when none is found).
+    cufft: std::sync::OnceLock<Option<super::vendor_cufft::Cufft>>,
     /// `cuDeviceGetAttribute`, called with plain integers: attributes come from guests and
     /// may not be valid enumerators of the bindings' Rust enum.
     get_attribute: unsafe extern "C" fn(*mut i32, i32, sys::CUdevice) -> i32,
@@ -472,6 +474,7 @@ impl CudaBackend {
             cublas: std::sync::OnceLock::new(),
             curand: std::sync::OnceLock::new(),
             cusolver: std::sync::OnceLock::new(),
+            cufft: std::sync::OnceLock::new(),
             get_attribute,
             timer,
         })
@@ -1301,6 +1304,25 @@ impl Libraries for CudaBackend {
                 }
                 Err(e) => {
                     tracing::warn!("cuSOLVER calls run on the server's CPU (slowly): {e}");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    fn cufft(&self) -> Option<&super::vendor_cufft::Cufft> {
+        self.cufft
+            .get_or_init(|| match super::vendor_cufft::Cufft::open() {
+                Ok(c) => {
+                    tracing::info!(
+                        "cuFFT: {} ({} of the functions Phos calls through its spec found)",
+                        c.path.display(),
+                        c.library.found()
+                    );
+                    Some(c)
+                }
+                Err(e) => {
+                    tracing::warn!("cuFFT transforms run on the server's CPU (slowly): {e}");
                     None
                 }
             })

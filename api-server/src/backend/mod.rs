@@ -9,6 +9,7 @@ mod cuda_arrays;
 pub mod emu;
 mod emu_arrays;
 pub mod vendor;
+pub mod vendor_cufft;
 pub mod vendor_curand;
 
 use phos_protocol::CudaError;
@@ -422,8 +423,8 @@ pub trait Arrays: Send + Sync {
 }
 
 /// The vendor's libraries a backend runs library APIs with (NVIDIA's libcublas, libcurand and
-/// libcusolver on a GPU); a backend without them (emu) leaves those calls to the server's own
-/// implementations ([`crate::cpu_blas`], [`crate::cpu_rand`], [`crate::cpu_solver`]).
+/// libcusolver and libcufft on a GPU); a backend without them (emu) leaves those calls to the server's own
+/// implementations ([`crate::cpu_blas`], [`crate::cpu_rand`], [`crate::cpu_solver`], [`crate::cpu_fft`]).
 pub trait Libraries: Send + Sync {
     fn cublas(&self) -> Option<&vendor::Cublas> {
         None
@@ -434,6 +435,10 @@ pub trait Libraries: Send + Sync {
     }
     /// NVIDIA's libcusolver (the dense API).
     fn cusolver(&self) -> Option<&vendor::Cusolver> {
+        None
+    }
+    /// NVIDIA's libcufft.
+    fn cufft(&self) -> Option<&vendor_cufft::Cufft> {
         None
     }
 }

@@ -14,6 +14,7 @@
 //! - [`blas`] cuBLAS handles and their settings;
 //! - [`rand`] cuRAND generators, their settings and positions;
 //! - [`solver`] cuSOLVER dense handles and their streams;
+//! - [`fft`] cuFFT plans, their layouts and settings;
 //! - [`devices`] facts about the devices, asked of the backend once.
 //!
 //! API objects reach the guest as virtual [`handles`] of their kind. A library's objects (a
@@ -25,6 +26,7 @@ pub mod arrays;
 pub mod blas;
 pub mod devices;
 pub mod events;
+pub mod fft;
 pub mod graphs;
 pub mod handles;
 pub mod host;
@@ -44,6 +46,7 @@ use arrays::ArrayRegistry;
 use blas::BlasRegistry;
 use devices::DeviceFacts;
 use events::EventRegistry;
+use fft::FftRegistry;
 use graphs::{GraphLimits, GraphRegistry};
 use host::PinnedArena;
 use memory::AddressSpace;
@@ -56,6 +59,7 @@ pub struct Registries {
     pub blas: BlasRegistry,
     pub rand: RandRegistry,
     pub solver: SolverRegistry,
+    pub fft: FftRegistry,
     /// Shared with the C/R engine's hooks, which note writes in its dirty log.
     pub memory: Arc<AddressSpace>,
     pub host: PinnedArena,
@@ -68,8 +72,8 @@ pub struct Registries {
 }
 
 /// Kinds of handle whose counters a checkpoint keeps (the kinds checkpoints hold objects of).
-const COUNTED: [&str; 7] =
-    ["stream", "event", "module", "function", "cublas_handle", "curand_generator", "cusolver_dn_handle"];
+const COUNTED: [&str; 8] =
+    ["stream", "event", "module", "function", "cublas_handle", "curand_generator", "cusolver_dn_handle", "cufft_plan"];
 
 impl Registries {
     /// The registries of a session whose device memory lives in `[base, base + size)`, each
@@ -79,6 +83,7 @@ impl Registries {
             blas: BlasRegistry::default(),
             rand: RandRegistry::default(),
             solver: SolverRegistry::default(),
+            fft: FftRegistry::default(),
             memory: Arc::new(AddressSpace::reserve(backend, base, size, limits.get(LimitKind::Allocations))?),
             host: PinnedArena::new(limits.get(LimitKind::HostAllocations)),
             streams: StreamRegistry::new(limits.get(LimitKind::Streams)),
@@ -105,6 +110,7 @@ impl Registries {
             self.blas.next_counter(),
             self.rand.next_counter(),
             self.solver.next_counter(),
+            self.fft.next_counter(),
         ];
         COUNTED.iter().zip(values).map(|(k, v)| (k.to_string(), v)).collect()
     }
@@ -129,6 +135,9 @@ impl Registries {
         if let Some(n) = get("cusolver_dn_handle") {
             self.solver.set_next_counter(n);
         }
+        if let Some(n) = get("cufft_plan") {
+            self.fft.set_next_counter(n);
+        }
     }
 
     /// Destroy every object (a device reset, the session's end). Pinned host memory is the
@@ -137,6 +146,7 @@ impl Registries {
         self.blas.release_all(backend);
         self.rand.release_all(backend);
         self.solver.release_all(backend);
+        self.fft.release_all(backend);
         self.streams.release_all(backend);
         self.events.release_all(backend);
         self.graphs.release_all();

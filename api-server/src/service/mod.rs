@@ -8,6 +8,7 @@ mod arrays;
 pub mod cublas;
 pub mod cuda;
 pub mod cudart;
+pub mod cufft;
 pub mod curand;
 pub mod cusolver;
 mod device_io;
