@@ -1424,6 +1424,21 @@ mod tests {
     }
 
     #[test]
+    fn an_int_handle_is_a_handle_the_guest_passes_as_an_int() {
+        let api = check_src(
+            "@id(17) handle_kind plan;\ntype(plan_t) { int_handle(plan); }\n@id(1) err_t make(plan_t *p) { argument(p) { out; element { allocate; } } }\n@id(2) err_t run(plan_t p);",
+        )
+        .unwrap();
+        let t = &api.types["plan_t"];
+        assert_eq!((&t.kind, t.int_handle), (&TypeKind::Handle("plan".into()), true));
+        let guest = crate::emit::guest::emit(&api);
+        assert!(guest.contains("pub unsafe extern \"C\" fn run(p: i32)"), "{guest}");
+        assert!(guest.contains("handle_tag::wire_of_int(::phos_protocol::apis::HandleKind::Plan, p)"), "{guest}");
+        assert!(guest.contains("handle_tag::int_of_wire(::phos_protocol::apis::HandleKind::Plan, reply.p)"), "{guest}");
+        expect_error("type(q_t) { int_handle(nowhere); }", "nowhere");
+    }
+
+    #[test]
     fn per_thread_aliases_need_the_per_thread_constant() {
         expect_error(
             "@id(1) err_t f(stream_t s);\nalias f_ptsz = f per_thread_stream(cudaStreamPerThread);",

@@ -129,6 +129,7 @@ pub fn is_runtime_or_driver(name: &[u8]) -> bool {
 const UNSERVED: &[(&[u8], &str)] = &[
     (b"libcublasLt.so", "cuBLASLt"),
     (b"libcudnn", "cuDNN"),
+    (b"libcufftw", "cuFFTW"),
     (b"libcusparseLt.so", "cuSPARSELt"),
     (b"libcusparse.so", "cuSPARSE"),
     (b"libcusolverMg.so", "cuSOLVERMg"),
@@ -231,7 +232,8 @@ mod tests {
             ("libcublas.so.12", None),
             ("/w/nvidia/cublas/lib/libcublasLt.so.12", Some("cuBLASLt")),
             ("libcudnn_ops.so.9", Some("cuDNN")),
-            ("libcufftw.so.11", Some("cuFFT")),
+            ("libcufftw.so.11", Some("cuFFTW")),
+            ("libcufft.so.11", None),
             ("libnccl.so.2", Some("NCCL")),
             ("libcurand.so.10", None),
             ("libnvidia-ml.so.1", Some("NVML")),

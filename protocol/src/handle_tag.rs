@@ -35,3 +35,22 @@ pub fn int_of_wire(kind: HandleKind, handle: u64) -> Option<i32> {
     }
     i32::try_from(handle & NUMBER_MASK).ok().filter(|n| *n > 0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_int_handle_is_its_number_under_the_kinds_tag() {
+        let kind = HandleKind::CufftPlan;
+        let wire = wire_of_int(kind, 5);
+        assert_eq!(wire, tag_of(kind) | 5);
+        assert_eq!(int_of_wire(kind, wire), Some(5));
+        // Another kind's handle, a number past an int and the number 0 are no int handle.
+        assert_eq!(int_of_wire(HandleKind::Stream, wire), None);
+        assert_eq!(int_of_wire(kind, tag_of(kind) | (1 << 31)), None);
+        assert_eq!(int_of_wire(kind, tag_of(kind)), None);
+        // A negative int maps to a number no table hands out.
+        assert!(wire_of_int(kind, -1) & NUMBER_MASK > i32::MAX as u64);
+    }
+}
