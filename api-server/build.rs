@@ -4,7 +4,7 @@
 
 /// The APIs the server runs with the vendor's own library, loaded at run time (`emit::vendor`:
 /// the library's entry points and the calls made with checked requests).
-const VENDOR_APIS: &[&str] = &["cublas", "curand", "cusolver", "cusparse", "cublaslt"];
+const VENDOR_APIS: &[&str] = &["cublas", "curand", "cusolver", "cusparse", "cublaslt", "cufft"];
 
 fn main() {
     let apis = phos_codegen::build_support::load_specs(phos_spec::SPEC_PATHS);

@@ -15,8 +15,9 @@ const DEFAULT_VERSION: &str = "libcudart.so.12";
 /// and `libcusolver.so.12` (CUDA 13), cuSPARSE's, installed as `libcusparse.so.11` (CUDA 11)
 /// and `libcusparse.so.12` (CUDA 12 and 13), and cuDNN's, installed as `libcudnn.so.9` and as
 /// each of its sub-libraries (whose programs ask for `cudnnBackendExecute@libcudnn_graph.so.9`),
-/// and cuBLASLt's (`libcublasLt.so.11`, `.12`, `.13`).
-const OTHER_VERSIONS: [&str; 19] = [
+/// cuBLASLt's (`libcublasLt.so.11`, `.12`, `.13`), and cuFFT's, installed as `libcufft.so.10`,
+/// `.11` and `.12` (CUDA 11, 12 and 13).
+const OTHER_VERSIONS: [&str; 22] = [
     "libcudart.so.11.0",
     "libcudart.so.13",
     "libcublas.so.11",
@@ -36,6 +37,9 @@ const OTHER_VERSIONS: [&str; 19] = [
     "libcublasLt.so.11",
     "libcublasLt.so.12",
     "libcublasLt.so.13",
+    "libcufft.so.10",
+    "libcufft.so.11",
+    "libcufft.so.12",
 ];
 
 fn main() {

@@ -26,6 +26,9 @@ pub const CUDNN_SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/cudnn.la
 /// Path of the cuBLASLt spec.
 pub const CUBLASLT_SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/cublaslt.lapis");
 
+/// Path of the cuFFT spec.
+pub const CUFFT_SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/cufft.lapis");
+
 /// Every API Phos carries, by path. Adding an API starts here (docs/architecture.md).
 pub const SPEC_PATHS: &[&str] = &[
     CUDART_SPEC_PATH,
@@ -36,6 +39,7 @@ pub const SPEC_PATHS: &[&str] = &[
     CUSPARSE_SPEC_PATH,
     CUDNN_SPEC_PATH,
     CUBLASLT_SPEC_PATH,
+    CUFFT_SPEC_PATH,
 ];
 
 /// A spec built into a program (for `phosctl spec`).
@@ -54,4 +58,5 @@ pub const SPECS: &[Spec] = &[
     Spec { path: CUSPARSE_SPEC_PATH, text: include_str!("cusparse.lapis") },
     Spec { path: CUDNN_SPEC_PATH, text: include_str!("cudnn.lapis") },
     Spec { path: CUBLASLT_SPEC_PATH, text: include_str!("cublaslt.lapis") },
+    Spec { path: CUFFT_SPEC_PATH, text: include_str!("cufft.lapis") },
 ];

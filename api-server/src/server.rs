@@ -622,6 +622,7 @@ impl ApiServer {
             Function::Cusparse(f) => Self::outcome(s, f.name(), dispatch::cusparse::dispatch(s, &cx, f, payload, out)),
             Function::Cudnn(f) => Self::outcome(s, f.name(), dispatch::cudnn::dispatch(s, &cx, f, payload, out)),
             Function::Cublaslt(f) => Self::outcome(s, f.name(), dispatch::cublaslt::dispatch(s, &cx, f, payload, out)),
+            Function::Cufft(f) => Self::outcome(s, f.name(), dispatch::cufft::dispatch(s, &cx, f, payload, out)),
         }));
         if s.hooks.active() {
             s.hooks.after_call();
@@ -685,5 +686,6 @@ pub(crate) fn replay(
         Function::Cublaslt(id) => {
             dispatch::cublaslt::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string())
         }
+        Function::Cufft(id) => dispatch::cufft::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string()),
     }
 }

@@ -83,6 +83,9 @@ pub enum ResourceKind {
 pub enum TypeDesc {
     /// `handle(stream);` values of this type are API objects of kind `stream`.
     Handle(Ident),
+    /// `int_handle(cufft_plan);` API objects of that kind that the C API passes as an `int`
+    /// (cuFFT's `cufftHandle`): the guest carries the handle's number in the int.
+    IntHandle(Ident),
     /// `enum(i32);` values are plain integers of this width.
     Scalar(Ident),
     /// `pod(Dim3, 12);` a plain C struct copied by value, with its wire type and size.

@@ -322,6 +322,7 @@ impl<'s> Checker<'s> {
     /// Returns the return-code declaration when this is it.
     fn type_decl(&mut self, name: &Ident, descs: &[TypeDesc]) -> Option<ReturnCodeDecl> {
         let mut kind: Option<TypeKind> = None;
+        let mut int_handle = false;
         let mut is_rc = false;
         let mut rust = None;
         let (mut success, mut not_supported) = (None, None);
@@ -330,6 +331,11 @@ impl<'s> Checker<'s> {
             let k = match d {
                 TypeDesc::Handle(k) => {
                     self.handle_uses.push(k.clone());
+                    Some(TypeKind::Handle(k.name.clone()))
+                }
+                TypeDesc::IntHandle(k) => {
+                    self.handle_uses.push(k.clone());
+                    int_handle = true;
                     Some(TypeKind::Handle(k.name.clone()))
                 }
                 TypeDesc::Scalar(s) => match Scalar::from_name(&s.name) {
@@ -369,7 +375,11 @@ impl<'s> Checker<'s> {
         }
         match kind {
             Some(kind) => {
-                if self.types.insert(name.name.clone(), NamedType { name: name.name.clone(), kind }).is_some() {
+                if self
+                    .types
+                    .insert(name.name.clone(), NamedType { name: name.name.clone(), kind, int_handle })
+                    .is_some()
+                {
                     self.err(name.span, format!("type `{}` declared twice", name.name));
                 }
             }
@@ -407,7 +417,10 @@ impl<'s> Checker<'s> {
         if self.types.contains_key(&name.name) {
             self.err(name.span, format!("type `{}` declared twice", name.name));
         }
-        self.types.insert(name.name.clone(), NamedType { name: name.name.clone(), kind: TypeKind::Scalar(repr) });
+        self.types.insert(
+            name.name.clone(),
+            NamedType { name: name.name.clone(), kind: TypeKind::Scalar(repr), int_handle: false },
+        );
         for (v, value) in variants {
             if self.constants.insert(v.name.clone(), *value).is_some() {
                 self.err(v.span, format!("constant `{}` defined twice", v.name));
@@ -1408,6 +1421,21 @@ mod tests {
         assert_eq!(api.coverage_notes, ["hello"]);
         expect_error("@id(2) cudaMystery_t g(int x) { unsupported; }", "unknown type");
         expect_error("@id(3) err_t h(cudaMystery_t x) { }", "unknown type");
+    }
+
+    #[test]
+    fn an_int_handle_is_a_handle_the_guest_passes_as_an_int() {
+        let api = check_src(
+            "@id(17) handle_kind plan;\ntype(plan_t) { int_handle(plan); }\n@id(1) err_t make(plan_t *p) { argument(p) { out; element { allocate; } } }\n@id(2) err_t run(plan_t p);",
+        )
+        .unwrap();
+        let t = &api.types["plan_t"];
+        assert_eq!((&t.kind, t.int_handle), (&TypeKind::Handle("plan".into()), true));
+        let guest = crate::emit::guest::emit(&api);
+        assert!(guest.contains("pub unsafe extern \"C\" fn run(p: i32)"), "{guest}");
+        assert!(guest.contains("handle_tag::wire_of_int(::phos_protocol::apis::HandleKind::Plan, p)"), "{guest}");
+        assert!(guest.contains("handle_tag::int_of_wire(::phos_protocol::apis::HandleKind::Plan, reply.p)"), "{guest}");
+        expect_error("type(q_t) { int_handle(nowhere); }", "nowhere");
     }
 
     #[test]

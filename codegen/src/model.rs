@@ -89,6 +89,9 @@ pub struct Resource {
 pub struct NamedType {
     pub name: String,
     pub kind: TypeKind,
+    /// A handle the C API passes as an `int` (`int_handle`): the guest's value is the handle's
+    /// number within its kind, the wire's the whole handle.
+    pub int_handle: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -278,6 +278,7 @@ fn type_desc(i: &mut Input<'_>) -> PResult<TypeDesc> {
     let word = ident.parse_next(i)?;
     let d = match word.name.as_str() {
         "handle" => TypeDesc::Handle(delimited(p("("), ident, p(")")).parse_next(i)?),
+        "int_handle" => TypeDesc::IntHandle(delimited(p("("), ident, p(")")).parse_next(i)?),
         "enum" | "scalar" => TypeDesc::Scalar(delimited(p("("), ident, p(")")).parse_next(i)?),
         "pod" => {
             let (_, wire, _, (size, _), _) = (p("("), ident, p(","), integer, p(")")).parse_next(i)?;
@@ -293,7 +294,7 @@ fn type_desc(i: &mut Input<'_>) -> PResult<TypeDesc> {
         "not_supported" => TypeDesc::NotSupported(delimited(p("("), ident, p(")")).parse_next(i)?),
         _ => {
             return Err(ErrMode::Cut(ContextError::new().add_ctx(expected(
-                "a type descriptor (handle, enum, pod, abi_struct, struct, return_code, success, not_supported, \
+                "a type descriptor (handle, int_handle, enum, pod, abi_struct, struct, return_code, success, not_supported, \
                  invalid_value, internal_error, no_device, session_lost)",
             ))));
         }

@@ -26,10 +26,13 @@ pub const SERVED_FILES: [&core::ffi::CStr; SERVED_COUNT] = [
     c"libcublasLt.so.11",
     c"libcublasLt.so.12",
     c"libcublasLt.so.13",
+    c"libcufft.so.10",
+    c"libcufft.so.11",
+    c"libcufft.so.12",
 ];
 
 /// How many files Phos serves libraries with.
-pub const SERVED_COUNT: usize = 21;
+pub const SERVED_COUNT: usize = 24;
 
 /// Which of Phos's files serves a library name ([`SERVED_FILES`] index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +58,9 @@ pub enum Served {
     BlasLt11 = 18,
     BlasLt12 = 19,
     BlasLt13 = 20,
+    Fft10 = 21,
+    Fft11 = 22,
+    Fft12 = 23,
 }
 
 /// The last component of a path.
@@ -90,8 +96,9 @@ fn versioned<'a>(name: &'a [u8], stem: &[u8]) -> Option<&'a [u8]> {
 /// `libcusolver.so`); cuSPARSE of the same major version for `libcusparse.so.11*` (CUDA 11) and
 /// `.12*` (CUDA 12 and 13; 12 for `libcusparse.so`); cuDNN 9 for `libcudnn.so.9*` and each of
 /// its sub-libraries (`libcudnn_graph.so.9*`, ...; 9 for the unversioned names); cuBLASLt of the
-/// same major version for `libcublasLt.so.11*`, `.12*`, `.13*` (12 for `libcublasLt.so`). `None`
-/// for
+/// same major version for `libcublasLt.so.11*`, `.12*`, `.13*` (12 for `libcublasLt.so`); cuFFT
+/// of the same major version for `libcufft.so.10*` (CUDA 11), `.11*` (CUDA 12) and `.12*` (CUDA
+/// 13; 11 for `libcufft.so`). `None` for
 /// anything else, including a runtime of a major version Phos does not present (left alone:
 /// if it gets mapped, it is reported).
 pub fn served(name: &[u8]) -> Option<Served> {
@@ -144,6 +151,14 @@ pub fn served(name: &[u8]) -> Option<Served> {
             _ => None,
         };
     }
+    if let Some(version) = versioned(base, b"libcufft.so") {
+        return match major(version) {
+            b"10" => Some(Served::Fft10),
+            b"" | b"11" => Some(Served::Fft11),
+            b"12" => Some(Served::Fft12),
+            _ => None,
+        };
+    }
     let version = versioned(base, b"libcudart.so")?;
     match major(version) {
         b"" => Some(Served::Runtime12),
@@ -166,7 +181,7 @@ pub fn is_runtime_or_driver(name: &[u8]) -> bool {
 /// NVRTC and nvJitLink need no GPU and are not listed.
 const UNSERVED: &[(&[u8], &str)] = &[
     (b"libcudnn", "cuDNN"),
-    (b"libcufft", "cuFFT"),
+    (b"libcufftw", "cuFFTW"),
     (b"libcusparseLt.so", "cuSPARSELt"),
     (b"libcusolverMg.so", "cuSOLVERMg"),
     (b"libcutensor", "cuTENSOR"),
@@ -241,6 +256,12 @@ mod tests {
             (b"libcublasLt.so.13.0.0", Some(Served::BlasLt13)),
             (b"libcublasLt.so", Some(Served::BlasLt12)),
             (b"libcublasLt.so.10", None),
+            (b"libcufft.so.10", Some(Served::Fft10)),
+            (b"/usr/lib/x86_64-linux-gnu/libcufft.so.10.9.0.58", Some(Served::Fft10)),
+            (b"libcufft.so.11", Some(Served::Fft11)),
+            (b"libcufft.so.12", Some(Served::Fft12)),
+            (b"libcufft.so", Some(Served::Fft11)),
+            (b"libcufftw.so.10", None),
             (b"/opt/libcuda.so.1/libm.so.6", None),
             (b"", None),
         ] {
@@ -265,6 +286,9 @@ mod tests {
             Served::DnnCnn9,
             Served::DnnAdv9,
             Served::DnnExt9,
+            Served::Fft10,
+            Served::Fft11,
+            Served::Fft12,
         ] {
             assert_eq!(served(SERVED_FILES[s as usize].to_bytes()), Some(s), "Phos's own file names serve themselves");
         }
@@ -287,7 +311,8 @@ mod tests {
             ("libcudnn_engines_precompiled.so.9", Some("cuDNN")),
             ("libcudnn.so.8", Some("cuDNN")),
             ("/w/nvidia/cublas/lib/libcublasLt.so.12", None),
-            ("libcufftw.so.11", Some("cuFFT")),
+            ("libcufftw.so.11", Some("cuFFTW")),
+            ("libcufft.so.11", None),
             ("libnccl.so.2", Some("NCCL")),
             ("libcurand.so.10", None),
             ("libnvidia-ml.so.1", Some("NVML")),

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The version nodes, one per soname; the first export of each name is `@@` this one.
-const VERSIONS: [&str; 20] = [
+const VERSIONS: [&str; 23] = [
     "libcudart.so.11.0",
     "libcudart.so.12",
     "libcudart.so.13",
@@ -35,6 +35,9 @@ const VERSIONS: [&str; 20] = [
     "libcublasLt.so.11",
     "libcublasLt.so.12",
     "libcublasLt.so.13",
+    "libcufft.so.10",
+    "libcufft.so.11",
+    "libcufft.so.12",
 ];
 const DEFAULT_VERSION: &str = "libcudart.so.12";
 
@@ -198,6 +201,7 @@ fn exports_nothing_but_the_cuda_api() {
         .chain(generated_exports("cusparse"))
         .chain(generated_exports("cudnn"))
         .chain(generated_exports("cublaslt"))
+        .chain(generated_exports("cufft"))
         .collect();
     assert_eq!(exports, generated, "the exports are not exactly the generated stubs");
 }
@@ -419,6 +423,12 @@ fn exports_every_function_of_nvidias_cublaslt() {
     exports_every_listed_function("libcublasLt", 600);
 }
 
+/// The same for libcufft (tests/abi/libcufft-exports.txt), for programs linked with `-lcufft`.
+#[test]
+fn exports_every_function_of_nvidias_cufft() {
+    exports_every_listed_function("libcufft", 150);
+}
+
 /// Every name of `tests/abi/<library>-exports.txt` is exported under `<library>.so.<major>`
 /// for each major listed with it (at least `at_least` pairs are read).
 fn exports_every_listed_function(library: &str, at_least: usize) {
@@ -447,41 +457,50 @@ fn exports_every_listed_function(library: &str, at_least: usize) {
 /// exports is in the list above, so the list stays what the library is.
 #[test]
 fn the_cublas_list_holds_the_installed_librarys_exports() {
-    the_list_holds_the_installed_librarys_exports("libcublas", "cublas");
+    the_list_holds_the_installed_librarys_exports("libcublas", "cublas", "11");
 }
 
 /// The same for libcusolver.
 #[test]
 fn the_cusolver_list_holds_the_installed_librarys_exports() {
-    the_list_holds_the_installed_librarys_exports("libcusolver", "cusolver");
+    the_list_holds_the_installed_librarys_exports("libcusolver", "cusolver", "11");
 }
 
 /// The same for libcusparse.
 #[test]
 fn the_cusparse_list_holds_the_installed_librarys_exports() {
-    the_list_holds_the_installed_librarys_exports("libcusparse", "cusparse");
+    the_list_holds_the_installed_librarys_exports("libcusparse", "cusparse", "11");
 }
 
 /// The same for libcublasLt.
 #[test]
 fn the_cublaslt_list_holds_the_installed_librarys_exports() {
-    the_list_holds_the_installed_librarys_exports("libcublasLt", "cublasLt");
+    the_list_holds_the_installed_librarys_exports("libcublasLt", "cublasLt", "11");
 }
 
-/// Every `prefix*` function of CUDA 11's `<library>.so.11` on this machine is listed with 11.
-fn the_list_holds_the_installed_librarys_exports(library: &str, prefix: &str) {
-    let installed =
-        [format!("/usr/lib/x86_64-linux-gnu/{library}.so.11"), format!("/usr/local/cuda/lib64/{library}.so.11")]
-            .into_iter()
-            .map(PathBuf::from)
-            .find(|p| p.exists());
+/// The same for libcufft (CUDA 11's is `libcufft.so.10`).
+#[test]
+fn the_cufft_list_holds_the_installed_librarys_exports() {
+    the_list_holds_the_installed_librarys_exports("libcufft", "cufft", "10");
+}
+
+/// Every `prefix*` function of CUDA 11's `<library>.so.<major>` on this machine is listed with
+/// that major.
+fn the_list_holds_the_installed_librarys_exports(library: &str, prefix: &str, major: &str) {
+    let installed = [
+        format!("/usr/lib/x86_64-linux-gnu/{library}.so.{major}"),
+        format!("/usr/local/cuda/lib64/{library}.so.{major}"),
+    ]
+    .into_iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists());
     let Some(installed) = installed else { return };
     let file = format!("tests/abi/{library}-exports.txt");
     let list = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(&file)).expect(&file);
     let listed: BTreeSet<&str> = list
         .lines()
         .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.split_whitespace().skip(1).any(|m| m == "11"))
+        .filter(|l| l.split_whitespace().skip(1).any(|m| m == major))
         .filter_map(|l| l.split_whitespace().next())
         .collect();
     let theirs: BTreeSet<String> = dynamic_symbols(&installed)

@@ -46,6 +46,9 @@ pub const SONAMES: &[&str] = &[
     "libcublasLt.so.11",
     "libcublasLt.so.12",
     "libcublasLt.so.13",
+    "libcufft.so.10",
+    "libcufft.so.11",
+    "libcufft.so.12",
 ];
 
 /// Why the guest library cannot be offered to a program.

@@ -16,6 +16,7 @@ pub mod bypass;
 pub mod error;
 pub mod eval;
 pub mod frame;
+pub mod handle_tag;
 pub mod handshake;
 pub mod host_arena;
 pub mod limits;

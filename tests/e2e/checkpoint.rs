@@ -916,3 +916,17 @@ fn cublaslt_descriptors_and_their_attributes_survive_a_restore() {
         "after the restore: the descriptors kept their epilogue and bias",
     );
 }
+
+/// cuFFT plans are recorded with what made them and their settings, and made again on
+/// restore under the same ints: after a stop and a restore into a new server, the program's
+/// batched plan on a stream and its made plan on a work area of its own transform the spectrum
+/// it left in device memory back to the signal.
+#[test]
+fn cufft_plans_and_their_settings_survive_a_restore() {
+    library_program_survives_a_restore(
+        "cufft_convolution",
+        "-lcufft",
+        "cufft ready",
+        "after the restore: the plans kept their layout, stream and work area",
+    );
+}

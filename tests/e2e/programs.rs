@@ -113,6 +113,7 @@ const TESTED_APART: &[&str] = &[
     "cusparse_cg",
     "cudnn_conv",
     "cublaslt_matmul",
+    "cufft_convolution",
 ];
 
 /// A program of both the runtime and the driver API (linked with `-lcuda`, so the loader
@@ -581,6 +582,60 @@ fn cublaslt_hostile_calls() {
         "cublasLtMatmul: the layouts do not agree",
         "is not a cuBLASLt handle of the session",
         "is not a cublaslt_matmul_desc of the session",
+    ] {
+        assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
+    }
+}
+
+/// A cuFFT program (linked with `-lcufft`, so the loader reaches the guest library as
+/// `libcufft.so.10` too): simpleCUFFT's convolution with complex and real transforms, 2D and 3D
+/// plans, batched plans with the advanced layout and the padded in-place layout, double
+/// precision on made plans with a work area of the program's, a plan on a stream and cuFFT's
+/// statuses for misuse, on emu's CPU transforms, printing what it prints natively.
+#[test]
+fn cufft_convolution() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "cufft_convolution", &["-arch=sm_70", "-lcufft"]);
+    let out = phos_run_over("emu", "shm", &exe, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert!(!stderr.contains("no version information"), "{stderr}");
+    assert_eq!(stdout, expected("cufft_convolution"), "output differs from the native run\nstderr:\n{stderr}");
+    assert!(stderr.contains("cufftXtSetGPUs"), "the refusal names its function:\n{stderr}");
+}
+
+/// What a careless or hostile cuFFT program gets: arrays and a work area that do not hold what
+/// the plan's layout gives them, a direction that is neither, an exec of another type than the
+/// plan's and a made-up plan each get cuFFT's own status; the server logs each and the plan
+/// still works.
+#[test]
+fn cufft_hostile_calls() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "cufft_convolution", &["-arch=sm_70", "-lcufft"]);
+    let out = phos_run_over("emu", "shm", &exe, &["hostile"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    for line in [
+        "hostile: output past its allocation -> CUFFT_INVALID_VALUE",
+        "hostile: input past its allocation -> CUFFT_INVALID_VALUE",
+        "hostile: direction 7 -> CUFFT_INVALID_VALUE",
+        "hostile: R2C exec on a C2C plan -> CUFFT_INVALID_VALUE",
+        "hostile: made-up plan -> CUFFT_INVALID_PLAN",
+        "hostile: work area smaller than the plan's -> CUFFT_INVALID_VALUE",
+        "hostile: the plan still works",
+        "done",
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "missing `{line}`\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    }
+    for logged in [
+        "cufftExecC2C: the output at",
+        "cufftExecC2C: the input at",
+        "direction 7 is neither CUFFT_FORWARD nor CUFFT_INVERSE",
+        "is a C2C plan: CUFFT_INVALID_VALUE",
+        "is not a cuFFT plan of the session",
+        "cufftSetWorkArea: the work area at",
     ] {
         assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
     }

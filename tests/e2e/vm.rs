@@ -238,6 +238,9 @@ fn initramfs(kit: &Kit, dir: &Path, programs: &BTreeMap<&str, PathBuf>, script: 
         "libcublasLt.so.11",
         "libcublasLt.so.12",
         "libcublasLt.so.13",
+        "libcufft.so.10",
+        "libcufft.so.11",
+        "libcufft.so.12",
     ] {
         c.symlink(&format!("/phos/{soname}"), "libphos_guest.so");
     }

@@ -102,6 +102,8 @@ pub struct CudaBackend {
     cusparse: std::sync::OnceLock<Option<super::vendor_cusparse::Cusparse>>,
     /// NVIDIA's libcublasLt, loaded at the first cuBLASLt call (`None` when none is found).
     cublaslt: std::sync::OnceLock<Option<super::vendor_lt::CublasLt>>,
+    /// NVIDIA's libcufft, loaded at the first cuFFT call (`None` when none is found).
+    cufft: std::sync::OnceLock<Option<super::vendor_cufft::Cufft>>,
     /// `cuDeviceGetAttribute`, called with plain integers: attributes come from guests and
     /// may not be valid enumerators of the bindings' Rust enum.
     get_attribute: unsafe extern "C" fn(*mut i32, i32, sys::CUdevice) -> i32,
@@ -485,6 +487,7 @@ impl CudaBackend {
             cusolver: std::sync::OnceLock::new(),
             cusparse: std::sync::OnceLock::new(),
             cublaslt: std::sync::OnceLock::new(),
+            cufft: std::sync::OnceLock::new(),
             get_attribute,
             timer,
             copies: Default::default(),
@@ -1385,6 +1388,25 @@ impl Libraries for CudaBackend {
                 }
                 Err(e) => {
                     tracing::warn!("cuSPARSE calls run on the server's CPU (slowly): {e}");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    fn cufft(&self) -> Option<&super::vendor_cufft::Cufft> {
+        self.cufft
+            .get_or_init(|| match super::vendor_cufft::Cufft::open() {
+                Ok(c) => {
+                    tracing::info!(
+                        "cuFFT: {} ({} of the functions Phos calls through its spec found)",
+                        c.path.display(),
+                        c.library.found()
+                    );
+                    Some(c)
+                }
+                Err(e) => {
+                    tracing::warn!("cuFFT transforms run on the server's CPU (slowly): {e}");
                     None
                 }
             })

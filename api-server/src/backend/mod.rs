@@ -12,6 +12,7 @@ mod emu_arrays;
 mod jit_link;
 pub mod vendor;
 pub mod vendor_cudnn;
+pub mod vendor_cufft;
 pub mod vendor_curand;
 pub mod vendor_cusparse;
 pub mod vendor_lt;
@@ -438,10 +439,10 @@ pub trait Arrays: Send + Sync {
     fn surface_destroy(&self, surface: u64) -> Result<(), CudaError>;
 }
 
-/// The vendor's libraries a backend runs library APIs with (NVIDIA's libcublas, libcurand,
-/// libcusolver, libcusparse and libcudnn on a GPU); a backend without them (emu) leaves those
-/// calls to the server's own
-/// implementations ([`crate::cpu_blas`], [`crate::cpu_rand`], [`crate::cpu_solver`]).
+/// The vendor's libraries a backend runs library APIs with (NVIDIA's libcublas, libcublasLt,
+/// libcurand, libcusolver, libcusparse, libcudnn and libcufft on a GPU); a backend without them
+/// (emu) leaves those calls to the server's own implementations ([`crate::cpu_blas`],
+/// [`crate::cpu_rand`], [`crate::cpu_solver`], [`crate::cpu_fft`], ...).
 pub trait Libraries: Send + Sync {
     fn cublas(&self) -> Option<&vendor::Cublas> {
         None
@@ -464,6 +465,10 @@ pub trait Libraries: Send + Sync {
     }
     /// NVIDIA's libcublasLt.
     fn cublaslt(&self) -> Option<&vendor_lt::CublasLt> {
+        None
+    }
+    /// NVIDIA's libcufft.
+    fn cufft(&self) -> Option<&vendor_cufft::Cufft> {
         None
     }
 }

@@ -8,13 +8,8 @@ use std::collections::HashMap;
 use phos_protocol::CudaError;
 use phos_protocol::apis::HandleKind;
 
-/// Marks the high bits of every handle (`0x7e00 | kind`), far from the special stream values
-/// 0, 1 and 2 and from the session's device addresses.
-const TAG_BASE: u64 = 0x7e00;
-
-/// The bits of a handle below its tag: its number within its kind.
-pub const NUMBER_BITS: u32 = 48;
-const NUMBER_MASK: u64 = (1 << NUMBER_BITS) - 1;
+use phos_protocol::handle_tag::NUMBER_MASK;
+pub use phos_protocol::handle_tag::{NUMBER_BITS, tag_of};
 
 /// Why an object could not be put in a table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,12 +45,6 @@ pub struct HandleTable<T> {
     /// Objects held at most.
     limit: usize,
     objects: HashMap<u64, T>,
-}
-
-/// The tag (top 16 bits) of `kind`'s handles: the kind's id from the specs, one for every API
-/// (so the driver API's `CUstream` is the runtime's stream handle).
-pub fn tag_of(kind: HandleKind) -> u64 {
-    (TAG_BASE | u64::from(kind.id())) << NUMBER_BITS
 }
 
 /// Whether `handle` is one of `kind`'s: its tag, and a number a table could have handed out.

@@ -16,6 +16,7 @@
 //! - [`solver`] cuSOLVER dense handles and their streams;
 //! - [`dnn`] cuDNN handles and backend descriptors;
 //! - [`sparse`] cuSPARSE handles and the generic API's descriptors;
+//! - [`fft`] cuFFT plans, their layouts and settings;
 //! - [`devices`] facts about the devices, asked of the backend once.
 //!
 //! API objects reach the guest as virtual [`handles`] of their kind. A library's objects (a
@@ -28,6 +29,7 @@ pub mod blas;
 pub mod devices;
 pub mod dnn;
 pub mod events;
+pub mod fft;
 pub mod graphs;
 pub mod handles;
 pub mod host;
@@ -50,6 +52,7 @@ use blas::BlasRegistry;
 use devices::DeviceFacts;
 use dnn::DnnRegistry;
 use events::EventRegistry;
+use fft::FftRegistry;
 use graphs::{GraphLimits, GraphRegistry};
 use host::PinnedArena;
 use lt::LtRegistry;
@@ -67,6 +70,7 @@ pub struct Registries {
     pub solver: SolverRegistry,
     pub sparse: SparseRegistry,
     pub lt: LtRegistry,
+    pub fft: FftRegistry,
     /// Shared with the C/R engine's hooks, which note writes in its dirty log.
     pub memory: Arc<AddressSpace>,
     pub host: PinnedArena,
@@ -79,7 +83,7 @@ pub struct Registries {
 }
 
 /// Kinds of handle whose counters a checkpoint keeps (the kinds checkpoints hold objects of).
-const COUNTED: [&str; 9] = [
+const COUNTED: [&str; 10] = [
     "stream",
     "event",
     "module",
@@ -89,6 +93,7 @@ const COUNTED: [&str; 9] = [
     "cusolver_dn_handle",
     "cudnn_handle",
     "cudnn_backend_descriptor",
+    "cufft_plan",
 ];
 // cuSPARSE's and cuBLASLt's kinds are counted by their registries (`sparse::SPARSE_KINDS`,
 // `lt::COUNTED`), after these.
@@ -104,6 +109,7 @@ impl Registries {
             dnn: DnnRegistry::default(),
             sparse: SparseRegistry::default(),
             lt: LtRegistry::default(),
+            fft: FftRegistry::default(),
             memory: Arc::new(AddressSpace::reserve(backend, base, size, limits.get(LimitKind::Allocations))?),
             host: PinnedArena::new(limits.get(LimitKind::HostAllocations)),
             streams: StreamRegistry::new(limits.get(LimitKind::Streams)),
@@ -133,6 +139,7 @@ impl Registries {
             self.solver.next_counter(),
             dnn_handles,
             dnn_descriptors,
+            self.fft.next_counter(),
         ];
         let sparse = sparse::SPARSE_KINDS.iter().zip(self.sparse.next_counters());
         let lt = lt::COUNTED.iter().zip(self.lt.next_counters());
@@ -170,6 +177,9 @@ impl Registries {
                 self.lt.set_next_counter(kind, n);
             }
         }
+        if let Some(n) = get("cufft_plan") {
+            self.fft.set_next_counter(n);
+        }
     }
 
     /// Destroy every object (a device reset, the session's end). Pinned host memory is the
@@ -181,6 +191,7 @@ impl Registries {
         self.dnn.release_all(backend);
         self.sparse.release_all(backend);
         self.lt.release_all(backend);
+        self.fft.release_all(backend);
         self.streams.release_all(backend);
         self.events.release_all(backend);
         self.graphs.release_all();

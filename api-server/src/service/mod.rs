@@ -10,6 +10,7 @@ pub mod cublaslt;
 pub mod cuda;
 pub mod cudart;
 pub mod cudnn;
+pub mod cufft;
 pub mod curand;
 pub mod cusolver;
 pub mod cusparse;

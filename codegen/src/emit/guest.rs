@@ -77,6 +77,7 @@ pub(crate) fn ffi_type(api: &Api, t: &CType) -> String {
         BaseType::Double => "f64".into(),
         BaseType::Named(n) => match api.types.get(n).map(|t| &t.kind) {
             Some(TypeKind::Scalar(s)) => s.rust().into(),
+            Some(TypeKind::Handle(_)) if api.types[n].int_handle => "i32".into(),
             Some(TypeKind::Handle(_)) => "*mut ::std::ffi::c_void".into(),
             Some(TypeKind::Pod { wire, .. }) => format!("{P}::types::{wire}"),
             Some(TypeKind::AbiStruct(_)) | Some(TypeKind::Struct) | None => "::std::ffi::c_void".into(),
@@ -256,7 +257,7 @@ impl Names for GuestNames<'_> {
         if is_bool(a) {
             return id;
         }
-        if a.ty.is_pointer() || is_handle(self.api, &a.ty) {
+        if a.ty.is_pointer() || (is_handle(self.api, &a.ty) && int_handle_kind(self.api, &a.ty).is_none()) {
             return format!("({id} as usize as i128)");
         }
         format!("({id} as i128)")
@@ -265,6 +266,20 @@ impl Names for GuestNames<'_> {
     fn call(&self, utility: &str, args: &[String]) -> String {
         format!("<super::hand::Hand as HandWritten>::{utility}({})?", args.join(", "))
     }
+}
+
+/// The handle kind of `t` (or of what `t` points to) when the C API passes it as an `int`.
+pub(crate) fn int_handle_kind<'a>(api: &'a Api, t: &CType) -> Option<&'a str> {
+    let BaseType::Named(n) = &t.base else { return None };
+    match api.types.get(n) {
+        Some(NamedType { kind: TypeKind::Handle(k), int_handle: true, .. }) => Some(k),
+        _ => None,
+    }
+}
+
+/// The wire's handle for an `int` handle `value` of `kind` (its number, under the kind's tag).
+fn int_handle_to_wire(kind: &str, value: &str) -> String {
+    format!("{P}::handle_tag::wire_of_int({P}::apis::HandleKind::{}, {value})", camel(kind))
 }
 
 fn is_handle(api: &Api, t: &CType) -> bool {
@@ -322,6 +337,9 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
                     (ValueType::Scalar(s), true) => narrow(P, &src, s.rust()),
                     (ValueType::Handle(_), true) => narrow(P, &src, "u64"),
                     (ValueType::Scalar(s), false) => format!("{src} as {}", s.rust()),
+                    (ValueType::Handle(k), false) if int_handle_kind(api, &a.ty).is_some() => {
+                        int_handle_to_wire(k, &src)
+                    }
                     (ValueType::Handle(_), false) => format!("{src} as usize as u64"),
                     (ValueType::Pod(_), _) => src.clone(),
                 };
@@ -396,6 +414,16 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
                                     "// SAFETY: `{id}` is not null ({checked}) and points to a writable `{pointee}`, as the API asks of its caller (spec line {line})."
                                 ),
                                 format!("unsafe {{ *{src} = reply.{id} as {pointee} }};"),
+                            ),
+                            ElemType::Handle(k) if int_handle_kind(api, &a.ty).is_some() => (
+                                format!(
+                                    "// SAFETY: `{id}` is not null ({checked}) and points to a writable `{pointee}`, as the API asks of its caller (spec line {line})."
+                                ),
+                                format!(
+                                    "unsafe {{ *{src} = {P}::handle_tag::int_of_wire({P}::apis::HandleKind::{0}, reply.{id}).ok_or(Status::{1})? }};",
+                                    camel(k),
+                                    error_const(api, &api.errors.failures.internal_error)
+                                ),
                             ),
                             ElemType::Handle(_) | ElemType::DevicePtr => (
                                 format!(

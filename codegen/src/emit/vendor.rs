@@ -15,6 +15,7 @@
 //! objects' state), and so are functions with other kinds of arguments.
 
 use super::guest::ffi_type;
+use super::guest::int_handle_kind;
 use super::guest::rust_ident;
 use super::wire::request_type;
 use super::{W, header};
@@ -107,6 +108,8 @@ pub fn emit(api: &Api) -> String {
     w.close("}");
     w.line("");
     w.line("/// A pointer argument as the vendor takes it: a device address, or host bytes.");
+    w.line("/// (Unused by an API whose calls have no argument of a shape chosen per call.)");
+    w.line("#[allow(dead_code)]");
     w.open("fn arg_ptr(p: &Ptr<'_>, out: &mut Option<Vec<u8>>) -> *mut c_void {");
     w.open("match p {");
     w.line("Ptr::Device(a) => *a as *mut c_void,");
@@ -162,7 +165,14 @@ fn call_fn(w: &mut W, api: &Api, f: &Function) {
     w.open(format!("impl VendorCall for {} {{", request_type(f, "'_")));
     w.line(format!("type Reply = {t}Reply;"));
     w.line("#[allow(non_snake_case, clippy::useless_conversion, clippy::unnecessary_cast)]");
-    w.open(format!("unsafe fn call_vendor(&self, lib: &Library, t: &impl Translate) -> Result<{t}Reply, {status}> {{"));
+    let takes_objects = f
+        .params
+        .iter()
+        .any(|p| matches!(f.arg(&p.name.name).map(|a| &a.class), Some(ArgClass::Value(ValueType::Handle(_)))));
+    let translate = if takes_objects { "t" } else { "_t" };
+    w.open(format!(
+        "unsafe fn call_vendor(&self, lib: &Library, {translate}: &impl Translate) -> Result<{t}Reply, {status}> {{"
+    ));
     w.line("let req = self;");
     w.line(format!(
         "let Some(entry) = lib.{} else {{ return Err(<{status} as {P}::ApiStatus>::NOT_SUPPORTED) }};",
@@ -174,6 +184,11 @@ fn call_fn(w: &mut W, api: &Api, f: &Function) {
         let name = &p.name.name;
         let id = rust_ident(name);
         match f.arg(name).map(|a| (&a.class, a.wire())) {
+            // An `int` handle (a cuFFT plan): the vendor's int, kept as the object's address.
+            Some((ArgClass::Value(ValueType::Handle(kind)), _)) if int_handle_kind(api, &p.ty).is_some() => {
+                w.line(format!("let {id} = t.object({}, req.{id})? as usize as i32;", super::lit(kind)));
+                call_args.push(id.clone());
+            }
             Some((ArgClass::Value(ValueType::Handle(kind)), _)) => {
                 w.line(format!("let {id} = t.object({}, req.{id})?;", super::lit(kind)));
                 call_args.push(id.clone());
@@ -192,6 +207,14 @@ fn call_fn(w: &mut W, api: &Api, f: &Function) {
             }
             Some((ArgClass::Pointer(_), WireRepr::Request(ty))) if ty == "u64" => {
                 call_args.push(format!("req.{id} as *mut c_void"));
+            }
+            // A NULL the program passed travels as an empty buffer, and is NULL again here.
+            Some((ArgClass::Pointer(b), WireRepr::Request(_)))
+                if matches!(b[0].shape, Shape::In { null_ok: true, .. }) =>
+            {
+                call_args.push(format!(
+                    "(if req.{id}.is_empty() {{ ::std::ptr::null_mut() }} else {{ req.{id}.as_ptr() as *mut c_void }})"
+                ));
             }
             Some((ArgClass::Pointer(_), WireRepr::Request(_))) => {
                 // An empty buffer is a null pointer (an optional input the program left out).
