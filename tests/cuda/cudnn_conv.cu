@@ -236,10 +236,8 @@ int main(int argc, char **argv) {
     cudnnBackendDescriptor_t graph = make(OPERATIONGRAPH_DESCRIPTOR);
     DNN(set(graph, GRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle));
     DNN(set(graph, GRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op));
+    // (cuDNN 9.x on the H100 does not give a graph's handle back: CUDNN_STATUS_NOT_SUPPORTED.)
     DNN(cudnnBackendFinalize(graph));
-    cudnnHandle_t back = nullptr;
-    DNN(get(graph, GRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &count, &back));
-    std::printf("graph: its handle comes back %s\n", back == handle ? "as the program's" : "changed");
 
     Plan plan = make_plan(handle, graph);
     std::printf("plan: finalized\n");
@@ -272,9 +270,7 @@ int main(int argc, char **argv) {
         std::this_thread::sleep_for(std::chrono::seconds(3));
         int64_t back_uids[3] = {0};
         DNN(get(pack, PACK_UIDS, CUDNN_TYPE_INT64, 3, &count, back_uids));
-        cudnnHandle_t graph_handle = nullptr;
-        DNN(get(graph, GRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &count, &graph_handle));
-        bool kept = back_uids[0] == 'x' && back_uids[2] == 'y' && graph_handle == handle;
+        bool kept = back_uids[0] == 'x' && back_uids[2] == 'y';
         std::printf("after the restore: the descriptors %s\n", kept ? "kept their attributes" : "CHANGED");
     }
     int s = cudnnBackendExecute(handle, plan.plan, pack);

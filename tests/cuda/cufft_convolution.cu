@@ -285,15 +285,15 @@ static void advanced_layouts() {
         CHECK(cudaFree(dout));
     }
     // Two 4x5 transforms whose input rows are padded to 8 (inembed {4, 8}, idist 32), out to
-    // the basic layout (a NULL output embedding).
+    // the basic layout given as an embedding (cuFFT refuses one NULL embedding beside another).
     {
         const int R = 4, C = 5, PAD = 8, B = 2;
         std::vector<cufftComplex> x = test_signal(R * PAD * B, 4);
         cufftComplex *din = to_device(x), *dout;
         CHECK(cudaMalloc(&dout, R * C * B * sizeof(cufftComplex)));
-        int n[2] = {R, C}, inembed[2] = {R, PAD};
+        int n[2] = {R, C}, inembed[2] = {R, PAD}, onembed[2] = {R, C};
         cufftHandle p;
-        FFT(cufftPlanMany(&p, 2, n, inembed, 1, R * PAD, nullptr, 0, 0, CUFFT_C2C, B));
+        FFT(cufftPlanMany(&p, 2, n, inembed, 1, R * PAD, onembed, 1, R * C, CUFFT_C2C, B));
         FFT(cufftExecC2C(p, din, dout, CUFFT_FORWARD));
         std::vector<cufftComplex> out = from_device(dout, R * C * B);
         for (int b = 0; b < B; ++b) {

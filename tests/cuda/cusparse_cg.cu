@@ -496,10 +496,13 @@ static void misuse(cusparseHandle_t sp) {
                     sp, CUSPARSE_OPERATION_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, A, A, &one, A, CUDA_R_32F,
                     CUSPARSE_SPGEMM_DEFAULT, g, &size1, nullptr)));
     SPARSE(cusparseSpGEMM_destroyDescr(g));
-    // A function Phos does not carry answers (NOT_SUPPORTED through Phos, success natively).
+    // A function Phos does not carry answers (NOT_SUPPORTED through Phos, success natively);
+    // CUDA 13's cuSPARSE no longer has it.
+#if CUDART_VERSION < 13000
     cusparseStatus_t s = cusparseSpMatSetStridedBatch(A, 1);
     std::printf("SpMatSetStridedBatch: %s\n",
                 s == CUSPARSE_STATUS_SUCCESS || s == CUSPARSE_STATUS_NOT_SUPPORTED ? "answered" : "failed");
+#endif
     SPARSE(cusparseDestroySpMat(A));
     SPARSE(cusparseDestroyDnVec(x));
     SPARSE(cusparseDestroyDnVec(y));

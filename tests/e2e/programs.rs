@@ -482,7 +482,6 @@ fn cudnn_conv_on_emu_gets_not_supported_at_execute() {
         stdout,
         "cudnn major version: 9\n\
          x: 4 dims 1 2 5 5\n\
-         graph: its handle comes back as the program's\n\
          heuristics: CUDNN_STATUS_NOT_SUPPORTED\n\
          plan: finalized\n\
          execute: CUDNN_STATUS_NOT_SUPPORTED\n\

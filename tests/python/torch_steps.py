@@ -57,6 +57,38 @@ def main():
         y.sum().backward()
         return f"{y.sum().item():.2f} {x.grad.sum().item():.2f}"
 
+    def linear():
+        # addmm with a bias: PyTorch's cuBLASLt path (gemm and bias in one call).
+        lin = torch.nn.Linear(64, 32).to(dev)
+        with torch.no_grad():
+            lin.weight.fill_(0.01)
+            lin.bias.fill_(0.5)
+        x = torch.ones(16, 64, device=dev, requires_grad=True)
+        y = lin(x)
+        y.sum().backward()
+        return f"{y.sum().item():.3f} {lin.weight.grad.sum().item():.1f} {x.grad.sum().item():.3f}"
+
+    def cnn_training():
+        # A small CNN (convolution, batch norm, pooling, linear) trained a few steps.
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Conv2d(1, 8, 3, padding=1),
+            torch.nn.BatchNorm2d(8),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2),
+            torch.nn.Flatten(),
+            torch.nn.Linear(8 * 8 * 8, 10),
+        ).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        x = torch.linspace(-1, 1, 32 * 16 * 16, device=dev).reshape(32, 1, 16, 16)
+        target = torch.arange(32, device=dev) % 10
+        for _ in range(20):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), target)
+            loss.backward()
+            opt.step()
+        return f"{loss.item():.2f}"
+
     def graphs():
         x = torch.zeros(1024, device=dev)
         s = torch.cuda.Stream()
@@ -88,6 +120,8 @@ def main():
         ("matmul_fp16", matmul(torch.float16)),
         ("matmul_bf16", matmul(torch.bfloat16)),
         ("conv2d", conv2d),
+        ("linear", linear),
+        ("cnn_training", cnn_training),
         ("graphs", graphs),
         ("memory_stats", memory_stats),
     ]

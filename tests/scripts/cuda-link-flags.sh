@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The libraries a tests/cuda program links, from the headers it includes, as any such program
-# is built: the driver API (cuda.h) and NVIDIA's math libraries.
+# is built: the driver API (cuda.h), NVIDIA's math libraries and cuDNN.
 # Usage: tests/scripts/cuda-link-flags.sh FILE.cu   (prints the -l flags)
 src=$1
 flags=""
 for pair in cuda.h:-lcuda cublas_v2.h:-lcublas cublasLt.h:-lcublasLt cufft.h:-lcufft \
-  curand.h:-lcurand cusparse.h:-lcusparse cusolverDn.h:-lcusolver; do
+  curand.h:-lcurand cusparse.h:-lcusparse cusolverDn.h:-lcusolver cudnn.h:-lcudnn; do
   header=${pair%%:*}
   grep -q "#include <$header>" "$src" && flags="$flags ${pair#*:}"
 done
