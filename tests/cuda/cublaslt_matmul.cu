@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <cublasLt.h>
+#include <cublas_v2.h>
 
 #include "check.h"
 
@@ -240,6 +241,16 @@ int main(int argc, char **argv) {
     ok &= run(lt, {8, 8, 4, 3, false, false, CUBLASLT_EPILOGUE_BIAS, 2.0f, -1.0f}, false, "strided batch, bias");
     ok &= run(lt, {8, 4, 4, 1, false, false, CUBLASLT_EPILOGUE_DEFAULT, 3.0f, 2.0f}, true, "device alpha and beta");
     ok &= run(lt, {8, 4, 4, 2, false, false, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, 0.5f, 0.0f}, false, "gelu aux+bias");
+    // A cuBLAS handle cast to a cuBLASLt handle, as NVIDIA's documentation allows and PyTorch
+    // does for the biased matmuls of its linear layers.
+    {
+        cublasHandle_t blas;
+        EXPECT(cublasCreate(&blas) == CUBLAS_STATUS_SUCCESS);
+        ok &= run(reinterpret_cast<cublasLtHandle_t>(blas),
+                  {16, 12, 8, 1, false, false, CUBLASLT_EPILOGUE_RELU_BIAS, 1.0f, 0.0f}, false,
+                  "bias+relu on a cuBLAS handle");
+        EXPECT(cublasDestroy(blas) == CUBLAS_STATUS_SUCCESS);
+    }
 
     // Attributes read back, and the size query.
     {

@@ -228,15 +228,15 @@ fn a_process_without_phos_and_unserved_libraries_are_named_at_exit() {
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("stand-in-runtime.so");
     stand_in(&copy, "libcudart.so.12");
-    let cudnn = dir.path().join("libcudnn.so.9");
-    stand_in(&cudnn, "libcudnn.so.9");
-    let load = format!("import ctypes; ctypes.CDLL({:?}); ctypes.CDLL({:?})", copy.display(), cudnn.display());
+    let nccl = dir.path().join("libnccl.so.2");
+    stand_in(&nccl, "libnccl.so.2");
+    let load = format!("import ctypes; ctypes.CDLL({:?}); ctypes.CDLL({:?})", copy.display(), nccl.display());
     let out = phos_run("emu", Path::new("python3"), &["-c", &load]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     for said in [
         format!("{} (soname libcudart.so.12), and never loaded Phos's library", copy.display()),
-        format!("loaded NVIDIA libraries that Phos does not serve yet: cuDNN ({})", cudnn.display()),
+        format!("loaded NVIDIA libraries that Phos does not serve yet: NCCL ({})", nccl.display()),
     ] {
         assert!(stderr.contains(&said), "`{said}` not in:\n{stderr}");
     }

@@ -911,7 +911,8 @@ fn cudnn_descriptors_survive_a_restore() {
 fn cublaslt_descriptors_and_their_attributes_survive_a_restore() {
     library_program_survives_a_restore(
         "cublaslt_matmul",
-        "-lcublasLt",
+        // nvcc's list form: the program uses cuBLAS too.
+        "-lcublasLt,cublas",
         "cublaslt ready",
         "after the restore: the descriptors kept their epilogue and bias",
     );

@@ -540,7 +540,7 @@ fn cudnn_hostile_calls() {
 #[test]
 fn cublaslt_matmul() {
     let Some(nvcc) = nvcc() else { return };
-    let exe = build_program(&nvcc, "cublaslt_matmul", &["-arch=sm_70", "-lcublasLt"]);
+    let exe = build_program(&nvcc, "cublaslt_matmul", &["-arch=sm_70", "-lcublasLt", "-lcublas"]);
     let out = phos_run_over("emu", "shm", &exe, &[]);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -556,7 +556,7 @@ fn cublaslt_matmul() {
 #[test]
 fn cublaslt_hostile_calls() {
     let Some(nvcc) = nvcc() else { return };
-    let exe = build_program(&nvcc, "cublaslt_matmul", &["-arch=sm_70", "-lcublasLt"]);
+    let exe = build_program(&nvcc, "cublaslt_matmul", &["-arch=sm_70", "-lcublasLt", "-lcublas"]);
     let out = phos_run_over("emu", "shm", &exe, &["hostile"]);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -280,14 +280,20 @@ impl Session {
         self.backend.cublaslt()
     }
 
-    /// A handle's state; an unknown handle is `NOT_INITIALIZED`, logged.
+    /// A handle's state; an unknown handle is `NOT_INITIALIZED`, logged. A cuBLAS handle of the
+    /// session is one too: NVIDIA's documentation lets a `cublasHandle_t` be cast to a
+    /// `cublasLtHandle_t`, and PyTorch does so for every Lt matmul (its Linear layers' bias
+    /// path); on a GPU the vendor's cuBLAS handle is used the same way.
     fn lt_handle(&self, name: &str, handle: u64) -> Result<LtHandle, CublasLtStatus> {
-        self.objects.lt.handle(handle).map_err(|e| {
+        self.objects.lt.handle(handle).or_else(|e| {
+            if let Ok(blas) = self.objects.blas.get(handle) {
+                return Ok(LtHandle { device: blas.device, raw: blas.raw });
+            }
             crate::guest_warn!(
                 self.id,
                 "{name}: {handle:#x} is not a cuBLASLt handle of the session: CUBLAS_STATUS_NOT_INITIALIZED"
             );
-            lt_status(e)
+            Err(lt_status(e))
         })
     }
 
