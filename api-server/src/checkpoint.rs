@@ -432,6 +432,18 @@ impl Intercept for Session {
 }
 
 impl Session {
+    /// A new image in `dir` whose memory files have room for the session's memory as it is
+    /// now, made before the checkpoint holds any call (see [`ImageWriter::prepare`]).
+    fn image_writer(&self, dir: &Path, compression: Compression) -> Result<ImageWriter, CrError> {
+        let mut sink = ImageWriter::create(dir, compression, engine::COPY_CHUNK)?;
+        let bytes: u64 = self.objects.memory.regions().iter().map(|r| r.1).sum();
+        crate::timing::timed(
+            || format!("preparing the image's memory files for {bytes} bytes"),
+            || sink.prepare(bytes, phos_checkpoint::parallel::workers()),
+        )?;
+        Ok(sink)
+    }
+
     /// Write the session to the image directory `dir`; see [`checkpoint_to`](Self::checkpoint_to).
     pub fn checkpoint(
         &self,
@@ -442,7 +454,7 @@ impl Session {
         progress: &Progress,
         bounds: &Bounds,
     ) -> Result<CheckpointSummary, CrError> {
-        let mut sink = ImageWriter::create(dir, compression, engine::COPY_CHUNK)?;
+        let mut sink = self.image_writer(dir, compression)?;
         let mut summary = self.checkpoint_to(&mut sink, meta, compression, stop, progress, bounds)?;
         summary.dir = dir.to_path_buf();
         Ok(summary)
@@ -467,7 +479,7 @@ impl Session {
         }
         self.refuse_what_images_do_not_hold()?;
         let target = Checkpointing { session: self, meta: meta.clone() };
-        let mut sink = ImageWriter::create(dir, compression, engine::COPY_CHUNK)?;
+        let mut sink = self.image_writer(dir, compression)?;
         // The waits for the session may take the whole timeout, from when they begin.
         let cancelled = || bounds.cancel.is_cancelled();
         let within = Within { deadline: Instant::now() + bounds.quiesce_timeout, cancelled: &cancelled };

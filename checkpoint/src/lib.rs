@@ -171,6 +171,9 @@ pub struct ImageWriter {
     head: Option<Manifest>,
     /// The memory files of writers on several threads ([`ImageSink::parallel`]).
     parallel: Option<Arc<FileSet>>,
+    /// Memory files made ahead of the copy by [`prepare`](ImageWriter::prepare), with the
+    /// room each was given.
+    prepared: Vec<(PathBuf, File)>,
 }
 
 impl ImageWriter {
@@ -195,7 +198,39 @@ impl ImageWriter {
             stored_bytes: 0,
             head: None,
             parallel: None,
+            prepared: Vec::new(),
         })
+    }
+
+    /// Make the memory files of `writers` parallel writers ahead of the copy, each with room
+    /// for its share of `bytes` (with a chunk to spare), allocated on one thread per file.
+    ///
+    /// On a memory file system (`/dev/shm`) most of a write's cost is allocating the file's
+    /// pages: done before the checkpoint holds the session, it leaves the copy to fill pages
+    /// that exist. Room not used is given back when the image is finished (or dropped). Where
+    /// the file system cannot allocate ahead (`fallocate` unsupported), the files are made
+    /// empty and grow as they are written, as without this. Images stored compressed are
+    /// not prepared (their size is not known).
+    pub fn prepare(&mut self, bytes: u64, writers: usize) -> Result<(), ImageError> {
+        if self.compression != Compression::None || self.parallel.is_some() || !self.prepared.is_empty() {
+            return Ok(());
+        }
+        let writers = writers.clamp(1, MAX_MEMORY_FILES as usize);
+        let share = bytes.div_ceil(writers as u64).next_multiple_of(self.chunk_size as u64) + self.chunk_size as u64;
+        let path = self.dir.join(MEMORY_FILE);
+        self.memory.flush().map_err(io_err(&path))?;
+        let mut files = vec![(path.clone(), self.memory.get_ref().try_clone().map_err(io_err(&path))?)];
+        for i in 1..writers as u32 {
+            let p = self.dir.join(memory_file_name(i));
+            files.push((p.clone(), File::create(&p).map_err(io_err(&p))?));
+        }
+        std::thread::scope(|scope| {
+            for (_, f) in &files {
+                scope.spawn(move || parallel::allocate(f, share));
+            }
+        });
+        self.prepared = files;
+        Ok(())
     }
 
     pub fn chunk_size(&self) -> usize {
@@ -257,6 +292,7 @@ impl ImageWriter {
         if let Some(files) = self.parallel.take() {
             // Every writer is done (the engine joined them). Chunks came in the order they
             // finished; tables list them in the order of their place in memory.
+            files.trim()?;
             files.sync()?;
             self.offset = files.lengths()[0];
             for r in &mut self.regions {
@@ -264,6 +300,11 @@ impl ImageWriter {
             }
         }
         self.memory.flush().map_err(io_err(&mpath))?;
+        // Files prepared for parallel writers that were written in order instead: `memory`
+        // holds what was written, the others nothing.
+        for (i, (path, f)) in std::mem::take(&mut self.prepared).into_iter().enumerate() {
+            f.set_len(if i == 0 { self.offset } else { 0 }).map_err(io_err(&path))?;
+        }
         self.memory.get_ref().sync_all().map_err(io_err(&mpath))?;
         for r in &self.regions {
             let covered: u64 = r.chunks.iter().map(|c| c.len).sum();
@@ -279,6 +320,19 @@ impl ImageWriter {
         let manifest_bytes = write_manifest(&self.dir, &manifest)?;
         let memory_bytes = manifest.memory.iter().map(|r| r.size).sum();
         Ok(ImageSummary { manifest_bytes, memory_bytes, stored_bytes: self.stored_bytes })
+    }
+}
+
+impl Drop for ImageWriter {
+    fn drop(&mut self) {
+        // An image that was not finished gives back the room made for it: its memory files
+        // keep what was written (the directory is not an image without a manifest).
+        for (_, f) in &self.prepared {
+            let _ = f.set_len(0);
+        }
+        if let Some(files) = &self.parallel {
+            let _ = files.trim();
+        }
     }
 }
 
@@ -326,9 +380,17 @@ impl ImageWriter {
         }
         let path = self.dir.join(MEMORY_FILE);
         self.memory.flush().map_err(io_err(&path))?;
-        // The first writer's file is `memory`, opened already; the others' are new.
-        let mut files = vec![(path.clone(), self.memory.get_ref().try_clone().map_err(io_err(&path))?)];
-        for i in 1..writers.clamp(1, MAX_MEMORY_FILES as usize) as u32 {
+        // The first writer's file is `memory`, opened already; the others' are new, or those
+        // `prepare` made (as many as it made: fewer writers leave the rest empty).
+        let writers = writers.clamp(1, MAX_MEMORY_FILES as usize);
+        let mut files = std::mem::take(&mut self.prepared);
+        for (p, unused) in files.split_off(writers.min(files.len())) {
+            unused.set_len(0).map_err(io_err(&p))?;
+        }
+        if files.is_empty() {
+            files.push((path.clone(), self.memory.get_ref().try_clone().map_err(io_err(&path))?));
+        }
+        for i in files.len() as u32..writers as u32 {
             let p = self.dir.join(memory_file_name(i));
             files.push((p.clone(), File::create(&p).map_err(io_err(&p))?));
         }
@@ -376,7 +438,7 @@ pub struct ImageSummary {
     pub stored_bytes: u64,
 }
 
-fn is_zero(data: &[u8]) -> bool {
+pub(crate) fn is_zero(data: &[u8]) -> bool {
     // SAFETY: every bit pattern is a u64, and align_to puts only aligned whole words in the
     // middle part.
     let (head, words, tail) = unsafe { data.align_to::<u64>() };

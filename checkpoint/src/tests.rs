@@ -555,3 +555,82 @@ fn host_buffers_unpin_what_they_pinned() {
     drop(buf);
     assert!(pins.0.lock().is_empty());
 }
+
+/// The memory files' lengths in an image directory, `memory` first.
+fn memory_file_lengths(dir: &Path) -> Vec<u64> {
+    (0..MAX_MEMORY_FILES)
+        .map(|i| dir.join(if i == 0 { MEMORY_FILE.to_string() } else { memory_file_name(i) }))
+        .take_while(|p| p.exists())
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .collect()
+}
+
+#[test]
+fn prepared_memory_files_are_cut_to_what_parallel_writers_wrote() {
+    let (head, data) = sample_head();
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = ImageWriter::create(dir.path(), Compression::None, 4096).unwrap();
+    w.prepare(1 << 20, 3).unwrap();
+    assert!(memory_file_lengths(dir.path()).iter().all(|&l| l >= (1 << 20) / 3), "room made ahead");
+    w.begin(&head).unwrap();
+    let store = ImageSink::parallel(&mut w, 2).unwrap().expect("a directory writes in parallel");
+    // Region 0 by writer 1, region 1 by writer 0, chunk by chunk.
+    for (region, file) in [(0usize, 1usize), (1, 0)] {
+        for (k, c) in data[region].chunks(4096).enumerate() {
+            let chunk = if c.iter().all(|&b| b == 0) {
+                Chunk {
+                    offset: (k * 4096) as u64,
+                    len: c.len() as u64,
+                    encoding: Encoding::Zero,
+                    stored: 0,
+                    file: 0,
+                    at: 0,
+                    crc: 0,
+                }
+            } else {
+                let (at, crc) = parallel::store_raw(store.as_ref(), file, c).unwrap();
+                let len = c.len() as u64;
+                Chunk {
+                    offset: (k * 4096) as u64,
+                    len,
+                    encoding: Encoding::Raw,
+                    stored: len,
+                    file: file as u32,
+                    at,
+                    crc,
+                }
+            };
+            w.stored_chunk(region, chunk).unwrap();
+        }
+    }
+    drop(store);
+    let summary = ImageSink::complete(&mut w).unwrap();
+    drop(w);
+    let lengths = memory_file_lengths(dir.path());
+    assert_eq!(lengths.iter().sum::<u64>(), summary.stored_bytes, "no room left over: {lengths:?}");
+    assert_eq!(lengths[2], 0, "the third prepared file was not used");
+    assert_eq!(read_back(dir.path()).unwrap(), data);
+}
+
+#[test]
+fn prepared_memory_files_written_in_order_keep_only_the_image() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut w = ImageWriter::create(dir.path(), Compression::None, 4096).unwrap();
+        w.prepare(1 << 20, 2).unwrap();
+        let a = pattern(10_000, 3);
+        w.begin_region(0x6000_0000_0000, a.len() as u64, 0, RegionKind::Allocation);
+        for c in a.chunks(4096) {
+            w.add_chunk(c).unwrap();
+        }
+        w.finish(sample_manifest()).unwrap();
+        assert_eq!(read_back(dir.path()).unwrap(), vec![a]);
+    }
+    assert_eq!(memory_file_lengths(dir.path()), vec![10_000, 0]);
+    // An image dropped unfinished gives its room back.
+    let other = tempfile::tempdir().unwrap();
+    let mut w = ImageWriter::create(other.path(), Compression::None, 4096).unwrap();
+    w.prepare(1 << 20, 2).unwrap();
+    drop(w);
+    assert_eq!(memory_file_lengths(other.path()), vec![0, 0]);
+}

@@ -11,7 +11,7 @@
 //! piece sleeps instead of spinning on a core, so sixteen copy threads on a sixteen-core
 //! host leave the session's thread the CPU it needs to issue its launches.
 //!
-//! Lanes are few ([`LANES`] a device) and lent for one piece at a time: the copy threads
+//! Lanes are few ([`LANES`] a device, or `PHOS_COPY_LANES`) and lent for one piece at a time: the copy threads
 //! (one per core, for the checksums and the image's writes) share them, so that no more
 //! copies are queued at once than the host link needs to stay busy. With a lane per thread,
 //! sixteen 8 MiB copies queued together held the driver's lock for the session's launches
@@ -27,8 +27,25 @@ use super::prelude::*;
 const NON_BLOCKING: u32 = 1;
 /// `CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING`
 const SLEEPING_EVENT: u32 = 0x1 | 0x2;
-/// Copies in flight on one device at most: two each way keep a PCIe 5 link busy.
+/// Copies in flight on one device at most, unless `PHOS_COPY_LANES` says otherwise (1-16):
+/// two each way keep a PCIe 5 link busy.
 pub const LANES: usize = 4;
+
+/// The lanes made for each device: [`LANES`], or `PHOS_COPY_LANES` (1 to 16) where set.
+pub fn lanes_per_device() -> usize {
+    lanes_from(std::env::var("PHOS_COPY_LANES").ok().as_deref())
+}
+
+fn lanes_from(setting: Option<&str>) -> usize {
+    match setting.map(str::trim).map(str::parse::<usize>) {
+        Some(Ok(n @ 1..=16)) => n,
+        Some(_) => {
+            tracing::warn!("PHOS_COPY_LANES must be a number from 1 to 16; using {LANES}");
+            LANES
+        }
+        None => LANES,
+    }
+}
 
 /// A stream of its own on one device and an event to wait for its copies with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +83,7 @@ impl CopyPool {
         let devices = backend.device_count().max(0);
         let mut counts = vec![0; devices as usize];
         for device in 0..devices {
-            for _ in 0..LANES {
+            for _ in 0..lanes_per_device() {
                 match Self::make_lane(backend, device) {
                     Ok(lane) => {
                         self.lanes.lock().push(lane);
@@ -140,6 +157,16 @@ impl CopyPool {
 mod tests {
     use super::*;
     use crate::backend::emu::EmuBackend;
+
+    #[test]
+    fn the_lane_count_is_read_from_the_environment_within_bounds() {
+        assert_eq!(lanes_from(None), LANES);
+        assert_eq!(lanes_from(Some("8")), 8);
+        assert_eq!(lanes_from(Some(" 1 ")), 1);
+        assert_eq!(lanes_from(Some("0")), LANES);
+        assert_eq!(lanes_from(Some("17")), LANES);
+        assert_eq!(lanes_from(Some("many")), LANES);
+    }
 
     #[test]
     fn buffers_and_lanes_are_reused_and_only_those_of_the_pools_size_kept() {
