@@ -126,20 +126,20 @@ fn main() {
         .unwrap_or_else(|e| fail(format!("cannot open the {} backend: {e}", args.backend)));
     let buffers = args.copy_buffers.unwrap_or(2 * phos_checkpoint::parallel::workers());
     if backend.copy_pool().is_some() && buffers > 0 {
-        // Page-locking holds up every other driver call: a pooled server does it before it
-        // has a session (the router starts it ahead of need); one started for a session
-        // does it beside the program's start rather than delay it (about 100 ms on an H100).
+        // Page-locking holds up every other driver call, so it is done once, when the server
+        // starts; beside its start rather than before it is ready (most of a second on an
+        // H100, which a restore into a server started for it, or a pool being refilled,
+        // would wait for). A checkpoint, restore or migration that comes meanwhile waits for
+        // the buffers (`CopyPool::take_buffer`).
+        if let Some(pool) = backend.copy_pool() {
+            pool.expect_preparation();
+        }
         let b = backend.clone();
-        let prepare = move || {
+        std::thread::spawn(move || {
             if let Some(pool) = b.copy_pool() {
                 pool.prepare(b.as_ref(), buffers, phos_checkpoint::engine::COPY_CHUNK);
             }
-        };
-        if args.pooled {
-            prepare();
-        } else {
-            std::thread::spawn(prepare);
-        }
+        });
     }
 
     // The driver prints device printf output to our stdout: collect it from there (the

@@ -176,6 +176,10 @@ pub struct ImageWriter {
     prepared: Vec<(PathBuf, File)>,
 }
 
+/// Images of less device memory than this are not prepared ([`ImageWriter::prepare`]): their
+/// pages take less time to allocate than the threads that would allocate them ahead.
+pub const PREPARED_AT_LEAST: u64 = 64 << 20;
+
 impl ImageWriter {
     pub fn create(dir: &Path, compression: Compression, chunk_size: usize) -> Result<Self, ImageError> {
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
@@ -212,11 +216,19 @@ impl ImageWriter {
     /// empty and grow as they are written, as without this. Images stored compressed are
     /// not prepared (their size is not known).
     pub fn prepare(&mut self, bytes: u64, writers: usize) -> Result<(), ImageError> {
-        if self.compression != Compression::None || self.parallel.is_some() || !self.prepared.is_empty() {
+        if self.compression != Compression::None
+            || self.parallel.is_some()
+            || !self.prepared.is_empty()
+            || bytes < PREPARED_AT_LEAST
+        {
             return Ok(());
         }
-        let writers = writers.clamp(1, MAX_MEMORY_FILES as usize);
-        let share = bytes.div_ceil(writers as u64).next_multiple_of(self.chunk_size as u64) + self.chunk_size as u64;
+        // A writer's share in whole chunks, and one to spare (writers take pieces as they
+        // come, not in equal parts).
+        let chunk = self.chunk_size as u64;
+        let chunks = bytes.div_ceil(chunk);
+        let writers = writers.clamp(1, MAX_MEMORY_FILES as usize).min(chunks as usize);
+        let share = (chunks.div_ceil(writers as u64) + 1).min(chunks) * chunk;
         let path = self.dir.join(MEMORY_FILE);
         self.memory.flush().map_err(io_err(&path))?;
         let mut files = vec![(path.clone(), self.memory.get_ref().try_clone().map_err(io_err(&path))?)];

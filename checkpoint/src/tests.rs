@@ -570,8 +570,8 @@ fn prepared_memory_files_are_cut_to_what_parallel_writers_wrote() {
     let (head, data) = sample_head();
     let dir = tempfile::tempdir().unwrap();
     let mut w = ImageWriter::create(dir.path(), Compression::None, 4096).unwrap();
-    w.prepare(1 << 20, 3).unwrap();
-    assert!(memory_file_lengths(dir.path()).iter().all(|&l| l >= (1 << 20) / 3), "room made ahead");
+    w.prepare(PREPARED_AT_LEAST, 3).unwrap();
+    assert!(memory_file_lengths(dir.path()).iter().all(|&l| l >= PREPARED_AT_LEAST / 3), "room made ahead");
     w.begin(&head).unwrap();
     let store = ImageSink::parallel(&mut w, 2).unwrap().expect("a directory writes in parallel");
     // Region 0 by writer 1, region 1 by writer 0, chunk by chunk.
@@ -617,7 +617,7 @@ fn prepared_memory_files_written_in_order_keep_only_the_image() {
     let dir = tempfile::tempdir().unwrap();
     {
         let mut w = ImageWriter::create(dir.path(), Compression::None, 4096).unwrap();
-        w.prepare(1 << 20, 2).unwrap();
+        w.prepare(PREPARED_AT_LEAST, 2).unwrap();
         let a = pattern(10_000, 3);
         w.begin_region(0x6000_0000_0000, a.len() as u64, 0, RegionKind::Allocation);
         for c in a.chunks(4096) {
@@ -630,7 +630,13 @@ fn prepared_memory_files_written_in_order_keep_only_the_image() {
     // An image dropped unfinished gives its room back.
     let other = tempfile::tempdir().unwrap();
     let mut w = ImageWriter::create(other.path(), Compression::None, 4096).unwrap();
-    w.prepare(1 << 20, 2).unwrap();
+    w.prepare(PREPARED_AT_LEAST, 2).unwrap();
+    assert!(memory_file_lengths(other.path()).iter().all(|&l| l > 0));
     drop(w);
     assert_eq!(memory_file_lengths(other.path()), vec![0, 0]);
+    // A small image is not prepared.
+    let small = tempfile::tempdir().unwrap();
+    let mut w = ImageWriter::create(small.path(), Compression::None, 4096).unwrap();
+    w.prepare(PREPARED_AT_LEAST - 1, 2).unwrap();
+    assert_eq!(memory_file_lengths(small.path()), vec![0]);
 }

@@ -67,19 +67,48 @@ pub struct CopyPool {
     lanes: Mutex<Vec<CopyLane>>,
     lane_counts: Mutex<Vec<usize>>,
     lane_freed: Condvar,
+    /// Whether [`prepare`](Self::prepare) is under way: users wait for it rather than make
+    /// their own buffers and streams beside it.
+    preparing: Mutex<bool>,
+    prepared: Condvar,
 }
 
+/// How long a checkpoint, restore or migration waits for a server's buffers and lanes still
+/// being made (about a second on an H100) before it goes on without them.
+const PREPARED_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl CopyPool {
-    /// Make `buffers` page-locked buffers of `len` bytes and a lane for each on every device
+    /// Say that [`prepare`](Self::prepare) is coming (on another thread): from now on users
+    /// wait for it.
+    pub fn expect_preparation(&self) {
+        *self.preparing.lock() = true;
+    }
+
+    /// Make `buffers` page-locked buffers of `len` bytes and the copy lanes of every device
     /// of `backend`. What fails is logged; the engine then makes its own as before.
     pub fn prepare(&self, backend: &dyn Backend, buffers: usize, len: usize) {
+        let start = std::time::Instant::now();
+        *self.preparing.lock() = true;
         *self.buffer_len.lock() = len;
         *self.keep.lock() = buffers;
+        self.make_lanes(backend);
         for _ in 0..buffers {
             let mut buf = vec![0u8; len];
             backend.pin_host(&mut buf);
             self.buffers.lock().push(buf);
         }
+        *self.preparing.lock() = false;
+        self.prepared.notify_all();
+        tracing::info!(
+            "copy buffers for checkpoints ready: {buffers} of {len} bytes page-locked, {} copy lanes, in {:.1} ms",
+            self.lane_counts.lock().iter().sum::<usize>(),
+            start.elapsed().as_secs_f64() * 1e3
+        );
+    }
+
+    /// Make [`lanes_per_device`] lanes on every device of `backend` (first: they take a few
+    /// milliseconds, the buffers most of a second).
+    fn make_lanes(&self, backend: &dyn Backend) {
         let devices = backend.device_count().max(0);
         let mut counts = vec![0; devices as usize];
         for device in 0..devices {
@@ -113,6 +142,7 @@ impl CopyPool {
     /// A kept buffer of at least `len` bytes (the pool's size; its contents are an earlier
     /// copy's), if one is free.
     pub fn take_buffer(&self, len: usize) -> Option<Vec<u8>> {
+        self.wait_prepared();
         if len > *self.buffer_len.lock() {
             return None;
         }
@@ -133,6 +163,7 @@ impl CopyPool {
     /// A lane on `device`, waiting for one to be given back if all are lent; `None` where the
     /// device has none.
     pub fn take_lane(&self, device: i32) -> Option<CopyLane> {
+        self.wait_prepared();
         let has = usize::try_from(device).ok().and_then(|d| self.lane_counts.lock().get(d).copied()).unwrap_or(0);
         if has == 0 {
             return None;
@@ -143,6 +174,18 @@ impl CopyPool {
                 return Some(lanes.swap_remove(i));
             }
             self.lane_freed.wait(&mut lanes);
+        }
+    }
+
+    /// Wait (a bounded time) for a [`prepare`](Self::prepare) under way to finish.
+    fn wait_prepared(&self) {
+        let deadline = std::time::Instant::now() + PREPARED_WAIT;
+        let mut preparing = self.preparing.lock();
+        while *preparing {
+            if self.prepared.wait_until(&mut preparing, deadline).timed_out() {
+                tracing::warn!("copy buffers still being made after {PREPARED_WAIT:?}: going on without them");
+                return;
+            }
         }
     }
 
@@ -166,6 +209,21 @@ mod tests {
         assert_eq!(lanes_from(Some("0")), LANES);
         assert_eq!(lanes_from(Some("17")), LANES);
         assert_eq!(lanes_from(Some("many")), LANES);
+    }
+
+    #[test]
+    fn users_wait_for_a_preparation_under_way() {
+        let emu = std::sync::Arc::new(EmuBackend::new(64 << 20));
+        let pool = std::sync::Arc::new(CopyPool::default());
+        pool.expect_preparation();
+        let (p, b) = (pool.clone(), emu.clone());
+        let maker = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            p.prepare(b.as_ref(), 1, 4096);
+        });
+        // Without the wait, this finds the pool empty and the caller makes its own.
+        assert!(pool.take_buffer(4096).is_some(), "the buffer being made was waited for");
+        maker.join().unwrap();
     }
 
     #[test]
