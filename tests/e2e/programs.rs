@@ -114,6 +114,7 @@ const TESTED_APART: &[&str] = &[
     "cudnn_conv",
     "cublaslt_matmul",
     "cufft_convolution",
+    "graph_libraries",
 ];
 
 /// A program of both the runtime and the driver API (linked with `-lcuda`, so the loader
@@ -636,6 +637,73 @@ fn cufft_hostile_calls() {
         "is not a cuFFT plan of the session",
         "cufftSetWorkArea: the work area at",
     ] {
+        assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
+    }
+}
+
+/// The link flags of tests/cuda/graph_libraries.cu.
+const GRAPH_LIBRARIES_LINK: &[&str] = &["-arch=sm_70", "-lcublas", "-lcusparse", "-lcufft", "-lcurand"];
+
+/// Library calls inside stream capture (tests/cuda/graph_libraries.cu): a graph holding a
+/// cuBLAS GEMM with host scalars, a dot product and an axpy in device pointer mode, a cuSPARSE
+/// SpMV and a cuFFT transform, launched three times on another stream with new inputs, each
+/// result checked against the host's; and a conjugate gradient solve whose iteration (kernels,
+/// cuBLAS and cuSPARSE calls, memsets, copies) is captured once and launched until it
+/// converges. On emu's CPU implementations, printing what it prints natively.
+#[test]
+fn graph_libraries() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "graph_libraries", GRAPH_LIBRARIES_LINK);
+    let out = phos_run_over("emu", "shm", &exe, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert_eq!(stdout, expected("graph_libraries"), "output differs from the native run\nstderr:\n{stderr}");
+}
+
+/// What CUDA cannot capture either is refused by name: a cuBLAS dot product with its result on
+/// the host, in a capture, answers CUBLAS_STATUS_NOT_SUPPORTED, the capture ends invalidated,
+/// and the handle still works outside it.
+#[test]
+fn graph_libraries_refusals() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "graph_libraries", GRAPH_LIBRARIES_LINK);
+    let out = phos_run_over("emu", "shm", &exe, &["refusals"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    for line in [
+        "refusals: dot with a host result in a capture -> refused",
+        "refusals: the capture ends -> cudaErrorStreamCaptureInvalidated",
+        "refusals: the handle still works",
+        "done",
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "missing `{line}`\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    }
+    let logged = "cublasSdot_v2 on a stream being captured: its result goes to the host";
+    assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
+    assert!(stderr.contains("CUBLAS_STATUS_NOT_SUPPORTED"), "{stderr}");
+}
+
+/// A hostile or careless program destroys the cuBLAS handle a captured GEMM uses, then
+/// launches the graph: the launch's checks find the handle gone, the launch answers
+/// cudaErrorInvalidValue and the log names the call; a new handle works afterwards.
+#[test]
+fn graph_libraries_hostile() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "graph_libraries", GRAPH_LIBRARIES_LINK);
+    let out = phos_run_over("emu", "shm", &exe, &["hostile"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    for line in [
+        "hostile: launch after the handle was destroyed -> cudaErrorInvalidValue",
+        "hostile: a new handle works",
+        "done",
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "missing `{line}`\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    }
+    for logged in ["is not a cuBLAS handle of the session", "cudaGraphLaunch: the captured cublasSgemm_v2 failed"] {
         assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
     }
 }
