@@ -274,8 +274,9 @@ fn cublas_blas() {
 
 /// What a careless or hostile cuBLAS program gets: the library's own statuses for a bad
 /// leading dimension, a matrix past its allocation, a pointer array that points outside the
-/// session's memory and a destroyed handle, and a refusal (the capture invalidated) for cuBLAS
-/// in a stream capture; the server is unharmed and the handle still works.
+/// session's memory and a destroyed handle, and a refusal (the capture invalidated) for a
+/// cuBLAS result asked for the host in a stream capture; the server is unharmed and the handle
+/// still works.
 #[test]
 fn cublas_hostile_calls() {
     let Some(nvcc) = nvcc() else { return };
@@ -289,7 +290,7 @@ fn cublas_hostile_calls() {
         "hostile: matrix past its allocation -> CUBLAS_STATUS_INVALID_VALUE",
         "hostile: batched pointer outside memory -> CUBLAS_STATUS_INVALID_VALUE",
         "hostile: destroyed handle -> CUBLAS_STATUS_NOT_INITIALIZED",
-        "hostile: cuBLAS in a capture -> CUBLAS_STATUS_NOT_SUPPORTED, end of capture -> cudaErrorStreamCaptureInvalidated",
+        "hostile: a host result in a capture -> CUBLAS_STATUS_NOT_SUPPORTED, end of capture -> cudaErrorStreamCaptureInvalidated",
         "hostile: the handle still works",
         "done",
     ] {
