@@ -86,13 +86,14 @@ impl Session {
         if captures.of_stream(stream).is_none() {
             return Ok(());
         }
-        let host = cx.graph.host_results.get().then_some("its result goes to the host");
+        let host = cx.graph.host_results.get().then_some(
+            "its result goes to the host, so the call waits for the stream, which CUDA cannot capture either",
+        );
         if let Some(why) = uncapturable.or(host) {
             captures.refuse(stream);
             crate::guest_warn!(
                 self.id,
-                "{name} on a stream being captured: {why}, which CUDA cannot capture either \
-                 (the capture is invalidated), {status}"
+                "{name} on a stream being captured: {why} (the capture is invalidated), {status}"
             );
             return Err(NotNow::Refused);
         }
