@@ -378,8 +378,9 @@ fn cusolver_dense() {
 
 /// What a careless or hostile cuSOLVER program gets: the library's own statuses for a bad
 /// leading dimension, a matrix or a workspace past its allocation, pivots naming rows the
-/// matrix lacks, a made-up and a destroyed handle; the server logs each and the handle still
-/// works.
+/// matrix lacks, a made-up and a destroyed handle, and a refusal by name (the capture
+/// invalidated) for a factorisation in a stream capture; the server logs each and the handle
+/// still works.
 #[test]
 fn cusolver_hostile_calls() {
     let Some(nvcc) = nvcc() else { return };
@@ -395,6 +396,7 @@ fn cusolver_hostile_calls() {
         "hostile: pivots out of range -> CUSOLVER_STATUS_INVALID_VALUE",
         "hostile: made-up handle -> CUSOLVER_STATUS_NOT_INITIALIZED",
         "hostile: destroyed handle -> CUSOLVER_STATUS_NOT_INITIALIZED",
+        "hostile: getrf in a capture -> CUSOLVER_STATUS_NOT_SUPPORTED, end of capture -> cudaErrorStreamCaptureInvalidated",
         "hostile: the handle still works",
         "done",
     ] {
@@ -402,6 +404,7 @@ fn cusolver_hostile_calls() {
     }
     for logged in [
         "cusolverDnDgetrf: invalid device pointer `A`",
+        "cusolverDnDgetrf on a stream being captured: cuSOLVER's routines are not carried in graphs",
         "cusolverDnDpotrf: invalid device pointer `work`",
         "ipiv[1] is 99, outside 1..=4",
         "is not a cuSOLVER handle",
