@@ -13,8 +13,9 @@ use phos_protocol::spec::DeviceAccess;
 use phos_protocol::types::Dim3;
 
 /// One recorded operation. Addresses are device addresses of the session; a kernel is named
-/// by its function handle, so a graph outlives nothing it uses.
-#[derive(Clone, Debug, PartialEq)]
+/// by its function handle, so a graph outlives nothing it uses. Handles and addresses stay
+/// the same across a restore, so a checkpoint holds operations as they are.
+#[derive(Clone, Debug, PartialEq, bincode::Encode, bincode::Decode)]
 pub enum GraphOp {
     Kernel {
         function: u64,
@@ -56,6 +57,20 @@ pub enum GraphOp {
         count: u64,
         to_device: bool,
     },
+    /// A math or DNN library's compute call (cuBLAS, cuSPARSE, cuFFT, ...), checked when it
+    /// was captured and kept as the guest sent it: a launch runs it again through its API's
+    /// dispatch (checked again: its handle may be gone), with its host scalars as they were
+    /// when captured and its device memory as it is when the graph runs.
+    Library {
+        /// The function as a frame names it: its API's id and its id there.
+        api: u16,
+        function: u32,
+        device: i32,
+        payload: Vec<u8>,
+        /// Where the call's library object was when captured, which every launch starts from:
+        /// a cuRAND generator's position (CUDA's graph keeps the generator's offset).
+        position: Option<u64>,
+    },
 }
 
 /// The bytes `height` rows of `width`, `pitch` apart, span.
@@ -69,7 +84,8 @@ impl GraphOp {
     pub fn device_access(&self) -> Vec<DeviceAccess> {
         let at = |addr, len, writes| DeviceAccess { addr, len, writes };
         match *self {
-            GraphOp::Kernel { .. } => Vec::new(),
+            // A library call's ranges are the spec's, shown by its dispatch when it runs.
+            GraphOp::Kernel { .. } | GraphOp::Library { .. } => Vec::new(),
             GraphOp::Memset { dst, pitch, width, height, .. } => vec![at(dst, extent(pitch, width, height), true)],
             GraphOp::CopyOnDevice { dst, dpitch, src, spitch, width, height } => {
                 vec![at(dst, extent(dpitch, width, height), true), at(src, extent(spitch, width, height), false)]
@@ -88,11 +104,15 @@ impl GraphOp {
         use GraphOp::*;
         match (self, other) {
             (Kernel { function: a, .. }, Kernel { function: b, .. }) if a != b => Err(UPDATE_FUNCTION_CHANGED),
+            (Library { api: a, function: f, .. }, Library { api: b, function: g, .. }) if (a, f) != (b, g) => {
+                Err(UPDATE_FUNCTION_CHANGED)
+            }
             (Kernel { .. }, Kernel { .. })
             | (Memset { .. }, Memset { .. })
             | (CopyOnDevice { .. }, CopyOnDevice { .. })
             | (CopyToDevice { .. }, CopyToDevice { .. })
-            | (CopyPinned { .. }, CopyPinned { .. }) => Ok(()),
+            | (CopyPinned { .. }, CopyPinned { .. })
+            | (Library { .. }, Library { .. }) => Ok(()),
             _ => Err(UPDATE_NODE_TYPE_CHANGED),
         }
     }
@@ -106,7 +126,7 @@ pub const NODE_EMPTY: i32 = 5;
 
 /// One node: its work (a 3D copy or memset is one op per slice), the nodes it follows
 /// (indices in the graph), its handle.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, bincode::Encode, bincode::Decode)]
 pub struct Node {
     pub kind: i32,
     pub ops: Vec<GraphOp>,
@@ -115,7 +135,7 @@ pub struct Node {
 }
 
 /// A graph: nodes in the order they were added.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, bincode::Encode, bincode::Decode)]
 pub struct Graph {
     pub nodes: Vec<Node>,
 }
@@ -124,7 +144,9 @@ impl Graph {
     /// The kind of node a captured op makes.
     pub fn kind_of(op: &GraphOp) -> i32 {
         match op {
-            GraphOp::Kernel { .. } => NODE_KERNEL,
+            // CUDA's graph holds the library's kernels: a captured library call is one
+            // kernel node.
+            GraphOp::Kernel { .. } | GraphOp::Library { .. } => NODE_KERNEL,
             GraphOp::Memset { .. } => NODE_MEMSET,
             GraphOp::CopyOnDevice { .. } | GraphOp::CopyToDevice { .. } | GraphOp::CopyPinned { .. } => NODE_MEMCPY,
         }

@@ -316,6 +316,7 @@ impl Snapshot for Checkpointing<'_> {
             memory,
             // Taken at rest: every async call that ran is noted (see `ApiServer::run`).
             async_calls: s.async_calls.snapshot(),
+            graphs: o.graphs.snapshot(),
         })
     }
 
@@ -377,9 +378,8 @@ impl Rebuild for Rebuilding<'_> {
         let cx = CallCx {
             device: dev,
             replay: Some(r.creates.iter().map(|(_, v)| *v).collect()),
-            staging: None,
-            measure: false,
             function: Some(id),
+            ..CallCx::default()
         };
         self.0.backend().bind(dev).map_err(CrError::device(format!("making device {dev} current")))?;
         let mut out = Vec::new();
@@ -616,6 +616,7 @@ impl Session {
         let verify_ms = start.elapsed().as_secs_f64() * 1e3;
         let cancelled = || cancel.is_cancelled();
         let mut summary = engine::restore(&Rebuilding(&session), source, device, progress, &cancelled)?;
+        session.load_graphs(source.manifest())?;
         summary.verify_ms = verify_ms;
         summary.total_ms = start.elapsed().as_secs_f64() * 1e3;
         Ok((session, meta, summary))
@@ -623,6 +624,12 @@ impl Session {
 }
 
 impl Session {
+    /// Put the image's graphs back, once the records have made again what their operations
+    /// name (functions, library handles).
+    fn load_graphs(&self, manifest: &Manifest) -> Result<(), CrError> {
+        self.objects.graphs.load(&manifest.graphs).map_err(|e| CrError::Image(ImageError::Impossible(e)))
+    }
+
     /// A fresh session for the image of `manifest`, once its manifest checks
     /// ([`check_image`]): its device address range reserved, nothing in it yet.
     fn for_image(
@@ -689,6 +696,7 @@ impl Session {
         let verify_ms = start.elapsed().as_secs_f64() * 1e3;
         let cancelled = || cancel.is_cancelled();
         let replay_ms = engine::recreate(&Rebuilding(&session), manifest, device, &cancelled)?;
+        session.load_graphs(manifest)?;
         let rebuilt = Rebuilding(&session);
         let targets: Vec<(u64, i32)> =
             manifest.memory.iter().map(|r| rebuilt.region_target(r, device)).collect::<Result<_, _>>()?;

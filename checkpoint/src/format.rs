@@ -20,6 +20,9 @@ pub struct Manifest {
     pub memory: Vec<MemoryRegion>,
     /// The guest's async calls that had run when the image was taken.
     pub async_calls: AsyncCallsRun,
+    /// The session's graphs and executable graphs, as the API server encodes them (opaque
+    /// here; empty for a session without graphs and in images before version 5).
+    pub graphs: Vec<u8>,
 }
 
 /// Which of the guest's async calls (by call id; ids are unique in the guest process and

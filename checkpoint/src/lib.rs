@@ -57,14 +57,16 @@ pub use stream::{StreamReader, StreamWriter};
 
 /// Magic at the start of a manifest file.
 pub const MAGIC: &[u8; 8] = b"PHOSIMG\0";
-/// The format this build writes. Version 4 says which of the guest's async calls had run
-/// ([`AsyncCallsRun`]); it is version 3 (memory in several files, a chunk naming its file) with
-/// that one field more at the manifest's end.
-pub const FORMAT_VERSION: u32 = 4;
+/// The format this build writes. Version 5 holds the session's graphs ([`Manifest::graphs`]);
+/// it is version 4 with that one field more at the manifest's end. Version 4 says which of the
+/// guest's async calls had run ([`AsyncCallsRun`]); it is version 3 (memory in several files, a
+/// chunk naming its file) with that one field more.
+pub const FORMAT_VERSION: u32 = 5;
 /// The oldest format this build reads: a version 3 image reads as one of version 4 in which no
 /// async call is known to have run (what the build that took it assumed: the calls a guest sends
-/// again after the restore run). Version 2 (one memory file) and version 1 (one spec hash,
-/// records of the runtime API only) are refused.
+/// again after the restore run), and a version 3 or 4 image as one without graphs (the builds
+/// that took them kept none). Version 2 (one memory file) and version 1 (one spec hash, records
+/// of the runtime API only) are refused.
 pub const OLDEST_FORMAT_READ: u32 = 3;
 /// Memory files an image may have (`memory`, `memory.1`, ... `memory.63`).
 pub const MAX_MEMORY_FILES: u32 = 64;
@@ -478,16 +480,19 @@ fn format_read(version: u32) -> bool {
 }
 
 /// The manifest of an image of format `version` (one [`format_read`] accepts), and whether
-/// bytes follow it. A version 3 manifest is a version 4 one without its last field: it is read
-/// with that field empty.
+/// bytes follow it. A version 4 manifest is a version 5 one without its last field, a version 3
+/// one without its last two: they are read with those fields empty.
 fn decode_manifest(body: &[u8], version: u32) -> Result<(Manifest, bool), bincode::error::DecodeError> {
     use bincode::de::read::Reader;
     use bincode::de::{Decode, Decoder, DecoderImpl};
     let completed;
-    let body = if version == 3 {
+    let body = if version < FORMAT_VERSION {
         let mut b = body.to_vec();
-        bincode::encode_into_std_write(AsyncCallsRun::default(), &mut b, config())
-            .map_err(|e| bincode::error::DecodeError::OtherString(e.to_string()))?;
+        let fail = |e: bincode::error::EncodeError| bincode::error::DecodeError::OtherString(e.to_string());
+        if version == 3 {
+            bincode::encode_into_std_write(AsyncCallsRun::default(), &mut b, config()).map_err(fail)?;
+        }
+        bincode::encode_into_std_write(Vec::<u8>::new(), &mut b, config()).map_err(fail)?;
         completed = b;
         &completed[..]
     } else {

@@ -133,7 +133,7 @@ fn another_version_is_refused() {
     for (found, says) in [
         (1u32, "version 1 images come from builds before"),
         (2, "version 2 images come from builds that stored memory in one file"),
-        (5, "it reads versions 3 to 4"),
+        (6, "it reads versions 3 to 5"),
     ] {
         bytes[8..12].copy_from_slice(&found.to_le_bytes());
         std::fs::write(&path, &bytes).unwrap();
@@ -143,8 +143,9 @@ fn another_version_is_refused() {
     }
 }
 
-/// An image of format 3 (the version 4 manifest without its last field, which says which async
-/// calls had run) is read, with no async call known to have run, and its memory reads back.
+/// An image of format 3 (the version 5 manifest without its last two fields, which say which
+/// async calls had run and hold the graphs) is read, with no async call known to have run and
+/// no graphs, and its memory reads back.
 #[test]
 fn a_version_3_image_is_read() {
     let dir = tempfile::tempdir().unwrap();
@@ -154,7 +155,8 @@ fn a_version_3_image_is_read() {
     let mut body = bytes[20..bytes.len() - 4].to_vec();
     let mut tail = Vec::new();
     bincode::encode_into_std_write(AsyncCallsRun::default(), &mut tail, config()).unwrap();
-    assert!(body.ends_with(&tail), "the manifest ends with its async calls");
+    bincode::encode_into_std_write(Vec::<u8>::new(), &mut tail, config()).unwrap();
+    assert!(body.ends_with(&tail), "the manifest ends with its async calls and its graphs");
     body.truncate(body.len() - tail.len());
     // The format is the manifest's first field, one byte.
     assert_eq!(body[0], FORMAT_VERSION as u8);
@@ -169,6 +171,34 @@ fn a_version_3_image_is_read() {
     let img = Image::open(dir.path()).expect("a version 3 image is read");
     assert_eq!(img.manifest.format, 3);
     assert_eq!(img.manifest.async_calls, AsyncCallsRun::default());
+    assert_eq!(img.manifest.records, sample_manifest().records);
+    assert_eq!(read_back(dir.path()).unwrap(), data);
+}
+
+/// A version 4 image (before graphs were kept) reads as one without graphs.
+#[test]
+fn a_version_4_image_is_read_without_graphs() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = write(dir.path(), Compression::Zstd(1));
+    let path = dir.path().join(MANIFEST_FILE);
+    let bytes = std::fs::read(&path).unwrap();
+    let mut body = bytes[20..bytes.len() - 4].to_vec();
+    let mut tail = Vec::new();
+    bincode::encode_into_std_write(Vec::<u8>::new(), &mut tail, config()).unwrap();
+    assert!(body.ends_with(&tail), "the manifest ends with its graphs");
+    body.truncate(body.len() - tail.len());
+    assert_eq!(body[0], FORMAT_VERSION as u8);
+    body[0] = 4;
+    let mut old = MAGIC.to_vec();
+    old.extend_from_slice(&4u32.to_le_bytes());
+    old.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    old.extend_from_slice(&body);
+    let crc = crc32fast::hash(&old);
+    old.extend_from_slice(&crc.to_le_bytes());
+    std::fs::write(&path, &old).unwrap();
+    let img = Image::open(dir.path()).expect("a version 4 image is read");
+    assert_eq!(img.manifest.format, 4);
+    assert!(img.manifest.graphs.is_empty());
     assert_eq!(img.manifest.records, sample_manifest().records);
     assert_eq!(read_back(dir.path()).unwrap(), data);
 }

@@ -405,16 +405,19 @@ int main(int argc, char **argv) {
         BLAS(cublasCreate(&gone));
         BLAS(cublasDestroy(gone));
         std::printf("hostile: destroyed handle -> %s\n", cublasGetStatusName(cublasSscal(gone, 4, &one, d, 1)));
-        // cuBLAS in a stream capture: not carried by Phos; the capture is invalidated.
+        // A result for the host in a stream capture: cuBLAS would wait for the stream, which a
+        // capture forbids; the call is refused and the capture invalidated.
         cudaStream_t cs;
         CHECK(cudaStreamCreate(&cs));
         BLAS(cublasSetStream(h, cs));
+        BLAS(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST));
         CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
-        cublasStatus_t in_capture = cublasSscal(h, 4, &one, d, 1);
+        float norm = 0;
+        cublasStatus_t in_capture = cublasSnrm2(h, 4, d, 1, &norm);
         cudaGraph_t graph = nullptr;
         cudaError_t ended = cudaStreamEndCapture(cs, &graph);
-        std::printf("hostile: cuBLAS in a capture -> %s, end of capture -> %s\n", cublasGetStatusName(in_capture),
-                    cudaGetErrorName(ended));
+        std::printf("hostile: a host result in a capture -> %s, end of capture -> %s\n",
+                    cublasGetStatusName(in_capture), cudaGetErrorName(ended));
         if (graph) CHECK(cudaGraphDestroy(graph));
         BLAS(cublasSetStream(h, 0));
         CHECK(cudaStreamDestroy(cs));

@@ -463,6 +463,21 @@ int main(int argc, char **argv) {
         int lwork = 0;
         std::printf("hostile: destroyed handle -> %s\n",
                     status_name(cusolverDnDgetrf_bufferSize(gone, 4, 4, d, 4, &lwork)));
+        // A factorisation in a stream capture: not carried in graphs by Phos (refused by name,
+        // the capture invalidated).
+        cudaStream_t kept, cs;
+        SOLVER(cusolverDnGetStream(h, &kept));
+        CHECK(cudaStreamCreate(&cs));
+        SOLVER(cusolverDnSetStream(h, cs));
+        CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+        cusolverStatus_t in_capture = cusolverDnDgetrf(h, 4, 4, d, 4, d, dipiv, dinfo);
+        cudaGraph_t graph = nullptr;
+        cudaError_t ended = cudaStreamEndCapture(cs, &graph);
+        std::printf("hostile: getrf in a capture -> %s, end of capture -> %s\n", status_name(in_capture),
+                    cudaGetErrorName(ended));
+        if (graph) CHECK(cudaGraphDestroy(graph));
+        SOLVER(cusolverDnSetStream(h, kept));
+        CHECK(cudaStreamDestroy(cs));
         Factored f = factor(h);
         EXPECT(solves(h, f));
         std::printf("hostile: the handle still works\n");

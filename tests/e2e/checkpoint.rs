@@ -918,6 +918,21 @@ fn cublaslt_descriptors_and_their_attributes_survive_a_restore() {
     );
 }
 
+/// A graph holding captured library calls (a cuBLAS GEMM and device-mode dot and axpy, a
+/// cuSPARSE SpMV, a cuFFT transform) is kept in the image with its executable graph: after a
+/// stop and a restore into a new server, the program launches it with new inputs and every
+/// result matches the host's (the calls run on the restored handles, plan and descriptors).
+#[test]
+fn a_graph_of_library_calls_survives_a_restore() {
+    library_program_survives_a_restore(
+        "graph_libraries",
+        // nvcc's list form.
+        "-lcublas,cusparse,cufft,curand",
+        "graph-libs ready",
+        "after the restore: the graph's library calls ran",
+    );
+}
+
 /// cuFFT plans are recorded with what made them and their settings, and made again on
 /// restore under the same ints: after a stop and a restore into a new server, the program's
 /// batched plan on a stream and its made plan on a work area of its own transform the spectrum

@@ -114,6 +114,7 @@ const TESTED_APART: &[&str] = &[
     "cudnn_conv",
     "cublaslt_matmul",
     "cufft_convolution",
+    "graph_libraries",
 ];
 
 /// A program of both the runtime and the driver API (linked with `-lcuda`, so the loader
@@ -273,8 +274,9 @@ fn cublas_blas() {
 
 /// What a careless or hostile cuBLAS program gets: the library's own statuses for a bad
 /// leading dimension, a matrix past its allocation, a pointer array that points outside the
-/// session's memory and a destroyed handle, and a refusal (the capture invalidated) for cuBLAS
-/// in a stream capture; the server is unharmed and the handle still works.
+/// session's memory and a destroyed handle, and a refusal (the capture invalidated) for a
+/// cuBLAS result asked for the host in a stream capture; the server is unharmed and the handle
+/// still works.
 #[test]
 fn cublas_hostile_calls() {
     let Some(nvcc) = nvcc() else { return };
@@ -288,7 +290,7 @@ fn cublas_hostile_calls() {
         "hostile: matrix past its allocation -> CUBLAS_STATUS_INVALID_VALUE",
         "hostile: batched pointer outside memory -> CUBLAS_STATUS_INVALID_VALUE",
         "hostile: destroyed handle -> CUBLAS_STATUS_NOT_INITIALIZED",
-        "hostile: cuBLAS in a capture -> CUBLAS_STATUS_NOT_SUPPORTED, end of capture -> cudaErrorStreamCaptureInvalidated",
+        "hostile: a host result in a capture -> CUBLAS_STATUS_NOT_SUPPORTED, end of capture -> cudaErrorStreamCaptureInvalidated",
         "hostile: the handle still works",
         "done",
     ] {
@@ -376,8 +378,9 @@ fn cusolver_dense() {
 
 /// What a careless or hostile cuSOLVER program gets: the library's own statuses for a bad
 /// leading dimension, a matrix or a workspace past its allocation, pivots naming rows the
-/// matrix lacks, a made-up and a destroyed handle; the server logs each and the handle still
-/// works.
+/// matrix lacks, a made-up and a destroyed handle, and a refusal by name (the capture
+/// invalidated) for a factorisation in a stream capture; the server logs each and the handle
+/// still works.
 #[test]
 fn cusolver_hostile_calls() {
     let Some(nvcc) = nvcc() else { return };
@@ -393,6 +396,7 @@ fn cusolver_hostile_calls() {
         "hostile: pivots out of range -> CUSOLVER_STATUS_INVALID_VALUE",
         "hostile: made-up handle -> CUSOLVER_STATUS_NOT_INITIALIZED",
         "hostile: destroyed handle -> CUSOLVER_STATUS_NOT_INITIALIZED",
+        "hostile: getrf in a capture -> CUSOLVER_STATUS_NOT_SUPPORTED, end of capture -> cudaErrorStreamCaptureInvalidated",
         "hostile: the handle still works",
         "done",
     ] {
@@ -400,6 +404,7 @@ fn cusolver_hostile_calls() {
     }
     for logged in [
         "cusolverDnDgetrf: invalid device pointer `A`",
+        "cusolverDnDgetrf on a stream being captured: cuSOLVER's routines are not carried in graphs",
         "cusolverDnDpotrf: invalid device pointer `work`",
         "ipiv[1] is 99, outside 1..=4",
         "is not a cuSOLVER handle",
@@ -636,6 +641,73 @@ fn cufft_hostile_calls() {
         "is not a cuFFT plan of the session",
         "cufftSetWorkArea: the work area at",
     ] {
+        assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
+    }
+}
+
+/// The link flags of tests/cuda/graph_libraries.cu.
+const GRAPH_LIBRARIES_LINK: &[&str] = &["-arch=sm_70", "-lcublas", "-lcusparse", "-lcufft", "-lcurand"];
+
+/// Library calls inside stream capture (tests/cuda/graph_libraries.cu): a graph holding a
+/// cuBLAS GEMM with host scalars, a dot product and an axpy in device pointer mode, a cuSPARSE
+/// SpMV and a cuFFT transform, launched three times on another stream with new inputs, each
+/// result checked against the host's; and a conjugate gradient solve whose iteration (kernels,
+/// cuBLAS and cuSPARSE calls, memsets, copies) is captured once and launched until it
+/// converges. On emu's CPU implementations, printing what it prints natively.
+#[test]
+fn graph_libraries() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "graph_libraries", GRAPH_LIBRARIES_LINK);
+    let out = phos_run_over("emu", "shm", &exe, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert_eq!(stdout, expected("graph_libraries"), "output differs from the native run\nstderr:\n{stderr}");
+}
+
+/// What CUDA cannot capture either is refused by name: a cuBLAS dot product with its result on
+/// the host, in a capture, answers CUBLAS_STATUS_NOT_SUPPORTED, the capture ends invalidated,
+/// and the handle still works outside it.
+#[test]
+fn graph_libraries_refusals() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "graph_libraries", GRAPH_LIBRARIES_LINK);
+    let out = phos_run_over("emu", "shm", &exe, &["refusals"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    for line in [
+        "refusals: dot with a host result in a capture -> refused",
+        "refusals: the capture ends -> cudaErrorStreamCaptureInvalidated",
+        "refusals: the handle still works",
+        "done",
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "missing `{line}`\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    }
+    let logged = "cublasSdot_v2 on a stream being captured: its result goes to the host";
+    assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
+    assert!(stderr.contains("CUBLAS_STATUS_NOT_SUPPORTED"), "{stderr}");
+}
+
+/// A hostile or careless program destroys the cuBLAS handle a captured GEMM uses, then
+/// launches the graph: the launch's checks find the handle gone, the launch answers
+/// cudaErrorInvalidValue and the log names the call; a new handle works afterwards.
+#[test]
+fn graph_libraries_hostile() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "graph_libraries", GRAPH_LIBRARIES_LINK);
+    let out = phos_run_over("emu", "shm", &exe, &["hostile"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    for line in [
+        "hostile: launch after the handle was destroyed -> cudaErrorInvalidValue",
+        "hostile: a new handle works",
+        "done",
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "missing `{line}`\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    }
+    for logged in ["is not a cuBLAS handle of the session", "cudaGraphLaunch: the captured cublasSgemm_v2 failed"] {
         assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
     }
 }

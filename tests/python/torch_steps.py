@@ -104,6 +104,33 @@ def main():
         torch.cuda.synchronize()
         return f"{x.sum().item():.1f}"
 
+    def graphed_linear():
+        # Linear layers (cuBLAS/cuBLASLt matmuls) captured in a CUDA graph, as
+        # torch.cuda.graph does after a warm-up on a side stream; each replay with a new input
+        # must match the eager model.
+        torch.manual_seed(1)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)
+        ).to(dev)
+        static_in = torch.randn(32, 64, device=dev)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s), torch.no_grad():
+            for _ in range(3):
+                model(static_in)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.no_grad(), torch.cuda.graph(g):
+            static_out = model(static_in)
+        worst = 0.0
+        for _ in range(3):
+            static_in.copy_(torch.randn(32, 64, device=dev))
+            g.replay()
+            with torch.no_grad():
+                eager = model(static_in)
+            worst = max(worst, (static_out - eager).abs().max().item())
+        return f"{worst < 1e-4}"
+
     def memory_stats():
         before = torch.cuda.memory_allocated()
         a = torch.empty(1 << 24, device=dev)
@@ -124,6 +151,7 @@ def main():
         ("cnn_training", cnn_training),
         ("graphs", graphs),
         ("memory_stats", memory_stats),
+        ("graphed_linear", graphed_linear),
     ]
     failed = 0
     for name, step in steps:

@@ -21,6 +21,15 @@ pub struct GraphRegistry {
     execs: Mutex<HandleTable<Vec<GraphOp>>>,
 }
 
+/// What a checkpoint holds of the graphs (see [`GraphRegistry::snapshot`]).
+#[derive(bincode::Encode, bincode::Decode)]
+struct GraphsImage {
+    graphs: Vec<(u64, Graph)>,
+    execs: Vec<(u64, Vec<GraphOp>)>,
+    /// The next handle counters of graphs, nodes and executable graphs.
+    next: [u64; 3],
+}
+
 /// The objects of each kind a session may hold at once.
 pub struct GraphLimits {
     pub graphs: u64,
@@ -165,11 +174,115 @@ impl GraphRegistry {
         self.execs.lock().remove(exec).map(|_| ())
     }
 
+    /// The graphs and executable graphs, for a checkpoint (captures in progress are not
+    /// kept: a restored stream is not capturing). Their operations name functions, handles
+    /// and addresses that a restore makes again with the same values.
+    pub fn snapshot(&self) -> Vec<u8> {
+        let graphs = self.graphs.lock();
+        let nodes = self.nodes.lock();
+        let execs = self.execs.lock();
+        let image = GraphsImage {
+            graphs: graphs.iter().map(|(h, g)| (h, g.clone())).collect(),
+            execs: execs.iter().map(|(h, ops)| (h, ops.clone())).collect(),
+            next: [graphs.next_counter(), nodes.next_counter(), execs.next_counter()],
+        };
+        phos_protocol::encode(&image)
+    }
+
+    /// Put back what [`snapshot`](Self::snapshot) took, under the same handles (an empty
+    /// image, from a session without graphs, puts back nothing).
+    pub fn load(&self, image: &[u8]) -> Result<(), String> {
+        if image.is_empty() {
+            return Ok(());
+        }
+        let image: GraphsImage = phos_protocol::decode(image).map_err(|e| format!("the graphs do not decode: {e}"))?;
+        let mut graphs = self.graphs.lock();
+        let mut nodes = self.nodes.lock();
+        let mut execs = self.execs.lock();
+        for (handle, graph) in image.graphs {
+            for (index, node) in graph.nodes.iter().enumerate() {
+                if node.deps.iter().any(|&d| d >= graph.nodes.len()) {
+                    return Err(format!("graph {handle:#x}: a node follows one the graph does not have"));
+                }
+                nodes
+                    .insert_at(node.handle, (handle, index))
+                    .map_err(|e| format!("graph node {:#x}: {e:?}", node.handle))?;
+            }
+            graphs.insert_at(handle, graph).map_err(|e| format!("graph {handle:#x}: {e:?}"))?;
+        }
+        for (handle, ops) in image.execs {
+            execs.insert_at(handle, ops).map_err(|e| format!("executable graph {handle:#x}: {e:?}"))?;
+        }
+        let [g, n, e] = image.next;
+        graphs.set_next_counter(g);
+        nodes.set_next_counter(n);
+        execs.set_next_counter(e);
+        Ok(())
+    }
+
     /// Forget every capture and graph.
     pub fn release_all(&self) {
         self.captures.update(|c| *c = Captures::default());
         self.graphs.lock().drain();
         self.execs.lock().drain();
         self.nodes.lock().drain();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registry() -> GraphRegistry {
+        GraphRegistry::new(GraphLimits { graphs: 8, nodes: 64, execs: 8 })
+    }
+
+    fn library_op(position: Option<u64>) -> GraphOp {
+        GraphOp::Library { api: 2, function: 7, device: 0, payload: vec![1, 2, 3], position }
+    }
+
+    #[test]
+    fn graphs_and_executable_graphs_come_back_under_their_handles() {
+        let full = || CudaError::MemoryAllocation;
+        let new = NewHandle { forced: None, full: &full };
+        let r = registry();
+        let memset = GraphOp::Memset { dst: 0x1000, pitch: 4, value: 7, width: 4, height: 1 };
+        let g = r.create_captured(vec![memset.clone(), library_op(Some(9))], &new, &full).unwrap();
+        let exec = r.instantiate(g, &new).unwrap();
+        let (nodes, count) = r.nodes(g, 2).unwrap();
+        assert_eq!(count, 2);
+        let second = u64::from_ne_bytes(nodes[8..16].try_into().unwrap());
+        assert_eq!(r.node_kind(second).unwrap(), crate::capture::NODE_KERNEL, "a library call is a kernel node");
+        let image = r.snapshot();
+
+        let restored = registry();
+        restored.load(&image).unwrap();
+        assert_eq!(restored.exec_ops(exec).unwrap(), vec![memset, library_op(Some(9))]);
+        assert_eq!(restored.nodes(g, 2).unwrap(), (nodes, 2));
+        assert_eq!(restored.node_kind(second).unwrap(), crate::capture::NODE_KERNEL);
+        // New handles do not collide with the restored ones.
+        let other = restored.create(&new).unwrap();
+        assert_ne!(other, g);
+        // An empty image (a session without graphs) puts back nothing; a bad one is refused.
+        registry().load(&[]).unwrap();
+        assert!(registry().load(&image[..image.len() - 1]).is_err());
+        assert!(restored.load(&image).is_err(), "handles in use are refused");
+    }
+
+    #[test]
+    fn an_update_keeps_library_calls_of_the_same_function() {
+        let a = library_op(None);
+        assert_eq!(a.update_from(&library_op(Some(3))), Ok(()));
+        let other = GraphOp::Library { api: 2, function: 8, device: 0, payload: vec![], position: None };
+        assert_eq!(a.update_from(&other), Err(crate::capture::UPDATE_FUNCTION_CHANGED));
+        let kernel = GraphOp::Kernel {
+            function: 1,
+            grid: Default::default(),
+            block: Default::default(),
+            shared_mem: 0,
+            params: vec![],
+            cooperative: false,
+        };
+        assert_eq!(a.update_from(&kernel), Err(crate::capture::UPDATE_NODE_TYPE_CHANGED));
     }
 }

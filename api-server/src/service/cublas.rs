@@ -254,6 +254,7 @@ impl Session {
     /// pointer mode the request's scalars are in; `None` where the backend has no libcublas.
     fn on_vendor<R: VendorCall>(
         &self,
+        cx: &CallCx,
         handle: u64,
         mode: Option<i32>,
         req: &R,
@@ -261,7 +262,7 @@ impl Session {
         let cublas = self.vendor_cublas()?;
         Some((|| {
             let h = self.blas_handle(handle)?;
-            self.refuse_in_capture(&h)?;
+            self.blas_work(cx, &h)?;
             self.backend.bind(h.device).map_err(blas_status)?;
             if let Some(mode) = mode.filter(|&m| m != h.raw_pointer_mode) {
                 vendor_status(cublas.set_pointer_mode(h.raw, mode))?;
@@ -273,21 +274,10 @@ impl Session {
         })())
     }
 
-    /// A compute call on a stream that is being captured is not carried (the server records
-    /// a capture's work, and cuBLAS's kernels are not its to record): the capture is
-    /// invalidated, as CUDA does for work it cannot capture, and the call refused, logged.
-    fn refuse_in_capture(&self, h: &BlasHandle) -> Result<(), CublasStatus> {
-        let Some(mut captures) = self.objects.graphs.captures.active() else { return Ok(()) };
-        if captures.of_stream(h.stream).is_none() {
-            return Ok(());
-        }
-        captures.refuse(h.stream);
-        crate::guest_warn!(
-            self.id,
-            "a cuBLAS call on a stream being captured: not carried (the capture is invalidated), \
-             CUBLAS_STATUS_NOT_SUPPORTED"
-        );
-        Err(CublasStatus::NOT_SUPPORTED)
+    /// Where a compute call starts its work on the handle's stream: taken into the stream's
+    /// capture instead, or refused there (`library_work`).
+    fn blas_work(&self, cx: &CallCx, h: &BlasHandle) -> Result<(), CublasStatus> {
+        self.library_work(cx, h.stream, None, "CUBLAS_STATUS_NOT_SUPPORTED").map_err(|_| CublasStatus::NOT_SUPPORTED)
     }
 
     /// A handle's settings; an unknown handle is `NOT_INITIALIZED`, logged.
@@ -302,9 +292,14 @@ impl Session {
     }
 
     /// A CPU call on a handle: the stream its work goes on.
-    fn blas_call(&self, handle: u64) -> Result<Call<'_>, CublasStatus> {
+    fn blas_call(&self, cx: &CallCx, handle: u64) -> Result<Call<'_>, CublasStatus> {
+        self.blas_work(cx, &self.blas_handle(handle)?)?;
+        self.blas_reader(handle)
+    }
+
+    /// A handle's stream to read a call's operands on, before the call's work starts.
+    fn blas_reader(&self, handle: u64) -> Result<Call<'_>, CublasStatus> {
         let h = self.blas_handle(handle)?;
-        self.refuse_in_capture(&h)?;
         let stream = self.objects.streams.resolve(h.stream).map_err(blas_status)?;
         Ok(Call { session: self, stream })
     }
@@ -382,11 +377,11 @@ macro_rules! level1 {
      $asum:ident, $asum_req:ident, $asum_rep:ident,
      $amax:ident, $amax_req:ident, $amax_rep:ident,
      $amin:ident, $amin_req:ident, $amin_rep:ident) => {
-        fn $axpy(&self, _: &CallCx, req: $axpy_req<'_>) -> Result<$axpy_rep, CublasStatus> {
-            if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
+        fn $axpy(&self, cx: &CallCx, req: $axpy_req<'_>) -> Result<$axpy_rep, CublasStatus> {
+            if let Some(r) = self.on_vendor(cx, req.handle, Some(req.mode), &req) {
                 return r;
             }
-            let call = self.blas_call(req.handle)?;
+            let call = self.blas_call(cx, req.handle)?;
             let n = count(req.n)?;
             let alpha: $t = call.scalar(&req.alpha)?;
             let x = call.values::<$t>(&req.x, cpu_blas::vector_len(n, req.incx.into()))?;
@@ -396,11 +391,11 @@ macro_rules! level1 {
             Ok($axpy_rep {})
         }
 
-        fn $scal(&self, _: &CallCx, req: $scal_req<'_>) -> Result<$scal_rep, CublasStatus> {
-            if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
+        fn $scal(&self, cx: &CallCx, req: $scal_req<'_>) -> Result<$scal_rep, CublasStatus> {
+            if let Some(r) = self.on_vendor(cx, req.handle, Some(req.mode), &req) {
                 return r;
             }
-            let call = self.blas_call(req.handle)?;
+            let call = self.blas_call(cx, req.handle)?;
             let n = count(req.n)?;
             let alpha: $t = call.scalar(&req.alpha)?;
             let mut x = call.values::<$t>(&req.x, cpu_blas::vector_len(n, req.incx.into()))?;
@@ -409,11 +404,11 @@ macro_rules! level1 {
             Ok($scal_rep {})
         }
 
-        fn $copy(&self, _: &CallCx, req: $copy_req<'_>) -> Result<$copy_rep, CublasStatus> {
-            if let Some(r) = self.on_vendor(req.handle, None, &req) {
+        fn $copy(&self, cx: &CallCx, req: $copy_req<'_>) -> Result<$copy_rep, CublasStatus> {
+            if let Some(r) = self.on_vendor(cx, req.handle, None, &req) {
                 return r;
             }
-            let call = self.blas_call(req.handle)?;
+            let call = self.blas_call(cx, req.handle)?;
             let n = count(req.n)?;
             let x = call.values::<$t>(&req.x, cpu_blas::vector_len(n, req.incx.into()))?;
             let mut y = call.values::<$t>(&req.y, cpu_blas::vector_len(n, req.incy.into()))?;
@@ -422,11 +417,11 @@ macro_rules! level1 {
             Ok($copy_rep {})
         }
 
-        fn $swap(&self, _: &CallCx, req: $swap_req<'_>) -> Result<$swap_rep, CublasStatus> {
-            if let Some(r) = self.on_vendor(req.handle, None, &req) {
+        fn $swap(&self, cx: &CallCx, req: $swap_req<'_>) -> Result<$swap_rep, CublasStatus> {
+            if let Some(r) = self.on_vendor(cx, req.handle, None, &req) {
                 return r;
             }
-            let call = self.blas_call(req.handle)?;
+            let call = self.blas_call(cx, req.handle)?;
             let n = count(req.n)?;
             let mut x = call.values::<$t>(&req.x, cpu_blas::vector_len(n, req.incx.into()))?;
             let mut y = call.values::<$t>(&req.y, cpu_blas::vector_len(n, req.incy.into()))?;
@@ -436,11 +431,11 @@ macro_rules! level1 {
             Ok($swap_rep {})
         }
 
-        fn $dot(&self, _: &CallCx, req: $dot_req<'_>) -> Result<$dot_rep, CublasStatus> {
-            if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
+        fn $dot(&self, cx: &CallCx, req: $dot_req<'_>) -> Result<$dot_rep, CublasStatus> {
+            if let Some(r) = self.on_vendor(cx, req.handle, Some(req.mode), &req) {
                 return r;
             }
-            let call = self.blas_call(req.handle)?;
+            let call = self.blas_call(cx, req.handle)?;
             let n = count(req.n)?;
             let x = call.values::<$t>(&req.x, cpu_blas::vector_len(n, req.incx.into()))?;
             let y = call.values::<$t>(&req.y, cpu_blas::vector_len(n, req.incy.into()))?;
@@ -448,44 +443,44 @@ macro_rules! level1 {
             Ok($dot_rep { result: call.result(&req.result, cpu_blas::encode(&[r]))? })
         }
 
-        fn $nrm2(&self, _: &CallCx, req: $nrm2_req<'_>) -> Result<$nrm2_rep, CublasStatus> {
-            if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
+        fn $nrm2(&self, cx: &CallCx, req: $nrm2_req<'_>) -> Result<$nrm2_rep, CublasStatus> {
+            if let Some(r) = self.on_vendor(cx, req.handle, Some(req.mode), &req) {
                 return r;
             }
-            let call = self.blas_call(req.handle)?;
+            let call = self.blas_call(cx, req.handle)?;
             let n = count(req.n)?;
             let x = call.values::<$t>(&req.x, cpu_blas::vector_len(n, req.incx.into()))?;
             let r = cpu_blas::nrm2(n, &x, req.incx.into());
             Ok($nrm2_rep { result: call.result(&req.result, cpu_blas::encode(&[r]))? })
         }
 
-        fn $asum(&self, _: &CallCx, req: $asum_req<'_>) -> Result<$asum_rep, CublasStatus> {
-            if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
+        fn $asum(&self, cx: &CallCx, req: $asum_req<'_>) -> Result<$asum_rep, CublasStatus> {
+            if let Some(r) = self.on_vendor(cx, req.handle, Some(req.mode), &req) {
                 return r;
             }
-            let call = self.blas_call(req.handle)?;
+            let call = self.blas_call(cx, req.handle)?;
             let n = count(req.n)?;
             let x = call.values::<$t>(&req.x, cpu_blas::vector_len(n, req.incx.into()))?;
             let r = cpu_blas::asum(n, &x, req.incx.into());
             Ok($asum_rep { result: call.result(&req.result, cpu_blas::encode(&[r]))? })
         }
 
-        fn $amax(&self, _: &CallCx, req: $amax_req<'_>) -> Result<$amax_rep, CublasStatus> {
-            if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
+        fn $amax(&self, cx: &CallCx, req: $amax_req<'_>) -> Result<$amax_rep, CublasStatus> {
+            if let Some(r) = self.on_vendor(cx, req.handle, Some(req.mode), &req) {
                 return r;
             }
-            let call = self.blas_call(req.handle)?;
+            let call = self.blas_call(cx, req.handle)?;
             let n = count(req.n)?;
             let x = call.values::<$t>(&req.x, cpu_blas::vector_len(n, req.incx.into()))?;
             let r = cpu_blas::iamax(n, &x, req.incx.into(), true);
             Ok($amax_rep { result: call.result(&req.result, r.to_le_bytes().to_vec())? })
         }
 
-        fn $amin(&self, _: &CallCx, req: $amin_req<'_>) -> Result<$amin_rep, CublasStatus> {
-            if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
+        fn $amin(&self, cx: &CallCx, req: $amin_req<'_>) -> Result<$amin_rep, CublasStatus> {
+            if let Some(r) = self.on_vendor(cx, req.handle, Some(req.mode), &req) {
                 return r;
             }
-            let call = self.blas_call(req.handle)?;
+            let call = self.blas_call(cx, req.handle)?;
             let n = count(req.n)?;
             let x = call.values::<$t>(&req.x, cpu_blas::vector_len(n, req.incx.into()))?;
             let r = cpu_blas::iamax(n, &x, req.incx.into(), false);
@@ -500,11 +495,11 @@ macro_rules! level23 {
      $gemm:ident, $gemm_req:ident, $gemm_rep:ident,
      $strided:ident, $strided_req:ident, $strided_rep:ident,
      $batched:ident, $batched_req:ident, $batched_rep:ident, $batched_id:ident) => {
-        fn $gemv(&self, _: &CallCx, req: $gemv_req<'_>) -> Result<$gemv_rep, CublasStatus> {
-            if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
+        fn $gemv(&self, cx: &CallCx, req: $gemv_req<'_>) -> Result<$gemv_rep, CublasStatus> {
+            if let Some(r) = self.on_vendor(cx, req.handle, Some(req.mode), &req) {
                 return r;
             }
-            let call = self.blas_call(req.handle)?;
+            let call = self.blas_call(cx, req.handle)?;
             let (m, n, lda) = (count(req.m)?, count(req.n)?, count(req.lda)?);
             let trans = req.trans != consts::CUBLAS_OP_N;
             let (xn, yn) = if trans { (m, n) } else { (n, m) };
@@ -520,11 +515,11 @@ macro_rules! level23 {
             Ok($gemv_rep {})
         }
 
-        fn $ger(&self, _: &CallCx, req: $ger_req<'_>) -> Result<$ger_rep, CublasStatus> {
-            if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
+        fn $ger(&self, cx: &CallCx, req: $ger_req<'_>) -> Result<$ger_rep, CublasStatus> {
+            if let Some(r) = self.on_vendor(cx, req.handle, Some(req.mode), &req) {
                 return r;
             }
-            let call = self.blas_call(req.handle)?;
+            let call = self.blas_call(cx, req.handle)?;
             let (m, n, lda) = (count(req.m)?, count(req.n)?, count(req.lda)?);
             let alpha: $t = call.scalar(&req.alpha)?;
             if m == 0 || n == 0 {
@@ -538,22 +533,22 @@ macro_rules! level23 {
             Ok($ger_rep {})
         }
 
-        fn $gemm(&self, _: &CallCx, req: $gemm_req<'_>) -> Result<$gemm_rep, CublasStatus> {
-            if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
+        fn $gemm(&self, cx: &CallCx, req: $gemm_req<'_>) -> Result<$gemm_rep, CublasStatus> {
+            if let Some(r) = self.on_vendor(cx, req.handle, Some(req.mode), &req) {
                 return r;
             }
-            let call = self.blas_call(req.handle)?;
+            let call = self.blas_call(cx, req.handle)?;
             let g = Gemm::new(req.transa, req.transb, req.m, req.n, req.k, req.lda, req.ldb, req.ldc)?;
             let (alpha, beta): ($t, $t) = (call.scalar(&req.alpha)?, call.scalar(&req.beta)?);
             g.on_device(&call, alpha, beta, device_address(&req.A), device_address(&req.B), device_address(&req.C))?;
             Ok($gemm_rep {})
         }
 
-        fn $strided(&self, _: &CallCx, req: $strided_req<'_>) -> Result<$strided_rep, CublasStatus> {
-            if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
+        fn $strided(&self, cx: &CallCx, req: $strided_req<'_>) -> Result<$strided_rep, CublasStatus> {
+            if let Some(r) = self.on_vendor(cx, req.handle, Some(req.mode), &req) {
                 return r;
             }
-            let call = self.blas_call(req.handle)?;
+            let call = self.blas_call(cx, req.handle)?;
             let g = Gemm::new(req.transa, req.transb, req.m, req.n, req.k, req.lda, req.ldb, req.ldc)?;
             let (alpha, beta): ($t, $t) = (call.scalar(&req.alpha)?, call.scalar(&req.beta)?);
             let step = |stride: i64| -> Result<u64, CublasStatus> { Ok(count(stride)? as u64 * <$t>::BYTES as u64) };
@@ -565,8 +560,8 @@ macro_rules! level23 {
             Ok($strided_rep {})
         }
 
-        fn $batched(&self, _: &CallCx, req: $batched_req<'_>) -> Result<$batched_rep, CublasStatus> {
-            let call = self.blas_call(req.handle)?;
+        fn $batched(&self, cx: &CallCx, req: $batched_req<'_>) -> Result<$batched_rep, CublasStatus> {
+            let call = self.blas_reader(req.handle)?;
             let g = Gemm::new(req.transa, req.transb, req.m, req.n, req.k, req.lda, req.ldb, req.ldc)?;
             let (la, lb, lc) = g.lens();
             let size = <$t>::BYTES;
@@ -574,7 +569,8 @@ macro_rules! level23 {
             let batch = count(req.batchCount)?;
             let [a, b, c] =
                 self.batched_arrays(FunctionId::$batched_id, &call, arrays, batch, [la * size, lb * size, lc * size])?;
-            if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
+            self.blas_work(cx, &self.blas_handle(req.handle)?)?;
+            if let Some(r) = self.on_vendor(cx, req.handle, Some(req.mode), &req) {
                 return r;
             }
             let (alpha, beta): ($t, $t) = (call.scalar(&req.alpha)?, call.scalar(&req.beta)?);
@@ -590,8 +586,8 @@ macro_rules! level23 {
 /// `CUBLAS_STATUS_NOT_SUPPORTED`, which the guest logs once by name.
 macro_rules! vendor_only {
     ($($method:ident, $req:ident, $rep:ident, $mode:ident);* $(;)?) => {
-        $(fn $method(&self, _: &CallCx, req: $req<'_>) -> Result<$rep, CublasStatus> {
-            self.on_vendor(req.handle, vendor_only!(@mode req $mode), &req).unwrap_or(Err(CublasStatus::NOT_SUPPORTED))
+        $(fn $method(&self, cx: &CallCx, req: $req<'_>) -> Result<$rep, CublasStatus> {
+            self.on_vendor(cx, req.handle, vendor_only!(@mode req $mode), &req).unwrap_or(Err(CublasStatus::NOT_SUPPORTED))
         })*
     };
     (@mode $req:ident scalars) => { Some($req.mode) };
@@ -620,6 +616,8 @@ impl CublasService for Session {
     fn before_call(&self, _: &CallCx, _: FunctionId, access: &CallAccess<'_>) -> Result<(), CublasStatus> {
         self.hooks.before_call(access).map_err(blas_status)
     }
+
+    super::library_capture::capture_hooks!(Cublas);
 
     fn cublas_create_v2(&self, cx: &CallCx, _: CublasCreateV2Request) -> Result<CublasCreateV2Reply, CublasStatus> {
         self.check_device(cx.device).map_err(|_| CublasStatus::NOT_INITIALIZED)?;
@@ -871,17 +869,17 @@ impl CublasService for Session {
         cublas_dgeam, CublasDgeamRequest, CublasDgeamReply, scalars;
     );
 
-    fn cublas_gemm_ex(&self, _: &CallCx, req: CublasGemmExRequest<'_>) -> Result<CublasGemmExReply, CublasStatus> {
+    fn cublas_gemm_ex(&self, cx: &CallCx, req: CublasGemmExRequest<'_>) -> Result<CublasGemmExReply, CublasStatus> {
         self.gemm_ex_types(
             [req.Atype, req.Btype, req.Ctype],
             [req.a_size, req.b_size, req.c_size],
             req.computeType,
             req.scalar_size,
         )?;
-        if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
+        if let Some(r) = self.on_vendor(cx, req.handle, Some(req.mode), &req) {
             return r;
         }
-        let call = self.blas_call(req.handle)?;
+        let call = self.blas_call(cx, req.handle)?;
         let g = Gemm::new(req.transa, req.transb, req.m, req.n, req.k, req.lda, req.ldb, req.ldc)?;
         let scalar = |p| {
             call.scalar_bytes(p, req.scalar_size as usize)
@@ -903,7 +901,7 @@ impl CublasService for Session {
 
     fn cublas_gemm_strided_batched_ex(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: CublasGemmStridedBatchedExRequest<'_>,
     ) -> Result<CublasGemmStridedBatchedExReply, CublasStatus> {
         self.gemm_ex_types(
@@ -912,10 +910,10 @@ impl CublasService for Session {
             req.computeType,
             req.scalar_size,
         )?;
-        if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
+        if let Some(r) = self.on_vendor(cx, req.handle, Some(req.mode), &req) {
             return r;
         }
-        let call = self.blas_call(req.handle)?;
+        let call = self.blas_call(cx, req.handle)?;
         let g = Gemm::new(req.transa, req.transb, req.m, req.n, req.k, req.lda, req.ldb, req.ldc)?;
         let scalar = |p| {
             call.scalar_bytes(p, req.scalar_size as usize)
@@ -939,7 +937,7 @@ impl CublasService for Session {
 
     fn cublas_gemm_batched_ex(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: CublasGemmBatchedExRequest<'_>,
     ) -> Result<CublasGemmBatchedExReply, CublasStatus> {
         self.gemm_ex_types(
@@ -948,14 +946,15 @@ impl CublasService for Session {
             req.computeType,
             req.scalar_size,
         )?;
-        let call = self.blas_call(req.handle)?;
+        let call = self.blas_reader(req.handle)?;
         let g = Gemm::new(req.transa, req.transb, req.m, req.n, req.k, req.lda, req.ldb, req.ldc)?;
         let batch = count(req.batchCount)?;
         let (la, lb, lc) = g.lens();
         let bytes = [la * req.a_size as usize, lb * req.b_size as usize, lc * req.c_size as usize];
         let arrays = [&req.Aarray, &req.Barray, &req.Carray];
         let [a, b, c] = self.batched_arrays(FunctionId::CublasGemmBatchedEx, &call, arrays, batch, bytes)?;
-        if let Some(r) = self.on_vendor(req.handle, Some(req.mode), &req) {
+        self.blas_work(cx, &self.blas_handle(req.handle)?)?;
+        if let Some(r) = self.on_vendor(cx, req.handle, Some(req.mode), &req) {
             return r;
         }
         let scalar = |p| {

@@ -481,22 +481,14 @@ impl Session {
         Ok(())
     }
 
-    /// The call's stream, refusing one being captured (cuBLASLt's kernels are not the
-    /// server's to record: the capture is invalidated).
-    fn lt_stream(&self, name: &str, stream: u64) -> Result<StreamRef, CublasLtStatus> {
+    /// The call's stream, where its work starts: taken into the stream's capture instead, or
+    /// refused there (`library_work`).
+    fn lt_stream(&self, cx: &CallCx, name: &str, stream: u64) -> Result<StreamRef, CublasLtStatus> {
         let resolved = self.objects.streams.resolve(stream).map_err(|_| {
             self.lt_refuse(name, CublasLtStatus::INVALID_VALUE, &format!("{stream:#x} is not a stream of the session"))
         })?;
-        if let Some(mut captures) = self.objects.graphs.captures.active()
-            && captures.of_stream(stream).is_some()
-        {
-            captures.refuse(stream);
-            return Err(self.lt_refuse(
-                name,
-                CublasLtStatus::NOT_SUPPORTED,
-                "a call on a stream being captured is not carried (the capture is invalidated)",
-            ));
-        }
+        self.library_work(cx, stream, None, "CUBLAS_STATUS_NOT_SUPPORTED")
+            .map_err(|_| CublasLtStatus::NOT_SUPPORTED)?;
         Ok(resolved)
     }
 
@@ -663,6 +655,8 @@ impl CublasltService for Session {
     fn before_call(&self, _: &CallCx, _: FunctionId, access: &CallAccess<'_>) -> Result<(), CublasLtStatus> {
         self.hooks.before_call(access).map_err(lt_status)
     }
+
+    super::library_capture::capture_hooks!(Cublaslt);
 
     fn cublas_lt_create(&self, cx: &CallCx, _: CublasLtCreateRequest) -> Result<CublasLtCreateReply, CublasLtStatus> {
         Ok(CublasLtCreateReply { lightHandle: self.lt_create_handle(cx)? })
@@ -936,11 +930,11 @@ impl CublasltService for Session {
             let why = format!("the call counts {} flops where its descriptors make {}", req.flops, plan.flops);
             return Err(self.lt_refuse(name, CublasLtStatus::INVALID_VALUE, &why));
         }
-        let stream = self.lt_stream(name, req.stream)?;
         let mut ranges = plan.accesses();
         let workspace = device_address(&req.workspace);
         ranges.push(("workspace", DeviceAccess { addr: workspace, len: req.workspaceSizeInBytes, writes: true }));
         self.lt_check_ranges(cx, name, &ranges)?;
+        let stream = self.lt_stream(cx, name, req.stream)?;
         if let Some(lt) = self.vendor_lt() {
             self.backend.bind(h.device).map_err(lt_status)?;
             let mut objects = vec![
@@ -996,7 +990,7 @@ impl CublasltService for Session {
             ranges.push((*what, DeviceAccess { addr: x.addr, len, writes: *what == "C" }));
         }
         self.lt_check_ranges(cx, name, &ranges)?;
-        let stream = self.lt_stream(name, req.stream)?;
+        let stream = self.lt_stream(cx, name, req.stream)?;
         if let Some(lt) = self.vendor_lt() {
             self.backend.bind(h.device).map_err(lt_status)?;
             let mut objects = vec![

@@ -160,6 +160,9 @@ impl Session {
                     }
                     b.memcpy_registered(*device, *host, *count, *to_device, s)?
                 }
+                GraphOp::Library { api, function, device, payload, position } => {
+                    self.run_library_op(cx, (*api, *function), *device, payload, *position, stream)?
+                }
             }
         }
         Ok(())

@@ -82,6 +82,13 @@ fn bytes_of<'a>(p: &Ptr<'a>) -> &'a [u8] {
 }
 
 impl Session {
+    /// Where every cuDNN compute call starts its work on the handle's stream: the one place
+    /// cuDNN decides about stream capture (taken into the capture, or refused there; see
+    /// `library_capture`).
+    fn dnn_work(&self, cx: &CallCx, h: &DnnHandle) -> Result<(), CudnnStatus> {
+        self.library_work(cx, h.stream, None, "CUDNN_STATUS_NOT_SUPPORTED").map_err(|_| CudnnStatus::NOT_SUPPORTED)
+    }
+
     fn vendor_cudnn(&self) -> Option<&Cudnn> {
         self.backend.cudnn()
     }
@@ -218,6 +225,8 @@ impl CudnnService for Session {
     fn before_call(&self, _: &CallCx, _: FunctionId, access: &CallAccess<'_>) -> Result<(), CudnnStatus> {
         self.hooks.before_call(access).map_err(dnn_status)
     }
+
+    super::library_capture::capture_hooks!(Cudnn);
 
     fn cudnn_create(&self, cx: &CallCx, _: CudnnCreateRequest) -> Result<CudnnCreateReply, CudnnStatus> {
         self.check_device(cx.device).map_err(|_| CudnnStatus::NOT_INITIALIZED)?;
@@ -487,17 +496,7 @@ impl CudnnService for Session {
         let Some(cudnn) = self.vendor_cudnn() else {
             return Err(self.dnn_unsupported(cx, "executing a plan"));
         };
-        // A capture's work is the server's to record, and cuDNN's kernels are not.
-        if let Some(mut captures) = self.objects.graphs.captures.active()
-            && captures.of_stream(h.stream).is_some()
-        {
-            captures.refuse(h.stream);
-            crate::guest_warn!(
-                self.id,
-                "cudnnBackendExecute on a stream being captured: not carried (the capture is invalidated), CUDNN_STATUS_NOT_SUPPORTED"
-            );
-            return Err(CudnnStatus::NOT_SUPPORTED);
-        }
+        self.dnn_work(cx, &h)?;
         self.before_work("cudnnBackendExecute", &access).map_err(dnn_status)?;
         self.backend.bind(h.device).map_err(dnn_status)?;
         vendor_status(cudnn.execute(h.raw, plan.raw, pack.raw))?;

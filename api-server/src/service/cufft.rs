@@ -301,27 +301,11 @@ impl Session {
         Err(CufftResult::INVALID_VALUE)
     }
 
-    /// An exec on a stream being captured is not carried (the server records a capture's
-    /// work, and cuFFT's kernels are not its to record): the capture is invalidated, as CUDA
-    /// does for work it cannot capture, and the call refused.
-    fn refuse_fft_in_capture(&self, id: FunctionId, plan: &Plan) -> Result<(), CufftResult> {
-        let Some(mut captures) = self.objects.graphs.captures.active() else { return Ok(()) };
-        if captures.of_stream(plan.stream).is_none() {
-            return Ok(());
-        }
-        captures.refuse(plan.stream);
-        crate::guest_warn!(
-            self.id,
-            "{} on a stream being captured: not carried (the capture is invalidated), CUFFT_NOT_SUPPORTED",
-            id.name()
-        );
-        Err(NOT_SUPPORTED)
-    }
-
     /// One transform of the plan `handle` from `idata` to `odata`: checked, shown to the C/R
     /// hook, then run by the vendor (`vendor`, the generated call) or the CPU.
     fn exec(
         &self,
+        cx: &CallCx,
         exec: Exec,
         handle: u64,
         idata: u64,
@@ -371,7 +355,8 @@ impl Session {
             Some(area) => self.check_fft_range(id, "work area", area, plan.work_size)?,
             None => {}
         }
-        self.refuse_fft_in_capture(id, &plan)?;
+        // Where the work starts: taken into the stream's capture instead, or refused there.
+        self.library_work(cx, plan.stream, None, "CUFFT_NOT_SUPPORTED").map_err(|_| NOT_SUPPORTED)?;
         if self.hooks.active() {
             let mut device = vec![
                 DeviceAccess { addr: idata, len: in_bytes, writes: in_place },
@@ -425,6 +410,8 @@ impl CufftService for Session {
     fn before_call(&self, _: &CallCx, _: FunctionId, access: &CallAccess<'_>) -> Result<(), CufftResult> {
         self.hooks.before_call(access).map_err(fft_status)
     }
+
+    super::library_capture::capture_hooks!(Cufft);
 
     fn cufft_create(&self, cx: &CallCx, _: CufftCreateRequest) -> Result<CufftCreateReply, CufftResult> {
         Ok(CufftCreateReply { handle: self.create_plan(cx, FunctionId::CufftCreate)? })
@@ -606,54 +593,54 @@ impl CufftService for Session {
         Ok(CufftSetStreamReply {})
     }
 
-    fn cufft_exec_c2c(&self, _: &CallCx, req: CufftExecC2CRequest) -> Result<CufftExecC2CReply, CufftResult> {
+    fn cufft_exec_c2c(&self, cx: &CallCx, req: CufftExecC2CRequest) -> Result<CufftExecC2CReply, CufftResult> {
         let exec = Exec { id: FunctionId::CufftExecC2C, fft_type: FftType::C2C, direction: Some(req.direction) };
-        self.exec(exec, req.plan, req.idata, req.odata, |lib, t| {
+        self.exec(cx, exec, req.plan, req.idata, req.odata, |lib, t| {
             // SAFETY: `exec` calls this with the checked request and the live vendor plan.
             unsafe { req.call_vendor(lib, t) }.map(drop)
         })?;
         Ok(CufftExecC2CReply {})
     }
 
-    fn cufft_exec_r2c(&self, _: &CallCx, req: CufftExecR2CRequest) -> Result<CufftExecR2CReply, CufftResult> {
+    fn cufft_exec_r2c(&self, cx: &CallCx, req: CufftExecR2CRequest) -> Result<CufftExecR2CReply, CufftResult> {
         let exec = Exec { id: FunctionId::CufftExecR2C, fft_type: FftType::R2C, direction: None };
-        self.exec(exec, req.plan, req.idata, req.odata, |lib, t| {
+        self.exec(cx, exec, req.plan, req.idata, req.odata, |lib, t| {
             // SAFETY: `exec` calls this with the checked request and the live vendor plan.
             unsafe { req.call_vendor(lib, t) }.map(drop)
         })?;
         Ok(CufftExecR2CReply {})
     }
 
-    fn cufft_exec_c2r(&self, _: &CallCx, req: CufftExecC2RRequest) -> Result<CufftExecC2RReply, CufftResult> {
+    fn cufft_exec_c2r(&self, cx: &CallCx, req: CufftExecC2RRequest) -> Result<CufftExecC2RReply, CufftResult> {
         let exec = Exec { id: FunctionId::CufftExecC2R, fft_type: FftType::C2R, direction: None };
-        self.exec(exec, req.plan, req.idata, req.odata, |lib, t| {
+        self.exec(cx, exec, req.plan, req.idata, req.odata, |lib, t| {
             // SAFETY: `exec` calls this with the checked request and the live vendor plan.
             unsafe { req.call_vendor(lib, t) }.map(drop)
         })?;
         Ok(CufftExecC2RReply {})
     }
 
-    fn cufft_exec_z2z(&self, _: &CallCx, req: CufftExecZ2ZRequest) -> Result<CufftExecZ2ZReply, CufftResult> {
+    fn cufft_exec_z2z(&self, cx: &CallCx, req: CufftExecZ2ZRequest) -> Result<CufftExecZ2ZReply, CufftResult> {
         let exec = Exec { id: FunctionId::CufftExecZ2Z, fft_type: FftType::Z2Z, direction: Some(req.direction) };
-        self.exec(exec, req.plan, req.idata, req.odata, |lib, t| {
+        self.exec(cx, exec, req.plan, req.idata, req.odata, |lib, t| {
             // SAFETY: `exec` calls this with the checked request and the live vendor plan.
             unsafe { req.call_vendor(lib, t) }.map(drop)
         })?;
         Ok(CufftExecZ2ZReply {})
     }
 
-    fn cufft_exec_d2z(&self, _: &CallCx, req: CufftExecD2ZRequest) -> Result<CufftExecD2ZReply, CufftResult> {
+    fn cufft_exec_d2z(&self, cx: &CallCx, req: CufftExecD2ZRequest) -> Result<CufftExecD2ZReply, CufftResult> {
         let exec = Exec { id: FunctionId::CufftExecD2Z, fft_type: FftType::D2Z, direction: None };
-        self.exec(exec, req.plan, req.idata, req.odata, |lib, t| {
+        self.exec(cx, exec, req.plan, req.idata, req.odata, |lib, t| {
             // SAFETY: `exec` calls this with the checked request and the live vendor plan.
             unsafe { req.call_vendor(lib, t) }.map(drop)
         })?;
         Ok(CufftExecD2ZReply {})
     }
 
-    fn cufft_exec_z2d(&self, _: &CallCx, req: CufftExecZ2DRequest) -> Result<CufftExecZ2DReply, CufftResult> {
+    fn cufft_exec_z2d(&self, cx: &CallCx, req: CufftExecZ2DRequest) -> Result<CufftExecZ2DReply, CufftResult> {
         let exec = Exec { id: FunctionId::CufftExecZ2D, fft_type: FftType::Z2D, direction: None };
-        self.exec(exec, req.plan, req.idata, req.odata, |lib, t| {
+        self.exec(cx, exec, req.plan, req.idata, req.odata, |lib, t| {
             // SAFETY: `exec` calls this with the checked request and the live vendor plan.
             unsafe { req.call_vendor(lib, t) }.map(drop)
         })?;

@@ -15,6 +15,7 @@ use phos_protocol::curand::*;
 use phos_protocol::spec::RecordFacts;
 use phos_protocol::{CudaError, Ptr};
 
+use super::library_capture::NotNow;
 use super::{CallCx, Session};
 use crate::backend::vendor_curand::Curand;
 use crate::cpu_rand::Words;
@@ -227,25 +228,26 @@ impl Session {
         Ok(())
     }
 
-    /// A generation on a device generator while its stream is being captured is not carried
-    /// (the server records a capture's work, and cuRAND's kernels are not its to record): the
-    /// capture is invalidated, as CUDA does for work it cannot capture, and the call refused.
-    fn refuse_rand_in_capture(&self, g: &Generator) -> Result<(), CurandStatus> {
-        let Some(mut captures) = self.objects.graphs.captures.active() else { return Ok(()) };
-        if g.host || captures.of_stream(g.stream).is_none() {
-            return Ok(());
+    /// Where a device generator's generation starts its work on the generator's stream:
+    /// whether it is taken into the stream's capture (`library_work`), or refused there.
+    fn rand_work(&self, cx: &CallCx, g: &Generator) -> Result<bool, CurandStatus> {
+        if g.host {
+            return Ok(false);
         }
-        captures.refuse(g.stream);
-        crate::guest_warn!(
-            self.id,
-            "a cuRAND generation on a stream being captured: not carried (the capture is invalidated), \
-             CURAND_STATUS_ARCH_MISMATCH"
-        );
-        Err(NOT_SUPPORTED)
+        match self.library_work(cx, g.stream, None, "CURAND_STATUS_ARCH_MISMATCH") {
+            Ok(()) => Ok(false),
+            Err(NotNow::Captured) => Ok(true),
+            Err(NotNow::Refused) => Err(NOT_SUPPORTED),
+        }
     }
 
     /// One generation of `n` numbers into `output`: with the vendor's library (`vendor`, the
     /// generated call) or the CPU generator (`draw`). The reply's buffer for a host generator.
+    ///
+    /// In a capture, as with CUDA's graphs, the generation keeps the generator's position as
+    /// it was, which every launch of the graph draws from (each launch makes the same
+    /// numbers), and the generator moves on as if it had drawn them now; a launch leaves the
+    /// generator where it is.
     #[allow(clippy::too_many_arguments)]
     fn generate(
         &self,
@@ -268,21 +270,35 @@ impl Session {
             );
             return Err(CurandStatus::OUT_OF_RANGE);
         }
-        self.refuse_rand_in_capture(&g)?;
+        let captured = self.rand_work(cx, &g)?;
+        let launched = cx.graph.launch.is_some();
+        let from = cx.graph.position.get().filter(|_| launched).unwrap_or(g.position());
+        if captured {
+            cx.graph.position.set(Some(from));
+        }
         let (out, drawn) = match self.vendor_curand() {
+            Some(_) if captured => (None, n),
             Some(curand) => {
                 self.backend.bind(g.device).map_err(rand_status)?;
+                if launched {
+                    vendor_status(curand.set_offset(g.raw, from))?;
+                }
                 // The generated call, with the output range the dispatch checked (or the reply's
                 // buffer it sized) and the live vendor generator.
-                let out = vendor(&curand.library, &VendorObjects { generator: g.raw })?;
-                (out, n)
+                let out = vendor(&curand.library, &VendorObjects { generator: g.raw });
+                if launched {
+                    vendor_status(curand.set_offset(g.raw, g.position()))?;
+                }
+                (out?, n)
             }
             None => {
                 let count = usize::try_from(n).map_err(|_| CurandStatus::OUT_OF_RANGE)?;
-                let mut words = Words::new(g.seed, g.position());
+                let mut words = Words::new(g.seed, from);
                 let bytes = draw.run(&mut words, count, g.rng_type)?;
-                let drawn = words.position() - g.position();
+                let drawn = words.position() - from;
                 let out = match output {
+                    // Drawn (and checked) only to learn how far the generator moves.
+                    _ if captured => None,
                     Ptr::Device(addr) if !bytes.is_empty() => {
                         let stream = self.objects.streams.resolve(g.stream).map_err(rand_status)?;
                         self.backend.memcpy_htod(*addr, &bytes, Some(stream)).map_err(rand_status)?;
@@ -295,8 +311,18 @@ impl Session {
                 (out, drawn)
             }
         };
+        if launched {
+            return Ok(out);
+        }
         let g = self.objects.rand.update(handle, |g| g.drawn = g.drawn.saturating_add(drawn)).map_err(rand_status)?;
         self.record_position(cx, handle, &g);
+        if captured {
+            // NVIDIA's generator moves on too; the call is the capture's (the dispatch asks).
+            if let Some(curand) = self.vendor_curand() {
+                vendor_status(curand.set_offset(g.raw, g.position()))?;
+            }
+            return Err(NOT_SUPPORTED);
+        }
         Ok(out)
     }
 }
@@ -328,6 +354,8 @@ impl CurandService for Session {
     ) -> Result<(), CurandStatus> {
         self.hooks.before_call(access).map_err(rand_status)
     }
+
+    super::library_capture::capture_hooks!(Curand);
 
     fn curand_create_generator(
         &self,

@@ -142,38 +142,36 @@ impl Session {
         })
     }
 
-    /// A compute call on a stream being captured is not carried (the server records a
-    /// capture's work, and cuSOLVER's kernels are not its to record): the capture is
-    /// invalidated and the call refused, logged.
-    fn refuse_solver_in_capture(&self, h: &SolverHandle) -> Result<(), CusolverStatus> {
-        let Some(mut captures) = self.objects.graphs.captures.active() else { return Ok(()) };
-        if captures.of_stream(h.stream).is_none() {
-            return Ok(());
-        }
-        captures.refuse(h.stream);
-        crate::guest_warn!(
-            self.id,
-            "a cuSOLVER call on a stream being captured: not carried (the capture is invalidated), \
-             CUSOLVER_STATUS_NOT_SUPPORTED"
-        );
-        Err(CusolverStatus::NOT_SUPPORTED)
+    /// Where a call starts its work on the handle's stream: refused while the stream is being
+    /// captured (`library_work`): cuSOLVER's routines hand their outcome back through `info`
+    /// and their size queries to the host, and a graph of them is not carried.
+    fn solver_work(&self, cx: &CallCx, h: &SolverHandle) -> Result<(), CusolverStatus> {
+        let why =
+            "cuSOLVER's routines are not carried in graphs (they report through info, which a program reads back)";
+        self.library_work(cx, h.stream, Some(why), "CUSOLVER_STATUS_NOT_SUPPORTED")
+            .map_err(|_| CusolverStatus::NOT_SUPPORTED)
     }
 
     /// A CPU call on a handle: the stream its work goes on.
-    fn solver_call(&self, handle: u64) -> Result<Call<'_>, CusolverStatus> {
+    fn solver_call(&self, cx: &CallCx, handle: u64) -> Result<Call<'_>, CusolverStatus> {
         let h = self.solver_handle(handle)?;
-        self.refuse_solver_in_capture(&h)?;
+        self.solver_work(cx, &h)?;
         let stream = self.objects.streams.resolve(h.stream).map_err(solver_status)?;
         Ok(Call { session: self, stream })
     }
 
     /// Run a checked request with the vendor's library on the handle's vendor handle; `None`
     /// where the backend has no libcusolver.
-    fn solver_on_vendor<R: VendorCall>(&self, handle: u64, req: &R) -> Option<Result<R::Reply, CusolverStatus>> {
+    fn solver_on_vendor<R: VendorCall>(
+        &self,
+        cx: &CallCx,
+        handle: u64,
+        req: &R,
+    ) -> Option<Result<R::Reply, CusolverStatus>> {
         let solver = self.vendor_cusolver()?;
         Some((|| {
             let h = self.solver_handle(handle)?;
-            self.refuse_solver_in_capture(&h)?;
+            self.solver_work(cx, &h)?;
             self.backend.bind(h.device).map_err(solver_status)?;
             // SAFETY: the dispatch checked every range of the request against the session's
             // memory, the service checked the workspace against libcusolver's own query, and
@@ -236,8 +234,8 @@ macro_rules! precision {
      $syevd:ident, $syevd_req:ident, $syevd_rep:ident,
      $gesvd_bs:ident, $gesvd_bs_req:ident, $gesvd_bs_rep:ident,
      $gesvd:ident, $gesvd_req:ident, $gesvd_rep:ident) => {
-        fn $getrf_bs(&self, _: &CallCx, req: $getrf_bs_req) -> Result<$getrf_bs_rep, CusolverStatus> {
-            if let Some(r) = self.solver_on_vendor(req.handle, &req) {
+        fn $getrf_bs(&self, cx: &CallCx, req: $getrf_bs_req) -> Result<$getrf_bs_rep, CusolverStatus> {
+            if let Some(r) = self.solver_on_vendor(cx, req.handle, &req) {
                 return r;
             }
             self.solver_handle(req.handle)?;
@@ -245,19 +243,19 @@ macro_rules! precision {
             Ok($getrf_bs_rep { Lwork: lwork.try_into().map_err(|_| CusolverStatus::INVALID_VALUE)? })
         }
 
-        fn $getrf(&self, _: &CallCx, req: $getrf_req<'_>) -> Result<$getrf_rep, CusolverStatus> {
+        fn $getrf(&self, cx: &CallCx, req: $getrf_req<'_>) -> Result<$getrf_rep, CusolverStatus> {
             if self.vendor_cusolver().is_some() {
                 let query =
                     $getrf_bs_req { handle: req.handle, m: req.m, n: req.n, A: device_address(&req.A), lda: req.lda };
-                if let Some(needed) = self.solver_on_vendor(req.handle, &query) {
+                if let Some(needed) = self.solver_on_vendor(cx, req.handle, &query) {
                     let bytes = u64::try_from(needed?.Lwork).unwrap_or(0) * <$t>::BYTES as u64;
                     self.check_getrf_workspace(FunctionId::$getrf_id, req.work, bytes)?;
                 }
             }
-            if let Some(r) = self.solver_on_vendor(req.handle, &req) {
+            if let Some(r) = self.solver_on_vendor(cx, req.handle, &req) {
                 return r;
             }
-            let call = self.solver_call(req.handle)?;
+            let call = self.solver_call(cx, req.handle)?;
             let (m, n, lda) = (count(req.m)?, count(req.n)?, count(req.lda)?);
             let a_addr = device_address(&req.A);
             let mut a = call.load::<$t>(a_addr, cpu_blas::matrix_len(m, n, lda))?;
@@ -275,7 +273,7 @@ macro_rules! precision {
         fn $getrs(&self, cx: &CallCx, req: $getrs_req<'_>) -> Result<$getrs_rep, CusolverStatus> {
             // The pivots are device memory the program may have written: each must name a row
             // of the matrix (libcusolver would swap rows of B past its end).
-            let call = self.solver_call(req.handle)?;
+            let call = self.solver_call(cx, req.handle)?;
             let n = count(req.n)?;
             let rows = match cpu_solver::pivot_rows(&call.load_ints(device_address(&req.devIpiv), n)?) {
                 Ok(rows) => rows,
@@ -285,7 +283,7 @@ macro_rules! precision {
                     return Err(CusolverStatus::INVALID_VALUE);
                 }
             };
-            if let Some(r) = self.solver_on_vendor(req.handle, &req) {
+            if let Some(r) = self.solver_on_vendor(cx, req.handle, &req) {
                 return r;
             }
             let (nrhs, lda, ldb) = (count(req.nrhs)?, count(req.lda)?, count(req.ldb)?);
@@ -299,8 +297,8 @@ macro_rules! precision {
             Ok($getrs_rep {})
         }
 
-        fn $potrf_bs(&self, _: &CallCx, req: $potrf_bs_req) -> Result<$potrf_bs_rep, CusolverStatus> {
-            if let Some(r) = self.solver_on_vendor(req.handle, &req) {
+        fn $potrf_bs(&self, cx: &CallCx, req: $potrf_bs_req) -> Result<$potrf_bs_rep, CusolverStatus> {
+            if let Some(r) = self.solver_on_vendor(cx, req.handle, &req) {
                 return r;
             }
             self.solver_handle(req.handle)?;
@@ -317,14 +315,14 @@ macro_rules! precision {
                     A: device_address(&req.A),
                     lda: req.lda,
                 };
-                if let Some(needed) = self.solver_on_vendor(req.handle, &query) {
+                if let Some(needed) = self.solver_on_vendor(cx, req.handle, &query) {
                     self.check_workspace(cx, needed?.Lwork, req.Lwork)?;
                 }
             }
-            if let Some(r) = self.solver_on_vendor(req.handle, &req) {
+            if let Some(r) = self.solver_on_vendor(cx, req.handle, &req) {
                 return r;
             }
-            let call = self.solver_call(req.handle)?;
+            let call = self.solver_call(cx, req.handle)?;
             let (n, lda) = (count(req.n)?, count(req.lda)?);
             let a_addr = device_address(&req.A);
             let mut a = call.load::<$t>(a_addr, cpu_blas::matrix_len(n, n, lda))?;
@@ -334,11 +332,11 @@ macro_rules! precision {
             Ok($potrf_rep {})
         }
 
-        fn $potrs(&self, _: &CallCx, req: $potrs_req<'_>) -> Result<$potrs_rep, CusolverStatus> {
-            if let Some(r) = self.solver_on_vendor(req.handle, &req) {
+        fn $potrs(&self, cx: &CallCx, req: $potrs_req<'_>) -> Result<$potrs_rep, CusolverStatus> {
+            if let Some(r) = self.solver_on_vendor(cx, req.handle, &req) {
                 return r;
             }
-            let call = self.solver_call(req.handle)?;
+            let call = self.solver_call(cx, req.handle)?;
             let (n, nrhs, lda, ldb) = (count(req.n)?, count(req.nrhs)?, count(req.lda)?, count(req.ldb)?);
             let a = call.load::<$t>(device_address(&req.A), cpu_blas::matrix_len(n, n, lda))?;
             let b_addr = device_address(&req.B);
@@ -349,8 +347,8 @@ macro_rules! precision {
             Ok($potrs_rep {})
         }
 
-        fn $geqrf_bs(&self, _: &CallCx, req: $geqrf_bs_req) -> Result<$geqrf_bs_rep, CusolverStatus> {
-            if let Some(r) = self.solver_on_vendor(req.handle, &req) {
+        fn $geqrf_bs(&self, cx: &CallCx, req: $geqrf_bs_req) -> Result<$geqrf_bs_rep, CusolverStatus> {
+            if let Some(r) = self.solver_on_vendor(cx, req.handle, &req) {
                 return r;
             }
             self.solver_handle(req.handle)?;
@@ -362,14 +360,14 @@ macro_rules! precision {
             if self.vendor_cusolver().is_some() {
                 let query =
                     $geqrf_bs_req { handle: req.handle, m: req.m, n: req.n, A: device_address(&req.A), lda: req.lda };
-                if let Some(needed) = self.solver_on_vendor(req.handle, &query) {
+                if let Some(needed) = self.solver_on_vendor(cx, req.handle, &query) {
                     self.check_workspace(cx, needed?.Lwork, req.Lwork)?;
                 }
             }
-            if let Some(r) = self.solver_on_vendor(req.handle, &req) {
+            if let Some(r) = self.solver_on_vendor(cx, req.handle, &req) {
                 return r;
             }
-            let call = self.solver_call(req.handle)?;
+            let call = self.solver_call(cx, req.handle)?;
             let (m, n, lda) = (count(req.m)?, count(req.n)?, count(req.lda)?);
             let a_addr = device_address(&req.A);
             let mut a = call.load::<$t>(a_addr, cpu_blas::matrix_len(m, n, lda))?;
@@ -381,8 +379,8 @@ macro_rules! precision {
             Ok($geqrf_rep {})
         }
 
-        fn $ormqr_bs(&self, _: &CallCx, req: $ormqr_bs_req) -> Result<$ormqr_bs_rep, CusolverStatus> {
-            if let Some(r) = self.solver_on_vendor(req.handle, &req) {
+        fn $ormqr_bs(&self, cx: &CallCx, req: $ormqr_bs_req) -> Result<$ormqr_bs_rep, CusolverStatus> {
+            if let Some(r) = self.solver_on_vendor(cx, req.handle, &req) {
                 return r;
             }
             self.solver_handle(req.handle)?;
@@ -405,14 +403,14 @@ macro_rules! precision {
                     C: device_address(&req.C),
                     ldc: req.ldc,
                 };
-                if let Some(needed) = self.solver_on_vendor(req.handle, &query) {
+                if let Some(needed) = self.solver_on_vendor(cx, req.handle, &query) {
                     self.check_workspace(cx, needed?.Lwork, req.Lwork)?;
                 }
             }
-            if let Some(r) = self.solver_on_vendor(req.handle, &req) {
+            if let Some(r) = self.solver_on_vendor(cx, req.handle, &req) {
                 return r;
             }
-            let call = self.solver_call(req.handle)?;
+            let call = self.solver_call(cx, req.handle)?;
             let (m, n, k, lda, ldc) = (count(req.m)?, count(req.n)?, count(req.k)?, count(req.lda)?, count(req.ldc)?);
             let left = req.side == consts::CUBLAS_SIDE_LEFT;
             let a = call.load::<$t>(device_address(&req.A), cpu_blas::matrix_len(if left { m } else { n }, k, lda))?;
@@ -426,8 +424,8 @@ macro_rules! precision {
             Ok($ormqr_rep {})
         }
 
-        fn $syevd_bs(&self, _: &CallCx, req: $syevd_bs_req) -> Result<$syevd_bs_rep, CusolverStatus> {
-            if let Some(r) = self.solver_on_vendor(req.handle, &req) {
+        fn $syevd_bs(&self, cx: &CallCx, req: $syevd_bs_req) -> Result<$syevd_bs_rep, CusolverStatus> {
+            if let Some(r) = self.solver_on_vendor(cx, req.handle, &req) {
                 return r;
             }
             self.solver_handle(req.handle)?;
@@ -446,14 +444,14 @@ macro_rules! precision {
                     lda: req.lda,
                     W: device_address(&req.W),
                 };
-                if let Some(needed) = self.solver_on_vendor(req.handle, &query) {
+                if let Some(needed) = self.solver_on_vendor(cx, req.handle, &query) {
                     self.check_workspace(cx, needed?.Lwork, req.Lwork)?;
                 }
             }
-            if let Some(r) = self.solver_on_vendor(req.handle, &req) {
+            if let Some(r) = self.solver_on_vendor(cx, req.handle, &req) {
                 return r;
             }
-            let call = self.solver_call(req.handle)?;
+            let call = self.solver_call(cx, req.handle)?;
             let (n, lda) = (count(req.n)?, count(req.lda)?);
             let a_addr = device_address(&req.A);
             let mut a = call.load::<$t>(a_addr, cpu_blas::matrix_len(n, n, lda))?;
@@ -471,8 +469,8 @@ macro_rules! precision {
             Ok($syevd_rep {})
         }
 
-        fn $gesvd_bs(&self, _: &CallCx, req: $gesvd_bs_req) -> Result<$gesvd_bs_rep, CusolverStatus> {
-            if let Some(r) = self.solver_on_vendor(req.handle, &req) {
+        fn $gesvd_bs(&self, cx: &CallCx, req: $gesvd_bs_req) -> Result<$gesvd_bs_rep, CusolverStatus> {
+            if let Some(r) = self.solver_on_vendor(cx, req.handle, &req) {
                 return r;
             }
             self.solver_handle(req.handle)?;
@@ -483,14 +481,14 @@ macro_rules! precision {
         fn $gesvd(&self, cx: &CallCx, req: $gesvd_req<'_>) -> Result<$gesvd_rep, CusolverStatus> {
             if self.vendor_cusolver().is_some() {
                 let query = $gesvd_bs_req { handle: req.handle, m: req.m, n: req.n };
-                if let Some(needed) = self.solver_on_vendor(req.handle, &query) {
+                if let Some(needed) = self.solver_on_vendor(cx, req.handle, &query) {
                     self.check_workspace(cx, needed?.Lwork, req.Lwork)?;
                 }
             }
-            if let Some(r) = self.solver_on_vendor(req.handle, &req) {
+            if let Some(r) = self.solver_on_vendor(cx, req.handle, &req) {
                 return r;
             }
-            let call = self.solver_call(req.handle)?;
+            let call = self.solver_call(cx, req.handle)?;
             let (m, n, lda) = (count(req.m)?, count(req.n)?, count(req.lda)?);
             let (Some(jobu), Some(jobvt)) = (Job::from_char(req.jobu), Job::from_char(req.jobvt)) else {
                 return Err(CusolverStatus::INVALID_VALUE);

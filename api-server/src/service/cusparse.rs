@@ -303,28 +303,11 @@ impl Session {
         ]
     }
 
-    /// A compute call on a stream being captured is not carried (the server records a
-    /// capture's work, and cuSPARSE's kernels are not its to record): the capture is
-    /// invalidated and the call refused, logged.
-    fn refuse_sparse_in_capture(&self, cx: &CallCx, h: &SparseHandle) -> Result<(), CusparseStatus> {
-        let Some(mut captures) = self.objects.graphs.captures.active() else { return Ok(()) };
-        if captures.of_stream(h.stream).is_none() {
-            return Ok(());
-        }
-        captures.refuse(h.stream);
-        crate::guest_warn!(
-            self.id,
-            "{}: on a stream being captured: not carried (the capture is invalidated), CUSPARSE_STATUS_NOT_SUPPORTED",
-            Self::sparse_name(cx)
-        );
-        Err(CusparseStatus::NOT_SUPPORTED)
-    }
-
-    /// The handle of a compute call, refused while its stream is being captured.
-    fn compute_handle(&self, cx: &CallCx, handle: u64) -> Result<SparseHandle, CusparseStatus> {
-        let h = self.sparse_handle(cx, handle)?;
-        self.refuse_sparse_in_capture(cx, &h)?;
-        Ok(h)
+    /// Where a compute call starts its work on the handle's stream: taken into the stream's
+    /// capture instead, or refused there (`library_work`); `why` names what keeps a call
+    /// from being captured.
+    fn sparse_work(&self, cx: &CallCx, h: &SparseHandle, why: Option<&str>) -> Result<(), CusparseStatus> {
+        self.library_work(cx, h.stream, why, "CUSPARSE_STATUS_NOT_SUPPORTED").map_err(|_| CusparseStatus::NOT_SUPPORTED)
     }
 
     /// The scalars' shape must be the handle's pointer mode and the compute type's size (the
@@ -602,6 +585,8 @@ impl CusparseService for Session {
     fn before_call(&self, _: &CallCx, _: FunctionId, access: &CallAccess<'_>) -> Result<(), CusparseStatus> {
         self.hooks.before_call(access).map_err(sparse_status)
     }
+
+    super::library_capture::capture_hooks!(Cusparse);
 
     // Handles.
 
@@ -1101,7 +1086,7 @@ impl CusparseService for Session {
     }
 
     fn cusparse_sp_mv(&self, cx: &CallCx, req: CusparseSpMVRequest<'_>) -> Result<CusparseSpMVReply, CusparseStatus> {
-        let h = self.compute_handle(cx, req.handle)?;
+        let h = self.sparse_handle(cx, req.handle)?;
         self.check_scalars(cx, &h, req.mode, req.scalar_bytes, req.computeType)?;
         let (a, x, y) = (self.sp_mat_of(cx, req.matA)?, self.dn_vec_of(cx, req.vecX)?, self.dn_vec_of(cx, req.vecY)?);
         self.check_sp_mat(cx, &a, true)?;
@@ -1125,9 +1110,11 @@ impl CusparseService for Session {
                 };
                 let needed = self.sparse_on_vendor(&h, vendor, &query)?.bufferSize;
                 self.check_sparse_buffer(cx, req.externalBuffer, needed)?;
+                self.sparse_work(cx, &h, None)?;
                 self.sparse_on_vendor(&h, vendor, &req)
             }
             None => {
+                self.sparse_work(cx, &h, None)?;
                 self.cpu_spmv(cx, &h, req.opA, &req.alpha, &a, &x, &req.beta, &y, req.computeType)?;
                 Ok(CusparseSpMVReply {})
             }
@@ -1157,7 +1144,7 @@ impl CusparseService for Session {
         cx: &CallCx,
         req: CusparseSpMMPreprocessRequest<'_>,
     ) -> Result<CusparseSpMMPreprocessReply, CusparseStatus> {
-        let h = self.compute_handle(cx, req.handle)?;
+        let h = self.sparse_handle(cx, req.handle)?;
         self.check_scalars(cx, &h, req.mode, req.scalar_bytes, req.computeType)?;
         let (a, b, c) = (self.sp_mat_of(cx, req.matA)?, self.dn_mat_of(cx, req.matB)?, self.dn_mat_of(cx, req.matC)?);
         self.check_sp_mat(cx, &a, true)?;
@@ -1181,6 +1168,7 @@ impl CusparseService for Session {
                 };
                 let needed = self.sparse_on_vendor(&h, vendor, &query)?.bufferSize;
                 self.check_sparse_buffer(cx, req.externalBuffer, needed)?;
+                self.sparse_work(cx, &h, None)?;
                 self.sparse_on_vendor(&h, vendor, &req)
             }
             // Nothing to prepare on the CPU.
@@ -1189,7 +1177,7 @@ impl CusparseService for Session {
     }
 
     fn cusparse_sp_mm(&self, cx: &CallCx, req: CusparseSpMMRequest<'_>) -> Result<CusparseSpMMReply, CusparseStatus> {
-        let h = self.compute_handle(cx, req.handle)?;
+        let h = self.sparse_handle(cx, req.handle)?;
         self.check_scalars(cx, &h, req.mode, req.scalar_bytes, req.computeType)?;
         let (a, b, c) = (self.sp_mat_of(cx, req.matA)?, self.dn_mat_of(cx, req.matB)?, self.dn_mat_of(cx, req.matC)?);
         self.check_sp_mat(cx, &a, true)?;
@@ -1214,9 +1202,11 @@ impl CusparseService for Session {
                 };
                 let needed = self.sparse_on_vendor(&h, vendor, &query)?.bufferSize;
                 self.check_sparse_buffer(cx, req.externalBuffer, needed)?;
+                self.sparse_work(cx, &h, None)?;
                 self.sparse_on_vendor(&h, vendor, &req)
             }
             None => {
+                self.sparse_work(cx, &h, None)?;
                 self.cpu_spmm(cx, &h, req.opA, req.opB, &req.alpha, &a, &b, &req.beta, &c, req.computeType)?;
                 Ok(CusparseSpMMReply {})
             }
@@ -1317,7 +1307,8 @@ impl CusparseService for Session {
         cx: &CallCx,
         req: CusparseSpGEMMCopyRequest<'_>,
     ) -> Result<CusparseSpGEMMCopyReply, CusparseStatus> {
-        let h = self.compute_handle(cx, req.handle)?;
+        let h = self.sparse_handle(cx, req.handle)?;
+        self.sparse_work(cx, &h, Some("SpGEMM's steps hand sizes to the host"))?;
         self.check_scalars(cx, &h, req.mode, req.scalar_bytes, req.computeType)?;
         let (a, b, c) = (self.sp_mat_of(cx, req.matA)?, self.sp_mat_of(cx, req.matB)?, self.sp_mat_of(cx, req.matC)?);
         self.check_sp_mat(cx, &a, true)?;
@@ -1385,7 +1376,7 @@ impl CusparseService for Session {
         cx: &CallCx,
         req: CusparseSparseToDenseRequest,
     ) -> Result<CusparseSparseToDenseReply, CusparseStatus> {
-        let h = self.compute_handle(cx, req.handle)?;
+        let h = self.sparse_handle(cx, req.handle)?;
         let (a, b) = (self.sp_mat_of(cx, req.matA)?, self.dn_mat_of(cx, req.matB)?);
         self.check_sp_mat(cx, &a, true)?;
         self.check_dn_mat(cx, &b)?;
@@ -1399,12 +1390,14 @@ impl CusparseService for Session {
             };
             let needed = self.sparse_on_vendor(&h, vendor, &query)?.bufferSize;
             self.check_sparse_buffer(cx, req.externalBuffer, needed)?;
+            self.sparse_work(cx, &h, None)?;
             return self.sparse_on_vendor(&h, vendor, &req);
         }
         self.sparse_cpu_types(cx, &[a.value_type, b.value_type])?;
         if (a.rows, a.cols) != (b.rows, b.cols) {
             return Err(self.sparse_mismatch(cx, format!("A is {} x {}, B {} x {}", a.rows, a.cols, b.rows, b.cols)));
         }
+        self.sparse_work(cx, &h, None)?;
         let call = self.sparse_cpu_call(cx, &h)?;
         let entries = call.entries(&a)?;
         let layout = Layout { ld: size(b.ld)?, col_major: b.order == ORDER_COL };
@@ -1440,7 +1433,8 @@ impl CusparseService for Session {
         cx: &CallCx,
         req: CusparseDenseToSparseAnalysisRequest,
     ) -> Result<CusparseDenseToSparseAnalysisReply, CusparseStatus> {
-        let h = self.compute_handle(cx, req.handle)?;
+        let h = self.sparse_handle(cx, req.handle)?;
+        self.sparse_work(cx, &h, Some("its count of entries goes to the host (through the matrix descriptor)"))?;
         let (a, b) = (self.dn_mat_of(cx, req.matA)?, self.sp_mat_of(cx, req.matB)?);
         self.check_dn_mat(cx, &a)?;
         self.check_sp_mat(cx, &b, false)?;
@@ -1477,7 +1471,7 @@ impl CusparseService for Session {
         cx: &CallCx,
         req: CusparseDenseToSparseConvertRequest,
     ) -> Result<CusparseDenseToSparseConvertReply, CusparseStatus> {
-        let h = self.compute_handle(cx, req.handle)?;
+        let h = self.sparse_handle(cx, req.handle)?;
         let (a, b) = (self.dn_mat_of(cx, req.matA)?, self.sp_mat_of(cx, req.matB)?);
         self.check_dn_mat(cx, &a)?;
         self.check_sp_mat(cx, &b, true)?;
@@ -1491,9 +1485,11 @@ impl CusparseService for Session {
             };
             let needed = self.sparse_on_vendor(&h, vendor, &query)?.bufferSize;
             self.check_sparse_buffer(cx, req.externalBuffer, needed)?;
+            self.sparse_work(cx, &h, None)?;
             return self.sparse_on_vendor(&h, vendor, &req);
         }
         self.sparse_cpu_types(cx, &[a.value_type, b.value_type])?;
+        self.sparse_work(cx, &h, None)?;
         let call = self.sparse_cpu_call(cx, &h)?;
         let dense = call.load_values(a.values, a.span(), a.value_type)?;
         let layout = Layout { ld: size(a.ld)?, col_major: a.order == ORDER_COL };
@@ -1521,7 +1517,7 @@ impl CusparseService for Session {
         cx: &CallCx,
         req: CusparseXcoo2csrRequest<'_>,
     ) -> Result<CusparseXcoo2csrReply, CusparseStatus> {
-        let h = self.compute_handle(cx, req.handle)?;
+        let h = self.sparse_handle(cx, req.handle)?;
         let call = self.sparse_cpu_call(cx, &h)?;
         let base = i64::from(req.idxBase);
         let rows = call.load_indices(device_address(&req.cooRowInd), i64::from(req.nnz), 2)?;
@@ -1529,6 +1525,7 @@ impl CusparseService for Session {
         // Every row index must name a row: libcusparse counts each into the offsets.
         let entries = cpu_sparse::coo_entries(m, 1, &rows, &vec![base; rows.len()], &vec![0.0; rows.len()], base)
             .map_err(|e| call.refuse("cooRowInd", e))?;
+        self.sparse_work(cx, &h, None)?;
         if let Some(vendor) = self.vendor_cusparse() {
             return self.sparse_on_vendor(&h, vendor, &req);
         }
@@ -1541,7 +1538,7 @@ impl CusparseService for Session {
         cx: &CallCx,
         req: CusparseXcsr2cooRequest<'_>,
     ) -> Result<CusparseXcsr2cooReply, CusparseStatus> {
-        let h = self.compute_handle(cx, req.handle)?;
+        let h = self.sparse_handle(cx, req.handle)?;
         let call = self.sparse_cpu_call(cx, &h)?;
         let base = i64::from(req.idxBase);
         let m = size(i64::from(req.m))?;
@@ -1551,6 +1548,7 @@ impl CusparseService for Session {
         let nnz = size(i64::from(req.nnz))?;
         let entries = cpu_sparse::compressed_entries(m, 1, &offsets, &vec![base; nnz], &vec![0.0; nnz], base, true)
             .map_err(|e| call.refuse("csrSortedRowPtr", e))?;
+        self.sparse_work(cx, &h, None)?;
         if let Some(vendor) = self.vendor_cusparse() {
             return self.sparse_on_vendor(&h, vendor, &req);
         }
@@ -1583,7 +1581,8 @@ impl Session {
     /// SpGEMM's work estimation or compute step. With a NULL buffer it is the step's size
     /// query; with one, the buffer must hold the size the program passes. Answers the size.
     fn spgemm_step(&self, cx: &CallCx, s: &SpGemmCall<'_>, compute: bool) -> Result<Vec<u8>, CusparseStatus> {
-        let h = self.compute_handle(cx, s.handle)?;
+        let h = self.sparse_handle(cx, s.handle)?;
+        self.sparse_work(cx, &h, Some("SpGEMM's steps hand sizes to the host"))?;
         self.check_scalars(cx, &h, s.mode, s.scalar_bytes, s.compute_type)?;
         let given = u64::from_le_bytes(s.buffer_size.try_into().map_err(|_| CusparseStatus::INVALID_VALUE)?);
         let (a, b, c) = (self.sp_mat_of(cx, s.a)?, self.sp_mat_of(cx, s.b)?, self.sp_mat_of(cx, s.c)?);

@@ -15,6 +15,7 @@ pub mod curand;
 pub mod cusolver;
 pub mod cusparse;
 mod device_io;
+mod library_capture;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -50,11 +51,13 @@ pub struct CallCx {
     pub measure: bool,
     /// The function running, for what the server logs about the call.
     pub function: Option<ApiFunction>,
+    /// A library call's part in a stream capture or a graph launch.
+    pub(crate) graph: library_capture::GraphCx,
 }
 
 impl CallCx {
     pub fn new(device: i32) -> Self {
-        CallCx { device, replay: None, staging: None, measure: false, function: None }
+        CallCx { device, function: None, ..CallCx::default() }
     }
 
     /// The value the call's (first) created object must get, when replaying.

@@ -66,6 +66,19 @@ fn service_trait(w: &mut W, api: &Api) {
     w.line("    let _ = (cx, id, access);");
     w.line("    Ok(())");
     w.line("}");
+    w.line("/// Asked when the service answered an error: whether that answer meant the call was");
+    w.line("/// checked and taken into a stream capture instead of run (the service keeps the request,");
+    w.line("/// as sent, to run it when the graph is launched). The guest then gets the call's success");
+    w.line("/// with no results (a captured call has none on the host).");
+    w.line("/// Called before the service runs a call whose request asks for results on the host (a");
+    w.line("/// reply buffer): such a call cannot be taken into a stream capture.");
+    w.line("fn note_host_results(&self, cx: &Self::Cx) {");
+    w.line("    let _ = cx;");
+    w.line("}");
+    w.line("fn deferred(&self, cx: &Self::Cx, id: FunctionId, payload: &[u8]) -> bool {");
+    w.line("    let _ = (cx, id, payload);");
+    w.line("    false");
+    w.line("}");
     for f in api.remote_functions() {
         w.line(format!("/// `{}` (spec line {}).", f.name, f.line));
         w.line(format!(
@@ -334,6 +347,14 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
         w.line("expected?;");
     } else {
         w.line("let expected = expected?;");
+        let host: Vec<String> = expect_outs
+            .iter()
+            .enumerate()
+            .map(|(i, (_, chosen))| if *chosen { format!("expected.{i}.is_some()") } else { "true".into() })
+            .collect();
+        w.open(format!("if {} {{", host.join(" || ")));
+        w.line("svc.note_host_results(cx);");
+        w.close("}");
     }
     access_hook(w, api, f);
     // A call that changes a handle's state (`obj_record` on a handle argument: a library
@@ -364,7 +385,11 @@ fn handler(w: &mut W, api: &Api, f: &Function) {
         w.line(format!("let mutated: [(&'static str, u64); {}] = [{}];", mutated.len(), mutated.join(", ")));
         w.line(format!("let depends_on: [u64; {}] = [{}];", deps.len(), deps.join(", ")));
     }
-    w.line(format!("let reply = svc.{}(cx, req).map_err(Rejection::Failed)?;", f.method_name()));
+    w.open(format!("let reply = match svc.{}(cx, req) {{", f.method_name()));
+    w.line("Ok(reply) => reply,");
+    w.line(format!("Err(_) if svc.deferred(cx, FunctionId::{t}, payload) => {t}Reply::default(),"));
+    w.line("Err(status) => return Err(Rejection::Failed(status)),");
+    w.close("};");
     if records {
         let created: Vec<String> = f
             .objects
