@@ -36,6 +36,15 @@ pub struct SessionInfo {
     pub bypass: Vec<String>,
 }
 
+/// The sessions of one router of a fleet (`phosctl sessions --all`), or why it did not say.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FleetSessions {
+    /// Its name in the configuration (else its endpoint).
+    pub router: String,
+    pub endpoint: String,
+    pub sessions: Result<Vec<SessionInfo>, ControlError>,
+}
+
 /// What a checkpoint and a restore did: one definition, the C/R engine's, answered as is.
 pub use phos_checkpoint::report::{CheckpointMode, CheckpointSummary, LoadReport, RestoreSummary};
 
@@ -295,6 +304,9 @@ pub struct TenantUsage {
 #[tarpc::service]
 pub trait RouterControl {
     async fn sessions() -> Vec<SessionInfo>;
+    /// The sessions of this router and of each of its configured peers (a peer that did not
+    /// answer: why).
+    async fn fleet_sessions() -> Vec<FleetSessions>;
     async fn checkpoint(session: u64, request: CheckpointRequest) -> Result<CheckpointSummary, ControlError>;
     async fn restore(request: RestoreRequest) -> Result<RestoreSummary, ControlError>;
     /// Progress of a checkpoint of `session` (or of the restore that is bringing it back).

@@ -77,6 +77,15 @@ enum Command {
         /// know it, and migrations to `tcp:` routers present it.
         #[arg(long, env = "PHOS_PEER_SECRET_FILE")]
         peer_secret_file: Option<PathBuf>,
+        /// Another router of this one's fleet, `[NAME=]ENDPOINT` (`unix:PATH` on this host,
+        /// `tcp:HOST:PORT` its --peer-listen address); repeatable, added to the configuration
+        /// file's `[[peer]]` tables. `phosctl sessions --all` lists their sessions too.
+        #[arg(long = "peer", value_name = "[NAME=]ENDPOINT")]
+        peers: Vec<phos_router::fleet::Peer>,
+        /// What fleet listings call this router (default: the configuration's `name`, else
+        /// `unix:` and its socket).
+        #[arg(long)]
+        name: Option<String>,
         #[command(flatten)]
         server: ServerOptions,
     },
@@ -98,6 +107,11 @@ enum Command {
     },
     /// List a router's sessions.
     Sessions {
+        /// Also those of every peer of the router's fleet (its `[[peer]]`s, `serve --peer`),
+        /// with a column naming the router that holds each. A peer that does not answer is
+        /// named on standard error, the others listed; the exit status is then 7.
+        #[arg(long)]
+        all: bool,
         #[command(flatten)]
         router: manage::RouterArg,
     },
@@ -379,6 +393,8 @@ struct ServeArgs {
     metrics: Option<std::net::SocketAddr>,
     peer_listen: Option<std::net::SocketAddr>,
     peer_secret_file: Option<PathBuf>,
+    peers: Vec<phos_router::fleet::Peer>,
+    name: Option<String>,
     server: ServerOptions,
 }
 
@@ -421,8 +437,10 @@ fn serve(args: ServeArgs) -> ExitCode {
         config.policy_budget = b;
     }
     config.listen_tcp = file.listen_tcp;
-    config.peer_listen = args.peer_listen;
-    if let Some(path) = &args.peer_secret_file {
+    config.peer_listen = args.peer_listen.or(file.peer_listen);
+    config.name = args.name.or(file.name.clone());
+    config.peers = file.peers.iter().cloned().chain(args.peers).collect();
+    if let Some(path) = args.peer_secret_file.as_ref().or(file.peer_secret_file.as_ref()) {
         match phos_control::peer::Secret::from_file(path) {
             Ok(s) => config.peer_secret = Some(s),
             Err(e) => {
@@ -696,9 +714,29 @@ fn spec(what: SpecCommand) -> ExitCode {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Serve { listen, backend, pool, config, metrics, peer_listen, peer_secret_file, server } => {
-            serve(ServeArgs { listen, backend, pool, config, metrics, peer_listen, peer_secret_file, server })
-        }
+        Command::Serve {
+            listen,
+            backend,
+            pool,
+            config,
+            metrics,
+            peer_listen,
+            peer_secret_file,
+            peers,
+            name,
+            server,
+        } => serve(ServeArgs {
+            listen,
+            backend,
+            pool,
+            config,
+            metrics,
+            peer_listen,
+            peer_secret_file,
+            peers,
+            name,
+            server,
+        }),
         Command::Migrate { session, to, device, quiesce_timeout, timeout, router } => {
             let to = match (to, device) {
                 (_, Some(d)) => phos_control::MigrationTarget::Device(d),
@@ -747,7 +785,7 @@ fn main() -> ExitCode {
         Command::Top { interval, once, router } => {
             policy::top(&router, std::time::Duration::from_secs_f64(interval.max(0.1)), once)
         }
-        Command::Sessions { router } => manage::sessions(&router),
+        Command::Sessions { all, router } => manage::sessions(&router, all),
         Command::Checkpoint { session, out, stop, stop_the_world, recopy, compress, timeout, router } => {
             let mode = match (stop_the_world, recopy) {
                 (true, _) => CheckpointMode::StopTheWorld,

@@ -54,33 +54,70 @@ pub(crate) fn run<T>(
     .map_err(|source| CliError::Io { context: "a runtime for the call".into(), source })?
 }
 
-pub fn sessions(router: &RouterArg) -> ExitCode {
+pub fn sessions(router: &RouterArg, all: bool) -> ExitCode {
     report(run(router, async |c| {
-        let list = c.sessions(tarpc::context::current()).await?;
-        println!(
-            "{:>4}  {:<10} {:<9} {:>7} {:>4} {:>9} {:>8} {:<8}  program",
-            "id", "tenant", "state", "pid", "abi", "calls", "uptime", "bypass"
-        );
-        for s in list {
-            println!(
-                "{:>4}  {:<10} {:<9} {:>7} {:>4} {:>9} {:>7.0}s {:<8}  {}",
-                s.id,
-                printable(&s.tenant),
-                printable(&s.state),
-                s.pid,
-                s.abi_major,
-                s.calls,
-                s.uptime_s,
-                if s.bypass.is_empty() { "-" } else { "BYPASSED" },
-                printable(&s.program)
-            );
-            // The findings are escaped by the router.
-            for finding in &s.bypass {
-                println!("      bypass: {finding}");
+        if !all {
+            let list = c.sessions(tarpc::context::current()).await?;
+            print_sessions(false, list.iter().map(|s| (None, s)));
+            return Ok(());
+        }
+        // The router asks its peers (it has the secret); each answers within its wait.
+        let cx = phos_control::context_within(phos_router::fleet::PEER_WAIT + Duration::from_secs(10));
+        let fleet = c.fleet_sessions(cx).await?;
+        let mut unanswered = 0;
+        for f in &fleet {
+            if let Err(e) = &f.sessions {
+                eprintln!("phosctl: router {} ({}) did not answer: {e}", printable(&f.router), printable(&f.endpoint));
+                unanswered += 1;
             }
+        }
+        let listed = fleet
+            .iter()
+            .filter_map(|f| f.sessions.as_ref().ok().map(|l| (f, l)))
+            .flat_map(|(f, l)| l.iter().map(move |s| (Some(f.router.as_str()), s)));
+        print_sessions(true, listed);
+        if unanswered > 0 {
+            return Err(CliError::Partial { unanswered, routers: fleet.len() });
         }
         Ok(())
     }))
+}
+
+/// The sessions table; with a router named for each session, a first column of them.
+fn print_sessions<'a>(with_router: bool, list: impl Iterator<Item = (Option<&'a str>, &'a phos_control::SessionInfo)>) {
+    let router_column =
+        |r: Option<&str>| if with_router { format!("{:<24} ", printable(r.unwrap_or("-"))) } else { String::new() };
+    println!(
+        "{}{:>4}  {:<10} {:<9} {:>7} {:>4} {:>9} {:>8} {:<8}  program",
+        if with_router { format!("{:<24} ", "router") } else { String::new() },
+        "id",
+        "tenant",
+        "state",
+        "pid",
+        "abi",
+        "calls",
+        "uptime",
+        "bypass"
+    );
+    for (router, s) in list {
+        println!(
+            "{}{:>4}  {:<10} {:<9} {:>7} {:>4} {:>9} {:>7.0}s {:<8}  {}",
+            router_column(router),
+            s.id,
+            printable(&s.tenant),
+            printable(&s.state),
+            s.pid,
+            s.abi_major,
+            s.calls,
+            s.uptime_s,
+            if s.bypass.is_empty() { "-" } else { "BYPASSED" },
+            printable(&s.program)
+        );
+        // The findings are escaped by the router.
+        for finding in &s.bypass {
+            println!("      bypass: {finding}");
+        }
+    }
 }
 
 /// A bar of bytes done, labelled `what` (drawn only on a terminal).
