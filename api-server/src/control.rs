@@ -266,6 +266,9 @@ impl ServerControl for ServerCtl {
         Progress {
             done: self.progress.done.load(Ordering::Relaxed),
             total: self.progress.total.load(Ordering::Relaxed),
+            pass: self.progress.pass.load(Ordering::Relaxed),
+            held: self.progress.held.load(Ordering::Relaxed),
+            dirty_rate: self.progress.dirty_rate.load(Ordering::Relaxed),
         }
     }
 

@@ -102,11 +102,16 @@ pub struct SessionIdentity {
     pub epoch: u64,
 }
 
-/// Bytes done and total of the operation in progress.
+/// Bytes done and total of the operation in progress; of a migration (a recopy), its pass
+/// too (0 the first copy, then its rounds), whether that pass holds the session's calls
+/// (the last), and the bytes a second the session wrote between the last two passes.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct Progress {
     pub done: u64,
     pub total: u64,
+    pub pass: u32,
+    pub held: bool,
+    pub dirty_rate: u64,
 }
 
 /// Where a live migration moves a session (`phosctl migrate`).

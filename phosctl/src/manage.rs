@@ -212,10 +212,58 @@ pub fn migrate(
     report(run(router, async |c| {
         let request = phos_control::MigrateRequest { to, quiesce_timeout, timeout };
         let work = c.migrate(phos_control::context_within(timeout + Duration::from_secs(30)), session, request);
-        let s = with_progress(&c, session, "migrate", work).await??;
+        let s = with_migration_progress(&c, session, work).await??;
         print_migration(session, &s);
         Ok(())
     }))
+}
+
+/// What the passes of a migration are called: the first copy, its rounds, the held copy.
+fn pass_name(pass: usize, held: bool) -> String {
+    match pass {
+        0 => "first copy".to_string(),
+        _ if held => "held copy".to_string(),
+        i => format!("round {i}"),
+    }
+}
+
+/// Follow the migration of `session` while `work` runs. On a terminal (standard output), a
+/// bar of the pass under way: bytes copied of those known so far, the rate, bytes left, and
+/// how fast the session writes its memory; elsewhere nothing, so that what is printed after
+/// stays the same lines for scripts.
+async fn with_migration_progress<T>(c: &RouterControlClient, session: u64, work: impl Future<Output = T>) -> T {
+    use std::io::IsTerminal;
+    let bar = ProgressBar::new(0);
+    if !std::io::stdout().is_terminal() {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>10} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}) {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(pass_name(0, false));
+    let poll = async {
+        loop {
+            if let Ok(Some(p)) = c.progress(tarpc::context::current(), session).await {
+                bar.set_length(p.total);
+                bar.set_position(p.done);
+                bar.set_prefix(pass_name(p.pass as usize, p.held));
+                bar.set_message(format!(
+                    "{} left, session writes {}/s",
+                    indicatif::HumanBytes(p.total.saturating_sub(p.done)),
+                    indicatif::HumanBytes(p.dirty_rate)
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let out = tokio::select! {
+        out = work => out,
+        _ = poll => unreachable!(),
+    };
+    bar.finish_and_clear();
+    out
 }
 
 /// What a migration did, for the operator.
@@ -229,11 +277,7 @@ pub(crate) fn print_migration(session: u64, s: &phos_control::MigrationSummary) 
         s.downtime_ms
     );
     for (i, p) in s.passes.iter().enumerate() {
-        let what = match i {
-            0 => "first copy".to_string(),
-            i if i + 1 == s.passes.len() => "held copy".to_string(),
-            i => format!("round {i}"),
-        };
+        let what = pass_name(i, i + 1 == s.passes.len());
         println!(
             "  {what:<10} {:>10} bytes written before it, {:>10} bytes copied, {:8.1} ms",
             p.dirty_bytes, p.copied_bytes, p.ms
