@@ -143,6 +143,9 @@ pub struct MigrateRequest {
     /// The whole migration must end within this, or it is given up (the session runs on
     /// where it was).
     pub timeout: Duration,
+    /// TCP connections the session's memory streams over, pieces dealt to them in turn (1 to
+    /// [`phos_checkpoint::migrate::MAX_LANES`]).
+    pub connections: u16,
 }
 
 /// The default of [`MigrateRequest::timeout`] (`phosctl migrate --timeout`).
@@ -224,6 +227,8 @@ pub struct MigrateOut {
     pub quiesce_timeout: Duration,
     /// How long the target may take to say it has the session, once it has it all.
     pub answer_timeout: Duration,
+    /// Connections to stream over (the stream's lanes).
+    pub connections: u16,
 }
 
 /// A policy to load (`phosctl policy load`).

@@ -167,6 +167,11 @@ enum Command {
         /// Seconds the whole migration may take before it is given up.
         #[arg(long, default_value_t = phos_control::DEFAULT_MIGRATE_TIMEOUT.as_secs_f64())]
         timeout: f64,
+        /// TCP connections the session's memory streams over, from its server to the
+        /// target's (pieces dealt to them in turn, put back in order at the target).
+        #[arg(long, default_value_t = phos_checkpoint::migrate::DEFAULT_LANES,
+              value_parser = clap::value_parser!(u16).range(1..=phos_checkpoint::migrate::MAX_LANES as i64))]
+        connections: u16,
         #[command(flatten)]
         router: manage::RouterArg,
     },
@@ -737,13 +742,13 @@ fn main() -> ExitCode {
             name,
             server,
         }),
-        Command::Migrate { session, to, device, quiesce_timeout, timeout, router } => {
+        Command::Migrate { session, to, device, quiesce_timeout, timeout, connections, router } => {
             let to = match (to, device) {
                 (_, Some(d)) => phos_control::MigrationTarget::Device(d),
                 (Some(r), None) => phos_control::MigrationTarget::Router(r),
                 (None, None) => unreachable!("clap requires --to or --device"),
             };
-            manage::migrate(&router, session, to, seconds(quiesce_timeout), seconds(timeout))
+            manage::migrate(&router, session, to, seconds(quiesce_timeout), seconds(timeout), connections)
         }
         Command::VmMigrate {
             qmp,

@@ -208,9 +208,10 @@ pub fn migrate(
     to: phos_control::MigrationTarget,
     quiesce_timeout: Duration,
     timeout: Duration,
+    connections: u16,
 ) -> ExitCode {
     report(run(router, async |c| {
-        let request = phos_control::MigrateRequest { to, quiesce_timeout, timeout };
+        let request = phos_control::MigrateRequest { to, quiesce_timeout, timeout, connections };
         let work = c.migrate(phos_control::context_within(timeout + Duration::from_secs(30)), session, request);
         let s = with_migration_progress(&c, session, work).await??;
         print_migration(session, &s);
