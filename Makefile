@@ -1,7 +1,8 @@
 # The two commands of the README:
 #   make demo   set up what is missing (scripts/setup.sh demo), build, then run a real CUDA
 #               program through Phos (on the GPU where there is one, else on the emu backend)
-#               and say what happened
+#               and say what happened, and move a running program between two routers (live
+#               migration), its output compared with an uninterrupted run's
 #   make test   set up what is missing (scripts/setup.sh test), then everything CI checks:
 #               formatting, clippy, the unit tests, the end-to-end tests with real
 #               nvcc-built programs, and the ring protocol's model checking (make loom)

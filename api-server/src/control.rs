@@ -266,6 +266,9 @@ impl ServerControl for ServerCtl {
         Progress {
             done: self.progress.done.load(Ordering::Relaxed),
             total: self.progress.total.load(Ordering::Relaxed),
+            pass: self.progress.pass.load(Ordering::Relaxed),
+            held: self.progress.held.load(Ordering::Relaxed),
+            dirty_rate: self.progress.dirty_rate.load(Ordering::Relaxed),
         }
     }
 
@@ -398,16 +401,23 @@ impl ServerControl for ServerCtl {
             // Memory an on-demand restore has not loaded yet is not the session's to send.
             load.map_or(Ok(()), |l| l.wait_over(&bounds))
                 .map_err(|e| to_wire(e, Operation::Migration, id, Path::new("")))?;
-            let connect = |addr: &std::net::SocketAddr| std::net::TcpStream::connect_timeout(addr, CONNECT_TIMEOUT);
-            let stream = std::net::ToSocketAddrs::to_socket_addrs(to.as_str())
+            let addr = std::net::ToSocketAddrs::to_socket_addrs(to.as_str())
                 .and_then(|mut addrs| addrs.next().ok_or_else(|| std::io::Error::other("no address")))
-                .and_then(|addr| connect(&addr))
+                .map_err(|e| fail(format!("resolving {to}: {e}")))?;
+            let lanes = request.connections.clamp(1, phos_checkpoint::migrate::MAX_LANES);
+            let connect = || -> std::io::Result<std::net::TcpStream> {
+                let stream = std::net::TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)?;
+                // A target that stops reading or answering must not hold the session for ever.
+                stream.set_write_timeout(Some(MIGRATION_WAIT))?;
+                stream.set_read_timeout(Some(request.answer_timeout))?;
+                stream.set_nodelay(true)?;
+                Ok(stream)
+            };
+            let streams = (0..lanes)
+                .map(|_| connect())
+                .collect::<std::io::Result<Vec<_>>>()
                 .map_err(|e| fail(format!("connecting to {to}: {e}")))?;
-            // A target that stops reading or answering must not hold the session for ever.
-            let _ = stream.set_write_timeout(Some(MIGRATION_WAIT));
-            let _ = stream.set_read_timeout(Some(request.answer_timeout));
-            let _ = stream.set_nodelay(true);
-            let mut sender = phos_checkpoint::migrate::MigrationSender::start(stream, &request.key)
+            let mut sender = phos_checkpoint::migrate::MigrationSender::start(streams, &request.key)
                 .map_err(|e| fail(format!("starting the stream to {to}: {e}")))?;
             let meta = meta_of(request.identity);
             let (summary, passes) =
@@ -466,32 +476,59 @@ impl ServerCtl {
         let running = Running::detached(self);
         let deadline = std::time::Instant::now() + MIGRATION_WAIT;
         listener.set_nonblocking(true).map_err(|e| fail(format!("the migration listener: {e}")))?;
-        let mut stream = loop {
+        // The stream's lanes, each a connection that opens with its number: in their order.
+        let mut lanes: Vec<Option<std::net::TcpStream>> = Vec::new();
+        while lanes.is_empty() || lanes.iter().any(Option::is_none) {
             match listener.accept() {
-                Ok((s, from)) => {
-                    tracing::info!(session, "receiving a migration from {from}");
-                    break s;
+                Ok((mut s, from)) => {
+                    s.set_nonblocking(false)
+                        .and_then(|_| s.set_read_timeout(Some(MIGRATION_WAIT)))
+                        .map_err(|e| fail(format!("the migration connection from {from}: {e}")))?;
+                    let (lane, of) = phos_checkpoint::migrate::open_lane(&mut s, key)
+                        .map_err(|e| fail(format!("the migration connection from {from}: {e}")))?;
+                    if lanes.is_empty() {
+                        tracing::info!(session, "receiving a migration from {from} over {of} connection(s)");
+                        lanes.resize_with(of as usize, || None);
+                    }
+                    let count = lanes.len();
+                    match lanes.get_mut(lane as usize) {
+                        Some(slot @ None) if of as usize == count => *slot = Some(s),
+                        _ => {
+                            return Err(fail(format!(
+                                "connection {lane} of {of} from {from} does not fit the migration's {} connections",
+                                count
+                            )));
+                        }
+                    }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if std::time::Instant::now() >= deadline || running.cancel.is_cancelled() {
-                        return Err(fail("its source never connected".into()));
+                        let came = lanes.iter().flatten().count();
+                        return Err(fail(format!("its source never connected ({came} of its connections came)")));
                     }
                     std::thread::sleep(std::time::Duration::from_millis(5));
                 }
                 Err(e) => return Err(fail(format!("accepting the migration stream: {e}"))),
             }
-        };
+        }
         drop(listener);
-        let _ = stream.set_nonblocking(false);
-        let _ = stream.set_read_timeout(Some(MIGRATION_WAIT));
+        let lanes: Vec<std::net::TcpStream> = lanes.into_iter().flatten().collect();
         // No more than the session's device range can hold (its module variables aside, which
         // are small): a source cannot make this server hold more host memory than that.
         let limits =
             phos_checkpoint::migrate::ReceiveLimits { max_bytes: self.factory.device_size.saturating_add(1 << 30) };
-        let image = {
-            let mut reader = std::io::BufReader::with_capacity(1 << 20, &mut stream);
-            phos_checkpoint::migrate::receive(&mut reader, key, limits, &self.progress, self.migrate_in_pace)
+        // A lane that fails ends the reads of the others (they may wait on a source that
+        // stopped sending to them); lane 0 still answers the source.
+        let stop_reading = || {
+            for lane in &lanes {
+                let _ = lane.shutdown(std::net::Shutdown::Read);
+            }
         };
+        let image = {
+            let mut readers: Vec<_> = lanes.iter().map(|l| std::io::BufReader::with_capacity(1 << 20, l)).collect();
+            phos_checkpoint::migrate::receive(&mut readers, limits, &self.progress, self.migrate_in_pace, &stop_reading)
+        };
+        let mut stream = &lanes[0];
         // The restore proper: from the manifest's arrival, with the source holding the session.
         let start = std::time::Instant::now();
         let restored = image.map_err(|e| fail(format!("receiving: {e}"))).and_then(|image| {

@@ -1839,6 +1839,7 @@ pub fn recopy<T: Quiesce + Snapshot + Concurrent>(
     let held = Instant::now();
     let rest = target.quiesce(within)?;
     let mut round = log.begin_round();
+    let mut round_began = Instant::now();
     let first = target.head()?;
     let armed = Armed::arm(window.as_ref());
     drop(rest);
@@ -1865,10 +1866,12 @@ pub fn recopy<T: Quiesce + Snapshot + Concurrent>(
         let rest = target.quiesce(within)?;
         let previous = round;
         round = log.begin_round();
+        let since_previous = std::mem::replace(&mut round_began, Instant::now()).elapsed();
         drop(rest);
         stall += round_start.elapsed();
         let dirty = log.written_since(previous);
         let bytes: u64 = dirty.iter().map(|d| d.1).sum();
+        progress.next_pass(false, bytes as f64 / since_previous.as_secs_f64().max(1e-9));
         rounds += 1;
         // The parts written of the regions of the first pass (regions made since are taken at
         // the end, with the host state).
@@ -1899,6 +1902,7 @@ pub fn recopy<T: Quiesce + Snapshot + Concurrent>(
     }
     let written = log.written_since(round);
     let dirty_bytes: u64 = written.iter().map(|d| d.1).sum();
+    progress.next_pass(true, dirty_bytes as f64 / round_began.elapsed().as_secs_f64().max(1e-9));
     // New regions (or regions made again at another size) whole, and the parts written of
     // the others.
     let unsent = |r: &&MemoryRegion| sent.get(&r.addr) != Some(&r.size);

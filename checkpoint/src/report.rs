@@ -2,7 +2,7 @@
 //! services answer it (`phos_control` carries these very types) and `phosctl` prints it.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -117,11 +117,17 @@ impl std::fmt::Display for Waiting {
 }
 
 /// How far a checkpoint or restore is, for progress bars: bytes of device memory done and
-/// in all.
+/// in all; for a recopy (a migration's), its pass and the session's dirty rate too.
 #[derive(Debug, Default)]
 pub struct Progress {
     pub done: AtomicU64,
     pub total: AtomicU64,
+    /// The recopy's pass under way: 0 the first copy, then its rounds, then the held one.
+    pub pass: AtomicU32,
+    /// Whether the pass under way holds the session's calls (the recopy's last).
+    pub held: AtomicBool,
+    /// Bytes a second the session wrote between the recopy's last two rounds.
+    pub dirty_rate: AtomicU64,
 }
 
 impl Progress {
@@ -136,6 +142,17 @@ impl Progress {
     pub(crate) fn start(&self, total: u64) {
         self.done.store(0, Ordering::Relaxed);
         self.total.store(total, Ordering::Relaxed);
+        self.pass.store(0, Ordering::Relaxed);
+        self.held.store(false, Ordering::Relaxed);
+        self.dirty_rate.store(0, Ordering::Relaxed);
+    }
+
+    /// A recopy's next pass begins, `held` or not; `dirty_rate`: what the session wrote
+    /// since the pass before, a second.
+    pub(crate) fn next_pass(&self, held: bool, dirty_rate: f64) {
+        self.pass.fetch_add(1, Ordering::Relaxed);
+        self.held.store(held, Ordering::Relaxed);
+        self.dirty_rate.store(dirty_rate as u64, Ordering::Relaxed);
     }
 
     pub(crate) fn add(&self, n: u64) {

@@ -36,6 +36,15 @@ pub struct SessionInfo {
     pub bypass: Vec<String>,
 }
 
+/// The sessions of one router of a fleet (`phosctl sessions --all`), or why it did not say.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FleetSessions {
+    /// Its name in the configuration (else its endpoint).
+    pub router: String,
+    pub endpoint: String,
+    pub sessions: Result<Vec<SessionInfo>, ControlError>,
+}
+
 /// What a checkpoint and a restore did: one definition, the C/R engine's, answered as is.
 pub use phos_checkpoint::report::{CheckpointMode, CheckpointSummary, LoadReport, RestoreSummary};
 
@@ -93,11 +102,16 @@ pub struct SessionIdentity {
     pub epoch: u64,
 }
 
-/// Bytes done and total of the operation in progress.
+/// Bytes done and total of the operation in progress; of a migration (a recopy), its pass
+/// too (0 the first copy, then its rounds), whether that pass holds the session's calls
+/// (the last), and the bytes a second the session wrote between the last two passes.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct Progress {
     pub done: u64,
     pub total: u64,
+    pub pass: u32,
+    pub held: bool,
+    pub dirty_rate: u64,
 }
 
 /// Where a live migration moves a session (`phosctl migrate`).
@@ -129,6 +143,9 @@ pub struct MigrateRequest {
     /// The whole migration must end within this, or it is given up (the session runs on
     /// where it was).
     pub timeout: Duration,
+    /// TCP connections the session's memory streams over, pieces dealt to them in turn (1 to
+    /// [`phos_checkpoint::migrate::MAX_LANES`]).
+    pub connections: u16,
 }
 
 /// The default of [`MigrateRequest::timeout`] (`phosctl migrate --timeout`).
@@ -210,6 +227,8 @@ pub struct MigrateOut {
     pub quiesce_timeout: Duration,
     /// How long the target may take to say it has the session, once it has it all.
     pub answer_timeout: Duration,
+    /// Connections to stream over (the stream's lanes).
+    pub connections: u16,
 }
 
 /// A policy to load (`phosctl policy load`).
@@ -295,6 +314,9 @@ pub struct TenantUsage {
 #[tarpc::service]
 pub trait RouterControl {
     async fn sessions() -> Vec<SessionInfo>;
+    /// The sessions of this router and of each of its configured peers (a peer that did not
+    /// answer: why).
+    async fn fleet_sessions() -> Vec<FleetSessions>;
     async fn checkpoint(session: u64, request: CheckpointRequest) -> Result<CheckpointSummary, ControlError>;
     async fn restore(request: RestoreRequest) -> Result<RestoreSummary, ControlError>;
     /// Progress of a checkpoint of `session` (or of the restore that is bringing it back).

@@ -247,6 +247,9 @@ mod tests {
             async fn sessions(self, _: tarpc::context::Context) -> Vec<crate::SessionInfo> {
                 Vec::new()
             }
+            async fn fleet_sessions(self, _: tarpc::context::Context) -> Vec<crate::FleetSessions> {
+                Vec::new()
+            }
             async fn checkpoint(
                 self,
                 _: tarpc::context::Context,

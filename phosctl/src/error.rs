@@ -26,6 +26,9 @@ pub enum Exit {
     Refused = 5,
     /// It did not end in time: the session did not come to rest, a deadline passed.
     TimedOut = 6,
+    /// Partly done: what it could reach was done and printed, what it could not is named
+    /// (`sessions --all` with a peer that did not answer).
+    Partial = 7,
 }
 
 impl From<Exit> for ExitCode {
@@ -73,6 +76,9 @@ pub enum CliError {
     /// An on-demand restore served its session, then could not load its memory.
     #[error("session {session}: loading its memory after the restore failed: {reason}; the session's calls fail")]
     LoadFailed { session: u64, reason: String },
+    /// Some routers of the fleet did not answer (each named on its own line before).
+    #[error("{unanswered} of {routers} routers did not answer: their sessions are not listed")]
+    Partial { unanswered: usize, routers: usize },
 }
 
 impl From<tarpc::client::RpcError> for CliError {
@@ -93,6 +99,7 @@ impl CliError {
             CliError::Usage(_) | CliError::PolicySource(_) => Exit::Usage,
             CliError::PolicyBuild(phos_policy::BuildError::NoCompiler { .. }) => Exit::Unavailable,
             CliError::PolicyBuild(_) | CliError::Io { .. } | CliError::LoadFailed { .. } => Exit::Failed,
+            CliError::Partial { .. } => Exit::Partial,
             CliError::VmMigration(e) => match e {
                 crate::vm_migrate::VmMigrationError::Refused(_) => Exit::Refused,
                 crate::vm_migrate::VmMigrationError::Qmp(crate::qmp::QmpError::Connect { .. }) => Exit::Unavailable,
@@ -120,7 +127,15 @@ mod tests {
     /// Each class of failure has its own status, and success none of them.
     #[test]
     fn every_class_has_its_own_exit_status() {
-        let all = [Exit::Failed, Exit::Usage, Exit::Unavailable, Exit::NotFound, Exit::Refused, Exit::TimedOut];
+        let all = [
+            Exit::Failed,
+            Exit::Usage,
+            Exit::Unavailable,
+            Exit::NotFound,
+            Exit::Refused,
+            Exit::TimedOut,
+            Exit::Partial,
+        ];
         let codes: std::collections::BTreeSet<u8> = all.iter().map(|e| *e as u8).collect();
         assert_eq!(codes.len(), all.len());
         assert!(!codes.contains(&0));

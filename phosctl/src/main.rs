@@ -77,6 +77,15 @@ enum Command {
         /// know it, and migrations to `tcp:` routers present it.
         #[arg(long, env = "PHOS_PEER_SECRET_FILE")]
         peer_secret_file: Option<PathBuf>,
+        /// Another router of this one's fleet, `[NAME=]ENDPOINT` (`unix:PATH` on this host,
+        /// `tcp:HOST:PORT` its --peer-listen address); repeatable, added to the configuration
+        /// file's `[[peer]]` tables. `phosctl sessions --all` lists their sessions too.
+        #[arg(long = "peer", value_name = "[NAME=]ENDPOINT")]
+        peers: Vec<phos_router::fleet::Peer>,
+        /// What fleet listings call this router (default: the configuration's `name`, else
+        /// `unix:` and its socket).
+        #[arg(long)]
+        name: Option<String>,
         #[command(flatten)]
         server: ServerOptions,
     },
@@ -98,6 +107,11 @@ enum Command {
     },
     /// List a router's sessions.
     Sessions {
+        /// Also those of every peer of the router's fleet (its `[[peer]]`s, `serve --peer`),
+        /// with a column naming the router that holds each. A peer that does not answer is
+        /// named on standard error, the others listed; the exit status is then 7.
+        #[arg(long)]
+        all: bool,
         #[command(flatten)]
         router: manage::RouterArg,
     },
@@ -153,6 +167,11 @@ enum Command {
         /// Seconds the whole migration may take before it is given up.
         #[arg(long, default_value_t = phos_control::DEFAULT_MIGRATE_TIMEOUT.as_secs_f64())]
         timeout: f64,
+        /// TCP connections the session's memory streams over, from its server to the
+        /// target's (pieces dealt to them in turn, put back in order at the target).
+        #[arg(long, default_value_t = phos_checkpoint::migrate::DEFAULT_LANES,
+              value_parser = clap::value_parser!(u16).range(1..=phos_checkpoint::migrate::MAX_LANES as i64))]
+        connections: u16,
         #[command(flatten)]
         router: manage::RouterArg,
     },
@@ -379,6 +398,8 @@ struct ServeArgs {
     metrics: Option<std::net::SocketAddr>,
     peer_listen: Option<std::net::SocketAddr>,
     peer_secret_file: Option<PathBuf>,
+    peers: Vec<phos_router::fleet::Peer>,
+    name: Option<String>,
     server: ServerOptions,
 }
 
@@ -421,8 +442,10 @@ fn serve(args: ServeArgs) -> ExitCode {
         config.policy_budget = b;
     }
     config.listen_tcp = file.listen_tcp;
-    config.peer_listen = args.peer_listen;
-    if let Some(path) = &args.peer_secret_file {
+    config.peer_listen = args.peer_listen.or(file.peer_listen);
+    config.name = args.name.or(file.name.clone());
+    config.peers = file.peers.iter().cloned().chain(args.peers).collect();
+    if let Some(path) = args.peer_secret_file.as_ref().or(file.peer_secret_file.as_ref()) {
         match phos_control::peer::Secret::from_file(path) {
             Ok(s) => config.peer_secret = Some(s),
             Err(e) => {
@@ -696,16 +719,36 @@ fn spec(what: SpecCommand) -> ExitCode {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Serve { listen, backend, pool, config, metrics, peer_listen, peer_secret_file, server } => {
-            serve(ServeArgs { listen, backend, pool, config, metrics, peer_listen, peer_secret_file, server })
-        }
-        Command::Migrate { session, to, device, quiesce_timeout, timeout, router } => {
+        Command::Serve {
+            listen,
+            backend,
+            pool,
+            config,
+            metrics,
+            peer_listen,
+            peer_secret_file,
+            peers,
+            name,
+            server,
+        } => serve(ServeArgs {
+            listen,
+            backend,
+            pool,
+            config,
+            metrics,
+            peer_listen,
+            peer_secret_file,
+            peers,
+            name,
+            server,
+        }),
+        Command::Migrate { session, to, device, quiesce_timeout, timeout, connections, router } => {
             let to = match (to, device) {
                 (_, Some(d)) => phos_control::MigrationTarget::Device(d),
                 (Some(r), None) => phos_control::MigrationTarget::Router(r),
                 (None, None) => unreachable!("clap requires --to or --device"),
             };
-            manage::migrate(&router, session, to, seconds(quiesce_timeout), seconds(timeout))
+            manage::migrate(&router, session, to, seconds(quiesce_timeout), seconds(timeout), connections)
         }
         Command::VmMigrate {
             qmp,
@@ -747,7 +790,7 @@ fn main() -> ExitCode {
         Command::Top { interval, once, router } => {
             policy::top(&router, std::time::Duration::from_secs_f64(interval.max(0.1)), once)
         }
-        Command::Sessions { router } => manage::sessions(&router),
+        Command::Sessions { all, router } => manage::sessions(&router, all),
         Command::Checkpoint { session, out, stop, stop_the_world, recopy, compress, timeout, router } => {
             let mode = match (stop_the_world, recopy) {
                 (true, _) => CheckpointMode::StopTheWorld,

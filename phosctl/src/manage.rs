@@ -54,33 +54,70 @@ pub(crate) fn run<T>(
     .map_err(|source| CliError::Io { context: "a runtime for the call".into(), source })?
 }
 
-pub fn sessions(router: &RouterArg) -> ExitCode {
+pub fn sessions(router: &RouterArg, all: bool) -> ExitCode {
     report(run(router, async |c| {
-        let list = c.sessions(tarpc::context::current()).await?;
-        println!(
-            "{:>4}  {:<10} {:<9} {:>7} {:>4} {:>9} {:>8} {:<8}  program",
-            "id", "tenant", "state", "pid", "abi", "calls", "uptime", "bypass"
-        );
-        for s in list {
-            println!(
-                "{:>4}  {:<10} {:<9} {:>7} {:>4} {:>9} {:>7.0}s {:<8}  {}",
-                s.id,
-                printable(&s.tenant),
-                printable(&s.state),
-                s.pid,
-                s.abi_major,
-                s.calls,
-                s.uptime_s,
-                if s.bypass.is_empty() { "-" } else { "BYPASSED" },
-                printable(&s.program)
-            );
-            // The findings are escaped by the router.
-            for finding in &s.bypass {
-                println!("      bypass: {finding}");
+        if !all {
+            let list = c.sessions(tarpc::context::current()).await?;
+            print_sessions(false, list.iter().map(|s| (None, s)));
+            return Ok(());
+        }
+        // The router asks its peers (it has the secret); each answers within its wait.
+        let cx = phos_control::context_within(phos_router::fleet::PEER_WAIT + Duration::from_secs(10));
+        let fleet = c.fleet_sessions(cx).await?;
+        let mut unanswered = 0;
+        for f in &fleet {
+            if let Err(e) = &f.sessions {
+                eprintln!("phosctl: router {} ({}) did not answer: {e}", printable(&f.router), printable(&f.endpoint));
+                unanswered += 1;
             }
+        }
+        let listed = fleet
+            .iter()
+            .filter_map(|f| f.sessions.as_ref().ok().map(|l| (f, l)))
+            .flat_map(|(f, l)| l.iter().map(move |s| (Some(f.router.as_str()), s)));
+        print_sessions(true, listed);
+        if unanswered > 0 {
+            return Err(CliError::Partial { unanswered, routers: fleet.len() });
         }
         Ok(())
     }))
+}
+
+/// The sessions table; with a router named for each session, a first column of them.
+fn print_sessions<'a>(with_router: bool, list: impl Iterator<Item = (Option<&'a str>, &'a phos_control::SessionInfo)>) {
+    let router_column =
+        |r: Option<&str>| if with_router { format!("{:<24} ", printable(r.unwrap_or("-"))) } else { String::new() };
+    println!(
+        "{}{:>4}  {:<10} {:<9} {:>7} {:>4} {:>9} {:>8} {:<8}  program",
+        if with_router { format!("{:<24} ", "router") } else { String::new() },
+        "id",
+        "tenant",
+        "state",
+        "pid",
+        "abi",
+        "calls",
+        "uptime",
+        "bypass"
+    );
+    for (router, s) in list {
+        println!(
+            "{}{:>4}  {:<10} {:<9} {:>7} {:>4} {:>9} {:>7.0}s {:<8}  {}",
+            router_column(router),
+            s.id,
+            printable(&s.tenant),
+            printable(&s.state),
+            s.pid,
+            s.abi_major,
+            s.calls,
+            s.uptime_s,
+            if s.bypass.is_empty() { "-" } else { "BYPASSED" },
+            printable(&s.program)
+        );
+        // The findings are escaped by the router.
+        for finding in &s.bypass {
+            println!("      bypass: {finding}");
+        }
+    }
 }
 
 /// A bar of bytes done, labelled `what` (drawn only on a terminal).
@@ -171,14 +208,63 @@ pub fn migrate(
     to: phos_control::MigrationTarget,
     quiesce_timeout: Duration,
     timeout: Duration,
+    connections: u16,
 ) -> ExitCode {
     report(run(router, async |c| {
-        let request = phos_control::MigrateRequest { to, quiesce_timeout, timeout };
+        let request = phos_control::MigrateRequest { to, quiesce_timeout, timeout, connections };
         let work = c.migrate(phos_control::context_within(timeout + Duration::from_secs(30)), session, request);
-        let s = with_progress(&c, session, "migrate", work).await??;
+        let s = with_migration_progress(&c, session, work).await??;
         print_migration(session, &s);
         Ok(())
     }))
+}
+
+/// What the passes of a migration are called: the first copy, its rounds, the held copy.
+fn pass_name(pass: usize, held: bool) -> String {
+    match pass {
+        0 => "first copy".to_string(),
+        _ if held => "held copy".to_string(),
+        i => format!("round {i}"),
+    }
+}
+
+/// Follow the migration of `session` while `work` runs. On a terminal (standard output), a
+/// bar of the pass under way: bytes copied of those known so far, the rate, bytes left, and
+/// how fast the session writes its memory; elsewhere nothing, so that what is printed after
+/// stays the same lines for scripts.
+async fn with_migration_progress<T>(c: &RouterControlClient, session: u64, work: impl Future<Output = T>) -> T {
+    use std::io::IsTerminal;
+    let bar = ProgressBar::new(0);
+    if !std::io::stdout().is_terminal() {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>10} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}) {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(pass_name(0, false));
+    let poll = async {
+        loop {
+            if let Ok(Some(p)) = c.progress(tarpc::context::current(), session).await {
+                bar.set_length(p.total);
+                bar.set_position(p.done);
+                bar.set_prefix(pass_name(p.pass as usize, p.held));
+                bar.set_message(format!(
+                    "{} left, session writes {}/s",
+                    indicatif::HumanBytes(p.total.saturating_sub(p.done)),
+                    indicatif::HumanBytes(p.dirty_rate)
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let out = tokio::select! {
+        out = work => out,
+        _ = poll => unreachable!(),
+    };
+    bar.finish_and_clear();
+    out
 }
 
 /// What a migration did, for the operator.
@@ -192,11 +278,7 @@ pub(crate) fn print_migration(session: u64, s: &phos_control::MigrationSummary) 
         s.downtime_ms
     );
     for (i, p) in s.passes.iter().enumerate() {
-        let what = match i {
-            0 => "first copy".to_string(),
-            i if i + 1 == s.passes.len() => "held copy".to_string(),
-            i => format!("round {i}"),
-        };
+        let what = pass_name(i, i + 1 == s.passes.len());
         println!(
             "  {what:<10} {:>10} bytes written before it, {:>10} bytes copied, {:8.1} ms",
             p.dirty_bytes, p.copied_bytes, p.ms

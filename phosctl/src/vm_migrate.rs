@@ -286,7 +286,12 @@ fn move_sessions(
     let mut moved = Vec::new();
     for &id in sessions {
         let timeout = deadline.saturating_duration_since(Instant::now());
-        let request = MigrateRequest { to: MigrationTarget::Router(to.to_string()), quiesce_timeout, timeout };
+        let request = MigrateRequest {
+            to: MigrationTarget::Router(to.to_string()),
+            quiesce_timeout,
+            timeout,
+            connections: phos_checkpoint::migrate::DEFAULT_LANES,
+        };
         let done = run(router, async |c| {
             Ok(c.migrate(phos_control::context_within(timeout + Duration::from_secs(30)), id, request).await??)
         });

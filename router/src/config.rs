@@ -10,6 +10,14 @@
 //! ring_size = "4MiB"                 # each direction's ring, per channel
 //! staging_slot = "8MiB"              # each of a channel's two slots for large copies
 //!
+//! name = "rack4-a"                  # what fleet listings call this router
+//! peer_listen = "10.0.0.1:7101"      # the management service for peers (--peer-listen)
+//! peer_secret_file = "/etc/phos/peer.secret"
+//!
+//! [[peer]]                           # the other routers of its fleet
+//! name = "rack4-b"                   # (default: its endpoint)
+//! endpoint = "tcp:10.0.0.2:7101"     # or unix:PATH of a router on this host
+//!
 //! [[tenant]]
 //! name = "alice"
 //! uids = [1000]                      # her connections to the main socket
@@ -55,6 +63,8 @@ pub enum ConfigError {
     Parse { path: PathBuf, source: toml::de::Error },
     #[error("{}: {source}", path.display())]
     Limits { path: PathBuf, source: LimitsError },
+    #[error("{}: {source}", path.display())]
+    Peer { path: PathBuf, source: crate::fleet::PeerError },
 }
 
 /// A `[[policy]]` of the configuration that cannot be loaded as written.
@@ -81,6 +91,12 @@ pub struct ConfigFile {
     pub shared_memory: Option<bool>,
     pub ring_size: Option<crate::tenants::Amount>,
     pub staging_slot: Option<crate::tenants::Amount>,
+    /// What fleet listings call this router.
+    pub name: Option<String>,
+    pub peer_listen: Option<SocketAddr>,
+    pub peer_secret_file: Option<PathBuf>,
+    #[serde(default, rename = "peer")]
+    pub peers: Vec<crate::fleet::Peer>,
     #[serde(default, rename = "tenant")]
     pub tenants: Vec<TenantConfig>,
     #[serde(default, rename = "policy")]
@@ -113,6 +129,9 @@ impl ConfigFile {
         let file: ConfigFile =
             toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path_buf(), source })?;
         file.session_limits().map_err(|source| ConfigError::Limits { path: path_buf(), source })?;
+        for peer in &file.peers {
+            peer.check().map_err(|source| ConfigError::Peer { path: path_buf(), source })?;
+        }
         Ok(file)
     }
 
@@ -196,6 +215,31 @@ mod tests {
         assert_eq!(c.policies[0].builtin.as_deref(), Some("fair_share"));
         assert_eq!(c.session_limits().unwrap(), SessionLimits::default(), "no [limits]: the defaults");
         assert!(toml::from_str::<ConfigFile>("colour = 3").is_err(), "unknown keys are refused");
+    }
+
+    #[test]
+    fn a_fleet_parses_and_bad_peers_are_refused() {
+        let c: ConfigFile = toml::from_str(
+            r#"
+            name = "a"
+            peer_listen = "127.0.0.1:7101"
+            peer_secret_file = "/etc/phos/peer.secret"
+            [[peer]]
+            name = "b"
+            endpoint = "tcp:10.0.0.2:7101"
+            [[peer]]
+            endpoint = "unix:/run/phos/c.sock"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.name.as_deref(), Some("a"));
+        assert_eq!(c.peer_listen, Some("127.0.0.1:7101".parse().unwrap()));
+        assert_eq!(c.peers.iter().map(|p| p.label()).collect::<Vec<_>>(), ["b", "unix:/run/phos/c.sock"]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, "[[peer]]\nendpoint = \"10.0.0.2:7101\"\n").unwrap();
+        let e = ConfigFile::load(&path).unwrap_err().to_string();
+        assert!(e.contains("not unix:PATH or tcp:HOST:PORT"), "{e}");
     }
 
     #[test]

@@ -10,15 +10,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use phos_control::{
-    Cancel, CheckpointRequest, CheckpointSummary, ControlError, Incoming, LoadReport, MigrateRequest, MigrationSummary,
-    PolicyDetail, PolicyLoad, PolicySummary, Progress, RestoreRequest, RestoreSummary, RouterControl, SessionIdentity,
-    SessionInfo, TenantUsage,
+    Cancel, CheckpointRequest, CheckpointSummary, ControlError, FleetSessions, Incoming, LoadReport, MigrateRequest,
+    MigrationSummary, PolicyDetail, PolicyLoad, PolicySummary, Progress, RestoreRequest, RestoreSummary, RouterControl,
+    SessionIdentity, SessionInfo, TenantUsage,
 };
 use phos_policy::engine::{PolicyError, PolicyInfo};
 use tarpc::context::Context;
 
 use crate::Router;
-use crate::session::State;
 
 #[derive(Clone)]
 pub struct RouterCtl {
@@ -51,33 +50,11 @@ async fn blocking<T: Send + 'static>(
 
 impl RouterControl for RouterCtl {
     async fn sessions(self, _: Context) -> Vec<SessionInfo> {
-        self.router
-            .sessions()
-            .iter()
-            .map(|s| SessionInfo {
-                id: s.id,
-                tenant: s.tenant.to_string(),
-                pid: s.pid,
-                program: s.program.clone(),
-                abi_major: s.abi_major,
-                state: match s.state() {
-                    State::Active => "active",
-                    State::Suspended => "suspended",
-                    State::Ended => "ended",
-                }
-                .to_string(),
-                channels: s.channels() as usize,
-                calls: s.usage.calls(),
-                uptime_s: s.started.elapsed().as_secs_f64(),
-                resources: s
-                    .usage
-                    .resources()
-                    .into_iter()
-                    .map(|(n, used, held)| (n.to_string(), used, held as i64))
-                    .collect(),
-                bypass: s.bypass(),
-            })
-            .collect()
+        self.router.session_infos()
+    }
+
+    async fn fleet_sessions(self, _: Context) -> Vec<FleetSessions> {
+        self.router.fleet_sessions().await
     }
 
     async fn checkpoint(

@@ -20,6 +20,7 @@ pub mod admission;
 pub mod config;
 pub mod contention;
 pub mod control;
+pub mod fleet;
 pub mod limits;
 pub mod metrics;
 mod migration;
@@ -109,6 +110,10 @@ pub struct RouterConfig {
     /// The secret routers authenticate each other with (over TCP; `phosctl serve
     /// --peer-secret-file`). Needed to listen for peers and to migrate to `tcp:` routers.
     pub peer_secret: Option<phos_control::peer::Secret>,
+    /// What fleet listings call this router (default: `unix:` and its socket).
+    pub name: Option<String>,
+    /// The other routers of its fleet (`phosctl sessions --all` lists theirs too).
+    pub peers: Vec<fleet::Peer>,
 }
 
 impl RouterConfig {
@@ -136,6 +141,8 @@ impl RouterConfig {
             session_limits: Default::default(),
             peer_listen: None,
             peer_secret: None,
+            name: None,
+            peers: Vec::new(),
         }
     }
 }

@@ -201,6 +201,7 @@ impl Router {
             identity: identity.clone(),
             quiesce_timeout: request.quiesce_timeout,
             answer_timeout: deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1)),
+            connections: request.connections,
         };
         let result = match &request.to {
             MigrationTarget::Device(device) => {

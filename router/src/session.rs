@@ -384,6 +384,33 @@ impl SessionEntry {
             .collect()
     }
 
+    /// The session as the management service answers it (`phosctl sessions`).
+    pub fn info(&self) -> phos_control::SessionInfo {
+        phos_control::SessionInfo {
+            id: self.id,
+            tenant: self.tenant.to_string(),
+            pid: self.pid,
+            program: self.program.clone(),
+            abi_major: self.abi_major,
+            state: match self.state() {
+                State::Active => "active",
+                State::Suspended => "suspended",
+                State::Ended => "ended",
+            }
+            .to_string(),
+            channels: self.channels() as usize,
+            calls: self.usage.calls(),
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            resources: self
+                .usage
+                .resources()
+                .into_iter()
+                .map(|(n, used, held)| (n.to_string(), used, held as i64))
+                .collect(),
+            bypass: self.bypass(),
+        }
+    }
+
     /// An async call was refused here and will not run on the server.
     pub(crate) fn refused_async(&self, call_id: u64) {
         let mut r = self.refused_async.lock();

@@ -56,9 +56,37 @@ fn migrate(from: &TestRouter, session: u64, to: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr),
         from.server_logs()
     );
-    assert!(printed.contains("moved to") && printed.contains("downtime"), "{printed}");
+    check_plain_output(session, &printed, &String::from_utf8_lossy(&out.stderr));
     println!("{printed}");
     printed
+}
+
+/// What `phosctl migrate` prints when its output is not a terminal: the same lines as ever,
+/// for scripts (a summary line, one line per pass, the dirty rate), and no progress bar
+/// (no carriage return, no escape sequence) on either stream.
+fn check_plain_output(session: u64, printed: &str, stderr: &str) {
+    for (what, text) in [("stdout", printed), ("stderr", stderr)] {
+        assert!(!text.contains('\r') && !text.contains('\u{1b}'), "a progress bar on {what}: {text:?}");
+    }
+    let lines: Vec<&str> = printed.lines().collect();
+    assert!(lines.len() >= 4, "{printed}");
+    let (first, rest) = lines.split_first().unwrap();
+    let (last, passes) = rest.split_last().unwrap();
+    assert!(first.starts_with(&format!("session {session} moved to ")), "{printed}");
+    assert!(first.contains(" MiB of device memory, ") && first.ends_with(" ms (downtime)"), "{printed}");
+    for (i, line) in passes.iter().enumerate() {
+        let want = match i {
+            0 => "first copy".to_string(),
+            i if i + 1 == passes.len() => "held copy".to_string(),
+            i => format!("round {i}"),
+        };
+        let fields = line.strip_prefix(&format!("  {want}")).unwrap_or_else(|| panic!("pass {i}: {line:?}"));
+        let numbers: Vec<f64> =
+            fields.split(|c: char| c == ',' || c.is_whitespace()).filter_map(|w| w.parse().ok()).collect();
+        assert_eq!(numbers.len(), 3, "written, copied, ms: {line:?}");
+        assert!(fields.contains("bytes written before it") && fields.ends_with(" ms"), "{line:?}");
+    }
+    assert!(last.starts_with("dirty rate ") && last.contains("MiB/s during the rounds"), "{printed}");
 }
 
 fn start_guest(router: &TestRouter, exe: &Path, args: &[&str]) -> Child {
@@ -313,4 +341,41 @@ fn a_program_writing_a_small_region_is_recopied_by_the_piece() {
     assert!(copied[1..].iter().any(|&c| c > 0), "the program wrote while it moved: {copied:?}");
     let printed = finish(guest, out, printed);
     assert!(printed.ends_with("PASS\n"), "{printed}");
+}
+
+/// On a terminal, `phosctl migrate` draws a progress bar while the memory moves: the pass
+/// under way, bytes copied, the rate, bytes left and how fast the session writes. The
+/// target reads the stream slowly, so that the bar has time to be drawn; `script` gives
+/// phosctl a terminal.
+#[test]
+fn a_migration_on_a_terminal_shows_its_progress() {
+    let Some(nvcc) = nvcc() else { return };
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: no `script` to give phosctl a terminal");
+        return;
+    }
+    let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);
+    let dir = tempfile::tempdir().unwrap();
+    let secret = secret_file(dir.path(), SECRET);
+    let a = peer_router(&secret, &[]);
+    let b = peer_router(&secret, &["--migrate-in-pace-ms", "300"]);
+    let mut guest = start_guest(&a, &exe, &["300", "30"]);
+    let mut out = BufReader::new(guest.stdout.take().unwrap());
+    let mut printed = String::new();
+    read_until(&mut out, &mut printed, "iteration 10 ");
+    let id = only_session(&a);
+    let command = format!(
+        "{} migrate {id} --to {} --router unix:{}",
+        built("phosctl").display(),
+        peer_endpoint(&b),
+        a.socket().display()
+    );
+    let term = Command::new("script").args(["-qfec", &command, "/dev/null"]).output().unwrap();
+    let shown = String::from_utf8_lossy(&term.stdout).into_owned();
+    assert!(term.status.success(), "{shown}\n{}", String::from_utf8_lossy(&term.stderr));
+    assert!(shown.contains(&format!("session {id} moved to")), "{shown}");
+    assert!(shown.contains("first copy ["), "no bar for the first copy: {shown:?}");
+    assert!(shown.contains(" left, session writes "), "no bytes left and dirty rate: {shown:?}");
+    let printed = finish(guest, out, printed);
+    assert!(printed.contains("iteration 300 "), "{printed}");
 }

@@ -9,7 +9,8 @@
 #   tests/scripts/gpu-migrate.sh BIN_DIR OUT_DIR
 # SIZES (GiB, default "1 4 16"), HOT (buffers rewritten, default 1), WINDOW_KIB (bytes each
 # kernel writes, default 64), WARM (seconds before and after, default 2), ARCH (sm_90),
-# BACKEND (cuda; BACKEND=emu ARCH=sm_70 SIZES=0.25 checks the script on a CPU).
+# BACKEND (cuda; BACKEND=emu ARCH=sm_70 SIZES=0.25 checks the script on a CPU), CONNECTIONS
+# (the migration stream's TCP connections, default 4).
 set -u
 BIN=$(realpath "$1")
 OUT=$(realpath "$2")
@@ -46,7 +47,7 @@ summary="$OUT/migrate.md"
   echo
   command -v nvidia-smi > /dev/null && echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
   echo "- backend $BACKEND; each kernel writes $WINDOW_KIB KiB of one of the first $HOT 256 MiB buffers, in turn"
-  echo "- command: \`SIZES=\"$SIZES\" HOT=$HOT WINDOW_KIB=$WINDOW_KIB tests/scripts/gpu-migrate.sh BIN_DIR OUT_DIR\`"
+  echo "- command: \`SIZES=\"$SIZES\" HOT=$HOT WINDOW_KIB=$WINDOW_KIB CONNECTIONS=${CONNECTIONS:-4} tests/scripts/gpu-migrate.sh BIN_DIR OUT_DIR\`"
   echo
   echo "| device memory | move | total ms | downtime ms | launches/s before | during | what phosctl printed |"
   echo "|---|---|---|---|---|---|---|"
@@ -54,7 +55,7 @@ summary="$OUT/migrate.md"
 move() { # size label router target out
   local t0 t1 printed
   t0=$(date +%s.%N)
-  printed=$("$BIN/phosctl" migrate "$id" --router "unix:$WORK/$2.sock" --to "$3" 2>&1)
+  printed=$("$BIN/phosctl" migrate "$id" --router "unix:$WORK/$2.sock" --to "$3" --connections "${CONNECTIONS:-4}" 2>&1)
   local rc=$?
   t1=$(date +%s.%N)
   echo "$printed" > "$WORK/last-move.txt"
