@@ -168,10 +168,11 @@ fn build_with_runtime(nvcc: &Path, dir: &Path, name: &str, cudart: &str, extra: 
 
 /// Link flags for a program that calls cuDNN 9 where NVIDIA's libcudnn is absent (CI): a stub
 /// `libcudnn.so` built here whose soname is `libcudnn.so.9` and which defines the functions
-/// tests/cuda/cudnn_conv.cu calls, so the program is linked as against NVIDIA's library (it
-/// needs `libcudnn.so.9`, which Phos's guest directory serves when it runs).
+/// tests/cuda/cudnn_conv.cu and cudnn_batchnorm.cu call, so the programs are linked as against
+/// NVIDIA's library (they need `libcudnn.so.9`, which Phos's guest directory serves when they
+/// run).
 pub fn cudnn_link_flags() -> [String; 2] {
-    const FUNCTIONS: [&str; 13] = [
+    const FUNCTIONS: [&str; 31] = [
         "cudnnCreate",
         "cudnnDestroy",
         "cudnnSetStream",
@@ -185,16 +186,35 @@ pub fn cudnn_link_flags() -> [String; 2] {
         "cudnnBackendGetAttribute",
         "cudnnBackendExecute",
         "cudnnCreateTensorDescriptor",
+        "cudnnDestroyTensorDescriptor",
+        "cudnnSetTensor4dDescriptor",
+        "cudnnSetTensor4dDescriptorEx",
+        "cudnnSetTensorNdDescriptor",
+        "cudnnSetTensorNdDescriptorEx",
+        "cudnnGetTensor4dDescriptor",
+        "cudnnGetTensorNdDescriptor",
+        "cudnnGetTensorSizeInBytes",
+        "cudnnDeriveBNTensorDescriptor",
+        "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize",
+        "cudnnGetBatchNormalizationBackwardExWorkspaceSize",
+        "cudnnGetBatchNormalizationTrainingExReserveSpaceSize",
+        "cudnnBatchNormalizationForwardTraining",
+        "cudnnBatchNormalizationForwardTrainingEx",
+        "cudnnBatchNormalizationForwardInference",
+        "cudnnBatchNormalizationBackward",
+        "cudnnBatchNormalizationBackwardEx",
+        "cudnnCreateFilterDescriptor",
     ];
     let dir = target_dir().join("cudnn-link-stub");
     let lib = dir.join("libcudnn.so");
+    let src = dir.join("stub.c");
+    let body: String = FUNCTIONS.iter().map(|f| format!("void {f}(void) {{}}\n")).collect();
     static BUILDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one_at_a_time = BUILDING.lock().unwrap_or_else(|p| p.into_inner());
-    if !lib.exists() {
+    // Built again when the list changed.
+    if !lib.exists() || std::fs::read_to_string(&src).ok().as_deref() != Some(body.as_str()) {
         std::fs::create_dir_all(&dir).unwrap();
-        let src = dir.join("stub.c");
-        let body: String = FUNCTIONS.iter().map(|f| format!("void {f}(void) {{}}\n")).collect();
-        std::fs::write(&src, body).unwrap();
+        std::fs::write(&src, &body).unwrap();
         let partial = dir.join(format!(".libcudnn.so.{}", std::process::id()));
         cc(&["-shared", "-fPIC", "-Wl,-soname,libcudnn.so.9", "-o"]
             .map(std::ffi::OsStr::new)

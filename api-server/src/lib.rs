@@ -35,6 +35,7 @@ pub mod capture;
 pub mod checkpoint;
 pub mod control;
 pub mod cpu_blas;
+pub mod cpu_dnn;
 pub mod cpu_fft;
 pub mod cpu_lt;
 pub mod cpu_rand;

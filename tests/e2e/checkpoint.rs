@@ -904,6 +904,26 @@ fn cudnn_descriptors_survive_a_restore() {
     );
 }
 
+/// cuDNN's legacy tensor descriptors (set with strides, derived for batch normalization, and
+/// one the program destroyed) are recorded as their shapes and made again on restore: after a
+/// stop and a restore into a new server, the program reads them back as it set them and runs a
+/// batch normalization checked against its host reference.
+#[test]
+fn cudnn_tensor_descriptors_survive_a_restore() {
+    let link = phos_tests::cudnn_link_flags();
+    library_program_with_flags_survives_a_restore(
+        "cudnn_batchnorm",
+        &[&link[0], &link[1]],
+        "cudnn ready",
+        "descriptor: type 0, 4 dims 2 3 4 5, strides 60 1 15 3, 480 bytes\n\
+         descriptor: type 0, 4 dims 1 3 1 1, strides 3 1 1 1, 12 bytes\n\
+         after the restore: nhwc float: forward training ok\n\
+         after the restore: nhwc float: inference ok\n\
+         after the restore: nhwc float: backward ok\n\
+         done",
+    );
+}
+
 /// cuBLASLt's handle and descriptors are recorded with every attribute set on them: after a
 /// stop and a restore into a new server, the program reads its matmul descriptor's epilogue
 /// back and runs the matmul with the bias it set before the checkpoint.

@@ -112,6 +112,7 @@ const TESTED_APART: &[&str] = &[
     "cusolver_dense",
     "cusparse_cg",
     "cudnn_conv",
+    "cudnn_batchnorm",
     "cublaslt_matmul",
     "cufft_convolution",
     "graph_libraries",
@@ -499,7 +500,8 @@ fn cudnn_conv_on_emu_gets_not_supported_at_execute() {
 /// What a careless or hostile cuDNN program gets: CUDNN_STATUS_BAD_PARAM for made-up and
 /// destroyed descriptors and handles, impossible counts and types, descriptor elements that
 /// are not the session's, pointers where no pointer belongs or outside the session's memory;
-/// CUDNN_STATUS_NOT_SUPPORTED for the legacy API, named by cudnnGetLastErrorString. The server
+/// CUDNN_STATUS_NOT_SUPPORTED for the legacy API Phos does not carry, named by
+/// cudnnGetLastErrorString. The server
 /// logs each, and the handle and descriptors still work.
 #[test]
 fn cudnn_hostile_calls() {
@@ -519,7 +521,7 @@ fn cudnn_hostile_calls() {
         "hostile: host pointer in a variant pack -> CUDNN_STATUS_BAD_PARAM",
         "hostile: destroyed descriptor -> CUDNN_STATUS_BAD_PARAM",
         "hostile: made-up handle -> CUDNN_STATUS_BAD_PARAM",
-        "hostile: legacy tensor descriptor -> CUDNN_STATUS_NOT_SUPPORTED",
+        "hostile: legacy filter descriptor -> CUDNN_STATUS_NOT_SUPPORTED",
         "hostile: last error names the call",
         "hostile: the handle and descriptors still work",
         "done",
@@ -531,7 +533,85 @@ fn cudnn_hostile_calls() {
         "only variant packs hold pointers",
         "is not device memory of the session",
         "is not a cuDNN handle of the session",
-        "cudnnCreateTensorDescriptor",
+        "cudnnCreateFilterDescriptor",
+    ] {
+        assert!(stderr.contains(logged), "the log lacks `{logged}`:\n{stderr}");
+    }
+}
+
+/// Batch normalization through cuDNN's legacy API (tests/cuda/cudnn_batchnorm.cu, linked
+/// against `libcudnn.so.9` as against NVIDIA's): tensor descriptors from every setter and
+/// derived, read back; forward training, inference and backward on NCHW and NHWC, float and
+/// half, and the plain calls per activation with blending, each checked by the program against
+/// its host reference; on emu's CPU implementation it prints what it prints natively.
+#[test]
+fn cudnn_batchnorm_on_emu_matches_the_host() {
+    let Some(nvcc) = nvcc() else { return };
+    let link = phos_tests::cudnn_link_flags();
+    let exe = build_program(&nvcc, "cudnn_batchnorm", &["-arch=sm_70", &link[0], &link[1]]);
+    let out = phos_run_over("emu", "shm", &exe, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert_eq!(stdout, expected("cudnn_batchnorm"), "output differs from the native run\nstderr:\n{stderr}");
+}
+
+/// What a careless or hostile program gets from the legacy API: CUDNN_STATUS_BAD_PARAM for bad
+/// dimensions, strides, types and formats, made-up, destroyed and wrong-kind descriptors, device
+/// ranges outside the session's memory (data, host pointers, a workspace larger than its
+/// allocation), a scale descriptor of the wrong shape, a negative epsilon, an unknown mode and
+/// a lone running statistic; CUDNN_STATUS_NOT_SUPPORTED for nine dimensions, the fused
+/// activation and the legacy API Phos does not carry. The server logs each, and the handle and
+/// descriptors still work.
+#[test]
+fn cudnn_batchnorm_hostile_calls() {
+    let Some(nvcc) = nvcc() else { return };
+    let link = phos_tests::cudnn_link_flags();
+    let exe = build_program(&nvcc, "cudnn_batchnorm", &["-arch=sm_70", &link[0], &link[1]]);
+    let out = phos_run_over("emu", "shm", &exe, &["hostile"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    for line in [
+        "hostile: zero batch -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: negative stride -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: unknown data type -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: unknown format -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: nine dimensions -> CUDNN_STATUS_NOT_SUPPORTED",
+        "hostile: a descriptor never set -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: made-up descriptor -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: a handle as a descriptor -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: x past its allocation -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: y on the host -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: workspace larger than its allocation -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: data descriptor as the scale's -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: fused activation -> CUDNN_STATUS_NOT_SUPPORTED",
+        "hostile: negative epsilon -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: unknown mode -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: one running statistic -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: destroyed descriptor -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: legacy filter descriptor -> CUDNN_STATUS_NOT_SUPPORTED",
+        "hostile: last error names the call",
+        "hostile: the handle and descriptors still work (480 bytes)",
+        "done",
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "missing `{line}`\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    }
+    for logged in [
+        "dimension 0",
+        "stride -1",
+        "data type 99",
+        "tensor format 9",
+        "was never given a shape",
+        "is not a tensor descriptor of the session",
+        "`x` at",
+        "`workspace` at",
+        "the scale/bias descriptor is",
+        "bnOps 1",
+        "epsilon -1",
+        "batch normalization mode 7",
+        "one is NULL and the other is not",
+        "cudnnCreateFilterDescriptor",
     ] {
         assert!(stderr.contains(logged), "the log lacks `{logged}`:\n{stderr}");
     }

@@ -26,6 +26,121 @@ type CreateDescriptorFn = unsafe extern "C" fn(i32, *mut Raw) -> i32;
 type SetAttributeFn = unsafe extern "C" fn(Raw, i32, i32, i64, *const c_void) -> i32;
 type GetAttributeFn = unsafe extern "C" fn(Raw, i32, i32, i64, *mut i64, *mut c_void) -> i32;
 type ExecuteFn = unsafe extern "C" fn(Raw, Raw, Raw) -> i32;
+type SetTensorNdFn = unsafe extern "C" fn(Raw, i32, i32, *const i32, *const i32) -> i32;
+type FwdWorkspaceFn = unsafe extern "C" fn(Raw, i32, i32, Raw, Raw, Raw, Raw, Raw, *mut usize) -> i32;
+type BwdWorkspaceFn = unsafe extern "C" fn(Raw, i32, i32, Raw, Raw, Raw, Raw, Raw, Raw, Raw, *mut usize) -> i32;
+type ReserveFn = unsafe extern "C" fn(Raw, i32, i32, Raw, Raw, *mut usize) -> i32;
+type P = *const c_void;
+type M = *mut c_void;
+type FwdTrainingFn = unsafe extern "C" fn(Raw, i32, P, P, Raw, P, Raw, M, Raw, P, P, f64, M, M, f64, M, M) -> i32;
+type FwdTrainingExFn = unsafe extern "C" fn(
+    Raw,
+    i32,
+    i32,
+    P,
+    P,
+    Raw,
+    P,
+    Raw,
+    P,
+    Raw,
+    M,
+    Raw,
+    P,
+    P,
+    f64,
+    M,
+    M,
+    f64,
+    M,
+    M,
+    Raw,
+    M,
+    usize,
+    M,
+    usize,
+) -> i32;
+type FwdInferenceFn = unsafe extern "C" fn(Raw, i32, P, P, Raw, P, Raw, M, Raw, P, P, P, P, f64) -> i32;
+type BwdFn = unsafe extern "C" fn(Raw, i32, P, P, P, P, Raw, P, Raw, P, Raw, M, Raw, P, M, M, f64, P, P) -> i32;
+type BwdExFn = unsafe extern "C" fn(
+    Raw,
+    i32,
+    i32,
+    P,
+    P,
+    P,
+    P,
+    Raw,
+    P,
+    Raw,
+    P,
+    Raw,
+    P,
+    Raw,
+    M,
+    Raw,
+    M,
+    Raw,
+    P,
+    P,
+    M,
+    M,
+    f64,
+    P,
+    P,
+    Raw,
+    M,
+    usize,
+    M,
+    usize,
+) -> i32;
+
+/// One batch normalization call in cuDNN's terms: cuDNN's handle and descriptors, device
+/// addresses the session checked (0 for NULL), the scaling factors as host floats.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BnCall {
+    pub handle: u64,
+    pub mode: i32,
+    pub ops: i32,
+    /// alpha and beta of the data (y or dx).
+    pub data_scaling: [f32; 2],
+    /// alpha and beta of the parameter gradients.
+    pub param_scaling: [f32; 2],
+    pub x_desc: u64,
+    pub x: u64,
+    pub z_desc: u64,
+    pub z: u64,
+    pub y_desc: u64,
+    pub y: u64,
+    pub dy_desc: u64,
+    pub dy: u64,
+    pub dz_desc: u64,
+    pub dz: u64,
+    pub dx_desc: u64,
+    pub dx: u64,
+    pub bn_desc: u64,
+    pub scale: u64,
+    pub bias: u64,
+    pub dscale: u64,
+    pub dbias: u64,
+    pub running_mean: u64,
+    pub running_var: u64,
+    pub saved_mean: u64,
+    pub saved_inv_var: u64,
+    pub factor: f64,
+    pub epsilon: f64,
+    pub workspace: u64,
+    pub workspace_size: u64,
+    pub reserve: u64,
+    pub reserve_size: u64,
+}
+
+fn r(v: u64) -> Raw {
+    v as Raw
+}
+fn p(v: u64) -> P {
+    v as P
+}
 
 /// NVIDIA's libcudnn: the functions the session calls.
 pub struct Cudnn {
@@ -43,6 +158,17 @@ pub struct Cudnn {
     set_attribute: SetAttributeFn,
     get_attribute: GetAttributeFn,
     execute: ExecuteFn,
+    create_tensor: CreateFn,
+    destroy_tensor: ObjectFn,
+    set_tensor_nd: SetTensorNdFn,
+    fwd_workspace: FwdWorkspaceFn,
+    bwd_workspace: BwdWorkspaceFn,
+    reserve_size: ReserveFn,
+    fwd_training: FwdTrainingFn,
+    fwd_training_ex: FwdTrainingExFn,
+    fwd_inference: FwdInferenceFn,
+    bwd: BwdFn,
+    bwd_ex: BwdExFn,
 }
 
 /// cuDNN's versions, as its three version functions answer them.
@@ -89,6 +215,17 @@ impl Cudnn {
             set_attribute: get(&library, b"cudnnBackendSetAttribute\0").map_err(err)?,
             get_attribute: get(&library, b"cudnnBackendGetAttribute\0").map_err(err)?,
             execute: get(&library, b"cudnnBackendExecute\0").map_err(err)?,
+            create_tensor: get(&library, b"cudnnCreateTensorDescriptor\0").map_err(err)?,
+            destroy_tensor: get(&library, b"cudnnDestroyTensorDescriptor\0").map_err(err)?,
+            set_tensor_nd: get(&library, b"cudnnSetTensorNdDescriptor\0").map_err(err)?,
+            fwd_workspace: get(&library, b"cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize\0").map_err(err)?,
+            bwd_workspace: get(&library, b"cudnnGetBatchNormalizationBackwardExWorkspaceSize\0").map_err(err)?,
+            reserve_size: get(&library, b"cudnnGetBatchNormalizationTrainingExReserveSpaceSize\0").map_err(err)?,
+            fwd_training: get(&library, b"cudnnBatchNormalizationForwardTraining\0").map_err(err)?,
+            fwd_training_ex: get(&library, b"cudnnBatchNormalizationForwardTrainingEx\0").map_err(err)?,
+            fwd_inference: get(&library, b"cudnnBatchNormalizationForwardInference\0").map_err(err)?,
+            bwd: get(&library, b"cudnnBatchNormalizationBackward\0").map_err(err)?,
+            bwd_ex: get(&library, b"cudnnBatchNormalizationBackwardEx\0").map_err(err)?,
             _library: library,
             path: path.to_path_buf(),
         })
@@ -175,5 +312,232 @@ impl Cudnn {
         // SAFETY: live objects of the session, on its context; the pack's device pointers
         // lie in the session's memory (checked by the caller).
         unsafe { (self.execute)(handle as Raw, plan as Raw, variant_pack as Raw) }
+    }
+
+    /// A new legacy tensor descriptor.
+    pub fn create_tensor(&self) -> Result<u64, i32> {
+        let mut d: Raw = std::ptr::null_mut();
+        // SAFETY: the call writes the descriptor to a valid out pointer.
+        let code = unsafe { (self.create_tensor)(&mut d) };
+        if code == 0 { Ok(d as u64) } else { Err(code) }
+    }
+
+    pub fn destroy_tensor(&self, descriptor: u64) -> i32 {
+        // SAFETY: a descriptor `create_tensor` made and the session has not destroyed.
+        unsafe { (self.destroy_tensor)(r(descriptor)) }
+    }
+
+    /// Give a tensor descriptor its type, dimensions and strides (as many of each).
+    pub fn set_tensor_nd(&self, descriptor: u64, data_type: i32, dims: &[i32], strides: &[i32]) -> i32 {
+        let n = dims.len().min(strides.len()) as i32;
+        // SAFETY: a live descriptor; both arrays hold `n` elements, which cuDNN reads and copies.
+        unsafe { (self.set_tensor_nd)(r(descriptor), data_type, n, dims.as_ptr(), strides.as_ptr()) }
+    }
+
+    /// The workspace cudnnBatchNormalizationForwardTrainingEx needs with these descriptors.
+    pub fn forward_training_workspace(&self, c: &BnCall) -> Result<u64, i32> {
+        let mut size = 0usize;
+        // SAFETY: live objects of the session (null where the call passes none), a valid out
+        // pointer.
+        let code = unsafe {
+            (self.fwd_workspace)(
+                r(c.handle),
+                c.mode,
+                c.ops,
+                r(c.x_desc),
+                r(c.z_desc),
+                r(c.y_desc),
+                r(c.bn_desc),
+                std::ptr::null_mut(),
+                &mut size,
+            )
+        };
+        if code == 0 { Ok(size as u64) } else { Err(code) }
+    }
+
+    /// The workspace cudnnBatchNormalizationBackwardEx needs with these descriptors.
+    pub fn backward_workspace(&self, c: &BnCall) -> Result<u64, i32> {
+        let mut size = 0usize;
+        // SAFETY: as in `forward_training_workspace`.
+        let code = unsafe {
+            (self.bwd_workspace)(
+                r(c.handle),
+                c.mode,
+                c.ops,
+                r(c.x_desc),
+                r(c.y_desc),
+                r(c.dy_desc),
+                r(c.dz_desc),
+                r(c.dx_desc),
+                r(c.bn_desc),
+                std::ptr::null_mut(),
+                &mut size,
+            )
+        };
+        if code == 0 { Ok(size as u64) } else { Err(code) }
+    }
+
+    /// The reserve space a training step and its backward pass share.
+    pub fn training_reserve(&self, c: &BnCall) -> Result<u64, i32> {
+        let mut size = 0usize;
+        // SAFETY: as in `forward_training_workspace`.
+        let code =
+            unsafe { (self.reserve_size)(r(c.handle), c.mode, c.ops, std::ptr::null_mut(), r(c.x_desc), &mut size) };
+        if code == 0 { Ok(size as u64) } else { Err(code) }
+    }
+
+    pub fn forward_training(&self, c: &BnCall) -> i32 {
+        let [alpha, beta] = &c.data_scaling;
+        // SAFETY: live objects of the session on its context; every device range the
+        // descriptors make the call touch was checked against the session's memory; the
+        // scaling factors live on this frame for the call.
+        unsafe {
+            (self.fwd_training)(
+                r(c.handle),
+                c.mode,
+                std::ptr::from_ref(alpha).cast(),
+                std::ptr::from_ref(beta).cast(),
+                r(c.x_desc),
+                p(c.x),
+                r(c.y_desc),
+                r(c.y),
+                r(c.bn_desc),
+                p(c.scale),
+                p(c.bias),
+                c.factor,
+                r(c.running_mean),
+                r(c.running_var),
+                c.epsilon,
+                r(c.saved_mean),
+                r(c.saved_inv_var),
+            )
+        }
+    }
+
+    pub fn forward_training_ex(&self, c: &BnCall) -> i32 {
+        let [alpha, beta] = &c.data_scaling;
+        // SAFETY: as in `forward_training`; the workspace and reserve were checked for the
+        // sizes given, which are at least what cuDNN asked for.
+        unsafe {
+            (self.fwd_training_ex)(
+                r(c.handle),
+                c.mode,
+                c.ops,
+                std::ptr::from_ref(alpha).cast(),
+                std::ptr::from_ref(beta).cast(),
+                r(c.x_desc),
+                p(c.x),
+                r(c.z_desc),
+                p(c.z),
+                r(c.y_desc),
+                r(c.y),
+                r(c.bn_desc),
+                p(c.scale),
+                p(c.bias),
+                c.factor,
+                r(c.running_mean),
+                r(c.running_var),
+                c.epsilon,
+                r(c.saved_mean),
+                r(c.saved_inv_var),
+                std::ptr::null_mut(),
+                r(c.workspace),
+                c.workspace_size as usize,
+                r(c.reserve),
+                c.reserve_size as usize,
+            )
+        }
+    }
+
+    pub fn forward_inference(&self, c: &BnCall) -> i32 {
+        let [alpha, beta] = &c.data_scaling;
+        // SAFETY: as in `forward_training`.
+        unsafe {
+            (self.fwd_inference)(
+                r(c.handle),
+                c.mode,
+                std::ptr::from_ref(alpha).cast(),
+                std::ptr::from_ref(beta).cast(),
+                r(c.x_desc),
+                p(c.x),
+                r(c.y_desc),
+                r(c.y),
+                r(c.bn_desc),
+                p(c.scale),
+                p(c.bias),
+                p(c.running_mean),
+                p(c.running_var),
+                c.epsilon,
+            )
+        }
+    }
+
+    pub fn backward(&self, c: &BnCall) -> i32 {
+        let [alpha_d, beta_d] = &c.data_scaling;
+        let [alpha_p, beta_p] = &c.param_scaling;
+        // SAFETY: as in `forward_training`.
+        unsafe {
+            (self.bwd)(
+                r(c.handle),
+                c.mode,
+                std::ptr::from_ref(alpha_d).cast(),
+                std::ptr::from_ref(beta_d).cast(),
+                std::ptr::from_ref(alpha_p).cast(),
+                std::ptr::from_ref(beta_p).cast(),
+                r(c.x_desc),
+                p(c.x),
+                r(c.dy_desc),
+                p(c.dy),
+                r(c.dx_desc),
+                r(c.dx),
+                r(c.bn_desc),
+                p(c.scale),
+                r(c.dscale),
+                r(c.dbias),
+                c.epsilon,
+                p(c.saved_mean),
+                p(c.saved_inv_var),
+            )
+        }
+    }
+
+    pub fn backward_ex(&self, c: &BnCall) -> i32 {
+        let [alpha_d, beta_d] = &c.data_scaling;
+        let [alpha_p, beta_p] = &c.param_scaling;
+        // SAFETY: as in `forward_training_ex`.
+        unsafe {
+            (self.bwd_ex)(
+                r(c.handle),
+                c.mode,
+                c.ops,
+                std::ptr::from_ref(alpha_d).cast(),
+                std::ptr::from_ref(beta_d).cast(),
+                std::ptr::from_ref(alpha_p).cast(),
+                std::ptr::from_ref(beta_p).cast(),
+                r(c.x_desc),
+                p(c.x),
+                r(c.y_desc),
+                p(c.y),
+                r(c.dy_desc),
+                p(c.dy),
+                r(c.dz_desc),
+                r(c.dz),
+                r(c.dx_desc),
+                r(c.dx),
+                r(c.bn_desc),
+                p(c.scale),
+                p(c.bias),
+                r(c.dscale),
+                r(c.dbias),
+                c.epsilon,
+                p(c.saved_mean),
+                p(c.saved_inv_var),
+                std::ptr::null_mut(),
+                r(c.workspace),
+                c.workspace_size as usize,
+                r(c.reserve),
+                c.reserve_size as usize,
+            )
+        }
     }
 }

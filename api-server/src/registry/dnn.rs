@@ -1,6 +1,8 @@
 //! The session's cuDNN objects: handles (kind `cudnn_handle`: a device, a stream and cuDNN's
 //! handle) and backend descriptors (kind `cudnn_backend_descriptor`: cuDNN's type, cuDNN's
-//! descriptor, the attributes the program set and whether it was finalized).
+//! descriptor, the attributes the program set and whether it was finalized), and the legacy
+//! API's tensor descriptors (kind `cudnn_tensor_descriptor`: the shape the program set and
+//! cuDNN's descriptor).
 //!
 //! A descriptor another descriptor refers to (an attribute names it, or it was filled from it)
 //! lives on after the program destroys it, hidden from the program, until nothing live refers
@@ -56,9 +58,31 @@ pub struct Descriptor {
     pub released: bool,
 }
 
+/// Legacy tensor descriptors a session may hold at once (PyTorch makes a few per call).
+pub const MAX_DNN_TENSORS: u64 = 1 << 16;
+
+/// A tensor descriptor's shape, as checked by the service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorShape {
+    /// `cudnnDataType_t`.
+    pub data_type: i32,
+    pub dims: Vec<i32>,
+    pub strides: Vec<i32>,
+}
+
+/// One legacy tensor descriptor.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TensorDesc {
+    /// cuDNN's descriptor, 0 where there is no cuDNN (emu).
+    pub raw: u64,
+    /// None until a setter gave it a shape.
+    pub shape: Option<TensorShape>,
+}
+
 pub struct DnnRegistry {
     handles: Mutex<HandleTable<DnnHandle>>,
     descriptors: Mutex<HandleTable<Descriptor>>,
+    tensors: Mutex<HandleTable<TensorDesc>>,
 }
 
 impl Default for DnnRegistry {
@@ -66,6 +90,7 @@ impl Default for DnnRegistry {
         DnnRegistry {
             handles: Mutex::new(HandleTable::new(HandleKind::CudnnHandle, MAX_DNN_HANDLES)),
             descriptors: Mutex::new(HandleTable::new(HandleKind::CudnnBackendDescriptor, MAX_DNN_DESCRIPTORS)),
+            tensors: Mutex::new(HandleTable::new(HandleKind::CudnnTensorDescriptor, MAX_DNN_TENSORS)),
         }
     }
 }
@@ -166,16 +191,37 @@ impl DnnRegistry {
         Ok(gone)
     }
 
-    pub fn next_counters(&self) -> (u64, u64) {
-        (self.handles.lock().next_counter(), self.descriptors.lock().next_counter())
+    pub fn create_tensor(&self, t: TensorDesc, new: &NewHandle<'_>) -> Result<u64, CudaError> {
+        self.tensors.lock().add(t, new)
     }
 
-    pub fn set_next_counters(&self, handles: Option<u64>, descriptors: Option<u64>) {
+    pub fn destroy_tensor(&self, handle: u64) -> Result<TensorDesc, CudaError> {
+        self.tensors.lock().remove(handle)
+    }
+
+    pub fn tensor(&self, handle: u64) -> Result<TensorDesc, CudaError> {
+        self.tensors.lock().get(handle).cloned()
+    }
+
+    pub fn set_tensor_shape(&self, handle: u64, shape: TensorShape) -> Result<(), CudaError> {
+        self.tensors.lock().get_mut(handle)?.shape = Some(shape);
+        Ok(())
+    }
+
+    /// Next counters of handles, backend descriptors and tensor descriptors.
+    pub fn next_counters(&self) -> (u64, u64, u64) {
+        (self.handles.lock().next_counter(), self.descriptors.lock().next_counter(), self.tensors.lock().next_counter())
+    }
+
+    pub fn set_next_counters(&self, handles: Option<u64>, descriptors: Option<u64>, tensors: Option<u64>) {
         if let Some(n) = handles {
             self.handles.lock().set_next_counter(n);
         }
         if let Some(n) = descriptors {
             self.descriptors.lock().set_next_counter(n);
+        }
+        if let Some(n) = tensors {
+            self.tensors.lock().set_next_counter(n);
         }
     }
 
@@ -183,10 +229,14 @@ impl DnnRegistry {
     /// handles they may name.
     pub fn release_all(&self, backend: &dyn Backend) {
         let descriptors = self.descriptors.lock().drain();
+        let tensors = self.tensors.lock().drain();
         let handles = self.handles.lock().drain();
         if let Some(cudnn) = backend.cudnn() {
             for (_, d) in descriptors.into_iter().filter(|(_, d)| d.raw != 0) {
                 cudnn.destroy_descriptor(d.raw);
+            }
+            for (_, t) in tensors.into_iter().filter(|(_, t)| t.raw != 0) {
+                cudnn.destroy_tensor(t.raw);
             }
             for (_, h) in handles.into_iter().filter(|(_, h)| h.raw != 0) {
                 cudnn.destroy(h.raw);

@@ -83,7 +83,7 @@ pub struct Registries {
 }
 
 /// Kinds of handle whose counters a checkpoint keeps (the kinds checkpoints hold objects of).
-const COUNTED: [&str; 10] = [
+const COUNTED: [&str; 11] = [
     "stream",
     "event",
     "module",
@@ -94,6 +94,7 @@ const COUNTED: [&str; 10] = [
     "cudnn_handle",
     "cudnn_backend_descriptor",
     "cufft_plan",
+    "cudnn_tensor_descriptor",
 ];
 // cuSPARSE's and cuBLASLt's kinds are counted by their registries (`sparse::SPARSE_KINDS`,
 // `lt::COUNTED`), after these.
@@ -128,7 +129,7 @@ impl Registries {
     /// Next value of each handle kind's counter.
     pub fn handle_counters(&self) -> Vec<(String, u64)> {
         let (modules, functions) = self.modules.next_counters();
-        let (dnn_handles, dnn_descriptors) = self.dnn.next_counters();
+        let (dnn_handles, dnn_descriptors, dnn_tensors) = self.dnn.next_counters();
         let values = [
             self.streams.next_counter(),
             self.events.next_counter(),
@@ -140,6 +141,7 @@ impl Registries {
             dnn_handles,
             dnn_descriptors,
             self.fft.next_counter(),
+            dnn_tensors,
         ];
         let sparse = sparse::SPARSE_KINDS.iter().zip(self.sparse.next_counters());
         let lt = lt::COUNTED.iter().zip(self.lt.next_counters());
@@ -171,7 +173,11 @@ impl Registries {
                 self.sparse.set_next_counter(kind, n);
             }
         }
-        self.dnn.set_next_counters(get("cudnn_handle"), get("cudnn_backend_descriptor"));
+        self.dnn.set_next_counters(
+            get("cudnn_handle"),
+            get("cudnn_backend_descriptor"),
+            get("cudnn_tensor_descriptor"),
+        );
         for kind in lt::COUNTED {
             if let Some(n) = get(kind) {
                 self.lt.set_next_counter(kind, n);

@@ -18,8 +18,9 @@ use phos_protocol::cudnn::*;
 use phos_protocol::spec::{CallAccess, DeviceAccess, RecordFacts};
 use phos_protocol::{Ptr, encode};
 
+use super::cudnn_legacy::{BnKind, BnSize, int_array, int_array_out, scaling_pair};
 use super::{CallCx, Session};
-use crate::backend::vendor_cudnn::{Cudnn, CudnnVersions};
+use crate::backend::vendor_cudnn::{BnCall, Cudnn, CudnnVersions};
 use crate::dispatch::cudart::CudartService;
 use crate::dispatch::cudnn::CudnnService;
 use crate::registry::dnn::{Attribute, Descriptor, DnnHandle, MAX_DNN_DESCRIPTORS, MAX_DNN_HANDLES};
@@ -37,7 +38,7 @@ const EMU_VERSIONS: CudnnVersions = CudnnVersions { version: 92800, max_device_v
 
 /// A runtime failure as cuDNN reports it: a handle that is not the session's, or a bad value,
 /// is `BAD_PARAM`; a table at its limit `INTERNAL_ERROR_HOST_ALLOCATION_FAILED`.
-fn dnn_status(e: CudaError) -> CudnnStatus {
+pub(super) fn dnn_status(e: CudaError) -> CudnnStatus {
     match e {
         CudaError::MemoryAllocation => CudnnStatus::INTERNAL_ERROR_HOST_ALLOCATION_FAILED,
         CudaError::NotSupported => CudnnStatus::NOT_SUPPORTED,
@@ -45,7 +46,7 @@ fn dnn_status(e: CudaError) -> CudnnStatus {
     }
 }
 
-fn vendor_status(code: i32) -> Result<(), CudnnStatus> {
+pub(super) fn vendor_status(code: i32) -> Result<(), CudnnStatus> {
     if code == SUCCESS { Ok(()) } else { Err(CudnnStatus(code)) }
 }
 
@@ -85,16 +86,16 @@ impl Session {
     /// Where every cuDNN compute call starts its work on the handle's stream: the one place
     /// cuDNN decides about stream capture (taken into the capture, or refused there; see
     /// `library_capture`).
-    fn dnn_work(&self, cx: &CallCx, h: &DnnHandle) -> Result<(), CudnnStatus> {
+    pub(super) fn dnn_work(&self, cx: &CallCx, h: &DnnHandle) -> Result<(), CudnnStatus> {
         self.library_work(cx, h.stream, None, "CUDNN_STATUS_NOT_SUPPORTED").map_err(|_| CudnnStatus::NOT_SUPPORTED)
     }
 
-    fn vendor_cudnn(&self) -> Option<&Cudnn> {
+    pub(super) fn vendor_cudnn(&self) -> Option<&Cudnn> {
         self.backend.cudnn()
     }
 
     /// A bad argument of a call: logged (bounded), `CUDNN_STATUS_BAD_PARAM`.
-    fn dnn_bad(&self, cx: &CallCx, why: std::fmt::Arguments<'_>) -> CudnnStatus {
+    pub(super) fn dnn_bad(&self, cx: &CallCx, why: std::fmt::Arguments<'_>) -> CudnnStatus {
         let name = cx.function.map_or("cuDNN", |f| f.name());
         crate::guest_warn!(self.id, "{name}: {why}: CUDNN_STATUS_BAD_PARAM");
         CudnnStatus::BAD_PARAM
@@ -110,7 +111,7 @@ impl Session {
         CudnnStatus::NOT_SUPPORTED
     }
 
-    fn dnn_handle(&self, cx: &CallCx, handle: u64) -> Result<DnnHandle, CudnnStatus> {
+    pub(super) fn dnn_handle(&self, cx: &CallCx, handle: u64) -> Result<DnnHandle, CudnnStatus> {
         self.objects
             .dnn
             .handle(handle)
@@ -501,5 +502,328 @@ impl CudnnService for Session {
         self.backend.bind(h.device).map_err(dnn_status)?;
         vendor_status(cudnn.execute(h.raw, plan.raw, pack.raw))?;
         Ok(CudnnBackendExecuteReply {})
+    }
+
+    // The legacy API: tensor descriptors (service/cudnn_legacy.rs).
+
+    fn cudnn_create_tensor_descriptor(
+        &self,
+        cx: &CallCx,
+        _: CudnnCreateTensorDescriptorRequest,
+    ) -> Result<CudnnCreateTensorDescriptorReply, CudnnStatus> {
+        Ok(CudnnCreateTensorDescriptorReply { tensorDesc: self.dnn_create_tensor(cx)? })
+    }
+
+    fn cudnn_destroy_tensor_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnDestroyTensorDescriptorRequest,
+    ) -> Result<CudnnDestroyTensorDescriptorReply, CudnnStatus> {
+        self.dnn_destroy_tensor(cx, req.tensorDesc)?;
+        Ok(CudnnDestroyTensorDescriptorReply {})
+    }
+
+    fn cudnn_set_tensor_4d_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetTensor4dDescriptorRequest,
+    ) -> Result<CudnnSetTensor4dDescriptorReply, CudnnStatus> {
+        let dims = [req.n, req.c, req.h, req.w];
+        self.dnn_set_tensor_format(cx, req.tensorDesc, req.format, req.dataType, &dims)?;
+        Ok(CudnnSetTensor4dDescriptorReply {})
+    }
+
+    fn cudnn_set_tensor_4d_descriptor_ex(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetTensor4dDescriptorExRequest,
+    ) -> Result<CudnnSetTensor4dDescriptorExReply, CudnnStatus> {
+        let dims = [req.n, req.c, req.h, req.w];
+        let strides = [req.nStride, req.cStride, req.hStride, req.wStride];
+        self.dnn_set_tensor(cx, req.tensorDesc, req.dataType, &dims, &strides)?;
+        Ok(CudnnSetTensor4dDescriptorExReply {})
+    }
+
+    fn cudnn_set_tensor_nd_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetTensorNdDescriptorRequest<'_>,
+    ) -> Result<CudnnSetTensorNdDescriptorReply, CudnnStatus> {
+        self.dnn_set_tensor(cx, req.tensorDesc, req.dataType, &int_array(req.dimA), &int_array(req.strideA))?;
+        Ok(CudnnSetTensorNdDescriptorReply {})
+    }
+
+    fn cudnn_set_tensor_nd_descriptor_ex(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetTensorNdDescriptorExRequest<'_>,
+    ) -> Result<CudnnSetTensorNdDescriptorExReply, CudnnStatus> {
+        self.dnn_set_tensor_format(cx, req.tensorDesc, req.format, req.dataType, &int_array(req.dimA))?;
+        Ok(CudnnSetTensorNdDescriptorExReply {})
+    }
+
+    fn cudnn_get_tensor_4d_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetTensor4dDescriptorRequest,
+    ) -> Result<CudnnGetTensor4dDescriptorReply, CudnnStatus> {
+        let s = self.dnn_get_tensor(cx, req.tensorDesc)?;
+        let ([n, c, h, w], [ns, cs, hs, ws]) = (
+            <[i32; 4]>::try_from(s.dims.as_slice())
+                .map_err(|_| self.dnn_bad(cx, format_args!("{} dimensions, not 4", s.dims.len())))?,
+            <[i32; 4]>::try_from(s.strides.as_slice()).map_err(|_| CudnnStatus::INTERNAL_ERROR)?,
+        );
+        Ok(CudnnGetTensor4dDescriptorReply {
+            dataType: s.data_type,
+            n,
+            c,
+            h,
+            w,
+            nStride: ns,
+            cStride: cs,
+            hStride: hs,
+            wStride: ws,
+        })
+    }
+
+    fn cudnn_get_tensor_nd_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetTensorNdDescriptorRequest,
+    ) -> Result<CudnnGetTensorNdDescriptorReply, CudnnStatus> {
+        let s = self.dnn_get_tensor(cx, req.tensorDesc)?;
+        let room = usize::try_from(req.nbDimsRequested).map_err(|_| CudnnStatus::BAD_PARAM)?;
+        Ok(CudnnGetTensorNdDescriptorReply {
+            dataType: s.data_type,
+            nbDims: s.dims.len() as i32,
+            dimA: int_array_out(&s.dims, room),
+            strideA: int_array_out(&s.strides, room),
+        })
+    }
+
+    fn cudnn_get_tensor_size_in_bytes(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetTensorSizeInBytesRequest,
+    ) -> Result<CudnnGetTensorSizeInBytesReply, CudnnStatus> {
+        Ok(CudnnGetTensorSizeInBytesReply { size: self.dnn_tensor_size(cx, req.tensorDesc)? })
+    }
+
+    fn cudnn_derive_bn_tensor_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnDeriveBNTensorDescriptorRequest,
+    ) -> Result<CudnnDeriveBNTensorDescriptorReply, CudnnStatus> {
+        self.dnn_derive_bn(cx, req.derivedBnDesc, req.xDesc, req.mode)?;
+        Ok(CudnnDeriveBNTensorDescriptorReply {})
+    }
+
+    // Batch normalization.
+
+    fn cudnn_get_batch_normalization_forward_training_ex_workspace_size(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetBatchNormalizationForwardTrainingExWorkspaceSizeRequest,
+    ) -> Result<CudnnGetBatchNormalizationForwardTrainingExWorkspaceSizeReply, CudnnStatus> {
+        let call = BnCall {
+            handle: req.handle,
+            mode: req.mode,
+            ops: req.bnOps,
+            x_desc: req.xDesc,
+            z_desc: req.zDesc,
+            y_desc: req.yDesc,
+            bn_desc: req.bnScaleBiasMeanVarDesc,
+            ..BnCall::default()
+        };
+        let size = self.dnn_bn_size(cx, BnSize::ForwardWorkspace, call)?;
+        Ok(CudnnGetBatchNormalizationForwardTrainingExWorkspaceSizeReply { sizeInBytes: size })
+    }
+
+    fn cudnn_get_batch_normalization_backward_ex_workspace_size(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetBatchNormalizationBackwardExWorkspaceSizeRequest,
+    ) -> Result<CudnnGetBatchNormalizationBackwardExWorkspaceSizeReply, CudnnStatus> {
+        let call = BnCall {
+            handle: req.handle,
+            mode: req.mode,
+            ops: req.bnOps,
+            x_desc: req.xDesc,
+            y_desc: req.yDesc,
+            dy_desc: req.dyDesc,
+            dz_desc: req.dzDesc,
+            dx_desc: req.dxDesc,
+            bn_desc: req.dBnScaleBiasDesc,
+            ..BnCall::default()
+        };
+        let size = self.dnn_bn_size(cx, BnSize::BackwardWorkspace, call)?;
+        Ok(CudnnGetBatchNormalizationBackwardExWorkspaceSizeReply { sizeInBytes: size })
+    }
+
+    fn cudnn_get_batch_normalization_training_ex_reserve_space_size(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetBatchNormalizationTrainingExReserveSpaceSizeRequest,
+    ) -> Result<CudnnGetBatchNormalizationTrainingExReserveSpaceSizeReply, CudnnStatus> {
+        let call =
+            BnCall { handle: req.handle, mode: req.mode, ops: req.bnOps, x_desc: req.xDesc, ..BnCall::default() };
+        let size = self.dnn_bn_size(cx, BnSize::Reserve, call)?;
+        Ok(CudnnGetBatchNormalizationTrainingExReserveSpaceSizeReply { sizeInBytes: size })
+    }
+
+    fn cudnn_batch_normalization_forward_training(
+        &self,
+        cx: &CallCx,
+        req: CudnnBatchNormalizationForwardTrainingRequest<'_>,
+    ) -> Result<CudnnBatchNormalizationForwardTrainingReply, CudnnStatus> {
+        let call = BnCall {
+            handle: req.handle,
+            mode: req.mode,
+            data_scaling: scaling_pair(req.alpha, req.beta),
+            x_desc: req.xDesc,
+            x: req.x,
+            y_desc: req.yDesc,
+            y: req.y,
+            bn_desc: req.bnScaleBiasMeanVarDesc,
+            scale: req.bnScale,
+            bias: req.bnBias,
+            factor: req.exponentialAverageFactor,
+            running_mean: req.resultRunningMean,
+            running_var: req.resultRunningVariance,
+            epsilon: req.epsilon,
+            saved_mean: req.resultSaveMean,
+            saved_inv_var: req.resultSaveInvVariance,
+            ..BnCall::default()
+        };
+        self.dnn_batch_norm(cx, BnKind::ForwardTraining, call)?;
+        Ok(CudnnBatchNormalizationForwardTrainingReply {})
+    }
+
+    fn cudnn_batch_normalization_forward_training_ex(
+        &self,
+        cx: &CallCx,
+        req: CudnnBatchNormalizationForwardTrainingExRequest<'_>,
+    ) -> Result<CudnnBatchNormalizationForwardTrainingExReply, CudnnStatus> {
+        let call = BnCall {
+            handle: req.handle,
+            mode: req.mode,
+            ops: req.bnOps,
+            data_scaling: scaling_pair(req.alpha, req.beta),
+            x_desc: req.xDesc,
+            x: req.xData,
+            z_desc: req.zDesc,
+            z: req.zData,
+            y_desc: req.yDesc,
+            y: req.yData,
+            bn_desc: req.bnScaleBiasMeanVarDesc,
+            scale: req.bnScale,
+            bias: req.bnBias,
+            factor: req.exponentialAverageFactor,
+            running_mean: req.resultRunningMean,
+            running_var: req.resultRunningVariance,
+            epsilon: req.epsilon,
+            saved_mean: req.resultSaveMean,
+            saved_inv_var: req.resultSaveInvVariance,
+            workspace: req.workspace,
+            workspace_size: req.workSpaceSizeInBytes,
+            reserve: req.reserveSpace,
+            reserve_size: req.reserveSpaceSizeInBytes,
+            ..BnCall::default()
+        };
+        self.dnn_batch_norm(cx, BnKind::ForwardTrainingEx, call)?;
+        Ok(CudnnBatchNormalizationForwardTrainingExReply {})
+    }
+
+    fn cudnn_batch_normalization_forward_inference(
+        &self,
+        cx: &CallCx,
+        req: CudnnBatchNormalizationForwardInferenceRequest<'_>,
+    ) -> Result<CudnnBatchNormalizationForwardInferenceReply, CudnnStatus> {
+        let call = BnCall {
+            handle: req.handle,
+            mode: req.mode,
+            data_scaling: scaling_pair(req.alpha, req.beta),
+            x_desc: req.xDesc,
+            x: req.x,
+            y_desc: req.yDesc,
+            y: req.y,
+            bn_desc: req.bnScaleBiasMeanVarDesc,
+            scale: req.bnScale,
+            bias: req.bnBias,
+            running_mean: req.estimatedMean,
+            running_var: req.estimatedVariance,
+            epsilon: req.epsilon,
+            ..BnCall::default()
+        };
+        self.dnn_batch_norm(cx, BnKind::ForwardInference, call)?;
+        Ok(CudnnBatchNormalizationForwardInferenceReply {})
+    }
+
+    fn cudnn_batch_normalization_backward(
+        &self,
+        cx: &CallCx,
+        req: CudnnBatchNormalizationBackwardRequest<'_>,
+    ) -> Result<CudnnBatchNormalizationBackwardReply, CudnnStatus> {
+        let call = BnCall {
+            handle: req.handle,
+            mode: req.mode,
+            data_scaling: scaling_pair(req.alphaDataDiff, req.betaDataDiff),
+            param_scaling: scaling_pair(req.alphaParamDiff, req.betaParamDiff),
+            x_desc: req.xDesc,
+            x: req.x,
+            dy_desc: req.dyDesc,
+            dy: req.dy,
+            dx_desc: req.dxDesc,
+            dx: req.dx,
+            bn_desc: req.dBnScaleBiasDesc,
+            scale: req.bnScale,
+            dscale: req.dBnScaleResult,
+            dbias: req.dBnBiasResult,
+            epsilon: req.epsilon,
+            saved_mean: req.savedMean,
+            saved_inv_var: req.savedInvVariance,
+            ..BnCall::default()
+        };
+        self.dnn_batch_norm(cx, BnKind::Backward, call)?;
+        Ok(CudnnBatchNormalizationBackwardReply {})
+    }
+
+    fn cudnn_batch_normalization_backward_ex(
+        &self,
+        cx: &CallCx,
+        req: CudnnBatchNormalizationBackwardExRequest<'_>,
+    ) -> Result<CudnnBatchNormalizationBackwardExReply, CudnnStatus> {
+        let call = BnCall {
+            handle: req.handle,
+            mode: req.mode,
+            ops: req.bnOps,
+            data_scaling: scaling_pair(req.alphaDataDiff, req.betaDataDiff),
+            param_scaling: scaling_pair(req.alphaParamDiff, req.betaParamDiff),
+            x_desc: req.xDesc,
+            x: req.xData,
+            y_desc: req.yDesc,
+            y: req.yData,
+            dy_desc: req.dyDesc,
+            dy: req.dyData,
+            dz_desc: req.dzDesc,
+            dz: req.dzData,
+            dx_desc: req.dxDesc,
+            dx: req.dxData,
+            bn_desc: req.dBnScaleBiasDesc,
+            scale: req.bnScaleData,
+            bias: req.bnBiasData,
+            dscale: req.dBnScaleData,
+            dbias: req.dBnBiasData,
+            epsilon: req.epsilon,
+            saved_mean: req.savedMean,
+            saved_inv_var: req.savedInvVariance,
+            workspace: req.workSpace,
+            workspace_size: req.workSpaceSizeInBytes,
+            reserve: req.reserveSpace,
+            reserve_size: req.reserveSpaceSizeInBytes,
+            ..BnCall::default()
+        };
+        self.dnn_batch_norm(cx, BnKind::BackwardEx, call)?;
+        Ok(CudnnBatchNormalizationBackwardExReply {})
     }
 }

@@ -10,6 +10,7 @@ pub mod cublaslt;
 pub mod cuda;
 pub mod cudart;
 pub mod cudnn;
+mod cudnn_legacy;
 pub mod cufft;
 pub mod curand;
 pub mod cusolver;

@@ -8,7 +8,7 @@ use phos_protocol::apis::Function;
 use phos_protocol::cudnn::{self, CudnnStatus, FunctionId};
 
 use crate::runtime;
-pub use crate::runtime::{byte_len, call, copy_out, in_bytes};
+pub use crate::runtime::{byte_len, call, check_out, copy_out, in_bytes};
 
 thread_local! {
     /// What the thread's last failed cuDNN call was: its name and status.
