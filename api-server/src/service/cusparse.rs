@@ -554,7 +554,7 @@ impl Session {
         call.store_values(c.values, &cs, c.value_type)
     }
 
-    /// SpSV's operands must fit: A square, x and y of its size, the types the same.
+    /// SpSV's operands must fit: A square, x and y of its size.
     fn spsv_fits(&self, cx: &CallCx, a: &SpMat, x: &DnVec, y: &DnVec) -> Result<(), CusparseStatus> {
         if a.rows != a.cols || x.size != a.rows || y.size != a.rows {
             return Err(self.sparse_mismatch(
