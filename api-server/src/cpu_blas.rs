@@ -281,7 +281,7 @@ pub fn trsm<T: Real>(t: Triangle, m: usize, n: usize, alpha: T, a: &[T], lda: us
     // E: the matrix each right-hand side is solved with, op(A) on the left and op(A)^T on the
     // right (X op(A) = B is op(A)^T X^T = B^T), so E is lower when A's triangle, flipped by
     // each transposition, is.
-    let flip = t.transpose != !t.left;
+    let flip = t.transpose == t.left;
     let at = |r: usize, c: usize| a[r + c * lda].to_f64();
     let e = |r: usize, c: usize| if flip { at(c, r) } else { at(r, c) };
     let e_lower = t.lower != flip;
@@ -296,10 +296,7 @@ pub fn trsm<T: Real>(t: Triangle, m: usize, n: usize, alpha: T, a: &[T], lda: us
         let order: Box<dyn Iterator<Item = usize>> = if e_lower { Box::new(0..k) } else { Box::new((0..k).rev()) };
         for i in order {
             let (lo, hi) = if e_lower { (0, i) } else { (i + 1, k) };
-            let mut sum = x[i];
-            for j in lo..hi {
-                sum -= e(i, j) * x[j];
-            }
+            let sum = (lo..hi).fold(x[i], |s, j| s - e(i, j) * x[j]);
             x[i] = if t.unit { sum } else { sum / e(i, i) };
         }
         for (i, xi) in x.iter().enumerate().take(len) {

@@ -230,7 +230,7 @@ pub fn normal_quantile(p: f64) -> f64 {
         -3.969683028665376e1,
         2.209460984245205e2,
         -2.759285104469687e2,
-        1.383577518672690e2,
+        1.38357751867269e2,
         -3.066479806614716e1,
         2.506628277459239,
     ];
@@ -327,7 +327,7 @@ mod tests {
         };
         let power = |e: u32| (0..e).fold(1u32, |v, _| times_x(v));
         let order = (1u32 << s) - 1;
-        let prime_factors = (2..=order).filter(|q| order % q == 0 && (2..*q).all(|d| q % d != 0));
+        let prime_factors = (2..=order).filter(|q| order.is_multiple_of(*q) && (2..*q).all(|d| !q.is_multiple_of(d)));
         power(order) == 1 && prime_factors.into_iter().all(|q| power(order / q) != 1)
     }
 

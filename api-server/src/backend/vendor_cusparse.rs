@@ -221,12 +221,11 @@ impl Cusparse {
         };
         status(code)?;
         // The attributes the session holds (a descriptor made again keeps them).
-        for (attribute, value) in [(ATTRIBUTE_FILL_MODE, m.fill_mode), (ATTRIBUTE_DIAG_TYPE, m.diag_type)] {
-            if value != 0 {
-                if let Err(code) = status(self.sp_mat_set_attribute(d as u64, attribute, value)) {
-                    self.destroy_sp_mat(d as u64);
-                    return Err(code);
-                }
+        let attributes = [(ATTRIBUTE_FILL_MODE, m.fill_mode), (ATTRIBUTE_DIAG_TYPE, m.diag_type)];
+        for (attribute, value) in attributes.into_iter().filter(|(_, value)| *value != 0) {
+            if let Err(code) = status(self.sp_mat_set_attribute(d as u64, attribute, value)) {
+                self.destroy_sp_mat(d as u64);
+                return Err(code);
             }
         }
         Ok(d as u64)
