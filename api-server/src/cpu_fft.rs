@@ -123,6 +123,8 @@ pub enum LayoutError {
     Stride { side: &'static str, stride: i64, dist: i64 },
     #[error("the transform of {0} elements is more than the server's CPU transforms")]
     TooLarge(u64),
+    #[error("one embedding is NULL and the other is not (cuFFT 13 refuses the pair)")]
+    OneEmbedding,
 }
 
 impl LayoutError {
@@ -176,6 +178,9 @@ impl Layout {
                 })
                 .collect::<Result<Vec<u64>, _>>()?;
         let batch = u64::try_from(p.batch).ok().filter(|b| *b >= 1).ok_or(LayoutError::Batch(p.batch))?;
+        if p.inembed.is_some() != p.onembed.is_some() {
+            return Err(LayoutError::OneEmbedding);
+        }
         let mut layout = Layout {
             fft_type,
             n,
@@ -591,6 +596,8 @@ mod tests {
         assert!(big.cpu_work_bytes().unwrap_err().is_size());
         let mut q = p(&[4, 4], 0x29, 1);
         q.inembed = Some(&[4, 3]);
+        assert_eq!(Layout::new(&q).err(), Some(LayoutError::OneEmbedding), "one NULL embedding beside one");
+        q.onembed = Some(&[4, 4]);
         assert!(matches!(Layout::new(&q), Err(LayoutError::Embed { .. })));
         q.inembed = Some(&[4, 4]);
         q.istride = 0;

@@ -6,6 +6,11 @@
 //! checkpoint keeps. The distributions follow cuRAND's documentation: uniform in (0, 1],
 //! normals by Box-Muller in pairs, log-normals as their exponentials, Poisson by inversion
 //! (small means) or Hörmann's transformed rejection (PTRS, large means).
+//!
+//! Quasi-random numbers are Sobol' sequences of 32-bit points ([`sobol32`]), up to
+//! [`SOBOL_DIMENSIONS`] dimensions: the first is the van der Corput sequence, the others come
+//! from primitive polynomials with Joe and Kuo's initial direction numbers, in Gray-code order
+//! (point `i` is the XOR of the direction numbers of the bits of `i ^ (i >> 1)`).
 
 /// Philox's multipliers and Weyl key increments (the paper's constants).
 const M0: u32 = 0xD251_1F53;
@@ -154,6 +159,109 @@ fn ln_factorial(k: f64) -> f64 {
         + 1.0 / (1260.0 * n.powi(5))
 }
 
+/// The dimensions [`sobol32`] serves.
+pub const SOBOL_DIMENSIONS: u32 = 10;
+
+/// Dimensions 2 and up: (degree s, the inner coefficients a_1..a_{s-1} of the primitive
+/// polynomial x^s + a_1 x^(s-1) + ... + a_{s-1} x + 1 as bits, a_1 highest, the initial odd
+/// direction numbers m_1..m_s).
+const SOBOL_POLYNOMIALS: [(usize, u32, &[u32]); SOBOL_DIMENSIONS as usize - 1] = [
+    (1, 0, &[1]),
+    (2, 1, &[1, 3]),
+    (3, 1, &[1, 3, 1]),
+    (3, 2, &[1, 1, 1]),
+    (4, 1, &[1, 1, 3, 3]),
+    (4, 4, &[1, 3, 5, 13]),
+    (5, 2, &[1, 1, 5, 5, 17]),
+    (5, 4, &[1, 1, 5, 5, 5]),
+    (5, 7, &[1, 1, 7, 11, 19]),
+];
+
+/// The 32 direction numbers of dimension `dim` (0-based, below [`SOBOL_DIMENSIONS`]).
+fn sobol_directions(dim: u32) -> [u32; 32] {
+    let mut v = [0u32; 32];
+    let Some(&(s, a, m)) = dim.checked_sub(1).and_then(|d| SOBOL_POLYNOMIALS.get(d as usize)) else {
+        for (k, vk) in v.iter_mut().enumerate() {
+            *vk = 1 << (31 - k);
+        }
+        return v;
+    };
+    for k in 0..s {
+        v[k] = m[k] << (31 - k);
+    }
+    for k in s..32 {
+        let mut x = v[k - s] ^ (v[k - s] >> s);
+        for j in 1..s {
+            if (a >> (s - 1 - j)) & 1 == 1 {
+                x ^= v[k - j];
+            }
+        }
+        v[k] = x;
+    }
+    v
+}
+
+/// Points `start..start + count` of dimension `dim` of the Sobol' sequence (the first point,
+/// index 0, is 0).
+pub fn sobol32(dim: u32, start: u64, count: usize) -> Vec<u32> {
+    let v = sobol_directions(dim);
+    let gray = start ^ (start >> 1);
+    let mut x = (0..32).filter(|b| (gray >> b) & 1 == 1).fold(0u32, |x, b| x ^ v[b]);
+    let mut out = Vec::with_capacity(count);
+    for i in start..start.saturating_add(count as u64) {
+        out.push(x);
+        // From point i to i + 1 the Gray code changes in the lowest zero bit of i.
+        x ^= v[(!i).trailing_zeros().min(31) as usize];
+    }
+    out
+}
+
+/// A 32-bit point as cuRAND's uniform float and double of it: in (0, 1), half a step above
+/// the point.
+pub fn quasi_uniform(x: u32) -> f64 {
+    (f64::from(x) + 0.5) * TWO_POW_M32
+}
+
+/// The standard normal quantile of `p` in (0, 1) (Acklam's rational approximation, relative
+/// error below 1.2e-9): quasi-random normals are their points' quantiles, which keeps each
+/// dimension's spread (Box-Muller would mix two points).
+pub fn normal_quantile(p: f64) -> f64 {
+    const A: [f64; 6] = [
+        -3.969683028665376e1,
+        2.209460984245205e2,
+        -2.759285104469687e2,
+        1.38357751867269e2,
+        -3.066479806614716e1,
+        2.506628277459239,
+    ];
+    const B: [f64; 5] =
+        [-5.447609879822406e1, 1.615858368580409e2, -1.556989798598866e2, 6.680131188771972e1, -1.328068155288572e1];
+    const C: [f64; 6] = [
+        -7.784894002430293e-3,
+        -3.223964580411365e-1,
+        -2.400758277161838,
+        -2.549732539343734,
+        4.374664141464968,
+        2.938163982698783,
+    ];
+    const D: [f64; 4] = [7.784695709041462e-3, 3.224671290700398e-1, 2.445134137142996, 3.754408661907416];
+    let tail = |q: f64| {
+        (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
+            / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
+    };
+    let low = 0.02425;
+    if p < low {
+        tail((-2.0 * p.ln()).sqrt())
+    } else if p > 1.0 - low {
+        -tail((-2.0 * (1.0 - p).ln()).sqrt())
+    } else {
+        let q = p - 0.5;
+        let r = q * q;
+        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
+            / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,5 +317,54 @@ mod tests {
         for k in [0u32, 1, 5, 19, 20, 21, 50, 170] {
             assert!((ln_factorial(f64::from(k)) - exact(k)).abs() < 1e-9, "{k}");
         }
+    }
+
+    /// Whether x has order 2^s - 1 modulo the polynomial (bits: coefficient k at bit k).
+    fn primitive(poly: u32, s: usize) -> bool {
+        let times_x = |v: u32| {
+            let v = v << 1;
+            if v & (1 << s) != 0 { v ^ poly } else { v }
+        };
+        let power = |e: u32| (0..e).fold(1u32, |v, _| times_x(v));
+        let order = (1u32 << s) - 1;
+        let prime_factors = (2..=order).filter(|q| order.is_multiple_of(*q) && (2..*q).all(|d| !q.is_multiple_of(d)));
+        power(order) == 1 && prime_factors.into_iter().all(|q| power(order / q) != 1)
+    }
+
+    #[test]
+    fn sobol_polynomials_are_primitive_and_directions_odd() {
+        for &(s, a, m) in &SOBOL_POLYNOMIALS {
+            let poly = (1 << s) | (a << 1) | 1;
+            assert!(primitive(poly, s), "x^{s} with a = {a}");
+            assert_eq!(m.len(), s);
+            for (k, &mk) in m.iter().enumerate() {
+                assert!(mk % 2 == 1 && mk < 1 << (k + 1), "m_{} = {mk}", k + 1);
+            }
+        }
+    }
+
+    #[test]
+    fn sobol_points_are_the_sequence() {
+        // Dimension 1: 0, 1/2, 3/4, 1/4 (Gray-code order); dimension 2: 0, 1/2, 1/4, 3/4.
+        let half = 1u32 << 31;
+        assert_eq!(sobol32(0, 0, 4), vec![0, half, half | half >> 1, half >> 1]);
+        assert_eq!(sobol32(1, 0, 4), vec![0, half, half >> 1, half | half >> 1]);
+        // A start inside the sequence gives the same points.
+        assert_eq!(sobol32(4, 5, 20), sobol32(4, 0, 25)[5..].to_vec());
+        // Every dimension's first 2^k points fall one in each interval of width 2^-k.
+        for dim in 0..SOBOL_DIMENSIONS {
+            let mut seen = [false; 64];
+            for x in sobol32(dim, 0, 64) {
+                seen[(x >> 26) as usize] = true;
+            }
+            assert!(seen.iter().all(|s| *s), "dimension {dim}");
+        }
+    }
+
+    #[test]
+    fn the_normal_quantile_inverts_the_cdf() {
+        assert!(normal_quantile(0.5).abs() < 1e-12);
+        assert!((normal_quantile(0.975) - 1.959963984540054).abs() < 1e-8);
+        assert!((normal_quantile(0.001) + 3.090232306167813).abs() < 1e-8);
     }
 }

@@ -91,6 +91,42 @@ pub fn spmv(entries: &[Entry], transpose: bool, alpha: f64, x: &[f64], beta: f64
     }
 }
 
+/// How SpSV reads its matrix: the triangle (after the operation), whether its diagonal is
+/// taken as ones.
+#[derive(Debug, Clone, Copy)]
+pub struct Triangular {
+    pub lower: bool,
+    pub unit: bool,
+    pub transpose: bool,
+}
+
+/// y solving op(A) y = alpha x for an n x n matrix given by its entries, reading only the
+/// triangle `t.lower` names (of A, before the operation) and its diagonal unless `t.unit`
+/// (duplicates add up, as in SpMV). A missing diagonal entry of a non-unit matrix is a zero
+/// pivot: the result holds its infinities, as a division by zero gives.
+pub fn spsv(entries: &[Entry], n: usize, t: Triangular, alpha: f64, x: &[f64]) -> Vec<f64> {
+    // The rows of op(A)'s triangle, and its diagonal.
+    let mut rows: Vec<Vec<(usize, f64)>> = vec![Vec::new(); n];
+    let mut diagonal = vec![0.0f64; n];
+    for &(r, c, v) in entries {
+        if r == c {
+            diagonal[r] += v;
+        } else if (r > c) == t.lower {
+            let (row, col) = if t.transpose { (c, r) } else { (r, c) };
+            rows[row].push((col, v));
+        }
+    }
+    // op(A) is lower when A's lower triangle is taken as is, or its upper one transposed.
+    let forward = t.lower != t.transpose;
+    let mut y = vec![0.0f64; n];
+    let order: Box<dyn Iterator<Item = usize>> = if forward { Box::new(0..n) } else { Box::new((0..n).rev()) };
+    for i in order {
+        let sum = rows[i].iter().fold(alpha * x[i], |acc, &(j, v)| acc - v * y[j]);
+        y[i] = if t.unit { sum } else { sum / diagonal[i] };
+    }
+    y
+}
+
 fn scale<'a>(values: impl Iterator<Item = &'a mut f64>, beta: f64) {
     for v in values {
         *v = if beta == 0.0 { 0.0 } else { *v * beta };
@@ -264,5 +300,23 @@ mod tests {
         let e = dense_entries(&d, col, 2, 2, true);
         assert_eq!(e, vec![(0, 1, 2.0), (1, 0, 1.0)]);
         assert_eq!(offsets_of(&e, 2, true, 1), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn spsv_reads_one_triangle_and_solves_both_ways() {
+        // A = [[2, 5], [1, 4]]: the 5 is the upper triangle, never read by a lower solve.
+        let a: Vec<Entry> = vec![(0, 0, 2.0), (0, 1, 5.0), (1, 0, 1.0), (1, 1, 4.0)];
+        let lower = Triangular { lower: true, unit: false, transpose: false };
+        // L y = 2 x with x = (1, 3): y = (1, 1.25).
+        assert_eq!(spsv(&a, 2, lower, 2.0, &[1.0, 3.0]), vec![1.0, 1.25]);
+        // L^T y = x with x = (4, 8): y2 = 2, y1 = (4 - 2) / 2.
+        assert_eq!(spsv(&a, 2, Triangular { transpose: true, ..lower }, 1.0, &[4.0, 8.0]), vec![1.0, 2.0]);
+        // Unit lower: [[1, 0], [1, 1]] y = (1, 3): y = (1, 2).
+        assert_eq!(spsv(&a, 2, Triangular { unit: true, ..lower }, 1.0, &[1.0, 3.0]), vec![1.0, 2.0]);
+        // Upper: [[2, 5], [0, 4]] y = (9, 4): y2 = 1, y1 = 2.
+        assert_eq!(spsv(&a, 2, Triangular { lower: false, ..lower }, 1.0, &[9.0, 4.0]), vec![2.0, 1.0]);
+        // A zero pivot: no diagonal entry in row 1.
+        let y = spsv(&[(0, 0, 1.0)], 2, lower, 1.0, &[1.0, 1.0]);
+        assert!(y[1].is_infinite());
     }
 }

@@ -11,6 +11,10 @@ use super::vendor::{VendorOpenError, find_library};
 use crate::registry::sparse::{DnMat, DnVec, FORMAT_COO, FORMAT_CSC, SpMat};
 use crate::vendor::cusparse::Library;
 
+/// `cusparseSpMatAttribute_t`.
+pub const ATTRIBUTE_FILL_MODE: i32 = 0;
+pub const ATTRIBUTE_DIAG_TYPE: i32 = 1;
+
 /// The environment variable naming the libcusparse file to load.
 pub const CUSPARSE_LIB_VAR: &str = "PHOS_CUSPARSE_LIB";
 
@@ -28,6 +32,7 @@ type CreateCooFn = unsafe extern "C" fn(*mut P, i64, i64, i64, P, P, P, i32, i32
 type CreateDnVecFn = unsafe extern "C" fn(*mut P, i64, P, i32) -> i32;
 type CreateDnMatFn = unsafe extern "C" fn(*mut P, i64, i64, i64, P, i32, i32) -> i32;
 type GetSizeFn = unsafe extern "C" fn(P, *mut i64, *mut i64, *mut i64) -> i32;
+type SetAttributeFn = unsafe extern "C" fn(P, i32, *const c_void, usize) -> i32;
 type SpGemmStepFn =
     unsafe extern "C" fn(P, i32, i32, *const c_void, P, P, *const c_void, P, i32, i32, P, *mut usize, P) -> i32;
 
@@ -76,6 +81,9 @@ pub struct Cusparse {
     spgemm_destroy: ObjectFn,
     spgemm_work_estimation: SpGemmStepFn,
     spgemm_compute: SpGemmStepFn,
+    sp_mat_set_attribute: SetAttributeFn,
+    spsv_create: CreateFn,
+    spsv_destroy: ObjectFn,
 }
 
 /// A vendor status as a result.
@@ -133,6 +141,9 @@ impl Cusparse {
             spgemm_destroy: get(o, b"cusparseSpGEMM_destroyDescr\0").map_err(err)?,
             spgemm_work_estimation: get(o, b"cusparseSpGEMM_workEstimation\0").map_err(err)?,
             spgemm_compute: get(o, b"cusparseSpGEMM_compute\0").map_err(err)?,
+            sp_mat_set_attribute: get(o, b"cusparseSpMatSetAttribute\0").map_err(err)?,
+            spsv_create: get(o, b"cusparseSpSV_createDescr\0").map_err(err)?,
+            spsv_destroy: get(o, b"cusparseSpSV_destroyDescr\0").map_err(err)?,
             _objects: objects,
             library,
             path: path.to_path_buf(),
@@ -209,7 +220,33 @@ impl Cusparse {
             },
         };
         status(code)?;
+        // The attributes the session holds (a descriptor made again keeps them).
+        let attributes = [(ATTRIBUTE_FILL_MODE, m.fill_mode), (ATTRIBUTE_DIAG_TYPE, m.diag_type)];
+        for (attribute, value) in attributes.into_iter().filter(|(_, value)| *value != 0) {
+            if let Err(code) = status(self.sp_mat_set_attribute(d as u64, attribute, value)) {
+                self.destroy_sp_mat(d as u64);
+                return Err(code);
+            }
+        }
         Ok(d as u64)
+    }
+
+    /// One attribute of a sparse matrix (its fill mode or diagonal type, both 4-byte enums).
+    pub fn sp_mat_set_attribute(&self, d: u64, attribute: i32, value: i32) -> i32 {
+        // SAFETY: a live descriptor, and a value of the 4 bytes the attribute takes.
+        unsafe { (self.sp_mat_set_attribute)(d as P, attribute, (&value as *const i32).cast(), size_of::<i32>()) }
+    }
+
+    pub fn create_spsv(&self) -> Result<u64, i32> {
+        let mut d: P = std::ptr::null_mut();
+        // SAFETY: a valid out pointer.
+        status(unsafe { (self.spsv_create)(&mut d) })?;
+        Ok(d as u64)
+    }
+
+    pub fn destroy_spsv(&self, d: u64) -> i32 {
+        // SAFETY: a descriptor this library made and the session has not destroyed.
+        unsafe { (self.spsv_destroy)(d as P) }
     }
 
     pub fn create_dn_vec(&self, v: &DnVec) -> Result<u64, i32> {

@@ -1,6 +1,7 @@
 //! The session's cuSPARSE objects: handles (kind `cusparse_handle`), the generic API's
 //! descriptors (sparse matrices `cusparse_sp_mat`, dense vectors `cusparse_dn_vec`, dense
-//! matrices `cusparse_dn_mat`) and SpGEMM descriptors (`cusparse_spgemm`). What each stands for
+//! matrices `cusparse_dn_mat`), SpGEMM descriptors (`cusparse_spgemm`) and SpSV descriptors
+//! (`cusparse_spsv`). What each stands for
 //! is its settings: a descriptor's sizes, types and the device addresses of its arrays (the
 //! session's memory, at the same addresses after a restore), so a restore makes it again by
 //! replaying its creation and the last call of each setter. On a GPU each also holds the
@@ -52,6 +53,10 @@ pub struct SpMat {
     pub base: i32,
     /// `cudaDataType` of the values.
     pub value_type: i32,
+    /// Its attributes (`cusparseFillMode_t`, `cusparseDiagType_t`; 0, 0 until set): the
+    /// triangle SpSV reads and whether it takes the diagonal as ones.
+    pub fill_mode: i32,
+    pub diag_type: i32,
     /// NVIDIA's `cusparseSpMatDescr_t`, 0 on the CPU.
     pub raw: u64,
 }
@@ -120,12 +125,20 @@ pub struct SpGemm {
     pub product: Option<Product>,
 }
 
+/// An SpSV descriptor: the vendor's (which holds an analysis), 0 on the CPU (which needs
+/// none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpSv {
+    pub raw: u64,
+}
+
 pub struct SparseRegistry {
     pub handles: Mutex<HandleTable<SparseHandle>>,
     pub sp_mats: Mutex<HandleTable<SpMat>>,
     pub dn_vecs: Mutex<HandleTable<DnVec>>,
     pub dn_mats: Mutex<HandleTable<DnMat>>,
     pub spgemms: Mutex<HandleTable<SpGemm>>,
+    pub spsvs: Mutex<HandleTable<SpSv>>,
 }
 
 impl Default for SparseRegistry {
@@ -136,13 +149,14 @@ impl Default for SparseRegistry {
             dn_vecs: Mutex::new(HandleTable::new(HandleKind::CusparseDnVec, MAX_SPARSE_OBJECTS)),
             dn_mats: Mutex::new(HandleTable::new(HandleKind::CusparseDnMat, MAX_SPARSE_OBJECTS)),
             spgemms: Mutex::new(HandleTable::new(HandleKind::CusparseSpgemm, MAX_SPARSE_OBJECTS)),
+            spsvs: Mutex::new(HandleTable::new(HandleKind::CusparseSpsv, MAX_SPARSE_OBJECTS)),
         }
     }
 }
 
 /// The kinds whose counters a checkpoint keeps, in the order of [`SparseRegistry::next_counters`].
-pub const SPARSE_KINDS: [&str; 5] =
-    ["cusparse_handle", "cusparse_sp_mat", "cusparse_dn_vec", "cusparse_dn_mat", "cusparse_spgemm"];
+pub const SPARSE_KINDS: [&str; 6] =
+    ["cusparse_handle", "cusparse_sp_mat", "cusparse_dn_vec", "cusparse_dn_mat", "cusparse_spgemm", "cusparse_spsv"];
 
 impl SparseRegistry {
     pub fn add_handle(&self, h: SparseHandle, new: &NewHandle<'_>) -> Result<u64, CudaError> {
@@ -166,13 +180,14 @@ impl SparseRegistry {
     }
 
     /// Next value of each kind's counter ([`SPARSE_KINDS`]).
-    pub fn next_counters(&self) -> [u64; 5] {
+    pub fn next_counters(&self) -> [u64; 6] {
         [
             self.handles.lock().next_counter(),
             self.sp_mats.lock().next_counter(),
             self.dn_vecs.lock().next_counter(),
             self.dn_mats.lock().next_counter(),
             self.spgemms.lock().next_counter(),
+            self.spsvs.lock().next_counter(),
         ]
     }
 
@@ -184,6 +199,7 @@ impl SparseRegistry {
             "cusparse_dn_vec" => self.dn_vecs.lock().set_next_counter(next),
             "cusparse_dn_mat" => self.dn_mats.lock().set_next_counter(next),
             "cusparse_spgemm" => self.spgemms.lock().set_next_counter(next),
+            "cusparse_spsv" => self.spsvs.lock().set_next_counter(next),
             _ => {}
         }
     }
@@ -194,6 +210,7 @@ impl SparseRegistry {
         let dn_vecs = self.dn_vecs.lock().drain();
         let dn_mats = self.dn_mats.lock().drain();
         let spgemms = self.spgemms.lock().drain();
+        let spsvs = self.spsvs.lock().drain();
         let handles = self.handles.lock().drain();
         let Some(vendor) = backend.cusparse() else { return };
         for (_, m) in sp_mats.into_iter().filter(|(_, m)| m.raw != 0) {
@@ -207,6 +224,9 @@ impl SparseRegistry {
         }
         for (_, g) in spgemms.into_iter().filter(|(_, g)| g.raw != 0) {
             vendor.destroy_spgemm(g.raw);
+        }
+        for (_, d) in spsvs.into_iter().filter(|(_, d)| d.raw != 0) {
+            vendor.destroy_spsv(d.raw);
         }
         for (_, h) in handles.into_iter().filter(|(_, h)| h.raw != 0) {
             vendor.destroy(h.raw);

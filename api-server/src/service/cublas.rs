@@ -584,6 +584,163 @@ macro_rules! level23 {
 
 /// Functions run with the vendor's library only: without one (emu) they answer
 /// `CUBLAS_STATUS_NOT_SUPPORTED`, which the guest logs once by name.
+/// A complex GEMM (Cgemm, Zgemm; `$half` bytes a part): the vendor's, or the CPU's in f64.
+macro_rules! complex_gemm {
+    ($method:ident, $req:ident, $rep:ident, $half:expr) => {
+        fn $method(&self, cx: &CallCx, req: $req<'_>) -> Result<$rep, CublasStatus> {
+            if let Some(r) = self.on_vendor(cx, req.handle, Some(req.mode), &req) {
+                return r;
+            }
+            let call = self.blas_call(cx, req.handle)?;
+            let (m, n, k) = (count(req.m)?, count(req.n)?, count(req.k)?);
+            let (lda, ldb, ldc) = (count(req.lda)?, count(req.ldb)?, count(req.ldc)?);
+            let element = 2 * $half;
+            let scalar = |p| -> Result<cpu_blas::Complex, CublasStatus> {
+                let bytes = call.scalar_bytes(p, element)?;
+                Ok(cpu_blas::complex_decode(&bytes, $half)[0])
+            };
+            let (alpha, beta) = (scalar(&req.alpha)?, scalar(&req.beta)?);
+            let lc = cpu_blas::matrix_len(m, n, ldc);
+            if lc == 0 {
+                return Ok($rep {});
+            }
+            let la = if req.transa == consts::CUBLAS_OP_N {
+                cpu_blas::matrix_len(m, k, lda)
+            } else {
+                cpu_blas::matrix_len(k, m, lda)
+            };
+            let lb = if req.transb == consts::CUBLAS_OP_N {
+                cpu_blas::matrix_len(k, n, ldb)
+            } else {
+                cpu_blas::matrix_len(n, k, ldb)
+            };
+            let load = |p: &Ptr<'_>, len: usize| -> Result<Vec<cpu_blas::Complex>, CublasStatus> {
+                Ok(cpu_blas::complex_decode(&call.read(device_address(p), len * element)?, $half))
+            };
+            let (a, b, mut c) = (load(&req.A, la)?, load(&req.B, lb)?, load(&req.C, lc)?);
+            cpu_blas::complex_gemm(
+                (req.transa, req.transb),
+                (m, n, k),
+                alpha,
+                (&a, lda),
+                (&b, ldb),
+                beta,
+                (&mut c, ldc),
+            );
+            call.write(device_address(&req.C), &cpu_blas::complex_encode(&c, $half))?;
+            Ok($rep {})
+        }
+    };
+}
+
+/// A triangular solve with several right-hand sides (trsm): the vendor's, or the CPU's.
+macro_rules! trsm {
+    ($t:ty, $method:ident, $req:ident, $rep:ident) => {
+        fn $method(&self, cx: &CallCx, req: $req<'_>) -> Result<$rep, CublasStatus> {
+            if let Some(r) = self.on_vendor(cx, req.handle, Some(req.mode), &req) {
+                return r;
+            }
+            let call = self.blas_call(cx, req.handle)?;
+            let (m, n, lda, ldb) = (count(req.m)?, count(req.n)?, count(req.lda)?, count(req.ldb)?);
+            let alpha: $t = call.scalar(&req.alpha)?;
+            if m == 0 || n == 0 {
+                return Ok($rep {});
+            }
+            let t = cpu_blas::Triangle {
+                left: req.side == consts::CUBLAS_SIDE_LEFT,
+                lower: req.uplo == consts::CUBLAS_FILL_MODE_LOWER,
+                transpose: req.trans != consts::CUBLAS_OP_N,
+                unit: req.diag == consts::CUBLAS_DIAG_UNIT,
+            };
+            let k = if t.left { m } else { n };
+            let a = call.values::<$t>(&req.A, cpu_blas::matrix_len(k, k, lda))?;
+            let mut b = call.values::<$t>(&req.B, cpu_blas::matrix_len(m, n, ldb))?;
+            cpu_blas::trsm(t, m, n, alpha, &a, lda, &mut b, ldb);
+            call.store(&req.B, &b)?;
+            Ok($rep {})
+        }
+    };
+}
+
+/// Batched LU factorisation and inversion (getrfBatched, getriBatched): each matrix the
+/// pointer arrays name checked to lie in the session's memory, then the vendor's call or the
+/// CPU's, one matrix at a time.
+macro_rules! lu_batched {
+    ($t:ty, $getrf:ident, $getrf_req:ident, $getrf_rep:ident, $getrf_id:ident,
+     $getri:ident, $getri_req:ident, $getri_rep:ident, $getri_id:ident) => {
+        fn $getrf(&self, cx: &CallCx, req: $getrf_req<'_>) -> Result<$getrf_rep, CublasStatus> {
+            let call = self.blas_call(cx, req.handle)?;
+            let (n, lda, batch) = (count(req.n)?, count(req.lda)?, count(req.batchSize)?);
+            let bytes = cpu_blas::matrix_len(n, n, lda) * <$t>::BYTES;
+            let a = call.pointer_array(&req.Aarray, batch, bytes)?;
+            self.batched_access(FunctionId::$getrf_id, [(&a, bytes, true), (&[], 0, false), (&[], 0, false)])?;
+            if let Some(r) = self.on_vendor(cx, req.handle, None, &req) {
+                return r;
+            }
+            let pivots_at = req.PivotArray;
+            let mut pivots = vec![0i32; if pivots_at != 0 { n * batch } else { 0 }];
+            let mut info = Vec::with_capacity(batch);
+            for (i, &addr) in a.iter().enumerate() {
+                let mut m: Vec<$t> = cpu_blas::decode(&call.read(addr, bytes)?);
+                let p = (pivots_at != 0).then(|| &mut pivots[i * n..(i + 1) * n]);
+                info.push(cpu_blas::getrf(n, &mut m, lda, p));
+                call.write(addr, &cpu_blas::encode(&m))?;
+            }
+            if pivots_at != 0 {
+                call.write(pivots_at, &pivots.iter().flat_map(|p| p.to_le_bytes()).collect::<Vec<u8>>())?;
+            }
+            call.write(
+                device_address(&req.infoArray),
+                &info.iter().flat_map(|i| i.to_le_bytes()).collect::<Vec<u8>>(),
+            )?;
+            Ok($getrf_rep {})
+        }
+
+        fn $getri(&self, cx: &CallCx, req: $getri_req<'_>) -> Result<$getri_rep, CublasStatus> {
+            let call = self.blas_call(cx, req.handle)?;
+            let (n, lda, ldc, batch) = (count(req.n)?, count(req.lda)?, count(req.ldc)?, count(req.batchSize)?);
+            let (a_bytes, c_bytes) =
+                (cpu_blas::matrix_len(n, n, lda) * <$t>::BYTES, cpu_blas::matrix_len(n, n, ldc) * <$t>::BYTES);
+            let a = call.pointer_array(&req.Aarray, batch, a_bytes)?;
+            let c = call.pointer_array(&req.Carray, batch, c_bytes)?;
+            self.batched_access(FunctionId::$getri_id, [(&a, a_bytes, false), (&c, c_bytes, true), (&[], 0, false)])?;
+            if let Some(r) = self.on_vendor(cx, req.handle, None, &req) {
+                return r;
+            }
+            let pivots_at = req.PivotArray;
+            let pivots: Vec<i32> = if pivots_at != 0 {
+                let raw = call.read(pivots_at, n * batch * 4)?;
+                raw.chunks_exact(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+            } else {
+                Vec::new()
+            };
+            // Pivots name rows of the matrix (1-based): anything else would index past it.
+            if let Some(bad) = pivots.iter().position(|&p| p < 1 || p as usize > n) {
+                crate::guest_warn!(
+                    self.id,
+                    "{}: pivot {bad} is {}, outside 1..={n}: CUBLAS_STATUS_INVALID_VALUE",
+                    FunctionId::$getri_id.name(),
+                    pivots[bad]
+                );
+                return Err(CublasStatus::INVALID_VALUE);
+            }
+            let mut info = Vec::with_capacity(batch);
+            for i in 0..batch {
+                let lu: Vec<$t> = cpu_blas::decode(&call.read(a[i], a_bytes)?);
+                let mut inverse: Vec<$t> = cpu_blas::decode(&call.read(c[i], c_bytes)?);
+                let p = (pivots_at != 0).then(|| &pivots[i * n..(i + 1) * n]);
+                info.push(cpu_blas::getri(n, &lu, lda, p, &mut inverse, ldc));
+                call.write(c[i], &cpu_blas::encode(&inverse))?;
+            }
+            call.write(
+                device_address(&req.infoArray),
+                &info.iter().flat_map(|i| i.to_le_bytes()).collect::<Vec<u8>>(),
+            )?;
+            Ok($getri_rep {})
+        }
+    };
+}
+
 macro_rules! vendor_only {
     ($($method:ident, $req:ident, $rep:ident, $mode:ident);* $(;)?) => {
         $(fn $method(&self, cx: &CallCx, req: $req<'_>) -> Result<$rep, CublasStatus> {
@@ -856,6 +1013,33 @@ impl CublasService for Session {
         CublasDgemmBatched
     );
 
+    lu_batched!(
+        f32,
+        cublas_sgetrf_batched,
+        CublasSgetrfBatchedRequest,
+        CublasSgetrfBatchedReply,
+        CublasSgetrfBatched,
+        cublas_sgetri_batched,
+        CublasSgetriBatchedRequest,
+        CublasSgetriBatchedReply,
+        CublasSgetriBatched
+    );
+    lu_batched!(
+        f64,
+        cublas_dgetrf_batched,
+        CublasDgetrfBatchedRequest,
+        CublasDgetrfBatchedReply,
+        CublasDgetrfBatched,
+        cublas_dgetri_batched,
+        CublasDgetriBatchedRequest,
+        CublasDgetriBatchedReply,
+        CublasDgetriBatched
+    );
+    complex_gemm!(cublas_cgemm_v2, CublasCgemmV2Request, CublasCgemmV2Reply, 4);
+    complex_gemm!(cublas_zgemm_v2, CublasZgemmV2Request, CublasZgemmV2Reply, 8);
+    trsm!(f32, cublas_strsm_v2, CublasStrsmV2Request, CublasStrsmV2Reply);
+    trsm!(f64, cublas_dtrsm_v2, CublasDtrsmV2Request, CublasDtrsmV2Reply);
+
     vendor_only!(
         cublas_strsv_v2, CublasStrsvV2Request, CublasStrsvV2Reply, none;
         cublas_dtrsv_v2, CublasDtrsvV2Request, CublasDtrsvV2Reply, none;
@@ -863,8 +1047,6 @@ impl CublasService for Session {
         cublas_dsymm_v2, CublasDsymmV2Request, CublasDsymmV2Reply, scalars;
         cublas_ssyrk_v2, CublasSsyrkV2Request, CublasSsyrkV2Reply, scalars;
         cublas_dsyrk_v2, CublasDsyrkV2Request, CublasDsyrkV2Reply, scalars;
-        cublas_strsm_v2, CublasStrsmV2Request, CublasStrsmV2Reply, scalars;
-        cublas_dtrsm_v2, CublasDtrsmV2Request, CublasDtrsmV2Reply, scalars;
         cublas_sgeam, CublasSgeamRequest, CublasSgeamReply, scalars;
         cublas_dgeam, CublasDgeamRequest, CublasDgeamReply, scalars;
     );

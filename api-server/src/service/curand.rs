@@ -18,7 +18,7 @@ use phos_protocol::{CudaError, Ptr};
 use super::library_capture::NotNow;
 use super::{CallCx, Session};
 use crate::backend::vendor_curand::Curand;
-use crate::cpu_rand::Words;
+use crate::cpu_rand::{self, Words};
 use crate::dispatch::cudart::CudartService;
 use crate::dispatch::curand::CurandService;
 use crate::registry::handles::NewHandle;
@@ -54,6 +54,11 @@ const PHILOX: i32 = 161;
 /// cuRAND's quasi-random types.
 fn is_quasi(rng_type: i32) -> bool {
     (200..=204).contains(&rng_type)
+}
+
+/// The quasi-random types the CPU serves: `CURAND_RNG_QUASI_DEFAULT` and `_SOBOL32`.
+fn is_cpu_quasi(rng_type: i32) -> bool {
+    matches!(rng_type, 200 | 201)
 }
 
 /// The orderings of pseudo-random generators (BEST, DEFAULT, SEEDED, LEGACY, DYNAMIC).
@@ -120,6 +125,45 @@ impl Draw {
     }
 }
 
+impl Draw {
+    /// `n` numbers of a Sobol' sequence of `dimensions` dimensions from point `start` of each
+    /// (cuRAND's layout: the points of the first dimension, then of the second, ...), and the
+    /// points each dimension advanced.
+    fn run_quasi(self, dimensions: u32, start: u64, n: usize) -> Result<(Vec<u8>, u64), CurandStatus> {
+        let dims = dimensions.max(1) as usize;
+        if !n.is_multiple_of(dims) {
+            return Err(CurandStatus::LENGTH_NOT_MULTIPLE);
+        }
+        let per_dim = n / dims;
+        let mut out = Vec::new();
+        out.try_reserve_exact(n.saturating_mul(self.width())).map_err(|_| CurandStatus::ALLOCATION_FAILED)?;
+        for dim in 0..dims as u32 {
+            for x in cpu_rand::sobol32(dim, start, per_dim) {
+                let u = cpu_rand::quasi_uniform(x);
+                match self {
+                    Draw::Bits32 => out.extend_from_slice(&x.to_le_bytes()),
+                    Draw::Uniform => out.extend_from_slice(&(u as f32).to_le_bytes()),
+                    Draw::UniformDouble => out.extend_from_slice(&u.to_le_bytes()),
+                    Draw::Normal { mean, stddev, wide, log } => {
+                        let v = mean + stddev * cpu_rand::normal_quantile(u);
+                        let v = if log { v.exp() } else { v };
+                        if wide {
+                            out.extend_from_slice(&v.to_le_bytes());
+                        } else {
+                            out.extend_from_slice(&(v as f32).to_le_bytes());
+                        }
+                    }
+                    // 64-bit integers come from the 64-bit generators; Poisson numbers of
+                    // quasi-random points are not computed on the CPU.
+                    Draw::Bits64 => return Err(CurandStatus::TYPE_ERROR),
+                    Draw::Poisson { .. } => return Err(NOT_SUPPORTED),
+                }
+            }
+        }
+        Ok((out, per_dim as u64))
+    }
+}
+
 /// The vendor's objects of one call: its generator.
 struct VendorObjects {
     generator: u64,
@@ -160,10 +204,13 @@ impl Session {
                 self.backend.bind(cx.device).map_err(rand_status)?;
                 curand.create(rng_type, host).map_err(CurandStatus)?
             }
-            None if is_pseudo(rng_type) => 0,
+            None if is_pseudo(rng_type) || is_cpu_quasi(rng_type) => 0,
             None => {
-                let why =
-                    if is_quasi(rng_type) { "quasi-random generators are not served on emu" } else { "no such type" };
+                let why = if is_quasi(rng_type) {
+                    "of the quasi-random generators emu serves SOBOL32 only"
+                } else {
+                    "no such type"
+                };
                 crate::guest_warn!(self.id, "{name}: generator type {rng_type}: {why}: CURAND_STATUS_TYPE_ERROR");
                 return Err(CurandStatus::TYPE_ERROR);
             }
@@ -293,9 +340,22 @@ impl Session {
             }
             None => {
                 let count = usize::try_from(n).map_err(|_| CurandStatus::OUT_OF_RANGE)?;
-                let mut words = Words::new(g.seed, from);
-                let bytes = draw.run(&mut words, count, g.rng_type)?;
-                let drawn = words.position() - from;
+                let (bytes, drawn) = if is_quasi(g.rng_type) {
+                    draw.run_quasi(g.dimensions, from, count).inspect_err(|e| {
+                        if *e == NOT_SUPPORTED {
+                            crate::guest_warn!(
+                                self.id,
+                                "{}: Poisson numbers of a quasi-random generator are not computed on emu: \
+                                 CURAND_STATUS_ARCH_MISMATCH",
+                                cx.function.map_or("cuRAND", |f| f.name())
+                            );
+                        }
+                    })?
+                } else {
+                    let mut words = Words::new(g.seed, from);
+                    let bytes = draw.run(&mut words, count, g.rng_type)?;
+                    (bytes, words.position() - from)
+                };
                 let out = match output {
                     // Drawn (and checked) only to learn how far the generator moves.
                     _ if captured => None,
@@ -467,6 +527,15 @@ impl CurandService for Session {
             return Err(CurandStatus::TYPE_ERROR);
         }
         let dimensions = req.num_dimensions;
+        if self.vendor_curand().is_none() && dimensions > cpu_rand::SOBOL_DIMENSIONS {
+            crate::guest_warn!(
+                self.id,
+                "curandSetQuasiRandomGeneratorDimensions: {dimensions} dimensions: emu serves up to {}: \
+                 CURAND_STATUS_OUT_OF_RANGE",
+                cpu_rand::SOBOL_DIMENSIONS
+            );
+            return Err(CurandStatus::OUT_OF_RANGE);
+        }
         self.restart(cx, req.generator, |c, raw| c.set_dimensions(raw, dimensions), |g| g.dimensions = dimensions)?;
         Ok(CurandSetQuasiRandomGeneratorDimensionsReply {})
     }

@@ -17,12 +17,12 @@ use phos_protocol::{CudaError, Ptr};
 use super::device_io::{self, device_address};
 use super::{CallCx, Session};
 use crate::backend::StreamRef;
-use crate::backend::vendor_cusparse::{Cusparse, SpGemmStep};
+use crate::backend::vendor_cusparse::{ATTRIBUTE_DIAG_TYPE, ATTRIBUTE_FILL_MODE, Cusparse, SpGemmStep};
 use crate::cpu_sparse::{self, Entry, Layout};
 use crate::dispatch::cusparse::CusparseService;
 use crate::registry::handles::NewHandle;
 use crate::registry::sparse::{
-    DnMat, DnVec, FORMAT_COO, FORMAT_CSC, FORMAT_CSR, MAX_SPARSE_OBJECTS, ORDER_COL, Product, SpGemm, SpMat,
+    DnMat, DnVec, FORMAT_COO, FORMAT_CSC, FORMAT_CSR, MAX_SPARSE_OBJECTS, ORDER_COL, Product, SpGemm, SpMat, SpSv,
     SparseHandle,
 };
 use crate::vendor::cusparse::{Translate, VendorCall};
@@ -31,6 +31,8 @@ const CUDA_R_32F: i32 = 0;
 const CUDA_R_64F: i32 = 1;
 const INDEX_64I: i32 = 3;
 const OP_NON_TRANSPOSE: i32 = 0;
+const FILL_MODE_LOWER: i32 = 0;
+const DIAG_TYPE_UNIT: i32 = 1;
 /// What the CPU answers SpGEMM's buffer queries with: it needs none, but a program passes a
 /// buffer only when told a size, and the step runs only when given one.
 const CPU_SPGEMM_BUFFER: u64 = 8;
@@ -87,6 +89,7 @@ impl Translate for VendorObjects<'_> {
             "cusparse_dn_vec" => sparse.dn_vec(handle).map(|v| v.raw),
             "cusparse_dn_mat" => sparse.dn_mat(handle).map(|m| m.raw),
             "cusparse_spgemm" => sparse.spgemms.lock().get(handle).map(|g| g.raw),
+            "cusparse_spsv" => sparse.spsvs.lock().get(handle).map(|d| d.raw),
             _ => return Err(CusparseStatus::INTERNAL_ERROR),
         };
         Ok(raw.map_err(sparse_status)? as *mut std::ffi::c_void)
@@ -534,6 +537,76 @@ impl Session {
         call.store_values(c.values, &cs, c.value_type)
     }
 
+    /// SpSV's operands must fit: A square, x and y of its size.
+    fn spsv_fits(&self, cx: &CallCx, a: &SpMat, x: &DnVec, y: &DnVec) -> Result<(), CusparseStatus> {
+        if a.rows != a.cols || x.size != a.rows || y.size != a.rows {
+            return Err(self.sparse_mismatch(
+                cx,
+                format!("A is {} x {} (SpSV needs it square), x has {} elements, y {}", a.rows, a.cols, x.size, y.size),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The SpSV descriptor of a call.
+    fn spsv_of(&self, cx: &CallCx, handle: u64) -> Result<SpSv, CusparseStatus> {
+        self.objects.sparse.spsvs.lock().get(handle).copied().map_err(|_| self.unknown_descr(cx, "SpSV", handle))
+    }
+
+    /// The operands of an SpSV step, looked up and checked (their arrays against the session's
+    /// memory, y noted as written when `writes`).
+    #[allow(clippy::too_many_arguments)]
+    fn spsv_operands(
+        &self,
+        cx: &CallCx,
+        h: &SparseHandle,
+        (mode, scalar_bytes, compute_type): (i32, i32, i32),
+        mat: u64,
+        vec_x: u64,
+        vec_y: u64,
+        descr: u64,
+        writes: bool,
+    ) -> Result<(SpMat, DnVec, DnVec), CusparseStatus> {
+        self.check_scalars(cx, h, mode, scalar_bytes, compute_type)?;
+        self.spsv_of(cx, descr)?;
+        let (a, x, y) = (self.sp_mat_of(cx, mat)?, self.dn_vec_of(cx, vec_x)?, self.dn_vec_of(cx, vec_y)?);
+        self.spsv_fits(cx, &a, &x, &y)?;
+        self.check_sp_mat(cx, &a, true)?;
+        self.check_dn_vec(cx, &x)?;
+        self.check_dn_vec(cx, &y)?;
+        if writes {
+            self.note_sparse_writes(cx, &[(y.values, extent(y.size, value_bytes(y.value_type)))])?;
+        }
+        Ok((a, x, y))
+    }
+
+    /// SpSV on the CPU: y = op(A)^-1 alpha x.
+    #[allow(clippy::too_many_arguments)]
+    fn cpu_spsv(
+        &self,
+        cx: &CallCx,
+        h: &SparseHandle,
+        op: i32,
+        alpha: &Ptr<'_>,
+        a: &SpMat,
+        x: &DnVec,
+        y: &DnVec,
+        compute_type: i32,
+    ) -> Result<(), CusparseStatus> {
+        self.sparse_cpu_types(cx, &[a.value_type, x.value_type, y.value_type, compute_type])?;
+        let call = self.sparse_cpu_call(cx, h)?;
+        let alpha = call.scalar(alpha, compute_type)?;
+        let entries = call.entries(a)?;
+        let xs = call.load_values(x.values, x.size, x.value_type)?;
+        let t = cpu_sparse::Triangular {
+            lower: a.fill_mode == FILL_MODE_LOWER,
+            unit: a.diag_type == DIAG_TYPE_UNIT,
+            transpose: op != OP_NON_TRANSPOSE,
+        };
+        let ys = cpu_sparse::spsv(&entries, size(a.rows)?, t, alpha, &xs);
+        call.store_values(y.values, &ys, y.value_type)
+    }
+
     /// Write entries (sorted by their major line) into a sparse matrix's arrays.
     fn cpu_store_sparse(&self, call: &Call<'_>, m: &SpMat, entries: &[Entry]) -> Result<(), CusparseStatus> {
         let base = i64::from(m.base);
@@ -688,7 +761,7 @@ impl CusparseService for Session {
             second_type: req.csrColIndType,
             base: req.idxBase,
             value_type: req.valueType,
-            raw: 0,
+            ..SpMat::default()
         };
         Ok(CusparseCreateCsrReply { spMatDescr: self.create_sp_mat(cx, m)? })
     }
@@ -710,7 +783,7 @@ impl CusparseService for Session {
             second_type: req.cscRowIndType,
             base: req.idxBase,
             value_type: req.valueType,
-            raw: 0,
+            ..SpMat::default()
         };
         Ok(CusparseCreateCscReply { spMatDescr: self.create_sp_mat(cx, m)? })
     }
@@ -732,7 +805,7 @@ impl CusparseService for Session {
             second_type: req.cooIdxType,
             base: req.idxBase,
             value_type: req.valueType,
-            raw: 0,
+            ..SpMat::default()
         };
         Ok(CusparseCreateCooReply { spMatDescr: self.create_sp_mat(cx, m)? })
     }
@@ -1511,6 +1584,167 @@ impl CusparseService for Session {
     }
 
     // Index conversions.
+
+    // Attributes.
+
+    fn cusparse_sp_mat_set_attribute(
+        &self,
+        cx: &CallCx,
+        req: CusparseSpMatSetAttributeRequest<'_>,
+    ) -> Result<CusparseSpMatSetAttributeReply, CusparseStatus> {
+        let value = i32::from_le_bytes(req.data.try_into().map_err(|_| CusparseStatus::INVALID_VALUE)?);
+        // Both attributes are 0 or 1 (lower/upper, non-unit/unit).
+        if !(0..=1).contains(&value) {
+            crate::guest_warn!(
+                self.id,
+                "cusparseSpMatSetAttribute: attribute {} set to {value}, not 0 or 1: CUSPARSE_STATUS_INVALID_VALUE",
+                req.attribute
+            );
+            return Err(CusparseStatus::INVALID_VALUE);
+        }
+        let mut m = self.sp_mat_of(cx, req.spMatDescr)?;
+        if req.attribute == ATTRIBUTE_FILL_MODE {
+            m.fill_mode = value;
+        } else {
+            m.diag_type = value;
+        }
+        if let Some(vendor) = self.vendor_cusparse() {
+            vendor_status(vendor.sp_mat_set_attribute(m.raw, req.attribute, value))?;
+        }
+        *self.objects.sparse.sp_mats.lock().get_mut(req.spMatDescr).map_err(sparse_status)? = m;
+        // Recorded under the attribute: a restore sets each one again.
+        let payload = phos_protocol::encode(&req);
+        let mutated = [("cusparse_sp_mat", req.spMatDescr)];
+        let facts = RecordFacts { created: &[], destroyed: &[], mutated: &mutated, depends_on: &[], global: false };
+        let id = Function::Cusparse(FunctionId::CusparseSpMatSetAttribute);
+        self.records.record_keyed(id, req.attribute as u64, cx.device, &payload, &facts);
+        Ok(CusparseSpMatSetAttributeReply {})
+    }
+
+    fn cusparse_sp_mat_get_attribute(
+        &self,
+        cx: &CallCx,
+        req: CusparseSpMatGetAttributeRequest,
+    ) -> Result<CusparseSpMatGetAttributeReply, CusparseStatus> {
+        let m = self.sp_mat_of(cx, req.spMatDescr)?;
+        let value = if req.attribute == ATTRIBUTE_DIAG_TYPE { m.diag_type } else { m.fill_mode };
+        Ok(CusparseSpMatGetAttributeReply { data: value.to_le_bytes().to_vec() })
+    }
+
+    // SpSV.
+
+    fn cusparse_sp_sv_create_descr(
+        &self,
+        cx: &CallCx,
+        _: CusparseSpSVCreateDescrRequest,
+    ) -> Result<CusparseSpSVCreateDescrReply, CusparseStatus> {
+        let mut d = SpSv::default();
+        if let Some(vendor) = self.vendor_cusparse() {
+            d.raw = vendor.create_spsv().map_err(CusparseStatus)?;
+        }
+        let descr =
+            self.new_sparse_object(cx, |new| self.objects.sparse.spsvs.lock().add(d, new)).inspect_err(|_| {
+                if let Some(vendor) = self.vendor_cusparse().filter(|_| d.raw != 0) {
+                    vendor.destroy_spsv(d.raw);
+                }
+            })?;
+        Ok(CusparseSpSVCreateDescrReply { descr })
+    }
+
+    fn cusparse_sp_sv_destroy_descr(
+        &self,
+        cx: &CallCx,
+        req: CusparseSpSVDestroyDescrRequest,
+    ) -> Result<CusparseSpSVDestroyDescrReply, CusparseStatus> {
+        let d = self
+            .objects
+            .sparse
+            .spsvs
+            .lock()
+            .remove(req.descr)
+            .map_err(|_| self.unknown_descr(cx, "SpSV", req.descr))?;
+        if let Some(vendor) = self.vendor_cusparse().filter(|_| d.raw != 0) {
+            vendor_status(vendor.destroy_spsv(d.raw))?;
+        }
+        Ok(CusparseSpSVDestroyDescrReply {})
+    }
+
+    fn cusparse_sp_sv_buffer_size(
+        &self,
+        cx: &CallCx,
+        req: CusparseSpSVBufferSizeRequest<'_>,
+    ) -> Result<CusparseSpSVBufferSizeReply, CusparseStatus> {
+        let h = self.sparse_handle(cx, req.handle)?;
+        let scalars = (req.mode, req.scalar_bytes, req.computeType);
+        self.spsv_operands(cx, &h, scalars, req.matA, req.vecX, req.vecY, req.spsvDescr, false)?;
+        match self.vendor_cusparse() {
+            Some(vendor) => self.sparse_on_vendor(&h, vendor, &req),
+            // The CPU needs no buffer.
+            None => Ok(CusparseSpSVBufferSizeReply { bufferSize: 0 }),
+        }
+    }
+
+    fn cusparse_sp_sv_analysis(
+        &self,
+        cx: &CallCx,
+        req: CusparseSpSVAnalysisRequest<'_>,
+    ) -> Result<CusparseSpSVAnalysisReply, CusparseStatus> {
+        let h = self.sparse_handle(cx, req.handle)?;
+        let scalars = (req.mode, req.scalar_bytes, req.computeType);
+        let (a, _, _) = self.spsv_operands(cx, &h, scalars, req.matA, req.vecX, req.vecY, req.spsvDescr, false)?;
+        self.sparse_work(cx, &h, Some("its analysis is kept in the descriptor when it runs"))?;
+        match self.vendor_cusparse() {
+            Some(vendor) => {
+                let query = CusparseSpSVBufferSizeRequest {
+                    handle: req.handle,
+                    opA: req.opA,
+                    alpha: req.alpha,
+                    matA: req.matA,
+                    vecX: req.vecX,
+                    vecY: req.vecY,
+                    computeType: req.computeType,
+                    alg: req.alg,
+                    spsvDescr: req.spsvDescr,
+                    mode: req.mode,
+                    scalar_bytes: req.scalar_bytes,
+                };
+                let needed = self.sparse_on_vendor(&h, vendor, &query)?.bufferSize;
+                self.check_sparse_buffer(cx, req.externalBuffer, needed)?;
+                let reply = self.sparse_on_vendor(&h, vendor, &req)?;
+                // libcusparse keeps the analysis in the descriptor: a restore reruns it.
+                let payload = phos_protocol::encode(&req);
+                let mutated = [("cusparse_spsv", req.spsvDescr)];
+                let facts =
+                    RecordFacts { created: &[], destroyed: &[], mutated: &mutated, depends_on: &[], global: false };
+                self.records.record(Function::Cusparse(FunctionId::CusparseSpSVAnalysis), cx.device, &payload, &facts);
+                Ok(reply)
+            }
+            None => {
+                // What the analysis would find wrong, found now: the structure and the types.
+                self.sparse_cpu_types(cx, &[a.value_type, req.computeType])?;
+                self.sparse_cpu_call(cx, &h)?.entries(&a)?;
+                Ok(CusparseSpSVAnalysisReply {})
+            }
+        }
+    }
+
+    fn cusparse_sp_sv_solve(
+        &self,
+        cx: &CallCx,
+        req: CusparseSpSVSolveRequest<'_>,
+    ) -> Result<CusparseSpSVSolveReply, CusparseStatus> {
+        let h = self.sparse_handle(cx, req.handle)?;
+        let scalars = (req.mode, req.scalar_bytes, req.computeType);
+        let (a, x, y) = self.spsv_operands(cx, &h, scalars, req.matA, req.vecX, req.vecY, req.spsvDescr, true)?;
+        self.sparse_work(cx, &h, None)?;
+        match self.vendor_cusparse() {
+            Some(vendor) => self.sparse_on_vendor(&h, vendor, &req),
+            None => {
+                self.cpu_spsv(cx, &h, req.opA, &req.alpha, &a, &x, &y, req.computeType)?;
+                Ok(CusparseSpSVSolveReply {})
+            }
+        }
+    }
 
     fn cusparse_xcoo_2csr(
         &self,
