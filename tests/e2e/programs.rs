@@ -763,6 +763,37 @@ fn graph_libraries_refusals() {
         "refusals: dot with a host result in a capture -> refused",
         "refusals: the capture ends -> cudaErrorStreamCaptureInvalidated",
         "refusals: the handle still works",
+        "done",
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "missing `{line}`\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    }
+    let logged = "cublasSdot_v2 on a stream being captured: its result goes to the host";
+    assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
+    assert!(stderr.contains("CUBLAS_STATUS_NOT_SUPPORTED"), "{stderr}");
+}
+
+/// A hostile or careless program destroys the cuBLAS handle a captured GEMM uses, then
+/// launches the graph: the launch's checks find the handle gone, the launch answers
+/// cudaErrorInvalidValue and the log names the call; a new handle works afterwards.
+#[test]
+fn graph_libraries_hostile() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "graph_libraries", GRAPH_LIBRARIES_LINK);
+    let out = phos_run_over("emu", "shm", &exe, &["hostile"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    for line in [
+        "hostile: launch after the handle was destroyed -> cudaErrorInvalidValue",
+        "hostile: a new handle works",
+        "done",
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "missing `{line}`\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    }
+    for logged in ["is not a cuBLAS handle of the session", "cudaGraphLaunch: the captured cublasSgemm_v2 failed"] {
+        assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
+    }
+}
 
 /// A program shaped like one of NVIDIA's library samples, built as the GPU suite builds it
 /// (linked with the libraries its headers name, tests/scripts/cuda-link-flags.sh), run on emu
@@ -841,34 +872,6 @@ fn sample_cg_precond_hostile_calls() {
     ] {
         assert!(stdout.lines().any(|l| l == line), "missing `{line}`\nstdout:\n{stdout}\nstderr:\n{stderr}");
     }
-    let logged = "cublasSdot_v2 on a stream being captured: its result goes to the host";
-    assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
-    assert!(stderr.contains("CUBLAS_STATUS_NOT_SUPPORTED"), "{stderr}");
-}
-
-/// A hostile or careless program destroys the cuBLAS handle a captured GEMM uses, then
-/// launches the graph: the launch's checks find the handle gone, the launch answers
-/// cudaErrorInvalidValue and the log names the call; a new handle works afterwards.
-#[test]
-fn graph_libraries_hostile() {
-    let Some(nvcc) = nvcc() else { return };
-    let exe = build_program(&nvcc, "graph_libraries", GRAPH_LIBRARIES_LINK);
-    let out = phos_run_over("emu", "shm", &exe, &["hostile"]);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
-    for line in [
-        "hostile: launch after the handle was destroyed -> cudaErrorInvalidValue",
-        "hostile: a new handle works",
-        "done",
-    ] {
-        assert!(stdout.lines().any(|l| l == line), "missing `{line}`\nstdout:\n{stdout}\nstderr:\n{stderr}");
-    }
-    for logged in ["is not a cuBLAS handle of the session", "cudaGraphLaunch: the captured cublasSgemm_v2 failed"] {
-        assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
-    }
-}
-
     for logged in ["set to 7, not 0 or 1", "SpSV needs it square", "is not a SpSV descriptor of the session"] {
         assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
     }
