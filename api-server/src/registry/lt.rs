@@ -240,7 +240,21 @@ pub struct LtRegistry {
     layouts: Mutex<HandleTable<Descriptor>>,
     preferences: Mutex<HandleTable<Descriptor>>,
     transforms: Mutex<HandleTable<Descriptor>>,
+    /// Descriptors a captured call names ([`retain`](Self::retain)), and those of them the
+    /// program has destroyed since, kept for the graph (see [`destroy`](Self::destroy)).
+    retained: Mutex<Retained>,
 }
+
+/// Descriptors kept for captured calls.
+#[derive(Default)]
+struct Retained {
+    named: std::collections::HashSet<(DescKind, u64)>,
+    kept: std::collections::HashMap<(DescKind, u64), Descriptor>,
+}
+
+/// Descriptors kept past their destruction for captured calls, at most: beyond, a destroyed
+/// descriptor goes, and a graph launch that names it fails with its name in the log.
+const MAX_KEPT: usize = 4096;
 
 impl Default for LtRegistry {
     fn default() -> Self {
@@ -251,6 +265,7 @@ impl Default for LtRegistry {
             layouts: table(DescKind::Layout),
             preferences: table(DescKind::Preference),
             transforms: table(DescKind::Transform),
+            retained: Mutex::default(),
         }
     }
 }
@@ -290,12 +305,31 @@ impl LtRegistry {
         self.table(desc.kind).lock().add(desc, new)
     }
 
+    /// Destroy a descriptor of the program's: it is gone for the program. One a captured call
+    /// names is kept for the graph's launches (PyTorch destroys a matmul's descriptors right
+    /// after capturing it: CUDA's graph holds the kernel's parameters, Phos's the call, which
+    /// looks them up again); its vendor descriptor then lives until the session ends, and
+    /// what is returned has none to destroy.
     pub fn destroy(&self, kind: DescKind, handle: u64) -> Result<Descriptor, CudaError> {
-        self.table(kind).lock().remove(handle)
+        let desc = self.table(kind).lock().remove(handle)?;
+        let mut retained = self.retained.lock();
+        if retained.named.remove(&(kind, handle)) && retained.kept.len() < MAX_KEPT {
+            retained.kept.insert((kind, handle), desc.clone());
+            return Ok(Descriptor { raw: 0, ..desc });
+        }
+        Ok(desc)
     }
 
+    /// A descriptor: the program's, or one kept for captured calls.
     pub fn get(&self, kind: DescKind, handle: u64) -> Result<Descriptor, CudaError> {
-        self.table(kind).lock().get(handle).cloned()
+        let found = self.table(kind).lock().get(handle).cloned();
+        found.or_else(|e| self.retained.lock().kept.get(&(kind, handle)).cloned().ok_or(e))
+    }
+
+    /// Keep the descriptors a captured call names for the graph's launches, should the
+    /// program destroy them first.
+    pub fn retain(&self, named: &[(DescKind, u64)]) {
+        self.retained.lock().named.extend(named.iter().copied());
     }
 
     /// Set one attribute's bytes (the caller has checked its size).
@@ -329,10 +363,12 @@ impl LtRegistry {
     /// Destroy every object (a device reset, the session's end).
     pub fn release_all(&self, backend: &dyn Backend) {
         let handles = self.handles.lock().drain();
+        let kept = std::mem::take(&mut *self.retained.lock()).kept;
         let descriptors: Vec<Descriptor> =
             [DescKind::Matmul, DescKind::Layout, DescKind::Preference, DescKind::Transform]
                 .into_iter()
                 .flat_map(|k| self.table(k).lock().drain().into_iter().map(|(_, d)| d))
+                .chain(kept.into_values())
                 .collect();
         if let Some(lt) = backend.cublaslt() {
             for d in descriptors.iter().filter(|d| d.raw != 0) {
@@ -348,6 +384,20 @@ impl LtRegistry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_descriptor_a_captured_call_names_outlives_its_destruction() {
+        let reg = LtRegistry::default();
+        let new = NewHandle { forced: None, full: &|| CudaError::MemoryAllocation };
+        let named = reg.create(Descriptor { raw: 7, ..Descriptor::new(DescKind::Layout) }, &new).unwrap();
+        let other = reg.create(Descriptor { raw: 8, ..Descriptor::new(DescKind::Layout) }, &new).unwrap();
+        reg.retain(&[(DescKind::Layout, named)]);
+        assert_eq!(reg.destroy(DescKind::Layout, named).unwrap().raw, 0, "kept: nothing to destroy now");
+        assert_eq!(reg.get(DescKind::Layout, named).unwrap().raw, 7, "a graph launch still finds it");
+        assert_eq!(reg.destroy(DescKind::Layout, other).unwrap().raw, 8, "one no capture names goes");
+        assert!(reg.get(DescKind::Layout, other).is_err());
+        assert!(reg.destroy(DescKind::Layout, named).is_err(), "destroyed once only");
+    }
 
     #[test]
     fn defaults_and_integers_read_back() {

@@ -14,6 +14,7 @@ use phos_protocol::spec::{CallAccess, DeviceAccess, RecordFacts};
 use phos_protocol::{CudaError, Ptr};
 
 use super::device_io::{self, device_address};
+use super::library_capture::NotNow;
 use super::{CallCx, Session};
 use crate::backend::StreamRef;
 use crate::backend::vendor_lt::{Creation, CublasLt};
@@ -483,13 +484,26 @@ impl Session {
 
     /// The call's stream, where its work starts: taken into the stream's capture instead, or
     /// refused there (`library_work`).
-    fn lt_stream(&self, cx: &CallCx, name: &str, stream: u64) -> Result<StreamRef, CublasLtStatus> {
+    /// `named`: the descriptors the call names, kept for the graph if it is captured.
+    fn lt_stream(
+        &self,
+        cx: &CallCx,
+        name: &str,
+        stream: u64,
+        named: &[(DescKind, u64)],
+    ) -> Result<StreamRef, CublasLtStatus> {
         let resolved = self.objects.streams.resolve(stream).map_err(|_| {
             self.lt_refuse(name, CublasLtStatus::INVALID_VALUE, &format!("{stream:#x} is not a stream of the session"))
         })?;
-        self.library_work(cx, stream, None, "CUBLAS_STATUS_NOT_SUPPORTED")
-            .map_err(|_| CublasLtStatus::NOT_SUPPORTED)?;
-        Ok(resolved)
+        match self.library_work(cx, stream, None, "CUBLAS_STATUS_NOT_SUPPORTED") {
+            Ok(()) => Ok(resolved),
+            Err(not_now) => {
+                if not_now == NotNow::Captured {
+                    self.objects.lt.retain(named);
+                }
+                Err(CublasLtStatus::NOT_SUPPORTED)
+            }
+        }
     }
 
     /// What the guest sent from its notes must be what the server's descriptors say.
@@ -934,7 +948,14 @@ impl CublasltService for Session {
         let workspace = device_address(&req.workspace);
         ranges.push(("workspace", DeviceAccess { addr: workspace, len: req.workspaceSizeInBytes, writes: true }));
         self.lt_check_ranges(cx, name, &ranges)?;
-        let stream = self.lt_stream(cx, name, req.stream)?;
+        let named = [
+            (DescKind::Matmul, req.computeDesc),
+            (DescKind::Layout, req.Adesc),
+            (DescKind::Layout, req.Bdesc),
+            (DescKind::Layout, req.Cdesc),
+            (DescKind::Layout, req.Ddesc),
+        ];
+        let stream = self.lt_stream(cx, name, req.stream, &named)?;
         if let Some(lt) = self.vendor_lt() {
             self.backend.bind(h.device).map_err(lt_status)?;
             let mut objects = vec![
@@ -990,7 +1011,13 @@ impl CublasltService for Session {
             ranges.push((*what, DeviceAccess { addr: x.addr, len, writes: *what == "C" }));
         }
         self.lt_check_ranges(cx, name, &ranges)?;
-        let stream = self.lt_stream(cx, name, req.stream)?;
+        let named = [
+            (DescKind::Transform, req.transformDesc),
+            (DescKind::Layout, req.Adesc),
+            (DescKind::Layout, req.Bdesc),
+            (DescKind::Layout, req.Cdesc),
+        ];
+        let stream = self.lt_stream(cx, name, req.stream, &named)?;
         if let Some(lt) = self.vendor_lt() {
             self.backend.bind(h.device).map_err(lt_status)?;
             let mut objects = vec![
