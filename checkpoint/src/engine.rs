@@ -662,6 +662,12 @@ trait PieceSource: Sync {
 /// server's call loop) run first where they compete for one. Measured on the H100's host,
 /// sixteen copy threads at full priority took the cores the session's launches needed.
 fn give_way_to_the_session() {
+    thread_local! {
+        static LOWERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    if LOWERED.replace(true) {
+        return;
+    }
     // SAFETY: gettid has no preconditions and touches no memory.
     let me = unsafe { libc::gettid() };
     // SAFETY: setpriority with PRIO_PROCESS and a thread id changes that thread's nice value
@@ -885,8 +891,7 @@ fn copy_out_parallel<T: Snapshot + ?Sized>(
     let background = pieces.beside_the_session();
     let work = |(file, copier, buf, to_sink): &mut Worker<'_>| -> Result<bool, CrError> {
         if background {
-            // Asked again for every piece (one system call per 8 MiB): the workers are
-            // scoped threads of this copy only, ended with it.
+            // Once per worker (a scoped thread of this copy only, ended with it).
             give_way_to_the_session();
         }
         if (within.cancelled)() {

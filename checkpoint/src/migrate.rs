@@ -290,6 +290,14 @@ pub fn open_lane(stream: &mut impl Read, key: &[u8; 16]) -> Result<(u16, u16), I
     let mut start = [0u8; OPENING];
     stream.read_exact(&mut start).map_err(stream_error)?;
     if &start[..8] != MIGRATION_MAGIC {
+        // Another version of the stream (a source server of another build): say so.
+        if start[..7] == MIGRATION_MAGIC[..7] {
+            return Err(corrupted(format!(
+                "a migration stream of version {} from the source, where this server reads version {}:                  source and target servers must be of the same build",
+                char::from(start[7]),
+                char::from(MIGRATION_MAGIC[7])
+            )));
+        }
         return Err(ImageError::NotAStream);
     }
     // Compared without leaking how much of it matched.
@@ -834,6 +842,17 @@ mod tests {
             }
             self.0.read(buf)
         }
+    }
+
+    #[test]
+    fn a_stream_of_another_version_is_named_as_such() {
+        let mut old = opening(0, 1);
+        old[7] = b'1';
+        let err = open_lane(&mut &old[..], &KEY).unwrap_err().to_string();
+        assert!(err.contains("version 1") && err.contains("same build"), "{err}");
+        let mut other = opening(0, 1);
+        other[..8].copy_from_slice(b"NOTPHOS!");
+        assert!(matches!(open_lane(&mut &other[..], &KEY), Err(ImageError::NotAStream)));
     }
 
     fn opening(lane: u16, lanes: u16) -> Vec<u8> {

@@ -669,7 +669,9 @@ macro_rules! lu_batched {
     ($t:ty, $getrf:ident, $getrf_req:ident, $getrf_rep:ident, $getrf_id:ident,
      $getri:ident, $getri_req:ident, $getri_rep:ident, $getri_id:ident) => {
         fn $getrf(&self, cx: &CallCx, req: $getrf_req<'_>) -> Result<$getrf_rep, CublasStatus> {
-            let call = self.blas_call(cx, req.handle)?;
+            // The arrays are checked here; where the work starts is decided once, by the vendor's
+            // call or before the CPU's.
+            let call = self.blas_reader(req.handle)?;
             let (n, lda, batch) = (count(req.n)?, count(req.lda)?, count(req.batchSize)?);
             let bytes = cpu_blas::matrix_len(n, n, lda) * <$t>::BYTES;
             let a = call.pointer_array(&req.Aarray, batch, bytes)?;
@@ -677,6 +679,7 @@ macro_rules! lu_batched {
             if let Some(r) = self.on_vendor(cx, req.handle, None, &req) {
                 return r;
             }
+            self.blas_work(cx, &self.blas_handle(req.handle)?)?;
             let pivots_at = req.PivotArray;
             let mut pivots = vec![0i32; if pivots_at != 0 { n * batch } else { 0 }];
             let mut info = Vec::with_capacity(batch);
@@ -697,7 +700,9 @@ macro_rules! lu_batched {
         }
 
         fn $getri(&self, cx: &CallCx, req: $getri_req<'_>) -> Result<$getri_rep, CublasStatus> {
-            let call = self.blas_call(cx, req.handle)?;
+            // The arrays are checked here; where the work starts is decided once, by the vendor's
+            // call or before the CPU's.
+            let call = self.blas_reader(req.handle)?;
             let (n, lda, ldc, batch) = (count(req.n)?, count(req.lda)?, count(req.ldc)?, count(req.batchSize)?);
             let (a_bytes, c_bytes) =
                 (cpu_blas::matrix_len(n, n, lda) * <$t>::BYTES, cpu_blas::matrix_len(n, n, ldc) * <$t>::BYTES);
@@ -707,6 +712,7 @@ macro_rules! lu_batched {
             if let Some(r) = self.on_vendor(cx, req.handle, None, &req) {
                 return r;
             }
+            self.blas_work(cx, &self.blas_handle(req.handle)?)?;
             let pivots_at = req.PivotArray;
             let pivots: Vec<i32> = if pivots_at != 0 {
                 let raw = call.read(pivots_at, n * batch * 4)?;
