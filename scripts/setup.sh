@@ -266,6 +266,18 @@ for major in 11 12 13; do
   env_lines+=("export $var=\"\${$var:-$dir}\"")
 done
 
+# CRIU for the whole-process checkpoint test (tests/e2e/process_checkpoint.rs): Debian
+# trixie's, in a private prefix (bookworm's fails `criu check` on recent kernels); as root only.
+# Where it cannot be installed or cannot run, that test says so and stops.
+criu_prefix="${PHOS_CRIU_PREFIX:-/opt/phos-criu}"
+if wants test && [ ! -x "$criu_prefix/bin/criu" ] && [ "$(id -u)" = 0 ] && has apt-get && has dpkg; then
+  say "installing CRIU into $criu_prefix (tests/scripts/install-criu.sh)"
+  bash tests/scripts/install-criu.sh "$criu_prefix" >&2 || say "CRIU did not install or does not run here: the whole-process checkpoint test will say so"
+fi
+if [ -x "$criu_prefix/bin/criu" ]; then
+  env_lines+=("export PHOS_CRIU=\"\${PHOS_CRIU:-$criu_prefix/bin/criu}\"")
+fi
+
 # The VM test's kernel: Debian's cloud kernel package, unpacked into target/vm-kernel (never
 # installed). apt must know the package; that may take an update of its lists.
 kernel_dir="${PHOS_VM_KERNEL:-target/vm-kernel}"

@@ -127,13 +127,15 @@ struct BackendCopier {
     backend: Arc<dyn Backend>,
     own: Vec<Option<Raw>>,
     pinning: Arc<dyn Pinning>,
+    /// Lanes of a device this copier's users may have lent at once.
+    lanes: usize,
 }
 
 impl BackendCopier {
     fn new(backend: Arc<dyn Backend>) -> Self {
         let n = backend.device_count().max(0) as usize;
         let pinning = Arc::new(BackendPinning(backend.clone()));
-        BackendCopier { backend, own: vec![None; n], pinning }
+        BackendCopier { backend, own: vec![None; n], pinning, lanes: usize::MAX }
     }
 
     /// Run `copy` on a stream of `device` (bound), then wait until it is done: on a lane's
@@ -152,7 +154,7 @@ impl BackendCopier {
             .ok_or(CrError::NoSuchDevice { device, devices: b.device_count() })?;
         b.bind(device).map_err(CrError::device(format!("making device {device} current")))?;
         if let Some(pool) = b.copy_pool()
-            && let Some(lane) = pool.take_lane(device)
+            && let Some(lane) = pool.take_lane(device, self.lanes)
         {
             let stream = StreamRef::Created(lane.stream);
             let done = copy(b.as_ref(), stream).and_then(|_| {
@@ -209,6 +211,10 @@ impl DeviceCopier for BackendCopier {
     fn finish(&mut self) -> Result<(), CrError> {
         // Every copy was waited for.
         Ok(())
+    }
+
+    fn beside_the_session(&mut self, beside: bool) {
+        self.lanes = if beside { crate::backend::copy_pool::BESIDE_SESSION_LANES } else { usize::MAX };
     }
 }
 
@@ -383,8 +389,11 @@ impl Rebuild for Rebuilding<'_> {
         };
         self.0.backend().bind(dev).map_err(CrError::device(format!("making device {dev} current")))?;
         let mut out = Vec::new();
-        crate::server::replay(self.0, &cx, id, &r.payload, &mut out)
-            .map_err(|reason| CrError::Replay { function: r.name.clone(), reason })
+        crate::timing::timed(
+            || format!("replaying {}", r.name),
+            || crate::server::replay(self.0, &cx, id, &r.payload, &mut out),
+        )
+        .map_err(|reason| CrError::Replay { function: r.name.clone(), reason })
     }
 
     fn region_target(&self, region: &MemoryRegion, device: Option<i32>) -> Result<(u64, i32), CrError> {
@@ -637,16 +646,24 @@ impl Session {
         factory: &SessionFactory,
         device: Option<i32>,
     ) -> Result<(Session, SessionMeta), CrError> {
-        check_image(manifest, factory, device)?;
+        crate::timing::timed(
+            || "checking the image against this server".into(),
+            || check_image(manifest, factory, device),
+        )?;
         let meta = manifest.session.clone();
-        let session = Session::new(
-            meta.id,
-            factory.backend.clone(),
-            meta.device_base,
-            meta.device_size,
-            factory.max_reply,
-            (factory.output)(),
-            factory.limits,
+        let session = crate::timing::timed(
+            || format!("making the session and reserving its {} device addresses", meta.device_size),
+            || {
+                Session::new(
+                    meta.id,
+                    factory.backend.clone(),
+                    meta.device_base,
+                    meta.device_size,
+                    factory.max_reply,
+                    (factory.output)(),
+                    factory.limits,
+                )
+            },
         )
         .map_err(CrError::device(format!("reserving the device address range {:#x}", meta.device_base)))?;
         session
@@ -672,7 +689,7 @@ impl Session {
         pace: std::time::Duration,
     ) -> Result<(Arc<Session>, SessionMeta, RestoreSummary, Arc<LoadStatus>), CrError> {
         let start = Instant::now();
-        let image = Image::open(dir)?;
+        let image = crate::timing::timed(|| format!("opening the image {}", dir.display()), || Image::open(dir))?;
         // A directory image always has one.
         let reader = image.parallel().ok_or(CrError::Thread("image reader"))?;
         Self::restore_on_demand_from(&image.manifest, reader, start, factory, device, progress, cancel, pace)
@@ -696,7 +713,7 @@ impl Session {
         let verify_ms = start.elapsed().as_secs_f64() * 1e3;
         let cancelled = || cancel.is_cancelled();
         let replay_ms = engine::recreate(&Rebuilding(&session), manifest, device, &cancelled)?;
-        session.load_graphs(manifest)?;
+        crate::timing::timed(|| "making the image's graphs again".into(), || session.load_graphs(manifest))?;
         let rebuilt = Rebuilding(&session);
         let targets: Vec<(u64, i32)> =
             manifest.memory.iter().map(|r| rebuilt.region_target(r, device)).collect::<Result<_, _>>()?;
@@ -766,9 +783,11 @@ impl Session {
                 st.hook_released();
             })
             .map_err(|_| CrError::Thread("restore load"))?;
+        let hooked = Instant::now();
         if installed_rx.recv() != Ok(true) {
             return Err(CrError::HookInstalled { session: meta.id });
         }
+        crate::timing::slow(hooked, || "starting the load and installing its hook".into());
         status.serving();
         let summary = RestoreSummary {
             session: meta.id,

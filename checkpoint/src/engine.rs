@@ -203,6 +203,9 @@ pub trait DeviceCopier: Send {
     fn zero(&mut self, device: i32, addr: u64, len: u64) -> Result<(), CrError>;
     /// Wait for everything queued.
     fn finish(&mut self) -> Result<(), CrError>;
+    /// Whether this copier's copies run while the session runs from now on: it may then keep
+    /// fewer copies in flight, leaving the device and its queues to the session's own work.
+    fn beside_the_session(&mut self, _beside: bool) {}
 }
 
 /// Page-locks host memory for fast copies (a backend that has no use for it does nothing).
@@ -893,6 +896,7 @@ fn copy_out_parallel<T: Snapshot + ?Sized>(
         if background {
             // Once per worker (a scoped thread of this copy only, ended with it).
             give_way_to_the_session();
+            copier.beside_the_session(true);
         }
         if (within.cancelled)() {
             let what = format!("copying memory ({} of {} bytes)", progress.done(), progress.total());
@@ -1855,6 +1859,7 @@ pub fn recopy<T: Quiesce + Snapshot + Concurrent>(
     progress.start(total);
     let pass = Instant::now();
     let mut pool = copier_pool(target, crate::parallel::workers().min(pieces(&first.memory).len()))?;
+    pool.iter_mut().for_each(|(c, _)| c.beside_the_session(true));
     let everything: Vec<RecopySpan<'_>> = first.memory.iter().map(RecopySpan::whole).collect();
     copy_regions(&mut pool, &everything, sink, progress, within, session)?;
     figures.push(RoundFigures { dirty_bytes: total, copied_bytes: total, ms: ms(pass) });
@@ -1918,6 +1923,8 @@ pub fn recopy<T: Quiesce + Snapshot + Concurrent>(
     );
     let copied: u64 = last.iter().map(|s| s.len).sum();
     progress.total.fetch_add(copied, Ordering::Relaxed);
+    // Held: every lane is the last pass's.
+    pool.iter_mut().for_each(|(c, _)| c.beside_the_session(false));
     copy_regions(&mut pool, &last, sink, progress, within, session)?;
     extra_bytes += copied;
     figures.push(RoundFigures { dirty_bytes, copied_bytes: copied, ms: ms(held) });

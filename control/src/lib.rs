@@ -21,7 +21,11 @@ use serde::{Deserialize, Serialize};
 pub struct SessionInfo {
     pub id: u64,
     pub tenant: String,
+    /// The guest's process id: on this router's host, unless `remote`.
     pub pid: u32,
+    /// The guest is on another host (a TCP channel); its `pid` is that host's.
+    #[serde(default)]
+    pub remote: bool,
     pub program: String,
     pub abi_major: u32,
     /// `active`, `suspended` (checkpointed and stopped, waiting for a restore) or `ended`.
@@ -63,6 +67,11 @@ pub struct CheckpointRequest {
     /// checkpoint (`stop`) is recopy or stop-the-world: the session ends where its image is.
     #[serde(default)]
     pub mode: CheckpointMode,
+    /// With `stop`: the session's process is about to be checkpointed too (`phosctl
+    /// checkpoint --process`, CRIU): its guest's channels are refused until the restore
+    /// rather than held, so that the process holds no connection to the router.
+    #[serde(default)]
+    pub park: bool,
 }
 
 /// The default of [`CheckpointRequest::quiesce_timeout`] (`phosctl checkpoint --timeout`):

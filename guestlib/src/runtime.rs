@@ -23,6 +23,7 @@ use phos_protocol::apis::Function;
 use phos_protocol::cudart;
 use phos_protocol::frame::{
     FLAG_ASYNC, FLAG_REFUSED, FLAG_RESENT, FrameHeader, FrameKind, HANDSHAKE_VERSION, MAX_BARRIER_IDS, REFUSED_MOVED,
+    REFUSED_PARKED,
 };
 use phos_protocol::handshake::{ApiVersion, Hello, TransportKind, Welcome};
 use phos_protocol::shm::ShmTransport;
@@ -85,6 +86,11 @@ static CHANNELS: Mutex<Vec<Arc<ChannelShared>>> = Mutex::new(Vec::new());
 
 /// Set when the router no longer knows this process's session: reconnecting is pointless.
 static SESSION_GONE: AtomicBool = AtomicBool::new(false);
+
+/// Set while the router says the session's process is being checkpointed (`phosctl
+/// checkpoint --process`): calls wait for the session without a deadline (the process may
+/// be dumped meanwhile and restored much later), holding no connection.
+static PARKED: AtomicBool = AtomicBool::new(false);
 
 /// How long a thread awaiting an answer spins (`PHOS_SYNC_SPIN_US`).
 static SYNC_SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
@@ -349,6 +355,9 @@ impl From<Failure> for Opened {
     }
 }
 
+/// What a channel's opening says of a `REFUSED_PARKED` answer.
+const PARKED_REFUSAL: &str = "the session's process is being checkpointed";
+
 fn open_channel_once() -> Result<Channel, Opened> {
     crate::log::init();
     let pid = std::process::id();
@@ -429,6 +438,7 @@ fn open_channel_once() -> Result<Channel, Opened> {
                 moved = Some(String::from_utf8_lossy(&reply).into_owned());
                 Err("the session moved".into())
             }
+            FrameKind::Refused if rh.status == REFUSED_PARKED => Err(PARKED_REFUSAL.into()),
             FrameKind::Refused => {
                 if rh.status != 0 {
                     refused_with = Failure::Status(rh.status);
@@ -441,6 +451,12 @@ fn open_channel_once() -> Result<Channel, Opened> {
             if let Some(to) = moved.take().filter(|to| Endpoint::parse(to).is_ok()) {
                 return Opened::Moved(to);
             }
+            if e == PARKED_REFUSAL {
+                if !PARKED.swap(true, Ordering::Relaxed) {
+                    tracing::info!("the session's process is being checkpointed; its calls wait for the session");
+                }
+                return Opened::Failed(Failure::NoDevice);
+            }
             tracing::error!("the Phos router at {endpoint} refused the session: {e}");
             if e == "unknown session" {
                 // The router has ended the session (its API server is gone): no restore
@@ -449,6 +465,9 @@ fn open_channel_once() -> Result<Channel, Opened> {
             }
             Opened::Failed(refused_with)
         })?;
+    if PARKED.swap(false, Ordering::Relaxed) {
+        tracing::info!("the session is back after its process's checkpoint");
+    }
     let mut staging = None;
     let transport: Box<dyn Transport> = match welcome.transport {
         TransportKind::Shm => {
@@ -615,15 +634,23 @@ fn call_carried<R: RemoteCall>(req: &R) -> Result<R::Reply, Failure> {
     }
     let call_id = NEXT_CALL_ID.fetch_add(1, Ordering::Relaxed);
     let mut carried = VecDeque::new();
-    let mut lost = match with_channel(|ch| Ok(attempt::<R>(ch, &request, call_id, false)))? {
-        Attempt::Done(r) => return r,
-        Attempt::Lost(why) => why,
+    let mut lost = match with_channel(|ch| Ok(attempt::<R>(ch, &request, call_id, false))) {
+        Ok(Attempt::Done(r)) => return r,
+        Ok(Attempt::Lost(why)) => why,
+        // A thread's first call while the process is being checkpointed waits like the rest.
+        Err(_) if PARKED.load(Ordering::Relaxed) => PARKED_REFUSAL.to_string(),
+        Err(f) => return Err(f),
     };
-    let deadline = Instant::now() + reconnect_timeout();
+    let mut deadline = Instant::now() + reconnect_timeout();
     let mut pause = Duration::from_millis(20);
     loop {
         tracing::info!("connection to the API server lost during {} ({lost}); reconnecting", R::FUNCTION.name());
         carried.extend(drop_channel());
+        if PARKED.load(Ordering::Relaxed) {
+            // Dumped and restored meanwhile, perhaps: the clock says nothing of how long the
+            // session has been away.
+            deadline = Instant::now() + reconnect_timeout();
+        }
         if Instant::now() >= deadline {
             tracing::error!("the session did not come back; {} fails", R::FUNCTION.name());
             return Err(Failure::SessionLost);

@@ -79,6 +79,17 @@ pub enum CliError {
     /// Some routers of the fleet did not answer (each named on its own line before).
     #[error("{unanswered} of {routers} routers did not answer: their sessions are not listed")]
     Partial { unanswered: usize, routers: usize },
+    /// `checkpoint --process`: the GPU image is written, the process was not dumped.
+    #[error("session {session}: its process {pid} was not dumped: {source}; {after}")]
+    ProcessNotDumped { session: u64, pid: u32, source: crate::process::ProcessError, after: String },
+    /// `restore` of an image with a process: its process did not come back (nothing changed).
+    #[error("session {session}: its process was not restored (the session was left as it was): {source}")]
+    ProcessNotRestored { session: u64, source: crate::process::ProcessError },
+    /// `restore` of an image with a process: the process is back, its session is not.
+    #[error(
+        "the process ({pid}) is restored and waits for its session, which was not restored: {source}; `phosctl restore --without-process` restores the session for it"
+    )]
+    SessionNotRestored { pid: u32, source: Box<CliError> },
 }
 
 impl From<tarpc::client::RpcError> for CliError {
@@ -100,6 +111,12 @@ impl CliError {
             CliError::PolicyBuild(phos_policy::BuildError::NoCompiler { .. }) => Exit::Unavailable,
             CliError::PolicyBuild(_) | CliError::Io { .. } | CliError::LoadFailed { .. } => Exit::Failed,
             CliError::Partial { .. } => Exit::Partial,
+            CliError::SessionNotRestored { source, .. } => source.exit(),
+            CliError::ProcessNotDumped { source, .. } | CliError::ProcessNotRestored { source, .. } => match source {
+                crate::process::ProcessError::NoCriu { .. } => Exit::Unavailable,
+                crate::process::ProcessError::NotHere { .. } => Exit::Refused,
+                _ => Exit::Failed,
+            },
             CliError::VmMigration(e) => match e {
                 crate::vm_migrate::VmMigrationError::Refused(_) => Exit::Refused,
                 crate::vm_migrate::VmMigrationError::Qmp(crate::qmp::QmpError::Connect { .. }) => Exit::Unavailable,

@@ -20,6 +20,7 @@ mod error;
 mod guestlib;
 mod manage;
 mod policy;
+mod process;
 mod qmp;
 mod summary;
 mod vm_migrate;
@@ -143,6 +144,15 @@ enum Command {
         /// idle) before giving up and leaving it running as it was.
         #[arg(long, default_value_t = phos_control::DEFAULT_QUIESCE_TIMEOUT.as_secs_f64())]
         timeout: f64,
+        /// Also dump the session's process with CRIU (as root; the process must be on this
+        /// host), at the checkpoint's cut, into the image's `process` directory: the process
+        /// ends, and `phosctl restore` brings back both. Implies --stop.
+        #[arg(long)]
+        process: bool,
+        /// The CRIU binary (default: $PHOS_CRIU, else /opt/phos-criu/bin/criu where
+        /// tests/scripts/install-criu.sh installs it, else `criu`).
+        #[arg(long)]
+        criu: Option<PathBuf>,
         #[command(flatten)]
         router: manage::RouterArg,
     },
@@ -254,6 +264,13 @@ enum Command {
         /// waiting for the memory it touches (on demand).
         #[arg(long)]
         full: bool,
+        /// Of an image with a process (`checkpoint --process`): restore the session only,
+        /// not its process.
+        #[arg(long)]
+        without_process: bool,
+        /// The CRIU binary that restores an image's process (as for `checkpoint --criu`).
+        #[arg(long)]
+        criu: Option<PathBuf>,
         #[command(flatten)]
         router: manage::RouterArg,
     },
@@ -791,16 +808,30 @@ fn main() -> ExitCode {
             policy::top(&router, std::time::Duration::from_secs_f64(interval.max(0.1)), once)
         }
         Command::Sessions { all, router } => manage::sessions(&router, all),
-        Command::Checkpoint { session, out, stop, stop_the_world, recopy, compress, timeout, router } => {
+        Command::Checkpoint {
+            session,
+            out,
+            stop,
+            stop_the_world,
+            recopy,
+            compress,
+            timeout,
+            process,
+            criu,
+            router,
+        } => {
             let mode = match (stop_the_world, recopy) {
                 (true, _) => CheckpointMode::StopTheWorld,
                 (_, true) => CheckpointMode::Recopy,
                 _ => CheckpointMode::CopyOnWrite,
             };
-            manage::checkpoint(&router, session, out, stop, mode, compress, seconds(timeout))
+            let process = process.then(|| process::criu_binary(criu));
+            manage::checkpoint(&router, session, out, stop, mode, compress, seconds(timeout), process)
         }
-        Command::Restore { dir, device, tenant, as_tenant, timeout, full, router } => {
-            manage::restore(&router, dir, manage::RestoreTarget { device, tenant, as_tenant }, seconds(timeout), full)
+        Command::Restore { dir, device, tenant, as_tenant, timeout, full, without_process, criu, router } => {
+            let process = (!without_process && process::has_process(&dir)).then(|| process::criu_binary(criu));
+            let target = manage::RestoreTarget { device, tenant, as_tenant };
+            manage::restore(&router, dir, target, seconds(timeout), full, process)
         }
         Command::Run { backend, endpoint, transport, summary, server, command } => {
             run(RunArgs { backend, endpoint, transport, summary, server, command })

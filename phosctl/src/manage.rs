@@ -152,6 +152,9 @@ async fn with_progress<T>(c: &RouterControlClient, session: u64, what: &str, wor
     out
 }
 
+/// Checkpoint `session` into `out`; with `process` (the CRIU binary), its process too
+/// (see [`crate::process`]): the session then stops.
+#[allow(clippy::too_many_arguments)] // the command's own options
 pub fn checkpoint(
     router: &RouterArg,
     session: u64,
@@ -160,10 +163,16 @@ pub fn checkpoint(
     mode: CheckpointMode,
     compress: bool,
     quiesce_timeout: Duration,
+    process: Option<PathBuf>,
 ) -> ExitCode {
     let dir = absolute(&out);
     report(run(router, async |c| {
-        let request = CheckpointRequest { dir: dir.clone(), stop, compress, quiesce_timeout, mode };
+        let pid = match &process {
+            Some(_) => Some(local_process(&c, session).await?),
+            None => None,
+        };
+        let (stop, park) = (stop || process.is_some(), process.is_some());
+        let request = CheckpointRequest { dir: dir.clone(), stop, compress, quiesce_timeout, mode, park };
         let work = c.checkpoint(phos_control::long_context(), session, request);
         let s = with_progress(&c, session, "checkpoint", work).await??;
         println!(
@@ -198,8 +207,53 @@ pub fn checkpoint(
             println!("the concurrent checkpoint was taken again stop-the-world: {why}");
         }
         println!("image: {}", s.dir.display());
+        if let (Some(criu), Some(pid)) = (&process, pid) {
+            if let Err(source) = crate::process::dump(criu, pid, &dir) {
+                // The process runs on, its calls waiting: the session comes back from the
+                // image for it.
+                let request = RestoreRequest {
+                    dir: dir.clone(),
+                    device: None,
+                    tenant: None,
+                    as_tenant: None,
+                    timeout: phos_control::DEFAULT_RESTORE_TIMEOUT,
+                    full: false,
+                };
+                let context = phos_control::context_within(phos_control::DEFAULT_RESTORE_TIMEOUT);
+                let after = match c.restore(context, request).await {
+                    Ok(Ok(_)) => "the session was restored from the image and the process carries on".to_string(),
+                    Ok(Err(e)) => format!("restoring the session from the image for it failed too: {e}"),
+                    Err(e) => format!("restoring the session from the image for it failed too: {e}"),
+                };
+                return Err(CliError::ProcessNotDumped { session, pid, source, after });
+            }
+            println!(
+                "process {pid} dumped with CRIU into {}; it has ended: `phosctl restore {}` brings it back with its session",
+                dir.join(crate::process::PROCESS_DIR).display(),
+                dir.display()
+            );
+        }
         Ok(())
     }))
+}
+
+/// The process of `session`, which must be on this host and running.
+async fn local_process(c: &RouterControlClient, session: u64) -> Result<u32, CliError> {
+    let list = c.sessions(tarpc::context::current()).await?;
+    let info = list.into_iter().find(|s| s.id == session).ok_or(ControlError::NoSuchSession { session })?;
+    if info.remote {
+        return Err(CliError::Usage(format!(
+            "session {session}'s process runs on another host (pid {} there): --process dumps a process of this host",
+            info.pid
+        )));
+    }
+    if info.state != "active" {
+        return Err(CliError::Usage(format!(
+            "session {session} is {}: --process needs its process running",
+            info.state
+        )));
+    }
+    Ok(info.pid)
 }
 
 pub fn migrate(
@@ -298,7 +352,16 @@ pub struct RestoreTarget {
     pub as_tenant: Option<String>,
 }
 
-pub fn restore(router: &RouterArg, dir: PathBuf, target: RestoreTarget, timeout: Duration, full: bool) -> ExitCode {
+/// Restore the image `dir`; with `process` (the CRIU binary), its process too, once its
+/// session is back.
+pub fn restore(
+    router: &RouterArg,
+    dir: PathBuf,
+    target: RestoreTarget,
+    timeout: Duration,
+    full: bool,
+    process: Option<PathBuf>,
+) -> ExitCode {
     let dir = absolute(&dir);
     // The session's id, for following the restore's progress; a bad image is refused here
     // already, with the same error the router would give.
@@ -314,7 +377,29 @@ pub fn restore(router: &RouterArg, dir: PathBuf, target: RestoreTarget, timeout:
         let request = RestoreRequest { dir: dir.clone(), device, tenant, as_tenant, timeout, full };
         // The router gives up at `timeout`; the call waits a little longer for its answer.
         let work = c.restore(phos_control::context_within(timeout + Duration::from_secs(30)), request);
-        let s = with_progress(&c, session, "restore", work).await??;
+        // The process first: until its session is back, its channels are refused as parked
+        // and it waits; a session restored first, with no process yet to connect to it,
+        // would be ended by the router as one whose process went.
+        let process_pid = match &process {
+            Some(criu) => {
+                let pid = crate::process::restore(criu, &dir)
+                    .map_err(|source| CliError::ProcessNotRestored { session, source })?;
+                println!(
+                    "process {pid} restored with CRIU from {}: it waits for its session",
+                    dir.join(crate::process::PROCESS_DIR).display()
+                );
+                Some(pid)
+            }
+            None => None,
+        };
+        let restored = match with_progress(&c, session, "restore", work).await {
+            Ok(r) => r.map_err(CliError::from),
+            Err(e) => Err(CliError::from(e)),
+        };
+        let s = restored.map_err(|e| match process_pid {
+            Some(pid) => CliError::SessionNotRestored { pid, source: Box::new(e) },
+            None => e,
+        })?;
         let server = if s.pooled { "pooled" } else { "new" };
         if !s.on_demand {
             println!(

@@ -60,6 +60,12 @@ pub const MAX_BARRIER_IDS: usize = 1024;
 /// guest reconnects with its token. Not a CUDA error: no call ever returns it.
 pub const REFUSED_MOVED: i32 = 0x4d4f_5645;
 
+/// The status of a `Refused` handshake answer that says the session's process is being
+/// checkpointed with CRIU (`phosctl checkpoint --process`): the guest keeps its calls and
+/// tries again later, without a deadline, and holds no connection meanwhile. Not a CUDA
+/// error: no call ever returns it.
+pub const REFUSED_PARKED: i32 = 0x5041_524b;
+
 /// What a frame is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]

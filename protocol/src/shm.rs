@@ -189,6 +189,27 @@ impl Region {
         let _ = self.socket.shutdown(std::net::Shutdown::Both);
     }
 
+    /// The peer is gone: the socket's descriptor is made to name `/dev/null`, so that the
+    /// process keeps no socket of a dead connection (CRIU refuses to dump a process holding a
+    /// socket whose peer is outside it: `phosctl checkpoint --process`). The region's users
+    /// find it closed as before: `/dev/null` polls readable, and its end of file reads as the
+    /// peer's.
+    fn release_socket(&self) {
+        if !self.ours() {
+            return;
+        }
+        // SAFETY: open with a constant NUL-terminated path; no memory is written.
+        let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if null < 0 {
+            return;
+        }
+        // SAFETY: dup3 replaces the region's own open descriptor (it stays open, now naming
+        // /dev/null, and is closed with the region); it touches no memory.
+        unsafe { libc::dup3(null, self.socket.as_raw_fd(), libc::O_CLOEXEC) };
+        // SAFETY: `null` is the spare descriptor opened above, used by nothing else.
+        unsafe { libc::close(null) };
+    }
+
     /// Mark both rings closed and wake their sleepers, on both sides.
     fn mark_closed(&self) {
         for ring in 0..2 {
@@ -294,6 +315,7 @@ mod peer_watch {
                     && r.peer_gone()
                 {
                     r.mark_closed();
+                    r.release_socket();
                 }
             }
         }

@@ -911,6 +911,14 @@ impl Router {
             };
         // Identified and counted: the channel no longer takes a place among the handshakes.
         drop(pending);
+        if session.is_parked() {
+            tracing::debug!(session = session.id, "a channel of a session whose process is being checkpointed waits");
+            return refuse(
+                &mut guest,
+                phos_protocol::frame::REFUSED_PARKED,
+                "the session's process is being checkpointed",
+            );
+        }
         // A suspended session's channels wait here for its restore.
         let Some(socket) = session.server_socket(self.config.reconnect_wait) else {
             tracing::warn!(session = session.id, "session has no server (not restored in time)");
@@ -1038,6 +1046,7 @@ impl Router {
             within: request.timeout,
             during: during.to_string(),
         };
+        let asked = Instant::now();
         let (server, pooled) = match self.take_pooled() {
             Some(p) => {
                 self.restoring.lock().insert(meta.id, phos_control::control_path(&p.socket));
@@ -1061,6 +1070,7 @@ impl Router {
                 (p, false)
             }
         };
+        let had_server = asked.elapsed();
         let ctl = phos_control::control_path(&server.socket);
         let d = dir.to_path_buf();
         let cancel = cancel.clone();
@@ -1121,7 +1131,18 @@ impl Router {
                 e
             }
         };
-        tracing::info!(session = meta.id, %tenant, pooled, "session restored from {}", dir.display());
+        tracing::info!(
+            session = meta.id,
+            %tenant,
+            pooled,
+            server_ms = had_server.as_secs_f64() * 1e3,
+            restore_ms = summary.total_ms,
+            checked_ms = summary.verify_ms,
+            replayed_ms = summary.replay_ms,
+            "session restored from {} ({:.1} ms in all)",
+            dir.display(),
+            asked.elapsed().as_secs_f64() * 1e3
+        );
         *entry.restore_load.lock() = None;
         if summary.on_demand {
             follow_load(entry.clone());
@@ -1496,7 +1517,7 @@ impl Router {
             abi_major: session.abi_major,
             epoch: session.epoch.load(Ordering::Relaxed),
         };
-        let stop = request.stop;
+        let (stop, park) = (request.stop, request.stop && request.park);
         let started = Instant::now();
         // The session's program may end while the checkpoint runs (a concurrent one lets it
         // go on): its server must stay until it has answered.
@@ -1539,6 +1560,11 @@ impl Router {
                 return Err(e);
             }
         };
+        if park {
+            // Before the server ends: its guest's channels, closed with it, are refused from
+            // then on.
+            session.park();
+        }
         if stop {
             session.suspend();
         }

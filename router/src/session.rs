@@ -219,6 +219,10 @@ pub struct SessionEntry {
     closed_books: AtomicBool,
     /// A guest on another host (TCP).
     remote: AtomicBool,
+    /// Its process is being checkpointed with CRIU (`phosctl checkpoint --process`): its
+    /// guest's channels are refused (`REFUSED_PARKED`) rather than held for the restore, so
+    /// that the process holds no connection to be dumped. Cleared by the restore.
+    parked: AtomicBool,
     /// Async calls the router answered itself (refused), most recent last: they never reach
     /// the server, so barriers must not wait for them.
     refused_async: Mutex<VecDeque<u64>>,
@@ -338,6 +342,7 @@ impl SessionEntry {
             }),
             closed_books: AtomicBool::new(false),
             remote: AtomicBool::new(false),
+            parked: AtomicBool::new(false),
             refused_async: Mutex::new(VecDeque::new()),
             barriers_waiting: AtomicU64::new(0),
             bypass: Mutex::new(Bypass::default()),
@@ -390,6 +395,7 @@ impl SessionEntry {
             id: self.id,
             tenant: self.tenant.to_string(),
             pid: self.pid,
+            remote: self.is_remote(),
             program: self.program.clone(),
             abi_major: self.abi_major,
             state: match self.state() {
@@ -629,8 +635,18 @@ impl SessionEntry {
         }
     }
 
+    /// Suspended for a checkpoint of its process: see the `parked` field.
+    pub(crate) fn park(&self) {
+        self.parked.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn is_parked(&self) -> bool {
+        self.parked.load(Ordering::Relaxed)
+    }
+
     /// A restored server takes over the session.
     pub(crate) fn resume(&self, server: ServerProcess) {
+        self.parked.store(false, Ordering::Relaxed);
         if let Some(old) = self.server.lock().replace(server) {
             old.end();
         }

@@ -15,7 +15,11 @@
 //! (one per core, for the checksums and the image's writes) share them, so that no more
 //! copies are queued at once than the host link needs to stay busy. With a lane per thread,
 //! sixteen 8 MiB copies queued together held the driver's lock for the session's launches
-//! 2-5 ms at a time (measured on the H100).
+//! 2-5 ms at a time (measured on the H100). A copy that runs beside the session (a
+//! copy-on-write checkpoint) takes at most [`BESIDE_SESSION_LANES`] of them: on the H100,
+//! eight copies in flight sped a held 1 GiB copy from 16 to 24 GB/s in one run (and were
+//! within the spread between machines in another: docs/perf.md, C9-C10), but slowed the
+//! session's launches during a concurrent one (34% against 13%) and sped it not at all.
 
 use parking_lot::{Condvar, Mutex};
 use phos_protocol::CudaError;
@@ -27,9 +31,12 @@ use super::prelude::*;
 const NON_BLOCKING: u32 = 1;
 /// `CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING`
 const SLEEPING_EVENT: u32 = 0x1 | 0x2;
-/// Copies in flight on one device at most, unless `PHOS_COPY_LANES` says otherwise (1-16):
-/// two each way keep a PCIe 5 link busy.
-pub const LANES: usize = 4;
+/// Copies in flight on one device at most, unless `PHOS_COPY_LANES` says otherwise (1-16),
+/// while the session is held or a restore loads its memory.
+pub const LANES: usize = 8;
+
+/// Copies in flight on one device at most while the session runs beside them.
+pub const BESIDE_SESSION_LANES: usize = 4;
 
 /// The lanes made for each device: [`LANES`], or `PHOS_COPY_LANES` (1 to 16) where set.
 pub fn lanes_per_device() -> usize {
@@ -63,14 +70,20 @@ pub struct CopyPool {
     buffer_len: Mutex<usize>,
     /// How many buffers are kept at most (those made ready).
     keep: Mutex<usize>,
-    /// Free lanes, and how many each device has in all.
-    lanes: Mutex<Vec<CopyLane>>,
+    /// Free lanes and how many of each device's are lent; how many each device has in all.
+    lanes: Mutex<Lanes>,
     lane_counts: Mutex<Vec<usize>>,
     lane_freed: Condvar,
     /// Whether [`prepare`](Self::prepare) is under way: users wait for it rather than make
     /// their own buffers and streams beside it.
     preparing: Mutex<bool>,
     prepared: Condvar,
+}
+
+#[derive(Default)]
+struct Lanes {
+    free: Vec<CopyLane>,
+    lent: Vec<usize>,
 }
 
 /// How long a checkpoint, restore or migration waits for a server's buffers and lanes still
@@ -115,7 +128,7 @@ impl CopyPool {
             for _ in 0..lanes_per_device() {
                 match Self::make_lane(backend, device) {
                     Ok(lane) => {
-                        self.lanes.lock().push(lane);
+                        self.lanes.lock().free.push(lane);
                         counts[device as usize] += 1;
                     }
                     Err(e) => {
@@ -125,6 +138,7 @@ impl CopyPool {
                 }
             }
         }
+        self.lanes.lock().lent = vec![0; counts.len()];
         *self.lane_counts.lock() = counts;
     }
 
@@ -160,18 +174,23 @@ impl CopyPool {
         Ok(())
     }
 
-    /// A lane on `device`, waiting for one to be given back if all are lent; `None` where the
-    /// device has none.
-    pub fn take_lane(&self, device: i32) -> Option<CopyLane> {
+    /// A lane on `device`, waiting for one to be given back while all are lent or `at_most`
+    /// of the device's are; `None` where the device has none.
+    pub fn take_lane(&self, device: i32, at_most: usize) -> Option<CopyLane> {
         self.wait_prepared();
-        let has = usize::try_from(device).ok().and_then(|d| self.lane_counts.lock().get(d).copied()).unwrap_or(0);
+        let d = usize::try_from(device).ok()?;
+        let has = self.lane_counts.lock().get(d).copied().unwrap_or(0);
         if has == 0 {
             return None;
         }
+        let at_most = at_most.max(1);
         let mut lanes = self.lanes.lock();
         loop {
-            if let Some(i) = lanes.iter().position(|l| l.device == device) {
-                return Some(lanes.swap_remove(i));
+            if lanes.lent.get(d).is_some_and(|&n| n < at_most)
+                && let Some(i) = lanes.free.iter().position(|l| l.device == device)
+            {
+                lanes.lent[d] += 1;
+                return Some(lanes.free.swap_remove(i));
             }
             self.lane_freed.wait(&mut lanes);
         }
@@ -191,8 +210,14 @@ impl CopyPool {
 
     /// Give back a lane [`take_lane`](Self::take_lane) gave, idle.
     pub fn give_lane(&self, lane: CopyLane) {
-        self.lanes.lock().push(lane);
-        self.lane_freed.notify_one();
+        let mut lanes = self.lanes.lock();
+        if let Some(n) = usize::try_from(lane.device).ok().and_then(|d| lanes.lent.get_mut(d)) {
+            *n = n.saturating_sub(1);
+        }
+        lanes.free.push(lane);
+        drop(lanes);
+        // Every waiter: one held back by its own limit must not take the only wake-up.
+        self.lane_freed.notify_all();
     }
 }
 
@@ -242,16 +267,37 @@ mod tests {
         pool.give_buffer(a).unwrap();
         pool.give_buffer(b).unwrap();
         assert!(pool.give_buffer(vec![0; 4096]).is_err(), "no more than were made");
-        let lanes: Vec<CopyLane> = (0..LANES).map(|_| pool.take_lane(0).expect("a lane")).collect();
+        let lanes: Vec<CopyLane> = (0..LANES).map(|_| pool.take_lane(0, LANES).expect("a lane")).collect();
         assert_ne!(lanes[0].stream, lanes[1].stream);
-        assert!(pool.take_lane(1).is_none(), "emu has one device");
+        assert!(pool.take_lane(1, LANES).is_none(), "emu has one device");
         // All lent: the next taker waits until one comes back.
         std::thread::scope(|s| {
-            let waiter = s.spawn(|| pool.take_lane(0));
+            let waiter = s.spawn(|| pool.take_lane(0, LANES));
             std::thread::sleep(std::time::Duration::from_millis(50));
             assert!(!waiter.is_finished(), "no lane was free");
             pool.give_lane(lanes[2]);
             assert_eq!(waiter.join().unwrap(), Some(lanes[2]));
+        });
+    }
+
+    #[test]
+    fn a_copy_beside_the_session_takes_no_more_than_its_share_of_lanes() {
+        let emu = EmuBackend::new(64 << 20);
+        let pool = CopyPool::default();
+        pool.prepare(&emu, 0, 4096);
+        let beside: Vec<CopyLane> =
+            (0..BESIDE_SESSION_LANES).map(|_| pool.take_lane(0, BESIDE_SESSION_LANES).expect("a lane")).collect();
+        std::thread::scope(|s| {
+            let capped = s.spawn(|| pool.take_lane(0, BESIDE_SESSION_LANES));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(!capped.is_finished(), "free lanes, but this copy's share is lent");
+            // A held copy may still take the rest.
+            let held = pool.take_lane(0, LANES).expect("a lane past the share");
+            assert!(!capped.is_finished());
+            pool.give_lane(held);
+            assert!(!capped.is_finished(), "the share is still lent");
+            pool.give_lane(beside[0]);
+            assert!(capped.join().unwrap().is_some(), "one of the share came back");
         });
     }
 }

@@ -94,7 +94,7 @@ fn noted(handle: i128) -> Option<Noted> {
 }
 
 fn note(n: Note) -> Option<Result<(), CublasLtStatus>> {
-    PENDING.with(|p| p.set(Some(n)));
+    let _ = PENDING.try_with(|p| p.set(Some(n)));
     None
 }
 
@@ -305,7 +305,8 @@ impl HandWritten for Hand {
     ) -> Option<Result<(), CublasLtStatus>> {
         // SAFETY: `buf` holds `size` bytes (cuBLASLt's contract for the caller).
         let value = unsafe { integer(buf, size) };
-        PENDING.with(|p| p.set(value.map(|value| Note::Set { handle: desc as u64, kind: Kind::Matmul, attr, value })));
+        let _ = PENDING
+            .try_with(|p| p.set(value.map(|value| Note::Set { handle: desc as u64, kind: Kind::Matmul, attr, value })));
         None
     }
 
@@ -336,7 +337,7 @@ impl HandWritten for Hand {
     }
 
     fn lt_apply_note() {
-        let Some(pending) = PENDING.with(Cell::take) else { return };
+        let Some(pending) = PENDING.try_with(Cell::take).ok().flatten() else { return };
         let mut table = descriptors().lock().unwrap_or_else(PoisonError::into_inner);
         match pending {
             Note::Create { out, noted } => {

@@ -83,7 +83,7 @@ fn lookup(ctx: u64) -> Result<Context, CuError> {
 
 /// The thread's current context, if any.
 pub fn current() -> Option<u64> {
-    let explicit = STACK.with(|s| s.borrow().as_ref().map(|v| v.last().copied()));
+    let explicit = STACK.try_with(|s| s.borrow().as_ref().map(|v| v.last().copied())).ok().flatten();
     match explicit {
         Some(top) => top,
         None if runtime::runtime_used_on_this_thread() => Some(primary_handle(runtime::current_device())),
@@ -113,7 +113,7 @@ pub fn require_current() -> Result<(), CuError> {
 }
 
 fn make_current(stack: impl FnOnce(&mut Vec<u64>), device: Option<i32>) {
-    STACK.with(|s| {
+    let _ = STACK.try_with(|s| {
         let mut s = s.borrow_mut();
         let v = s.get_or_insert_with(|| current_implicit().into_iter().collect());
         stack(v);
@@ -189,7 +189,7 @@ pub fn destroy(ctx: u64) -> Result<(), CuError> {
     if with(|c| c.created.remove(&ctx)).is_none() {
         return Err(CuError::INVALID_CONTEXT);
     }
-    STACK.with(|s| {
+    let _ = STACK.try_with(|s| {
         if let Some(v) = s.borrow_mut().as_mut() {
             v.retain(|&c| c != ctx);
         }

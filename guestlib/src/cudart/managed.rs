@@ -425,19 +425,19 @@ struct Moving(bool);
 
 impl Moving {
     fn enter() -> Moving {
-        Moving(MOVING.with(|m| m.replace(true)))
+        Moving(MOVING.try_with(|m| m.replace(true)).unwrap_or(false))
     }
 }
 
 impl Drop for Moving {
     fn drop(&mut self) {
-        MOVING.with(|m| m.set(self.0));
+        let _ = MOVING.try_with(|m| m.set(self.0));
     }
 }
 
 /// Before a kernel (or graph) launch: write to the device each mirror the host changed.
 pub fn before_launch() -> Result<(), CudaError> {
-    if !ANY_MIRROR.load(Ordering::Acquire) || MOVING.with(Cell::get) {
+    if !ANY_MIRROR.load(Ordering::Acquire) || MOVING.try_with(Cell::get).unwrap_or(false) {
         return Ok(());
     }
     let _moving = Moving::enter();
@@ -470,7 +470,7 @@ pub fn before_launch() -> Result<(), CudaError> {
 /// After a call that waits for the device: read the mirrors back if a kernel ran since.
 fn after_synchronisation() {
     if !ANY_MIRROR.load(Ordering::Acquire)
-        || MOVING.with(Cell::get)
+        || MOVING.try_with(Cell::get).unwrap_or(false)
         || !DEVICE_MAY_HAVE_WRITTEN.swap(false, Ordering::AcqRel)
     {
         return;

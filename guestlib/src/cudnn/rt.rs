@@ -17,12 +17,12 @@ thread_local! {
 
 /// The thread's last failure in words, and forget it (cuDNN clears it once read).
 pub fn take_last_error() -> String {
-    LAST_ERROR.with(|e| std::mem::take(&mut *e.borrow_mut()))
+    LAST_ERROR.try_with(|e| std::mem::take(&mut *e.borrow_mut())).unwrap_or_default()
 }
 
 fn note_failure(id: FunctionId, status: CudnnStatus) {
     let text = format!("{}: {}", id.name(), status.name());
-    LAST_ERROR.with(|e| *e.borrow_mut() = text);
+    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = text);
 }
 
 /// Run one cuDNN function; a panic becomes `CUDNN_STATUS_INTERNAL_ERROR`. A refusal
