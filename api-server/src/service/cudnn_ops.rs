@@ -784,7 +784,7 @@ mod tests {
         // Channels must match the filter's times the groups.
         assert!(output_dims(&conv, &tensor(&[2, 4, 10, 7]), &w).is_err());
         // A filter larger than the padded input.
-        assert!(output_dims(&conv, &tensor(&[2, 3, 1, 7]), &w).is_err());
+        assert!(output_dims(&conv, &tensor(&[2, 3, 10, 2]), &w).is_err());
         let grouped = ConvSettings { groups: 3, ..conv.clone() };
         let depthwise = FilterShape { dims: vec![6, 1, 3, 2], ..w.clone() };
         assert_eq!(output_dims(&grouped, &tensor(&[2, 3, 10, 7]), &depthwise).unwrap()[1], 6);
