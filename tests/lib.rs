@@ -168,11 +168,11 @@ fn build_with_runtime(nvcc: &Path, dir: &Path, name: &str, cudart: &str, extra: 
 
 /// Link flags for a program that calls cuDNN 9 where NVIDIA's libcudnn is absent (CI): a stub
 /// `libcudnn.so` built here whose soname is `libcudnn.so.9` and which defines the functions
-/// tests/cuda/cudnn_conv.cu and cudnn_batchnorm.cu call, so the programs are linked as against
+/// tests/cuda/cudnn_conv.cu, cudnn_batchnorm.cu and cudnn_mnist_layers.cu call, so the programs are linked as against
 /// NVIDIA's library (they need `libcudnn.so.9`, which Phos's guest directory serves when they
 /// run).
 pub fn cudnn_link_flags() -> [String; 2] {
-    const FUNCTIONS: [&str; 31] = [
+    const FUNCTIONS: [&str; 74] = [
         "cudnnCreate",
         "cudnnDestroy",
         "cudnnSetStream",
@@ -204,6 +204,49 @@ pub fn cudnn_link_flags() -> [String; 2] {
         "cudnnBatchNormalizationBackward",
         "cudnnBatchNormalizationBackwardEx",
         "cudnnCreateFilterDescriptor",
+        "cudnnCreateRNNDescriptor",
+        "cudnnDestroyFilterDescriptor",
+        "cudnnSetFilter4dDescriptor",
+        "cudnnSetFilterNdDescriptor",
+        "cudnnGetFilter4dDescriptor",
+        "cudnnGetFilterNdDescriptor",
+        "cudnnGetFilterSizeInBytes",
+        "cudnnCreateConvolutionDescriptor",
+        "cudnnDestroyConvolutionDescriptor",
+        "cudnnSetConvolution2dDescriptor",
+        "cudnnSetConvolutionNdDescriptor",
+        "cudnnGetConvolution2dDescriptor",
+        "cudnnGetConvolutionNdDescriptor",
+        "cudnnSetConvolutionMathType",
+        "cudnnGetConvolutionMathType",
+        "cudnnSetConvolutionGroupCount",
+        "cudnnGetConvolutionGroupCount",
+        "cudnnGetConvolution2dForwardOutputDim",
+        "cudnnGetConvolutionNdForwardOutputDim",
+        "cudnnGetConvolutionForwardAlgorithmMaxCount",
+        "cudnnGetConvolutionBackwardDataAlgorithmMaxCount",
+        "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount",
+        "cudnnGetConvolutionForwardAlgorithm_v7",
+        "cudnnFindConvolutionForwardAlgorithm",
+        "cudnnFindConvolutionForwardAlgorithmEx",
+        "cudnnGetConvolutionBackwardDataAlgorithm_v7",
+        "cudnnFindConvolutionBackwardDataAlgorithmEx",
+        "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
+        "cudnnFindConvolutionBackwardFilterAlgorithm",
+        "cudnnGetConvolutionForwardWorkspaceSize",
+        "cudnnGetConvolutionBackwardDataWorkspaceSize",
+        "cudnnGetConvolutionBackwardFilterWorkspaceSize",
+        "cudnnConvolutionForward",
+        "cudnnConvolutionBackwardData",
+        "cudnnConvolutionBackwardFilter",
+        "cudnnConvolutionBackwardBias",
+        "cudnnConvolutionBiasActivationForward",
+        "cudnnCreateActivationDescriptor",
+        "cudnnDestroyActivationDescriptor",
+        "cudnnSetActivationDescriptor",
+        "cudnnGetActivationDescriptor",
+        "cudnnActivationForward",
+        "cudnnActivationBackward",
     ];
     let dir = target_dir().join("cudnn-link-stub");
     let lib = dir.join("libcudnn.so");

@@ -1,6 +1,12 @@
-//! cuDNN's batch normalization on the CPU (emu), with cuDNN's formulas: the batch's mean and
+//! cuDNN's legacy computations on the CPU (emu), with cuDNN's formulas.
+//!
+//! Batch normalization: the batch's mean and
 //! biased variance normalise, the running variance is updated with the unbiased one, and the
 //! saved statistics are the mean and the inverse standard deviation `1 / sqrt(var + eps)`.
+//!
+//! Convolutions are direct (every tap of every output), in either of cuDNN's modes
+//! (convolution flips the filter, cross-correlation does not), with padding, strides,
+//! dilations and groups, in any number of spatial dimensions; activations are elementwise.
 //!
 //! Tensors arrive here gathered in canonical order (N, then C, then the spatial dimensions),
 //! as `f64`; the service reads and writes them with the descriptors' strides and types.
@@ -128,9 +134,274 @@ pub fn blend(alpha: f64, result: &[f64], beta: f64, prior: Option<&[f64]>) -> Ve
     }
 }
 
+/// The shape of a convolution, checked by the service: x is N x C x in..., w is
+/// K x C/groups x filter..., y is N x K x out....
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConvGeometry {
+    pub n: usize,
+    pub c: usize,
+    pub k: usize,
+    pub groups: usize,
+    pub input: Vec<usize>,
+    pub filter: Vec<usize>,
+    pub output: Vec<usize>,
+    pub pads: Vec<i64>,
+    pub strides: Vec<i64>,
+    pub dilations: Vec<i64>,
+    /// CUDNN_CONVOLUTION: the filter is applied flipped.
+    pub flip: bool,
+}
+
+/// The coordinates of row-major index `i` in `dims`.
+fn unravel(mut i: usize, dims: &[usize], out: &mut [usize]) {
+    for d in (0..dims.len()).rev() {
+        out[d] = i % dims[d];
+        i /= dims[d];
+    }
+}
+
+impl ConvGeometry {
+    /// (output position, filter position, input position) of every tap inside the input.
+    fn spatial_taps(&self) -> Vec<(usize, usize, usize)> {
+        let (outputs, filters): (usize, usize) = (self.output.iter().product(), self.filter.iter().product());
+        let dims = self.input.len();
+        let (mut o, mut f) = (vec![0; dims], vec![0; dims]);
+        let mut taps = Vec::new();
+        for op in 0..outputs {
+            unravel(op, &self.output, &mut o);
+            'filter: for fp in 0..filters {
+                unravel(fp, &self.filter, &mut f);
+                let mut ip = 0usize;
+                for d in 0..dims {
+                    let tap = if self.flip { self.filter[d] - 1 - f[d] } else { f[d] };
+                    let at = o[d] as i64 * self.strides[d] - self.pads[d] + tap as i64 * self.dilations[d];
+                    if at < 0 || at >= self.input[d] as i64 {
+                        continue 'filter;
+                    }
+                    ip = ip * self.input[d] + at as usize;
+                }
+                taps.push((op, fp, ip));
+            }
+        }
+        taps
+    }
+
+    /// Visit every multiply of the convolution as (x index, w index, y index), in canonical
+    /// (packed NCHW / KCRS) order of each tensor.
+    pub fn for_each_tap(&self, mut visit: impl FnMut(usize, usize, usize)) {
+        let taps = self.spatial_taps();
+        let (inputs, filters, outputs): (usize, usize, usize) =
+            (self.input.iter().product(), self.filter.iter().product(), self.output.iter().product());
+        let groups = self.groups.max(1);
+        let (c_per_group, k_per_group) = (self.c / groups, (self.k / groups).max(1));
+        for n in 0..self.n {
+            for k in 0..self.k {
+                let g = k / k_per_group;
+                for cg in 0..c_per_group {
+                    let c = g * c_per_group + cg;
+                    let (x0, w0, y0) =
+                        ((n * self.c + c) * inputs, (k * c_per_group + cg) * filters, (n * self.k + k) * outputs);
+                    for &(op, fp, ip) in &taps {
+                        visit(x0 + ip, w0 + fp, y0 + op);
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn x_len(&self) -> usize {
+        self.n * self.c * self.input.iter().product::<usize>()
+    }
+
+    pub fn w_len(&self) -> usize {
+        self.k * (self.c / self.groups.max(1)) * self.filter.iter().product::<usize>()
+    }
+
+    pub fn y_len(&self) -> usize {
+        self.n * self.k * self.output.iter().product::<usize>()
+    }
+}
+
+/// y = conv(x, w).
+pub fn conv_forward(g: &ConvGeometry, x: &[f64], w: &[f64]) -> Vec<f64> {
+    let mut y = vec![0.0; g.y_len()];
+    g.for_each_tap(|xi, wi, yi| y[yi] += x[xi] * w[wi]);
+    y
+}
+
+/// dx = the gradient of conv(x, w) with respect to x, given dy.
+pub fn conv_backward_data(g: &ConvGeometry, w: &[f64], dy: &[f64]) -> Vec<f64> {
+    let mut dx = vec![0.0; g.x_len()];
+    g.for_each_tap(|xi, wi, yi| dx[xi] += w[wi] * dy[yi]);
+    dx
+}
+
+/// dw = the gradient of conv(x, w) with respect to w, given dy.
+pub fn conv_backward_filter(g: &ConvGeometry, x: &[f64], dy: &[f64]) -> Vec<f64> {
+    let mut dw = vec![0.0; g.w_len()];
+    g.for_each_tap(|xi, wi, yi| dw[wi] += x[xi] * dy[yi]);
+    dw
+}
+
+/// The sum over the batch and the spatial positions per channel of `dy` (N x C x spatial).
+pub fn channel_sums(n: usize, c: usize, spatial: usize, dy: &[f64]) -> Vec<f64> {
+    let mut sums = vec![0.0; c];
+    for (i, v) in dy.iter().enumerate().take(n * c * spatial) {
+        sums[(i / spatial) % c] += v;
+    }
+    sums
+}
+
+/// cudnnActivationMode_t.
+pub const ACT_SIGMOID: i32 = 0;
+pub const ACT_RELU: i32 = 1;
+pub const ACT_TANH: i32 = 2;
+pub const ACT_CLIPPED_RELU: i32 = 3;
+pub const ACT_ELU: i32 = 4;
+pub const ACT_IDENTITY: i32 = 5;
+pub const ACT_SWISH: i32 = 6;
+
+/// One activation: its mode, `coef` (the clipped ReLU's ceiling, the ELU's alpha) and the
+/// swish's beta.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Activation {
+    pub mode: i32,
+    pub coef: f64,
+    pub swish_beta: f64,
+}
+
+fn sigmoid(v: f64) -> f64 {
+    1.0 / (1.0 + (-v).exp())
+}
+
+impl Activation {
+    pub fn forward(&self, x: f64) -> f64 {
+        match self.mode {
+            ACT_SIGMOID => sigmoid(x),
+            ACT_RELU => x.max(0.0),
+            ACT_TANH => x.tanh(),
+            ACT_CLIPPED_RELU => x.max(0.0).min(self.coef),
+            ACT_ELU => {
+                if x > 0.0 {
+                    x
+                } else {
+                    self.coef * (x.exp() - 1.0)
+                }
+            }
+            ACT_SWISH => x * sigmoid(self.swish_beta * x),
+            _ => x,
+        }
+    }
+
+    /// dx from dy, with the forward's input `x` and output `y` (cuDNN takes both).
+    pub fn backward(&self, x: f64, y: f64, dy: f64) -> f64 {
+        match self.mode {
+            ACT_SIGMOID => dy * y * (1.0 - y),
+            ACT_RELU => {
+                if x > 0.0 {
+                    dy
+                } else {
+                    0.0
+                }
+            }
+            ACT_TANH => dy * (1.0 - y * y),
+            ACT_CLIPPED_RELU => {
+                if x > 0.0 && x < self.coef {
+                    dy
+                } else {
+                    0.0
+                }
+            }
+            ACT_ELU => {
+                if x > 0.0 {
+                    dy
+                } else {
+                    dy * (y + self.coef)
+                }
+            }
+            ACT_SWISH => {
+                let s = sigmoid(self.swish_beta * x);
+                dy * (s + self.swish_beta * x * s * (1.0 - s))
+            }
+            _ => dy,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn geometry(input: usize, filter: usize, pad: i64, stride: i64, flip: bool) -> ConvGeometry {
+        let output = ((input as i64 + 2 * pad - filter as i64) / stride + 1) as usize;
+        ConvGeometry {
+            n: 1,
+            c: 1,
+            k: 1,
+            groups: 1,
+            input: vec![input],
+            filter: vec![filter],
+            output: vec![output],
+            pads: vec![pad],
+            strides: vec![stride],
+            dilations: vec![1],
+            flip,
+        }
+    }
+
+    #[test]
+    fn a_one_dimensional_convolution_matches_by_hand() {
+        let g = geometry(4, 2, 0, 1, false);
+        // Cross-correlation of [1 2 3 4] with [1 10].
+        assert_eq!(conv_forward(&g, &[1.0, 2.0, 3.0, 4.0], &[1.0, 10.0]), vec![21.0, 32.0, 43.0]);
+        // Convolution flips the filter.
+        let flipped = ConvGeometry { flip: true, ..g.clone() };
+        assert_eq!(conv_forward(&flipped, &[1.0, 2.0, 3.0, 4.0], &[1.0, 10.0]), vec![12.0, 23.0, 34.0]);
+        // Padding and stride: [0 1 2 3 4 0] taken at 0, 2, 4.
+        let padded = geometry(4, 2, 1, 2, false);
+        assert_eq!(conv_forward(&padded, &[1.0, 2.0, 3.0, 4.0], &[1.0, 10.0]), vec![10.0, 32.0, 4.0]);
+    }
+
+    #[test]
+    fn the_backward_passes_are_the_adjoints_of_the_forward() {
+        // <conv(x, w), dy> = <x, dx(w, dy)> = <w, dw(x, dy)> for any x, w, dy.
+        let g = ConvGeometry {
+            n: 2,
+            c: 4,
+            k: 6,
+            groups: 2,
+            input: vec![5, 4],
+            filter: vec![3, 2],
+            output: vec![3, 2],
+            pads: vec![1, 0],
+            strides: vec![2, 2],
+            dilations: vec![1, 2],
+            flip: true,
+        };
+        let fill =
+            |len: usize, seed: usize| -> Vec<f64> { (0..len).map(|i| ((i * 7 + seed) % 11) as f64 - 5.0).collect() };
+        let (x, w, dy) = (fill(g.x_len(), 1), fill(g.w_len(), 2), fill(g.y_len(), 3));
+        let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(a, b)| a * b).sum::<f64>();
+        let forward = dot(&conv_forward(&g, &x, &w), &dy);
+        assert!(forward != 0.0);
+        assert_eq!(forward, dot(&x, &conv_backward_data(&g, &w, &dy)));
+        assert_eq!(forward, dot(&w, &conv_backward_filter(&g, &x, &dy)));
+    }
+
+    #[test]
+    fn activations_and_their_gradients() {
+        let act = |mode| Activation { mode, coef: 1.5, swish_beta: 1.0 };
+        assert_eq!(act(ACT_RELU).forward(-2.0), 0.0);
+        assert_eq!(act(ACT_CLIPPED_RELU).forward(3.0), 1.5);
+        assert_eq!(act(ACT_SIGMOID).forward(0.0), 0.5);
+        // Numerical derivatives agree.
+        for mode in [ACT_SIGMOID, ACT_TANH, ACT_ELU, ACT_SWISH] {
+            let (a, x, h) = (act(mode), -0.7, 1e-6);
+            let numeric = (a.forward(x + h) - a.forward(x - h)) / (2.0 * h);
+            assert!((a.backward(x, a.forward(x), 1.0) - numeric).abs() < 1e-6, "mode {mode}");
+        }
+        assert_eq!(channel_sums(2, 2, 2, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]), vec![14.0, 22.0]);
+    }
 
     const SPATIAL: Groups = Groups { n: 2, c: 2, spatial: 2, per_activation: false };
 

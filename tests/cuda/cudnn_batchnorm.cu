@@ -386,11 +386,11 @@ static void hostile(cudnnHandle_t handle) {
     DNN(cudnnCreateTensorDescriptor(&gone));
     DNN(cudnnDestroyTensorDescriptor(gone));
     say("destroyed descriptor", cudnnGetTensorSizeInBytes(gone, &bytes));
-    cudnnFilterDescriptor_t filter;
-    say("legacy filter descriptor", cudnnCreateFilterDescriptor(&filter));
+    cudnnRNNDescriptor_t rnn;
+    say("legacy RNN descriptor", cudnnCreateRNNDescriptor(&rnn));
     char last[128];
     cudnnGetLastErrorString(last, sizeof last);
-    std::printf("hostile: last error names %s\n", std::strstr(last, "cudnnCreateFilterDescriptor") ? "the call" : last);
+    std::printf("hostile: last error names %s\n", std::strstr(last, "cudnnCreateRNNDescriptor") ? "the call" : last);
     // Nothing changed: the descriptors and the handle still work.
     DNN(forward(x, y, nullptr, 0, bnd, OPS_BN));
     DNN(cudnnGetTensorSizeInBytes(d, &bytes));

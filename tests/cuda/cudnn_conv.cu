@@ -172,11 +172,11 @@ static void hostile(cudnnHandle_t handle, cudnnBackendDescriptor_t x) {
     say("destroyed descriptor", set(gone, TENSOR_UID, CUDNN_TYPE_INT64, 1, &one));
     cudnnHandle_t fake = (cudnnHandle_t)(uintptr_t)0x7e24000000000099ull;
     say("made-up handle", cudnnSetStream(fake, nullptr));
-    cudnnFilterDescriptor_t legacy;
-    say("legacy filter descriptor", cudnnCreateFilterDescriptor(&legacy));
+    cudnnRNNDescriptor_t legacy;
+    say("legacy RNN descriptor", cudnnCreateRNNDescriptor(&legacy));
     char last[128];
     cudnnGetLastErrorString(last, sizeof last);
-    std::printf("hostile: last error names %s\n", std::strstr(last, "cudnnCreateFilterDescriptor") ? "the call" : last);
+    std::printf("hostile: last error names %s\n", std::strstr(last, "cudnnCreateRNNDescriptor") ? "the call" : last);
     DNN(cudnnBackendDestroyDescriptor(op));
     DNN(cudnnBackendDestroyDescriptor(pack));
     cudnnBackendDescriptor_t fine = make(TENSOR_DESCRIPTOR);

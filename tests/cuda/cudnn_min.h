@@ -1,6 +1,7 @@
-// The declarations of cuDNN 9 that tests/cuda/cudnn_conv.cu and cudnn_batchnorm.cu use, for
-// machines without cuDNN's headers (CI): the types and prototypes of cudnn_graph.h and
-// cudnn_ops.h, written from NVIDIA's documentation.
+// The declarations of cuDNN 9 that tests/cuda/cudnn_conv.cu, cudnn_batchnorm.cu and
+// cudnn_mnist_layers.cu use, for machines without cuDNN's headers (CI): the types and
+// prototypes of cudnn_graph.h, cudnn_ops.h and cudnn_cnn.h, written from NVIDIA's
+// documentation.
 // Where the real headers are present (`python3 -c 'import nvidia.cudnn'`), the program uses
 // them instead.
 #pragma once
@@ -22,6 +23,43 @@ typedef enum { CUDNN_DATA_FLOAT_ = 0 } cudnnDataType_t;
 typedef enum { CUDNN_TENSOR_NCHW_ = 0 } cudnnTensorFormat_t;
 typedef enum { CUDNN_BATCHNORM_PER_ACTIVATION_ = 0 } cudnnBatchNormMode_t;
 typedef enum { CUDNN_BATCHNORM_OPS_BN_ = 0 } cudnnBatchNormOps_t;
+typedef struct cudnnConvolutionStruct *cudnnConvolutionDescriptor_t;
+typedef struct cudnnRNNStruct *cudnnRNNDescriptor_t;
+typedef enum { CUDNN_CONVOLUTION_ = 0 } cudnnConvolutionMode_t;
+typedef enum { CUDNN_DEFAULT_MATH_ = 0 } cudnnMathType_t;
+typedef enum { CUDNN_ACTIVATION_SIGMOID_ = 0 } cudnnActivationMode_t;
+typedef enum { CUDNN_NOT_PROPAGATE_NAN_ = 0 } cudnnNanPropagation_t;
+typedef enum { CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM_ = 0 } cudnnConvolutionFwdAlgo_t;
+typedef enum { CUDNN_CONVOLUTION_BWD_DATA_ALGO_0_ = 0 } cudnnConvolutionBwdDataAlgo_t;
+typedef enum { CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0_ = 0 } cudnnConvolutionBwdFilterAlgo_t;
+typedef enum { CUDNN_NON_DETERMINISTIC_ = 0 } cudnnDeterminism_t;
+typedef struct {
+    cudnnConvolutionFwdAlgo_t algo;
+    cudnnStatus_t status;
+    float time;
+    size_t memory;
+    cudnnDeterminism_t determinism;
+    cudnnMathType_t mathType;
+    int reserved[3];
+} cudnnConvolutionFwdAlgoPerf_t;
+typedef struct {
+    cudnnConvolutionBwdDataAlgo_t algo;
+    cudnnStatus_t status;
+    float time;
+    size_t memory;
+    cudnnDeterminism_t determinism;
+    cudnnMathType_t mathType;
+    int reserved[3];
+} cudnnConvolutionBwdDataAlgoPerf_t;
+typedef struct {
+    cudnnConvolutionBwdFilterAlgo_t algo;
+    cudnnStatus_t status;
+    float time;
+    size_t memory;
+    cudnnDeterminism_t determinism;
+    cudnnMathType_t mathType;
+    int reserved[3];
+} cudnnConvolutionBwdFilterAlgoPerf_t;
 
 #define CUDNN_STATUS_SUCCESS 0
 #define CUDNN_TYPE_HANDLE 0
@@ -120,5 +158,145 @@ cudnnStatus_t cudnnBatchNormalizationBackwardEx(
     const void *bnScaleData, const void *bnBiasData, void *dBnScaleData, void *dBnBiasData, double epsilon,
     const void *savedMean, const void *savedInvVariance, cudnnActivationDescriptor_t activationDesc, void *workSpace,
     size_t workSpaceSizeInBytes, void *reserveSpace, size_t reserveSpaceSizeInBytes);
+cudnnStatus_t cudnnCreateRNNDescriptor(cudnnRNNDescriptor_t *rnnDesc);
 cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *filterDesc);
+cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t filterDesc);
+cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t filterDesc, cudnnDataType_t dataType,
+                                         cudnnTensorFormat_t format, int k, int c, int h, int w);
+cudnnStatus_t cudnnSetFilterNdDescriptor(cudnnFilterDescriptor_t filterDesc, cudnnDataType_t dataType,
+                                         cudnnTensorFormat_t format, int nbDims, const int filterDimA[]);
+cudnnStatus_t cudnnGetFilter4dDescriptor(const cudnnFilterDescriptor_t filterDesc, cudnnDataType_t *dataType,
+                                         cudnnTensorFormat_t *format, int *k, int *c, int *h, int *w);
+cudnnStatus_t cudnnGetFilterNdDescriptor(const cudnnFilterDescriptor_t filterDesc, int nbDimsRequested,
+                                         cudnnDataType_t *dataType, cudnnTensorFormat_t *format, int *nbDims,
+                                         int filterDimA[]);
+cudnnStatus_t cudnnGetFilterSizeInBytes(const cudnnFilterDescriptor_t filterDesc, size_t *size);
+cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t *convDesc);
+cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t convDesc);
+cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t convDesc, int pad_h, int pad_w, int u,
+                                              int v, int dilation_h, int dilation_w, cudnnConvolutionMode_t mode,
+                                              cudnnDataType_t computeType);
+cudnnStatus_t cudnnSetConvolutionNdDescriptor(cudnnConvolutionDescriptor_t convDesc, int arrayLength,
+                                              const int padA[], const int filterStrideA[], const int dilationA[],
+                                              cudnnConvolutionMode_t mode, cudnnDataType_t computeType);
+cudnnStatus_t cudnnGetConvolution2dDescriptor(const cudnnConvolutionDescriptor_t convDesc, int *pad_h, int *pad_w,
+                                              int *u, int *v, int *dilation_h, int *dilation_w,
+                                              cudnnConvolutionMode_t *mode, cudnnDataType_t *computeType);
+cudnnStatus_t cudnnGetConvolutionNdDescriptor(const cudnnConvolutionDescriptor_t convDesc, int arrayLengthRequested,
+                                              int *arrayLength, int padA[], int strideA[], int dilationA[],
+                                              cudnnConvolutionMode_t *mode, cudnnDataType_t *computeType);
+cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t convDesc, cudnnMathType_t mathType);
+cudnnStatus_t cudnnGetConvolutionMathType(cudnnConvolutionDescriptor_t convDesc, cudnnMathType_t *mathType);
+cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t convDesc, int groupCount);
+cudnnStatus_t cudnnGetConvolutionGroupCount(cudnnConvolutionDescriptor_t convDesc, int *groupCount);
+cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescriptor_t convDesc,
+                                                    const cudnnTensorDescriptor_t inputTensorDesc,
+                                                    const cudnnFilterDescriptor_t filterDesc, int *n, int *c, int *h,
+                                                    int *w);
+cudnnStatus_t cudnnGetConvolutionNdForwardOutputDim(const cudnnConvolutionDescriptor_t convDesc,
+                                                    const cudnnTensorDescriptor_t inputTensorDesc,
+                                                    const cudnnFilterDescriptor_t filterDesc, int nbDims,
+                                                    int tensorOuputDimA[]);
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithmMaxCount(cudnnHandle_t handle, int *count);
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnnHandle_t handle, int *count);
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnnHandle_t handle, int *count);
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t handle, const cudnnTensorDescriptor_t srcDesc,
+                                                     const cudnnFilterDescriptor_t filterDesc,
+                                                     const cudnnConvolutionDescriptor_t convDesc,
+                                                     const cudnnTensorDescriptor_t destDesc,
+                                                     const int requestedAlgoCount, int *returnedAlgoCount,
+                                                     cudnnConvolutionFwdAlgoPerf_t *perfResults);
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
+                                                   const cudnnFilterDescriptor_t wDesc,
+                                                   const cudnnConvolutionDescriptor_t convDesc,
+                                                   const cudnnTensorDescriptor_t yDesc, const int requestedAlgoCount,
+                                                   int *returnedAlgoCount, cudnnConvolutionFwdAlgoPerf_t *perfResults);
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
+                                                     const void *x, const cudnnFilterDescriptor_t wDesc, const void *w,
+                                                     const cudnnConvolutionDescriptor_t convDesc,
+                                                     const cudnnTensorDescriptor_t yDesc, void *y,
+                                                     const int requestedAlgoCount, int *returnedAlgoCount,
+                                                     cudnnConvolutionFwdAlgoPerf_t *perfResults, void *workSpace,
+                                                     size_t workSpaceSizeInBytes);
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t handle, const cudnnFilterDescriptor_t filterDesc,
+                                                          const cudnnTensorDescriptor_t diffDesc,
+                                                          const cudnnConvolutionDescriptor_t convDesc,
+                                                          const cudnnTensorDescriptor_t gradDesc,
+                                                          const int requestedAlgoCount, int *returnedAlgoCount,
+                                                          cudnnConvolutionBwdDataAlgoPerf_t *perfResults);
+cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc,
+                                                          const void *w, const cudnnTensorDescriptor_t dyDesc,
+                                                          const void *dy, const cudnnConvolutionDescriptor_t convDesc,
+                                                          const cudnnTensorDescriptor_t dxDesc, void *dx,
+                                                          const int requestedAlgoCount, int *returnedAlgoCount,
+                                                          cudnnConvolutionBwdDataAlgoPerf_t *perfResults,
+                                                          void *workSpace, size_t workSpaceSizeInBytes);
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t handle, const cudnnTensorDescriptor_t srcDesc,
+                                                            const cudnnTensorDescriptor_t diffDesc,
+                                                            const cudnnConvolutionDescriptor_t convDesc,
+                                                            const cudnnFilterDescriptor_t gradDesc,
+                                                            const int requestedAlgoCount, int *returnedAlgoCount,
+                                                            cudnnConvolutionBwdFilterAlgoPerf_t *perfResults);
+cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithm(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
+                                                          const cudnnTensorDescriptor_t dyDesc,
+                                                          const cudnnConvolutionDescriptor_t convDesc,
+                                                          const cudnnFilterDescriptor_t dwDesc,
+                                                          const int requestedAlgoCount, int *returnedAlgoCount,
+                                                          cudnnConvolutionBwdFilterAlgoPerf_t *perfResults);
+cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
+                                                      const cudnnFilterDescriptor_t wDesc,
+                                                      const cudnnConvolutionDescriptor_t convDesc,
+                                                      const cudnnTensorDescriptor_t yDesc,
+                                                      cudnnConvolutionFwdAlgo_t algo, size_t *sizeInBytes);
+cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc,
+                                                           const cudnnTensorDescriptor_t dyDesc,
+                                                           const cudnnConvolutionDescriptor_t convDesc,
+                                                           const cudnnTensorDescriptor_t dxDesc,
+                                                           cudnnConvolutionBwdDataAlgo_t algo, size_t *sizeInBytes);
+cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
+                                                             const cudnnTensorDescriptor_t dyDesc,
+                                                             const cudnnConvolutionDescriptor_t convDesc,
+                                                             const cudnnFilterDescriptor_t gradDesc,
+                                                             cudnnConvolutionBwdFilterAlgo_t algo, size_t *sizeInBytes);
+cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t xDesc,
+                                      const void *x, const cudnnFilterDescriptor_t wDesc, const void *w,
+                                      const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionFwdAlgo_t algo,
+                                      void *workSpace, size_t workSpaceSizeInBytes, const void *beta,
+                                      const cudnnTensorDescriptor_t yDesc, void *y);
+cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void *alpha, const cudnnFilterDescriptor_t wDesc,
+                                           const void *w, const cudnnTensorDescriptor_t dyDesc, const void *dy,
+                                           const cudnnConvolutionDescriptor_t convDesc,
+                                           cudnnConvolutionBwdDataAlgo_t algo, void *workSpace,
+                                           size_t workSpaceSizeInBytes, const void *beta,
+                                           const cudnnTensorDescriptor_t dxDesc, void *dx);
+cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t xDesc,
+                                             const void *x, const cudnnTensorDescriptor_t dyDesc, const void *dy,
+                                             const cudnnConvolutionDescriptor_t convDesc,
+                                             cudnnConvolutionBwdFilterAlgo_t algo, void *workSpace,
+                                             size_t workSpaceSizeInBytes, const void *beta,
+                                             const cudnnFilterDescriptor_t dwDesc, void *dw);
+cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t dyDesc,
+                                           const void *dy, const void *beta, const cudnnTensorDescriptor_t dbDesc,
+                                           void *db);
+cudnnStatus_t cudnnConvolutionBiasActivationForward(
+    cudnnHandle_t handle, const void *alpha1, const cudnnTensorDescriptor_t xDesc, const void *x,
+    const cudnnFilterDescriptor_t wDesc, const void *w, const cudnnConvolutionDescriptor_t convDesc,
+    cudnnConvolutionFwdAlgo_t algo, void *workSpace, size_t workSpaceSizeInBytes, const void *alpha2,
+    const cudnnTensorDescriptor_t zDesc, const void *z, const cudnnTensorDescriptor_t biasDesc, const void *bias,
+    const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t yDesc, void *y);
+cudnnStatus_t cudnnCreateActivationDescriptor(cudnnActivationDescriptor_t *activationDesc);
+cudnnStatus_t cudnnDestroyActivationDescriptor(cudnnActivationDescriptor_t activationDesc);
+cudnnStatus_t cudnnSetActivationDescriptor(cudnnActivationDescriptor_t activationDesc, cudnnActivationMode_t mode,
+                                           cudnnNanPropagation_t reluNanOpt, double coef);
+cudnnStatus_t cudnnGetActivationDescriptor(const cudnnActivationDescriptor_t activationDesc,
+                                           cudnnActivationMode_t *mode, cudnnNanPropagation_t *reluNanOpt,
+                                           double *coef);
+cudnnStatus_t cudnnActivationForward(cudnnHandle_t handle, cudnnActivationDescriptor_t activationDesc,
+                                     const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x,
+                                     const void *beta, const cudnnTensorDescriptor_t yDesc, void *y);
+cudnnStatus_t cudnnActivationBackward(cudnnHandle_t handle, cudnnActivationDescriptor_t activationDesc,
+                                      const void *alpha, const cudnnTensorDescriptor_t yDesc, const void *y,
+                                      const cudnnTensorDescriptor_t dyDesc, const void *dy,
+                                      const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta,
+                                      const cudnnTensorDescriptor_t dxDesc, void *dx);
 }

@@ -924,6 +924,22 @@ fn cudnn_tensor_descriptors_survive_a_restore() {
     );
 }
 
+/// cuDNN's legacy filter, convolution and activation descriptors are recorded with each
+/// setter's last call: after a stop and a restore into a new server, the program reads its
+/// filter and group count back and runs a grouped, strided convolution and a tanh with them,
+/// checked against its host reference.
+#[test]
+fn cudnn_convolution_descriptors_survive_a_restore() {
+    let link = phos_tests::cudnn_link_flags();
+    library_program_with_flags_survives_a_restore(
+        "cudnn_mnist_layers",
+        &[&link[0], &link[1], "-lcublas"],
+        "cudnn ready",
+        "after the restore: filter 4x4x3x3, 2 groups\n\
+         after the restore: convolution and tanh: pass",
+    );
+}
+
 /// cuBLASLt's handle and descriptors are recorded with every attribute set on them: after a
 /// stop and a restore into a new server, the program reads its matmul descriptor's epilogue
 /// back and runs the matmul with the bias it set before the checkpoint.

@@ -113,6 +113,7 @@ const TESTED_APART: &[&str] = &[
     "cusparse_cg",
     "cudnn_conv",
     "cudnn_batchnorm",
+    "cudnn_mnist_layers",
     "cublaslt_matmul",
     "cufft_convolution",
     "graph_libraries",
@@ -524,7 +525,7 @@ fn cudnn_hostile_calls() {
         "hostile: host pointer in a variant pack -> CUDNN_STATUS_BAD_PARAM",
         "hostile: destroyed descriptor -> CUDNN_STATUS_BAD_PARAM",
         "hostile: made-up handle -> CUDNN_STATUS_BAD_PARAM",
-        "hostile: legacy filter descriptor -> CUDNN_STATUS_NOT_SUPPORTED",
+        "hostile: legacy RNN descriptor -> CUDNN_STATUS_NOT_SUPPORTED",
         "hostile: last error names the call",
         "hostile: the handle and descriptors still work",
         "done",
@@ -536,7 +537,7 @@ fn cudnn_hostile_calls() {
         "only variant packs hold pointers",
         "is not device memory of the session",
         "is not a cuDNN handle of the session",
-        "cudnnCreateFilterDescriptor",
+        "cudnnCreateRNNDescriptor",
     ] {
         assert!(stderr.contains(logged), "the log lacks `{logged}`:\n{stderr}");
     }
@@ -593,7 +594,7 @@ fn cudnn_batchnorm_hostile_calls() {
         "hostile: unknown mode -> CUDNN_STATUS_BAD_PARAM",
         "hostile: one running statistic -> CUDNN_STATUS_BAD_PARAM",
         "hostile: destroyed descriptor -> CUDNN_STATUS_BAD_PARAM",
-        "hostile: legacy filter descriptor -> CUDNN_STATUS_NOT_SUPPORTED",
+        "hostile: legacy RNN descriptor -> CUDNN_STATUS_NOT_SUPPORTED",
         "hostile: last error names the call",
         "hostile: the handle and descriptors still work (480 bytes)",
         "done",
@@ -614,7 +615,74 @@ fn cudnn_batchnorm_hostile_calls() {
         "epsilon -1",
         "batch normalization mode 7",
         "one is NULL and the other is not",
-        "cudnnCreateFilterDescriptor",
+        "cudnnCreateRNNDescriptor",
+    ] {
+        assert!(stderr.contains(logged), "the log lacks `{logged}`:\n{stderr}");
+    }
+}
+
+/// The layers of an mnistCUDNN-shaped network through cuDNN's legacy API
+/// (tests/cuda/cudnn_mnist_layers.cu, linked against `libcudnn.so.9` and `-lcublas`): filter,
+/// convolution and activation descriptors read back, output dimensions, the algorithm queries
+/// and workspace sizes, convolution forward (fused with bias and RELU, grouped and strided with
+/// blending), tanh, the fully connected layer through cuBLAS, convolution backward data, filter
+/// and bias and tanh backward, each checked by the program against its host reference, and the
+/// misuse cuDNN refuses itself; on emu's CPU implementation it prints what it prints natively.
+#[test]
+fn cudnn_mnist_layers_on_emu_match_the_host() {
+    let Some(nvcc) = nvcc() else { return };
+    let link = phos_tests::cudnn_link_flags();
+    let exe = build_program(&nvcc, "cudnn_mnist_layers", &["-arch=sm_70", &link[0], &link[1], "-lcublas"]);
+    let out = phos_run_over("emu", "shm", &exe, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert_eq!(stdout, expected("cudnn_mnist_layers"), "output differs from the native run\nstderr:\n{stderr}");
+    for logged in ["dimension -1", "stride or dilation 0", "group count 0", "where the convolution makes"] {
+        assert!(stderr.contains(logged), "the log lacks `{logged}`:\n{stderr}");
+    }
+}
+
+/// What a careless or hostile program gets from the legacy convolutions: CUDNN_STATUS_BAD_PARAM
+/// for data, outputs and workspaces outside the session's memory, an unknown algorithm,
+/// made-up, wrong-kind, unset and destroyed descriptors, FindEx on a buffer past its allocation
+/// and an unknown activation mode; CUDNN_STATUS_NOT_SUPPORTED for double data. The server logs
+/// each, and the descriptors still work.
+#[test]
+fn cudnn_mnist_layers_hostile_calls() {
+    let Some(nvcc) = nvcc() else { return };
+    let link = phos_tests::cudnn_link_flags();
+    let exe = build_program(&nvcc, "cudnn_mnist_layers", &["-arch=sm_70", &link[0], &link[1], "-lcublas"]);
+    let out = phos_run_over("emu", "shm", &exe, &["hostile"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    for line in [
+        "hostile: x past its allocation -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: y on the host -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: a host workspace -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: unknown algorithm -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: made-up filter -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: a filter as the convolution -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: a convolution never set -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: destroyed filter -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: double data -> CUDNN_STATUS_NOT_SUPPORTED",
+        "hostile: FindEx with y past its allocation -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: unknown activation mode -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: an activation never set -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: the descriptors still work (sum 324.0)",
+        "done",
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "missing `{line}`\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    }
+    for logged in [
+        "`x` at",
+        "invalid device pointer `y`",
+        "invalid device pointer `workSpace`",
+        "algorithm 99",
+        "was never set",
+        "double data",
+        "`y` at",
     ] {
         assert!(stderr.contains(logged), "the log lacks `{logged}`:\n{stderr}");
     }

@@ -6,10 +6,12 @@
 //! libcudnn loads its sub-libraries (`libcudnn_graph.so.9`, the engines) itself, from its own
 //! directory.
 
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 
 use super::vendor::{VendorOpenError, find_library};
+use crate::registry::dnn::{LegacyKind, LegacyState};
 
 /// The environment variable naming the libcudnn file to load.
 pub const CUDNN_LIB_VAR: &str = "PHOS_CUDNN_LIB";
@@ -169,6 +171,8 @@ pub struct Cudnn {
     fwd_inference: FwdInferenceFn,
     bwd: BwdFn,
     bwd_ex: BwdExFn,
+    /// The legacy entry points of [`LEGACY_SYMBOLS`] the library has, by name.
+    legacy: HashMap<&'static str, usize>,
 }
 
 /// cuDNN's versions, as its three version functions answer them.
@@ -226,6 +230,7 @@ impl Cudnn {
             fwd_inference: get(&library, b"cudnnBatchNormalizationForwardInference\0").map_err(err)?,
             bwd: get(&library, b"cudnnBatchNormalizationBackward\0").map_err(err)?,
             bwd_ex: get(&library, b"cudnnBatchNormalizationBackwardEx\0").map_err(err)?,
+            legacy: Cudnn::legacy_symbols(&library),
             _library: library,
             path: path.to_path_buf(),
         })
@@ -540,4 +545,568 @@ impl Cudnn {
             )
         }
     }
+}
+
+/// The legacy API's entry points beyond tensors and batch normalization, looked up by name when
+/// the library opens; a libcudnn without one answers CUDNN_STATUS_NOT_SUPPORTED for the calls
+/// that need it. Each is called through [`legacy_call!`] with its prototype from cudnn_ops.h or
+/// cudnn_cnn.h.
+const LEGACY_SYMBOLS: &[&str] = &[
+    "cudnnCreateFilterDescriptor",
+    "cudnnDestroyFilterDescriptor",
+    "cudnnSetFilterNdDescriptor",
+    "cudnnCreateConvolutionDescriptor",
+    "cudnnDestroyConvolutionDescriptor",
+    "cudnnSetConvolutionNdDescriptor",
+    "cudnnSetConvolutionMathType",
+    "cudnnSetConvolutionGroupCount",
+    "cudnnSetConvolutionReorderType",
+    "cudnnCreateActivationDescriptor",
+    "cudnnDestroyActivationDescriptor",
+    "cudnnSetActivationDescriptor",
+    "cudnnSetActivationDescriptorSwishBeta",
+    "cudnnGetConvolutionForwardWorkspaceSize",
+    "cudnnGetConvolutionBackwardDataWorkspaceSize",
+    "cudnnGetConvolutionBackwardFilterWorkspaceSize",
+    "cudnnGetConvolutionForwardAlgorithm_v7",
+    "cudnnGetConvolutionBackwardDataAlgorithm_v7",
+    "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
+    "cudnnFindConvolutionForwardAlgorithm",
+    "cudnnFindConvolutionBackwardDataAlgorithm",
+    "cudnnFindConvolutionBackwardFilterAlgorithm",
+    "cudnnFindConvolutionForwardAlgorithmEx",
+    "cudnnFindConvolutionBackwardDataAlgorithmEx",
+    "cudnnFindConvolutionBackwardFilterAlgorithmEx",
+    "cudnnConvolutionForward",
+    "cudnnConvolutionBackwardData",
+    "cudnnConvolutionBackwardFilter",
+    "cudnnConvolutionBackwardBias",
+    "cudnnConvolutionBiasActivationForward",
+    "cudnnActivationForward",
+    "cudnnActivationBackward",
+];
+
+/// cuDNN's CUDNN_STATUS_NOT_SUPPORTED, for an entry point the loaded libcudnn lacks.
+const NOT_SUPPORTED: i32 = 3000;
+
+/// Call the legacy entry point `$name` with the prototype `fn($t, ...)` (returning the status).
+macro_rules! legacy_call {
+    ($self:expr, $name:literal, fn($($t:ty),* $(,)?), $($a:expr),* $(,)?) => {{
+        match $self.legacy.get($name) {
+            Some(&address) => {
+                // SAFETY: `address` is libcudnn's export `$name`, whose prototype in cuDNN's
+                // headers is the one written at this call.
+                let f: unsafe extern "C" fn($($t),*) -> i32 = unsafe { std::mem::transmute::<usize, _>(address) };
+                // SAFETY: the caller passes live objects of the session and device ranges it
+                // checked against the session's memory; host pointers live for the call.
+                unsafe { f($($a),*) }
+            }
+            None => NOT_SUPPORTED,
+        }
+    }};
+}
+
+/// Which convolution: forward (x, w -> y), backward data (w, dy -> dx: `x` is dx, `y` is dy)
+/// or backward filter (x, dy -> dw: `w` is dw, `y` is dy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConvDirection {
+    Forward,
+    BackwardData,
+    BackwardFilter,
+}
+
+impl ConvDirection {
+    /// How many algorithms cuDNN 9 has (CUDNN_CONVOLUTION_*_ALGO_COUNT).
+    pub fn algorithm_count(self) -> i32 {
+        match self {
+            ConvDirection::Forward => 8,
+            ConvDirection::BackwardData => 6,
+            ConvDirection::BackwardFilter => 7,
+        }
+    }
+}
+
+/// One convolution in cuDNN's terms: cuDNN's handle and descriptors, device addresses the
+/// session checked, the scaling factors as host floats. For a fused forward, `z`, `bias` and
+/// `activation` too (and `scaling` is alpha1, alpha2).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ConvCall {
+    pub handle: u64,
+    pub x_desc: u64,
+    pub x: u64,
+    pub w_desc: u64,
+    pub w: u64,
+    pub conv_desc: u64,
+    pub y_desc: u64,
+    pub y: u64,
+    pub algo: i32,
+    pub workspace: u64,
+    pub workspace_size: u64,
+    pub scaling: [f32; 2],
+    pub z_desc: u64,
+    pub z: u64,
+    pub bias_desc: u64,
+    pub bias: u64,
+    pub activation: u64,
+}
+
+fn done(code: i32) -> Result<(), i32> {
+    if code == 0 { Ok(()) } else { Err(code) }
+}
+
+impl Cudnn {
+    fn legacy_symbols(library: &libloading::Library) -> HashMap<&'static str, usize> {
+        let mut found = HashMap::new();
+        for &name in LEGACY_SYMBOLS {
+            let symbol = format!("{name}\0");
+            // SAFETY: only the address is taken; it is called with its prototype by
+            // `legacy_call!`.
+            if let Ok(s) = unsafe { library.get::<*const c_void>(symbol.as_bytes()) } {
+                found.insert(name, *s as usize);
+            }
+        }
+        found
+    }
+
+    /// A new legacy descriptor of `kind`.
+    pub fn create_legacy(&self, kind: LegacyKind) -> Result<u64, i32> {
+        let mut d: Raw = std::ptr::null_mut();
+        let out = &mut d as *mut Raw;
+        let code = match kind {
+            LegacyKind::Filter => legacy_call!(self, "cudnnCreateFilterDescriptor", fn(*mut Raw), out),
+            LegacyKind::Convolution => legacy_call!(self, "cudnnCreateConvolutionDescriptor", fn(*mut Raw), out),
+            LegacyKind::Activation => legacy_call!(self, "cudnnCreateActivationDescriptor", fn(*mut Raw), out),
+        };
+        done(code).map(|()| d as u64)
+    }
+
+    pub fn destroy_legacy(&self, kind: LegacyKind, raw: u64) -> i32 {
+        match kind {
+            LegacyKind::Filter => legacy_call!(self, "cudnnDestroyFilterDescriptor", fn(Raw), r(raw)),
+            LegacyKind::Convolution => legacy_call!(self, "cudnnDestroyConvolutionDescriptor", fn(Raw), r(raw)),
+            LegacyKind::Activation => legacy_call!(self, "cudnnDestroyActivationDescriptor", fn(Raw), r(raw)),
+        }
+    }
+
+    /// Give cuDNN's descriptor what the session keeps of it (checked by the session).
+    pub fn apply_legacy(&self, raw: u64, state: &LegacyState) -> Result<(), i32> {
+        match state {
+            LegacyState::Filter(None) | LegacyState::Activation(None) => Ok(()),
+            LegacyState::Filter(Some(f)) => done(legacy_call!(
+                self,
+                "cudnnSetFilterNdDescriptor",
+                fn(Raw, i32, i32, i32, *const i32),
+                r(raw),
+                f.data_type,
+                f.format,
+                f.dims.len() as i32,
+                f.dims.as_ptr()
+            )),
+            LegacyState::Convolution(c) => {
+                if !c.pads.is_empty() {
+                    done(legacy_call!(
+                        self,
+                        "cudnnSetConvolutionNdDescriptor",
+                        fn(Raw, i32, *const i32, *const i32, *const i32, i32, i32),
+                        r(raw),
+                        c.pads.len() as i32,
+                        c.pads.as_ptr(),
+                        c.strides.as_ptr(),
+                        c.dilations.as_ptr(),
+                        c.mode,
+                        c.compute_type
+                    ))?;
+                }
+                done(legacy_call!(self, "cudnnSetConvolutionMathType", fn(Raw, i32), r(raw), c.math_type))?;
+                done(legacy_call!(self, "cudnnSetConvolutionGroupCount", fn(Raw, i32), r(raw), c.groups))?;
+                done(legacy_call!(self, "cudnnSetConvolutionReorderType", fn(Raw, i32), r(raw), c.reorder))
+            }
+            LegacyState::Activation(Some(a)) => {
+                done(legacy_call!(
+                    self,
+                    "cudnnSetActivationDescriptor",
+                    fn(Raw, i32, i32, f64),
+                    r(raw),
+                    a.mode,
+                    a.nan_propagation,
+                    a.coef
+                ))?;
+                done(legacy_call!(self, "cudnnSetActivationDescriptorSwishBeta", fn(Raw, f64), r(raw), a.swish_beta))
+            }
+        }
+    }
+
+    /// The workspace a convolution's algorithm needs with these descriptors.
+    pub fn conv_workspace(&self, dir: ConvDirection, c: &ConvCall) -> Result<u64, i32> {
+        let mut size = 0usize;
+        let out = &mut size as *mut usize;
+        let (h, x, w, conv, y) = (r(c.handle), r(c.x_desc), r(c.w_desc), r(c.conv_desc), r(c.y_desc));
+        let code = match dir {
+            ConvDirection::Forward => legacy_call!(
+                self,
+                "cudnnGetConvolutionForwardWorkspaceSize",
+                fn(Raw, Raw, Raw, Raw, Raw, i32, *mut usize),
+                h,
+                x,
+                w,
+                conv,
+                y,
+                c.algo,
+                out
+            ),
+            ConvDirection::BackwardData => legacy_call!(
+                self,
+                "cudnnGetConvolutionBackwardDataWorkspaceSize",
+                fn(Raw, Raw, Raw, Raw, Raw, i32, *mut usize),
+                h,
+                w,
+                y,
+                conv,
+                x,
+                c.algo,
+                out
+            ),
+            ConvDirection::BackwardFilter => legacy_call!(
+                self,
+                "cudnnGetConvolutionBackwardFilterWorkspaceSize",
+                fn(Raw, Raw, Raw, Raw, Raw, i32, *mut usize),
+                h,
+                x,
+                y,
+                conv,
+                w,
+                c.algo,
+                out
+            ),
+        };
+        done(code).map(|()| size as u64)
+    }
+
+    /// cuDNN's heuristics (`measure` false: the _v7 queries) or its measured search (Find,
+    /// with cuDNN's own buffers): up to `results.len() / 48` results; answers how many.
+    pub fn conv_algorithms(
+        &self,
+        dir: ConvDirection,
+        measure: bool,
+        c: &ConvCall,
+        results: &mut [u8],
+    ) -> Result<i32, i32> {
+        let requested = (results.len() / PERF_BYTES) as i32;
+        let mut returned = 0i32;
+        let (count, perf) = (&mut returned as *mut i32, results.as_mut_ptr().cast::<c_void>());
+        let (h, x, w, conv, y) = (r(c.handle), r(c.x_desc), r(c.w_desc), r(c.conv_desc), r(c.y_desc));
+        let code = match (dir, measure) {
+            (ConvDirection::Forward, false) => legacy_call!(
+                self,
+                "cudnnGetConvolutionForwardAlgorithm_v7",
+                fn(Raw, Raw, Raw, Raw, Raw, i32, *mut i32, M),
+                h,
+                x,
+                w,
+                conv,
+                y,
+                requested,
+                count,
+                perf
+            ),
+            (ConvDirection::Forward, true) => legacy_call!(
+                self,
+                "cudnnFindConvolutionForwardAlgorithm",
+                fn(Raw, Raw, Raw, Raw, Raw, i32, *mut i32, M),
+                h,
+                x,
+                w,
+                conv,
+                y,
+                requested,
+                count,
+                perf
+            ),
+            (ConvDirection::BackwardData, false) => legacy_call!(
+                self,
+                "cudnnGetConvolutionBackwardDataAlgorithm_v7",
+                fn(Raw, Raw, Raw, Raw, Raw, i32, *mut i32, M),
+                h,
+                w,
+                y,
+                conv,
+                x,
+                requested,
+                count,
+                perf
+            ),
+            (ConvDirection::BackwardData, true) => legacy_call!(
+                self,
+                "cudnnFindConvolutionBackwardDataAlgorithm",
+                fn(Raw, Raw, Raw, Raw, Raw, i32, *mut i32, M),
+                h,
+                w,
+                y,
+                conv,
+                x,
+                requested,
+                count,
+                perf
+            ),
+            (ConvDirection::BackwardFilter, false) => legacy_call!(
+                self,
+                "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
+                fn(Raw, Raw, Raw, Raw, Raw, i32, *mut i32, M),
+                h,
+                x,
+                y,
+                conv,
+                w,
+                requested,
+                count,
+                perf
+            ),
+            (ConvDirection::BackwardFilter, true) => legacy_call!(
+                self,
+                "cudnnFindConvolutionBackwardFilterAlgorithm",
+                fn(Raw, Raw, Raw, Raw, Raw, i32, *mut i32, M),
+                h,
+                x,
+                y,
+                conv,
+                w,
+                requested,
+                count,
+                perf
+            ),
+        };
+        done(code).map(|()| returned)
+    }
+
+    /// cuDNN's measured search on the program's buffers and workspace (checked by the session).
+    pub fn conv_find_ex(&self, dir: ConvDirection, c: &ConvCall, results: &mut [u8]) -> Result<i32, i32> {
+        let requested = (results.len() / PERF_BYTES) as i32;
+        let mut returned = 0i32;
+        let (count, perf) = (&mut returned as *mut i32, results.as_mut_ptr().cast::<c_void>());
+        let (h, conv, ws, wss) = (r(c.handle), r(c.conv_desc), r(c.workspace), c.workspace_size as usize);
+        let code = match dir {
+            ConvDirection::Forward => legacy_call!(
+                self,
+                "cudnnFindConvolutionForwardAlgorithmEx",
+                fn(Raw, Raw, P, Raw, P, Raw, Raw, M, i32, *mut i32, M, M, usize),
+                h,
+                r(c.x_desc),
+                p(c.x),
+                r(c.w_desc),
+                p(c.w),
+                conv,
+                r(c.y_desc),
+                r(c.y),
+                requested,
+                count,
+                perf,
+                ws,
+                wss
+            ),
+            ConvDirection::BackwardData => legacy_call!(
+                self,
+                "cudnnFindConvolutionBackwardDataAlgorithmEx",
+                fn(Raw, Raw, P, Raw, P, Raw, Raw, M, i32, *mut i32, M, M, usize),
+                h,
+                r(c.w_desc),
+                p(c.w),
+                r(c.y_desc),
+                p(c.y),
+                conv,
+                r(c.x_desc),
+                r(c.x),
+                requested,
+                count,
+                perf,
+                ws,
+                wss
+            ),
+            ConvDirection::BackwardFilter => legacy_call!(
+                self,
+                "cudnnFindConvolutionBackwardFilterAlgorithmEx",
+                fn(Raw, Raw, P, Raw, P, Raw, Raw, M, i32, *mut i32, M, M, usize),
+                h,
+                r(c.x_desc),
+                p(c.x),
+                r(c.y_desc),
+                p(c.y),
+                conv,
+                r(c.w_desc),
+                r(c.w),
+                requested,
+                count,
+                perf,
+                ws,
+                wss
+            ),
+        };
+        done(code).map(|()| returned)
+    }
+
+    /// Run a convolution whose every range the session checked.
+    pub fn convolution(&self, dir: ConvDirection, c: &ConvCall) -> i32 {
+        let [alpha, beta] = &c.scaling;
+        let (alpha, beta): (P, P) = (std::ptr::from_ref(alpha).cast(), std::ptr::from_ref(beta).cast());
+        let (h, conv, ws, wss) = (r(c.handle), r(c.conv_desc), r(c.workspace), c.workspace_size as usize);
+        match dir {
+            ConvDirection::Forward => legacy_call!(
+                self,
+                "cudnnConvolutionForward",
+                fn(Raw, P, Raw, P, Raw, P, Raw, i32, M, usize, P, Raw, M),
+                h,
+                alpha,
+                r(c.x_desc),
+                p(c.x),
+                r(c.w_desc),
+                p(c.w),
+                conv,
+                c.algo,
+                ws,
+                wss,
+                beta,
+                r(c.y_desc),
+                r(c.y)
+            ),
+            ConvDirection::BackwardData => legacy_call!(
+                self,
+                "cudnnConvolutionBackwardData",
+                fn(Raw, P, Raw, P, Raw, P, Raw, i32, M, usize, P, Raw, M),
+                h,
+                alpha,
+                r(c.w_desc),
+                p(c.w),
+                r(c.y_desc),
+                p(c.y),
+                conv,
+                c.algo,
+                ws,
+                wss,
+                beta,
+                r(c.x_desc),
+                r(c.x)
+            ),
+            ConvDirection::BackwardFilter => legacy_call!(
+                self,
+                "cudnnConvolutionBackwardFilter",
+                fn(Raw, P, Raw, P, Raw, P, Raw, i32, M, usize, P, Raw, M),
+                h,
+                alpha,
+                r(c.x_desc),
+                p(c.x),
+                r(c.y_desc),
+                p(c.y),
+                conv,
+                c.algo,
+                ws,
+                wss,
+                beta,
+                r(c.w_desc),
+                r(c.w)
+            ),
+        }
+    }
+
+    /// y = act(alpha1 * conv(x, w) + alpha2 * z + bias).
+    pub fn conv_bias_activation(&self, c: &ConvCall) -> i32 {
+        let [alpha1, alpha2] = &c.scaling;
+        legacy_call!(
+            self,
+            "cudnnConvolutionBiasActivationForward",
+            fn(Raw, P, Raw, P, Raw, P, Raw, i32, M, usize, P, Raw, P, Raw, P, Raw, Raw, M),
+            r(c.handle),
+            std::ptr::from_ref(alpha1).cast::<c_void>(),
+            r(c.x_desc),
+            p(c.x),
+            r(c.w_desc),
+            p(c.w),
+            r(c.conv_desc),
+            c.algo,
+            r(c.workspace),
+            c.workspace_size as usize,
+            std::ptr::from_ref(alpha2).cast::<c_void>(),
+            r(c.z_desc),
+            p(c.z),
+            r(c.bias_desc),
+            p(c.bias),
+            r(c.activation),
+            r(c.y_desc),
+            r(c.y)
+        )
+    }
+
+    /// db = alpha * sum(dy over all but the channels) + beta * db (`x` is dy, `y` is db).
+    pub fn conv_backward_bias(&self, c: &ConvCall) -> i32 {
+        let [alpha, beta] = &c.scaling;
+        legacy_call!(
+            self,
+            "cudnnConvolutionBackwardBias",
+            fn(Raw, P, Raw, P, P, Raw, M),
+            r(c.handle),
+            std::ptr::from_ref(alpha).cast::<c_void>(),
+            r(c.x_desc),
+            p(c.x),
+            std::ptr::from_ref(beta).cast::<c_void>(),
+            r(c.y_desc),
+            r(c.y)
+        )
+    }
+
+    /// An activation forward (`dy`, `dx` 0) or backward, in cuDNN's terms.
+    pub fn activation(&self, a: &ActivationCall) -> i32 {
+        let [alpha, beta] = &a.scaling;
+        let (alpha, beta): (P, P) = (std::ptr::from_ref(alpha).cast(), std::ptr::from_ref(beta).cast());
+        if a.backward {
+            legacy_call!(
+                self,
+                "cudnnActivationBackward",
+                fn(Raw, Raw, P, Raw, P, Raw, P, Raw, P, P, Raw, M),
+                r(a.handle),
+                r(a.activation),
+                alpha,
+                r(a.y_desc),
+                p(a.y),
+                r(a.dy_desc),
+                p(a.dy),
+                r(a.x_desc),
+                p(a.x),
+                beta,
+                r(a.dx_desc),
+                r(a.dx)
+            )
+        } else {
+            legacy_call!(
+                self,
+                "cudnnActivationForward",
+                fn(Raw, Raw, P, Raw, P, P, Raw, M),
+                r(a.handle),
+                r(a.activation),
+                alpha,
+                r(a.x_desc),
+                p(a.x),
+                beta,
+                r(a.y_desc),
+                r(a.y)
+            )
+        }
+    }
+}
+
+/// Bytes of one cudnnConvolution*AlgoPerf_t.
+pub const PERF_BYTES: usize = 48;
+
+/// An activation call in cuDNN's terms.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ActivationCall {
+    pub backward: bool,
+    pub handle: u64,
+    pub activation: u64,
+    pub scaling: [f32; 2],
+    pub x_desc: u64,
+    pub x: u64,
+    pub y_desc: u64,
+    pub y: u64,
+    pub dy_desc: u64,
+    pub dy: u64,
+    pub dx_desc: u64,
+    pub dx: u64,
 }

@@ -79,10 +79,116 @@ pub struct TensorDesc {
     pub shape: Option<TensorShape>,
 }
 
+/// The legacy descriptors other than tensors, one handle kind each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LegacyKind {
+    Filter,
+    Convolution,
+    Activation,
+}
+
+impl LegacyKind {
+    pub const ALL: [LegacyKind; 3] = [LegacyKind::Filter, LegacyKind::Convolution, LegacyKind::Activation];
+
+    pub fn handle_kind(self) -> HandleKind {
+        match self {
+            LegacyKind::Filter => HandleKind::CudnnFilterDescriptor,
+            LegacyKind::Convolution => HandleKind::CudnnConvolutionDescriptor,
+            LegacyKind::Activation => HandleKind::CudnnActivationDescriptor,
+        }
+    }
+
+    /// The spec's name of the kind (a checkpoint's counters are named so).
+    pub fn name(self) -> &'static str {
+        match self {
+            LegacyKind::Filter => "cudnn_filter_descriptor",
+            LegacyKind::Convolution => "cudnn_convolution_descriptor",
+            LegacyKind::Activation => "cudnn_activation_descriptor",
+        }
+    }
+
+    /// What a new descriptor holds before a setter runs.
+    fn initial(self) -> LegacyState {
+        match self {
+            LegacyKind::Filter => LegacyState::Filter(None),
+            LegacyKind::Convolution => LegacyState::Convolution(ConvSettings::default()),
+            LegacyKind::Activation => LegacyState::Activation(None),
+        }
+    }
+}
+
+/// A filter descriptor's shape (packed in `format`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilterShape {
+    pub data_type: i32,
+    pub format: i32,
+    /// K, C, then the spatial dimensions.
+    pub dims: Vec<i32>,
+}
+
+/// A convolution descriptor's settings; `pads` is empty until a setter gave the geometry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConvSettings {
+    pub pads: Vec<i32>,
+    pub strides: Vec<i32>,
+    pub dilations: Vec<i32>,
+    /// `cudnnConvolutionMode_t`: 0 convolution (the filter flipped), 1 cross-correlation.
+    pub mode: i32,
+    pub compute_type: i32,
+    pub math_type: i32,
+    pub groups: i32,
+    pub reorder: i32,
+}
+
+impl Default for ConvSettings {
+    fn default() -> Self {
+        ConvSettings {
+            pads: Vec::new(),
+            strides: Vec::new(),
+            dilations: Vec::new(),
+            mode: 0,
+            compute_type: 0,
+            math_type: 0,
+            groups: 1,
+            reorder: 0,
+        }
+    }
+}
+
+/// An activation descriptor's settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ActivationSettings {
+    /// `cudnnActivationMode_t`.
+    pub mode: i32,
+    pub nan_propagation: i32,
+    pub coef: f64,
+    pub swish_beta: f64,
+}
+
+/// What one legacy descriptor holds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LegacyState {
+    Filter(Option<FilterShape>),
+    Convolution(ConvSettings),
+    Activation(Option<ActivationSettings>),
+}
+
+/// One legacy descriptor: cuDNN's (0 where there is no cuDNN) and what the program set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LegacyDesc {
+    pub raw: u64,
+    pub state: LegacyState,
+}
+
+/// Legacy descriptors of each kind a session may hold at once.
+pub const MAX_DNN_LEGACY: u64 = 1 << 16;
+
 pub struct DnnRegistry {
     handles: Mutex<HandleTable<DnnHandle>>,
     descriptors: Mutex<HandleTable<Descriptor>>,
     tensors: Mutex<HandleTable<TensorDesc>>,
+    /// One table per [`LegacyKind`], in [`LegacyKind::ALL`]'s order.
+    legacy: [Mutex<HandleTable<LegacyDesc>>; 3],
 }
 
 impl Default for DnnRegistry {
@@ -91,6 +197,7 @@ impl Default for DnnRegistry {
             handles: Mutex::new(HandleTable::new(HandleKind::CudnnHandle, MAX_DNN_HANDLES)),
             descriptors: Mutex::new(HandleTable::new(HandleKind::CudnnBackendDescriptor, MAX_DNN_DESCRIPTORS)),
             tensors: Mutex::new(HandleTable::new(HandleKind::CudnnTensorDescriptor, MAX_DNN_TENSORS)),
+            legacy: LegacyKind::ALL.map(|k| Mutex::new(HandleTable::new(k.handle_kind(), MAX_DNN_LEGACY))),
         }
     }
 }
@@ -208,6 +315,37 @@ impl DnnRegistry {
         Ok(())
     }
 
+    fn legacy_table(&self, kind: LegacyKind) -> &Mutex<HandleTable<LegacyDesc>> {
+        &self.legacy[kind as usize]
+    }
+
+    /// A new legacy descriptor of `kind` around cuDNN's `raw`, holding nothing yet.
+    pub fn create_legacy(&self, kind: LegacyKind, raw: u64, new: &NewHandle<'_>) -> Result<u64, CudaError> {
+        self.legacy_table(kind).lock().add(LegacyDesc { raw, state: kind.initial() }, new)
+    }
+
+    pub fn destroy_legacy(&self, kind: LegacyKind, handle: u64) -> Result<LegacyDesc, CudaError> {
+        self.legacy_table(kind).lock().remove(handle)
+    }
+
+    pub fn legacy(&self, kind: LegacyKind, handle: u64) -> Result<LegacyDesc, CudaError> {
+        self.legacy_table(kind).lock().get(handle).cloned()
+    }
+
+    pub fn set_legacy(&self, kind: LegacyKind, handle: u64, state: LegacyState) -> Result<(), CudaError> {
+        self.legacy_table(kind).lock().get_mut(handle)?.state = state;
+        Ok(())
+    }
+
+    /// Next counters of the legacy kinds, in [`LegacyKind::ALL`]'s order.
+    pub fn legacy_counters(&self) -> Vec<(&'static str, u64)> {
+        LegacyKind::ALL.iter().map(|&k| (k.name(), self.legacy_table(k).lock().next_counter())).collect()
+    }
+
+    pub fn set_legacy_counter(&self, kind: LegacyKind, next: u64) {
+        self.legacy_table(kind).lock().set_next_counter(next);
+    }
+
     /// Next counters of handles, backend descriptors and tensor descriptors.
     pub fn next_counters(&self) -> (u64, u64, u64) {
         (self.handles.lock().next_counter(), self.descriptors.lock().next_counter(), self.tensors.lock().next_counter())
@@ -230,8 +368,14 @@ impl DnnRegistry {
     pub fn release_all(&self, backend: &dyn Backend) {
         let descriptors = self.descriptors.lock().drain();
         let tensors = self.tensors.lock().drain();
+        let legacy: Vec<_> = LegacyKind::ALL.map(|k| (k, self.legacy_table(k).lock().drain())).into();
         let handles = self.handles.lock().drain();
         if let Some(cudnn) = backend.cudnn() {
+            for (kind, table) in legacy {
+                for (_, d) in table.into_iter().filter(|(_, d)| d.raw != 0) {
+                    cudnn.destroy_legacy(kind, d.raw);
+                }
+            }
             for (_, d) in descriptors.into_iter().filter(|(_, d)| d.raw != 0) {
                 cudnn.destroy_descriptor(d.raw);
             }

@@ -145,7 +145,9 @@ impl Registries {
         ];
         let sparse = sparse::SPARSE_KINDS.iter().zip(self.sparse.next_counters());
         let lt = lt::COUNTED.iter().zip(self.lt.next_counters());
-        COUNTED.iter().zip(values).chain(sparse).chain(lt).map(|(k, v)| (k.to_string(), v)).collect()
+        let legacy = self.dnn.legacy_counters();
+        let legacy = legacy.iter().map(|(k, v)| (k, *v));
+        COUNTED.iter().zip(values).chain(sparse).chain(lt).chain(legacy).map(|(k, v)| (k.to_string(), v)).collect()
     }
 
     /// Carry on counters from an image (kinds this server does not count are ignored: the
@@ -185,6 +187,11 @@ impl Registries {
         }
         if let Some(n) = get("cufft_plan") {
             self.fft.set_next_counter(n);
+        }
+        for kind in dnn::LegacyKind::ALL {
+            if let Some(n) = get(kind.name()) {
+                self.dnn.set_legacy_counter(kind, n);
+            }
         }
     }
 

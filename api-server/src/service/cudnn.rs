@@ -19,11 +19,15 @@ use phos_protocol::spec::{CallAccess, DeviceAccess, RecordFacts};
 use phos_protocol::{Ptr, encode};
 
 use super::cudnn_legacy::{BnKind, BnSize, int_array, int_array_out, scaling_pair};
+use super::cudnn_ops::checked_conv;
 use super::{CallCx, Session};
-use crate::backend::vendor_cudnn::{BnCall, Cudnn, CudnnVersions};
+use crate::backend::vendor_cudnn::{ActivationCall, BnCall, ConvCall, ConvDirection, Cudnn, CudnnVersions};
 use crate::dispatch::cudart::CudartService;
 use crate::dispatch::cudnn::CudnnService;
-use crate::registry::dnn::{Attribute, Descriptor, DnnHandle, MAX_DNN_DESCRIPTORS, MAX_DNN_HANDLES};
+use crate::registry::dnn::{
+    ActivationSettings, Attribute, ConvSettings, Descriptor, DnnHandle, LegacyKind, MAX_DNN_DESCRIPTORS,
+    MAX_DNN_HANDLES,
+};
 use crate::registry::handles::NewHandle;
 
 /// `CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR`: the one descriptor type whose attributes may hold
@@ -826,4 +830,615 @@ impl CudnnService for Session {
         self.dnn_batch_norm(cx, BnKind::BackwardEx, call)?;
         Ok(CudnnBatchNormalizationBackwardExReply {})
     }
+
+    // The legacy API: filters, convolutions, activations (service/cudnn_ops.rs).
+
+    fn cudnn_create_filter_descriptor(
+        &self,
+        cx: &CallCx,
+        _: CudnnCreateFilterDescriptorRequest,
+    ) -> Result<CudnnCreateFilterDescriptorReply, CudnnStatus> {
+        Ok(CudnnCreateFilterDescriptorReply { filterDesc: self.dnn_legacy_create(cx, LegacyKind::Filter)? })
+    }
+
+    fn cudnn_destroy_filter_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnDestroyFilterDescriptorRequest,
+    ) -> Result<CudnnDestroyFilterDescriptorReply, CudnnStatus> {
+        self.dnn_legacy_destroy(cx, LegacyKind::Filter, req.filterDesc)?;
+        Ok(CudnnDestroyFilterDescriptorReply {})
+    }
+
+    fn cudnn_set_filter_4d_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetFilter4dDescriptorRequest,
+    ) -> Result<CudnnSetFilter4dDescriptorReply, CudnnStatus> {
+        self.dnn_set_filter(cx, req.filterDesc, req.dataType, req.format, &[req.k, req.c, req.h, req.w])?;
+        Ok(CudnnSetFilter4dDescriptorReply {})
+    }
+
+    fn cudnn_set_filter_nd_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetFilterNdDescriptorRequest<'_>,
+    ) -> Result<CudnnSetFilterNdDescriptorReply, CudnnStatus> {
+        self.dnn_set_filter(cx, req.filterDesc, req.dataType, req.format, &int_array(req.filterDimA))?;
+        Ok(CudnnSetFilterNdDescriptorReply {})
+    }
+
+    fn cudnn_get_filter_4d_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetFilter4dDescriptorRequest,
+    ) -> Result<CudnnGetFilter4dDescriptorReply, CudnnStatus> {
+        let f = self.dnn_filter(cx, req.filterDesc)?;
+        let [k, c, h, w] = <[i32; 4]>::try_from(f.dims.as_slice())
+            .map_err(|_| self.dnn_bad(cx, format_args!("{} dimensions, not 4", f.dims.len())))?;
+        Ok(CudnnGetFilter4dDescriptorReply { dataType: f.data_type, format: f.format, k, c, h, w })
+    }
+
+    fn cudnn_get_filter_nd_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetFilterNdDescriptorRequest,
+    ) -> Result<CudnnGetFilterNdDescriptorReply, CudnnStatus> {
+        let f = self.dnn_filter(cx, req.filterDesc)?;
+        let room = usize::try_from(req.nbDimsRequested).map_err(|_| CudnnStatus::BAD_PARAM)?;
+        Ok(CudnnGetFilterNdDescriptorReply {
+            dataType: f.data_type,
+            format: f.format,
+            nbDims: f.dims.len() as i32,
+            filterDimA: int_array_out(&f.dims, room),
+        })
+    }
+
+    fn cudnn_get_filter_size_in_bytes(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetFilterSizeInBytesRequest,
+    ) -> Result<CudnnGetFilterSizeInBytesReply, CudnnStatus> {
+        Ok(CudnnGetFilterSizeInBytesReply { size: self.dnn_filter_bytes(cx, req.filterDesc)? })
+    }
+
+    fn cudnn_create_convolution_descriptor(
+        &self,
+        cx: &CallCx,
+        _: CudnnCreateConvolutionDescriptorRequest,
+    ) -> Result<CudnnCreateConvolutionDescriptorReply, CudnnStatus> {
+        Ok(CudnnCreateConvolutionDescriptorReply { convDesc: self.dnn_legacy_create(cx, LegacyKind::Convolution)? })
+    }
+
+    fn cudnn_destroy_convolution_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnDestroyConvolutionDescriptorRequest,
+    ) -> Result<CudnnDestroyConvolutionDescriptorReply, CudnnStatus> {
+        self.dnn_legacy_destroy(cx, LegacyKind::Convolution, req.convDesc)?;
+        Ok(CudnnDestroyConvolutionDescriptorReply {})
+    }
+
+    fn cudnn_set_convolution_2d_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetConvolution2dDescriptorRequest,
+    ) -> Result<CudnnSetConvolution2dDescriptorReply, CudnnStatus> {
+        self.dnn_change_conv(cx, req.convDesc, |now| {
+            let (pads, strides, dilations) = ([req.pad_h, req.pad_w], [req.u, req.v], [req.dilation_h, req.dilation_w]);
+            checked_conv(now, &pads, &strides, &dilations, req.mode, req.computeType)
+        })?;
+        Ok(CudnnSetConvolution2dDescriptorReply {})
+    }
+
+    fn cudnn_set_convolution_nd_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetConvolutionNdDescriptorRequest<'_>,
+    ) -> Result<CudnnSetConvolutionNdDescriptorReply, CudnnStatus> {
+        let (pads, strides, dilations) = (int_array(req.padA), int_array(req.filterStrideA), int_array(req.dilationA));
+        self.dnn_change_conv(cx, req.convDesc, |now| {
+            checked_conv(now, &pads, &strides, &dilations, req.mode, req.computeType)
+        })?;
+        Ok(CudnnSetConvolutionNdDescriptorReply {})
+    }
+
+    fn cudnn_set_convolution_math_type(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetConvolutionMathTypeRequest,
+    ) -> Result<CudnnSetConvolutionMathTypeReply, CudnnStatus> {
+        self.dnn_change_conv(cx, req.convDesc, |now| match req.mathType {
+            0..=3 => Ok(ConvSettings { math_type: req.mathType, ..now.clone() }),
+            m => Err((CudnnStatus::BAD_PARAM, format!("math type {m}"))),
+        })?;
+        Ok(CudnnSetConvolutionMathTypeReply {})
+    }
+
+    fn cudnn_set_convolution_group_count(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetConvolutionGroupCountRequest,
+    ) -> Result<CudnnSetConvolutionGroupCountReply, CudnnStatus> {
+        self.dnn_change_conv(cx, req.convDesc, |now| match req.groupCount {
+            1.. => Ok(ConvSettings { groups: req.groupCount, ..now.clone() }),
+            g => Err((CudnnStatus::BAD_PARAM, format!("group count {g}"))),
+        })?;
+        Ok(CudnnSetConvolutionGroupCountReply {})
+    }
+
+    fn cudnn_set_convolution_reorder_type(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetConvolutionReorderTypeRequest,
+    ) -> Result<CudnnSetConvolutionReorderTypeReply, CudnnStatus> {
+        self.dnn_change_conv(cx, req.convDesc, |now| match req.reorderType {
+            0..=1 => Ok(ConvSettings { reorder: req.reorderType, ..now.clone() }),
+            r => Err((CudnnStatus::BAD_PARAM, format!("reorder type {r}"))),
+        })?;
+        Ok(CudnnSetConvolutionReorderTypeReply {})
+    }
+
+    fn cudnn_get_convolution_2d_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetConvolution2dDescriptorRequest,
+    ) -> Result<CudnnGetConvolution2dDescriptorReply, CudnnStatus> {
+        let c = self.dnn_conv(cx, req.convDesc)?;
+        if c.pads.len() != 2 {
+            return Err(self.dnn_bad(cx, format_args!("{} spatial dimensions, not 2", c.pads.len())));
+        }
+        Ok(CudnnGetConvolution2dDescriptorReply {
+            pad_h: c.pads[0],
+            pad_w: c.pads[1],
+            u: c.strides[0],
+            v: c.strides[1],
+            dilation_h: c.dilations[0],
+            dilation_w: c.dilations[1],
+            mode: c.mode,
+            computeType: c.compute_type,
+        })
+    }
+
+    fn cudnn_get_convolution_nd_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetConvolutionNdDescriptorRequest,
+    ) -> Result<CudnnGetConvolutionNdDescriptorReply, CudnnStatus> {
+        let c = self.dnn_conv(cx, req.convDesc)?;
+        let room = usize::try_from(req.arrayLengthRequested).map_err(|_| CudnnStatus::BAD_PARAM)?;
+        Ok(CudnnGetConvolutionNdDescriptorReply {
+            arrayLength: c.pads.len() as i32,
+            padA: int_array_out(&c.pads, room),
+            strideA: int_array_out(&c.strides, room),
+            dilationA: int_array_out(&c.dilations, room),
+            mode: c.mode,
+            computeType: c.compute_type,
+        })
+    }
+
+    fn cudnn_get_convolution_math_type(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetConvolutionMathTypeRequest,
+    ) -> Result<CudnnGetConvolutionMathTypeReply, CudnnStatus> {
+        Ok(CudnnGetConvolutionMathTypeReply { mathType: self.dnn_conv(cx, req.convDesc)?.math_type })
+    }
+
+    fn cudnn_get_convolution_group_count(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetConvolutionGroupCountRequest,
+    ) -> Result<CudnnGetConvolutionGroupCountReply, CudnnStatus> {
+        Ok(CudnnGetConvolutionGroupCountReply { groupCount: self.dnn_conv(cx, req.convDesc)?.groups })
+    }
+
+    fn cudnn_get_convolution_reorder_type(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetConvolutionReorderTypeRequest,
+    ) -> Result<CudnnGetConvolutionReorderTypeReply, CudnnStatus> {
+        Ok(CudnnGetConvolutionReorderTypeReply { reorderType: self.dnn_conv(cx, req.convDesc)?.reorder })
+    }
+
+    fn cudnn_get_convolution_2d_forward_output_dim(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetConvolution2dForwardOutputDimRequest,
+    ) -> Result<CudnnGetConvolution2dForwardOutputDimReply, CudnnStatus> {
+        let dims = self.dnn_conv_output(cx, req.convDesc, req.inputTensorDesc, req.filterDesc)?;
+        let [n, c, h, w] = <[i32; 4]>::try_from(dims.as_slice())
+            .map_err(|_| self.dnn_bad(cx, format_args!("{} dimensions, not 4", dims.len())))?;
+        Ok(CudnnGetConvolution2dForwardOutputDimReply { n, c, h, w })
+    }
+
+    fn cudnn_get_convolution_nd_forward_output_dim(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetConvolutionNdForwardOutputDimRequest,
+    ) -> Result<CudnnGetConvolutionNdForwardOutputDimReply, CudnnStatus> {
+        let dims = self.dnn_conv_output(cx, req.convDesc, req.inputTensorDesc, req.filterDesc)?;
+        if usize::try_from(req.nbDims).ok() != Some(dims.len()) {
+            return Err(self.dnn_bad(cx, format_args!("nbDims {}, where the output has {}", req.nbDims, dims.len())));
+        }
+        Ok(CudnnGetConvolutionNdForwardOutputDimReply { tensorOuputDimA: int_array_out(&dims, dims.len()) })
+    }
+
+    fn cudnn_get_convolution_forward_algorithm_max_count(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetConvolutionForwardAlgorithmMaxCountRequest,
+    ) -> Result<CudnnGetConvolutionForwardAlgorithmMaxCountReply, CudnnStatus> {
+        self.dnn_handle(cx, req.handle)?;
+        Ok(CudnnGetConvolutionForwardAlgorithmMaxCountReply { count: ConvDirection::Forward.algorithm_count() })
+    }
+
+    fn cudnn_get_convolution_backward_data_algorithm_max_count(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetConvolutionBackwardDataAlgorithmMaxCountRequest,
+    ) -> Result<CudnnGetConvolutionBackwardDataAlgorithmMaxCountReply, CudnnStatus> {
+        self.dnn_handle(cx, req.handle)?;
+        Ok(CudnnGetConvolutionBackwardDataAlgorithmMaxCountReply {
+            count: ConvDirection::BackwardData.algorithm_count(),
+        })
+    }
+
+    fn cudnn_get_convolution_backward_filter_algorithm_max_count(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetConvolutionBackwardFilterAlgorithmMaxCountRequest,
+    ) -> Result<CudnnGetConvolutionBackwardFilterAlgorithmMaxCountReply, CudnnStatus> {
+        self.dnn_handle(cx, req.handle)?;
+        Ok(CudnnGetConvolutionBackwardFilterAlgorithmMaxCountReply {
+            count: ConvDirection::BackwardFilter.algorithm_count(),
+        })
+    }
+
+    fn cudnn_get_convolution_forward_algorithm_v7(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetConvolutionForwardAlgorithmV7Request,
+    ) -> Result<CudnnGetConvolutionForwardAlgorithmV7Reply, CudnnStatus> {
+        let call = conv_call(req.handle, (req.srcDesc, 0), (req.filterDesc, 0), req.convDesc, (req.destDesc, 0));
+        let (n, perf) =
+            self.dnn_conv_algorithms(cx, ConvDirection::Forward, (false, false), &call, req.requestedAlgoCount)?;
+        Ok(CudnnGetConvolutionForwardAlgorithmV7Reply { returnedAlgoCount: n, perfResults: perf })
+    }
+
+    fn cudnn_get_convolution_backward_data_algorithm_v7(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetConvolutionBackwardDataAlgorithmV7Request,
+    ) -> Result<CudnnGetConvolutionBackwardDataAlgorithmV7Reply, CudnnStatus> {
+        let call = conv_call(req.handle, (req.gradDesc, 0), (req.filterDesc, 0), req.convDesc, (req.diffDesc, 0));
+        let dir = ConvDirection::BackwardData;
+        let (n, perf) = self.dnn_conv_algorithms(cx, dir, (false, false), &call, req.requestedAlgoCount)?;
+        Ok(CudnnGetConvolutionBackwardDataAlgorithmV7Reply { returnedAlgoCount: n, perfResults: perf })
+    }
+
+    fn cudnn_get_convolution_backward_filter_algorithm_v7(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetConvolutionBackwardFilterAlgorithmV7Request,
+    ) -> Result<CudnnGetConvolutionBackwardFilterAlgorithmV7Reply, CudnnStatus> {
+        let call = conv_call(req.handle, (req.srcDesc, 0), (req.gradDesc, 0), req.convDesc, (req.diffDesc, 0));
+        let dir = ConvDirection::BackwardFilter;
+        let (n, perf) = self.dnn_conv_algorithms(cx, dir, (false, false), &call, req.requestedAlgoCount)?;
+        Ok(CudnnGetConvolutionBackwardFilterAlgorithmV7Reply { returnedAlgoCount: n, perfResults: perf })
+    }
+
+    fn cudnn_find_convolution_forward_algorithm(
+        &self,
+        cx: &CallCx,
+        req: CudnnFindConvolutionForwardAlgorithmRequest,
+    ) -> Result<CudnnFindConvolutionForwardAlgorithmReply, CudnnStatus> {
+        let call = conv_call(req.handle, (req.xDesc, 0), (req.wDesc, 0), req.convDesc, (req.yDesc, 0));
+        let (n, perf) =
+            self.dnn_conv_algorithms(cx, ConvDirection::Forward, (true, false), &call, req.requestedAlgoCount)?;
+        Ok(CudnnFindConvolutionForwardAlgorithmReply { returnedAlgoCount: n, perfResults: perf })
+    }
+
+    fn cudnn_find_convolution_backward_data_algorithm(
+        &self,
+        cx: &CallCx,
+        req: CudnnFindConvolutionBackwardDataAlgorithmRequest,
+    ) -> Result<CudnnFindConvolutionBackwardDataAlgorithmReply, CudnnStatus> {
+        let call = conv_call(req.handle, (req.dxDesc, 0), (req.wDesc, 0), req.convDesc, (req.dyDesc, 0));
+        let dir = ConvDirection::BackwardData;
+        let (n, perf) = self.dnn_conv_algorithms(cx, dir, (true, false), &call, req.requestedAlgoCount)?;
+        Ok(CudnnFindConvolutionBackwardDataAlgorithmReply { returnedAlgoCount: n, perfResults: perf })
+    }
+
+    fn cudnn_find_convolution_backward_filter_algorithm(
+        &self,
+        cx: &CallCx,
+        req: CudnnFindConvolutionBackwardFilterAlgorithmRequest,
+    ) -> Result<CudnnFindConvolutionBackwardFilterAlgorithmReply, CudnnStatus> {
+        let call = conv_call(req.handle, (req.xDesc, 0), (req.dwDesc, 0), req.convDesc, (req.dyDesc, 0));
+        let dir = ConvDirection::BackwardFilter;
+        let (n, perf) = self.dnn_conv_algorithms(cx, dir, (true, false), &call, req.requestedAlgoCount)?;
+        Ok(CudnnFindConvolutionBackwardFilterAlgorithmReply { returnedAlgoCount: n, perfResults: perf })
+    }
+
+    fn cudnn_find_convolution_forward_algorithm_ex(
+        &self,
+        cx: &CallCx,
+        req: CudnnFindConvolutionForwardAlgorithmExRequest,
+    ) -> Result<CudnnFindConvolutionForwardAlgorithmExReply, CudnnStatus> {
+        let call = ConvCall {
+            workspace: req.workSpace,
+            workspace_size: req.workSpaceSizeInBytes,
+            ..conv_call(req.handle, (req.xDesc, req.x), (req.wDesc, req.w), req.convDesc, (req.yDesc, req.y))
+        };
+        let (n, perf) =
+            self.dnn_conv_algorithms(cx, ConvDirection::Forward, (true, true), &call, req.requestedAlgoCount)?;
+        Ok(CudnnFindConvolutionForwardAlgorithmExReply { returnedAlgoCount: n, perfResults: perf })
+    }
+
+    fn cudnn_find_convolution_backward_data_algorithm_ex(
+        &self,
+        cx: &CallCx,
+        req: CudnnFindConvolutionBackwardDataAlgorithmExRequest,
+    ) -> Result<CudnnFindConvolutionBackwardDataAlgorithmExReply, CudnnStatus> {
+        let call = ConvCall {
+            workspace: req.workSpace,
+            workspace_size: req.workSpaceSizeInBytes,
+            ..conv_call(req.handle, (req.dxDesc, req.dx), (req.wDesc, req.w), req.convDesc, (req.dyDesc, req.dy))
+        };
+        let dir = ConvDirection::BackwardData;
+        let (n, perf) = self.dnn_conv_algorithms(cx, dir, (true, true), &call, req.requestedAlgoCount)?;
+        Ok(CudnnFindConvolutionBackwardDataAlgorithmExReply { returnedAlgoCount: n, perfResults: perf })
+    }
+
+    fn cudnn_find_convolution_backward_filter_algorithm_ex(
+        &self,
+        cx: &CallCx,
+        req: CudnnFindConvolutionBackwardFilterAlgorithmExRequest,
+    ) -> Result<CudnnFindConvolutionBackwardFilterAlgorithmExReply, CudnnStatus> {
+        let call = ConvCall {
+            workspace: req.workSpace,
+            workspace_size: req.workSpaceSizeInBytes,
+            ..conv_call(req.handle, (req.xDesc, req.x), (req.dwDesc, req.dw), req.convDesc, (req.dyDesc, req.y))
+        };
+        let dir = ConvDirection::BackwardFilter;
+        let (n, perf) = self.dnn_conv_algorithms(cx, dir, (true, true), &call, req.requestedAlgoCount)?;
+        Ok(CudnnFindConvolutionBackwardFilterAlgorithmExReply { returnedAlgoCount: n, perfResults: perf })
+    }
+
+    fn cudnn_get_convolution_forward_workspace_size(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetConvolutionForwardWorkspaceSizeRequest,
+    ) -> Result<CudnnGetConvolutionForwardWorkspaceSizeReply, CudnnStatus> {
+        let call = ConvCall {
+            algo: req.algo,
+            ..conv_call(req.handle, (req.xDesc, 0), (req.wDesc, 0), req.convDesc, (req.yDesc, 0))
+        };
+        Ok(CudnnGetConvolutionForwardWorkspaceSizeReply {
+            sizeInBytes: self.dnn_conv_workspace(cx, ConvDirection::Forward, &call)?,
+        })
+    }
+
+    fn cudnn_get_convolution_backward_data_workspace_size(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetConvolutionBackwardDataWorkspaceSizeRequest,
+    ) -> Result<CudnnGetConvolutionBackwardDataWorkspaceSizeReply, CudnnStatus> {
+        let call = ConvCall {
+            algo: req.algo,
+            ..conv_call(req.handle, (req.dxDesc, 0), (req.wDesc, 0), req.convDesc, (req.dyDesc, 0))
+        };
+        Ok(CudnnGetConvolutionBackwardDataWorkspaceSizeReply {
+            sizeInBytes: self.dnn_conv_workspace(cx, ConvDirection::BackwardData, &call)?,
+        })
+    }
+
+    fn cudnn_get_convolution_backward_filter_workspace_size(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetConvolutionBackwardFilterWorkspaceSizeRequest,
+    ) -> Result<CudnnGetConvolutionBackwardFilterWorkspaceSizeReply, CudnnStatus> {
+        let call = ConvCall {
+            algo: req.algo,
+            ..conv_call(req.handle, (req.xDesc, 0), (req.gradDesc, 0), req.convDesc, (req.dyDesc, 0))
+        };
+        Ok(CudnnGetConvolutionBackwardFilterWorkspaceSizeReply {
+            sizeInBytes: self.dnn_conv_workspace(cx, ConvDirection::BackwardFilter, &call)?,
+        })
+    }
+
+    fn cudnn_convolution_forward(
+        &self,
+        cx: &CallCx,
+        req: CudnnConvolutionForwardRequest<'_>,
+    ) -> Result<CudnnConvolutionForwardReply, CudnnStatus> {
+        let call = ConvCall {
+            algo: req.algo,
+            workspace: req.workSpace,
+            workspace_size: req.workSpaceSizeInBytes,
+            scaling: scaling_pair(req.alpha, req.beta),
+            ..conv_call(req.handle, (req.xDesc, req.x), (req.wDesc, req.w), req.convDesc, (req.yDesc, req.y))
+        };
+        self.dnn_convolution(cx, ConvDirection::Forward, call)?;
+        Ok(CudnnConvolutionForwardReply {})
+    }
+
+    fn cudnn_convolution_backward_data(
+        &self,
+        cx: &CallCx,
+        req: CudnnConvolutionBackwardDataRequest<'_>,
+    ) -> Result<CudnnConvolutionBackwardDataReply, CudnnStatus> {
+        let call = ConvCall {
+            algo: req.algo,
+            workspace: req.workSpace,
+            workspace_size: req.workSpaceSizeInBytes,
+            scaling: scaling_pair(req.alpha, req.beta),
+            ..conv_call(req.handle, (req.dxDesc, req.dx), (req.wDesc, req.w), req.convDesc, (req.dyDesc, req.dy))
+        };
+        self.dnn_convolution(cx, ConvDirection::BackwardData, call)?;
+        Ok(CudnnConvolutionBackwardDataReply {})
+    }
+
+    fn cudnn_convolution_backward_filter(
+        &self,
+        cx: &CallCx,
+        req: CudnnConvolutionBackwardFilterRequest<'_>,
+    ) -> Result<CudnnConvolutionBackwardFilterReply, CudnnStatus> {
+        let call = ConvCall {
+            algo: req.algo,
+            workspace: req.workSpace,
+            workspace_size: req.workSpaceSizeInBytes,
+            scaling: scaling_pair(req.alpha, req.beta),
+            ..conv_call(req.handle, (req.xDesc, req.x), (req.dwDesc, req.dw), req.convDesc, (req.dyDesc, req.dy))
+        };
+        self.dnn_convolution(cx, ConvDirection::BackwardFilter, call)?;
+        Ok(CudnnConvolutionBackwardFilterReply {})
+    }
+
+    fn cudnn_convolution_backward_bias(
+        &self,
+        cx: &CallCx,
+        req: CudnnConvolutionBackwardBiasRequest<'_>,
+    ) -> Result<CudnnConvolutionBackwardBiasReply, CudnnStatus> {
+        let call = ConvCall {
+            scaling: scaling_pair(req.alpha, req.beta),
+            ..conv_call(req.handle, (req.dyDesc, req.dy), (0, 0), 0, (req.dbDesc, req.db))
+        };
+        self.dnn_backward_bias(cx, call)?;
+        Ok(CudnnConvolutionBackwardBiasReply {})
+    }
+
+    fn cudnn_convolution_bias_activation_forward(
+        &self,
+        cx: &CallCx,
+        req: CudnnConvolutionBiasActivationForwardRequest<'_>,
+    ) -> Result<CudnnConvolutionBiasActivationForwardReply, CudnnStatus> {
+        let call = ConvCall {
+            algo: req.algo,
+            workspace: req.workSpace,
+            workspace_size: req.workSpaceSizeInBytes,
+            scaling: scaling_pair(req.alpha1, req.alpha2),
+            z_desc: req.zDesc,
+            z: req.z,
+            bias_desc: req.biasDesc,
+            bias: req.bias,
+            activation: req.activationDesc,
+            ..conv_call(req.handle, (req.xDesc, req.x), (req.wDesc, req.w), req.convDesc, (req.yDesc, req.y))
+        };
+        self.dnn_conv_bias_activation(cx, call)?;
+        Ok(CudnnConvolutionBiasActivationForwardReply {})
+    }
+
+    fn cudnn_create_activation_descriptor(
+        &self,
+        cx: &CallCx,
+        _: CudnnCreateActivationDescriptorRequest,
+    ) -> Result<CudnnCreateActivationDescriptorReply, CudnnStatus> {
+        Ok(CudnnCreateActivationDescriptorReply { activationDesc: self.dnn_legacy_create(cx, LegacyKind::Activation)? })
+    }
+
+    fn cudnn_destroy_activation_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnDestroyActivationDescriptorRequest,
+    ) -> Result<CudnnDestroyActivationDescriptorReply, CudnnStatus> {
+        self.dnn_legacy_destroy(cx, LegacyKind::Activation, req.activationDesc)?;
+        Ok(CudnnDestroyActivationDescriptorReply {})
+    }
+
+    fn cudnn_set_activation_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetActivationDescriptorRequest,
+    ) -> Result<CudnnSetActivationDescriptorReply, CudnnStatus> {
+        self.dnn_change_activation(cx, req.activationDesc, |a| ActivationSettings {
+            mode: req.mode,
+            nan_propagation: req.reluNanOpt,
+            coef: req.coef,
+            ..a
+        })?;
+        Ok(CudnnSetActivationDescriptorReply {})
+    }
+
+    fn cudnn_set_activation_descriptor_swish_beta(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetActivationDescriptorSwishBetaRequest,
+    ) -> Result<CudnnSetActivationDescriptorSwishBetaReply, CudnnStatus> {
+        self.dnn_change_activation(cx, req.activationDesc, |a| ActivationSettings { swish_beta: req.swish_beta, ..a })?;
+        Ok(CudnnSetActivationDescriptorSwishBetaReply {})
+    }
+
+    fn cudnn_get_activation_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetActivationDescriptorRequest,
+    ) -> Result<CudnnGetActivationDescriptorReply, CudnnStatus> {
+        let a = self.dnn_activation(cx, req.activationDesc)?;
+        Ok(CudnnGetActivationDescriptorReply { mode: a.mode, reluNanOpt: a.nan_propagation, coef: a.coef })
+    }
+
+    fn cudnn_get_activation_descriptor_swish_beta(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetActivationDescriptorSwishBetaRequest,
+    ) -> Result<CudnnGetActivationDescriptorSwishBetaReply, CudnnStatus> {
+        Ok(CudnnGetActivationDescriptorSwishBetaReply {
+            swish_beta: self.dnn_activation(cx, req.activationDesc)?.swish_beta,
+        })
+    }
+
+    fn cudnn_activation_forward(
+        &self,
+        cx: &CallCx,
+        req: CudnnActivationForwardRequest<'_>,
+    ) -> Result<CudnnActivationForwardReply, CudnnStatus> {
+        self.dnn_activate(
+            cx,
+            ActivationCall {
+                backward: false,
+                handle: req.handle,
+                activation: req.activationDesc,
+                scaling: scaling_pair(req.alpha, req.beta),
+                x_desc: req.xDesc,
+                x: req.x,
+                y_desc: req.yDesc,
+                y: req.y,
+                ..ActivationCall::default()
+            },
+        )?;
+        Ok(CudnnActivationForwardReply {})
+    }
+
+    fn cudnn_activation_backward(
+        &self,
+        cx: &CallCx,
+        req: CudnnActivationBackwardRequest<'_>,
+    ) -> Result<CudnnActivationBackwardReply, CudnnStatus> {
+        self.dnn_activate(
+            cx,
+            ActivationCall {
+                backward: true,
+                handle: req.handle,
+                activation: req.activationDesc,
+                scaling: scaling_pair(req.alpha, req.beta),
+                x_desc: req.xDesc,
+                x: req.x,
+                y_desc: req.yDesc,
+                y: req.y,
+                dy_desc: req.dyDesc,
+                dy: req.dy,
+                dx_desc: req.dxDesc,
+                dx: req.dx,
+            },
+        )?;
+        Ok(CudnnActivationBackwardReply {})
+    }
+}
+
+/// A convolution's handle and (descriptor, address) pairs: x, w, the convolution, y (for a
+/// backward data dx and dy, for a backward filter dw and dy).
+fn conv_call(handle: u64, x: (u64, u64), w: (u64, u64), conv_desc: u64, y: (u64, u64)) -> ConvCall {
+    ConvCall { handle, x_desc: x.0, x: x.1, w_desc: w.0, w: w.1, conv_desc, y_desc: y.0, y: y.1, ..ConvCall::default() }
 }

@@ -14,6 +14,7 @@ use phos_protocol::apis::Function;
 use phos_protocol::cudnn::*;
 use phos_protocol::spec::{DeviceAccess, RecordFacts};
 
+use super::cudnn_ops::Range;
 use super::device_io;
 use super::{CallCx, Session};
 use crate::backend::StreamRef;
@@ -28,7 +29,7 @@ const MAX_ELEMENTS: u64 = 1 << 31;
 
 // cudnnDataType_t.
 const DATA_FLOAT: i32 = 0;
-const DATA_DOUBLE: i32 = 1;
+pub(super) const DATA_DOUBLE: i32 = 1;
 const DATA_HALF: i32 = 2;
 const DATA_BFLOAT16: i32 = 9;
 
@@ -57,9 +58,14 @@ fn element_bytes(data_type: i32) -> Result<u64, CudnnStatus> {
     }
 }
 
+/// A data type cuDNN knows and Phos carries, or the status and why.
+pub(super) fn checked_type(data_type: i32) -> Result<(), (CudnnStatus, String)> {
+    element_bytes(data_type).map(|_| ()).map_err(|s| (s, format!("data type {data_type}")))
+}
+
 /// A checked shape, or the status and why.
 fn checked_shape(data_type: i32, dims: &[i32], strides: &[i32]) -> Result<TensorShape, (CudnnStatus, String)> {
-    element_bytes(data_type).map_err(|s| (s, format!("data type {data_type}")))?;
+    checked_type(data_type)?;
     if dims.is_empty() || dims.len() != strides.len() {
         return Err((CudnnStatus::BAD_PARAM, format!("{} dimensions", dims.len())));
     }
@@ -82,27 +88,27 @@ fn checked_shape(data_type: i32, dims: &[i32], strides: &[i32]) -> Result<Tensor
 
 /// Elements from the first to the last, gaps included (saturating: the shape check refuses
 /// more than 2^31).
-fn span(shape: &TensorShape) -> u64 {
+pub(super) fn span(shape: &TensorShape) -> u64 {
     let sum: u128 =
         shape.dims.iter().zip(&shape.strides).map(|(&d, &s)| (d.max(1) as u128 - 1) * s.max(0) as u128).sum();
     u64::try_from(1 + sum).unwrap_or(u64::MAX)
 }
 
 /// Elements the dimensions hold (saturating, as `span`).
-fn elements(shape: &TensorShape) -> u64 {
+pub(super) fn elements(shape: &TensorShape) -> u64 {
     let product = shape.dims.iter().try_fold(1u128, |acc, &d| acc.checked_mul(d.max(0) as u128));
     product.and_then(|p| u64::try_from(p).ok()).unwrap_or(u64::MAX)
 }
 
 /// Bytes a tensor of this shape spans.
-fn span_bytes(shape: &TensorShape) -> u64 {
+pub(super) fn span_bytes(shape: &TensorShape) -> u64 {
     span(shape) * element_bytes(shape.data_type).unwrap_or(0)
 }
 
 /// Packed strides of `dims` in `format`: NCHW is row-major; NHWC puts the channels innermost,
 /// then the spatial dimensions from the last, then the batch. Strides past an int are
 /// NOT_SUPPORTED (the shape's own check refuses bad dimensions after).
-fn format_strides(format: i32, dims: &[i32]) -> Result<Vec<i32>, CudnnStatus> {
+pub(super) fn format_strides(format: i32, dims: &[i32]) -> Result<Vec<i32>, CudnnStatus> {
     let n = dims.len();
     let mut order: Vec<usize> = (0..n).rev().collect();
     match format {
@@ -200,15 +206,15 @@ impl BnKind {
     }
 }
 
-/// Where a CPU batch normalization reads and writes, on the handle's stream.
-struct CpuTensors<'s> {
-    session: &'s Session,
-    stream: StreamRef,
+/// Where the CPU implementation reads and writes, on the handle's stream.
+pub(super) struct CpuTensors<'s> {
+    pub session: &'s Session,
+    pub stream: StreamRef,
 }
 
 impl CpuTensors<'_> {
     /// The tensor at `addr` in canonical order, as f64.
-    fn load(&self, addr: u64, shape: &TensorShape) -> Result<Vec<f64>, CudnnStatus> {
+    pub fn load(&self, addr: u64, shape: &TensorShape) -> Result<Vec<f64>, CudnnStatus> {
         let size = element_bytes(shape.data_type)? as usize;
         let raw = device_io::read(self.session, self.stream, addr, span_bytes(shape) as usize)
             .map_err(super::cudnn::dnn_status)?;
@@ -216,7 +222,7 @@ impl CpuTensors<'_> {
     }
 
     /// Store `values` (canonical order) at `addr`, leaving the gaps between them as they were.
-    fn store(&self, addr: u64, shape: &TensorShape, values: &[f64]) -> Result<(), CudnnStatus> {
+    pub fn store(&self, addr: u64, shape: &TensorShape, values: &[f64]) -> Result<(), CudnnStatus> {
         let size = element_bytes(shape.data_type)? as usize;
         let mut raw = device_io::read(self.session, self.stream, addr, span_bytes(shape) as usize)
             .map_err(super::cudnn::dnn_status)?;
@@ -224,6 +230,18 @@ impl CpuTensors<'_> {
             encode(shape.data_type, *v, &mut raw[o * size..(o + 1) * size]);
         }
         device_io::write(self.session, self.stream, addr, &raw).map_err(super::cudnn::dnn_status)
+    }
+    /// Store `alpha * result + beta * prior` at `addr` (the prior read only when beta is not 0).
+    pub fn blend_store(
+        &self,
+        addr: u64,
+        shape: &TensorShape,
+        alpha: f64,
+        result: &[f64],
+        beta: f64,
+    ) -> Result<(), CudnnStatus> {
+        let prior = if beta == 0.0 { None } else { Some(self.load(addr, shape)?) };
+        self.store(addr, shape, &cpu_dnn::blend(alpha, result, beta, prior.as_deref()))
     }
 }
 
@@ -235,7 +253,7 @@ struct BnShapes {
 }
 
 impl Session {
-    fn dnn_tensor_of(&self, cx: &CallCx, handle: u64) -> Result<TensorDesc, CudnnStatus> {
+    pub(super) fn dnn_tensor_of(&self, cx: &CallCx, handle: u64) -> Result<TensorDesc, CudnnStatus> {
         self.objects
             .dnn
             .tensor(handle)
@@ -243,7 +261,12 @@ impl Session {
     }
 
     /// A tensor descriptor that has a shape.
-    fn dnn_shape_of(&self, cx: &CallCx, what: &str, handle: u64) -> Result<(TensorDesc, TensorShape), CudnnStatus> {
+    pub(super) fn dnn_shape_of(
+        &self,
+        cx: &CallCx,
+        what: &str,
+        handle: u64,
+    ) -> Result<(TensorDesc, TensorShape), CudnnStatus> {
         let t = self.dnn_tensor_of(cx, handle)?;
         let Some(shape) = t.shape.clone() else {
             return Err(self.dnn_bad(cx, format_args!("{what} ({handle:#x}) was never given a shape")));
@@ -252,7 +275,7 @@ impl Session {
     }
 
     /// A refusal with the status cuDNN gives, logged (bounded).
-    fn dnn_refuse(&self, cx: &CallCx, status: CudnnStatus, why: std::fmt::Arguments<'_>) -> CudnnStatus {
+    pub(super) fn dnn_refuse(&self, cx: &CallCx, status: CudnnStatus, why: std::fmt::Arguments<'_>) -> CudnnStatus {
         let name = cx.function.map_or("cuDNN", |f| f.name());
         let label = phos_protocol::cudnn::ERRORS.iter().find(|e| e.code == i64::from(status.0)).map_or("", |e| e.name);
         crate::guest_warn!(self.id, "{name}: {why}: {label}");
@@ -548,20 +571,11 @@ impl Session {
             ranges.push(("workspace", call.workspace, call.workspace_size, true, call.workspace_size == 0));
             ranges.push(("reserveSpace", call.reserve, call.reserve_size, true, call.reserve_size == 0));
         }
-        let mut access = Vec::with_capacity(ranges.len());
-        for (what, addr, len, writes, optional) in ranges {
-            if addr == 0 && optional {
-                continue;
-            }
-            if addr == 0 || !self.objects.memory.contains(addr, len) {
-                return Err(self.dnn_bad(
-                    cx,
-                    format_args!("`{what}` at {addr:#x} is not {len} bytes of the session's device memory"),
-                ));
-            }
-            access.push(DeviceAccess { addr, len, writes });
-        }
-        Ok(access)
+        let ranges: Vec<Range<'_>> = ranges
+            .into_iter()
+            .map(|(what, addr, len, writes, optional)| Range { what, addr, len, writes, optional })
+            .collect();
+        self.dnn_ranges(cx, &ranges)
     }
 
     /// Run one batch normalization call: checked, shown to the checkpoint engine, then run
@@ -636,9 +650,6 @@ impl Session {
         let x = t.load(c.x, &s.data)?;
         let scale = t.load(c.scale, &s.params)?;
         let [alpha, beta] = c.data_scaling.map(f64::from);
-        let prior = |addr: u64, shape: &TensorShape, beta: f64| -> Result<Option<Vec<f64>>, CudnnStatus> {
-            if beta == 0.0 { Ok(None) } else { t.load(addr, shape).map(Some) }
-        };
         match kind {
             BnKind::ForwardTraining | BnKind::ForwardTrainingEx | BnKind::ForwardInference => {
                 let bias = t.load(c.bias, &s.params)?;
@@ -662,8 +673,7 @@ impl Session {
                     (stats.mean, inv)
                 };
                 let y = cpu_dnn::normalize(g, &x, &mean, &inv, &scale, &bias);
-                let y = cpu_dnn::blend(alpha, &y, beta, prior(c.y, &s.data, beta)?.as_deref());
-                t.store(c.y, &s.data, &y)
+                t.blend_store(c.y, &s.data, alpha, &y, beta)
             }
             BnKind::Backward | BnKind::BackwardEx => {
                 let dy = t.load(c.dy, &s.data)?;
@@ -675,12 +685,10 @@ impl Session {
                     (stats.mean, inv)
                 };
                 let grads = cpu_dnn::backward(g, &x, &dy, &scale, &mean, &inv);
-                let dx = cpu_dnn::blend(alpha, &grads.dx, beta, prior(c.dx, &s.data, beta)?.as_deref());
-                t.store(c.dx, &s.data, &dx)?;
+                t.blend_store(c.dx, &s.data, alpha, &grads.dx, beta)?;
                 let [alpha_p, beta_p] = c.param_scaling.map(f64::from);
                 for (addr, values) in [(c.dscale, &grads.dscale), (c.dbias, &grads.dbias)] {
-                    let out = cpu_dnn::blend(alpha_p, values, beta_p, prior(addr, &s.params, beta_p)?.as_deref());
-                    t.store(addr, &s.params, &out)?;
+                    t.blend_store(addr, &s.params, alpha_p, values, beta_p)?;
                 }
                 Ok(())
             }

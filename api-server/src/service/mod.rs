@@ -11,6 +11,7 @@ pub mod cuda;
 pub mod cudart;
 pub mod cudnn;
 mod cudnn_legacy;
+mod cudnn_ops;
 pub mod cufft;
 pub mod curand;
 pub mod cusolver;
