@@ -431,7 +431,14 @@ fn move_to_arena(start: usize, end: usize) -> Option<Moved> {
     // bytes, mapped in this process, used by nothing else yet); `remote` is only read, by the
     // kernel, which checks it.
     let copied = unsafe {
-        libc::process_vm_readv(libc::getpid(), local.as_ptr(), local.len() as _, remote.as_ptr(), remote.len() as _, 0)
+        libc::process_vm_readv(
+            std::process::id() as libc::pid_t,
+            local.as_ptr(),
+            local.len() as _,
+            remote.as_ptr(),
+            remote.len() as _,
+            0,
+        )
     };
     if copied != span as isize {
         return give_back("its pages cannot be read");
@@ -644,7 +651,8 @@ mod tests {
         let local = libc::iovec { iov_base: arena as *mut c_void, iov_len: span };
         let remote = libc::iovec { iov_base: first_page as *mut c_void, iov_len: span };
         // SAFETY: copies the test's own buffer into its own shared mapping, both `span` bytes.
-        assert_eq!(unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) }, span as isize);
+        let copied = unsafe { libc::process_vm_readv(std::process::id() as libc::pid_t, &local, 1, &remote, 1, 0) };
+        assert_eq!(copied, span as isize);
         // SAFETY: maps the test's file over pages of its own buffer, which hold the same bytes.
         let mapped = unsafe {
             libc::mmap(
