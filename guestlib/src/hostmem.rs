@@ -10,6 +10,8 @@
 //!
 //! Managed memory (`cudaMallocManaged`) is arena memory too, marked as such: the host and the
 //! device reach the same pages at the same address (docs/architecture.md, "Managed memory").
+//! So is memory registered with `cudaHostRegister` once its pages are moved into the arena
+//! ([`register`]; docs/architecture.md, "Registered memory is moved into the arena").
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;

@@ -73,8 +73,9 @@ pub(crate) fn memcpy_kind_of(addr: u64) -> bool {
 
 #[allow(non_snake_case)]
 /// `cudaMemcpy`/`cudaMemcpyAsync` fast paths: copies of pinned arena memory (allocated, or
-/// registered and moved there) are DMAs of the guest's pages (`phosMemcpyPinned`); other large host<->device copies move through the
-/// channel's staging region. `stream` is `None` for `cudaMemcpy`.
+/// registered and moved there) are DMAs of the guest's pages (`phosMemcpyPinned`); other
+/// large host<->device copies move through the channel's staging region. `stream` is `None`
+/// for `cudaMemcpy`.
 unsafe fn fast_copy(
     dst: *mut c_void,
     src: *const c_void,
