@@ -385,6 +385,8 @@ int main(int argc, char **argv) {
     CU(cuMemHostRegister(plain.data(), n * sizeof(float), 0));
     CU(cuMemcpyDtoHAsync(plain.data(), d2, n * sizeof(float), s1));
     CU(cuStreamSynchronize(s1));
+    unsigned int registered_flags = 0;
+    CU(cuMemHostGetFlags(&registered_flags, plain.data()));
     CU(cuMemHostUnregister(plain.data()));
     std::printf("copy into registered memory: %s\n", yes(plain[10] == 60.0f));
 

@@ -1,8 +1,10 @@
-// A long-running iterative computation (usage: iterative [ITERATIONS] [PAUSE_MS] [pinned]):
-// state in device memory, a __device__ counter, a stream and an event, updated step after
-// step and summarised every 10 steps. With `pinned`, the summaries are copied into
-// page-locked memory and the kernel also counts its steps in mapped host memory. The
-// checkpoint tests stop and restore it in the middle; its output must not change.
+// A long-running iterative computation (usage: iterative [ITERATIONS] [PAUSE_MS]
+// [pinned|registered]): state in device memory, a __device__ counter, a stream and an event,
+// updated step after step and summarised every 10 steps. With `pinned`, the summaries are
+// copied into page-locked memory and the kernel also counts its steps in mapped host memory;
+// with `registered` the same memory is malloc'd and registered with cudaHostRegister (the
+// counter on a page shared with other heap data). The checkpoint and migration tests stop,
+// restore and move it in the middle; its output must not change.
 #include "check.h"
 #include <cstdlib>
 #include <string>
@@ -28,6 +30,7 @@ int main(int argc, char **argv) {
     const int iterations = argc > 1 ? std::atoi(argv[1]) : 40;
     const int pause_ms = argc > 2 ? std::atoi(argv[2]) : 0;
     const bool pinned = argc > 3 && std::string(argv[3]) == "pinned";
+    const bool registered = argc > 3 && std::string(argv[3]) == "registered";
     const int n = 1 << 18;
     std::vector<unsigned> pageable(n), salt(1024);
     unsigned *host = pageable.data();
@@ -36,6 +39,14 @@ int main(int argc, char **argv) {
         CHECK(cudaMallocHost(&host, n * sizeof(unsigned)));
         CHECK(cudaHostAlloc(&mapped, sizeof(*mapped), cudaHostAllocMapped));
         *mapped = 0;
+    }
+    unsigned long long *counter = nullptr;
+    if (registered) {
+        CHECK(cudaHostRegister(host, n * sizeof(unsigned), cudaHostRegisterDefault));
+        counter = (unsigned long long *)std::malloc(sizeof(*counter));
+        *counter = 0;
+        CHECK(cudaHostRegister(counter, sizeof(*counter), cudaHostRegisterMapped));
+        CHECK(cudaHostGetDevicePointer((void **)&mapped, counter, 0));
     }
     for (int i = 0; i < n; i++) host[i] = i * 7u;
     for (int i = 0; i < 1024; i++) salt[i] = i * 40503u;
@@ -72,6 +83,13 @@ int main(int argc, char **argv) {
         EXPECT(*mapped == (unsigned long long)iterations);
         CHECK(cudaFreeHost(host));
         CHECK(cudaFreeHost(mapped));
+    }
+    if (registered) {
+        std::printf("steps counted in registered memory: %llu\n", *counter);
+        EXPECT(*counter == (unsigned long long)iterations);
+        CHECK(cudaHostUnregister(host));
+        CHECK(cudaHostUnregister(counter));
+        std::free(counter);
     }
     CHECK(cudaEventDestroy(done));
     CHECK(cudaStreamDestroy(s));

@@ -104,6 +104,14 @@ fn a_session_with_pinned_memory_is_stopped_and_restored() {
     stop_and_restore_iterative(&["pinned"]);
 }
 
+/// The same with memory registered with cudaHostRegister: its pages are arena pages, which
+/// the restored server maps and registers again, so the kernel keeps counting in the guest's
+/// own (malloc'd) memory through its device pointer.
+#[test]
+fn a_session_with_registered_memory_is_stopped_and_restored() {
+    stop_and_restore_iterative(&["registered"]);
+}
+
 fn stop_and_restore_iterative(mode: &[&str]) {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);

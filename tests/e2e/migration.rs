@@ -143,13 +143,24 @@ fn finish(mut guest: Child, mut out: BufReader<ChildStdout>, mut printed: String
 /// Each move is counted in the source's metrics, with its downtime.
 #[test]
 fn migrated_back_and_forth_over_tcp_the_program_finishes_unchanged() {
+    migrated_back_and_forth(&[]);
+}
+
+/// The same with memory registered with cudaHostRegister (arena pages the target maps and
+/// registers again): the kernel keeps counting in the guest's malloc'd memory.
+#[test]
+fn a_session_with_registered_memory_migrates_back_and_forth() {
+    migrated_back_and_forth(&["registered"]);
+}
+
+fn migrated_back_and_forth(mode: &[&str]) {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);
     let dir = tempfile::tempdir().unwrap();
     let secret = secret_file(dir.path(), SECRET);
     let a = peer_router(&secret, &[]);
     let b = peer_router(&secret, &[]);
-    let reference = start_guest(&a, &exe, &["70", "0"]).wait_with_output().unwrap();
+    let reference = start_guest(&a, &exe, &[&["70", "0"], mode].concat()).wait_with_output().unwrap();
     assert!(reference.status.success(), "{}", String::from_utf8_lossy(&reference.stderr));
     let reference = String::from_utf8(reference.stdout).unwrap();
     // The reference's session ends at A before the migrated one starts (A moves one session).
@@ -159,7 +170,7 @@ fn migrated_back_and_forth_over_tcp_the_program_finishes_unchanged() {
         std::thread::sleep(Duration::from_millis(50));
     }
 
-    let mut guest = start_guest(&a, &exe, &["70", "30"]);
+    let mut guest = start_guest(&a, &exe, &[&["70", "30"], mode].concat());
     let mut out = BufReader::new(guest.stdout.take().unwrap());
     let mut printed = String::new();
     read_until(&mut out, &mut printed, "iteration 10 ");

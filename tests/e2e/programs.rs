@@ -51,6 +51,7 @@ programs!(
     faults,
     graphs,
     host_threads,
+    host_register,
     iterative,
     layered_mipmapped,
     managed_memory,
@@ -75,6 +76,20 @@ programs!(
     vector_add,
     warp_ops,
 );
+
+/// Without a pinned arena (a channel on a Unix socket has none) registered memory stays the
+/// process's own: its copies work, and its device pointer is refused, by name.
+#[test]
+fn registered_memory_without_the_arena_is_not_mapped() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "host_register", ARCH);
+    let out = phos_run_over("emu", "unix", &exe, &[]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success(), "registered memory without an arena:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("registered: contents kept yes, bytes around kept yes"), "{stdout}");
+    assert!(stdout.contains("cudaHostGetDevicePointer") && stdout.contains("cudaErrorNotSupported"), "{stdout}");
+    assert!(stderr.contains("cudaHostGetDevicePointer of page-locked memory outside the pinned arena"), "{stderr}");
+}
 
 /// The Unix-socket transport carries the same programs: many threads, large copies, async
 /// launches, device output.

@@ -27,7 +27,8 @@ use crate::registry::memory::MemoryView;
 /// managed memory is the guest's pinned arena, one copy both sides reach, which the host
 /// may touch only while no kernel runs (for `__managed__` variables, whose host copy is
 /// written back at launches and read at synchronisations): no concurrent managed access, no
-/// access to the guest's pageable memory, and no direct host access to device memory.
+/// access to the guest's pageable memory, and no direct host access to device memory. And
+/// registered host memory, also arena memory, has a device pointer of its own.
 pub fn managed_memory_attribute(attribute: i32) -> Option<i32> {
     match attribute {
         83 => Some(1),  // cudaDevAttrManagedMemory
@@ -35,6 +36,9 @@ pub fn managed_memory_attribute(attribute: i32) -> Option<i32> {
         89 => Some(0),  // cudaDevAttrConcurrentManagedAccess
         100 => Some(0), // cudaDevAttrPageableMemoryAccessUsesHostPageTables
         101 => Some(0), // cudaDevAttrDirectManagedMemAccessFromHost
+        // Registered memory is moved into the arena, where the device reaches it at the arena
+        // address (cudaHostGetDevicePointer), not at the application's pointer.
+        91 => Some(0), // cudaDevAttrCanUseHostPointerForRegisteredMem
         _ => None,
     }
 }

@@ -485,6 +485,12 @@ impl HandWritten for Hand {
         in_context(F::CuMemHostUnregister, || bridge::runtime(|| unsafe { cudart::cudaHostUnregister(p) }))
     }
 
+    unsafe fn cuMemHostGetFlags(p_flags: *mut u32, p: *mut c_void) -> i32 {
+        // SAFETY: `p_flags` is null or a writable `unsigned int` (this export's contract); the
+        // runtime checks it and looks `p` up among page-locked and registered memory.
+        in_context(F::CuMemHostGetFlags, || bridge::runtime(|| unsafe { cudart::cudaHostGetFlags(p_flags, p) }))
+    }
+
     unsafe fn cuMemHostGetDevicePointer_v2(pdptr: *mut u64, p: *mut c_void, flags: u32) -> i32 {
         in_context(F::CuMemHostGetDevicePointerV2, || {
             // SAFETY: `pdptr` is null or a writable `CUdeviceptr`, the size of the `void *` the

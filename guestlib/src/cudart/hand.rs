@@ -72,9 +72,10 @@ pub(crate) fn memcpy_kind_of(addr: u64) -> bool {
 }
 
 #[allow(non_snake_case)]
-/// `cudaMemcpy`/`cudaMemcpyAsync` fast paths: copies of pinned arena memory are DMAs of the
-/// guest's pages (`phosMemcpyPinned`); other large host<->device copies move through the
-/// channel's staging region. `stream` is `None` for `cudaMemcpy`.
+/// `cudaMemcpy`/`cudaMemcpyAsync` fast paths: copies of pinned arena memory (allocated, or
+/// registered and moved there) are DMAs of the guest's pages (`phosMemcpyPinned`); other
+/// large host<->device copies move through the channel's staging region. `stream` is `None`
+/// for `cudaMemcpy`.
 unsafe fn fast_copy(
     dst: *mut c_void,
     src: *const c_void,
@@ -82,8 +83,9 @@ unsafe fn fast_copy(
     kind: i32,
     stream: Option<u64>,
 ) -> Option<Result<(), CudaError>> {
-    let (dst_in_arena, src_in_arena) = (hostmem::in_arena(dst as usize, count), hostmem::in_arena(src as usize, count));
-    if count < runtime::STAGED_MIN && !dst_in_arena && !src_in_arena {
+    let (dst_pinned, src_pinned) =
+        (hostmem::pinned_address(dst as usize, count), hostmem::pinned_address(src as usize, count));
+    if count < runtime::STAGED_MIN && dst_pinned.is_none() && src_pinned.is_none() {
         return None;
     }
     let direction =
@@ -91,10 +93,10 @@ unsafe fn fast_copy(
             Ok(d) => d as i32,
             Err(e) => return Some(Err(e)),
         };
-    let pinned = |device: *const c_void, host: *const c_void| {
+    let pinned = |device: *const c_void, host: u64| {
         let req = cudart::PhosMemcpyPinnedRequest {
             device: device as usize as u64,
-            host: host as usize as u64,
+            host,
             count: count as u64,
             direction,
             stream: stream.unwrap_or(0),
@@ -102,9 +104,9 @@ unsafe fn fast_copy(
         };
         Some(runtime::call(&req).map(|_| ()))
     };
-    match direction {
-        consts::cudaMemcpyHostToDevice if src_in_arena => return pinned(dst, src),
-        consts::cudaMemcpyDeviceToHost if dst_in_arena => return pinned(src, dst),
+    match (direction, src_pinned, dst_pinned) {
+        (consts::cudaMemcpyHostToDevice, Some(host), _) => return pinned(dst, host),
+        (consts::cudaMemcpyDeviceToHost, _, Some(host)) => return pinned(src, host),
         _ if count < runtime::STAGED_MIN => return None,
         _ => {}
     }

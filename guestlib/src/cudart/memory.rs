@@ -422,9 +422,9 @@ pub unsafe fn pointer_attributes(out: *mut c_void, ptr: *const c_void) -> Result
         // One address for the host and every device; CUDA names the device current at the call.
         (MEMORY_MANAGED, runtime::current_device(), addr, addr)
     } else if let Some((_, _, _, device)) = hostmem::lookup_any(addr as usize) {
-        // Under unified addressing page-locked memory is mapped at its own address; arena
-        // memory where the driver says.
-        (MEMORY_HOST, device, hostmem::arena_device_pointer(addr as usize).unwrap_or(addr), addr)
+        // Arena memory (allocated, or registered and moved there) where the server maps it;
+        // other page-locked memory at its own address, as under unified addressing.
+        (MEMORY_HOST, device, hostmem::mapped_device_pointer(addr as usize).unwrap_or(addr), addr)
     } else if addr != 0 && (runtime::session()?.contains(addr) || registry::is_module_global(addr)) {
         let device = runtime::call(&PhosPointerDeviceRequest { ptr: addr })?.device;
         (MEMORY_DEVICE, device, addr, 0)
