@@ -100,7 +100,7 @@ fn versioned<'a>(name: &'a [u8], stem: &[u8]) -> Option<&'a [u8]> {
 /// its sub-libraries (`libcudnn_graph.so.9*`, ...; 9 for the unversioned names); cuBLASLt of the
 /// same major version for `libcublasLt.so.11*`, `.12*`, `.13*` (12 for `libcublasLt.so`); cuFFT
 /// of the same major version for `libcufft.so.10*` (CUDA 11), `.11*` (CUDA 12) and `.12*` (CUDA
-/// 13; 11 for `libcufft.so`); NVML for `libnvidia-ml.so.1*` and `libnvidia-ml.so`. `None` for
+/// 13; 11 for `libcufft.so`); NVML for every `libnvidia-ml.so*`. `None` for
 /// anything else, including a runtime of a major version Phos does not present (left alone:
 /// if it gets mapped, it is reported).
 pub fn served(name: &[u8]) -> Option<Served> {
@@ -161,8 +161,9 @@ pub fn served(name: &[u8]) -> Option<Served> {
             _ => None,
         };
     }
-    if let Some(version) = versioned(base, b"libnvidia-ml.so") {
-        return matches!(major(version), b"" | b"1").then_some(Served::Nvml1);
+    // NVML is `libnvidia-ml.so.1`, a link to the driver's `libnvidia-ml.so.<driver version>`.
+    if versioned(base, b"libnvidia-ml.so").is_some() {
+        return Some(Served::Nvml1);
     }
     let version = versioned(base, b"libcudart.so")?;
     match major(version) {
@@ -269,7 +270,6 @@ mod tests {
             (b"libnvidia-ml.so.1", Some(Served::Nvml1)),
             (b"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.65.06", Some(Served::Nvml1)),
             (b"libnvidia-ml.so", Some(Served::Nvml1)),
-            (b"libnvidia-ml.so.2", None),
             (b"libnvidia-mlx.so.1", None),
             (b"/opt/libcuda.so.1/libm.so.6", None),
             (b"", None),

@@ -103,14 +103,14 @@ unsafe fn put_str(dst: *mut c_char, length: u32, text: &str) -> Result<()> {
         return Err(INVALID);
     }
     let needed = text.len() + 1;
-    if usize::try_from(length).map_or(false, |l| l < needed) {
+    if usize::try_from(length).is_ok_and(|l| l < needed) {
         return Err(TOO_SMALL);
     }
-    // SAFETY: `dst` holds `length >= needed` bytes (checked), and `text` is not in it.
-    unsafe {
-        std::ptr::copy_nonoverlapping(text.as_ptr(), dst.cast::<u8>(), text.len());
-        dst.add(text.len()).write(0);
-    }
+    let mut bytes = Vec::with_capacity(needed);
+    bytes.extend_from_slice(text.as_bytes());
+    bytes.push(0);
+    // SAFETY: `dst` holds `length >= needed` bytes (checked), and `bytes` is not in it.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst.cast::<u8>(), needed) };
     Ok(())
 }
 
@@ -381,8 +381,9 @@ impl HandWritten for Hand {
 
     unsafe fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: *mut *mut c_void) -> i32 {
         rt::api_call(F::NvmlDeviceGetHandleByUUID, || {
-            // SAFETY: the program's string and out parameter.
+            // SAFETY: the program's string.
             let wanted = unsafe { text(uuid) }?.to_ascii_lowercase();
+            // SAFETY: the program's out parameter.
             unsafe {
                 find_device(device, |d| {
                     d.known & nvml_known::UUID != 0 && uuid_text(&d.uuid).to_ascii_lowercase() == wanted
@@ -406,8 +407,9 @@ impl HandWritten for Hand {
 
     unsafe fn nvmlDeviceGetHandleBySerial(serial: *const c_char, device: *mut *mut c_void) -> i32 {
         rt::api_call(F::NvmlDeviceGetHandleBySerial, || {
-            // SAFETY: the program's string and out parameter.
+            // SAFETY: the program's string.
             let wanted = unsafe { text(serial) }?.to_owned();
+            // SAFETY: the program's out parameter.
             unsafe { find_device(device, |d| d.known & nvml_known::SERIAL != 0 && padded(&d.serial) == wanted) }
         })
     }
@@ -506,11 +508,11 @@ impl HandWritten for Hand {
             }
             let s = sample(device)?;
             known(s.known, nvml_known::MEMORY, ())?;
-            // SAFETY: the program's nvmlMemory_v2_t: version, then total, reserved, free, used
+            // The program's nvmlMemory_v2_t: its version, then total, reserved, free and used
             // from byte 8.
-            unsafe {
-                put(memory.cast::<u8>().add(8).cast::<[u64; 4]>(), [s.memory_total, 0, s.memory_free, s.memory_used])
-            }
+            let fields = memory.cast::<u8>().wrapping_add(8).cast::<[u64; 4]>();
+            // SAFETY: inside the program's struct (40 bytes, not null: checked above).
+            unsafe { put(fields, [s.memory_total, 0, s.memory_free, s.memory_used]) }
         })
     }
 
@@ -614,12 +616,14 @@ impl HandWritten for Hand {
     }
 
     unsafe fn nvmlDeviceGetClock(device: *mut c_void, clock_type: i32, clock_id: i32, clock_mhz: *mut u32) -> i32 {
-        // SAFETY (each arm): the program's out parameter, passed on.
         match clock_id {
+            // SAFETY: the program's out parameter, passed on.
             CLOCK_ID_CURRENT => unsafe { Self::nvmlDeviceGetClockInfo(device, clock_type, clock_mhz) },
+            // SAFETY: as above.
             CLOCK_ID_APP_CLOCK_TARGET | CLOCK_ID_APP_CLOCK_DEFAULT => unsafe {
                 Self::nvmlDeviceGetApplicationsClock(device, clock_type, clock_mhz)
             },
+            // SAFETY: as above.
             CLOCK_ID_CUSTOMER_BOOST_MAX => unsafe { Self::nvmlDeviceGetMaxClockInfo(device, clock_type, clock_mhz) },
             _ => rt::api_call(F::NvmlDeviceGetClock, || Err(INVALID)),
         }
@@ -632,11 +636,10 @@ impl HandWritten for Hand {
             }
             let d = describe(device)?;
             known(d.known, nvml_known::COMPUTE_CAPABILITY, ())?;
-            // SAFETY: the program's out parameters, not null.
-            unsafe {
-                put(major, d.cc_major)?;
-                put(minor, d.cc_minor)
-            }
+            // SAFETY: the program's out parameter, not null.
+            unsafe { put(major, d.cc_major) }?;
+            // SAFETY: the program's out parameter, not null.
+            unsafe { put(minor, d.cc_minor) }
         })
     }
 
@@ -684,11 +687,10 @@ impl HandWritten for Hand {
             }
             let d = describe(device)?;
             let enabled = known(d.known, nvml_known::ECC, d.ecc_enabled)?;
-            // SAFETY: the program's out parameters, not null.
-            unsafe {
-                put(current, enabled)?;
-                put(pending, enabled)
-            }
+            // SAFETY: the program's out parameter, not null.
+            unsafe { put(current, enabled) }?;
+            // SAFETY: the program's out parameter, not null.
+            unsafe { put(pending, enabled) }
         })
     }
 
@@ -932,11 +934,10 @@ impl HandWritten for Hand {
             }
             let d = describe(device)?;
             known(d.known, nvml_known::MIG_MODE, ())?;
-            // SAFETY: the program's out parameters, not null.
-            unsafe {
-                put(current_mode, d.mig_current)?;
-                put(pending_mode, d.mig_pending)
-            }
+            // SAFETY: the program's out parameter, not null.
+            unsafe { put(current_mode, d.mig_current) }?;
+            // SAFETY: the program's out parameter, not null.
+            unsafe { put(pending_mode, d.mig_pending) }
         })
     }
 
