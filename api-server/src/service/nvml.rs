@@ -7,8 +7,9 @@
 //! The description comes from the backend's device properties (the driver API's attributes on
 //! a GPU, the emu device's own description on `emu`). Memory is the session's own: used is what
 //! the session holds on the device, total the device's memory. Sensors, current clocks and
-//! utilisation are known on `emu` (an idle device at its full clocks); on a GPU they need
-//! NVIDIA's NVML, which the server does not load yet, so they are not supported there.
+//! utilisation are known on `emu` (an idle device at its full clocks); on a GPU they come from
+//! NVIDIA's NVML, asked about the session's device only (`backend::vendor_nvml`), and are not
+//! supported without it.
 
 use phos_protocol::apis::HandleKind;
 use phos_protocol::handle_tag::{NUMBER_MASK, tag_of};
@@ -137,6 +138,9 @@ impl NvmlService for Session {
             ..NvmlDescription::default()
         };
         fill(&mut d.name, &props.name);
+        if let Some(nvml) = backend.nvml() {
+            nvml.describe(&mut d);
+        }
         if backend.name() == "emu" {
             // The emu device: no MIG, no persistence daemon, NVML's brand for "unknown".
             d.known |= nvml_known::MIG_MODE | nvml_known::PERSISTENCE | nvml_known::BRAND;
@@ -147,10 +151,11 @@ impl NvmlService for Session {
     fn phos_nvml_sample(&self, _: &CallCx, req: PhosNvmlSampleRequest) -> Result<PhosNvmlSampleReply, NvmlReturn> {
         let device = self.nvml_device(req.device, "phosNvmlSample")?;
         let backend = self.backend();
-        let total = backend.device_properties(device).map(|p| p.total_global_mem).map_err(|e| {
+        let props = backend.device_properties(device).map_err(|e| {
             tracing::warn!(session = self.id, "NVML: the properties of device {device}: {e}");
             NvmlReturn::UNKNOWN
         })?;
+        let total = props.total_global_mem;
         let used = self.memory_on(device);
         let mut s = NvmlState {
             known: nvml_known::MEMORY,
@@ -159,10 +164,18 @@ impl NvmlService for Session {
             memory_free: total.saturating_sub(used),
             ..NvmlState::default()
         };
+        if let Some(nvml) = backend.nvml() {
+            let at = NvmlDescription {
+                pci_domain: props.attr(attr::PCI_DOMAIN_ID) as u32,
+                pci_bus: props.attr(attr::PCI_BUS_ID) as u32,
+                pci_device: props.attr(attr::PCI_DEVICE_ID) as u32,
+                ..NvmlDescription::default()
+            };
+            nvml.sample(&at, &mut s);
+        }
         if backend.name() == "emu" {
             // The emu device runs at its described clocks, in its highest performance state,
             // never held back, and reports no utilisation: stable values a test can compare.
-            let props = backend.device_properties(device).map_err(|_| NvmlReturn::UNKNOWN)?;
             let (sm, mem) = (mhz(props.attr(attr::CLOCK_RATE)), mhz(props.attr(attr::MEMORY_CLOCK_RATE)));
             s.known |= nvml_known::UTILIZATION
                 | nvml_known::PSTATE
