@@ -29,6 +29,9 @@ pub const CUBLASLT_SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/cubla
 /// Path of the cuFFT spec.
 pub const CUFFT_SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/cufft.lapis");
 
+/// Path of the NVML spec.
+pub const NVML_SPEC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/nvml.lapis");
+
 /// Every API Phos carries, by path. Adding an API starts here (docs/architecture.md).
 pub const SPEC_PATHS: &[&str] = &[
     CUDART_SPEC_PATH,
@@ -40,6 +43,7 @@ pub const SPEC_PATHS: &[&str] = &[
     CUDNN_SPEC_PATH,
     CUBLASLT_SPEC_PATH,
     CUFFT_SPEC_PATH,
+    NVML_SPEC_PATH,
 ];
 
 /// A spec built into a program (for `phosctl spec`).
@@ -59,4 +63,5 @@ pub const SPECS: &[Spec] = &[
     Spec { path: CUDNN_SPEC_PATH, text: include_str!("cudnn.lapis") },
     Spec { path: CUBLASLT_SPEC_PATH, text: include_str!("cublaslt.lapis") },
     Spec { path: CUFFT_SPEC_PATH, text: include_str!("cufft.lapis") },
+    Spec { path: NVML_SPEC_PATH, text: include_str!("nvml.lapis") },
 ];

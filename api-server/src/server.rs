@@ -623,6 +623,7 @@ impl ApiServer {
             Function::Cudnn(f) => Self::outcome(s, f.name(), dispatch::cudnn::dispatch(s, &cx, f, payload, out)),
             Function::Cublaslt(f) => Self::outcome(s, f.name(), dispatch::cublaslt::dispatch(s, &cx, f, payload, out)),
             Function::Cufft(f) => Self::outcome(s, f.name(), dispatch::cufft::dispatch(s, &cx, f, payload, out)),
+            Function::Nvml(f) => Self::outcome(s, f.name(), dispatch::nvml::dispatch(s, &cx, f, payload, out)),
         }));
         if s.hooks.active() {
             s.hooks.after_call();
@@ -687,5 +688,6 @@ pub(crate) fn replay(
             dispatch::cublaslt::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string())
         }
         Function::Cufft(id) => dispatch::cufft::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string()),
+        Function::Nvml(id) => dispatch::nvml::dispatch(session, cx, id, payload, out).map_err(|e| e.to_string()),
     }
 }

@@ -29,10 +29,11 @@ pub const SERVED_FILES: [&core::ffi::CStr; SERVED_COUNT] = [
     c"libcufft.so.10",
     c"libcufft.so.11",
     c"libcufft.so.12",
+    c"libnvidia-ml.so.1",
 ];
 
 /// How many files Phos serves libraries with.
-pub const SERVED_COUNT: usize = 24;
+pub const SERVED_COUNT: usize = 25;
 
 /// Which of Phos's files serves a library name ([`SERVED_FILES`] index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +62,7 @@ pub enum Served {
     Fft10 = 21,
     Fft11 = 22,
     Fft12 = 23,
+    Nvml1 = 24,
 }
 
 /// The last component of a path.
@@ -98,7 +100,7 @@ fn versioned<'a>(name: &'a [u8], stem: &[u8]) -> Option<&'a [u8]> {
 /// its sub-libraries (`libcudnn_graph.so.9*`, ...; 9 for the unversioned names); cuBLASLt of the
 /// same major version for `libcublasLt.so.11*`, `.12*`, `.13*` (12 for `libcublasLt.so`); cuFFT
 /// of the same major version for `libcufft.so.10*` (CUDA 11), `.11*` (CUDA 12) and `.12*` (CUDA
-/// 13; 11 for `libcufft.so`). `None` for
+/// 13; 11 for `libcufft.so`); NVML for every `libnvidia-ml.so*`. `None` for
 /// anything else, including a runtime of a major version Phos does not present (left alone:
 /// if it gets mapped, it is reported).
 pub fn served(name: &[u8]) -> Option<Served> {
@@ -159,6 +161,10 @@ pub fn served(name: &[u8]) -> Option<Served> {
             _ => None,
         };
     }
+    // NVML is `libnvidia-ml.so.1`, a link to the driver's `libnvidia-ml.so.<driver version>`.
+    if versioned(base, b"libnvidia-ml.so").is_some() {
+        return Some(Served::Nvml1);
+    }
     let version = versioned(base, b"libcudart.so")?;
     match major(version) {
         b"" => Some(Served::Runtime12),
@@ -186,7 +192,6 @@ const UNSERVED: &[(&[u8], &str)] = &[
     (b"libcusolverMg.so", "cuSOLVERMg"),
     (b"libcutensor", "cuTENSOR"),
     (b"libnccl.so", "NCCL"),
-    (b"libnvidia-ml.so", "NVML"),
     (b"libcupti.so", "CUPTI"),
     (b"libcufile", "cuFile"),
     (b"libnvjpeg.so", "nvJPEG"),
@@ -262,6 +267,10 @@ mod tests {
             (b"libcufft.so.12", Some(Served::Fft12)),
             (b"libcufft.so", Some(Served::Fft11)),
             (b"libcufftw.so.10", None),
+            (b"libnvidia-ml.so.1", Some(Served::Nvml1)),
+            (b"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.65.06", Some(Served::Nvml1)),
+            (b"libnvidia-ml.so", Some(Served::Nvml1)),
+            (b"libnvidia-mlx.so.1", None),
             (b"/opt/libcuda.so.1/libm.so.6", None),
             (b"", None),
         ] {
@@ -289,6 +298,7 @@ mod tests {
             Served::Fft10,
             Served::Fft11,
             Served::Fft12,
+            Served::Nvml1,
         ] {
             assert_eq!(served(SERVED_FILES[s as usize].to_bytes()), Some(s), "Phos's own file names serve themselves");
         }
@@ -315,7 +325,7 @@ mod tests {
             ("libcufft.so.11", None),
             ("libnccl.so.2", Some("NCCL")),
             ("libcurand.so.10", None),
-            ("libnvidia-ml.so.1", Some("NVML")),
+            ("libnvidia-ml.so.1", None),
             ("libnvrtc.so.12", None),
             ("libnvJitLink.so.12", None),
             ("libcudart.so.12", None),

@@ -27,6 +27,7 @@ pub mod cusolver;
 pub mod cusparse;
 pub mod hostmem;
 pub mod log;
+pub mod nvml;
 pub mod registry;
 pub mod runtime;
 pub mod soname;

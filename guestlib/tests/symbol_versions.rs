@@ -202,6 +202,7 @@ fn exports_nothing_but_the_cuda_api() {
         .chain(generated_exports("cudnn"))
         .chain(generated_exports("cublaslt"))
         .chain(generated_exports("cufft"))
+        .chain(generated_exports("nvml"))
         .collect();
     assert_eq!(exports, generated, "the exports are not exactly the generated stubs");
 }
@@ -728,4 +729,25 @@ fn exports_every_function_of_the_installed_curand() {
         })
         .collect();
     assert!(missing.is_empty(), "not exported @libcurand.so.10: {missing:?}");
+}
+
+/// Where this machine has NVIDIA's NVML (the driver's `libnvidia-ml.so.1`), every function it
+/// exports is exported, so that programs linked with `-lnvidia-ml` load. NVIDIA's exports carry
+/// no symbol versions, so a program's references are unversioned and bind to the default one.
+#[test]
+fn exports_every_function_of_the_installed_nvml() {
+    let installed = ["/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "/usr/lib64/libnvidia-ml.so.1"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.exists());
+    let Some(installed) = installed else { return };
+    let exports = exports();
+    let theirs: BTreeSet<String> = dynamic_symbols(installed)
+        .into_iter()
+        .filter(|s| s.ndx != "UND" && s.name.starts_with("nvml"))
+        .map(|s| s.name)
+        .collect();
+    assert!(theirs.len() > 100, "{} is read", installed.display());
+    let missing: Vec<&String> = theirs.iter().filter(|n| !exports.contains_key(n.as_str())).collect();
+    assert!(missing.is_empty(), "not exported: {missing:?}");
 }

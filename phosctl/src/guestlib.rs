@@ -49,6 +49,7 @@ pub const SONAMES: &[&str] = &[
     "libcufft.so.10",
     "libcufft.so.11",
     "libcufft.so.12",
+    "libnvidia-ml.so.1",
 ];
 
 /// Why the guest library cannot be offered to a program.

@@ -161,6 +161,142 @@ impl DeviceProperties {
     }
 }
 
+/// Which values of an [`NvmlDescription`] or [`NvmlState`] the server knows: a bit per value;
+/// the guest answers `NVML_ERROR_NOT_SUPPORTED` for a query whose bit is clear.
+pub mod nvml_known {
+    pub const NAME: u64 = 1 << 0;
+    pub const UUID: u64 = 1 << 1;
+    pub const PCI: u64 = 1 << 2;
+    pub const COMPUTE_CAPABILITY: u64 = 1 << 3;
+    pub const COMPUTE_MODE: u64 = 1 << 4;
+    pub const ECC: u64 = 1 << 5;
+    pub const MAX_CLOCKS: u64 = 1 << 6;
+    pub const CUDA_DRIVER_VERSION: u64 = 1 << 7;
+    pub const DRIVER_VERSION: u64 = 1 << 8;
+    pub const SERIAL: u64 = 1 << 9;
+    pub const MINOR_NUMBER: u64 = 1 << 10;
+    pub const MAX_PCIE_LINK: u64 = 1 << 11;
+    pub const BRAND: u64 = 1 << 12;
+    pub const PERSISTENCE: u64 = 1 << 13;
+    pub const POWER_LIMIT: u64 = 1 << 14;
+    pub const MIG_MODE: u64 = 1 << 15;
+    // NvmlState's
+    pub const MEMORY: u64 = 1 << 32;
+    pub const BAR1: u64 = 1 << 33;
+    pub const UTILIZATION: u64 = 1 << 34;
+    pub const TEMPERATURE: u64 = 1 << 35;
+    pub const POWER_USAGE: u64 = 1 << 36;
+    pub const FAN: u64 = 1 << 37;
+    pub const PSTATE: u64 = 1 << 38;
+    pub const CLOCKS: u64 = 1 << 39;
+    pub const APPLICATION_CLOCKS: u64 = 1 << 40;
+    pub const PCIE_LINK: u64 = 1 << 41;
+    pub const PCIE_THROUGHPUT: u64 = 1 << 42;
+    pub const CLOCK_EVENT_REASONS: u64 = 1 << 43;
+}
+
+/// What does not change of a session's device, as NVML queries see it (`phosNvmlDescribe`);
+/// strings are NUL-padded. A value is meaningful only where its [`nvml_known`] bit is set.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct NvmlDescription {
+    pub known: u64,
+    pub total_memory: u64,
+    pub index: u32,
+    pub cc_major: i32,
+    pub cc_minor: i32,
+    pub pci_domain: u32,
+    pub pci_bus: u32,
+    pub pci_device: u32,
+    /// The PCI device id in NVML's form: device id in the high 16 bits, vendor id in the low.
+    pub pci_device_id: u32,
+    pub pci_subsystem_id: u32,
+    pub compute_mode: i32,
+    pub ecc_enabled: i32,
+    pub max_sm_clock_mhz: u32,
+    pub max_mem_clock_mhz: u32,
+    pub cuda_driver_version: i32,
+    pub minor_number: u32,
+    pub max_pcie_gen: u32,
+    pub max_pcie_width: u32,
+    pub brand: i32,
+    pub persistence: i32,
+    pub power_limit_mw: u32,
+    pub enforced_power_limit_mw: u32,
+    pub mig_current: u32,
+    pub mig_pending: u32,
+    pub name: [u8; 96],
+    pub uuid: [u8; 16],
+    pub driver_version: [u8; 80],
+    pub serial: [u8; 32],
+}
+
+impl Default for NvmlDescription {
+    fn default() -> Self {
+        NvmlDescription {
+            known: 0,
+            total_memory: 0,
+            index: 0,
+            cc_major: 0,
+            cc_minor: 0,
+            pci_domain: 0,
+            pci_bus: 0,
+            pci_device: 0,
+            pci_device_id: 0,
+            pci_subsystem_id: 0,
+            compute_mode: 0,
+            ecc_enabled: 0,
+            max_sm_clock_mhz: 0,
+            max_mem_clock_mhz: 0,
+            cuda_driver_version: 0,
+            minor_number: 0,
+            max_pcie_gen: 0,
+            max_pcie_width: 0,
+            brand: 0,
+            persistence: 0,
+            power_limit_mw: 0,
+            enforced_power_limit_mw: 0,
+            mig_current: 0,
+            mig_pending: 0,
+            name: [0; 96],
+            uuid: [0; 16],
+            driver_version: [0; 80],
+            serial: [0; 32],
+        }
+    }
+}
+
+/// What changes (`phosNvmlSample`): the session's memory on the device and the device's
+/// sensors and clocks, each meaningful only where its [`nvml_known`] bit is set.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, bincode::Encode, bincode::Decode)]
+pub struct NvmlState {
+    pub known: u64,
+    pub memory_total: u64,
+    pub memory_used: u64,
+    pub memory_free: u64,
+    pub bar1_total: u64,
+    pub bar1_used: u64,
+    pub bar1_free: u64,
+    pub clock_event_reasons: u64,
+    pub util_gpu: u32,
+    pub util_memory: u32,
+    pub temperature_c: u32,
+    pub power_mw: u32,
+    pub fan_percent: u32,
+    pub pstate: i32,
+    pub clock_graphics_mhz: u32,
+    pub clock_sm_mhz: u32,
+    pub clock_mem_mhz: u32,
+    pub clock_video_mhz: u32,
+    pub app_clock_graphics_mhz: u32,
+    pub app_clock_mem_mhz: u32,
+    pub pcie_gen: u32,
+    pub pcie_width: u32,
+    pub pcie_tx_kbs: u32,
+    pub pcie_rx_kbs: u32,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,5 +308,12 @@ mod tests {
         assert_eq!(Dim3::new(u32::MAX, u32::MAX, u32::MAX).volume(), u64::MAX);
         assert_eq!(Dim3::new(u32::MAX, u32::MAX, 1).volume(), u64::from(u32::MAX) * u64::from(u32::MAX));
         assert_eq!(Dim3::new(32, 4, 2).volume(), 256);
+    }
+
+    #[test]
+    fn nvml_wire_structs_have_the_sizes_the_spec_declares() {
+        // spec/nvml.lapis: pod(NvmlDescription, 328), pod(NvmlState, 128).
+        assert_eq!(std::mem::size_of::<NvmlDescription>(), 328);
+        assert_eq!(std::mem::size_of::<NvmlState>(), 128);
     }
 }

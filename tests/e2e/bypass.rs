@@ -297,3 +297,50 @@ fn the_python_check_tells_phos_s_runtime_from_another() {
     );
     assert!(stderr.contains(&named), "{stderr}");
 }
+
+/// PyTorch's `torch.cuda.device_count()` before CUDA starts, exactly (`_raw_device_count_nvml`:
+/// ctypes loads `libnvidia-ml.so.1` by name, `nvmlInit`, `nvmlDeviceGetCount_v2`), and the same
+/// by a full path: through `phosctl run` both reach Phos's NVML (one emulated device), NVIDIA's
+/// (a stand-in here) is never mapped, and nothing marks the session bypassed.
+#[test]
+fn pytorch_s_nvml_device_count_gets_phos_s() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib_dir = dir.path().join("driver");
+    let theirs = lib_dir.join("libnvidia-ml.so.1");
+    std::fs::create_dir_all(&lib_dir).unwrap();
+    cc(&[
+        "-shared".as_ref(),
+        "-fPIC".as_ref(),
+        "-Wl,-soname,libnvidia-ml.so.1".as_ref(),
+        "-o".as_ref(),
+        theirs.as_os_str(),
+        source("stand_in_nvml.c").as_os_str(),
+    ]);
+    let script = |name: &str| {
+        format!(
+            "import ctypes\n\
+             nvml = ctypes.CDLL({name:?})\n\
+             count = ctypes.c_int(-1)\n\
+             print(nvml.nvmlInit(), nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)), count.value)\n\
+             mapped = any(l.rstrip().endswith({:?}) for l in open('/proc/self/maps'))\n\
+             print('stand-in mapped:', 'yes' if mapped else 'no')\n",
+            theirs.display().to_string()
+        )
+    };
+    let alone = Command::new("python3")
+        .args(["-c", &script("libnvidia-ml.so.1")])
+        .env("LD_LIBRARY_PATH", &lib_dir)
+        .output()
+        .expect("python3 (part of the test set-up)");
+    assert_eq!(stdout_of(&alone), "0 0 42\nstand-in mapped: yes\n", "the stand-in is what the name finds without it");
+
+    // The library path leads to the stand-in, as the driver's directory would.
+    let path = format!("LD_LIBRARY_PATH={}", lib_dir.display());
+    for name in ["libnvidia-ml.so.1".to_string(), theirs.display().to_string()] {
+        let out = phos_run("emu", Path::new("env"), &[&path, "python3", "-c", &script(&name)]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert_eq!(stdout_of(&out), "0 0 1\nstand-in mapped: no\n", "Phos's NVML for {name}:\n{stderr}");
+        assert!(!stderr.contains("bypass") && !stderr.contains("NVML"), "nothing to report for {name}:\n{stderr}");
+    }
+}

@@ -138,6 +138,7 @@ const TESTED_APART: &[&str] = &[
     "sample_linear_solver",
     "sample_batch_cublas",
     "sample_mtgp_pi",
+    "nvml_query",
 ];
 
 /// A program of both the runtime and the driver API (linked with `-lcuda`, so the loader
@@ -1030,4 +1031,42 @@ fn sample_mtgp_pi() {
         return;
     }
     library_sample_as_native("sample_mtgp_pi", &["-lcurand"]);
+}
+
+/// NVML next to the runtime (tests/cuda/nvml_query.cu opens `libnvidia-ml.so.1` with dlopen, as
+/// PyTorch does): through `phosctl run` on emu it gets Phos's NVML, prints what it prints
+/// natively (names, UUID, PCI ids and compute capability agree with the runtime's; memory grows
+/// by what it allocated; NVML's statuses for short buffers, NULL, another struct version, a
+/// handle past the count and calls outside init), and, as a tenant, sees one device, its own
+/// memory and process only, a setter refused and an export Phos does not carry not supported
+/// (both logged by name).
+#[test]
+fn nvml_query() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "nvml_query", ARCH);
+    let out = phos_run_over("emu", "shm", &exe, &["tenant"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    let common: String = stdout.lines().filter(|l| !l.starts_with("tenant:")).map(|l| format!("{l}\n")).collect();
+    assert_eq!(common, expected("nvml_query"), "output differs from the native run\nstderr:\n{stderr}");
+    for line in [
+        "tenant: devices 1",
+        "tenant: used is exactly the allocation: yes",
+        "tenant: the only process is this one: yes",
+        "tenant: its memory is the session's: yes",
+        "tenant: a setter: NVML_ERROR_NO_PERMISSION",
+        "tenant: an export Phos does not carry: NVML_ERROR_NOT_SUPPORTED",
+        "tenant: a made-up handle: NVML_ERROR_INVALID_ARGUMENT",
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "missing `{line}`\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    }
+    for logged in [
+        "nvmlDeviceSetPersistenceMode is not supported by Phos; returning NVML_ERROR_NO_PERMISSION",
+        "nvmlDeviceGetEncoderUtilization is not supported by Phos; returning NVML_ERROR_NOT_SUPPORTED",
+        "is not a device handle of the session",
+    ] {
+        assert!(stderr.contains(logged), "the log lacks `{logged}`:\n{stderr}");
+    }
+    assert!(!stderr.contains("bypass"), "NVML is Phos's: nothing to report\n{stderr}");
 }

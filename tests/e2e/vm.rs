@@ -241,6 +241,7 @@ fn initramfs(kit: &Kit, dir: &Path, programs: &BTreeMap<&str, PathBuf>, script: 
         "libcufft.so.10",
         "libcufft.so.11",
         "libcufft.so.12",
+        "libnvidia-ml.so.1",
     ] {
         c.symlink(&format!("/phos/{soname}"), "libphos_guest.so");
     }

@@ -7,7 +7,8 @@ On a machine with PyTorch and a GPU, from the repository root:
 
 It initialises CUDA in PyTorch (`torch.cuda.init()` and a small tensor on the device), then
 reads /proc/self/maps: every mapped file that is a CUDA runtime or driver (`libcudart.so*`,
-`libcuda.so*`, by file name or by ELF soname) must be Phos's guest library, and Phos's must
+`libcuda.so*`, by file name or by ELF soname), or NVML (`libnvidia-ml.so*`, which PyTorch
+loads for `torch.cuda.device_count()`), must be Phos's guest library, and Phos's must
 be mapped. NVIDIA libraries Phos does not serve yet (cuBLAS, cuDNN, ...) are listed, for
 information.
 
@@ -24,7 +25,7 @@ import re
 import struct
 import sys
 
-RUNTIME_OR_DRIVER = re.compile(r"^lib(cuda|cudart)\.so(\..*)?$")
+RUNTIME_OR_DRIVER = re.compile(r"^lib(cuda|cudart|nvidia-ml)\.so(\..*)?$")
 UNSERVED = {
     "libcublasLt.so": "cuBLASLt",
     "libcublas.so": "cuBLAS",
@@ -34,7 +35,6 @@ UNSERVED = {
     "libcusparse": "cuSPARSE",
     "libcusolver": "cuSOLVER",
     "libnccl.so": "NCCL",
-    "libnvidia-ml.so": "NVML",
     "libcupti.so": "CUPTI",
 }
 

@@ -138,6 +138,43 @@ def main():
         del a
         return f"{grew}"
 
+    def nvml():
+        # What PyTorch reads through NVML: the device count of `torch.cuda.device_count()`
+        # before CUDA starts (ctypes, libnvidia-ml.so.1), and where pynvml is installed the
+        # memory, utilisation and process list of torch.cuda (guarded: absent in some
+        # versions). Through Phos the process must map no NVIDIA NVML of its own.
+        import os
+
+        parts = []
+        if hasattr(torch.cuda, "_device_count_nvml"):
+            parts.append(f"count {torch.cuda._device_count_nvml() == torch.cuda.device_count()}")
+        a = torch.empty(1 << 24, device=dev)  # 64 MiB
+        torch.cuda.synchronize()
+        try:
+            import pynvml  # noqa: F401
+        except ImportError:
+            pynvml = None
+        if pynvml is not None:
+            if hasattr(torch.cuda, "device_memory_used"):
+                parts.append(f"used {torch.cuda.device_memory_used() >= a.numel() * 4}")
+            if hasattr(torch.cuda, "utilization"):
+                parts.append(f"utilization {0 <= torch.cuda.utilization() <= 100}")
+            if hasattr(torch.cuda, "list_gpu_processes"):
+                listed = [l for l in torch.cuda.list_gpu_processes().splitlines() if l.startswith("process")]
+                parts.append(f"processes {len(listed) >= 1}")
+        del a
+        if os.environ.get("PHOS_GUEST_DIR"):
+            theirs = []
+            with open("/proc/self/maps") as maps:
+                for line in maps:
+                    path = line.split(None, 5)[5].strip() if len(line.split(None, 5)) == 6 else ""
+                    if os.path.basename(path).startswith("libnvidia-ml.so"):
+                        if os.path.basename(os.path.realpath(path)) != "libphos_guest.so" and path not in theirs:
+                            theirs.append(path)
+            if theirs:
+                raise RuntimeError(f"NVIDIA's NVML is mapped beside Phos's: {', '.join(theirs)}")
+        return " ".join(parts)
+
     steps = [
         ("tensors", tensors),
         ("elementwise", elementwise),
@@ -152,6 +189,7 @@ def main():
         ("graphs", graphs),
         ("memory_stats", memory_stats),
         ("graphed_linear", graphed_linear),
+        ("nvml", nvml),
     ]
     failed = 0
     for name, step in steps:

@@ -102,6 +102,8 @@ pub struct CudaBackend {
     cusparse: std::sync::OnceLock<Option<super::vendor_cusparse::Cusparse>>,
     /// NVIDIA's libcublasLt, loaded at the first cuBLASLt call (`None` when none is found).
     cublaslt: std::sync::OnceLock<Option<super::vendor_lt::CublasLt>>,
+    /// NVIDIA's NVML, loaded at the first NVML query (`None` when none is found).
+    nvml: std::sync::OnceLock<Option<super::vendor_nvml::Nvml>>,
     /// NVIDIA's libcufft, loaded at the first cuFFT call (`None` when none is found).
     cufft: std::sync::OnceLock<Option<super::vendor_cufft::Cufft>>,
     /// `cuDeviceGetAttribute`, called with plain integers: attributes come from guests and
@@ -488,6 +490,7 @@ impl CudaBackend {
             cusparse: std::sync::OnceLock::new(),
             cublaslt: std::sync::OnceLock::new(),
             cufft: std::sync::OnceLock::new(),
+            nvml: std::sync::OnceLock::new(),
             get_attribute,
             timer,
             copies: Default::default(),
@@ -1388,6 +1391,21 @@ impl Libraries for CudaBackend {
                 }
                 Err(e) => {
                     tracing::warn!("cuSPARSE calls run on the server's CPU (slowly): {e}");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    fn nvml(&self) -> Option<&super::vendor_nvml::Nvml> {
+        self.nvml
+            .get_or_init(|| match super::vendor_nvml::Nvml::open() {
+                Ok(n) => {
+                    tracing::info!("NVML: {}", n.path.display());
+                    Some(n)
+                }
+                Err(e) => {
+                    tracing::warn!("NVML queries are answered from the device attributes alone: {e}");
                     None
                 }
             })

@@ -16,6 +16,7 @@ pub mod vendor_cufft;
 pub mod vendor_curand;
 pub mod vendor_cusparse;
 pub mod vendor_lt;
+pub mod vendor_nvml;
 
 use phos_protocol::CudaError;
 use phos_protocol::types::{DeviceProperties, Dim3, FuncAttributes, ResourceViewWire};
@@ -473,6 +474,10 @@ pub trait Libraries: Send + Sync {
     }
     /// NVIDIA's libcufft.
     fn cufft(&self) -> Option<&vendor_cufft::Cufft> {
+        None
+    }
+    /// NVIDIA's NVML (the driver's), for what the device attributes do not say.
+    fn nvml(&self) -> Option<&vendor_nvml::Nvml> {
         None
     }
 }

@@ -18,6 +18,7 @@ pub mod cusolver;
 pub mod cusparse;
 mod device_io;
 mod library_capture;
+pub mod nvml;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
