@@ -71,6 +71,20 @@ pub enum GraphOp {
         /// a cuRAND generator's position (CUDA's graph keeps the generator's offset).
         position: Option<u64>,
     },
+    /// A host node: the guest's function and its data, addresses called in the guest (on its
+    /// callback thread, while the stream waits at a gate).
+    Host {
+        func: u64,
+        data: u64,
+    },
+    /// An event record node: the event's handle, looked up at each launch.
+    EventRecord {
+        event: u64,
+    },
+    /// An event wait node.
+    EventWait {
+        event: u64,
+    },
 }
 
 /// The bytes `height` rows of `width`, `pitch` apart, span.
@@ -86,6 +100,7 @@ impl GraphOp {
         match *self {
             // A library call's ranges are the spec's, shown by its dispatch when it runs.
             GraphOp::Kernel { .. } | GraphOp::Library { .. } => Vec::new(),
+            GraphOp::Host { .. } | GraphOp::EventRecord { .. } | GraphOp::EventWait { .. } => Vec::new(),
             GraphOp::Memset { dst, pitch, width, height, .. } => vec![at(dst, extent(pitch, width, height), true)],
             GraphOp::CopyOnDevice { dst, dpitch, src, spitch, width, height } => {
                 vec![at(dst, extent(dpitch, width, height), true), at(src, extent(spitch, width, height), false)]
@@ -112,7 +127,10 @@ impl GraphOp {
             | (CopyOnDevice { .. }, CopyOnDevice { .. })
             | (CopyToDevice { .. }, CopyToDevice { .. })
             | (CopyPinned { .. }, CopyPinned { .. })
-            | (Library { .. }, Library { .. }) => Ok(()),
+            | (Library { .. }, Library { .. })
+            | (Host { .. }, Host { .. })
+            | (EventRecord { .. }, EventRecord { .. })
+            | (EventWait { .. }, EventWait { .. }) => Ok(()),
             _ => Err(UPDATE_NODE_TYPE_CHANGED),
         }
     }
@@ -122,7 +140,11 @@ impl GraphOp {
 pub const NODE_KERNEL: i32 = 0;
 pub const NODE_MEMCPY: i32 = 1;
 pub const NODE_MEMSET: i32 = 2;
+pub const NODE_HOST: i32 = 3;
+pub const NODE_GRAPH: i32 = 4;
 pub const NODE_EMPTY: i32 = 5;
+pub const NODE_WAIT_EVENT: i32 = 6;
+pub const NODE_EVENT_RECORD: i32 = 7;
 
 /// One node: its work (a 3D copy or memset is one op per slice), the nodes it follows
 /// (indices in the graph), its handle.
@@ -149,6 +171,9 @@ impl Graph {
             GraphOp::Kernel { .. } | GraphOp::Library { .. } => NODE_KERNEL,
             GraphOp::Memset { .. } => NODE_MEMSET,
             GraphOp::CopyOnDevice { .. } | GraphOp::CopyToDevice { .. } | GraphOp::CopyPinned { .. } => NODE_MEMCPY,
+            GraphOp::Host { .. } => NODE_HOST,
+            GraphOp::EventRecord { .. } => NODE_EVENT_RECORD,
+            GraphOp::EventWait { .. } => NODE_WAIT_EVENT,
         }
     }
 

@@ -77,6 +77,33 @@ fn submit(stream: *mut c_void, call: Call) -> Result<(), CudaError> {
     // Waits for the answer: the callback thread's calls travel on its own channel and must
     // find the gate in place.
     runtime::call(&PhosHostFuncEnqueueRequest { stream: stream as usize as u64, gate })?;
+    hand_over(Pending { gate, call })
+}
+
+/// `count` gate numbers no other host function uses: the first.
+pub(crate) fn reserve_gates(count: u64) -> u64 {
+    NEXT_GATE.fetch_add(count, Ordering::Relaxed)
+}
+
+/// A graph's host node: `f(data)` runs on the callback thread once the stream reaches
+/// `gate`, which the server has announced (not run if the launch gives the gate up).
+///
+/// # Safety
+/// `f` must be the address of a host function `void f(void *)`, which may be called with
+/// `data` on another thread.
+pub(crate) unsafe fn graph_host_node(gate: u64, f: u64, data: u64) -> Result<(), CudaError> {
+    if f == 0 {
+        return Err(CudaError::InvalidValue);
+    }
+    // SAFETY: not null, so the address of a function of this signature (this function's
+    // contract).
+    let f: HostFn = unsafe { std::mem::transmute::<usize, HostFn>(f as usize) };
+    hand_over(Pending { gate, call: Call::HostFn(f, data as usize as *mut c_void) })
+}
+
+/// Give a host function whose gate is in place (or announced) to the callback thread.
+fn hand_over(pending: Pending) -> Result<(), CudaError> {
+    let gate = pending.gate;
     let mut worker = WORKER.lock().unwrap_or_else(|p| p.into_inner());
     let pid = std::process::id();
     let sender = match worker.as_ref() {
@@ -100,7 +127,7 @@ fn submit(stream: *mut c_void, call: Call) -> Result<(), CudaError> {
             tx
         }
     };
-    sender.send(Pending { gate, call }).map_err(|_| CudaError::Unknown)
+    sender.send(pending).map_err(|_| CudaError::Unknown)
 }
 
 /// `cudaLaunchHostFunc`.

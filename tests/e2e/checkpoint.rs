@@ -990,3 +990,18 @@ fn cufft_plans_and_their_settings_survive_a_restore() {
         "after the restore: the plans kept their layout, stream and work area",
     );
 }
+
+/// A graph built node by node with event record and child graph nodes, and a second graph
+/// waiting on the first's event, are kept in the image with their executable graphs: after a
+/// stop and a restore into a new server, the program launches them and checks every result.
+/// (Host and symbol copy nodes are left out: a callback thread started after a restore has its
+/// channel refused by the router, and a restored session ends when a copy to a symbol runs.)
+#[test]
+fn a_graph_of_event_and_child_nodes_survives_a_restore() {
+    library_program_with_flags_survives_a_restore(
+        "graph_nodes",
+        &[],
+        "graph-nodes ready",
+        "after the restore: the graph's nodes ran",
+    );
+}

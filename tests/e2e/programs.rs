@@ -50,6 +50,7 @@ programs!(
     exec_api,
     faults,
     graphs,
+    graph_nodes,
     host_threads,
     host_register,
     iterative,

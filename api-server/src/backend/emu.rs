@@ -670,7 +670,14 @@ impl Streams for EmuBackend {
     }
 
     fn stream_query(&self, stream: StreamRef) -> Result<bool, CudaError> {
-        self.check_stream(stream).map(|_| true)
+        // Not ready while a host function's gate is closed, and never waiting for one: the
+        // callback thread asks this while it waits at a gate of its own.
+        if let StreamRef::Created(raw) = stream
+            && !self.streams.lock().contains_key(&raw)
+        {
+            return Err(CudaError::InvalidResourceHandle);
+        }
+        Ok(self.gates.lock().iter().all(|g| g.is_open()))
     }
 
     fn stream_wait_event(&self, stream: StreamRef, event: Raw) -> Result<(), CudaError> {

@@ -86,8 +86,12 @@ pub type Physical = u64;
 /// it is *reached*; work after it waits until it is *opened*.
 #[derive(Default)]
 pub struct Gate {
+    /// (reached, opened)
     state: parking_lot::Mutex<(bool, bool)>,
     changed: parking_lot::Condvar,
+    /// A graph launch's gate: put in its stream, or given up (the launch failed).
+    placed: std::sync::atomic::AtomicBool,
+    abandoned: std::sync::atomic::AtomicBool,
 }
 
 impl Gate {
@@ -112,6 +116,24 @@ impl Gate {
     pub fn open(&self) {
         self.state.lock().1 = true;
         self.changed.notify_all();
+    }
+
+    pub fn place(&self) {
+        self.placed.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    pub fn is_placed(&self) -> bool {
+        self.placed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The gate will never be put in a stream: a wait at it ends, and its function is not run.
+    pub fn abandon(&self) {
+        self.abandoned.store(true, std::sync::atomic::Ordering::Release);
+        self.reach();
+    }
+
+    pub fn is_abandoned(&self) -> bool {
+        self.abandoned.load(std::sync::atomic::Ordering::Acquire)
     }
 
     pub fn is_open(&self) -> bool {

@@ -141,6 +141,24 @@ impl GraphRegistry {
         self.execs.lock().add(ops, new)
     }
 
+    /// The work of `graph`, ordered by its dependencies: what a child graph node copies.
+    pub fn ordered_ops(&self, graph: u64) -> Result<Vec<GraphOp>, CudaError> {
+        self.graphs.lock().get(graph)?.order()
+    }
+
+    /// The (function, data) of an executable graph's host nodes, in launch order.
+    pub fn host_calls(&self, exec: u64) -> Result<Vec<(u64, u64)>, CudaError> {
+        let execs = self.execs.lock();
+        let ops = execs.get(exec)?;
+        Ok(ops
+            .iter()
+            .filter_map(|op| match op {
+                GraphOp::Host { func, data } => Some((*func, *data)),
+                _ => None,
+            })
+            .collect())
+    }
+
     /// The work of an executable graph.
     pub fn exec_ops(&self, exec: u64) -> Result<Vec<GraphOp>, CudaError> {
         Ok(self.execs.lock().get(exec)?.clone())

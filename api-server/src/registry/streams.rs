@@ -99,6 +99,44 @@ impl StreamRegistry {
         Ok(())
     }
 
+    /// Announce gates `first..first + count` of `stream` for a graph launch's host nodes: the
+    /// guest's callback thread may wait at them before the launch puts them in the stream
+    /// ([`place_gate`](Self::place_gate)).
+    pub fn announce_gates(&self, stream: StreamRef, first: u64, count: u64) -> Result<(), CudaError> {
+        let end = first.checked_add(count).ok_or(CudaError::InvalidValue)?;
+        let mut gates = self.gates.lock();
+        if gates.len() as u64 + count > MAX_GATES as u64 || (first..end).any(|n| gates.contains_key(&n)) {
+            return Err(CudaError::InvalidValue);
+        }
+        for n in first..end {
+            gates.insert(n, (Gate::new(), stream));
+        }
+        Ok(())
+    }
+
+    /// Put announced gate `number` in its stream, which must be `stream`.
+    pub fn place_gate(&self, backend: &dyn Backend, stream: StreamRef, number: u64) -> Result<(), CudaError> {
+        let (gate, announced) = self.gate(number)?;
+        if announced != stream || gate.is_placed() {
+            return Err(CudaError::InvalidValue);
+        }
+        gate.place();
+        backend.host_func(stream, gate)
+    }
+
+    /// Gates `first..first + count` will not be put in their stream (the launch failed or was
+    /// captured): the host functions waiting at them are not run.
+    pub fn abandon_gates(&self, first: u64, count: u64) {
+        let gates = self.gates.lock();
+        for n in first..first.saturating_add(count) {
+            if let Some((gate, _)) = gates.get(&n)
+                && !gate.is_placed()
+            {
+                gate.abandon();
+            }
+        }
+    }
+
     /// Gate `number` and its stream.
     pub fn gate(&self, number: u64) -> Result<(Arc<Gate>, StreamRef), CudaError> {
         self.gates.lock().get(&number).cloned().ok_or(CudaError::InvalidResourceHandle)

@@ -15,7 +15,10 @@ use phos_protocol::{CudaError, Ptr};
 
 use super::{CallCx, Session};
 use crate::backend::{Copy2D, StreamRef};
-use crate::capture::{GraphOp, NODE_EMPTY, NODE_KERNEL, NODE_MEMCPY, NODE_MEMSET};
+use crate::capture::{
+    GraphOp, NODE_EMPTY, NODE_EVENT_RECORD, NODE_GRAPH, NODE_HOST, NODE_KERNEL, NODE_MEMCPY, NODE_MEMSET,
+    NODE_WAIT_EVENT,
+};
 use crate::dispatch::cudart::CudartService;
 
 /// The work of the runtime API's calls, shared by several of them.
@@ -131,10 +134,14 @@ impl Session {
         Ok(())
     }
 
-    /// Run a graph's work on `stream`, in capture order.
-    fn replay(&self, cx: &CallCx, ops: &[GraphOp], stream: u64) -> Result<(), CudaError> {
-        let s = Some(self.objects.streams.resolve(stream)?);
+    /// Run a graph's work on `stream`, in capture order. Host nodes wait at the gates from
+    /// `gates` on (announced by `phosGraphHostNodes`); a graph with host nodes launched without
+    /// them is refused.
+    fn replay(&self, cx: &CallCx, ops: &[GraphOp], stream: u64, gates: Option<u64>) -> Result<(), CudaError> {
+        let on = self.objects.streams.resolve(stream)?;
+        let s = Some(on);
         let b = self.backend();
+        let mut next_gate = gates;
         for op in ops {
             if self.hooks.active() {
                 self.before_work("cudaGraphLaunch", &op.device_access())?;
@@ -163,6 +170,16 @@ impl Session {
                 GraphOp::Library { api, function, device, payload, position } => {
                     self.run_library_op(cx, (*api, *function), *device, payload, *position, stream)?
                 }
+                GraphOp::Host { .. } => {
+                    let Some(gate) = next_gate else {
+                        crate::guest_warn!(self.id, "cudaGraphLaunch: a graph with host nodes launched without gates");
+                        return Err(CudaError::InvalidValue);
+                    };
+                    self.objects.streams.place_gate(b, on, gate)?;
+                    next_gate = Some(gate + 1);
+                }
+                GraphOp::EventRecord { event } => b.event_record(self.objects.events.resolve(*event)?, on)?,
+                GraphOp::EventWait { event } => b.stream_wait_event(on, self.objects.events.resolve(*event)?)?,
             }
         }
         Ok(())
@@ -1053,6 +1070,10 @@ impl CudartService for Session {
                 return Err(e);
             }
         }
+        if gate.is_abandoned() {
+            // A graph launch that failed or was captured: its host functions do not run.
+            return Err(CudaError::InvalidValue);
+        }
         match self.sticky_error() {
             Some(e) => Err(e),
             None => Ok(PhosHostFuncWaitReply {}),
@@ -1145,7 +1166,7 @@ impl CudartService for Session {
             }
             return Ok(CudaGraphLaunchReply {});
         }
-        self.replay(cx, &ops, req.stream)?;
+        self.replay(cx, &ops, req.stream, None)?;
         Ok(CudaGraphLaunchReply {})
     }
 
@@ -1248,6 +1269,91 @@ impl CudartService for Session {
         let deps = self.objects.graphs.node_indices(req.graph, req.deps)?;
         let node = self.add_node(cx, req.graph, NODE_EMPTY, Vec::new(), deps)?;
         Ok(PhosGraphAddEmptyNodeReply { pGraphNode: node })
+    }
+
+    fn phos_graph_add_host_node(
+        &self,
+        cx: &CallCx,
+        req: PhosGraphAddHostNodeRequest<'_>,
+    ) -> Result<PhosGraphAddHostNodeReply, CudaError> {
+        let deps = self.objects.graphs.node_indices(req.graph, req.deps)?;
+        let op = GraphOp::Host { func: req.hostFn, data: req.userData };
+        let node = self.add_node(cx, req.graph, NODE_HOST, vec![op], deps)?;
+        Ok(PhosGraphAddHostNodeReply { pGraphNode: node })
+    }
+
+    fn phos_graph_add_event_node(
+        &self,
+        cx: &CallCx,
+        req: PhosGraphAddEventNodeRequest<'_>,
+    ) -> Result<PhosGraphAddEventNodeReply, CudaError> {
+        self.objects.events.resolve(req.event)?;
+        let deps = self.objects.graphs.node_indices(req.graph, req.deps)?;
+        let (kind, op) = if req.wait == 1 {
+            (NODE_WAIT_EVENT, GraphOp::EventWait { event: req.event })
+        } else {
+            (NODE_EVENT_RECORD, GraphOp::EventRecord { event: req.event })
+        };
+        let node = self.add_node(cx, req.graph, kind, vec![op], deps)?;
+        Ok(PhosGraphAddEventNodeReply { pGraphNode: node })
+    }
+
+    fn phos_graph_add_child_node(
+        &self,
+        cx: &CallCx,
+        req: PhosGraphAddChildNodeRequest<'_>,
+    ) -> Result<PhosGraphAddChildNodeReply, CudaError> {
+        if req.child == req.graph {
+            return Err(CudaError::InvalidValue);
+        }
+        // The child's work as it is now: later changes to the child do not reach the node.
+        let ops = self.objects.graphs.ordered_ops(req.child)?;
+        let deps = self.objects.graphs.node_indices(req.graph, req.deps)?;
+        let node = self.add_node(cx, req.graph, NODE_GRAPH, ops, deps)?;
+        Ok(PhosGraphAddChildNodeReply { pGraphNode: node })
+    }
+
+    fn phos_graph_host_nodes(
+        &self,
+        _: &CallCx,
+        req: PhosGraphHostNodesRequest,
+    ) -> Result<PhosGraphHostNodesReply, CudaError> {
+        let calls = self.objects.graphs.host_calls(req.graphExec)?;
+        let count = calls.len() as u64;
+        if req.max == 0 {
+            return Ok(PhosGraphHostNodesReply { calls: Vec::new(), count });
+        }
+        if req.max != count {
+            return Err(CudaError::InvalidValue);
+        }
+        let stream = self.objects.streams.resolve(req.stream)?;
+        self.objects.streams.announce_gates(stream, req.firstGate, count)?;
+        let calls = calls.iter().flat_map(|&(f, d)| [f, d]).flat_map(u64::to_ne_bytes).collect();
+        Ok(PhosGraphHostNodesReply { calls, count })
+    }
+
+    fn phos_graph_launch_host(
+        &self,
+        cx: &CallCx,
+        req: PhosGraphLaunchHostRequest,
+    ) -> Result<PhosGraphLaunchHostReply, CudaError> {
+        let count = self.objects.graphs.host_calls(req.graphExec).map(|c| c.len() as u64).unwrap_or(0);
+        let launched = self.objects.graphs.exec_ops(req.graphExec).and_then(|ops| {
+            // Launching into a capture records the graph's work there; its host functions run
+            // when the captured graph runs, not now.
+            if let Some(mut captures) = self.objects.graphs.captures.active()
+                && captures.of_stream(req.stream).is_some()
+            {
+                for op in ops {
+                    captures.record(req.stream, || op).unwrap_or(Ok(()))?;
+                }
+                return Ok(());
+            }
+            self.replay(cx, &ops, req.stream, Some(req.firstGate))
+        });
+        // Gates the launch did not reach will not be reached: their functions are not run.
+        self.objects.streams.abandon_gates(req.firstGate, count);
+        launched.map(|_| PhosGraphLaunchHostReply {})
     }
 
     fn phos_graph_add_dependencies(

@@ -1,13 +1,17 @@
 //! The guest side of stream capture and graphs: the parameters whose meaning changed between
 //! CUDA versions. The capture itself happens at the server (api-server/src/capture.rs).
 
+use std::collections::BTreeMap;
 use std::ffi::c_void;
+use std::sync::{Mutex, PoisonError};
 
 use phos_protocol::CudaError;
 use phos_protocol::cudart::{
-    PhosGraphAddCopyNodeRequest, PhosGraphAddDependenciesRequest, PhosGraphAddEmptyNodeRequest,
-    PhosGraphAddKernelNodeRequest, PhosGraphAddSetNodeRequest, PhosGraphExecUpdateRequest, PhosGraphInstantiateRequest,
-    PhosGraphNodesRequest, PhosStreamCaptureInfoRequest, consts,
+    PhosGraphAddChildNodeRequest, PhosGraphAddCopyNodeRequest, PhosGraphAddDependenciesRequest,
+    PhosGraphAddEmptyNodeRequest, PhosGraphAddEventNodeRequest, PhosGraphAddHostNodeRequest,
+    PhosGraphAddKernelNodeRequest, PhosGraphAddSetNodeRequest, PhosGraphExecUpdateRequest, PhosGraphHostNodesRequest,
+    PhosGraphInstantiateRequest, PhosGraphLaunchHostRequest, PhosGraphNodesRequest, PhosStreamCaptureInfoRequest,
+    consts,
 };
 use phos_protocol::types::Dim3;
 use phos_protocol::{CudaError as E, Ptr};
@@ -16,7 +20,7 @@ use super::hand::Hand;
 use super::memory::Memcpy3DParms;
 use super::stubs::HandWritten;
 use super::{launch, memory};
-use crate::{runtime, soname};
+use crate::{callbacks, runtime, soname};
 
 /// `cudaGraphInstantiateFlagAutoFreeOnLaunch | Upload | UseNodePriority`: accepted (no graph
 /// allocates memory, launches issue everything, priorities are hints).
@@ -55,6 +59,7 @@ pub unsafe fn instantiate(exec: *mut *mut c_void, graph: *mut c_void, flags: u64
         return Err(CudaError::InvalidValue);
     }
     let reply = runtime::call(&PhosGraphInstantiateRequest { graph: graph as usize as u64 })?;
+    note_host_nodes(reply.pGraphExec)?;
     // SAFETY: not null (checked above), so writable (this function's contract).
     unsafe { *exec = reply.pGraphExec as usize as *mut c_void };
     Ok(())
@@ -422,4 +427,284 @@ pub unsafe fn get_nodes(graph: u64, nodes: *mut u64, count: *mut usize) -> Resul
     // SAFETY: not null (checked above), so writable (this function's contract).
     unsafe { *count = written };
     Ok(())
+}
+
+/// Executable graphs with host nodes, and how many: their launches go through
+/// [`launch_with_host_nodes`] (the others are sent without waiting). Kept for the process's
+/// life: a handle is never given twice, and a destroyed one fails at the server.
+static HOST_EXECS: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
+
+/// Note whether `exec`, just instantiated, has host nodes.
+fn note_host_nodes(exec: u64) -> Result<(), CudaError> {
+    let request = PhosGraphHostNodesRequest { graphExec: exec, stream: 0, firstGate: 0, max: 0 };
+    let count = runtime::call(&request)?.count;
+    if count > 0 {
+        HOST_EXECS.lock().unwrap_or_else(PoisonError::into_inner).insert(exec, count);
+    }
+    Ok(())
+}
+
+/// `cudaGraphLaunch`'s fast path: a graph with host nodes. The server announces a gate for
+/// each host node, the callback thread is given the functions, and the launch puts the gates
+/// in the stream where the nodes are (`None`: no host nodes, the ordinary launch).
+pub fn launch_with_host_nodes(exec: u64, stream: u64) -> Option<Result<(), CudaError>> {
+    let count = *HOST_EXECS.lock().unwrap_or_else(PoisonError::into_inner).get(&exec)?;
+    Some((|| {
+        let first = callbacks::reserve_gates(count);
+        let request = PhosGraphHostNodesRequest { graphExec: exec, stream, firstGate: first, max: count };
+        let reply = runtime::call(&request)?;
+        let words: Vec<u64> =
+            reply.calls.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes"))).collect();
+        for (i, call) in words.chunks_exact(2).enumerate() {
+            // SAFETY: a host node's function and data as the application gave them to
+            // `cudaGraphAddHostNode` (or a setter), whose contract is this one's.
+            unsafe { callbacks::graph_host_node(first + i as u64, call[0], call[1])? };
+        }
+        runtime::call(&PhosGraphLaunchHostRequest { graphExec: exec, stream, firstGate: first }).map(|_| ())
+    })())
+}
+
+/// `struct cudaHostNodeParams` (and CUDA 12's `V2`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct HostNodeParams {
+    func: u64,
+    data: u64,
+}
+
+/// # Safety
+/// The pointers must be what `cudaGraphAddHostNode` takes.
+pub unsafe fn add_host_node(
+    out: *mut u64,
+    graph: u64,
+    deps: *const u64,
+    count: usize,
+    p: *const c_void,
+) -> Result<(), CudaError> {
+    if p.is_null() {
+        return Err(E::InvalidValue);
+    }
+    // SAFETY: not null (checked above): a `cudaHostNodeParams` (this function's contract), read
+    // without assuming alignment; its pointers are only kept.
+    let h = unsafe { (p as *const HostNodeParams).read_unaligned() };
+    if h.func == 0 {
+        return Err(E::InvalidValue);
+    }
+    // SAFETY: `out` and `deps` as this function's contract gives them to `add_node`.
+    unsafe {
+        add_node(out, deps, count, |deps| {
+            let request =
+                PhosGraphAddHostNodeRequest { graph, deps, numDeps: count as u64, hostFn: h.func, userData: h.data };
+            Ok(runtime::call(&request)?.pGraphNode)
+        })
+    }
+}
+
+/// An event record (`wait` false) or wait node.
+///
+/// # Safety
+/// As [`add_node`].
+pub unsafe fn add_event_node(
+    out: *mut u64,
+    graph: u64,
+    deps: *const u64,
+    count: usize,
+    event: u64,
+    wait: bool,
+) -> Result<(), CudaError> {
+    // SAFETY: `out` and `deps` as this function's contract gives them to `add_node`.
+    unsafe {
+        add_node(out, deps, count, |deps| {
+            let request =
+                PhosGraphAddEventNodeRequest { graph, deps, numDeps: count as u64, event, wait: i32::from(wait) };
+            Ok(runtime::call(&request)?.pGraphNode)
+        })
+    }
+}
+
+/// A child graph node: the server copies the child's work now.
+///
+/// # Safety
+/// As [`add_node`].
+pub unsafe fn add_child_node(
+    out: *mut u64,
+    graph: u64,
+    deps: *const u64,
+    count: usize,
+    child: u64,
+) -> Result<(), CudaError> {
+    // SAFETY: `out` and `deps` as this function's contract gives them to `add_node`.
+    unsafe {
+        add_node(out, deps, count, |deps| {
+            let request = PhosGraphAddChildNodeRequest { graph, deps, numDeps: count as u64, child };
+            Ok(runtime::call(&request)?.pGraphNode)
+        })
+    }
+}
+
+/// The device address of `count` bytes at `offset` in a `__device__` variable.
+fn symbol_range(symbol: *const c_void, count: usize, offset: usize) -> Result<u64, CudaError> {
+    let var = crate::registry::variable(symbol).ok_or(E::InvalidSymbol)?;
+    let (addr, size) = var.remote()?;
+    let end = (offset as u64).checked_add(count as u64).ok_or(E::InvalidValue)?;
+    if end > size {
+        return Err(E::InvalidValue);
+    }
+    Ok(addr + offset as u64)
+}
+
+/// `cudaGraphAddMemcpyNodeToSymbol`: a copy to the variable's device memory.
+///
+/// # Safety
+/// The pointers must be what `cudaGraphAddMemcpyNodeToSymbol` takes.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn add_memcpy_node_to_symbol(
+    out: *mut u64,
+    graph: u64,
+    deps: *const u64,
+    count: usize,
+    symbol: *const c_void,
+    src: *const c_void,
+    bytes: usize,
+    offset: usize,
+    kind: i32,
+) -> Result<(), CudaError> {
+    if ![consts::cudaMemcpyHostToDevice, consts::cudaMemcpyDeviceToDevice, consts::cudaMemcpyDefault].contains(&kind) {
+        return Err(E::InvalidMemcpyDirection);
+    }
+    let dst = symbol_range(symbol, bytes, offset)?;
+    // SAFETY: `out`, `deps` and a host `src` of `bytes` readable bytes as this function's
+    // contract gives them.
+    unsafe { add_memcpy_node_1d(out, graph, deps, count, dst as usize as *mut c_void, src, bytes, kind) }
+}
+
+/// `cudaGraphAddMemcpyNodeFromSymbol`: a copy from the variable's device memory (to device
+/// memory: a node writing to the host is not carried).
+///
+/// # Safety
+/// The pointers must be what `cudaGraphAddMemcpyNodeFromSymbol` takes.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn add_memcpy_node_from_symbol(
+    out: *mut u64,
+    graph: u64,
+    deps: *const u64,
+    count: usize,
+    dst: *mut c_void,
+    symbol: *const c_void,
+    bytes: usize,
+    offset: usize,
+    kind: i32,
+) -> Result<(), CudaError> {
+    if ![consts::cudaMemcpyDeviceToHost, consts::cudaMemcpyDeviceToDevice, consts::cudaMemcpyDefault].contains(&kind) {
+        return Err(E::InvalidMemcpyDirection);
+    }
+    let src = symbol_range(symbol, bytes, offset)?;
+    // SAFETY: `out`, `deps` and `dst` as this function's contract gives them; the source is
+    // device memory.
+    unsafe { add_memcpy_node_1d(out, graph, deps, count, dst, src as usize as *const c_void, bytes, kind) }
+}
+
+/// `cudaGraphNodeType` values `cudaGraphAddNode` takes.
+const NODE_KERNEL: i32 = 0;
+const NODE_MEMCPY: i32 = 1;
+const NODE_MEMSET: i32 = 2;
+const NODE_HOST: i32 = 3;
+const NODE_GRAPH: i32 = 4;
+const NODE_EMPTY: i32 = 5;
+const NODE_WAIT_EVENT: i32 = 6;
+const NODE_EVENT_RECORD: i32 = 7;
+
+/// Where the parameters start in a `cudaGraphNodeParams` (after the type and reserved words).
+const NODE_PARAMS_AT: usize = 16;
+/// Where a `cudaMemcpyNodeParams`' `copyParams` start (after flags and reserved words).
+const COPY_PARAMS_AT: usize = 16;
+
+/// `cudaGraphAddNode` and `_v2`: a node of any type this library carries, from a
+/// `cudaGraphNodeParams`. Edge data must be absent or all default (zero): ports and
+/// programmatic edges are not carried.
+///
+/// # Safety
+/// The pointers must be what `cudaGraphAddNode_v2` takes (a non-null `edges` holds `count`
+/// 8-byte `cudaGraphEdgeData`).
+pub unsafe fn add_node_with_params(
+    out: *mut u64,
+    graph: u64,
+    deps: *const u64,
+    edges: *const u8,
+    count: usize,
+    p: *mut c_void,
+) -> Result<(), CudaError> {
+    if p.is_null() {
+        return Err(E::InvalidValue);
+    }
+    if !edges.is_null() && count > 0 {
+        if count > 1 << 20 {
+            return Err(E::InvalidValue);
+        }
+        // SAFETY: `count` edge data of 8 bytes each at a non-null `edges` (this function's
+        // contract).
+        let data = unsafe { std::slice::from_raw_parts(edges, count * 8) };
+        if data.iter().any(|&b| b != 0) {
+            crate::log::not_supported_once(
+                "cudaGraphAddNode with edge data (ports, edge types)",
+                "cudaErrorNotSupported",
+            );
+            return Err(E::NotSupported);
+        }
+    }
+    let base = p as *const u8;
+    // SAFETY: a `cudaGraphNodeParams` at the non-null `p` (this function's contract): its type
+    // first, read without assuming alignment.
+    let kind = unsafe { (base as *const i32).read_unaligned() };
+    // SAFETY: within the `cudaGraphNodeParams`: its parameters' union.
+    let params = unsafe { base.add(NODE_PARAMS_AT) } as *const c_void;
+    let word = |i: usize| {
+        // SAFETY: within the union (29 words long) of the `cudaGraphNodeParams`.
+        let at = unsafe { (params as *const u64).add(i) };
+        // SAFETY: a word of the union there, read without assuming alignment.
+        unsafe { at.read_unaligned() }
+    };
+    // Each call below: `out`, `deps` and the parameters of each type as this function's
+    // contract gives them, what the type's own `cudaGraphAdd*Node` asks of its caller.
+    match kind {
+        // SAFETY: as above.
+        NODE_KERNEL => unsafe { add_kernel_node(out, graph, deps, count, params) },
+        NODE_MEMCPY => {
+            if (word(0) as u32) != 0 {
+                // `flags` must be zero.
+                return Err(E::InvalidValue);
+            }
+            // SAFETY: within the union: the `cudaMemcpyNodeParams`' `copyParams`.
+            let copy = unsafe { (params as *const u8).add(COPY_PARAMS_AT) } as *const c_void;
+            // SAFETY: as above.
+            unsafe { add_memcpy_node(out, graph, deps, count, copy) }
+        }
+        // SAFETY: as above.
+        NODE_MEMSET => unsafe { add_memset_node(out, graph, deps, count, params) },
+        // SAFETY: as above.
+        NODE_HOST => unsafe { add_host_node(out, graph, deps, count, params) },
+        NODE_GRAPH => {
+            // CUDA 13's ownership: 0 clones the child (the only form before it).
+            if word(1) as u32 != 0 {
+                crate::log::not_supported_once(
+                    "cudaGraphAddNode: a child graph moved into its node",
+                    "cudaErrorNotSupported",
+                );
+                return Err(E::NotSupported);
+            }
+            // SAFETY: as above.
+            unsafe { add_child_node(out, graph, deps, count, word(0)) }
+        }
+        // SAFETY: as above.
+        NODE_EMPTY => unsafe { add_empty_node(out, graph, deps, count) },
+        // SAFETY: as above.
+        NODE_WAIT_EVENT => unsafe { add_event_node(out, graph, deps, count, word(0), true) },
+        // SAFETY: as above.
+        NODE_EVENT_RECORD => unsafe { add_event_node(out, graph, deps, count, word(0), false) },
+        8..=13 => {
+            crate::log::not_supported_once(&format!("cudaGraphAddNode of node type {kind}"), "cudaErrorNotSupported");
+            Err(E::NotSupported)
+        }
+        _ => Err(E::InvalidValue),
+    }
 }

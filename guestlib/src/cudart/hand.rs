@@ -1008,6 +1008,134 @@ impl HandWritten for Hand {
         code(unsafe { graphs::add_empty_node(node.cast(), graph as usize as u64, deps.cast(), count) })
     }
 
+    unsafe fn cudaGraphAddHostNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        params: *const c_void,
+    ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::add_host_node`
+        // asks of them what CUDA asks of this export's caller.
+        code(unsafe { graphs::add_host_node(node.cast(), graph as usize as u64, deps.cast(), count, params) })
+    }
+
+    unsafe fn cudaGraphAddEventRecordNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        event: *mut c_void,
+    ) -> i32 {
+        let (g, e) = (graph as usize as u64, event as usize as u64);
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::add_event_node`
+        // asks of them what CUDA asks of this export's caller.
+        code(unsafe { graphs::add_event_node(node.cast(), g, deps.cast(), count, e, false) })
+    }
+
+    unsafe fn cudaGraphAddEventWaitNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        event: *mut c_void,
+    ) -> i32 {
+        let (g, e) = (graph as usize as u64, event as usize as u64);
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::add_event_node`
+        // asks of them what CUDA asks of this export's caller.
+        code(unsafe { graphs::add_event_node(node.cast(), g, deps.cast(), count, e, true) })
+    }
+
+    unsafe fn cudaGraphAddChildGraphNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        child: *mut c_void,
+    ) -> i32 {
+        let (g, c) = (graph as usize as u64, child as usize as u64);
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::add_child_node`
+        // asks of them what CUDA asks of this export's caller.
+        code(unsafe { graphs::add_child_node(node.cast(), g, deps.cast(), count, c) })
+    }
+
+    unsafe fn cudaGraphAddMemcpyNodeToSymbol(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        symbol: *const c_void,
+        src: *const c_void,
+        bytes: usize,
+        offset: usize,
+        kind: i32,
+    ) -> i32 {
+        let g = graph as usize as u64;
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `graphs::add_memcpy_node_to_symbol` asks of them what CUDA asks of this export's caller.
+        code(unsafe {
+            graphs::add_memcpy_node_to_symbol(node.cast(), g, deps.cast(), count, symbol, src, bytes, offset, kind)
+        })
+    }
+
+    unsafe fn cudaGraphAddMemcpyNodeFromSymbol(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        dst: *mut c_void,
+        symbol: *const c_void,
+        bytes: usize,
+        offset: usize,
+        kind: i32,
+    ) -> i32 {
+        let g = graph as usize as u64;
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `graphs::add_memcpy_node_from_symbol` asks of them what CUDA asks of this export's
+        // caller.
+        code(unsafe {
+            graphs::add_memcpy_node_from_symbol(node.cast(), g, deps.cast(), count, dst, symbol, bytes, offset, kind)
+        })
+    }
+
+    unsafe fn cudaGraphAddNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        edges_or_count: *const c_void,
+        count_or_params: usize,
+        params: *mut c_void,
+    ) -> i32 {
+        let g = graph as usize as u64;
+        // CUDA 12: (node, graph, deps, count, params); CUDA 13 put edge data before the count.
+        let (edges, count, params) = if soname::current_abi().major() >= 13 {
+            (edges_or_count as *const u8, count_or_params, params)
+        } else {
+            (std::ptr::null(), edges_or_count as usize, count_or_params as *mut c_void)
+        };
+        // SAFETY: this export's arguments as its ABI places them (at most retyped):
+        // `graphs::add_node_with_params` asks of them what CUDA asks of this export's caller.
+        code(unsafe { graphs::add_node_with_params(node.cast(), g, deps.cast(), edges, count, params) })
+    }
+
+    unsafe fn cudaGraphAddNode_v2(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        edges: *const c_void,
+        count: usize,
+        params: *mut c_void,
+    ) -> i32 {
+        let g = graph as usize as u64;
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `graphs::add_node_with_params` asks of them what CUDA asks of this export's caller.
+        code(unsafe { graphs::add_node_with_params(node.cast(), g, deps.cast(), edges.cast(), count, params) })
+    }
+
+    unsafe fn graph_launch_host(exec: *mut c_void, stream: *mut c_void) -> Option<Result<(), CudaError>> {
+        graphs::launch_with_host_nodes(exec as usize as u64, stream as usize as u64)
+    }
+
     unsafe fn cudaGraphAddDependencies(
         graph: *mut c_void,
         from: *const *mut c_void,
