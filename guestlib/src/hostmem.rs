@@ -500,14 +500,17 @@ fn private_anonymous(maps: &str, start: usize, end: usize) -> bool {
 /// the process's private memory again, with their current contents, before the server frees
 /// their arena pages.
 pub fn unregister(ptr: usize) -> Result<(), CudaError> {
-    let r = registered_table().get(&ptr).copied().ok_or(CudaError::HostMemoryNotRegistered)?;
+    let r = {
+        let table = registered_table();
+        table.get(&ptr).copied().ok_or_else(|| not_a_base(&table, ptr))?
+    };
     if r.moved.is_some() {
         // Copies and kernels in flight may still read or write the pages (waited for without
         // the table's lock, which other threads' copies take).
         let _ = runtime::call(&phos_protocol::cudart::CudaDeviceSynchronizeRequest {});
     }
     let mut table = registered_table();
-    let r = table.get(&ptr).copied().ok_or(CudaError::HostMemoryNotRegistered)?;
+    let r = table.get(&ptr).copied().ok_or_else(|| not_a_base(&table, ptr))?;
     if let Some(m) = r.moved {
         move_out_of_arena(m)?;
         REGISTERED_ANY.fetch_sub(1, Ordering::Relaxed);
@@ -517,6 +520,13 @@ pub fn unregister(ptr: usize) -> Result<(), CudaError> {
     }
     table.remove(&ptr);
     Ok(())
+}
+
+/// Why `ptr` cannot be unregistered: inside a registered range (not its base), CUDA answers
+/// `cudaErrorInvalidValue` (measured on the H100, driver 580); elsewhere, not registered.
+fn not_a_base(table: &Registered, ptr: usize) -> CudaError {
+    let inside = table.range(..ptr).next_back().is_some_and(|(base, r)| ptr < base + r.size);
+    if inside { CudaError::InvalidValue } else { CudaError::HostMemoryNotRegistered }
 }
 
 /// Give moved pages back as private memory holding their current contents: filled aside,

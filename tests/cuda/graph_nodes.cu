@@ -109,13 +109,15 @@ static cudaGraph_t build_main(Buffers *bufs, const int *seed, cudaEvent_t done, 
     add_a = kernel_node(g, &copy_in, 1, (void *)add, add_args);
     cudaGraphNode_t before_child[] = {memset_b, add_a};
     CHECK(cudaGraphAddChildGraphNode(&child_node, g, before_child, 2, child));
-    CHECK(cudaGraphAddEventRecordNode(&record, g, &child_node, 1, done));
     cudaHostNodeParams hp = {};
     hp.fn = host_step;
     hp.userData = log;
     if (full) CHECK(cudaGraphAddHostNode(&host, g, &child_node, 1, &hp));
     else CHECK(cudaGraphAddEmptyNode(&host, g, &child_node, 1));
     sum_node = kernel_node(g, &child_node, 1, (void *)combine, combine_args);
+    // After the kernel that writes `out`: the other graph waits for this event and copies it
+    // (a record node beside that kernel would race with it).
+    CHECK(cudaGraphAddEventRecordNode(&record, g, &sum_node, 1, done));
     if (full) {
         CHECK(cudaGraphAddMemcpyNodeToSymbol(&to_symbol, g, &sum_node, 1, window, bufs->a, sizeof(window), 0,
                                              cudaMemcpyDeviceToDevice));

@@ -75,6 +75,15 @@ static void expect(const char *what, nvmlReturn_t got, nvmlReturn_t want) {
     }
 }
 
+// Prints `what: refused` when `got` is any error (NVIDIA's NVML and nvml.h's documentation
+// do not agree on which, for some misuse), counting a failure for a success; the status goes to
+// standard error.
+static void refused(const char *what, nvmlReturn_t got) {
+    printf("%s: %s\n", what, got == NVML_SUCCESS ? "accepted" : "refused");
+    fprintf(stderr, "%s: status %d\n", what, (int)got);
+    if (got == NVML_SUCCESS) failures++;
+}
+
 static void yes(const char *what, bool ok) {
     printf("%s: %s\n", what, ok ? "yes" : "no");
     if (!ok) failures++;
@@ -165,7 +174,7 @@ int main(int argc, char **argv) {
     yes("used and free within total", after.used <= after.total && after.free <= after.total);
     nvmlMemory_v2_t v2;
     v2.version = 1;
-    expect("memory v2 of another version", p_nvmlDeviceGetMemoryInfo_v2(dev, &v2), NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    refused("memory v2 of another version", p_nvmlDeviceGetMemoryInfo_v2(dev, &v2));
     v2.version = nvmlMemory_v2;
     expect("memory v2", p_nvmlDeviceGetMemoryInfo_v2(dev, &v2), NVML_SUCCESS);
     yes("memory v2 total is v1's", v2.total == after.total);

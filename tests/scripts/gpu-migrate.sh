@@ -10,7 +10,8 @@
 # SIZES (GiB, default "1 4 16"), HOT (buffers rewritten, default 1), WINDOW_KIB (bytes each
 # kernel writes, default 64), WARM (seconds before and after, default 2), ARCH (sm_90),
 # BACKEND (cuda; BACKEND=emu ARCH=sm_70 SIZES=0.25 checks the script on a CPU), CONNECTIONS
-# (the migration stream's TCP connections, default 4).
+# (the migration stream's TCP connections, default 4), GPUS=2 (also move the session to the
+# router's second GPU and back: `phosctl migrate --device`, on a machine with two).
 set -u
 BIN=$(realpath "$1")
 OUT=$(realpath "$2")
@@ -52,10 +53,11 @@ summary="$OUT/migrate.md"
   echo "| device memory | move | total ms | downtime ms | launches/s before | during | what phosctl printed |"
   echo "|---|---|---|---|---|---|---|"
 } > "$summary"
-move() { # size label router target out
-  local t0 t1 printed
+move() { # size label router target out ("device:N" moves to the router's own device N)
+  local t0 t1 printed where
+  case "$3" in device:*) where=(--device "${3#device:}") ;; *) where=(--to "$3") ;; esac
   t0=$(date +%s.%N)
-  printed=$("$BIN/phosctl" migrate "$id" --router "unix:$WORK/$2.sock" --to "$3" --connections "${CONNECTIONS:-4}" 2>&1)
+  printed=$("$BIN/phosctl" migrate "$id" --router "unix:$WORK/$2.sock" "${where[@]}" --connections "${CONNECTIONS:-4}" 2>&1)
   local rc=$?
   t1=$(date +%s.%N)
   echo "$printed" > "$WORK/last-move.txt"
@@ -82,6 +84,12 @@ for s in $SIZES; do
   sleep "$WARM"
   move "$s" b "unix:$WORK/a.sock" a
   sleep "$WARM"
+  if [ "${GPUS:-1}" -ge 2 ]; then
+    move "$s" a device:1 "a (GPU 1)"
+    sleep "$WARM"
+    move "$s" a device:0 "a (GPU 0)"
+    sleep "$WARM"
+  fi
   echo stop >&3
   exec 3>&-
   wait "$guest"; echo "program exit $? ($(tail -1 "$WORK/w.out"))" | tee -a "$summary"
