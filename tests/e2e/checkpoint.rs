@@ -993,9 +993,10 @@ fn cufft_plans_and_their_settings_survive_a_restore() {
 
 /// A graph built node by node with event record and child graph nodes, and a second graph
 /// waiting on the first's event, are kept in the image with their executable graphs: after a
-/// stop and a restore into a new server, the program launches them and checks every result.
-/// (Host and symbol copy nodes are left out: a callback thread started after a restore has its
-/// channel refused by the router, and a restored session ends when a copy to a symbol runs.)
+/// stop and a restore into a new server, the program runs its first host function, launches
+/// the graphs and checks every result: the host node runs on a callback thread started after
+/// the restore, and the copies to and from a `__device__` symbol reach the variable where the
+/// restored module has it.
 #[test]
 fn a_graph_of_event_and_child_nodes_survives_a_restore() {
     library_program_with_flags_survives_a_restore(
