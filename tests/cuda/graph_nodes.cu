@@ -218,6 +218,12 @@ int main(int argc, char **argv) {
         CHECK(cudaMemcpy(c, bufs.c, sizeof(c), cudaMemcpyDeviceToHost));
         EXPECT(c[0] == (seed[2] + 1) * 2 && c[1] == (seed[3] + 1) * 2);
         EXPECT(log.runs == 3 && log.tags[2] == 102);
+        // Plain copies to and from the symbol, whose address the program resolved before.
+        const int put[4] = {4, 3, 2, 1};
+        int got[4] = {};
+        CHECK(cudaMemcpyToSymbol(window, put, sizeof(put)));
+        CHECK(cudaMemcpyFromSymbol(got, window, sizeof(got)));
+        EXPECT(std::memcmp(put, got, sizeof(got)) == 0);
         printf("after the restore: the graph's nodes ran\n");
         return 0;
     }

@@ -995,8 +995,8 @@ fn cufft_plans_and_their_settings_survive_a_restore() {
 /// waiting on the first's event, are kept in the image with their executable graphs: after a
 /// stop and a restore into a new server, the program runs its first host function, launches
 /// the graphs and checks every result: the host node runs on a callback thread started after
-/// the restore, and the copies to and from a `__device__` symbol reach the variable where the
-/// restored module has it.
+/// the restore, and the copies to and from a `__device__` symbol (graph nodes, then plain
+/// calls) reach the variable where the restored module has it.
 #[test]
 fn a_graph_of_event_and_child_nodes_survives_a_restore() {
     library_program_with_flags_survives_a_restore(
