@@ -112,6 +112,25 @@ impl GraphOp {
         }
     }
 
+    /// Rewrite the device addresses the operation names through `to`: a restore reloads the
+    /// modules, whose variables (a symbol copy node's memory) may land elsewhere. A kernel's or
+    /// library call's parameters are opaque bytes and stay as they are.
+    pub fn relocate(&mut self, to: &dyn Fn(u64) -> u64) {
+        match self {
+            GraphOp::Memset { dst, .. } | GraphOp::CopyToDevice { dst, .. } => *dst = to(*dst),
+            GraphOp::CopyOnDevice { dst, src, .. } => {
+                *dst = to(*dst);
+                *src = to(*src);
+            }
+            GraphOp::CopyPinned { device, .. } => *device = to(*device),
+            GraphOp::Kernel { .. }
+            | GraphOp::Library { .. }
+            | GraphOp::Host { .. }
+            | GraphOp::EventRecord { .. }
+            | GraphOp::EventWait { .. } => {}
+        }
+    }
+
     /// Whether an executable graph with `self` can take `other`'s parameters
     /// (`cudaGraphExecUpdate`): same kind of node, same kernel. Returns the
     /// `cudaGraphExecUpdateResult` when not.

@@ -625,7 +625,7 @@ impl Session {
         let verify_ms = start.elapsed().as_secs_f64() * 1e3;
         let cancelled = || cancel.is_cancelled();
         let mut summary = engine::restore(&Rebuilding(&session), source, device, progress, &cancelled)?;
-        session.load_graphs(source.manifest())?;
+        session.load_graphs(source.manifest(), device)?;
         summary.verify_ms = verify_ms;
         summary.total_ms = start.elapsed().as_secs_f64() * 1e3;
         Ok((session, meta, summary))
@@ -635,8 +635,30 @@ impl Session {
 impl Session {
     /// Put the image's graphs back, once the records have made again what their operations
     /// name (functions, library handles).
-    fn load_graphs(&self, manifest: &Manifest) -> Result<(), CrError> {
-        self.objects.graphs.load(&manifest.graphs).map_err(|e| CrError::Image(ImageError::Impossible(e)))
+    /// Module variables come back where the reloaded modules put them, which need not be where
+    /// they were: an operation's address in a variable moves with it.
+    fn load_graphs(&self, manifest: &Manifest, device: Option<i32>) -> Result<(), CrError> {
+        if manifest.graphs.is_empty() {
+            return Ok(());
+        }
+        let rebuilt = Rebuilding(self);
+        // (old start, length, new start) of each variable, by old start.
+        let mut moves = Vec::new();
+        for region in &manifest.memory {
+            if matches!(region.kind, RegionKind::ModuleVariable { .. }) {
+                let (to, _) = rebuilt.region_target(region, device)?;
+                moves.push((region.addr, region.size, to));
+            }
+        }
+        moves.sort_unstable();
+        let relocate = |addr: u64| {
+            let i = moves.partition_point(|&(start, _, _)| start <= addr);
+            match i.checked_sub(1).map(|i| moves[i]) {
+                Some((start, len, to)) if addr - start < len => to + (addr - start),
+                _ => addr,
+            }
+        };
+        self.objects.graphs.load(&manifest.graphs, &relocate).map_err(|e| CrError::Image(ImageError::Impossible(e)))
     }
 
     /// A fresh session for the image of `manifest`, once its manifest checks
@@ -713,7 +735,7 @@ impl Session {
         let verify_ms = start.elapsed().as_secs_f64() * 1e3;
         let cancelled = || cancel.is_cancelled();
         let replay_ms = engine::recreate(&Rebuilding(&session), manifest, device, &cancelled)?;
-        crate::timing::timed(|| "making the image's graphs again".into(), || session.load_graphs(manifest))?;
+        crate::timing::timed(|| "making the image's graphs again".into(), || session.load_graphs(manifest, device))?;
         let rebuilt = Rebuilding(&session);
         let targets: Vec<(u64, i32)> =
             manifest.memory.iter().map(|r| rebuilt.region_target(r, device)).collect::<Result<_, _>>()?;

@@ -557,6 +557,12 @@ pub fn session() -> Result<Arc<Session>, Failure> {
     with_channel(|c| Ok(c.session.clone()))
 }
 
+/// Whether the router has said the session ended (its API server is gone): no call will be
+/// served again.
+pub fn session_ended() -> bool {
+    SESSION_GONE.load(Ordering::Relaxed)
+}
+
 /// The session if one is open (never connects).
 pub fn session_if_open() -> Option<Arc<Session>> {
     SESSION.lock().unwrap_or_else(|p| p.into_inner()).as_ref().filter(|s| s.pid == std::process::id()).cloned()

@@ -83,7 +83,7 @@ struct Buffers {
 //   a <- seed (memcpy), b <- 0 (memset); a += added; child {a *= factor; b += 3};
 //   then an event record, a host node, out += a + b, window <- a[0..4], c <- window.
 static cudaGraph_t build_main(Buffers *bufs, const int *seed, cudaEvent_t done, HostLog *log, cudaGraph_t *child_out,
-                              cudaGraphNode_t *nodes_out, bool full = true) {
+                              cudaGraphNode_t *nodes_out) {
     void *add_args[] = {&bufs->a, &bufs->count, &bufs->added};
     void *scale_args[] = {&bufs->a, &bufs->count, &bufs->factor};
     void *add_b_args[] = {&bufs->b, &bufs->count, &bufs->three};
@@ -112,21 +112,15 @@ static cudaGraph_t build_main(Buffers *bufs, const int *seed, cudaEvent_t done, 
     cudaHostNodeParams hp = {};
     hp.fn = host_step;
     hp.userData = log;
-    if (full) CHECK(cudaGraphAddHostNode(&host, g, &child_node, 1, &hp));
-    else CHECK(cudaGraphAddEmptyNode(&host, g, &child_node, 1));
+    CHECK(cudaGraphAddHostNode(&host, g, &child_node, 1, &hp));
     sum_node = kernel_node(g, &child_node, 1, (void *)combine, combine_args);
     // After the kernel that writes `out`: the other graph waits for this event and copies it
     // (a record node beside that kernel would race with it).
     CHECK(cudaGraphAddEventRecordNode(&record, g, &sum_node, 1, done));
-    if (full) {
-        CHECK(cudaGraphAddMemcpyNodeToSymbol(&to_symbol, g, &sum_node, 1, window, bufs->a, sizeof(window), 0,
-                                             cudaMemcpyDeviceToDevice));
-        CHECK(cudaGraphAddMemcpyNodeFromSymbol(&from_symbol, g, &to_symbol, 1, bufs->c, window, 2 * sizeof(int),
-                                               2 * sizeof(int), cudaMemcpyDeviceToDevice));
-    } else {
-        CHECK(cudaGraphAddEmptyNode(&to_symbol, g, &sum_node, 1));
-        CHECK(cudaGraphAddEmptyNode(&from_symbol, g, &to_symbol, 1));
-    }
+    CHECK(cudaGraphAddMemcpyNodeToSymbol(&to_symbol, g, &sum_node, 1, window, bufs->a, sizeof(window), 0,
+                                         cudaMemcpyDeviceToDevice));
+    CHECK(cudaGraphAddMemcpyNodeFromSymbol(&from_symbol, g, &to_symbol, 1, bufs->c, window, 2 * sizeof(int),
+                                           2 * sizeof(int), cudaMemcpyDeviceToDevice));
     cudaGraphNode_t all[] = {copy_in, memset_b, add_a, child_node, record, host, sum_node, to_symbol, from_symbol};
     for (int i = 0; i < 9; i++) nodes_out[i] = all[i];
     *child_out = child;
@@ -166,7 +160,7 @@ int main(int argc, char **argv) {
     log.tag = 100;
     cudaGraph_t child;
     cudaGraphNode_t nodes[9];
-    cudaGraph_t g = build_main(&bufs, seed, done, &log, &child, nodes, !checkpoint);
+    cudaGraph_t g = build_main(&bufs, seed, done, &log, &child, nodes);
 
     // The child was copied into its node: a node added to it now changes nothing in `g`.
     void *hundred_args[] = {&bufs.a, &bufs.count, &bufs.hundred};
@@ -199,12 +193,17 @@ int main(int argc, char **argv) {
     CHECK(cudaGraphInstantiateWithFlags(&waiter_exec, waiter, 0));
     if (checkpoint) {
         // A checkpoint and restore while the program sleeps, then three launches: the graphs
-        // come back with their event record and wait and child graph nodes. Empty nodes stand
-        // for the host node (a callback thread started after a restore has its channel refused)
-        // and the symbol copies (a restored session ends when they run).
+        // come back with their event record and wait, child graph, host and symbol copy nodes
+        // (the host node's callback thread starts after the restore).
         printf("graph-nodes ready\n");
         fflush(stdout);
         sleep(3);
+        // The first host function after the restore, on its own.
+        HostLog first = {};
+        first.tag = 700;
+        CHECK(cudaLaunchHostFunc(s1, host_step, &first));
+        CHECK(cudaStreamSynchronize(s1));
+        EXPECT(first.runs == 1 && first.tags[0] == 700);
         for (int launch = 0; launch < 3; launch++) {
             CHECK(cudaGraphLaunch(exec, s1));
             CHECK(cudaGraphLaunch(waiter_exec, s2));
@@ -217,6 +216,16 @@ int main(int argc, char **argv) {
             EXPECT(out[i] == 3 * ((seed[i] + 1) * 2 + 3));
             EXPECT(copied[i] == out[i]);
         }
+        int c[2];
+        CHECK(cudaMemcpy(c, bufs.c, sizeof(c), cudaMemcpyDeviceToHost));
+        EXPECT(c[0] == (seed[2] + 1) * 2 && c[1] == (seed[3] + 1) * 2);
+        EXPECT(log.runs == 3 && log.tags[2] == 102);
+        // Plain copies to and from the symbol, whose address the program resolved before.
+        const int put[4] = {4, 3, 2, 1};
+        int got[4] = {};
+        CHECK(cudaMemcpyToSymbol(window, put, sizeof(put)));
+        CHECK(cudaMemcpyFromSymbol(got, window, sizeof(got)));
+        EXPECT(std::memcmp(put, got, sizeof(got)) == 0);
         printf("after the restore: the graph's nodes ran\n");
         return 0;
     }

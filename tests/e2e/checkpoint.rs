@@ -993,9 +993,10 @@ fn cufft_plans_and_their_settings_survive_a_restore() {
 
 /// A graph built node by node with event record and child graph nodes, and a second graph
 /// waiting on the first's event, are kept in the image with their executable graphs: after a
-/// stop and a restore into a new server, the program launches them and checks every result.
-/// (Host and symbol copy nodes are left out: a callback thread started after a restore has its
-/// channel refused by the router, and a restored session ends when a copy to a symbol runs.)
+/// stop and a restore into a new server, the program runs its first host function, launches
+/// the graphs and checks every result: the host node runs on a callback thread started after
+/// the restore, and the copies to and from a `__device__` symbol (graph nodes, then plain
+/// calls) reach the variable where the restored module has it.
 #[test]
 fn a_graph_of_event_and_child_nodes_survives_a_restore() {
     library_program_with_flags_survives_a_restore(
@@ -1004,4 +1005,37 @@ fn a_graph_of_event_and_child_nodes_survives_a_restore() {
         "graph-nodes ready",
         "after the restore: the graph's nodes ran",
     );
+}
+
+/// A program whose session ends under it (its API server killed) fails its next call and
+/// exits with its own status: the runtime's exit handler does not reach for the ended
+/// session, and does not abort.
+#[test]
+fn a_program_whose_session_ended_exits_with_its_own_status() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "graph_nodes", &["-arch=sm_70"]);
+    let router = TestRouter::start("emu");
+    let mut guest = start_guest(&router, &exe, &["checkpoint"]);
+    let mut out = BufReader::new(guest.stdout.take().unwrap());
+    read_until(&mut out, "graph-nodes ready");
+    let dir = router.socket().parent().unwrap().display().to_string();
+    let server = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .find(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd);
+            cmd.contains("phos-api-server") && cmd.contains(&dir)
+        })
+        .expect("the session's API server");
+    // SAFETY: a signal to a process this test's router started.
+    unsafe { libc::kill(server, libc::SIGKILL) };
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let status = guest.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut guest.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(1), "{status:?}: {rest}\n{err}");
+    assert!(rest.contains("FAILED: cudaLaunchHostFunc"), "{rest}\n{err}");
+    assert!(!err.contains("panicked"), "{err}");
 }

@@ -625,6 +625,91 @@ fn graph_nodes_are_checked() {
     g.call(&PhosGraphInstantiateRequest { graph: b }).unwrap();
 }
 
+/// A graph launch checks its copies and memsets against the memory the session has then: a
+/// node whose memory was freed after it was added fails the launch before any node runs.
+#[test]
+fn a_graph_launch_checks_memory_freed_since_its_nodes_were_added() {
+    let (router, mut g) = open();
+    let kept = malloc(&mut g, 64);
+    let freed = malloc(&mut g, 64);
+    let source = malloc(&mut g, 64);
+    g.call(&CudaMemsetRequest { devPtr: kept, value: 1, count: 64 }).unwrap();
+    let read = |g: &mut RawGuest, addr: u64| {
+        let dst = g
+            .call(&CudaMemcpyRequest {
+                dst: Ptr::Out(64),
+                src: Ptr::Device(addr),
+                count: 64,
+                kind: consts::cudaMemcpyDeviceToHost,
+                direction: consts::cudaMemcpyDeviceToHost,
+            })
+            .unwrap()
+            .dst;
+        dst.expect("copied bytes")
+    };
+    let graph = |g: &mut RawGuest, target: u64, copy_from: Option<u64>| {
+        let graph = g.call(&CudaGraphCreateRequest { flags: 0 }).unwrap().pGraph;
+        // The kept allocation's node comes first: it must not run either.
+        let set = |g: &mut RawGuest, dst: u64| {
+            g.call(&PhosGraphAddSetNodeRequest {
+                graph,
+                deps: &[],
+                numDeps: 0,
+                dst,
+                pitch: 64,
+                value: 9,
+                width: 64,
+                height: 1,
+            })
+            .unwrap()
+        };
+        set(g, kept);
+        match copy_from {
+            None => {
+                set(g, target);
+            }
+            Some(src) => {
+                g.call(&PhosGraphAddCopyNodeRequest {
+                    graph,
+                    deps: &[],
+                    numDeps: 0,
+                    dst: target,
+                    dpitch: 64,
+                    dslice: 64,
+                    src: Ptr::Device(src),
+                    spitch: 64,
+                    sslice: 64,
+                    width: 64,
+                    height: 1,
+                    depth: 1,
+                    direction: consts::cudaMemcpyDeviceToDevice,
+                })
+                .unwrap();
+            }
+        }
+        g.call(&PhosGraphInstantiateRequest { graph }).unwrap().pGraphExec
+    };
+    let memset_freed = graph(&mut g, freed, None);
+    let copy_into_freed = graph(&mut g, freed, Some(source));
+    let copy_from_freed = graph(&mut g, source, Some(freed));
+    g.call(&CudaFreeRequest { devPtr: freed }).unwrap();
+    for exec in [memset_freed, copy_into_freed, copy_from_freed] {
+        let r = g.call(&CudaGraphLaunchRequest { graphExec: exec, stream: 0 });
+        assert_eq!(r.unwrap_err(), CudaError::InvalidValue.0);
+    }
+    // Nothing ran, not even the nodes whose memory is still there.
+    g.call(&CudaDeviceSynchronizeRequest {}).unwrap();
+    assert_eq!(read(&mut g, kept), vec![1; 64]);
+    let logs = router.server_logs();
+    assert!(logs.contains("cudaGraphLaunch: refused: a node's device memory"), "{logs}");
+    // A graph whose memory is all there still runs.
+    let fine = graph(&mut g, source, None);
+    g.call(&CudaGraphLaunchRequest { graphExec: fine, stream: 0 }).unwrap();
+    g.call(&CudaDeviceSynchronizeRequest {}).unwrap();
+    assert_eq!(read(&mut g, kept), vec![9; 64]);
+    assert_eq!(read(&mut g, source), vec![9; 64]);
+}
+
 /// The pinned arena: the router refuses a file that is not one, and the server copies only
 /// within the allocations it made, frees only those, and keeps the first arena it mapped.
 #[test]

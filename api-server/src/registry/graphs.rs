@@ -194,7 +194,8 @@ impl GraphRegistry {
 
     /// The graphs and executable graphs, for a checkpoint (captures in progress are not
     /// kept: a restored stream is not capturing). Their operations name functions, handles
-    /// and addresses that a restore makes again with the same values.
+    /// and addresses that a restore makes again with the same values, but for module
+    /// variables' (see [`load`](Self::load)).
     pub fn snapshot(&self) -> Vec<u8> {
         let graphs = self.graphs.lock();
         let nodes = self.nodes.lock();
@@ -208,12 +209,18 @@ impl GraphRegistry {
     }
 
     /// Put back what [`snapshot`](Self::snapshot) took, under the same handles (an empty
-    /// image, from a session without graphs, puts back nothing).
-    pub fn load(&self, image: &[u8]) -> Result<(), String> {
+    /// image, from a session without graphs, puts back nothing). `relocate` maps each device
+    /// address the image's operations name to where it is now.
+    pub fn load(&self, image: &[u8], relocate: &dyn Fn(u64) -> u64) -> Result<(), String> {
         if image.is_empty() {
             return Ok(());
         }
-        let image: GraphsImage = phos_protocol::decode(image).map_err(|e| format!("the graphs do not decode: {e}"))?;
+        let mut image: GraphsImage =
+            phos_protocol::decode(image).map_err(|e| format!("the graphs do not decode: {e}"))?;
+        let graph_ops = image.graphs.iter_mut().flat_map(|(_, g)| g.nodes.iter_mut()).flat_map(|n| n.ops.iter_mut());
+        for op in graph_ops.chain(image.execs.iter_mut().flat_map(|(_, ops)| ops.iter_mut())) {
+            op.relocate(relocate);
+        }
         let mut graphs = self.graphs.lock();
         let mut nodes = self.nodes.lock();
         let mut execs = self.execs.lock();
@@ -274,7 +281,7 @@ mod tests {
         let image = r.snapshot();
 
         let restored = registry();
-        restored.load(&image).unwrap();
+        restored.load(&image, &|a| a).unwrap();
         assert_eq!(restored.exec_ops(exec).unwrap(), vec![memset, library_op(Some(9))]);
         assert_eq!(restored.nodes(g, 2).unwrap(), (nodes, 2));
         assert_eq!(restored.node_kind(second).unwrap(), crate::capture::NODE_KERNEL);
@@ -282,9 +289,26 @@ mod tests {
         let other = restored.create(&new).unwrap();
         assert_ne!(other, g);
         // An empty image (a session without graphs) puts back nothing; a bad one is refused.
-        registry().load(&[]).unwrap();
-        assert!(registry().load(&image[..image.len() - 1]).is_err());
-        assert!(restored.load(&image).is_err(), "handles in use are refused");
+        registry().load(&[], &|a| a).unwrap();
+        assert!(registry().load(&image[..image.len() - 1], &|a| a).is_err());
+        assert!(restored.load(&image, &|a| a).is_err(), "handles in use are refused");
+    }
+
+    #[test]
+    fn a_restore_moves_the_addresses_of_copies_and_memsets() {
+        let full = || CudaError::MemoryAllocation;
+        let new = NewHandle { forced: None, full: &full };
+        let r = registry();
+        let copy = GraphOp::CopyOnDevice { dst: 0x1000, dpitch: 4, src: 0x2004, spitch: 4, width: 4, height: 1 };
+        let g = r.create_captured(vec![copy], &new, &full).unwrap();
+        let exec = r.instantiate(g, &new).unwrap();
+        let restored = registry();
+        // The variable at 0x2000 moved to 0x8000.
+        restored.load(&r.snapshot(), &|a| if (0x2000..0x2010).contains(&a) { a - 0x2000 + 0x8000 } else { a }).unwrap();
+        let moved = GraphOp::CopyOnDevice { dst: 0x1000, dpitch: 4, src: 0x8004, spitch: 4, width: 4, height: 1 };
+        assert_eq!(restored.exec_ops(exec).unwrap(), vec![moved.clone()]);
+        let relaunched = restored.instantiate(g, &new).unwrap();
+        assert_eq!(restored.exec_ops(relaunched).unwrap(), vec![moved]);
     }
 
     #[test]

@@ -501,8 +501,6 @@ impl AddressSpace {
         self.inner.write().engine.remove(&addr);
     }
 
-    /// Is `[addr, addr + len)` inside one allocation (or module variable) of this session?
-    /// A length of 0 asks whether `addr` itself is.
     /// The device whose memory backs the allocation containing `addr`.
     pub fn device_of(&self, addr: u64) -> Option<i32> {
         let g = self.inner.read();
@@ -523,6 +521,8 @@ impl AddressSpace {
         g.written.keys().map(|&start| (start, g.len_at(start))).collect()
     }
 
+    /// Is `[addr, addr + len)` inside one allocation (or module variable) of this session?
+    /// A length of 0 asks whether `addr` itself is.
     pub fn contains(&self, addr: u64, len: u64) -> bool {
         let Some(end) = addr.checked_add(len.max(1)) else { return false };
         let g = self.inner.read();

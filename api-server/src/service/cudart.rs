@@ -139,6 +139,7 @@ impl Session {
     /// them is refused.
     fn replay(&self, cx: &CallCx, ops: &[GraphOp], stream: u64, gates: Option<u64>) -> Result<(), CudaError> {
         let on = self.objects.streams.resolve(stream)?;
+        self.check_replay(ops)?;
         let s = Some(on);
         let b = self.backend();
         let mut next_gate = gates;
@@ -161,10 +162,6 @@ impl Session {
                     b.memcpy_2d(Copy2D::HostToDevice { dst: *dst, dpitch: *dpitch, src: data }, *width, *height, s)?
                 }
                 GraphOp::CopyPinned { device, host, count, to_device } => {
-                    // The memory may have been freed since the capture.
-                    if !self.objects.host.covers(*host, *count) || !self.objects.memory.contains(*device, *count) {
-                        return Err(CudaError::InvalidValue);
-                    }
                     b.memcpy_registered(*device, *host, *count, *to_device, s)?
                 }
                 GraphOp::Library { api, function, device, payload, position } => {
@@ -180,6 +177,37 @@ impl Session {
                 }
                 GraphOp::EventRecord { event } => b.event_record(self.objects.events.resolve(*event)?, on)?,
                 GraphOp::EventWait { event } => b.stream_wait_event(on, self.objects.events.resolve(*event)?)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Check a graph's copies and memsets against the session's memory as it is now, before
+    /// any of them runs: memory the graph names may have been freed (and reused) since the
+    /// node was added or captured. A kernel or library op is checked as its direct call is,
+    /// when it runs. One range lookup per range; `cudaErrorInvalidValue` and nothing run when
+    /// one is no longer the session's.
+    fn check_replay(&self, ops: &[GraphOp]) -> Result<(), CudaError> {
+        for op in ops {
+            if let GraphOp::CopyPinned { host, count, .. } = op
+                && !self.objects.host.covers(*host, *count)
+            {
+                crate::guest_warn!(
+                    self.id,
+                    "cudaGraphLaunch: refused: the page-locked memory at {host:#x} (+{count}) of a copy node is no longer registered"
+                );
+                return Err(CudaError::InvalidValue);
+            }
+            for range in op.device_access() {
+                if range.len != 0 && !self.objects.memory.contains(range.addr, range.len) {
+                    crate::guest_warn!(
+                        self.id,
+                        "cudaGraphLaunch: refused: a node's device memory at {:#x} (+{}) is no longer allocated",
+                        range.addr,
+                        range.len
+                    );
+                    return Err(CudaError::InvalidValue);
+                }
             }
         }
         Ok(())

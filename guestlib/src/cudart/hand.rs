@@ -307,10 +307,13 @@ impl HandWritten for Hand {
         // Runs from exit handlers. The session ends with the process and the server drops
         // every module then; but device printf output still pending is printed at exit, as
         // CUDA does when its context is torn down, so one synchronising call fetches it.
+        // Thread-local storage is gone by now, and `tracing`'s subscriber panics on it: a call
+        // that would have to reconnect (and log) to a session that has ended is not made, and
+        // a panic anyway (the router gone) must not abort the exiting program.
         static FLUSHED: std::sync::Once = std::sync::Once::new();
         FLUSHED.call_once(|| {
-            if runtime::session_if_open().is_some() {
-                let _ = runtime::call(&cudart::CudaDeviceSynchronizeRequest {});
+            if runtime::session_if_open().is_some() && !runtime::session_ended() {
+                let _ = std::panic::catch_unwind(|| runtime::call(&cudart::CudaDeviceSynchronizeRequest {}));
             }
         });
     }
