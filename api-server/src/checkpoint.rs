@@ -840,17 +840,6 @@ pub fn check_image(m: &Manifest, factory: &SessionFactory, device: Option<i32>) 
         .map(|a| ApiVersion { id: a.id, name: a.name.clone(), version: a.version, hash: a.hash })
         .collect();
     check_apis(&apis, "the image")?;
-    if let Some(d) = device
-        && let Some(other) = m.records.iter().map(|r| r.device).find(|&r| r != d)
-    {
-        // The guest's calls go on naming the devices it knows by their numbers: its objects
-        // made on another device would not be found (measured on two H100s: a session moved
-        // from device 0 to 1 had its launches refused as naming unknown handles).
-        return bad(format!(
-            "its objects are on device {other}: moving or restoring a session onto another device of a \
-             machine (here {d}) is not supported yet"
-        ));
-    }
     let s = &m.session;
     if (s.device_base, s.device_size) != (factory.device_base, factory.device_size) {
         return bad(format!(
@@ -862,6 +851,17 @@ pub fn check_image(m: &Manifest, factory: &SessionFactory, device: Option<i32>) 
     let on_a_device = |d: i32| (0..devices).contains(&device.unwrap_or(d));
     if let Some(d) = device.filter(|&d| !(0..devices).contains(&d)) {
         return Err(CrError::NoSuchDevice { device: d, devices });
+    }
+    if let Some(d) = device
+        && let Some(other) = m.records.iter().map(|r| r.device).find(|&r| r != d)
+    {
+        // The guest's calls go on naming the devices it knows by their numbers: its objects
+        // made on another device would not be found (measured on two H200s: a session moved
+        // from device 0 to 1 had its launches refused as naming unknown handles).
+        return bad(format!(
+            "its objects are on device {other}: moving or restoring a session onto another device of a \
+             machine (here {d}) is not supported yet"
+        ));
     }
     // Kinds of handle the records create, and what each limit counts.
     let handle_kind = |kind: &str| HandleKind::ALL.iter().copied().find(|k| k.name() == kind);
