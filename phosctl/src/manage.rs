@@ -377,20 +377,24 @@ pub fn restore(
         let request = RestoreRequest { dir: dir.clone(), device, tenant, as_tenant, timeout, full };
         // The router gives up at `timeout`; the call waits a little longer for its answer.
         let work = c.restore(phos_control::context_within(timeout + Duration::from_secs(30)), request);
-        // The process first: until its session is back, its channels are refused as parked
-        // and it waits; a session restored first, with no process yet to connect to it,
-        // would be ended by the router as one whose process went.
+        // Into the suspended session the router keeps, the process first: until its session
+        // is back its channels are refused as parked and it waits, where a session restored
+        // first, with no process yet to connect to it, would be ended by the router as one
+        // whose process went. A session the router does not have (it was restarted) comes
+        // first: the process would be told that its session is unknown, and give up.
+        let kept = c.sessions(tarpc::context::current()).await?.iter().any(|s| s.id == session);
+        let bring_back = |criu: &Path| -> Result<u32, CliError> {
+            let pid = crate::process::restore(criu, &dir)
+                .map_err(|source| CliError::ProcessNotRestored { session, source })?;
+            println!(
+                "process {pid} restored with CRIU from {}: it reconnects to its session",
+                dir.join(crate::process::PROCESS_DIR).display()
+            );
+            Ok(pid)
+        };
         let process_pid = match &process {
-            Some(criu) => {
-                let pid = crate::process::restore(criu, &dir)
-                    .map_err(|source| CliError::ProcessNotRestored { session, source })?;
-                println!(
-                    "process {pid} restored with CRIU from {}: it waits for its session",
-                    dir.join(crate::process::PROCESS_DIR).display()
-                );
-                Some(pid)
-            }
-            None => None,
+            Some(criu) if kept => Some(bring_back(criu)?),
+            _ => None,
         };
         let restored = match with_progress(&c, session, "restore", work).await {
             Ok(r) => r.map_err(CliError::from),
@@ -400,6 +404,9 @@ pub fn restore(
             Some(pid) => CliError::SessionNotRestored { pid, source: Box::new(e) },
             None => e,
         })?;
+        if let Some(criu) = process.as_deref().filter(|_| !kept) {
+            bring_back(criu)?;
+        }
         let server = if s.pooled { "pooled" } else { "new" };
         if !s.on_demand {
             println!(
