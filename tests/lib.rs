@@ -337,6 +337,16 @@ impl TestRouter {
         self.dir.path().join("router.sock")
     }
 
+    /// `phosctl ARGS --router unix:{socket}`.
+    pub fn phosctl(&self, args: &[&str]) -> std::process::Output {
+        Command::new(built("phosctl"))
+            .args(args)
+            .arg("--router")
+            .arg(format!("unix:{}", self.socket().display()))
+            .output()
+            .expect("running phosctl")
+    }
+
     /// Everything the API servers have logged so far.
     pub fn server_logs(&self) -> String {
         let mut all = String::new();

@@ -70,15 +70,6 @@ fn usable_criu() -> Result<PathBuf, String> {
     Ok(criu)
 }
 
-fn phosctl(router: &TestRouter, args: &[&str]) -> std::process::Output {
-    Command::new(built("phosctl"))
-        .args(args)
-        .arg("--router")
-        .arg(format!("unix:{}", router.socket().display()))
-        .output()
-        .expect("running phosctl")
-}
-
 /// `phosctl run --endpoint ROUTER -- exe args...`, to be given its standard files.
 fn guest(router: &TestRouter, exe: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(built("phosctl"));
@@ -155,18 +146,15 @@ fn round_trip(mode: &[&str]) {
     let session = router.router.sessions().first().expect("the program's session").clone();
     let pid = session.pid;
     let image = work.path().join("image");
-    let ck = phosctl(
-        &router,
-        &[
-            "checkpoint",
-            &session.id.to_string(),
-            "--out",
-            image.to_str().unwrap(),
-            "--process",
-            "--criu",
-            criu.to_str().unwrap(),
-        ],
-    );
+    let ck = router.phosctl(&[
+        "checkpoint",
+        &session.id.to_string(),
+        "--out",
+        image.to_str().unwrap(),
+        "--process",
+        "--criu",
+        criu.to_str().unwrap(),
+    ]);
     let said = String::from_utf8_lossy(&ck.stdout);
     assert!(
         ck.status.success(),
@@ -181,10 +169,10 @@ fn round_trip(mode: &[&str]) {
     assert!(!alive(pid), "the dumped process still runs");
     let printed_before = std::fs::read_to_string(&out).unwrap();
     assert!(!printed_before.contains("PASS"), "the program ended before its checkpoint: {printed_before}");
-    let listed = String::from_utf8(phosctl(&router, &["sessions"]).stdout).unwrap();
+    let listed = String::from_utf8(router.phosctl(&["sessions"]).stdout).unwrap();
     assert!(listed.contains("suspended"), "{listed}");
 
-    let rs = phosctl(&router, &["restore", image.to_str().unwrap(), "--criu", criu.to_str().unwrap()]);
+    let rs = router.phosctl(&["restore", image.to_str().unwrap(), "--criu", criu.to_str().unwrap()]);
     let said = String::from_utf8_lossy(&rs.stdout);
     assert!(rs.status.success(), "restore: {}{said}", String::from_utf8_lossy(&rs.stderr));
     assert!(said.contains(&format!("process {pid} restored with CRIU")), "{said}");
@@ -221,16 +209,16 @@ fn a_process_checkpoint_is_refused_for_a_session_of_another_host_or_not_running(
     // Stopped first: a session that is not running has no process to dump, and the refusal
     // changes nothing.
     let image = work.path().join("image");
-    let ck = phosctl(&router, &["checkpoint", &id.to_string(), "--out", image.to_str().unwrap(), "--stop"]);
+    let ck = router.phosctl(&["checkpoint", &id.to_string(), "--out", image.to_str().unwrap(), "--stop"]);
     assert!(ck.status.success(), "{}", String::from_utf8_lossy(&ck.stderr));
     let again = work.path().join("again");
-    let refused = phosctl(&router, &["checkpoint", &id.to_string(), "--out", again.to_str().unwrap(), "--process"]);
+    let refused = router.phosctl(&["checkpoint", &id.to_string(), "--out", again.to_str().unwrap(), "--process"]);
     assert_eq!(refused.status.code(), Some(2), "{}", String::from_utf8_lossy(&refused.stderr));
     let why = String::from_utf8_lossy(&refused.stderr);
     assert!(why.contains("suspended") && why.contains("--process"), "{why}");
     assert!(!again.exists(), "a refused checkpoint wrote an image");
     // The session comes back for its process, which finishes.
-    let rs = phosctl(&router, &["restore", image.to_str().unwrap()]);
+    let rs = router.phosctl(&["restore", image.to_str().unwrap()]);
     assert!(rs.status.success(), "{}", String::from_utf8_lossy(&rs.stderr));
     assert!(runner.wait().unwrap().success());
     assert!(std::fs::read_to_string(&out).unwrap().contains("PASS"));
