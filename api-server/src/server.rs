@@ -566,10 +566,12 @@ impl ApiServer {
     /// driver API share (a sticky error, an invalid device), as the backends' errors do.
     fn run(&self, id: Function, device: i32, payload: &[u8], out: &mut Vec<u8>, how: &Running<'_>) -> Result<(), i32> {
         let session = self.session();
+        // The clock is read only while a C/R hook is timed: two reads a call cost the
+        // launch path measurably where reading it is slow.
         let timed = session.hooks.active() && crate::timing::on();
-        let start = std::time::Instant::now();
+        let start = timed.then(std::time::Instant::now);
         let in_flight = session.quiesce.enter();
-        let entered = start.elapsed();
+        let entered = start.map(|s| s.elapsed());
         if session.is_frozen() {
             // Checkpointed and stopped (or handed over to another server): this call belongs
             // to the restored session, unless the session is thawed.
@@ -583,7 +585,7 @@ impl ApiServer {
             session.async_calls.ran(call_id);
         }
         drop(in_flight);
-        if timed {
+        if let (Some(start), Some(entered)) = (start, entered) {
             let waited = entered.as_secs_f64() * 1e3;
             crate::timing::slow(start, || format!("{} while a C/R hook was on ({waited:.3} ms to enter)", id.name()));
         }

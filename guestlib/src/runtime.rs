@@ -618,7 +618,10 @@ fn reconnect_timeout() -> Duration {
 /// send the call again, after the async calls the lost connection left unanswered; the
 /// application does not notice. A failure is in the call's API's status codes.
 pub fn call<R: RemoteCall>(req: &R) -> Result<R::Reply, R::Status> {
-    call_carried(req).map_err(R::Status::from)
+    let started = crate::profile::start();
+    let r = call_carried(req).map_err(R::Status::from);
+    crate::profile::sync_call(R::FUNCTION, started);
+    r
 }
 
 fn call_carried<R: RemoteCall>(req: &R) -> Result<R::Reply, Failure> {
@@ -686,6 +689,7 @@ fn call_carried<R: RemoteCall>(req: &R) -> Result<R::Reply, Failure> {
 /// empty) and whose arguments the caller has vouched for, so that the errors CUDA would
 /// return from the call itself cannot happen.
 pub fn call_async<R: RemoteCall>(req: &R) -> Result<(), R::Status> {
+    crate::profile::async_call(R::FUNCTION);
     call_async_carried(req).map_err(R::Status::from)
 }
 

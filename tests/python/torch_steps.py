@@ -175,6 +175,88 @@ def main():
                 raise RuntimeError(f"NVIDIA's NVML is mapped beside Phos's: {', '.join(theirs)}")
         return " ".join(parts)
 
+    def matmul_tf32():
+        # TF32 tensor cores: within TF32's precision of the float64 product.
+        torch.manual_seed(2)
+        a = torch.randn(384, 256, device=dev)
+        b = torch.randn(256, 192, device=dev)
+        before = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            c = a @ b
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = before
+        ref = a.double() @ b.double()
+        err = ((c.double() - ref).abs().max() / ref.abs().max()).item()
+        return f"{err < 2e-2}"
+
+    def batched_gemm():
+        # Batched and strided GEMMs: bmm, baddbmm, and products of transposed (non-contiguous)
+        # views, against the float64 result.
+        torch.manual_seed(3)
+        a = torch.randn(8, 48, 32, device=dev)
+        b = torch.randn(8, 32, 40, device=dev)
+        bias = torch.randn(8, 48, 40, device=dev)
+        worst = 0.0
+        for got, want in (
+            (torch.bmm(a, b), torch.bmm(a.double(), b.double())),
+            (torch.baddbmm(bias, a, b, beta=0.5, alpha=2.0),
+             torch.baddbmm(bias.double(), a.double(), b.double(), beta=0.5, alpha=2.0)),
+            (a.transpose(1, 2).matmul(a), a.double().transpose(1, 2).matmul(a.double())),
+            (a[:, ::2, :] @ b, a.double()[:, ::2, :] @ b.double()),
+        ):
+            worst = max(worst, (got.double() - want).abs().max().item())
+        return f"{worst < 1e-3}"
+
+    def streams():
+        # Work on several streams, ordered by events across them.
+        s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+        a = torch.ones(1 << 20, device=dev)
+        done = torch.cuda.Event()
+        with torch.cuda.stream(s1):
+            c = a * 2
+            done.record(s1)
+        s2.wait_event(done)
+        with torch.cuda.stream(s2):
+            d = (c + 1).sum()
+        with torch.cuda.stream(s1):
+            e = (a * 5).sum()
+        torch.cuda.synchronize()
+        return f"{d.item():.0f} {e.item():.0f}"
+
+    def transformer():
+        # A small transformer encoder: a few training steps, then inference in bfloat16.
+        torch.manual_seed(4)
+        layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+        model = torch.nn.TransformerEncoder(layer, 2).to(dev)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        x = torch.randn(8, 16, 64, device=dev)
+        for _ in range(5):
+            opt.zero_grad()
+            loss = (model(x) - x).pow(2).mean()
+            loss.backward()
+            opt.step()
+        model.eval()
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+            y = model(x)
+        return f"{loss.item():.3f} {y.dtype} {bool(torch.isfinite(y).all())}"
+
+    def compiled():
+        # torch.compile: Triton kernels loaded and launched through the driver API.
+        def f(x, y):
+            return torch.sin(x) * y + torch.cos(y).relu()
+
+        g = torch.compile(f)
+        x = torch.linspace(-4, 4, 1 << 16, device=dev)
+        y = torch.linspace(0, 2, 1 << 16, device=dev)
+        got = g(x, y)
+        mlp = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8)).to(dev)
+        cmlp = torch.compile(mlp)
+        z = torch.randn(16, 32, device=dev)
+        with torch.no_grad():
+            same = torch.allclose(cmlp(z), mlp(z), atol=1e-4)
+        return f"{torch.allclose(got, f(x, y), atol=1e-5)} {same}"
+
     steps = [
         ("tensors", tensors),
         ("elementwise", elementwise),
@@ -183,6 +265,8 @@ def main():
         ("matmul_fp32", matmul(torch.float32)),
         ("matmul_fp16", matmul(torch.float16)),
         ("matmul_bf16", matmul(torch.bfloat16)),
+        ("matmul_tf32", matmul_tf32),
+        ("batched_gemm", batched_gemm),
         ("conv2d", conv2d),
         ("linear", linear),
         ("cnn_training", cnn_training),
@@ -190,6 +274,9 @@ def main():
         ("memory_stats", memory_stats),
         ("graphed_linear", graphed_linear),
         ("nvml", nvml),
+        ("streams", streams),
+        ("transformer", transformer),
+        ("compiled", compiled),
     ]
     failed = 0
     for name, step in steps:

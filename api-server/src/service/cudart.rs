@@ -316,9 +316,10 @@ impl Session {
         let stream = self.objects.streams.resolve(stream)?;
         self.objects.devices.check_launch(self.backend(), cx.device, grid, block, shared_mem)?;
         let timed = self.hooks.active() && crate::timing::on();
-        let planning = std::time::Instant::now();
+        // Clock reads only while timed (they cost the launch path where the clock is slow).
+        let planning = timed.then(std::time::Instant::now);
         let checked = if self.hooks.active() { self.speculate_launch(cx, function, params)? } else { None };
-        let planned = planning.elapsed();
+        let planned = planning.map(|p| p.elapsed());
         let (raw, params) = match &checked {
             Some(c) => (c.function, &c.params[..]),
             None => (raw, params),
@@ -338,7 +339,7 @@ impl Session {
             cooperative,
         );
         drop(view);
-        if timed {
+        if let (Some(planning), Some(planned)) = (planning, planned) {
             let twin = if checked.is_some() { "a checked twin" } else { "the kernel" };
             crate::timing::slow(planning, || {
                 format!(
