@@ -849,7 +849,10 @@ pub fn device_map(
     use crate::backend::mapped::{DeviceMap, MapError};
     let devices = factory.backend.device_count();
     let Some(to) = device else { return Ok(DeviceMap::identity(devices)) };
-    let used = m.records.iter().map(|r| r.device).chain(m.memory.iter().map(|r| r.device));
+    // Page-locked host memory is every device's: where it was allocated says nothing.
+    let host_alloc = Function::Cudart(FunctionId::PhosHostAlloc);
+    let on_a_device = |r: &&Record| Function::from_wire(r.api, r.function) != Some(host_alloc);
+    let used = m.records.iter().filter(on_a_device).map(|r| r.device).chain(m.memory.iter().map(|r| r.device));
     DeviceMap::moving(devices, used, to).map_err(|e| match e {
         MapError::NoSuchDevice { device, devices } => CrError::NoSuchDevice { device, devices },
         several @ MapError::SeveralDevices { .. } => CrError::Image(ImageError::Impossible(several.to_string())),
