@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use phos_api_server::backend::emu::EmuBackend;
-use phos_api_server::backend::prelude::*;
 use phos_api_server::checkpoint::{Bounds, Progress};
 use phos_api_server::control::SessionFactory;
 use phos_api_server::dispatch::cudart::dispatch;
