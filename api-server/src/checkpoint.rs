@@ -153,8 +153,9 @@ impl BackendCopier {
             .get_mut(usize::try_from(device).unwrap_or(usize::MAX))
             .ok_or(CrError::NoSuchDevice { device, devices: b.device_count() })?;
         b.bind(device).map_err(CrError::device(format!("making device {device} current")))?;
+        // Lanes are the backend's, on its devices: the session's device map says which.
         if let Some(pool) = b.copy_pool()
-            && let Some(lane) = pool.take_lane(device, self.lanes)
+            && let Some(lane) = pool.take_lane(b.backend_device(device), self.lanes)
         {
             let stream = StreamRef::Created(lane.stream);
             let done = copy(b.as_ref(), stream).and_then(|_| {
@@ -378,9 +379,11 @@ impl Rebuild for Rebuilding<'_> {
         self.0.objects.set_handle_counters(counters);
     }
 
-    fn replay(&self, r: &Record, device: Option<i32>) -> Result<(), CrError> {
+    /// A record is replayed on the guest device it names: the session's device map (made
+    /// from `device` when the session was, [`device_map`]) puts that on the backend's.
+    fn replay(&self, r: &Record, _device: Option<i32>) -> Result<(), CrError> {
         let id = Function::from_wire(r.api, r.function).ok_or_else(|| CrError::UnknownFunction(r.name.clone()))?;
-        let dev = device.unwrap_or(r.device);
+        let dev = r.device;
         let cx = CallCx {
             device: dev,
             replay: Some(r.creates.iter().map(|(_, v)| *v).collect()),
@@ -396,9 +399,10 @@ impl Rebuild for Rebuilding<'_> {
         .map_err(|reason| CrError::Replay { function: r.name.clone(), reason })
     }
 
-    fn region_target(&self, region: &MemoryRegion, device: Option<i32>) -> Result<(u64, i32), CrError> {
+    fn region_target(&self, region: &MemoryRegion, _device: Option<i32>) -> Result<(u64, i32), CrError> {
         let s = self.0;
-        let dev = device.unwrap_or(region.device);
+        // The guest's device, as for records.
+        let dev = region.device;
         match &region.kind {
             RegionKind::Allocation => {
                 if !s.objects.memory.contains(region.addr, region.size) {
@@ -673,12 +677,17 @@ impl Session {
             || check_image(manifest, factory, device),
         )?;
         let meta = manifest.session.clone();
+        let map = device_map(manifest, factory, device)?;
+        if !map.is_identity() {
+            tracing::info!(session = meta.id, "the session moves to another device: {map}");
+        }
+        let backend = crate::backend::mapped::Mapped::wrap(factory.backend.clone(), map);
         let session = crate::timing::timed(
             || format!("making the session and reserving its {} device addresses", meta.device_size),
             || {
                 Session::new(
                     meta.id,
-                    factory.backend.clone(),
+                    backend,
                     meta.device_base,
                     meta.device_size,
                     factory.max_reply,
@@ -826,6 +835,30 @@ impl Session {
     }
 }
 
+/// The device map of the session of `m` restored by `factory`'s server: the guest keeps the
+/// numbers of its devices, each on this server's device of the same number, unless `device`
+/// moves the session, whose objects must then all be on one of its devices
+/// ([`DeviceMap::moving`]).
+///
+/// [`DeviceMap::moving`]: crate::backend::mapped::DeviceMap::moving
+pub fn device_map(
+    m: &Manifest,
+    factory: &SessionFactory,
+    device: Option<i32>,
+) -> Result<crate::backend::mapped::DeviceMap, CrError> {
+    use crate::backend::mapped::{DeviceMap, MapError};
+    let devices = factory.backend.device_count();
+    let Some(to) = device else { return Ok(DeviceMap::identity(devices)) };
+    // Page-locked host memory is every device's: where it was allocated says nothing.
+    let host_alloc = Function::Cudart(FunctionId::PhosHostAlloc);
+    let on_a_device = |r: &&Record| Function::from_wire(r.api, r.function) != Some(host_alloc);
+    let used = m.records.iter().filter(on_a_device).map(|r| r.device).chain(m.memory.iter().map(|r| r.device));
+    DeviceMap::moving(devices, used, to).map_err(|e| match e {
+        MapError::NoSuchDevice { device, devices } => CrError::NoSuchDevice { device, devices },
+        several @ MapError::SeveralDevices { .. } => CrError::Image(ImageError::Impossible(several.to_string())),
+    })
+}
+
 /// What this server can say of an image before it creates anything, beyond what
 /// [`Image::open`] checked: that its records are calls this server's spec knows, creating
 /// objects of the kinds the spec says, with handles of their kind and addresses inside the
@@ -847,22 +880,11 @@ pub fn check_image(m: &Manifest, factory: &SessionFactory, device: Option<i32>) 
             s.device_base, s.device_size, factory.device_base, factory.device_size
         ));
     }
+    // Records and regions name the guest's devices, which the session's device map puts on
+    // this server's (the same numbers unless `device` moves the session).
     let devices = factory.backend.device_count();
-    let on_a_device = |d: i32| (0..devices).contains(&device.unwrap_or(d));
-    if let Some(d) = device.filter(|&d| !(0..devices).contains(&d)) {
-        return Err(CrError::NoSuchDevice { device: d, devices });
-    }
-    if let Some(d) = device
-        && let Some(other) = m.records.iter().map(|r| r.device).find(|&r| r != d)
-    {
-        // The guest's calls go on naming the devices it knows by their numbers: its objects
-        // made on another device would not be found (measured on two H200s: a session moved
-        // from device 0 to 1 had its launches refused as naming unknown handles).
-        return bad(format!(
-            "its objects are on device {other}: moving or restoring a session onto another device of a \
-             machine (here {d}) is not supported yet"
-        ));
-    }
+    let on_a_device = |d: i32| (0..devices).contains(&d);
+    device_map(m, factory, device)?;
     // Kinds of handle the records create, and what each limit counts.
     let handle_kind = |kind: &str| HandleKind::ALL.iter().copied().find(|k| k.name() == kind);
     let host_alloc = Function::Cudart(FunctionId::PhosHostAlloc);

@@ -106,11 +106,21 @@ impl std::fmt::Display for BackendKind {
 /// Default memory of the emulated device.
 pub const DEFAULT_EMU_MEMORY: u64 = 16 << 30;
 
-/// Create a backend.
-pub fn open_backend(kind: BackendKind, emu_memory: u64) -> Result<Arc<dyn Backend>, backend::cuda::OpenError> {
+/// The environment variable that sets how many devices `emu` presents (default 1).
+pub const EMU_DEVICES_VAR: &str = "PHOS_EMU_DEVICES";
+
+/// Most devices `emu` presents.
+pub const MAX_EMU_DEVICES: usize = 16;
+
+/// Create a backend; `emu` presents `emu_devices` devices of `emu_memory` bytes each.
+pub fn open_backend(
+    kind: BackendKind,
+    emu_memory: u64,
+    emu_devices: usize,
+) -> Result<Arc<dyn Backend>, backend::cuda::OpenError> {
     Ok(match kind {
         BackendKind::Cuda => Arc::new(backend::cuda::CudaBackend::new()?),
-        BackendKind::Emu => Arc::new(backend::emu::EmuBackend::new(emu_memory)),
+        BackendKind::Emu => Arc::new(backend::emu::EmuBackend::with_devices(emu_memory, emu_devices)),
     })
 }
 

@@ -51,6 +51,10 @@ struct Args {
     /// Memory of the emulated device, in bytes.
     #[arg(long, default_value_t = phos_api_server::DEFAULT_EMU_MEMORY, value_parser = parse_u64)]
     emu_memory: u64,
+    /// Devices the emulator presents (1 to 16), each with `--emu-memory` bytes of its own.
+    #[arg(long, default_value_t = 1, env = phos_api_server::EMU_DEVICES_VAR,
+          value_parser = clap::value_parser!(u16).range(1..=phos_api_server::MAX_EMU_DEVICES as i64))]
+    emu_devices: u16,
     /// Largest frame payload accepted.
     #[arg(long, default_value_t = phos_protocol::DEFAULT_MAX_PAYLOAD, value_parser = parse_u64)]
     max_payload: u64,
@@ -122,7 +126,7 @@ fn main() {
         // SAFETY: the process has one thread yet (the backend, which reads it, opens below).
         unsafe { std::env::set_var(DEVICE_CONNECTIONS_VAR, "32") };
     }
-    let backend = open_backend(args.backend, args.emu_memory)
+    let backend = open_backend(args.backend, args.emu_memory, usize::from(args.emu_devices))
         .unwrap_or_else(|e| fail(format!("cannot open the {} backend: {e}", args.backend)));
     let buffers = args.copy_buffers.unwrap_or(2 * phos_checkpoint::parallel::workers());
     if backend.copy_pool().is_some() && buffers > 0 {

@@ -395,6 +395,55 @@ fn an_image_this_server_could_not_have_made_is_refused() {
     restore(dir.path(), base).unwrap();
 }
 
+/// On two emulated devices: a session with memory on both is refused a target device (which
+/// of them would go there?), and restores as it is without one, each allocation on the
+/// device it was made on; a session on device 1 alone restored onto device 0 still names
+/// device 1, and its memory is device 0's.
+#[test]
+fn a_session_on_several_devices_moves_only_as_it_is() {
+    let base = 0x5300_0000_0000;
+    let two = || SessionFactory { backend: Arc::new(EmuBackend::with_devices(1 << 30, 2)), ..factory(base) };
+    let on = |device: i32| CallCx::new(device);
+    let malloc = |s: &Session, device: i32, size: u64| {
+        let mut out = Vec::new();
+        let req = CudaMallocRequest { size };
+        dispatch(s, &on(device), FunctionId::CudaMalloc, &phos_protocol::encode(&req), &mut out).unwrap();
+        phos_protocol::decode::<CudaMallocReply>(&out).unwrap().devPtr
+    };
+    let device_of = |s: &Session, ptr: u64| {
+        let mut out = Vec::new();
+        let req = PhosPointerDeviceRequest { ptr };
+        dispatch(s, &on(0), FunctionId::PhosPointerDevice, &phos_protocol::encode(&req), &mut out).unwrap();
+        phos_protocol::decode::<PhosPointerDeviceReply>(&out).unwrap().device
+    };
+    let cancel = Cancel::default();
+    let dir = tempfile::tempdir().unwrap();
+    let s = two().fresh(1).unwrap();
+    let (a, b) = (malloc(&s, 0, 4 << 20), malloc(&s, 1, 2 << 20));
+    s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &Bounds::default()).unwrap();
+    drop(s);
+    let err = Session::restore(dir.path(), &two(), Some(1), &Progress::default(), &cancel).err().expect("two devices");
+    assert!(err.to_string().contains("its objects are on devices [0, 1]"), "{err}");
+    let (r, _, _) = Session::restore(dir.path(), &two(), None, &Progress::default(), &cancel).unwrap();
+    assert_eq!((device_of(&r, a), device_of(&r, b)), (0, 1));
+    let (free0, total) = r.backend().mem_info(0).unwrap();
+    assert_eq!((total - free0, total - r.backend().mem_info(1).unwrap().0), (4 << 20, 2 << 20));
+    drop(r);
+
+    let dir = tempfile::tempdir().unwrap();
+    let s = two().fresh(1).unwrap();
+    let c = malloc(&s, 1, 2 << 20);
+    s.checkpoint(dir.path(), meta(), Compression::None, false, &Progress::default(), &Bounds::default()).unwrap();
+    drop(s);
+    let machine = two();
+    let (r, _, _) = Session::restore(dir.path(), &machine, Some(0), &Progress::default(), &cancel).unwrap();
+    assert_eq!(device_of(&r, c), 1, "the guest's number");
+    assert_eq!(r.backend().device_count(), 2);
+    // Guest device 1 is the machine's device 0, which holds the memory.
+    let used = |d: i32| machine.backend.mem_info(d).map(|(free, total)| total - free).unwrap();
+    assert_eq!((used(0), used(1)), (2 << 20, 0));
+}
+
 /// How long a test waits for a session's calls to leave before installing a hook.
 fn within() -> Within<'static> {
     Within::after(std::time::Duration::from_secs(60))

@@ -180,8 +180,10 @@ pub trait Snapshot {
 pub trait Rebuild {
     /// Carry on the image's handle counters.
     fn set_handle_counters(&self, counters: &[(String, u64)]);
-    /// Recreate what `record` created, with the handles and addresses it names; on `device`
-    /// when given (a restore onto another GPU).
+    /// Recreate what `record` created, with the handles and addresses it names. `device`, when
+    /// given, is the device the restore was asked to put the session on (another GPU); the
+    /// API server's rebuilt session already maps the guest's device numbers there (its device
+    /// map), so it replays each record on the device the record names.
     fn replay(&self, record: &Record, device: Option<i32>) -> Result<(), CrError>;
     /// Where `region`'s contents go: (address, device). An allocation comes back at its
     /// address; a module variable is wherever its reloaded module has it.

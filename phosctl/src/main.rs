@@ -168,7 +168,8 @@ enum Command {
         /// --peer-secret-file).
         #[arg(long, conflicts_with = "device", required_unless_present = "device")]
         to: Option<String>,
-        /// Move it to a server of its own router on this device.
+        /// Move it to a server of its own router on this device (another GPU of the machine
+        /// included: the program keeps its device numbers).
         #[arg(long)]
         device: Option<i32>,
         /// Seconds each wait for the session to come to rest may take (as a checkpoint's).
@@ -245,7 +246,8 @@ enum Command {
     Restore {
         /// Image directory.
         dir: PathBuf,
-        /// Put the session on this device.
+        /// Put the session's device on this device of the machine (its program keeps its
+        /// device numbers); a session on several devices is restored only without it.
         #[arg(long)]
         device: Option<i32>,
         /// The tenant the image must belong to. Needed (or --as-tenant) to restore a session

@@ -154,6 +154,71 @@ fn stop_and_restore_iterative(mode: &[&str]) {
     assert!(router.server_logs().contains("restored"), "{}", router.server_logs());
 }
 
+/// A router whose emu servers present two devices.
+fn two_device_router() -> TestRouter {
+    TestRouter::start_with("emu", |c| c.server_args.extend(["--emu-devices".to_string(), "2".to_string()]))
+}
+
+/// A session started on device 0 of a two-device machine is stopped and restored onto device
+/// 1 (`--device 1`): the program, which checks at every step that its device is still 0
+/// and its memory on it, finishes printing what an uninterrupted run prints, while the
+/// restored server puts its device 0 on device 1. A restore onto a device the machine does
+/// not have is refused first, naming it, and changes nothing.
+#[test]
+fn a_session_restored_onto_another_device_keeps_its_device_numbers() {
+    stop_and_restore_onto_device(0, 1);
+}
+
+/// The same for a session that made device 1 current before it made anything, restored onto
+/// device 0: the program still sees device 1 (and two devices).
+#[test]
+fn a_session_on_device_1_restored_onto_device_0_still_sees_device_1() {
+    stop_and_restore_onto_device(1, 0);
+}
+
+fn stop_and_restore_onto_device(device: u32, to: u32) {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "device_numbers", &["-arch=sm_70"]);
+    let used = device.to_string();
+    let router = two_device_router();
+    let reference = start_guest(&router, &exe, &[&used, "40", "0"]).wait_with_output().unwrap();
+    assert!(reference.status.success(), "{}", String::from_utf8_lossy(&reference.stdout));
+    let reference = String::from_utf8(reference.stdout).unwrap();
+    drop(router);
+
+    let router = two_device_router();
+    let mut guest = start_guest(&router, &exe, &[&used, "40", "40"]);
+    let mut out = BufReader::new(guest.stdout.take().unwrap());
+    let mut printed = read_until(&mut out, "iteration 10 ");
+    let id = session_id(&router);
+    let image = tempfile::tempdir().unwrap();
+    let dir = image.path().join("image");
+    checkpoint(&router, id, &dir, &["--stop"]);
+    std::thread::sleep(Duration::from_millis(300));
+    // No device 2 on this machine: refused, naming it; the session keeps waiting.
+    let rs = phosctl(&router, &["restore", dir.to_str().unwrap(), "--device", "2"]);
+    let err = String::from_utf8_lossy(&rs.stderr);
+    assert_eq!(rs.status.code(), Some(REFUSED), "{err}");
+    assert!(err.contains("device 2 does not exist here (2 devices)"), "{err}");
+    let listed = String::from_utf8(phosctl(&router, &["sessions"]).stdout).unwrap();
+    assert!(listed.contains("suspended"), "{listed}");
+    let rs = phosctl(&router, &["restore", dir.to_str().unwrap(), "--device", &to.to_string()]);
+    assert!(rs.status.success(), "restore: {}\n{}", String::from_utf8_lossy(&rs.stderr), router.server_logs());
+    let rest = {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut out, &mut s).unwrap();
+        s
+    };
+    printed.push_str(&rest);
+    let status = guest.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut guest.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "the program failed after the restore: {err}\n{printed}\n{}", router.server_logs());
+    assert_eq!(printed, reference, "output differs from the uninterrupted run\nstderr:\n{err}");
+    let logs = router.server_logs();
+    assert!(logs.contains(&format!("its device {device} on device {to}")), "{logs}");
+}
+
 #[test]
 fn a_corrupted_image_is_refused_and_changes_nothing() {
     let Some(nvcc) = nvcc() else { return };

@@ -192,6 +192,44 @@ fn migrated_back_and_forth(mode: &[&str]) {
     assert!(metrics.contains("phos_migration_last_downtime_seconds{}"), "{metrics}");
 }
 
+/// On a machine of two devices, a running program is moved to device 1 (`--device 1`), then
+/// back to device 0, computing between the moves: it checks at every step that its device is
+/// still 0 and its memory on it, and prints exactly what an uninterrupted run prints; the
+/// servers it moved to put its device 0 on device 1, then on device 0 again. A move to a
+/// device the machine does not have is refused, naming it, and the program runs on.
+#[test]
+fn a_program_moved_to_another_device_and_back_keeps_its_device_numbers() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "device_numbers", &["-arch=sm_70"]);
+    let dir = tempfile::tempdir().unwrap();
+    let secret = secret_file(dir.path(), SECRET);
+    let a = peer_router(&secret, &["--emu-devices", "2"]);
+    let reference = start_guest(&a, &exe, &["0", "60", "0"]).wait_with_output().unwrap();
+    assert!(reference.status.success(), "{}", String::from_utf8_lossy(&reference.stdout));
+    let reference = String::from_utf8(reference.stdout).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !a.router.sessions().is_empty() {
+        assert!(Instant::now() < deadline, "the reference's session did not end");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let mut guest = start_guest(&a, &exe, &["0", "60", "30"]);
+    let mut out = BufReader::new(guest.stdout.take().unwrap());
+    let mut printed = String::new();
+    read_until(&mut out, &mut printed, "iteration 10 ");
+    let id = only_session(&a);
+    let refused = phosctl(&a, &["migrate", &id.to_string(), "--device", "2"]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "a move to device 2 of two went through");
+    assert!(err.contains("device 2 does not exist here (2 devices)"), "{err}");
+    migrate(&a, id, &["--device", "1"]);
+    assert!(a.server_logs().contains("its device 0 on device 1"), "{}", a.server_logs());
+    read_until(&mut out, &mut printed, "iteration 30 ");
+    migrate(&a, id, &["--device", "0"]);
+    let printed = finish(guest, out, printed);
+    assert_eq!(printed, reference, "output differs from the uninterrupted run");
+}
+
 /// The processes whose command line contains `needle`, by pid.
 fn processes_with(needle: &str) -> Vec<i32> {
     let mut pids = Vec::new();

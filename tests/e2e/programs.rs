@@ -44,6 +44,7 @@ programs!(
     callbacks,
     device_api,
     device_functions,
+    device_numbers,
     device_query,
     dynamic_shared,
     errors,

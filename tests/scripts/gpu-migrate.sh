@@ -11,7 +11,9 @@
 # kernel writes, default 64), WARM (seconds before and after, default 2), ARCH (sm_90),
 # BACKEND (cuda; BACKEND=emu ARCH=sm_70 SIZES=0.25 checks the script on a CPU), CONNECTIONS
 # (the migration stream's TCP connections, default 4), GPUS=2 (also move the session to the
-# router's second GPU and back: `phosctl migrate --device`, on a machine with two).
+# router's second GPU and back: `phosctl migrate --device`, on a machine with two; the program
+# keeps its device 0 throughout (cr_busy checks its own results); with BACKEND=emu the
+# servers present GPUS emulated devices, PHOS_EMU_DEVICES).
 set -u
 BIN=$(realpath "$1")
 OUT=$(realpath "$2")
@@ -22,6 +24,7 @@ WARM=${WARM:-2}
 ARCH=${ARCH:-sm_90}
 BACKEND=${BACKEND:-cuda}
 WORK=$(mktemp -d)
+if [ "$BACKEND" = emu ] && [ "${GPUS:-1}" -ge 2 ]; then export PHOS_EMU_DEVICES="$GPUS"; fi
 mkdir -p "$OUT"
 nvcc -O2 -cudart shared -arch="$ARCH" -o "$WORK/cr_busy" tests/bench/cr_busy.cu || exit 1
 head -c 32 /dev/urandom | base64 > "$WORK/secret"

@@ -44,6 +44,7 @@ mod attr {
     pub const CAN_MAP_HOST_MEMORY: usize = 19;
     pub const SURFACE_ALIGNMENT: usize = 30;
     pub const CONCURRENT_KERNELS: usize = 31;
+    pub const PCI_BUS_ID: usize = 33;
     pub const MEMORY_CLOCK_RATE: usize = 36;
     pub const GLOBAL_MEMORY_BUS_WIDTH: usize = 37;
     pub const L2_CACHE_SIZE: usize = 38;
@@ -103,8 +104,12 @@ impl GlobalMemory for MemoryView<'_> {
 
 pub struct EmuBackend {
     properties: DeviceProperties,
+    /// Memory of each device.
     total_memory: u64,
-    mapped: AtomicU64,
+    /// Bytes mapped (allocations, arrays) on each device: each device has its own memory.
+    mapped: Vec<AtomicU64>,
+    /// The device each array's memory was taken from.
+    array_devices: Mutex<HashMap<Raw, usize>>,
     next: AtomicU64,
     events: Mutex<HashMap<Raw, Event>>,
     streams: Mutex<HashMap<Raw, ()>>,
@@ -192,6 +197,14 @@ const EVENT_DISABLE_TIMING: u32 = 0x2;
 impl EmuBackend {
     /// An emulated device with `total_memory` bytes of memory.
     pub fn new(total_memory: u64) -> Self {
+        Self::with_devices(total_memory, 1)
+    }
+
+    /// `devices` emulated devices (at least 1), each with `total_memory` bytes of memory of
+    /// its own; they share the CPU that runs their work (one operation at a time, as one
+    /// device does), and differ in their UUID and PCI bus number.
+    pub fn with_devices(total_memory: u64, devices: usize) -> Self {
+        let devices = devices.max(1);
         let cores = std::thread::available_parallelism().map(|n| n.get() as i32).unwrap_or(1);
         let mut a = vec![0i32; attr::LAST + 1];
         let set = |a: &mut Vec<i32>, i: usize, v: i32| a[i] = v;
@@ -248,7 +261,8 @@ impl EmuBackend {
                 attributes: a,
             },
             total_memory,
-            mapped: AtomicU64::new(0),
+            mapped: (0..devices).map(|_| AtomicU64::new(0)).collect(),
+            array_devices: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
             events: Mutex::new(HashMap::new()),
             streams: Mutex::new(HashMap::new()),
@@ -280,7 +294,12 @@ impl EmuBackend {
     }
 
     fn check_device(&self, device: i32) -> Result<(), CudaError> {
-        if device == 0 { Ok(()) } else { Err(CudaError::InvalidDevice) }
+        self.index(device).map(|_| ())
+    }
+
+    /// `device` as an index of [`mapped`](Self::mapped), if the device exists.
+    fn index(&self, device: i32) -> Result<usize, CudaError> {
+        usize::try_from(device).ok().filter(|&d| d < self.mapped.len()).ok_or(CudaError::InvalidDevice)
     }
 
     /// Wait until every host-function gate submitted so far is open.
@@ -388,17 +407,22 @@ impl Devices for EmuBackend {
     }
 
     fn device_count(&self) -> i32 {
-        1
+        self.mapped.len() as i32
     }
 
     fn device_properties(&self, device: i32) -> Result<DeviceProperties, CudaError> {
-        self.check_device(device)?;
-        Ok(self.properties.clone())
+        let d = self.index(device)?;
+        let mut p = self.properties.clone();
+        // Device 0's UUID and bus are those of the one emulated device there used to be.
+        p.uuid[8] = d as u8;
+        p.attributes[attr::PCI_BUS_ID] = d as i32;
+        Ok(p)
     }
 
     fn device_attribute(&self, device: i32, attribute: i32) -> Result<i32, CudaError> {
-        self.check_device(device)?;
+        let d = self.index(device)?;
         match usize::try_from(attribute) {
+            Ok(attr::PCI_BUS_ID) => Ok(d as i32),
             Ok(a) if (1..=attr::LAST).contains(&a) => Ok(self.properties.attributes[a]),
             _ => Err(CudaError::InvalidValue),
         }
@@ -409,8 +433,7 @@ impl Devices for EmuBackend {
     }
 
     fn mem_info(&self, device: i32) -> Result<(u64, u64), CudaError> {
-        self.check_device(device)?;
-        let used = self.mapped.load(Ordering::Relaxed);
+        let used = self.mapped[self.index(device)?].load(Ordering::Relaxed);
         Ok((self.total_memory.saturating_sub(used), self.total_memory))
     }
 
@@ -542,8 +565,8 @@ impl VirtualMemory for EmuBackend {
     }
 
     fn map(&self, device: i32, addr: u64, size: u64) -> Result<Physical, CudaError> {
-        self.check_device(device)?;
-        if self.mapped.load(Ordering::Relaxed) + size > self.total_memory {
+        let d = self.index(device)?;
+        if self.mapped[d].load(Ordering::Relaxed) + size > self.total_memory {
             return Err(CudaError::MemoryAllocation);
         }
         // SAFETY: `[addr, addr + size)` is a free part of the session's reservation (the
@@ -552,11 +575,12 @@ impl VirtualMemory for EmuBackend {
         if r != 0 {
             return Err(CudaError::MemoryAllocation);
         }
-        self.mapped.fetch_add(size, Ordering::Relaxed);
-        Ok(0)
+        self.mapped[d].fetch_add(size, Ordering::Relaxed);
+        // The physical memory's handle is its device, which `unmap` gives it back to.
+        Ok(d as Physical)
     }
 
-    fn unmap(&self, addr: u64, size: u64, _physical: Physical) -> Result<(), CudaError> {
+    fn unmap(&self, addr: u64, size: u64, physical: Physical) -> Result<(), CudaError> {
         debug_assert_eq!(addr % PAGE, 0);
         // Give the pages back and make stray accesses fault.
         // SAFETY: a range `map` opened, which the session no longer uses (its allocation is
@@ -564,7 +588,9 @@ impl VirtualMemory for EmuBackend {
         unsafe { libc::madvise(addr as *mut libc::c_void, size as usize, libc::MADV_DONTNEED) };
         // SAFETY: the same range, part of the session's reservation: closing it unmaps nothing.
         unsafe { libc::mprotect(addr as *mut libc::c_void, size as usize, libc::PROT_NONE) };
-        self.mapped.fetch_sub(size, Ordering::Relaxed);
+        if let Some(m) = usize::try_from(physical).ok().and_then(|d| self.mapped.get(d)) {
+            m.fetch_sub(size, Ordering::Relaxed);
+        }
         Ok(())
     }
 }
@@ -876,18 +902,20 @@ impl Libraries for EmuBackend {}
 
 impl Arrays for EmuBackend {
     fn array_create(&self, device: i32, spec: &ArraySpec) -> Result<Raw, CudaError> {
-        self.check_device(device)?;
+        let d = self.index(device)?;
+        let mapped = &self.mapped[d];
         // Arrays count against the device's memory, as on a GPU: taken before anything is
         // mapped, given back if the array cannot be made.
         let bytes = ArrayStore::bytes(spec)?;
-        if self.mapped.fetch_add(bytes, Ordering::Relaxed) + bytes > self.total_memory {
-            self.mapped.fetch_sub(bytes, Ordering::Relaxed);
+        if mapped.fetch_add(bytes, Ordering::Relaxed) + bytes > self.total_memory {
+            mapped.fetch_sub(bytes, Ordering::Relaxed);
             return Err(CudaError::MemoryAllocation);
         }
         let raw = self.fresh();
         self.arrays.lock().create(raw, spec).inspect_err(|_| {
-            self.mapped.fetch_sub(bytes, Ordering::Relaxed);
+            mapped.fetch_sub(bytes, Ordering::Relaxed);
         })?;
+        self.array_devices.lock().insert(raw, d);
         Ok(raw)
     }
 
@@ -895,7 +923,8 @@ impl Arrays for EmuBackend {
         // Kernels read arrays while they run: wait for the work before.
         let _work = self.work.lock();
         let bytes = self.arrays.lock().destroy(array)?;
-        self.mapped.fetch_sub(bytes, Ordering::Relaxed);
+        let d = self.array_devices.lock().remove(&array).unwrap_or(0);
+        self.mapped[d].fetch_sub(bytes, Ordering::Relaxed);
         Ok(())
     }
 

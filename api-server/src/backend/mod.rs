@@ -10,6 +10,7 @@ mod cuda_arrays;
 pub mod emu;
 mod emu_arrays;
 mod jit_link;
+pub mod mapped;
 pub mod vendor;
 pub mod vendor_cudnn;
 pub mod vendor_cufft;
@@ -173,6 +174,12 @@ pub trait Devices: Send + Sync {
     /// `cuda` or `emu`.
     fn name(&self) -> &'static str;
     fn device_count(&self) -> i32;
+    /// The backend's own number of `device` (a session's device map, [`mapped`], numbers
+    /// devices as its guest knows them): for what is kept per backend device outside the
+    /// session, such as the copy lanes of [`copy_pool`].
+    fn backend_device(&self, device: i32) -> i32 {
+        device
+    }
     fn device_properties(&self, device: i32) -> Result<DeviceProperties, CudaError>;
     fn device_attribute(&self, device: i32, attribute: i32) -> Result<i32, CudaError>;
     fn driver_version(&self) -> i32;
