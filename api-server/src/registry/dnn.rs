@@ -2,7 +2,8 @@
 //! handle) and backend descriptors (kind `cudnn_backend_descriptor`: cuDNN's type, cuDNN's
 //! descriptor, the attributes the program set and whether it was finalized), and the legacy
 //! API's tensor descriptors (kind `cudnn_tensor_descriptor`: the shape the program set and
-//! cuDNN's descriptor).
+//! cuDNN's descriptor) and its other descriptors (filter, convolution, activation, pooling,
+//! LRN and op-tensor: [`LegacyDesc`], one handle kind each).
 //!
 //! A descriptor another descriptor refers to (an attribute names it, or it was filled from it)
 //! lives on after the program destroys it, hidden from the program, until nothing live refers
@@ -85,16 +86,29 @@ pub enum LegacyKind {
     Filter,
     Convolution,
     Activation,
+    Pooling,
+    Lrn,
+    OpTensor,
 }
 
 impl LegacyKind {
-    pub const ALL: [LegacyKind; 3] = [LegacyKind::Filter, LegacyKind::Convolution, LegacyKind::Activation];
+    pub const ALL: [LegacyKind; 6] = [
+        LegacyKind::Filter,
+        LegacyKind::Convolution,
+        LegacyKind::Activation,
+        LegacyKind::Pooling,
+        LegacyKind::Lrn,
+        LegacyKind::OpTensor,
+    ];
 
     pub fn handle_kind(self) -> HandleKind {
         match self {
             LegacyKind::Filter => HandleKind::CudnnFilterDescriptor,
             LegacyKind::Convolution => HandleKind::CudnnConvolutionDescriptor,
             LegacyKind::Activation => HandleKind::CudnnActivationDescriptor,
+            LegacyKind::Pooling => HandleKind::CudnnPoolingDescriptor,
+            LegacyKind::Lrn => HandleKind::CudnnLrnDescriptor,
+            LegacyKind::OpTensor => HandleKind::CudnnOpTensorDescriptor,
         }
     }
 
@@ -104,6 +118,9 @@ impl LegacyKind {
             LegacyKind::Filter => "cudnn_filter_descriptor",
             LegacyKind::Convolution => "cudnn_convolution_descriptor",
             LegacyKind::Activation => "cudnn_activation_descriptor",
+            LegacyKind::Pooling => "cudnn_pooling_descriptor",
+            LegacyKind::Lrn => "cudnn_lrn_descriptor",
+            LegacyKind::OpTensor => "cudnn_op_tensor_descriptor",
         }
     }
 
@@ -113,6 +130,10 @@ impl LegacyKind {
             LegacyKind::Filter => LegacyState::Filter(None),
             LegacyKind::Convolution => LegacyState::Convolution(ConvSettings::default()),
             LegacyKind::Activation => LegacyState::Activation(None),
+            LegacyKind::Pooling => LegacyState::Pooling(None),
+            // cuDNN's defaults for a new LRN descriptor.
+            LegacyKind::Lrn => LegacyState::Lrn(LrnSettings { n: 5, alpha: 1e-4, beta: 0.75, k: 2.0 }),
+            LegacyKind::OpTensor => LegacyState::OpTensor(None),
         }
     }
 }
@@ -165,12 +186,44 @@ pub struct ActivationSettings {
     pub swish_beta: f64,
 }
 
+/// A pooling descriptor's settings (one window, padding and stride per spatial dimension).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolingSettings {
+    /// `cudnnPoolingMode_t`.
+    pub mode: i32,
+    pub nan_propagation: i32,
+    pub window: Vec<i32>,
+    pub pads: Vec<i32>,
+    pub strides: Vec<i32>,
+}
+
+/// An LRN descriptor's settings (cuDNN divides `alpha` by `n` itself).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LrnSettings {
+    pub n: u32,
+    pub alpha: f64,
+    pub beta: f64,
+    pub k: f64,
+}
+
+/// An op-tensor descriptor's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpTensorSettings {
+    /// `cudnnOpTensorOp_t`.
+    pub op: i32,
+    pub compute_type: i32,
+    pub nan_propagation: i32,
+}
+
 /// What one legacy descriptor holds.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LegacyState {
     Filter(Option<FilterShape>),
     Convolution(ConvSettings),
     Activation(Option<ActivationSettings>),
+    Pooling(Option<PoolingSettings>),
+    Lrn(LrnSettings),
+    OpTensor(Option<OpTensorSettings>),
 }
 
 /// One legacy descriptor: cuDNN's (0 where there is no cuDNN) and what the program set.
@@ -188,7 +241,7 @@ pub struct DnnRegistry {
     descriptors: Mutex<HandleTable<Descriptor>>,
     tensors: Mutex<HandleTable<TensorDesc>>,
     /// One table per [`LegacyKind`], in [`LegacyKind::ALL`]'s order.
-    legacy: [Mutex<HandleTable<LegacyDesc>>; 3],
+    legacy: [Mutex<HandleTable<LegacyDesc>>; 6],
 }
 
 impl Default for DnnRegistry {

@@ -18,15 +18,18 @@ use phos_protocol::cudnn::*;
 use phos_protocol::spec::{CallAccess, DeviceAccess, RecordFacts};
 use phos_protocol::{Ptr, encode};
 
+use super::cudnn_layers::{LayerCall, Operand};
 use super::cudnn_legacy::{BnKind, BnSize, int_array, int_array_out, scaling_pair};
 use super::cudnn_ops::checked_conv;
 use super::{CallCx, Session};
-use crate::backend::vendor_cudnn::{ActivationCall, BnCall, ConvCall, ConvDirection, Cudnn, CudnnVersions};
+use crate::backend::vendor_cudnn::{
+    ActivationCall, BnCall, ConvCall, ConvDirection, Cudnn, CudnnVersions, TensorOp,
+};
 use crate::dispatch::cudart::CudartService;
 use crate::dispatch::cudnn::CudnnService;
 use crate::registry::dnn::{
-    ActivationSettings, Attribute, ConvSettings, Descriptor, DnnHandle, LegacyKind, MAX_DNN_DESCRIPTORS,
-    MAX_DNN_HANDLES,
+    ActivationSettings, Attribute, ConvSettings, Descriptor, DnnHandle, LegacyKind, LrnSettings, MAX_DNN_DESCRIPTORS,
+    MAX_DNN_HANDLES, OpTensorSettings,
 };
 use crate::registry::handles::NewHandle;
 
@@ -1069,8 +1072,7 @@ impl CudnnService for Session {
         cx: &CallCx,
         req: CudnnGetConvolutionForwardAlgorithmMaxCountRequest,
     ) -> Result<CudnnGetConvolutionForwardAlgorithmMaxCountReply, CudnnStatus> {
-        self.dnn_handle(cx, req.handle)?;
-        Ok(CudnnGetConvolutionForwardAlgorithmMaxCountReply { count: ConvDirection::Forward.algorithm_count() })
+        Ok(CudnnGetConvolutionForwardAlgorithmMaxCountReply { count: self.dnn_algorithm_max_count(cx, ConvDirection::Forward, req.handle)? })
     }
 
     fn cudnn_get_convolution_backward_data_algorithm_max_count(
@@ -1078,10 +1080,7 @@ impl CudnnService for Session {
         cx: &CallCx,
         req: CudnnGetConvolutionBackwardDataAlgorithmMaxCountRequest,
     ) -> Result<CudnnGetConvolutionBackwardDataAlgorithmMaxCountReply, CudnnStatus> {
-        self.dnn_handle(cx, req.handle)?;
-        Ok(CudnnGetConvolutionBackwardDataAlgorithmMaxCountReply {
-            count: ConvDirection::BackwardData.algorithm_count(),
-        })
+        Ok(CudnnGetConvolutionBackwardDataAlgorithmMaxCountReply { count: self.dnn_algorithm_max_count(cx, ConvDirection::BackwardData, req.handle)? })
     }
 
     fn cudnn_get_convolution_backward_filter_algorithm_max_count(
@@ -1089,10 +1088,7 @@ impl CudnnService for Session {
         cx: &CallCx,
         req: CudnnGetConvolutionBackwardFilterAlgorithmMaxCountRequest,
     ) -> Result<CudnnGetConvolutionBackwardFilterAlgorithmMaxCountReply, CudnnStatus> {
-        self.dnn_handle(cx, req.handle)?;
-        Ok(CudnnGetConvolutionBackwardFilterAlgorithmMaxCountReply {
-            count: ConvDirection::BackwardFilter.algorithm_count(),
-        })
+        Ok(CudnnGetConvolutionBackwardFilterAlgorithmMaxCountReply { count: self.dnn_algorithm_max_count(cx, ConvDirection::BackwardFilter, req.handle)? })
     }
 
     fn cudnn_get_convolution_forward_algorithm_v7(
@@ -1434,6 +1430,365 @@ impl CudnnService for Session {
             },
         )?;
         Ok(CudnnActivationBackwardReply {})
+    }
+
+    // The legacy API: tensor operations, pooling, softmax, LRN (service/cudnn_layers.rs).
+
+    fn cudnn_add_tensor(&self, cx: &CallCx, req: CudnnAddTensorRequest<'_>) -> Result<CudnnAddTensorReply, CudnnStatus> {
+        let operands = vec![Operand::read("A", 0, (req.aDesc, req.A)), Operand::write("C", 1, (req.cDesc, req.C))];
+        let [alpha, beta] = scaling_pair(req.alpha, req.beta);
+        let call = LayerCall { scaling: [alpha, beta, 0.0], ..LayerCall::new(TensorOp::Add, req.handle, operands) };
+        self.dnn_tensor_op(cx, call)?;
+        Ok(CudnnAddTensorReply {})
+    }
+
+    fn cudnn_set_tensor(&self, cx: &CallCx, req: CudnnSetTensorRequest<'_>) -> Result<CudnnSetTensorReply, CudnnStatus> {
+        let operands = vec![Operand::write("y", 0, (req.yDesc, req.y))];
+        let value = <[u8; 4]>::try_from(req.valuePtr).map_err(|_| CudnnStatus::BAD_PARAM)?;
+        let call = LayerCall { value, ..LayerCall::new(TensorOp::Set, req.handle, operands) };
+        self.dnn_tensor_op(cx, call)?;
+        Ok(CudnnSetTensorReply {})
+    }
+
+    fn cudnn_scale_tensor(
+        &self,
+        cx: &CallCx,
+        req: CudnnScaleTensorRequest<'_>,
+    ) -> Result<CudnnScaleTensorReply, CudnnStatus> {
+        let operands = vec![Operand::write("y", 0, (req.yDesc, req.y))];
+        let [alpha, _] = scaling_pair(req.alpha, &[]);
+        let call = LayerCall { scaling: [alpha, 0.0, 0.0], ..LayerCall::new(TensorOp::Scale, req.handle, operands) };
+        self.dnn_tensor_op(cx, call)?;
+        Ok(CudnnScaleTensorReply {})
+    }
+
+    fn cudnn_transform_tensor(
+        &self,
+        cx: &CallCx,
+        req: CudnnTransformTensorRequest<'_>,
+    ) -> Result<CudnnTransformTensorReply, CudnnStatus> {
+        let operands = vec![Operand::read("x", 0, (req.xDesc, req.x)), Operand::write("y", 1, (req.yDesc, req.y))];
+        let [alpha, beta] = scaling_pair(req.alpha, req.beta);
+        let call = LayerCall { scaling: [alpha, beta, 0.0], ..LayerCall::new(TensorOp::Transform, req.handle, operands) };
+        self.dnn_tensor_op(cx, call)?;
+        Ok(CudnnTransformTensorReply {})
+    }
+
+    fn cudnn_create_op_tensor_descriptor(
+        &self,
+        cx: &CallCx,
+        _: CudnnCreateOpTensorDescriptorRequest,
+    ) -> Result<CudnnCreateOpTensorDescriptorReply, CudnnStatus> {
+        Ok(CudnnCreateOpTensorDescriptorReply { opTensorDesc: self.dnn_legacy_create(cx, LegacyKind::OpTensor)? })
+    }
+
+    fn cudnn_destroy_op_tensor_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnDestroyOpTensorDescriptorRequest,
+    ) -> Result<CudnnDestroyOpTensorDescriptorReply, CudnnStatus> {
+        self.dnn_legacy_destroy(cx, LegacyKind::OpTensor, req.opTensorDesc)?;
+        Ok(CudnnDestroyOpTensorDescriptorReply {})
+    }
+
+    fn cudnn_set_op_tensor_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetOpTensorDescriptorRequest,
+    ) -> Result<CudnnSetOpTensorDescriptorReply, CudnnStatus> {
+        let settings = OpTensorSettings {
+            op: req.opTensorOp,
+            compute_type: req.opTensorCompType,
+            nan_propagation: req.opTensorNanOpt,
+        };
+        self.dnn_set_op_tensor(cx, req.opTensorDesc, settings)?;
+        Ok(CudnnSetOpTensorDescriptorReply {})
+    }
+
+    fn cudnn_get_op_tensor_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetOpTensorDescriptorRequest,
+    ) -> Result<CudnnGetOpTensorDescriptorReply, CudnnStatus> {
+        let o = self.dnn_op_tensor(cx, req.opTensorDesc)?;
+        Ok(CudnnGetOpTensorDescriptorReply {
+            opTensorOp: o.op,
+            opTensorCompType: o.compute_type,
+            opTensorNanOpt: o.nan_propagation,
+        })
+    }
+
+    fn cudnn_op_tensor(&self, cx: &CallCx, req: CudnnOpTensorRequest<'_>) -> Result<CudnnOpTensorReply, CudnnStatus> {
+        // The unary operations read A alone: B is neither checked nor read.
+        let unary = crate::cpu_dnn::op_is_unary(self.dnn_op_tensor(cx, req.opTensorDesc)?.op);
+        let mut operands = vec![Operand::read("A", 0, (req.aDesc, req.A))];
+        if !unary {
+            operands.push(Operand::read("B", 1, (req.bDesc, req.B)));
+        }
+        operands.push(Operand::write("C", 2, (req.cDesc, req.C)));
+        let [alpha1, alpha2] = scaling_pair(req.alpha1, req.alpha2);
+        let [beta, _] = scaling_pair(req.beta, &[]);
+        let call = LayerCall {
+            desc: req.opTensorDesc,
+            scaling: [alpha1, alpha2, beta],
+            ..LayerCall::new(TensorOp::Op, req.handle, operands)
+        };
+        self.dnn_tensor_op(cx, call)?;
+        Ok(CudnnOpTensorReply {})
+    }
+
+    fn cudnn_create_pooling_descriptor(
+        &self,
+        cx: &CallCx,
+        _: CudnnCreatePoolingDescriptorRequest,
+    ) -> Result<CudnnCreatePoolingDescriptorReply, CudnnStatus> {
+        Ok(CudnnCreatePoolingDescriptorReply { poolingDesc: self.dnn_legacy_create(cx, LegacyKind::Pooling)? })
+    }
+
+    fn cudnn_destroy_pooling_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnDestroyPoolingDescriptorRequest,
+    ) -> Result<CudnnDestroyPoolingDescriptorReply, CudnnStatus> {
+        self.dnn_legacy_destroy(cx, LegacyKind::Pooling, req.poolingDesc)?;
+        Ok(CudnnDestroyPoolingDescriptorReply {})
+    }
+
+    fn cudnn_set_pooling_2d_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetPooling2dDescriptorRequest,
+    ) -> Result<CudnnSetPooling2dDescriptorReply, CudnnStatus> {
+        self.dnn_set_pooling(
+            cx,
+            req.poolingDesc,
+            (req.mode, req.maxpoolingNanOpt),
+            &[req.windowHeight, req.windowWidth],
+            &[req.verticalPadding, req.horizontalPadding],
+            &[req.verticalStride, req.horizontalStride],
+        )?;
+        Ok(CudnnSetPooling2dDescriptorReply {})
+    }
+
+    fn cudnn_set_pooling_nd_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetPoolingNdDescriptorRequest<'_>,
+    ) -> Result<CudnnSetPoolingNdDescriptorReply, CudnnStatus> {
+        let (window, pads, strides) = (int_array(req.windowDimA), int_array(req.paddingA), int_array(req.strideA));
+        self.dnn_set_pooling(cx, req.poolingDesc, (req.mode, req.maxpoolingNanOpt), &window, &pads, &strides)?;
+        Ok(CudnnSetPoolingNdDescriptorReply {})
+    }
+
+    fn cudnn_get_pooling_2d_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetPooling2dDescriptorRequest,
+    ) -> Result<CudnnGetPooling2dDescriptorReply, CudnnStatus> {
+        let p = self.dnn_pooling(cx, req.poolingDesc)?;
+        if p.window.len() != 2 {
+            return Err(self.dnn_bad(cx, format_args!("{} spatial dimensions, not 2", p.window.len())));
+        }
+        Ok(CudnnGetPooling2dDescriptorReply {
+            mode: p.mode,
+            maxpoolingNanOpt: p.nan_propagation,
+            windowHeight: p.window[0],
+            windowWidth: p.window[1],
+            verticalPadding: p.pads[0],
+            horizontalPadding: p.pads[1],
+            verticalStride: p.strides[0],
+            horizontalStride: p.strides[1],
+        })
+    }
+
+    fn cudnn_get_pooling_nd_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetPoolingNdDescriptorRequest,
+    ) -> Result<CudnnGetPoolingNdDescriptorReply, CudnnStatus> {
+        let p = self.dnn_pooling(cx, req.poolingDesc)?;
+        let room = usize::try_from(req.nbDimsRequested).map_err(|_| CudnnStatus::BAD_PARAM)?;
+        Ok(CudnnGetPoolingNdDescriptorReply {
+            mode: p.mode,
+            maxpoolingNanOpt: p.nan_propagation,
+            nbDims: p.window.len() as i32,
+            windowDimA: int_array_out(&p.window, room),
+            paddingA: int_array_out(&p.pads, room),
+            strideA: int_array_out(&p.strides, room),
+        })
+    }
+
+    fn cudnn_get_pooling_2d_forward_output_dim(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetPooling2dForwardOutputDimRequest,
+    ) -> Result<CudnnGetPooling2dForwardOutputDimReply, CudnnStatus> {
+        let dims = self.dnn_pooling_output(cx, req.poolingDesc, req.inputTensorDesc)?;
+        let [n, c, h, w] = <[i32; 4]>::try_from(dims.as_slice())
+            .map_err(|_| self.dnn_bad(cx, format_args!("{} dimensions, not 4", dims.len())))?;
+        Ok(CudnnGetPooling2dForwardOutputDimReply { n, c, h, w })
+    }
+
+    fn cudnn_get_pooling_nd_forward_output_dim(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetPoolingNdForwardOutputDimRequest,
+    ) -> Result<CudnnGetPoolingNdForwardOutputDimReply, CudnnStatus> {
+        let dims = self.dnn_pooling_output(cx, req.poolingDesc, req.inputTensorDesc)?;
+        if usize::try_from(req.nbDims).ok() != Some(dims.len()) {
+            return Err(self.dnn_bad(cx, format_args!("nbDims {}, where the output has {}", req.nbDims, dims.len())));
+        }
+        Ok(CudnnGetPoolingNdForwardOutputDimReply { outputTensorDimA: int_array_out(&dims, dims.len()) })
+    }
+
+    fn cudnn_pooling_forward(
+        &self,
+        cx: &CallCx,
+        req: CudnnPoolingForwardRequest<'_>,
+    ) -> Result<CudnnPoolingForwardReply, CudnnStatus> {
+        let operands = vec![Operand::read("x", 0, (req.xDesc, req.x)), Operand::write("y", 1, (req.yDesc, req.y))];
+        let [alpha, beta] = scaling_pair(req.alpha, req.beta);
+        let call = LayerCall {
+            desc: req.poolingDesc,
+            scaling: [alpha, beta, 0.0],
+            ..LayerCall::new(TensorOp::PoolingForward, req.handle, operands)
+        };
+        self.dnn_tensor_op(cx, call)?;
+        Ok(CudnnPoolingForwardReply {})
+    }
+
+    fn cudnn_pooling_backward(
+        &self,
+        cx: &CallCx,
+        req: CudnnPoolingBackwardRequest<'_>,
+    ) -> Result<CudnnPoolingBackwardReply, CudnnStatus> {
+        let operands = vec![
+            Operand::read("y", 0, (req.yDesc, req.y)),
+            Operand::read("dy", 1, (req.dyDesc, req.dy)),
+            Operand::read("x", 2, (req.xDesc, req.x)),
+            Operand::write("dx", 3, (req.dxDesc, req.dx)),
+        ];
+        let [alpha, beta] = scaling_pair(req.alpha, req.beta);
+        let call = LayerCall {
+            desc: req.poolingDesc,
+            scaling: [alpha, beta, 0.0],
+            ..LayerCall::new(TensorOp::PoolingBackward, req.handle, operands)
+        };
+        self.dnn_tensor_op(cx, call)?;
+        Ok(CudnnPoolingBackwardReply {})
+    }
+
+    fn cudnn_softmax_forward(
+        &self,
+        cx: &CallCx,
+        req: CudnnSoftmaxForwardRequest<'_>,
+    ) -> Result<CudnnSoftmaxForwardReply, CudnnStatus> {
+        let operands = vec![Operand::read("x", 0, (req.xDesc, req.x)), Operand::write("y", 1, (req.yDesc, req.y))];
+        let [alpha, beta] = scaling_pair(req.alpha, req.beta);
+        let call = LayerCall {
+            algo: req.algo,
+            mode: req.mode,
+            scaling: [alpha, beta, 0.0],
+            ..LayerCall::new(TensorOp::SoftmaxForward, req.handle, operands)
+        };
+        self.dnn_tensor_op(cx, call)?;
+        Ok(CudnnSoftmaxForwardReply {})
+    }
+
+    fn cudnn_softmax_backward(
+        &self,
+        cx: &CallCx,
+        req: CudnnSoftmaxBackwardRequest<'_>,
+    ) -> Result<CudnnSoftmaxBackwardReply, CudnnStatus> {
+        let operands = vec![
+            Operand::read("y", 0, (req.yDesc, req.y)),
+            Operand::read("dy", 1, (req.dyDesc, req.dy)),
+            Operand::write("dx", 2, (req.dxDesc, req.dx)),
+        ];
+        let [alpha, beta] = scaling_pair(req.alpha, req.beta);
+        let call = LayerCall {
+            algo: req.algo,
+            mode: req.mode,
+            scaling: [alpha, beta, 0.0],
+            ..LayerCall::new(TensorOp::SoftmaxBackward, req.handle, operands)
+        };
+        self.dnn_tensor_op(cx, call)?;
+        Ok(CudnnSoftmaxBackwardReply {})
+    }
+
+    fn cudnn_create_lrn_descriptor(
+        &self,
+        cx: &CallCx,
+        _: CudnnCreateLRNDescriptorRequest,
+    ) -> Result<CudnnCreateLRNDescriptorReply, CudnnStatus> {
+        Ok(CudnnCreateLRNDescriptorReply { normDesc: self.dnn_legacy_create(cx, LegacyKind::Lrn)? })
+    }
+
+    fn cudnn_destroy_lrn_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnDestroyLRNDescriptorRequest,
+    ) -> Result<CudnnDestroyLRNDescriptorReply, CudnnStatus> {
+        self.dnn_legacy_destroy(cx, LegacyKind::Lrn, req.lrnDesc)?;
+        Ok(CudnnDestroyLRNDescriptorReply {})
+    }
+
+    fn cudnn_set_lrn_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetLRNDescriptorRequest,
+    ) -> Result<CudnnSetLRNDescriptorReply, CudnnStatus> {
+        let settings = LrnSettings { n: req.lrnN, alpha: req.lrnAlpha, beta: req.lrnBeta, k: req.lrnK };
+        self.dnn_set_lrn(cx, req.normDesc, settings)?;
+        Ok(CudnnSetLRNDescriptorReply {})
+    }
+
+    fn cudnn_get_lrn_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetLRNDescriptorRequest,
+    ) -> Result<CudnnGetLRNDescriptorReply, CudnnStatus> {
+        let l = self.dnn_lrn(cx, req.normDesc)?;
+        Ok(CudnnGetLRNDescriptorReply { lrnN: l.n, lrnAlpha: l.alpha, lrnBeta: l.beta, lrnK: l.k })
+    }
+
+    fn cudnn_lrn_cross_channel_forward(
+        &self,
+        cx: &CallCx,
+        req: CudnnLRNCrossChannelForwardRequest<'_>,
+    ) -> Result<CudnnLRNCrossChannelForwardReply, CudnnStatus> {
+        let operands = vec![Operand::read("x", 0, (req.xDesc, req.x)), Operand::write("y", 1, (req.yDesc, req.y))];
+        let [alpha, beta] = scaling_pair(req.alpha, req.beta);
+        let call = LayerCall {
+            desc: req.normDesc,
+            mode: req.lrnMode,
+            scaling: [alpha, beta, 0.0],
+            ..LayerCall::new(TensorOp::LrnForward, req.handle, operands)
+        };
+        self.dnn_tensor_op(cx, call)?;
+        Ok(CudnnLRNCrossChannelForwardReply {})
+    }
+
+    fn cudnn_lrn_cross_channel_backward(
+        &self,
+        cx: &CallCx,
+        req: CudnnLRNCrossChannelBackwardRequest<'_>,
+    ) -> Result<CudnnLRNCrossChannelBackwardReply, CudnnStatus> {
+        let operands = vec![
+            Operand::read("y", 0, (req.yDesc, req.y)),
+            Operand::read("dy", 1, (req.dyDesc, req.dy)),
+            Operand::read("x", 2, (req.xDesc, req.x)),
+            Operand::write("dx", 3, (req.dxDesc, req.dx)),
+        ];
+        let [alpha, beta] = scaling_pair(req.alpha, req.beta);
+        let call = LayerCall {
+            desc: req.normDesc,
+            mode: req.lrnMode,
+            scaling: [alpha, beta, 0.0],
+            ..LayerCall::new(TensorOp::LrnBackward, req.handle, operands)
+        };
+        self.dnn_tensor_op(cx, call)?;
+        Ok(CudnnLRNCrossChannelBackwardReply {})
     }
 }
 

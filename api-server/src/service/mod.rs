@@ -12,6 +12,7 @@ pub mod cudart;
 pub mod cudnn;
 mod cudnn_legacy;
 mod cudnn_ops;
+mod cudnn_layers;
 pub mod cufft;
 pub mod curand;
 pub mod cusolver;
