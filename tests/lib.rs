@@ -172,7 +172,7 @@ fn build_with_runtime(nvcc: &Path, dir: &Path, name: &str, cudart: &str, extra: 
 /// NVIDIA's library (they need `libcudnn.so.9`, which Phos's guest directory serves when they
 /// run).
 pub fn cudnn_link_flags() -> [String; 2] {
-    const FUNCTIONS: [&str; 101] = [
+    const FUNCTIONS: [&str; 108] = [
         "cudnnCreate",
         "cudnnDestroy",
         "cudnnSetStream",
@@ -274,6 +274,13 @@ pub fn cudnn_link_flags() -> [String; 2] {
         "cudnnGetLRNDescriptor",
         "cudnnLRNCrossChannelForward",
         "cudnnLRNCrossChannelBackward",
+        "cudnnCreateReduceTensorDescriptor",
+        "cudnnDestroyReduceTensorDescriptor",
+        "cudnnSetReduceTensorDescriptor",
+        "cudnnGetReduceTensorDescriptor",
+        "cudnnGetReductionIndicesSize",
+        "cudnnGetReductionWorkspaceSize",
+        "cudnnReduceTensor",
     ];
     let dir = target_dir().join("cudnn-link-stub");
     let lib = dir.join("libcudnn.so");

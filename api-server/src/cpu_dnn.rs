@@ -648,6 +648,76 @@ pub fn broadcast_indices(dims: &[usize], from: &[usize]) -> Vec<usize> {
         .collect()
 }
 
+/// cudnnReduceTensorOp_t.
+pub const REDUCE_ADD: i32 = 0;
+pub const REDUCE_MUL: i32 = 1;
+pub const REDUCE_MIN: i32 = 2;
+pub const REDUCE_MAX: i32 = 3;
+pub const REDUCE_AMAX: i32 = 4;
+pub const REDUCE_AVG: i32 = 5;
+pub const REDUCE_NORM1: i32 = 6;
+pub const REDUCE_NORM2: i32 = 7;
+pub const REDUCE_MUL_NO_ZEROS: i32 = 8;
+
+/// Whether a reduction can answer indices (the element it picked).
+pub fn reduce_has_indices(op: i32) -> bool {
+    matches!(op, REDUCE_MIN | REDUCE_MAX | REDUCE_AMAX)
+}
+
+/// cudnnReduceTensor's result (before blending) and, for MIN, MAX and AMAX, the flattened
+/// index within its group of the element each picked (the first, in canonical order). `a` is
+/// A in canonical order, `group` the canonical index in C of each of A's elements
+/// ([`broadcast_indices`] of C over A), `out` C's element count.
+pub fn reduce(op: i32, a: &[f64], group: &[usize], out: usize) -> (Vec<f64>, Vec<u32>) {
+    let mut acc: Vec<Option<f64>> = vec![None; out];
+    let mut count = vec![0u32; out];
+    let mut picked = vec![0u32; out];
+    for (&v, &g) in a.iter().zip(group) {
+        let ordinal = count[g];
+        count[g] += 1;
+        let value = match op {
+            REDUCE_AMAX | REDUCE_NORM1 => v.abs(),
+            REDUCE_NORM2 => v * v,
+            _ => v,
+        };
+        if op == REDUCE_MUL_NO_ZEROS && value == 0.0 {
+            continue;
+        }
+        acc[g] = Some(match acc[g] {
+            None => {
+                picked[g] = ordinal;
+                value
+            }
+            Some(now) => match op {
+                REDUCE_MUL | REDUCE_MUL_NO_ZEROS => now * value,
+                REDUCE_MIN | REDUCE_MAX | REDUCE_AMAX => {
+                    let better = if op == REDUCE_MIN { value < now } else { value > now };
+                    if better {
+                        picked[g] = ordinal;
+                        value
+                    } else {
+                        now
+                    }
+                }
+                _ => now + value,
+            },
+        });
+    }
+    let result = acc
+        .iter()
+        .zip(&count)
+        .map(|(v, &n)| match (op, v) {
+            // Nothing but zeros: the empty product.
+            (REDUCE_MUL_NO_ZEROS, None) => 1.0,
+            (_, None) => 0.0,
+            (REDUCE_AVG, Some(v)) => v / f64::from(n.max(1)),
+            (REDUCE_NORM2, Some(v)) => v.sqrt(),
+            (_, Some(v)) => *v,
+        })
+        .collect();
+    (result, picked)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -835,5 +905,22 @@ mod tests {
         assert_eq!(broadcast_indices(&[2, 3], &[1, 3]), vec![0, 1, 2, 0, 1, 2]);
         assert_eq!(broadcast_indices(&[2, 3], &[2, 1]), vec![0, 0, 0, 1, 1, 1]);
         assert_eq!(broadcast_indices(&[2, 3], &[2, 3]), vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn reductions_answer_cudnns_values_and_indices() {
+        // A 2x3 tensor reduced over its columns.
+        let a = [1.0, -4.0, 2.0, 0.0, 3.0, -1.0];
+        let group = broadcast_indices(&[2, 3], &[2, 1]);
+        let r = |op| reduce(op, &a, &group, 2);
+        assert_eq!(r(REDUCE_ADD).0, vec![-1.0, 2.0]);
+        assert_eq!(r(REDUCE_MUL).0, vec![-8.0, 0.0]);
+        assert_eq!(r(REDUCE_MUL_NO_ZEROS).0, vec![-8.0, -3.0]);
+        assert_eq!(r(REDUCE_MIN), (vec![-4.0, -1.0], vec![1, 2]));
+        assert_eq!(r(REDUCE_MAX), (vec![2.0, 3.0], vec![2, 1]));
+        assert_eq!(r(REDUCE_AMAX), (vec![4.0, 3.0], vec![1, 1]));
+        assert_eq!(r(REDUCE_AVG).0, vec![-1.0 / 3.0, 2.0 / 3.0]);
+        assert_eq!(r(REDUCE_NORM1).0, vec![7.0, 4.0]);
+        assert_eq!(r(REDUCE_NORM2).0, vec![21f64.sqrt(), 10f64.sqrt()]);
     }
 }

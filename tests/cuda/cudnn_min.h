@@ -32,6 +32,10 @@ typedef enum { CUDNN_SOFTMAX_FAST_ = 0 } cudnnSoftmaxAlgorithm_t;
 typedef enum { CUDNN_SOFTMAX_MODE_INSTANCE_ = 0 } cudnnSoftmaxMode_t;
 typedef enum { CUDNN_LRN_CROSS_CHANNEL_DIM1_ = 0 } cudnnLRNMode_t;
 typedef enum { CUDNN_OP_TENSOR_ADD_ = 0 } cudnnOpTensorOp_t;
+typedef struct cudnnReduceTensorStruct *cudnnReduceTensorDescriptor_t;
+typedef enum { CUDNN_REDUCE_TENSOR_ADD_ = 0 } cudnnReduceTensorOp_t;
+typedef enum { CUDNN_REDUCE_TENSOR_NO_INDICES_ = 0 } cudnnReduceTensorIndices_t;
+typedef enum { CUDNN_32BIT_INDICES_ = 0 } cudnnIndicesType_t;
 typedef struct cudnnRNNStruct *cudnnRNNDescriptor_t;
 typedef enum { CUDNN_CONVOLUTION_ = 0 } cudnnConvolutionMode_t;
 typedef enum { CUDNN_DEFAULT_MATH_ = 0 } cudnnMathType_t;
@@ -374,4 +378,27 @@ cudnnStatus_t cudnnLRNCrossChannelBackward(cudnnHandle_t handle, cudnnLRNDescrip
                                            const cudnnTensorDescriptor_t dyDesc, const void *dy,
                                            const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta,
                                            const cudnnTensorDescriptor_t dxDesc, void *dx);
+cudnnStatus_t cudnnCreateReduceTensorDescriptor(cudnnReduceTensorDescriptor_t *reduceTensorDesc);
+cudnnStatus_t cudnnDestroyReduceTensorDescriptor(cudnnReduceTensorDescriptor_t reduceTensorDesc);
+cudnnStatus_t cudnnSetReduceTensorDescriptor(cudnnReduceTensorDescriptor_t reduceTensorDesc,
+                                             cudnnReduceTensorOp_t reduceTensorOp, cudnnDataType_t reduceTensorCompType,
+                                             cudnnNanPropagation_t reduceTensorNanOpt,
+                                             cudnnReduceTensorIndices_t reduceTensorIndices,
+                                             cudnnIndicesType_t reduceTensorIndicesType);
+cudnnStatus_t cudnnGetReduceTensorDescriptor(const cudnnReduceTensorDescriptor_t reduceTensorDesc,
+                                             cudnnReduceTensorOp_t *reduceTensorOp,
+                                             cudnnDataType_t *reduceTensorCompType,
+                                             cudnnNanPropagation_t *reduceTensorNanOpt,
+                                             cudnnReduceTensorIndices_t *reduceTensorIndices,
+                                             cudnnIndicesType_t *reduceTensorIndicesType);
+cudnnStatus_t cudnnGetReductionIndicesSize(cudnnHandle_t handle, const cudnnReduceTensorDescriptor_t reduceTensorDesc,
+                                           const cudnnTensorDescriptor_t aDesc, const cudnnTensorDescriptor_t cDesc,
+                                           size_t *sizeInBytes);
+cudnnStatus_t cudnnGetReductionWorkspaceSize(cudnnHandle_t handle, const cudnnReduceTensorDescriptor_t reduceTensorDesc,
+                                             const cudnnTensorDescriptor_t aDesc, const cudnnTensorDescriptor_t cDesc,
+                                             size_t *sizeInBytes);
+cudnnStatus_t cudnnReduceTensor(cudnnHandle_t handle, const cudnnReduceTensorDescriptor_t reduceTensorDesc, void *indices,
+                                size_t indicesSizeInBytes, void *workspace, size_t workspaceSizeInBytes,
+                                const void *alpha, const cudnnTensorDescriptor_t aDesc, const void *A,
+                                const void *beta, const cudnnTensorDescriptor_t cDesc, void *C);
 }

@@ -3,21 +3,30 @@
 // backward passes of softmax, LRN and pooling; average pooling counting the padding and not;
 // the tensor operations (cudnnSetTensor, cudnnScaleTensor, cudnnTransformTensor to NHWC,
 // cudnnOpTensor's ADD with a broadcast B, MUL, MIN, MAX, SQRT and NOT); pooling, LRN and
-// op-tensor descriptors read back, the pooling's output dimensions, and the convolution
+// op-tensor descriptors read back, the reductions (each operation, with the indices of MIN,
+// MAX and AMAX), the pooling's output dimensions, and the convolution
 // algorithm counts libcudnn answers. Every result is compared with a host reference inside the
 // program, which prints pass or fail and a sum rounded to one decimal. Then misuse cuDNN
 // refuses itself with CUDNN_STATUS_BAD_PARAM (a bias that does not fit, a pooled output of
 // other channels, a softmax of two shapes, an unknown softmax algorithm, a zero pooling window,
-// an LRN window of 17, a transform between shapes, a NULL pooling descriptor).
+// an LRN window of 17, a transform between shapes, a NULL pooling descriptor, a reduction into
+// other channels).
+//
+// Mode `checkpoint`: prints "cudnn ready" once its pooling, LRN, op-tensor and reduce-tensor
+// descriptors are set, waits three seconds, in which a checkpoint and restore may happen, then
+// reads them back and pools, normalizes, multiplies and reduces with them.
 #if __has_include(<cudnn.h>)
 #include <cudnn.h>
 #else
 #include "cudnn_min.h"
 #endif
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <thread>
 #include <vector>
 
 #include "check.h"
@@ -38,6 +47,9 @@ const int POOL_MAX = 0, POOL_AVG_INCLUDE = 1, POOL_AVG_EXCLUDE = 2;
 const int SOFTMAX_ACCURATE = 1, SOFTMAX_LOG = 2, MODE_INSTANCE = 0, MODE_CHANNEL = 1;
 const int LRN_CROSS_CHANNEL = 0;
 const int OP_ADD = 0, OP_MUL = 1, OP_MIN = 2, OP_MAX = 3, OP_SQRT = 4, OP_NOT = 5;
+const int REDUCE_ADD = 0, REDUCE_MUL = 1, REDUCE_MIN = 2, REDUCE_MAX = 3, REDUCE_AMAX = 4, REDUCE_AVG = 5,
+          REDUCE_NORM1 = 6, REDUCE_NORM2 = 7, REDUCE_MUL_NO_ZEROS = 8, NO_INDICES = 0, FLATTENED_INDICES = 1,
+          INDICES_32BIT = 0;
 
 // N images of 1 x 12 x 12; a convolution of K 3x3 filters (10x10); max pooling 2x2 stride 2
 // (5x5); an LRN over 3 of the K channels; softmax.
@@ -80,6 +92,8 @@ static void report(const char *what, const std::vector<float> &got, const std::v
     }
     bool ok = worst <= tol;
     if (!ok) failures++;
+    // Sums that are 0 in exact arithmetic print as 0.0, whatever sign rounding leaves.
+    if (std::fabs(sum) < 0.05) sum = 0;
     std::printf("%s: %s, sum %.1f\n", what, ok ? "pass" : "FAIL", sum);
     if (!ok) std::printf("  worst relative error %g\n", worst);
 }
@@ -167,15 +181,74 @@ static std::vector<double> lrn_scale(const std::vector<double> &x, int n, int c,
 
 static std::vector<double> widen(const std::vector<float> &v) { return std::vector<double>(v.begin(), v.end()); }
 
-int main() {
+// Descriptors set before a checkpoint, used after the restore.
+static int after_restore(cudnnHandle_t h) {
+    cudnnPoolingDescriptor_t pd;
+    DNN(cudnnCreatePoolingDescriptor(&pd));
+    DNN(cudnnSetPooling2dDescriptor(pd, (cudnnPoolingMode_t)POOL_MAX, (cudnnNanPropagation_t)NOT_PROPAGATE_NAN, 2, 2,
+                                    0, 0, 2, 2));
+    cudnnLRNDescriptor_t ld;
+    DNN(cudnnCreateLRNDescriptor(&ld));
+    DNN(cudnnSetLRNDescriptor(ld, LRN_N, LRN_ALPHA, LRN_BETA, LRN_K));
+    cudnnOpTensorDescriptor_t od;
+    DNN(cudnnCreateOpTensorDescriptor(&od));
+    DNN(cudnnSetOpTensorDescriptor(od, (cudnnOpTensorOp_t)OP_MUL, dt(DATA_FLOAT), (cudnnNanPropagation_t)NOT_PROPAGATE_NAN));
+    cudnnReduceTensorDescriptor_t rd;
+    DNN(cudnnCreateReduceTensorDescriptor(&rd));
+    DNN(cudnnSetReduceTensorDescriptor(rd, (cudnnReduceTensorOp_t)REDUCE_ADD, dt(DATA_FLOAT),
+                                       (cudnnNanPropagation_t)NOT_PROPAGATE_NAN, (cudnnReduceTensorIndices_t)NO_INDICES,
+                                       (cudnnIndicesType_t)INDICES_32BIT));
+    std::printf("cudnn ready\n");
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    cudnnPoolingMode_t pm;
+    cudnnNanPropagation_t pn;
+    int wh, ww, ph, pw, sh, sw;
+    DNN(cudnnGetPooling2dDescriptor(pd, &pm, &pn, &wh, &ww, &ph, &pw, &sh, &sw));
+    unsigned ln;
+    double la, lb, lk;
+    DNN(cudnnGetLRNDescriptor(ld, &ln, &la, &lb, &lk));
+    cudnnOpTensorOp_t op;
+    cudnnDataType_t ot;
+    cudnnNanPropagation_t on;
+    DNN(cudnnGetOpTensorDescriptor(od, &op, &ot, &on));
+    cudnnReduceTensorOp_t rop;
+    cudnnDataType_t rt;
+    cudnnNanPropagation_t rn;
+    cudnnReduceTensorIndices_t ri;
+    cudnnIndicesType_t rit;
+    DNN(cudnnGetReduceTensorDescriptor(rd, &rop, &rt, &rn, &ri, &rit));
+    std::printf("after the restore: pooling %d window %dx%d stride %d,%d; lrn n %u k %.2f; op %d; reduce %d\n", (int)pm,
+                wh, ww, sh, sw, ln, lk, (int)op, (int)rop);
+    const float one = 1.0f, zero = 0.0f;
+    cudnnTensorDescriptor_t xd = tensor(N, K, H1, H1), pld = tensor(N, K, H2, H2), cd = tensor(N, K, 1, 1);
+    const int xn = N * K * H1 * H1, pn_ = N * K * H2 * H2;
+    std::vector<float> hx(xn);
+    for (int i = 0; i < xn; i++) hx[i] = (float)((i * 37) % 809) / 128.0f - 3.0f;
+    float *x = upload(hx), *p = zeros(pn_), *l = zeros(pn_), *m = zeros(pn_), *c = zeros(N * K);
+    DNN(cudnnPoolingForward(h, pd, &one, xd, x, &zero, pld, p));
+    DNN(cudnnLRNCrossChannelForward(h, ld, (cudnnLRNMode_t)LRN_CROSS_CHANNEL, &one, pld, p, &zero, pld, l));
+    DNN(cudnnOpTensor(h, od, &one, pld, l, &one, pld, p, &zero, pld, m));
+    DNN(cudnnReduceTensor(h, rd, nullptr, 0, nullptr, 0, &one, pld, m, &zero, cd, c));
+    std::vector<double> pooled = pool_ref(widen(hx), N * K, H1, 2, 0, 2, H2, POOL_MAX);
+    std::vector<double> scale = lrn_scale(pooled, N, K, H2 * H2), sums(N * K, 0.0);
+    for (int i = 0; i < pn_; i++) sums[i / (H2 * H2)] += pooled[i] * std::pow(scale[i], -LRN_BETA) * pooled[i];
+    report("after the restore: pooling, lrn, op tensor and reduce", download(c, N * K), sums, 1e-4);
+    std::printf("%s\n", failures == 0 ? "done" : "FAILED");
+    return failures == 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
     cudnnHandle_t h;
     DNN(cudnnCreate(&h));
+    if (argc > 1 && std::strcmp(argv[1], "checkpoint") == 0) return after_restore(h);
     const float one = 1.0f, zero = 0.0f;
 
     // The convolution: x (N x 1 x 12 x 12) by K 3x3 filters.
     std::vector<float> hx = values(N * H0 * H0, 1), hw = values(K * R * R, 2), hb = values(K, 3);
     float *x = upload(hx), *w = upload(hw), *bias = upload(hb);
     cudnnTensorDescriptor_t xd = tensor(N, 1, H0, H0), yd = tensor(N, K, H1, H1), bd = tensor(1, K, 1, 1);
+    cudnnTensorDescriptor_t bd2 = tensor(N, K, 1, 1);
     cudnnFilterDescriptor_t wd;
     DNN(cudnnCreateFilterDescriptor(&wd));
     DNN(cudnnSetFilter4dDescriptor(wd, dt(DATA_FLOAT), fmt(FORMAT_NCHW), K, 1, R, R));
@@ -402,6 +475,71 @@ int main() {
         report(what, download(C, pooled_n), want, 1e-6);
     }
 
+    // Reductions of each image and channel over its positions (2x4x5x5 -> 2x4x1x1), of distinct
+    // values in [-0.9, 1.1]; MIN, MAX and AMAX with their indices, each of which must name an
+    // element of its group holding the result.
+    std::vector<float> hr(pooled_n);
+    for (int i = 0; i < pooled_n; i++) hr[i] = (float)((i * 37) % 809) / 809.0f * 2.0f - 0.9f;
+    float *R_in = upload(hr), *R_out = zeros(N * K);
+    cudnnReduceTensorDescriptor_t rd;
+    DNN(cudnnCreateReduceTensorDescriptor(&rd));
+    for (int op = REDUCE_ADD; op <= REDUCE_MUL_NO_ZEROS; op++) {
+        bool indexed = op == REDUCE_MIN || op == REDUCE_MAX || op == REDUCE_AMAX;
+        DNN(cudnnSetReduceTensorDescriptor(rd, (cudnnReduceTensorOp_t)op, dt(DATA_FLOAT),
+                                           (cudnnNanPropagation_t)NOT_PROPAGATE_NAN,
+                                           (cudnnReduceTensorIndices_t)(indexed ? FLATTENED_INDICES : NO_INDICES),
+                                           (cudnnIndicesType_t)INDICES_32BIT));
+        cudnnReduceTensorOp_t rop;
+        cudnnDataType_t rtype;
+        cudnnNanPropagation_t rnan;
+        cudnnReduceTensorIndices_t rind;
+        cudnnIndicesType_t ritype;
+        DNN(cudnnGetReduceTensorDescriptor(rd, &rop, &rtype, &rnan, &rind, &ritype));
+        size_t isize = 0, wsize = 0;
+        DNN(cudnnGetReductionIndicesSize(h, rd, pld, bd2, &isize));
+        DNN(cudnnGetReductionWorkspaceSize(h, rd, pld, bd2, &wsize));
+        void *ind = nullptr, *rws = nullptr;
+        if (isize) CHECK(cudaMalloc(&ind, isize));
+        if (wsize) CHECK(cudaMalloc(&rws, wsize));
+        DNN(cudnnReduceTensor(h, rd, ind, isize, rws, wsize, &one, pld, R_in, &zero, bd2, R_out));
+        std::vector<double> want(N * K);
+        for (int g = 0; g < N * K; g++) {
+            double acc = op == REDUCE_MUL || op == REDUCE_MUL_NO_ZEROS ? 1 : op == REDUCE_MIN ? 1e30 : op == REDUCE_MAX ? -1e30 : 0;
+            for (int p = 0; p < spatial; p++) {
+                double v = hr[g * spatial + p];
+                switch (op) {
+                case REDUCE_ADD: case REDUCE_AVG: acc += v; break;
+                case REDUCE_MUL: acc *= v; break;
+                case REDUCE_MUL_NO_ZEROS: if (v != 0) acc *= v; break;
+                case REDUCE_MIN: acc = v < acc ? v : acc; break;
+                case REDUCE_MAX: acc = v > acc ? v : acc; break;
+                case REDUCE_AMAX: acc = std::fabs(v) > acc ? std::fabs(v) : acc; break;
+                case REDUCE_NORM1: acc += std::fabs(v); break;
+                default: acc += v * v; break;
+                }
+            }
+            want[g] = op == REDUCE_AVG ? acc / spatial : op == REDUCE_NORM2 ? std::sqrt(acc) : acc;
+        }
+        std::vector<float> got = download(R_out, N * K);
+        bool indices_ok = true;
+        if (indexed) {
+            std::vector<unsigned> idx(N * K);
+            CHECK(cudaMemcpy(idx.data(), ind, idx.size() * sizeof(unsigned), cudaMemcpyDeviceToHost));
+            for (int g = 0; g < N * K; g++) {
+                if (idx[g] >= (unsigned)spatial) { indices_ok = false; continue; }
+                double v = hr[g * spatial + idx[g]];
+                if ((op == REDUCE_AMAX ? std::fabs(v) : v) != got[g]) indices_ok = false;
+            }
+        }
+        char what[96];
+        std::snprintf(what, sizeof what, "reduce %d (read back op %d indices %d)%s", op, (int)rop, (int)rind,
+                      indexed ? (indices_ok ? ", indices pass" : ", indices FAIL") : "");
+        if (!indices_ok) failures++;
+        report(what, got, want, 1e-5);
+        if (ind) CHECK(cudaFree(ind));
+        if (rws) CHECK(cudaFree(rws));
+    }
+
     // Misuse cuDNN refuses.
     cudnnTensorDescriptor_t bad_bias = tensor(1, K - 1, 1, 1), other_channels = tensor(N, K - 1, H2, H2);
     misuse("a bias of other channels", cudnnAddTensor(h, &one, bad_bias, bias, &one, yd, y1));
@@ -425,18 +563,24 @@ int main() {
     DNN(cudnnDestroyLRNDescriptor(bad_ld));
     misuse("a transform between shapes", cudnnTransformTensor(h, &one, pld, p1, &zero, other_channels, tr));
     misuse("a NULL pooling descriptor", cudnnPoolingForward(h, nullptr, &one, yd, a1, &zero, pld, p1));
+    DNN(cudnnSetReduceTensorDescriptor(rd, (cudnnReduceTensorOp_t)REDUCE_ADD, dt(DATA_FLOAT),
+                                       (cudnnNanPropagation_t)NOT_PROPAGATE_NAN, (cudnnReduceTensorIndices_t)NO_INDICES,
+                                       (cudnnIndicesType_t)INDICES_32BIT));
+    misuse("a reduction into other channels",
+           cudnnReduceTensor(h, rd, nullptr, 0, nullptr, 0, &one, pld, R_in, &zero, bad_bias, R_out));
 
     // The calls still work after the misuse.
     DNN(cudnnPoolingForward(h, pd, &one, yd, a1, &zero, pld, p1));
     report("max pooling after the misuse", download(p1, pooled_n), pooled, 1e-6);
 
+    DNN(cudnnDestroyReduceTensorDescriptor(rd));
     DNN(cudnnDestroyOpTensorDescriptor(od));
     DNN(cudnnDestroyLRNDescriptor(ld));
     DNN(cudnnDestroyPoolingDescriptor(pd));
     DNN(cudnnDestroyActivationDescriptor(relu));
     DNN(cudnnDestroyConvolutionDescriptor(cd));
     DNN(cudnnDestroyFilterDescriptor(wd));
-    for (cudnnTensorDescriptor_t d : {xd, yd, bd, pld, nhwc, bad_bias, other_channels})
+    for (cudnnTensorDescriptor_t d : {xd, yd, bd, bd2, pld, nhwc, bad_bias, other_channels})
         DNN(cudnnDestroyTensorDescriptor(d));
     DNN(cudnnDestroy(h));
     std::printf(failures ? "FAILED\n" : "done\n");

@@ -607,6 +607,12 @@ const LEGACY_SYMBOLS: &[&str] = &[
     "cudnnSoftmaxBackward",
     "cudnnLRNCrossChannelForward",
     "cudnnLRNCrossChannelBackward",
+    "cudnnCreateReduceTensorDescriptor",
+    "cudnnDestroyReduceTensorDescriptor",
+    "cudnnSetReduceTensorDescriptor",
+    "cudnnGetReductionIndicesSize",
+    "cudnnGetReductionWorkspaceSize",
+    "cudnnReduceTensor",
 ];
 
 /// The create and destroy entry points of each legacy descriptor kind.
@@ -618,6 +624,7 @@ fn legacy_lifecycle(kind: LegacyKind) -> (&'static str, &'static str) {
         LegacyKind::Pooling => ("cudnnCreatePoolingDescriptor", "cudnnDestroyPoolingDescriptor"),
         LegacyKind::Lrn => ("cudnnCreateLRNDescriptor", "cudnnDestroyLRNDescriptor"),
         LegacyKind::OpTensor => ("cudnnCreateOpTensorDescriptor", "cudnnDestroyOpTensorDescriptor"),
+        LegacyKind::ReduceTensor => ("cudnnCreateReduceTensorDescriptor", "cudnnDestroyReduceTensorDescriptor"),
     }
 }
 
@@ -750,7 +757,19 @@ impl Cudnn {
             LegacyState::Filter(None)
             | LegacyState::Activation(None)
             | LegacyState::Pooling(None)
-            | LegacyState::OpTensor(None) => Ok(()),
+            | LegacyState::OpTensor(None)
+            | LegacyState::ReduceTensor(None) => Ok(()),
+            LegacyState::ReduceTensor(Some(t)) => done(legacy_call!(
+                self,
+                "cudnnSetReduceTensorDescriptor",
+                fn(Raw, i32, i32, i32, i32, i32),
+                r(raw),
+                t.op,
+                t.compute_type,
+                t.nan_propagation,
+                t.indices,
+                t.indices_type
+            )),
             LegacyState::Pooling(Some(pool)) => done(legacy_call!(
                 self,
                 "cudnnSetPoolingNdDescriptor",
@@ -1233,5 +1252,55 @@ impl Cudnn {
                 r(t[3].1)
             ),
         }
+    }
+}
+
+/// One reduction in cuDNN's terms: cuDNN's handle and reduce-tensor descriptor, the checked
+/// device ranges and their sizes, the host scaling factors, A and C as (cuDNN's descriptor,
+/// checked address).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReduceRaw {
+    pub handle: u64,
+    pub desc: u64,
+    pub indices: u64,
+    pub indices_size: u64,
+    pub workspace: u64,
+    pub workspace_size: u64,
+    pub scaling: [f32; 2],
+    pub a: (u64, u64),
+    pub c: (u64, u64),
+}
+
+impl Cudnn {
+    /// cudnnGetReductionIndicesSize (`indices`) or cudnnGetReductionWorkspaceSize for the
+    /// (reduce-tensor, A, C) descriptors.
+    pub fn reduction_size(&self, indices: bool, handle: u64, (desc, a, c): (u64, u64, u64)) -> Result<u64, i32> {
+        let mut size = 0usize;
+        let out = &mut size as *mut usize;
+        let name = if indices { "cudnnGetReductionIndicesSize" } else { "cudnnGetReductionWorkspaceSize" };
+        done(legacy_call!(self, name, fn(Raw, Raw, Raw, Raw, *mut usize), r(handle), r(desc), r(a), r(c), out))
+            .map(|()| size as u64)
+    }
+
+    /// Run a reduction whose every range the session checked.
+    pub fn reduce(&self, c: &ReduceRaw) -> i32 {
+        let [alpha, beta] = &c.scaling;
+        legacy_call!(
+            self,
+            "cudnnReduceTensor",
+            fn(Raw, Raw, M, usize, M, usize, P, Raw, P, P, Raw, M),
+            r(c.handle),
+            r(c.desc),
+            r(c.indices),
+            c.indices_size as usize,
+            r(c.workspace),
+            c.workspace_size as usize,
+            std::ptr::from_ref(alpha).cast::<c_void>(),
+            r(c.a.0),
+            p(c.a.1),
+            std::ptr::from_ref(beta).cast::<c_void>(),
+            r(c.c.0),
+            r(c.c.1)
+        )
     }
 }

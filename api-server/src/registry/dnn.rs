@@ -3,7 +3,7 @@
 //! descriptor, the attributes the program set and whether it was finalized), and the legacy
 //! API's tensor descriptors (kind `cudnn_tensor_descriptor`: the shape the program set and
 //! cuDNN's descriptor) and its other descriptors (filter, convolution, activation, pooling,
-//! LRN and op-tensor: [`LegacyDesc`], one handle kind each).
+//! LRN, op-tensor and reduce-tensor: [`LegacyDesc`], one handle kind each).
 //!
 //! A descriptor another descriptor refers to (an attribute names it, or it was filled from it)
 //! lives on after the program destroys it, hidden from the program, until nothing live refers
@@ -89,16 +89,18 @@ pub enum LegacyKind {
     Pooling,
     Lrn,
     OpTensor,
+    ReduceTensor,
 }
 
 impl LegacyKind {
-    pub const ALL: [LegacyKind; 6] = [
+    pub const ALL: [LegacyKind; 7] = [
         LegacyKind::Filter,
         LegacyKind::Convolution,
         LegacyKind::Activation,
         LegacyKind::Pooling,
         LegacyKind::Lrn,
         LegacyKind::OpTensor,
+        LegacyKind::ReduceTensor,
     ];
 
     pub fn handle_kind(self) -> HandleKind {
@@ -109,6 +111,7 @@ impl LegacyKind {
             LegacyKind::Pooling => HandleKind::CudnnPoolingDescriptor,
             LegacyKind::Lrn => HandleKind::CudnnLrnDescriptor,
             LegacyKind::OpTensor => HandleKind::CudnnOpTensorDescriptor,
+            LegacyKind::ReduceTensor => HandleKind::CudnnReduceTensorDescriptor,
         }
     }
 
@@ -121,6 +124,7 @@ impl LegacyKind {
             LegacyKind::Pooling => "cudnn_pooling_descriptor",
             LegacyKind::Lrn => "cudnn_lrn_descriptor",
             LegacyKind::OpTensor => "cudnn_op_tensor_descriptor",
+            LegacyKind::ReduceTensor => "cudnn_reduce_tensor_descriptor",
         }
     }
 
@@ -134,6 +138,7 @@ impl LegacyKind {
             // cuDNN's defaults for a new LRN descriptor.
             LegacyKind::Lrn => LegacyState::Lrn(LrnSettings { n: 5, alpha: 1e-4, beta: 0.75, k: 2.0 }),
             LegacyKind::OpTensor => LegacyState::OpTensor(None),
+            LegacyKind::ReduceTensor => LegacyState::ReduceTensor(None),
         }
     }
 }
@@ -215,6 +220,18 @@ pub struct OpTensorSettings {
     pub nan_propagation: i32,
 }
 
+/// A reduce-tensor descriptor's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReduceSettings {
+    /// `cudnnReduceTensorOp_t`.
+    pub op: i32,
+    pub compute_type: i32,
+    pub nan_propagation: i32,
+    /// `cudnnReduceTensorIndices_t` and `cudnnIndicesType_t`.
+    pub indices: i32,
+    pub indices_type: i32,
+}
+
 /// What one legacy descriptor holds.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LegacyState {
@@ -224,6 +241,7 @@ pub enum LegacyState {
     Pooling(Option<PoolingSettings>),
     Lrn(LrnSettings),
     OpTensor(Option<OpTensorSettings>),
+    ReduceTensor(Option<ReduceSettings>),
 }
 
 /// One legacy descriptor: cuDNN's (0 where there is no cuDNN) and what the program set.
@@ -241,7 +259,7 @@ pub struct DnnRegistry {
     descriptors: Mutex<HandleTable<Descriptor>>,
     tensors: Mutex<HandleTable<TensorDesc>>,
     /// One table per [`LegacyKind`], in [`LegacyKind::ALL`]'s order.
-    legacy: [Mutex<HandleTable<LegacyDesc>>; 6],
+    legacy: [Mutex<HandleTable<LegacyDesc>>; 7],
 }
 
 impl Default for DnnRegistry {

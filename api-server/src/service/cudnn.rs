@@ -18,7 +18,7 @@ use phos_protocol::cudnn::*;
 use phos_protocol::spec::{CallAccess, DeviceAccess, RecordFacts};
 use phos_protocol::{Ptr, encode};
 
-use super::cudnn_layers::{LayerCall, Operand};
+use super::cudnn_layers::{LayerCall, Operand, ReduceCall};
 use super::cudnn_legacy::{BnKind, BnSize, int_array, int_array_out, scaling_pair};
 use super::cudnn_ops::checked_conv;
 use super::{CallCx, Session};
@@ -29,7 +29,7 @@ use crate::dispatch::cudart::CudartService;
 use crate::dispatch::cudnn::CudnnService;
 use crate::registry::dnn::{
     ActivationSettings, Attribute, ConvSettings, Descriptor, DnnHandle, LegacyKind, LrnSettings, MAX_DNN_DESCRIPTORS,
-    MAX_DNN_HANDLES, OpTensorSettings,
+    MAX_DNN_HANDLES, OpTensorSettings, ReduceSettings,
 };
 use crate::registry::handles::NewHandle;
 
@@ -1467,9 +1467,14 @@ impl CudnnService for Session {
         cx: &CallCx,
         req: CudnnTransformTensorRequest<'_>,
     ) -> Result<CudnnTransformTensorReply, CudnnStatus> {
-        let operands = vec![Operand::read("x", 0, (req.xDesc, req.x)), Operand::write("y", 1, (req.yDesc, req.y))];
-        let [alpha, beta] = scaling_pair(req.alpha, req.beta);
-        let call = LayerCall { scaling: [alpha, beta, 0.0], ..LayerCall::new(TensorOp::Transform, req.handle, operands) };
+        let call = LayerCall::forward(
+            TensorOp::Transform,
+            (req.handle, 0),
+            (0, 0),
+            scaling_pair(req.alpha, req.beta),
+            (req.xDesc, req.x),
+            (req.yDesc, req.y),
+        );
         self.dnn_tensor_op(cx, call)?;
         Ok(CudnnTransformTensorReply {})
     }
@@ -1646,13 +1651,14 @@ impl CudnnService for Session {
         cx: &CallCx,
         req: CudnnPoolingForwardRequest<'_>,
     ) -> Result<CudnnPoolingForwardReply, CudnnStatus> {
-        let operands = vec![Operand::read("x", 0, (req.xDesc, req.x)), Operand::write("y", 1, (req.yDesc, req.y))];
-        let [alpha, beta] = scaling_pair(req.alpha, req.beta);
-        let call = LayerCall {
-            desc: req.poolingDesc,
-            scaling: [alpha, beta, 0.0],
-            ..LayerCall::new(TensorOp::PoolingForward, req.handle, operands)
-        };
+        let call = LayerCall::forward(
+            TensorOp::PoolingForward,
+            (req.handle, req.poolingDesc),
+            (0, 0),
+            scaling_pair(req.alpha, req.beta),
+            (req.xDesc, req.x),
+            (req.yDesc, req.y),
+        );
         self.dnn_tensor_op(cx, call)?;
         Ok(CudnnPoolingForwardReply {})
     }
@@ -1662,18 +1668,9 @@ impl CudnnService for Session {
         cx: &CallCx,
         req: CudnnPoolingBackwardRequest<'_>,
     ) -> Result<CudnnPoolingBackwardReply, CudnnStatus> {
-        let operands = vec![
-            Operand::read("y", 0, (req.yDesc, req.y)),
-            Operand::read("dy", 1, (req.dyDesc, req.dy)),
-            Operand::read("x", 2, (req.xDesc, req.x)),
-            Operand::write("dx", 3, (req.dxDesc, req.dx)),
-        ];
-        let [alpha, beta] = scaling_pair(req.alpha, req.beta);
-        let call = LayerCall {
-            desc: req.poolingDesc,
-            scaling: [alpha, beta, 0.0],
-            ..LayerCall::new(TensorOp::PoolingBackward, req.handle, operands)
-        };
+        let tensors = [(req.yDesc, req.y), (req.dyDesc, req.dy), (req.xDesc, req.x), (req.dxDesc, req.dx)];
+        let scaling = scaling_pair(req.alpha, req.beta);
+        let call = LayerCall::backward(TensorOp::PoolingBackward, (req.handle, req.poolingDesc), (0, 0), scaling, tensors);
         self.dnn_tensor_op(cx, call)?;
         Ok(CudnnPoolingBackwardReply {})
     }
@@ -1683,14 +1680,14 @@ impl CudnnService for Session {
         cx: &CallCx,
         req: CudnnSoftmaxForwardRequest<'_>,
     ) -> Result<CudnnSoftmaxForwardReply, CudnnStatus> {
-        let operands = vec![Operand::read("x", 0, (req.xDesc, req.x)), Operand::write("y", 1, (req.yDesc, req.y))];
-        let [alpha, beta] = scaling_pair(req.alpha, req.beta);
-        let call = LayerCall {
-            algo: req.algo,
-            mode: req.mode,
-            scaling: [alpha, beta, 0.0],
-            ..LayerCall::new(TensorOp::SoftmaxForward, req.handle, operands)
-        };
+        let call = LayerCall::forward(
+            TensorOp::SoftmaxForward,
+            (req.handle, 0),
+            (req.algo, req.mode),
+            scaling_pair(req.alpha, req.beta),
+            (req.xDesc, req.x),
+            (req.yDesc, req.y),
+        );
         self.dnn_tensor_op(cx, call)?;
         Ok(CudnnSoftmaxForwardReply {})
     }
@@ -1700,18 +1697,9 @@ impl CudnnService for Session {
         cx: &CallCx,
         req: CudnnSoftmaxBackwardRequest<'_>,
     ) -> Result<CudnnSoftmaxBackwardReply, CudnnStatus> {
-        let operands = vec![
-            Operand::read("y", 0, (req.yDesc, req.y)),
-            Operand::read("dy", 1, (req.dyDesc, req.dy)),
-            Operand::write("dx", 2, (req.dxDesc, req.dx)),
-        ];
-        let [alpha, beta] = scaling_pair(req.alpha, req.beta);
-        let call = LayerCall {
-            algo: req.algo,
-            mode: req.mode,
-            scaling: [alpha, beta, 0.0],
-            ..LayerCall::new(TensorOp::SoftmaxBackward, req.handle, operands)
-        };
+        let tensors = [(req.yDesc, req.y), (req.dyDesc, req.dy), (0, 0), (req.dxDesc, req.dx)];
+        let scaling = scaling_pair(req.alpha, req.beta);
+        let call = LayerCall::backward(TensorOp::SoftmaxBackward, (req.handle, 0), (req.algo, req.mode), scaling, tensors);
         self.dnn_tensor_op(cx, call)?;
         Ok(CudnnSoftmaxBackwardReply {})
     }
@@ -1757,14 +1745,14 @@ impl CudnnService for Session {
         cx: &CallCx,
         req: CudnnLRNCrossChannelForwardRequest<'_>,
     ) -> Result<CudnnLRNCrossChannelForwardReply, CudnnStatus> {
-        let operands = vec![Operand::read("x", 0, (req.xDesc, req.x)), Operand::write("y", 1, (req.yDesc, req.y))];
-        let [alpha, beta] = scaling_pair(req.alpha, req.beta);
-        let call = LayerCall {
-            desc: req.normDesc,
-            mode: req.lrnMode,
-            scaling: [alpha, beta, 0.0],
-            ..LayerCall::new(TensorOp::LrnForward, req.handle, operands)
-        };
+        let call = LayerCall::forward(
+            TensorOp::LrnForward,
+            (req.handle, req.normDesc),
+            (0, req.lrnMode),
+            scaling_pair(req.alpha, req.beta),
+            (req.xDesc, req.x),
+            (req.yDesc, req.y),
+        );
         self.dnn_tensor_op(cx, call)?;
         Ok(CudnnLRNCrossChannelForwardReply {})
     }
@@ -1774,21 +1762,99 @@ impl CudnnService for Session {
         cx: &CallCx,
         req: CudnnLRNCrossChannelBackwardRequest<'_>,
     ) -> Result<CudnnLRNCrossChannelBackwardReply, CudnnStatus> {
-        let operands = vec![
-            Operand::read("y", 0, (req.yDesc, req.y)),
-            Operand::read("dy", 1, (req.dyDesc, req.dy)),
-            Operand::read("x", 2, (req.xDesc, req.x)),
-            Operand::write("dx", 3, (req.dxDesc, req.dx)),
-        ];
-        let [alpha, beta] = scaling_pair(req.alpha, req.beta);
-        let call = LayerCall {
-            desc: req.normDesc,
-            mode: req.lrnMode,
-            scaling: [alpha, beta, 0.0],
-            ..LayerCall::new(TensorOp::LrnBackward, req.handle, operands)
-        };
+        let tensors = [(req.yDesc, req.y), (req.dyDesc, req.dy), (req.xDesc, req.x), (req.dxDesc, req.dx)];
+        let scaling = scaling_pair(req.alpha, req.beta);
+        let call = LayerCall::backward(TensorOp::LrnBackward, (req.handle, req.normDesc), (0, req.lrnMode), scaling, tensors);
         self.dnn_tensor_op(cx, call)?;
         Ok(CudnnLRNCrossChannelBackwardReply {})
+    }
+
+    fn cudnn_create_reduce_tensor_descriptor(
+        &self,
+        cx: &CallCx,
+        _: CudnnCreateReduceTensorDescriptorRequest,
+    ) -> Result<CudnnCreateReduceTensorDescriptorReply, CudnnStatus> {
+        Ok(CudnnCreateReduceTensorDescriptorReply {
+            reduceTensorDesc: self.dnn_legacy_create(cx, LegacyKind::ReduceTensor)?,
+        })
+    }
+
+    fn cudnn_destroy_reduce_tensor_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnDestroyReduceTensorDescriptorRequest,
+    ) -> Result<CudnnDestroyReduceTensorDescriptorReply, CudnnStatus> {
+        self.dnn_legacy_destroy(cx, LegacyKind::ReduceTensor, req.reduceTensorDesc)?;
+        Ok(CudnnDestroyReduceTensorDescriptorReply {})
+    }
+
+    fn cudnn_set_reduce_tensor_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetReduceTensorDescriptorRequest,
+    ) -> Result<CudnnSetReduceTensorDescriptorReply, CudnnStatus> {
+        let settings = ReduceSettings {
+            op: req.reduceTensorOp,
+            compute_type: req.reduceTensorCompType,
+            nan_propagation: req.reduceTensorNanOpt,
+            indices: req.reduceTensorIndices,
+            indices_type: req.reduceTensorIndicesType,
+        };
+        self.dnn_set_reduce(cx, req.reduceTensorDesc, settings)?;
+        Ok(CudnnSetReduceTensorDescriptorReply {})
+    }
+
+    fn cudnn_get_reduce_tensor_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetReduceTensorDescriptorRequest,
+    ) -> Result<CudnnGetReduceTensorDescriptorReply, CudnnStatus> {
+        let r = self.dnn_reduce_settings(cx, req.reduceTensorDesc)?;
+        Ok(CudnnGetReduceTensorDescriptorReply {
+            reduceTensorOp: r.op,
+            reduceTensorCompType: r.compute_type,
+            reduceTensorNanOpt: r.nan_propagation,
+            reduceTensorIndices: r.indices,
+            reduceTensorIndicesType: r.indices_type,
+        })
+    }
+
+    fn cudnn_get_reduction_indices_size(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetReductionIndicesSizeRequest,
+    ) -> Result<CudnnGetReductionIndicesSizeReply, CudnnStatus> {
+        let size = self.dnn_reduce_size(cx, true, req.handle, req.reduceTensorDesc, req.aDesc, req.cDesc)?;
+        Ok(CudnnGetReductionIndicesSizeReply { sizeInBytes: size })
+    }
+
+    fn cudnn_get_reduction_workspace_size(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetReductionWorkspaceSizeRequest,
+    ) -> Result<CudnnGetReductionWorkspaceSizeReply, CudnnStatus> {
+        let size = self.dnn_reduce_size(cx, false, req.handle, req.reduceTensorDesc, req.aDesc, req.cDesc)?;
+        Ok(CudnnGetReductionWorkspaceSizeReply { sizeInBytes: size })
+    }
+
+    fn cudnn_reduce_tensor(
+        &self,
+        cx: &CallCx,
+        req: CudnnReduceTensorRequest<'_>,
+    ) -> Result<CudnnReduceTensorReply, CudnnStatus> {
+        let call = ReduceCall {
+            handle: req.handle,
+            desc: req.reduceTensorDesc,
+            indices: req.indices,
+            indices_size: req.indicesSizeInBytes,
+            workspace: req.workspace,
+            workspace_size: req.workspaceSizeInBytes,
+            scaling: scaling_pair(req.alpha, req.beta),
+            a: (req.aDesc, req.A),
+            c: (req.cDesc, req.C),
+        };
+        self.dnn_reduce(cx, call)?;
+        Ok(CudnnReduceTensorReply {})
     }
 }
 

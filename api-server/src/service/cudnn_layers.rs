@@ -2,7 +2,7 @@
 //! op-tensor descriptors (kept in [`crate::registry::dnn`] as [`LegacyDesc`]s, like filters),
 //! the pooling's output dimensions, and the computations (cudnnAddTensor, cudnnSetTensor,
 //! cudnnScaleTensor, cudnnTransformTensor, cudnnOpTensor, pooling, softmax and cross-channel
-//! LRN forward and backward).
+//! LRN forward and backward), and reduce-tensor descriptors with cudnnReduceTensor.
 //!
 //! Every computation goes one way ([`Session::dnn_tensor_op`]): its tensors' shapes are
 //! checked as cuDNN checks them (BAD_PARAM for tensors that do not fit together), every range
@@ -16,11 +16,13 @@ use phos_protocol::cudnn::CudnnStatus;
 use super::CallCx;
 use super::Session;
 use super::cudnn::{dnn_status, vendor_status};
-use super::cudnn_legacy::{CpuTensors, checked_type, decode, span_bytes};
+use super::cudnn_legacy::{CpuTensors, checked_type, decode, elements, span_bytes};
 use super::cudnn_ops::Range;
-use crate::backend::vendor_cudnn::{TensorOp, TensorOpCall};
+use crate::backend::vendor_cudnn::{ReduceRaw, TensorOp, TensorOpCall};
 use crate::cpu_dnn::{self, Lrn, PoolGeometry, SoftmaxGroups};
-use crate::registry::dnn::{LegacyKind, LegacyState, LrnSettings, OpTensorSettings, PoolingSettings, TensorShape};
+use crate::registry::dnn::{
+    LegacyKind, LegacyState, LrnSettings, OpTensorSettings, PoolingSettings, ReduceSettings, TensorShape,
+};
 
 /// cuDNN's most spatial dimensions of a pooling (CUDNN_DIM_MAX - 2).
 const MAX_SPATIAL: usize = 6;
@@ -68,6 +70,37 @@ pub(super) struct LayerCall {
 impl LayerCall {
     pub fn new(op: TensorOp, handle: u64, operands: Vec<Operand>) -> Self {
         LayerCall { op, handle, desc: 0, algo: 0, mode: 0, scaling: [0.0; 3], value: [0; 4], operands }
+    }
+
+    /// x into y (cudnnTransformTensor, pooling, softmax and LRN forward), with the call's
+    /// descriptor, (algorithm, mode) and alpha, beta.
+    pub fn forward(
+        op: TensorOp,
+        (handle, desc): (u64, u64),
+        (algo, mode): (i32, i32),
+        [alpha, beta]: [f32; 2],
+        x: (u64, u64),
+        y: (u64, u64),
+    ) -> Self {
+        let operands = vec![Operand::read("x", 0, x), Operand::write("y", 1, y)];
+        LayerCall { desc, algo, mode, scaling: [alpha, beta, 0.0], ..LayerCall::new(op, handle, operands) }
+    }
+
+    /// From y, dy and x (absent for softmax) into dx: the backward passes.
+    pub fn backward(
+        op: TensorOp,
+        (handle, desc): (u64, u64),
+        (algo, mode): (i32, i32),
+        [alpha, beta]: [f32; 2],
+        [y, dy, x, dx]: [(u64, u64); 4],
+    ) -> Self {
+        let mut operands = vec![Operand::read("y", 0, y), Operand::read("dy", 1, dy)];
+        if op == TensorOp::SoftmaxBackward {
+            operands.push(Operand::write("dx", 2, dx));
+        } else {
+            operands.extend([Operand::read("x", 2, x), Operand::write("dx", 3, dx)]);
+        }
+        LayerCall { desc, algo, mode, scaling: [alpha, beta, 0.0], ..LayerCall::new(op, handle, operands) }
     }
 }
 
@@ -401,6 +434,151 @@ impl Session {
         let t = self.dnn_cpu(&h)?;
         let at = |i: usize| call.operands[i].addr;
         layer_on_cpu(&t, &call, &shapes, plan, at)
+    }
+}
+
+/// cudnnReduceTensorIndices_t's CUDNN_REDUCE_TENSOR_FLATTENED_INDICES and cudnnIndicesType_t's
+/// CUDNN_32BIT_INDICES: the indices cuDNN answers.
+const FLATTENED_INDICES: i32 = 1;
+const INDICES_32BIT: i32 = 0;
+
+/// One reduction as the program called it.
+pub(super) struct ReduceCall {
+    pub handle: u64,
+    pub desc: u64,
+    pub indices: u64,
+    pub indices_size: u64,
+    pub workspace: u64,
+    pub workspace_size: u64,
+    pub scaling: [f32; 2],
+    pub a: (u64, u64),
+    pub c: (u64, u64),
+}
+
+impl Session {
+    pub(super) fn dnn_reduce_settings(&self, cx: &CallCx, handle: u64) -> Result<ReduceSettings, CudnnStatus> {
+        match self.dnn_legacy(cx, LegacyKind::ReduceTensor, handle)?.state {
+            LegacyState::ReduceTensor(Some(r)) => Ok(r),
+            _ => Err(self.dnn_bad(cx, format_args!("the reduce-tensor descriptor {handle:#x} was never set"))),
+        }
+    }
+
+    pub(super) fn dnn_set_reduce(&self, cx: &CallCx, handle: u64, r: ReduceSettings) -> Result<(), CudnnStatus> {
+        let known = (cpu_dnn::REDUCE_ADD..=cpu_dnn::REDUCE_MUL_NO_ZEROS).contains(&r.op)
+            && (0..=1).contains(&r.nan_propagation)
+            && (0..=1).contains(&r.indices)
+            && (0..=3).contains(&r.indices_type);
+        if !known {
+            return Err(self.dnn_bad(
+                cx,
+                format_args!(
+                    "reduction {} with NaN propagation {}, indices {} of type {}",
+                    r.op, r.nan_propagation, r.indices, r.indices_type
+                ),
+            ));
+        }
+        checked_type(r.compute_type).map_err(|e| self.dnn_refuse_with(cx, e))?;
+        self.dnn_legacy_set(cx, LegacyKind::ReduceTensor, handle, LegacyState::ReduceTensor(Some(r)))
+    }
+
+    /// A reduction's settings and shapes, checked as cuDNN checks them: C has A's dimensions
+    /// or 1 in each; indices only of MIN, MAX and AMAX, 32-bit.
+    fn dnn_reduce_shapes(
+        &self,
+        cx: &CallCx,
+        desc: u64,
+        a: u64,
+        c: u64,
+    ) -> Result<(ReduceSettings, TensorShape, TensorShape), CudnnStatus> {
+        let r = self.dnn_reduce_settings(cx, desc)?;
+        let (_, a) = self.dnn_shape_of(cx, "aDesc", a)?;
+        let (_, c) = self.dnn_shape_of(cx, "cDesc", c)?;
+        if !broadcasts(&c, &a) {
+            return Err(self.dnn_bad(cx, format_args!("C {:?} is not a reduction of A {:?}", c.dims, a.dims)));
+        }
+        if r.indices == FLATTENED_INDICES && (!cpu_dnn::reduce_has_indices(r.op) || r.indices_type != INDICES_32BIT) {
+            return Err(self.dnn_refuse(
+                cx,
+                CudnnStatus::NOT_SUPPORTED,
+                format_args!("indices of type {} for reduction {} (cuDNN answers 32-bit indices of MIN, MAX and AMAX)", r.indices_type, r.op),
+            ));
+        }
+        self.dnn_same_types(cx, &[("A", &a), ("C", &c)])?;
+        Ok((r, a, c))
+    }
+
+    /// cudnnGetReductionIndicesSize (`indices`) or cudnnGetReductionWorkspaceSize.
+    pub(super) fn dnn_reduce_size(&self, cx: &CallCx, indices: bool, handle: u64, desc: u64, a: u64, c: u64) -> Result<u64, CudnnStatus> {
+        let h = self.dnn_handle(cx, handle)?;
+        let (r, _, cs) = self.dnn_reduce_shapes(cx, desc, a, c)?;
+        let Some(cudnn) = self.vendor_cudnn() else {
+            let wanted = indices && r.indices == FLATTENED_INDICES;
+            return Ok(if wanted { elements(&cs) * 4 } else { 0 });
+        };
+        let raw = (self.dnn_legacy(cx, LegacyKind::ReduceTensor, desc)?.raw, self.dnn_tensor_of(cx, a)?.raw, self.dnn_tensor_of(cx, c)?.raw);
+        self.backend.bind(h.device).map_err(dnn_status)?;
+        cudnn.reduction_size(indices, h.raw, raw).map_err(CudnnStatus)
+    }
+
+    /// cudnnReduceTensor.
+    pub(super) fn dnn_reduce(&self, cx: &CallCx, call: ReduceCall) -> Result<(), CudnnStatus> {
+        let h = self.dnn_handle(cx, call.handle)?;
+        let (r, a, c) = self.dnn_reduce_shapes(cx, call.desc, call.a.0, call.c.0)?;
+        let wants_indices = r.indices == FLATTENED_INDICES;
+        let (indices_needed, workspace_needed) = match self.vendor_cudnn() {
+            Some(_) => (
+                self.dnn_reduce_size(cx, true, call.handle, call.desc, call.a.0, call.c.0)?,
+                self.dnn_reduce_size(cx, false, call.handle, call.desc, call.a.0, call.c.0)?,
+            ),
+            None => (if wants_indices { elements(&c) * 4 } else { 0 }, 0),
+        };
+        if call.indices_size < indices_needed || call.workspace_size < workspace_needed {
+            return Err(self.dnn_bad(
+                cx,
+                format_args!(
+                    "indices of {} bytes and a workspace of {}, where the reduction needs {indices_needed} and {workspace_needed}",
+                    call.indices_size, call.workspace_size
+                ),
+            ));
+        }
+        let ranges = [
+            Range::read("A", call.a.1, span_bytes(&a)),
+            Range::write("C", call.c.1, span_bytes(&c)),
+            Range { optional: call.indices_size == 0, ..Range::write("indices", call.indices, call.indices_size) },
+            Range { optional: call.workspace_size == 0, ..Range::write("workspace", call.workspace, call.workspace_size) },
+        ];
+        let access = self.dnn_ranges(cx, &ranges)?;
+        let raw = match self.vendor_cudnn() {
+            Some(_) => Some(ReduceRaw {
+                handle: h.raw,
+                desc: self.dnn_legacy(cx, LegacyKind::ReduceTensor, call.desc)?.raw,
+                indices: call.indices,
+                indices_size: call.indices_size,
+                workspace: call.workspace,
+                workspace_size: call.workspace_size,
+                scaling: call.scaling,
+                a: (self.dnn_tensor_of(cx, call.a.0)?.raw, call.a.1),
+                c: (self.dnn_tensor_of(cx, call.c.0)?.raw, call.c.1),
+            }),
+            None => None,
+        };
+        self.dnn_work(cx, &h)?;
+        self.before_work("cudnnReduceTensor", &access).map_err(dnn_status)?;
+        if let (Some(cudnn), Some(raw)) = (self.vendor_cudnn(), raw) {
+            self.backend.bind(h.device).map_err(dnn_status)?;
+            return vendor_status(cudnn.reduce(&raw));
+        }
+        self.dnn_cpu_takes(cx, &[&a, &c])?;
+        let t = self.dnn_cpu(&h)?;
+        let group = cpu_dnn::broadcast_indices(&usizes(&a.dims), &usizes(&c.dims));
+        let (result, picked) = cpu_dnn::reduce(r.op, &t.load(call.a.1, &a)?, &group, elements(&c) as usize);
+        let [alpha, beta] = call.scaling.map(f64::from);
+        t.blend_store(call.c.1, &c, alpha, &result, beta)?;
+        if wants_indices {
+            let bytes: Vec<u8> = picked.iter().flat_map(|i| i.to_le_bytes()).collect();
+            super::device_io::write(self, t.stream, call.indices, &bytes).map_err(dnn_status)?;
+        }
+        Ok(())
     }
 }
 
