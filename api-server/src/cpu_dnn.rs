@@ -505,7 +505,8 @@ impl SoftmaxGroups {
 pub fn softmax_forward(g: &SoftmaxGroups, algo: i32, x: &[f64]) -> Vec<f64> {
     let mut y = vec![0.0; x.len()];
     for group in g.groups() {
-        let max = if algo == SOFTMAX_FAST { 0.0 } else { group.iter().map(|&i| x[i]).fold(f64::NEG_INFINITY, f64::max) };
+        let max =
+            if algo == SOFTMAX_FAST { 0.0 } else { group.iter().map(|&i| x[i]).fold(f64::NEG_INFINITY, f64::max) };
         let sum: f64 = group.iter().map(|&i| (x[i] - max).exp()).sum();
         for &i in &group {
             y[i] = if algo == SOFTMAX_LOG { x[i] - max - sum.ln() } else { (x[i] - max).exp() / sum };

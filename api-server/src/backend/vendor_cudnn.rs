@@ -856,7 +856,8 @@ impl Cudnn {
             ConvDirection::BackwardFilter => "cudnnGetConvolutionBackwardFilterWorkspaceSize",
         };
         let (a, b, d) = dir.operands(x, w, y);
-        let code = legacy_call!(self, name, fn(Raw, Raw, Raw, Raw, Raw, i32, *mut usize), h, a, b, conv, d, c.algo, out);
+        let code =
+            legacy_call!(self, name, fn(Raw, Raw, Raw, Raw, Raw, i32, *mut usize), h, a, b, conv, d, c.algo, out);
         done(code).map(|()| size as u64)
     }
 
@@ -884,7 +885,19 @@ impl Cudnn {
         // The six share one prototype: handle, the three operands in the direction's order,
         // the convolution between the second and third.
         let (a, b, d) = dir.operands(x, w, y);
-        let code = legacy_call!(self, name, fn(Raw, Raw, Raw, Raw, Raw, i32, *mut i32, M), h, a, b, conv, d, requested, count, perf);
+        let code = legacy_call!(
+            self,
+            name,
+            fn(Raw, Raw, Raw, Raw, Raw, i32, *mut i32, M),
+            h,
+            a,
+            b,
+            conv,
+            d,
+            requested,
+            count,
+            perf
+        );
         done(code).map(|()| returned)
     }
 

@@ -22,9 +22,7 @@ use super::cudnn_layers::{LayerCall, Operand, ReduceCall};
 use super::cudnn_legacy::{BnKind, BnSize, int_array, int_array_out, scaling_pair};
 use super::cudnn_ops::checked_conv;
 use super::{CallCx, Session};
-use crate::backend::vendor_cudnn::{
-    ActivationCall, BnCall, ConvCall, ConvDirection, Cudnn, CudnnVersions, TensorOp,
-};
+use crate::backend::vendor_cudnn::{ActivationCall, BnCall, ConvCall, ConvDirection, Cudnn, CudnnVersions, TensorOp};
 use crate::dispatch::cudart::CudartService;
 use crate::dispatch::cudnn::CudnnService;
 use crate::registry::dnn::{
@@ -1072,7 +1070,9 @@ impl CudnnService for Session {
         cx: &CallCx,
         req: CudnnGetConvolutionForwardAlgorithmMaxCountRequest,
     ) -> Result<CudnnGetConvolutionForwardAlgorithmMaxCountReply, CudnnStatus> {
-        Ok(CudnnGetConvolutionForwardAlgorithmMaxCountReply { count: self.dnn_algorithm_max_count(cx, ConvDirection::Forward, req.handle)? })
+        Ok(CudnnGetConvolutionForwardAlgorithmMaxCountReply {
+            count: self.dnn_algorithm_max_count(cx, ConvDirection::Forward, req.handle)?,
+        })
     }
 
     fn cudnn_get_convolution_backward_data_algorithm_max_count(
@@ -1080,7 +1080,9 @@ impl CudnnService for Session {
         cx: &CallCx,
         req: CudnnGetConvolutionBackwardDataAlgorithmMaxCountRequest,
     ) -> Result<CudnnGetConvolutionBackwardDataAlgorithmMaxCountReply, CudnnStatus> {
-        Ok(CudnnGetConvolutionBackwardDataAlgorithmMaxCountReply { count: self.dnn_algorithm_max_count(cx, ConvDirection::BackwardData, req.handle)? })
+        Ok(CudnnGetConvolutionBackwardDataAlgorithmMaxCountReply {
+            count: self.dnn_algorithm_max_count(cx, ConvDirection::BackwardData, req.handle)?,
+        })
     }
 
     fn cudnn_get_convolution_backward_filter_algorithm_max_count(
@@ -1088,7 +1090,9 @@ impl CudnnService for Session {
         cx: &CallCx,
         req: CudnnGetConvolutionBackwardFilterAlgorithmMaxCountRequest,
     ) -> Result<CudnnGetConvolutionBackwardFilterAlgorithmMaxCountReply, CudnnStatus> {
-        Ok(CudnnGetConvolutionBackwardFilterAlgorithmMaxCountReply { count: self.dnn_algorithm_max_count(cx, ConvDirection::BackwardFilter, req.handle)? })
+        Ok(CudnnGetConvolutionBackwardFilterAlgorithmMaxCountReply {
+            count: self.dnn_algorithm_max_count(cx, ConvDirection::BackwardFilter, req.handle)?,
+        })
     }
 
     fn cudnn_get_convolution_forward_algorithm_v7(
@@ -1434,7 +1438,11 @@ impl CudnnService for Session {
 
     // The legacy API: tensor operations, pooling, softmax, LRN (service/cudnn_layers.rs).
 
-    fn cudnn_add_tensor(&self, cx: &CallCx, req: CudnnAddTensorRequest<'_>) -> Result<CudnnAddTensorReply, CudnnStatus> {
+    fn cudnn_add_tensor(
+        &self,
+        cx: &CallCx,
+        req: CudnnAddTensorRequest<'_>,
+    ) -> Result<CudnnAddTensorReply, CudnnStatus> {
         let operands = vec![Operand::read("A", 0, (req.aDesc, req.A)), Operand::write("C", 1, (req.cDesc, req.C))];
         let [alpha, beta] = scaling_pair(req.alpha, req.beta);
         let call = LayerCall { scaling: [alpha, beta, 0.0], ..LayerCall::new(TensorOp::Add, req.handle, operands) };
@@ -1442,7 +1450,11 @@ impl CudnnService for Session {
         Ok(CudnnAddTensorReply {})
     }
 
-    fn cudnn_set_tensor(&self, cx: &CallCx, req: CudnnSetTensorRequest<'_>) -> Result<CudnnSetTensorReply, CudnnStatus> {
+    fn cudnn_set_tensor(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetTensorRequest<'_>,
+    ) -> Result<CudnnSetTensorReply, CudnnStatus> {
         let operands = vec![Operand::write("y", 0, (req.yDesc, req.y))];
         let value = <[u8; 4]>::try_from(req.valuePtr).map_err(|_| CudnnStatus::BAD_PARAM)?;
         let call = LayerCall { value, ..LayerCall::new(TensorOp::Set, req.handle, operands) };
@@ -1670,7 +1682,8 @@ impl CudnnService for Session {
     ) -> Result<CudnnPoolingBackwardReply, CudnnStatus> {
         let tensors = [(req.yDesc, req.y), (req.dyDesc, req.dy), (req.xDesc, req.x), (req.dxDesc, req.dx)];
         let scaling = scaling_pair(req.alpha, req.beta);
-        let call = LayerCall::backward(TensorOp::PoolingBackward, (req.handle, req.poolingDesc), (0, 0), scaling, tensors);
+        let call =
+            LayerCall::backward(TensorOp::PoolingBackward, (req.handle, req.poolingDesc), (0, 0), scaling, tensors);
         self.dnn_tensor_op(cx, call)?;
         Ok(CudnnPoolingBackwardReply {})
     }
@@ -1699,7 +1712,8 @@ impl CudnnService for Session {
     ) -> Result<CudnnSoftmaxBackwardReply, CudnnStatus> {
         let tensors = [(req.yDesc, req.y), (req.dyDesc, req.dy), (0, 0), (req.dxDesc, req.dx)];
         let scaling = scaling_pair(req.alpha, req.beta);
-        let call = LayerCall::backward(TensorOp::SoftmaxBackward, (req.handle, 0), (req.algo, req.mode), scaling, tensors);
+        let call =
+            LayerCall::backward(TensorOp::SoftmaxBackward, (req.handle, 0), (req.algo, req.mode), scaling, tensors);
         self.dnn_tensor_op(cx, call)?;
         Ok(CudnnSoftmaxBackwardReply {})
     }
@@ -1764,7 +1778,8 @@ impl CudnnService for Session {
     ) -> Result<CudnnLRNCrossChannelBackwardReply, CudnnStatus> {
         let tensors = [(req.yDesc, req.y), (req.dyDesc, req.dy), (req.xDesc, req.x), (req.dxDesc, req.dx)];
         let scaling = scaling_pair(req.alpha, req.beta);
-        let call = LayerCall::backward(TensorOp::LrnBackward, (req.handle, req.normDesc), (0, req.lrnMode), scaling, tensors);
+        let call =
+            LayerCall::backward(TensorOp::LrnBackward, (req.handle, req.normDesc), (0, req.lrnMode), scaling, tensors);
         self.dnn_tensor_op(cx, call)?;
         Ok(CudnnLRNCrossChannelBackwardReply {})
     }

@@ -209,9 +209,16 @@ impl Session {
     /// cudnnSetLRNDescriptor: a window of 1 to 16 channels, k at least 1e-5, beta at least
     /// 0.01 (cuDNN's CUDNN_LRN_MIN_N, MAX_N, MIN_K and MIN_BETA).
     pub(super) fn dnn_set_lrn(&self, cx: &CallCx, handle: u64, l: LrnSettings) -> Result<(), CudnnStatus> {
-        if !(1..=16).contains(&l.n) || l.k.is_nan() || l.k < 1e-5 || l.beta.is_nan() || l.beta < 0.01 || !l.alpha.is_finite()
+        if !(1..=16).contains(&l.n)
+            || l.k.is_nan()
+            || l.k < 1e-5
+            || l.beta.is_nan()
+            || l.beta < 0.01
+            || !l.alpha.is_finite()
         {
-            return Err(self.dnn_bad(cx, format_args!("LRN window {}, alpha {}, beta {}, k {}", l.n, l.alpha, l.beta, l.k)));
+            return Err(
+                self.dnn_bad(cx, format_args!("LRN window {}, alpha {}, beta {}, k {}", l.n, l.alpha, l.beta, l.k))
+            );
         }
         self.dnn_legacy_set(cx, LegacyKind::Lrn, handle, LegacyState::Lrn(l))
     }
@@ -282,10 +289,12 @@ impl Session {
                 Ok(Plan::Elementwise)
             }
             TensorOp::Add | TensorOp::Op => {
-                let (from, to) = if call.op == TensorOp::Add { (&s[0], &s[1]) } else { (&s[s.len() - 2], &s[s.len() - 1]) };
+                let (from, to) =
+                    if call.op == TensorOp::Add { (&s[0], &s[1]) } else { (&s[s.len() - 2], &s[s.len() - 1]) };
                 if to.dims.len() > MAX_BROADCAST_DIMS {
                     // cudnnAddTensor does not support more; cudnnOpTensor calls them bad.
-                    let status = if call.op == TensorOp::Add { CudnnStatus::NOT_SUPPORTED } else { CudnnStatus::BAD_PARAM };
+                    let status =
+                        if call.op == TensorOp::Add { CudnnStatus::NOT_SUPPORTED } else { CudnnStatus::BAD_PARAM };
                     return Err(self.dnn_refuse(
                         cx,
                         status,
@@ -323,7 +332,9 @@ impl Session {
                 // cuDNN checks the batch and channels only: each output position pools the
                 // window the stride and padding place it at, whatever the output's extent.
                 if y.dims.len() != x.dims.len() || y.dims[..2] != x.dims[..2] {
-                    return Err(self.dnn_bad(cx, format_args!("the output is {:?} for an input of {:?}", y.dims, x.dims)));
+                    return Err(
+                        self.dnn_bad(cx, format_args!("the output is {:?} for an input of {:?}", y.dims, x.dims))
+                    );
                 }
                 let out = y.dims.clone();
                 let l = |v: &[i32]| v.iter().map(|&d| i64::from(d)).collect::<Vec<_>>();
@@ -500,7 +511,10 @@ impl Session {
             return Err(self.dnn_refuse(
                 cx,
                 CudnnStatus::NOT_SUPPORTED,
-                format_args!("indices of type {} for reduction {} (cuDNN answers 32-bit indices of MIN, MAX and AMAX)", r.indices_type, r.op),
+                format_args!(
+                    "indices of type {} for reduction {} (cuDNN answers 32-bit indices of MIN, MAX and AMAX)",
+                    r.indices_type, r.op
+                ),
             ));
         }
         self.dnn_same_types(cx, &[("A", &a), ("C", &c)])?;
@@ -508,14 +522,26 @@ impl Session {
     }
 
     /// cudnnGetReductionIndicesSize (`indices`) or cudnnGetReductionWorkspaceSize.
-    pub(super) fn dnn_reduce_size(&self, cx: &CallCx, indices: bool, handle: u64, desc: u64, a: u64, c: u64) -> Result<u64, CudnnStatus> {
+    pub(super) fn dnn_reduce_size(
+        &self,
+        cx: &CallCx,
+        indices: bool,
+        handle: u64,
+        desc: u64,
+        a: u64,
+        c: u64,
+    ) -> Result<u64, CudnnStatus> {
         let h = self.dnn_handle(cx, handle)?;
         let (r, _, cs) = self.dnn_reduce_shapes(cx, desc, a, c)?;
         let Some(cudnn) = self.vendor_cudnn() else {
             let wanted = indices && r.indices == FLATTENED_INDICES;
             return Ok(if wanted { elements(&cs) * 4 } else { 0 });
         };
-        let raw = (self.dnn_legacy(cx, LegacyKind::ReduceTensor, desc)?.raw, self.dnn_tensor_of(cx, a)?.raw, self.dnn_tensor_of(cx, c)?.raw);
+        let raw = (
+            self.dnn_legacy(cx, LegacyKind::ReduceTensor, desc)?.raw,
+            self.dnn_tensor_of(cx, a)?.raw,
+            self.dnn_tensor_of(cx, c)?.raw,
+        );
         self.backend.bind(h.device).map_err(dnn_status)?;
         cudnn.reduction_size(indices, h.raw, raw).map_err(CudnnStatus)
     }
@@ -545,7 +571,10 @@ impl Session {
             Range::read("A", call.a.1, span_bytes(&a)),
             Range::write("C", call.c.1, span_bytes(&c)),
             Range { optional: call.indices_size == 0, ..Range::write("indices", call.indices, call.indices_size) },
-            Range { optional: call.workspace_size == 0, ..Range::write("workspace", call.workspace, call.workspace_size) },
+            Range {
+                optional: call.workspace_size == 0,
+                ..Range::write("workspace", call.workspace, call.workspace_size)
+            },
         ];
         let access = self.dnn_ranges(cx, &ranges)?;
         let raw = match self.vendor_cudnn() {
@@ -634,7 +663,9 @@ fn layer_on_cpu(
             let dx = cpu_dnn::softmax_backward(&g, call.algo, &t.load(at(0), &s[0])?, &t.load(at(1), &s[1])?);
             t.blend_store(at(2), &s[2], alpha, &dx, beta)
         }
-        (TensorOp::LrnForward, Plan::Lrn(l)) => t.blend_store(at(1), &s[1], alpha, &l.forward(&t.load(at(0), &s[0])?), beta),
+        (TensorOp::LrnForward, Plan::Lrn(l)) => {
+            t.blend_store(at(1), &s[1], alpha, &l.forward(&t.load(at(0), &s[0])?), beta)
+        }
         (TensorOp::LrnBackward, Plan::Lrn(l)) => {
             let (y, dy, x) = (t.load(at(0), &s[0])?, t.load(at(1), &s[1])?, t.load(at(2), &s[2])?);
             t.blend_store(at(3), &s[3], alpha, &l.backward(&x, &y, &dy), beta)

@@ -447,7 +447,12 @@ impl Session {
 
     /// cudnnGetConvolution*AlgorithmMaxCount: libcudnn's answer on a GPU; on the CPU what
     /// libcudnn 9 answers (its count is more than the enumeration's).
-    pub(super) fn dnn_algorithm_max_count(&self, cx: &CallCx, dir: ConvDirection, handle: u64) -> Result<i32, CudnnStatus> {
+    pub(super) fn dnn_algorithm_max_count(
+        &self,
+        cx: &CallCx,
+        dir: ConvDirection,
+        handle: u64,
+    ) -> Result<i32, CudnnStatus> {
         let h = self.dnn_handle(cx, handle)?;
         let Some(cudnn) = self.vendor_cudnn() else { return Ok(dir.library_max_count()) };
         self.backend.bind(h.device).map_err(dnn_status)?;
