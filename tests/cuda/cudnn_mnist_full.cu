@@ -14,7 +14,10 @@
 //
 // Mode `checkpoint`: prints "cudnn ready" once its pooling, LRN, op-tensor and reduce-tensor
 // descriptors are set, waits three seconds, in which a checkpoint and restore may happen, then
-// reads them back and pools, normalizes, multiplies and reduces with them.
+// reads them back and pools, normalizes, multiplies and reduces with them. Mode `hostile`
+// (through Phos only, as NVIDIA's library does not check device ranges): outputs past their
+// allocation and on the host, made-up, wrong-kind and destroyed descriptors, indices too small
+// or on the host, double data; then the descriptors still work.
 #if __has_include(<cudnn.h>)
 #include <cudnn.h>
 #else
@@ -238,10 +241,74 @@ static int after_restore(cudnnHandle_t h) {
     return failures == 0 ? 0 : 1;
 }
 
+// What a careless or hostile program gets: CUDNN_STATUS_BAD_PARAM (NOT_SUPPORTED for double
+// data), and the descriptors still work after.
+static int hostile(cudnnHandle_t h) {
+    const float one = 1.0f, zero = 0.0f;
+    const int xn = N * K * H1 * H1, yn = N * K * H2 * H2;
+    cudnnTensorDescriptor_t xd = tensor(N, K, H1, H1), yd = tensor(N, K, H2, H2), cd = tensor(N, K, 1, 1);
+    float *x = upload(values(xn, 1)), *y = zeros(yn), *c = zeros(N * K);
+    cudnnPoolingDescriptor_t pd;
+    DNN(cudnnCreatePoolingDescriptor(&pd));
+    DNN(cudnnSetPooling2dDescriptor(pd, (cudnnPoolingMode_t)POOL_MAX, (cudnnNanPropagation_t)NOT_PROPAGATE_NAN, 2, 2,
+                                    0, 0, 2, 2));
+    cudnnLRNDescriptor_t ld;
+    DNN(cudnnCreateLRNDescriptor(&ld));
+    cudnnReduceTensorDescriptor_t rd;
+    DNN(cudnnCreateReduceTensorDescriptor(&rd));
+    DNN(cudnnSetReduceTensorDescriptor(rd, (cudnnReduceTensorOp_t)REDUCE_MAX, dt(DATA_FLOAT),
+                                       (cudnnNanPropagation_t)NOT_PROPAGATE_NAN,
+                                       (cudnnReduceTensorIndices_t)FLATTENED_INDICES, (cudnnIndicesType_t)INDICES_32BIT));
+    size_t isize = 0;
+    DNN(cudnnGetReductionIndicesSize(h, rd, yd, cd, &isize));
+    void *ind;
+    CHECK(cudaMalloc(&ind, isize));
+    std::vector<float> host(xn);
+    auto say = [](const char *what, cudnnStatus_t s) { std::printf("hostile: %s -> %s\n", what, cudnnGetErrorString(s)); };
+    say("y past its allocation", cudnnPoolingForward(h, pd, &one, xd, x, &zero, yd, y + 8));
+    say("x on the host", cudnnSoftmaxForward(h, (cudnnSoftmaxAlgorithm_t)SOFTMAX_ACCURATE,
+                                             (cudnnSoftmaxMode_t)MODE_INSTANCE, &one, xd, host.data(), &zero, xd, x));
+    say("a made-up tensor descriptor",
+        cudnnAddTensor(h, &one, (cudnnTensorDescriptor_t)0x1234, x, &one, xd, x));
+    say("a pooling descriptor as the LRN descriptor",
+        cudnnLRNCrossChannelForward(h, (cudnnLRNDescriptor_t)pd, (cudnnLRNMode_t)LRN_CROSS_CHANNEL, &one, yd, y, &zero,
+                                    yd, y));
+    say("indices smaller than asked", cudnnReduceTensor(h, rd, ind, isize - 4, nullptr, 0, &one, yd, y, &zero, cd, c));
+    say("indices on the host",
+        cudnnReduceTensor(h, rd, host.data(), isize, nullptr, 0, &one, yd, y, &zero, cd, c));
+    cudnnOpTensorDescriptor_t od;
+    DNN(cudnnCreateOpTensorDescriptor(&od));
+    DNN(cudnnSetOpTensorDescriptor(od, (cudnnOpTensorOp_t)OP_ADD, dt(DATA_FLOAT), (cudnnNanPropagation_t)NOT_PROPAGATE_NAN));
+    DNN(cudnnDestroyOpTensorDescriptor(od));
+    say("a destroyed op-tensor descriptor", cudnnOpTensor(h, od, &one, yd, y, &one, yd, y, &zero, yd, y));
+    cudnnTensorDescriptor_t dxd, dyd;
+    DNN(cudnnCreateTensorDescriptor(&dxd));
+    DNN(cudnnCreateTensorDescriptor(&dyd));
+    DNN(cudnnSetTensor4dDescriptor(dxd, fmt(FORMAT_NCHW), dt(1), N, K, H1, H1));
+    DNN(cudnnSetTensor4dDescriptor(dyd, fmt(FORMAT_NCHW), dt(1), N, K, H2, H2));
+    double *dx, *dy;
+    CHECK(cudaMalloc(&dx, xn * sizeof(double)));
+    CHECK(cudaMalloc(&dy, yn * sizeof(double)));
+    say("double data", cudnnPoolingForward(h, pd, &one, dxd, dx, &zero, dyd, dy));
+    DNN(cudnnPoolingForward(h, pd, &one, xd, x, &zero, yd, y));
+    DNN(cudnnLRNCrossChannelForward(h, ld, (cudnnLRNMode_t)LRN_CROSS_CHANNEL, &one, yd, y, &zero, yd, y));
+    DNN(cudnnReduceTensor(h, rd, ind, isize, nullptr, 0, &one, yd, y, &zero, cd, c));
+    std::vector<float> out = download(c, N * K);
+    double sum = 0;
+    for (float v : out) sum += v;
+    std::printf("hostile: the descriptors still work (sum %.1f)\n", sum);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     cudnnHandle_t h;
     DNN(cudnnCreate(&h));
     if (argc > 1 && std::strcmp(argv[1], "checkpoint") == 0) return after_restore(h);
+    if (argc > 1 && std::strcmp(argv[1], "hostile") == 0) {
+        hostile(h);
+        std::printf("done\n");
+        return 0;
+    }
     const float one = 1.0f, zero = 0.0f;
 
     // The convolution: x (N x 1 x 12 x 12) by K 3x3 filters.

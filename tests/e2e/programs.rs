@@ -684,6 +684,39 @@ fn cudnn_mnist_full_on_emu_matches_the_host() {
     }
 }
 
+/// What a careless or hostile program gets from the legacy pooling, softmax, LRN and tensor
+/// operations: CUDNN_STATUS_BAD_PARAM for outputs past their allocation and data on the host,
+/// made-up, wrong-kind and destroyed descriptors, reduction indices smaller than asked or on
+/// the host; CUDNN_STATUS_NOT_SUPPORTED for double data. The server logs each, and the
+/// descriptors still work.
+#[test]
+fn cudnn_mnist_full_hostile_calls() {
+    let Some(nvcc) = nvcc() else { return };
+    let link = phos_tests::cudnn_link_flags();
+    let exe = build_program(&nvcc, "cudnn_mnist_full", &["-arch=sm_70", &link[0], &link[1]]);
+    let out = phos_run_over("emu", "shm", &exe, &["hostile"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    for line in [
+        "hostile: y past its allocation -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: x on the host -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: a made-up tensor descriptor -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: a pooling descriptor as the LRN descriptor -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: indices smaller than asked -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: indices on the host -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: a destroyed op-tensor descriptor -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: double data -> CUDNN_STATUS_NOT_SUPPORTED",
+        "done",
+    ] {
+        assert!(stdout.contains(line), "missing `{line}`:\n{stdout}\nstderr:\n{stderr}");
+    }
+    assert!(stdout.contains("hostile: the descriptors still work"), "{stdout}");
+    for logged in ["is not 800 bytes of the session's device memory", "is not a cudnn lrn descriptor", "indices of"] {
+        assert!(stderr.contains(logged), "the log lacks `{logged}`:\n{stderr}");
+    }
+}
+
 /// What a careless or hostile program gets from the legacy convolutions: CUDNN_STATUS_BAD_PARAM
 /// for data, outputs and workspaces outside the session's memory, an unknown algorithm,
 /// made-up, wrong-kind, unset and destroyed descriptors, FindEx on a buffer past its allocation

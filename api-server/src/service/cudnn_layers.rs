@@ -420,6 +420,11 @@ impl Session {
                 for o in &call.operands {
                     t[o.slot] = (self.dnn_tensor_of(cx, o.desc)?.raw, o.addr);
                 }
+                // A unary op-tensor reads A alone: cuDNN is given A (checked, of C's shape) as
+                // B too, never the program's unchecked B.
+                if call.op == TensorOp::Op && call.operands.len() == 2 {
+                    t[1] = t[0];
+                }
                 Some(TensorOpCall {
                     op: call.op,
                     handle: h.raw,
