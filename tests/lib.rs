@@ -168,11 +168,11 @@ fn build_with_runtime(nvcc: &Path, dir: &Path, name: &str, cudart: &str, extra: 
 
 /// Link flags for a program that calls cuDNN 9 where NVIDIA's libcudnn is absent (CI): a stub
 /// `libcudnn.so` built here whose soname is `libcudnn.so.9` and which defines the functions
-/// tests/cuda/cudnn_conv.cu, cudnn_batchnorm.cu and cudnn_mnist_layers.cu call, so the programs are linked as against
+/// tests/cuda/cudnn_conv.cu, cudnn_batchnorm.cu, cudnn_mnist_layers.cu and cudnn_mnist_full.cu call, so the programs are linked as against
 /// NVIDIA's library (they need `libcudnn.so.9`, which Phos's guest directory serves when they
 /// run).
 pub fn cudnn_link_flags() -> [String; 2] {
-    const FUNCTIONS: [&str; 74] = [
+    const FUNCTIONS: [&str; 108] = [
         "cudnnCreate",
         "cudnnDestroy",
         "cudnnSetStream",
@@ -247,6 +247,40 @@ pub fn cudnn_link_flags() -> [String; 2] {
         "cudnnGetActivationDescriptor",
         "cudnnActivationForward",
         "cudnnActivationBackward",
+        "cudnnAddTensor",
+        "cudnnSetTensor",
+        "cudnnScaleTensor",
+        "cudnnTransformTensor",
+        "cudnnCreateOpTensorDescriptor",
+        "cudnnDestroyOpTensorDescriptor",
+        "cudnnSetOpTensorDescriptor",
+        "cudnnGetOpTensorDescriptor",
+        "cudnnOpTensor",
+        "cudnnCreatePoolingDescriptor",
+        "cudnnDestroyPoolingDescriptor",
+        "cudnnSetPooling2dDescriptor",
+        "cudnnGetPooling2dDescriptor",
+        "cudnnSetPoolingNdDescriptor",
+        "cudnnGetPoolingNdDescriptor",
+        "cudnnGetPooling2dForwardOutputDim",
+        "cudnnGetPoolingNdForwardOutputDim",
+        "cudnnPoolingForward",
+        "cudnnPoolingBackward",
+        "cudnnSoftmaxForward",
+        "cudnnSoftmaxBackward",
+        "cudnnCreateLRNDescriptor",
+        "cudnnDestroyLRNDescriptor",
+        "cudnnSetLRNDescriptor",
+        "cudnnGetLRNDescriptor",
+        "cudnnLRNCrossChannelForward",
+        "cudnnLRNCrossChannelBackward",
+        "cudnnCreateReduceTensorDescriptor",
+        "cudnnDestroyReduceTensorDescriptor",
+        "cudnnSetReduceTensorDescriptor",
+        "cudnnGetReduceTensorDescriptor",
+        "cudnnGetReductionIndicesSize",
+        "cudnnGetReductionWorkspaceSize",
+        "cudnnReduceTensor",
     ];
     let dir = target_dir().join("cudnn-link-stub");
     let lib = dir.join("libcudnn.so");

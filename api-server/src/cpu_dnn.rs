@@ -8,6 +8,11 @@
 //! (convolution flips the filter, cross-correlation does not), with padding, strides,
 //! dilations and groups, in any number of spatial dimensions; activations are elementwise.
 //!
+//! Pooling (max, and averages that count the padding or not), softmax (over an image or over
+//! the channels of a position; plain, with the maximum subtracted, or logarithmic), the
+//! cross-channel LRN and the elementwise tensor operations (with broadcasting) follow cuDNN's
+//! documented formulas.
+//!
 //! Tensors arrive here gathered in canonical order (N, then C, then the spatial dimensions),
 //! as `f64`; the service reads and writes them with the descriptors' strides and types.
 
@@ -328,6 +333,392 @@ impl Activation {
     }
 }
 
+/// cudnnPoolingMode_t.
+pub const POOL_MAX: i32 = 0;
+pub const POOL_AVERAGE_INCLUDE_PADDING: i32 = 1;
+pub const POOL_AVERAGE_EXCLUDE_PADDING: i32 = 2;
+pub const POOL_MAX_DETERMINISTIC: i32 = 3;
+
+/// A pooling of an N x C x in... tensor into N x C x out..., checked by the service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolGeometry {
+    /// N times C: the planes pooled one by one.
+    pub planes: usize,
+    pub input: Vec<usize>,
+    pub output: Vec<usize>,
+    pub window: Vec<i64>,
+    pub pads: Vec<i64>,
+    pub strides: Vec<i64>,
+    pub mode: i32,
+    /// CUDNN_PROPAGATE_NAN: a NaN in a max pooling's window is its maximum.
+    pub propagate_nan: bool,
+}
+
+impl PoolGeometry {
+    fn max(&self) -> bool {
+        matches!(self.mode, POOL_MAX | POOL_MAX_DETERMINISTIC)
+    }
+
+    /// Each output element (plane-relative index) with the input elements (plane-relative) of
+    /// its window that lie inside the input, and what an average divides by. Only the window's
+    /// part inside the input is visited (a window may be far larger).
+    fn for_each_window(&self, mut visit: impl FnMut(usize, &[usize], f64)) {
+        let dims = self.output.len();
+        let out_len: usize = self.output.iter().product();
+        let window_len: f64 = self.window.iter().map(|&w| w as f64).product();
+        let mut inside = Vec::new();
+        for o in 0..out_len {
+            inside.clear();
+            // The window's extent inside the input in each dimension, outermost first.
+            let mut rest = o;
+            let mut ranges = vec![(0usize, 0usize); dims];
+            for d in (0..dims).rev() {
+                let at = (rest % self.output[d]) as i64;
+                rest /= self.output[d];
+                let start = at * self.strides[d] - self.pads[d];
+                let lo = start.clamp(0, self.input[d] as i64) as usize;
+                let hi = (start + self.window[d]).clamp(0, self.input[d] as i64) as usize;
+                ranges[d] = (lo, hi.max(lo));
+            }
+            let mut index: Vec<usize> = ranges.iter().map(|r| r.0).collect();
+            if ranges.iter().all(|r| r.1 > r.0) {
+                'walk: loop {
+                    inside.push(index.iter().zip(&self.input).fold(0usize, |acc, (&i, &n)| acc * n + i));
+                    // The next position, innermost dimension fastest.
+                    let mut d = dims;
+                    loop {
+                        if d == 0 {
+                            break 'walk;
+                        }
+                        d -= 1;
+                        index[d] += 1;
+                        if index[d] < ranges[d].1 {
+                            break;
+                        }
+                        index[d] = ranges[d].0;
+                    }
+                }
+            }
+            let divisor = match self.mode {
+                POOL_AVERAGE_EXCLUDE_PADDING => inside.len() as f64,
+                _ => window_len,
+            };
+            visit(o, &inside, divisor);
+        }
+    }
+
+    /// The first maximum of a window (its plane-relative index), NaN as the geometry says.
+    fn argmax(&self, plane: &[f64], inside: &[usize]) -> Option<usize> {
+        let mut best: Option<usize> = None;
+        for &i in inside {
+            let v = plane[i];
+            match best {
+                _ if v.is_nan() && !self.propagate_nan => {}
+                None => best = Some(i),
+                Some(b) if plane[b].is_nan() => {}
+                Some(b) if v.is_nan() || v > plane[b] => best = Some(i),
+                Some(_) => {}
+            }
+        }
+        best
+    }
+}
+
+/// cudnnPoolingForward's result (before blending).
+pub fn pooling_forward(g: &PoolGeometry, x: &[f64]) -> Vec<f64> {
+    let (in_len, out_len) = (g.input.iter().product::<usize>(), g.output.iter().product::<usize>());
+    let mut y = vec![0.0; g.planes * out_len];
+    for p in 0..g.planes {
+        let plane = &x[p * in_len..(p + 1) * in_len];
+        let out = &mut y[p * out_len..(p + 1) * out_len];
+        g.for_each_window(|o, inside, divisor| {
+            out[o] = if g.max() {
+                g.argmax(plane, inside).map_or(0.0, |i| plane[i])
+            } else if divisor > 0.0 {
+                inside.iter().map(|&i| plane[i]).sum::<f64>() / divisor
+            } else {
+                0.0
+            };
+        });
+    }
+    y
+}
+
+/// cudnnPoolingBackward's dx (before blending): a max pooling's gradient goes to the maximum
+/// of `x` in each window, an average's spreads over the window's elements.
+pub fn pooling_backward(g: &PoolGeometry, x: &[f64], dy: &[f64]) -> Vec<f64> {
+    let (in_len, out_len) = (g.input.iter().product::<usize>(), g.output.iter().product::<usize>());
+    let mut dx = vec![0.0; g.planes * in_len];
+    for p in 0..g.planes {
+        let plane = &x[p * in_len..(p + 1) * in_len];
+        let grad = &dy[p * out_len..(p + 1) * out_len];
+        let out = &mut dx[p * in_len..(p + 1) * in_len];
+        g.for_each_window(|o, inside, divisor| {
+            if g.max() {
+                if let Some(i) = g.argmax(plane, inside) {
+                    out[i] += grad[o];
+                }
+            } else if divisor > 0.0 {
+                for &i in inside {
+                    out[i] += grad[o] / divisor;
+                }
+            }
+        });
+    }
+    dx
+}
+
+/// cudnnSoftmaxAlgorithm_t.
+pub const SOFTMAX_FAST: i32 = 0;
+pub const SOFTMAX_ACCURATE: i32 = 1;
+pub const SOFTMAX_LOG: i32 = 2;
+
+/// How a softmax groups an N x C x spatial tensor: over C x spatial per image (instance), or
+/// over C per image and position (channel).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SoftmaxGroups {
+    pub n: usize,
+    pub c: usize,
+    pub spatial: usize,
+    pub per_channel: bool,
+}
+
+impl SoftmaxGroups {
+    /// The canonical indices of each group.
+    fn groups(&self) -> Vec<Vec<usize>> {
+        let image = self.c * self.spatial;
+        if self.per_channel {
+            (0..self.n * self.spatial)
+                .map(|g| {
+                    let (n, s) = (g / self.spatial, g % self.spatial);
+                    (0..self.c).map(|c| n * image + c * self.spatial + s).collect()
+                })
+                .collect()
+        } else {
+            (0..self.n).map(|n| (n * image..(n + 1) * image).collect()).collect()
+        }
+    }
+}
+
+/// cudnnSoftmaxForward's result: exp(x) / sum (FAST), the same with the group's maximum
+/// subtracted first (ACCURATE), or its logarithm (LOG).
+pub fn softmax_forward(g: &SoftmaxGroups, algo: i32, x: &[f64]) -> Vec<f64> {
+    let mut y = vec![0.0; x.len()];
+    for group in g.groups() {
+        let max =
+            if algo == SOFTMAX_FAST { 0.0 } else { group.iter().map(|&i| x[i]).fold(f64::NEG_INFINITY, f64::max) };
+        let sum: f64 = group.iter().map(|&i| (x[i] - max).exp()).sum();
+        for &i in &group {
+            y[i] = if algo == SOFTMAX_LOG { x[i] - max - sum.ln() } else { (x[i] - max).exp() / sum };
+        }
+    }
+    y
+}
+
+/// cudnnSoftmaxBackward's dx from the forward's `y` and `dy`: y (dy - sum(dy y)), or for LOG
+/// dy - exp(y) sum(dy).
+pub fn softmax_backward(g: &SoftmaxGroups, algo: i32, y: &[f64], dy: &[f64]) -> Vec<f64> {
+    let mut dx = vec![0.0; y.len()];
+    for group in g.groups() {
+        if algo == SOFTMAX_LOG {
+            let sum: f64 = group.iter().map(|&i| dy[i]).sum();
+            for &i in &group {
+                dx[i] = dy[i] - y[i].exp() * sum;
+            }
+        } else {
+            let dot: f64 = group.iter().map(|&i| dy[i] * y[i]).sum();
+            for &i in &group {
+                dx[i] = y[i] * (dy[i] - dot);
+            }
+        }
+    }
+    dx
+}
+
+/// A cross-channel LRN over an N x C x spatial tensor: the window of `n` channels around
+/// each (floor((n - 1) / 2) before, the rest after), `alpha` divided by `n` as cuDNN does.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Lrn {
+    pub images: usize,
+    pub c: usize,
+    pub spatial: usize,
+    pub n: usize,
+    pub alpha: f64,
+    pub beta: f64,
+    pub k: f64,
+}
+
+impl Lrn {
+    fn index(&self, image: usize, c: usize, s: usize) -> usize {
+        (image * self.c + c) * self.spatial + s
+    }
+
+    /// The channels in the window of channel `c`.
+    fn window(&self, c: usize) -> std::ops::Range<usize> {
+        let behind = (self.n - 1) / 2;
+        let ahead = self.n - 1 - behind;
+        c.saturating_sub(behind)..(c + ahead + 1).min(self.c)
+    }
+
+    /// k + alpha / n * the sum of the squares in each element's window.
+    fn scales(&self, x: &[f64]) -> Vec<f64> {
+        let mut scale = vec![0.0; x.len()];
+        for image in 0..self.images {
+            for s in 0..self.spatial {
+                for c in 0..self.c {
+                    let sum: f64 = self.window(c).map(|j| x[self.index(image, j, s)].powi(2)).sum();
+                    scale[self.index(image, c, s)] = self.k + self.alpha / self.n as f64 * sum;
+                }
+            }
+        }
+        scale
+    }
+
+    /// y = x / scale^beta.
+    pub fn forward(&self, x: &[f64]) -> Vec<f64> {
+        self.scales(x).iter().zip(x).map(|(s, v)| v * s.powf(-self.beta)).collect()
+    }
+
+    /// dx = dy scale^-beta - 2 beta alpha / n x sum over the windows holding the element of
+    /// dy y / scale.
+    pub fn backward(&self, x: &[f64], y: &[f64], dy: &[f64]) -> Vec<f64> {
+        let scale = self.scales(x);
+        let ratio: Vec<f64> = (0..x.len()).map(|i| dy[i] * y[i] / scale[i]).collect();
+        let factor = 2.0 * self.beta * self.alpha / self.n as f64;
+        let behind = (self.n - 1) / 2;
+        let ahead = self.n - 1 - behind;
+        let mut dx = vec![0.0; x.len()];
+        for image in 0..self.images {
+            for s in 0..self.spatial {
+                for c in 0..self.c {
+                    // The channels whose window holds c: c - ahead ..= c + behind.
+                    let holders = c.saturating_sub(ahead)..(c + behind + 1).min(self.c);
+                    let sum: f64 = holders.map(|j| ratio[self.index(image, j, s)]).sum();
+                    let i = self.index(image, c, s);
+                    dx[i] = dy[i] * scale[i].powf(-self.beta) - factor * x[i] * sum;
+                }
+            }
+        }
+        dx
+    }
+}
+
+/// cudnnOpTensorOp_t.
+pub const OP_ADD: i32 = 0;
+pub const OP_MUL: i32 = 1;
+pub const OP_MIN: i32 = 2;
+pub const OP_MAX: i32 = 3;
+pub const OP_SQRT: i32 = 4;
+pub const OP_NOT: i32 = 5;
+
+/// Whether the op reads A alone.
+pub fn op_is_unary(op: i32) -> bool {
+    matches!(op, OP_SQRT | OP_NOT)
+}
+
+/// One element of cudnnOpTensor's op(a, b) (b unused by the unary ones).
+pub fn op_tensor(op: i32, a: f64, b: f64) -> f64 {
+    match op {
+        OP_ADD => a + b,
+        OP_MUL => a * b,
+        OP_MIN => a.min(b),
+        OP_MAX => a.max(b),
+        OP_SQRT => a.sqrt(),
+        OP_NOT => 1.0 - a,
+        _ => f64::NAN,
+    }
+}
+
+/// For each canonical index of a tensor of `dims`, the canonical index of a tensor of
+/// `from` (each of whose dimensions is the same or 1) broadcast over it.
+pub fn broadcast_indices(dims: &[usize], from: &[usize]) -> Vec<usize> {
+    let total: usize = dims.iter().product();
+    (0..total)
+        .map(|mut i| {
+            let (mut index, mut inner) = (0usize, 1usize);
+            for d in (0..dims.len()).rev() {
+                let at = i % dims[d];
+                i /= dims[d];
+                if from[d] != 1 {
+                    index += at * inner;
+                }
+                inner *= from[d];
+            }
+            index
+        })
+        .collect()
+}
+
+/// cudnnReduceTensorOp_t.
+pub const REDUCE_ADD: i32 = 0;
+pub const REDUCE_MUL: i32 = 1;
+pub const REDUCE_MIN: i32 = 2;
+pub const REDUCE_MAX: i32 = 3;
+pub const REDUCE_AMAX: i32 = 4;
+pub const REDUCE_AVG: i32 = 5;
+pub const REDUCE_NORM1: i32 = 6;
+pub const REDUCE_NORM2: i32 = 7;
+pub const REDUCE_MUL_NO_ZEROS: i32 = 8;
+
+/// Whether a reduction can answer indices (the element it picked).
+pub fn reduce_has_indices(op: i32) -> bool {
+    matches!(op, REDUCE_MIN | REDUCE_MAX | REDUCE_AMAX)
+}
+
+/// cudnnReduceTensor's result (before blending) and, for MIN, MAX and AMAX, the flattened
+/// index within its group of the element each picked (the first, in canonical order). `a` is
+/// A in canonical order, `group` the canonical index in C of each of A's elements
+/// ([`broadcast_indices`] of C over A), `out` C's element count.
+pub fn reduce(op: i32, a: &[f64], group: &[usize], out: usize) -> (Vec<f64>, Vec<u32>) {
+    let mut acc: Vec<Option<f64>> = vec![None; out];
+    let mut count = vec![0u32; out];
+    let mut picked = vec![0u32; out];
+    for (&v, &g) in a.iter().zip(group) {
+        let ordinal = count[g];
+        count[g] += 1;
+        let value = match op {
+            REDUCE_AMAX | REDUCE_NORM1 => v.abs(),
+            REDUCE_NORM2 => v * v,
+            _ => v,
+        };
+        if op == REDUCE_MUL_NO_ZEROS && value == 0.0 {
+            continue;
+        }
+        acc[g] = Some(match acc[g] {
+            None => {
+                picked[g] = ordinal;
+                value
+            }
+            Some(now) => match op {
+                REDUCE_MUL | REDUCE_MUL_NO_ZEROS => now * value,
+                REDUCE_MIN | REDUCE_MAX | REDUCE_AMAX => {
+                    let better = if op == REDUCE_MIN { value < now } else { value > now };
+                    if better {
+                        picked[g] = ordinal;
+                        value
+                    } else {
+                        now
+                    }
+                }
+                _ => now + value,
+            },
+        });
+    }
+    let result = acc
+        .iter()
+        .zip(&count)
+        .map(|(v, &n)| match (op, v) {
+            // Nothing but zeros: the empty product.
+            (REDUCE_MUL_NO_ZEROS, None) => 1.0,
+            (_, None) => 0.0,
+            (REDUCE_AVG, Some(v)) => v / f64::from(n.max(1)),
+            (REDUCE_NORM2, Some(v)) => v.sqrt(),
+            (_, Some(v)) => *v,
+        })
+        .collect();
+    (result, picked)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -446,5 +837,91 @@ mod tests {
     fn blend_reads_no_prior_when_beta_is_zero() {
         assert_eq!(blend(2.0, &[1.0], 0.0, Some(&[f64::NAN])), vec![2.0]);
         assert_eq!(blend(2.0, &[1.0], 1.0, Some(&[3.0])), vec![5.0]);
+    }
+
+    #[test]
+    fn pooling_takes_the_window_maximum_or_average() {
+        // One 3x3 plane, a 2x2 window, stride 1, padding 1 on each side: a 4x4 output.
+        let x: Vec<f64> = (1..=9).map(f64::from).collect();
+        let g = |mode| PoolGeometry {
+            planes: 1,
+            input: vec![3, 3],
+            output: vec![4, 4],
+            window: vec![2, 2],
+            pads: vec![1, 1],
+            strides: vec![1, 1],
+            mode,
+            propagate_nan: false,
+        };
+        let max = pooling_forward(&g(POOL_MAX), &x);
+        assert_eq!(max[0], 1.0);
+        assert_eq!(max[5], 5.0);
+        assert_eq!(max[15], 9.0);
+        // The corner window holds one element: counted over 4 with the padding, 1 without.
+        assert_eq!(pooling_forward(&g(POOL_AVERAGE_INCLUDE_PADDING), &x)[0], 0.25);
+        assert_eq!(pooling_forward(&g(POOL_AVERAGE_EXCLUDE_PADDING), &x)[0], 1.0);
+        let dy = vec![1.0; 16];
+        let dx = pooling_backward(&g(POOL_MAX), &x, &dy);
+        // 9 is the maximum of the four windows that hold it.
+        assert_eq!(dx[8], 4.0);
+        let total: f64 = pooling_backward(&g(POOL_AVERAGE_INCLUDE_PADDING), &x, &dy).iter().sum();
+        assert!((total - 9.0).abs() < 1e-12, "each of the 16 windows spreads 1/4 per element");
+    }
+
+    #[test]
+    fn softmax_groups_sum_to_one_and_backward_is_its_gradient() {
+        let g = SoftmaxGroups { n: 2, c: 3, spatial: 2, per_channel: true };
+        let x: Vec<f64> = (0..12).map(|i| f64::from(i) * 0.3 - 1.0).collect();
+        let y = softmax_forward(&g, SOFTMAX_ACCURATE, &x);
+        let sum: f64 = [0, 2, 4].iter().map(|&i| y[i]).sum();
+        assert!((sum - 1.0).abs() < 1e-12);
+        let log = softmax_forward(&g, SOFTMAX_LOG, &x);
+        assert!((log[3].exp() - y[3]).abs() < 1e-12);
+        // The gradient of sum(w * y) by finite differences.
+        let w: Vec<f64> = (0..12).map(|i| f64::from(i % 5) - 2.0).collect();
+        let dx = softmax_backward(&g, SOFTMAX_ACCURATE, &y, &w);
+        let f = |x: &[f64]| softmax_forward(&g, SOFTMAX_ACCURATE, x).iter().zip(&w).map(|(a, b)| a * b).sum::<f64>();
+        let mut bumped = x.clone();
+        bumped[4] += 1e-6;
+        assert!(((f(&bumped) - f(&x)) / 1e-6 - dx[4]).abs() < 1e-4);
+    }
+
+    #[test]
+    fn lrn_backward_is_the_forward_gradient() {
+        let lrn = Lrn { images: 1, c: 6, spatial: 2, n: 4, alpha: 0.5, beta: 0.75, k: 1.5 };
+        let x: Vec<f64> = (0..12).map(|i| f64::from(i) * 0.25 - 1.0).collect();
+        let w: Vec<f64> = (0..12).map(|i| f64::from(i % 4) - 1.5).collect();
+        let y = lrn.forward(&x);
+        let dx = lrn.backward(&x, &y, &w);
+        let f = |x: &[f64]| lrn.forward(x).iter().zip(&w).map(|(a, b)| a * b).sum::<f64>();
+        for i in 0..12 {
+            let mut bumped = x.clone();
+            bumped[i] += 1e-6;
+            assert!(((f(&bumped) - f(&x)) / 1e-6 - dx[i]).abs() < 1e-4, "element {i}");
+        }
+    }
+
+    #[test]
+    fn broadcasting_repeats_the_dimensions_of_one() {
+        assert_eq!(broadcast_indices(&[2, 3], &[1, 3]), vec![0, 1, 2, 0, 1, 2]);
+        assert_eq!(broadcast_indices(&[2, 3], &[2, 1]), vec![0, 0, 0, 1, 1, 1]);
+        assert_eq!(broadcast_indices(&[2, 3], &[2, 3]), vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn reductions_answer_cudnns_values_and_indices() {
+        // A 2x3 tensor reduced over its columns.
+        let a = [1.0, -4.0, 2.0, 0.0, 3.0, -1.0];
+        let group = broadcast_indices(&[2, 3], &[2, 1]);
+        let r = |op| reduce(op, &a, &group, 2);
+        assert_eq!(r(REDUCE_ADD).0, vec![-1.0, 2.0]);
+        assert_eq!(r(REDUCE_MUL).0, vec![-8.0, 0.0]);
+        assert_eq!(r(REDUCE_MUL_NO_ZEROS).0, vec![-8.0, -3.0]);
+        assert_eq!(r(REDUCE_MIN), (vec![-4.0, -1.0], vec![1, 2]));
+        assert_eq!(r(REDUCE_MAX), (vec![2.0, 3.0], vec![2, 1]));
+        assert_eq!(r(REDUCE_AMAX), (vec![4.0, 3.0], vec![1, 1]));
+        assert_eq!(r(REDUCE_AVG).0, vec![-1.0 / 3.0, 2.0 / 3.0]);
+        assert_eq!(r(REDUCE_NORM1).0, vec![7.0, 4.0]);
+        assert_eq!(r(REDUCE_NORM2).0, vec![21f64.sqrt(), 10f64.sqrt()]);
     }
 }

@@ -1,5 +1,5 @@
-// The declarations of cuDNN 9 that tests/cuda/cudnn_conv.cu, cudnn_batchnorm.cu and
-// cudnn_mnist_layers.cu use, for machines without cuDNN's headers (CI): the types and
+// The declarations of cuDNN 9 that tests/cuda/cudnn_conv.cu, cudnn_batchnorm.cu,
+// cudnn_mnist_layers.cu and cudnn_mnist_full.cu use, for machines without cuDNN's headers (CI): the types and
 // prototypes of cudnn_graph.h, cudnn_ops.h and cudnn_cnn.h, written from NVIDIA's
 // documentation.
 // Where the real headers are present (`python3 -c 'import nvidia.cudnn'`), the program uses
@@ -24,6 +24,18 @@ typedef enum { CUDNN_TENSOR_NCHW_ = 0 } cudnnTensorFormat_t;
 typedef enum { CUDNN_BATCHNORM_PER_ACTIVATION_ = 0 } cudnnBatchNormMode_t;
 typedef enum { CUDNN_BATCHNORM_OPS_BN_ = 0 } cudnnBatchNormOps_t;
 typedef struct cudnnConvolutionStruct *cudnnConvolutionDescriptor_t;
+typedef struct cudnnPoolingStruct *cudnnPoolingDescriptor_t;
+typedef struct cudnnLRNStruct *cudnnLRNDescriptor_t;
+typedef struct cudnnOpTensorStruct *cudnnOpTensorDescriptor_t;
+typedef enum { CUDNN_POOLING_MAX_ = 0 } cudnnPoolingMode_t;
+typedef enum { CUDNN_SOFTMAX_FAST_ = 0 } cudnnSoftmaxAlgorithm_t;
+typedef enum { CUDNN_SOFTMAX_MODE_INSTANCE_ = 0 } cudnnSoftmaxMode_t;
+typedef enum { CUDNN_LRN_CROSS_CHANNEL_DIM1_ = 0 } cudnnLRNMode_t;
+typedef enum { CUDNN_OP_TENSOR_ADD_ = 0 } cudnnOpTensorOp_t;
+typedef struct cudnnReduceTensorStruct *cudnnReduceTensorDescriptor_t;
+typedef enum { CUDNN_REDUCE_TENSOR_ADD_ = 0 } cudnnReduceTensorOp_t;
+typedef enum { CUDNN_REDUCE_TENSOR_NO_INDICES_ = 0 } cudnnReduceTensorIndices_t;
+typedef enum { CUDNN_32BIT_INDICES_ = 0 } cudnnIndicesType_t;
 typedef struct cudnnRNNStruct *cudnnRNNDescriptor_t;
 typedef enum { CUDNN_CONVOLUTION_ = 0 } cudnnConvolutionMode_t;
 typedef enum { CUDNN_DEFAULT_MATH_ = 0 } cudnnMathType_t;
@@ -299,4 +311,94 @@ cudnnStatus_t cudnnActivationBackward(cudnnHandle_t handle, cudnnActivationDescr
                                       const cudnnTensorDescriptor_t dyDesc, const void *dy,
                                       const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta,
                                       const cudnnTensorDescriptor_t dxDesc, void *dx);
+cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t aDesc, const void *A,
+                             const void *beta, const cudnnTensorDescriptor_t cDesc, void *C);
+cudnnStatus_t cudnnSetTensor(cudnnHandle_t handle, const cudnnTensorDescriptor_t yDesc, void *y, const void *valuePtr);
+cudnnStatus_t cudnnScaleTensor(cudnnHandle_t handle, const cudnnTensorDescriptor_t yDesc, void *y, const void *alpha);
+cudnnStatus_t cudnnTransformTensor(cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t xDesc,
+                                   const void *x, const void *beta, const cudnnTensorDescriptor_t yDesc, void *y);
+cudnnStatus_t cudnnCreateOpTensorDescriptor(cudnnOpTensorDescriptor_t *opTensorDesc);
+cudnnStatus_t cudnnDestroyOpTensorDescriptor(cudnnOpTensorDescriptor_t opTensorDesc);
+cudnnStatus_t cudnnSetOpTensorDescriptor(cudnnOpTensorDescriptor_t opTensorDesc, cudnnOpTensorOp_t opTensorOp,
+                                         cudnnDataType_t opTensorCompType, cudnnNanPropagation_t opTensorNanOpt);
+cudnnStatus_t cudnnGetOpTensorDescriptor(const cudnnOpTensorDescriptor_t opTensorDesc, cudnnOpTensorOp_t *opTensorOp,
+                                         cudnnDataType_t *opTensorCompType, cudnnNanPropagation_t *opTensorNanOpt);
+cudnnStatus_t cudnnOpTensor(cudnnHandle_t handle, const cudnnOpTensorDescriptor_t opTensorDesc, const void *alpha1,
+                            const cudnnTensorDescriptor_t aDesc, const void *A, const void *alpha2,
+                            const cudnnTensorDescriptor_t bDesc, const void *B, const void *beta,
+                            const cudnnTensorDescriptor_t cDesc, void *C);
+cudnnStatus_t cudnnCreatePoolingDescriptor(cudnnPoolingDescriptor_t *poolingDesc);
+cudnnStatus_t cudnnDestroyPoolingDescriptor(cudnnPoolingDescriptor_t poolingDesc);
+cudnnStatus_t cudnnSetPooling2dDescriptor(cudnnPoolingDescriptor_t poolingDesc, cudnnPoolingMode_t mode,
+                                          cudnnNanPropagation_t maxpoolingNanOpt, int windowHeight, int windowWidth,
+                                          int verticalPadding, int horizontalPadding, int verticalStride,
+                                          int horizontalStride);
+cudnnStatus_t cudnnGetPooling2dDescriptor(const cudnnPoolingDescriptor_t poolingDesc, cudnnPoolingMode_t *mode,
+                                          cudnnNanPropagation_t *maxpoolingNanOpt, int *windowHeight,
+                                          int *windowWidth, int *verticalPadding, int *horizontalPadding,
+                                          int *verticalStride, int *horizontalStride);
+cudnnStatus_t cudnnSetPoolingNdDescriptor(cudnnPoolingDescriptor_t poolingDesc, const cudnnPoolingMode_t mode,
+                                          const cudnnNanPropagation_t maxpoolingNanOpt, int nbDims,
+                                          const int windowDimA[], const int paddingA[], const int strideA[]);
+cudnnStatus_t cudnnGetPoolingNdDescriptor(const cudnnPoolingDescriptor_t poolingDesc, int nbDimsRequested,
+                                          cudnnPoolingMode_t *mode, cudnnNanPropagation_t *maxpoolingNanOpt,
+                                          int *nbDims, int windowDimA[], int paddingA[], int strideA[]);
+cudnnStatus_t cudnnGetPooling2dForwardOutputDim(const cudnnPoolingDescriptor_t poolingDesc,
+                                                const cudnnTensorDescriptor_t inputTensorDesc, int *n, int *c,
+                                                int *h, int *w);
+cudnnStatus_t cudnnGetPoolingNdForwardOutputDim(const cudnnPoolingDescriptor_t poolingDesc,
+                                                const cudnnTensorDescriptor_t inputTensorDesc, int nbDims,
+                                                int outputTensorDimA[]);
+cudnnStatus_t cudnnPoolingForward(cudnnHandle_t handle, const cudnnPoolingDescriptor_t poolingDesc, const void *alpha,
+                                  const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta,
+                                  const cudnnTensorDescriptor_t yDesc, void *y);
+cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t handle, const cudnnPoolingDescriptor_t poolingDesc, const void *alpha,
+                                   const cudnnTensorDescriptor_t yDesc, const void *y,
+                                   const cudnnTensorDescriptor_t dyDesc, const void *dy,
+                                   const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta,
+                                   const cudnnTensorDescriptor_t dxDesc, void *dx);
+cudnnStatus_t cudnnSoftmaxForward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t algo, cudnnSoftmaxMode_t mode,
+                                  const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x,
+                                  const void *beta, const cudnnTensorDescriptor_t yDesc, void *y);
+cudnnStatus_t cudnnSoftmaxBackward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t algo, cudnnSoftmaxMode_t mode,
+                                   const void *alpha, const cudnnTensorDescriptor_t yDesc, const void *y,
+                                   const cudnnTensorDescriptor_t dyDesc, const void *dy, const void *beta,
+                                   const cudnnTensorDescriptor_t dxDesc, void *dx);
+cudnnStatus_t cudnnCreateLRNDescriptor(cudnnLRNDescriptor_t *normDesc);
+cudnnStatus_t cudnnDestroyLRNDescriptor(cudnnLRNDescriptor_t lrnDesc);
+cudnnStatus_t cudnnSetLRNDescriptor(cudnnLRNDescriptor_t normDesc, unsigned lrnN, double lrnAlpha, double lrnBeta,
+                                    double lrnK);
+cudnnStatus_t cudnnGetLRNDescriptor(cudnnLRNDescriptor_t normDesc, unsigned *lrnN, double *lrnAlpha, double *lrnBeta,
+                                    double *lrnK);
+cudnnStatus_t cudnnLRNCrossChannelForward(cudnnHandle_t handle, cudnnLRNDescriptor_t normDesc, cudnnLRNMode_t lrnMode,
+                                          const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x,
+                                          const void *beta, const cudnnTensorDescriptor_t yDesc, void *y);
+cudnnStatus_t cudnnLRNCrossChannelBackward(cudnnHandle_t handle, cudnnLRNDescriptor_t normDesc, cudnnLRNMode_t lrnMode,
+                                           const void *alpha, const cudnnTensorDescriptor_t yDesc, const void *y,
+                                           const cudnnTensorDescriptor_t dyDesc, const void *dy,
+                                           const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta,
+                                           const cudnnTensorDescriptor_t dxDesc, void *dx);
+cudnnStatus_t cudnnCreateReduceTensorDescriptor(cudnnReduceTensorDescriptor_t *reduceTensorDesc);
+cudnnStatus_t cudnnDestroyReduceTensorDescriptor(cudnnReduceTensorDescriptor_t reduceTensorDesc);
+cudnnStatus_t cudnnSetReduceTensorDescriptor(cudnnReduceTensorDescriptor_t reduceTensorDesc,
+                                             cudnnReduceTensorOp_t reduceTensorOp, cudnnDataType_t reduceTensorCompType,
+                                             cudnnNanPropagation_t reduceTensorNanOpt,
+                                             cudnnReduceTensorIndices_t reduceTensorIndices,
+                                             cudnnIndicesType_t reduceTensorIndicesType);
+cudnnStatus_t cudnnGetReduceTensorDescriptor(const cudnnReduceTensorDescriptor_t reduceTensorDesc,
+                                             cudnnReduceTensorOp_t *reduceTensorOp,
+                                             cudnnDataType_t *reduceTensorCompType,
+                                             cudnnNanPropagation_t *reduceTensorNanOpt,
+                                             cudnnReduceTensorIndices_t *reduceTensorIndices,
+                                             cudnnIndicesType_t *reduceTensorIndicesType);
+cudnnStatus_t cudnnGetReductionIndicesSize(cudnnHandle_t handle, const cudnnReduceTensorDescriptor_t reduceTensorDesc,
+                                           const cudnnTensorDescriptor_t aDesc, const cudnnTensorDescriptor_t cDesc,
+                                           size_t *sizeInBytes);
+cudnnStatus_t cudnnGetReductionWorkspaceSize(cudnnHandle_t handle, const cudnnReduceTensorDescriptor_t reduceTensorDesc,
+                                             const cudnnTensorDescriptor_t aDesc, const cudnnTensorDescriptor_t cDesc,
+                                             size_t *sizeInBytes);
+cudnnStatus_t cudnnReduceTensor(cudnnHandle_t handle, const cudnnReduceTensorDescriptor_t reduceTensorDesc, void *indices,
+                                size_t indicesSizeInBytes, void *workspace, size_t workspaceSizeInBytes,
+                                const void *alpha, const cudnnTensorDescriptor_t aDesc, const void *A,
+                                const void *beta, const cudnnTensorDescriptor_t cDesc, void *C);
 }

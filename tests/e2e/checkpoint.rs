@@ -1013,6 +1013,21 @@ fn cudnn_convolution_descriptors_survive_a_restore() {
     );
 }
 
+/// cuDNN's legacy pooling, LRN, op-tensor and reduce-tensor descriptors are recorded with each
+/// setter's last call: after a stop and a restore into a new server, the program reads them back
+/// and pools, normalizes, multiplies and reduces with them, checked against its host reference.
+#[test]
+fn cudnn_pooling_lrn_op_and_reduce_descriptors_survive_a_restore() {
+    let link = phos_tests::cudnn_link_flags();
+    library_program_with_flags_survives_a_restore(
+        "cudnn_mnist_full",
+        &[&link[0], &link[1]],
+        "cudnn ready",
+        "after the restore: pooling 0 window 2x2 stride 2,2; lrn n 3 k 2.00; op 1; reduce 0\n\
+         after the restore: pooling, lrn, op tensor and reduce: pass",
+    );
+}
+
 /// cuBLASLt's handle and descriptors are recorded with every attribute set on them: after a
 /// stop and a restore into a new server, the program reads its matmul descriptor's epilogue
 /// back and runs the matmul with the bias it set before the checkpoint.

@@ -131,6 +131,7 @@ const TESTED_APART: &[&str] = &[
     "cudnn_conv",
     "cudnn_batchnorm",
     "cudnn_mnist_layers",
+    "cudnn_mnist_full",
     "cublaslt_matmul",
     "cufft_convolution",
     "graph_libraries",
@@ -657,6 +658,62 @@ fn cudnn_mnist_layers_on_emu_match_the_host() {
     assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
     assert_eq!(stdout, expected("cudnn_mnist_layers"), "output differs from the native run\nstderr:\n{stderr}");
     for logged in ["dimension -1", "stride or dilation 0", "group count 0", "where the convolution makes"] {
+        assert!(stderr.contains(logged), "the log lacks `{logged}`:\n{stderr}");
+    }
+}
+
+/// The rest of an mnistCUDNN-shaped network through cuDNN's legacy API
+/// (tests/cuda/cudnn_mnist_full.cu, linked against `libcudnn.so.9`): convolution, the bias
+/// through cudnnAddTensor, RELU, max pooling, cross-channel LRN and softmax (instance and
+/// channel, accurate and log) with their backward passes, average pooling with and without the
+/// padding counted (blended), the tensor operations (set, scale, transform to NHWC, op-tensor's
+/// six operations with broadcasting), descriptors read back and the algorithm counts, each
+/// checked by the program against its host reference, and the misuse cuDNN refuses itself; on
+/// emu's CPU implementation it prints what it prints natively.
+#[test]
+fn cudnn_mnist_full_on_emu_matches_the_host() {
+    let Some(nvcc) = nvcc() else { return };
+    let link = phos_tests::cudnn_link_flags();
+    let exe = build_program(&nvcc, "cudnn_mnist_full", &["-arch=sm_70", &link[0], &link[1]]);
+    let out = phos_run_over("emu", "shm", &exe, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert_eq!(stdout, expected("cudnn_mnist_full"), "output differs from the native run\nstderr:\n{stderr}");
+    for logged in ["does not broadcast over", "window or stride 0", "LRN window 17", "softmax algorithm 7"] {
+        assert!(stderr.contains(logged), "the log lacks `{logged}`:\n{stderr}");
+    }
+}
+
+/// What a careless or hostile program gets from the legacy pooling, softmax, LRN and tensor
+/// operations: CUDNN_STATUS_BAD_PARAM for outputs past their allocation and data on the host,
+/// made-up, wrong-kind and destroyed descriptors, reduction indices smaller than asked or on
+/// the host; CUDNN_STATUS_NOT_SUPPORTED for double data. The server logs each, and the
+/// descriptors still work.
+#[test]
+fn cudnn_mnist_full_hostile_calls() {
+    let Some(nvcc) = nvcc() else { return };
+    let link = phos_tests::cudnn_link_flags();
+    let exe = build_program(&nvcc, "cudnn_mnist_full", &["-arch=sm_70", &link[0], &link[1]]);
+    let out = phos_run_over("emu", "shm", &exe, &["hostile"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    for line in [
+        "hostile: y past its allocation -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: x on the host -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: a made-up tensor descriptor -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: a pooling descriptor as the LRN descriptor -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: indices smaller than asked -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: indices on the host -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: a destroyed op-tensor descriptor -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: double data -> CUDNN_STATUS_NOT_SUPPORTED",
+        "done",
+    ] {
+        assert!(stdout.contains(line), "missing `{line}`:\n{stdout}\nstderr:\n{stderr}");
+    }
+    assert!(stdout.contains("hostile: the descriptors still work"), "{stdout}");
+    for logged in ["is not 800 bytes of the session's device memory", "is not a cudnn lrn descriptor", "indices of"] {
         assert!(stderr.contains(logged), "the log lacks `{logged}`:\n{stderr}");
     }
 }

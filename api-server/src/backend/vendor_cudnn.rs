@@ -584,14 +584,56 @@ const LEGACY_SYMBOLS: &[&str] = &[
     "cudnnConvolutionBiasActivationForward",
     "cudnnActivationForward",
     "cudnnActivationBackward",
+    "cudnnGetConvolutionForwardAlgorithmMaxCount",
+    "cudnnGetConvolutionBackwardDataAlgorithmMaxCount",
+    "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount",
+    "cudnnCreatePoolingDescriptor",
+    "cudnnDestroyPoolingDescriptor",
+    "cudnnSetPoolingNdDescriptor",
+    "cudnnCreateLRNDescriptor",
+    "cudnnDestroyLRNDescriptor",
+    "cudnnSetLRNDescriptor",
+    "cudnnCreateOpTensorDescriptor",
+    "cudnnDestroyOpTensorDescriptor",
+    "cudnnSetOpTensorDescriptor",
+    "cudnnAddTensor",
+    "cudnnSetTensor",
+    "cudnnScaleTensor",
+    "cudnnTransformTensor",
+    "cudnnOpTensor",
+    "cudnnPoolingForward",
+    "cudnnPoolingBackward",
+    "cudnnSoftmaxForward",
+    "cudnnSoftmaxBackward",
+    "cudnnLRNCrossChannelForward",
+    "cudnnLRNCrossChannelBackward",
+    "cudnnCreateReduceTensorDescriptor",
+    "cudnnDestroyReduceTensorDescriptor",
+    "cudnnSetReduceTensorDescriptor",
+    "cudnnGetReductionIndicesSize",
+    "cudnnGetReductionWorkspaceSize",
+    "cudnnReduceTensor",
 ];
+
+/// The create and destroy entry points of each legacy descriptor kind.
+fn legacy_lifecycle(kind: LegacyKind) -> (&'static str, &'static str) {
+    match kind {
+        LegacyKind::Filter => ("cudnnCreateFilterDescriptor", "cudnnDestroyFilterDescriptor"),
+        LegacyKind::Convolution => ("cudnnCreateConvolutionDescriptor", "cudnnDestroyConvolutionDescriptor"),
+        LegacyKind::Activation => ("cudnnCreateActivationDescriptor", "cudnnDestroyActivationDescriptor"),
+        LegacyKind::Pooling => ("cudnnCreatePoolingDescriptor", "cudnnDestroyPoolingDescriptor"),
+        LegacyKind::Lrn => ("cudnnCreateLRNDescriptor", "cudnnDestroyLRNDescriptor"),
+        LegacyKind::OpTensor => ("cudnnCreateOpTensorDescriptor", "cudnnDestroyOpTensorDescriptor"),
+        LegacyKind::ReduceTensor => ("cudnnCreateReduceTensorDescriptor", "cudnnDestroyReduceTensorDescriptor"),
+    }
+}
 
 /// cuDNN's CUDNN_STATUS_NOT_SUPPORTED, for an entry point the loaded libcudnn lacks.
 const NOT_SUPPORTED: i32 = 3000;
 
 /// Call the legacy entry point `$name` with the prototype `fn($t, ...)` (returning the status).
 macro_rules! legacy_call {
-    ($self:expr, $name:literal, fn($($t:ty),* $(,)?), $($a:expr),* $(,)?) => {{
+    ($self:expr, $name:expr, fn($($t:ty),* $(,)?), $($a:expr),* $(,)?) => {{
         match $self.legacy.get($name) {
             Some(&address) => {
                 // SAFETY: `address` is libcudnn's export `$name`, whose prototype in cuDNN's
@@ -616,12 +658,42 @@ pub enum ConvDirection {
 }
 
 impl ConvDirection {
-    /// How many algorithms cuDNN 9 has (CUDNN_CONVOLUTION_*_ALGO_COUNT).
+    /// How many algorithms cuDNN 9 has (CUDNN_CONVOLUTION_*_ALGO_COUNT): the algorithms a
+    /// call may name.
     pub fn algorithm_count(self) -> i32 {
         match self {
             ConvDirection::Forward => 8,
             ConvDirection::BackwardData => 6,
             ConvDirection::BackwardFilter => 7,
+        }
+    }
+
+    /// What libcudnn 9's `cudnnGetConvolution*AlgorithmMaxCount` answers (more than the
+    /// enumerations' counts: it counts algorithms the enumerations do not name).
+    pub fn library_max_count(self) -> i32 {
+        match self {
+            ConvDirection::Forward => 10,
+            ConvDirection::BackwardData => 8,
+            ConvDirection::BackwardFilter => 9,
+        }
+    }
+
+    /// The `...AlgorithmMaxCount` entry point of the direction.
+    fn max_count_symbol(self) -> &'static str {
+        match self {
+            ConvDirection::Forward => "cudnnGetConvolutionForwardAlgorithmMaxCount",
+            ConvDirection::BackwardData => "cudnnGetConvolutionBackwardDataAlgorithmMaxCount",
+            ConvDirection::BackwardFilter => "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount",
+        }
+    }
+
+    /// A call's (x, w, y) in the order the direction's queries take them: forward x, w, y;
+    /// backward data w, dy, dx; backward filter x, dy, dw.
+    fn operands<T>(self, x: T, w: T, y: T) -> (T, T, T) {
+        match self {
+            ConvDirection::Forward => (x, w, y),
+            ConvDirection::BackwardData => (w, y, x),
+            ConvDirection::BackwardFilter => (x, y, w),
         }
     }
 }
@@ -672,26 +744,63 @@ impl Cudnn {
     pub fn create_legacy(&self, kind: LegacyKind) -> Result<u64, i32> {
         let mut d: Raw = std::ptr::null_mut();
         let out = &mut d as *mut Raw;
-        let code = match kind {
-            LegacyKind::Filter => legacy_call!(self, "cudnnCreateFilterDescriptor", fn(*mut Raw), out),
-            LegacyKind::Convolution => legacy_call!(self, "cudnnCreateConvolutionDescriptor", fn(*mut Raw), out),
-            LegacyKind::Activation => legacy_call!(self, "cudnnCreateActivationDescriptor", fn(*mut Raw), out),
-        };
-        done(code).map(|()| d as u64)
+        done(legacy_call!(self, legacy_lifecycle(kind).0, fn(*mut Raw), out)).map(|()| d as u64)
     }
 
     pub fn destroy_legacy(&self, kind: LegacyKind, raw: u64) -> i32 {
-        match kind {
-            LegacyKind::Filter => legacy_call!(self, "cudnnDestroyFilterDescriptor", fn(Raw), r(raw)),
-            LegacyKind::Convolution => legacy_call!(self, "cudnnDestroyConvolutionDescriptor", fn(Raw), r(raw)),
-            LegacyKind::Activation => legacy_call!(self, "cudnnDestroyActivationDescriptor", fn(Raw), r(raw)),
-        }
+        legacy_call!(self, legacy_lifecycle(kind).1, fn(Raw), r(raw))
     }
 
     /// Give cuDNN's descriptor what the session keeps of it (checked by the session).
     pub fn apply_legacy(&self, raw: u64, state: &LegacyState) -> Result<(), i32> {
         match state {
-            LegacyState::Filter(None) | LegacyState::Activation(None) => Ok(()),
+            LegacyState::Filter(None)
+            | LegacyState::Activation(None)
+            | LegacyState::Pooling(None)
+            | LegacyState::OpTensor(None)
+            | LegacyState::ReduceTensor(None) => Ok(()),
+            LegacyState::ReduceTensor(Some(t)) => done(legacy_call!(
+                self,
+                "cudnnSetReduceTensorDescriptor",
+                fn(Raw, i32, i32, i32, i32, i32),
+                r(raw),
+                t.op,
+                t.compute_type,
+                t.nan_propagation,
+                t.indices,
+                t.indices_type
+            )),
+            LegacyState::Pooling(Some(pool)) => done(legacy_call!(
+                self,
+                "cudnnSetPoolingNdDescriptor",
+                fn(Raw, i32, i32, i32, *const i32, *const i32, *const i32),
+                r(raw),
+                pool.mode,
+                pool.nan_propagation,
+                pool.window.len() as i32,
+                pool.window.as_ptr(),
+                pool.pads.as_ptr(),
+                pool.strides.as_ptr()
+            )),
+            LegacyState::Lrn(l) => done(legacy_call!(
+                self,
+                "cudnnSetLRNDescriptor",
+                fn(Raw, u32, f64, f64, f64),
+                r(raw),
+                l.n,
+                l.alpha,
+                l.beta,
+                l.k
+            )),
+            LegacyState::OpTensor(Some(o)) => done(legacy_call!(
+                self,
+                "cudnnSetOpTensorDescriptor",
+                fn(Raw, i32, i32, i32),
+                r(raw),
+                o.op,
+                o.compute_type,
+                o.nan_propagation
+            )),
             LegacyState::Filter(Some(f)) => done(legacy_call!(
                 self,
                 "cudnnSetFilterNdDescriptor",
@@ -741,44 +850,14 @@ impl Cudnn {
         let mut size = 0usize;
         let out = &mut size as *mut usize;
         let (h, x, w, conv, y) = (r(c.handle), r(c.x_desc), r(c.w_desc), r(c.conv_desc), r(c.y_desc));
-        let code = match dir {
-            ConvDirection::Forward => legacy_call!(
-                self,
-                "cudnnGetConvolutionForwardWorkspaceSize",
-                fn(Raw, Raw, Raw, Raw, Raw, i32, *mut usize),
-                h,
-                x,
-                w,
-                conv,
-                y,
-                c.algo,
-                out
-            ),
-            ConvDirection::BackwardData => legacy_call!(
-                self,
-                "cudnnGetConvolutionBackwardDataWorkspaceSize",
-                fn(Raw, Raw, Raw, Raw, Raw, i32, *mut usize),
-                h,
-                w,
-                y,
-                conv,
-                x,
-                c.algo,
-                out
-            ),
-            ConvDirection::BackwardFilter => legacy_call!(
-                self,
-                "cudnnGetConvolutionBackwardFilterWorkspaceSize",
-                fn(Raw, Raw, Raw, Raw, Raw, i32, *mut usize),
-                h,
-                x,
-                y,
-                conv,
-                w,
-                c.algo,
-                out
-            ),
+        let name = match dir {
+            ConvDirection::Forward => "cudnnGetConvolutionForwardWorkspaceSize",
+            ConvDirection::BackwardData => "cudnnGetConvolutionBackwardDataWorkspaceSize",
+            ConvDirection::BackwardFilter => "cudnnGetConvolutionBackwardFilterWorkspaceSize",
         };
+        let (a, b, d) = dir.operands(x, w, y);
+        let code =
+            legacy_call!(self, name, fn(Raw, Raw, Raw, Raw, Raw, i32, *mut usize), h, a, b, conv, d, c.algo, out);
         done(code).map(|()| size as u64)
     }
 
@@ -795,86 +874,30 @@ impl Cudnn {
         let mut returned = 0i32;
         let (count, perf) = (&mut returned as *mut i32, results.as_mut_ptr().cast::<c_void>());
         let (h, x, w, conv, y) = (r(c.handle), r(c.x_desc), r(c.w_desc), r(c.conv_desc), r(c.y_desc));
-        let code = match (dir, measure) {
-            (ConvDirection::Forward, false) => legacy_call!(
-                self,
-                "cudnnGetConvolutionForwardAlgorithm_v7",
-                fn(Raw, Raw, Raw, Raw, Raw, i32, *mut i32, M),
-                h,
-                x,
-                w,
-                conv,
-                y,
-                requested,
-                count,
-                perf
-            ),
-            (ConvDirection::Forward, true) => legacy_call!(
-                self,
-                "cudnnFindConvolutionForwardAlgorithm",
-                fn(Raw, Raw, Raw, Raw, Raw, i32, *mut i32, M),
-                h,
-                x,
-                w,
-                conv,
-                y,
-                requested,
-                count,
-                perf
-            ),
-            (ConvDirection::BackwardData, false) => legacy_call!(
-                self,
-                "cudnnGetConvolutionBackwardDataAlgorithm_v7",
-                fn(Raw, Raw, Raw, Raw, Raw, i32, *mut i32, M),
-                h,
-                w,
-                y,
-                conv,
-                x,
-                requested,
-                count,
-                perf
-            ),
-            (ConvDirection::BackwardData, true) => legacy_call!(
-                self,
-                "cudnnFindConvolutionBackwardDataAlgorithm",
-                fn(Raw, Raw, Raw, Raw, Raw, i32, *mut i32, M),
-                h,
-                w,
-                y,
-                conv,
-                x,
-                requested,
-                count,
-                perf
-            ),
-            (ConvDirection::BackwardFilter, false) => legacy_call!(
-                self,
-                "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
-                fn(Raw, Raw, Raw, Raw, Raw, i32, *mut i32, M),
-                h,
-                x,
-                y,
-                conv,
-                w,
-                requested,
-                count,
-                perf
-            ),
-            (ConvDirection::BackwardFilter, true) => legacy_call!(
-                self,
-                "cudnnFindConvolutionBackwardFilterAlgorithm",
-                fn(Raw, Raw, Raw, Raw, Raw, i32, *mut i32, M),
-                h,
-                x,
-                y,
-                conv,
-                w,
-                requested,
-                count,
-                perf
-            ),
+        let name = match (dir, measure) {
+            (ConvDirection::Forward, false) => "cudnnGetConvolutionForwardAlgorithm_v7",
+            (ConvDirection::Forward, true) => "cudnnFindConvolutionForwardAlgorithm",
+            (ConvDirection::BackwardData, false) => "cudnnGetConvolutionBackwardDataAlgorithm_v7",
+            (ConvDirection::BackwardData, true) => "cudnnFindConvolutionBackwardDataAlgorithm",
+            (ConvDirection::BackwardFilter, false) => "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
+            (ConvDirection::BackwardFilter, true) => "cudnnFindConvolutionBackwardFilterAlgorithm",
         };
+        // The six share one prototype: handle, the three operands in the direction's order,
+        // the convolution between the second and third.
+        let (a, b, d) = dir.operands(x, w, y);
+        let code = legacy_call!(
+            self,
+            name,
+            fn(Raw, Raw, Raw, Raw, Raw, i32, *mut i32, M),
+            h,
+            a,
+            b,
+            conv,
+            d,
+            requested,
+            count,
+            perf
+        );
         done(code).map(|()| returned)
     }
 
@@ -884,62 +907,30 @@ impl Cudnn {
         let mut returned = 0i32;
         let (count, perf) = (&mut returned as *mut i32, results.as_mut_ptr().cast::<c_void>());
         let (h, conv, ws, wss) = (r(c.handle), r(c.conv_desc), r(c.workspace), c.workspace_size as usize);
-        let code = match dir {
-            ConvDirection::Forward => legacy_call!(
-                self,
-                "cudnnFindConvolutionForwardAlgorithmEx",
-                fn(Raw, Raw, P, Raw, P, Raw, Raw, M, i32, *mut i32, M, M, usize),
-                h,
-                r(c.x_desc),
-                p(c.x),
-                r(c.w_desc),
-                p(c.w),
-                conv,
-                r(c.y_desc),
-                r(c.y),
-                requested,
-                count,
-                perf,
-                ws,
-                wss
-            ),
-            ConvDirection::BackwardData => legacy_call!(
-                self,
-                "cudnnFindConvolutionBackwardDataAlgorithmEx",
-                fn(Raw, Raw, P, Raw, P, Raw, Raw, M, i32, *mut i32, M, M, usize),
-                h,
-                r(c.w_desc),
-                p(c.w),
-                r(c.y_desc),
-                p(c.y),
-                conv,
-                r(c.x_desc),
-                r(c.x),
-                requested,
-                count,
-                perf,
-                ws,
-                wss
-            ),
-            ConvDirection::BackwardFilter => legacy_call!(
-                self,
-                "cudnnFindConvolutionBackwardFilterAlgorithmEx",
-                fn(Raw, Raw, P, Raw, P, Raw, Raw, M, i32, *mut i32, M, M, usize),
-                h,
-                r(c.x_desc),
-                p(c.x),
-                r(c.y_desc),
-                p(c.y),
-                conv,
-                r(c.w_desc),
-                r(c.w),
-                requested,
-                count,
-                perf,
-                ws,
-                wss
-            ),
+        let name = match dir {
+            ConvDirection::Forward => "cudnnFindConvolutionForwardAlgorithmEx",
+            ConvDirection::BackwardData => "cudnnFindConvolutionBackwardDataAlgorithmEx",
+            ConvDirection::BackwardFilter => "cudnnFindConvolutionBackwardFilterAlgorithmEx",
         };
+        let (a, b, d) = dir.operands((c.x_desc, c.x), (c.w_desc, c.w), (c.y_desc, c.y));
+        let code = legacy_call!(
+            self,
+            name,
+            fn(Raw, Raw, P, Raw, P, Raw, Raw, M, i32, *mut i32, M, M, usize),
+            h,
+            r(a.0),
+            p(a.1),
+            r(b.0),
+            p(b.1),
+            conv,
+            r(d.0),
+            r(d.1),
+            requested,
+            count,
+            perf,
+            ws,
+            wss
+        );
         done(code).map(|()| returned)
     }
 
@@ -948,62 +939,30 @@ impl Cudnn {
         let [alpha, beta] = &c.scaling;
         let (alpha, beta): (P, P) = (std::ptr::from_ref(alpha).cast(), std::ptr::from_ref(beta).cast());
         let (h, conv, ws, wss) = (r(c.handle), r(c.conv_desc), r(c.workspace), c.workspace_size as usize);
-        match dir {
-            ConvDirection::Forward => legacy_call!(
-                self,
-                "cudnnConvolutionForward",
-                fn(Raw, P, Raw, P, Raw, P, Raw, i32, M, usize, P, Raw, M),
-                h,
-                alpha,
-                r(c.x_desc),
-                p(c.x),
-                r(c.w_desc),
-                p(c.w),
-                conv,
-                c.algo,
-                ws,
-                wss,
-                beta,
-                r(c.y_desc),
-                r(c.y)
-            ),
-            ConvDirection::BackwardData => legacy_call!(
-                self,
-                "cudnnConvolutionBackwardData",
-                fn(Raw, P, Raw, P, Raw, P, Raw, i32, M, usize, P, Raw, M),
-                h,
-                alpha,
-                r(c.w_desc),
-                p(c.w),
-                r(c.y_desc),
-                p(c.y),
-                conv,
-                c.algo,
-                ws,
-                wss,
-                beta,
-                r(c.x_desc),
-                r(c.x)
-            ),
-            ConvDirection::BackwardFilter => legacy_call!(
-                self,
-                "cudnnConvolutionBackwardFilter",
-                fn(Raw, P, Raw, P, Raw, P, Raw, i32, M, usize, P, Raw, M),
-                h,
-                alpha,
-                r(c.x_desc),
-                p(c.x),
-                r(c.y_desc),
-                p(c.y),
-                conv,
-                c.algo,
-                ws,
-                wss,
-                beta,
-                r(c.w_desc),
-                r(c.w)
-            ),
-        }
+        let name = match dir {
+            ConvDirection::Forward => "cudnnConvolutionForward",
+            ConvDirection::BackwardData => "cudnnConvolutionBackwardData",
+            ConvDirection::BackwardFilter => "cudnnConvolutionBackwardFilter",
+        };
+        let (a, b, d) = dir.operands((c.x_desc, c.x), (c.w_desc, c.w), (c.y_desc, c.y));
+        legacy_call!(
+            self,
+            name,
+            fn(Raw, P, Raw, P, Raw, P, Raw, i32, M, usize, P, Raw, M),
+            h,
+            alpha,
+            r(a.0),
+            p(a.1),
+            r(b.0),
+            p(b.1),
+            conv,
+            c.algo,
+            ws,
+            wss,
+            beta,
+            r(d.0),
+            r(d.1)
+        )
     }
 
     /// y = act(alpha1 * conv(x, w) + alpha2 * z + bias).
@@ -1109,4 +1068,252 @@ pub struct ActivationCall {
     pub dy: u64,
     pub dx_desc: u64,
     pub dx: u64,
+}
+
+/// The tensor computations without a convolution, each in cuDNN's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TensorOp {
+    /// cudnnAddTensor: t[0] is A, t[1] C.
+    Add,
+    /// cudnnSetTensor: t[0] is y; `value` the element.
+    Set,
+    /// cudnnScaleTensor: t[0] is y; `scaling[0]` alpha.
+    Scale,
+    /// cudnnTransformTensor: t[0] is x, t[1] y.
+    Transform,
+    /// cudnnOpTensor: `desc` the op-tensor descriptor; t[0] A, t[1] B, t[2] C; `scaling`
+    /// alpha1, alpha2, beta.
+    Op,
+    /// cudnnPoolingForward: `desc` the pooling descriptor; t[0] x, t[1] y.
+    PoolingForward,
+    /// cudnnPoolingBackward: t[0] y, t[1] dy, t[2] x, t[3] dx.
+    PoolingBackward,
+    /// cudnnSoftmaxForward: `algo`, `mode`; t[0] x, t[1] y.
+    SoftmaxForward,
+    /// cudnnSoftmaxBackward: t[0] y, t[1] dy, t[2] dx.
+    SoftmaxBackward,
+    /// cudnnLRNCrossChannelForward: `desc` the LRN descriptor, `mode`; t[0] x, t[1] y.
+    LrnForward,
+    /// cudnnLRNCrossChannelBackward: t[0] y, t[1] dy, t[2] x, t[3] dx.
+    LrnBackward,
+}
+
+/// One tensor computation: cuDNN's handle and descriptor (pooling, LRN or op-tensor, else 0),
+/// the algorithm and mode where the call takes them, the host scaling factors (alpha, beta;
+/// alpha1, alpha2, beta for cudnnOpTensor), cudnnSetTensor's element, and the tensors as
+/// (cuDNN's descriptor, checked device address) in [`TensorOp`]'s order.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TensorOpCall {
+    pub op: TensorOp,
+    pub handle: u64,
+    pub desc: u64,
+    pub algo: i32,
+    pub mode: i32,
+    pub scaling: [f32; 3],
+    pub value: [u8; 4],
+    pub t: [(u64, u64); 4],
+}
+
+impl Cudnn {
+    /// libcudnn's `cudnnGetConvolution*AlgorithmMaxCount`.
+    pub fn algorithm_max_count(&self, dir: ConvDirection, handle: u64) -> Result<i32, i32> {
+        let mut count = 0i32;
+        let out = &mut count as *mut i32;
+        done(legacy_call!(self, dir.max_count_symbol(), fn(Raw, *mut i32), r(handle), out)).map(|()| count)
+    }
+
+    /// Run a tensor computation whose every range the session checked.
+    pub fn tensor_op(&self, c: &TensorOpCall) -> i32 {
+        let f = |i: usize| -> P { std::ptr::from_ref(&c.scaling[i]).cast() };
+        let (h, d, t) = (r(c.handle), r(c.desc), &c.t);
+        let value: P = c.value.as_ptr().cast();
+        match c.op {
+            TensorOp::Add => legacy_call!(
+                self,
+                "cudnnAddTensor",
+                fn(Raw, P, Raw, P, P, Raw, M),
+                h,
+                f(0),
+                r(t[0].0),
+                p(t[0].1),
+                f(1),
+                r(t[1].0),
+                r(t[1].1)
+            ),
+            TensorOp::Set => legacy_call!(self, "cudnnSetTensor", fn(Raw, Raw, M, P), h, r(t[0].0), r(t[0].1), value),
+            TensorOp::Scale => {
+                legacy_call!(self, "cudnnScaleTensor", fn(Raw, Raw, M, P), h, r(t[0].0), r(t[0].1), f(0))
+            }
+            TensorOp::Transform => legacy_call!(
+                self,
+                "cudnnTransformTensor",
+                fn(Raw, P, Raw, P, P, Raw, M),
+                h,
+                f(0),
+                r(t[0].0),
+                p(t[0].1),
+                f(1),
+                r(t[1].0),
+                r(t[1].1)
+            ),
+            TensorOp::Op => legacy_call!(
+                self,
+                "cudnnOpTensor",
+                fn(Raw, Raw, P, Raw, P, P, Raw, P, P, Raw, M),
+                h,
+                d,
+                f(0),
+                r(t[0].0),
+                p(t[0].1),
+                f(1),
+                r(t[1].0),
+                p(t[1].1),
+                f(2),
+                r(t[2].0),
+                r(t[2].1)
+            ),
+            TensorOp::PoolingForward => legacy_call!(
+                self,
+                "cudnnPoolingForward",
+                fn(Raw, Raw, P, Raw, P, P, Raw, M),
+                h,
+                d,
+                f(0),
+                r(t[0].0),
+                p(t[0].1),
+                f(1),
+                r(t[1].0),
+                r(t[1].1)
+            ),
+            TensorOp::PoolingBackward => legacy_call!(
+                self,
+                "cudnnPoolingBackward",
+                fn(Raw, Raw, P, Raw, P, Raw, P, Raw, P, P, Raw, M),
+                h,
+                d,
+                f(0),
+                r(t[0].0),
+                p(t[0].1),
+                r(t[1].0),
+                p(t[1].1),
+                r(t[2].0),
+                p(t[2].1),
+                f(1),
+                r(t[3].0),
+                r(t[3].1)
+            ),
+            TensorOp::SoftmaxForward => legacy_call!(
+                self,
+                "cudnnSoftmaxForward",
+                fn(Raw, i32, i32, P, Raw, P, P, Raw, M),
+                h,
+                c.algo,
+                c.mode,
+                f(0),
+                r(t[0].0),
+                p(t[0].1),
+                f(1),
+                r(t[1].0),
+                r(t[1].1)
+            ),
+            TensorOp::SoftmaxBackward => legacy_call!(
+                self,
+                "cudnnSoftmaxBackward",
+                fn(Raw, i32, i32, P, Raw, P, Raw, P, P, Raw, M),
+                h,
+                c.algo,
+                c.mode,
+                f(0),
+                r(t[0].0),
+                p(t[0].1),
+                r(t[1].0),
+                p(t[1].1),
+                f(1),
+                r(t[2].0),
+                r(t[2].1)
+            ),
+            TensorOp::LrnForward => legacy_call!(
+                self,
+                "cudnnLRNCrossChannelForward",
+                fn(Raw, Raw, i32, P, Raw, P, P, Raw, M),
+                h,
+                d,
+                c.mode,
+                f(0),
+                r(t[0].0),
+                p(t[0].1),
+                f(1),
+                r(t[1].0),
+                r(t[1].1)
+            ),
+            TensorOp::LrnBackward => legacy_call!(
+                self,
+                "cudnnLRNCrossChannelBackward",
+                fn(Raw, Raw, i32, P, Raw, P, Raw, P, Raw, P, P, Raw, M),
+                h,
+                d,
+                c.mode,
+                f(0),
+                r(t[0].0),
+                p(t[0].1),
+                r(t[1].0),
+                p(t[1].1),
+                r(t[2].0),
+                p(t[2].1),
+                f(1),
+                r(t[3].0),
+                r(t[3].1)
+            ),
+        }
+    }
+}
+
+/// One reduction in cuDNN's terms: cuDNN's handle and reduce-tensor descriptor, the checked
+/// device ranges and their sizes, the host scaling factors, A and C as (cuDNN's descriptor,
+/// checked address).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReduceRaw {
+    pub handle: u64,
+    pub desc: u64,
+    pub indices: u64,
+    pub indices_size: u64,
+    pub workspace: u64,
+    pub workspace_size: u64,
+    pub scaling: [f32; 2],
+    pub a: (u64, u64),
+    pub c: (u64, u64),
+}
+
+impl Cudnn {
+    /// cudnnGetReductionIndicesSize (`indices`) or cudnnGetReductionWorkspaceSize for the
+    /// (reduce-tensor, A, C) descriptors.
+    pub fn reduction_size(&self, indices: bool, handle: u64, (desc, a, c): (u64, u64, u64)) -> Result<u64, i32> {
+        let mut size = 0usize;
+        let out = &mut size as *mut usize;
+        let name = if indices { "cudnnGetReductionIndicesSize" } else { "cudnnGetReductionWorkspaceSize" };
+        done(legacy_call!(self, name, fn(Raw, Raw, Raw, Raw, *mut usize), r(handle), r(desc), r(a), r(c), out))
+            .map(|()| size as u64)
+    }
+
+    /// Run a reduction whose every range the session checked.
+    pub fn reduce(&self, c: &ReduceRaw) -> i32 {
+        let [alpha, beta] = &c.scaling;
+        legacy_call!(
+            self,
+            "cudnnReduceTensor",
+            fn(Raw, Raw, M, usize, M, usize, P, Raw, P, P, Raw, M),
+            r(c.handle),
+            r(c.desc),
+            r(c.indices),
+            c.indices_size as usize,
+            r(c.workspace),
+            c.workspace_size as usize,
+            std::ptr::from_ref(alpha).cast::<c_void>(),
+            r(c.a.0),
+            p(c.a.1),
+            std::ptr::from_ref(beta).cast::<c_void>(),
+            r(c.c.0),
+            r(c.c.1)
+        )
+    }
 }

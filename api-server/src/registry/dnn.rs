@@ -2,7 +2,8 @@
 //! handle) and backend descriptors (kind `cudnn_backend_descriptor`: cuDNN's type, cuDNN's
 //! descriptor, the attributes the program set and whether it was finalized), and the legacy
 //! API's tensor descriptors (kind `cudnn_tensor_descriptor`: the shape the program set and
-//! cuDNN's descriptor).
+//! cuDNN's descriptor) and its other descriptors (filter, convolution, activation, pooling,
+//! LRN, op-tensor and reduce-tensor: [`LegacyDesc`], one handle kind each).
 //!
 //! A descriptor another descriptor refers to (an attribute names it, or it was filled from it)
 //! lives on after the program destroys it, hidden from the program, until nothing live refers
@@ -85,16 +86,32 @@ pub enum LegacyKind {
     Filter,
     Convolution,
     Activation,
+    Pooling,
+    Lrn,
+    OpTensor,
+    ReduceTensor,
 }
 
 impl LegacyKind {
-    pub const ALL: [LegacyKind; 3] = [LegacyKind::Filter, LegacyKind::Convolution, LegacyKind::Activation];
+    pub const ALL: [LegacyKind; 7] = [
+        LegacyKind::Filter,
+        LegacyKind::Convolution,
+        LegacyKind::Activation,
+        LegacyKind::Pooling,
+        LegacyKind::Lrn,
+        LegacyKind::OpTensor,
+        LegacyKind::ReduceTensor,
+    ];
 
     pub fn handle_kind(self) -> HandleKind {
         match self {
             LegacyKind::Filter => HandleKind::CudnnFilterDescriptor,
             LegacyKind::Convolution => HandleKind::CudnnConvolutionDescriptor,
             LegacyKind::Activation => HandleKind::CudnnActivationDescriptor,
+            LegacyKind::Pooling => HandleKind::CudnnPoolingDescriptor,
+            LegacyKind::Lrn => HandleKind::CudnnLrnDescriptor,
+            LegacyKind::OpTensor => HandleKind::CudnnOpTensorDescriptor,
+            LegacyKind::ReduceTensor => HandleKind::CudnnReduceTensorDescriptor,
         }
     }
 
@@ -104,6 +121,10 @@ impl LegacyKind {
             LegacyKind::Filter => "cudnn_filter_descriptor",
             LegacyKind::Convolution => "cudnn_convolution_descriptor",
             LegacyKind::Activation => "cudnn_activation_descriptor",
+            LegacyKind::Pooling => "cudnn_pooling_descriptor",
+            LegacyKind::Lrn => "cudnn_lrn_descriptor",
+            LegacyKind::OpTensor => "cudnn_op_tensor_descriptor",
+            LegacyKind::ReduceTensor => "cudnn_reduce_tensor_descriptor",
         }
     }
 
@@ -113,6 +134,11 @@ impl LegacyKind {
             LegacyKind::Filter => LegacyState::Filter(None),
             LegacyKind::Convolution => LegacyState::Convolution(ConvSettings::default()),
             LegacyKind::Activation => LegacyState::Activation(None),
+            LegacyKind::Pooling => LegacyState::Pooling(None),
+            // cuDNN's defaults for a new LRN descriptor.
+            LegacyKind::Lrn => LegacyState::Lrn(LrnSettings { n: 5, alpha: 1e-4, beta: 0.75, k: 2.0 }),
+            LegacyKind::OpTensor => LegacyState::OpTensor(None),
+            LegacyKind::ReduceTensor => LegacyState::ReduceTensor(None),
         }
     }
 }
@@ -165,12 +191,57 @@ pub struct ActivationSettings {
     pub swish_beta: f64,
 }
 
+/// A pooling descriptor's settings (one window, padding and stride per spatial dimension).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolingSettings {
+    /// `cudnnPoolingMode_t`.
+    pub mode: i32,
+    pub nan_propagation: i32,
+    pub window: Vec<i32>,
+    pub pads: Vec<i32>,
+    pub strides: Vec<i32>,
+}
+
+/// An LRN descriptor's settings (cuDNN divides `alpha` by `n` itself).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LrnSettings {
+    pub n: u32,
+    pub alpha: f64,
+    pub beta: f64,
+    pub k: f64,
+}
+
+/// An op-tensor descriptor's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpTensorSettings {
+    /// `cudnnOpTensorOp_t`.
+    pub op: i32,
+    pub compute_type: i32,
+    pub nan_propagation: i32,
+}
+
+/// A reduce-tensor descriptor's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReduceSettings {
+    /// `cudnnReduceTensorOp_t`.
+    pub op: i32,
+    pub compute_type: i32,
+    pub nan_propagation: i32,
+    /// `cudnnReduceTensorIndices_t` and `cudnnIndicesType_t`.
+    pub indices: i32,
+    pub indices_type: i32,
+}
+
 /// What one legacy descriptor holds.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LegacyState {
     Filter(Option<FilterShape>),
     Convolution(ConvSettings),
     Activation(Option<ActivationSettings>),
+    Pooling(Option<PoolingSettings>),
+    Lrn(LrnSettings),
+    OpTensor(Option<OpTensorSettings>),
+    ReduceTensor(Option<ReduceSettings>),
 }
 
 /// One legacy descriptor: cuDNN's (0 where there is no cuDNN) and what the program set.
@@ -188,7 +259,7 @@ pub struct DnnRegistry {
     descriptors: Mutex<HandleTable<Descriptor>>,
     tensors: Mutex<HandleTable<TensorDesc>>,
     /// One table per [`LegacyKind`], in [`LegacyKind::ALL`]'s order.
-    legacy: [Mutex<HandleTable<LegacyDesc>>; 3],
+    legacy: [Mutex<HandleTable<LegacyDesc>>; 7],
 }
 
 impl Default for DnnRegistry {

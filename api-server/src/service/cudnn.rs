@@ -18,15 +18,16 @@ use phos_protocol::cudnn::*;
 use phos_protocol::spec::{CallAccess, DeviceAccess, RecordFacts};
 use phos_protocol::{Ptr, encode};
 
+use super::cudnn_layers::{LayerCall, Operand, ReduceCall};
 use super::cudnn_legacy::{BnKind, BnSize, int_array, int_array_out, scaling_pair};
 use super::cudnn_ops::checked_conv;
 use super::{CallCx, Session};
-use crate::backend::vendor_cudnn::{ActivationCall, BnCall, ConvCall, ConvDirection, Cudnn, CudnnVersions};
+use crate::backend::vendor_cudnn::{ActivationCall, BnCall, ConvCall, ConvDirection, Cudnn, CudnnVersions, TensorOp};
 use crate::dispatch::cudart::CudartService;
 use crate::dispatch::cudnn::CudnnService;
 use crate::registry::dnn::{
-    ActivationSettings, Attribute, ConvSettings, Descriptor, DnnHandle, LegacyKind, MAX_DNN_DESCRIPTORS,
-    MAX_DNN_HANDLES,
+    ActivationSettings, Attribute, ConvSettings, Descriptor, DnnHandle, LegacyKind, LrnSettings, MAX_DNN_DESCRIPTORS,
+    MAX_DNN_HANDLES, OpTensorSettings, ReduceSettings,
 };
 use crate::registry::handles::NewHandle;
 
@@ -1069,8 +1070,9 @@ impl CudnnService for Session {
         cx: &CallCx,
         req: CudnnGetConvolutionForwardAlgorithmMaxCountRequest,
     ) -> Result<CudnnGetConvolutionForwardAlgorithmMaxCountReply, CudnnStatus> {
-        self.dnn_handle(cx, req.handle)?;
-        Ok(CudnnGetConvolutionForwardAlgorithmMaxCountReply { count: ConvDirection::Forward.algorithm_count() })
+        Ok(CudnnGetConvolutionForwardAlgorithmMaxCountReply {
+            count: self.dnn_algorithm_max_count(cx, ConvDirection::Forward, req.handle)?,
+        })
     }
 
     fn cudnn_get_convolution_backward_data_algorithm_max_count(
@@ -1078,9 +1080,8 @@ impl CudnnService for Session {
         cx: &CallCx,
         req: CudnnGetConvolutionBackwardDataAlgorithmMaxCountRequest,
     ) -> Result<CudnnGetConvolutionBackwardDataAlgorithmMaxCountReply, CudnnStatus> {
-        self.dnn_handle(cx, req.handle)?;
         Ok(CudnnGetConvolutionBackwardDataAlgorithmMaxCountReply {
-            count: ConvDirection::BackwardData.algorithm_count(),
+            count: self.dnn_algorithm_max_count(cx, ConvDirection::BackwardData, req.handle)?,
         })
     }
 
@@ -1089,9 +1090,8 @@ impl CudnnService for Session {
         cx: &CallCx,
         req: CudnnGetConvolutionBackwardFilterAlgorithmMaxCountRequest,
     ) -> Result<CudnnGetConvolutionBackwardFilterAlgorithmMaxCountReply, CudnnStatus> {
-        self.dnn_handle(cx, req.handle)?;
         Ok(CudnnGetConvolutionBackwardFilterAlgorithmMaxCountReply {
-            count: ConvDirection::BackwardFilter.algorithm_count(),
+            count: self.dnn_algorithm_max_count(cx, ConvDirection::BackwardFilter, req.handle)?,
         })
     }
 
@@ -1434,6 +1434,442 @@ impl CudnnService for Session {
             },
         )?;
         Ok(CudnnActivationBackwardReply {})
+    }
+
+    // The legacy API: tensor operations, pooling, softmax, LRN (service/cudnn_layers.rs).
+
+    fn cudnn_add_tensor(
+        &self,
+        cx: &CallCx,
+        req: CudnnAddTensorRequest<'_>,
+    ) -> Result<CudnnAddTensorReply, CudnnStatus> {
+        let operands = vec![Operand::read("A", 0, (req.aDesc, req.A)), Operand::write("C", 1, (req.cDesc, req.C))];
+        let [alpha, beta] = scaling_pair(req.alpha, req.beta);
+        let call = LayerCall { scaling: [alpha, beta, 0.0], ..LayerCall::new(TensorOp::Add, req.handle, operands) };
+        self.dnn_tensor_op(cx, call)?;
+        Ok(CudnnAddTensorReply {})
+    }
+
+    fn cudnn_set_tensor(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetTensorRequest<'_>,
+    ) -> Result<CudnnSetTensorReply, CudnnStatus> {
+        let operands = vec![Operand::write("y", 0, (req.yDesc, req.y))];
+        let value = <[u8; 4]>::try_from(req.valuePtr).map_err(|_| CudnnStatus::BAD_PARAM)?;
+        let call = LayerCall { value, ..LayerCall::new(TensorOp::Set, req.handle, operands) };
+        self.dnn_tensor_op(cx, call)?;
+        Ok(CudnnSetTensorReply {})
+    }
+
+    fn cudnn_scale_tensor(
+        &self,
+        cx: &CallCx,
+        req: CudnnScaleTensorRequest<'_>,
+    ) -> Result<CudnnScaleTensorReply, CudnnStatus> {
+        let operands = vec![Operand::write("y", 0, (req.yDesc, req.y))];
+        let [alpha, _] = scaling_pair(req.alpha, &[]);
+        let call = LayerCall { scaling: [alpha, 0.0, 0.0], ..LayerCall::new(TensorOp::Scale, req.handle, operands) };
+        self.dnn_tensor_op(cx, call)?;
+        Ok(CudnnScaleTensorReply {})
+    }
+
+    fn cudnn_transform_tensor(
+        &self,
+        cx: &CallCx,
+        req: CudnnTransformTensorRequest<'_>,
+    ) -> Result<CudnnTransformTensorReply, CudnnStatus> {
+        let call = LayerCall::forward(
+            TensorOp::Transform,
+            (req.handle, 0),
+            (0, 0),
+            scaling_pair(req.alpha, req.beta),
+            (req.xDesc, req.x),
+            (req.yDesc, req.y),
+        );
+        self.dnn_tensor_op(cx, call)?;
+        Ok(CudnnTransformTensorReply {})
+    }
+
+    fn cudnn_create_op_tensor_descriptor(
+        &self,
+        cx: &CallCx,
+        _: CudnnCreateOpTensorDescriptorRequest,
+    ) -> Result<CudnnCreateOpTensorDescriptorReply, CudnnStatus> {
+        Ok(CudnnCreateOpTensorDescriptorReply { opTensorDesc: self.dnn_legacy_create(cx, LegacyKind::OpTensor)? })
+    }
+
+    fn cudnn_destroy_op_tensor_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnDestroyOpTensorDescriptorRequest,
+    ) -> Result<CudnnDestroyOpTensorDescriptorReply, CudnnStatus> {
+        self.dnn_legacy_destroy(cx, LegacyKind::OpTensor, req.opTensorDesc)?;
+        Ok(CudnnDestroyOpTensorDescriptorReply {})
+    }
+
+    fn cudnn_set_op_tensor_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetOpTensorDescriptorRequest,
+    ) -> Result<CudnnSetOpTensorDescriptorReply, CudnnStatus> {
+        let settings = OpTensorSettings {
+            op: req.opTensorOp,
+            compute_type: req.opTensorCompType,
+            nan_propagation: req.opTensorNanOpt,
+        };
+        self.dnn_set_op_tensor(cx, req.opTensorDesc, settings)?;
+        Ok(CudnnSetOpTensorDescriptorReply {})
+    }
+
+    fn cudnn_get_op_tensor_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetOpTensorDescriptorRequest,
+    ) -> Result<CudnnGetOpTensorDescriptorReply, CudnnStatus> {
+        let o = self.dnn_op_tensor(cx, req.opTensorDesc)?;
+        Ok(CudnnGetOpTensorDescriptorReply {
+            opTensorOp: o.op,
+            opTensorCompType: o.compute_type,
+            opTensorNanOpt: o.nan_propagation,
+        })
+    }
+
+    fn cudnn_op_tensor(&self, cx: &CallCx, req: CudnnOpTensorRequest<'_>) -> Result<CudnnOpTensorReply, CudnnStatus> {
+        // The unary operations read A alone: B is neither checked nor read.
+        let unary = crate::cpu_dnn::op_is_unary(self.dnn_op_tensor(cx, req.opTensorDesc)?.op);
+        let mut operands = vec![Operand::read("A", 0, (req.aDesc, req.A))];
+        if !unary {
+            operands.push(Operand::read("B", 1, (req.bDesc, req.B)));
+        }
+        operands.push(Operand::write("C", 2, (req.cDesc, req.C)));
+        let [alpha1, alpha2] = scaling_pair(req.alpha1, req.alpha2);
+        let [beta, _] = scaling_pair(req.beta, &[]);
+        let call = LayerCall {
+            desc: req.opTensorDesc,
+            scaling: [alpha1, alpha2, beta],
+            ..LayerCall::new(TensorOp::Op, req.handle, operands)
+        };
+        self.dnn_tensor_op(cx, call)?;
+        Ok(CudnnOpTensorReply {})
+    }
+
+    fn cudnn_create_pooling_descriptor(
+        &self,
+        cx: &CallCx,
+        _: CudnnCreatePoolingDescriptorRequest,
+    ) -> Result<CudnnCreatePoolingDescriptorReply, CudnnStatus> {
+        Ok(CudnnCreatePoolingDescriptorReply { poolingDesc: self.dnn_legacy_create(cx, LegacyKind::Pooling)? })
+    }
+
+    fn cudnn_destroy_pooling_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnDestroyPoolingDescriptorRequest,
+    ) -> Result<CudnnDestroyPoolingDescriptorReply, CudnnStatus> {
+        self.dnn_legacy_destroy(cx, LegacyKind::Pooling, req.poolingDesc)?;
+        Ok(CudnnDestroyPoolingDescriptorReply {})
+    }
+
+    fn cudnn_set_pooling_2d_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetPooling2dDescriptorRequest,
+    ) -> Result<CudnnSetPooling2dDescriptorReply, CudnnStatus> {
+        self.dnn_set_pooling(
+            cx,
+            req.poolingDesc,
+            (req.mode, req.maxpoolingNanOpt),
+            &[req.windowHeight, req.windowWidth],
+            &[req.verticalPadding, req.horizontalPadding],
+            &[req.verticalStride, req.horizontalStride],
+        )?;
+        Ok(CudnnSetPooling2dDescriptorReply {})
+    }
+
+    fn cudnn_set_pooling_nd_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetPoolingNdDescriptorRequest<'_>,
+    ) -> Result<CudnnSetPoolingNdDescriptorReply, CudnnStatus> {
+        let (window, pads, strides) = (int_array(req.windowDimA), int_array(req.paddingA), int_array(req.strideA));
+        self.dnn_set_pooling(cx, req.poolingDesc, (req.mode, req.maxpoolingNanOpt), &window, &pads, &strides)?;
+        Ok(CudnnSetPoolingNdDescriptorReply {})
+    }
+
+    fn cudnn_get_pooling_2d_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetPooling2dDescriptorRequest,
+    ) -> Result<CudnnGetPooling2dDescriptorReply, CudnnStatus> {
+        let p = self.dnn_pooling(cx, req.poolingDesc)?;
+        if p.window.len() != 2 {
+            return Err(self.dnn_bad(cx, format_args!("{} spatial dimensions, not 2", p.window.len())));
+        }
+        Ok(CudnnGetPooling2dDescriptorReply {
+            mode: p.mode,
+            maxpoolingNanOpt: p.nan_propagation,
+            windowHeight: p.window[0],
+            windowWidth: p.window[1],
+            verticalPadding: p.pads[0],
+            horizontalPadding: p.pads[1],
+            verticalStride: p.strides[0],
+            horizontalStride: p.strides[1],
+        })
+    }
+
+    fn cudnn_get_pooling_nd_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetPoolingNdDescriptorRequest,
+    ) -> Result<CudnnGetPoolingNdDescriptorReply, CudnnStatus> {
+        let p = self.dnn_pooling(cx, req.poolingDesc)?;
+        let room = usize::try_from(req.nbDimsRequested).map_err(|_| CudnnStatus::BAD_PARAM)?;
+        Ok(CudnnGetPoolingNdDescriptorReply {
+            mode: p.mode,
+            maxpoolingNanOpt: p.nan_propagation,
+            nbDims: p.window.len() as i32,
+            windowDimA: int_array_out(&p.window, room),
+            paddingA: int_array_out(&p.pads, room),
+            strideA: int_array_out(&p.strides, room),
+        })
+    }
+
+    fn cudnn_get_pooling_2d_forward_output_dim(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetPooling2dForwardOutputDimRequest,
+    ) -> Result<CudnnGetPooling2dForwardOutputDimReply, CudnnStatus> {
+        let dims = self.dnn_pooling_output(cx, req.poolingDesc, req.inputTensorDesc)?;
+        let [n, c, h, w] = <[i32; 4]>::try_from(dims.as_slice())
+            .map_err(|_| self.dnn_bad(cx, format_args!("{} dimensions, not 4", dims.len())))?;
+        Ok(CudnnGetPooling2dForwardOutputDimReply { n, c, h, w })
+    }
+
+    fn cudnn_get_pooling_nd_forward_output_dim(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetPoolingNdForwardOutputDimRequest,
+    ) -> Result<CudnnGetPoolingNdForwardOutputDimReply, CudnnStatus> {
+        let dims = self.dnn_pooling_output(cx, req.poolingDesc, req.inputTensorDesc)?;
+        if usize::try_from(req.nbDims).ok() != Some(dims.len()) {
+            return Err(self.dnn_bad(cx, format_args!("nbDims {}, where the output has {}", req.nbDims, dims.len())));
+        }
+        Ok(CudnnGetPoolingNdForwardOutputDimReply { outputTensorDimA: int_array_out(&dims, dims.len()) })
+    }
+
+    fn cudnn_pooling_forward(
+        &self,
+        cx: &CallCx,
+        req: CudnnPoolingForwardRequest<'_>,
+    ) -> Result<CudnnPoolingForwardReply, CudnnStatus> {
+        let call = LayerCall::forward(
+            TensorOp::PoolingForward,
+            (req.handle, req.poolingDesc),
+            (0, 0),
+            scaling_pair(req.alpha, req.beta),
+            (req.xDesc, req.x),
+            (req.yDesc, req.y),
+        );
+        self.dnn_tensor_op(cx, call)?;
+        Ok(CudnnPoolingForwardReply {})
+    }
+
+    fn cudnn_pooling_backward(
+        &self,
+        cx: &CallCx,
+        req: CudnnPoolingBackwardRequest<'_>,
+    ) -> Result<CudnnPoolingBackwardReply, CudnnStatus> {
+        let tensors = [(req.yDesc, req.y), (req.dyDesc, req.dy), (req.xDesc, req.x), (req.dxDesc, req.dx)];
+        let scaling = scaling_pair(req.alpha, req.beta);
+        let call =
+            LayerCall::backward(TensorOp::PoolingBackward, (req.handle, req.poolingDesc), (0, 0), scaling, tensors);
+        self.dnn_tensor_op(cx, call)?;
+        Ok(CudnnPoolingBackwardReply {})
+    }
+
+    fn cudnn_softmax_forward(
+        &self,
+        cx: &CallCx,
+        req: CudnnSoftmaxForwardRequest<'_>,
+    ) -> Result<CudnnSoftmaxForwardReply, CudnnStatus> {
+        let call = LayerCall::forward(
+            TensorOp::SoftmaxForward,
+            (req.handle, 0),
+            (req.algo, req.mode),
+            scaling_pair(req.alpha, req.beta),
+            (req.xDesc, req.x),
+            (req.yDesc, req.y),
+        );
+        self.dnn_tensor_op(cx, call)?;
+        Ok(CudnnSoftmaxForwardReply {})
+    }
+
+    fn cudnn_softmax_backward(
+        &self,
+        cx: &CallCx,
+        req: CudnnSoftmaxBackwardRequest<'_>,
+    ) -> Result<CudnnSoftmaxBackwardReply, CudnnStatus> {
+        let tensors = [(req.yDesc, req.y), (req.dyDesc, req.dy), (0, 0), (req.dxDesc, req.dx)];
+        let scaling = scaling_pair(req.alpha, req.beta);
+        let call =
+            LayerCall::backward(TensorOp::SoftmaxBackward, (req.handle, 0), (req.algo, req.mode), scaling, tensors);
+        self.dnn_tensor_op(cx, call)?;
+        Ok(CudnnSoftmaxBackwardReply {})
+    }
+
+    fn cudnn_create_lrn_descriptor(
+        &self,
+        cx: &CallCx,
+        _: CudnnCreateLRNDescriptorRequest,
+    ) -> Result<CudnnCreateLRNDescriptorReply, CudnnStatus> {
+        Ok(CudnnCreateLRNDescriptorReply { normDesc: self.dnn_legacy_create(cx, LegacyKind::Lrn)? })
+    }
+
+    fn cudnn_destroy_lrn_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnDestroyLRNDescriptorRequest,
+    ) -> Result<CudnnDestroyLRNDescriptorReply, CudnnStatus> {
+        self.dnn_legacy_destroy(cx, LegacyKind::Lrn, req.lrnDesc)?;
+        Ok(CudnnDestroyLRNDescriptorReply {})
+    }
+
+    fn cudnn_set_lrn_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetLRNDescriptorRequest,
+    ) -> Result<CudnnSetLRNDescriptorReply, CudnnStatus> {
+        let settings = LrnSettings { n: req.lrnN, alpha: req.lrnAlpha, beta: req.lrnBeta, k: req.lrnK };
+        self.dnn_set_lrn(cx, req.normDesc, settings)?;
+        Ok(CudnnSetLRNDescriptorReply {})
+    }
+
+    fn cudnn_get_lrn_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetLRNDescriptorRequest,
+    ) -> Result<CudnnGetLRNDescriptorReply, CudnnStatus> {
+        let l = self.dnn_lrn(cx, req.normDesc)?;
+        Ok(CudnnGetLRNDescriptorReply { lrnN: l.n, lrnAlpha: l.alpha, lrnBeta: l.beta, lrnK: l.k })
+    }
+
+    fn cudnn_lrn_cross_channel_forward(
+        &self,
+        cx: &CallCx,
+        req: CudnnLRNCrossChannelForwardRequest<'_>,
+    ) -> Result<CudnnLRNCrossChannelForwardReply, CudnnStatus> {
+        let call = LayerCall::forward(
+            TensorOp::LrnForward,
+            (req.handle, req.normDesc),
+            (0, req.lrnMode),
+            scaling_pair(req.alpha, req.beta),
+            (req.xDesc, req.x),
+            (req.yDesc, req.y),
+        );
+        self.dnn_tensor_op(cx, call)?;
+        Ok(CudnnLRNCrossChannelForwardReply {})
+    }
+
+    fn cudnn_lrn_cross_channel_backward(
+        &self,
+        cx: &CallCx,
+        req: CudnnLRNCrossChannelBackwardRequest<'_>,
+    ) -> Result<CudnnLRNCrossChannelBackwardReply, CudnnStatus> {
+        let tensors = [(req.yDesc, req.y), (req.dyDesc, req.dy), (req.xDesc, req.x), (req.dxDesc, req.dx)];
+        let scaling = scaling_pair(req.alpha, req.beta);
+        let call =
+            LayerCall::backward(TensorOp::LrnBackward, (req.handle, req.normDesc), (0, req.lrnMode), scaling, tensors);
+        self.dnn_tensor_op(cx, call)?;
+        Ok(CudnnLRNCrossChannelBackwardReply {})
+    }
+
+    fn cudnn_create_reduce_tensor_descriptor(
+        &self,
+        cx: &CallCx,
+        _: CudnnCreateReduceTensorDescriptorRequest,
+    ) -> Result<CudnnCreateReduceTensorDescriptorReply, CudnnStatus> {
+        Ok(CudnnCreateReduceTensorDescriptorReply {
+            reduceTensorDesc: self.dnn_legacy_create(cx, LegacyKind::ReduceTensor)?,
+        })
+    }
+
+    fn cudnn_destroy_reduce_tensor_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnDestroyReduceTensorDescriptorRequest,
+    ) -> Result<CudnnDestroyReduceTensorDescriptorReply, CudnnStatus> {
+        self.dnn_legacy_destroy(cx, LegacyKind::ReduceTensor, req.reduceTensorDesc)?;
+        Ok(CudnnDestroyReduceTensorDescriptorReply {})
+    }
+
+    fn cudnn_set_reduce_tensor_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnSetReduceTensorDescriptorRequest,
+    ) -> Result<CudnnSetReduceTensorDescriptorReply, CudnnStatus> {
+        let settings = ReduceSettings {
+            op: req.reduceTensorOp,
+            compute_type: req.reduceTensorCompType,
+            nan_propagation: req.reduceTensorNanOpt,
+            indices: req.reduceTensorIndices,
+            indices_type: req.reduceTensorIndicesType,
+        };
+        self.dnn_set_reduce(cx, req.reduceTensorDesc, settings)?;
+        Ok(CudnnSetReduceTensorDescriptorReply {})
+    }
+
+    fn cudnn_get_reduce_tensor_descriptor(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetReduceTensorDescriptorRequest,
+    ) -> Result<CudnnGetReduceTensorDescriptorReply, CudnnStatus> {
+        let r = self.dnn_reduce_settings(cx, req.reduceTensorDesc)?;
+        Ok(CudnnGetReduceTensorDescriptorReply {
+            reduceTensorOp: r.op,
+            reduceTensorCompType: r.compute_type,
+            reduceTensorNanOpt: r.nan_propagation,
+            reduceTensorIndices: r.indices,
+            reduceTensorIndicesType: r.indices_type,
+        })
+    }
+
+    fn cudnn_get_reduction_indices_size(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetReductionIndicesSizeRequest,
+    ) -> Result<CudnnGetReductionIndicesSizeReply, CudnnStatus> {
+        let size = self.dnn_reduce_size(cx, true, req.handle, req.reduceTensorDesc, req.aDesc, req.cDesc)?;
+        Ok(CudnnGetReductionIndicesSizeReply { sizeInBytes: size })
+    }
+
+    fn cudnn_get_reduction_workspace_size(
+        &self,
+        cx: &CallCx,
+        req: CudnnGetReductionWorkspaceSizeRequest,
+    ) -> Result<CudnnGetReductionWorkspaceSizeReply, CudnnStatus> {
+        let size = self.dnn_reduce_size(cx, false, req.handle, req.reduceTensorDesc, req.aDesc, req.cDesc)?;
+        Ok(CudnnGetReductionWorkspaceSizeReply { sizeInBytes: size })
+    }
+
+    fn cudnn_reduce_tensor(
+        &self,
+        cx: &CallCx,
+        req: CudnnReduceTensorRequest<'_>,
+    ) -> Result<CudnnReduceTensorReply, CudnnStatus> {
+        let call = ReduceCall {
+            handle: req.handle,
+            desc: req.reduceTensorDesc,
+            indices: req.indices,
+            indices_size: req.indicesSizeInBytes,
+            workspace: req.workspace,
+            workspace_size: req.workspaceSizeInBytes,
+            scaling: scaling_pair(req.alpha, req.beta),
+            a: (req.aDesc, req.A),
+            c: (req.cDesc, req.C),
+        };
+        self.dnn_reduce(cx, call)?;
+        Ok(CudnnReduceTensorReply {})
     }
 }
 

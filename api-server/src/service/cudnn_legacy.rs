@@ -58,6 +58,11 @@ fn element_bytes(data_type: i32) -> Result<u64, CudnnStatus> {
     }
 }
 
+/// A type the CPU implementation reads and writes.
+pub(super) fn cpu_type(data_type: i32) -> bool {
+    matches!(data_type, DATA_FLOAT | DATA_HALF | DATA_BFLOAT16)
+}
+
 /// A data type cuDNN knows and Phos carries, or the status and why.
 pub(super) fn checked_type(data_type: i32) -> Result<(), (CudnnStatus, String)> {
     element_bytes(data_type).map(|_| ()).map_err(|s| (s, format!("data type {data_type}")))
@@ -162,7 +167,7 @@ fn offsets(shape: &TensorShape) -> Vec<usize> {
     out
 }
 
-fn decode(data_type: i32, bytes: &[u8]) -> f64 {
+pub(super) fn decode(data_type: i32, bytes: &[u8]) -> f64 {
     match data_type {
         DATA_HALF => f64::from(half::f16::from_le_bytes([bytes[0], bytes[1]])),
         DATA_BFLOAT16 => f64::from(half::bf16::from_le_bytes([bytes[0], bytes[1]])),
@@ -215,6 +220,10 @@ pub(super) struct CpuTensors<'s> {
 impl CpuTensors<'_> {
     /// The tensor at `addr` in canonical order, as f64.
     pub fn load(&self, addr: u64, shape: &TensorShape) -> Result<Vec<f64>, CudnnStatus> {
+        // Integer and double data are refused before the work (this is a backstop).
+        if !cpu_type(shape.data_type) {
+            return Err(CudnnStatus::NOT_SUPPORTED);
+        }
         let size = element_bytes(shape.data_type)? as usize;
         let raw = device_io::read(self.session, self.stream, addr, span_bytes(shape) as usize)
             .map_err(super::cudnn::dnn_status)?;
@@ -223,6 +232,9 @@ impl CpuTensors<'_> {
 
     /// Store `values` (canonical order) at `addr`, leaving the gaps between them as they were.
     pub fn store(&self, addr: u64, shape: &TensorShape, values: &[f64]) -> Result<(), CudnnStatus> {
+        if !cpu_type(shape.data_type) {
+            return Err(CudnnStatus::NOT_SUPPORTED);
+        }
         let size = element_bytes(shape.data_type)? as usize;
         let mut raw = device_io::read(self.session, self.stream, addr, span_bytes(shape) as usize)
             .map_err(super::cudnn::dnn_status)?;

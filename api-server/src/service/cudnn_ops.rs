@@ -16,7 +16,9 @@ use phos_protocol::spec::DeviceAccess;
 use super::CallCx;
 use super::Session;
 use super::cudnn::{dnn_status, vendor_status};
-use super::cudnn_legacy::{CpuTensors, DATA_DOUBLE, checked_type, elements, format_strides, span, span_bytes};
+use super::cudnn_legacy::{
+    CpuTensors, DATA_DOUBLE, checked_type, cpu_type, elements, format_strides, span, span_bytes,
+};
 use crate::backend::vendor_cudnn::{ActivationCall, ConvCall, ConvDirection, PERF_BYTES};
 use crate::cpu_dnn::{self, ACT_IDENTITY, ACT_RELU, Activation, ConvGeometry};
 use crate::registry::dnn::{
@@ -184,7 +186,7 @@ fn geometry(conv: &ConvSettings, x: &TensorShape, w: &FilterShape, y: &[i32]) ->
 
 impl Session {
     /// A refusal with cuDNN's status, logged (bounded).
-    fn dnn_refuse_with(&self, cx: &CallCx, (status, why): (CudnnStatus, String)) -> CudnnStatus {
+    pub(super) fn dnn_refuse_with(&self, cx: &CallCx, (status, why): (CudnnStatus, String)) -> CudnnStatus {
         self.dnn_refuse(cx, status, format_args!("{why}"))
     }
 
@@ -360,10 +362,18 @@ impl Session {
         Ok(access)
     }
 
-    /// Data the CPU implementation can work on: not double (the scaling factors travel as
-    /// floats) and no overlapping strides (more elements than the checked memory holds).
-    fn dnn_cpu_takes(&self, cx: &CallCx, shapes: &[&TensorShape]) -> Result<(), CudnnStatus> {
+    /// Data the CPU implementation can work on: float, half or bfloat16 (not double: the
+    /// scaling factors travel as floats) and no overlapping strides (more elements than the
+    /// checked memory holds).
+    pub(super) fn dnn_cpu_takes(&self, cx: &CallCx, shapes: &[&TensorShape]) -> Result<(), CudnnStatus> {
         for s in shapes {
+            if !cpu_type(s.data_type) {
+                return Err(self.dnn_refuse(
+                    cx,
+                    CudnnStatus::NOT_SUPPORTED,
+                    format_args!("data type {} (the CPU implementation takes float, half and bfloat16)", s.data_type),
+                ));
+            }
             if elements(s) > span(s) {
                 return Err(self.dnn_refuse(
                     cx,
@@ -376,7 +386,7 @@ impl Session {
     }
 
     /// The types of a call's tensors: all `data_type`, and not double.
-    fn dnn_same_types(&self, cx: &CallCx, shapes: &[(&str, &TensorShape)]) -> Result<(), CudnnStatus> {
+    pub(super) fn dnn_same_types(&self, cx: &CallCx, shapes: &[(&str, &TensorShape)]) -> Result<(), CudnnStatus> {
         let first = shapes[0].1.data_type;
         if first == DATA_DOUBLE {
             return Err(self.dnn_refuse(
@@ -433,6 +443,20 @@ impl Session {
             activation: legacy(LegacyKind::Activation, call.activation)?,
             ..*call
         })
+    }
+
+    /// cudnnGetConvolution*AlgorithmMaxCount: libcudnn's answer on a GPU; on the CPU what
+    /// libcudnn 9 answers (its count is more than the enumeration's).
+    pub(super) fn dnn_algorithm_max_count(
+        &self,
+        cx: &CallCx,
+        dir: ConvDirection,
+        handle: u64,
+    ) -> Result<i32, CudnnStatus> {
+        let h = self.dnn_handle(cx, handle)?;
+        let Some(cudnn) = self.vendor_cudnn() else { return Ok(dir.library_max_count()) };
+        self.backend.bind(h.device).map_err(dnn_status)?;
+        cudnn.algorithm_max_count(dir, h.raw).map_err(CudnnStatus)
     }
 
     fn dnn_check_algo(&self, cx: &CallCx, dir: ConvDirection, algo: i32) -> Result<(), CudnnStatus> {
@@ -551,7 +575,7 @@ impl Session {
     }
 
     /// Where the CPU implementation reads and writes: the handle's stream.
-    fn dnn_cpu(&self, h: &DnnHandle) -> Result<CpuTensors<'_>, CudnnStatus> {
+    pub(super) fn dnn_cpu(&self, h: &DnnHandle) -> Result<CpuTensors<'_>, CudnnStatus> {
         let stream = self.objects.streams.resolve(h.stream).map_err(dnn_status)?;
         Ok(CpuTensors { session: self, stream })
     }
