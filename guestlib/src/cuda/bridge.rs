@@ -4,7 +4,7 @@
 //! the driver API has none.
 
 use phos_protocol::CudaError;
-use phos_protocol::cuda::{CuDeviceGetCountRequest, CuError};
+use phos_protocol::cuda::CuError;
 use phos_protocol::error::driver_status;
 
 use crate::runtime;
@@ -25,9 +25,12 @@ pub fn from_runtime<T>(r: Result<T, CudaError>) -> Result<T, CuError> {
     r.map_err(driver_status)
 }
 
-/// A device ordinal the session has: `CUDA_ERROR_INVALID_DEVICE` otherwise.
+/// A device ordinal the session has: `CUDA_ERROR_INVALID_DEVICE` otherwise. The count is the
+/// session's, known since its handshake: frameworks ask about the primary context of a device
+/// before many of their operations (PyTorch's device guards: hundreds of times a training
+/// step), and a round trip each cost more than the step's kernels.
 pub fn check_device(device: i32) -> Result<(), CuError> {
-    let count = runtime::call(&CuDeviceGetCountRequest {})?.count;
+    let count = runtime::session().map_err(CuError::from)?.device_count;
     if (0..count).contains(&device) { Ok(()) } else { Err(CuError::INVALID_DEVICE) }
 }
 
