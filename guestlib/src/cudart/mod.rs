@@ -8,6 +8,7 @@ mod attributes;
 mod device;
 mod execution;
 mod graphs;
+mod ipc;
 pub mod hand;
 pub mod launch;
 mod managed;
