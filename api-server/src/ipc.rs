@@ -186,10 +186,7 @@ impl Ipc {
         let file = export()?;
         let key = Self::new_key()?;
         let (start, block_len) = block;
-        self.exports.lock().insert(
-            key,
-            Export::Memory { file, block_len, offset: alloc - start, size },
-        );
+        self.exports.lock().insert(key, Export::Memory { file, block_len, offset: alloc - start, size });
         by_allocation.insert(alloc, key);
         Ok(Self::encode(KIND_MEMORY, session, &key))
     }

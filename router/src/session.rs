@@ -33,10 +33,7 @@ pub enum ServerStart<'a> {
     Pooled,
     /// Without a session, for a restore that follows at once: given up at `deadline` or once
     /// `cancel` is set (the server is then killed).
-    ForRestore {
-        deadline: Instant,
-        cancel: &'a phos_control::Cancel,
-    },
+    ForRestore { deadline: Instant, cancel: &'a phos_control::Cancel },
 }
 
 /// How long a fresh or pooled server may take to say it is ready (a CUDA context takes

@@ -593,6 +593,12 @@ fn ipc_handles_open_within_a_tenant_and_never_across() {
     alice2.call(&CudaEventSynchronizeRequest { event: opened }).unwrap();
     alice.call(&CudaEventSynchronizeRequest { event: shared }).unwrap();
 
+    // A session holding opened IPC memory or events is not checkpointed: the memory is
+    // another session's.
+    let image = router.dir.path().join("ipc-image");
+    let ck = router.phosctl(&["checkpoint", &alice2.welcome.session.to_string(), "--out", image.to_str().unwrap()]);
+    let said = format!("{}{}", String::from_utf8_lossy(&ck.stdout), String::from_utf8_lossy(&ck.stderr));
+    assert!(!ck.status.success() && said.contains("IPC"), "{said}");
     // The exporter frees: what is open stays, the handle is stale for new opens.
     alice.call(&CudaFreeRequest { devPtr: mem }).unwrap();
     assert!(read(&mut alice2, p + 4096, 16).unwrap().iter().all(|&b| b == 0x33));

@@ -514,7 +514,8 @@ impl AddressSpace {
         if inner.allocations.len() >= self.max_allocations {
             return Err(CudaError::MemoryAllocation);
         }
-        let start = take_first_fit(&mut inner.holes, block_len, align.max(ALIGNMENT)).ok_or(CudaError::MemoryAllocation)?;
+        let start =
+            take_first_fit(&mut inner.holes, block_len, align.max(ALIGNMENT)).ok_or(CudaError::MemoryAllocation)?;
         let physical = match import(start) {
             Ok(p) => p,
             Err(e) => {

@@ -49,14 +49,10 @@ impl Session {
             tracing::warn!(session = self.id, "cudaIpcOpenMemHandle: the exporter's figures do not hold together");
             return Err(CudaError::MapBufferObjectFailed);
         }
-        let addr = self.objects.memory.import(
-            cx.device,
-            exported.block_len,
-            exported.offset,
-            exported.size,
-            gran,
-            |at| self.backend().import_block(cx.device, &exported.file, at, exported.block_len),
-        )?;
+        let addr =
+            self.objects.memory.import(cx.device, exported.block_len, exported.offset, exported.size, gran, |at| {
+                self.backend().import_block(cx.device, &exported.file, at, exported.block_len)
+            })?;
         self.ipc.note_opened(parsed, addr);
         Ok(addr)
     }

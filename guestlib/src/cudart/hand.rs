@@ -446,7 +446,11 @@ impl HandWritten for Hand {
         ipc::record(event, stream)
     }
 
-    unsafe fn ipc_record_with_flags(event: *mut c_void, stream: *mut c_void, flags: u32) -> Option<Result<(), CudaError>> {
+    unsafe fn ipc_record_with_flags(
+        event: *mut c_void,
+        stream: *mut c_void,
+        flags: u32,
+    ) -> Option<Result<(), CudaError>> {
         ipc::record_with_flags(event, stream, flags)
     }
 

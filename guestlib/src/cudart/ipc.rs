@@ -10,8 +10,7 @@ use std::sync::Mutex;
 
 use phos_protocol::CudaError;
 use phos_protocol::cudart::{
-    CudaDriverGetVersionRequest, CudaEventRecordRequest, CudaEventRecordWithFlagsRequest,
-    CudaIpcOpenEventHandleRequest,
+    CudaDriverGetVersionRequest, CudaEventRecordRequest, CudaEventRecordWithFlagsRequest, CudaIpcOpenEventHandleRequest,
 };
 use phos_protocol::types::IpcHandle;
 
