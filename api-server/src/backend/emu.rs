@@ -215,6 +215,8 @@ impl EmuBackend {
         set(&mut a, attr::GPU_OVERLAP, 1);
         set(&mut a, attr::MULTIPROCESSOR_COUNT, cores);
         set(&mut a, attr::CAN_MAP_HOST_MEMORY, 0);
+        // cudaDevAttrIpcEventSupport: IPC events between sessions of a tenant.
+        set(&mut a, 125, 1);
         set(&mut a, attr::SURFACE_ALIGNMENT, 512);
         set(&mut a, attr::CONCURRENT_KERNELS, 1);
         set(&mut a, attr::MEMORY_CLOCK_RATE, 1_000_000);
