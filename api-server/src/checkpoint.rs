@@ -535,6 +535,12 @@ impl Session {
                 what: "it uses the driver API's virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap), which checkpoints do not hold yet".into(),
             });
         }
+        if self.objects.memory.has_imported() || self.objects.events.has_opened() {
+            return Err(CrError::NotCheckpointable {
+                session: self.id,
+                what: "it holds IPC memory or events opened from another session (cudaIpcOpenMemHandle, cudaIpcOpenEventHandle), which checkpoints do not hold".into(),
+            });
+        }
         if !self.objects.arrays.is_empty() {
             return Err(CrError::NotCheckpointable {
                 session: self.id,

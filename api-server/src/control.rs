@@ -37,6 +37,9 @@ pub struct SessionFactory {
     /// Bytes a device a concurrent checkpoint may copy memory into ahead of writes (`None`:
     /// sized from each device's free memory when the checkpoint starts).
     pub cow_reserve: Option<u64>,
+    /// The router's runtime directory (where the server's channel socket is), under which
+    /// each tenant's IPC directory lies; `None`: IPC is refused.
+    pub runtime_dir: Option<PathBuf>,
 }
 
 /// Why a server could not make a fresh session.
@@ -45,6 +48,13 @@ pub struct SessionFactory {
 pub struct NewSessionError(pub CudaError);
 
 impl SessionFactory {
+    /// Let `session` reach the IPC directory of `tenant` (its exports and its opens).
+    pub fn join_tenant(&self, session: &Session, tenant: &str) {
+        if let Some(dir) = &self.runtime_dir {
+            session.ipc.set_dir(crate::ipc::tenant_dir(dir, tenant));
+        }
+    }
+
     pub fn fresh(&self, id: u64) -> Result<Session, NewSessionError> {
         Session::new(
             id,
@@ -66,6 +76,7 @@ impl SessionFactory {
         cancel: &Cancel,
     ) -> Result<(Session, RestoreSummary), CrError> {
         let (session, meta, r) = Session::restore(dir, self, device, progress, cancel)?;
+        self.join_tenant(&session, &meta.tenant);
         tracing::info!(
             session = meta.id,
             "restored {} records and {} bytes of device memory in {:.1} ms (verify {:.1}, replay {:.1}, copy {:.1})",
@@ -90,6 +101,7 @@ impl SessionFactory {
         pace: std::time::Duration,
     ) -> Result<(Arc<Session>, RestoreSummary, Arc<LoadStatus>), CrError> {
         let (session, meta, r, status) = Session::restore_on_demand(dir, self, device, progress, cancel, pace)?;
+        self.join_tenant(&session, &meta.tenant);
         tracing::info!(
             session = meta.id,
             "restored {} records on demand in {:.1} ms (verify {:.1}, replay {:.1}); serving while {} bytes of device memory load",
@@ -272,8 +284,9 @@ impl ServerControl for ServerCtl {
         }
     }
 
-    async fn start(self, _: Context, session: u64) -> Result<(), ControlError> {
+    async fn start(self, _: Context, session: u64, tenant: String) -> Result<(), ControlError> {
         let s = self.factory.fresh(session).map_err(|e| failed(session, Operation::Start, e.to_string()))?;
+        self.factory.join_tenant(&s, &tenant);
         self.slot.set(Arc::new(s)).map_err(|_| self.has_session())
     }
 

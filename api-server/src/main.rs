@@ -8,7 +8,7 @@
 
 use std::io::{BufRead, Write};
 use std::os::unix::net::UnixListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Parser;
@@ -30,6 +30,9 @@ struct Args {
     /// Session id of a new session.
     #[arg(long, conflicts_with_all = ["restore", "pooled"])]
     session: Option<u64>,
+    /// With --session: the session's tenant (its IPC directory).
+    #[arg(long, requires = "session")]
+    tenant: Option<String>,
     /// Restore the session of this checkpoint image.
     #[arg(long, conflicts_with = "pooled")]
     restore: Option<PathBuf>,
@@ -184,6 +187,7 @@ fn main() {
         }),
         limits,
         cow_reserve: args.cow_reserve,
+        runtime_dir: args.listen.parent().map(Path::to_path_buf),
     };
     let slot = Arc::new(SessionSlot::default());
     let progress = Arc::new(Progress::default());
@@ -222,7 +226,12 @@ fn main() {
     }
     if let Some(id) = args.session {
         match factory.fresh(id) {
-            Ok(s) => drop(slot.set(Arc::new(s))),
+            Ok(s) => {
+                if let Some(tenant) = &args.tenant {
+                    factory.join_tenant(&s, tenant);
+                }
+                drop(slot.set(Arc::new(s)))
+            }
             Err(e) => fail_to_router(e.to_string()),
         }
     } else if let Some(dir) = &args.restore {

@@ -68,6 +68,7 @@ fn factory(base: u64) -> SessionFactory {
         output: Arc::new(DeviceOutput::default),
         limits: SessionLimits::default(),
         cow_reserve: None,
+        runtime_dir: None,
     }
 }
 

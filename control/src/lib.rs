@@ -367,8 +367,8 @@ pub trait ServerControl {
         identity: SessionIdentity,
     ) -> Result<CheckpointSummary, ControlError>;
     async fn progress() -> Progress;
-    /// Give a server started ahead of need (pooled) a fresh session.
-    async fn start(session: u64) -> Result<(), ControlError>;
+    /// Give a server started ahead of need (pooled) a fresh session of `tenant`.
+    async fn start(session: u64, tenant: String) -> Result<(), ControlError>;
     /// Give a server started without a session the session of an image, which must be
     /// session `session` (the router read its manifest): on demand (served once its objects
     /// exist, its memory loading behind it), or `full` (served once all is loaded).

@@ -317,3 +317,18 @@ mod tests {
         assert_eq!(std::mem::size_of::<NvmlState>(), 128);
     }
 }
+
+/// `cudaIpcMemHandle_t` / `cudaIpcEventHandle_t` (and the driver's `CUipc*Handle`): 64 opaque
+/// bytes. Phos's handles are its own (the server makes and checks them); a guest may send any
+/// bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct IpcHandle {
+    pub reserved: [u8; 64],
+}
+
+impl Default for IpcHandle {
+    fn default() -> Self {
+        IpcHandle { reserved: [0; 64] }
+    }
+}

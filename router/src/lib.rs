@@ -937,7 +937,7 @@ impl Router {
                 let started = phos_control::block_on(async move {
                     let client = phos_control::server_client(&ctl).await?;
                     client
-                        .start(tarpc::context::current(), id)
+                        .start(tarpc::context::current(), id, tenant.to_string())
                         .await
                         .map_err(io::Error::other)?
                         .map_err(io::Error::other)
@@ -947,11 +947,11 @@ impl Router {
                     Err(e) => {
                         tracing::warn!("a pooled server refused the session ({e}); starting one");
                         p.end();
-                        self.spawn_server(id, ServerStart::Fresh(id))?
+                        self.spawn_server(id, ServerStart::Fresh(id, tenant))?
                     }
                 }
             }
-            None => self.spawn_server(id, ServerStart::Fresh(id))?,
+            None => self.spawn_server(id, ServerStart::Fresh(id, tenant))?,
         };
         let entry = Arc::new(SessionEntry::new(
             id,

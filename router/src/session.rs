@@ -27,15 +27,13 @@ pub struct ServerProcess {
 
 /// How a server starts.
 pub enum ServerStart<'a> {
-    Fresh(u64),
+    /// A fresh session of this id and tenant.
+    Fresh(u64, &'a Tenant),
     /// Without a session, ahead of need: it gets one later (`start`, `restore`).
     Pooled,
     /// Without a session, for a restore that follows at once: given up at `deadline` or once
     /// `cancel` is set (the server is then killed).
-    ForRestore {
-        deadline: Instant,
-        cancel: &'a phos_control::Cancel,
-    },
+    ForRestore { deadline: Instant, cancel: &'a phos_control::Cancel },
 }
 
 /// How long a fresh or pooled server may take to say it is ready (a CUDA context takes
@@ -117,8 +115,8 @@ impl ServerProcess {
         let mut deadline = Instant::now() + START_TIMEOUT;
         let mut cancel = None;
         match start {
-            ServerStart::Fresh(id) => {
-                cmd.arg("--session").arg(id.to_string());
+            ServerStart::Fresh(id, tenant) => {
+                cmd.arg("--session").arg(id.to_string()).arg("--tenant").arg(&tenant.0);
             }
             ServerStart::Pooled => {
                 cmd.arg("--pooled");

@@ -955,3 +955,75 @@ fn a_resent_async_call_that_ran_is_acknowledged_without_running_again() {
     assert_eq!(round(&[100, 150], FLAG_RESENT, 202), (150, 0, 0), "both ran already");
     assert_eq!(round(&[100], 0, 203), (100, bad, 1), "not flagged as resent: an ordinary call");
 }
+
+/// IPC handles are the guest's bytes: random ones, Phos-shaped ones with guessed keys or
+/// session ids (the exporting session's among them), and closes of what was never opened
+/// are refused; the exporter's memory and its later opens are untouched.
+#[test]
+fn forged_ipc_handles_open_nothing() {
+    use phos_protocol::types::IpcHandle;
+    let (router, mut exporter) = open();
+    let mem = malloc(&mut exporter, 1 << 20);
+    exporter.call(&CudaMemsetRequest { devPtr: mem, value: 0x42, count: 1 << 20 }).unwrap();
+    let real = exporter.call(&CudaIpcGetMemHandleRequest { devPtr: mem }).unwrap().handle;
+    let mut g = RawGuest::connect(&router.socket(), None).expect("session");
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let refused = [CudaError::InvalidValue.0, CudaError::MapBufferObjectFailed.0];
+    for round in 0..200 {
+        let mut h = IpcHandle::default();
+        match round % 4 {
+            // Any bytes.
+            0 => h.reserved.iter_mut().for_each(|b| *b = next() as u8),
+            // The real handle with one bit flipped.
+            1 => {
+                h = real;
+                let bit = next() as usize % 512;
+                h.reserved[bit / 8] ^= 1 << (bit % 8);
+            }
+            // Phos's shape, the exporter's session, a guessed key.
+            2 => {
+                h = real;
+                h.reserved[24..40].iter_mut().for_each(|b| *b = next() as u8);
+            }
+            // Phos's shape, the right key, sessions that are not the exporter.
+            _ => {
+                h = real;
+                let session = [0, u64::MAX, next(), g.welcome.session][(round / 4) % 4];
+                if session == exporter.welcome.session {
+                    continue;
+                }
+                h.reserved[16..24].copy_from_slice(&session.to_le_bytes());
+            }
+        }
+        if h == real {
+            continue;
+        }
+        let r = g.call(&CudaIpcOpenMemHandleRequest { handle: h, flags: 0 });
+        let e = r.expect_err("a forged handle opened memory");
+        let own = CudaError::DeviceUninitialized.0;
+        assert!(refused.contains(&e) || e == own, "round {round}: {e}");
+        assert!(g.call(&CudaIpcOpenEventHandleRequest { handle: h }).is_err(), "round {round}");
+    }
+    for addr in [0, mem, 0x1000, u64::MAX - 8] {
+        assert!(g.call(&CudaIpcCloseMemHandleRequest { devPtr: addr }).is_err());
+    }
+    // The real handle still opens the exporter's bytes, untouched.
+    let p = g.call(&CudaIpcOpenMemHandleRequest { handle: real, flags: 1 }).unwrap().devPtr;
+    let back = g
+        .call(&CudaMemcpyRequest {
+            dst: Ptr::Out(1 << 20),
+            src: Ptr::Device(p),
+            count: 1 << 20,
+            kind: consts::cudaMemcpyDeviceToHost,
+            direction: consts::cudaMemcpyDeviceToHost,
+        })
+        .unwrap();
+    assert!(back.dst.unwrap().iter().all(|&b| b == 0x42));
+    g.call(&CudaIpcCloseMemHandleRequest { devPtr: p }).unwrap();
+}

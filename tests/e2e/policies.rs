@@ -502,6 +502,120 @@ fn tenants_cannot_reach_each_others_sessions_handles_or_memory() {
     assert_eq!(usage_of(&router, "uid:0").sessions, 1);
 }
 
+fn read(g: &mut RawGuest, addr: u64, count: u64) -> Result<Vec<u8>, i32> {
+    g.call(&CudaMemcpyRequest {
+        dst: Ptr::Out(count),
+        src: Ptr::Device(addr),
+        count,
+        kind: consts::cudaMemcpyDeviceToHost,
+        direction: consts::cudaMemcpyDeviceToHost,
+    })
+    .map(|r| r.dst.unwrap().to_vec())
+}
+
+fn open_ipc(g: &mut RawGuest, handle: phos_protocol::types::IpcHandle, flags: u32) -> Result<u64, i32> {
+    g.call(&CudaIpcOpenMemHandleRequest { handle, flags }).map(|r| r.devPtr)
+}
+
+/// IPC handles open between sessions of one tenant (the allocation's base, the same memory
+/// both ways), and never in another tenant's session; forged, malformed and stale handles are
+/// refused and change nothing.
+#[test]
+fn ipc_handles_open_within_a_tenant_and_never_across() {
+    let router = TestRouter::start_with("emu", |c| {
+        let t = tenant(c, "mallory", None);
+        c.tenants = vec![t];
+    });
+    let mut alice = RawGuest::connect(&router.socket(), None).unwrap();
+    let mem = malloc(&mut alice, 4 << 20).unwrap();
+    let small = malloc(&mut alice, 256).unwrap();
+    alice.call(&CudaMemsetRequest { devPtr: mem, value: 0x5a, count: 4 << 20 }).unwrap();
+    alice.call(&CudaMemsetRequest { devPtr: small, value: 0x11, count: 256 }).unwrap();
+    let handle = alice.call(&CudaIpcGetMemHandleRequest { devPtr: mem + 100 }).unwrap().handle;
+    let small_handle = alice.call(&CudaIpcGetMemHandleRequest { devPtr: small }).unwrap().handle;
+    // Not memory of hers: refused before anything is exported.
+    assert!(alice.call(&CudaIpcGetMemHandleRequest { devPtr: 0x1000 }).is_err());
+    // Her own process cannot open it (CUDA's invalid context).
+    assert_eq!(open_ipc(&mut alice, handle, 1).unwrap_err(), CudaError::DeviceUninitialized.0);
+
+    // Another session of her tenant opens it: the base, her bytes, and its writes are hers.
+    let mut alice2 = RawGuest::connect(&router.socket(), None).unwrap();
+    assert_ne!(alice2.welcome.session, alice.welcome.session);
+    let p = open_ipc(&mut alice2, handle, 1).unwrap();
+    assert!(read(&mut alice2, p, 4 << 20).unwrap().iter().all(|&b| b == 0x5a));
+    alice2.call(&CudaMemsetRequest { devPtr: p + 4096, value: 0x33, count: 16 }).unwrap();
+    assert!(read(&mut alice, mem + 4096, 16).unwrap().iter().all(|&b| b == 0x33));
+    // Opened again: the same pointer, closed as often as opened.
+    assert_eq!(open_ipc(&mut alice2, handle, 0).unwrap(), p);
+    let q = open_ipc(&mut alice2, small_handle, 1).unwrap();
+    assert!(read(&mut alice2, q, 256).unwrap().iter().all(|&b| b == 0x11));
+    // Only the opened allocation may be named, not beyond it.
+    assert!(read(&mut alice2, q, 512).is_err());
+    // Opened memory is not the opener's to free.
+    assert_eq!(alice2.call(&CudaFreeRequest { devPtr: p }).unwrap_err(), CudaError::InvalidValue.0);
+
+    // Another tenant: the handle names nothing there.
+    let mut mallory = RawGuest::connect(&tenant_socket(&router, "mallory"), None).unwrap();
+    assert_eq!(open_ipc(&mut mallory, handle, 0).unwrap_err(), CudaError::MapBufferObjectFailed.0);
+    assert_eq!(open_ipc(&mut mallory, small_handle, 0).unwrap_err(), CudaError::MapBufferObjectFailed.0);
+    // Forged keys, malformed handles, and flags CUDA does not know.
+    let mut forged = handle;
+    forged.reserved[30] ^= 1;
+    assert_eq!(open_ipc(&mut alice2, forged, 0).unwrap_err(), CudaError::MapBufferObjectFailed.0);
+    let mut other_session = handle;
+    other_session.reserved[16] ^= 0x40;
+    assert_eq!(open_ipc(&mut alice2, other_session, 0).unwrap_err(), CudaError::MapBufferObjectFailed.0);
+    let zeros = phos_protocol::types::IpcHandle::default();
+    assert_eq!(open_ipc(&mut alice2, zeros, 0).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(open_ipc(&mut alice2, handle, 2).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(
+        alice2.call(&CudaIpcCloseMemHandleRequest { devPtr: mem + (64 << 20) }).unwrap_err(),
+        CudaError::InvalidValue.0
+    );
+
+    // Events: interprocess and untimed only; another tenant cannot open them.
+    let plain = alice.call(&CudaEventCreateWithFlagsRequest { flags: 0x2 }).unwrap().event;
+    assert_eq!(
+        alice.call(&CudaIpcGetEventHandleRequest { event: plain }).unwrap_err(),
+        CudaError::InvalidResourceHandle.0
+    );
+    assert_eq!(alice.call(&CudaEventCreateWithFlagsRequest { flags: 0x4 }).unwrap_err(), CudaError::InvalidValue.0);
+    let shared = alice.call(&CudaEventCreateWithFlagsRequest { flags: 0x6 }).unwrap().event;
+    let event_handle = alice.call(&CudaIpcGetEventHandleRequest { event: shared }).unwrap().handle;
+    assert!(mallory.call(&CudaIpcOpenEventHandleRequest { handle: event_handle }).is_err());
+    assert_eq!(
+        alice2.call(&CudaIpcOpenEventHandleRequest { handle }).unwrap_err(),
+        CudaError::InvalidValue.0,
+        "a memory handle is no event handle"
+    );
+    let opened = alice2.call(&CudaIpcOpenEventHandleRequest { handle: event_handle }).unwrap().event;
+    alice2.call(&CudaEventRecordRequest { event: opened, stream: 0 }).unwrap();
+    alice2.call(&CudaEventSynchronizeRequest { event: opened }).unwrap();
+    alice.call(&CudaEventSynchronizeRequest { event: shared }).unwrap();
+
+    // A session holding opened IPC memory or events is not checkpointed: the memory is
+    // another session's.
+    let image = router.dir.path().join("ipc-image");
+    let ck = router.phosctl(&["checkpoint", &alice2.welcome.session.to_string(), "--out", image.to_str().unwrap()]);
+    let said = format!("{}{}", String::from_utf8_lossy(&ck.stdout), String::from_utf8_lossy(&ck.stderr));
+    assert!(!ck.status.success() && said.contains("IPC"), "{said}");
+    // The exporter frees: what is open stays, the handle is stale for new opens.
+    alice.call(&CudaFreeRequest { devPtr: mem }).unwrap();
+    assert!(read(&mut alice2, p + 4096, 16).unwrap().iter().all(|&b| b == 0x33));
+    let mut alice3 = RawGuest::connect(&router.socket(), None).unwrap();
+    assert_eq!(open_ipc(&mut alice3, handle, 0).unwrap_err(), CudaError::MapBufferObjectFailed.0);
+    alice2.call(&CudaIpcCloseMemHandleRequest { devPtr: p }).unwrap();
+    alice2.call(&CudaIpcCloseMemHandleRequest { devPtr: p }).unwrap();
+    assert_eq!(alice2.call(&CudaIpcCloseMemHandleRequest { devPtr: p }).unwrap_err(), CudaError::InvalidValue.0);
+    assert!(read(&mut alice2, p, 16).is_err(), "closed memory is gone");
+    alice2.call(&CudaIpcCloseMemHandleRequest { devPtr: q }).unwrap();
+
+    // Each refusal is logged.
+    let logs = router.server_logs();
+    assert!(logs.contains("cudaIpcOpenMemHandle refused"), "{logs}");
+    assert!(logs.contains("does not export"), "{logs}");
+}
+
 #[test]
 fn usage_reaches_the_metrics_endpoint_and_phosctl_top() {
     let router = TestRouter::start("emu");

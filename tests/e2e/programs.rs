@@ -54,6 +54,7 @@ programs!(
     graph_nodes,
     host_threads,
     host_register,
+    ipc_memory,
     iterative,
     layered_mipmapped,
     managed_memory,

@@ -776,8 +776,14 @@ impl VirtualMemory for CudaBackend {
         let mut handle: sys::CUmemGenericAllocationHandle = 0;
         // `[addr, addr + size)` is a free, granularity-aligned part of the session's
         // reservation (the address space decided); each step is undone if a later one fails.
-        // SAFETY: writes the new handle into `handle`; reads `prop`.
-        check(unsafe { sys::cuMemCreate(&mut handle, size as usize, &prop, 0) })?;
+        // Exportable as a file (IPC between sessions of a tenant), where the device can.
+        let mut shareable = prop;
+        shareable.requestedHandleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        // SAFETY: writes the new handle into `handle`; reads `shareable`.
+        if unsafe { sys::cuMemCreate(&mut handle, size as usize, &shareable, 0) } != sys::CUresult::CUDA_SUCCESS {
+            // SAFETY: as above, with `prop`.
+            check(unsafe { sys::cuMemCreate(&mut handle, size as usize, &prop, 0) })?;
+        }
         // SAFETY: maps the new memory into the free range just described.
         if let Err(e) = check(unsafe { sys::cuMemMap(addr, size as usize, 0, handle, 0) }) {
             // SAFETY: the handle just made, used by nothing.
@@ -822,6 +828,72 @@ impl VirtualMemory for CudaBackend {
         check(unsafe { sys::cuMemUnmap(addr, size as usize) })?;
         // SAFETY: the handle of that range, unmapped just now.
         check(unsafe { sys::cuMemRelease(physical) })
+    }
+
+    fn export_block(&self, _addr: u64, _len: u64, physical: Physical) -> Result<std::os::fd::OwnedFd, CudaError> {
+        use std::os::fd::FromRawFd;
+        let mut fd: libc::c_int = -1;
+        // SAFETY: writes one descriptor into `fd`; `physical` is the live handle of a block
+        // of the session's (the caller holds the map's lock).
+        let r = unsafe {
+            sys::cuMemExportToShareableHandle(
+                (&mut fd as *mut libc::c_int).cast(),
+                physical,
+                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                0,
+            )
+        };
+        if r != sys::CUresult::CUDA_SUCCESS || fd < 0 {
+            tracing::warn!("exporting a block for IPC: {r:?}");
+            return Err(CudaError::MapBufferObjectFailed);
+        }
+        // SAFETY: a descriptor the driver just opened for us, owned by nothing else.
+        Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+    }
+
+    fn import_block(
+        &self,
+        device: i32,
+        file: &std::os::fd::OwnedFd,
+        addr: u64,
+        len: u64,
+    ) -> Result<Physical, CudaError> {
+        use std::os::fd::AsRawFd;
+        let d = self.device(device)?;
+        let mut handle: sys::CUmemGenericAllocationHandle = 0;
+        // SAFETY: writes one handle; the driver reads the descriptor (passed by value, as
+        // its POSIX handle type wants) and does not take it.
+        let r = unsafe {
+            sys::cuMemImportFromShareableHandle(
+                &mut handle,
+                file.as_raw_fd() as usize as *mut c_void,
+                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+            )
+        };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            tracing::warn!("opening an exported block: {r:?}");
+            return Err(CudaError::MapBufferObjectFailed);
+        }
+        // SAFETY: maps the imported memory into a free, aligned range of the reservation.
+        if unsafe { sys::cuMemMap(addr, len as usize, 0, handle, 0) } != sys::CUresult::CUDA_SUCCESS {
+            // SAFETY: the handle just imported, used by nothing.
+            unsafe { sys::cuMemRelease(handle) };
+            return Err(CudaError::MapBufferObjectFailed);
+        }
+        // SAFETY: all zeros is a valid access descriptor (filled in below).
+        let mut access: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
+        access.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        access.location.id = d.ordinal;
+        access.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        // SAFETY: reads one descriptor; the range was just mapped.
+        if unsafe { sys::cuMemSetAccess(addr, len as usize, &access, 1) } != sys::CUresult::CUDA_SUCCESS {
+            // SAFETY: the range mapped above, which nothing uses yet.
+            unsafe { sys::cuMemUnmap(addr, len as usize) };
+            // SAFETY: the handle imported above, now unmapped.
+            unsafe { sys::cuMemRelease(handle) };
+            return Err(CudaError::MapBufferObjectFailed);
+        }
+        Ok(handle)
     }
 }
 
@@ -1136,6 +1208,26 @@ impl Events for CudaBackend {
         let mut e = std::ptr::null_mut();
         // SAFETY: writes one event handle.
         check(unsafe { sys::cuEventCreate(&mut e, flags) })?;
+        Ok(e as Raw)
+    }
+
+    fn event_export(&self, event: Raw) -> Result<[u8; 64], CudaError> {
+        // SAFETY: all zeros is a valid handle (written below).
+        let mut h: sys::CUipcEventHandle = unsafe { std::mem::zeroed() };
+        // SAFETY: writes one handle; a live event of the session's.
+        check(unsafe { sys::cuIpcGetEventHandle(&mut h, event as sys::CUevent) })?;
+        Ok(h.reserved.map(|c| c as u8))
+    }
+
+    fn event_import(&self, device: i32, exported: &[u8; 64]) -> Result<Raw, CudaError> {
+        self.bind(device)?;
+        // SAFETY: all zeros is a valid handle (filled below).
+        let mut h: sys::CUipcEventHandle = unsafe { std::mem::zeroed() };
+        h.reserved = exported.map(|b| b as std::ffi::c_char);
+        let mut e = std::ptr::null_mut();
+        // SAFETY: writes one event; the handle is what another server's driver exported
+        // (checked by that server, which answered for its tenant).
+        check(unsafe { sys::cuIpcOpenEventHandle(&mut e, h) })?;
         Ok(e as Raw)
     }
 

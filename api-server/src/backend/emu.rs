@@ -132,6 +132,9 @@ pub struct EmuBackend {
     /// Warp-instructions a launch may run per worker before it fails as timed out (none:
     /// kernels run until they end, as on a GPU).
     kernel_limit: Option<u64>,
+    /// Blocks shared with other server processes (IPC): exported ones (by address, their
+    /// file) and opened ones (no file kept: the mapping holds it).
+    shared: Mutex<HashMap<u64, Option<std::os::fd::OwnedFd>>>,
     /// CUDA arrays, texture and surface objects.
     arrays: Mutex<ArrayStore>,
     /// The C/R engine's buffers and copy lanes (kept as on a GPU, so that tests take the
@@ -225,6 +228,8 @@ impl EmuBackend {
         set(&mut a, attr::GPU_OVERLAP, 1);
         set(&mut a, attr::MULTIPROCESSOR_COUNT, cores);
         set(&mut a, attr::CAN_MAP_HOST_MEMORY, 0);
+        // cudaDevAttrIpcEventSupport: IPC events between sessions of a tenant.
+        set(&mut a, 125, 1);
         set(&mut a, attr::SURFACE_ALIGNMENT, 512);
         set(&mut a, attr::CONCURRENT_KERNELS, 1);
         set(&mut a, attr::MEMORY_CLOCK_RATE, 1_000_000);
@@ -277,6 +282,7 @@ impl EmuBackend {
             kernel_ns: AtomicU64::new(0),
             kernels: AtomicU64::new(0),
             kernel_limit: None,
+            shared: Mutex::new(HashMap::new()),
             copies: Default::default(),
             arrays: Mutex::new(ArrayStore::default()),
         }
@@ -582,6 +588,28 @@ impl VirtualMemory for EmuBackend {
 
     fn unmap(&self, addr: u64, size: u64, physical: Physical) -> Result<(), CudaError> {
         debug_assert_eq!(addr % PAGE, 0);
+        if self.shared.lock().remove(&addr).is_some() {
+            // A shared block: the other process keeps the file's pages; this process's range
+            // goes back to the reservation as it was.
+            // SAFETY: a range of the session's reservation that `export_block` or
+            // `import_block` mapped and nothing uses now; MAP_FIXED replaces that mapping only.
+            let p = unsafe {
+                libc::mmap(
+                    addr as *mut libc::c_void,
+                    size as usize,
+                    libc::PROT_NONE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                tracing::error!("giving back a shared block at {addr:#x}: {}", std::io::Error::last_os_error());
+                return Err(CudaError::Unknown);
+            }
+            self.mapped.fetch_sub(size, Ordering::Relaxed);
+            return Ok(());
+        }
         // Give the pages back and make stray accesses fault.
         // SAFETY: a range `map` opened, which the session no longer uses (its allocation is
         // freed, and kernels hold the memory view while they run): its contents may go.
@@ -590,6 +618,79 @@ impl VirtualMemory for EmuBackend {
         unsafe { libc::mprotect(addr as *mut libc::c_void, size as usize, libc::PROT_NONE) };
         if let Some(m) = usize::try_from(physical).ok().and_then(|d| self.mapped.get(d)) {
             m.fetch_sub(size, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn export_block(&self, addr: u64, len: u64, _physical: Physical) -> Result<std::os::fd::OwnedFd, CudaError> {
+        use std::os::fd::FromRawFd;
+        let mut shared = self.shared.lock();
+        if let Some(Some(file)) = shared.get(&addr) {
+            return file.try_clone().map_err(|_| CudaError::MapBufferObjectFailed);
+        }
+        if shared.contains_key(&addr) {
+            // Opened from another session: not this session's to export.
+            return Err(CudaError::InvalidValue);
+        }
+        // SAFETY: a NUL-terminated name; the flags are memfd_create's.
+        let raw = unsafe { libc::memfd_create(c"phos-ipc".as_ptr(), libc::MFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(CudaError::MapBufferObjectFailed);
+        }
+        // SAFETY: a descriptor memfd_create just opened, owned by nothing else.
+        let file = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+        let mut f = std::fs::File::from(file.try_clone().map_err(|_| CudaError::MapBufferObjectFailed)?);
+        // The block's contents move into the file, which then backs the block.
+        // SAFETY: `[addr, addr + len)` is the mapped block (the caller holds the map's write
+        // lock, so nothing writes it meanwhile).
+        let contents = unsafe { std::slice::from_raw_parts(addr as *const u8, len as usize) };
+        std::io::Write::write_all(&mut f, contents).map_err(|_| CudaError::MapBufferObjectFailed)?;
+        Self::map_shared(&file, addr, len)?;
+        let out = file.try_clone().map_err(|_| CudaError::MapBufferObjectFailed)?;
+        shared.insert(addr, Some(file));
+        Ok(out)
+    }
+
+    fn import_block(
+        &self,
+        device: i32,
+        file: &std::os::fd::OwnedFd,
+        addr: u64,
+        len: u64,
+    ) -> Result<Physical, CudaError> {
+        self.check_device(device)?;
+        let f = std::fs::File::from(file.try_clone().map_err(|_| CudaError::MapBufferObjectFailed)?);
+        // A file shorter than the block would fault on access: refuse it.
+        if f.metadata().map(|m| m.len()).unwrap_or(0) < len {
+            return Err(CudaError::MapBufferObjectFailed);
+        }
+        Self::map_shared(file, addr, len)?;
+        self.shared.lock().insert(addr, None);
+        self.mapped.fetch_add(len, Ordering::Relaxed);
+        Ok(0)
+    }
+}
+
+impl EmuBackend {
+    /// Map `file` shared at `[addr, addr + len)`, replacing what is there.
+    fn map_shared(file: &std::os::fd::OwnedFd, addr: u64, len: u64) -> Result<(), CudaError> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: `[addr, addr + len)` is a range of the session's reservation the address
+        // space gave for this block (the caller holds the map's write lock: no kernel and no
+        // copy uses it); MAP_FIXED replaces that mapping only.
+        let p = unsafe {
+            libc::mmap(
+                addr as *mut libc::c_void,
+                len as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            tracing::warn!("mapping a shared block at {addr:#x}: {}", std::io::Error::last_os_error());
+            return Err(CudaError::MapBufferObjectFailed);
         }
         Ok(())
     }
@@ -765,6 +866,17 @@ impl Events for EmuBackend {
             }
             _ => Err(CudaError::InvalidResourceHandle),
         }
+    }
+
+    fn event_export(&self, event: Raw) -> Result<[u8; 64], CudaError> {
+        self.events.lock().get(&event).map(|_| [0; 64]).ok_or(CudaError::InvalidResourceHandle)
+    }
+
+    fn event_import(&self, device: i32, _exported: &[u8; 64]) -> Result<Raw, CudaError> {
+        // Work runs in submission order, in each process before the call that submitted it
+        // returns: whatever another process recorded is done, so the opened event is a
+        // completed one of this process.
+        self.event_create(device, EVENT_DISABLE_TIMING | 0x4)
     }
 }
 

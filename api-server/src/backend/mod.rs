@@ -217,8 +217,24 @@ pub trait VirtualMemory: Send + Sync {
     fn granularity(&self, device: i32) -> u64;
     /// Back `[addr, addr + size)` with fresh device memory of `device`.
     fn map(&self, device: i32, addr: u64, size: u64) -> Result<Physical, CudaError>;
-    /// Undo [`map`](VirtualMemory::map).
+    /// Undo [`map`](VirtualMemory::map) (or [`import_block`](VirtualMemory::import_block)).
     fn unmap(&self, addr: u64, size: u64, physical: Physical) -> Result<(), CudaError>;
+    /// A file another API server process of the machine can map the block `[addr, addr +
+    /// len)` (one `map`) with, the same memory (IPC between sessions of one tenant).
+    fn export_block(&self, _addr: u64, _len: u64, _physical: Physical) -> Result<std::os::fd::OwnedFd, CudaError> {
+        Err(CudaError::MapBufferObjectFailed)
+    }
+    /// Map a block another server exported (`len` bytes) at `addr`, a free, aligned part of
+    /// the session's reservation.
+    fn import_block(
+        &self,
+        _device: i32,
+        _file: &std::os::fd::OwnedFd,
+        _addr: u64,
+        _len: u64,
+    ) -> Result<Physical, CudaError> {
+        Err(CudaError::MapBufferObjectFailed)
+    }
 }
 
 /// Copies to, from and within device memory, and sets of it.
@@ -330,6 +346,15 @@ pub trait Events: Send + Sync {
     fn event_synchronize(&self, event: Raw) -> Result<(), CudaError>;
     fn event_query(&self, event: Raw) -> Result<bool, CudaError>;
     fn event_elapsed(&self, start: Raw, end: Raw) -> Result<f32, CudaError>;
+    /// What another server process needs to open an interprocess event
+    /// (`cuIpcGetEventHandle`'s 64 bytes on a GPU).
+    fn event_export(&self, _event: Raw) -> Result<[u8; 64], CudaError> {
+        Err(CudaError::NotSupported)
+    }
+    /// Open an event another server process exported.
+    fn event_import(&self, _device: i32, _exported: &[u8; 64]) -> Result<Raw, CudaError> {
+        Err(CudaError::NotSupported)
+    }
 }
 
 /// Modules, the functions and variables in them, and what a function's launches may use.

@@ -11,14 +11,26 @@ use crate::backend::prelude::*;
 /// Event flags CUDA defines (blocking sync, disable timing, interprocess).
 const EVENT_FLAGS: u32 = 0x1 | 0x2 | 0x4;
 
+/// `cudaEventDisableTiming`, `cudaEventInterprocess`.
+const DISABLE_TIMING: u32 = 0x2;
+const INTERPROCESS: u32 = 0x4;
+
 pub struct EventRegistry {
     table: Mutex<HandleTable<Raw>>,
+    /// Handles of events made with `cudaEventInterprocess` (they may be exported).
+    interprocess: Mutex<std::collections::HashSet<u64>>,
+    /// Handles of events opened from another session (`cudaIpcOpenEventHandle`).
+    opened: Mutex<std::collections::HashSet<u64>>,
 }
 
 impl EventRegistry {
     /// Events of a session that may hold `limit` of them at once.
     pub fn new(limit: u64) -> Self {
-        EventRegistry { table: Mutex::new(HandleTable::new(HandleKind::Event, limit)) }
+        EventRegistry {
+            table: Mutex::new(HandleTable::new(HandleKind::Event, limit)),
+            interprocess: Default::default(),
+            opened: Default::default(),
+        }
     }
 
     /// A new event on `device`.
@@ -29,13 +41,42 @@ impl EventRegistry {
         flags: u32,
         new: &NewHandle<'_>,
     ) -> Result<u64, CudaError> {
-        if flags & !EVENT_FLAGS != 0 {
+        // An interprocess event must not be timed (CUDA refuses the pair).
+        if flags & !EVENT_FLAGS != 0 || (flags & INTERPROCESS != 0 && flags & DISABLE_TIMING == 0) {
             return Err(CudaError::InvalidValue);
         }
         let raw = backend.event_create(device, flags)?;
-        self.table.lock().add(raw, new).inspect_err(|_| {
+        let handle = self.table.lock().add(raw, new).inspect_err(|_| {
             let _ = backend.event_destroy(raw);
-        })
+        })?;
+        if flags & INTERPROCESS != 0 {
+            self.interprocess.lock().insert(handle);
+        }
+        Ok(handle)
+    }
+
+    /// The backend's event behind `handle`, if it was made interprocess (it may be exported);
+    /// another event is `cudaErrorInvalidResourceHandle`, as CUDA answers.
+    pub fn resolve_interprocess(&self, handle: u64) -> Result<Raw, CudaError> {
+        let raw = self.resolve(handle)?;
+        if !self.interprocess.lock().contains(&handle) {
+            return Err(CudaError::InvalidResourceHandle);
+        }
+        Ok(raw)
+    }
+
+    /// A handle for an event the backend opened from another session's export.
+    pub fn add_opened(&self, backend: &dyn Backend, raw: Raw, new: &NewHandle<'_>) -> Result<u64, CudaError> {
+        let handle = self.table.lock().add(raw, new).inspect_err(|_| {
+            let _ = backend.event_destroy(raw);
+        })?;
+        self.opened.lock().insert(handle);
+        Ok(handle)
+    }
+
+    /// Whether the session holds events opened from another session.
+    pub fn has_opened(&self) -> bool {
+        !self.opened.lock().is_empty()
     }
 
     /// The backend's event behind a handle.
@@ -45,6 +86,8 @@ impl EventRegistry {
 
     pub fn destroy(&self, backend: &dyn Backend, handle: u64) -> Result<(), CudaError> {
         let raw = self.table.lock().remove(handle)?;
+        self.interprocess.lock().remove(&handle);
+        self.opened.lock().remove(&handle);
         backend.event_destroy(raw)
     }
 
@@ -57,6 +100,8 @@ impl EventRegistry {
     }
 
     pub fn release_all(&self, backend: &dyn Backend) {
+        self.interprocess.lock().clear();
+        self.opened.lock().clear();
         for (_, raw) in self.table.lock().drain() {
             let _ = backend.event_destroy(raw);
         }

@@ -42,6 +42,9 @@ enum BlockKind {
     /// A mapping of the driver API's virtual memory management (`cuMemMap`) of physical
     /// handle `handle`, inside one of the program's reservations.
     Mapped { handle: u64 },
+    /// Memory another session of the tenant exported (`cudaIpcOpenMemHandle`): the block
+    /// maps all of the exporter's block; the allocation is the exported one inside it.
+    Imported,
 }
 
 #[derive(Debug)]
@@ -121,6 +124,14 @@ pub enum VmmError {
 const HANDLE_TAG: u64 = 0x9E00_0000_0000_0000;
 
 impl Inner {
+    /// Whether `addr` starts an allocation opened from another session.
+    fn is_imported_allocation(&self, addr: u64) -> bool {
+        self.allocations
+            .get(&addr)
+            .and_then(|a| self.blocks.get(&a.block))
+            .is_some_and(|b| matches!(b.kind, BlockKind::Imported))
+    }
+
     fn is_mapping(&self, block: u64) -> bool {
         self.blocks.get(&block).is_some_and(|b| matches!(b.kind, BlockKind::Mapped { .. }))
     }
@@ -407,7 +418,7 @@ impl AddressSpace {
         let mut g = self.inner.write();
         let inner = &mut *g;
         // A mapping of the program's is unmapped, not freed (cudaFree refuses it).
-        if inner.is_mapping(addr) {
+        if inner.is_mapping(addr) || inner.is_imported_allocation(addr) {
             return Err(CudaError::InvalidValue);
         }
         let a = inner.allocations.remove(&addr).ok_or(CudaError::InvalidValue)?;
@@ -415,7 +426,7 @@ impl AddressSpace {
         inner.allocated -= a.size;
         let block = inner.blocks.get_mut(&a.block).expect("allocation's block");
         let release = match &mut block.kind {
-            BlockKind::Whole | BlockKind::Mapped { .. } => true,
+            BlockKind::Whole | BlockKind::Mapped { .. } | BlockKind::Imported => true,
             BlockKind::Slab { free, used } => {
                 coalesce_insert(free, a.addr - a.block, a.span);
                 *used -= a.span;
@@ -438,6 +449,10 @@ impl AddressSpace {
         };
         let mut freed = Vec::new();
         for addr in addrs {
+            if self.inner.read().is_imported_allocation(addr) {
+                freed.extend(self.close_imported(backend, addr).ok());
+                continue;
+            }
             let mapping = {
                 let mut g = self.inner.write();
                 let a = g.allocations.get(&addr).copied();
@@ -460,6 +475,80 @@ impl AddressSpace {
             inner.handles.clear();
         }
         freed
+    }
+
+    /// Run `export` on the block of the allocation containing `addr` under the map's write
+    /// lock (no kernel runs meanwhile): `(allocation, block start, block length, physical)`.
+    /// Memory of the program's virtual memory management and opened IPC memory are
+    /// `cudaErrorInvalidValue`, as is an address in no allocation.
+    pub fn with_allocation_block<T>(
+        &self,
+        addr: u64,
+        export: impl FnOnce(Allocation, u64, u64, Physical) -> Result<T, CudaError>,
+    ) -> Result<T, CudaError> {
+        let g = self.inner.write();
+        let (_, a) = g.allocations.range(..=addr).next_back().ok_or(CudaError::InvalidValue)?;
+        if addr >= a.addr + a.size.max(1) {
+            return Err(CudaError::InvalidValue);
+        }
+        let block = g.blocks.get(&a.block).ok_or(CudaError::InvalidValue)?;
+        if !matches!(block.kind, BlockKind::Whole | BlockKind::Slab { .. }) {
+            return Err(CudaError::InvalidValue);
+        }
+        export(*a, a.block, block.len, block.physical)
+    }
+
+    /// Map `block_len` bytes another session exported (`import` maps them at the address it
+    /// is given) and make `[start + offset, + size)` of them an allocation; its address.
+    pub fn import(
+        &self,
+        device: i32,
+        block_len: u64,
+        offset: u64,
+        size: u64,
+        align: u64,
+        import: impl FnOnce(u64) -> Result<Physical, CudaError>,
+    ) -> Result<u64, CudaError> {
+        let mut g = self.inner.write();
+        let inner = &mut *g;
+        if inner.allocations.len() >= self.max_allocations {
+            return Err(CudaError::MemoryAllocation);
+        }
+        let start =
+            take_first_fit(&mut inner.holes, block_len, align.max(ALIGNMENT)).ok_or(CudaError::MemoryAllocation)?;
+        let physical = match import(start) {
+            Ok(p) => p,
+            Err(e) => {
+                coalesce_insert(&mut inner.holes, start, block_len);
+                return Err(e);
+            }
+        };
+        inner.blocks.insert(start, Block { len: block_len, device, physical, kind: BlockKind::Imported });
+        let a = Allocation { addr: start + offset, size, device, block: start, span: block_len };
+        inner.add(a, self.round.load(Ordering::Relaxed));
+        Ok(a.addr)
+    }
+
+    /// Unmap opened IPC memory whose allocation starts at `addr`; anything else is
+    /// `cudaErrorInvalidValue`.
+    pub fn close_imported(&self, backend: &dyn VirtualMemory, addr: u64) -> Result<Allocation, CudaError> {
+        let mut g = self.inner.write();
+        let inner = &mut *g;
+        if !inner.is_imported_allocation(addr) {
+            return Err(CudaError::InvalidValue);
+        }
+        let a = inner.allocations.remove(&addr).expect("checked");
+        inner.written.remove(&addr);
+        inner.allocated -= a.size;
+        let block = inner.blocks.remove(&a.block).expect("allocation's block");
+        backend.unmap(a.block, block.len, block.physical)?;
+        coalesce_insert(&mut inner.holes, a.block, block.len);
+        Ok(a)
+    }
+
+    /// Whether the session holds memory opened from another session.
+    pub fn has_imported(&self) -> bool {
+        self.inner.read().blocks.values().any(|b| matches!(b.kind, BlockKind::Imported))
     }
 
     /// Live allocations, by address.

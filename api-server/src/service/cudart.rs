@@ -10,7 +10,7 @@ use phos_protocol::apis::Function as ApiFunction;
 use phos_protocol::cudart::*;
 use phos_protocol::limits::LimitKind;
 use phos_protocol::spec::{CallAccess, DeviceAccess};
-use phos_protocol::types::Dim3;
+use phos_protocol::types::{Dim3, IpcHandle};
 use phos_protocol::{CudaError, Ptr};
 
 use super::{CallCx, Session};
@@ -459,6 +459,8 @@ impl CudartService for Session {
         }
         let _ = self.backend().device_synchronize(cx.device);
         self.objects.release_all(self.backend());
+        self.ipc.forget_all_memory();
+        self.ipc.forget_opened();
         self.clear_error();
         Ok(CudaDeviceResetReply {})
     }
@@ -486,8 +488,53 @@ impl CudartService for Session {
         }
         // cudaFree waits for the device: work in flight may still use the memory.
         self.backend().device_synchronize(cx.device)?;
-        self.objects.memory.free(self.backend(), req.devPtr)?;
+        let freed = self.objects.memory.free(self.backend(), req.devPtr)?;
+        // Its IPC handle names nothing from now on (a session that opened it keeps it).
+        self.ipc.forget_allocation(freed.addr);
         Ok(CudaFreeReply {})
+    }
+
+    fn cuda_ipc_get_mem_handle(
+        &self,
+        _: &CallCx,
+        req: CudaIpcGetMemHandleRequest,
+    ) -> Result<CudaIpcGetMemHandleReply, CudaError> {
+        let reserved = self.ipc_get_mem_handle(req.devPtr)?;
+        Ok(CudaIpcGetMemHandleReply { handle: IpcHandle { reserved } })
+    }
+
+    fn cuda_ipc_open_mem_handle(
+        &self,
+        cx: &CallCx,
+        req: CudaIpcOpenMemHandleRequest,
+    ) -> Result<CudaIpcOpenMemHandleReply, CudaError> {
+        Ok(CudaIpcOpenMemHandleReply { devPtr: self.ipc_open_mem_handle(cx, &req.handle.reserved, req.flags)? })
+    }
+
+    fn cuda_ipc_close_mem_handle(
+        &self,
+        cx: &CallCx,
+        req: CudaIpcCloseMemHandleRequest,
+    ) -> Result<CudaIpcCloseMemHandleReply, CudaError> {
+        self.ipc_close_mem_handle(cx, req.devPtr)?;
+        Ok(CudaIpcCloseMemHandleReply {})
+    }
+
+    fn cuda_ipc_get_event_handle(
+        &self,
+        _: &CallCx,
+        req: CudaIpcGetEventHandleRequest,
+    ) -> Result<CudaIpcGetEventHandleReply, CudaError> {
+        let reserved = self.ipc_get_event_handle(req.event)?;
+        Ok(CudaIpcGetEventHandleReply { handle: IpcHandle { reserved } })
+    }
+
+    fn cuda_ipc_open_event_handle(
+        &self,
+        cx: &CallCx,
+        req: CudaIpcOpenEventHandleRequest,
+    ) -> Result<CudaIpcOpenEventHandleReply, CudaError> {
+        Ok(CudaIpcOpenEventHandleReply { event: self.ipc_open_event_handle(cx, &req.handle.reserved)? })
     }
 
     fn cuda_memcpy(&self, _: &CallCx, req: CudaMemcpyRequest<'_>) -> Result<CudaMemcpyReply, CudaError> {
@@ -653,6 +700,7 @@ impl CudartService for Session {
 
     fn cuda_event_destroy(&self, _: &CallCx, req: CudaEventDestroyRequest) -> Result<CudaEventDestroyReply, CudaError> {
         self.objects.events.destroy(self.backend(), req.event)?;
+        self.ipc.forget_event(req.event);
         Ok(CudaEventDestroyReply {})
     }
 

@@ -18,6 +18,7 @@ pub mod curand;
 pub mod cusolver;
 pub mod cusparse;
 mod device_io;
+mod ipc;
 mod library_capture;
 pub mod nvml;
 
@@ -98,6 +99,8 @@ pub struct Session {
     /// The guest's async calls that have run (for barriers, and kept in images so that a
     /// restored session does not run a resent one twice).
     pub(crate) async_calls: crate::ordering::AsyncLedger,
+    /// IPC with the tenant's other sessions: what this one exports and has opened.
+    pub ipc: crate::ipc::Ipc,
 }
 
 impl Session {
@@ -126,6 +129,7 @@ impl Session {
             usage: Usage::new(limits),
             frozen: AtomicBool::new(false),
             async_calls: Default::default(),
+            ipc: Default::default(),
         })
     }
 

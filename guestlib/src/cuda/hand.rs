@@ -6,7 +6,7 @@ use std::ffi::{CStr, CString, c_char, c_void};
 use std::sync::OnceLock;
 
 use phos_protocol::cuda::{self, CuError, FunctionId as F};
-use phos_protocol::types::Dim3;
+use phos_protocol::types::{Dim3, IpcHandle};
 
 use super::bridge::{self, dptr};
 use super::stubs::HandWritten;
@@ -354,6 +354,49 @@ impl HandWritten for Hand {
     unsafe fn cuMemFree_v2(p: u64) -> i32 {
         // SAFETY: the runtime checks the address against the session's allocations.
         in_context(F::CuMemFreeV2, || bridge::runtime(|| unsafe { cudart::cudaFree(dptr(p)) }))
+    }
+
+    unsafe fn cuIpcGetMemHandle(handle: *mut IpcHandle, p: u64) -> i32 {
+        in_context(F::CuIpcGetMemHandle, || {
+            // SAFETY: `handle` null or writable (this export's contract), as the runtime's takes;
+            // the server checks the address.
+            bridge::runtime(|| unsafe { cudart::cudaIpcGetMemHandle(handle, dptr(p)) })
+        })
+    }
+
+    unsafe fn cuIpcOpenMemHandle(p: *mut u64, handle: IpcHandle, flags: u32) -> i32 {
+        in_context(F::CuIpcOpenMemHandle, || {
+            // SAFETY: `p` null or writable (this export's contract): the runtime writes a
+            // pointer, 8 bytes, as a `CUdeviceptr` is.
+            bridge::runtime(|| unsafe { cudart::cudaIpcOpenMemHandle(p.cast(), handle, flags) })
+        })
+    }
+
+    unsafe fn cuIpcOpenMemHandle_v2(p: *mut u64, handle: IpcHandle, flags: u32) -> i32 {
+        in_context(F::CuIpcOpenMemHandleV2, || {
+            // SAFETY: as in `cuIpcOpenMemHandle`.
+            bridge::runtime(|| unsafe { cudart::cudaIpcOpenMemHandle(p.cast(), handle, flags) })
+        })
+    }
+
+    unsafe fn cuIpcCloseMemHandle(p: u64) -> i32 {
+        // SAFETY: the server checks the address against what the session opened.
+        in_context(F::CuIpcCloseMemHandle, || bridge::runtime(|| unsafe { cudart::cudaIpcCloseMemHandle(dptr(p)) }))
+    }
+
+    unsafe fn cuIpcGetEventHandle(handle: *mut IpcHandle, event: *mut c_void) -> i32 {
+        in_context(F::CuIpcGetEventHandle, || {
+            // SAFETY: `handle` null or writable (this export's contract); the server checks the
+            // event.
+            bridge::runtime(|| unsafe { cudart::cudaIpcGetEventHandle(handle, event) })
+        })
+    }
+
+    unsafe fn cuIpcOpenEventHandle(event: *mut *mut c_void, handle: IpcHandle) -> i32 {
+        in_context(F::CuIpcOpenEventHandle, || {
+            // SAFETY: `event` null or writable (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaIpcOpenEventHandle(event, handle) })
+        })
     }
 
     unsafe fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> i32 {

@@ -7,13 +7,13 @@ use std::ffi::{CString, c_char, c_void};
 use std::sync::OnceLock;
 
 use phos_protocol::cudart::{self, consts};
-use phos_protocol::types::{DeviceProperties, Dim3};
+use phos_protocol::types::{DeviceProperties, Dim3, IpcHandle};
 use phos_protocol::{CudaError, cudart::FunctionId};
 
 use phos_protocol::types::{ChannelFormatDesc, Extent, PitchedPtr};
 
 use super::stubs::HandWritten;
-use super::{arrays, attributes, device, execution, graphs, launch, managed, memory, pools};
+use super::{arrays, attributes, device, execution, graphs, ipc, launch, managed, memory, pools};
 use crate::abi::Abi;
 use crate::{callbacks, hostmem, registry, runtime, soname};
 
@@ -429,6 +429,29 @@ impl HandWritten for Hand {
 
     unsafe fn free_managed(dev_ptr: *mut c_void) -> Option<Result<(), CudaError>> {
         managed::free_managed(dev_ptr)
+    }
+
+    // ---- IPC events (ipc.rs)
+
+    unsafe fn note_ipc_event(_handle: *mut IpcHandle, event: *mut c_void) -> Option<Result<(), CudaError>> {
+        ipc::note_exported(event)
+    }
+
+    unsafe fn open_ipc_event(event: *mut *mut c_void, handle: IpcHandle) -> Option<Result<(), CudaError>> {
+        // SAFETY: this export's `event`, null or writable by its contract.
+        unsafe { ipc::open(event, handle) }
+    }
+
+    unsafe fn ipc_record(event: *mut c_void, stream: *mut c_void) -> Option<Result<(), CudaError>> {
+        ipc::record(event, stream)
+    }
+
+    unsafe fn ipc_record_with_flags(
+        event: *mut c_void,
+        stream: *mut c_void,
+        flags: u32,
+    ) -> Option<Result<(), CudaError>> {
+        ipc::record_with_flags(event, stream, flags)
     }
 
     unsafe fn cudaMemAdvise(dev_ptr: *const c_void, count: usize, advice: i32, location: u64) -> i32 {

@@ -9,6 +9,7 @@ mod device;
 mod execution;
 mod graphs;
 pub mod hand;
+mod ipc;
 pub mod launch;
 mod managed;
 pub(crate) mod memory;
