@@ -51,6 +51,7 @@ programs!(
     faults,
     graphs,
     graph_nodes,
+    graph_updates,
     host_threads,
     host_register,
     iterative,
