@@ -115,7 +115,8 @@ static int update(cudaGraphExec_t exec, cudaGraph_t g, cudaError_t *err) {
 #endif
 }
 
-int main() {
+int main(int argc, char **argv) {
+    const bool checkpoint = argc > 1 && !std::strcmp(argv[1], "checkpoint");
     int *a, *b, *b2, *c, *d;
     CHECK(cudaMalloc(&a, n * sizeof(int)));
     CHECK(cudaMalloc(&b, n * sizeof(int)));
@@ -260,6 +261,35 @@ int main() {
     CHECK(cudaGraphLaunch(exec, s));
     CHECK(cudaStreamSynchronize(s));
     printf("add disabled (%u): b2 %lld host %d\n", enabled, sum(b2), host_count);
+    if (checkpoint) {
+        // A checkpoint and restore while the program sleeps: the executable graph comes back
+        // with its set parameters, its disabled node and its node handles, the graph with its
+        // edits.
+        printf("graph-updates ready\n");
+        fflush(stdout);
+        sleep(3);
+        CHECK(cudaGraphNodeGetEnabled(exec, k2, &enabled));
+        EXPECT(enabled == 0);
+        CHECK(cudaGraphLaunch(exec, s));
+        CHECK(cudaStreamSynchronize(s));
+        EXPECT(sum(b2) == 32896 && host_count == 31);
+        CHECK(cudaGraphNodeSetEnabled(exec, k2, 1));
+        CHECK(cudaGraphExecKernelNodeSetParams(exec, k2, &kp7));
+        CHECK(cudaGraphLaunch(exec, s));
+        CHECK(cudaStreamSynchronize(s));
+        EXPECT(sum(b2) == 34688 && host_count == 41);
+        CHECK(cudaGraphKernelNodeGetParams(k2, &got));
+        EXPECT(*(int *)got.kernelParams[2] == 7 && count_nodes(g) == 5 && edges(g, nullptr, nullptr, 0) == 4);
+        cudaGraph_t gc;
+        CHECK(cudaGraphClone(&gc, g));
+        cudaGraphExec_t again;
+        CHECK(cudaGraphInstantiateWithFlags(&again, gc, 0));
+        CHECK(cudaGraphLaunch(again, s));
+        CHECK(cudaStreamSynchronize(s));
+        EXPECT(sum(b) == 34688 && host_count == 42);
+        printf("after the restore: the executable graph kept its updates\n");
+        return 0;
+    }
     CHECK(cudaGraphNodeSetEnabled(exec, k2, 1));
     CHECK(cudaGraphNodeGetEnabled(exec, k2, &enabled));
     CHECK(cudaGraphLaunch(exec, s));

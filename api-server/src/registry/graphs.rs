@@ -152,7 +152,6 @@ impl GraphRegistry {
         Ok(self.graphs.lock().get(g)?.nodes[index].kind)
     }
 
-
     /// The (graph, index) of a node.
     fn locate(&self, node: u64) -> Result<(u64, usize), CudaError> {
         self.nodes.lock().get(node).copied().map_err(|_| CudaError::InvalidValue)
@@ -175,9 +174,7 @@ impl GraphRegistry {
                 let g = graphs.get(graph)?;
                 Ok(match what {
                     query::DEPENDENCIES => g.nodes[index].deps.iter().map(|&d| g.nodes[d].handle).collect(),
-                    query::DEPENDENTS => {
-                        g.nodes.iter().filter(|n| n.deps.contains(&index)).map(|n| n.handle).collect()
-                    }
+                    query::DEPENDENTS => g.nodes.iter().filter(|n| n.deps.contains(&index)).map(|n| n.handle).collect(),
                     query::GRAPH => vec![graph],
                     _ => node_params(&g.nodes[index]),
                 })
@@ -277,7 +274,7 @@ impl GraphRegistry {
             let ops = execs.get_mut(exec)?;
             let at = find_marker(ops, node).ok_or(CudaError::InvalidValue)?;
             let GraphOp::Node { ops: count, .. } = ops[at] else { return Err(CudaError::InvalidValue) };
-            let old = &ops[at + 1..at + 1 + count as usize];
+            let old = ops.get(at + 1..at + 1 + count as usize).ok_or(CudaError::InvalidValue)?;
             if kind_new == NODE_GRAPH {
                 // The same shape: as many ops, each of the same type.
                 if old.len() != new.len() || old.iter().zip(&new).any(|(a, b)| a.update_from(b).is_err()) {
@@ -455,7 +452,8 @@ impl GraphRegistry {
         Ok(match verdict {
             Ok(()) => {
                 for (old, op) in exec.iter().zip(new.iter_mut()) {
-                    if let (GraphOp::Node { handle, enabled, .. }, GraphOp::Node { handle: h, enabled: e, .. }) = (old, op)
+                    if let (GraphOp::Node { handle, enabled, .. }, GraphOp::Node { handle: h, enabled: e, .. }) =
+                        (old, op)
                     {
                         *h = *handle;
                         *e = *enabled;
@@ -724,5 +722,51 @@ mod tests {
             cooperative: false,
         };
         assert_eq!(a.update_from(&kernel), Err(crate::capture::UPDATE_NODE_TYPE_CHANGED));
+    }
+
+    #[test]
+    fn nodes_are_destroyed_set_cloned_and_disabled_in_executable_graphs() {
+        let full = || CudaError::MemoryAllocation;
+        let new = NewHandle { forced: None, full: &full };
+        let r = registry();
+        let memset = |value| GraphOp::Memset { dst: 0x1000, pitch: 4, value, width: 4, height: 1 };
+        let g = r.create_captured(vec![memset(1), memset(2), memset(3)], &new, &full).unwrap();
+        let (nodes, _) = r.nodes(g, 3).unwrap();
+        let h: Vec<u64> = nodes.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap())).collect();
+        assert_eq!(r.query(query::EDGES, g).unwrap(), vec![h[0], h[1], h[1], h[2]]);
+        assert_eq!(r.query(query::ROOTS, g).unwrap(), vec![h[0]]);
+        let exec = r.instantiate(g, &new).unwrap();
+        // Disabled: its work is skipped; set: the executable graph's copy only.
+        r.node_enabled(exec, h[1], Some(false)).unwrap();
+        assert_eq!(r.exec_ops(exec).unwrap(), vec![memset(1), memset(3)]);
+        let scratch = r.create(&new).unwrap();
+        let from = r.add_node(scratch, NODE_MEMSET, vec![memset(9)], vec![], &full).unwrap();
+        r.set_exec_node(exec, h[2], from).unwrap();
+        assert_eq!(r.exec_ops(exec).unwrap(), vec![memset(1), memset(9)]);
+        assert_eq!(r.query(query::PARAMS, h[2]).unwrap()[3], 3, "the graph keeps its parameters");
+        assert!(r.query(query::PARAMS, from).is_err(), "the scratch node is gone");
+        // A clone has the same shape; a destroyed node takes its edges along.
+        let clone = r.clone_graph(g, &new).unwrap();
+        let found = r.find_in_clone(h[1], clone).unwrap();
+        assert_ne!(found, h[1]);
+        r.destroy_node(h[1]).unwrap();
+        assert_eq!(r.query(query::EDGES, g).unwrap(), Vec::<u64>::new());
+        assert_eq!(r.query(query::ROOTS, g).unwrap(), vec![h[0], h[2]]);
+        assert_eq!(r.node_kind(h[2]).unwrap(), NODE_MEMSET);
+        assert_eq!(r.find_in_clone(h[2], clone).unwrap_err(), CudaError::InvalidValue, "no longer its shape");
+        assert_eq!(r.query(query::DEPENDENCIES, found).unwrap().len(), 1);
+        // The executable graph and the clone come back from an image.
+        let restored = registry();
+        restored.load(&r.snapshot(), &|a| a).unwrap();
+        assert_eq!(restored.exec_ops(exec).unwrap(), vec![memset(1), memset(9)]);
+        assert!(!restored.node_enabled(exec, found, None).is_ok(), "a node of another graph");
+        // A child graph node owns a copy of the child, destroyed with it.
+        let parent = r.create(&new).unwrap();
+        let child = r.add_child_node(parent, clone, vec![], &full, &full).unwrap();
+        let owned = r.query(query::PARAMS, child).unwrap()[1];
+        assert_ne!(owned, clone);
+        assert_eq!(r.ordered_ops(parent).unwrap(), vec![memset(1), memset(2), memset(3)]);
+        r.destroy(parent).unwrap();
+        assert!(r.ordered_ops(owned).is_err());
     }
 }

@@ -16,8 +16,7 @@ use phos_protocol::{CudaError, Ptr};
 use super::{CallCx, Session};
 use crate::backend::{Copy2D, StreamRef};
 use crate::capture::{
-    GraphOp, NODE_EMPTY, NODE_EVENT_RECORD, NODE_HOST, NODE_KERNEL, NODE_MEMCPY, NODE_MEMSET,
-    NODE_WAIT_EVENT,
+    GraphOp, NODE_EMPTY, NODE_EVENT_RECORD, NODE_HOST, NODE_KERNEL, NODE_MEMCPY, NODE_MEMSET, NODE_WAIT_EVENT,
 };
 use crate::dispatch::cudart::CudartService;
 

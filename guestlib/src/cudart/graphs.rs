@@ -9,8 +9,8 @@ use phos_protocol::CudaError;
 use phos_protocol::cudart::{
     PhosGraphAddChildNodeRequest, PhosGraphAddCopyNodeRequest, PhosGraphAddDependenciesRequest,
     PhosGraphAddEmptyNodeRequest, PhosGraphAddEventNodeRequest, PhosGraphAddHostNodeRequest,
-    PhosGraphAddKernelNodeRequest, PhosGraphAddSetNodeRequest, PhosGraphExecUpdateRequest, PhosGraphHostNodesRequest,
-    PhosGraphEditRequest, PhosGraphInstantiateRequest, PhosGraphLaunchHostRequest, PhosGraphNodesRequest,
+    PhosGraphAddKernelNodeRequest, PhosGraphAddSetNodeRequest, PhosGraphEditRequest, PhosGraphExecUpdateRequest,
+    PhosGraphHostNodesRequest, PhosGraphInstantiateRequest, PhosGraphLaunchHostRequest, PhosGraphNodesRequest,
     PhosGraphQueryRequest, PhosStreamCaptureInfoRequest, consts,
 };
 use phos_protocol::types::Dim3;
@@ -1108,9 +1108,7 @@ pub fn set_exec_child(exec: u64, node: u64, child: u64) -> Result<(), CudaError>
 /// `p` as `cudaGraphAddNode` takes it.
 pub unsafe fn set_with_params(exec: u64, node: u64, p: *mut c_void) -> Result<(), CudaError> {
     // SAFETY: as `set_kernel`'s.
-    set_from(exec, node, |out, g| unsafe {
-        add_node_with_params(out, g, std::ptr::null(), std::ptr::null(), 0, p)
-    })
+    set_from(exec, node, |out, g| unsafe { add_node_with_params(out, g, std::ptr::null(), std::ptr::null(), 0, p) })
 }
 
 /// `cudaGraphNodeSetEnabled`.
