@@ -759,7 +759,7 @@ mod tests {
         let restored = registry();
         restored.load(&r.snapshot(), &|a| a).unwrap();
         assert_eq!(restored.exec_ops(exec).unwrap(), vec![memset(1), memset(9)]);
-        assert!(!restored.node_enabled(exec, found, None).is_ok(), "a node of another graph");
+        assert!(restored.node_enabled(exec, found, None).is_err(), "a node of another graph");
         // A child graph node owns a copy of the child, destroyed with it.
         let parent = r.create(&new).unwrap();
         let child = r.add_child_node(parent, clone, vec![], &full, &full).unwrap();

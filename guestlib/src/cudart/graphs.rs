@@ -415,8 +415,10 @@ pub unsafe fn add_dependencies_with_edges(
     edges: *const u8,
     count: usize,
 ) -> Result<(), CudaError> {
-    // SAFETY: `count` handles each (this function's contract).
-    let (from, to) = unsafe { (handles(from, count)?, handles(to, count)?) };
+    // SAFETY: `count` handles at `from` (this function's contract).
+    let from = unsafe { handles(from, count)? };
+    // SAFETY: and at `to`.
+    let to = unsafe { handles(to, count)? };
     // SAFETY: as above, for the edge data.
     if !edges.is_null() && count > 0 && unsafe { std::slice::from_raw_parts(edges, count * 8) }.iter().any(|&b| b != 0)
     {
@@ -868,13 +870,14 @@ pub unsafe fn get_edges(
     }
     // SAFETY: readable (this function's contract).
     let room = unsafe { *count };
-    // SAFETY: this function's contract, for each array of `room` entries.
-    unsafe {
-        write_list(&tos, to, count)?;
-        *count = room;
-        write_list(&froms, from, count)?;
-        zero_edges(edges, room);
-    }
+    // SAFETY: `to` has room for `room` entries, `count` is writable (this function's contract).
+    unsafe { write_list(&tos, to, count)? };
+    // SAFETY: `count` is writable (this function's contract).
+    unsafe { *count = room };
+    // SAFETY: `from` has room for `room` entries (this function's contract).
+    unsafe { write_list(&froms, from, count)? };
+    // SAFETY: a non-null `edges` has room for `room` edge data (this function's contract).
+    unsafe { zero_edges(edges, room) };
     Ok(())
 }
 
@@ -894,11 +897,13 @@ pub unsafe fn node_edges(
         return Err(E::InvalidValue);
     }
     // SAFETY: this function's contract.
-    unsafe {
-        write_list(&list, out, count)?;
-        if !out.is_null() {
-            zero_edges(edges, *count);
-        }
+    unsafe { write_list(&list, out, count)? };
+    if !out.is_null() {
+        // SAFETY: `count` is readable (it was just written).
+        let written = unsafe { *count };
+        // SAFETY: a non-null `edges` has room for `*count` edge data (this function's
+        // contract), and `written` is at most that.
+        unsafe { zero_edges(edges, written) };
     }
     Ok(())
 }
@@ -914,8 +919,10 @@ pub unsafe fn remove_dependencies(
     edges: *const u8,
     count: usize,
 ) -> Result<(), CudaError> {
-    // SAFETY: `count` handles each (this function's contract).
-    let (from, to) = unsafe { (handles(from, count)?, handles(to, count)?) };
+    // SAFETY: `count` handles at `from` (this function's contract).
+    let from = unsafe { handles(from, count)? };
+    // SAFETY: and at `to`.
+    let to = unsafe { handles(to, count)? };
     // SAFETY: as above, for the edge data.
     if !edges.is_null() && count > 0 && unsafe { std::slice::from_raw_parts(edges, count * 8) }.iter().any(|&b| b != 0)
     {
