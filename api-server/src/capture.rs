@@ -85,6 +85,20 @@ pub enum GraphOp {
     EventWait {
         event: u64,
     },
+    /// In an executable graph, before the work of one node of the graph it was instantiated
+    /// from: the node's handle (what `cudaGraphExec*NodeSetParams` and
+    /// `cudaGraphNodeSetEnabled` name), how many ops that follow are its work, and whether it
+    /// runs (a disabled node's work is skipped). Never run itself.
+    Node {
+        handle: u64,
+        ops: u32,
+        enabled: bool,
+    },
+    /// A child graph node's graph: a graph of the session owned by the node (a copy of the
+    /// child made when the node was added), whose work the node runs.
+    Child {
+        graph: u64,
+    },
 }
 
 /// The bytes `height` rows of `width`, `pitch` apart, span.
@@ -100,7 +114,11 @@ impl GraphOp {
         match *self {
             // A library call's ranges are the spec's, shown by its dispatch when it runs.
             GraphOp::Kernel { .. } | GraphOp::Library { .. } => Vec::new(),
-            GraphOp::Host { .. } | GraphOp::EventRecord { .. } | GraphOp::EventWait { .. } => Vec::new(),
+            GraphOp::Host { .. }
+            | GraphOp::EventRecord { .. }
+            | GraphOp::EventWait { .. }
+            | GraphOp::Node { .. }
+            | GraphOp::Child { .. } => Vec::new(),
             GraphOp::Memset { dst, pitch, width, height, .. } => vec![at(dst, extent(pitch, width, height), true)],
             GraphOp::CopyOnDevice { dst, dpitch, src, spitch, width, height } => {
                 vec![at(dst, extent(dpitch, width, height), true), at(src, extent(spitch, width, height), false)]
@@ -127,7 +145,9 @@ impl GraphOp {
             | GraphOp::Library { .. }
             | GraphOp::Host { .. }
             | GraphOp::EventRecord { .. }
-            | GraphOp::EventWait { .. } => {}
+            | GraphOp::EventWait { .. }
+            | GraphOp::Node { .. }
+            | GraphOp::Child { .. } => {}
         }
     }
 
@@ -149,7 +169,9 @@ impl GraphOp {
             | (Library { .. }, Library { .. })
             | (Host { .. }, Host { .. })
             | (EventRecord { .. }, EventRecord { .. })
-            | (EventWait { .. }, EventWait { .. }) => Ok(()),
+            | (EventWait { .. }, EventWait { .. })
+            | (Node { .. }, Node { .. })
+            | (Child { .. }, Child { .. }) => Ok(()),
             _ => Err(UPDATE_NODE_TYPE_CHANGED),
         }
     }
@@ -193,12 +215,14 @@ impl Graph {
             GraphOp::Host { .. } => NODE_HOST,
             GraphOp::EventRecord { .. } => NODE_EVENT_RECORD,
             GraphOp::EventWait { .. } => NODE_WAIT_EVENT,
+            GraphOp::Child { .. } => NODE_GRAPH,
+            GraphOp::Node { .. } => NODE_EMPTY,
         }
     }
 
-    /// The work of every node, each after the nodes it depends on (ties in the order the
+    /// The indices of the nodes, each after the nodes it depends on (ties in the order the
     /// nodes were added); `cudaErrorInvalidValue` for a cycle.
-    pub fn order(&self) -> Result<Vec<GraphOp>, CudaError> {
+    pub fn order_indices(&self) -> Result<Vec<usize>, CudaError> {
         let n = self.nodes.len();
         let mut waiting: Vec<usize> = self.nodes.iter().map(|node| node.deps.len()).collect();
         let mut followers: Vec<Vec<usize>> = vec![Vec::new(); n];
@@ -209,10 +233,8 @@ impl Graph {
         }
         let mut ready: std::collections::BTreeSet<usize> = (0..n).filter(|&i| waiting[i] == 0).collect();
         let mut out = Vec::new();
-        let mut done = 0;
         while let Some(i) = ready.pop_first() {
-            done += 1;
-            out.extend(self.nodes[i].ops.iter().cloned());
+            out.push(i);
             for &f in &followers[i] {
                 waiting[f] -= 1;
                 if waiting[f] == 0 {
@@ -220,8 +242,56 @@ impl Graph {
                 }
             }
         }
-        if done == n { Ok(out) } else { Err(CudaError::InvalidValue) }
+        if out.len() == n { Ok(out) } else { Err(CudaError::InvalidValue) }
     }
+
+    /// The work of every node in [`order_indices`](Self::order_indices)' order.
+    pub fn order(&self) -> Result<Vec<GraphOp>, CudaError> {
+        Ok(self.order_indices()?.into_iter().flat_map(|i| self.nodes[i].ops.iter().cloned()).collect())
+    }
+
+    /// The (from, to) node indices of every edge, by node then by dependency.
+    pub fn edges(&self) -> Vec<(usize, usize)> {
+        self.nodes.iter().enumerate().flat_map(|(i, n)| n.deps.iter().map(move |&d| (d, i))).collect()
+    }
+
+    /// Remove the node at `index`, its edges with it; later nodes move down one.
+    pub fn remove_node(&mut self, index: usize) -> Node {
+        let node = self.nodes.remove(index);
+        for n in &mut self.nodes {
+            n.deps.retain(|&d| d != index);
+            for d in &mut n.deps {
+                if *d > index {
+                    *d -= 1;
+                }
+            }
+        }
+        node
+    }
+}
+
+/// An executable graph's work as it runs: the node markers left out, disabled nodes' work
+/// skipped.
+pub fn effective_ops(ops: &[GraphOp]) -> Vec<GraphOp> {
+    let mut out = Vec::with_capacity(ops.len());
+    let mut skip = 0usize;
+    for op in ops {
+        if skip > 0 {
+            skip -= 1;
+            continue;
+        }
+        match op {
+            GraphOp::Node { enabled: false, ops, .. } => skip = *ops as usize,
+            GraphOp::Node { .. } => {}
+            op => out.push(op.clone()),
+        }
+    }
+    out
+}
+
+/// Where node `handle`'s marker is in an executable graph's ops.
+pub fn find_marker(ops: &[GraphOp], handle: u64) -> Option<usize> {
+    ops.iter().position(|op| matches!(op, GraphOp::Node { handle: h, .. } if *h == handle))
 }
 
 /// `cudaGraphExecUpdateResult` values.

@@ -153,6 +153,17 @@ pub unsafe fn register_variable(
     });
 }
 
+/// The host function and kernel whose server handle is `function` (one this process has
+/// used: a kernel node's or a launch's).
+pub fn kernel_of_remote(function: u64) -> Option<(usize, Arc<Kernel>)> {
+    let g = REGISTRY.read().unwrap_or_else(|p| p.into_inner());
+    g.as_ref()?
+        .kernels
+        .iter()
+        .find(|(_, k)| k.remote.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|r| r.value) == Some(function))
+        .map(|(h, k)| (*h, k.clone()))
+}
+
 pub fn kernel(host_fun: *const c_void) -> Option<Arc<Kernel>> {
     let g = REGISTRY.read().unwrap_or_else(|p| p.into_inner());
     g.as_ref()?.kernels.get(&(host_fun as usize)).cloned()

@@ -1087,6 +1087,20 @@ fn a_graph_of_event_and_child_nodes_survives_a_restore() {
     );
 }
 
+/// An executable graph whose nodes were set and disabled, and a graph with a destroyed node
+/// and set parameters, are kept in the image: after a stop and a restore into a new server,
+/// the program finds the node disabled, launches, enables and sets it by the handle of the
+/// graph's node, and clones the graph.
+#[test]
+fn an_updated_executable_graph_survives_a_restore() {
+    library_program_with_flags_survives_a_restore(
+        "graph_updates",
+        &[],
+        "graph-updates ready",
+        "after the restore: the executable graph kept its updates",
+    );
+}
+
 /// A program whose session ends under it (its API server killed) fails its next call and
 /// exits with its own status: the runtime's exit handler does not reach for the ended
 /// session, and does not abort.

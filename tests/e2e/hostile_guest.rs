@@ -625,6 +625,53 @@ fn graph_nodes_are_checked() {
     g.call(&PhosGraphInstantiateRequest { graph: b }).unwrap();
 }
 
+/// Node queries and edits name nodes, graphs and executable graphs the session has: unknown
+/// handles, nodes of other types or graphs, a node set from itself, an oversized reply and an
+/// unknown operation are refused.
+#[test]
+fn graph_edits_are_checked() {
+    let (_router, mut g) = open();
+    let a = g.call(&CudaGraphCreateRequest { flags: 0 }).unwrap().pGraph;
+    let b = g.call(&CudaGraphCreateRequest { flags: 0 }).unwrap().pGraph;
+    let empty = |g: &mut RawGuest, graph: u64| {
+        g.call(&PhosGraphAddEmptyNodeRequest { graph, deps: &[], numDeps: 0 }).map(|r| r.pGraphNode).unwrap()
+    };
+    let (n1, n2, other) = (empty(&mut g, a), empty(&mut g, a), empty(&mut g, b));
+    let query = |g: &mut RawGuest, what: i32, handle: u64, max: u64| {
+        g.call(&PhosGraphQueryRequest { what, handle, max }).map(|r| r.count)
+    };
+    let edit = |g: &mut RawGuest, what: i32, a: u64, b: u64, c: u64| {
+        g.call(&PhosGraphEditRequest { what, a, b, c }).map(|r| r.value)
+    };
+    assert_eq!(query(&mut g, 0, a, 4).unwrap(), 2);
+    assert_eq!(query(&mut g, 9, a, 4).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(query(&mut g, 0, a, 1 << 40).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(query(&mut g, 2, 0xbad, 4).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(query(&mut g, 1, 0xbad, 4).unwrap_err(), CudaError::InvalidResourceHandle.0);
+    assert_eq!(edit(&mut g, 8, a, 0, 0).unwrap_err(), CudaError::InvalidValue.0);
+    // A node set from itself; an edge that is not there; one across graphs.
+    assert_eq!(edit(&mut g, 1, n1, n1, 0).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(edit(&mut g, 7, a, n1, n2).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(edit(&mut g, 7, a, n1, other).unwrap_err(), CudaError::InvalidValue.0);
+    // Enabling an empty node, in an unknown executable graph, with a value not 0 or 1.
+    let exec = g.call(&PhosGraphInstantiateRequest { graph: a }).unwrap().pGraphExec;
+    assert_eq!(edit(&mut g, 3, exec, n1, 0).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(edit(&mut g, 3, exec, n1, 7).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(edit(&mut g, 4, 0xbad, n1, 0).unwrap_err(), CudaError::InvalidValue.0);
+    // Not a clone (another shape).
+    assert_eq!(edit(&mut g, 6, n1, b, 0).unwrap_err(), CudaError::InvalidValue.0);
+    // An executable graph's node set from a node of another graph, which is consumed.
+    assert_eq!(edit(&mut g, 2, exec, other, n2).unwrap_err(), CudaError::InvalidValue.0);
+    // A clone; a destroyed node is gone from queries.
+    let clone = edit(&mut g, 5, a, 0, 0).unwrap();
+    assert_ne!(edit(&mut g, 6, n1, clone, 0).unwrap(), n1);
+    edit(&mut g, 0, n1, 0, 0).unwrap();
+    assert_eq!(edit(&mut g, 0, n1, 0, 0).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(query(&mut g, 0, a, 4).unwrap(), 0);
+    g.call(&CudaGraphDestroyRequest { graph: a }).unwrap();
+    g.call(&PhosGraphInstantiateRequest { graph: clone }).unwrap();
+}
+
 /// A graph launch checks its copies and memsets against the memory the session has then: a
 /// node whose memory was freed after it was added fails the launch before any node runs.
 #[test]

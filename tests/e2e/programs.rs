@@ -52,6 +52,7 @@ programs!(
     faults,
     graphs,
     graph_nodes,
+    graph_updates,
     host_threads,
     host_register,
     ipc_memory,

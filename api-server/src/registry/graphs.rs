@@ -9,7 +9,30 @@ use phos_protocol::CudaError;
 use phos_protocol::apis::HandleKind;
 
 use super::handles::{HandleTable, NewHandle};
-use crate::capture::{CaptureState, Captures, Graph, GraphOp, Node, UPDATE_SUCCESS, UPDATE_TOPOLOGY_CHANGED};
+use crate::capture::{
+    CaptureState, Captures, Graph, GraphOp, NODE_GRAPH, NODE_KERNEL, NODE_MEMCPY, NODE_MEMSET, Node, UPDATE_SUCCESS,
+    UPDATE_TOPOLOGY_CHANGED, effective_ops, find_marker,
+};
+
+/// How deep child graphs may nest (a guest cannot make a cycle of them: a child is copied
+/// when added, but a deep chain is refused rather than recursed without end).
+const MAX_NESTING: usize = 64;
+
+/// What [`GraphRegistry::query`] answers.
+pub mod query {
+    /// A graph's nodes without dependencies.
+    pub const ROOTS: i32 = 0;
+    /// A graph's edges, (from, to) pairs.
+    pub const EDGES: i32 = 1;
+    /// The nodes a node depends on.
+    pub const DEPENDENCIES: i32 = 2;
+    /// The nodes that depend on a node.
+    pub const DEPENDENTS: i32 = 3;
+    /// A node's parameters (see [`super::GraphRegistry::node_params`]).
+    pub const PARAMS: i32 = 4;
+    /// The graph a node is in.
+    pub const GRAPH: i32 = 5;
+}
 
 pub struct GraphRegistry {
     /// Stream captures in progress (behind a flag: calls look at it without a lock while
@@ -129,27 +152,263 @@ impl GraphRegistry {
         Ok(self.graphs.lock().get(g)?.nodes[index].kind)
     }
 
-    pub fn destroy(&self, graph: u64) -> Result<(), CudaError> {
-        self.graphs.lock().remove(graph)?;
-        self.nodes.lock().retain(|(g, _)| *g != graph);
+    /// The (graph, index) of a node.
+    fn locate(&self, node: u64) -> Result<(u64, usize), CudaError> {
+        self.nodes.lock().get(node).copied().map_err(|_| CudaError::InvalidValue)
+    }
+
+    /// Words about a graph or a node, as `what` (see [`query`]) says.
+    pub fn query(&self, what: i32, handle: u64) -> Result<Vec<u64>, CudaError> {
+        let graphs = self.graphs.lock();
+        match what {
+            query::ROOTS | query::EDGES => {
+                let g = graphs.get(handle)?;
+                Ok(if what == query::ROOTS {
+                    g.nodes.iter().filter(|n| n.deps.is_empty()).map(|n| n.handle).collect()
+                } else {
+                    g.edges().into_iter().flat_map(|(f, t)| [g.nodes[f].handle, g.nodes[t].handle]).collect()
+                })
+            }
+            query::DEPENDENCIES | query::DEPENDENTS | query::PARAMS | query::GRAPH => {
+                let (graph, index) = self.locate(handle)?;
+                let g = graphs.get(graph)?;
+                Ok(match what {
+                    query::DEPENDENCIES => g.nodes[index].deps.iter().map(|&d| g.nodes[d].handle).collect(),
+                    query::DEPENDENTS => g.nodes.iter().filter(|n| n.deps.contains(&index)).map(|n| n.handle).collect(),
+                    query::GRAPH => vec![graph],
+                    _ => node_params(&g.nodes[index]),
+                })
+            }
+            _ => Err(CudaError::InvalidValue),
+        }
+    }
+
+    /// Remove the dependency of the node `to` on the node `from` (both of `graph`);
+    /// `cudaErrorInvalidValue` when there is none.
+    pub fn remove_dependency(&self, graph: u64, from: usize, to: usize) -> Result<(), CudaError> {
+        let mut graphs = self.graphs.lock();
+        let g = graphs.get_mut(graph)?;
+        let deps = &mut g.nodes.get_mut(to).ok_or(CudaError::InvalidValue)?.deps;
+        let at = deps.iter().position(|&d| d == from).ok_or(CudaError::InvalidValue)?;
+        deps.remove(at);
         Ok(())
     }
 
-    /// An executable graph of `graph`'s work, ordered by its dependencies.
+    /// `cudaGraphDestroyNode`: the node and its edges leave its graph (a child graph node's
+    /// graph goes with it).
+    pub fn destroy_node(&self, node: u64) -> Result<(), CudaError> {
+        let (graph, index) = self.locate(node)?;
+        let mut graphs = self.graphs.lock();
+        let mut nodes = self.nodes.lock();
+        let g = graphs.get_mut(graph)?;
+        let removed = g.remove_node(index);
+        nodes.remove(node)?;
+        for (i, n) in g.nodes.iter().enumerate().skip(index) {
+            if let Ok(at) = nodes.get_mut(n.handle) {
+                *at = (graph, i);
+            }
+        }
+        drop_children(&mut graphs, &mut nodes, &removed.ops);
+        Ok(())
+    }
+
+    /// `cudaGraph*NodeSetParams`: the node `node` takes the work of `from` (a node of the
+    /// same type, made for this by the guest), which is destroyed. `cudaErrorInvalidValue`
+    /// when the types differ.
+    pub fn set_node(&self, node: u64, from: u64) -> Result<(), CudaError> {
+        let (graph, index) = self.locate(node)?;
+        let (from_graph, from_index) = self.locate(from)?;
+        if node == from {
+            return Err(CudaError::InvalidValue);
+        }
+        {
+            let mut graphs = self.graphs.lock();
+            let kind = graphs.get(from_graph)?.nodes[from_index].kind;
+            let target = &mut graphs.get_mut(graph)?.nodes[index];
+            if target.kind != kind || kind == NODE_GRAPH {
+                return Err(CudaError::InvalidValue);
+            }
+        }
+        let ops = self.take_node(from)?;
+        let mut graphs = self.graphs.lock();
+        let old = std::mem::replace(&mut graphs.get_mut(graph)?.nodes[index].ops, ops);
+        drop_children(&mut graphs, &mut self.nodes.lock(), &old);
+        Ok(())
+    }
+
+    /// Destroy node `from`, answering its work.
+    fn take_node(&self, from: u64) -> Result<Vec<GraphOp>, CudaError> {
+        let (graph, index) = self.locate(from)?;
+        let mut graphs = self.graphs.lock();
+        let mut nodes = self.nodes.lock();
+        let g = graphs.get_mut(graph)?;
+        let removed = g.remove_node(index);
+        nodes.remove(from)?;
+        for (i, n) in g.nodes.iter().enumerate().skip(index) {
+            if let Ok(at) = nodes.get_mut(n.handle) {
+                *at = (graph, i);
+            }
+        }
+        Ok(removed.ops)
+    }
+
+    /// `cudaGraphExec*NodeSetParams` and `cudaGraphExecChildGraphNodeSetParams`: the node
+    /// `node` of executable graph `exec` takes the work of `from` (a node made for this by the
+    /// guest, destroyed here), which must be of the same type and, for a kernel, function; a
+    /// child graph must have the same shape. `cudaErrorInvalidValue` when not.
+    pub fn set_exec_node(&self, exec: u64, node: u64, from: u64) -> Result<(), CudaError> {
+        self.execs.lock().get(exec)?;
+        let (from_graph, from_index) = self.locate(from)?;
+        let (new, kind_new) = {
+            let graphs = self.graphs.lock();
+            let n = &graphs.get(from_graph)?.nodes[from_index];
+            (expand(&graphs, &n.ops, 0), n.kind)
+        };
+        // The node's type as its graph says, when the graph is still there.
+        let kind_old = self.node_kind(node).ok();
+        let result = new.and_then(|new| {
+            if kind_old.is_some_and(|k| k != kind_new) {
+                return Err(CudaError::InvalidValue);
+            }
+            let mut execs = self.execs.lock();
+            let ops = execs.get_mut(exec)?;
+            let at = find_marker(ops, node).ok_or(CudaError::InvalidValue)?;
+            let GraphOp::Node { ops: count, .. } = ops[at] else { return Err(CudaError::InvalidValue) };
+            let old = ops.get(at + 1..at + 1 + count as usize).ok_or(CudaError::InvalidValue)?;
+            if kind_new == NODE_GRAPH {
+                // The same shape: as many ops, each of the same type.
+                if old.len() != new.len() || old.iter().zip(&new).any(|(a, b)| a.update_from(b).is_err()) {
+                    return Err(CudaError::InvalidValue);
+                }
+            } else if let (Some(a), Some(b)) = (old.first(), new.first())
+                && a.update_from(b).is_err()
+            {
+                return Err(CudaError::InvalidValue);
+            } else if old.is_empty() != new.is_empty() {
+                return Err(CudaError::InvalidValue);
+            }
+            let count = u32::try_from(new.len()).map_err(|_| CudaError::InvalidValue)?;
+            let end = at + 1 + old.len();
+            ops.splice(at + 1..end, new);
+            if let GraphOp::Node { ops: c, .. } = &mut ops[at] {
+                *c = count;
+            }
+            Ok(())
+        });
+        // The guest's node is gone either way.
+        let taken = self.take_node(from)?;
+        drop_children(&mut self.graphs.lock(), &mut self.nodes.lock(), &taken);
+        result
+    }
+
+    /// `cudaGraphNodeSetEnabled` (`enable` some) or `GetEnabled`: kernel, copy and memset
+    /// nodes only. Answers whether the node is enabled.
+    pub fn node_enabled(&self, exec: u64, node: u64, enable: Option<bool>) -> Result<bool, CudaError> {
+        let kind = self.node_kind(node).map_err(|_| CudaError::InvalidValue)?;
+        if ![NODE_KERNEL, NODE_MEMCPY, NODE_MEMSET].contains(&kind) {
+            return Err(CudaError::InvalidValue);
+        }
+        let mut execs = self.execs.lock();
+        let ops = execs.get_mut(exec)?;
+        let at = find_marker(ops, node).ok_or(CudaError::InvalidValue)?;
+        let GraphOp::Node { enabled, .. } = &mut ops[at] else { return Err(CudaError::InvalidValue) };
+        if let Some(e) = enable {
+            *enabled = e;
+        }
+        Ok(*enabled)
+    }
+
+    /// `cudaGraphClone`: a copy of `graph` with new node handles (child graphs copied too).
+    pub fn clone_graph(&self, graph: u64, new: &NewHandle<'_>) -> Result<u64, CudaError> {
+        let mut graphs = self.graphs.lock();
+        let mut nodes = self.nodes.lock();
+        let g = graphs.get(graph)?.clone();
+        clone_into(&mut graphs, &mut nodes, g, new, 0)
+    }
+
+    /// `cudaGraphNodeFindInClone`: the node of `clone` at `node`'s place. A clone keeps its
+    /// original's nodes in order, so the place is the index, when the graphs still have the
+    /// same shape (`cudaErrorInvalidValue` when not).
+    pub fn find_in_clone(&self, node: u64, clone: u64) -> Result<u64, CudaError> {
+        let (graph, index) = self.locate(node)?;
+        let graphs = self.graphs.lock();
+        let (original, copy) = (graphs.get(graph)?, graphs.get(clone).map_err(|_| CudaError::InvalidValue)?);
+        let same = graph != clone
+            && original.nodes.len() == copy.nodes.len()
+            && original.nodes.iter().zip(&copy.nodes).all(|(a, b)| a.kind == b.kind && a.deps == b.deps);
+        if !same {
+            return Err(CudaError::InvalidValue);
+        }
+        Ok(copy.nodes[index].handle)
+    }
+
+    /// Add a child graph node: `child` is copied into a graph the node owns.
+    pub fn add_child_node(
+        &self,
+        graph: u64,
+        child: u64,
+        deps: Vec<usize>,
+        graphs_full: &dyn Fn() -> CudaError,
+        nodes_full: &dyn Fn() -> CudaError,
+    ) -> Result<u64, CudaError> {
+        if child == graph {
+            return Err(CudaError::InvalidValue);
+        }
+        let owned = {
+            let mut graphs = self.graphs.lock();
+            graphs.get(graph)?;
+            let g = graphs.get(child)?.clone();
+            clone_into(&mut graphs, &mut self.nodes.lock(), g, &NewHandle { forced: None, full: graphs_full }, 0)?
+        };
+        let added = self.add_node(graph, NODE_GRAPH, vec![GraphOp::Child { graph: owned }], deps, nodes_full);
+        if added.is_err() {
+            drop_children(&mut self.graphs.lock(), &mut self.nodes.lock(), &[GraphOp::Child { graph: owned }]);
+        }
+        added
+    }
+
+    pub fn destroy(&self, graph: u64) -> Result<(), CudaError> {
+        let mut graphs = self.graphs.lock();
+        let mut nodes = self.nodes.lock();
+        let g = graphs.remove(graph)?;
+        nodes.retain(|(g, _)| *g != graph);
+        for n in &g.nodes {
+            drop_children(&mut graphs, &mut nodes, &n.ops);
+        }
+        Ok(())
+    }
+
+    /// An executable graph of `graph`'s work, ordered by its dependencies: each node's work
+    /// after a marker naming the node (child graphs' work in their node's).
     pub fn instantiate(&self, graph: u64, new: &NewHandle<'_>) -> Result<u64, CudaError> {
-        let ops = self.graphs.lock().get(graph)?.order()?;
+        let ops = self.exec_of(graph)?;
         self.execs.lock().add(ops, new)
     }
 
-    /// The work of `graph`, ordered by its dependencies: what a child graph node copies.
+    /// The ops of an executable graph of `graph`.
+    fn exec_of(&self, graph: u64) -> Result<Vec<GraphOp>, CudaError> {
+        let graphs = self.graphs.lock();
+        let g = graphs.get(graph)?;
+        let mut out = Vec::new();
+        for i in g.order_indices()? {
+            let work = expand(&graphs, &g.nodes[i].ops, 0)?;
+            let ops = u32::try_from(work.len()).map_err(|_| CudaError::InvalidValue)?;
+            out.push(GraphOp::Node { handle: g.nodes[i].handle, ops, enabled: true });
+            out.extend(work);
+        }
+        Ok(out)
+    }
+
+    /// The work of `graph`, ordered by its dependencies.
     pub fn ordered_ops(&self, graph: u64) -> Result<Vec<GraphOp>, CudaError> {
-        self.graphs.lock().get(graph)?.order()
+        let graphs = self.graphs.lock();
+        expand(&graphs, &graphs.get(graph)?.order()?, 0)
     }
 
     /// The (function, data) of an executable graph's host nodes, in launch order.
     pub fn host_calls(&self, exec: u64) -> Result<Vec<(u64, u64)>, CudaError> {
         let execs = self.execs.lock();
-        let ops = execs.get(exec)?;
+        let ops = effective_ops(execs.get(exec)?);
         Ok(ops
             .iter()
             .filter_map(|op| match op {
@@ -159,9 +418,9 @@ impl GraphRegistry {
             .collect())
     }
 
-    /// The work of an executable graph.
+    /// The work of an executable graph, as it runs.
     pub fn exec_ops(&self, exec: u64) -> Result<Vec<GraphOp>, CudaError> {
-        Ok(self.execs.lock().get(exec)?.clone())
+        Ok(effective_ops(self.execs.lock().get(exec)?))
     }
 
     pub fn check_exec(&self, exec: u64) -> Result<(), CudaError> {
@@ -170,17 +429,36 @@ impl GraphRegistry {
 
     /// `cudaGraphExecUpdate`: an executable graph takes `graph`'s parameters when the work
     /// has the same shape and kernels. The `cudaGraphExecUpdateResult`.
+    ///
+    /// The executable graph keeps its nodes' handles (those of the graph it was instantiated
+    /// from) and whether each is enabled; an executable graph without node markers (from an
+    /// image of an older build) takes the new work as it is.
     pub fn update_exec(&self, exec: u64, graph: u64) -> Result<i32, CudaError> {
-        let new = self.graphs.lock().get(graph)?.order()?;
+        let mut new = self.exec_of(graph)?;
         let mut execs = self.execs.lock();
         let exec = execs.get_mut(exec)?;
+        let marked = exec.iter().any(|op| matches!(op, GraphOp::Node { .. }));
+        if !marked {
+            new.retain(|op| !matches!(op, GraphOp::Node { .. }));
+        }
         let verdict = if exec.len() != new.len() {
             Err(UPDATE_TOPOLOGY_CHANGED)
         } else {
-            exec.iter().zip(&new).try_for_each(|(a, b)| a.update_from(b))
+            exec.iter().zip(&new).try_for_each(|(a, b)| match (a, b) {
+                (GraphOp::Node { ops: x, .. }, GraphOp::Node { ops: y, .. }) if x != y => Err(UPDATE_TOPOLOGY_CHANGED),
+                _ => a.update_from(b),
+            })
         };
         Ok(match verdict {
             Ok(()) => {
+                for (old, op) in exec.iter().zip(new.iter_mut()) {
+                    if let (GraphOp::Node { handle, enabled, .. }, GraphOp::Node { handle: h, enabled: e, .. }) =
+                        (old, op)
+                    {
+                        *h = *handle;
+                        *e = *enabled;
+                    }
+                }
                 *exec = new;
                 UPDATE_SUCCESS
             }
@@ -252,6 +530,124 @@ impl GraphRegistry {
         self.execs.lock().drain();
         self.nodes.lock().drain();
     }
+}
+
+/// A node's parameters as words: by its type, the first op's fields (a kernel's parameter
+/// bytes after its fields, in words), and for a copy of several slices, the distance between
+/// slices and how many there are.
+fn node_params(node: &Node) -> Vec<u64> {
+    let slices = node.ops.len() as u64;
+    let slice_step = |a: u64, f: &dyn Fn(&GraphOp) -> u64| node.ops.get(1).map(|o| f(o).wrapping_sub(a)).unwrap_or(0);
+    match node.ops.first() {
+        Some(GraphOp::Kernel { function, grid, block, shared_mem, params, .. }) => {
+            let mut w = vec![
+                0,
+                *function,
+                u64::from(grid.x),
+                u64::from(grid.y),
+                u64::from(grid.z),
+                u64::from(block.x),
+                u64::from(block.y),
+                u64::from(block.z),
+                u64::from(*shared_mem),
+                params.len() as u64,
+            ];
+            w.extend(params.chunks(8).map(|c| {
+                let mut b = [0u8; 8];
+                b[..c.len()].copy_from_slice(c);
+                u64::from_ne_bytes(b)
+            }));
+            w
+        }
+        Some(GraphOp::Memset { dst, pitch, value, width, height }) => {
+            vec![2, *dst, *pitch, u64::from(*value), *width, *height]
+        }
+        Some(GraphOp::CopyOnDevice { dst, dpitch, src, spitch, width, height }) => {
+            let dslice = slice_step(*dst, &|o| if let GraphOp::CopyOnDevice { dst, .. } = o { *dst } else { 0 });
+            let sslice = slice_step(*src, &|o| if let GraphOp::CopyOnDevice { src, .. } = o { *src } else { 0 });
+            vec![1, *dst, *dpitch, *src, *spitch, *width, *height, slices, dslice, sslice, 0]
+        }
+        Some(GraphOp::CopyToDevice { dst, dpitch, width, height, .. }) => {
+            let dslice = slice_step(*dst, &|o| if let GraphOp::CopyToDevice { dst, .. } = o { *dst } else { 0 });
+            vec![1, *dst, *dpitch, 0, *width, *width, *height, slices, dslice, 0, 1]
+        }
+        Some(GraphOp::CopyPinned { device, host, count, to_device }) => {
+            let (dst, src) = if *to_device { (*device, *host) } else { (*host, *device) };
+            vec![1, dst, *count, src, *count, *count, 1, 1, 0, 0, if *to_device { 1 } else { 2 }]
+        }
+        Some(GraphOp::Host { func, data }) => vec![3, *func, *data],
+        Some(GraphOp::Child { graph }) => vec![4, *graph],
+        Some(GraphOp::EventWait { event }) => vec![6, *event],
+        Some(GraphOp::EventRecord { event }) => vec![7, *event],
+        // An empty node, a library call (parameters the guest cannot read), a child graph
+        // node of an older image (its work copied in).
+        _ => vec![u64::MAX],
+    }
+}
+
+/// `ops` with child graph nodes' graphs replaced by their work, in order.
+fn expand(graphs: &HandleTable<Graph>, ops: &[GraphOp], depth: usize) -> Result<Vec<GraphOp>, CudaError> {
+    if depth > MAX_NESTING {
+        return Err(CudaError::InvalidValue);
+    }
+    let mut out = Vec::with_capacity(ops.len());
+    for op in ops {
+        match op {
+            GraphOp::Child { graph } => out.extend(expand(graphs, &graphs.get(*graph)?.order()?, depth + 1)?),
+            op => out.push(op.clone()),
+        }
+    }
+    Ok(out)
+}
+
+/// Destroy the graphs child graph nodes' `ops` own.
+fn drop_children(graphs: &mut HandleTable<Graph>, nodes: &mut HandleTable<(u64, usize)>, ops: &[GraphOp]) {
+    for op in ops {
+        if let GraphOp::Child { graph } = op
+            && let Ok(g) = graphs.remove(*graph)
+        {
+            nodes.retain(|(owner, _)| owner != graph);
+            for n in &g.nodes {
+                drop_children(graphs, nodes, &n.ops);
+            }
+        }
+    }
+}
+
+/// Put a copy of `g` in `graphs` with new node handles (the graphs its child graph nodes own
+/// copied too); its handle.
+fn clone_into(
+    graphs: &mut HandleTable<Graph>,
+    nodes: &mut HandleTable<(u64, usize)>,
+    mut g: Graph,
+    new: &NewHandle<'_>,
+    depth: usize,
+) -> Result<u64, CudaError> {
+    if depth > MAX_NESTING {
+        return Err(CudaError::InvalidValue);
+    }
+    for n in &mut g.nodes {
+        for op in &mut n.ops {
+            if let GraphOp::Child { graph } = op {
+                let child = graphs.get(*graph)?.clone();
+                *graph = clone_into(graphs, nodes, child, &NewHandle { forced: None, full: new.full }, depth + 1)?;
+            }
+        }
+    }
+    let handle = graphs.add(Graph::default(), new)?;
+    let full = || CudaError::MemoryAllocation;
+    for (i, n) in g.nodes.iter_mut().enumerate() {
+        match nodes.add((handle, i), &NewHandle { forced: None, full: &full }) {
+            Ok(h) => n.handle = h,
+            Err(e) => {
+                nodes.retain(|(owner, _)| *owner != handle);
+                graphs.remove(handle).ok();
+                return Err(e);
+            }
+        }
+    }
+    *graphs.get_mut(handle)? = g;
+    Ok(handle)
 }
 
 #[cfg(test)]
@@ -326,5 +722,51 @@ mod tests {
             cooperative: false,
         };
         assert_eq!(a.update_from(&kernel), Err(crate::capture::UPDATE_NODE_TYPE_CHANGED));
+    }
+
+    #[test]
+    fn nodes_are_destroyed_set_cloned_and_disabled_in_executable_graphs() {
+        let full = || CudaError::MemoryAllocation;
+        let new = NewHandle { forced: None, full: &full };
+        let r = registry();
+        let memset = |value| GraphOp::Memset { dst: 0x1000, pitch: 4, value, width: 4, height: 1 };
+        let g = r.create_captured(vec![memset(1), memset(2), memset(3)], &new, &full).unwrap();
+        let (nodes, _) = r.nodes(g, 3).unwrap();
+        let h: Vec<u64> = nodes.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap())).collect();
+        assert_eq!(r.query(query::EDGES, g).unwrap(), vec![h[0], h[1], h[1], h[2]]);
+        assert_eq!(r.query(query::ROOTS, g).unwrap(), vec![h[0]]);
+        let exec = r.instantiate(g, &new).unwrap();
+        // Disabled: its work is skipped; set: the executable graph's copy only.
+        r.node_enabled(exec, h[1], Some(false)).unwrap();
+        assert_eq!(r.exec_ops(exec).unwrap(), vec![memset(1), memset(3)]);
+        let scratch = r.create(&new).unwrap();
+        let from = r.add_node(scratch, NODE_MEMSET, vec![memset(9)], vec![], &full).unwrap();
+        r.set_exec_node(exec, h[2], from).unwrap();
+        assert_eq!(r.exec_ops(exec).unwrap(), vec![memset(1), memset(9)]);
+        assert_eq!(r.query(query::PARAMS, h[2]).unwrap()[3], 3, "the graph keeps its parameters");
+        assert!(r.query(query::PARAMS, from).is_err(), "the scratch node is gone");
+        // A clone has the same shape; a destroyed node takes its edges along.
+        let clone = r.clone_graph(g, &new).unwrap();
+        let found = r.find_in_clone(h[1], clone).unwrap();
+        assert_ne!(found, h[1]);
+        r.destroy_node(h[1]).unwrap();
+        assert_eq!(r.query(query::EDGES, g).unwrap(), Vec::<u64>::new());
+        assert_eq!(r.query(query::ROOTS, g).unwrap(), vec![h[0], h[2]]);
+        assert_eq!(r.node_kind(h[2]).unwrap(), NODE_MEMSET);
+        assert_eq!(r.find_in_clone(h[2], clone).unwrap_err(), CudaError::InvalidValue, "no longer its shape");
+        assert_eq!(r.query(query::DEPENDENCIES, found).unwrap().len(), 1);
+        // The executable graph and the clone come back from an image.
+        let restored = registry();
+        restored.load(&r.snapshot(), &|a| a).unwrap();
+        assert_eq!(restored.exec_ops(exec).unwrap(), vec![memset(1), memset(9)]);
+        assert!(restored.node_enabled(exec, found, None).is_err(), "a node of another graph");
+        // A child graph node owns a copy of the child, destroyed with it.
+        let parent = r.create(&new).unwrap();
+        let child = r.add_child_node(parent, clone, vec![], &full, &full).unwrap();
+        let owned = r.query(query::PARAMS, child).unwrap()[1];
+        assert_ne!(owned, clone);
+        assert_eq!(r.ordered_ops(parent).unwrap(), vec![memset(1), memset(2), memset(3)]);
+        r.destroy(parent).unwrap();
+        assert!(r.ordered_ops(owned).is_err());
     }
 }

@@ -16,8 +16,7 @@ use phos_protocol::{CudaError, Ptr};
 use super::{CallCx, Session};
 use crate::backend::{Copy2D, StreamRef};
 use crate::capture::{
-    GraphOp, NODE_EMPTY, NODE_EVENT_RECORD, NODE_GRAPH, NODE_HOST, NODE_KERNEL, NODE_MEMCPY, NODE_MEMSET,
-    NODE_WAIT_EVENT,
+    GraphOp, NODE_EMPTY, NODE_EVENT_RECORD, NODE_HOST, NODE_KERNEL, NODE_MEMCPY, NODE_MEMSET, NODE_WAIT_EVENT,
 };
 use crate::dispatch::cudart::CudartService;
 
@@ -177,6 +176,8 @@ impl Session {
                 }
                 GraphOp::EventRecord { event } => b.event_record(self.objects.events.resolve(*event)?, on)?,
                 GraphOp::EventWait { event } => b.stream_wait_event(on, self.objects.events.resolve(*event)?)?,
+                // Markers and child graphs are resolved when the executable graph is made.
+                GraphOp::Node { .. } | GraphOp::Child { .. } => {}
             }
         }
         Ok(())
@@ -1380,14 +1381,51 @@ impl CudartService for Session {
         cx: &CallCx,
         req: PhosGraphAddChildNodeRequest<'_>,
     ) -> Result<PhosGraphAddChildNodeReply, CudaError> {
-        if req.child == req.graph {
-            return Err(CudaError::InvalidValue);
-        }
-        // The child's work as it is now: later changes to the child do not reach the node.
-        let ops = self.objects.graphs.ordered_ops(req.child)?;
+        // The node owns a copy of the child as it is now: later changes to the child do not
+        // reach the node (cudaGraphChildGraphNodeGetGraph answers the copy).
         let deps = self.objects.graphs.node_indices(req.graph, req.deps)?;
-        let node = self.add_node(cx, req.graph, NODE_GRAPH, ops, deps)?;
+        let node = self.objects.graphs.add_child_node(
+            req.graph,
+            req.child,
+            deps,
+            &|| self.refuse(cx, LimitKind::Graphs),
+            &|| self.refuse(cx, LimitKind::GraphNodes),
+        )?;
         Ok(PhosGraphAddChildNodeReply { pGraphNode: node })
+    }
+
+    fn phos_graph_query(&self, _: &CallCx, req: PhosGraphQueryRequest) -> Result<PhosGraphQueryReply, CudaError> {
+        let words = self.objects.graphs.query(req.what, req.handle)?;
+        let count = words.len() as u64;
+        let max = req.max as usize;
+        let mut out: Vec<u8> = words.iter().take(max).flat_map(|w| w.to_ne_bytes()).collect();
+        out.resize(max * 8, 0);
+        Ok(PhosGraphQueryReply { words: out, count })
+    }
+
+    fn phos_graph_edit(&self, cx: &CallCx, req: PhosGraphEditRequest) -> Result<PhosGraphEditReply, CudaError> {
+        let g = &self.objects.graphs;
+        let (a, b, c) = (req.a, req.b, req.c);
+        let value = match req.what {
+            0 => g.destroy_node(a).map(|_| 0)?,
+            1 => g.set_node(a, b).map(|_| 0)?,
+            2 => g.set_exec_node(a, b, c).map(|_| 0)?,
+            3 => {
+                if c > 1 {
+                    return Err(CudaError::InvalidValue);
+                }
+                g.node_enabled(a, b, Some(c == 1)).map(|_| 0)?
+            }
+            4 => u64::from(g.node_enabled(a, b, None)?),
+            5 => self.with_new_handle(cx, LimitKind::Graphs, |new| g.clone_graph(a, new))?,
+            6 => g.find_in_clone(a, b)?,
+            _ => {
+                let from = g.node_indices(a, &b.to_ne_bytes())?;
+                let to = g.node_indices(a, &c.to_ne_bytes())?;
+                g.remove_dependency(a, from[0], to[0]).map(|_| 0)?
+            }
+        };
+        Ok(PhosGraphEditReply { value })
     }
 
     fn phos_graph_host_nodes(

@@ -9,9 +9,9 @@ use phos_protocol::CudaError;
 use phos_protocol::cudart::{
     PhosGraphAddChildNodeRequest, PhosGraphAddCopyNodeRequest, PhosGraphAddDependenciesRequest,
     PhosGraphAddEmptyNodeRequest, PhosGraphAddEventNodeRequest, PhosGraphAddHostNodeRequest,
-    PhosGraphAddKernelNodeRequest, PhosGraphAddSetNodeRequest, PhosGraphExecUpdateRequest, PhosGraphHostNodesRequest,
-    PhosGraphInstantiateRequest, PhosGraphLaunchHostRequest, PhosGraphNodesRequest, PhosStreamCaptureInfoRequest,
-    consts,
+    PhosGraphAddKernelNodeRequest, PhosGraphAddSetNodeRequest, PhosGraphEditRequest, PhosGraphExecUpdateRequest,
+    PhosGraphHostNodesRequest, PhosGraphInstantiateRequest, PhosGraphLaunchHostRequest, PhosGraphNodesRequest,
+    PhosGraphQueryRequest, PhosStreamCaptureInfoRequest, consts,
 };
 use phos_protocol::types::Dim3;
 use phos_protocol::{CudaError as E, Ptr};
@@ -60,6 +60,7 @@ pub unsafe fn instantiate(exec: *mut *mut c_void, graph: *mut c_void, flags: u64
     }
     let reply = runtime::call(&PhosGraphInstantiateRequest { graph: graph as usize as u64 })?;
     note_host_nodes(reply.pGraphExec)?;
+    EXEC_FLAGS.lock().unwrap_or_else(PoisonError::into_inner).insert(reply.pGraphExec, flags);
     // SAFETY: not null (checked above), so writable (this function's contract).
     unsafe { *exec = reply.pGraphExec as usize as *mut c_void };
     Ok(())
@@ -259,7 +260,12 @@ unsafe fn copy_node(
                 depth: d,
                 direction,
             };
-            Ok(runtime::call(&request)?.pGraphNode)
+            let node = runtime::call(&request)?.pGraphNode;
+            if host {
+                // What `cudaGraphMemcpyNodeGetParams` answers as the source.
+                HOST_SOURCES.lock().unwrap_or_else(PoisonError::into_inner).insert(node, (src, spitch, sslice));
+            }
+            Ok(node)
         })
     }
 }
@@ -394,6 +400,30 @@ pub unsafe fn add_dependencies(
     let from = unsafe { handles(from, count)? };
     // SAFETY: and so does `to`.
     let to = unsafe { handles(to, count)? };
+    runtime::call(&PhosGraphAddDependenciesRequest { graph, from: &from, to: &to, numDependencies: count as u64 })
+        .map(|_| ())
+}
+
+/// `cudaGraphAddDependencies_v2`: edge data must be absent or default.
+///
+/// # Safety
+/// `from` and `to` hold `count` handles; a non-null `edges` holds `count` edge data.
+pub unsafe fn add_dependencies_with_edges(
+    graph: u64,
+    from: *const u64,
+    to: *const u64,
+    edges: *const u8,
+    count: usize,
+) -> Result<(), CudaError> {
+    // SAFETY: `count` handles at `from` (this function's contract).
+    let from = unsafe { handles(from, count)? };
+    // SAFETY: and at `to`.
+    let to = unsafe { handles(to, count)? };
+    // SAFETY: as above, for the edge data.
+    if !edges.is_null() && count > 0 && unsafe { std::slice::from_raw_parts(edges, count * 8) }.iter().any(|&b| b != 0)
+    {
+        return Err(E::NotSupported);
+    }
     runtime::call(&PhosGraphAddDependenciesRequest { graph, from: &from, to: &to, numDependencies: count as u64 })
         .map(|_| ())
 }
@@ -707,4 +737,573 @@ pub unsafe fn add_node_with_params(
         }
         _ => Err(E::InvalidValue),
     }
+}
+
+// ---- Node queries, edits, clones and executable graph updates
+
+/// The flags each executable graph was instantiated with (`cudaGraphExecGetFlags`).
+static EXEC_FLAGS: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
+/// The host source (address, pitch, slice) of each copy node this process added from the host:
+/// the node keeps the data, CUDA's parameters name the source.
+static HOST_SOURCES: Mutex<BTreeMap<u64, (u64, u64, u64)>> = Mutex::new(BTreeMap::new());
+/// The parameter storage `cudaGraphKernelNodeGetParams` points into, per node: the buffer and
+/// the pointer array (valid until the next query of the node).
+#[allow(clippy::type_complexity)]
+static KERNEL_PARAMS: Mutex<BTreeMap<u64, (Box<[u8]>, Box<[usize]>)>> = Mutex::new(BTreeMap::new());
+/// A graph of the session's that no application sees: setters add a node of the new
+/// parameters there, and the server moves them into the node being set.
+static SCRATCH: Mutex<u64> = Mutex::new(0);
+
+/// What `phosGraphQuery` answers.
+const Q_ROOTS: i32 = 0;
+const Q_EDGES: i32 = 1;
+const Q_DEPENDENCIES: i32 = 2;
+const Q_DEPENDENTS: i32 = 3;
+const Q_PARAMS: i32 = 4;
+const Q_GRAPH: i32 = 5;
+
+/// What `phosGraphEdit` does.
+const EDIT_DESTROY: i32 = 0;
+const EDIT_SET: i32 = 1;
+const EDIT_EXEC_SET: i32 = 2;
+const EDIT_ENABLE: i32 = 3;
+const EDIT_ENABLED: i32 = 4;
+const EDIT_CLONE: i32 = 5;
+const EDIT_FIND: i32 = 6;
+const EDIT_REMOVE_EDGE: i32 = 7;
+
+fn query(what: i32, handle: u64) -> Result<Vec<u64>, CudaError> {
+    let count = runtime::call(&PhosGraphQueryRequest { what, handle, max: 0 })?.count;
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    let reply = runtime::call(&PhosGraphQueryRequest { what, handle, max: count })?;
+    Ok(reply.words.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes"))).collect())
+}
+
+fn edit(what: i32, a: u64, b: u64, c: u64) -> Result<u64, CudaError> {
+    Ok(runtime::call(&PhosGraphEditRequest { what, a, b, c })?.value)
+}
+
+/// A node's type and parameters as the server keeps them: the words of `phosGraphQuery`'s
+/// parameters, checked to be of `kind`.
+fn params_of(node: u64, kind: i32) -> Result<Vec<u64>, CudaError> {
+    let words = query(Q_PARAMS, node).map_err(|_| E::InvalidValue)?;
+    if words.first().copied() != Some(kind as u64) {
+        return Err(E::InvalidValue);
+    }
+    Ok(words)
+}
+
+/// Write `list` to an application's array of `*count` entries (null entries after it), and
+/// the count written; with `out` null, how many there are.
+///
+/// # Safety
+/// `count` must be null or writable; a non-null `out` must have room for `*count` words.
+unsafe fn write_list(list: &[u64], out: *mut u64, count: *mut usize) -> Result<(), CudaError> {
+    if count.is_null() {
+        return Err(E::InvalidValue);
+    }
+    if out.is_null() {
+        // SAFETY: not null (checked above), so writable (this function's contract).
+        unsafe { *count = list.len() };
+        return Ok(());
+    }
+    // SAFETY: not null (checked above), readable.
+    let room = unsafe { *count };
+    for i in 0..room {
+        // SAFETY: `i < room`: within the room of the non-null `out` (this function's contract).
+        let at = unsafe { out.add(i) };
+        // SAFETY: a word's room there, written without assuming alignment.
+        unsafe { at.write_unaligned(list.get(i).copied().unwrap_or(0)) };
+    }
+    // SAFETY: not null (checked above), so writable.
+    unsafe { *count = room.min(list.len()) };
+    Ok(())
+}
+
+/// Zero `cudaGraphEdgeData` (8 bytes each) for `n` edges: the default edges Phos carries.
+///
+/// # Safety
+/// A non-null `edges` must have room for `n` edge data.
+unsafe fn zero_edges(edges: *mut u8, n: usize) {
+    if !edges.is_null() && n > 0 {
+        // SAFETY: room for `n` edge data of 8 bytes at the non-null `edges` (this function's
+        // contract).
+        unsafe { std::ptr::write_bytes(edges, 0, n * 8) };
+    }
+}
+
+/// `cudaGraphGetRootNodes`.
+///
+/// # Safety
+/// As [`write_list`].
+pub unsafe fn get_root_nodes(graph: u64, out: *mut u64, count: *mut usize) -> Result<(), CudaError> {
+    let list = query(Q_ROOTS, graph)?;
+    // SAFETY: this function's contract.
+    unsafe { write_list(&list, out, count) }
+}
+
+/// `cudaGraphGetEdges` (with `edges`, CUDA 13's and `_v2`'s edge data).
+///
+/// # Safety
+/// `count` writable; non-null `from`, `to` and `edges` with room for `*count` entries.
+pub unsafe fn get_edges(
+    graph: u64,
+    from: *mut u64,
+    to: *mut u64,
+    edges: *mut u8,
+    count: *mut usize,
+) -> Result<(), CudaError> {
+    if count.is_null() || from.is_null() != to.is_null() {
+        return Err(E::InvalidValue);
+    }
+    let words = query(Q_EDGES, graph)?;
+    let froms: Vec<u64> = words.chunks_exact(2).map(|p| p[0]).collect();
+    let tos: Vec<u64> = words.chunks_exact(2).map(|p| p[1]).collect();
+    if from.is_null() {
+        if !edges.is_null() {
+            return Err(E::InvalidValue);
+        }
+        // SAFETY: this function's contract.
+        return unsafe { write_list(&froms, std::ptr::null_mut(), count) };
+    }
+    // SAFETY: readable (this function's contract).
+    let room = unsafe { *count };
+    // SAFETY: `to` has room for `room` entries, `count` is writable (this function's contract).
+    unsafe { write_list(&tos, to, count)? };
+    // SAFETY: `count` is writable (this function's contract).
+    unsafe { *count = room };
+    // SAFETY: `from` has room for `room` entries (this function's contract).
+    unsafe { write_list(&froms, from, count)? };
+    // SAFETY: a non-null `edges` has room for `room` edge data (this function's contract).
+    unsafe { zero_edges(edges, room) };
+    Ok(())
+}
+
+/// `cudaGraphNodeGetDependencies` (`dependents` false) and `GetDependentNodes`.
+///
+/// # Safety
+/// As [`write_list`]; a non-null `edges` with room for `*count` edge data.
+pub unsafe fn node_edges(
+    node: u64,
+    dependents: bool,
+    out: *mut u64,
+    edges: *mut u8,
+    count: *mut usize,
+) -> Result<(), CudaError> {
+    let list = query(if dependents { Q_DEPENDENTS } else { Q_DEPENDENCIES }, node).map_err(|_| E::InvalidValue)?;
+    if out.is_null() && !edges.is_null() {
+        return Err(E::InvalidValue);
+    }
+    // SAFETY: this function's contract.
+    unsafe { write_list(&list, out, count)? };
+    if !out.is_null() {
+        // SAFETY: `count` is readable (it was just written).
+        let written = unsafe { *count };
+        // SAFETY: a non-null `edges` has room for `*count` edge data (this function's
+        // contract), and `written` is at most that.
+        unsafe { zero_edges(edges, written) };
+    }
+    Ok(())
+}
+
+/// `cudaGraphRemoveDependencies` (edge data, where the ABI has it, must be default).
+///
+/// # Safety
+/// `from` and `to` hold `count` handles; a non-null `edges` holds `count` edge data.
+pub unsafe fn remove_dependencies(
+    graph: u64,
+    from: *const u64,
+    to: *const u64,
+    edges: *const u8,
+    count: usize,
+) -> Result<(), CudaError> {
+    // SAFETY: `count` handles at `from` (this function's contract).
+    let from = unsafe { handles(from, count)? };
+    // SAFETY: and at `to`.
+    let to = unsafe { handles(to, count)? };
+    // SAFETY: as above, for the edge data.
+    if !edges.is_null() && count > 0 && unsafe { std::slice::from_raw_parts(edges, count * 8) }.iter().any(|&b| b != 0)
+    {
+        return Err(E::NotSupported);
+    }
+    let word = |b: &[u8]| u64::from_ne_bytes(b.try_into().expect("8 bytes"));
+    for (f, t) in from.chunks_exact(8).zip(to.chunks_exact(8)) {
+        edit(EDIT_REMOVE_EDGE, graph, word(f), word(t))?;
+    }
+    Ok(())
+}
+
+pub fn destroy_node(node: u64) -> Result<(), CudaError> {
+    edit(EDIT_DESTROY, node, 0, 0).map(|_| ())
+}
+
+/// `cudaGraphClone`.
+///
+/// # Safety
+/// A non-null `out` must be writable.
+pub unsafe fn clone_graph(out: *mut u64, graph: u64) -> Result<(), CudaError> {
+    if out.is_null() {
+        return Err(E::InvalidValue);
+    }
+    let clone = edit(EDIT_CLONE, graph, 0, 0)?;
+    // SAFETY: not null (checked above), so writable.
+    unsafe { out.write_unaligned(clone) };
+    Ok(())
+}
+
+/// `cudaGraphNodeFindInClone`.
+///
+/// # Safety
+/// A non-null `out` must be writable.
+pub unsafe fn find_in_clone(out: *mut u64, node: u64, clone: u64) -> Result<(), CudaError> {
+    if out.is_null() {
+        return Err(E::InvalidValue);
+    }
+    let found = edit(EDIT_FIND, node, clone, 0).map_err(|_| E::InvalidValue)?;
+    // SAFETY: not null (checked above), so writable.
+    unsafe { out.write_unaligned(found) };
+    Ok(())
+}
+
+/// One word of a node's, written to `out`.
+///
+/// # Safety
+/// A non-null `out` must be writable.
+unsafe fn node_word(node: u64, kind: i32, out: *mut u64) -> Result<(), CudaError> {
+    if out.is_null() {
+        return Err(E::InvalidValue);
+    }
+    let words = params_of(node, kind)?;
+    // SAFETY: not null (checked above), so writable.
+    unsafe { out.write_unaligned(words.get(1).copied().unwrap_or(0)) };
+    Ok(())
+}
+
+/// `cudaGraphChildGraphNodeGetGraph`: the graph the node owns.
+///
+/// # Safety
+/// A non-null `out` must be writable.
+pub unsafe fn child_graph(node: u64, out: *mut u64) -> Result<(), CudaError> {
+    // SAFETY: this function's contract.
+    unsafe { node_word(node, NODE_GRAPH, out) }
+}
+
+/// `cudaGraphEventRecordNodeGetEvent` (`wait` false) and `cudaGraphEventWaitNodeGetEvent`.
+///
+/// # Safety
+/// A non-null `out` must be writable.
+pub unsafe fn node_event(node: u64, wait: bool, out: *mut u64) -> Result<(), CudaError> {
+    // SAFETY: this function's contract.
+    unsafe { node_word(node, if wait { NODE_WAIT_EVENT } else { NODE_EVENT_RECORD }, out) }
+}
+
+/// `cudaGraphNodeGetContainingGraph`.
+///
+/// # Safety
+/// A non-null `out` must be writable.
+pub unsafe fn containing_graph(node: u64, out: *mut u64) -> Result<(), CudaError> {
+    if out.is_null() {
+        return Err(E::InvalidValue);
+    }
+    let graph = *query(Q_GRAPH, node).map_err(|_| E::InvalidValue)?.first().ok_or(E::InvalidValue)?;
+    // SAFETY: not null (checked above), so writable.
+    unsafe { out.write_unaligned(graph) };
+    Ok(())
+}
+
+/// The scratch graph, made when first needed.
+fn scratch() -> Result<u64, CudaError> {
+    let mut g = SCRATCH.lock().unwrap_or_else(PoisonError::into_inner);
+    if *g == 0 {
+        *g = runtime::call(&phos_protocol::cudart::CudaGraphCreateRequest { flags: 0 })?.pGraph;
+    }
+    Ok(*g)
+}
+
+/// A setter: `add` makes a node of the new parameters in the scratch graph (checked as an
+/// added node is), whose work the server moves into `node` (of executable graph `exec`, when
+/// not 0). A node of another type is `cudaErrorInvalidValue`.
+fn set_from(exec: u64, node: u64, add: impl FnOnce(*mut u64, u64) -> Result<(), CudaError>) -> Result<(), CudaError> {
+    let kind = query(Q_PARAMS, node).ok().and_then(|w| w.first().copied());
+    if exec == 0 && kind.is_none() {
+        return Err(E::InvalidValue);
+    }
+    let graph = scratch()?;
+    let mut from = 0u64;
+    add(&mut from, graph)?;
+    if exec == 0 { edit(EDIT_SET, node, from, 0) } else { edit(EDIT_EXEC_SET, exec, node, from) }?;
+    if exec == 0 {
+        // A host source the node now names.
+        let mut sources = HOST_SOURCES.lock().unwrap_or_else(PoisonError::into_inner);
+        match sources.remove(&from) {
+            Some(s) => sources.insert(node, s),
+            None => sources.remove(&node),
+        };
+    }
+    Ok(())
+}
+
+/// `cudaGraphEventRecordNodeSetEvent` and the wait, executable graph (`exec` not 0) forms.
+pub fn set_event(exec: u64, node: u64, wait: bool, event: u64) -> Result<(), CudaError> {
+    // SAFETY: a writable node handle, no dependencies.
+    set_from(exec, node, |out, g| unsafe { add_event_node(out, g, std::ptr::null(), 0, event, wait) })
+}
+
+/// `cudaGraph[Exec]KernelNodeSetParams`.
+///
+/// # Safety
+/// `p` as `cudaGraphAddKernelNode` takes it.
+pub unsafe fn set_kernel(exec: u64, node: u64, p: *const c_void) -> Result<(), CudaError> {
+    // SAFETY: a writable node handle, no dependencies, `p` as this function's contract gives it.
+    set_from(exec, node, |out, g| unsafe { add_kernel_node(out, g, std::ptr::null(), 0, p) })
+}
+
+/// `cudaGraph[Exec]MemcpyNodeSetParams`.
+///
+/// # Safety
+/// `p` as `cudaGraphAddMemcpyNode` takes it.
+pub unsafe fn set_memcpy(exec: u64, node: u64, p: *const c_void) -> Result<(), CudaError> {
+    // SAFETY: as `set_kernel`'s.
+    set_from(exec, node, |out, g| unsafe { add_memcpy_node(out, g, std::ptr::null(), 0, p) })
+}
+
+/// `cudaGraph[Exec]MemcpyNodeSetParams1D`.
+///
+/// # Safety
+/// As `cudaGraphAddMemcpyNode1D`'s.
+pub unsafe fn set_memcpy_1d(
+    exec: u64,
+    node: u64,
+    dst: *mut c_void,
+    src: *const c_void,
+    bytes: usize,
+    kind: i32,
+) -> Result<(), CudaError> {
+    // SAFETY: as `set_kernel`'s.
+    set_from(exec, node, |out, g| unsafe { add_memcpy_node_1d(out, g, std::ptr::null(), 0, dst, src, bytes, kind) })
+}
+
+/// `cudaGraph[Exec]MemsetNodeSetParams`.
+///
+/// # Safety
+/// `p` as `cudaGraphAddMemsetNode` takes it.
+pub unsafe fn set_memset(exec: u64, node: u64, p: *const c_void) -> Result<(), CudaError> {
+    // SAFETY: as `set_kernel`'s.
+    set_from(exec, node, |out, g| unsafe { add_memset_node(out, g, std::ptr::null(), 0, p) })
+}
+
+/// `cudaGraph[Exec]HostNodeSetParams`.
+///
+/// # Safety
+/// `p` as `cudaGraphAddHostNode` takes it.
+pub unsafe fn set_host(exec: u64, node: u64, p: *const c_void) -> Result<(), CudaError> {
+    // SAFETY: as `set_kernel`'s.
+    set_from(exec, node, |out, g| unsafe { add_host_node(out, g, std::ptr::null(), 0, p) })
+}
+
+/// `cudaGraphExecChildGraphNodeSetParams`: the child must have the node's shape.
+pub fn set_exec_child(exec: u64, node: u64, child: u64) -> Result<(), CudaError> {
+    // SAFETY: a writable node handle, no dependencies.
+    set_from(exec, node, |out, g| unsafe { add_child_node(out, g, std::ptr::null(), 0, child) })
+}
+
+/// `cudaGraphNodeSetParams` and `cudaGraphExecNodeSetParams`.
+///
+/// # Safety
+/// `p` as `cudaGraphAddNode` takes it.
+pub unsafe fn set_with_params(exec: u64, node: u64, p: *mut c_void) -> Result<(), CudaError> {
+    // SAFETY: as `set_kernel`'s.
+    set_from(exec, node, |out, g| unsafe { add_node_with_params(out, g, std::ptr::null(), std::ptr::null(), 0, p) })
+}
+
+/// `cudaGraphNodeSetEnabled`.
+pub fn set_enabled(exec: u64, node: u64, enabled: u32) -> Result<(), CudaError> {
+    edit(EDIT_ENABLE, exec, node, u64::from(enabled != 0)).map(|_| ())
+}
+
+/// `cudaGraphNodeGetEnabled`.
+///
+/// # Safety
+/// A non-null `out` must be writable.
+pub unsafe fn get_enabled(exec: u64, node: u64, out: *mut u32) -> Result<(), CudaError> {
+    if out.is_null() {
+        return Err(E::InvalidValue);
+    }
+    let enabled = edit(EDIT_ENABLED, exec, node, 0)?;
+    // SAFETY: not null (checked above), so writable.
+    unsafe { out.write_unaligned(enabled as u32) };
+    Ok(())
+}
+
+/// `cudaGraphExecGetFlags`.
+///
+/// # Safety
+/// A non-null `out` must be writable.
+pub unsafe fn exec_flags(exec: u64, out: *mut u64) -> Result<(), CudaError> {
+    if out.is_null() {
+        return Err(E::InvalidValue);
+    }
+    let flags = EXEC_FLAGS.lock().unwrap_or_else(PoisonError::into_inner).get(&exec).copied();
+    let flags = match flags {
+        Some(f) => f,
+        // Made before this process's library noted it (a restored image): its handle is
+        // checked, its flags are not known, as none were given.
+        None => runtime::call(&PhosGraphHostNodesRequest { graphExec: exec, stream: 0, firstGate: 0, max: 0 })
+            .map(|_| 0)
+            .map_err(|_| E::InvalidValue)?,
+    };
+    // SAFETY: not null (checked above), so writable.
+    unsafe { out.write_unaligned(flags) };
+    Ok(())
+}
+
+/// `cudaGraphKernelNodeGetParams`: the kernel's host function, its shape and its arguments
+/// (pointers into storage kept until the node is queried again).
+///
+/// # Safety
+/// A non-null `out` must be a writable `cudaKernelNodeParams`.
+pub unsafe fn kernel_params(node: u64, out: *mut c_void) -> Result<(), CudaError> {
+    if out.is_null() {
+        return Err(E::InvalidValue);
+    }
+    let w = params_of(node, NODE_KERNEL)?;
+    if w.len() < 10 {
+        // A library call's kernel node: its kernels are the library's.
+        return Err(E::NotSupported);
+    }
+    let (host_fun, kernel) = crate::registry::kernel_of_remote(w[1]).ok_or(E::InvalidDeviceFunction)?;
+    let layout = kernel.layout()?;
+    let len = w[9] as usize;
+    let bytes: Vec<u8> = w[10..].iter().flat_map(|x| x.to_ne_bytes()).take(len).collect();
+    let buffer: Box<[u8]> = bytes.into_boxed_slice();
+    let base = buffer.as_ptr() as usize;
+    let pointers: Box<[usize]> =
+        layout.params.iter().map(|&(offset, _)| base + offset.min(buffer.len())).collect::<Vec<_>>().into_boxed_slice();
+    let dim = |a: u64, b: u64, c: u64| Dim3 { x: a as u32, y: b as u32, z: c as u32 };
+    let k = KernelNodeParams {
+        func: host_fun as *const c_void,
+        grid: dim(w[2], w[3], w[4]),
+        block: dim(w[5], w[6], w[7]),
+        shared_mem: w[8] as u32,
+        kernel_params: pointers.as_ptr() as *mut *mut c_void,
+        extra: std::ptr::null_mut(),
+    };
+    // The boxes' heap storage does not move when they move into the map.
+    KERNEL_PARAMS.lock().unwrap_or_else(PoisonError::into_inner).insert(node, (buffer, pointers));
+    // SAFETY: not null (checked above): a writable `cudaKernelNodeParams` (this function's
+    // contract), written without assuming alignment.
+    unsafe { (out as *mut KernelNodeParams).write_unaligned(k) };
+    Ok(())
+}
+
+/// `cudaGraphMemsetNodeGetParams`: in bytes (a memset node keeps a repeated byte).
+///
+/// # Safety
+/// A non-null `out` must be a writable `cudaMemsetParams`.
+pub unsafe fn memset_params(node: u64, out: *mut c_void) -> Result<(), CudaError> {
+    if out.is_null() {
+        return Err(E::InvalidValue);
+    }
+    let w = params_of(node, NODE_MEMSET)?;
+    let m = MemsetParams {
+        dst: w[1],
+        pitch: w[2] as usize,
+        value: w[3] as u32,
+        element_size: 1,
+        width: w[4] as usize,
+        height: w[5] as usize,
+    };
+    // SAFETY: not null (checked above): a writable `cudaMemsetParams` (this function's
+    // contract), written without assuming alignment.
+    unsafe { (out as *mut MemsetParams).write_unaligned(m) };
+    Ok(())
+}
+
+/// `cudaGraphHostNodeGetParams`.
+///
+/// # Safety
+/// A non-null `out` must be a writable `cudaHostNodeParams`.
+pub unsafe fn host_params(node: u64, out: *mut c_void) -> Result<(), CudaError> {
+    if out.is_null() {
+        return Err(E::InvalidValue);
+    }
+    let w = params_of(node, NODE_HOST)?;
+    // SAFETY: not null (checked above): a writable `cudaHostNodeParams` (this function's
+    // contract), written without assuming alignment.
+    unsafe { (out as *mut HostNodeParams).write_unaligned(HostNodeParams { func: w[1], data: w[2] }) };
+    Ok(())
+}
+
+/// `cudaGraphMemcpyNodeGetParams`: a copy of pitched memory, no arrays.
+///
+/// # Safety
+/// A non-null `out` must be a writable `cudaMemcpy3DParms`.
+pub unsafe fn memcpy_params(node: u64, out: *mut c_void) -> Result<(), CudaError> {
+    use phos_protocol::types::{Extent, PitchedPtr};
+    if out.is_null() {
+        return Err(E::InvalidValue);
+    }
+    let w = params_of(node, NODE_MEMCPY)?;
+    let [_, dst, dpitch, mut src, mut spitch, width, height, depth, dslice, mut sslice, from_host] = w[..] else {
+        return Err(E::InvalidValue);
+    };
+    let kind = match from_host {
+        0 => consts::cudaMemcpyDeviceToDevice,
+        2 => consts::cudaMemcpyDeviceToHost,
+        _ => consts::cudaMemcpyHostToDevice,
+    };
+    if from_host == 1
+        && let Some(&(s, p, sl)) = HOST_SOURCES.lock().unwrap_or_else(PoisonError::into_inner).get(&node)
+    {
+        (src, spitch, sslice) = (s, p, sl);
+    }
+    let rows = |pitch: u64, slice: u64| if depth > 1 && pitch > 0 { (slice / pitch) as usize } else { height as usize };
+    let p = Memcpy3DParms {
+        src_array: 0,
+        src_pos: Extent::default(),
+        src_ptr: PitchedPtr { ptr: src, pitch: spitch as usize, xsize: width as usize, ysize: rows(spitch, sslice) },
+        dst_array: 0,
+        dst_pos: Extent::default(),
+        dst_ptr: PitchedPtr { ptr: dst, pitch: dpitch as usize, xsize: width as usize, ysize: rows(dpitch, dslice) },
+        extent: Extent { width: width as usize, height: height as usize, depth: depth as usize },
+        kind,
+    };
+    // SAFETY: not null (checked above): a writable `cudaMemcpy3DParms` (this function's
+    // contract), written without assuming alignment.
+    unsafe { (out as *mut Memcpy3DParms).write_unaligned(p) };
+    Ok(())
+}
+
+/// `cudaGraphDebugDotPrint`: the graph's nodes (by type) and edges as a DOT file at `path`.
+///
+/// # Safety
+/// A non-null `path` must be a NUL-terminated string.
+pub unsafe fn debug_dot_print(graph: u64, path: *const std::ffi::c_char) -> Result<(), CudaError> {
+    use std::fmt::Write as _;
+    if path.is_null() {
+        return Err(E::InvalidValue);
+    }
+    // SAFETY: not null (checked above), a NUL-terminated string (this function's contract).
+    let path = unsafe { std::ffi::CStr::from_ptr(path) }.to_string_lossy().into_owned();
+    let mut count = 0usize;
+    // SAFETY: a writable count, no array.
+    unsafe { get_nodes(graph, std::ptr::null_mut(), &mut count)? };
+    let mut nodes = vec![0u64; count];
+    // SAFETY: room for `count` handles.
+    unsafe { get_nodes(graph, nodes.as_mut_ptr(), &mut count)? };
+    let names = ["kernel", "memcpy", "memset", "host", "graph", "empty", "wait_event", "event_record"];
+    let mut dot = format!("digraph dot_graph_{graph:x} {{\n");
+    for (i, &n) in nodes.iter().enumerate() {
+        let kind = query(Q_PARAMS, n)?.first().copied().unwrap_or(u64::MAX);
+        let name = names.get(kind as usize).copied().unwrap_or("node");
+        let _ = writeln!(dot, "  node_{n:x} [label=\"{i}: {name}\"];");
+    }
+    let edges = query(Q_EDGES, graph)?;
+    for pair in edges.chunks_exact(2) {
+        let _ = writeln!(dot, "  node_{:x} -> node_{:x};", pair[0], pair[1]);
+    }
+    dot.push_str("}\n");
+    std::fs::write(&path, dot).map_err(|_| E::OperatingSystem)
 }

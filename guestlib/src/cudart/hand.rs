@@ -1181,6 +1181,296 @@ impl HandWritten for Hand {
         code(unsafe { graphs::get_nodes(graph as usize as u64, nodes.cast(), count) })
     }
 
+    unsafe fn cudaGraphGetRootNodes(graph: *mut c_void, nodes: *mut *mut c_void, count: *mut usize) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::get_root_nodes`
+        // asks of them what CUDA asks of this export's caller.
+        code(unsafe { graphs::get_root_nodes(graph as usize as u64, nodes.cast(), count) })
+    }
+
+    unsafe fn cudaGraphGetEdges(
+        graph: *mut c_void,
+        from: *mut *mut c_void,
+        to: *mut *mut c_void,
+        edges_or_count: *mut c_void,
+        count_13: *mut usize,
+    ) -> i32 {
+        // CUDA 11 and 12: (graph, from, to, numEdges); CUDA 13 put edge data before the count.
+        let (edges, count) = if soname::current_abi().major() >= 13 {
+            (edges_or_count as *mut u8, count_13)
+        } else {
+            (std::ptr::null_mut(), edges_or_count as *mut usize)
+        };
+        // SAFETY: this export's arguments as its ABI places them: `graphs::get_edges` asks of
+        // them what CUDA asks of this export's caller.
+        code(unsafe { graphs::get_edges(graph as usize as u64, from.cast(), to.cast(), edges, count) })
+    }
+
+    unsafe fn cudaGraphGetEdges_v2(
+        graph: *mut c_void,
+        from: *mut *mut c_void,
+        to: *mut *mut c_void,
+        edges: *mut c_void,
+        count: *mut usize,
+    ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::get_edges` asks
+        // of them what CUDA asks of this export's caller.
+        code(unsafe { graphs::get_edges(graph as usize as u64, from.cast(), to.cast(), edges.cast(), count) })
+    }
+
+    unsafe fn cudaGraphNodeGetDependencies(
+        node: *mut c_void,
+        out: *mut *mut c_void,
+        edges_or_count: *mut c_void,
+        count_13: *mut usize,
+    ) -> i32 {
+        // SAFETY: this export's arguments as its ABI places them (see `node_edges_abi`).
+        code(unsafe { node_edges_abi(node, false, out, edges_or_count, count_13) })
+    }
+
+    unsafe fn cudaGraphNodeGetDependencies_v2(
+        node: *mut c_void,
+        out: *mut *mut c_void,
+        edges: *mut c_void,
+        count: *mut usize,
+    ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::node_edges`
+        // asks of them what CUDA asks of this export's caller.
+        code(unsafe { graphs::node_edges(node as usize as u64, false, out.cast(), edges.cast(), count) })
+    }
+
+    unsafe fn cudaGraphNodeGetDependentNodes(
+        node: *mut c_void,
+        out: *mut *mut c_void,
+        edges_or_count: *mut c_void,
+        count_13: *mut usize,
+    ) -> i32 {
+        // SAFETY: this export's arguments as its ABI places them (see `node_edges_abi`).
+        code(unsafe { node_edges_abi(node, true, out, edges_or_count, count_13) })
+    }
+
+    unsafe fn cudaGraphNodeGetDependentNodes_v2(
+        node: *mut c_void,
+        out: *mut *mut c_void,
+        edges: *mut c_void,
+        count: *mut usize,
+    ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::node_edges`
+        // asks of them what CUDA asks of this export's caller.
+        code(unsafe { graphs::node_edges(node as usize as u64, true, out.cast(), edges.cast(), count) })
+    }
+
+    unsafe fn cudaGraphRemoveDependencies(
+        graph: *mut c_void,
+        from: *const *mut c_void,
+        to: *const *mut c_void,
+        edges_or_count: *const c_void,
+        count_13: usize,
+    ) -> i32 {
+        // CUDA 11 and 12: (graph, from, to, numDependencies); CUDA 13 put edge data first.
+        let (edges, count) = if soname::current_abi().major() >= 13 {
+            (edges_or_count as *const u8, count_13)
+        } else {
+            (std::ptr::null(), edges_or_count as usize)
+        };
+        let g = graph as usize as u64;
+        // SAFETY: this export's arguments as its ABI places them:
+        // `graphs::remove_dependencies` asks of them what CUDA asks of this export's caller.
+        code(unsafe { graphs::remove_dependencies(g, from.cast(), to.cast(), edges, count) })
+    }
+
+    unsafe fn cudaGraphRemoveDependencies_v2(
+        graph: *mut c_void,
+        from: *const *mut c_void,
+        to: *const *mut c_void,
+        edges: *const c_void,
+        count: usize,
+    ) -> i32 {
+        let g = graph as usize as u64;
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `graphs::remove_dependencies` asks of them what CUDA asks of this export's caller.
+        code(unsafe { graphs::remove_dependencies(g, from.cast(), to.cast(), edges.cast(), count) })
+    }
+
+    unsafe fn cudaGraphAddDependencies_v2(
+        graph: *mut c_void,
+        from: *const *mut c_void,
+        to: *const *mut c_void,
+        edges: *const c_void,
+        count: usize,
+    ) -> i32 {
+        let g = graph as usize as u64;
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `graphs::add_dependencies_with_edges` asks of them what CUDA asks of this export's
+        // caller.
+        code(unsafe { graphs::add_dependencies_with_edges(g, from.cast(), to.cast(), edges.cast(), count) })
+    }
+
+    unsafe fn cudaGraphDestroyNode(node: *mut c_void) -> i32 {
+        code(graphs::destroy_node(node as usize as u64))
+    }
+
+    unsafe fn cudaGraphClone(out: *mut *mut c_void, graph: *mut c_void) -> i32 {
+        // SAFETY: a writable graph handle where CUDA asks for one.
+        code(unsafe { graphs::clone_graph(out.cast(), graph as usize as u64) })
+    }
+
+    unsafe fn cudaGraphNodeFindInClone(out: *mut *mut c_void, node: *mut c_void, clone: *mut c_void) -> i32 {
+        // SAFETY: a writable node handle where CUDA asks for one.
+        code(unsafe { graphs::find_in_clone(out.cast(), node as usize as u64, clone as usize as u64) })
+    }
+
+    unsafe fn cudaGraphChildGraphNodeGetGraph(node: *mut c_void, out: *mut *mut c_void) -> i32 {
+        // SAFETY: a writable graph handle where CUDA asks for one.
+        code(unsafe { graphs::child_graph(node as usize as u64, out.cast()) })
+    }
+
+    unsafe fn cudaGraphNodeGetContainingGraph(node: *mut c_void, out: *mut *mut c_void) -> i32 {
+        // SAFETY: a writable graph handle where CUDA asks for one.
+        code(unsafe { graphs::containing_graph(node as usize as u64, out.cast()) })
+    }
+
+    unsafe fn cudaGraphEventRecordNodeGetEvent(node: *mut c_void, out: *mut *mut c_void) -> i32 {
+        // SAFETY: a writable event handle where CUDA asks for one.
+        code(unsafe { graphs::node_event(node as usize as u64, false, out.cast()) })
+    }
+
+    unsafe fn cudaGraphEventWaitNodeGetEvent(node: *mut c_void, out: *mut *mut c_void) -> i32 {
+        // SAFETY: a writable event handle where CUDA asks for one.
+        code(unsafe { graphs::node_event(node as usize as u64, true, out.cast()) })
+    }
+
+    unsafe fn cudaGraphEventRecordNodeSetEvent(node: *mut c_void, event: *mut c_void) -> i32 {
+        code(graphs::set_event(0, node as usize as u64, false, event as usize as u64))
+    }
+
+    unsafe fn cudaGraphEventWaitNodeSetEvent(node: *mut c_void, event: *mut c_void) -> i32 {
+        code(graphs::set_event(0, node as usize as u64, true, event as usize as u64))
+    }
+
+    unsafe fn cudaGraphExecEventRecordNodeSetEvent(exec: *mut c_void, node: *mut c_void, event: *mut c_void) -> i32 {
+        code(exec_set(exec, |e| graphs::set_event(e, node as usize as u64, false, event as usize as u64)))
+    }
+
+    unsafe fn cudaGraphExecEventWaitNodeSetEvent(exec: *mut c_void, node: *mut c_void, event: *mut c_void) -> i32 {
+        code(exec_set(exec, |e| graphs::set_event(e, node as usize as u64, true, event as usize as u64)))
+    }
+
+    unsafe fn cudaGraphKernelNodeGetParams(node: *mut c_void, params: *mut c_void) -> i32 {
+        // SAFETY: a writable `cudaKernelNodeParams` where CUDA asks for one.
+        code(unsafe { graphs::kernel_params(node as usize as u64, params) })
+    }
+
+    unsafe fn cudaGraphKernelNodeSetParams(node: *mut c_void, params: *const c_void) -> i32 {
+        // SAFETY: the parameters as `cudaGraphAddKernelNode` takes them.
+        code(unsafe { graphs::set_kernel(0, node as usize as u64, params) })
+    }
+
+    unsafe fn cudaGraphExecKernelNodeSetParams(exec: *mut c_void, node: *mut c_void, params: *const c_void) -> i32 {
+        // SAFETY: the parameters as `cudaGraphAddKernelNode` takes them.
+        code(exec_set(exec, |e| unsafe { graphs::set_kernel(e, node as usize as u64, params) }))
+    }
+
+    unsafe fn cudaGraphMemcpyNodeGetParams(node: *mut c_void, params: *mut c_void) -> i32 {
+        // SAFETY: a writable `cudaMemcpy3DParms` where CUDA asks for one.
+        code(unsafe { graphs::memcpy_params(node as usize as u64, params) })
+    }
+
+    unsafe fn cudaGraphMemcpyNodeSetParams(node: *mut c_void, params: *const c_void) -> i32 {
+        // SAFETY: the parameters as `cudaGraphAddMemcpyNode` takes them.
+        code(unsafe { graphs::set_memcpy(0, node as usize as u64, params) })
+    }
+
+    unsafe fn cudaGraphExecMemcpyNodeSetParams(exec: *mut c_void, node: *mut c_void, params: *const c_void) -> i32 {
+        // SAFETY: the parameters as `cudaGraphAddMemcpyNode` takes them.
+        code(exec_set(exec, |e| unsafe { graphs::set_memcpy(e, node as usize as u64, params) }))
+    }
+
+    unsafe fn cudaGraphMemcpyNodeSetParams1D(
+        node: *mut c_void,
+        dst: *mut c_void,
+        src: *const c_void,
+        bytes: usize,
+        kind: i32,
+    ) -> i32 {
+        // SAFETY: the parameters as `cudaGraphAddMemcpyNode1D` takes them.
+        code(unsafe { graphs::set_memcpy_1d(0, node as usize as u64, dst, src, bytes, kind) })
+    }
+
+    unsafe fn cudaGraphExecMemcpyNodeSetParams1D(
+        exec: *mut c_void,
+        node: *mut c_void,
+        dst: *mut c_void,
+        src: *const c_void,
+        bytes: usize,
+        kind: i32,
+    ) -> i32 {
+        // SAFETY: the parameters as `cudaGraphAddMemcpyNode1D` takes them.
+        code(exec_set(exec, |e| unsafe { graphs::set_memcpy_1d(e, node as usize as u64, dst, src, bytes, kind) }))
+    }
+
+    unsafe fn cudaGraphMemsetNodeGetParams(node: *mut c_void, params: *mut c_void) -> i32 {
+        // SAFETY: a writable `cudaMemsetParams` where CUDA asks for one.
+        code(unsafe { graphs::memset_params(node as usize as u64, params) })
+    }
+
+    unsafe fn cudaGraphMemsetNodeSetParams(node: *mut c_void, params: *const c_void) -> i32 {
+        // SAFETY: the parameters as `cudaGraphAddMemsetNode` takes them.
+        code(unsafe { graphs::set_memset(0, node as usize as u64, params) })
+    }
+
+    unsafe fn cudaGraphExecMemsetNodeSetParams(exec: *mut c_void, node: *mut c_void, params: *const c_void) -> i32 {
+        // SAFETY: the parameters as `cudaGraphAddMemsetNode` takes them.
+        code(exec_set(exec, |e| unsafe { graphs::set_memset(e, node as usize as u64, params) }))
+    }
+
+    unsafe fn cudaGraphHostNodeGetParams(node: *mut c_void, params: *mut c_void) -> i32 {
+        // SAFETY: a writable `cudaHostNodeParams` where CUDA asks for one.
+        code(unsafe { graphs::host_params(node as usize as u64, params) })
+    }
+
+    unsafe fn cudaGraphHostNodeSetParams(node: *mut c_void, params: *const c_void) -> i32 {
+        // SAFETY: the parameters as `cudaGraphAddHostNode` takes them.
+        code(unsafe { graphs::set_host(0, node as usize as u64, params) })
+    }
+
+    unsafe fn cudaGraphExecHostNodeSetParams(exec: *mut c_void, node: *mut c_void, params: *const c_void) -> i32 {
+        // SAFETY: the parameters as `cudaGraphAddHostNode` takes them.
+        code(exec_set(exec, |e| unsafe { graphs::set_host(e, node as usize as u64, params) }))
+    }
+
+    unsafe fn cudaGraphExecChildGraphNodeSetParams(exec: *mut c_void, node: *mut c_void, child: *mut c_void) -> i32 {
+        code(exec_set(exec, |e| graphs::set_exec_child(e, node as usize as u64, child as usize as u64)))
+    }
+
+    unsafe fn cudaGraphNodeSetEnabled(exec: *mut c_void, node: *mut c_void, enabled: u32) -> i32 {
+        code(graphs::set_enabled(exec as usize as u64, node as usize as u64, enabled))
+    }
+
+    unsafe fn cudaGraphNodeGetEnabled(exec: *mut c_void, node: *mut c_void, enabled: *mut u32) -> i32 {
+        // SAFETY: a writable `unsigned int` where CUDA asks for one.
+        code(unsafe { graphs::get_enabled(exec as usize as u64, node as usize as u64, enabled) })
+    }
+
+    unsafe fn cudaGraphExecGetFlags(exec: *mut c_void, flags: *mut u64) -> i32 {
+        // SAFETY: a writable `unsigned long long` where CUDA asks for one.
+        code(unsafe { graphs::exec_flags(exec as usize as u64, flags) })
+    }
+
+    unsafe fn cudaGraphDebugDotPrint(graph: *mut c_void, path: *const c_char, _flags: u32) -> i32 {
+        // SAFETY: a NUL-terminated path where CUDA asks for one.
+        code(unsafe { graphs::debug_dot_print(graph as usize as u64, path) })
+    }
+
+    unsafe fn cudaGraphNodeSetParams(node: *mut c_void, params: *mut c_void) -> i32 {
+        // SAFETY: the parameters as `cudaGraphAddNode` takes them.
+        code(unsafe { graphs::set_with_params(0, node as usize as u64, params) })
+    }
+
+    unsafe fn cudaGraphExecNodeSetParams(exec: *mut c_void, node: *mut c_void, params: *mut c_void) -> i32 {
+        // SAFETY: the parameters as `cudaGraphAddNode` takes them.
+        code(exec_set(exec, |e| unsafe { graphs::set_with_params(e, node as usize as u64, params) }))
+    }
+
     unsafe fn cudaGraphExecUpdate(
         exec: *mut c_void,
         graph: *mut c_void,
@@ -1687,4 +1977,33 @@ impl HandWritten for Hand {
     fn forget_device_state() {
         registry::forget_remote_state();
     }
+}
+
+/// A `cudaGraphExec*SetParams` call: a null executable graph is `cudaErrorInvalidValue`.
+fn exec_set(exec: *mut c_void, f: impl FnOnce(u64) -> Result<(), CudaError>) -> Result<(), CudaError> {
+    if exec.is_null() {
+        return Err(CudaError::InvalidValue);
+    }
+    f(exec as usize as u64)
+}
+
+/// `cudaGraphNodeGetDependencies` / `GetDependentNodes`: CUDA 11 and 12 have no edge data
+/// (the count third); CUDA 13 has.
+///
+/// # Safety
+/// The arguments as the ABI's function takes them.
+unsafe fn node_edges_abi(
+    node: *mut c_void,
+    dependents: bool,
+    out: *mut *mut c_void,
+    edges_or_count: *mut c_void,
+    count_13: *mut usize,
+) -> Result<(), CudaError> {
+    let (edges, count) = if soname::current_abi().major() >= 13 {
+        (edges_or_count as *mut u8, count_13)
+    } else {
+        (std::ptr::null_mut(), edges_or_count as *mut usize)
+    };
+    // SAFETY: the arguments as the ABI places them (this function's contract).
+    unsafe { graphs::node_edges(node as usize as u64, dependents, out.cast(), edges, count) }
 }
