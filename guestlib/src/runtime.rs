@@ -379,13 +379,14 @@ fn connect_first(
     socket: &mut Option<std::os::unix::net::UnixStream>,
 ) -> Result<(Endpoint, Box<dyn Transport>), Failure> {
     let mut failures = Vec::new();
+    let in_vm = list.iter().any(|e| matches!(e, Endpoint::Vsock { .. }));
     for endpoint in list {
         let connected: std::io::Result<Box<dyn Transport>> = match endpoint {
             Endpoint::Unix(path) => std::os::unix::net::UnixStream::connect(path).and_then(|s| {
                 *socket = Some(s.try_clone()?);
                 Ok(Box::new(UnixTransport::new(s)) as Box<dyn Transport>)
             }),
-            Endpoint::Tcp(addr) => TcpTransport::connect(addr).map(|t| Box::new(t) as Box<dyn Transport>),
+            Endpoint::Tcp(addr) => connect_tcp(addr, in_vm).map(|t| Box::new(t) as Box<dyn Transport>),
             // Inside a VM: the hypervisor's vmm-device carries the stream to the router. Like
             // TCP, no shared memory crosses it (the pinned arena stays the guest's own).
             Endpoint::Vsock { cid, port } => {
@@ -404,6 +405,25 @@ fn connect_first(
     }
     tracing::error!("cannot reach the Phos router at {}", failures.join(", "));
     Err(Failure::NoDevice)
+}
+
+/// A TCP channel. In a VM (its TCP endpoint is QEMU's user network, whose connections do
+/// not move with the VM), with keep-alive probes after a second of silence: a connection
+/// the VM's migration cut while the guest waited for an answer (a handshake in flight when
+/// the VM stopped) is answered with a reset by the destination's user network, and found
+/// dead, instead of being waited on for ever.
+fn connect_tcp(addr: &str, in_vm: bool) -> std::io::Result<TcpTransport> {
+    let stream = std::net::TcpStream::connect(addr)?;
+    // Calls are small and answered at once: no Nagle delay.
+    stream.set_nodelay(true)?;
+    if in_vm {
+        let probes = socket2::TcpKeepalive::new()
+            .with_time(Duration::from_secs(1))
+            .with_interval(Duration::from_secs(1))
+            .with_retries(2);
+        socket2::SockRef::from(&stream).set_tcp_keepalive(&probes)?;
+    }
+    Ok(TcpTransport::new(stream))
 }
 
 fn open_channel_once() -> Result<Channel, Opened> {

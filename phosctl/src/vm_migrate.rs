@@ -176,8 +176,11 @@ pub fn vm_migrate(m: VmMigration) -> Result<(), CliError> {
 }
 
 /// The QEMU `downtime-limit` while the sessions have not moved: QEMU stops the VM only if
-/// nothing is left to copy (and then waits, `pause-before-switchover`).
-const HOLDING_DOWNTIME_MS: u64 = 0;
+/// what is left would go in a millisecond (and then waits, `pause-before-switchover`). Not 0:
+/// QEMU 7.2 syncs its dirty bitmap again only when what is left is below the threshold
+/// (its bandwidth times the limit), so with 0 it would never look again after its first
+/// pass, find nothing left, and stop the VM with all that was written meanwhile to copy.
+const HOLDING_DOWNTIME_MS: u64 = 1;
 
 /// After the sessions' hand-over, before the VM may stop: the answers the source's servers
 /// sent before it reach the guest's memory (what is still in the source QEMU's network
@@ -192,9 +195,9 @@ struct Copied {
 }
 
 /// The VM's pre-copy and the sessions' migrations side by side, then one stop: QEMU copies
-/// the VM's memory while it runs (holding its stop back); once the first pass is done and
-/// what is left fits the downtime, the sessions move (their pre-copy rounds while the VM
-/// and its program run, then each one's short hold and hand-over); then QEMU may stop the
+/// the VM's memory while it runs (holding its stop back); once its first pass is done, the
+/// sessions move (their pre-copy rounds while the VM and its program run, then each one's
+/// short hold and hand-over); then QEMU may stop the
 /// VM, which it does at its next pass (`pause-before-switchover`: it waits, stopped, for
 /// `migrate-continue`), copies the rest and hands the VM to the destination. The sessions
 /// that moved, and how it went (a failure says what failed).
@@ -208,7 +211,6 @@ fn copy_together(
     if let Err(e) = src.execute::<Value>("migrate", json!({ "uri": m.incoming })) {
         return (Vec::new(), Err(format!("the VM's memory: {e}")));
     }
-    let threshold = (m.max_bandwidth_mib << 20).saturating_mul(m.downtime_limit_ms) / 1000;
     std::thread::scope(|scope| {
         let mut moving: Option<Moves<'_>> = None;
         let mut moved: Option<(Vec<MigrationSummary>, Instant)> = None;
@@ -242,9 +244,9 @@ fn copy_together(
                     );
                     last_print = Instant::now();
                 }
-                // The first pass is done and the rest would fit the stop (or it will not
-                // get smaller): the sessions go now, beside the VM's last passes.
-                let ready = ram.dirty_sync_count >= 2 && (ram.remaining <= threshold || ram.dirty_sync_count >= 6);
+                // The first pass is done (QEMU synced its dirty bitmap again): the sessions
+                // go now, beside the VM's next passes.
+                let ready = ram.dirty_sync_count >= 2;
                 if moving.is_none() && moved.is_none() && ready {
                     println!("VM memory's first pass done ({} MiB left); moving the sessions", ram.remaining >> 20);
                     moving = Some(spawn_moves(scope, m, sessions, deadline));
