@@ -267,6 +267,15 @@ static CALLS: AtomicU64 = AtomicU64::new(0);
 /// said so when a channel reconnected, and every channel reconnects there from then on.
 static MOVED_TO: Mutex<Option<String>> = Mutex::new(None);
 
+/// Set while the session has moved beyond the VM's reach and the VM is to follow it (phosctl
+/// vm-migrate): a router then answers a handshake at once (the session moved, or here it is),
+/// so one over TCP that gets no answer within [`FOLLOWING_HANDSHAKE`] was cut by the VM's
+/// switch (its answer stayed in the source QEMU's user network) and is given up.
+static FOLLOWING_VM: AtomicBool = AtomicBool::new(false);
+
+/// How long a TCP handshake waits for its answer while [`FOLLOWING_VM`].
+const FOLLOWING_HANDSHAKE: Duration = Duration::from_millis(500);
+
 /// How many times in a row a channel follows a router's word that its session moved.
 const MAX_MOVES: usize = 8;
 
@@ -336,6 +345,7 @@ fn open_channel() -> Result<Channel, Failure> {
                 // session (phosctl vm-migrate), and this endpoint leads to the session's
                 // router once it has. The caller retries here.
                 tracing::info!("the session moved to {to}, beyond this VM's reach; waiting for the VM to follow");
+                FOLLOWING_VM.store(true, Ordering::Relaxed);
                 return Err(Failure::NoDevice);
             }
             Err(Opened::Moved(to)) => {
@@ -377,6 +387,7 @@ const PARKED_REFUSAL: &str = "the session's process is being checkpointed";
 fn connect_first(
     list: &[Endpoint],
     socket: &mut Option<std::os::unix::net::UnixStream>,
+    tcp: &mut Option<std::net::TcpStream>,
 ) -> Result<(Endpoint, Box<dyn Transport>), Failure> {
     let mut failures = Vec::new();
     let in_vm = list.iter().any(|e| matches!(e, Endpoint::Vsock { .. }));
@@ -386,7 +397,7 @@ fn connect_first(
                 *socket = Some(s.try_clone()?);
                 Ok(Box::new(UnixTransport::new(s)) as Box<dyn Transport>)
             }),
-            Endpoint::Tcp(addr) => connect_tcp(addr, in_vm).map(|t| Box::new(t) as Box<dyn Transport>),
+            Endpoint::Tcp(addr) => connect_tcp(addr, in_vm, tcp).map(|t| Box::new(t) as Box<dyn Transport>),
             // Inside a VM: the hypervisor's vmm-device carries the stream to the router. Like
             // TCP, no shared memory crosses it (the pinned arena stays the guest's own).
             Endpoint::Vsock { cid, port } => {
@@ -412,7 +423,9 @@ fn connect_first(
 /// the VM's migration cut while the guest waited for an answer (a handshake in flight when
 /// the VM stopped) is answered with a reset by the destination's user network, and found
 /// dead, instead of being waited on for ever.
-fn connect_tcp(addr: &str, in_vm: bool) -> std::io::Result<TcpTransport> {
+/// `handle`: the stream again, to lift a handshake's deadline ([`FOLLOWING_VM`]) once it is
+/// done.
+fn connect_tcp(addr: &str, in_vm: bool, handle: &mut Option<std::net::TcpStream>) -> std::io::Result<TcpTransport> {
     let stream = std::net::TcpStream::connect(addr)?;
     // Calls are small and answered at once: no Nagle delay.
     stream.set_nodelay(true)?;
@@ -422,6 +435,10 @@ fn connect_tcp(addr: &str, in_vm: bool) -> std::io::Result<TcpTransport> {
             .with_interval(Duration::from_secs(1))
             .with_retries(2);
         socket2::SockRef::from(&stream).set_tcp_keepalive(&probes)?;
+        if FOLLOWING_VM.load(Ordering::Relaxed) {
+            stream.set_read_timeout(Some(FOLLOWING_HANDSHAKE))?;
+            *handle = Some(stream.try_clone()?);
+        }
     }
     Ok(TcpTransport::new(stream))
 }
@@ -440,7 +457,8 @@ fn open_channel_once() -> Result<Channel, Opened> {
     let wanted = wanted_transport()?;
     // The socket of a Unix channel is kept aside: the pinned arena goes over it after the Hello.
     let mut socket = None;
-    let (endpoint, mut transport) = connect_first(&endpoints()?, &mut socket)?;
+    let mut tcp = None;
+    let (endpoint, mut transport) = connect_first(&endpoints()?, &mut socket, &mut tcp)?;
     let local = matches!(endpoint, Endpoint::Unix(_));
     if !local && wanted == TransportChoice::Shm {
         tracing::error!("PHOS_TRANSPORT=shm needs a router on this host (a unix: endpoint), not {endpoint}");
@@ -517,6 +535,14 @@ fn open_channel_once() -> Result<Channel, Opened> {
             }
             Opened::Failed(refused_with)
         })?;
+    if let Some(t) = tcp {
+        // Welcomed: from here an answer may take as long as its call.
+        t.set_read_timeout(None).map_err(|e| {
+            tracing::error!("lifting the handshake's deadline: {e}");
+            Failure::NoDevice
+        })?;
+    }
+    FOLLOWING_VM.store(false, Ordering::Relaxed);
     if PARKED.swap(false, Ordering::Relaxed) {
         tracing::info!("the session is back after its process's checkpoint");
     }
@@ -1180,10 +1206,10 @@ mod tests {
         let _listener = std::os::unix::net::UnixListener::bind(&live).unwrap();
         let list = vec![Endpoint::Unix(dir.join("absent.sock")), Endpoint::Unix(live.clone())];
         let mut socket = None;
-        let (used, _) = connect_first(&list, &mut socket).ok().expect("the second endpoint answers");
+        let (used, _) = connect_first(&list, &mut socket, &mut None).ok().expect("the second endpoint answers");
         assert_eq!(used, Endpoint::Unix(live));
         assert!(socket.is_some());
-        assert!(connect_first(&list[..1], &mut None).is_err());
+        assert!(connect_first(&list[..1], &mut None, &mut None).is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -182,6 +182,16 @@ pub fn vm_migrate(m: VmMigration) -> Result<(), CliError> {
 /// pass, find nothing left, and stop the VM with all that was written meanwhile to copy.
 const HOLDING_DOWNTIME_MS: u64 = 1;
 
+/// What is left of QEMU's first pass when the command holds it back for the sessions' move
+/// (or the first pass's end, if it jumps past): late enough that little of the VM is left to
+/// copy after the sessions moved, early enough that QEMU is not done before it is held.
+const HOLD_AT: u64 = 16 << 20;
+
+/// QEMU's bandwidth while the sessions move (bytes/s): a trickle, so that it neither ends
+/// its pass nor finds it has converged (its threshold is what it sent lately times the
+/// downtime limit) before the sessions are handed over.
+const HOLDING_BANDWIDTH: u64 = 1 << 20;
+
 /// After the sessions' hand-over, before the VM may stop: the answers the source's servers
 /// sent before it reach the guest's memory (what is still in the source QEMU's network
 /// stack when the VM stops does not move with it; the guest would send those calls again).
@@ -195,9 +205,9 @@ struct Copied {
 }
 
 /// The VM's pre-copy and the sessions' migrations side by side, then one stop: QEMU copies
-/// the VM's memory while it runs (holding its stop back); once its first pass is done, the
-/// sessions move (their pre-copy rounds while the VM and its program run, then each one's
-/// short hold and hand-over); then QEMU may stop the
+/// the VM's memory while it runs (holding its stop back); near the end of its first pass it
+/// is held to a trickle and the sessions move (their pre-copy rounds while the VM and its
+/// program run, then each one's short hold and hand-over); then QEMU may stop the
 /// VM, which it does at its next pass (`pause-before-switchover`: it waits, stopped, for
 /// `migrate-continue`), copies the rest and hands the VM to the destination. The sessions
 /// that moved, and how it went (a failure says what failed).
@@ -244,11 +254,19 @@ fn copy_together(
                     );
                     last_print = Instant::now();
                 }
-                // The first pass is done (QEMU synced its dirty bitmap again): the sessions
-                // go now, beside the VM's next passes.
-                let ready = ram.dirty_sync_count >= 2;
+                // QEMU's first pass nearly done (or done): it is held to a trickle, and the
+                // sessions go now, beside it.
+                let ready = ram.dirty_sync_count >= 2 || ram.remaining <= HOLD_AT;
                 if moving.is_none() && moved.is_none() && ready {
-                    println!("VM memory's first pass done ({} MiB left); moving the sessions", ram.remaining >> 20);
+                    if let Err(e) =
+                        src.execute::<Value>("migrate-set-parameters", json!({ "max-bandwidth": HOLDING_BANDWIDTH }))
+                    {
+                        break Err(format!("the VM's memory: {e}"));
+                    }
+                    println!(
+                        "VM memory: {} MiB left of its first pass, held while the sessions move",
+                        ram.remaining >> 20
+                    );
                     moving = Some(spawn_moves(scope, m, sessions, deadline));
                 }
             }
@@ -262,10 +280,9 @@ fn copy_together(
             }
             if !released && let Some((_, at)) = &moved {
                 std::thread::sleep(SETTLE.saturating_sub(at.elapsed()));
-                // QEMU may stop the VM now.
-                if let Err(e) =
-                    src.execute::<Value>("migrate-set-parameters", json!({ "downtime-limit": m.downtime_limit_ms }))
-                {
+                // QEMU may copy the rest and stop the VM now.
+                let full = json!({ "max-bandwidth": m.max_bandwidth_mib << 20, "downtime-limit": m.downtime_limit_ms });
+                if let Err(e) = src.execute::<Value>("migrate-set-parameters", full) {
                     break Err(format!("the VM's memory: {e}"));
                 }
                 released = true;
