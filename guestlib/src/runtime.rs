@@ -1206,7 +1206,7 @@ mod tests {
         let _listener = std::os::unix::net::UnixListener::bind(&live).unwrap();
         let list = vec![Endpoint::Unix(dir.join("absent.sock")), Endpoint::Unix(live.clone())];
         let mut socket = None;
-        let (used, _) = connect_first(&list, &mut socket, &mut None).ok().expect("the second endpoint answers");
+        let Ok((used, _)) = connect_first(&list, &mut socket, &mut None) else { panic!("the second endpoint answers") };
         assert_eq!(used, Endpoint::Unix(live));
         assert!(socket.is_some());
         assert!(connect_first(&list[..1], &mut None, &mut None).is_err());

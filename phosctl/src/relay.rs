@@ -33,14 +33,18 @@ pub fn relay(router: &Path, log: Option<&Path>) -> ExitCode {
             (Ok(i), Ok(o)) => (std::fs::File::from(i), std::fs::File::from(o)),
             (Err(e), _) | (_, Err(e)) => return failed(format!("the guest's connection: {e}")),
         };
-    let to_router = match UnixStream::connect(router) {
-        Ok(s) => s,
-        Err(e) => return failed(format!("cannot reach the router at {}: {e}", router.display())),
-    };
-    let from_router = match to_router.try_clone() {
-        Ok(s) => s,
-        Err(e) => return failed(format!("the router's connection: {e}")),
-    };
+    match carry(guest_in, guest_out, router) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(why) => failed(why),
+    }
+}
+
+/// Carry bytes between the guest's connection (`guest_in`, `guest_out`) and the router
+/// socket `router` until the router closes (or the guest does, which makes the router close).
+fn carry(guest_in: std::fs::File, guest_out: std::fs::File, router: &Path) -> Result<(), String> {
+    let to_router =
+        UnixStream::connect(router).map_err(|e| format!("cannot reach the router at {}: {e}", router.display()))?;
+    let from_router = to_router.try_clone().map_err(|e| format!("the router's connection: {e}"))?;
     // Guest to router on a thread; its end (the guest closed) ends the router's side for
     // writing, and the router then closes, which ends the other direction.
     std::thread::spawn(move || {
@@ -52,15 +56,16 @@ pub fn relay(router: &Path, log: Option<&Path>) -> ExitCode {
     let mut from_router = from_router;
     let mut guest_out = guest_out;
     let _ = std::io::copy(&mut from_router, &mut guest_out);
-    // The router closed (or the guest went): leaving closes the guest's connection.
-    ExitCode::SUCCESS
+    // The router closed (or the guest went): the caller's leaving closes the guest's
+    // connection.
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use std::io::{Read, Write};
+    use std::os::fd::OwnedFd;
     use std::os::unix::net::{UnixListener, UnixStream};
-    use std::process::{Command, Stdio};
 
     /// Bytes go both ways through the relay, and it ends when the router closes.
     #[test]
@@ -68,18 +73,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("router.sock");
         let listener = UnixListener::bind(&sock).unwrap();
-        let (guest, relay_end) = UnixStream::pair().unwrap();
-        let out = relay_end.try_clone().unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_phosctl"))
-            .args(["vm-relay", "--router"])
-            .arg(&sock)
-            .stdin(Stdio::from(std::os::fd::OwnedFd::from(relay_end)))
-            .stdout(Stdio::from(std::os::fd::OwnedFd::from(out)))
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let (mut guest, relay_end) = UnixStream::pair().unwrap();
+        let guest_in = std::fs::File::from(OwnedFd::from(relay_end.try_clone().unwrap()));
+        let guest_out = std::fs::File::from(OwnedFd::from(relay_end));
+        let relay = std::thread::spawn(move || super::carry(guest_in, guest_out, &sock));
         let (mut router, _) = listener.accept().unwrap();
-        let mut guest = guest;
         guest.write_all(b"hello router").unwrap();
         let mut got = [0u8; 12];
         router.read_exact(&mut got).unwrap();
@@ -89,9 +87,16 @@ mod tests {
         guest.read_exact(&mut got).unwrap();
         assert_eq!(&got, b"welcome");
         drop(router);
-        let mut rest = Vec::new();
-        guest.read_to_end(&mut rest).unwrap();
-        assert!(rest.is_empty());
-        assert!(child.wait().unwrap().success());
+        assert!(relay.join().unwrap().is_ok(), "the relay ends with the router's side");
+    }
+
+    #[test]
+    fn a_relay_without_its_router_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_guest, relay_end) = UnixStream::pair().unwrap();
+        let guest_in = std::fs::File::from(OwnedFd::from(relay_end.try_clone().unwrap()));
+        let guest_out = std::fs::File::from(OwnedFd::from(relay_end));
+        let err = super::carry(guest_in, guest_out, &dir.path().join("absent.sock")).unwrap_err();
+        assert!(err.contains("cannot reach the router"), "{err}");
     }
 }
