@@ -267,16 +267,38 @@ static CALLS: AtomicU64 = AtomicU64::new(0);
 /// said so when a channel reconnected, and every channel reconnects there from then on.
 static MOVED_TO: Mutex<Option<String>> = Mutex::new(None);
 
+/// Set while the session has moved beyond the VM's reach and the VM is to follow it (phosctl
+/// vm-migrate): a router then answers a handshake at once (the session moved, or here it is),
+/// so one over TCP that gets no answer within [`FOLLOWING_HANDSHAKE`] was cut by the VM's
+/// switch (its answer stayed in the source QEMU's user network) and is given up.
+static FOLLOWING_VM: AtomicBool = AtomicBool::new(false);
+
+/// How long a TCP handshake waits for its answer while [`FOLLOWING_VM`].
+const FOLLOWING_HANDSHAKE: Duration = Duration::from_millis(500);
+
 /// How many times in a row a channel follows a router's word that its session moved.
 const MAX_MOVES: usize = 8;
 
-fn endpoint() -> Result<Endpoint, Failure> {
+/// Where channels are opened, in the order they are tried: where the session moved, else
+/// `PHOS_ENDPOINT`, a comma-separated list (`vsock:2:7070,tcp:10.0.2.100:7000` in a VM whose
+/// vsock device may be away while it migrates: the second leads to the same router through
+/// QEMU's user networking).
+fn endpoints() -> Result<Vec<Endpoint>, Failure> {
     let moved = MOVED_TO.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let text = moved.unwrap_or_else(|| std::env::var("PHOS_ENDPOINT").unwrap_or_else(|_| default_endpoint()));
-    Endpoint::parse(&text).map_err(|e| {
+    parse_endpoints(&text).map_err(|e| {
         tracing::error!("PHOS_ENDPOINT: {e}");
         Failure::NoDevice
     })
+}
+
+fn parse_endpoints(text: &str) -> Result<Vec<Endpoint>, String> {
+    let list =
+        text.split(',').map(str::trim).filter(|e| !e.is_empty()).map(Endpoint::parse).collect::<Result<Vec<_>, _>>()?;
+    if list.is_empty() {
+        return Err("no endpoint given".into());
+    }
+    Ok(list)
 }
 
 /// Where `phosctl serve` listens by default.
@@ -323,6 +345,7 @@ fn open_channel() -> Result<Channel, Failure> {
                 // session (phosctl vm-migrate), and this endpoint leads to the session's
                 // router once it has. The caller retries here.
                 tracing::info!("the session moved to {to}, beyond this VM's reach; waiting for the VM to follow");
+                FOLLOWING_VM.store(true, Ordering::Relaxed);
                 return Err(Failure::NoDevice);
             }
             Err(Opened::Moved(to)) => {
@@ -337,9 +360,10 @@ fn open_channel() -> Result<Channel, Failure> {
     Err(Failure::NoDevice)
 }
 
-/// Whether this process reaches Phos over vsock (it runs in a VM).
+/// Whether this process reaches Phos over vsock (it runs in a VM): any of its endpoints is
+/// one, whichever its channels use now.
 fn in_a_vm() -> bool {
-    matches!(endpoint(), Ok(Endpoint::Vsock { .. }))
+    endpoints().is_ok_and(|list| list.iter().any(|e| matches!(e, Endpoint::Vsock { .. })))
 }
 
 /// Why a channel did not open.
@@ -358,6 +382,67 @@ impl From<Failure> for Opened {
 /// What a channel's opening says of a `REFUSED_PARKED` answer.
 const PARKED_REFUSAL: &str = "the session's process is being checkpointed";
 
+/// Connect to the first endpoint of `list` that answers (a vsock device that is away, a
+/// network that is down: the next is tried); the endpoint and its transport.
+fn connect_first(
+    list: &[Endpoint],
+    socket: &mut Option<std::os::unix::net::UnixStream>,
+    tcp: &mut Option<std::net::TcpStream>,
+) -> Result<(Endpoint, Box<dyn Transport>), Failure> {
+    let mut failures = Vec::new();
+    let in_vm = list.iter().any(|e| matches!(e, Endpoint::Vsock { .. }));
+    for endpoint in list {
+        let connected: std::io::Result<Box<dyn Transport>> = match endpoint {
+            Endpoint::Unix(path) => std::os::unix::net::UnixStream::connect(path).and_then(|s| {
+                *socket = Some(s.try_clone()?);
+                Ok(Box::new(UnixTransport::new(s)) as Box<dyn Transport>)
+            }),
+            Endpoint::Tcp(addr) => connect_tcp(addr, in_vm, tcp).map(|t| Box::new(t) as Box<dyn Transport>),
+            // Inside a VM: the hypervisor's vmm-device carries the stream to the router. Like
+            // TCP, no shared memory crosses it (the pinned arena stays the guest's own).
+            Endpoint::Vsock { cid, port } => {
+                VsockTransport::connect(*cid, *port).map(|t| Box::new(t) as Box<dyn Transport>)
+            }
+        };
+        match connected {
+            Ok(t) => {
+                if !failures.is_empty() {
+                    tracing::info!("reached the Phos router at {endpoint} (not at {})", failures.join(", "));
+                }
+                return Ok((endpoint.clone(), t));
+            }
+            Err(e) => failures.push(format!("{endpoint}: {e}")),
+        }
+    }
+    tracing::error!("cannot reach the Phos router at {}", failures.join(", "));
+    Err(Failure::NoDevice)
+}
+
+/// A TCP channel. In a VM (its TCP endpoint is QEMU's user network, whose connections do
+/// not move with the VM), with keep-alive probes after a second of silence: a connection
+/// the VM's migration cut while the guest waited for an answer (a handshake in flight when
+/// the VM stopped) is answered with a reset by the destination's user network, and found
+/// dead, instead of being waited on for ever.
+/// `handle`: the stream again, to lift a handshake's deadline ([`FOLLOWING_VM`]) once it is
+/// done.
+fn connect_tcp(addr: &str, in_vm: bool, handle: &mut Option<std::net::TcpStream>) -> std::io::Result<TcpTransport> {
+    let stream = std::net::TcpStream::connect(addr)?;
+    // Calls are small and answered at once: no Nagle delay.
+    stream.set_nodelay(true)?;
+    if in_vm {
+        let probes = socket2::TcpKeepalive::new()
+            .with_time(Duration::from_secs(1))
+            .with_interval(Duration::from_secs(1))
+            .with_retries(2);
+        socket2::SockRef::from(&stream).set_tcp_keepalive(&probes)?;
+        if FOLLOWING_VM.load(Ordering::Relaxed) {
+            stream.set_read_timeout(Some(FOLLOWING_HANDSHAKE))?;
+            *handle = Some(stream.try_clone()?);
+        }
+    }
+    Ok(TcpTransport::new(stream))
+}
+
 fn open_channel_once() -> Result<Channel, Opened> {
     crate::log::init();
     let pid = std::process::id();
@@ -369,26 +454,11 @@ fn open_channel_once() -> Result<Channel, Opened> {
         *guard = None;
         CHANNELS.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
-    let endpoint = endpoint()?;
     let wanted = wanted_transport()?;
     // The socket of a Unix channel is kept aside: the pinned arena goes over it after the Hello.
     let mut socket = None;
-    let connected: std::io::Result<Box<dyn Transport>> = match &endpoint {
-        Endpoint::Unix(path) => std::os::unix::net::UnixStream::connect(path).and_then(|s| {
-            socket = Some(s.try_clone()?);
-            Ok(Box::new(UnixTransport::new(s)) as Box<dyn Transport>)
-        }),
-        Endpoint::Tcp(addr) => TcpTransport::connect(addr).map(|t| Box::new(t) as Box<dyn Transport>),
-        // Inside a VM: the hypervisor's vmm-device carries the stream to the router. Like
-        // TCP, no shared memory crosses it (the pinned arena stays the guest's own).
-        Endpoint::Vsock { cid, port } => {
-            VsockTransport::connect(*cid, *port).map(|t| Box::new(t) as Box<dyn Transport>)
-        }
-    };
-    let mut transport = connected.map_err(|e| {
-        tracing::error!("cannot reach the Phos router at {endpoint}: {e}");
-        Failure::NoDevice
-    })?;
+    let mut tcp = None;
+    let (endpoint, mut transport) = connect_first(&endpoints()?, &mut socket, &mut tcp)?;
     let local = matches!(endpoint, Endpoint::Unix(_));
     if !local && wanted == TransportChoice::Shm {
         tracing::error!("PHOS_TRANSPORT=shm needs a router on this host (a unix: endpoint), not {endpoint}");
@@ -465,6 +535,14 @@ fn open_channel_once() -> Result<Channel, Opened> {
             }
             Opened::Failed(refused_with)
         })?;
+    if let Some(t) = tcp {
+        // Welcomed: from here an answer may take as long as its call.
+        t.set_read_timeout(None).map_err(|e| {
+            tracing::error!("lifting the handshake's deadline: {e}");
+            Failure::NoDevice
+        })?;
+    }
+    FOLLOWING_VM.store(false, Ordering::Relaxed);
     if PARKED.swap(false, Ordering::Relaxed) {
         tracing::info!("the session is back after its process's checkpoint");
     }
@@ -642,6 +720,9 @@ fn call_carried<R: RemoteCall>(req: &R) -> Result<R::Reply, Failure> {
         }
     }
     let call_id = NEXT_CALL_ID.fetch_add(1, Ordering::Relaxed);
+    // A synchronous call is a round trip of microseconds at least: a clock read is cheap
+    // beside it, and says how long a call that had to reconnect waited in all.
+    let started = Instant::now();
     let mut carried = VecDeque::new();
     let mut lost = match with_channel(|ch| Ok(attempt::<R>(ch, &request, call_id, false))) {
         Ok(Attempt::Done(r)) => return r,
@@ -652,6 +733,10 @@ fn call_carried<R: RemoteCall>(req: &R) -> Result<R::Reply, Failure> {
     };
     let mut deadline = Instant::now() + reconnect_timeout();
     let mut pause = Duration::from_millis(20);
+    // In a VM the wait is for the VM's switch to another host (phosctl vm-migrate), after
+    // which the next attempt succeeds: retried often, so the call does not sleep long past it.
+    let longest_pause = if in_a_vm() { Duration::from_millis(100) } else { Duration::from_secs(1) };
+    let mut attempts = 0u32;
     loop {
         tracing::info!("connection to the API server lost during {} ({lost}); reconnecting", R::FUNCTION.name());
         carried.extend(drop_channel());
@@ -665,13 +750,21 @@ fn call_carried<R: RemoteCall>(req: &R) -> Result<R::Reply, Failure> {
             return Err(Failure::SessionLost);
         }
         std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_secs(1));
+        pause = (pause * 2).min(longest_pause);
+        attempts += 1;
         let attempted = with_channel(|ch| {
             ch.unanswered.extend(carried.drain(..));
             Ok(attempt::<R>(ch, &request, call_id, true))
         });
         match attempted {
-            Ok(Attempt::Done(r)) => return r,
+            Ok(Attempt::Done(r)) => {
+                tracing::info!(
+                    "{} waited {:.1} ms for its session ({attempts} reconnection attempt(s))",
+                    R::FUNCTION.name(),
+                    started.elapsed().as_secs_f64() * 1e3
+                );
+                return r;
+            }
             Ok(Attempt::Lost(why)) => lost = why,
             Err(_) if SESSION_GONE.load(Ordering::Relaxed) => {
                 tracing::error!("the session has ended at the router; {} fails", R::FUNCTION.name());
@@ -1093,4 +1186,34 @@ pub unsafe fn c_str<'a>(p: *const c_char) -> Result<&'a str, Failure> {
     }
     // SAFETY: not null, so a NUL-terminated string (this function's contract).
     unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| Failure::InvalidValue)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_lists_are_tried_in_order() {
+        let list = parse_endpoints("vsock:2:7070, tcp:10.0.2.100:7000").unwrap();
+        assert_eq!(list, vec![Endpoint::Vsock { cid: 2, port: 7070 }, Endpoint::Tcp("10.0.2.100:7000".into())]);
+        assert_eq!(parse_endpoints("unix:/run/phos/router.sock").unwrap().len(), 1);
+        assert!(parse_endpoints("vsock:2:7070,tcp:nowhere").is_err(), "a bad entry is refused");
+        assert!(parse_endpoints(" , ").is_err(), "an empty list is refused");
+    }
+
+    #[test]
+    fn the_next_endpoint_is_used_when_the_first_cannot_be_reached() {
+        let dir = std::env::temp_dir().join(format!("phos-endpoints-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let live = dir.join("live.sock");
+        let _ = std::fs::remove_file(&live);
+        let _listener = std::os::unix::net::UnixListener::bind(&live).unwrap();
+        let list = vec![Endpoint::Unix(dir.join("absent.sock")), Endpoint::Unix(live.clone())];
+        let mut socket = None;
+        let Ok((used, _)) = connect_first(&list, &mut socket, &mut None) else { panic!("the second endpoint answers") };
+        assert_eq!(used, Endpoint::Unix(live));
+        assert!(socket.is_some());
+        assert!(connect_first(&list[..1], &mut None, &mut None).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -22,10 +22,11 @@ mod manage;
 mod policy;
 mod process;
 mod qmp;
+mod relay;
 mod summary;
 mod vm_migrate;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -187,11 +188,12 @@ enum Command {
         router: manage::RouterArg,
     },
     /// Move a running VM to another QEMU and its GPU sessions (its tenant's, at --router)
-    /// to that QEMU's router, together: the sessions move first while the VM runs (live
-    /// migration), then the VM's vsock device is unplugged, the VM migrates (QEMU pre-copy,
-    /// a short stop) and the device is plugged in at the destination, where the guest
-    /// reconnects to its sessions. A failure before the VM's switch-over leaves the VM and
-    /// its sessions on the source (docs/operations.md, "Migrating a VM with its GPU work").
+    /// to that QEMU's router, together: the VM's vsock device is unplugged (the guest goes
+    /// on through its network relay, `vm-relay`), the VM's memory and the sessions' are
+    /// copied while it runs, the sessions are handed over, then the VM stops once, briefly,
+    /// and runs at the destination, where the guest reconnects to its sessions and the
+    /// device is plugged in. A failure before the VM's switch-over leaves the VM and its
+    /// sessions on the source (docs/operations.md, "Migrating a VM with its GPU work").
     VmMigrate {
         /// The source QEMU's QMP socket (`-qmp unix:PATH,server=on,wait=off`).
         #[arg(long)]
@@ -241,6 +243,20 @@ enum Command {
         timeout: f64,
         #[command(flatten)]
         router: manage::RouterArg,
+    },
+    /// Carry one guest connection between standard input/output and a router's socket:
+    /// the command QEMU's user networking starts for each connection a VM opens to its
+    /// `guestfwd` address (`guestfwd=tcp:10.0.2.100:7000-cmd:phosctl vm-relay --router
+    /// PATH`), the VM's way to its router while its vsock device is away. Writes nothing to
+    /// standard error (the connection's too).
+    VmRelay {
+        /// The router socket of the VM's tenant (`unix:PATH` or PATH), as phos-vmm-device's
+        /// --router.
+        #[arg(long)]
+        router: String,
+        /// Append the relay's own failures (the router not reachable) to this file.
+        #[arg(long)]
+        log: Option<PathBuf>,
     },
     /// Restore a session from an image into a new API server.
     Restore {
@@ -592,8 +608,10 @@ fn run(args: RunArgs) -> ExitCode {
             let e = endpoint.unwrap_or_else(|| {
                 format!("vsock:{}:{}", libc::VMADDR_CID_HOST, phos_protocol::transport::DEFAULT_VSOCK_PORT)
             });
+            // A list (`vsock:2:7070,tcp:10.0.2.100:7000`, the guest library tries them in
+            // order) starts with the vsock endpoint.
             if !matches!(
-                phos_protocol::transport::Endpoint::parse(&e),
+                phos_protocol::transport::Endpoint::parse(e.split(',').next().unwrap_or_default()),
                 Ok(phos_protocol::transport::Endpoint::Vsock { .. })
             ) {
                 tracing::error!("--transport vsock needs a vsock:CID:PORT endpoint, not `{e}`");
@@ -804,6 +822,9 @@ fn main() -> ExitCode {
                 timeout: seconds(timeout),
                 quiesce_timeout: seconds(quiesce_timeout),
             }))
+        }
+        Command::VmRelay { router, log } => {
+            relay::relay(Path::new(router.strip_prefix("unix:").unwrap_or(&router)), log.as_deref())
         }
         Command::Policy { cmd } => policy::command(cmd),
         Command::Top { interval, once, router } => {

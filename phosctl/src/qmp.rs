@@ -71,6 +71,9 @@ pub struct RamStats {
     pub dirty_pages_rate: u64,
     pub page_size: Option<u64>,
     pub mbps: f64,
+    /// Dirty-bitmap syncs so far: 1 while the first pass copies, then one per pass.
+    #[serde(default)]
+    pub dirty_sync_count: u64,
 }
 
 impl Qmp {

@@ -3,17 +3,19 @@
 //!
 //! QEMU 7.2 refuses to migrate a VM with a `vhost-user-vsock` device ("non-migratable
 //! device", and phos-vmm-device lacks the dirty-log protocol feature), so the device is
-//! unplugged for the VM's move and plugged into the destination after it. The GPU sessions
-//! move first, while the VM runs (their pre-copy beside the running program, then a short
-//! hold): their guest is connected until the hand-over and so gets the acknowledgement of
-//! every call that ran at the source (unplugging first would lose those in flight, and the
-//! guest would send them again at the destination, where they would run twice). From the
-//! hand-over the guest's calls wait, retrying. Then the device is unplugged, the VM migrates
-//! (QEMU pre-copy, its short stop), the device is plugged into the destination (its own
-//! phos-vmm-device, connected to the destination's router) and the guest library reconnects
-//! through it and resumes its sessions by token. Anything that fails before the VM's
-//! switch-over is undone: its migration is cancelled (the source VM runs on), sessions that
-//! had moved are moved back, and the device is plugged into the source again.
+//! unplugged for the VM's move and plugged into the destination after it. Meanwhile the
+//! guest's channels go through the VM's user network (virtio-net, which migrates): its
+//! `guestfwd` starts a `phosctl vm-relay` per connection to the router next to the QEMU, and
+//! the guest library, given both endpoints, reconnects there and resumes its sessions by
+//! token. The order: unplug (the guest moves onto the relay, its calls go on); QEMU's
+//! pre-copy, its stop held back (`pause-before-switchover`, `downtime-limit` 0); once its
+//! first pass is done, the sessions move beside its next passes (their pre-copy, a short hold,
+//! the hand-over: the guest's calls wait from here); then QEMU may stop the VM, which it does
+//! at its next pass, and the destination runs it; the guest's next retry reaches the
+//! destination's router through the destination's relay; the device is plugged there.
+//! Anything that fails before the VM's switch-over is undone: its migration is cancelled (the
+//! source VM runs on), sessions that had moved are moved back, and the device is plugged into
+//! the source again.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -102,19 +104,11 @@ pub fn vm_migrate(m: VmMigration) -> Result<(), CliError> {
         m.to
     );
 
-    // The sessions first, while the VM runs: their guest gets every answer, and each
-    // acknowledgement of what ran, before its channels break at the hand-over. From then on
-    // its calls wait (the source's router says the session moved; the guest retries).
-    let (moved, failed) = move_sessions(&m.router, &sessions, &m.to, m.quiesce_timeout, deadline);
-    let handed_over = Instant::now();
-    if let Some(failed) = failed {
-        let now = undo(&m, &mut src, &device, &moved, false);
-        report_to_router(&m.router, None);
-        return Err(VmMigrationError::Failed { failed: format!("the GPU sessions: {failed}"), now }.into());
-    }
-
+    // The device first, so that QEMU takes the migration: the guest's channels break and
+    // reconnect through the VM's network relay (PHOS_ENDPOINT's next endpoint) to the same
+    // router and session; its calls go on meanwhile.
     if let Err(e) = src.unplug(&device.id, Duration::from_secs(60)) {
-        let now = undo(&m, &mut src, &device, &moved, false);
+        let now = undo(&m, &mut src, &device, &[], false);
         report_to_router(&m.router, None);
         return Err(VmMigrationError::Failed { failed: format!("unplugging the vsock device: {e}"), now }.into());
     }
@@ -122,23 +116,29 @@ pub fn vm_migrate(m: VmMigration) -> Result<(), CliError> {
         eprintln!("phosctl: {e} (the source's phos-vmm-device may not see its VM go)");
     }
     let unplugged = Instant::now();
-    println!("vsock device unplugged {:.1} ms after the hand-over; copying the VM", ms(unplugged - handed_over));
+    println!(
+        "vsock device unplugged in {:.1} ms (the guest goes on through its network relay); copying the VM and its sessions",
+        ms(unplugged - started)
+    );
 
-    let vm_downtime_ms = match copy_vm(&mut src, &mut dst, &m.incoming, deadline) {
-        Ok(d) => d,
-        Err(why) => {
+    let together = copy_together(&m, &mut src, &mut dst, &sessions, deadline);
+    let (moved, copied) = together;
+    let copied = match copied {
+        Ok(c) => c,
+        Err(failed) => {
             let now = undo(&m, &mut src, &device, &moved, true);
             report_to_router(&m.router, None);
-            return Err(VmMigrationError::Failed { failed: format!("the VM's memory: {why}"), now }.into());
+            return Err(VmMigrationError::Failed { failed, now }.into());
         }
     };
 
-    // The VM runs on the destination: its device is plugged there and the guest reconnects.
+    // The VM runs on the destination: its device is plugged there; the guest's channels
+    // reconnect through the destination's relay, or through the device once it is there.
     let plugged = device.plug(&mut dst, &m.dest_vhost_user).map_err(|e| VmMigrationError::Failed {
         failed: format!("plugging the vsock device into the destination: {e}"),
         now: format!(
-            "the VM and its sessions are at the destination, the VM without its vsock device: plug it \
-             (chardev-add {} to {}, device_add vhost-user-vsock-pci,id={},chardev={},bus={})",
+            "the VM and its sessions are at the destination, the VM without its vsock device (its calls go \
+             through its network relay): plug it (chardev-add {} to {}, device_add vhost-user-vsock-pci,id={},chardev={},bus={})",
             device.chardev,
             m.dest_vhost_user.display(),
             device.id,
@@ -154,10 +154,10 @@ pub fn vm_migrate(m: VmMigration) -> Result<(), CliError> {
     println!(
         "moved in {:.1} ms: VM paused {:.1} ms (QEMU's downtime); vsock device away {:.1} ms (unplug to plug)",
         ms(started.elapsed()),
-        vm_downtime_ms,
+        copied.vm_downtime_ms,
         ms(device_away)
     );
-    let calls_held = m.dest_router.as_ref().and_then(|r| guest_back(r, &moved, handed_over, deadline));
+    let calls_held = m.dest_router.as_ref().and_then(|r| guest_back(r, &moved, copied.handed_over, deadline));
     if let Some(held) = calls_held {
         println!(
             "the guest's CUDA calls waited {:.1} ms (from the sessions' hand-over to its first channel at the destination)",
@@ -165,7 +165,7 @@ pub fn vm_migrate(m: VmMigration) -> Result<(), CliError> {
         );
     }
     let report = VmMigrationReport {
-        vm_downtime_ms,
+        vm_downtime_ms: copied.vm_downtime_ms,
         device_away_ms: ms(device_away),
         calls_held_ms: calls_held.map(ms),
         total_ms: ms(started.elapsed()),
@@ -173,6 +173,156 @@ pub fn vm_migrate(m: VmMigration) -> Result<(), CliError> {
     };
     report_to_router(&m.router, Some(report));
     Ok(())
+}
+
+/// The QEMU `downtime-limit` while the sessions have not moved: QEMU stops the VM only if
+/// what is left would go in a millisecond (and then waits, `pause-before-switchover`). Not 0:
+/// QEMU 7.2 syncs its dirty bitmap again only when what is left is below the threshold
+/// (its bandwidth times the limit), so with 0 it would never look again after its first
+/// pass, find nothing left, and stop the VM with all that was written meanwhile to copy.
+const HOLDING_DOWNTIME_MS: u64 = 1;
+
+/// What is left of QEMU's first pass when the command holds it back for the sessions' move
+/// (or the first pass's end, if it jumps past): late enough that little of the VM is left to
+/// copy after the sessions moved, early enough that QEMU is not done before it is held.
+const HOLD_AT: u64 = 16 << 20;
+
+/// QEMU's bandwidth while the sessions move (bytes/s): a trickle, so that it neither ends
+/// its pass nor finds it has converged (its threshold is what it sent lately times the
+/// downtime limit) before the sessions are handed over.
+const HOLDING_BANDWIDTH: u64 = 1 << 20;
+
+/// After the sessions' hand-over, before the VM may stop: the answers the source's servers
+/// sent before it reach the guest's memory (what is still in the source QEMU's network
+/// stack when the VM stops does not move with it; the guest would send those calls again).
+const SETTLE: Duration = Duration::from_millis(50);
+
+/// What the VM's and the sessions' joint move did.
+struct Copied {
+    vm_downtime_ms: f64,
+    /// When the last session was handed over (the guest's calls wait from here).
+    handed_over: Instant,
+}
+
+/// The VM's pre-copy and the sessions' migrations side by side, then one stop: QEMU copies
+/// the VM's memory while it runs (holding its stop back); near the end of its first pass it
+/// is held to a trickle and the sessions move (their pre-copy rounds while the VM and its
+/// program run, then each one's short hold and hand-over); then QEMU may stop the
+/// VM, which it does at its next pass (`pause-before-switchover`: it waits, stopped, for
+/// `migrate-continue`), copies the rest and hands the VM to the destination. The sessions
+/// that moved, and how it went (a failure says what failed).
+fn copy_together(
+    m: &VmMigration,
+    src: &mut Qmp,
+    dst: &mut Qmp,
+    sessions: &[u64],
+    deadline: Instant,
+) -> (Vec<MigrationSummary>, Result<Copied, String>) {
+    if let Err(e) = src.execute::<Value>("migrate", json!({ "uri": m.incoming })) {
+        return (Vec::new(), Err(format!("the VM's memory: {e}")));
+    }
+    std::thread::scope(|scope| {
+        let mut moving: Option<Moves<'_>> = None;
+        let mut moved: Option<(Vec<MigrationSummary>, Instant)> = None;
+        let mut released = false;
+        let mut last_print = Instant::now();
+        let outcome = loop {
+            let info = match src.migration() {
+                Ok(i) => i,
+                Err(e) => break Err(format!("the VM's memory: {e}")),
+            };
+            match info.status.as_deref() {
+                Some("failed") | Some("cancelled") => {
+                    break Err(format!(
+                        "the VM's memory: {}",
+                        info.error_desc.unwrap_or_else(|| "QEMU gave no reason".into())
+                    ));
+                }
+                // The VM is stopped, its state not sent yet.
+                Some("pre-switchover") => break Ok(()),
+                _ => {}
+            }
+            if let Some(ram) = &info.ram {
+                if last_print.elapsed() >= Duration::from_millis(500) {
+                    println!(
+                        "  VM memory: {} MiB left of {} MiB, {} MiB sent, dirtied {:.1} MiB/s, {:.0} Mbit/s",
+                        ram.remaining >> 20,
+                        ram.total >> 20,
+                        ram.transferred >> 20,
+                        (ram.dirty_pages_rate * ram.page_size.unwrap_or(4096)) as f64 / (1 << 20) as f64,
+                        ram.mbps
+                    );
+                    last_print = Instant::now();
+                }
+                // QEMU's first pass nearly done (or done): it is held to a trickle, and the
+                // sessions go now, beside it.
+                let ready = ram.dirty_sync_count >= 2 || ram.remaining <= HOLD_AT;
+                if moving.is_none() && moved.is_none() && ready {
+                    if let Err(e) =
+                        src.execute::<Value>("migrate-set-parameters", json!({ "max-bandwidth": HOLDING_BANDWIDTH }))
+                    {
+                        break Err(format!("the VM's memory: {e}"));
+                    }
+                    println!(
+                        "VM memory: {} MiB left of its first pass, held while the sessions move",
+                        ram.remaining >> 20
+                    );
+                    moving = Some(spawn_moves(scope, m, sessions, deadline));
+                }
+            }
+            if moving.as_ref().is_some_and(|h| h.is_finished()) {
+                let (done, failed) = join_moves(moving.take().expect("finished"));
+                let at = Instant::now();
+                moved = Some((done, at));
+                if let Some(f) = failed {
+                    break Err(f);
+                }
+            }
+            if !released && let Some((_, at)) = &moved {
+                std::thread::sleep(SETTLE.saturating_sub(at.elapsed()));
+                // QEMU may copy the rest and stop the VM now.
+                let full = json!({ "max-bandwidth": m.max_bandwidth_mib << 20, "downtime-limit": m.downtime_limit_ms });
+                if let Err(e) = src.execute::<Value>("migrate-set-parameters", full) {
+                    break Err(format!("the VM's memory: {e}"));
+                }
+                released = true;
+            }
+            if Instant::now() >= deadline {
+                break Err("the VM's memory: its migration did not end in time".into());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // The sessions' thread ends before anything else is decided.
+        if let Some(h) = moving.take() {
+            let (done, failed) = join_moves(h);
+            let failed = failed.or(outcome.as_ref().err().cloned());
+            moved = Some((done, Instant::now()));
+            if let Some(f) = failed {
+                return (moved.map(|(d, _)| d).unwrap_or_default(), Err(f));
+            }
+        }
+        if let Err(f) = outcome {
+            return (moved.map(|(d, _)| d).unwrap_or_default(), Err(f));
+        }
+        // Stopped, paused before its switch-over: the sessions, if they had not gone yet
+        // (nothing was left of the VM to copy before they did), go now.
+        let (moved, handed_over) = match moved {
+            Some(m) => m,
+            None => {
+                println!("the VM stopped before its sessions moved; moving them now");
+                let (done, failed) = join_moves(spawn_moves(scope, m, sessions, deadline));
+                if let Some(f) = failed {
+                    return (done, Err(f));
+                }
+                (done, Instant::now())
+            }
+        };
+        let finished = src
+            .execute::<Value>("migrate-continue", json!({ "state": "pre-switchover" }))
+            .map_err(|e| format!("the VM's memory: {e}"))
+            .and_then(|_| finish_vm(src, dst, deadline));
+        (moved, finished.map(|vm_downtime_ms| Copied { vm_downtime_ms, handed_over }))
+    })
 }
 
 fn ms(d: Duration) -> f64 {
@@ -216,45 +366,58 @@ fn prepare(m: &VmMigration, src: &mut Qmp, dst: &mut Qmp) -> Result<(Device, Vec
         .collect();
     // The destination takes the VM at `incoming`.
     dst.execute::<Value>("migrate-incoming", json!({ "uri": m.incoming })).map_err(VmMigrationError::from)?;
+    // QEMU stops the VM only once the sessions have moved (the downtime limit is raised
+    // then), and waits, stopped, before its switch-over: the command says when it goes on.
+    src.execute::<Value>(
+        "migrate-set-capabilities",
+        json!({ "capabilities": [{ "capability": "pause-before-switchover", "state": true }] }),
+    )
+    .map_err(VmMigrationError::from)?;
     src.execute::<Value>(
         "migrate-set-parameters",
-        json!({ "max-bandwidth": m.max_bandwidth_mib << 20, "downtime-limit": m.downtime_limit_ms }),
+        json!({ "max-bandwidth": m.max_bandwidth_mib << 20, "downtime-limit": HOLDING_DOWNTIME_MS }),
     )
     .map_err(VmMigrationError::from)?;
     Ok((Device { id: m.device.clone(), chardev, bus }, sessions))
 }
 
-/// Migrate the VM (pre-copy, printing its progress, then QEMU's stop and switch-over) and
-/// wait until the destination runs it; QEMU's downtime in ms.
-fn copy_vm(src: &mut Qmp, dst: &mut Qmp, incoming: &str, deadline: Instant) -> Result<f64, String> {
-    src.execute::<Value>("migrate", json!({ "uri": incoming })).map_err(|e| e.to_string())?;
-    let mut last_print = Instant::now();
+/// The sessions' migrations on their thread: what moved, and why the rest did not.
+type Moves<'scope> = std::thread::ScopedJoinHandle<'scope, (Vec<MigrationSummary>, Option<String>)>;
+
+fn spawn_moves<'scope, 'env>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    m: &'env VmMigration,
+    sessions: &'env [u64],
+    deadline: Instant,
+) -> Moves<'scope> {
+    scope.spawn(move || move_sessions(&m.router, sessions, &m.to, m.quiesce_timeout, deadline))
+}
+
+/// Wait for the sessions' thread; what moved, and why the rest did not.
+fn join_moves(h: Moves<'_>) -> (Vec<MigrationSummary>, Option<String>) {
+    let (done, failed) = h.join().unwrap_or_else(|_| (Vec::new(), Some("the migration thread panicked".into())));
+    (done, failed.map(|f| format!("the GPU sessions: {f}")))
+}
+
+/// After `migrate-continue`: wait until QEMU has sent the VM and the destination runs it;
+/// QEMU's downtime in ms.
+fn finish_vm(src: &mut Qmp, dst: &mut Qmp, deadline: Instant) -> Result<f64, String> {
     let downtime = loop {
-        let info = src.migration().map_err(|e| e.to_string())?;
+        let info = src.migration().map_err(|e| format!("the VM's memory: {e}"))?;
         match info.status.as_deref() {
             Some("completed") => break info.downtime.unwrap_or_default() as f64,
             Some("failed") | Some("cancelled") => {
-                return Err(info.error_desc.unwrap_or_else(|| "QEMU gave no reason".into()));
+                return Err(format!(
+                    "the VM's memory: {}",
+                    info.error_desc.unwrap_or_else(|| "QEMU gave no reason".into())
+                ));
             }
             _ => {}
         }
-        if let Some(ram) = &info.ram
-            && last_print.elapsed() >= Duration::from_millis(500)
-        {
-            println!(
-                "  VM memory: {} MiB left of {} MiB, {} MiB sent, dirtied {:.1} MiB/s, {:.0} Mbit/s",
-                ram.remaining >> 20,
-                ram.total >> 20,
-                ram.transferred >> 20,
-                (ram.dirty_pages_rate * ram.page_size.unwrap_or(4096)) as f64 / (1 << 20) as f64,
-                ram.mbps
-            );
-            last_print = Instant::now();
-        }
         if Instant::now() >= deadline {
-            return Err("its migration did not end in time".into());
+            return Err("the VM's memory: its migration did not end in time".into());
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(5));
     };
     let running_by = Instant::now() + Duration::from_secs(60);
     loop {
