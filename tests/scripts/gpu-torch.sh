@@ -106,21 +106,25 @@ fi
 
 if part cr; then
   [ -f "$WORK/train-native.out" ] || python3 tests/python/torch_train.py "$STEPS" > "$WORK/train-native.out" 2> /dev/null
-  "$BIN/phosctl" serve --listen "unix:$WORK/r.sock" --backend cuda > "$WORK/router.log" 2>&1 &
+  "$BIN/phosctl" serve --listen "unix:$WORK/r.sock" --backend cuda > "$OUT/cr-router.log" 2>&1 &
   router=$!
   for _ in $(seq 200); do [ -S "$WORK/r.sock.ctl" ] && break; sleep 0.05; done
   sleep 0.5
   ctl() { "$BIN/phosctl" "$@" --router "unix:$WORK/r.sock"; }
-  "$BIN/phosctl" run --endpoint "unix:$WORK/r.sock" -- python3 tests/python/torch_train.py "$STEPS" > "$WORK/cr.out" 2> "$WORK/cr.err" &
+  # A failed restore must not leave the program waiting for its session for minutes.
+  PHOS_RECONNECT_TIMEOUT=${PHOS_RECONNECT_TIMEOUT:-60} "$BIN/phosctl" run --endpoint "unix:$WORK/r.sock" -- \
+    python3 tests/python/torch_train.py "$STEPS" > "$OUT/cr.out" 2> "$WORK/cr.err" &
   guest=$!
   at="transformer step $((STEPS / 2 / 25 * 25)) "
-  for _ in $(seq 3000); do grep -q "$at" "$WORK/cr.out" 2> /dev/null && break; sleep 0.05; done
+  for _ in $(seq 3000); do grep -q "$at" "$OUT/cr.out" 2> /dev/null && break; sleep 0.05; done
   id=$(ctl sessions | awk '$3 == "active" { id = $1 } END { print id }')
   ck=$(ctl checkpoint "$id" --out "$IMG" --stop 2>&1)
+  echo "$ck" > "$OUT/cr-commands.txt"
   rs=$(ctl restore "$IMG" 2>&1)
+  echo "$rs" >> "$OUT/cr-commands.txt"
   wait $guest
   rc=$?
-  cmp_line=$(compare_losses "$WORK/train-native.out" "$WORK/cr.out")
+  cmp_line=$(compare_losses "$WORK/train-native.out" "$OUT/cr.out")
   ok=$?
   {
     echo "## Checkpoint and restore mid-training"
@@ -132,16 +136,14 @@ if part cr; then
     echo "$rs"
     echo '```'
     echo
-    if [ $ok = 0 ] && [ $rc = 0 ] && grep -q '^done' "$WORK/cr.out"; then
+    if [ $ok = 0 ] && [ $rc = 0 ] && grep -q '^done' "$OUT/cr.out"; then
       echo "The restored run finished (exit 0); losses against the native run: $cmp_line."
     else
       echo "**The restored run differs or failed** (exit $rc): $cmp_line."
     fi
     echo
   } >> "$summary"
-  cp "$WORK/cr.out" "$OUT/"
   tail -c 20000 "$WORK/cr.err" > "$OUT/cr.err"
-  tail -c 30000 "$WORK/router.log" > "$OUT/cr-router.log"
   kill $router 2> /dev/null
   rm -rf "$IMG"
 fi

@@ -607,7 +607,9 @@ impl VirtualMemory for EmuBackend {
                 tracing::error!("giving back a shared block at {addr:#x}: {}", std::io::Error::last_os_error());
                 return Err(CudaError::Unknown);
             }
-            self.mapped.fetch_sub(size, Ordering::Relaxed);
+            if let Some(m) = usize::try_from(physical).ok().and_then(|d| self.mapped.get(d)) {
+                m.fetch_sub(size, Ordering::Relaxed);
+            }
             return Ok(());
         }
         // Give the pages back and make stray accesses fault.
@@ -658,7 +660,7 @@ impl VirtualMemory for EmuBackend {
         addr: u64,
         len: u64,
     ) -> Result<Physical, CudaError> {
-        self.check_device(device)?;
+        let d = self.index(device)?;
         let f = std::fs::File::from(file.try_clone().map_err(|_| CudaError::MapBufferObjectFailed)?);
         // A file shorter than the block would fault on access: refuse it.
         if f.metadata().map(|m| m.len()).unwrap_or(0) < len {
@@ -666,8 +668,9 @@ impl VirtualMemory for EmuBackend {
         }
         Self::map_shared(file, addr, len)?;
         self.shared.lock().insert(addr, None);
-        self.mapped.fetch_add(len, Ordering::Relaxed);
-        Ok(0)
+        self.mapped[d].fetch_add(len, Ordering::Relaxed);
+        // The physical memory's handle is its device, as `map`'s.
+        Ok(d as Physical)
     }
 }
 

@@ -199,6 +199,18 @@ impl VirtualMemory for Mapped {
     fn unmap(&self, addr: u64, size: u64, physical: Physical) -> Result<(), CudaError> {
         self.inner.unmap(addr, size, physical)
     }
+    fn export_block(&self, addr: u64, len: u64, physical: Physical) -> Result<std::os::fd::OwnedFd, CudaError> {
+        self.inner.export_block(addr, len, physical)
+    }
+    fn import_block(
+        &self,
+        device: i32,
+        file: &std::os::fd::OwnedFd,
+        addr: u64,
+        len: u64,
+    ) -> Result<Physical, CudaError> {
+        self.inner.import_block(self.d(device)?, file, addr, len)
+    }
 }
 
 impl Copies for Mapped {
@@ -303,6 +315,12 @@ impl Events for Mapped {
     }
     fn event_elapsed(&self, start: Raw, end: Raw) -> Result<f32, CudaError> {
         self.inner.event_elapsed(start, end)
+    }
+    fn event_export(&self, event: Raw) -> Result<[u8; 64], CudaError> {
+        self.inner.event_export(event)
+    }
+    fn event_import(&self, device: i32, exported: &[u8; 64]) -> Result<Raw, CudaError> {
+        self.inner.event_import(self.d(device)?, exported)
     }
 }
 
