@@ -34,6 +34,11 @@ struct Records {
     /// (setter, what it sets, object) -> index of the object's last record of that setter
     /// for that key (0 for a setter whose call is the whole setting).
     settings: HashMap<(Function, u64, (&'static str, u64)), usize>,
+    /// Session-wide settings (`obj_record` on a function: `cudaDeviceSetLimit`...), by
+    /// (function, device, the call's payload) -> index of its record: the same call made again
+    /// replaces the earlier record, and the rest replay in their order, so the last setting of
+    /// each kind wins on restore as it did in the session.
+    global: HashMap<(Function, i32, Vec<u8>), usize>,
 }
 
 #[derive(Default)]
@@ -51,8 +56,21 @@ impl Recorder {
     pub fn record_keyed(&self, function: Function, key: u64, device: i32, payload: &[u8], facts: &RecordFacts<'_>) {
         let mut r = self.inner.lock();
         if facts.global {
-            // Session-wide state changed (a device reset): everything before is gone.
-            *r = Records::default();
+            if function == Function::Cudart(phos_protocol::cudart::FunctionId::CudaDeviceReset) {
+                // Everything the session made is gone (its settings too).
+                *r = Records::default();
+                return;
+            }
+            // A session-wide setting: kept and replayed in its place (it creates nothing).
+            let key = (function, device, payload.to_vec());
+            if let Some(old) = r.global.remove(&key) {
+                r.prune(old);
+            }
+            let index = r.entries.len();
+            r.global.insert(key, index);
+            r.entries
+                .push(Some((Record { function, device, payload: payload.to_vec(), creates: Vec::new() }, Vec::new())));
+            return;
         }
         for &(kind, value) in facts.destroyed {
             if let Some(i) = r.by_object.remove(&(kind, value)) {
@@ -107,6 +125,7 @@ impl Records {
         while let Some(i) = stack.pop() {
             let Some((rec, _)) = self.entries[i].take() else { continue };
             self.settings.retain(|_, &mut j| j != i);
+            self.global.retain(|_, &mut j| j != i);
             for obj in &rec.creates {
                 if self.by_object.get(obj) == Some(&i) {
                     self.by_object.remove(obj);
@@ -155,6 +174,13 @@ mod tests {
         // A zero-size allocation (null pointer) creates nothing.
         r.record(Function::Cudart(FunctionId::CudaMalloc), 0, b"z", &facts(&[("device_memory", 0)], &[], &[]));
         assert_eq!(r.live().len(), 1);
+        // Session-wide settings are kept, once per distinct call, in their order.
+        let global = RecordFacts { created: &[], destroyed: &[], mutated: &[], depends_on: &[], global: true };
+        r.record(Function::Cudart(FunctionId::CudaDeviceSetLimit), 0, b"heap 8", &global);
+        r.record(Function::Cudart(FunctionId::CudaDeviceSetLimit), 0, b"stack 2", &global);
+        r.record(Function::Cudart(FunctionId::CudaDeviceSetLimit), 0, b"heap 8", &global);
+        let payloads: Vec<Vec<u8>> = r.live().into_iter().map(|rec| rec.payload).collect();
+        assert_eq!(payloads, [b"s".to_vec(), b"stack 2".to_vec(), b"heap 8".to_vec()]);
         // A device reset forgets everything.
         r.record(
             Function::Cudart(FunctionId::CudaDeviceReset),

@@ -1,9 +1,11 @@
 // A long-running iterative computation (usage: iterative [ITERATIONS] [PAUSE_MS]
-// [pinned|registered]): state in device memory, a __device__ counter, a stream and an event,
+// [pinned|registered|settings]): state in device memory, a __device__ counter, a stream and an event,
 // updated step after step and summarised every 10 steps. With `pinned`, the summaries are
 // copied into page-locked memory and the kernel also counts its steps in mapped host memory;
 // with `registered` the same memory is malloc'd and registered with cudaHostRegister (the
-// counter on a page shared with other heap data). The checkpoint and migration tests stop,
+// counter on a page shared with other heap data); with `settings` the program first sets a
+// device limit and the kernel's attributes, and its launches need them (64 KiB of dynamic
+// shared memory, over the 48 KiB default), so a restore must bring them back. The checkpoint and migration tests stop,
 // restore and move it in the middle; its output must not change.
 #include "check.h"
 #include <cstdlib>
@@ -31,6 +33,13 @@ int main(int argc, char **argv) {
     const int pause_ms = argc > 2 ? std::atoi(argv[2]) : 0;
     const bool pinned = argc > 3 && std::string(argv[3]) == "pinned";
     const bool registered = argc > 3 && std::string(argv[3]) == "registered";
+    const bool settings = argc > 3 && std::string(argv[3]) == "settings";
+    const size_t dynamic_shared = settings ? 64 << 10 : 0;
+    if (settings) {
+        CHECK(cudaDeviceSetLimit(cudaLimitMallocHeapSize, 48 << 20));
+        CHECK(cudaFuncSetAttribute(step, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dynamic_shared));
+        CHECK(cudaFuncSetAttribute(step, cudaFuncAttributePreferredSharedMemoryCarveout, 50));
+    }
     const int n = 1 << 18;
     std::vector<unsigned> pageable(n), salt(1024);
     unsigned *host = pageable.data();
@@ -60,7 +69,7 @@ int main(int argc, char **argv) {
     CHECK(cudaStreamCreate(&s));
     CHECK(cudaEventCreate(&done));
     for (int it = 1; it <= iterations; it++) {
-        step<<<(n + 255) / 256, 256, 0, s>>>(x, dsalt, n, it, mapped);
+        step<<<(n + 255) / 256, 256, dynamic_shared, s>>>(x, dsalt, n, it, mapped);
         CHECK_LAUNCH();
         CHECK(cudaEventRecord(done, s));
         CHECK(cudaEventSynchronize(done));
@@ -90,6 +99,15 @@ int main(int argc, char **argv) {
         CHECK(cudaHostUnregister(host));
         CHECK(cudaHostUnregister(counter));
         std::free(counter);
+    }
+    if (settings) {
+        size_t heap = 0;
+        CHECK(cudaDeviceGetLimit(&heap, cudaLimitMallocHeapSize));
+        cudaFuncAttributes attrs;
+        CHECK(cudaFuncGetAttributes(&attrs, step));
+        std::printf("heap limit %zu MiB, dynamic shared memory allowed %d KiB\n", heap >> 20,
+                    attrs.maxDynamicSharedSizeBytes >> 10);
+        EXPECT(heap == (size_t)48 << 20 && attrs.maxDynamicSharedSizeBytes == (int)dynamic_shared);
     }
     CHECK(cudaEventDestroy(done));
     CHECK(cudaStreamDestroy(s));

@@ -112,6 +112,13 @@ fn a_session_with_registered_memory_is_stopped_and_restored() {
     stop_and_restore_iterative(&["registered"]);
 }
 
+/// The same after the program set a device limit and its kernel's attributes: the session's
+/// settings come back with it (its launches need 64 KiB of dynamic shared memory).
+#[test]
+fn a_session_with_device_and_kernel_settings_is_stopped_and_restored() {
+    stop_and_restore_iterative(&["settings"]);
+}
+
 fn stop_and_restore_iterative(mode: &[&str]) {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);

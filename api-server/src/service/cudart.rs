@@ -389,7 +389,14 @@ impl CudartService for Session {
     }
 
     fn record(&self, cx: &CallCx, id: FunctionId, payload: &[u8], facts: &phos_protocol::spec::RecordFacts<'_>) {
-        self.records.record(ApiFunction::Cudart(id), cx.device, payload, facts);
+        // A kernel keeps its last setting of each attribute (a maximum of dynamic shared
+        // memory and a carveout are both needed again after a restore).
+        let key = match id {
+            FunctionId::PhosFuncSetAttribute => phos_protocol::decode_request::<PhosFuncSetAttributeRequest>(payload)
+                .map_or(0, |r| u64::from(r.attr as u32)),
+            _ => 0,
+        };
+        self.records.record_keyed(ApiFunction::Cudart(id), key, cx.device, payload, facts);
     }
 
     fn intercepting(&self) -> bool {
