@@ -9,7 +9,7 @@
 //! back the way it was made, under the handle (or at the address) it had.
 
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use phos_protocol::apis::Function;
 use phos_protocol::spec::RecordFacts;
@@ -25,20 +25,42 @@ pub struct Record {
     pub creates: Vec<(&'static str, u64)>,
 }
 
+/// What a setter's record is kept under: (setter, what it sets, object).
+type SettingKey = (Function, u64, (&'static str, u64));
+/// What a session-wide setting's record is kept under: (function, device, the call's payload).
+type GlobalKey = (Function, i32, Vec<u8>);
+
+/// One record and what keeps it.
+struct Entry {
+    record: Record,
+    /// The records whose dropping drops this one.
+    deps: Vec<u64>,
+    /// The settings it is the last call of.
+    settings: Vec<SettingKey>,
+    global: Option<GlobalKey>,
+}
+
+/// Every operation costs what it touches, not the session's history: a framework makes and
+/// drops descriptors by the thousand a second (PyTorch's cuBLASLt and cuDNN descriptors for
+/// each matmul and convolution), and each of those calls is recorded.
 #[derive(Default)]
 struct Records {
-    /// In creation order; `None` where a record was pruned.
-    entries: Vec<Option<(Record, Vec<usize>)>>,
-    /// Live object (kind, value) -> index of its record.
-    by_object: HashMap<(&'static str, u64), usize>,
-    /// (setter, what it sets, object) -> index of the object's last record of that setter
-    /// for that key (0 for a setter whose call is the whole setting).
-    settings: HashMap<(Function, u64, (&'static str, u64)), usize>,
-    /// Session-wide settings (`obj_record` on a function: `cudaDeviceSetLimit`...), by
-    /// (function, device, the call's payload) -> index of its record: the same call made again
-    /// replaces the earlier record, and the rest replay in their order, so the last setting of
-    /// each kind wins on restore as it did in the session.
-    global: HashMap<(Function, i32, Vec<u8>), usize>,
+    /// Live records by a number given in creation order (the replay order).
+    entries: BTreeMap<u64, Entry>,
+    next: u64,
+    /// Live object (kind, value) -> its record.
+    by_object: HashMap<(&'static str, u64), u64>,
+    /// An object's value -> its record (dependencies name values alone).
+    by_value: HashMap<u64, u64>,
+    /// Record -> the records that depend on it.
+    dependents: HashMap<u64, Vec<u64>>,
+    /// (setter, what it sets, object) -> the object's last record of that setter for that key
+    /// (0 for a setter whose call is the whole setting).
+    settings: HashMap<SettingKey, u64>,
+    /// Session-wide settings (`obj_record` on a function: `cudaDeviceSetLimit`...): the same
+    /// call made again replaces the earlier record, and the rest replay in their order, so the
+    /// last setting of each kind wins on restore as it did in the session.
+    global: HashMap<GlobalKey, u64>,
 }
 
 #[derive(Default)]
@@ -63,17 +85,15 @@ impl Recorder {
             }
             // A session-wide setting: kept and replayed in its place (it creates nothing).
             let key = (function, device, payload.to_vec());
-            if let Some(old) = r.global.remove(&key) {
+            if let Some(old) = r.global.get(&key).copied() {
                 r.prune(old);
             }
-            let index = r.entries.len();
-            r.global.insert(key, index);
-            r.entries
-                .push(Some((Record { function, device, payload: payload.to_vec(), creates: Vec::new() }, Vec::new())));
+            let record = Record { function, device, payload: payload.to_vec(), creates: Vec::new() };
+            r.push(Entry { record, deps: Vec::new(), settings: Vec::new(), global: Some(key) });
             return;
         }
         for &(kind, value) in facts.destroyed {
-            if let Some(i) = r.by_object.remove(&(kind, value)) {
+            if let Some(i) = r.by_object.get(&(kind, value)).copied() {
                 r.prune(i);
             }
         }
@@ -88,29 +108,22 @@ impl Recorder {
             return;
         }
         for &obj in &mutated {
-            if let Some(old) = r.settings.remove(&(function, key, obj)) {
+            if let Some(old) = r.settings.get(&(function, key, obj)).copied() {
                 r.prune(old);
             }
         }
-        let mut deps: Vec<usize> = facts
-            .depends_on
-            .iter()
-            .filter_map(|&v| r.by_object.iter().find(|((_, value), _)| *value == v).map(|(_, &i)| i))
-            .collect();
+        let mut deps: Vec<u64> = facts.depends_on.iter().filter_map(|v| r.by_value.get(v).copied()).collect();
         deps.extend(mutated.iter().filter_map(|o| r.by_object.get(o).copied()));
-        let index = r.entries.len();
-        for &obj in &created {
-            r.by_object.insert(obj, index);
-        }
-        for &obj in &mutated {
-            r.settings.insert((function, key, obj), index);
-        }
-        r.entries.push(Some((Record { function, device, payload: payload.to_vec(), creates: created }, deps)));
+        deps.sort_unstable();
+        deps.dedup();
+        let settings = mutated.iter().map(|&obj| (function, key, obj)).collect();
+        let record = Record { function, device, payload: payload.to_vec(), creates: created };
+        r.push(Entry { record, deps, settings, global: None });
     }
 
     /// The live records, in the order to replay them.
     pub fn live(&self) -> Vec<Record> {
-        self.inner.lock().entries.iter().flatten().map(|(rec, _)| rec.clone()).collect()
+        self.inner.lock().entries.values().map(|e| e.record.clone()).collect()
     }
 
     pub fn clear(&self) {
@@ -119,24 +132,57 @@ impl Recorder {
 }
 
 impl Records {
+    /// Keep `entry` as the newest record, indexed by what it creates, sets and depends on.
+    fn push(&mut self, entry: Entry) -> u64 {
+        let id = self.next;
+        self.next += 1;
+        for &obj in &entry.record.creates {
+            self.by_object.insert(obj, id);
+            self.by_value.insert(obj.1, id);
+        }
+        for &d in &entry.deps {
+            self.dependents.entry(d).or_default().push(id);
+        }
+        for k in &entry.settings {
+            self.settings.insert(*k, id);
+        }
+        if let Some(k) = &entry.global {
+            self.global.insert(k.clone(), id);
+        }
+        self.entries.insert(id, entry);
+        id
+    }
+
     /// Drop record `i` and, transitively, every record that depends on it.
-    fn prune(&mut self, i: usize) {
+    fn prune(&mut self, i: u64) {
         let mut stack = vec![i];
         while let Some(i) = stack.pop() {
-            let Some((rec, _)) = self.entries[i].take() else { continue };
-            self.settings.retain(|_, &mut j| j != i);
-            self.global.retain(|_, &mut j| j != i);
-            for obj in &rec.creates {
+            let Some(e) = self.entries.remove(&i) else { continue };
+            for k in &e.settings {
+                if self.settings.get(k) == Some(&i) {
+                    self.settings.remove(k);
+                }
+            }
+            if let Some(k) = &e.global
+                && self.global.get(k) == Some(&i)
+            {
+                self.global.remove(k);
+            }
+            for obj in &e.record.creates {
                 if self.by_object.get(obj) == Some(&i) {
                     self.by_object.remove(obj);
                 }
-            }
-            for (j, e) in self.entries.iter().enumerate() {
-                if let Some((_, deps)) = e
-                    && deps.contains(&i)
-                {
-                    stack.push(j);
+                if self.by_value.get(&obj.1) == Some(&i) {
+                    self.by_value.remove(&obj.1);
                 }
+            }
+            for d in &e.deps {
+                if let Some(v) = self.dependents.get_mut(d) {
+                    v.retain(|&j| j != i);
+                }
+            }
+            if let Some(children) = self.dependents.remove(&i) {
+                stack.extend(children);
             }
         }
     }
@@ -189,6 +235,35 @@ mod tests {
             &RecordFacts { created: &[], destroyed: &[], mutated: &[], depends_on: &[], global: true },
         );
         assert!(r.live().is_empty());
+    }
+
+    /// A framework's churn (a descriptor made, set and dropped for every matmul, a handle's
+    /// stream set before each) leaves only what lives, and costs what it touches: with the
+    /// whole history scanned per drop, as before, this loop took minutes.
+    #[test]
+    fn churn_leaves_only_what_lives() {
+        use phos_protocol::cublas::FunctionId as Blas;
+        use phos_protocol::cublaslt::FunctionId as Lt;
+        let r = Recorder::default();
+        r.record(Function::Cublas(Blas::CublasCreateV2), 0, b"h", &facts(&[("cublas_handle", 7)], &[], &[]));
+        for i in 0..100_000u64 {
+            let d = 1_000 + i;
+            r.record(Function::Cublaslt(Lt::CublasLtMatmulDescCreate), 0, b"d", &facts(&[("lt", d)], &[], &[]));
+            let set =
+                RecordFacts { created: &[], destroyed: &[], mutated: &[("lt", d)], depends_on: &[], global: false };
+            r.record_keyed(Function::Cublaslt(Lt::CublasLtMatmulDescSetAttribute), 3, 0, b"a", &set);
+            let stream = RecordFacts {
+                created: &[],
+                destroyed: &[],
+                mutated: &[("cublas_handle", 7)],
+                depends_on: &[],
+                global: false,
+            };
+            r.record(Function::Cublas(Blas::CublasSetStreamV2), 0, b"s", &stream);
+            r.record(Function::Cublaslt(Lt::CublasLtMatmulDescDestroy), 0, b"", &facts(&[], &[("lt", d)], &[]));
+        }
+        let live: Vec<Vec<u8>> = r.live().into_iter().map(|rec| rec.payload).collect();
+        assert_eq!(live, [b"h".to_vec(), b"s".to_vec()]);
     }
 
     #[test]
