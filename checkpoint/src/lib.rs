@@ -57,14 +57,17 @@ pub use stream::{StreamReader, StreamWriter};
 
 /// Magic at the start of a manifest file.
 pub const MAGIC: &[u8; 8] = b"PHOSIMG\0";
-/// The format this build writes. Version 6 is version 5 whose graphs may hold host, event,
+/// The format this build writes. Version 7 is version 6 whose graphs may hold node markers
+/// (each node's handle, enabled state and operation count in an executable graph) and child
+/// graphs a node owns: a version 6 reader refuses it by its version. Version 6 is version 5
+/// whose graphs may hold host, event,
 /// child-graph and symbol-copy nodes (operations a version 5 reader does not know: it refuses
 /// the image by its version instead of failing to decode its graphs). Version 5 holds the
 /// session's graphs ([`Manifest::graphs`]);
 /// it is version 4 with that one field more at the manifest's end. Version 4 says which of the
 /// guest's async calls had run ([`AsyncCallsRun`]); it is version 3 (memory in several files, a
 /// chunk naming its file) with that one field more.
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 7;
 /// The oldest format this build reads: a version 3 image reads as one of version 4 in which no
 /// async call is known to have run (what the build that took it assumed: the calls a guest sends
 /// again after the restore run), and a version 3 or 4 image as one without graphs (the builds
@@ -483,13 +486,13 @@ fn format_read(version: u32) -> bool {
 }
 
 /// The manifest of an image of format `version` (one [`format_read`] accepts), and whether
-/// bytes follow it. A version 4 manifest is a version 5 or 6 one without its last field, a version 3
+/// bytes follow it. A version 4 manifest is a version 5, 6 or 7 one without its last field, a version 3
 /// one without its last two: they are read with those fields empty.
 fn decode_manifest(body: &[u8], version: u32) -> Result<(Manifest, bool), bincode::error::DecodeError> {
     use bincode::de::read::Reader;
     use bincode::de::{Decode, Decoder, DecoderImpl};
     let completed;
-    // Versions 5 and 6 have the same fields.
+    // Versions 5 to 7 have the same fields.
     let body = if version < 5 {
         let mut b = body.to_vec();
         let fail = |e: bincode::error::EncodeError| bincode::error::DecodeError::OtherString(e.to_string());
