@@ -257,6 +257,7 @@ fn main() {
 
     // The session lives as long as the router keeps our stdin open.
     let path = args.listen.clone();
+    let ending = slot.clone();
     std::thread::spawn(move || {
         let stdin = std::io::stdin();
         for line in stdin.lock().lines() {
@@ -267,6 +268,9 @@ fn main() {
         let _ = std::fs::remove_file(&path);
         let _ = std::fs::remove_file(phos_control::control_path(&path));
         tracing::info!("session ended");
+        if let Some(session) = ending.get() {
+            session.print_profile();
+        }
         std::process::exit(0);
     });
     ApiServer::new(slot).listen(listener);

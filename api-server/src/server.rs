@@ -578,7 +578,11 @@ impl ApiServer {
             drop(in_flight);
             return Err(FROZEN);
         }
+        let profiled = session.profile.as_ref().and_then(|_| phos_protocol::call_profile::start());
         let result = self.run_entered(id, device, payload, out, how);
+        if let Some(p) = &session.profile {
+            p.ended(id, how.async_id.is_some(), profiled);
+        }
         if let Some(call_id) = how.async_id {
             // Noted while the call still holds the quiesce lock, so that an image taken once
             // it has left says it ran (the guest may send it again to the restored session).

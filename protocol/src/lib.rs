@@ -13,6 +13,7 @@
 
 pub mod blas;
 pub mod bypass;
+pub mod call_profile;
 pub mod error;
 pub mod eval;
 pub mod frame;

@@ -1571,6 +1571,7 @@ impl Launch for CudaBackend {
             // SAFETY: the timer's live event, and the launch's (live or special) stream.
             let _ = unsafe { result::event::record(start, h) };
         }
+        let profiled = phos_protocol::call_profile::start();
         let r = if cooperative {
             // cuLaunchCooperativeKernel takes no packed buffer; cuLaunchKernelEx does.
             // SAFETY: a plain C struct (and union) whose zero value is valid.
@@ -1618,6 +1619,7 @@ impl Launch for CudaBackend {
                 ))
             }
         };
+        phos_protocol::call_profile::vendor_ended(profiled);
         if timing.pair.is_some() || r.is_err() || timing.count.timed {
             let mut timer = self.timer.lock();
             match timing.pair {

@@ -314,9 +314,12 @@ impl Cudnn {
 
     /// Run an execution plan with a variant pack whose pointers the session has checked.
     pub fn execute(&self, handle: u64, plan: u64, variant_pack: u64) -> i32 {
+        let profiled = phos_protocol::call_profile::start();
         // SAFETY: live objects of the session, on its context; the pack's device pointers
         // lie in the session's memory (checked by the caller).
-        unsafe { (self.execute)(handle as Raw, plan as Raw, variant_pack as Raw) }
+        let code = unsafe { (self.execute)(handle as Raw, plan as Raw, variant_pack as Raw) };
+        phos_protocol::call_profile::vendor_ended(profiled);
+        code
     }
 
     /// A new legacy tensor descriptor.

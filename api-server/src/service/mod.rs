@@ -101,6 +101,9 @@ pub struct Session {
     pub(crate) async_calls: crate::ordering::AsyncLedger,
     /// IPC with the tenant's other sessions: what this one exports and has opened.
     pub ipc: crate::ipc::Ipc,
+    /// `PHOS_PROFILE=1` in the server's environment: the time each function's calls took
+    /// here, printed when the session ends.
+    pub(crate) profile: Option<phos_protocol::call_profile::CallProfile>,
 }
 
 impl Session {
@@ -130,6 +133,7 @@ impl Session {
             frozen: AtomicBool::new(false),
             async_calls: Default::default(),
             ipc: Default::default(),
+            profile: phos_protocol::call_profile::enabled().then(Default::default),
         })
     }
 
@@ -208,6 +212,14 @@ impl Session {
         }
     }
 
+    /// Print the `PHOS_PROFILE` table of the calls served so far on standard error (the
+    /// server's log) and start a new one.
+    pub fn print_profile(&self) {
+        if let Some(p) = self.profile.as_ref().filter(|p| !p.is_empty()) {
+            eprint!("{}", p.take().table(&format!("phos server profile of session {}", self.id), "in the server"));
+        }
+    }
+
     /// The sticky error, if the context is corrupted.
     pub fn sticky_error(&self) -> Option<CudaError> {
         match self.sticky.load(Ordering::Relaxed) {
@@ -261,6 +273,7 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
+        self.print_profile();
         let b = self.backend.as_ref();
         self.objects.release_all(b);
         // Pinned memory is the guest's and outlives a device reset; not the session.

@@ -231,11 +231,14 @@ fn call_fn(w: &mut W, api: &Api, f: &Function) {
             _ => unreachable!("`callable` admits no other argument"),
         }
     }
+    // `PHOS_PROFILE`: the library's own share of the call.
+    w.line(format!("let profiled = {P}::call_profile::start();"));
     w.line(format!(
         "// SAFETY: the vendor's `{}` with arguments the dispatch checked (this function's contract).",
         f.name
     ));
     w.line(format!("let code = unsafe {{ entry({}) }};", call_args.join(", ")));
+    w.line(format!("{P}::call_profile::vendor_ended(profiled);"));
     w.line(format!("if code != {P}::{}::SUCCESS {{ return Err({status}(code)); }}", api.name));
     w.line(format!("Ok({t}Reply {{ {} }})", reply_fields.join(", ")));
     w.close("}");
