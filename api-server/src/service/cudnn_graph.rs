@@ -206,12 +206,12 @@ impl Session {
             }
         }
         let uids = int64s(pack, PACK_UIDS)?;
-        let pointers = pack
+        let pointers: Vec<u64> = pack
             .attributes
             .get(&PACK_POINTERS)
             .filter(|a| a.ty == CUDNN_TYPE_VOID_PTR)
             .map(|a| a.elements.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect())
-            .unwrap_or_else(Vec::new);
+            .unwrap_or_default();
         let at = |uid: i64| match uids.iter().position(|&u| u == uid).and_then(|i| pointers.get(i)) {
             Some(&p) if p != 0 => Ok(p),
             _ => bad(format!("the variant pack has no pointer for tensor {uid}")),
