@@ -357,6 +357,71 @@ mod tests {
         assert_eq!(payloads, [b"d".to_vec(), b"strides".to_vec(), b"dims again".to_vec()]);
     }
 
+    /// The cuDNN backend flow of a framework, as the service reports it: heuristics fill one of
+    /// two engine configs, a plan is made from it, and the program destroys the other config
+    /// (gone), the heuristics, the filled config and the graph (each hidden: the service
+    /// records the destroy on the descriptor). Every record of a hidden descriptor stays, in
+    /// its order, the destroys after what they hide; the plan's destruction takes them all.
+    #[test]
+    fn a_destroyed_descriptor_stays_recorded_while_what_was_made_from_it_lives() {
+        use phos_protocol::cudnn::FunctionId as Dnn;
+        const D: &str = "cudnn_backend_descriptor";
+        let r = Recorder::default();
+        let f = Function::Cudnn;
+        let create =
+            |h: u64| r.record(f(Dnn::CudnnBackendCreateDescriptor), 0, &h.to_le_bytes(), &facts(&[(D, h)], &[], &[]));
+        let on = |id, key, payload: &[u8], h: u64, names: &[u64]| {
+            let mutated = [(D, h)];
+            let facts =
+                RecordFacts { created: &[], destroyed: &[], mutated: &mutated, depends_on: names, global: false };
+            r.record_keyed(f(id), key, 0, payload, &facts);
+        };
+        let gone = |hs: &[u64]| {
+            let destroyed: Vec<_> = hs.iter().map(|&h| (D, h)).collect();
+            r.record(f(Dnn::CudnnBackendDestroyDescriptor), 0, b"", &facts(&[], &destroyed, &[]));
+        };
+        let (graph, heur, used, other, plan) = (1, 2, 3, 4, 5);
+        create(graph);
+        on(Dnn::CudnnBackendFinalize, 0, b"finalize graph", graph, &[]);
+        create(heur);
+        on(Dnn::CudnnBackendSetAttribute, 201, b"heur graph", heur, &[graph]);
+        on(Dnn::CudnnBackendFinalize, 0, b"finalize heur", heur, &[]);
+        create(used);
+        create(other);
+        // One fill of the array [used, other]; heuristics offered one config.
+        on(Dnn::CudnnBackendGetAttribute, 202, b"fill", used, &[heur]);
+        create(plan);
+        on(Dnn::CudnnBackendSetAttribute, 401, b"plan config", plan, &[used]);
+        on(Dnn::CudnnBackendFinalize, 0, b"finalize plan", plan, &[]);
+        gone(&[other]);
+        on(Dnn::CudnnBackendDestroyDescriptor, 0, b"hide used", used, &[]);
+        on(Dnn::CudnnBackendDestroyDescriptor, 0, b"hide heur", heur, &[]);
+        on(Dnn::CudnnBackendDestroyDescriptor, 0, b"hide graph", graph, &[]);
+        let payloads: Vec<Vec<u8>> = r.live().into_iter().map(|rec| rec.payload).collect();
+        let want: Vec<Vec<u8>> = [
+            &graph.to_le_bytes()[..],
+            b"finalize graph",
+            &heur.to_le_bytes(),
+            b"heur graph",
+            b"finalize heur",
+            &used.to_le_bytes(),
+            b"fill",
+            &plan.to_le_bytes(),
+            b"plan config",
+            b"finalize plan",
+            b"hide used",
+            b"hide heur",
+            b"hide graph",
+        ]
+        .iter()
+        .map(|p| p.to_vec())
+        .collect();
+        assert_eq!(payloads, want);
+        // The plan goes, and with it (the service says) every descriptor it kept.
+        gone(&[plan, used, heur, graph]);
+        assert!(r.live().is_empty());
+    }
+
     #[test]
     fn a_module_loaded_twice_is_recorded_once() {
         let r = Recorder::default();

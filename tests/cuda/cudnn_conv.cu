@@ -1,17 +1,23 @@
 // A convolution forward through cuDNN's backend (graph) API: tensor, convolution, operation and
 // operation graph descriptors, heuristics (or, where cuDNN offers none, the engine of global
 // index 0), engine config, execution plan and variant pack, checked against a convolution on
-// the host. Without cuDNN (Phos on emu) the descriptors still hold and give back their
-// attributes and the execution answers CUDNN_STATUS_NOT_SUPPORTED, which the program says.
+// the host. The program lets go of every descriptor but the plan before it executes (the plan
+// keeps what it needs), as a framework's cached plans do. Without cuDNN (Phos on emu) the
+// descriptors still hold and give back their attributes, the heuristics offer emu's one engine
+// config and the execution answers CUDNN_STATUS_NOT_SUPPORTED, which the program says.
 //
 // Modes: none (the convolution), `hostile` (what careless or hostile calls get), `checkpoint`
 // (prints "cudnn ready" once its plan and variant pack are finalized, waits three seconds, in
-// which a checkpoint and restore may happen, then reads them back and executes).
+// which a checkpoint and restore may happen, then reads them back and executes);
+// `checkpoint-configs` and `checkpoint-plan` wait the same way once the heuristics have filled
+// the configs (before any plan), and once the plan is made and the configs and heuristics are
+// destroyed (before the graph and operation are).
 #if __has_include(<cudnn.h>)
 #include <cudnn.h>
 #else
 #include "cudnn_min.h"
 #endif
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -79,6 +85,16 @@ static cudnnBackendDescriptor_t tensor(int64_t uid, int64_t n, int64_t c, int64_
     return t;
 }
 
+static const char *g_mode = "";
+
+// In mode `checkpoint-STAGE`, at STAGE: says so and waits for a checkpoint and restore.
+static void pause_at(const char *stage) {
+    if (std::strncmp(g_mode, "checkpoint-", 11) != 0 || std::strcmp(g_mode + 11, stage) != 0) return;
+    std::printf("cudnn ready\n");
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+}
+
 struct Plan {
     cudnnBackendDescriptor_t plan = nullptr;
     int64_t workspace = 0;
@@ -96,13 +112,18 @@ static Plan make_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t graph) {
     int64_t available = 0;
     int s = get(heur, HEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &available, nullptr);
     std::vector<cudnnBackendDescriptor_t> configs;
+    // Every config made, filled or not: the program destroys them all once it has its plan.
+    std::vector<cudnnBackendDescriptor_t> made;
     if (s == 0 && available > 0) {
-        configs.resize(available);
-        for (auto &c : configs) c = make(ENGINECFG_DESCRIPTOR);
+        // One more than offered, as a framework with a fixed-size array asks: cuDNN fills the
+        // lesser of the two counts and answers the attribute's.
+        made.resize(available + 1);
+        for (auto &c : made) c = make(ENGINECFG_DESCRIPTOR);
         int64_t got = 0;
-        DNN(get(heur, HEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, available, &got, configs.data()));
-        configs.resize(got);
+        DNN(get(heur, HEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, (int64_t)made.size(), &got, made.data()));
+        configs.assign(made.begin(), made.begin() + std::min<int64_t>(got, available));
         std::printf("heuristics: configs offered\n");
+        pause_at("configs");
     } else {
         std::printf("heuristics: %s\n", cudnnGetErrorString((cudnnStatus_t)s));
         cudnnBackendDescriptor_t engine = make(ENGINE_DESCRIPTOR);
@@ -116,6 +137,7 @@ static Plan make_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t graph) {
         // The config keeps what it needs of the engine: the program lets go of it.
         DNN(cudnnBackendDestroyDescriptor(engine));
         configs.push_back(config);
+        made.push_back(config);
     }
     for (auto config : configs) {
         cudnnBackendDescriptor_t plan = make(EXECUTION_PLAN_DESCRIPTOR);
@@ -127,7 +149,9 @@ static Plan make_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t graph) {
         }
         cudnnBackendDestroyDescriptor(plan);
     }
-    for (auto config : configs) DNN(cudnnBackendDestroyDescriptor(config));
+    // The plan keeps what it needs of its config and the heuristics: the program lets go of
+    // them (the heuristics after the configs filled from it, as a framework's do).
+    for (auto config : made) DNN(cudnnBackendDestroyDescriptor(config));
     DNN(cudnnBackendDestroyDescriptor(heur));
     if (!p.plan) {
         std::printf("FAILED: no execution plan finalizes\n");
@@ -188,6 +212,7 @@ static void hostile(cudnnHandle_t handle, cudnnBackendDescriptor_t x) {
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
+    g_mode = mode;
     size_t version = cudnnGetVersion();
     std::printf("cudnn major version: %zu\n", version / 10000);
     cudnnHandle_t handle;
@@ -241,6 +266,10 @@ int main(int argc, char **argv) {
 
     Plan plan = make_plan(handle, graph);
     std::printf("plan: finalized\n");
+    pause_at("plan");
+    // The plan is all the program keeps: its graph and operation go before it executes.
+    DNN(cudnnBackendDestroyDescriptor(graph));
+    DNN(cudnnBackendDestroyDescriptor(op));
 
     std::vector<float> hx(N * C * H * W), hw(K * C * R * S), hy(N * K * H * W, -1), want(N * K * H * W);
     for (size_t i = 0; i < hx.size(); i++) hx[i] = (float)((int)(i * 7 % 5) - 2);
@@ -285,7 +314,7 @@ int main(int argc, char **argv) {
         std::printf("execute: %zu outputs, %s\n", hy.size(), worst < 1e-3 ? "as the host convolution" : "WRONG");
         if (worst >= 1e-3) return 1;
     }
-    for (auto d : {pack, plan.plan, graph, op}) DNN(cudnnBackendDestroyDescriptor(d));
+    for (auto d : {pack, plan.plan}) DNN(cudnnBackendDestroyDescriptor(d));
     CHECK(cudaFree(dx));
     CHECK(cudaFree(dw));
     CHECK(cudaFree(dy));

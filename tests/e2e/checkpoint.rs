@@ -894,11 +894,16 @@ fn library_program_survives_a_restore(program: &str, link: &str, ready: &str, af
 
 /// [`library_program_survives_a_restore`] with the program's link flags.
 fn library_program_with_flags_survives_a_restore(program: &str, link: &[&str], ready: &str, after: &str) {
+    library_program_mode_survives_a_restore(program, link, "checkpoint", ready, after);
+}
+
+/// [`library_program_with_flags_survives_a_restore`] in the program's `mode`.
+fn library_program_mode_survives_a_restore(program: &str, link: &[&str], mode: &str, ready: &str, after: &str) {
     let Some(nvcc) = nvcc() else { return };
     let flags: Vec<&str> = ["-arch=sm_70"].into_iter().chain(link.iter().copied()).collect();
     let exe = build_program(&nvcc, program, &flags);
     let router = TestRouter::start("emu");
-    let mut guest = start_guest(&router, &exe, &["checkpoint"]);
+    let mut guest = start_guest(&router, &exe, &[mode]);
     let mut out = BufReader::new(guest.stdout.take().unwrap());
     read_until(&mut out, ready);
     let id = session_id(&router);
@@ -968,11 +973,12 @@ fn cusparse_handles_and_descriptors_survive_a_restore() {
 }
 
 /// cuDNN's handle and backend descriptors (tensors the program destroyed but an operation
-/// refers to, a graph naming the handle, an engine, its config, a plan and a variant pack, all
-/// finalized) are recorded with their attributes and replayed in order on restore: after a stop
-/// and a restore into a new server, the program reads the variant pack's and the graph's
-/// attributes back as it set them, and the execution answers emu's NOT_SUPPORTED (not a lost
-/// plan's BAD_PARAM).
+/// refers to, a graph naming the handle, heuristics, the engine configs they filled, a plan and
+/// a variant pack, all finalized) are recorded with their attributes and fills and replayed in
+/// order on restore: after a stop and a restore into a new server, the program reads the
+/// variant pack's attributes back as it set them and the plan runs its convolution, as the host
+/// computes it. By then the program had destroyed every descriptor but the plan and the pack:
+/// the heuristics, its configs (one filled, one not), the graph, the operation, its tensors.
 #[test]
 fn cudnn_descriptors_survive_a_restore() {
     let link = phos_tests::cudnn_link_flags();
@@ -980,8 +986,26 @@ fn cudnn_descriptors_survive_a_restore() {
         "cudnn_conv",
         &[&link[0], &link[1]],
         "cudnn ready",
-        "after the restore: the descriptors kept their attributes\nexecute: CUDNN_STATUS_NOT_SUPPORTED\ndone",
+        "after the restore: the descriptors kept their attributes\n\
+         execute: 75 outputs, as the host convolution\ndone",
     );
+}
+
+/// A cuDNN plan's making, stopped and restored at each of its stages (as a framework's
+/// training process may be): with the heuristics' configs just filled (before any plan), and
+/// with the plan made and the configs and heuristics destroyed (the fill replayed with the
+/// configs the program still has, the destroyed ones stood in for, the heuristics hidden again
+/// once its config is filled). The program goes on to make its plan (or use it) and runs the
+/// convolution, as the host computes it.
+#[test]
+fn a_cudnn_plan_survives_a_restore_at_each_stage() {
+    let link = phos_tests::cudnn_link_flags();
+    for (mode, after) in [
+        ("checkpoint-configs", "plan: finalized\nexecute: 75 outputs, as the host convolution\ndone"),
+        ("checkpoint-plan", "execute: 75 outputs, as the host convolution\ndone"),
+    ] {
+        library_program_mode_survives_a_restore("cudnn_conv", &[&link[0], &link[1]], mode, "cudnn ready", after);
+    }
 }
 
 /// cuDNN's legacy tensor descriptors (set with strides, derived for batch normalization, and

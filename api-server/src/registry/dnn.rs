@@ -310,6 +310,12 @@ impl DnnRegistry {
         Ok(d.clone())
     }
 
+    /// A descriptor the session keeps, the program's or one it destroyed that lives on for
+    /// its referrers (what the server reads of a plan's graph).
+    pub fn kept_descriptor(&self, handle: u64) -> Result<Descriptor, CudaError> {
+        Ok(self.descriptors.lock().get(handle)?.clone())
+    }
+
     /// The descriptor whose cuDNN descriptor is `raw`.
     pub fn descriptor_of_raw(&self, raw: u64) -> Option<u64> {
         self.descriptors.lock().iter().find(|(_, d)| d.raw == raw && raw != 0).map(|(v, _)| v)

@@ -4,12 +4,14 @@
 //! handle an attribute's elements hold (descriptors and cuDNN handles, both ways), allows
 //! pointer elements on variant packs only, and checks them against the session's memory when a
 //! plan is executed. Without cuDNN (emu) descriptors keep and give back their attributes and
-//! finalize; what needs cuDNN answers `CUDNN_STATUS_NOT_SUPPORTED`.
+//! finalize, heuristics offer one engine config and a plan of one convolution forward runs on
+//! the CPU (`cudnn_graph.rs`); what else needs cuDNN answers `CUDNN_STATUS_NOT_SUPPORTED`.
 //!
 //! Checkpoints: a descriptor's creation is recorded by the dispatch; the service records each
 //! attribute set (the last per attribute name), each fill from `cudnnBackendGetAttribute`,
 //! the finalization and a destruction the descriptor outlives (it is referred to), each after
-//! what it names, so a restore replays them in that order on new cuDNN objects.
+//! what it names, so a restore replays them in that order on new cuDNN objects, and a
+//! destroyed descriptor's records stay while what was made from it lives.
 
 use phos_protocol::CudaError;
 use phos_protocol::apis::Function;
@@ -34,6 +36,13 @@ use crate::registry::handles::NewHandle;
 /// `CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR`: the one descriptor type whose attributes may hold
 /// device pointers.
 const VARIANT_PACK: i32 = 16;
+/// `CUDNN_BACKEND_ENGINECFG_DESCRIPTOR`, `CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR` and the
+/// heuristics' results (`CUDNN_ATTR_ENGINEHEUR_RESULTS`): the one fill `emu` does.
+const ENGINECFG: i32 = 3;
+const ENGINEHEUR: i32 = 4;
+const ENGINEHEUR_RESULTS: i32 = 202;
+/// The engine configs `emu`'s heuristics offer: its one engine.
+const EMU_CONFIGS: i64 = 1;
 /// The newest descriptor type of the cuDNN Phos's spec was written from (9.28): what `emu`
 /// accepts.
 const LAST_DESCRIPTOR_TYPE: i32 = 50;
@@ -187,6 +196,112 @@ impl Session {
         let mutated = [("cudnn_backend_descriptor", descriptor)];
         let facts = RecordFacts { created: &[], destroyed: &[], mutated: &mutated, depends_on: names, global: false };
         self.records.record_keyed(Function::Cudnn(id), key, cx.device, payload, &facts);
+    }
+
+    /// `cudnnBackendGetAttribute` of descriptor elements: the program's descriptors are filled
+    /// in place (by position), each recorded as filled from `d`, which it now refers to (so `d`
+    /// lives on, hidden, if the program destroys it first).
+    ///
+    /// A restore replays the fill once per descriptor it filled that still lives, with the
+    /// program's whole array: those the program destroyed since (their records went with
+    /// them) are not the session's, and a stand-in of the same type takes each one's place for
+    /// the call, so every live one gets the result of its own position again.
+    fn dnn_fill(
+        &self,
+        cx: &CallCx,
+        d: &Descriptor,
+        req: &CudnnBackendGetAttributeRequest<'_>,
+        given: &[u8],
+    ) -> Result<CudnnBackendGetAttributeReply, CudnnStatus> {
+        let handles = words(given);
+        let mut targets: Vec<Option<Descriptor>> = Vec::with_capacity(handles.len());
+        for &h in &handles {
+            match self.objects.dnn.descriptor(h) {
+                Ok(t) => targets.push(Some(t)),
+                Err(_) if cx.replay.is_some() => targets.push(None),
+                Err(_) => {
+                    return Err(self.dnn_bad(cx, format_args!("{h:#x} is not a backend descriptor of the session")));
+                }
+            }
+        }
+        let kind = targets.iter().flatten().map(|t| t.kind).next();
+        let count = match self.vendor_cudnn() {
+            Some(cudnn) => {
+                self.backend.bind(cx.device).map_err(dnn_status)?;
+                let mut stand_ins = Vec::new();
+                let mut raw = Vec::with_capacity(targets.len());
+                let mut made = Ok(());
+                for t in &targets {
+                    match (t, kind) {
+                        (Some(t), _) => raw.push(t.raw),
+                        (None, Some(kind)) => match cudnn.create_descriptor(kind) {
+                            Ok(r) => {
+                                stand_ins.push(r);
+                                raw.push(r);
+                            }
+                            Err(code) => made = Err(CudnnStatus(code)),
+                        },
+                        (None, None) => made = Err(CudnnStatus::BAD_PARAM),
+                    }
+                }
+                let mut elements = from_words(&raw);
+                let got = made.and_then(|()| {
+                    cudnn
+                        .get_attribute(d.raw, req.attributeName, req.attributeType, req.wanted, &mut elements)
+                        .map_err(CudnnStatus)
+                });
+                for r in stand_ins {
+                    cudnn.destroy_descriptor(r);
+                }
+                got?
+            }
+            None => self.dnn_emu_fill(cx, d, req, &handles, &targets)?,
+        };
+        let written = usize::try_from(count).unwrap_or(0).min(handles.len());
+        let payload = encode(req);
+        let key = req.attributeName as u32 as u64;
+        for (&f, _) in handles.iter().zip(&targets).take(written).filter(|(_, t)| t.is_some()) {
+            self.objects.dnn.refer(f, &[req.descriptor]);
+            self.dnn_record(cx, FunctionId::CudnnBackendGetAttribute, key, &payload, f, &[req.descriptor]);
+        }
+        Ok(CudnnBackendGetAttributeReply { elementCount: count, arrayOfElements: Some(given.to_vec()) })
+    }
+
+    /// `emu`'s fills: a finalized heuristics descriptor offers one engine config (its engine),
+    /// filled as finalized; every other descriptor fill needs cuDNN.
+    fn dnn_emu_fill(
+        &self,
+        cx: &CallCx,
+        d: &Descriptor,
+        req: &CudnnBackendGetAttributeRequest<'_>,
+        handles: &[u64],
+        targets: &[Option<Descriptor>],
+    ) -> Result<i64, CudnnStatus> {
+        if d.kind != ENGINEHEUR || req.attributeName != ENGINEHEUR_RESULTS {
+            return Err(self.dnn_unsupported(
+                cx,
+                &format!("filling descriptors from attribute {} of a descriptor of type {}", req.attributeName, d.kind),
+            ));
+        }
+        if !d.finalized {
+            crate::guest_warn!(
+                self.id,
+                "cudnnBackendGetAttribute: heuristics results of a descriptor not finalized: \
+                 CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED"
+            );
+            return Err(CudnnStatus::BAD_PARAM_NOT_FINALIZED);
+        }
+        // The count is the attribute's (cuDNN writes the lesser of it and the array's).
+        let filled = (EMU_CONFIGS as usize).min(handles.len());
+        for (h, t) in handles.iter().zip(targets).take(filled) {
+            if let Some(t) = t.as_ref().filter(|t| t.kind != ENGINECFG) {
+                return Err(self.dnn_bad(cx, format_args!("{h:#x} (type {}) filled with an engine config", t.kind)));
+            }
+        }
+        for (&h, _) in handles.iter().zip(targets).take(filled).filter(|(_, t)| t.is_some()) {
+            self.objects.dnn.finalize(h).map_err(dnn_status)?;
+        }
+        Ok(EMU_CONFIGS)
     }
 
     /// The variant pack's pointers, checked against the session's memory now (an allocation
@@ -427,11 +542,11 @@ impl CudnnService for Session {
         let d = self.dnn_descriptor(cx, req.descriptor)?;
         let given = bytes_of(&req.arrayOfElements);
         let size = element_size(req.attributeType).ok_or(CudnnStatus::BAD_PARAM)?;
+        if req.attributeType == CUDNN_TYPE_BACKEND_DESCRIPTOR {
+            return self.dnn_fill(cx, &d, &req, given);
+        }
         let Some(cudnn) = self.vendor_cudnn() else {
             // emu: what the program set, as it set it.
-            if req.attributeType == CUDNN_TYPE_BACKEND_DESCRIPTOR {
-                return Err(self.dnn_unsupported(cx, "filling descriptors"));
-            }
             let Some(a) = d.attributes.get(&req.attributeName) else {
                 return Err(self.dnn_unsupported(
                     cx,
@@ -449,33 +564,19 @@ impl CudnnService for Session {
             out[..n].copy_from_slice(&a.elements[..n]);
             return Ok(CudnnBackendGetAttributeReply { elementCount: a.count, arrayOfElements: Some(out) });
         };
-        let (mut elements, filled) = self.dnn_elements_in(cx, &d, req.attributeType, given, true)?;
+        let (mut elements, _) = self.dnn_elements_in(cx, &d, req.attributeType, given, true)?;
         self.backend.bind(cx.device).map_err(dnn_status)?;
         let count = cudnn
             .get_attribute(d.raw, req.attributeName, req.attributeType, req.wanted, &mut elements)
             .map_err(CudnnStatus)?;
         let written = usize::try_from(count).unwrap_or(0).min(elements.len() / size);
-        match req.attributeType {
-            // cuDNN filled the program's descriptors in place; the elements are still theirs.
-            CUDNN_TYPE_BACKEND_DESCRIPTOR => {
-                let filled = &filled[..written];
-                let payload = encode(&req);
-                let key = req.attributeName as u32 as u64;
-                for &f in filled {
-                    self.objects.dnn.refer(f, &[req.descriptor]);
-                    self.dnn_record(cx, FunctionId::CudnnBackendGetAttribute, key, &payload, f, &[req.descriptor]);
-                }
-                elements = given.to_vec();
-            }
+        if req.attributeType == CUDNN_TYPE_HANDLE {
             // cuDNN's handles, as the session's.
-            CUDNN_TYPE_HANDLE => {
-                let mut out = words(given);
-                for (i, raw) in words(&elements).into_iter().take(written).enumerate() {
-                    out[i] = self.objects.dnn.handle_of_raw(raw).ok_or(CudnnStatus::INTERNAL_ERROR)?;
-                }
-                elements = from_words(&out);
+            let mut out = words(given);
+            for (i, raw) in words(&elements).into_iter().take(written).enumerate() {
+                out[i] = self.objects.dnn.handle_of_raw(raw).ok_or(CudnnStatus::INTERNAL_ERROR)?;
             }
-            _ => {}
+            elements = from_words(&out);
         }
         Ok(CudnnBackendGetAttributeReply { elementCount: count, arrayOfElements: Some(elements) })
     }
@@ -500,7 +601,8 @@ impl CudnnService for Session {
         }
         let access = self.dnn_variant_pack_access(cx, &pack)?;
         let Some(cudnn) = self.vendor_cudnn() else {
-            return Err(self.dnn_unsupported(cx, "executing a plan"));
+            self.dnn_graph_cpu(cx, &h, &plan, &pack, &access)?;
+            return Ok(CudnnBackendExecuteReply {});
         };
         self.dnn_work(cx, &h)?;
         self.before_work("cudnnBackendExecute", &access).map_err(dnn_status)?;

@@ -10,6 +10,7 @@ pub mod cublaslt;
 pub mod cuda;
 pub mod cudart;
 pub mod cudnn;
+mod cudnn_graph;
 mod cudnn_layers;
 mod cudnn_legacy;
 mod cudnn_ops;
