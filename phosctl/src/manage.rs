@@ -332,7 +332,10 @@ async fn checkpoint_leaving_running(
         s.copy_ms,
         started.elapsed().as_secs_f64() * 1e3
     );
-    println!("`phosctl restore {}` (once the process has ended) brings both back as they were at the cut", dir.display());
+    println!(
+        "`phosctl restore {}` (once the process has ended) brings both back as they were at the cut",
+        dir.display()
+    );
     Ok(())
 }
 
@@ -486,7 +489,8 @@ pub fn restore(
         // CRIU restores the process at its pid: refused before anything is restored while
         // that pid is taken.
         if process.is_some() {
-            crate::process::check_restorable(&dir).map_err(|source| CliError::ProcessNotRestored { session, source })?;
+            crate::process::check_restorable(&dir)
+                .map_err(|source| CliError::ProcessNotRestored { session, source })?;
         }
         let request = RestoreRequest { dir: dir.clone(), device, tenant, as_tenant, timeout, full };
         // The router gives up at `timeout`; the call waits a little longer for its answer.

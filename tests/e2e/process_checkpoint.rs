@@ -220,9 +220,8 @@ fn a_process_checkpointed_while_it_runs_finishes_and_is_restored_later_unchanged
 
     // Files opened to append, write-only: CRIU checks the size of the regular files it
     // reopens, but not of these (log files), which have grown since the dump here.
-    let append = |name: &str| {
-        std::fs::OpenOptions::new().create(true).append(true).open(work.path().join(name)).unwrap()
-    };
+    let append =
+        |name: &str| std::fs::OpenOptions::new().create(true).append(true).open(work.path().join(name)).unwrap();
     let router = TestRouter::start("emu");
     let out = work.path().join("out.txt");
     let mut runner = guest(&router, &exe, &["40", "40"])
@@ -254,11 +253,18 @@ fn a_process_checkpointed_while_it_runs_finishes_and_is_restored_later_unchanged
     assert!(said.contains(&format!("process {pid} dumped with CRIU")) && said.contains("left running"), "{said}");
     assert!(said.contains("CRIU dump") && said.contains("held") && said.contains("GPU memory copied"), "{said}");
     assert!(!said.contains("stopped until it is restored"), "{said}");
+    // The times (the hold at the cut, the dump, the copy), for a run with --nocapture.
+    eprintln!("{said}");
     // The program runs on to its end, printing what the uninterrupted run printed.
     let stderr = || std::fs::read_to_string(work.path().join("err.txt")).unwrap_or_default();
     assert!(runner.wait().unwrap().success(), "the program failed after its checkpoint: {}", stderr());
     let printed = std::fs::read_to_string(&out).unwrap();
-    assert_eq!(printed, reference, "the program's output after a checkpoint that left it running\nits stderr:\n{}", stderr());
+    assert_eq!(
+        printed,
+        reference,
+        "the program's output after a checkpoint that left it running\nits stderr:\n{}",
+        stderr()
+    );
     assert!(!alive(pid));
 
     // Its session ends with it; the image brings back both (the router no longer has the
@@ -269,7 +275,8 @@ fn a_process_checkpointed_while_it_runs_finishes_and_is_restored_later_unchanged
         std::thread::sleep(Duration::from_millis(100));
     }
     std::fs::write(&out, "").unwrap();
-    let rs = router.phosctl(&["restore", image.to_str().unwrap(), "--tenant", &tenant, "--criu", criu.to_str().unwrap()]);
+    let rs =
+        router.phosctl(&["restore", image.to_str().unwrap(), "--tenant", &tenant, "--criu", criu.to_str().unwrap()]);
     let said = String::from_utf8_lossy(&rs.stdout);
     assert!(rs.status.success(), "restore: {}{said}\n{}", String::from_utf8_lossy(&rs.stderr), router.server_logs());
     assert!(said.contains(&format!("process {pid} restored with CRIU")), "{said}");
@@ -285,7 +292,9 @@ fn a_process_checkpointed_while_it_runs_finishes_and_is_restored_later_unchanged
     // after the 10th iteration.
     let before = reference.len().checked_sub(again.len()).expect("the restored process printed more than a whole run");
     assert!(
-        reference.ends_with(&again) && reference[..before].ends_with('\n') && reference[..before].contains("iteration 10 "),
+        reference.ends_with(&again)
+            && reference[..before].ends_with('\n')
+            && reference[..before].contains("iteration 10 "),
         "the restored process printed:\n{again}\nthe uninterrupted run:\n{reference}\nits stderr:\n{}",
         stderr()
     );
