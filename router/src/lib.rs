@@ -1626,9 +1626,17 @@ impl Router {
         }
     }
 
-    /// Accept the parked session's channels again, and have its server serve it again.
+    /// Accept the parked session's channels again, and have its server serve it again. A
+    /// session not parked (a failed checkpoint unparked it) is left as it is; one stopped
+    /// for its process's restore stays parked.
     pub fn unpark(&self, id: u64) -> Result<(), ControlError> {
         let session = self.session(id).ok_or(ControlError::NoSuchSession { session: id })?;
+        if !session.is_parked() {
+            return Ok(());
+        }
+        if session.state() != State::Active {
+            return Err(ControlError::Suspended { session: id });
+        }
         session.unpark();
         let Some(ctl) = session.control_socket() else {
             return Ok(());

@@ -223,7 +223,7 @@ pub struct SessionEntry {
     parked: AtomicBool,
     /// The guest ends of the session's channels (their writing halves), for cutting them
     /// when the session is parked and its process left running.
-    relays: Mutex<Vec<std::sync::Weak<Mutex<Box<dyn phos_protocol::transport::Transport>>>>>,
+    relays: Mutex<Vec<std::sync::Weak<GuestEnd>>>,
     /// Async calls the router answered itself (refused), most recent last: they never reach
     /// the server, so barriers must not wait for them.
     refused_async: Mutex<VecDeque<u64>>,
@@ -275,6 +275,9 @@ struct Books {
     /// Calls refused for each per-session limit, as the current server last reported them.
     refused: Vec<u64>,
 }
+
+/// The guest end of a channel's relay (its writing half, which replies go through).
+pub(crate) type GuestEnd = Mutex<Box<dyn phos_protocol::transport::Transport>>;
 
 /// Closes a channel's count when the channel ends, however it ends.
 pub(crate) struct ChannelGuard(pub std::sync::Arc<SessionEntry>);
@@ -656,7 +659,7 @@ impl SessionEntry {
     }
 
     /// Note the guest end of a channel, to be cut when the session is parked.
-    pub(crate) fn add_relay(&self, guest: &Arc<Mutex<Box<dyn phos_protocol::transport::Transport>>>) {
+    pub(crate) fn add_relay(&self, guest: &Arc<GuestEnd>) {
         let mut relays = self.relays.lock();
         relays.retain(|r| r.strong_count() > 0);
         relays.push(Arc::downgrade(guest));
