@@ -80,6 +80,10 @@ pub struct Bounds {
 pub struct How {
     pub mode: CheckpointMode,
     pub stop: bool,
+    /// The session's process is dumped and left running (a parked checkpoint without
+    /// `stop`): the session is frozen at the cut, cutting the channels of the calls that
+    /// come, and stays so (its copy going on) until it is thawed.
+    pub park: bool,
     pub reserve: Option<u64>,
 }
 
@@ -487,8 +491,36 @@ impl Session {
         progress: &Progress,
         bounds: &Bounds,
     ) -> Result<CheckpointSummary, CrError> {
+        let hold = how.park && !how.stop;
+        if hold {
+            self.cut_when_frozen();
+        }
+        let taken = self.checkpoint_held_or_not(dir, meta, compression, &how, hold, progress, bounds);
+        if hold && taken.is_err() {
+            // Given up (before the cut or after it): the session is served again.
+            self.thaw();
+        }
+        taken
+    }
+
+    /// [`checkpoint_as`](Self::checkpoint_as); `hold`: the session is frozen at the cut (or,
+    /// stop-the-world, at the end) and stays so.
+    #[allow(clippy::too_many_arguments)]
+    fn checkpoint_held_or_not(
+        &self,
+        dir: &Path,
+        meta: SessionMeta,
+        compression: Compression,
+        how: &How,
+        hold: bool,
+        progress: &Progress,
+        bounds: &Bounds,
+    ) -> Result<CheckpointSummary, CrError> {
+        let freezes = how.stop || hold;
         if how.mode == CheckpointMode::StopTheWorld || (how.stop && how.mode != CheckpointMode::Recopy) {
-            return self.checkpoint(dir, meta, compression, how.stop, progress, bounds);
+            let mut summary = self.checkpoint(dir, meta, compression, freezes, progress, bounds)?;
+            summary.stopped = how.stop;
+            return Ok(summary);
         }
         self.refuse_what_images_do_not_hold()?;
         let target = Checkpointing { session: self, meta: meta.clone() };
@@ -497,16 +529,16 @@ impl Session {
         let cancelled = || bounds.cancel.is_cancelled();
         let within = Within { deadline: Instant::now() + bounds.quiesce_timeout, cancelled: &cancelled };
         let stop = how.stop;
+        let freeze = || {
+            if freezes {
+                self.freeze();
+            }
+        };
         let taken = match how.mode {
             CheckpointMode::Recopy => {
-                let freeze = || {
-                    if stop {
-                        self.freeze();
-                    }
-                };
-                engine::checkpoint_recopy(&target, &mut sink, compression, progress, &within, stop, freeze)
+                engine::checkpoint_recopy(&target, &mut sink, compression, progress, &within, freezes, freeze)
             }
-            _ => engine::checkpoint_cow(&target, &mut sink, compression, progress, &within, how.reserve),
+            _ => engine::checkpoint_cow(&target, &mut sink, compression, progress, &within, how.reserve, &freeze),
         };
         drop(sink);
         match taken {
@@ -516,10 +548,16 @@ impl Session {
                 Ok(summary)
             }
             // What the concurrent protocol could not vouch for, stop-the-world can.
+            // Not where the session's process runs on since its dump (thawed): a checkpoint
+            // taken now would not be the process's.
+            Err(e @ (CrError::ValidationMissed { .. } | CrError::CopyOnWrite { .. })) if hold && !self.is_frozen() => {
+                Err(e)
+            }
             Err(e @ (CrError::ValidationMissed { .. } | CrError::CopyOnWrite { .. })) => {
                 tracing::warn!("{e}: the checkpoint is taken again, stop-the-world");
-                let mut summary = self.checkpoint(dir, meta, compression, stop, progress, bounds)?;
+                let mut summary = self.checkpoint(dir, meta, compression, freezes, progress, bounds)?;
                 summary.fallback = Some(e.to_string());
+                summary.stopped = stop;
                 Ok(summary)
             }
             Err(e) => Err(e),

@@ -244,7 +244,7 @@ impl ServerControl for ServerCtl {
         let dir = request.dir.clone();
         let meta = meta_of(id);
         let compression = if request.compress { Compression::Zstd(1) } else { Compression::None };
-        let how = How { mode: request.mode, stop: request.stop, reserve: self.factory.cow_reserve };
+        let how = How { mode: request.mode, stop: request.stop, park: request.park, reserve: self.factory.cow_reserve };
         let running = Running::new(&self);
         let bounds = Bounds { quiesce_timeout: request.quiesce_timeout, cancel: running.cancel.clone() };
         let load = self.load.lock().clone();
@@ -281,6 +281,7 @@ impl ServerControl for ServerCtl {
             pass: self.progress.pass.load(Ordering::Relaxed),
             held: self.progress.held.load(Ordering::Relaxed),
             dirty_rate: self.progress.dirty_rate.load(Ordering::Relaxed),
+            frozen: self.slot.get().is_some_and(|s| s.is_frozen()),
         }
     }
 

@@ -88,6 +88,10 @@ const ACK_EVERY: u64 = 256;
 /// What [`ApiServer::run`] answers for a call of a frozen session (never sent to a guest).
 const FROZEN: i32 = i32::MIN;
 
+/// What [`ApiServer::call_on`] answers for a call of a session frozen for a parked checkpoint
+/// (never sent to a guest): the call did not run, and its channel closes.
+const CUT: i32 = i32::MIN + 1;
+
 impl AckWindow {
     fn ran(&mut self, call_id: u64, status: i32) {
         self.last = call_id;
@@ -387,6 +391,10 @@ impl ApiServer {
                             }
                         };
                         activity.store(0, Ordering::Relaxed);
+                        if status == CUT {
+                            tracing::debug!(session = session.id, channel, call = h.call_id, "parked: channel cut");
+                            break;
+                        }
                         if info.device_output && !info.is_async {
                             printed = session.output.take();
                         }
@@ -548,6 +556,12 @@ impl ApiServer {
         let mut result = self.run(id, device, payload, out, &how);
         while result == Err(FROZEN) {
             on_frozen();
+            if self.session().is_cutting() {
+                // Its process is being dumped and runs on: the call is sent again once the
+                // session is back, on a channel opened then.
+                result = Err(CUT);
+                break;
+            }
             self.session().wait_thawed();
             result = self.run(id, device, payload, out, &how);
         }

@@ -339,6 +339,33 @@ fn a_stopping_checkpoint_freezes_the_session() {
     assert!(s.is_frozen());
 }
 
+/// A parked checkpoint without `stop` (its process is dumped and left running) freezes the
+/// session at the cut, cutting the channels of the calls that come, and the image is whole
+/// while it stays so; a thaw serves it again, its channels held no longer.
+#[test]
+fn a_parked_checkpoint_holds_the_session_at_its_cut_until_thawed() {
+    let base = 0x6a00_0000_0000;
+    for mode in [
+        phos_checkpoint::report::CheckpointMode::CopyOnWrite,
+        phos_checkpoint::report::CheckpointMode::StopTheWorld,
+        phos_checkpoint::report::CheckpointMode::Recopy,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = session(base);
+        let b = build(&s);
+        let how = phos_api_server::checkpoint::How { mode, park: true, ..concurrently() };
+        let summary =
+            s.checkpoint_as(dir.path(), meta(), Compression::None, how, &Progress::default(), &Bounds::default());
+        assert!(!summary.unwrap().stopped, "{mode:?}");
+        assert!(s.is_frozen() && s.is_cutting(), "{mode:?}");
+        s.thaw();
+        assert!(!s.is_frozen() && !s.is_cutting(), "{mode:?}");
+        drop(s);
+        let (r, _, _) = restore(dir.path(), base).unwrap();
+        assert_restored(&r, &b);
+    }
+}
+
 /// A checkpoint waits for the devices only until its deadline: here a host function whose
 /// program never answers keeps work queued on the device. It gives up naming the device,
 /// the session carries on, and once the work is done a checkpoint succeeds.
@@ -810,6 +837,7 @@ fn concurrently() -> phos_api_server::checkpoint::How {
     phos_api_server::checkpoint::How {
         mode: phos_checkpoint::report::CheckpointMode::CopyOnWrite,
         stop: false,
+        park: false,
         reserve: None,
     }
 }

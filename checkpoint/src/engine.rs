@@ -1539,7 +1539,8 @@ impl PieceSource for CopyOnWrite {
 ///
 /// `within`'s deadline bounds the waits for the session (the quiesce's, and the checked
 /// kernels' at the end); the window's setup before them does not count against it, and a
-/// checkpoint that gives up says how long it waited in all.
+/// checkpoint that gives up says how long it waited in all. `at_cut` runs at the cut, the
+/// session still at rest.
 pub fn checkpoint_cow<T: Quiesce + Snapshot + Concurrent>(
     target: &T,
     sink: &mut dyn ImageSink,
@@ -1547,6 +1548,7 @@ pub fn checkpoint_cow<T: Quiesce + Snapshot + Concurrent>(
     progress: &Progress,
     within: &Within<'_>,
     reserve: Option<u64>,
+    at_cut: &dyn Fn(),
 ) -> Result<CheckpointSummary, CrError> {
     let start = Instant::now();
     // The reserve is made before the session is held, so that its cost is not a stall.
@@ -1572,6 +1574,9 @@ pub fn checkpoint_cow<T: Quiesce + Snapshot + Concurrent>(
     let session = head.session.id;
     cow.arm(&head.memory);
     let armed = Armed::arm(window.as_ref());
+    // While the session is still at rest: what the caller holds from the cut on (a
+    // session whose process is checkpointed too stays frozen there).
+    at_cut();
     drop(at_rest);
     let stall_ms = install_ms + ms(quiesce_start);
 

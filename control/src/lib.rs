@@ -67,9 +67,14 @@ pub struct CheckpointRequest {
     /// checkpoint (`stop`) is recopy or stop-the-world: the session ends where its image is.
     #[serde(default)]
     pub mode: CheckpointMode,
-    /// With `stop`: the session's process is about to be checkpointed too (`phosctl
-    /// checkpoint --process`, CRIU): its guest's channels are refused until the restore
-    /// rather than held, so that the process holds no connection to the router.
+    /// The session's process is about to be checkpointed too (`phosctl checkpoint
+    /// --process`, CRIU): its guest's channels are refused (rather than held) from the
+    /// request on, so that the process can be made to hold no connection to the router.
+    /// With `stop`, until the restore. Without it (the process is dumped and left
+    /// running), the server freezes the session at the checkpoint's cut and cuts the
+    /// channels whose calls arrive from then on (those calls never run there: the guest
+    /// sends them again), and the session stays so, its copy going on, until
+    /// [`RouterControl::unpark`].
     #[serde(default)]
     pub park: bool,
 }
@@ -121,6 +126,9 @@ pub struct Progress {
     pub pass: u32,
     pub held: bool,
     pub dirty_rate: u64,
+    /// The session is frozen: its calls held (a checkpoint's cut with `stop` or `park`).
+    #[serde(default)]
+    pub frozen: bool,
 }
 
 /// Where a live migration moves a session (`phosctl migrate`).
@@ -330,6 +338,12 @@ pub trait RouterControl {
     async fn restore(request: RestoreRequest) -> Result<RestoreSummary, ControlError>;
     /// Progress of a checkpoint of `session` (or of the restore that is bringing it back).
     async fn progress(session: u64) -> Option<Progress>;
+    /// Of a session parked by a checkpoint that leaves its process running
+    /// ([`CheckpointRequest::park`] without `stop`), frozen at the cut: close its guest's
+    /// channels, and answer once it has none (within `within`) with how many were cut.
+    async fn cut_channels(session: u64, within: Duration) -> Result<u64, ControlError>;
+    /// Its process dumped: accept the session's channels again and serve it again.
+    async fn unpark(session: u64) -> Result<(), ControlError>;
     /// How the memory of `session`'s last on-demand restore loads, or loaded (`None`: it has
     /// none, or its server does not answer).
     async fn restore_load(session: u64) -> Option<LoadReport>;

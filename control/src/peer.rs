@@ -268,6 +268,17 @@ mod tests {
             async fn progress(self, _: tarpc::context::Context, _: u64) -> Option<crate::Progress> {
                 None
             }
+            async fn cut_channels(
+                self,
+                _: tarpc::context::Context,
+                session: u64,
+                _: std::time::Duration,
+            ) -> Result<u64, ControlError> {
+                Err(ControlError::NoSuchSession { session })
+            }
+            async fn unpark(self, _: tarpc::context::Context, session: u64) -> Result<(), ControlError> {
+                Err(ControlError::NoSuchSession { session })
+            }
             async fn restore_load(self, _: tarpc::context::Context, _: u64) -> Option<crate::LoadReport> {
                 None
             }

@@ -114,7 +114,9 @@ impl CliError {
             CliError::SessionNotRestored { source, .. } => source.exit(),
             CliError::ProcessNotDumped { source, .. } | CliError::ProcessNotRestored { source, .. } => match source {
                 crate::process::ProcessError::NoCriu { .. } => Exit::Unavailable,
-                crate::process::ProcessError::NotHere { .. } => Exit::Refused,
+                crate::process::ProcessError::NotHere { .. } | crate::process::ProcessError::StillRunning { .. } => {
+                    Exit::Refused
+                }
                 _ => Exit::Failed,
             },
             CliError::VmMigration(e) => match e {

@@ -5,7 +5,7 @@
 //! - `phosctl run [--backend cuda|emu] [--endpoint E] [--summary] -- CMD ARGS...`: run an
 //!   unmodified CUDA program through Phos (a private router and server unless an endpoint is
 //!   given) and exit with its exit code.
-//! - `phosctl sessions`, `phosctl checkpoint <session> --out DIR [--stop]`,
+//! - `phosctl sessions`, `phosctl checkpoint <session> --out DIR [--stop] [--process]`,
 //!   `phosctl restore DIR [--device N]`: manage a router's sessions.
 //! - `phosctl policy load|unload|list|show|build|headers`: the router's eBPF policies.
 //! - `phosctl top`: live per-tenant usage.
@@ -146,8 +146,11 @@ enum Command {
         #[arg(long, default_value_t = phos_control::DEFAULT_QUIESCE_TIMEOUT.as_secs_f64())]
         timeout: f64,
         /// Also dump the session's process with CRIU (as root; the process must be on this
-        /// host), at the checkpoint's cut, into the image's `process` directory: the process
-        /// ends, and `phosctl restore` brings back both. Implies --stop.
+        /// host), at the checkpoint's cut, into the image's `process` directory; `phosctl
+        /// restore` brings back both. The process runs on: its calls are held from the cut
+        /// until it is dumped (CRIU's --leave-running), and the memory is copied while it
+        /// runs (copy-on-write). With --stop, the process ends once dumped and the session
+        /// stops.
         #[arg(long)]
         process: bool,
         /// The CRIU binary (default: $PHOS_CRIU, else /opt/phos-criu/bin/criu where

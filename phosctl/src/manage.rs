@@ -153,7 +153,8 @@ async fn with_progress<T>(c: &RouterControlClient, session: u64, what: &str, wor
 }
 
 /// Checkpoint `session` into `out`; with `process` (the CRIU binary), its process too
-/// (see [`crate::process`]): the session then stops.
+/// (see [`crate::process`]): with `stop` the process ends and the session stops; without, both
+/// run on.
 #[allow(clippy::too_many_arguments)] // the command's own options
 pub fn checkpoint(
     router: &RouterArg,
@@ -171,44 +172,16 @@ pub fn checkpoint(
             Some(_) => Some(local_process(&c, session).await?),
             None => None,
         };
-        let (stop, park) = (stop || process.is_some(), process.is_some());
+        let park = process.is_some();
         let request = CheckpointRequest { dir: dir.clone(), stop, compress, quiesce_timeout, mode, park };
+        if let (Some(criu), Some(pid), false) = (&process, pid, stop) {
+            return checkpoint_leaving_running(&c, session, request, criu, pid).await;
+        }
         let work = c.checkpoint(phos_control::long_context(), session, request);
         let s = with_progress(&c, session, "checkpoint", work).await??;
-        println!(
-            "session {session}: {} records, {} regions, {} MiB of device memory ({} MiB stored) in {:.1} ms (quiesce {:.1} ms, copy {:.1} ms){}",
-            s.records,
-            s.regions,
-            s.memory_bytes >> 20,
-            s.stored_bytes >> 20,
-            s.total_ms,
-            s.quiesce_ms,
-            s.copy_ms,
-            if s.stopped { "; the session is stopped until it is restored" } else { "" }
-        );
-        println!(
-            "{}: calls held {:.1} ms, memory copied in {:.1} ms{}",
-            s.mode,
-            s.stall_ms,
-            s.copy_ms,
-            match s.mode.as_str() {
-                "copy-on-write" => format!(
-                    " while the session ran ({:.1} MiB copied aside ahead of writes; {} calls waited {:.1} ms in all before they could write, the longest {:.1} ms for the copy)",
-                    s.extra_bytes as f64 / (1 << 20) as f64,
-                    s.waited_calls,
-                    s.waited_ms,
-                    s.held_ms
-                ),
-                "recopy" => format!(" ({} recopy rounds, {} MiB copied again)", s.rounds, s.extra_bytes >> 20),
-                _ => String::new(),
-            }
-        );
-        if let Some(why) = &s.fallback {
-            println!("the concurrent checkpoint was taken again stop-the-world: {why}");
-        }
-        println!("image: {}", s.dir.display());
+        print_checkpoint(session, &s);
         if let (Some(criu), Some(pid)) = (&process, pid) {
-            if let Err(source) = crate::process::dump(criu, pid, &dir) {
+            if let Err(source) = crate::process::dump(criu, pid, &dir, false) {
                 // The process runs on, its calls waiting: the session comes back from the
                 // image for it.
                 let request = RestoreRequest {
@@ -235,6 +208,145 @@ pub fn checkpoint(
         }
         Ok(())
     }))
+}
+
+/// What a checkpoint did, for the operator.
+fn print_checkpoint(session: u64, s: &phos_control::CheckpointSummary) {
+    println!(
+        "session {session}: {} records, {} regions, {} MiB of device memory ({} MiB stored) in {:.1} ms (quiesce {:.1} ms, copy {:.1} ms){}",
+        s.records,
+        s.regions,
+        s.memory_bytes >> 20,
+        s.stored_bytes >> 20,
+        s.total_ms,
+        s.quiesce_ms,
+        s.copy_ms,
+        if s.stopped { "; the session is stopped until it is restored" } else { "" }
+    );
+    println!(
+        "{}: calls held {:.1} ms, memory copied in {:.1} ms{}",
+        s.mode,
+        s.stall_ms,
+        s.copy_ms,
+        match s.mode.as_str() {
+            "copy-on-write" => format!(
+                " while the session ran ({:.1} MiB copied aside ahead of writes; {} calls waited {:.1} ms in all before they could write, the longest {:.1} ms for the copy)",
+                s.extra_bytes as f64 / (1 << 20) as f64,
+                s.waited_calls,
+                s.waited_ms,
+                s.held_ms
+            ),
+            "recopy" => format!(" ({} recopy rounds, {} MiB copied again)", s.rounds, s.extra_bytes >> 20),
+            _ => String::new(),
+        }
+    );
+    if let Some(why) = &s.fallback {
+        println!("the concurrent checkpoint was taken again stop-the-world: {why}");
+    }
+    println!("image: {}", s.dir.display());
+}
+
+/// How often the session's server is asked whether the checkpoint has taken its cut.
+const CUT_POLL: Duration = Duration::from_millis(2);
+
+/// `checkpoint --process` without `--stop`: the session is parked and its server freezes
+/// it at the cut; once frozen, its process's channels are cut, the process dumped with CRIU
+/// and left running, and the session unparked, while the server copies its memory on.
+async fn checkpoint_leaving_running(
+    c: &RouterControlClient,
+    session: u64,
+    request: CheckpointRequest,
+    criu: &Path,
+    pid: u32,
+) -> Result<(), CliError> {
+    let dir = request.dir.clone();
+    let quiesce_timeout = request.quiesce_timeout;
+    let started = std::time::Instant::now();
+    let work = c.checkpoint(phos_control::long_context(), session, request);
+    tokio::pin!(work);
+    // Until the cut: the checkpoint may also end (failed, or done) first.
+    let mut finished = None;
+    loop {
+        tokio::select! {
+            r = &mut work => {
+                finished = Some(r);
+                break;
+            }
+            _ = tokio::time::sleep(CUT_POLL) => {
+                if let Ok(Some(p)) = c.progress(tarpc::context::current(), session).await
+                    && p.frozen
+                {
+                    break;
+                }
+            }
+        }
+    }
+    // Failed before the cut: the router has unparked the session.
+    let finished = match finished {
+        Some(r) => Some(r??),
+        None => None,
+    };
+    let cut_at = std::time::Instant::now();
+    let within = phos_control::context_within(quiesce_timeout + Duration::from_secs(10));
+    let cut = match c.cut_channels(within, session, quiesce_timeout).await {
+        Ok(Ok(n)) => n,
+        Ok(Err(e)) => return Err(unpark_after(c, session, e.into()).await),
+        Err(e) => return Err(unpark_after(c, session, e.into()).await),
+    };
+    let channels_ms = cut_at.elapsed().as_secs_f64() * 1e3;
+    let dump_started = std::time::Instant::now();
+    let (criu, image) = (criu.to_path_buf(), dir.clone());
+    let dumped = tokio::task::spawn_blocking(move || crate::process::dump(&criu, pid, &image, true))
+        .await
+        .map_err(|e| CliError::Io { context: "the dump's thread".into(), source: std::io::Error::other(e) })?;
+    let dump_ms = dump_started.elapsed().as_secs_f64() * 1e3;
+    let unparked = c.unpark(tarpc::context::current(), session).await;
+    let held_ms = cut_at.elapsed().as_secs_f64() * 1e3;
+    let copied = match finished {
+        Some(s) => Ok(s),
+        None => match with_progress(c, session, "checkpoint", &mut work).await {
+            Ok(r) => r.map_err(CliError::from),
+            Err(e) => Err(CliError::from(e)),
+        },
+    };
+    unparked??;
+    let s = match copied {
+        Ok(s) => s,
+        Err(e) => {
+            // The process was dumped (or not) at a cut whose GPU image did not complete:
+            // nothing to restore it with.
+            let _ = std::fs::remove_dir_all(dir.join(crate::process::PROCESS_DIR));
+            return Err(e);
+        }
+    };
+    if let Err(source) = dumped {
+        let _ = std::fs::remove_dir_all(dir.join(crate::process::PROCESS_DIR));
+        let after = format!("the process runs on, and {} holds its session's GPU state only", dir.display());
+        return Err(CliError::ProcessNotDumped { session, pid, source, after });
+    }
+    print_checkpoint(session, &s);
+    println!(
+        "process {pid} dumped with CRIU into {} and left running: its calls were held {held_ms:.1} ms from the cut (the cut took {:.1} ms; {cut} channel(s) cut in {channels_ms:.1} ms, CRIU dump {dump_ms:.1} ms); GPU memory copied in {:.1} ms, {:.1} ms in all",
+        dir.join(crate::process::PROCESS_DIR).display(),
+        s.stall_ms,
+        s.copy_ms,
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    println!(
+        "`phosctl restore {}` (once the process has ended) brings both back as they were at the cut",
+        dir.display()
+    );
+    Ok(())
+}
+
+/// A parked checkpoint that cannot go on: its session is unparked (its server serves it
+/// again once the checkpoint ends), and `e` said.
+async fn unpark_after(c: &RouterControlClient, session: u64, e: CliError) -> CliError {
+    match c.unpark(tarpc::context::current(), session).await {
+        Ok(Ok(())) => e,
+        Ok(Err(u)) => CliError::Usage(format!("{e}; unparking the session failed too: {u}")),
+        Err(u) => CliError::Usage(format!("{e}; unparking the session failed too: {u}")),
+    }
 }
 
 /// The process of `session`, which must be on this host and running.
@@ -374,6 +486,12 @@ pub fn restore(
     };
     let RestoreTarget { device, tenant, as_tenant } = target;
     report(run(router, async |c| {
+        // CRIU restores the process at its pid: refused before anything is restored while
+        // that pid is taken.
+        if process.is_some() {
+            crate::process::check_restorable(&dir)
+                .map_err(|source| CliError::ProcessNotRestored { session, source })?;
+        }
         let request = RestoreRequest { dir: dir.clone(), device, tenant, as_tenant, timeout, full };
         // The router gives up at `timeout`; the call waits a little longer for its answer.
         let work = c.restore(phos_control::context_within(timeout + Duration::from_secs(30)), request);

@@ -7,7 +7,7 @@
 //! later behind its back.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use phos_control::{
     Cancel, CheckpointRequest, CheckpointSummary, ControlError, FleetSessions, Incoming, LoadReport, MigrateRequest,
@@ -84,6 +84,16 @@ impl RouterControl for RouterCtl {
         };
         let client = phos_control::server_client(&ctl).await.ok()?;
         client.progress(tarpc::context::current()).await.ok()
+    }
+
+    async fn cut_channels(self, _: Context, session: u64, within: Duration) -> Result<u64, ControlError> {
+        let router = self.router.clone();
+        blocking(&self.gone, move |_| router.cut_channels(session, within)).await
+    }
+
+    async fn unpark(self, _: Context, session: u64) -> Result<(), ControlError> {
+        let router = self.router.clone();
+        blocking(&self.gone, move |_| router.unpark(session)).await
     }
 
     async fn restore_load(self, _: Context, session: u64) -> Option<LoadReport> {

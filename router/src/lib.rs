@@ -1295,6 +1295,7 @@ impl Router {
         // (replies from the server, refusals from here) go through one lock.
         let (mut guest_r, guest_w) = guest.split()?;
         let guest_w = Arc::new(Mutex::new(guest_w));
+        session.add_relay(&guest_w);
         let (mut server_r, mut server_w) = server.split()?;
         let back = {
             let (session, inflight, guest_w) = (session.clone(), inflight.clone(), guest_w.clone());
@@ -1518,6 +1519,13 @@ impl Router {
             epoch: session.epoch.load(Ordering::Relaxed),
         };
         let (stop, park) = (request.stop, request.stop && request.park);
+        // Its process is dumped and left running: no channel opens from now on, and the
+        // server freezes the session at the cut (the process then has its channels cut, is
+        // dumped, and the session unparked).
+        let hold = request.park && !request.stop;
+        if hold {
+            session.park();
+        }
         let started = Instant::now();
         // The session's program may end while the checkpoint runs (a concurrent one lets it
         // go on): its server must stay until it has answered.
@@ -1557,6 +1565,10 @@ impl Router {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(session = id, "checkpoint failed: {e}");
+                if hold {
+                    // The server serves it again (it thaws a session it gives up on).
+                    session.unpark();
+                }
                 return Err(e);
             }
         };
@@ -1577,6 +1589,66 @@ impl Router {
         }
         tracing::info!(session = id, stop, "checkpoint written in {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
         Ok(summary)
+    }
+}
+
+impl Router {
+    /// Of a session parked by a checkpoint that leaves its process running, its server frozen
+    /// at the cut: close its guest's channels, and wait (until `within`) for it to have none.
+    /// Returns how many were cut.
+    pub fn cut_channels(&self, id: u64, within: Duration) -> Result<u64, ControlError> {
+        let session = self.session(id).ok_or(ControlError::NoSuchSession { session: id })?;
+        if !session.is_parked() {
+            return Err(ControlError::Failed {
+                session: id,
+                operation: Operation::Checkpoint,
+                reason: "the session is not parked for a checkpoint of its process".into(),
+            });
+        }
+        let deadline = Instant::now() + within;
+        let mut cut = 0;
+        // A channel whose handshake was under way when the session was parked joins late.
+        loop {
+            cut += session.cut_relays();
+            if session.channels() == 0 {
+                tracing::info!(session = id, "parked: {cut} channel(s) of its process cut");
+                return Ok(cut);
+            }
+            if Instant::now() >= deadline {
+                return Err(ControlError::DeadlinePassed {
+                    session: id,
+                    operation: Operation::Checkpoint,
+                    within,
+                    during: format!("closing its process's channels ({} still open)", session.channels()),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Accept the parked session's channels again, and have its server serve it again. A
+    /// session not parked (a failed checkpoint unparked it) is left as it is; one stopped
+    /// for its process's restore stays parked.
+    pub fn unpark(&self, id: u64) -> Result<(), ControlError> {
+        let session = self.session(id).ok_or(ControlError::NoSuchSession { session: id })?;
+        if !session.is_parked() {
+            return Ok(());
+        }
+        if session.state() != State::Active {
+            return Err(ControlError::Suspended { session: id });
+        }
+        session.unpark();
+        let Some(ctl) = session.control_socket() else {
+            return Ok(());
+        };
+        phos_control::block_on(async move {
+            let client = phos_control::server_client(&ctl).await?;
+            client.thaw(tarpc::context::current()).await.map_err(io::Error::other)
+        })
+        .and_then(|r| r)
+        .map_err(|e| ControlError::ServerUnreachable { session: id, reason: e.to_string() })?;
+        tracing::info!(session = id, "unparked: its process was dumped and runs on");
+        Ok(())
     }
 }
 

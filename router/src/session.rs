@@ -221,6 +221,9 @@ pub struct SessionEntry {
     /// guest's channels are refused (`REFUSED_PARKED`) rather than held for the restore, so
     /// that the process holds no connection to be dumped. Cleared by the restore.
     parked: AtomicBool,
+    /// The guest ends of the session's channels (their writing halves), for cutting them
+    /// when the session is parked and its process left running.
+    relays: Mutex<Vec<std::sync::Weak<GuestEnd>>>,
     /// Async calls the router answered itself (refused), most recent last: they never reach
     /// the server, so barriers must not wait for them.
     refused_async: Mutex<VecDeque<u64>>,
@@ -272,6 +275,9 @@ struct Books {
     /// Calls refused for each per-session limit, as the current server last reported them.
     refused: Vec<u64>,
 }
+
+/// The guest end of a channel's relay (its writing half, which replies go through).
+pub(crate) type GuestEnd = Mutex<Box<dyn phos_protocol::transport::Transport>>;
 
 /// Closes a channel's count when the channel ends, however it ends.
 pub(crate) struct ChannelGuard(pub std::sync::Arc<SessionEntry>);
@@ -341,6 +347,7 @@ impl SessionEntry {
             closed_books: AtomicBool::new(false),
             remote: AtomicBool::new(false),
             parked: AtomicBool::new(false),
+            relays: Mutex::new(Vec::new()),
             refused_async: Mutex::new(VecDeque::new()),
             barriers_waiting: AtomicU64::new(0),
             bypass: Mutex::new(Bypass::default()),
@@ -615,6 +622,10 @@ impl SessionEntry {
                 if self.operations.load(Ordering::Relaxed) > 0 {
                     return false;
                 }
+                // Parked, its process being dumped: it has no channel, and is not idle.
+                if self.is_parked() && self.guest_alive() {
+                    return false;
+                }
                 match *self.idle_since.lock() {
                     Some(since) => !self.guest_alive() || since.elapsed() > linger,
                     None => false,
@@ -640,6 +651,28 @@ impl SessionEntry {
 
     pub(crate) fn is_parked(&self) -> bool {
         self.parked.load(Ordering::Relaxed)
+    }
+
+    /// Its process dumped and left running: its channels are accepted again.
+    pub(crate) fn unpark(&self) {
+        self.parked.store(false, Ordering::Relaxed);
+    }
+
+    /// Note the guest end of a channel, to be cut when the session is parked.
+    pub(crate) fn add_relay(&self, guest: &Arc<GuestEnd>) {
+        let mut relays = self.relays.lock();
+        relays.retain(|r| r.strong_count() > 0);
+        relays.push(Arc::downgrade(guest));
+    }
+
+    /// Close the guest end of every channel of the session (each relay then ends, and its
+    /// server end with it); returns how many were open.
+    pub(crate) fn cut_relays(&self) -> u64 {
+        let relays: Vec<_> = self.relays.lock().drain(..).filter_map(|r| r.upgrade()).collect();
+        for r in &relays {
+            r.lock().shutdown();
+        }
+        relays.len() as u64
     }
 
     /// A restored server takes over the session.

@@ -1,7 +1,8 @@
 //! Whole-process checkpoints on the emu backend: a long-running program is checkpointed mid-run
 //! with `phosctl checkpoint --process` (its GPU state by the API server, the process itself by
-//! CRIU), which ends it; `phosctl restore` brings back both, and the program finishes printing
-//! exactly what an uninterrupted run prints.
+//! CRIU). With `--stop` that ends it, and `phosctl restore` brings back both; without, it runs
+//! on and finishes, and the checkpoint is restored once it has ended. Either way the program
+//! prints exactly what an uninterrupted run prints.
 //!
 //! CRIU runs as root, and needs a kernel it supports: `tests/scripts/install-criu.sh` installs
 //! one that works on recent kernels (`scripts/setup.sh test` does, as root). Where it is missing
@@ -152,6 +153,7 @@ fn round_trip(mode: &[&str]) {
         "--out",
         image.to_str().unwrap(),
         "--process",
+        "--stop",
         "--criu",
         criu.to_str().unwrap(),
     ]);
@@ -189,6 +191,112 @@ fn round_trip(mode: &[&str]) {
         reference,
         "output differs from the uninterrupted run\nits stderr:\n{}",
         std::fs::read_to_string(work.path().join("err.txt")).unwrap_or_default()
+    );
+}
+
+/// `checkpoint --process` without `--stop`: the program is held at the cut only while CRIU
+/// dumps it, runs on (its session on the same server, its memory copied meanwhile) and
+/// finishes as an uninterrupted run does. Once it has ended, the checkpoint is restored: the
+/// process comes back as it was at the cut, with its session, and prints the rest of the run
+/// again, the same.
+#[test]
+fn a_process_checkpointed_while_it_runs_finishes_and_is_restored_later_unchanged() {
+    let criu = match usable_criu() {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!("SKIPPED: whole-process checkpoints need CRIU, which cannot run here: {why}");
+            return;
+        }
+    };
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "iterative", &["-arch=sm_70"]);
+    let work = tempfile::tempdir().unwrap();
+
+    let router = TestRouter::start("emu");
+    let reference = guest(&router, &exe, &["40", "0"]).output().unwrap();
+    assert!(reference.status.success(), "{}", String::from_utf8_lossy(&reference.stderr));
+    let reference = String::from_utf8(reference.stdout).unwrap();
+    drop(router);
+
+    // Files opened to append, write-only: CRIU checks the size of the regular files it
+    // reopens, but not of these (log files), which have grown since the dump here.
+    let append =
+        |name: &str| std::fs::OpenOptions::new().create(true).append(true).open(work.path().join(name)).unwrap();
+    let router = TestRouter::start("emu");
+    let out = work.path().join("out.txt");
+    let mut runner = guest(&router, &exe, &["40", "40"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(append("out.txt")))
+        .stderr(Stdio::from(append("err.txt")))
+        .spawn()
+        .unwrap();
+    wait_for(&out, "iteration 10 ", Duration::from_secs(120));
+    let session = router.router.sessions().first().expect("the program's session").clone();
+    let (pid, tenant) = (session.pid, session.tenant.to_string());
+    let image = work.path().join("image");
+    let ck = router.phosctl(&[
+        "checkpoint",
+        &session.id.to_string(),
+        "--out",
+        image.to_str().unwrap(),
+        "--process",
+        "--criu",
+        criu.to_str().unwrap(),
+    ]);
+    let said = String::from_utf8_lossy(&ck.stdout);
+    assert!(
+        ck.status.success(),
+        "checkpoint --process: {}{said}\nthe servers' logs:\n{}",
+        String::from_utf8_lossy(&ck.stderr),
+        router.server_logs()
+    );
+    assert!(said.contains(&format!("process {pid} dumped with CRIU")) && said.contains("left running"), "{said}");
+    assert!(said.contains("CRIU dump") && said.contains("held") && said.contains("GPU memory copied"), "{said}");
+    assert!(!said.contains("stopped until it is restored"), "{said}");
+    // The times (the hold at the cut, the dump, the copy), for a run with --nocapture.
+    eprintln!("{said}");
+    // The program runs on to its end, printing what the uninterrupted run printed.
+    let stderr = || std::fs::read_to_string(work.path().join("err.txt")).unwrap_or_default();
+    assert!(runner.wait().unwrap().success(), "the program failed after its checkpoint: {}", stderr());
+    let printed = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(
+        printed,
+        reference,
+        "the program's output after a checkpoint that left it running\nits stderr:\n{}",
+        stderr()
+    );
+    assert!(!alive(pid));
+
+    // Its session ends with it; the image brings back both (the router no longer has the
+    // session: the restore names its tenant).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while router.router.sessions().iter().any(|s| s.id == session.id) {
+        assert!(Instant::now() < deadline, "the ended program's session is still listed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::write(&out, "").unwrap();
+    let rs =
+        router.phosctl(&["restore", image.to_str().unwrap(), "--tenant", &tenant, "--criu", criu.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&rs.stdout);
+    assert!(rs.status.success(), "restore: {}{said}\n{}", String::from_utf8_lossy(&rs.stderr), router.server_logs());
+    assert!(said.contains(&format!("process {pid} restored with CRIU")), "{said}");
+    let last = reference.lines().last().expect("the reference printed something");
+    let again = wait_for(&out, last, Duration::from_secs(120));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!alive(pid), "the restored process did not end");
+    let again = std::fs::read_to_string(&out).unwrap_or(again);
+    // What it printed is the rest of the run from the cut: the reference's end, from a line
+    // after the 10th iteration.
+    let before = reference.len().checked_sub(again.len()).expect("the restored process printed more than a whole run");
+    assert!(
+        reference.ends_with(&again)
+            && reference[..before].ends_with('\n')
+            && reference[..before].contains("iteration 10 "),
+        "the restored process printed:\n{again}\nthe uninterrupted run:\n{reference}\nits stderr:\n{}",
+        stderr()
     );
 }
 

@@ -97,6 +97,10 @@ pub struct Session {
     usage: Usage,
     /// Set by a stopping checkpoint: calls wait until the server is ended.
     frozen: AtomicBool,
+    /// The freeze to come, or the one in force, is a parked one (a checkpoint whose process
+    /// is dumped and left running): a call that finds the session frozen closes its channel
+    /// instead of waiting, and never runs there (the guest sends it again).
+    cutting: AtomicBool,
     /// The guest's async calls that have run (for barriers, and kept in images so that a
     /// restored session does not run a resent one twice).
     pub(crate) async_calls: crate::ordering::AsyncLedger,
@@ -132,6 +136,7 @@ impl Session {
             window: Arc::default(),
             usage: Usage::new(limits),
             frozen: AtomicBool::new(false),
+            cutting: AtomicBool::new(false),
             async_calls: Default::default(),
             ipc: Default::default(),
             profile: phos_protocol::call_profile::enabled().then(Default::default),
@@ -199,10 +204,23 @@ impl Session {
         self.frozen.load(Ordering::SeqCst)
     }
 
+    /// Make the next [`freeze`](Self::freeze) (until the [`thaw`](Self::thaw)) one that cuts
+    /// the channels of the calls it meets, rather than holding them.
+    pub fn cut_when_frozen(&self) {
+        self.cutting.store(true, Ordering::SeqCst);
+    }
+
+    /// Frozen, and cutting the channels of the calls that come (see the `cutting` field).
+    pub fn is_cutting(&self) -> bool {
+        self.cutting.load(Ordering::SeqCst)
+    }
+
     /// Serve calls again after a [`freeze`](Self::freeze) whose server is not ended after all
-    /// (a migration that failed after the session was handed over): the calls held resume.
+    /// (a migration that failed after the session was handed over, a parked checkpoint whose
+    /// process was dumped): the calls held resume.
     pub fn thaw(&self) {
         self.frozen.store(false, Ordering::SeqCst);
+        self.cutting.store(false, Ordering::SeqCst);
     }
 
     /// Wait while the session is frozen: for ever if its server ends, until a

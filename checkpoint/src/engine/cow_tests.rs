@@ -265,6 +265,7 @@ fn checkpoint_while(
             &Progress::default(),
             &Within::after(Duration::from_secs(60)),
             reserve,
+            &|| {},
         )
         .unwrap();
         done.store(true, Ordering::Relaxed);
