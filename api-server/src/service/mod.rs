@@ -101,6 +101,8 @@ pub struct Session {
     pub(crate) async_calls: crate::ordering::AsyncLedger,
     /// IPC with the tenant's other sessions: what this one exports and has opened.
     pub ipc: crate::ipc::Ipc,
+    /// Failures of async library calls, waiting for the next synchronous call on the handle.
+    pub(crate) deferred: crate::deferred::Deferred,
 }
 
 impl Session {
@@ -130,6 +132,7 @@ impl Session {
             frozen: AtomicBool::new(false),
             async_calls: Default::default(),
             ipc: Default::default(),
+            deferred: Default::default(),
         })
     }
 
