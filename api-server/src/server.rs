@@ -332,7 +332,8 @@ impl ApiServer {
             let mut noted = false;
             // A failure of an earlier async library call that this synchronous call returns:
             // instead of running, or, where the call destroys the handle, once it has.
-            let waiting = if !is_async && h.kind == FrameKind::Call && h.api > Api::Cuda.id() {
+            let waiting = if !is_async && h.kind == FrameKind::Call && h.session == session.id && h.api > Api::Cuda.id()
+            {
                 session.deferred.take(h.api, &payload)
             } else {
                 None
@@ -678,11 +679,8 @@ impl ApiServer {
     fn defer(session: &Session, id: Function, payload: &[u8], code: i32) {
         let api = id.api();
         let handle = crate::deferred::first_handle(payload).unwrap_or(0);
-        let kept = session.deferred.failed(
-            api.id(),
-            handle,
-            crate::deferred::Failed { status: code, function: id.name() },
-        );
+        let kept =
+            session.deferred.failed(api.id(), handle, crate::deferred::Failed { status: code, function: id.name() });
         if let Some(dropped) = GUEST_LINES.admit(&session.id.to_string()) {
             tracing::error!(
                 session = session.id,

@@ -683,9 +683,10 @@ impl<'s> Checker<'s> {
             );
             return None;
         }
-        let handle_first = func.args.first().is_some_and(|a| {
-            a.contextual.is_none() && matches!(a.class, ArgClass::Value(ValueType::Handle(_)))
-        });
+        let handle_first = func
+            .args
+            .first()
+            .is_some_and(|a| a.contextual.is_none() && matches!(a.class, ArgClass::Value(ValueType::Handle(_))));
         let reply_empty = func.args.iter().all(|a| match a.wire() {
             WireRepr::Reply(_) | WireRepr::Both => false,
             WireRepr::Chosen { has_out } => !has_out,
@@ -1558,7 +1559,10 @@ mod tests {
 
     #[test]
     fn an_async_id_is_only_for_what_can_go_without_waiting() {
-        expect_error("@id(1) @async_id(2) err_t f(stream_t s);\n@id(2) err_t g(stream_t s);", "function id 2 is already `f`'s");
+        expect_error(
+            "@id(1) @async_id(2) err_t f(stream_t s);\n@id(2) err_t g(stream_t s);",
+            "function id 2 is already `f`'s",
+        );
         expect_error("@id(1) @async_id(1) err_t f(stream_t s);", "must differ from its id");
         expect_error("@id(1) @async_id(5) err_t f(int n, stream_t s);", "`@async_id` is for");
         expect_error("@id(1) @async_id(5) err_t f(stream_t s, int *n) { argument(n) { out; } }", "`@async_id` is for");

@@ -22,8 +22,8 @@ use phos_protocol::DEFAULT_MAX_PAYLOAD;
 use phos_protocol::apis::Function;
 use phos_protocol::cudart;
 use phos_protocol::frame::{
-    FLAG_ASYNC, FLAG_DEFERRED, FLAG_REFUSED, FLAG_RESENT, FrameHeader, FrameKind, HANDSHAKE_VERSION, MAX_BARRIER_IDS, REFUSED_MOVED,
-    REFUSED_PARKED,
+    FLAG_ASYNC, FLAG_DEFERRED, FLAG_REFUSED, FLAG_RESENT, FrameHeader, FrameKind, HANDSHAKE_VERSION, MAX_BARRIER_IDS,
+    REFUSED_MOVED, REFUSED_PARKED,
 };
 use phos_protocol::handshake::{ApiVersion, Hello, TransportKind, Welcome};
 use phos_protocol::shm::ShmTransport;

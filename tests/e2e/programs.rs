@@ -386,7 +386,8 @@ fn async_gemms_profile(exe: &std::path::Path, gemms: u32) -> (u64, u64, u64, u64
             .find(|w| w.first() == Some(&name))
             .map_or((0, 0), |w| (w[1].parse().unwrap(), w[4].parse().unwrap()))
     };
-    let setters: u64 = ["cublasSetStream_v2", "cublasSetWorkspace_v2", "cublasSetMathMode"].iter().map(|n| row(n).0).sum();
+    let setters: u64 =
+        ["cublasSetStream_v2", "cublasSetWorkspace_v2", "cublasSetMathMode"].iter().map(|n| row(n).0).sum();
     (sync, row("cublasSgemm_v2").0, setters, asyncs)
 }
 

@@ -46,7 +46,9 @@ fn section(s: &mut String, api: &Api) {
             notes.push("async".to_string());
         }
         if let Some(id) = f.async_id {
-            notes.push(format!("async once its handle is live (id {id}), its failure returned by the next call on the handle"));
+            notes.push(format!(
+                "async once its handle is live (id {id}), its failure returned by the next call on the handle"
+            ));
         }
         for r in &f.resources {
             let op = match r.op {

@@ -408,17 +408,24 @@ impl HandWritten for Hand {
         )
     }
 
-    unsafe fn set_workspace(handle: *mut c_void, workspace: *mut c_void, bytes: usize) -> Option<Result<(), CublasStatus>> {
+    unsafe fn set_workspace(
+        handle: *mut c_void,
+        workspace: *mut c_void,
+        bytes: usize,
+    ) -> Option<Result<(), CublasStatus>> {
         let ws = (workspace as u64, bytes as u64);
         setter(
             handle,
             |s| s.workspace == Some(Some(ws)),
             |h| {
-                super::rt::call_deferred(&cublas::CublasSetWorkspaceV2Request {
-                    handle: h,
-                    workspace: phos_protocol::Ptr::Device(ws.0),
-                    workspaceSizeInBytes: ws.1,
-                }, h)
+                super::rt::call_deferred(
+                    &cublas::CublasSetWorkspaceV2Request {
+                        handle: h,
+                        workspace: phos_protocol::Ptr::Device(ws.0),
+                        workspaceSizeInBytes: ws.1,
+                    },
+                    h,
+                )
             },
             |s| s.workspace = Some(Some(ws)),
         )
