@@ -41,6 +41,7 @@ pub mod cpu_lt;
 pub mod cpu_rand;
 pub mod cpu_solver;
 pub mod cpu_sparse;
+pub mod deferred;
 pub mod ipc;
 pub mod module_vars;
 pub mod on_demand;

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use phos_protocol::apis::{Api, Function};
 use phos_protocol::cudart::{self, FunctionId};
-use phos_protocol::frame::{FLAG_ASYNC, FLAG_MEASURE, FLAG_RESENT, FrameHeader, FrameKind, MAX_BARRIER_IDS};
+use phos_protocol::frame::{
+    FLAG_ASYNC, FLAG_DEFERRED, FLAG_MEASURE, FLAG_RESENT, FrameHeader, FrameKind, MAX_BARRIER_IDS,
+};
 use phos_protocol::handshake::TransportKind;
 use phos_protocol::handshake::{Attach, UsageReport, Welcome, check_apis};
 use phos_protocol::log_limit::GUEST_LINES;
@@ -332,6 +334,17 @@ impl ApiServer {
             }
             // Whether the ledger has this async call already (it ran, or had run before).
             let mut noted = false;
+            // A failure of an earlier async library call that this synchronous call returns:
+            // instead of running, or, where the call destroys the handle, once it has.
+            let waiting = if !is_async && h.kind == FrameKind::Call && h.session == session.id && h.api > Api::Cuda.id()
+            {
+                session.deferred.take(h.api, &payload)
+            } else {
+                None
+            };
+            let destroys = waiting.is_some()
+                && Function::from_wire(h.api, h.function).is_some_and(|f| !f.info().objects.destroys.is_empty());
+            let mut deferred = None;
             let status = if h.kind != FrameKind::Call {
                 crate::guest_warn!(session.id, "channel {channel}: unexpected {:?} frame", h.kind);
                 CudaError::InvalidValue.0
@@ -345,6 +358,11 @@ impl ApiServer {
                 resent_run += 1;
                 noted = true;
                 cudart::SUCCESS
+            } else if let Some(failed) = waiting.filter(|_| !destroys) {
+                // The call does not run: it returns the failure, as CUDA returns an
+                // asynchronous error from a later call.
+                deferred = Some(failed.function);
+                failed.status
             } else {
                 match Function::from_wire(h.api, h.function) {
                     None => Self::unknown_function(session.id, channel, h.api, h.function),
@@ -453,6 +471,15 @@ impl ApiServer {
             r.session = session.id;
             r.call_id = h.call_id;
             r.status = status;
+            if let Some(failed) = waiting.filter(|_| destroys && status == 0) {
+                r.status = failed.status;
+                deferred = Some(failed.function);
+            }
+            if let Some(function) = deferred {
+                r.flags = FLAG_DEFERRED;
+                out.clear();
+                out.extend_from_slice(function.as_bytes());
+            }
             r.payload_len = out.len() as u64;
             if let Err(e) = t.send(&r, &[&out]) {
                 tracing::debug!(session = session.id, channel, "channel closed while replying: {e}");
@@ -648,12 +675,44 @@ impl ApiServer {
         if s.hooks.active() {
             s.hooks.after_call();
         }
-        result.unwrap_or_else(|_| {
+        let result = result.unwrap_or_else(|_| {
             if let Some(dropped) = GUEST_LINES.admit(&session.id.to_string()) {
                 tracing::error!(session = session.id, dropped, "{}: internal error (panic)", id.name());
             }
             Err(id.api().internal_error())
-        })
+        });
+        match result {
+            Err(code) if how.async_id.is_some() && id.info().async_id.is_some() => {
+                Self::defer(s, id, payload, code);
+                Ok(())
+            }
+            r => r,
+        }
+    }
+
+    /// A library call the guest sent without waiting (its function's async id) failed: the
+    /// guest has returned success already, so the failure is logged and kept for the next
+    /// synchronous call of the API on the call's handle (its first argument), which returns
+    /// it. The acknowledgement says success: the runtime's last error is not the library's.
+    fn defer(session: &Session, id: Function, payload: &[u8], code: i32) {
+        let api = id.api();
+        let handle = crate::deferred::first_handle(payload).unwrap_or(0);
+        let kept =
+            session.deferred.failed(api.id(), handle, crate::deferred::Failed { status: code, function: id.name() });
+        if let Some(dropped) = GUEST_LINES.admit(&session.id.to_string()) {
+            tracing::error!(
+                session = session.id,
+                dropped,
+                "{} (sent asynchronously) failed with {} on handle {handle:#x}: {}",
+                id.name(),
+                api.status_name(code),
+                if kept {
+                    "the next synchronous call of the API on that handle returns it"
+                } else {
+                    "an earlier failure on that handle is still waiting to be returned"
+                }
+            );
+        }
     }
 
     /// What a dispatch's rejection answers (a status of the call's API), and the log line it

@@ -574,7 +574,11 @@ impl<'s> Checker<'s> {
             Item::Function(f) => f.attrs.iter().find(|a| a.name.name == "id").map(|a| a.value),
             _ => None,
         });
-        let max = given.chain(self.retired.keys().map(|&id| i128::from(id))).max();
+        let async_given = spec.items.iter().filter_map(|item| match item {
+            Item::Function(f) => f.attrs.iter().find(|a| a.name.name == "async_id").map(|a| a.value),
+            _ => None,
+        });
+        let max = given.chain(async_given).chain(self.retired.keys().map(|&id| i128::from(id))).max();
         self.next_free_id = max.map_or(0, |m| u32::try_from(m + 1).unwrap_or(u32::MAX));
         for item in &spec.items {
             let Item::Function(f) = item else { continue };
@@ -593,7 +597,8 @@ impl<'s> Checker<'s> {
                 continue;
             }
             let Some(id) = self.function_id(f, &out) else { continue };
-            if let Some(func) = self.function(f, id) {
+            if let Some(mut func) = self.function(f, id) {
+                func.async_id = self.async_id(f, &func, &out);
                 out.push(func);
             }
         }
@@ -628,7 +633,7 @@ impl<'s> Checker<'s> {
     /// The function's wire id from its `@id(N)`: unique, and never a retired one.
     fn function_id(&mut self, f: &FunctionDecl, earlier: &[Function]) -> Option<u32> {
         let name = &f.proto.name;
-        let found = self.attrs(&f.attrs, &["id"], &[], "a function", name.span);
+        let found = self.attrs(&f.attrs, &["id", "async_id"], &[], "a function", name.span);
         let Some(attr) = found.get("id") else {
             let next = self.next_free_id;
             self.err(
@@ -638,7 +643,7 @@ impl<'s> Checker<'s> {
             return None;
         };
         let id: u32 = self.attr_value(Some(attr), 0..=i128::from(u32::MAX), "a function id")?;
-        if let Some(other) = earlier.iter().find(|g| g.id == id) {
+        if let Some(other) = earlier.iter().find(|g| g.id == id || g.async_id == Some(id)) {
             let other = other.name.clone();
             self.err(attr.1, format!("function id {id} is already `{other}`'s"));
             return None;
@@ -648,6 +653,51 @@ impl<'s> Checker<'s> {
             self.err(
                 attr.1,
                 format!("function id {id} was `{old}`'s and is retired: ids are never given again; take a new one"),
+            );
+            return None;
+        }
+        Some(id)
+    }
+
+    /// The function's async wire id from its `@async_id(N)`, if it has one: unique like an
+    /// id, and only on a carried, synchronous function whose reply is empty and whose first
+    /// argument is a handle (the handle its failure is deferred to).
+    fn async_id(&mut self, f: &FunctionDecl, func: &Function, earlier: &[Function]) -> Option<u32> {
+        let attr = *f.attrs.iter().find(|a| a.name.name == "async_id").map(|a| (a.value, a.span)).as_ref()?;
+        let id: u32 = self.attr_value(Some(&attr), 0..=i128::from(u32::MAX), "a function id")?;
+        let name = &func.name;
+        if id == func.id {
+            self.err(attr.1, format!("`{name}`'s async id must differ from its id"));
+            return None;
+        }
+        if let Some(other) = earlier.iter().find(|g| g.id == id || g.async_id == Some(id)) {
+            let other = other.name.clone();
+            self.err(attr.1, format!("function id {id} is already `{other}`'s"));
+            return None;
+        }
+        if let Some((old, _)) = self.retired.get(&id) {
+            let old = old.clone();
+            self.err(
+                attr.1,
+                format!("function id {id} was `{old}`'s and is retired: ids are never given again; take a new one"),
+            );
+            return None;
+        }
+        let handle_first = func
+            .args
+            .first()
+            .is_some_and(|a| a.contextual.is_none() && matches!(a.class, ArgClass::Value(ValueType::Handle(_))));
+        let reply_empty = func.args.iter().all(|a| match a.wire() {
+            WireRepr::Reply(_) | WireRepr::Both => false,
+            WireRepr::Chosen { has_out } => !has_out,
+            _ => true,
+        });
+        if func.exec != Exec::Remote || func.internal || func.is_async || !handle_first || !reply_empty {
+            self.err(
+                attr.1,
+                format!(
+                    "`@async_id` is for exported, carried, synchronous functions whose first argument is a handle and whose reply is empty; `{name}` is not one"
+                ),
             );
             return None;
         }
@@ -807,6 +857,7 @@ impl<'s> Checker<'s> {
                 exec,
                 internal,
                 is_async,
+                async_id: None,
                 device_output,
                 success,
                 args,
@@ -852,6 +903,7 @@ impl<'s> Checker<'s> {
             exec,
             internal,
             is_async,
+            async_id: None,
             device_output,
             success: success.clone(),
             args,
@@ -1482,6 +1534,41 @@ mod tests {
         let m = api.function("make").unwrap();
         assert_eq!(m.objects.creates, vec![("s".into(), "stream".into()), ("p".into(), "device_memory".into())]);
         assert_eq!(m.resources.len(), 1);
+    }
+
+    #[test]
+    fn an_async_id_is_a_second_wire_id_of_a_synchronous_function() {
+        let api = check_src(
+            "@id(1) @async_id(9) err_t run(stream_t s, int n, void *p) { argument(p) { device_pointer(n); } }\n\
+             @id(2) err_t other(stream_t s);",
+        )
+        .unwrap();
+        let f = api.function("run").unwrap();
+        assert_eq!((f.id, f.async_id, f.is_async), (1, Some(9), false));
+        let facts = crate::wire_facts::WireFacts::of(&api);
+        let ids: Vec<(u32, &str, bool)> = facts.functions.iter().map(|f| (f.id, f.name.as_str(), f.is_async)).collect();
+        assert_eq!(ids, [(1, "run", false), (2, "other", false), (9, "run", true)]);
+        assert_eq!(facts.functions[0].request, facts.functions[2].request, "the same layout under both ids");
+        // The guest stub sends it through `call_deferred` with its handle.
+        let guest = crate::emit::guest::emit(&api);
+        assert!(guest.contains("rt::call_deferred(&req, s as usize as u64)?;"), "{guest}");
+        // The wire id table maps both ids to the function.
+        let wire = crate::emit::wire::emit(&api);
+        assert!(wire.contains("async_id: Some(9),"), "{wire}");
+    }
+
+    #[test]
+    fn an_async_id_is_only_for_what_can_go_without_waiting() {
+        expect_error(
+            "@id(1) @async_id(2) err_t f(stream_t s);\n@id(2) err_t g(stream_t s);",
+            "function id 2 is already `f`'s",
+        );
+        expect_error("@id(1) @async_id(1) err_t f(stream_t s);", "must differ from its id");
+        expect_error("@id(1) @async_id(5) err_t f(int n, stream_t s);", "`@async_id` is for");
+        expect_error("@id(1) @async_id(5) err_t f(stream_t s, int *n) { argument(n) { out; } }", "`@async_id` is for");
+        expect_error("@id(1) @async_id(5) err_t f(stream_t s) { async; success(ok); }", "`@async_id` is for");
+        expect_error("@id(1) @async_id(5) err_t f(stream_t s) { implemented_by(guest); }", "`@async_id` is for");
+        expect_error("@id(4) retired h;\n@id(1) @async_id(4) err_t f(stream_t s);", "is retired");
     }
 
     #[test]

@@ -250,6 +250,11 @@ pub struct Function {
     /// Not exported from the guest library; called by hand-written guest code.
     pub internal: bool,
     pub is_async: bool,
+    /// `@async_id(N)`: a second wire id under which the guest sends the call without waiting
+    /// for it (the function's own id stays synchronous, for guests built before). Only for
+    /// carried functions whose reply is empty and whose first parameter is a handle: the
+    /// server defers such a call's failure to the next synchronous call on that handle.
+    pub async_id: Option<u32>,
     /// The call delivers pending device `printf` output to the guest (`device_output;`).
     pub device_output: bool,
     pub success: Option<Expr>,

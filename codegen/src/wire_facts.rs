@@ -109,6 +109,12 @@ pub struct ResourceFacts {
 impl WireFacts {
     pub fn of(api: &Api) -> WireFacts {
         let mut functions: Vec<FunctionFacts> = api.functions.iter().map(|f| function_facts(api, f)).collect();
+        // A function's async form (`@async_id(N)`) is a function of its own on the wire: the
+        // same name and layout under its own id, sent without waiting.
+        functions.extend(api.functions.iter().filter_map(|f| {
+            let id = f.async_id?;
+            Some(FunctionFacts { id, is_async: true, ..function_facts(api, f) })
+        }));
         functions.sort_by_key(|f| f.id);
         let mut retired: Vec<RetiredFacts> =
             api.retired.iter().map(|r| RetiredFacts { id: r.id, name: r.name.clone() }).collect();

@@ -11,19 +11,19 @@
 //! session token.
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::ffi::{CStr, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use phos_protocol::DEFAULT_MAX_PAYLOAD;
 use phos_protocol::apis::Function;
 use phos_protocol::cudart;
 use phos_protocol::frame::{
-    FLAG_ASYNC, FLAG_REFUSED, FLAG_RESENT, FrameHeader, FrameKind, HANDSHAKE_VERSION, MAX_BARRIER_IDS, REFUSED_MOVED,
-    REFUSED_PARKED,
+    FLAG_ASYNC, FLAG_DEFERRED, FLAG_REFUSED, FLAG_RESENT, FrameHeader, FrameKind, HANDSHAKE_VERSION, MAX_BARRIER_IDS,
+    REFUSED_MOVED, REFUSED_PARKED,
 };
 use phos_protocol::handshake::{ApiVersion, Hello, TransportKind, Welcome};
 use phos_protocol::shm::ShmTransport;
@@ -180,7 +180,11 @@ impl Channel {
     ) -> Result<(), String> {
         let mut h = FrameHeader::new(FrameKind::Call);
         h.api = function.api().id();
-        h.function = function.id();
+        // A synchronous function sent without waiting goes under its async id.
+        h.function = match function.info().async_id {
+            Some(id) if flags & FLAG_ASYNC != 0 => id,
+            _ => function.id(),
+        };
         h.device = device;
         h.session = self.session.id;
         h.call_id = call_id;
@@ -676,6 +680,14 @@ fn attempt<R: RemoteCall>(ch: &mut Channel, request: &[u8], call_id: u64, resend
         return Attempt::Lost(format!("unexpected {:?} frame for call {}", rh.kind, rh.call_id));
     }
     if rh.status != 0 {
+        if rh.flags & FLAG_DEFERRED != 0 {
+            let failed = String::from_utf8_lossy(&ch.reply);
+            tracing::error!(
+                "{} returns {} of an earlier asynchronous {failed} on the same handle, which failed when it ran (see the API server's log)",
+                R::FUNCTION.name(),
+                R::FUNCTION.api().status_name(rh.status)
+            );
+        }
         return Attempt::Done(Err(Failure::Status(rh.status)));
     }
     Attempt::Done(phos_protocol::decode::<R::Reply>(&ch.reply).map_err(|e| {
@@ -815,6 +827,40 @@ fn call_async_carried<R: RemoteCall>(req: &R) -> Result<(), Failure> {
         call_carried(&cudart::CudaGetDeviceCountRequest {})?;
     }
     Ok(())
+}
+
+/// Library handles (API id, handle) a synchronous call has succeeded on and that were not
+/// destroyed since: the calls of their functions that have an async id (`@async_id`) go
+/// without waiting.
+fn live_handles() -> &'static Mutex<HashSet<(u16, u64)>> {
+    static LIVE: OnceLock<Mutex<HashSet<(u16, u64)>>> = OnceLock::new();
+    LIVE.get_or_init(Mutex::default)
+}
+
+/// A library call whose only result is its status and whose function has an async id: sent
+/// without waiting when its handle is known live here (what the server could refuse that the
+/// guest can check, the generated stub has checked: preconditions, pointer mode), else sent
+/// synchronously, which proves the handle. A failure of an async one (the vendor library's,
+/// or a check only the server can make) is logged by the server and returned by the next
+/// synchronous call of the API on the handle (`FLAG_DEFERRED`).
+pub fn call_deferred<R: RemoteCall>(req: &R, handle: u64) -> Result<(), R::Status> {
+    let key = (R::FUNCTION.api().id(), handle);
+    if live_handles().lock().unwrap_or_else(PoisonError::into_inner).contains(&key) {
+        return call_async(req);
+    }
+    call(req)?;
+    live_handles().lock().unwrap_or_else(PoisonError::into_inner).insert(key);
+    Ok(())
+}
+
+/// Whether a synchronous call on `handle` of `api` has succeeded and it was not destroyed.
+pub fn is_live(api: phos_protocol::apis::Api, handle: u64) -> bool {
+    live_handles().lock().unwrap_or_else(PoisonError::into_inner).contains(&(api.id(), handle))
+}
+
+/// A handle is being destroyed: its calls wait for their answers again.
+pub fn forget_handle(api: phos_protocol::apis::Api, handle: u64) {
+    live_handles().lock().unwrap_or_else(PoisonError::into_inner).remove(&(api.id(), handle));
 }
 
 /// Why a staged copy stopped moving data before its last chunk.

@@ -52,6 +52,13 @@ pub const FLAG_MEASURE: u16 = 4;
 /// without running it again.
 pub const FLAG_RESENT: u16 = 8;
 
+/// On a reply to a synchronous library call: `status` is not this call's but the failure of
+/// an earlier async call of the same API on the same handle (a function with an `@async_id`,
+/// which returned before it ran), kept by the server until now. The call itself did not run,
+/// unless it destroys the handle (it did, and succeeded). The payload names the failed
+/// function (UTF-8).
+pub const FLAG_DEFERRED: u16 = 16;
+
 /// The most call ids one [`FrameKind::Barrier`] may name.
 pub const MAX_BARRIER_IDS: usize = 1024;
 

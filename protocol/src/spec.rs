@@ -32,6 +32,10 @@ pub struct FunctionInfo {
     /// Only called by the guest library itself, not exported.
     pub internal: bool,
     pub is_async: bool,
+    /// A second wire id under which the guest sends this synchronous function without
+    /// waiting (`@async_id`): the server runs it as an async call and keeps a failure for the
+    /// next synchronous call on the handle it names first.
+    pub async_id: Option<u32>,
     /// The call delivers pending device `printf` output (synchronising calls deliver what
     /// the work before them printed; an async call delivers only what earlier work printed).
     pub device_output: bool,

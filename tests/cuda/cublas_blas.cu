@@ -387,20 +387,27 @@ int main(int argc, char **argv) {
         float *d;
         CHECK(cudaMalloc(&d, 16 * sizeof(float)));
         float one = 1.0f;
+        // What only the server can check (the session's memory) may fail a GEMM after it
+        // returned (it is sent without waiting): the failure comes back from the next
+        // synchronous call on the handle, as CUDA reports an asynchronous error.
+        auto reported = [&](cublasStatus_t s) {
+            cudaStream_t current;
+            return s != CUBLAS_STATUS_SUCCESS ? s : cublasGetStream(h, &current);
+        };
         // lda smaller than m.
         std::printf("hostile: bad lda -> %s\n",
                     cublasGetStatusName(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, d, 2, d, 4, &one, d, 4)));
         // A 4x4 matrix is 16 floats; 8x8 runs past the allocation.
         std::printf("hostile: matrix past its allocation -> %s\n",
-                    cublasGetStatusName(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 8, 8, 8, &one, d, 8, d, 8, &one, d, 8)));
+                    cublasGetStatusName(reported(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 8, 8, 8, &one, d, 8, d, 8, &one, d, 8))));
         // A pointer array whose entries point nowhere.
         float **arr;
         CHECK(cudaMalloc(&arr, 2 * sizeof(float *)));
         std::vector<float *> bogus = {d, (float *)0x10};
         CHECK(cudaMemcpy(arr, bogus.data(), 2 * sizeof(float *), cudaMemcpyHostToDevice));
         std::printf("hostile: batched pointer outside memory -> %s\n",
-                    cublasGetStatusName(cublasSgemmBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, arr, 2, arr, 2,
-                                                           &one, arr, 2, 2)));
+                    cublasGetStatusName(reported(cublasSgemmBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, arr, 2,
+                                                                    arr, 2, &one, arr, 2, 2))));
         cublasHandle_t gone;
         BLAS(cublasCreate(&gone));
         BLAS(cublasDestroy(gone));

@@ -127,6 +127,7 @@ const TESTED_APART: &[&str] = &[
     "driver_arrays",
     "restore_on_demand",
     "cublas_blas",
+    "cublas_async_gemms",
     "curand_montecarlo",
     "cusolver_dense",
     "cusparse_cg",
@@ -331,6 +332,80 @@ fn cublas_hostile_calls() {
     {
         assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
     }
+}
+
+/// An async GEMM (sent without waiting: its handle is live and the guest's checks passed)
+/// that only the server can refuse (a matrix past its allocation, a pointer array pointing
+/// outside the session's memory) returns success; the server logs the failure by name, and
+/// the next synchronous call on the handle returns it, the guest logging which call it was.
+#[test]
+fn cublas_async_failure_comes_back_from_the_next_call() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "cublas_blas", &["-arch=sm_70", "-lcublas"]);
+    let out = phos_run_over("emu", "shm", &exe, &["hostile"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    for logged in [
+        "cublasSgemm_v2 (sent asynchronously) failed with CUBLAS_STATUS_INVALID_VALUE",
+        "cublasSgemmBatched (sent asynchronously) failed with CUBLAS_STATUS_INVALID_VALUE",
+        "cublasGetStream_v2 returns CUBLAS_STATUS_INVALID_VALUE of an earlier asynchronous cublasSgemm_v2",
+        "cublasGetStream_v2 returns CUBLAS_STATUS_INVALID_VALUE of an earlier asynchronous cublasSgemmBatched",
+    ] {
+        assert!(stderr.contains(logged), "the log lacks `{logged}`:\n{stderr}");
+    }
+}
+
+/// The synchronous calls of `cublas_async_gemms` with `gemms` GEMMs (PHOS_PROFILE's table):
+/// (all of them, those of cublasSgemm_v2, those of the setters), and its async calls.
+fn async_gemms_profile(exe: &std::path::Path, gemms: u32) -> (u64, u64, u64, u64) {
+    let out = std::process::Command::new(phos_tests::built("phosctl"))
+        .args(["run", "--backend", "emu", "--transport", "shm", "--"])
+        .arg(exe)
+        .arg(gemms.to_string())
+        .env("PHOS_GUEST_LIB", phos_tests::built("libphos_guest.so"))
+        .env("PHOS_PROFILE", "1")
+        .output()
+        .expect("running phosctl");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert_eq!(stdout, expected("cublas_async_gemms"), "output differs from the native run\nstderr:\n{stderr}");
+    let head = stderr.lines().find(|l| l.starts_with("phos profile of process")).expect("the profile table");
+    let number_before = |line: &str, word: &str| -> u64 {
+        let at = line.find(word).unwrap_or_else(|| panic!("`{word}` in `{line}`"));
+        line[..at].split_whitespace().last().unwrap().parse().unwrap()
+    };
+    let sync = number_before(head, " synchronous calls");
+    let asyncs = number_before(head, " async calls");
+    // A row: name, sync, waited ms, us/call, async.
+    let row = |name: &str| -> (u64, u64) {
+        stderr
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|w| w.first() == Some(&name))
+            .map_or((0, 0), |w| (w[1].parse().unwrap(), w[4].parse().unwrap()))
+    };
+    let setters: u64 =
+        ["cublasSetStream_v2", "cublasSetWorkspace_v2", "cublasSetMathMode"].iter().map(|n| row(n).0).sum();
+    (sync, row("cublasSgemm_v2").0, setters, asyncs)
+}
+
+/// N GEMMs with the handle's settings set before each (as PyTorch does) make O(1)
+/// synchronous calls: the GEMMs and the setters that change something go without waiting, the
+/// setters that change nothing are answered by the guest; the results are right.
+#[test]
+fn cublas_gemms_make_a_constant_number_of_round_trips() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "cublas_async_gemms", &["-arch=sm_70", "-lcublas"]);
+    let (few, few_sgemm, few_setters, few_async) = async_gemms_profile(&exe, 30);
+    let (many, many_sgemm, many_setters, many_async) = async_gemms_profile(&exe, 300);
+    assert_eq!(few, many, "synchronous calls grow with the GEMMs: {few} for 30, {many} for 300");
+    assert!(many_sgemm <= 1 && many_setters <= 3, "{many_sgemm} sync sgemm, {many_setters} sync setters");
+    assert!(few_sgemm <= 1 && few_setters <= 3, "{few_sgemm} sync sgemm, {few_setters} sync setters");
+    // 300 GEMMs and, for each, the stream and the workspace (the stream resets the workspace).
+    assert!(many_async >= 3 * 300 - 10, "{many_async} async calls for 300 GEMMs");
+    assert!(few_async < many_async);
 }
 
 /// A cuRAND program (linked with `-lcurand`, so the loader reaches the guest library as

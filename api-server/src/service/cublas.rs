@@ -835,7 +835,14 @@ impl CublasService for Session {
         if let Some(cublas) = self.vendor_cublas() {
             vendor_status(cublas.set_stream(h.raw, stream.cu_stream()))?;
         }
-        self.objects.blas.update(req.handle, |h| h.stream = req.streamId).map_err(blas_status)?;
+        // As cuBLAS does, setting the stream puts the handle back on its default workspace.
+        self.objects
+            .blas
+            .update(req.handle, |h| {
+                h.stream = req.streamId;
+                h.workspace = (0, 0);
+            })
+            .map_err(blas_status)?;
         Ok(CublasSetStreamV2Reply {})
     }
 

@@ -109,6 +109,8 @@ pub struct Session {
     /// `PHOS_PROFILE=1` in the server's environment: the time each function's calls took
     /// here, printed when the session ends.
     pub(crate) profile: Option<phos_protocol::call_profile::CallProfile>,
+    /// Failures of async library calls, waiting for the next synchronous call on the handle.
+    pub(crate) deferred: crate::deferred::Deferred,
 }
 
 impl Session {
@@ -140,6 +142,7 @@ impl Session {
             async_calls: Default::default(),
             ipc: Default::default(),
             profile: phos_protocol::call_profile::enabled().then(Default::default),
+            deferred: Default::default(),
         })
     }
 

@@ -45,6 +45,11 @@ fn section(s: &mut String, api: &Api) {
         if f.is_async {
             notes.push("async".to_string());
         }
+        if let Some(id) = f.async_id {
+            notes.push(format!(
+                "async once its handle is live (id {id}), its failure returned by the next call on the handle"
+            ));
+        }
         for r in &f.resources {
             let op = match r.op {
                 RcOp::Allocates => "allocates",

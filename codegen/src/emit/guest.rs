@@ -522,7 +522,11 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
         }
     }
     w.line(format!("let req = wire::{t}Request {{ {} }};", fields.join(", ")));
-    if outs.is_empty() {
+    if f.async_id.is_some() {
+        // Checked: its reply is empty and its first argument is its handle.
+        let handle = rust_ident(&f.args[0].name);
+        w.line(format!("rt::call_deferred(&req, {handle} as usize as u64)?;"));
+    } else if outs.is_empty() {
         w.line("let _reply = rt::call(&req)?;");
     } else {
         w.line("let reply = rt::call(&req)?;");

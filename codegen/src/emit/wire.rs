@@ -52,10 +52,13 @@ fn function_ids(w: &mut W, api: &Api) {
     w.close("}");
     w.line("");
     // Where each id's function is in `ALL` (`u16::MAX`: no function has the id).
-    let max_id = api.functions.iter().map(|f| f.id).max().unwrap_or(0) as usize;
+    // A function's async id (`@async_id`) names the same function.
+    let max_id = api.functions.iter().flat_map(|f| [Some(f.id), f.async_id]).flatten().max().unwrap_or(0) as usize;
     let mut position = vec![u16::MAX; max_id + 1];
     for (i, f) in api.functions.iter().enumerate() {
-        position[f.id as usize] = u16::try_from(i).expect("fewer than 65535 functions");
+        for id in [Some(f.id), f.async_id].into_iter().flatten() {
+            position[id as usize] = u16::try_from(i).expect("fewer than 65535 functions");
+        }
     }
     w.line("/// Position in [`FunctionId::ALL`] and [`FUNCTIONS`] of the function of each id (`u16::MAX`:");
     w.line("/// none, a retired or unused id).");
@@ -114,6 +117,7 @@ fn function_ids(w: &mut W, api: &Api) {
         w.line(format!("exec: {exec},"));
         w.line(format!("internal: {},", f.internal));
         w.line(format!("is_async: {},", f.is_async));
+        w.line(format!("async_id: {:?},", f.async_id));
         w.line(format!("device_output: {},", f.device_output));
         w.line(format!("aliases: &[{}],", aliases.join(", ")));
         w.line(format!("spec_line: {},", f.line));

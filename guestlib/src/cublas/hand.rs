@@ -29,6 +29,44 @@ fn pointer_modes() -> &'static Mutex<HashMap<u64, i32>> {
     MODES.get_or_init(Mutex::default)
 }
 
+/// A handle's settings as this process last set them, once a call has set them (`None`:
+/// not set since the handle was made, or not known). A setter that sets what is set is
+/// answered here without a call, as nothing changes.
+#[derive(Debug, Default, Clone, Copy)]
+struct Settings {
+    stream: Option<u64>,
+    /// `Some(None)`: cuBLAS's default workspace (after `cublasSetStream`, which resets it).
+    workspace: Option<Option<(u64, u64)>>,
+    math_mode: Option<i32>,
+    atomics_mode: Option<i32>,
+}
+
+fn settings() -> &'static Mutex<HashMap<u64, Settings>> {
+    static SETTINGS: OnceLock<Mutex<HashMap<u64, Settings>>> = OnceLock::new();
+    SETTINGS.get_or_init(Mutex::default)
+}
+
+/// A setter of `handle`: answered here when `unchanged` says the handle (live: a synchronous
+/// call on it succeeded) already has what it sets, else sent (`send`, without waiting once
+/// the handle is live) and noted with `note` once accepted.
+fn setter(
+    handle: *mut c_void,
+    unchanged: impl FnOnce(&Settings) -> bool,
+    send: impl FnOnce(u64) -> Result<(), CublasStatus>,
+    note: impl FnOnce(&mut Settings),
+) -> Option<Result<(), CublasStatus>> {
+    let h = handle as u64;
+    let live = crate::runtime::is_live(phos_protocol::apis::Api::Cublas, h);
+    if live && settings().lock().unwrap_or_else(PoisonError::into_inner).get(&h).is_some_and(unchanged) {
+        return Some(Ok(()));
+    }
+    let r = send(h);
+    if r.is_ok() {
+        note(settings().lock().unwrap_or_else(PoisonError::into_inner).entry(h).or_default());
+    }
+    Some(r)
+}
+
 /// cuBLAS's version for the ABI the program loaded: the cuBLAS of CUDA 11.8 (11.11.3), 12.9
 /// (12.9.1) and 13.0 (13.0.0), as (major, minor, patch).
 fn version(abi: Abi) -> (i32, i32, i32) {
@@ -333,12 +371,82 @@ impl HandWritten for Hand {
     unsafe fn note_pointer_mode(handle: *mut c_void, mode: i32) -> Option<Result<(), CublasStatus>> {
         // Noted before the server answers: a handle the server refuses fails every call anyway.
         let mut modes = pointer_modes().lock().unwrap_or_else(PoisonError::into_inner);
+        let now = modes.get(&(handle as u64)).copied().unwrap_or(POINTER_MODE_HOST);
+        if now == mode && crate::runtime::is_live(phos_protocol::apis::Api::Cublas, handle as u64) {
+            // Every handle starts in host mode and every change goes through here: the mode
+            // the handle has is known, and setting it again changes nothing.
+            return Some(Ok(()));
+        }
         if mode == POINTER_MODE_DEVICE {
             modes.insert(handle as u64, mode);
         } else {
             modes.remove(&(handle as u64));
         }
         None
+    }
+
+    unsafe fn forget_handle(handle: *mut c_void) -> Option<Result<(), CublasStatus>> {
+        // Before the call: no call of another thread goes without waiting on it from now on.
+        crate::runtime::forget_handle(phos_protocol::apis::Api::Cublas, handle as u64);
+        settings().lock().unwrap_or_else(PoisonError::into_inner).remove(&(handle as u64));
+        pointer_modes().lock().unwrap_or_else(PoisonError::into_inner).remove(&(handle as u64));
+        None
+    }
+
+    unsafe fn set_stream(handle: *mut c_void, stream: *mut c_void) -> Option<Result<(), CublasStatus>> {
+        let stream = stream as u64;
+        // cublasSetStream also resets the workspace to cuBLAS's default: it changes nothing
+        // only where the stream is the same and the workspace the default already.
+        setter(
+            handle,
+            |s| s.stream == Some(stream) && s.workspace == Some(None),
+            |h| super::rt::call_deferred(&cublas::CublasSetStreamV2Request { handle: h, streamId: stream }, h),
+            |s| {
+                s.stream = Some(stream);
+                s.workspace = Some(None);
+            },
+        )
+    }
+
+    unsafe fn set_workspace(
+        handle: *mut c_void,
+        workspace: *mut c_void,
+        bytes: usize,
+    ) -> Option<Result<(), CublasStatus>> {
+        let ws = (workspace as u64, bytes as u64);
+        setter(
+            handle,
+            |s| s.workspace == Some(Some(ws)),
+            |h| {
+                super::rt::call_deferred(
+                    &cublas::CublasSetWorkspaceV2Request {
+                        handle: h,
+                        workspace: phos_protocol::Ptr::Device(ws.0),
+                        workspaceSizeInBytes: ws.1,
+                    },
+                    h,
+                )
+            },
+            |s| s.workspace = Some(Some(ws)),
+        )
+    }
+
+    unsafe fn set_math_mode(handle: *mut c_void, mode: i32) -> Option<Result<(), CublasStatus>> {
+        setter(
+            handle,
+            |s| s.math_mode == Some(mode),
+            |h| super::rt::call_deferred(&cublas::CublasSetMathModeRequest { handle: h, mode }, h),
+            |s| s.math_mode = Some(mode),
+        )
+    }
+
+    unsafe fn set_atomics_mode(handle: *mut c_void, mode: i32) -> Option<Result<(), CublasStatus>> {
+        setter(
+            handle,
+            |s| s.atomics_mode == Some(mode),
+            |h| super::rt::call_deferred(&cublas::CublasSetAtomicsModeRequest { handle: h, mode }, h),
+            |s| s.atomics_mode = Some(mode),
+        )
     }
 }
 

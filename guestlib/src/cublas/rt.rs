@@ -5,7 +5,7 @@ use phos_protocol::apis::Function;
 use phos_protocol::cublas::{self, CublasStatus, FunctionId};
 
 use crate::runtime;
-pub use crate::runtime::{byte_len, c_str, call, check_out, copy_out, in_bytes};
+pub use crate::runtime::{byte_len, c_str, call, call_deferred, check_out, copy_out, in_bytes};
 
 /// Run one cuBLAS function; a panic becomes `CUBLAS_STATUS_INTERNAL_ERROR`. A refusal
 /// (`CUBLAS_STATUS_NOT_SUPPORTED`, from the server or the guest) is logged once by name.
