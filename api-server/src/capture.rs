@@ -191,7 +191,11 @@ impl GraphOp {
             | (Child { .. }, Child { .. }) => Ok(()),
             // A memory node's parameters cannot change in an executable graph.
             (MemAlloc { .. }, MemAlloc { .. }) | (MemFree { .. }, MemFree { .. }) => {
-                if self == other { Ok(()) } else { Err(UPDATE_PARAMETERS_CHANGED) }
+                if self == other {
+                    Ok(())
+                } else {
+                    Err(UPDATE_PARAMETERS_CHANGED)
+                }
             }
             _ => Err(UPDATE_NODE_TYPE_CHANGED),
         }

@@ -2,9 +2,12 @@
 // is fixed when the node is added and used by later nodes of the graph, a free node; a graph
 // whose allocation outlives its launch (freed by cudaFree, cudaFreeAsync or, instantiated with
 // cudaGraphInstantiateFlagAutoFreeOnLaunch, by the next launch); cudaMallocAsync and
-// cudaFreeAsync captured into allocation and free nodes; the graph memory attributes; then
-// CUDA's answers to misuse.
+// cudaFreeAsync captured into allocation and free nodes; the graph memory attributes; user
+// objects held by graphs and executable graphs; then CUDA's answers to misuse.
 #include "check.h"
+
+#include <atomic>
+#include <unistd.h>
 
 __global__ void fill(int *data, int n, int base) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -50,6 +53,15 @@ static cudaGraphNode_t kernel_node(cudaGraph_t g, const cudaGraphNode_t *deps, s
 }
 
 static const char *yes(bool b) { return b ? "yes" : "no"; }
+
+// A user object's destructor: counts its runs.
+static void CUDART_CB destroy_object(void *p) { static_cast<std::atomic<int> *>(p)->fetch_add(1); }
+
+// Destructors run asynchronously: wait (up to 10 s) for `value` runs.
+static int wait_for(std::atomic<int> &runs, int value) {
+    for (int i = 0; i < 10000 && runs.load() < value; i++) usleep(1000);
+    return runs.load();
+}
 
 int main() {
     cudaStream_t stream;
@@ -230,6 +242,45 @@ int main() {
     CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &used));
     printf("used after every free: %llu\n", used);
     printf("trim of a device that does not exist: %s\n", cudaGetErrorName(cudaDeviceGraphMemTrim(1 << 20)));
+
+    // 5. User objects: the graph takes the creator's reference, the executable graph holds its
+    // own, the destructor runs once both are gone.
+    std::atomic<int> runs{0};
+    cudaUserObject_t object;
+    CHECK(cudaUserObjectCreate(&object, &runs, destroy_object, 1, cudaUserObjectNoDestructorSync));
+    cudaGraph_t holder;
+    CHECK(cudaGraphCreate(&holder, 0));
+    int hbase = 5;
+    void *hargs[] = {&out, &count, &hbase};
+    kernel_node(holder, nullptr, 0, (void *)fill, hargs);
+    CHECK(cudaGraphRetainUserObject(holder, object, 1, cudaGraphUserObjectMove));
+    CHECK(cudaUserObjectRetain(object, 2));
+    CHECK(cudaUserObjectRelease(object, 2));
+    cudaGraphExec_t hexec;
+    CHECK(cudaGraphInstantiateWithFlags(&hexec, holder, 0));
+    CHECK(cudaGraphLaunch(hexec, stream));
+    CHECK(cudaGraphDestroy(holder));
+    CHECK(cudaStreamSynchronize(stream));
+    printf("user object after its graph is destroyed: %d runs\n", runs.load());
+    CHECK(cudaGraphExecDestroy(hexec));
+    CHECK(cudaDeviceSynchronize());
+    printf("after its executable graph is destroyed: %d runs\n", wait_for(runs, 1));
+    // References released through the graph.
+    std::atomic<int> runs2{0};
+    cudaUserObject_t second_object;
+    CHECK(cudaUserObjectCreate(&second_object, &runs2, destroy_object, 1, cudaUserObjectNoDestructorSync));
+    cudaGraph_t holder2;
+    CHECK(cudaGraphCreate(&holder2, 0));
+    CHECK(cudaGraphRetainUserObject(holder2, second_object, 3, 0));
+    CHECK(cudaUserObjectRelease(second_object, 1));
+    CHECK(cudaGraphReleaseUserObject(holder2, second_object, 3));
+    printf("released through the graph: %d runs\n", wait_for(runs2, 1));
+    CHECK(cudaGraphDestroy(holder2));
+    cudaUserObject_t refused;
+    printf("user object without cudaUserObjectNoDestructorSync refused: %s\n",
+           yes(cudaUserObjectCreate(&refused, &runs, destroy_object, 1, 0) != cudaSuccess));
+    cudaGetLastError();
+    printf("destructor runs in all: %d %d\n", runs.load(), runs2.load());
 
     CHECK(cudaFree(out));
     CHECK(cudaStreamDestroy(stream));

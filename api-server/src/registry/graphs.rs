@@ -74,9 +74,10 @@ struct GraphMemory {
 impl GraphMemory {
     /// (used, reserved) bytes of `device`.
     fn current(&self, device: i32) -> (u64, u64) {
-        self.blocks.values().filter(|b| b.device == device).fold((0, 0), |(u, r), b| {
-            (if b.live { u + b.size } else { u }, r + b.size)
-        })
+        self.blocks
+            .values()
+            .filter(|b| b.device == device)
+            .fold((0, 0), |(u, r), b| (if b.live { u + b.size } else { u }, r + b.size))
     }
 
     fn note_high(&mut self, device: i32) {

@@ -1574,7 +1574,11 @@ impl CudartService for Session {
         Ok(CudaGraphExecDestroyReply {})
     }
 
-    fn cuda_graph_destroy(&self, cx: &CallCx, req: CudaGraphDestroyRequest) -> Result<CudaGraphDestroyReply, CudaError> {
+    fn cuda_graph_destroy(
+        &self,
+        cx: &CallCx,
+        req: CudaGraphDestroyRequest,
+    ) -> Result<CudaGraphDestroyReply, CudaError> {
         self.objects.graphs.destroy(req.graph)?;
         self.release_graph_blocks(cx)?;
         Ok(CudaGraphDestroyReply {})
@@ -1606,9 +1610,10 @@ impl CudartService for Session {
     ) -> Result<PhosGraphAddMemFreeNodeReply, CudaError> {
         let deps = self.objects.graphs.node_indices(req.graph, req.deps)?;
         let async_block = self.is_async_block(req.dptr, req.asyncBlock);
-        let node = self.objects.graphs.add_free_node(req.graph, deps, req.dptr, async_block, &|| {
-            self.refuse(cx, LimitKind::GraphNodes)
-        })?;
+        let node = self
+            .objects
+            .graphs
+            .add_free_node(req.graph, deps, req.dptr, async_block, &|| self.refuse(cx, LimitKind::GraphNodes))?;
         Ok(PhosGraphAddMemFreeNodeReply { pGraphNode: node })
     }
 

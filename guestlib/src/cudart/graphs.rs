@@ -11,7 +11,7 @@ use phos_protocol::cudart::{
     PhosGraphAddEmptyNodeRequest, PhosGraphAddEventNodeRequest, PhosGraphAddHostNodeRequest,
     PhosGraphAddKernelNodeRequest, PhosGraphAddMemAllocNodeRequest, PhosGraphAddMemFreeNodeRequest,
     PhosGraphAddSetNodeRequest, PhosGraphEditRequest, PhosGraphExecUpdateRequest, PhosGraphHostNodesRequest,
-    PhosGraphMemRequest, PhosGraphInstantiateRequest, PhosGraphLaunchHostRequest, PhosGraphNodesRequest,
+    PhosGraphInstantiateRequest, PhosGraphLaunchHostRequest, PhosGraphMemRequest, PhosGraphNodesRequest,
     PhosGraphQueryRequest, PhosStreamCaptureInfoRequest, consts,
 };
 use phos_protocol::types::Dim3;
@@ -68,6 +68,7 @@ pub unsafe fn instantiate(exec: *mut *mut c_void, graph: *mut c_void, flags: u64
     if runtime::call(&request)?.value == 1 {
         MEM_EXECS.lock().unwrap_or_else(PoisonError::into_inner).insert(reply.pGraphExec);
     }
+    super::user_objects::copy_references(graph as usize as u64, reply.pGraphExec);
     EXEC_FLAGS.lock().unwrap_or_else(PoisonError::into_inner).insert(reply.pGraphExec, flags);
     // SAFETY: not null (checked above), so writable (this function's contract).
     unsafe { *exec = reply.pGraphExec as usize as *mut c_void };
@@ -1148,6 +1149,7 @@ pub unsafe fn clone_graph(out: *mut u64, graph: u64) -> Result<(), CudaError> {
         return Err(E::InvalidValue);
     }
     let clone = edit(EDIT_CLONE, graph, 0, 0)?;
+    super::user_objects::copy_references(graph, clone);
     // SAFETY: not null (checked above), so writable.
     unsafe { out.write_unaligned(clone) };
     Ok(())

@@ -13,7 +13,7 @@ use phos_protocol::{CudaError, cudart::FunctionId};
 use phos_protocol::types::{ChannelFormatDesc, Extent, PitchedPtr};
 
 use super::stubs::HandWritten;
-use super::{arrays, attributes, device, execution, graphs, ipc, launch, managed, memory, pools};
+use super::{arrays, attributes, device, execution, graphs, ipc, launch, managed, memory, pools, user_objects};
 use crate::abi::Abi;
 use crate::{callbacks, hostmem, registry, runtime, soname};
 
@@ -1181,7 +1181,40 @@ impl HandWritten for Hand {
     }
 
     unsafe fn graph_launch_host(exec: *mut c_void, stream: *mut c_void) -> Option<Result<(), CudaError>> {
+        user_objects::note_launch(exec as usize as u64, stream as usize as u64);
         graphs::launch_with_host_nodes(exec as usize as u64, stream as usize as u64)
+    }
+
+    unsafe fn graph_destroy_references(graph: *mut c_void) -> Option<Result<(), CudaError>> {
+        user_objects::graph_destroyed(graph as usize as u64);
+        None
+    }
+
+    unsafe fn exec_destroy_references(exec: *mut c_void) -> Option<Result<(), CudaError>> {
+        user_objects::exec_destroyed(exec as usize as u64);
+        None
+    }
+
+    unsafe fn cudaUserObjectCreate(object: *mut u64, ptr: *mut c_void, destroy: u64, initial: u32, flags: u32) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `user_objects::create`
+        // asks of them what CUDA asks of this export's caller.
+        code(unsafe { user_objects::create(object, ptr as usize as u64, destroy, initial, flags) })
+    }
+
+    unsafe fn cudaUserObjectRetain(object: u64, count: u32) -> i32 {
+        code(user_objects::retain(object, count))
+    }
+
+    unsafe fn cudaUserObjectRelease(object: u64, count: u32) -> i32 {
+        code(user_objects::release(object, count))
+    }
+
+    unsafe fn cudaGraphRetainUserObject(graph: *mut c_void, object: u64, count: u32, flags: u32) -> i32 {
+        code(user_objects::graph_retain(graph as usize as u64, object, count, flags))
+    }
+
+    unsafe fn cudaGraphReleaseUserObject(graph: *mut c_void, object: u64, count: u32) -> i32 {
+        code(user_objects::graph_release(graph as usize as u64, object, count))
     }
 
     unsafe fn cudaGraphAddDependencies(
