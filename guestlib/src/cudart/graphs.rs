@@ -813,9 +813,11 @@ pub unsafe fn add_mem_alloc_node(
             return Err(E::InvalidValue);
         }
         for i in 0..access_count as usize {
-            // SAFETY: `access_count` `cudaMemAccessDesc`s (12 bytes: location type, id, flags) at
-            // the non-null `accessDescs` (CUDA's contract for the parameters).
-            let [t, id, flags] = unsafe { (accesses as usize as *const [i32; 3]).add(i).read_unaligned() };
+            // SAFETY: `i < access_count`: within the `cudaMemAccessDesc`s (12 bytes: location
+            // type, id, flags) at the non-null `accessDescs` (CUDA's contract for the parameters).
+            let at = unsafe { (accesses as usize as *const [i32; 3]).add(i) };
+            // SAFETY: one of them, read without assuming alignment.
+            let [t, id, flags] = unsafe { at.read_unaligned() };
             // Only the allocation's own device, read-write (cudaMemAccessFlagsProtReadWrite).
             if t != 1 || id != device || flags != 3 {
                 crate::log::not_supported_once(
@@ -838,8 +840,10 @@ pub unsafe fn add_mem_alloc_node(
         })?
     };
     // SAFETY: within the writable `cudaMemAllocNodeParams` at `p` (this function's contract): its
-    // `dptr`, written without assuming alignment.
-    unsafe { ((p as *mut u8).add(ALLOC_DPTR_AT) as *mut u64).write_unaligned(dptr) };
+    // `dptr`.
+    let at = unsafe { (p as *mut u8).add(ALLOC_DPTR_AT) } as *mut u64;
+    // SAFETY: there, written without assuming alignment.
+    unsafe { at.write_unaligned(dptr) };
     Ok(())
 }
 
