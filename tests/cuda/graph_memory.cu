@@ -208,7 +208,7 @@ int main() {
     CHECK(cudaGraphExecDestroy(cexec));
     CHECK(cudaGraphDestroy(captured));
 
-#if CUDART_VERSION >= 12000
+#if CUDART_VERSION >= 12020
     // cudaGraphAddNode makes the same nodes.
     cudaGraph_t generic;
     CHECK(cudaGraphCreate(&generic, 0));
