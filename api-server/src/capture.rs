@@ -99,6 +99,19 @@ pub enum GraphOp {
     Child {
         graph: u64,
     },
+    /// A memory allocation node: the block of the session's memory the node reserved when it
+    /// was added (or captured), at an address fixed for the graph's lifetime. A launch makes
+    /// it live (allocated in CUDA's terms) until a free node, `cudaFree` or
+    /// `cudaFreeAsync` frees it.
+    MemAlloc {
+        dptr: u64,
+        size: u64,
+        device: i32,
+    },
+    /// A memory free node: a graph allocation's block, or a block of `cudaMallocAsync`'s.
+    MemFree {
+        dptr: u64,
+    },
 }
 
 /// The bytes `height` rows of `width`, `pitch` apart, span.
@@ -118,7 +131,9 @@ impl GraphOp {
             | GraphOp::EventRecord { .. }
             | GraphOp::EventWait { .. }
             | GraphOp::Node { .. }
-            | GraphOp::Child { .. } => Vec::new(),
+            | GraphOp::Child { .. }
+            | GraphOp::MemAlloc { .. }
+            | GraphOp::MemFree { .. } => Vec::new(),
             GraphOp::Memset { dst, pitch, width, height, .. } => vec![at(dst, extent(pitch, width, height), true)],
             GraphOp::CopyOnDevice { dst, dpitch, src, spitch, width, height } => {
                 vec![at(dst, extent(dpitch, width, height), true), at(src, extent(spitch, width, height), false)]
@@ -147,7 +162,9 @@ impl GraphOp {
             | GraphOp::EventRecord { .. }
             | GraphOp::EventWait { .. }
             | GraphOp::Node { .. }
-            | GraphOp::Child { .. } => {}
+            | GraphOp::Child { .. }
+            | GraphOp::MemAlloc { .. }
+            | GraphOp::MemFree { .. } => {}
         }
     }
 
@@ -172,6 +189,14 @@ impl GraphOp {
             | (EventWait { .. }, EventWait { .. })
             | (Node { .. }, Node { .. })
             | (Child { .. }, Child { .. }) => Ok(()),
+            // A memory node's parameters cannot change in an executable graph.
+            (MemAlloc { .. }, MemAlloc { .. }) | (MemFree { .. }, MemFree { .. }) => {
+                if self == other {
+                    Ok(())
+                } else {
+                    Err(UPDATE_PARAMETERS_CHANGED)
+                }
+            }
             _ => Err(UPDATE_NODE_TYPE_CHANGED),
         }
     }
@@ -186,6 +211,8 @@ pub const NODE_GRAPH: i32 = 4;
 pub const NODE_EMPTY: i32 = 5;
 pub const NODE_WAIT_EVENT: i32 = 6;
 pub const NODE_EVENT_RECORD: i32 = 7;
+pub const NODE_MEM_ALLOC: i32 = 10;
+pub const NODE_MEM_FREE: i32 = 11;
 
 /// One node: its work (a 3D copy or memset is one op per slice), the nodes it follows
 /// (indices in the graph), its handle.
@@ -217,6 +244,8 @@ impl Graph {
             GraphOp::EventWait { .. } => NODE_WAIT_EVENT,
             GraphOp::Child { .. } => NODE_GRAPH,
             GraphOp::Node { .. } => NODE_EMPTY,
+            GraphOp::MemAlloc { .. } => NODE_MEM_ALLOC,
+            GraphOp::MemFree { .. } => NODE_MEM_FREE,
         }
     }
 
@@ -299,6 +328,7 @@ pub const UPDATE_SUCCESS: i32 = 0;
 pub const UPDATE_TOPOLOGY_CHANGED: i32 = 2;
 pub const UPDATE_NODE_TYPE_CHANGED: i32 = 3;
 pub const UPDATE_FUNCTION_CHANGED: i32 = 4;
+pub const UPDATE_PARAMETERS_CHANGED: i32 = 5;
 
 /// `cudaStreamCaptureStatus` values.
 pub const STATUS_NONE: i32 = 0;

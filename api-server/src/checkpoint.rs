@@ -579,6 +579,12 @@ impl Session {
                 what: "it holds IPC memory or events opened from another session (cudaIpcOpenMemHandle, cudaIpcOpenEventHandle), which checkpoints do not hold".into(),
             });
         }
+        if self.objects.graphs.holds_memory_nodes() {
+            return Err(CrError::NotCheckpointable {
+                session: self.id,
+                what: "it holds graphs with memory allocation or free nodes, or their allocations (cudaGraphAddMemAllocNode, cudaGraphAddMemFreeNode, cudaMallocAsync or cudaFreeAsync captured), which checkpoints do not hold yet".into(),
+            });
+        }
         if !self.objects.arrays.is_empty() {
             return Err(CrError::NotCheckpointable {
                 session: self.id,

@@ -51,6 +51,7 @@ programs!(
     exec_api,
     faults,
     graphs,
+    graph_memory,
     graph_nodes,
     graph_updates,
     host_threads,

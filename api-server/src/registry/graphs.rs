@@ -10,9 +10,10 @@ use phos_protocol::apis::HandleKind;
 
 use super::handles::{HandleTable, NewHandle};
 use crate::capture::{
-    CaptureState, Captures, Graph, GraphOp, NODE_GRAPH, NODE_KERNEL, NODE_MEMCPY, NODE_MEMSET, Node, UPDATE_SUCCESS,
-    UPDATE_TOPOLOGY_CHANGED, effective_ops, find_marker,
+    CaptureState, Captures, Graph, GraphOp, NODE_GRAPH, NODE_KERNEL, NODE_MEM_ALLOC, NODE_MEM_FREE, NODE_MEMCPY,
+    NODE_MEMSET, Node, UPDATE_SUCCESS, UPDATE_TOPOLOGY_CHANGED, effective_ops, find_marker,
 };
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// How deep child graphs may nest (a guest cannot make a cycle of them: a child is copied
 /// when added, but a deep chain is refused rather than recursed without end).
@@ -42,6 +43,65 @@ pub struct GraphRegistry {
     /// Node handles: (graph handle, index of the node in it).
     nodes: Mutex<HandleTable<(u64, usize)>>,
     execs: Mutex<HandleTable<Vec<GraphOp>>>,
+    /// The blocks of graph allocations (taken after the other locks).
+    mem: Mutex<GraphMemory>,
+}
+
+/// A graph allocation: a block of the session's memory reserved by an allocation node when it
+/// was added or captured, at an address fixed while a graph or executable graph names it.
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    size: u64,
+    device: i32,
+    /// Allocated in CUDA's terms: a launch of its allocation node ran, nothing freed it yet.
+    live: bool,
+    /// Made by a capture still in progress (its graph does not exist yet).
+    in_capture: bool,
+}
+
+/// Graph allocations and what CUDA ties to them.
+#[derive(Default)]
+struct GraphMemory {
+    blocks: BTreeMap<u64, Block>,
+    /// A graph with memory nodes -> its executable graph (CUDA allows one at a time).
+    instantiated: HashMap<u64, u64>,
+    /// Executable graphs instantiated with `cudaGraphInstantiateFlagAutoFreeOnLaunch`.
+    auto_free: HashSet<u64>,
+    /// Per device: the high-water marks of used and reserved graph memory.
+    high: HashMap<i32, (u64, u64)>,
+}
+
+impl GraphMemory {
+    /// (used, reserved) bytes of `device`.
+    fn current(&self, device: i32) -> (u64, u64) {
+        self.blocks
+            .values()
+            .filter(|b| b.device == device)
+            .fold((0, 0), |(u, r), b| (if b.live { u + b.size } else { u }, r + b.size))
+    }
+
+    fn note_high(&mut self, device: i32) {
+        let (used, reserved) = self.current(device);
+        let high = self.high.entry(device).or_default();
+        high.0 = high.0.max(used);
+        high.1 = high.1.max(reserved);
+    }
+}
+
+/// `cudaGraphMemAttributeType` values.
+pub mod mem_attr {
+    pub const USED_CURRENT: i32 = 0;
+    pub const USED_HIGH: i32 = 1;
+    pub const RESERVED_CURRENT: i32 = 2;
+    pub const RESERVED_HIGH: i32 = 3;
+}
+
+fn is_memory_op(op: &GraphOp) -> bool {
+    matches!(op, GraphOp::MemAlloc { .. } | GraphOp::MemFree { .. })
+}
+
+fn has_memory_nodes(g: &Graph) -> bool {
+    g.nodes.iter().flat_map(|n| &n.ops).any(is_memory_op)
 }
 
 /// What a checkpoint holds of the graphs (see [`GraphRegistry::snapshot`]).
@@ -67,6 +127,7 @@ impl GraphRegistry {
             graphs: Mutex::new(HandleTable::new(HandleKind::Graph, limits.graphs)),
             nodes: Mutex::new(HandleTable::new(HandleKind::GraphNode, limits.nodes)),
             execs: Mutex::new(HandleTable::new(HandleKind::GraphExec, limits.execs)),
+            mem: Mutex::new(GraphMemory::default()),
         }
     }
 
@@ -84,6 +145,16 @@ impl GraphRegistry {
         nodes_full: &dyn Fn() -> CudaError,
     ) -> Result<u64, CudaError> {
         let graph = self.create(new)?;
+        {
+            let mut mem = self.mem.lock();
+            for op in &ops {
+                if let GraphOp::MemAlloc { dptr, .. } = op
+                    && let Some(b) = mem.blocks.get_mut(dptr)
+                {
+                    b.in_capture = false;
+                }
+            }
+        }
         for op in ops {
             let deps = self.graphs.lock().get(graph)?.nodes.len().checked_sub(1).into_iter().collect();
             self.add_node(graph, Graph::kind_of(&op), vec![op], deps, nodes_full)?;
@@ -225,7 +296,8 @@ impl GraphRegistry {
             let mut graphs = self.graphs.lock();
             let kind = graphs.get(from_graph)?.nodes[from_index].kind;
             let target = &mut graphs.get_mut(graph)?.nodes[index];
-            if target.kind != kind || kind == NODE_GRAPH {
+            // Memory nodes have no setters in CUDA.
+            if target.kind != kind || [NODE_GRAPH, NODE_MEM_ALLOC, NODE_MEM_FREE].contains(&kind) {
                 return Err(CudaError::InvalidValue);
             }
         }
@@ -267,7 +339,7 @@ impl GraphRegistry {
         // The node's type as its graph says, when the graph is still there.
         let kind_old = self.node_kind(node).ok();
         let result = new.and_then(|new| {
-            if kind_old.is_some_and(|k| k != kind_new) {
+            if kind_old.is_some_and(|k| k != kind_new) || [NODE_MEM_ALLOC, NODE_MEM_FREE].contains(&kind_new) {
                 return Err(CudaError::InvalidValue);
             }
             let mut execs = self.execs.lock();
@@ -323,6 +395,10 @@ impl GraphRegistry {
         let mut graphs = self.graphs.lock();
         let mut nodes = self.nodes.lock();
         let g = graphs.get(graph)?.clone();
+        // CUDA does not clone graphs with memory nodes: their addresses are the graph's own.
+        if has_memory_nodes(&g) {
+            return Err(CudaError::NotSupported);
+        }
         clone_into(&mut graphs, &mut nodes, g, new, 0)
     }
 
@@ -358,6 +434,10 @@ impl GraphRegistry {
             let mut graphs = self.graphs.lock();
             graphs.get(graph)?;
             let g = graphs.get(child)?.clone();
+            // CUDA refuses a child graph with memory nodes.
+            if has_memory_nodes(&g) {
+                return Err(CudaError::InvalidValue);
+            }
             clone_into(&mut graphs, &mut self.nodes.lock(), g, &NewHandle { forced: None, full: graphs_full }, 0)?
         };
         let added = self.add_node(graph, NODE_GRAPH, vec![GraphOp::Child { graph: owned }], deps, nodes_full);
@@ -380,9 +460,21 @@ impl GraphRegistry {
 
     /// An executable graph of `graph`'s work, ordered by its dependencies: each node's work
     /// after a marker naming the node (child graphs' work in their node's).
+    ///
+    /// A graph with memory nodes has one executable graph at a time (its allocations'
+    /// addresses are the graph's): a second is `cudaErrorInvalidValue` until the first is
+    /// destroyed, as in CUDA.
     pub fn instantiate(&self, graph: u64, new: &NewHandle<'_>) -> Result<u64, CudaError> {
         let ops = self.exec_of(graph)?;
-        self.execs.lock().add(ops, new)
+        let memory = ops.iter().any(is_memory_op);
+        if memory && self.mem.lock().instantiated.contains_key(&graph) {
+            return Err(CudaError::InvalidValue);
+        }
+        let exec = self.execs.lock().add(ops, new)?;
+        if memory {
+            self.mem.lock().instantiated.insert(graph, exec);
+        }
+        Ok(exec)
     }
 
     /// The ops of an executable graph of `graph`.
@@ -467,7 +559,187 @@ impl GraphRegistry {
     }
 
     pub fn destroy_exec(&self, exec: u64) -> Result<(), CudaError> {
-        self.execs.lock().remove(exec).map(|_| ())
+        self.execs.lock().remove(exec)?;
+        let mut mem = self.mem.lock();
+        mem.instantiated.retain(|_, e| *e != exec);
+        mem.auto_free.remove(&exec);
+        Ok(())
+    }
+
+    /// Add an allocation node of the block at `dptr` (`size` bytes of `device`, just
+    /// allocated by the caller, which frees it again when this fails).
+    pub fn add_alloc_node(
+        &self,
+        graph: u64,
+        deps: Vec<usize>,
+        (dptr, size, device): (u64, u64, i32),
+        nodes_full: &dyn Fn() -> CudaError,
+    ) -> Result<u64, CudaError> {
+        let op = GraphOp::MemAlloc { dptr, size, device };
+        let node = self.add_node(graph, NODE_MEM_ALLOC, vec![op], deps, nodes_full)?;
+        let mut mem = self.mem.lock();
+        mem.blocks.insert(dptr, Block { size, device, live: false, in_capture: false });
+        mem.note_high(device);
+        Ok(node)
+    }
+
+    /// A block a capture's allocation node reserved (`cudaMallocAsync` on a capturing stream).
+    pub fn add_captured_block(&self, dptr: u64, size: u64, device: i32) {
+        let mut mem = self.mem.lock();
+        mem.blocks.insert(dptr, Block { size, device, live: false, in_capture: true });
+        mem.note_high(device);
+    }
+
+    /// Whether `dptr` starts a graph allocation.
+    pub fn is_graph_block(&self, dptr: u64) -> bool {
+        self.mem.lock().blocks.contains_key(&dptr)
+    }
+
+    /// Add a free node of `dptr` to `graph`: a graph allocation, or (`async_block`, which the
+    /// caller checked) a block of `cudaMallocAsync`'s. A graph frees an address once.
+    pub fn add_free_node(
+        &self,
+        graph: u64,
+        deps: Vec<usize>,
+        dptr: u64,
+        async_block: bool,
+        nodes_full: &dyn Fn() -> CudaError,
+    ) -> Result<u64, CudaError> {
+        if !async_block && !self.is_graph_block(dptr) {
+            return Err(CudaError::InvalidValue);
+        }
+        {
+            let graphs = self.graphs.lock();
+            let g = graphs.get(graph)?;
+            if g.nodes.iter().flat_map(|n| &n.ops).any(|op| matches!(op, GraphOp::MemFree { dptr: d } if *d == dptr)) {
+                return Err(CudaError::InvalidValue);
+            }
+        }
+        self.add_node(graph, NODE_MEM_FREE, vec![GraphOp::MemFree { dptr }], deps, nodes_full)
+    }
+
+    /// Whether `exec` has memory nodes; `auto_free`: it was instantiated with
+    /// `cudaGraphInstantiateFlagAutoFreeOnLaunch`.
+    pub fn exec_memory(&self, exec: u64, auto_free: bool) -> Result<bool, CudaError> {
+        let memory = self.execs.lock().get(exec)?.iter().any(is_memory_op);
+        if auto_free {
+            self.mem.lock().auto_free.insert(exec);
+        }
+        Ok(memory)
+    }
+
+    /// Before a launch of `exec` (its work `ops`): its allocations become live and its frees
+    /// free them, in order. A launch whose allocation is still live from an earlier one is
+    /// `cudaErrorInvalidValue` (nothing changed), unless the executable graph frees on launch.
+    pub fn launch_memory(&self, exec: u64, ops: &[GraphOp]) -> Result<(), CudaError> {
+        if !ops.iter().any(is_memory_op) {
+            return Ok(());
+        }
+        let mut mem = self.mem.lock();
+        let auto_free = mem.auto_free.contains(&exec);
+        let mut blocks = mem.blocks.clone();
+        // The most each device uses while the launch runs.
+        let mut peaks: HashMap<i32, u64> = HashMap::new();
+        for op in ops {
+            match op {
+                GraphOp::MemAlloc { dptr, .. } => {
+                    let b = blocks.get_mut(dptr).ok_or(CudaError::InvalidValue)?;
+                    if b.live && !auto_free {
+                        return Err(CudaError::InvalidValue);
+                    }
+                    b.live = true;
+                    let device = b.device;
+                    let used = blocks.values().filter(|b| b.device == device && b.live).map(|b| b.size).sum();
+                    let peak = peaks.entry(device).or_default();
+                    *peak = (*peak).max(used);
+                }
+                GraphOp::MemFree { dptr } => {
+                    if let Some(b) = blocks.get_mut(dptr) {
+                        b.live = false;
+                    }
+                }
+                _ => {}
+            }
+        }
+        mem.blocks = blocks;
+        for (device, peak) in peaks {
+            let high = mem.high.entry(device).or_default();
+            high.0 = high.0.max(peak);
+        }
+        Ok(())
+    }
+
+    /// `cudaFree` or `cudaFreeAsync` of `dptr`: `None` when it is no graph allocation; a live
+    /// one is freed (its block stays the graph's), a free one is `cudaErrorInvalidValue`.
+    pub fn free_block(&self, dptr: u64) -> Option<Result<(), CudaError>> {
+        let mut mem = self.mem.lock();
+        let b = mem.blocks.get_mut(&dptr)?;
+        Some(if std::mem::replace(&mut b.live, false) { Ok(()) } else { Err(CudaError::InvalidValue) })
+    }
+
+    /// The blocks no graph, executable graph or capture names any more and that are not live:
+    /// removed here, for the caller to give back to the session's memory.
+    pub fn release_unreferenced(&self) -> Vec<u64> {
+        if self.mem.lock().blocks.is_empty() {
+            return Vec::new();
+        }
+        let graphs = self.graphs.lock();
+        let execs = self.execs.lock();
+        let mut named = HashSet::new();
+        let graph_ops = graphs.iter().flat_map(|(_, g)| g.nodes.iter().flat_map(|n| n.ops.iter()));
+        for op in graph_ops.chain(execs.iter().flat_map(|(_, ops)| ops.iter())) {
+            if let GraphOp::MemAlloc { dptr, .. } = op {
+                named.insert(*dptr);
+            }
+        }
+        let mut mem = self.mem.lock();
+        let gone: Vec<u64> = mem
+            .blocks
+            .iter()
+            .filter(|(a, b)| !b.live && !b.in_capture && !named.contains(*a))
+            .map(|(a, _)| *a)
+            .collect();
+        for a in &gone {
+            mem.blocks.remove(a);
+        }
+        gone
+    }
+
+    /// `cudaDeviceGetGraphMemAttribute` of `device`.
+    pub fn mem_attribute(&self, device: i32, attr: i32) -> Result<u64, CudaError> {
+        let mem = self.mem.lock();
+        let (used, reserved) = mem.current(device);
+        let (used_high, reserved_high) = mem.high.get(&device).copied().unwrap_or_default();
+        match attr {
+            mem_attr::USED_CURRENT => Ok(used),
+            mem_attr::USED_HIGH => Ok(used_high.max(used)),
+            mem_attr::RESERVED_CURRENT => Ok(reserved),
+            mem_attr::RESERVED_HIGH => Ok(reserved_high.max(reserved)),
+            _ => Err(CudaError::InvalidValue),
+        }
+    }
+
+    /// `cudaDeviceSetGraphMemAttribute`: a high-water mark back to the current amount.
+    pub fn reset_mem_high(&self, device: i32, attr: i32) -> Result<(), CudaError> {
+        let mut mem = self.mem.lock();
+        let (used, reserved) = mem.current(device);
+        let high = mem.high.entry(device).or_default();
+        match attr {
+            mem_attr::USED_HIGH => high.0 = used,
+            mem_attr::RESERVED_HIGH => high.1 = reserved,
+            _ => return Err(CudaError::InvalidValue),
+        }
+        Ok(())
+    }
+
+    /// Whether the session holds graph memory or memory nodes, which checkpoints do not hold.
+    pub fn holds_memory_nodes(&self) -> bool {
+        if !self.mem.lock().blocks.is_empty() {
+            return true;
+        }
+        let graphs = self.graphs.lock();
+        let execs = self.execs.lock();
+        graphs.iter().any(|(_, g)| has_memory_nodes(g)) || execs.iter().any(|(_, ops)| ops.iter().any(is_memory_op))
     }
 
     /// The graphs and executable graphs, for a checkpoint (captures in progress are not
@@ -529,6 +801,7 @@ impl GraphRegistry {
         self.graphs.lock().drain();
         self.execs.lock().drain();
         self.nodes.lock().drain();
+        *self.mem.lock() = GraphMemory::default();
     }
 }
 
@@ -579,6 +852,8 @@ fn node_params(node: &Node) -> Vec<u64> {
         Some(GraphOp::Child { graph }) => vec![4, *graph],
         Some(GraphOp::EventWait { event }) => vec![6, *event],
         Some(GraphOp::EventRecord { event }) => vec![7, *event],
+        Some(GraphOp::MemAlloc { dptr, size, device }) => vec![10, *dptr, *size, *device as u64],
+        Some(GraphOp::MemFree { dptr }) => vec![11, *dptr],
         // An empty node, a library call (parameters the guest cannot read), a child graph
         // node of an older image (its work copied in).
         _ => vec![u64::MAX],
@@ -722,6 +997,61 @@ mod tests {
             cooperative: false,
         };
         assert_eq!(a.update_from(&kernel), Err(crate::capture::UPDATE_NODE_TYPE_CHANGED));
+    }
+
+    #[test]
+    fn graph_allocations_live_from_launch_to_free() {
+        let full = || CudaError::MemoryAllocation;
+        let new = NewHandle { forced: None, full: &full };
+        let r = registry();
+        let g = r.create(&new).unwrap();
+        let alloc = r.add_alloc_node(g, vec![], (0x4000, 64, 0), &full).unwrap();
+        assert_eq!(r.node_kind(alloc).unwrap(), NODE_MEM_ALLOC);
+        assert_eq!(r.query(query::PARAMS, alloc).unwrap(), vec![10, 0x4000, 64, 0]);
+        // Free nodes name a graph allocation (or a block the caller vouches for), once.
+        assert_eq!(r.add_free_node(g, vec![0], 0x8000, false, &full).unwrap_err(), CudaError::InvalidValue);
+        let kept = r.create(&new).unwrap();
+        r.add_alloc_node(kept, vec![], (0x5000, 32, 0), &full).unwrap();
+        assert_eq!(r.clone_graph(kept, &new).unwrap_err(), CudaError::NotSupported);
+        let parent = r.create(&new).unwrap();
+        assert_eq!(r.add_child_node(parent, kept, vec![], &full, &full).unwrap_err(), CudaError::InvalidValue);
+        assert!(r.holds_memory_nodes());
+        // One executable graph per graph; a live allocation fails the next launch.
+        let exec = r.instantiate(kept, &new).unwrap();
+        assert_eq!(r.instantiate(kept, &new).unwrap_err(), CudaError::InvalidValue);
+        assert!(r.exec_memory(exec, false).unwrap());
+        let ops = r.exec_ops(exec).unwrap();
+        r.launch_memory(exec, &ops).unwrap();
+        assert_eq!(r.mem_attribute(0, mem_attr::USED_CURRENT).unwrap(), 32);
+        assert_eq!(r.launch_memory(exec, &ops).unwrap_err(), CudaError::InvalidValue);
+        assert_eq!(r.free_block(0x5000), Some(Ok(())));
+        assert_eq!(r.free_block(0x5000), Some(Err(CudaError::InvalidValue)));
+        assert_eq!(r.free_block(0x9000), None);
+        r.launch_memory(exec, &ops).unwrap();
+        r.exec_memory(exec, true).unwrap();
+        r.launch_memory(exec, &ops).unwrap();
+        assert_eq!(r.mem_attribute(0, mem_attr::RESERVED_CURRENT).unwrap(), 96);
+        // A graph that frees what it allocates can be launched again and again.
+        r.add_free_node(g, vec![0], 0x4000, false, &full).unwrap();
+        assert_eq!(r.add_free_node(g, vec![0], 0x4000, false, &full).unwrap_err(), CudaError::InvalidValue);
+        let freeing = r.instantiate(g, &new).unwrap();
+        let ops = r.exec_ops(freeing).unwrap();
+        r.launch_memory(freeing, &ops).unwrap();
+        r.launch_memory(freeing, &ops).unwrap();
+        // Blocks go back once nothing names them and they are free.
+        r.destroy(g).unwrap();
+        assert!(r.release_unreferenced().is_empty(), "its executable graph names it");
+        r.destroy_exec(freeing).unwrap();
+        assert_eq!(r.release_unreferenced(), vec![0x4000]);
+        r.destroy_exec(exec).unwrap();
+        r.destroy(kept).unwrap();
+        assert!(r.release_unreferenced().is_empty(), "still live");
+        assert_eq!(r.free_block(0x5000), Some(Ok(())));
+        assert_eq!(r.release_unreferenced(), vec![0x5000]);
+        assert_eq!(r.mem_attribute(0, mem_attr::USED_HIGH).unwrap(), 96, "both live during a launch");
+        r.reset_mem_high(0, mem_attr::USED_HIGH).unwrap();
+        assert_eq!(r.mem_attribute(0, mem_attr::USED_HIGH).unwrap(), 0);
+        assert!(!r.holds_memory_nodes());
     }
 
     #[test]

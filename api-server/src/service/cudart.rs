@@ -44,6 +44,38 @@ impl Session {
         self.objects.graphs.add_node(graph, kind, ops, deps, &|| self.refuse(cx, LimitKind::GraphNodes))
     }
 
+    /// Give the session's memory back for the graph allocations nothing names any more (once
+    /// the device is idle: launched work may still use them).
+    fn release_graph_blocks(&self, cx: &CallCx) -> Result<(), CudaError> {
+        let gone = self.objects.graphs.release_unreferenced();
+        if gone.is_empty() {
+            return Ok(());
+        }
+        self.backend().device_synchronize(cx.device)?;
+        for dptr in gone {
+            self.objects.memory.free(self.backend(), dptr)?;
+        }
+        Ok(())
+    }
+
+    /// Reserve a graph allocation's block: `size` bytes of the session's memory on `device`.
+    fn reserve_graph_block(&self, cx: &CallCx, device: i32, size: u64) -> Result<u64, CudaError> {
+        self.check_device(device)?;
+        if size == 0 {
+            return Err(CudaError::InvalidValue);
+        }
+        self.objects
+            .memory
+            .alloc(self.backend(), device, size)
+            .map_err(|e| if self.objects.memory.at_limit() { self.refuse(cx, LimitKind::Allocations) } else { e })
+    }
+
+    /// Whether `dptr` starts a block of the session's memory (a `cudaMallocAsync`'s, the guest
+    /// says) that a free node may free.
+    fn is_async_block(&self, dptr: u64, async_block: i32) -> bool {
+        async_block == 1 && self.objects.memory.allocation_at(dptr).is_some_and(|a| a.addr == dptr)
+    }
+
     /// A 1D copy in a capturing stream: recorded (device to device, host to device with the
     /// data as it is now), or refused (to host). `None` when `stream` does not capture.
     fn capture_copy(&self, stream: u64, dst: &Ptr<'_>, src: &Ptr<'_>, count: u64) -> Option<Result<(), CudaError>> {
@@ -176,8 +208,18 @@ impl Session {
                 }
                 GraphOp::EventRecord { event } => b.event_record(self.objects.events.resolve(*event)?, on)?,
                 GraphOp::EventWait { event } => b.stream_wait_event(on, self.objects.events.resolve(*event)?)?,
-                // Markers and child graphs are resolved when the executable graph is made.
-                GraphOp::Node { .. } | GraphOp::Child { .. } => {}
+                // Markers and child graphs are resolved when the executable graph is made; an
+                // allocation's block is reserved when its node is made, made live at launch.
+                GraphOp::Node { .. } | GraphOp::Child { .. } | GraphOp::MemAlloc { .. } => {}
+                GraphOp::MemFree { dptr } => {
+                    // A graph allocation was freed at launch; a block of cudaMallocAsync's is
+                    // freed once the stream's earlier work is done.
+                    if !self.objects.graphs.is_graph_block(*dptr) {
+                        b.stream_synchronize(on)?;
+                        let freed = self.objects.memory.free(b, *dptr)?;
+                        self.ipc.forget_allocation(freed.addr);
+                    }
+                }
             }
         }
         Ok(())
@@ -493,6 +535,12 @@ impl CudartService for Session {
     fn cuda_free(&self, cx: &CallCx, req: CudaFreeRequest) -> Result<CudaFreeReply, CudaError> {
         if req.devPtr == 0 {
             return Ok(CudaFreeReply {});
+        }
+        // A graph allocation's block stays reserved for its graph.
+        if let Some(freed) = self.objects.graphs.free_block(req.devPtr) {
+            self.backend().device_synchronize(cx.device)?;
+            freed?;
+            return self.release_graph_blocks(cx).map(|_| CudaFreeReply {});
         }
         // cudaFree waits for the device: work in flight may still use the memory.
         self.backend().device_synchronize(cx.device)?;
@@ -1242,15 +1290,21 @@ impl CudartService for Session {
 
     fn cuda_graph_launch(&self, cx: &CallCx, req: CudaGraphLaunchRequest) -> Result<CudaGraphLaunchReply, CudaError> {
         let ops = self.objects.graphs.exec_ops(req.graphExec)?;
-        // Launching into a capture records the graph's work there.
+        // Launching into a capture records the graph's work there (not memory nodes: their
+        // blocks are the executable graph's).
         if let Some(mut captures) = self.objects.graphs.captures.active()
             && captures.of_stream(req.stream).is_some()
         {
+            if ops.iter().any(|op| matches!(op, GraphOp::MemAlloc { .. } | GraphOp::MemFree { .. })) {
+                return Err(captures.refuse(req.stream).unwrap_or(CudaError::StreamCaptureUnsupported));
+            }
             for op in ops {
                 captures.record(req.stream, || op).unwrap_or(Ok(()))?;
             }
             return Ok(CudaGraphLaunchReply {});
         }
+        self.objects.streams.resolve(req.stream)?;
+        self.objects.graphs.launch_memory(req.graphExec, &ops)?;
         self.replay(cx, &ops, req.stream, None)?;
         Ok(CudaGraphLaunchReply {})
     }
@@ -1414,7 +1468,10 @@ impl CudartService for Session {
         let g = &self.objects.graphs;
         let (a, b, c) = (req.a, req.b, req.c);
         let value = match req.what {
-            0 => g.destroy_node(a).map(|_| 0)?,
+            0 => {
+                g.destroy_node(a)?;
+                self.release_graph_blocks(cx).map(|_| 0)?
+            }
             1 => g.set_node(a, b).map(|_| 0)?,
             2 => g.set_exec_node(a, b, c).map(|_| 0)?,
             3 => {
@@ -1466,11 +1523,16 @@ impl CudartService for Session {
             if let Some(mut captures) = self.objects.graphs.captures.active()
                 && captures.of_stream(req.stream).is_some()
             {
+                if ops.iter().any(|op| matches!(op, GraphOp::MemAlloc { .. } | GraphOp::MemFree { .. })) {
+                    return Err(captures.refuse(req.stream).unwrap_or(CudaError::StreamCaptureUnsupported));
+                }
                 for op in ops {
                     captures.record(req.stream, || op).unwrap_or(Ok(()))?;
                 }
                 return Ok(());
             }
+            self.objects.streams.resolve(req.stream)?;
+            self.objects.graphs.launch_memory(req.graphExec, &ops)?;
             self.replay(cx, &ops, req.stream, Some(req.firstGate))
         });
         // Gates the launch did not reach will not be reached: their functions are not run.
@@ -1504,16 +1566,104 @@ impl CudartService for Session {
 
     fn cuda_graph_exec_destroy(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: CudaGraphExecDestroyRequest,
     ) -> Result<CudaGraphExecDestroyReply, CudaError> {
         self.objects.graphs.destroy_exec(req.graphExec)?;
+        self.release_graph_blocks(cx)?;
         Ok(CudaGraphExecDestroyReply {})
     }
 
-    fn cuda_graph_destroy(&self, _: &CallCx, req: CudaGraphDestroyRequest) -> Result<CudaGraphDestroyReply, CudaError> {
+    fn cuda_graph_destroy(
+        &self,
+        cx: &CallCx,
+        req: CudaGraphDestroyRequest,
+    ) -> Result<CudaGraphDestroyReply, CudaError> {
         self.objects.graphs.destroy(req.graph)?;
+        self.release_graph_blocks(cx)?;
         Ok(CudaGraphDestroyReply {})
+    }
+
+    fn phos_graph_add_mem_alloc_node(
+        &self,
+        cx: &CallCx,
+        req: PhosGraphAddMemAllocNodeRequest<'_>,
+    ) -> Result<PhosGraphAddMemAllocNodeReply, CudaError> {
+        let deps = self.objects.graphs.node_indices(req.graph, req.deps)?;
+        let dptr = self.reserve_graph_block(cx, req.device, req.bytesize)?;
+        let added = self.objects.graphs.add_alloc_node(req.graph, deps, (dptr, req.bytesize, req.device), &|| {
+            self.refuse(cx, LimitKind::GraphNodes)
+        });
+        match added {
+            Ok(node) => Ok(PhosGraphAddMemAllocNodeReply { pGraphNode: node, dptr }),
+            Err(e) => {
+                self.objects.memory.free(self.backend(), dptr)?;
+                Err(e)
+            }
+        }
+    }
+
+    fn phos_graph_add_mem_free_node(
+        &self,
+        cx: &CallCx,
+        req: PhosGraphAddMemFreeNodeRequest<'_>,
+    ) -> Result<PhosGraphAddMemFreeNodeReply, CudaError> {
+        let deps = self.objects.graphs.node_indices(req.graph, req.deps)?;
+        let async_block = self.is_async_block(req.dptr, req.asyncBlock);
+        let node = self
+            .objects
+            .graphs
+            .add_free_node(req.graph, deps, req.dptr, async_block, &|| self.refuse(cx, LimitKind::GraphNodes))?;
+        Ok(PhosGraphAddMemFreeNodeReply { pGraphNode: node })
+    }
+
+    fn phos_graph_mem(&self, cx: &CallCx, req: PhosGraphMemRequest) -> Result<PhosGraphMemReply, CudaError> {
+        let g = &self.objects.graphs;
+        if req.what != 3 {
+            self.check_device(req.a)?;
+        }
+        let value = match req.what {
+            0 => g.mem_attribute(req.a, i32::try_from(req.b).map_err(|_| CudaError::InvalidValue)?)?,
+            1 => g.reset_mem_high(req.a, i32::try_from(req.b).map_err(|_| CudaError::InvalidValue)?).map(|_| 0)?,
+            // Blocks are given back as soon as nothing names them: trimming has nothing left.
+            2 => self.release_graph_blocks(cx).map(|_| 0)?,
+            _ => {
+                if req.a != 0 && req.a != 1 {
+                    return Err(CudaError::InvalidValue);
+                }
+                u64::from(g.exec_memory(req.b, req.a == 1)?)
+            }
+        };
+        Ok(PhosGraphMemReply { value })
+    }
+
+    fn phos_stream_mem_node(
+        &self,
+        cx: &CallCx,
+        req: PhosStreamMemNodeRequest,
+    ) -> Result<PhosStreamMemNodeReply, CudaError> {
+        let on = self.objects.streams.resolve(req.stream)?;
+        let capturing = self.objects.graphs.captures.active().is_some_and(|c| c.of_stream(req.stream).is_some());
+        if !capturing {
+            if req.free == 1 {
+                // What cudaFreeAsync waits for before the block is freed.
+                self.backend().stream_synchronize(on)?;
+            }
+            return Ok(PhosStreamMemNodeReply { allocated: 0, captured: 0 });
+        }
+        let op = if req.free == 0 {
+            let dptr = self.reserve_graph_block(cx, req.device, req.size)?;
+            self.objects.graphs.add_captured_block(dptr, req.size, req.device);
+            GraphOp::MemAlloc { dptr, size: req.size, device: req.device }
+        } else {
+            if !self.objects.graphs.is_graph_block(req.dptr) && !self.is_async_block(req.dptr, req.asyncBlock) {
+                return Err(CudaError::InvalidValue);
+            }
+            GraphOp::MemFree { dptr: req.dptr }
+        };
+        let allocated = if let GraphOp::MemAlloc { dptr, .. } = op { dptr } else { 0 };
+        self.objects.graphs.captures.lock().record(req.stream, || op).unwrap_or(Ok(()))?;
+        Ok(PhosStreamMemNodeReply { allocated, captured: 1 })
     }
 
     fn phos_func_get_attributes(

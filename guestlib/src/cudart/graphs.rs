@@ -9,8 +9,9 @@ use phos_protocol::CudaError;
 use phos_protocol::cudart::{
     PhosGraphAddChildNodeRequest, PhosGraphAddCopyNodeRequest, PhosGraphAddDependenciesRequest,
     PhosGraphAddEmptyNodeRequest, PhosGraphAddEventNodeRequest, PhosGraphAddHostNodeRequest,
-    PhosGraphAddKernelNodeRequest, PhosGraphAddSetNodeRequest, PhosGraphEditRequest, PhosGraphExecUpdateRequest,
-    PhosGraphHostNodesRequest, PhosGraphInstantiateRequest, PhosGraphLaunchHostRequest, PhosGraphNodesRequest,
+    PhosGraphAddKernelNodeRequest, PhosGraphAddMemAllocNodeRequest, PhosGraphAddMemFreeNodeRequest,
+    PhosGraphAddSetNodeRequest, PhosGraphEditRequest, PhosGraphExecUpdateRequest, PhosGraphHostNodesRequest,
+    PhosGraphInstantiateRequest, PhosGraphLaunchHostRequest, PhosGraphMemRequest, PhosGraphNodesRequest,
     PhosGraphQueryRequest, PhosStreamCaptureInfoRequest, consts,
 };
 use phos_protocol::types::Dim3;
@@ -22,9 +23,11 @@ use super::stubs::HandWritten;
 use super::{launch, memory};
 use crate::{callbacks, runtime, soname};
 
-/// `cudaGraphInstantiateFlagAutoFreeOnLaunch | Upload | UseNodePriority`: accepted (no graph
-/// allocates memory, launches issue everything, priorities are hints).
-const INSTANTIATE_FLAGS: u64 = 0x1 | 0x2 | 0x8;
+/// `cudaGraphInstantiateFlagAutoFreeOnLaunch | Upload | UseNodePriority`: accepted (the server
+/// frees on launch; launches issue everything, priorities are hints).
+const INSTANTIATE_FLAGS: u64 = AUTO_FREE | 0x2 | 0x8;
+/// `cudaGraphInstantiateFlagAutoFreeOnLaunch`.
+const AUTO_FREE: u64 = 0x1;
 /// `cudaGraphInstantiateFlagDeviceLaunch`: graphs launched from kernels.
 const DEVICE_LAUNCH: u64 = 0x4;
 
@@ -60,6 +63,12 @@ pub unsafe fn instantiate(exec: *mut *mut c_void, graph: *mut c_void, flags: u64
     }
     let reply = runtime::call(&PhosGraphInstantiateRequest { graph: graph as usize as u64 })?;
     note_host_nodes(reply.pGraphExec)?;
+    // Whether it has memory nodes (and it frees on launch, when asked).
+    let request = PhosGraphMemRequest { what: MEM_EXEC, a: i32::from(flags & AUTO_FREE != 0), b: reply.pGraphExec };
+    if runtime::call(&request)?.value == 1 {
+        MEM_EXECS.lock().unwrap_or_else(PoisonError::into_inner).insert(reply.pGraphExec);
+    }
+    super::user_objects::copy_references(graph as usize as u64, reply.pGraphExec);
     EXEC_FLAGS.lock().unwrap_or_else(PoisonError::into_inner).insert(reply.pGraphExec, flags);
     // SAFETY: not null (checked above), so writable (this function's contract).
     unsafe { *exec = reply.pGraphExec as usize as *mut c_void };
@@ -463,6 +472,8 @@ pub unsafe fn get_nodes(graph: u64, nodes: *mut u64, count: *mut usize) -> Resul
 /// [`launch_with_host_nodes`] (the others are sent without waiting). Kept for the process's
 /// life: a handle is never given twice, and a destroyed one fails at the server.
 static HOST_EXECS: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
+/// Executable graphs with memory nodes (launched synchronously), kept as [`HOST_EXECS`].
+static MEM_EXECS: Mutex<std::collections::BTreeSet<u64>> = Mutex::new(std::collections::BTreeSet::new());
 
 /// Note whether `exec`, just instantiated, has host nodes.
 fn note_host_nodes(exec: u64) -> Result<(), CudaError> {
@@ -478,7 +489,14 @@ fn note_host_nodes(exec: u64) -> Result<(), CudaError> {
 /// each host node, the callback thread is given the functions, and the launch puts the gates
 /// in the stream where the nodes are (`None`: no host nodes, the ordinary launch).
 pub fn launch_with_host_nodes(exec: u64, stream: u64) -> Option<Result<(), CudaError>> {
-    let count = *HOST_EXECS.lock().unwrap_or_else(PoisonError::into_inner).get(&exec)?;
+    let Some(count) = HOST_EXECS.lock().unwrap_or_else(PoisonError::into_inner).get(&exec).copied() else {
+        // A graph with memory nodes launches synchronously: a launch whose allocation is still
+        // live fails at the call, as in CUDA.
+        if !MEM_EXECS.lock().unwrap_or_else(PoisonError::into_inner).contains(&exec) {
+            return None;
+        }
+        return Some(runtime::call(&PhosGraphLaunchHostRequest { graphExec: exec, stream, firstGate: 0 }).map(|_| ()));
+    };
     Some((|| {
         let first = callbacks::reserve_gates(count);
         let request = PhosGraphHostNodesRequest { graphExec: exec, stream, firstGate: first, max: count };
@@ -731,12 +749,199 @@ pub unsafe fn add_node_with_params(
         NODE_WAIT_EVENT => unsafe { add_event_node(out, graph, deps, count, word(0), true) },
         // SAFETY: as above.
         NODE_EVENT_RECORD => unsafe { add_event_node(out, graph, deps, count, word(0), false) },
+        // SAFETY: as above: the union holds a `cudaMemAllocNodeParamsV2`, laid out as
+        // `cudaMemAllocNodeParams`.
+        NODE_MEM_ALLOC => unsafe { add_mem_alloc_node(out, graph, deps, count, params as *mut c_void) },
+        // SAFETY: as above.
+        NODE_MEM_FREE => unsafe { add_mem_free_node(out, graph, deps, count, word(0)) },
         8..=13 => {
             crate::log::not_supported_once(&format!("cudaGraphAddNode of node type {kind}"), "cudaErrorNotSupported");
             Err(E::NotSupported)
         }
         _ => Err(E::InvalidValue),
     }
+}
+
+// ---- Memory nodes
+
+/// `cudaGraphNodeType` of memory nodes.
+const NODE_MEM_ALLOC: i32 = 10;
+const NODE_MEM_FREE: i32 = 11;
+/// What `phosGraphMem` does.
+const MEM_ATTRIBUTE: i32 = 0;
+const MEM_RESET_HIGH: i32 = 1;
+const MEM_TRIM: i32 = 2;
+const MEM_EXEC: i32 = 3;
+/// Where `cudaMemAllocNodeParams`' fields are (CUDA 11 to 13: `cudaMemPoolProps` is 88
+/// bytes), and its size.
+const ALLOC_ACCESS_COUNT_AT: usize = 96;
+const ALLOC_BYTESIZE_AT: usize = 104;
+const ALLOC_DPTR_AT: usize = 112;
+const ALLOC_PARAMS_SIZE: usize = 120;
+
+/// `cudaGraphAddMemAllocNode`: pinned device memory of no handle types; the address goes to
+/// the parameters' `dptr`. Access descriptors other than the allocation's own device's
+/// read-write access are not carried.
+///
+/// # Safety
+/// As [`add_node`]; a non-null `p` must be a writable `cudaMemAllocNodeParams`.
+pub unsafe fn add_mem_alloc_node(
+    out: *mut u64,
+    graph: u64,
+    deps: *const u64,
+    count: usize,
+    p: *mut c_void,
+) -> Result<(), CudaError> {
+    if p.is_null() {
+        return Err(E::InvalidValue);
+    }
+    let mut bytes = [0u8; ALLOC_PARAMS_SIZE];
+    // SAFETY: not null (checked above): a `cudaMemAllocNodeParams` of this size (this function's
+    // contract), copied bytewise.
+    unsafe { std::ptr::copy_nonoverlapping(p as *const u8, bytes.as_mut_ptr(), ALLOC_PARAMS_SIZE) };
+    let i32_at = |o: usize| i32::from_ne_bytes(bytes[o..o + 4].try_into().expect("4 bytes"));
+    let u64_at = |o: usize| u64::from_ne_bytes(bytes[o..o + 8].try_into().expect("8 bytes"));
+    // allocType pinned, handleTypes none, a device location.
+    let (alloc_type, handle_types, location_type, device) = (i32_at(0), i32_at(4), i32_at(8), i32_at(12));
+    if alloc_type != 1 || handle_types != 0 || location_type != 1 {
+        return Err(E::InvalidValue);
+    }
+    let (accesses, access_count, size) = (u64_at(88), u64_at(ALLOC_ACCESS_COUNT_AT), u64_at(ALLOC_BYTESIZE_AT));
+    if access_count > 0 {
+        let n = runtime::session()?.device_count;
+        if accesses == 0 || access_count > n as u64 {
+            return Err(E::InvalidValue);
+        }
+        for i in 0..access_count as usize {
+            // SAFETY: `i < access_count`: within the `cudaMemAccessDesc`s (12 bytes: location
+            // type, id, flags) at the non-null `accessDescs` (CUDA's contract for the parameters).
+            let at = unsafe { (accesses as usize as *const [i32; 3]).add(i) };
+            // SAFETY: one of them, read without assuming alignment.
+            let [t, id, flags] = unsafe { at.read_unaligned() };
+            // Only the allocation's own device, read-write (cudaMemAccessFlagsProtReadWrite).
+            if t != 1 || id != device || flags != 3 {
+                crate::log::not_supported_once(
+                    "cudaGraphAddMemAllocNode with peer access descriptors",
+                    "cudaErrorNotSupported",
+                );
+                return Err(E::NotSupported);
+            }
+        }
+    }
+    let mut dptr = 0;
+    // SAFETY: `out` and `deps` as this function's contract gives them to `add_node`.
+    unsafe {
+        add_node(out, deps, count, |deps| {
+            let request =
+                PhosGraphAddMemAllocNodeRequest { graph, deps, numDeps: count as u64, device, bytesize: size };
+            let reply = runtime::call(&request)?;
+            dptr = reply.dptr;
+            Ok(reply.pGraphNode)
+        })?
+    };
+    // SAFETY: within the writable `cudaMemAllocNodeParams` at `p` (this function's contract): its
+    // `dptr`.
+    let at = unsafe { (p as *mut u8).add(ALLOC_DPTR_AT) } as *mut u64;
+    // SAFETY: there, written without assuming alignment.
+    unsafe { at.write_unaligned(dptr) };
+    Ok(())
+}
+
+/// `cudaGraphAddMemFreeNode`: of a graph allocation (the server checks) or a block of
+/// `cudaMallocAsync`'s.
+///
+/// # Safety
+/// As [`add_node`].
+pub unsafe fn add_mem_free_node(
+    out: *mut u64,
+    graph: u64,
+    deps: *const u64,
+    count: usize,
+    dptr: u64,
+) -> Result<(), CudaError> {
+    if dptr == 0 {
+        return Err(E::InvalidValue);
+    }
+    let async_block = i32::from(super::pools::is_async_block(dptr));
+    // SAFETY: `out` and `deps` as this function's contract gives them to `add_node`.
+    unsafe {
+        add_node(out, deps, count, |deps| {
+            let request =
+                PhosGraphAddMemFreeNodeRequest { graph, deps, numDeps: count as u64, dptr, asyncBlock: async_block };
+            Ok(runtime::call(&request)?.pGraphNode)
+        })
+    }
+}
+
+/// `cudaGraphMemAllocNodeGetParams`: the parameters as CUDA answers them for a node added
+/// with no access descriptors.
+///
+/// # Safety
+/// A non-null `out` must be a writable `cudaMemAllocNodeParams`.
+pub unsafe fn mem_alloc_params(node: u64, out: *mut c_void) -> Result<(), CudaError> {
+    if out.is_null() {
+        return Err(E::InvalidValue);
+    }
+    let w = params_of(node, NODE_MEM_ALLOC)?;
+    let mut bytes = [0u8; ALLOC_PARAMS_SIZE];
+    bytes[0..4].copy_from_slice(&1i32.to_ne_bytes());
+    bytes[8..12].copy_from_slice(&1i32.to_ne_bytes());
+    bytes[12..16].copy_from_slice(&(w[3] as i32).to_ne_bytes());
+    bytes[ALLOC_BYTESIZE_AT..ALLOC_BYTESIZE_AT + 8].copy_from_slice(&w[2].to_ne_bytes());
+    bytes[ALLOC_DPTR_AT..ALLOC_DPTR_AT + 8].copy_from_slice(&w[1].to_ne_bytes());
+    // SAFETY: not null (checked above): a writable `cudaMemAllocNodeParams` of this size (this
+    // function's contract), written bytewise.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out as *mut u8, ALLOC_PARAMS_SIZE) };
+    Ok(())
+}
+
+/// `cudaGraphMemFreeNodeGetParams`: the address the node frees.
+///
+/// # Safety
+/// A non-null `out` must be a writable `void *`.
+pub unsafe fn mem_free_params(node: u64, out: *mut c_void) -> Result<(), CudaError> {
+    if out.is_null() {
+        return Err(E::InvalidValue);
+    }
+    let w = params_of(node, NODE_MEM_FREE)?;
+    // SAFETY: not null (checked above): a writable pointer (this function's contract), written
+    // without assuming alignment.
+    unsafe { (out as *mut u64).write_unaligned(w[1]) };
+    Ok(())
+}
+
+/// `cudaDeviceGetGraphMemAttribute`: the `uint64_t` value of `attr` (0 to 3).
+///
+/// # Safety
+/// A non-null `value` must be a writable `uint64_t`.
+pub unsafe fn get_mem_attribute(device: i32, attr: i32, value: *mut c_void) -> Result<(), CudaError> {
+    if value.is_null() || !(0..=3).contains(&attr) {
+        return Err(E::InvalidValue);
+    }
+    let v = runtime::call(&PhosGraphMemRequest { what: MEM_ATTRIBUTE, a: device, b: attr as u64 })?.value;
+    // SAFETY: not null (checked above), a writable `uint64_t` (this function's contract).
+    unsafe { (value as *mut u64).write_unaligned(v) };
+    Ok(())
+}
+
+/// `cudaDeviceSetGraphMemAttribute`: only the high-water marks (`UsedMemHigh`,
+/// `ReservedMemHigh`) may be set, to 0, which resets them to the current amount.
+///
+/// # Safety
+/// A non-null `value` must be a readable `uint64_t`.
+pub unsafe fn set_mem_attribute(device: i32, attr: i32, value: *const c_void) -> Result<(), CudaError> {
+    // SAFETY: read only when not null: a `uint64_t` (this function's contract).
+    if value.is_null() || !(attr == 1 || attr == 3) || unsafe { (value as *const u64).read_unaligned() } != 0 {
+        return Err(E::InvalidValue);
+    }
+    runtime::call(&PhosGraphMemRequest { what: MEM_RESET_HIGH, a: device, b: attr as u64 })?;
+    Ok(())
+}
+
+/// `cudaDeviceGraphMemTrim`.
+pub fn mem_trim(device: i32) -> Result<(), CudaError> {
+    runtime::call(&PhosGraphMemRequest { what: MEM_TRIM, a: device, b: 0 })?;
+    Ok(())
 }
 
 // ---- Node queries, edits, clones and executable graph updates
@@ -948,6 +1153,7 @@ pub unsafe fn clone_graph(out: *mut u64, graph: u64) -> Result<(), CudaError> {
         return Err(E::InvalidValue);
     }
     let clone = edit(EDIT_CLONE, graph, 0, 0)?;
+    super::user_objects::copy_references(graph, clone);
     // SAFETY: not null (checked above), so writable.
     unsafe { out.write_unaligned(clone) };
     Ok(())

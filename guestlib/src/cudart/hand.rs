@@ -13,7 +13,7 @@ use phos_protocol::{CudaError, cudart::FunctionId};
 use phos_protocol::types::{ChannelFormatDesc, Extent, PitchedPtr};
 
 use super::stubs::HandWritten;
-use super::{arrays, attributes, device, execution, graphs, ipc, launch, managed, memory, pools};
+use super::{arrays, attributes, device, execution, graphs, ipc, launch, managed, memory, pools, user_objects};
 use crate::abi::Abi;
 use crate::{callbacks, hostmem, registry, runtime, soname};
 
@@ -627,32 +627,19 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaDeviceGetGraphMemAttribute(device: i32, attr: i32, value: *mut c_void) -> i32 {
-        code(device::check_device(device).and_then(|_| {
-            // cudaGraphMemAttrUsedMemCurrent ..= ReservedMemHigh, all u64
-            if value.is_null() || !(0..=3).contains(&attr) {
-                return Err(CudaError::InvalidValue);
-            }
-            // SAFETY: not null (checked above), and for these attributes a `uint64_t` CUDA
-            // writes: what it asks of this export's caller.
-            unsafe { (value as *mut u64).write_unaligned(0) };
-            Ok(())
-        }))
+        // SAFETY: this export's arguments, passed on: `graphs::get_mem_attribute` asks of them
+        // what CUDA asks of this export's caller.
+        code(device::check_device(device).and_then(|_| unsafe { graphs::get_mem_attribute(device, attr, value) }))
     }
 
     unsafe fn cudaDeviceSetGraphMemAttribute(device: i32, attr: i32, value: *mut c_void) -> i32 {
-        code(device::check_device(device).and_then(|_| {
-            // Only the high-water marks (UsedMemHigh, ReservedMemHigh) may be set, to 0.
-            // SAFETY: read only when not null, and for these attributes a `uint64_t` (what CUDA
-            // asks of this export's caller).
-            if value.is_null() || !(attr == 1 || attr == 3) || unsafe { (value as *const u64).read_unaligned() } != 0 {
-                return Err(CudaError::InvalidValue);
-            }
-            Ok(())
-        }))
+        // SAFETY: this export's arguments, passed on: `graphs::set_mem_attribute` asks of them
+        // what CUDA asks of this export's caller.
+        code(device::check_device(device).and_then(|_| unsafe { graphs::set_mem_attribute(device, attr, value) }))
     }
 
     unsafe fn cudaDeviceGraphMemTrim(device: i32) -> i32 {
-        code(device::check_device(device))
+        code(device::check_device(device).and_then(|_| graphs::mem_trim(device)))
     }
 
     unsafe fn cudaProfilerStart() -> i32 {
@@ -844,20 +831,20 @@ impl HandWritten for Hand {
         code(unsafe { pools::location_device(location, r#type) }.and_then(|d| pools::set_device_pool(d, mem_pool)))
     }
 
-    unsafe fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, _stream: *mut c_void) -> i32 {
+    unsafe fn cudaMallocAsync(dev_ptr: *mut *mut c_void, size: usize, stream: *mut c_void) -> i32 {
         // SAFETY: this export's arguments, passed on (at most retyped): `pools::malloc_async` asks
         // of them what CUDA asks of this export's caller.
-        code(unsafe { pools::malloc_async(dev_ptr, size, None) })
+        code(unsafe { pools::malloc_async(dev_ptr, size, None, stream) })
     }
 
     unsafe fn cudaFreeAsync(dev_ptr: *mut c_void, stream: *mut c_void) -> i32 {
         code(pools::free_async(dev_ptr, stream))
     }
 
-    unsafe fn cudaMallocFromPoolAsync(ptr: *mut *mut c_void, size: usize, mem_pool: u64, _stream: *mut c_void) -> i32 {
+    unsafe fn cudaMallocFromPoolAsync(ptr: *mut *mut c_void, size: usize, mem_pool: u64, stream: *mut c_void) -> i32 {
         // SAFETY: this export's arguments, passed on (at most retyped): `pools::malloc_async` asks
         // of them what CUDA asks of this export's caller.
-        code(unsafe { pools::malloc_async(ptr, size, Some(mem_pool)) })
+        code(unsafe { pools::malloc_async(ptr, size, Some(mem_pool), stream) })
     }
 
     unsafe fn cudaDeviceGetDefaultMemPool(mem_pool: *mut u64, device: i32) -> i32 {
@@ -1072,6 +1059,41 @@ impl HandWritten for Hand {
         code(unsafe { graphs::add_event_node(node.cast(), g, deps.cast(), count, e, true) })
     }
 
+    unsafe fn cudaGraphAddMemAllocNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        params: *mut c_void,
+    ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `graphs::add_mem_alloc_node` asks of them what CUDA asks of this export's caller.
+        code(unsafe { graphs::add_mem_alloc_node(node.cast(), graph as usize as u64, deps.cast(), count, params) })
+    }
+
+    unsafe fn cudaGraphAddMemFreeNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        dptr: *mut c_void,
+    ) -> i32 {
+        let (g, d) = (graph as usize as u64, dptr as usize as u64);
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `graphs::add_mem_free_node` asks of them what CUDA asks of this export's caller.
+        code(unsafe { graphs::add_mem_free_node(node.cast(), g, deps.cast(), count, d) })
+    }
+
+    unsafe fn cudaGraphMemAllocNodeGetParams(node: *mut c_void, params: *mut c_void) -> i32 {
+        // SAFETY: a writable `cudaMemAllocNodeParams` where CUDA asks for one.
+        code(unsafe { graphs::mem_alloc_params(node as usize as u64, params) })
+    }
+
+    unsafe fn cudaGraphMemFreeNodeGetParams(node: *mut c_void, dptr: *mut c_void) -> i32 {
+        // SAFETY: a writable `void *` where CUDA asks for one.
+        code(unsafe { graphs::mem_free_params(node as usize as u64, dptr) })
+    }
+
     unsafe fn cudaGraphAddChildGraphNode(
         node: *mut *mut c_void,
         graph: *mut c_void,
@@ -1159,7 +1181,40 @@ impl HandWritten for Hand {
     }
 
     unsafe fn graph_launch_host(exec: *mut c_void, stream: *mut c_void) -> Option<Result<(), CudaError>> {
+        user_objects::note_launch(exec as usize as u64, stream as usize as u64);
         graphs::launch_with_host_nodes(exec as usize as u64, stream as usize as u64)
+    }
+
+    unsafe fn graph_destroy_references(graph: *mut c_void) -> Option<Result<(), CudaError>> {
+        user_objects::graph_destroyed(graph as usize as u64);
+        None
+    }
+
+    unsafe fn exec_destroy_references(exec: *mut c_void) -> Option<Result<(), CudaError>> {
+        user_objects::exec_destroyed(exec as usize as u64);
+        None
+    }
+
+    unsafe fn cudaUserObjectCreate(object: *mut u64, ptr: *mut c_void, destroy: u64, initial: u32, flags: u32) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `user_objects::create`
+        // asks of them what CUDA asks of this export's caller.
+        code(unsafe { user_objects::create(object, ptr as usize as u64, destroy, initial, flags) })
+    }
+
+    unsafe fn cudaUserObjectRetain(object: u64, count: u32) -> i32 {
+        code(user_objects::retain(object, count))
+    }
+
+    unsafe fn cudaUserObjectRelease(object: u64, count: u32) -> i32 {
+        code(user_objects::release(object, count))
+    }
+
+    unsafe fn cudaGraphRetainUserObject(graph: *mut c_void, object: u64, count: u32, flags: u32) -> i32 {
+        code(user_objects::graph_retain(graph as usize as u64, object, count, flags))
+    }
+
+    unsafe fn cudaGraphReleaseUserObject(graph: *mut c_void, object: u64, count: u32) -> i32 {
+        code(user_objects::graph_release(graph as usize as u64, object, count))
     }
 
     unsafe fn cudaGraphAddDependencies(

@@ -15,6 +15,7 @@ mod managed;
 pub(crate) mod memory;
 mod pools;
 pub mod rt;
+mod user_objects;
 
 /// The spec-generated exports (`cudaMalloc`, `cudaMemcpy`, ...) and the trait of
 /// hand-written pieces they call.

@@ -9,7 +9,7 @@ use std::ffi::c_void;
 use std::sync::Mutex;
 
 use phos_protocol::CudaError;
-use phos_protocol::cudart::{CudaFreeRequest, CudaMallocRequest, CudaStreamSynchronizeRequest};
+use phos_protocol::cudart::{CudaFreeRequest, CudaMallocRequest, PhosStreamMemNodeRequest};
 
 use crate::runtime;
 
@@ -79,7 +79,23 @@ impl Pools {
     }
 }
 
-pub unsafe fn malloc_async(out: *mut *mut c_void, size: usize, pool: Option<u64>) -> Result<(), CudaError> {
+/// Whether `ptr` is a block of `cudaMallocAsync`'s not freed yet (a free node may name it).
+pub fn is_async_block(ptr: u64) -> bool {
+    with(|s| Ok(s.allocations.contains_key(&ptr))).unwrap_or(false)
+}
+
+/// `cudaMallocAsync` and `cudaMallocFromPoolAsync`. On a capturing stream the capture takes an
+/// allocation node (its block reserved now, as CUDA's graph allocation is), which the pool's
+/// figures do not count.
+///
+/// # Safety
+/// A non-null `out` must be writable.
+pub unsafe fn malloc_async(
+    out: *mut *mut c_void,
+    size: usize,
+    pool: Option<u64>,
+    stream: *mut c_void,
+) -> Result<(), CudaError> {
     if out.is_null() {
         return Err(CudaError::InvalidValue);
     }
@@ -89,6 +105,21 @@ pub unsafe fn malloc_async(out: *mut *mut c_void, size: usize, pool: Option<u64>
         Some(p) => with(|s| s.pool(p).map(|_| p))?,
         None => with(|s| Ok(s.current_of(device)))?,
     };
+    if size != 0 {
+        let captured = runtime::call(&PhosStreamMemNodeRequest {
+            stream: stream as usize as u64,
+            free: 0,
+            device,
+            size: size as u64,
+            dptr: 0,
+            asyncBlock: 0,
+        })?;
+        if captured.captured == 1 {
+            // SAFETY: `out` is not null (checked above) and writable: this function's contract.
+            unsafe { *out = captured.allocated as usize as *mut c_void };
+            return Ok(());
+        }
+    }
     let addr = if size == 0 { 0 } else { runtime::call(&CudaMallocRequest { size: size as u64 })?.devPtr };
     with(|s| {
         s.allocations.insert(addr, (pool, size as u64));
@@ -104,12 +135,26 @@ pub unsafe fn malloc_async(out: *mut *mut c_void, size: usize, pool: Option<u64>
     Ok(())
 }
 
+/// `cudaFreeAsync`: on a capturing stream the capture takes a free node (of a graph allocation
+/// or a block of `cudaMallocAsync`'s); else the block is freed once the stream's earlier work
+/// is done (the server waits for it).
 pub fn free_async(ptr: *mut c_void, stream: *mut c_void) -> Result<(), CudaError> {
     if ptr.is_null() {
         return Ok(());
     }
-    runtime::call(&CudaStreamSynchronizeRequest { stream: stream as usize as u64 })?;
-    runtime::call(&CudaFreeRequest { devPtr: ptr as usize as u64 })?;
+    let dptr = ptr as usize as u64;
+    let captured = runtime::call(&PhosStreamMemNodeRequest {
+        stream: stream as usize as u64,
+        free: 1,
+        device: 0,
+        size: 0,
+        dptr,
+        asyncBlock: i32::from(is_async_block(dptr)),
+    })?;
+    if captured.captured == 1 {
+        return Ok(());
+    }
+    runtime::call(&CudaFreeRequest { devPtr: dptr })?;
     with(|s| {
         if let Some((pool, size)) = s.allocations.remove(&(ptr as usize as u64))
             && let Ok(p) = s.pool(pool)
