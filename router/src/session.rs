@@ -574,8 +574,11 @@ impl SessionEntry {
         }
     }
 
-    /// The guest reached us over the network: its pid is another host's, so only its
-    /// channels (and the linger time) say whether it is still there.
+    /// The guest's process is not the session's peer: it reached us over the network (its
+    /// pid is another host's), or through a VM's device or relay (its pid is the VM's). Only
+    /// its channels (and the linger time) say whether it is still there: a session opened
+    /// through a relay that exited when its connection was cut is kept for its guest to come
+    /// back (over vsock, or another relay).
     pub(crate) fn set_remote(&self) {
         self.remote.store(true, Ordering::Relaxed);
     }
@@ -762,6 +765,23 @@ mod tests {
         assert!(!s.is_finished(linger, suspended_for), "ended under the other checkpoint");
         drop(other);
         assert!(s.is_finished(linger, suspended_for));
+        s.end();
+    }
+
+    /// A session whose peer is not its guest (a VM's relay, which exits with its
+    /// connection) is kept for `linger` after its last channel closed, though its peer is gone.
+    #[test]
+    fn a_session_carried_for_its_guest_lingers_after_its_carrier_went() {
+        let tenants = crate::Tenants::new(vec![]).unwrap();
+        let tenant = crate::Tenant("t".into());
+        let state = tenants.state(&tenant);
+        state.sessions.fetch_add(1, Ordering::Relaxed);
+        let relay_gone = 1 << 30;
+        let s = SessionEntry::new(4, tenant, state, relay_gone, "p".into(), 12, [0; 16], 0, None);
+        s.set_state(State::Active);
+        s.set_remote();
+        assert!(!s.is_finished(Duration::from_secs(60), Duration::from_secs(60)), "kept for its guest");
+        assert!(s.is_finished(Duration::ZERO, Duration::from_secs(60)), "until its linger passed");
         s.end();
     }
 

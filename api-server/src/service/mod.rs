@@ -99,6 +99,9 @@ pub struct Session {
     /// The guest's async calls that have run (for barriers, and kept in images so that a
     /// restored session does not run a resent one twice).
     pub(crate) async_calls: crate::ordering::AsyncLedger,
+    /// The last synchronous call each channel answered, with its reply (kept in images), so
+    /// that one the guest sends again after a cut connection does not run twice.
+    pub(crate) sync_replies: crate::kept::SyncReplies,
     /// IPC with the tenant's other sessions: what this one exports and has opened.
     pub ipc: crate::ipc::Ipc,
 }
@@ -129,6 +132,7 @@ impl Session {
             usage: Usage::new(limits),
             frozen: AtomicBool::new(false),
             async_calls: Default::default(),
+            sync_replies: Default::default(),
             ipc: Default::default(),
         })
     }
