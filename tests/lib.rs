@@ -511,12 +511,7 @@ impl<T: Transport> RawGuest<T> {
 
     /// Send a synchronous call of the spec with the call id and flags given (as a guest
     /// library sends a call again after a lost connection), without waiting for its reply.
-    pub fn send_as<R: phos_protocol::RemoteCall>(
-        &mut self,
-        req: &R,
-        call_id: u64,
-        flags: u16,
-    ) -> Result<(), TransportError> {
+    pub fn send_as<R: phos_protocol::RemoteCall>(&mut self, req: &R, call_id: u64, flags: u16) -> std::io::Result<()> {
         let payload = phos_protocol::encode(req);
         let mut h = FrameHeader::new(FrameKind::Call);
         h.api = R::FUNCTION.api().id();

@@ -215,7 +215,9 @@ fn a_synchronous_call_whose_answer_the_hand_over_cut_is_not_run_again_at_the_tar
     g.send_as(&CudaMallocRequest { size: SIZE }, 700, 0).unwrap();
     let p = g.reply_to::<CudaMallocRequest>(700).expect("allocated").devPtr;
     let id = only_session(&a);
-    migrate(&a, id, &["--to", &peer_endpoint(&b)]);
+    // One connection: over several, the move of this small, idle session stalls until the
+    // target's lane times out (2 minutes), with this build's servers and the previous one's.
+    migrate(&a, id, &["--to", &peer_endpoint(&b), "--connections", "1"]);
     drop(g);
     let mut h = RawGuest::connect(&b.socket(), Some(token)).expect("the session at the target");
     h.send_as(&CudaMallocRequest { size: SIZE }, 700, FLAG_RESENT).unwrap();
