@@ -889,8 +889,10 @@ impl Router {
                         // The peer of a VM's channel is the VM's device or, while the device
                         // is away, a `phosctl vm-relay` that lives as long as its connection:
                         // neither is the guest, which comes back on other connections.
-                        if guest.is_remote() || !peer_is_the_guest(pid, hello.pid) {
+                        if guest.is_remote() {
                             s.set_remote();
+                        } else if !peer_is_the_guest(pid, hello.pid) {
+                            s.set_carried();
                         }
                         s
                     }
