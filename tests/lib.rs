@@ -509,6 +509,37 @@ impl<T: Transport> RawGuest<T> {
         Ok(RawReply { status: rh.status, payload: buf })
     }
 
+    /// Send a synchronous call of the spec with the call id and flags given (as a guest
+    /// library sends a call again after a lost connection), without waiting for its reply.
+    pub fn send_as<R: phos_protocol::RemoteCall>(&mut self, req: &R, call_id: u64, flags: u16) -> std::io::Result<()> {
+        let payload = phos_protocol::encode(req);
+        let mut h = FrameHeader::new(FrameKind::Call);
+        h.api = R::FUNCTION.api().id();
+        h.function = R::FUNCTION.id();
+        h.session = self.welcome.session;
+        h.call_id = call_id;
+        h.flags = flags;
+        h.payload_len = payload.len() as u64;
+        self.transport.send(&h, &[&payload])
+    }
+
+    /// Wait for the reply to synchronous call `call_id` of `R` (acknowledgements and device
+    /// output before it are skipped).
+    pub fn reply_to<R: phos_protocol::RemoteCall>(&mut self, call_id: u64) -> Result<R::Reply, i32> {
+        let mut buf = Vec::new();
+        loop {
+            let rh = self.transport.recv(&mut buf).expect("transport");
+            if rh.kind == FrameKind::Output || rh.flags & phos_protocol::frame::FLAG_ASYNC != 0 {
+                continue;
+            }
+            assert_eq!((rh.kind, rh.call_id), (FrameKind::Reply, call_id), "the reply");
+            if rh.status != 0 {
+                return Err(rh.status);
+            }
+            return Ok(phos_protocol::decode(&buf).expect("reply decodes"));
+        }
+    }
+
     /// Send a well-formed request of the spec.
     pub fn call<R: phos_protocol::RemoteCall>(&mut self, req: &R) -> Result<R::Reply, i32> {
         let payload = phos_protocol::encode(req);

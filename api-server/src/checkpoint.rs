@@ -328,6 +328,8 @@ impl Snapshot for Checkpointing<'_> {
             // Taken at rest: every async call that ran is noted (see `ApiServer::run`).
             async_calls: s.async_calls.snapshot(),
             graphs: o.graphs.snapshot(),
+            // Kept while each call held the quiesce lock (see `ApiServer::run`).
+            sync_replies: s.sync_replies.snapshot(),
         })
     }
 
@@ -751,6 +753,7 @@ impl Session {
             .async_calls
             .load(&manifest.async_calls)
             .map_err(|e| CrError::Image(ImageError::Impossible(e.to_string())))?;
+        session.sync_replies.load(&manifest.sync_replies);
         Ok((session, meta))
     }
 

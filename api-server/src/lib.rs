@@ -43,6 +43,7 @@ pub mod cpu_solver;
 pub mod cpu_sparse;
 pub mod deferred;
 pub mod ipc;
+pub mod kept;
 pub mod module_vars;
 pub mod on_demand;
 pub mod ordering;

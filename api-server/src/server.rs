@@ -133,6 +133,9 @@ struct Running<'a> {
     measure: bool,
     /// An async call's id: noted as run (for barriers and images) once it has.
     async_id: Option<u64>,
+    /// A synchronous call's id and its channel's slot: its reply is kept there once it has
+    /// run (see [`crate::kept`]).
+    keep: Option<(u64, &'a crate::kept::ChannelReply)>,
 }
 
 /// Why a channel's handshake is refused (said to the router in a `Refused` frame).
@@ -280,6 +283,8 @@ impl ApiServer {
 
         // What this channel runs, for a checkpoint that has to say what it waited for.
         let activity = session.activity.channel(channel);
+        // The last synchronous call it answered, kept for the guest sending it again.
+        let kept = session.sync_replies.channel();
         let mut out = Vec::new();
         let mut acks = AckWindow::default();
         let mut usage_checked = Instant::now();
@@ -321,11 +326,8 @@ impl ApiServer {
                 continue;
             }
             let is_async = h.flags & FLAG_ASYNC != 0;
-            let already_ran = is_async
-                && h.flags & FLAG_RESENT != 0
-                && h.session == session.id
-                && h.kind == FrameKind::Call
-                && session.async_calls.has_run(h.call_id);
+            let resent = h.flags & FLAG_RESENT != 0 && h.session == session.id && h.kind == FrameKind::Call;
+            let already_ran = is_async && resent && session.async_calls.has_run(h.call_id);
             if !already_ran && resent_run > 0 {
                 Self::log_resent_run(session.id, channel, std::mem::take(&mut resent_run));
             }
@@ -334,9 +336,23 @@ impl ApiServer {
             }
             // Whether the ledger has this async call already (it ran, or had run before).
             let mut noted = false;
+            // A synchronous call sent again that had run: answered with its kept reply.
+            let kept_answer = match Function::from_wire(h.api, h.function) {
+                Some(f) if resent && !is_async => match session.sync_replies.resent(&kept, h.call_id, f) {
+                    crate::kept::Resent::Ran(status) => Some((f, status)),
+                    crate::kept::Resent::NotKept => None,
+                },
+                _ => None,
+            };
+            // Whether the reply to send is the one the channel kept (the call ran, or had).
+            let mut from_kept = kept_answer.is_some();
             // A failure of an earlier async library call that this synchronous call returns:
             // instead of running, or, where the call destroys the handle, once it has.
-            let waiting = if !is_async && h.kind == FrameKind::Call && h.session == session.id && h.api > Api::Cuda.id()
+            let waiting = if !is_async
+                && kept_answer.is_none()
+                && h.kind == FrameKind::Call
+                && h.session == session.id
+                && h.api > Api::Cuda.id()
             {
                 session.deferred.take(h.api, &payload)
             } else {
@@ -351,6 +367,18 @@ impl ApiServer {
             } else if h.session != session.id {
                 crate::guest_warn!(session.id, "channel {channel}: call for session {} on this channel", h.session);
                 CudaError::InvalidValue.0
+            } else if let Some((f, status)) = kept_answer {
+                if let Some(dropped) = GUEST_LINES.admit(&session.id.to_string()) {
+                    tracing::info!(
+                        session = session.id,
+                        channel,
+                        call = h.call_id,
+                        dropped,
+                        "a resent {} had run before: answered with its kept reply, not run again",
+                        f.name()
+                    );
+                }
+                status
             } else if already_ran {
                 // Sent again after a cut channel, but it ran before the image this session
                 // was restored from (or before the cut, here): acknowledged, not run twice.
@@ -380,6 +408,10 @@ impl ApiServer {
                             printed = session.output.take();
                         }
                         activity.store(id.policy_id() + 1, Ordering::Relaxed);
+                        if !is_async {
+                            kept.begin(h.call_id);
+                            from_kept = true;
+                        }
                         let mut answer_ran = || {
                             tracing::debug!(
                                 session = session.id,
@@ -399,6 +431,7 @@ impl ApiServer {
                                 staging: staging.as_ref(),
                                 measure: h.flags & FLAG_MEASURE != 0,
                                 async_id: is_async.then_some(h.call_id),
+                                keep: (!is_async).then_some((h.call_id, &*kept)),
                             },
                             &mut answer_ran,
                         ) {
@@ -409,6 +442,7 @@ impl ApiServer {
                             }
                         };
                         activity.store(0, Ordering::Relaxed);
+                        kept.end();
                         if status == CUT {
                             tracing::debug!(session = session.id, channel, call = h.call_id, "parked: channel cut");
                             break;
@@ -475,13 +509,30 @@ impl ApiServer {
                 r.status = failed.status;
                 deferred = Some(failed.function);
             }
-            if let Some(function) = deferred {
+            let sent = if let Some(function) = deferred {
+                // The earlier call's failure, naming it (not what the channel kept).
                 r.flags = FLAG_DEFERRED;
                 out.clear();
                 out.extend_from_slice(function.as_bytes());
-            }
-            r.payload_len = out.len() as u64;
-            if let Err(e) = t.send(&r, &[&out]) {
+                r.payload_len = out.len() as u64;
+                t.send(&r, &[&out])
+            } else {
+                // A call that ran (or had) sends the reply its channel kept; one refused
+                // before it ran, what it answered.
+                from_kept
+                    .then(|| {
+                        kept.with_kept(h.call_id, |k| {
+                            r.payload_len = k.payload.len() as u64;
+                            t.send(&r, &[&k.payload])
+                        })
+                    })
+                    .flatten()
+                    .unwrap_or_else(|| {
+                        r.payload_len = out.len() as u64;
+                        t.send(&r, &[&out])
+                    })
+            };
+            if let Err(e) = sent {
                 tracing::debug!(session = session.id, channel, "channel closed while replying: {e}");
                 break;
             }
@@ -490,6 +541,7 @@ impl ApiServer {
             Self::log_resent_run(session.id, channel, resent_run);
         }
         session.activity.closed(channel);
+        session.sync_replies.closed(&kept);
         if let Some(st) = staging
             && st.registered.load(Ordering::Relaxed)
         {
@@ -623,6 +675,15 @@ impl ApiServer {
         let result = self.run_entered(id, device, payload, out, how);
         if let Some(p) = &session.profile {
             p.ended(id, how.async_id.is_some(), profiled);
+        }
+        if let Some((call_id, slot)) = how.keep {
+            // Kept while the call still holds the quiesce lock, so that an image taken once
+            // it has left keeps its reply (the guest may send it again to the restored
+            // session). A rejection answers no payload.
+            if result.is_err() {
+                out.clear();
+            }
+            slot.keep(call_id, id, result.err().unwrap_or(0), out);
         }
         if let Some(call_id) = how.async_id {
             // Noted while the call still holds the quiesce lock, so that an image taken once

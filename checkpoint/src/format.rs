@@ -23,6 +23,26 @@ pub struct Manifest {
     /// The session's graphs and executable graphs, as the API server encodes them (opaque
     /// here; empty for a session without graphs and in images before version 5).
     pub graphs: Vec<u8>,
+    /// The last synchronous call each of the session's channels answered (and those of
+    /// channels that ended lately), with its reply: a guest whose connection was cut before
+    /// the answer reached it sends the call again, flagged as resent, and the restored session
+    /// answers it with this reply instead of running it twice. Empty in images before
+    /// version 8.
+    pub sync_replies: Vec<KeptReply>,
+}
+
+/// A synchronous call the session answered, and its answer, as a channel keeps the last one
+/// (see [`Manifest::sync_replies`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct KeptReply {
+    /// The guest's call id (unique in the guest process).
+    pub call_id: u64,
+    /// The call's API id and function id: a resent call must name the same.
+    pub api: u16,
+    pub function: u32,
+    /// The status answered (0: success) and the reply's payload.
+    pub status: i32,
+    pub payload: Vec<u8>,
 }
 
 /// Which of the guest's async calls (by call id; ids are unique in the guest process and

@@ -57,7 +57,10 @@ pub use stream::{StreamReader, StreamWriter};
 
 /// Magic at the start of a manifest file.
 pub const MAGIC: &[u8; 8] = b"PHOSIMG\0";
-/// The format this build writes. Version 7 is version 6 whose graphs may hold node markers
+/// The format this build writes. Version 8 is version 7 with one field more at the
+/// manifest's end: the last synchronous call each channel answered, with its reply
+/// ([`Manifest::sync_replies`]); a version 7 reader refuses it by its version. Version 7 is
+/// version 6 whose graphs may hold node markers
 /// (each node's handle, enabled state and operation count in an executable graph) and child
 /// graphs a node owns: a version 6 reader refuses it by its version. Version 6 is version 5
 /// whose graphs may hold host, event,
@@ -67,11 +70,12 @@ pub const MAGIC: &[u8; 8] = b"PHOSIMG\0";
 /// it is version 4 with that one field more at the manifest's end. Version 4 says which of the
 /// guest's async calls had run ([`AsyncCallsRun`]); it is version 3 (memory in several files, a
 /// chunk naming its file) with that one field more.
-pub const FORMAT_VERSION: u32 = 7;
+pub const FORMAT_VERSION: u32 = 8;
 /// The oldest format this build reads: a version 3 image reads as one of version 4 in which no
 /// async call is known to have run (what the build that took it assumed: the calls a guest sends
-/// again after the restore run), and a version 3 or 4 image as one without graphs (the builds
-/// that took them kept none). Version 2 (one memory file) and version 1 (one spec hash, records
+/// again after the restore run), a version 3 or 4 image as one without graphs (the builds
+/// that took them kept none), and an image before version 8 as one without kept synchronous
+/// replies (a synchronous call sent again after the restore runs, as those builds did). Version 2 (one memory file) and version 1 (one spec hash, records
 /// of the runtime API only) are refused.
 pub const OLDEST_FORMAT_READ: u32 = 3;
 /// Memory files an image may have (`memory`, `memory.1`, ... `memory.63`).
@@ -121,6 +125,10 @@ pub mod bounds {
     /// The CUDA ABIs a guest can present (the router's handshake accepts the same).
     pub const ABIS: [u32; 3] = [11, 12, 13];
     pub const BACKENDS: [&str; 2] = ["cuda", "emu"];
+    /// Kept synchronous replies, and their bytes (a server keeps one per channel and a
+    /// bounded number of ended channels').
+    pub const SYNC_REPLIES: usize = 1 << 16;
+    pub const SYNC_REPLY_BYTES: u64 = 1 << 30;
 }
 
 /// Why an image cannot be used.
@@ -486,20 +494,24 @@ fn format_read(version: u32) -> bool {
 }
 
 /// The manifest of an image of format `version` (one [`format_read`] accepts), and whether
-/// bytes follow it. A version 4 manifest is a version 5, 6 or 7 one without its last field, a version 3
-/// one without its last two: they are read with those fields empty.
+/// bytes follow it. A version 5 to 7 manifest is a version 8 one without its last field, a
+/// version 4 one without its last two, a version 3 one without its last three: they are read
+/// with those fields empty.
 fn decode_manifest(body: &[u8], version: u32) -> Result<(Manifest, bool), bincode::error::DecodeError> {
     use bincode::de::read::Reader;
     use bincode::de::{Decode, Decoder, DecoderImpl};
     let completed;
     // Versions 5 to 7 have the same fields.
-    let body = if version < 5 {
+    let body = if version < 8 {
         let mut b = body.to_vec();
         let fail = |e: bincode::error::EncodeError| bincode::error::DecodeError::OtherString(e.to_string());
         if version == 3 {
             bincode::encode_into_std_write(AsyncCallsRun::default(), &mut b, config()).map_err(fail)?;
         }
-        bincode::encode_into_std_write(Vec::<u8>::new(), &mut b, config()).map_err(fail)?;
+        if version < 5 {
+            bincode::encode_into_std_write(Vec::<u8>::new(), &mut b, config()).map_err(fail)?;
+        }
+        bincode::encode_into_std_write(Vec::<KeptReply>::new(), &mut b, config()).map_err(fail)?;
         completed = b;
         &completed[..]
     } else {
@@ -833,6 +845,21 @@ pub fn check_meaning(m: &Manifest) -> Result<(), ImageError> {
     allocations.sort_unstable();
     if let Some(w) = allocations.windows(2).find(|w| w[0].0 + w[0].1 > w[1].0) {
         return bad(format!("allocations {:#x} and {:#x} overlap", w[0].0, w[1].0));
+    }
+    if m.sync_replies.len() > SYNC_REPLIES {
+        return bad(format!("{} kept synchronous replies", m.sync_replies.len()));
+    }
+    for (i, r) in m.sync_replies.iter().enumerate() {
+        if r.call_id == 0 || m.sync_replies[..i].iter().any(|o| o.call_id == r.call_id) {
+            return bad(format!("a kept reply to call id {} (none, or twice)", r.call_id));
+        }
+        if !m.apis.iter().any(|a| a.id == r.api) {
+            return bad(format!("a kept reply of API id {}, which the image does not name", r.api));
+        }
+    }
+    let kept: u64 = m.sync_replies.iter().map(|r| r.payload.len() as u64).sum();
+    if kept > SYNC_REPLY_BYTES {
+        return bad(format!("kept synchronous replies of {kept} bytes"));
     }
     Ok(())
 }

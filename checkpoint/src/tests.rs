@@ -133,7 +133,7 @@ fn another_version_is_refused() {
     for (found, says) in [
         (1u32, "version 1 images come from builds before"),
         (2, "version 2 images come from builds that stored memory in one file"),
-        (8, "it reads versions 3 to 7"),
+        (9, "it reads versions 3 to 8"),
     ] {
         bytes[8..12].copy_from_slice(&found.to_le_bytes());
         std::fs::write(&path, &bytes).unwrap();
@@ -156,7 +156,8 @@ fn a_version_3_image_is_read() {
     let mut tail = Vec::new();
     bincode::encode_into_std_write(AsyncCallsRun::default(), &mut tail, config()).unwrap();
     bincode::encode_into_std_write(Vec::<u8>::new(), &mut tail, config()).unwrap();
-    assert!(body.ends_with(&tail), "the manifest ends with its async calls and its graphs");
+    bincode::encode_into_std_write(Vec::<KeptReply>::new(), &mut tail, config()).unwrap();
+    assert!(body.ends_with(&tail), "the manifest ends with its async calls, its graphs and its kept replies");
     body.truncate(body.len() - tail.len());
     // The format is the manifest's first field, one byte.
     assert_eq!(body[0], FORMAT_VERSION as u8);
@@ -175,6 +176,48 @@ fn a_version_3_image_is_read() {
     assert_eq!(read_back(dir.path()).unwrap(), data);
 }
 
+/// A version 7 image (before synchronous replies were kept) reads as one without them; a
+/// version 8 image keeps them.
+#[test]
+fn a_version_7_image_is_read_without_kept_replies() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = write(dir.path(), Compression::Zstd(1));
+    let path = dir.path().join(MANIFEST_FILE);
+    let bytes = std::fs::read(&path).unwrap();
+    let mut body = bytes[20..bytes.len() - 4].to_vec();
+    let mut tail = Vec::new();
+    bincode::encode_into_std_write(Vec::<KeptReply>::new(), &mut tail, config()).unwrap();
+    assert!(body.ends_with(&tail), "the manifest ends with its kept replies");
+    body.truncate(body.len() - tail.len());
+    assert_eq!(body[0], FORMAT_VERSION as u8);
+    body[0] = 7;
+    let mut old = MAGIC.to_vec();
+    old.extend_from_slice(&7u32.to_le_bytes());
+    old.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    old.extend_from_slice(&body);
+    let crc = crc32fast::hash(&old);
+    old.extend_from_slice(&crc.to_le_bytes());
+    std::fs::write(&path, &old).unwrap();
+    let img = Image::open(dir.path()).expect("a version 7 image is read");
+    assert_eq!(img.manifest.format, 7);
+    assert!(img.manifest.sync_replies.is_empty());
+    assert_eq!(img.manifest.records, sample_manifest().records);
+    assert_eq!(read_back(dir.path()).unwrap(), data);
+
+    let kept = vec![KeptReply { call_id: 12, api: 0, function: 3, status: 0, payload: vec![1, 2, 3] }];
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = ImageWriter::create(dir.path(), Compression::None, 4096).unwrap();
+    w.begin_region(0x6000_0000_0000, 4096, 0, RegionKind::Allocation);
+    w.add_chunk(&pattern(4096, 3)).unwrap();
+    w.finish(Manifest { sync_replies: kept.clone(), ..sample_manifest() }).unwrap();
+    assert_eq!(Image::open(dir.path()).unwrap().manifest.sync_replies, kept);
+    // Replies that no session could have kept are refused.
+    let twice = vec![kept[0].clone(), kept[0].clone()];
+    assert!(check_meaning(&Manifest { sync_replies: twice, ..sample_manifest() }).is_err());
+    let other_api = vec![KeptReply { api: 9, ..kept[0].clone() }];
+    assert!(check_meaning(&Manifest { sync_replies: other_api, ..sample_manifest() }).is_err());
+}
+
 /// A version 4 image (before graphs were kept) reads as one without graphs.
 #[test]
 fn a_version_4_image_is_read_without_graphs() {
@@ -185,7 +228,8 @@ fn a_version_4_image_is_read_without_graphs() {
     let mut body = bytes[20..bytes.len() - 4].to_vec();
     let mut tail = Vec::new();
     bincode::encode_into_std_write(Vec::<u8>::new(), &mut tail, config()).unwrap();
-    assert!(body.ends_with(&tail), "the manifest ends with its graphs");
+    bincode::encode_into_std_write(Vec::<KeptReply>::new(), &mut tail, config()).unwrap();
+    assert!(body.ends_with(&tail), "the manifest ends with its graphs and its kept replies");
     body.truncate(body.len() - tail.len());
     assert_eq!(body[0], FORMAT_VERSION as u8);
     body[0] = 4;

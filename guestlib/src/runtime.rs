@@ -658,11 +658,15 @@ enum Attempt<T> {
     Lost(String),
 }
 
+/// Send a synchronous call and wait for its answer. `resend`: the call goes again, with the
+/// id it had, after a lost connection: the async calls left unanswered go first, and the call
+/// is flagged as resent, so that a server that ran it already (its answer was lost with the
+/// connection) answers with the reply it kept instead of running it twice.
 fn attempt<R: RemoteCall>(ch: &mut Channel, request: &[u8], call_id: u64, resend: bool) -> Attempt<R::Reply> {
     let device = current_device();
     let sent = if resend { ch.resend_unanswered() } else { Ok(()) }
         .and_then(|_| ch.send_barrier())
-        .and_then(|_| ch.send_call(R::FUNCTION, device, call_id, 0, request));
+        .and_then(|_| ch.send_call(R::FUNCTION, device, call_id, if resend { FLAG_RESENT } else { 0 }, request));
     if let Err(e) = sent {
         return Attempt::Lost(e);
     }

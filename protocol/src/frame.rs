@@ -46,10 +46,14 @@ pub const FLAG_REFUSED: u16 = 2;
 /// a guest's setting is cleared.
 pub const FLAG_MEASURE: u16 = 4;
 
-/// On an async call: the guest sends it again on a new channel, having had no
-/// acknowledgement on the one that was cut (its session was stopped by a checkpoint, or moved).
-/// It may have run before: a server that knows it did (its image says so) acknowledges it
-/// without running it again.
+/// On a call: the guest sends it again on a new channel, having had no answer on the one
+/// that was cut (its session was stopped by a checkpoint, or moved; a VM's vsock device was
+/// unplugged). It may have run before. An async call a server knows ran (its ledger, or its
+/// image's, says so) is acknowledged without running again. A synchronous call (same call
+/// id) whose reply the server kept, as the last one a channel of the session answered, is
+/// answered with that reply without running again; one it has no reply for runs. Servers
+/// of builds before synchronous calls were kept ignore the flag on them (the call runs), so
+/// guests of either build work with servers of either.
 pub const FLAG_RESENT: u16 = 8;
 
 /// On a reply to a synchronous library call: `status` is not this call's but the failure of

@@ -147,6 +147,24 @@ impl RouterConfig {
     }
 }
 
+/// Whether the process at the other end of a Unix connection (`peer`, a pid of the router's
+/// pid namespace) is the guest process that names itself `guest` in its `Hello` (a pid of its
+/// own namespace). It is not when the connection is carried for a guest elsewhere: a VM's
+/// `phos-vmm-device` or `phosctl vm-relay`, whose life says nothing of the guest's.
+fn peer_is_the_guest(peer: u32, guest: u32) -> bool {
+    if peer == guest {
+        return true;
+    }
+    // A guest in a container: its pid in its own namespace is the last of `NSpid`.
+    std::fs::read_to_string(format!("/proc/{peer}/status")).is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .and_then(|ids| ids.split_whitespace().last())
+            .is_some_and(|inner| inner.parse() == Ok(guest))
+    })
+}
+
 /// The peer of a Unix socket: (uid, pid).
 pub fn peer_credentials(stream: &UnixStream) -> io::Result<(u32, u32)> {
     use std::os::fd::AsRawFd;
@@ -868,8 +886,13 @@ impl Router {
                 }
                 match self.start_session(&tenant, pid, &program_name(&hello.program), hello.abi_major) {
                     Ok(s) => {
+                        // The peer of a VM's channel is the VM's device or, while the device
+                        // is away, a `phosctl vm-relay` that lives as long as its connection:
+                        // neither is the guest, which comes back on other connections.
                         if guest.is_remote() {
                             s.set_remote();
+                        } else if !peer_is_the_guest(pid, hello.pid) {
+                            s.set_carried();
                         }
                         s
                     }
@@ -1705,5 +1728,18 @@ fn follow_load(session: Arc<SessionEntry>) {
         if let Some(r) = session.restore_load.lock().as_mut() {
             r.failed = Some(why);
         }
+    }
+}
+
+#[cfg(test)]
+mod peer_tests {
+    /// A guest is its own peer (also by its pid inside a namespace); a process that carries
+    /// another's connection, or one that is gone, is not.
+    #[test]
+    fn the_peer_is_the_guest_only_when_it_is_that_process() {
+        let me = std::process::id();
+        assert!(super::peer_is_the_guest(me, me));
+        assert!(!super::peer_is_the_guest(me, me + 1));
+        assert!(!super::peer_is_the_guest(1 << 30, 7));
     }
 }

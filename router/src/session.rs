@@ -217,6 +217,9 @@ pub struct SessionEntry {
     closed_books: AtomicBool,
     /// A guest on another host (TCP).
     remote: AtomicBool,
+    /// Its peer carries the guest's connection for it (a VM's device or relay): the peer's
+    /// life says nothing of the guest's.
+    carried: AtomicBool,
     /// Its process is being checkpointed with CRIU (`phosctl checkpoint --process`): its
     /// guest's channels are refused (`REFUSED_PARKED`) rather than held for the restore, so
     /// that the process holds no connection to be dumped. Cleared by the restore.
@@ -346,6 +349,7 @@ impl SessionEntry {
             }),
             closed_books: AtomicBool::new(false),
             remote: AtomicBool::new(false),
+            carried: AtomicBool::new(false),
             parked: AtomicBool::new(false),
             relays: Mutex::new(Vec::new()),
             refused_async: Mutex::new(VecDeque::new()),
@@ -592,9 +596,21 @@ impl SessionEntry {
         self.remote.load(Ordering::Relaxed)
     }
 
+    /// The session's peer is not its guest process but carries its connection: a VM's device
+    /// or relay (the guest's pid is the VM's). As for a remote guest, only its channels (and
+    /// the linger time) say whether it is still there: a session opened through a relay that
+    /// exited when its connection was cut is kept for its guest to come back (over vsock, or
+    /// another relay).
+    pub(crate) fn set_carried(&self) {
+        self.carried.store(true, Ordering::Relaxed);
+    }
+
     fn guest_alive(&self) -> bool {
+        if self.remote.load(Ordering::Relaxed) || self.carried.load(Ordering::Relaxed) {
+            return true;
+        }
         // SAFETY: signal 0 sends nothing: kill only checks that the process exists.
-        self.remote.load(Ordering::Relaxed) || unsafe { libc::kill(self.pid as libc::pid_t, 0) == 0 }
+        unsafe { libc::kill(self.pid as libc::pid_t, 0) == 0 }
     }
 
     /// An active session is over when no channel is open and the guest is gone (or idle
@@ -795,6 +811,24 @@ mod tests {
         assert!(!s.is_finished(linger, suspended_for), "ended under the other checkpoint");
         drop(other);
         assert!(s.is_finished(linger, suspended_for));
+        s.end();
+    }
+
+    /// A session whose peer is not its guest (a VM's relay, which exits with its
+    /// connection) is kept for `linger` after its last channel closed, though its peer is gone.
+    #[test]
+    fn a_session_carried_for_its_guest_lingers_after_its_carrier_went() {
+        let tenants = crate::Tenants::new(vec![]).unwrap();
+        let tenant = crate::Tenant("t".into());
+        let state = tenants.state(&tenant);
+        state.sessions.fetch_add(1, Ordering::Relaxed);
+        let relay_gone = 1 << 30;
+        let s = SessionEntry::new(4, tenant, state, relay_gone, "p".into(), 12, [0; 16], 0, None);
+        s.set_state(State::Active);
+        s.set_carried();
+        assert!(!s.is_remote(), "not a guest over the network");
+        assert!(!s.is_finished(Duration::from_secs(60), Duration::from_secs(60)), "kept for its guest");
+        assert!(s.is_finished(Duration::ZERO, Duration::from_secs(60)), "until its linger passed");
         s.end();
     }
 

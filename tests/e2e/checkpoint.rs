@@ -161,6 +161,39 @@ fn stop_and_restore_iterative(mode: &[&str]) {
     assert!(router.server_logs().contains("restored"), "{}", router.server_logs());
 }
 
+/// A synchronous call that ran before the session was checkpointed and stopped, its answer
+/// lost with the connection the stop cut, is sent again by the guest after the restore
+/// (flagged as resent, with its id): the image kept its reply, and the restored session
+/// answers with it instead of running the call again (a cudaMalloc allocates once).
+#[test]
+fn a_synchronous_call_whose_answer_a_stop_cut_is_not_run_again_after_the_restore() {
+    use phos_protocol::cudart::{CudaFreeRequest, CudaMallocRequest, CudaMemGetInfoRequest};
+    use phos_protocol::frame::FLAG_RESENT;
+    use phos_tests::RawGuest;
+    const SIZE: u64 = 4 << 20;
+    let router = TestRouter::start("emu");
+    let mut a = RawGuest::connect(&router.socket(), None).expect("a session");
+    let token = a.welcome.token;
+    let before = a.call(&CudaMemGetInfoRequest {}).expect("cudaMemGetInfo").free;
+    a.send_as(&CudaMallocRequest { size: SIZE }, 900, 0).unwrap();
+    // It ran (its answer came; the guest is taken not to have read it).
+    let p = a.reply_to::<CudaMallocRequest>(900).expect("allocated").devPtr;
+    let id = session_id(&router);
+    let image = tempfile::tempdir().unwrap();
+    let dir = image.path().join("image");
+    checkpoint(&router, id, &dir, &["--stop"]);
+    drop(a);
+    let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
+    assert!(rs.status.success(), "restore: {}", String::from_utf8_lossy(&rs.stderr));
+    let mut b = RawGuest::connect(&router.socket(), Some(token)).expect("back in the restored session");
+    b.send_as(&CudaMallocRequest { size: SIZE }, 900, FLAG_RESENT).unwrap();
+    assert_eq!(b.reply_to::<CudaMallocRequest>(900).expect("answered").devPtr, p, "the kept reply");
+    b.call(&CudaFreeRequest { devPtr: p }).expect("its one allocation");
+    assert_eq!(b.call(&CudaMemGetInfoRequest {}).expect("cudaMemGetInfo").free, before, "allocated once");
+    let logs = router.server_logs();
+    assert!(logs.contains("answered with its kept reply"), "{logs}");
+}
+
 /// A router whose emu servers present two devices.
 fn two_device_router() -> TestRouter {
     TestRouter::start_with("emu", |c| c.server_args.extend(["--emu-devices".to_string(), "2".to_string()]))

@@ -1003,6 +1003,55 @@ fn a_resent_async_call_that_ran_is_acknowledged_without_running_again() {
     assert_eq!(round(&[100], 0, 203), (100, bad, 1), "not flagged as resent: an ordinary call");
 }
 
+/// A synchronous call the server ran whose reply was lost with its connection (a VM's vsock
+/// device unplugged, a relay cut) is sent again by the guest on a new channel, with its id
+/// and flagged as resent: it is answered with the reply the server kept, without running
+/// again, however many times it comes (a cudaMalloc sent three times allocates once). One
+/// that never ran runs; one of another function under a kept id is not that call, and runs.
+#[test]
+fn a_resent_synchronous_call_that_ran_is_answered_without_running_again() {
+    use phos_protocol::frame::FLAG_RESENT;
+    const SIZE: u64 = 4 << 20;
+    let (router, mut a) = open();
+    let token = a.welcome.token;
+    let join = || RawGuest::connect(&router.socket(), Some(token)).expect("join with the token");
+    let mut watch = join();
+    let free = |g: &mut RawGuest| g.call(&CudaMemGetInfoRequest {}).expect("cudaMemGetInfo").free;
+    let before = free(&mut watch);
+    // The first sending runs; its connection is cut before the reply is read.
+    a.send_as(&CudaMallocRequest { size: SIZE }, 500, 0).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while free(&mut watch) == before {
+        assert!(std::time::Instant::now() < deadline, "the first sending never ran");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    drop(a);
+    let mut b = join();
+    b.send_as(&CudaMallocRequest { size: SIZE }, 500, FLAG_RESENT).unwrap();
+    let p = b.reply_to::<CudaMallocRequest>(500).expect("answered").devPtr;
+    assert_ne!(p, 0);
+    // Cut again after its answer was sent: a third sending gets the same answer.
+    drop(b);
+    let mut c = join();
+    c.send_as(&CudaMallocRequest { size: SIZE }, 500, FLAG_RESENT).unwrap();
+    assert_eq!(c.reply_to::<CudaMallocRequest>(500).expect("answered").devPtr, p);
+    c.call(&CudaFreeRequest { devPtr: p }).expect("its one allocation");
+    assert_eq!(free(&mut c), before, "allocated once");
+    // Never ran: it runs (and only once, sent again on its own channel).
+    c.send_as(&CudaMallocRequest { size: SIZE }, 600, FLAG_RESENT).unwrap();
+    let q = c.reply_to::<CudaMallocRequest>(600).expect("runs").devPtr;
+    c.send_as(&CudaMallocRequest { size: SIZE }, 600, FLAG_RESENT).unwrap();
+    assert_eq!(c.reply_to::<CudaMallocRequest>(600).expect("answered").devPtr, q);
+    // Another function under that id: runs (a double free fails as it should).
+    c.send_as(&CudaFreeRequest { devPtr: q }, 600, FLAG_RESENT).unwrap();
+    c.reply_to::<CudaFreeRequest>(600).expect("freed");
+    c.send_as(&CudaFreeRequest { devPtr: q }, 600, FLAG_RESENT).unwrap();
+    c.reply_to::<CudaFreeRequest>(600).expect("a free sent again is answered as the first was");
+    assert_eq!(free(&mut c), before);
+    let logs = router.server_logs();
+    assert!(logs.contains("a resent cudaMalloc had run before: answered with its kept reply"), "{logs}");
+}
+
 /// IPC handles are the guest's bytes: random ones, Phos-shaped ones with guessed keys or
 /// session ids (the exporting session's among them), and closes of what was never opened
 /// are refused; the exporter's memory and its later opens are untouched.

@@ -197,6 +197,35 @@ fn migrated_back_and_forth(mode: &[&str]) {
 /// still 0 and its memory on it, and prints exactly what an uninterrupted run prints; the
 /// servers it moved to put its device 0 on device 1, then on device 0 again. A move to a
 /// device the machine does not have is refused, naming it, and the program runs on.
+/// A synchronous call that ran at the source, whose answer the hand-over cut, is sent again
+/// by the guest to the target (flagged as resent, with its id): the migration's manifest
+/// carried the reply, and the target answers with it instead of running the call again.
+#[test]
+fn a_synchronous_call_whose_answer_the_hand_over_cut_is_not_run_again_at_the_target() {
+    use phos_protocol::cudart::{CudaFreeRequest, CudaMallocRequest, CudaMemGetInfoRequest};
+    use phos_protocol::frame::FLAG_RESENT;
+    use phos_tests::RawGuest;
+    const SIZE: u64 = 4 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = secret_file(dir.path(), SECRET);
+    let (a, b) = (peer_router(&secret, &[]), peer_router(&secret, &[]));
+    let mut g = RawGuest::connect(&a.socket(), None).expect("a session");
+    let token = g.welcome.token;
+    let before = g.call(&CudaMemGetInfoRequest {}).expect("cudaMemGetInfo").free;
+    g.send_as(&CudaMallocRequest { size: SIZE }, 700, 0).unwrap();
+    let p = g.reply_to::<CudaMallocRequest>(700).expect("allocated").devPtr;
+    let id = only_session(&a);
+    // One connection: over several, the move of this small, idle session stalls until the
+    // target's lane times out (2 minutes), with this build's servers and the previous one's.
+    migrate(&a, id, &["--to", &peer_endpoint(&b), "--connections", "1"]);
+    drop(g);
+    let mut h = RawGuest::connect(&b.socket(), Some(token)).expect("the session at the target");
+    h.send_as(&CudaMallocRequest { size: SIZE }, 700, FLAG_RESENT).unwrap();
+    assert_eq!(h.reply_to::<CudaMallocRequest>(700).expect("answered").devPtr, p, "the kept reply");
+    h.call(&CudaFreeRequest { devPtr: p }).expect("its one allocation");
+    assert_eq!(h.call(&CudaMemGetInfoRequest {}).expect("cudaMemGetInfo").free, before, "allocated once");
+}
+
 #[test]
 fn a_program_moved_to_another_device_and_back_keeps_its_device_numbers() {
     let Some(nvcc) = nvcc() else { return };

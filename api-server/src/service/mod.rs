@@ -104,6 +104,9 @@ pub struct Session {
     /// The guest's async calls that have run (for barriers, and kept in images so that a
     /// restored session does not run a resent one twice).
     pub(crate) async_calls: crate::ordering::AsyncLedger,
+    /// The last synchronous call each channel answered, with its reply (kept in images), so
+    /// that one the guest sends again after a cut connection does not run twice.
+    pub(crate) sync_replies: crate::kept::SyncReplies,
     /// IPC with the tenant's other sessions: what this one exports and has opened.
     pub ipc: crate::ipc::Ipc,
     /// `PHOS_PROFILE=1` in the server's environment: the time each function's calls took
@@ -140,6 +143,7 @@ impl Session {
             frozen: AtomicBool::new(false),
             cutting: AtomicBool::new(false),
             async_calls: Default::default(),
+            sync_replies: Default::default(),
             ipc: Default::default(),
             profile: phos_protocol::call_profile::enabled().then(Default::default),
             deferred: Default::default(),
