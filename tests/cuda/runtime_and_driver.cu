@@ -1,7 +1,8 @@
 // The runtime and the driver API in one program (linked with -lcuda): the driver answers as
 // NVIDIA's does before and after cuInit, agrees with the runtime about the device, knows its
-// error names, and synchronises a stream the runtime created. Under Phos both APIs are one
-// guest library and one session. Prints only what does not depend on the GPU model.
+// error names, synchronises a stream the runtime created and launches a kernel of the runtime's.
+// Under Phos both APIs are one guest library and one session. Prints only what does not depend
+// on the GPU model.
 #include <cstring>
 #include <cuda.h>
 #include "driver_check.h"
@@ -73,6 +74,33 @@ int main() {
     bool ok = true;
     for (int i = 0; i < n; i++) ok = ok && h[i] == 7 + i;
     std::printf("a runtime stream synchronised by the driver: %s\n", ok ? "ok" : "WRONG");
+
+    // A runtime function handle is a CUfunction of the driver: launched, queried and
+    // configured through the driver API, with either parameter form.
+    cudaFunction_t f = nullptr;
+    CHECK(cudaGetFuncBySymbol(&f, (const void *)fill));
+    int elements = n, base = 40;
+    void *args[] = {&d, &elements, &base};
+    CU(cuLaunchKernel((CUfunction)f, (n + 127) / 128, 1, 1, 128, 1, 1, 0, (CUstream)stream, args, nullptr));
+    CU(cuStreamSynchronize((CUstream)stream));
+    CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    ok = true;
+    for (int i = 0; i < n; i++) ok = ok && h[i] == 40 + i;
+    struct { int *out; int n; int base; } packed = {d, n, 3};
+    size_t packed_size = sizeof packed;
+    void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &packed_size,
+                     CU_LAUNCH_PARAM_END};
+    CU(cuLaunchKernel((CUfunction)f, (n + 127) / 128, 1, 1, 128, 1, 1, 0, 0, nullptr, extra));
+    CU(cuCtxSynchronize());
+    CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; i++) ok = ok && h[i] == 3 + i;
+    int max_threads = 0;
+    CU(cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, (CUfunction)f));
+    CU(cuFuncSetCacheConfig((CUfunction)f, CU_FUNC_CACHE_PREFER_L1));
+    int blocks = 0;
+    CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, (CUfunction)f, 128, 0));
+    std::printf("a runtime kernel launched by the driver: %s, attributes %s, occupancy %s\n", ok ? "ok" : "WRONG",
+                max_threads >= 128 ? "ok" : "WRONG", blocks > 0 ? "ok" : "WRONG");
     CU(cuStreamSynchronize(0));
     CHECK(cudaFree(d));
     CHECK(cudaStreamDestroy(stream));

@@ -199,14 +199,21 @@ pub fn global(module: u64, name: &str) -> Result<(u64, u64), CuError> {
     Ok((r.address, r.bytes))
 }
 
-/// The layout of a function handed out (shared: a launch takes no copy of it).
-fn known(function: u64) -> Result<Arc<ParamLayout>, CuError> {
-    with(|l| l.functions.get(&function).map(|(_, layout)| layout.clone())).ok_or(CuError::INVALID_HANDLE)
+/// The server's handle and the layout of a function handed out (the layout shared: a launch
+/// takes no copy of it): one of `cuModuleGetFunction`'s, or the runtime's `cudaFunction_t` of
+/// a registered kernel (`cudaGetFuncBySymbol`, `cudaGetKernel`), which on CUDA is a
+/// `CUfunction` the driver API takes as well; in Phos it is the kernel's host stub.
+fn known(function: u64) -> Result<(u64, Arc<ParamLayout>), CuError> {
+    if let Some(layout) = with(|l| l.functions.get(&function).map(|(_, layout)| layout.clone())) {
+        return Ok((function, layout));
+    }
+    let kernel = registry::kernel(function as usize as *const c_void).ok_or(CuError::INVALID_HANDLE)?;
+    Ok((from_runtime(kernel.remote())?, Arc::new(from_runtime(kernel.layout())?)))
 }
 
 /// `cuFuncGetAttribute`: `CUfunction_attribute` 0..=9 (the runtime's `cudaFuncAttributes`).
 pub fn attribute(function: u64, which: i32) -> Result<i32, CuError> {
-    known(function)?;
+    let (function, _) = known(function)?;
     let a = from_runtime(runtime::call(&PhosFuncGetAttributesRequest { function }))?.attr;
     let clamp = |v: u64| i32::try_from(v).unwrap_or(i32::MAX);
     Ok(match which {
@@ -227,17 +234,17 @@ pub fn attribute(function: u64, which: i32) -> Result<i32, CuError> {
 /// `cuFuncSetAttribute`: the attributes the runtime's `cudaFuncSetAttribute` takes (same
 /// numbers).
 pub fn set_attribute(function: u64, attr: i32, value: i32) -> Result<(), CuError> {
-    known(function)?;
+    let (function, _) = known(function)?;
     from_runtime(runtime::call(&PhosFuncSetAttributeRequest { function, attr, value })).map(|_| ())
 }
 
 pub fn set_cache_config(function: u64, config: i32) -> Result<(), CuError> {
-    known(function)?;
+    let (function, _) = known(function)?;
     from_runtime(runtime::call(&PhosFuncSetCacheConfigRequest { function, config })).map(|_| ())
 }
 
 pub fn occupancy(function: u64, block_size: i32, dynamic_smem: usize, flags: u32) -> Result<i32, CuError> {
-    known(function)?;
+    let (function, _) = known(function)?;
     let r = from_runtime(runtime::call(&PhosOccupancyMaxActiveBlocksRequest {
         function,
         blockSize: block_size,
@@ -328,7 +335,7 @@ pub unsafe fn launch(
     extra: *mut *mut c_void,
     cooperative: bool,
 ) -> Result<(), CuError> {
-    let layout = known(function)?;
+    let (function, layout) = known(function)?;
     if [grid.x, grid.y, grid.z, block.x, block.y, block.z].contains(&0) {
         return Err(CuError::INVALID_VALUE);
     }
