@@ -481,4 +481,31 @@ mod tests {
         m.unreserve(base, 4 << 20);
         assert!(Arc::ptr_eq(&Mapped::wrap(emu.clone(), DeviceMap::identity(2)), &emu), "no map: no wrapper");
     }
+
+    /// The map wraps every backend method, so a method with a default body (the backends
+    /// that lack a feature inherit it) must be written out here too, or the wrapper would
+    /// answer the default for a backend that has the feature: every method of the backend
+    /// traits is forwarded by name.
+    #[test]
+    fn every_backend_method_is_forwarded() {
+        let traits = include_str!("mod.rs");
+        let forwarded = include_str!("mapped.rs");
+        let mut in_trait = false;
+        let (mut missing, mut methods) = (Vec::new(), 0);
+        for line in traits.lines() {
+            if line.starts_with("pub trait ") {
+                in_trait = true;
+            } else if line == "}" {
+                in_trait = false;
+            } else if in_trait && let Some(rest) = line.trim_start().strip_prefix("fn ") {
+                let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                methods += 1;
+                if !forwarded.contains(&format!("fn {name}(")) && !forwarded.contains(&format!("fn {name}<")) {
+                    missing.push(name);
+                }
+            }
+        }
+        assert!(methods > 60, "the traits' methods were not found ({methods})");
+        assert!(missing.is_empty(), "backend methods the device map does not forward: {missing:?}");
+    }
 }
