@@ -138,6 +138,11 @@ impl<S: Read + Write + Send + 'static> MigrationSender<S> {
                 .and_then(|_| out.write_all(key))
                 .and_then(|_| out.write_all(&(i as u16).to_le_bytes()))
                 .and_then(|_| out.write_all(&(n as u16).to_le_bytes()))
+                // Out at once: the target takes the stream once every lane has opened, and a
+                // lane that gets no piece (a small session over several lanes) would
+                // otherwise open only at the end, which the source may never reach while
+                // the target waits.
+                .and_then(|_| out.flush())
                 .map_err(stream_error)?;
             let (queue, pieces) = mpsc::sync_channel::<Outgoing>(QUEUED_PER_LANE);
             let spent_tx = spent_tx.clone();
