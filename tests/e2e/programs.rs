@@ -853,7 +853,9 @@ fn cublaslt_matmul() {
 /// What a careless or hostile cuBLASLt program gets: a layout larger than the memory behind
 /// it, a bias pointer that is not the program's, a workspace past its allocation, an attribute
 /// of the wrong size, layouts that do not agree, a made-up handle and a destroyed descriptor
-/// each get cuBLASLt's status; the server logs each by name and the handle still works.
+/// each get cuBLASLt's status (a matmul's failure that only the server finds through the next
+/// synchronous call on the handle, the matmul going without waiting); the server logs each by
+/// name and the handle still works.
 #[test]
 fn cublaslt_hostile_calls() {
     let Some(nvcc) = nvcc() else { return };
@@ -882,6 +884,10 @@ fn cublaslt_hostile_calls() {
         "cublasLtMatmul: the layouts do not agree",
         "is not a cuBLASLt handle of the session",
         "is not a cublaslt_matmul_desc of the session",
+        // On a live handle with descriptors the guest knows, a matmul goes without waiting:
+        // its failure comes back from the next synchronous call on the handle.
+        "cublasLtMatmul (sent asynchronously) failed with CUBLAS_STATUS_INVALID_VALUE",
+        "cublasLtMatmulAlgoGetHeuristic returns CUBLAS_STATUS_INVALID_VALUE of an earlier asynchronous cublasLtMatmul",
     ] {
         assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
     }
