@@ -297,6 +297,8 @@ impl HandWritten for Hand {
     unsafe fn lt_forget_handle(handle: *mut c_void) -> Option<Result<(), CublasLtStatus>> {
         // Before the call: no matmul of another thread goes without waiting on it from now on.
         crate::runtime::forget_handle(phos_protocol::apis::Api::Cublaslt, handle as u64);
+        // A cuBLAS handle cast to a cuBLASLt one is the same handle: it is gone for both.
+        crate::runtime::forget_handle(phos_protocol::apis::Api::Cublas, handle as u64);
         None
     }
 
