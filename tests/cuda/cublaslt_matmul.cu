@@ -274,24 +274,38 @@ int main(int argc, char **argv) {
         LT(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
         cublasLtMatrixLayout_t big = layout(64, 64, 64, 1, 0, false), fits = layout(4, 4, 4, 1, 0, false);
         float one = 1.0f, zero = 0.0f;
+        // What only the server can check (the session's memory, the layouts against each
+        // other) may fail a matmul after it returned (it is sent without waiting): the failure
+        // comes back from the next synchronous call on the handle, as CUDA reports an
+        // asynchronous error.
+        cublasLtMatmulPreference_t pref;
+        LT(cublasLtMatmulPreferenceCreate(&pref));
+        auto reported = [&](cublasStatus_t s) {
+            cublasLtMatmulHeuristicResult_t result;
+            int found = 0;
+            return s != CUBLAS_STATUS_SUCCESS
+                       ? s
+                       : cublasLtMatmulAlgoGetHeuristic(lt, desc, fits, fits, fits, fits, pref, 1, &result, &found);
+        };
         // A layout larger than the memory behind it.
         std::printf("hostile: matrix past its allocation -> %s\n",
-                    cublasLtGetStatusName(cublasLtMatmul(lt, desc, &one, small, big, small, big, &zero, small, big,
-                                                         small, big, nullptr, nullptr, 0, 0)));
+                    cublasLtGetStatusName(reported(cublasLtMatmul(lt, desc, &one, small, big, small, big, &zero, small,
+                                                                  big, small, big, nullptr, nullptr, 0, 0))));
         // A bias pointer that is not device memory of the program's.
         cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
         void *bogus = reinterpret_cast<void *>(0x1000);
         LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e)));
         LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bogus, sizeof(bogus)));
         std::printf("hostile: bias pointer not the program's -> %s\n",
-                    cublasLtGetStatusName(cublasLtMatmul(lt, desc, &one, small, fits, small, fits, &zero, small,
-                                                         fits, small, fits, nullptr, nullptr, 0, 0)));
+                    cublasLtGetStatusName(reported(cublasLtMatmul(lt, desc, &one, small, fits, small, fits, &zero,
+                                                                  small, fits, small, fits, nullptr, nullptr, 0, 0))));
         // A workspace said to be larger than its allocation.
         e = CUBLASLT_EPILOGUE_DEFAULT;
         LT(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e)));
         std::printf("hostile: workspace past its allocation -> %s\n",
-                    cublasLtGetStatusName(cublasLtMatmul(lt, desc, &one, small, fits, small, fits, &zero, small,
-                                                         fits, small, fits, nullptr, small, 1 << 20, 0)));
+                    cublasLtGetStatusName(reported(cublasLtMatmul(lt, desc, &one, small, fits, small, fits, &zero,
+                                                                  small, fits, small, fits, nullptr, small, 1 << 20,
+                                                                  0))));
         // An attribute value of the wrong size, and layouts that do not agree.
         int32_t short_epilogue = 1;
         std::printf("hostile: attribute of the wrong size -> %s\n",
@@ -299,8 +313,8 @@ int main(int argc, char **argv) {
                                                                          &short_epilogue, sizeof(short_epilogue))));
         cublasLtMatrixLayout_t other = layout(3, 4, 3, 1, 0, false);
         std::printf("hostile: layouts that do not agree -> %s\n",
-                    cublasLtGetStatusName(cublasLtMatmul(lt, desc, &one, small, other, small, fits, &zero, small,
-                                                         fits, small, fits, nullptr, nullptr, 0, 0)));
+                    cublasLtGetStatusName(reported(cublasLtMatmul(lt, desc, &one, small, other, small, fits, &zero,
+                                                                  small, fits, small, fits, nullptr, nullptr, 0, 0))));
         // A made-up handle and a destroyed descriptor.
         std::printf("hostile: made-up handle -> %s\n",
                     cublasLtGetStatusName(cublasLtMatmul(reinterpret_cast<cublasLtHandle_t>(0x5150), desc, &one, small,
@@ -316,6 +330,7 @@ int main(int argc, char **argv) {
         LT(cublasLtMatmul(lt, desc, &one, small, fits, small, fits, &zero, small, fits, small, fits, nullptr, nullptr,
                           0, 0));
         std::printf("hostile: the handle still works\n");
+        LT(cublasLtMatmulPreferenceDestroy(pref));
         LT(cublasLtMatrixLayoutDestroy(big));
         LT(cublasLtMatrixLayoutDestroy(fits));
         LT(cublasLtMatrixLayoutDestroy(other));

@@ -409,6 +409,49 @@ fn cublas_gemms_make_a_constant_number_of_round_trips() {
     assert!(few_async < many_async);
 }
 
+/// The synchronous calls of `cublaslt_async_matmuls` with `matmuls` matmuls (PHOS_PROFILE's
+/// table): (all of them, those of cublasLtMatmul), and its async calls.
+fn async_lt_profile(exe: &std::path::Path, matmuls: u32) -> (u64, u64, u64) {
+    let out = std::process::Command::new(phos_tests::built("phosctl"))
+        .args(["run", "--backend", "emu", "--transport", "shm", "--"])
+        .arg(exe)
+        .arg(matmuls.to_string())
+        .env("PHOS_GUEST_LIB", phos_tests::built("libphos_guest.so"))
+        .env("PHOS_PROFILE", "1")
+        .output()
+        .expect("running phosctl");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert_eq!(stdout, expected("cublaslt_async_matmuls"), "output differs from the native run\nstderr:\n{stderr}");
+    let head = stderr.lines().find(|l| l.starts_with("phos profile of process")).expect("the profile table");
+    let number_before = |line: &str, word: &str| -> u64 {
+        let at = line.find(word).unwrap_or_else(|| panic!("`{word}` in `{line}`"));
+        line[..at].split_whitespace().last().unwrap().parse().unwrap()
+    };
+    let matmul_sync = stderr
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|w| w.first() == Some(&"cublasLtMatmul"))
+        .map_or(0, |w| w[1].parse().unwrap());
+    (number_before(head, " synchronous calls"), matmul_sync, number_before(head, " async calls"))
+}
+
+/// N cuBLASLt matmuls on a cuBLAS handle cast to a cuBLASLt one (as PyTorch makes them) make
+/// O(1) synchronous calls: after the first, which proves the handle, they go without waiting;
+/// the result is right.
+#[test]
+fn cublaslt_matmuls_make_a_constant_number_of_round_trips() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "cublaslt_async_matmuls", &["-arch=sm_70", "-lcublasLt", "-lcublas"]);
+    let (few, few_matmul, few_async) = async_lt_profile(&exe, 30);
+    let (many, many_matmul, many_async) = async_lt_profile(&exe, 300);
+    assert_eq!(few, many, "synchronous calls grow with the matmuls: {few} for 30, {many} for 300");
+    assert!(few_matmul <= 1 && many_matmul <= 1, "{few_matmul} and {many_matmul} sync cublasLtMatmul");
+    assert!(many_async >= 300 - 2, "{many_async} async calls for 300 matmuls");
+    assert!(few_async < many_async);
+}
+
 /// A cuRAND program (linked with `-lcurand`, so the loader reaches the guest library as
 /// `libcurand.so.10` too): a Monte Carlo estimate of pi and the moments of every distribution
 /// from every pseudo-random generator type, device and host generators, seeds, offsets,
@@ -853,7 +896,9 @@ fn cublaslt_matmul() {
 /// What a careless or hostile cuBLASLt program gets: a layout larger than the memory behind
 /// it, a bias pointer that is not the program's, a workspace past its allocation, an attribute
 /// of the wrong size, layouts that do not agree, a made-up handle and a destroyed descriptor
-/// each get cuBLASLt's status; the server logs each by name and the handle still works.
+/// each get cuBLASLt's status (a matmul's failure that only the server finds through the next
+/// synchronous call on the handle, the matmul going without waiting); the server logs each by
+/// name and the handle still works.
 #[test]
 fn cublaslt_hostile_calls() {
     let Some(nvcc) = nvcc() else { return };
@@ -882,6 +927,10 @@ fn cublaslt_hostile_calls() {
         "cublasLtMatmul: the layouts do not agree",
         "is not a cuBLASLt handle of the session",
         "is not a cublaslt_matmul_desc of the session",
+        // On a live handle with descriptors the guest knows, a matmul goes without waiting:
+        // its failure comes back from the next synchronous call on the handle.
+        "cublasLtMatmul (sent asynchronously) failed with CUBLAS_STATUS_INVALID_VALUE",
+        "cublasLtMatmulAlgoGetHeuristic returns CUBLAS_STATUS_INVALID_VALUE of an earlier asynchronous cublasLtMatmul",
     ] {
         assert!(stderr.contains(logged), "the server's log lacks `{logged}`:\n{stderr}");
     }

@@ -388,6 +388,9 @@ impl HandWritten for Hand {
     unsafe fn forget_handle(handle: *mut c_void) -> Option<Result<(), CublasStatus>> {
         // Before the call: no call of another thread goes without waiting on it from now on.
         crate::runtime::forget_handle(phos_protocol::apis::Api::Cublas, handle as u64);
+        // A cuBLAS handle may serve as a cuBLASLt handle (NVIDIA's documentation allows it):
+        // its matmuls wait again too.
+        crate::runtime::forget_handle(phos_protocol::apis::Api::Cublaslt, handle as u64);
         settings().lock().unwrap_or_else(PoisonError::into_inner).remove(&(handle as u64));
         pointer_modes().lock().unwrap_or_else(PoisonError::into_inner).remove(&(handle as u64));
         None

@@ -36,6 +36,7 @@ mod attr {
 /// What the guest keeps of one descriptor.
 #[derive(Debug, Clone, Copy)]
 struct Noted {
+    kind: Kind,
     scale_type: i32,
     pointer_mode: i32,
     transa: i32,
@@ -45,8 +46,8 @@ struct Noted {
 }
 
 impl Noted {
-    fn scaled(scale_type: i32) -> Noted {
-        Noted { scale_type, pointer_mode: 0, transa: 0, rows: 0, cols: 0, batch: 1 }
+    fn scaled(kind: Kind, scale_type: i32) -> Noted {
+        Noted { kind, scale_type, pointer_mode: 0, transa: 0, rows: 0, cols: 0, batch: 1 }
     }
 }
 
@@ -91,6 +92,14 @@ fn descriptors() -> &'static Mutex<HashMap<u64, Noted>> {
 fn noted(handle: i128) -> Option<Noted> {
     let handle = u64::try_from(handle).ok()?;
     descriptors().lock().unwrap_or_else(PoisonError::into_inner).get(&handle).copied()
+}
+
+/// Whether the guest knows a matmul's descriptors: `matmul` a live matmul descriptor and each
+/// of `layouts` a live matrix layout, made (and not destroyed) by calls the server accepted.
+pub(crate) fn matmul_descriptors_known(matmul: u64, layouts: [u64; 4]) -> bool {
+    let table = descriptors().lock().unwrap_or_else(PoisonError::into_inner);
+    let is = |h: u64, kind: Kind| table.get(&h).is_some_and(|n| n.kind == kind);
+    is(matmul, Kind::Matmul) && layouts.iter().all(|&l| is(l, Kind::Layout))
 }
 
 fn note(n: Note) -> Option<Result<(), CublasLtStatus>> {
@@ -265,7 +274,7 @@ impl HandWritten for Hand {
         _compute_type: i32,
         scale_type: i32,
     ) -> Option<Result<(), CublasLtStatus>> {
-        note(Note::Create { out: matmul_desc, noted: Noted::scaled(scale_type) })
+        note(Note::Create { out: matmul_desc, noted: Noted::scaled(Kind::Matmul, scale_type) })
     }
 
     unsafe fn lt_note_layout_create(
@@ -275,14 +284,22 @@ impl HandWritten for Hand {
         cols: u64,
         _ld: i64,
     ) -> Option<Result<(), CublasLtStatus>> {
-        note(Note::Create { out: layout, noted: Noted { rows, cols, ..Noted::scaled(0) } })
+        note(Note::Create { out: layout, noted: Noted { rows, cols, ..Noted::scaled(Kind::Layout, 0) } })
     }
 
     unsafe fn lt_note_transform_desc_create(
         transform_desc: *mut *mut c_void,
         scale_type: i32,
     ) -> Option<Result<(), CublasLtStatus>> {
-        note(Note::Create { out: transform_desc, noted: Noted::scaled(scale_type) })
+        note(Note::Create { out: transform_desc, noted: Noted::scaled(Kind::Transform, scale_type) })
+    }
+
+    unsafe fn lt_forget_handle(handle: *mut c_void) -> Option<Result<(), CublasLtStatus>> {
+        // Before the call: no matmul of another thread goes without waiting on it from now on.
+        crate::runtime::forget_handle(phos_protocol::apis::Api::Cublaslt, handle as u64);
+        // A cuBLAS handle cast to a cuBLASLt one is the same handle: it is gone for both.
+        crate::runtime::forget_handle(phos_protocol::apis::Api::Cublas, handle as u64);
+        None
     }
 
     unsafe fn lt_note_descriptor_destroy_matmul(desc: *mut c_void) -> Option<Result<(), CublasLtStatus>> {

@@ -6,6 +6,7 @@ use phos_protocol::cublaslt::{self, CublasLtStatus, FunctionId};
 
 use crate::runtime;
 pub use crate::runtime::{byte_len, c_str, call, check_out, copy_out, in_bytes};
+use phos_protocol::RemoteCall;
 
 /// Run one cuBLASLt function; a panic becomes `CUBLAS_STATUS_INTERNAL_ERROR`. A refusal
 /// (`CUBLAS_STATUS_NOT_SUPPORTED`, from the server or the guest) is logged once by name.
@@ -25,4 +26,23 @@ pub fn api_call(id: FunctionId, f: impl FnOnce() -> Result<(), CublasLtStatus>) 
 pub fn unsupported(id: FunctionId) -> i32 {
     runtime::log_unsupported_once(Function::Cublaslt(id), cublaslt::NOT_SUPPORTED.name());
     cublaslt::NOT_SUPPORTED.0
+}
+
+/// A request that names cuBLASLt descriptors the server looks up: it goes without waiting only
+/// where the guest knows each of them (live, of the right kind).
+pub trait Descriptors {
+    fn descriptors_known(&self) -> bool;
+}
+
+impl Descriptors for cublaslt::CublasLtMatmulRequest<'_> {
+    fn descriptors_known(&self) -> bool {
+        super::hand::matmul_descriptors_known(self.computeDesc, [self.Adesc, self.Bdesc, self.Cdesc, self.Ddesc])
+    }
+}
+
+/// A call with an async id (`runtime::call_deferred`: without waiting once `handle` is live),
+/// sent synchronously where a descriptor it names is not known here, so that the server's
+/// refusal of an unknown one is the call's own status.
+pub fn call_deferred<R: RemoteCall + Descriptors>(req: &R, handle: u64) -> Result<(), R::Status> {
+    if req.descriptors_known() { runtime::call_deferred(req, handle) } else { runtime::call(req).map(|_| ()) }
 }
