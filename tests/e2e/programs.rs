@@ -137,6 +137,7 @@ const TESTED_APART: &[&str] = &[
     "cudnn_mnist_layers",
     "cudnn_mnist_full",
     "cublaslt_matmul",
+    "cublaslt_async_matmuls",
     "cufft_convolution",
     "graph_libraries",
     "sample_simple_cufft",
@@ -357,39 +358,51 @@ fn cublas_async_failure_comes_back_from_the_next_call() {
     }
 }
 
-/// The synchronous calls of `cublas_async_gemms` with `gemms` GEMMs (PHOS_PROFILE's table):
-/// (all of them, those of cublasSgemm_v2, those of the setters), and its async calls.
-fn async_gemms_profile(exe: &std::path::Path, gemms: u32) -> (u64, u64, u64, u64) {
-    let out = std::process::Command::new(phos_tests::built("phosctl"))
-        .args(["run", "--backend", "emu", "--transport", "shm", "--"])
-        .arg(exe)
-        .arg(gemms.to_string())
-        .env("PHOS_GUEST_LIB", phos_tests::built("libphos_guest.so"))
-        .env("PHOS_PROFILE", "1")
-        .output()
-        .expect("running phosctl");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
-    assert_eq!(stdout, expected("cublas_async_gemms"), "output differs from the native run\nstderr:\n{stderr}");
-    let head = stderr.lines().find(|l| l.starts_with("phos profile of process")).expect("the profile table");
-    let number_before = |line: &str, word: &str| -> u64 {
-        let at = line.find(word).unwrap_or_else(|| panic!("`{word}` in `{line}`"));
-        line[..at].split_whitespace().last().unwrap().parse().unwrap()
-    };
-    let sync = number_before(head, " synchronous calls");
-    let asyncs = number_before(head, " async calls");
-    // A row: name, sync, waited ms, us/call, async.
-    let row = |name: &str| -> (u64, u64) {
-        stderr
+/// The guest's `PHOS_PROFILE` table of a run of `program` with argument `count` on emu, its
+/// output checked against the native run's.
+struct Profile(String);
+
+impl Profile {
+    fn of(exe: &std::path::Path, program: &str, count: u32) -> Profile {
+        let out = std::process::Command::new(phos_tests::built("phosctl"))
+            .args(["run", "--backend", "emu", "--transport", "shm", "--"])
+            .arg(exe)
+            .arg(count.to_string())
+            .env("PHOS_GUEST_LIB", phos_tests::built("libphos_guest.so"))
+            .env("PHOS_PROFILE", "1")
+            .output()
+            .expect("running phosctl");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+        assert_eq!(stdout, expected(program), "output differs from the native run\nstderr:\n{stderr}");
+        Profile(stderr)
+    }
+
+    /// The number before `word` in the table's first line (" synchronous calls", " async calls").
+    fn total(&self, word: &str) -> u64 {
+        let head = self.0.lines().find(|l| l.starts_with("phos profile of process")).expect("the profile table");
+        let at = head.find(word).unwrap_or_else(|| panic!("`{word}` in `{head}`"));
+        head[..at].split_whitespace().last().unwrap().parse().unwrap()
+    }
+
+    /// A function's synchronous calls (its row: name, sync, sync ms, us/call, async...).
+    fn sync_calls(&self, name: &str) -> u64 {
+        self.0
             .lines()
             .map(|l| l.split_whitespace().collect::<Vec<_>>())
             .find(|w| w.first() == Some(&name))
-            .map_or((0, 0), |w| (w[1].parse().unwrap(), w[4].parse().unwrap()))
-    };
+            .map_or(0, |w| w[1].parse().unwrap())
+    }
+}
+
+/// The synchronous calls of `cublas_async_gemms` with `gemms` GEMMs (PHOS_PROFILE's table):
+/// (all of them, those of cublasSgemm_v2, those of the setters), and its async calls.
+fn async_gemms_profile(exe: &std::path::Path, gemms: u32) -> (u64, u64, u64, u64) {
+    let p = Profile::of(exe, "cublas_async_gemms", gemms);
     let setters: u64 =
-        ["cublasSetStream_v2", "cublasSetWorkspace_v2", "cublasSetMathMode"].iter().map(|n| row(n).0).sum();
-    (sync, row("cublasSgemm_v2").0, setters, asyncs)
+        ["cublasSetStream_v2", "cublasSetWorkspace_v2", "cublasSetMathMode"].iter().map(|n| p.sync_calls(n)).sum();
+    (p.total(" synchronous calls"), p.sync_calls("cublasSgemm_v2"), setters, p.total(" async calls"))
 }
 
 /// N GEMMs with the handle's settings set before each (as PyTorch does) make O(1)
@@ -412,29 +425,8 @@ fn cublas_gemms_make_a_constant_number_of_round_trips() {
 /// The synchronous calls of `cublaslt_async_matmuls` with `matmuls` matmuls (PHOS_PROFILE's
 /// table): (all of them, those of cublasLtMatmul), and its async calls.
 fn async_lt_profile(exe: &std::path::Path, matmuls: u32) -> (u64, u64, u64) {
-    let out = std::process::Command::new(phos_tests::built("phosctl"))
-        .args(["run", "--backend", "emu", "--transport", "shm", "--"])
-        .arg(exe)
-        .arg(matmuls.to_string())
-        .env("PHOS_GUEST_LIB", phos_tests::built("libphos_guest.so"))
-        .env("PHOS_PROFILE", "1")
-        .output()
-        .expect("running phosctl");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
-    assert_eq!(stdout, expected("cublaslt_async_matmuls"), "output differs from the native run\nstderr:\n{stderr}");
-    let head = stderr.lines().find(|l| l.starts_with("phos profile of process")).expect("the profile table");
-    let number_before = |line: &str, word: &str| -> u64 {
-        let at = line.find(word).unwrap_or_else(|| panic!("`{word}` in `{line}`"));
-        line[..at].split_whitespace().last().unwrap().parse().unwrap()
-    };
-    let matmul_sync = stderr
-        .lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .find(|w| w.first() == Some(&"cublasLtMatmul"))
-        .map_or(0, |w| w[1].parse().unwrap());
-    (number_before(head, " synchronous calls"), matmul_sync, number_before(head, " async calls"))
+    let p = Profile::of(exe, "cublaslt_async_matmuls", matmuls);
+    (p.total(" synchronous calls"), p.sync_calls("cublasLtMatmul"), p.total(" async calls"))
 }
 
 /// N cuBLASLt matmuls on a cuBLAS handle cast to a cuBLASLt one (as PyTorch makes them) make
