@@ -337,12 +337,13 @@ impl ApiServer {
             // Whether the ledger has this async call already (it ran, or had run before).
             let mut noted = false;
             // A synchronous call sent again that had run: answered with its kept reply.
-            let kept_answer = match Function::from_wire(h.api, h.function) {
-                Some(f) if resent && !is_async => match session.sync_replies.resent(&kept, h.call_id, f) {
+            // (Only a resent frame looks: the common call pays nothing here.)
+            let kept_answer = match (resent && !is_async).then(|| Function::from_wire(h.api, h.function)).flatten() {
+                Some(f) => match session.sync_replies.resent(&kept, h.call_id, f) {
                     crate::kept::Resent::Ran(status) => Some((f, status)),
                     crate::kept::Resent::NotKept => None,
                 },
-                _ => None,
+                None => None,
             };
             // Whether the reply to send is the one the channel kept (the call ran, or had).
             let mut from_kept = kept_answer.is_some();

@@ -298,7 +298,7 @@ pub fn open_lane(stream: &mut impl Read, key: &[u8; 16]) -> Result<(u16, u16), I
         // Another version of the stream (a source server of another build): say so.
         if start[..7] == MIGRATION_MAGIC[..7] {
             return Err(corrupted(format!(
-                "a migration stream of version {} from the source, where this server reads version {}:                  source and target servers must be of the same build",
+                "a migration stream of version {} from the source, where this server reads version {}: source and target servers must be of the same build",
                 char::from(start[7]),
                 char::from(MIGRATION_MAGIC[7])
             )));

@@ -13,6 +13,19 @@ fn expected(name: &str) -> String {
         .unwrap_or_else(|e| panic!("tests/cuda/expected/{name}.out: {e}"))
 }
 
+/// Runs the built `exe` (tests/cuda/`name`) on emu over shared-memory rings, checks that it
+/// succeeded and printed what it prints natively, and answers its log (standard error).
+fn emu_run(exe: &std::path::Path, name: &str) -> String {
+    let out = phos_run_over("emu", "shm", exe, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    // The loader found the symbol versions NVIDIA's libraries carry in Phos's.
+    assert!(!stderr.contains("no version information"), "{stderr}");
+    assert_eq!(stdout, expected(name), "output differs from the native run\nstderr:\n{stderr}");
+    stderr
+}
+
 /// Runs `name` on emu (over shared-memory rings) and compares its output with the native
 /// GPU's.
 fn same_as_native(name: &str) {
@@ -292,12 +305,7 @@ fn managed_memory_needs_the_pinned_arena() {
 fn cublas_blas() {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "cublas_blas", &["-arch=sm_70", "-lcublas"]);
-    let out = phos_run_over("emu", "shm", &exe, &[]);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
-    assert!(!stderr.contains("no version information"), "{stderr}");
-    assert_eq!(stdout, expected("cublas_blas"), "output differs from the native run\nstderr:\n{stderr}");
+    let stderr = emu_run(&exe, "cublas_blas");
     // The function it calls that Phos does not carry on emu is refused by name; its complex
     // GEMM is served.
     assert!(stderr.contains("cublasSgeam"), "the refusal names its function:\n{stderr}");
@@ -452,12 +460,7 @@ fn cublaslt_matmuls_make_a_constant_number_of_round_trips() {
 fn curand_montecarlo() {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "curand_montecarlo", &["-arch=sm_70", "-lcurand"]);
-    let out = phos_run_over("emu", "shm", &exe, &[]);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
-    assert!(!stderr.contains("no version information"), "{stderr}");
-    assert_eq!(stdout, expected("curand_montecarlo"), "output differs from the native run\nstderr:\n{stderr}");
+    let stderr = emu_run(&exe, "curand_montecarlo");
     // emu serves SOBOL32 (the program checks its 2D sequence's mean): nothing is refused.
     assert!(!stderr.contains("generator type 201"), "SOBOL32 is served on emu:\n{stderr}");
 }
@@ -504,12 +507,7 @@ fn curand_hostile_calls() {
 fn cusolver_dense() {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "cusolver_dense", &["-arch=sm_70", "-lcusolver"]);
-    let out = phos_run_over("emu", "shm", &exe, &[]);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
-    assert!(!stderr.contains("no version information"), "{stderr}");
-    assert_eq!(stdout, expected("cusolver_dense"), "output differs from the native run\nstderr:\n{stderr}");
+    let stderr = emu_run(&exe, "cusolver_dense");
     assert!(stderr.contains("cusolverDnCgetrf_bufferSize"), "the refusal names its function:\n{stderr}");
 }
 
@@ -559,12 +557,7 @@ fn cusolver_hostile_calls() {
 fn cusparse_cg() {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "cusparse_cg", &["-arch=sm_70", "-lcusparse", "-lcublas"]);
-    let out = phos_run_over("emu", "shm", &exe, &[]);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
-    assert!(!stderr.contains("no version information"), "{stderr}");
-    assert_eq!(stdout, expected("cusparse_cg"), "output differs from the native run\nstderr:\n{stderr}");
+    let stderr = emu_run(&exe, "cusparse_cg");
     assert!(stderr.contains("cusparseSpMatSetStridedBatch"), "the refusal names its function:\n{stderr}");
 }
 
@@ -617,12 +610,7 @@ fn cudnn_conv_on_emu_matches_the_host() {
     let Some(nvcc) = nvcc() else { return };
     let link = phos_tests::cudnn_link_flags();
     let exe = build_program(&nvcc, "cudnn_conv", &["-arch=sm_70", &link[0], &link[1]]);
-    let out = phos_run_over("emu", "shm", &exe, &[]);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
-    assert!(!stderr.contains("no version information"), "{stderr}");
-    assert_eq!(stdout, expected("cudnn_conv"), "output differs from the native run\nstderr:\n{stderr}");
+    emu_run(&exe, "cudnn_conv");
 }
 
 /// What a careless or hostile cuDNN program gets: CUDNN_STATUS_BAD_PARAM for made-up and
@@ -677,11 +665,7 @@ fn cudnn_batchnorm_on_emu_matches_the_host() {
     let Some(nvcc) = nvcc() else { return };
     let link = phos_tests::cudnn_link_flags();
     let exe = build_program(&nvcc, "cudnn_batchnorm", &["-arch=sm_70", &link[0], &link[1]]);
-    let out = phos_run_over("emu", "shm", &exe, &[]);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
-    assert_eq!(stdout, expected("cudnn_batchnorm"), "output differs from the native run\nstderr:\n{stderr}");
+    emu_run(&exe, "cudnn_batchnorm");
 }
 
 /// What a careless or hostile program gets from the legacy API: CUDNN_STATUS_BAD_PARAM for bad
@@ -757,11 +741,7 @@ fn cudnn_mnist_layers_on_emu_match_the_host() {
     let Some(nvcc) = nvcc() else { return };
     let link = phos_tests::cudnn_link_flags();
     let exe = build_program(&nvcc, "cudnn_mnist_layers", &["-arch=sm_70", &link[0], &link[1], "-lcublas"]);
-    let out = phos_run_over("emu", "shm", &exe, &[]);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
-    assert_eq!(stdout, expected("cudnn_mnist_layers"), "output differs from the native run\nstderr:\n{stderr}");
+    let stderr = emu_run(&exe, "cudnn_mnist_layers");
     for logged in ["dimension -1", "stride or dilation 0", "group count 0", "where the convolution makes"] {
         assert!(stderr.contains(logged), "the log lacks `{logged}`:\n{stderr}");
     }
@@ -780,11 +760,7 @@ fn cudnn_mnist_full_on_emu_matches_the_host() {
     let Some(nvcc) = nvcc() else { return };
     let link = phos_tests::cudnn_link_flags();
     let exe = build_program(&nvcc, "cudnn_mnist_full", &["-arch=sm_70", &link[0], &link[1]]);
-    let out = phos_run_over("emu", "shm", &exe, &[]);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
-    assert_eq!(stdout, expected("cudnn_mnist_full"), "output differs from the native run\nstderr:\n{stderr}");
+    let stderr = emu_run(&exe, "cudnn_mnist_full");
     for logged in ["does not broadcast over", "window or stride 0", "LRN window 17", "softmax algorithm 7"] {
         assert!(stderr.contains(logged), "the log lacks `{logged}`:\n{stderr}");
     }
@@ -877,12 +853,7 @@ fn cudnn_mnist_layers_hostile_calls() {
 fn cublaslt_matmul() {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "cublaslt_matmul", &["-arch=sm_70", "-lcublasLt", "-lcublas"]);
-    let out = phos_run_over("emu", "shm", &exe, &[]);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
-    assert!(!stderr.contains("no version information"), "{stderr}");
-    assert_eq!(stdout, expected("cublaslt_matmul"), "output differs from the native run\nstderr:\n{stderr}");
+    emu_run(&exe, "cublaslt_matmul");
 }
 
 /// What a careless or hostile cuBLASLt program gets: a layout larger than the memory behind
@@ -937,12 +908,7 @@ fn cublaslt_hostile_calls() {
 fn cufft_convolution() {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "cufft_convolution", &["-arch=sm_70", "-lcufft"]);
-    let out = phos_run_over("emu", "shm", &exe, &[]);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
-    assert!(!stderr.contains("no version information"), "{stderr}");
-    assert_eq!(stdout, expected("cufft_convolution"), "output differs from the native run\nstderr:\n{stderr}");
+    let stderr = emu_run(&exe, "cufft_convolution");
     assert!(stderr.contains("cufftXtSetGPUs"), "the refusal names its function:\n{stderr}");
 }
 
@@ -995,11 +961,7 @@ const GRAPH_LIBRARIES_LINK: &[&str] = &["-arch=sm_70", "-lcublas", "-lcusparse",
 fn graph_libraries() {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "graph_libraries", GRAPH_LIBRARIES_LINK);
-    let out = phos_run_over("emu", "shm", &exe, &[]);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
-    assert_eq!(stdout, expected("graph_libraries"), "output differs from the native run\nstderr:\n{stderr}");
+    emu_run(&exe, "graph_libraries");
 }
 
 /// What CUDA cannot capture either is refused by name: a cuBLAS dot product with its result on
