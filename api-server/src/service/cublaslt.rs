@@ -63,6 +63,20 @@ fn scale_bytes(scale_type: i64) -> i64 {
     }
 }
 
+/// Whether a failure of `id`, sent without waiting, waits for the next synchronous cuBLASLt
+/// call whatever it names (`deferred::ANY`): a descriptor's setting, whose descriptor the
+/// calls that use it do not name first.
+pub(crate) fn defers_to_any(id: Function) -> bool {
+    matches!(
+        id,
+        Function::Cublaslt(
+            FunctionId::CublasLtMatmulDescSetAttribute
+                | FunctionId::CublasLtMatrixLayoutSetAttribute
+                | FunctionId::CublasLtMatmulPreferenceSetAttribute
+        )
+    )
+}
+
 /// The vendor's objects of one call: (kind, virtual handle, vendor object).
 struct VendorObjects(Vec<(&'static str, u64, u64)>);
 
