@@ -7,7 +7,7 @@
 // row-major batched layout, a new descriptor reads back the defaults and computes a plain GEMM.
 // Setting what is set already, and setting an attribute back, change nothing else. What is
 // printed is the same wherever the program runs. The first argument is the number of cycles
-// (default 48); with `checkpoint` it uses and destroys descriptors with a bias epilogue, makes
+// (default 48, at least 6); with `checkpoint` it uses and destroys descriptors with a bias epilogue, makes
 // new ones, says so, waits three seconds (a checkpoint and restore happen then) and checks
 // afterwards that the new ones are fresh.
 #include <cmath>
@@ -235,6 +235,7 @@ static Descriptors make_plain(const Problem &p) {
 int main(int argc, char **argv) {
     bool checkpoint = argc > 1 && std::strcmp(argv[1], "checkpoint") == 0;
     int cycles = argc > 1 && !checkpoint ? std::atoi(argv[1]) : 48;
+    EXPECT(cycles >= N_PROBLEMS);
     cublasLtHandle_t lt;
     LT(cublasLtCreate(&lt));
     size_t workspace_size = 1 << 20;
@@ -275,9 +276,13 @@ int main(int argc, char **argv) {
         destroy(d);
         release(o);
     }
-    for (int i = 0; i < N_PROBLEMS; ++i)
-        std::printf("%s: %dx%dx%d, batch %d: %d of %d cycles match the host\n", PROBLEMS[i].name, PROBLEMS[i].m,
-                    PROBLEMS[i].n, PROBLEMS[i].k, PROBLEMS[i].batch, matched[i], ran[i]);
+    for (int i = 0; i < N_PROBLEMS; ++i) {
+        if (matched[i] == ran[i])
+            std::printf("%s: %dx%dx%d, batch %d: every cycle matches the host\n", PROBLEMS[i].name, PROBLEMS[i].m,
+                        PROBLEMS[i].n, PROBLEMS[i].k, PROBLEMS[i].batch);
+        else
+            std::printf("%s: WRONG in %d of %d cycles\n", PROBLEMS[i].name, ran[i] - matched[i], ran[i]);
+    }
 
     // A descriptor made after one with other attributes starts from the defaults.
     bool fresh = true;

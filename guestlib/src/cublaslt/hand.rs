@@ -14,6 +14,11 @@
 //! without waiting (`rt::call_deferred`), and a heuristic query whose descriptors have the
 //! contents of an earlier one on the same handle is answered from the earlier answer
 //! ([`heuristics`]).
+//!
+//! A matmul descriptor, layout or preference the program destroys goes to the guest's pool
+//! (the server keeps it), and a creation of the kind takes one from it: the server makes it
+//! again under the same handle with the creation's arguments (`phosLt...Reinit`, without
+//! waiting), so a framework's create/destroy around every matmul costs no round trip.
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
@@ -130,14 +135,27 @@ pub(crate) fn matmul_descriptors_known(matmul: u64, layouts: [u64; 4]) -> bool {
 /// attribute of that size, so only the value is left for the server (and NVIDIA's library) to
 /// refuse.
 pub(crate) fn setting_known(kind: SetKind, handle: u64, attr: i32, size: u64) -> bool {
-    let kind = match kind {
-        SetKind::Matmul => Kind::Matmul,
-        SetKind::Layout => Kind::Layout,
-        SetKind::Preference => Kind::Preference,
-    };
+    let kind = Kind::from(kind);
     let sized = attribute_size(kind, attr).is_some_and(|s| s as u64 == size);
     sized
         && descriptors().lock().unwrap_or_else(PoisonError::into_inner).get(&handle).is_some_and(|k| k.noted.kind == kind)
+}
+
+/// Whether the destruction of `handle` can go without waiting: the guest knows the descriptor,
+/// of the kind the call takes (it leaves the table once the call is sent).
+pub(crate) fn destroy_known(kind: SetKind, handle: u64) -> bool {
+    let kind = Kind::from(kind);
+    descriptors().lock().unwrap_or_else(PoisonError::into_inner).get(&handle).is_some_and(|k| k.noted.kind == kind)
+}
+
+impl From<SetKind> for Kind {
+    fn from(kind: SetKind) -> Kind {
+        match kind {
+            SetKind::Matmul => Kind::Matmul,
+            SetKind::Layout => Kind::Layout,
+            SetKind::Preference => Kind::Preference,
+        }
+    }
 }
 
 /// The kinds of descriptor whose settings have an async id.
@@ -164,6 +182,69 @@ fn attribute_size(kind: Kind, attr: i32) -> Option<usize> {
         _ => return None,
     };
     Some(size)
+}
+
+/// Descriptors of each kind the guest keeps for reuse at most.
+const POOL_MAX: usize = 64;
+
+/// The guest's pool: descriptors the program destroyed that the server still has, by kind,
+/// made again (`phosLt...Reinit`) when the program creates one of the kind.
+fn pool() -> &'static Mutex<HashMap<Kind, Vec<u64>>> {
+    static POOL: OnceLock<Mutex<HashMap<Kind, Vec<u64>>>> = OnceLock::new();
+    POOL.get_or_init(Mutex::default)
+}
+
+/// A creation answered from the pool: a descriptor of `kind` taken from it is made again by
+/// the server (`reinit`, sent without waiting) with the creation's arguments and written to
+/// `out`. `None` when the pool has none (the creation goes to the server).
+fn reuse(
+    kind: Kind,
+    out: *mut *mut c_void,
+    noted: Noted,
+    created: [i64; 4],
+    reinit: impl FnOnce(u64) -> Result<(), CublasLtStatus>,
+) -> Option<Result<(), CublasLtStatus>> {
+    let _ = PENDING.try_with(|p| p.set(None));
+    if out.is_null() {
+        // The generated path refuses it.
+        return None;
+    }
+    let handle = pool().lock().unwrap_or_else(PoisonError::into_inner).get_mut(&kind)?.pop()?;
+    Some(reinit(handle).map(|()| {
+        descriptors().lock().unwrap_or_else(PoisonError::into_inner).insert(
+            handle,
+            Known { noted, created, values: BTreeMap::new() },
+        );
+        // SAFETY: `out` is the caller's out parameter (cuBLASLt's contract), checked for null.
+        unsafe { out.write(handle as *mut c_void) };
+    }))
+}
+
+/// A destruction: a descriptor the guest knows goes to the pool while the pool has room
+/// (`park` tells the server, without waiting, which refuses every call naming it from then
+/// on, as a destroyed one), answered here; otherwise it is noted and destroyed by the server.
+fn to_pool(
+    kind: Kind,
+    handle: u64,
+    park: impl FnOnce(u64) -> Result<(), CublasLtStatus>,
+) -> Option<Result<(), CublasLtStatus>> {
+    let room = {
+        let mut table = descriptors().lock().unwrap_or_else(PoisonError::into_inner);
+        let known = table.get(&handle).is_some_and(|k| k.noted.kind == kind);
+        let room = pool().lock().unwrap_or_else(PoisonError::into_inner).get(&kind).is_none_or(|p| p.len() < POOL_MAX);
+        if known && room {
+            // Gone for the program's other threads from now on.
+            table.remove(&handle);
+        }
+        known && room
+    };
+    if !room {
+        return note(Note::Destroy(handle));
+    }
+    let _ = PENDING.try_with(|p| p.set(None));
+    Some(park(handle).map(|()| {
+        pool().lock().unwrap_or_else(PoisonError::into_inner).entry(kind).or_default().push(handle);
+    }))
 }
 
 fn note(n: Note) -> Option<Result<(), CublasLtStatus>> {
@@ -364,7 +445,19 @@ impl HandWritten for Hand {
         scale_type: i32,
     ) -> Option<Result<(), CublasLtStatus>> {
         let created = [i64::from(compute_type), i64::from(scale_type), 0, 0];
-        note(Note::Create { out: matmul_desc, noted: Noted::scaled(Kind::Matmul, scale_type), created })
+        let noted = Noted::scaled(Kind::Matmul, scale_type);
+        let reinit = |h| {
+            let req = cublaslt::PhosLtMatmulDescReinitRequest {
+                matmulDesc: h,
+                computeType: compute_type,
+                scaleType: scale_type,
+            };
+            crate::runtime::call_async(&req)
+        };
+        if let Some(made) = reuse(Kind::Matmul, matmul_desc, noted, created, reinit) {
+            return Some(made);
+        }
+        note(Note::Create { out: matmul_desc, noted, created })
     }
 
     unsafe fn lt_note_layout_create(
@@ -375,7 +468,15 @@ impl HandWritten for Hand {
         ld: i64,
     ) -> Option<Result<(), CublasLtStatus>> {
         let created = [i64::from(data_type), rows as i64, cols as i64, ld];
-        note(Note::Create { out: layout, noted: Noted { rows, cols, ..Noted::scaled(Kind::Layout, 0) }, created })
+        let noted = Noted { rows, cols, ..Noted::scaled(Kind::Layout, 0) };
+        let reinit = |h| {
+            let req = cublaslt::PhosLtMatrixLayoutReinitRequest { matLayout: h, dataType: data_type, rows, cols, ld };
+            crate::runtime::call_async(&req)
+        };
+        if let Some(made) = reuse(Kind::Layout, layout, noted, created, reinit) {
+            return Some(made);
+        }
+        note(Note::Create { out: layout, noted, created })
     }
 
     unsafe fn lt_note_transform_desc_create(
@@ -387,11 +488,17 @@ impl HandWritten for Hand {
     }
 
     unsafe fn lt_note_preference_create(pref: *mut *mut c_void) -> Option<Result<(), CublasLtStatus>> {
-        note(Note::Create { out: pref, noted: Noted::scaled(Kind::Preference, 0), created: [0; 4] })
+        let noted = Noted::scaled(Kind::Preference, 0);
+        let reinit = |h| crate::runtime::call_async(&cublaslt::PhosLtMatmulPreferenceReinitRequest { pref: h });
+        if let Some(made) = reuse(Kind::Preference, pref, noted, [0; 4], reinit) {
+            return Some(made);
+        }
+        note(Note::Create { out: pref, noted, created: [0; 4] })
     }
 
     unsafe fn lt_note_descriptor_destroy_preference(desc: *mut c_void) -> Option<Result<(), CublasLtStatus>> {
-        note(Note::Destroy(desc as u64))
+        let park = |h| crate::runtime::call_async(&cublaslt::PhosLtMatmulPreferenceParkRequest { pref: h });
+        to_pool(Kind::Preference, desc as u64, park)
     }
 
     unsafe fn lt_note_preference_set(
@@ -460,11 +567,13 @@ impl HandWritten for Hand {
     }
 
     unsafe fn lt_note_descriptor_destroy_matmul(desc: *mut c_void) -> Option<Result<(), CublasLtStatus>> {
-        note(Note::Destroy(desc as u64))
+        let park = |h| crate::runtime::call_async(&cublaslt::PhosLtMatmulDescParkRequest { matmulDesc: h });
+        to_pool(Kind::Matmul, desc as u64, park)
     }
 
     unsafe fn lt_note_descriptor_destroy_layout(desc: *mut c_void) -> Option<Result<(), CublasLtStatus>> {
-        note(Note::Destroy(desc as u64))
+        let park = |h| crate::runtime::call_async(&cublaslt::PhosLtMatrixLayoutParkRequest { matLayout: h });
+        to_pool(Kind::Layout, desc as u64, park)
     }
 
     unsafe fn lt_note_descriptor_destroy_transform(desc: *mut c_void) -> Option<Result<(), CublasLtStatus>> {

@@ -65,6 +65,27 @@ impl Descriptors for cublaslt::CublasLtMatmulPreferenceSetAttributeRequest<'_> {
     const ON_DESCRIPTOR: bool = true;
 }
 
+impl Descriptors for cublaslt::CublasLtMatmulDescDestroyRequest {
+    fn descriptors_known(&self) -> bool {
+        super::hand::destroy_known(SetKind::Matmul, self.matmulDesc)
+    }
+    const ON_DESCRIPTOR: bool = true;
+}
+
+impl Descriptors for cublaslt::CublasLtMatrixLayoutDestroyRequest {
+    fn descriptors_known(&self) -> bool {
+        super::hand::destroy_known(SetKind::Layout, self.matLayout)
+    }
+    const ON_DESCRIPTOR: bool = true;
+}
+
+impl Descriptors for cublaslt::CublasLtMatmulPreferenceDestroyRequest {
+    fn descriptors_known(&self) -> bool {
+        super::hand::destroy_known(SetKind::Preference, self.pref)
+    }
+    const ON_DESCRIPTOR: bool = true;
+}
+
 /// A call with an async id (`runtime::call_deferred`: without waiting once `handle` is live),
 /// sent synchronously where a descriptor it names is not known here, so that the server's
 /// refusal of an unknown one is the call's own status. A setting of a known descriptor goes
