@@ -875,7 +875,12 @@ fn cublaslt_descriptor_reuse() {
         assert_eq!(many.sync_calls(setter), 0, "{setter} waited:\n{}", many.0);
     }
     let asked = |p: &Profile| p.sync_calls("cublasLtMatmulAlgoGetHeuristic");
-    assert!(asked(&many) <= asked(&few) + 6, "heuristic queries grow with the cycles: {} for 12, {} for 60", asked(&few), asked(&many));
+    assert!(
+        asked(&many) <= asked(&few) + 6,
+        "heuristic queries grow with the cycles: {} for 12, {} for 60",
+        asked(&few),
+        asked(&many)
+    );
 }
 
 /// What a careless or hostile cuBLASLt program gets: a layout larger than the memory behind

@@ -371,7 +371,8 @@ impl LtRegistry {
     pub fn get_captured(&self, kind: DescKind, handle: u64, snapshot: Option<u64>) -> Result<Descriptor, CudaError> {
         if let Some(id) = snapshot {
             let retained = self.retained.lock();
-            let found = retained.snapshots.get(&id).and_then(|s| s.iter().find(|(h, d)| d.kind == kind && *h == handle));
+            let found =
+                retained.snapshots.get(&id).and_then(|s| s.iter().find(|(h, d)| d.kind == kind && *h == handle));
             if let Some((_, d)) = found {
                 return Ok(d.clone());
             }

@@ -1045,8 +1045,7 @@ impl CublasltService for Session {
         let name = "cublasLtMatmul";
         let h = self.lt_handle(name, req.lightHandle)?;
         let layouts = [req.Adesc, req.Bdesc, req.Cdesc, req.Ddesc];
-        let (desc, ls, plan) =
-            self.lt_matmul_plan(cx, name, req.computeDesc, layouts, [req.A, req.B, req.C, req.D])?;
+        let (desc, ls, plan) = self.lt_matmul_plan(cx, name, req.computeDesc, layouts, [req.A, req.B, req.C, req.D])?;
         self.lt_check_notes(name, &desc, matmul::SCALE_TYPE, matmul::POINTER_MODE, req.mode, req.scalar_size)?;
         if req.flops != plan.flops {
             let why = format!("the call counts {} flops where its descriptors make {}", req.flops, plan.flops);

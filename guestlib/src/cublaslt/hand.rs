@@ -138,7 +138,11 @@ pub(crate) fn setting_known(kind: SetKind, handle: u64, attr: i32, size: u64) ->
     let kind = Kind::from(kind);
     let sized = attribute_size(kind, attr).is_some_and(|s| s as u64 == size);
     sized
-        && descriptors().lock().unwrap_or_else(PoisonError::into_inner).get(&handle).is_some_and(|k| k.noted.kind == kind)
+        && descriptors()
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&handle)
+            .is_some_and(|k| k.noted.kind == kind)
 }
 
 /// Whether the destruction of `handle` can go without waiting: the guest knows the descriptor,
@@ -211,10 +215,10 @@ fn reuse(
     }
     let handle = pool().lock().unwrap_or_else(PoisonError::into_inner).get_mut(&kind)?.pop()?;
     Some(reinit(handle).map(|()| {
-        descriptors().lock().unwrap_or_else(PoisonError::into_inner).insert(
-            handle,
-            Known { noted, created, values: BTreeMap::new() },
-        );
+        descriptors()
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(handle, Known { noted, created, values: BTreeMap::new() });
         // SAFETY: `out` is the caller's out parameter (cuBLASLt's contract), checked for null.
         unsafe { out.write(handle as *mut c_void) };
     }))
@@ -257,7 +261,13 @@ fn note(n: Note) -> Option<Result<(), CublasLtStatus>> {
 ///
 /// # Safety
 /// `buf` must hold `size` bytes, or be null.
-unsafe fn note_set(kind: Kind, handle: u64, attr: i32, buf: *const c_void, size: usize) -> Option<Result<(), CublasLtStatus>> {
+unsafe fn note_set(
+    kind: Kind,
+    handle: u64,
+    attr: i32,
+    buf: *const c_void,
+    size: usize,
+) -> Option<Result<(), CublasLtStatus>> {
     if buf.is_null() || size > 64 {
         // The generated path refuses it.
         let _ = PENDING.try_with(|p| p.set(None));
@@ -683,8 +693,11 @@ mod heuristics {
     /// Answers kept at most.
     const MAX_KEPT: usize = 1024;
 
-    fn cache() -> &'static Mutex<HashMap<Key, (Vec<u8>, i32)>> {
-        static CACHE: OnceLock<Mutex<HashMap<Key, (Vec<u8>, i32)>>> = OnceLock::new();
+    /// A kept answer: the algorithms' results (96 bytes each) and their count.
+    type Answer = (Vec<u8>, i32);
+
+    fn cache() -> &'static Mutex<HashMap<Key, Answer>> {
+        static CACHE: OnceLock<Mutex<HashMap<Key, Answer>>> = OnceLock::new();
         CACHE.get_or_init(Mutex::default)
     }
 
@@ -715,7 +728,7 @@ mod heuristics {
         Some(key)
     }
 
-    pub fn lookup(key: &Key) -> Option<(Vec<u8>, i32)> {
+    pub fn lookup(key: &Key) -> Option<Answer> {
         cache().lock().unwrap_or_else(PoisonError::into_inner).get(key).cloned()
     }
 
