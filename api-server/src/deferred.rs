@@ -8,6 +8,11 @@
 //! guest logs which earlier call it belongs to). Handles carry their kind in their tag, so
 //! no other argument of another function takes the value of a live handle by chance.
 //! A failure waiting at a checkpoint is not in the image: it was logged when it happened.
+//!
+//! A failure of a call on an object no later call names first (a cuBLASLt descriptor's
+//! setting: matmuls and heuristic queries name the handle first, and the guest may never send
+//! the descriptor's destruction) waits under [`ANY`]: the next synchronous call of the API,
+//! whatever it names, returns it.
 
 use std::collections::HashMap;
 
@@ -25,6 +30,9 @@ pub struct Failed {
 pub struct Deferred {
     waiting: Mutex<HashMap<(u16, u64), Failed>>,
 }
+
+/// The key of a failure any synchronous call of its API returns (no handle is 0).
+pub const ANY: u64 = 0;
 
 /// The handle a request names first, if it is long enough to have one.
 pub fn first_handle(payload: &[u8]) -> Option<u64> {
@@ -44,13 +52,16 @@ impl Deferred {
     }
 
     /// A synchronous call of `api` with `payload`: the failure it returns, if one waits for
-    /// the handle it names first.
+    /// the handle it names first, or for any call of the API ([`ANY`]).
     pub fn take(&self, api: u16, payload: &[u8]) -> Option<Failed> {
         let mut waiting = self.waiting.lock();
         if waiting.is_empty() {
             return None;
         }
-        waiting.remove(&(api, first_handle(payload)?))
+        if let Some(failed) = first_handle(payload).and_then(|h| waiting.remove(&(api, h))) {
+            return Some(failed);
+        }
+        waiting.remove(&(api, ANY))
     }
 }
 
@@ -72,5 +83,15 @@ mod tests {
         req.extend_from_slice(&[1, 2, 3, 4]);
         assert_eq!(d.take(2, &req), Some(f));
         assert_eq!(d.take(2, &req), None, "returned once");
+    }
+
+    #[test]
+    fn a_failure_for_any_call_goes_to_the_next_synchronous_call_of_its_api() {
+        let d = Deferred::default();
+        let f = Failed { status: 7, function: "cublasLtMatmulDescSetAttribute" };
+        assert!(d.failed(7, ANY, f));
+        assert_eq!(d.take(2, &0x1610u64.to_le_bytes()), None, "another API");
+        assert_eq!(d.take(7, &[]), Some(f), "any request, a short one too");
+        assert_eq!(d.take(7, &[]), None);
     }
 }

@@ -758,18 +758,22 @@ impl ApiServer {
     /// it. The acknowledgement says success: the runtime's last error is not the library's.
     fn defer(session: &Session, id: Function, payload: &[u8], code: i32) {
         let api = id.api();
-        let handle = crate::deferred::first_handle(payload).unwrap_or(0);
+        let handle = if crate::service::cublaslt::defers_to_any(id) {
+            crate::deferred::ANY
+        } else {
+            crate::deferred::first_handle(payload).unwrap_or(0)
+        };
         let kept =
             session.deferred.failed(api.id(), handle, crate::deferred::Failed { status: code, function: id.name() });
         if let Some(dropped) = GUEST_LINES.admit(&session.id.to_string()) {
             tracing::error!(
                 session = session.id,
                 dropped,
-                "{} (sent asynchronously) failed with {} on handle {handle:#x}: {}",
+                "{} (sent asynchronously) failed with {} on handle {handle:#x} (0: any): {}",
                 id.name(),
                 api.status_name(code),
                 if kept {
-                    "the next synchronous call of the API on that handle returns it"
+                    "the next synchronous call of the API on that handle (any, for 0) returns it"
                 } else {
                     "an earlier failure on that handle is still waiting to be returned"
                 }

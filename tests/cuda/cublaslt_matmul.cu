@@ -280,12 +280,16 @@ int main(int argc, char **argv) {
         // asynchronous error.
         cublasLtMatmulPreference_t pref;
         LT(cublasLtMatmulPreferenceCreate(&pref));
+        // Each time another question (the number of algorithms asked for), so that it goes to
+        // the server: Phos's guest answers a heuristic query it has asked before itself.
+        int asked = 0;
         auto reported = [&](cublasStatus_t s) {
-            cublasLtMatmulHeuristicResult_t result;
+            cublasLtMatmulHeuristicResult_t result[8];
             int found = 0;
+            asked = asked % 8 + 1;
             return s != CUBLAS_STATUS_SUCCESS
                        ? s
-                       : cublasLtMatmulAlgoGetHeuristic(lt, desc, fits, fits, fits, fits, pref, 1, &result, &found);
+                       : cublasLtMatmulAlgoGetHeuristic(lt, desc, fits, fits, fits, fits, pref, asked, result, &found);
         };
         // A layout larger than the memory behind it.
         std::printf("hostile: matrix past its allocation -> %s\n",

@@ -1106,6 +1106,21 @@ fn cublaslt_descriptors_and_their_attributes_survive_a_restore() {
     );
 }
 
+/// cuBLASLt descriptors the program destroys go to the guest's pool, and the next ones it
+/// creates are the same handles made again on the server, fresh: after a stop and a restore
+/// into a new server, descriptors made again before the checkpoint (after ones with a bias
+/// epilogue, a transposed A and row-major batches were used and destroyed) read back
+/// cuBLASLt's defaults and compute a plain GEMM (each was recorded as a fresh creation).
+#[test]
+fn cublaslt_descriptors_made_again_are_restored_fresh() {
+    library_program_survives_a_restore(
+        "cublaslt_descriptor_reuse",
+        "-lcublasLt",
+        "lt-reuse ready",
+        "after the restore: the new descriptors have the defaults, a plain GEMM matches the host",
+    );
+}
+
 /// A graph holding captured library calls (a cuBLAS GEMM and device-mode dot and axpy, a
 /// cuSPARSE SpMV, a cuFFT transform) is kept in the image with its executable graph: after a
 /// stop and a restore into a new server, the program launches it with new inputs and every

@@ -151,6 +151,7 @@ const TESTED_APART: &[&str] = &[
     "cudnn_mnist_full",
     "cublaslt_matmul",
     "cublaslt_async_matmuls",
+    "cublaslt_descriptor_reuse",
     "cufft_convolution",
     "graph_libraries",
     "sample_simple_cufft",
@@ -854,6 +855,32 @@ fn cublaslt_matmul() {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "cublaslt_matmul", &["-arch=sm_70", "-lcublasLt", "-lcublas"]);
     emu_run(&exe, "cublaslt_matmul");
+}
+
+/// cuBLASLt descriptors made, set, used and destroyed around every matmul as PyTorch makes
+/// them (tests/cuda/cublaslt_descriptor_reuse.cu): every result matches the host's, and a
+/// descriptor made after others were destroyed starts from cuBLASLt's defaults. Through Phos
+/// the settings go without waiting, and the heuristic questions asked again (the same
+/// descriptors' contents) are answered by the guest, so neither grows with the cycles.
+#[test]
+fn cublaslt_descriptor_reuse() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "cublaslt_descriptor_reuse", &["-arch=sm_70", "-lcublasLt"]);
+    emu_run(&exe, "cublaslt_descriptor_reuse");
+    let (few, many) =
+        (Profile::of(&exe, "cublaslt_descriptor_reuse", 12), Profile::of(&exe, "cublaslt_descriptor_reuse", 60));
+    for setter in
+        ["cublasLtMatmulDescSetAttribute", "cublasLtMatrixLayoutSetAttribute", "cublasLtMatmulPreferenceSetAttribute"]
+    {
+        assert_eq!(many.sync_calls(setter), 0, "{setter} waited:\n{}", many.0);
+    }
+    let asked = |p: &Profile| p.sync_calls("cublasLtMatmulAlgoGetHeuristic");
+    assert!(
+        asked(&many) <= asked(&few) + 6,
+        "heuristic queries grow with the cycles: {} for 12, {} for 60",
+        asked(&few),
+        asked(&many)
+    );
 }
 
 /// What a careless or hostile cuBLASLt program gets: a layout larger than the memory behind

@@ -243,6 +243,9 @@ pub struct LtRegistry {
     /// Descriptors a captured call names ([`retain`](Self::retain)), and those of them the
     /// program has destroyed since, kept for the graph (see [`destroy`](Self::destroy)).
     retained: Mutex<Retained>,
+    /// Descriptors in the guest's pool ([`park`](Self::park)): the program destroyed them, and
+    /// every call that names one is refused until the guest makes it again.
+    parked: Mutex<std::collections::HashSet<(DescKind, u64)>>,
 }
 
 /// Descriptors kept for captured calls.
@@ -250,6 +253,13 @@ pub struct LtRegistry {
 struct Retained {
     named: std::collections::HashSet<(DescKind, u64)>,
     kept: std::collections::HashMap<(DescKind, u64), Descriptor>,
+    /// What each captured call's descriptors were when it was captured, by the number the
+    /// graph keeps with the call ([`snapshot`](LtRegistry::snapshot)).
+    snapshots: std::collections::HashMap<u64, Vec<(u64, Descriptor)>>,
+    next_snapshot: u64,
+    /// Descriptors made again under their handle ([`reinit`](LtRegistry::reinit)) while a
+    /// captured call named them: their vendor objects live on for the graph's launches.
+    replaced: Vec<Descriptor>,
 }
 
 /// Descriptors kept past their destruction for captured calls, at most: beyond, a destroyed
@@ -266,6 +276,7 @@ impl Default for LtRegistry {
             preferences: table(DescKind::Preference),
             transforms: table(DescKind::Transform),
             retained: Mutex::default(),
+            parked: Mutex::default(),
         }
     }
 }
@@ -311,6 +322,7 @@ impl LtRegistry {
     /// looks them up again); its vendor descriptor then lives until the session ends, and
     /// what is returned has none to destroy.
     pub fn destroy(&self, kind: DescKind, handle: u64) -> Result<Descriptor, CudaError> {
+        self.not_parked(kind, handle)?;
         let desc = self.table(kind).lock().remove(handle)?;
         let mut retained = self.retained.lock();
         if retained.named.remove(&(kind, handle)) && retained.kept.len() < MAX_KEPT {
@@ -322,18 +334,86 @@ impl LtRegistry {
 
     /// A descriptor: the program's, or one kept for captured calls.
     pub fn get(&self, kind: DescKind, handle: u64) -> Result<Descriptor, CudaError> {
+        self.not_parked(kind, handle)?;
         let found = self.table(kind).lock().get(handle).cloned();
         found.or_else(|e| self.retained.lock().kept.get(&(kind, handle)).cloned().ok_or(e))
     }
 
     /// Keep the descriptors a captured call names for the graph's launches, should the
-    /// program destroy them first.
-    pub fn retain(&self, named: &[(DescKind, u64)]) {
-        self.retained.lock().named.extend(named.iter().copied());
+    /// program destroy them first (or the guest make them again under their handles): what
+    /// they are now is kept under the number answered, which the graph keeps with the call
+    /// and gives back at each launch ([`get_captured`](Self::get_captured)); at most
+    /// `MAX_KEPT` captured calls' (beyond, `None`).
+    pub fn snapshot(&self, named: &[(DescKind, u64)]) -> Option<u64> {
+        let kept: Vec<(u64, Descriptor)> = named
+            .iter()
+            .filter_map(|&(kind, handle)| Some((handle, self.table(kind).lock().get(handle).ok()?.clone())))
+            .collect();
+        let mut retained = self.retained.lock();
+        retained.named.extend(named.iter().copied());
+        if retained.snapshots.len() >= MAX_KEPT {
+            // Beyond, a launch looks the descriptors up by their handles.
+            return None;
+        }
+        if retained.next_snapshot == 0 {
+            // Numbers of another session (a graph restored from an image) are not this one's.
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            retained.next_snapshot = (now.as_nanos() as u64) << 8 | 1;
+        }
+        let id = retained.next_snapshot;
+        retained.next_snapshot = retained.next_snapshot.wrapping_add(1).max(1);
+        retained.snapshots.insert(id, kept);
+        Some(id)
+    }
+
+    /// A descriptor a graph launch's call names: as it was captured (`snapshot`, the number
+    /// [`snapshot`](Self::snapshot) gave), else as [`get`](Self::get) finds it.
+    pub fn get_captured(&self, kind: DescKind, handle: u64, snapshot: Option<u64>) -> Result<Descriptor, CudaError> {
+        if let Some(id) = snapshot {
+            let retained = self.retained.lock();
+            let found =
+                retained.snapshots.get(&id).and_then(|s| s.iter().find(|(h, d)| d.kind == kind && *h == handle));
+            if let Some((_, d)) = found {
+                return Ok(d.clone());
+            }
+        }
+        self.get(kind, handle)
+    }
+
+    /// A descriptor of the program's goes into the guest's pool: refused from now on, as if
+    /// destroyed, until [`reinit`](Self::reinit).
+    pub fn park(&self, kind: DescKind, handle: u64) -> Result<(), CudaError> {
+        self.not_parked(kind, handle)?;
+        self.table(kind).lock().get(handle)?;
+        self.parked.lock().insert((kind, handle));
+        Ok(())
+    }
+
+    fn not_parked(&self, kind: DescKind, handle: u64) -> Result<(), CudaError> {
+        let parked = self.parked.lock();
+        if !parked.is_empty() && parked.contains(&(kind, handle)) {
+            return Err(CudaError::InvalidResourceHandle);
+        }
+        Ok(())
+    }
+
+    /// Make a descriptor again under its handle (the guest's pool): `desc` replaces it, and the
+    /// earlier one is answered, to be destroyed; one a captured call named is kept for the
+    /// graph instead, and what is answered has no vendor object to destroy.
+    pub fn reinit(&self, kind: DescKind, handle: u64, desc: Descriptor) -> Result<Descriptor, CudaError> {
+        let old = std::mem::replace(self.table(kind).lock().get_mut(handle)?, desc);
+        self.parked.lock().remove(&(kind, handle));
+        let mut retained = self.retained.lock();
+        if retained.named.remove(&(kind, handle)) {
+            retained.replaced.push(old.clone());
+            return Ok(Descriptor { raw: 0, ..old });
+        }
+        Ok(old)
     }
 
     /// Set one attribute's bytes (the caller has checked its size).
     pub fn set(&self, kind: DescKind, handle: u64, id: i32, value: &[u8]) -> Result<(), CudaError> {
+        self.not_parked(kind, handle)?;
         self.table(kind).lock().get_mut(handle)?.values.insert(id, value.to_vec());
         Ok(())
     }
@@ -363,12 +443,14 @@ impl LtRegistry {
     /// Destroy every object (a device reset, the session's end).
     pub fn release_all(&self, backend: &dyn Backend) {
         let handles = self.handles.lock().drain();
-        let kept = std::mem::take(&mut *self.retained.lock()).kept;
+        let retained = std::mem::take(&mut *self.retained.lock());
+        self.parked.lock().clear();
         let descriptors: Vec<Descriptor> =
             [DescKind::Matmul, DescKind::Layout, DescKind::Preference, DescKind::Transform]
                 .into_iter()
                 .flat_map(|k| self.table(k).lock().drain().into_iter().map(|(_, d)| d))
-                .chain(kept.into_values())
+                .chain(retained.kept.into_values())
+                .chain(retained.replaced)
                 .collect();
         if let Some(lt) = backend.cublaslt() {
             for d in descriptors.iter().filter(|d| d.raw != 0) {
@@ -391,12 +473,35 @@ mod tests {
         let new = NewHandle { forced: None, full: &|| CudaError::MemoryAllocation };
         let named = reg.create(Descriptor { raw: 7, ..Descriptor::new(DescKind::Layout) }, &new).unwrap();
         let other = reg.create(Descriptor { raw: 8, ..Descriptor::new(DescKind::Layout) }, &new).unwrap();
-        reg.retain(&[(DescKind::Layout, named)]);
+        reg.snapshot(&[(DescKind::Layout, named)]);
         assert_eq!(reg.destroy(DescKind::Layout, named).unwrap().raw, 0, "kept: nothing to destroy now");
         assert_eq!(reg.get(DescKind::Layout, named).unwrap().raw, 7, "a graph launch still finds it");
         assert_eq!(reg.destroy(DescKind::Layout, other).unwrap().raw, 8, "one no capture names goes");
         assert!(reg.get(DescKind::Layout, other).is_err());
         assert!(reg.destroy(DescKind::Layout, named).is_err(), "destroyed once only");
+    }
+
+    #[test]
+    fn a_descriptor_made_again_is_fresh_and_a_graph_keeps_the_one_it_captured() {
+        let reg = LtRegistry::default();
+        let new = NewHandle { forced: None, full: &|| CudaError::MemoryAllocation };
+        let mut used = Descriptor { raw: 7, ..Descriptor::new(DescKind::Matmul) };
+        used.set_int(matmul::EPILOGUE, 4);
+        let h = reg.create(used, &new).unwrap();
+        let captured = reg.snapshot(&[(DescKind::Matmul, h)]).unwrap();
+        let fresh = Descriptor { raw: 8, ..Descriptor::new(DescKind::Matmul) };
+        assert_eq!(reg.reinit(DescKind::Matmul, h, fresh).unwrap().raw, 0, "kept for the graph");
+        assert_eq!(reg.get(DescKind::Matmul, h).unwrap().int(matmul::EPILOGUE), 1, "the defaults again");
+        assert_eq!(reg.get_captured(DescKind::Matmul, h, Some(captured)).unwrap().raw, 7, "the graph's own");
+        assert_eq!(reg.get_captured(DescKind::Matmul, h, Some(captured + 1)).unwrap().raw, 8, "no such snapshot");
+        reg.park(DescKind::Matmul, h).unwrap();
+        assert!(reg.get(DescKind::Matmul, h).is_err(), "in the guest's pool: refused");
+        assert!(reg.destroy(DescKind::Matmul, h).is_err(), "and not destroyed");
+        assert!(reg.park(DescKind::Matmul, h).is_err(), "parked once");
+        let again = Descriptor { raw: 9, ..Descriptor::new(DescKind::Matmul) };
+        assert_eq!(reg.reinit(DescKind::Matmul, h, again).unwrap().raw, 8, "no graph names it: destroyed");
+        assert!(reg.get(DescKind::Matmul, h).is_ok(), "made again: the program's");
+        assert!(reg.reinit(DescKind::Layout, h, Descriptor::new(DescKind::Layout)).is_err(), "another kind's");
     }
 
     #[test]

@@ -63,6 +63,23 @@ fn scale_bytes(scale_type: i64) -> i64 {
     }
 }
 
+/// Whether a failure of `id`, sent without waiting, waits for the next synchronous cuBLASLt
+/// call whatever it names (`deferred::ANY`): a descriptor's setting or destruction, whose
+/// descriptor the calls that use it do not name first.
+pub(crate) fn defers_to_any(id: Function) -> bool {
+    matches!(
+        id,
+        Function::Cublaslt(
+            FunctionId::CublasLtMatmulDescSetAttribute
+                | FunctionId::CublasLtMatrixLayoutSetAttribute
+                | FunctionId::CublasLtMatmulPreferenceSetAttribute
+                | FunctionId::CublasLtMatmulDescDestroy
+                | FunctionId::CublasLtMatrixLayoutDestroy
+                | FunctionId::CublasLtMatmulPreferenceDestroy
+        )
+    )
+}
+
 /// The vendor's objects of one call: (kind, virtual handle, vendor object).
 struct VendorObjects(Vec<(&'static str, u64, u64)>);
 
@@ -310,6 +327,94 @@ impl Session {
         })
     }
 
+    /// A descriptor a compute call names: in a graph launch, as the call's capture kept it.
+    fn lt_desc_in(&self, cx: &CallCx, name: &str, kind: DescKind, handle: u64) -> Result<Descriptor, CublasLtStatus> {
+        let snapshot = cx.graph.launch.and(cx.graph.position.get());
+        match snapshot {
+            None => self.lt_desc(name, kind, handle),
+            Some(_) => self.objects.lt.get_captured(kind, handle, snapshot).map_err(|_| {
+                crate::guest_warn!(
+                    self.id,
+                    "{name}: {handle:#x} is not a {} of the session: CUBLAS_STATUS_INVALID_VALUE",
+                    kind.kind_name()
+                );
+                CublasLtStatus::INVALID_VALUE
+            }),
+        }
+    }
+
+    /// Make the descriptor `handle` again (the guest's pool, `phosLt...Reinit`): a fresh one
+    /// with cuBLASLt's defaults and what `how` sets replaces it under the same handle, and is
+    /// recorded as made by `create` (the creation's request, `payload`), the earlier one's
+    /// records dropped. The call was sent without waiting: a failure (a handle that is not a
+    /// live descriptor of the kind of the session, the vendor's) is logged and kept for the
+    /// next synchronous cuBLASLt call.
+    #[allow(clippy::too_many_arguments)]
+    fn lt_reinit(
+        &self,
+        cx: &CallCx,
+        name: &'static str,
+        handle: u64,
+        mut desc: Descriptor,
+        how: Creation,
+        create: FunctionId,
+        payload: &[u8],
+    ) {
+        let kind = desc.kind;
+        let made = (|| -> Result<(), CublasLtStatus> {
+            if let Some(lt) = self.vendor_lt() {
+                self.backend.bind(cx.device).map_err(lt_status)?;
+                desc.raw = lt.create_descriptor(how).map_err(CublasLtStatus)?;
+            }
+            let raw = desc.raw;
+            let old = self.objects.lt.reinit(kind, handle, desc).map_err(|_| {
+                if let Some(lt) = self.vendor_lt().filter(|_| raw != 0) {
+                    lt.destroy_descriptor(kind, raw);
+                }
+                // Destroyed since (a captured call's kept one is no longer the program's).
+                self.lt_refuse(
+                    name,
+                    CublasLtStatus::INVALID_VALUE,
+                    &format!("{handle:#x} is not a live {} of the session", kind.kind_name()),
+                )
+            })?;
+            if let Some(lt) = self.vendor_lt().filter(|_| old.raw != 0) {
+                lt.destroy_descriptor(kind, old.raw);
+            }
+            let object = [(kind.kind_name(), handle)];
+            let facts =
+                RecordFacts { created: &object, destroyed: &object, mutated: &[], depends_on: &[], global: false };
+            self.records.record(Function::Cublaslt(create), cx.device, payload, &facts);
+            Ok(())
+        })();
+        if let Err(status) = made {
+            self.lt_defer(name, status);
+        }
+    }
+
+    /// A Phos-internal call sent without waiting failed: logged, and kept for the next
+    /// synchronous cuBLASLt call of the session.
+    fn lt_defer(&self, name: &'static str, status: CublasLtStatus) {
+        let failed = crate::deferred::Failed { status: status.0, function: name };
+        self.deferred.failed(phos_protocol::apis::Api::Cublaslt.id(), crate::deferred::ANY, failed);
+        tracing::error!(
+            session = self.id,
+            "{name} (sent asynchronously) failed with {}: the next synchronous cuBLASLt call returns it",
+            status.name()
+        );
+    }
+
+    /// A descriptor goes into the guest's pool (`phosLt...Park`): refused from now on until
+    /// the guest makes it again; one that is not a live descriptor of the kind of the session
+    /// is refused, logged, the failure kept.
+    fn lt_park(&self, name: &'static str, kind: DescKind, handle: u64) {
+        if self.objects.lt.park(kind, handle).is_err() {
+            let why = format!("{handle:#x} is not a live {} of the session", kind.kind_name());
+            let status = self.lt_refuse(name, CublasLtStatus::INVALID_VALUE, &why);
+            self.lt_defer(name, status);
+        }
+    }
+
     /// A refusal, logged with its function.
     fn lt_refuse(&self, name: &str, status: CublasLtStatus, why: &str) -> CublasLtStatus {
         crate::guest_warn!(self.id, "{name}: {why}: {}", status.name());
@@ -446,15 +551,16 @@ impl Session {
     /// The matmul's descriptors, and its plan.
     fn lt_matmul_plan(
         &self,
+        cx: &CallCx,
         name: &str,
         desc: u64,
         layouts: [u64; 4],
         addrs: [u64; 4],
     ) -> Result<(Descriptor, [Descriptor; 4], Plan), CublasLtStatus> {
-        let desc = self.lt_desc(name, DescKind::Matmul, desc)?;
+        let desc = self.lt_desc_in(cx, name, DescKind::Matmul, desc)?;
         let mut ls = Vec::with_capacity(4);
         for l in layouts {
-            ls.push(self.lt_desc(name, DescKind::Layout, l)?);
+            ls.push(self.lt_desc_in(cx, name, DescKind::Layout, l)?);
         }
         let ls: [Descriptor; 4] = ls.try_into().map_err(|_| CublasLtStatus::INTERNAL_ERROR)?;
         let plan = Plan::new(&desc, [&ls[0], &ls[1], &ls[2], &ls[3]], addrs)
@@ -499,7 +605,8 @@ impl Session {
             Ok(()) => Ok(resolved),
             Err(not_now) => {
                 if not_now == NotNow::Captured {
-                    self.objects.lt.retain(named);
+                    // The graph keeps the call with what its descriptors are now.
+                    cx.graph.position.set(self.objects.lt.snapshot(named));
                 }
                 Err(CublasLtStatus::NOT_SUPPORTED)
             }
@@ -907,14 +1014,14 @@ impl CublasltService for Session {
 
     fn cublas_lt_matmul_algo_get_heuristic(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: CublasLtMatmulAlgoGetHeuristicRequest<'_>,
     ) -> Result<CublasLtMatmulAlgoGetHeuristicReply, CublasLtStatus> {
         let name = "cublasLtMatmulAlgoGetHeuristic";
         let h = self.lt_handle(name, req.lightHandle)?;
         let layouts = [req.Adesc, req.Bdesc, req.Cdesc, req.Ddesc];
         // The problem must be one the matmul would take (the addresses are not known yet).
-        let (desc, ls, _) = self.lt_matmul_plan(name, req.operationDesc, layouts, [0; 4])?;
+        let (desc, ls, _) = self.lt_matmul_plan(cx, name, req.operationDesc, layouts, [0; 4])?;
         let pref = self.lt_desc(name, DescKind::Preference, req.preference)?;
         let mut results = req.heuristicResultsArray.to_vec();
         if let Some(lt) = self.vendor_lt() {
@@ -938,7 +1045,7 @@ impl CublasltService for Session {
         let name = "cublasLtMatmul";
         let h = self.lt_handle(name, req.lightHandle)?;
         let layouts = [req.Adesc, req.Bdesc, req.Cdesc, req.Ddesc];
-        let (desc, ls, plan) = self.lt_matmul_plan(name, req.computeDesc, layouts, [req.A, req.B, req.C, req.D])?;
+        let (desc, ls, plan) = self.lt_matmul_plan(cx, name, req.computeDesc, layouts, [req.A, req.B, req.C, req.D])?;
         self.lt_check_notes(name, &desc, matmul::SCALE_TYPE, matmul::POINTER_MODE, req.mode, req.scalar_size)?;
         if req.flops != plan.flops {
             let why = format!("the call counts {} flops where its descriptors make {}", req.flops, plan.flops);
@@ -973,6 +1080,80 @@ impl CublasltService for Session {
         Ok(CublasLtMatmulReply {})
     }
 
+    fn phos_lt_matmul_desc_reinit(
+        &self,
+        cx: &CallCx,
+        req: PhosLtMatmulDescReinitRequest,
+    ) -> Result<PhosLtMatmulDescReinitReply, CublasLtStatus> {
+        let mut desc = Descriptor::new(DescKind::Matmul);
+        desc.set_int(matmul::COMPUTE_TYPE, i64::from(req.computeType));
+        desc.set_int(matmul::SCALE_TYPE, i64::from(req.scaleType));
+        let how = Creation::Matmul { compute_type: req.computeType, scale_type: req.scaleType };
+        let create = CublasLtMatmulDescCreateRequest { computeType: req.computeType, scaleType: req.scaleType };
+        let payload = phos_protocol::encode(&create);
+        let id = FunctionId::CublasLtMatmulDescCreate;
+        self.lt_reinit(cx, "phosLtMatmulDescReinit", req.matmulDesc, desc, how, id, &payload);
+        Ok(PhosLtMatmulDescReinitReply {})
+    }
+
+    fn phos_lt_matrix_layout_reinit(
+        &self,
+        cx: &CallCx,
+        req: PhosLtMatrixLayoutReinitRequest,
+    ) -> Result<PhosLtMatrixLayoutReinitReply, CublasLtStatus> {
+        let mut desc = Descriptor::new(DescKind::Layout);
+        desc.set_int(layout::TYPE, i64::from(req.dataType));
+        desc.set_int(layout::ROWS, req.rows as i64);
+        desc.set_int(layout::COLS, req.cols as i64);
+        desc.set_int(layout::LD, req.ld);
+        let how = Creation::Layout { data_type: req.dataType, rows: req.rows, cols: req.cols, ld: req.ld };
+        let create =
+            CublasLtMatrixLayoutCreateRequest { dataType: req.dataType, rows: req.rows, cols: req.cols, ld: req.ld };
+        let payload = phos_protocol::encode(&create);
+        let id = FunctionId::CublasLtMatrixLayoutCreate;
+        self.lt_reinit(cx, "phosLtMatrixLayoutReinit", req.matLayout, desc, how, id, &payload);
+        Ok(PhosLtMatrixLayoutReinitReply {})
+    }
+
+    fn phos_lt_matmul_preference_reinit(
+        &self,
+        cx: &CallCx,
+        req: PhosLtMatmulPreferenceReinitRequest,
+    ) -> Result<PhosLtMatmulPreferenceReinitReply, CublasLtStatus> {
+        let desc = Descriptor::new(DescKind::Preference);
+        let payload = phos_protocol::encode(&CublasLtMatmulPreferenceCreateRequest {});
+        let id = FunctionId::CublasLtMatmulPreferenceCreate;
+        self.lt_reinit(cx, "phosLtMatmulPreferenceReinit", req.pref, desc, Creation::Preference, id, &payload);
+        Ok(PhosLtMatmulPreferenceReinitReply {})
+    }
+
+    fn phos_lt_matmul_desc_park(
+        &self,
+        _: &CallCx,
+        req: PhosLtMatmulDescParkRequest,
+    ) -> Result<PhosLtMatmulDescParkReply, CublasLtStatus> {
+        self.lt_park("phosLtMatmulDescPark", DescKind::Matmul, req.matmulDesc);
+        Ok(PhosLtMatmulDescParkReply {})
+    }
+
+    fn phos_lt_matrix_layout_park(
+        &self,
+        _: &CallCx,
+        req: PhosLtMatrixLayoutParkRequest,
+    ) -> Result<PhosLtMatrixLayoutParkReply, CublasLtStatus> {
+        self.lt_park("phosLtMatrixLayoutPark", DescKind::Layout, req.matLayout);
+        Ok(PhosLtMatrixLayoutParkReply {})
+    }
+
+    fn phos_lt_matmul_preference_park(
+        &self,
+        _: &CallCx,
+        req: PhosLtMatmulPreferenceParkRequest,
+    ) -> Result<PhosLtMatmulPreferenceParkReply, CublasLtStatus> {
+        self.lt_park("phosLtMatmulPreferencePark", DescKind::Preference, req.pref);
+        Ok(PhosLtMatmulPreferenceParkReply {})
+    }
+
     fn cublas_lt_matrix_transform(
         &self,
         cx: &CallCx,
@@ -980,13 +1161,13 @@ impl CublasltService for Session {
     ) -> Result<CublasLtMatrixTransformReply, CublasLtStatus> {
         let name = "cublasLtMatrixTransform";
         let h = self.lt_handle(name, req.lightHandle)?;
-        let desc = self.lt_desc(name, DescKind::Transform, req.transformDesc)?;
+        let desc = self.lt_desc_in(cx, name, DescKind::Transform, req.transformDesc)?;
         self.lt_check_notes(name, &desc, transform::SCALE_TYPE, transform::POINTER_MODE, req.mode, req.scalar_size)?;
         let mut matrices = Vec::with_capacity(3);
         for ((l, what), addr) in
             [req.Adesc, req.Bdesc, req.Cdesc].into_iter().zip(["A", "B", "C"]).zip([req.A, req.B, req.C])
         {
-            let l = self.lt_desc(name, DescKind::Layout, l)?;
+            let l = self.lt_desc_in(cx, name, DescKind::Layout, l)?;
             let (shape, data_type) =
                 layout_of(&l, what).map_err(|why| self.lt_refuse(name, CublasLtStatus::NOT_SUPPORTED, &why))?;
             if element_bytes(data_type).is_none() {
