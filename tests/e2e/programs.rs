@@ -139,6 +139,7 @@ const TESTED_APART: &[&str] = &[
     "rewriter",
     "driver_api",
     "driver_arrays",
+    "driver_graphs",
     "restore_on_demand",
     "cublas_blas",
     "cublas_async_gemms",
@@ -216,6 +217,13 @@ fn driver_api() {
 #[test]
 fn driver_arrays() {
     driver_program("driver_arrays");
+}
+
+/// Graphs and stream capture through the driver API (`cuStreamBeginCapture`, `cuGraphAdd*Node`,
+/// `cuGraphExecUpdate`...), over the runtime's graphs, print what they print natively.
+#[test]
+fn driver_graphs() {
+    driver_program("driver_graphs");
 }
 
 /// Runs a program of the driver API (linked with `-lcuda`) on emu and compares its output
