@@ -279,3 +279,123 @@ pub unsafe fn capture_info(stream: u64, status: *mut i32, id: *mut u64, graph_pa
     }
     Ok(())
 }
+
+/// Where the parameters start in a `CUgraphNodeParams` (after the type and reserved words),
+/// and a `CUDA_MEMCPY_NODE_PARAMS`' `copyParams` (after flags, reserved and the context).
+const NODE_PARAMS_AT: usize = 16;
+const COPY_PARAMS_AT: usize = 16;
+/// `CUgraphNodeType`s whose parameters are the driver's own.
+const NODE_KERNEL: i32 = 0;
+const NODE_MEMCPY: i32 = 1;
+
+/// A `CUgraphNodeParams` read: the node types whose parameters differ from the runtime's
+/// `cudaGraphNodeParams` (a kernel node's `CUfunction`, a copy node's `CUDA_MEMCPY3D`), or
+/// one the runtime's `cudaGraphAddNode` takes as it is (the other structs are laid out alike).
+enum NodeParams {
+    Kernel(KernelNode),
+    Copy(arrays::GraphCopy),
+    Runtime,
+}
+
+/// # Safety
+/// `p` null or a readable `CUgraphNodeParams` whose pointers are what its node type's
+/// `cuGraphAdd*Node` takes.
+unsafe fn node_params(p: *const c_void) -> Result<NodeParams, CuError> {
+    if p.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    // SAFETY: a `CUgraphNodeParams` at the non-null `p` (this function's contract): its type
+    // first, read without assuming alignment.
+    let kind = unsafe { (p as *const i32).read_unaligned() };
+    // SAFETY: within the `CUgraphNodeParams`: its parameters' union.
+    let params = unsafe { (p as *const u8).add(NODE_PARAMS_AT) };
+    match kind {
+        // SAFETY: the union holds a `CUDA_KERNEL_NODE_PARAMS_v3`, laid out as `_v2`.
+        NODE_KERNEL => Ok(NodeParams::Kernel(unsafe { kernel_node(params.cast(), true)? })),
+        NODE_MEMCPY => {
+            // SAFETY: the union holds a `CUDA_MEMCPY_NODE_PARAMS`: its `flags` first.
+            if unsafe { params.cast::<i32>().read_unaligned() } != 0 {
+                return Err(CuError::INVALID_VALUE);
+            }
+            // SAFETY: within the union: the `CUDA_MEMCPY_NODE_PARAMS`' `copyParams`.
+            let copy = unsafe { params.add(COPY_PARAMS_AT) };
+            // SAFETY: a readable `CUDA_MEMCPY3D` there.
+            Ok(NodeParams::Copy(unsafe { arrays::graph_copy(copy.cast())? }))
+        }
+        _ => Ok(NodeParams::Runtime),
+    }
+}
+
+/// Add the node `n` read from the `CUgraphNodeParams` at `p`.
+///
+/// # Safety
+/// As `cudart::graphs::add_node`; `p` as [`node_params`] read it.
+unsafe fn add_params_node(
+    out: *mut u64,
+    graph: u64,
+    deps: *const u64,
+    count: usize,
+    n: &NodeParams,
+    p: *mut c_void,
+) -> Result<(), phos_protocol::CudaError> {
+    // Each call: `out`, `deps` and the parameters as this function's contract gives them.
+    match n {
+        // SAFETY: as above.
+        NodeParams::Kernel(k) => unsafe { add_kernel_node(out, graph, deps, count, k) },
+        NodeParams::Copy((src, dst, extent, kind)) => {
+            let (s, d) = ((src.addr, src.pitch, src.slice), (dst.addr, dst.pitch, dst.slice));
+            // SAFETY: as above; a host source readable for the copy.
+            unsafe { graphs::copy_node(out, graph, deps, count, d, s, *extent, *kind) }
+        }
+        // SAFETY: as above: the runtime reads its own struct, laid out as the driver's.
+        NodeParams::Runtime => unsafe { graphs::add_node_with_params(out, graph, deps, std::ptr::null(), count, p) },
+    }
+}
+
+/// `cuGraphAddNode` and `_v2`: a node of any type this library carries, from a
+/// `CUgraphNodeParams`. Edge data must be absent or all default (zero).
+///
+/// # Safety
+/// What `cuGraphAddNode_v2` asks of its caller (a non-null `edges` holds `count` 8-byte
+/// `CUgraphEdgeData`).
+pub unsafe fn add_node(
+    out: *mut u64,
+    graph: u64,
+    deps: *const u64,
+    edges: *const u8,
+    count: usize,
+    p: *mut c_void,
+) -> Result<(), CuError> {
+    if out.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    if !edges.is_null() && count > 0 {
+        if count > 1 << 20 {
+            return Err(CuError::INVALID_VALUE);
+        }
+        // SAFETY: `count` edge data of 8 bytes each at a non-null `edges` (this function's
+        // contract).
+        if unsafe { std::slice::from_raw_parts(edges, count * 8) }.iter().any(|&b| b != 0) {
+            crate::log::not_supported_once(
+                "cuGraphAddNode with edge data (ports, edge types)",
+                "CUDA_ERROR_NOT_SUPPORTED",
+            );
+            return Err(CuError::NOT_SUPPORTED);
+        }
+    }
+    // SAFETY: `p` as this function's contract gives it.
+    let n = unsafe { node_params(p)? };
+    // SAFETY: `out`, `deps` and `p` as this function's contract gives them.
+    from_runtime(unsafe { add_params_node(out, graph, deps, count, &n, p) })
+}
+
+/// `cuGraphNodeSetParams` (`exec` 0) and `cuGraphExecNodeSetParams`.
+///
+/// # Safety
+/// `p` as `cuGraphAddNode` takes it.
+pub unsafe fn set_with_params(exec: u64, node: u64, p: *mut c_void) -> Result<(), CuError> {
+    // SAFETY: `p` as this function's contract gives it.
+    let n = unsafe { node_params(p)? };
+    // SAFETY: a writable node handle, no dependencies, `p` as this function's contract gives it.
+    from_runtime(graphs::set_from(exec, node, |out, g| unsafe { add_params_node(out, g, std::ptr::null(), 0, &n, p) }))
+}

@@ -1405,6 +1405,46 @@ impl HandWritten for Hand {
         })
     }
 
+    unsafe fn cuGraphAddNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        params: *mut c_void,
+    ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::add_node` asks of
+        // them what CUDA asks of this export's caller.
+        in_context(F::CuGraphAddNode, || unsafe {
+            graphs::add_node(node.cast(), graph as u64, deps.cast(), std::ptr::null(), count, params)
+        })
+    }
+
+    unsafe fn cuGraphAddNode_v2(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        edges: *const c_void,
+        count: usize,
+        params: *mut c_void,
+    ) -> i32 {
+        // SAFETY: as in `cuGraphAddNode`, with `count` edge data at a non-null `edges`.
+        in_context(F::CuGraphAddNodeV2, || unsafe {
+            graphs::add_node(node.cast(), graph as u64, deps.cast(), edges.cast(), count, params)
+        })
+    }
+
+    unsafe fn cuGraphNodeSetParams(node: *mut c_void, params: *mut c_void) -> i32 {
+        // SAFETY: `params` as `cuGraphAddNode` takes it (this export's contract).
+        in_context(F::CuGraphNodeSetParams, || unsafe { graphs::set_with_params(0, node as u64, params) })
+    }
+
+    unsafe fn cuGraphExecNodeSetParams(exec: *mut c_void, node: *mut c_void, params: *mut c_void) -> i32 {
+        // SAFETY: as in `cuGraphNodeSetParams`.
+        in_context(F::CuGraphExecNodeSetParams, || unsafe {
+            graphs::set_with_params(exec_handle(exec)?, node as u64, params)
+        })
+    }
+
     unsafe fn cuGraphExecUpdate_v2(exec: *mut c_void, graph: *mut c_void, info: *mut c_void) -> i32 {
         in_context(F::CuGraphExecUpdateV2, || {
             if info.is_null() {
