@@ -1445,6 +1445,131 @@ impl HandWritten for Hand {
         })
     }
 
+    unsafe fn cuGraphAddMemAllocNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        params: *mut c_void,
+    ) -> i32 {
+        in_context(F::CuGraphAddMemAllocNode, || {
+            // SAFETY: as in `cuGraphAddEmptyNode`; `CUDA_MEM_ALLOC_NODE_PARAMS` is
+            // `cudaMemAllocNodeParams` (same pool properties, access descriptors and numbers).
+            bridge::runtime(|| unsafe { cudart::cudaGraphAddMemAllocNode(node, graph, deps, count, params) })
+        })
+    }
+
+    unsafe fn cuGraphAddMemFreeNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        dptr: u64,
+    ) -> i32 {
+        in_context(F::CuGraphAddMemFreeNode, || {
+            // SAFETY: as in `cuGraphAddEmptyNode`; the address is checked by the server.
+            bridge::runtime(|| unsafe { cudart::cudaGraphAddMemFreeNode(node, graph, deps, count, bridge::dptr(dptr)) })
+        })
+    }
+
+    unsafe fn cuGraphMemAllocNodeGetParams(node: *mut c_void, params: *mut c_void) -> i32 {
+        in_context(F::CuGraphMemAllocNodeGetParams, || {
+            // SAFETY: `params` null or a writable `CUDA_MEM_ALLOC_NODE_PARAMS`, which is
+            // `cudaMemAllocNodeParams` (this export's contract).
+            bridge::runtime(|| unsafe { cudart::cudaGraphMemAllocNodeGetParams(node, params) })
+        })
+    }
+
+    unsafe fn cuGraphMemFreeNodeGetParams(node: *mut c_void, dptr: *mut u64) -> i32 {
+        in_context(F::CuGraphMemFreeNodeGetParams, || {
+            // SAFETY: `dptr` null or a writable `CUdeviceptr`, the runtime's address (this
+            // export's contract).
+            bridge::runtime(|| unsafe { cudart::cudaGraphMemFreeNodeGetParams(node, dptr.cast()) })
+        })
+    }
+
+    unsafe fn cuDeviceGraphMemTrim(device: i32) -> i32 {
+        // SAFETY: a device ordinal, which the runtime checks.
+        driver(F::CuDeviceGraphMemTrim, || bridge::runtime(|| unsafe { cudart::cudaDeviceGraphMemTrim(device) }))
+    }
+
+    unsafe fn cuDeviceGetGraphMemAttribute(device: i32, attr: i32, value: *mut c_void) -> i32 {
+        driver(F::CuDeviceGetGraphMemAttribute, || {
+            // SAFETY: `value` null or a writable `cuuint64_t` (this export's contract);
+            // `CUgraphMem_attribute` numbers its attributes as `cudaGraphMemAttributeType` does.
+            bridge::runtime(|| unsafe { cudart::cudaDeviceGetGraphMemAttribute(device, attr, value) })
+        })
+    }
+
+    unsafe fn cuDeviceSetGraphMemAttribute(device: i32, attr: i32, value: *mut c_void) -> i32 {
+        driver(F::CuDeviceSetGraphMemAttribute, || {
+            // SAFETY: as in `cuDeviceGetGraphMemAttribute`, a readable `cuuint64_t`.
+            bridge::runtime(|| unsafe { cudart::cudaDeviceSetGraphMemAttribute(device, attr, value) })
+        })
+    }
+
+    unsafe fn cuGraphDebugDotPrint(graph: *mut c_void, path: *const c_char, flags: u32) -> i32 {
+        in_context(F::CuGraphDebugDotPrint, || {
+            // SAFETY: `path` null or NUL-terminated (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaGraphDebugDotPrint(graph, path, flags) })
+        })
+    }
+
+    unsafe fn cuGraphGetEdges_v2(
+        graph: *mut c_void,
+        from: *mut *mut c_void,
+        to: *mut *mut c_void,
+        edges: *mut c_void,
+        count: *mut usize,
+    ) -> i32 {
+        in_context(F::CuGraphGetEdgesV2, || {
+            // SAFETY: as in `cuGraphGetEdges`; a non-null `edges` with room for `*count` edge data.
+            bridge::from_runtime(unsafe {
+                rt_graphs::get_edges(graph as u64, from.cast(), to.cast(), edges.cast(), count)
+            })
+        })
+    }
+
+    unsafe fn cuGraphNodeGetDependencies_v2(
+        node: *mut c_void,
+        out: *mut *mut c_void,
+        edges: *mut c_void,
+        count: *mut usize,
+    ) -> i32 {
+        in_context(F::CuGraphNodeGetDependenciesV2, || {
+            // SAFETY: as in `cuGraphNodeGetDependencies`; a non-null `edges` with room for
+            // `*count` edge data.
+            bridge::from_runtime(unsafe { rt_graphs::node_edges(node as u64, false, out.cast(), edges.cast(), count) })
+        })
+    }
+
+    unsafe fn cuGraphNodeGetDependentNodes_v2(
+        node: *mut c_void,
+        out: *mut *mut c_void,
+        edges: *mut c_void,
+        count: *mut usize,
+    ) -> i32 {
+        in_context(F::CuGraphNodeGetDependentNodesV2, || {
+            // SAFETY: as in `cuGraphNodeGetDependencies_v2`.
+            bridge::from_runtime(unsafe { rt_graphs::node_edges(node as u64, true, out.cast(), edges.cast(), count) })
+        })
+    }
+
+    unsafe fn cuGraphRemoveDependencies_v2(
+        graph: *mut c_void,
+        from: *const *mut c_void,
+        to: *const *mut c_void,
+        edges: *const c_void,
+        count: usize,
+    ) -> i32 {
+        in_context(F::CuGraphRemoveDependenciesV2, || {
+            // SAFETY: as in `cuGraphRemoveDependencies`; a non-null `edges` holds `count` edge data.
+            bridge::from_runtime(unsafe {
+                rt_graphs::remove_dependencies(graph as u64, from.cast(), to.cast(), edges.cast(), count)
+            })
+        })
+    }
+
     unsafe fn cuGraphExecUpdate_v2(exec: *mut c_void, graph: *mut c_void, info: *mut c_void) -> i32 {
         in_context(F::CuGraphExecUpdateV2, || {
             if info.is_null() {
