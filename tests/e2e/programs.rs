@@ -128,9 +128,45 @@ fn every_program_is_tested() {
         })
         .collect();
     on_disk.sort();
-    let mut tested: Vec<&str> = PROGRAMS.iter().chain(TESTED_APART).copied().collect();
+    let newer = NEEDS_NEWER_CUDA.iter().map(|&(name, _)| name);
+    let mut tested: Vec<&str> = PROGRAMS.iter().chain(TESTED_APART).copied().chain(newer).collect();
     tested.sort();
     assert_eq!(on_disk, tested, "add new programs of tests/cuda to the list above, with an expected output");
+}
+
+/// Programs of CUDA features newer than CI's nvcc (11.8), with the CUDA release each needs (its
+/// first line says so too). The GPU suite builds them with its own nvcc and compares them with
+/// their native runs like every program; here each runs on emu only where nvcc is new enough,
+/// and is otherwise skipped, saying why.
+const NEEDS_NEWER_CUDA: &[(&str, (u32, u32))] = &[("graph_node_params", (12, 2))];
+
+/// nvcc's CUDA release (`release 11.8,` in its version text).
+fn nvcc_release(nvcc: &std::path::Path) -> (u32, u32) {
+    let out = std::process::Command::new(nvcc).arg("--version").output().expect("nvcc --version");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let release = text.split("release ").nth(1).and_then(|r| r.split(',').next()).expect("nvcc's release");
+    let mut parts = release.trim().split('.').map(|p| p.parse::<u32>().expect("a release number"));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+#[test]
+fn programs_of_newer_cuda() {
+    let Some(nvcc) = nvcc() else { return };
+    let (major, minor) = nvcc_release(&nvcc);
+    for &(name, needs) in NEEDS_NEWER_CUDA {
+        let first = std::fs::read_to_string(cuda_dir().join(format!("{name}.cu"))).unwrap();
+        let says = format!("// Needs CUDA {}.{}", needs.0, needs.1);
+        assert!(first.starts_with(&says), "tests/cuda/{name}.cu must start with `{says}`");
+        if (major, minor) < needs {
+            eprintln!(
+                "skipped {name}: it needs CUDA {}.{} and nvcc here is {major}.{minor} (the GPU suite runs it)",
+                needs.0, needs.1
+            );
+            continue;
+        }
+        let exe = build_program(&nvcc, name, &["-arch=sm_70", "-lcuda"]);
+        emu_run(&exe, name);
+    }
 }
 
 /// Programs with a test of their own below.
@@ -139,6 +175,7 @@ const TESTED_APART: &[&str] = &[
     "rewriter",
     "driver_api",
     "driver_arrays",
+    "driver_graphs",
     "restore_on_demand",
     "cublas_blas",
     "cublas_async_gemms",
@@ -217,6 +254,13 @@ fn driver_api() {
 #[test]
 fn driver_arrays() {
     driver_program("driver_arrays");
+}
+
+/// Graphs and stream capture through the driver API (`cuStreamBeginCapture`, `cuGraphAdd*Node`,
+/// `cuGraphExecUpdate`...), over the runtime's graphs, print what they print natively.
+#[test]
+fn driver_graphs() {
+    driver_program("driver_graphs");
 }
 
 /// Runs a program of the driver API (linked with `-lcuda`) on emu and compares its output

@@ -343,6 +343,62 @@ pub unsafe fn memcpy_3d(p: *const c_void, stream: Option<u64>) -> Result<(), CuE
     unsafe { copy(src, dst, (w as u64, h as u64, d as u64), stream) }
 }
 
+/// A graph copy node's source, destination, extent and `cudaMemcpyKind`.
+pub type GraphCopy = (Side, Side, (u64, u64, u64), i32);
+
+/// A graph copy node's `CUDA_MEMCPY3D` (`cuGraphAddMemcpyNode`): its two linear sides, its
+/// extent and the runtime's `cudaMemcpyKind` between them. Copies with arrays are not carried
+/// in graphs (as for the runtime's copy nodes).
+///
+/// # Safety
+/// `p` null or a readable `CUDA_MEMCPY3D`.
+pub unsafe fn graph_copy(p: *const c_void) -> Result<GraphCopy, CuError> {
+    if p.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    // SAFETY: a `CUDA_MEMCPY3D` (this function's contract), read unaligned.
+    let c = unsafe { (p as *const Memcpy3D).read_unaligned() };
+    if c.src_lod != 0 || c.dst_lod != 0 || c.reserved0 != 0 || c.reserved1 != 0 {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let (w, h, d) = (c.width, c.height, c.depth);
+    if w == 0 || h == 0 || d == 0 {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let src = end(
+        c.src_type,
+        c.src_host,
+        c.src_device,
+        c.src_array,
+        [c.src_x, c.src_y, c.src_z],
+        c.src_pitch,
+        c.src_height,
+        w,
+    )?;
+    let dst = end(
+        c.dst_type,
+        c.dst_host,
+        c.dst_device,
+        c.dst_array,
+        [c.dst_x, c.dst_y, c.dst_z],
+        c.dst_pitch,
+        c.dst_height,
+        w,
+    )?;
+    match (src, dst) {
+        (End::Linear(s, sp), End::Linear(t, tp)) => {
+            if d > 1 && (c.src_height < h || c.dst_height < h) {
+                return Err(CuError::INVALID_VALUE);
+            }
+            Ok((s, t, (w as u64, h as u64, d as u64), kind_of(sp, tp)))
+        }
+        _ => {
+            crate::log::not_supported_once("graph copy nodes with CUDA arrays", "CUDA_ERROR_NOT_SUPPORTED");
+            Err(CuError::NOT_SUPPORTED)
+        }
+    }
+}
+
 /// `cuMemcpy2D_v2`, `cuMemcpy2DUnaligned_v2`, `cuMemcpy2DAsync_v2`.
 ///
 /// # Safety

@@ -10,7 +10,8 @@ use phos_protocol::types::{Dim3, IpcHandle};
 
 use super::bridge::{self, dptr};
 use super::stubs::HandWritten;
-use super::{arrays, context, entry_points, memory, modules, vmm};
+use super::{arrays, context, entry_points, graphs, memory, modules, vmm};
+use crate::cudart::graphs as rt_graphs;
 use crate::cudart::stubs as cudart;
 use crate::runtime;
 
@@ -63,6 +64,12 @@ unsafe fn name<'a>(p: *const c_char) -> Result<&'a str, CuError> {
     }
     // SAFETY: not null and NUL-terminated (this function's contract).
     unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| CuError::INVALID_VALUE)
+}
+
+/// An executable graph a `cuGraphExec*SetParams` call names: null is
+/// `CUDA_ERROR_INVALID_VALUE` (0 would name the graph's own node).
+fn exec_handle(exec: *mut c_void) -> Result<u64, CuError> {
+    if exec.is_null() { Err(CuError::INVALID_VALUE) } else { Ok(exec as u64) }
 }
 
 /// The implementation of [`HandWritten`].
@@ -847,6 +854,730 @@ impl HandWritten for Hand {
     unsafe fn cuEventDestroy_v2(event: *mut c_void) -> i32 {
         // SAFETY: a handle, which the server checks.
         in_context(F::CuEventDestroyV2, || bridge::runtime(|| unsafe { cudart::cudaEventDestroy(event) }))
+    }
+
+    // ---- Graphs and stream capture: the runtime's (graphs.rs; same handles, same numbers)
+
+    unsafe fn cuStreamBeginCapture(stream: *mut c_void) -> i32 {
+        in_context(F::CuStreamBeginCapture, || {
+            // SAFETY: a handle, which the server checks; the legacy form captures in the global mode.
+            bridge::runtime(|| unsafe { cudart::cudaStreamBeginCapture(stream, 0) })
+        })
+    }
+
+    unsafe fn cuStreamBeginCapture_v2(stream: *mut c_void, mode: i32) -> i32 {
+        in_context(F::CuStreamBeginCaptureV2, || {
+            // SAFETY: a handle, which the server checks.
+            bridge::runtime(|| unsafe { cudart::cudaStreamBeginCapture(stream, mode) })
+        })
+    }
+
+    unsafe fn cuStreamEndCapture(stream: *mut c_void, graph: *mut *mut c_void) -> i32 {
+        in_context(F::CuStreamEndCapture, || {
+            // SAFETY: `graph` null or writable (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaStreamEndCapture(stream, graph) })
+        })
+    }
+
+    unsafe fn cuStreamIsCapturing(stream: *mut c_void, status: *mut i32) -> i32 {
+        in_context(F::CuStreamIsCapturing, || {
+            // SAFETY: `status` null or writable (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaStreamIsCapturing(stream, status) })
+        })
+    }
+
+    unsafe fn cuGraphCreate(graph: *mut *mut c_void, flags: u32) -> i32 {
+        in_context(F::CuGraphCreate, || {
+            // SAFETY: `graph` null or writable (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaGraphCreate(graph, flags) })
+        })
+    }
+
+    unsafe fn cuGraphDestroy(graph: *mut c_void) -> i32 {
+        in_context(F::CuGraphDestroy, || {
+            // SAFETY: a handle, which the server checks.
+            bridge::runtime(|| unsafe { cudart::cudaGraphDestroy(graph) })
+        })
+    }
+
+    unsafe fn cuGraphInstantiateWithFlags(exec: *mut *mut c_void, graph: *mut c_void, flags: u64) -> i32 {
+        in_context(F::CuGraphInstantiateWithFlags, || {
+            // SAFETY: `exec` null or writable (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaGraphInstantiateWithFlags(exec, graph, flags) })
+        })
+    }
+
+    unsafe fn cuGraphLaunch(exec: *mut c_void, stream: *mut c_void) -> i32 {
+        in_context(F::CuGraphLaunch, || {
+            // SAFETY: handles, which the server checks.
+            bridge::runtime(|| unsafe { cudart::cudaGraphLaunch(exec, stream) })
+        })
+    }
+
+    unsafe fn cuGraphExecDestroy(exec: *mut c_void) -> i32 {
+        in_context(F::CuGraphExecDestroy, || {
+            // SAFETY: a handle, which the server checks.
+            bridge::runtime(|| unsafe { cudart::cudaGraphExecDestroy(exec) })
+        })
+    }
+
+    unsafe fn cuGraphUpload(exec: *mut c_void, stream: *mut c_void) -> i32 {
+        in_context(F::CuGraphUpload, || {
+            // SAFETY: handles, which the server checks.
+            bridge::runtime(|| unsafe { cudart::cudaGraphUpload(exec, stream) })
+        })
+    }
+
+    unsafe fn cuGraphGetNodes(graph: *mut c_void, nodes: *mut *mut c_void, count: *mut usize) -> i32 {
+        in_context(F::CuGraphGetNodes, || {
+            // SAFETY: the arrays as this export's caller gives them, what the runtime's asks of its caller.
+            bridge::runtime(|| unsafe { cudart::cudaGraphGetNodes(graph, nodes, count) })
+        })
+    }
+
+    unsafe fn cuGraphGetRootNodes(graph: *mut c_void, nodes: *mut *mut c_void, count: *mut usize) -> i32 {
+        in_context(F::CuGraphGetRootNodes, || {
+            // SAFETY: as in `cuGraphGetNodes`.
+            bridge::runtime(|| unsafe { cudart::cudaGraphGetRootNodes(graph, nodes, count) })
+        })
+    }
+
+    unsafe fn cuGraphAddEmptyNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+    ) -> i32 {
+        in_context(F::CuGraphAddEmptyNode, || {
+            // SAFETY: the out handle and the dependencies as this export's caller gives them, what the runtime's asks of its caller.
+            bridge::runtime(|| unsafe { cudart::cudaGraphAddEmptyNode(node, graph, deps, count) })
+        })
+    }
+
+    unsafe fn cuGraphAddHostNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        params: *const c_void,
+    ) -> i32 {
+        in_context(F::CuGraphAddHostNode, || {
+            // SAFETY: as in `cuGraphAddEmptyNode`; `CUDA_HOST_NODE_PARAMS` is `cudaHostNodeParams`.
+            bridge::runtime(|| unsafe { cudart::cudaGraphAddHostNode(node, graph, deps, count, params) })
+        })
+    }
+
+    unsafe fn cuGraphAddMemsetNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        params: *const c_void,
+        _ctx: u64,
+    ) -> i32 {
+        in_context(F::CuGraphAddMemsetNode, || {
+            // SAFETY: as in `cuGraphAddEmptyNode`; `CUDA_MEMSET_NODE_PARAMS` is `cudaMemsetParams` (the context is the device's: one address space).
+            bridge::runtime(|| unsafe { cudart::cudaGraphAddMemsetNode(node, graph, deps, count, params) })
+        })
+    }
+
+    unsafe fn cuGraphAddChildGraphNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        child: *mut c_void,
+    ) -> i32 {
+        in_context(F::CuGraphAddChildGraphNode, || {
+            // SAFETY: as in `cuGraphAddEmptyNode`.
+            bridge::runtime(|| unsafe { cudart::cudaGraphAddChildGraphNode(node, graph, deps, count, child) })
+        })
+    }
+
+    unsafe fn cuGraphAddEventRecordNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        event: *mut c_void,
+    ) -> i32 {
+        in_context(F::CuGraphAddEventRecordNode, || {
+            // SAFETY: as in `cuGraphAddEmptyNode`.
+            bridge::runtime(|| unsafe { cudart::cudaGraphAddEventRecordNode(node, graph, deps, count, event) })
+        })
+    }
+
+    unsafe fn cuGraphAddEventWaitNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        event: *mut c_void,
+    ) -> i32 {
+        in_context(F::CuGraphAddEventWaitNode, || {
+            // SAFETY: as in `cuGraphAddEmptyNode`.
+            bridge::runtime(|| unsafe { cudart::cudaGraphAddEventWaitNode(node, graph, deps, count, event) })
+        })
+    }
+
+    unsafe fn cuGraphClone(out: *mut *mut c_void, graph: *mut c_void) -> i32 {
+        in_context(F::CuGraphClone, || {
+            // SAFETY: `out` null or writable (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaGraphClone(out, graph) })
+        })
+    }
+
+    unsafe fn cuGraphNodeGetType(node: *mut c_void, kind: *mut i32) -> i32 {
+        in_context(F::CuGraphNodeGetType, || {
+            // SAFETY: `kind` null or writable (this export's contract); `CUgraphNodeType` numbers its types as `cudaGraphNodeType` does.
+            bridge::runtime(|| unsafe { cudart::cudaGraphNodeGetType(node, kind) })
+        })
+    }
+
+    unsafe fn cuGraphDestroyNode(node: *mut c_void) -> i32 {
+        in_context(F::CuGraphDestroyNode, || {
+            // SAFETY: a handle, which the server checks.
+            bridge::runtime(|| unsafe { cudart::cudaGraphDestroyNode(node) })
+        })
+    }
+
+    unsafe fn cuGraphChildGraphNodeGetGraph(node: *mut c_void, out: *mut *mut c_void) -> i32 {
+        in_context(F::CuGraphChildGraphNodeGetGraph, || {
+            // SAFETY: `out` null or writable (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaGraphChildGraphNodeGetGraph(node, out) })
+        })
+    }
+
+    unsafe fn cuGraphEventRecordNodeGetEvent(node: *mut c_void, out: *mut *mut c_void) -> i32 {
+        in_context(F::CuGraphEventRecordNodeGetEvent, || {
+            // SAFETY: as in `cuGraphChildGraphNodeGetGraph`.
+            bridge::runtime(|| unsafe { cudart::cudaGraphEventRecordNodeGetEvent(node, out) })
+        })
+    }
+
+    unsafe fn cuGraphEventWaitNodeGetEvent(node: *mut c_void, out: *mut *mut c_void) -> i32 {
+        in_context(F::CuGraphEventWaitNodeGetEvent, || {
+            // SAFETY: as in `cuGraphChildGraphNodeGetGraph`.
+            bridge::runtime(|| unsafe { cudart::cudaGraphEventWaitNodeGetEvent(node, out) })
+        })
+    }
+
+    unsafe fn cuGraphEventRecordNodeSetEvent(node: *mut c_void, event: *mut c_void) -> i32 {
+        in_context(F::CuGraphEventRecordNodeSetEvent, || {
+            // SAFETY: handles, which the server checks.
+            bridge::runtime(|| unsafe { cudart::cudaGraphEventRecordNodeSetEvent(node, event) })
+        })
+    }
+
+    unsafe fn cuGraphEventWaitNodeSetEvent(node: *mut c_void, event: *mut c_void) -> i32 {
+        in_context(F::CuGraphEventWaitNodeSetEvent, || {
+            // SAFETY: handles, which the server checks.
+            bridge::runtime(|| unsafe { cudart::cudaGraphEventWaitNodeSetEvent(node, event) })
+        })
+    }
+
+    unsafe fn cuGraphExecChildGraphNodeSetParams(exec: *mut c_void, node: *mut c_void, child: *mut c_void) -> i32 {
+        in_context(F::CuGraphExecChildGraphNodeSetParams, || {
+            // SAFETY: handles, which the server checks.
+            bridge::runtime(|| unsafe { cudart::cudaGraphExecChildGraphNodeSetParams(exec, node, child) })
+        })
+    }
+
+    unsafe fn cuGraphExecEventRecordNodeSetEvent(exec: *mut c_void, node: *mut c_void, event: *mut c_void) -> i32 {
+        in_context(F::CuGraphExecEventRecordNodeSetEvent, || {
+            // SAFETY: handles, which the server checks.
+            bridge::runtime(|| unsafe { cudart::cudaGraphExecEventRecordNodeSetEvent(exec, node, event) })
+        })
+    }
+
+    unsafe fn cuGraphExecEventWaitNodeSetEvent(exec: *mut c_void, node: *mut c_void, event: *mut c_void) -> i32 {
+        in_context(F::CuGraphExecEventWaitNodeSetEvent, || {
+            // SAFETY: handles, which the server checks.
+            bridge::runtime(|| unsafe { cudart::cudaGraphExecEventWaitNodeSetEvent(exec, node, event) })
+        })
+    }
+
+    unsafe fn cuGraphExecGetFlags(exec: *mut c_void, flags: *mut u64) -> i32 {
+        in_context(F::CuGraphExecGetFlags, || {
+            // SAFETY: `flags` null or writable (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaGraphExecGetFlags(exec, flags) })
+        })
+    }
+
+    unsafe fn cuGraphExecHostNodeSetParams(exec: *mut c_void, node: *mut c_void, params: *const c_void) -> i32 {
+        in_context(F::CuGraphExecHostNodeSetParams, || {
+            // SAFETY: `params` a `CUDA_HOST_NODE_PARAMS`, which is `cudaHostNodeParams` (this export's contract).
+            bridge::runtime(|| unsafe { cudart::cudaGraphExecHostNodeSetParams(exec, node, params) })
+        })
+    }
+
+    unsafe fn cuGraphExecMemsetNodeSetParams(
+        exec: *mut c_void,
+        node: *mut c_void,
+        params: *const c_void,
+        _ctx: u64,
+    ) -> i32 {
+        in_context(F::CuGraphExecMemsetNodeSetParams, || {
+            // SAFETY: `params` a `CUDA_MEMSET_NODE_PARAMS`, which is `cudaMemsetParams` (this export's contract).
+            bridge::runtime(|| unsafe { cudart::cudaGraphExecMemsetNodeSetParams(exec, node, params) })
+        })
+    }
+
+    unsafe fn cuGraphHostNodeGetParams(node: *mut c_void, params: *mut c_void) -> i32 {
+        in_context(F::CuGraphHostNodeGetParams, || {
+            // SAFETY: `params` null or a writable `CUDA_HOST_NODE_PARAMS`, which is `cudaHostNodeParams`.
+            bridge::runtime(|| unsafe { cudart::cudaGraphHostNodeGetParams(node, params) })
+        })
+    }
+
+    unsafe fn cuGraphHostNodeSetParams(node: *mut c_void, params: *const c_void) -> i32 {
+        in_context(F::CuGraphHostNodeSetParams, || {
+            // SAFETY: `params` a `CUDA_HOST_NODE_PARAMS`, which is `cudaHostNodeParams`.
+            bridge::runtime(|| unsafe { cudart::cudaGraphHostNodeSetParams(node, params) })
+        })
+    }
+
+    unsafe fn cuGraphMemsetNodeGetParams(node: *mut c_void, params: *mut c_void) -> i32 {
+        in_context(F::CuGraphMemsetNodeGetParams, || {
+            // SAFETY: `params` null or a writable `CUDA_MEMSET_NODE_PARAMS`, which is `cudaMemsetParams`.
+            bridge::runtime(|| unsafe { cudart::cudaGraphMemsetNodeGetParams(node, params) })
+        })
+    }
+
+    unsafe fn cuGraphMemsetNodeSetParams(node: *mut c_void, params: *const c_void) -> i32 {
+        in_context(F::CuGraphMemsetNodeSetParams, || {
+            // SAFETY: `params` a `CUDA_MEMSET_NODE_PARAMS`, which is `cudaMemsetParams`.
+            bridge::runtime(|| unsafe { cudart::cudaGraphMemsetNodeSetParams(node, params) })
+        })
+    }
+
+    unsafe fn cuGraphNodeFindInClone(out: *mut *mut c_void, node: *mut c_void, clone: *mut c_void) -> i32 {
+        in_context(F::CuGraphNodeFindInClone, || {
+            // SAFETY: `out` null or writable (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaGraphNodeFindInClone(out, node, clone) })
+        })
+    }
+
+    unsafe fn cuGraphNodeGetEnabled(exec: *mut c_void, node: *mut c_void, enabled: *mut u32) -> i32 {
+        in_context(F::CuGraphNodeGetEnabled, || {
+            // SAFETY: `enabled` null or writable (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaGraphNodeGetEnabled(exec, node, enabled) })
+        })
+    }
+
+    unsafe fn cuGraphNodeSetEnabled(exec: *mut c_void, node: *mut c_void, enabled: u32) -> i32 {
+        in_context(F::CuGraphNodeSetEnabled, || {
+            // SAFETY: handles, which the server checks.
+            bridge::runtime(|| unsafe { cudart::cudaGraphNodeSetEnabled(exec, node, enabled) })
+        })
+    }
+
+    unsafe fn cuThreadExchangeStreamCaptureMode(mode: *mut i32) -> i32 {
+        driver(F::CuThreadExchangeStreamCaptureMode, || {
+            // SAFETY: `mode` null or readable and writable (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaThreadExchangeStreamCaptureMode(mode) })
+        })
+    }
+
+    unsafe fn cuStreamGetCaptureInfo(stream: *mut c_void, status: *mut i32, id: *mut u64) -> i32 {
+        // SAFETY: the out pointers as this export's caller gives them (null or writable).
+        in_context(F::CuStreamGetCaptureInfo, || unsafe { graphs::capture_info(stream as u64, status, id, false) })
+    }
+
+    unsafe fn cuStreamGetCaptureInfo_v2(
+        stream: *mut c_void,
+        status: *mut i32,
+        id: *mut u64,
+        graph: *mut *mut c_void,
+        deps: *mut *const *mut c_void,
+        count: *mut usize,
+    ) -> i32 {
+        let parts = !graph.is_null() || !deps.is_null() || !count.is_null();
+        // SAFETY: as in `cuStreamGetCaptureInfo`.
+        in_context(F::CuStreamGetCaptureInfoV2, || unsafe { graphs::capture_info(stream as u64, status, id, parts) })
+    }
+
+    unsafe fn cuStreamGetCaptureInfo_v3(
+        stream: *mut c_void,
+        status: *mut i32,
+        id: *mut u64,
+        graph: *mut *mut c_void,
+        deps: *mut *const *mut c_void,
+        edges: *mut *const c_void,
+        count: *mut usize,
+    ) -> i32 {
+        let parts = !graph.is_null() || !deps.is_null() || !edges.is_null() || !count.is_null();
+        // SAFETY: as in `cuStreamGetCaptureInfo`.
+        in_context(F::CuStreamGetCaptureInfoV3, || unsafe { graphs::capture_info(stream as u64, status, id, parts) })
+    }
+
+    unsafe fn cuGraphInstantiate(
+        exec: *mut *mut c_void,
+        graph: *mut c_void,
+        _error_node: *mut *mut c_void,
+        _log: *mut c_char,
+        _log_size: usize,
+    ) -> i32 {
+        // No error node or log: instantiation fails only on handles and cycles.
+        in_context(F::CuGraphInstantiate, || {
+            // SAFETY: `exec` null or writable (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaGraphInstantiateWithFlags(exec, graph, 0) })
+        })
+    }
+
+    unsafe fn cuGraphInstantiate_v2(
+        exec: *mut *mut c_void,
+        graph: *mut c_void,
+        _error_node: *mut *mut c_void,
+        _log: *mut c_char,
+        _log_size: usize,
+    ) -> i32 {
+        in_context(F::CuGraphInstantiateV2, || {
+            // SAFETY: as in `cuGraphInstantiate`.
+            bridge::runtime(|| unsafe { cudart::cudaGraphInstantiateWithFlags(exec, graph, 0) })
+        })
+    }
+
+    unsafe fn cuGraphAddKernelNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        params: *const c_void,
+    ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::add_kernel` asks of
+        // them what CUDA asks of this export's caller.
+        in_context(F::CuGraphAddKernelNode, || unsafe {
+            graphs::add_kernel(node.cast(), graph as u64, deps.cast(), count, params, false)
+        })
+    }
+
+    unsafe fn cuGraphAddKernelNode_v2(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        params: *const c_void,
+    ) -> i32 {
+        // SAFETY: as in `cuGraphAddKernelNode`, with CUDA 12's struct.
+        in_context(F::CuGraphAddKernelNodeV2, || unsafe {
+            graphs::add_kernel(node.cast(), graph as u64, deps.cast(), count, params, true)
+        })
+    }
+
+    unsafe fn cuGraphKernelNodeGetParams(node: *mut c_void, params: *mut c_void) -> i32 {
+        // SAFETY: `params` null or a writable `CUDA_KERNEL_NODE_PARAMS_v1` (this export's contract).
+        in_context(F::CuGraphKernelNodeGetParams, || unsafe { graphs::kernel_params(node as u64, params, false) })
+    }
+
+    unsafe fn cuGraphKernelNodeGetParams_v2(node: *mut c_void, params: *mut c_void) -> i32 {
+        // SAFETY: `params` null or a writable CUDA 12 `CUDA_KERNEL_NODE_PARAMS` (this export's
+        // contract).
+        in_context(F::CuGraphKernelNodeGetParamsV2, || unsafe { graphs::kernel_params(node as u64, params, true) })
+    }
+
+    unsafe fn cuGraphKernelNodeSetParams(node: *mut c_void, params: *const c_void) -> i32 {
+        // SAFETY: `params` as `cuGraphAddKernelNode` takes it (this export's contract).
+        in_context(F::CuGraphKernelNodeSetParams, || unsafe { graphs::set_kernel(0, node as u64, params, false) })
+    }
+
+    unsafe fn cuGraphKernelNodeSetParams_v2(node: *mut c_void, params: *const c_void) -> i32 {
+        // SAFETY: `params` as `cuGraphAddKernelNode_v2` takes it (this export's contract).
+        in_context(F::CuGraphKernelNodeSetParamsV2, || unsafe { graphs::set_kernel(0, node as u64, params, true) })
+    }
+
+    unsafe fn cuGraphExecKernelNodeSetParams(exec: *mut c_void, node: *mut c_void, params: *const c_void) -> i32 {
+        // SAFETY: as in `cuGraphKernelNodeSetParams`.
+        in_context(F::CuGraphExecKernelNodeSetParams, || unsafe {
+            graphs::set_kernel(exec_handle(exec)?, node as u64, params, false)
+        })
+    }
+
+    unsafe fn cuGraphExecKernelNodeSetParams_v2(exec: *mut c_void, node: *mut c_void, params: *const c_void) -> i32 {
+        // SAFETY: as in `cuGraphKernelNodeSetParams_v2`.
+        in_context(F::CuGraphExecKernelNodeSetParamsV2, || unsafe {
+            graphs::set_kernel(exec_handle(exec)?, node as u64, params, true)
+        })
+    }
+
+    unsafe fn cuGraphAddMemcpyNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        params: *const c_void,
+        _ctx: u64,
+    ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::add_memcpy` asks of
+        // them what CUDA asks of this export's caller (the context is the device's).
+        in_context(F::CuGraphAddMemcpyNode, || unsafe {
+            graphs::add_memcpy(node.cast(), graph as u64, deps.cast(), count, params)
+        })
+    }
+
+    unsafe fn cuGraphAddDependencies(
+        graph: *mut c_void,
+        from: *const *mut c_void,
+        to: *const *mut c_void,
+        count: usize,
+    ) -> i32 {
+        in_context(F::CuGraphAddDependencies, || {
+            // SAFETY: `count` handles at `from` and at `to` (this export's contract).
+            bridge::from_runtime(unsafe {
+                rt_graphs::add_dependencies_with_edges(graph as u64, from.cast(), to.cast(), std::ptr::null(), count)
+            })
+        })
+    }
+
+    unsafe fn cuGraphAddDependencies_v2(
+        graph: *mut c_void,
+        from: *const *mut c_void,
+        to: *const *mut c_void,
+        edges: *const c_void,
+        count: usize,
+    ) -> i32 {
+        in_context(F::CuGraphAddDependenciesV2, || {
+            // SAFETY: `count` handles at `from` and at `to`, and a non-null `edges` holds `count`
+            // edge data (this export's contract).
+            bridge::from_runtime(unsafe {
+                rt_graphs::add_dependencies_with_edges(graph as u64, from.cast(), to.cast(), edges.cast(), count)
+            })
+        })
+    }
+
+    unsafe fn cuGraphRemoveDependencies(
+        graph: *mut c_void,
+        from: *const *mut c_void,
+        to: *const *mut c_void,
+        count: usize,
+    ) -> i32 {
+        in_context(F::CuGraphRemoveDependencies, || {
+            // SAFETY: `count` handles at `from` and at `to` (this export's contract).
+            bridge::from_runtime(unsafe {
+                rt_graphs::remove_dependencies(graph as u64, from.cast(), to.cast(), std::ptr::null(), count)
+            })
+        })
+    }
+
+    unsafe fn cuGraphGetEdges(
+        graph: *mut c_void,
+        from: *mut *mut c_void,
+        to: *mut *mut c_void,
+        count: *mut usize,
+    ) -> i32 {
+        in_context(F::CuGraphGetEdges, || {
+            // SAFETY: `count` writable, non-null `from` and `to` with room for `*count` handles
+            // (this export's contract).
+            bridge::from_runtime(unsafe {
+                rt_graphs::get_edges(graph as u64, from.cast(), to.cast(), std::ptr::null_mut(), count)
+            })
+        })
+    }
+
+    unsafe fn cuGraphNodeGetDependencies(node: *mut c_void, out: *mut *mut c_void, count: *mut usize) -> i32 {
+        in_context(F::CuGraphNodeGetDependencies, || {
+            // SAFETY: `count` writable, a non-null `out` with room for `*count` handles (this
+            // export's contract).
+            bridge::from_runtime(unsafe {
+                rt_graphs::node_edges(node as u64, false, out.cast(), std::ptr::null_mut(), count)
+            })
+        })
+    }
+
+    unsafe fn cuGraphNodeGetDependentNodes(node: *mut c_void, out: *mut *mut c_void, count: *mut usize) -> i32 {
+        in_context(F::CuGraphNodeGetDependentNodes, || {
+            // SAFETY: as in `cuGraphNodeGetDependencies`.
+            bridge::from_runtime(unsafe {
+                rt_graphs::node_edges(node as u64, true, out.cast(), std::ptr::null_mut(), count)
+            })
+        })
+    }
+
+    unsafe fn cuGraphExecUpdate(
+        exec: *mut c_void,
+        graph: *mut c_void,
+        error_node: *mut *mut c_void,
+        result: *mut i32,
+    ) -> i32 {
+        // SAFETY: the out parameters of CUDA 11's form (this export's contract).
+        in_context(F::CuGraphExecUpdate, || unsafe {
+            graphs::exec_update(exec as u64, graph as u64, std::ptr::null_mut(), error_node.cast(), result)
+        })
+    }
+
+    unsafe fn cuGraphAddNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        params: *mut c_void,
+    ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::add_node` asks of
+        // them what CUDA asks of this export's caller.
+        in_context(F::CuGraphAddNode, || unsafe {
+            graphs::add_node(node.cast(), graph as u64, deps.cast(), std::ptr::null(), count, params)
+        })
+    }
+
+    unsafe fn cuGraphAddNode_v2(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        edges: *const c_void,
+        count: usize,
+        params: *mut c_void,
+    ) -> i32 {
+        // SAFETY: as in `cuGraphAddNode`, with `count` edge data at a non-null `edges`.
+        in_context(F::CuGraphAddNodeV2, || unsafe {
+            graphs::add_node(node.cast(), graph as u64, deps.cast(), edges.cast(), count, params)
+        })
+    }
+
+    unsafe fn cuGraphNodeSetParams(node: *mut c_void, params: *mut c_void) -> i32 {
+        // SAFETY: `params` as `cuGraphAddNode` takes it (this export's contract).
+        in_context(F::CuGraphNodeSetParams, || unsafe { graphs::set_with_params(0, node as u64, params) })
+    }
+
+    unsafe fn cuGraphExecNodeSetParams(exec: *mut c_void, node: *mut c_void, params: *mut c_void) -> i32 {
+        // SAFETY: as in `cuGraphNodeSetParams`.
+        in_context(F::CuGraphExecNodeSetParams, || unsafe {
+            graphs::set_with_params(exec_handle(exec)?, node as u64, params)
+        })
+    }
+
+    unsafe fn cuGraphAddMemAllocNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        params: *mut c_void,
+    ) -> i32 {
+        in_context(F::CuGraphAddMemAllocNode, || {
+            // SAFETY: as in `cuGraphAddEmptyNode`; `CUDA_MEM_ALLOC_NODE_PARAMS` is
+            // `cudaMemAllocNodeParams` (same pool properties, access descriptors and numbers).
+            bridge::runtime(|| unsafe { cudart::cudaGraphAddMemAllocNode(node, graph, deps, count, params) })
+        })
+    }
+
+    unsafe fn cuGraphAddMemFreeNode(
+        node: *mut *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        count: usize,
+        dptr: u64,
+    ) -> i32 {
+        in_context(F::CuGraphAddMemFreeNode, || {
+            // SAFETY: as in `cuGraphAddEmptyNode`; the address is checked by the server.
+            bridge::runtime(|| unsafe { cudart::cudaGraphAddMemFreeNode(node, graph, deps, count, bridge::dptr(dptr)) })
+        })
+    }
+
+    unsafe fn cuGraphMemAllocNodeGetParams(node: *mut c_void, params: *mut c_void) -> i32 {
+        in_context(F::CuGraphMemAllocNodeGetParams, || {
+            // SAFETY: `params` null or a writable `CUDA_MEM_ALLOC_NODE_PARAMS`, which is
+            // `cudaMemAllocNodeParams` (this export's contract).
+            bridge::runtime(|| unsafe { cudart::cudaGraphMemAllocNodeGetParams(node, params) })
+        })
+    }
+
+    unsafe fn cuGraphMemFreeNodeGetParams(node: *mut c_void, dptr: *mut u64) -> i32 {
+        in_context(F::CuGraphMemFreeNodeGetParams, || {
+            // SAFETY: `dptr` null or a writable `CUdeviceptr`, the runtime's address (this
+            // export's contract).
+            bridge::runtime(|| unsafe { cudart::cudaGraphMemFreeNodeGetParams(node, dptr.cast()) })
+        })
+    }
+
+    unsafe fn cuDeviceGraphMemTrim(device: i32) -> i32 {
+        // SAFETY: a device ordinal, which the runtime checks.
+        driver(F::CuDeviceGraphMemTrim, || bridge::runtime(|| unsafe { cudart::cudaDeviceGraphMemTrim(device) }))
+    }
+
+    unsafe fn cuDeviceGetGraphMemAttribute(device: i32, attr: i32, value: *mut c_void) -> i32 {
+        driver(F::CuDeviceGetGraphMemAttribute, || {
+            // SAFETY: `value` null or a writable `cuuint64_t` (this export's contract);
+            // `CUgraphMem_attribute` numbers its attributes as `cudaGraphMemAttributeType` does.
+            bridge::runtime(|| unsafe { cudart::cudaDeviceGetGraphMemAttribute(device, attr, value) })
+        })
+    }
+
+    unsafe fn cuDeviceSetGraphMemAttribute(device: i32, attr: i32, value: *mut c_void) -> i32 {
+        driver(F::CuDeviceSetGraphMemAttribute, || {
+            // SAFETY: as in `cuDeviceGetGraphMemAttribute`, a readable `cuuint64_t`.
+            bridge::runtime(|| unsafe { cudart::cudaDeviceSetGraphMemAttribute(device, attr, value) })
+        })
+    }
+
+    unsafe fn cuGraphDebugDotPrint(graph: *mut c_void, path: *const c_char, flags: u32) -> i32 {
+        in_context(F::CuGraphDebugDotPrint, || {
+            // SAFETY: `path` null or NUL-terminated (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaGraphDebugDotPrint(graph, path, flags) })
+        })
+    }
+
+    unsafe fn cuGraphGetEdges_v2(
+        graph: *mut c_void,
+        from: *mut *mut c_void,
+        to: *mut *mut c_void,
+        edges: *mut c_void,
+        count: *mut usize,
+    ) -> i32 {
+        in_context(F::CuGraphGetEdgesV2, || {
+            // SAFETY: as in `cuGraphGetEdges`; a non-null `edges` with room for `*count` edge data.
+            bridge::from_runtime(unsafe {
+                rt_graphs::get_edges(graph as u64, from.cast(), to.cast(), edges.cast(), count)
+            })
+        })
+    }
+
+    unsafe fn cuGraphNodeGetDependencies_v2(
+        node: *mut c_void,
+        out: *mut *mut c_void,
+        edges: *mut c_void,
+        count: *mut usize,
+    ) -> i32 {
+        in_context(F::CuGraphNodeGetDependenciesV2, || {
+            // SAFETY: as in `cuGraphNodeGetDependencies`; a non-null `edges` with room for
+            // `*count` edge data.
+            bridge::from_runtime(unsafe { rt_graphs::node_edges(node as u64, false, out.cast(), edges.cast(), count) })
+        })
+    }
+
+    unsafe fn cuGraphNodeGetDependentNodes_v2(
+        node: *mut c_void,
+        out: *mut *mut c_void,
+        edges: *mut c_void,
+        count: *mut usize,
+    ) -> i32 {
+        in_context(F::CuGraphNodeGetDependentNodesV2, || {
+            // SAFETY: as in `cuGraphNodeGetDependencies_v2`.
+            bridge::from_runtime(unsafe { rt_graphs::node_edges(node as u64, true, out.cast(), edges.cast(), count) })
+        })
+    }
+
+    unsafe fn cuGraphRemoveDependencies_v2(
+        graph: *mut c_void,
+        from: *const *mut c_void,
+        to: *const *mut c_void,
+        edges: *const c_void,
+        count: usize,
+    ) -> i32 {
+        in_context(F::CuGraphRemoveDependenciesV2, || {
+            // SAFETY: as in `cuGraphRemoveDependencies`; a non-null `edges` holds `count` edge data.
+            bridge::from_runtime(unsafe {
+                rt_graphs::remove_dependencies(graph as u64, from.cast(), to.cast(), edges.cast(), count)
+            })
+        })
+    }
+
+    unsafe fn cuGraphExecUpdate_v2(exec: *mut c_void, graph: *mut c_void, info: *mut c_void) -> i32 {
+        in_context(F::CuGraphExecUpdateV2, || {
+            if info.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            // SAFETY: a writable `CUgraphExecUpdateResultInfo` (this export's contract).
+            unsafe { graphs::exec_update(exec as u64, graph as u64, info, std::ptr::null_mut(), std::ptr::null_mut()) }
+        })
     }
 
     // CUDA arrays, texture and surface objects: the runtime's, through `arrays`.

@@ -9,6 +9,7 @@ mod arrays;
 mod bridge;
 pub mod context;
 pub mod entry_points;
+mod graphs;
 pub mod hand;
 mod memory;
 mod modules;

@@ -203,12 +203,22 @@ pub fn global(module: u64, name: &str) -> Result<(u64, u64), CuError> {
 /// takes no copy of it): one of `cuModuleGetFunction`'s, or the runtime's `cudaFunction_t` of
 /// a registered kernel (`cudaGetFuncBySymbol`, `cudaGetKernel`), which on CUDA is a
 /// `CUfunction` the driver API takes as well; in Phos it is the kernel's host stub.
-fn known(function: u64) -> Result<(u64, Arc<ParamLayout>), CuError> {
+pub(crate) fn known(function: u64) -> Result<(u64, Arc<ParamLayout>), CuError> {
     if let Some(layout) = with(|l| l.functions.get(&function).map(|(_, layout)| layout.clone())) {
         return Ok((function, layout));
     }
     let kernel = registry::kernel(function as usize as *const c_void).ok_or(CuError::INVALID_HANDLE)?;
     Ok((from_runtime(kernel.remote())?, Arc::new(from_runtime(kernel.layout())?)))
+}
+
+/// The other way: the handle a program knows the server's function `function` by (a module's
+/// function is the server's handle, a registered kernel its host stub) and its layout.
+pub(crate) fn of_server(function: u64) -> Result<(u64, Arc<ParamLayout>), CuError> {
+    if let Some(layout) = with(|l| l.functions.get(&function).map(|(_, layout)| layout.clone())) {
+        return Ok((function, layout));
+    }
+    let (host_fun, kernel) = registry::kernel_of_remote(function).ok_or(CuError::INVALID_VALUE)?;
+    Ok((host_fun as u64, Arc::new(from_runtime(kernel.layout())?)))
 }
 
 /// `cuFuncGetAttribute`: `CUfunction_attribute` 0..=9 (the runtime's `cudaFuncAttributes`).
@@ -260,7 +270,7 @@ pub fn occupancy(function: u64, block_size: i32, dynamic_smem: usize, flags: u32
 ///
 /// # Safety
 /// `kernel_params` and `extra` must be what the driver's contract says (either may be null).
-unsafe fn parameters(
+pub(crate) unsafe fn parameters(
     layout: &ParamLayout,
     kernel_params: *mut *mut c_void,
     extra: *mut *mut c_void,

@@ -160,7 +160,7 @@ struct MemsetParams {
 ///
 /// # Safety
 /// A non-null `out` must be writable; a non-null `deps` must hold `count` handles.
-unsafe fn add_node(
+pub(crate) unsafe fn add_node(
     out: *mut u64,
     deps: *const u64,
     count: usize,
@@ -223,7 +223,7 @@ pub unsafe fn add_kernel_node(
 /// # Safety
 /// As [`add_node`]; a host source must be readable for the copy's extent.
 #[allow(clippy::too_many_arguments)]
-unsafe fn copy_node(
+pub(crate) unsafe fn copy_node(
     out: *mut u64,
     graph: u64,
     deps: *const u64,
@@ -653,7 +653,7 @@ pub unsafe fn add_memcpy_node_from_symbol(
 }
 
 /// `cudaGraphNodeType` values `cudaGraphAddNode` takes.
-const NODE_KERNEL: i32 = 0;
+pub(crate) const NODE_KERNEL: i32 = 0;
 const NODE_MEMCPY: i32 = 1;
 const NODE_MEMSET: i32 = 2;
 const NODE_HOST: i32 = 3;
@@ -992,7 +992,7 @@ fn edit(what: i32, a: u64, b: u64, c: u64) -> Result<u64, CudaError> {
 
 /// A node's type and parameters as the server keeps them: the words of `phosGraphQuery`'s
 /// parameters, checked to be of `kind`.
-fn params_of(node: u64, kind: i32) -> Result<Vec<u64>, CudaError> {
+pub(crate) fn params_of(node: u64, kind: i32) -> Result<Vec<u64>, CudaError> {
     let words = query(Q_PARAMS, node).map_err(|_| E::InvalidValue)?;
     if words.first().copied() != Some(kind as u64) {
         return Err(E::InvalidValue);
@@ -1231,7 +1231,11 @@ fn scratch() -> Result<u64, CudaError> {
 /// A setter: `add` makes a node of the new parameters in the scratch graph (checked as an
 /// added node is), whose work the server moves into `node` (of executable graph `exec`, when
 /// not 0). A node of another type is `cudaErrorInvalidValue`.
-fn set_from(exec: u64, node: u64, add: impl FnOnce(*mut u64, u64) -> Result<(), CudaError>) -> Result<(), CudaError> {
+pub(crate) fn set_from(
+    exec: u64,
+    node: u64,
+    add: impl FnOnce(*mut u64, u64) -> Result<(), CudaError>,
+) -> Result<(), CudaError> {
     let kind = query(Q_PARAMS, node).ok().and_then(|w| w.first().copied());
     if exec == 0 && kind.is_none() {
         return Err(E::InvalidValue);

@@ -7,7 +7,7 @@ pub(crate) mod arrays;
 mod attributes;
 mod device;
 mod execution;
-mod graphs;
+pub(crate) mod graphs;
 pub mod hand;
 mod ipc;
 pub mod launch;
