@@ -875,14 +875,35 @@ enum Stopped {
     Lost(String),
 }
 
-/// Copies smaller than this travel in their call's frame.
+/// Host-to-device `cudaMemcpyAsync` copies smaller than this travel in their call's frame:
+/// the driver stages pageable memory and returns without waiting for the stream, where a
+/// staged copy waits for it.
 pub const STAGED_MIN: usize = 256 << 10;
+
+/// Synchronous copies (and device-to-host async ones, which wait for their data anyway) of at
+/// least this many bytes move through the staging slots (`PHOS_STAGED_MIN`, bytes; 1 by
+/// default: every copy that moves data). Below 256 KiB a copy's bytes used to travel in its
+/// call's frame and reply, copied at each ring, through the router both ways and into and out
+/// of the server's buffers, which cost as much as the copy itself; through a slot they are
+/// copied once by the guest and moved by a DMA of the registered slot.
+pub fn staged_small_min() -> usize {
+    static MIN: OnceLock<usize> = OnceLock::new();
+    *MIN.get_or_init(|| {
+        std::env::var("PHOS_STAGED_MIN").ok().and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(1).max(1)
+    })
+}
 
 /// A host<->device copy of `count` bytes through the channel's staging region
 /// (`phosMemcpyStaged`): the data moves in chunks through two shared slots while the call
 /// runs, so neither the frames nor the router carry it. `None` when the channel has no
 /// staging region, or its connection was lost (the caller then takes the ordinary path,
 /// which reconnects and sends the whole copy).
+///
+/// Host to device, the first chunk is in its slot and counted filled before the call is
+/// sent, so the server finds it there (a small copy is then one round trip and no wait on
+/// a count). Device to host, the guest waits for each chunk's count; a copy of one chunk on a
+/// channel whose waiters do not spin (a small machine) waits for the call's answer instead,
+/// which the server sends after counting the chunk filled: one wake-up rather than two.
 ///
 /// # Safety
 /// `host` must point to `count` bytes, readable for host-to-device and writable for
@@ -900,6 +921,7 @@ pub unsafe fn staged_copy(
         _ => return None,
     };
     let host = host as usize;
+    let started = crate::profile::start();
     let outcome = with_channel(|ch| {
         let Some(st) = ch.staging.clone() else { return Ok(None) };
         // Start where the last copy ended; after a copy that was given up, even the counts.
@@ -917,17 +939,11 @@ pub unsafe fn staged_copy(
         let mut request = Vec::new();
         phos_protocol::encode_reply(&req, &mut request);
         let call_id = NEXT_CALL_ID.fetch_add(1, Ordering::Relaxed);
-        let sent = ch.send_barrier().and_then(|_| {
-            let staged = <cudart::PhosMemcpyStagedRequest as RemoteCall>::FUNCTION;
-            ch.send_call(staged, current_device(), call_id, 0, &request)
-        });
-        if let Err(why) = sent {
-            tracing::info!("connection lost before a staged copy ({why})");
-            return Ok(Some(Err(())));
-        }
         let slot = st.slot_bytes();
         let spin = phos_protocol::shm::default_spin();
         let n = phos_protocol::staging::chunks(count as u64, slot) as u32;
+        // Device to host in one chunk without spinning waiters: the answer first, then the data.
+        let answer_first = !h2d && n == 1 && spin.is_zero();
         // Wait for the other side's count; a frame arriving meanwhile is looked at: the
         // answers to earlier async calls are taken in, and this call's own answer (the
         // server or the router refused the copy) ends the copy at once.
@@ -944,7 +960,8 @@ pub unsafe fn staged_copy(
                 }
             }
         };
-        let moved = (0..n).try_for_each(|k| {
+        // Chunk `k` into or out of its slot.
+        let chunk = |ch: &mut Channel, k: u32| -> Result<(), Stopped> {
             let at = k as usize * slot;
             let len = slot.min(count - at);
             let user = (host + at) as *mut u8;
@@ -962,7 +979,9 @@ pub unsafe fn staged_copy(
                 unsafe { crate::copier::copy(slot.ptr_guard_mut().as_ptr(), user as *const u8, len) };
                 st.set(Count::Filled, seq.wrapping_add(k + 1));
             } else {
-                wait(ch, Count::Filled, seq.wrapping_add(k + 1))?;
+                if !answer_first {
+                    wait(ch, Count::Filled, seq.wrapping_add(k + 1))?;
+                }
                 // SAFETY: `user` is `len` writable bytes of the copy's destination (this
                 // function's contract), apart from the slot; the slot as above (the server
                 // leaves it alone until this chunk is counted drained).
@@ -970,7 +989,20 @@ pub unsafe fn staged_copy(
                 st.set(Count::Drained, seq.wrapping_add(k + 1));
             }
             Ok(())
+        };
+        // Host to device, the first chunk goes before the call (no wait precedes it).
+        let first = if h2d && n > 0 { chunk(ch, 0).map(|_| 1) } else { Ok(0) };
+        let sent = ch.send_barrier().and_then(|_| {
+            let staged = <cudart::PhosMemcpyStagedRequest as RemoteCall>::FUNCTION;
+            ch.send_call(staged, current_device(), call_id, 0, &request)
         });
+        if let Err(why) = sent {
+            tracing::info!("connection lost before a staged copy ({why})");
+            return Ok(Some(Err(())));
+        }
+        // This thread waits for the answer: spin through it, as for any synchronous call.
+        ch.transport.expect_frame_within(*SYNC_SPIN.get_or_init(phos_protocol::shm::default_sync_spin));
+        let moved = if answer_first { Ok(()) } else { first.and_then(|from| (from..n).try_for_each(|k| chunk(ch, k))) };
         let early = match moved {
             Ok(()) => None,
             Err(stopped) => {
@@ -1010,8 +1042,25 @@ pub unsafe fn staged_copy(
             tracing::error!("a staged copy was answered as done before its data moved");
             return Ok(Some(Ok(Err(Failure::Internal))));
         }
-        Ok(Some(Ok(if rh.status == cudart::SUCCESS { Ok(()) } else { Err(Failure::Status(rh.status)) })))
+        if rh.status != cudart::SUCCESS {
+            return Ok(Some(Ok(Err(Failure::Status(rh.status)))));
+        }
+        if answer_first {
+            // The server counts the chunk filled before it answers (and the answer's way
+            // through the rings orders the two), so the count is there.
+            if st.count(Count::Filled) != seq.wrapping_add(1) {
+                tracing::error!("a staged copy was answered as done before its data was ready");
+                st.abort();
+                return Ok(Some(Ok(Err(Failure::Internal))));
+            }
+            // No wait precedes the chunk's copy here, so it cannot stop.
+            chunk(ch, 0).ok();
+        }
+        Ok(Some(Ok(Ok(()))))
     });
+    if matches!(outcome, Ok(Some(Ok(_)))) {
+        crate::profile::sync_call(<cudart::PhosMemcpyStagedRequest as RemoteCall>::FUNCTION, started);
+    }
     match outcome {
         Err(e) => Some(Err(e)),
         Ok(None) => None,

@@ -73,14 +73,19 @@ unsafe impl SharedAtomics for RingControl<Host> {}
 /// How long to spin before sleeping: `PHOS_SPIN_US`, else 50 µs where there are CPUs to
 /// spare and none where there are not (a spinning waiter on two CPUs delays the very peer
 /// it waits for).
+/// Worked out once per process: `available_parallelism` reads the cgroup's files (six
+/// opens and reads), which cost a staged copy, whose sides ask this, tens of microseconds.
 pub fn default_spin() -> Duration {
-    if let Some(us) = std::env::var("PHOS_SPIN_US").ok().and_then(|s| s.trim().parse::<u64>().ok()) {
-        return Duration::from_micros(us.min(10_000));
-    }
-    match std::thread::available_parallelism() {
-        Ok(n) if n.get() >= 4 => Duration::from_micros(50),
-        _ => Duration::ZERO,
-    }
+    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *SPIN.get_or_init(|| {
+        if let Some(us) = std::env::var("PHOS_SPIN_US").ok().and_then(|s| s.trim().parse::<u64>().ok()) {
+            return Duration::from_micros(us.min(10_000));
+        }
+        match std::thread::available_parallelism() {
+            Ok(n) if n.get() >= 4 => Duration::from_micros(50),
+            _ => Duration::ZERO,
+        }
+    })
 }
 
 /// How long a reader that awaits the answer to a synchronous call spins before sleeping:
@@ -89,10 +94,13 @@ pub fn default_spin() -> Duration {
 /// (tens to hundreds of microseconds on an idle CPU) to each hop of its answer, where the
 /// application's own thread, natively, spins in the driver.
 pub fn default_sync_spin() -> Duration {
-    if let Some(us) = std::env::var("PHOS_SYNC_SPIN_US").ok().and_then(|s| s.trim().parse::<u64>().ok()) {
-        return Duration::from_micros(us.min(100_000));
-    }
-    if default_spin().is_zero() { Duration::ZERO } else { Duration::from_millis(2) }
+    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *SPIN.get_or_init(|| {
+        if let Some(us) = std::env::var("PHOS_SYNC_SPIN_US").ok().and_then(|s| s.trim().parse::<u64>().ok()) {
+            return Duration::from_micros(us.min(100_000));
+        }
+        if default_spin().is_zero() { Duration::ZERO } else { Duration::from_millis(2) }
+    })
 }
 
 /// A mapped region and the socket that tells whether the peer still exists.

@@ -55,6 +55,7 @@ programs!(
     async_order,
     atomics_histogram,
     callbacks,
+    copy_sizes,
     device_api,
     device_functions,
     device_numbers,

@@ -74,8 +74,8 @@ pub(crate) fn memcpy_kind_of(addr: u64) -> bool {
 #[allow(non_snake_case)]
 /// `cudaMemcpy`/`cudaMemcpyAsync` fast paths: copies of pinned arena memory (allocated, or
 /// registered and moved there) are DMAs of the guest's pages (`phosMemcpyPinned`); other
-/// large host<->device copies move through the channel's staging region. `stream` is `None`
-/// for `cudaMemcpy`.
+/// host<->device copies move through the channel's staging region (all but small async
+/// host-to-device ones: [`runtime::staged_small_min`]). `stream` is `None` for `cudaMemcpy`.
 unsafe fn fast_copy(
     dst: *mut c_void,
     src: *const c_void,
@@ -85,7 +85,8 @@ unsafe fn fast_copy(
 ) -> Option<Result<(), CudaError>> {
     let (dst_pinned, src_pinned) =
         (hostmem::pinned_address(dst as usize, count), hostmem::pinned_address(src as usize, count));
-    if count < runtime::STAGED_MIN && dst_pinned.is_none() && src_pinned.is_none() {
+    let small_min = runtime::staged_small_min();
+    if count < small_min.min(runtime::STAGED_MIN) && dst_pinned.is_none() && src_pinned.is_none() {
         return None;
     }
     let direction =
@@ -107,7 +108,11 @@ unsafe fn fast_copy(
     match (direction, src_pinned, dst_pinned) {
         (consts::cudaMemcpyHostToDevice, Some(host), _) => return pinned(dst, host),
         (consts::cudaMemcpyDeviceToHost, _, Some(host)) => return pinned(src, host),
-        _ if count < runtime::STAGED_MIN => return None,
+        _ if count < small_min => return None,
+        // An async host-to-device copy of pageable memory returns once the driver has taken
+        // the bytes, without waiting for the stream's earlier work: carried in its frame, the
+        // server's driver takes them so; staged, the server waits for the stream.
+        (consts::cudaMemcpyHostToDevice, ..) if stream.is_some() && count < runtime::STAGED_MIN => return None,
         _ => {}
     }
     let stream = stream.unwrap_or(0);
