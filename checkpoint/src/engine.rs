@@ -1751,7 +1751,7 @@ impl SentHashes {
             *entry = (region.size, vec![None; blocks]);
         }
         let first = (offset / HASH_BLOCK) as usize;
-        if offset % HASH_BLOCK != 0 {
+        if !offset.is_multiple_of(HASH_BLOCK) {
             // Not on a block's start: what the blocks it touches hold is no longer known.
             let last = (offset + len).div_ceil(HASH_BLOCK) as usize;
             entry.1[first..last.min(blocks)].fill(None);
