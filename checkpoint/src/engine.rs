@@ -1766,10 +1766,10 @@ impl SentHashes {
         }
     }
 
-    /// The hash of block `block` of `region` as sent, if it was sent at the region's size.
-    fn get(&self, region: &MemoryRegion, block: u64) -> Option<u64> {
+    /// The hashes of `region`'s blocks as sent, if it was sent at its size.
+    fn of(&self, region: &MemoryRegion) -> Option<&[Option<u64>]> {
         let (size, blocks) = self.0.get(&region.addr)?;
-        (*size == region.size).then(|| blocks.get(block as usize).copied().flatten()).flatten()
+        (*size == region.size).then_some(blocks.as_slice())
     }
 }
 
@@ -1813,35 +1813,37 @@ fn changed_parts<'r>(
     sent: &SentHashes,
     spans: Vec<RecopySpan<'r>>,
 ) -> (Vec<RecopySpan<'r>>, Skipped) {
-    // Candidates: (span, block) whose hash as sent is known, by device.
-    let mut asked: HashMap<i32, Vec<(usize, u64, u64)>> = HashMap::new();
+    // Candidates, by device: (span, block, hash as sent), and the ranges to hash. Plain
+    // vectors: a pass may ask about a million blocks with the session held.
+    type Asked = (Vec<(usize, u64, u64)>, Vec<(u64, u64)>);
+    let mut asked: HashMap<i32, Asked> = HashMap::new();
     for (i, s) in spans.iter().enumerate() {
-        if s.len == 0 || !hashing.can(s.region.device) {
-            continue;
-        }
+        let r = s.region;
+        let Some(known) = sent.of(r).filter(|_| s.len > 0 && hashing.can(r.device)) else { continue };
+        let (blocks, ranges) = asked.entry(r.device).or_default();
         for b in s.offset / HASH_BLOCK..(s.offset + s.len).div_ceil(HASH_BLOCK) {
-            if let Some(h) = sent.get(s.region, b) {
-                asked.entry(s.region.device).or_default().push((i, b, h));
+            if let Some(&Some(h)) = known.get(b as usize) {
+                let at = b * HASH_BLOCK;
+                blocks.push((i, b, h));
+                ranges.push((r.addr + at, HASH_BLOCK.min(r.size - at)));
             }
         }
     }
-    // Blocks that hash as sent, by span.
-    let mut same: HashMap<usize, std::collections::HashSet<u64>> = HashMap::new();
-    for (device, blocks) in asked {
-        let ranges: Vec<(u64, u64)> = blocks
-            .iter()
-            .map(|&(i, b, _)| {
-                let r = spans[i].region;
-                let at = b * HASH_BLOCK;
-                (r.addr + at, HASH_BLOCK.min(r.size - at))
-            })
-            .collect();
+    // Whether each block of each span hashes as sent, from the span's first block.
+    let mut same: Vec<Vec<bool>> = vec![Vec::new(); spans.len()];
+    for (device, (blocks, ranges)) in asked {
         let hashed = pool.first_mut().map(|(c, _)| c.hash_blocks(device, &ranges));
         match hashed {
             Some(Ok(now)) if now.len() == blocks.len() => {
                 for (&(i, b, was), now) in blocks.iter().zip(now) {
                     if was == now {
-                        same.entry(i).or_default().insert(b);
+                        let s = &spans[i];
+                        let first = s.offset / HASH_BLOCK;
+                        let flags = &mut same[i];
+                        if flags.is_empty() {
+                            flags.resize(((s.offset + s.len).div_ceil(HASH_BLOCK) - first) as usize, false);
+                        }
+                        flags[(b - first) as usize] = true;
                     }
                 }
             }
@@ -1856,16 +1858,17 @@ fn changed_parts<'r>(
     }
     let mut skipped = Skipped::default();
     let mut out = Vec::with_capacity(spans.len());
-    for (i, s) in spans.into_iter().enumerate() {
-        let Some(same) = same.get(&i) else {
+    for (s, same) in spans.into_iter().zip(same) {
+        if same.is_empty() {
             out.push(s);
             continue;
-        };
+        }
         let (start, end) = (s.offset, s.offset + s.len);
+        let first = start / HASH_BLOCK;
         let mut run: Option<u64> = None;
-        for b in start / HASH_BLOCK..end.div_ceil(HASH_BLOCK) {
+        for (b, &same) in (first..).zip(&same) {
             let (from, to) = ((b * HASH_BLOCK).max(start), ((b + 1) * HASH_BLOCK).min(end));
-            if same.contains(&b) {
+            if same {
                 skipped.blocks += 1;
                 skipped.bytes += to - from;
                 if let Some(r) = run.take() {
@@ -2181,3 +2184,115 @@ pub fn recopy<T: Quiesce + Snapshot + Concurrent>(
 
 #[cfg(test)]
 mod cow_tests;
+
+#[cfg(test)]
+mod hash_tests {
+    use super::*;
+    use crate::RegionKind;
+    use crate::piece_hash::block_hashes;
+
+    /// Device memory as a host vector at address `base`, hashed by the host's function.
+    struct Memory {
+        base: u64,
+        bytes: Arc<Mutex<Vec<u8>>>,
+    }
+
+    impl DeviceCopier for Memory {
+        fn buffer(&self, len: usize) -> HostBuffer {
+            HostBuffer::new(len, None)
+        }
+        fn read(&mut self, _: i32, addr: u64, out: &mut [u8]) -> Result<(), CrError> {
+            let at = (addr - self.base) as usize;
+            out.copy_from_slice(&self.bytes.lock()[at..at + out.len()]);
+            Ok(())
+        }
+        fn write(&mut self, _: i32, _: u64, _: &[u8]) -> Result<(), CrError> {
+            unreachable!()
+        }
+        fn zero(&mut self, _: i32, _: u64, _: u64) -> Result<(), CrError> {
+            unreachable!()
+        }
+        fn finish(&mut self) -> Result<(), CrError> {
+            Ok(())
+        }
+        fn prepare_hashing(&mut self, device: i32) -> bool {
+            device == 0
+        }
+        fn hash_blocks(&mut self, _: i32, blocks: &[(u64, u64)]) -> Result<Vec<u64>, CrError> {
+            let bytes = self.bytes.lock();
+            Ok(blocks
+                .iter()
+                .map(|&(addr, len)| {
+                    let at = (addr - self.base) as usize;
+                    crate::piece_hash::block_hash(&bytes[at..at + len as usize])
+                })
+                .collect())
+        }
+    }
+
+    /// Only the blocks that differ from what was sent are copied again, in runs cut at the
+    /// spans' bounds; blocks sent in part, or at another size, are copied whatever they hold.
+    #[test]
+    fn only_blocks_that_differ_from_what_was_sent_are_copied_again() {
+        let base = 0x1000_0000u64;
+        let size = 10 * HASH_BLOCK + 100;
+        let bytes = Arc::new(Mutex::new((0..size).map(|i| (i % 253) as u8).collect::<Vec<u8>>()));
+        let mut pool: CopierPool<'_> = vec![(
+            Box::new(Memory { base, bytes: bytes.clone() }),
+            [HostBuffer::new(0, None), HostBuffer::new(0, None)],
+        )];
+        let mut hashing = Hashing::default();
+        hashing.prepare(&mut pool, 0);
+        let region = MemoryRegion { addr: base, size, device: 0, kind: RegionKind::Allocation, chunks: Vec::new() };
+        let mut sent = SentHashes::default();
+        sent.note(&region, 0, size, &block_hashes(&bytes.lock()));
+        // Blocks 2 and 3 and the short last one change; block 7 is written back as it was.
+        {
+            let mut b = bytes.lock();
+            b[2 * HASH_BLOCK as usize + 5] ^= 1;
+            b[3 * HASH_BLOCK as usize] ^= 1;
+            b[size as usize - 1] ^= 1;
+            let at = 7 * HASH_BLOCK as usize;
+            let same = b[at];
+            b[at] = same;
+        }
+        let whole = vec![RecopySpan::whole(&region)];
+        let (parts, skipped) = changed_parts(&mut pool, &hashing, &sent, whole);
+        let got: Vec<(u64, u64)> = parts.iter().map(|s| (s.offset, s.len)).collect();
+        assert_eq!(got, vec![(2 * HASH_BLOCK, 2 * HASH_BLOCK), (10 * HASH_BLOCK, 100)]);
+        assert_eq!((skipped.blocks, skipped.bytes), (8, 8 * HASH_BLOCK));
+        // A span starting inside a block: cut at its bounds.
+        let span = vec![RecopySpan { region: &region, offset: 2 * HASH_BLOCK + 10, len: 3 * HASH_BLOCK }];
+        let (parts, _) = changed_parts(&mut pool, &hashing, &sent, span);
+        let got: Vec<(u64, u64)> = parts.iter().map(|s| (s.offset, s.len)).collect();
+        assert_eq!(got, vec![(2 * HASH_BLOCK + 10, 2 * HASH_BLOCK - 10)]);
+        // A piece sent from inside a block leaves its blocks unknown: copied again.
+        sent.note(&region, HASH_BLOCK + 8, HASH_BLOCK, &[0, 0]);
+        let (parts, _) = changed_parts(
+            &mut pool,
+            &hashing,
+            &sent,
+            vec![RecopySpan { region: &region, offset: 0, len: 4 * HASH_BLOCK }],
+        );
+        let got: Vec<(u64, u64)> = parts.iter().map(|s| (s.offset, s.len)).collect();
+        assert_eq!(got, vec![(HASH_BLOCK, 3 * HASH_BLOCK)]);
+        // A piece ending inside a block (not the region's end) leaves that block unknown.
+        sent.note(&region, 0, HASH_BLOCK + 1, &block_hashes(&bytes.lock()[..HASH_BLOCK as usize + 1]));
+        let (parts, _) = changed_parts(
+            &mut pool,
+            &hashing,
+            &sent,
+            vec![RecopySpan { region: &region, offset: 0, len: 2 * HASH_BLOCK }],
+        );
+        let got: Vec<(u64, u64)> = parts.iter().map(|s| (s.offset, s.len)).collect();
+        assert_eq!(got, vec![(HASH_BLOCK, HASH_BLOCK)]);
+        // The region at another size: nothing is known of it.
+        let bigger = MemoryRegion { size: size + 8, ..region.clone() };
+        let (parts, skipped) = changed_parts(&mut pool, &hashing, &sent, vec![RecopySpan::whole(&bigger)]);
+        assert_eq!((parts.len(), skipped.blocks), (1, 0));
+        // A device whose memory cannot be hashed keeps its spans.
+        let elsewhere = MemoryRegion { device: 1, ..region.clone() };
+        let (parts, skipped) = changed_parts(&mut pool, &hashing, &sent, vec![RecopySpan::whole(&elsewhere)]);
+        assert_eq!((parts.len(), skipped.blocks), (1, 0));
+    }
+}
