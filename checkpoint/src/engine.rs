@@ -2253,8 +2253,7 @@ mod hash_tests {
             b[3 * HASH_BLOCK as usize] ^= 1;
             b[size as usize - 1] ^= 1;
             let at = 7 * HASH_BLOCK as usize;
-            let same = b[at];
-            b[at] = same;
+            b[at..at + 8].copy_from_slice(&(0..8).map(|i| ((at as u64 + i) % 253) as u8).collect::<Vec<u8>>());
         }
         let whole = vec![RecopySpan::whole(&region)];
         let (parts, skipped) = changed_parts(&mut pool, &hashing, &sent, whole);
