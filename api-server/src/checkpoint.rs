@@ -221,6 +221,20 @@ impl DeviceCopier for BackendCopier {
     fn beside_the_session(&mut self, beside: bool) {
         self.lanes = if beside { crate::backend::copy_pool::BESIDE_SESSION_LANES } else { usize::MAX };
     }
+
+    fn prepare_hashing(&mut self, device: i32) -> bool {
+        match self.backend.prepare_hashing(device) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("device {device}'s memory cannot be hashed ({e:?}): a recopy copies again all it wrote");
+                false
+            }
+        }
+    }
+
+    fn hash_blocks(&mut self, device: i32, blocks: &[(u64, u64)]) -> Result<Vec<u64>, CrError> {
+        self.backend.hash_blocks(device, blocks).map_err(CrError::device(format!("hashing memory of device {device}")))
+    }
 }
 
 impl Drop for BackendCopier {

@@ -1006,3 +1006,150 @@ fn an_on_demand_restore_holds_calls_until_their_memory_is_in() {
     assert!(report.loaded_ms.is_some() && report.failed.is_none(), "{report:?}");
     assert_eq!((report.done, report.total), (summary.memory_bytes, summary.memory_bytes));
 }
+
+/// A migration's sink that keeps what it is sent (as the target does), notes which pieces
+/// came in which pass, and, once each pass before the held one has read all it copies,
+/// launches `bump` on a few words of a block of `buffer` (a launch names its whole
+/// allocation as written, since which words a kernel writes is not known before it runs).
+struct Rewriting<'a> {
+    session: &'a Session,
+    progress: &'a Progress,
+    function: u64,
+    buffer: u64,
+    /// The buffer as the session has it: each launch adds the counter (5) to its words.
+    expected: Vec<u8>,
+    /// What the target would hold of the buffer.
+    received: Vec<u8>,
+    /// Pieces of the buffer received: (pass, offset, length).
+    pieces: Vec<(u32, u64, u64)>,
+    launches: u32,
+}
+
+impl phos_checkpoint::engine::RecopySink for Rewriting<'_> {
+    fn piece(&mut self, region: &phos_checkpoint::MemoryRegion, offset: u64, bytes: &[u8]) -> Result<(), CrError> {
+        let pass = self.progress.pass.load(std::sync::atomic::Ordering::Relaxed);
+        if region.addr == self.buffer {
+            let at = offset as usize;
+            self.received[at..at + bytes.len()].copy_from_slice(bytes);
+            self.pieces.push((pass, offset, bytes.len() as u64));
+        }
+        // The pass's last piece: every copy of the pass has been read from the device.
+        let last = self.progress.done() + bytes.len() as u64 == self.progress.total();
+        if last && !self.progress.held.load(std::sync::atomic::Ordering::Relaxed) && self.launches < 6 {
+            // A block in another 8 MiB piece each time, at an offset inside the block.
+            let block = phos_checkpoint::piece_hash::HASH_BLOCK;
+            let at = (self.launches as u64 % 3) * (8 << 20) + (5 + self.launches as u64) * block + 40;
+            launch(self.session, self.function, 0, self.buffer + at, 8);
+            for w in self.expected[at as usize..at as usize + 32].chunks_exact_mut(4) {
+                let v = u32::from_le_bytes(w.try_into().unwrap()) + 5;
+                w.copy_from_slice(&v.to_le_bytes());
+            }
+            self.launches += 1;
+        }
+        Ok(())
+    }
+
+    fn end(&mut self, _head: &phos_checkpoint::Manifest) -> Result<phos_checkpoint::ImageSummary, CrError> {
+        Ok(phos_checkpoint::ImageSummary { manifest_bytes: 0, memory_bytes: 0, stored_bytes: 0 })
+    }
+}
+
+/// The exact held pass: a kernel rewriting a few words of a 24 MiB allocation has the dirty
+/// log name all of it, but each pass after the first sends only the block whose contents
+/// hash differently on the device from what was sent, and the target ends with the
+/// session's bytes.
+#[test]
+fn the_held_pass_sends_only_the_blocks_that_changed() {
+    let s = session(0x5400_0000_0000);
+    let mut image = PTX.as_bytes().to_vec();
+    image.push(0);
+    let digest = Sha256::digest(&image);
+    let module = call(&s, &PhosModuleLoadRequest { image: &image, size: image.len() as u64, digest: &digest }).module;
+    let function = call(&s, &PhosModuleGetFunctionRequest { module, name: "bump" }).function;
+    let size = 24u64 << 20;
+    let buffer = call(&s, &CudaMallocRequest { size }).devPtr;
+    let data: Vec<u8> = (0..size as u32).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
+    write(&s, buffer, &data);
+    let progress = Progress::default();
+    let mut sink = Rewriting {
+        session: &s,
+        progress: &progress,
+        function,
+        buffer,
+        expected: data.clone(),
+        received: vec![0; size as usize],
+        pieces: Vec::new(),
+        launches: 0,
+    };
+    let (summary, passes) = s.migrate_out(&mut sink, meta(), &progress, &Bounds::default()).unwrap();
+    assert!(sink.launches >= 2, "the rounds did not run ({passes:?})");
+    assert!(sink.received == sink.expected, "the target's copy is not the session's memory");
+    let block = phos_checkpoint::piece_hash::HASH_BLOCK;
+    let held = passes.last().unwrap();
+    let held_pass = progress.pass.load(std::sync::atomic::Ordering::Relaxed);
+    let sent_held: Vec<_> = sink.pieces.iter().filter(|p| p.0 == held_pass).collect();
+    // The last launch (in the last round) wrote one block: only it goes again.
+    let last = sink.launches as u64 - 1;
+    let at = (last % 3) * (8 << 20) + (5 + last) * block;
+    assert_eq!(sent_held, vec![&(held_pass, at, block)], "{passes:?}");
+    assert_eq!(held.dirty_bytes, size, "the launch did not name its whole allocation ({passes:?})");
+    assert_eq!(held.copied_bytes, block, "{passes:?}");
+    assert_eq!(held.skipped_pieces, size / block - 1, "{passes:?}");
+    assert_eq!(held.skipped_bytes, size - block, "{passes:?}");
+    // The rounds too sent one block each.
+    for (i, p) in passes.iter().enumerate().skip(1) {
+        assert_eq!(p.copied_bytes, block, "pass {i}: {passes:?}");
+    }
+    assert!(summary.skipped_pieces >= 2 * (size / block - 1), "{summary:?}");
+}
+
+/// The GPU's hash kernel (its PTX, run here by the emulator's interpreter) computes the
+/// host's function: blocks of any length, at any alignment, one warp each, more blocks than
+/// the grid has warps at once.
+#[test]
+fn the_hash_kernel_computes_the_hosts_function() {
+    use phos_checkpoint::piece_hash::block_hash;
+    let s = session(0x5480_0000_0000);
+    let mut image = phos_api_server::backend::cuda_hash::PTX.as_bytes().to_vec();
+    image.push(0);
+    let digest = Sha256::digest(&image);
+    let module = call(&s, &PhosModuleLoadRequest { image: &image, size: image.len() as u64, digest: &digest }).module;
+    let kernel = phos_api_server::backend::cuda_hash::KERNEL;
+    let function = call(&s, &PhosModuleGetFunctionRequest { module, name: kernel }).function;
+    let size = 1u64 << 20;
+    let data: Vec<u8> = (0..size as u32).map(|i| (i.wrapping_mul(2654435761) >> 21) as u8).collect();
+    let buf = call(&s, &CudaMallocRequest { size }).devPtr;
+    write(&s, buf, &data);
+    let mut blocks: Vec<(u64, u64)> = vec![(0, 16 << 10), (3, 100), (8, 5), (16, 0), (1, 7), (65536, 65536 + 13)];
+    blocks.extend((0..40).map(|i| (4096 * i + (i % 8), 1000 + 37 * i)));
+    let table: Vec<u8> = blocks.iter().flat_map(|&(at, len)| [buf + at, len]).flat_map(u64::to_le_bytes).collect();
+    let table_at = call(&s, &CudaMallocRequest { size: table.len() as u64 }).devPtr;
+    write(&s, table_at, &table);
+    let out = call(&s, &CudaMallocRequest { size: 8 * blocks.len() as u64 }).devPtr;
+    let mut params = Vec::new();
+    for v in [table_at, blocks.len() as u64, out] {
+        params.extend_from_slice(&v.to_le_bytes());
+    }
+    // Two blocks of 64 threads: four warps for 46 hash blocks.
+    call(
+        &s,
+        &PhosLaunchKernelRequest {
+            function,
+            grid: Dim3::new(2, 1, 1),
+            block: Dim3::new(64, 1, 1),
+            sharedMem: 0,
+            stream: 0,
+            params: &params,
+            paramSize: params.len() as u64,
+        },
+    );
+    let got: Vec<u64> = read(&s, out, 8 * blocks.len() as u64)
+        .chunks_exact(8)
+        .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
+        .collect();
+    let want: Vec<u64> = blocks.iter().map(|&(at, len)| block_hash(&data[at as usize..(at + len) as usize])).collect();
+    assert_eq!(got, want);
+    // The backend's own hashes (on emu, the host's function) agree.
+    let ranges: Vec<(u64, u64)> = blocks.iter().map(|&(at, len)| (buf + at, len)).collect();
+    assert_eq!(s.backend().hash_blocks(0, &ranges).unwrap(), want);
+}

@@ -36,6 +36,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use phos_protocol::CudaError;
 use phos_protocol::spec::CallAccess;
 
+use crate::piece_hash::HASH_BLOCK;
 use crate::report::{CheckpointSummary, Progress, RestoreSummary, RoundFigures, Waiting};
 use crate::{
     Chunk, ChunkReader, ChunkStore, Compression, Encoding, ImageError, ImageSink, ImageSource, Manifest, MemoryRegion,
@@ -208,6 +209,18 @@ pub trait DeviceCopier: Send {
     /// Whether this copier's copies run while the session runs from now on: it may then keep
     /// fewer copies in flight, leaving the device and its queues to the session's own work.
     fn beside_the_session(&mut self, _beside: bool) {}
+    /// Make ready to hash `device`'s memory ([`hash_blocks`](Self::hash_blocks)), before the
+    /// session is held (a GPU loads its hash kernel); whether this copier can. One that
+    /// cannot has every written part copied again.
+    fn prepare_hashing(&mut self, _device: i32) -> bool {
+        false
+    }
+    /// The [`piece_hash`](crate::piece_hash::block_hash) of each of `blocks` (address,
+    /// length) on `device`, as its memory is now, in order; computed where the memory is
+    /// (a GPU's kernel), not by copying it out.
+    fn hash_blocks(&mut self, device: i32, _blocks: &[(u64, u64)]) -> Result<Vec<u64>, CrError> {
+        Err(CrError::Device { what: format!("hashing memory of device {device}"), error: CudaError::NotSupported })
+    }
 }
 
 /// Page-locks host memory for fast copies (a backend that has no use for it does nothing).
@@ -1638,6 +1651,7 @@ pub fn checkpoint_cow<T: Quiesce + Snapshot + Concurrent>(
         waited_ms: f.waited_ns.load(Ordering::Relaxed) as f64 / 1e6,
         rounds: 0,
         fallback: None,
+        ..Default::default()
     })
 }
 
@@ -1737,13 +1751,167 @@ impl<'r> RecopySpan<'r> {
     }
 }
 
+/// What the blocks ([`HASH_BLOCK`]) of the regions sent hold, as hashed on the host from
+/// the very bytes sent (never from the device again: the session may have written since),
+/// by region address: the region's size when sent, and each block's hash (`None`: not sent
+/// at this size yet).
+#[derive(Default)]
+struct SentHashes(HashMap<u64, (u64, Vec<Option<u64>>)>);
+
+impl SentHashes {
+    /// `hashes` are of the blocks of `region` from `offset` on, as sent.
+    fn note(&mut self, region: &MemoryRegion, offset: u64, len: u64, hashes: &[u64]) {
+        let blocks = region.size.div_ceil(HASH_BLOCK) as usize;
+        let entry = self.0.entry(region.addr).or_insert_with(|| (region.size, vec![None; blocks]));
+        if entry.0 != region.size {
+            *entry = (region.size, vec![None; blocks]);
+        }
+        let first = (offset / HASH_BLOCK) as usize;
+        if !offset.is_multiple_of(HASH_BLOCK) {
+            // Not on a block's start: what the blocks it touches hold is no longer known.
+            let last = (offset + len).div_ceil(HASH_BLOCK) as usize;
+            entry.1[first..last.min(blocks)].fill(None);
+            return;
+        }
+        let end = offset + len;
+        for (b, &h) in (first..).zip(hashes) {
+            let Some(slot) = entry.1.get_mut(b) else { break };
+            // A block the piece ends inside of (not at the region's end) was hashed in part.
+            let whole = (b as u64 + 1) * HASH_BLOCK <= end || end == region.size;
+            *slot = whole.then_some(h);
+        }
+    }
+
+    /// The hashes of `region`'s blocks as sent, if it was sent at its size.
+    fn of(&self, region: &MemoryRegion) -> Option<&[Option<u64>]> {
+        let (size, blocks) = self.0.get(&region.addr)?;
+        (*size == region.size).then_some(blocks.as_slice())
+    }
+}
+
+/// Hashing on the device, for a recopy: which devices' memory the pool's copiers can hash.
+#[derive(Default)]
+struct Hashing {
+    devices: HashMap<i32, bool>,
+}
+
+impl Hashing {
+    /// Make ready to hash `device`'s memory, once: before the session is held.
+    fn prepare(&mut self, pool: &mut CopierPool<'_>, device: i32) {
+        self.devices.entry(device).or_insert_with(|| pool.first_mut().is_some_and(|(c, _)| c.prepare_hashing(device)));
+    }
+
+    /// Whether `device`'s memory is hashed (a device first used since the recopy began is
+    /// not: making it ready would hold the session).
+    fn can(&self, device: i32) -> bool {
+        self.devices.get(&device).copied().unwrap_or(false)
+    }
+
+    fn any(&self) -> bool {
+        self.devices.values().any(|&b| b)
+    }
+}
+
+/// What a pass left out because the device still held what was sent.
+#[derive(Default, Clone, Copy)]
+struct Skipped {
+    blocks: u64,
+    bytes: u64,
+}
+
+/// The parts of `spans` to copy again: each block ([`HASH_BLOCK`]) whose contents on the
+/// device hash as the bytes last sent for it is left out (the target has those bytes, up
+/// to a 64-bit collision: see [`crate::piece_hash`]); runs of the others are kept, cut at
+/// the spans' bounds. A device whose memory cannot be hashed keeps its spans whole.
+fn changed_parts<'r>(
+    pool: &mut CopierPool<'_>,
+    hashing: &Hashing,
+    sent: &SentHashes,
+    spans: Vec<RecopySpan<'r>>,
+) -> (Vec<RecopySpan<'r>>, Skipped) {
+    // Candidates, by device: (span, block, hash as sent), and the ranges to hash. Plain
+    // vectors: a pass may ask about a million blocks with the session held.
+    type Asked = (Vec<(usize, u64, u64)>, Vec<(u64, u64)>);
+    let mut asked: HashMap<i32, Asked> = HashMap::new();
+    for (i, s) in spans.iter().enumerate() {
+        let r = s.region;
+        let Some(known) = sent.of(r).filter(|_| s.len > 0 && hashing.can(r.device)) else { continue };
+        let (blocks, ranges) = asked.entry(r.device).or_default();
+        for b in s.offset / HASH_BLOCK..(s.offset + s.len).div_ceil(HASH_BLOCK) {
+            if let Some(&Some(h)) = known.get(b as usize) {
+                let at = b * HASH_BLOCK;
+                blocks.push((i, b, h));
+                ranges.push((r.addr + at, HASH_BLOCK.min(r.size - at)));
+            }
+        }
+    }
+    // Whether each block of each span hashes as sent, from the span's first block.
+    let mut same: Vec<Vec<bool>> = vec![Vec::new(); spans.len()];
+    for (device, (blocks, ranges)) in asked {
+        let hashed = pool.first_mut().map(|(c, _)| c.hash_blocks(device, &ranges));
+        match hashed {
+            Some(Ok(now)) if now.len() == blocks.len() => {
+                for (&(i, b, was), now) in blocks.iter().zip(now) {
+                    if was == now {
+                        let s = &spans[i];
+                        let first = s.offset / HASH_BLOCK;
+                        let flags = &mut same[i];
+                        if flags.is_empty() {
+                            flags.resize(((s.offset + s.len).div_ceil(HASH_BLOCK) - first) as usize, false);
+                        }
+                        flags[(b - first) as usize] = true;
+                    }
+                }
+            }
+            Some(Ok(_)) => {
+                tracing::warn!("device {device}'s hashes did not come back whole: its written parts are copied")
+            }
+            Some(Err(e)) => {
+                tracing::warn!("hashing device {device}'s memory failed ({e}): its written parts are copied")
+            }
+            None => {}
+        }
+    }
+    let mut skipped = Skipped::default();
+    let mut out = Vec::with_capacity(spans.len());
+    for (s, same) in spans.into_iter().zip(same) {
+        if same.is_empty() {
+            out.push(s);
+            continue;
+        }
+        let (start, end) = (s.offset, s.offset + s.len);
+        let first = start / HASH_BLOCK;
+        let mut run: Option<u64> = None;
+        for (b, &same) in (first..).zip(&same) {
+            let (from, to) = ((b * HASH_BLOCK).max(start), ((b + 1) * HASH_BLOCK).min(end));
+            if same {
+                skipped.blocks += 1;
+                skipped.bytes += to - from;
+                if let Some(r) = run.take() {
+                    out.push(RecopySpan { region: s.region, offset: r, len: from - r });
+                }
+            } else if run.is_none() {
+                run = Some(from);
+            }
+        }
+        if let Some(r) = run {
+            out.push(RecopySpan { region: s.region, offset: r, len: end - r });
+        }
+    }
+    (out, skipped)
+}
+
 /// Copy `spans` out of the device into `sink` on the pool's copiers, several at once,
 /// handing each span's pieces to the sink in order on this thread: the copy at the
-/// ordinary checkpoint's rate, for the recopy's passes.
+/// ordinary checkpoint's rate, for the recopy's passes. With `sent`, each worker hashes the
+/// blocks it copied (on its own thread: the hashing adds no pass over the bytes on this
+/// one) and they are noted there as the sink takes them.
+#[allow(clippy::too_many_arguments)] // the pass's own parameters
 fn copy_regions(
     pool: &mut CopierPool<'_>,
     spans: &[RecopySpan<'_>],
     sink: &mut dyn RecopySink,
+    mut sent: Option<&mut SentHashes>,
     progress: &Progress,
     within: &Within<'_>,
     session: u64,
@@ -1760,14 +1928,16 @@ fn copy_regions(
     if pieces.is_empty() {
         return Ok(());
     }
+    let hashing = sent.is_some();
     let workers = pool.len().min(pieces.len()).max(1);
     // Pieces are handed out in order and delivered in order: worker k copies pieces k,
     // k + workers, ...; the collector takes them round-robin. A worker's two buffers go
     // back and forth between it and the collector.
+    type Full<'w> = (&'w mut HostBuffer, Vec<u64>);
     let mut states = Vec::with_capacity(workers);
     let mut deliveries = Vec::with_capacity(workers);
     for (k, (copier, bufs)) in pool.iter_mut().take(workers).enumerate() {
-        let (full_tx, full_rx) = mpsc::sync_channel::<&mut HostBuffer>(1);
+        let (full_tx, full_rx) = mpsc::sync_channel::<Full<'_>>(1);
         let (free_tx, free_rx) = mpsc::channel::<&mut HostBuffer>();
         for buf in bufs.iter_mut() {
             free_tx.send(buf).expect("receiver alive");
@@ -1776,12 +1946,8 @@ fn copy_regions(
         deliveries.push((full_rx, free_tx));
     }
     let stopped = || CrError::Thread("recopy copier");
-    type Worker<'w, 'c> = (
-        usize,
-        &'w mut Box<dyn DeviceCopier + 'c>,
-        mpsc::Receiver<&'w mut HostBuffer>,
-        mpsc::SyncSender<&'w mut HostBuffer>,
-    );
+    type Worker<'w, 'c> =
+        (usize, &'w mut Box<dyn DeviceCopier + 'c>, mpsc::Receiver<&'w mut HostBuffer>, mpsc::SyncSender<Full<'w>>);
     let work = |(next, copier, free, full): &mut Worker<'_, '_>| -> Result<bool, CrError> {
         let Some(&(region, offset, n)) = pieces.get(*next) else { return Ok(false) };
         if (within.cancelled)() {
@@ -1791,7 +1957,8 @@ fn copy_regions(
         let r = spans[region].region;
         let buf = free.recv().map_err(|_| stopped())?;
         copier.read(r.device, r.addr + offset, &mut buf[..n])?;
-        full.send(buf).map_err(|_| stopped())?;
+        let hashes = if hashing { crate::piece_hash::block_hashes(&buf[..n]) } else { Vec::new() };
+        full.send((buf, hashes)).map_err(|_| stopped())?;
         *next += workers;
         Ok(true)
     };
@@ -1806,8 +1973,12 @@ fn copy_regions(
             for (i, &(region, offset, n)) in in_order.iter().enumerate() {
                 let (full, free) = &deliveries[i % workers];
                 // A worker that failed drops its sender: its error is the answer.
-                let buf = full.recv().map_err(|_| stopped())?;
-                sink.piece(spans[region].region, offset, &buf[..n])?;
+                let (buf, hashes) = full.recv().map_err(|_| stopped())?;
+                let r = spans[region].region;
+                sink.piece(r, offset, &buf[..n])?;
+                if let Some(sent) = sent.as_deref_mut() {
+                    sent.note(r, offset, n as u64, &hashes);
+                }
                 progress.add(n as u64);
                 let _ = free.send(buf);
             }
@@ -1883,9 +2054,17 @@ pub fn recopy<T: Quiesce + Snapshot + Concurrent>(
     let pass = Instant::now();
     let mut pool = copier_pool(target, crate::parallel::workers().min(pieces(&first.memory).len()))?;
     pool.iter_mut().for_each(|(c, _)| c.beside_the_session(true));
+    // The device hashes of written parts, made ready now (a GPU loads its kernel): not while
+    // the session is held.
+    let mut hashing = Hashing::default();
+    for r in &first.memory {
+        hashing.prepare(&mut pool, r.device);
+    }
+    let mut hashes = SentHashes::default();
+    let mut skipped_in_all = Skipped::default();
     let everything: Vec<RecopySpan<'_>> = first.memory.iter().map(RecopySpan::whole).collect();
-    copy_regions(&mut pool, &everything, sink, progress, within, session)?;
-    figures.push(RoundFigures { dirty_bytes: total, copied_bytes: total, ms: ms(pass) });
+    copy_regions(&mut pool, &everything, sink, hashing.any().then_some(&mut hashes), progress, within, session)?;
+    figures.push(RoundFigures { dirty_bytes: total, copied_bytes: total, ms: ms(pass), ..Default::default() });
     // Sizes of the regions as last copied, by address.
     let sent: HashMap<u64, u64> = first.memory.iter().map(|r| (r.addr, r.size)).collect();
 
@@ -1900,25 +2079,41 @@ pub fn recopy<T: Quiesce + Snapshot + Concurrent>(
         let previous = round;
         round = log.begin_round();
         let since_previous = std::mem::replace(&mut round_began, Instant::now()).elapsed();
-        drop(rest);
-        stall += round_start.elapsed();
         let dirty = log.written_since(previous);
-        let bytes: u64 = dirty.iter().map(|d| d.1).sum();
-        progress.next_pass(false, bytes as f64 / since_previous.as_secs_f64().max(1e-9));
-        rounds += 1;
         // The parts written of the regions of the first pass (regions made since are taken at
         // the end, with the host state).
         let again: Vec<RecopySpan<'_>> =
             dirty.iter().filter_map(|&(addr, len)| RecopySpan::within(&known, addr, len)).collect();
+        // Blocks that hash as they were sent (the log names whole allocations a launch may
+        // write) are not copied again: a block left out is as good as one copied now, and
+        // what is written after is noted for the next pass as it would be after a copy.
+        // Hashed at rest: no write changes a block meanwhile, and no free unmaps one under
+        // the kernel (a fault there would end the session's context).
+        let (again, skipped) = changed_parts(&mut pool, &hashing, &hashes, again);
+        drop(rest);
+        stall += round_start.elapsed();
+        let bytes: u64 = dirty.iter().map(|d| d.1).sum();
+        progress.next_pass(false, bytes as f64 / since_previous.as_secs_f64().max(1e-9));
+        rounds += 1;
         let copied: u64 = again.iter().map(|s| s.len).sum();
         progress.total.fetch_add(copied, Ordering::Relaxed);
-        copy_regions(&mut pool, &again, sink, progress, within, session)?;
+        copy_regions(&mut pool, &again, sink, hashing.any().then_some(&mut hashes), progress, within, session)?;
         extra_bytes += copied;
-        figures.push(RoundFigures { dirty_bytes: bytes, copied_bytes: copied, ms: ms(round_start) });
-        if bytes == 0 || bytes >= last_dirty {
+        skipped_in_all.blocks += skipped.blocks;
+        skipped_in_all.bytes += skipped.bytes;
+        figures.push(RoundFigures {
+            dirty_bytes: bytes,
+            copied_bytes: copied,
+            ms: ms(round_start),
+            skipped_pieces: skipped.blocks,
+            skipped_bytes: skipped.bytes,
+        });
+        // Whether the rounds converge is what they copy: with the hashes, what changed.
+        let measure = if hashing.any() { copied } else { bytes };
+        if measure == 0 || measure >= last_dirty {
             break;
         }
-        last_dirty = bytes;
+        last_dirty = measure;
     }
 
     // The end: the session held while the rest is copied.
@@ -1941,16 +2136,30 @@ pub fn recopy<T: Quiesce + Snapshot + Concurrent>(
     let unsent = |r: &&MemoryRegion| sent.get(&r.addr) != Some(&r.size);
     let mut last: Vec<RecopySpan<'_>> = head.memory.iter().filter(unsent).map(RecopySpan::whole).collect();
     let now: BTreeMap<u64, MemoryRegion> = head.memory.iter().map(|r| (r.addr, r.clone())).collect();
-    last.extend(
-        written.iter().filter_map(|&(addr, len)| RecopySpan::within(&now, addr, len)).filter(|s| !unsent(&s.region)),
-    );
+    // The exact pass: of the parts written, only the blocks whose device contents no
+    // longer hash as sent (the session is at rest: nothing changes them meanwhile).
+    let written_parts: Vec<RecopySpan<'_>> = written
+        .iter()
+        .filter_map(|&(addr, len)| RecopySpan::within(&now, addr, len))
+        .filter(|s| !unsent(&s.region))
+        .collect();
+    let (written_parts, skipped) = changed_parts(&mut pool, &hashing, &hashes, written_parts);
+    last.extend(written_parts);
     let copied: u64 = last.iter().map(|s| s.len).sum();
     progress.total.fetch_add(copied, Ordering::Relaxed);
     // Held: every lane is the last pass's.
     pool.iter_mut().for_each(|(c, _)| c.beside_the_session(false));
-    copy_regions(&mut pool, &last, sink, progress, within, session)?;
+    copy_regions(&mut pool, &last, sink, None, progress, within, session)?;
     extra_bytes += copied;
-    figures.push(RoundFigures { dirty_bytes, copied_bytes: copied, ms: ms(held) });
+    skipped_in_all.blocks += skipped.blocks;
+    skipped_in_all.bytes += skipped.bytes;
+    figures.push(RoundFigures {
+        dirty_bytes,
+        copied_bytes: copied,
+        ms: ms(held),
+        skipped_pieces: skipped.blocks,
+        skipped_bytes: skipped.bytes,
+    });
     drop(installed);
     let copy_ms = ms(start);
     let (summary, last_hold) = if hold_to_end {
@@ -1982,6 +2191,8 @@ pub fn recopy<T: Quiesce + Snapshot + Concurrent>(
         extra_bytes,
         rounds,
         fallback: None,
+        skipped_pieces: skipped_in_all.blocks,
+        skipped_bytes: skipped_in_all.bytes,
         ..Default::default()
     };
     Ok((summary, figures))
@@ -1989,3 +2200,114 @@ pub fn recopy<T: Quiesce + Snapshot + Concurrent>(
 
 #[cfg(test)]
 mod cow_tests;
+
+#[cfg(test)]
+mod hash_tests {
+    use super::*;
+    use crate::RegionKind;
+    use crate::piece_hash::block_hashes;
+
+    /// Device memory as a host vector at address `base`, hashed by the host's function.
+    struct Memory {
+        base: u64,
+        bytes: Arc<Mutex<Vec<u8>>>,
+    }
+
+    impl DeviceCopier for Memory {
+        fn buffer(&self, len: usize) -> HostBuffer {
+            HostBuffer::new(len, None)
+        }
+        fn read(&mut self, _: i32, addr: u64, out: &mut [u8]) -> Result<(), CrError> {
+            let at = (addr - self.base) as usize;
+            out.copy_from_slice(&self.bytes.lock()[at..at + out.len()]);
+            Ok(())
+        }
+        fn write(&mut self, _: i32, _: u64, _: &[u8]) -> Result<(), CrError> {
+            unreachable!()
+        }
+        fn zero(&mut self, _: i32, _: u64, _: u64) -> Result<(), CrError> {
+            unreachable!()
+        }
+        fn finish(&mut self) -> Result<(), CrError> {
+            Ok(())
+        }
+        fn prepare_hashing(&mut self, device: i32) -> bool {
+            device == 0
+        }
+        fn hash_blocks(&mut self, _: i32, blocks: &[(u64, u64)]) -> Result<Vec<u64>, CrError> {
+            let bytes = self.bytes.lock();
+            Ok(blocks
+                .iter()
+                .map(|&(addr, len)| {
+                    let at = (addr - self.base) as usize;
+                    crate::piece_hash::block_hash(&bytes[at..at + len as usize])
+                })
+                .collect())
+        }
+    }
+
+    /// Only the blocks that differ from what was sent are copied again, in runs cut at the
+    /// spans' bounds; blocks sent in part, or at another size, are copied whatever they hold.
+    #[test]
+    fn only_blocks_that_differ_from_what_was_sent_are_copied_again() {
+        let base = 0x1000_0000u64;
+        let size = 10 * HASH_BLOCK + 100;
+        let bytes = Arc::new(Mutex::new((0..size).map(|i| (i % 253) as u8).collect::<Vec<u8>>()));
+        let mut pool: CopierPool<'_> = vec![(
+            Box::new(Memory { base, bytes: bytes.clone() }),
+            [HostBuffer::new(0, None), HostBuffer::new(0, None)],
+        )];
+        let mut hashing = Hashing::default();
+        hashing.prepare(&mut pool, 0);
+        let region = MemoryRegion { addr: base, size, device: 0, kind: RegionKind::Allocation, chunks: Vec::new() };
+        let mut sent = SentHashes::default();
+        sent.note(&region, 0, size, &block_hashes(&bytes.lock()));
+        // Blocks 2 and 3 and the short last one change; block 7 is written back as it was.
+        {
+            let mut b = bytes.lock();
+            b[2 * HASH_BLOCK as usize + 5] ^= 1;
+            b[3 * HASH_BLOCK as usize] ^= 1;
+            b[size as usize - 1] ^= 1;
+            let at = 7 * HASH_BLOCK as usize;
+            b[at..at + 8].copy_from_slice(&(0..8).map(|i| ((at as u64 + i) % 253) as u8).collect::<Vec<u8>>());
+        }
+        let whole = vec![RecopySpan::whole(&region)];
+        let (parts, skipped) = changed_parts(&mut pool, &hashing, &sent, whole);
+        let got: Vec<(u64, u64)> = parts.iter().map(|s| (s.offset, s.len)).collect();
+        assert_eq!(got, vec![(2 * HASH_BLOCK, 2 * HASH_BLOCK), (10 * HASH_BLOCK, 100)]);
+        assert_eq!((skipped.blocks, skipped.bytes), (8, 8 * HASH_BLOCK));
+        // A span starting inside a block: cut at its bounds.
+        let span = vec![RecopySpan { region: &region, offset: 2 * HASH_BLOCK + 10, len: 3 * HASH_BLOCK }];
+        let (parts, _) = changed_parts(&mut pool, &hashing, &sent, span);
+        let got: Vec<(u64, u64)> = parts.iter().map(|s| (s.offset, s.len)).collect();
+        assert_eq!(got, vec![(2 * HASH_BLOCK + 10, 2 * HASH_BLOCK - 10)]);
+        // A piece sent from inside a block leaves its blocks unknown: copied again.
+        sent.note(&region, HASH_BLOCK + 8, HASH_BLOCK, &[0, 0]);
+        let (parts, _) = changed_parts(
+            &mut pool,
+            &hashing,
+            &sent,
+            vec![RecopySpan { region: &region, offset: 0, len: 4 * HASH_BLOCK }],
+        );
+        let got: Vec<(u64, u64)> = parts.iter().map(|s| (s.offset, s.len)).collect();
+        assert_eq!(got, vec![(HASH_BLOCK, 3 * HASH_BLOCK)]);
+        // A piece ending inside a block (not the region's end) leaves that block unknown.
+        sent.note(&region, 0, HASH_BLOCK + 1, &block_hashes(&bytes.lock()[..HASH_BLOCK as usize + 1]));
+        let (parts, _) = changed_parts(
+            &mut pool,
+            &hashing,
+            &sent,
+            vec![RecopySpan { region: &region, offset: 0, len: 2 * HASH_BLOCK }],
+        );
+        let got: Vec<(u64, u64)> = parts.iter().map(|s| (s.offset, s.len)).collect();
+        assert_eq!(got, vec![(HASH_BLOCK, HASH_BLOCK)]);
+        // The region at another size: nothing is known of it.
+        let bigger = MemoryRegion { size: size + 8, ..region.clone() };
+        let (parts, skipped) = changed_parts(&mut pool, &hashing, &sent, vec![RecopySpan::whole(&bigger)]);
+        assert_eq!((parts.len(), skipped.blocks), (1, 0));
+        // A device whose memory cannot be hashed keeps its spans.
+        let elsewhere = MemoryRegion { device: 1, ..region.clone() };
+        let (parts, skipped) = changed_parts(&mut pool, &hashing, &sent, vec![RecopySpan::whole(&elsewhere)]);
+        assert_eq!((parts.len(), skipped.blocks), (1, 0));
+    }
+}

@@ -39,6 +39,7 @@ mod format;
 pub mod migrate;
 pub mod on_demand;
 pub mod parallel;
+pub mod piece_hash;
 pub mod report;
 pub mod sink;
 pub mod stream;

@@ -44,16 +44,30 @@ pub struct CheckpointSummary {
     pub rounds: u32,
     /// Why a concurrent checkpoint was given up and taken again stop-the-world, if it was.
     pub fallback: Option<String>,
+    /// Recopy: blocks written since they were sent (as the dirty log names them) that were
+    /// not sent again because the device still held what was sent (their hashes agreed;
+    /// see [`crate::piece_hash`]), and their bytes, over every pass.
+    #[serde(default)]
+    pub skipped_pieces: u64,
+    #[serde(default)]
+    pub skipped_bytes: u64,
 }
 
 /// One pass of a recopy (the first, whole copy; a round; the last, held one): bytes the
 /// session wrote since the pass before (as noted; the first pass counts all its memory, the
-/// last its written regions), bytes copied (whole regions), and how long the pass took.
+/// last its written regions), bytes copied, and how long the pass took; and the blocks
+/// ([`HASH_BLOCK`](crate::piece_hash::HASH_BLOCK) bytes) of what was written that were not
+/// copied because the device still held what had been sent (pieces skipped by hash), with
+/// their bytes.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct RoundFigures {
     pub dirty_bytes: u64,
     pub copied_bytes: u64,
     pub ms: f64,
+    #[serde(default)]
+    pub skipped_pieces: u64,
+    #[serde(default)]
+    pub skipped_bytes: u64,
 }
 
 /// How a checkpoint takes the session's memory.

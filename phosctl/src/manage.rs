@@ -236,7 +236,13 @@ fn print_checkpoint(session: u64, s: &phos_control::CheckpointSummary) {
                 s.waited_ms,
                 s.held_ms
             ),
-            "recopy" => format!(" ({} recopy rounds, {} MiB copied again)", s.rounds, s.extra_bytes >> 20),
+            "recopy" => format!(
+                " ({} recopy rounds, {} MiB copied again; {} pieces skipped by hash, {} MiB the device still held as sent)",
+                s.rounds,
+                s.extra_bytes >> 20,
+                s.skipped_pieces,
+                s.skipped_bytes >> 20
+            ),
             _ => String::new(),
         }
     );
@@ -446,8 +452,8 @@ pub(crate) fn print_migration(session: u64, s: &phos_control::MigrationSummary) 
     for (i, p) in s.passes.iter().enumerate() {
         let what = pass_name(i, i + 1 == s.passes.len());
         println!(
-            "  {what:<10} {:>10} bytes written before it, {:>10} bytes copied, {:8.1} ms",
-            p.dirty_bytes, p.copied_bytes, p.ms
+            "  {what:<10} {:>10} bytes written before it, {:>10} bytes copied, {:8.1} ms, {:>7} pieces skipped by hash",
+            p.dirty_bytes, p.copied_bytes, p.ms, p.skipped_pieces
         );
     }
     println!(

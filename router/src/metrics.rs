@@ -325,6 +325,13 @@ fn migrations(out: &mut String, router: &Router) {
         );
         family(
             out,
+            "phos_migration_last_pass_skipped_pieces",
+            "gauge",
+            "Blocks (16 KiB) written before each pass of the last migration that were not sent again: the device still held what had been sent (pieces skipped by hash).",
+            passes(|p| p.skipped_pieces),
+        );
+        family(
+            out,
             "phos_migration_last_dirty_bytes_per_second",
             "gauge",
             "How fast the last migrated session wrote memory during its rounds.",

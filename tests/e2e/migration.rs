@@ -83,8 +83,8 @@ fn check_plain_output(session: u64, printed: &str, stderr: &str) {
         let fields = line.strip_prefix(&format!("  {want}")).unwrap_or_else(|| panic!("pass {i}: {line:?}"));
         let numbers: Vec<f64> =
             fields.split(|c: char| c == ',' || c.is_whitespace()).filter_map(|w| w.parse().ok()).collect();
-        assert_eq!(numbers.len(), 3, "written, copied, ms: {line:?}");
-        assert!(fields.contains("bytes written before it") && fields.ends_with(" ms"), "{line:?}");
+        assert_eq!(numbers.len(), 4, "written, copied, ms, skipped: {line:?}");
+        assert!(fields.contains("bytes written before it") && fields.ends_with(" pieces skipped by hash"), "{line:?}");
     }
     assert!(last.starts_with("dirty rate ") && last.contains("MiB/s during the rounds"), "{printed}");
 }

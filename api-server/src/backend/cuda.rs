@@ -45,7 +45,7 @@ pub(super) fn check(r: sys::CUresult) -> Result<(), CudaError> {
 
 /// The runtime's error for a driver error: driver and runtime error codes share their numbers
 /// for everything the server calls.
-fn driver(e: DriverError) -> CudaError {
+pub(super) fn driver(e: DriverError) -> CudaError {
     CudaError(e.0 as i32)
 }
 
@@ -114,6 +114,8 @@ pub struct CudaBackend {
     copies: super::copy_pool::CopyPool,
     /// NVIDIA's nvJitLink, for the checked twins, looked for the first time one is compiled.
     jit_link: std::sync::OnceLock<Option<super::jit_link::JitLink>>,
+    /// The hash kernel of each device, for recopies' exact passes ([`super::cuda_hash`]).
+    hashers: super::cuda_hash::Hashers,
 }
 
 /// Device time of kernels, from an event pair recorded around each timed launch on its own
@@ -495,6 +497,7 @@ impl CudaBackend {
             timer,
             copies: Default::default(),
             jit_link: std::sync::OnceLock::new(),
+            hashers: Default::default(),
         })
     }
 
@@ -898,6 +901,14 @@ impl VirtualMemory for CudaBackend {
 }
 
 impl Copies for CudaBackend {
+    fn prepare_hashing(&self, device: i32) -> Result<(), CudaError> {
+        self.hashers.prepare(self, device)
+    }
+
+    fn hash_blocks(&self, device: i32, blocks: &[(u64, u64)]) -> Result<Vec<u64>, CudaError> {
+        self.hashers.hash(self, device, blocks)
+    }
+
     fn memcpy_htod(&self, dst: u64, src: &[u8], stream: Option<StreamRef>) -> Result<(), CudaError> {
         let r = match stream {
             // SAFETY: the service checked `[dst, dst + len)` against the session's memory.

@@ -700,6 +700,27 @@ impl EmuBackend {
 }
 
 impl Copies for EmuBackend {
+    fn prepare_hashing(&self, device: i32) -> Result<(), CudaError> {
+        self.index(device).map(|_| ())
+    }
+
+    /// The same function as the GPU's kernel, on the CPU.
+    fn hash_blocks(&self, device: i32, blocks: &[(u64, u64)]) -> Result<Vec<u64>, CudaError> {
+        self.index(device)?;
+        let _work = self.work.lock();
+        let mut buf = Vec::new();
+        Ok(blocks
+            .iter()
+            .map(|&(addr, len)| {
+                buf.resize(len as usize, 0);
+                // SAFETY: the engine's ranges, of the session's mapped memory (see the trait),
+                // which `buf`, a host buffer, is not part of; copied as `memcpy_dtoh` does.
+                unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), buf.len()) };
+                phos_checkpoint::piece_hash::block_hash(&buf)
+            })
+            .collect())
+    }
+
     fn memcpy_htod(&self, dst: u64, src: &[u8], stream: Option<StreamRef>) -> Result<(), CudaError> {
         match stream {
             Some(s) => self.check_stream(s)?,

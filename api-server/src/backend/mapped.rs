@@ -214,6 +214,12 @@ impl VirtualMemory for Mapped {
 }
 
 impl Copies for Mapped {
+    fn prepare_hashing(&self, device: i32) -> Result<(), CudaError> {
+        self.inner.prepare_hashing(self.d(device)?)
+    }
+    fn hash_blocks(&self, device: i32, blocks: &[(u64, u64)]) -> Result<Vec<u64>, CudaError> {
+        self.inner.hash_blocks(self.d(device)?, blocks)
+    }
     fn memcpy_htod(&self, dst: u64, src: &[u8], stream: Option<StreamRef>) -> Result<(), CudaError> {
         self.inner.memcpy_htod(dst, src, stream)
     }

@@ -7,6 +7,7 @@
 pub mod copy_pool;
 pub mod cuda;
 mod cuda_arrays;
+pub mod cuda_hash;
 pub mod emu;
 mod emu_arrays;
 mod jit_link;
@@ -239,6 +240,15 @@ pub trait VirtualMemory: Send + Sync {
 
 /// Copies to, from and within device memory, and sets of it.
 pub trait Copies: Send + Sync {
+    /// Make ready to hash `device`'s memory ([`hash_blocks`](Copies::hash_blocks)): a GPU
+    /// loads its hash kernel (seconds of the driver's JIT at worst), before a recopy holds
+    /// the session.
+    fn prepare_hashing(&self, device: i32) -> Result<(), CudaError>;
+    /// The content hash ([`phos_checkpoint::piece_hash::block_hash`]) of each of `blocks`
+    /// (address, length) of `device`'s memory as it is now, in order, computed where the
+    /// memory is (a GPU's kernel: nothing but the hashes crosses the bus). The ranges are the
+    /// C/R engine's, of the session's live memory.
+    fn hash_blocks(&self, device: i32, blocks: &[(u64, u64)]) -> Result<Vec<u64>, CudaError>;
     fn memcpy_htod(&self, dst: u64, src: &[u8], stream: Option<StreamRef>) -> Result<(), CudaError>;
     fn memcpy_dtoh(&self, dst: &mut [u8], src: u64, stream: Option<StreamRef>) -> Result<(), CudaError>;
     fn memcpy_dtod(&self, dst: u64, src: u64, len: u64, stream: Option<StreamRef>) -> Result<(), CudaError>;
