@@ -120,3 +120,46 @@ impl Hashers {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::process::Command;
+
+    /// The PTX is generated, not written: it must be what nvcc makes of `hash_blocks.cu` (when
+    /// the nvcc here is the release that made it; the header names it). CI has that nvcc.
+    #[test]
+    fn the_committed_ptx_is_what_nvcc_makes_of_its_source() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/backend");
+        let required = std::env::var("PHOS_REQUIRE_NVCC").as_deref() == Ok("1");
+        let nvcc = std::env::var("NVCC").unwrap_or_else(|_| "nvcc".into());
+        let Ok(version) = Command::new(&nvcc).arg("--version").output() else {
+            assert!(!required, "PHOS_REQUIRE_NVCC=1 but no nvcc was found");
+            eprintln!("NOTICE: nvcc not found; the hash kernel's PTX is not compared with its source");
+            return;
+        };
+        let version = String::from_utf8_lossy(&version.stdout).into_owned();
+        let release = |text: &str| {
+            text.lines().find_map(|l| l.split("release ").nth(1).map(|r| r.split(',').next().unwrap_or("").to_string()))
+        };
+        let made_by = release(super::PTX).expect("the PTX names the nvcc release that made it");
+        if release(&version).as_deref() != Some(made_by.as_str()) {
+            eprintln!("NOTICE: the PTX was made by nvcc {made_by}, this nvcc is another release: not compared");
+            return;
+        }
+        let out = std::env::temp_dir().join(format!("phos-hash-blocks-{}.ptx", std::process::id()));
+        let status = Command::new(&nvcc)
+            .args(["-ptx", "-arch=compute_60", "-O3", &format!("{dir}/hash_blocks.cu"), "-o"])
+            .arg(&out)
+            .status()
+            .expect("running nvcc");
+        assert!(status.success(), "nvcc failed on hash_blocks.cu");
+        let made = std::fs::read_to_string(&out).expect("nvcc's PTX");
+        let _ = std::fs::remove_file(&out);
+        let code = |text: &str| text.lines().filter(|l| !l.trim_start().starts_with("//")).map(str::to_string).collect::<Vec<_>>();
+        assert!(
+            code(&made) == code(super::PTX),
+            "hash_blocks.ptx is not what nvcc makes of hash_blocks.cu: regenerate it with \
+             `nvcc -ptx -arch=compute_60 -O3 hash_blocks.cu -o hash_blocks.ptx` in {dir}"
+        );
+    }
+}
