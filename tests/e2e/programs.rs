@@ -55,6 +55,7 @@ programs!(
     async_order,
     atomics_histogram,
     callbacks,
+    capture_threads,
     device_api,
     device_functions,
     device_numbers,
@@ -430,6 +431,24 @@ fn cublas_gemms_make_a_constant_number_of_round_trips() {
     assert!(few_async < many_async);
 }
 
+/// Capture status asked N times with no capture open (`capture_threads` N, before and after
+/// its captures) makes O(1) synchronous calls: the guest answers None itself once the stream
+/// is known, and asks the server while a capture may be open; the answers are CUDA's.
+#[test]
+fn capture_status_makes_a_constant_number_of_round_trips() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "capture_threads", ARCH);
+    let queries = |n| {
+        let p = Profile::of(&exe, "capture_threads", n);
+        (p.sync_calls("cudaStreamIsCapturing"), p.sync_calls("phosStreamCaptureInfo"), p.total(" synchronous calls"))
+    };
+    let (few_is, few_info, few) = queries(10);
+    let (many_is, many_info, many) = queries(200);
+    assert_eq!((few_is, few_info, few), (many_is, many_info, many), "round trips grow with the queries");
+    // Each stream once, and the queries while a capture may be open.
+    assert!(many_is <= 16 && many_info <= 8, "{many_is} cudaStreamIsCapturing, {many_info} phosStreamCaptureInfo");
+}
+
 /// The synchronous calls of `cublaslt_async_matmuls` with `matmuls` matmuls (PHOS_PROFILE's
 /// table): (all of them, those of cublasLtMatmul), and its async calls.
 fn async_lt_profile(exe: &std::path::Path, matmuls: u32) -> (u64, u64, u64) {
@@ -705,6 +724,9 @@ fn cudnn_batchnorm_hostile_calls() {
         "hostile: legacy RNN descriptor -> CUDNN_STATUS_NOT_SUPPORTED",
         "hostile: last error names the call",
         "hostile: the handle and descriptors still work (480 bytes)",
+        "hostile: x past its allocation, once proven -> CUDNN_STATUS_SUCCESS",
+        "hostile: the next call on the handle -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: the call after it -> CUDNN_STATUS_SUCCESS",
         "done",
     ] {
         assert!(stdout.lines().any(|l| l == line), "missing `{line}`\nstdout:\n{stdout}\nstderr:\n{stderr}");
@@ -724,6 +746,8 @@ fn cudnn_batchnorm_hostile_calls() {
         "batch normalization mode 7",
         "one is NULL and the other is not",
         "cudnnCreateRNNDescriptor",
+        "cudnnBatchNormalizationForwardTrainingEx (sent asynchronously) failed with CUDNN_STATUS_BAD_PARAM",
+        "cudnnGetStream returns CUDNN_STATUS_BAD_PARAM of an earlier asynchronous cudnnBatchNormalizationForwardTrainingEx",
     ] {
         assert!(stderr.contains(logged), "the log lacks `{logged}`:\n{stderr}");
     }
