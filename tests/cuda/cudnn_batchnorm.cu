@@ -10,7 +10,9 @@
 // NVIDIA's library does not check device ranges), `checkpoint` (prints "cudnn ready" once its
 // descriptors are set, waits three seconds, in which a checkpoint and restore may happen, then
 // reads them back and normalises with them). Last, cudnnSetTensor fills a half and a double
-// tensor (its value is one element of the tensor's type).
+// tensor (its value is one element of the tensor's type). A number N as the mode runs the above,
+// then sets the stream and a tensor N times more (printing nothing more: the calls' cost is
+// what differs).
 #if __has_include(<cudnn.h>)
 #include <cudnn.h>
 #else
@@ -373,6 +375,29 @@ static bool set_tensor_types(cudnnHandle_t handle) {
     return ok;
 }
 
+// The stream set again and a float tensor set `repeat` times, as a training loop does.
+static bool repeated(cudnnHandle_t handle, cudaStream_t stream, int repeat) {
+    if (repeat <= 0) return true;
+    cudnnTensorDescriptor_t d;
+    DNN(cudnnCreateTensorDescriptor(&d));
+    DNN(cudnnSetTensor4dDescriptor(d, (cudnnTensorFormat_t)FORMAT_NCHW, (cudnnDataType_t)DATA_FLOAT, 1, 2, 4, 4));
+    float *mem;
+    CHECK(cudaMalloc(&mem, 32 * 4));
+    for (int i = 0; i < repeat; i++) {
+        DNN(cudnnSetStream(handle, stream));
+        float value = (float)i;
+        DNN(cudnnSetTensor(handle, d, mem, &value));
+    }
+    float back[32];
+    CHECK(cudaMemcpy(back, mem, sizeof back, cudaMemcpyDeviceToHost));
+    bool ok = true;
+    for (float v : back) ok = ok && v == (float)(repeat - 1);
+    if (!ok) std::printf("repeated: wrong\n");
+    CHECK(cudaFree(mem));
+    DNN(cudnnDestroyTensorDescriptor(d));
+    return ok;
+}
+
 static void hostile(cudnnHandle_t handle) {
     auto say = [](const char *what, cudnnStatus_t s) { std::printf("hostile: %s -> %s\n", what, cudnnGetErrorString(s)); };
     cudnnTensorDescriptor_t d, bnd;
@@ -492,6 +517,7 @@ int main(int argc, char **argv) {
     for (const Case &k : cases) ok = run_case(handle, k) && ok;
     ok = run_plain(handle) && ok;
     ok = set_tensor_types(handle) && ok;
+    ok = repeated(handle, stream, std::atoi(mode)) && ok;
     CHECK(cudaStreamDestroy(stream));
     DNN(cudnnDestroy(handle));
     std::printf("done\n");

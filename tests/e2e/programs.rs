@@ -753,6 +753,25 @@ fn cudnn_batchnorm_hostile_calls() {
     }
 }
 
+/// cuDNN calls repeated (`cudnn_batchnorm` N: the stream set again and a tensor set N more
+/// times) make O(1) synchronous calls: the setter that changes nothing is answered by the
+/// guest, and a compute call goes without waiting once the same call has succeeded.
+#[test]
+fn cudnn_calls_make_a_constant_number_of_round_trips() {
+    let Some(nvcc) = nvcc() else { return };
+    let link = phos_tests::cudnn_link_flags();
+    let exe = build_program(&nvcc, "cudnn_batchnorm", &["-arch=sm_70", &link[0], &link[1]]);
+    let calls = |n| {
+        let p = Profile::of(&exe, "cudnn_batchnorm", n);
+        (p.total(" synchronous calls"), p.sync_calls("cudnnSetTensor"), p.sync_calls("cudnnSetStream"))
+    };
+    let (few, few_set, few_stream) = calls(5);
+    let (many, many_set, many_stream) = calls(100);
+    assert_eq!((few, few_set, few_stream), (many, many_set, many_stream), "round trips grow with the calls");
+    // The half, the double and the float tensor's first set; the stream's first set.
+    assert!(many_set <= 3 && many_stream <= 1, "{many_set} sync cudnnSetTensor, {many_stream} sync cudnnSetStream");
+}
+
 /// The layers of an mnistCUDNN-shaped network through cuDNN's legacy API
 /// (tests/cuda/cudnn_mnist_layers.cu, linked against `libcudnn.so.9` and `-lcublas`): filter,
 /// convolution and activation descriptors read back, output dimensions, the algorithm queries
