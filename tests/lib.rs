@@ -172,10 +172,11 @@ fn build_with_runtime(nvcc: &Path, dir: &Path, name: &str, cudart: &str, extra: 
 /// NVIDIA's library (they need `libcudnn.so.9`, which Phos's guest directory serves when they
 /// run).
 pub fn cudnn_link_flags() -> [String; 2] {
-    const FUNCTIONS: [&str; 108] = [
+    const FUNCTIONS: [&str; 109] = [
         "cudnnCreate",
         "cudnnDestroy",
         "cudnnSetStream",
+        "cudnnGetStream",
         "cudnnGetVersion",
         "cudnnGetErrorString",
         "cudnnGetLastErrorString",

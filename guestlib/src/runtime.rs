@@ -139,6 +139,7 @@ impl Channel {
             }
             if h.status != cudart::SUCCESS {
                 tracing::debug!("an async call failed: {}", h.status);
+                note_status(CudaError(h.status));
                 set_last_error(CudaError(h.status));
             }
             let last = self.unanswered.back().map_or(0, |u| u.call_id);
@@ -151,6 +152,7 @@ impl Channel {
                 self.unanswered.remove(i);
             }
             tracing::debug!("an async call was refused: {}", h.status);
+            note_status(CudaError(h.status));
             set_last_error(CudaError(h.status));
             let last = self.unanswered.back().map_or(0, |u| u.call_id);
             self.shared.last_unanswered.store(last, Ordering::Release);
@@ -684,6 +686,9 @@ fn attempt<R: RemoteCall>(ch: &mut Channel, request: &[u8], call_id: u64, resend
         return Attempt::Lost(format!("unexpected {:?} frame for call {}", rh.kind, rh.call_id));
     }
     if rh.status != 0 {
+        if matches!(R::FUNCTION.api(), phos_protocol::apis::Api::Cudart | phos_protocol::apis::Api::Cuda) {
+            note_status(CudaError(rh.status));
+        }
         if rh.flags & FLAG_DEFERRED != 0 {
             let failed = String::from_utf8_lossy(&ch.reply);
             tracing::error!(
@@ -854,6 +859,14 @@ pub fn call_deferred<R: RemoteCall>(req: &R, handle: u64) -> Result<(), R::Statu
     }
     call(req)?;
     live_handles().lock().unwrap_or_else(PoisonError::into_inner).insert(key);
+    Ok(())
+}
+
+/// A call with an async id sent synchronously whatever its handle (what else it names is
+/// not known live): its success proves the handle as `call_deferred`'s does.
+pub fn call_proving<R: RemoteCall>(req: &R, handle: u64) -> Result<(), R::Status> {
+    call(req)?;
+    live_handles().lock().unwrap_or_else(PoisonError::into_inner).insert((R::FUNCTION.api().id(), handle));
     Ok(())
 }
 
@@ -1196,6 +1209,23 @@ pub fn log_refusal_once(function: Function, answer: &str) {
         crate::log::init();
         tracing::warn!("{} answered {answer}: this use of it is not supported by Phos", function.name());
     }
+}
+
+/// Whether a call of the process has been answered with a sticky error (the context is
+/// unusable: the server fails every later call with it).
+static STICKY_SEEN: AtomicBool = AtomicBool::new(false);
+
+/// A runtime or driver status the server answered: a sticky one is remembered.
+fn note_status(e: CudaError) {
+    if e.is_sticky() {
+        STICKY_SEEN.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Whether the guest knows of a sticky error: answers it could give itself are left to the
+/// server, which returns the error.
+pub fn sticky_error_seen() -> bool {
+    STICKY_SEEN.load(Ordering::SeqCst)
 }
 
 pub fn set_last_error(e: CudaError) {

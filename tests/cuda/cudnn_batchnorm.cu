@@ -9,7 +9,10 @@
 // Modes: none (the above), `hostile` (what careless or hostile calls get: through Phos only,
 // NVIDIA's library does not check device ranges), `checkpoint` (prints "cudnn ready" once its
 // descriptors are set, waits three seconds, in which a checkpoint and restore may happen, then
-// reads them back and normalises with them).
+// reads them back and normalises with them). Last, cudnnSetTensor fills a half and a double
+// tensor (its value is one element of the tensor's type). A number N as the mode runs the above,
+// then sets the stream and a tensor N times more (printing nothing more: the calls' cost is
+// what differs).
 #if __has_include(<cudnn.h>)
 #include <cudnn.h>
 #else
@@ -37,7 +40,7 @@
     } while (0)
 
 // cuDNN's numbers (cudnn_graph.h, cudnn_ops.h), as the program's own constants.
-const int DATA_FLOAT = 0, DATA_HALF = 2, FORMAT_NCHW = 0, FORMAT_NHWC = 1;
+const int DATA_FLOAT = 0, DATA_DOUBLE = 1, DATA_HALF = 2, FORMAT_NCHW = 0, FORMAT_NHWC = 1;
 const int PER_ACTIVATION = 0, SPATIAL = 1, SPATIAL_PERSISTENT = 2, OPS_BN = 0, OPS_BN_ACTIVATION = 1;
 
 const int N = 2, C = 3, H = 4, W = 5, COUNT = N * C * H * W;
@@ -338,6 +341,63 @@ static void describe(cudnnTensorDescriptor_t d) {
     std::printf(", %zu bytes\n", bytes);
 }
 
+// cudnnSetTensor on a half and a double tensor: the value is read as the tensor's type.
+static bool set_tensor_types(cudnnHandle_t handle) {
+    const int n = 2 * 3 * 4 * 5;
+    bool ok = true;
+    cudnnTensorDescriptor_t d;
+    DNN(cudnnCreateTensorDescriptor(&d));
+    void *mem;
+    CHECK(cudaMalloc(&mem, n * 8));
+    // Half: 1.5 is 0x3e00.
+    DNN(cudnnSetTensor4dDescriptor(d, (cudnnTensorFormat_t)FORMAT_NCHW, (cudnnDataType_t)DATA_HALF, 2, 3, 4, 5));
+    CHECK(cudaMemset(mem, 0, n * 8));
+    uint16_t half_value = 0x3e00;
+    DNN(cudnnSetTensor(handle, d, mem, &half_value));
+    std::vector<uint16_t> halves(n + 4);
+    CHECK(cudaMemcpy(halves.data(), mem, (n + 4) * 2, cudaMemcpyDeviceToHost));
+    bool half_ok = true;
+    for (int i = 0; i < n; i++) half_ok = half_ok && halves[i] == 0x3e00;
+    for (int i = n; i < n + 4; i++) half_ok = half_ok && halves[i] == 0;
+    // Double: 2.25 exactly, then again with another value (the descriptor set anew).
+    DNN(cudnnSetTensor4dDescriptor(d, (cudnnTensorFormat_t)FORMAT_NCHW, (cudnnDataType_t)DATA_DOUBLE, 2, 3, 4, 5));
+    bool double_ok = true;
+    for (double value : {2.25, -1.0 / 3.0}) {
+        DNN(cudnnSetTensor(handle, d, mem, &value));
+        std::vector<double> doubles(n);
+        CHECK(cudaMemcpy(doubles.data(), mem, n * 8, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < n; i++) double_ok = double_ok && doubles[i] == value;
+    }
+    std::printf("set tensor: half %s, double %s\n", half_ok ? "ok" : "wrong", double_ok ? "ok" : "wrong");
+    ok = half_ok && double_ok;
+    CHECK(cudaFree(mem));
+    DNN(cudnnDestroyTensorDescriptor(d));
+    return ok;
+}
+
+// The stream set again and a float tensor set `repeat` times, as a training loop does.
+static bool repeated(cudnnHandle_t handle, cudaStream_t stream, int repeat) {
+    if (repeat <= 0) return true;
+    cudnnTensorDescriptor_t d;
+    DNN(cudnnCreateTensorDescriptor(&d));
+    DNN(cudnnSetTensor4dDescriptor(d, (cudnnTensorFormat_t)FORMAT_NCHW, (cudnnDataType_t)DATA_FLOAT, 1, 2, 4, 4));
+    float *mem;
+    CHECK(cudaMalloc(&mem, 32 * 4));
+    for (int i = 0; i < repeat; i++) {
+        DNN(cudnnSetStream(handle, stream));
+        float value = (float)i;
+        DNN(cudnnSetTensor(handle, d, mem, &value));
+    }
+    float back[32];
+    CHECK(cudaMemcpy(back, mem, sizeof back, cudaMemcpyDeviceToHost));
+    bool ok = true;
+    for (float v : back) ok = ok && v == (float)(repeat - 1);
+    if (!ok) std::printf("repeated: wrong\n");
+    CHECK(cudaFree(mem));
+    DNN(cudnnDestroyTensorDescriptor(d));
+    return ok;
+}
+
 static void hostile(cudnnHandle_t handle) {
     auto say = [](const char *what, cudnnStatus_t s) { std::printf("hostile: %s -> %s\n", what, cudnnGetErrorString(s)); };
     cudnnTensorDescriptor_t d, bnd;
@@ -395,6 +455,13 @@ static void hostile(cudnnHandle_t handle) {
     DNN(forward(x, y, nullptr, 0, bnd, OPS_BN));
     DNN(cudnnGetTensorSizeInBytes(d, &bytes));
     std::printf("hostile: the handle and descriptors still work (%zu bytes)\n", bytes);
+    // The same call again, with x past its allocation: it has succeeded with these
+    // descriptors, so it goes without waiting; the failure comes back from the next call on
+    // the handle, as an asynchronous error.
+    say("x past its allocation, once proven", forward(x + 8, y, nullptr, 0, bnd, OPS_BN));
+    cudaStream_t on;
+    say("the next call on the handle", cudnnGetStream(handle, &on));
+    say("the call after it", cudnnGetStream(handle, &on));
     for (void *q : {(void *)x, (void *)y, (void *)p}) CHECK(cudaFree(q));
     DNN(cudnnDestroyTensorDescriptor(d));
     DNN(cudnnDestroyTensorDescriptor(bnd));
@@ -449,6 +516,8 @@ int main(int argc, char **argv) {
     bool ok = true;
     for (const Case &k : cases) ok = run_case(handle, k) && ok;
     ok = run_plain(handle) && ok;
+    ok = set_tensor_types(handle) && ok;
+    ok = repeated(handle, stream, std::atoi(mode)) && ok;
     CHECK(cudaStreamDestroy(stream));
     DNN(cudnnDestroy(handle));
     std::printf("done\n");

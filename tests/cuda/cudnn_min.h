@@ -86,6 +86,7 @@ typedef struct {
 cudnnStatus_t cudnnCreate(cudnnHandle_t *handle);
 cudnnStatus_t cudnnDestroy(cudnnHandle_t handle);
 cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t streamId);
+cudnnStatus_t cudnnGetStream(cudnnHandle_t handle, cudaStream_t *streamId);
 size_t cudnnGetVersion(void);
 const char *cudnnGetErrorString(cudnnStatus_t status);
 void cudnnGetLastErrorString(char *message, size_t max_size);

@@ -55,6 +55,7 @@ programs!(
     async_order,
     atomics_histogram,
     callbacks,
+    capture_threads,
     copy_sizes,
     device_api,
     device_functions,
@@ -476,6 +477,24 @@ fn cublas_gemms_make_a_constant_number_of_round_trips() {
     assert!(few_async < many_async);
 }
 
+/// Capture status asked N times with no capture open (`capture_threads` N, before and after
+/// its captures) makes O(1) synchronous calls: the guest answers None itself once the stream
+/// is known, and asks the server while a capture may be open; the answers are CUDA's.
+#[test]
+fn capture_status_makes_a_constant_number_of_round_trips() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "capture_threads", ARCH);
+    let queries = |n| {
+        let p = Profile::of(&exe, "capture_threads", n);
+        (p.sync_calls("cudaStreamIsCapturing"), p.sync_calls("phosStreamCaptureInfo"), p.total(" synchronous calls"))
+    };
+    let (few_is, few_info, few) = queries(10);
+    let (many_is, many_info, many) = queries(200);
+    assert_eq!((few_is, few_info, few), (many_is, many_info, many), "round trips grow with the queries");
+    // Each stream once, and the queries while a capture may be open.
+    assert!(many_is <= 16 && many_info <= 8, "{many_is} cudaStreamIsCapturing, {many_info} phosStreamCaptureInfo");
+}
+
 /// The synchronous calls of `cublaslt_async_matmuls` with `matmuls` matmuls (PHOS_PROFILE's
 /// table): (all of them, those of cublasLtMatmul), and its async calls.
 fn async_lt_profile(exe: &std::path::Path, matmuls: u32) -> (u64, u64, u64) {
@@ -751,6 +770,9 @@ fn cudnn_batchnorm_hostile_calls() {
         "hostile: legacy RNN descriptor -> CUDNN_STATUS_NOT_SUPPORTED",
         "hostile: last error names the call",
         "hostile: the handle and descriptors still work (480 bytes)",
+        "hostile: x past its allocation, once proven -> CUDNN_STATUS_SUCCESS",
+        "hostile: the next call on the handle -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: the call after it -> CUDNN_STATUS_SUCCESS",
         "done",
     ] {
         assert!(stdout.lines().any(|l| l == line), "missing `{line}`\nstdout:\n{stdout}\nstderr:\n{stderr}");
@@ -770,9 +792,30 @@ fn cudnn_batchnorm_hostile_calls() {
         "batch normalization mode 7",
         "one is NULL and the other is not",
         "cudnnCreateRNNDescriptor",
+        "cudnnBatchNormalizationForwardTrainingEx (sent asynchronously) failed with CUDNN_STATUS_BAD_PARAM",
+        "cudnnGetStream returns CUDNN_STATUS_BAD_PARAM of an earlier asynchronous cudnnBatchNormalizationForwardTrainingEx",
     ] {
         assert!(stderr.contains(logged), "the log lacks `{logged}`:\n{stderr}");
     }
+}
+
+/// cuDNN calls repeated (`cudnn_batchnorm` N: the stream set again and a tensor set N more
+/// times) make O(1) synchronous calls: the setter that changes nothing is answered by the
+/// guest, and a compute call goes without waiting once the same call has succeeded.
+#[test]
+fn cudnn_calls_make_a_constant_number_of_round_trips() {
+    let Some(nvcc) = nvcc() else { return };
+    let link = phos_tests::cudnn_link_flags();
+    let exe = build_program(&nvcc, "cudnn_batchnorm", &["-arch=sm_70", &link[0], &link[1]]);
+    let calls = |n| {
+        let p = Profile::of(&exe, "cudnn_batchnorm", n);
+        (p.total(" synchronous calls"), p.sync_calls("cudnnSetTensor"), p.sync_calls("cudnnSetStream"))
+    };
+    let (few, few_set, few_stream) = calls(5);
+    let (many, many_set, many_stream) = calls(100);
+    assert_eq!((few, few_set, few_stream), (many, many_set, many_stream), "round trips grow with the calls");
+    // The half, the double and the float tensor's first set; the stream's first set.
+    assert!(many_set <= 3 && many_stream <= 1, "{many_set} sync cudnnSetTensor, {many_stream} sync cudnnSetStream");
 }
 
 /// The layers of an mnistCUDNN-shaped network through cuDNN's legacy API

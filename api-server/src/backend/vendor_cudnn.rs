@@ -1113,7 +1113,8 @@ pub struct TensorOpCall {
     pub algo: i32,
     pub mode: i32,
     pub scaling: [f32; 3],
-    pub value: [u8; 4],
+    /// cudnnSetTensor's element (its first bytes, as many as the tensor's type has).
+    pub value: [u8; 8],
     pub t: [(u64, u64); 4],
 }
 

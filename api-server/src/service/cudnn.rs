@@ -1558,8 +1558,11 @@ impl CudnnService for Session {
         req: CudnnSetTensorRequest<'_>,
     ) -> Result<CudnnSetTensorReply, CudnnStatus> {
         let operands = vec![Operand::write("y", 0, (req.yDesc, req.y))];
-        let value = <[u8; 4]>::try_from(req.valuePtr).map_err(|_| CudnnStatus::BAD_PARAM)?;
-        let call = LayerCall { value, ..LayerCall::new(TensorOp::Set, req.handle, operands) };
+        // 2, 4 or 8 bytes (the spec's precondition), checked against the tensor's type.
+        let mut value = [0u8; 8];
+        let value_len = req.valuePtr.len();
+        value.get_mut(..value_len).ok_or(CudnnStatus::BAD_PARAM)?.copy_from_slice(req.valuePtr);
+        let call = LayerCall { value, value_len, ..LayerCall::new(TensorOp::Set, req.handle, operands) };
         self.dnn_tensor_op(cx, call)?;
         Ok(CudnnSetTensorReply {})
     }

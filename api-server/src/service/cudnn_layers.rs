@@ -16,7 +16,7 @@ use phos_protocol::cudnn::CudnnStatus;
 use super::CallCx;
 use super::Session;
 use super::cudnn::{dnn_status, vendor_status};
-use super::cudnn_legacy::{CpuTensors, checked_type, decode, elements, span_bytes};
+use super::cudnn_legacy::{CpuTensors, DATA_DOUBLE, checked_type, decode, element_bytes, elements, span_bytes};
 use super::cudnn_ops::Range;
 use crate::backend::vendor_cudnn::{ReduceRaw, TensorOp, TensorOpCall};
 use crate::cpu_dnn::{self, Lrn, PoolGeometry, SoftmaxGroups};
@@ -63,13 +63,15 @@ pub(super) struct LayerCall {
     pub algo: i32,
     pub mode: i32,
     pub scaling: [f32; 3],
-    pub value: [u8; 4],
+    /// cudnnSetTensor's element, its first `value_len` bytes (2, 4 or 8: the tensor's type).
+    pub value: [u8; 8],
+    pub value_len: usize,
     pub operands: Vec<Operand>,
 }
 
 impl LayerCall {
     pub fn new(op: TensorOp, handle: u64, operands: Vec<Operand>) -> Self {
-        LayerCall { op, handle, desc: 0, algo: 0, mode: 0, scaling: [0.0; 3], value: [0; 4], operands }
+        LayerCall { op, handle, desc: 0, algo: 0, mode: 0, scaling: [0.0; 3], value: [0; 8], value_len: 0, operands }
     }
 
     /// x into y (cudnnTransformTensor, pooling, softmax and LRN forward), with the call's
@@ -243,6 +245,16 @@ impl Session {
     fn dnn_layer_plan(&self, cx: &CallCx, call: &LayerCall, s: &[TensorShape]) -> Result<Plan, CudnnStatus> {
         let names: Vec<(&str, &TensorShape)> = call.operands.iter().map(|o| o.what).zip(s).collect();
         let plan = self.dnn_layer_shapes(cx, call, s, &names)?;
+        if call.op == TensorOp::Set {
+            // No scaling factors: any type cuDNN sets, its element as long as the type's.
+            if element_bytes(s[0].data_type).ok() != Some(call.value_len as u64) {
+                return Err(self.dnn_bad(
+                    cx,
+                    format_args!("a value of {} bytes for data type {}", call.value_len, s[0].data_type),
+                ));
+            }
+            return Ok(plan);
+        }
         self.dnn_same_types(cx, &names)?;
         Ok(plan)
     }
@@ -446,7 +458,10 @@ impl Session {
             return vendor_status(cudnn.tensor_op(&raw));
         }
         let refs: Vec<&TensorShape> = shapes.iter().collect();
-        self.dnn_cpu_takes(cx, &refs)?;
+        // cudnnSetTensor writes double data too (it has no scaling factors).
+        if !(call.op == TensorOp::Set && shapes[0].data_type == DATA_DOUBLE) {
+            self.dnn_cpu_takes(cx, &refs)?;
+        }
         let t = self.dnn_cpu(&h)?;
         let at = |i: usize| call.operands[i].addr;
         layer_on_cpu(&t, &call, &shapes, plan, at)

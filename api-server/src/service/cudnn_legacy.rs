@@ -46,7 +46,7 @@ const BN_OPS_BN_ADD_ACTIVATION: i32 = 2;
 
 /// Bytes of one element of a plain (not vectorised) data type; `Err` says whether cuDNN
 /// knows the type (NOT_SUPPORTED here) or not (BAD_PARAM).
-fn element_bytes(data_type: i32) -> Result<u64, CudnnStatus> {
+pub(super) fn element_bytes(data_type: i32) -> Result<u64, CudnnStatus> {
     match data_type {
         DATA_FLOAT | 4 => Ok(4),
         DATA_DOUBLE | 10 => Ok(8),
@@ -171,6 +171,7 @@ pub(super) fn decode(data_type: i32, bytes: &[u8]) -> f64 {
     match data_type {
         DATA_HALF => f64::from(half::f16::from_le_bytes([bytes[0], bytes[1]])),
         DATA_BFLOAT16 => f64::from(half::bf16::from_le_bytes([bytes[0], bytes[1]])),
+        DATA_DOUBLE => f64::from_le_bytes(bytes[..8].try_into().expect("8 bytes of a double")),
         _ => f64::from(f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])),
     }
 }
@@ -179,6 +180,7 @@ fn encode(data_type: i32, value: f64, out: &mut [u8]) {
     match data_type {
         DATA_HALF => out.copy_from_slice(&half::f16::from_f64(value).to_le_bytes()),
         DATA_BFLOAT16 => out.copy_from_slice(&half::bf16::from_f64(value).to_le_bytes()),
+        DATA_DOUBLE => out.copy_from_slice(&value.to_le_bytes()),
         _ => out.copy_from_slice(&(value as f32).to_le_bytes()),
     }
 }
@@ -220,8 +222,9 @@ pub(super) struct CpuTensors<'s> {
 impl CpuTensors<'_> {
     /// The tensor at `addr` in canonical order, as f64.
     pub fn load(&self, addr: u64, shape: &TensorShape) -> Result<Vec<f64>, CudnnStatus> {
-        // Integer and double data are refused before the work (this is a backstop).
-        if !cpu_type(shape.data_type) {
+        // Integer data, and double data but cudnnSetTensor's, are refused before the work
+        // (this is a backstop).
+        if !cpu_type(shape.data_type) && shape.data_type != DATA_DOUBLE {
             return Err(CudnnStatus::NOT_SUPPORTED);
         }
         let size = element_bytes(shape.data_type)? as usize;
@@ -232,7 +235,7 @@ impl CpuTensors<'_> {
 
     /// Store `values` (canonical order) at `addr`, leaving the gaps between them as they were.
     pub fn store(&self, addr: u64, shape: &TensorShape, values: &[f64]) -> Result<(), CudnnStatus> {
-        if !cpu_type(shape.data_type) {
+        if !cpu_type(shape.data_type) && shape.data_type != DATA_DOUBLE {
             return Err(CudnnStatus::NOT_SUPPORTED);
         }
         let size = element_bytes(shape.data_type)? as usize;

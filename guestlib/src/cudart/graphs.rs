@@ -12,7 +12,7 @@ use phos_protocol::cudart::{
     PhosGraphAddKernelNodeRequest, PhosGraphAddMemAllocNodeRequest, PhosGraphAddMemFreeNodeRequest,
     PhosGraphAddSetNodeRequest, PhosGraphEditRequest, PhosGraphExecUpdateRequest, PhosGraphHostNodesRequest,
     PhosGraphInstantiateRequest, PhosGraphLaunchHostRequest, PhosGraphMemRequest, PhosGraphNodesRequest,
-    PhosGraphQueryRequest, PhosStreamCaptureInfoRequest, consts,
+    PhosGraphQueryRequest, consts,
 };
 use phos_protocol::types::Dim3;
 use phos_protocol::{CudaError as E, Ptr};
@@ -39,12 +39,12 @@ pub unsafe fn capture_info(stream: *mut c_void, status: *mut i32, id: *mut u64) 
     if status.is_null() {
         return Err(CudaError::InvalidValue);
     }
-    let reply = runtime::call(&PhosStreamCaptureInfoRequest { stream: stream as usize as u64 })?;
+    let (captured, capture_id) = super::capture::capture_info(stream as usize as u64)?;
     // SAFETY: not null (checked above), so writable (this function's contract).
-    unsafe { *status = reply.status };
-    if !id.is_null() && reply.status != 0 {
+    unsafe { *status = captured };
+    if !id.is_null() && captured != 0 {
         // SAFETY: not null, so writable (this function's contract).
-        unsafe { *id = reply.id };
+        unsafe { *id = capture_id };
     }
     Ok(())
 }

@@ -13,7 +13,9 @@ use phos_protocol::{CudaError, cudart::FunctionId};
 use phos_protocol::types::{ChannelFormatDesc, Extent, PitchedPtr};
 
 use super::stubs::HandWritten;
-use super::{arrays, attributes, device, execution, graphs, ipc, launch, managed, memory, pools, user_objects};
+use super::{
+    arrays, attributes, capture, device, execution, graphs, ipc, launch, managed, memory, pools, user_objects,
+};
 use crate::abi::Abi;
 use crate::{callbacks, hostmem, registry, runtime, soname};
 
@@ -2036,6 +2038,29 @@ impl HandWritten for Hand {
 
     fn forget_device_state() {
         registry::forget_remote_state();
+        capture::forget_streams();
+    }
+
+    unsafe fn forget_stream(stream: *mut c_void) -> Option<Result<(), CudaError>> {
+        // Before the call: no query of another thread is answered here for it from now on.
+        capture::forget_stream(stream as usize as u64);
+        None
+    }
+
+    unsafe fn begin_capture(stream: *mut c_void, mode: i32) -> Option<Result<(), CudaError>> {
+        Some(capture::begin(stream as usize as u64, mode))
+    }
+
+    unsafe fn end_capture(stream: *mut c_void, graph: *mut *mut c_void) -> Option<Result<(), CudaError>> {
+        // SAFETY: this export's arguments, passed on: `capture::end` asks of `graph` what CUDA
+        // asks of this export's caller.
+        Some(unsafe { capture::end(stream as usize as u64, graph) })
+    }
+
+    unsafe fn is_capturing(stream: *mut c_void, status: *mut i32) -> Option<Result<(), CudaError>> {
+        // SAFETY: this export's arguments, passed on: `capture::is_capturing` asks of `status`
+        // what CUDA asks of this export's caller.
+        unsafe { capture::is_capturing(stream as usize as u64, status) }
     }
 }
 

@@ -5,6 +5,7 @@
 
 pub(crate) mod arrays;
 mod attributes;
+mod capture;
 mod device;
 mod execution;
 pub(crate) mod graphs;

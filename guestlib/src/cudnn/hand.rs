@@ -2,11 +2,12 @@
 //! (those of the libcudnn the server runs, asked once), the error strings and the thread's
 //! last error.
 
-use std::ffi::{CString, c_char};
+use std::ffi::{CString, c_char, c_void};
 use std::sync::OnceLock;
 
 use phos_protocol::cudnn::{self, CudnnStatus, FunctionId as F, PhosCudnnGetVersionsRequest};
 
+use super::known;
 use super::rt;
 use super::stubs::HandWritten;
 
@@ -95,5 +96,304 @@ impl HandWritten for Hand {
 
     fn requested_elements(array: i128, requested: i128) -> Result<i128, CudnnStatus> {
         Ok(if array == 0 { 0 } else { requested })
+    }
+
+    fn tensor_value_bytes(desc: i128) -> Result<i128, CudnnStatus> {
+        let desc = u64::try_from(desc).map_err(|_| CudnnStatus::BAD_PARAM)?;
+        Ok(i128::from(known::value_bytes(desc)))
+    }
+
+    unsafe fn forget_handle(handle: *mut c_void) -> Option<Result<(), CudnnStatus>> {
+        // Before the call: no call of another thread goes without waiting on it from now on.
+        known::forget_handle(handle as u64);
+        None
+    }
+
+    unsafe fn set_stream(handle: *mut c_void, stream: *mut c_void) -> Option<Result<(), CudnnStatus>> {
+        let (h, stream) = (handle as u64, stream as u64);
+        if known::stream_is(h, stream) {
+            // Setting the stream the handle has changes nothing.
+            return Some(Ok(()));
+        }
+        // Without waiting once the handle is live (a bad stream then fails the next synchronous
+        // call on the handle).
+        let r = crate::runtime::call_deferred(&cudnn::CudnnSetStreamRequest { handle: h, streamId: stream }, h);
+        if r.is_ok() {
+            known::note_stream(h, stream);
+        }
+        Some(r)
+    }
+
+    unsafe fn forget_backend_descriptor(descriptor: *mut c_void) -> Option<Result<(), CudnnStatus>> {
+        known::forget(descriptor as u64);
+        None
+    }
+
+    unsafe fn forget_tensor_descriptor(tensor_desc: *mut c_void) -> Option<Result<(), CudnnStatus>> {
+        known::forget(tensor_desc as u64);
+        None
+    }
+
+    unsafe fn forget_filter_descriptor(filter_desc: *mut c_void) -> Option<Result<(), CudnnStatus>> {
+        known::forget(filter_desc as u64);
+        None
+    }
+
+    unsafe fn forget_convolution_descriptor(conv_desc: *mut c_void) -> Option<Result<(), CudnnStatus>> {
+        known::forget(conv_desc as u64);
+        None
+    }
+
+    unsafe fn forget_activation_descriptor(activation_desc: *mut c_void) -> Option<Result<(), CudnnStatus>> {
+        known::forget(activation_desc as u64);
+        None
+    }
+
+    unsafe fn forget_op_tensor_descriptor(op_tensor_desc: *mut c_void) -> Option<Result<(), CudnnStatus>> {
+        known::forget(op_tensor_desc as u64);
+        None
+    }
+
+    unsafe fn forget_pooling_descriptor(pooling_desc: *mut c_void) -> Option<Result<(), CudnnStatus>> {
+        known::forget(pooling_desc as u64);
+        None
+    }
+
+    unsafe fn forget_lrn_descriptor(lrn_desc: *mut c_void) -> Option<Result<(), CudnnStatus>> {
+        known::forget(lrn_desc as u64);
+        None
+    }
+
+    unsafe fn forget_reduce_descriptor(reduce_tensor_desc: *mut c_void) -> Option<Result<(), CudnnStatus>> {
+        known::forget(reduce_tensor_desc as u64);
+        None
+    }
+
+    unsafe fn note_tensor_4d(
+        desc: *mut c_void,
+        _format: i32,
+        data_type: i32,
+        _n: i32,
+        _c: i32,
+        _h: i32,
+        _w: i32,
+    ) -> Option<Result<(), CudnnStatus>> {
+        known::note_tensor_type(desc as u64, data_type);
+        None
+    }
+
+    unsafe fn note_tensor_4d_ex(
+        desc: *mut c_void,
+        data_type: i32,
+        _n: i32,
+        _c: i32,
+        _h: i32,
+        _w: i32,
+        _n_stride: i32,
+        _c_stride: i32,
+        _h_stride: i32,
+        _w_stride: i32,
+    ) -> Option<Result<(), CudnnStatus>> {
+        known::note_tensor_type(desc as u64, data_type);
+        None
+    }
+
+    unsafe fn note_tensor_nd(
+        desc: *mut c_void,
+        data_type: i32,
+        _nb_dims: i32,
+        _dims: *const i32,
+        _strides: *const i32,
+    ) -> Option<Result<(), CudnnStatus>> {
+        known::note_tensor_type(desc as u64, data_type);
+        None
+    }
+
+    unsafe fn note_tensor_nd_ex(
+        desc: *mut c_void,
+        _format: i32,
+        data_type: i32,
+        _nb_dims: i32,
+        _dims: *const i32,
+    ) -> Option<Result<(), CudnnStatus>> {
+        known::note_tensor_type(desc as u64, data_type);
+        None
+    }
+
+    unsafe fn note_derived_bn(
+        derived: *mut c_void,
+        x_desc: *mut c_void,
+        _mode: i32,
+    ) -> Option<Result<(), CudnnStatus>> {
+        known::note_derived(derived as u64, x_desc as u64);
+        None
+    }
+
+    fn apply_tensor_note() {
+        known::apply_tensor_note();
+    }
+
+    unsafe fn note_finalize(desc: *mut c_void) -> Option<Result<(), CudnnStatus>> {
+        known::note_finalize(desc as u64);
+        None
+    }
+
+    unsafe fn invalidate_backend_attribute(
+        desc: *mut c_void,
+        _attribute_name: i32,
+        _attribute_type: i32,
+        _element_count: i64,
+        _array_of_elements: *const c_void,
+    ) -> Option<Result<(), CudnnStatus>> {
+        known::invalidate(desc as u64);
+        None
+    }
+
+    unsafe fn invalidate_filter_4d(
+        desc: *mut c_void,
+        _data_type: i32,
+        _format: i32,
+        _k: i32,
+        _c: i32,
+        _h: i32,
+        _w: i32,
+    ) -> Option<Result<(), CudnnStatus>> {
+        // Before the call: what the descriptor was proven in no longer goes without waiting.
+        known::invalidate(desc as u64);
+        None
+    }
+
+    unsafe fn invalidate_filter_nd(
+        desc: *mut c_void,
+        _data_type: i32,
+        _format: i32,
+        _nb_dims: i32,
+        _filter_dim_a: *const i32,
+    ) -> Option<Result<(), CudnnStatus>> {
+        known::invalidate(desc as u64);
+        None
+    }
+
+    unsafe fn invalidate_convolution_2d(
+        desc: *mut c_void,
+        _pad_h: i32,
+        _pad_w: i32,
+        _u: i32,
+        _v: i32,
+        _dilation_h: i32,
+        _dilation_w: i32,
+        _mode: i32,
+        _compute_type: i32,
+    ) -> Option<Result<(), CudnnStatus>> {
+        known::invalidate(desc as u64);
+        None
+    }
+
+    unsafe fn invalidate_convolution_nd(
+        desc: *mut c_void,
+        _array_length: i32,
+        _pad_a: *const i32,
+        _filter_stride_a: *const i32,
+        _dilation_a: *const i32,
+        _mode: i32,
+        _compute_type: i32,
+    ) -> Option<Result<(), CudnnStatus>> {
+        known::invalidate(desc as u64);
+        None
+    }
+
+    unsafe fn invalidate_convolution_math(desc: *mut c_void, _math_type: i32) -> Option<Result<(), CudnnStatus>> {
+        known::invalidate(desc as u64);
+        None
+    }
+
+    unsafe fn invalidate_convolution_groups(desc: *mut c_void, _group_count: i32) -> Option<Result<(), CudnnStatus>> {
+        known::invalidate(desc as u64);
+        None
+    }
+
+    unsafe fn invalidate_convolution_reorder(desc: *mut c_void, _reorder_type: i32) -> Option<Result<(), CudnnStatus>> {
+        known::invalidate(desc as u64);
+        None
+    }
+
+    unsafe fn invalidate_activation(
+        desc: *mut c_void,
+        _mode: i32,
+        _relu_nan_opt: i32,
+        _coef: f64,
+    ) -> Option<Result<(), CudnnStatus>> {
+        known::invalidate(desc as u64);
+        None
+    }
+
+    unsafe fn invalidate_activation_swish(desc: *mut c_void, _swish_beta: f64) -> Option<Result<(), CudnnStatus>> {
+        known::invalidate(desc as u64);
+        None
+    }
+
+    unsafe fn invalidate_op_tensor(
+        desc: *mut c_void,
+        _op_tensor_op: i32,
+        _op_tensor_comp_type: i32,
+        _op_tensor_nan_opt: i32,
+    ) -> Option<Result<(), CudnnStatus>> {
+        known::invalidate(desc as u64);
+        None
+    }
+
+    unsafe fn invalidate_pooling_2d(
+        desc: *mut c_void,
+        _mode: i32,
+        _maxpooling_nan_opt: i32,
+        _window_height: i32,
+        _window_width: i32,
+        _vertical_padding: i32,
+        _horizontal_padding: i32,
+        _vertical_stride: i32,
+        _horizontal_stride: i32,
+    ) -> Option<Result<(), CudnnStatus>> {
+        known::invalidate(desc as u64);
+        None
+    }
+
+    unsafe fn invalidate_pooling_nd(
+        desc: *mut c_void,
+        _mode: i32,
+        _maxpooling_nan_opt: i32,
+        _nb_dims: i32,
+        _window_dim_a: *const i32,
+        _padding_a: *const i32,
+        _stride_a: *const i32,
+    ) -> Option<Result<(), CudnnStatus>> {
+        known::invalidate(desc as u64);
+        None
+    }
+
+    unsafe fn invalidate_lrn(
+        desc: *mut c_void,
+        _lrn_n: u32,
+        _lrn_alpha: f64,
+        _lrn_beta: f64,
+        _lrn_k: f64,
+    ) -> Option<Result<(), CudnnStatus>> {
+        known::invalidate(desc as u64);
+        None
+    }
+
+    unsafe fn invalidate_reduce(
+        desc: *mut c_void,
+        _reduce_tensor_op: i32,
+        _reduce_tensor_comp_type: i32,
+        _reduce_tensor_nan_opt: i32,
+        _reduce_tensor_indices: i32,
+        _reduce_tensor_indices_type: i32,
+    ) -> Option<Result<(), CudnnStatus>> {
+        known::invalidate(desc as u64);
+        None
+    }
+
+    fn apply_finalize() {
+        known::apply_finalize();
     }
 }

@@ -4,6 +4,7 @@
 //! runtime's device memory; the server translates what an attribute's elements name.
 
 pub mod hand;
+mod known;
 pub mod rt;
 
 /// The spec-generated exports (`cudnnCreate`, `cudnnBackendSetAttribute`, ...) and the trait

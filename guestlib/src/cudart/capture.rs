@@ -1,0 +1,154 @@
+//! Capture status answered in the guest. PyTorch asks `cudaStreamIsCapturing` (and
+//! `cudaStreamGetCaptureInfo`) before most allocations and autograd steps; forwarded, each is a
+//! synchronous call that waits behind the channel's async calls. The answer is `None` without
+//! asking the server whenever no stream capture can be open in the process:
+//!
+//! - The guest counts the captures that may be open: a `cudaStreamBeginCapture` counts from
+//!   before it is sent (whether or not it succeeds) until a `cudaStreamEndCapture` on the same
+//!   stream has returned (whatever it returns). The driver API's begin calls and
+//!   `cudaStreamBeginCaptureToGraph` are not carried (they answer not-supported and open
+//!   nothing). Other streams join a capture only by waiting on an event recorded in a
+//!   capturing stream, which needs an open capture; so at a count of 0 no stream of the
+//!   process captures, and every query that happens after the last end returned (in the
+//!   program's own order) would have been answered `None` by the server too. A query racing a
+//!   begin or an end of another thread may take either answer, as on CUDA.
+//! - The stream must be one the guest knows live: a forwarded query on it succeeded and it was
+//!   not destroyed since (`cudaStreamDestroy`, `cuStreamDestroy`, a device reset), so a bad
+//!   handle still gets CUDA's error from the server.
+//! - No sticky error is known to the guest: the server fails every call with it.
+//!
+//! Otherwise the query is forwarded, as before.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use phos_protocol::CudaError;
+use phos_protocol::cudart::{
+    CudaStreamBeginCaptureRequest, CudaStreamEndCaptureRequest, CudaStreamIsCapturingRequest,
+    PhosStreamCaptureInfoRequest,
+};
+
+use crate::runtime;
+
+/// Captures that may be open, in all.
+static OPEN: AtomicUsize = AtomicUsize::new(0);
+/// The same, by the stream they were begun on (begins not yet matched by an end).
+static BEGUN: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
+/// Streams a forwarded query succeeded on, not destroyed since.
+static LIVE: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
+/// Bumped by every forgetting, so that a query that was in flight meanwhile does not note
+/// its stream live.
+static FORGOTTEN: AtomicU64 = AtomicU64::new(0);
+
+fn live() -> MutexGuard<'static, Option<HashSet<u64>>> {
+    LIVE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The capture status of `stream` when it is known here without asking: no capture can be
+/// open in the process, the stream is live and no sticky error is known.
+fn known_none(stream: u64) -> bool {
+    OPEN.load(Ordering::SeqCst) == 0
+        && !runtime::sticky_error_seen()
+        && live().as_ref().is_some_and(|l| l.contains(&stream))
+}
+
+/// A forwarded query on `stream` succeeded: it is live, unless it was forgotten meanwhile.
+fn note_live(stream: u64, epoch: u64) {
+    let mut l = live();
+    if FORGOTTEN.load(Ordering::SeqCst) == epoch {
+        l.get_or_insert_default().insert(stream);
+    }
+}
+
+/// `cudaStreamDestroy`: the stream is no longer known live (before the call is sent).
+pub fn forget_stream(stream: u64) {
+    let mut l = live();
+    FORGOTTEN.fetch_add(1, Ordering::SeqCst);
+    if let Some(l) = l.as_mut() {
+        l.remove(&stream);
+    }
+}
+
+/// A device reset: every stream goes.
+pub fn forget_streams() {
+    let mut l = live();
+    FORGOTTEN.fetch_add(1, Ordering::SeqCst);
+    *l = None;
+}
+
+/// `cudaStreamIsCapturing`, answered here when it can be, else forwarded.
+///
+/// # Safety
+/// A non-null `status` must be writable.
+pub unsafe fn is_capturing(stream: u64, status: *mut i32) -> Option<Result<(), CudaError>> {
+    if status.is_null() {
+        // The generated path refuses it, without a call.
+        return None;
+    }
+    let answer = if known_none(stream) {
+        0
+    } else {
+        let epoch = FORGOTTEN.load(Ordering::SeqCst);
+        match runtime::call(&CudaStreamIsCapturingRequest { stream }) {
+            Ok(reply) => {
+                note_live(stream, epoch);
+                reply.pCaptureStatus
+            }
+            Err(e) => return Some(Err(e)),
+        }
+    };
+    // SAFETY: not null (checked above), so writable (this function's contract).
+    unsafe { *status = answer };
+    Some(Ok(()))
+}
+
+/// The status and id of `stream`'s capture (`cudaStreamGetCaptureInfo`): `(0, 0)` here when
+/// no capture can be open, else the server's.
+pub fn capture_info(stream: u64) -> Result<(i32, u64), CudaError> {
+    if known_none(stream) {
+        return Ok((0, 0));
+    }
+    let epoch = FORGOTTEN.load(Ordering::SeqCst);
+    let reply = runtime::call(&PhosStreamCaptureInfoRequest { stream })?;
+    note_live(stream, epoch);
+    Ok((reply.status, reply.id))
+}
+
+/// `cudaStreamBeginCapture`: counted before it is sent, so that a query ordered after the
+/// begin by the program is forwarded.
+pub fn begin(stream: u64, mode: i32) -> Result<(), CudaError> {
+    {
+        let mut b = BEGUN.lock().unwrap_or_else(PoisonError::into_inner);
+        *b.get_or_insert_default().entry(stream).or_default() += 1;
+        OPEN.fetch_add(1, Ordering::SeqCst);
+    }
+    runtime::call(&CudaStreamBeginCaptureRequest { stream, mode }).map(|_| ())
+}
+
+/// `cudaStreamEndCapture`: one begin on `stream` stops counting once the end has returned,
+/// whatever it returns (the server has ended the capture, or `stream` began none).
+///
+/// # Safety
+/// A non-null `graph` must be writable.
+pub unsafe fn end(stream: u64, graph: *mut *mut c_void) -> Result<(), CudaError> {
+    if graph.is_null() {
+        return Err(CudaError::InvalidValue);
+    }
+    let r = runtime::call(&CudaStreamEndCaptureRequest { stream });
+    {
+        let mut b = BEGUN.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = b.as_mut().and_then(|b| b.get_mut(&stream)) {
+            *n -= 1;
+            if *n == 0 {
+                b.as_mut().map(|b| b.remove(&stream));
+            }
+            OPEN.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    let reply = r?;
+    // SAFETY: not null (checked above), so writable (this function's contract).
+    unsafe { *graph = reply.pGraph as usize as *mut c_void };
+    Ok(())
+}
