@@ -575,20 +575,6 @@ impl CallHook for PendingMemory {
     }
 }
 
-/// Run `step` and, if it took a millisecond or more, log it for the operator's step timing
-/// (`PHOS_LOG=...,phos::cr_timing=debug`): where a checkpoint's time goes beyond the copy.
-fn step_timed<T>(what: &str, step: impl FnOnce() -> T) -> T {
-    if !tracing::enabled!(target: "phos::cr_timing", tracing::Level::DEBUG) {
-        return step();
-    }
-    let start = Instant::now();
-    let out = step();
-    if start.elapsed() >= Duration::from_millis(1) {
-        tracing::debug!(target: "phos::cr_timing", ms = ms(start), "{what}");
-    }
-    out
-}
-
 fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e3
 }
@@ -613,16 +599,16 @@ pub fn checkpoint<T: Quiesce + Snapshot>(
     let at_rest = target.quiesce(within)?;
     let quiesce_ms = ms(start);
     let copy_start = Instant::now();
-    let mut head = step_timed("taking the session's host state", || target.head())?;
+    let mut head = crate::step_timed("taking the session's host state", || target.head())?;
     head.created_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     progress.start(head.memory.iter().map(|r| r.size).sum());
     let pieces = InOrder::new(&head.memory);
-    step_timed("copying device memory into the image", || {
+    crate::step_timed("copying device memory into the image", || {
         copy_image(target, &head, &pieces, sink, compression, progress, within)
     })?;
-    let summary = step_timed("completing the image (manifest, files cut and synced)", || sink.complete())?;
-    step_timed("what follows the written image", on_written);
-    step_timed("letting the session go", || drop(at_rest));
+    let summary = crate::step_timed("completing the image (manifest, files cut and synced)", || sink.complete())?;
+    crate::step_timed("what follows the written image", on_written);
+    crate::step_timed("letting the session go", || drop(at_rest));
     Ok(CheckpointSummary {
         dir: Default::default(),
         records: head.records.len(),

@@ -321,8 +321,8 @@ impl ImageWriter {
         if let Some(files) = self.parallel.take() {
             // Every writer is done (the engine joined them). Chunks came in the order they
             // finished; tables list them in the order of their place in memory.
-            files.trim()?;
-            files.sync()?;
+            step_timed("cutting the memory files to what was written", || files.trim())?;
+            step_timed("syncing the memory files", || files.sync())?;
             self.offset = files.lengths()[0];
             for r in &mut self.regions {
                 r.chunks.sort_by_key(|c| c.offset);
@@ -346,7 +346,7 @@ impl ImageWriter {
         }
         manifest.format = FORMAT_VERSION;
         manifest.memory = std::mem::take(&mut self.regions);
-        let manifest_bytes = write_manifest(&self.dir, &manifest)?;
+        let manifest_bytes = step_timed("writing the manifest", || write_manifest(&self.dir, &manifest))?;
         let memory_bytes = manifest.memory.iter().map(|r| r.size).sum();
         Ok(ImageSummary { manifest_bytes, memory_bytes, stored_bytes: self.stored_bytes })
     }
@@ -465,6 +465,20 @@ pub struct ImageSummary {
     pub memory_bytes: u64,
     /// Bytes actually stored for it (zeros skipped, compression).
     pub stored_bytes: u64,
+}
+
+/// Run `step` and, if it took a millisecond or more, log it for the operator's step timing
+/// (`PHOS_LOG=...,phos::cr_timing=debug`): where a checkpoint's time goes beyond the copy.
+pub(crate) fn step_timed<T>(what: &str, step: impl FnOnce() -> T) -> T {
+    if !tracing::enabled!(target: "phos::cr_timing", tracing::Level::DEBUG) {
+        return step();
+    }
+    let start = std::time::Instant::now();
+    let out = step();
+    if start.elapsed() >= std::time::Duration::from_millis(1) {
+        tracing::debug!(target: "phos::cr_timing", ms = start.elapsed().as_secs_f64() * 1e3, "{what}");
+    }
+    out
 }
 
 pub(crate) fn is_zero(data: &[u8]) -> bool {

@@ -10,7 +10,7 @@
 // NVIDIA's library does not check device ranges), `checkpoint` (prints "cudnn ready" once its
 // descriptors are set, waits three seconds, in which a checkpoint and restore may happen, then
 // reads them back and normalises with them). Last, cudnnSetTensor fills a half and a double
-// tensor (its value is one element of the tensor's type). A number N as the mode runs the above,
+// tensor (its value is a float for a half tensor, a double for a double one). A number N as the mode runs the above,
 // then sets the stream and a tensor N times more (printing nothing more: the calls' cost is
 // what differs).
 #if __has_include(<cudnn.h>)
@@ -341,7 +341,8 @@ static void describe(cudnnTensorDescriptor_t d) {
     std::printf(", %zu bytes\n", bytes);
 }
 
-// cudnnSetTensor on a half and a double tensor: the value is read as the tensor's type.
+// cudnnSetTensor on a half and a double tensor: the value is a float for the half one, a double
+// for the double one (as libcudnn reads it).
 static bool set_tensor_types(cudnnHandle_t handle) {
     const int n = 2 * 3 * 4 * 5;
     bool ok = true;
@@ -349,10 +350,10 @@ static bool set_tensor_types(cudnnHandle_t handle) {
     DNN(cudnnCreateTensorDescriptor(&d));
     void *mem;
     CHECK(cudaMalloc(&mem, n * 8));
-    // Half: 1.5 is 0x3e00.
+    // Half: the value is a float (libcudnn reads a float for half tensors); 1.5 is 0x3e00.
     DNN(cudnnSetTensor4dDescriptor(d, (cudnnTensorFormat_t)FORMAT_NCHW, (cudnnDataType_t)DATA_HALF, 2, 3, 4, 5));
     CHECK(cudaMemset(mem, 0, n * 8));
-    uint16_t half_value = 0x3e00;
+    float half_value = 1.5f;
     DNN(cudnnSetTensor(handle, d, mem, &half_value));
     std::vector<uint16_t> halves(n + 4);
     CHECK(cudaMemcpy(halves.data(), mem, (n + 4) * 2, cudaMemcpyDeviceToHost));

@@ -83,8 +83,15 @@ int main() {
     // --- The runtime: memset, then a kernel, then a host node.
     cudaGraph_t g;
     CHECK(cudaGraphCreate(&g, 0));
-    cudaGraphNodeParams p;
-    std::memset(&p, 0, sizeof p);
+    // cudaGraphNodeParams has no default constructor in CUDA 13's C++ headers (its union
+    // holds members that have constructors): zeroed storage of its size instead.
+    union NodeParams {
+        cudaGraphNodeParams p;
+        unsigned char bytes[sizeof(cudaGraphNodeParams)];
+        NodeParams() { std::memset(bytes, 0, sizeof bytes); }
+        ~NodeParams() {}
+    } storage;
+    cudaGraphNodeParams &p = storage.p;
     p.type = cudaGraphNodeTypeMemset;
     p.memset.dst = a;
     p.memset.value = 0;

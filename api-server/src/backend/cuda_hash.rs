@@ -155,7 +155,9 @@ mod tests {
         assert!(status.success(), "nvcc failed on hash_blocks.cu");
         let made = std::fs::read_to_string(&out).expect("nvcc's PTX");
         let _ = std::fs::remove_file(&out);
-        let code = |text: &str| text.lines().filter(|l| !l.trim_start().starts_with("//")).map(str::to_string).collect::<Vec<_>>();
+        let code = |text: &str| {
+            text.lines().filter(|l| !l.trim_start().starts_with("//")).map(str::to_string).collect::<Vec<_>>()
+        };
         assert!(
             code(&made) == code(super::PTX),
             "hash_blocks.ptx is not what nvcc makes of hash_blocks.cu: regenerate it with \

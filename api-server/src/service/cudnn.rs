@@ -1558,7 +1558,7 @@ impl CudnnService for Session {
         req: CudnnSetTensorRequest<'_>,
     ) -> Result<CudnnSetTensorReply, CudnnStatus> {
         let operands = vec![Operand::write("y", 0, (req.yDesc, req.y))];
-        // 2, 4 or 8 bytes (the spec's precondition), checked against the tensor's type.
+        // 4 or 8 bytes (a float, or a double for a double tensor), checked against the tensor's type.
         let mut value = [0u8; 8];
         let value_len = req.valuePtr.len();
         value.get_mut(..value_len).ok_or(CudnnStatus::BAD_PARAM)?.copy_from_slice(req.valuePtr);

@@ -16,7 +16,10 @@ use phos_protocol::cudnn::CudnnStatus;
 use super::CallCx;
 use super::Session;
 use super::cudnn::{dnn_status, vendor_status};
-use super::cudnn_legacy::{CpuTensors, DATA_DOUBLE, checked_type, decode, element_bytes, elements, span_bytes};
+use super::cudnn_legacy::{
+    CpuTensors, DATA_BFLOAT16, DATA_DOUBLE, DATA_FLOAT, DATA_HALF, checked_type, decode, element_bytes, elements,
+    span_bytes,
+};
 use super::cudnn_ops::Range;
 use crate::backend::vendor_cudnn::{ReduceRaw, TensorOp, TensorOpCall};
 use crate::cpu_dnn::{self, Lrn, PoolGeometry, SoftmaxGroups};
@@ -63,7 +66,7 @@ pub(super) struct LayerCall {
     pub algo: i32,
     pub mode: i32,
     pub scaling: [f32; 3],
-    /// cudnnSetTensor's element, its first `value_len` bytes (2, 4 or 8: the tensor's type).
+    /// cudnnSetTensor's value, its first `value_len` bytes (8 for a double tensor, else 4).
     pub value: [u8; 8],
     pub value_len: usize,
     pub operands: Vec<Operand>,
@@ -246,8 +249,9 @@ impl Session {
         let names: Vec<(&str, &TensorShape)> = call.operands.iter().map(|o| o.what).zip(s).collect();
         let plan = self.dnn_layer_shapes(cx, call, s, &names)?;
         if call.op == TensorOp::Set {
-            // No scaling factors: any type cuDNN sets, its element as long as the type's.
-            if element_bytes(s[0].data_type).ok() != Some(call.value_len as u64) {
+            // No scaling factors: any type cuDNN sets; the value is a double for a double
+            // tensor and a float for the others (half and bfloat16 included, as libcudnn reads it).
+            if element_bytes(s[0].data_type).is_err() || set_value_bytes(s[0].data_type) != call.value_len {
                 return Err(self.dnn_bad(
                     cx,
                     format_args!("a value of {} bytes for data type {}", call.value_len, s[0].data_type),
@@ -631,6 +635,13 @@ impl Session {
     }
 }
 
+/// The bytes of cudnnSetTensor's value for a tensor of `data_type`: a double for a double
+/// tensor, a float for every other (libcudnn 9 reads a float for half and bfloat16 tensors:
+/// measured on an H200, half bits given to a half tensor set it to zero).
+pub(super) fn set_value_bytes(data_type: i32) -> usize {
+    if data_type == DATA_DOUBLE { 8 } else { 4 }
+}
+
 /// The computation on the CPU, its shapes and plan checked.
 fn layer_on_cpu(
     t: &CpuTensors<'_>,
@@ -643,7 +654,10 @@ fn layer_on_cpu(
     let last = s.len() - 1;
     match (call.op, plan) {
         (TensorOp::Set, _) => {
-            let value = decode(s[0].data_type, &call.value);
+            // A float for half and bfloat16 tensors (see `set_value_bytes`).
+            let value_type =
+                if matches!(s[0].data_type, DATA_HALF | DATA_BFLOAT16) { DATA_FLOAT } else { s[0].data_type };
+            let value = decode(value_type, &call.value);
             let count = s[0].dims.iter().map(|&d| d.max(0) as usize).product();
             t.store(at(0), &s[0], &vec![value; count])
         }

@@ -28,10 +28,10 @@ const DIM_MAX: usize = 8;
 const MAX_ELEMENTS: u64 = 1 << 31;
 
 // cudnnDataType_t.
-const DATA_FLOAT: i32 = 0;
+pub(super) const DATA_FLOAT: i32 = 0;
 pub(super) const DATA_DOUBLE: i32 = 1;
-const DATA_HALF: i32 = 2;
-const DATA_BFLOAT16: i32 = 9;
+pub(super) const DATA_HALF: i32 = 2;
+pub(super) const DATA_BFLOAT16: i32 = 9;
 
 // cudnnTensorFormat_t.
 const FORMAT_NCHW: i32 = 0;
