@@ -181,6 +181,7 @@ const TESTED_APART: &[&str] = &[
     "restore_on_demand",
     "cublas_blas",
     "cublas_async_gemms",
+    "memset_math_mode",
     "curand_montecarlo",
     "cusolver_dense",
     "cusparse_cg",
