@@ -36,8 +36,13 @@ struct Proven {
 
 impl Proven {
     fn covers(&self, device: i32, start: u64, end: u64, stream: u64) -> bool {
-        self.streams.contains(&(device, stream))
-            && self.ranges.get(&device).and_then(|r| r.range(..=start).next_back()).is_some_and(|(_, &e)| e >= end)
+        self.streams.contains(&(device, stream)) && self.range_covers(device, start, end)
+    }
+
+    /// Whether the proven range starting last at or before `start` reaches `end`. (A range
+    /// inside one already proven is not kept, so it cannot hide the wider one.)
+    fn range_covers(&self, device: i32, start: u64, end: u64) -> bool {
+        self.ranges.get(&device).and_then(|r| r.range(..=start).next_back()).is_some_and(|(_, &e)| e >= end)
     }
 
     fn note(&mut self, device: i32, start: u64, end: u64, stream: u64) {
@@ -45,6 +50,9 @@ impl Proven {
             self.streams.clear();
         }
         self.streams.insert((device, stream));
+        if self.range_covers(device, start, end) {
+            return;
+        }
         let r = self.ranges.entry(device).or_default();
         if r.len() >= MOST_KEPT {
             r.clear();
@@ -118,5 +126,8 @@ mod tests {
         p.note(0, 0x4000, 0x5000, 8);
         assert!(p.covers(0, 0x1800, 0x1900, 8), "ranges and streams are proven apart");
         assert!(!p.covers(0, 0x1800, 0x4800, 8), "two ranges do not join");
+        // A range inside a proven one, proven again on another stream, hides nothing.
+        p.note(0, 0x1100, 0x1200, 9);
+        assert!(p.covers(0, 0x1300, 0x1f00, 9));
     }
 }
