@@ -539,7 +539,7 @@ int main(int argc, char **argv) {
     name_fn name = (name_fn)dlsym(h, "cuGetErrorName"), text = (name_fn)dlsym(h, "cuGetErrorString");
     int (*get)(int *, int) = (int (*)(int *, int))dlsym(h, "cuDeviceGet");
     int (*init)(unsigned) = (int (*)(unsigned))dlsym(h, "cuInit");
-    int (*graph)(void **, unsigned) = (int (*)(void **, unsigned))dlsym(h, "cuGraphCreate");
+    int (*map)(unsigned, void **, void *) = (int (*)(unsigned, void **, void *))dlsym(h, "cuGraphicsMapResources");
     const char *s = 0;
     int r = name(1, &s);
     printf("%d %s\n", r, s);
@@ -555,9 +555,9 @@ int main(int argc, char **argv) {
     printf("%d\n", init(1));
     printf("%d\n", init(0));
     printf("%d\n", get(&d, 0));
-    void *g = 0;
-    int first = graph(&g, 0);
-    printf("%d %d\n", first, graph(&g, 0));
+    void *resource = 0;
+    int first = map(1, &resource, 0);
+    printf("%d %d\n", first, map(1, &resource, 0));
     return 0;
 }
 "#,
@@ -590,7 +590,7 @@ int main(int argc, char **argv) {
         "801 801",
     ];
     assert_eq!(stdout.lines().collect::<Vec<_>>(), expected, "stderr:\n{stderr}");
-    let unsupported = "cuGraphCreate is not supported by Phos; returning CUDA_ERROR_NOT_SUPPORTED";
+    let unsupported = "cuGraphicsMapResources is not supported by Phos; returning CUDA_ERROR_NOT_SUPPORTED";
     assert_eq!(stderr.matches(unsupported).count(), 1, "logged once, by name:\n{stderr}");
 }
 
