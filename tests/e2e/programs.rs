@@ -93,6 +93,7 @@ programs!(
     symbols,
     templates,
     texture_objects,
+    thread_handoff,
     vector_add,
     warp_ops,
 );
@@ -115,7 +116,7 @@ fn registered_memory_without_the_arena_is_not_mapped() {
 /// launches, device output.
 #[test]
 fn over_the_socket_transport() {
-    for name in ["host_threads", "memory_ops", "async_order", "printf_kernel"] {
+    for name in ["host_threads", "memory_ops", "async_order", "thread_handoff", "printf_kernel"] {
         same_as_native_over(name, "unix");
     }
 }
