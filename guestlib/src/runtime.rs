@@ -14,7 +14,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashSet, VecDeque};
 use std::ffi::{CStr, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -65,6 +65,10 @@ struct Channel {
     shared: Arc<ChannelShared>,
     /// Where large copies move their data (shared-memory channels).
     staging: Option<Arc<Staging>>,
+    /// The other channels' async calls this channel's barriers have named, by channel (the
+    /// address of its [`ChannelShared`]): the server ran each before this channel's later
+    /// frames, so no barrier names it again.
+    named: Vec<(usize, u64)>,
 }
 
 struct Unanswered {
@@ -83,6 +87,16 @@ struct ChannelShared {
 
 /// Every channel of the process that may have async calls in flight.
 static CHANNELS: Mutex<Vec<Arc<ChannelShared>>> = Mutex::new(Vec::new());
+/// `CHANNELS.len()`, read without the lock: a process of one channel (one thread calling
+/// CUDA) sends no barrier and takes no lock for one.
+static CHANNEL_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Change the list of channels, keeping [`CHANNEL_COUNT`].
+fn with_channels(f: impl FnOnce(&mut Vec<Arc<ChannelShared>>)) {
+    let mut channels = CHANNELS.lock().unwrap_or_else(|p| p.into_inner());
+    f(&mut channels);
+    CHANNEL_COUNT.store(channels.len(), Ordering::Release);
+}
 
 /// Set when the router no longer knows this process's session: reconnecting is pointless.
 static SESSION_GONE: AtomicBool = AtomicBool::new(false);
@@ -118,7 +132,7 @@ impl Drop for Channel {
             let _ = attempt::<cudart::CudaGetDeviceCountRequest>(self, &request, id, false);
         }
         self.shared.last_unanswered.store(0, Ordering::Release);
-        CHANNELS.lock().unwrap_or_else(|p| p.into_inner()).retain(|c| !Arc::ptr_eq(c, &self.shared));
+        with_channels(|channels| channels.retain(|c| !Arc::ptr_eq(c, &self.shared)));
     }
 }
 
@@ -217,24 +231,33 @@ impl Channel {
         sent
     }
 
-    /// Before a synchronous call: if other channels have async calls in flight, tell the
-    /// server to run them first.
-    fn send_barrier(&mut self) -> Result<(), String> {
-        if WITHOUT_BARRIERS.get() {
-            return Ok(());
+    /// The other channels' last unanswered async calls that this channel has not named in a
+    /// barrier yet (none on the callback thread, see [`without_barriers`], and none while the
+    /// process has one channel). Call it before this channel publishes a new async call of
+    /// its own (`last_unanswered`): two threads sending async calls at once then cannot both
+    /// name the other's new call, so barriers never wait in a circle (a barrier names only
+    /// calls whose own barriers were taken before it).
+    fn unnamed_calls(&mut self) -> Vec<u64> {
+        if WITHOUT_BARRIERS.get() || CHANNEL_COUNT.load(Ordering::Acquire) <= 1 {
+            return Vec::new();
         }
-        let mut ids = Vec::new();
-        {
-            let channels = CHANNELS.lock().unwrap_or_else(|p| p.into_inner());
-            if channels.len() > 1 {
-                for c in channels.iter().filter(|c| !Arc::ptr_eq(c, &self.shared)) {
-                    let id = c.last_unanswered.load(Ordering::Acquire);
-                    if id != 0 && ids.len() < MAX_BARRIER_IDS {
-                        ids.push(id);
-                    }
-                }
-            }
+        let channels = CHANNELS.lock().unwrap_or_else(|p| p.into_inner());
+        let others = channels
+            .iter()
+            .filter(|c| !Arc::ptr_eq(c, &self.shared))
+            .map(|c| (Arc::as_ptr(c) as usize, c.last_unanswered.load(Ordering::Acquire)));
+        let ids = name_new(&mut self.named, others);
+        if self.named.len() >= channels.len() {
+            // Channels that ended (an address may come back for a new channel, whose call ids
+            // are new: at worst one is named needlessly).
+            self.named.retain(|(k, _)| channels.iter().any(|c| Arc::as_ptr(c) as usize == *k));
         }
+        ids
+    }
+
+    /// Tell the server to run the async calls `ids` (of other channels) before this
+    /// channel's next frame.
+    fn send_barrier_for(&mut self, ids: &[u64]) -> Result<(), String> {
         if ids.is_empty() {
             return Ok(());
         }
@@ -244,6 +267,37 @@ impl Channel {
         h.payload_len = bytes.len() as u64;
         self.transport.send(&h, &[&bytes]).map_err(|e| e.to_string())
     }
+
+    /// Before a synchronous call: if other channels have async calls in flight that this
+    /// channel has not waited for yet, tell the server to run them first.
+    fn send_barrier(&mut self) -> Result<(), String> {
+        let ids = self.unnamed_calls();
+        self.send_barrier_for(&ids)
+    }
+}
+
+/// The calls of `others` (each channel's key and last unanswered async call, 0: none) that
+/// `named` (what this channel's barriers named, by channel) does not have yet, at most
+/// [`MAX_BARRIER_IDS`]; `named` takes them.
+fn name_new(named: &mut Vec<(usize, u64)>, others: impl Iterator<Item = (usize, u64)>) -> Vec<u64> {
+    let mut ids = Vec::new();
+    for (key, id) in others {
+        if id == 0 || ids.len() >= MAX_BARRIER_IDS {
+            continue;
+        }
+        match named.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, last)) if *last == id => {}
+            Some((_, last)) => {
+                *last = id;
+                ids.push(id);
+            }
+            None => {
+                named.push((key, id));
+                ids.push(id);
+            }
+        }
+    }
+    ids
 }
 
 thread_local! {
@@ -458,7 +512,7 @@ fn open_channel_once() -> Result<Channel, Opened> {
     if guard.as_ref().is_some_and(|s| s.pid != pid) {
         // A forked child does not share its parent's session, nor its channels' async calls.
         *guard = None;
-        CHANNELS.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        with_channels(Vec::clear);
     }
     let wanted = wanted_transport()?;
     // The socket of a Unix channel is kept aside: the pinned arena goes over it after the Hello.
@@ -599,11 +653,11 @@ fn open_channel_once() -> Result<Channel, Opened> {
         }
     };
     let shared = Arc::new(ChannelShared::default());
-    CHANNELS.lock().unwrap_or_else(|p| p.into_inner()).push(shared.clone());
+    with_channels(|channels| channels.push(shared.clone()));
     // A thread starting to call CUDA (or a forked child's first) is a moment to look for
     // foreign CUDA libraries again.
     crate::bypass::look_soon();
-    Ok(Channel { transport, session, reply, unanswered: VecDeque::new(), shared, staging })
+    Ok(Channel { transport, session, reply, unanswered: VecDeque::new(), shared, staging, named: Vec::new() })
 }
 
 /// Run `f` with this thread's channel, opening it first if needed.
@@ -822,9 +876,16 @@ fn call_async_carried<R: RemoteCall>(req: &R) -> Result<(), Failure> {
             }
             Ok(())
         });
+        // Ordered after the async calls other threads sent before it, as CUDA orders work
+        // enqueued on a stream by one thread after work another thread enqueued before (a
+        // hand-off through a lock, a queue, a join): the server runs those first. Looked at
+        // before this call is published below (see `unnamed_calls`).
+        let barrier = ch.unnamed_calls();
         // Visible to other threads' barriers before it can reach the server.
         ch.shared.last_unanswered.store(call_id, Ordering::Release);
-        let sent = ready.and_then(|_| ch.send_call(R::FUNCTION, device, call_id, FLAG_ASYNC, &request));
+        let sent = ready
+            .and_then(|_| ch.send_barrier_for(&barrier))
+            .and_then(|_| ch.send_call(R::FUNCTION, device, call_id, FLAG_ASYNC, &request));
         // Whatever happened to the connection, the call is kept until it is answered.
         ch.unanswered.push_back(Unanswered { call_id, function: R::FUNCTION, device, request });
         Ok(sent)
@@ -1320,6 +1381,21 @@ pub unsafe fn c_str<'a>(p: *const c_char) -> Result<&'a str, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_barrier_names_each_call_of_another_channel_once() {
+        let mut named = Vec::new();
+        assert_eq!(name_new(&mut named, [(1, 0), (2, 0)].into_iter()), Vec::<u64>::new(), "nothing unanswered");
+        assert_eq!(name_new(&mut named, [(1, 5), (2, 0)].into_iter()), vec![5]);
+        assert_eq!(name_new(&mut named, [(1, 5), (2, 0)].into_iter()), Vec::<u64>::new(), "named already");
+        assert_eq!(name_new(&mut named, [(1, 9), (2, 7)].into_iter()), vec![9, 7], "newer calls");
+        assert_eq!(name_new(&mut named, [(1, 9), (2, 8)].into_iter()), vec![8]);
+        // Answered (0), then a new call: named again.
+        assert_eq!(name_new(&mut named, [(1, 0)].into_iter()), Vec::<u64>::new());
+        assert_eq!(name_new(&mut named, [(1, 12)].into_iter()), vec![12]);
+        let many = (0..MAX_BARRIER_IDS + 5).map(|k| (100 + k, 1000 + k as u64));
+        assert_eq!(name_new(&mut named, many).len(), MAX_BARRIER_IDS, "a barrier's limit");
+    }
 
     #[test]
     fn endpoint_lists_are_tried_in_order() {

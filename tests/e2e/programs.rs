@@ -93,6 +93,7 @@ programs!(
     symbols,
     templates,
     texture_objects,
+    thread_handoff,
     vector_add,
     warp_ops,
 );
@@ -115,7 +116,7 @@ fn registered_memory_without_the_arena_is_not_mapped() {
 /// launches, device output.
 #[test]
 fn over_the_socket_transport() {
-    for name in ["host_threads", "memory_ops", "async_order", "printf_kernel"] {
+    for name in ["host_threads", "memory_ops", "async_order", "thread_handoff", "printf_kernel"] {
         same_as_native_over(name, "unix");
     }
 }
@@ -181,6 +182,7 @@ const TESTED_APART: &[&str] = &[
     "restore_on_demand",
     "cublas_blas",
     "cublas_async_gemms",
+    "memset_math_mode",
     "curand_montecarlo",
     "cusolver_dense",
     "cusparse_cg",
@@ -493,6 +495,30 @@ fn capture_status_makes_a_constant_number_of_round_trips() {
     assert_eq!((few_is, few_info, few), (many_is, many_info, many), "round trips grow with the queries");
     // Each stream once, and the queries while a capture may be open.
     assert!(many_is <= 16 && many_info <= 8, "{many_is} cudaStreamIsCapturing, {many_info} phosStreamCaptureInfo");
+}
+
+/// Memsets as PyTorch issues them (a few bytes to a MiB, on stream 0 and a created stream)
+/// and cuBLAS math mode queries around setters (tests/cuda/memset_math_mode.cu) make O(1)
+/// synchronous calls: a memset waits only until a memset has proven its range and stream,
+/// the guest knows the handle's math mode; the results are right, and a memset of freed
+/// memory still fails at the call.
+#[test]
+fn memsets_and_math_mode_queries_make_a_constant_number_of_round_trips() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "memset_math_mode", &["-arch=sm_70", "-lcublas"]);
+    let calls = |n| {
+        let p = Profile::of(&exe, "memset_math_mode", n);
+        (p.total(" synchronous calls"), p.sync_calls("cudaMemsetAsync"), p.sync_calls("cublasGetMathMode"))
+    };
+    let (few, few_memset, few_mode) = calls(5);
+    let (many, many_memset, many_mode) = calls(100);
+    assert_eq!((few, few_memset, few_mode), (many, many_memset, many_mode), "round trips grow with the rounds");
+    // The first memset of each range and stream, and the one of freed memory; the query
+    // before the handle is live.
+    assert!(
+        many_memset <= 5 && many_mode <= 1,
+        "{many_memset} sync cudaMemsetAsync, {many_mode} sync cublasGetMathMode"
+    );
 }
 
 /// The synchronous calls of `cublaslt_async_matmuls` with `matmuls` matmuls (PHOS_PROFILE's

@@ -67,6 +67,26 @@ fn setter(
     Some(r)
 }
 
+/// `CUBLAS_DEFAULT_MATH`, a handle's mode when it is made.
+const DEFAULT_MATH: i32 = 0;
+/// `CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION`, a flag over the mode.
+const DISALLOW_REDUCED_PRECISION_REDUCTION: i32 = 16;
+
+/// The math mode of `handle` when the guest knows it: the handle is live (a synchronous call
+/// on it succeeded and it was not destroyed since), so every setting of its mode since it was
+/// made went through `set_math_mode`: the last one accepted, or cuBLAS's default where none
+/// was. A mode cuBLAS might answer otherwise than set (the deprecated
+/// `CUBLAS_TENSOR_OP_MATH`, a value it refuses) is asked of the server.
+fn known_math_mode(handle: u64) -> Option<i32> {
+    if !crate::runtime::is_live(phos_protocol::apis::Api::Cublas, handle) {
+        return None;
+    }
+    let mode = settings().lock().unwrap_or_else(PoisonError::into_inner).get(&handle).and_then(|s| s.math_mode);
+    let mode = mode.unwrap_or(DEFAULT_MATH);
+    // CUBLAS_DEFAULT_MATH, CUBLAS_PEDANTIC_MATH, CUBLAS_TF32_TENSOR_OP_MATH, with or without the flag.
+    matches!(mode & !DISALLOW_REDUCED_PRECISION_REDUCTION, 0 | 2 | 3).then_some(mode)
+}
+
 /// cuBLAS's version for the ABI the program loaded: the cuBLAS of CUDA 11.8 (11.11.3), 12.9
 /// (12.9.1) and 13.0 (13.0.0), as (major, minor, patch).
 fn version(abi: Abi) -> (i32, i32, i32) {
@@ -441,6 +461,15 @@ impl HandWritten for Hand {
             |h| super::rt::call_deferred(&cublas::CublasSetMathModeRequest { handle: h, mode }, h),
             |s| s.math_mode = Some(mode),
         )
+    }
+
+    unsafe fn get_math_mode(handle: *mut c_void, mode: *mut i32) -> Option<Result<(), CublasStatus>> {
+        // A null `mode` is refused by the generated path, without a call.
+        let known = known_math_mode(handle as u64).filter(|_| !mode.is_null())?;
+        // SAFETY: not null (checked above): a writable `cublasMath_t`, as cuBLAS asks of its
+        // caller.
+        unsafe { *mode = known };
+        Some(Ok(()))
     }
 
     unsafe fn set_atomics_mode(handle: *mut c_void, mode: i32) -> Option<Result<(), CublasStatus>> {

@@ -14,7 +14,7 @@ use phos_protocol::types::{ChannelFormatDesc, Extent, PitchedPtr};
 
 use super::stubs::HandWritten;
 use super::{
-    arrays, attributes, capture, device, execution, graphs, ipc, launch, managed, memory, pools, user_objects,
+    arrays, attributes, capture, device, execution, graphs, ipc, launch, managed, memory, memsets, pools, user_objects,
 };
 use crate::abi::Abi;
 use crate::{callbacks, hostmem, registry, runtime, soname};
@@ -221,6 +221,7 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaFreeHost(ptr: *mut c_void) -> i32 {
+        memsets::forget();
         // SAFETY: this export's arguments, passed on (at most retyped): `hostmem::free` asks of
         // them what CUDA asks of this export's caller.
         code(unsafe { hostmem::free(ptr) })
@@ -646,6 +647,7 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaDeviceGraphMemTrim(device: i32) -> i32 {
+        memsets::forget();
         code(device::check_device(device).and_then(|_| graphs::mem_trim(device)))
     }
 
@@ -774,6 +776,7 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaHostUnregister(ptr: *mut c_void) -> i32 {
+        memsets::forget();
         code(hostmem::unregister(ptr as usize))
     }
 
@@ -845,6 +848,7 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaFreeAsync(dev_ptr: *mut c_void, stream: *mut c_void) -> i32 {
+        memsets::forget();
         code(pools::free_async(dev_ptr, stream))
     }
 
@@ -893,6 +897,7 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaMemPoolTrimTo(mem_pool: u64, _min_bytes_to_keep: usize) -> i32 {
+        memsets::forget();
         code(pools::trim(mem_pool))
     }
 
@@ -2039,6 +2044,15 @@ impl HandWritten for Hand {
     fn forget_device_state() {
         registry::forget_remote_state();
         capture::forget_streams();
+    }
+
+    unsafe fn memset_async(
+        dev_ptr: *mut c_void,
+        value: i32,
+        count: usize,
+        stream: *mut c_void,
+    ) -> Option<Result<(), CudaError>> {
+        Some(memsets::memset_async(dev_ptr, value, count, stream))
     }
 
     unsafe fn forget_stream(stream: *mut c_void) -> Option<Result<(), CudaError>> {

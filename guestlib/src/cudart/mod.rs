@@ -14,6 +14,7 @@ mod ipc;
 pub mod launch;
 mod managed;
 pub(crate) mod memory;
+pub(crate) mod memsets;
 mod pools;
 pub mod rt;
 mod user_objects;

@@ -12,6 +12,11 @@ pub use crate::runtime::{byte_len, c_str, call, check_out, copy_out, in_bytes};
 pub fn api_call(id: FunctionId, f: impl FnOnce() -> Result<(), CudaError>) -> i32 {
     runtime::set_driver_initialized();
     runtime::note_runtime_call();
+    if ends_memory_or_streams(id) {
+        // Before the call is sent: no memset of another thread goes without waiting on what
+        // it ends from now on.
+        super::memsets::forget();
+    }
     match runtime::catch_panic(id.name(), || super::managed::around_call(id, f)) {
         Ok(()) => cudart::SUCCESS,
         Err(e) => {
@@ -23,6 +28,20 @@ pub fn api_call(id: FunctionId, f: impl FnOnce() -> Result<(), CudaError>) -> i3
             e.0
         }
     }
+}
+
+/// Whether `id` may end device memory or a stream (the hand-written ones that may, call
+/// `memsets::forget` themselves).
+fn ends_memory_or_streams(id: FunctionId) -> bool {
+    matches!(
+        id,
+        FunctionId::CudaFree
+            | FunctionId::CudaStreamDestroy
+            | FunctionId::CudaDeviceReset
+            | FunctionId::CudaIpcCloseMemHandle
+            | FunctionId::CudaGraphLaunch
+            | FunctionId::PhosHostFree
+    )
 }
 
 /// A function Phos does not support: logged once, answers `cudaErrorNotSupported`.
