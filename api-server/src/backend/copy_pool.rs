@@ -24,8 +24,8 @@
 use parking_lot::{Condvar, Mutex};
 use phos_protocol::CudaError;
 
-use super::Raw;
 use super::prelude::*;
+use super::{Raw, StreamRef};
 
 /// `CU_STREAM_NON_BLOCKING`: lanes never wait on the legacy default stream.
 const NON_BLOCKING: u32 = 1;
@@ -144,7 +144,20 @@ impl CopyPool {
 
     fn make_lane(backend: &dyn Backend, device: i32) -> Result<CopyLane, CudaError> {
         let stream = backend.stream_create(device, NON_BLOCKING, 0)?;
-        match backend.event_create(device, SLEEPING_EVENT) {
+        // The lane's first work is done here, not in the first checkpoint or restore: the
+        // driver may set up a stream's queue and an event's wait on their first use.
+        let made = backend.event_create(device, SLEEPING_EVENT).and_then(|event| {
+            let first =
+                backend.event_record(event, StreamRef::Created(stream)).and_then(|_| backend.event_synchronize(event));
+            match first {
+                Ok(()) => Ok(event),
+                Err(e) => {
+                    let _ = backend.event_destroy(event);
+                    Err(e)
+                }
+            }
+        });
+        match made {
             Ok(event) => Ok(CopyLane { device, stream, event }),
             Err(e) => {
                 let _ = backend.stream_destroy(stream);
