@@ -895,21 +895,33 @@ fn copy_in_parallel<T: Rebuild + ?Sized>(
 #[derive(Default)]
 pub(crate) struct LoadStages {
     read_ns: AtomicU64,
+    /// Of `read_ns`, the file's reads and the checksums (a directory image's reader says).
+    file_ns: AtomicU64,
+    check_ns: AtomicU64,
     queue_ns: AtomicU64,
     wait_ns: AtomicU64,
     zero_ns: AtomicU64,
+    /// The slowest chunk's read and the longest wait for a device copy.
+    most_read_ns: AtomicU64,
+    most_wait_ns: AtomicU64,
     chunks: AtomicU64,
     /// Nanoseconds from the start to the end of the first chunk's read, plus one (0: none).
     first_ns: AtomicU64,
 }
 
 impl LoadStages {
-    fn add(a: &AtomicU64, since: Instant) {
-        a.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    fn add(a: &AtomicU64, since: Instant) -> u64 {
+        let ns = since.elapsed().as_nanos() as u64;
+        a.fetch_add(ns, Ordering::Relaxed);
+        ns
     }
 
     pub(crate) fn read(&self, since: Instant, started: Instant) {
-        Self::add(&self.read_ns, since);
+        let ns = Self::add(&self.read_ns, since);
+        self.most_read_ns.fetch_max(ns, Ordering::Relaxed);
+        let (file, check) = crate::parallel::ReadSplit::take();
+        self.file_ns.fetch_add(file, Ordering::Relaxed);
+        self.check_ns.fetch_add(check, Ordering::Relaxed);
         self.chunks.fetch_add(1, Ordering::Relaxed);
         let at = started.elapsed().as_nanos() as u64 + 1;
         let _ = self.first_ns.compare_exchange(0, at, Ordering::Relaxed, Ordering::Relaxed);
@@ -920,7 +932,8 @@ impl LoadStages {
     }
 
     pub(crate) fn waited(&self, since: Instant) {
-        Self::add(&self.wait_ns, since);
+        let ns = Self::add(&self.wait_ns, since);
+        self.most_wait_ns.fetch_max(ns, Ordering::Relaxed);
     }
 
     pub(crate) fn zeroed(&self, since: Instant) {
@@ -933,14 +946,19 @@ impl LoadStages {
             let first = self.first_ns.load(Ordering::Relaxed);
             format!(
                 "restore copy: {threads} threads, {} chunks read in {:.1} ms wall (first read done at {}): \
-                 reading and checking {:.1} ms, queueing device copies {:.1} ms, waiting for them {:.1} ms, \
-                 zeroing {:.1} ms (thread time)",
+                 reading and checking {:.1} ms (file reads {:.1}, checksums {:.1}; slowest chunk {:.1}), \
+                 queueing device copies {:.1} ms, waiting for them {:.1} ms (longest {:.1}), zeroing {:.1} ms \
+                 (thread time)",
                 self.chunks.load(Ordering::Relaxed),
                 started.elapsed().as_secs_f64() * 1e3,
                 if first == 0 { "none".to_string() } else { format!("{:.1} ms", (first - 1) as f64 / 1e6) },
                 ms(&self.read_ns),
+                ms(&self.file_ns),
+                ms(&self.check_ns),
+                ms(&self.most_read_ns),
                 ms(&self.queue_ns),
                 ms(&self.wait_ns),
+                ms(&self.most_wait_ns),
                 ms(&self.zero_ns),
             )
         });
@@ -1187,6 +1205,7 @@ pub fn restore<T: Rebuild>(
             on_demand: false,
         });
     }
+    let in_order = Instant::now();
     let mut copier = target.copier()?;
     let (to_copier, from_reader) = mpsc::sync_channel::<(crate::ChunkHead, Option<HostBuffer>)>(BUFFERS);
     let (free_tx, free_rx) = mpsc::channel::<HostBuffer>();
@@ -1242,6 +1261,7 @@ pub fn restore<T: Rebuild>(
         read?;
         copied
     })?;
+    crate::timing::slow(in_order, || format!("copying {memory_bytes} bytes of memory in, in order (a stream)"));
     Ok(RestoreSummary {
         session,
         records: manifest.records.len(),
