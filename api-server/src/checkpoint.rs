@@ -133,13 +133,52 @@ struct BackendCopier {
     pinning: Arc<dyn Pinning>,
     /// Lanes of a device this copier's users may have lent at once.
     lanes: usize,
+    /// The copy [`write_behind`](DeviceCopier::write_behind) queued and nothing has waited
+    /// for yet.
+    behind: Option<Behind>,
+}
+
+/// A copy to the device queued behind its copier's thread: the buffer it reads (held until
+/// the copy is complete) and where it runs.
+struct Behind {
+    buf: HostBuffer,
+    device: i32,
+    addr: u64,
+    /// The event of the pool's lane it was queued on (`None`: the copier's own stream of
+    /// `device`). The lane itself is given back as soon as the copy is queued: a lane held
+    /// until its copy is waited for would sit idle while its thread reads the next chunk, and
+    /// sixteen threads share eight. Its next user queues behind this copy and records the
+    /// event again after its own, so waiting for the event still waits for this copy (and at
+    /// most one more).
+    event: Option<Raw>,
+    stream: StreamRef,
 }
 
 impl BackendCopier {
     fn new(backend: Arc<dyn Backend>) -> Self {
         let n = backend.device_count().max(0) as usize;
         let pinning = Arc::new(BackendPinning(backend.clone()));
-        BackendCopier { backend, own: vec![None; n], pinning, lanes: usize::MAX }
+        BackendCopier { backend, own: vec![None; n], pinning, lanes: usize::MAX, behind: None }
+    }
+
+    /// This copier's own stream on `device` (bound), made on first use: for a backend that
+    /// keeps no lanes.
+    fn own_stream(&mut self, device: i32) -> Result<Raw, CrError> {
+        let b = self.backend.clone();
+        let slot = self
+            .own
+            .get_mut(usize::try_from(device).unwrap_or(usize::MAX))
+            .ok_or(CrError::NoSuchDevice { device, devices: b.device_count() })?;
+        if let Some(s) = *slot {
+            return Ok(s);
+        }
+        let s = crate::timing::timed(
+            || format!("creating a copy stream on device {device}"),
+            || b.stream_create(device, NON_BLOCKING, 0),
+        )
+        .map_err(CrError::device(format!("creating the copy stream on device {device}")))?;
+        *slot = Some(s);
+        Ok(s)
     }
 
     /// Run `copy` on a stream of `device` (bound), then wait until it is done: on a lane's
@@ -151,11 +190,12 @@ impl BackendCopier {
         what: impl Fn() -> String,
         copy: impl FnOnce(&dyn Backend, StreamRef) -> Result<(), phos_protocol::CudaError>,
     ) -> Result<(), CrError> {
+        // One copy in flight a copier: a lane is never held while another is waited for.
+        drop(self.wait_behind()?);
         let b = self.backend.clone();
-        let slot = self
-            .own
-            .get_mut(usize::try_from(device).unwrap_or(usize::MAX))
-            .ok_or(CrError::NoSuchDevice { device, devices: b.device_count() })?;
+        if usize::try_from(device).ok().is_none_or(|d| d >= self.own.len()) {
+            return Err(CrError::NoSuchDevice { device, devices: b.device_count() });
+        }
         b.bind(device).map_err(CrError::device(format!("making device {device} current")))?;
         // Lanes are the backend's, on its devices: the session's device map says which.
         if let Some(pool) = b.copy_pool()
@@ -176,19 +216,7 @@ impl BackendCopier {
             }
             return done.map_err(CrError::device(what()));
         }
-        let stream = match *slot {
-            Some(s) => s,
-            None => {
-                let s = crate::timing::timed(
-                    || format!("creating a copy stream on device {device}"),
-                    || b.stream_create(device, NON_BLOCKING, 0),
-                )
-                .map_err(CrError::device(format!("creating the copy stream on device {device}")))?;
-                *slot = Some(s);
-                s
-            }
-        };
-        let stream = StreamRef::Created(stream);
+        let stream = StreamRef::Created(self.own_stream(device)?);
         copy(b.as_ref(), stream).and_then(|_| b.stream_synchronize(stream)).map_err(CrError::device(what()))
     }
 }
@@ -214,8 +242,79 @@ impl DeviceCopier for BackendCopier {
     }
 
     fn finish(&mut self) -> Result<(), CrError> {
-        // Every copy was waited for.
-        Ok(())
+        // Every other copy was waited for.
+        self.wait_behind().map(drop)
+    }
+
+    fn write_behind(
+        &mut self,
+        device: i32,
+        addr: u64,
+        buf: HostBuffer,
+        len: usize,
+    ) -> Result<Option<HostBuffer>, CrError> {
+        let free = self.wait_behind()?;
+        if len > buf.len() {
+            return Err(CrError::Image(ImageError::Corrupted(format!(
+                "a copy of {len} bytes from a buffer of {}",
+                buf.len()
+            ))));
+        }
+        let b = self.backend.clone();
+        if usize::try_from(device).ok().is_none_or(|d| d >= self.own.len()) {
+            return Err(CrError::NoSuchDevice { device, devices: b.device_count() });
+        }
+        b.bind(device).map_err(CrError::device(format!("making device {device} current")))?;
+        let lane = b.copy_pool().and_then(|pool| pool.take_lane(b.backend_device(device), self.lanes));
+        let stream = match lane {
+            Some(l) => StreamRef::Created(l.stream),
+            None => StreamRef::Created(self.own_stream(device)?),
+        };
+        // Queued from the page-locked buffer, which this copier holds until the copy is
+        // waited for (`wait_behind`): only the device reads it meanwhile.
+        let queued = b
+            .memcpy_registered(addr, buf.as_ptr() as u64, len as u64, true, Some(stream))
+            .and_then(|_| lane.map_or(Ok(()), |l| b.event_record(l.event, stream)));
+        if let Err(e) = queued {
+            // A copy may have been queued without its event: the buffer and the lane are
+            // free only once the stream is idle.
+            let idle = b.stream_synchronize(stream).is_ok();
+            if idle && let (Some(l), Some(pool)) = (lane, b.copy_pool()) {
+                pool.give_lane(l);
+            }
+            if !idle {
+                // The device may still read it: never freed nor reused.
+                std::mem::forget(buf);
+            }
+            return Err(CrError::device(format!("writing {addr:#x}"))(e));
+        }
+        if let (Some(l), Some(pool)) = (lane, b.copy_pool()) {
+            pool.give_lane(l);
+        }
+        self.behind = Some(Behind { buf, device, addr, event: lane.map(|l| l.event), stream });
+        Ok(free)
+    }
+
+    fn wait_behind(&mut self) -> Result<Option<HostBuffer>, CrError> {
+        let Some(Behind { buf, device, addr, event, stream }) = self.behind.take() else { return Ok(None) };
+        let b = self.backend.clone();
+        let _ = b.bind(device);
+        // On the lane's event (the thread sleeps), else on the stream.
+        let done = match event {
+            Some(e) => b.event_synchronize(e).or_else(|_| b.stream_synchronize(stream)),
+            None => b.stream_synchronize(stream),
+        };
+        // The buffer is free only once nothing queued reads it.
+        let idle = done.is_ok() || b.stream_synchronize(stream).is_ok();
+        match done {
+            Ok(()) => Ok(Some(buf)),
+            Err(e) => {
+                if !idle {
+                    std::mem::forget(buf);
+                }
+                Err(CrError::device(format!("writing {addr:#x}"))(e))
+            }
+        }
     }
 
     fn beside_the_session(&mut self, beside: bool) {
@@ -239,6 +338,8 @@ impl DeviceCopier for BackendCopier {
 
 impl Drop for BackendCopier {
     fn drop(&mut self) {
+        // A copy still in flight finishes before its buffer and stream go.
+        let _ = self.wait_behind();
         for (d, s) in self.own.iter().enumerate() {
             if let Some(raw) = s {
                 let _ = self.backend.bind(d as i32);
@@ -669,7 +770,7 @@ impl Session {
         cancel: &Cancel,
     ) -> Result<(Session, SessionMeta, RestoreSummary), CrError> {
         let start = Instant::now();
-        let mut image = Image::open(dir)?;
+        let mut image = crate::timing::timed(|| format!("opening the image {}", dir.display()), || Image::open(dir))?;
         let opened_ms = start.elapsed().as_secs_f64() * 1e3;
         let (session, meta, mut summary) = Self::restore_from(&mut image, factory, device, progress, cancel)?;
         summary.verify_ms += opened_ms;
@@ -695,7 +796,10 @@ impl Session {
         let verify_ms = start.elapsed().as_secs_f64() * 1e3;
         let cancelled = || cancel.is_cancelled();
         let mut summary = engine::restore(&Rebuilding(&session), source, device, progress, &cancelled)?;
-        session.load_graphs(source.manifest(), device)?;
+        crate::timing::timed(
+            || "making the image's graphs again".into(),
+            || session.load_graphs(source.manifest(), device),
+        )?;
         summary.verify_ms = verify_ms;
         summary.total_ms = start.elapsed().as_secs_f64() * 1e3;
         Ok((session, meta, summary))
@@ -810,13 +914,22 @@ impl Session {
         let (session, meta) = Self::for_image(manifest, factory, device)?;
         let verify_ms = start.elapsed().as_secs_f64() * 1e3;
         let cancelled = || cancel.is_cancelled();
-        let replay_ms = engine::recreate(&Rebuilding(&session), manifest, device, &cancelled)?;
+        let replay_ms = crate::timing::timed(
+            || format!("recreating the session's objects ({} records replayed)", manifest.records.len()),
+            || engine::recreate(&Rebuilding(&session), manifest, device, &cancelled),
+        )?;
         crate::timing::timed(|| "making the image's graphs again".into(), || session.load_graphs(manifest, device))?;
         let rebuilt = Rebuilding(&session);
-        let targets: Vec<(u64, i32)> =
-            manifest.memory.iter().map(|r| rebuilt.region_target(r, device)).collect::<Result<_, _>>()?;
-        let plan = LoadPlan::new(manifest, &targets);
-        let pending = Arc::new(PendingMemory::new(plan.ranges()));
+        let (plan, pending) = crate::timing::timed(
+            || format!("planning the load of {} memory regions", manifest.memory.len()),
+            || -> Result<_, CrError> {
+                let targets: Vec<(u64, i32)> =
+                    manifest.memory.iter().map(|r| rebuilt.region_target(r, device)).collect::<Result<_, _>>()?;
+                let plan = LoadPlan::new(manifest, &targets);
+                let pending = Arc::new(PendingMemory::new(plan.ranges()));
+                Ok((plan, pending))
+            },
+        )?;
         let status = Arc::new(LoadStatus::new(meta.id, start, progress.clone()));
         let memory_bytes = plan.bytes();
         progress.done.store(0, Ordering::Relaxed);

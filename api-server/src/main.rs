@@ -74,8 +74,9 @@ struct Args {
     cow_reserve: Option<u64>,
     /// Page-locked host buffers of 8 MiB that checkpoints, restores and migrations copy
     /// through, made when the server starts and kept (default: two per copy thread, one
-    /// copy thread per core up to 16); 0 makes them at each operation instead, which holds
-    /// up the session's calls while the driver page-locks them.
+    /// copy thread per core up to 16: a restore's thread reads into one while the device
+    /// copies the other); 0 makes them at each operation instead, which holds up the
+    /// session's calls while the driver page-locks them.
     #[arg(long)]
     copy_buffers: Option<usize>,
     /// Tests only: milliseconds an on-demand restore waits before loading each chunk, so
@@ -137,7 +138,7 @@ fn main() {
         // starts; beside its start rather than before it is ready (most of a second on an
         // H100, which a restore into a server started for it, or a pool being refilled,
         // would wait for). A checkpoint, restore or migration that comes meanwhile waits for
-        // the buffers (`CopyPool::take_buffer`).
+        // the lanes and takes the buffers as they are made (`CopyPool::take_buffer`).
         // A pooled server is a spare: nothing waits for it to be ready, and the restore or
         // session it is taken for should find its buffers made rather than share the driver
         // and the process's memory map with the page-locking (measured on the H100: an

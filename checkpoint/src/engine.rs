@@ -206,6 +206,28 @@ pub trait DeviceCopier: Send {
     fn zero(&mut self, device: i32, addr: u64, len: u64) -> Result<(), CrError>;
     /// Wait for everything queued.
     fn finish(&mut self) -> Result<(), CrError>;
+    /// Copy `buf[..len]` to `addr` on `device` behind the caller: wait for the copy queued
+    /// before this way (if any) to complete, queue this one and return without waiting for
+    /// it. The copier holds `buf` until its copy is complete. Returns the buffer that is free
+    /// again: the earlier copy's, or `buf` itself where the copy was made at once (a copier
+    /// that cannot queue: this default). So a restore's thread reads the next chunk while
+    /// the device copies the last one. A copier with a copy behind waits for it before any
+    /// other copy (one in flight a copier at most).
+    fn write_behind(
+        &mut self,
+        device: i32,
+        addr: u64,
+        buf: HostBuffer,
+        len: usize,
+    ) -> Result<Option<HostBuffer>, CrError> {
+        self.write(device, addr, &buf[..len])?;
+        Ok(Some(buf))
+    }
+    /// Wait for the copy [`write_behind`](Self::write_behind) queued last, if one is in
+    /// flight; its buffer, free again.
+    fn wait_behind(&mut self) -> Result<Option<HostBuffer>, CrError> {
+        Ok(None)
+    }
     /// Whether this copier's copies run while the session runs from now on: it may then keep
     /// fewer copies in flight, leaving the device and its queues to the session's own work.
     fn beside_the_session(&mut self, _beside: bool) {}
@@ -599,16 +621,18 @@ pub fn checkpoint<T: Quiesce + Snapshot>(
     let at_rest = target.quiesce(within)?;
     let quiesce_ms = ms(start);
     let copy_start = Instant::now();
-    let mut head = crate::step_timed("taking the session's host state", || target.head())?;
+    let mut head = crate::timing::timed(|| "taking the session's host state".into(), || target.head())?;
     head.created_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     progress.start(head.memory.iter().map(|r| r.size).sum());
     let pieces = InOrder::new(&head.memory);
-    crate::step_timed("copying device memory into the image", || {
-        copy_image(target, &head, &pieces, sink, compression, progress, within)
-    })?;
-    let summary = crate::step_timed("completing the image (manifest, files cut and synced)", || sink.complete())?;
-    crate::step_timed("what follows the written image", on_written);
-    crate::step_timed("letting the session go", || drop(at_rest));
+    crate::timing::timed(
+        || "copying device memory into the image".into(),
+        || copy_image(target, &head, &pieces, sink, compression, progress, within),
+    )?;
+    let summary =
+        crate::timing::timed(|| "completing the image (manifest, files cut and synced)".into(), || sink.complete())?;
+    crate::timing::timed(|| "what follows the written image".into(), on_written);
+    crate::timing::timed(|| "letting the session go".into(), || drop(at_rest));
     Ok(CheckpointSummary {
         dir: Default::default(),
         records: head.records.len(),
@@ -784,7 +808,9 @@ fn copy_out(
 }
 
 /// A restore's copies on several threads, from a source's parallel reader: each worker has
-/// its own copier and buffer, and reads, checks and copies in whole chunks.
+/// its own copier and two buffers, and reads and checks chunk k + 1 into one while the device
+/// copies chunk k out of the other ([`DeviceCopier::write_behind`]): the host's reading and
+/// the device's copies overlap on every thread, not only across threads.
 fn copy_in_parallel<T: Rebuild + ?Sized>(
     target: &T,
     manifest: &Manifest,
@@ -798,14 +824,23 @@ fn copy_in_parallel<T: Rebuild + ?Sized>(
         manifest.memory.iter().enumerate().flat_map(|(i, r)| r.chunks.iter().map(move |c| (i, *c))).collect();
     let workers = crate::parallel::workers().min(chunks.len()).max(1);
     let largest = chunks.iter().map(|(_, c)| c.len as usize).max().unwrap_or(0).max(1);
+    let stages = LoadStages::default();
+    let started = Instant::now();
     let mut states = Vec::with_capacity(workers);
-    for _ in 0..workers {
-        let copier = target.copier()?;
-        let buf = copier.buffer(largest);
-        states.push((copier, buf));
-    }
+    crate::timing::timed(
+        || format!("making {workers} copy threads' copiers and {} buffers of {largest} bytes", 2 * workers),
+        || -> Result<(), CrError> {
+            for _ in 0..workers {
+                let copier = target.copier()?;
+                let bufs = vec![copier.buffer(largest), copier.buffer(largest)];
+                states.push((copier, bufs));
+            }
+            Ok(())
+        },
+    )?;
     let next = AtomicUsize::new(0);
-    let work = |(copier, buf): &mut (Box<dyn DeviceCopier + '_>, HostBuffer)| -> Result<bool, CrError> {
+    type Worker<'c> = (Box<dyn DeviceCopier + 'c>, Vec<HostBuffer>);
+    let work = |(copier, free): &mut Worker<'_>| -> Result<bool, CrError> {
         let Some(&(region, c)) = chunks.get(next.fetch_add(1, Ordering::Relaxed)) else { return Ok(false) };
         if cancelled() {
             let what = format!("copying memory ({} of {} bytes)", progress.done(), progress.total());
@@ -814,15 +849,120 @@ fn copy_in_parallel<T: Rebuild + ?Sized>(
         let (addr, dev) = targets[region];
         let dst = addr + c.offset;
         if c.encoding == Encoding::Zero {
+            let t = Instant::now();
+            free.extend(copier.wait_behind()?);
+            stages.waited(t);
+            let t = Instant::now();
             copier.zero(dev, dst, c.len)?;
+            stages.zeroed(t);
         } else {
-            reader.read_into(&c, buf)?;
-            copier.write(dev, dst, &buf[..c.len as usize])?;
+            let mut buf = match free.pop() {
+                Some(b) => b,
+                None => {
+                    let t = Instant::now();
+                    let b = copier.wait_behind()?;
+                    stages.waited(t);
+                    b.unwrap_or_else(|| copier.buffer(largest))
+                }
+            };
+            let t = Instant::now();
+            reader.read_into(&c, &mut buf)?;
+            stages.read(t, started);
+            let t = Instant::now();
+            free.extend(copier.write_behind(dev, dst, buf, c.len as usize)?);
+            stages.queued(t);
         }
         progress.add(c.len);
         Ok(true)
     };
-    on_workers(states, work, |(copier, _)| copier.finish(), || Ok(()))
+    let finish = |(copier, _): &mut Worker<'_>| {
+        let t = Instant::now();
+        let r = copier.finish();
+        stages.waited(t);
+        r
+    };
+    let copied = on_workers(states, work, finish, || Ok(()));
+    stages.report(workers, started);
+    copied
+}
+
+/// Where the threads of a restore's copy (or an on-demand restore's load) spent their time,
+/// summed over the threads, for the operator's step timing
+/// (`PHOS_LOG=...,phos::cr_timing=debug`): reading chunks from the image and checking their
+/// checksums, queueing their device copies, waiting for copies to complete (for a buffer to
+/// be free again, or at the end), zeroing all-zero chunks; and when the first chunk was read
+/// (the serial setup before the first copy).
+#[derive(Default)]
+pub(crate) struct LoadStages {
+    read_ns: AtomicU64,
+    /// Of `read_ns`, the file's reads and the checksums (a directory image's reader says).
+    file_ns: AtomicU64,
+    check_ns: AtomicU64,
+    queue_ns: AtomicU64,
+    wait_ns: AtomicU64,
+    zero_ns: AtomicU64,
+    /// The slowest chunk's read and the longest wait for a device copy.
+    most_read_ns: AtomicU64,
+    most_wait_ns: AtomicU64,
+    chunks: AtomicU64,
+    /// Nanoseconds from the start to the end of the first chunk's read, plus one (0: none).
+    first_ns: AtomicU64,
+}
+
+impl LoadStages {
+    fn add(a: &AtomicU64, since: Instant) -> u64 {
+        let ns = since.elapsed().as_nanos() as u64;
+        a.fetch_add(ns, Ordering::Relaxed);
+        ns
+    }
+
+    pub(crate) fn read(&self, since: Instant, started: Instant) {
+        let ns = Self::add(&self.read_ns, since);
+        self.most_read_ns.fetch_max(ns, Ordering::Relaxed);
+        let (file, check) = crate::parallel::ReadSplit::take();
+        self.file_ns.fetch_add(file, Ordering::Relaxed);
+        self.check_ns.fetch_add(check, Ordering::Relaxed);
+        self.chunks.fetch_add(1, Ordering::Relaxed);
+        let at = started.elapsed().as_nanos() as u64 + 1;
+        let _ = self.first_ns.compare_exchange(0, at, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    pub(crate) fn queued(&self, since: Instant) {
+        Self::add(&self.queue_ns, since);
+    }
+
+    pub(crate) fn waited(&self, since: Instant) {
+        let ns = Self::add(&self.wait_ns, since);
+        self.most_wait_ns.fetch_max(ns, Ordering::Relaxed);
+    }
+
+    pub(crate) fn zeroed(&self, since: Instant) {
+        Self::add(&self.zero_ns, since);
+    }
+
+    pub(crate) fn report(&self, threads: usize, started: Instant) {
+        let ms = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / 1e6;
+        crate::timing::note(|| {
+            let first = self.first_ns.load(Ordering::Relaxed);
+            format!(
+                "restore copy: {threads} threads, {} chunks read in {:.1} ms wall (first read done at {}): \
+                 reading and checking {:.1} ms (file reads {:.1}, checksums {:.1}; slowest chunk {:.1}), \
+                 queueing device copies {:.1} ms, waiting for them {:.1} ms (longest {:.1}), zeroing {:.1} ms \
+                 (thread time)",
+                self.chunks.load(Ordering::Relaxed),
+                started.elapsed().as_secs_f64() * 1e3,
+                if first == 0 { "none".to_string() } else { format!("{:.1} ms", (first - 1) as f64 / 1e6) },
+                ms(&self.read_ns),
+                ms(&self.file_ns),
+                ms(&self.check_ns),
+                ms(&self.most_read_ns),
+                ms(&self.queue_ns),
+                ms(&self.wait_ns),
+                ms(&self.most_wait_ns),
+                ms(&self.zero_ns),
+            )
+        });
+    }
 }
 
 /// The pieces of memory a parallel copy hands out: (region, offset, length).
@@ -1032,18 +1172,27 @@ pub fn restore<T: Rebuild>(
     progress: &Progress,
     cancelled: &(dyn Fn() -> bool + Sync),
 ) -> Result<RestoreSummary, CrError> {
-    let manifest = source.manifest().clone();
+    let manifest = crate::timing::timed(|| "taking the image's manifest".into(), || source.manifest().clone());
     let session = manifest.session.id;
     let abandoned = |what: String| CrError::Abandoned { session, what };
-    let replay_ms = recreate(target, &manifest, device, cancelled)?;
+    let replay_ms = crate::timing::timed(
+        || format!("recreating the session's objects ({} records replayed)", manifest.records.len()),
+        || recreate(target, &manifest, device, cancelled),
+    )?;
 
     let copy_start = Instant::now();
     let memory_bytes = manifest.memory.iter().map(|r| r.size).sum();
     progress.start(memory_bytes);
-    let targets: Vec<(u64, i32)> =
-        manifest.memory.iter().map(|r| target.region_target(r, device)).collect::<Result<_, _>>()?;
-    if let Some(reader) = source.parallel() {
-        copy_in_parallel(target, &manifest, &targets, reader, progress, cancelled, session)?;
+    let targets: Vec<(u64, i32)> = crate::timing::timed(
+        || format!("finding where the {} memory regions go", manifest.memory.len()),
+        || manifest.memory.iter().map(|r| target.region_target(r, device)).collect::<Result<_, _>>(),
+    )?;
+    let reader = crate::timing::timed(|| "opening the image's memory files for reading".into(), || source.parallel());
+    if let Some(reader) = reader {
+        crate::timing::timed(
+            || format!("copying {memory_bytes} bytes of memory in"),
+            || copy_in_parallel(target, &manifest, &targets, reader, progress, cancelled, session),
+        )?;
         return Ok(RestoreSummary {
             session,
             records: manifest.records.len(),
@@ -1056,6 +1205,7 @@ pub fn restore<T: Rebuild>(
             on_demand: false,
         });
     }
+    let in_order = Instant::now();
     let mut copier = target.copier()?;
     let (to_copier, from_reader) = mpsc::sync_channel::<(crate::ChunkHead, Option<HostBuffer>)>(BUFFERS);
     let (free_tx, free_rx) = mpsc::channel::<HostBuffer>();
@@ -1111,6 +1261,7 @@ pub fn restore<T: Rebuild>(
         read?;
         copied
     })?;
+    crate::timing::slow(in_order, || format!("copying {memory_bytes} bytes of memory in, in order (a stream)"));
     Ok(RestoreSummary {
         session,
         records: manifest.records.len(),
@@ -2186,6 +2337,8 @@ pub fn recopy<T: Quiesce + Snapshot + Concurrent>(
 
 #[cfg(test)]
 mod cow_tests;
+#[cfg(test)]
+mod restore_tests;
 
 #[cfg(test)]
 mod hash_tests {

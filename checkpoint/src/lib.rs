@@ -43,6 +43,7 @@ pub mod piece_hash;
 pub mod report;
 pub mod sink;
 pub mod stream;
+pub mod timing;
 
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
@@ -326,7 +327,7 @@ impl ImageWriter {
             // the GPU machine), and a checkpoint holds its session until the image is complete;
             // its caller drops the writer once the session goes on. Room past what a chunk
             // table names is never read.
-            step_timed("syncing the memory files", || files.sync())?;
+            timing::timed(|| "syncing the memory files".into(), || files.sync())?;
             self.offset = files.lengths()[0];
             for r in &mut self.regions {
                 r.chunks.sort_by_key(|c| c.offset);
@@ -350,7 +351,7 @@ impl ImageWriter {
         }
         manifest.format = FORMAT_VERSION;
         manifest.memory = std::mem::take(&mut self.regions);
-        let manifest_bytes = step_timed("writing the manifest", || write_manifest(&self.dir, &manifest))?;
+        let manifest_bytes = timing::timed(|| "writing the manifest".into(), || write_manifest(&self.dir, &manifest))?;
         let memory_bytes = manifest.memory.iter().map(|r| r.size).sum();
         Ok(ImageSummary { manifest_bytes, memory_bytes, stored_bytes: self.stored_bytes })
     }
@@ -366,7 +367,7 @@ impl Drop for ImageWriter {
             let _ = f.set_len(0);
         }
         if let Some(files) = &self.parallel
-            && let Err(e) = step_timed("cutting the memory files to what was written", || files.trim())
+            && let Err(e) = timing::timed(|| "cutting the memory files to what was written".into(), || files.trim())
         {
             tracing::warn!("giving back an image's unused room: {e}");
         }
@@ -473,20 +474,6 @@ pub struct ImageSummary {
     pub memory_bytes: u64,
     /// Bytes actually stored for it (zeros skipped, compression).
     pub stored_bytes: u64,
-}
-
-/// Run `step` and, if it took a millisecond or more, log it for the operator's step timing
-/// (`PHOS_LOG=...,phos::cr_timing=debug`): where a checkpoint's time goes beyond the copy.
-pub(crate) fn step_timed<T>(what: &str, step: impl FnOnce() -> T) -> T {
-    if !tracing::enabled!(target: "phos::cr_timing", tracing::Level::DEBUG) {
-        return step();
-    }
-    let start = std::time::Instant::now();
-    let out = step();
-    if start.elapsed() >= std::time::Duration::from_millis(1) {
-        tracing::debug!(target: "phos::cr_timing", ms = start.elapsed().as_secs_f64() * 1e3, "{what}");
-    }
-    out
 }
 
 pub(crate) fn is_zero(data: &[u8]) -> bool {

@@ -13,9 +13,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::engine::{CrError, DeviceCopier, HostBuffer, PendingMemory, Rebuild};
+use crate::engine::{CrError, DeviceCopier, LoadStages, PendingMemory, Rebuild};
 use crate::report::Progress;
 use crate::{Chunk, ChunkReader, Encoding, Manifest};
 
@@ -119,19 +119,45 @@ pub fn load<T: Rebuild + ?Sized>(
 ) -> Result<(), CrError> {
     let largest = plan.pieces.iter().map(|p| p.chunk.len as usize).max().unwrap_or(0).max(1);
     let workers = workers.clamp(1, plan.pieces.len().max(1));
+    let stages = LoadStages::default();
+    let started = Instant::now();
     let mut states = Vec::with_capacity(workers);
-    for _ in 0..workers {
-        let copier = target.copier()?;
-        let buf = copier.buffer(largest);
-        states.push((copier, buf));
-    }
+    crate::timing::timed(
+        || format!("making {workers} load threads' copiers and {} buffers of {largest} bytes", 2 * workers),
+        || -> Result<(), CrError> {
+            for _ in 0..workers {
+                let copier = target.copier()?;
+                let bufs = vec![copier.buffer(largest), copier.buffer(largest)];
+                states.push((copier, bufs));
+            }
+            Ok(())
+        },
+    )?;
     let failed = AtomicBool::new(false);
-    std::thread::scope(|scope| {
+    let loaded = std::thread::scope(|scope| {
         let handles: Vec<_> = states
             .into_iter()
-            .map(|(mut copier, mut buf)| {
-                let failed = &failed;
+            .map(|(mut copier, mut free)| {
+                let (failed, stages) = (&failed, &stages);
                 scope.spawn(move || {
+                    // The piece whose copy is behind this thread, not yet marked loaded.
+                    let mut behind: Option<Piece> = None;
+                    // A piece is marked loaded only once its copy is complete on the device.
+                    let mark = |p: Piece| {
+                        progress.add(p.chunk.len);
+                        pending.loaded_then(p.addr, p.chunk.len, all_loaded);
+                    };
+                    let done = |copier: &mut dyn DeviceCopier, behind: &mut Option<Piece>| {
+                        let t = Instant::now();
+                        let waited = copier.wait_behind();
+                        stages.waited(t);
+                        if let Some(p) = behind.take()
+                            && waited.is_ok()
+                        {
+                            mark(p);
+                        }
+                        waited
+                    };
                     let r = (|| {
                         while !failed.load(Ordering::Relaxed)
                             && let Some(i) = plan.next(pending)
@@ -140,11 +166,43 @@ pub fn load<T: Rebuild + ?Sized>(
                                 std::thread::sleep(pace);
                             }
                             let piece = plan.pieces[i];
-                            load_piece(copier.as_mut(), &mut buf, reader, piece)?;
-                            progress.add(piece.chunk.len);
-                            pending.loaded_then(piece.addr, piece.chunk.len, all_loaded);
+                            if piece.chunk.encoding == Encoding::Zero {
+                                free.extend(done(copier.as_mut(), &mut behind)?);
+                                let t = Instant::now();
+                                copier.zero(piece.device, piece.addr, piece.chunk.len)?;
+                                // `zero` only queues.
+                                copier.finish()?;
+                                stages.zeroed(t);
+                                mark(piece);
+                                continue;
+                            }
+                            let mut buf = match free.pop() {
+                                Some(b) => b,
+                                None => done(copier.as_mut(), &mut behind)?.unwrap_or_else(|| copier.buffer(largest)),
+                            };
+                            let t = Instant::now();
+                            reader.read_into(&piece.chunk, &mut buf)?;
+                            stages.read(t, started);
+                            // The copy queued before this one is complete once `write_behind`
+                            // returns: that piece is loaded.
+                            let t = Instant::now();
+                            let freed = copier.write_behind(piece.device, piece.addr, buf, piece.chunk.len as usize);
+                            stages.queued(t);
+                            if let Some(p) = behind.take()
+                                && freed.is_ok()
+                            {
+                                mark(p);
+                            }
+                            free.extend(freed?);
+                            behind = Some(piece);
+                            // A call waits for memory: what is copied is let go at once rather
+                            // than after the next chunk's read.
+                            if pending.next_wanted().is_some() {
+                                free.extend(done(copier.as_mut(), &mut behind)?);
+                            }
                         }
-                        Ok(())
+                        free.extend(done(copier.as_mut(), &mut behind)?);
+                        copier.finish()
                     })();
                     if r.is_err() {
                         failed.store(true, Ordering::Relaxed);
@@ -161,24 +219,9 @@ pub fn load<T: Rebuild + ?Sized>(
             }
         }
         result
-    })
-}
-
-/// Copy one chunk to the device and wait until it is there (the copier's `write` only
-/// promises the buffer back, and `zero` only queues).
-fn load_piece(
-    copier: &mut dyn DeviceCopier,
-    buf: &mut HostBuffer,
-    reader: &dyn ChunkReader,
-    p: Piece,
-) -> Result<(), CrError> {
-    if p.chunk.encoding == Encoding::Zero {
-        copier.zero(p.device, p.addr, p.chunk.len)?;
-    } else {
-        reader.read_into(&p.chunk, buf)?;
-        copier.write(p.device, p.addr, &buf[..p.chunk.len as usize])?;
-    }
-    copier.finish()
+    });
+    stages.report(workers, started);
+    loaded
 }
 
 #[cfg(test)]
@@ -191,7 +234,7 @@ mod tests {
     use phos_protocol::spec::{CallAccess, DeviceAccess};
 
     use super::*;
-    use crate::engine::CallHook;
+    use crate::engine::{CallHook, HostBuffer};
     use crate::{ImageError, MemoryRegion, Record, RegionKind};
 
     const BASE: u64 = 0x10_0000;

@@ -168,9 +168,15 @@ impl ChunkReader for FileChunks {
                 // Read and checksummed a block at a time, while the block is in the cache.
                 let mut crc = crc32fast::Hasher::new();
                 let mut at = chunk.at;
+                let timed = crate::timing::on();
                 for block in out.chunks_mut(STORE_BLOCK) {
+                    let t = timed.then(std::time::Instant::now);
                     file.read_exact_at(block, at).map_err(|e| io_error(path, "reading a chunk", e))?;
+                    let read = t.map(|t| (t.elapsed(), std::time::Instant::now()));
                     crc.update(block);
+                    if let Some((read, t)) = read {
+                        ReadSplit::add(read, t.elapsed());
+                    }
                     at += block.len() as u64;
                 }
                 if crc.finalize() != chunk.crc {
@@ -193,6 +199,29 @@ impl ChunkReader for FileChunks {
             }
         }
         Ok(())
+    }
+}
+
+/// Where this thread's chunk reads ([`FileChunks::read_into`]) spent their time since it last
+/// asked: reading the image's file and checking the checksum, in nanoseconds. Kept only while
+/// the step timing is on (`phos::cr_timing`).
+pub struct ReadSplit;
+
+thread_local! {
+    static READ_SPLIT: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+impl ReadSplit {
+    fn add(read: std::time::Duration, check: std::time::Duration) {
+        READ_SPLIT.with(|c| {
+            let (r, k) = c.get();
+            c.set((r + read.as_nanos() as u64, k + check.as_nanos() as u64));
+        });
+    }
+
+    /// (reading, checking) nanoseconds of this thread's reads since the last call.
+    pub fn take() -> (u64, u64) {
+        READ_SPLIT.with(|c| c.replace((0, 0)))
     }
 }
 

@@ -6,14 +6,27 @@
 #
 # Usage (on the GPU machine, from the repository root):
 #   tests/scripts/gpu-cr.sh BIN_DIR OUT_DIR
-# SIZES (GiB, default "1 2 4 8 16"), ONDEMAND_SIZES (GiB, default "1 2 4 8 16 32") and IMG
-# (image directory, default /dev/shm/phos-img, so that the figures measure the copy path
+# SIZES (GiB, default "1 2 4 8 16"; up to 32: see below), ONDEMAND_SIZES (GiB, default
+# "1 2 4 8 16 32"), NOPOOL_SIZES (GiB, default "1 8"), DRIVER_SIZES (GiB, default SIZES) and
+# IMG (image directory, default /dev/shm/phos-img, so that the figures measure the copy path
 # rather than the disk) can be set. ONLY=ondemand runs the on-demand comparison alone.
+#
+# Large sizes: an N GiB row needs N GiB of device memory, and N GiB (and 16 chunks of 8 MiB)
+# free where IMG is: /dev/shm is half the host's memory unless mounted larger, 64 GiB on a
+# 128 GiB host, so 32 GiB fits (one image at a time: each row's is removed after it) and a
+# row that does not fit is skipped with a line saying so. The driver's own checkpoint of an
+# N GiB workload holds N GiB of host memory in the process.
+#
+# The servers log their checkpoint and restore steps (PHOS_LOG, default
+# info,phos::cr_timing=debug); the summary ends with each restore's step timing.
 set -u
+export PHOS_LOG=${PHOS_LOG:-info,phos::cr_timing=debug}
 BIN=$(realpath "$1")
 OUT=$(realpath "$2")
 SIZES=${SIZES:-"1 2 4 8 16"}
 ONDEMAND_SIZES=${ONDEMAND_SIZES:-"1 2 4 8 16 32"}
+NOPOOL_SIZES=${NOPOOL_SIZES:-"1 8"}
+DRIVER_SIZES=${DRIVER_SIZES:-$SIZES}
 ONLY=${ONLY:-all}
 IMG=${IMG:-/dev/shm/phos-img}
 ARCH=${ARCH:-sm_90}
@@ -41,6 +54,32 @@ wait_for() { # file text
   echo "timed out waiting for '$2' in $1"; cat "$1"; return 1
 }
 active_session() { ctl "$1" sessions | awk '$3 == "active" { id = $1 } END { print id }'; }
+# Whether an image of N GiB fits where IMG goes (with 1 GiB to spare); says so if not.
+image_fits() { # size
+  local dir; dir=$(dirname "$IMG")
+  local free_kib; free_kib=$(df -Pk "$dir" | awk 'NR == 2 { print $4 }')
+  if [ -n "$free_kib" ] && [ "$free_kib" -lt $((($1 + 1) * 1024 * 1024)) ]; then
+    echo "- $1 GiB skipped: $dir has $((free_kib / 1024 / 1024)) GiB free, an image of $1 GiB needs $(($1 + 1)) (mount it larger: \`mount -o remount,size=NG /dev/shm\`)" >> "$summary"
+    echo "$1 GiB skipped: $dir has $((free_kib / 1024)) MiB free"
+    return 1
+  fi
+}
+# Lines of a router's log (its servers' included) after line $2: the step timing of what ran
+# since, for the summary.
+steps="$WORK/steps.md"
+: > "$steps"
+log_lines() { wc -l < "$WORK/$1.log" 2>/dev/null || echo 0; }
+note_steps() { # router from_line heading
+  {
+    echo
+    echo "$3:"
+    echo
+    echo '```'
+    tail -n +$(($2 + 1)) "$WORK/$1.log" | grep 'phos::cr_timing' | grep -v 'launch\|hooks before' \
+      | sed 's/^[^ ]* *DEBUG phos::cr_timing: //' | head -40
+    echo '```'
+  } >> "$steps"
+}
 
 summary="$OUT/cr.md"
 {
@@ -83,6 +122,7 @@ done
 } >> "$summary"
 measure() { # router size
   local r=$1 s=$2
+  image_fits "$s" || return 0
   mkfifo "$WORK/in"
   "$BIN/phosctl" run --endpoint "unix:$WORK/$r.sock" -- "$WORK/cr_workload" "$s" < "$WORK/in" > "$WORK/w.out" 2> "$WORK/w.err" &
   local g=$!
@@ -93,7 +133,10 @@ measure() { # router size
   local ck_ms; ck_ms=$(echo "$ck" | sed -n 's/.* in \([0-9.]*\) ms.*/\1/p')
   local q; q=$(echo "$ck" | sed -n 's/.*quiesce \([0-9.]*\) ms.*/\1/p')
   local c; c=$(echo "$ck" | sed -n 's/.*copy \([0-9.]*\) ms.*/\1/p')
+  local from; from=$(log_lines "$r")
   local rs; rs=$(ctl "$r" restore "$IMG" --full)
+  sleep 0.2 # the server's log lines reach the router's log
+  note_steps "$r" "$from" "Full restore of $s GiB ($([ "$r" = main ] && echo pooled || echo new) server), its steps"
   local rs_ms; rs_ms=$(echo "$rs" | sed -n 's/^session [0-9]* restored from [^ ]* in \([0-9.]*\) ms.*/\1/p')
   local rp; rp=$(echo "$rs" | sed -n 's/.*replayed in \([0-9.]*\) ms.*/\1/p')
   local rc_ms; rc_ms=$(echo "$rs" | sed -n 's/.*copied in \([0-9.]*\) ms.*/\1/p')
@@ -108,7 +151,7 @@ measure() { # router size
 }
 if [ "$ONLY" != ondemand ]; then
   for s in $SIZES; do measure main "$s"; done
-  for s in 1 8; do measure nopool "$s"; done
+  for s in $NOPOOL_SIZES; do measure nopool "$s"; done
 fi
 
 # 2b. Time to the first served call: on-demand restore (the default) against a full one
@@ -125,6 +168,7 @@ fi
 } >> "$summary"
 first_call() { # size mode(full|ondemand) -> prints "serving first loaded held verdict"
   local s=$1 mode=$2
+  image_fits "$s" > /dev/null || { echo "- - - - skipped"; return 0; }
   mkfifo "$WORK/in"
   "$BIN/phosctl" run --endpoint "unix:$WORK/main.sock" -- "$WORK/cr_workload" "$s" < "$WORK/in" > "$WORK/w.out" 2> "$WORK/w.err" &
   local g=$!
@@ -136,8 +180,10 @@ first_call() { # size mode(full|ondemand) -> prints "serving first loaded held v
   # The workload's next call goes now, and waits in the router for the restore.
   echo go >&3; exec 3>&-
   local rs
+  local from; from=$(log_lines main)
   if [ "$mode" = full ]; then rs=$(ctl main restore "$IMG" --full); else rs=$(ctl main restore "$IMG"); fi
   wait $g
+  note_steps main "$from" "$([ "$mode" = full ] && echo Full || echo On-demand) restore of $s GiB (pooled server, the first call waiting), its steps"
   local v; v=$(tail -1 "$WORK/w.out")
   if [ "$mode" = full ]; then
     local ms; ms=$(echo "$rs" | sed -n 's/^session [0-9]* restored from [^ ]* in \([0-9.]*\) ms.*/\1/p')
@@ -167,7 +213,7 @@ if [ "$ONLY" != ondemand ] && [ -x "$WORK/driver_checkpoint" ]; then
     echo "| device memory | lock ms | checkpoint ms | restore ms | unlock ms | after restore |"
     echo "|---|---|---|---|---|---|"
   } >> "$summary"
-  for s in $SIZES; do
+  for s in $DRIVER_SIZES; do
     mkfifo "$WORK/in"
     "$WORK/cr_workload" "$s" < "$WORK/in" > "$WORK/n.out" &
     g=$!
@@ -183,6 +229,15 @@ if [ "$ONLY" != ondemand ] && [ -x "$WORK/driver_checkpoint" ]; then
   done
 fi
 
+if [ -s "$steps" ]; then
+  {
+    echo
+    echo "## Restore step timing"
+    echo
+    echo "Steps of a millisecond or more (\`phos::cr_timing\`), in the order they ended; \"restore copy\" sums its threads' time."
+    cat "$steps"
+  } >> "$summary"
+fi
 for p in "${routers[@]}"; do kill "$p" 2>/dev/null; done
 cp "$WORK"/*.log "$OUT/" 2>/dev/null
 cat "$summary"

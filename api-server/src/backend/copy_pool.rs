@@ -24,8 +24,8 @@
 use parking_lot::{Condvar, Mutex};
 use phos_protocol::CudaError;
 
-use super::Raw;
 use super::prelude::*;
+use super::{Raw, StreamRef};
 
 /// `CU_STREAM_NON_BLOCKING`: lanes never wait on the legacy default stream.
 const NON_BLOCKING: u32 = 1;
@@ -74,10 +74,17 @@ pub struct CopyPool {
     lanes: Mutex<Lanes>,
     lane_counts: Mutex<Vec<usize>>,
     lane_freed: Condvar,
-    /// Whether [`prepare`](Self::prepare) is under way: users wait for it rather than make
-    /// their own buffers and streams beside it.
-    preparing: Mutex<bool>,
+    /// Where [`prepare`](Self::prepare) is: users wait for what they need of it (the lanes,
+    /// a buffer) rather than make their own buffers and streams beside it.
+    preparing: Mutex<Preparation>,
+    /// Signalled when the lanes are made, each buffer, and the end.
     prepared: Condvar,
+}
+
+#[derive(Default)]
+struct Preparation {
+    under_way: bool,
+    lanes_made: bool,
 }
 
 #[derive(Default)]
@@ -94,23 +101,31 @@ impl CopyPool {
     /// Say that [`prepare`](Self::prepare) is coming (on another thread): from now on users
     /// wait for it.
     pub fn expect_preparation(&self) {
-        *self.preparing.lock() = true;
+        self.preparing.lock().under_way = true;
     }
 
     /// Make `buffers` page-locked buffers of `len` bytes and the copy lanes of every device
     /// of `backend`. What fails is logged; the engine then makes its own as before.
     pub fn prepare(&self, backend: &dyn Backend, buffers: usize, len: usize) {
         let start = std::time::Instant::now();
-        *self.preparing.lock() = true;
+        self.preparing.lock().under_way = true;
         *self.buffer_len.lock() = len;
         *self.keep.lock() = buffers;
         self.make_lanes(backend);
+        self.preparing.lock().lanes_made = true;
+        self.prepared.notify_all();
+        // Each buffer is free as soon as it is made: a checkpoint or restore that comes
+        // meanwhile (the first of a server started for it) starts with those made, instead
+        // of waiting for all of them.
         for _ in 0..buffers {
             let mut buf = vec![0u8; len];
             backend.pin_host(&mut buf);
+            // Under the preparation's lock: a user checks for a buffer and waits under it.
+            let _state = self.preparing.lock();
             self.buffers.lock().push(buf);
+            self.prepared.notify_all();
         }
-        *self.preparing.lock() = false;
+        self.preparing.lock().under_way = false;
         self.prepared.notify_all();
         tracing::info!(
             "copy buffers for checkpoints ready: {buffers} of {len} bytes page-locked, {} copy lanes, in {:.1} ms",
@@ -144,7 +159,20 @@ impl CopyPool {
 
     fn make_lane(backend: &dyn Backend, device: i32) -> Result<CopyLane, CudaError> {
         let stream = backend.stream_create(device, NON_BLOCKING, 0)?;
-        match backend.event_create(device, SLEEPING_EVENT) {
+        // The lane's first work is done here, not in the first checkpoint or restore: the
+        // driver may set up a stream's queue and an event's wait on their first use.
+        let made = backend.event_create(device, SLEEPING_EVENT).and_then(|event| {
+            let first =
+                backend.event_record(event, StreamRef::Created(stream)).and_then(|_| backend.event_synchronize(event));
+            match first {
+                Ok(()) => Ok(event),
+                Err(e) => {
+                    let _ = backend.event_destroy(event);
+                    Err(e)
+                }
+            }
+        });
+        match made {
             Ok(event) => Ok(CopyLane { device, stream, event }),
             Err(e) => {
                 let _ = backend.stream_destroy(stream);
@@ -156,11 +184,28 @@ impl CopyPool {
     /// A kept buffer of at least `len` bytes (the pool's size; its contents are an earlier
     /// copy's), if one is free.
     pub fn take_buffer(&self, len: usize) -> Option<Vec<u8>> {
-        self.wait_prepared();
-        if len > *self.buffer_len.lock() {
-            return None;
+        // While the buffers are being made, the next one made is waited for (a bounded time):
+        // taken under the preparation's lock, so that of several waiters each gets its own.
+        let deadline = std::time::Instant::now() + PREPARED_WAIT;
+        let mut preparing = self.preparing.lock();
+        loop {
+            let size = *self.buffer_len.lock();
+            if size != 0 && len > size {
+                return None;
+            }
+            if size != 0
+                && let Some(buf) = self.buffers.lock().pop()
+            {
+                return Some(buf);
+            }
+            if !preparing.under_way {
+                return None;
+            }
+            if self.prepared.wait_until(&mut preparing, deadline).timed_out() {
+                tracing::warn!("copy buffers still being made after {PREPARED_WAIT:?}: going on without them");
+                return None;
+            }
         }
-        self.buffers.lock().pop()
     }
 
     /// Keep `buf` (page-locked) for the next user, if it is one of the pool's size and the
@@ -177,7 +222,7 @@ impl CopyPool {
     /// A lane on `device`, waiting for one to be given back while all are lent or `at_most`
     /// of the device's are; `None` where the device has none.
     pub fn take_lane(&self, device: i32, at_most: usize) -> Option<CopyLane> {
-        self.wait_prepared();
+        self.wait_prepared(|p| p.lanes_made);
         let d = usize::try_from(device).ok()?;
         let has = self.lane_counts.lock().get(d).copied().unwrap_or(0);
         if has == 0 {
@@ -196,11 +241,13 @@ impl CopyPool {
         }
     }
 
-    /// Wait (a bounded time) for a [`prepare`](Self::prepare) under way to finish.
-    fn wait_prepared(&self) {
+    /// Wait (a bounded time) while a [`prepare`](Self::prepare) is under way, until `ready`
+    /// says what the caller needs of it is made (checked under the preparation's lock, which
+    /// `prepare` holds as it makes each thing and signals).
+    fn wait_prepared(&self, ready: impl Fn(&Preparation) -> bool) {
         let deadline = std::time::Instant::now() + PREPARED_WAIT;
         let mut preparing = self.preparing.lock();
-        while *preparing {
+        while preparing.under_way && !ready(&preparing) {
             if self.prepared.wait_until(&mut preparing, deadline).timed_out() {
                 tracing::warn!("copy buffers still being made after {PREPARED_WAIT:?}: going on without them");
                 return;
