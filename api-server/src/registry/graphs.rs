@@ -1121,14 +1121,20 @@ mod tests {
         let from = r.add_node(scratch, NODE_KERNEL, vec![kernel(32)], vec![], &full).unwrap();
         r.set_exec_node(exec, h[0], from).unwrap();
         let ops = r.exec_ops(exec).unwrap();
-        assert!(ops.iter().any(|op| matches!(op, GraphOp::Kernel { shared_mem: 32, cooperative: true, .. })), "{ops:?}");
+        assert!(
+            ops.iter().any(|op| matches!(op, GraphOp::Kernel { shared_mem: 32, cooperative: true, .. })),
+            "{ops:?}"
+        );
         // A clone and an instantiation carry it.
         let clone = r.clone_graph(g, &new).unwrap();
         let (nodes, _) = r.nodes(clone, 3).unwrap();
         assert!(r.kernel_cooperative(u64::from_ne_bytes(nodes[..8].try_into().unwrap()), None).unwrap());
         let again = r.instantiate(g, &new).unwrap();
         let ops = r.exec_ops(again).unwrap();
-        assert!(ops.iter().any(|op| matches!(op, GraphOp::Kernel { shared_mem: 16, cooperative: true, .. })), "{ops:?}");
+        assert!(
+            ops.iter().any(|op| matches!(op, GraphOp::Kernel { shared_mem: 16, cooperative: true, .. })),
+            "{ops:?}"
+        );
     }
 
     #[test]
