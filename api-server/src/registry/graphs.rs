@@ -301,8 +301,9 @@ impl GraphRegistry {
                 return Err(CudaError::InvalidValue);
             }
         }
-        let ops = self.take_node(from)?;
+        let mut ops = self.take_node(from)?;
         let mut graphs = self.graphs.lock();
+        keep_attributes(&graphs.get(graph)?.nodes[index].ops, &mut ops);
         let old = std::mem::replace(&mut graphs.get_mut(graph)?.nodes[index].ops, ops);
         drop_children(&mut graphs, &mut self.nodes.lock(), &old);
         Ok(())
@@ -338,7 +339,7 @@ impl GraphRegistry {
         };
         // The node's type as its graph says, when the graph is still there.
         let kind_old = self.node_kind(node).ok();
-        let result = new.and_then(|new| {
+        let result = new.and_then(|mut new| {
             if kind_old.is_some_and(|k| k != kind_new) || [NODE_MEM_ALLOC, NODE_MEM_FREE].contains(&kind_new) {
                 return Err(CudaError::InvalidValue);
             }
@@ -359,6 +360,7 @@ impl GraphRegistry {
             } else if old.is_empty() != new.is_empty() {
                 return Err(CudaError::InvalidValue);
             }
+            keep_attributes(old, &mut new);
             let count = u32::try_from(new.len()).map_err(|_| CudaError::InvalidValue)?;
             let end = at + 1 + old.len();
             ops.splice(at + 1..end, new);
@@ -371,6 +373,29 @@ impl GraphRegistry {
         let taken = self.take_node(from)?;
         drop_children(&mut self.graphs.lock(), &mut self.nodes.lock(), &taken);
         result
+    }
+
+    /// A kernel node's cooperative attribute (`cudaGraphKernelNodeSetAttribute`): the node's
+    /// launch made cooperative or not (`set` some), answering what it is. A captured library
+    /// call (its kernels are the library's) is never cooperative: making it so is
+    /// `cudaErrorNotSupported`. Another type of node is `cudaErrorInvalidValue`.
+    pub fn kernel_cooperative(&self, node: u64, set: Option<bool>) -> Result<bool, CudaError> {
+        let (graph, index) = self.locate(node)?;
+        let mut graphs = self.graphs.lock();
+        let n = &mut graphs.get_mut(graph)?.nodes[index];
+        if n.kind != NODE_KERNEL {
+            return Err(CudaError::InvalidValue);
+        }
+        match n.ops.first_mut() {
+            Some(GraphOp::Kernel { cooperative, .. }) => {
+                if let Some(s) = set {
+                    *cooperative = s;
+                }
+                Ok(*cooperative)
+            }
+            _ if set == Some(true) => Err(CudaError::NotSupported),
+            _ => Ok(false),
+        }
     }
 
     /// `cudaGraphNodeSetEnabled` (`enable` some) or `GetEnabled`: kernel, copy and memset
@@ -808,6 +833,15 @@ impl GraphRegistry {
 /// A node's parameters as words: by its type, the first op's fields (a kernel's parameter
 /// bytes after its fields, in words), and for a copy of several slices, the distance between
 /// slices and how many there are.
+/// A kernel node given new parameters keeps its attributes: its launch stays cooperative.
+fn keep_attributes(old: &[GraphOp], new: &mut [GraphOp]) {
+    if let (Some(GraphOp::Kernel { cooperative: true, .. }), Some(GraphOp::Kernel { cooperative, .. })) =
+        (old.first(), new.first_mut())
+    {
+        *cooperative = true;
+    }
+}
+
 fn node_params(node: &Node) -> Vec<u64> {
     let slices = node.ops.len() as u64;
     let slice_step = |a: u64, f: &dyn Fn(&GraphOp) -> u64| node.ops.get(1).map(|o| f(o).wrapping_sub(a)).unwrap_or(0);
@@ -1052,6 +1086,55 @@ mod tests {
         r.reset_mem_high(0, mem_attr::USED_HIGH).unwrap();
         assert_eq!(r.mem_attribute(0, mem_attr::USED_HIGH).unwrap(), 0);
         assert!(!r.holds_memory_nodes());
+    }
+
+    #[test]
+    fn a_graph_kernel_nodes_cooperative_attribute_is_kept_by_new_parameters_and_clones() {
+        let full = || CudaError::MemoryAllocation;
+        let new = NewHandle { forced: None, full: &full };
+        let r = registry();
+        let kernel = |shared_mem| GraphOp::Kernel {
+            function: 1,
+            grid: Default::default(),
+            block: Default::default(),
+            shared_mem,
+            params: vec![],
+            cooperative: false,
+        };
+        let memset = GraphOp::Memset { dst: 0x1000, pitch: 4, value: 1, width: 4, height: 1 };
+        let g = r.create_captured(vec![kernel(0), memset, library_op(None)], &new, &full).unwrap();
+        let (nodes, _) = r.nodes(g, 3).unwrap();
+        let h: Vec<u64> = nodes.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap())).collect();
+        assert!(!r.kernel_cooperative(h[0], None).unwrap());
+        assert!(r.kernel_cooperative(h[0], Some(true)).unwrap());
+        // Not a kernel node; a library call is never cooperative.
+        assert_eq!(r.kernel_cooperative(h[1], None).unwrap_err(), CudaError::InvalidValue);
+        assert!(!r.kernel_cooperative(h[2], None).unwrap());
+        assert_eq!(r.kernel_cooperative(h[2], Some(true)).unwrap_err(), CudaError::NotSupported);
+        assert_eq!(r.kernel_cooperative(0xdead, None).unwrap_err(), CudaError::InvalidValue);
+        // New parameters keep it, in the graph and in an executable graph.
+        let exec = r.instantiate(g, &new).unwrap();
+        let scratch = r.create(&new).unwrap();
+        let from = r.add_node(scratch, NODE_KERNEL, vec![kernel(16)], vec![], &full).unwrap();
+        r.set_node(h[0], from).unwrap();
+        assert!(r.kernel_cooperative(h[0], None).unwrap());
+        let from = r.add_node(scratch, NODE_KERNEL, vec![kernel(32)], vec![], &full).unwrap();
+        r.set_exec_node(exec, h[0], from).unwrap();
+        let ops = r.exec_ops(exec).unwrap();
+        assert!(
+            ops.iter().any(|op| matches!(op, GraphOp::Kernel { shared_mem: 32, cooperative: true, .. })),
+            "{ops:?}"
+        );
+        // A clone and an instantiation carry it.
+        let clone = r.clone_graph(g, &new).unwrap();
+        let (nodes, _) = r.nodes(clone, 3).unwrap();
+        assert!(r.kernel_cooperative(u64::from_ne_bytes(nodes[..8].try_into().unwrap()), None).unwrap());
+        let again = r.instantiate(g, &new).unwrap();
+        let ops = r.exec_ops(again).unwrap();
+        assert!(
+            ops.iter().any(|op| matches!(op, GraphOp::Kernel { shared_mem: 16, cooperative: true, .. })),
+            "{ops:?}"
+        );
     }
 
     #[test]

@@ -1492,6 +1492,16 @@ impl CudartService for Session {
         Ok(PhosGraphEditReply { value })
     }
 
+    fn phos_graph_kernel_node_cooperative(
+        &self,
+        _: &CallCx,
+        req: PhosGraphKernelNodeCooperativeRequest,
+    ) -> Result<PhosGraphKernelNodeCooperativeReply, CudaError> {
+        let set = (req.set >= 0).then_some(req.set == 1);
+        let cooperative = self.objects.graphs.kernel_cooperative(req.node, set)?;
+        Ok(PhosGraphKernelNodeCooperativeReply { cooperative: i32::from(cooperative) })
+    }
+
     fn phos_graph_host_nodes(
         &self,
         _: &CallCx,

@@ -399,3 +399,41 @@ pub unsafe fn set_with_params(exec: u64, node: u64, p: *mut c_void) -> Result<()
     // SAFETY: a writable node handle, no dependencies, `p` as this function's contract gives it.
     from_runtime(graphs::set_from(exec, node, |out, g| unsafe { add_params_node(out, g, std::ptr::null(), 0, &n, p) }))
 }
+
+/// The size of a `CUgraphNodeParams`: the type and three reserved words, the parameters'
+/// union of 29 words and a reserved word.
+const NODE_PARAMS_SIZE: usize = 256;
+
+/// `cuGraphNodeGetParams`: the node's type and parameters in the `CUgraphNodeParams` at `out`.
+/// A kernel node answers its `CUDA_KERNEL_NODE_PARAMS_v3` as `cuGraphKernelNodeGetParams_v2`
+/// does; the other types' structs are the runtime's (`cudaGraphNodeGetParams`). A copy node is
+/// `CUDA_ERROR_NOT_SUPPORTED`, as `cuGraphMemcpyNodeGetParams` is.
+///
+/// # Safety
+/// `out` null or a writable `CUgraphNodeParams`.
+pub unsafe fn get_node_params(node: u64, out: *mut c_void) -> Result<(), CuError> {
+    if out.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    match from_runtime(graphs::node_type(node))? {
+        NODE_KERNEL => {
+            let base = out as *mut u8;
+            // SAFETY: a writable `CUgraphNodeParams` at the non-null `out` (this function's
+            // contract): its 256 bytes.
+            unsafe { std::ptr::write_bytes(base, 0, NODE_PARAMS_SIZE) };
+            // SAFETY: its type first, written without assuming alignment.
+            unsafe { (base as *mut i32).write_unaligned(NODE_KERNEL) };
+            // SAFETY: within the struct: its union.
+            let params = unsafe { base.add(NODE_PARAMS_AT) };
+            // SAFETY: the union holds a `CUDA_KERNEL_NODE_PARAMS_v3`, laid out as `_v2`.
+            unsafe { kernel_params(node, params.cast(), true) }
+        }
+        NODE_MEMCPY => {
+            crate::log::not_supported_once("cuGraphNodeGetParams of a copy node", "CUDA_ERROR_NOT_SUPPORTED");
+            Err(CuError::NOT_SUPPORTED)
+        }
+        // SAFETY: `out` as this function's contract gives it: the runtime's struct, laid out
+        // as the driver's for these types.
+        _ => from_runtime(unsafe { graphs::node_params(node, out) }),
+    }
+}

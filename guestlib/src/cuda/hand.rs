@@ -1433,6 +1433,33 @@ impl HandWritten for Hand {
         })
     }
 
+    unsafe fn cuGraphNodeGetParams(node: *mut c_void, params: *mut c_void) -> i32 {
+        // SAFETY: `params` null or a writable `CUgraphNodeParams` (this export's contract).
+        in_context(F::CuGraphNodeGetParams, || unsafe { graphs::get_node_params(node as u64, params) })
+    }
+
+    unsafe fn cuGraphKernelNodeSetAttribute(node: *mut c_void, attr: i32, value: *const c_void) -> i32 {
+        in_context(F::CuGraphKernelNodeSetAttribute, || {
+            // SAFETY: `value` null or a readable `CUkernelNodeAttrValue`, which is
+            // `cudaLaunchAttributeValue` (the ids are the runtime's too).
+            bridge::runtime(|| unsafe { cudart::cudaGraphKernelNodeSetAttribute(node, attr, value) })
+        })
+    }
+
+    unsafe fn cuGraphKernelNodeGetAttribute(node: *mut c_void, attr: i32, value_out: *mut c_void) -> i32 {
+        in_context(F::CuGraphKernelNodeGetAttribute, || {
+            // SAFETY: `value_out` null or a writable `CUkernelNodeAttrValue`, as above.
+            bridge::runtime(|| unsafe { cudart::cudaGraphKernelNodeGetAttribute(node, attr, value_out) })
+        })
+    }
+
+    unsafe fn cuGraphKernelNodeCopyAttributes(dst: *mut c_void, src: *mut c_void) -> i32 {
+        in_context(F::CuGraphKernelNodeCopyAttributes, || {
+            // SAFETY: two handles, passed on.
+            bridge::runtime(|| unsafe { cudart::cudaGraphKernelNodeCopyAttributes(dst, src) })
+        })
+    }
+
     unsafe fn cuGraphNodeSetParams(node: *mut c_void, params: *mut c_void) -> i32 {
         // SAFETY: `params` as `cuGraphAddNode` takes it (this export's contract).
         in_context(F::CuGraphNodeSetParams, || unsafe { graphs::set_with_params(0, node as u64, params) })

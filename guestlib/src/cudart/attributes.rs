@@ -213,3 +213,165 @@ fn describe(id: i32, v: &Value) -> String {
         name(id)
     }
 }
+
+// ---- Kernel node attributes (`cudaGraphKernelNodeSetAttribute` and the driver's)
+
+/// The attributes a graph's kernel node keeps here: hints that change no result. The
+/// cooperative attribute is the server's (it changes the launch), and the rest of those CUDA
+/// takes for kernel nodes are `cudaErrorNotSupported`, logged once by name.
+const NODE_HINTS: [i32; 8] = [
+    ACCESS_POLICY_WINDOW,
+    PRIORITY,
+    MEM_SYNC_DOMAIN_MAP,
+    MEM_SYNC_DOMAIN,
+    CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+    PREFERRED_SHARED_MEMORY_CARVEOUT,
+    PREFERRED_CLUSTER_DIMENSION,
+    NVLINK_UTIL_CENTRIC_SCHEDULING,
+];
+
+/// Attributes set on each kernel node, by (session, node handle).
+type NodeAttributes = HashMap<(u64, u64), BTreeMap<i32, Value>>;
+
+static NODES: Mutex<Option<NodeAttributes>> = Mutex::new(None);
+
+fn nodes() -> MutexGuard<'static, Option<NodeAttributes>> {
+    // A poisoned lock: each update is one insertion or removal, so the map stays consistent.
+    NODES.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The node's cooperative attribute, set to `set` (0 or 1) or only asked (-1); this also
+/// checks that the handle is a kernel node (`cudaErrorInvalidValue` when not).
+fn cooperative(node: u64, set: i32) -> Result<bool, CudaError> {
+    let request = phos_protocol::cudart::PhosGraphKernelNodeCooperativeRequest { node, set };
+    Ok(runtime::call(&request)?.cooperative != 0)
+}
+
+/// Whether a kernel node takes attribute `id` here: `cudaErrorNotSupported` (logged once) for
+/// one whose effect Phos cannot give, `cudaErrorInvalidValue` for one CUDA does not know.
+fn node_attribute(caller: &str, id: i32, v: Option<&Value>) -> Result<(), CudaError> {
+    let hint = NODE_HINTS.contains(&id)
+        // Only the trivial cluster (0 is "unset").
+        || (id == CLUSTER_DIMENSION
+            && v.is_none_or(|v| matches!((word(v, 0), word(v, 1), word(v, 2)), (1, 1, 1) | (0, 0, 0))));
+    if hint || id == COOPERATIVE || id == IGNORE {
+        return Ok(());
+    }
+    if !(0..=NVLINK_UTIL_CENTRIC_SCHEDULING).contains(&id) {
+        return Err(CudaError::InvalidValue);
+    }
+    let what = match v {
+        Some(v) => describe(id, v),
+        None => name(id),
+    };
+    crate::log::not_supported_once(&format!("{caller} with {what}"), "cudaErrorNotSupported");
+    Err(CudaError::NotSupported)
+}
+
+/// `cudaGraphKernelNodeSetAttribute`.
+///
+/// # Safety
+/// `value` must be null or a readable `cudaLaunchAttributeValue`.
+pub unsafe fn node_set(node: u64, id: i32, value: *const c_void) -> Result<(), CudaError> {
+    if value.is_null() {
+        return Err(CudaError::InvalidValue);
+    }
+    // SAFETY: not null (checked above): a `cudaLaunchAttributeValue` of 64 bytes (this
+    // function's contract), read without assuming alignment.
+    let v = unsafe { (value as *const Value).read_unaligned() };
+    cooperative(node, -1)?;
+    node_attribute("cudaGraphKernelNodeSetAttribute", id, Some(&v))?;
+    match id {
+        IGNORE => Ok(()),
+        COOPERATIVE => cooperative(node, i32::from(word(&v, 0) != 0)).map(|_| ()),
+        _ => {
+            if id != CLUSTER_DIMENSION {
+                check_node_hint(id, &v)?;
+            }
+            let key = (runtime::session()?.id, node);
+            nodes().get_or_insert_with(HashMap::new).entry(key).or_default().insert(id, v);
+            Ok(())
+        }
+    }
+}
+
+/// A kernel node's hint checked as CUDA checks it.
+fn check_node_hint(id: i32, v: &Value) -> Result<(), CudaError> {
+    match id {
+        ACCESS_POLICY_WINDOW | PRIORITY | MEM_SYNC_DOMAIN_MAP | MEM_SYNC_DOMAIN | NVLINK_UTIL_CENTRIC_SCHEDULING => {
+            check_hint(id, v)
+        }
+        // cudaClusterSchedulingPolicyDefault .. LoadBalancing
+        CLUSTER_SCHEDULING_POLICY_PREFERENCE if word(v, 0) > 2 => Err(CudaError::InvalidValue),
+        _ => Ok(()),
+    }
+}
+
+/// `cudaGraphKernelNodeGetAttribute`: what was set, else the node's own value (its
+/// cooperative launch, priority 0, the default domain map).
+///
+/// # Safety
+/// `out` must be null or a writable `cudaLaunchAttributeValue`.
+pub unsafe fn node_get(node: u64, id: i32, out: *mut c_void) -> Result<(), CudaError> {
+    if out.is_null() {
+        return Err(CudaError::InvalidValue);
+    }
+    let coop = cooperative(node, -1)?;
+    node_attribute("cudaGraphKernelNodeGetAttribute", id, None)?;
+    let key = (runtime::session()?.id, node);
+    let set = nodes().as_ref().and_then(|m| m.get(&key).and_then(|a| a.get(&id).copied()));
+    let v = set.unwrap_or_else(|| {
+        let mut v = [0u8; 64];
+        match id {
+            COOPERATIVE => v[..4].copy_from_slice(&u32::from(coop).to_ne_bytes()),
+            // the default map: default domain 0, remote domain 1
+            MEM_SYNC_DOMAIN_MAP => v[1] = 1,
+            _ => {}
+        }
+        v
+    });
+    // SAFETY: not null (checked above): 64 writable bytes (this function's contract).
+    unsafe { (out as *mut Value).write_unaligned(v) };
+    Ok(())
+}
+
+/// `cudaGraphKernelNodeCopyAttributes`: `dst` takes `src`'s attributes (both kernel nodes).
+pub fn node_copy(dst: u64, src: u64) -> Result<(), CudaError> {
+    let coop = cooperative(src, -1)?;
+    cooperative(dst, -1)?;
+    cooperative(dst, i32::from(coop))?;
+    let session = runtime::session()?.id;
+    let mut g = nodes();
+    let map = g.get_or_insert_with(HashMap::new);
+    match map.get(&(session, src)).cloned() {
+        Some(attrs) => map.insert((session, dst), attrs),
+        None => map.remove(&(session, dst)),
+    };
+    Ok(())
+}
+
+/// A graph was cloned: each node of `clone` takes the attributes of the node of `original` at
+/// its place (a clone keeps its original's nodes in order).
+pub fn clone_nodes(original: &[u64], clone: &[u64]) {
+    let Some(session) = runtime::session_if_open().map(|s| s.id) else { return };
+    let mut g = nodes();
+    let Some(map) = g.as_mut().filter(|m| !m.is_empty()) else { return };
+    for (a, b) in original.iter().zip(clone) {
+        if let Some(attrs) = map.get(&(session, *a)).cloned() {
+            map.insert((session, *b), attrs);
+        }
+    }
+}
+
+/// Whether any kernel node has attributes kept here (a clone then copies them).
+pub fn nodes_have_attributes() -> bool {
+    nodes().as_ref().is_some_and(|m| !m.is_empty())
+}
+
+/// A node was destroyed: its attributes go.
+pub fn forget_node(node: u64) {
+    let Some(session) = runtime::session_if_open().map(|s| s.id) else { return };
+    if let Some(m) = nodes().as_mut() {
+        m.remove(&(session, node));
+    }
+}

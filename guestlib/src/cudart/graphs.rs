@@ -755,7 +755,15 @@ pub unsafe fn add_node_with_params(
         // SAFETY: as above.
         NODE_MEM_FREE => unsafe { add_mem_free_node(out, graph, deps, count, word(0)) },
         8..=13 => {
-            crate::log::not_supported_once(&format!("cudaGraphAddNode of node type {kind}"), "cudaErrorNotSupported");
+            let name = match kind {
+                8 => "an external semaphore signal node",
+                9 => "an external semaphore wait node",
+                12 => "a batch memory operation node",
+                // Its handle is set by kernels (`cudaGraphSetConditional`, a builtin of the
+                // device runtime) and read by the graph's launch on the device.
+                _ => "a conditional node",
+            };
+            crate::log::not_supported_once(&format!("cudaGraphAddNode of {name}"), "cudaErrorNotSupported");
             Err(E::NotSupported)
         }
         _ => Err(E::InvalidValue),
@@ -1141,7 +1149,9 @@ pub unsafe fn remove_dependencies(
 }
 
 pub fn destroy_node(node: u64) -> Result<(), CudaError> {
-    edit(EDIT_DESTROY, node, 0, 0).map(|_| ())
+    edit(EDIT_DESTROY, node, 0, 0)?;
+    super::attributes::forget_node(node);
+    Ok(())
 }
 
 /// `cudaGraphClone`.
@@ -1154,6 +1164,20 @@ pub unsafe fn clone_graph(out: *mut u64, graph: u64) -> Result<(), CudaError> {
     }
     let clone = edit(EDIT_CLONE, graph, 0, 0)?;
     super::user_objects::copy_references(graph, clone);
+    if super::attributes::nodes_have_attributes() {
+        // Kernel node attributes kept here go to the clone's nodes, at the same places.
+        let nodes = |g: u64| -> Result<Vec<u64>, CudaError> {
+            let mut count = 0usize;
+            // SAFETY: a writable count, no array.
+            unsafe { get_nodes(g, std::ptr::null_mut(), &mut count)? };
+            let mut list = vec![0u64; count];
+            // SAFETY: room for `count` handles.
+            unsafe { get_nodes(g, list.as_mut_ptr(), &mut count)? };
+            list.truncate(count);
+            Ok(list)
+        };
+        super::attributes::clone_nodes(&nodes(graph)?, &nodes(clone)?);
+    }
     // SAFETY: not null (checked above), so writable.
     unsafe { out.write_unaligned(clone) };
     Ok(())
@@ -1516,4 +1540,79 @@ pub unsafe fn debug_dot_print(graph: u64, path: *const std::ffi::c_char) -> Resu
     }
     dot.push_str("}\n");
     std::fs::write(&path, dot).map_err(|_| E::OperatingSystem)
+}
+
+/// The size of a `cudaGraphNodeParams` (CUDA 12.2 to 13): the type and three reserved words,
+/// the parameters' union of 29 words and a reserved word.
+const NODE_PARAMS_SIZE: usize = 256;
+
+/// `cudaGraphNodeGetParams`: the node's type and its parameters as each type's own getter
+/// answers them, in the `cudaGraphNodeParams` at `out` (zeroed first: its reserved words and
+/// the fields Phos does not keep, such as CUDA 13's execution contexts, are 0). A captured
+/// library call's kernel node is `cudaErrorNotSupported` (its kernels are the library's).
+///
+/// # Safety
+/// A non-null `out` must be a writable `cudaGraphNodeParams`.
+pub unsafe fn node_params(node: u64, out: *mut c_void) -> Result<(), CudaError> {
+    if out.is_null() {
+        return Err(E::InvalidValue);
+    }
+    let kind = node_type(node)?;
+    let base = out as *mut u8;
+    // SAFETY: a writable `cudaGraphNodeParams` at the non-null `out` (this function's
+    // contract): its 256 bytes.
+    unsafe { std::ptr::write_bytes(base, 0, NODE_PARAMS_SIZE) };
+    // SAFETY: its type first, written without assuming alignment.
+    unsafe { (base as *mut i32).write_unaligned(kind) };
+    // SAFETY: within the `cudaGraphNodeParams`: its parameters' union.
+    let params = unsafe { base.add(NODE_PARAMS_AT) } as *mut c_void;
+    // Each call below writes the union's member of the node's type, which lies within it (at
+    // most 29 words): a writable struct of what the type's own getter takes.
+    match kind {
+        NODE_KERNEL => {
+            if query(Q_PARAMS, node).map_err(|_| E::InvalidValue)?.len() < 10 {
+                crate::log::not_supported_once(
+                    "cudaGraphNodeGetParams of a library call's kernel node",
+                    "cudaErrorNotSupported",
+                );
+                return Err(E::NotSupported);
+            }
+            // SAFETY: as above (`cudaKernelNodeParamsV2` begins as `cudaKernelNodeParams`).
+            unsafe { kernel_params(node, params) }
+        }
+        NODE_MEMCPY => {
+            // SAFETY: within the union: the `cudaMemcpyNodeParams`' `copyParams`.
+            let copy = unsafe { (params as *mut u8).add(COPY_PARAMS_AT) };
+            // SAFETY: as above.
+            unsafe { memcpy_params(node, copy as *mut c_void) }
+        }
+        // SAFETY: as above (`cudaMemsetParamsV2` begins as `cudaMemsetParams`).
+        NODE_MEMSET => unsafe { memset_params(node, params) },
+        // SAFETY: as above (`cudaHostNodeParamsV2` begins as `cudaHostNodeParams`).
+        NODE_HOST => unsafe { host_params(node, params) },
+        // SAFETY: as above: `cudaChildGraphNodeParams`' graph (ownership 0: a clone).
+        NODE_GRAPH => unsafe { child_graph(node, params as *mut u64) },
+        NODE_EMPTY => Ok(()),
+        // SAFETY: as above: `cudaEventWaitNodeParams`' event.
+        NODE_WAIT_EVENT => unsafe { node_event(node, true, params as *mut u64) },
+        // SAFETY: as above: `cudaEventRecordNodeParams`' event.
+        NODE_EVENT_RECORD => unsafe { node_event(node, false, params as *mut u64) },
+        // SAFETY: as above: `cudaMemAllocNodeParamsV2`, laid out as `cudaMemAllocNodeParams`.
+        NODE_MEM_ALLOC => unsafe { mem_alloc_params(node, params) },
+        // SAFETY: as above: `cudaMemFreeNodeParams`' address.
+        NODE_MEM_FREE => unsafe { mem_free_params(node, params) },
+        _ => {
+            crate::log::not_supported_once(
+                &format!("cudaGraphNodeGetParams of node type {kind}"),
+                "cudaErrorNotSupported",
+            );
+            Err(E::NotSupported)
+        }
+    }
+}
+
+/// A node's `cudaGraphNodeType` (`cudaErrorInvalidValue` for a handle that is not a node).
+pub(crate) fn node_type(node: u64) -> Result<i32, CudaError> {
+    let request = phos_protocol::cudart::CudaGraphNodeGetTypeRequest { node };
+    runtime::call(&request).map(|r| r.pType).map_err(|_| E::InvalidValue)
 }

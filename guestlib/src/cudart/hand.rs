@@ -1528,6 +1528,25 @@ impl HandWritten for Hand {
         code(unsafe { graphs::debug_dot_print(graph as usize as u64, path) })
     }
 
+    unsafe fn cudaGraphNodeGetParams(node: *mut c_void, params: *mut c_void) -> i32 {
+        // SAFETY: a writable `cudaGraphNodeParams` where CUDA asks for one.
+        code(unsafe { graphs::node_params(node as usize as u64, params) })
+    }
+
+    unsafe fn cudaGraphKernelNodeSetAttribute(node: *mut c_void, attr: i32, value: *const c_void) -> i32 {
+        // SAFETY: a readable `cudaLaunchAttributeValue` where CUDA asks for one.
+        code(unsafe { attributes::node_set(node as usize as u64, attr, value) })
+    }
+
+    unsafe fn cudaGraphKernelNodeGetAttribute(node: *mut c_void, attr: i32, value_out: *mut c_void) -> i32 {
+        // SAFETY: a writable `cudaLaunchAttributeValue` where CUDA asks for one.
+        code(unsafe { attributes::node_get(node as usize as u64, attr, value_out) })
+    }
+
+    unsafe fn cudaGraphKernelNodeCopyAttributes(dst: *mut c_void, src: *mut c_void) -> i32 {
+        code(attributes::node_copy(dst as usize as u64, src as usize as u64))
+    }
+
     unsafe fn cudaGraphNodeSetParams(node: *mut c_void, params: *mut c_void) -> i32 {
         // SAFETY: the parameters as `cudaGraphAddNode` takes them.
         code(unsafe { graphs::set_with_params(0, node as usize as u64, params) })
