@@ -54,6 +54,11 @@ fn known_none(stream: u64) -> bool {
         && live().as_ref().is_some_and(|l| l.contains(&stream))
 }
 
+/// Whether no capture can be open in the process.
+pub fn none_open() -> bool {
+    OPEN.load(Ordering::SeqCst) == 0
+}
+
 /// A forwarded query on `stream` succeeded: it is live, unless it was forgotten meanwhile.
 fn note_live(stream: u64, epoch: u64) {
     let mut l = live();

@@ -2039,6 +2039,7 @@ impl HandWritten for Hand {
     fn forget_device_state() {
         registry::forget_remote_state();
         capture::forget_streams();
+        crate::live::forget_all();
     }
 
     unsafe fn forget_stream(stream: *mut c_void) -> Option<Result<(), CudaError>> {
