@@ -204,6 +204,10 @@ pub enum FnDesc {
     OnSuccess(Ident),
     /// `fast_path(hook);` a guest-side hook tried before the call is marshalled.
     FastPath(Ident),
+    /// `async_when_live(event, stream);` an `async` call the guest sends without waiting once
+    /// a synchronous one with the same handles and values succeeded and none of these handles
+    /// was destroyed since.
+    AsyncWhenLive(Vec<Ident>, Span),
     /// `argument(x) { ... }`
     Argument { name: Ident, descs: Vec<ValDesc> },
     /// `if (c) { ... } else { ... }`

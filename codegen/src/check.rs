@@ -716,6 +716,7 @@ impl<'s> Checker<'s> {
         let mut success = None;
         let mut on_success = None;
         let mut fast_path = None;
+        let mut when_live: Option<(Vec<Ident>, Span)> = None;
         let mut contextual: Vec<(CType, Ident, Expr)> = Vec::new();
         let mut preconds: Vec<(Expr, Ident)> = Vec::new();
         let mut rcs: Vec<(Option<Expr>, Ident, Ident, Amount)> = Vec::new();
@@ -768,6 +769,12 @@ impl<'s> Checker<'s> {
                     },
                     FnDesc::OnSuccess(h) => on_success = Some(h.name.clone()),
                     FnDesc::FastPath(h) => fast_path = Some(h.clone()),
+                    FnDesc::AsyncWhenLive(names, span) => {
+                        if cond.is_some() {
+                            self.err(*span, "`async_when_live` cannot be conditional");
+                        }
+                        when_live = Some((names.clone(), *span));
+                    }
                     FnDesc::Argument { name: an, descs } => {
                         if cond.is_some() {
                             self.err(an.span, "argument blocks cannot sit inside a function-level `if`; put the `if` inside the argument block");
@@ -839,6 +846,11 @@ impl<'s> Checker<'s> {
             self.err(h.span, "`fast_path` is for exported functions carried to the server");
         }
         let fast_path = fast_path.map(|h| h.name);
+        if let Some((_, span)) = &when_live
+            && (exec != Exec::Remote || !is_async)
+        {
+            self.err(*span, "`async_when_live` is for `async` functions carried to the server");
+        }
         if exec == Exec::Guest || exec == Exec::Unsupported {
             if !arg_blocks.is_empty() || !contextual.is_empty() {
                 let span = arg_blocks.values().next().map(|(i, _)| i.span).unwrap_or(f.proto.name.span);
@@ -865,6 +877,7 @@ impl<'s> Checker<'s> {
                 resources: Vec::new(),
                 on_success,
                 fast_path,
+                async_when_live: Vec::new(),
                 aliases: Vec::new(),
                 per_thread_aliases: Vec::new(),
                 per_thread_stream: None,
@@ -911,11 +924,15 @@ impl<'s> Checker<'s> {
             resources: Vec::new(),
             on_success,
             fast_path,
+            async_when_live: Vec::new(),
             aliases: Vec::new(),
             per_thread_aliases: Vec::new(),
             per_thread_stream: None,
             objects,
         };
+        if let Some((names, span)) = &when_live {
+            func.async_when_live = self.when_live(&func, names, *span);
+        }
         // Contextual values: guest-side, each may use parameters and earlier contextual values.
         for (i, (_, cname, value)) in contextual.iter().enumerate() {
             let visible: Vec<String> = f
@@ -1039,6 +1056,41 @@ impl<'s> Checker<'s> {
             return None;
         }
         Some(func)
+    }
+
+    /// The handles of `async_when_live(...)`: each a handle parameter, and the call's other
+    /// arguments values that can be compared (integers and handles), since the proof is a
+    /// successful call with the same ones.
+    fn when_live(&mut self, func: &Function, names: &[Ident], span: Span) -> Vec<String> {
+        let mut handles = Vec::new();
+        for n in names {
+            match func.arg(&n.name) {
+                Some(a) if a.contextual.is_none() && matches!(a.class, ArgClass::Value(ValueType::Handle(_))) => {
+                    if handles.contains(&n.name) {
+                        self.err(n.span, format!("`{}` is named twice", n.name));
+                    }
+                    handles.push(n.name.clone());
+                }
+                _ => self.err(n.span, format!("`{}` is not a handle parameter of `{}`", n.name, func.name)),
+            }
+        }
+        for a in &func.args {
+            let comparable = match &a.class {
+                ArgClass::Value(ValueType::Handle(_)) => true,
+                ArgClass::Value(ValueType::Scalar(s)) => !matches!(s, Scalar::F32 | Scalar::F64),
+                _ => false,
+            };
+            if !comparable {
+                self.err(
+                    span,
+                    format!(
+                        "`async_when_live` takes calls whose arguments are integers and handles; `{}` of `{}` is not one",
+                        a.name, func.name
+                    ),
+                );
+            }
+        }
+        handles
     }
 
     /// Work out how one argument travels.
@@ -1569,6 +1621,47 @@ mod tests {
         expect_error("@id(1) @async_id(5) err_t f(stream_t s) { async; success(ok); }", "`@async_id` is for");
         expect_error("@id(1) @async_id(5) err_t f(stream_t s) { implemented_by(guest); }", "`@async_id` is for");
         expect_error("@id(4) retired h;\n@id(1) @async_id(4) err_t f(stream_t s);", "is retired");
+    }
+
+    #[test]
+    fn async_when_live_names_the_handles_a_destroy_forgets() {
+        let api = check_src(
+            "@id(1) err_t wait(stream_t s, stream_t other, unsigned int flags) { async; success(ok); async_when_live(s, other); }\n\
+             @id(2) err_t destroy(stream_t s) { argument(s) { deallocate; } }",
+        )
+        .unwrap();
+        assert_eq!(api.function("wait").unwrap().async_when_live, ["s", "other"]);
+        let guest = crate::emit::guest::emit(&api);
+        assert!(
+            guest.contains("rt::call_when_live(&req, &[req.s, req.other], &[req.s, req.other, req.flags as u64])?;"),
+            "{guest}"
+        );
+        assert!(guest.contains("rt::forget_live(s as usize as u64);"), "{guest}");
+        // An API without the rule forgets nothing.
+        let plain = check_src("@id(2) err_t destroy(stream_t s) { argument(s) { deallocate; } }").unwrap();
+        assert!(!crate::emit::guest::emit(&plain).contains("forget_live"));
+    }
+
+    #[test]
+    fn async_when_live_is_for_async_calls_of_handles_and_integers() {
+        expect_error("@id(1) err_t f(stream_t s) { async_when_live(s); }", "`async_when_live` is for `async`");
+        expect_error(
+            "@id(1) err_t f(stream_t s) { implemented_by(guest); async; success(ok); async_when_live(s); }",
+            "`async_when_live` is for `async`",
+        );
+        expect_error(
+            "@id(1) err_t f(stream_t s, int n) { async; success(ok); async_when_live(n); }",
+            "`n` is not a handle parameter",
+        );
+        expect_error(
+            "@id(1) err_t f(stream_t s, void *p) { async; success(ok); async_when_live(s); argument(p) { device_pointer(4); } }",
+            "`p` of `f` is not one",
+        );
+        expect_error(
+            "@id(1) err_t f(stream_t s, float x) { async; success(ok); async_when_live(s); }",
+            "`x` of `f` is not one",
+        );
+        expect_error("@id(1) err_t f(stream_t s) { async; success(ok); async_when_live(s, s); }", "named twice");
     }
 
     #[test]

@@ -266,6 +266,10 @@ pub struct Function {
     /// `fast_path(hook)`: a hand-written guest hook with the function's parameters, tried
     /// first; it answers the call itself or leaves it to the generated path.
     pub fast_path: Option<String>,
+    /// `async_when_live(h, ...)`: handle arguments that, once a synchronous call with the same
+    /// handles and values (and device) has succeeded and none of them was destroyed since, let
+    /// the guest send the call without waiting (`rt::call_when_live`). Empty: no such rule.
+    pub async_when_live: Vec<String>,
     pub aliases: Vec<String>,
     /// Aliases declared `per_thread_stream` (the `_ptsz` entry points of programs built with
     /// `--default-stream per-thread`): a null stream argument means `cudaStreamPerThread`.

@@ -482,6 +482,10 @@ fn fn_desc(i: &mut Input<'_>) -> PResult<FnDesc> {
         "implemented_by" => FnDesc::ImplementedBy(cut_err(delimited(p("("), ident, p(")"))).parse_next(i)?),
         "on_success" => FnDesc::OnSuccess(cut_err(delimited(p("("), ident, p(")"))).parse_next(i)?),
         "fast_path" => FnDesc::FastPath(cut_err(delimited(p("("), ident, p(")"))).parse_next(i)?),
+        "async_when_live" => {
+            let names = cut_err(delimited(p("("), separated(1.., ident, p(",")), p(")"))).parse_next(i)?;
+            FnDesc::AsyncWhenLive(names, word.span)
+        }
         "argument" => {
             let name = cut_err(delimited(p("("), ident, p(")"))).parse_next(i)?;
             let descs = cut_err(delimited(p("{"), repeat(0.., val_desc), p("}")))

@@ -26,6 +26,7 @@ pub mod curand;
 pub mod cusolver;
 pub mod cusparse;
 pub mod hostmem;
+mod live;
 pub mod log;
 pub mod nvml;
 pub mod profile;

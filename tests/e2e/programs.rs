@@ -52,6 +52,7 @@ macro_rules! programs {
 }
 
 programs!(
+    async_events,
     async_order,
     atomics_histogram,
     callbacks,

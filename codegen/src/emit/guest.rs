@@ -312,6 +312,21 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
         w.line(format!("return Err(Status::{});", error_const(api, &p.error)));
         w.close("}");
     }
+    // A destroyed handle is no longer proven, from before the call is sent: no call of
+    // another thread goes without waiting on it after (`async_when_live`).
+    if api.functions.iter().any(|g| !g.async_when_live.is_empty()) {
+        for (name, _) in &f.objects.destroys {
+            let Some(a) = f.arg(name).filter(|a| a.contextual.is_none()) else { continue };
+            let ArgClass::Value(ValueType::Handle(k)) = &a.class else { continue };
+            let id = rust_ident(name);
+            let value = if int_handle_kind(api, &a.ty).is_some() {
+                int_handle_to_wire(k, &id)
+            } else {
+                format!("{id} as usize as u64")
+            };
+            w.line(format!("rt::forget_live({value});"));
+        }
+    }
     if let Some(h) = &f.fast_path {
         let args: Vec<String> = f.params.iter().map(|p| rust_ident(&p.name.name)).collect();
         w.line(format!("// SAFETY: the export's own arguments, unchanged: `{h}` (`fast_path`, spec line {line}) has"));
@@ -522,7 +537,20 @@ fn remote_stub(w: &mut W, api: &Api, f: &Function) {
         }
     }
     w.line(format!("let req = wire::{t}Request {{ {} }};", fields.join(", ")));
-    if f.async_id.is_some() {
+    if !f.async_when_live.is_empty() {
+        // Checked: its arguments are integers and handles (its reply is empty); the call
+        // goes without waiting once one with the same ones has succeeded.
+        let handles: Vec<String> = f.async_when_live.iter().map(|n| format!("req.{}", rust_ident(n))).collect();
+        let values: Vec<String> = f
+            .args
+            .iter()
+            .map(|a| match &a.class {
+                ArgClass::Value(ValueType::Handle(_)) => format!("req.{}", rust_ident(&a.name)),
+                _ => format!("req.{} as u64", rust_ident(&a.name)),
+            })
+            .collect();
+        w.line(format!("rt::call_when_live(&req, &[{}], &[{}])?;", handles.join(", "), values.join(", ")));
+    } else if f.async_id.is_some() {
         // Checked: its reply is empty and its first argument is its handle.
         let handle = rust_ident(&f.args[0].name);
         w.line(format!("rt::call_deferred(&req, {handle} as usize as u64)?;"));

@@ -2063,6 +2063,7 @@ impl HandWritten for Hand {
     fn forget_device_state() {
         registry::forget_remote_state();
         capture::forget_streams();
+        crate::live::forget_all();
     }
 
     unsafe fn memset_async(

@@ -44,6 +44,27 @@ fn ends_memory_or_streams(id: FunctionId) -> bool {
     )
 }
 
+/// A call the spec marks `async_when_live` (an event record, a wait on an event, a graph
+/// launch): sent without waiting once proven (`crate::live`), but only while no stream capture
+/// can be open in the process (a capture turns these calls into nodes and may refuse them:
+/// `cudaErrorStreamCaptureIsolation`, `...Unsupported`, `...Implicit`) and no sticky error is
+/// known (the server fails every call with it, which must come back from the call). The
+/// driver API's counterparts (`cuEventRecord`, `cuStreamWaitEvent`, `cuGraphLaunch`) run these
+/// exports.
+pub fn call_when_live<R: phos_protocol::RemoteCall<Status = CudaError>>(
+    req: &R,
+    handles: &[u64],
+    values: &[u64],
+) -> Result<(), CudaError> {
+    let may_go = super::capture::none_open() && !runtime::sticky_error_seen();
+    crate::live::call(req, handles, values, may_go)
+}
+
+/// A handle is being destroyed (before the call is sent): see `crate::live`.
+pub fn forget_live(handle: u64) {
+    crate::live::forget(handle);
+}
+
 /// A function Phos does not support: logged once, answers `cudaErrorNotSupported`.
 pub fn unsupported(id: FunctionId) -> i32 {
     let function = phos_protocol::apis::Function::Cudart(id);
