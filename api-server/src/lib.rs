@@ -42,6 +42,7 @@ pub mod cpu_rand;
 pub mod cpu_solver;
 pub mod cpu_sparse;
 pub mod deferred;
+mod fast_hash;
 pub mod ipc;
 pub mod kept;
 pub mod module_vars;

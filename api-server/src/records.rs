@@ -14,6 +14,8 @@ use std::collections::{BTreeMap, HashMap};
 use phos_protocol::apis::Function;
 use phos_protocol::spec::RecordFacts;
 
+use crate::fast_hash::FastMap;
+
 /// One recorded call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
@@ -42,21 +44,24 @@ struct Entry {
 
 /// Every operation costs what it touches, not the session's history: a framework makes and
 /// drops descriptors by the thousand a second (PyTorch's cuBLASLt and cuDNN descriptors for
-/// each matmul and convolution), and each of those calls is recorded.
+/// each matmul and convolution), and each of those calls is recorded. The maps keyed by
+/// objects and records hash fast ([`crate::fast_hash`]): their keys are values the server gave
+/// out and function ids, hashed several times on every recorded call. The session-wide
+/// settings' map, keyed by the guest's bytes, keeps the default hasher.
 #[derive(Default)]
 struct Records {
     /// Live records by a number given in creation order (the replay order).
     entries: BTreeMap<u64, Entry>,
     next: u64,
     /// Live object (kind, value) -> its record.
-    by_object: HashMap<(&'static str, u64), u64>,
+    by_object: FastMap<(&'static str, u64), u64>,
     /// An object's value -> its record (dependencies name values alone).
-    by_value: HashMap<u64, u64>,
+    by_value: FastMap<u64, u64>,
     /// Record -> the records that depend on it.
-    dependents: HashMap<u64, Vec<u64>>,
+    dependents: FastMap<u64, Vec<u64>>,
     /// (setter, what it sets, object) -> the object's last record of that setter for that key
     /// (0 for a setter whose call is the whole setting).
-    settings: HashMap<SettingKey, u64>,
+    settings: FastMap<SettingKey, u64>,
     /// Session-wide settings (`obj_record` on a function: `cudaDeviceSetLimit`...): the same
     /// call made again replaces the earlier record, and the rest replay in their order, so the
     /// last setting of each kind wins on restore as it did in the session.
@@ -76,6 +81,19 @@ impl Recorder {
     /// [`record`](Self::record) for a setter that sets one of several things per call (a cuDNN
     /// or cuBLASLt descriptor's attribute, by name): its last call is kept per `key`.
     pub fn record_keyed(&self, function: Function, key: u64, device: i32, payload: &[u8], facts: &RecordFacts<'_>) {
+        self.record_with(function, key, device, || payload.to_vec(), facts);
+    }
+
+    /// [`record_keyed`](Self::record_keyed) with the payload made only if the call is kept (a
+    /// request the service encodes again).
+    pub fn record_with(
+        &self,
+        function: Function,
+        key: u64,
+        device: i32,
+        payload: impl FnOnce() -> Vec<u8>,
+        facts: &RecordFacts<'_>,
+    ) {
         let mut r = self.inner.lock();
         if facts.global {
             if function == Function::Cudart(phos_protocol::cudart::FunctionId::CudaDeviceReset) {
@@ -84,11 +102,12 @@ impl Recorder {
                 return;
             }
             // A session-wide setting: kept and replayed in its place (it creates nothing).
-            let key = (function, device, payload.to_vec());
+            let payload = payload();
+            let key = (function, device, payload.clone());
             if let Some(old) = r.global.get(&key).copied() {
                 r.prune(old);
             }
-            let record = Record { function, device, payload: payload.to_vec(), creates: Vec::new() };
+            let record = Record { function, device, payload, creates: Vec::new() };
             r.push(Entry { record, deps: Vec::new(), settings: Vec::new(), global: Some(key) });
             return;
         }
@@ -117,7 +136,7 @@ impl Recorder {
         deps.sort_unstable();
         deps.dedup();
         let settings = mutated.iter().map(|&obj| (function, key, obj)).collect();
-        let record = Record { function, device, payload: payload.to_vec(), creates: created };
+        let record = Record { function, device, payload: payload(), creates: created };
         r.push(Entry { record, deps, settings, global: None });
     }
 
@@ -155,12 +174,16 @@ impl Records {
 
     /// Drop record `i` and, transitively, every record that depends on it.
     fn prune(&mut self, i: u64) {
-        let mut stack = vec![i];
-        while let Some(i) = stack.pop() {
+        // Most records have no dependents (a setting): the stack is only made for those that do.
+        let mut stack = Vec::new();
+        let mut next = Some(i);
+        while let Some(i) = next.take().or_else(|| stack.pop()) {
             let Some(e) = self.entries.remove(&i) else { continue };
             for k in &e.settings {
-                if self.settings.get(k) == Some(&i) {
-                    self.settings.remove(k);
+                if let std::collections::hash_map::Entry::Occupied(o) = self.settings.entry(*k)
+                    && *o.get() == i
+                {
+                    o.remove();
                 }
             }
             if let Some(k) = &e.global

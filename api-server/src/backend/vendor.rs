@@ -9,6 +9,15 @@ use std::path::{Path, PathBuf};
 
 use crate::vendor::cublas::Library;
 
+/// Run a call of NVIDIA's library, its time counted as the library's in the `PHOS_PROFILE`
+/// table (the server's own share of a call is the rest).
+pub(crate) fn in_library<T>(call: impl FnOnce() -> T) -> T {
+    let started = phos_protocol::call_profile::start();
+    let r = call();
+    phos_protocol::call_profile::vendor_ended(started);
+    r
+}
+
 /// The environment variable naming the libcublas file to load.
 pub const CUBLAS_LIB_VAR: &str = "PHOS_CUBLAS_LIB";
 
@@ -160,7 +169,7 @@ impl Cublas {
     /// The stream a handle's work goes on (a `CUstream`; 0 the legacy default stream).
     pub fn set_stream(&self, handle: u64, stream: u64) -> i32 {
         // SAFETY: a live handle, and a stream of the session's context (or a special one).
-        unsafe { (self.set_stream)(handle as *mut c_void, stream as *mut c_void) }
+        in_library(|| unsafe { (self.set_stream)(handle as *mut c_void, stream as *mut c_void) })
     }
 
     pub fn set_pointer_mode(&self, handle: u64, mode: i32) -> i32 {
@@ -170,7 +179,7 @@ impl Cublas {
 
     pub fn set_math_mode(&self, handle: u64, mode: i32) -> i32 {
         // SAFETY: a live handle of this library (the registry's); cuBLAS checks the mode's value.
-        unsafe { (self.set_math_mode)(handle as *mut c_void, mode) }
+        in_library(|| unsafe { (self.set_math_mode)(handle as *mut c_void, mode) })
     }
 
     pub fn set_atomics_mode(&self, handle: u64, mode: i32) -> i32 {
@@ -183,7 +192,7 @@ impl Cublas {
     pub fn set_workspace(&self, handle: u64, addr: u64, bytes: u64) -> i32 {
         let Some(f) = self.set_workspace else { return 15 };
         // SAFETY: a live handle and `[addr, addr + bytes)` of the session's device memory.
-        unsafe { f(handle as *mut c_void, addr as *mut c_void, bytes as usize) }
+        in_library(|| unsafe { f(handle as *mut c_void, addr as *mut c_void, bytes as usize) })
     }
 }
 
@@ -264,6 +273,6 @@ impl Cusolver {
     /// The stream a handle's work goes on (a `CUstream`; 0 the legacy default stream).
     pub fn set_stream(&self, handle: u64, stream: u64) -> i32 {
         // SAFETY: a live handle, and a stream of the session's context (or a special one).
-        unsafe { (self.set_stream)(handle as *mut c_void, stream as *mut c_void) }
+        in_library(|| unsafe { (self.set_stream)(handle as *mut c_void, stream as *mut c_void) })
     }
 }

@@ -123,6 +123,7 @@ impl CublasLt {
     /// A new descriptor of the vendor's.
     pub fn create_descriptor(&self, how: Creation) -> Result<u64, i32> {
         let mut d: *mut c_void = std::ptr::null_mut();
+        let started = phos_protocol::call_profile::start();
         // SAFETY (each call): the create writes the descriptor to a valid out pointer; the
         // other arguments are values cuBLASLt checks itself.
         let code = match how {
@@ -139,6 +140,7 @@ impl CublasLt {
             // SAFETY: as above.
             Creation::Transform { scale_type } => unsafe { (self.transform_desc_create)(&mut d, scale_type) },
         };
+        phos_protocol::call_profile::vendor_ended(started);
         if code == 0 { Ok(d as u64) } else { Err(code) }
     }
 
@@ -151,7 +153,7 @@ impl CublasLt {
         };
         // SAFETY: a descriptor of this kind that `create_descriptor` made and the session has
         // not destroyed.
-        unsafe { f(raw as *mut c_void) }
+        crate::backend::vendor::in_library(|| unsafe { f(raw as *mut c_void) })
     }
 
     /// The heuristic query on the vendor's objects (`raw`: handle, matmul descriptor, the four

@@ -3,13 +3,13 @@
 //! refused, and its value does not depend on the backend, so it stays the same when the
 //! session is restored elsewhere.
 
-use std::collections::HashMap;
-
 use phos_protocol::CudaError;
 use phos_protocol::apis::HandleKind;
 
 use phos_protocol::handle_tag::NUMBER_MASK;
 pub use phos_protocol::handle_tag::{NUMBER_BITS, tag_of};
+
+use crate::fast_hash::FastMap;
 
 /// Why an object could not be put in a table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +44,8 @@ pub struct HandleTable<T> {
     next: u64,
     /// Objects held at most.
     limit: usize,
-    objects: HashMap<u64, T>,
+    /// By handle: values the table gave out, hashed fast (see [`crate::fast_hash`]).
+    objects: FastMap<u64, T>,
 }
 
 /// Whether `handle` is one of `kind`'s: its tag, and a number a table could have handed out.
@@ -59,7 +60,7 @@ impl<T> HandleTable<T> {
             tag: tag_of(kind),
             next: 1,
             limit: usize::try_from(limit).unwrap_or(usize::MAX),
-            objects: HashMap::new(),
+            objects: FastMap::default(),
         }
     }
 

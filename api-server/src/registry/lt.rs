@@ -4,14 +4,13 @@
 //! attribute's value as cuBLASLt stores it (the bytes of its C type), with cuBLASLt's defaults,
 //! so the server can size and check a matmul from them and a restore can set them again.
 
-use std::collections::BTreeMap;
-
 use parking_lot::Mutex;
 use phos_protocol::CudaError;
 use phos_protocol::apis::HandleKind;
 
 use super::handles::{HandleTable, NewHandle};
 use crate::backend::Backend;
+use crate::fast_hash::FoldHash;
 
 /// cuBLASLt objects of each kind a session may hold at once.
 pub const MAX_LT_OBJECTS: u64 = 65536;
@@ -112,7 +111,7 @@ impl DescKind {
     }
 
     /// The attributes of the kind (default -1 where cuBLASLt's is "same as another").
-    pub fn attributes(self) -> &'static [AttributeSpec] {
+    pub const fn attributes(self) -> &'static [AttributeSpec] {
         use matmul as m;
         const MATMUL: &[AttributeSpec] = &[
             a(m::COMPUTE_TYPE, 4, 0),
@@ -186,11 +185,63 @@ impl DescKind {
     }
 }
 
-/// One descriptor: its attributes' values, little-endian as cuBLASLt keeps them.
+/// Attribute numbers a descriptor has room for (the largest is the matmul descriptor's
+/// `BIAS_DATA_TYPE`, 26).
+const SLOTS: usize = 27;
+
+/// A kind's attributes as a table indexed by attribute number: each one's size (0: not an
+/// attribute of the kind) and default (its bytes, little-endian, in a `u64`).
+struct Slots {
+    sizes: [u8; SLOTS],
+    defaults: [u64; SLOTS],
+}
+
+/// The low `size` bytes of a `u64`.
+const fn mask(size: usize) -> u64 {
+    if size >= 8 { u64::MAX } else { (1u64 << (size * 8)) - 1 }
+}
+
+const fn slots(attrs: &[AttributeSpec]) -> Slots {
+    let mut t = Slots { sizes: [0; SLOTS], defaults: [0; SLOTS] };
+    let mut i = 0;
+    while i < attrs.len() {
+        let s = attrs[i];
+        assert!(s.id >= 0 && (s.id as usize) < SLOTS && s.size >= 1 && s.size <= 8);
+        t.sizes[s.id as usize] = s.size as u8;
+        t.defaults[s.id as usize] = s.default as u64 & mask(s.size);
+        i += 1;
+    }
+    t
+}
+
+impl DescKind {
+    fn slots(self) -> &'static Slots {
+        const MATMUL: Slots = slots(DescKind::Matmul.attributes());
+        const LAYOUT: Slots = slots(DescKind::Layout.attributes());
+        const PREFERENCE: Slots = slots(DescKind::Preference.attributes());
+        const TRANSFORM: Slots = slots(DescKind::Transform.attributes());
+        match self {
+            DescKind::Matmul => &MATMUL,
+            DescKind::Layout => &LAYOUT,
+            DescKind::Preference => &PREFERENCE,
+            DescKind::Transform => &TRANSFORM,
+        }
+    }
+
+    /// The size of attribute `id` of the kind (0: not one of its attributes).
+    fn size_of(self, id: i32) -> usize {
+        usize::try_from(id).ok().and_then(|i| self.slots().sizes.get(i)).map_or(0, |&s| usize::from(s))
+    }
+}
+
+/// One descriptor: its attributes' values, the bytes of each (little-endian, as cuBLASLt keeps
+/// them) in a slot indexed by the attribute's number. A fixed table, not a map: a framework
+/// makes, sets and uses descriptors for every matmul, and copying one is a copy of 232 bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Descriptor {
     pub kind: DescKind,
-    pub values: BTreeMap<i32, Vec<u8>>,
+    /// Attribute `id`'s bytes in the low bytes of `values[id]` (the rest zero).
+    values: [u64; SLOTS],
     /// The vendor library's descriptor, 0 where the server computes the calls itself.
     pub raw: u64,
 }
@@ -198,19 +249,24 @@ pub struct Descriptor {
 impl Descriptor {
     /// A descriptor with cuBLASLt's defaults.
     pub fn new(kind: DescKind) -> Descriptor {
-        let values = kind.attributes().iter().map(|s| (s.id, s.default.to_le_bytes()[..s.size].to_vec())).collect();
-        Descriptor { kind, values, raw: 0 }
+        Descriptor { kind, values: kind.slots().defaults, raw: 0 }
+    }
+
+    /// An attribute's bytes (`None`: not an attribute of the descriptor's kind).
+    pub fn bytes(&self, id: i32) -> Option<Vec<u8>> {
+        let size = self.kind.size_of(id);
+        (size > 0).then(|| self.values[id as usize].to_le_bytes()[..size].to_vec())
     }
 
     /// An attribute as a signed integer (sign-extended from its size).
     pub fn int(&self, id: i32) -> i64 {
-        let Some(v) = self.values.get(&id) else { return 0 };
-        match v.len() {
-            1 => i64::from(v[0] as i8),
-            4 => i64::from(i32::from_le_bytes([v[0], v[1], v[2], v[3]])),
-            8 => i64::from_le_bytes([v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]]),
-            _ => 0,
+        let size = self.kind.size_of(id);
+        if size == 0 {
+            return 0;
         }
+        let v = self.values[id as usize];
+        let unused = 64 - 8 * size as u32;
+        ((v << unused) as i64) >> unused
     }
 
     /// An attribute as an unsigned 64-bit value (pointers, sizes).
@@ -220,9 +276,23 @@ impl Descriptor {
 
     /// Set an attribute from an integer (creation arguments).
     pub fn set_int(&mut self, id: i32, value: i64) {
-        if let Some(s) = self.kind.attribute(id) {
-            self.values.insert(id, value.to_le_bytes()[..s.size].to_vec());
+        let size = self.kind.size_of(id);
+        if size > 0 {
+            self.values[id as usize] = value as u64 & mask(size);
         }
+    }
+
+    /// Set an attribute from its bytes; `false` (and nothing set) where `id` is not an
+    /// attribute of the kind or `value` is not of its size.
+    pub fn set_bytes(&mut self, id: i32, value: &[u8]) -> bool {
+        let size = self.kind.size_of(id);
+        if size == 0 || value.len() != size {
+            return false;
+        }
+        let mut b = [0u8; 8];
+        b[..size].copy_from_slice(value);
+        self.values[id as usize] = u64::from_le_bytes(b);
+        true
     }
 }
 
@@ -245,13 +315,13 @@ pub struct LtRegistry {
     retained: Mutex<Retained>,
     /// Descriptors in the guest's pool ([`park`](Self::park)): the program destroyed them, and
     /// every call that names one is refused until the guest makes it again.
-    parked: Mutex<std::collections::HashSet<(DescKind, u64)>>,
+    parked: Mutex<std::collections::HashSet<(DescKind, u64), FoldHash>>,
 }
 
 /// Descriptors kept for captured calls.
 #[derive(Default)]
 struct Retained {
-    named: std::collections::HashSet<(DescKind, u64)>,
+    named: std::collections::HashSet<(DescKind, u64), FoldHash>,
     kept: std::collections::HashMap<(DescKind, u64), Descriptor>,
     /// What each captured call's descriptors were when it was captured, by the number the
     /// graph keeps with the call ([`snapshot`](LtRegistry::snapshot)).
@@ -414,8 +484,11 @@ impl LtRegistry {
     /// Set one attribute's bytes (the caller has checked its size).
     pub fn set(&self, kind: DescKind, handle: u64, id: i32, value: &[u8]) -> Result<(), CudaError> {
         self.not_parked(kind, handle)?;
-        self.table(kind).lock().get_mut(handle)?.values.insert(id, value.to_vec());
-        Ok(())
+        if self.table(kind).lock().get_mut(handle)?.set_bytes(id, value) {
+            Ok(())
+        } else {
+            Err(CudaError::InvalidValue)
+        }
     }
 
     pub fn next_counters(&self) -> [u64; 5] {
@@ -505,15 +578,40 @@ mod tests {
     }
 
     #[test]
+    fn attributes_keep_their_bytes() {
+        let mut d = Descriptor::new(DescKind::Preference);
+        assert_eq!(d.int(12), -1, "IMPL_MASK: everything");
+        assert_eq!(d.bytes(12).unwrap(), vec![0xff; 8]);
+        assert!(d.set_bytes(preference::MAX_WORKSPACE_BYTES, &(1u64 << 40).to_le_bytes()));
+        assert_eq!(d.u64(preference::MAX_WORKSPACE_BYTES), 1 << 40);
+        assert!(!d.set_bytes(preference::MAX_WORKSPACE_BYTES, &[1, 2, 3, 4]), "not its size");
+        assert!(!d.set_bytes(20, &[0; 4]), "not a preference attribute");
+        assert_eq!((d.bytes(20), d.bytes(-1), d.int(-1)), (None, None, 0));
+        let mut m = Descriptor::new(DescKind::Matmul);
+        assert_eq!(m.bytes(9), None, "no attribute 9");
+        assert!(m.set_bytes(matmul::FAST_ACCUM, &[0xff]));
+        assert_eq!(m.int(matmul::FAST_ACCUM), -1);
+        assert!(m.set_bytes(matmul::EPILOGUE, &(-2i32).to_le_bytes()));
+        assert_eq!(m.int(matmul::EPILOGUE), -2);
+        assert_eq!(m.bytes(matmul::EPILOGUE).unwrap(), (-2i32).to_le_bytes());
+        let reg = LtRegistry::default();
+        let new = NewHandle { forced: None, full: &|| CudaError::MemoryAllocation };
+        let h = reg.create(m, &new).unwrap();
+        assert_eq!(reg.set(DescKind::Matmul, h, matmul::TRANSA, &[0; 8]), Err(CudaError::InvalidValue));
+        reg.set(DescKind::Matmul, h, matmul::TRANSA, &1i32.to_le_bytes()).unwrap();
+        assert_eq!(reg.get(DescKind::Matmul, h).unwrap().int(matmul::TRANSA), 1);
+    }
+
+    #[test]
     fn defaults_and_integers_read_back() {
         let mut d = Descriptor::new(DescKind::Matmul);
         assert_eq!(d.int(matmul::EPILOGUE), 1);
         assert_eq!(d.int(matmul::BIAS_DATA_TYPE), -1);
-        assert_eq!(d.values[&matmul::FAST_ACCUM].len(), 1);
+        assert_eq!(d.bytes(matmul::FAST_ACCUM).unwrap().len(), 1);
         d.set_int(matmul::BIAS_POINTER, 0x7000_0000_1000);
         assert_eq!(d.u64(matmul::BIAS_POINTER), 0x7000_0000_1000);
         let l = Descriptor::new(DescKind::Layout);
         assert_eq!(l.int(layout::BATCH_COUNT), 1);
-        assert_eq!(l.values[&layout::ROWS].len(), 8);
+        assert_eq!(l.bytes(layout::ROWS).unwrap().len(), 8);
     }
 }

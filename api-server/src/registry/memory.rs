@@ -132,6 +132,27 @@ impl Inner {
             .is_some_and(|b| matches!(b.kind, BlockKind::Imported))
     }
 
+    /// See [`AddressSpace::contains`].
+    fn contains(&self, addr: u64, len: u64) -> bool {
+        let Some(end) = addr.checked_add(len.max(1)) else { return false };
+        let inside =
+            |m: &BTreeMap<u64, u64>| m.range(..=addr).next_back().is_some_and(|(&start, &size)| end <= start + size);
+        let Some((_, first)) =
+            self.allocations.range(..=addr).next_back().filter(|(_, a)| addr < a.addr + a.size.max(1))
+        else {
+            return inside(&self.external);
+        };
+        // Mappings side by side in a reservation are one range of memory, as on a GPU.
+        let mut reached = first.addr + first.size;
+        while reached < end && self.is_mapping(first.block) {
+            match self.allocations.get(&reached) {
+                Some(next) if self.is_mapping(next.block) => reached = next.addr + next.size,
+                _ => break,
+            }
+        }
+        end <= reached
+    }
+
     fn is_mapping(&self, block: u64) -> bool {
         self.blocks.get(&block).is_some_and(|b| matches!(b.kind, BlockKind::Mapped { .. }))
     }
@@ -613,23 +634,14 @@ impl AddressSpace {
     /// Is `[addr, addr + len)` inside one allocation (or module variable) of this session?
     /// A length of 0 asks whether `addr` itself is.
     pub fn contains(&self, addr: u64, len: u64) -> bool {
-        let Some(end) = addr.checked_add(len.max(1)) else { return false };
+        self.inner.read().contains(addr, len)
+    }
+
+    /// The first of `ranges` (address, length) that [`contains`](Self::contains) refuses, if
+    /// one does: the ranges of one call (a matmul's matrices) checked under one lock.
+    pub fn first_outside(&self, ranges: impl IntoIterator<Item = (u64, u64)>) -> Option<usize> {
         let g = self.inner.read();
-        let inside =
-            |m: &BTreeMap<u64, u64>| m.range(..=addr).next_back().is_some_and(|(&start, &size)| end <= start + size);
-        let Some((_, first)) = g.allocations.range(..=addr).next_back().filter(|(_, a)| addr < a.addr + a.size.max(1))
-        else {
-            return inside(&g.external);
-        };
-        // Mappings side by side in a reservation are one range of memory, as on a GPU.
-        let mut reached = first.addr + first.size;
-        while reached < end && g.is_mapping(first.block) {
-            match g.allocations.get(&reached) {
-                Some(next) if g.is_mapping(next.block) => reached = next.addr + next.size,
-                _ => break,
-            }
-        }
-        end <= reached
+        ranges.into_iter().position(|(addr, len)| !g.contains(addr, len))
     }
 
     /// Reserve `size` bytes of address space for the program's own mappings, at `hint` when

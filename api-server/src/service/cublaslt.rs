@@ -81,9 +81,9 @@ pub(crate) fn defers_to_any(id: Function) -> bool {
 }
 
 /// The vendor's objects of one call: (kind, virtual handle, vendor object).
-struct VendorObjects(Vec<(&'static str, u64, u64)>);
+struct VendorObjects<'a>(&'a [(&'static str, u64, u64)]);
 
-impl Translate for VendorObjects {
+impl Translate for VendorObjects<'_> {
     fn object(&self, kind: &'static str, handle: u64) -> Result<*mut std::ffi::c_void, CublasLtStatus> {
         self.0
             .iter()
@@ -507,7 +507,7 @@ impl Session {
             return Err(self.lt_refuse(name, CublasLtStatus::INVALID_VALUE, &why));
         }
         if let Some(lt) = self.vendor_lt().filter(|_| desc.raw != 0) {
-            let objects = VendorObjects(vec![(kind.kind_name(), handle, desc.raw)]);
+            let objects = VendorObjects(&[(kind.kind_name(), handle, desc.raw)]);
             // SAFETY: a live vendor descriptor and a value of the attribute's size; device
             // pointers among the values are checked when a matmul uses them.
             unsafe { req.call_vendor(&lt.library, &objects) }?;
@@ -515,7 +515,8 @@ impl Session {
         self.objects.lt.set(kind, handle, attr, value).map_err(lt_status)?;
         let mutated = [(kind.kind_name(), handle)];
         let facts = RecordFacts { created: &[], destroyed: &[], mutated: &mutated, depends_on: &[], global: false };
-        self.records.record_keyed(Function::Cublaslt(id), attr as u64, cx.device, &phos_protocol::encode(req), &facts);
+        let payload = || phos_protocol::encode(req);
+        self.records.record_with(Function::Cublaslt(id), attr as u64, cx.device, payload, &facts);
         Ok(())
     }
 
@@ -530,7 +531,7 @@ impl Session {
     ) -> Result<(Vec<u8>, u64), CublasLtStatus> {
         let name = id.name();
         let desc = self.lt_desc(name, kind, handle)?;
-        let (Some(spec), Some(value)) = (kind.attribute(attr), desc.values.get(&attr)) else {
+        let (Some(spec), Some(value)) = (kind.attribute(attr), desc.bytes(attr)) else {
             return Err(self.lt_refuse(
                 name,
                 CublasLtStatus::INVALID_VALUE,
@@ -539,7 +540,7 @@ impl Session {
         };
         match size {
             0 => Ok((Vec::new(), spec.size as u64)),
-            s if s == spec.size as u64 => Ok((value.clone(), s)),
+            s if s == spec.size as u64 => Ok((value, s)),
             s => Err(self.lt_refuse(
                 name,
                 CublasLtStatus::INVALID_VALUE,
@@ -571,15 +572,16 @@ impl Session {
     /// Each range must be the session's memory; the C/R engine's hook is shown them all.
     fn lt_check_ranges(
         &self,
-        cx: &CallCx,
         name: &'static str,
         ranges: &[(&'static str, DeviceAccess)],
     ) -> Result<(), CublasLtStatus> {
-        for (what, r) in ranges.iter().filter(|(_, r)| r.len > 0) {
-            if CudartService::check_device_range(self, cx, r.addr, r.len, false).is_err() {
-                let why = format!("`{what}` at {:#x} does not hold the {} bytes the descriptors say", r.addr, r.len);
-                return Err(self.lt_refuse(name, CublasLtStatus::INVALID_VALUE, &why));
-            }
+        // Under one look at the session's memory (a matmul has five to nine ranges).
+        let sized = || ranges.iter().filter(|(_, r)| r.len > 0);
+        if let Some(i) = self.objects.memory.first_outside(sized().map(|(_, r)| (r.addr, r.len)))
+            && let Some((what, r)) = sized().nth(i)
+        {
+            let why = format!("`{what}` at {:#x} does not hold the {} bytes the descriptors say", r.addr, r.len);
+            return Err(self.lt_refuse(name, CublasLtStatus::INVALID_VALUE, &why));
         }
         if self.hooks.active() {
             let device: Vec<DeviceAccess> = ranges.iter().map(|(_, r)| *r).filter(|r| r.len > 0).collect();
@@ -1054,7 +1056,7 @@ impl CublasltService for Session {
         let mut ranges = plan.accesses();
         let workspace = device_address(&req.workspace);
         ranges.push(("workspace", DeviceAccess { addr: workspace, len: req.workspaceSizeInBytes, writes: true }));
-        self.lt_check_ranges(cx, name, &ranges)?;
+        self.lt_check_ranges(name, &ranges)?;
         let named = [
             (DescKind::Matmul, req.computeDesc),
             (DescKind::Layout, req.Adesc),
@@ -1065,16 +1067,20 @@ impl CublasltService for Session {
         let stream = self.lt_stream(cx, name, req.stream, &named)?;
         if let Some(lt) = self.vendor_lt() {
             self.backend.bind(h.device).map_err(lt_status)?;
-            let mut objects = vec![
+            let layout = |i: usize| ("cublaslt_matrix_layout", layouts[i], ls[i].raw);
+            let objects = [
                 ("cublaslt_handle", req.lightHandle, h.raw),
                 ("cublaslt_matmul_desc", req.computeDesc, desc.raw),
                 ("stream", req.stream, stream.cu_stream()),
+                layout(0),
+                layout(1),
+                layout(2),
+                layout(3),
             ];
-            objects.extend(layouts.iter().zip(&ls).map(|(&v, l)| ("cublaslt_matrix_layout", v, l.raw)));
             // SAFETY: every range the descriptors make the call read or write was checked
             // against the session's memory above, the workspace by the dispatch, and the
             // objects are live vendor objects.
-            return unsafe { req.call_vendor(&lt.library, &VendorObjects(objects)) };
+            return unsafe { req.call_vendor(&lt.library, &VendorObjects(&objects)) };
         }
         self.lt_matmul_on_cpu(name, &req, &desc, &plan, stream)?;
         Ok(CublasLtMatmulReply {})
@@ -1191,7 +1197,7 @@ impl CublasltService for Session {
             let len = if x.addr == 0 && *what != "C" { 0 } else { len };
             ranges.push((*what, DeviceAccess { addr: x.addr, len, writes: *what == "C" }));
         }
-        self.lt_check_ranges(cx, name, &ranges)?;
+        self.lt_check_ranges(name, &ranges)?;
         let named = [
             (DescKind::Transform, req.transformDesc),
             (DescKind::Layout, req.Adesc),
@@ -1210,7 +1216,7 @@ impl CublasltService for Session {
                 objects.push(("cublaslt_matrix_layout", l, *raw));
             }
             // SAFETY: the ranges of A, B and C were checked above; live vendor objects.
-            return unsafe { req.call_vendor(&lt.library, &VendorObjects(objects)) };
+            return unsafe { req.call_vendor(&lt.library, &VendorObjects(&objects)) };
         }
         if desc.int(transform::SCALE_TYPE) != 0 || matrices.iter().any(|(x, _, _)| ![0, 2, 14].contains(&x.data_type)) {
             return Err(self.lt_refuse(
