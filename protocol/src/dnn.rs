@@ -135,7 +135,10 @@ pub fn bn_param_shape(shape: &TensorShape, mode: i32) -> Result<TensorShape, (Cu
         return Err((CudnnStatus::BAD_PARAM, format!("batch normalization mode {mode}")));
     }
     if !(4..=5).contains(&shape.dims.len()) {
-        return Err((CudnnStatus::BAD_PARAM, format!("{} dimensions (batch normalization takes 4 or 5)", shape.dims.len())));
+        return Err((
+            CudnnStatus::BAD_PARAM,
+            format!("{} dimensions (batch normalization takes 4 or 5)", shape.dims.len()),
+        ));
     }
     let data_type = match shape.data_type {
         DATA_FLOAT | DATA_HALF | DATA_BFLOAT16 => DATA_FLOAT,

@@ -1136,7 +1136,15 @@ fn a_retired_cudnn_set_tensor_is_served_by_its_successor() {
     let handle = g.call(&dnn::CudnnCreateRequest {}).expect("cudnnCreate").handle;
     let desc = g.call(&dnn::CudnnCreateTensorDescriptorRequest {}).expect("create").tensorDesc;
     let set = |g: &mut RawGuest, data_type: i32| {
-        let req = dnn::CudnnSetTensor4dDescriptorRequest { tensorDesc: desc, format: 0, dataType: data_type, n: 1, c: 1, h: 2, w: 2 };
+        let req = dnn::CudnnSetTensor4dDescriptorRequest {
+            tensorDesc: desc,
+            format: 0,
+            dataType: data_type,
+            n: 1,
+            c: 1,
+            h: 2,
+            w: 2,
+        };
         g.call(&req).expect("set")
     };
     set(&mut g, 0);
@@ -1157,7 +1165,8 @@ fn a_retired_cudnn_set_tensor_is_served_by_its_successor() {
             direction: consts::cudaMemcpyDeviceToHost,
         })
         .expect("read back");
-    let values: Vec<f32> = r.dst.unwrap_or_default().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    let values: Vec<f32> =
+        r.dst.unwrap_or_default().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
     assert_eq!(values, [1.5; 4]);
     // A double tensor takes a double: 4 bytes are refused, as by id 366.
     set(&mut g, 1);
@@ -1175,7 +1184,8 @@ fn a_parked_cudnn_tensor_descriptor_is_refused_until_made_again() {
     use phos_protocol::cudnn as dnn;
     let (router, mut g) = open();
     let desc = g.call(&dnn::CudnnCreateTensorDescriptorRequest {}).expect("create").tensorDesc;
-    let set = dnn::CudnnSetTensor4dDescriptorRequest { tensorDesc: desc, format: 0, dataType: 0, n: 1, c: 2, h: 3, w: 4 };
+    let set =
+        dnn::CudnnSetTensor4dDescriptorRequest { tensorDesc: desc, format: 0, dataType: 0, n: 1, c: 2, h: 3, w: 4 };
     g.call(&set).expect("set");
     let size = |g: &mut RawGuest| g.call(&dnn::CudnnGetTensorSizeInBytesRequest { tensorDesc: desc }).map(|r| r.size);
     assert_eq!(size(&mut g), Ok(96));

@@ -24,11 +24,11 @@ use crate::registry::dnn::{DnnHandle, TensorDesc, TensorShape};
 
 // The shape rules, shared with the guest (which checks a setter before sending it without
 // waiting): one copy, so both answer alike.
+use phos_protocol::dnn::{BN_PER_ACTIVATION, checked_shape};
 pub(super) use phos_protocol::dnn::{
     DATA_BFLOAT16, DATA_DOUBLE, DATA_FLOAT, DATA_HALF, checked_type, element_bytes, elements, format_strides, span,
     span_bytes,
 };
-use phos_protocol::dnn::{BN_PER_ACTIVATION, checked_shape};
 
 // cudnnBatchNormOps_t.
 const BN_OPS_BN: i32 = 0;
@@ -361,7 +361,8 @@ impl Session {
     /// The packed shape cuDNN wants for the parameters of data of `shape` in `mode`: 1xCx1x1
     /// (spatial) or 1xCxHxW (per activation), float for float, half and bfloat16 data.
     fn dnn_bn_param_shape(&self, cx: &CallCx, shape: &TensorShape, mode: i32) -> Result<TensorShape, CudnnStatus> {
-        phos_protocol::dnn::bn_param_shape(shape, mode).map_err(|(status, why)| self.dnn_refuse(cx, status, format_args!("{why}")))
+        phos_protocol::dnn::bn_param_shape(shape, mode)
+            .map_err(|(status, why)| self.dnn_refuse(cx, status, format_args!("{why}")))
     }
 
     /// The sizes cuDNN asks for (0 on emu, whose CPU implementation needs no memory of its

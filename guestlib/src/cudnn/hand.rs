@@ -10,8 +10,8 @@ use phos_protocol::dnn;
 
 use super::known;
 use super::rt;
-use super::tensors;
 use super::stubs::HandWritten;
+use super::tensors;
 
 /// cuDNN's version where the server cannot be asked (no router): the cuDNN of the headers the
 /// spec was written from (9.28.0), as cudnnGetVersion encodes it (major * 10000 + minor * 100
@@ -190,10 +190,8 @@ impl HandWritten for Hand {
             let why = format!("{} dimensions, not 4", shape.dims.len());
             return Some(Err(tensors::refuse(NAME, desc as u64, CudnnStatus::BAD_PARAM, &why)));
         }
-        let values = [shape.data_type]
-            .into_iter()
-            .chain(shape.dims.iter().copied())
-            .chain(shape.strides.iter().copied());
+        let values =
+            [shape.data_type].into_iter().chain(shape.dims.iter().copied()).chain(shape.strides.iter().copied());
         for (out, v) in outs.into_iter().zip(values) {
             // SAFETY: the caller's out parameters (cuDNN's contract), checked for null.
             unsafe { out.write_unaligned(v) };
@@ -291,7 +289,8 @@ impl HandWritten for Hand {
         let d = desc as u64;
         let shape = dnn::checked_format_shape(format, data_type, &[n, c, h, w]);
         let send = || {
-            let req = cudnn::CudnnSetTensor4dDescriptorRequest { tensorDesc: d, format, dataType: data_type, n, c, h, w };
+            let req =
+                cudnn::CudnnSetTensor4dDescriptorRequest { tensorDesc: d, format, dataType: data_type, n, c, h, w };
             crate::runtime::call_async(&req)
         };
         if let Some(r) = tensors::set(NAME, d, shape, send) {
@@ -401,11 +400,7 @@ impl HandWritten for Hand {
         None
     }
 
-    unsafe fn note_derived_bn(
-        derived: *mut c_void,
-        x_desc: *mut c_void,
-        mode: i32,
-    ) -> Option<Result<(), CudnnStatus>> {
+    unsafe fn note_derived_bn(derived: *mut c_void, x_desc: *mut c_void, mode: i32) -> Option<Result<(), CudnnStatus>> {
         let (d, x) = (derived as u64, x_desc as u64);
         if let Some(shape) = tensors::derived(d, x, mode) {
             let send = || {
@@ -581,6 +576,55 @@ impl HandWritten for Hand {
     ) -> Option<Result<(), CudnnStatus>> {
         known::invalidate(desc as u64);
         None
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn bn_forward_workspace_known(
+        handle: *mut c_void,
+        mode: i32,
+        bn_ops: i32,
+        x_desc: *mut c_void,
+        z_desc: *mut c_void,
+        y_desc: *mut c_void,
+        bn_desc: *mut c_void,
+        activation_desc: *mut c_void,
+        size: *mut usize,
+    ) -> Option<Result<(), CudnnStatus>> {
+        let tensors = [x_desc, z_desc, y_desc, bn_desc].map(|d| d as u64);
+        tensors::sizes::ask(187, handle as u64, [mode, bn_ops], &tensors, activation_desc as u64, size)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn bn_backward_workspace_known(
+        handle: *mut c_void,
+        mode: i32,
+        bn_ops: i32,
+        x_desc: *mut c_void,
+        y_desc: *mut c_void,
+        dy_desc: *mut c_void,
+        dz_desc: *mut c_void,
+        dx_desc: *mut c_void,
+        dbn_desc: *mut c_void,
+        activation_desc: *mut c_void,
+        size: *mut usize,
+    ) -> Option<Result<(), CudnnStatus>> {
+        let tensors = [x_desc, y_desc, dy_desc, dz_desc, dx_desc, dbn_desc].map(|d| d as u64);
+        tensors::sizes::ask(186, handle as u64, [mode, bn_ops], &tensors, activation_desc as u64, size)
+    }
+
+    unsafe fn bn_reserve_known(
+        handle: *mut c_void,
+        mode: i32,
+        bn_ops: i32,
+        activation_desc: *mut c_void,
+        x_desc: *mut c_void,
+        size: *mut usize,
+    ) -> Option<Result<(), CudnnStatus>> {
+        tensors::sizes::ask(188, handle as u64, [mode, bn_ops], &[x_desc as u64], activation_desc as u64, size)
+    }
+
+    fn keep_size() {
+        tensors::sizes::keep();
     }
 
     fn apply_finalize() {

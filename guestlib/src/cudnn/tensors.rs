@@ -152,9 +152,10 @@ pub fn refuse(name: &str, desc: u64, status: CudnnStatus, why: &str) -> CudnnSta
 /// A known descriptor's shape, or the refusal of one never given a shape (as the server
 /// refuses it); `None` for a descriptor the guest does not know.
 pub fn shape_or_refuse(name: &str, what: &str, desc: u64) -> Option<Result<TensorShape, CudnnStatus>> {
-    Some(shape(desc)?.ok_or_else(|| {
-        refuse(name, desc, CudnnStatus::BAD_PARAM, &format!("{what} was never given a shape"))
-    }))
+    Some(
+        shape(desc)?
+            .ok_or_else(|| refuse(name, desc, CudnnStatus::BAD_PARAM, &format!("{what} was never given a shape"))),
+    )
 }
 
 fn shape_known(desc: u64) -> Option<()> {
@@ -172,6 +173,76 @@ pub fn content_key(desc: u64) -> Option<Vec<u64>> {
     key.push(u64::from(shape.data_type as u32));
     key.extend(shape.dims.iter().chain(&shape.strides).map(|&v| u64::from(v as u32)));
     Some(key)
+}
+
+/// The answers of cuDNN's size queries (the batch normalization's workspace and reserve)
+/// this process got, by question: the function, the handle, the modes and each tensor
+/// descriptor's contents. cuDNN's answer depends on nothing else than the device and library
+/// of the handle, so a question asked again on the same live handle has the same answer.
+/// Only questions whose tensor descriptors are all known by their contents (or NULL) and that
+/// name no activation descriptor are kept; bounded, emptied when full.
+pub mod sizes {
+    use std::cell::Cell;
+    use std::collections::HashMap;
+    use std::sync::{Mutex, PoisonError};
+
+    use phos_protocol::apis::Api;
+    use phos_protocol::cudnn::CudnnStatus;
+
+    const MAX_KEPT: usize = 1024;
+
+    static KEPT: Mutex<Option<HashMap<Vec<u64>, usize>>> = Mutex::new(None);
+
+    thread_local! {
+        /// A question this thread is asking the server: kept once answered.
+        static ASKING: Cell<Option<(Vec<u64>, *mut usize)>> = const { Cell::new(None) };
+    }
+
+    /// A size query: answered here when the same question was answered before; else noted,
+    /// to keep the server's answer (`keep`). `None` leaves it to the server.
+    pub fn ask(
+        function: u64,
+        handle: u64,
+        modes: [i32; 2],
+        tensors: &[u64],
+        activation: u64,
+        out: *mut usize,
+    ) -> Option<Result<(), CudnnStatus>> {
+        let _ = ASKING.try_with(|a| a.set(None));
+        if out.is_null() || activation != 0 || !crate::runtime::is_live(Api::Cudnn, handle) {
+            return None;
+        }
+        let mut key = vec![function, handle, u64::from(modes[0] as u32), u64::from(modes[1] as u32)];
+        for &t in tensors {
+            if t == 0 {
+                key.push(0);
+            } else {
+                key.extend(super::content_key(t)?);
+            }
+        }
+        let kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner).as_ref().and_then(|k| k.get(&key).copied());
+        if let Some(size) = kept {
+            // SAFETY: the caller's out parameter (cuDNN's contract), checked for null.
+            unsafe { out.write_unaligned(size) };
+            return Some(Ok(()));
+        }
+        let _ = ASKING.try_with(|a| a.set(Some((key, out))));
+        None
+    }
+
+    /// The server answered the question this thread asked: kept.
+    pub fn keep() {
+        let Some((key, out)) = ASKING.try_with(Cell::take).ok().flatten() else { return };
+        // SAFETY: the out parameter the generated stub has just written the answer to
+        // (checked for null before the call was sent).
+        let size = unsafe { out.read_unaligned() };
+        let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
+        let kept = kept.get_or_insert_default();
+        if kept.len() >= MAX_KEPT {
+            kept.clear();
+        }
+        kept.insert(key, size);
+    }
 }
 
 /// Marks a key's descriptor given by contents.
