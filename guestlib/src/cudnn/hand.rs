@@ -54,9 +54,12 @@ unsafe fn int_arrays<const N: usize>(nb_dims: i32, arrays: [*const i32; N]) -> O
     if arrays.iter().any(|a| a.is_null()) {
         return None;
     }
-    // SAFETY: each array holds `n` ints (this function's contract), checked for null; read
-    // unaligned, as the program's ints need not be.
-    Some(arrays.map(|a| (0..n).map(|i| unsafe { a.add(i).read_unaligned() }).collect()))
+    Some(arrays.map(|a| {
+        // SAFETY: `a` holds `n` ints (this function's contract), checked for null; read as
+        // bytes, since the program's ints need not be aligned.
+        let ints = unsafe { std::slice::from_raw_parts(a.cast::<[u8; 4]>(), n) };
+        ints.iter().map(|b| i32::from_ne_bytes(*b)).collect()
+    }))
 }
 
 fn int_bytes(values: &[i32]) -> Vec<u8> {
@@ -219,12 +222,13 @@ impl HandWritten for Hand {
         // SAFETY: the caller's out parameters (cuDNN's contract), checked for null; `dim_a`
         // and `stride_a` hold `nb_dims_requested` ints or are null (written as the server's
         // reply is: `room` ints, zero beyond the descriptor's dimensions).
-        unsafe {
-            data_type.write_unaligned(shape.data_type);
-            nb_dims.write_unaligned(shape.dims.len() as i32);
-            tensors::write_ints(dim_a, &shape.dims, room);
-            tensors::write_ints(stride_a, &shape.strides, room);
-        }
+        unsafe { data_type.write_unaligned(shape.data_type) };
+        // SAFETY: as above.
+        unsafe { nb_dims.write_unaligned(shape.dims.len() as i32) };
+        // SAFETY: as above.
+        unsafe { tensors::write_ints(dim_a, &shape.dims, room) };
+        // SAFETY: as above.
+        unsafe { tensors::write_ints(stride_a, &shape.strides, room) };
         Some(Ok(()))
     }
 

@@ -267,9 +267,11 @@ pub unsafe fn write_ints(out: *mut i32, values: &[i32], room: usize) {
     if out.is_null() {
         return;
     }
-    for i in 0..room {
-        // SAFETY: `out` holds `room` ints (this function's contract).
-        unsafe { out.add(i).write_unaligned(values.get(i).copied().unwrap_or(0)) };
+    // SAFETY: `out` holds `room` ints (this function's contract), checked for null; as bytes,
+    // since the program's ints need not be aligned.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(out.cast::<[u8; 4]>(), room) };
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = values.get(i).copied().unwrap_or(0).to_ne_bytes();
     }
 }
 
