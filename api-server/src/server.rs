@@ -306,7 +306,7 @@ impl ApiServer {
                     break;
                 }
             }
-            let h = match t.recv(&mut payload) {
+            let mut h = match t.recv(&mut payload) {
                 Ok(h) => h,
                 Err(TransportError::Closed) => break,
                 Err(e) => {
@@ -317,6 +317,14 @@ impl ApiServer {
                 }
             };
             out.clear();
+            if h.kind == FrameKind::Call
+                && let Some((function, request)) = crate::service::cudnn::retired_call(h.api, h.function, &payload)
+            {
+                // A deployed guest's call of a retired id that a carried function serves: it
+                // runs (and is recorded, kept, deferred) as that function's.
+                h.function = function;
+                payload = request;
+            }
             if h.kind == FrameKind::Barrier {
                 self.barrier(channel, &payload);
                 let passed = UsageReport { barrier: true, ..Default::default() };
@@ -758,7 +766,7 @@ impl ApiServer {
     /// it. The acknowledgement says success: the runtime's last error is not the library's.
     fn defer(session: &Session, id: Function, payload: &[u8], code: i32) {
         let api = id.api();
-        let handle = if crate::service::cublaslt::defers_to_any(id) {
+        let handle = if crate::service::cublaslt::defers_to_any(id) || crate::service::cudnn::defers_to_any(id) {
             crate::deferred::ANY
         } else {
             crate::deferred::first_handle(payload).unwrap_or(0)

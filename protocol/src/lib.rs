@@ -14,6 +14,7 @@
 pub mod blas;
 pub mod bypass;
 pub mod call_profile;
+pub mod dnn;
 pub mod error;
 pub mod eval;
 pub mod frame;

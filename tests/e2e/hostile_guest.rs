@@ -1123,3 +1123,84 @@ fn forged_ipc_handles_open_nothing() {
     assert!(back.dst.unwrap().iter().all(|&b| b == 0x42));
     g.call(&CudaIpcCloseMemHandleRequest { devPtr: p }).unwrap();
 }
+
+/// A guest built before cudnnSetTensor's value was sized by the tensor's type sends the
+/// retired id 315 (a float always): the server serves it with id 366's handler, so it still
+/// fills a float tensor; a double tensor (whose value must be a double) is refused as 366
+/// refuses a float for it.
+#[test]
+fn a_retired_cudnn_set_tensor_is_served_by_its_successor() {
+    use phos_protocol::cudnn as dnn;
+    let (_router, mut g) = open();
+    let session = g.welcome.session;
+    let handle = g.call(&dnn::CudnnCreateRequest {}).expect("cudnnCreate").handle;
+    let desc = g.call(&dnn::CudnnCreateTensorDescriptorRequest {}).expect("create").tensorDesc;
+    let set = |g: &mut RawGuest, data_type: i32| {
+        let req = dnn::CudnnSetTensor4dDescriptorRequest {
+            tensorDesc: desc,
+            format: 0,
+            dataType: data_type,
+            n: 1,
+            c: 1,
+            h: 2,
+            w: 2,
+        };
+        g.call(&req).expect("set")
+    };
+    set(&mut g, 0);
+    let y = malloc(&mut g, 32);
+    // The old request: handle, yDesc, y and the value's bytes, no size (a struct's fields
+    // encode as the tuple of them).
+    let old = |g: &mut RawGuest, value: &[u8]| {
+        let payload = phos_protocol::encode(&(handle, desc, y, value));
+        g.call_raw_api(phos_protocol::apis::Api::Cudnn.id(), 315, session, &payload).unwrap().status
+    };
+    assert_eq!(old(&mut g, &1.5f32.to_le_bytes()), 0, "served");
+    let r = g
+        .call(&CudaMemcpyRequest {
+            dst: Ptr::Out(16),
+            src: Ptr::Device(y),
+            count: 16,
+            kind: consts::cudaMemcpyDeviceToHost,
+            direction: consts::cudaMemcpyDeviceToHost,
+        })
+        .expect("read back");
+    let values: Vec<f32> =
+        r.dst.unwrap_or_default().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(values, [1.5; 4]);
+    // A double tensor takes a double: 4 bytes are refused, as by id 366.
+    set(&mut g, 1);
+    assert_eq!(old(&mut g, &1.5f32.to_le_bytes()), dnn::CudnnStatus::BAD_PARAM.0);
+    // Malformed: refused, and the session serves on.
+    assert_ne!(g.call_raw_api(phos_protocol::apis::Api::Cudnn.id(), 315, session, &[1, 2, 3]).unwrap().status, 0);
+    g.call(&dnn::CudnnDestroyRequest { handle }).expect("cudnnDestroy");
+}
+
+/// The guest's pool of tensor descriptors: a parked descriptor is refused by every call until
+/// it is made again, fresh (no shape), under the same handle; a park or reinit of what is not
+/// a live tensor descriptor fails the next synchronous cuDNN call.
+#[test]
+fn a_parked_cudnn_tensor_descriptor_is_refused_until_made_again() {
+    use phos_protocol::cudnn as dnn;
+    let (router, mut g) = open();
+    let desc = g.call(&dnn::CudnnCreateTensorDescriptorRequest {}).expect("create").tensorDesc;
+    let set =
+        dnn::CudnnSetTensor4dDescriptorRequest { tensorDesc: desc, format: 0, dataType: 0, n: 1, c: 2, h: 3, w: 4 };
+    g.call(&set).expect("set");
+    let size = |g: &mut RawGuest| g.call(&dnn::CudnnGetTensorSizeInBytesRequest { tensorDesc: desc }).map(|r| r.size);
+    assert_eq!(size(&mut g), Ok(96));
+    g.call(&dnn::PhosCudnnTensorDescriptorParkRequest { tensorDesc: desc }).expect("park");
+    assert_eq!(size(&mut g), Err(dnn::CudnnStatus::BAD_PARAM.0), "parked: as destroyed");
+    assert_eq!(g.call(&set).unwrap_err(), dnn::CudnnStatus::BAD_PARAM.0);
+    g.call(&dnn::PhosCudnnTensorDescriptorReinitRequest { tensorDesc: desc }).expect("reinit");
+    assert_eq!(size(&mut g), Err(dnn::CudnnStatus::BAD_PARAM.0), "fresh: no shape");
+    g.call(&set).expect("set again");
+    assert_eq!(size(&mut g), Ok(96));
+    // A reinit of a made-up handle: answered (it goes without waiting), logged, and returned
+    // by the next synchronous call.
+    g.call(&dnn::PhosCudnnTensorDescriptorReinitRequest { tensorDesc: desc + 0x100 }).expect("answered");
+    assert_eq!(size(&mut g), Err(dnn::CudnnStatus::BAD_PARAM.0), "the kept failure");
+    assert_eq!(size(&mut g), Ok(96));
+    assert!(router.server_logs().contains("phosCudnnTensorDescriptorReinit"), "{}", router.server_logs());
+    g.call(&dnn::CudnnDestroyTensorDescriptorRequest { tensorDesc: desc }).expect("destroy");
+}

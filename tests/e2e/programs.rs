@@ -192,6 +192,7 @@ const TESTED_APART: &[&str] = &[
     "cudnn_batchnorm",
     "cudnn_mnist_layers",
     "cudnn_mnist_full",
+    "cudnn_descriptor_pool",
     "cublaslt_matmul",
     "cublaslt_async_matmuls",
     "cublaslt_descriptor_reuse",
@@ -759,6 +760,46 @@ fn cudnn_batchnorm_on_emu_matches_the_host() {
     let link = phos_tests::cudnn_link_flags();
     let exe = build_program(&nvcc, "cudnn_batchnorm", &["-arch=sm_70", &link[0], &link[1]]);
     emu_run(&exe, "cudnn_batchnorm");
+}
+
+/// cuDNN tensor descriptors made, set, read back and destroyed around every batch
+/// normalization as PyTorch makes them (tests/cuda/cudnn_descriptor_pool.cu): every step's
+/// result matches the host's, and the shapes cuDNN refuses are refused with its status on a
+/// new descriptor and on one made after many were destroyed, leaving it as it was. Through
+/// Phos the descriptors come from the guest's pool, their setters go without waiting, their
+/// getters are answered by the guest, and the normalization on fresh descriptors of a proven
+/// call's shapes goes without waiting: no synchronous call grows with the steps.
+#[test]
+fn cudnn_descriptor_pool() {
+    let Some(nvcc) = nvcc() else { return };
+    let link = phos_tests::cudnn_link_flags();
+    let exe = build_program(&nvcc, "cudnn_descriptor_pool", &["-arch=sm_70", &link[0], &link[1]]);
+    emu_run(&exe, "cudnn_descriptor_pool");
+    let (few, many) = (Profile::of(&exe, "cudnn_descriptor_pool", 4), Profile::of(&exe, "cudnn_descriptor_pool", 40));
+    for f in [
+        "cudnnCreateTensorDescriptor",
+        "cudnnDestroyTensorDescriptor",
+        "cudnnSetTensor4dDescriptor",
+        "cudnnSetTensor4dDescriptorEx",
+        "cudnnSetTensorNdDescriptor",
+        "cudnnSetTensorNdDescriptorEx",
+        "cudnnDeriveBNTensorDescriptor",
+        "cudnnGetTensor4dDescriptor",
+        "cudnnGetTensorNdDescriptor",
+        "cudnnGetTensorSizeInBytes",
+        "cudnnBatchNormalizationForwardTraining",
+        "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize",
+        "cudnnGetBatchNormalizationTrainingExReserveSpaceSize",
+    ] {
+        assert!(
+            many.sync_calls(f) <= few.sync_calls(f),
+            "{f} waits more with more steps: {} for 4, {} for 40\n{}",
+            few.sync_calls(f),
+            many.sync_calls(f),
+            many.0
+        );
+    }
+    assert_eq!(many.sync_calls("cudnnGetTensorNdDescriptor"), 0, "answered by the guest:\n{}", many.0);
 }
 
 /// What a careless or hostile program gets from the legacy API: CUDNN_STATUS_BAD_PARAM for bad

@@ -62,14 +62,9 @@ pub struct Descriptor {
 /// Legacy tensor descriptors a session may hold at once (PyTorch makes a few per call).
 pub const MAX_DNN_TENSORS: u64 = 1 << 16;
 
-/// A tensor descriptor's shape, as checked by the service.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TensorShape {
-    /// `cudnnDataType_t`.
-    pub data_type: i32,
-    pub dims: Vec<i32>,
-    pub strides: Vec<i32>,
-}
+/// A tensor descriptor's shape, as checked by the service (and by the guest: the rules are
+/// shared).
+pub use phos_protocol::dnn::TensorShape;
 
 /// One legacy tensor descriptor.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -258,6 +253,9 @@ pub struct DnnRegistry {
     handles: Mutex<HandleTable<DnnHandle>>,
     descriptors: Mutex<HandleTable<Descriptor>>,
     tensors: Mutex<HandleTable<TensorDesc>>,
+    /// Tensor descriptors in the guest's pool (`phosCudnnTensorDescriptorPark`): refused by
+    /// every call until the guest makes them again (`phosCudnnTensorDescriptorReinit`).
+    parked_tensors: Mutex<std::collections::HashSet<u64>>,
     /// One table per [`LegacyKind`], in [`LegacyKind::ALL`]'s order.
     legacy: [Mutex<HandleTable<LegacyDesc>>; 7],
 }
@@ -268,6 +266,7 @@ impl Default for DnnRegistry {
             handles: Mutex::new(HandleTable::new(HandleKind::CudnnHandle, MAX_DNN_HANDLES)),
             descriptors: Mutex::new(HandleTable::new(HandleKind::CudnnBackendDescriptor, MAX_DNN_DESCRIPTORS)),
             tensors: Mutex::new(HandleTable::new(HandleKind::CudnnTensorDescriptor, MAX_DNN_TENSORS)),
+            parked_tensors: Mutex::default(),
             legacy: LegacyKind::ALL.map(|k| Mutex::new(HandleTable::new(k.handle_kind(), MAX_DNN_LEGACY))),
         }
     }
@@ -380,16 +379,44 @@ impl DnnRegistry {
     }
 
     pub fn destroy_tensor(&self, handle: u64) -> Result<TensorDesc, CudaError> {
+        self.tensor_not_parked(handle)?;
         self.tensors.lock().remove(handle)
     }
 
     pub fn tensor(&self, handle: u64) -> Result<TensorDesc, CudaError> {
+        self.tensor_not_parked(handle)?;
         self.tensors.lock().get(handle).cloned()
     }
 
     pub fn set_tensor_shape(&self, handle: u64, shape: TensorShape) -> Result<(), CudaError> {
+        self.tensor_not_parked(handle)?;
         self.tensors.lock().get_mut(handle)?.shape = Some(shape);
         Ok(())
+    }
+
+    fn tensor_not_parked(&self, handle: u64) -> Result<(), CudaError> {
+        let parked = self.parked_tensors.lock();
+        if !parked.is_empty() && parked.contains(&handle) {
+            return Err(CudaError::InvalidResourceHandle);
+        }
+        Ok(())
+    }
+
+    /// A tensor descriptor goes into the guest's pool: refused from now on until it is made
+    /// again. One that is not live (or parked already) is an error.
+    pub fn park_tensor(&self, handle: u64) -> Result<(), CudaError> {
+        self.tensor_not_parked(handle)?;
+        self.tensors.lock().get(handle)?;
+        self.parked_tensors.lock().insert(handle);
+        Ok(())
+    }
+
+    /// Make a tensor descriptor again under its handle (the guest's pool): `t` replaces it,
+    /// live again; the earlier one is answered, for its cuDNN descriptor to be destroyed.
+    pub fn reinit_tensor(&self, handle: u64, t: TensorDesc) -> Result<TensorDesc, CudaError> {
+        let old = std::mem::replace(self.tensors.lock().get_mut(handle)?, t);
+        self.parked_tensors.lock().remove(&handle);
+        Ok(old)
     }
 
     fn legacy_table(&self, kind: LegacyKind) -> &Mutex<HandleTable<LegacyDesc>> {
@@ -445,6 +472,7 @@ impl DnnRegistry {
     pub fn release_all(&self, backend: &dyn Backend) {
         let descriptors = self.descriptors.lock().drain();
         let tensors = self.tensors.lock().drain();
+        self.parked_tensors.lock().clear();
         let legacy: Vec<_> = LegacyKind::ALL.map(|k| (k, self.legacy_table(k).lock().drain())).into();
         let handles = self.handles.lock().drain();
         if let Some(cudnn) = backend.cudnn() {
@@ -472,6 +500,23 @@ mod tests {
 
     fn new_handle() -> NewHandle<'static> {
         NewHandle { forced: None, full: &|| CudaError::MemoryAllocation }
+    }
+
+    #[test]
+    fn a_parked_tensor_is_refused_until_it_is_made_again() {
+        let r = DnnRegistry::default();
+        let t = r.create_tensor(TensorDesc { raw: 7, shape: None }, &new_handle()).unwrap();
+        let shape = TensorShape { data_type: 0, dims: vec![1, 2, 3, 4], strides: vec![24, 12, 4, 1] };
+        r.set_tensor_shape(t, shape.clone()).unwrap();
+        r.park_tensor(t).unwrap();
+        assert!(r.tensor(t).is_err(), "parked: as destroyed");
+        assert!(r.set_tensor_shape(t, shape).is_err());
+        assert!(r.destroy_tensor(t).is_err());
+        assert!(r.park_tensor(t).is_err(), "parked twice");
+        let old = r.reinit_tensor(t, TensorDesc { raw: 8, shape: None }).unwrap();
+        assert_eq!((old.raw, old.shape.is_some()), (7, true));
+        assert_eq!(r.tensor(t).unwrap(), TensorDesc { raw: 8, shape: None }, "fresh, under the same handle");
+        assert!(r.reinit_tensor(t + 1, TensorDesc::default()).is_err(), "not a tensor of the session");
     }
 
     #[test]

@@ -64,6 +64,58 @@ pub(super) fn vendor_status(code: i32) -> Result<(), CudnnStatus> {
     if code == SUCCESS { Ok(()) } else { Err(CudnnStatus(code)) }
 }
 
+/// Whether a failure of `id`, sent without waiting, waits for the next synchronous cuDNN call
+/// whatever it names (`deferred::ANY`): a tensor descriptor's setting or destruction, whose
+/// descriptor the calls that use it do not name first.
+pub(crate) fn defers_to_any(id: Function) -> bool {
+    matches!(
+        id,
+        Function::Cudnn(
+            FunctionId::CudnnSetTensor4dDescriptor
+                | FunctionId::CudnnSetTensor4dDescriptorEx
+                | FunctionId::CudnnSetTensorNdDescriptor
+                | FunctionId::CudnnSetTensorNdDescriptorEx
+                | FunctionId::CudnnDeriveBNTensorDescriptor
+                | FunctionId::CudnnDestroyTensorDescriptor
+        )
+    )
+}
+
+/// `cudnnSetTensor` as guests built before its value was sized by the tensor's type send it
+/// (id 315, retired: always a 4-byte float).
+#[allow(non_snake_case)]
+#[derive(bincode::BorrowDecode)]
+struct RetiredSetTensorRequest<'a> {
+    handle: u64,
+    yDesc: u64,
+    y: u64,
+    valuePtr: &'a [u8],
+}
+
+/// The retired id of `cudnnSetTensor` that deployed guests still send.
+const RETIRED_SET_TENSOR: u32 = 315;
+
+/// A call of a retired function that a deployed guest may still send and that a carried one
+/// serves: its function id and request as the carried one takes them (`None` for every other
+/// call, and for a request that does not decode, which the dispatch then refuses by its id).
+/// `cudnnSetTensor`'s old id 315 is served by id 366's handler, its value a float (4 bytes),
+/// which is what that guest sent; the handler checks it against the tensor as any.
+pub(crate) fn retired_call(api: u16, function: u32, payload: &[u8]) -> Option<(u32, Vec<u8>)> {
+    if api != phos_protocol::apis::Api::Cudnn.id() || function != RETIRED_SET_TENSOR {
+        return None;
+    }
+    let old: RetiredSetTensorRequest<'_> = phos_protocol::decode_request(payload).ok()?;
+    let value_bytes = old.valuePtr.len() as i64;
+    let req = CudnnSetTensorRequest {
+        handle: old.handle,
+        yDesc: old.yDesc,
+        y: old.y,
+        valuePtr: old.valuePtr,
+        valueBytes: value_bytes,
+    };
+    Some((FunctionId::CudnnSetTensor as u32, encode(&req)))
+}
+
 /// The bytes of one element of an attribute type (cudnn_graph.h's layouts).
 fn element_size(ty: i32) -> Option<usize> {
     match ty {
@@ -628,6 +680,24 @@ impl CudnnService for Session {
     ) -> Result<CudnnDestroyTensorDescriptorReply, CudnnStatus> {
         self.dnn_destroy_tensor(cx, req.tensorDesc)?;
         Ok(CudnnDestroyTensorDescriptorReply {})
+    }
+
+    fn phos_cudnn_tensor_descriptor_reinit(
+        &self,
+        cx: &CallCx,
+        req: PhosCudnnTensorDescriptorReinitRequest,
+    ) -> Result<PhosCudnnTensorDescriptorReinitReply, CudnnStatus> {
+        self.dnn_reinit_tensor(cx, req.tensorDesc);
+        Ok(PhosCudnnTensorDescriptorReinitReply {})
+    }
+
+    fn phos_cudnn_tensor_descriptor_park(
+        &self,
+        cx: &CallCx,
+        req: PhosCudnnTensorDescriptorParkRequest,
+    ) -> Result<PhosCudnnTensorDescriptorParkReply, CudnnStatus> {
+        self.dnn_park_tensor(cx, req.tensorDesc);
+        Ok(PhosCudnnTensorDescriptorParkReply {})
     }
 
     fn cudnn_set_tensor_4d_descriptor(

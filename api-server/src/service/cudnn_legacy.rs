@@ -22,117 +22,21 @@ use crate::backend::vendor_cudnn::BnCall;
 use crate::cpu_dnn::{self, Groups};
 use crate::registry::dnn::{DnnHandle, TensorDesc, TensorShape};
 
-/// cuDNN's most dimensions (CUDNN_DIM_MAX).
-const DIM_MAX: usize = 8;
-/// The most elements a tensor may span, padding included (cuDNN's 2 Giga-elements).
-const MAX_ELEMENTS: u64 = 1 << 31;
+// The shape rules, shared with the guest (which checks a setter before sending it without
+// waiting): one copy, so both answer alike.
+use phos_protocol::dnn::{BN_PER_ACTIVATION, checked_shape};
+pub(super) use phos_protocol::dnn::{
+    DATA_BFLOAT16, DATA_DOUBLE, DATA_FLOAT, DATA_HALF, checked_type, element_bytes, elements, format_strides, span,
+    span_bytes,
+};
 
-// cudnnDataType_t.
-pub(super) const DATA_FLOAT: i32 = 0;
-pub(super) const DATA_DOUBLE: i32 = 1;
-pub(super) const DATA_HALF: i32 = 2;
-pub(super) const DATA_BFLOAT16: i32 = 9;
-
-// cudnnTensorFormat_t.
-const FORMAT_NCHW: i32 = 0;
-const FORMAT_NHWC: i32 = 1;
-const FORMAT_NCHW_VECT_C: i32 = 2;
-
-// cudnnBatchNormMode_t and cudnnBatchNormOps_t.
-const BN_PER_ACTIVATION: i32 = 0;
-const BN_SPATIAL_PERSISTENT: i32 = 2;
+// cudnnBatchNormOps_t.
 const BN_OPS_BN: i32 = 0;
 const BN_OPS_BN_ADD_ACTIVATION: i32 = 2;
-
-/// Bytes of one element of a plain (not vectorised) data type; `Err` says whether cuDNN
-/// knows the type (NOT_SUPPORTED here) or not (BAD_PARAM).
-pub(super) fn element_bytes(data_type: i32) -> Result<u64, CudnnStatus> {
-    match data_type {
-        DATA_FLOAT | 4 => Ok(4),
-        DATA_DOUBLE | 10 => Ok(8),
-        DATA_HALF | DATA_BFLOAT16 => Ok(2),
-        3 | 6 | 12 | 13 => Ok(1),
-        // Vectorised int8, boolean, fast-float and the narrow floats: not carried.
-        5 | 7 | 8 | 11 | 14..=16 => Err(CudnnStatus::NOT_SUPPORTED),
-        _ => Err(CudnnStatus::BAD_PARAM),
-    }
-}
 
 /// A type the CPU implementation reads and writes.
 pub(super) fn cpu_type(data_type: i32) -> bool {
     matches!(data_type, DATA_FLOAT | DATA_HALF | DATA_BFLOAT16)
-}
-
-/// A data type cuDNN knows and Phos carries, or the status and why.
-pub(super) fn checked_type(data_type: i32) -> Result<(), (CudnnStatus, String)> {
-    element_bytes(data_type).map(|_| ()).map_err(|s| (s, format!("data type {data_type}")))
-}
-
-/// A checked shape, or the status and why.
-fn checked_shape(data_type: i32, dims: &[i32], strides: &[i32]) -> Result<TensorShape, (CudnnStatus, String)> {
-    checked_type(data_type)?;
-    if dims.is_empty() || dims.len() != strides.len() {
-        return Err((CudnnStatus::BAD_PARAM, format!("{} dimensions", dims.len())));
-    }
-    if dims.len() < 3 || dims.len() > DIM_MAX {
-        return Err((CudnnStatus::NOT_SUPPORTED, format!("{} dimensions (cuDNN takes 3 to {DIM_MAX})", dims.len())));
-    }
-    if let Some(d) = dims.iter().find(|&&d| d < 1) {
-        return Err((CudnnStatus::BAD_PARAM, format!("dimension {d}")));
-    }
-    if let Some(s) = strides.iter().find(|&&s| s < 1) {
-        return Err((CudnnStatus::BAD_PARAM, format!("stride {s}")));
-    }
-    let shape = TensorShape { data_type, dims: dims.to_vec(), strides: strides.to_vec() };
-    let (spanned, elements) = (span(&shape), elements(&shape));
-    if spanned > MAX_ELEMENTS || elements > MAX_ELEMENTS {
-        return Err((CudnnStatus::NOT_SUPPORTED, format!("{elements} elements over {spanned} (more than 2^31)")));
-    }
-    Ok(shape)
-}
-
-/// Elements from the first to the last, gaps included (saturating: the shape check refuses
-/// more than 2^31).
-pub(super) fn span(shape: &TensorShape) -> u64 {
-    let sum: u128 =
-        shape.dims.iter().zip(&shape.strides).map(|(&d, &s)| (d.max(1) as u128 - 1) * s.max(0) as u128).sum();
-    u64::try_from(1 + sum).unwrap_or(u64::MAX)
-}
-
-/// Elements the dimensions hold (saturating, as `span`).
-pub(super) fn elements(shape: &TensorShape) -> u64 {
-    let product = shape.dims.iter().try_fold(1u128, |acc, &d| acc.checked_mul(d.max(0) as u128));
-    product.and_then(|p| u64::try_from(p).ok()).unwrap_or(u64::MAX)
-}
-
-/// Bytes a tensor of this shape spans.
-pub(super) fn span_bytes(shape: &TensorShape) -> u64 {
-    span(shape) * element_bytes(shape.data_type).unwrap_or(0)
-}
-
-/// Packed strides of `dims` in `format`: NCHW is row-major; NHWC puts the channels innermost,
-/// then the spatial dimensions from the last, then the batch. Strides past an int are
-/// NOT_SUPPORTED (the shape's own check refuses bad dimensions after).
-pub(super) fn format_strides(format: i32, dims: &[i32]) -> Result<Vec<i32>, CudnnStatus> {
-    let n = dims.len();
-    let mut order: Vec<usize> = (0..n).rev().collect();
-    match format {
-        FORMAT_NCHW => {}
-        FORMAT_NHWC if n >= 3 => {
-            // Innermost first: C, the spatial dimensions from the last, N.
-            order = std::iter::once(1).chain((2..n).rev()).chain(std::iter::once(0)).collect();
-        }
-        FORMAT_NHWC => return Err(CudnnStatus::BAD_PARAM),
-        FORMAT_NCHW_VECT_C => return Err(CudnnStatus::NOT_SUPPORTED),
-        _ => return Err(CudnnStatus::BAD_PARAM),
-    }
-    let mut strides = vec![0i32; n];
-    let mut next: i32 = 1;
-    for i in order {
-        strides[i] = next;
-        next = next.checked_mul(dims[i].max(1)).ok_or(CudnnStatus::NOT_SUPPORTED)?;
-    }
-    Ok(strides)
 }
 
 /// The ints a setter sent (the dispatch checked the length).
@@ -335,6 +239,64 @@ impl Session {
         Ok(())
     }
 
+    /// Make the tensor descriptor `handle` again (the guest's pool,
+    /// `phosCudnnTensorDescriptorReinit`): a fresh one with no shape (and a fresh cuDNN
+    /// descriptor) replaces it under the same handle, recorded as made by
+    /// `cudnnCreateTensorDescriptor`, the earlier one's records dropped. The call was sent
+    /// without waiting: a failure (a handle that is not a tensor descriptor of the session,
+    /// cuDNN's) is logged and kept for the next synchronous cuDNN call.
+    pub(super) fn dnn_reinit_tensor(&self, cx: &CallCx, handle: u64) {
+        let made = (|| -> Result<(), CudnnStatus> {
+            let raw = match self.vendor_cudnn() {
+                Some(cudnn) => {
+                    self.backend.bind(cx.device).map_err(super::cudnn::dnn_status)?;
+                    cudnn.create_tensor().map_err(CudnnStatus)?
+                }
+                None => 0,
+            };
+            let old = self.objects.dnn.reinit_tensor(handle, TensorDesc { raw, shape: None }).map_err(|_| {
+                if let Some(cudnn) = self.vendor_cudnn().filter(|_| raw != 0) {
+                    cudnn.destroy_tensor(raw);
+                }
+                self.dnn_bad(cx, format_args!("{handle:#x} is not a tensor descriptor of the session"))
+            })?;
+            if let Some(cudnn) = self.vendor_cudnn().filter(|_| old.raw != 0) {
+                cudnn.destroy_tensor(old.raw);
+            }
+            let object = [("cudnn_tensor_descriptor", handle)];
+            let facts =
+                RecordFacts { created: &object, destroyed: &object, mutated: &[], depends_on: &[], global: false };
+            let payload = phos_protocol::encode(&CudnnCreateTensorDescriptorRequest {});
+            self.records.record(Function::Cudnn(FunctionId::CudnnCreateTensorDescriptor), cx.device, &payload, &facts);
+            Ok(())
+        })();
+        if let Err(status) = made {
+            self.dnn_defer_any("phosCudnnTensorDescriptorReinit", status);
+        }
+    }
+
+    /// A tensor descriptor goes into the guest's pool (`phosCudnnTensorDescriptorPark`):
+    /// refused from now on until the guest makes it again; one that is not a live tensor
+    /// descriptor of the session is refused, logged, the failure kept.
+    pub(super) fn dnn_park_tensor(&self, cx: &CallCx, handle: u64) {
+        if self.objects.dnn.park_tensor(handle).is_err() {
+            let status = self.dnn_bad(cx, format_args!("{handle:#x} is not a live tensor descriptor of the session"));
+            self.dnn_defer_any("phosCudnnTensorDescriptorPark", status);
+        }
+    }
+
+    /// A Phos-internal call sent without waiting failed: logged, and kept for the next
+    /// synchronous cuDNN call of the session, whatever it names.
+    fn dnn_defer_any(&self, name: &'static str, status: CudnnStatus) {
+        let failed = crate::deferred::Failed { status: status.0, function: name };
+        self.deferred.failed(phos_protocol::apis::Api::Cudnn.id(), crate::deferred::ANY, failed);
+        tracing::error!(
+            session = self.id,
+            "{name} (sent asynchronously) failed with {}: the next synchronous cuDNN call returns it",
+            status.name()
+        );
+    }
+
     /// Give a tensor descriptor a shape: checked, set on cuDNN's descriptor, kept, recorded.
     pub(super) fn dnn_set_tensor(
         &self,
@@ -399,32 +361,8 @@ impl Session {
     /// The packed shape cuDNN wants for the parameters of data of `shape` in `mode`: 1xCx1x1
     /// (spatial) or 1xCxHxW (per activation), float for float, half and bfloat16 data.
     fn dnn_bn_param_shape(&self, cx: &CallCx, shape: &TensorShape, mode: i32) -> Result<TensorShape, CudnnStatus> {
-        if !(BN_PER_ACTIVATION..=BN_SPATIAL_PERSISTENT).contains(&mode) {
-            return Err(self.dnn_bad(cx, format_args!("batch normalization mode {mode}")));
-        }
-        if !(4..=5).contains(&shape.dims.len()) {
-            return Err(
-                self.dnn_bad(cx, format_args!("{} dimensions (batch normalization takes 4 or 5)", shape.dims.len()))
-            );
-        }
-        let data_type = match shape.data_type {
-            DATA_FLOAT | DATA_HALF | DATA_BFLOAT16 => DATA_FLOAT,
-            DATA_DOUBLE => DATA_DOUBLE,
-            t => return Err(self.dnn_bad(cx, format_args!("data type {t} for batch normalization"))),
-        };
-        let dims: Vec<i32> = shape
-            .dims
-            .iter()
-            .enumerate()
-            .map(|(i, &d)| match i {
-                0 => 1,
-                1 => d,
-                _ if mode == BN_PER_ACTIVATION => d,
-                _ => 1,
-            })
-            .collect();
-        let strides = format_strides(FORMAT_NCHW, &dims)?;
-        Ok(TensorShape { data_type, dims, strides })
+        phos_protocol::dnn::bn_param_shape(shape, mode)
+            .map_err(|(status, why)| self.dnn_refuse(cx, status, format_args!("{why}")))
     }
 
     /// The sizes cuDNN asks for (0 on emu, whose CPU implementation needs no memory of its
@@ -725,32 +663,6 @@ pub(super) fn int_array_out(values: &[i32], room: usize) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn nhwc_strides_put_channels_innermost() {
-        assert_eq!(format_strides(FORMAT_NHWC, &[2, 3, 4, 5]).unwrap(), vec![60, 1, 15, 3]);
-        assert_eq!(format_strides(FORMAT_NCHW, &[2, 3, 4, 5]).unwrap(), vec![60, 20, 5, 1]);
-        assert_eq!(format_strides(FORMAT_NCHW_VECT_C, &[2, 3, 4, 5]), Err(CudnnStatus::NOT_SUPPORTED));
-        assert_eq!(format_strides(7, &[2, 3, 4, 5]), Err(CudnnStatus::BAD_PARAM));
-    }
-
-    #[test]
-    fn shapes_are_checked_as_cudnn_checks_them() {
-        assert!(checked_shape(DATA_FLOAT, &[1, 2, 3, 4], &[24, 12, 4, 1]).is_ok());
-        assert_eq!(checked_shape(DATA_FLOAT, &[1, 0, 3, 4], &[24, 12, 4, 1]).unwrap_err().0, CudnnStatus::BAD_PARAM);
-        assert_eq!(checked_shape(DATA_FLOAT, &[1, 2, 3, 4], &[24, -1, 4, 1]).unwrap_err().0, CudnnStatus::BAD_PARAM);
-        assert_eq!(checked_shape(99, &[1, 2, 3, 4], &[24, 12, 4, 1]).unwrap_err().0, CudnnStatus::BAD_PARAM);
-        assert_eq!(checked_shape(DATA_FLOAT, &[4, 4], &[4, 1]).unwrap_err().0, CudnnStatus::NOT_SUPPORTED);
-        let huge = checked_shape(DATA_FLOAT, &[65536, 65536, 1, 1], &[65536, 1, 1, 1]);
-        assert_eq!(huge.unwrap_err().0, CudnnStatus::NOT_SUPPORTED);
-        // Hostile extremes are refused, never overflowed.
-        let max = [i32::MAX; 8];
-        assert_eq!(checked_shape(DATA_FLOAT, &max, &max).unwrap_err().0, CudnnStatus::NOT_SUPPORTED);
-        let overlapping = checked_shape(DATA_FLOAT, &[1 << 20, 1 << 20, 1, 1], &[1, 1, 1, 1]);
-        assert_eq!(overlapping.unwrap_err().0, CudnnStatus::NOT_SUPPORTED);
-        assert_eq!(format_strides(FORMAT_NCHW, &max), Err(CudnnStatus::NOT_SUPPORTED));
-        assert_eq!(format_strides(FORMAT_NHWC, &[i32::MIN, -1, 0, 5]).unwrap()[3], 1);
-    }
 
     #[test]
     fn a_strided_shape_spans_its_gaps() {

@@ -6,10 +6,12 @@ use std::ffi::{CString, c_char, c_void};
 use std::sync::OnceLock;
 
 use phos_protocol::cudnn::{self, CudnnStatus, FunctionId as F, PhosCudnnGetVersionsRequest};
+use phos_protocol::dnn;
 
 use super::known;
 use super::rt;
 use super::stubs::HandWritten;
+use super::tensors;
 
 /// cuDNN's version where the server cannot be asked (no router): the cuDNN of the headers the
 /// spec was written from (9.28.0), as cudnnGetVersion encodes it (major * 10000 + minor * 100
@@ -39,6 +41,29 @@ fn status_names() -> &'static Vec<(i32, CString)> {
     NAMES.get_or_init(|| {
         cudnn::ERRORS.iter().filter_map(|e| Some((i32::try_from(e.code).ok()?, CString::new(e.name).ok()?))).collect()
     })
+}
+
+/// The ints of a setter's arrays, `nb_dims` each: `None` where the generated path refuses the
+/// call (a count cuDNN refuses, a null array) or answers it (so the server's status is the
+/// call's).
+///
+/// # Safety
+/// Each array must hold `nb_dims` ints, or be null.
+unsafe fn int_arrays<const N: usize>(nb_dims: i32, arrays: [*const i32; N]) -> Option<[Vec<i32>; N]> {
+    let n = usize::try_from(nb_dims).ok().filter(|&n| n <= phos_protocol::dnn::DIM_MAX)?;
+    if arrays.iter().any(|a| a.is_null()) {
+        return None;
+    }
+    Some(arrays.map(|a| {
+        // SAFETY: `a` holds `n` ints (this function's contract), checked for null; read as
+        // bytes, since the program's ints need not be aligned.
+        let ints = unsafe { std::slice::from_raw_parts(a.cast::<[u8; 4]>(), n) };
+        ints.iter().map(|b| i32::from_ne_bytes(*b)).collect()
+    }))
+}
+
+fn int_bytes(values: &[i32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
 /// The implementation of [`HandWritten`].
@@ -131,7 +156,93 @@ impl HandWritten for Hand {
 
     unsafe fn forget_tensor_descriptor(tensor_desc: *mut c_void) -> Option<Result<(), CudnnStatus>> {
         known::forget(tensor_desc as u64);
-        None
+        // A known one goes to the pool (or is destroyed) without waiting.
+        tensors::destroy(tensor_desc as u64)
+    }
+
+    unsafe fn tensor_create(tensor_desc: *mut *mut c_void) -> Option<Result<(), CudnnStatus>> {
+        tensors::create(tensor_desc)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tensor_get_4d(
+        desc: *mut c_void,
+        data_type: *mut i32,
+        n: *mut i32,
+        c: *mut i32,
+        h: *mut i32,
+        w: *mut i32,
+        n_stride: *mut i32,
+        c_stride: *mut i32,
+        h_stride: *mut i32,
+        w_stride: *mut i32,
+    ) -> Option<Result<(), CudnnStatus>> {
+        let outs = [data_type, n, c, h, w, n_stride, c_stride, h_stride, w_stride];
+        if outs.iter().any(|p| p.is_null()) {
+            // The generated path refuses it.
+            return None;
+        }
+        // As the server answers: a descriptor with no shape, or not of 4 dimensions, is
+        // BAD_PARAM.
+        const NAME: &str = "cudnnGetTensor4dDescriptor";
+        let shape = match tensors::shape_or_refuse(NAME, "the descriptor", desc as u64)? {
+            Ok(s) => s,
+            Err(status) => return Some(Err(status)),
+        };
+        if shape.dims.len() != 4 {
+            let why = format!("{} dimensions, not 4", shape.dims.len());
+            return Some(Err(tensors::refuse(NAME, desc as u64, CudnnStatus::BAD_PARAM, &why)));
+        }
+        let values =
+            [shape.data_type].into_iter().chain(shape.dims.iter().copied()).chain(shape.strides.iter().copied());
+        for (out, v) in outs.into_iter().zip(values) {
+            // SAFETY: the caller's out parameters (cuDNN's contract), checked for null.
+            unsafe { out.write_unaligned(v) };
+        }
+        Some(Ok(()))
+    }
+
+    unsafe fn tensor_get_nd(
+        desc: *mut c_void,
+        nb_dims_requested: i32,
+        data_type: *mut i32,
+        nb_dims: *mut i32,
+        dim_a: *mut i32,
+        stride_a: *mut i32,
+    ) -> Option<Result<(), CudnnStatus>> {
+        let room = usize::try_from(nb_dims_requested).ok().filter(|&r| r <= phos_protocol::dnn::DIM_MAX)?;
+        if data_type.is_null() || nb_dims.is_null() {
+            // The generated path refuses it.
+            return None;
+        }
+        let shape = match tensors::shape_or_refuse("cudnnGetTensorNdDescriptor", "the descriptor", desc as u64)? {
+            Ok(s) => s,
+            Err(status) => return Some(Err(status)),
+        };
+        // SAFETY: the caller's out parameters (cuDNN's contract), checked for null; `dim_a`
+        // and `stride_a` hold `nb_dims_requested` ints or are null (written as the server's
+        // reply is: `room` ints, zero beyond the descriptor's dimensions).
+        unsafe { data_type.write_unaligned(shape.data_type) };
+        // SAFETY: as above.
+        unsafe { nb_dims.write_unaligned(shape.dims.len() as i32) };
+        // SAFETY: as above.
+        unsafe { tensors::write_ints(dim_a, &shape.dims, room) };
+        // SAFETY: as above.
+        unsafe { tensors::write_ints(stride_a, &shape.strides, room) };
+        Some(Ok(()))
+    }
+
+    unsafe fn tensor_get_size(desc: *mut c_void, size: *mut usize) -> Option<Result<(), CudnnStatus>> {
+        if size.is_null() {
+            return None;
+        }
+        let shape = match tensors::shape_or_refuse("cudnnGetTensorSizeInBytes", "the descriptor", desc as u64)? {
+            Ok(s) => s,
+            Err(status) => return Some(Err(status)),
+        };
+        // SAFETY: the caller's out parameter, checked for null.
+        unsafe { size.write_unaligned(phos_protocol::dnn::span_bytes(&shape) as usize) };
+        Some(Ok(()))
     }
 
     unsafe fn forget_filter_descriptor(filter_desc: *mut c_void) -> Option<Result<(), CudnnStatus>> {
@@ -171,66 +282,144 @@ impl HandWritten for Hand {
 
     unsafe fn note_tensor_4d(
         desc: *mut c_void,
-        _format: i32,
+        format: i32,
         data_type: i32,
-        _n: i32,
-        _c: i32,
-        _h: i32,
-        _w: i32,
+        n: i32,
+        c: i32,
+        h: i32,
+        w: i32,
     ) -> Option<Result<(), CudnnStatus>> {
-        known::note_tensor_type(desc as u64, data_type);
+        const NAME: &str = "cudnnSetTensor4dDescriptor";
+        let d = desc as u64;
+        let shape = dnn::checked_format_shape(format, data_type, &[n, c, h, w]);
+        let send = || {
+            let req =
+                cudnn::CudnnSetTensor4dDescriptorRequest { tensorDesc: d, format, dataType: data_type, n, c, h, w };
+            crate::runtime::call_async(&req)
+        };
+        if let Some(r) = tensors::set(NAME, d, shape, send) {
+            return Some(r);
+        }
+        known::note_tensor_type(d, data_type);
         None
     }
 
     unsafe fn note_tensor_4d_ex(
         desc: *mut c_void,
         data_type: i32,
-        _n: i32,
-        _c: i32,
-        _h: i32,
-        _w: i32,
-        _n_stride: i32,
-        _c_stride: i32,
-        _h_stride: i32,
-        _w_stride: i32,
+        n: i32,
+        c: i32,
+        h: i32,
+        w: i32,
+        n_stride: i32,
+        c_stride: i32,
+        h_stride: i32,
+        w_stride: i32,
     ) -> Option<Result<(), CudnnStatus>> {
-        known::note_tensor_type(desc as u64, data_type);
+        const NAME: &str = "cudnnSetTensor4dDescriptorEx";
+        let d = desc as u64;
+        let strides = [n_stride, c_stride, h_stride, w_stride];
+        let shape = dnn::checked_shape(data_type, &[n, c, h, w], &strides);
+        let send = || {
+            let req = cudnn::CudnnSetTensor4dDescriptorExRequest {
+                tensorDesc: d,
+                dataType: data_type,
+                n,
+                c,
+                h,
+                w,
+                nStride: n_stride,
+                cStride: c_stride,
+                hStride: h_stride,
+                wStride: w_stride,
+            };
+            crate::runtime::call_async(&req)
+        };
+        if let Some(r) = tensors::set(NAME, d, shape, send) {
+            return Some(r);
+        }
+        known::note_tensor_type(d, data_type);
         None
     }
 
     unsafe fn note_tensor_nd(
         desc: *mut c_void,
         data_type: i32,
-        _nb_dims: i32,
-        _dims: *const i32,
-        _strides: *const i32,
+        nb_dims: i32,
+        dims: *const i32,
+        strides: *const i32,
     ) -> Option<Result<(), CudnnStatus>> {
-        known::note_tensor_type(desc as u64, data_type);
+        const NAME: &str = "cudnnSetTensorNdDescriptor";
+        let d = desc as u64;
+        // SAFETY: `dims` and `strides` hold `nb_dims` ints (cuDNN's contract for the caller).
+        if let Some([dims, strides]) = unsafe { int_arrays(nb_dims, [dims, strides]) } {
+            let shape = dnn::checked_shape(data_type, &dims, &strides);
+            let send = || {
+                let (dim_bytes, stride_bytes) = (int_bytes(&dims), int_bytes(&strides));
+                let req = cudnn::CudnnSetTensorNdDescriptorRequest {
+                    tensorDesc: d,
+                    dataType: data_type,
+                    nbDims: nb_dims,
+                    dimA: &dim_bytes,
+                    strideA: &stride_bytes,
+                };
+                crate::runtime::call_async(&req)
+            };
+            if let Some(r) = tensors::set(NAME, d, shape, send) {
+                return Some(r);
+            }
+        }
+        known::note_tensor_type(d, data_type);
         None
     }
 
     unsafe fn note_tensor_nd_ex(
         desc: *mut c_void,
-        _format: i32,
+        format: i32,
         data_type: i32,
-        _nb_dims: i32,
-        _dims: *const i32,
+        nb_dims: i32,
+        dims: *const i32,
     ) -> Option<Result<(), CudnnStatus>> {
-        known::note_tensor_type(desc as u64, data_type);
+        const NAME: &str = "cudnnSetTensorNdDescriptorEx";
+        let d = desc as u64;
+        // SAFETY: `dims` holds `nb_dims` ints (cuDNN's contract for the caller).
+        if let Some([dims]) = unsafe { int_arrays(nb_dims, [dims]) } {
+            let shape = dnn::checked_format_shape(format, data_type, &dims);
+            let send = || {
+                let dim_bytes = int_bytes(&dims);
+                let req = cudnn::CudnnSetTensorNdDescriptorExRequest {
+                    tensorDesc: d,
+                    format,
+                    dataType: data_type,
+                    nbDims: nb_dims,
+                    dimA: &dim_bytes,
+                };
+                crate::runtime::call_async(&req)
+            };
+            if let Some(r) = tensors::set(NAME, d, shape, send) {
+                return Some(r);
+            }
+        }
+        known::note_tensor_type(d, data_type);
         None
     }
 
-    unsafe fn note_derived_bn(
-        derived: *mut c_void,
-        x_desc: *mut c_void,
-        _mode: i32,
-    ) -> Option<Result<(), CudnnStatus>> {
-        known::note_derived(derived as u64, x_desc as u64);
+    unsafe fn note_derived_bn(derived: *mut c_void, x_desc: *mut c_void, mode: i32) -> Option<Result<(), CudnnStatus>> {
+        let (d, x) = (derived as u64, x_desc as u64);
+        if let Some(shape) = tensors::derived(d, x, mode) {
+            let send = || {
+                let req = cudnn::CudnnDeriveBNTensorDescriptorRequest { derivedBnDesc: d, xDesc: x, mode };
+                crate::runtime::call_async(&req)
+            };
+            return tensors::set("cudnnDeriveBNTensorDescriptor", d, shape, send);
+        }
+        known::note_derived(d, x);
         None
     }
 
     fn apply_tensor_note() {
         known::apply_tensor_note();
+        tensors::apply_create();
     }
 
     unsafe fn note_finalize(desc: *mut c_void) -> Option<Result<(), CudnnStatus>> {
@@ -391,6 +580,55 @@ impl HandWritten for Hand {
     ) -> Option<Result<(), CudnnStatus>> {
         known::invalidate(desc as u64);
         None
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn bn_forward_workspace_known(
+        handle: *mut c_void,
+        mode: i32,
+        bn_ops: i32,
+        x_desc: *mut c_void,
+        z_desc: *mut c_void,
+        y_desc: *mut c_void,
+        bn_desc: *mut c_void,
+        activation_desc: *mut c_void,
+        size: *mut usize,
+    ) -> Option<Result<(), CudnnStatus>> {
+        let tensors = [x_desc, z_desc, y_desc, bn_desc].map(|d| d as u64);
+        tensors::sizes::ask(187, handle as u64, [mode, bn_ops], &tensors, activation_desc as u64, size)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn bn_backward_workspace_known(
+        handle: *mut c_void,
+        mode: i32,
+        bn_ops: i32,
+        x_desc: *mut c_void,
+        y_desc: *mut c_void,
+        dy_desc: *mut c_void,
+        dz_desc: *mut c_void,
+        dx_desc: *mut c_void,
+        dbn_desc: *mut c_void,
+        activation_desc: *mut c_void,
+        size: *mut usize,
+    ) -> Option<Result<(), CudnnStatus>> {
+        let tensors = [x_desc, y_desc, dy_desc, dz_desc, dx_desc, dbn_desc].map(|d| d as u64);
+        tensors::sizes::ask(186, handle as u64, [mode, bn_ops], &tensors, activation_desc as u64, size)
+    }
+
+    unsafe fn bn_reserve_known(
+        handle: *mut c_void,
+        mode: i32,
+        bn_ops: i32,
+        activation_desc: *mut c_void,
+        x_desc: *mut c_void,
+        size: *mut usize,
+    ) -> Option<Result<(), CudnnStatus>> {
+        tensors::sizes::ask(188, handle as u64, [mode, bn_ops], &[x_desc as u64], activation_desc as u64, size)
+    }
+
+    fn keep_size() {
+        tensors::sizes::keep();
     }
 
     fn apply_finalize() {

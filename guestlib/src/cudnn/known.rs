@@ -112,6 +112,11 @@ pub fn note_stream(handle: u64, stream: u64) {
     with(|t| t.streams.insert(handle, stream));
 }
 
+/// A tensor setter sent without waiting sets `desc`'s type (checked by the guest).
+pub fn set_type(desc: u64, data_type: i32) {
+    with(|t| t.types.insert(desc, data_type));
+}
+
 /// cudnnDataType_t: float, double, half, bfloat16.
 const DATA_FLOAT: i32 = 0;
 const DATA_DOUBLE: i32 = 1;

@@ -6,6 +6,7 @@
 pub mod hand;
 mod known;
 pub mod rt;
+mod tensors;
 
 /// The spec-generated exports (`cudnnCreate`, `cudnnBackendSetAttribute`, ...) and the trait
 /// of hand-written pieces they call.

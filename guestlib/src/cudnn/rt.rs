@@ -54,6 +54,10 @@ pub fn unsupported(id: FunctionId) -> i32 {
 /// of its pointers are NULL), the descriptors among them, and the variant packs it names.
 pub trait Keyed {
     fn key(&self) -> (Vec<u64>, Vec<u64>, Vec<u64>);
+    /// A tensor descriptor's setter or destruction: the guest sends it without waiting from
+    /// its fast path where it knows the descriptor (`tensors`); what reaches the generated
+    /// path names one it does not know, and waits.
+    const WAITS_HERE: bool = false;
 }
 
 /// A value of a key.
@@ -89,16 +93,59 @@ impl KeyValue for f64 {
 /// key) has succeeded since its descriptors were last set (`known`), else synchronously, which
 /// proves it (a failure is then the call's own status, as on cuDNN). A failure of an async
 /// call is returned by the next synchronous call of cuDNN on the handle (`FLAG_DEFERRED`).
+///
+/// A known tensor descriptor with a shape is named in the key by its shape (`tensors`), so a
+/// fresh descriptor with the contents of a proven one (PyTorch makes them for every call) is
+/// proven too; its setters need not forget the key, which no longer matches once the shape
+/// changes. Every other descriptor is named by its handle, and forgets what it was proven in
+/// when it is set or destroyed.
 pub fn call_deferred<R: RemoteCall + Keyed>(req: &R, handle: u64) -> Result<(), R::Status> {
-    let (mut key, descriptors, packs) = req.key();
-    key.splice(0..0, [u64::from(R::FUNCTION.id()), handle]);
+    if R::WAITS_HERE {
+        return runtime::call(req).map(|_| ());
+    }
+    let (values, descriptors, packs) = req.key();
+    let mut key = Vec::with_capacity(values.len() + 16);
+    key.extend([u64::from(R::FUNCTION.id()), handle]);
+    let mut by_handle = Vec::with_capacity(descriptors.len());
+    for (i, v) in values.into_iter().enumerate() {
+        match (i < descriptors.len()).then(|| super::tensors::content_key(v)).flatten() {
+            Some(contents) => key.extend(contents),
+            None => {
+                key.push(v);
+                if i < descriptors.len() {
+                    by_handle.push(v);
+                }
+            }
+        }
+    }
     if known::proven(&key, &packs) {
         return runtime::call_deferred(req, handle);
     }
     runtime::call_proving(req, handle)?;
-    known::note_proven(key, &descriptors);
+    known::note_proven(key, &by_handle);
     Ok(())
 }
+
+/// The tensor setters and destruction: their async ids are sent by the guest's fast path.
+macro_rules! waits_here {
+    ($($req:ident $(<$lt:lifetime>)?),*) => {
+        $(impl Keyed for wire::$req $(<$lt>)? {
+            fn key(&self) -> (Vec<u64>, Vec<u64>, Vec<u64>) {
+                (Vec::new(), Vec::new(), Vec::new())
+            }
+            const WAITS_HERE: bool = true;
+        })*
+    };
+}
+
+waits_here!(
+    CudnnSetTensor4dDescriptorRequest,
+    CudnnSetTensor4dDescriptorExRequest,
+    CudnnSetTensorNdDescriptorRequest<'_>,
+    CudnnSetTensorNdDescriptorExRequest<'_>,
+    CudnnDeriveBNTensorDescriptorRequest,
+    CudnnDestroyTensorDescriptorRequest
+);
 
 /// Each request with an async id: its descriptors, its other values, the pointers whose
 /// NULL-ness counts, and its variant packs.
