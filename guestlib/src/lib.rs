@@ -28,6 +28,7 @@ pub mod cusparse;
 pub mod hostmem;
 pub mod log;
 pub mod nvml;
+mod pid;
 pub mod profile;
 pub mod registry;
 pub mod runtime;
