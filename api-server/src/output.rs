@@ -51,8 +51,16 @@ unsafe extern "C" {
 /// pipe itself has everything printed before it, with no hand-over between threads on the
 /// call path. A thread keeps the pipe from filling up between drains.
 pub struct StdoutCapture {
-    data: Mutex<Vec<u8>>,
+    data: Mutex<Captured>,
     pipe: std::fs::File,
+}
+
+/// What was read from the pipe, and the buffer reads go through: made once, because a
+/// drain runs at every synchronising call (each small `cudaMemcpy`), where zeroing a fresh
+/// 64 KiB buffer on the stack cost more than the (empty) read itself.
+struct Captured {
+    data: Vec<u8>,
+    buf: Box<[u8]>,
 }
 
 impl StdoutCapture {
@@ -84,7 +92,8 @@ impl StdoutCapture {
         unsafe { libc::close(fds[1]) };
         // SAFETY: the reading end, just made, owned by nothing else.
         let pipe = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fds[0]) });
-        let capture = Arc::new(StdoutCapture { data: Mutex::new(Vec::new()), pipe });
+        let captured = Captured { data: Vec::new(), buf: vec![0u8; 64 << 10].into_boxed_slice() };
+        let capture = Arc::new(StdoutCapture { data: Mutex::new(captured), pipe });
         let c = capture.clone();
         std::thread::Builder::new().name("phos-stdout".into()).spawn(move || {
             use std::os::fd::AsRawFd;
@@ -100,18 +109,18 @@ impl StdoutCapture {
                 if pfd.revents & libc::POLLIN == 0 && pfd.revents & (libc::POLLHUP | libc::POLLERR) != 0 {
                     break;
                 }
-                let mut data = c.data.lock();
-                c.read_available(&mut data);
+                let mut captured = c.data.lock();
+                c.read_available(&mut captured);
             }
         })?;
         Ok((capture, original))
     }
 
     /// Move what the pipe holds into `data` (called with the lock held).
-    fn read_available(&self, data: &mut Vec<u8>) {
-        let mut buf = [0u8; 64 << 10];
+    fn read_available(&self, captured: &mut Captured) {
+        let Captured { data, buf } = captured;
         loop {
-            match (&self.pipe).read(&mut buf) {
+            match (&self.pipe).read(buf) {
                 Ok(0) => return,
                 Ok(n) => data.extend_from_slice(&buf[..n]),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -129,8 +138,8 @@ impl StdoutCapture {
         let stream = unsafe { stdout };
         // SAFETY: that stream lives as long as the process.
         unsafe { libc::fflush(stream) };
-        let mut data = self.data.lock();
-        self.read_available(&mut data);
-        std::mem::take(&mut *data)
+        let mut captured = self.data.lock();
+        self.read_available(&mut captured);
+        std::mem::take(&mut captured.data)
     }
 }

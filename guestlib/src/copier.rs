@@ -54,10 +54,10 @@ fn pool() -> Option<&'static Pool> {
                 }
                 workers.push(Mutex::new(tx));
             }
-            (!workers.is_empty()).then(|| Pool { workers, pid: std::process::id() })
+            (!workers.is_empty()).then(|| Pool { workers, pid: crate::pid::current() })
         })
         .as_ref()?;
-    (pool.pid == std::process::id()).then_some(pool)
+    (pool.pid == crate::pid::current()).then_some(pool)
 }
 
 /// Copy `len` bytes from `src` to `dst` (which do not overlap), on several threads when it is
@@ -66,6 +66,12 @@ fn pool() -> Option<&'static Pool> {
 /// # Safety
 /// As `std::ptr::copy_nonoverlapping`.
 pub unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) {
+    if len < 2 * MIN_PART {
+        // One part: on this thread, without looking for the pool (a small copy's path).
+        // SAFETY: this function's contract is `copy_nonoverlapping`'s.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+        return;
+    }
     let pool = pool();
     let parts = (len / MIN_PART).min(pool.map_or(1, |p| p.workers.len() + 1));
     let Some(pool) = pool.filter(|_| parts > 1) else {

@@ -89,7 +89,7 @@ fn arena() -> Option<&'static Arena> {
             match host_arena::create(bytes).and_then(Mapping::at_base) {
                 Ok(mapping) => {
                     ARENA_END.store(BASE + mapping.len(), Ordering::Relaxed);
-                    Some(Arena { mapping, pid: std::process::id() })
+                    Some(Arena { mapping, pid: crate::pid::current() })
                 }
                 Err(e) => {
                     tracing::info!("no pinned arena ({e}); page-locked memory is copied through the channel");
@@ -98,7 +98,7 @@ fn arena() -> Option<&'static Arena> {
             }
         })
         .as_ref()?;
-    (a.pid == std::process::id()).then_some(a)
+    (a.pid == crate::pid::current()).then_some(a)
 }
 
 /// The arena file and its size, for a channel that moves to shared memory.

@@ -29,6 +29,7 @@ pub mod hostmem;
 mod live;
 pub mod log;
 pub mod nvml;
+mod pid;
 pub mod profile;
 pub mod registry;
 pub mod runtime;

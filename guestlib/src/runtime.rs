@@ -505,7 +505,7 @@ fn connect_tcp(addr: &str, in_vm: bool, handle: &mut Option<std::net::TcpStream>
 
 fn open_channel_once() -> Result<Channel, Opened> {
     crate::log::init();
-    let pid = std::process::id();
+    let pid = crate::pid::current();
     // Holding the lock while the first channel handshakes makes concurrent first calls from
     // several threads join one session instead of opening several.
     let mut guard = SESSION.lock().unwrap_or_else(|p| p.into_inner());
@@ -665,7 +665,7 @@ fn with_channel<T>(f: impl FnOnce(&mut Channel) -> Result<T, Failure>) -> Result
     let mut f = Some(f);
     let on_thread = CHANNEL.try_with(|cell| {
         let mut slot = cell.borrow_mut();
-        let pid = std::process::id();
+        let pid = crate::pid::current();
         if slot.as_ref().is_some_and(|c| c.session.pid != pid) {
             // Inherited across fork: the socket belongs to the parent's session.
             slot.take();
@@ -688,7 +688,7 @@ fn with_channel<T>(f: impl FnOnce(&mut Channel) -> Result<T, Failure>) -> Result
 pub fn session() -> Result<Arc<Session>, Failure> {
     set_driver_initialized();
     if let Some(s) = SESSION.lock().unwrap_or_else(|p| p.into_inner()).as_ref()
-        && s.pid == std::process::id()
+        && s.pid == crate::pid::current()
     {
         return Ok(s.clone());
     }
@@ -703,7 +703,7 @@ pub fn session_ended() -> bool {
 
 /// The session if one is open (never connects).
 pub fn session_if_open() -> Option<Arc<Session>> {
-    SESSION.lock().unwrap_or_else(|p| p.into_inner()).as_ref().filter(|s| s.pid == std::process::id()).cloned()
+    SESSION.lock().unwrap_or_else(|p| p.into_inner()).as_ref().filter(|s| s.pid == crate::pid::current()).cloned()
 }
 
 /// Why a call did not complete on the channel it was sent on.
@@ -1014,10 +1014,13 @@ pub unsafe fn staged_copy(
         phos_protocol::encode_reply(&req, &mut request);
         let call_id = NEXT_CALL_ID.fetch_add(1, Ordering::Relaxed);
         let slot = st.slot_bytes();
-        let spin = phos_protocol::shm::default_spin();
+        // This thread waits for the call either way: it spins on the counts as it would on
+        // the answer (PHOS_SYNC_SPIN_US), rather than sleep after PHOS_SPIN_US while the
+        // server moves a chunk and be woken for each.
+        let spin = *SYNC_SPIN.get_or_init(phos_protocol::shm::default_sync_spin);
         let n = phos_protocol::staging::chunks(count as u64, slot) as u32;
         // Device to host in one chunk without spinning waiters: the answer first, then the data.
-        let answer_first = !h2d && n == 1 && spin.is_zero();
+        let answer_first = !h2d && n == 1 && phos_protocol::shm::default_spin().is_zero();
         // Wait for the other side's count; a frame arriving meanwhile is looked at: the
         // answers to earlier async calls are taken in, and this call's own answer (the
         // server or the router refused the copy) ends the copy at once.

@@ -827,7 +827,19 @@ impl CudartService for Session {
             b.pin_shared(addr, len);
         }
         let slot = st.slot_bytes() as u64;
-        let spin = phos_protocol::shm::default_spin();
+        // The guest's thread waits for this call's answer, spinning (PHOS_SYNC_SPIN_US): so
+        // does this one for the guest's counts, rather than sleep after PHOS_SPIN_US while the
+        // guest copies a chunk and be woken (a futex wake-up) for each.
+        let spin = phos_protocol::shm::default_sync_spin();
+        // `cudaMemcpy`'s copies (the legacy stream): one synchronous driver copy a chunk, as
+        // the runtime makes, where an async copy and a stream synchronisation are two calls
+        // into the driver and two of its locks. A copy on another stream waits for that
+        // stream's work before it, so it is queued there and the stream synchronised.
+        let on_stream = (!matches!(stream, StreamRef::Legacy)).then_some(stream);
+        let copy = |device: u64, host: u64, len: u64| match on_stream {
+            Some(s) => b.memcpy_registered(device, host, len, h2d, Some(s)).and_then(|_| b.stream_synchronize(s)),
+            None => b.memcpy_registered(device, host, len, h2d, None),
+        };
         let gave_up = |e: phos_protocol::staging::StagingError| {
             crate::guest_warn!(self.id, "staged copy: {e}");
             st.abort();
@@ -844,17 +856,13 @@ impl CudartService for Session {
             let failed = if h2d {
                 st.wait(Count::Filled, seq, seq.wrapping_add(k + 1), spin).map_err(gave_up)?;
                 // The slot is reused two chunks on: this chunk must be on the device first.
-                b.memcpy_registered(req.device + at, host, len as u64, true, Some(stream))
-                    .and_then(|_| b.stream_synchronize(stream))
-                    .err()
+                copy(req.device + at, host, len as u64).err()
             } else {
                 if k >= 2 {
                     st.wait(Count::Drained, seq, seq.wrapping_add(k - 1), spin).map_err(gave_up)?;
                 }
                 // Done before the chunk is counted filled: the guest reads it then.
-                b.memcpy_registered(req.device + at, host, len as u64, false, Some(stream))
-                    .and_then(|_| b.stream_synchronize(stream))
-                    .err()
+                copy(req.device + at, host, len as u64).err()
             };
             if let Some(e) = failed {
                 st.abort();
