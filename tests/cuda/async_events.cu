@@ -1,8 +1,11 @@
 // Event records, waits on events and graph launches return before they run, as in CUDA (Phos
 // sends one without waiting once the same call has succeeded). The order they give work
 // across streams, what cudaEventQuery and cudaEventSynchronize answer, and the errors the
-// calls themselves return (a destroyed event, stream or executable graph, bad flags, a wait
-// a stream capture refuses) must still be CUDA's.
+// calls themselves return (bad flags, a wait a stream capture refuses) must still be CUDA's.
+// (A call on a destroyed event, stream or executable graph is not made: natively it is
+// undefined, and CUDA 13 on an H100/H200 ends the process in cudaEventRecord; Phos's answer,
+// cudaErrorInvalidResourceHandle from the call even after the same call went without waiting,
+// is checked by guestlib's unit tests of `live.rs`.)
 #include "check.h"
 
 __global__ void step(unsigned *x, unsigned k) { *x = *x * 3u + k; }
@@ -72,9 +75,6 @@ int main() {
     CHECK(cudaEventRecordWithFlags(gone, a, 0));
     CHECK(cudaEventSynchronize(gone));
     CHECK(cudaEventDestroy(gone));
-    say("record of a destroyed event", cudaEventRecord(gone, a));
-    say("record with flags of a destroyed event", cudaEventRecordWithFlags(gone, a, 0));
-    say("wait on a destroyed event", cudaStreamWaitEvent(b, gone, 0));
     say("wait with bad flags", cudaStreamWaitEvent(b, ea, 0x10));
     say("record with bad flags", cudaEventRecordWithFlags(ea, a, 0x10));
 
@@ -86,8 +86,6 @@ int main() {
     CHECK(cudaEventRecord(eb, c));
     CHECK(cudaStreamSynchronize(c));
     CHECK(cudaStreamDestroy(c));
-    say("wait of a destroyed stream", cudaStreamWaitEvent(c, ea, 0));
-    say("record on a destroyed stream", cudaEventRecord(eb, c));
 
     // A graph of one step, launched twice (the second launch goes without waiting), then
     // destroyed.
@@ -107,7 +105,6 @@ int main() {
     EXPECT(got == want);
     std::printf("two graph launches: %u\n", got);
     CHECK(cudaGraphExecDestroy(exec));
-    say("launch of a destroyed executable graph", cudaGraphLaunch(exec, a));
     CHECK(cudaGraphDestroy(g));
 
     // 4. In a capture the same calls are the capture's: a capturing stream may not wait on an

@@ -2,9 +2,11 @@
 // made, set, read back and destroyed again for each call, many times over. Each step makes
 // fresh descriptors (4d, 4d with strides, Nd, Nd with a format, derived), reads them back,
 // normalises a batch with them (checked against a host reference) and destroys them; the
-// shapes cuDNN 9 documents as refused (negative dimensions or strides, an unknown type or
+// shapes cuDNN 9 documents as refused (negative dimensions, an unknown type or
 // format, more than CUDNN_DIM_MAX dimensions, more than 2 Giga-elements) are refused with
-// cuDNN's status on descriptors of every age, and leave them as they were.
+// cuDNN's status on descriptors of every age, and (but the last) leave them as they were.
+// (Negative strides, which cuDNN 9 takes in a setter, are refused by Phos: see
+// docs/architecture.md, "cuDNN's legacy descriptors".)
 #if __has_include(<cudnn.h>)
 #include <cudnn.h>
 #else
@@ -110,18 +112,20 @@ static void refused(cudnnTensorDescriptor_t d, const char *age) {
         std::printf("%s descriptor, %s -> %s\n", age, what, cudnnGetErrorString(s));
     };
     say("negative batch", cudnnSetTensor4dDescriptor(d, fmt(FORMAT_NCHW), f32(), -1, C, H, W));
-    say("negative stride", cudnnSetTensor4dDescriptorEx(d, f32(), N, C, H, W, -1, H * W, W, 1));
     say("unknown data type", cudnnSetTensor4dDescriptor(d, fmt(FORMAT_NCHW), (cudnnDataType_t)99, N, C, H, W));
     say("unknown format", cudnnSetTensor4dDescriptor(d, fmt(9), f32(), N, C, H, W));
     int dims[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1}, strides[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
     say("nine dimensions", cudnnSetTensorNdDescriptor(d, f32(), 9, dims, strides));
-    int big[4] = {65536, 65536, 1, 1};
-    say("2^32 elements", cudnnSetTensorNdDescriptorEx(d, fmt(FORMAT_NCHW), f32(), 4, big));
     // Nothing changed: it still has the shape it had.
     cudnnDataType_t t;
     int n, c, h, w, ns, cs, hs, ws;
     DNN(cudnnGetTensor4dDescriptor(d, &t, &n, &c, &h, &w, &ns, &cs, &hs, &ws));
     std::printf("%s descriptor still %d %d %d %d, strides %d %d %d %d\n", age, n, c, h, w, ns, cs, hs, ws);
+    // Past 2 Giga-elements: refused, but cuDNN 9 keeps the dimensions given (what the
+    // descriptor holds then is not documented, so it is set again before any use).
+    int big[4] = {65536, 65536, 1, 1};
+    say("2^32 elements", cudnnSetTensorNdDescriptorEx(d, fmt(FORMAT_NCHW), f32(), 4, big));
+    DNN(cudnnSetTensor4dDescriptor(d, fmt(FORMAT_NHWC), f32(), N, C, H, W));
 }
 
 int main(int argc, char **argv) {

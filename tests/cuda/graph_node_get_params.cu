@@ -1,4 +1,4 @@
-// Needs CUDA 13.0 (cudaGraphNodeGetParams): tests/e2e/programs.rs lists it in NEEDS_NEWER_CUDA.
+// Needs CUDA 13.1 (cudaGraphNodeGetParams: not in the headers of CUDA 13.0): tests/e2e/programs.rs lists it in NEEDS_NEWER_CUDA.
 // cudaGraphNodeGetParams on a node of each type Phos makes (kernel, memset, copy, host, child
 // graph, empty, event record and wait, memory allocation and free): the type and the fields
 // the node was made with; CUDA's answer for a missing struct. Checks its own results; prints
