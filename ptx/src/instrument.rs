@@ -206,7 +206,9 @@ impl<'a> Rewriter<'a> {
         let mut out = f.clone();
         if f.kind == FunctionKind::Entry {
             let size = crate::signature_of(f).size;
-            if size.next_multiple_of(8) + 8 > MAX_PARAM_BYTES {
+            // A hostile module may declare parameters whose size nears the integer's limit.
+            let with_slot = size.checked_next_multiple_of(8).and_then(|s| s.checked_add(8));
+            if with_slot.is_none_or(|s| s > MAX_PARAM_BYTES) {
                 return Err(InstrumentError::ParamsTooLarge { kernel: f.name.clone(), size });
             }
         }
@@ -483,4 +485,22 @@ impl<'a> Rewriter<'a> {
 fn is_uncheckable_store(i: &Instruction) -> bool {
     let words = |w: &str| i.modifiers.iter().any(|m| matches!(m, Modifier::Other(x) if x == w));
     i.opcode == "multimem" || (i.opcode == "cp" && words("tensor") && space_of(i) == Some(StateSpace::Global))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hostile module's parameters may declare a size near the integer's limit: refused as
+    /// too large, not an overflow (found by the ptx_parse fuzzer).
+    #[test]
+    fn parameters_sized_near_the_limit_are_refused() {
+        let ptx = ".version 7.8\n.target sm_70\n.address_size 64\n\
+                   .visible .entry k(\n\t.param .u64 p[4294967296][4294967296]\n)\n{\n\tret;\n}\n";
+        let module = crate::parse(ptx).expect("parses");
+        match checked_twin(&module) {
+            Err(InstrumentError::ParamsTooLarge { kernel, .. }) => assert_eq!(kernel, "k"),
+            other => panic!("expected ParamsTooLarge, got {:?}", other.map(|_| ())),
+        }
+    }
 }
