@@ -112,7 +112,8 @@ pub fn run(module: &phos_ptx::Module, config: &LaunchConfig) -> Option<Result<ex
         };
         let at = p.offset as usize;
         let n = (p.size as usize).min(8);
-        if let Some(dst) = params.get_mut(at..at + n) {
+        // A parameter's offset may be near the integer's limit (a hostile module's sizes).
+        if let Some(dst) = at.checked_add(n).and_then(|end| params.get_mut(at..end)) {
             dst.copy_from_slice(&value[..n]);
         }
     }
