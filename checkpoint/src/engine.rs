@@ -807,6 +807,31 @@ fn copy_out(
     })
 }
 
+/// What a restore's or a load's thread works with: its copier and two buffers, one being read
+/// into while the device copies out of the other.
+pub(crate) type Worker<'c> = (Box<dyn DeviceCopier + 'c>, Vec<HostBuffer>);
+
+/// `workers` threads' copiers and buffers of `largest` bytes (timed as the `what` threads').
+pub(crate) fn load_workers<'t, T: Rebuild + ?Sized>(
+    target: &'t T,
+    workers: usize,
+    largest: usize,
+    what: &str,
+) -> Result<Vec<Worker<'t>>, CrError> {
+    crate::timing::timed(
+        || format!("making {workers} {what} threads' copiers and {} buffers of {largest} bytes", 2 * workers),
+        || {
+            (0..workers)
+                .map(|_| {
+                    let copier = target.copier()?;
+                    let bufs = vec![copier.buffer(largest), copier.buffer(largest)];
+                    Ok((copier, bufs))
+                })
+                .collect()
+        },
+    )
+}
+
 /// A restore's copies on several threads, from a source's parallel reader: each worker has
 /// its own copier and two buffers, and reads and checks chunk k + 1 into one while the device
 /// copies chunk k out of the other ([`DeviceCopier::write_behind`]): the host's reading and
@@ -826,20 +851,8 @@ fn copy_in_parallel<T: Rebuild + ?Sized>(
     let largest = chunks.iter().map(|(_, c)| c.len as usize).max().unwrap_or(0).max(1);
     let stages = LoadStages::default();
     let started = Instant::now();
-    let mut states = Vec::with_capacity(workers);
-    crate::timing::timed(
-        || format!("making {workers} copy threads' copiers and {} buffers of {largest} bytes", 2 * workers),
-        || -> Result<(), CrError> {
-            for _ in 0..workers {
-                let copier = target.copier()?;
-                let bufs = vec![copier.buffer(largest), copier.buffer(largest)];
-                states.push((copier, bufs));
-            }
-            Ok(())
-        },
-    )?;
+    let states = load_workers(target, workers, largest, "copy")?;
     let next = AtomicUsize::new(0);
-    type Worker<'c> = (Box<dyn DeviceCopier + 'c>, Vec<HostBuffer>);
     let work = |(copier, free): &mut Worker<'_>| -> Result<bool, CrError> {
         let Some(&(region, c)) = chunks.get(next.fetch_add(1, Ordering::Relaxed)) else { return Ok(false) };
         if cancelled() {

@@ -121,18 +121,7 @@ pub fn load<T: Rebuild + ?Sized>(
     let workers = workers.clamp(1, plan.pieces.len().max(1));
     let stages = LoadStages::default();
     let started = Instant::now();
-    let mut states = Vec::with_capacity(workers);
-    crate::timing::timed(
-        || format!("making {workers} load threads' copiers and {} buffers of {largest} bytes", 2 * workers),
-        || -> Result<(), CrError> {
-            for _ in 0..workers {
-                let copier = target.copier()?;
-                let bufs = vec![copier.buffer(largest), copier.buffer(largest)];
-                states.push((copier, bufs));
-            }
-            Ok(())
-        },
-    )?;
+    let states = crate::engine::load_workers(target, workers, largest, "load")?;
     let failed = AtomicBool::new(false);
     let loaded = std::thread::scope(|scope| {
         let handles: Vec<_> = states
