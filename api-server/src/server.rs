@@ -325,6 +325,11 @@ impl ApiServer {
                 h.function = function;
                 payload = request;
             }
+            if h.kind == FrameKind::Withdrawn {
+                // The router refused this async call: barriers stop waiting for it.
+                session.async_calls.ran(h.call_id);
+                continue;
+            }
             if h.kind == FrameKind::Barrier {
                 self.barrier(channel, &payload);
                 let passed = UsageReport { barrier: true, ..Default::default() };

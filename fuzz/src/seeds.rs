@@ -775,6 +775,7 @@ fn frame_stream() -> Vec<u8> {
         phos_protocol::encode(&CudaMemsetAsyncRequest { devPtr: 0x6000_0000_0000, value: 1, count: 16, stream: 0 });
     frame(FrameKind::Call, FLAG_ASYNC, Some(CudaMemsetAsyncRequest::FUNCTION), 2, &memset);
     frame(FrameKind::Barrier, 0, None, 0, &2u64.to_le_bytes());
+    frame(FrameKind::Withdrawn, 0, None, 2, &[]);
     frame(FrameKind::Reply, 0, Some(CudaMallocRequest::FUNCTION), 1, &0x6000_0000_0000u64.to_le_bytes());
     let sync = phos_protocol::encode(&phos_protocol::cuda::CuStreamSynchronizeRequest { hStream: 0 });
     frame(FrameKind::Call, 0, Some(phos_protocol::cuda::CuStreamSynchronizeRequest::FUNCTION), 3, &sync);

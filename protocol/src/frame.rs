@@ -103,6 +103,12 @@ pub enum FrameKind {
     /// thread enqueued before another thread synchronises is part of what it waits for.
     /// No reply.
     Barrier = 8,
+    /// Router -> API server: the async call with this header's call id was refused by the
+    /// router (a quota or a policy) and answered there; it will never reach the server, so
+    /// a [`FrameKind::Barrier`] of another channel that already named it stops waiting for
+    /// it. Sent on the channel the call came on, in its place. No payload, no reply. Guests
+    /// never send one (the router ends a channel that does).
+    Withdrawn = 9,
 }
 
 impl FrameKind {
@@ -116,6 +122,7 @@ impl FrameKind {
             6 => FrameKind::Output,
             7 => FrameKind::Report,
             8 => FrameKind::Barrier,
+            9 => FrameKind::Withdrawn,
             _ => return None,
         })
     }

@@ -1419,6 +1419,15 @@ impl Router {
                         let is_async = h.flags & phos_protocol::frame::FLAG_ASYNC != 0;
                         if is_async {
                             session.refused_async(h.call_id);
+                            // A barrier of another channel may have named this call before
+                            // it was refused (and gone to the server unfiltered): tell the
+                            // server it will not come, in its place on this channel.
+                            let mut w = FrameHeader::new(FrameKind::Withdrawn);
+                            w.session = h.session;
+                            w.call_id = h.call_id;
+                            if server_w.send(&w, &[]).is_err() {
+                                break;
+                            }
                         }
                         let mut r = FrameHeader::new(FrameKind::Reply);
                         r.function = h.function;
@@ -1434,6 +1443,15 @@ impl Router {
                         continue;
                     }
                 }
+            }
+            if h.kind == FrameKind::Withdrawn {
+                guest_warn!(
+                    &session.tenant.0,
+                    session = session.id,
+                    "a withdrawal frame from the guest (only the router sends one)"
+                );
+                refuse_on(guest_w.lock().as_mut(), "malformed frame: a guest does not withdraw calls");
+                break;
             }
             if h.kind == FrameKind::Barrier {
                 let Some(ids) = session.filter_barrier(&buf) else {

@@ -644,3 +644,61 @@ fn usage_reaches_the_metrics_endpoint_and_phosctl_top() {
     let text = String::from_utf8_lossy(&top.stdout);
     assert!(text.contains("uid:0") && text.contains("3.0 MiB"), "{text}");
 }
+
+/// A barrier of one channel names an async call of another that the router then refuses (a
+/// quota): the router withdraws the call at the server, so the barrier's channel goes on at
+/// once instead of waiting out the server's barrier timeout for a call that never comes.
+#[test]
+fn a_barrier_naming_an_async_call_the_router_refuses_does_not_wait_for_it() {
+    use phos_protocol::frame::{FLAG_ASYNC, FLAG_REFUSED};
+    use phos_protocol::transport::Transport;
+    use phos_protocol::{FrameHeader, FrameKind};
+    let router = TestRouter::start_with("emu", |c| {
+        let t = tenant(c, "small", Some(64 << 20));
+        c.tenants = vec![t];
+    });
+    let socket = tenant_socket(&router, "small");
+    let mut a = RawGuest::connect(&socket, None).unwrap();
+    let mut b = RawGuest::connect(&socket, Some(a.welcome.token)).unwrap();
+    assert_eq!(a.welcome.session, b.welcome.session, "two channels of one session");
+    const REFUSED_CALL: u64 = 5000;
+    // Channel b waits for a's call 5000 (not refused yet, so the router forwards the id)...
+    let mut barrier = FrameHeader::new(FrameKind::Barrier);
+    barrier.session = b.welcome.session;
+    barrier.payload_len = 8;
+    b.transport.send(&barrier, &[&REFUSED_CALL.to_le_bytes()]).unwrap();
+    let started = Instant::now();
+    b.send_as(&CudaGetDeviceCountRequest {}, 6000, 0).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // ...which the router refuses: an allocation past the tenant's quota, sent async.
+    a.send_as(&CudaMallocRequest { size: 128 << 20 }, REFUSED_CALL, FLAG_ASYNC).unwrap();
+    let mut buf = Vec::new();
+    let refusal = a.transport.recv(&mut buf).unwrap();
+    assert_eq!((refusal.kind, refusal.call_id, refusal.flags), (FrameKind::Reply, REFUSED_CALL, FLAG_REFUSED));
+    assert_eq!(refusal.status, CudaError::MemoryAllocation.0);
+    let count = b.reply_to::<CudaGetDeviceCountRequest>(6000).expect("the call behind the barrier ran");
+    assert!(count.count >= 1);
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_secs(10), "the barrier waited {waited:?} for a call that was refused");
+    // The session goes on: both channels serve.
+    assert!(malloc(&mut a, 1 << 20).is_ok());
+    assert!(malloc(&mut b, 1 << 20).is_ok());
+}
+
+/// Only the router withdraws calls: a guest that sends a withdrawal loses that channel, and
+/// only it.
+#[test]
+fn a_guest_cannot_withdraw_calls() {
+    use phos_protocol::transport::Transport;
+    use phos_protocol::{FrameHeader, FrameKind};
+    let router = TestRouter::start_with("emu", |_| {});
+    let mut a = RawGuest::connect(&router.socket(), None).unwrap();
+    let mut b = RawGuest::connect(&router.socket(), Some(a.welcome.token)).unwrap();
+    let mut w = FrameHeader::new(FrameKind::Withdrawn);
+    w.session = a.welcome.session;
+    w.call_id = 1;
+    a.transport.send(&w, &[]).unwrap();
+    let mut buf = Vec::new();
+    assert_eq!(a.transport.recv(&mut buf).unwrap().kind, FrameKind::Refused);
+    assert!(malloc(&mut b, 1 << 20).is_ok(), "the session's other channel serves");
+}
