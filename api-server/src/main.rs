@@ -104,6 +104,9 @@ fn fail(what: impl std::fmt::Display) -> ! {
 /// The driver's number of hardware queues per context.
 const DEVICE_CONNECTIONS_VAR: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
 
+/// Descriptors the server's table holds from its start (or its soft limit, if lower).
+const FD_TABLE_SLOTS: u32 = 1 << 16;
+
 fn main() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PHOS_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -120,6 +123,12 @@ fn main() {
     let mut limits = SessionLimits::default();
     for l in &args.limits {
         limits.apply(l).unwrap_or_else(|e| fail(format!("--limit {e}")));
+    }
+    // While the process has one thread: growing the descriptor table later waits for a
+    // grace period each time (8-16 ms), which a restore opening its image's files or a
+    // checkpoint creating them would pay as stall (see `phos_protocol::fd_table`).
+    if let Err(e) = phos_protocol::fd_table::presize(FD_TABLE_SLOTS) {
+        tracing::warn!("cannot size the descriptor table ahead: {e}");
     }
     if std::env::var_os(DEVICE_CONNECTIONS_VAR).is_none() {
         // The driver gives a context's streams this many hardware queues (8 unless told):

@@ -444,6 +444,11 @@ struct ServeArgs {
 fn serve(args: ServeArgs) -> ExitCode {
     init_logging("info");
     raise_fd_limit();
+    // A router of many channels opens descriptors all its life: grow its table now, while it
+    // has one thread, rather than with a grace period's wait at each doubling later.
+    if let Err(e) = phos_protocol::fd_table::presize(1 << 16) {
+        tracing::warn!("cannot size the descriptor table ahead: {e}");
+    }
     note_absent_policies();
     let file = match &args.config {
         Some(path) => match phos_router::config::ConfigFile::load(path) {

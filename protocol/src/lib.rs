@@ -16,6 +16,7 @@ pub mod bypass;
 pub mod call_profile;
 pub mod dnn;
 pub mod error;
+pub mod fd_table;
 pub mod eval;
 pub mod frame;
 pub mod handle_tag;
