@@ -824,8 +824,13 @@ fn call_carried<R: RemoteCall>(req: &R) -> Result<R::Reply, Failure> {
             tracing::error!("the session did not come back; {} fails", R::FUNCTION.name());
             return Err(Failure::SessionLost);
         }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(longest_pause);
+        // The first attempt goes at once: a router holds a channel of a suspended session
+        // until its restore, so waiting here only adds to the time to the first served call
+        // (20 ms of the 22 ms a restore's first call took). Later attempts back off.
+        if attempts > 0 {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(longest_pause);
+        }
         attempts += 1;
         let attempted = with_channel(|ch| {
             ch.unanswered.extend(carried.drain(..));
