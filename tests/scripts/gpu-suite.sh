@@ -3,7 +3,7 @@
 # and through `phosctl run --backend cuda`, compare their standard output, and time both.
 #
 # Usage (on a machine with a GPU, from the repository root):
-#   tests/scripts/gpu-suite.sh BIN_DIR OUT_DIR
+#   [PROGRAMS="name ..."] tests/scripts/gpu-suite.sh BIN_DIR OUT_DIR
 # BIN_DIR holds phosctl, phos-api-server, libphos_guest.so and libphos_audit.so built in release
 # mode (`make gpu-bins`; the device machine has no Rust: they are built elsewhere and carried).
 # OUT_DIR receives the summary (gpu-suite.md), the native outputs (native-outputs.tar, the
@@ -36,8 +36,15 @@ pass=0; fail=0
 # carried NVIDIA's runtime inside it, did not (only) go through Phos: phosctl and the guest
 # library say so on standard error (docs/operations.md, "No bypass").
 bypassed() { grep -q "that is not Phos's\|NVIDIA's own CUDA runtime, built into" "$1"; }
+# PROGRAMS="a b" runs only those programs of tests/cuda (default: all of them).
+sources=()
+if [ -n "${PROGRAMS:-}" ]; then
+  for p in $PROGRAMS; do sources+=("tests/cuda/$p.cu"); done
+else
+  sources=(tests/cuda/*.cu)
+fi
 # Build every program first, all at once (the device machine's time is what a lease costs).
-for src in tests/cuda/*.cu; do
+for src in "${sources[@]}"; do
   name=$(basename "$src" .cu)
   libs=$(tests/scripts/cuda-link-flags.sh "$src")
   (nvcc -O2 -cudart shared -arch="$ARCH" -Itests/cuda -o "$WORK/build/$name" "$src" $libs > "$WORK/build/$name.log" 2>&1 \
@@ -46,7 +53,7 @@ done
 wait
 # "a.b" >= "c.d"?
 version_at_least() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -1)" = "$2" ]; }
-for src in tests/cuda/*.cu; do
+for src in "${sources[@]}"; do
   name=$(basename "$src" .cu)
   # A program of a newer CUDA than this nvcc's (its first line says `// Needs CUDA X.Y`):
   # skipped, saying so, not a failure.
