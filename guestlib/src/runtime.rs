@@ -69,6 +69,9 @@ struct Channel {
     /// address of its [`ChannelShared`]): the server ran each before this channel's later
     /// frames, so no barrier names it again.
     named: Vec<(usize, u64)>,
+    /// [`PUBLISHED`] as of this channel's last look at the others (and its own publishes
+    /// since, while no other channel published): equal to it now, nothing is new to name.
+    seen: u64,
 }
 
 struct Unanswered {
@@ -90,6 +93,12 @@ static CHANNELS: Mutex<Vec<Arc<ChannelShared>>> = Mutex::new(Vec::new());
 /// `CHANNELS.len()`, read without the lock: a process of one channel (one thread calling
 /// CUDA) sends no barrier and takes no lock for one.
 static CHANNEL_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// How many times a channel published a new async call (`last_unanswered`), bumped after
+/// the store: a thread that launches while the process's other threads are idle (PyTorch's
+/// main thread beside its autograd thread) reads it and finds nothing to name, instead of
+/// taking [`CHANNELS`]' lock and scanning each call.
+static PUBLISHED: AtomicU64 = AtomicU64::new(0);
 
 /// Change the list of channels, keeping [`CHANNEL_COUNT`].
 fn with_channels(f: impl FnOnce(&mut Vec<Arc<ChannelShared>>)) {
@@ -241,12 +250,21 @@ impl Channel {
         if WITHOUT_BARRIERS.get() || CHANNEL_COUNT.load(Ordering::Acquire) <= 1 {
             return Vec::new();
         }
+        // Read before the scan: a call published during it is looked at next time.
+        let published = PUBLISHED.load(Ordering::Acquire);
+        if published == self.seen {
+            return Vec::new();
+        }
         let channels = CHANNELS.lock().unwrap_or_else(|p| p.into_inner());
         let others = channels
             .iter()
             .filter(|c| !Arc::ptr_eq(c, &self.shared))
             .map(|c| (Arc::as_ptr(c) as usize, c.last_unanswered.load(Ordering::Acquire)));
         let ids = name_new(&mut self.named, others);
+        if ids.len() < MAX_BARRIER_IDS {
+            // Everything new was named (a full barrier may have left some for next time).
+            self.seen = published;
+        }
         if self.named.len() >= channels.len() {
             // Channels that ended (an address may come back for a new channel, whose call ids
             // are new: at worst one is named needlessly).
@@ -657,7 +675,7 @@ fn open_channel_once() -> Result<Channel, Opened> {
     // A thread starting to call CUDA (or a forked child's first) is a moment to look for
     // foreign CUDA libraries again.
     crate::bypass::look_soon();
-    Ok(Channel { transport, session, reply, unanswered: VecDeque::new(), shared, staging, named: Vec::new() })
+    Ok(Channel { transport, session, reply, unanswered: VecDeque::new(), shared, staging, named: Vec::new(), seen: 0 })
 }
 
 /// Run `f` with this thread's channel, opening it first if needed.
@@ -888,6 +906,11 @@ fn call_async_carried<R: RemoteCall>(req: &R) -> Result<(), Failure> {
         let barrier = ch.unnamed_calls();
         // Visible to other threads' barriers before it can reach the server.
         ch.shared.last_unanswered.store(call_id, Ordering::Release);
+        let before = PUBLISHED.fetch_add(1, Ordering::AcqRel);
+        if before == ch.seen {
+            // Nobody else published since this channel last looked: its own call is no news.
+            ch.seen = before + 1;
+        }
         let sent = ready
             .and_then(|_| ch.send_barrier_for(&barrier))
             .and_then(|_| ch.send_call(R::FUNCTION, device, call_id, FLAG_ASYNC, &request));
