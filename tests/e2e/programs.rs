@@ -56,6 +56,7 @@ programs!(
     async_order,
     atomics_histogram,
     callbacks,
+    capture_dependencies,
     capture_threads,
     copy_sizes,
     device_api,
