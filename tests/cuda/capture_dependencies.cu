@@ -103,6 +103,7 @@ int main() {
     printf("before the capture: status %d\n", (int)status);
     printf("update without a capture: %s\n",
            cudaGetErrorName(update_dependencies(s1, nullptr, 0, cudaStreamAddCaptureDependencies)));
+    cudaGetLastError();
 
     CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeGlobal));
     CHECK(capture_info(s1, &status, &id, &graph, &deps, &count));
@@ -224,6 +225,7 @@ int main() {
     printf("a node of another graph: %s\n",
            cudaGetErrorName(update_dependencies(s2, &foreign, 1, cudaStreamAddCaptureDependencies)));
     printf("flags 2: %s\n", cudaGetErrorName(update_dependencies(s2, nullptr, 0, 2)));
+    cudaGetLastError();
     cudaGraph_t misuse = nullptr;
     if (cudaStreamEndCapture(s2, &misuse) == cudaSuccess) CHECK(cudaGraphDestroy(misuse));
     cudaGetLastError();

@@ -1180,7 +1180,7 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cuStreamGetCaptureInfo(stream: *mut c_void, status: *mut i32, id: *mut u64) -> i32 {
-        let none = std::ptr::null_mut();
+        let none = std::ptr::null_mut::<*mut c_void>();
         // SAFETY: the out pointers as this export's caller gives them (null or writable).
         in_context(F::CuStreamGetCaptureInfo, || unsafe {
             graphs::capture_info(stream as u64, status, id, none, none.cast(), none.cast(), none.cast())
@@ -1195,7 +1195,7 @@ impl HandWritten for Hand {
         deps: *mut *const *mut c_void,
         count: *mut usize,
     ) -> i32 {
-        let none = std::ptr::null_mut();
+        let none = std::ptr::null_mut::<*const c_void>();
         // SAFETY: as in `cuStreamGetCaptureInfo`.
         in_context(F::CuStreamGetCaptureInfoV2, || unsafe {
             graphs::capture_info(stream as u64, status, id, graph, deps, none, count)

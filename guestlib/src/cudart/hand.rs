@@ -959,7 +959,7 @@ impl HandWritten for Hand {
         edges_or_count: *mut c_void,
         count_13: *mut usize,
     ) -> i32 {
-        let none = std::ptr::null_mut();
+        let none = std::ptr::null_mut::<u64>();
         // CUDA 11 and 12 export the status and id only under this name (their headers map it
         // to `_v2` when they mean more); CUDA 13's is `_v3`'s.
         let r = if soname::current_abi().major() >= 13 {
@@ -968,7 +968,7 @@ impl HandWritten for Hand {
             unsafe { graphs::capture_info(stream, status, id, graph.cast(), deps.cast(), edges_or_count.cast(), count_13) }
         } else {
             // SAFETY: the status and id, as CUDA 11 and 12 pass them.
-            unsafe { graphs::capture_info(stream, status, id, none, none, none, none) }
+            unsafe { graphs::capture_info(stream, status, id, none, none.cast(), none.cast(), none.cast()) }
         };
         code(r)
     }
@@ -981,7 +981,7 @@ impl HandWritten for Hand {
         deps: *mut c_void,
         count: *mut usize,
     ) -> i32 {
-        let none = std::ptr::null_mut();
+        let none = std::ptr::null_mut::<*const u8>();
         // SAFETY: this export's arguments, passed on (at most retyped): `graphs::capture_info`
         // asks of them what CUDA asks of this export's caller.
         code(unsafe { graphs::capture_info(stream, status, id, graph.cast(), deps.cast(), none, count) })
