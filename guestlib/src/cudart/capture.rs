@@ -156,14 +156,7 @@ fn drop_dependencies(stream: u64) {
 /// `cudaStreamGetCaptureInfo` with the graph and dependencies: status None (0) here when no
 /// capture can be open, else the server's answer.
 pub fn capture_graph(stream: u64) -> Result<CaptureGraph, CudaError> {
-    let none = CaptureGraph {
-        status: 0,
-        id: 0,
-        graph: 0,
-        deps: std::ptr::null(),
-        edges: std::ptr::null(),
-        count: 0,
-    };
+    let none = CaptureGraph { status: 0, id: 0, graph: 0, deps: std::ptr::null(), edges: std::ptr::null(), count: 0 };
     if known_none(stream) {
         return Ok(none);
     }

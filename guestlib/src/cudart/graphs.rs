@@ -55,14 +55,7 @@ pub unsafe fn capture_info(
     let stream = stream as usize as u64;
     let info = if graph.is_null() && deps.is_null() && count.is_null() {
         let (status, id) = super::capture::capture_info(stream)?;
-        super::capture::CaptureGraph {
-            status,
-            id,
-            graph: 0,
-            deps: std::ptr::null(),
-            edges: std::ptr::null(),
-            count: 0,
-        }
+        super::capture::CaptureGraph { status, id, graph: 0, deps: std::ptr::null(), edges: std::ptr::null(), count: 0 }
     } else {
         super::capture::capture_graph(stream)?
     };

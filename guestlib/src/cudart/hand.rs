@@ -965,7 +965,9 @@ impl HandWritten for Hand {
         let r = if soname::current_abi().major() >= 13 {
             // SAFETY: this export's arguments as CUDA 13 places them: `graphs::capture_info`
             // asks of them what CUDA asks of this export's caller.
-            unsafe { graphs::capture_info(stream, status, id, graph.cast(), deps.cast(), edges_or_count.cast(), count_13) }
+            unsafe {
+                graphs::capture_info(stream, status, id, graph.cast(), deps.cast(), edges_or_count.cast(), count_13)
+            }
         } else {
             // SAFETY: the status and id, as CUDA 11 and 12 pass them.
             unsafe { graphs::capture_info(stream, status, id, none, none.cast(), none.cast(), none.cast()) }
