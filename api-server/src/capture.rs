@@ -7,7 +7,7 @@
 //! on one stream is one of the schedules the graph's dependencies allow.
 
 use parking_lot::{Mutex, MutexGuard};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -423,11 +423,16 @@ pub struct Captures {
 /// `cudaStreamAddCaptureDependencies`, they are added to it).
 pub const SET_DEPENDENCIES: u32 = 1;
 
-/// `to` with the handles of `more` it does not hold yet, in order.
+/// `to` with the handles of `more` it does not hold yet, in order (in linear time: a guest's
+/// set may hold many nodes).
 fn union(to: &mut Vec<u64>, more: &[u64]) {
-    for h in more {
-        if !to.contains(h) {
-            to.push(*h);
+    if more.is_empty() {
+        return;
+    }
+    let mut held: HashSet<u64> = to.iter().copied().collect();
+    for &h in more {
+        if held.insert(h) {
+            to.push(h);
         }
     }
 }
