@@ -17,7 +17,9 @@
 //!   handle still gets CUDA's error from the server.
 //! - No sticky error is known to the guest: the server fails every call with it.
 //!
-//! Otherwise the query is forwarded, as before.
+//! Otherwise the query is forwarded, as before. A query for the capture's graph and
+//! dependency set (`cudaStreamGetCaptureInfo_v2` and later forms) is `phosStreamCaptureGraph`;
+//! the dependency array it answers is kept here per stream, as CUDA keeps its own.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
@@ -79,6 +81,7 @@ pub fn forget_stream(stream: u64) {
 
 /// A device reset: every stream goes.
 pub fn forget_streams() {
+    *KEPT.lock().unwrap_or_else(PoisonError::into_inner) = None;
     let mut l = live();
     FORGOTTEN.fetch_add(1, Ordering::SeqCst);
     *l = None;
