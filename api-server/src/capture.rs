@@ -1,16 +1,21 @@
 //! Stream capture and the graphs it builds. While a stream captures, the work submitted to it
-//! is recorded as [`GraphOp`]s instead of run; a stream that waits on an event recorded in a
-//! capturing stream joins that capture (CUDA's fork and join). Ending the capture makes a
-//! graph of the recorded work, in the order it was submitted: replaying it in that order on
-//! one stream is one of the schedules the graph's dependencies allow.
+//! is recorded as [`GraphOp`]s instead of run, each a node of the capture's graph (a graph of
+//! the session from the capture's beginning) after the nodes the stream's dependency set
+//! names; a stream that waits on an event recorded in a capturing stream joins that capture
+//! (CUDA's fork and join), taking the event's dependencies. Nodes are added in the order the
+//! work was submitted and each depends on earlier ones only, so replaying them in that order
+//! on one stream is one of the schedules the graph's dependencies allow.
 
 use parking_lot::{Mutex, MutexGuard};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use phos_protocol::CudaError;
 use phos_protocol::spec::DeviceAccess;
 use phos_protocol::types::Dim3;
+
+use crate::registry::handles::{HandleTable, NewHandle};
 
 /// One recorded operation. Addresses are device addresses of the session; a kernel is named
 /// by its function handle, so a graph outlives nothing it uses. Handles and addresses stay
@@ -335,15 +340,23 @@ pub const STATUS_NONE: i32 = 0;
 pub const STATUS_ACTIVE: i32 = 1;
 pub const STATUS_INVALIDATED: i32 = 2;
 
+/// The registry's graphs and node handles, which a capture adds its nodes to as it records
+/// (shared with [`GraphRegistry`](crate::registry::graphs::GraphRegistry)).
+pub type GraphTable = Arc<Mutex<HandleTable<Graph>>>;
+pub type NodeTable = Arc<Mutex<HandleTable<(u64, usize)>>>;
+
 /// A session's captures behind a flag: the calls made while nothing captures (nearly all of
-/// them) check the flag and take no lock.
-#[derive(Default)]
+/// them) check the flag and take no lock. Locks are taken in the order captures, graphs, nodes.
 pub struct CaptureState {
     inner: Mutex<Captures>,
     active: AtomicBool,
 }
 
 impl CaptureState {
+    pub fn new(graphs: GraphTable, nodes: NodeTable) -> Self {
+        CaptureState { inner: Mutex::new(Captures::new(graphs, nodes)), active: AtomicBool::new(false) }
+    }
+
     /// The captures, when one is in progress.
     pub fn active(&self) -> Option<MutexGuard<'_, Captures>> {
         if !self.active.load(Ordering::Acquire) {
@@ -366,53 +379,142 @@ impl CaptureState {
     }
 }
 
-/// A capture in progress.
+/// A capture in progress. Its graph is a graph of the session from the start, so the
+/// application can see it (`cudaStreamGetCaptureInfo`) and add nodes to it while it grows.
 struct Capture {
     origin: u64,
-    ops: Vec<GraphOp>,
+    graph: u64,
     /// Why the capture can no longer make a graph (a synchronisation, a device-to-host copy).
     invalidated: bool,
+    /// A node could not be added: the session holds its limit of graph nodes.
+    nodes_full: bool,
+}
+
+/// A stream's part in a capture: the capture's id and the nodes the next work captured in the
+/// stream depends on (CUDA's dependency set), by handle.
+struct Joined {
+    id: u64,
+    deps: Vec<u64>,
+}
+
+/// How a capture ended (see [`Captures::end`]).
+#[derive(Debug, PartialEq)]
+pub enum Ended {
+    /// The graph of the recorded work.
+    Graph(u64),
+    /// The capture was invalidated; its graph, to destroy.
+    Invalidated(u64),
+    /// A node could not be added (the session's limit of nodes); its graph, to destroy.
+    NodesFull(u64),
 }
 
 /// Every capture of a session, by id; which stream and event belongs to which.
-#[derive(Default)]
 pub struct Captures {
     active: HashMap<u64, Capture>,
-    streams: HashMap<u64, u64>,
-    events: HashMap<u64, u64>,
+    streams: HashMap<u64, Joined>,
+    /// Events recorded in a capturing stream: the capture and the stream's dependencies then.
+    events: HashMap<u64, Joined>,
     next: u64,
+    graphs: GraphTable,
+    nodes: NodeTable,
+}
+
+/// `cudaStreamSetCaptureDependencies`: the nodes given replace the stream's set (else, 0,
+/// `cudaStreamAddCaptureDependencies`, they are added to it).
+pub const SET_DEPENDENCIES: u32 = 1;
+
+/// `to` with the handles of `more` it does not hold yet, in order (in linear time: a guest's
+/// set may hold many nodes).
+fn union(to: &mut Vec<u64>, more: &[u64]) {
+    if more.is_empty() {
+        return;
+    }
+    let mut held: HashSet<u64> = to.iter().copied().collect();
+    for &h in more {
+        if held.insert(h) {
+            to.push(h);
+        }
+    }
 }
 
 impl Captures {
+    pub fn new(graphs: GraphTable, nodes: NodeTable) -> Self {
+        Captures { active: HashMap::new(), streams: HashMap::new(), events: HashMap::new(), next: 0, graphs, nodes }
+    }
+
+    /// Forget every capture (their graphs are the registry's to drop).
+    pub fn clear(&mut self) {
+        self.active.clear();
+        self.streams.clear();
+        self.events.clear();
+    }
+
     /// The capture `stream` is part of.
     pub fn of_stream(&self, stream: u64) -> Option<u64> {
-        self.streams.get(&stream).copied()
+        self.streams.get(&stream).map(|j| j.id)
     }
 
     pub fn any_active(&self) -> bool {
         !self.active.is_empty()
     }
 
-    pub fn begin(&mut self, stream: u64) -> Result<(), CudaError> {
+    /// Whether `graph` is the graph of a capture in progress.
+    pub fn is_capture_graph(&self, graph: u64) -> bool {
+        self.active.values().any(|c| c.graph == graph)
+    }
+
+    /// The graphs of the captures in progress.
+    pub fn capture_graphs(&self) -> Vec<u64> {
+        self.active.values().map(|c| c.graph).collect()
+    }
+
+    /// Begin a capture on `stream` into `graph` (an empty graph of the session the caller
+    /// made). `cudaErrorIllegalState` when the stream captures already.
+    pub fn begin(&mut self, stream: u64, graph: u64) -> Result<(), CudaError> {
         if self.streams.contains_key(&stream) {
             return Err(CudaError::IllegalState);
         }
         self.next += 1;
         let id = self.next;
-        self.active.insert(id, Capture { origin: stream, ops: Vec::new(), invalidated: false });
-        self.streams.insert(stream, id);
+        self.active.insert(id, Capture { origin: stream, graph, invalidated: false, nodes_full: false });
+        self.streams.insert(stream, Joined { id, deps: Vec::new() });
         Ok(())
     }
 
     /// Record `op` if `stream` captures: `None` when it does not (the caller runs the work),
-    /// else whether the capture took it.
+    /// else whether the capture took it. The op becomes a node of the capture's graph after
+    /// the stream's dependencies, and the stream's dependencies become that node.
     pub fn record(&mut self, stream: u64, op: impl FnOnce() -> GraphOp) -> Option<Result<(), CudaError>> {
-        let id = self.of_stream(stream)?;
-        let c = self.active.get_mut(&id)?;
+        let joined = self.streams.get_mut(&stream)?;
+        let c = self.active.get_mut(&joined.id)?;
         if c.invalidated {
             return Some(Err(CudaError::StreamCaptureInvalidated));
         }
-        c.ops.push(op());
+        let op = op();
+        let mut graphs = self.graphs.lock();
+        let Ok(g) = graphs.get_mut(c.graph) else {
+            c.invalidated = true;
+            return Some(Err(CudaError::StreamCaptureInvalidated));
+        };
+        let mut nodes = self.nodes.lock();
+        // Handles of nodes no longer in the graph (a hostile guest's edits) are left out.
+        let deps = joined
+            .deps
+            .iter()
+            .filter_map(|h| nodes.get(*h).ok().filter(|(graph, _)| *graph == c.graph).map(|&(_, i)| i))
+            .collect();
+        let index = g.nodes.len();
+        let full = || CudaError::MemoryAllocation;
+        let handle = match nodes.add((c.graph, index), &NewHandle { forced: None, full: &full }) {
+            Ok(h) => h,
+            Err(e) => {
+                c.invalidated = true;
+                c.nodes_full = true;
+                return Some(Err(e));
+            }
+        };
+        g.nodes.push(Node { kind: Graph::kind_of(&op), ops: vec![op], deps, handle });
+        joined.deps = vec![handle];
         Some(Ok(()))
     }
 
@@ -438,11 +540,11 @@ impl Captures {
     }
 
     /// `cudaEventRecord` in a capturing stream: the event now stands for that point of the
-    /// capture. Returns whether it was captured.
+    /// capture (the stream's dependencies then). Returns whether it was captured.
     pub fn record_event(&mut self, event: u64, stream: u64) -> bool {
-        match self.of_stream(stream) {
-            Some(id) => {
-                self.events.insert(event, id);
+        match self.streams.get(&stream) {
+            Some(j) => {
+                self.events.insert(event, Joined { id: j.id, deps: j.deps.clone() });
                 true
             }
             None => {
@@ -452,14 +554,22 @@ impl Captures {
         }
     }
 
-    /// `cudaStreamWaitEvent`: a stream waiting on a captured event joins its capture. `None`
-    /// when the event is not captured and the stream does not capture (the caller waits).
+    /// `cudaStreamWaitEvent`: a stream waiting on a captured event joins its capture, or in
+    /// it, adds the event's dependencies to its own. `None` when the event is not captured and
+    /// the stream does not capture (the caller waits).
     pub fn wait_event(&mut self, stream: u64, event: u64) -> Option<Result<(), CudaError>> {
-        match (self.events.get(&event).copied(), self.of_stream(stream)) {
-            (Some(id), Some(own)) if id == own => Some(Ok(())),
+        match (self.events.get(&event), self.of_stream(stream)) {
+            (Some(e), Some(own)) if e.id == own => {
+                let more = e.deps.clone();
+                if let Some(j) = self.streams.get_mut(&stream) {
+                    union(&mut j.deps, &more);
+                }
+                Some(Ok(()))
+            }
             (Some(_), Some(_)) => Some(Err(CudaError::StreamCaptureMerge)),
-            (Some(id), None) => {
-                self.streams.insert(stream, id);
+            (Some(e), None) => {
+                let joined = Joined { id: e.id, deps: e.deps.clone() };
+                self.streams.insert(stream, joined);
                 Some(Ok(()))
             }
             // A capturing stream cannot depend on work outside the capture.
@@ -477,17 +587,59 @@ impl Captures {
         }
     }
 
-    /// `cudaStreamEndCapture` on `stream`: the recorded work, unless the capture was
-    /// invalidated. Every stream and event of the capture leaves it.
-    pub fn end(&mut self, stream: u64) -> Result<Vec<GraphOp>, CudaError> {
+    /// The graph an active capture of `stream` grows and the nodes the stream's next
+    /// captured work depends on (`cudaStreamGetCaptureInfo`); `None` unless it is active.
+    pub fn graph_of(&self, stream: u64) -> Option<(u64, Vec<u64>)> {
+        let j = self.streams.get(&stream)?;
+        let c = self.active.get(&j.id).filter(|c| !c.invalidated)?;
+        let nodes = self.nodes.lock();
+        let live = j.deps.iter().copied().filter(|h| nodes.get(*h).is_ok_and(|(g, _)| *g == c.graph)).collect();
+        Some((c.graph, live))
+    }
+
+    /// `cudaStreamUpdateCaptureDependencies`: `deps` (nodes of the capture's graph) replace
+    /// the stream's dependencies (`flags` [`SET_DEPENDENCIES`]) or join them (0).
+    /// `cudaErrorIllegalState` when the stream does not capture, `cudaErrorInvalidValue` for
+    /// other flags or a node of another graph.
+    pub fn update_dependencies(&mut self, stream: u64, deps: &[u64], flags: u32) -> Result<(), CudaError> {
+        if flags > SET_DEPENDENCIES {
+            return Err(CudaError::InvalidValue);
+        }
+        let j = self.streams.get_mut(&stream).ok_or(CudaError::IllegalState)?;
+        let c = self.active.get(&j.id).ok_or(CudaError::IllegalState)?;
+        if c.invalidated {
+            return Err(CudaError::StreamCaptureInvalidated);
+        }
+        {
+            let nodes = self.nodes.lock();
+            if deps.iter().any(|h| !nodes.get(*h).is_ok_and(|(g, _)| *g == c.graph)) {
+                return Err(CudaError::InvalidValue);
+            }
+        }
+        if flags == SET_DEPENDENCIES {
+            j.deps.clear();
+        }
+        union(&mut j.deps, deps);
+        Ok(())
+    }
+
+    /// `cudaStreamEndCapture` on `stream`: its graph, or why there is none. Every stream and
+    /// event of the capture leaves it.
+    pub fn end(&mut self, stream: u64) -> Result<Ended, CudaError> {
         let id = self.of_stream(stream).ok_or(CudaError::IllegalState)?;
         if self.active.get(&id).is_some_and(|c| c.origin != stream) {
             return Err(CudaError::StreamCaptureUnmatched);
         }
         let c = self.active.remove(&id).ok_or(CudaError::IllegalState)?;
-        self.streams.retain(|_, v| *v != id);
-        self.events.retain(|_, v| *v != id);
-        if c.invalidated { Err(CudaError::StreamCaptureInvalidated) } else { Ok(c.ops) }
+        self.streams.retain(|_, j| j.id != id);
+        self.events.retain(|_, j| j.id != id);
+        Ok(if c.nodes_full {
+            Ended::NodesFull(c.graph)
+        } else if c.invalidated {
+            Ended::Invalidated(c.graph)
+        } else {
+            Ended::Graph(c.graph)
+        })
     }
 
     /// Forget a destroyed stream's part in any capture.
@@ -499,25 +651,93 @@ impl Captures {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use phos_protocol::apis::HandleKind;
 
     fn memset(value: u8) -> GraphOp {
         GraphOp::Memset { dst: 0x1000, pitch: 16, value, width: 16, height: 1 }
     }
 
+    fn tables() -> (GraphTable, NodeTable) {
+        (
+            Arc::new(Mutex::new(HandleTable::new(HandleKind::Graph, 8))),
+            Arc::new(Mutex::new(HandleTable::new(HandleKind::GraphNode, 8))),
+        )
+    }
+
+    /// A capture on `stream` into a new graph of `graphs`.
+    fn begin(c: &mut Captures, graphs: &GraphTable, stream: u64) -> u64 {
+        let g = graphs.lock().insert(Graph::default()).unwrap();
+        c.begin(stream, g).unwrap();
+        g
+    }
+
+    /// Each node's (memset value, values of the nodes it depends on).
+    fn shape(graphs: &GraphTable, g: u64) -> Vec<(u8, Vec<u8>)> {
+        let graphs = graphs.lock();
+        let g = graphs.get(g).unwrap();
+        let value = |n: &Node| match n.ops[0] {
+            GraphOp::Memset { value, .. } => value,
+            _ => 0,
+        };
+        g.nodes.iter().map(|n| (value(n), n.deps.iter().map(|&d| value(&g.nodes[d])).collect())).collect()
+    }
+
     #[test]
     fn forked_streams_join_and_end_with_the_origin() {
-        let mut c = Captures::default();
-        c.begin(10).unwrap();
+        let (graphs, nodes) = tables();
+        let mut c = Captures::new(graphs.clone(), nodes);
+        let g = begin(&mut c, &graphs, 10);
         assert!(c.record(10, || memset(1)).unwrap().is_ok());
         assert!(c.record(11, || memset(2)).is_none(), "not capturing");
         assert!(c.record_event(5, 10));
         c.wait_event(11, 5).unwrap().unwrap();
         assert!(c.record(11, || memset(3)).unwrap().is_ok());
+        assert!(c.record(10, || memset(4)).unwrap().is_ok());
+        assert!(c.record_event(6, 11));
+        c.wait_event(10, 6).unwrap().unwrap();
+        assert!(c.record(10, || memset(5)).unwrap().is_ok());
         assert_eq!(c.status(11).0, STATUS_ACTIVE);
         assert_eq!(c.end(11).unwrap_err(), CudaError::StreamCaptureUnmatched);
-        assert_eq!(c.end(10).unwrap(), vec![memset(1), memset(3)]);
+        assert_eq!(c.end(10).unwrap(), Ended::Graph(g));
+        // The fork's branches depend on the node before it; the join on both.
+        assert_eq!(shape(&graphs, g), vec![(1, vec![]), (3, vec![1]), (4, vec![1]), (5, vec![4, 3])]);
+        assert_eq!(graphs.lock().get(g).unwrap().order().unwrap(), [1, 3, 4, 5].map(memset).to_vec());
         assert_eq!(c.status(11), (STATUS_NONE, 0));
-        assert!(c.record(11, || memset(4)).is_none());
+        assert!(c.record(11, || memset(6)).is_none());
+    }
+
+    #[test]
+    fn dependencies_are_queried_and_replaced() {
+        let (graphs, nodes) = tables();
+        let mut c = Captures::new(graphs.clone(), nodes.clone());
+        let g = begin(&mut c, &graphs, 10);
+        assert_eq!(c.graph_of(10), Some((g, vec![])));
+        c.record(10, || memset(1)).unwrap().unwrap();
+        let (_, deps) = c.graph_of(10).unwrap();
+        assert_eq!(deps.len(), 1);
+        // A node added by hand after the captured one, made the stream's only dependency.
+        let index = graphs.lock().get(g).unwrap().nodes.len();
+        let by_hand = nodes.lock().insert((g, index)).unwrap();
+        graphs.lock().get_mut(g).unwrap().nodes.push(Node {
+            kind: NODE_MEMSET,
+            ops: vec![memset(2)],
+            deps: vec![0],
+            handle: by_hand,
+        });
+        c.update_dependencies(10, &[by_hand], SET_DEPENDENCIES).unwrap();
+        assert_eq!(c.graph_of(10), Some((g, vec![by_hand])));
+        c.record(10, || memset(3)).unwrap().unwrap();
+        // Added: the next node depends on both.
+        c.update_dependencies(10, &deps, 0).unwrap();
+        c.record(10, || memset(4)).unwrap().unwrap();
+        assert_eq!(shape(&graphs, g), vec![(1, vec![]), (2, vec![1]), (3, vec![2]), (4, vec![3, 1])]);
+        // Misuse: bad flags, a node of another graph, a stream that does not capture.
+        assert_eq!(c.update_dependencies(10, &deps, 2), Err(CudaError::InvalidValue));
+        let other = nodes.lock().insert((g + 1, 0)).unwrap();
+        assert_eq!(c.update_dependencies(10, &[other], 0), Err(CudaError::InvalidValue));
+        assert_eq!(c.update_dependencies(11, &[], 0), Err(CudaError::IllegalState));
+        assert_eq!(c.end(10).unwrap(), Ended::Graph(g));
+        assert_eq!(c.graph_of(10), None);
     }
 
     #[test]
@@ -531,16 +751,29 @@ mod tests {
 
     #[test]
     fn unsupported_work_invalidates_the_capture() {
-        let mut c = Captures::default();
-        c.begin(10).unwrap();
-        assert_eq!(c.begin(10).unwrap_err(), CudaError::IllegalState);
+        let (graphs, nodes) = tables();
+        let mut c = Captures::new(graphs.clone(), nodes);
+        let g = begin(&mut c, &graphs, 10);
+        assert_eq!(c.begin(10, g).unwrap_err(), CudaError::IllegalState);
         assert_eq!(c.refuse(10), Some(CudaError::StreamCaptureUnsupported));
         assert_eq!(c.status(10).0, STATUS_INVALIDATED);
+        assert_eq!(c.graph_of(10), None);
         assert_eq!(c.record(10, || memset(1)).unwrap().unwrap_err(), CudaError::StreamCaptureInvalidated);
-        assert_eq!(c.end(10).unwrap_err(), CudaError::StreamCaptureInvalidated);
+        assert_eq!(c.end(10).unwrap(), Ended::Invalidated(g));
         assert_eq!(c.end(10).unwrap_err(), CudaError::IllegalState);
         // A capturing stream may not wait on work outside its capture.
-        c.begin(20).unwrap();
+        begin(&mut c, &graphs, 20);
         assert!(c.wait_event(20, 99).unwrap().is_err());
+    }
+
+    #[test]
+    fn a_full_node_table_invalidates_the_capture() {
+        let graphs: GraphTable = Arc::new(Mutex::new(HandleTable::new(HandleKind::Graph, 8)));
+        let nodes: NodeTable = Arc::new(Mutex::new(HandleTable::new(HandleKind::GraphNode, 1)));
+        let mut c = Captures::new(graphs.clone(), nodes);
+        let g = begin(&mut c, &graphs, 10);
+        c.record(10, || memset(1)).unwrap().unwrap();
+        assert_eq!(c.record(10, || memset(2)).unwrap(), Err(CudaError::MemoryAllocation));
+        assert_eq!(c.end(10).unwrap(), Ended::NodesFull(g));
     }
 }

@@ -488,6 +488,8 @@ fn graph_script() -> Vec<u8> {
     s.ok(&CudaStreamBeginCaptureRequest { stream: st, mode: 0 });
     s.ok(&CudaStreamIsCapturingRequest { stream: st });
     s.ok(&PhosStreamCaptureInfoRequest { stream: st });
+    s.ok(&PhosStreamCaptureGraphRequest { stream: st, max: 4 });
+    s.ok(&PhosStreamUpdateCaptureDependenciesRequest { stream: st, deps: &[], count: 0, flags: 0 });
     s.ok(&CudaMemsetAsyncRequest { devPtr: a, value: 1, count: 4096, stream: st });
     launch(&mut s, scale, 1, 64, st, &params(a, 256)).expect("a launch is captured");
     s.ok(&CudaMemcpyAsyncRequest {

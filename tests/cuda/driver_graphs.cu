@@ -70,6 +70,55 @@ static CUresult capture_info(CUstream s, CUstreamCaptureStatus *status) {
 #endif
 }
 
+// The graph of a capture in progress and its dependency set: CUDA 11.3's _v2 (the plain name
+// in CUDA 12), CUDA 13's plain name (with edge data, not asked for here).
+static CUresult capture_graph(CUstream s, CUstreamCaptureStatus *status, CUgraph *graph, const CUgraphNode **deps,
+                              size_t *count) {
+    cuuint64_t id = 0;
+#if CUDA_VERSION >= 13000
+    return cuStreamGetCaptureInfo(s, status, &id, graph, deps, nullptr, count);
+#else
+    return cuStreamGetCaptureInfo_v2(s, status, &id, graph, deps, count);
+#endif
+}
+
+// The same with edge data: the CUDA 12.3 form (_v3), found by cuGetProcAddress whatever the
+// headers.
+typedef CUresult(CUDAAPI *CaptureInfoV3)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *,
+                                         const CUgraphNode **, const void **, size_t *);
+static CUresult capture_graph_edges(CUstream s, CUstreamCaptureStatus *status, CUgraph *graph,
+                                    const CUgraphNode **deps, const void **edges, size_t *count) {
+    void *fn = nullptr;
+#if CUDA_VERSION >= 12000
+    CUdriverProcAddressQueryResult found;
+    CUresult r = cuGetProcAddress("cuStreamGetCaptureInfo", &fn, 12030, CU_GET_PROC_ADDRESS_DEFAULT, &found);
+#else
+    CUresult r = cuGetProcAddress("cuStreamGetCaptureInfo", &fn, 12030, CU_GET_PROC_ADDRESS_DEFAULT);
+#endif
+    if (r != CUDA_SUCCESS) return r;
+    cuuint64_t id = 0;
+    return ((CaptureInfoV3)fn)(s, status, &id, graph, deps, edges, count);
+}
+
+// cuStreamUpdateCaptureDependencies: CUDA 13's takes edge data before the count.
+static CUresult update_dependencies(CUstream s, CUgraphNode *deps, size_t count, unsigned int flags) {
+#if CUDA_VERSION >= 13000
+    return cuStreamUpdateCaptureDependencies(s, deps, nullptr, count, flags);
+#else
+    return cuStreamUpdateCaptureDependencies(s, deps, count, flags);
+#endif
+}
+
+static size_t edge_count(CUgraph g) {
+    size_t count = 0;
+#if CUDA_VERSION >= 13000
+    CU(cuGraphGetEdges(g, nullptr, nullptr, nullptr, &count));
+#else
+    CU(cuGraphGetEdges(g, nullptr, nullptr, &count));
+#endif
+    return count;
+}
+
 // cuGraphInstantiate: CUDA 11's five parameters, CUDA 12's flags.
 static CUresult instantiate(CUgraphExec *exec, CUgraph g) {
 #if CUDA_VERSION >= 12000
@@ -332,6 +381,50 @@ int main() {
     std::printf("a dependency of another graph: %s\n", name_of(cuGraphAddEmptyNode(&bad, small, &scale_node, 1)));
     std::printf("kernel parameters of a memset node in the executable graph: %s\n",
                 name_of(cuGraphExecKernelNodeSetParams(exec, set_node, &kp)));
+
+    // --- The graph of a capture in progress: its dependency set (cuStreamGetCaptureInfo_v2, and
+    // the CUDA 12.3 form's edge data), an empty node added after it and made the stream's
+    // dependency (cuStreamUpdateCaptureDependencies), captured work after that.
+    CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CU(cuMemsetD32Async(a, 0, n, s));
+    CUgraph being = nullptr;
+    const CUgraphNode *deps = nullptr;
+    size_t ndeps = 0;
+    CU(capture_graph(s, &info_status, &being, &deps, &ndeps));
+    CUgraphNodeType dep_type = CU_GRAPH_NODE_TYPE_EMPTY;
+    if (ndeps == 1) CU(cuGraphNodeGetType(deps[0], &dep_type));
+    std::printf("capture in progress: status %d, %zu dependency, of type %d\n", (int)info_status, ndeps,
+                (int)dep_type);
+    CUgraphNode memset_node = ndeps == 1 ? deps[0] : nullptr;
+    CUgraph being3 = nullptr;
+    const CUgraphNode *deps3 = nullptr;
+    const void *edge_data = nullptr;
+    size_t ndeps3 = 0;
+    CU(capture_graph_edges(s, &info_status, &being3, &deps3, &edge_data, &ndeps3));
+    bool default_edge = edge_data != nullptr;
+    for (size_t i = 0; default_edge && i < 8; ++i)
+        default_edge = ((const unsigned char *)edge_data)[i] == 0;
+    std::printf("with edge data: same graph %s, same dependency %s, default edge %s\n", yes(being3 == being),
+                yes(ndeps3 == 1 && deps3[0] == memset_node), yes(default_edge));
+    CUgraphNode by_hand;
+    CU(cuGraphAddEmptyNode(&by_hand, being, deps3, ndeps3));
+    CU(update_dependencies(s, &by_hand, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+    CU(cuMemsetD32Async(b, 0x3f800000, n, s));
+    CUgraph ended = nullptr;
+    CU(cuStreamEndCapture(s, &ended));
+    size_t ended_nodes = 0;
+    CU(cuGraphGetNodes(ended, nullptr, &ended_nodes));
+    std::printf("ended graph: the one queried %s, %zu nodes, %zu edges\n", yes(ended == being), ended_nodes,
+                edge_count(ended));
+    CUgraphExec ended_exec;
+    CU(instantiate(&ended_exec, ended));
+    CU(cuGraphLaunch(ended_exec, s));
+    CU(cuStreamSynchronize(s));
+    std::printf("launched: a[7] = %.1f, b[7] = %.1f\n", at(a, 7), at(b, 7));
+    std::printf("update without a capture: %s\n",
+                name_of(update_dependencies(s, nullptr, 0, CU_STREAM_ADD_CAPTURE_DEPENDENCIES)));
+    CU(cuGraphExecDestroy(ended_exec));
+    CU(cuGraphDestroy(ended));
 
     CU(cuGraphExecDestroy(exec));
     CU(cuGraphExecDestroy(captured_exec));

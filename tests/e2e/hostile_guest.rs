@@ -672,6 +672,49 @@ fn graph_edits_are_checked() {
     g.call(&PhosGraphInstantiateRequest { graph: clone }).unwrap();
 }
 
+/// The graph and dependency set of a capture in progress: queries name a stream of the session
+/// and fit a reply; updates name nodes of the capture's graph, with a count that matches the
+/// list and flags CUDA has, on a capturing stream; the graph and its nodes are not destroyed
+/// while it grows.
+#[test]
+fn capture_dependencies_are_checked() {
+    let (_router, mut g) = open();
+    let buf = malloc(&mut g, 4096);
+    let stream = g.call(&CudaStreamCreateRequest {}).unwrap().pStream;
+    let other = g.call(&CudaGraphCreateRequest { flags: 0 }).unwrap().pGraph;
+    let foreign = g.call(&PhosGraphAddEmptyNodeRequest { graph: other, deps: &[], numDeps: 0 }).unwrap().pGraphNode;
+    let update = |g: &mut RawGuest, deps: &[u64], count: u64, flags: u32| {
+        let bytes: Vec<u8> = deps.iter().flat_map(|d| d.to_ne_bytes()).collect();
+        g.call(&PhosStreamUpdateCaptureDependenciesRequest { stream, deps: &bytes, count, flags }).map(|_| ())
+    };
+    assert_eq!(update(&mut g, &[], 0, 0).unwrap_err(), CudaError::IllegalState.0, "not capturing");
+    g.call(&CudaStreamBeginCaptureRequest { stream, mode: 0 }).unwrap();
+    g.call(&CudaMemsetAsyncRequest { devPtr: buf, value: 0, count: 4096, stream }).unwrap();
+    let info = g.call(&PhosStreamCaptureGraphRequest { stream, max: 4 }).unwrap();
+    assert_eq!((info.status, info.count), (1, 1));
+    let node = u64::from_ne_bytes(info.deps[..8].try_into().unwrap());
+    assert!(g.call(&PhosStreamCaptureGraphRequest { stream: 0xbad, max: 4 }).is_err());
+    let huge = g.call(&PhosStreamCaptureGraphRequest { stream, max: 1 << 40 });
+    assert_eq!(huge.unwrap_err(), CudaError::InvalidValue.0);
+    // Nodes of another graph or none, a count that disagrees with the list, other flags.
+    assert_eq!(update(&mut g, &[foreign], 1, 0).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(update(&mut g, &[0x1234], 1, 1).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(update(&mut g, &[node], 3, 0).unwrap_err(), CudaError::InvalidValue.0);
+    assert_eq!(update(&mut g, &[node], 1, 5).unwrap_err(), CudaError::InvalidValue.0);
+    // Neither the graph nor its nodes are destroyed mid-capture.
+    assert_eq!(g.call(&CudaGraphDestroyRequest { graph: info.graph }).unwrap_err(), CudaError::InvalidValue.0);
+    let destroy_node = PhosGraphEditRequest { what: 0, a: node, b: 0, c: 0 };
+    assert_eq!(g.call(&destroy_node).unwrap_err(), CudaError::InvalidValue.0);
+    update(&mut g, &[node, node], 2, 1).unwrap();
+    g.call(&CudaMemsetAsyncRequest { devPtr: buf, value: 1, count: 4096, stream }).unwrap();
+    let ended = g.call(&CudaStreamEndCaptureRequest { stream }).unwrap().pGraph;
+    assert_eq!(ended, info.graph);
+    assert_eq!(g.call(&PhosGraphNodesRequest { graph: ended, max: 4 }).unwrap().count, 2);
+    assert_eq!(g.call(&PhosStreamCaptureGraphRequest { stream, max: 4 }).unwrap().status, 0);
+    assert_eq!(update(&mut g, &[node], 1, 0).unwrap_err(), CudaError::IllegalState.0);
+    g.call(&CudaGraphDestroyRequest { graph: ended }).unwrap();
+}
+
 /// A graph launch checks its copies and memsets against the memory the session has then: a
 /// node whose memory was freed after it was added fails the launch before any node runs.
 #[test]

@@ -56,6 +56,7 @@ programs!(
     async_order,
     atomics_histogram,
     callbacks,
+    capture_dependencies,
     capture_threads,
     copy_sizes,
     device_api,
@@ -282,6 +283,83 @@ fn driver_program(name: &str) -> String {
     assert_eq!(stdout, expected(name), "{name}: output differs from the native run\nstderr:\n{stderr}");
     stderr
 }
+
+/// CUDA 13's runtime exports `cudaStreamGetCaptureInfo` with seven parameters (edge data
+/// before the count) and `cudaStreamUpdateCaptureDependencies` with five: a program of that ABI
+/// (C, loading `libcudart.so.13` by name, so no CUDA 13 toolkit is needed) gets the graph being
+/// captured, its dependency set and default edge data, and continues the capture after a node
+/// it added itself.
+#[test]
+fn capture_info_of_the_cuda_13_abi() {
+    let dir = phos_tests::target_dir().join("cuda-programs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("capture_info_13.c");
+    std::fs::write(&src, CAPTURE_INFO_13).unwrap();
+    let exe = dir.join("capture_info_13");
+    let cc = std::process::Command::new("cc").arg("-o").arg(&exe).arg(&src).arg("-ldl").output().unwrap();
+    assert!(cc.status.success(), "cc: {}", String::from_utf8_lossy(&cc.stderr));
+    let out = phos_run_over("emu", "shm", &exe, &[]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("abi=13"), "{stderr}");
+    assert_eq!(
+        stdout,
+        "capturing: status 1, 1 dependency, default edge yes\n\
+         after the update: 1 dependency, the added node yes\n\
+         ended: the same graph yes, 3 nodes\n"
+    );
+}
+
+const CAPTURE_INFO_13: &str = r#"#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+typedef int (*create_t)(void **, unsigned);
+typedef int (*malloc_t)(void **, size_t);
+typedef int (*begin_t)(void *, int);
+typedef int (*memset_t)(void *, int, size_t, void *);
+typedef int (*info_t)(void *, int *, unsigned long long *, void **, void *const **, const unsigned char **, size_t *);
+typedef int (*empty_t)(void **, void *, void *const *, size_t);
+typedef int (*update_t)(void *, void **, const void *, size_t, unsigned);
+typedef int (*end_t)(void *, void **);
+typedef int (*nodes_t)(void *, void **, size_t *);
+#define CALL(x) do { int e_ = (x); if (e_) { printf("FAILED: %s -> %d\n", #x, e_); exit(1); } } while (0)
+int main(void) {
+    void *rt = dlopen("libcudart.so.13", RTLD_NOW);
+    if (!rt) { printf("dlopen: %s\n", dlerror()); return 1; }
+    create_t create = (create_t)dlsym(rt, "cudaStreamCreateWithFlags");
+    malloc_t cmalloc = (malloc_t)dlsym(rt, "cudaMalloc");
+    begin_t begin = (begin_t)dlsym(rt, "cudaStreamBeginCapture");
+    memset_t cmemset = (memset_t)dlsym(rt, "cudaMemsetAsync");
+    info_t info = (info_t)dlsym(rt, "cudaStreamGetCaptureInfo");
+    empty_t empty = (empty_t)dlsym(rt, "cudaGraphAddEmptyNode");
+    update_t update = (update_t)dlsym(rt, "cudaStreamUpdateCaptureDependencies");
+    end_t end = (end_t)dlsym(rt, "cudaStreamEndCapture");
+    nodes_t nodes = (nodes_t)dlsym(rt, "cudaGraphGetNodes");
+    void *s, *buf, *graph = NULL, *ended = NULL, *added;
+    void *const *deps = NULL;
+    const unsigned char *edges = NULL;
+    int status = -1;
+    unsigned long long id = 0;
+    size_t count = 0, n = 0;
+    CALL(create(&s, 1));
+    CALL(cmalloc(&buf, 4096));
+    CALL(begin(s, 0));
+    CALL(cmemset(buf, 0, 4096, s));
+    CALL(info(s, &status, &id, &graph, &deps, &edges, &count));
+    int zero = edges != NULL;
+    for (int i = 0; zero && i < 8; i++) zero = edges[i] == 0;
+    printf("capturing: status %d, %zu dependency, default edge %s\n", status, count, zero ? "yes" : "no");
+    CALL(empty(&added, graph, deps, count));
+    CALL(update(s, &added, NULL, 1, 1));
+    CALL(info(s, &status, &id, &graph, &deps, NULL, &count));
+    printf("after the update: %zu dependency, the added node %s\n", count, count == 1 && deps[0] == added ? "yes" : "no");
+    CALL(cmemset(buf, 1, 4096, s));
+    CALL(end(s, &ended));
+    CALL(nodes(ended, NULL, &n));
+    printf("ended: the same graph %s, %zu nodes\n", ended == graph ? "yes" : "no", n);
+    return 0;
+}
+"#;
 
 #[test]
 fn exit_code_is_the_programs() {

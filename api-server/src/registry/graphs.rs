@@ -2,7 +2,9 @@
 //!
 //! Invariants: a node handle names a node of a live graph (destroying a graph drops its node
 //! handles); an executable graph is a copy of its graph's work in an order its dependencies
-//! allow, and outlives the graph. Locks are taken in the order `graphs`, `nodes`.
+//! allow, and outlives the graph; a capture in progress grows a graph of the table (its
+//! captured work is added there as it is recorded). Locks are taken in the order `captures`,
+//! `graphs`, `nodes`.
 
 use parking_lot::Mutex;
 use phos_protocol::CudaError;
@@ -10,10 +12,11 @@ use phos_protocol::apis::HandleKind;
 
 use super::handles::{HandleTable, NewHandle};
 use crate::capture::{
-    CaptureState, Captures, Graph, GraphOp, NODE_GRAPH, NODE_KERNEL, NODE_MEM_ALLOC, NODE_MEM_FREE, NODE_MEMCPY,
+    CaptureState, Ended, Graph, GraphOp, NODE_GRAPH, NODE_KERNEL, NODE_MEM_ALLOC, NODE_MEM_FREE, NODE_MEMCPY,
     NODE_MEMSET, Node, UPDATE_SUCCESS, UPDATE_TOPOLOGY_CHANGED, effective_ops, find_marker,
 };
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 /// How deep child graphs may nest (a guest cannot make a cycle of them: a child is copied
 /// when added, but a deep chain is refused rather than recursed without end).
@@ -39,9 +42,9 @@ pub struct GraphRegistry {
     /// Stream captures in progress (behind a flag: calls look at it without a lock while
     /// nothing captures).
     pub captures: CaptureState,
-    graphs: Mutex<HandleTable<Graph>>,
+    graphs: Arc<Mutex<HandleTable<Graph>>>,
     /// Node handles: (graph handle, index of the node in it).
-    nodes: Mutex<HandleTable<(u64, usize)>>,
+    nodes: Arc<Mutex<HandleTable<(u64, usize)>>>,
     execs: Mutex<HandleTable<Vec<GraphOp>>>,
     /// The blocks of graph allocations (taken after the other locks).
     mem: Mutex<GraphMemory>,
@@ -55,7 +58,7 @@ struct Block {
     device: i32,
     /// Allocated in CUDA's terms: a launch of its allocation node ran, nothing freed it yet.
     live: bool,
-    /// Made by a capture still in progress (its graph does not exist yet).
+    /// Made by a capture still in progress (kept reserved when the capture ends invalidated).
     in_capture: bool,
 }
 
@@ -122,10 +125,12 @@ pub struct GraphLimits {
 
 impl GraphRegistry {
     pub fn new(limits: GraphLimits) -> Self {
+        let graphs = Arc::new(Mutex::new(HandleTable::new(HandleKind::Graph, limits.graphs)));
+        let nodes = Arc::new(Mutex::new(HandleTable::new(HandleKind::GraphNode, limits.nodes)));
         GraphRegistry {
-            captures: CaptureState::default(),
-            graphs: Mutex::new(HandleTable::new(HandleKind::Graph, limits.graphs)),
-            nodes: Mutex::new(HandleTable::new(HandleKind::GraphNode, limits.nodes)),
+            captures: CaptureState::new(graphs.clone(), nodes.clone()),
+            graphs,
+            nodes,
             execs: Mutex::new(HandleTable::new(HandleKind::GraphExec, limits.execs)),
             mem: Mutex::new(GraphMemory::default()),
         }
@@ -136,28 +141,43 @@ impl GraphRegistry {
         self.graphs.lock().add(Graph::default(), new)
     }
 
-    /// A graph of captured work: each operation a node after the one before it.
-    /// `nodes_full` answers for a node past the session's limit.
-    pub fn create_captured(
-        &self,
-        ops: Vec<GraphOp>,
-        new: &NewHandle<'_>,
-        nodes_full: &dyn Fn() -> CudaError,
-    ) -> Result<u64, CudaError> {
-        let graph = self.create(new)?;
-        {
-            let mut mem = self.mem.lock();
-            for op in &ops {
-                if let GraphOp::MemAlloc { dptr, .. } = op
-                    && let Some(b) = mem.blocks.get_mut(dptr)
-                {
-                    b.in_capture = false;
-                }
+    /// `cudaStreamBeginCapture`: a capture of `stream` into a new, empty graph.
+    /// `cudaErrorIllegalState` when the stream captures already.
+    pub fn begin_capture(&self, stream: u64, new: &NewHandle<'_>) -> Result<(), CudaError> {
+        self.captures.update(|c| {
+            if c.of_stream(stream).is_some() {
+                return Err(CudaError::IllegalState);
             }
+            let graph = self.graphs.lock().add(Graph::default(), new)?;
+            c.begin(stream, graph).inspect_err(|_| {
+                self.graphs.lock().remove(graph).ok();
+            })
+        })
+    }
+
+    /// `cudaStreamEndCapture`: the graph the capture of `stream` grew. An invalidated capture's
+    /// graph is destroyed (`cudaErrorStreamCaptureInvalidated`), and so is one that could not
+    /// take a node: `cudaErrorMemoryAllocation`, which the caller reports as the session's
+    /// limit of nodes.
+    pub fn end_capture(&self, stream: u64) -> Result<u64, CudaError> {
+        let (graph, failed) = match self.captures.update(|c| c.end(stream))? {
+            Ended::Graph(g) => (g, None),
+            Ended::Invalidated(g) => (g, Some(CudaError::StreamCaptureInvalidated)),
+            Ended::NodesFull(g) => (g, Some(CudaError::MemoryAllocation)),
+        };
+        if let Some(e) = failed {
+            // Its allocation nodes' blocks stay reserved (still marked as a capture's).
+            self.destroy(graph).ok();
+            return Err(e);
         }
-        for op in ops {
-            let deps = self.graphs.lock().get(graph)?.nodes.len().checked_sub(1).into_iter().collect();
-            self.add_node(graph, Graph::kind_of(&op), vec![op], deps, nodes_full)?;
+        let graphs = self.graphs.lock();
+        let mut mem = self.mem.lock();
+        for op in graphs.get(graph)?.nodes.iter().flat_map(|n| &n.ops) {
+            if let GraphOp::MemAlloc { dptr, .. } = op
+                && let Some(b) = mem.blocks.get_mut(dptr)
+            {
+                b.in_capture = false;
+            }
         }
         Ok(graph)
     }
@@ -269,6 +289,10 @@ impl GraphRegistry {
     /// graph goes with it).
     pub fn destroy_node(&self, node: u64) -> Result<(), CudaError> {
         let (graph, index) = self.locate(node)?;
+        // CUDA permits everything but destruction and node removal on a capture's graph.
+        if self.captures.lock().is_capture_graph(graph) {
+            return Err(CudaError::InvalidValue);
+        }
         let mut graphs = self.graphs.lock();
         let mut nodes = self.nodes.lock();
         let g = graphs.get_mut(graph)?;
@@ -473,6 +497,9 @@ impl GraphRegistry {
     }
 
     pub fn destroy(&self, graph: u64) -> Result<(), CudaError> {
+        if self.captures.lock().is_capture_graph(graph) {
+            return Err(CudaError::InvalidValue);
+        }
         let mut graphs = self.graphs.lock();
         let mut nodes = self.nodes.lock();
         let g = graphs.remove(graph)?;
@@ -772,11 +799,12 @@ impl GraphRegistry {
     /// and addresses that a restore makes again with the same values, but for module
     /// variables' (see [`load`](Self::load)).
     pub fn snapshot(&self) -> Vec<u8> {
+        let capturing = self.captures.lock().capture_graphs();
         let graphs = self.graphs.lock();
         let nodes = self.nodes.lock();
         let execs = self.execs.lock();
         let image = GraphsImage {
-            graphs: graphs.iter().map(|(h, g)| (h, g.clone())).collect(),
+            graphs: graphs.iter().filter(|(h, _)| !capturing.contains(h)).map(|(h, g)| (h, g.clone())).collect(),
             execs: execs.iter().map(|(h, ops)| (h, ops.clone())).collect(),
             next: [graphs.next_counter(), nodes.next_counter(), execs.next_counter()],
         };
@@ -822,7 +850,7 @@ impl GraphRegistry {
 
     /// Forget every capture and graph.
     pub fn release_all(&self) {
-        self.captures.update(|c| *c = Captures::default());
+        self.captures.update(|c| c.clear());
         self.graphs.lock().drain();
         self.execs.lock().drain();
         self.nodes.lock().drain();
@@ -967,6 +995,42 @@ mod tests {
         GraphRegistry::new(GraphLimits { graphs: 8, nodes: 64, execs: 8 })
     }
 
+    /// A graph captured on stream 10: each op a node after the one before it.
+    fn captured(r: &GraphRegistry, ops: Vec<GraphOp>, new: &NewHandle<'_>) -> u64 {
+        r.begin_capture(10, new).unwrap();
+        for op in ops {
+            r.captures.lock().record(10, || op).unwrap().unwrap();
+        }
+        r.end_capture(10).unwrap()
+    }
+
+    #[test]
+    fn a_capture_in_progress_is_a_graph_kept_from_checkpoints_and_destruction() {
+        let full = || CudaError::MemoryAllocation;
+        let new = NewHandle { forced: None, full: &full };
+        let r = registry();
+        let memset = GraphOp::Memset { dst: 0x1000, pitch: 4, value: 7, width: 4, height: 1 };
+        r.begin_capture(10, &new).unwrap();
+        assert_eq!(r.begin_capture(10, &new), Err(CudaError::IllegalState));
+        r.captures.lock().record(10, || memset.clone()).unwrap().unwrap();
+        let (g, deps) = r.captures.lock().graph_of(10).unwrap();
+        assert_eq!(r.nodes(g, 1).unwrap(), (deps[0].to_ne_bytes().to_vec(), 1));
+        assert_eq!(r.destroy(g), Err(CudaError::InvalidValue));
+        assert_eq!(r.destroy_node(deps[0]), Err(CudaError::InvalidValue));
+        let restored = registry();
+        restored.load(&r.snapshot(), &|a| a).unwrap();
+        assert!(restored.nodes(g, 0).is_err(), "not in the image");
+        assert_eq!(r.end_capture(10), Ok(g));
+        assert_eq!(r.ordered_ops(g).unwrap(), vec![memset]);
+        // An invalidated capture's graph goes.
+        r.begin_capture(10, &new).unwrap();
+        let (broken, _) = r.captures.lock().graph_of(10).unwrap();
+        r.captures.lock().refuse(10);
+        assert_eq!(r.end_capture(10), Err(CudaError::StreamCaptureInvalidated));
+        assert!(r.nodes(broken, 0).is_err());
+        r.destroy(g).unwrap();
+    }
+
     fn library_op(position: Option<u64>) -> GraphOp {
         GraphOp::Library { api: 2, function: 7, device: 0, payload: vec![1, 2, 3], position }
     }
@@ -977,7 +1041,7 @@ mod tests {
         let new = NewHandle { forced: None, full: &full };
         let r = registry();
         let memset = GraphOp::Memset { dst: 0x1000, pitch: 4, value: 7, width: 4, height: 1 };
-        let g = r.create_captured(vec![memset.clone(), library_op(Some(9))], &new, &full).unwrap();
+        let g = captured(&r, vec![memset.clone(), library_op(Some(9))], &new);
         let exec = r.instantiate(g, &new).unwrap();
         let (nodes, count) = r.nodes(g, 2).unwrap();
         assert_eq!(count, 2);
@@ -1005,7 +1069,7 @@ mod tests {
         let new = NewHandle { forced: None, full: &full };
         let r = registry();
         let copy = GraphOp::CopyOnDevice { dst: 0x1000, dpitch: 4, src: 0x2004, spitch: 4, width: 4, height: 1 };
-        let g = r.create_captured(vec![copy], &new, &full).unwrap();
+        let g = captured(&r, vec![copy], &new);
         let exec = r.instantiate(g, &new).unwrap();
         let restored = registry();
         // The variable at 0x2000 moved to 0x8000.
@@ -1102,7 +1166,7 @@ mod tests {
             cooperative: false,
         };
         let memset = GraphOp::Memset { dst: 0x1000, pitch: 4, value: 1, width: 4, height: 1 };
-        let g = r.create_captured(vec![kernel(0), memset, library_op(None)], &new, &full).unwrap();
+        let g = captured(&r, vec![kernel(0), memset, library_op(None)], &new);
         let (nodes, _) = r.nodes(g, 3).unwrap();
         let h: Vec<u64> = nodes.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap())).collect();
         assert!(!r.kernel_cooperative(h[0], None).unwrap());
@@ -1143,7 +1207,7 @@ mod tests {
         let new = NewHandle { forced: None, full: &full };
         let r = registry();
         let memset = |value| GraphOp::Memset { dst: 0x1000, pitch: 4, value, width: 4, height: 1 };
-        let g = r.create_captured(vec![memset(1), memset(2), memset(3)], &new, &full).unwrap();
+        let g = captured(&r, vec![memset(1), memset(2), memset(3)], &new);
         let (nodes, _) = r.nodes(g, 3).unwrap();
         let h: Vec<u64> = nodes.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap())).collect();
         assert_eq!(r.query(query::EDGES, g).unwrap(), vec![h[0], h[1], h[1], h[2]]);

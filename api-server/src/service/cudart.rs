@@ -1242,7 +1242,7 @@ impl CudartService for Session {
 
     fn cuda_stream_begin_capture(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: CudaStreamBeginCaptureRequest,
     ) -> Result<CudaStreamBeginCaptureReply, CudaError> {
         // The legacy stream cannot be captured.
@@ -1250,7 +1250,8 @@ impl CudartService for Session {
             return Err(CudaError::StreamCaptureUnsupported);
         }
         self.objects.streams.resolve(req.stream)?;
-        self.objects.graphs.captures.update(|c| c.begin(req.stream))?;
+        // The capture's graph exists from here on (`cudaStreamGetCaptureInfo` answers it).
+        self.with_new_handle(cx, LimitKind::Graphs, |new| self.objects.graphs.begin_capture(req.stream, new))?;
         Ok(CudaStreamBeginCaptureReply {})
     }
 
@@ -1260,9 +1261,10 @@ impl CudartService for Session {
         req: CudaStreamEndCaptureRequest,
     ) -> Result<CudaStreamEndCaptureReply, CudaError> {
         self.objects.streams.resolve(req.stream)?;
-        let ops = self.objects.graphs.captures.update(|c| c.end(req.stream))?;
-        let graph = self.with_new_handle(cx, LimitKind::Graphs, |new| {
-            self.objects.graphs.create_captured(ops, new, &|| self.refuse(cx, LimitKind::GraphNodes))
+        let graph = self.objects.graphs.end_capture(req.stream).map_err(|e| match e {
+            // A captured call could not add its node: the session's limit of nodes.
+            CudaError::MemoryAllocation => self.refuse(cx, LimitKind::GraphNodes),
+            e => e,
         })?;
         Ok(CudaStreamEndCaptureReply { pGraph: graph })
     }
@@ -1284,6 +1286,33 @@ impl CudartService for Session {
         self.objects.streams.resolve(req.stream)?;
         let (status, id) = self.objects.graphs.captures.lock().status(req.stream);
         Ok(PhosStreamCaptureInfoReply { status, id })
+    }
+
+    fn phos_stream_capture_graph(
+        &self,
+        _: &CallCx,
+        req: PhosStreamCaptureGraphRequest,
+    ) -> Result<PhosStreamCaptureGraphReply, CudaError> {
+        self.objects.streams.resolve(req.stream)?;
+        let captures = self.objects.graphs.captures.lock();
+        let (status, id) = captures.status(req.stream);
+        let (graph, deps) = captures.graph_of(req.stream).unwrap_or_default();
+        let max = req.max as usize;
+        let mut out: Vec<u8> = deps.iter().take(max).flat_map(|h| h.to_ne_bytes()).collect();
+        out.resize(max * 8, 0);
+        Ok(PhosStreamCaptureGraphReply { status, id, graph, deps: out, count: deps.len() as u64 })
+    }
+
+    fn phos_stream_update_capture_dependencies(
+        &self,
+        _: &CallCx,
+        req: PhosStreamUpdateCaptureDependenciesRequest<'_>,
+    ) -> Result<PhosStreamUpdateCaptureDependenciesReply, CudaError> {
+        self.objects.streams.resolve(req.stream)?;
+        let deps: Vec<u64> =
+            req.deps.chunks_exact(8).map(|h| u64::from_ne_bytes(h.try_into().expect("8 bytes"))).collect();
+        self.objects.graphs.captures.lock().update_dependencies(req.stream, &deps, req.flags)?;
+        Ok(PhosStreamUpdateCaptureDependenciesReply {})
     }
 
     fn phos_graph_instantiate(

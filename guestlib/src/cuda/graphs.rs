@@ -35,9 +35,6 @@ struct KernelNodeParams {
 /// Where `_v2`'s `kern` is (`ctx` follows it).
 const KERN_AT: usize = std::mem::size_of::<KernelNodeParams>();
 
-/// `CUstreamCaptureStatus`'s `CU_STREAM_CAPTURE_STATUS_ACTIVE`.
-const CAPTURE_ACTIVE: i32 = 1;
-
 /// Argument buffers and pointer arrays handed out by `cuGraphKernelNodeGetParams`, kept per
 /// node until it is queried again (CUDA keeps them as long as the node).
 type KeptParams = (Box<[u8]>, Box<[usize]>);
@@ -259,25 +256,39 @@ pub unsafe fn exec_update(
     if reply.result == 0 { Ok(()) } else { Err(CuError::GRAPH_EXEC_UPDATE_FAILURE) }
 }
 
-/// `cuStreamGetCaptureInfo` and its `_v2`/`_v3` forms: the status and the capture's id. The
-/// capture's graph and open dependencies exist only when it ends (the server records the work
-/// and makes the graph then): asked for during a capture, they are
-/// `CUDA_ERROR_NOT_SUPPORTED`.
+/// `cuStreamGetCaptureInfo` and its `_v2`/`_v3` forms: the runtime's (a `CUgraph` and
+/// `CUgraphNode` are the runtime's handles).
 ///
 /// # Safety
 /// Non-null out pointers must be writable.
-pub unsafe fn capture_info(stream: u64, status: *mut i32, id: *mut u64, graph_parts: bool) -> Result<(), CuError> {
+pub unsafe fn capture_info(
+    stream: u64,
+    status: *mut i32,
+    id: *mut u64,
+    graph: *mut *mut c_void,
+    deps: *mut *const *mut c_void,
+    edges: *mut *const c_void,
+    count: *mut usize,
+) -> Result<(), CuError> {
+    let stream = stream as usize as *mut c_void;
     // SAFETY: the out pointers as this function's contract gives them.
-    from_runtime(unsafe { graphs::capture_info(stream as usize as *mut c_void, status, id) })?;
-    // SAFETY: `status` was written (not null: checked by `capture_info`).
-    if graph_parts && unsafe { *status } == CAPTURE_ACTIVE {
-        crate::log::not_supported_once(
-            "cuStreamGetCaptureInfo: the graph and dependencies of a capture in progress",
-            "CUDA_ERROR_NOT_SUPPORTED",
-        );
-        return Err(CuError::NOT_SUPPORTED);
-    }
-    Ok(())
+    from_runtime(unsafe { graphs::capture_info(stream, status, id, graph.cast(), deps.cast(), edges.cast(), count) })
+}
+
+/// `cuStreamUpdateCaptureDependencies` (and `_v2`): the runtime's.
+///
+/// # Safety
+/// A non-null `deps` must hold `count` handles; a non-null `edges` `count` edge data.
+pub unsafe fn update_capture_dependencies(
+    stream: u64,
+    deps: *const *mut c_void,
+    edges: *const c_void,
+    count: usize,
+    flags: u32,
+) -> Result<(), CuError> {
+    let stream = stream as usize as *mut c_void;
+    // SAFETY: as this function's contract gives them.
+    from_runtime(unsafe { graphs::update_capture_dependencies(stream, deps.cast(), edges.cast(), count, flags) })
 }
 
 /// Where the parameters start in a `CUgraphNodeParams` (after the type and reserved words),

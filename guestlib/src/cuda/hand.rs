@@ -1180,8 +1180,11 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cuStreamGetCaptureInfo(stream: *mut c_void, status: *mut i32, id: *mut u64) -> i32 {
+        let none = std::ptr::null_mut::<*mut c_void>();
         // SAFETY: the out pointers as this export's caller gives them (null or writable).
-        in_context(F::CuStreamGetCaptureInfo, || unsafe { graphs::capture_info(stream as u64, status, id, false) })
+        in_context(F::CuStreamGetCaptureInfo, || unsafe {
+            graphs::capture_info(stream as u64, status, id, none, none.cast(), none.cast(), none.cast())
+        })
     }
 
     unsafe fn cuStreamGetCaptureInfo_v2(
@@ -1192,9 +1195,11 @@ impl HandWritten for Hand {
         deps: *mut *const *mut c_void,
         count: *mut usize,
     ) -> i32 {
-        let parts = !graph.is_null() || !deps.is_null() || !count.is_null();
+        let none = std::ptr::null_mut::<*const c_void>();
         // SAFETY: as in `cuStreamGetCaptureInfo`.
-        in_context(F::CuStreamGetCaptureInfoV2, || unsafe { graphs::capture_info(stream as u64, status, id, parts) })
+        in_context(F::CuStreamGetCaptureInfoV2, || unsafe {
+            graphs::capture_info(stream as u64, status, id, graph, deps, none, count)
+        })
     }
 
     unsafe fn cuStreamGetCaptureInfo_v3(
@@ -1206,9 +1211,36 @@ impl HandWritten for Hand {
         edges: *mut *const c_void,
         count: *mut usize,
     ) -> i32 {
-        let parts = !graph.is_null() || !deps.is_null() || !edges.is_null() || !count.is_null();
         // SAFETY: as in `cuStreamGetCaptureInfo`.
-        in_context(F::CuStreamGetCaptureInfoV3, || unsafe { graphs::capture_info(stream as u64, status, id, parts) })
+        in_context(F::CuStreamGetCaptureInfoV3, || unsafe {
+            graphs::capture_info(stream as u64, status, id, graph, deps, edges, count)
+        })
+    }
+
+    unsafe fn cuStreamUpdateCaptureDependencies(
+        stream: *mut c_void,
+        deps: *mut *mut c_void,
+        count: usize,
+        flags: u32,
+    ) -> i32 {
+        // SAFETY: `deps` null or holding `count` handles, as this export's caller gives it.
+        in_context(F::CuStreamUpdateCaptureDependencies, || unsafe {
+            graphs::update_capture_dependencies(stream as u64, deps.cast_const(), std::ptr::null(), count, flags)
+        })
+    }
+
+    unsafe fn cuStreamUpdateCaptureDependencies_v2(
+        stream: *mut c_void,
+        deps: *mut *mut c_void,
+        edges: *const c_void,
+        count: usize,
+        flags: u32,
+    ) -> i32 {
+        // SAFETY: `deps` and `edges` null or holding `count` entries, as this export's caller
+        // gives them.
+        in_context(F::CuStreamUpdateCaptureDependenciesV2, || unsafe {
+            graphs::update_capture_dependencies(stream as u64, deps.cast_const(), edges, count, flags)
+        })
     }
 
     unsafe fn cuGraphInstantiate(

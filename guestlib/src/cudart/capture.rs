@@ -17,7 +17,9 @@
 //!   handle still gets CUDA's error from the server.
 //! - No sticky error is known to the guest: the server fails every call with it.
 //!
-//! Otherwise the query is forwarded, as before.
+//! Otherwise the query is forwarded, as before. A query for the capture's graph and
+//! dependency set (`cudaStreamGetCaptureInfo_v2` and later forms) is `phosStreamCaptureGraph`;
+//! the dependency array it answers is kept here per stream, as CUDA keeps its own.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
@@ -27,7 +29,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use phos_protocol::CudaError;
 use phos_protocol::cudart::{
     CudaStreamBeginCaptureRequest, CudaStreamEndCaptureRequest, CudaStreamIsCapturingRequest,
-    PhosStreamCaptureInfoRequest,
+    PhosStreamCaptureGraphRequest, PhosStreamCaptureInfoRequest, PhosStreamUpdateCaptureDependenciesRequest,
 };
 
 use crate::runtime;
@@ -69,6 +71,7 @@ fn note_live(stream: u64, epoch: u64) {
 
 /// `cudaStreamDestroy`: the stream is no longer known live (before the call is sent).
 pub fn forget_stream(stream: u64) {
+    drop_dependencies(stream);
     let mut l = live();
     FORGOTTEN.fetch_add(1, Ordering::SeqCst);
     if let Some(l) = l.as_mut() {
@@ -78,6 +81,7 @@ pub fn forget_stream(stream: u64) {
 
 /// A device reset: every stream goes.
 pub fn forget_streams() {
+    *KEPT.lock().unwrap_or_else(PoisonError::into_inner) = None;
     let mut l = live();
     FORGOTTEN.fetch_add(1, Ordering::SeqCst);
     *l = None;
@@ -121,6 +125,86 @@ pub fn capture_info(stream: u64) -> Result<(i32, u64), CudaError> {
     Ok((reply.status, reply.id))
 }
 
+/// What `cudaStreamGetCaptureInfo` answers beyond the status and id while a capture is active:
+/// the capture's graph and the nodes the stream's next captured work depends on.
+pub struct CaptureGraph {
+    pub status: i32,
+    pub id: u64,
+    pub graph: u64,
+    /// The dependency set, in an array of the library's that stays where it is until the next
+    /// query on the stream, the stream's capture ends or the stream is destroyed (CUDA keeps
+    /// its array until the next call on the stream or the capture's end).
+    pub deps: *const u64,
+    /// Default edge data (zeros) for each dependency, kept as long.
+    pub edges: *const u8,
+    pub count: usize,
+}
+
+/// A stream's dependency array and its edge data, as the last query answered them.
+struct Kept {
+    deps: Box<[u64]>,
+    edges: Box<[u64]>,
+}
+
+/// The arrays [`CaptureGraph`] points into, by stream.
+static KEPT: Mutex<Option<HashMap<u64, Kept>>> = Mutex::new(None);
+
+/// Forget the arrays kept for `stream`'s queries.
+fn drop_dependencies(stream: u64) {
+    if let Some(k) = KEPT.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+        k.remove(&stream);
+    }
+}
+
+/// `cudaStreamGetCaptureInfo` with the graph and dependencies: status None (0) here when no
+/// capture can be open, else the server's answer.
+pub fn capture_graph(stream: u64) -> Result<CaptureGraph, CudaError> {
+    let none = CaptureGraph { status: 0, id: 0, graph: 0, deps: std::ptr::null(), edges: std::ptr::null(), count: 0 };
+    if known_none(stream) {
+        return Ok(none);
+    }
+    let epoch = FORGOTTEN.load(Ordering::SeqCst);
+    // Most dependency sets are a node or two: one call, a second when more.
+    let mut max = 8u64;
+    let reply = loop {
+        let reply = runtime::call(&PhosStreamCaptureGraphRequest { stream, max })?;
+        if reply.count <= max {
+            break reply;
+        }
+        max = reply.count;
+    };
+    note_live(stream, epoch);
+    let count = reply.count as usize;
+    let deps: Box<[u64]> =
+        reply.deps.chunks_exact(8).take(count).map(|h| u64::from_ne_bytes(h.try_into().expect("8 bytes"))).collect();
+    if reply.status != 1 || deps.is_empty() {
+        drop_dependencies(stream);
+        return Ok(CaptureGraph { status: reply.status, id: reply.id, graph: reply.graph, ..none });
+    }
+    let mut all = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
+    let all = all.get_or_insert_default();
+    // The same set answers the same array, so a pointer of an earlier query stays good while
+    // the set does not change.
+    let kept = match all.get(&stream) {
+        Some(k) if k.deps == deps => k,
+        _ => {
+            let kept = Kept { edges: vec![0u64; deps.len()].into_boxed_slice(), deps };
+            all.insert(stream, kept);
+            &all[&stream]
+        }
+    };
+    // Boxes do not move their contents when the box moves into the map.
+    let (deps, edges) = (kept.deps.as_ptr(), kept.edges.as_ptr() as *const u8);
+    Ok(CaptureGraph { status: reply.status, id: reply.id, graph: reply.graph, deps, edges, count })
+}
+
+/// `cudaStreamUpdateCaptureDependencies`: `deps` (handles, 8 bytes each) replace (`flags` 1)
+/// or join (0) the stream's dependency set.
+pub fn update_dependencies(stream: u64, deps: &[u8], flags: u32) -> Result<(), CudaError> {
+    let count = (deps.len() / 8) as u64;
+    runtime::call(&PhosStreamUpdateCaptureDependenciesRequest { stream, deps, count, flags }).map(|_| ())
+}
+
 /// `cudaStreamBeginCapture`: counted before it is sent, so that a query ordered after the
 /// begin by the program is forwarded.
 pub fn begin(stream: u64, mode: i32) -> Result<(), CudaError> {
@@ -142,6 +226,7 @@ pub unsafe fn end(stream: u64, graph: *mut *mut c_void) -> Result<(), CudaError>
         return Err(CudaError::InvalidValue);
     }
     let r = runtime::call(&CudaStreamEndCaptureRequest { stream });
+    drop_dependencies(stream);
     {
         let mut b = BEGUN.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(n) = b.as_mut().and_then(|b| b.get_mut(&stream)) {

@@ -31,22 +31,84 @@ const AUTO_FREE: u64 = 0x1;
 /// `cudaGraphInstantiateFlagDeviceLaunch`: graphs launched from kernels.
 const DEVICE_LAUNCH: u64 = 0x4;
 
-/// `cudaStreamGetCaptureInfo` (and `_v2`, `_v3`): the status and the capture id.
+/// `cudaStreamGetCaptureInfo` in each of its forms: the status and the capture id, and where
+/// asked for (CUDA 11.3's `_v2` on), while the capture is active, the graph being captured, the
+/// nodes the stream's next captured work depends on (an array the library keeps until the next
+/// query on the stream or the capture's end, as CUDA keeps its own) and their count, and
+/// (`_v3`) default edge data for each. Not active, those are null and 0 (CUDA documents them
+/// only for an active capture).
 ///
 /// # Safety
 /// Non-null out pointers must be writable.
-pub unsafe fn capture_info(stream: *mut c_void, status: *mut i32, id: *mut u64) -> Result<(), CudaError> {
-    if status.is_null() {
+pub unsafe fn capture_info(
+    stream: *mut c_void,
+    status: *mut i32,
+    id: *mut u64,
+    graph: *mut u64,
+    deps: *mut *const u64,
+    edges: *mut *const u8,
+    count: *mut usize,
+) -> Result<(), CudaError> {
+    if status.is_null() || (!edges.is_null() && deps.is_null()) {
         return Err(CudaError::InvalidValue);
     }
-    let (captured, capture_id) = super::capture::capture_info(stream as usize as u64)?;
+    let stream = stream as usize as u64;
+    let info = if graph.is_null() && deps.is_null() && count.is_null() {
+        let (status, id) = super::capture::capture_info(stream)?;
+        super::capture::CaptureGraph { status, id, graph: 0, deps: std::ptr::null(), edges: std::ptr::null(), count: 0 }
+    } else {
+        super::capture::capture_graph(stream)?
+    };
     // SAFETY: not null (checked above), so writable (this function's contract).
-    unsafe { *status = captured };
-    if !id.is_null() && captured != 0 {
+    unsafe { *status = info.status };
+    if !id.is_null() && info.status != 0 {
         // SAFETY: not null, so writable (this function's contract).
-        unsafe { *id = capture_id };
+        unsafe { id.write_unaligned(info.id) };
+    }
+    if !graph.is_null() {
+        // SAFETY: not null, so writable (this function's contract).
+        unsafe { graph.write_unaligned(info.graph) };
+    }
+    if !deps.is_null() {
+        // SAFETY: not null, so writable (this function's contract).
+        unsafe { deps.write_unaligned(info.deps) };
+    }
+    if !edges.is_null() {
+        // SAFETY: not null, so writable (this function's contract).
+        unsafe { edges.write_unaligned(info.edges) };
+    }
+    if !count.is_null() {
+        // SAFETY: not null, so writable (this function's contract).
+        unsafe { count.write_unaligned(info.count) };
     }
     Ok(())
+}
+
+/// `cudaStreamUpdateCaptureDependencies` (and `_v2`, with edge data, which must be absent or
+/// default): `flags` `cudaStreamSetCaptureDependencies` (1) replaces the stream's dependency
+/// set with `deps`, `cudaStreamAddCaptureDependencies` (0) adds them to it.
+///
+/// # Safety
+/// A non-null `deps` must hold `count` handles; a non-null `edges` `count` edge data.
+pub unsafe fn update_capture_dependencies(
+    stream: *mut c_void,
+    deps: *const u64,
+    edges: *const u8,
+    count: usize,
+    flags: u32,
+) -> Result<(), CudaError> {
+    if flags > 1 {
+        return Err(E::InvalidValue);
+    }
+    // SAFETY: `count` handles at a non-null `deps` (this function's contract).
+    let list = unsafe { handles(deps, count)? };
+    // SAFETY: as above, for the edge data.
+    if !edges.is_null() && count > 0 && unsafe { std::slice::from_raw_parts(edges, count * 8) }.iter().any(|&b| b != 0)
+    {
+        // Edge data (ports, programmatic edges) is not carried.
+        return Err(E::NotSupported);
+    }
+    super::capture::update_dependencies(stream as usize as u64, &list, flags)
 }
 
 /// # Safety

@@ -950,10 +950,90 @@ impl HandWritten for Hand {
 
     // ---- Stream capture and graphs (graphs.rs)
 
-    unsafe fn cudaStreamGetCaptureInfo(stream: *mut c_void, status: *mut i32, id: *mut u64) -> i32 {
-        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::capture_info` asks
-        // of them what CUDA asks of this export's caller.
-        code(unsafe { graphs::capture_info(stream, status, id) })
+    unsafe fn cudaStreamGetCaptureInfo(
+        stream: *mut c_void,
+        status: *mut i32,
+        id: *mut u64,
+        graph: *mut *mut c_void,
+        deps: *mut c_void,
+        edges_or_count: *mut c_void,
+        count_13: *mut usize,
+    ) -> i32 {
+        let none = std::ptr::null_mut::<u64>();
+        // CUDA 11 and 12 export the status and id only under this name (their headers map it
+        // to `_v2` when they mean more); CUDA 13's is `_v3`'s.
+        let r = if soname::current_abi().major() >= 13 {
+            // SAFETY: this export's arguments as CUDA 13 places them: `graphs::capture_info`
+            // asks of them what CUDA asks of this export's caller.
+            unsafe {
+                graphs::capture_info(stream, status, id, graph.cast(), deps.cast(), edges_or_count.cast(), count_13)
+            }
+        } else {
+            // SAFETY: the status and id, as CUDA 11 and 12 pass them.
+            unsafe { graphs::capture_info(stream, status, id, none, none.cast(), none.cast(), none.cast()) }
+        };
+        code(r)
+    }
+
+    unsafe fn cudaStreamGetCaptureInfo_v2(
+        stream: *mut c_void,
+        status: *mut i32,
+        id: *mut u64,
+        graph: *mut *mut c_void,
+        deps: *mut c_void,
+        count: *mut usize,
+    ) -> i32 {
+        let none = std::ptr::null_mut::<*const u8>();
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::capture_info`
+        // asks of them what CUDA asks of this export's caller.
+        code(unsafe { graphs::capture_info(stream, status, id, graph.cast(), deps.cast(), none, count) })
+    }
+
+    unsafe fn cudaStreamGetCaptureInfo_v3(
+        stream: *mut c_void,
+        status: *mut i32,
+        id: *mut u64,
+        graph: *mut *mut c_void,
+        deps: *mut c_void,
+        edges: *mut c_void,
+        count: *mut usize,
+    ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `graphs::capture_info`
+        // asks of them what CUDA asks of this export's caller.
+        code(unsafe { graphs::capture_info(stream, status, id, graph.cast(), deps.cast(), edges.cast(), count) })
+    }
+
+    unsafe fn cudaStreamUpdateCaptureDependencies(
+        stream: *mut c_void,
+        deps: *mut *mut c_void,
+        edges_or_count: *mut c_void,
+        count_or_flags: usize,
+        flags_13: u32,
+    ) -> i32 {
+        // CUDA 11 and 12: (stream, dependencies, count, flags); CUDA 13 put edge data before
+        // the count. An `unsigned int` argument's upper register bits are undefined.
+        let (edges, count, flags) = if soname::current_abi().major() >= 13 {
+            (edges_or_count as *const u8, count_or_flags, flags_13)
+        } else {
+            (std::ptr::null(), edges_or_count as usize, count_or_flags as u32)
+        };
+        // SAFETY: this export's arguments as its ABI places them:
+        // `graphs::update_capture_dependencies` asks of them what CUDA asks of this export's
+        // caller.
+        code(unsafe { graphs::update_capture_dependencies(stream, deps.cast(), edges, count, flags) })
+    }
+
+    unsafe fn cudaStreamUpdateCaptureDependencies_v2(
+        stream: *mut c_void,
+        deps: *mut *mut c_void,
+        edges: *const c_void,
+        count: usize,
+        flags: u32,
+    ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `graphs::update_capture_dependencies` asks of them what CUDA asks of this export's
+        // caller.
+        code(unsafe { graphs::update_capture_dependencies(stream, deps.cast(), edges.cast(), count, flags) })
     }
 
     unsafe fn cudaGraphInstantiate(exec: *mut *mut c_void, graph: *mut c_void, flags: u64) -> i32 {
