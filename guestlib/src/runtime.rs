@@ -1181,11 +1181,23 @@ unsafe extern "C" {
     static mut stdout: *mut libc::FILE;
 }
 
+/// Set once the server sent device `printf` output: see [`device_output_seen`].
+static DEVICE_OUTPUT_SEEN: AtomicBool = AtomicBool::new(false);
+
+/// Whether the process's kernels have printed (device `printf` output arrived): a synchronous
+/// copy that would not wait for its answer waits then (`cudart/copies.rs`).
+pub fn device_output_seen() -> bool {
+    DEVICE_OUTPUT_SEEN.load(Ordering::Relaxed)
+}
+
 /// Device `printf` output goes through the program's own `stdout` stream, so it interleaves
 /// with the program's printf output the way the CUDA runtime's does.
 fn write_device_output(bytes: &[u8]) {
     if bytes.is_empty() {
         return;
+    }
+    if !DEVICE_OUTPUT_SEEN.load(Ordering::Relaxed) {
+        DEVICE_OUTPUT_SEEN.store(true, Ordering::Relaxed);
     }
     // SAFETY: reading the C library's `stdout` pointer, set before `main`; the program
     // changes it, if ever, only to another stream.

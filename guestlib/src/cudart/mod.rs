@@ -6,6 +6,7 @@
 pub(crate) mod arrays;
 mod attributes;
 mod capture;
+mod copies;
 mod device;
 mod execution;
 pub(crate) mod graphs;
@@ -14,7 +15,8 @@ mod ipc;
 pub mod launch;
 mod managed;
 pub(crate) mod memory;
-pub(crate) mod memsets;
+mod memsets;
+pub(crate) mod proofs;
 mod pools;
 pub mod rt;
 mod user_objects;
