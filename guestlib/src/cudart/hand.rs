@@ -14,8 +14,8 @@ use phos_protocol::types::{ChannelFormatDesc, Extent, PitchedPtr};
 
 use super::stubs::HandWritten;
 use super::{
-    arrays, attributes, capture, copies, device, execution, graphs, ipc, launch, managed, memory, memsets, pools, proofs,
-    user_objects,
+    arrays, attributes, capture, copies, device, execution, graphs, ipc, launch, managed, memory, memsets, pools,
+    proofs, user_objects,
 };
 use crate::abi::Abi;
 use crate::{callbacks, hostmem, registry, runtime, soname};

@@ -16,8 +16,8 @@ pub mod launch;
 mod managed;
 pub(crate) mod memory;
 mod memsets;
-pub(crate) mod proofs;
 mod pools;
+pub(crate) mod proofs;
 pub mod rt;
 mod user_objects;
 
