@@ -1,10 +1,11 @@
 // Copies that return before their work is done, as CUDA documents them: synchronous
 // host-to-device copies of pageable memory (which return once the bytes have left the
 // caller's buffer), async ones, and device-to-device async copies, checked for their results
-// and their order with kernels, events, other streams and other threads; and copies of freed
-// memory, which fail at the call. Usage: copy_async [ROUNDS] (default 20; the output does not
-// depend on it).
+// and their order with kernels, events, other streams, other threads and host functions;
+// and copies of freed memory, which fail at the call. Usage: copy_async [ROUNDS] (default 20;
+// the output does not depend on it).
 #include "check.h"
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -242,6 +243,28 @@ static void handoff() {
     CHECK(cudaFree(scratch));
 }
 
+static void CUDART_CB set_flag(void *flag) { static_cast<std::atomic<int> *>(flag)->store(1); }
+
+// A host function queued on the legacy stream behind slow kernels has run when a synchronous
+// copy after it returns (the copy begins with a stream synchronisation).
+static void host_function_before_a_copy() {
+    unsigned *scratch, *dev;
+    CHECK(cudaMalloc(&scratch, 256 * sizeof(unsigned)));
+    CHECK(cudaMalloc(&dev, 4096));
+    CHECK(cudaMemset(scratch, 0, 256 * sizeof(unsigned)));
+    std::vector<unsigned> host(1024, 5);
+    CHECK(cudaMemcpy(dev, host.data(), 4096, cudaMemcpyHostToDevice));
+    std::atomic<int> ran{0};
+    for (int i = 0; i < 64; i++) spin<<<1, 256>>>(scratch);
+    CHECK_LAUNCH();
+    CHECK(cudaLaunchHostFunc(0, set_flag, &ran));
+    CHECK(cudaMemcpy(dev, host.data(), 4096, cudaMemcpyHostToDevice));
+    std::printf("host function before a copy: %s\n", ran.load() ? "ran" : "NOT RUN YET");
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaFree(scratch));
+    CHECK(cudaFree(dev));
+}
+
 int main(int argc, char **argv) {
     int rounds = argc > 1 ? std::atoi(argv[1]) : 20;
     if (rounds < 1) rounds = 1;
@@ -249,6 +272,7 @@ int main(int argc, char **argv) {
     copy_chains(rounds);
     freed_memory();
     handoff();
+    host_function_before_a_copy();
     std::printf("done\n");
     return 0;
 }

@@ -14,7 +14,10 @@
 //!   and an async one "host memory is copied to a staging buffer immediately". The server runs
 //!   the same call (`cudaMemcpy`, which synchronises the legacy stream first, as CUDA's does),
 //!   in the channel's order, so this thread's later calls and, through barriers, other
-//!   threads' later calls come after it. A copy from page-locked memory is a DMA of the
+//!   threads' later calls come after it. What the host sees of earlier work without a call
+//!   is another matter: a synchronous copy waits where that could differ (device `printf`
+//!   output arrived, a host function not run yet, kernels sent in a process with page-locked
+//!   memory: `host_sees_earlier_work`). A copy from page-locked memory is a DMA of the
 //!   caller's own pages and keeps waiting, as CUDA's synchronous copies of pinned memory do.
 //!
 //! Otherwise a copy waits, as before, and its success proves its device ranges (and stream).
@@ -87,6 +90,17 @@ fn pageable(src: usize, count: usize) -> bool {
     hostmem::lookup_any(src).is_none() && hostmem::lookup_any(src + (count - 1)).is_none()
 }
 
+/// Whether a synchronous copy's return may show the host what work before it did, other than
+/// through later calls (which the server runs after the copy, and so after the stream
+/// synchronisation it begins with): CUDA prints the device output of the kernels before it
+/// before it returns, has run the host functions before it, and kernels before it may have
+/// written page-locked memory, which the host reads directly. Then it waits, as before.
+fn host_sees_earlier_work() -> bool {
+    runtime::device_output_seen()
+        || !crate::callbacks::none_pending()
+        || (runtime::kernels_sent() && hostmem::any_page_locked())
+}
+
 /// A host-to-device copy of pageable memory in its call's frame: without waiting when it may
 /// (see the module); an async one that may not waits for its answer, which proves its range
 /// and stream. `None` where neither applies: the caller takes its other paths. `stream` is
@@ -106,12 +120,8 @@ pub unsafe fn host_to_device_small(
     }
     let range = proofs::range(dst, count as u64)?;
     let device = runtime::current_device();
-    // CUDA prints the device output of the kernels before a synchronous copy before the copy
-    // returns; one that did not wait would let the caller's output overtake it. In a process
-    // whose kernels print, synchronous copies wait.
-    let early = (stream.is_some() || !runtime::device_output_seen())
-        && proofs::quiet()
-        && proofs::covers(device, &[range], stream);
+    let early =
+        (stream.is_some() || !host_sees_earlier_work()) && proofs::quiet() && proofs::covers(device, &[range], stream);
     if !early && stream.is_none() {
         return None;
     }
