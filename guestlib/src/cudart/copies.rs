@@ -87,7 +87,7 @@ pub fn device_to_device_async(dst: u64, src: u64, count: usize, kind: i32, strea
 /// Whether `[src, src + count)` is pageable memory: neither end in page-locked memory the
 /// guest allocated or registered.
 fn pageable(src: usize, count: usize) -> bool {
-    hostmem::lookup_any(src).is_none() && hostmem::lookup_any(src + (count - 1)).is_none()
+    hostmem::lookup_any(src).is_none() && hostmem::lookup_any(src.saturating_add(count - 1)).is_none()
 }
 
 /// Whether a synchronous copy's return may show the host what work before it did, other than
