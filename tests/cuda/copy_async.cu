@@ -98,7 +98,7 @@ static void pageable_copies(int rounds) {
 
 // Device-to-device async copies handed from stream to stream with events: a -> b on s1,
 // b -> c on s2 (cudaMemcpyDefault), c -> d[round] on s3, with a kernel on each stream, every
-// stream waiting for the next one's read before it writes again.
+// stream waiting for the next one's read before it writes again; then synchronous ones.
 static void copy_chains(int rounds) {
     const int n = 4096;
     const size_t bytes = n * sizeof(int);
@@ -136,11 +136,18 @@ static void copy_chains(int rounds) {
         CHECK(cudaEventRecord(c_read, s3));
     }
     CHECK(cudaStreamSynchronize(s3));
+    // Synchronous device-to-device copies of each round's result, in reverse order, checked
+    // by the device-to-host copy after them.
+    int *e;
+    CHECK(cudaMalloc(&e, bytes * rounds));
+    for (int r = 0; r < rounds; r++)
+        CHECK(cudaMemcpy(e + (size_t)(rounds - 1 - r) * n, d + (size_t)r * n, bytes, cudaMemcpyDeviceToDevice));
     std::vector<int> got((size_t)n * rounds);
-    CHECK(cudaMemcpy(got.data(), d, got.size() * sizeof(int), cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(got.data(), e, got.size() * sizeof(int), cudaMemcpyDeviceToHost));
+    CHECK(cudaFree(e));
     size_t bad = 0;
     for (int r = 0; r < rounds; r++)
-        for (int i = 0; i < n; i++) bad += got[(size_t)r * n + i] != r * 10 + 3;
+        for (int i = 0; i < n; i++) bad += got[(size_t)(rounds - 1 - r) * n + i] != r * 10 + 3;
     std::printf("copy chains: %s\n", bad ? "WRONG" : "ok");
     for (cudaEvent_t e : {b_ready, c_ready, b_read, c_read}) CHECK(cudaEventDestroy(e));
     for (cudaStream_t s : {s1, s2, s3}) CHECK(cudaStreamDestroy(s));

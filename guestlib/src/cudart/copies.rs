@@ -4,7 +4,9 @@
 //! - A device-to-device `cudaMemcpyAsync` (a `cudaMemcpyDefault` one whose two pointers the
 //!   guest knows as device memory, and so the driver's `cuMemcpyDtoDAsync` and `cuMemcpyAsync`,
 //!   which end here) whose two ranges and stream are proven: CUDA returns such a copy once it
-//!   is queued.
+//!   is queued. So does a device-to-device `cudaMemcpy` (and `cuMemcpyDtoD`, `cuMemcpy`) whose
+//!   ranges are proven: CUDA documents "for transfers from device memory to device memory, no
+//!   host-side synchronization is performed".
 //! - A host-to-device copy of pageable memory small enough to travel in its call's frame
 //!   (below [`runtime::STAGED_MIN`]) whose device range is proven (and, for `cudaMemcpyAsync`,
 //!   its stream): once its bytes are in the frame they have left the caller's buffer. CUDA
@@ -55,31 +57,37 @@ pub unsafe fn malloc(dev_ptr: *mut *mut c_void, size: usize) -> Result<(), CudaE
     Ok(())
 }
 
-/// A device-to-device `cudaMemcpyAsync` (see the module).
-pub fn device_to_device_async(dst: u64, src: u64, count: usize, kind: i32, stream: u64) -> Result<(), CudaError> {
-    let req = CudaMemcpyAsyncRequest {
-        dst: Ptr::Device(dst),
-        src: Ptr::Device(src),
-        count: count as u64,
-        kind,
-        stream,
-        direction: consts::cudaMemcpyDeviceToDevice,
+/// A device-to-device copy (see the module): `cudaMemcpyAsync` on `Some(stream)`, `cudaMemcpy`
+/// on `None`.
+pub fn device_to_device(dst: u64, src: u64, count: usize, kind: i32, stream: Option<u64>) -> Result<(), CudaError> {
+    let (dst_ptr, src_ptr) = (Ptr::Device(dst), Ptr::Device(src));
+    let direction = consts::cudaMemcpyDeviceToDevice;
+    let count64 = count as u64;
+    let send = |wait: bool| match stream {
+        Some(stream) => {
+            let req = CudaMemcpyAsyncRequest { dst: dst_ptr, src: src_ptr, count: count64, kind, stream, direction };
+            if wait { runtime::call(&req).map(|_| ()) } else { runtime::call_async(&req) }
+        }
+        None => {
+            let req = CudaMemcpyRequest { dst: dst_ptr, src: src_ptr, count: count64, kind, direction };
+            if wait { runtime::call(&req).map(|_| ()) } else { runtime::call_async(&req) }
+        }
     };
     let device = runtime::current_device();
-    let ranges = proofs::range(dst, count as u64).zip(proofs::range(src, count as u64)).map(|(d, s)| [d, s]);
+    let ranges = proofs::range(dst, count64).zip(proofs::range(src, count64)).map(|(d, s)| [d, s]);
     if count > 0
         && let Some(r) = &ranges
         && proofs::quiet()
-        && proofs::covers(device, r, Some(stream))
+        && proofs::covers(device, r, stream)
     {
-        return runtime::call_async(&req);
+        return send(false);
     }
     let epoch = proofs::epoch();
-    runtime::call(&req)?;
+    send(true)?;
     if count > 0
         && let Some(r) = &ranges
     {
-        proofs::note(epoch, device, r, Some(stream));
+        proofs::note(epoch, device, r, stream);
     }
     Ok(())
 }

@@ -78,8 +78,8 @@ pub(crate) fn memcpy_kind_of(addr: u64) -> bool {
 /// `cudaMemcpy`/`cudaMemcpyAsync` fast paths: copies of pinned arena memory (allocated, or
 /// registered and moved there) are DMAs of the guest's pages (`phosMemcpyPinned`); other
 /// host<->device copies move through the channel's staging region (all but small async
-/// host-to-device ones: [`runtime::staged_small_min`]); proven device-to-device async copies
-/// and small pageable host-to-device ones go without waiting (`copies.rs`), and a copy that
+/// host-to-device ones: [`runtime::staged_small_min`]); proven device-to-device copies and
+/// small pageable host-to-device ones go without waiting (`copies.rs`), and a copy that
 /// waited proves its device ranges. `stream` is `None` for `cudaMemcpy`.
 unsafe fn fast_copy(
     dst: *mut c_void,
@@ -95,7 +95,7 @@ unsafe fn fast_copy(
         };
     if direction == consts::cudaMemcpyDeviceToDevice {
         let (dst, src) = (dst as usize as u64, src as usize as u64);
-        return stream.map(|stream| copies::device_to_device_async(dst, src, count, kind, stream));
+        return Some(copies::device_to_device(dst, src, count, kind, stream));
     }
     let (dst_pinned, src_pinned) =
         (hostmem::pinned_address(dst as usize, count), hostmem::pinned_address(src as usize, count));
