@@ -45,6 +45,14 @@ unsafe impl Send for Pending {}
 /// own thread).
 static WORKER: Mutex<Option<(u32, Sender<Pending>)>> = Mutex::new(None);
 static NEXT_GATE: AtomicU64 = AtomicU64::new(1);
+/// Host functions handed to the callback thread and not run yet.
+static PENDING: AtomicU64 = AtomicU64::new(0);
+
+/// Whether no host function is waiting to run: CUDA's synchronous copies return after the
+/// host functions before them in their stream's order ran (`cudart/copies.rs`).
+pub fn none_pending() -> bool {
+    PENDING.load(Ordering::Acquire) == 0
+}
 
 fn run(p: Pending) {
     let status = runtime::call(&PhosHostFuncWaitRequest { gate: p.gate });
@@ -69,6 +77,7 @@ fn run(p: Pending) {
     if let Err(e) = runtime::call(&PhosHostFuncDoneRequest { gate: p.gate }) {
         tracing::warn!("opening the stream after a host function: {e:?}");
     }
+    PENDING.fetch_sub(1, Ordering::Release);
 }
 
 fn submit(stream: *mut c_void, call: Call) -> Result<(), CudaError> {
@@ -103,6 +112,15 @@ pub(crate) unsafe fn graph_host_node(gate: u64, f: u64, data: u64) -> Result<(),
 
 /// Give a host function whose gate is in place (or announced) to the callback thread.
 fn hand_over(pending: Pending) -> Result<(), CudaError> {
+    PENDING.fetch_add(1, Ordering::AcqRel);
+    let r = send_to_worker(pending);
+    if r.is_err() {
+        PENDING.fetch_sub(1, Ordering::Release);
+    }
+    r
+}
+
+fn send_to_worker(pending: Pending) -> Result<(), CudaError> {
     let gate = pending.gate;
     let mut worker = WORKER.lock().unwrap_or_else(|p| p.into_inner());
     let pid = std::process::id();

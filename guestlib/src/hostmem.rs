@@ -569,6 +569,12 @@ fn registered(addr: usize) -> Option<(usize, Registration)> {
     (addr - b < r.size).then_some((b, r))
 }
 
+/// Whether the process has page-locked memory (allocated, managed or registered), which
+/// kernels may write and the host read without a call.
+pub fn any_page_locked() -> bool {
+    REGISTERED_ANY.load(Ordering::Relaxed) > 0 || !table().is_empty()
+}
+
 /// Base, size, flags and device of the page-locked range (allocated or registered) that
 /// contains `addr`.
 pub fn lookup_any(addr: usize) -> Option<(usize, usize, u32, i32)> {

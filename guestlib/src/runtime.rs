@@ -797,6 +797,7 @@ pub fn call<R: RemoteCall>(req: &R) -> Result<R::Reply, R::Status> {
 
 fn call_carried<R: RemoteCall>(req: &R) -> Result<R::Reply, Failure> {
     crate::bypass::before_call(CALLS.fetch_add(1, Ordering::Relaxed));
+    note_sent(R::FUNCTION);
     let mut request = Vec::new();
     phos_protocol::encode_reply(req, &mut request);
     if request.len() > (1 << 20) {
@@ -886,6 +887,7 @@ pub fn call_async<R: RemoteCall>(req: &R) -> Result<(), R::Status> {
 
 fn call_async_carried<R: RemoteCall>(req: &R) -> Result<(), Failure> {
     crate::bypass::before_call(CALLS.fetch_add(1, Ordering::Relaxed));
+    note_sent(R::FUNCTION);
     let mut request = Vec::new();
     phos_protocol::encode_reply(req, &mut request);
     let call_id = NEXT_CALL_ID.fetch_add(1, Ordering::Relaxed);
@@ -1209,11 +1211,52 @@ unsafe extern "C" {
     static mut stdout: *mut libc::FILE;
 }
 
+/// Set once a kernel, a graph or a library's call was sent: see [`kernels_sent`].
+static KERNELS_SENT: AtomicBool = AtomicBool::new(false);
+
+fn note_sent(function: Function) {
+    if KERNELS_SENT.load(Ordering::Relaxed) {
+        return;
+    }
+    use cudart::FunctionId as F;
+    let kernels = match function {
+        Function::Cudart(id) => matches!(
+            id,
+            F::PhosLaunchKernel | F::PhosLaunchCooperativeKernel | F::CudaGraphLaunch | F::PhosGraphLaunchHost
+        ),
+        Function::Cuda(_) | Function::Nvml(_) => false,
+        _ => true,
+    };
+    if kernels {
+        KERNELS_SENT.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whether the process has sent a kernel launch, a graph launch or a library's call (whose
+/// kernels may write page-locked host memory, which the host reads without a call): a
+/// synchronous copy that would not wait for its answer waits then where the process has
+/// page-locked memory (`cudart/copies.rs`).
+pub fn kernels_sent() -> bool {
+    KERNELS_SENT.load(Ordering::Relaxed)
+}
+
+/// Set once the server sent device `printf` output: see [`device_output_seen`].
+static DEVICE_OUTPUT_SEEN: AtomicBool = AtomicBool::new(false);
+
+/// Whether the process's kernels have printed (device `printf` output arrived): a synchronous
+/// copy that would not wait for its answer waits then (`cudart/copies.rs`).
+pub fn device_output_seen() -> bool {
+    DEVICE_OUTPUT_SEEN.load(Ordering::Relaxed)
+}
+
 /// Device `printf` output goes through the program's own `stdout` stream, so it interleaves
 /// with the program's printf output the way the CUDA runtime's does.
 fn write_device_output(bytes: &[u8]) {
     if bytes.is_empty() {
         return;
+    }
+    if !DEVICE_OUTPUT_SEEN.load(Ordering::Relaxed) {
+        DEVICE_OUTPUT_SEEN.store(true, Ordering::Relaxed);
     }
     // SAFETY: reading the C library's `stdout` pointer, set before `main`; the program
     // changes it, if ever, only to another stream.

@@ -1,7 +1,9 @@
 // Synchronous host<->device copies below and around the staging threshold: the time of one
 // `cudaMemcpy` (median and 10th percentile of REPS copies, default 2000) of pageable and
 // pinned memory at 4 KiB, 64 KiB, 256 KiB and 1 MiB each way, and the round trip of a
-// synchronous call that does no device work (`cudaStreamQuery`). Prints `metric value unit`
+// synchronous call that does no device work (`cudaStreamQuery`), and the time per copy of a
+// loop of 4 KiB and 64 KiB host-to-device copies ended by a synchronisation (`..._loop`).
+// Prints `metric value unit`
 // lines. On the `emu` backend a copy is a host memcpy, so through Phos the figures are Phos's
 // own overhead; on a GPU compare with the same program run natively.
 // Usage: small_copies [REPS [ONLY]]: ONLY, a part of a metric's name (`64KiB_pageable`), keeps
@@ -78,6 +80,23 @@ int main(int argc, char **argv) {
                 }
                 report(name, bytes);
             }
+        }
+    }
+    // A loop of host-to-device copies as a program makes them, then a synchronisation: the
+    // time per copy until the device has them all (where a copy returns before its data is on
+    // the device, its latency above says little alone).
+    for (size_t bytes : {(size_t)4 << 10, (size_t)64 << 10}) {
+        for (int kind = 0; kind < 2; kind++) {
+            char name[48];
+            std::snprintf(name, sizeof name, "h2d_%zuKiB_%s_loop", bytes >> 10, kind == 0 ? "pageable" : "pinned");
+            if (only && !std::strstr(name, only)) continue;
+            char *host = kind == 0 ? pageable.data() : pinned;
+            CHECK(cudaDeviceSynchronize());
+            auto t = Clock::now();
+            for (int r = 0; r < reps; r++)
+                CHECK(cudaMemcpy(dev + (r % 8) * bytes, host, bytes, cudaMemcpyHostToDevice));
+            CHECK(cudaDeviceSynchronize());
+            std::printf("%s %.2f us\n", name, us_since(t) / reps);
         }
     }
     // The bytes arrive whole: a pageable round trip of the largest size.

@@ -58,6 +58,7 @@ programs!(
     callbacks,
     capture_dependencies,
     capture_threads,
+    copy_async,
     copy_sizes,
     device_api,
     device_functions,
@@ -600,6 +601,27 @@ fn memsets_and_math_mode_queries_make_a_constant_number_of_round_trips() {
         many_memset <= 5 && many_mode <= 1,
         "{many_memset} sync cudaMemsetAsync, {many_mode} sync cublasGetMathMode"
     );
+}
+
+/// Small pageable host-to-device copies (synchronous and async) and device-to-device copies
+/// (async ones chained across streams with events, synchronous ones) of
+/// tests/cuda/copy_async.cu make O(1) synchronous calls: once an allocation, or a copy that
+/// waited, has proven a copy's device ranges (and its stream) it goes without waiting; the
+/// results are right, and copies of freed memory still fail at the call.
+#[test]
+fn small_and_device_to_device_copies_make_a_constant_number_of_round_trips() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "copy_async", ARCH);
+    let calls = |n| {
+        let p = Profile::of(&exe, "copy_async", n);
+        let copies = ["cudaMemcpy", "cudaMemcpyAsync", "phosMemcpyStaged"].map(|f| p.sync_calls(f));
+        (p.total(" synchronous calls"), copies, p.total(" async calls"))
+    };
+    let (few, few_copies, few_async) = calls(3);
+    let (many, many_copies, many_async) = calls(30);
+    assert_eq!((few, few_copies), (many, many_copies), "round trips grow with the rounds");
+    // 27 more rounds: 5 pageable copies, an async one and 4 device-to-device ones each.
+    assert!(many_async >= few_async + 27 * 10, "{few_async} async calls for 3 rounds, {many_async} for 30");
 }
 
 /// The synchronous calls of `cublaslt_async_matmuls` with `matmuls` matmuls (PHOS_PROFILE's

@@ -186,7 +186,7 @@ pub fn create(flags: u32, device: i32) -> Result<u64, CuError> {
 /// `CUDA_ERROR_CONTEXT_IS_DESTROYED` from it.
 pub fn destroy(ctx: u64) -> Result<(), CuError> {
     // A context's memory and streams go with it.
-    crate::cudart::memsets::forget();
+    crate::cudart::proofs::forget();
     lookup(ctx)?;
     if with(|c| c.created.remove(&ctx)).is_none() {
         return Err(CuError::INVALID_CONTEXT);
@@ -251,7 +251,7 @@ pub fn primary_set_flags(device: i32, flags: u32) -> Result<(), CuError> {
 /// `cuDevicePrimaryCtxReset`: the device's objects go, as `cudaDeviceReset` does it.
 pub fn primary_reset(device: i32) -> Result<(), CuError> {
     // As a device reset: memory and streams go.
-    crate::cudart::memsets::forget();
+    crate::cudart::proofs::forget();
     bridge::check_device(device)?;
     let previous = runtime::current_device();
     runtime::set_current_device(device);

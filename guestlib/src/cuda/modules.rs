@@ -179,6 +179,8 @@ pub fn unload(module: u64) -> Result<(), CuError> {
         return Ok(());
     }
     with(|l| l.functions.retain(|_, (m, _)| *m != module));
+    // Before the call is sent: the module's variables end with it.
+    crate::cudart::proofs::forget();
     from_runtime(runtime::call(&PhosModuleUnloadRequest { module })).map(|_| ())
 }
 

@@ -9,8 +9,8 @@ pub use crate::runtime::{byte_len, c_str, call, check_out, copy_out, in_bytes};
 /// Run one driver API function; a panic becomes `CUDA_ERROR_UNKNOWN`.
 pub fn api_call(id: FunctionId, f: impl FnOnce() -> Result<(), CuError>) -> i32 {
     if matches!(id, FunctionId::CuMemUnmap | FunctionId::CuMemRelease | FunctionId::CuMemAddressFree) {
-        // Before the call is sent: memsets on what it ends wait again.
-        crate::cudart::memsets::forget();
+        // Before the call is sent: memsets and copies on what it ends wait again.
+        crate::cudart::proofs::forget();
     }
     match runtime::catch_panic(id.name(), f) {
         Ok(()) => cuda::SUCCESS,

@@ -14,7 +14,8 @@ use phos_protocol::types::{ChannelFormatDesc, Extent, PitchedPtr};
 
 use super::stubs::HandWritten;
 use super::{
-    arrays, attributes, capture, device, execution, graphs, ipc, launch, managed, memory, memsets, pools, user_objects,
+    arrays, attributes, capture, copies, device, execution, graphs, ipc, launch, managed, memory, memsets, pools,
+    proofs, user_objects,
 };
 use crate::abi::Abi;
 use crate::{callbacks, hostmem, registry, runtime, soname};
@@ -77,7 +78,9 @@ pub(crate) fn memcpy_kind_of(addr: u64) -> bool {
 /// `cudaMemcpy`/`cudaMemcpyAsync` fast paths: copies of pinned arena memory (allocated, or
 /// registered and moved there) are DMAs of the guest's pages (`phosMemcpyPinned`); other
 /// host<->device copies move through the channel's staging region (all but small async
-/// host-to-device ones: [`runtime::staged_small_min`]). `stream` is `None` for `cudaMemcpy`.
+/// host-to-device ones: [`runtime::staged_small_min`]); proven device-to-device copies and
+/// small pageable host-to-device ones go without waiting (`copies.rs`), and a copy that
+/// waited proves its device ranges. `stream` is `None` for `cudaMemcpy`.
 unsafe fn fast_copy(
     dst: *mut c_void,
     src: *const c_void,
@@ -85,17 +88,30 @@ unsafe fn fast_copy(
     kind: i32,
     stream: Option<u64>,
 ) -> Option<Result<(), CudaError>> {
-    let (dst_pinned, src_pinned) =
-        (hostmem::pinned_address(dst as usize, count), hostmem::pinned_address(src as usize, count));
-    let small_min = runtime::staged_small_min();
-    if count < small_min.min(runtime::STAGED_MIN) && dst_pinned.is_none() && src_pinned.is_none() {
-        return None;
-    }
     let direction =
         match <Hand as HandWritten>::resolve_memcpy_kind(kind as i128, dst as usize as i128, src as usize as i128) {
             Ok(d) => d as i32,
             Err(e) => return Some(Err(e)),
         };
+    if direction == consts::cudaMemcpyDeviceToDevice {
+        let (dst, src) = (dst as usize as u64, src as usize as u64);
+        return Some(copies::device_to_device(dst, src, count, kind, stream));
+    }
+    let (dst_pinned, src_pinned) =
+        (hostmem::pinned_address(dst as usize, count), hostmem::pinned_address(src as usize, count));
+    if direction == consts::cudaMemcpyHostToDevice
+        && src_pinned.is_none()
+        // SAFETY: this function's arguments: `src` is `count` readable bytes when not null
+        // (this function's contract).
+        && let Some(r) = unsafe { copies::host_to_device_small(dst as usize as u64, src, count, kind, stream) }
+    {
+        return Some(r);
+    }
+    let small_min = runtime::staged_small_min();
+    if count < small_min.min(runtime::STAGED_MIN) && dst_pinned.is_none() && src_pinned.is_none() {
+        return None;
+    }
+    let epoch = proofs::epoch();
     let pinned = |device: *const c_void, host: u64| {
         let req = cudart::PhosMemcpyPinnedRequest {
             device: device as usize as u64,
@@ -105,7 +121,11 @@ unsafe fn fast_copy(
             stream: stream.unwrap_or(0),
             ordered: stream.is_some() as i32,
         };
-        Some(runtime::call(&req).map(|_| ()))
+        let r = runtime::call(&req).map(|_| ());
+        if r.is_ok() {
+            copies::proved(epoch, device as usize as u64, count, stream);
+        }
+        Some(r)
     };
     match (direction, src_pinned, dst_pinned) {
         (consts::cudaMemcpyHostToDevice, Some(host), _) => return pinned(dst, host),
@@ -117,22 +137,25 @@ unsafe fn fast_copy(
         (consts::cudaMemcpyHostToDevice, ..) if stream.is_some() && count < runtime::STAGED_MIN => return None,
         _ => {}
     }
+    let ordered_on = stream;
     let stream = stream.unwrap_or(0);
-    match direction {
+    let (device, r) = match direction {
         // SAFETY: `src` is not null and points to `count` readable bytes: what `cudaMemcpy`
         // asks of its caller for a host source (this function's contract).
-        consts::cudaMemcpyHostToDevice if !src.is_null() => unsafe {
+        consts::cudaMemcpyHostToDevice if !src.is_null() => (dst as usize as u64, unsafe {
             runtime::staged_copy(direction, dst as usize as u64, src as *mut u8, count, stream)
-                .map(|r| r.map_err(CudaError::from))
-        },
+        }?),
         // SAFETY: `dst` is not null and points to `count` writable bytes: what `cudaMemcpy`
         // asks of its caller for a host destination (this function's contract).
-        consts::cudaMemcpyDeviceToHost if !dst.is_null() => unsafe {
+        consts::cudaMemcpyDeviceToHost if !dst.is_null() => (src as usize as u64, unsafe {
             runtime::staged_copy(direction, src as usize as u64, dst as *mut u8, count, stream)
-                .map(|r| r.map_err(CudaError::from))
-        },
-        _ => None,
+        }?),
+        _ => return None,
+    };
+    if r.is_ok() {
+        copies::proved(epoch, device, count, ordered_on);
     }
+    Some(r.map_err(CudaError::from))
 }
 
 impl HandWritten for Hand {
@@ -221,7 +244,7 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaFreeHost(ptr: *mut c_void) -> i32 {
-        memsets::forget();
+        proofs::forget();
         // SAFETY: this export's arguments, passed on (at most retyped): `hostmem::free` asks of
         // them what CUDA asks of this export's caller.
         code(unsafe { hostmem::free(ptr) })
@@ -647,7 +670,7 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaDeviceGraphMemTrim(device: i32) -> i32 {
-        memsets::forget();
+        proofs::forget();
         code(device::check_device(device).and_then(|_| graphs::mem_trim(device)))
     }
 
@@ -776,7 +799,7 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaHostUnregister(ptr: *mut c_void) -> i32 {
-        memsets::forget();
+        proofs::forget();
         code(hostmem::unregister(ptr as usize))
     }
 
@@ -848,7 +871,7 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaFreeAsync(dev_ptr: *mut c_void, stream: *mut c_void) -> i32 {
-        memsets::forget();
+        proofs::forget();
         code(pools::free_async(dev_ptr, stream))
     }
 
@@ -897,7 +920,7 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cudaMemPoolTrimTo(mem_pool: u64, _min_bytes_to_keep: usize) -> i32 {
-        memsets::forget();
+        proofs::forget();
         code(pools::trim(mem_pool))
     }
 
@@ -2153,6 +2176,12 @@ impl HandWritten for Hand {
         stream: *mut c_void,
     ) -> Option<Result<(), CudaError>> {
         Some(memsets::memset_async(dev_ptr, value, count, stream))
+    }
+
+    unsafe fn malloc_proving(dev_ptr: *mut *mut c_void, size: usize) -> Option<Result<(), CudaError>> {
+        // SAFETY: this export's arguments, passed on: `copies::malloc` asks of `dev_ptr` what
+        // CUDA asks of this export's caller.
+        Some(unsafe { copies::malloc(dev_ptr, size) })
     }
 
     unsafe fn forget_stream(stream: *mut c_void) -> Option<Result<(), CudaError>> {

@@ -6,6 +6,7 @@
 pub(crate) mod arrays;
 mod attributes;
 mod capture;
+mod copies;
 mod device;
 mod execution;
 pub(crate) mod graphs;
@@ -14,8 +15,9 @@ mod ipc;
 pub mod launch;
 mod managed;
 pub(crate) mod memory;
-pub(crate) mod memsets;
+mod memsets;
 mod pools;
+pub(crate) mod proofs;
 pub mod rt;
 mod user_objects;
 

@@ -13,9 +13,9 @@ pub fn api_call(id: FunctionId, f: impl FnOnce() -> Result<(), CudaError>) -> i3
     runtime::set_driver_initialized();
     runtime::note_runtime_call();
     if ends_memory_or_streams(id) {
-        // Before the call is sent: no memset of another thread goes without waiting on what
-        // it ends from now on.
-        super::memsets::forget();
+        // Before the call is sent: no memset or copy of another thread goes without waiting on
+        // what it ends from now on.
+        super::proofs::forget();
     }
     match runtime::catch_panic(id.name(), || super::managed::around_call(id, f)) {
         Ok(()) => cudart::SUCCESS,
@@ -31,7 +31,7 @@ pub fn api_call(id: FunctionId, f: impl FnOnce() -> Result<(), CudaError>) -> i3
 }
 
 /// Whether `id` may end device memory or a stream (the hand-written ones that may, call
-/// `memsets::forget` themselves).
+/// `proofs::forget` themselves).
 fn ends_memory_or_streams(id: FunctionId) -> bool {
     matches!(
         id,

@@ -1,0 +1,164 @@
+//! Copies that go without waiting for their answer once proven (`proofs.rs`), and the proofs
+//! allocations and copies make.
+//!
+//! - A device-to-device `cudaMemcpyAsync` (a `cudaMemcpyDefault` one whose two pointers the
+//!   guest knows as device memory, and so the driver's `cuMemcpyDtoDAsync` and `cuMemcpyAsync`,
+//!   which end here) whose two ranges and stream are proven: CUDA returns such a copy once it
+//!   is queued. So does a device-to-device `cudaMemcpy` (and `cuMemcpyDtoD`, `cuMemcpy`) whose
+//!   ranges are proven: CUDA documents "for transfers from device memory to device memory, no
+//!   host-side synchronization is performed".
+//! - A host-to-device copy of pageable memory small enough to travel in its call's frame
+//!   (below [`runtime::STAGED_MIN`]) whose device range is proven (and, for `cudaMemcpyAsync`,
+//!   its stream): once its bytes are in the frame they have left the caller's buffer. CUDA
+//!   documents that a synchronous `cudaMemcpy` from pageable memory returns "once the pageable
+//!   buffer has been copied to the staging memory for DMA transfer to device memory, but the
+//!   DMA to final destination may not have completed" (API synchronization behavior, Memcpy),
+//!   and an async one "host memory is copied to a staging buffer immediately". The server runs
+//!   the same call (`cudaMemcpy`, which synchronises the legacy stream first, as CUDA's does),
+//!   in the channel's order, so this thread's later calls and, through barriers, other
+//!   threads' later calls come after it. What the host sees of earlier work without a call
+//!   is another matter: a synchronous copy waits where that could differ (device `printf`
+//!   output arrived, a host function not run yet, kernels sent in a process with page-locked
+//!   memory: `host_sees_earlier_work`). A copy from page-locked memory is a DMA of the
+//!   caller's own pages and keeps waiting, as CUDA's synchronous copies of pinned memory do.
+//!
+//! Otherwise a copy waits, as before, and its success proves its device ranges (and stream).
+//! A failure of a copy that did not wait, which the guest could not foresee, becomes the
+//! thread's last error, as a launch's does.
+
+use std::ffi::c_void;
+
+use phos_protocol::cudart::{CudaMallocRequest, CudaMemcpyAsyncRequest, CudaMemcpyRequest, consts};
+use phos_protocol::{CudaError, Ptr};
+
+use super::proofs;
+use crate::{hostmem, runtime};
+
+/// `cudaMalloc`: an allocation just returned is a proven range of its full size.
+///
+/// # Safety
+/// `dev_ptr` is null or points to a writable `void *` (the caller's contract with CUDA).
+pub unsafe fn malloc(dev_ptr: *mut *mut c_void, size: usize) -> Result<(), CudaError> {
+    if dev_ptr.is_null() {
+        return Err(CudaError::InvalidValue);
+    }
+    let device = runtime::current_device();
+    let epoch = proofs::epoch();
+    let reply = runtime::call(&CudaMallocRequest { size: size as u64 })?;
+    // SAFETY: `dev_ptr` is not null (checked above) and points to a writable `void *` (this
+    // function's contract).
+    unsafe { *dev_ptr = reply.devPtr as usize as *mut c_void };
+    if reply.devPtr != 0
+        && size > 0
+        && let Some(range) = proofs::range(reply.devPtr, size as u64)
+    {
+        proofs::note(epoch, device, &[range], None);
+    }
+    Ok(())
+}
+
+/// A device-to-device copy (see the module): `cudaMemcpyAsync` on `Some(stream)`, `cudaMemcpy`
+/// on `None`.
+pub fn device_to_device(dst: u64, src: u64, count: usize, kind: i32, stream: Option<u64>) -> Result<(), CudaError> {
+    let (dst_ptr, src_ptr) = (Ptr::Device(dst), Ptr::Device(src));
+    let direction = consts::cudaMemcpyDeviceToDevice;
+    let count64 = count as u64;
+    let send = |wait: bool| match stream {
+        Some(stream) => {
+            let req = CudaMemcpyAsyncRequest { dst: dst_ptr, src: src_ptr, count: count64, kind, stream, direction };
+            if wait { runtime::call(&req).map(|_| ()) } else { runtime::call_async(&req) }
+        }
+        None => {
+            let req = CudaMemcpyRequest { dst: dst_ptr, src: src_ptr, count: count64, kind, direction };
+            if wait { runtime::call(&req).map(|_| ()) } else { runtime::call_async(&req) }
+        }
+    };
+    let device = runtime::current_device();
+    let ranges = proofs::range(dst, count64).zip(proofs::range(src, count64)).map(|(d, s)| [d, s]);
+    if count > 0
+        && let Some(r) = &ranges
+        && proofs::quiet()
+        && proofs::covers(device, r, stream)
+    {
+        return send(false);
+    }
+    let epoch = proofs::epoch();
+    send(true)?;
+    if count > 0
+        && let Some(r) = &ranges
+    {
+        proofs::note(epoch, device, r, stream);
+    }
+    Ok(())
+}
+
+/// Whether `[src, src + count)` is pageable memory: neither end in page-locked memory the
+/// guest allocated or registered.
+fn pageable(src: usize, count: usize) -> bool {
+    hostmem::lookup_any(src).is_none() && hostmem::lookup_any(src.saturating_add(count - 1)).is_none()
+}
+
+/// Whether a synchronous copy's return may show the host what work before it did, other than
+/// through later calls (which the server runs after the copy, and so after the stream
+/// synchronisation it begins with): CUDA prints the device output of the kernels before it
+/// before it returns, has run the host functions before it, and kernels before it may have
+/// written page-locked memory, which the host reads directly. Then it waits, as before.
+fn host_sees_earlier_work() -> bool {
+    runtime::device_output_seen()
+        || !crate::callbacks::none_pending()
+        || (runtime::kernels_sent() && hostmem::any_page_locked())
+}
+
+/// A host-to-device copy of pageable memory in its call's frame: without waiting when it may
+/// (see the module); an async one that may not waits for its answer, which proves its range
+/// and stream. `None` where neither applies: the caller takes its other paths. `stream` is
+/// `None` for `cudaMemcpy`.
+///
+/// # Safety
+/// `src` is null or points to `count` readable bytes (the caller's contract with CUDA).
+pub unsafe fn host_to_device_small(
+    dst: u64,
+    src: *const c_void,
+    count: usize,
+    kind: i32,
+    stream: Option<u64>,
+) -> Option<Result<(), CudaError>> {
+    if count == 0 || count >= runtime::STAGED_MIN || src.is_null() || !pageable(src as usize, count) {
+        return None;
+    }
+    let range = proofs::range(dst, count as u64)?;
+    let device = runtime::current_device();
+    let early =
+        (stream.is_some() || !host_sees_earlier_work()) && proofs::quiet() && proofs::covers(device, &[range], stream);
+    if !early && stream.is_none() {
+        return None;
+    }
+    // SAFETY: `src` is not null and points to `count` readable bytes (this function's
+    // contract); they are copied into the request before the call returns.
+    let bytes = unsafe { std::slice::from_raw_parts(src as *const u8, count) };
+    let direction = consts::cudaMemcpyHostToDevice;
+    let (dst, src) = (Ptr::Device(dst), Ptr::In(bytes));
+    Some(match stream {
+        None => runtime::call_async(&CudaMemcpyRequest { dst, src, count: count as u64, kind, direction }),
+        Some(stream) => {
+            let req = CudaMemcpyAsyncRequest { dst, src, count: count as u64, kind, stream, direction };
+            if early {
+                runtime::call_async(&req)
+            } else {
+                let epoch = proofs::epoch();
+                runtime::call(&req).map(|_| proofs::note(epoch, device, &[range], Some(stream)))
+            }
+        }
+    })
+}
+
+/// A host<->device copy that waited succeeded: its device range is proven, and its stream
+/// (`None` for a synchronous copy, which names none).
+pub fn proved(epoch: proofs::Epoch, device_range: u64, count: usize, stream: Option<u64>) {
+    if count == 0 {
+        return;
+    }
+    if let Some(range) = proofs::range(device_range, count as u64) {
+        proofs::note(epoch, runtime::current_device(), &[range], stream);
+    }
+}
