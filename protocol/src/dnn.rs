@@ -291,7 +291,10 @@ mod pack_tests {
         assert_eq!(variant_pack_attribute(PACK_UNIQUE_IDS, TYPE_INT64, 3), Ok(Some(PackAttribute::UniqueIds)));
         assert_eq!(variant_pack_attribute(PACK_DATA_POINTERS, TYPE_VOID_PTR, 3), Ok(Some(PackAttribute::DataPointers)));
         assert_eq!(variant_pack_attribute(PACK_WORKSPACE, TYPE_VOID_PTR, 1), Ok(Some(PackAttribute::Workspace)));
-        assert_eq!(variant_pack_attribute(PACK_UNIQUE_IDS, TYPE_VOID_PTR, 3), Err(CudnnStatus::BAD_PARAM_ATTRIBUTE_TYPE));
+        assert_eq!(
+            variant_pack_attribute(PACK_UNIQUE_IDS, TYPE_VOID_PTR, 3),
+            Err(CudnnStatus::BAD_PARAM_ATTRIBUTE_TYPE)
+        );
         assert_eq!(variant_pack_attribute(PACK_WORKSPACE, TYPE_VOID_PTR, 2), Err(CudnnStatus::BAD_PARAM));
         assert_eq!(variant_pack_attribute(PACK_DATA_POINTERS, TYPE_VOID_PTR, 0), Err(CudnnStatus::BAD_PARAM));
         assert_eq!(variant_pack_attribute(PACK_INTERMEDIATES, TYPE_VOID_PTR, 1), Ok(None));

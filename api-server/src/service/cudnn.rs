@@ -407,7 +407,9 @@ impl Session {
         let raw = self.objects.dnn.park_pack(handle, VARIANT_PACK).map_err(|_| {
             self.dnn_bad(
                 cx,
-                format_args!("{handle:#x} is not a live variant pack of the session that no other descriptor refers to"),
+                format_args!(
+                    "{handle:#x} is not a live variant pack of the session that no other descriptor refers to"
+                ),
             )
         })?;
         if let Some(cudnn) = self.vendor_cudnn().filter(|_| raw != 0) {
