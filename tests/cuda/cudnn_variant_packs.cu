@@ -6,8 +6,10 @@
 // the host. Then what misuse gets: a variant pack attribute of the wrong type and an execution
 // with a pack not finalized are refused.
 //
-// Arguments: the number of executions (default 8), or `hostile` (what careless or hostile calls
-// on variant packs get, with the statuses printed; run through Phos only).
+// Arguments: the number of executions (default 8), `hostile` (what careless or hostile calls on
+// variant packs get, with the statuses printed; run through Phos only), or `checkpoint` (halfway
+// through, after an execution whose pack pointed into memory freed since, prints "cudnn ready"
+// and waits three seconds, in which a checkpoint and restore may happen, then goes on).
 #if __has_include(<cudnn.h>)
 #include <cudnn.h>
 #else
@@ -18,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -226,8 +229,8 @@ static void hostile(cudnnHandle_t handle, const Plan &plan, float *x, float *w, 
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
-    bool is_hostile = !std::strcmp(mode, "hostile");
-    int runs = argc > 1 && !is_hostile ? std::atoi(argv[1]) : 8;
+    bool is_hostile = !std::strcmp(mode, "hostile"), checkpoint = !std::strcmp(mode, "checkpoint");
+    int runs = argc > 1 && !is_hostile && !checkpoint ? std::atoi(argv[1]) : 8;
     if (runs < 1) runs = 1;
     cudnnHandle_t handle;
     DNN(cudnnCreate(&handle));
@@ -285,6 +288,20 @@ int main(int argc, char **argv) {
         hostile(handle, plan, dx, dw, dy, workspace);
     } else {
         for (int i = 0; i < runs; i++) {
+            if (checkpoint && i == runs / 2) {
+                // A pack that pointed into memory freed since waits in Phos's pool: a restore
+                // must not set its pointers again.
+                float *scratch;
+                CHECK(cudaMalloc(&scratch, out * 4));
+                cudnnBackendDescriptor_t pack = pack_for(i, dx, dw, scratch, workspace);
+                DNN(cudnnBackendExecute(handle, plan.plan, pack));
+                DNN(cudnnBackendDestroyDescriptor(pack));
+                CHECK(cudaStreamSynchronize(stream));
+                CHECK(cudaFree(scratch));
+                std::printf("cudnn ready\n");
+                std::fflush(stdout);
+                std::this_thread::sleep_for(std::chrono::seconds(3));
+            }
             cudnnBackendDescriptor_t pack = pack_for(i, dx, dw, dy + out * i, workspace);
             int s = cudnnBackendExecute(handle, plan.plan, pack);
             if (s == NOT_SUPPORTED) {
