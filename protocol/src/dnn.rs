@@ -199,3 +199,117 @@ mod tests {
         assert_eq!(bn_param_shape(&x, 3).unwrap_err().0, CudnnStatus::BAD_PARAM);
     }
 }
+
+/// `CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR` (cudnnBackendDescriptorType_t).
+pub const VARIANT_PACK_DESCRIPTOR: i32 = 16;
+
+// A variant pack's attributes (cudnnBackendAttributeName_t).
+pub const PACK_UNIQUE_IDS: i32 = 1000;
+pub const PACK_DATA_POINTERS: i32 = 1001;
+pub const PACK_INTERMEDIATES: i32 = 1002;
+pub const PACK_WORKSPACE: i32 = 1003;
+
+// Their element types (cudnnBackendAttributeType_t).
+use crate::cudnn::consts::{CUDNN_TYPE_INT64 as TYPE_INT64, CUDNN_TYPE_VOID_PTR as TYPE_VOID_PTR};
+
+/// A variant pack attribute the rule covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PackAttribute {
+    UniqueIds,
+    DataPointers,
+    Workspace,
+}
+
+/// cuDNN's documented rule for setting a variant pack's attribute (cuDNN 9,
+/// `CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR`): `CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS` takes one or
+/// more `CUDNN_TYPE_INT64`, `..._DATA_POINTERS` one or more `CUDNN_TYPE_VOID_PTR`, `..._WORKSPACE`
+/// one `CUDNN_TYPE_VOID_PTR` (NULL where the plan needs none). `Ok(Some(_))`: a setting cuDNN
+/// accepts on a pack not finalized (its values, device pointers, are the server's to check);
+/// `Err(status)`: one it refuses (a wrong type is `CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE`, a wrong
+/// count `CUDNN_STATUS_BAD_PARAM`); `Ok(None)`: an attribute the rule leaves to cuDNN
+/// (`..._INTERMEDIATES`, "currently unsupported", and names it does not document for a pack).
+pub fn variant_pack_attribute(name: i32, ty: i32, count: i64) -> Result<Option<PackAttribute>, CudnnStatus> {
+    let (attribute, want_ty, one) = match name {
+        PACK_UNIQUE_IDS => (PackAttribute::UniqueIds, TYPE_INT64, false),
+        PACK_DATA_POINTERS => (PackAttribute::DataPointers, TYPE_VOID_PTR, false),
+        PACK_WORKSPACE => (PackAttribute::Workspace, TYPE_VOID_PTR, true),
+        _ => return Ok(None),
+    };
+    if ty != want_ty {
+        return Err(CudnnStatus::BAD_PARAM_ATTRIBUTE_TYPE);
+    }
+    let count_ok = if one { count == 1 } else { count >= 1 };
+    if !count_ok {
+        return Err(CudnnStatus::BAD_PARAM);
+    }
+    Ok(Some(attribute))
+}
+
+/// What a variant pack holds of the attributes [`variant_pack_attribute`] covers: the counts
+/// set (0 for one not set).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PackContents {
+    pub unique_ids: i64,
+    pub data_pointers: i64,
+    pub workspace: bool,
+}
+
+impl PackContents {
+    /// A setting [`variant_pack_attribute`] accepted.
+    pub fn set(&mut self, attribute: PackAttribute, count: i64) {
+        match attribute {
+            PackAttribute::UniqueIds => self.unique_ids = count,
+            PackAttribute::DataPointers => self.data_pointers = count,
+            PackAttribute::Workspace => self.workspace = true,
+        }
+    }
+
+    /// A setting of `name` whose outcome the rule does not know: what it held is no longer
+    /// known to be set.
+    pub fn unset(&mut self, name: i32) {
+        match name {
+            PACK_UNIQUE_IDS => self.unique_ids = 0,
+            PACK_DATA_POINTERS => self.data_pointers = 0,
+            PACK_WORKSPACE => self.workspace = false,
+            _ => {}
+        }
+    }
+
+    /// Whether a finalization succeeds, as cuDNN documents it for a variant pack (it lists no
+    /// failure): its required attributes are set, a unique id for each data pointer.
+    pub fn finalizes(&self) -> bool {
+        self.unique_ids >= 1 && self.unique_ids == self.data_pointers && self.workspace
+    }
+}
+
+#[cfg(test)]
+mod pack_tests {
+    use super::*;
+
+    #[test]
+    fn the_variant_pack_rule_is_cudnns() {
+        assert_eq!(variant_pack_attribute(PACK_UNIQUE_IDS, TYPE_INT64, 3), Ok(Some(PackAttribute::UniqueIds)));
+        assert_eq!(variant_pack_attribute(PACK_DATA_POINTERS, TYPE_VOID_PTR, 3), Ok(Some(PackAttribute::DataPointers)));
+        assert_eq!(variant_pack_attribute(PACK_WORKSPACE, TYPE_VOID_PTR, 1), Ok(Some(PackAttribute::Workspace)));
+        assert_eq!(
+            variant_pack_attribute(PACK_UNIQUE_IDS, TYPE_VOID_PTR, 3),
+            Err(CudnnStatus::BAD_PARAM_ATTRIBUTE_TYPE)
+        );
+        assert_eq!(variant_pack_attribute(PACK_WORKSPACE, TYPE_VOID_PTR, 2), Err(CudnnStatus::BAD_PARAM));
+        assert_eq!(variant_pack_attribute(PACK_DATA_POINTERS, TYPE_VOID_PTR, 0), Err(CudnnStatus::BAD_PARAM));
+        assert_eq!(variant_pack_attribute(PACK_INTERMEDIATES, TYPE_VOID_PTR, 1), Ok(None));
+        assert_eq!(variant_pack_attribute(900, TYPE_INT64, 1), Ok(None));
+        let mut c = PackContents::default();
+        assert!(!c.finalizes());
+        c.set(PackAttribute::UniqueIds, 3);
+        c.set(PackAttribute::DataPointers, 3);
+        assert!(!c.finalizes(), "no workspace");
+        c.set(PackAttribute::Workspace, 1);
+        assert!(c.finalizes());
+        c.set(PackAttribute::DataPointers, 2);
+        assert!(!c.finalizes(), "an id without a pointer");
+        c.set(PackAttribute::DataPointers, 3);
+        c.unset(PACK_UNIQUE_IDS);
+        assert!(!c.finalizes());
+    }
+}

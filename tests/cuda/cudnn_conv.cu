@@ -190,7 +190,12 @@ static void hostile(cudnnHandle_t handle, cudnnBackendDescriptor_t x) {
     void *host = &one;
     say("pointer on a tensor", set(op, FWD_X, CUDNN_TYPE_VOID_PTR, 1, &host));
     cudnnBackendDescriptor_t pack = make(VARIANT_PACK_DESCRIPTOR);
-    say("host pointer in a variant pack", set(pack, PACK_POINTERS, CUDNN_TYPE_VOID_PTR, 1, &host));
+    // Through Phos a variant pack's pointers are set without waiting: a refusal of the
+    // server's is returned by the next synchronous cuDNN call.
+    int refused = set(pack, PACK_POINTERS, CUDNN_TYPE_VOID_PTR, 1, &host);
+    cudaStream_t st;
+    if (refused == 0) refused = cudnnGetStream(handle, &st);
+    say("host pointer in a variant pack", refused);
     cudnnBackendDescriptor_t gone = make(TENSOR_DESCRIPTOR);
     DNN(cudnnBackendDestroyDescriptor(gone));
     say("destroyed descriptor", set(gone, TENSOR_UID, CUDNN_TYPE_INT64, 1, &one));

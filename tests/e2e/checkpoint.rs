@@ -1041,6 +1041,22 @@ fn a_cudnn_plan_survives_a_restore_at_each_stage() {
     }
 }
 
+/// Variant packs in the guest's pool (parked in the server, one of them last set to memory
+/// freed since) are recorded as parked packs, not with their pointers: after a stop and a
+/// restore into a new server, the program's next executions take them from the pool again
+/// (made fresh by the server) and every output is the host's.
+#[test]
+fn pooled_variant_packs_survive_a_restore() {
+    let link = phos_tests::cudnn_link_flags();
+    library_program_mode_survives_a_restore(
+        "cudnn_variant_packs",
+        &[&link[0], &link[1]],
+        "checkpoint",
+        "cudnn ready",
+        "executions, each with a fresh variant pack: as the host convolution",
+    );
+}
+
 /// cuDNN's legacy tensor descriptors (set with strides, derived for batch normalization, and
 /// one the program destroyed) are recorded as their shapes and made again on restore: after a
 /// stop and a restore into a new server, the program reads them back as it set them and runs a

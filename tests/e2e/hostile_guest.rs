@@ -1247,3 +1247,83 @@ fn a_parked_cudnn_tensor_descriptor_is_refused_until_made_again() {
     assert!(router.server_logs().contains("phosCudnnTensorDescriptorReinit"), "{}", router.server_logs());
     g.call(&dnn::CudnnDestroyTensorDescriptorRequest { tensorDesc: desc }).expect("destroy");
 }
+
+/// The guest's pool of variant packs: a parked pack is refused by every call until it is made
+/// again, fresh (no attributes, not finalized), under the same handle; a park or reinit of what
+/// is not a variant pack of the session (another type, a made-up handle, one not parked, one
+/// another descriptor refers to) changes nothing and fails the next synchronous cuDNN call.
+#[test]
+fn a_parked_cudnn_variant_pack_is_refused_until_made_again() {
+    use phos_protocol::cudnn as dnn;
+    enum ParkOrReinit {
+        Park(u64),
+        Reinit(u64),
+    }
+    let (router, mut g) = open();
+    let create = |g: &mut RawGuest, ty: i32| {
+        g.call(&dnn::CudnnBackendCreateDescriptorRequest { descriptorType: ty }).expect("create").descriptor
+    };
+    let (pack, tensor) = (create(&mut g, 16), create(&mut g, 17));
+    let uids = 7i64.to_le_bytes();
+    let set = dnn::CudnnBackendSetAttributeRequest {
+        descriptor: pack,
+        attributeName: 1000,
+        attributeType: dnn::consts::CUDNN_TYPE_INT64,
+        elementCount: 1,
+        arrayOfElements: phos_protocol::Ptr::In(&uids),
+    };
+    let get = |g: &mut RawGuest| {
+        let req = dnn::CudnnBackendGetAttributeRequest {
+            descriptor: pack,
+            attributeName: 1000,
+            attributeType: dnn::consts::CUDNN_TYPE_INT64,
+            requestedElementCount: 1,
+            wanted: 1,
+            arrayOfElements: phos_protocol::Ptr::InOut(&[0; 8]),
+        };
+        g.call(&req).map(|r| r.elementCount)
+    };
+    g.call(&set).expect("set");
+    assert_eq!(get(&mut g), Ok(1));
+    g.call(&dnn::PhosCudnnVariantPackParkRequest { variantPack: pack }).expect("park");
+    assert_eq!(get(&mut g), Err(dnn::CudnnStatus::BAD_PARAM.0), "parked: as destroyed");
+    assert_eq!(g.call(&set).unwrap_err(), dnn::CudnnStatus::BAD_PARAM.0);
+    let destroy = dnn::CudnnBackendDestroyDescriptorRequest { descriptor: pack };
+    assert_eq!(g.call(&destroy).unwrap_err(), dnn::CudnnStatus::BAD_PARAM.0, "parked: not destroyed");
+    g.call(&dnn::PhosCudnnVariantPackReinitRequest { variantPack: pack }).expect("reinit");
+    assert_eq!(get(&mut g), Err(dnn::CudnnStatus::NOT_SUPPORTED.0), "fresh: not set (emu has no cuDNN to ask)");
+    g.call(&set).expect("set again");
+    assert_eq!(get(&mut g), Ok(1));
+    // What is not a parked (for a reinit) or live, unreferred (for a park) variant pack of the
+    // session: answered (it goes without waiting), logged, the failure returned by the next
+    // synchronous call, and nothing changed.
+    for bad in [
+        ParkOrReinit::Reinit(pack),
+        ParkOrReinit::Reinit(tensor),
+        ParkOrReinit::Park(tensor),
+        ParkOrReinit::Park(pack + 0x100),
+    ] {
+        let answered = match bad {
+            ParkOrReinit::Park(d) => g.call(&dnn::PhosCudnnVariantPackParkRequest { variantPack: d }).map(|_| ()),
+            ParkOrReinit::Reinit(d) => g.call(&dnn::PhosCudnnVariantPackReinitRequest { variantPack: d }).map(|_| ()),
+        };
+        answered.expect("answered");
+        assert_eq!(get(&mut g), Err(dnn::CudnnStatus::BAD_PARAM.0), "the kept failure");
+        assert_eq!(get(&mut g), Ok(1), "the pack as it was");
+    }
+    // A pack another descriptor names is kept for it: not parked.
+    let named = pack.to_le_bytes();
+    let refer = dnn::CudnnBackendSetAttributeRequest {
+        descriptor: tensor,
+        attributeName: 801,
+        attributeType: dnn::consts::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+        elementCount: 1,
+        arrayOfElements: phos_protocol::Ptr::In(&named),
+    };
+    g.call(&refer).expect("a tensor naming the pack (emu keeps what it is given)");
+    g.call(&dnn::PhosCudnnVariantPackParkRequest { variantPack: pack }).expect("answered");
+    assert_eq!(get(&mut g), Err(dnn::CudnnStatus::BAD_PARAM.0), "the kept failure");
+    assert_eq!(get(&mut g), Ok(1), "referred to: not parked");
+    assert!(router.server_logs().contains("phosCudnnVariantPackPark"), "{}", router.server_logs());
+    assert!(router.server_logs().contains("phosCudnnVariantPackReinit"), "{}", router.server_logs());
+}

@@ -195,6 +195,7 @@ const TESTED_APART: &[&str] = &[
     "cudnn_mnist_layers",
     "cudnn_mnist_full",
     "cudnn_descriptor_pool",
+    "cudnn_variant_packs",
     "cublaslt_matmul",
     "cublaslt_async_matmuls",
     "cublaslt_descriptor_reuse",
@@ -850,6 +851,73 @@ fn cudnn_hostile_calls() {
         "cudnnCreateRNNDescriptor",
     ] {
         assert!(stderr.contains(logged), "the log lacks `{logged}`:\n{stderr}");
+    }
+}
+
+/// Convolutions through cuDNN's backend API as cudnn-frontend runs them
+/// (tests/cuda/cudnn_variant_packs.cu): one plan, executed N times, each time with a variant
+/// pack made, set, finalized and destroyed for it; every output matches the host's, a pack
+/// attribute of the wrong type and an execution with a pack not finalized are refused. Through
+/// Phos the packs come from the guest's pool and their settings, finalization and destruction
+/// go without waiting, as the executions do once the plan is proven: no synchronous call grows
+/// with the executions.
+#[test]
+fn cudnn_variant_packs_cost_no_round_trip() {
+    let Some(nvcc) = nvcc() else { return };
+    let link = phos_tests::cudnn_link_flags();
+    let exe = build_program(&nvcc, "cudnn_variant_packs", &["-arch=sm_70", &link[0], &link[1]]);
+    emu_run(&exe, "cudnn_variant_packs");
+    let (few, many) = (Profile::of(&exe, "cudnn_variant_packs", 4), Profile::of(&exe, "cudnn_variant_packs", 40));
+    assert_eq!(
+        few.total(" synchronous calls"),
+        many.total(" synchronous calls"),
+        "synchronous calls grow with the executions:\n{}\n{}",
+        few.0,
+        many.0
+    );
+    for f in [
+        "cudnnBackendCreateDescriptor",
+        "cudnnBackendSetAttribute",
+        "cudnnBackendFinalize",
+        "cudnnBackendDestroyDescriptor",
+        "cudnnBackendExecute",
+    ] {
+        assert_eq!(many.sync_calls(f), few.sync_calls(f), "{f} waits more with more executions\n{}", many.0);
+    }
+    // 40 executions, each a creation, three settings, a finalization, the execution and a
+    // destruction without waiting.
+    assert!(many.total(" async calls") >= few.total(" async calls") + 36 * 7, "{}", many.0);
+}
+
+/// What careless or hostile calls on variant packs get through Phos: the statuses cuDNN
+/// documents for a wrong type or count, an execution or a second finalization of a pack not
+/// finalized or finalized, a setting of a finalized pack, a second destruction and made-up
+/// handles (`CUDNN_STATUS_BAD_PARAM`, its kinds), a pointer outside the session's memory
+/// refused by the server and returned by the next synchronous call; the plan and fresh packs
+/// still work.
+#[test]
+fn cudnn_variant_pack_hostile_calls() {
+    let Some(nvcc) = nvcc() else { return };
+    let link = phos_tests::cudnn_link_flags();
+    let exe = build_program(&nvcc, "cudnn_variant_packs", &["-arch=sm_70", &link[0], &link[1]]);
+    let out = phos_run_over("emu", "shm", &exe, &["hostile"]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    for line in [
+        "hostile: unique ids as pointers -> CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE",
+        "hostile: two workspaces -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: execute a pack not finalized -> CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED",
+        "hostile: finalize twice -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: set a finalized pack -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: destroy twice -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: execute a destroyed pack -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: destroy a made-up pack -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: host pointer in a pack -> CUDNN_STATUS_SUCCESS, the next synchronous call -> CUDNN_STATUS_BAD_PARAM",
+        "hostile: the plan and fresh packs still work",
+        "done",
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "missing `{line}`\nstdout:\n{stdout}\nstderr:\n{stderr}");
     }
 }
 

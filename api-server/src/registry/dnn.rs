@@ -57,6 +57,9 @@ pub struct Descriptor {
     pub referrers: u32,
     /// The program destroyed it; it lives on for its referrers.
     pub released: bool,
+    /// A variant pack in the guest's pool (`phosCudnnVariantPackPark`): holds nothing and is
+    /// refused by every call until the guest makes it again (`phosCudnnVariantPackReinit`).
+    pub parked: bool,
 }
 
 /// Legacy tensor descriptors a session may hold at once (PyTorch makes a few per call).
@@ -303,7 +306,7 @@ impl DnnRegistry {
     pub fn descriptor(&self, handle: u64) -> Result<Descriptor, CudaError> {
         let table = self.descriptors.lock();
         let d = table.get(handle)?;
-        if d.released {
+        if d.released || d.parked {
             return Err(CudaError::InvalidResourceHandle);
         }
         Ok(d.clone())
@@ -351,7 +354,7 @@ impl DnnRegistry {
     pub fn release_descriptor(&self, handle: u64) -> Result<Vec<(u64, u64)>, CudaError> {
         let mut table = self.descriptors.lock();
         let d = table.get_mut(handle)?;
-        if d.released {
+        if d.released || d.parked {
             return Err(CudaError::InvalidResourceHandle);
         }
         d.released = true;
@@ -372,6 +375,33 @@ impl DnnRegistry {
             }
         }
         Ok(gone)
+    }
+
+    /// A variant pack (a descriptor of `kind`) goes into the guest's pool: it is emptied (a
+    /// fresh descriptor with no cuDNN descriptor, parked) and refused from now on until it is
+    /// made again. Only a live descriptor of `kind` that refers to no other and that no other
+    /// refers to is parked (else an error, and nothing changes). Answers the earlier cuDNN
+    /// descriptor, to be destroyed.
+    pub fn park_pack(&self, handle: u64, kind: i32) -> Result<u64, CudaError> {
+        let mut table = self.descriptors.lock();
+        let d = table.get_mut(handle)?;
+        if d.released || d.parked || d.kind != kind || d.referrers != 0 || !d.references.is_empty() {
+            return Err(CudaError::InvalidResourceHandle);
+        }
+        let old = std::mem::replace(d, Descriptor { kind, parked: true, ..Descriptor::default() });
+        Ok(old.raw)
+    }
+
+    /// Make a parked variant pack (a descriptor of `kind`) again under its handle, around
+    /// cuDNN's `raw`: live, holding nothing. One that is not parked is an error.
+    pub fn reinit_pack(&self, handle: u64, kind: i32, raw: u64) -> Result<(), CudaError> {
+        let mut table = self.descriptors.lock();
+        let d = table.get_mut(handle)?;
+        if !d.parked || d.kind != kind {
+            return Err(CudaError::InvalidResourceHandle);
+        }
+        *d = Descriptor { kind, raw, ..Descriptor::default() };
+        Ok(())
     }
 
     pub fn create_tensor(&self, t: TensorDesc, new: &NewHandle<'_>) -> Result<u64, CudaError> {
@@ -517,6 +547,26 @@ mod tests {
         assert_eq!((old.raw, old.shape.is_some()), (7, true));
         assert_eq!(r.tensor(t).unwrap(), TensorDesc { raw: 8, shape: None }, "fresh, under the same handle");
         assert!(r.reinit_tensor(t + 1, TensorDesc::default()).is_err(), "not a tensor of the session");
+    }
+
+    #[test]
+    fn a_parked_pack_is_refused_until_it_is_made_again() {
+        let r = DnnRegistry::default();
+        let pack = Descriptor { kind: 16, raw: 7, ..Descriptor::default() };
+        let p = r.create_descriptor(pack.clone(), &new_handle()).unwrap();
+        let other = r.create_descriptor(Descriptor { kind: 17, ..Descriptor::default() }, &new_handle()).unwrap();
+        assert!(r.reinit_pack(p, 16, 8).is_err(), "not parked");
+        assert!(r.park_pack(other, 16).is_err(), "not a variant pack");
+        r.set_attribute(p, 1000, Attribute { ty: 5, count: 1, elements: vec![0; 8] }, &[]);
+        assert_eq!(r.park_pack(p, 16).unwrap(), 7, "cuDNN's descriptor to destroy");
+        assert!(r.descriptor(p).is_err(), "parked: as destroyed");
+        assert!(r.release_descriptor(p).is_err(), "parked: not destroyed again");
+        assert!(r.park_pack(p, 16).is_err(), "parked twice");
+        r.reinit_pack(p, 16, 9).unwrap();
+        let fresh = r.descriptor(p).unwrap();
+        assert_eq!((fresh.raw, fresh.attributes.len(), fresh.finalized), (9, 0, false), "made fresh");
+        r.refer(other, &[p]);
+        assert!(r.park_pack(p, 16).is_err(), "referred to");
     }
 
     #[test]

@@ -17,6 +17,7 @@ use phos_protocol::CudaError;
 use phos_protocol::apis::Function;
 use phos_protocol::cudnn::consts::*;
 use phos_protocol::cudnn::*;
+use phos_protocol::dnn::variant_pack_attribute;
 use phos_protocol::spec::{CallAccess, DeviceAccess, RecordFacts};
 use phos_protocol::{Ptr, encode};
 
@@ -65,7 +66,8 @@ pub(super) fn vendor_status(code: i32) -> Result<(), CudnnStatus> {
 }
 
 /// Whether a failure of `id`, sent without waiting, waits for the next synchronous cuDNN call
-/// whatever it names (`deferred::ANY`): a tensor descriptor's setting or destruction, whose
+/// whatever it names (`deferred::ANY`): a tensor descriptor's setting or destruction, or a
+/// backend descriptor's (a variant pack's) setting, finalization or destruction, whose
 /// descriptor the calls that use it do not name first.
 pub(crate) fn defers_to_any(id: Function) -> bool {
     matches!(
@@ -77,6 +79,9 @@ pub(crate) fn defers_to_any(id: Function) -> bool {
                 | FunctionId::CudnnSetTensorNdDescriptorEx
                 | FunctionId::CudnnDeriveBNTensorDescriptor
                 | FunctionId::CudnnDestroyTensorDescriptor
+                | FunctionId::CudnnBackendSetAttribute
+                | FunctionId::CudnnBackendFinalize
+                | FunctionId::CudnnBackendDestroyDescriptor
         )
     )
 }
@@ -356,6 +361,68 @@ impl Session {
         Ok(EMU_CONFIGS)
     }
 
+    /// A variant pack's record becomes a creation's (`cudnnBackendCreateDescriptor` of a
+    /// variant pack under its handle): what was recorded of it before goes.
+    fn dnn_record_pack_creation(&self, cx: &CallCx, handle: u64) {
+        let object = [("cudnn_backend_descriptor", handle)];
+        let facts = RecordFacts { created: &object, destroyed: &object, mutated: &[], depends_on: &[], global: false };
+        let payload = encode(&CudnnBackendCreateDescriptorRequest { descriptorType: VARIANT_PACK });
+        self.records.record(Function::Cudnn(FunctionId::CudnnBackendCreateDescriptor), cx.device, &payload, &facts);
+    }
+
+    /// Make a parked variant pack again (the guest's pool, `phosCudnnVariantPackReinit`): a
+    /// fresh one, holding nothing (and a fresh cuDNN descriptor), under the same handle,
+    /// recorded as made by `cudnnBackendCreateDescriptor`. Sent without waiting: the caller
+    /// keeps a failure (a handle that is not a parked variant pack of the session, cuDNN's)
+    /// for the next synchronous cuDNN call.
+    fn dnn_reinit_pack(&self, cx: &CallCx, handle: u64) -> Result<(), CudnnStatus> {
+        let raw = match self.vendor_cudnn() {
+            Some(cudnn) => {
+                self.backend.bind(cx.device).map_err(dnn_status)?;
+                cudnn.create_descriptor(VARIANT_PACK).map_err(CudnnStatus)?
+            }
+            None => 0,
+        };
+        if self.objects.dnn.reinit_pack(handle, VARIANT_PACK, raw).is_err() {
+            if let Some(cudnn) = self.vendor_cudnn().filter(|_| raw != 0) {
+                cudnn.destroy_descriptor(raw);
+            }
+            return Err(self.dnn_bad(cx, format_args!("{handle:#x} is not a parked variant pack of the session")));
+        }
+        self.dnn_record_pack_creation(cx, handle);
+        Ok(())
+    }
+
+    /// A variant pack goes into the guest's pool (`phosCudnnVariantPackPark`): emptied (cuDNN's
+    /// descriptor destroyed, its attributes and finalization forgotten) and refused from now on
+    /// until the guest makes it again. Its records become a creation's and the park's, so a
+    /// restore makes it parked, holding none of the pointers it held (their memory may be gone
+    /// by then). One that is not a live variant pack of the session, or that another descriptor
+    /// refers to, is refused and nothing changes.
+    fn dnn_park_pack(&self, cx: &CallCx, req: &PhosCudnnVariantPackParkRequest) -> Result<(), CudnnStatus> {
+        let handle = req.variantPack;
+        if self.vendor_cudnn().is_some() {
+            self.backend.bind(cx.device).map_err(dnn_status)?;
+        }
+        let raw = self.objects.dnn.park_pack(handle, VARIANT_PACK).map_err(|_| {
+            self.dnn_bad(
+                cx,
+                format_args!(
+                    "{handle:#x} is not a live variant pack of the session that no other descriptor refers to"
+                ),
+            )
+        })?;
+        if let Some(cudnn) = self.vendor_cudnn().filter(|_| raw != 0) {
+            // Parked whatever cuDNN answers: the program let go of it.
+            cudnn.destroy_descriptor(raw);
+        }
+        self.dnn_record_pack_creation(cx, handle);
+        let mutated = [("cudnn_backend_descriptor", handle)];
+        let facts = RecordFacts { created: &[], destroyed: &[], mutated: &mutated, depends_on: &[], global: false };
+        self.records.record(Function::Cudnn(FunctionId::PhosCudnnVariantPackPark), cx.device, &encode(req), &facts);
+        Ok(())
+    }
+
     /// The variant pack's pointers, checked against the session's memory now (an allocation
     /// may have been freed since they were set), each with the allocation it lies in, shown to
     /// the checkpoint engine as written (what the plan writes only cuDNN knows).
@@ -559,6 +626,21 @@ impl CudnnService for Session {
         req: CudnnBackendSetAttributeRequest<'_>,
     ) -> Result<CudnnBackendSetAttributeReply, CudnnStatus> {
         let d = self.dnn_descriptor(cx, req.descriptor)?;
+        if d.kind == VARIANT_PACK && self.vendor_cudnn().is_none() {
+            // emu: a variant pack's documented attributes as cuDNN checks them (the rule the
+            // guest applies before it sends one without waiting).
+            if let Err(status) = variant_pack_attribute(req.attributeName, req.attributeType, req.elementCount) {
+                crate::guest_warn!(
+                    self.id,
+                    "cudnnBackendSetAttribute: attribute {} of a variant pack as {} elements of type {}: {}",
+                    req.attributeName,
+                    req.elementCount,
+                    req.attributeType,
+                    status.name()
+                );
+                return Err(status);
+            }
+        }
         let elements = bytes_of(&req.arrayOfElements);
         let (translated, refers_to) = self.dnn_elements_in(cx, &d, req.attributeType, elements, false)?;
         match self.vendor_cudnn() {
@@ -661,6 +743,28 @@ impl CudnnService for Session {
         self.backend.bind(h.device).map_err(dnn_status)?;
         vendor_status(cudnn.execute(h.raw, plan.raw, pack.raw))?;
         Ok(CudnnBackendExecuteReply {})
+    }
+
+    fn phos_cudnn_variant_pack_reinit(
+        &self,
+        cx: &CallCx,
+        req: PhosCudnnVariantPackReinitRequest,
+    ) -> Result<PhosCudnnVariantPackReinitReply, CudnnStatus> {
+        if let Err(status) = self.dnn_reinit_pack(cx, req.variantPack) {
+            self.dnn_defer_any("phosCudnnVariantPackReinit", status);
+        }
+        Ok(PhosCudnnVariantPackReinitReply {})
+    }
+
+    fn phos_cudnn_variant_pack_park(
+        &self,
+        cx: &CallCx,
+        req: PhosCudnnVariantPackParkRequest,
+    ) -> Result<PhosCudnnVariantPackParkReply, CudnnStatus> {
+        if let Err(status) = self.dnn_park_pack(cx, &req) {
+            self.dnn_defer_any("phosCudnnVariantPackPark", status);
+        }
+        Ok(PhosCudnnVariantPackParkReply {})
     }
 
     // The legacy API: tensor descriptors (service/cudnn_legacy.rs).

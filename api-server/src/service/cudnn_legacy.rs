@@ -287,7 +287,7 @@ impl Session {
 
     /// A Phos-internal call sent without waiting failed: logged, and kept for the next
     /// synchronous cuDNN call of the session, whatever it names.
-    fn dnn_defer_any(&self, name: &'static str, status: CudnnStatus) {
+    pub(super) fn dnn_defer_any(&self, name: &'static str, status: CudnnStatus) {
         let failed = crate::deferred::Failed { status: status.0, function: name };
         self.deferred.failed(phos_protocol::apis::Api::Cudnn.id(), crate::deferred::ANY, failed);
         tracing::error!(

@@ -9,6 +9,7 @@ use phos_protocol::cudnn::{self, CudnnStatus, FunctionId as F, PhosCudnnGetVersi
 use phos_protocol::dnn;
 
 use super::known;
+use super::packs;
 use super::rt;
 use super::stubs::HandWritten;
 use super::tensors;
@@ -151,7 +152,16 @@ impl HandWritten for Hand {
 
     unsafe fn forget_backend_descriptor(descriptor: *mut c_void) -> Option<Result<(), CudnnStatus>> {
         known::forget(descriptor as u64);
-        None
+        // A known variant pack goes to the pool (or is destroyed) without waiting.
+        packs::destroy(descriptor as u64)
+    }
+
+    unsafe fn backend_create(descriptor_type: i32, descriptor: *mut *mut c_void) -> Option<Result<(), CudnnStatus>> {
+        packs::create(descriptor_type, descriptor)
+    }
+
+    fn apply_backend_create() {
+        packs::apply_create();
     }
 
     unsafe fn forget_tensor_descriptor(tensor_desc: *mut c_void) -> Option<Result<(), CudnnStatus>> {
@@ -424,18 +434,25 @@ impl HandWritten for Hand {
 
     unsafe fn note_finalize(desc: *mut c_void) -> Option<Result<(), CudnnStatus>> {
         known::note_finalize(desc as u64);
-        None
+        let r = packs::finalize(desc as u64)?;
+        if r.is_ok() {
+            // Sent without waiting: finalized as far as the execution's proof goes.
+            known::apply_finalize();
+        }
+        Some(r)
     }
 
     unsafe fn invalidate_backend_attribute(
         desc: *mut c_void,
-        _attribute_name: i32,
-        _attribute_type: i32,
-        _element_count: i64,
-        _array_of_elements: *const c_void,
+        attribute_name: i32,
+        attribute_type: i32,
+        element_count: i64,
+        array_of_elements: *const c_void,
     ) -> Option<Result<(), CudnnStatus>> {
         known::invalidate(desc as u64);
-        None
+        // SAFETY: the export's own arguments: `array_of_elements` holds `element_count`
+        // elements of `attribute_type` (cuDNN's contract for the caller), or is null.
+        unsafe { packs::set(desc as u64, attribute_name, attribute_type, element_count, array_of_elements) }
     }
 
     unsafe fn invalidate_filter_4d(
@@ -633,5 +650,6 @@ impl HandWritten for Hand {
 
     fn apply_finalize() {
         known::apply_finalize();
+        packs::apply_finalize();
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod hand;
 mod known;
+mod packs;
 pub mod rt;
 mod tensors;
 

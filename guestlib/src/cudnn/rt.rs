@@ -54,9 +54,10 @@ pub fn unsupported(id: FunctionId) -> i32 {
 /// of its pointers are NULL), the descriptors among them, and the variant packs it names.
 pub trait Keyed {
     fn key(&self) -> (Vec<u64>, Vec<u64>, Vec<u64>);
-    /// A tensor descriptor's setter or destruction: the guest sends it without waiting from
-    /// its fast path where it knows the descriptor (`tensors`); what reaches the generated
-    /// path names one it does not know, and waits.
+    /// A tensor descriptor's setter or destruction, or a backend descriptor's setting,
+    /// finalization or destruction: the guest sends it without waiting from its fast path
+    /// where it knows the descriptor (`tensors`, `packs`); what reaches the generated path
+    /// waits.
     const WAITS_HERE: bool = false;
 }
 
@@ -126,7 +127,8 @@ pub fn call_deferred<R: RemoteCall + Keyed>(req: &R, handle: u64) -> Result<(), 
     Ok(())
 }
 
-/// The tensor setters and destruction: their async ids are sent by the guest's fast path.
+/// The tensor setters and destruction and the variant packs' settings, finalization and
+/// destruction: their async ids are sent by the guest's fast path.
 macro_rules! waits_here {
     ($($req:ident $(<$lt:lifetime>)?),*) => {
         $(impl Keyed for wire::$req $(<$lt>)? {
@@ -144,7 +146,10 @@ waits_here!(
     CudnnSetTensorNdDescriptorRequest<'_>,
     CudnnSetTensorNdDescriptorExRequest<'_>,
     CudnnDeriveBNTensorDescriptorRequest,
-    CudnnDestroyTensorDescriptorRequest
+    CudnnDestroyTensorDescriptorRequest,
+    CudnnBackendSetAttributeRequest<'_>,
+    CudnnBackendFinalizeRequest,
+    CudnnBackendDestroyDescriptorRequest
 );
 
 /// Each request with an async id: its descriptors, its other values, the pointers whose
