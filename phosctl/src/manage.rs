@@ -558,25 +558,24 @@ pub fn restore(
         if let Some(reason) = load.failed {
             return Err(CliError::LoadFailed { session: s.session, reason });
         }
-        if load.loaded_ms.is_none() {
-            println!(
-                "the session ended with {} of {} MiB of its memory loaded (its program needed no more)",
-                load.done >> 20,
-                load.total >> 20
-            );
-            return Ok(());
-        }
         // The server's times count from its restore's start; the router's, from the request
         // (server start or pool hand-out included): a time from the request is the router's
         // time to serving plus the server's from serving on.
         let from_request = |ms: f64| s.total_ms + (ms - load.serving_ms);
-        let loaded = load.loaded_ms.unwrap_or_default();
-        println!(
-            "memory loaded: {} MiB, all in {:.1} ms after the request ({:.1} ms of loading behind the served session)",
-            load.total >> 20,
-            from_request(loaded),
-            loaded - load.serving_ms
-        );
+        match load.loaded_ms {
+            Some(loaded) => println!(
+                "memory loaded: {} MiB, all in {:.1} ms after the request ({:.1} ms of loading behind the served session)",
+                load.total >> 20,
+                from_request(loaded),
+                loaded - load.serving_ms
+            ),
+            // Its program ended first; the first call (below) was served all the same.
+            None => println!(
+                "the session ended with {} of {} MiB of its memory loaded (its program needed no more)",
+                load.done >> 20,
+                load.total >> 20
+            ),
+        }
         match load.first_call_ms {
             Some(ms) => println!(
                 "first call served {:.1} ms after the request; calls held for memory: {} ({:.1} ms in all)",

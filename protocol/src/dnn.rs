@@ -225,8 +225,8 @@ pub enum PackAttribute {
 /// more `CUDNN_TYPE_INT64`, `..._DATA_POINTERS` one or more `CUDNN_TYPE_VOID_PTR`, `..._WORKSPACE`
 /// one `CUDNN_TYPE_VOID_PTR` (NULL where the plan needs none). `Ok(Some(_))`: a setting cuDNN
 /// accepts on a pack not finalized (its values, device pointers, are the server's to check);
-/// `Err(status)`: one it refuses (a wrong type is `CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE`, a wrong
-/// count `CUDNN_STATUS_BAD_PARAM`); `Ok(None)`: an attribute the rule leaves to cuDNN
+/// `Err(status)`: one it refuses (a wrong type is `CUDNN_STATUS_NOT_SUPPORTED`, as cuDNN 9.14
+/// answers it, a wrong count `CUDNN_STATUS_BAD_PARAM`); `Ok(None)`: an attribute the rule leaves to cuDNN
 /// (`..._INTERMEDIATES`, "currently unsupported", and names it does not document for a pack).
 pub fn variant_pack_attribute(name: i32, ty: i32, count: i64) -> Result<Option<PackAttribute>, CudnnStatus> {
     let (attribute, want_ty, one) = match name {
@@ -236,7 +236,8 @@ pub fn variant_pack_attribute(name: i32, ty: i32, count: i64) -> Result<Option<P
         _ => return Ok(None),
     };
     if ty != want_ty {
-        return Err(CudnnStatus::BAD_PARAM_ATTRIBUTE_TYPE);
+        // What cuDNN 9.14 answers on the H100 and H200 (tests/cuda/cudnn_variant_packs.cu).
+        return Err(CudnnStatus::NOT_SUPPORTED);
     }
     let count_ok = if one { count == 1 } else { count >= 1 };
     if !count_ok {
@@ -291,10 +292,7 @@ mod pack_tests {
         assert_eq!(variant_pack_attribute(PACK_UNIQUE_IDS, TYPE_INT64, 3), Ok(Some(PackAttribute::UniqueIds)));
         assert_eq!(variant_pack_attribute(PACK_DATA_POINTERS, TYPE_VOID_PTR, 3), Ok(Some(PackAttribute::DataPointers)));
         assert_eq!(variant_pack_attribute(PACK_WORKSPACE, TYPE_VOID_PTR, 1), Ok(Some(PackAttribute::Workspace)));
-        assert_eq!(
-            variant_pack_attribute(PACK_UNIQUE_IDS, TYPE_VOID_PTR, 3),
-            Err(CudnnStatus::BAD_PARAM_ATTRIBUTE_TYPE)
-        );
+        assert_eq!(variant_pack_attribute(PACK_UNIQUE_IDS, TYPE_VOID_PTR, 3), Err(CudnnStatus::NOT_SUPPORTED));
         assert_eq!(variant_pack_attribute(PACK_WORKSPACE, TYPE_VOID_PTR, 2), Err(CudnnStatus::BAD_PARAM));
         assert_eq!(variant_pack_attribute(PACK_DATA_POINTERS, TYPE_VOID_PTR, 0), Err(CudnnStatus::BAD_PARAM));
         assert_eq!(variant_pack_attribute(PACK_INTERMEDIATES, TYPE_VOID_PTR, 1), Ok(None));

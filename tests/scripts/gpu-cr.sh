@@ -193,7 +193,8 @@ first_call() { # size mode(full|ondemand) -> prints "serving first loaded held v
     local first; first=$(echo "$rs" | sed -n 's/^first call served \([0-9.]*\) ms.*/\1/p')
     local loaded; loaded=$(echo "$rs" | sed -n 's/.*all in \([0-9.]*\) ms after the request.*/\1/p')
     local held; held=$(echo "$rs" | sed -n 's/.*calls held for memory: \([0-9]*\).*/\1/p')
-    echo "$serving ${first:-none} $loaded $held $v"
+    # The program may end before the load does ("the session ended with ..."): no "all in".
+    echo "$serving ${first:-none} ${loaded:--} ${held:--} $v"
   fi
   echo "$s GiB $mode: $rs" >&2
   rm -rf "$IMG" "$WORK/in"

@@ -626,10 +626,14 @@ impl CudnnService for Session {
         req: CudnnBackendSetAttributeRequest<'_>,
     ) -> Result<CudnnBackendSetAttributeReply, CudnnStatus> {
         let d = self.dnn_descriptor(cx, req.descriptor)?;
-        if d.kind == VARIANT_PACK && self.vendor_cudnn().is_none() {
-            // emu: a variant pack's documented attributes as cuDNN checks them (the rule the
-            // guest applies before it sends one without waiting).
-            if let Err(status) = variant_pack_attribute(req.attributeName, req.attributeType, req.elementCount) {
+        if d.kind == VARIANT_PACK {
+            // A variant pack's documented attributes as cuDNN checks them (the rule the guest
+            // applies before it sends one without waiting). On a GPU cuDNN answers a wrong
+            // count itself; a wrong type is answered here, before the elements are taken for
+            // what the type says (unique ids as pointers would fail the pointer check first).
+            let rule = variant_pack_attribute(req.attributeName, req.attributeType, req.elementCount);
+            let answered_here = self.vendor_cudnn().is_none() || rule == Err(CudnnStatus::NOT_SUPPORTED);
+            if let (Err(status), true) = (rule, answered_here) {
                 crate::guest_warn!(
                     self.id,
                     "cudnnBackendSetAttribute: attribute {} of a variant pack as {} elements of type {}: {}",
@@ -726,10 +730,12 @@ impl CudnnService for Session {
         if pack.kind != VARIANT_PACK {
             return Err(self.dnn_bad(cx, format_args!("{:#x} is not a variant pack", req.variantPack)));
         }
-        if !plan.finalized || !pack.finalized {
+        // cuDNN 9.14 executes a variant pack that was never finalized (its attributes are
+        // read at the execution), so only the plan must be.
+        if !plan.finalized {
             crate::guest_warn!(
                 self.id,
-                "cudnnBackendExecute: a plan or variant pack not finalized: CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED"
+                "cudnnBackendExecute: an execution plan not finalized: CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED"
             );
             return Err(CudnnStatus::BAD_PARAM_NOT_FINALIZED);
         }
