@@ -526,10 +526,14 @@ impl Profile {
         head[..at].split_whitespace().last().unwrap().parse().unwrap()
     }
 
-    /// A function's synchronous calls (its row: name, sync, sync ms, us/call, async...).
+    /// A function's synchronous calls in the guest's table (its row: name, sync, sync ms,
+    /// us/call, async...). The server's table, printed after it, has rows of the same names:
+    /// a function the guest never waited for must not be read from there.
     fn sync_calls(&self, name: &str) -> u64 {
         self.0
             .lines()
+            .skip_while(|l| !l.starts_with("phos profile of process"))
+            .take_while(|l| !l.starts_with("phos server profile"))
             .map(|l| l.split_whitespace().collect::<Vec<_>>())
             .find(|w| w.first() == Some(&name))
             .map_or(0, |w| w[1].parse().unwrap())
