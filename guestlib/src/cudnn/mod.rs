@@ -6,6 +6,7 @@
 pub mod hand;
 mod known;
 mod packs;
+mod pool;
 pub mod rt;
 mod tensors;
 

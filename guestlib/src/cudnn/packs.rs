@@ -24,13 +24,13 @@
 //! destruction goes to the server), since the server keeps what is referred to.
 
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use phos_protocol::Ptr;
 use phos_protocol::cudnn::{self as wire, CudnnStatus};
 use phos_protocol::dnn::{self, PackContents};
+
+use super::pool::{Pool, Table};
 
 /// Variant packs the guest keeps for reuse at most (a framework holds a few at once).
 pub const POOL_MAX: usize = 64;
@@ -43,24 +43,11 @@ struct Pack {
     finalized: bool,
 }
 
-#[derive(Default)]
-struct Table {
-    /// Live variant packs, by handle.
-    known: HashMap<u64, Pack>,
-    /// Packs the program destroyed that the server keeps, parked.
-    pool: Vec<u64>,
-}
+/// Live variant packs, by handle.
+static TABLE: Pool<Pack> = Pool::new(POOL_MAX);
 
-static TABLE: Mutex<Option<Table>> = Mutex::new(None);
-
-/// (A std lock: the guest library does not take parking_lot; every update is one step, so a
-/// poisoned lock still holds a consistent table.)
-fn table() -> MutexGuard<'static, Option<Table>> {
-    TABLE.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn with<T>(f: impl FnOnce(&mut Table) -> T) -> T {
-    f(table().get_or_insert_default())
+fn with<T>(f: impl FnOnce(&mut Table<Pack>) -> T) -> T {
+    TABLE.with(f)
 }
 
 thread_local! {
@@ -78,44 +65,25 @@ pub fn create(descriptor_type: i32, out: *mut *mut c_void) -> Option<Result<(), 
     if descriptor_type != dnn::VARIANT_PACK_DESCRIPTOR || out.is_null() {
         return None;
     }
-    let Some(handle) = with(|t| t.pool.pop()) else {
-        let _ = CREATING.try_with(|c| c.set(Some(out)));
-        return None;
-    };
-    let r = crate::runtime::call_async(&wire::PhosCudnnVariantPackReinitRequest { variantPack: handle });
-    Some(r.map(|()| {
-        with(|t| t.known.insert(handle, Pack::default()));
-        // SAFETY: `out` is the caller's out parameter (cuDNN's contract), checked for null.
-        unsafe { out.write(handle as *mut c_void) };
-    }))
+    TABLE.create(out, &CREATING, Pack::default, |handle| {
+        crate::runtime::call_async(&wire::PhosCudnnVariantPackReinitRequest { variantPack: handle })
+    })
 }
 
 /// A creation the server made has succeeded: a variant pack it made is known.
 pub fn apply_create() {
-    if let Some(out) = CREATING.try_with(Cell::take).ok().flatten() {
-        // SAFETY: the out parameter the generated stub has just written the new handle to
-        // (checked for null before the call was sent).
-        let handle = unsafe { out.read() } as u64;
-        with(|t| t.known.insert(handle, Pack::default()));
-    }
+    TABLE.apply_create(&CREATING, Pack::default);
 }
 
 /// `cudnnBackendDestroyDescriptor` of a known pack: to the pool while it has room (parked on
 /// the server, without waiting), else destroyed without waiting. `None` for a descriptor the
 /// guest does not know as a pack (the server answers it).
 pub fn destroy(desc: u64) -> Option<Result<(), CudnnStatus>> {
-    let room = {
-        let mut guard = table();
-        let t = guard.get_or_insert_default();
-        // Gone for the program's other threads from now on.
-        t.known.remove(&desc)?;
-        t.pool.len() < POOL_MAX
-    };
-    if !room {
-        return Some(crate::runtime::call_async(&wire::CudnnBackendDestroyDescriptorRequest { descriptor: desc }));
-    }
-    let r = crate::runtime::call_async(&wire::PhosCudnnVariantPackParkRequest { variantPack: desc });
-    Some(r.map(|()| with(|t| t.pool.push(desc))))
+    TABLE.destroy(
+        desc,
+        |d| crate::runtime::call_async(&wire::PhosCudnnVariantPackParkRequest { variantPack: d }),
+        |d| crate::runtime::call_async(&wire::CudnnBackendDestroyDescriptorRequest { descriptor: d }),
+    )
 }
 
 /// `cudnnBackendSetAttribute` after its preconditions: without waiting where `desc` is a
@@ -212,7 +180,7 @@ pub fn apply_finalize() {
 
 #[cfg(test)]
 pub(crate) fn reset() {
-    *table() = None;
+    TABLE.reset();
 }
 
 #[cfg(test)]

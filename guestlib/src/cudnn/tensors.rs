@@ -24,34 +24,21 @@
 //!   not its handle, so a fresh descriptor with the shape of a proven one is proven too.
 
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use phos_protocol::cudnn::{self as wire, CudnnStatus};
 use phos_protocol::dnn::{self, TensorShape};
 
+use super::pool::{Pool, Table};
+
 /// Tensor descriptors the guest keeps for reuse at most.
 pub const POOL_MAX: usize = 256;
 
-#[derive(Default)]
-struct Table {
-    /// Live descriptors, by handle: their shape, `None` until a setter gave one.
-    known: HashMap<u64, Option<TensorShape>>,
-    /// Descriptors the program destroyed that the server keeps, parked.
-    pool: Vec<u64>,
-}
+/// Live descriptors, by handle: their shape, `None` until a setter gave one.
+static TABLE: Pool<Option<TensorShape>> = Pool::new(POOL_MAX);
 
-static TABLE: Mutex<Option<Table>> = Mutex::new(None);
-
-/// (A std lock: the guest library does not take parking_lot; every update is one step, so a
-/// poisoned lock still holds a consistent table.)
-fn table() -> MutexGuard<'static, Option<Table>> {
-    TABLE.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn with<T>(f: impl FnOnce(&mut Table) -> T) -> T {
-    f(table().get_or_insert_default())
+fn with<T>(f: impl FnOnce(&mut Table<Option<TensorShape>>) -> T) -> T {
+    TABLE.with(f)
 }
 
 thread_local! {
@@ -66,52 +53,36 @@ pub fn shape(desc: u64) -> Option<Option<TensorShape>> {
     with(|t| t.known.get(&desc).cloned())
 }
 
-/// `cudnnCreateTensorDescriptor`: from the pool (made fresh by the server without waiting),
-/// or noted and left to the server.
+/// `cudnnCreateTensorDescriptor`: a descriptor from the pool (made fresh by the server without
+/// waiting), or `None`: the creation goes to the server, and is noted.
 pub fn create(out: *mut *mut c_void) -> Option<Result<(), CudnnStatus>> {
     let _ = CREATING.try_with(|c| c.set(None));
     if out.is_null() {
         // The generated path refuses it.
         return None;
     }
-    let Some(handle) = with(|t| t.pool.pop()) else {
-        let _ = CREATING.try_with(|c| c.set(Some(out)));
-        return None;
-    };
-    let r = crate::runtime::call_async(&wire::PhosCudnnTensorDescriptorReinitRequest { tensorDesc: handle });
-    Some(r.map(|()| {
-        with(|t| t.known.insert(handle, None));
-        // SAFETY: `out` is the caller's out parameter (cuDNN's contract), checked for null.
-        unsafe { out.write(handle as *mut c_void) };
-    }))
+    TABLE.create(
+        out,
+        &CREATING,
+        || None,
+        |handle| crate::runtime::call_async(&wire::PhosCudnnTensorDescriptorReinitRequest { tensorDesc: handle }),
+    )
 }
 
 /// A creation the server made has succeeded: its descriptor is known.
 pub fn apply_create() {
-    if let Some(out) = CREATING.try_with(Cell::take).ok().flatten() {
-        // SAFETY: the out parameter the generated stub has just written the new handle to
-        // (checked for null before the call was sent).
-        let handle = unsafe { out.read() } as u64;
-        with(|t| t.known.insert(handle, None));
-    }
+    TABLE.apply_create(&CREATING, || None);
 }
 
 /// `cudnnDestroyTensorDescriptor` of a known descriptor: to the pool while it has room
 /// (parked on the server, without waiting), else destroyed without waiting. `None` for one
 /// the guest does not know (the server answers it).
 pub fn destroy(desc: u64) -> Option<Result<(), CudnnStatus>> {
-    let room = {
-        let mut guard = table();
-        let t = guard.get_or_insert_default();
-        // Gone for the program's other threads from now on.
-        t.known.remove(&desc)?;
-        t.pool.len() < POOL_MAX
-    };
-    if !room {
-        return Some(crate::runtime::call_async(&wire::CudnnDestroyTensorDescriptorRequest { tensorDesc: desc }));
-    }
-    let r = crate::runtime::call_async(&wire::PhosCudnnTensorDescriptorParkRequest { tensorDesc: desc });
-    Some(r.map(|()| with(|t| t.pool.push(desc))))
+    TABLE.destroy(
+        desc,
+        |d| crate::runtime::call_async(&wire::PhosCudnnTensorDescriptorParkRequest { tensorDesc: d }),
+        |d| crate::runtime::call_async(&wire::CudnnDestroyTensorDescriptorRequest { tensorDesc: d }),
+    )
 }
 
 /// A setter of `desc` with what it sets (`shape`: the shape, or cuDNN's status for it) and
@@ -277,7 +248,7 @@ pub unsafe fn write_ints(out: *mut i32, values: &[i32], room: usize) {
 
 #[cfg(test)]
 pub(crate) fn reset() {
-    *table() = None;
+    TABLE.reset();
 }
 
 #[cfg(test)]
