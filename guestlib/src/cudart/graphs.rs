@@ -102,9 +102,8 @@ pub unsafe fn update_capture_dependencies(
     }
     // SAFETY: `count` handles at a non-null `deps` (this function's contract).
     let list = unsafe { handles(deps, count)? };
-    // SAFETY: as above, for the edge data.
-    if !edges.is_null() && count > 0 && unsafe { std::slice::from_raw_parts(edges, count * 8) }.iter().any(|&b| b != 0)
-    {
+    // SAFETY: `count` edge data at `edges` (this function's contract), `count` checked above.
+    if unsafe { !default_edges(edges, count) } {
         // Edge data (ports, programmatic edges) is not carried.
         return Err(E::NotSupported);
     }
@@ -172,6 +171,20 @@ pub unsafe fn exec_update(
         unsafe { result_11.write_unaligned(reply.result) };
     }
     if reply.result == 0 { Ok(()) } else { Err(CudaError::GraphExecUpdateFailure) }
+}
+
+/// Whether `count` edge data at `edges` (NULL: none) are all the default (zeros): other edge
+/// data (ports, programmatic edges) is not carried.
+///
+/// # Safety
+/// A non-null `edges` holds `count` 8-byte `cudaGraphEdgeData` (CUDA's contract); `count` is
+/// at most 2^20 (the callers checked the dependency list first).
+unsafe fn default_edges(edges: *const u8, count: usize) -> bool {
+    if edges.is_null() || count == 0 {
+        return true;
+    }
+    // SAFETY: `count * 8` bytes at the non-null `edges` (the contract above), only read.
+    unsafe { std::slice::from_raw_parts(edges, count * 8) }.iter().all(|&b| b == 0)
 }
 
 /// Node handles as they travel: 8 bytes each.
@@ -490,9 +503,8 @@ pub unsafe fn add_dependencies_with_edges(
     let from = unsafe { handles(from, count)? };
     // SAFETY: and at `to`.
     let to = unsafe { handles(to, count)? };
-    // SAFETY: as above, for the edge data.
-    if !edges.is_null() && count > 0 && unsafe { std::slice::from_raw_parts(edges, count * 8) }.iter().any(|&b| b != 0)
-    {
+    // SAFETY: `count` edge data at `edges` (this function's contract), `count` checked above.
+    if unsafe { !default_edges(edges, count) } {
         return Err(E::NotSupported);
     }
     runtime::call(&PhosGraphAddDependenciesRequest { graph, from: &from, to: &to, numDependencies: count as u64 })
@@ -1198,9 +1210,8 @@ pub unsafe fn remove_dependencies(
     let from = unsafe { handles(from, count)? };
     // SAFETY: and at `to`.
     let to = unsafe { handles(to, count)? };
-    // SAFETY: as above, for the edge data.
-    if !edges.is_null() && count > 0 && unsafe { std::slice::from_raw_parts(edges, count * 8) }.iter().any(|&b| b != 0)
-    {
+    // SAFETY: `count` edge data at `edges` (this function's contract), `count` checked above.
+    if unsafe { !default_edges(edges, count) } {
         return Err(E::NotSupported);
     }
     let word = |b: &[u8]| u64::from_ne_bytes(b.try_into().expect("8 bytes"));

@@ -199,7 +199,7 @@ mod tests {
         // SAFETY: two 8-byte elements.
         let r = unsafe { set(0x2125, dnn::PACK_UNIQUE_IDS, 3, 2, ids.as_ptr().cast()) };
         assert!(r.is_none(), "finalized: the server answers");
-        // SAFETY: as above.
+        // SAFETY: `ids` holds two 8-byte elements, the count given; `set` only reads them.
         let r = unsafe { set(0x1125, dnn::PACK_UNIQUE_IDS, 6, 2, ids.as_ptr().cast()) };
         assert!(r.is_none(), "a wrong type: the server answers");
         assert_eq!(finalize(0x1125), None, "nothing set: the server answers");
