@@ -230,6 +230,9 @@ impl EmuBackend {
         set(&mut a, attr::CAN_MAP_HOST_MEMORY, 0);
         // cudaDevAttrIpcEventSupport: IPC events between sessions of a tenant.
         set(&mut a, 125, 1);
+        // cudaDevAttrMaxTexture1DLinearWidth: compute capability 5.0 on (2^28 elements), what
+        // cudaDeviceGetTexture1DLinearMaxWidth answers.
+        set(&mut a, 69, 1 << 28);
         set(&mut a, attr::SURFACE_ALIGNMENT, 512);
         set(&mut a, attr::CONCURRENT_KERNELS, 1);
         set(&mut a, attr::MEMORY_CLOCK_RATE, 1_000_000);

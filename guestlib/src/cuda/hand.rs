@@ -12,6 +12,7 @@ use super::bridge::{self, dptr};
 use super::stubs::HandWritten;
 use super::{arrays, context, entry_points, graphs, memory, modules, vmm};
 use crate::cudart::graphs as rt_graphs;
+use crate::cudart::library as rt_library;
 use crate::cudart::stubs as cudart;
 use crate::runtime;
 
@@ -656,6 +657,146 @@ impl HandWritten for Hand {
                 unsafe { put(bytes, size as usize) }?;
             }
             Ok(())
+        })
+    }
+
+    // ---- Libraries and their kernels: the runtime's library API (cudart/library.rs)
+
+    unsafe fn cuLibraryLoadData(
+        library: *mut *mut c_void,
+        code: *const c_void,
+        jit: *mut i32,
+        jit_values: *mut *mut c_void,
+        jit_count: u32,
+        lib: *mut i32,
+        lib_values: *mut *mut c_void,
+        lib_count: u32,
+    ) -> i32 {
+        driver(F::CuLibraryLoadData, || {
+            // SAFETY: this export's arguments, passed on: `load_data` asks of them what the
+            // driver asks of this export's caller.
+            bridge::from_runtime(unsafe {
+                rt_library::load_data(library, code, jit, jit_values, jit_count, lib, lib_values, lib_count)
+            })
+        })
+    }
+
+    unsafe fn cuLibraryLoadFromFile(
+        library: *mut *mut c_void,
+        path: *const c_char,
+        jit: *mut i32,
+        jit_values: *mut *mut c_void,
+        jit_count: u32,
+        lib: *mut i32,
+        lib_values: *mut *mut c_void,
+        lib_count: u32,
+    ) -> i32 {
+        driver(F::CuLibraryLoadFromFile, || {
+            // SAFETY: as in `cuLibraryLoadData`.
+            bridge::from_runtime(unsafe {
+                rt_library::load_from_file(library, path, jit, jit_values, jit_count, lib, lib_values, lib_count)
+            })
+        })
+    }
+
+    unsafe fn cuLibraryUnload(library: *mut c_void) -> i32 {
+        driver(F::CuLibraryUnload, || bridge::from_runtime(rt_library::unload(library as u64)))
+    }
+
+    unsafe fn cuLibraryGetKernel(kernel: *mut *mut c_void, library: *mut c_void, kname: *const c_char) -> i32 {
+        driver(F::CuLibraryGetKernel, || {
+            // SAFETY: a writable handle and a NUL-terminated name where the driver asks for them.
+            bridge::from_runtime(unsafe { rt_library::get_kernel(kernel, library as u64, kname) })
+        })
+    }
+
+    unsafe fn cuLibraryGetKernelCount(count: *mut u32, library: *mut c_void) -> i32 {
+        driver(F::CuLibraryGetKernelCount, || {
+            // SAFETY: a writable `unsigned int` where the driver asks for one.
+            bridge::from_runtime(unsafe { rt_library::kernel_count(count, library as u64) })
+        })
+    }
+
+    unsafe fn cuLibraryEnumerateKernels(kernels: *mut *mut c_void, max: u32, library: *mut c_void) -> i32 {
+        driver(F::CuLibraryEnumerateKernels, || {
+            // SAFETY: room for `max` handles where the driver asks for it.
+            bridge::from_runtime(unsafe { rt_library::enumerate_kernels(kernels, max, library as u64) })
+        })
+    }
+
+    unsafe fn cuLibraryGetGlobal(out: *mut u64, bytes: *mut usize, library: *mut c_void, vname: *const c_char) -> i32 {
+        driver(F::CuLibraryGetGlobal, || {
+            // SAFETY: writable out parameters (or null) and a NUL-terminated name where the
+            // driver asks for them; a `CUdeviceptr` has a pointer's size.
+            bridge::from_runtime(unsafe { rt_library::get_global(out.cast(), bytes, library as u64, vname) })
+        })
+    }
+
+    unsafe fn cuLibraryGetManaged(
+        _out: *mut u64,
+        _bytes: *mut usize,
+        _library: *mut c_void,
+        _name: *const c_char,
+    ) -> i32 {
+        driver(F::CuLibraryGetManaged, || bridge::from_runtime(rt_library::get_managed()))
+    }
+
+    unsafe fn cuLibraryGetUnifiedFunction(
+        _fptr: *mut *mut c_void,
+        _library: *mut c_void,
+        _symbol: *const c_char,
+    ) -> i32 {
+        driver(F::CuLibraryGetUnifiedFunction, || bridge::from_runtime(rt_library::get_unified_function()))
+    }
+
+    unsafe fn cuLibraryGetModule(module: *mut *mut c_void, library: *mut c_void) -> i32 {
+        in_context(F::CuLibraryGetModule, || {
+            // The library is its module.
+            modules::kernel_names(library as u64)?;
+            // SAFETY: null or writable (this export's contract).
+            unsafe { put(module, library) }
+        })
+    }
+
+    unsafe fn cuKernelGetFunction(function: *mut *mut c_void, kernel: *mut c_void) -> i32 {
+        in_context(F::CuKernelGetFunction, || {
+            // A kernel is the function of its module in every context.
+            modules::known(kernel as u64)?;
+            // SAFETY: null or writable (this export's contract).
+            unsafe { put(function, kernel) }
+        })
+    }
+
+    unsafe fn cuKernelGetLibrary(library: *mut *mut c_void, kernel: *mut c_void) -> i32 {
+        driver(F::CuKernelGetLibrary, || {
+            let module = modules::module_of(kernel as u64).ok_or(CuError::INVALID_HANDLE)?;
+            // SAFETY: null or writable (this export's contract).
+            unsafe { put(library, module as usize as *mut c_void) }
+        })
+    }
+
+    unsafe fn cuKernelGetAttribute(pi: *mut i32, attrib: i32, kernel: *mut c_void, dev: i32) -> i32 {
+        driver(F::CuKernelGetAttribute, || {
+            bridge::check_device(dev)?;
+            if pi.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            // SAFETY: not null, writable (this export's contract).
+            unsafe { put(pi, modules::attribute(kernel as u64, attrib)?) }
+        })
+    }
+
+    unsafe fn cuKernelSetAttribute(attrib: i32, value: i32, kernel: *mut c_void, dev: i32) -> i32 {
+        driver(F::CuKernelSetAttribute, || {
+            bridge::check_device(dev)?;
+            modules::set_attribute(kernel as u64, attrib, value)
+        })
+    }
+
+    unsafe fn cuKernelSetCacheConfig(kernel: *mut c_void, config: i32, dev: i32) -> i32 {
+        driver(F::CuKernelSetCacheConfig, || {
+            bridge::check_device(dev)?;
+            modules::set_cache_config(kernel as u64, config)
         })
     }
 
@@ -1873,7 +2014,7 @@ unsafe fn load_module(module: *mut *mut c_void, image: *const c_void) -> Result<
 ///
 /// # Safety
 /// `options` and `values` must hold `count` entries, log buffers the sizes given beside them.
-unsafe fn clear_jit_logs(count: u32, options: *mut i32, values: *mut *mut c_void) {
+pub(crate) unsafe fn clear_jit_logs(count: u32, options: *mut i32, values: *mut *mut c_void) {
     const INFO_LOG_BUFFER: i32 = 3;
     const INFO_LOG_BUFFER_SIZE_BYTES: i32 = 4;
     const ERROR_LOG_BUFFER: i32 = 5;

@@ -12,7 +12,7 @@ pub mod entry_points;
 mod graphs;
 pub mod hand;
 mod memory;
-mod modules;
+pub(crate) mod modules;
 pub mod rt;
 mod vmm;
 

@@ -136,14 +136,23 @@ fn layouts(image: &[u8]) -> Result<HashMap<String, ParamLayout>, String> {
 /// # Safety
 /// `image` must be null or point to a whole image (see [`image_bytes`]).
 pub unsafe fn load(image: *const c_void) -> Result<u64, CuError> {
+    // SAFETY: as this function's contract gives it.
+    unsafe { load_for("cuModuleLoadData", image) }
+}
+
+/// [`load`] for `function`, which a failure's log line names.
+///
+/// # Safety
+/// As [`load`].
+pub(crate) unsafe fn load_for(function: &str, image: *const c_void) -> Result<u64, CuError> {
     if image.is_null() {
         return Err(CuError::INVALID_VALUE);
     }
     // SAFETY: `image` is not null and a whole image (this function's contract).
     let bytes = unsafe { image_bytes(image)? };
     let kernels = layouts(bytes).map_err(|e| {
-        if let Some(dropped) = phos_protocol::log_limit::GUEST_LINES.admit("cuModuleLoadData") {
-            tracing::warn!("cuModuleLoadData: cannot read the image's kernels: {e} ({dropped} earlier lines dropped)");
+        if let Some(dropped) = phos_protocol::log_limit::GUEST_LINES.admit(function) {
+            tracing::warn!("{function}: cannot read the image's kernels: {e} ({dropped} earlier lines dropped)");
         }
         if bytes.starts_with(ELF_MAGIC) || bytes.starts_with(&FATBIN_MAGIC.to_le_bytes()) {
             CuError::INVALID_IMAGE
@@ -199,6 +208,27 @@ pub fn global(module: u64, name: &str) -> Result<(u64, u64), CuError> {
     }
     let r = from_runtime(runtime::call(&PhosModuleGetGlobalRequest { module, name }))?;
     Ok((r.address, r.bytes))
+}
+
+/// The names of the kernels of a loaded module, sorted (the library API's count and
+/// enumeration).
+pub(crate) fn kernel_names(module: u64) -> Result<Vec<String>, CuError> {
+    let layouts =
+        with(|l| l.modules.get(&module).map(|(layouts, _)| layouts.clone())).ok_or(CuError::INVALID_HANDLE)?;
+    let mut names: Vec<String> = layouts.keys().cloned().collect();
+    names.sort();
+    Ok(names)
+}
+
+/// A function of a loaded module handed out (`cuModuleGetFunction`, the library API's
+/// kernels): its layout, or `None` for any other value.
+pub(crate) fn loaded_function(function: u64) -> Option<Arc<ParamLayout>> {
+    with(|l| l.functions.get(&function).map(|(_, layout)| layout.clone()))
+}
+
+/// The module a function handed out belongs to (`cuKernelGetLibrary`).
+pub(crate) fn module_of(function: u64) -> Option<u64> {
+    with(|l| l.functions.get(&function).map(|(module, _)| *module))
 }
 
 /// The server's handle and the layout of a function handed out (the layout shared: a launch

@@ -98,7 +98,7 @@ pub unsafe fn array_get_info(
 }
 
 /// Bytes of one element of an array.
-fn element_size(array: *mut c_void) -> Result<u64, CudaError> {
+pub(crate) fn element_size(array: *mut c_void) -> Result<u64, CudaError> {
     info(array)?.0.element_size().ok_or(CudaError::InvalidValue)
 }
 

@@ -256,3 +256,40 @@ mod tests {
         assert_eq!(parse_pci("zz:yy:xx.0"), None);
     }
 }
+
+/// `cudaDevAttrMaxTexture1DLinearWidth`.
+const MAX_TEXTURE_1D_LINEAR_WIDTH: i32 = 69;
+
+/// `cudaDeviceGetTexture1DLinearMaxWidth`: the elements of a 1D texture over linear memory
+/// the device takes for the format, which is the device's 1D linear texture width (counted in
+/// elements whatever their size) for every format a texture can have: signed, unsigned or
+/// float channels of 8, 16 or 32 bits, one to four of them, packed from the first.
+///
+/// # Safety
+/// `out` must be null or writable; `desc` null or a readable `cudaChannelFormatDesc`.
+pub unsafe fn texture_1d_linear_max_width(
+    out: *mut usize,
+    desc: *const phos_protocol::types::ChannelFormatDesc,
+    device: i32,
+) -> Result<(), CudaError> {
+    if out.is_null() || desc.is_null() {
+        return Err(CudaError::InvalidValue);
+    }
+    // SAFETY: not null (checked above), readable (this function's contract).
+    let d = unsafe { desc.read_unaligned() };
+    let bits = [d.x, d.y, d.z, d.w];
+    let channels = bits.iter().take_while(|&&b| b != 0).count();
+    let valid = (0..=2).contains(&d.f)
+        && channels > 0
+        && bits[..channels].iter().all(|&b| b == bits[0] && [8, 16, 32].contains(&b))
+        && bits[channels..].iter().all(|&b| b == 0)
+        && channels != 3;
+    if !valid {
+        return Err(CudaError::InvalidValue);
+    }
+    check_device(device)?;
+    let width = attribute(device, MAX_TEXTURE_1D_LINEAR_WIDTH)?;
+    // SAFETY: not null (checked above), writable (this function's contract).
+    unsafe { out.write_unaligned(usize::try_from(width).unwrap_or(0)) };
+    Ok(())
+}

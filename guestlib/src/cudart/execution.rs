@@ -24,7 +24,12 @@ fn function_of(func: *const c_void) -> Result<u64, CudaError> {
     } else {
         CudaError::InvalidDeviceFunction
     };
-    registry::kernel(func).ok_or(not_a_kernel)?.remote()
+    match registry::kernel(func) {
+        Some(kernel) => kernel.remote(),
+        // A loaded library's kernel (`cudaKernel_t`) is the server's function handle.
+        None if crate::cuda::modules::loaded_function(func as u64).is_some() => Ok(func as u64),
+        None => Err(not_a_kernel),
+    }
 }
 
 /// Writes `struct cudaFuncAttributes`: 56 bytes in CUDA 11, 144 since CUDA 12 (cluster

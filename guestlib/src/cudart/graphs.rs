@@ -665,7 +665,7 @@ pub unsafe fn add_child_node(
 }
 
 /// The device address of `count` bytes at `offset` in a `__device__` variable.
-fn symbol_range(symbol: *const c_void, count: usize, offset: usize) -> Result<u64, CudaError> {
+pub(crate) fn symbol_range(symbol: *const c_void, count: usize, offset: usize) -> Result<u64, CudaError> {
     let var = crate::registry::variable(symbol).ok_or(E::InvalidSymbol)?;
     let (addr, size) = var.remote()?;
     let end = (offset as u64).checked_add(count as u64).ok_or(E::InvalidValue)?;

@@ -14,8 +14,8 @@ use phos_protocol::types::{ChannelFormatDesc, Extent, PitchedPtr};
 
 use super::stubs::HandWritten;
 use super::{
-    arrays, attributes, capture, copies, device, execution, graphs, ipc, launch, managed, memory, memsets, pools,
-    proofs, user_objects,
+    arrays, attributes, batch, capture, copies, device, execution, graph_extra, graphs, ipc, launch, library, managed,
+    memory, memsets, pools, proofs, user_objects,
 };
 use crate::abi::Abi;
 use crate::{callbacks, hostmem, registry, runtime, soname};
@@ -2205,6 +2205,356 @@ impl HandWritten for Hand {
         // what CUDA asks of this export's caller.
         unsafe { capture::is_capturing(stream as usize as u64, status) }
     }
+
+    // ---- Instantiation with parameters, symbol copy-node setters, ids (graph_extra.rs)
+
+    unsafe fn cudaGraphInstantiateWithParams(exec: *mut *mut c_void, graph: *mut c_void, params: *mut c_void) -> i32 {
+        // SAFETY: this export's arguments, passed on: `instantiate_with_params` asks of them
+        // what CUDA asks of this export's caller.
+        code(unsafe { graph_extra::instantiate_with_params(exec, graph, params, false) })
+    }
+
+    unsafe fn cudaGraphInstantiateWithParams_ptsz(
+        exec: *mut *mut c_void,
+        graph: *mut c_void,
+        params: *mut c_void,
+    ) -> i32 {
+        // SAFETY: as in `cudaGraphInstantiateWithParams`.
+        code(unsafe { graph_extra::instantiate_with_params(exec, graph, params, true) })
+    }
+
+    unsafe fn cudaGraphMemcpyNodeSetParamsToSymbol(
+        node: *mut c_void,
+        symbol: *const c_void,
+        src: *const c_void,
+        bytes: usize,
+        offset: usize,
+        kind: i32,
+    ) -> i32 {
+        // SAFETY: the parameters as `cudaGraphAddMemcpyNodeToSymbol` takes them.
+        code(unsafe { graph_extra::set_memcpy_to_symbol(0, node as usize as u64, symbol, src, bytes, offset, kind) })
+    }
+
+    unsafe fn cudaGraphMemcpyNodeSetParamsFromSymbol(
+        node: *mut c_void,
+        dst: *mut c_void,
+        symbol: *const c_void,
+        bytes: usize,
+        offset: usize,
+        kind: i32,
+    ) -> i32 {
+        // SAFETY: the parameters as `cudaGraphAddMemcpyNodeFromSymbol` takes them.
+        code(unsafe { graph_extra::set_memcpy_from_symbol(0, node as usize as u64, dst, symbol, bytes, offset, kind) })
+    }
+
+    unsafe fn cudaGraphExecMemcpyNodeSetParamsToSymbol(
+        exec: *mut c_void,
+        node: *mut c_void,
+        symbol: *const c_void,
+        src: *const c_void,
+        bytes: usize,
+        offset: usize,
+        kind: i32,
+    ) -> i32 {
+        let node = node as usize as u64;
+        // SAFETY: the parameters as `cudaGraphAddMemcpyNodeToSymbol` takes them.
+        code(exec_set(exec, |e| unsafe {
+            graph_extra::set_memcpy_to_symbol(e, node, symbol, src, bytes, offset, kind)
+        }))
+    }
+
+    unsafe fn cudaGraphExecMemcpyNodeSetParamsFromSymbol(
+        exec: *mut c_void,
+        node: *mut c_void,
+        dst: *mut c_void,
+        symbol: *const c_void,
+        bytes: usize,
+        offset: usize,
+        kind: i32,
+    ) -> i32 {
+        let node = node as usize as u64;
+        // SAFETY: the parameters as `cudaGraphAddMemcpyNodeFromSymbol` takes them.
+        code(exec_set(exec, |e| unsafe {
+            graph_extra::set_memcpy_from_symbol(e, node, dst, symbol, bytes, offset, kind)
+        }))
+    }
+
+    unsafe fn cudaGraphGetId(graph: *mut c_void, id: *mut u32) -> i32 {
+        // SAFETY: a writable `unsigned int` where CUDA asks for one.
+        code(unsafe { graph_extra::graph_id(graph as usize as u64, id) })
+    }
+
+    unsafe fn cudaGraphExecGetId(exec: *mut c_void, id: *mut u32) -> i32 {
+        // SAFETY: a writable `unsigned int` where CUDA asks for one.
+        code(unsafe { graph_extra::exec_id(exec as usize as u64, id) })
+    }
+
+    unsafe fn cudaGraphNodeGetLocalId(node: *mut c_void, id: *mut u32) -> i32 {
+        // SAFETY: a writable `unsigned int` where CUDA asks for one.
+        code(unsafe { graph_extra::node_local_id(node as usize as u64, id) })
+    }
+
+    unsafe fn cudaGraphNodeGetToolsId(node: *mut c_void, id: *mut u64) -> i32 {
+        // SAFETY: a writable `unsigned long long` where CUDA asks for one.
+        code(unsafe { graph_extra::node_tools_id(node as usize as u64, id) })
+    }
+
+    // ---- Batched copies (batch.rs)
+
+    unsafe fn cudaMemcpyBatchAsync(
+        dsts: *mut *mut c_void,
+        srcs: *mut *mut c_void,
+        sizes: *mut usize,
+        count: usize,
+        attrs: *mut c_void,
+        attrs_idxs: *mut usize,
+        num_attrs: usize,
+        fail_idx_or_stream: *mut c_void,
+        stream_12: *mut c_void,
+    ) -> i32 {
+        // SAFETY: this export's arguments, as the application's ABI passes them.
+        code(unsafe {
+            memcpy_batch_abi(
+                dsts,
+                srcs,
+                sizes,
+                count,
+                attrs,
+                attrs_idxs,
+                num_attrs,
+                fail_idx_or_stream,
+                stream_12,
+                false,
+            )
+        })
+    }
+
+    unsafe fn cudaMemcpyBatchAsync_ptsz(
+        dsts: *mut *mut c_void,
+        srcs: *mut *mut c_void,
+        sizes: *mut usize,
+        count: usize,
+        attrs: *mut c_void,
+        attrs_idxs: *mut usize,
+        num_attrs: usize,
+        fail_idx_or_stream: *mut c_void,
+        stream_12: *mut c_void,
+    ) -> i32 {
+        // SAFETY: this export's arguments, as the application's ABI passes them.
+        code(unsafe {
+            memcpy_batch_abi(
+                dsts,
+                srcs,
+                sizes,
+                count,
+                attrs,
+                attrs_idxs,
+                num_attrs,
+                fail_idx_or_stream,
+                stream_12,
+                true,
+            )
+        })
+    }
+
+    unsafe fn cudaMemcpy3DBatchAsync(
+        num_ops: usize,
+        ops: *mut c_void,
+        fail_idx_or_flags: *mut c_void,
+        flags_or_stream: u64,
+        stream_12: *mut c_void,
+    ) -> i32 {
+        // SAFETY: this export's arguments, as the application's ABI passes them.
+        code(unsafe { memcpy_3d_batch_abi(num_ops, ops, fail_idx_or_flags, flags_or_stream, stream_12, false) })
+    }
+
+    unsafe fn cudaMemcpy3DBatchAsync_ptsz(
+        num_ops: usize,
+        ops: *mut c_void,
+        fail_idx_or_flags: *mut c_void,
+        flags_or_stream: u64,
+        stream_12: *mut c_void,
+    ) -> i32 {
+        // SAFETY: this export's arguments, as the application's ABI passes them.
+        code(unsafe { memcpy_3d_batch_abi(num_ops, ops, fail_idx_or_flags, flags_or_stream, stream_12, true) })
+    }
+
+    // ---- Texture widths and host functions of CUDA 13
+
+    unsafe fn cudaDeviceGetTexture1DLinearMaxWidth(
+        width: *mut usize,
+        desc: *const ChannelFormatDesc,
+        device: i32,
+    ) -> i32 {
+        // SAFETY: a writable `size_t` and a readable `cudaChannelFormatDesc` where CUDA asks
+        // for them.
+        code(unsafe { device::texture_1d_linear_max_width(width, desc, device) })
+    }
+
+    unsafe fn cudaLaunchHostFunc_v2(stream: *mut c_void, r#fn: u64, user_data: *mut c_void, sync_mode: u32) -> i32 {
+        // SAFETY: as in `cudaLaunchHostFunc`.
+        code(unsafe { launch_host_func_v2(stream, r#fn, user_data, sync_mode) })
+    }
+
+    unsafe fn cudaLaunchHostFunc_v2_ptsz(
+        stream: *mut c_void,
+        r#fn: u64,
+        user_data: *mut c_void,
+        sync_mode: u32,
+    ) -> i32 {
+        // SAFETY: as in `cudaLaunchHostFunc`.
+        code(unsafe { launch_host_func_v2(per_thread(stream), r#fn, user_data, sync_mode) })
+    }
+
+    // ---- Libraries (library.rs)
+
+    unsafe fn cudaLibraryLoadData(
+        out: *mut *mut c_void,
+        image: *const c_void,
+        jit: *mut i32,
+        jit_values: *mut *mut c_void,
+        jit_count: u32,
+        lib: *mut i32,
+        lib_values: *mut *mut c_void,
+        lib_count: u32,
+    ) -> i32 {
+        // SAFETY: this export's arguments, passed on: `library::load_data` asks of them what
+        // CUDA asks of this export's caller.
+        code(unsafe { library::load_data(out, image, jit, jit_values, jit_count, lib, lib_values, lib_count) })
+    }
+
+    unsafe fn cudaLibraryLoadFromFile(
+        out: *mut *mut c_void,
+        path: *const c_char,
+        jit: *mut i32,
+        jit_values: *mut *mut c_void,
+        jit_count: u32,
+        lib: *mut i32,
+        lib_values: *mut *mut c_void,
+        lib_count: u32,
+    ) -> i32 {
+        // SAFETY: as in `cudaLibraryLoadData`.
+        code(unsafe { library::load_from_file(out, path, jit, jit_values, jit_count, lib, lib_values, lib_count) })
+    }
+
+    unsafe fn cudaLibraryUnload(lib: *mut c_void) -> i32 {
+        code(library::unload(lib as usize as u64))
+    }
+
+    unsafe fn cudaLibraryGetKernel(out: *mut *mut c_void, lib: *mut c_void, name: *const c_char) -> i32 {
+        // SAFETY: a writable kernel handle and a NUL-terminated name where CUDA asks for them.
+        code(unsafe { library::get_kernel(out, lib as usize as u64, name) })
+    }
+
+    unsafe fn cudaLibraryGetKernelCount(count: *mut u32, lib: *mut c_void) -> i32 {
+        // SAFETY: a writable `unsigned int` where CUDA asks for one.
+        code(unsafe { library::kernel_count(count, lib as usize as u64) })
+    }
+
+    unsafe fn cudaLibraryEnumerateKernels(kernels: *mut *mut c_void, max: u32, lib: *mut c_void) -> i32 {
+        // SAFETY: room for `max` kernel handles where CUDA asks for it.
+        code(unsafe { library::enumerate_kernels(kernels, max, lib as usize as u64) })
+    }
+
+    unsafe fn cudaLibraryGetGlobal(
+        dptr: *mut *mut c_void,
+        bytes: *mut usize,
+        lib: *mut c_void,
+        name: *const c_char,
+    ) -> i32 {
+        // SAFETY: writable out parameters (or null) and a NUL-terminated name where CUDA asks
+        // for them.
+        code(unsafe { library::get_global(dptr, bytes, lib as usize as u64, name) })
+    }
+
+    unsafe fn cudaLibraryGetManaged(
+        _dptr: *mut *mut c_void,
+        _bytes: *mut usize,
+        _lib: *mut c_void,
+        _name: *const c_char,
+    ) -> i32 {
+        code(library::get_managed())
+    }
+
+    unsafe fn cudaLibraryGetUnifiedFunction(_fptr: *mut *mut c_void, _lib: *mut c_void, _symbol: *const c_char) -> i32 {
+        code(library::get_unified_function())
+    }
+}
+
+/// `cudaLaunchHostFunc_v2`: `syncMode` (`cudaHostTaskBlocking` 0, `cudaHostTaskSpinWait` 1)
+/// says how CUDA's worker waits for the function; Phos's callback thread runs it the same way
+/// whichever is asked.
+///
+/// # Safety
+/// As `cudaLaunchHostFunc`.
+unsafe fn launch_host_func_v2(stream: *mut c_void, f: u64, data: *mut c_void, sync_mode: u32) -> Result<(), CudaError> {
+    if sync_mode > 1 {
+        return Err(CudaError::InvalidValue);
+    }
+    // SAFETY: as this function's contract gives them.
+    unsafe { callbacks::launch_host_func(stream, f, data) }
+}
+
+/// `cudaMemcpyBatchAsync` as each ABI passes it: CUDA 12.8 and 12.9 with `failIdx` before the
+/// stream, CUDA 13 without (its stream where 12's `failIdx` is).
+///
+/// # Safety
+/// The arguments as the ABI's function takes them.
+#[allow(clippy::too_many_arguments)]
+unsafe fn memcpy_batch_abi(
+    dsts: *mut *mut c_void,
+    srcs: *mut *mut c_void,
+    sizes: *mut usize,
+    count: usize,
+    attrs: *mut c_void,
+    idxs: *mut usize,
+    num_attrs: usize,
+    fail_idx_or_stream: *mut c_void,
+    stream_12: *mut c_void,
+    per_thread: bool,
+) -> Result<(), CudaError> {
+    let (fail_idx, stream) = if soname::current_abi().major() >= 13 {
+        (std::ptr::null_mut(), fail_idx_or_stream as usize as u64)
+    } else {
+        (fail_idx_or_stream as *mut usize, stream_12 as usize as u64)
+    };
+    // SAFETY: the arrays and `failIdx` as the ABI's function takes them.
+    unsafe {
+        batch::memcpy_batch(
+            dsts.cast(),
+            srcs.cast(),
+            sizes,
+            count,
+            attrs.cast(),
+            idxs,
+            num_attrs,
+            fail_idx,
+            stream,
+            per_thread,
+        )
+    }
+}
+
+/// `cudaMemcpy3DBatchAsync` as each ABI passes it: CUDA 12.8 and 12.9's (numOps, opList,
+/// failIdx, flags, stream), CUDA 13's (numOps, opList, flags, stream).
+///
+/// # Safety
+/// The arguments as the ABI's function takes them.
+unsafe fn memcpy_3d_batch_abi(
+    num_ops: usize,
+    ops: *mut c_void,
+    fail_idx_or_flags: *mut c_void,
+    flags_or_stream: u64,
+    stream_12: *mut c_void,
+    per_thread: bool,
+) -> Result<(), CudaError> {
+    let (fail_idx, flags, stream) = if soname::current_abi().major() >= 13 {
+        (std::ptr::null_mut(), fail_idx_or_flags as usize as u64, flags_or_stream)
+    } else {
+        (fail_idx_or_flags as *mut usize, flags_or_stream, stream_12 as usize as u64)
+    };
+    // SAFETY: the operations and `failIdx` as the ABI's function takes them.
+    unsafe { batch::memcpy_3d_batch(num_ops, ops.cast(), fail_idx, flags, stream, per_thread) }
 }
 
 /// A `cudaGraphExec*SetParams` call: a null executable graph is `cudaErrorInvalidValue`.

@@ -163,15 +163,28 @@ pub fn send(
     Ok(())
 }
 
-/// The function handle of the kernel registered for host stub `func`, and `args` packed into
-/// its parameter buffer.
+/// The function handle of the kernel registered for host stub `func` (or of the loaded
+/// library's kernel `func` is, CUDA 12's `cudaKernel_t`), and `args` packed into its parameter
+/// buffer.
 ///
 /// # Safety
 /// `args` must hold one pointer per kernel parameter, each to a value of the parameter's size.
 pub unsafe fn packed(func: *const c_void, args: *mut *mut c_void) -> Result<(u64, Vec<u8>), CudaError> {
-    let kernel = registry::kernel(func).ok_or(CudaError::InvalidDeviceFunction)?;
+    let Some(kernel) = registry::kernel(func) else {
+        let layout = crate::cuda::modules::loaded_function(func as u64).ok_or(CudaError::InvalidDeviceFunction)?;
+        // SAFETY: `args` as this function's contract gives it.
+        return Ok((func as u64, unsafe { pack(&layout, args)? }));
+    };
     let function = kernel.remote()?;
-    let layout = kernel.layout()?;
+    // SAFETY: `args` as this function's contract gives it.
+    Ok((function, unsafe { pack(&kernel.layout()?, args)? }))
+}
+
+/// `args` packed into a parameter buffer of `layout`.
+///
+/// # Safety
+/// As [`packed`].
+unsafe fn pack(layout: &registry::ParamLayout, args: *mut *mut c_void) -> Result<Vec<u8>, CudaError> {
     let mut params = vec![0u8; layout.buffer_size];
     if !layout.params.is_empty() && args.is_null() {
         return Err(CudaError::InvalidValue);
@@ -189,7 +202,7 @@ pub unsafe fn packed(func: *const c_void, args: *mut *mut c_void) -> Result<(u64
         // `offset + size` is within `params` (checked just above).
         unsafe { std::ptr::copy_nonoverlapping(src, params[offset..offset + size].as_mut_ptr(), size) };
     }
-    Ok((function, params))
+    Ok(params)
 }
 
 /// What decides whether a launch can fail at launch time: CUDA checks the block shape and

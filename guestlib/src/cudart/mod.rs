@@ -5,14 +5,17 @@
 
 pub(crate) mod arrays;
 mod attributes;
+mod batch;
 mod capture;
 mod copies;
 mod device;
 mod execution;
+mod graph_extra;
 pub(crate) mod graphs;
 pub mod hand;
 mod ipc;
 pub mod launch;
+pub(crate) mod library;
 mod managed;
 pub(crate) mod memory;
 mod memsets;
