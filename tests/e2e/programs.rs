@@ -185,6 +185,7 @@ const TESTED_APART: &[&str] = &[
     "driver_api",
     "driver_arrays",
     "driver_graphs",
+    "driver_library",
     "restore_on_demand",
     "cublas_blas",
     "cublas_async_gemms",
@@ -273,6 +274,14 @@ fn driver_arrays() {
 #[test]
 fn driver_graphs() {
     driver_program("driver_graphs");
+}
+
+/// CUDA 12's libraries through the driver API (`cuLibraryLoadData`, `cuLibraryGetKernel`,
+/// `cuKernelGetFunction`, a `CUkernel` launched as a `CUfunction`...) print what they print
+/// natively.
+#[test]
+fn driver_library() {
+    driver_program("driver_library");
 }
 
 /// Runs a program of the driver API (linked with `-lcuda`) on emu and compares its output

@@ -338,3 +338,99 @@ unsafe fn batch_3d(
     }
     finish(during_call, stream)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attrs(order: i32) -> Attributes {
+        let hint = MemLocation { kind: 0, id: 0 };
+        Attributes { src_access_order: order, src_loc_hint: hint, dst_loc_hint: hint, flags: 0 }
+    }
+
+    /// A 1D batch of three copies whose destinations are `dsts`, checked (none runs: each
+    /// case fails before the first copy); the status and `failIdx`.
+    fn batch_1d(dsts: [u64; 3], attributes: &[Attributes], idxs: &[usize], stream: u64) -> (CudaError, usize) {
+        let srcs = [0x1000u64, 0x2000, 0x3000];
+        let sizes = [4usize, 4, 4];
+        let mut fail = 7usize;
+        // SAFETY: three destinations, sources and sizes; the attributes and their indices of
+        // one length; `fail` writable.
+        let r = unsafe {
+            memcpy_batch(
+                dsts.as_ptr(),
+                srcs.as_ptr(),
+                sizes.as_ptr(),
+                3,
+                attributes.as_ptr(),
+                idxs.as_ptr(),
+                attributes.len(),
+                &mut fail,
+                stream,
+                false,
+            )
+        };
+        (r.expect_err("the batch is refused"), fail)
+    }
+
+    #[test]
+    fn a_batch_is_checked_whole_and_its_bad_entry_named() {
+        let one = [attrs(ORDER_STREAM)];
+        let any = usize::MAX;
+        // A null pointer names its copy.
+        assert_eq!(batch_1d([0x10, 0x20, 0], &one, &[0], 5), (CudaError::InvalidValue, 2));
+        // The legacy stream, attribute ranges not starting at 0 or not rising, more attributes
+        // than copies: the batch's own faults.
+        assert_eq!(batch_1d([0x10, 0x20, 0x30], &one, &[0], 0), (CudaError::InvalidValue, any));
+        assert_eq!(batch_1d([0x10, 0x20, 0x30], &one, &[0], consts::cudaStreamLegacy), (CudaError::InvalidValue, any));
+        assert_eq!(batch_1d([0x10, 0x20, 0x30], &one, &[1], 5), (CudaError::InvalidValue, any));
+        let two = [attrs(ORDER_STREAM), attrs(ORDER_ANY)];
+        assert_eq!(batch_1d([0x10, 0x20, 0x30], &two, &[0, 0], 5), (CudaError::InvalidValue, any));
+        assert_eq!(batch_1d([0x10, 0x20, 0x30], &two, &[0, 3], 5), (CudaError::InvalidValue, any));
+        let four = [attrs(ORDER_STREAM); 4];
+        assert_eq!(batch_1d([0x10, 0x20, 0x30], &four, &[0, 1, 2, 3], 5), (CudaError::InvalidValue, any));
+        // An attribute CUDA does not know names the first copy it applies to.
+        let bad = [attrs(ORDER_STREAM), attrs(0)];
+        assert_eq!(batch_1d([0x10, 0x20, 0x30], &bad, &[0, 1], 5), (CudaError::InvalidValue, 1));
+        let mut flagged = attrs(ORDER_DURING_CALL);
+        flagged.flags = 2;
+        assert_eq!(batch_1d([0x10, 0x20, 0x30], &[flagged], &[0], 5), (CudaError::InvalidValue, 0));
+    }
+
+    fn pointer(ptr: u64, row: u64, layer: u64) -> Operand {
+        Operand { kind: OPERAND_POINTER, words: [ptr, row, layer, 0] }
+    }
+
+    fn op(src: Operand, dst: Operand, w: usize, h: usize, d: usize) -> BatchOp {
+        BatchOp { src, dst, extent: Extent { width: w, height: h, depth: d }, src_access_order: ORDER_STREAM, flags: 0 }
+    }
+
+    fn batch_3d_of(ops: &[BatchOp], flags: u64) -> (CudaError, usize) {
+        let mut fail = 7usize;
+        // SAFETY: `ops.len()` operations; `fail` writable.
+        let r = unsafe { memcpy_3d_batch(ops.len(), ops.as_ptr(), &mut fail, flags, 5, false) };
+        (r.expect_err("the batch is refused"), fail)
+    }
+
+    #[test]
+    fn a_3d_batch_names_the_operation_at_fault() {
+        let good = op(pointer(0x1000, 0, 0), pointer(0x2000, 64, 0), 16, 4, 1);
+        assert_eq!(batch_3d_of(&[good, op(pointer(0x1000, 0, 0), pointer(0x2000, 0, 0), 0, 4, 1)], 0).1, 1);
+        assert_eq!(batch_3d_of(&[op(pointer(0x1000, 8, 0), pointer(0x2000, 0, 0), 16, 4, 1), good], 0).1, 0);
+        assert_eq!(batch_3d_of(&[good, op(pointer(0x1000, 0, 2), pointer(0x2000, 0, 0), 16, 4, 1)], 0).1, 1);
+        assert_eq!(batch_3d_of(&[good, op(pointer(0, 0, 0), pointer(0x2000, 0, 0), 16, 4, 1)], 0).1, 1);
+        let odd = Operand { kind: 7, words: [0x1000, 0, 0, 0] };
+        assert_eq!(batch_3d_of(&[op(odd, pointer(0x2000, 0, 0), 16, 4, 1)], 0).1, 0);
+        assert_eq!(batch_3d_of(&[good], 1), (CudaError::InvalidValue, usize::MAX));
+        assert_eq!(batch_3d_of(&[], 0), (CudaError::InvalidValue, usize::MAX));
+    }
+
+    #[test]
+    fn the_structs_have_cudas_layout() {
+        assert_eq!(std::mem::size_of::<Attributes>(), 24);
+        assert_eq!(std::mem::size_of::<Operand>(), 40);
+        assert_eq!(std::mem::size_of::<BatchOp>(), 112);
+        assert_eq!(std::mem::offset_of!(BatchOp, extent), 80);
+        assert_eq!(std::mem::offset_of!(BatchOp, src_access_order), 104);
+    }
+}

@@ -243,20 +243,6 @@ pub unsafe fn p2p_attribute(value: *mut i32, attr: i32, src: i32, dst: i32) -> R
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::parse_pci;
-
-    #[test]
-    fn pci_ids_parse_with_or_without_domain() {
-        assert_eq!(parse_pci("0000:1b:00.0"), Some((0, 0x1b, 0)));
-        assert_eq!(parse_pci("00000000:c2:00.0"), Some((0, 0xc2, 0)));
-        assert_eq!(parse_pci("1b:00"), Some((0, 0x1b, 0)));
-        assert_eq!(parse_pci("garbage"), None);
-        assert_eq!(parse_pci("zz:yy:xx.0"), None);
-    }
-}
-
 /// `cudaDevAttrMaxTexture1DLinearWidth`.
 const MAX_TEXTURE_1D_LINEAR_WIDTH: i32 = 69;
 
@@ -292,4 +278,18 @@ pub unsafe fn texture_1d_linear_max_width(
     // SAFETY: not null (checked above), writable (this function's contract).
     unsafe { out.write_unaligned(usize::try_from(width).unwrap_or(0)) };
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_pci;
+
+    #[test]
+    fn pci_ids_parse_with_or_without_domain() {
+        assert_eq!(parse_pci("0000:1b:00.0"), Some((0, 0x1b, 0)));
+        assert_eq!(parse_pci("00000000:c2:00.0"), Some((0, 0xc2, 0)));
+        assert_eq!(parse_pci("1b:00"), Some((0, 0x1b, 0)));
+        assert_eq!(parse_pci("garbage"), None);
+        assert_eq!(parse_pci("zz:yy:xx.0"), None);
+    }
 }
