@@ -374,6 +374,92 @@ int main(void) {
 }
 "#;
 
+/// CUDA 13's runtime exports `cudaMemcpyBatchAsync` and `cudaMemcpy3DBatchAsync` without
+/// CUDA 12.8's `failIdx` (the stream where it was): a program of that ABI (C, loading
+/// `libcudart.so.13` by name) copies through both, and a bad batch and bad flags are refused.
+#[test]
+fn batch_copies_of_the_cuda_13_abi() {
+    let dir = phos_tests::target_dir().join("cuda-programs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("batch_13.c");
+    std::fs::write(&src, BATCH_13).unwrap();
+    let exe = dir.join("batch_13");
+    let cc = std::process::Command::new("cc").arg("-o").arg(&exe).arg(&src).arg("-ldl").output().unwrap();
+    assert!(cc.status.success(), "cc: {}", String::from_utf8_lossy(&cc.stderr));
+    let out = phos_run_over("emu", "shm", &exe, &[]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("abi=13"), "{stderr}");
+    assert_eq!(
+        stdout,
+        "batch: 0 1 1000 1063\n\
+         3D batch: 0 rows of 8 yes\n\
+         refused: null destination 1, legacy stream 1, 3D flags 1\n"
+    );
+}
+
+const BATCH_13: &str = r#"#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+typedef int (*create_t)(void **, unsigned);
+typedef int (*malloc_t)(void **, size_t);
+typedef int (*sync_t)(void *);
+typedef int (*copy_t)(void *, const void *, size_t, int);
+typedef struct { int order; int src_type, src_id; int dst_type, dst_id; unsigned flags; } attrs_t;
+typedef int (*batch_t)(void *const *, const void *const *, const size_t *, size_t, attrs_t *, size_t *, size_t, void *);
+typedef struct { int type; unsigned long long words[4]; } operand_t;
+typedef struct { operand_t src, dst; size_t w, h, d; int order; unsigned flags; } op_t;
+typedef int (*batch3d_t)(size_t, op_t *, unsigned long long, void *);
+#define CALL(x) do { int e_ = (x); if (e_) { printf("FAILED: %s -> %d\n", #x, e_); exit(1); } } while (0)
+int main(void) {
+    void *rt = dlopen("libcudart.so.13", RTLD_NOW);
+    if (!rt) { printf("dlopen: %s\n", dlerror()); return 1; }
+    create_t create = (create_t)dlsym(rt, "cudaStreamCreateWithFlags");
+    malloc_t cmalloc = (malloc_t)dlsym(rt, "cudaMalloc");
+    sync_t sync = (sync_t)dlsym(rt, "cudaStreamSynchronize");
+    copy_t copy = (copy_t)dlsym(rt, "cudaMemcpy");
+    batch_t batch = (batch_t)dlsym(rt, "cudaMemcpyBatchAsync");
+    batch3d_t batch3d = (batch3d_t)dlsym(rt, "cudaMemcpy3DBatchAsync");
+    static int a[64], b[64], back[128];
+    for (int i = 0; i < 64; i++) { a[i] = i; b[i] = 1000 + i; }
+    void *s, *d;
+    CALL(create(&s, 1));
+    CALL(cmalloc(&d, 128 * sizeof(int)));
+    void *dsts[2] = {d, (char *)d + 64 * sizeof(int)};
+    const void *srcs[2] = {a, b};
+    size_t sizes[2] = {64 * sizeof(int), 64 * sizeof(int)};
+    attrs_t attrs = {1, 0, 0, 0, 0, 0};
+    size_t idx = 0;
+    CALL(batch(dsts, srcs, sizes, 2, &attrs, &idx, 1, s));
+    CALL(sync(s));
+    CALL(copy(back, d, sizeof(back), 2));
+    printf("batch: %d %d %d %d\n", back[0], back[1], back[64], back[127]);
+    /* 8 rows of 16 bytes from the device buffer into a host image 32 bytes wide. */
+    static unsigned char image[8][32];
+    op_t op;
+    memset(&op, 0, sizeof(op));
+    op.src.type = 1;
+    op.src.words[0] = (unsigned long long)(size_t)d;
+    op.dst.type = 1;
+    op.dst.words[0] = (unsigned long long)(size_t)image;
+    op.dst.words[1] = 32;
+    op.w = 16; op.h = 8; op.d = 1;
+    op.order = 1;
+    CALL(batch3d(1, &op, 0, s));
+    CALL(sync(s));
+    int rows = 1;
+    for (int y = 0; y < 8; y++) rows = rows && memcmp(image[y], (unsigned char *)back + 16 * y, 16) == 0 && image[y][16] == 0;
+    printf("3D batch: %d rows of 8 %s\n", image[0][0], rows ? "yes" : "no");
+    void *bad[2] = {d, NULL};
+    int null_dst = batch(bad, srcs, sizes, 2, &attrs, &idx, 1, s);
+    int legacy = batch(dsts, srcs, sizes, 2, &attrs, &idx, 1, NULL);
+    int flags = batch3d(1, &op, 1, s);
+    printf("refused: null destination %d, legacy stream %d, 3D flags %d\n", null_dst, legacy, flags);
+    return 0;
+}
+"#;
+
 #[test]
 fn exit_code_is_the_programs() {
     let out = std::process::Command::new(phos_tests::built("phosctl"))
