@@ -1,7 +1,8 @@
 // The driver API's libraries (CUDA 12's cuLibrary* and cuKernel*): PTX text loaded as a
 // library, its kernels counted, enumerated and looked up (one handle per kernel), a kernel's
-// function launched with cuLaunchKernel, its attributes read and set, the library's module and
-// global variable; then the driver's answers to misuse: an image that is not one, a kernel
+// function launched with cuLaunchKernel and from a graph instantiated with
+// cuGraphInstantiateWithParams, its attributes read and set, the library's module and global
+// variable; then the driver's answers to misuse: an image that is not one, a kernel
 // name not in the library, null arguments.
 #include "driver_check.h"
 
@@ -43,6 +44,15 @@ DRIVER_FUNCTION_AS(library_get_module, cuLibraryGetModule, (CUmodule * pMod, CUl
 DRIVER_FUNCTION_AS(kernel_get_function, cuKernelGetFunction, (CUfunction * pFunc, CUkernel kernel), (pFunc, kernel))
 DRIVER_FUNCTION_AS(kernel_get_attribute, cuKernelGetAttribute,
                    (int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev), (pi, attrib, kernel, dev))
+// CUDA_GRAPH_INSTANTIATE_PARAMS (CUDA 12's cuda.h).
+struct InstantiateParams {
+    unsigned long long flags;
+    CUstream hUploadStream;
+    CUgraphNode hErrNode_out;
+    int result_out;
+};
+DRIVER_FUNCTION_AS(graph_instantiate_with_params, cuGraphInstantiateWithParams,
+                   (CUgraphExec * exec, CUgraph graph, InstantiateParams *params), (exec, graph, params))
 DRIVER_FUNCTION_AS(kernel_set_attribute, cuKernelSetAttribute,
                    (CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev), (attrib, val, kernel, dev))
 
@@ -153,6 +163,39 @@ int main() {
     int dynamic = 0;
     CU(kernel_get_attribute(&dynamic, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shift, dev));
     printf("max dynamic shared memory set: %d\n", dynamic);
+
+    // A graph's kernel node of the library's kernel, instantiated with parameters (an upload
+    // to a stream).
+    CUgraph graph;
+    CU(cuGraphCreate(&graph, 0));
+    CUDA_KERNEL_NODE_PARAMS kp;
+    memset(&kp, 0, sizeof(kp));
+    kp.func = fn;
+    kp.gridDimX = (n + 127) / 128;
+    kp.gridDimY = 1;
+    kp.gridDimZ = 1;
+    kp.blockDimX = 128;
+    kp.blockDimY = 1;
+    kp.blockDimZ = 1;
+    kp.kernelParams = args;
+    CUgraphNode node;
+    CU(cuGraphAddKernelNode(&node, graph, nullptr, 0, &kp));
+    CUstream stream;
+    CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    InstantiateParams ip = {2, stream, nullptr, 1};
+    CUgraphExec exec;
+    CU(graph_instantiate_with_params(&exec, graph, &ip));
+    printf("instantiated with an upload: result %d\n", ip.result_out);
+    CU(cuGraphLaunch(exec, stream));
+    CU(cuStreamSynchronize(stream));
+    CU(cuMemcpyDtoH(host, data, sizeof(host)));
+    sum = 0;
+    for (int i = 0; i < n; i++) sum += host[i];
+    printf("after the graph: [0] %d [599] %d sum %lld\n", host[0], host[n - 1], sum);
+    printf("null parameters: %s\n", name_of(graph_instantiate_with_params(&exec, graph, nullptr)));
+    CU(cuGraphExecDestroy(exec));
+    CU(cuGraphDestroy(graph));
+    CU(cuStreamDestroy(stream));
 
     // Misuse.
     CUlibrary bad;

@@ -7,22 +7,29 @@
 #include "check.h"
 
 #include <cstring>
+#include <dlfcn.h>
 #include <unistd.h>
 
-#if CUDART_VERSION < 12000
-// What CUDA 12's headers declare (driver_types.h, cuda_runtime_api.h of CUDA 12.9); the
-// functions are found in the runtime the program runs on, which 11.8's libraries lack.
-#include <dlfcn.h>
-typedef struct CUkern_st *cudaKernel_t;
-typedef struct CUlib_st *cudaLibrary_t;
-enum cudaJitOption { cudaJitMaxRegisters = 0 };
-enum cudaLibraryOption { cudaLibraryHostUniversalFunctionAndDataTable = 0, cudaLibraryBinaryIsPreserved = 1 };
-#define RUNTIME_FUNCTION(name, params, args)                                                       \
-    static cudaError_t name params {                                                               \
+// A runtime function the headers or the libraries the program is built with may lack, found in
+// the runtime it runs on.
+#define RUNTIME_FUNCTION_AS(local, name, params, args)                                             \
+    static cudaError_t local params {                                                              \
         typedef cudaError_t(*fn_t) params;                                                         \
         static fn_t found_ = (fn_t)dlsym(RTLD_DEFAULT, #name);                                     \
         return found_ ? found_ args : cudaErrorNotSupported;                                       \
     }
+#define RUNTIME_FUNCTION(name, params, args) RUNTIME_FUNCTION_AS(name, name, params, args)
+RUNTIME_FUNCTION_AS(func_get_param_info, cudaFuncGetParamInfo,
+                    (const void *func, size_t paramIndex, size_t *paramOffset, size_t *paramSize),
+                    (func, paramIndex, paramOffset, paramSize))
+
+#if CUDART_VERSION < 12000
+// What CUDA 12's headers declare (driver_types.h, cuda_runtime_api.h of CUDA 12.9); the
+// functions are found in the runtime the program runs on, which 11.8's libraries lack.
+typedef struct CUkern_st *cudaKernel_t;
+typedef struct CUlib_st *cudaLibrary_t;
+enum cudaJitOption { cudaJitMaxRegisters = 0 };
+enum cudaLibraryOption { cudaLibraryHostUniversalFunctionAndDataTable = 0, cudaLibraryBinaryIsPreserved = 1 };
 RUNTIME_FUNCTION(cudaLibraryLoadData,
                  (cudaLibrary_t * library, const void *code, enum cudaJitOption *jitOptions, void **jitOptionsValues,
                   unsigned int numJitOptions, enum cudaLibraryOption *libraryOptions, void **libraryOptionValues,
@@ -194,6 +201,11 @@ int main() {
     CHECK(cudaFuncSetAttribute((const void *)scale, cudaFuncAttributeMaxDynamicSharedMemorySize, 1024));
     CHECK(cudaFuncGetAttributes(&attr, (const void *)scale));
     printf("max dynamic shared memory set: %d\n", attr.maxDynamicSharedSizeBytes);
+    size_t offset = 0, size = 0;
+    CHECK(func_get_param_info((const void *)scale, 1, &offset, &size));
+    printf("parameter 1 of scale: offset %zu, size %zu; parameter 3: %s\n", offset, size,
+           cudaGetErrorName(func_get_param_info((const void *)scale, 3, &offset, &size)));
+    cudaGetLastError();
 
     // Misuse.
     cudaLibrary_t bad;

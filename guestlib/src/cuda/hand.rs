@@ -1048,6 +1048,25 @@ impl HandWritten for Hand {
         })
     }
 
+    unsafe fn cuGraphInstantiateWithParams(exec: *mut *mut c_void, graph: *mut c_void, params: *mut c_void) -> i32 {
+        in_context(F::CuGraphInstantiateWithParams, || {
+            // SAFETY: `exec` null or writable, `params` null or a writable
+            // `CUDA_GRAPH_INSTANTIATE_PARAMS` (this export's contract), the runtime's struct.
+            bridge::runtime(|| unsafe { cudart::cudaGraphInstantiateWithParams(exec, graph, params) })
+        })
+    }
+
+    unsafe fn cuGraphInstantiateWithParams_ptsz(
+        exec: *mut *mut c_void,
+        graph: *mut c_void,
+        params: *mut c_void,
+    ) -> i32 {
+        in_context(F::CuGraphInstantiateWithParamsPtsz, || {
+            // SAFETY: as in `cuGraphInstantiateWithParams`.
+            bridge::runtime(|| unsafe { cudart::cudaGraphInstantiateWithParams_ptsz(exec, graph, params) })
+        })
+    }
+
     unsafe fn cuGraphLaunch(exec: *mut c_void, stream: *mut c_void) -> i32 {
         in_context(F::CuGraphLaunch, || {
             // SAFETY: handles, which the server checks.

@@ -32,6 +32,17 @@ fn function_of(func: *const c_void) -> Result<u64, CudaError> {
     }
 }
 
+/// The parameter layout of the kernel registered for host stub `func`, or of the loaded
+/// library's kernel `func` is.
+fn layout_of(func: *const c_void) -> Result<registry::ParamLayout, CudaError> {
+    match registry::kernel(func) {
+        Some(kernel) => kernel.layout(),
+        None => crate::cuda::modules::loaded_function(func as u64)
+            .map(|layout| (*layout).clone())
+            .ok_or(CudaError::InvalidDeviceFunction),
+    }
+}
+
 /// Writes `struct cudaFuncAttributes`: 56 bytes in CUDA 11, 144 since CUDA 12 (cluster
 /// fields, then reserved words, zero).
 pub unsafe fn get_attributes(out: *mut c_void, func: *const c_void) -> Result<(), CudaError> {
@@ -163,7 +174,7 @@ pub unsafe fn param_info(
     if offset.is_null() || size.is_null() {
         return Err(CudaError::InvalidValue);
     }
-    let layout = registry::kernel(func).ok_or(CudaError::InvalidDeviceFunction)?.layout()?;
+    let layout = layout_of(func)?;
     let &(at, len) = layout.params.get(index).ok_or(CudaError::InvalidValue)?;
     // SAFETY: not null (checked above), so writable (this function's contract).
     unsafe { *offset = at };
@@ -180,7 +191,7 @@ pub unsafe fn param_count(func: *const c_void, count: *mut usize) -> Result<(), 
     if count.is_null() {
         return Err(CudaError::InvalidValue);
     }
-    let layout = registry::kernel(func).ok_or(CudaError::InvalidDeviceFunction)?.layout()?;
+    let layout = layout_of(func)?;
     // SAFETY: `count` is not null (checked above) and points to a writable value of its type: this
     // function's contract, which is the export's.
     unsafe { *count = layout.params.len() };
