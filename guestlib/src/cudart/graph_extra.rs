@@ -18,7 +18,6 @@ const UPLOAD: u64 = 0x2;
 /// `cudaGraphInstantiateResult` values.
 const RESULT_SUCCESS: i32 = 0;
 const RESULT_ERROR: i32 = 1;
-const RESULT_NOT_SUPPORTED: i32 = 3;
 
 /// `struct cudaGraphInstantiateParams` (CUDA 12 and 13): flags, upload stream, error node
 /// (out), result (out).
@@ -33,8 +32,9 @@ struct InstantiateParams {
 
 /// `cudaGraphInstantiateWithParams`: [`graphs::instantiate`] with the parameters' flags, then
 /// (`cudaGraphInstantiateFlagUpload`) an upload to their stream; the result and the error
-/// node are written back as CUDA writes them (success and no node, or the failure's kind; no
-/// failure of instantiation is a single node's in Phos, so the node stays null).
+/// node are written back as CUDA writes them (success and no node, or
+/// `cudaGraphInstantiateError` with the status saying why; no failure of instantiation is a
+/// single node's in Phos, so the node stays null).
 ///
 /// # Safety
 /// A non-null `exec` must be writable; a non-null `params` a writable
@@ -71,11 +71,9 @@ pub unsafe fn instantiate_with_params(
         }
     }
     given.err_node_out = 0;
-    given.result_out = match r {
-        Ok(()) => RESULT_SUCCESS,
-        Err(E::NotSupported) => RESULT_NOT_SUPPORTED,
-        Err(_) => RESULT_ERROR,
-    };
+    // A failure is the call's own (its status says what it was): Phos refuses no instantiation
+    // for a graph's structure or one node's operation.
+    given.result_out = if r.is_ok() { RESULT_SUCCESS } else { RESULT_ERROR };
     // SAFETY: not null, writable (this function's contract).
     unsafe { p.write_unaligned(given) };
     r
