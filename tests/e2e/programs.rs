@@ -125,6 +125,47 @@ fn over_the_socket_transport() {
     }
 }
 
+/// With each channel's async launches submitted by a thread of their own (the default on a
+/// GPU machine), programs that mix launches with copies, events, host functions, captures,
+/// device output and threads handing work to each other print what they print natively:
+/// nothing overtakes a queued launch.
+#[test]
+fn with_launches_submitted_by_their_own_thread() {
+    let Some(nvcc) = nvcc() else { return };
+    for name in [
+        "async_events",
+        "async_order",
+        "thread_handoff",
+        "host_threads",
+        "callbacks",
+        "capture_threads",
+        "graphs",
+        "printf_kernel",
+        "copy_async",
+        "streams_events",
+        "stream_traffic",
+    ] {
+        let exe = build_program(&nvcc, name, ARCH);
+        let out = std::process::Command::new(phos_tests::built("phosctl"))
+            .args(["run", "--backend", "emu", "--transport", "shm", "--"])
+            .arg(&exe)
+            .env("PHOS_GUEST_LIB", phos_tests::built("libphos_guest.so"))
+            .env("PHOS_LAUNCH_PIPELINE", "on")
+            .env("PHOS_LOG", "info,phos_api_server::pipeline=debug")
+            .output()
+            .expect("running phosctl");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name} failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+        assert_eq!(stdout, expected(name), "{name}: output differs from the native run\nstderr:\n{stderr}");
+        // (Captured launches, a printing kernel's and those whose shape is new, which the
+        // guest waits for, are not queued: those programs check that the rest keeps order.)
+        let queued = stderr.contains("the channel's launches go to a submitter thread");
+        let waits = ["capture_threads", "printf_kernel", "streams_events"];
+        assert!(queued || waits.contains(&name), "{name}: no launch was queued:\n{stderr}");
+    }
+}
+
 #[test]
 fn every_program_is_tested() {
     let mut on_disk: Vec<String> = std::fs::read_dir(cuda_dir())

@@ -367,6 +367,31 @@ impl Session {
             Some(c) => (c.function, &c.params[..]),
             None => (raw, params),
         };
+        if let Some((queue, call_id)) = &cx.launches {
+            // Checked: the channel's submitter launches it while this thread goes on (see
+            // crate::pipeline for what may be queued), or, where it may not, the launches
+            // queued before it go first.
+            if checked.is_none()
+                && !cooperative
+                && !cx.measure
+                && stream != StreamRef::PerThread
+                && !self.hooks.active()
+            {
+                queue.push(crate::pipeline::QueuedLaunch {
+                    call_id: *call_id,
+                    device: cx.device,
+                    function: raw,
+                    grid,
+                    block,
+                    shared_mem,
+                    stream,
+                    params: crate::pipeline::Params::new(params),
+                });
+                cx.queued.set(true);
+                return Ok(());
+            }
+            queue.drain();
+        }
         let mut printed = Vec::new();
         let view = self.objects.memory.view();
         let r = self.backend().launch(
