@@ -79,6 +79,7 @@ pub struct QueuedLaunch {
 /// A launch's parameter buffer: inline up to [`Params::INLINE`] bytes (nearly every kernel's),
 /// so that queueing a launch allocates nothing (an allocation freed on the submitter's
 /// thread costs the allocator more than the copy).
+#[allow(clippy::large_enum_variant, reason = "inline on purpose: the queue's slots are made once")]
 pub enum Params {
     Inline { len: u16, bytes: [u8; Params::INLINE] },
     Heap(Vec<u8>),
