@@ -64,6 +64,7 @@
 //! parsed (for instance "instruction `ld.global` in function `_Z3fooPf`") and what was wrong.
 
 pub mod access;
+pub mod conditional;
 mod ast;
 mod error;
 pub mod exec;

@@ -57,6 +57,7 @@ programs!(
     atomics_histogram,
     callbacks,
     capture_dependencies,
+    capture_errors,
     capture_threads,
     copy_async,
     copy_sizes,

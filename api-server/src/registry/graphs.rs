@@ -155,19 +155,37 @@ impl GraphRegistry {
         })
     }
 
+    /// `cudaStreamBeginCaptureToGraph`: a capture of `stream` into the existing `graph`, its
+    /// first work after the nodes `deps` (handles, 8 bytes each, of nodes of `graph`).
+    /// `cudaErrorIllegalState` when the stream captures already, `cudaErrorInvalidValue` for a
+    /// node of another graph.
+    pub fn begin_capture_to_graph(&self, stream: u64, graph: u64, deps: &[u8]) -> Result<(), CudaError> {
+        let deps = deps.chunks_exact(8).map(|h| u64::from_ne_bytes(h.try_into().expect("8 bytes"))).collect();
+        self.captures.update(|c| {
+            self.graphs.lock().get(graph)?;
+            c.begin_into(stream, graph, deps, true)
+        })
+    }
+
     /// `cudaStreamEndCapture`: the graph the capture of `stream` grew. An invalidated capture's
-    /// graph is destroyed (`cudaErrorStreamCaptureInvalidated`), and so is one that could not
-    /// take a node: `cudaErrorMemoryAllocation`, which the caller reports as the session's
-    /// limit of nodes.
+    /// graph is destroyed (`cudaErrorStreamCaptureInvalidated`), and so is one with a fork not
+    /// joined back (`cudaErrorStreamCaptureUnjoined`) and one that could not take a node:
+    /// `cudaErrorMemoryAllocation`, which the caller reports as the session's limit of nodes.
+    /// A graph that was the application's before the capture (`cudaStreamBeginCaptureToGraph`)
+    /// stays, with the nodes captured into it.
     pub fn end_capture(&self, stream: u64) -> Result<u64, CudaError> {
-        let (graph, failed) = match self.captures.update(|c| c.end(stream))? {
+        let (ended, existing) = self.captures.update(|c| c.end(stream))?;
+        let (graph, failed) = match ended {
             Ended::Graph(g) => (g, None),
             Ended::Invalidated(g) => (g, Some(CudaError::StreamCaptureInvalidated)),
             Ended::NodesFull(g) => (g, Some(CudaError::MemoryAllocation)),
+            Ended::Unjoined(g) => (g, Some(CudaError::StreamCaptureUnjoined)),
         };
         if let Some(e) = failed {
             // Its allocation nodes' blocks stay reserved (still marked as a capture's).
-            self.destroy(graph).ok();
+            if !existing {
+                self.destroy(graph).ok();
+            }
             return Err(e);
         }
         let graphs = self.graphs.lock();

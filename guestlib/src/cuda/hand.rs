@@ -1229,6 +1229,37 @@ impl HandWritten for Hand {
         })
     }
 
+    unsafe fn cuStreamBeginCaptureToGraph(
+        stream: *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        edges: *const c_void,
+        count: usize,
+        mode: i32,
+    ) -> i32 {
+        // SAFETY: `deps` and `edges` null or holding `count` entries, as this export's caller
+        // gives them.
+        in_context(F::CuStreamBeginCaptureToGraph, || unsafe {
+            graphs::begin_capture_to_graph(stream, graph, deps.cast(), edges.cast(), count, mode)
+        })
+    }
+
+    unsafe fn cuStreamBeginCaptureToGraph_ptsz(
+        stream: *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        edges: *const c_void,
+        count: usize,
+        mode: i32,
+    ) -> i32 {
+        // The null stream of a `_ptsz` entry point is the thread's default stream.
+        let stream = if stream.is_null() { 2usize as *mut c_void } else { stream };
+        // SAFETY: as `cuStreamBeginCaptureToGraph`'s.
+        in_context(F::CuStreamBeginCaptureToGraphPtsz, || unsafe {
+            graphs::begin_capture_to_graph(stream, graph, deps.cast(), edges.cast(), count, mode)
+        })
+    }
+
     unsafe fn cuStreamUpdateCaptureDependencies_v2(
         stream: *mut c_void,
         deps: *mut *mut c_void,

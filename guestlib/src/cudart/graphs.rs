@@ -110,6 +110,33 @@ pub unsafe fn update_capture_dependencies(
     super::capture::update_dependencies(stream as usize as u64, &list, flags)
 }
 
+/// `cudaStreamBeginCaptureToGraph`: a capture of `stream` into `graph` after the nodes
+/// `deps`, with default edge data only (`cudaErrorNotSupported` for other edge data).
+///
+/// # Safety
+/// A non-null `deps` must hold `count` handles; a non-null `edges` `count` edge data.
+pub unsafe fn begin_capture_to_graph(
+    stream: *mut c_void,
+    graph: *mut c_void,
+    deps: *const u64,
+    edges: *const u8,
+    count: usize,
+    mode: i32,
+) -> Result<(), CudaError> {
+    if graph.is_null() {
+        return Err(E::InvalidValue);
+    }
+    // SAFETY: `count` handles at a non-null `deps` (this function's contract).
+    let list = unsafe { handles(deps, count)? };
+    // SAFETY: `count` edge data at `edges` (this function's contract), `count` checked above.
+    if unsafe { !default_edges(edges, count) } {
+        // Edge data (ports, programmatic edges) is not carried.
+        crate::log::not_supported_once("cudaStreamBeginCaptureToGraph with edge data", "cudaErrorNotSupported");
+        return Err(E::NotSupported);
+    }
+    super::capture::begin_to_graph(stream as usize as u64, graph as usize as u64, &list, mode)
+}
+
 /// # Safety
 /// A non-null `exec` must be writable.
 pub unsafe fn instantiate(exec: *mut *mut c_void, graph: *mut c_void, flags: u64) -> Result<(), CudaError> {

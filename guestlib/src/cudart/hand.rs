@@ -1046,6 +1046,31 @@ impl HandWritten for Hand {
         code(unsafe { graphs::update_capture_dependencies(stream, deps.cast(), edges, count, flags) })
     }
 
+    unsafe fn cudaStreamBeginCaptureToGraph(
+        stream: *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        edges: *const c_void,
+        count: usize,
+        mode: i32,
+    ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `graphs::begin_capture_to_graph` asks of them what CUDA asks of this export's caller.
+        code(unsafe { graphs::begin_capture_to_graph(stream, graph, deps.cast(), edges.cast(), count, mode) })
+    }
+
+    unsafe fn cudaStreamBeginCaptureToGraph_ptsz(
+        stream: *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        edges: *const c_void,
+        count: usize,
+        mode: i32,
+    ) -> i32 {
+        // SAFETY: as `cudaStreamBeginCaptureToGraph`'s, on the thread's default stream for null.
+        code(unsafe { graphs::begin_capture_to_graph(per_thread(stream), graph, deps.cast(), edges.cast(), count, mode) })
+    }
+
     unsafe fn cudaStreamUpdateCaptureDependencies_v2(
         stream: *mut c_void,
         deps: *mut *mut c_void,
