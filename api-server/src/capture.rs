@@ -117,7 +117,28 @@ pub enum GraphOp {
     MemFree {
         dptr: u64,
     },
+    /// A conditional node of a graph: its handle (the device address of the session's 4-byte
+    /// cell that kernels set through `cudaGraphSetConditional`), its
+    /// `cudaGraphConditionalNodeType` and the body graphs it owns (graphs of the session).
+    Conditional {
+        handle: u64,
+        kind: i32,
+        bodies: Vec<u64>,
+    },
+    /// A conditional node in an executable graph: its bodies' work. The launch waits for the
+    /// stream, reads the cell and runs a body as the type says (a `while` reads it again after
+    /// each run).
+    ConditionalRun {
+        handle: u64,
+        kind: i32,
+        bodies: Vec<Vec<GraphOp>>,
+    },
 }
+
+/// `cudaGraphConditionalNodeType` values.
+pub const COND_IF: i32 = 0;
+pub const COND_WHILE: i32 = 1;
+pub const COND_SWITCH: i32 = 2;
 
 /// The bytes `height` rows of `width`, `pitch` apart, span.
 fn extent(pitch: u64, width: u64, height: u64) -> u64 {
@@ -138,7 +159,10 @@ impl GraphOp {
             | GraphOp::Node { .. }
             | GraphOp::Child { .. }
             | GraphOp::MemAlloc { .. }
-            | GraphOp::MemFree { .. } => Vec::new(),
+            | GraphOp::MemFree { .. }
+            | GraphOp::Conditional { .. } => Vec::new(),
+            // The launch reads the cell; each body's work shows its own when it runs.
+            GraphOp::ConditionalRun { handle, .. } => vec![at(handle, 4, false)],
             GraphOp::Memset { dst, pitch, width, height, .. } => vec![at(dst, extent(pitch, width, height), true)],
             GraphOp::CopyOnDevice { dst, dpitch, src, spitch, width, height } => {
                 vec![at(dst, extent(dpitch, width, height), true), at(src, extent(spitch, width, height), false)]
@@ -169,7 +193,13 @@ impl GraphOp {
             | GraphOp::Node { .. }
             | GraphOp::Child { .. }
             | GraphOp::MemAlloc { .. }
-            | GraphOp::MemFree { .. } => {}
+            | GraphOp::MemFree { .. }
+            | GraphOp::Conditional { .. } => {}
+            GraphOp::ConditionalRun { bodies, .. } => {
+                for op in bodies.iter_mut().flatten() {
+                    op.relocate(to);
+                }
+            }
         }
     }
 
@@ -194,6 +224,23 @@ impl GraphOp {
             | (EventWait { .. }, EventWait { .. })
             | (Node { .. }, Node { .. })
             | (Child { .. }, Child { .. }) => Ok(()),
+            // A conditional node keeps its handle, type and number of bodies, and each body its
+            // shape, as CUDA requires of an update.
+            (Conditional { handle: h, kind: k, bodies: b }, Conditional { handle: i, kind: l, bodies: c }) => {
+                if (h, k, b.len()) == (i, l, c.len()) { Ok(()) } else { Err(UPDATE_PARAMETERS_CHANGED) }
+            }
+            (ConditionalRun { handle: h, kind: k, bodies: b }, ConditionalRun { handle: i, kind: l, bodies: c }) => {
+                if (h, k, b.len()) != (i, l, c.len()) {
+                    return Err(UPDATE_PARAMETERS_CHANGED);
+                }
+                for (x, y) in b.iter().zip(c) {
+                    if x.len() != y.len() {
+                        return Err(UPDATE_TOPOLOGY_CHANGED);
+                    }
+                    x.iter().zip(y).try_for_each(|(p, q)| p.update_from(q))?;
+                }
+                Ok(())
+            }
             // A memory node's parameters cannot change in an executable graph.
             (MemAlloc { .. }, MemAlloc { .. }) | (MemFree { .. }, MemFree { .. }) => {
                 if self == other {
@@ -218,6 +265,7 @@ pub const NODE_WAIT_EVENT: i32 = 6;
 pub const NODE_EVENT_RECORD: i32 = 7;
 pub const NODE_MEM_ALLOC: i32 = 10;
 pub const NODE_MEM_FREE: i32 = 11;
+pub const NODE_CONDITIONAL: i32 = 13;
 
 /// One node: its work (a 3D copy or memset is one op per slice), the nodes it follows
 /// (indices in the graph), its handle.
@@ -251,6 +299,7 @@ impl Graph {
             GraphOp::Node { .. } => NODE_EMPTY,
             GraphOp::MemAlloc { .. } => NODE_MEM_ALLOC,
             GraphOp::MemFree { .. } => NODE_MEM_FREE,
+            GraphOp::Conditional { .. } | GraphOp::ConditionalRun { .. } => NODE_CONDITIONAL,
         }
     }
 

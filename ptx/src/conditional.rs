@@ -3,7 +3,7 @@
 //! `cudaGraphSetConditional(handle, value)`, a builtin of CUDA's device runtime that PTX calls as
 //! an external function. Phos's handle is the device address of a 4-byte cell of the session's
 //! memory, which the server reads when it replays the node, so the call becomes a store of the
-//! value to that address: [`lower_set_conditional`] rewrites every such call of a module, and
+//! value to that address (a generic store: the handle is a device pointer): [`lower_set_conditional`] rewrites every such call of a module, and
 //! the module is loaded from the rewritten PTX (by the GPU's JIT, or run by the interpreter).
 
 use crate::ast::{
@@ -43,7 +43,7 @@ fn is_set_conditional(i: &Instruction) -> bool {
 }
 
 /// Rewrite every call of `cudaGraphSetConditional(handle, value)` in `module` into
-/// `st.global.u32 [handle], value` (under the call's guard), and drop the function's
+/// `st.u32 [handle], value` (under the call's guard), and drop the function's
 /// declaration. Answers whether anything changed. nvcc passes the arguments through `.param`
 /// variables stored in the same block just before the call; a call whose arguments cannot be
 /// found so is refused.
@@ -86,7 +86,8 @@ fn lower_block(body: &mut [Statement], function: &str) -> Result<bool, Condition
         let store = Instruction {
             guard: call.guard.clone(),
             opcode: "st".to_string(),
-            modifiers: vec![Modifier::Space(StateSpace::Global), Modifier::Type(ScalarType::U32)],
+            // A generic store: the handle is a device pointer as `cudaMalloc` answers them.
+            modifiers: vec![Modifier::Type(ScalarType::U32)],
             operands: vec![Operand::Address(Address { base: AddressBase::Reg(handle), offset: 0 }), value],
         };
         body[at].kind = StatementKind::Instruction(store);
@@ -134,8 +135,8 @@ mod tests {
         assert!(!calls_set_conditional(&module));
         let text = module.to_string();
         assert!(!text.contains(SET_CONDITIONAL), "{text}");
-        assert!(text.contains("st.global.u32 [%rd1], %r2;"), "{text}");
-        assert!(text.contains("@%p1 st.global.u32 [%rd1], 7;"), "{text}");
+        assert!(text.contains("st.u32 [%rd1], %r2;"), "{text}");
+        assert!(text.contains("@%p1 st.u32 [%rd1], 7;"), "{text}");
         // What it prints parses again, and has nothing left to rewrite.
         let mut again = crate::parse(&text).unwrap();
         assert_eq!(lower_set_conditional(&mut again), Ok(false));

@@ -21,6 +21,35 @@ use crate::backend::Raw;
 use crate::backend::prelude::*;
 use crate::speculation::ModuleCode;
 
+/// A module image whose kernels call `cudaGraphSetConditional` (a builtin of CUDA's device
+/// runtime), as the backends load it: its PTX with each call made a store of the value to the
+/// handle, which is the address of the handle's cell ([`phos_ptx::conditional`]), NUL-ended.
+/// `None` for an image that does not name the function (nearly all: one byte search). An image
+/// that names it without PTX to rewrite (machine code only), or whose calls cannot be
+/// rewritten, is refused, by name.
+fn lower_conditionals(image: &[u8]) -> Result<Option<Vec<u8>>, CudaError> {
+    use phos_ptx::conditional::{SET_CONDITIONAL, calls_set_conditional, lower_set_conditional};
+    let name = SET_CONDITIONAL.as_bytes();
+    if !image.windows(name.len()).any(|w| w == name) {
+        return Ok(None);
+    }
+    let refuse = |why: String| {
+        tracing::warn!("a module calling {SET_CONDITIONAL} is refused: {why}");
+        CudaError::NotSupported
+    };
+    let ptx = crate::backend::emu::ptx_of(image)
+        .map_err(|e| refuse(format!("its image does not read ({e})")))?
+        .ok_or_else(|| refuse("it has no PTX to rewrite (machine code only): build it with PTX".into()))?;
+    let mut module = phos_ptx::parse(&ptx).map_err(|e| refuse(format!("its PTX does not parse ({e})")))?;
+    if !calls_set_conditional(&module) {
+        return Ok(None);
+    }
+    lower_set_conditional(&mut module).map_err(|e| refuse(e.to_string()))?;
+    let mut text = module.to_string().into_bytes();
+    text.push(0);
+    Ok(Some(text))
+}
+
 struct Module {
     raw: Raw,
     device: i32,
@@ -101,6 +130,8 @@ impl ModuleRegistry {
         if let Some(&h) = loaded.get(&(device, actual)) {
             return Ok(h);
         }
+        let lowered = lower_conditionals(image)?;
+        let image = lowered.as_deref().unwrap_or(image);
         let module = backend.module_load(device, image)?;
         for &(_, addr, size) in &module.variables {
             memory.add_external(addr, size);

@@ -16,7 +16,7 @@ use phos_protocol::{CudaError, Ptr};
 use super::{CallCx, Session};
 use crate::backend::{Copy2D, StreamRef};
 use crate::capture::{
-    GraphOp, NODE_EMPTY, NODE_EVENT_RECORD, NODE_HOST, NODE_KERNEL, NODE_MEMCPY, NODE_MEMSET, NODE_WAIT_EVENT,
+    COND_IF, COND_SWITCH, COND_WHILE, GraphOp, NODE_EMPTY, NODE_EVENT_RECORD, NODE_HOST, NODE_KERNEL, NODE_MEMCPY, NODE_MEMSET, NODE_WAIT_EVENT,
 };
 use crate::dispatch::cudart::CudartService;
 
@@ -237,7 +237,10 @@ impl Session {
                 GraphOp::EventWait { event } => b.stream_wait_event(on, self.objects.events.resolve(*event)?)?,
                 // Markers and child graphs are resolved when the executable graph is made; an
                 // allocation's block is reserved when its node is made, made live at launch.
-                GraphOp::Node { .. } | GraphOp::Child { .. } | GraphOp::MemAlloc { .. } => {}
+                GraphOp::Node { .. } | GraphOp::Child { .. } | GraphOp::MemAlloc { .. } | GraphOp::Conditional { .. } => {}
+                GraphOp::ConditionalRun { handle, kind, bodies } => {
+                    self.run_conditional(cx, (*handle, *kind), bodies, stream)?
+                }
                 GraphOp::MemFree { dptr } => {
                     // A graph allocation was freed at launch; a block of cudaMallocAsync's is
                     // freed once the stream's earlier work is done.
@@ -279,6 +282,53 @@ impl Session {
                     return Err(CudaError::InvalidValue);
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// A conditional node of a launch: once the stream's earlier work is done, its cell says
+    /// which body runs (`if`: the first for non-zero, else the second if there is one;
+    /// `switch`: the body of that index, none past the last), or whether the body runs again
+    /// (`while`: read again after each run). Its bodies run on the launch's stream.
+    fn run_conditional(
+        &self,
+        cx: &CallCx,
+        (handle, kind): (u64, i32),
+        bodies: &[Vec<GraphOp>],
+        stream: u64,
+    ) -> Result<(), CudaError> {
+        let on = self.objects.streams.resolve(stream)?;
+        let b = self.backend();
+        let read = || -> Result<u32, CudaError> {
+            b.stream_synchronize(on)?;
+            // The cell is checked again: a device reset frees the session's memory.
+            if !self.objects.memory.contains(handle, 4) {
+                crate::guest_warn!(self.id, "cudaGraphLaunch: a conditional node's handle is no longer allocated");
+                return Err(CudaError::InvalidValue);
+            }
+            let mut cell = [0u8; 4];
+            b.memcpy_dtoh(&mut cell, handle, Some(on))?;
+            Ok(u32::from_ne_bytes(cell))
+        };
+        match kind {
+            COND_IF => {
+                let body = if read()? != 0 { bodies.first() } else { bodies.get(1) };
+                if let Some(body) = body {
+                    self.replay(cx, body, stream, None)?;
+                }
+            }
+            COND_WHILE => {
+                let body = bodies.first().ok_or(CudaError::InvalidValue)?;
+                while read()? != 0 {
+                    self.replay(cx, body, stream, None)?;
+                }
+            }
+            COND_SWITCH => {
+                if let Some(body) = bodies.get(read()? as usize) {
+                    self.replay(cx, body, stream, None)?;
+                }
+            }
+            _ => return Err(CudaError::InvalidValue),
         }
         Ok(())
     }
@@ -1693,6 +1743,45 @@ impl CudartService for Session {
         self.objects.graphs.destroy(req.graph)?;
         self.release_graph_blocks(cx)?;
         Ok(CudaGraphDestroyReply {})
+    }
+
+    fn phos_graph_conditional_handle_create(
+        &self,
+        cx: &CallCx,
+        req: PhosGraphConditionalHandleCreateRequest,
+    ) -> Result<PhosGraphConditionalHandleCreateReply, CudaError> {
+        // The handle is its cell's address: 4 bytes of the session's memory, holding the
+        // default until a kernel or a launch sets it.
+        let cell = self.objects.memory.alloc(self.backend(), cx.device, 4).map_err(|e| {
+            if self.objects.memory.at_limit() { self.refuse(cx, LimitKind::Allocations) } else { e }
+        })?;
+        let made = self
+            .backend()
+            .memcpy_htod(cell, &req.defaultLaunchValue.to_ne_bytes(), None)
+            .and_then(|_| self.objects.graphs.add_conditional_handle(req.graph, cell, req.defaultLaunchValue, req.flags));
+        if let Err(e) = made {
+            self.objects.memory.free(self.backend(), cell)?;
+            return Err(e);
+        }
+        Ok(PhosGraphConditionalHandleCreateReply { handle: cell })
+    }
+
+    fn phos_graph_add_conditional_node(
+        &self,
+        cx: &CallCx,
+        req: PhosGraphAddConditionalNodeRequest<'_>,
+    ) -> Result<PhosGraphAddConditionalNodeReply, CudaError> {
+        let deps = self.objects.graphs.node_indices(req.graph, req.deps)?;
+        let (node, bodies) = self.objects.graphs.add_conditional_node(
+            req.graph,
+            deps,
+            req.handle,
+            req.kind,
+            req.size,
+            &|| self.refuse(cx, LimitKind::Graphs),
+            &|| self.refuse(cx, LimitKind::GraphNodes),
+        )?;
+        Ok(PhosGraphAddConditionalNodeReply { node, bodies: bodies.iter().flat_map(|b| b.to_ne_bytes()).collect() })
     }
 
     fn phos_graph_add_mem_alloc_node(

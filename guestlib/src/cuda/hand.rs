@@ -1020,6 +1020,21 @@ impl HandWritten for Hand {
         })
     }
 
+    unsafe fn cuGraphConditionalHandleCreate(
+        out: *mut u64,
+        graph: *mut c_void,
+        _ctx: u64,
+        default: u32,
+        flags: u32,
+    ) -> i32 {
+        in_context(F::CuGraphConditionalHandleCreate, || {
+            // The context names a device, whose memory is the session's: the cell is the
+            // calling device's.
+            // SAFETY: `out` null or writable (this export's contract).
+            bridge::from_runtime(unsafe { rt_graphs::conditional_handle_create(out, graph as usize as u64, default, flags) })
+        })
+    }
+
     unsafe fn cuGraphClone(out: *mut *mut c_void, graph: *mut c_void) -> i32 {
         in_context(F::CuGraphClone, || {
             // SAFETY: `out` null or writable (this export's contract), as the runtime's takes.

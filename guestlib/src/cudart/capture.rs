@@ -230,12 +230,12 @@ pub fn begin_to_graph(stream: u64, graph: u64, deps: &[u8], mode: i32) -> Result
 /// `cudaStreamEndCapture`: one begin on `stream` stops counting once the end has returned,
 /// whatever it returns (the server has ended the capture, or `stream` began none).
 ///
+/// A null `graph` takes no answer (CUDA's samples end a capture into a conditional node's body
+/// graph so: the graph is the one they gave).
+///
 /// # Safety
 /// A non-null `graph` must be writable.
 pub unsafe fn end(stream: u64, graph: *mut *mut c_void) -> Result<(), CudaError> {
-    if graph.is_null() {
-        return Err(CudaError::InvalidValue);
-    }
     let r = runtime::call(&CudaStreamEndCaptureRequest { stream });
     drop_dependencies(stream);
     {
@@ -251,14 +251,16 @@ pub unsafe fn end(stream: u64, graph: *mut *mut c_void) -> Result<(), CudaError>
     let made = match r {
         Ok(reply) => reply.pGraph,
         // The capture ended without a graph: CUDA answers a null one.
-        Err(e @ (CudaError::StreamCaptureInvalidated | CudaError::StreamCaptureUnjoined)) => {
-            // SAFETY: not null (checked above), so writable (this function's contract).
+        Err(e @ (CudaError::StreamCaptureInvalidated | CudaError::StreamCaptureUnjoined)) if !graph.is_null() => {
+            // SAFETY: not null (checked), so writable (this function's contract).
             unsafe { *graph = std::ptr::null_mut() };
             return Err(e);
         }
         Err(e) => return Err(e),
     };
-    // SAFETY: not null (checked above), so writable (this function's contract).
-    unsafe { *graph = made as usize as *mut c_void };
+    if !graph.is_null() {
+        // SAFETY: not null (checked), so writable (this function's contract).
+        unsafe { *graph = made as usize as *mut c_void };
+    }
     Ok(())
 }

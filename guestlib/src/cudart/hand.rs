@@ -1504,6 +1504,23 @@ impl HandWritten for Hand {
         code(graphs::destroy_node(node as usize as u64))
     }
 
+    unsafe fn cudaGraphConditionalHandleCreate(out: *mut u64, graph: *mut c_void, default: u32, flags: u32) -> i32 {
+        // SAFETY: a writable handle where CUDA asks for one.
+        code(unsafe { graphs::conditional_handle_create(out, graph as usize as u64, default, flags) })
+    }
+
+    unsafe fn cudaGraphConditionalHandleCreate_v2(
+        out: *mut u64,
+        graph: *mut c_void,
+        _ctx: u64,
+        default: u32,
+        flags: u32,
+    ) -> i32 {
+        // The execution context is the calling device's: Phos keeps no others.
+        // SAFETY: a writable handle where CUDA asks for one.
+        code(unsafe { graphs::conditional_handle_create(out, graph as usize as u64, default, flags) })
+    }
+
     unsafe fn cudaGraphClone(out: *mut *mut c_void, graph: *mut c_void) -> i32 {
         // SAFETY: a writable graph handle where CUDA asks for one.
         code(unsafe { graphs::clone_graph(out.cast(), graph as usize as u64) })
