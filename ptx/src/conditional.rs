@@ -135,8 +135,8 @@ mod tests {
         assert!(!calls_set_conditional(&module));
         let text = module.to_string();
         assert!(!text.contains(SET_CONDITIONAL), "{text}");
-        assert!(text.contains("st.u32 [%rd1], %r2;"), "{text}");
-        assert!(text.contains("@%p1 st.u32 [%rd1], 7;"), "{text}");
+        assert!(text.contains("st.u32 \t[%rd1], %r2;"), "{text}");
+        assert!(text.contains("@%p1 st.u32 \t[%rd1], 7;"), "{text}");
         // What it prints parses again, and has nothing left to rewrite.
         let mut again = crate::parse(&text).unwrap();
         assert_eq!(lower_set_conditional(&mut again), Ok(false));
@@ -144,7 +144,10 @@ mod tests {
 
     #[test]
     fn a_call_without_its_stored_arguments_is_refused() {
-        let ptx = PTX.replace("\tst.param.b64 [param0+0], %rd1;\n\t.param .b32 param1;\n\tst.param.b32 [param1+0], %r2;\n", "\t.param .b32 param1;\n");
+        let ptx = PTX.replace(
+            "\tst.param.b64 [param0+0], %rd1;\n\t.param .b32 param1;\n\tst.param.b32 [param1+0], %r2;\n",
+            "\t.param .b32 param1;\n",
+        );
         let mut module = crate::parse(&ptx).unwrap();
         assert_eq!(
             lower_set_conditional(&mut module),

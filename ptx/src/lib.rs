@@ -64,8 +64,8 @@
 //! parsed (for instance "instruction `ld.global` in function `_Z3fooPf`") and what was wrong.
 
 pub mod access;
-pub mod conditional;
 mod ast;
+pub mod conditional;
 mod error;
 pub mod exec;
 pub mod instrument;

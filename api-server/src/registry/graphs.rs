@@ -514,7 +514,8 @@ impl GraphRegistry {
         // The node's type as its graph says, when the graph is still there.
         let kind_old = self.node_kind(node).ok();
         let result = new.and_then(|mut new| {
-            if kind_old.is_some_and(|k| k != kind_new) || [NODE_MEM_ALLOC, NODE_MEM_FREE, NODE_CONDITIONAL].contains(&kind_new)
+            if kind_old.is_some_and(|k| k != kind_new)
+                || [NODE_MEM_ALLOC, NODE_MEM_FREE, NODE_CONDITIONAL].contains(&kind_new)
             {
                 return Err(CudaError::InvalidValue);
             }
@@ -1436,7 +1437,8 @@ mod tests {
     fn conditional_nodes_own_their_bodies_and_run_as_their_work() {
         let full = || CudaError::MemoryAllocation;
         let new = NewHandle { forced: None, full: &full };
-        let r = registry();
+        // Room for the bodies and a clone's copies of them.
+        let r = GraphRegistry::new(GraphLimits { graphs: 16, nodes: 64, execs: 8 });
         let g = r.create(&new).unwrap();
         let other = r.create(&new).unwrap();
         assert_eq!(r.add_conditional_handle(g, 0x9000, 1, 2), Err(CudaError::InvalidValue));
@@ -1444,7 +1446,9 @@ mod tests {
         r.add_conditional_handle(other, 0x9100, 0, 0).unwrap();
         assert!(r.holds_conditionals());
         // Sizes a type does not take, a handle of another graph, a type CUDA has not.
-        for (handle, kind, size) in [(0x9000, COND_WHILE, 2), (0x9000, COND_IF, 3), (0x9100, COND_IF, 1), (0x9000, 7, 1)] {
+        for (handle, kind, size) in
+            [(0x9000, COND_WHILE, 2), (0x9000, COND_IF, 3), (0x9100, COND_IF, 1), (0x9000, 7, 1)]
+        {
             assert_eq!(
                 r.add_conditional_node(g, vec![], handle, kind, size, &full, &full).unwrap_err(),
                 CudaError::InvalidValue
@@ -1460,7 +1464,8 @@ mod tests {
         assert_eq!(r.node_kind(inner).unwrap(), NODE_CONDITIONAL);
         let exec = r.instantiate(g, &new).unwrap();
         let ops = r.exec_ops(exec).unwrap();
-        let default = GraphOp::CopyToDevice { dst: 0x9000, dpitch: 4, data: 1u32.to_ne_bytes().to_vec(), width: 4, height: 1 };
+        let default =
+            GraphOp::CopyToDevice { dst: 0x9000, dpitch: 4, data: 1u32.to_ne_bytes().to_vec(), width: 4, height: 1 };
         let nested = GraphOp::ConditionalRun { handle: 0x9000, kind: COND_WHILE, bodies: vec![vec![]] };
         let run = GraphOp::ConditionalRun { handle: 0x9000, kind: COND_IF, bodies: vec![vec![memset, nested], vec![]] };
         assert_eq!(ops, vec![default, run], "the default first, then the node's work");
@@ -1470,9 +1475,11 @@ mod tests {
         let from = r.add_conditional_node(scratch, vec![], 0x9000, COND_IF, 1, &full, &full);
         assert_eq!(from.unwrap_err(), CudaError::InvalidValue, "a handle of another graph");
         let clone = r.clone_graph(g, &new).unwrap();
-        let cloned = r.query(query::PARAMS, r.nodes(clone, 1).unwrap().0.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap())).next().unwrap()).unwrap();
+        let (first, _) = r.nodes(clone, 1).unwrap();
+        let cloned = r.query(query::PARAMS, u64::from_ne_bytes(first[..8].try_into().unwrap())).unwrap();
         assert!(cloned[4] != bodies[0] && cloned[5] != bodies[1]);
-        r.add_node(bodies[1], crate::capture::NODE_HOST, vec![GraphOp::Host { func: 1, data: 2 }], vec![], &full).unwrap();
+        r.add_node(bodies[1], crate::capture::NODE_HOST, vec![GraphOp::Host { func: 1, data: 2 }], vec![], &full)
+            .unwrap();
         assert_eq!(r.instantiate(g, &new).unwrap_err(), CudaError::InvalidValue);
         // The bodies go with their graph.
         r.destroy(g).unwrap();

@@ -16,7 +16,8 @@ use phos_protocol::{CudaError, Ptr};
 use super::{CallCx, Session};
 use crate::backend::{Copy2D, StreamRef};
 use crate::capture::{
-    COND_IF, COND_SWITCH, COND_WHILE, GraphOp, NODE_EMPTY, NODE_EVENT_RECORD, NODE_HOST, NODE_KERNEL, NODE_MEMCPY, NODE_MEMSET, NODE_WAIT_EVENT,
+    COND_IF, COND_SWITCH, COND_WHILE, GraphOp, NODE_EMPTY, NODE_EVENT_RECORD, NODE_HOST, NODE_KERNEL, NODE_MEMCPY,
+    NODE_MEMSET, NODE_WAIT_EVENT,
 };
 use crate::dispatch::cudart::CudartService;
 
@@ -237,7 +238,10 @@ impl Session {
                 GraphOp::EventWait { event } => b.stream_wait_event(on, self.objects.events.resolve(*event)?)?,
                 // Markers and child graphs are resolved when the executable graph is made; an
                 // allocation's block is reserved when its node is made, made live at launch.
-                GraphOp::Node { .. } | GraphOp::Child { .. } | GraphOp::MemAlloc { .. } | GraphOp::Conditional { .. } => {}
+                GraphOp::Node { .. }
+                | GraphOp::Child { .. }
+                | GraphOp::MemAlloc { .. }
+                | GraphOp::Conditional { .. } => {}
                 GraphOp::ConditionalRun { handle, kind, bodies } => {
                     self.run_conditional(cx, (*handle, *kind), bodies, stream)?
                 }
@@ -983,7 +987,11 @@ impl CudartService for Session {
         Ok(PhosHostFreeReply {})
     }
 
-    fn phos_memcpy_pinned(&self, cx: &CallCx, req: PhosMemcpyPinnedRequest) -> Result<PhosMemcpyPinnedReply, CudaError> {
+    fn phos_memcpy_pinned(
+        &self,
+        cx: &CallCx,
+        req: PhosMemcpyPinnedRequest,
+    ) -> Result<PhosMemcpyPinnedReply, CudaError> {
         self.legacy_use(cx, (req.ordered != 0).then_some(req.stream))?;
         let to_device = match req.direction {
             consts::cudaMemcpyHostToDevice => true,
@@ -1752,13 +1760,13 @@ impl CudartService for Session {
     ) -> Result<PhosGraphConditionalHandleCreateReply, CudaError> {
         // The handle is its cell's address: 4 bytes of the session's memory, holding the
         // default until a kernel or a launch sets it.
-        let cell = self.objects.memory.alloc(self.backend(), cx.device, 4).map_err(|e| {
-            if self.objects.memory.at_limit() { self.refuse(cx, LimitKind::Allocations) } else { e }
-        })?;
-        let made = self
-            .backend()
-            .memcpy_htod(cell, &req.defaultLaunchValue.to_ne_bytes(), None)
-            .and_then(|_| self.objects.graphs.add_conditional_handle(req.graph, cell, req.defaultLaunchValue, req.flags));
+        let cell =
+            self.objects.memory.alloc(self.backend(), cx.device, 4).map_err(|e| {
+                if self.objects.memory.at_limit() { self.refuse(cx, LimitKind::Allocations) } else { e }
+            })?;
+        let made = self.backend().memcpy_htod(cell, &req.defaultLaunchValue.to_ne_bytes(), None).and_then(|_| {
+            self.objects.graphs.add_conditional_handle(req.graph, cell, req.defaultLaunchValue, req.flags)
+        });
         if let Err(e) = made {
             self.objects.memory.free(self.backend(), cell)?;
             return Err(e);

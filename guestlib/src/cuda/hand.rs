@@ -1031,7 +1031,9 @@ impl HandWritten for Hand {
             // The context names a device, whose memory is the session's: the cell is the
             // calling device's.
             // SAFETY: `out` null or writable (this export's contract).
-            bridge::from_runtime(unsafe { rt_graphs::conditional_handle_create(out, graph as usize as u64, default, flags) })
+            bridge::from_runtime(unsafe {
+                rt_graphs::conditional_handle_create(out, graph as usize as u64, default, flags)
+            })
         })
     }
 

@@ -28,7 +28,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use phos_protocol::CudaError;
 use phos_protocol::cudart::{
     CudaStreamBeginCaptureRequest, CudaStreamEndCaptureRequest, CudaStreamIsCapturingRequest,
-    PhosStreamBeginCaptureToGraphRequest, PhosStreamCaptureGraphRequest, PhosStreamCaptureInfoRequest, PhosStreamUpdateCaptureDependenciesRequest,
+    PhosStreamBeginCaptureToGraphRequest, PhosStreamCaptureGraphRequest, PhosStreamCaptureInfoRequest,
+    PhosStreamUpdateCaptureDependenciesRequest,
 };
 
 use crate::runtime;

@@ -7,12 +7,12 @@ use std::sync::{Mutex, PoisonError};
 
 use phos_protocol::CudaError;
 use phos_protocol::cudart::{
-    PhosGraphAddChildNodeRequest, PhosGraphAddConditionalNodeRequest, PhosGraphAddCopyNodeRequest, PhosGraphAddDependenciesRequest,
-    PhosGraphAddEmptyNodeRequest, PhosGraphAddEventNodeRequest, PhosGraphAddHostNodeRequest,
-    PhosGraphAddKernelNodeRequest, PhosGraphAddMemAllocNodeRequest, PhosGraphAddMemFreeNodeRequest,
-    PhosGraphAddSetNodeRequest, PhosGraphEditRequest, PhosGraphExecUpdateRequest, PhosGraphHostNodesRequest,
-    PhosGraphInstantiateRequest, PhosGraphLaunchHostRequest, PhosGraphMemRequest, PhosGraphNodesRequest,
-    PhosGraphConditionalHandleCreateRequest, PhosGraphQueryRequest, consts,
+    PhosGraphAddChildNodeRequest, PhosGraphAddConditionalNodeRequest, PhosGraphAddCopyNodeRequest,
+    PhosGraphAddDependenciesRequest, PhosGraphAddEmptyNodeRequest, PhosGraphAddEventNodeRequest,
+    PhosGraphAddHostNodeRequest, PhosGraphAddKernelNodeRequest, PhosGraphAddMemAllocNodeRequest,
+    PhosGraphAddMemFreeNodeRequest, PhosGraphAddSetNodeRequest, PhosGraphConditionalHandleCreateRequest,
+    PhosGraphEditRequest, PhosGraphExecUpdateRequest, PhosGraphHostNodesRequest, PhosGraphInstantiateRequest,
+    PhosGraphLaunchHostRequest, PhosGraphMemRequest, PhosGraphNodesRequest, PhosGraphQueryRequest, consts,
 };
 use phos_protocol::types::Dim3;
 use phos_protocol::{CudaError as E, Ptr};
@@ -934,14 +934,7 @@ unsafe fn add_conditional_node(
     // SAFETY: `out` and `deps` as this function's contract gives them to `add_node`.
     unsafe {
         add_node(out, deps, count, |deps| {
-            let request = PhosGraphAddConditionalNodeRequest {
-                graph,
-                deps,
-                count: count as u64,
-                handle,
-                kind,
-                size,
-            };
+            let request = PhosGraphAddConditionalNodeRequest { graph, deps, count: count as u64, handle, kind, size };
             let reply = runtime::call(&request)?;
             bodies = reply.bodies.chunks_exact(8).map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes"))).collect();
             Ok(reply.node)

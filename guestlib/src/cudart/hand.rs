@@ -1068,7 +1068,9 @@ impl HandWritten for Hand {
         mode: i32,
     ) -> i32 {
         // SAFETY: as `cudaStreamBeginCaptureToGraph`'s, on the thread's default stream for null.
-        code(unsafe { graphs::begin_capture_to_graph(per_thread(stream), graph, deps.cast(), edges.cast(), count, mode) })
+        code(unsafe {
+            graphs::begin_capture_to_graph(per_thread(stream), graph, deps.cast(), edges.cast(), count, mode)
+        })
     }
 
     unsafe fn cudaStreamUpdateCaptureDependencies_v2(
