@@ -24,7 +24,7 @@ pub enum ConditionalError {
 /// Whether `module` calls `cudaGraphSetConditional` anywhere.
 pub fn calls_set_conditional(module: &Module) -> bool {
     module.directives.iter().any(|d| match d {
-        Directive::Function(f) => f.body.as_deref().is_some_and(|b| block_calls(b)),
+        Directive::Function(f) => f.body.as_deref().is_some_and(block_calls),
         _ => false,
     })
 }

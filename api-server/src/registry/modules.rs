@@ -29,8 +29,7 @@ use crate::speculation::ModuleCode;
 /// rewritten, is refused, by name.
 fn lower_conditionals(image: &[u8]) -> Result<Option<Vec<u8>>, CudaError> {
     use phos_ptx::conditional::{SET_CONDITIONAL, calls_set_conditional, lower_set_conditional};
-    let name = SET_CONDITIONAL.as_bytes();
-    if !image.windows(name.len()).any(|w| w == name) {
+    if !names_set_conditional(image) {
         return Ok(None);
     }
     let refuse = |why: String| {
@@ -48,6 +47,24 @@ fn lower_conditionals(image: &[u8]) -> Result<Option<Vec<u8>>, CudaError> {
     let mut text = module.to_string().into_bytes();
     text.push(0);
     Ok(Some(text))
+}
+
+/// Whether a module image names `cudaGraphSetConditional`: in its bytes, or in the text of a
+/// compressed PTX entry of a fat binary (CUDA 13's zstd leaves no name readable in the bytes).
+fn names_set_conditional(image: &[u8]) -> bool {
+    let name = phos_ptx::conditional::SET_CONDITIONAL.as_bytes();
+    let has = |bytes: &[u8]| bytes.windows(name.len()).any(|w| w == name);
+    if has(image) {
+        return true;
+    }
+    if !image.starts_with(&0xBA55_ED50u32.to_le_bytes()) {
+        return false;
+    }
+    let Ok(fatbin) = phos_fatbin::FatBinary::parse(image) else { return false };
+    fatbin
+        .entries()
+        .flatten()
+        .any(|e| e.kind == phos_fatbin::EntryKind::Ptx && e.compressed && e.payload().is_ok_and(|p| has(&p)))
 }
 
 struct Module {

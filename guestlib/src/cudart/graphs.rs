@@ -924,9 +924,9 @@ unsafe fn add_conditional_node(
     // SAFETY: the struct's fields (this function's contract), read without assuming alignment.
     let handle = unsafe { (p as *const u64).read_unaligned() };
     // SAFETY: as above.
-    let kind = unsafe { (p.add(8) as *const i32).read_unaligned() };
+    let kind = unsafe { (p.wrapping_add(8) as *const i32).read_unaligned() };
     // SAFETY: as above.
-    let size = unsafe { (p.add(12) as *const u32).read_unaligned() };
+    let size = unsafe { (p.wrapping_add(12) as *const u32).read_unaligned() };
     if size == 0 || size > 1024 {
         return Err(E::InvalidValue);
     }
@@ -945,7 +945,7 @@ unsafe fn add_conditional_node(
     let array = kept_bodies(node, &bodies);
     // SAFETY: the `phGraph_out` field (this function's contract), written without assuming
     // alignment.
-    unsafe { (p.add(16) as *mut *mut u64).write_unaligned(array) };
+    unsafe { (p.wrapping_add(16) as *mut *mut u64).write_unaligned(array) };
     Ok(())
 }
 
@@ -961,11 +961,11 @@ unsafe fn conditional_params(node: u64, out: *mut u8) -> Result<(), CudaError> {
     // alignment.
     unsafe { (out as *mut u64).write_unaligned(handle) };
     // SAFETY: as above.
-    unsafe { (out.add(8) as *mut i32).write_unaligned(kind) };
+    unsafe { (out.wrapping_add(8) as *mut i32).write_unaligned(kind) };
     // SAFETY: as above.
-    unsafe { (out.add(12) as *mut u32).write_unaligned(size) };
+    unsafe { (out.wrapping_add(12) as *mut u32).write_unaligned(size) };
     // SAFETY: as above.
-    unsafe { (out.add(16) as *mut *mut u64).write_unaligned(array) };
+    unsafe { (out.wrapping_add(16) as *mut *mut u64).write_unaligned(array) };
     Ok(())
 }
 
