@@ -57,6 +57,7 @@ programs!(
     atomics_histogram,
     callbacks,
     capture_dependencies,
+    capture_errors,
     capture_threads,
     copy_async,
     copy_sizes,
@@ -217,8 +218,21 @@ fn programs_of_newer_cuda() {
     }
 }
 
+/// Conditional graph nodes: CUDA 12.4's and later nvcc builds the program as any other; older
+/// ones (CI's 11.8) cannot link a kernel calling `cudaGraphSetConditional` into machine code, so
+/// the program is PTX only there, which Phos runs (emu from the PTX, as always).
+#[test]
+fn graph_conditional() {
+    let Some(nvcc) = nvcc() else { return };
+    let flags: &[&str] =
+        if nvcc_release(&nvcc) >= (12, 4) { ARCH } else { &["-gencode", "arch=compute_70,code=compute_70"] };
+    let exe = build_program(&nvcc, "graph_conditional", flags);
+    emu_run(&exe, "graph_conditional");
+}
+
 /// Programs with a test of their own below.
 const TESTED_APART: &[&str] = &[
+    "graph_conditional",
     "runtime_and_driver",
     "rewriter",
     "driver_api",

@@ -1046,6 +1046,33 @@ impl HandWritten for Hand {
         code(unsafe { graphs::update_capture_dependencies(stream, deps.cast(), edges, count, flags) })
     }
 
+    unsafe fn cudaStreamBeginCaptureToGraph(
+        stream: *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        edges: *const c_void,
+        count: usize,
+        mode: i32,
+    ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `graphs::begin_capture_to_graph` asks of them what CUDA asks of this export's caller.
+        code(unsafe { graphs::begin_capture_to_graph(stream, graph, deps.cast(), edges.cast(), count, mode) })
+    }
+
+    unsafe fn cudaStreamBeginCaptureToGraph_ptsz(
+        stream: *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        edges: *const c_void,
+        count: usize,
+        mode: i32,
+    ) -> i32 {
+        // SAFETY: as `cudaStreamBeginCaptureToGraph`'s, on the thread's default stream for null.
+        code(unsafe {
+            graphs::begin_capture_to_graph(per_thread(stream), graph, deps.cast(), edges.cast(), count, mode)
+        })
+    }
+
     unsafe fn cudaStreamUpdateCaptureDependencies_v2(
         stream: *mut c_void,
         deps: *mut *mut c_void,
@@ -1477,6 +1504,23 @@ impl HandWritten for Hand {
 
     unsafe fn cudaGraphDestroyNode(node: *mut c_void) -> i32 {
         code(graphs::destroy_node(node as usize as u64))
+    }
+
+    unsafe fn cudaGraphConditionalHandleCreate(out: *mut u64, graph: *mut c_void, default: u32, flags: u32) -> i32 {
+        // SAFETY: a writable handle where CUDA asks for one.
+        code(unsafe { graphs::conditional_handle_create(out, graph as usize as u64, default, flags) })
+    }
+
+    unsafe fn cudaGraphConditionalHandleCreate_v2(
+        out: *mut u64,
+        graph: *mut c_void,
+        _ctx: u64,
+        default: u32,
+        flags: u32,
+    ) -> i32 {
+        // The execution context is the calling device's: Phos keeps no others.
+        // SAFETY: a writable handle where CUDA asks for one.
+        code(unsafe { graphs::conditional_handle_create(out, graph as usize as u64, default, flags) })
     }
 
     unsafe fn cudaGraphClone(out: *mut *mut c_void, graph: *mut c_void) -> i32 {
