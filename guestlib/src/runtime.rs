@@ -1233,7 +1233,7 @@ const ELSEWHERE: usize = 1;
 
 /// One channel's work counts: kernels on each device's legacy stream, and all other work that
 /// may write what the host reads without a call (kernels on other streams, graphs, library
-/// calls, async copies into page-locked memory), whatever its device: a stream or a library
+/// calls, async copies into page-locked memory and memsets of it), whatever its device: a stream or a library
 /// handle may be another device's than the thread's. Only the channel's own thread writes
 /// them.
 #[derive(Default)]

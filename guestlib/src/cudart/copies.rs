@@ -102,8 +102,8 @@ fn pageable(src: usize, count: usize) -> bool {
 /// did, other than through later calls (which the server runs after the copy, and so after
 /// the stream synchronisation it begins with): CUDA prints the device output of the kernels
 /// before it before it returns, has run the host functions before it, and kernels (graphs,
-/// library calls, async copies into page-locked memory) before it may have written
-/// page-locked memory, which the host reads directly, unless the host already knows them
+/// library calls, async copies into page-locked memory, memsets of it) before it may have
+/// written page-locked memory, which the host reads directly, unless the host already knows them
 /// finished (`runtime::work_settled`: none was sent since a synchronisation that covered
 /// them). Then it waits, as before.
 fn host_sees_earlier_work(device: i32) -> bool {
