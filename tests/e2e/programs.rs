@@ -60,6 +60,7 @@ programs!(
     capture_errors,
     capture_threads,
     copy_async,
+    copy_settled,
     copy_sizes,
     device_api,
     device_functions,
@@ -686,6 +687,29 @@ fn small_and_device_to_device_copies_make_a_constant_number_of_round_trips() {
     assert_eq!((few, few_copies), (many, many_copies), "round trips grow with the rounds");
     // 27 more rounds: 5 pageable copies, an async one and 4 device-to-device ones each.
     assert!(many_async >= few_async + 27 * 10, "{few_async} async calls for 3 rounds, {many_async} for 30");
+}
+
+/// Small synchronous pageable copies in a process whose kernels write page-locked memory
+/// (tests/cuda/copy_settled.cu): a copy after a kernel not known finished waits, and the host
+/// then reads what the kernel wrote; the copies after a device synchronisation, or after a
+/// synchronous device-to-host copy that followed the legacy stream's kernels, go without
+/// waiting. A copy that waits goes through the staging slots (`phosMemcpyStaged`), one that
+/// does not as an async `cudaMemcpy`. Per round, the copies that wait: after the legacy
+/// stream's kernel one host-to-device copy, after the next the device-to-host one, after the
+/// blocking stream's kernel the device-to-host copy and two more, and in the threads' part the
+/// one after the threads and at most the copier's 8; 26 waited before (every copy after the
+/// first kernel).
+#[test]
+fn copies_after_finished_kernels_go_without_waiting() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "copy_settled", ARCH);
+    let calls = |n| {
+        let p = Profile::of(&exe, "copy_settled", n);
+        p.sync_calls("cudaMemcpy") + p.sync_calls("phosMemcpyStaged")
+    };
+    let (few, many) = (calls(2), calls(12));
+    let per_round = (many - few) as f64 / 10.0;
+    assert!((6.0..=14.0).contains(&per_round), "{few} waited copies for 2 rounds, {many} for 12");
 }
 
 /// The synchronous calls of `cublaslt_async_matmuls` with `matmuls` matmuls (PHOS_PROFILE's

@@ -112,6 +112,12 @@ unsafe fn fast_copy(
         return None;
     }
     let epoch = proofs::epoch();
+    // A copy the server makes synchronously on the legacy stream (a `cudaMemcpy`, or a staged
+    // copy on stream 0), which runs after the legacy stream's earlier work and returns once
+    // done: its success tells that the kernels before it there have finished, which lets
+    // later small copies return early (`runtime::work_settled`). Marked only while page-locked
+    // memory, which those kernels could have written, exists.
+    let mark = |legacy: bool| (legacy && count > 0 && hostmem::any_page_locked()).then(runtime::work_mark).flatten();
     let pinned = |device: *const c_void, host: u64| {
         let req = cudart::PhosMemcpyPinnedRequest {
             device: device as usize as u64,
@@ -121,9 +127,17 @@ unsafe fn fast_copy(
             stream: stream.unwrap_or(0),
             ordered: stream.is_some() as i32,
         };
+        let mark = mark(stream.is_none());
         let r = runtime::call(&req).map(|_| ());
+        if stream.is_some() && direction == consts::cudaMemcpyDeviceToHost {
+            // Queued: it writes page-locked memory, which the host reads without a call, later.
+            runtime::note_work(None);
+        }
         if r.is_ok() {
             copies::proved(epoch, device as usize as u64, count, stream);
+            if let Some(mark) = mark {
+                runtime::work_done(mark, false);
+            }
         }
         Some(r)
     };
@@ -139,6 +153,7 @@ unsafe fn fast_copy(
     }
     let ordered_on = stream;
     let stream = stream.unwrap_or(0);
+    let mark = mark(stream == 0);
     let (device, r) = match direction {
         // SAFETY: `src` is not null and points to `count` readable bytes: what `cudaMemcpy`
         // asks of its caller for a host source (this function's contract).
@@ -154,6 +169,9 @@ unsafe fn fast_copy(
     };
     if r.is_ok() {
         copies::proved(epoch, device, count, ordered_on);
+        if let Some(mark) = mark {
+            runtime::work_done(mark, false);
+        }
     }
     Some(r.map_err(CudaError::from))
 }
