@@ -130,8 +130,9 @@ static cudaGraphNode_t kernel_node(cudaGraph_t g, const cudaGraphNode_t *deps, s
 
 static GraphNodeParams conditional(cudaGraphConditionalHandle handle, cudaGraphConditionalNodeType type,
                                    unsigned int size) {
-    GraphNodeParams p;
-    memset(&p, 0, sizeof p);
+    // Aggregate-initialised: CUDA 13's struct has no default constructor (its union does not).
+    GraphNodeParams p = {(decltype(GraphNodeParams::type))cudaGraphNodeTypeConditional};
+    memset((void *)&p, 0, sizeof p);
     p.type = (decltype(p.type))cudaGraphNodeTypeConditional;
     p.conditional.handle = handle;
     p.conditional.type = type;
