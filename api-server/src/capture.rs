@@ -117,7 +117,28 @@ pub enum GraphOp {
     MemFree {
         dptr: u64,
     },
+    /// A conditional node of a graph: its handle (the device address of the session's 4-byte
+    /// cell that kernels set through `cudaGraphSetConditional`), its
+    /// `cudaGraphConditionalNodeType` and the body graphs it owns (graphs of the session).
+    Conditional {
+        handle: u64,
+        kind: i32,
+        bodies: Vec<u64>,
+    },
+    /// A conditional node in an executable graph: its bodies' work. The launch waits for the
+    /// stream, reads the cell and runs a body as the type says (a `while` reads it again after
+    /// each run).
+    ConditionalRun {
+        handle: u64,
+        kind: i32,
+        bodies: Vec<Vec<GraphOp>>,
+    },
 }
+
+/// `cudaGraphConditionalNodeType` values.
+pub const COND_IF: i32 = 0;
+pub const COND_WHILE: i32 = 1;
+pub const COND_SWITCH: i32 = 2;
 
 /// The bytes `height` rows of `width`, `pitch` apart, span.
 fn extent(pitch: u64, width: u64, height: u64) -> u64 {
@@ -138,7 +159,10 @@ impl GraphOp {
             | GraphOp::Node { .. }
             | GraphOp::Child { .. }
             | GraphOp::MemAlloc { .. }
-            | GraphOp::MemFree { .. } => Vec::new(),
+            | GraphOp::MemFree { .. }
+            | GraphOp::Conditional { .. } => Vec::new(),
+            // The launch reads the cell; each body's work shows its own when it runs.
+            GraphOp::ConditionalRun { handle, .. } => vec![at(handle, 4, false)],
             GraphOp::Memset { dst, pitch, width, height, .. } => vec![at(dst, extent(pitch, width, height), true)],
             GraphOp::CopyOnDevice { dst, dpitch, src, spitch, width, height } => {
                 vec![at(dst, extent(dpitch, width, height), true), at(src, extent(spitch, width, height), false)]
@@ -169,7 +193,13 @@ impl GraphOp {
             | GraphOp::Node { .. }
             | GraphOp::Child { .. }
             | GraphOp::MemAlloc { .. }
-            | GraphOp::MemFree { .. } => {}
+            | GraphOp::MemFree { .. }
+            | GraphOp::Conditional { .. } => {}
+            GraphOp::ConditionalRun { bodies, .. } => {
+                for op in bodies.iter_mut().flatten() {
+                    op.relocate(to);
+                }
+            }
         }
     }
 
@@ -194,6 +224,23 @@ impl GraphOp {
             | (EventWait { .. }, EventWait { .. })
             | (Node { .. }, Node { .. })
             | (Child { .. }, Child { .. }) => Ok(()),
+            // A conditional node keeps its handle, type and number of bodies, and each body its
+            // shape, as CUDA requires of an update.
+            (Conditional { handle: h, kind: k, bodies: b }, Conditional { handle: i, kind: l, bodies: c }) => {
+                if (h, k, b.len()) == (i, l, c.len()) { Ok(()) } else { Err(UPDATE_PARAMETERS_CHANGED) }
+            }
+            (ConditionalRun { handle: h, kind: k, bodies: b }, ConditionalRun { handle: i, kind: l, bodies: c }) => {
+                if (h, k, b.len()) != (i, l, c.len()) {
+                    return Err(UPDATE_PARAMETERS_CHANGED);
+                }
+                for (x, y) in b.iter().zip(c) {
+                    if x.len() != y.len() {
+                        return Err(UPDATE_TOPOLOGY_CHANGED);
+                    }
+                    x.iter().zip(y).try_for_each(|(p, q)| p.update_from(q))?;
+                }
+                Ok(())
+            }
             // A memory node's parameters cannot change in an executable graph.
             (MemAlloc { .. }, MemAlloc { .. }) | (MemFree { .. }, MemFree { .. }) => {
                 if self == other {
@@ -218,6 +265,7 @@ pub const NODE_WAIT_EVENT: i32 = 6;
 pub const NODE_EVENT_RECORD: i32 = 7;
 pub const NODE_MEM_ALLOC: i32 = 10;
 pub const NODE_MEM_FREE: i32 = 11;
+pub const NODE_CONDITIONAL: i32 = 13;
 
 /// One node: its work (a 3D copy or memset is one op per slice), the nodes it follows
 /// (indices in the graph), its handle.
@@ -251,6 +299,7 @@ impl Graph {
             GraphOp::Node { .. } => NODE_EMPTY,
             GraphOp::MemAlloc { .. } => NODE_MEM_ALLOC,
             GraphOp::MemFree { .. } => NODE_MEM_FREE,
+            GraphOp::Conditional { .. } | GraphOp::ConditionalRun { .. } => NODE_CONDITIONAL,
         }
     }
 
@@ -388,6 +437,9 @@ struct Capture {
     invalidated: bool,
     /// A node could not be added: the session holds its limit of graph nodes.
     nodes_full: bool,
+    /// The graph was the application's before the capture (`cudaStreamBeginCaptureToGraph`):
+    /// it stays the application's whatever the end.
+    existing: bool,
 }
 
 /// A stream's part in a capture: the capture's id and the nodes the next work captured in the
@@ -406,6 +458,9 @@ pub enum Ended {
     Invalidated(u64),
     /// A node could not be added (the session's limit of nodes); its graph, to destroy.
     NodesFull(u64),
+    /// A stream forked from the capture has work not joined back into the origin stream
+    /// (`cudaErrorStreamCaptureUnjoined`); its graph, to destroy.
+    Unjoined(u64),
 }
 
 /// Every capture of a session, by id; which stream and event belongs to which.
@@ -471,14 +526,42 @@ impl Captures {
     /// Begin a capture on `stream` into `graph` (an empty graph of the session the caller
     /// made). `cudaErrorIllegalState` when the stream captures already.
     pub fn begin(&mut self, stream: u64, graph: u64) -> Result<(), CudaError> {
+        self.begin_into(stream, graph, Vec::new(), false)
+    }
+
+    /// Begin a capture on `stream` into `graph`, its first work after the nodes `deps` (handles
+    /// of nodes of `graph`, checked: `cudaErrorInvalidValue` for others); `existing`: the graph
+    /// is the application's (`cudaStreamBeginCaptureToGraph`), never destroyed by the end.
+    pub fn begin_into(&mut self, stream: u64, graph: u64, deps: Vec<u64>, existing: bool) -> Result<(), CudaError> {
         if self.streams.contains_key(&stream) {
             return Err(CudaError::IllegalState);
         }
+        {
+            let nodes = self.nodes.lock();
+            if deps.iter().any(|h| !nodes.get(*h).is_ok_and(|(g, _)| *g == graph)) {
+                return Err(CudaError::InvalidValue);
+            }
+        }
+        let mut set = Vec::new();
+        union(&mut set, &deps);
         self.next += 1;
         let id = self.next;
-        self.active.insert(id, Capture { origin: stream, graph, invalidated: false, nodes_full: false });
-        self.streams.insert(stream, Joined { id, deps: Vec::new() });
+        self.active.insert(id, Capture { origin: stream, graph, invalidated: false, nodes_full: false, existing });
+        self.streams.insert(stream, Joined { id, deps: set });
         Ok(())
+    }
+
+    /// The streams taking part in captures, with their capture's id.
+    pub fn members(&self) -> Vec<(u64, u64)> {
+        self.streams.iter().map(|(s, j)| (*s, j.id)).collect()
+    }
+
+    /// Invalidate capture `id` (work the capture cannot take was asked of one of its streams,
+    /// or of the legacy stream while it captures).
+    pub fn invalidate(&mut self, id: u64) {
+        if let Some(c) = self.active.get_mut(&id) {
+            c.invalidated = true;
+        }
     }
 
     /// Record `op` if `stream` captures: `None` when it does not (the caller runs the work),
@@ -623,23 +706,51 @@ impl Captures {
         Ok(())
     }
 
-    /// `cudaStreamEndCapture` on `stream`: its graph, or why there is none. Every stream and
-    /// event of the capture leaves it.
-    pub fn end(&mut self, stream: u64) -> Result<Ended, CudaError> {
+    /// `cudaStreamEndCapture` on `stream`: its graph, or why there is none, and whether the
+    /// graph was the application's before the capture (`cudaStreamBeginCaptureToGraph`). Every
+    /// stream and event of the capture leaves it.
+    pub fn end(&mut self, stream: u64) -> Result<(Ended, bool), CudaError> {
         let id = self.of_stream(stream).ok_or(CudaError::IllegalState)?;
         if self.active.get(&id).is_some_and(|c| c.origin != stream) {
             return Err(CudaError::StreamCaptureUnmatched);
         }
+        let unjoined = self.active.get(&id).is_some_and(|c| !c.invalidated && self.unjoined(id, c));
         let c = self.active.remove(&id).ok_or(CudaError::IllegalState)?;
         self.streams.retain(|_, j| j.id != id);
         self.events.retain(|_, j| j.id != id);
-        Ok(if c.nodes_full {
+        let ended = if c.nodes_full {
             Ended::NodesFull(c.graph)
         } else if c.invalidated {
             Ended::Invalidated(c.graph)
+        } else if unjoined {
+            Ended::Unjoined(c.graph)
         } else {
             Ended::Graph(c.graph)
-        })
+        };
+        Ok((ended, c.existing))
+    }
+
+    /// Whether a stream of capture `id` other than its origin has captured work the origin's
+    /// dependency set does not reach (a fork not joined back): every node a forked stream's
+    /// next work would follow must be one of the origin's set or an ancestor of one.
+    fn unjoined(&self, id: u64, c: &Capture) -> bool {
+        let graphs = self.graphs.lock();
+        let Ok(g) = graphs.get(c.graph) else { return false };
+        let nodes = self.nodes.lock();
+        let index = |h: &u64| nodes.get(*h).ok().filter(|(graph, _)| *graph == c.graph).map(|&(_, i)| i);
+        let mut reached = vec![false; g.nodes.len()];
+        let mut stack: Vec<usize> =
+            self.streams.get(&c.origin).map(|j| j.deps.iter().filter_map(index).collect()).unwrap_or_default();
+        while let Some(i) = stack.pop() {
+            if i < reached.len() && !std::mem::replace(&mut reached[i], true) {
+                stack.extend(g.nodes[i].deps.iter().copied());
+            }
+        }
+        self.streams
+            .iter()
+            .filter(|(s, j)| j.id == id && **s != c.origin)
+            .flat_map(|(_, j)| j.deps.iter().filter_map(index))
+            .any(|i| !reached.get(i).copied().unwrap_or(true))
     }
 
     /// Forget a destroyed stream's part in any capture.
@@ -698,7 +809,7 @@ mod tests {
         assert!(c.record(10, || memset(5)).unwrap().is_ok());
         assert_eq!(c.status(11).0, STATUS_ACTIVE);
         assert_eq!(c.end(11).unwrap_err(), CudaError::StreamCaptureUnmatched);
-        assert_eq!(c.end(10).unwrap(), Ended::Graph(g));
+        assert_eq!(c.end(10).unwrap().0, Ended::Graph(g));
         // The fork's branches depend on the node before it; the join on both.
         assert_eq!(shape(&graphs, g), vec![(1, vec![]), (3, vec![1]), (4, vec![1]), (5, vec![4, 3])]);
         assert_eq!(graphs.lock().get(g).unwrap().order().unwrap(), [1, 3, 4, 5].map(memset).to_vec());
@@ -736,7 +847,7 @@ mod tests {
         let other = nodes.lock().insert((g + 1, 0)).unwrap();
         assert_eq!(c.update_dependencies(10, &[other], 0), Err(CudaError::InvalidValue));
         assert_eq!(c.update_dependencies(11, &[], 0), Err(CudaError::IllegalState));
-        assert_eq!(c.end(10).unwrap(), Ended::Graph(g));
+        assert_eq!(c.end(10).unwrap().0, Ended::Graph(g));
         assert_eq!(c.graph_of(10), None);
     }
 
@@ -759,11 +870,52 @@ mod tests {
         assert_eq!(c.status(10).0, STATUS_INVALIDATED);
         assert_eq!(c.graph_of(10), None);
         assert_eq!(c.record(10, || memset(1)).unwrap().unwrap_err(), CudaError::StreamCaptureInvalidated);
-        assert_eq!(c.end(10).unwrap(), Ended::Invalidated(g));
+        assert_eq!(c.end(10).unwrap().0, Ended::Invalidated(g));
         assert_eq!(c.end(10).unwrap_err(), CudaError::IllegalState);
         // A capturing stream may not wait on work outside its capture.
         begin(&mut c, &graphs, 20);
         assert!(c.wait_event(20, 99).unwrap().is_err());
+    }
+
+    #[test]
+    fn a_fork_not_joined_back_fails_the_end() {
+        let (graphs, nodes) = tables();
+        let mut c = Captures::new(graphs.clone(), nodes);
+        let g = begin(&mut c, &graphs, 10);
+        c.record(10, || memset(1)).unwrap().unwrap();
+        assert!(c.record_event(5, 10));
+        c.wait_event(11, 5).unwrap().unwrap();
+        c.record(11, || memset(2)).unwrap().unwrap();
+        assert_eq!(c.end(10).unwrap(), (Ended::Unjoined(g), false));
+        assert_eq!(c.status(11), (STATUS_NONE, 0), "every stream leaves the capture");
+        // A forked stream that did nothing after the fork is joined: its set is the origin's.
+        let g = begin(&mut c, &graphs, 10);
+        c.record(10, || memset(1)).unwrap().unwrap();
+        assert!(c.record_event(5, 10));
+        c.wait_event(11, 5).unwrap().unwrap();
+        c.record(10, || memset(3)).unwrap().unwrap();
+        assert_eq!(c.end(10).unwrap(), (Ended::Graph(g), false));
+    }
+
+    #[test]
+    fn a_capture_into_an_existing_graph_follows_the_given_nodes() {
+        let (graphs, nodes) = tables();
+        let mut c = Captures::new(graphs.clone(), nodes.clone());
+        let g = graphs.lock().insert(Graph::default()).unwrap();
+        let first = nodes.lock().insert((g, 0)).unwrap();
+        graphs.lock().get_mut(g).unwrap().nodes.push(Node {
+            kind: NODE_MEMSET,
+            ops: vec![memset(1)],
+            deps: vec![],
+            handle: first,
+        });
+        let other = nodes.lock().insert((g + 1, 0)).unwrap();
+        assert_eq!(c.begin_into(10, g, vec![other], true), Err(CudaError::InvalidValue));
+        c.begin_into(10, g, vec![first], true).unwrap();
+        assert_eq!(c.begin_into(10, g, vec![], true), Err(CudaError::IllegalState));
+        c.record(10, || memset(2)).unwrap().unwrap();
+        assert_eq!(c.end(10).unwrap(), (Ended::Graph(g), true));
+        assert_eq!(shape(&graphs, g), vec![(1, vec![]), (2, vec![1])]);
     }
 
     #[test]
@@ -774,6 +926,6 @@ mod tests {
         let g = begin(&mut c, &graphs, 10);
         c.record(10, || memset(1)).unwrap().unwrap();
         assert_eq!(c.record(10, || memset(2)).unwrap(), Err(CudaError::MemoryAllocation));
-        assert_eq!(c.end(10).unwrap(), Ended::NodesFull(g));
+        assert_eq!(c.end(10).unwrap().0, Ended::NodesFull(g));
     }
 }

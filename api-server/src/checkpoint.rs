@@ -702,6 +702,12 @@ impl Session {
                 what: "it holds graphs with memory allocation or free nodes, or their allocations (cudaGraphAddMemAllocNode, cudaGraphAddMemFreeNode, cudaMallocAsync or cudaFreeAsync captured), which checkpoints do not hold yet".into(),
             });
         }
+        if self.objects.graphs.holds_conditionals() {
+            return Err(CrError::NotCheckpointable {
+                session: self.id,
+                what: "it holds conditional graph node handles (cudaGraphConditionalHandleCreate), which checkpoints do not hold yet".into(),
+            });
+        }
         if !self.objects.arrays.is_empty() {
             return Err(CrError::NotCheckpointable {
                 session: self.id,

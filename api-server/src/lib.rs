@@ -49,6 +49,7 @@ pub mod module_vars;
 pub mod on_demand;
 pub mod ordering;
 pub mod output;
+pub mod pipeline;
 pub mod quiesce;
 pub mod records;
 pub mod registry;

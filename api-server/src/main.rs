@@ -79,6 +79,11 @@ struct Args {
     /// session's calls while the driver page-locks them.
     #[arg(long)]
     copy_buffers: Option<usize>,
+    /// Whether a channel's async kernel launches are submitted to the backend by a thread of
+    /// the channel's own while the channel's thread goes on with the next call (default: on
+    /// with the cuda backend where the machine has four CPUs or more, off otherwise).
+    #[arg(long, env = "PHOS_LAUNCH_PIPELINE", value_parser = ["on", "off"])]
+    launch_pipeline: Option<String>,
     /// Tests only: milliseconds an on-demand restore waits before loading each chunk, so
     /// that the session's calls really come before their memory.
     #[arg(long, hide = true, default_value_t = 0, env = phos_api_server::on_demand::LOAD_PACE_VAR)]
@@ -120,6 +125,7 @@ fn main() {
     if args.session.is_none() && args.restore.is_none() && !args.pooled {
         fail("one of --session, --restore or --pooled is needed");
     }
+    phos_api_server::pipeline::configure(args.launch_pipeline.as_deref().map(|v| v == "on"));
     let mut limits = SessionLimits::default();
     for l in &args.limits {
         limits.apply(l).unwrap_or_else(|e| fail(format!("--limit {e}")));

@@ -26,6 +26,10 @@ pub struct QuiesceLock {
     left: Condvar,
     /// Signalled when quiescing ends (quiesced, or given up).
     resumed: Condvar,
+    /// Kernel launches checked by calls that have left, queued for their channels'
+    /// submitters ([`crate::pipeline`]) and not yet submitted: the session is at rest only
+    /// once they are.
+    pub(crate) queued: AtomicU64,
 }
 
 /// A call in flight (the session cannot quiesce until it is dropped).
@@ -73,7 +77,11 @@ impl QuiesceLock {
         self.quiescing.store(true, Ordering::SeqCst);
         let outcome = loop {
             if let Some(quiesced) = self.lock.try_write() {
-                break Ok(quiesced);
+                // No call runs or starts now; the launches they queued go on to the driver.
+                match Self::wait_submitted(&self.queued, deadline, &cancelled) {
+                    Ok(()) => break Ok(quiesced),
+                    Err(e) => break Err(e),
+                }
             }
             let now = Instant::now();
             if now >= deadline {
@@ -91,6 +99,28 @@ impl QuiesceLock {
         self.resumed.notify_all();
         drop(state);
         outcome
+    }
+}
+
+impl QuiesceLock {
+    /// Wait (spinning, then napping) until no launch is queued.
+    fn wait_submitted(queued: &AtomicU64, deadline: Instant, cancelled: &impl Fn() -> bool) -> Result<(), NotQuiesced> {
+        let mut spins = 0u32;
+        while queued.load(Ordering::Acquire) != 0 {
+            if spins < 1024 {
+                spins += 1;
+                std::hint::spin_loop();
+                continue;
+            }
+            if Instant::now() >= deadline {
+                return Err(NotQuiesced::TimedOut);
+            }
+            if cancelled() {
+                return Err(NotQuiesced::Cancelled);
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        Ok(())
     }
 }
 

@@ -24,6 +24,7 @@ use phos_protocol::transport::{Transport, TransportError, UnixTransport};
 use phos_protocol::{ApiStatus, CudaError, Rejection};
 
 use crate::dispatch;
+use crate::pipeline::LaunchQueue;
 use crate::service::{CallCx, Session};
 
 /// The session a server serves: set once, when the server is started for a session, or
@@ -108,8 +109,17 @@ impl AckWindow {
         self.calls >= ACK_EVERY
     }
 
+    /// Failures of queued launches (answered with the next acknowledgement: a queued
+    /// launch may fail after the one that counted it was sent).
+    fn failed_later(&mut self, launches: Option<&Arc<LaunchQueue>>) {
+        if let Some((n, status)) = launches.and_then(|q| q.take_failures()) {
+            self.failed += n;
+            self.last_error = status;
+        }
+    }
+
     fn send(&mut self, t: &mut dyn Transport, session: u64) -> std::io::Result<()> {
-        if self.calls == 0 {
+        if self.calls == 0 && self.failed == 0 {
             return Ok(());
         }
         let mut a = FrameHeader::new(FrameKind::Reply);
@@ -119,7 +129,8 @@ impl AckWindow {
         a.status = self.last_error;
         let failed = self.failed.to_le_bytes();
         a.payload_len = failed.len() as u64;
-        *self = AckWindow::default();
+        // The last id stays: failures that come later are answered under it again.
+        *self = AckWindow { last: self.last, ..AckWindow::default() };
         t.send(&a, &[&failed])
     }
 }
@@ -136,6 +147,10 @@ struct Running<'a> {
     /// A synchronous call's id and its channel's slot: its reply is kept there once it has
     /// run (see [`crate::kept`]).
     keep: Option<(u64, &'a crate::kept::ChannelReply)>,
+    /// An async launch's channel queue ([`crate::pipeline`]).
+    launches: Option<&'a Arc<LaunchQueue>>,
+    /// Set when the launch was queued: its submitter notes it in the ledger.
+    queued: std::cell::Cell<bool>,
 }
 
 /// Why a channel's handshake is refused (said to the router in a `Refused` frame).
@@ -287,6 +302,9 @@ impl ApiServer {
         let kept = session.sync_replies.channel();
         let mut out = Vec::new();
         let mut acks = AckWindow::default();
+        // Async launches go to a submitter thread of the channel's (started at the first).
+        let pipelining = crate::pipeline::enabled(session.backend().name());
+        let mut launches: Option<Arc<LaunchQueue>> = None;
         let mut usage_checked = Instant::now();
         // Calls whose effect on usage has not been looked at yet.
         let mut unchecked_calls = 0u32;
@@ -339,13 +357,28 @@ impl ApiServer {
                 continue;
             }
             let is_async = h.flags & FLAG_ASYNC != 0;
+            let queueable = is_async
+                && h.kind == FrameKind::Call
+                && h.flags & FLAG_MEASURE == 0
+                && Function::from_wire(h.api, h.function) == Some(Function::Cudart(FunctionId::PhosLaunchKernel));
+            if queueable {
+                if pipelining && launches.is_none() {
+                    launches = LaunchQueue::start(session.clone(), channel).map(Arc::new);
+                }
+            } else if let Some(q) = &launches {
+                // Nothing overtakes the launches queued before it.
+                q.drain();
+            }
             let resent = h.flags & FLAG_RESENT != 0 && h.session == session.id && h.kind == FrameKind::Call;
             let already_ran = is_async && resent && session.async_calls.has_run(h.call_id);
             if !already_ran && resent_run > 0 {
                 Self::log_resent_run(session.id, channel, std::mem::take(&mut resent_run));
             }
-            if !is_async && acks.send(t.as_mut(), session.id).is_err() {
-                break;
+            if !is_async {
+                acks.failed_later(launches.as_ref());
+                if acks.send(t.as_mut(), session.id).is_err() {
+                    break;
+                }
             }
             // Whether the ledger has this async call already (it ran, or had run before).
             let mut noted = false;
@@ -434,6 +467,7 @@ impl ApiServer {
                                 call = h.call_id,
                                 "frozen: answering the async calls that ran"
                             );
+                            acks.failed_later(launches.as_ref());
                             let _ = acks.send(t.as_mut(), session.id);
                         };
                         let status = match self.call_on(
@@ -446,6 +480,8 @@ impl ApiServer {
                                 measure: h.flags & FLAG_MEASURE != 0,
                                 async_id: is_async.then_some(h.call_id),
                                 keep: (!is_async).then_some((h.call_id, &*kept)),
+                                launches: launches.as_ref().filter(|_| queueable),
+                                queued: Default::default(),
                             },
                             &mut answer_ran,
                         ) {
@@ -508,8 +544,11 @@ impl ApiServer {
                 }
             }
             if is_async {
-                if acks.full() && acks.send(t.as_mut(), session.id).is_err() {
-                    break;
+                if acks.full() {
+                    acks.failed_later(launches.as_ref());
+                    if acks.send(t.as_mut(), session.id).is_err() {
+                        break;
+                    }
                 }
                 continue;
             }
@@ -554,6 +593,9 @@ impl ApiServer {
         if resent_run > 0 {
             Self::log_resent_run(session.id, channel, resent_run);
         }
+        // The launches still queued are submitted (a cut channel's guest does not send
+        // acknowledged calls again).
+        drop(launches);
         session.activity.closed(channel);
         session.sync_replies.closed(&kept);
         if let Some(st) = staging
@@ -699,9 +741,12 @@ impl ApiServer {
             }
             slot.keep(call_id, id, result.err().unwrap_or(0), out);
         }
-        if let Some(call_id) = how.async_id {
+        if let Some(call_id) = how.async_id
+            && !how.queued.get()
+        {
             // Noted while the call still holds the quiesce lock, so that an image taken once
             // it has left says it ran (the guest may send it again to the restored session).
+            // A queued launch is noted by its submitter, and a quiesce waits for that.
             session.async_calls.ran(call_id);
         }
         drop(in_flight);
@@ -732,6 +777,9 @@ impl ApiServer {
         session.backend().bind(device).map_err(|e| e.0)?;
         let mut cx = CallCx::new(device);
         cx.staging = how.staging.cloned();
+        if let (Some(q), Some(call_id)) = (how.launches, how.async_id) {
+            cx.launches = Some((q.clone(), call_id));
+        }
         cx.measure = how.measure;
         cx.function = Some(id);
         let s = session.as_ref();
@@ -747,6 +795,7 @@ impl ApiServer {
             Function::Cufft(f) => Self::outcome(s, f.name(), dispatch::cufft::dispatch(s, &cx, f, payload, out)),
             Function::Nvml(f) => Self::outcome(s, f.name(), dispatch::nvml::dispatch(s, &cx, f, payload, out)),
         }));
+        how.queued.set(cx.queued.get());
         if s.hooks.active() {
             s.hooks.after_call();
         }

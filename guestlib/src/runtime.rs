@@ -86,6 +86,9 @@ struct Unanswered {
 #[derive(Default)]
 struct ChannelShared {
     last_unanswered: AtomicU64,
+    /// The work this channel sent that may write what the host reads without a call (see
+    /// [`work_settled`]), counted by its own thread once the work is sent (async) or answered.
+    work: WorkCounts,
 }
 
 /// Every channel of the process that may have async calls in flight.
@@ -141,7 +144,10 @@ impl Drop for Channel {
             let _ = attempt::<cudart::CudaGetDeviceCountRequest>(self, &request, id, false);
         }
         self.shared.last_unanswered.store(0, Ordering::Release);
-        with_channels(|channels| channels.retain(|c| !Arc::ptr_eq(c, &self.shared)));
+        with_channels(|channels| {
+            retire(&self.shared);
+            channels.retain(|c| !Arc::ptr_eq(c, &self.shared));
+        });
     }
 }
 
@@ -530,7 +536,10 @@ fn open_channel_once() -> Result<Channel, Opened> {
     if guard.as_ref().is_some_and(|s| s.pid != pid) {
         // A forked child does not share its parent's session, nor its channels' async calls.
         *guard = None;
-        with_channels(Vec::clear);
+        with_channels(|channels| {
+            channels.iter().for_each(|c| retire(c));
+            channels.clear();
+        });
     }
     let wanted = wanted_transport()?;
     // The socket of a Unix channel is kept aside: the pinned arena goes over it after the Hello.
@@ -792,12 +801,13 @@ pub fn call<R: RemoteCall>(req: &R) -> Result<R::Reply, R::Status> {
     let started = crate::profile::start();
     let r = call_carried(req).map_err(R::Status::from);
     crate::profile::sync_call(R::FUNCTION, started);
+    // Counted once answered, failed or not: see `work_totals` for why not before.
+    note_work_of(R::FUNCTION);
     r
 }
 
 fn call_carried<R: RemoteCall>(req: &R) -> Result<R::Reply, Failure> {
     crate::bypass::before_call(CALLS.fetch_add(1, Ordering::Relaxed));
-    note_sent(R::FUNCTION);
     let mut request = Vec::new();
     phos_protocol::encode_reply(req, &mut request);
     if request.len() > (1 << 20) {
@@ -882,12 +892,14 @@ fn call_carried<R: RemoteCall>(req: &R) -> Result<R::Reply, Failure> {
 /// return from the call itself cannot happen.
 pub fn call_async<R: RemoteCall>(req: &R) -> Result<(), R::Status> {
     crate::profile::async_call(R::FUNCTION);
-    call_async_carried(req).map_err(R::Status::from)
+    let r = call_async_carried(req).map_err(R::Status::from);
+    // Counted once sent and published to other threads' barriers: see `work_totals`.
+    note_work_of(R::FUNCTION);
+    r
 }
 
 fn call_async_carried<R: RemoteCall>(req: &R) -> Result<(), Failure> {
     crate::bypass::before_call(CALLS.fetch_add(1, Ordering::Relaxed));
-    note_sent(R::FUNCTION);
     let mut request = Vec::new();
     phos_protocol::encode_reply(req, &mut request);
     let call_id = NEXT_CALL_ID.fetch_add(1, Ordering::Relaxed);
@@ -1211,33 +1223,163 @@ unsafe extern "C" {
     static mut stdout: *mut libc::FILE;
 }
 
-/// Set once a kernel, a graph or a library's call was sent: see [`kernels_sent`].
-static KERNELS_SENT: AtomicBool = AtomicBool::new(false);
+/// Device slots of the work counts ([`work_settled`]): devices below `WORK_SLOTS - 1` have
+/// their own, the rest share the last, which no synchronisation settles.
+const WORK_SLOTS: usize = 16;
+/// The two counts a slot keeps: kernels on the legacy default stream of its device, and the
+/// rest, counted on every slot.
+const ON_LEGACY: usize = 0;
+const ELSEWHERE: usize = 1;
 
-fn note_sent(function: Function) {
-    if KERNELS_SENT.load(Ordering::Relaxed) {
-        return;
+/// One channel's work counts: kernels on each device's legacy stream, and all other work that
+/// may write what the host reads without a call (kernels on other streams, graphs, library
+/// calls, async copies into page-locked memory and memsets of it), whatever its device: a stream or a library
+/// handle may be another device's than the thread's. Only the channel's own thread writes
+/// them.
+#[derive(Default)]
+struct WorkCounts {
+    on_legacy: [AtomicU64; WORK_SLOTS],
+    elsewhere: AtomicU64,
+}
+
+impl WorkCounts {
+    const fn new() -> Self {
+        WorkCounts { on_legacy: [const { AtomicU64::new(0) }; WORK_SLOTS], elsewhere: AtomicU64::new(0) }
     }
-    use cudart::FunctionId as F;
-    let kernels = match function {
-        Function::Cudart(id) => matches!(
-            id,
-            F::PhosLaunchKernel | F::PhosLaunchCooperativeKernel | F::CudaGraphLaunch | F::PhosGraphLaunchHost
-        ),
-        Function::Cuda(_) | Function::Nvml(_) => false,
-        _ => true,
-    };
-    if kernels {
-        KERNELS_SENT.store(true, Ordering::Relaxed);
+
+    fn of(&self, slot: usize) -> [u64; 2] {
+        [self.on_legacy[slot].load(Ordering::Acquire), self.elsewhere.load(Ordering::Acquire)]
     }
 }
 
-/// Whether the process has sent a kernel launch, a graph launch or a library's call (whose
-/// kernels may write page-locked host memory, which the host reads without a call): a
-/// synchronous copy that would not wait for its answer waits then where the process has
-/// page-locked memory (`cudart/copies.rs`).
-pub fn kernels_sent() -> bool {
-    KERNELS_SENT.load(Ordering::Relaxed)
+/// Add one to a count that has one writer at a time (its channel's thread, or a holder of
+/// [`CHANNELS`]' lock): no read-modify-write on the launch path.
+fn bump(count: &AtomicU64, by: u64) {
+    count.store(count.load(Ordering::Relaxed).wrapping_add(by), Ordering::Release);
+}
+
+/// The counts of channels that ended, each added (under [`CHANNELS`]' lock) as its channel
+/// leaves the list, so that a total never goes back.
+static RETIRED: WorkCounts = WorkCounts::new();
+
+/// Per slot, the totals ([`work_totals`]: on the legacy stream, elsewhere) as of the latest
+/// synchronisation that settled them: all of that work had finished when it returned.
+static SETTLED: [[AtomicU64; 2]; WORK_SLOTS] = [const { [const { AtomicU64::new(0) }; 2] }; WORK_SLOTS];
+
+thread_local! {
+    /// The launch this thread is sending is on the legacy default stream ([`launch_on_legacy`]).
+    static LAUNCH_ON_LEGACY: Cell<bool> = const { Cell::new(false) };
+}
+
+fn work_slot(device: i32) -> usize {
+    usize::try_from(device).map_or(WORK_SLOTS - 1, |d| d.min(WORK_SLOTS - 1))
+}
+
+/// Add a channel's counts to [`RETIRED`], as it leaves [`CHANNELS`] (under its lock).
+fn retire(shared: &ChannelShared) {
+    for (r, c) in RETIRED.on_legacy.iter().zip(&shared.work.on_legacy) {
+        bump(r, c.load(Ordering::Acquire));
+    }
+    bump(&RETIRED.elsewhere, shared.work.elsewhere.load(Ordering::Acquire));
+}
+
+/// The process's work counts of `slot` (on its legacy stream, elsewhere), totalled over every
+/// channel, past and present. Each piece of work is counted after its call was sent and
+/// published to other threads' barriers (async), or answered (synchronous): so a
+/// synchronisation whose total, read before it was sent, counts a piece of work is ordered
+/// after it at the server (its barrier names the async call, or the call had been answered),
+/// and one that was in flight meanwhile counts it only later, when the total has grown past
+/// what the synchronisation settles.
+fn work_totals(slot: usize) -> [u64; 2] {
+    let channels = CHANNELS.lock().unwrap_or_else(|p| p.into_inner());
+    channels.iter().fold(RETIRED.of(slot), |[l, e], c| {
+        let [cl, ce] = c.work.of(slot);
+        [l.wrapping_add(cl), e.wrapping_add(ce)]
+    })
+}
+
+/// The kernel launch this thread sends next is on `stream`: counted as the legacy stream's of
+/// its device when that is stream 0 (else as work elsewhere).
+pub fn launch_on_legacy(stream: u64) {
+    let _ = LAUNCH_ON_LEGACY.try_with(|l| l.set(stream == 0));
+}
+
+/// A call of `function` was sent (async) or answered: count it if its work may write what the
+/// host reads without a call.
+fn note_work_of(function: Function) {
+    use cudart::FunctionId as F;
+    match function {
+        Function::Cudart(F::PhosLaunchKernel | F::PhosLaunchCooperativeKernel) => {
+            let legacy = LAUNCH_ON_LEGACY.try_with(|l| l.replace(false)).unwrap_or(false);
+            note_work(legacy.then(current_device));
+        }
+        Function::Cudart(F::CudaGraphLaunch | F::PhosGraphLaunchHost) => note_work(None),
+        Function::Cudart(_) | Function::Cuda(_) | Function::Nvml(_) => {}
+        // A library's call may launch kernels.
+        _ => note_work(None),
+    }
+}
+
+/// Work that may write what the host reads without a call (page-locked memory) was sent: a
+/// kernel on the legacy stream of device `Some(d)`, or other work (`None`). Counted on this
+/// thread's channel; without one (its thread-local storage is gone, and the call used a
+/// channel of its own, ended since), on the retired counts.
+pub fn note_work(on_legacy_of: Option<i32>) {
+    let count = |w: &WorkCounts| match on_legacy_of {
+        Some(device) => bump(&w.on_legacy[work_slot(device)], 1),
+        None => bump(&w.elsewhere, 1),
+    };
+    let counted = CHANNEL
+        .try_with(|c| c.try_borrow().ok().and_then(|c| c.as_ref().map(|ch| count(&ch.shared.work))))
+        .ok()
+        .flatten();
+    if counted.is_none() {
+        let _channels = CHANNELS.lock().unwrap_or_else(|p| p.into_inner());
+        count(&RETIRED);
+    }
+}
+
+/// The work totals of the current device, read before a synchronisation is sent.
+#[derive(Clone, Copy)]
+pub struct WorkMark {
+    slot: usize,
+    totals: [u64; 2],
+}
+
+/// Before a synchronisation: what it may settle. `None` where it cannot settle anything: on
+/// a device without a slot of its own, or on a thread whose calls carry no barrier (the
+/// callback thread), which are not ordered after other threads' work.
+pub fn work_mark() -> Option<WorkMark> {
+    let slot = work_slot(current_device());
+    if slot == WORK_SLOTS - 1 || WITHOUT_BARRIERS.try_with(Cell::get).unwrap_or(true) {
+        return None;
+    }
+    Some(WorkMark { slot, totals: work_totals(slot) })
+}
+
+/// The synchronisation marked by `mark` succeeded: the work it counted on its device has
+/// finished, all of it (`everything`: `cudaDeviceSynchronize`), or that on the legacy stream
+/// (a synchronous copy, which CUDA runs on the legacy stream, after its earlier work).
+pub fn work_done(mark: WorkMark, everything: bool) {
+    let settled = &SETTLED[mark.slot];
+    settled[ON_LEGACY].fetch_max(mark.totals[ON_LEGACY], Ordering::AcqRel);
+    if everything {
+        settled[ELSEWHERE].fetch_max(mark.totals[ELSEWHERE], Ordering::AcqRel);
+    }
+}
+
+/// Whether every kernel, graph, library call or async copy into page-locked memory sent so
+/// far that a synchronous copy on `device` would wait for (CUDA's waits for the work before it
+/// on the legacy stream, and so on every blocking stream) is known to have finished: no such
+/// work was sent since a synchronisation that covered it returned. A synchronous copy that
+/// would not wait for its answer waits where the process has page-locked memory and this is
+/// not so (`cudart/copies.rs`).
+pub fn work_settled(device: i32) -> bool {
+    let slot = work_slot(device);
+    let totals = work_totals(slot);
+    let settled = &SETTLED[slot];
+    totals[ON_LEGACY] == settled[ON_LEGACY].load(Ordering::Acquire)
+        && totals[ELSEWHERE] == settled[ELSEWHERE].load(Ordering::Acquire)
 }
 
 /// Set once the server sent device `printf` output: see [`device_output_seen`].
@@ -1455,6 +1597,44 @@ pub unsafe fn c_str<'a>(p: *const c_char) -> Result<&'a str, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On a thread without a channel (the counts go to the retired ones), on device 3, which
+    /// no other test uses: work counted after a synchronisation's mark is not settled by it; a
+    /// synchronous copy settles the legacy stream's kernels only, a device synchronisation
+    /// everything.
+    #[test]
+    fn work_is_settled_by_what_covers_it_and_only_when_counted_before() {
+        std::thread::spawn(|| {
+            set_current_device(3);
+            let mark = work_mark().expect("device 3 has a slot");
+            work_done(mark, true);
+            assert!(work_settled(3), "nothing counted since the mark");
+            let early = work_mark().expect("a slot");
+            note_work(Some(3));
+            assert!(!work_settled(3));
+            work_done(early, true);
+            assert!(!work_settled(3), "a kernel counted after the mark is not settled by it");
+            let copy = work_mark().expect("a slot");
+            work_done(copy, false);
+            assert!(work_settled(3), "a synchronous copy settles the legacy stream's kernel");
+            note_work(Some(5));
+            assert!(work_settled(3), "another device's legacy stream");
+            note_work(None);
+            let copy = work_mark().expect("a slot");
+            work_done(copy, false);
+            assert!(!work_settled(3), "a copy on the legacy stream does not settle other work");
+            let sync = work_mark().expect("a slot");
+            work_done(sync, true);
+            assert!(work_settled(3), "a device synchronisation settles everything");
+            set_current_device(WORK_SLOTS as i32 + 2);
+            assert!(work_mark().is_none(), "a device past the slots settles nothing");
+            without_barriers();
+            set_current_device(3);
+            assert!(work_mark().is_none(), "nor does a thread whose calls carry no barrier");
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn a_barrier_names_each_call_of_another_channel_once() {

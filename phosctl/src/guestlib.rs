@@ -106,12 +106,21 @@ pub struct Offer {
     pub audit: PathBuf,
 }
 
+/// Make every soname in `dir` a link to `lib`. Other `phosctl run`s may be loading programs
+/// through the same directory at this moment: a link already right is left alone, and one to
+/// change is replaced in one step (a new link renamed over it), never removed first (a
+/// program loading then found the name missing, bypassed Phos for that library and said so).
 fn populate(dir: &Path, lib: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     for name in SONAMES {
         let link = dir.join(name);
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(lib, &link)?;
+        if std::fs::read_link(&link).is_ok_and(|to| to == lib) {
+            continue;
+        }
+        let new = dir.join(format!(".{name}.{}", std::process::id()));
+        let _ = std::fs::remove_file(&new);
+        std::os::unix::fs::symlink(lib, &new)?;
+        std::fs::rename(&new, &link)?;
     }
     Ok(())
 }
@@ -147,5 +156,15 @@ mod tests {
             assert_eq!(std::fs::read_link(&link).unwrap(), lib, "{name}");
         }
         assert!(super::SONAMES.contains(&"libcuda.so.1"));
+        // A link to something else is replaced; the rest stay as they are.
+        let other = dir.path().join("other");
+        std::fs::write(&other, b"").unwrap();
+        let first = links.join(super::SONAMES[0]);
+        std::fs::remove_file(&first).unwrap();
+        std::os::unix::fs::symlink(&other, &first).unwrap();
+        super::populate(&links, &lib).unwrap();
+        assert_eq!(std::fs::read_link(&first).unwrap(), lib);
+        let left: Vec<_> = std::fs::read_dir(&links).unwrap().filter_map(|e| e.ok()).collect();
+        assert_eq!(left.len(), super::SONAMES.len(), "no temporary link left behind");
     }
 }

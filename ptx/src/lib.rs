@@ -65,6 +65,7 @@
 
 pub mod access;
 mod ast;
+pub mod conditional;
 mod error;
 pub mod exec;
 pub mod instrument;

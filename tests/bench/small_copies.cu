@@ -1,8 +1,9 @@
 // Synchronous host<->device copies below and around the staging threshold: the time of one
 // `cudaMemcpy` (median and 10th percentile of REPS copies, default 2000) of pageable and
 // pinned memory at 4 KiB, 64 KiB, 256 KiB and 1 MiB each way, and the round trip of a
-// synchronous call that does no device work (`cudaStreamQuery`), and the time per copy of a
-// loop of 4 KiB and 64 KiB host-to-device copies ended by a synchronisation (`..._loop`).
+// synchronous call that does no device work (`cudaStreamQuery`), the time per copy of a
+// loop of 4 KiB and 64 KiB host-to-device copies ended by a synchronisation (`..._loop`), and
+// pageable host-to-device copies after kernels (`..._after_sync`, `..._after_kernel`).
 // Prints `metric value unit`
 // lines. On the `emu` backend a copy is a host memcpy, so through Phos the figures are Phos's
 // own overhead; on a GPU compare with the same program run natively.
@@ -30,6 +31,9 @@ using Clock = std::chrono::steady_clock;
 static double us_since(Clock::time_point t) {
     return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
 }
+
+// A kernel that does next to nothing (it leaves the memory as it was).
+__global__ void touch(char *p) { p[0] = p[0]; }
 
 int main(int argc, char **argv) {
     int reps = argc > 1 ? std::atoi(argv[1]) : 2000;
@@ -97,6 +101,33 @@ int main(int argc, char **argv) {
                 CHECK(cudaMemcpy(dev + (r % 8) * bytes, host, bytes, cudaMemcpyHostToDevice));
             CHECK(cudaDeviceSynchronize());
             std::printf("%s %.2f us\n", name, us_since(t) / reps);
+        }
+    }
+    // Pageable host-to-device copies in a process with page-locked memory whose kernels ran:
+    // after a kernel and a device synchronisation (no unfinished kernel can have written the
+    // page-locked memory, so the copy need not wait for the stream: `_after_sync`), and each
+    // right after a kernel (the copy waits for it, as CUDA's does: `_after_kernel`).
+    for (size_t bytes : {(size_t)4 << 10, (size_t)64 << 10}) {
+        for (int after_sync = 1; after_sync >= 0; after_sync--) {
+            char name[48];
+            std::snprintf(name, sizeof name, "h2d_%zuKiB_pageable_after_%s", bytes >> 10,
+                          after_sync ? "sync" : "kernel");
+            if (only && !std::strstr(name, only)) continue;
+            auto copy = [&] { CHECK(cudaMemcpy(dev, pageable.data(), bytes, cudaMemcpyHostToDevice)); };
+            touch<<<1, 1>>>(dev);
+            CHECK(cudaGetLastError());
+            CHECK(cudaDeviceSynchronize());
+            for (int i = 0; i < 10; i++) copy();
+            for (int r = 0; r < reps; r++) {
+                if (!after_sync) {
+                    touch<<<1, 1>>>(dev);
+                    CHECK(cudaGetLastError());
+                }
+                auto t = Clock::now();
+                copy();
+                lat[r] = us_since(t);
+            }
+            report(name, bytes);
         }
     }
     // The bytes arrive whole: a pageable round trip of the largest size.

@@ -330,9 +330,24 @@ fn a_corrupted_image_of_a_stopped_session_is_refused_before_anything_runs() {
 /// cut channel never delivered) must not run twice: every thread's checks of its buffer hold.
 #[test]
 fn a_multi_threaded_program_stopped_and_restored_again_and_again_passes() {
+    stopped_and_restored_again_and_again(TestRouter::start("emu"));
+}
+
+/// The same with each channel's launches submitted by a thread of their own (the default on
+/// a GPU machine): a stop waits for the launches queued before it.
+#[test]
+fn stopped_and_restored_again_and_again_with_queued_launches() {
+    stopped_and_restored_again_and_again(queued_launches_router());
+}
+
+/// A router whose API servers queue each channel's async launches for a submitter thread.
+fn queued_launches_router() -> TestRouter {
+    TestRouter::start_with("emu", |c| c.server_args.extend(["--launch-pipeline".into(), "on".into()]))
+}
+
+fn stopped_and_restored_again_and_again(router: TestRouter) {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "stream_traffic", &["-arch=sm_70"]);
-    let router = TestRouter::start("emu");
     let guest = start_guest(&router, &exe, &["3000"]);
     let id = session_id(&router);
     let image = tempfile::tempdir().unwrap();
@@ -361,9 +376,19 @@ fn a_multi_threaded_program_stopped_and_restored_again_and_again_passes() {
 /// image is the session between calls, and the program's output is unchanged.
 #[test]
 fn a_checkpoint_during_multi_stream_traffic_is_consistent() {
+    checkpoints_during_multi_stream_traffic(TestRouter::start("emu"));
+}
+
+/// The same with each channel's launches submitted by a thread of their own: the checkpoint's
+/// quiesce waits for the launches queued before it, so no image holds a kernel half-applied.
+#[test]
+fn a_checkpoint_during_multi_stream_traffic_with_queued_launches_is_consistent() {
+    checkpoints_during_multi_stream_traffic(queued_launches_router());
+}
+
+fn checkpoints_during_multi_stream_traffic(router: TestRouter) {
     let Some(nvcc) = nvcc() else { return };
     let exe = build_program(&nvcc, "stream_traffic", &["-arch=sm_70"]);
-    let router = TestRouter::start("emu");
     let guest = start_guest(&router, &exe, &["4000"]);
     let id = session_id(&router);
     std::thread::sleep(Duration::from_millis(500));

@@ -625,6 +625,53 @@ fn graph_nodes_are_checked() {
     g.call(&PhosGraphInstantiateRequest { graph: b }).unwrap();
 }
 
+/// Conditional handles and nodes: flags, graphs, handles, types and sizes a guest makes up are
+/// refused; a handle's cell holding any value only picks a body (or none); a launch whose cell
+/// was freed is refused.
+#[test]
+fn conditional_nodes_are_checked() {
+    let (_router, mut g) = open();
+    let a = g.call(&CudaGraphCreateRequest { flags: 0 }).unwrap().pGraph;
+    let b = g.call(&CudaGraphCreateRequest { flags: 0 }).unwrap().pGraph;
+    let handle = |g: &mut RawGuest, graph: u64, flags: u32| {
+        g.call(&PhosGraphConditionalHandleCreateRequest { graph, defaultLaunchValue: 0, flags }).map(|r| r.handle)
+    };
+    assert_eq!(handle(&mut g, a, 2).unwrap_err(), CudaError::InvalidValue.0);
+    assert!(handle(&mut g, 0xbad, 0).is_err());
+    let h = handle(&mut g, a, 0).unwrap();
+    let add = |g: &mut RawGuest, graph: u64, handle: u64, kind: i32, size: u32| {
+        g.call(&PhosGraphAddConditionalNodeRequest { graph, deps: &[], count: 0, handle, kind, size })
+            .map(|r| (r.node, r.bodies.len() / 8))
+    };
+    // A made-up handle, a handle of another graph, an unknown type, sizes the type does not take.
+    for (graph, handle, kind, size) in [(a, 0x1234, 0, 1), (b, h, 0, 1), (a, h, 9, 1), (a, h, 1, 2), (a, h, 0, 3)] {
+        assert_eq!(add(&mut g, graph, handle, kind, size).unwrap_err(), CudaError::InvalidValue.0);
+    }
+    for size in [0, 5000] {
+        assert_eq!(add(&mut g, a, h, 2, size).unwrap_err(), CudaError::InvalidValue.0);
+    }
+    let (_, bodies) = add(&mut g, a, h, 2, 3).unwrap();
+    assert_eq!(bodies, 3);
+    // Garbage in the cell: a switch runs no body.
+    let garbage = 0xdead_beefu32.to_ne_bytes();
+    g.call(&CudaMemcpyRequest {
+        dst: Ptr::Device(h),
+        src: Ptr::In(&garbage),
+        count: 4,
+        kind: consts::cudaMemcpyHostToDevice,
+        direction: consts::cudaMemcpyHostToDevice,
+    })
+    .unwrap();
+    let exec = g.call(&PhosGraphInstantiateRequest { graph: a }).unwrap().pGraphExec;
+    g.call(&CudaGraphLaunchRequest { graphExec: exec, stream: 0 }).unwrap();
+    g.call(&CudaDeviceSynchronizeRequest {}).unwrap();
+    // The cell freed: the launch is refused, the session goes on.
+    g.call(&CudaFreeRequest { devPtr: h }).unwrap();
+    let r = g.call(&CudaGraphLaunchRequest { graphExec: exec, stream: 0 });
+    assert_eq!(r.unwrap_err(), CudaError::InvalidValue.0);
+    g.call(&CudaDeviceSynchronizeRequest {}).unwrap();
+}
+
 /// Node queries and edits name nodes, graphs and executable graphs the session has: unknown
 /// handles, nodes of other types or graphs, a node set from itself, an oversized reply and an
 /// unknown operation are refused.

@@ -58,8 +58,10 @@ programs!(
     batch_and_graph_params,
     callbacks,
     capture_dependencies,
+    capture_errors,
     capture_threads,
     copy_async,
+    copy_settled,
     copy_sizes,
     device_api,
     device_functions,
@@ -127,6 +129,47 @@ fn over_the_socket_transport() {
     }
 }
 
+/// With each channel's async launches submitted by a thread of their own (the default on a
+/// GPU machine), programs that mix launches with copies, events, host functions, captures,
+/// device output and threads handing work to each other print what they print natively:
+/// nothing overtakes a queued launch.
+#[test]
+fn with_launches_submitted_by_their_own_thread() {
+    let Some(nvcc) = nvcc() else { return };
+    for name in [
+        "async_events",
+        "async_order",
+        "thread_handoff",
+        "host_threads",
+        "callbacks",
+        "capture_threads",
+        "graphs",
+        "printf_kernel",
+        "copy_async",
+        "streams_events",
+        "stream_traffic",
+    ] {
+        let exe = build_program(&nvcc, name, ARCH);
+        let out = std::process::Command::new(phos_tests::built("phosctl"))
+            .args(["run", "--backend", "emu", "--transport", "shm", "--"])
+            .arg(&exe)
+            .env("PHOS_GUEST_LIB", phos_tests::built("libphos_guest.so"))
+            .env("PHOS_LAUNCH_PIPELINE", "on")
+            .env("PHOS_LOG", "info,phos_api_server::pipeline=debug")
+            .output()
+            .expect("running phosctl");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name} failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+        assert_eq!(stdout, expected(name), "{name}: output differs from the native run\nstderr:\n{stderr}");
+        // (Captured launches, a printing kernel's and those whose shape is new, which the
+        // guest waits for, are not queued: those programs check that the rest keeps order.)
+        let queued = stderr.contains("the channel's launches go to a submitter thread");
+        let waits = ["capture_threads", "printf_kernel", "streams_events"];
+        assert!(queued || waits.contains(&name), "{name}: no launch was queued:\n{stderr}");
+    }
+}
+
 #[test]
 fn every_program_is_tested() {
     let mut on_disk: Vec<String> = std::fs::read_dir(cuda_dir())
@@ -178,8 +221,21 @@ fn programs_of_newer_cuda() {
     }
 }
 
+/// Conditional graph nodes: CUDA 12.4's and later nvcc builds the program as any other; older
+/// ones (CI's 11.8) cannot link a kernel calling `cudaGraphSetConditional` into machine code, so
+/// the program is PTX only there, which Phos runs (emu from the PTX, as always).
+#[test]
+fn graph_conditional() {
+    let Some(nvcc) = nvcc() else { return };
+    let flags: &[&str] =
+        if nvcc_release(&nvcc) >= (12, 4) { ARCH } else { &["-gencode", "arch=compute_70,code=compute_70"] };
+    let exe = build_program(&nvcc, "graph_conditional", flags);
+    emu_run(&exe, "graph_conditional");
+}
+
 /// Programs with a test of their own below.
 const TESTED_APART: &[&str] = &[
+    "graph_conditional",
     "runtime_and_driver",
     "rewriter",
     "driver_api",
@@ -728,6 +784,29 @@ fn small_and_device_to_device_copies_make_a_constant_number_of_round_trips() {
     assert_eq!((few, few_copies), (many, many_copies), "round trips grow with the rounds");
     // 27 more rounds: 5 pageable copies, an async one and 4 device-to-device ones each.
     assert!(many_async >= few_async + 27 * 10, "{few_async} async calls for 3 rounds, {many_async} for 30");
+}
+
+/// Small synchronous pageable copies in a process whose kernels write page-locked memory
+/// (tests/cuda/copy_settled.cu): a copy after a kernel not known finished waits, and the host
+/// then reads what the kernel wrote; the copies after a device synchronisation, or after a
+/// synchronous device-to-host copy that followed the legacy stream's kernels, go without
+/// waiting. A copy that waits goes through the staging slots (`phosMemcpyStaged`), one that
+/// does not as an async `cudaMemcpy`. Per round, the copies that wait: after the legacy
+/// stream's kernel one host-to-device copy, after the next the device-to-host one, after the
+/// blocking stream's kernel the device-to-host copy and two more, and in the threads' part the
+/// one after the threads and at most the copier's 8; 26 waited before (every copy after the
+/// first kernel).
+#[test]
+fn copies_after_finished_kernels_go_without_waiting() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "copy_settled", ARCH);
+    let calls = |n| {
+        let p = Profile::of(&exe, "copy_settled", n);
+        p.sync_calls("cudaMemcpy") + p.sync_calls("phosMemcpyStaged")
+    };
+    let (few, many) = (calls(2), calls(12));
+    let per_round = (many - few) as f64 / 10.0;
+    assert!((6.0..=14.0).contains(&per_round), "{few} waited copies for 2 rounds, {many} for 12");
 }
 
 /// The synchronous calls of `cublaslt_async_matmuls` with `matmuls` matmuls (PHOS_PROFILE's

@@ -12,8 +12,9 @@ use phos_protocol::apis::HandleKind;
 
 use super::handles::{HandleTable, NewHandle};
 use crate::capture::{
-    CaptureState, Ended, Graph, GraphOp, NODE_GRAPH, NODE_KERNEL, NODE_MEM_ALLOC, NODE_MEM_FREE, NODE_MEMCPY,
-    NODE_MEMSET, Node, UPDATE_SUCCESS, UPDATE_TOPOLOGY_CHANGED, effective_ops, find_marker,
+    COND_IF, COND_SWITCH, COND_WHILE, CaptureState, Ended, Graph, GraphOp, NODE_CONDITIONAL, NODE_GRAPH, NODE_KERNEL,
+    NODE_MEM_ALLOC, NODE_MEM_FREE, NODE_MEMCPY, NODE_MEMSET, Node, UPDATE_SUCCESS, UPDATE_TOPOLOGY_CHANGED,
+    effective_ops, find_marker,
 };
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -21,6 +22,24 @@ use std::sync::Arc;
 /// How deep child graphs may nest (a guest cannot make a cycle of them: a child is copied
 /// when added, but a deep chain is refused rather than recursed without end).
 const MAX_NESTING: usize = 64;
+
+/// The most bodies a `switch` conditional node may have (CUDA names no limit; a guest's size
+/// is bounded so that it cannot make the server hold any number of graphs at once).
+pub const MAX_SWITCH_BODIES: u32 = 1024;
+
+/// The most conditional handles a session may hold (each is a cell of its memory).
+pub const MAX_CONDITIONALS: usize = 1 << 16;
+
+/// A conditional node's handle (`cudaGraphConditionalHandleCreate`), by its value: the device
+/// address of a 4-byte cell of the session's memory, which kernels set and launches read.
+#[derive(Clone, Copy, Debug)]
+struct Conditional {
+    /// The graph it was made for: its conditional node is in it or in a body nested in it.
+    graph: u64,
+    default: u32,
+    /// `cudaGraphCondAssignDefault`: every launch sets the cell to `default` first.
+    assign_default: bool,
+}
 
 /// What [`GraphRegistry::query`] answers.
 pub mod query {
@@ -48,6 +67,16 @@ pub struct GraphRegistry {
     execs: Mutex<HandleTable<Vec<GraphOp>>>,
     /// The blocks of graph allocations (taken after the other locks).
     mem: Mutex<GraphMemory>,
+    /// Conditional handles by value, and the graph each conditional node's body graph belongs
+    /// to (taken after the other locks).
+    conditionals: Mutex<Conditionals>,
+}
+
+#[derive(Default)]
+struct Conditionals {
+    handles: HashMap<u64, Conditional>,
+    /// A body graph -> the graph of its conditional node.
+    parents: HashMap<u64, u64>,
 }
 
 /// A graph allocation: a block of the session's memory reserved by an allocation node when it
@@ -133,6 +162,109 @@ impl GraphRegistry {
             nodes,
             execs: Mutex::new(HandleTable::new(HandleKind::GraphExec, limits.execs)),
             mem: Mutex::new(GraphMemory::default()),
+            conditionals: Mutex::new(Conditionals::default()),
+        }
+    }
+
+    /// `cudaGraphConditionalHandleCreate`: the handle whose cell is at `cell` (4 bytes of the
+    /// session's memory the caller allocated, and frees again when this fails), for `graph`.
+    /// `cudaErrorInvalidValue` for flags other than `cudaGraphCondAssignDefault`,
+    /// `cudaErrorMemoryAllocation` past the session's number of handles.
+    pub fn add_conditional_handle(&self, graph: u64, cell: u64, default: u32, flags: u32) -> Result<(), CudaError> {
+        if flags > 1 {
+            return Err(CudaError::InvalidValue);
+        }
+        self.graphs.lock().get(graph)?;
+        let mut c = self.conditionals.lock();
+        if c.handles.len() >= MAX_CONDITIONALS {
+            return Err(CudaError::MemoryAllocation);
+        }
+        c.handles.insert(cell, Conditional { graph, default, assign_default: flags == 1 });
+        Ok(())
+    }
+
+    /// Whether the session holds conditional handles, which checkpoints do not hold.
+    pub fn holds_conditionals(&self) -> bool {
+        !self.conditionals.lock().handles.is_empty()
+    }
+
+    /// Add a conditional node of `kind` with `size` bodies to `graph` after the nodes at `deps`:
+    /// its handle and its body graphs (empty graphs of the session the node owns). The handle
+    /// must be one made for `graph` or for a graph `graph` is a body of (nested at most
+    /// `MAX_NESTING` deep); an `if` has 1 or 2 bodies, a `while` 1, a `switch` 1 to
+    /// [`MAX_SWITCH_BODIES`]. `cudaErrorInvalidValue` otherwise.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_conditional_node(
+        &self,
+        graph: u64,
+        deps: Vec<usize>,
+        handle: u64,
+        kind: i32,
+        size: u32,
+        graphs_full: &dyn Fn() -> CudaError,
+        nodes_full: &dyn Fn() -> CudaError,
+    ) -> Result<(u64, Vec<u64>), CudaError> {
+        let sizes = match kind {
+            COND_IF => 1..=2,
+            COND_WHILE => 1..=1,
+            COND_SWITCH => 1..=MAX_SWITCH_BODIES,
+            _ => return Err(CudaError::InvalidValue),
+        };
+        if !sizes.contains(&size) {
+            return Err(CudaError::InvalidValue);
+        }
+        {
+            let c = self.conditionals.lock();
+            let owner = c.handles.get(&handle).ok_or(CudaError::InvalidValue)?.graph;
+            // `graph`, then the graphs it is a body of, outwards.
+            let mut at = graph;
+            let mut depth = 0;
+            while at != owner {
+                at = *c.parents.get(&at).ok_or(CudaError::InvalidValue)?;
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return Err(CudaError::InvalidValue);
+                }
+            }
+            let mut depth = 0;
+            let mut at = graph;
+            while let Some(&up) = c.parents.get(&at) {
+                at = up;
+                depth += 1;
+                if depth >= MAX_NESTING {
+                    return Err(CudaError::InvalidValue);
+                }
+            }
+        }
+        let mut bodies = Vec::with_capacity(size as usize);
+        {
+            let mut graphs = self.graphs.lock();
+            graphs.get(graph)?;
+            for _ in 0..size {
+                match graphs.add(Graph::default(), &NewHandle { forced: None, full: graphs_full }) {
+                    Ok(b) => bodies.push(b),
+                    Err(e) => {
+                        for b in bodies {
+                            graphs.remove(b).ok();
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        let op = GraphOp::Conditional { handle, kind, bodies: bodies.clone() };
+        match self.add_node(graph, NODE_CONDITIONAL, vec![op.clone()], deps, nodes_full) {
+            Ok(node) => {
+                let mut c = self.conditionals.lock();
+                for &b in &bodies {
+                    c.parents.insert(b, graph);
+                }
+                Ok((node, bodies))
+            }
+            Err(e) => {
+                drop_children(&mut self.graphs.lock(), &mut self.nodes.lock(), &[op]);
+                Err(e)
+            }
         }
     }
 
@@ -155,19 +287,37 @@ impl GraphRegistry {
         })
     }
 
+    /// `cudaStreamBeginCaptureToGraph`: a capture of `stream` into the existing `graph`, its
+    /// first work after the nodes `deps` (handles, 8 bytes each, of nodes of `graph`).
+    /// `cudaErrorIllegalState` when the stream captures already, `cudaErrorInvalidValue` for a
+    /// node of another graph.
+    pub fn begin_capture_to_graph(&self, stream: u64, graph: u64, deps: &[u8]) -> Result<(), CudaError> {
+        let deps = deps.chunks_exact(8).map(|h| u64::from_ne_bytes(h.try_into().expect("8 bytes"))).collect();
+        self.captures.update(|c| {
+            self.graphs.lock().get(graph)?;
+            c.begin_into(stream, graph, deps, true)
+        })
+    }
+
     /// `cudaStreamEndCapture`: the graph the capture of `stream` grew. An invalidated capture's
-    /// graph is destroyed (`cudaErrorStreamCaptureInvalidated`), and so is one that could not
-    /// take a node: `cudaErrorMemoryAllocation`, which the caller reports as the session's
-    /// limit of nodes.
+    /// graph is destroyed (`cudaErrorStreamCaptureInvalidated`), and so is one with a fork not
+    /// joined back (`cudaErrorStreamCaptureUnjoined`) and one that could not take a node:
+    /// `cudaErrorMemoryAllocation`, which the caller reports as the session's limit of nodes.
+    /// A graph that was the application's before the capture (`cudaStreamBeginCaptureToGraph`)
+    /// stays, with the nodes captured into it.
     pub fn end_capture(&self, stream: u64) -> Result<u64, CudaError> {
-        let (graph, failed) = match self.captures.update(|c| c.end(stream))? {
+        let (ended, existing) = self.captures.update(|c| c.end(stream))?;
+        let (graph, failed) = match ended {
             Ended::Graph(g) => (g, None),
             Ended::Invalidated(g) => (g, Some(CudaError::StreamCaptureInvalidated)),
             Ended::NodesFull(g) => (g, Some(CudaError::MemoryAllocation)),
+            Ended::Unjoined(g) => (g, Some(CudaError::StreamCaptureUnjoined)),
         };
         if let Some(e) = failed {
             // Its allocation nodes' blocks stay reserved (still marked as a capture's).
-            self.destroy(graph).ok();
+            if !existing {
+                self.destroy(graph).ok();
+            }
             return Err(e);
         }
         let graphs = self.graphs.lock();
@@ -321,7 +471,7 @@ impl GraphRegistry {
             let kind = graphs.get(from_graph)?.nodes[from_index].kind;
             let target = &mut graphs.get_mut(graph)?.nodes[index];
             // Memory nodes have no setters in CUDA.
-            if target.kind != kind || [NODE_GRAPH, NODE_MEM_ALLOC, NODE_MEM_FREE].contains(&kind) {
+            if target.kind != kind || [NODE_GRAPH, NODE_MEM_ALLOC, NODE_MEM_FREE, NODE_CONDITIONAL].contains(&kind) {
                 return Err(CudaError::InvalidValue);
             }
         }
@@ -364,7 +514,9 @@ impl GraphRegistry {
         // The node's type as its graph says, when the graph is still there.
         let kind_old = self.node_kind(node).ok();
         let result = new.and_then(|mut new| {
-            if kind_old.is_some_and(|k| k != kind_new) || [NODE_MEM_ALLOC, NODE_MEM_FREE].contains(&kind_new) {
+            if kind_old.is_some_and(|k| k != kind_new)
+                || [NODE_MEM_ALLOC, NODE_MEM_FREE, NODE_CONDITIONAL].contains(&kind_new)
+            {
                 return Err(CudaError::InvalidValue);
             }
             let mut execs = self.execs.lock();
@@ -540,13 +692,54 @@ impl GraphRegistry {
             out.push(GraphOp::Node { handle: g.nodes[i].handle, ops, enabled: true });
             out.extend(work);
         }
-        Ok(out)
+        Ok(self.with_defaults(out))
+    }
+
+    /// `ops` after the setting of each conditional handle they read that was made with
+    /// `cudaGraphCondAssignDefault` to its default (a 4-byte copy to its cell, first thing at
+    /// every launch). A handle no longer known (a device reset) is left alone: the launch
+    /// refuses it.
+    fn with_defaults(&self, ops: Vec<GraphOp>) -> Vec<GraphOp> {
+        fn read(ops: &[GraphOp], out: &mut Vec<u64>) {
+            for op in ops {
+                if let GraphOp::ConditionalRun { handle, bodies, .. } = op {
+                    if !out.contains(handle) {
+                        out.push(*handle);
+                    }
+                    for b in bodies {
+                        read(b, out);
+                    }
+                }
+            }
+        }
+        let mut handles = Vec::new();
+        read(&ops, &mut handles);
+        if handles.is_empty() {
+            return ops;
+        }
+        let c = self.conditionals.lock();
+        let mut out: Vec<GraphOp> = handles
+            .iter()
+            .filter_map(|h| c.handles.get(h).filter(|k| k.assign_default).map(|k| (h, k.default)))
+            .map(|(&dst, value)| GraphOp::CopyToDevice {
+                dst,
+                dpitch: 4,
+                data: value.to_ne_bytes().to_vec(),
+                width: 4,
+                height: 1,
+            })
+            .collect();
+        out.extend(ops);
+        out
     }
 
     /// The work of `graph`, ordered by its dependencies.
     pub fn ordered_ops(&self, graph: u64) -> Result<Vec<GraphOp>, CudaError> {
-        let graphs = self.graphs.lock();
-        expand(&graphs, &graphs.get(graph)?.order()?, 0)
+        let ops = {
+            let graphs = self.graphs.lock();
+            expand(&graphs, &graphs.get(graph)?.order()?, 0)?
+        };
+        Ok(self.with_defaults(ops))
     }
 
     /// The (function, data) of an executable graph's host nodes, in launch order.
@@ -855,6 +1048,7 @@ impl GraphRegistry {
         self.execs.lock().drain();
         self.nodes.lock().drain();
         *self.mem.lock() = GraphMemory::default();
+        *self.conditionals.lock() = Conditionals::default();
     }
 }
 
@@ -916,6 +1110,11 @@ fn node_params(node: &Node) -> Vec<u64> {
         Some(GraphOp::EventRecord { event }) => vec![7, *event],
         Some(GraphOp::MemAlloc { dptr, size, device }) => vec![10, *dptr, *size, *device as u64],
         Some(GraphOp::MemFree { dptr }) => vec![11, *dptr],
+        Some(GraphOp::Conditional { handle, kind, bodies }) => {
+            let mut w = vec![13, *handle, *kind as u64, bodies.len() as u64];
+            w.extend(bodies);
+            w
+        }
         // An empty node, a library call (parameters the guest cannot read), a child graph
         // node of an older image (its work copied in).
         _ => vec![u64::MAX],
@@ -931,6 +1130,29 @@ fn expand(graphs: &HandleTable<Graph>, ops: &[GraphOp], depth: usize) -> Result<
     for op in ops {
         match op {
             GraphOp::Child { graph } => out.extend(expand(graphs, &graphs.get(*graph)?.order()?, depth + 1)?),
+            GraphOp::Conditional { handle, kind, bodies } => {
+                let mut work = Vec::with_capacity(bodies.len());
+                for b in bodies {
+                    let body = expand(graphs, &graphs.get(*b)?.order()?, depth + 1)?;
+                    // What CUDA allows in a body: kernel, empty, child graph, memset, copy and
+                    // conditional nodes.
+                    let allowed = |op: &GraphOp| {
+                        !matches!(
+                            op,
+                            GraphOp::Host { .. }
+                                | GraphOp::EventRecord { .. }
+                                | GraphOp::EventWait { .. }
+                                | GraphOp::MemAlloc { .. }
+                                | GraphOp::MemFree { .. }
+                        )
+                    };
+                    if !body.iter().all(allowed) {
+                        return Err(CudaError::InvalidValue);
+                    }
+                    work.push(body);
+                }
+                out.push(GraphOp::ConditionalRun { handle: *handle, kind: *kind, bodies: work });
+            }
             op => out.push(op.clone()),
         }
     }
@@ -940,12 +1162,17 @@ fn expand(graphs: &HandleTable<Graph>, ops: &[GraphOp], depth: usize) -> Result<
 /// Destroy the graphs child graph nodes' `ops` own.
 fn drop_children(graphs: &mut HandleTable<Graph>, nodes: &mut HandleTable<(u64, usize)>, ops: &[GraphOp]) {
     for op in ops {
-        if let GraphOp::Child { graph } = op
-            && let Ok(g) = graphs.remove(*graph)
-        {
-            nodes.retain(|(owner, _)| owner != graph);
-            for n in &g.nodes {
-                drop_children(graphs, nodes, &n.ops);
+        let owned: &[u64] = match op {
+            GraphOp::Child { graph } => std::slice::from_ref(graph),
+            GraphOp::Conditional { bodies, .. } => bodies,
+            _ => continue,
+        };
+        for graph in owned {
+            if let Ok(g) = graphs.remove(*graph) {
+                nodes.retain(|(owner, _)| owner != graph);
+                for n in &g.nodes {
+                    drop_children(graphs, nodes, &n.ops);
+                }
             }
         }
     }
@@ -965,7 +1192,12 @@ fn clone_into(
     }
     for n in &mut g.nodes {
         for op in &mut n.ops {
-            if let GraphOp::Child { graph } = op {
+            let owned: &mut [u64] = match op {
+                GraphOp::Child { graph } => std::slice::from_mut(graph),
+                GraphOp::Conditional { bodies, .. } => bodies,
+                _ => continue,
+            };
+            for graph in owned {
                 let child = graphs.get(*graph)?.clone();
                 *graph = clone_into(graphs, nodes, child, &NewHandle { forced: None, full: new.full }, depth + 1)?;
             }
@@ -1199,6 +1431,60 @@ mod tests {
             ops.iter().any(|op| matches!(op, GraphOp::Kernel { shared_mem: 16, cooperative: true, .. })),
             "{ops:?}"
         );
+    }
+
+    #[test]
+    fn conditional_nodes_own_their_bodies_and_run_as_their_work() {
+        let full = || CudaError::MemoryAllocation;
+        let new = NewHandle { forced: None, full: &full };
+        // Room for the bodies and a clone's copies of them.
+        let r = GraphRegistry::new(GraphLimits { graphs: 16, nodes: 64, execs: 8 });
+        let g = r.create(&new).unwrap();
+        let other = r.create(&new).unwrap();
+        assert_eq!(r.add_conditional_handle(g, 0x9000, 1, 2), Err(CudaError::InvalidValue));
+        r.add_conditional_handle(g, 0x9000, 1, 1).unwrap();
+        r.add_conditional_handle(other, 0x9100, 0, 0).unwrap();
+        assert!(r.holds_conditionals());
+        // Sizes a type does not take, a handle of another graph, a type CUDA has not.
+        for (handle, kind, size) in
+            [(0x9000, COND_WHILE, 2), (0x9000, COND_IF, 3), (0x9100, COND_IF, 1), (0x9000, 7, 1)]
+        {
+            assert_eq!(
+                r.add_conditional_node(g, vec![], handle, kind, size, &full, &full).unwrap_err(),
+                CudaError::InvalidValue
+            );
+        }
+        let (node, bodies) = r.add_conditional_node(g, vec![], 0x9000, COND_IF, 2, &full, &full).unwrap();
+        assert_eq!(r.node_kind(node).unwrap(), NODE_CONDITIONAL);
+        assert_eq!(r.query(query::PARAMS, node).unwrap(), vec![13, 0x9000, COND_IF as u64, 2, bodies[0], bodies[1]]);
+        let memset = GraphOp::Memset { dst: 0x1000, pitch: 4, value: 3, width: 4, height: 1 };
+        r.add_node(bodies[0], NODE_MEMSET, vec![memset.clone()], vec![], &full).unwrap();
+        // A body may hold a conditional node of the outer graph's handle.
+        let (inner, _) = r.add_conditional_node(bodies[0], vec![0], 0x9000, COND_WHILE, 1, &full, &full).unwrap();
+        assert_eq!(r.node_kind(inner).unwrap(), NODE_CONDITIONAL);
+        let exec = r.instantiate(g, &new).unwrap();
+        let ops = r.exec_ops(exec).unwrap();
+        let default =
+            GraphOp::CopyToDevice { dst: 0x9000, dpitch: 4, data: 1u32.to_ne_bytes().to_vec(), width: 4, height: 1 };
+        let nested = GraphOp::ConditionalRun { handle: 0x9000, kind: COND_WHILE, bodies: vec![vec![]] };
+        let run = GraphOp::ConditionalRun { handle: 0x9000, kind: COND_IF, bodies: vec![vec![memset, nested], vec![]] };
+        assert_eq!(ops, vec![default, run], "the default first, then the node's work");
+        assert_eq!(r.update_exec(exec, g).unwrap(), UPDATE_SUCCESS);
+        // No setters; a clone copies the bodies; a host node is no body's.
+        let scratch = r.create(&new).unwrap();
+        let from = r.add_conditional_node(scratch, vec![], 0x9000, COND_IF, 1, &full, &full);
+        assert_eq!(from.unwrap_err(), CudaError::InvalidValue, "a handle of another graph");
+        let clone = r.clone_graph(g, &new).unwrap();
+        let (first, _) = r.nodes(clone, 1).unwrap();
+        let cloned = r.query(query::PARAMS, u64::from_ne_bytes(first[..8].try_into().unwrap())).unwrap();
+        assert!(cloned[4] != bodies[0] && cloned[5] != bodies[1]);
+        r.add_node(bodies[1], crate::capture::NODE_HOST, vec![GraphOp::Host { func: 1, data: 2 }], vec![], &full)
+            .unwrap();
+        assert_eq!(r.instantiate(g, &new).unwrap_err(), CudaError::InvalidValue);
+        // The bodies go with their graph.
+        r.destroy(g).unwrap();
+        assert!(r.nodes(bodies[0], 0).is_err() && r.nodes(bodies[1], 0).is_err());
+        assert_eq!(r.exec_ops(exec).unwrap().len(), 2, "the executable graph keeps its work");
     }
 
     #[test]

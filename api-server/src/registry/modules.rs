@@ -21,6 +21,52 @@ use crate::backend::Raw;
 use crate::backend::prelude::*;
 use crate::speculation::ModuleCode;
 
+/// A module image whose kernels call `cudaGraphSetConditional` (a builtin of CUDA's device
+/// runtime), as the backends load it: its PTX with each call made a store of the value to the
+/// handle, which is the address of the handle's cell ([`phos_ptx::conditional`]), NUL-ended.
+/// `None` for an image that does not name the function (nearly all: one byte search). An image
+/// that names it without PTX to rewrite (machine code only), or whose calls cannot be
+/// rewritten, is refused, by name.
+fn lower_conditionals(image: &[u8]) -> Result<Option<Vec<u8>>, CudaError> {
+    use phos_ptx::conditional::{SET_CONDITIONAL, calls_set_conditional, lower_set_conditional};
+    if !names_set_conditional(image) {
+        return Ok(None);
+    }
+    let refuse = |why: String| {
+        tracing::warn!("a module calling {SET_CONDITIONAL} is refused: {why}");
+        CudaError::NotSupported
+    };
+    let ptx = crate::backend::emu::ptx_of(image)
+        .map_err(|e| refuse(format!("its image does not read ({e})")))?
+        .ok_or_else(|| refuse("it has no PTX to rewrite (machine code only): build it with PTX".into()))?;
+    let mut module = phos_ptx::parse(&ptx).map_err(|e| refuse(format!("its PTX does not parse ({e})")))?;
+    if !calls_set_conditional(&module) {
+        return Ok(None);
+    }
+    lower_set_conditional(&mut module).map_err(|e| refuse(e.to_string()))?;
+    let mut text = module.to_string().into_bytes();
+    text.push(0);
+    Ok(Some(text))
+}
+
+/// Whether a module image names `cudaGraphSetConditional`: in its bytes, or in the text of a
+/// compressed PTX entry of a fat binary (CUDA 13's zstd leaves no name readable in the bytes).
+fn names_set_conditional(image: &[u8]) -> bool {
+    let name = phos_ptx::conditional::SET_CONDITIONAL.as_bytes();
+    let has = |bytes: &[u8]| bytes.windows(name.len()).any(|w| w == name);
+    if has(image) {
+        return true;
+    }
+    if !image.starts_with(&0xBA55_ED50u32.to_le_bytes()) {
+        return false;
+    }
+    let Ok(fatbin) = phos_fatbin::FatBinary::parse(image) else { return false };
+    fatbin
+        .entries()
+        .flatten()
+        .any(|e| e.kind == phos_fatbin::EntryKind::Ptx && e.compressed && e.payload().is_ok_and(|p| has(&p)))
+}
+
 struct Module {
     raw: Raw,
     device: i32,
@@ -101,6 +147,8 @@ impl ModuleRegistry {
         if let Some(&h) = loaded.get(&(device, actual)) {
             return Ok(h);
         }
+        let lowered = lower_conditionals(image)?;
+        let image = lowered.as_deref().unwrap_or(image);
         let module = backend.module_load(device, image)?;
         for &(_, addr, size) in &module.variables {
             memory.add_external(addr, size);

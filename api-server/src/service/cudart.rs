@@ -16,9 +16,13 @@ use phos_protocol::{CudaError, Ptr};
 use super::{CallCx, Session};
 use crate::backend::{Copy2D, StreamRef};
 use crate::capture::{
-    GraphOp, NODE_EMPTY, NODE_EVENT_RECORD, NODE_HOST, NODE_KERNEL, NODE_MEMCPY, NODE_MEMSET, NODE_WAIT_EVENT,
+    COND_IF, COND_SWITCH, COND_WHILE, GraphOp, NODE_EMPTY, NODE_EVENT_RECORD, NODE_HOST, NODE_KERNEL, NODE_MEMCPY,
+    NODE_MEMSET, NODE_WAIT_EVENT,
 };
 use crate::dispatch::cudart::CudartService;
+
+/// `cudaStreamNonBlocking`: a stream that does not synchronise with the legacy stream.
+const STREAM_NON_BLOCKING: u32 = 0x1;
 
 /// The work of the runtime API's calls, shared by several of them.
 impl Session {
@@ -74,6 +78,30 @@ impl Session {
     /// says) that a free node may free.
     fn is_async_block(&self, dptr: u64, async_block: i32) -> bool {
         async_block == 1 && self.objects.memory.allocation_at(dptr).is_some_and(|a| a.addr == dptr)
+    }
+
+    /// Work on the legacy stream (`stream` 0 or 1; `None`: a synchronous call, which runs on
+    /// it) while a stream of the calling device that was not created with
+    /// `cudaStreamNonBlocking` captures: the legacy stream would wait on the capturing stream,
+    /// so CUDA refuses it (`cudaErrorStreamCaptureImplicit`) and the capture is invalidated.
+    fn legacy_use(&self, cx: &CallCx, stream: Option<u64>) -> Result<(), CudaError> {
+        if stream.is_some_and(|s| s > 1) {
+            return Ok(());
+        }
+        let Some(mut captures) = self.objects.graphs.captures.active() else { return Ok(()) };
+        let mut implicit = false;
+        for (member, id) in captures.members() {
+            let blocking = self
+                .objects
+                .streams
+                .facts(member, cx.device)
+                .is_ok_and(|(flags, _, device)| device == cx.device && flags & STREAM_NON_BLOCKING == 0);
+            if blocking {
+                captures.invalidate(id);
+                implicit = true;
+            }
+        }
+        if implicit { Err(CudaError::StreamCaptureImplicit) } else { Ok(()) }
     }
 
     /// A 1D copy in a capturing stream: recorded (device to device, host to device with the
@@ -210,7 +238,13 @@ impl Session {
                 GraphOp::EventWait { event } => b.stream_wait_event(on, self.objects.events.resolve(*event)?)?,
                 // Markers and child graphs are resolved when the executable graph is made; an
                 // allocation's block is reserved when its node is made, made live at launch.
-                GraphOp::Node { .. } | GraphOp::Child { .. } | GraphOp::MemAlloc { .. } => {}
+                GraphOp::Node { .. }
+                | GraphOp::Child { .. }
+                | GraphOp::MemAlloc { .. }
+                | GraphOp::Conditional { .. } => {}
+                GraphOp::ConditionalRun { handle, kind, bodies } => {
+                    self.run_conditional(cx, (*handle, *kind), bodies, stream)?
+                }
                 GraphOp::MemFree { dptr } => {
                     // A graph allocation was freed at launch; a block of cudaMallocAsync's is
                     // freed once the stream's earlier work is done.
@@ -252,6 +286,53 @@ impl Session {
                     return Err(CudaError::InvalidValue);
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// A conditional node of a launch: once the stream's earlier work is done, its cell says
+    /// which body runs (`if`: the first for non-zero, else the second if there is one;
+    /// `switch`: the body of that index, none past the last), or whether the body runs again
+    /// (`while`: read again after each run). Its bodies run on the launch's stream.
+    fn run_conditional(
+        &self,
+        cx: &CallCx,
+        (handle, kind): (u64, i32),
+        bodies: &[Vec<GraphOp>],
+        stream: u64,
+    ) -> Result<(), CudaError> {
+        let on = self.objects.streams.resolve(stream)?;
+        let b = self.backend();
+        let read = || -> Result<u32, CudaError> {
+            b.stream_synchronize(on)?;
+            // The cell is checked again: a device reset frees the session's memory.
+            if !self.objects.memory.contains(handle, 4) {
+                crate::guest_warn!(self.id, "cudaGraphLaunch: a conditional node's handle is no longer allocated");
+                return Err(CudaError::InvalidValue);
+            }
+            let mut cell = [0u8; 4];
+            b.memcpy_dtoh(&mut cell, handle, Some(on))?;
+            Ok(u32::from_ne_bytes(cell))
+        };
+        match kind {
+            COND_IF => {
+                let body = if read()? != 0 { bodies.first() } else { bodies.get(1) };
+                if let Some(body) = body {
+                    self.replay(cx, body, stream, None)?;
+                }
+            }
+            COND_WHILE => {
+                let body = bodies.first().ok_or(CudaError::InvalidValue)?;
+                while read()? != 0 {
+                    self.replay(cx, body, stream, None)?;
+                }
+            }
+            COND_SWITCH => {
+                if let Some(body) = bodies.get(read()? as usize) {
+                    self.replay(cx, body, stream, None)?;
+                }
+            }
+            _ => return Err(CudaError::InvalidValue),
         }
         Ok(())
     }
@@ -356,6 +437,7 @@ impl Session {
             let op = || GraphOp::Kernel { function, grid, block, shared_mem, params: params.to_vec(), cooperative };
             return self.objects.graphs.captures.lock().record(stream, op).unwrap_or(Ok(()));
         }
+        self.legacy_use(cx, Some(stream))?;
         let stream = self.objects.streams.resolve(stream)?;
         self.objects.devices.check_launch(self.backend(), cx.device, grid, block, shared_mem)?;
         let timed = self.hooks.active() && crate::timing::on();
@@ -367,6 +449,31 @@ impl Session {
             Some(c) => (c.function, &c.params[..]),
             None => (raw, params),
         };
+        if let Some((queue, call_id)) = &cx.launches {
+            // Checked: the channel's submitter launches it while this thread goes on (see
+            // crate::pipeline for what may be queued), or, where it may not, the launches
+            // queued before it go first.
+            if checked.is_none()
+                && !cooperative
+                && !cx.measure
+                && stream != StreamRef::PerThread
+                && !self.hooks.active()
+            {
+                queue.push(crate::pipeline::QueuedLaunch {
+                    call_id: *call_id,
+                    device: cx.device,
+                    function: raw,
+                    grid,
+                    block,
+                    shared_mem,
+                    stream,
+                    params: crate::pipeline::Params::new(params),
+                });
+                cx.queued.set(true);
+                return Ok(());
+            }
+            queue.drain();
+        }
         let mut printed = Vec::new();
         let view = self.objects.memory.view();
         let r = self.backend().launch(
@@ -593,15 +700,17 @@ impl CudartService for Session {
         Ok(CudaIpcOpenEventHandleReply { event: self.ipc_open_event_handle(cx, &req.handle.reserved)? })
     }
 
-    fn cuda_memcpy(&self, _: &CallCx, req: CudaMemcpyRequest<'_>) -> Result<CudaMemcpyReply, CudaError> {
+    fn cuda_memcpy(&self, cx: &CallCx, req: CudaMemcpyRequest<'_>) -> Result<CudaMemcpyReply, CudaError> {
+        self.legacy_use(cx, None)?;
         Ok(CudaMemcpyReply { dst: self.copy(&req.dst, &req.src, req.count, None)? })
     }
 
     fn cuda_memcpy_async(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: CudaMemcpyAsyncRequest<'_>,
     ) -> Result<CudaMemcpyAsyncReply, CudaError> {
+        self.legacy_use(cx, Some(req.stream))?;
         let stream = self.objects.streams.resolve(req.stream)?;
         if let Some(r) = self.capture_copy(req.stream, &req.dst, &req.src, req.count) {
             return r.map(|_| CudaMemcpyAsyncReply { dst: None });
@@ -609,13 +718,15 @@ impl CudartService for Session {
         Ok(CudaMemcpyAsyncReply { dst: self.copy(&req.dst, &req.src, req.count, Some(stream))? })
     }
 
-    fn cuda_memset(&self, _: &CallCx, req: CudaMemsetRequest) -> Result<CudaMemsetReply, CudaError> {
+    fn cuda_memset(&self, cx: &CallCx, req: CudaMemsetRequest) -> Result<CudaMemsetReply, CudaError> {
+        self.legacy_use(cx, None)?;
         // CUDA sets each byte to the value's low byte.
         self.backend().memset(req.devPtr, req.value as u8, req.count, None)?;
         Ok(CudaMemsetReply {})
     }
 
-    fn cuda_memset_async(&self, _: &CallCx, req: CudaMemsetAsyncRequest) -> Result<CudaMemsetAsyncReply, CudaError> {
+    fn cuda_memset_async(&self, cx: &CallCx, req: CudaMemsetAsyncRequest) -> Result<CudaMemsetAsyncReply, CudaError> {
+        self.legacy_use(cx, Some(req.stream))?;
         let stream = self.objects.streams.resolve(req.stream)?;
         let op = || GraphOp::Memset {
             dst: req.devPtr,
@@ -638,9 +749,10 @@ impl CudartService for Session {
 
     fn cuda_memcpy_to_symbol(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: CudaMemcpyToSymbolRequest<'_>,
     ) -> Result<CudaMemcpyToSymbolReply, CudaError> {
+        self.legacy_use(cx, None)?;
         let dst = Ptr::Device(req.symbol_base + req.offset);
         self.copy(&dst, &req.src, req.count, None)?;
         Ok(CudaMemcpyToSymbolReply {})
@@ -648,9 +760,10 @@ impl CudartService for Session {
 
     fn cuda_memcpy_from_symbol(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: CudaMemcpyFromSymbolRequest<'_>,
     ) -> Result<CudaMemcpyFromSymbolReply, CudaError> {
+        self.legacy_use(cx, None)?;
         let src = Ptr::Device(req.symbol_base + req.offset);
         Ok(CudaMemcpyFromSymbolReply { dst: self.copy(&req.dst, &src, req.count, None)? })
     }
@@ -681,9 +794,10 @@ impl CudartService for Session {
 
     fn cuda_stream_synchronize(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: CudaStreamSynchronizeRequest,
     ) -> Result<CudaStreamSynchronizeReply, CudaError> {
+        self.legacy_use(cx, Some(req.stream))?;
         let s = self.objects.streams.resolve(req.stream)?;
         if let Some(e) = self.objects.graphs.captures.active().and_then(|mut c| c.refuse(req.stream)) {
             return Err(e);
@@ -692,7 +806,8 @@ impl CudartService for Session {
         Ok(CudaStreamSynchronizeReply {})
     }
 
-    fn cuda_stream_query(&self, _: &CallCx, req: CudaStreamQueryRequest) -> Result<CudaStreamQueryReply, CudaError> {
+    fn cuda_stream_query(&self, cx: &CallCx, req: CudaStreamQueryRequest) -> Result<CudaStreamQueryReply, CudaError> {
+        self.legacy_use(cx, Some(req.stream))?;
         let s = self.objects.streams.resolve(req.stream)?;
         if let Some(e) = self.objects.graphs.captures.active().and_then(|mut c| c.refuse(req.stream)) {
             return Err(e);
@@ -718,7 +833,8 @@ impl CudartService for Session {
         Ok(CudaEventCreateWithFlagsReply { event })
     }
 
-    fn cuda_event_record(&self, _: &CallCx, req: CudaEventRecordRequest) -> Result<CudaEventRecordReply, CudaError> {
+    fn cuda_event_record(&self, cx: &CallCx, req: CudaEventRecordRequest) -> Result<CudaEventRecordReply, CudaError> {
+        self.legacy_use(cx, Some(req.stream))?;
         let e = self.objects.events.resolve(req.event)?;
         let s = self.objects.streams.resolve(req.stream)?;
         if self.objects.graphs.captures.active().is_some_and(|mut c| c.record_event(req.event, req.stream)) {
@@ -817,6 +933,10 @@ impl CudartService for Session {
             crate::guest_warn!(self.id, "a staged copy that does not start where the region stands");
             return Err(CudaError::InvalidValue);
         }
+        if let Err(e) = self.legacy_use(cx, Some(req.stream)) {
+            st.abort();
+            return Err(e);
+        }
         if self.objects.graphs.captures.active().is_some_and(|c| c.of_stream(req.stream).is_some()) {
             return self.capture_staged(st, &req, h2d, seq);
         }
@@ -892,7 +1012,12 @@ impl CudartService for Session {
         Ok(PhosHostFreeReply {})
     }
 
-    fn phos_memcpy_pinned(&self, _: &CallCx, req: PhosMemcpyPinnedRequest) -> Result<PhosMemcpyPinnedReply, CudaError> {
+    fn phos_memcpy_pinned(
+        &self,
+        cx: &CallCx,
+        req: PhosMemcpyPinnedRequest,
+    ) -> Result<PhosMemcpyPinnedReply, CudaError> {
+        self.legacy_use(cx, (req.ordered != 0).then_some(req.stream))?;
         let to_device = match req.direction {
             consts::cudaMemcpyHostToDevice => true,
             consts::cudaMemcpyDeviceToHost => false,
@@ -1044,7 +1169,8 @@ impl CudartService for Session {
         Ok(CudaCtxResetPersistingL2CacheReply {})
     }
 
-    fn phos_memcpy_3d(&self, _: &CallCx, req: PhosMemcpy3DRequest<'_>) -> Result<PhosMemcpy3DReply, CudaError> {
+    fn phos_memcpy_3d(&self, cx: &CallCx, req: PhosMemcpy3DRequest<'_>) -> Result<PhosMemcpy3DReply, CudaError> {
+        self.legacy_use(cx, (req.ordered != 0).then_some(req.stream))?;
         if req.ordered != 0 && self.objects.graphs.captures.active().is_some_and(|c| c.of_stream(req.stream).is_some())
         {
             return self.capture_copy_3d(&req).map(|_| PhosMemcpy3DReply { dst: None });
@@ -1052,7 +1178,8 @@ impl CudartService for Session {
         Ok(PhosMemcpy3DReply { dst: self.copy_3d(&req)? })
     }
 
-    fn phos_memset_3d(&self, _: &CallCx, req: PhosMemset3DRequest) -> Result<PhosMemset3DReply, CudaError> {
+    fn phos_memset_3d(&self, cx: &CallCx, req: PhosMemset3DRequest) -> Result<PhosMemset3DReply, CudaError> {
+        self.legacy_use(cx, (req.ordered != 0).then_some(req.stream))?;
         let stream = if req.ordered != 0 { Some(self.objects.streams.resolve(req.stream)?) } else { None };
         if req.ordered != 0
             && let Some(mut captures) = self.objects.graphs.captures.active()
@@ -1093,9 +1220,10 @@ impl CudartService for Session {
 
     fn cuda_memcpy_to_symbol_async(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: CudaMemcpyToSymbolAsyncRequest<'_>,
     ) -> Result<CudaMemcpyToSymbolAsyncReply, CudaError> {
+        self.legacy_use(cx, Some(req.stream))?;
         let stream = self.objects.streams.resolve(req.stream)?;
         let dst = Ptr::Device(req.symbol_base + req.offset);
         if let Some(r) = self.capture_copy(req.stream, &dst, &req.src, req.count) {
@@ -1107,9 +1235,10 @@ impl CudartService for Session {
 
     fn cuda_memcpy_from_symbol_async(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: CudaMemcpyFromSymbolAsyncRequest<'_>,
     ) -> Result<CudaMemcpyFromSymbolAsyncReply, CudaError> {
+        self.legacy_use(cx, Some(req.stream))?;
         let stream = self.objects.streams.resolve(req.stream)?;
         let src = Ptr::Device(req.symbol_base + req.offset);
         if let Some(r) = self.capture_copy(req.stream, &req.dst, &src, req.count) {
@@ -1159,9 +1288,10 @@ impl CudartService for Session {
 
     fn cuda_stream_wait_event(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: CudaStreamWaitEventRequest,
     ) -> Result<CudaStreamWaitEventReply, CudaError> {
+        self.legacy_use(cx, Some(req.stream))?;
         let s = self.objects.streams.resolve(req.stream)?;
         let e = self.objects.events.resolve(req.event)?;
         if let Some(r) = self.objects.graphs.captures.active().and_then(|mut c| c.wait_event(req.stream, req.event)) {
@@ -1173,9 +1303,10 @@ impl CudartService for Session {
 
     fn cuda_event_record_with_flags(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: CudaEventRecordWithFlagsRequest,
     ) -> Result<CudaEventRecordWithFlagsReply, CudaError> {
+        self.legacy_use(cx, Some(req.stream))?;
         let e = self.objects.events.resolve(req.event)?;
         let s = self.objects.streams.resolve(req.stream)?;
         if self.objects.graphs.captures.active().is_some_and(|mut c| c.record_event(req.event, req.stream)) {
@@ -1255,6 +1386,20 @@ impl CudartService for Session {
         Ok(CudaStreamBeginCaptureReply {})
     }
 
+    fn phos_stream_begin_capture_to_graph(
+        &self,
+        _: &CallCx,
+        req: PhosStreamBeginCaptureToGraphRequest<'_>,
+    ) -> Result<PhosStreamBeginCaptureToGraphReply, CudaError> {
+        // The legacy stream cannot be captured.
+        if req.stream <= 1 {
+            return Err(CudaError::StreamCaptureUnsupported);
+        }
+        self.objects.streams.resolve(req.stream)?;
+        self.objects.graphs.begin_capture_to_graph(req.stream, req.graph, req.deps)?;
+        Ok(PhosStreamBeginCaptureToGraphReply {})
+    }
+
     fn cuda_stream_end_capture(
         &self,
         cx: &CallCx,
@@ -1326,6 +1471,7 @@ impl CudartService for Session {
     }
 
     fn cuda_graph_launch(&self, cx: &CallCx, req: CudaGraphLaunchRequest) -> Result<CudaGraphLaunchReply, CudaError> {
+        self.legacy_use(cx, Some(req.stream))?;
         let ops = self.objects.graphs.exec_ops(req.graphExec)?;
         // Launching into a capture records the graph's work there (not memory nodes: their
         // blocks are the executable graph's).
@@ -1578,6 +1724,7 @@ impl CudartService for Session {
                 }
                 return Ok(());
             }
+            self.legacy_use(cx, Some(req.stream))?;
             self.objects.streams.resolve(req.stream)?;
             self.objects.graphs.launch_memory(req.graphExec, &ops)?;
             self.replay(cx, &ops, req.stream, Some(req.firstGate))
@@ -1629,6 +1776,45 @@ impl CudartService for Session {
         self.objects.graphs.destroy(req.graph)?;
         self.release_graph_blocks(cx)?;
         Ok(CudaGraphDestroyReply {})
+    }
+
+    fn phos_graph_conditional_handle_create(
+        &self,
+        cx: &CallCx,
+        req: PhosGraphConditionalHandleCreateRequest,
+    ) -> Result<PhosGraphConditionalHandleCreateReply, CudaError> {
+        // The handle is its cell's address: 4 bytes of the session's memory, holding the
+        // default until a kernel or a launch sets it.
+        let cell =
+            self.objects.memory.alloc(self.backend(), cx.device, 4).map_err(|e| {
+                if self.objects.memory.at_limit() { self.refuse(cx, LimitKind::Allocations) } else { e }
+            })?;
+        let made = self.backend().memcpy_htod(cell, &req.defaultLaunchValue.to_ne_bytes(), None).and_then(|_| {
+            self.objects.graphs.add_conditional_handle(req.graph, cell, req.defaultLaunchValue, req.flags)
+        });
+        if let Err(e) = made {
+            self.objects.memory.free(self.backend(), cell)?;
+            return Err(e);
+        }
+        Ok(PhosGraphConditionalHandleCreateReply { handle: cell })
+    }
+
+    fn phos_graph_add_conditional_node(
+        &self,
+        cx: &CallCx,
+        req: PhosGraphAddConditionalNodeRequest<'_>,
+    ) -> Result<PhosGraphAddConditionalNodeReply, CudaError> {
+        let deps = self.objects.graphs.node_indices(req.graph, req.deps)?;
+        let (node, bodies) = self.objects.graphs.add_conditional_node(
+            req.graph,
+            deps,
+            req.handle,
+            req.kind,
+            req.size,
+            &|| self.refuse(cx, LimitKind::Graphs),
+            &|| self.refuse(cx, LimitKind::GraphNodes),
+        )?;
+        Ok(PhosGraphAddConditionalNodeReply { node, bodies: bodies.iter().flat_map(|b| b.to_ne_bytes()).collect() })
     }
 
     fn phos_graph_add_mem_alloc_node(

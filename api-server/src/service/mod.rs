@@ -59,6 +59,11 @@ pub struct CallCx {
     pub function: Option<ApiFunction>,
     /// A library call's part in a stream capture or a graph launch.
     pub(crate) graph: library_capture::GraphCx,
+    /// An async launch's channel queue and call id: the launch, once checked, may be handed
+    /// to the channel's submitter ([`crate::pipeline`]) rather than launched here.
+    pub(crate) launches: Option<(Arc<crate::pipeline::LaunchQueue>, u64)>,
+    /// Set when the launch was queued: its submitter notes it in the async ledger.
+    pub(crate) queued: std::cell::Cell<bool>,
 }
 
 impl CallCx {

@@ -275,6 +275,22 @@ pub unsafe fn capture_info(
     from_runtime(unsafe { graphs::capture_info(stream, status, id, graph.cast(), deps.cast(), edges.cast(), count) })
 }
 
+/// `cuStreamBeginCaptureToGraph`: the runtime's.
+///
+/// # Safety
+/// A non-null `deps` must hold `count` handles; a non-null `edges` `count` edge data.
+pub unsafe fn begin_capture_to_graph(
+    stream: *mut c_void,
+    graph: *mut c_void,
+    deps: *const *mut c_void,
+    edges: *const c_void,
+    count: usize,
+    mode: i32,
+) -> Result<(), CuError> {
+    // SAFETY: as this function's contract gives them.
+    from_runtime(unsafe { graphs::begin_capture_to_graph(stream, graph, deps.cast(), edges.cast(), count, mode) })
+}
+
 /// `cuStreamUpdateCaptureDependencies` (and `_v2`): the runtime's.
 ///
 /// # Safety

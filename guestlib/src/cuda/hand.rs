@@ -1180,6 +1180,23 @@ impl HandWritten for Hand {
         })
     }
 
+    unsafe fn cuGraphConditionalHandleCreate(
+        out: *mut u64,
+        graph: *mut c_void,
+        _ctx: u64,
+        default: u32,
+        flags: u32,
+    ) -> i32 {
+        in_context(F::CuGraphConditionalHandleCreate, || {
+            // The context names a device, whose memory is the session's: the cell is the
+            // calling device's.
+            // SAFETY: `out` null or writable (this export's contract).
+            bridge::from_runtime(unsafe {
+                rt_graphs::conditional_handle_create(out, graph as usize as u64, default, flags)
+            })
+        })
+    }
+
     unsafe fn cuGraphClone(out: *mut *mut c_void, graph: *mut c_void) -> i32 {
         in_context(F::CuGraphClone, || {
             // SAFETY: `out` null or writable (this export's contract), as the runtime's takes.
@@ -1386,6 +1403,37 @@ impl HandWritten for Hand {
         // SAFETY: `deps` null or holding `count` handles, as this export's caller gives it.
         in_context(F::CuStreamUpdateCaptureDependencies, || unsafe {
             graphs::update_capture_dependencies(stream as u64, deps.cast_const(), std::ptr::null(), count, flags)
+        })
+    }
+
+    unsafe fn cuStreamBeginCaptureToGraph(
+        stream: *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        edges: *const c_void,
+        count: usize,
+        mode: i32,
+    ) -> i32 {
+        // SAFETY: `deps` and `edges` null or holding `count` entries, as this export's caller
+        // gives them.
+        in_context(F::CuStreamBeginCaptureToGraph, || unsafe {
+            graphs::begin_capture_to_graph(stream, graph, deps.cast(), edges.cast(), count, mode)
+        })
+    }
+
+    unsafe fn cuStreamBeginCaptureToGraph_ptsz(
+        stream: *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        edges: *const c_void,
+        count: usize,
+        mode: i32,
+    ) -> i32 {
+        // The null stream of a `_ptsz` entry point is the thread's default stream.
+        let stream = if stream.is_null() { 2usize as *mut c_void } else { stream };
+        // SAFETY: as `cuStreamBeginCaptureToGraph`'s.
+        in_context(F::CuStreamBeginCaptureToGraphPtsz, || unsafe {
+            graphs::begin_capture_to_graph(stream, graph, deps.cast(), edges.cast(), count, mode)
         })
     }
 

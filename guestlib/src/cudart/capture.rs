@@ -5,9 +5,8 @@
 //!
 //! - The guest counts the captures that may be open: a `cudaStreamBeginCapture` counts from
 //!   before it is sent (whether or not it succeeds) until a `cudaStreamEndCapture` on the same
-//!   stream has returned (whatever it returns). The driver API's begin calls and
-//!   `cudaStreamBeginCaptureToGraph` are not carried (they answer not-supported and open
-//!   nothing). Other streams join a capture only by waiting on an event recorded in a
+//!   stream has returned (whatever it returns); `cudaStreamBeginCaptureToGraph` counts the
+//!   same way (the driver API's begin calls are these two). Other streams join a capture only by waiting on an event recorded in a
 //!   capturing stream, which needs an open capture; so at a count of 0 no stream of the
 //!   process captures, and every query that happens after the last end returned (in the
 //!   program's own order) would have been answered `None` by the server too. A query racing a
@@ -29,7 +28,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use phos_protocol::CudaError;
 use phos_protocol::cudart::{
     CudaStreamBeginCaptureRequest, CudaStreamEndCaptureRequest, CudaStreamIsCapturingRequest,
-    PhosStreamCaptureGraphRequest, PhosStreamCaptureInfoRequest, PhosStreamUpdateCaptureDependenciesRequest,
+    PhosStreamBeginCaptureToGraphRequest, PhosStreamCaptureGraphRequest, PhosStreamCaptureInfoRequest,
+    PhosStreamUpdateCaptureDependenciesRequest,
 };
 
 use crate::runtime;
@@ -216,15 +216,27 @@ pub fn begin(stream: u64, mode: i32) -> Result<(), CudaError> {
     runtime::call(&CudaStreamBeginCaptureRequest { stream, mode }).map(|_| ())
 }
 
+/// `cudaStreamBeginCaptureToGraph`: counted as [`begin`]'s; `deps` are node handles of
+/// `graph` (8 bytes each), which the capture's first work follows.
+pub fn begin_to_graph(stream: u64, graph: u64, deps: &[u8], mode: i32) -> Result<(), CudaError> {
+    {
+        let mut b = BEGUN.lock().unwrap_or_else(PoisonError::into_inner);
+        *b.get_or_insert_default().entry(stream).or_default() += 1;
+        OPEN.fetch_add(1, Ordering::SeqCst);
+    }
+    let count = (deps.len() / 8) as u64;
+    runtime::call(&PhosStreamBeginCaptureToGraphRequest { stream, graph, deps, count, mode }).map(|_| ())
+}
+
 /// `cudaStreamEndCapture`: one begin on `stream` stops counting once the end has returned,
 /// whatever it returns (the server has ended the capture, or `stream` began none).
+///
+/// A null `graph` takes no answer (CUDA's samples end a capture into a conditional node's body
+/// graph so: the graph is the one they gave).
 ///
 /// # Safety
 /// A non-null `graph` must be writable.
 pub unsafe fn end(stream: u64, graph: *mut *mut c_void) -> Result<(), CudaError> {
-    if graph.is_null() {
-        return Err(CudaError::InvalidValue);
-    }
     let r = runtime::call(&CudaStreamEndCaptureRequest { stream });
     drop_dependencies(stream);
     {
@@ -237,8 +249,19 @@ pub unsafe fn end(stream: u64, graph: *mut *mut c_void) -> Result<(), CudaError>
             OPEN.fetch_sub(1, Ordering::SeqCst);
         }
     }
-    let reply = r?;
-    // SAFETY: not null (checked above), so writable (this function's contract).
-    unsafe { *graph = reply.pGraph as usize as *mut c_void };
+    let made = match r {
+        Ok(reply) => reply.pGraph,
+        // The capture ended without a graph: CUDA answers a null one.
+        Err(e @ (CudaError::StreamCaptureInvalidated | CudaError::StreamCaptureUnjoined)) if !graph.is_null() => {
+            // SAFETY: not null (checked), so writable (this function's contract).
+            unsafe { *graph = std::ptr::null_mut() };
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
+    if !graph.is_null() {
+        // SAFETY: not null (checked), so writable (this function's contract).
+        unsafe { *graph = made as usize as *mut c_void };
+    }
     Ok(())
 }

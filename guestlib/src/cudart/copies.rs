@@ -19,7 +19,7 @@
 //!   threads' later calls come after it. What the host sees of earlier work without a call
 //!   is another matter: a synchronous copy waits where that could differ (device `printf`
 //!   output arrived, a host function not run yet, kernels sent in a process with page-locked
-//!   memory: `host_sees_earlier_work`). A copy from page-locked memory is a DMA of the
+//!   memory and not known finished: `host_sees_earlier_work`). A copy from page-locked memory is a DMA of the
 //!   caller's own pages and keeps waiting, as CUDA's synchronous copies of pinned memory do.
 //!
 //! Otherwise a copy waits, as before, and its success proves its device ranges (and stream).
@@ -98,15 +98,18 @@ fn pageable(src: usize, count: usize) -> bool {
     hostmem::lookup_any(src).is_none() && hostmem::lookup_any(src.saturating_add(count - 1)).is_none()
 }
 
-/// Whether a synchronous copy's return may show the host what work before it did, other than
-/// through later calls (which the server runs after the copy, and so after the stream
-/// synchronisation it begins with): CUDA prints the device output of the kernels before it
-/// before it returns, has run the host functions before it, and kernels before it may have
-/// written page-locked memory, which the host reads directly. Then it waits, as before.
-fn host_sees_earlier_work() -> bool {
+/// Whether a synchronous copy's return on `device` may show the host what work before it
+/// did, other than through later calls (which the server runs after the copy, and so after
+/// the stream synchronisation it begins with): CUDA prints the device output of the kernels
+/// before it before it returns, has run the host functions before it, and kernels (graphs,
+/// library calls, async copies into page-locked memory, memsets of it) before it may have
+/// written page-locked memory, which the host reads directly, unless the host already knows them
+/// finished (`runtime::work_settled`: none was sent since a synchronisation that covered
+/// them). Then it waits, as before.
+fn host_sees_earlier_work(device: i32) -> bool {
     runtime::device_output_seen()
         || !crate::callbacks::none_pending()
-        || (runtime::kernels_sent() && hostmem::any_page_locked())
+        || (hostmem::any_page_locked() && !runtime::work_settled(device))
 }
 
 /// A host-to-device copy of pageable memory in its call's frame: without waiting when it may
@@ -128,8 +131,9 @@ pub unsafe fn host_to_device_small(
     }
     let range = proofs::range(dst, count as u64)?;
     let device = runtime::current_device();
-    let early =
-        (stream.is_some() || !host_sees_earlier_work()) && proofs::quiet() && proofs::covers(device, &[range], stream);
+    let early = (stream.is_some() || !host_sees_earlier_work(device))
+        && proofs::quiet()
+        && proofs::covers(device, &[range], stream);
     if !early && stream.is_none() {
         return None;
     }

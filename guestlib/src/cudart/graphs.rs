@@ -7,12 +7,12 @@ use std::sync::{Mutex, PoisonError};
 
 use phos_protocol::CudaError;
 use phos_protocol::cudart::{
-    PhosGraphAddChildNodeRequest, PhosGraphAddCopyNodeRequest, PhosGraphAddDependenciesRequest,
-    PhosGraphAddEmptyNodeRequest, PhosGraphAddEventNodeRequest, PhosGraphAddHostNodeRequest,
-    PhosGraphAddKernelNodeRequest, PhosGraphAddMemAllocNodeRequest, PhosGraphAddMemFreeNodeRequest,
-    PhosGraphAddSetNodeRequest, PhosGraphEditRequest, PhosGraphExecUpdateRequest, PhosGraphHostNodesRequest,
-    PhosGraphInstantiateRequest, PhosGraphLaunchHostRequest, PhosGraphMemRequest, PhosGraphNodesRequest,
-    PhosGraphQueryRequest, consts,
+    PhosGraphAddChildNodeRequest, PhosGraphAddConditionalNodeRequest, PhosGraphAddCopyNodeRequest,
+    PhosGraphAddDependenciesRequest, PhosGraphAddEmptyNodeRequest, PhosGraphAddEventNodeRequest,
+    PhosGraphAddHostNodeRequest, PhosGraphAddKernelNodeRequest, PhosGraphAddMemAllocNodeRequest,
+    PhosGraphAddMemFreeNodeRequest, PhosGraphAddSetNodeRequest, PhosGraphConditionalHandleCreateRequest,
+    PhosGraphEditRequest, PhosGraphExecUpdateRequest, PhosGraphHostNodesRequest, PhosGraphInstantiateRequest,
+    PhosGraphLaunchHostRequest, PhosGraphMemRequest, PhosGraphNodesRequest, PhosGraphQueryRequest, consts,
 };
 use phos_protocol::types::Dim3;
 use phos_protocol::{CudaError as E, Ptr};
@@ -108,6 +108,33 @@ pub unsafe fn update_capture_dependencies(
         return Err(E::NotSupported);
     }
     super::capture::update_dependencies(stream as usize as u64, &list, flags)
+}
+
+/// `cudaStreamBeginCaptureToGraph`: a capture of `stream` into `graph` after the nodes
+/// `deps`, with default edge data only (`cudaErrorNotSupported` for other edge data).
+///
+/// # Safety
+/// A non-null `deps` must hold `count` handles; a non-null `edges` `count` edge data.
+pub unsafe fn begin_capture_to_graph(
+    stream: *mut c_void,
+    graph: *mut c_void,
+    deps: *const u64,
+    edges: *const u8,
+    count: usize,
+    mode: i32,
+) -> Result<(), CudaError> {
+    if graph.is_null() {
+        return Err(E::InvalidValue);
+    }
+    // SAFETY: `count` handles at a non-null `deps` (this function's contract).
+    let list = unsafe { handles(deps, count)? };
+    // SAFETY: `count` edge data at `edges` (this function's contract), `count` checked above.
+    if unsafe { !default_edges(edges, count) } {
+        // Edge data (ports, programmatic edges) is not carried.
+        crate::log::not_supported_once("cudaStreamBeginCaptureToGraph with edge data", "cudaErrorNotSupported");
+        return Err(E::NotSupported);
+    }
+    super::capture::begin_to_graph(stream as usize as u64, graph as usize as u64, &list, mode)
 }
 
 /// # Safety
@@ -828,20 +855,118 @@ pub unsafe fn add_node_with_params(
         NODE_MEM_ALLOC => unsafe { add_mem_alloc_node(out, graph, deps, count, params as *mut c_void) },
         // SAFETY: as above.
         NODE_MEM_FREE => unsafe { add_mem_free_node(out, graph, deps, count, word(0)) },
-        8..=13 => {
+        // SAFETY: as above: the union holds a `cudaConditionalNodeParams`, whose body array
+        // pointer this writes.
+        NODE_CONDITIONAL => unsafe { add_conditional_node(out, graph, deps, count, params as *mut u8) },
+        8..=12 => {
             let name = match kind {
                 8 => "an external semaphore signal node",
                 9 => "an external semaphore wait node",
-                12 => "a batch memory operation node",
-                // Its handle is set by kernels (`cudaGraphSetConditional`, a builtin of the
-                // device runtime) and read by the graph's launch on the device.
-                _ => "a conditional node",
+                _ => "a batch memory operation node",
             };
             crate::log::not_supported_once(&format!("cudaGraphAddNode of {name}"), "cudaErrorNotSupported");
             Err(E::NotSupported)
         }
         _ => Err(E::InvalidValue),
     }
+}
+
+// ---- Conditional nodes
+
+/// `cudaGraphNodeTypeConditional`.
+const NODE_CONDITIONAL: i32 = 13;
+
+/// The body graph arrays of conditional nodes, by node: CUDA's `phGraph_out` is an array the
+/// library owns, valid while the node lives (kept here until the process ends: a node's
+/// destruction does not pass through here).
+static BODIES: Mutex<BTreeMap<u64, Box<[u64]>>> = Mutex::new(BTreeMap::new());
+
+/// The array of `node`'s bodies, kept (the same one for the same bodies).
+fn kept_bodies(node: u64, bodies: &[u64]) -> *mut u64 {
+    let mut all = BODIES.lock().unwrap_or_else(PoisonError::into_inner);
+    let kept = all.entry(node).or_insert_with(|| bodies.into());
+    if **kept != *bodies {
+        *kept = bodies.into();
+    }
+    // A box's contents stay where they are while the box is in the map.
+    kept.as_mut_ptr()
+}
+
+/// `cudaGraphConditionalHandleCreate` (and `_v2`, whose execution context is the calling
+/// device's): a handle for `graph`, the address of a cell of the session's memory.
+///
+/// # Safety
+/// A non-null `out` must be writable.
+pub unsafe fn conditional_handle_create(out: *mut u64, graph: u64, default: u32, flags: u32) -> Result<(), CudaError> {
+    if out.is_null() || graph == 0 {
+        return Err(E::InvalidValue);
+    }
+    let request = PhosGraphConditionalHandleCreateRequest { graph, defaultLaunchValue: default, flags };
+    let handle = runtime::call(&request)?.handle;
+    // SAFETY: not null (checked above), so writable (this function's contract).
+    unsafe { out.write_unaligned(handle) };
+    Ok(())
+}
+
+/// `cudaGraphAddNode` of a conditional node: the `cudaConditionalNodeParams` at `p` (handle,
+/// type, size, then the body array pointer this writes: CUDA 12.4 to 13 lay it out alike; the
+/// driver's adds a context after it, which is the calling device's).
+///
+/// # Safety
+/// `out` and `deps` as `cudaGraphAddNode` takes them; `p` a writable `cudaConditionalNodeParams`.
+unsafe fn add_conditional_node(
+    out: *mut u64,
+    graph: u64,
+    deps: *const u64,
+    count: usize,
+    p: *mut u8,
+) -> Result<(), CudaError> {
+    // SAFETY: the struct's fields (this function's contract), read without assuming alignment.
+    let handle = unsafe { (p as *const u64).read_unaligned() };
+    // SAFETY: as above.
+    let kind = unsafe { (p.wrapping_add(8) as *const i32).read_unaligned() };
+    // SAFETY: as above.
+    let size = unsafe { (p.wrapping_add(12) as *const u32).read_unaligned() };
+    if size == 0 || size > 1024 {
+        return Err(E::InvalidValue);
+    }
+    let mut bodies = Vec::new();
+    // SAFETY: `out` and `deps` as this function's contract gives them to `add_node`.
+    unsafe {
+        add_node(out, deps, count, |deps| {
+            let request = PhosGraphAddConditionalNodeRequest { graph, deps, count: count as u64, handle, kind, size };
+            let reply = runtime::call(&request)?;
+            bodies = reply.bodies.chunks_exact(8).map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes"))).collect();
+            Ok(reply.node)
+        })?
+    };
+    // SAFETY: written just above.
+    let node = unsafe { out.read_unaligned() };
+    let array = kept_bodies(node, &bodies);
+    // SAFETY: the `phGraph_out` field (this function's contract), written without assuming
+    // alignment.
+    unsafe { (p.wrapping_add(16) as *mut *mut u64).write_unaligned(array) };
+    Ok(())
+}
+
+/// A conditional node's `cudaConditionalNodeParams`: its handle, type, size and body array.
+///
+/// # Safety
+/// `out` must be a writable `cudaConditionalNodeParams`.
+unsafe fn conditional_params(node: u64, out: *mut u8) -> Result<(), CudaError> {
+    let w = params_of(node, NODE_CONDITIONAL)?;
+    let (handle, kind, size) = (w[1], w[2] as i32, w[3] as u32);
+    let array = kept_bodies(node, w.get(4..).unwrap_or(&[]));
+    // SAFETY: the struct's fields (this function's contract), written without assuming
+    // alignment.
+    unsafe { (out as *mut u64).write_unaligned(handle) };
+    // SAFETY: as above.
+    unsafe { (out.wrapping_add(8) as *mut i32).write_unaligned(kind) };
+    // SAFETY: as above.
+    unsafe { (out.wrapping_add(12) as *mut u32).write_unaligned(size) };
+    // SAFETY: as above.
+    unsafe { (out.wrapping_add(16) as *mut *mut u64).write_unaligned(array) };
+    Ok(())
 }
 
 // ---- Memory nodes
@@ -1674,6 +1799,8 @@ pub unsafe fn node_params(node: u64, out: *mut c_void) -> Result<(), CudaError> 
         NODE_MEM_ALLOC => unsafe { mem_alloc_params(node, params) },
         // SAFETY: as above: `cudaMemFreeNodeParams`' address.
         NODE_MEM_FREE => unsafe { mem_free_params(node, params) },
+        // SAFETY: as above: a `cudaConditionalNodeParams`.
+        NODE_CONDITIONAL => unsafe { conditional_params(node, params as *mut u8) },
         _ => {
             crate::log::not_supported_once(
                 &format!("cudaGraphNodeGetParams of node type {kind}"),

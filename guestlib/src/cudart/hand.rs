@@ -112,6 +112,12 @@ unsafe fn fast_copy(
         return None;
     }
     let epoch = proofs::epoch();
+    // A copy the server makes synchronously on the legacy stream (a `cudaMemcpy`, or a staged
+    // copy on stream 0), which runs after the legacy stream's earlier work and returns once
+    // done: its success tells that the kernels before it there have finished, which lets
+    // later small copies return early (`runtime::work_settled`). Marked only while page-locked
+    // memory, which those kernels could have written, exists.
+    let mark = |legacy: bool| (legacy && count > 0 && hostmem::any_page_locked()).then(runtime::work_mark).flatten();
     let pinned = |device: *const c_void, host: u64| {
         let req = cudart::PhosMemcpyPinnedRequest {
             device: device as usize as u64,
@@ -121,9 +127,17 @@ unsafe fn fast_copy(
             stream: stream.unwrap_or(0),
             ordered: stream.is_some() as i32,
         };
+        let mark = mark(stream.is_none());
         let r = runtime::call(&req).map(|_| ());
+        if stream.is_some() && direction == consts::cudaMemcpyDeviceToHost {
+            // Queued: it writes page-locked memory, which the host reads without a call, later.
+            runtime::note_work(None);
+        }
         if r.is_ok() {
             copies::proved(epoch, device as usize as u64, count, stream);
+            if let Some(mark) = mark {
+                runtime::work_done(mark, false);
+            }
         }
         Some(r)
     };
@@ -139,6 +153,7 @@ unsafe fn fast_copy(
     }
     let ordered_on = stream;
     let stream = stream.unwrap_or(0);
+    let mark = mark(stream == 0);
     let (device, r) = match direction {
         // SAFETY: `src` is not null and points to `count` readable bytes: what `cudaMemcpy`
         // asks of its caller for a host source (this function's contract).
@@ -154,6 +169,9 @@ unsafe fn fast_copy(
     };
     if r.is_ok() {
         copies::proved(epoch, device, count, ordered_on);
+        if let Some(mark) = mark {
+            runtime::work_done(mark, false);
+        }
     }
     Some(r.map_err(CudaError::from))
 }
@@ -1046,6 +1064,33 @@ impl HandWritten for Hand {
         code(unsafe { graphs::update_capture_dependencies(stream, deps.cast(), edges, count, flags) })
     }
 
+    unsafe fn cudaStreamBeginCaptureToGraph(
+        stream: *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        edges: *const c_void,
+        count: usize,
+        mode: i32,
+    ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped):
+        // `graphs::begin_capture_to_graph` asks of them what CUDA asks of this export's caller.
+        code(unsafe { graphs::begin_capture_to_graph(stream, graph, deps.cast(), edges.cast(), count, mode) })
+    }
+
+    unsafe fn cudaStreamBeginCaptureToGraph_ptsz(
+        stream: *mut c_void,
+        graph: *mut c_void,
+        deps: *const *mut c_void,
+        edges: *const c_void,
+        count: usize,
+        mode: i32,
+    ) -> i32 {
+        // SAFETY: as `cudaStreamBeginCaptureToGraph`'s, on the thread's default stream for null.
+        code(unsafe {
+            graphs::begin_capture_to_graph(per_thread(stream), graph, deps.cast(), edges.cast(), count, mode)
+        })
+    }
+
     unsafe fn cudaStreamUpdateCaptureDependencies_v2(
         stream: *mut c_void,
         deps: *mut *mut c_void,
@@ -1477,6 +1522,23 @@ impl HandWritten for Hand {
 
     unsafe fn cudaGraphDestroyNode(node: *mut c_void) -> i32 {
         code(graphs::destroy_node(node as usize as u64))
+    }
+
+    unsafe fn cudaGraphConditionalHandleCreate(out: *mut u64, graph: *mut c_void, default: u32, flags: u32) -> i32 {
+        // SAFETY: a writable handle where CUDA asks for one.
+        code(unsafe { graphs::conditional_handle_create(out, graph as usize as u64, default, flags) })
+    }
+
+    unsafe fn cudaGraphConditionalHandleCreate_v2(
+        out: *mut u64,
+        graph: *mut c_void,
+        _ctx: u64,
+        default: u32,
+        flags: u32,
+    ) -> i32 {
+        // The execution context is the calling device's: Phos keeps no others.
+        // SAFETY: a writable handle where CUDA asks for one.
+        code(unsafe { graphs::conditional_handle_create(out, graph as usize as u64, default, flags) })
     }
 
     unsafe fn cudaGraphClone(out: *mut *mut c_void, graph: *mut c_void) -> i32 {

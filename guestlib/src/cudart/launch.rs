@@ -120,6 +120,7 @@ unsafe fn launch_as_is(
     let shared_mem = u32::try_from(shared_mem).map_err(|_| CudaError::InvalidValue)?;
     if cooperative {
         // A grid too large to be resident at once fails at launch: wait for the answer.
+        runtime::launch_on_legacy(stream);
         return runtime::call(&PhosLaunchCooperativeKernelRequest {
             function,
             grid,
@@ -155,7 +156,9 @@ pub fn send(
         paramSize: params.len() as u64,
     };
     let shape = LaunchShape { function, device: runtime::current_device(), block, shared_mem, stream };
-    if grid_in_limits(grid) && proven_shapes().contains(&shape) {
+    let proven = grid_in_limits(grid) && proven_shapes().contains(&shape);
+    runtime::launch_on_legacy(stream);
+    if proven {
         return runtime::call_async(&request);
     }
     runtime::call(&request)?;

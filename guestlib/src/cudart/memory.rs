@@ -367,7 +367,7 @@ pub fn memset_3d(
     if w > pitch {
         return Err(CudaError::InvalidPitchValue);
     }
-    runtime::call(&PhosMemset3DRequest {
+    let r = runtime::call(&PhosMemset3DRequest {
         dst: ptr,
         pitch: pitch as u64,
         slice: if d > 1 { slice as u64 } else { 0 },
@@ -378,7 +378,12 @@ pub fn memset_3d(
         stream: stream.unwrap_or(0),
         ordered: stream.is_some() as i32,
     })
-    .map(|_| ())
+    .map(|_| ());
+    if stream.is_some() && super::memsets::writes_page_locked(ptr) {
+        // Queued: it writes memory the host reads without a call, later.
+        runtime::note_work(None);
+    }
+    r
 }
 
 /// `cudaMemcpyPeer[Async]`: both ordinals must name devices; the session's devices share one

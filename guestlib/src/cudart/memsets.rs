@@ -5,7 +5,8 @@
 //! inside a proven range of the same device, and its stream is proven. A proven memset is sent
 //! without waiting (`runtime::call_async`) and can fail only where the server finds what the
 //! guest could not know (it becomes the thread's last error, as for a launch). A memset that
-//! waited and succeeded proves its range and stream.
+//! waited and succeeded proves its range and stream. A queued memset of page-locked memory
+//! counts as work that may write what the host reads (`runtime::note_work`).
 
 use std::ffi::c_void;
 
@@ -13,7 +14,15 @@ use phos_protocol::CudaError;
 use phos_protocol::cudart::CudaMemsetAsyncRequest;
 
 use super::proofs;
-use crate::runtime;
+use crate::{hostmem, runtime};
+
+/// Whether a memset at `ptr` writes page-locked (or managed) memory, which the host reads
+/// without a call: a queued one is work a synchronous copy may have to wait for
+/// (`runtime::work_settled`).
+pub fn writes_page_locked(ptr: u64) -> bool {
+    let at = ptr as usize;
+    hostmem::any_page_locked() && (hostmem::lookup_any(at).is_some() || hostmem::managed(at).is_some())
+}
 
 /// `cudaMemsetAsync`: sent without waiting when proven (see the module), else sent
 /// synchronously, whose success proves its range and stream.
@@ -26,14 +35,23 @@ pub fn memset_async(dev_ptr: *mut c_void, value: i32, count: usize, stream: *mut
     };
     let device = runtime::current_device();
     let range = proofs::range(req.devPtr, req.count);
+    let host_visible = writes_page_locked(req.devPtr);
     if let Some(range) = range
         && proofs::quiet()
         && proofs::covers(device, &[range], Some(req.stream))
     {
-        return runtime::call_async(&req);
+        let r = runtime::call_async(&req);
+        if host_visible {
+            runtime::note_work(None);
+        }
+        return r;
     }
     let epoch = proofs::epoch();
-    runtime::call(&req)?;
+    let r = runtime::call(&req);
+    if host_visible {
+        runtime::note_work(None);
+    }
+    r?;
     if let Some(range) = range
         && req.count > 0
     {

@@ -17,8 +17,15 @@ pub fn api_call(id: FunctionId, f: impl FnOnce() -> Result<(), CudaError>) -> i3
         // what it ends from now on.
         super::proofs::forget();
     }
+    // Read before it is sent: the work a device synchronisation covers (`runtime::work_settled`).
+    let mark = if id == FunctionId::CudaDeviceSynchronize { runtime::work_mark() } else { None };
     match runtime::catch_panic(id.name(), || super::managed::around_call(id, f)) {
-        Ok(()) => cudart::SUCCESS,
+        Ok(()) => {
+            if let Some(mark) = mark {
+                runtime::work_done(mark, true);
+            }
+            cudart::SUCCESS
+        }
         Err(e) => {
             if e == cudart::NOT_SUPPORTED {
                 // The server's refusal or the guest's: either way the log names the call.
