@@ -188,7 +188,7 @@ static void batches(cudaStream_t stream) {
     printf("batch on the device: %lld, first 16 of the other %lld then %d\n", weighted(back[1], n),
            weighted(back[2], 16), back[2][16]);
 
-    // Misuse: a null destination at index 2, nothing of the batch runs.
+    // Misuse: a null destination at index 2 (failIdx 2).
     CHECK(cudaMemset(d[0], 0, n * sizeof(int)));
     void *bad_dsts[3] = {d[0], d[1], nullptr};
     fail = 12345;
@@ -210,9 +210,9 @@ static void batches(cudaStream_t stream) {
     r = BATCH(dsts, srcs, sizes, 3, attrs, idxs, 4, &fail, stream);
     printf("batch with more attributes than copies: %s\n", cudaGetErrorName(r));
     cudaGetLastError();
+    // (Whether a refused batch ran some of its copies is not documented: CUDA 13's refused
+    // batches above left d[0] written, Phos checks a whole batch before any copy. Not printed.)
     CHECK(cudaStreamSynchronize(stream));
-    CHECK(cudaMemcpy(back[0], d[0], n * sizeof(int), cudaMemcpyDeviceToHost));
-    printf("refused batch copied nothing: %s\n", yes(weighted(back[0], n) == 0));
     for (int k = 0; k < 3; k++) CHECK(cudaFree(d[k]));
 }
 
@@ -339,33 +339,49 @@ static void instantiate_with_params(cudaStream_t stream) {
     CHECK(cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost));
     printf("launched: %lld\n", weighted(h, n));
 
-    // Ids: unique, and the same each time they are asked for.
+    // Ids (CUDA 13.1's functions): unique, and the same each time they are asked for. A runtime
+    // without them (CUDA 13.0's answers cudaErrorNotSupported) prints the same line, so the
+    // output does not depend on the runtime's minor version; wrong ids print what is wrong.
     cudaGraph_t g2;
     CHECK(cudaGraphCreate(&g2, 0));
     cudaGraphNode_t e1, e2, e3;
     CHECK(cudaGraphAddEmptyNode(&e1, g2, nullptr, 0));
     CHECK(cudaGraphAddEmptyNode(&e2, g2, &e1, 1));
     unsigned int id1, id2, id1b, exec_id, l1, l2, l1b, l3;
-    CHECK(graph_get_id(g, &id1));
-    CHECK(graph_get_id(g2, &id2));
-    CHECK(graph_get_id(g, &id1b));
-    CHECK(graph_exec_get_id(exec, &exec_id));
-    printf("graph ids: distinct %s, stable %s\n", yes(id1 != id2), yes(id1 == id1b));
-    CHECK(graph_node_get_local_id(e1, &l1));
-    CHECK(graph_node_get_local_id(e2, &l2));
-    CHECK(graph_node_get_local_id(e1, &l1b));
-    CHECK(cudaGraphAddEmptyNode(&e3, g2, &e2, 1));
-    CHECK(graph_node_get_local_id(e3, &l3));
-    printf("node local ids: distinct %s, stable %s\n", yes(l1 != l2 && l3 != l1 && l3 != l2), yes(l1 == l1b));
-    unsigned long long t1, t2, t0;
-    CHECK(graph_node_get_tools_id(e1, &t1));
-    CHECK(graph_node_get_tools_id(e2, &t2));
-    CHECK(graph_node_get_tools_id(node, &t0));
-    printf("node tools ids: distinct %s\n", yes(t1 != t2 && t0 != t1 && t0 != t2));
-    printf("graph id with a null out: %s\n", cudaGetErrorName(graph_get_id(g, nullptr)));
+    cudaError_t have = graph_get_id(g, &id1);
     cudaGetLastError();
-    printf("node id with a null out: %s\n", cudaGetErrorName(graph_node_get_local_id(e1, nullptr)));
-    cudaGetLastError();
+    if (have == cudaErrorNotSupported) {
+        printf("graph and node ids: as documented, or not in this runtime\n");
+    } else {
+        CHECK(have);
+        CHECK(graph_get_id(g2, &id2));
+        CHECK(graph_get_id(g, &id1b));
+        CHECK(graph_exec_get_id(exec, &exec_id));
+        CHECK(graph_node_get_local_id(e1, &l1));
+        CHECK(graph_node_get_local_id(e2, &l2));
+        CHECK(graph_node_get_local_id(e1, &l1b));
+        CHECK(cudaGraphAddEmptyNode(&e3, g2, &e2, 1));
+        CHECK(graph_node_get_local_id(e3, &l3));
+        unsigned long long t1, t2, t0;
+        CHECK(graph_node_get_tools_id(e1, &t1));
+        CHECK(graph_node_get_tools_id(e2, &t2));
+        CHECK(graph_node_get_tools_id(node, &t0));
+        cudaError_t null_graph = graph_get_id(g, nullptr);
+        cudaGetLastError();
+        cudaError_t null_node = graph_node_get_local_id(e1, nullptr);
+        cudaGetLastError();
+        bool graphs_ok = id1 != id2 && id1 == id1b;
+        bool nodes_ok = l1 != l2 && l3 != l1 && l3 != l2 && l1 == l1b;
+        bool tools_ok = t1 != t2 && t0 != t1 && t0 != t2;
+        bool nulls_ok = null_graph == cudaErrorInvalidValue && null_node == cudaErrorInvalidValue;
+        if (graphs_ok && nodes_ok && tools_ok && nulls_ok) {
+            printf("graph and node ids: as documented, or not in this runtime\n");
+        } else {
+            printf("graph ids distinct and stable %s, node local ids %s, tools ids %s, null outs %s / %s\n",
+                   yes(graphs_ok), yes(nodes_ok), yes(tools_ok), cudaGetErrorName(null_graph),
+                   cudaGetErrorName(null_node));
+        }
+    }
     cudaGraphExec_t none;
     printf("null parameters: %s\n", cudaGetErrorName(cudaGraphInstantiateWithParams(&none, g, nullptr)));
     cudaGetLastError();

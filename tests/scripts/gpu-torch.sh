@@ -8,7 +8,7 @@
 # Usage (on the GPU machine, from the repository root):
 #   tests/scripts/gpu-torch.sh BIN_DIR OUT_DIR
 # STEPS (training steps per model, default 300), ONLY=steps|train|cr (one part), IMG (image
-# directory, default /dev/shm/phos-torch-img).
+# directory, default /dev/shm/phos-torch-img), RESTORE_ARGS (added to `phosctl restore`, e.g. --full).
 set -u
 BIN=$(realpath "$1")
 OUT=$(realpath "$2")
@@ -120,7 +120,7 @@ if part cr; then
   id=$(ctl sessions | awk '$3 == "active" { id = $1 } END { print id }')
   ck=$(ctl checkpoint "$id" --out "$IMG" --stop 2>&1)
   echo "$ck" > "$OUT/cr-commands.txt"
-  rs=$(ctl restore "$IMG" 2>&1)
+  rs=$(ctl restore "$IMG" ${RESTORE_ARGS:-} 2>&1)
   echo "$rs" >> "$OUT/cr-commands.txt"
   wait $guest
   rc=$?
@@ -129,7 +129,7 @@ if part cr; then
   {
     echo "## Checkpoint and restore mid-training"
     echo
-    echo "After \`$at\`: \`phosctl checkpoint SESSION --out $IMG --stop\` then \`phosctl restore $IMG\`."
+    echo "After \`$at\`: \`phosctl checkpoint SESSION --out $IMG --stop\` then \`phosctl restore $IMG${RESTORE_ARGS:+ $RESTORE_ARGS}\`."
     echo
     echo '```'
     echo "$ck"
