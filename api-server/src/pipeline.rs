@@ -144,7 +144,11 @@ impl LaunchQueue {
     pub fn push(&self, launch: QueuedLaunch) {
         self.shared.pending.fetch_add(1, Ordering::AcqRel);
         self.session.quiesce.queued.fetch_add(1, Ordering::AcqRel);
-        let Some(tx) = &self.tx else { return };
+        let Some(tx) = &self.tx else {
+            // Only while the queue is being dropped: launched here (which counts it submitted).
+            submit(&self.session, &self.shared, launch);
+            return;
+        };
         // A full queue is waited out spinning, not sleeping: a sleeping sender would cost the
         // submitter a wake-up call per launch taken, while the queue is full (the submitter
         // is the slower stage of a launch-bound program), on the very thread that bounds it.
