@@ -103,10 +103,18 @@ int main() {
     CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphDestroy(graph));
 
-    // The legacy stream while a blocking stream captures: refused, and the capture is invalidated.
+    // The legacy stream while a blocking stream captures: a query of it is refused and leaves
+    // the capture as it is; work on it is refused, and the capture is invalidated.
     CHECK(cudaStreamBeginCapture(a, cudaStreamCaptureModeGlobal));
     add<<<blocks, 256, 0, a>>>(d, n, 1);
     CHECK_LAUNCH();
+    {
+        cudaStreamCaptureStatus legacy;
+        err = cudaStreamIsCapturing(cudaStreamLegacy, &legacy);
+        (void)cudaGetLastError();
+        std::printf("query of the legacy stream while capturing: %s, capture still active %s\n",
+                    cudaGetErrorName(err), status_of(a) == cudaStreamCaptureStatusActive ? "yes" : "no");
+    }
     add<<<blocks, 256>>>(d, n, 100);
     err = cudaGetLastError();
     std::printf("legacy stream launch while capturing: %s\n", cudaGetErrorName(err));

@@ -85,6 +85,17 @@ impl Session {
     /// `cudaStreamNonBlocking` captures: the legacy stream would wait on the capturing stream,
     /// so CUDA refuses it (`cudaErrorStreamCaptureImplicit`) and the capture is invalidated.
     fn legacy_use(&self, cx: &CallCx, stream: Option<u64>) -> Result<(), CudaError> {
+        self.legacy_implied(cx, stream, true)
+    }
+
+    /// A capture query of the legacy stream while a blocking stream of the calling device
+    /// captures: CUDA answers `cudaErrorStreamCaptureImplicit` and, a query having no effect,
+    /// leaves the capture as it is (`cudaStreamIsCapturing`'s documentation).
+    fn legacy_query(&self, cx: &CallCx, stream: u64) -> Result<(), CudaError> {
+        self.legacy_implied(cx, Some(stream), false)
+    }
+
+    fn legacy_implied(&self, cx: &CallCx, stream: Option<u64>, invalidates: bool) -> Result<(), CudaError> {
         if stream.is_some_and(|s| s > 1) {
             return Ok(());
         }
@@ -97,7 +108,9 @@ impl Session {
                 .facts(member, cx.device)
                 .is_ok_and(|(flags, _, device)| device == cx.device && flags & STREAM_NON_BLOCKING == 0);
             if blocking {
-                captures.invalidate(id);
+                if invalidates {
+                    captures.invalidate(id);
+                }
                 implicit = true;
             }
         }
@@ -1416,29 +1429,32 @@ impl CudartService for Session {
 
     fn cuda_stream_is_capturing(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: CudaStreamIsCapturingRequest,
     ) -> Result<CudaStreamIsCapturingReply, CudaError> {
         self.objects.streams.resolve(req.stream)?;
+        self.legacy_query(cx, req.stream)?;
         Ok(CudaStreamIsCapturingReply { pCaptureStatus: self.objects.graphs.captures.lock().status(req.stream).0 })
     }
 
     fn phos_stream_capture_info(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: PhosStreamCaptureInfoRequest,
     ) -> Result<PhosStreamCaptureInfoReply, CudaError> {
         self.objects.streams.resolve(req.stream)?;
+        self.legacy_query(cx, req.stream)?;
         let (status, id) = self.objects.graphs.captures.lock().status(req.stream);
         Ok(PhosStreamCaptureInfoReply { status, id })
     }
 
     fn phos_stream_capture_graph(
         &self,
-        _: &CallCx,
+        cx: &CallCx,
         req: PhosStreamCaptureGraphRequest,
     ) -> Result<PhosStreamCaptureGraphReply, CudaError> {
         self.objects.streams.resolve(req.stream)?;
+        self.legacy_query(cx, req.stream)?;
         let captures = self.objects.graphs.captures.lock();
         let (status, id) = captures.status(req.stream);
         let (graph, deps) = captures.graph_of(req.stream).unwrap_or_default();
