@@ -357,10 +357,12 @@ impl ApiServer {
                 continue;
             }
             let is_async = h.flags & FLAG_ASYNC != 0;
+            // The frame's function, read once for the checks below and the dispatch.
+            let function = Function::from_wire(h.api, h.function);
             let queueable = is_async
                 && h.kind == FrameKind::Call
                 && h.flags & FLAG_MEASURE == 0
-                && Function::from_wire(h.api, h.function) == Some(Function::Cudart(FunctionId::PhosLaunchKernel));
+                && function == Some(Function::Cudart(FunctionId::PhosLaunchKernel));
             if queueable {
                 if pipelining && launches.is_none() {
                     launches = LaunchQueue::start(session.clone(), channel).map(Arc::new);
@@ -384,7 +386,7 @@ impl ApiServer {
             let mut noted = false;
             // A synchronous call sent again that had run: answered with its kept reply.
             // (Only a resent frame looks: the common call pays nothing here.)
-            let kept_answer = match (resent && !is_async).then(|| Function::from_wire(h.api, h.function)).flatten() {
+            let kept_answer = match function.filter(|_| resent && !is_async) {
                 Some(f) => match session.sync_replies.resent(&kept, h.call_id, f) {
                     crate::kept::Resent::Ran(status) => Some((f, status)),
                     crate::kept::Resent::NotKept => None,
@@ -405,8 +407,7 @@ impl ApiServer {
             } else {
                 None
             };
-            let destroys = waiting.is_some()
-                && Function::from_wire(h.api, h.function).is_some_and(|f| !f.info().objects.destroys.is_empty());
+            let destroys = waiting.is_some() && function.is_some_and(|f| !f.info().objects.destroys.is_empty());
             let mut deferred = None;
             let status = if h.kind != FrameKind::Call {
                 crate::guest_warn!(session.id, "channel {channel}: unexpected {:?} frame", h.kind);
@@ -439,7 +440,7 @@ impl ApiServer {
                 deferred = Some(failed.function);
                 failed.status
             } else {
-                match Function::from_wire(h.api, h.function) {
+                match function {
                     None => Self::unknown_function(session.id, channel, h.api, h.function),
                     Some(id) => {
                         // `run` notes an async call in the ledger once it has run.

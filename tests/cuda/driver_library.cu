@@ -4,8 +4,6 @@
 // cuGraphInstantiateWithParams, its attributes read and set, the library's module and global
 // variable; then the driver's answers to misuse: an image that is not one, a kernel
 // name not in the library, null arguments.
-#include <cuda.h>
-
 #include "driver_check.h"
 
 #include <cstring>

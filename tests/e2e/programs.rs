@@ -353,6 +353,24 @@ fn driver_program(name: &str) -> String {
     stderr
 }
 
+/// Builds `source` (a C program that loads `libcudart.so.13` by name, so no CUDA 13 toolkit
+/// is needed) as `name`, runs it on emu, checks that it ran as a program of CUDA 13's ABI and
+/// succeeded, and answers what it printed.
+fn run_cuda_13_abi_program(name: &str, source: &str) -> String {
+    let dir = phos_tests::target_dir().join("cuda-programs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let exe = dir.join(name);
+    let cc = std::process::Command::new("cc").arg("-o").arg(&exe).arg(&src).arg("-ldl").output().unwrap();
+    assert!(cc.status.success(), "cc: {}", String::from_utf8_lossy(&cc.stderr));
+    let out = phos_run_over("emu", "shm", &exe, &[]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{name}: {stdout}\n{stderr}");
+    assert!(stderr.contains("abi=13"), "{name}: {stderr}");
+    stdout.into_owned()
+}
+
 /// CUDA 13's runtime exports `cudaStreamGetCaptureInfo` with seven parameters (edge data
 /// before the count) and `cudaStreamUpdateCaptureDependencies` with five: a program of that ABI
 /// (C, loading `libcudart.so.13` by name, so no CUDA 13 toolkit is needed) gets the graph being
@@ -360,19 +378,8 @@ fn driver_program(name: &str) -> String {
 /// it added itself.
 #[test]
 fn capture_info_of_the_cuda_13_abi() {
-    let dir = phos_tests::target_dir().join("cuda-programs");
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join("capture_info_13.c");
-    std::fs::write(&src, CAPTURE_INFO_13).unwrap();
-    let exe = dir.join("capture_info_13");
-    let cc = std::process::Command::new("cc").arg("-o").arg(&exe).arg(&src).arg("-ldl").output().unwrap();
-    assert!(cc.status.success(), "cc: {}", String::from_utf8_lossy(&cc.stderr));
-    let out = phos_run_over("emu", "shm", &exe, &[]);
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stderr.contains("abi=13"), "{stderr}");
     assert_eq!(
-        stdout,
+        run_cuda_13_abi_program("capture_info_13", CAPTURE_INFO_13),
         "capturing: status 1, 1 dependency, default edge yes\n\
          after the update: 1 dependency, the added node yes\n\
          ended: the same graph yes, 3 nodes\n"
@@ -435,19 +442,8 @@ int main(void) {
 /// `libcudart.so.13` by name) copies through both, and a bad batch and bad flags are refused.
 #[test]
 fn batch_copies_of_the_cuda_13_abi() {
-    let dir = phos_tests::target_dir().join("cuda-programs");
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join("batch_13.c");
-    std::fs::write(&src, BATCH_13).unwrap();
-    let exe = dir.join("batch_13");
-    let cc = std::process::Command::new("cc").arg("-o").arg(&exe).arg(&src).arg("-ldl").output().unwrap();
-    assert!(cc.status.success(), "cc: {}", String::from_utf8_lossy(&cc.stderr));
-    let out = phos_run_over("emu", "shm", &exe, &[]);
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stderr.contains("abi=13"), "{stderr}");
     assert_eq!(
-        stdout,
+        run_cuda_13_abi_program("batch_13", BATCH_13),
         "batch: 0 1 1000 1063\n\
          3D batch: 0 rows of 8 yes\n\
          refused: null destination 1, legacy stream 1, 3D flags 1\n"

@@ -9,4 +9,6 @@ for pair in cuda.h:-lcuda cublas_v2.h:-lcublas cublasLt.h:-lcublasLt cufft.h:-lc
   header=${pair%%:*}
   grep -q "#include <$header>" "$src" && flags="$flags ${pair#*:}"
 done
+# The driver API's test programs reach cuda.h through their shared header.
+case " $flags " in *" -lcuda "*) ;; *) grep -q '#include "driver_check.h"' "$src" && flags="-lcuda$flags" ;; esac
 echo $flags
