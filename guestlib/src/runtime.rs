@@ -58,10 +58,7 @@ struct Channel {
     transport: Box<dyn Transport>,
     session: Arc<Session>,
     reply: Vec<u8>,
-    /// Async calls sent and not answered yet, oldest first: kept whole, so that if the
-    /// connection is lost they can be sent again on the next one.
-    unanswered: VecDeque<Unanswered>,
-    /// This channel's entry in [`CHANNELS`].
+    /// This channel's entry in [`CHANNELS`] (its unanswered async calls are there).
     shared: Arc<ChannelShared>,
     /// Where large copies move their data (shared-memory channels).
     staging: Option<Arc<Staging>>,
@@ -72,6 +69,13 @@ struct Channel {
     /// [`PUBLISHED`] as of this channel's last look at the others (and its own publishes
     /// since, while no other channel published): equal to it now, nothing is new to name.
     seen: u64,
+    /// The last of this thread's calls that another channel took over from its previous,
+    /// lost connection (0: none): sent before anything this channel sends again, as a
+    /// barrier, so the calls the thread sent after them still run after them.
+    resend_after: u64,
+    /// Calls [`Channel::unnamed_calls`] took over from lost channels, to send before the
+    /// barrier it computed.
+    adopted_now: Vec<Unanswered>,
 }
 
 struct Unanswered {
@@ -89,6 +93,26 @@ struct ChannelShared {
     /// The work this channel sent that may write what the host reads without a call (see
     /// [`work_settled`]), counted by its own thread once the work is sent (async) or answered.
     work: WorkCounts,
+    /// The session's epoch (restores so far) when this channel connected. A channel of an
+    /// earlier epoch than another's has lost its connection: its server is gone.
+    epoch: u64,
+    /// Async calls sent and not answered yet, oldest first: kept whole, so that if the
+    /// connection is lost they can be sent again on the next one. Behind a lock (taken by its
+    /// own thread, uncontended, but for the moment below) because another thread may have to
+    /// send them again: after a restore, a thread that is idle (PyTorch's autograd thread,
+    /// waiting for the main thread) reconnects only at its next call, while another thread's
+    /// synchronising call names its last async call in a barrier and would wait for it
+    /// forever. So the first channel of a newer epoch that meets a lost channel's calls takes
+    /// them over (see [`Channel::adopt_lost`]).
+    unanswered: Mutex<VecDeque<Unanswered>>,
+    /// The last call another channel took over from this one (0: none).
+    adopted_up_to: AtomicU64,
+}
+
+impl ChannelShared {
+    fn unanswered(&self) -> std::sync::MutexGuard<'_, VecDeque<Unanswered>> {
+        self.unanswered.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// Every channel of the process that may have async calls in flight.
@@ -137,7 +161,7 @@ impl Drop for Channel {
         // brings their acknowledgement), so no other thread's synchronising call has to
         // name this channel's calls in a barrier.
         // (Not in a forked child: the connection is its parent's.)
-        if !self.unanswered.is_empty() && self.session.pid == std::process::id() {
+        if !self.shared.unanswered().is_empty() && self.session.pid == std::process::id() {
             let mut request = Vec::new();
             phos_protocol::encode_reply(&cudart::CudaGetDeviceCountRequest {}, &mut request);
             let id = NEXT_CALL_ID.fetch_add(1, Ordering::Relaxed);
@@ -163,27 +187,31 @@ impl Channel {
         }
         if h.kind == FrameKind::Reply && h.flags & FLAG_ASYNC != 0 {
             // An acknowledgement of every async call up to `call_id`.
-            while self.unanswered.front().is_some_and(|u| u.call_id <= h.call_id) {
-                self.unanswered.pop_front();
+            let mut unanswered = self.shared.unanswered();
+            while unanswered.front().is_some_and(|u| u.call_id <= h.call_id) {
+                unanswered.pop_front();
             }
+            let last = unanswered.back().map_or(0, |u| u.call_id);
+            drop(unanswered);
             if h.status != cudart::SUCCESS {
                 tracing::debug!("an async call failed: {}", h.status);
                 note_status(CudaError(h.status));
                 set_last_error(CudaError(h.status));
             }
-            let last = self.unanswered.back().map_or(0, |u| u.call_id);
             self.shared.last_unanswered.store(last, Ordering::Release);
             return Ok(None);
         }
         // An async call the router refused (it answers each one it refuses).
         if h.kind == FrameKind::Reply && h.flags & FLAG_REFUSED != 0 {
-            if let Some(i) = self.unanswered.iter().position(|u| u.call_id == h.call_id) {
-                self.unanswered.remove(i);
+            let mut unanswered = self.shared.unanswered();
+            if let Some(i) = unanswered.iter().position(|u| u.call_id == h.call_id) {
+                unanswered.remove(i);
             }
+            let last = unanswered.back().map_or(0, |u| u.call_id);
+            drop(unanswered);
             tracing::debug!("an async call was refused: {}", h.status);
             note_status(CudaError(h.status));
             set_last_error(CudaError(h.status));
-            let last = self.unanswered.back().map_or(0, |u| u.call_id);
             self.shared.last_unanswered.store(last, Ordering::Release);
             return Ok(None);
         }
@@ -192,7 +220,7 @@ impl Channel {
 
     /// Retire the answers that have already arrived, without waiting.
     fn collect_answers(&mut self) -> Result<(), String> {
-        while !self.unanswered.is_empty() && self.transport.readable() {
+        while !self.shared.unanswered().is_empty() && self.transport.readable() {
             if let Some(h) = self.receive_one()? {
                 return Err(format!("unexpected {:?} frame for call {}", h.kind, h.call_id));
             }
@@ -229,7 +257,11 @@ impl Channel {
     /// came), and the session, whose image says which, acknowledges those without running
     /// them twice.
     fn resend_unanswered(&mut self) -> Result<(), String> {
-        let pending = std::mem::take(&mut self.unanswered);
+        // Calls of this thread that another channel sent again first: what follows runs
+        // after them.
+        let after = std::mem::take(&mut self.resend_after);
+        self.send_barrier_for(&[after][..usize::from(after != 0)])?;
+        let pending = std::mem::take(&mut *self.shared.unanswered());
         if let (Some(first), Some(last)) = (pending.front(), pending.back()) {
             tracing::debug!(
                 count = pending.len(),
@@ -242,7 +274,60 @@ impl Channel {
             .iter()
             .try_for_each(|u| self.send_call(u.function, u.device, u.call_id, FLAG_ASYNC | FLAG_RESENT, &u.request));
         // Kept whatever happened: a failure here is another lost connection.
-        self.unanswered = pending;
+        let last = pending.back().map_or(0, |u| u.call_id);
+        *self.shared.unanswered() = pending;
+        self.shared.last_unanswered.store(last, Ordering::Release);
+        sent?;
+        let channels = CHANNELS.lock().unwrap_or_else(|p| p.into_inner());
+        let adopted = self.adopt_lost(&channels);
+        drop(channels);
+        self.send_adopted(adopted)
+    }
+
+    /// Take over the unanswered async calls of the process's channels whose connections are
+    /// gone (connected in an earlier epoch of the session than this one): their threads may
+    /// not call again for a long time (idle, waiting for another thread), and another
+    /// thread's barrier may name their calls. Each lost channel keeps the last id taken
+    /// (`adopted_up_to`), which its own thread's next channel waits for before it sends
+    /// anything again; no other thread names them in a barrier (its last unanswered call
+    /// is none now: this channel's is).
+    fn adopt_lost(&self, channels: &[Arc<ChannelShared>]) -> Vec<Unanswered> {
+        let mut adopted = Vec::new();
+        for c in channels.iter().filter(|c| c.epoch < self.shared.epoch) {
+            let mut calls = c.unanswered();
+            if let Some(last) = calls.back() {
+                c.adopted_up_to.fetch_max(last.call_id, Ordering::AcqRel);
+                adopted.extend(calls.drain(..));
+                c.last_unanswered.store(0, Ordering::Release);
+            }
+        }
+        adopted
+    }
+
+    /// Send calls taken over from lost channels, flagged as resent (the session acknowledges
+    /// those that ran before its image without running them again), and keep them with this
+    /// channel's own in call order (ids are the process's issue order, so a call another
+    /// thread made before one of these, and synchronised with, is never behind it).
+    fn send_adopted(&mut self, mut adopted: Vec<Unanswered>) -> Result<(), String> {
+        if adopted.is_empty() {
+            return Ok(());
+        }
+        adopted.sort_by_key(|u| u.call_id);
+        tracing::info!(
+            count = adopted.len(),
+            "sending again the async calls of threads whose connections the session's restore cut"
+        );
+        let sent = adopted
+            .iter()
+            .try_for_each(|u| self.send_call(u.function, u.device, u.call_id, FLAG_ASYNC | FLAG_RESENT, &u.request));
+        let mut unanswered = self.shared.unanswered();
+        let mut merged: Vec<Unanswered> = unanswered.drain(..).chain(adopted).collect();
+        merged.sort_by_key(|u| u.call_id);
+        *unanswered = merged.into();
+        let last = unanswered.back().map_or(0, |u| u.call_id);
+        drop(unanswered);
+        self.shared.last_unanswered.store(last, Ordering::Release);
+        PUBLISHED.fetch_add(1, Ordering::AcqRel);
         sent
     }
 
@@ -262,6 +347,7 @@ impl Channel {
             return Vec::new();
         }
         let channels = CHANNELS.lock().unwrap_or_else(|p| p.into_inner());
+        self.adopted_now = self.adopt_lost(&channels);
         let others = channels
             .iter()
             .filter(|c| !Arc::ptr_eq(c, &self.shared))
@@ -282,6 +368,10 @@ impl Channel {
     /// Tell the server to run the async calls `ids` (of other channels) before this
     /// channel's next frame.
     fn send_barrier_for(&mut self, ids: &[u64]) -> Result<(), String> {
+        // What the scan took over from lost channels goes first (the barrier's ids may be
+        // among them).
+        let adopted = std::mem::take(&mut self.adopted_now);
+        self.send_adopted(adopted)?;
         if ids.is_empty() {
             return Ok(());
         }
@@ -679,12 +769,22 @@ fn open_channel_once() -> Result<Channel, Opened> {
             s
         }
     };
-    let shared = Arc::new(ChannelShared::default());
+    let shared = Arc::new(ChannelShared { epoch: welcome.epoch, ..ChannelShared::default() });
     with_channels(|channels| channels.push(shared.clone()));
     // A thread starting to call CUDA (or a forked child's first) is a moment to look for
     // foreign CUDA libraries again.
     crate::bypass::look_soon();
-    Ok(Channel { transport, session, reply, unanswered: VecDeque::new(), shared, staging, named: Vec::new(), seen: 0 })
+    Ok(Channel {
+        transport,
+        session,
+        reply,
+        shared,
+        staging,
+        named: Vec::new(),
+        seen: 0,
+        resend_after: 0,
+        adopted_now: Vec::new(),
+    })
 }
 
 /// Run `f` with this thread's channel, opening it first if needed.
@@ -828,6 +928,7 @@ fn call_carried<R: RemoteCall>(req: &R) -> Result<R::Reply, Failure> {
     // beside it, and says how long a call that had to reconnect waited in all.
     let started = Instant::now();
     let mut carried = VecDeque::new();
+    let mut carried_after = 0;
     let mut lost = match with_channel(|ch| Ok(attempt::<R>(ch, &request, call_id, false))) {
         Ok(Attempt::Done(r)) => return r,
         Ok(Attempt::Lost(why)) => why,
@@ -843,7 +944,9 @@ fn call_carried<R: RemoteCall>(req: &R) -> Result<R::Reply, Failure> {
     let mut attempts = 0u32;
     loop {
         tracing::info!("connection to the API server lost during {} ({lost}); reconnecting", R::FUNCTION.name());
-        carried.extend(drop_channel());
+        let (calls, after) = drop_channel();
+        carried.extend(calls);
+        carried_after = carried_after.max(after);
         if PARKED.load(Ordering::Relaxed) {
             // Dumped and restored meanwhile, perhaps: the clock says nothing of how long the
             // session has been away.
@@ -862,7 +965,8 @@ fn call_carried<R: RemoteCall>(req: &R) -> Result<R::Reply, Failure> {
         }
         attempts += 1;
         let attempted = with_channel(|ch| {
-            ch.unanswered.extend(carried.drain(..));
+            ch.shared.unanswered().extend(carried.drain(..));
+            ch.resend_after = ch.resend_after.max(std::mem::take(&mut carried_after));
             Ok(attempt::<R>(ch, &request, call_id, true))
         });
         match attempted {
@@ -906,7 +1010,7 @@ fn call_async_carried<R: RemoteCall>(req: &R) -> Result<(), Failure> {
     let device = current_device();
     let sent = with_channel(|ch| {
         let ready = ch.collect_answers().and_then(|_| {
-            while ch.unanswered.len() >= MAX_UNANSWERED {
+            while ch.shared.unanswered().len() >= MAX_UNANSWERED {
                 if let Some(h) = ch.receive_one()? {
                     return Err(format!("unexpected {:?} frame for call {}", h.kind, h.call_id));
                 }
@@ -929,7 +1033,7 @@ fn call_async_carried<R: RemoteCall>(req: &R) -> Result<(), Failure> {
             .and_then(|_| ch.send_barrier_for(&barrier))
             .and_then(|_| ch.send_call(R::FUNCTION, device, call_id, FLAG_ASYNC, &request));
         // Whatever happened to the connection, the call is kept until it is answered.
-        ch.unanswered.push_back(Unanswered { call_id, function: R::FUNCTION, device, request });
+        ch.shared.unanswered().push_back(Unanswered { call_id, function: R::FUNCTION, device, request });
         Ok(sent)
     })?;
     if let Err(why) = sent {
@@ -1191,8 +1295,8 @@ pub unsafe fn staged_copy(
 }
 
 /// Forget this thread's channel (its connection is gone); returns the async calls it left
-/// unanswered.
-fn drop_channel() -> VecDeque<Unanswered> {
+/// unanswered, and the last of its calls another channel took over (0: none).
+fn drop_channel() -> (VecDeque<Unanswered>, u64) {
     CHANNEL
         .try_with(|c| c.borrow_mut().take())
         .ok()
@@ -1201,19 +1305,24 @@ fn drop_channel() -> VecDeque<Unanswered> {
             // Acknowledgements the old server sent before it went (a session frozen for a
             // migration answers what ran first) retire their calls: those must not run twice.
             for _ in 0..MAX_UNANSWERED {
-                if ch.unanswered.is_empty() || !ch.transport.wait_readable(Duration::ZERO) || ch.receive_one().is_err()
+                if ch.shared.unanswered().is_empty()
+                    || !ch.transport.wait_readable(Duration::ZERO)
+                    || ch.receive_one().is_err()
                 {
                     break;
                 }
             }
-            if let Some(first) = ch.unanswered.front() {
+            let mut unanswered = ch.shared.unanswered();
+            if let Some(first) = unanswered.front() {
                 tracing::debug!(
-                    count = ch.unanswered.len(),
+                    count = unanswered.len(),
                     first = first.call_id,
                     "async calls left unanswered by the lost connection"
                 );
             }
-            std::mem::take(&mut ch.unanswered)
+            let calls = std::mem::take(&mut *unanswered);
+            drop(unanswered);
+            (calls, ch.shared.adopted_up_to.load(Ordering::Acquire))
         })
         .unwrap_or_default()
 }

@@ -161,6 +161,52 @@ fn stop_and_restore_iterative(mode: &[&str]) {
     assert!(router.server_logs().contains("restored"), "{}", router.server_logs());
 }
 
+/// A thread whose last launch was not answered yet when its session was stopped, and that
+/// then waits for another thread (calling CUDA no more), has that launch sent again on its
+/// behalf by the other thread's new connection after the restore, so that no barrier of the
+/// other thread waits for a call its idle thread would send only later (PyTorch's autograd
+/// thread beside its main thread: a barrier that gave up after 30 s let the main thread run
+/// ahead of a backward kernel). The restored session acknowledges it without running it
+/// twice: the kernel adds, and the copy reads one addition.
+#[test]
+fn the_unanswered_launch_of_a_thread_idle_after_a_restore_is_sent_again_for_it() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "restore_idle_thread", &["-arch=sm_70"]);
+    let router = TestRouter::start("emu");
+    let mut guest = Command::new(built("phosctl"))
+        .args(["run", "--endpoint"])
+        .arg(format!("unix:{}", router.socket().display()))
+        .arg("--")
+        .arg(&exe)
+        .env("PHOS_GUEST_LIB", built("libphos_guest.so"))
+        .env("PHOS_LOG", "info")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(guest.stdout.take().unwrap());
+    read_until(&mut out, "ready");
+    let id = session_id(&router);
+    let image = tempfile::tempdir().unwrap();
+    let dir = image.path().join("image");
+    checkpoint(&router, id, &dir, &["--stop"]);
+    let rs = phosctl(&router, &["restore", dir.to_str().unwrap()]);
+    assert!(rs.status.success(), "restore: {}", String::from_utf8_lossy(&rs.stderr));
+    // The main thread's copy now finds its connection gone, and reconnects.
+    std::io::Write::write_all(guest.stdin.as_mut().unwrap(), b"go\n").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let status = guest.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut guest.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "the program failed after the restore: {rest}\n{err}\n{}", router.server_logs());
+    assert_eq!(rest, "value 42\nPASS\n", "{err}");
+    assert!(err.contains("sending again the async calls of threads whose connections"), "{err}");
+    let logs = router.server_logs();
+    assert!(!logs.contains("barrier gave up"), "{logs}");
+}
+
 /// A synchronous call that ran before the session was checkpointed and stopped, its answer
 /// lost with the connection the stop cut, is sent again by the guest after the restore
 /// (flagged as resent, with its id): the image kept its reply, and the restored session

@@ -777,7 +777,27 @@ impl CublasService for Session {
     }
 
     fn before_call(&self, _: &CallCx, _: FunctionId, access: &CallAccess<'_>) -> Result<(), CublasStatus> {
-        self.hooks.before_call(access).map_err(blas_status)
+        // A call that reaches device memory may use the handle's workspace (cublasSetWorkspace)
+        // as scratch, a range no argument names: an on-demand restore must not load the image's
+        // bytes into it while a call computes there, and a concurrent checkpoint must know it is
+        // written.
+        let workspace = if access.device.is_empty() {
+            None
+        } else {
+            access
+                .objects
+                .iter()
+                .find(|o| o.kind == "cublas_handle")
+                .and_then(|o| self.objects.blas.get(o.value).ok())
+                .map(|h| h.workspace)
+                .filter(|&(addr, len)| addr != 0 && len != 0)
+        };
+        let Some((addr, len)) = workspace else {
+            return self.hooks.before_call(access).map_err(blas_status);
+        };
+        let device: Vec<DeviceAccess> =
+            access.device.iter().copied().chain([DeviceAccess { addr, len, writes: true }]).collect();
+        self.hooks.before_call(&CallAccess { device: &device, ..*access }).map_err(blas_status)
     }
 
     super::library_capture::capture_hooks!(Cublas);
