@@ -2423,8 +2423,8 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cuStreamCopyAttributes(dst: *mut c_void, src: *mut c_void) -> i32 {
-        // SAFETY: handles, which the runtime's code checks.
         in_context(F::CuStreamCopyAttributes, || {
+            // SAFETY: handles, which the runtime's code checks.
             bridge::runtime(|| unsafe { cudart::cudaStreamCopyAttributes(dst, src) })
         })
     }
