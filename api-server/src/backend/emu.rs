@@ -1062,7 +1062,8 @@ impl EmuBackend {
     /// Clusters are of one block here (the interpreter runs no distributed shared memory):
     /// as many clusters as blocks fit on the device at once.
     fn one_block_clusters(&self, function: Raw, block: Dim3, smem: u32) -> Result<i32, CudaError> {
-        let threads = u64::from(block.x) * u64::from(block.y) * u64::from(block.z);
+        // A guest's dimensions: their product may not fit.
+        let threads = u64::from(block.x).saturating_mul(u64::from(block.y)).saturating_mul(u64::from(block.z));
         if threads == 0 {
             return Err(CudaError::InvalidValue);
         }

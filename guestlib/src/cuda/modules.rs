@@ -320,7 +320,7 @@ pub fn potential_block_size(
     while aligned > 0 {
         let block = aligned.min(limit);
         let blocks = occupancy(function, block, smem_of(block), flags)?;
-        let threads = block * blocks;
+        let threads = block.saturating_mul(blocks);
         if threads > best_threads {
             (best_block, best_blocks, best_threads) = (block, blocks, threads);
         }
