@@ -242,6 +242,7 @@ const TESTED_APART: &[&str] = &[
     "driver_arrays",
     "driver_graphs",
     "driver_library",
+    "driver_queries",
     "restore_on_demand",
     "cublas_blas",
     "cublas_async_gemms",
@@ -338,6 +339,15 @@ fn driver_graphs() {
 #[test]
 fn driver_library() {
     driver_program("driver_library");
+}
+
+/// The driver API's context, device, function, stream and memory calls beside the common ones
+/// (`cuCtxGetLimit`, `cuCtxGetId`, `cuFuncGetParamInfo`, `cuOccupancyMaxPotentialBlockSize`,
+/// `cuStreamGetAttribute`, `cuMemAllocAsync`, `cuMemPoolCreate`, `cuMemAllocManaged`,
+/// `cuMemcpy3DPeer`...) print what they print natively, misuse included.
+#[test]
+fn driver_queries() {
+    driver_program("driver_queries");
 }
 
 /// Runs a program of the driver API (linked with `-lcuda`) on emu and compares its output

@@ -1402,6 +1402,70 @@ impl Modules for CudaBackend {
             .map_err(driver)?;
         Ok(n as u64)
     }
+
+    fn max_active_clusters(
+        &self,
+        function: Raw,
+        grid: Dim3,
+        block: Dim3,
+        smem: u32,
+        cluster: Option<Dim3>,
+    ) -> Result<i32, CudaError> {
+        let mut attr = ClusterAttribute::new(cluster);
+        let config = launch_config(grid, block, smem, &mut attr);
+        let mut n = 0;
+        // SAFETY: a live function of the session's; the configuration and its attribute (if
+        // any) live across the call.
+        check(unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, function as sys::CUfunction, &config) })?;
+        Ok(n)
+    }
+
+    fn max_potential_cluster_size(&self, function: Raw, grid: Dim3, block: Dim3, smem: u32) -> Result<i32, CudaError> {
+        let mut attr = ClusterAttribute::new(None);
+        let config = launch_config(grid, block, smem, &mut attr);
+        let mut n = 0;
+        // SAFETY: as in `max_active_clusters`.
+        check(unsafe { sys::cuOccupancyMaxPotentialClusterSize(&mut n, function as sys::CUfunction, &config) })?;
+        Ok(n)
+    }
+}
+
+/// A `CUlaunchAttribute` of `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION` (its id, padding, a 64-byte
+/// value whose first three words are the dimensions), or none.
+#[repr(C, align(8))]
+struct ClusterAttribute {
+    bytes: [u8; 72],
+    present: bool,
+}
+
+impl ClusterAttribute {
+    fn new(cluster: Option<Dim3>) -> Self {
+        const CLUSTER_DIMENSION: u32 = 4;
+        let mut bytes = [0u8; 72];
+        if let Some(c) = cluster {
+            bytes[0..4].copy_from_slice(&CLUSTER_DIMENSION.to_ne_bytes());
+            for (k, v) in [c.x, c.y, c.z].into_iter().enumerate() {
+                bytes[8 + 4 * k..12 + 4 * k].copy_from_slice(&v.to_ne_bytes());
+            }
+        }
+        ClusterAttribute { bytes, present: cluster.is_some() }
+    }
+}
+
+/// The launch configuration an occupancy query of clusters takes (no stream).
+fn launch_config(grid: Dim3, block: Dim3, smem: u32, attr: &mut ClusterAttribute) -> sys::CUlaunchConfig {
+    sys::CUlaunchConfig {
+        gridDimX: grid.x,
+        gridDimY: grid.y,
+        gridDimZ: grid.z,
+        blockDimX: block.x,
+        blockDimY: block.y,
+        blockDimZ: block.z,
+        sharedMemBytes: smem,
+        hStream: std::ptr::null_mut(),
+        attrs: if attr.present { attr.bytes.as_mut_ptr() as *mut sys::CUlaunchAttribute } else { std::ptr::null_mut() },
+        numAttrs: u32::from(attr.present),
+    }
 }
 
 impl Libraries for CudaBackend {

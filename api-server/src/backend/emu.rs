@@ -1019,6 +1019,28 @@ impl Modules for EmuBackend {
         Ok(blocks.max(0) as i32)
     }
 
+    fn max_active_clusters(
+        &self,
+        function: Raw,
+        _grid: Dim3,
+        block: Dim3,
+        smem: u32,
+        cluster: Option<Dim3>,
+    ) -> Result<i32, CudaError> {
+        match cluster {
+            Some(Dim3 { x: 1, y: 1, z: 1 }) => self.one_block_clusters(function, block, smem),
+            // No cluster size given (kernels here have none of their own), or one of zero.
+            None => Err(CudaError::InvalidClusterSize),
+            Some(c) if c.x == 0 || c.y == 0 || c.z == 0 => Err(CudaError::InvalidClusterSize),
+            Some(_) => Err(CudaError::NotSupported),
+        }
+    }
+
+    fn max_potential_cluster_size(&self, function: Raw, _grid: Dim3, block: Dim3, smem: u32) -> Result<i32, CudaError> {
+        // One block, where one fits at all.
+        Ok(i32::from(self.one_block_clusters(function, block, smem)? > 0))
+    }
+
     fn available_dynamic_smem(&self, function: Raw, blocks: i32, block_size: i32) -> Result<u64, CudaError> {
         let f = self.functions.lock().get(&function).cloned().ok_or(CudaError::InvalidResourceHandle)?;
         let a = &self.properties.attributes;
@@ -1033,6 +1055,20 @@ impl Modules for EmuBackend {
         let per_block = a[attr::MAX_SHARED_MEMORY_PER_MULTIPROCESSOR] as u64 / blocks as u64;
         let usable = per_block.saturating_sub(a[attr::RESERVED_SHARED_MEMORY_PER_BLOCK] as u64 + static_shared);
         Ok(usable.min((a[attr::MAX_SHARED_MEMORY_PER_BLOCK_OPTIN] as u64).saturating_sub(static_shared)))
+    }
+}
+
+impl EmuBackend {
+    /// Clusters are of one block here (the interpreter runs no distributed shared memory):
+    /// as many clusters as blocks fit on the device at once.
+    fn one_block_clusters(&self, function: Raw, block: Dim3, smem: u32) -> Result<i32, CudaError> {
+        // A guest's dimensions: their product may not fit.
+        let threads = u64::from(block.x).saturating_mul(u64::from(block.y)).saturating_mul(u64::from(block.z));
+        if threads == 0 {
+            return Err(CudaError::InvalidValue);
+        }
+        let per_sm = self.occupancy(function, i32::try_from(threads).unwrap_or(i32::MAX), u64::from(smem), 0)?;
+        Ok(per_sm.saturating_mul(self.properties.attributes[attr::MULTIPROCESSOR_COUNT]))
     }
 }
 

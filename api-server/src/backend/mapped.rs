@@ -361,6 +361,19 @@ impl Modules for Mapped {
     fn available_dynamic_smem(&self, function: Raw, blocks: i32, block_size: i32) -> Result<u64, CudaError> {
         self.inner.available_dynamic_smem(function, blocks, block_size)
     }
+    fn max_active_clusters(
+        &self,
+        function: Raw,
+        grid: Dim3,
+        block: Dim3,
+        smem: u32,
+        cluster: Option<Dim3>,
+    ) -> Result<i32, CudaError> {
+        self.inner.max_active_clusters(function, grid, block, smem, cluster)
+    }
+    fn max_potential_cluster_size(&self, function: Raw, grid: Dim3, block: Dim3, smem: u32) -> Result<i32, CudaError> {
+        self.inner.max_potential_cluster_size(function, grid, block, smem)
+    }
 }
 
 impl Launch for Mapped {

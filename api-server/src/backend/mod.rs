@@ -389,6 +389,19 @@ pub trait Modules: Send + Sync {
     fn occupancy(&self, function: Raw, block_size: i32, dynamic_smem: u64, flags: u32) -> Result<i32, CudaError>;
     /// Dynamic shared memory a block may use with `blocks` blocks of `block_size` resident.
     fn available_dynamic_smem(&self, function: Raw, blocks: i32, block_size: i32) -> Result<u64, CudaError>;
+    /// Clusters of `cluster` blocks (none given: the function's own cluster size) that can be
+    /// resident on the device at once, for a launch of `grid` blocks of `block` threads with
+    /// `smem` bytes of dynamic shared memory each.
+    fn max_active_clusters(
+        &self,
+        function: Raw,
+        grid: Dim3,
+        block: Dim3,
+        smem: u32,
+        cluster: Option<Dim3>,
+    ) -> Result<i32, CudaError>;
+    /// The largest cluster such a launch can have.
+    fn max_potential_cluster_size(&self, function: Raw, grid: Dim3, block: Dim3, smem: u32) -> Result<i32, CudaError>;
 }
 
 /// Kernel launches, and the device time they took.

@@ -105,6 +105,16 @@ struct PhysicalHandle {
     was_mapped: bool,
     /// `cuMemRelease`d: it goes once unmapped.
     released: bool,
+    /// References `cuMemRetainAllocationHandle` added, each given back by a `cuMemRelease`
+    /// before the handle's own.
+    retained: u32,
+}
+
+impl PhysicalHandle {
+    /// Not released yet, or still referenced by a retain.
+    fn live(&self) -> bool {
+        !self.released || self.retained > 0
+    }
 }
 
 /// What the virtual memory calls refuse, in the driver's terms (the service maps them).
@@ -171,7 +181,7 @@ impl Inner {
         self.written.remove(&start);
         if let Some(h) = self.handles.get_mut(&handle) {
             h.mapped_at = None;
-            if h.released {
+            if !h.live() {
                 self.handles.remove(&handle);
             }
         }
@@ -700,14 +710,24 @@ impl AddressSpace {
         }
         g.next_handle += 1;
         let handle = HANDLE_TAG | g.next_handle;
-        g.handles.insert(handle, PhysicalHandle { size, device, mapped_at: None, was_mapped: false, released: false });
+        g.handles.insert(
+            handle,
+            PhysicalHandle { size, device, mapped_at: None, was_mapped: false, released: false, retained: 0 },
+        );
         Ok(handle)
     }
 
     /// `cuMemRelease`: the handle goes now, or when its mapping is unmapped.
     pub fn release_handle(&self, handle: u64) -> Result<(), VmmError> {
         let mut g = self.inner.write();
-        let h = g.handles.get_mut(&handle).filter(|h| !h.released).ok_or(VmmError::InvalidValue)?;
+        let h = g.handles.get_mut(&handle).filter(|h| h.live()).ok_or(VmmError::InvalidValue)?;
+        if h.retained > 0 {
+            h.retained -= 1;
+            if h.released && h.retained == 0 && h.mapped_at.is_none() {
+                g.handles.remove(&handle);
+            }
+            return Ok(());
+        }
         if h.mapped_at.is_some() {
             h.released = true;
         } else {
@@ -719,7 +739,7 @@ impl AddressSpace {
     /// The size and device of a live handle.
     pub fn handle_info(&self, handle: u64) -> Result<(u64, i32), VmmError> {
         let g = self.inner.read();
-        let h = g.handles.get(&handle).filter(|h| !h.released).ok_or(VmmError::InvalidValue)?;
+        let h = g.handles.get(&handle).filter(|h| h.live()).ok_or(VmmError::InvalidValue)?;
         Ok((h.size, h.device))
     }
 
@@ -728,7 +748,7 @@ impl AddressSpace {
     pub fn map_handle(&self, backend: &dyn VirtualMemory, addr: u64, size: u64, handle: u64) -> Result<(), VmmError> {
         let mut g = self.inner.write();
         let inner = &mut *g;
-        let h = *inner.handles.get(&handle).filter(|h| !h.released).ok_or(VmmError::InvalidValue)?;
+        let h = *inner.handles.get(&handle).filter(|h| h.live()).ok_or(VmmError::InvalidValue)?;
         if size != h.size {
             // Part of a handle, at an offset: not carried.
             return Err(VmmError::NotSupported);
@@ -787,6 +807,23 @@ impl AddressSpace {
             freed += inner.unmap_one(backend, start).map_err(VmmError::Device)?;
         }
         Ok(freed)
+    }
+
+    /// `cuMemRetainAllocationHandle`: the handle mapped where `addr` lies, with one more
+    /// reference (a `cuMemRelease` gives it back).
+    pub fn retain_handle(&self, addr: u64) -> Result<u64, VmmError> {
+        let mut g = self.inner.write();
+        let inner = &mut *g;
+        let handle = match inner.blocks.range(..=addr).next_back() {
+            Some((&start, b)) if addr < start + b.len => match b.kind {
+                BlockKind::Mapped { handle } => handle,
+                _ => return Err(VmmError::InvalidValue),
+            },
+            _ => return Err(VmmError::InvalidValue),
+        };
+        let h = inner.handles.get_mut(&handle).ok_or(VmmError::InvalidValue)?;
+        h.retained = h.retained.checked_add(1).ok_or(VmmError::InvalidValue)?;
+        Ok(handle)
     }
 
     /// The device of the mappings that cover `[addr, addr + size)` side by side; `None` when
@@ -932,6 +969,29 @@ mod tests {
         s.free_range(va, 4 * g).unwrap();
         assert!(!s.has_program_mappings());
         assert_eq!(s.reserve_range(&b, 0, 4 * g, 0, va), Ok(va), "the range is free again, at the hint");
+    }
+
+    #[test]
+    fn a_retained_handle_outlives_its_own_release_until_given_back() {
+        let (b, s) = space(1 << 30);
+        let g = b.granularity(0);
+        let va = s.reserve_range(&b, 0, 2 * g, 0, 0).unwrap();
+        let h = s.create_handle(&b, 0, g).unwrap();
+        assert_eq!(s.retain_handle(va), Err(VmmError::InvalidValue), "nothing mapped there");
+        s.map_handle(&b, va, g, h).unwrap();
+        assert_eq!(s.retain_handle(va + 16), Ok(h), "an address inside the mapping");
+        assert_eq!(s.retain_handle(va + g), Err(VmmError::InvalidValue), "past it");
+        s.release_handle(h).unwrap();
+        s.release_handle(h).unwrap();
+        assert_eq!(s.handle_info(h), Err(VmmError::InvalidValue), "both references given back");
+        assert_eq!(s.release_handle(h), Err(VmmError::InvalidValue), "no third");
+        assert_eq!(s.retain_handle(va), Ok(h), "still mapped: found again");
+        assert_eq!(s.unmap_range(&b, va, g), Ok(g));
+        assert_eq!(s.handle_info(h), Ok((g, 0)), "the retain keeps it");
+        s.release_handle(h).unwrap();
+        assert_eq!(s.handle_info(h), Err(VmmError::InvalidValue), "gone with its last reference");
+        s.free_range(va, 2 * g).unwrap();
+        assert!(!s.has_program_mappings());
     }
 
     #[test]

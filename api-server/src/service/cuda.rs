@@ -172,6 +172,45 @@ impl CudaService for Session {
         }
     }
 
+    fn phos_mem_retain_allocation_handle(
+        &self,
+        _: &CallCx,
+        req: PhosMemRetainAllocationHandleRequest,
+    ) -> Result<PhosMemRetainAllocationHandleReply, CuError> {
+        let handle =
+            self.objects.memory.retain_handle(req.addr).map_err(vmm_status(FunctionId::CuMemRetainAllocationHandle))?;
+        Ok(PhosMemRetainAllocationHandleReply { handle })
+    }
+
+    fn phos_occupancy_max_active_clusters(
+        &self,
+        _: &CallCx,
+        req: PhosOccupancyMaxActiveClustersRequest,
+    ) -> Result<PhosOccupancyMaxActiveClustersReply, CuError> {
+        let f = self.objects.modules.resolve_function(req.func).map_err(driver_status)?;
+        check_launch_shape(req.grid, req.block)?;
+        // A cluster of 0 blocks: none given (the function's own size, if it has one).
+        let c = req.cluster;
+        let cluster = (c.x != 0 || c.y != 0 || c.z != 0).then_some(c);
+        let n = self
+            .backend()
+            .max_active_clusters(f, req.grid, req.block, req.sharedMem, cluster)
+            .map_err(driver_status)?;
+        Ok(PhosOccupancyMaxActiveClustersReply { numClusters: n })
+    }
+
+    fn phos_occupancy_max_potential_cluster_size(
+        &self,
+        _: &CallCx,
+        req: PhosOccupancyMaxPotentialClusterSizeRequest,
+    ) -> Result<PhosOccupancyMaxPotentialClusterSizeReply, CuError> {
+        let f = self.objects.modules.resolve_function(req.func).map_err(driver_status)?;
+        check_launch_shape(req.grid, req.block)?;
+        let n =
+            self.backend().max_potential_cluster_size(f, req.grid, req.block, req.sharedMem).map_err(driver_status)?;
+        Ok(PhosOccupancyMaxPotentialClusterSizeReply { clusterSize: n })
+    }
+
     fn phos_mem_granularity(
         &self,
         _: &CallCx,
@@ -193,6 +232,12 @@ impl CudaService for Session {
             .map_err(vmm_status(FunctionId::CuMemGetAllocationPropertiesFromHandle))?;
         Ok(PhosMemHandleDeviceReply { device })
     }
+}
+
+/// A grid and block of an occupancy query: no dimension of zero blocks or threads.
+fn check_launch_shape(grid: phos_protocol::types::Dim3, block: phos_protocol::types::Dim3) -> Result<(), CuError> {
+    let zero = |d: phos_protocol::types::Dim3| d.x == 0 || d.y == 0 || d.z == 0;
+    if zero(grid) || zero(block) { Err(CuError::INVALID_VALUE) } else { Ok(()) }
 }
 
 /// A refusal of the virtual memory calls in the driver's codes; what Phos does not carry is

@@ -32,7 +32,7 @@ const FORMATS: &[(u32, i32, i32)] = &[
 /// The runtime's channel description of `channels` channels of `format`. Other formats (the
 /// block-compressed and packed ones) are not carried; a channel count other than 1, 2 or 4 is
 /// no array the driver makes.
-fn channel_desc(format: u32, channels: u32) -> Result<ChannelFormatDesc, CuError> {
+pub(crate) fn channel_desc(format: u32, channels: u32) -> Result<ChannelFormatDesc, CuError> {
     if !matches!(channels, 1 | 2 | 4) {
         return Err(CuError::INVALID_VALUE);
     }

@@ -204,6 +204,41 @@ pub fn flags_of_current() -> Result<u32, CuError> {
     lookup(ctx).map(|c| c.flags)
 }
 
+/// The device of a live context (`CUDA_ERROR_INVALID_CONTEXT`, or
+/// `CUDA_ERROR_CONTEXT_IS_DESTROYED`, otherwise).
+pub fn device_of(ctx: u64) -> Result<i32, CuError> {
+    lookup(ctx).map(|c| c.device)
+}
+
+/// `cuCtxGetId`: a context's number, unique in the process for its life (its handle's: primary
+/// contexts are 1 and up by device, created ones count on from 0x10001); 0 is the current
+/// context.
+pub fn id(ctx: u64) -> Result<u64, CuError> {
+    let ctx = if ctx == 0 { current().ok_or(CuError::INVALID_CONTEXT)? } else { ctx };
+    lookup(ctx)?;
+    Ok(ctx & !TAG_MASK)
+}
+
+/// `cuCtxSetFlags`: the current context's flags, the values `cuDevicePrimaryCtxSetFlags` takes
+/// (kept for `cuCtxGetFlags`; scheduling is the server's).
+pub fn set_flags_of_current(flags: u32) -> Result<(), CuError> {
+    let ctx = current().ok_or(CuError::INVALID_CONTEXT)?;
+    check_flags(flags)?;
+    if let Some(device) = primary_device(ctx) {
+        with(|c| c.primary.entry(device).or_default().flags = flags);
+        return Ok(());
+    }
+    lookup(ctx)?;
+    with(|c| c.created.get_mut(&ctx).map(|x| x.flags = flags)).ok_or(CuError::CONTEXT_IS_DESTROYED)
+}
+
+/// Context flags a program may set: `CU_CTX_SCHED_*` (one of them at most),
+/// `CU_CTX_MAP_HOST`, `CU_CTX_LMEM_RESIZE_TO_MAX`, `CU_CTX_COREDUMP_ENABLE`.
+fn check_flags(flags: u32) -> Result<(), CuError> {
+    const KNOWN: u32 = 0x07 | 0x08 | 0x10 | 0x20;
+    if flags & !KNOWN != 0 || (flags & 0x07).count_ones() > 1 { Err(CuError::INVALID_VALUE) } else { Ok(()) }
+}
+
 pub fn api_version(ctx: u64) -> Result<u32, CuError> {
     let ctx = if ctx == 0 { current().ok_or(CuError::INVALID_CONTEXT)? } else { ctx };
     lookup(ctx).map(|_| API_VERSION)
@@ -239,11 +274,8 @@ pub fn primary_state(device: i32) -> Result<(u32, bool), CuError> {
 /// `CU_CTX_MAP_HOST`, `CU_CTX_LMEM_RESIZE_TO_MAX`), kept for `cuCtxGetFlags`; the device's
 /// scheduling is the server's.
 pub fn primary_set_flags(device: i32, flags: u32) -> Result<(), CuError> {
-    const KNOWN: u32 = 0x07 | 0x08 | 0x10 | 0x20;
     bridge::check_device(device)?;
-    if flags & !KNOWN != 0 || (flags & 0x07).count_ones() > 1 {
-        return Err(CuError::INVALID_VALUE);
-    }
+    check_flags(flags)?;
     with(|c| c.primary.entry(device).or_default().flags = flags);
     Ok(())
 }

@@ -10,9 +10,10 @@ use phos_protocol::types::{Dim3, IpcHandle};
 
 use super::bridge::{self, dptr};
 use super::stubs::HandWritten;
-use super::{arrays, context, entry_points, graphs, memory, modules, vmm};
+use super::{arrays, context, entry_points, graphs, memory, modules, queries, vmm};
 use crate::cudart::graphs as rt_graphs;
 use crate::cudart::library as rt_library;
+use crate::cudart::managed as rt_managed;
 use crate::cudart::stubs as cudart;
 use crate::runtime;
 
@@ -867,7 +868,7 @@ impl HandWritten for Hand {
         extra: *mut *mut c_void,
     ) -> i32 {
         // SAFETY: `config` null or a `CUlaunchConfig`; the rest as in `cuLaunchKernel`.
-        in_context(F::CuLaunchKernelEx, || unsafe { modules::launch_ex(config, f as u64, kernel_params, extra) })
+        in_context(F::CuLaunchKernelEx, || unsafe { modules::launch_ex(config, f as u64, kernel_params, extra, false) })
     }
 
     unsafe fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
@@ -2016,6 +2017,669 @@ impl HandWritten for Hand {
         in_context(F::CuSurfObjectGetResourceDesc, || unsafe { arrays::surface_resource(out, object) })
     }
 
+    // ---- Context and device queries: the runtime's (its limits, cache and shared memory
+    // configurations, peers, PCI ids, pools), queries.rs and context.rs
+
+    unsafe fn cuCtxGetLimit(value: *mut usize, limit: i32) -> i32 {
+        // SAFETY: `value` null or writable (this export's contract), as the runtime's takes.
+        in_context(F::CuCtxGetLimit, || bridge::runtime(|| unsafe { cudart::cudaDeviceGetLimit(value, limit) }))
+    }
+
+    unsafe fn cuCtxSetLimit(limit: i32, value: usize) -> i32 {
+        // SAFETY: values only.
+        in_context(F::CuCtxSetLimit, || bridge::runtime(|| unsafe { cudart::cudaDeviceSetLimit(limit, value) }))
+    }
+
+    unsafe fn cuCtxGetCacheConfig(config: *mut i32) -> i32 {
+        in_context(F::CuCtxGetCacheConfig, || {
+            // SAFETY: `config` null or writable (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaDeviceGetCacheConfig(config) })
+        })
+    }
+
+    unsafe fn cuCtxSetCacheConfig(config: i32) -> i32 {
+        // SAFETY: a value only.
+        in_context(F::CuCtxSetCacheConfig, || bridge::runtime(|| unsafe { cudart::cudaDeviceSetCacheConfig(config) }))
+    }
+
+    unsafe fn cuCtxGetSharedMemConfig(config: *mut i32) -> i32 {
+        in_context(F::CuCtxGetSharedMemConfig, || {
+            // SAFETY: `config` null or writable (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaDeviceGetSharedMemConfig(config) })
+        })
+    }
+
+    unsafe fn cuCtxSetSharedMemConfig(config: i32) -> i32 {
+        in_context(F::CuCtxSetSharedMemConfig, || {
+            // SAFETY: a value only.
+            bridge::runtime(|| unsafe { cudart::cudaDeviceSetSharedMemConfig(config) })
+        })
+    }
+
+    unsafe fn cuCtxGetId(ctx: u64, id: *mut u64) -> i32 {
+        driver(F::CuCtxGetId, || {
+            if id.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            // SAFETY: not null, writable (this export's contract).
+            unsafe { put(id, context::id(ctx)?) }
+        })
+    }
+
+    unsafe fn cuCtxSetFlags(flags: u32) -> i32 {
+        driver(F::CuCtxSetFlags, || context::set_flags_of_current(flags))
+    }
+
+    /// All the context's work so far: the device's, once done, then the event recorded in the
+    /// legacy stream (which has nothing left before it by then).
+    unsafe fn cuCtxRecordEvent(ctx: u64, event: *mut c_void) -> i32 {
+        driver(F::CuCtxRecordEvent, || {
+            context::device_of(ctx)?;
+            if event.is_null() {
+                return Err(CuError::INVALID_HANDLE);
+            }
+            // SAFETY: cudaDeviceSynchronize takes no arguments.
+            bridge::runtime(|| unsafe { cudart::cudaDeviceSynchronize() })?;
+            let legacy = STREAM_LEGACY as usize as *mut c_void;
+            // SAFETY: handles, which the server checks.
+            bridge::runtime(|| unsafe { cudart::cudaEventRecord(event, legacy) })
+        })
+    }
+
+    /// Work submitted to the context after this call starts once the event's work is done:
+    /// the call returns then.
+    unsafe fn cuCtxWaitEvent(ctx: u64, event: *mut c_void) -> i32 {
+        driver(F::CuCtxWaitEvent, || {
+            context::device_of(ctx)?;
+            if event.is_null() {
+                return Err(CuError::INVALID_HANDLE);
+            }
+            // SAFETY: a handle, which the server checks.
+            bridge::runtime(|| unsafe { cudart::cudaEventSynchronize(event) })
+        })
+    }
+
+    unsafe fn cuDeviceCanAccessPeer(can: *mut i32, dev: i32, peer: i32) -> i32 {
+        driver(F::CuDeviceCanAccessPeer, || {
+            // SAFETY: `can` null or writable (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaDeviceCanAccessPeer(can, dev, peer) })
+        })
+    }
+
+    unsafe fn cuDeviceGetP2PAttribute(value: *mut i32, attrib: i32, src: i32, dst: i32) -> i32 {
+        // The attributes have the runtime's numbers.
+        driver(F::CuDeviceGetP2PAttribute, || {
+            // SAFETY: `value` null or writable (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaDeviceGetP2PAttribute(value, attrib, src, dst) })
+        })
+    }
+
+    unsafe fn cuCtxEnablePeerAccess(peer: u64, flags: u32) -> i32 {
+        in_context(F::CuCtxEnablePeerAccess, || {
+            let device = context::device_of(peer)?;
+            // SAFETY: values only.
+            bridge::runtime(|| unsafe { cudart::cudaDeviceEnablePeerAccess(device, flags) })
+        })
+    }
+
+    unsafe fn cuCtxDisablePeerAccess(peer: u64) -> i32 {
+        in_context(F::CuCtxDisablePeerAccess, || {
+            let device = context::device_of(peer)?;
+            // SAFETY: a value only.
+            bridge::runtime(|| unsafe { cudart::cudaDeviceDisablePeerAccess(device) })
+        })
+    }
+
+    unsafe fn cuDeviceGetPCIBusId(bus_id: *mut c_char, len: i32, dev: i32) -> i32 {
+        driver(F::CuDeviceGetPCIBusId, || {
+            // SAFETY: `bus_id` null or `len` writable bytes (this export's contract), as the
+            // runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaDeviceGetPCIBusId(bus_id, len, dev) })
+        })
+    }
+
+    unsafe fn cuDeviceGetByPCIBusId(dev: *mut i32, bus_id: *const c_char) -> i32 {
+        driver(F::CuDeviceGetByPCIBusId, || {
+            // SAFETY: `dev` null or writable, `bus_id` null or NUL-terminated (this export's
+            // contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaDeviceGetByPCIBusId(dev, bus_id) })
+        })
+    }
+
+    unsafe fn cuDeviceGetUuid(uuid: *mut c_void, dev: i32) -> i32 {
+        // SAFETY: `uuid` null or 16 writable bytes (this export's contract).
+        driver(F::CuDeviceGetUuid, || unsafe { put(uuid.cast(), queries::properties(dev)?.uuid) })
+    }
+
+    unsafe fn cuDeviceGetUuid_v2(uuid: *mut c_void, dev: i32) -> i32 {
+        // SAFETY: as in `cuDeviceGetUuid`.
+        driver(F::CuDeviceGetUuidV2, || unsafe { put(uuid.cast(), queries::properties(dev)?.uuid) })
+    }
+
+    /// The legacy export writes an `unsigned int`: the size, at most 4 GiB - 1.
+    unsafe fn cuDeviceTotalMem(bytes: *mut u32, dev: i32) -> i32 {
+        driver(F::CuDeviceTotalMem, || {
+            let total = queries::properties(dev)?.total_global_mem;
+            // SAFETY: `bytes` null or writable (this export's contract).
+            unsafe { put(bytes, u32::try_from(total).unwrap_or(u32::MAX)) }
+        })
+    }
+
+    unsafe fn cuDeviceComputeCapability(major: *mut i32, minor: *mut i32, dev: i32) -> i32 {
+        driver(F::CuDeviceComputeCapability, || {
+            if major.is_null() || minor.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            let (ma, mi) = queries::compute_capability(dev)?;
+            // SAFETY: not null, writable (this export's contract).
+            unsafe { put(major, ma) }?;
+            // SAFETY: as `major`.
+            unsafe { put(minor, mi) }
+        })
+    }
+
+    unsafe fn cuDeviceGetProperties(prop: *mut c_void, dev: i32) -> i32 {
+        // SAFETY: `prop` null or a writable `CUdevprop`, fourteen `int`s (this export's contract).
+        driver(F::CuDeviceGetProperties, || unsafe { put(prop.cast(), queries::devprop(dev)?) })
+    }
+
+    unsafe fn cuDeviceGetTexture1DLinearMaxWidth(width: *mut usize, format: i32, channels: u32, dev: i32) -> i32 {
+        driver(F::CuDeviceGetTexture1DLinearMaxWidth, || {
+            let desc = arrays::channel_desc(format as u32, channels)?;
+            // SAFETY: `width` null or writable (this export's contract), a channel description
+            // that lives across the call.
+            bridge::runtime(|| unsafe { cudart::cudaDeviceGetTexture1DLinearMaxWidth(width, &desc, dev) })
+        })
+    }
+
+    unsafe fn cuDeviceGetDefaultMemPool(pool: *mut u64, dev: i32) -> i32 {
+        driver(F::CuDeviceGetDefaultMemPool, || {
+            // SAFETY: `pool` null or writable (this export's contract), as the runtime's takes.
+            bridge::runtime(|| unsafe { cudart::cudaDeviceGetDefaultMemPool(pool, dev) })
+        })
+    }
+
+    unsafe fn cuDeviceGetMemPool(pool: *mut u64, dev: i32) -> i32 {
+        driver(F::CuDeviceGetMemPool, || {
+            // SAFETY: as in `cuDeviceGetDefaultMemPool`.
+            bridge::runtime(|| unsafe { cudart::cudaDeviceGetMemPool(pool, dev) })
+        })
+    }
+
+    unsafe fn cuDeviceSetMemPool(dev: i32, pool: u64) -> i32 {
+        // SAFETY: values only (the pool is checked by the runtime's code).
+        driver(F::CuDeviceSetMemPool, || bridge::runtime(|| unsafe { cudart::cudaDeviceSetMemPool(dev, pool) }))
+    }
+
+    unsafe fn cuMemGetAccess(flags: *mut u64, location: *const c_void, ptr: u64) -> i32 {
+        driver(F::CuMemGetAccess, || {
+            if flags.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            // SAFETY: `location` null or a readable `CUmemLocation` (this export's contract).
+            let access = unsafe { vmm::get_access(location, ptr) }?;
+            // SAFETY: not null, writable (this export's contract).
+            unsafe { put(flags, access) }
+        })
+    }
+
+    unsafe fn cuMemRetainAllocationHandle(handle: *mut u64, addr: *mut c_void) -> i32 {
+        driver(F::CuMemRetainAllocationHandle, || {
+            if handle.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            // SAFETY: not null, writable (this export's contract).
+            unsafe { put(handle, vmm::retain_handle(addr as u64)?) }
+        })
+    }
+
+    // ---- Functions and modules (modules.rs, queries.rs)
+
+    unsafe fn cuFuncGetName(name: *mut *const c_char, hfunc: *mut c_void) -> i32 {
+        // SAFETY: `name` null or writable (this export's contract).
+        driver(F::CuFuncGetName, || unsafe { function_name(name, hfunc) })
+    }
+
+    unsafe fn cuKernelGetName(name: *mut *const c_char, kernel: *mut c_void) -> i32 {
+        // A kernel is its module's function here.
+        // SAFETY: as in `cuFuncGetName`.
+        driver(F::CuKernelGetName, || unsafe { function_name(name, kernel) })
+    }
+
+    unsafe fn cuFuncGetParamInfo(hfunc: *mut c_void, index: usize, offset: *mut usize, size: *mut usize) -> i32 {
+        // SAFETY: `offset` null or writable, `size` null or writable (this export's contract).
+        driver(F::CuFuncGetParamInfo, || unsafe { param_info(hfunc, index, offset, size) })
+    }
+
+    unsafe fn cuKernelGetParamInfo(kernel: *mut c_void, index: usize, offset: *mut usize, size: *mut usize) -> i32 {
+        // SAFETY: as in `cuFuncGetParamInfo`.
+        driver(F::CuKernelGetParamInfo, || unsafe { param_info(kernel, index, offset, size) })
+    }
+
+    /// Every function is loaded once its handle exists (Phos loads a module's kernels with it).
+    unsafe fn cuFuncIsLoaded(state: *mut i32, hfunc: *mut c_void) -> i32 {
+        const LOADED: i32 = 1;
+        driver(F::CuFuncIsLoaded, || {
+            if state.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            modules::known(hfunc as u64)?;
+            // SAFETY: not null, writable (this export's contract).
+            unsafe { put(state, LOADED) }
+        })
+    }
+
+    unsafe fn cuFuncLoad(hfunc: *mut c_void) -> i32 {
+        driver(F::CuFuncLoad, || modules::known(hfunc as u64).map(|_| ()))
+    }
+
+    unsafe fn cuFuncGetModule(module: *mut *mut c_void, hfunc: *mut c_void) -> i32 {
+        driver(F::CuFuncGetModule, || {
+            if module.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            let Some(m) = modules::module_of(hfunc as u64) else {
+                modules::known(hfunc as u64)?;
+                return Err(not_carried("cuFuncGetModule", "the module of a kernel the runtime registered"));
+            };
+            // SAFETY: not null, writable (this export's contract).
+            unsafe { put(module, m as usize as *mut c_void) }
+        })
+    }
+
+    unsafe fn cuModuleGetFunctionCount(count: *mut u32, module: *mut c_void) -> i32 {
+        driver(F::CuModuleGetFunctionCount, || {
+            if count.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            let n = modules::kernel_names(module as u64)?.len();
+            // SAFETY: not null, writable (this export's contract).
+            unsafe { put(count, u32::try_from(n).unwrap_or(u32::MAX)) }
+        })
+    }
+
+    unsafe fn cuModuleEnumerateFunctions(functions: *mut *mut c_void, max: u32, module: *mut c_void) -> i32 {
+        driver(F::CuModuleEnumerateFunctions, || {
+            if functions.is_null() || max == 0 {
+                return Err(CuError::INVALID_VALUE);
+            }
+            let names = modules::kernel_names(module as u64)?;
+            for (i, name) in names.iter().take(max as usize).enumerate() {
+                let f = modules::function(module as u64, name)?;
+                // SAFETY: `i < max`: within the room for `max` handles (this export's contract).
+                unsafe { functions.wrapping_add(i).write_unaligned(f as usize as *mut c_void) };
+            }
+            Ok(())
+        })
+    }
+
+    /// `CU_MODULE_LAZY_LOADING` unless the program asked for eager loading
+    /// (`CUDA_MODULE_LOADING=EAGER`), as NVIDIA's driver answers; Phos loads a module whole
+    /// either way.
+    unsafe fn cuModuleGetLoadingMode(mode: *mut i32) -> i32 {
+        const EAGER: i32 = 1;
+        const LAZY: i32 = 2;
+        driver(F::CuModuleGetLoadingMode, || {
+            let eager = std::env::var("CUDA_MODULE_LOADING").is_ok_and(|v| v == "EAGER");
+            // SAFETY: `mode` null or writable (this export's contract).
+            unsafe { put(mode, if eager { EAGER } else { LAZY }) }
+        })
+    }
+
+    /// Deprecated: the bank size is the device's; a valid configuration of a valid function is
+    /// accepted.
+    unsafe fn cuFuncSetSharedMemConfig(hfunc: *mut c_void, config: i32) -> i32 {
+        in_context(F::CuFuncSetSharedMemConfig, || {
+            modules::known(hfunc as u64)?;
+            if (0..=2).contains(&config) { Ok(()) } else { Err(CuError::INVALID_VALUE) }
+        })
+    }
+
+    unsafe fn cuOccupancyMaxPotentialBlockSize(
+        min_grid: *mut i32,
+        block_size: *mut i32,
+        func: *mut c_void,
+        smem_of: u64,
+        dynamic_smem: usize,
+        limit: i32,
+    ) -> i32 {
+        in_context(F::CuOccupancyMaxPotentialBlockSize, || {
+            // SAFETY: the out parameters null or writable, `smem_of` null or the program's
+            // function of the driver's type (this export's contract).
+            unsafe { potential_block_size(min_grid, block_size, func, smem_of, dynamic_smem, limit, 0) }
+        })
+    }
+
+    unsafe fn cuOccupancyMaxPotentialBlockSizeWithFlags(
+        min_grid: *mut i32,
+        block_size: *mut i32,
+        func: *mut c_void,
+        smem_of: u64,
+        dynamic_smem: usize,
+        limit: i32,
+        flags: u32,
+    ) -> i32 {
+        in_context(F::CuOccupancyMaxPotentialBlockSizeWithFlags, || {
+            // SAFETY: as in `cuOccupancyMaxPotentialBlockSize`.
+            unsafe { potential_block_size(min_grid, block_size, func, smem_of, dynamic_smem, limit, flags) }
+        })
+    }
+
+    unsafe fn cuOccupancyAvailableDynamicSMemPerBlock(
+        size: *mut usize,
+        func: *mut c_void,
+        num_blocks: i32,
+        block_size: i32,
+    ) -> i32 {
+        in_context(F::CuOccupancyAvailableDynamicSMemPerBlock, || {
+            if size.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            let bytes = modules::available_dynamic_smem(func as u64, num_blocks, block_size)?;
+            // SAFETY: not null, writable (this export's contract).
+            unsafe { put(size, usize::try_from(bytes).unwrap_or(usize::MAX)) }
+        })
+    }
+
+    unsafe fn cuOccupancyMaxActiveClusters(num: *mut i32, func: *mut c_void, config: *const c_void) -> i32 {
+        in_context(F::CuOccupancyMaxActiveClusters, || {
+            if num.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            // SAFETY: `config` null or a `CUlaunchConfig` (this export's contract).
+            let n = unsafe { modules::max_active_clusters(func as u64, config, false) }?;
+            // SAFETY: not null, writable (this export's contract).
+            unsafe { put(num, n) }
+        })
+    }
+
+    unsafe fn cuOccupancyMaxPotentialClusterSize(size: *mut i32, func: *mut c_void, config: *const c_void) -> i32 {
+        in_context(F::CuOccupancyMaxPotentialClusterSize, || {
+            if size.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            // SAFETY: as in `cuOccupancyMaxActiveClusters`.
+            let n = unsafe { modules::max_potential_cluster_size(func as u64, config, false) }?;
+            // SAFETY: not null, writable (this export's contract).
+            unsafe { put(size, n) }
+        })
+    }
+
+    // ---- Streams and events: the runtime's (stream attributes, ids, host functions)
+
+    unsafe fn cuStreamGetAttribute(stream: *mut c_void, attr: i32, value: *mut c_void) -> i32 {
+        // The attributes and their values have the runtime's numbers and layout.
+        in_context(F::CuStreamGetAttribute, || {
+            // SAFETY: `value` null or a writable `CUstreamAttrValue` (this export's contract).
+            bridge::runtime(|| unsafe { cudart::cudaStreamGetAttribute(stream, attr, value) })
+        })
+    }
+
+    unsafe fn cuStreamSetAttribute(stream: *mut c_void, attr: i32, value: *const c_void) -> i32 {
+        in_context(F::CuStreamSetAttribute, || {
+            // SAFETY: `value` null or a readable `CUstreamAttrValue` (this export's contract).
+            bridge::runtime(|| unsafe { cudart::cudaStreamSetAttribute(stream, attr, value) })
+        })
+    }
+
+    unsafe fn cuStreamCopyAttributes(dst: *mut c_void, src: *mut c_void) -> i32 {
+        in_context(F::CuStreamCopyAttributes, || {
+            // SAFETY: handles, which the runtime's code checks.
+            bridge::runtime(|| unsafe { cudart::cudaStreamCopyAttributes(dst, src) })
+        })
+    }
+
+    unsafe fn cuStreamGetCtx(stream: *mut c_void, ctx: *mut u64) -> i32 {
+        driver(F::CuStreamGetCtx, || {
+            if ctx.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            // SAFETY: not null, writable (this export's contract).
+            unsafe { put(ctx, queries::stream_context(stream)?) }
+        })
+    }
+
+    /// No stream belongs to a green context here: `*pGreenCtx` is null.
+    unsafe fn cuStreamGetCtx_v2(stream: *mut c_void, ctx: *mut u64, green: *mut u64) -> i32 {
+        driver(F::CuStreamGetCtxV2, || {
+            if ctx.is_null() || green.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            let c = queries::stream_context(stream)?;
+            // SAFETY: not null, writable (this export's contract).
+            unsafe { put(ctx, c) }?;
+            // SAFETY: as `ctx`.
+            unsafe { put(green, 0) }
+        })
+    }
+
+    unsafe fn cuStreamGetId(stream: *mut c_void, id: *mut u64) -> i32 {
+        // SAFETY: `id` null or writable (this export's contract), as the runtime's takes.
+        in_context(F::CuStreamGetId, || bridge::runtime(|| unsafe { cudart::cudaStreamGetId(stream, id) }))
+    }
+
+    unsafe fn cuStreamGetDevice(stream: *mut c_void, device: *mut i32) -> i32 {
+        // SAFETY: `device` null or writable (this export's contract), as the runtime's takes.
+        in_context(F::CuStreamGetDevice, || bridge::runtime(|| unsafe { cudart::cudaStreamGetDevice(stream, device) }))
+    }
+
+    unsafe fn cuEventRecordWithFlags(event: *mut c_void, stream: *mut c_void, flags: u32) -> i32 {
+        in_context(F::CuEventRecordWithFlags, || {
+            // SAFETY: handles, which the server checks.
+            bridge::runtime(|| unsafe { cudart::cudaEventRecordWithFlags(event, stream, flags) })
+        })
+    }
+
+    unsafe fn cuLaunchHostFunc(stream: *mut c_void, host_fn: u64, user_data: *mut c_void) -> i32 {
+        in_context(F::CuLaunchHostFunc, || {
+            // SAFETY: the program's function and its argument, called as the runtime calls its
+            // own (`CUhostFn` is `cudaHostFn_t`).
+            bridge::runtime(|| unsafe { cudart::cudaLaunchHostFunc(stream, host_fn, user_data) })
+        })
+    }
+
+    unsafe fn cuStreamAddCallback(stream: *mut c_void, callback: u64, user_data: *mut c_void, flags: u32) -> i32 {
+        in_context(F::CuStreamAddCallback, || {
+            // SAFETY: the program's callback and its argument: a `CUstreamCallback` is a
+            // `cudaStreamCallback_t` (a stream, a status of the same numbers, the argument).
+            bridge::runtime(|| unsafe { cudart::cudaStreamAddCallback(stream, callback, user_data, flags) })
+        })
+    }
+
+    unsafe fn cuStreamAttachMemAsync(stream: *mut c_void, p: u64, length: usize, flags: u32) -> i32 {
+        in_context(F::CuStreamAttachMemAsync, || {
+            // SAFETY: a device address, which the runtime's code checks.
+            bridge::runtime(|| unsafe { cudart::cudaStreamAttachMemAsync(stream, dptr(p), length, flags) })
+        })
+    }
+
+    unsafe fn cuLaunchKernelEx_ptsz(
+        config: *const c_void,
+        f: *mut c_void,
+        kernel_params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) -> i32 {
+        // SAFETY: as in `cuLaunchKernelEx`.
+        in_context(F::CuLaunchKernelExPtsz, || unsafe {
+            modules::launch_ex(config, f as u64, kernel_params, extra, true)
+        })
+    }
+
+    // ---- Memory: stream-ordered allocation and pools, managed memory, peer copies (the
+    // runtime's)
+
+    unsafe fn cuMemAllocAsync(out: *mut u64, size: usize, stream: *mut c_void) -> i32 {
+        in_context(F::CuMemAllocAsync, || {
+            if out.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            // SAFETY: a writable `CUdeviceptr` (not null), the size of the `void *` the
+            // runtime's writes.
+            bridge::runtime(|| unsafe { cudart::cudaMallocAsync(out.cast(), size, stream) })
+        })
+    }
+
+    unsafe fn cuMemFreeAsync(p: u64, stream: *mut c_void) -> i32 {
+        // SAFETY: a device address, which the runtime's code checks.
+        in_context(F::CuMemFreeAsync, || bridge::runtime(|| unsafe { cudart::cudaFreeAsync(dptr(p), stream) }))
+    }
+
+    unsafe fn cuMemAllocFromPoolAsync(out: *mut u64, size: usize, pool: u64, stream: *mut c_void) -> i32 {
+        in_context(F::CuMemAllocFromPoolAsync, || {
+            if out.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            // SAFETY: as in `cuMemAllocAsync`.
+            bridge::runtime(|| unsafe { cudart::cudaMallocFromPoolAsync(out.cast(), size, pool, stream) })
+        })
+    }
+
+    unsafe fn cuMemPoolCreate(pool: *mut u64, props: *const c_void) -> i32 {
+        // A `CUmemPoolProps` is a `cudaMemPoolProps`.
+        driver(F::CuMemPoolCreate, || {
+            // SAFETY: `pool` null or writable, `props` null or readable (this export's contract).
+            bridge::runtime(|| unsafe { cudart::cudaMemPoolCreate(pool, props) })
+        })
+    }
+
+    unsafe fn cuMemPoolDestroy(pool: u64) -> i32 {
+        // SAFETY: a value, which the runtime's code checks.
+        driver(F::CuMemPoolDestroy, || bridge::runtime(|| unsafe { cudart::cudaMemPoolDestroy(pool) }))
+    }
+
+    unsafe fn cuMemPoolSetAttribute(pool: u64, attr: i32, value: *mut c_void) -> i32 {
+        driver(F::CuMemPoolSetAttribute, || {
+            // SAFETY: `value` null or the attribute's value (this export's contract).
+            bridge::runtime(|| unsafe { cudart::cudaMemPoolSetAttribute(pool, attr, value) })
+        })
+    }
+
+    unsafe fn cuMemPoolGetAttribute(pool: u64, attr: i32, value: *mut c_void) -> i32 {
+        driver(F::CuMemPoolGetAttribute, || {
+            // SAFETY: `value` null or room for the attribute's value (this export's contract).
+            bridge::runtime(|| unsafe { cudart::cudaMemPoolGetAttribute(pool, attr, value) })
+        })
+    }
+
+    unsafe fn cuMemPoolTrimTo(pool: u64, keep: usize) -> i32 {
+        // SAFETY: values only.
+        driver(F::CuMemPoolTrimTo, || bridge::runtime(|| unsafe { cudart::cudaMemPoolTrimTo(pool, keep) }))
+    }
+
+    unsafe fn cuMemPoolSetAccess(pool: u64, list: *const c_void, count: usize) -> i32 {
+        driver(F::CuMemPoolSetAccess, || {
+            // SAFETY: `list` null or `count` readable `CUmemAccessDesc`s, which are
+            // `cudaMemAccessDesc`s (this export's contract).
+            bridge::runtime(|| unsafe { cudart::cudaMemPoolSetAccess(pool, list, count) })
+        })
+    }
+
+    unsafe fn cuMemPoolGetAccess(flags: *mut i32, pool: u64, location: *mut c_void) -> i32 {
+        driver(F::CuMemPoolGetAccess, || {
+            // SAFETY: `flags` null or writable, `location` null or a readable `CUmemLocation`
+            // (this export's contract).
+            bridge::runtime(|| unsafe { cudart::cudaMemPoolGetAccess(flags, pool, location) })
+        })
+    }
+
+    unsafe fn cuMemAllocManaged(out: *mut u64, size: usize, flags: u32) -> i32 {
+        in_context(F::CuMemAllocManaged, || {
+            if out.is_null() || size == 0 {
+                return Err(CuError::INVALID_VALUE);
+            }
+            // SAFETY: as in `cuMemAllocAsync`.
+            bridge::runtime(|| unsafe { cudart::cudaMallocManaged(out.cast(), size, flags) })
+        })
+    }
+
+    unsafe fn cuMemAdvise(p: u64, count: usize, advice: i32, device: i32) -> i32 {
+        in_context(F::CuMemAdvise, || {
+            bridge::from_runtime(rt_managed::advise(dptr(p), count, advice, device as u32 as u64, false))
+        })
+    }
+
+    unsafe fn cuMemAdvise_v2(p: u64, count: usize, advice: i32, location: u64) -> i32 {
+        // `location`: a `CUmemLocation` by value, in one register (its type, then its id).
+        in_context(F::CuMemAdviseV2, || {
+            bridge::from_runtime(rt_managed::advise(dptr(p), count, advice, location, true))
+        })
+    }
+
+    unsafe fn cuMemPrefetchAsync(p: u64, count: usize, device: i32, _stream: *mut c_void) -> i32 {
+        // One copy, at one address on both sides: nothing moves (the runtime's prefetch).
+        in_context(F::CuMemPrefetchAsync, || {
+            bridge::from_runtime(rt_managed::prefetch(dptr(p), count, device as u32 as u64, 0, false))
+        })
+    }
+
+    unsafe fn cuMemPrefetchAsync_v2(p: u64, count: usize, location: u64, flags: u32, _stream: *mut c_void) -> i32 {
+        in_context(F::CuMemPrefetchAsyncV2, || {
+            bridge::from_runtime(rt_managed::prefetch(dptr(p), count, location, u64::from(flags), true))
+        })
+    }
+
+    unsafe fn cuMemRangeGetAttribute(data: *mut c_void, size: usize, attribute: i32, p: u64, count: usize) -> i32 {
+        // The attributes have the runtime's numbers.
+        in_context(F::CuMemRangeGetAttribute, || {
+            // SAFETY: `data` null or `size` writable bytes (this export's contract).
+            bridge::runtime(|| unsafe { cudart::cudaMemRangeGetAttribute(data, size, attribute, dptr(p), count) })
+        })
+    }
+
+    unsafe fn cuMemRangeGetAttributes(
+        data: *mut *mut c_void,
+        sizes: *mut usize,
+        attributes: *mut i32,
+        n: usize,
+        p: u64,
+        count: usize,
+    ) -> i32 {
+        in_context(F::CuMemRangeGetAttributes, || {
+            // SAFETY: `n` places, sizes and attributes (this export's contract).
+            bridge::runtime(|| unsafe { cudart::cudaMemRangeGetAttributes(data, sizes, attributes, n, dptr(p), count) })
+        })
+    }
+
+    unsafe fn cuPointerSetAttribute(value: *const c_void, attribute: i32, p: u64) -> i32 {
+        // SAFETY: `value` null or the attribute's value (this export's contract).
+        driver(F::CuPointerSetAttribute, || unsafe { memory::set_attribute(value, attribute, p) })
+    }
+
+    unsafe fn cuMemcpyPeer(dst: u64, dst_ctx: u64, src: u64, src_ctx: u64, count: usize) -> i32 {
+        driver(F::CuMemcpyPeer, || {
+            let (dst_device, src_device) = (context::device_of(dst_ctx)?, context::device_of(src_ctx)?);
+            // SAFETY: device addresses, which the runtime's code checks.
+            bridge::runtime(|| unsafe { cudart::cudaMemcpyPeer(dptr(dst), dst_device, dptr(src), src_device, count) })
+        })
+    }
+
+    unsafe fn cuMemcpyPeerAsync(
+        dst: u64,
+        dst_ctx: u64,
+        src: u64,
+        src_ctx: u64,
+        count: usize,
+        stream: *mut c_void,
+    ) -> i32 {
+        driver(F::CuMemcpyPeerAsync, || {
+            let (dst_device, src_device) = (context::device_of(dst_ctx)?, context::device_of(src_ctx)?);
+            // SAFETY: as in `cuMemcpyPeer`; a stream handle, which the server checks.
+            bridge::runtime(|| unsafe {
+                cudart::cudaMemcpyPeerAsync(dptr(dst), dst_device, dptr(src), src_device, count, stream)
+            })
+        })
+    }
+
+    unsafe fn cuMemcpy3DPeer(copy: *const c_void) -> i32 {
+        // SAFETY: `copy` as the driver asks of its caller.
+        driver(F::CuMemcpy3DPeer, || unsafe { queries::memcpy_3d_peer(copy, None) })
+    }
+
+    unsafe fn cuMemcpy3DPeerAsync(copy: *const c_void, stream: *mut c_void) -> i32 {
+        // SAFETY: as in `cuMemcpy3DPeer`.
+        driver(F::CuMemcpy3DPeerAsync, || unsafe { queries::memcpy_3d_peer(copy, Some(stream as u64)) })
+    }
+
     fn driver_initialized() -> Result<i128, CuError> {
         Ok(i128::from(runtime::driver_initialized()))
     }
@@ -2023,6 +2687,83 @@ impl HandWritten for Hand {
     fn initialize_driver() {
         runtime::set_driver_initialized();
     }
+}
+
+/// `CU_STREAM_LEGACY`.
+const STREAM_LEGACY: u64 = 1;
+
+/// `cuFuncGetName`/`cuKernelGetName`: a module's function's name (kept by the guest), or a
+/// registered kernel's (the runtime's `cudaFuncGetName`).
+///
+/// # Safety
+/// `name` must be null or writable.
+unsafe fn function_name(name: *mut *const c_char, function: *mut c_void) -> Result<(), CuError> {
+    if name.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    modules::known(function as u64)?;
+    match modules::name_of(function as u64) {
+        // SAFETY: not null, writable (this function's contract).
+        Some(n) => unsafe { put(name, n) },
+        // SAFETY: as above; a registered kernel's host function, which the runtime knows.
+        None => bridge::runtime(|| unsafe { cudart::cudaFuncGetName(name, function) }),
+    }
+}
+
+/// `cuFuncGetParamInfo`/`cuKernelGetParamInfo`: the offset (required) and size (optional) of
+/// a parameter.
+///
+/// # Safety
+/// `offset` and `size` must be null or writable.
+unsafe fn param_info(function: *mut c_void, index: usize, offset: *mut usize, size: *mut usize) -> Result<(), CuError> {
+    if offset.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let (at, bytes) = modules::param_info(function as u64, index)?;
+    // SAFETY: not null, writable (this function's contract).
+    unsafe { put(offset, at) }?;
+    if !size.is_null() {
+        // SAFETY: not null, writable (this function's contract).
+        unsafe { put(size, bytes) }?;
+    }
+    Ok(())
+}
+
+/// `cuOccupancyMaxPotentialBlockSize(WithFlags)`: the block size and grid of the occupancy
+/// calculator (queries.rs), the dynamic shared memory of each block size from the program's
+/// `blockSizeToDynamicSMemSize` where it passes one.
+///
+/// # Safety
+/// `min_grid` and `block_size` null or writable; `smem_of` null or a
+/// `size_t (*)(int blockSize)` of the program.
+unsafe fn potential_block_size(
+    min_grid: *mut i32,
+    block_size: *mut i32,
+    func: *mut c_void,
+    smem_of: u64,
+    dynamic_smem: usize,
+    limit: i32,
+    flags: u32,
+) -> Result<(), CuError> {
+    type BlockToSmem = unsafe extern "C" fn(i32) -> usize;
+    if min_grid.is_null() || block_size.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let callback: Option<BlockToSmem> = if smem_of == 0 {
+        None
+    } else {
+        // SAFETY: a non-null `CUoccupancyB2DSize` of the program (this function's contract).
+        Some(unsafe { std::mem::transmute::<usize, BlockToSmem>(smem_of as usize) })
+    };
+    let (grid, block) = queries::potential_block_size(func as u64, limit, flags, |b| match callback {
+        // SAFETY: the program's function, called with a block size as the driver calls it.
+        Some(f) => unsafe { f(b) },
+        None => dynamic_smem,
+    })?;
+    // SAFETY: not null, writable (this function's contract).
+    unsafe { put(min_grid, grid) }?;
+    // SAFETY: as `min_grid`.
+    unsafe { put(block_size, block) }
 }
 
 /// A form of a carried function Phos does not carry: logged (rate-limited), and answered

@@ -101,6 +101,25 @@ fn pointer(ptr: u64) -> Result<Pointer, CuError> {
     Ok(Pointer { kind, device: int(4), device_ptr: long(8), host_ptr: long(16), range })
 }
 
+/// `cuPointerSetAttribute`: `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS` is the one attribute the
+/// driver lets a program set, on device memory (allocated or managed) of the session; it is
+/// accepted and has nothing to change (a synchronous copy or memset through Phos returns once
+/// done). Any other attribute, or other memory, is `CUDA_ERROR_INVALID_VALUE`.
+///
+/// # Safety
+/// `value` must be null or point to an `unsigned int`.
+pub unsafe fn set_attribute(value: *const c_void, which: i32, ptr: u64) -> Result<(), CuError> {
+    const SYNC_MEMOPS: i32 = 6;
+    if value.is_null() || which != SYNC_MEMOPS {
+        return Err(CuError::INVALID_VALUE);
+    }
+    // `cudaMemoryTypeDevice` or `cudaMemoryTypeManaged`.
+    if !matches!(pointer(ptr)?.kind, 2 | 3) {
+        return Err(CuError::INVALID_VALUE);
+    }
+    Ok(())
+}
+
 /// The bytes `cuPointerGetAttribute` writes for `attribute` of `ptr`: `None` for memory the
 /// session does not know (CUDA_ERROR_INVALID_VALUE from `cuPointerGetAttribute`, zeros from
 /// `cuPointerGetAttributes`).

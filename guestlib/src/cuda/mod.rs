@@ -13,6 +13,7 @@ mod graphs;
 pub mod hand;
 mod memory;
 pub(crate) mod modules;
+mod queries;
 pub mod rt;
 mod vmm;
 

@@ -7,14 +7,17 @@
 //! does.
 
 use std::collections::HashMap;
-use std::ffi::{CStr, c_char, c_void};
+use std::ffi::{CStr, CString, c_char, c_void};
 use std::sync::{Arc, Mutex};
 
-use phos_protocol::cuda::CuError;
+use phos_protocol::cuda::{
+    CuError, PhosOccupancyMaxActiveClustersRequest, PhosOccupancyMaxPotentialClusterSizeRequest,
+};
 use phos_protocol::cudart::{
     PhosFuncGetAttributesRequest, PhosFuncSetAttributeRequest, PhosFuncSetCacheConfigRequest,
     PhosLaunchCooperativeKernelRequest, PhosModuleGetFunctionRequest, PhosModuleGetGlobalRequest,
-    PhosModuleLoadRequest, PhosModuleUnloadRequest, PhosOccupancyMaxActiveBlocksRequest,
+    PhosModuleLoadRequest, PhosModuleUnloadRequest, PhosOccupancyAvailableDynamicSMemRequest,
+    PhosOccupancyMaxActiveBlocksRequest,
 };
 use phos_protocol::types::Dim3;
 use sha2::{Digest, Sha256};
@@ -40,6 +43,9 @@ struct Loaded {
     modules: HashMap<u64, (Arc<HashMap<String, ParamLayout>>, u32)>,
     /// Each function handed out: its module and its layout.
     functions: HashMap<u64, (u64, Arc<ParamLayout>)>,
+    /// The name of each function handed out (`cuFuncGetName` hands out a pointer that stays
+    /// valid while the module is loaded; kept for the life of the process).
+    names: HashMap<u64, Arc<CString>>,
 }
 
 static LOADED: Mutex<Option<Loaded>> = Mutex::new(None);
@@ -198,7 +204,11 @@ pub fn function(module: u64, name: &str) -> Result<u64, CuError> {
         with(|l| l.modules.get(&module).map(|(layouts, _)| layouts.clone())).ok_or(CuError::INVALID_HANDLE)?;
     let layout = layouts.get(name).cloned().ok_or(CuError::NOT_FOUND)?;
     let function = from_runtime(runtime::call(&PhosModuleGetFunctionRequest { module, name }))?.function;
-    with(|l| l.functions.insert(function, (module, Arc::new(layout))));
+    let c_name = Arc::new(CString::new(name).map_err(|_| CuError::INVALID_VALUE)?);
+    with(|l| {
+        l.functions.insert(function, (module, Arc::new(layout)));
+        l.names.entry(function).or_insert(c_name);
+    });
     Ok(function)
 }
 
@@ -251,6 +261,75 @@ pub(crate) fn of_server(function: u64) -> Result<(u64, Arc<ParamLayout>), CuErro
     }
     let (host_fun, kernel) = registry::kernel_of_remote(function).ok_or(CuError::INVALID_VALUE)?;
     Ok((host_fun as u64, Arc::new(from_runtime(kernel.layout())?)))
+}
+
+/// The name of a module's function handed out, NUL-terminated, valid for the life of the
+/// process; `None` for any other value (a registered kernel's name is the runtime's).
+pub(crate) fn name_of(function: u64) -> Option<*const c_char> {
+    with(|l| l.names.get(&function).map(|n| n.as_ptr()))
+}
+
+/// `cuFuncGetParamInfo`: the offset and size of parameter `index` of a function (a module's
+/// or a registered kernel): `CUDA_ERROR_INVALID_VALUE` past its last parameter.
+pub fn param_info(function: u64, index: usize) -> Result<(usize, usize), CuError> {
+    let (_, layout) = known(function)?;
+    layout.params.get(index).copied().ok_or(CuError::INVALID_VALUE)
+}
+
+/// `cuOccupancyAvailableDynamicSMemPerBlock`: the dynamic shared memory a block may have
+/// with `num_blocks` blocks of `block_size` threads on a multiprocessor.
+pub fn available_dynamic_smem(function: u64, num_blocks: i32, block_size: i32) -> Result<u64, CuError> {
+    let (function, _) = known(function)?;
+    let r = from_runtime(runtime::call(&PhosOccupancyAvailableDynamicSMemRequest {
+        function,
+        numBlocks: num_blocks,
+        blockSize: block_size,
+    }))?;
+    Ok(r.dynamicSmemSize)
+}
+
+/// The device limits the occupancy calculator works within.
+pub struct OccupancyLimits {
+    /// The device's and the function's largest block (the smaller of the two).
+    pub max_block: i32,
+    pub warp_size: i32,
+    pub max_threads_per_sm: i32,
+    pub sm_count: i32,
+}
+
+/// `cuOccupancyMaxPotentialBlockSize`: the block size that gives the most resident threads
+/// per multiprocessor, and the grid that fills the device at it, as CUDA's occupancy
+/// calculator (`cuda_occupancy.h`) finds them: block sizes from the limit down by warps, the
+/// dynamic shared memory of each from `smem_of`, the first best kept, stopping at full
+/// occupancy.
+pub fn potential_block_size(
+    function: u64,
+    limits: &OccupancyLimits,
+    block_size_limit: i32,
+    flags: u32,
+    mut smem_of: impl FnMut(i32) -> usize,
+) -> Result<(i32, i32), CuError> {
+    if limits.warp_size <= 0 || limits.max_block <= 0 {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let limit =
+        if block_size_limit <= 0 || block_size_limit > limits.max_block { limits.max_block } else { block_size_limit };
+    let granularity = limits.warp_size;
+    let mut aligned = (limit + granularity - 1) / granularity * granularity;
+    let (mut best_block, mut best_blocks, mut best_threads) = (0, 0, 0);
+    while aligned > 0 {
+        let block = aligned.min(limit);
+        let blocks = occupancy(function, block, smem_of(block), flags)?;
+        let threads = block.saturating_mul(blocks);
+        if threads > best_threads {
+            (best_block, best_blocks, best_threads) = (block, blocks, threads);
+        }
+        if threads >= limits.max_threads_per_sm {
+            break;
+        }
+        aligned -= granularity;
+    }
+    Ok((best_blocks * limits.sm_count, best_block))
 }
 
 /// `cuFuncGetAttribute`: `CUfunction_attribute` 0..=9 (the runtime's `cudaFuncAttributes`).
@@ -461,7 +540,77 @@ unsafe fn cooperative(attrs: *const c_void, count: u32) -> Result<bool, CuError>
     Ok(cooperative)
 }
 
-/// `cuLaunchKernelEx`: its configuration, with the attributes [`cooperative`] takes.
+/// What an occupancy query of clusters reads of a launch configuration: a `CUlaunchConfig`
+/// (`runtime`: a `cudaLaunchConfig_t`, whose dynamic shared memory is a `size_t`; the rest is
+/// laid out alike) and the cluster dimension among its attributes (zeros: none given).
+///
+/// # Safety
+/// `config` must be null or a configuration of that kind, its attributes readable.
+unsafe fn cluster_query(config: *const c_void, runtime: bool) -> Result<(Dim3, Dim3, u32, Dim3), CuError> {
+    if config.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    // SAFETY: a configuration, 56 bytes (this function's contract).
+    let raw = unsafe { (config as *const [u8; 56]).read_unaligned() };
+    let word = |at: usize| u32::from_ne_bytes(raw[at..at + 4].try_into().unwrap_or_default());
+    let long = |at: usize| u64::from_ne_bytes(raw[at..at + 8].try_into().unwrap_or_default());
+    let dim = |at: usize| Dim3 { x: word(at), y: word(at + 4), z: word(at + 8) };
+    let smem = if runtime { u32::try_from(long(24)).map_err(|_| CuError::INVALID_VALUE)? } else { word(24) };
+    let (attrs, count) = (long(40) as usize as *const u8, word(48));
+    if count > 0 && attrs.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    let mut cluster = Dim3 { x: 0, y: 0, z: 0 };
+    for i in 0..count as usize {
+        // SAFETY: attribute `i` of `count` (this function's contract).
+        let a =
+            unsafe { (attrs.wrapping_add(i * launch_attr::SIZE) as *const [u8; launch_attr::SIZE]).read_unaligned() };
+        let at = |k: usize| u32::from_ne_bytes(a[k..k + 4].try_into().unwrap_or_default());
+        if at(0) == launch_attr::CLUSTER_DIMENSION {
+            cluster = Dim3 { x: at(8), y: at(12), z: at(16) };
+        }
+    }
+    Ok((dim(0), dim(12), smem, cluster))
+}
+
+/// `cuOccupancyMaxActiveClusters` (`runtime`: `cudaOccupancyMaxActiveClusters`): the
+/// server's answer (its driver's, on a GPU).
+///
+/// # Safety
+/// As [`cluster_query`].
+pub(crate) unsafe fn max_active_clusters(function: u64, config: *const c_void, runtime: bool) -> Result<i32, CuError> {
+    let (function, _) = known(function)?;
+    // SAFETY: as this function's contract.
+    let (grid, block, smem, cluster) = unsafe { cluster_query(config, runtime) }?;
+    let r = runtime::call(&PhosOccupancyMaxActiveClustersRequest {
+        func: function,
+        grid,
+        block,
+        sharedMem: smem,
+        cluster,
+    })?;
+    Ok(r.numClusters)
+}
+
+/// `cuOccupancyMaxPotentialClusterSize` (`runtime`: the runtime's).
+///
+/// # Safety
+/// As [`cluster_query`].
+pub(crate) unsafe fn max_potential_cluster_size(
+    function: u64,
+    config: *const c_void,
+    runtime: bool,
+) -> Result<i32, CuError> {
+    let (function, _) = known(function)?;
+    // SAFETY: as this function's contract.
+    let (grid, block, smem, _) = unsafe { cluster_query(config, runtime) }?;
+    let r =
+        runtime::call(&PhosOccupancyMaxPotentialClusterSizeRequest { func: function, grid, block, sharedMem: smem })?;
+    Ok(r.clusterSize)
+}
+
+/// `cuLaunchKernelEx`: its configuration, with the attributes [`cooperative`] takes
+/// (`per_thread`: `cuLaunchKernelEx_ptsz`, whose null stream is the calling thread's).
 ///
 /// # Safety
 /// `config` must be null or a `CUlaunchConfig`; as [`parameters`] for the rest.
@@ -470,12 +619,18 @@ pub unsafe fn launch_ex(
     function: u64,
     kernel_params: *mut *mut c_void,
     extra: *mut *mut c_void,
+    per_thread: bool,
 ) -> Result<(), CuError> {
+    /// `CU_STREAM_PER_THREAD`.
+    const PER_THREAD_STREAM: u64 = 2;
     if config.is_null() {
         return Err(CuError::INVALID_VALUE);
     }
     // SAFETY: `config` is a `CUlaunchConfig` (this function's contract).
-    let c = unsafe { (config as *const LaunchConfig).read_unaligned() };
+    let mut c = unsafe { (config as *const LaunchConfig).read_unaligned() };
+    if per_thread && c.stream == 0 {
+        c.stream = PER_THREAD_STREAM;
+    }
     // SAFETY: the configuration's attributes (this function's contract).
     let cooperative = unsafe { cooperative(c.attrs, c.num_attrs) }?;
     let dim = |d: [u32; 3]| Dim3 { x: d[0], y: d[1], z: d[2] };

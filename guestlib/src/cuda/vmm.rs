@@ -4,7 +4,8 @@
 use std::ffi::c_void;
 
 use phos_protocol::cuda::{
-    CuError, PhosMemCreateRequest, PhosMemGranularityRequest, PhosMemHandleDeviceRequest, PhosMemSetAccessRequest,
+    CuError, PhosMemCreateRequest, PhosMemGranularityRequest, PhosMemHandleDeviceRequest,
+    PhosMemRetainAllocationHandleRequest, PhosMemSetAccessRequest,
 };
 
 use crate::runtime;
@@ -117,4 +118,42 @@ pub unsafe fn properties(prop: *mut c_void, handle: u64) -> Result<(), CuError> 
     // SAFETY: not null, a writable `CUmemAllocationProp` (this function's contract).
     unsafe { (prop as *mut [u8; PROP_SIZE]).write_unaligned(raw) };
     Ok(())
+}
+
+/// `cuMemGetAccess`: read-write for the device of the mapping at `ptr` (what mappings have from
+/// the start here), none for another device; an address that is not mapped memory, or a
+/// location that is not a device, is `CUDA_ERROR_INVALID_VALUE`.
+///
+/// # Safety
+/// `location` must be null or a readable `CUmemLocation`.
+pub unsafe fn get_access(location: *const c_void, ptr: u64) -> Result<u64, CuError> {
+    /// `CU_MEM_ACCESS_FLAGS_PROT_NONE`.
+    const ACCESS_NONE: u64 = 0;
+    if location.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    // SAFETY: a `CUmemLocation`, 8 bytes (this function's contract).
+    let raw = unsafe { (location as *const [u8; 8]).read_unaligned() };
+    let (kind, device) = (int_at(&raw, 0), int_at(&raw, 4));
+    if kind != LOCATION_DEVICE {
+        return Err(CuError::INVALID_VALUE);
+    }
+    super::bridge::check_device(device)?;
+    // The mapping's device, found by asking for each of the session's devices.
+    let count = runtime::session()?.device_count;
+    let mut mapped = false;
+    for d in 0..count {
+        if runtime::call(&PhosMemSetAccessRequest { ptr, size: 1, device: d }).is_ok() {
+            if d == device {
+                return Ok(ACCESS_READWRITE as u64);
+            }
+            mapped = true;
+        }
+    }
+    if mapped { Ok(ACCESS_NONE) } else { Err(CuError::INVALID_VALUE) }
+}
+
+/// `cuMemRetainAllocationHandle`.
+pub fn retain_handle(addr: u64) -> Result<u64, CuError> {
+    Ok(runtime::call(&PhosMemRetainAllocationHandleRequest { addr })?.handle)
 }

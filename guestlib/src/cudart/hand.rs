@@ -1883,6 +1883,27 @@ impl HandWritten for Hand {
         code(unsafe { execution::available_dynamic_smem(dynamic_smem_size, func, num_blocks, block_size) })
     }
 
+    unsafe fn cudaOccupancyMaxActiveClusters(num: *mut i32, func: *const c_void, config: *const c_void) -> i32 {
+        if num.is_null() {
+            return code(Err(CudaError::InvalidValue));
+        }
+        // SAFETY: `config` null or a `cudaLaunchConfig_t` (this export's contract); the
+        // driver's query reads it in the runtime's layout.
+        let n = unsafe { crate::cuda::modules::max_active_clusters(func as u64, config, true) };
+        // SAFETY: not null (checked above), writable (this export's contract).
+        code(n.map(|n| unsafe { num.write(n) }).map_err(|e| CudaError(e.0)))
+    }
+
+    unsafe fn cudaOccupancyMaxPotentialClusterSize(size: *mut i32, func: *const c_void, config: *const c_void) -> i32 {
+        if size.is_null() {
+            return code(Err(CudaError::InvalidValue));
+        }
+        // SAFETY: as in `cudaOccupancyMaxActiveClusters`.
+        let n = unsafe { crate::cuda::modules::max_potential_cluster_size(func as u64, config, true) };
+        // SAFETY: not null (checked above), writable (this export's contract).
+        code(n.map(|n| unsafe { size.write(n) }).map_err(|e| CudaError(e.0)))
+    }
+
     unsafe fn cudaMallocArray(
         array: *mut *mut c_void,
         desc: *const ChannelFormatDesc,

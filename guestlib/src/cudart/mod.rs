@@ -16,7 +16,7 @@ pub mod hand;
 mod ipc;
 pub mod launch;
 pub(crate) mod library;
-mod managed;
+pub(crate) mod managed;
 pub(crate) mod memory;
 mod memsets;
 mod pools;
