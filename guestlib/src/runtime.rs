@@ -1045,12 +1045,12 @@ pub fn staged_small_min() -> usize {
 /// Host to device, the first chunk is in its slot and counted filled before the call is
 /// sent, so the server finds it there (a small copy is then one round trip and no wait on
 /// a count). Device to host, the guest waits for each chunk's count. The server sets the last
-/// count once every chunk's copy succeeded, so the copy returns on it where its answer can say
-/// nothing more (no device output can come with it, no capture, no sticky error), the answer
-/// taken in later (`Channel::detached`), where waiters spin; elsewhere it waits for the answer, and a copy of one
-/// chunk device to host on a channel whose waiters do not spin (a small machine) waits for the
-/// answer instead of the count, which the server sends after counting the chunk filled: one
-/// wake-up rather than two.
+/// count once every chunk's copy succeeded, so where waiters spin the copy returns on it when
+/// its answer can say nothing more (no device output can come with it, no capture, no sticky
+/// error), the answer taken in later (`Channel::detached`). Elsewhere it waits for the answer,
+/// and a copy of one chunk device to host on a channel whose waiters do not spin (a small
+/// machine) waits for the answer instead of the count, which the server sends after counting
+/// the chunk filled: one wake-up rather than two.
 ///
 /// # Safety
 /// `host` must point to `count` bytes, readable for host-to-device and writable for
