@@ -451,6 +451,19 @@ impl ApiServer {
                         // the guest waits for it (an answer the guest collects later must
                         // stay small, so it never fills the socket buffers).
                         let info = id.info();
+                        // Counted before what it delivers is taken: a call that may start
+                        // device code makes the next synchronising calls drain the captured
+                        // stdout (`output::Quiet`).
+                        let starts_code = session.output.captures() && crate::output::may_start_device_code(id);
+                        if starts_code {
+                            session.output.quiet.starting();
+                        }
+                        // A synchronisation of the only device may find the output complete.
+                        let quiet_mark = (session.output.captures()
+                            && crate::output::synchronises_the_device(id)
+                            && session.backend().device_count() == 1)
+                            .then(|| session.output.quiet.mark(&session.quiesce.queued))
+                            .flatten();
                         let mut printed = Vec::new();
                         if info.device_output && info.is_async && !is_async {
                             printed = session.output.take();
@@ -492,6 +505,9 @@ impl ApiServer {
                                 code
                             }
                         };
+                        if starts_code {
+                            session.output.quiet.ended();
+                        }
                         activity.store(0, Ordering::Relaxed);
                         kept.end();
                         if status == CUT {
@@ -500,6 +516,9 @@ impl ApiServer {
                         }
                         if info.device_output && !info.is_async {
                             printed = session.output.take();
+                        }
+                        if let Some(mark) = quiet_mark.filter(|_| status == 0) {
+                            session.output.quiet.settled(mark, &session.quiesce.queued);
                         }
                         if !printed.is_empty() {
                             let mut o = FrameHeader::new(FrameKind::Output);

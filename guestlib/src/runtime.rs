@@ -76,7 +76,13 @@ struct Channel {
     /// Calls [`Channel::unnamed_calls`] took over from lost channels, to send before the
     /// barrier it computed.
     adopted_now: Vec<Unanswered>,
+    /// Staged copies that returned once their counts said they were done, whose answers are
+    /// still to come (in this order): see [`staged_copy`].
+    detached: VecDeque<u64>,
 }
+
+/// Staged copies a channel may have returned from before their answers came.
+const MAX_DETACHED: usize = 64;
 
 struct Unanswered {
     call_id: u64,
@@ -199,6 +205,17 @@ impl Channel {
                 set_last_error(CudaError(h.status));
             }
             self.shared.last_unanswered.store(last, Ordering::Release);
+            return Ok(None);
+        }
+        // The answer of a staged copy that returned when its counts said it was done.
+        if h.kind == FrameKind::Reply && h.flags == 0 && self.detached.front() == Some(&h.call_id) {
+            self.detached.pop_front();
+            if h.status != cudart::SUCCESS {
+                // Never what a server does once the copy's last count is set.
+                tracing::error!("a staged copy that had completed was answered {}", h.status);
+                note_status(CudaError(h.status));
+                set_last_error(CudaError(h.status));
+            }
             return Ok(None);
         }
         // An async call the router refused (it answers each one it refuses).
@@ -784,6 +801,7 @@ fn open_channel_once() -> Result<Channel, Opened> {
         seen: 0,
         resend_after: 0,
         adopted_now: Vec::new(),
+        detached: VecDeque::new(),
     })
 }
 
@@ -1121,9 +1139,13 @@ pub fn staged_small_min() -> usize {
 ///
 /// Host to device, the first chunk is in its slot and counted filled before the call is
 /// sent, so the server finds it there (a small copy is then one round trip and no wait on
-/// a count). Device to host, the guest waits for each chunk's count; a copy of one chunk on a
-/// channel whose waiters do not spin (a small machine) waits for the call's answer instead,
-/// which the server sends after counting the chunk filled: one wake-up rather than two.
+/// a count). Device to host, the guest waits for each chunk's count. The server sets the last
+/// count once every chunk's copy succeeded, so where waiters spin the copy returns on it when
+/// its answer can say nothing more (no device output can come with it, no capture, no sticky
+/// error), the answer taken in later (`Channel::detached`). Elsewhere it waits for the answer,
+/// and a copy of one chunk device to host on a channel whose waiters do not spin (a small
+/// machine) waits for the answer instead of the count, which the server sends after counting
+/// the chunk filled: one wake-up rather than two.
 ///
 /// # Safety
 /// `host` must point to `count` bytes, readable for host-to-device and writable for
@@ -1165,8 +1187,17 @@ pub unsafe fn staged_copy(
         // server moves a chunk and be woken for each.
         let spin = *SYNC_SPIN.get_or_init(phos_protocol::shm::default_sync_spin);
         let n = phos_protocol::staging::chunks(count as u64, slot) as u32;
-        // Device to host in one chunk without spinning waiters: the answer first, then the data.
-        let answer_first = !h2d && n == 1 && phos_protocol::shm::default_spin().is_zero();
+        // Whether the copy may return on its last count, without its answer (below): only
+        // where waiters spin, since a waiter asleep on a count is woken late (it also looks
+        // for frames), where one asleep on the ring is woken at once.
+        let may_detach = !phos_protocol::shm::default_spin().is_zero()
+            && ch.detached.len() < MAX_DETACHED
+            && !device_output_seen()
+            && crate::cudart::proofs::quiet()
+            && work_settled(current_device());
+        // Device to host in one chunk without spinning waiters, where the answer is needed:
+        // the answer first, then the data.
+        let answer_first = !h2d && n == 1 && phos_protocol::shm::default_spin().is_zero() && !may_detach;
         // Wait for the other side's count; a frame arriving meanwhile is looked at: the
         // answers to earlier async calls are taken in, and this call's own answer (the
         // server or the router refused the copy) ends the copy at once.
@@ -1226,6 +1257,41 @@ pub unsafe fn staged_copy(
         // This thread waits for the answer: spin through it, as for any synchronous call.
         ch.transport.expect_frame_within(*SYNC_SPIN.get_or_init(phos_protocol::shm::default_sync_spin));
         let moved = if answer_first { Ok(()) } else { first.and_then(|from| (from..n).try_for_each(|k| chunk(ch, k))) };
+        // The server sets a copy's last count only once every chunk's driver copy succeeded,
+        // and answers success right after: with the last count seen, the copy is done, and
+        // this thread may return without waiting for the answer's way back through the router
+        // (half the round trip). Not where the answer may bring device output that the
+        // program's own output must follow (kernels not known finished, output seen before),
+        // nor while a capture may be open or a sticky error is known (the call's answer then
+        // says more than the counts).
+        if may_detach && !answer_first && moved.is_ok() {
+            // Host to device, the last count is the server's, after the last chunk's copy.
+            let done = match (h2d && n > 0).then(|| wait(ch, Count::Drained, seq.wrapping_add(n))) {
+                None | Some(Ok(())) => true,
+                // The answer came before the count was seen: it is the call's outcome.
+                Some(Err(Stopped::Answered(rh))) => {
+                    return Ok(Some(match (rh.kind, rh.call_id == call_id, rh.status) {
+                        (FrameKind::Reply, true, cudart::SUCCESS) => Ok(Ok(())),
+                        (FrameKind::Reply, true, status) => Ok(Err(Failure::Status(status))),
+                        _ => Err(()),
+                    }));
+                }
+                Some(Err(Stopped::Lost(why))) => {
+                    tracing::info!("connection lost during a staged copy ({why})");
+                    return Ok(Some(Err(())));
+                }
+                // Stopped (the server gave up, or stalled): its answer says why.
+                Some(Err(Stopped::Staging(e))) => {
+                    tracing::debug!("staged copy stopped: {e}");
+                    st.abort();
+                    false
+                }
+            };
+            if done {
+                ch.detached.push_back(call_id);
+                return Ok(Some(Ok(Ok(()))));
+            }
+        }
         let early = match moved {
             Ok(()) => None,
             Err(stopped) => {

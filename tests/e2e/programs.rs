@@ -89,6 +89,7 @@ programs!(
     memory_ops,
     misc_api,
     pinned_mapped,
+    pinned_small_copies,
     printf_kernel,
     shared_reduce,
     small_writes,
@@ -813,6 +814,20 @@ fn copies_after_finished_kernels_go_without_waiting() {
     let (few, many) = (calls(2), calls(12));
     let per_round = (many - few) as f64 / 10.0;
     assert!((6.0..=14.0).contains(&per_round), "{few} waited copies for 2 rounds, {many} for 12");
+}
+
+/// Small synchronous copies from page-locked memory (tests/cuda/pinned_small_copies.cu) go in
+/// their frames without waiting once their device range is proven and no earlier work may
+/// write their source: per round only the copy right after the kernel that writes its source
+/// waits (`phosMemcpyPinned`, a DMA of the arena's pages); 21 a round waited before.
+#[test]
+fn small_pinned_copies_go_without_waiting() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "pinned_small_copies", ARCH);
+    let calls = |n| Profile::of(&exe, "pinned_small_copies", n).sync_calls("phosMemcpyPinned");
+    let (few, many) = (calls(2), calls(12));
+    let per_round = (many - few) as f64 / 10.0;
+    assert!((0.5..=2.0).contains(&per_round), "{few} waited pinned copies for 2 rounds, {many} for 12");
 }
 
 /// The synchronous calls of `cublaslt_async_matmuls` with `matmuls` matmuls (PHOS_PROFILE's

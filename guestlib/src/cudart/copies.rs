@@ -19,7 +19,10 @@
 //!   threads' later calls come after it. What the host sees of earlier work without a call
 //!   is another matter: a synchronous copy waits where that could differ (device `printf`
 //!   output arrived, a host function not run yet, kernels sent in a process with page-locked
-//!   memory and not known finished: `host_sees_earlier_work`). A copy from page-locked memory is a DMA of the
+//!   memory and not known finished: `host_sees_earlier_work`). A synchronous copy from
+//!   page-locked memory of at most `pinned_in_frame_max` bytes goes the same way under the same
+//!   conditions (its bytes are taken at the call, when CUDA's DMA would read them, since no
+//!   earlier work that could write them is pending); a larger or async one is a DMA of the
 //!   caller's own pages and keeps waiting, as CUDA's synchronous copies of pinned memory do.
 //!
 //! Otherwise a copy waits, as before, and its success proves its device ranges (and stream).
@@ -112,10 +115,29 @@ fn host_sees_earlier_work(device: i32) -> bool {
         || (hostmem::any_page_locked() && !runtime::work_settled(device))
 }
 
-/// A host-to-device copy of pageable memory in its call's frame: without waiting when it may
-/// (see the module); an async one that may not waits for its answer, which proves its range
-/// and stream. `None` where neither applies: the caller takes its other paths. `stream` is
-/// `None` for `cudaMemcpy`.
+/// Synchronous host-to-device copies of page-locked memory up to this many bytes travel in
+/// their call's frame and return without waiting, under the conditions of a pageable one
+/// (`PHOS_PINNED_IN_FRAME`, bytes; 32 KiB by default, 0: never). CUDA's synchronous copy of
+/// page-locked memory returns once the device has the bytes; this one returns once they are
+/// in the frame. The host cannot tell the two apart: its source bytes are taken at the call,
+/// which is when CUDA's DMA reads them too, since no earlier work that could still write them
+/// is pending (`host_sees_earlier_work`, as for pageable memory: kernels, host functions,
+/// queued copies into page-locked memory are known finished), and everything the process
+/// sends later runs after the copy on the server. A round trip (3.8-4.2 µs on the H100 and
+/// H200) is half of a native 4 KiB copy, while a frame's bytes cost about 0.18 µs a KiB there
+/// (docs/perf.md): past some 32 KiB the DMA of the arena's pages is the faster path.
+fn pinned_in_frame_max() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::env::var("PHOS_PINNED_IN_FRAME").ok().and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(32 << 10)
+    })
+}
+
+/// A host-to-device copy of pageable memory (or a small synchronous one of page-locked
+/// memory) in its call's frame: without waiting when it may (see the module); an async one
+/// of pageable memory that may not waits for its answer, which proves its range and stream.
+/// `None` where neither applies: the caller takes its other paths. `stream` is `None` for
+/// `cudaMemcpy`.
 ///
 /// # Safety
 /// `src` is null or points to `count` readable bytes (the caller's contract with CUDA).
@@ -126,7 +148,13 @@ pub unsafe fn host_to_device_small(
     kind: i32,
     stream: Option<u64>,
 ) -> Option<Result<(), CudaError>> {
-    if count == 0 || count >= runtime::STAGED_MIN || src.is_null() || !pageable(src as usize, count) {
+    if count == 0 || count >= runtime::STAGED_MIN || src.is_null() {
+        return None;
+    }
+    // Page-locked memory goes in the frame only for a small synchronous copy that returns at
+    // once (see `pinned_in_frame_max`); otherwise it is a DMA of its own pages.
+    let page_locked = !pageable(src as usize, count);
+    if page_locked && (stream.is_some() || count > pinned_in_frame_max()) {
         return None;
     }
     let range = proofs::range(dst, count as u64)?;
@@ -134,7 +162,7 @@ pub unsafe fn host_to_device_small(
     let early = (stream.is_some() || !host_sees_earlier_work(device))
         && proofs::quiet()
         && proofs::covers(device, &[range], stream);
-    if !early && stream.is_none() {
+    if !early && (stream.is_none() || page_locked) {
         return None;
     }
     // SAFETY: `src` is not null and points to `count` readable bytes (this function's

@@ -100,7 +100,7 @@ unsafe fn fast_copy(
     let (dst_pinned, src_pinned) =
         (hostmem::pinned_address(dst as usize, count), hostmem::pinned_address(src as usize, count));
     if direction == consts::cudaMemcpyHostToDevice
-        && src_pinned.is_none()
+        && (src_pinned.is_none() || stream.is_none())
         // SAFETY: this function's arguments: `src` is `count` readable bytes when not null
         // (this function's contract).
         && let Some(r) = unsafe { copies::host_to_device_small(dst as usize as u64, src, count, kind, stream) }
