@@ -242,6 +242,9 @@ const TESTED_APART: &[&str] = &[
     "driver_arrays",
     "driver_graphs",
     "driver_library",
+    "driver_link",
+    "driver_stream_memops",
+    "driver_tensor_map",
     "restore_on_demand",
     "cublas_blas",
     "cublas_async_gemms",
@@ -338,6 +341,29 @@ fn driver_graphs() {
 #[test]
 fn driver_library() {
     driver_program("driver_library");
+}
+
+/// JIT linking (`cuLinkCreate`, `cuLinkAddData`, `cuLinkAddFile`, `cuLinkComplete`): one PTX
+/// module, two with an extern function and variable resolved across them, a missing symbol
+/// named in the error log, and misuse print what they print natively.
+#[test]
+fn driver_link() {
+    driver_program("driver_link");
+}
+
+/// Stream memory operations (`cuStreamWriteValue*`, `cuStreamWaitValue*`,
+/// `cuStreamBatchMemOp`) between two streams, on device and mapped host memory, print what
+/// they print natively.
+#[test]
+fn driver_stream_memops() {
+    driver_program("driver_stream_memops");
+}
+
+/// Tensor maps (`cuTensorMapEncodeTiled`, `...Im2col`, `cuTensorMapReplaceAddress`): valid
+/// encodes succeed and each misuse answers what the driver answers.
+#[test]
+fn driver_tensor_map() {
+    driver_program("driver_tensor_map");
 }
 
 /// Runs a program of the driver API (linked with `-lcuda`) on emu and compares its output
