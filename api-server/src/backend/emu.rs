@@ -1279,6 +1279,43 @@ impl Launch for EmuBackend {
 mod tests {
     use super::*;
 
+    /// A wait that does not hold when submitted holds back its own stream's next work (and
+    /// a synchronisation) until another stream's write makes it hold; the other streams'
+    /// work goes on meanwhile.
+    #[test]
+    fn a_stream_waits_for_a_value_another_stream_writes() {
+        let emu = Arc::new(EmuBackend::new(1 << 20));
+        let (a, b) = (emu.stream_create(0, 1, 0).unwrap(), emu.stream_create(0, 1, 0).unwrap());
+        let cell = Box::new([0u64; 2]);
+        let addr = cell.as_ptr() as u64;
+        let wait = MemOp::Wait { addr, value: 3, wide: false, flags: 0 }; // GEQ
+        emu.stream_mem_op(StreamRef::Created(b), wait).unwrap();
+        // Stream a is not held back.
+        emu.stream_mem_op(StreamRef::Created(a), MemOp::Write { addr: addr + 8, value: 1, wide: true, flags: 0 })
+            .unwrap();
+        let waiting = {
+            let emu = emu.clone();
+            std::thread::spawn(move || emu.stream_synchronize(StreamRef::Created(b)))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!waiting.is_finished(), "stream b waits for its value");
+        emu.stream_mem_op(StreamRef::Created(a), MemOp::Write { addr, value: 5, wide: false, flags: 1 }).unwrap();
+        waiting.join().unwrap().unwrap();
+        assert_eq!(*cell, [5, 1]);
+        drop(cell);
+    }
+
+    #[test]
+    fn wait_conditions_are_the_drivers() {
+        let s = MemOp::satisfied;
+        assert!(s(5, false, 0, 5) && s(5, false, 0, 6) && !s(5, false, 0, 4));
+        assert!(s(0xffff_fff0, false, 0, 2), "GEQ is cyclic: 2 is 18 past 0xfffffff0");
+        assert!(s(7, false, 1, 7) && !s(7, false, 1, 8));
+        assert!(s(6, false, 2, 7) && !s(8, false, 2, 7));
+        assert!(s(0xffff_fff0, false, 3, 7) && !s(0xffff_fff8, false, 3, 7));
+        assert!(s(1 << 40, true, 0, (1 << 40) + 1) && !s(1 << 40, true, 0, 1));
+    }
+
     /// Arrays count against the device's memory; their texels survive copies in and out, and
     /// a level of a mipmapped array is its own region of the storage.
     #[test]
