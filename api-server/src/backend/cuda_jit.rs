@@ -94,19 +94,33 @@ fn driver() -> &'static Driver {
             // SAFETY: the caller's promise on `T`.
             library.as_ref().and_then(|l| unsafe { l.get::<T>(name) }.ok().map(|s| *s))
         }
-        // SAFETY: each type is its function's signature in cuda.h (CUDA 12.9), enums as i32.
-        unsafe {
-            Driver {
-                link_create: get(&library, b"cuLinkCreate_v2\0"),
-                link_add_data: get(&library, b"cuLinkAddData_v2\0"),
-                link_complete: get(&library, b"cuLinkComplete\0"),
-                link_destroy: get(&library, b"cuLinkDestroy\0"),
-                tiled: get(&library, b"cuTensorMapEncodeTiled\0"),
-                im2col: get(&library, b"cuTensorMapEncodeIm2col\0"),
-                im2col_wide: get(&library, b"cuTensorMapEncodeIm2colWide\0"),
-                replace_address: get(&library, b"cuTensorMapReplaceAddress\0"),
-                _library: library,
-            }
+        // Each field's type is its function's signature in cuda.h (CUDA 12.9), enums as i32.
+        // SAFETY: the type of the `Driver` field it fills is its signature in cuda.h.
+        let link_create = unsafe { get(&library, b"cuLinkCreate_v2\0") };
+        // SAFETY: the type of the `Driver` field it fills is its signature in cuda.h.
+        let link_add_data = unsafe { get(&library, b"cuLinkAddData_v2\0") };
+        // SAFETY: the type of the `Driver` field it fills is its signature in cuda.h.
+        let link_complete = unsafe { get(&library, b"cuLinkComplete\0") };
+        // SAFETY: the type of the `Driver` field it fills is its signature in cuda.h.
+        let link_destroy = unsafe { get(&library, b"cuLinkDestroy\0") };
+        // SAFETY: the type of the `Driver` field it fills is its signature in cuda.h.
+        let tiled = unsafe { get(&library, b"cuTensorMapEncodeTiled\0") };
+        // SAFETY: the type of the `Driver` field it fills is its signature in cuda.h.
+        let im2col = unsafe { get(&library, b"cuTensorMapEncodeIm2col\0") };
+        // SAFETY: the type of the `Driver` field it fills is its signature in cuda.h.
+        let im2col_wide = unsafe { get(&library, b"cuTensorMapEncodeIm2colWide\0") };
+        // SAFETY: the type of the `Driver` field it fills is its signature in cuda.h.
+        let replace_address = unsafe { get(&library, b"cuTensorMapReplaceAddress\0") };
+        Driver {
+            link_create,
+            link_add_data,
+            link_complete,
+            link_destroy,
+            tiled,
+            im2col,
+            im2col_wide,
+            replace_address,
+            _library: library,
         }
     })
 }

@@ -367,10 +367,11 @@ impl EmuBackend {
     /// Whether a wait's condition holds now.
     fn holds(op: &MemOp) -> bool {
         let MemOp::Wait { addr, value, wide, flags } = *op else { return true };
-        // SAFETY: the service checked the address is the session's memory, aligned to the
-        // value's width; memory is freed only after the device synchronises, which waits for
-        // this wait first. Read volatile: kernels, copies or the guest write it meanwhile.
+        // The service checked the address is the session's memory, aligned to the value's
+        // width; memory is freed only after the device synchronises, which waits for this wait
+        // first. Read volatile: kernels, copies or the guest write it meanwhile.
         let current = if wide {
+            // SAFETY: as above, eight bytes.
             unsafe { std::ptr::read_volatile(addr as *const u64) }
         } else {
             // SAFETY: as above, four bytes.

@@ -195,10 +195,13 @@ fn merge(modules: &[(String, String, Module)]) -> LinkOutcome {
                 | Directive::AddressSize(_)
                 | Directive::File(_)
                 | Directive::Section(_) => continue,
-                Directive::Variable(v) if v.linkage == Some(Linkage::Extern) && v.space == StateSpace::Shared => {
-                    if !v.declarators.iter().all(|x| shared_seen.insert(x.name.clone())) {
-                        continue;
-                    }
+                // One declaration of each dynamic shared memory name.
+                Directive::Variable(v)
+                    if v.linkage == Some(Linkage::Extern)
+                        && v.space == StateSpace::Shared
+                        && !v.declarators.iter().all(|x| shared_seen.insert(x.name.clone())) =>
+                {
+                    continue;
                 }
                 _ => {}
             }

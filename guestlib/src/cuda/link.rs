@@ -62,7 +62,7 @@ unsafe fn read_options(count: u32, options: *const i32, values: *mut *mut c_void
     let (mut info, mut info_size, mut error, mut error_size) = (None, None, None, None);
     for i in 0..count as usize {
         // SAFETY: `i < count`, the length of both lists (this function's contract).
-        let (option, slot) = (unsafe { options.add(i).read() }, unsafe { values.add(i) });
+        let (option, slot) = (unsafe { options.wrapping_add(i).read() }, values.wrapping_add(i));
         // SAFETY: the option's value, in its list (this function's contract).
         let value = unsafe { slot.read() } as usize;
         match option {
@@ -120,7 +120,7 @@ impl Options {
                 std::ptr::copy_nonoverlapping(text.as_ptr(), at as *mut u8, n);
             }
             // SAFETY: byte `n` of the same buffer, `n < room`.
-            unsafe { (at as *mut u8).add(n).write(0) };
+            unsafe { (at as *mut u8).wrapping_add(n).write(0) };
             used = if n > 0 { n + 1 } else { 0 };
         }
         if let Some(at) = size_at {
@@ -345,21 +345,17 @@ mod tests {
     #[test]
     fn logs_are_cut_terminated_and_their_sizes_written_back() {
         let mut buffer = [0xAAu8; 8];
-        let mut size_slot: *mut c_void = 8usize as *mut c_void;
         let mut options = [option::ERROR_LOG_BUFFER, option::ERROR_LOG_BUFFER_SIZE_BYTES, 7];
-        let mut values = [buffer.as_mut_ptr() as *mut c_void, size_slot, 3usize as *mut c_void];
+        let mut values = [buffer.as_mut_ptr() as *mut c_void, 8usize as *mut c_void, 3usize as *mut c_void];
         // SAFETY: three options and values; the buffer outlives the options.
         let o = unsafe { read_options(3, options.as_mut_ptr(), values.as_mut_ptr()) }.unwrap();
         assert_eq!(o.carried, vec![(7, 3)]);
         o.logs(b"", b"undefined reference to 'f'");
         assert_eq!(&buffer, b"undefin\0");
-        size_slot = values[1];
-        assert_eq!(size_slot as usize, 8);
+        assert_eq!(values[1] as usize, 8, "the size used, terminator included");
         options[2] = 99; // not an option
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { read_options(3, options.as_mut_ptr(), values.as_mut_ptr()) }.err(),
-            Some(CuError::INVALID_VALUE)
-        );
+        let refused = unsafe { read_options(3, options.as_mut_ptr(), values.as_mut_ptr()) };
+        assert_eq!(refused.err(), Some(CuError::INVALID_VALUE));
     }
 }

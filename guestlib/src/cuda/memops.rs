@@ -150,7 +150,7 @@ pub unsafe fn batch(
     }
     let ops: Vec<[u8; batch::SIZE]> = (0..count as usize)
         // SAFETY: operation `i` of `count` (this function's contract).
-        .map(|i| unsafe { (params as *const [u8; batch::SIZE]).add(i).read_unaligned() })
+        .map(|i| unsafe { (params as *const [u8; batch::SIZE]).wrapping_add(i).read_unaligned() })
         .collect();
     let u32_at = |b: &[u8; batch::SIZE], at: usize| u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
     let u64_at = |b: &[u8; batch::SIZE], at: usize| u64::from_ne_bytes(b[at..at + 8].try_into().unwrap_or_default());

@@ -47,7 +47,7 @@ unsafe fn array<T: Copy + Default, const N: usize>(p: *const T, n: usize) -> Res
     }
     for (i, slot) in out.iter_mut().enumerate().take(n) {
         // SAFETY: `i < n`, within the caller's array (this function's contract).
-        *slot = unsafe { p.add(i).read_unaligned() };
+        *slot = unsafe { p.wrapping_add(i).read_unaligned() };
     }
     Ok(out)
 }
@@ -69,17 +69,19 @@ pub unsafe fn encode(map: *mut c_void, raw: &Raw) -> Result<(), CuError> {
     }
     let rank = raw.rank as usize;
     let corners = if raw.kind == Kind::Im2col { rank - 2 } else { 0 };
-    // SAFETY: the arrays hold what the rank says (this function's contract), now checked.
-    let (dims, strides, element_strides, box_dim, mut lower, mut upper) = unsafe {
-        (
-            array::<u64, 5>(raw.dims, rank)?,
-            array::<u64, 4>(raw.strides, rank - 1)?,
-            array::<u32, 5>(raw.element_strides, rank)?,
-            array::<u32, 5>(raw.box_dim, if raw.kind == Kind::Tiled { rank } else { 0 })?,
-            array::<i32, 3>(raw.lower, corners)?,
-            array::<i32, 3>(raw.upper, corners)?,
-        )
-    };
+    // The arrays hold what the rank says (this function's contract), now checked.
+    // SAFETY: `rank` dimensions.
+    let dims = unsafe { array::<u64, 5>(raw.dims, rank) }?;
+    // SAFETY: `rank - 1` strides.
+    let strides = unsafe { array::<u64, 4>(raw.strides, rank - 1) }?;
+    // SAFETY: `rank` element strides.
+    let element_strides = unsafe { array::<u32, 5>(raw.element_strides, rank) }?;
+    // SAFETY: a tiled map's `rank` box dimensions; the others have none.
+    let box_dim = unsafe { array::<u32, 5>(raw.box_dim, if raw.kind == Kind::Tiled { rank } else { 0 }) }?;
+    // SAFETY: an im2col map's `rank - 2` corner coordinates each; the others have none.
+    let mut lower = unsafe { array::<i32, 3>(raw.lower, corners) }?;
+    // SAFETY: as above.
+    let mut upper = unsafe { array::<i32, 3>(raw.upper, corners) }?;
     if raw.kind == Kind::Im2colWide {
         lower[0] = raw.lower_width;
         upper[0] = raw.upper_width;
