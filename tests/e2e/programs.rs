@@ -244,6 +244,9 @@ const TESTED_APART: &[&str] = &[
     "driver_graphs",
     "driver_library",
     "driver_queries",
+    "driver_link",
+    "driver_stream_memops",
+    "driver_tensor_map",
     "restore_on_demand",
     "cublas_blas",
     "cublas_async_gemms",
@@ -349,6 +352,29 @@ fn driver_library() {
 #[test]
 fn driver_queries() {
     driver_program("driver_queries");
+}
+
+/// JIT linking (`cuLinkCreate`, `cuLinkAddData`, `cuLinkAddFile`, `cuLinkComplete`): one PTX
+/// module, two with an extern function and variable resolved across them, a missing symbol
+/// named in the error log, and misuse print what they print natively.
+#[test]
+fn driver_link() {
+    driver_program("driver_link");
+}
+
+/// Stream memory operations (`cuStreamWriteValue*`, `cuStreamWaitValue*`,
+/// `cuStreamBatchMemOp`) between two streams, on device and mapped host memory, print what
+/// they print natively.
+#[test]
+fn driver_stream_memops() {
+    driver_program("driver_stream_memops");
+}
+
+/// Tensor maps (`cuTensorMapEncodeTiled`, `...Im2col`, `cuTensorMapReplaceAddress`): valid
+/// encodes succeed and each misuse answers what the driver answers.
+#[test]
+fn driver_tensor_map() {
+    driver_program("driver_tensor_map");
 }
 
 /// Runs a program of the driver API (linked with `-lcuda`) on emu and compares its output

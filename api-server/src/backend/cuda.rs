@@ -1209,6 +1209,46 @@ impl Streams for CudaBackend {
         }
         r
     }
+
+    fn stream_mem_op(&self, stream: StreamRef, op: super::MemOp) -> Result<(), CudaError> {
+        let s = stream_handle(stream);
+        // Raw: the typed layer has no stream memory operations. The flags are the guest's,
+        // checked by the guest library and plain integers here; the driver checks them again.
+        let r = match op {
+            // SAFETY: a live stream of the session's (or a special one); an address of the
+            // session's memory (the service checked it), aligned to the width.
+            super::MemOp::Wait { addr, value, wide: false, flags } => unsafe {
+                sys::cuStreamWaitValue32_v2(s, addr, value as u32, flags)
+            },
+            // SAFETY: as above.
+            super::MemOp::Wait { addr, value, wide: true, flags } => unsafe {
+                sys::cuStreamWaitValue64_v2(s, addr, value, flags)
+            },
+            // SAFETY: as above.
+            super::MemOp::Write { addr, value, wide: false, flags } => unsafe {
+                sys::cuStreamWriteValue32_v2(s, addr, value as u32, flags)
+            },
+            // SAFETY: as above.
+            super::MemOp::Write { addr, value, wide: true, flags } => unsafe {
+                sys::cuStreamWriteValue64_v2(s, addr, value, flags)
+            },
+            super::MemOp::Flush => {
+                // CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES: one operation of a batch.
+                let mut p: sys::CUstreamBatchMemOpParams = unsafe_zeroed_batch_op();
+                // SAFETY: the operation field of the union (its first word).
+                unsafe { (&mut p as *mut sys::CUstreamBatchMemOpParams as *mut u32).write(3) };
+                // SAFETY: one operation, flags 0; a live stream.
+                unsafe { sys::cuStreamBatchMemOp_v2(s, 1, &mut p, 0) }
+            }
+        };
+        check(r)
+    }
+}
+
+/// A `CUstreamBatchMemOpParams` of zeros.
+fn unsafe_zeroed_batch_op() -> sys::CUstreamBatchMemOpParams {
+    // SAFETY: a C union of integers and pointers, for which all zeros is a valid value.
+    unsafe { std::mem::zeroed() }
 }
 
 impl Events for CudaBackend {
@@ -1427,6 +1467,21 @@ impl Modules for CudaBackend {
         // SAFETY: as in `max_active_clusters`.
         check(unsafe { sys::cuOccupancyMaxPotentialClusterSize(&mut n, function as sys::CUfunction, &config) })?;
         Ok(n)
+    }
+
+    fn link(&self, device: i32, inputs: &phos_protocol::jit_link::LinkInputs<'_>) -> super::LinkOutcome {
+        if let Err(e) = self.bind(device) {
+            return super::LinkOutcome::failed(e.0, "cannot make the device current");
+        }
+        super::cuda_jit::link(inputs)
+    }
+
+    fn tensor_map_encode(&self, params: &phos_protocol::tensor_map::Params) -> Result<[u8; 128], CudaError> {
+        super::cuda_jit::tensor_map_encode(params)
+    }
+
+    fn tensor_map_replace_address(&self, map: &mut [u8; 128], address: u64) -> Result<(), CudaError> {
+        super::cuda_jit::tensor_map_replace_address(map, address)
     }
 }
 

@@ -17,7 +17,7 @@ use phos_ptx::exec::{self, GlobalMemory, Program};
 
 use super::emu_arrays::ArrayStore;
 use super::prelude::*;
-use super::{ArraySide, ArraySpec, Gate, LoadedModule, Physical, Raw, StreamRef, TextureSource};
+use super::{ArraySide, ArraySpec, Gate, LoadedModule, MemOp, Physical, Raw, StreamRef, TextureSource};
 use crate::registry::memory::MemoryView;
 use phos_protocol::types::ResourceViewWire;
 use phos_ptx::exec::TextureDesc;
@@ -66,6 +66,8 @@ mod attr {
     pub const MAX_BLOCKS_PER_MULTIPROCESSOR: usize = 106;
     pub const RESERVED_SHARED_MEMORY_PER_BLOCK: usize = 111;
     pub const VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: usize = 102;
+    pub const CAN_USE_64_BIT_STREAM_MEM_OPS: usize = 122;
+    pub const CAN_USE_STREAM_WAIT_VALUE_NOR: usize = 123;
     pub const LAST: usize = 160;
 }
 
@@ -120,6 +122,10 @@ pub struct EmuBackend {
     /// Host-function gates not opened yet: since work runs in submission order, all work
     /// submitted after a gate waits for it.
     gates: Mutex<Vec<Arc<Gate>>>,
+    /// Stream memory waits whose condition did not hold when they were submitted: the work
+    /// submitted after one to its stream (or to the legacy stream, or synchronising) waits
+    /// until it holds ([`EmuBackend::settle`]); other streams' work goes on.
+    waits: Mutex<Vec<(StreamRef, MemOp)>>,
     cache_config: AtomicI32,
     shared_mem_config: AtomicI32,
     /// Device work (copies, memsets, kernels) runs one operation at a time, in the order it
@@ -256,6 +262,11 @@ impl EmuBackend {
         set(&mut a, attr::MAX_BLOCKS_PER_MULTIPROCESSOR, 32);
         set(&mut a, attr::RESERVED_SHARED_MEMORY_PER_BLOCK, 1024);
         set(&mut a, attr::VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 1);
+        // Stream memory operations (CUDA 12's, the `_v2` functions), 64-bit ones and NOR
+        // waits included; the first forms' attributes (92 to 94) stay 0, as on a CUDA 12
+        // driver without its module option for them.
+        set(&mut a, attr::CAN_USE_64_BIT_STREAM_MEM_OPS, 1);
+        set(&mut a, attr::CAN_USE_STREAM_WAIT_VALUE_NOR, 1);
         super::set_managed_memory_attributes(&mut a);
         let mut uuid = [0u8; 16];
         uuid[..8].copy_from_slice(b"phos-emu");
@@ -278,6 +289,7 @@ impl EmuBackend {
             functions: Mutex::new(HashMap::new()),
             limits: Mutex::new(DEFAULT_LIMITS),
             gates: Mutex::new(Vec::new()),
+            waits: Mutex::new(Vec::new()),
             cache_config: AtomicI32::new(0),
             shared_mem_config: AtomicI32::new(1),
             work: Mutex::new(()),
@@ -311,8 +323,14 @@ impl EmuBackend {
         usize::try_from(device).ok().filter(|&d| d < self.mapped.len()).ok_or(CudaError::InvalidDevice)
     }
 
-    /// Wait until every host-function gate submitted so far is open.
+    /// Wait until every host-function gate submitted so far is open, and every stream memory
+    /// wait holds (work that synchronises, or is ordered after every stream).
     fn pass_gates(&self) {
+        self.open_gates();
+        self.settle(None);
+    }
+
+    fn open_gates(&self) {
         let gates: Vec<Arc<Gate>> = self.gates.lock().clone();
         for g in &gates {
             g.wait_opened();
@@ -320,8 +338,51 @@ impl EmuBackend {
         self.gates.lock().retain(|g| !g.is_open());
     }
 
+    /// Wait until the stream memory waits that work submitted to `scope` is ordered after
+    /// hold: those of its stream and of the legacy stream (`None`, or the legacy stream: all).
+    /// No lock is held while waiting: the session's other streams go on, and one of them
+    /// (or the guest, through mapped host memory) is what makes the condition hold. A wait
+    /// that never holds blocks its stream's next work, as on a GPU; this server runs one
+    /// session, so no other tenant waits with it.
+    fn settle(&self, scope: Option<StreamRef>) {
+        let relevant = |s: &StreamRef| match scope {
+            None | Some(StreamRef::Legacy) => true,
+            Some(own) => *s == own || *s == StreamRef::Legacy,
+        };
+        let mut pause = std::time::Duration::from_micros(20);
+        loop {
+            let pending = {
+                let mut waits = self.waits.lock();
+                waits.retain(|(_, op)| !Self::holds(op));
+                waits.iter().any(|(s, _)| relevant(s))
+            };
+            if !pending {
+                return;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(2));
+        }
+    }
+
+    /// Whether a wait's condition holds now.
+    fn holds(op: &MemOp) -> bool {
+        let MemOp::Wait { addr, value, wide, flags } = *op else { return true };
+        // The service checked the address is the session's memory, aligned to the value's
+        // width; memory is freed only after the device synchronises, which waits for this wait
+        // first. Read volatile: kernels, copies or the guest write it meanwhile.
+        let current = if wide {
+            // SAFETY: as above, eight bytes.
+            unsafe { std::ptr::read_volatile(addr as *const u64) }
+        } else {
+            // SAFETY: as above, four bytes.
+            unsafe { std::ptr::read_volatile(addr as *const u32) as u64 }
+        };
+        MemOp::satisfied(value, wide, flags, current)
+    }
+
     fn check_stream(&self, s: StreamRef) -> Result<(), CudaError> {
-        self.pass_gates();
+        self.open_gates();
+        self.settle(Some(s));
         match s {
             StreamRef::Created(raw) if !self.streams.lock().contains_key(&raw) => Err(CudaError::InvalidResourceHandle),
             _ => Ok(()),
@@ -840,6 +901,31 @@ impl Streams for EmuBackend {
         self.events.lock().get(&event).map(|_| ()).ok_or(CudaError::InvalidResourceHandle)
     }
 
+    fn stream_mem_op(&self, stream: StreamRef, op: MemOp) -> Result<(), CudaError> {
+        self.check_stream(stream)?;
+        match op {
+            MemOp::Wait { .. } => {
+                if !Self::holds(&op) {
+                    self.waits.lock().push((stream, op));
+                }
+            }
+            MemOp::Write { addr, value, wide, .. } => {
+                let _work = self.work.lock();
+                if wide {
+                    // SAFETY: the service checked the address is the session's memory, aligned
+                    // to the width; volatile, as another stream's wait reads it.
+                    unsafe { std::ptr::write_volatile(addr as *mut u64, value) };
+                } else {
+                    // SAFETY: as above, four bytes.
+                    unsafe { std::ptr::write_volatile(addr as *mut u32, value as u32) };
+                }
+            }
+            // Writes land in memory the host reads directly: nothing is left to flush.
+            MemOp::Flush => {}
+        }
+        Ok(())
+    }
+
     fn host_func(&self, stream: StreamRef, gate: Arc<Gate>) -> Result<(), CudaError> {
         self.check_stream(stream)?;
         // The work before it ran when it was submitted.
@@ -927,6 +1013,13 @@ impl Modules for EmuBackend {
         let raw = self.fresh();
         self.modules.lock().insert(raw, Module { program: Arc::new(program), kernels, variables, storage });
         Ok(LoadedModule { raw, variables: regions })
+    }
+
+    fn link(&self, device: i32, inputs: &phos_protocol::jit_link::LinkInputs<'_>) -> super::LinkOutcome {
+        if let Err(e) = self.check_device(device) {
+            return super::LinkOutcome::failed(e.0, "no such device");
+        }
+        super::emu_link::link(inputs)
     }
 
     fn module_unload(&self, module: Raw) -> Result<(), CudaError> {
@@ -1222,6 +1315,43 @@ impl Launch for EmuBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A wait that does not hold when submitted holds back its own stream's next work (and
+    /// a synchronisation) until another stream's write makes it hold; the other streams'
+    /// work goes on meanwhile.
+    #[test]
+    fn a_stream_waits_for_a_value_another_stream_writes() {
+        let emu = Arc::new(EmuBackend::new(1 << 20));
+        let (a, b) = (emu.stream_create(0, 1, 0).unwrap(), emu.stream_create(0, 1, 0).unwrap());
+        let cell = Box::new([0u64; 2]);
+        let addr = cell.as_ptr() as u64;
+        let wait = MemOp::Wait { addr, value: 3, wide: false, flags: 0 }; // GEQ
+        emu.stream_mem_op(StreamRef::Created(b), wait).unwrap();
+        // Stream a is not held back.
+        emu.stream_mem_op(StreamRef::Created(a), MemOp::Write { addr: addr + 8, value: 1, wide: true, flags: 0 })
+            .unwrap();
+        let waiting = {
+            let emu = emu.clone();
+            std::thread::spawn(move || emu.stream_synchronize(StreamRef::Created(b)))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!waiting.is_finished(), "stream b waits for its value");
+        emu.stream_mem_op(StreamRef::Created(a), MemOp::Write { addr, value: 5, wide: false, flags: 1 }).unwrap();
+        waiting.join().unwrap().unwrap();
+        assert_eq!(*cell, [5, 1]);
+        drop(cell);
+    }
+
+    #[test]
+    fn wait_conditions_are_the_drivers() {
+        let s = MemOp::satisfied;
+        assert!(s(5, false, 0, 5) && s(5, false, 0, 6) && !s(5, false, 0, 4));
+        assert!(s(0xffff_fff0, false, 0, 2), "GEQ is cyclic: 2 is 18 past 0xfffffff0");
+        assert!(s(7, false, 1, 7) && !s(7, false, 1, 8));
+        assert!(s(6, false, 2, 7) && !s(8, false, 2, 7));
+        assert!(s(0xffff_fff0, false, 3, 7) && !s(0xffff_fff8, false, 3, 7));
+        assert!(s(1 << 40, true, 0, (1 << 40) + 1) && !s(1 << 40, true, 0, 1));
+    }
 
     /// Arrays count against the device's memory; their texels survive copies in and out, and
     /// a level of a mipmapped array is its own region of the storage.

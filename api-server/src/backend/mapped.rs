@@ -18,8 +18,8 @@ use phos_ptx::exec::TextureDesc;
 
 use super::prelude::*;
 use super::{
-    ArraySide, ArraySpec, Copy2D, Gate, LoadedModule, Physical, Raw, StreamRef, TextureSource, copy_pool, vendor,
-    vendor_cudnn, vendor_cufft, vendor_curand, vendor_cusparse, vendor_lt, vendor_nvml,
+    ArraySide, ArraySpec, Copy2D, Gate, LinkOutcome, LoadedModule, MemOp, Physical, Raw, StreamRef, TextureSource,
+    copy_pool, vendor, vendor_cudnn, vendor_cufft, vendor_curand, vendor_cusparse, vendor_lt, vendor_nvml,
 };
 use crate::registry::memory::MemoryView;
 
@@ -301,6 +301,9 @@ impl Streams for Mapped {
     fn host_func(&self, stream: StreamRef, gate: Arc<Gate>) -> Result<(), CudaError> {
         self.inner.host_func(stream, gate)
     }
+    fn stream_mem_op(&self, stream: StreamRef, op: MemOp) -> Result<(), CudaError> {
+        self.inner.stream_mem_op(stream, op)
+    }
 }
 
 impl Events for Mapped {
@@ -373,6 +376,18 @@ impl Modules for Mapped {
     }
     fn max_potential_cluster_size(&self, function: Raw, grid: Dim3, block: Dim3, smem: u32) -> Result<i32, CudaError> {
         self.inner.max_potential_cluster_size(function, grid, block, smem)
+    }
+    fn link(&self, device: i32, inputs: &phos_protocol::jit_link::LinkInputs<'_>) -> LinkOutcome {
+        match self.d(device) {
+            Ok(d) => self.inner.link(d, inputs),
+            Err(e) => LinkOutcome::failed(e.0, "no such device"),
+        }
+    }
+    fn tensor_map_encode(&self, params: &phos_protocol::tensor_map::Params) -> Result<[u8; 128], CudaError> {
+        self.inner.tensor_map_encode(params)
+    }
+    fn tensor_map_replace_address(&self, map: &mut [u8; 128], address: u64) -> Result<(), CudaError> {
+        self.inner.tensor_map_replace_address(map, address)
     }
 }
 

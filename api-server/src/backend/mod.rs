@@ -8,8 +8,10 @@ pub mod copy_pool;
 pub mod cuda;
 mod cuda_arrays;
 pub mod cuda_hash;
+mod cuda_jit;
 pub mod emu;
 mod emu_arrays;
+mod emu_link;
 mod jit_link;
 pub mod mapped;
 pub mod vendor;
@@ -162,6 +164,55 @@ pub struct LoadedModule {
     /// Storage the backend made for the module's variables, as (name, address, size):
     /// memory the session's kernels and copies may use besides its allocations.
     pub variables: Vec<(String, u64, u64)>,
+}
+
+/// What a JIT link (`cuLinkComplete`) gave: its status (a `CUresult`), the image when it
+/// succeeded, and the linker's logs.
+#[derive(Debug, Default)]
+pub struct LinkOutcome {
+    pub status: i32,
+    pub image: Vec<u8>,
+    pub info_log: Vec<u8>,
+    pub error_log: Vec<u8>,
+}
+
+impl LinkOutcome {
+    /// A link that failed with `status`, saying why in its error log.
+    pub fn failed(status: i32, why: impl Into<String>) -> Self {
+        LinkOutcome { status, error_log: why.into().into_bytes(), ..Default::default() }
+    }
+}
+
+/// `CUDA_ERROR_NOT_SUPPORTED`, as a link outcome's status.
+pub const LINK_NOT_SUPPORTED: i32 = 801;
+
+/// One stream memory operation (`cuStreamWaitValue*`, `cuStreamWriteValue*`), on an address
+/// the service checked is the session's memory, `width` bytes (4 or 8), aligned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemOp {
+    /// `CUstreamWaitValue_flags` in `flags`.
+    Wait { addr: u64, value: u64, wide: bool, flags: u32 },
+    /// `CUstreamWriteValue_flags` in `flags`.
+    Write { addr: u64, value: u64, wide: bool, flags: u32 },
+    /// `CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES`.
+    Flush,
+}
+
+impl MemOp {
+    /// Whether a wait's condition holds for `current` (the value at its address): GEQ is
+    /// cyclic (`(int32_t)(*addr - value) >= 0`), EQ, AND (`(*addr & value) != 0`), NOR
+    /// (`~(*addr | value) != 0`), in 32 or 64 bits.
+    pub fn satisfied(value: u64, wide: bool, flags: u32, current: u64) -> bool {
+        let mask = if wide { u64::MAX } else { u32::MAX as u64 };
+        let (cur, v) = (current & mask, value & mask);
+        match flags & 3 {
+            0 if wide => (cur.wrapping_sub(v) as i64) >= 0,
+            0 => (cur.wrapping_sub(v) as u32 as i32) >= 0,
+            1 => cur == v,
+            2 => cur & v != 0,
+            _ => !(cur | v) & mask != 0,
+        }
+    }
 }
 
 // A backend is a set of capabilities, one trait each, so that a part of the server asks for
@@ -346,6 +397,12 @@ pub trait Streams: Send + Sync {
     /// Put `gate` in `stream`: reach it once the stream's earlier work is done, and hold the
     /// stream's later work until it is opened.
     fn host_func(&self, stream: StreamRef, gate: std::sync::Arc<Gate>) -> Result<(), CudaError>;
+    /// A stream memory operation, in stream order: a wait holds the stream's later work until
+    /// its condition holds (it never holds the calling thread, nor the session's other
+    /// streams); a write lands once the stream's earlier work is done.
+    fn stream_mem_op(&self, _stream: StreamRef, _op: MemOp) -> Result<(), CudaError> {
+        Err(CudaError::NotSupported)
+    }
 }
 
 /// Events: points in streams.
@@ -402,6 +459,23 @@ pub trait Modules: Send + Sync {
     ) -> Result<i32, CudaError>;
     /// The largest cluster such a launch can have.
     fn max_potential_cluster_size(&self, function: Raw, grid: Dim3, block: Dim3, smem: u32) -> Result<i32, CudaError>;
+    /// Link `inputs` for `device` (`cuLinkComplete`): an image [`module_load`] loads.
+    ///
+    /// [`module_load`]: Modules::module_load
+    fn link(&self, _device: i32, _inputs: &phos_protocol::jit_link::LinkInputs<'_>) -> LinkOutcome {
+        LinkOutcome::failed(LINK_NOT_SUPPORTED, "this backend links nothing")
+    }
+    /// The 128 bytes of a tensor map of `params` (checked by the service): Phos's own encoding
+    /// unless the backend's device has one.
+    fn tensor_map_encode(&self, params: &phos_protocol::tensor_map::Params) -> Result<[u8; 128], CudaError> {
+        Ok(params.phos_encoding())
+    }
+    /// `cuTensorMapReplaceAddress` on a map [`tensor_map_encode`] made.
+    ///
+    /// [`tensor_map_encode`]: Modules::tensor_map_encode
+    fn tensor_map_replace_address(&self, map: &mut [u8; 128], address: u64) -> Result<(), CudaError> {
+        phos_protocol::tensor_map::PhosMap::replace_address(map, address).map_err(|_| CudaError::InvalidValue)
+    }
 }
 
 /// Kernel launches, and the device time they took.

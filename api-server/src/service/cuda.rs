@@ -9,7 +9,13 @@ use phos_protocol::cudart::CudaStreamSynchronizeRequest;
 use phos_protocol::error::driver_status;
 use phos_protocol::spec::CallAccess;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use phos_protocol::tensor_map::Params;
+
 use super::{CallCx, Session};
+use crate::backend::{LinkOutcome, MemOp};
 use crate::dispatch::cuda::CudaService;
 use crate::dispatch::cudart::CudartService;
 use crate::registry::memory::VmmError;
@@ -220,6 +226,103 @@ impl CudaService for Session {
         Ok(PhosMemGranularityReply { granularity: self.backend().granularity(req.device) })
     }
 
+    fn phos_link_run(&self, cx: &CallCx, req: PhosLinkRunRequest<'_>) -> Result<PhosLinkRunReply, CuError> {
+        let inputs = phos_protocol::jit_link::decode(req.inputs).map_err(|e| {
+            tracing::warn!("cuLinkComplete: the guest's link inputs are refused: {e}");
+            CuError::INVALID_VALUE
+        })?;
+        let mut outcome = self.backend().link(cx.device, &inputs);
+        let total = (outcome.image.len() + outcome.info_log.len() + outcome.error_log.len()) as u64;
+        if total > self.max_reply {
+            outcome = LinkOutcome::failed(CuError::OUT_OF_MEMORY.0, "the linked image is larger than a reply may be");
+        }
+        let link = NEXT_LINK.fetch_add(1, Ordering::Relaxed);
+        let reply = PhosLinkRunReply {
+            link,
+            status: outcome.status,
+            imageSize: outcome.image.len() as u64,
+            infoSize: outcome.info_log.len() as u64,
+            errorSize: outcome.error_log.len() as u64,
+        };
+        let mut links = LINKS.lock();
+        if links.iter().filter(|((s, _), _)| *s == self.id).count() >= LINKS_KEPT
+            && let Some(oldest) = links.iter().position(|((s, _), _)| *s == self.id)
+        {
+            links.remove(oldest);
+        }
+        links.push(((self.id, link), outcome));
+        Ok(reply)
+    }
+
+    fn phos_link_take(&self, _: &CallCx, req: PhosLinkTakeRequest) -> Result<PhosLinkTakeReply, CuError> {
+        let mut links = LINKS.lock();
+        let at = links.iter().position(|(k, _)| *k == (self.id, req.link)).ok_or(CuError::INVALID_HANDLE)?;
+        let o = &links[at].1;
+        if (o.image.len() as u64, o.info_log.len() as u64, o.error_log.len() as u64)
+            != (req.imageSize, req.infoSize, req.errorSize)
+        {
+            return Err(CuError::INVALID_VALUE);
+        }
+        let (_, o) = links.remove(at);
+        Ok(PhosLinkTakeReply { image: o.image, infoLog: o.info_log, errorLog: o.error_log })
+    }
+
+    fn phos_stream_mem_op(&self, cx: &CallCx, req: PhosStreamMemOpRequest) -> Result<PhosStreamMemOpReply, CuError> {
+        const WAIT_FLAGS: u32 = 3 | 1 << 30;
+        const WRITE_FLAGS: u32 = 1;
+        let (addr, flags) = (req.addr, req.flags);
+        let op = match req.op {
+            1 | 3 if flags & !WAIT_FLAGS == 0 => MemOp::Wait { addr, value: req.value, wide: req.op == 3, flags },
+            2 | 4 if flags & !WRITE_FLAGS == 0 => MemOp::Write { addr, value: req.value, wide: req.op == 4, flags },
+            5 => MemOp::Flush,
+            _ => return Err(CuError::INVALID_VALUE),
+        };
+        if let MemOp::Wait { wide, .. } | MemOp::Write { wide, .. } = op {
+            let width = if wide { 8 } else { 4 };
+            if !addr.is_multiple_of(width) {
+                return Err(CuError::INVALID_VALUE);
+            }
+            CudartService::check_device_range(self, cx, addr, width, false).map_err(driver_status)?;
+        }
+        let function = match req.op {
+            1 | 3 => FunctionId::CuStreamWaitValue32V2,
+            _ => FunctionId::CuStreamWriteValue32V2,
+        };
+        if self.objects.graphs.captures.active().is_some_and(|c| c.of_stream(req.stream).is_some()) {
+            // A captured memory operation is a batch memory operation node, which Phos's
+            // graphs do not carry.
+            return Err(not_supported(function, "a stream memory operation in a capturing stream"));
+        }
+        let stream = self.objects.streams.resolve(req.stream).map_err(driver_status)?;
+        self.backend().stream_mem_op(stream, op).map_err(driver_status)?;
+        Ok(PhosStreamMemOpReply {})
+    }
+
+    fn phos_tensor_map_encode(
+        &self,
+        _: &CallCx,
+        req: PhosTensorMapEncodeRequest<'_>,
+    ) -> Result<PhosTensorMapEncodeReply, CuError> {
+        let params = Params::decode(req.params).ok_or(CuError::INVALID_VALUE)?;
+        // The driver's reference's rules, checked again: the guest's check is for speed.
+        params.check().map_err(|_| CuError::INVALID_VALUE)?;
+        // The address is not checked against the session's memory, as the driver does not:
+        // a map may be made before its memory is, and a kernel reaches only its own context's
+        // memory on a GPU (emu does not run tensor copies).
+        let map = self.backend().tensor_map_encode(&params).map_err(driver_status)?;
+        Ok(PhosTensorMapEncodeReply { tensorMap: map.to_vec() })
+    }
+
+    fn phos_tensor_map_replace_address(
+        &self,
+        _: &CallCx,
+        req: PhosTensorMapReplaceAddressRequest<'_>,
+    ) -> Result<PhosTensorMapReplaceAddressReply, CuError> {
+        let mut map: [u8; 128] = req.tensorMap.try_into().map_err(|_| CuError::INVALID_VALUE)?;
+        self.backend().tensor_map_replace_address(&mut map, req.globalAddress).map_err(driver_status)?;
+        Ok(PhosTensorMapReplaceAddressReply { tensorMap: map.to_vec() })
+    }
+
     fn phos_mem_handle_device(
         &self,
         _: &CallCx,
@@ -238,6 +341,23 @@ impl CudaService for Session {
 fn check_launch_shape(grid: phos_protocol::types::Dim3, block: phos_protocol::types::Dim3) -> Result<(), CuError> {
     let zero = |d: phos_protocol::types::Dim3| d.x == 0 || d.y == 0 || d.z == 0;
     if zero(grid) || zero(block) { Err(CuError::INVALID_VALUE) } else { Ok(()) }
+}
+
+/// Link outcomes waiting for the guest to take them (`phosLinkRun`, then `phosLinkTake`), by
+/// (session, link): a few per session, the oldest dropped, so a guest that never takes them
+/// holds little.
+static LINKS: Mutex<Vec<((u64, u64), LinkOutcome)>> = Mutex::new(Vec::new());
+const LINKS_KEPT: usize = 4;
+static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
+
+fn not_supported(function: FunctionId, what: &str) -> CuError {
+    if let Some(dropped) = phos_protocol::log_limit::GUEST_LINES.admit(function.name()) {
+        tracing::warn!(
+            "{}: {what} is not supported by Phos; returning CUDA_ERROR_NOT_SUPPORTED ({dropped} earlier lines dropped)",
+            function.name()
+        );
+    }
+    CuError::NOT_SUPPORTED
 }
 
 /// A refusal of the virtual memory calls in the driver's codes; what Phos does not carry is

@@ -9,8 +9,9 @@ use phos_protocol::cuda::{self, CuError, FunctionId as F};
 use phos_protocol::types::{Dim3, IpcHandle};
 
 use super::bridge::{self, dptr};
+use super::memops::Form;
 use super::stubs::HandWritten;
-use super::{arrays, context, entry_points, graphs, memory, modules, queries, vmm};
+use super::{arrays, context, entry_points, graphs, link, memops, memory, modules, queries, tensor_map, vmm};
 use crate::cudart::graphs as rt_graphs;
 use crate::cudart::library as rt_library;
 use crate::cudart::managed as rt_managed;
@@ -659,6 +660,277 @@ impl HandWritten for Hand {
             }
             Ok(())
         })
+    }
+
+    // ---- JIT linking (link.rs)
+
+    unsafe fn cuLinkCreate(count: u32, options: *mut i32, values: *mut *mut c_void, state_out: *mut u64) -> i32 {
+        // SAFETY: as in `cuLinkCreate_v2`.
+        unsafe { Self::cuLinkCreate_v2(count, options, values, state_out) }
+    }
+
+    unsafe fn cuLinkCreate_v2(count: u32, options: *mut i32, values: *mut *mut c_void, state_out: *mut u64) -> i32 {
+        in_context(F::CuLinkCreateV2, || {
+            if state_out.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            // SAFETY: `count` options and values, alive while the state is (this export's
+            // contract).
+            let state = unsafe { link::create(count, options, values) }?;
+            // SAFETY: not null, writable (this export's contract).
+            unsafe { put(state_out, state) }
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn cuLinkAddData(
+        state: u64,
+        kind: i32,
+        data: *mut c_void,
+        size: usize,
+        name: *const c_char,
+        count: u32,
+        options: *mut i32,
+        values: *mut *mut c_void,
+    ) -> i32 {
+        // SAFETY: as in `cuLinkAddData_v2`.
+        unsafe { Self::cuLinkAddData_v2(state, kind, data, size, name, count, options, values) }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn cuLinkAddData_v2(
+        state: u64,
+        kind: i32,
+        data: *mut c_void,
+        size: usize,
+        name: *const c_char,
+        count: u32,
+        options: *mut i32,
+        values: *mut *mut c_void,
+    ) -> i32 {
+        // SAFETY: the input's bytes, its name and its options (this export's contract).
+        in_context(F::CuLinkAddDataV2, || unsafe {
+            link::add_data(state, kind, data, size, name, count, options, values)
+        })
+    }
+
+    unsafe fn cuLinkAddFile(
+        state: u64,
+        kind: i32,
+        path: *const c_char,
+        count: u32,
+        options: *mut i32,
+        values: *mut *mut c_void,
+    ) -> i32 {
+        // SAFETY: as in `cuLinkAddFile_v2`.
+        unsafe { Self::cuLinkAddFile_v2(state, kind, path, count, options, values) }
+    }
+
+    unsafe fn cuLinkAddFile_v2(
+        state: u64,
+        kind: i32,
+        path: *const c_char,
+        count: u32,
+        options: *mut i32,
+        values: *mut *mut c_void,
+    ) -> i32 {
+        // SAFETY: the path and options (this export's contract).
+        in_context(F::CuLinkAddFileV2, || unsafe { link::add_file(state, kind, path, count, options, values) })
+    }
+
+    unsafe fn cuLinkComplete(state: u64, cubin_out: *mut *mut c_void, size_out: *mut usize) -> i32 {
+        in_context(F::CuLinkComplete, || {
+            if cubin_out.is_null() || size_out.is_null() {
+                return Err(CuError::INVALID_VALUE);
+            }
+            let (image, size) = link::complete(state)?;
+            // SAFETY: both not null, writable (this export's contract).
+            unsafe { put(cubin_out, image as *mut c_void) }?;
+            // SAFETY: as above.
+            unsafe { put(size_out, size) }
+        })
+    }
+
+    unsafe fn cuLinkDestroy(state: u64) -> i32 {
+        driver(F::CuLinkDestroy, || link::destroy(state))
+    }
+
+    // ---- Stream memory operations (memops.rs)
+
+    unsafe fn cuStreamWaitValue32(stream: *mut c_void, addr: u64, value: u32, flags: u32) -> i32 {
+        in_context(F::CuStreamWaitValue32, || memops::wait(Form::V1, stream, addr, value as u64, flags, false))
+    }
+
+    unsafe fn cuStreamWaitValue32_v2(stream: *mut c_void, addr: u64, value: u32, flags: u32) -> i32 {
+        in_context(F::CuStreamWaitValue32V2, || memops::wait(Form::V2, stream, addr, value as u64, flags, false))
+    }
+
+    unsafe fn cuStreamWaitValue64(stream: *mut c_void, addr: u64, value: u64, flags: u32) -> i32 {
+        in_context(F::CuStreamWaitValue64, || memops::wait(Form::V1, stream, addr, value, flags, true))
+    }
+
+    unsafe fn cuStreamWaitValue64_v2(stream: *mut c_void, addr: u64, value: u64, flags: u32) -> i32 {
+        in_context(F::CuStreamWaitValue64V2, || memops::wait(Form::V2, stream, addr, value, flags, true))
+    }
+
+    unsafe fn cuStreamWriteValue32(stream: *mut c_void, addr: u64, value: u32, flags: u32) -> i32 {
+        in_context(F::CuStreamWriteValue32, || memops::write(Form::V1, stream, addr, value as u64, flags, false))
+    }
+
+    unsafe fn cuStreamWriteValue32_v2(stream: *mut c_void, addr: u64, value: u32, flags: u32) -> i32 {
+        in_context(F::CuStreamWriteValue32V2, || memops::write(Form::V2, stream, addr, value as u64, flags, false))
+    }
+
+    unsafe fn cuStreamWriteValue64(stream: *mut c_void, addr: u64, value: u64, flags: u32) -> i32 {
+        in_context(F::CuStreamWriteValue64, || memops::write(Form::V1, stream, addr, value, flags, true))
+    }
+
+    unsafe fn cuStreamWriteValue64_v2(stream: *mut c_void, addr: u64, value: u64, flags: u32) -> i32 {
+        in_context(F::CuStreamWriteValue64V2, || memops::write(Form::V2, stream, addr, value, flags, true))
+    }
+
+    unsafe fn cuStreamBatchMemOp(stream: *mut c_void, count: u32, params: *mut c_void, flags: u32) -> i32 {
+        // SAFETY: `count` operations (this export's contract).
+        in_context(F::CuStreamBatchMemOp, || unsafe { memops::batch(Form::V1, stream, count, params, flags) })
+    }
+
+    unsafe fn cuStreamBatchMemOp_v2(stream: *mut c_void, count: u32, params: *mut c_void, flags: u32) -> i32 {
+        // SAFETY: `count` operations (this export's contract).
+        in_context(F::CuStreamBatchMemOpV2, || unsafe { memops::batch(Form::V2, stream, count, params, flags) })
+    }
+
+    // ---- Tensor maps (tensor_map.rs)
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn cuTensorMapEncodeTiled(
+        map: *mut c_void,
+        data_type: i32,
+        rank: u32,
+        address: *mut c_void,
+        dims: *const u64,
+        strides: *const u64,
+        box_dim: *const u32,
+        element_strides: *const u32,
+        interleave: i32,
+        swizzle: i32,
+        l2_promotion: i32,
+        oob_fill: i32,
+    ) -> i32 {
+        let raw = tensor_map::Raw {
+            kind: tensor_map::Kind::Tiled,
+            data_type,
+            rank,
+            address: address as u64,
+            dims,
+            strides,
+            box_dim,
+            element_strides,
+            interleave,
+            swizzle,
+            l2_promotion,
+            oob_fill,
+            lower: std::ptr::null(),
+            upper: std::ptr::null(),
+            lower_width: 0,
+            upper_width: 0,
+            channels_per_pixel: 0,
+            pixels_per_column: 0,
+            mode: 0,
+        };
+        // SAFETY: the map's 128 bytes and the arrays of its rank (this export's contract).
+        driver(F::CuTensorMapEncodeTiled, || unsafe { tensor_map::encode(map, &raw) })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn cuTensorMapEncodeIm2col(
+        map: *mut c_void,
+        data_type: i32,
+        rank: u32,
+        address: *mut c_void,
+        dims: *const u64,
+        strides: *const u64,
+        lower: *const i32,
+        upper: *const i32,
+        channels_per_pixel: u32,
+        pixels_per_column: u32,
+        element_strides: *const u32,
+        interleave: i32,
+        swizzle: i32,
+        l2_promotion: i32,
+        oob_fill: i32,
+    ) -> i32 {
+        let raw = tensor_map::Raw {
+            kind: tensor_map::Kind::Im2col,
+            data_type,
+            rank,
+            address: address as u64,
+            dims,
+            strides,
+            box_dim: std::ptr::null(),
+            element_strides,
+            interleave,
+            swizzle,
+            l2_promotion,
+            oob_fill,
+            lower,
+            upper,
+            lower_width: 0,
+            upper_width: 0,
+            channels_per_pixel,
+            pixels_per_column,
+            mode: 0,
+        };
+        // SAFETY: the map's 128 bytes and the arrays of its rank (this export's contract).
+        driver(F::CuTensorMapEncodeIm2col, || unsafe { tensor_map::encode(map, &raw) })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn cuTensorMapEncodeIm2colWide(
+        map: *mut c_void,
+        data_type: i32,
+        rank: u32,
+        address: *mut c_void,
+        dims: *const u64,
+        strides: *const u64,
+        lower_width: i32,
+        upper_width: i32,
+        channels_per_pixel: u32,
+        pixels_per_column: u32,
+        element_strides: *const u32,
+        interleave: i32,
+        mode: i32,
+        swizzle: i32,
+        l2_promotion: i32,
+        oob_fill: i32,
+    ) -> i32 {
+        let raw = tensor_map::Raw {
+            kind: tensor_map::Kind::Im2colWide,
+            data_type,
+            rank,
+            address: address as u64,
+            dims,
+            strides,
+            box_dim: std::ptr::null(),
+            element_strides,
+            interleave,
+            swizzle,
+            l2_promotion,
+            oob_fill,
+            lower: std::ptr::null(),
+            upper: std::ptr::null(),
+            lower_width,
+            upper_width,
+            channels_per_pixel,
+            pixels_per_column,
+            mode,
+        };
+        // SAFETY: the map's 128 bytes and the arrays of its rank (this export's contract).
+        driver(F::CuTensorMapEncodeIm2colWide, || unsafe { tensor_map::encode(map, &raw) })
+    }
+
+    unsafe fn cuTensorMapReplaceAddress(map: *mut c_void, address: *mut c_void) -> i32 {
+        // SAFETY: a tensor map's 128 bytes (this export's contract).
+        driver(F::CuTensorMapReplaceAddress, || unsafe { tensor_map::replace_address(map, address as u64) })
     }
 
     // ---- Libraries and their kernels: the runtime's library API (cudart/library.rs)

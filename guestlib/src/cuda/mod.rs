@@ -11,10 +11,13 @@ pub mod context;
 pub mod entry_points;
 mod graphs;
 pub mod hand;
+mod link;
+mod memops;
 mod memory;
 pub(crate) mod modules;
 mod queries;
 pub mod rt;
+mod tensor_map;
 mod vmm;
 
 /// The spec-generated exports (`cuInit`, `cuDeviceGet`, ...) and the trait of hand-written
