@@ -2,7 +2,8 @@
 // a value written by one stream and waited for by another, in 32 and 64 bits, then read by a
 // kernel of the waiting stream; the wait conditions (GEQ, EQ, AND, NOR); page-locked host
 // memory mapped to the device, written by a stream and waited on after the host wrote it;
-// a batch of operations; and the driver's answers to flags it does not know.
+// a batch of operations; and the driver's answers to flags it does not know (or, for the
+// v2 forms, no longer takes).
 #include "driver_check.h"
 
 #include <cstring>
@@ -55,7 +56,7 @@ int main() {
 
     // Written by one stream, waited for by the other, read by the waiting stream's kernel.
     CU(WRITE32(writer, flag32, 7, CU_STREAM_WRITE_VALUE_DEFAULT));
-    CU(WRITE64(writer, flag64, 0x100000005ull, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER));
+    CU(WRITE64(writer, flag64, 0x100000005ull, CU_STREAM_WRITE_VALUE_DEFAULT));
     CU(WAIT32(waiter, flag32, 7, CU_STREAM_WAIT_VALUE_EQ));
     CU(WAIT64(waiter, flag64, 0x100000000ull, CU_STREAM_WAIT_VALUE_GEQ));
     read_flags<<<1, 1, 0, waiter>>>((const unsigned *)flag32, (const unsigned long long *)flag64, (unsigned *)out);
@@ -107,6 +108,9 @@ int main() {
     // Misuse.
     printf("unknown wait flags: %s\n", name_of(WAIT32(waiter, flag32, 1, 0x10)));
     printf("unknown write flags: %s\n", name_of(WRITE32(writer, flag32, 1, 0x10)));
+    // "Not supported in the v2 API".
+    printf("write without a memory barrier: %s\n",
+           name_of(WRITE64(writer, flag64, 1, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER)));
     printf("batch flags: %s\n", name_of(BATCH(writer, 1, ops, 1)));
 
     CU(cuStreamDestroy(writer));

@@ -268,19 +268,21 @@ unsafe fn add(
         if let Some(end) = data.iter().position(|&b| b == 0) {
             data.truncate(end);
         }
-        let text = std::str::from_utf8(&data).map_err(|_| CuError::INVALID_PTX)?;
         // What can be told here without compiling (the server compiles): PTX has its header,
-        // and its kernels' signatures read.
-        let checked = if text.contains(".version") && text.contains(".target") {
-            crate::registry::ptx_layouts(text).map(|_| ())
-        } else {
-            Err("no .version and .target: not PTX".to_string())
+        // and its kernels' signatures read. Text with no PTX header is not an image at all
+        // (the driver answers CUDA_ERROR_INVALID_IMAGE, as CUDA 13 does on an H100), PTX
+        // that does not read is invalid PTX.
+        let checked = match std::str::from_utf8(&data) {
+            Ok(text) if text.contains(".version") && text.contains(".target") => {
+                crate::registry::ptx_layouts(text).map_err(|e| (e, CuError::INVALID_PTX))
+            }
+            _ => Err(("no .version and .target: not PTX".to_string(), CuError::INVALID_IMAGE)),
         };
-        if let Err(e) = checked {
+        if let Err((e, status)) = checked {
             let message = format!("ptxas application ptx input, {}: {e}", String::from_utf8_lossy(&name));
             own.logs(b"", message.as_bytes());
             with(|s| s.get(&state).map(|l| l.options.logs(b"", message.as_bytes())));
-            return Err(CuError::INVALID_PTX);
+            return Err(status);
         }
     }
     own.logs(b"", b"");

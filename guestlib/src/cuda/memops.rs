@@ -109,10 +109,15 @@ pub fn wait(form: Form, stream: *mut c_void, addr: u64, value: u64, flags: u32, 
     send(stream, addr, value, if wide { op::WAIT_64 } else { op::WAIT_32 }, flags)
 }
 
-/// `cuStreamWriteValue32/64`: flags DEFAULT or NO_MEMORY_BARRIER.
+/// `cuStreamWriteValue32/64`: flags DEFAULT, or NO_MEMORY_BARRIER in the first form.
 pub fn write(form: Form, stream: *mut c_void, addr: u64, value: u64, flags: u32, wide: bool) -> Result<(), CuError> {
     let size = if wide { 8 } else { 4 };
     if flags & !WRITE_NO_MEMORY_BARRIER != 0 || addr == 0 || !addr.is_multiple_of(size) {
+        return Err(CuError::INVALID_VALUE);
+    }
+    // "This flag is not supported in the v2 API" (CUstreamWriteValue_flags): CUDA 13 on an
+    // H100 answers CUDA_ERROR_INVALID_VALUE.
+    if form == Form::V2 && flags & WRITE_NO_MEMORY_BARRIER != 0 {
         return Err(CuError::INVALID_VALUE);
     }
     require(form, wide, false, false)?;
