@@ -73,9 +73,9 @@ struct Channel {
     /// lost connection (0: none): sent before anything this channel sends again, as a
     /// barrier, so the calls the thread sent after them still run after them.
     resend_after: u64,
-    /// Calls [`Channel::unnamed_calls`] took over from lost channels, to send before the
-    /// barrier it computed.
-    adopted_now: Vec<Unanswered>,
+    /// How many of the last unanswered calls [`Channel::unnamed_calls`] took over from lost
+    /// channels and this channel has not sent yet (before the barrier it computed).
+    unsent_adopted: usize,
     /// Staged copies that returned once their counts said they were done, whose answers are
     /// still to come (in this order): see [`staged_copy`].
     detached: VecDeque<u64>,
@@ -192,10 +192,16 @@ impl Channel {
             return Ok(None);
         }
         if h.kind == FrameKind::Reply && h.flags & FLAG_ASYNC != 0 {
-            // An acknowledgement of every async call up to `call_id`.
+            // An acknowledgement of every async call up to `call_id`, in the order they were
+            // sent (ids grow along a channel, but calls taken over from a lost channel, sent
+            // after this channel's own, may be older).
             let mut unanswered = self.shared.unanswered();
-            while unanswered.front().is_some_and(|u| u.call_id <= h.call_id) {
-                unanswered.pop_front();
+            if let Some(k) = unanswered.iter().position(|u| u.call_id == h.call_id) {
+                unanswered.drain(..=k);
+            } else {
+                while unanswered.front().is_some_and(|u| u.call_id <= h.call_id) {
+                    unanswered.pop_front();
+                }
             }
             let last = unanswered.back().map_or(0, |u| u.call_id);
             drop(unanswered);
@@ -277,9 +283,26 @@ impl Channel {
         // Calls of this thread that another channel sent again first: what follows runs
         // after them.
         let after = std::mem::take(&mut self.resend_after);
-        self.send_barrier_for(&[after][..usize::from(after != 0)])?;
-        let pending = std::mem::take(&mut *self.shared.unanswered());
-        if let (Some(first), Some(last)) = (pending.front(), pending.back()) {
+        if after != 0 {
+            self.send_barrier_ids(&[after])?;
+        }
+        // With the calls of lost channels (threads that may not call again soon), all in call
+        // order: ids are the process's issue order, so a call another thread made before one
+        // of these, and synchronised with, is never behind it.
+        let channels = CHANNELS.lock().unwrap_or_else(|p| p.into_inner());
+        let adopted = self.adopt_lost(&channels);
+        drop(channels);
+        if !adopted.is_empty() {
+            tracing::info!(
+                count = adopted.len(),
+                "sending again the async calls of threads whose connections the session's restore cut"
+            );
+        }
+        let mut pending: Vec<Unanswered> =
+            std::mem::take(&mut *self.shared.unanswered()).into_iter().chain(adopted).collect();
+        pending.sort_by_key(|u| u.call_id);
+        self.unsent_adopted = 0;
+        if let (Some(first), Some(last)) = (pending.first(), pending.last()) {
             tracing::debug!(
                 count = pending.len(),
                 first = first.call_id,
@@ -291,14 +314,10 @@ impl Channel {
             .iter()
             .try_for_each(|u| self.send_call(u.function, u.device, u.call_id, FLAG_ASYNC | FLAG_RESENT, &u.request));
         // Kept whatever happened: a failure here is another lost connection.
-        let last = pending.back().map_or(0, |u| u.call_id);
-        *self.shared.unanswered() = pending;
+        let last = pending.last().map_or(0, |u| u.call_id);
+        *self.shared.unanswered() = pending.into();
         self.shared.last_unanswered.store(last, Ordering::Release);
-        sent?;
-        let channels = CHANNELS.lock().unwrap_or_else(|p| p.into_inner());
-        let adopted = self.adopt_lost(&channels);
-        drop(channels);
-        self.send_adopted(adopted)
+        sent
     }
 
     /// Take over the unanswered async calls of the process's channels whose connections are
@@ -318,34 +337,30 @@ impl Channel {
                 c.last_unanswered.store(0, Ordering::Release);
             }
         }
+        adopted.sort_by_key(|u| u.call_id);
         adopted
     }
 
-    /// Send calls taken over from lost channels, flagged as resent (the session acknowledges
-    /// those that ran before its image without running them again), and keep them with this
-    /// channel's own in call order (ids are the process's issue order, so a call another
-    /// thread made before one of these, and synchronised with, is never behind it).
-    fn send_adopted(&mut self, mut adopted: Vec<Unanswered>) -> Result<(), String> {
-        if adopted.is_empty() {
+    /// Send the calls [`Channel::unnamed_calls`] took over from lost channels (the last
+    /// `unsent_adopted` of this channel's unanswered calls), flagged as resent: the session
+    /// acknowledges those that ran before its image without running them again. They were
+    /// kept with this channel's calls when taken, so a lost connection sends them again too.
+    fn send_adopted(&mut self) -> Result<(), String> {
+        if self.unsent_adopted == 0 {
             return Ok(());
         }
-        adopted.sort_by_key(|u| u.call_id);
+        let shared = self.shared.clone();
+        let unanswered = shared.unanswered();
+        let from = unanswered.len().saturating_sub(self.unsent_adopted);
         tracing::info!(
-            count = adopted.len(),
+            count = unanswered.len() - from,
             "sending again the async calls of threads whose connections the session's restore cut"
         );
-        let sent = adopted
-            .iter()
-            .try_for_each(|u| self.send_call(u.function, u.device, u.call_id, FLAG_ASYNC | FLAG_RESENT, &u.request));
-        let mut unanswered = self.shared.unanswered();
-        let mut merged: Vec<Unanswered> = unanswered.drain(..).chain(adopted).collect();
-        merged.sort_by_key(|u| u.call_id);
-        *unanswered = merged.into();
-        let last = unanswered.back().map_or(0, |u| u.call_id);
-        drop(unanswered);
-        self.shared.last_unanswered.store(last, Ordering::Release);
-        PUBLISHED.fetch_add(1, Ordering::AcqRel);
-        sent
+        for u in unanswered.iter().skip(from) {
+            self.send_call(u.function, u.device, u.call_id, FLAG_ASYNC | FLAG_RESENT, &u.request)?;
+        }
+        self.unsent_adopted = 0;
+        Ok(())
     }
 
     /// The other channels' last unanswered async calls that this channel has not named in a
@@ -364,7 +379,17 @@ impl Channel {
             return Vec::new();
         }
         let channels = CHANNELS.lock().unwrap_or_else(|p| p.into_inner());
-        self.adopted_now = self.adopt_lost(&channels);
+        let adopted = self.adopt_lost(&channels);
+        if !adopted.is_empty() {
+            // Kept at once, to be sent next (before the barrier): whatever happens to the
+            // connection, they are not lost with this scan.
+            self.unsent_adopted += adopted.len();
+            let mut own = self.shared.unanswered();
+            own.extend(adopted);
+            let last = own.back().map_or(0, |u| u.call_id);
+            drop(own);
+            self.shared.last_unanswered.store(last, Ordering::Release);
+        }
         let others = channels
             .iter()
             .filter(|c| !Arc::ptr_eq(c, &self.shared))
@@ -387,8 +412,12 @@ impl Channel {
     fn send_barrier_for(&mut self, ids: &[u64]) -> Result<(), String> {
         // What the scan took over from lost channels goes first (the barrier's ids may be
         // among them).
-        let adopted = std::mem::take(&mut self.adopted_now);
-        self.send_adopted(adopted)?;
+        self.send_adopted()?;
+        self.send_barrier_ids(ids)
+    }
+
+    /// A barrier frame naming `ids` (none: nothing sent).
+    fn send_barrier_ids(&mut self, ids: &[u64]) -> Result<(), String> {
         if ids.is_empty() {
             return Ok(());
         }
@@ -800,7 +829,7 @@ fn open_channel_once() -> Result<Channel, Opened> {
         named: Vec::new(),
         seen: 0,
         resend_after: 0,
-        adopted_now: Vec::new(),
+        unsent_adopted: 0,
         detached: VecDeque::new(),
     })
 }
@@ -1040,6 +1069,14 @@ fn call_async_carried<R: RemoteCall>(req: &R) -> Result<(), Failure> {
         // hand-off through a lock, a queue, a join): the server runs those first. Looked at
         // before this call is published below (see `unnamed_calls`).
         let barrier = ch.unnamed_calls();
+        // What the scan took over from lost channels goes first (its lock is not held below).
+        let ready = ready.and_then(|_| ch.send_adopted());
+        // Kept until it is answered, whatever happens to the connection; kept before it is
+        // published, so that a channel taking over this one's calls (after a restore) finds
+        // every call another thread's barrier may name.
+        let shared = ch.shared.clone();
+        let mut own = shared.unanswered();
+        own.push_back(Unanswered { call_id, function: R::FUNCTION, device, request });
         // Visible to other threads' barriers before it can reach the server.
         ch.shared.last_unanswered.store(call_id, Ordering::Release);
         let before = PUBLISHED.fetch_add(1, Ordering::AcqRel);
@@ -1047,11 +1084,10 @@ fn call_async_carried<R: RemoteCall>(req: &R) -> Result<(), Failure> {
             // Nobody else published since this channel last looked: its own call is no news.
             ch.seen = before + 1;
         }
+        let request = &own.back().expect("just pushed").request;
         let sent = ready
-            .and_then(|_| ch.send_barrier_for(&barrier))
-            .and_then(|_| ch.send_call(R::FUNCTION, device, call_id, FLAG_ASYNC, &request));
-        // Whatever happened to the connection, the call is kept until it is answered.
-        ch.shared.unanswered().push_back(Unanswered { call_id, function: R::FUNCTION, device, request });
+            .and_then(|_| ch.send_barrier_ids(&barrier))
+            .and_then(|_| ch.send_call(R::FUNCTION, device, call_id, FLAG_ASYNC, request));
         Ok(sent)
     })?;
     if let Err(why) = sent {

@@ -251,6 +251,13 @@ impl CudaService for Session {
             links.remove(oldest);
         }
         links.push(((self.id, link), outcome));
+        // A guest that never takes its images holds at most this much of the server's memory.
+        let held = |l: &Vec<((u64, u64), LinkOutcome)>| {
+            l.iter().map(|(_, o)| (o.image.len() + o.info_log.len() + o.error_log.len()) as u64).sum::<u64>()
+        };
+        while links.len() > 1 && held(&links) > LINKS_HELD_BYTES {
+            links.remove(0);
+        }
         Ok(reply)
     }
 
@@ -294,6 +301,13 @@ impl CudaService for Session {
             return Err(not_supported(function, "a stream memory operation in a capturing stream"));
         }
         let stream = self.objects.streams.resolve(req.stream).map_err(driver_status)?;
+        // The C/R hooks see the word it reads or writes (an on-demand restore loads it first,
+        // a concurrent checkpoint knows it is written); no argument the spec names is it.
+        if let MemOp::Wait { wide, .. } | MemOp::Write { wide, .. } = op {
+            let writes = matches!(op, MemOp::Write { .. });
+            let access = [phos_protocol::spec::DeviceAccess { addr, len: if wide { 8 } else { 4 }, writes }];
+            self.before_work(function.name(), &access).map_err(driver_status)?;
+        }
         self.backend().stream_mem_op(stream, op).map_err(driver_status)?;
         Ok(PhosStreamMemOpReply {})
     }
@@ -348,6 +362,9 @@ fn check_launch_shape(grid: phos_protocol::types::Dim3, block: phos_protocol::ty
 /// holds little.
 static LINKS: Mutex<Vec<((u64, u64), LinkOutcome)>> = Mutex::new(Vec::new());
 const LINKS_KEPT: usize = 4;
+/// The most bytes of images and logs kept for guests to take (the newest is kept whatever
+/// its size, which `max_reply` bounds).
+const LINKS_HELD_BYTES: u64 = 512 << 20;
 static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
 
 fn not_supported(function: FunctionId, what: &str) -> CuError {

@@ -101,16 +101,25 @@ fn send(stream: *mut c_void, addr: u64, value: u64, op: i32, flags: u32) -> Resu
 
 /// `cuStreamWaitValue32/64`: flags GEQ, EQ, AND or NOR, with FLUSH or not.
 pub fn wait(form: Form, stream: *mut c_void, addr: u64, value: u64, flags: u32, wide: bool) -> Result<(), CuError> {
+    check_wait(form, addr, flags, wide)?;
+    send(stream, addr, value, if wide { op::WAIT_64 } else { op::WAIT_32 }, flags)
+}
+
+fn check_wait(form: Form, addr: u64, flags: u32, wide: bool) -> Result<(), CuError> {
     let size = if wide { 8 } else { 4 };
     if flags & !(3 | WAIT_FLUSH) != 0 || addr == 0 || !addr.is_multiple_of(size) {
         return Err(CuError::INVALID_VALUE);
     }
-    require(form, wide, flags & 3 == WAIT_NOR, flags & WAIT_FLUSH != 0)?;
-    send(stream, addr, value, if wide { op::WAIT_64 } else { op::WAIT_32 }, flags)
+    require(form, wide, flags & 3 == WAIT_NOR, flags & WAIT_FLUSH != 0)
 }
 
 /// `cuStreamWriteValue32/64`: flags DEFAULT, or NO_MEMORY_BARRIER in the first form.
 pub fn write(form: Form, stream: *mut c_void, addr: u64, value: u64, flags: u32, wide: bool) -> Result<(), CuError> {
+    check_write(form, addr, flags, wide)?;
+    send(stream, addr, value, if wide { op::WRITE_64 } else { op::WRITE_32 }, flags)
+}
+
+fn check_write(form: Form, addr: u64, flags: u32, wide: bool) -> Result<(), CuError> {
     let size = if wide { 8 } else { 4 };
     if flags & !WRITE_NO_MEMORY_BARRIER != 0 || addr == 0 || !addr.is_multiple_of(size) {
         return Err(CuError::INVALID_VALUE);
@@ -120,8 +129,7 @@ pub fn write(form: Form, stream: *mut c_void, addr: u64, value: u64, flags: u32,
     if form == Form::V2 && flags & WRITE_NO_MEMORY_BARRIER != 0 {
         return Err(CuError::INVALID_VALUE);
     }
-    require(form, wide, false, false)?;
-    send(stream, addr, value, if wide { op::WRITE_64 } else { op::WRITE_32 }, flags)
+    require(form, wide, false, false)
 }
 
 /// `CUstreamBatchMemOpType`.
@@ -161,9 +169,15 @@ pub unsafe fn batch(
     let u64_at = |b: &[u8; batch::SIZE], at: usize| u64::from_ne_bytes(b[at..at + 8].try_into().unwrap_or_default());
     // Every operation checked before any is sent, as the driver refuses a batch whole.
     for o in &ops {
+        let (addr, flags) = (u64_at(o, 8), u32_at(o, 24));
         match u32_at(o, 0) {
-            batch::WAIT_VALUE_32 | batch::WAIT_VALUE_64 | batch::WRITE_VALUE_32 | batch::WRITE_VALUE_64 => {}
-            batch::FLUSH_REMOTE_WRITES | batch::BARRIER => {}
+            batch::WAIT_VALUE_32 => check_wait(form, addr, flags, false)?,
+            batch::WAIT_VALUE_64 => check_wait(form, addr, flags, true)?,
+            batch::WRITE_VALUE_32 => check_write(form, addr, flags, false)?,
+            batch::WRITE_VALUE_64 => check_write(form, addr, flags, true)?,
+            batch::FLUSH_REMOTE_WRITES => require(form, false, false, true)?,
+            // A barrier operation is the v2 API's.
+            batch::BARRIER if form == Form::V2 => {}
             _ => return Err(CuError::INVALID_VALUE),
         }
     }
