@@ -248,6 +248,7 @@ const TESTED_APART: &[&str] = &[
     "driver_stream_memops",
     "driver_tensor_map",
     "restore_on_demand",
+    "restore_idle_thread",
     "cublas_blas",
     "cublas_async_gemms",
     "memset_math_mode",
