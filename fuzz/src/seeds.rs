@@ -38,6 +38,7 @@ pub const TARGETS: &[(&str, MakeSeeds)] = &[
     ("ptx_exec", ptx_exec),
     ("fatbin", fatbin),
     ("policy", policy),
+    ("driver_inputs", driver_inputs),
 ];
 
 /// `make()`, once per process (tools' outputs serve several targets).
@@ -983,4 +984,65 @@ pub fn policy() -> Seeds {
         }
     }
     out
+}
+
+/// A link of one PTX module and of two inputs with options, and tensor map arguments of a
+/// tiled and an im2col map (each after its selector byte).
+pub fn driver_inputs() -> Seeds {
+    use phos_protocol::jit_link::{Input, LinkInputs, input_type};
+    use phos_protocol::tensor_map::{Kind, Params};
+    let ptx = b".version 7.0\n.target sm_70\n.address_size 64\n.visible .entry k() { ret; }\n";
+    let one = LinkInputs {
+        options: vec![],
+        info_log: 256,
+        error_log: 256,
+        inputs: vec![Input { kind: input_type::PTX, name: b"a.ptx", options: vec![], data: ptx }],
+    };
+    let two = LinkInputs {
+        options: vec![(0, 32), (7, 3)],
+        info_log: 0,
+        error_log: 1024,
+        inputs: vec![
+            Input { kind: input_type::PTX, name: b"a.ptx", options: vec![(7, 1)], data: ptx },
+            Input { kind: input_type::FATBINARY, name: b"b.fatbin", options: vec![], data: &[0x50, 0xed, 0x55, 0xba] },
+        ],
+    };
+    let tiled = Params {
+        kind: Kind::Tiled,
+        data_type: 7,
+        rank: 2,
+        address: 0x7000_0000_0100,
+        dims: [64, 32, 0, 0, 0],
+        strides: [256, 0, 0, 0],
+        box_dim: [32, 8, 0, 0, 0],
+        element_strides: [1, 1, 0, 0, 0],
+        interleave: 0,
+        swizzle: 0,
+        l2_promotion: 0,
+        oob_fill: 0,
+        lower: [0; 3],
+        upper: [0; 3],
+        channels_per_pixel: 0,
+        pixels_per_column: 0,
+        mode: 0,
+    };
+    let im2col = Params {
+        kind: Kind::Im2col,
+        rank: 4,
+        dims: [16, 8, 8, 2, 0],
+        strides: [64, 512, 4096, 0],
+        box_dim: [16, 0, 0, 0, 0],
+        element_strides: [1, 1, 1, 1, 0],
+        lower: [-1, -1, 0],
+        upper: [1, 1, 0],
+        channels_per_pixel: 16,
+        pixels_per_column: 32,
+        ..tiled
+    };
+    vec![
+        ("link-one.bin".into(), [&[0u8][..], &one.encode()].concat()),
+        ("link-two.bin".into(), [&[0u8][..], &two.encode()].concat()),
+        ("map-tiled.bin".into(), [&[1u8][..], &tiled.encode()].concat()),
+        ("map-im2col.bin".into(), [&[1u8][..], &im2col.encode()].concat()),
+    ]
 }
