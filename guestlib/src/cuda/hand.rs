@@ -2346,15 +2346,21 @@ impl HandWritten for Hand {
     /// legacy stream (which has nothing left before it by then).
     unsafe fn cuCtxRecordEvent(ctx: u64, event: *mut c_void) -> i32 {
         driver(F::CuCtxRecordEvent, || {
-            context::device_of(ctx)?;
+            let device = context::device_of(ctx)?;
             if event.is_null() {
                 return Err(CuError::INVALID_HANDLE);
             }
+            // On the context's device, whichever is current (put back after).
+            let current = crate::runtime::current_device();
+            crate::runtime::set_current_device(device);
             // SAFETY: cudaDeviceSynchronize takes no arguments.
-            bridge::runtime(|| unsafe { cudart::cudaDeviceSynchronize() })?;
-            let legacy = STREAM_LEGACY as usize as *mut c_void;
-            // SAFETY: handles, which the server checks.
-            bridge::runtime(|| unsafe { cudart::cudaEventRecord(event, legacy) })
+            let r = bridge::runtime(|| unsafe { cudart::cudaDeviceSynchronize() }).and_then(|_| {
+                let legacy = STREAM_LEGACY as usize as *mut c_void;
+                // SAFETY: handles, which the server checks.
+                bridge::runtime(|| unsafe { cudart::cudaEventRecord(event, legacy) })
+            });
+            crate::runtime::set_current_device(current);
+            r
         })
     }
 
