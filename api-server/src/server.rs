@@ -71,6 +71,26 @@ struct AckWindow {
     calls: u64,
     failed: u64,
     last_error: i32,
+    /// An acknowledgement naming failed calls went since the last synchronous answer (see
+    /// [`AnswerPosting`]).
+    failures_sent: bool,
+}
+
+/// Whether a synchronous call's successful answer may also be posted in the channel's
+/// staging region ([`Staging::post_answer`]), so that the guest's thread, spinning for it,
+/// returns one hop (the router's) sooner and takes the answer's frame in at a later call.
+/// The guest then reads the frames sent before the answer late too, so none may be one it
+/// must see before the call returns: device output (the program's own output follows it),
+/// an acknowledgement naming failed async calls (their error is the call's or the thread's
+/// last), an async call the router refused (the refusal the router sent the guest, likewise).
+/// Nor may a usage report have gone to the router since the guest last read its answers: the
+/// router could still hold an allocation's reservation, released as its answer passes, when
+/// the guest's next call is admitted, and count the memory twice against the quota.
+#[derive(Default)]
+struct AnswerPosting {
+    /// A frame the guest must read, or a usage report, went since the last synchronous
+    /// answer.
+    must_read: bool,
 }
 
 /// How often a quiet channel reports device time while kernels are being measured.
@@ -130,7 +150,8 @@ impl AckWindow {
         let failed = self.failed.to_le_bytes();
         a.payload_len = failed.len() as u64;
         // The last id stays: failures that come later are answered under it again.
-        *self = AckWindow { last: self.last, ..AckWindow::default() };
+        let failures_sent = self.failures_sent || self.failed > 0;
+        *self = AckWindow { last: self.last, failures_sent, ..AckWindow::default() };
         t.send(&a, &[&failed])
     }
 }
@@ -302,6 +323,7 @@ impl ApiServer {
         let kept = session.sync_replies.channel();
         let mut out = Vec::new();
         let mut acks = AckWindow::default();
+        let mut posting = AnswerPosting::default();
         // Async launches go to a submitter thread of the channel's (started at the first).
         let pipelining = crate::pipeline::enabled(session.backend().name());
         let mut launches: Option<Arc<LaunchQueue>> = None;
@@ -318,10 +340,11 @@ impl ApiServer {
                 && !t.wait_readable(REPORT_INTERVAL)
             {
                 unchecked_calls = 0;
-                if let Some(report) = session.usage_if_changed(Duration::ZERO)
-                    && Self::report(t.as_mut(), session.id, 0, &report).is_err()
-                {
-                    break;
+                if let Some(report) = session.usage_if_changed(Duration::ZERO) {
+                    posting.must_read = true;
+                    if Self::report(t.as_mut(), session.id, 0, &report).is_err() {
+                        break;
+                    }
                 }
             }
             let mut h = match t.recv(&mut payload) {
@@ -344,7 +367,9 @@ impl ApiServer {
                 payload = request;
             }
             if h.kind == FrameKind::Withdrawn {
-                // The router refused this async call: barriers stop waiting for it.
+                // The router refused this async call: barriers stop waiting for it (and the
+                // guest must read the refusal the router sent it).
+                posting.must_read = true;
                 session.async_calls.ran(h.call_id);
                 continue;
             }
@@ -521,6 +546,7 @@ impl ApiServer {
                             session.output.quiet.settled(mark, &session.quiesce.queued);
                         }
                         if !printed.is_empty() {
+                            posting.must_read = true;
                             let mut o = FrameHeader::new(FrameKind::Output);
                             o.session = session.id;
                             o.call_id = h.call_id;
@@ -557,10 +583,11 @@ impl ApiServer {
                 usage_checked = Instant::now();
                 unchecked_calls = 0;
                 let kernel_gap = if measured { Duration::ZERO } else { UNPOLICED_REPORT_GAP };
-                if let Some(report) = session.usage_if_changed(kernel_gap)
-                    && Self::report(t.as_mut(), session.id, h.call_id, &report).is_err()
-                {
-                    break;
+                if let Some(report) = session.usage_if_changed(kernel_gap) {
+                    posting.must_read = true;
+                    if Self::report(t.as_mut(), session.id, h.call_id, &report).is_err() {
+                        break;
+                    }
                 }
             }
             if is_async {
@@ -582,13 +609,24 @@ impl ApiServer {
                 r.status = failed.status;
                 deferred = Some(failed.function);
             }
+            // Posted as well where the guest may take it without the frames before it.
+            let must_read = std::mem::take(&mut posting.must_read) || std::mem::take(&mut acks.failures_sent);
+            let post = staging
+                .as_ref()
+                .filter(|_| !must_read && r.status == 0 && h.flags & FLAG_MEASURE == 0 && deferred.is_none());
+            let mut send = |r: &FrameHeader, payload: &[u8]| {
+                if let Some(st) = post {
+                    st.post_answer(r.call_id, payload);
+                }
+                t.send(r, &[payload])
+            };
             let sent = if let Some(function) = deferred {
                 // The earlier call's failure, naming it (not what the channel kept).
                 r.flags = FLAG_DEFERRED;
                 out.clear();
                 out.extend_from_slice(function.as_bytes());
                 r.payload_len = out.len() as u64;
-                t.send(&r, &[&out])
+                send(&r, &out)
             } else {
                 // A call that ran (or had) sends the reply its channel kept; one refused
                 // before it ran, what it answered.
@@ -596,13 +634,13 @@ impl ApiServer {
                     .then(|| {
                         kept.with_kept(h.call_id, |k| {
                             r.payload_len = k.payload.len() as u64;
-                            t.send(&r, &[&k.payload])
+                            send(&r, &k.payload)
                         })
                     })
                     .flatten()
                     .unwrap_or_else(|| {
                         r.payload_len = out.len() as u64;
-                        t.send(&r, &[&out])
+                        send(&r, &out)
                     })
             };
             if let Err(e) = sent {

@@ -6,7 +6,7 @@
 //! the time each call took there ([`phos_protocol::call_profile`]).
 
 use std::sync::LazyLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use phos_protocol::apis::Function;
@@ -14,6 +14,8 @@ use phos_protocol::call_profile::{self, CallProfile};
 
 static TABLE: LazyLock<CallProfile> = LazyLock::new(CallProfile::new);
 static REPORT_REGISTERED: AtomicBool = AtomicBool::new(false);
+/// Synchronous calls that returned on the answer the server posted in the staging region.
+static POSTED: AtomicU64 = AtomicU64::new(0);
 
 /// When a synchronous call starts, if profiling.
 pub fn start() -> Option<Instant> {
@@ -25,6 +27,13 @@ pub fn sync_call(f: Function, started: Option<Instant>) {
     if started.is_some() {
         TABLE.ended(f, false, started);
         registered();
+    }
+}
+
+/// A synchronous call returned on its posted answer (counted when profiling).
+pub fn posted_answer() {
+    if call_profile::enabled() {
+        POSTED.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -45,7 +54,8 @@ fn registered() {
 
 extern "C" fn report_at_exit() {
     // No tracing here: its thread-local state may be gone in exit handlers.
-    let text = TABLE.table(&format!("phos profile of process {}", std::process::id()), "waited");
+    let mut text = TABLE.table(&format!("phos profile of process {}", std::process::id()), "waited");
+    text.push_str(&format!("answers taken as posted: {}\n", POSTED.load(Ordering::Relaxed)));
     // SAFETY: writes the bytes of a live String to standard error.
     unsafe { libc::write(2, text.as_ptr().cast(), text.len()) };
 }

@@ -76,13 +76,34 @@ struct Channel {
     /// How many of the last unanswered calls [`Channel::unnamed_calls`] took over from lost
     /// channels and this channel has not sent yet (before the barrier it computed).
     unsent_adopted: usize,
-    /// Staged copies that returned once their counts said they were done, whose answers are
-    /// still to come (in this order): see [`staged_copy`].
+    /// Synchronous calls that returned before their answers' frames came, whose frames are
+    /// still to come (in this order): staged copies that returned on their counts (see
+    /// [`staged_copy`]), and calls whose answers the server posted in the staging region
+    /// (see [`Channel::spin_for_posted`]).
     detached: VecDeque<u64>,
 }
 
-/// Staged copies a channel may have returned from before their answers came.
+/// Synchronous calls (staged copies, posted answers) a channel may have returned from before
+/// their answers' frames came.
 const MAX_DETACHED: usize = 64;
+
+/// What spinning for a posted answer found ([`Channel::spin_for_posted`]).
+enum Posted {
+    /// The answer was posted: its payload is in the channel's `reply`.
+    Taken,
+    /// A frame came that `receive_one` leaves to the caller (the answer's, or a refusal).
+    Frame(FrameHeader),
+    Lost(String),
+    /// Nothing within the spin.
+    NotYet,
+}
+
+/// Whether a thread awaiting a synchronous answer returns on the answer the server posts in
+/// the staging region (`PHOS_POSTED_ANSWERS`, on unless `0`; only where waiters spin).
+fn takes_posted_answers() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("PHOS_POSTED_ANSWERS").map_or(true, |v| v.trim() != "0"))
+}
 
 struct Unanswered {
     call_id: u64,
@@ -213,12 +234,14 @@ impl Channel {
             self.shared.last_unanswered.store(last, Ordering::Release);
             return Ok(None);
         }
-        // The answer of a staged copy that returned when its counts said it was done.
+        // The answer of a call that returned before it came (a staged copy on its counts, an
+        // answer posted in the staging region).
         if h.kind == FrameKind::Reply && h.flags == 0 && self.detached.front() == Some(&h.call_id) {
             self.detached.pop_front();
             if h.status != cudart::SUCCESS {
-                // Never what a server does once the copy's last count is set.
-                tracing::error!("a staged copy that had completed was answered {}", h.status);
+                // Never what a server does once the copy's last count is set, or after it
+                // posted a call's answer (only successes are posted).
+                tracing::error!("a call that had returned was answered {}", h.status);
                 note_status(CudaError(h.status));
                 set_last_error(CudaError(h.status));
             }
@@ -239,6 +262,31 @@ impl Channel {
             return Ok(None);
         }
         Ok(Some(h))
+    }
+
+    /// Spin up to `spin` for call `call_id`'s answer: posted in the staging region
+    /// ([`Staging::take_answer`], the payload then in `self.reply`), or arriving on the ring
+    /// (the frames before it taken in as [`receive_one`](Self::receive_one) does).
+    fn spin_for_posted(&mut self, st: &Staging, call_id: u64, spin: Duration) -> Posted {
+        let until = Instant::now() + spin;
+        let mut turns = 0u32;
+        loop {
+            if st.take_answer(call_id, &mut self.reply) {
+                return Posted::Taken;
+            }
+            if self.transport.readable() {
+                match self.receive_one() {
+                    Ok(None) => continue,
+                    Ok(Some(h)) => return Posted::Frame(h),
+                    Err(e) => return Posted::Lost(e),
+                }
+            }
+            turns += 1;
+            if turns.is_multiple_of(64) && Instant::now() >= until {
+                return Posted::NotYet;
+            }
+            std::hint::spin_loop();
+        }
     }
 
     /// Retire the answers that have already arrived, without waiting.
@@ -901,14 +949,40 @@ fn attempt<R: RemoteCall>(ch: &mut Channel, request: &[u8], call_id: u64, resend
         return Attempt::Lost(e);
     }
     // This thread waits for the answer: spin through a call of a millisecond or two.
-    ch.transport.expect_frame_within(*SYNC_SPIN.get_or_init(phos_protocol::shm::default_sync_spin));
-    // Answers to this channel's earlier async calls come first, in order.
-    let rh = loop {
-        match ch.receive_one() {
-            Ok(None) => continue,
-            Ok(Some(rh)) => break rh,
-            Err(e) => return Attempt::Lost(e),
+    let spin = *SYNC_SPIN.get_or_init(phos_protocol::shm::default_sync_spin);
+    // First on the answer the server may post in the staging region too, one hop sooner
+    // than its frame (taken in later, as a detached answer).
+    let mut arrived = None;
+    if !spin.is_zero()
+        && ch.detached.len() < MAX_DETACHED
+        && takes_posted_answers()
+        && let Some(st) = ch.staging.clone()
+    {
+        match ch.spin_for_posted(&st, call_id, spin) {
+            Posted::Taken => {
+                ch.detached.push_back(call_id);
+                crate::profile::posted_answer();
+                return Attempt::Done(phos_protocol::decode::<R::Reply>(&ch.reply).map_err(|e| {
+                    tracing::error!("undecodable posted answer to {}: {e}", R::FUNCTION.name());
+                    Failure::Internal
+                }));
+            }
+            Posted::Frame(rh) => arrived = Some(rh),
+            Posted::Lost(e) => return Attempt::Lost(e),
+            Posted::NotYet => {}
         }
+    }
+    ch.transport.expect_frame_within(spin);
+    // Answers to this channel's earlier async calls come first, in order.
+    let rh = match arrived {
+        Some(rh) => rh,
+        None => loop {
+            match ch.receive_one() {
+                Ok(None) => continue,
+                Ok(Some(rh)) => break rh,
+                Err(e) => return Attempt::Lost(e),
+            }
+        },
     };
     if rh.kind != FrameKind::Reply || rh.call_id != call_id {
         return Attempt::Lost(format!("unexpected {:?} frame for call {}", rh.kind, rh.call_id));

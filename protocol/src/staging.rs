@@ -15,16 +15,27 @@
 //! | 64 | `filled` (u32, a futex), `filled_waiting` |
 //! | 128 | `drained` (u32, a futex), `drained_waiting` |
 //! | 192 | `abort` (u32): either side gave up on the copy in progress |
+//! | 256 | posted answer: call id (u64), then its length (u32) |
+//! | 512 | posted answer: its payload, up to [`POSTED_ANSWER_MAX`] bytes |
 //! | 4096 | slot 0, then slot 1 |
 //!
 //! Counts are chunk numbers modulo 2^32 that only grow: a copy starts where the last one
 //! ended, at the `seq` its call names. Neither end trusts the other's counts beyond "this
 //! chunk is ready": a guest that lies only spoils its own copy.
+//!
+//! The **posted answer** is a synchronous call's successful answer that the server also
+//! writes here, right before it sends the answer's frame through the router: a guest thread
+//! spinning for the answer returns on it, one hop (the router's) sooner, and takes the
+//! frame in later. The server only writes it, never reads it (a guest that scribbles on it
+//! spoils only its own answers); it writes one only when every frame it sent the channel
+//! since the guest last had to read them may be read late (see the API server's
+//! `PostedAnswers`). A call's id is unique in its process, so an answer left there never
+//! passes for a later call's.
 
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering, fence};
 use std::time::{Duration, Instant};
 
 use vm_memory::VolatileSlice;
@@ -38,6 +49,13 @@ const CONTROL_BYTES: usize = 4096;
 const FILLED: usize = 64;
 const DRAINED: usize = 128;
 const ABORT: usize = 192;
+const ANSWER_ID: usize = 256;
+const ANSWER_LEN: usize = 264;
+const ANSWER_BYTES: usize = 512;
+
+/// The largest answer payload the server posts in the region (most synchronous calls
+/// answer a few words).
+pub const POSTED_ANSWER_MAX: usize = 1024;
 
 /// Each slot's size unless configured otherwise.
 pub const DEFAULT_SLOT_BYTES: usize = 8 << 20;
@@ -152,6 +170,41 @@ impl Staging {
         for c in [Count::Filled, Count::Drained] {
             futex_wake(self.count_word(c).0);
         }
+    }
+
+    /// Post call `call_id`'s successful answer (the server, before it sends the answer's
+    /// frame). False, posting nothing, when the payload is over [`POSTED_ANSWER_MAX`].
+    pub fn post_answer(&self, call_id: u64, payload: &[u8]) -> bool {
+        if payload.len() > POSTED_ANSWER_MAX {
+            return false;
+        }
+        if !payload.is_empty() {
+            self.mem.slice(ANSWER_BYTES, payload.len()).copy_from(payload);
+        }
+        self.word(ANSWER_LEN).store(payload.len() as u32, Ordering::Relaxed);
+        // The id last, released: a guest that sees it sees the payload and its length.
+        self.mem.atomics::<AtomicU64>(ANSWER_ID).store(call_id, Ordering::Release);
+        true
+    }
+
+    /// Whether the answer posted is call `call_id`'s; if so its payload replaces `out`'s
+    /// contents (the guest, while it waits for that answer: the server posts nothing more
+    /// before the guest's next call). A length past the limit (a guest scribbling on its own
+    /// region) is taken for no answer.
+    pub fn take_answer(&self, call_id: u64, out: &mut Vec<u8>) -> bool {
+        if self.mem.atomics::<AtomicU64>(ANSWER_ID).load(Ordering::Acquire) != call_id {
+            return false;
+        }
+        let len = self.word(ANSWER_LEN).load(Ordering::Relaxed) as usize;
+        if len > POSTED_ANSWER_MAX {
+            return false;
+        }
+        out.clear();
+        out.resize(len, 0);
+        if len > 0 {
+            self.mem.slice(ANSWER_BYTES, len).copy_to(out.as_mut_slice());
+        }
+        true
     }
 
     pub fn clear_abort(&self) {
@@ -322,6 +375,27 @@ mod tests {
             true
         });
         assert_eq!(r, Ok(()));
+    }
+
+    /// A posted answer is taken by its call only, whole; one too long is not posted, and a
+    /// length scribbled past the limit is no answer.
+    #[test]
+    fn a_posted_answer_is_its_calls_only() {
+        let (server, guest) = pair();
+        let mut out = vec![9u8; 3];
+        assert!(!guest.take_answer(1, &mut out), "nothing posted yet");
+        assert!(server.post_answer(7, &[1, 2, 3, 4]));
+        assert!(!guest.take_answer(6, &mut out));
+        assert!(guest.take_answer(7, &mut out));
+        assert_eq!(out, [1, 2, 3, 4]);
+        assert!(server.post_answer(8, &[]));
+        assert!(guest.take_answer(8, &mut out));
+        assert!(out.is_empty());
+        assert!(!server.post_answer(9, &vec![0; POSTED_ANSWER_MAX + 1]));
+        assert!(!guest.take_answer(9, &mut out));
+        assert!(server.post_answer(10, &[5; POSTED_ANSWER_MAX]));
+        guest.word(ANSWER_LEN).store(u32::MAX, Ordering::Relaxed);
+        assert!(!guest.take_answer(10, &mut out));
     }
 
     #[test]

@@ -1309,8 +1309,10 @@ impl Router {
         // What the guest's frames hold here is charged to its tenant, whose channels share a
         // budget: no tenant can make the router hold more than that.
         guest.charge_payloads_to(session.tenant_state.buffered.clone());
-        // What the calls in flight on this channel still have open, oldest first (one
-        // synchronous call, after any number of async ones the guest did not wait for).
+        // What the calls in flight on this channel still have open, oldest first (async
+        // calls the guest did not wait for, and synchronous ones: the guest goes on after a
+        // call whose answer the server posted in the staging region, before its frame passes
+        // here, so there may be several).
         let inflight: Arc<Mutex<VecDeque<admission::InFlight>>> = Arc::default();
         // A barrier forwarded on this channel that the server has not reported passed.
         let barrier_open = Arc::new(AtomicBool::new(false));

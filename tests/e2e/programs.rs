@@ -121,6 +121,41 @@ fn registered_memory_without_the_arena_is_not_mapped() {
     assert!(stderr.contains("cudaHostGetDevicePointer of page-locked memory outside the pinned arena"), "{stderr}");
 }
 
+/// With waiters spinning (as on machines of four CPUs or more; forced here), a synchronous
+/// call returns on the answer the server posts in the staging region, and takes its frame in
+/// later: programs whose answers must come with device output (printf), with the failures
+/// of earlier async calls (sticky and launch errors), with the acknowledgements of other
+/// threads' calls, and copies and events still print what they print natively. Each of them
+/// took some answers as posted; with `PHOS_POSTED_ANSWERS=0` none.
+#[test]
+fn answers_posted_in_the_staging_region() {
+    let Some(nvcc) = nvcc() else { return };
+    let run = |name: &str, posted: &str| {
+        let exe = build_program(&nvcc, name, ARCH);
+        let out = std::process::Command::new(phos_tests::built("phosctl"))
+            .args(["run", "--backend", "emu", "--transport", "shm", "--"])
+            .arg(&exe)
+            .env("PHOS_GUEST_LIB", phos_tests::built("libphos_guest.so"))
+            .env("PHOS_PROFILE", "1")
+            .env("PHOS_SPIN_US", "20")
+            .env("PHOS_SYNC_SPIN_US", "2000")
+            .env("PHOS_POSTED_ANSWERS", posted)
+            .output()
+            .expect("running phosctl");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{name} failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+        assert_eq!(stdout, expected(name), "{name}: output differs from the native run\nstderr:\n{stderr}");
+        let line = stderr.lines().find(|l| l.starts_with("answers taken as posted: ")).expect("the posted count");
+        line["answers taken as posted: ".len()..].trim().parse::<u64>().unwrap()
+    };
+    for name in ["printf_kernel", "errors", "faults", "streams_events", "host_threads", "copy_settled", "callbacks"] {
+        let taken = run(name, "1");
+        assert!(taken > 0, "{name}: no answer taken as posted");
+    }
+    assert_eq!(run("streams_events", "0"), 0);
+}
+
 /// The Unix-socket transport carries the same programs: many threads, large copies, async
 /// launches, device output.
 #[test]
