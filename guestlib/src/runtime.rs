@@ -1419,8 +1419,31 @@ pub unsafe fn staged_copy(
                 }
             }
         };
-        // The reply comes after the answers to this channel's earlier async calls.
-        let rh = match early {
+        // The reply comes after the answers to this channel's earlier async calls; where the
+        // server posts it in the region too, the copy returns on that (it is done: only a
+        // success is posted, after the last count).
+        let mut arrived = None;
+        if early.is_none()
+            && !answer_first
+            && !spin.is_zero()
+            && ch.detached.len() < MAX_DETACHED
+            && takes_posted_answers()
+        {
+            match ch.spin_for_posted(&st, call_id, spin) {
+                Posted::Taken => {
+                    ch.detached.push_back(call_id);
+                    crate::profile::posted_answer();
+                    return Ok(Some(Ok(Ok(()))));
+                }
+                Posted::Frame(rh) => arrived = Some(rh),
+                Posted::Lost(why) => {
+                    tracing::info!("connection lost during a staged copy ({why})");
+                    return Ok(Some(Err(())));
+                }
+                Posted::NotYet => {}
+            }
+        }
+        let rh = match early.or(arrived) {
             Some(rh) => rh,
             None => loop {
                 match ch.receive_one() {
