@@ -6,7 +6,9 @@
 //! flight finish, new ones wait. The devices are synchronised; the image then gets the
 //! recorded creation calls of every live object (in creation order, which respects their
 //! dependencies), the handle counters, and the contents of every allocation and module
-//! variable, copied out in large chunks (all-zero chunks are not stored). Afterwards calls
+//! variable, copied out in large chunks (all-zero chunks are not stored), and the CUDA
+//! arrays with their contents, texture and surface objects and conditional graph handles
+//! (read with the session at rest, which every protocol's manifest is). Afterwards calls
 //! run again, or, for `stop`, stay held: the session is frozen until its server is ended,
 //! and the guest's waiting calls are sent again to the restored session.
 //!

@@ -891,8 +891,7 @@ fn arrays_stopped_and_restored(checkpoint_options: &[&str], restore_options: &[&
     let mut args = vec!["restore", dir.to_str().unwrap()];
     args.extend(restore_options);
     let rs = phosctl(&router, &args);
-    assert!(rs.status.success(), "restore: {}
-{}", String::from_utf8_lossy(&rs.stderr), router.server_logs());
+    assert!(rs.status.success(), "restore: {}\n{}", String::from_utf8_lossy(&rs.stderr), router.server_logs());
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
     printed.push_str(&rest);

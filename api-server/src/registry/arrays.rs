@@ -491,7 +491,9 @@ impl ArrayRegistry {
         make_objects(backend, self, &image.objects, holds)
     }
 
-    /// One array or mipmapped array of an image, with its contents and level handles.
+    /// One array or mipmapped array of an image, with its contents and level handles. The
+    /// records' replay made it again already (its creation is recorded, as an allocation's):
+    /// it must be of the image's shape; one no record made is made here.
     fn load_array(&self, backend: &dyn Backend, a: &ArrayImage) -> Result<(), String> {
         let levels = (a.levels > 0).then_some(a.levels);
         let shape = Shape::new(a.desc, a.extent, a.flags, levels).map_err(|e| format!("its shape: {e:?}"))?;
@@ -501,55 +503,77 @@ impl ArrayRegistry {
         if a.contents.len() as u64 != shape.content_bytes() {
             return Err(format!("{} bytes of contents for {} of texels", a.contents.len(), shape.content_bytes()));
         }
+        if levels.is_none() && !a.level_handles.is_empty() {
+            return Err("level handles of an array that is not mipmapped".into());
+        }
         backend.bind(a.device).map_err(|e| format!("device {}: {e:?}", a.device))?;
-        let raw = backend.array_create(a.device, &shape.spec(levels)).map_err(|e| format!("creating it: {e:?}"))?;
-        let bytes = shape.bytes;
-        let mut g = self.inner.lock();
-        let (raws, mipmapped) = match levels {
+        let replayed = {
+            let g = self.inner.lock();
+            match levels {
+                None => g.arrays.get(a.handle).ok().map(|x| (x.raw, x.shape.clone(), x.device, x.level_of.is_some())),
+                Some(_) => g.mipmaps.get(a.handle).ok().map(|m| (m.raw, m.shape.clone(), m.device, false)),
+            }
+        };
+        let raw = match replayed {
+            Some((raw, made, device, level)) => {
+                let same = made.desc == shape.desc
+                    && made.extent == shape.extent
+                    && made.flags == shape.flags
+                    && made.layout.levels.len() == shape.layout.levels.len();
+                if !same || device != a.device || level {
+                    return Err("its record made an array of another shape or device".into());
+                }
+                raw
+            }
             None => {
-                let put = g.arrays.insert_at(a.handle, Array { raw, shape: shape.clone(), device: a.device, level_of: None });
+                let raw =
+                    backend.array_create(a.device, &shape.spec(levels)).map_err(|e| format!("creating it: {e:?}"))?;
+                let mut g = self.inner.lock();
+                let put = match levels {
+                    None => g
+                        .arrays
+                        .insert_at(a.handle, Array { raw, shape: shape.clone(), device: a.device, level_of: None }),
+                    Some(_) => g.mipmaps.insert_at(
+                        a.handle,
+                        Mipmapped {
+                            raw,
+                            shape: shape.clone(),
+                            device: a.device,
+                            levels: HashMap::new(),
+                            read_levels: HashMap::new(),
+                        },
+                    ),
+                };
                 if let Err(e) = put {
                     drop(g);
-                    let _ = backend.array_destroy(raw, false);
+                    let _ = backend.array_destroy(raw, levels.is_some());
                     return Err(format!("its handle: {e:?}"));
                 }
-                (vec![raw], false)
+                g.bytes += shape.bytes;
+                raw
             }
+        };
+        let raws = match levels {
+            None => vec![raw],
             Some(_) => {
-                let m = Mipmapped {
-                    raw,
-                    shape: shape.clone(),
-                    device: a.device,
-                    levels: HashMap::new(),
-                    read_levels: HashMap::new(),
-                };
-                if let Err(e) = g.mipmaps.insert_at(a.handle, m) {
-                    drop(g);
-                    let _ = backend.array_destroy(raw, true);
-                    return Err(format!("its handle: {e:?}"));
-                }
-                let mut raws = Vec::new();
+                let mut raws = Vec::with_capacity(shape.layout.levels.len());
                 for level in 0..shape.layout.levels.len() as u32 {
                     let l = backend.mipmap_level(raw, level).map_err(|e| format!("level {level}: {e:?}"))?;
+                    let mut g = self.inner.lock();
                     g.mipmaps.get_mut(a.handle).map_err(|e| format!("{e:?}"))?.read_levels.insert(level, l);
                     raws.push(l);
                 }
-                (raws, true)
+                let mut g = self.inner.lock();
+                for &(level, handle) in &a.level_handles {
+                    let level_shape = shape.level(level).ok_or_else(|| format!("no level {level}"))?;
+                    let level_array =
+                        Array { raw: raws[level as usize], shape: level_shape, device: a.device, level_of: Some(a.handle) };
+                    g.arrays.insert_at(handle, level_array).map_err(|e| format!("the handle of level {level}: {e:?}"))?;
+                    g.mipmaps.get_mut(a.handle).map_err(|e| format!("{e:?}"))?.levels.insert(level, handle);
+                }
+                raws
             }
         };
-        g.bytes += bytes;
-        if mipmapped {
-            for &(level, handle) in &a.level_handles {
-                let level_shape = shape.level(level).ok_or_else(|| format!("no level {level}"))?;
-                let raw = raws[level as usize];
-                let put = g.arrays.insert_at(handle, Array { raw, shape: level_shape, device: a.device, level_of: Some(a.handle) });
-                put.map_err(|e| format!("the handle of level {level}: {e:?}"))?;
-                g.mipmaps.get_mut(a.handle).map_err(|e| format!("{e:?}"))?.levels.insert(level, handle);
-            }
-        } else if !a.level_handles.is_empty() {
-            return Err("level handles of an array that is not mipmapped".into());
-        }
-        drop(g);
         write_levels(backend, &shape, &raws, &a.contents).map_err(|e| format!("writing its contents: {e:?}"))
     }
 
