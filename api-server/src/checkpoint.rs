@@ -1003,7 +1003,9 @@ impl Session {
             status: status.clone(),
             // Kernels read what these objects name through them, not through their
             // parameters: every call waits for it.
-            texture_memory: Box::new(move || weak.upgrade().map(|s| s.objects.arrays.linear_ranges()).unwrap_or_default()),
+            texture_memory: Box::new(move || {
+                weak.upgrade().map(|s| s.objects.arrays.linear_ranges()).unwrap_or_default()
+            }),
         });
         // The loader installs the hook (its guard lives on the loader's stack, beside its own
         // handle on the session) and says so before the session may be served.

@@ -218,10 +218,9 @@ impl ArrayRegistry {
         let mut g = self.inner.lock();
         let added = match levels {
             None => g.arrays.add(Array { raw, shape, device, level_of: None }, new),
-            Some(_) => g.mipmaps.add(
-                Mipmapped { raw, shape, device, levels: HashMap::new(), read_levels: HashMap::new() },
-                new,
-            ),
+            Some(_) => g
+                .mipmaps
+                .add(Mipmapped { raw, shape, device, levels: HashMap::new(), read_levels: HashMap::new() }, new),
         };
         match added {
             Ok(h) => {
@@ -326,7 +325,8 @@ impl ArrayRegistry {
     /// Bytes a checkpoint would copy of the arrays' contents.
     pub fn content_bytes(&self) -> u64 {
         let g = self.inner.lock();
-        let plain: u64 = g.arrays.iter().filter(|(_, a)| a.level_of.is_none()).map(|(_, a)| a.shape.content_bytes()).sum();
+        let plain: u64 =
+            g.arrays.iter().filter(|(_, a)| a.level_of.is_none()).map(|(_, a)| a.shape.content_bytes()).sum();
         plain + g.mipmaps.iter().map(|(_, m)| m.shape.content_bytes()).sum::<u64>()
     }
 
@@ -463,12 +463,7 @@ impl ArrayRegistry {
     /// handle with its contents, and every texture and surface object under the value it had
     /// (kernels hold them; see [`make_objects`]). `holds` says whether linear memory is the
     /// session's. A failure leaves what was made for the session's release to destroy.
-    pub fn load(
-        &self,
-        backend: &dyn Backend,
-        image: &[u8],
-        holds: &dyn Fn(u64, u64) -> bool,
-    ) -> Result<(), String> {
+    pub fn load(&self, backend: &dyn Backend, image: &[u8], holds: &dyn Fn(u64, u64) -> bool) -> Result<(), String> {
         if image.is_empty() {
             return Ok(());
         }
@@ -485,7 +480,9 @@ impl ArrayRegistry {
             }
         }
         // Values in increasing order, each once.
-        if image.objects.first().is_some_and(|o| o.value == 0) || image.objects.windows(2).any(|w| w[0].value >= w[1].value) {
+        if image.objects.first().is_some_and(|o| o.value == 0)
+            || image.objects.windows(2).any(|w| w[0].value >= w[1].value)
+        {
             return Err("texture and surface objects out of order, named twice or of value 0".into());
         }
         make_objects(backend, self, &image.objects, holds)
@@ -566,9 +563,15 @@ impl ArrayRegistry {
                 let mut g = self.inner.lock();
                 for &(level, handle) in &a.level_handles {
                     let level_shape = shape.level(level).ok_or_else(|| format!("no level {level}"))?;
-                    let level_array =
-                        Array { raw: raws[level as usize], shape: level_shape, device: a.device, level_of: Some(a.handle) };
-                    g.arrays.insert_at(handle, level_array).map_err(|e| format!("the handle of level {level}: {e:?}"))?;
+                    let level_array = Array {
+                        raw: raws[level as usize],
+                        shape: level_shape,
+                        device: a.device,
+                        level_of: Some(a.handle),
+                    };
+                    g.arrays
+                        .insert_at(handle, level_array)
+                        .map_err(|e| format!("the handle of level {level}: {e:?}"))?;
                     g.mipmaps.get_mut(a.handle).map_err(|e| format!("{e:?}"))?.levels.insert(level, handle);
                 }
                 raws
@@ -600,7 +603,13 @@ impl ArrayRegistry {
                 Ok(if t.res_type == RESOURCE_LINEAR {
                     TextureSource::Linear { addr: t.dev_ptr, format: f, size: t.size }
                 } else {
-                    TextureSource::Pitch2D { addr: t.dev_ptr, format: f, width: t.width, height: t.height, pitch: t.pitch }
+                    TextureSource::Pitch2D {
+                        addr: t.dev_ptr,
+                        format: f,
+                        width: t.width,
+                        height: t.height,
+                        pitch: t.pitch,
+                    }
                 })
             }
             other => Err(format!("resource type {other}")),
@@ -660,9 +669,14 @@ fn make_objects(
                         backend.texture_create_as(o.value, &source, &desc, t.view.as_ref())
                     }
                     None => {
-                        let a = arrays.array(o.array).map_err(|_| format!("surface object {:#x}: no array {:#x}", o.value, o.array))?;
+                        let a = arrays
+                            .array(o.array)
+                            .map_err(|_| format!("surface object {:#x}: no array {:#x}", o.value, o.array))?;
                         if a.shape.flags & SURFACE_LOAD_STORE == 0 {
-                            return Err(format!("surface object {:#x} of an array made without cudaArraySurfaceLoadStore", o.value));
+                            return Err(format!(
+                                "surface object {:#x} of an array made without cudaArraySurfaceLoadStore",
+                                o.value
+                            ));
                         }
                         backend.surface_create_as(o.value, a.raw)
                     }
@@ -707,7 +721,12 @@ fn read_levels(backend: &dyn Backend, shape: &Shape, raws: &[Raw]) -> Result<Vec
     for (level, &raw) in raws.iter().enumerate() {
         let extent = shape.level_box(level).ok_or(CudaError::InvalidValue)?;
         let len = (extent[0] * extent[1] * extent[2]) as usize;
-        backend.array_copy(ArraySide::HostOut(&mut out[at..at + len]), ArraySide::Array { raw, x: 0, y: 0, z: 0 }, extent, None)?;
+        backend.array_copy(
+            ArraySide::HostOut(&mut out[at..at + len]),
+            ArraySide::Array { raw, x: 0, y: 0, z: 0 },
+            extent,
+            None,
+        )?;
         at += len;
     }
     Ok(out)
@@ -831,7 +850,8 @@ mod tests {
             tex_desc: TextureDescWire::default(),
             view: None,
         };
-        let source = TextureSource::Array { raw: r.array(plain).unwrap().raw, format: r.array(plain).unwrap().shape.format };
+        let source =
+            TextureSource::Array { raw: r.array(plain).unwrap().raw, format: r.array(plain).unwrap().shape.format };
         let tex_desc = crate::service::texture_desc(&record.tex_desc).unwrap();
         let texture = r.add_texture(record.clone(), 0, || emu.texture_create(&source, &tex_desc, None), &full).unwrap();
         let surface = r.add_surface(&emu, plain, &full).unwrap();
@@ -849,8 +869,13 @@ mod tests {
         let read = |reg: &ArrayRegistry, emu: &EmuBackend, handle: u64, extent: [u64; 3]| {
             let a = reg.array(handle).unwrap();
             let mut out = vec![0u8; (extent[0] * extent[1] * extent[2]) as usize];
-            emu.array_copy(ArraySide::HostOut(&mut out), ArraySide::Array { raw: a.raw, x: 0, y: 0, z: 0 }, extent, None)
-                .unwrap();
+            emu.array_copy(
+                ArraySide::HostOut(&mut out),
+                ArraySide::Array { raw: a.raw, x: 0, y: 0, z: 0 },
+                extent,
+                None,
+            )
+            .unwrap();
             out
         };
         assert_eq!(read(&back, &emu2, plain, [20, 3, 1]), texels);

@@ -9,8 +9,9 @@ use phos_ptx::exec::{AddressMode, FilterMode, ReadMode, Resource, Texture, Textu
 
 use super::{CallCx, Session};
 use crate::backend::{ArraySide, TextureSource};
-use crate::registry::arrays::{RESOURCE_ARRAY, RESOURCE_LINEAR, RESOURCE_MIPMAPPED, RESOURCE_PITCH_2D, Shape, TextureRecord};
-
+use crate::registry::arrays::{
+    RESOURCE_ARRAY, RESOURCE_LINEAR, RESOURCE_MIPMAPPED, RESOURCE_PITCH_2D, Shape, TextureRecord,
+};
 
 /// Rows of pitched memory a texture reads start this many bytes apart at least
 /// (`cudaDevAttrTexturePitchAlignment` of every GPU since Volta).
@@ -267,8 +268,11 @@ impl Session {
             .map_err(|e| self.texture_refused(&e.to_string(), CudaError(e.cuda_error())))?;
         let view = record.view;
         let backend = self.backend();
-        self.objects.arrays.add_texture(record, cx.device, || backend.texture_create(&source, &desc, view.as_ref()), &|| {
-            self.refuse(cx, LimitKind::Allocations)
-        })
+        self.objects.arrays.add_texture(
+            record,
+            cx.device,
+            || backend.texture_create(&source, &desc, view.as_ref()),
+            &|| self.refuse(cx, LimitKind::Allocations),
+        )
     }
 }
