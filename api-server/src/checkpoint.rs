@@ -1229,6 +1229,17 @@ pub fn check_image(m: &Manifest, factory: &SessionFactory, device: Option<i32>) 
             ));
         }
     }
+    if let Err(why) =
+        crate::registry::arrays::ArrayRegistry::check_image(&m.arrays, factory.limits.get(LimitKind::Allocations))
+    {
+        return bad(why);
+    }
+    if let Some(c) = m.conditionals.iter().find(|c| !on_a_device(c.device)) {
+        return bad(format!(
+            "conditional handle {:#x} on device {}, which this server does not have",
+            c.cell, c.device
+        ));
+    }
     for r in &m.memory {
         if !on_a_device(r.device) {
             return bad(format!("memory at {:#x} on device {}, which this server does not have", r.addr, r.device));

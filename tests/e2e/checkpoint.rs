@@ -621,6 +621,21 @@ fn forged_images_are_refused_for_what_they_say() {
             }),
             "two records create stream",
         ),
+        ("arrays-that-do-not-decode", Box::new(|m| m.arrays = vec![7; 40]), "the arrays do not decode"),
+        (
+            "a-conditional-handle-of-no-cell",
+            Box::new(|m| {
+                let cell = m.session.device_base + 8;
+                m.conditionals.push(phos_checkpoint::ConditionalHandle {
+                    cell,
+                    device: 0,
+                    graph: 1,
+                    default: 0,
+                    flags: 0,
+                })
+            }),
+            "no cell of the session's memory",
+        ),
         ("another-tenant", Box::new(|m| m.session.tenant = "uid:4242".into()), "belongs to tenant \"uid:0\""),
         ("another-session", Box::new(|m| m.session.token[0] ^= 1), "another session's token"),
         ("abi-9999", Box::new(|m| m.session.abi_major = 9999), "CUDA ABI 9999"),

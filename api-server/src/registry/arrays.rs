@@ -488,6 +488,47 @@ impl ArrayRegistry {
         make_objects(backend, self, &image.objects, holds)
     }
 
+    /// What can be said of an image's arrays before anything is made: that they decode, each
+    /// of a shape CUDA makes with the contents it holds, of handles of their kinds, and
+    /// objects in increasing order of value, each once, no more than `limit` of each.
+    pub fn check_image(image: &[u8], limit: u64) -> Result<(), String> {
+        if image.is_empty() {
+            return Ok(());
+        }
+        let image: ArraysImage = phos_protocol::decode(image).map_err(|e| format!("the arrays do not decode: {e}"))?;
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        if image.arrays.len() > limit.saturating_mul(2) || image.objects.len() > limit {
+            return Err(format!(
+                "{} arrays and {} objects, past the session's limits",
+                image.arrays.len(),
+                image.objects.len()
+            ));
+        }
+        for a in &image.arrays {
+            let levels = (a.levels > 0).then_some(a.levels);
+            let kind = if levels.is_some() { HandleKind::MipmappedArray } else { HandleKind::Array };
+            let bad = |why: String| Err(format!("CUDA array {:#x}: {why}", a.handle));
+            if !super::handles::is_handle_of(kind, a.handle)
+                || a.level_handles.iter().any(|&(_, h)| !super::handles::is_handle_of(HandleKind::Array, h))
+            {
+                return bad("a handle of another kind".into());
+            }
+            let shape = match Shape::new(a.desc, a.extent, a.flags, levels) {
+                Ok(s) => s,
+                Err(e) => return bad(format!("its shape: {e:?}")),
+            };
+            if a.contents.len() as u64 != shape.content_bytes() {
+                return bad(format!("{} bytes of contents for {} of texels", a.contents.len(), shape.content_bytes()));
+            }
+        }
+        if image.objects.first().is_some_and(|o| o.value == 0)
+            || image.objects.windows(2).any(|w| w[0].value >= w[1].value)
+        {
+            return Err("texture and surface objects out of order, named twice or of value 0".into());
+        }
+        Ok(())
+    }
+
     /// One array or mipmapped array of an image, with its contents and level handles. The
     /// records' replay made it again already (its creation is recorded, as an allocation's):
     /// it must be of the image's shape; one no record made is made here.
@@ -858,6 +899,11 @@ mod tests {
         assert_eq!(r.add_surface(&emu, layered, &full).err(), Some(CudaError::InvalidValue), "no load/store flag");
         let image = r.snapshot(&emu).unwrap();
         assert!(ArrayRegistry::new(16).snapshot(&emu).unwrap().is_empty(), "nothing for a session without arrays");
+        // What a restore checks before it makes anything.
+        ArrayRegistry::check_image(&image, 16).unwrap();
+        assert!(ArrayRegistry::check_image(&image[..image.len() - 1], 16).is_err(), "cut short");
+        assert!(ArrayRegistry::check_image(&[7; 40], 16).is_err(), "not an image's");
+        assert!(ArrayRegistry::check_image(&image, 1).is_err(), "past the limits");
 
         let emu2 = EmuBackend::new(64 << 20);
         // Values the new backend hands out meanwhile do not matter.
