@@ -932,6 +932,38 @@ fn a_session_with_arrays_and_conditional_handles_survives_a_recopy_checkpoint() 
     arrays_stopped_and_restored(&["--recopy"], &["--full"]);
 }
 
+/// A copy-on-write checkpoint (the default) of a running session holding arrays, texture and
+/// surface objects and a conditional handle: taken while the program pauses, the program then
+/// carries on and finishes unchanged (it writes its arrays again), and the image, holding
+/// them, restores as a new session on another router: every array, level handle, object
+/// value and conditional cell made again.
+#[test]
+fn a_copy_on_write_checkpoint_of_a_session_with_arrays_restores_elsewhere() {
+    let Some(nvcc) = nvcc() else { return };
+    let exe = build_program(&nvcc, "restore_arrays", &["-gencode", "arch=compute_70,code=compute_70"]);
+    let expected = std::fs::read_to_string(phos_tests::cuda_dir().join("expected/restore_arrays.out")).unwrap();
+    let router = TestRouter::start("emu");
+    let mut guest = start_guest(&router, &exe, &["pause"]);
+    let mut out = BufReader::new(guest.stdout.take().unwrap());
+    let mut printed = read_until(&mut out, "arrays ready");
+    let id = session_id(&router);
+    let image = tempfile::tempdir().unwrap();
+    let dir = image.path().join("image");
+    let said = checkpoint(&router, id, &dir, &[]);
+    assert!(said.contains("copy-on-write"), "{said}");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    printed.push_str(&rest);
+    assert!(guest.wait().unwrap().success(), "{printed}");
+    assert_eq!(printed, expected, "the session carried on unchanged");
+    let m = phos_checkpoint::Image::open(&dir).unwrap().manifest;
+    assert!(!m.arrays.is_empty() && m.conditionals.len() == 1, "the image holds the arrays and the handle");
+    let elsewhere = TestRouter::start("emu");
+    let rs = phosctl(&elsewhere, &["restore", dir.to_str().unwrap(), "--tenant", &m.session.tenant]);
+    assert!(rs.status.success(), "{}\n{}", String::from_utf8_lossy(&rs.stderr), elsewhere.server_logs());
+    assert!(elsewhere.router.session(id).is_some());
+}
+
 /// A number printed after `before` in `text` (up to the next space).
 fn figure(text: &str, before: &str) -> f64 {
     let at = text.find(before).unwrap_or_else(|| panic!("no {before:?} in {text}")) + before.len();
