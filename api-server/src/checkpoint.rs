@@ -6,7 +6,9 @@
 //! flight finish, new ones wait. The devices are synchronised; the image then gets the
 //! recorded creation calls of every live object (in creation order, which respects their
 //! dependencies), the handle counters, and the contents of every allocation and module
-//! variable, copied out in large chunks (all-zero chunks are not stored). Afterwards calls
+//! variable, copied out in large chunks (all-zero chunks are not stored), and the CUDA
+//! arrays with their contents, texture and surface objects and conditional graph handles
+//! (read with the session at rest, which every protocol's manifest is). Afterwards calls
 //! run again, or, for `stop`, stay held: the session is frozen until its server is ended,
 //! and the guest's waiting calls are sent again to the restored session.
 //!
@@ -46,8 +48,8 @@ use phos_checkpoint::on_demand::{self, LoadPlan};
 use phos_checkpoint::report::Waiting;
 use phos_checkpoint::report::{CheckpointMode, CheckpointSummary, RestoreSummary, RoundFigures};
 use phos_checkpoint::{
-    Compression, CrError, Image, ImageApi, ImageError, ImageSink, ImageSource, ImageWriter, Manifest, MemoryRegion,
-    Record, RegionKind, SessionMeta,
+    Compression, ConditionalHandle, CrError, Image, ImageApi, ImageError, ImageSink, ImageSource, ImageWriter,
+    Manifest, MemoryRegion, Record, RegionKind, SessionMeta,
 };
 use phos_control::Cancel;
 use phos_protocol::apis::{Function, HandleKind};
@@ -92,6 +94,10 @@ impl Default for Bounds {
         Bounds { quiesce_timeout: phos_control::DEFAULT_QUIESCE_TIMEOUT, cancel: Cancel::default() }
     }
 }
+
+/// The most bytes of CUDA array contents an image holds: they travel in its manifest (at
+/// most 4 GiB, with the records and graphs), read and written while the session is held.
+pub const MAX_ARRAY_BYTES: u64 = 1 << 30;
 
 /// `CU_STREAM_NON_BLOCKING`: the copy streams do not wait on the legacy default stream.
 const NON_BLOCKING: u32 = 1;
@@ -422,6 +428,24 @@ impl Snapshot for Checkpointing<'_> {
                 region(v.addr, v.size, v.device, RegionKind::ModuleVariable { module: v.module, name: v.name })
             }),
         );
+        // Read back at rest: no copy or kernel writes an array meanwhile.
+        let arrays = crate::timing::timed(
+            || format!("reading back {} bytes of CUDA arrays", o.arrays.content_bytes()),
+            || o.arrays.snapshot(b),
+        )
+        .map_err(CrError::device("reading the session's CUDA arrays".to_string()))?;
+        let conditionals = o
+            .graphs
+            .conditional_handles()
+            .into_iter()
+            .map(|(cell, graph, default, flags)| ConditionalHandle {
+                cell,
+                device: o.memory.device_of(cell).unwrap_or(0),
+                graph,
+                default,
+                flags,
+            })
+            .collect();
         let mut meta = self.meta.clone();
         meta.id = s.id;
         meta.backend = b.name().to_string();
@@ -445,6 +469,8 @@ impl Snapshot for Checkpointing<'_> {
             graphs: o.graphs.snapshot(),
             // Kept while each call held the quiesce lock (see `ApiServer::run`).
             sync_replies: s.sync_replies.snapshot(),
+            arrays,
+            conditionals,
         })
     }
 
@@ -543,6 +569,38 @@ impl Rebuild for Rebuilding<'_> {
                 Ok((addr, dev))
             }
         }
+    }
+
+    /// The cells of conditional handles allocated again at their addresses (their contents
+    /// are memory regions, written next) and the handles put back; then the arrays, with
+    /// their contents, and the texture and surface objects under the values the program holds.
+    fn after_records(&self, manifest: &Manifest) -> Result<(), CrError> {
+        let s = self.0;
+        let impossible = |why: String| CrError::Image(ImageError::Impossible(why));
+        for c in &manifest.conditionals {
+            // The cell's allocation as the image has it (the region's size: 4 bytes).
+            let size = manifest
+                .memory
+                .iter()
+                .find(|r| r.addr == c.cell && matches!(r.kind, RegionKind::Allocation))
+                .map_or(4, |r| r.size);
+            s.backend().bind(c.device).map_err(CrError::device(format!("making device {} current", c.device)))?;
+            s.objects
+                .memory
+                .alloc_at(s.backend(), c.device, c.cell, size)
+                .map_err(CrError::device(format!("allocating the cell of conditional handle {:#x}", c.cell)))?;
+            s.objects
+                .graphs
+                .load_conditional_handle(c.cell, c.graph, c.default, c.flags)
+                .map_err(|_| impossible(format!("conditional handle {:#x}", c.cell)))?;
+        }
+        let memory = s.objects.memory.clone();
+        let holds = move |addr: u64, len: u64| memory.contains(addr, len);
+        crate::timing::timed(
+            || format!("making the image's CUDA arrays and objects again ({} bytes)", manifest.arrays.len()),
+            || s.objects.arrays.load(s.backend(), &manifest.arrays, &holds),
+        )
+        .map_err(impossible)
     }
 
     fn copier(&self) -> Result<Box<dyn DeviceCopier + '_>, CrError> {
@@ -702,16 +760,13 @@ impl Session {
                 what: "it holds graphs with memory allocation or free nodes, or their allocations (cudaGraphAddMemAllocNode, cudaGraphAddMemFreeNode, cudaMallocAsync or cudaFreeAsync captured), which checkpoints do not hold yet".into(),
             });
         }
-        if self.objects.graphs.holds_conditionals() {
+        let array_bytes = self.objects.arrays.content_bytes();
+        if array_bytes > MAX_ARRAY_BYTES {
             return Err(CrError::NotCheckpointable {
                 session: self.id,
-                what: "it holds conditional graph node handles (cudaGraphConditionalHandleCreate), which checkpoints do not hold yet".into(),
-            });
-        }
-        if !self.objects.arrays.is_empty() {
-            return Err(CrError::NotCheckpointable {
-                session: self.id,
-                what: "it holds CUDA arrays, mipmapped arrays, texture objects or surface objects, which checkpoints do not hold yet".into(),
+                what: format!(
+                    "its CUDA arrays hold {array_bytes} bytes, more than an image's manifest carries ({MAX_ARRAY_BYTES})"
+                ),
             });
         }
         Ok(())
@@ -940,12 +995,18 @@ impl Session {
         let memory_bytes = plan.bytes();
         progress.done.store(0, Ordering::Relaxed);
         progress.total.store(memory_bytes, Ordering::Relaxed);
+        let session = Arc::new(session);
+        let weak = Arc::downgrade(&session);
         let hook = Arc::new(OnDemandHook {
             pending: pending.clone(),
             memory: session.objects.memory.clone(),
             status: status.clone(),
+            // Kernels read what these objects name through them, not through their
+            // parameters: every call waits for it.
+            texture_memory: Box::new(move || {
+                weak.upgrade().map(|s| s.objects.arrays.linear_ranges()).unwrap_or_default()
+            }),
         });
-        let session = Arc::new(session);
         // The loader installs the hook (its guard lives on the loader's stack, beside its own
         // handle on the session) and says so before the session may be served.
         let (installed_tx, installed_rx) = std::sync::mpsc::channel();
@@ -1092,7 +1153,9 @@ pub fn check_image(m: &Manifest, factory: &SessionFactory, device: Option<i32>) 
     let mut counts: HashMap<LimitKind, u64> = HashMap::new();
     // The highest number each handle kind's records use.
     let mut highest: HashMap<&str, u64> = HashMap::new();
-    let mut allocations: HashSet<u64> = HashSet::new();
+    // Conditional handles' cells are allocations no record makes (check_meaning found each
+    // in the image's memory).
+    let mut allocations: HashSet<u64> = m.conditionals.iter().map(|c| c.cell).collect();
     let mut modules: HashSet<u64> = HashSet::new();
     for r in &m.records {
         let f = match Function::from_wire(r.api, r.function) {
@@ -1165,6 +1228,17 @@ pub fn check_image(m: &Manifest, factory: &SessionFactory, device: Option<i32>) 
                 "the {kind} counter ({next}) is not past the {kind} handles its records use (up to {top}): new {kind}s would collide with live ones"
             ));
         }
+    }
+    if let Err(why) =
+        crate::registry::arrays::ArrayRegistry::check_image(&m.arrays, factory.limits.get(LimitKind::Allocations))
+    {
+        return bad(why);
+    }
+    if let Some(c) = m.conditionals.iter().find(|c| !on_a_device(c.device)) {
+        return bad(format!(
+            "conditional handle {:#x} on device {}, which this server does not have",
+            c.cell, c.device
+        ));
     }
     for r in &m.memory {
         if !on_a_device(r.device) {

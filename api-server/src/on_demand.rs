@@ -143,6 +143,10 @@ pub struct OnDemandHook {
     pub pending: Arc<PendingMemory>,
     pub memory: Arc<AddressSpace>,
     pub status: Arc<LoadStatus>,
+    /// The device memory the session's texture objects of linear and pitched memory read
+    /// (start, length): a kernel reaches it through an object, which its parameters do not
+    /// show as an address.
+    pub texture_memory: Box<dyn Fn() -> Vec<(u64, u64)> + Send + Sync>,
 }
 
 impl OnDemandHook {
@@ -163,6 +167,8 @@ impl OnDemandHook {
                 _ => {}
             }
         }
+        // Any call may launch a kernel sampling them (a launch, a graph's, a library's).
+        out.extend((self.texture_memory)().into_iter().map(|(addr, len)| DeviceAccess { addr, len, writes: false }));
         out
     }
 }

@@ -189,6 +189,13 @@ pub trait Rebuild {
     /// Where `region`'s contents go: (address, device). An allocation comes back at its
     /// address; a module variable is wherever its reloaded module has it.
     fn region_target(&self, region: &MemoryRegion, device: Option<i32>) -> Result<(u64, i32), CrError>;
+    /// Recreate what the image holds besides records and memory regions, once the records
+    /// are replayed and before any memory is written: the API server's arrays (with their
+    /// contents), texture and surface objects, conditional graph handles (their cells, which
+    /// are memory regions). Nothing by default.
+    fn after_records(&self, _manifest: &Manifest) -> Result<(), CrError> {
+        Ok(())
+    }
     /// A copier of the session's device memory, for one restore.
     fn copier(&self) -> Result<Box<dyn DeviceCopier + '_>, CrError>;
 }
@@ -1168,6 +1175,7 @@ pub fn recreate<T: Rebuild + ?Sized>(
         }
         target.replay(r, device)?;
     }
+    target.after_records(manifest)?;
     Ok(ms(start))
 }
 

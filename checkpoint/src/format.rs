@@ -29,6 +29,28 @@ pub struct Manifest {
     /// answers it with this reply instead of running it twice. Empty in images before
     /// version 8.
     pub sync_replies: Vec<KeptReply>,
+    /// The session's CUDA arrays and mipmapped arrays (with their contents), the levels of
+    /// mipmapped arrays it was handed, and its texture and surface objects, as the API server
+    /// encodes them (opaque here; empty for a session without any and in images before
+    /// version 9).
+    pub arrays: Vec<u8>,
+    /// The session's conditional graph node handles. Empty in images before version 9.
+    pub conditionals: Vec<ConditionalHandle>,
+}
+
+/// A conditional graph node handle (`cudaGraphConditionalHandleCreate`): the device address
+/// of its 4-byte cell, an allocation of the session's whose contents are among the image's
+/// memory regions, and what it was made with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct ConditionalHandle {
+    /// The handle: its cell's address (an allocation of 4 bytes, on `device`).
+    pub cell: u64,
+    pub device: i32,
+    /// The graph it was made for (a virtual handle).
+    pub graph: u64,
+    /// `defaultLaunchValue`, and the flags (`cudaGraphCondAssignDefault` is 1).
+    pub default: u32,
+    pub flags: u32,
 }
 
 /// A synchronous call the session answered, and its answer, as a channel keeps the last one

@@ -59,7 +59,11 @@ pub use stream::{StreamReader, StreamWriter};
 
 /// Magic at the start of a manifest file.
 pub const MAGIC: &[u8; 8] = b"PHOSIMG\0";
-/// The format this build writes. Version 8 is version 7 with one field more at the
+/// The format this build writes. Version 9 is version 8 with two fields more at the
+/// manifest's end: the session's CUDA arrays (their contents too), mipmapped arrays, texture
+/// and surface objects ([`Manifest::arrays`]) and its conditional graph node handles
+/// ([`Manifest::conditionals`]); a version 8 reader refuses it by its version. Version 8 is
+/// version 7 with one field more at the
 /// manifest's end: the last synchronous call each channel answered, with its reply
 /// ([`Manifest::sync_replies`]); a version 7 reader refuses it by its version. Version 7 is
 /// version 6 whose graphs may hold node markers
@@ -72,12 +76,14 @@ pub const MAGIC: &[u8; 8] = b"PHOSIMG\0";
 /// it is version 4 with that one field more at the manifest's end. Version 4 says which of the
 /// guest's async calls had run ([`AsyncCallsRun`]); it is version 3 (memory in several files, a
 /// chunk naming its file) with that one field more.
-pub const FORMAT_VERSION: u32 = 8;
+pub const FORMAT_VERSION: u32 = 9;
 /// The oldest format this build reads: a version 3 image reads as one of version 4 in which no
 /// async call is known to have run (what the build that took it assumed: the calls a guest sends
 /// again after the restore run), a version 3 or 4 image as one without graphs (the builds
 /// that took them kept none), and an image before version 8 as one without kept synchronous
-/// replies (a synchronous call sent again after the restore runs, as those builds did). Version 2 (one memory file) and version 1 (one spec hash, records
+/// replies (a synchronous call sent again after the restore runs, as those builds did), and an
+/// image before version 9 as one without arrays, texture or surface objects or conditional
+/// handles (the builds that took them refused to checkpoint sessions holding any). Version 2 (one memory file) and version 1 (one spec hash, records
 /// of the runtime API only) are refused.
 pub const OLDEST_FORMAT_READ: u32 = 3;
 /// Memory files an image may have (`memory`, `memory.1`, ... `memory.63`).
@@ -131,6 +137,8 @@ pub mod bounds {
     /// bounded number of ended channels').
     pub const SYNC_REPLIES: usize = 1 << 16;
     pub const SYNC_REPLY_BYTES: u64 = 1 << 30;
+    /// Conditional graph node handles (a session holds at most 65536).
+    pub const CONDITIONALS: usize = 1 << 16;
 }
 
 /// Why an image cannot be used.
@@ -504,15 +512,15 @@ fn format_read(version: u32) -> bool {
 }
 
 /// The manifest of an image of format `version` (one [`format_read`] accepts), and whether
-/// bytes follow it. A version 5 to 7 manifest is a version 8 one without its last field, a
-/// version 4 one without its last two, a version 3 one without its last three: they are read
-/// with those fields empty.
+/// bytes follow it. A version 8 manifest is a version 9 one without its last two fields, a
+/// version 5 to 7 one without its last three, a version 4 one without its last four, a
+/// version 3 one without its last five: they are read with those fields empty.
 fn decode_manifest(body: &[u8], version: u32) -> Result<(Manifest, bool), bincode::error::DecodeError> {
     use bincode::de::read::Reader;
     use bincode::de::{Decode, Decoder, DecoderImpl};
     let completed;
     // Versions 5 to 7 have the same fields.
-    let body = if version < 8 {
+    let body = if version < 9 {
         let mut b = body.to_vec();
         let fail = |e: bincode::error::EncodeError| bincode::error::DecodeError::OtherString(e.to_string());
         if version == 3 {
@@ -521,7 +529,11 @@ fn decode_manifest(body: &[u8], version: u32) -> Result<(Manifest, bool), bincod
         if version < 5 {
             bincode::encode_into_std_write(Vec::<u8>::new(), &mut b, config()).map_err(fail)?;
         }
-        bincode::encode_into_std_write(Vec::<KeptReply>::new(), &mut b, config()).map_err(fail)?;
+        if version < 8 {
+            bincode::encode_into_std_write(Vec::<KeptReply>::new(), &mut b, config()).map_err(fail)?;
+        }
+        bincode::encode_into_std_write(Vec::<u8>::new(), &mut b, config()).map_err(fail)?;
+        bincode::encode_into_std_write(Vec::<ConditionalHandle>::new(), &mut b, config()).map_err(fail)?;
         completed = b;
         &completed[..]
     } else {
@@ -870,6 +882,22 @@ pub fn check_meaning(m: &Manifest) -> Result<(), ImageError> {
     let kept: u64 = m.sync_replies.iter().map(|r| r.payload.len() as u64).sum();
     if kept > SYNC_REPLY_BYTES {
         return bad(format!("kept synchronous replies of {kept} bytes"));
+    }
+    if m.conditionals.len() > CONDITIONALS {
+        return bad(format!("{} conditional handles", m.conditionals.len()));
+    }
+    for (i, c) in m.conditionals.iter().enumerate() {
+        // Each is the 4-byte cell of an allocation of the session's, named once.
+        let cell = allocations.binary_search_by_key(&c.cell, |a| a.0).ok().map(|j| allocations[j]);
+        if cell.is_none_or(|(_, size)| size < 4) || m.conditionals[..i].iter().any(|o| o.cell == c.cell) {
+            return bad(format!(
+                "a conditional handle {:#x} that is no cell of the session's memory, or named twice",
+                c.cell
+            ));
+        }
+        if c.flags > 1 || c.device < 0 || c.device as usize >= DEVICES {
+            return bad(format!("a conditional handle {:#x} of flags {} on device {}", c.cell, c.flags, c.device));
+        }
     }
     Ok(())
 }

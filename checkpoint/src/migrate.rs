@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! source, on each of its n lanes:
-//!         magic "PHOSMIG4", key (16 bytes: the target's one-time key),
+//!         magic "PHOSMIG5", key (16 bytes: the target's one-time key),
 //!         lane (u16: 0 to n-1), lanes (u16: n)
 //!         piece: 1 (u8), sequence number (u64), region address (u64), region size (u64),
 //!                offset (u64), len (u64), CRC-32 of the bytes (u32), then the bytes
@@ -40,7 +40,7 @@ use crate::report::Progress;
 use crate::{Chunk, ChunkReader, Encoding, ImageError, ImageSummary, MAX_MANIFEST, Manifest, MemoryRegion, config};
 
 /// Magic at the start of each lane of a migration stream.
-pub const MIGRATION_MAGIC: &[u8; 8] = b"PHOSMIG4";
+pub const MIGRATION_MAGIC: &[u8; 8] = b"PHOSMIG5";
 /// Lanes a stream has at most.
 pub const MAX_LANES: u16 = 16;
 /// Lanes a migration uses unless told otherwise.

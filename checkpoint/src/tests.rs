@@ -133,7 +133,7 @@ fn another_version_is_refused() {
     for (found, says) in [
         (1u32, "version 1 images come from builds before"),
         (2, "version 2 images come from builds that stored memory in one file"),
-        (9, "it reads versions 3 to 8"),
+        (10, "it reads versions 3 to 9"),
     ] {
         bytes[8..12].copy_from_slice(&found.to_le_bytes());
         std::fs::write(&path, &bytes).unwrap();
@@ -157,7 +157,11 @@ fn a_version_3_image_is_read() {
     bincode::encode_into_std_write(AsyncCallsRun::default(), &mut tail, config()).unwrap();
     bincode::encode_into_std_write(Vec::<u8>::new(), &mut tail, config()).unwrap();
     bincode::encode_into_std_write(Vec::<KeptReply>::new(), &mut tail, config()).unwrap();
-    assert!(body.ends_with(&tail), "the manifest ends with its async calls, its graphs and its kept replies");
+    v9_tail(&mut tail);
+    assert!(
+        body.ends_with(&tail),
+        "the manifest ends with its async calls, graphs, kept replies, arrays, conditionals"
+    );
     body.truncate(body.len() - tail.len());
     // The format is the manifest's first field, one byte.
     assert_eq!(body[0], FORMAT_VERSION as u8);
@@ -187,7 +191,8 @@ fn a_version_7_image_is_read_without_kept_replies() {
     let mut body = bytes[20..bytes.len() - 4].to_vec();
     let mut tail = Vec::new();
     bincode::encode_into_std_write(Vec::<KeptReply>::new(), &mut tail, config()).unwrap();
-    assert!(body.ends_with(&tail), "the manifest ends with its kept replies");
+    v9_tail(&mut tail);
+    assert!(body.ends_with(&tail), "the manifest ends with its kept replies, arrays and conditionals");
     body.truncate(body.len() - tail.len());
     assert_eq!(body[0], FORMAT_VERSION as u8);
     body[0] = 7;
@@ -218,6 +223,87 @@ fn a_version_7_image_is_read_without_kept_replies() {
     assert!(check_meaning(&Manifest { sync_replies: other_api, ..sample_manifest() }).is_err());
 }
 
+/// What a version 9 manifest has at its end that a version 8 one has not, when empty.
+fn v9_tail(tail: &mut Vec<u8>) {
+    bincode::encode_into_std_write(Vec::<u8>::new(), &mut *tail, config()).unwrap();
+    bincode::encode_into_std_write(Vec::<ConditionalHandle>::new(), &mut *tail, config()).unwrap();
+}
+
+/// A version 8 image (before arrays, texture and surface objects and conditional handles
+/// were kept) reads as one without them, its kept replies and memory as they were; a version
+/// 9 image keeps them, and conditional handles that are no cell of the session's are refused.
+#[test]
+fn a_version_8_image_is_read_without_arrays_or_conditionals() {
+    let kept = vec![KeptReply { call_id: 12, api: 0, function: 3, status: 0, payload: vec![1, 2, 3] }];
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = ImageWriter::create(dir.path(), Compression::None, 4096).unwrap();
+    w.begin_region(0x6000_0000_0000, 4096, 0, RegionKind::Allocation);
+    let data = pattern(4096, 5);
+    w.add_chunk(&data).unwrap();
+    w.finish(Manifest { sync_replies: kept.clone(), graphs: vec![7, 7], ..sample_manifest() }).unwrap();
+    let path = dir.path().join(MANIFEST_FILE);
+    let bytes = std::fs::read(&path).unwrap();
+    let mut body = bytes[20..bytes.len() - 4].to_vec();
+    let mut tail = Vec::new();
+    v9_tail(&mut tail);
+    assert!(body.ends_with(&tail), "the manifest ends with its arrays and conditionals");
+    body.truncate(body.len() - tail.len());
+    assert_eq!(body[0], FORMAT_VERSION as u8);
+    body[0] = 8;
+    let mut old = MAGIC.to_vec();
+    old.extend_from_slice(&8u32.to_le_bytes());
+    old.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    old.extend_from_slice(&body);
+    let crc = crc32fast::hash(&old);
+    old.extend_from_slice(&crc.to_le_bytes());
+    std::fs::write(&path, &old).unwrap();
+    let img = Image::open(dir.path()).expect("a version 8 image is read");
+    assert_eq!(img.manifest.format, 8);
+    assert!(img.manifest.arrays.is_empty() && img.manifest.conditionals.is_empty());
+    assert_eq!(img.manifest.sync_replies, kept);
+    assert_eq!(img.manifest.graphs, vec![7, 7]);
+    assert_eq!(img.manifest.records, sample_manifest().records);
+    assert_eq!(read_back(dir.path()).unwrap(), vec![data.clone()]);
+    // Streamed, it becomes a version 9 image holding none of them.
+    let mut streamed = Vec::new();
+    let mut sink = StreamWriter::new(&mut streamed);
+    copy_image(&mut Image::open(dir.path()).unwrap(), &mut sink, Compression::None).unwrap();
+    drop(sink);
+    let reread = StreamReader::open(&streamed[..]).unwrap();
+    assert_eq!(reread.manifest().format, 9);
+    assert!(reread.manifest().arrays.is_empty() && reread.manifest().sync_replies == kept);
+
+    let cond = ConditionalHandle { cell: 0x6000_0000_0000, device: 0, graph: 0x55, default: 1, flags: 1 };
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = ImageWriter::create(dir.path(), Compression::None, 4096).unwrap();
+    w.begin_region(0x6000_0000_0000, 4096, 0, RegionKind::Allocation);
+    w.add_chunk(&data).unwrap();
+    w.finish(Manifest { arrays: vec![1, 2, 3], conditionals: vec![cond], ..sample_manifest() }).unwrap();
+    let img = Image::open(dir.path()).unwrap();
+    assert_eq!(img.manifest.format, 9);
+    assert_eq!((img.manifest.arrays.clone(), img.manifest.conditionals.clone()), (vec![1, 2, 3], vec![cond]));
+    let with_memory = |conditionals| Manifest {
+        conditionals,
+        memory: vec![MemoryRegion {
+            addr: 0x6000_0000_0000,
+            size: 4096,
+            device: 0,
+            kind: RegionKind::Allocation,
+            chunks: Vec::new(),
+        }],
+        ..sample_manifest()
+    };
+    assert!(check_meaning(&with_memory(vec![cond])).is_ok());
+    assert!(check_meaning(&with_memory(vec![cond, cond])).is_err(), "twice");
+    assert!(check_meaning(&with_memory(vec![ConditionalHandle { cell: 0x6000_0000_0010, ..cond }])).is_err());
+    assert!(check_meaning(&with_memory(vec![ConditionalHandle { flags: 2, ..cond }])).is_err());
+    assert!(check_meaning(&sample_manifest_with(vec![cond])).is_err(), "no such allocation");
+}
+
+fn sample_manifest_with(conditionals: Vec<ConditionalHandle>) -> Manifest {
+    Manifest { conditionals, ..sample_manifest() }
+}
+
 /// A version 4 image (before graphs were kept) reads as one without graphs.
 #[test]
 fn a_version_4_image_is_read_without_graphs() {
@@ -229,7 +315,8 @@ fn a_version_4_image_is_read_without_graphs() {
     let mut tail = Vec::new();
     bincode::encode_into_std_write(Vec::<u8>::new(), &mut tail, config()).unwrap();
     bincode::encode_into_std_write(Vec::<KeptReply>::new(), &mut tail, config()).unwrap();
-    assert!(body.ends_with(&tail), "the manifest ends with its graphs and its kept replies");
+    v9_tail(&mut tail);
+    assert!(body.ends_with(&tail), "the manifest ends with its graphs, kept replies, arrays and conditionals");
     body.truncate(body.len() - tail.len());
     assert_eq!(body[0], FORMAT_VERSION as u8);
     body[0] = 4;

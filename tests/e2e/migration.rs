@@ -192,6 +192,32 @@ fn migrated_back_and_forth(mode: &[&str]) {
     assert!(metrics.contains("phos_migration_last_downtime_seconds{}"), "{metrics}");
 }
 
+/// A program holding CUDA arrays (with level handles handed out), texture objects of arrays
+/// and of linear memory, a surface object and a conditional graph is moved to another router
+/// over TCP once all are made: the target, restoring on demand from the stream, makes every
+/// one of them again under the handles and values the program holds, and the program prints
+/// what an uninterrupted run prints.
+#[test]
+fn a_program_with_arrays_textures_and_a_conditional_graph_is_migrated() {
+    let Some(nvcc) = nvcc() else { return };
+    // PTX only: CI's nvcc (11.8) cannot link a kernel calling cudaGraphSetConditional into
+    // machine code; emu runs the PTX.
+    let exe = build_program(&nvcc, "restore_arrays", &["-gencode", "arch=compute_70,code=compute_70"]);
+    let expected = std::fs::read_to_string(phos_tests::cuda_dir().join("expected/restore_arrays.out")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let secret = secret_file(dir.path(), SECRET);
+    let (a, b) = (peer_router(&secret, &[]), peer_router(&secret, &[]));
+    let mut guest = start_guest(&a, &exe, &["pause"]);
+    let mut out = BufReader::new(guest.stdout.take().unwrap());
+    let mut printed = String::new();
+    read_until(&mut out, &mut printed, "arrays ready");
+    let id = only_session(&a);
+    migrate(&a, id, &["--to", &peer_endpoint(&b)]);
+    assert!(a.router.session(id).is_none(), "the session stayed at A");
+    let printed = finish(guest, out, printed);
+    assert_eq!(printed, expected, "output differs from the native run\ntarget servers:\n{}", b.server_logs());
+}
+
 /// On a machine of two devices, a running program is moved to device 1 (`--device 1`), then
 /// back to device 0, computing between the moves: it checks at every step that its device is
 /// still 0 and its memory on it, and prints exactly what an uninterrupted run prints; the

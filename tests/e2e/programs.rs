@@ -284,6 +284,7 @@ const TESTED_APART: &[&str] = &[
     "driver_tensor_map",
     "restore_on_demand",
     "restore_idle_thread",
+    "restore_arrays",
     "cublas_blas",
     "cublas_async_gemms",
     "memset_math_mode",

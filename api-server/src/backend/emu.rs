@@ -1243,6 +1243,33 @@ impl Arrays for EmuBackend {
         let _work = self.work.lock();
         self.arrays.lock().destroy_surface(surface)
     }
+
+    /// Under `value` itself, where no object has it; never handed out fresh afterwards.
+    fn texture_create_as(
+        &self,
+        value: u64,
+        source: &TextureSource,
+        desc: &TextureDesc,
+        view: Option<&ResourceViewWire>,
+    ) -> Result<u64, CudaError> {
+        let mut store = self.arrays.lock();
+        if value == 0 || store.has_object(value) {
+            return Err(CudaError::InvalidValue);
+        }
+        self.next.fetch_max(value.saturating_add(1), Ordering::Relaxed);
+        store.texture(value, source, desc, view)?;
+        Ok(value)
+    }
+
+    fn surface_create_as(&self, value: u64, array: Raw) -> Result<u64, CudaError> {
+        let mut store = self.arrays.lock();
+        if value == 0 || store.has_object(value) {
+            return Err(CudaError::InvalidValue);
+        }
+        self.next.fetch_max(value.saturating_add(1), Ordering::Relaxed);
+        store.surface(value, array)?;
+        Ok(value)
+    }
 }
 
 impl Launch for EmuBackend {

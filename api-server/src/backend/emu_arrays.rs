@@ -225,6 +225,11 @@ impl ArrayStore {
         Ok(())
     }
 
+    /// Whether a texture or surface object has the value `handle`.
+    pub(super) fn has_object(&self, handle: u64) -> bool {
+        self.table.textures.contains_key(&handle) || self.table.surfaces.contains_key(&handle)
+    }
+
     pub(super) fn destroy_texture(&mut self, handle: u64) -> Result<(), CudaError> {
         self.table.textures.remove(&handle).ok_or(CudaError::InvalidValue)?;
         self.object_storage.remove(&handle);

@@ -451,6 +451,18 @@ impl Arrays for Mapped {
     fn surface_destroy(&self, surface: u64) -> Result<(), CudaError> {
         self.inner.surface_destroy(surface)
     }
+    fn texture_create_as(
+        &self,
+        value: u64,
+        source: &TextureSource,
+        desc: &TextureDesc,
+        view: Option<&ResourceViewWire>,
+    ) -> Result<u64, CudaError> {
+        self.inner.texture_create_as(value, source, desc, view)
+    }
+    fn surface_create_as(&self, value: u64, array: Raw) -> Result<u64, CudaError> {
+        self.inner.surface_create_as(value, array)
+    }
 }
 
 impl Libraries for Mapped {

@@ -593,6 +593,22 @@ pub trait Arrays: Send + Sync {
     fn texture_destroy(&self, texture: u64) -> Result<(), CudaError>;
     fn surface_create(&self, array: Raw) -> Result<u64, CudaError>;
     fn surface_destroy(&self, surface: u64) -> Result<(), CudaError>;
+    /// A texture object made again by a restore, which asks for the value the program holds:
+    /// a backend that picks values itself (a driver) makes one as usual and answers its value,
+    /// which the caller compares (this default); one that can, under `value`.
+    fn texture_create_as(
+        &self,
+        _value: u64,
+        source: &TextureSource,
+        desc: &TextureDesc,
+        view: Option<&ResourceViewWire>,
+    ) -> Result<u64, CudaError> {
+        self.texture_create(source, desc, view)
+    }
+    /// A surface object made again by a restore (as [`texture_create_as`](Self::texture_create_as)).
+    fn surface_create_as(&self, _value: u64, array: Raw) -> Result<u64, CudaError> {
+        self.surface_create(array)
+    }
 }
 
 /// The vendor's libraries a backend runs library APIs with (NVIDIA's libcublas, libcublasLt,

@@ -17,7 +17,7 @@ use phos_ptx::exec::{ArrayDesc, ChannelFormat};
 
 use super::handles::{HandleTable, NewHandle};
 use crate::backend::prelude::*;
-use crate::backend::{ArraySpec, Raw};
+use crate::backend::{ArraySide, ArraySpec, Raw, TextureSource};
 
 /// `cudaArray*` flags Phos carries: layered, surface load/store, cubemap, texture gather,
 /// color attachment (which changes nothing off the graphics APIs).
@@ -92,6 +92,19 @@ impl Shape {
         Some(Shape { extent, layout, bytes: 0, ..self.clone() })
     }
 
+    /// The box of level `level` as a copy takes it: row bytes, rows, slices times layers.
+    fn level_box(&self, level: usize) -> Option<[u64; 3]> {
+        let l = self.layout.levels.get(level)?;
+        let esize = u64::from(self.format.element_size());
+        let slices = u64::from(l.depth.max(1)) * u64::from(self.layout.layers.max(1));
+        Some([u64::from(l.width) * esize, u64::from(l.height.max(1)), slices])
+    }
+
+    /// Bytes of every level's texels, packed (what a checkpoint copies).
+    pub fn content_bytes(&self) -> u64 {
+        (0..self.layout.levels.len()).filter_map(|l| self.level_box(l)).map(|[w, h, d]| w * h * d).sum()
+    }
+
     fn spec(&self, levels: Option<u32>) -> ArraySpec {
         ArraySpec { format: self.format, extent: self.extent, flags: self.flags, levels }
     }
@@ -115,6 +128,8 @@ impl Shape {
 struct Array {
     raw: Raw,
     shape: Shape,
+    /// The device it was made on (the guest's number).
+    device: i32,
     /// The mipmapped array this is a level of.
     level_of: Option<u64>,
 }
@@ -122,12 +137,15 @@ struct Array {
 struct Mipmapped {
     raw: Raw,
     shape: Shape,
+    device: i32,
     /// Handles of the levels asked for so far.
     levels: HashMap<u32, u64>,
+    /// The backend's arrays of levels a checkpoint read (the guest was not handed them).
+    read_levels: HashMap<u32, Raw>,
 }
 
 /// A texture object as it was created (what the queries answer).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, bincode::Encode, bincode::Decode)]
 pub struct TextureRecord {
     pub res_type: i32,
     pub array: u64,
@@ -145,7 +163,8 @@ pub struct TextureRecord {
 struct Inner {
     arrays: HandleTable<Array>,
     mipmaps: HandleTable<Mipmapped>,
-    textures: HashMap<u64, TextureRecord>,
+    /// Texture objects, with the device each was made on.
+    textures: HashMap<u64, (TextureRecord, i32)>,
     /// Surface objects, with the array handle each was made of.
     surfaces: HashMap<u64, u64>,
     /// Texture and surface objects held at most.
@@ -185,12 +204,6 @@ impl ArrayRegistry {
         self.inner.lock().bytes
     }
 
-    /// Whether the session holds no array, mipmapped array, texture or surface object.
-    pub fn is_empty(&self) -> bool {
-        let g = self.inner.lock();
-        g.arrays.is_empty() && g.mipmaps.is_empty() && g.textures.is_empty() && g.surfaces.is_empty()
-    }
-
     /// A new array (`levels` None) or mipmapped array of `shape`; its handle.
     pub fn create(
         &self,
@@ -204,8 +217,10 @@ impl ArrayRegistry {
         let bytes = shape.bytes;
         let mut g = self.inner.lock();
         let added = match levels {
-            None => g.arrays.add(Array { raw, shape, level_of: None }, new),
-            Some(_) => g.mipmaps.add(Mipmapped { raw, shape, levels: HashMap::new() }, new),
+            None => g.arrays.add(Array { raw, shape, device, level_of: None }, new),
+            Some(_) => g
+                .mipmaps
+                .add(Mipmapped { raw, shape, device, levels: HashMap::new(), read_levels: HashMap::new() }, new),
         };
         match added {
             Ok(h) => {
@@ -251,10 +266,16 @@ impl ArrayRegistry {
             return Ok(h);
         }
         let shape = m.shape.level(level).ok_or(CudaError::InvalidValue)?;
-        let raw = backend.mipmap_level(m.raw, level)?;
+        let device = m.device;
+        let raw = match m.read_levels.get(&level) {
+            Some(&raw) => raw,
+            None => backend.mipmap_level(m.raw, level)?,
+        };
         // Levels are not counted against the limit: a mipmapped array has at most 32.
-        let h =
-            g.arrays.insert(Array { raw, shape, level_of: Some(mipmap) }).map_err(|_| CudaError::MemoryAllocation)?;
+        let h = g
+            .arrays
+            .insert(Array { raw, shape, device, level_of: Some(mipmap) })
+            .map_err(|_| CudaError::MemoryAllocation)?;
         g.mipmaps.get_mut(mipmap)?.levels.insert(level, h);
         Ok(h)
     }
@@ -277,6 +298,7 @@ impl ArrayRegistry {
     pub fn add_texture(
         &self,
         record: TextureRecord,
+        device: i32,
         make: impl FnOnce() -> Result<u64, CudaError>,
         full: &dyn Fn() -> CudaError,
     ) -> Result<u64, CudaError> {
@@ -285,12 +307,27 @@ impl ArrayRegistry {
             return Err(full());
         }
         let object = make()?;
-        g.textures.insert(object, record);
+        g.textures.insert(object, (record, device));
         Ok(object)
     }
 
     pub fn texture(&self, object: u64) -> Result<TextureRecord, CudaError> {
-        self.inner.lock().textures.get(&object).cloned().ok_or(CudaError::InvalidValue)
+        self.inner.lock().textures.get(&object).map(|t| t.0.clone()).ok_or(CudaError::InvalidValue)
+    }
+
+    /// The ranges of device memory the session's texture objects of linear and pitched
+    /// memory read (kernels reach them through the objects, not their parameters).
+    pub fn linear_ranges(&self) -> Vec<(u64, u64)> {
+        let g = self.inner.lock();
+        g.textures.values().filter_map(|(t, _)| linear_range(t)).collect()
+    }
+
+    /// Bytes a checkpoint would copy of the arrays' contents.
+    pub fn content_bytes(&self) -> u64 {
+        let g = self.inner.lock();
+        let plain: u64 =
+            g.arrays.iter().filter(|(_, a)| a.level_of.is_none()).map(|(_, a)| a.shape.content_bytes()).sum();
+        plain + g.mipmaps.iter().map(|(_, m)| m.shape.content_bytes()).sum::<u64>()
     }
 
     pub fn destroy_texture(&self, backend: &dyn Backend, object: u64) -> Result<(), CudaError> {
@@ -350,6 +387,439 @@ impl ArrayRegistry {
         }
         g.bytes = 0;
     }
+
+    /// What a checkpoint holds of the arrays and objects (the session at rest: nothing
+    /// writes an array meanwhile): every array and mipmapped array with its contents, read
+    /// back from the backend level by level, the level handles the guest was handed, the
+    /// texture and surface objects with what they were made of, and the handle counters.
+    /// Empty for a session without any.
+    pub fn snapshot(&self, backend: &dyn Backend) -> Result<Vec<u8>, CudaError> {
+        let mut g = self.inner.lock();
+        if g.arrays.is_empty() && g.mipmaps.is_empty() && g.textures.is_empty() && g.surfaces.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut image = ArraysImage { next: [g.arrays.next_counter(), g.mipmaps.next_counter()], ..Default::default() };
+        for (handle, a) in g.arrays.iter().filter(|(_, a)| a.level_of.is_none()) {
+            backend.bind(a.device)?;
+            image.arrays.push(ArrayImage {
+                handle,
+                device: a.device,
+                desc: a.shape.desc,
+                extent: a.shape.extent,
+                flags: a.shape.flags,
+                levels: 0,
+                level_handles: Vec::new(),
+                contents: read_levels(backend, &a.shape, &[a.raw])?,
+            });
+        }
+        let mipmaps: Vec<u64> = g.mipmaps.iter().map(|(h, _)| h).collect();
+        for handle in mipmaps {
+            let m = g.mipmaps.get_mut(handle)?;
+            backend.bind(m.device)?;
+            // The backend's array of each level: those the guest holds, else read now (and
+            // kept, so that a later checkpoint or request asks the backend no more).
+            let mut raws = Vec::with_capacity(m.shape.layout.levels.len());
+            for level in 0..m.shape.layout.levels.len() as u32 {
+                let raw = match m.read_levels.get(&level) {
+                    Some(&raw) => raw,
+                    None => {
+                        let raw = backend.mipmap_level(m.raw, level)?;
+                        m.read_levels.insert(level, raw);
+                        raw
+                    }
+                };
+                raws.push(raw);
+            }
+            let m = g.mipmaps.get(handle)?;
+            let mut level_handles: Vec<(u32, u64)> = m.levels.iter().map(|(&l, &h)| (l, h)).collect();
+            level_handles.sort_unstable();
+            image.arrays.push(ArrayImage {
+                handle,
+                device: m.device,
+                desc: m.shape.desc,
+                extent: m.shape.extent,
+                flags: m.shape.flags,
+                levels: m.shape.layout.levels.len() as u32,
+                level_handles,
+                contents: read_levels(backend, &m.shape, &raws)?,
+            });
+        }
+        image.arrays.sort_unstable_by_key(|a| a.handle);
+        image.objects = g
+            .textures
+            .iter()
+            .map(|(&value, (t, device))| ObjectImage { value, device: *device, texture: Some(t.clone()), array: 0 })
+            .chain(g.surfaces.iter().map(|(&value, &array)| {
+                let device = g.arrays.get(array).map(|a| a.device).unwrap_or(0);
+                ObjectImage { value, device, texture: None, array }
+            }))
+            .collect();
+        image.objects.sort_unstable_by_key(|o| o.value);
+        Ok(phos_protocol::encode(&image))
+    }
+
+    /// Put back what [`snapshot`](Self::snapshot) took, into a fresh session whose records
+    /// have been replayed (linear memory a texture reads exists again): every array under its
+    /// handle with its contents, and every texture and surface object under the value it had
+    /// (kernels hold them; see [`make_objects`]). `holds` says whether linear memory is the
+    /// session's. A failure leaves what was made for the session's release to destroy.
+    pub fn load(&self, backend: &dyn Backend, image: &[u8], holds: &dyn Fn(u64, u64) -> bool) -> Result<(), String> {
+        if image.is_empty() {
+            return Ok(());
+        }
+        let image: ArraysImage = phos_protocol::decode(image).map_err(|e| format!("the arrays do not decode: {e}"))?;
+        for a in &image.arrays {
+            self.load_array(backend, a).map_err(|e| format!("CUDA array {:#x}: {e}", a.handle))?;
+        }
+        {
+            let mut g = self.inner.lock();
+            g.arrays.set_next_counter(image.next[0]);
+            g.mipmaps.set_next_counter(image.next[1]);
+            if image.objects.len() > g.object_limit {
+                return Err(format!("{} texture and surface objects, past the session's limit", image.objects.len()));
+            }
+        }
+        // Values in increasing order, each once.
+        if image.objects.first().is_some_and(|o| o.value == 0)
+            || image.objects.windows(2).any(|w| w[0].value >= w[1].value)
+        {
+            return Err("texture and surface objects out of order, named twice or of value 0".into());
+        }
+        make_objects(backend, self, &image.objects, holds)
+    }
+
+    /// What can be said of an image's arrays before anything is made: that they decode, each
+    /// of a shape CUDA makes with the contents it holds, of handles of their kinds, and
+    /// objects in increasing order of value, each once, no more than `limit` of each.
+    pub fn check_image(image: &[u8], limit: u64) -> Result<(), String> {
+        if image.is_empty() {
+            return Ok(());
+        }
+        let image: ArraysImage = phos_protocol::decode(image).map_err(|e| format!("the arrays do not decode: {e}"))?;
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        if image.arrays.len() > limit.saturating_mul(2) || image.objects.len() > limit {
+            return Err(format!(
+                "{} arrays and {} objects, past the session's limits",
+                image.arrays.len(),
+                image.objects.len()
+            ));
+        }
+        for a in &image.arrays {
+            let levels = (a.levels > 0).then_some(a.levels);
+            let kind = if levels.is_some() { HandleKind::MipmappedArray } else { HandleKind::Array };
+            let bad = |why: String| Err(format!("CUDA array {:#x}: {why}", a.handle));
+            if !super::handles::is_handle_of(kind, a.handle)
+                || a.level_handles.iter().any(|&(_, h)| !super::handles::is_handle_of(HandleKind::Array, h))
+            {
+                return bad("a handle of another kind".into());
+            }
+            let shape = match Shape::new(a.desc, a.extent, a.flags, levels) {
+                Ok(s) => s,
+                Err(e) => return bad(format!("its shape: {e:?}")),
+            };
+            if a.contents.len() as u64 != shape.content_bytes() {
+                return bad(format!("{} bytes of contents for {} of texels", a.contents.len(), shape.content_bytes()));
+            }
+        }
+        if image.objects.first().is_some_and(|o| o.value == 0)
+            || image.objects.windows(2).any(|w| w[0].value >= w[1].value)
+        {
+            return Err("texture and surface objects out of order, named twice or of value 0".into());
+        }
+        Ok(())
+    }
+
+    /// One array or mipmapped array of an image, with its contents and level handles. The
+    /// records' replay made it again already (its creation is recorded, as an allocation's):
+    /// it must be of the image's shape; one no record made is made here.
+    fn load_array(&self, backend: &dyn Backend, a: &ArrayImage) -> Result<(), String> {
+        let levels = (a.levels > 0).then_some(a.levels);
+        let shape = Shape::new(a.desc, a.extent, a.flags, levels).map_err(|e| format!("its shape: {e:?}"))?;
+        if levels.is_some_and(|n| n as usize != shape.layout.levels.len()) {
+            return Err(format!("{} levels, where its extent allows {}", a.levels, shape.layout.levels.len()));
+        }
+        if a.contents.len() as u64 != shape.content_bytes() {
+            return Err(format!("{} bytes of contents for {} of texels", a.contents.len(), shape.content_bytes()));
+        }
+        if levels.is_none() && !a.level_handles.is_empty() {
+            return Err("level handles of an array that is not mipmapped".into());
+        }
+        backend.bind(a.device).map_err(|e| format!("device {}: {e:?}", a.device))?;
+        let replayed = {
+            let g = self.inner.lock();
+            match levels {
+                None => g.arrays.get(a.handle).ok().map(|x| (x.raw, x.shape.clone(), x.device, x.level_of.is_some())),
+                Some(_) => g.mipmaps.get(a.handle).ok().map(|m| (m.raw, m.shape.clone(), m.device, false)),
+            }
+        };
+        let raw = match replayed {
+            Some((raw, made, device, level)) => {
+                let same = made.desc == shape.desc
+                    && made.extent == shape.extent
+                    && made.flags == shape.flags
+                    && made.layout.levels.len() == shape.layout.levels.len();
+                if !same || device != a.device || level {
+                    return Err("its record made an array of another shape or device".into());
+                }
+                raw
+            }
+            None => {
+                let raw =
+                    backend.array_create(a.device, &shape.spec(levels)).map_err(|e| format!("creating it: {e:?}"))?;
+                let mut g = self.inner.lock();
+                let put = match levels {
+                    None => g
+                        .arrays
+                        .insert_at(a.handle, Array { raw, shape: shape.clone(), device: a.device, level_of: None }),
+                    Some(_) => g.mipmaps.insert_at(
+                        a.handle,
+                        Mipmapped {
+                            raw,
+                            shape: shape.clone(),
+                            device: a.device,
+                            levels: HashMap::new(),
+                            read_levels: HashMap::new(),
+                        },
+                    ),
+                };
+                if let Err(e) = put {
+                    drop(g);
+                    let _ = backend.array_destroy(raw, levels.is_some());
+                    return Err(format!("its handle: {e:?}"));
+                }
+                g.bytes += shape.bytes;
+                raw
+            }
+        };
+        let raws = match levels {
+            None => vec![raw],
+            Some(_) => {
+                let mut raws = Vec::with_capacity(shape.layout.levels.len());
+                for level in 0..shape.layout.levels.len() as u32 {
+                    let l = backend.mipmap_level(raw, level).map_err(|e| format!("level {level}: {e:?}"))?;
+                    let mut g = self.inner.lock();
+                    g.mipmaps.get_mut(a.handle).map_err(|e| format!("{e:?}"))?.read_levels.insert(level, l);
+                    raws.push(l);
+                }
+                let mut g = self.inner.lock();
+                for &(level, handle) in &a.level_handles {
+                    let level_shape = shape.level(level).ok_or_else(|| format!("no level {level}"))?;
+                    let level_array = Array {
+                        raw: raws[level as usize],
+                        shape: level_shape,
+                        device: a.device,
+                        level_of: Some(a.handle),
+                    };
+                    g.arrays
+                        .insert_at(handle, level_array)
+                        .map_err(|e| format!("the handle of level {level}: {e:?}"))?;
+                    g.mipmaps.get_mut(a.handle).map_err(|e| format!("{e:?}"))?.levels.insert(level, handle);
+                }
+                raws
+            }
+        };
+        write_levels(backend, &shape, &raws, &a.contents).map_err(|e| format!("writing its contents: {e:?}"))
+    }
+
+    /// What a texture record of an image reads, once the arrays are back.
+    fn texture_source(&self, t: &TextureRecord, holds: &dyn Fn(u64, u64) -> bool) -> Result<TextureSource, String> {
+        let format = |d: &ChannelFormatDesc| {
+            ChannelFormat::from_cuda(d.x, d.y, d.z, d.w, d.f).map_err(|_| "its channel format".to_string())
+        };
+        match t.res_type {
+            RESOURCE_ARRAY => {
+                let a = self.array(t.array).map_err(|_| format!("no array {:#x}", t.array))?;
+                Ok(TextureSource::Array { raw: a.raw, format: a.shape.format })
+            }
+            RESOURCE_MIPMAPPED => {
+                let m = self.mipmapped(t.mipmap).map_err(|_| format!("no mipmapped array {:#x}", t.mipmap))?;
+                Ok(TextureSource::Mipmapped { raw: m.raw, format: m.shape.format })
+            }
+            RESOURCE_LINEAR | RESOURCE_PITCH_2D => {
+                let (addr, len) = linear_range(t).ok_or("an impossible extent")?;
+                if !holds(addr, len) {
+                    return Err(format!("memory {addr:#x}+{len:#x} that is not the session's"));
+                }
+                let f = format(&t.desc)?;
+                Ok(if t.res_type == RESOURCE_LINEAR {
+                    TextureSource::Linear { addr: t.dev_ptr, format: f, size: t.size }
+                } else {
+                    TextureSource::Pitch2D {
+                        addr: t.dev_ptr,
+                        format: f,
+                        width: t.width,
+                        height: t.height,
+                        pitch: t.pitch,
+                    }
+                })
+            }
+            other => Err(format!("resource type {other}")),
+        }
+    }
+}
+
+/// `cudaResourceType`.
+pub const RESOURCE_ARRAY: i32 = 0;
+pub const RESOURCE_MIPMAPPED: i32 = 1;
+pub const RESOURCE_LINEAR: i32 = 2;
+pub const RESOURCE_PITCH_2D: i32 = 3;
+
+/// The device memory a texture of linear or pitched memory reads: (start, length).
+fn linear_range(t: &TextureRecord) -> Option<(u64, u64)> {
+    match t.res_type {
+        RESOURCE_LINEAR => Some((t.dev_ptr, t.size)),
+        RESOURCE_PITCH_2D => {
+            let f = ChannelFormat::from_cuda(t.desc.x, t.desc.y, t.desc.z, t.desc.w, t.desc.f).ok()?;
+            let row = t.width.checked_mul(u64::from(f.element_size()))?;
+            let span = t.pitch.checked_mul(t.height.saturating_sub(1))?.checked_add(row)?;
+            Some((t.dev_ptr, span))
+        }
+        _ => None,
+    }
+}
+
+/// Texture and surface objects made again that the backend gave values below the wanted
+/// ones, held until every object is made, at most.
+const PLACEHOLDERS: usize = 1 << 16;
+
+/// Make the image's texture and surface objects again, each under the value the program
+/// holds (kernels take them by value, where no one could translate them). A backend that
+/// can make an object under a given value does (`emu`); a driver picks its own values, small
+/// integers it hands out lowest first in a fresh context, so the objects are made in
+/// increasing order of value, and an object the driver gives a lower value than wanted is
+/// kept aside (a placeholder) while the same object is made again, until the value comes;
+/// placeholders are destroyed at the end. A driver that gives a higher value than wanted
+/// (the value is taken) fails the restore, naming both.
+fn make_objects(
+    backend: &dyn Backend,
+    arrays: &ArrayRegistry,
+    objects: &[ObjectImage],
+    holds: &dyn Fn(u64, u64) -> bool,
+) -> Result<(), String> {
+    let mut placeholders: Vec<(u64, bool)> = Vec::new();
+    let made = (|| -> Result<(), String> {
+        for o in objects {
+            backend.bind(o.device).map_err(|e| format!("device {}: {e:?}", o.device))?;
+            let what = if o.texture.is_some() { "texture" } else { "surface" };
+            loop {
+                let got = match &o.texture {
+                    Some(t) => {
+                        let source = arrays.texture_source(t, holds)?;
+                        let desc = crate::service::texture_desc(&t.tex_desc)
+                            .map_err(|e| format!("texture object {:#x}: {e}", o.value))?;
+                        backend.texture_create_as(o.value, &source, &desc, t.view.as_ref())
+                    }
+                    None => {
+                        let a = arrays
+                            .array(o.array)
+                            .map_err(|_| format!("surface object {:#x}: no array {:#x}", o.value, o.array))?;
+                        if a.shape.flags & SURFACE_LOAD_STORE == 0 {
+                            return Err(format!(
+                                "surface object {:#x} of an array made without cudaArraySurfaceLoadStore",
+                                o.value
+                            ));
+                        }
+                        backend.surface_create_as(o.value, a.raw)
+                    }
+                }
+                .map_err(|e| format!("{what} object {:#x}: {e:?}", o.value))?;
+                if got == o.value {
+                    break;
+                }
+                if got < o.value && placeholders.len() < PLACEHOLDERS {
+                    placeholders.push((got, o.texture.is_some()));
+                    continue;
+                }
+                let _ = if o.texture.is_some() { backend.texture_destroy(got) } else { backend.surface_destroy(got) };
+                return Err(format!(
+                    "the backend made {what} object {:#x} again as {got:#x}, where the program holds {:#x}: restore the session on a server whose devices have no other objects",
+                    o.value, o.value
+                ));
+            }
+            let mut g = arrays.inner.lock();
+            match &o.texture {
+                Some(t) => {
+                    g.textures.insert(o.value, (t.clone(), o.device));
+                }
+                None => {
+                    g.surfaces.insert(o.value, o.array);
+                }
+            }
+        }
+        Ok(())
+    })();
+    for (value, texture) in placeholders {
+        let _ = if texture { backend.texture_destroy(value) } else { backend.surface_destroy(value) };
+    }
+    made
+}
+
+/// Read every level of an array (`raws`: the backend's array of each level, level 0 first),
+/// packed: each level's rows, slices and layers one after another.
+fn read_levels(backend: &dyn Backend, shape: &Shape, raws: &[Raw]) -> Result<Vec<u8>, CudaError> {
+    let mut out = vec![0u8; usize::try_from(shape.content_bytes()).map_err(|_| CudaError::MemoryAllocation)?];
+    let mut at = 0usize;
+    for (level, &raw) in raws.iter().enumerate() {
+        let extent = shape.level_box(level).ok_or(CudaError::InvalidValue)?;
+        let len = (extent[0] * extent[1] * extent[2]) as usize;
+        backend.array_copy(
+            ArraySide::HostOut(&mut out[at..at + len]),
+            ArraySide::Array { raw, x: 0, y: 0, z: 0 },
+            extent,
+            None,
+        )?;
+        at += len;
+    }
+    Ok(out)
+}
+
+/// Write `contents` (as [`read_levels`] packs them) into the arrays of `raws`.
+fn write_levels(backend: &dyn Backend, shape: &Shape, raws: &[Raw], contents: &[u8]) -> Result<(), CudaError> {
+    let mut at = 0usize;
+    for (level, &raw) in raws.iter().enumerate() {
+        let extent = shape.level_box(level).ok_or(CudaError::InvalidValue)?;
+        let len = (extent[0] * extent[1] * extent[2]) as usize;
+        let bytes = contents.get(at..at + len).ok_or(CudaError::InvalidValue)?;
+        backend.array_copy(ArraySide::Array { raw, x: 0, y: 0, z: 0 }, ArraySide::Host(bytes), extent, None)?;
+        at += len;
+    }
+    Ok(())
+}
+
+/// What a checkpoint holds of the arrays (see [`ArrayRegistry::snapshot`]).
+#[derive(Default, bincode::Encode, bincode::Decode)]
+struct ArraysImage {
+    /// Arrays and mipmapped arrays (not levels), by handle.
+    arrays: Vec<ArrayImage>,
+    /// Texture and surface objects, by value.
+    objects: Vec<ObjectImage>,
+    /// The next handle counters of arrays and mipmapped arrays.
+    next: [u64; 2],
+}
+
+#[derive(bincode::Encode, bincode::Decode)]
+struct ArrayImage {
+    handle: u64,
+    device: i32,
+    desc: ChannelFormatDesc,
+    extent: [u64; 3],
+    flags: u32,
+    /// 0 for an array, the level count of a mipmapped array.
+    levels: u32,
+    /// (level, its `array` handle) of the levels the guest was handed.
+    level_handles: Vec<(u32, u64)>,
+    /// Every level's texels, level 0 first, each as its rows, slices and layers.
+    contents: Vec<u8>,
+}
+
+#[derive(bincode::Encode, bincode::Decode)]
+struct ObjectImage {
+    /// The value the program holds.
+    value: u64,
+    device: i32,
+    /// A texture object: what it was made of; `None` for a surface object of `array`.
+    texture: Option<TextureRecord>,
+    array: u64,
 }
 
 #[cfg(test)]
@@ -380,6 +850,99 @@ mod tests {
             let accounted = phos_protocol::types::array_bytes(esize, extent, flags, levels.unwrap_or(0)).unwrap();
             assert_eq!(accounted, shape.bytes, "{extent:?} flags {flags} levels {levels:?}");
         }
+    }
+
+    /// A checkpoint's arrays put back into a fresh session on a fresh backend: the same
+    /// handles (levels handed out too), contents, counters, and objects under the values the
+    /// program holds, made in a backend that has handed out other values meanwhile.
+    #[test]
+    fn arrays_and_objects_come_back_under_their_handles_and_values() {
+        use crate::backend::emu::EmuBackend;
+        let full = || CudaError::MemoryAllocation;
+        let new = NewHandle { forced: None, full: &full };
+        let emu = EmuBackend::new(64 << 20);
+        let r = ArrayRegistry::new(16);
+        let float = desc(32, 2);
+        let plain = r.create(&emu, 0, Shape::new(float, [5, 3, 0], 2, None).unwrap(), None, &new).unwrap();
+        let layered = r.create(&emu, 0, Shape::new(desc(8, 1), [4, 2, 3], 1, None).unwrap(), None, &new).unwrap();
+        let mip = r.create(&emu, 0, Shape::new(float, [8, 8, 0], 0, Some(3)).unwrap(), Some(3), &new).unwrap();
+        let level1 = r.level(&emu, mip, 1).unwrap();
+        let write = |handle: u64, bytes: &[u8], extent: [u64; 3]| {
+            let a = r.array(handle).unwrap();
+            emu.array_copy(ArraySide::Array { raw: a.raw, x: 0, y: 0, z: 0 }, ArraySide::Host(bytes), extent, None)
+                .unwrap();
+        };
+        let texels: Vec<u8> = (0..60).collect();
+        write(plain, &texels, [20, 3, 1]);
+        let layers: Vec<u8> = (100..124).collect();
+        write(layered, &layers, [4, 2, 3]);
+        let level: Vec<u8> = (0..64).map(|i| 200 - i).collect();
+        write(level1, &level, [16, 4, 1]);
+        let record = TextureRecord {
+            res_type: RESOURCE_ARRAY,
+            array: plain,
+            mipmap: 0,
+            dev_ptr: 0,
+            desc: float,
+            width: 0,
+            height: 0,
+            pitch: 0,
+            size: 0,
+            tex_desc: TextureDescWire::default(),
+            view: None,
+        };
+        let source =
+            TextureSource::Array { raw: r.array(plain).unwrap().raw, format: r.array(plain).unwrap().shape.format };
+        let tex_desc = crate::service::texture_desc(&record.tex_desc).unwrap();
+        let texture = r.add_texture(record.clone(), 0, || emu.texture_create(&source, &tex_desc, None), &full).unwrap();
+        let surface = r.add_surface(&emu, plain, &full).unwrap();
+        assert_eq!(r.add_surface(&emu, layered, &full).err(), Some(CudaError::InvalidValue), "no load/store flag");
+        let image = r.snapshot(&emu).unwrap();
+        assert!(ArrayRegistry::new(16).snapshot(&emu).unwrap().is_empty(), "nothing for a session without arrays");
+        // What a restore checks before it makes anything.
+        ArrayRegistry::check_image(&image, 16).unwrap();
+        assert!(ArrayRegistry::check_image(&image[..image.len() - 1], 16).is_err(), "cut short");
+        assert!(ArrayRegistry::check_image(&[7; 40], 16).is_err(), "not an image's");
+        assert!(ArrayRegistry::check_image(&image, 1).is_err(), "past the limits");
+
+        let emu2 = EmuBackend::new(64 << 20);
+        // Values the new backend hands out meanwhile do not matter.
+        for _ in 0..5 {
+            emu2.stream_create(0, 1, 0).unwrap();
+        }
+        let back = ArrayRegistry::new(16);
+        back.load(&emu2, &image, &|_, _| true).unwrap();
+        let read = |reg: &ArrayRegistry, emu: &EmuBackend, handle: u64, extent: [u64; 3]| {
+            let a = reg.array(handle).unwrap();
+            let mut out = vec![0u8; (extent[0] * extent[1] * extent[2]) as usize];
+            emu.array_copy(
+                ArraySide::HostOut(&mut out),
+                ArraySide::Array { raw: a.raw, x: 0, y: 0, z: 0 },
+                extent,
+                None,
+            )
+            .unwrap();
+            out
+        };
+        assert_eq!(read(&back, &emu2, plain, [20, 3, 1]), texels);
+        assert_eq!(read(&back, &emu2, layered, [4, 2, 3]), layers);
+        assert_eq!(read(&back, &emu2, level1, [16, 4, 1]), level);
+        assert_eq!(back.level(&emu2, mip, 1).unwrap(), level1, "the level handle handed out");
+        let level2 = back.level(&emu2, mip, 2).unwrap();
+        assert!(level2 > level1, "a new level handle comes from the counter: {level2:#x}");
+        assert_eq!(back.texture(texture).unwrap(), record);
+        assert_eq!(back.surface(surface).unwrap(), plain);
+        assert_eq!(back.bytes(), r.bytes());
+        assert_eq!(back.content_bytes(), r.content_bytes());
+        // New objects never take a restored value, and new arrays get new handles.
+        let another = back.add_surface(&emu2, plain, &full).unwrap();
+        assert!(another != surface && another != texture);
+        let newer = back.create(&emu2, 0, Shape::new(float, [2, 0, 0], 0, None).unwrap(), None, &new).unwrap();
+        assert!(newer > layered);
+        // An image loads into a session once: the handles are taken.
+        assert!(back.load(&emu2, &image, &|_, _| true).is_err());
+        back.release_all(&emu2);
+        r.release_all(&emu);
     }
 
     #[test]

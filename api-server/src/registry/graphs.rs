@@ -183,9 +183,26 @@ impl GraphRegistry {
         Ok(())
     }
 
-    /// Whether the session holds conditional handles, which checkpoints do not hold.
-    pub fn holds_conditionals(&self) -> bool {
-        !self.conditionals.lock().handles.is_empty()
+    /// The session's conditional handles, for a checkpoint: (cell, graph, default, flags), by
+    /// cell. Their cells are allocations of the session's memory, which the image holds.
+    pub fn conditional_handles(&self) -> Vec<(u64, u64, u32, u32)> {
+        let c = self.conditionals.lock();
+        let mut out: Vec<_> =
+            c.handles.iter().map(|(&cell, k)| (cell, k.graph, k.default, u32::from(k.assign_default))).collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Put back a conditional handle of an image (its cell allocated again at its address,
+    /// its graph put back by [`load`](Self::load)). `cudaErrorInvalidValue` for flags other than
+    /// `cudaGraphCondAssignDefault` and a cell named twice.
+    pub fn load_conditional_handle(&self, cell: u64, graph: u64, default: u32, flags: u32) -> Result<(), CudaError> {
+        let mut c = self.conditionals.lock();
+        if flags > 1 || c.handles.contains_key(&cell) || c.handles.len() >= MAX_CONDITIONALS {
+            return Err(CudaError::InvalidValue);
+        }
+        c.handles.insert(cell, Conditional { graph, default, assign_default: flags == 1 });
+        Ok(())
     }
 
     /// Add a conditional node of `kind` with `size` bodies to `graph` after the nodes at `deps`:
@@ -1034,6 +1051,18 @@ impl GraphRegistry {
         for (handle, ops) in image.execs {
             execs.insert_at(handle, ops).map_err(|e| format!("executable graph {handle:#x}: {e:?}"))?;
         }
+        // Each conditional node's body graphs belong to the graph of the node.
+        let mut c = self.conditionals.lock();
+        for (graph, g) in graphs.iter() {
+            for op in g.nodes.iter().flat_map(|n| &n.ops) {
+                if let GraphOp::Conditional { bodies, .. } = op {
+                    for &b in bodies {
+                        c.parents.insert(b, graph);
+                    }
+                }
+            }
+        }
+        drop(c);
         let [g, n, e] = image.next;
         graphs.set_next_counter(g);
         nodes.set_next_counter(n);
@@ -1444,7 +1473,7 @@ mod tests {
         assert_eq!(r.add_conditional_handle(g, 0x9000, 1, 2), Err(CudaError::InvalidValue));
         r.add_conditional_handle(g, 0x9000, 1, 1).unwrap();
         r.add_conditional_handle(other, 0x9100, 0, 0).unwrap();
-        assert!(r.holds_conditionals());
+        assert_eq!(r.conditional_handles(), vec![(0x9000, g, 1, 1), (0x9100, other, 0, 0)]);
         // Sizes a type does not take, a handle of another graph, a type CUDA has not.
         for (handle, kind, size) in
             [(0x9000, COND_WHILE, 2), (0x9000, COND_IF, 3), (0x9100, COND_IF, 1), (0x9000, 7, 1)]
@@ -1468,8 +1497,19 @@ mod tests {
             GraphOp::CopyToDevice { dst: 0x9000, dpitch: 4, data: 1u32.to_ne_bytes().to_vec(), width: 4, height: 1 };
         let nested = GraphOp::ConditionalRun { handle: 0x9000, kind: COND_WHILE, bodies: vec![vec![]] };
         let run = GraphOp::ConditionalRun { handle: 0x9000, kind: COND_IF, bodies: vec![vec![memset, nested], vec![]] };
-        assert_eq!(ops, vec![default, run], "the default first, then the node's work");
+        assert_eq!(ops, vec![default.clone(), run.clone()], "the default first, then the node's work");
         assert_eq!(r.update_exec(exec, g).unwrap(), UPDATE_SUCCESS);
+        // A checkpoint's graphs and handles put back: the same work, and bodies still know
+        // the graph whose handle their nodes may use.
+        let back = GraphRegistry::new(GraphLimits { graphs: 16, nodes: 64, execs: 8 });
+        back.load(&r.snapshot(), &|a| a).unwrap();
+        for (cell, graph, default, flags) in r.conditional_handles() {
+            back.load_conditional_handle(cell, graph, default, flags).unwrap();
+        }
+        assert_eq!(back.load_conditional_handle(0x9000, g, 1, 1), Err(CudaError::InvalidValue), "twice");
+        assert_eq!(back.exec_ops(exec).unwrap(), vec![default.clone(), run.clone()]);
+        assert_eq!(back.ordered_ops(g).unwrap(), vec![default, run]);
+        back.add_conditional_node(bodies[0], vec![], 0x9000, COND_IF, 1, &full, &full).unwrap();
         // No setters; a clone copies the bodies; a host node is no body's.
         let scratch = r.create(&new).unwrap();
         let from = r.add_conditional_node(scratch, vec![], 0x9000, COND_IF, 1, &full, &full);

@@ -9,20 +9,16 @@ use phos_ptx::exec::{AddressMode, FilterMode, ReadMode, Resource, Texture, Textu
 
 use super::{CallCx, Session};
 use crate::backend::{ArraySide, TextureSource};
-use crate::registry::arrays::{Shape, TextureRecord};
-
-/// `cudaResourceType`.
-const RESOURCE_ARRAY: i32 = 0;
-const RESOURCE_MIPMAPPED: i32 = 1;
-const RESOURCE_LINEAR: i32 = 2;
-const RESOURCE_PITCH_2D: i32 = 3;
+use crate::registry::arrays::{
+    RESOURCE_ARRAY, RESOURCE_LINEAR, RESOURCE_MIPMAPPED, RESOURCE_PITCH_2D, Shape, TextureRecord,
+};
 
 /// Rows of pitched memory a texture reads start this many bytes apart at least
 /// (`cudaDevAttrTexturePitchAlignment` of every GPU since Volta).
 const TEXTURE_PITCH_ALIGNMENT: u64 = 32;
 
 /// The interpreter's texture description of the wire's (CUDA's values are checked here).
-fn texture_desc(w: &TextureDescWire) -> Result<TextureDesc, TextureError> {
+pub(crate) fn texture_desc(w: &TextureDescWire) -> Result<TextureDesc, TextureError> {
     let address = [
         AddressMode::from_cuda(w.address_mode[0])?,
         AddressMode::from_cuda(w.address_mode[1])?,
@@ -272,8 +268,11 @@ impl Session {
             .map_err(|e| self.texture_refused(&e.to_string(), CudaError(e.cuda_error())))?;
         let view = record.view;
         let backend = self.backend();
-        self.objects.arrays.add_texture(record, || backend.texture_create(&source, &desc, view.as_ref()), &|| {
-            self.refuse(cx, LimitKind::Allocations)
-        })
+        self.objects.arrays.add_texture(
+            record,
+            cx.device,
+            || backend.texture_create(&source, &desc, view.as_ref()),
+            &|| self.refuse(cx, LimitKind::Allocations),
+        )
     }
 }

@@ -5,6 +5,7 @@
 //! same registries, so its calls take the runtime's streams and memory.
 
 mod arrays;
+pub(crate) use arrays::texture_desc;
 pub mod cublas;
 pub mod cublaslt;
 pub mod cuda;
