@@ -340,10 +340,10 @@ int main() {
     try {
         basics(5000);
         scans(6000);
-        sorts(3000);
+        sorts(20000);
         selections(4000);
         permutations(3000);
-        sets(2000);
+        sets(10000);
         CHECK(cudaDeviceSynchronize());
     } catch (const thrust::system_error &e) {
         std::printf("FAILED: thrust::system_error: %s\n", e.what());
