@@ -3,9 +3,10 @@
 // back, sequence, transform with a functor and a device lambda, reduce, transform_reduce,
 // scans, sorts (radix sort of int and float keys, sort_by_key, stable_sort with a comparator:
 // the merge sort), unique, copy_if/remove_if, reduce_by_key, count, min/max_element,
-// gather/scatter, merge, set operations and binary search. Every result is checked against
-// the same computation on the host; values are small integers (exact in float), so sums do
-// not depend on how the GPU splits the work.
+// gather/scatter, merge, set operations and binary search; iterators (counting, zip,
+// transform), for_each, a policy on a stream of the program's, thrust::random and the smaller
+// algorithms. Every result is checked against the same computation on the host; values are
+// small integers (exact in float), so sums do not depend on how the GPU splits the work.
 #include "check.h"
 
 #include <algorithm>
@@ -33,6 +34,21 @@
 #include <thrust/transform.h>
 #include <thrust/transform_reduce.h>
 #include <thrust/unique.h>
+#include <thrust/adjacent_difference.h>
+#include <thrust/fill.h>
+#include <thrust/for_each.h>
+#include <thrust/inner_product.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
+#include <thrust/iterator/zip_iterator.h>
+#include <thrust/logical.h>
+#include <thrust/partition.h>
+#include <thrust/random.h>
+#include <thrust/replace.h>
+#include <thrust/reverse.h>
+#include <thrust/system/cuda/execution_policy.h>
+#include <thrust/tabulate.h>
+#include <thrust/tuple.h>
 
 static int failures = 0;
 
@@ -61,6 +77,10 @@ static std::vector<T> to_host(const thrust::device_vector<T> &d) {
 struct saxpy {
     int a;
     __host__ __device__ int operator()(int x, int y) const { return a * x + y; }
+};
+
+struct square_int {
+    __host__ __device__ int operator()(int x) const { return x * x % 1000; }
 };
 
 struct square {
@@ -336,6 +356,103 @@ static void sets(int n) {
     report("lower_bound (thrust::device)", where - raw == (long)(a.size() / 2));
 }
 
+struct add_pair {
+    __host__ __device__ int operator()(const thrust::tuple<int, int> &t) const {
+        return thrust::get<0>(t) + 2 * thrust::get<1>(t);
+    }
+};
+
+struct bump {
+    int *counts;
+    __device__ void operator()(int x) const { atomicAdd(&counts[x % 8], 1); }
+};
+
+// A pseudo-random draw per index, as Monte Carlo programs write it: the same sequence on the
+// host and the device.
+struct draw {
+    __host__ __device__ unsigned operator()(int i) const {
+        thrust::default_random_engine rng(1234u + 7919u * (unsigned)i);
+        rng.discard(3);
+        thrust::uniform_int_distribution<int> dist(0, 99);
+        return (unsigned)dist(rng);
+    }
+};
+
+struct below_50 {
+    __host__ __device__ bool operator()(int x) const { return x < 50; }
+};
+
+// Iterators, for_each, a policy on a stream of the program's, memory of cudaMalloc's wrapped in
+// a device_ptr, and the smaller algorithms.
+static void more(int n) {
+    cudaStream_t stream;
+    CHECK(cudaStreamCreate(&stream));
+    thrust::counting_iterator<int> first(0);
+    thrust::device_vector<int> sq(n);
+    thrust::transform(thrust::cuda::par.on(stream), first, first + n, sq.begin(), square_int());
+    CHECK(cudaStreamSynchronize(stream));
+    std::vector<int> h(n);
+    for (int i = 0; i < n; i++) h[i] = i * i % 1000;
+    report("counting_iterator on a stream", to_host(sq) == h);
+
+    thrust::device_vector<int> idx(n);
+    thrust::sequence(idx.begin(), idx.end());
+    auto zip = thrust::make_zip_iterator(thrust::make_tuple(sq.begin(), idx.begin()));
+    auto summed = thrust::make_transform_iterator(zip, add_pair());
+    long long total = thrust::reduce(summed, summed + n, 0LL);
+    long long host_total = 0;
+    for (int i = 0; i < n; i++) host_total += h[i] + 2 * i;
+    report("zip and transform iterators", total == host_total);
+
+    int *raw;
+    CHECK(cudaMalloc(&raw, 8 * sizeof(int)));
+    CHECK(cudaMemset(raw, 0, 8 * sizeof(int)));
+    thrust::device_ptr<int> counts = thrust::device_pointer_cast(raw);
+    thrust::for_each(sq.begin(), sq.end(), bump{raw});
+    std::vector<int> want_counts(8, 0);
+    for (int v : h) want_counts[v % 8]++;
+    std::vector<int> got_counts(counts, counts + 8);
+    report("for_each (atomics), device_ptr", got_counts == want_counts);
+    CHECK(cudaFree(raw));
+
+    thrust::device_vector<unsigned> drawn(n);
+    thrust::tabulate(drawn.begin(), drawn.end(), draw());
+    std::vector<unsigned> want_drawn(n);
+    for (int i = 0; i < n; i++) want_drawn[i] = draw()(i);
+    report("tabulate (thrust::random)", to_host(drawn) == want_drawn);
+
+    thrust::device_vector<int> v(sq);
+    thrust::reverse(v.begin(), v.end());
+    thrust::replace(v.begin(), v.end(), 0, -1);
+    std::vector<int> want(h.rbegin(), h.rend());
+    std::replace(want.begin(), want.end(), 0, -1);
+    report("reverse, replace", to_host(v) == want);
+    thrust::adjacent_difference(v.begin(), v.end(), v.begin());
+    std::adjacent_difference(want.begin(), want.end(), want.begin());
+    report("adjacent_difference", to_host(v) == want);
+
+    long long dot = thrust::inner_product(sq.begin(), sq.end(), idx.begin(), 0LL);
+    long long host_dot = 0;
+    for (int i = 0; i < n; i++) host_dot += (long long)h[i] * i;
+    bool all = thrust::all_of(sq.begin(), sq.end(), below_50());
+    bool any = thrust::any_of(sq.begin(), sq.end(), below_50());
+    report("inner_product, all_of, any_of", dot == host_dot && !all && any);
+    thrust::device_vector<int> dh(h.begin(), h.end());
+    report("equal", thrust::equal(sq.begin(), sq.end(), dh.begin()) && !thrust::equal(sq.begin(), sq.end(), idx.begin()) &&
+                        thrust::equal(idx.begin(), idx.end(), first));
+
+    thrust::device_vector<int> parts(sq);
+    auto middle = thrust::stable_partition(parts.begin(), parts.end(), below_50());
+    std::vector<int> want_parts = h;
+    auto host_middle = std::stable_partition(want_parts.begin(), want_parts.end(), [](int x) { return x < 50; });
+    report("stable_partition", middle - parts.begin() == host_middle - want_parts.begin() &&
+                                   to_host(parts) == want_parts);
+    thrust::fill(parts.begin(), parts.begin() + n / 2, 9);
+    report("fill", thrust::count(parts.begin(), parts.end(), 9) >= n / 2);
+    std::printf("  dot %lld, below 50 first %d\n", dot, (int)(host_middle - want_parts.begin()));
+    CHECK(cudaStreamDestroy(stream));
+}
+
 int main() {
     try {
         basics(5000);
@@ -344,6 +461,7 @@ int main() {
         selections(4000);
         permutations(3000);
         sets(10000);
+        more(4000);
         CHECK(cudaDeviceSynchronize());
     } catch (const thrust::system_error &e) {
         std::printf("FAILED: thrust::system_error: %s\n", e.what());
