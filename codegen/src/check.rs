@@ -1610,6 +1610,26 @@ mod tests {
     }
 
     #[test]
+    fn a_hand_written_refusal_is_logged_by_its_function_but_not_by_the_last_error() {
+        let api = check_src(
+            "@id(0) err_t cudaGetLastError(void) { implemented_by(guest); }\n\
+             @id(1) err_t cudaPeekAtLastError(void) { implemented_by(guest); }\n\
+             @id(2) err_t launch(int n) { implemented_by(guest); }",
+        )
+        .unwrap();
+        let guest = crate::emit::guest::emit(&api);
+        let stub = |name: &str| {
+            let start = guest.find(&format!("extern \"C\" fn {name}(")).unwrap_or_else(|| panic!("{name}: {guest}"));
+            let end = guest[start..].find("\n}").map_or(guest.len(), |e| start + e);
+            guest[start..end].to_string()
+        };
+        assert!(stub("launch").contains("log_refusal_once"), "{guest}");
+        // They answer an earlier call's error, which that call named.
+        assert!(!stub("cudaGetLastError").contains("log_refusal_once"), "{guest}");
+        assert!(!stub("cudaPeekAtLastError").contains("log_refusal_once"), "{guest}");
+    }
+
+    #[test]
     fn an_async_id_is_only_for_what_can_go_without_waiting() {
         expect_error(
             "@id(1) @async_id(2) err_t f(stream_t s);\n@id(2) err_t g(stream_t s);",

@@ -481,6 +481,52 @@ fn cp_async_and_cluster_barrier() {
     }
 }
 
+/// `bmsk` and `szext` (sm_70, PTX 7.6), which CUB's radix sorts of CUDA 12 and 13 use for their
+/// digit masks: per thread, position and width from the thread index, both modes.
+#[test]
+fn bit_masks_and_extensions() {
+    let ptx = format!(
+        "{HEADER}
+.visible .entry k(.param .u64 out)
+{{
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r1, %tid.x;
+    shr.u32 %r2, %r1, 3;
+    mul.lo.u32 %r2, %r2, 9;
+    and.b32 %r3, %r1, 7;
+    mul.lo.u32 %r3, %r3, 5;
+    bmsk.clamp.b32 %r4, %r2, %r3;
+    bmsk.wrap.b32 %r5, %r2, %r3;
+    szext.clamp.s32 %r6, 0x9abcdef0, %r3;
+    szext.wrap.u32 %r7, 0x9abcdef0, %r3;
+    mul.wide.u32 %rd2, %r1, 16;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.v4.u32 [%rd3], {{%r4, %r5, %r6, %r7}};
+    ret;
+}}
+"
+    );
+    let prog = program(&ptx);
+    let mut out = vec![0u32; 64 * 4];
+    run(&prog, "k", 1, 64, 0, &mut out).0.unwrap();
+    let mask = |pos: u32, width: u32| -> u32 {
+        // Bits pos..pos+width, ending at bit 31.
+        (pos..(pos + width).min(32)).fold(0, |m, i| m | 1 << i)
+    };
+    for t in 0..64u32 {
+        let (a, b) = ((t >> 3) * 9, (t & 7) * 5);
+        let clamp = if a >= 32 { 0 } else { mask(a, b.min(32)) };
+        let wrap = mask(a & 31, b & 31);
+        let v = 0x9abc_def0u32;
+        let n = b.min(32);
+        let sext = if n == 0 { 0 } else { (((v << (32 - n)) as i32) >> (32 - n)) as u32 };
+        let zext = if b & 31 == 0 { 0 } else { v & (u32::MAX >> (32 - (b & 31))) };
+        assert_eq!(&out[t as usize * 4..t as usize * 4 + 4], &[clamp, wrap, sext, zext], "thread {t}: a {a}, b {b}");
+    }
+}
+
 // ----- fuzzing -----
 
 fn xorshift(s: &mut u64) -> u64 {

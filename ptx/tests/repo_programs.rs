@@ -51,6 +51,7 @@ fn repository_programs_round_trip() {
             let status = Command::new(&nvcc)
                 .args(["-ptx", &format!("-arch={arch}"), "-I"])
                 .arg(&dir)
+                .args(own_flags(src))
                 .arg("-o")
                 .arg(&ptx)
                 .arg(src)
@@ -84,6 +85,16 @@ fn needs_cuda(src: &Path) -> Option<(u32, u32)> {
     let first = text.lines().next()?;
     let version = first.strip_prefix("// Needs CUDA ")?.split_whitespace().next()?;
     parse_version(version)
+}
+
+/// The nvcc flags a program asks for itself (a line `// nvcc flags: --extended-lambda`), as
+/// tests/e2e/programs.rs and tests/scripts/cuda-link-flags.sh read them.
+fn own_flags(src: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(src).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.strip_prefix("// nvcc flags:"))
+        .flat_map(|f| f.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .collect()
 }
 
 fn parse_version(v: &str) -> Option<(u32, u32)> {

@@ -32,9 +32,26 @@ fn same_as_native(name: &str) {
     same_as_native_over(name, "shm");
 }
 
+/// The nvcc flags a program's source asks for (a line `// nvcc flags: --extended-lambda`), as
+/// tests/scripts/cuda-link-flags.sh reads them for the GPU suite.
+fn own_flags(name: &str) -> Vec<String> {
+    let src = std::fs::read_to_string(cuda_dir().join(format!("{name}.cu"))).unwrap();
+    src.lines()
+        .filter_map(|l| l.strip_prefix("// nvcc flags:"))
+        .flat_map(|f| f.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .collect()
+}
+
+/// [`build_program`] with `arch`'s flags and the program's own.
+fn build_with_own_flags(nvcc: &std::path::Path, name: &str, arch: &[&str]) -> std::path::PathBuf {
+    let own = own_flags(name);
+    let flags: Vec<&str> = arch.iter().copied().chain(own.iter().map(String::as_str)).collect();
+    build_program(nvcc, name, &flags)
+}
+
 fn same_as_native_over(name: &str, transport: &str) {
     let Some(nvcc) = nvcc() else { return };
-    let exe = build_program(&nvcc, name, ARCH);
+    let exe = build_with_own_flags(&nvcc, name, ARCH);
     let out = phos_run_over("emu", transport, &exe, &[]);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -63,6 +80,7 @@ programs!(
     copy_async,
     copy_settled,
     copy_sizes,
+    cub_device,
     device_api,
     device_functions,
     device_numbers,
@@ -103,6 +121,7 @@ programs!(
     templates,
     texture_objects,
     thread_handoff,
+    thrust_algorithms,
     vector_add,
     warp_ops,
 );
@@ -267,6 +286,21 @@ fn graph_conditional() {
         if nvcc_release(&nvcc) >= (12, 4) { ARCH } else { &["-gencode", "arch=compute_70,code=compute_70"] };
     let exe = build_program(&nvcc, "graph_conditional", flags);
     emu_run(&exe, "graph_conditional");
+}
+
+/// Thrust and CUB built for other architectures than CI's (CUDA 11.8's default, compute_52;
+/// and compute_80, where CUB sorts with its one-sweep radix sort) print the same: the host
+/// side picks each algorithm's tuning from the kernels' `ptxVersion`, which must be the
+/// architecture their PTX was compiled for, as the device side was.
+#[test]
+fn thrust_and_cub_for_other_architectures() {
+    let Some(nvcc) = nvcc() else { return };
+    for arch in [&[][..], &["-arch=sm_80"][..]] {
+        for name in ["cub_device", "thrust_algorithms"] {
+            let exe = build_with_own_flags(&nvcc, name, arch);
+            emu_run(&exe, name);
+        }
+    }
 }
 
 /// Programs with a test of their own below.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The libraries a tests/cuda program links, from the headers it includes, as any such program
-# is built: the driver API (cuda.h), NVIDIA's math libraries and cuDNN.
-# Usage: tests/scripts/cuda-link-flags.sh FILE.cu   (prints the -l flags)
+# is built: the driver API (cuda.h), NVIDIA's math libraries and cuDNN; and the nvcc flags the
+# program asks for itself (a line `// nvcc flags: --extended-lambda`).
+# Usage: tests/scripts/cuda-link-flags.sh FILE.cu   (prints the -l flags, then the own ones)
 src=$1
 flags=""
 for pair in cuda.h:-lcuda cublas_v2.h:-lcublas cublasLt.h:-lcublasLt cufft.h:-lcufft \
@@ -11,4 +12,6 @@ for pair in cuda.h:-lcuda cublas_v2.h:-lcublas cublasLt.h:-lcublasLt cufft.h:-lc
 done
 # The driver API's test programs reach cuda.h through their shared header.
 case " $flags " in *" -lcuda "*) ;; *) grep -q '#include "driver_check.h"' "$src" && flags="-lcuda$flags" ;; esac
-echo $flags
+# The program's own flags.
+own=$(sed -n 's|^// nvcc flags:||p' "$src")
+echo $flags $own

@@ -159,18 +159,20 @@ struct Function {
     cache_config: i32,
 }
 
-/// The PTX's word on a kernel: `.maxntid` / `.reqntid` and the module's `.version` / `.target`.
+/// The PTX's word on a kernel: `.maxntid` / `.reqntid` and the module's `.target`.
 #[derive(Clone, Copy, Default)]
 struct KernelMeta {
     max_threads: u32,
+    /// The virtual architecture the PTX was compiled for (`.target sm_70` is 70), which CUDA
+    /// answers as `ptxVersion`: not the PTX ISA's `.version` (7.8 for every target of CUDA
+    /// 11.8). CUB and Thrust pick their kernels' tuning from it, and the host's choice must
+    /// match the one the device code was compiled with.
     ptx_version: i32,
-    target: i32,
 }
 
 fn kernel_meta(module: &phos_ptx::Module) -> HashMap<String, KernelMeta> {
     use phos_ptx::{Directive, FunctionDirective};
-    let ptx_version = module.version().map(|(a, b)| (a * 10 + b) as i32).unwrap_or(0);
-    let target = module
+    let ptx_version = module
         .target()
         .and_then(|t| t.first())
         .and_then(|t| t.trim_start_matches("sm_").trim_end_matches(|c: char| c.is_alphabetic()).parse().ok())
@@ -184,7 +186,7 @@ fn kernel_meta(module: &phos_ptx::Module) -> HashMap<String, KernelMeta> {
                 max_threads = max_threads.min(v.iter().product::<u32>().max(1));
             }
         }
-        out.insert(f.name.clone(), KernelMeta { max_threads, ptx_version, target });
+        out.insert(f.name.clone(), KernelMeta { max_threads, ptx_version });
     }
     out
 }
@@ -1063,7 +1065,8 @@ impl Modules for EmuBackend {
             // The interpreter has no register file.
             num_regs: 0,
             ptx_version: f.meta.ptx_version,
-            binary_version: f.meta.target,
+            // The PTX is compiled for the device it runs on, as the driver's JIT compiles it.
+            binary_version: self.compute_capability(),
             cache_mode_ca: 0,
             max_dynamic_shared_size_bytes: f.max_dynamic_shared as i32,
             preferred_shmem_carveout: f.carveout,
@@ -1152,6 +1155,12 @@ impl Modules for EmuBackend {
 }
 
 impl EmuBackend {
+    /// The device's compute capability as CUDA writes architectures (9.0 is 90).
+    fn compute_capability(&self) -> i32 {
+        let a = &self.properties.attributes;
+        a[attr::COMPUTE_CAPABILITY_MAJOR] * 10 + a[attr::COMPUTE_CAPABILITY_MINOR]
+    }
+
     /// Clusters are of one block here (the interpreter runs no distributed shared memory):
     /// as many clusters as blocks fit on the device at once.
     fn one_block_clusters(&self, function: Raw, block: Dim3, smem: u32) -> Result<i32, CudaError> {
@@ -1453,5 +1462,21 @@ mod tests {
         // SAFETY: the module's storage is mapped while the module is loaded; b is 16 bytes.
         let value = unsafe { std::ptr::read(b.1 as *const [u32; 4]) };
         assert_eq!(value, [7, 0, 0, 0]);
+    }
+
+    /// `ptxVersion` is the architecture the PTX was compiled for (CUB and Thrust choose
+    /// their tuning by it), never the PTX ISA's version; `binaryVersion` is the device's,
+    /// which the PTX is compiled for when loaded.
+    #[test]
+    fn function_attributes_name_the_ptx_architecture_and_the_device() {
+        let emu = EmuBackend::new(1 << 20);
+        for (target, want) in [("sm_52", 52), ("sm_70", 70), ("sm_90a", 90)] {
+            let ptx =
+                format!(".version 7.8\n.target {target}\n.address_size 64\n.visible .entry k()\n{{\n\tret;\n}}\n\0");
+            let module = emu.module_load(0, ptx.as_bytes()).unwrap();
+            let f = emu.module_function(module.raw, "k").unwrap();
+            let a = emu.function_attributes(f).unwrap();
+            assert_eq!((a.ptx_version, a.binary_version), (want, 90), "{target}");
+        }
     }
 }

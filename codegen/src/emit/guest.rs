@@ -160,7 +160,13 @@ fn guest_stub(w: &mut W, api: &Api, f: &Function) {
     w.line(format!("// SAFETY: the export's own arguments, unchanged: the hand-written `{}` has the", f.name));
     w.line("// export's contract with its caller.");
     let call = format!("unsafe {{ <super::hand::Hand as HandWritten>::{}({}) }}", f.name, args.join(", "));
-    if matches!(&f.ret.base, BaseType::Named(n) if *n == api.errors.ty) && !f.ret.is_pointer() {
+    // The functions that answer the thread's last error report an earlier call's refusal,
+    // which that call named: naming them would blame the wrong function.
+    let reports_earlier_errors = ["cudaGetLastError", "cudaPeekAtLastError"].contains(&f.name.as_str());
+    if matches!(&f.ret.base, BaseType::Named(n) if *n == api.errors.ty)
+        && !f.ret.is_pointer()
+        && !reports_earlier_errors
+    {
         // Every refusal names its function: a hand-written refusal is logged here, once.
         w.line(format!("let status = {call};"));
         w.open("if status == wire::NOT_SUPPORTED.0 {");

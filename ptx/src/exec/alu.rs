@@ -261,6 +261,35 @@ pub fn shf(left: bool, clamp: bool, a: u64, b: u64, c: u64) -> u64 {
     if left { trunc((v << n) >> 32, 32) } else { trunc(v >> n, 32) }
 }
 
+/// `bmsk`: `b` one bits from bit `a` (the PTX ISA's semantics: a width that reaches past bit
+/// 31 ends there; a position of 32 or more is an empty mask with `.clamp`, and position and
+/// width are taken modulo 32 with `.wrap`).
+pub fn bmsk(clamp: bool, a: u64, b: u64) -> u64 {
+    let (a, b) = (a as u32, b as u32);
+    let (a1, b1) = (a & 31, b & 31);
+    let mask0 = if clamp && a >= 32 { 0 } else { u32::MAX << a1 };
+    let to_the_top = a1 + b1 >= 32 || (clamp && (a >= 32 || b >= 32));
+    let mask1 = if to_the_top {
+        0
+    } else if b1 == 0 {
+        u32::MAX
+    } else {
+        u32::MAX << (a1 + b1)
+    };
+    u64::from(mask0 & !mask1)
+}
+
+/// `szext`: the low `b` bits of `a` (`b` at most 32 with `.clamp`, modulo 32 with `.wrap`),
+/// sign- or zero-extended; none is 0.
+pub fn szext(clamp: bool, signed: bool, a: u64, b: u64) -> u64 {
+    let n = if clamp { (b as u32).min(32) } else { b as u32 & 31 } as u8;
+    if n == 0 {
+        return 0;
+    }
+    let ty = IntTy { bits: 32, signed };
+    if signed { out_int(sext(a, n) as u64, ty) } else { trunc(a, n) }
+}
+
 pub fn lop3(a: u64, b: u64, c: u64, lut: u8) -> u64 {
     let mut d = 0u64;
     for k in 0..8u8 {
@@ -956,6 +985,23 @@ mod tests {
         assert_eq!(iun(IUn::Bfind, U32, 0x10), 4);
         assert_eq!(iun(IUn::BfindShift, U32, 0x10), 27);
         assert_eq!(iun(IUn::Bfind, S32, 0xffff_fff0), 3);
+        // bmsk: the ISA's example, widths reaching the top, clamped and wrapped positions.
+        assert_eq!(bmsk(false, 1, 2), 0x6);
+        assert_eq!(bmsk(true, 0, 32), 0xffff_ffff);
+        assert_eq!(bmsk(true, 4, 0), 0);
+        assert_eq!(bmsk(true, 28, 8), 0xf000_0000);
+        assert_eq!(bmsk(true, 32, 4), 0);
+        assert_eq!(bmsk(false, 33, 4), 0x1e);
+        assert_eq!(bmsk(false, 0, 32), 0);
+        assert_eq!(bmsk(true, 8, 40), 0xffff_ff00);
+        // szext: sign- and zero-extension of the low bits.
+        assert_eq!(szext(true, true, 0x80, 8), 0xffff_ffff_ffff_ff80);
+        assert_eq!(szext(true, false, 0x1ff, 8), 0xff);
+        assert_eq!(szext(true, true, 0x7f, 8), 0x7f);
+        assert_eq!(szext(false, true, 0xffff_ffff, 0), 0);
+        assert_eq!(szext(false, false, 0x1234_5678, 36), 0x8);
+        assert_eq!(szext(true, false, 0x1234_5678, 36), 0x1234_5678);
+        assert_eq!(szext(true, true, 0x8000_0000, 32), 0xffff_ffff_8000_0000);
         assert_eq!(bfe(U32, 0xabcd_1234, 8, 8), 0x12);
         assert_eq!(bfe(S32, 0x0000_8000, 8, 8), 0xffff_ffff_ffff_ff80);
         assert_eq!(bfe(U32, 0xffff_ffff, 30, 8), 3);

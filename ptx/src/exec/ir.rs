@@ -459,6 +459,21 @@ pub enum Op {
         b: Src,
         c: Src,
     },
+    /// `bmsk.{clamp,wrap}.b32`: a mask of `b` bits from bit `a`.
+    Bmsk {
+        clamp: bool,
+        d: Reg,
+        a: Src,
+        b: Src,
+    },
+    /// `szext.{clamp,wrap}.{s32,u32}`: the low `b` bits of `a`, sign- or zero-extended.
+    Szext {
+        clamp: bool,
+        signed: bool,
+        d: Reg,
+        a: Src,
+        b: Src,
+    },
     Lop3 {
         d: Reg,
         a: Src,

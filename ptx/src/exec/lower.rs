@@ -928,6 +928,21 @@ impl<'a> FnLower<'a> {
                 let (a, b, c) = (self.src(&ops[1], K::Bits)?, self.src(&ops[2], K::Bits)?, self.src(&ops[3], K::Bits)?);
                 Ok(Op::Shf { left, clamp, d, a, b, c })
             }
+            "bmsk" | "szext" => {
+                need(3)?;
+                let t = m.one_type()?;
+                let clamp = match m.any(&["wrap", "clamp"]) {
+                    Some("clamp") => true,
+                    Some(_) => false,
+                    None => return Err(String::new()),
+                };
+                let d = self.reg(&ops[0])?;
+                let (a, b) = (self.src(&ops[1], K::Bits)?, self.src(&ops[2], K::Bits)?);
+                if i.opcode == "bmsk" {
+                    return Ok(Op::Bmsk { clamp, d, a, b });
+                }
+                Ok(Op::Szext { clamp, signed: int_ty(t)?.signed, d, a, b })
+            }
             "sad" => {
                 need(4)?;
                 let ty = int_ty(m.one_type()?)?;

@@ -898,6 +898,8 @@ impl<'a> Worker<'a> {
             }
             &Op::Prmt { mode, d, a, b, c } => map3!(d, a, b, c, |x, y, z| alu::prmt(mode, x, y, z)),
             &Op::Shf { left, clamp, d, a, b, c } => map3!(d, a, b, c, |x, y, z| alu::shf(left, clamp, x, y, z)),
+            &Op::Bmsk { clamp, d, a, b } => map2!(d, a, b, |x, y| alu::bmsk(clamp, x, y)),
+            &Op::Szext { clamp, signed, d, a, b } => map2!(d, a, b, |x, y| alu::szext(clamp, signed, x, y)),
             &Op::Lop3 { d, a, b, c, lut } => map3!(d, a, b, c, |x, y, z| alu::lop3(x, y, z, lut)),
             &Op::Sad { ty, d, a, b, c } => map3!(d, a, b, c, |x, y, z| alu::sad(ty, x, y, z)),
             &Op::Dp { kind, a_signed, b_signed, d, a, b, c } => {
