@@ -277,6 +277,7 @@ const TESTED_APART: &[&str] = &[
     "driver_api",
     "driver_arrays",
     "driver_graphs",
+    "driver_rest",
     "driver_library",
     "driver_queries",
     "driver_link",
@@ -371,6 +372,14 @@ fn driver_arrays() {
 #[test]
 fn driver_graphs() {
     driver_program("driver_graphs");
+}
+
+/// Copy node parameters read and set, user objects shared with the runtime, the profiler, the
+/// persisting L2 reset, GPUDirect RDMA flushes and execution affinity through the driver API
+/// print what they print natively.
+#[test]
+fn driver_rest() {
+    driver_program("driver_rest");
 }
 
 /// CUDA 12's libraries through the driver API (`cuLibraryLoadData`, `cuLibraryGetKernel`,

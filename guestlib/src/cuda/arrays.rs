@@ -399,6 +399,55 @@ pub unsafe fn graph_copy(p: *const c_void) -> Result<GraphCopy, CuError> {
     }
 }
 
+/// The bytes of a `CUDA_MEMCPY3D`, kept as a caller gave them.
+pub type Memcpy3DBytes = [u8; std::mem::size_of::<Memcpy3D>()];
+
+/// The `CUDA_MEMCPY3D` at `p`, as it is.
+///
+/// # Safety
+/// `p` a readable `CUDA_MEMCPY3D`.
+pub unsafe fn copy_bytes(p: *const c_void) -> Memcpy3DBytes {
+    // SAFETY: a `CUDA_MEMCPY3D` (this function's contract), read unaligned.
+    unsafe { (p as *const Memcpy3DBytes).read_unaligned() }
+}
+
+/// Write the `CUDA_MEMCPY3D` of a graph's copy between linear memory, as the runtime describes
+/// it (`cudaGraphMemcpyNodeGetParams`): positions zero, the sides' memory types from its
+/// `cudaMemcpyKind` (the default kind's sides, which CUDA resolves from the pointers, unified).
+///
+/// # Safety
+/// `out` a writable `CUDA_MEMCPY3D`.
+pub unsafe fn write_linear_copy(out: *mut c_void, p: &crate::cudart::memory::Memcpy3DParms) {
+    let (src_type, dst_type) = match p.kind {
+        consts::cudaMemcpyHostToDevice => (MEMORY_HOST, MEMORY_DEVICE),
+        consts::cudaMemcpyDeviceToHost => (MEMORY_DEVICE, MEMORY_HOST),
+        consts::cudaMemcpyHostToHost => (MEMORY_HOST, MEMORY_HOST),
+        consts::cudaMemcpyDeviceToDevice => (MEMORY_DEVICE, MEMORY_DEVICE),
+        _ => (MEMORY_UNIFIED, MEMORY_UNIFIED),
+    };
+    let side = |t: u32, a: u64| if t == MEMORY_HOST { (a, 0) } else { (0, a) };
+    let (src_host, src_device) = side(src_type, p.src_ptr.ptr);
+    let (dst_host, dst_device) = side(dst_type, p.dst_ptr.ptr);
+    let c = Memcpy3D {
+        src_type,
+        src_host,
+        src_device,
+        src_pitch: p.src_ptr.pitch,
+        src_height: p.src_ptr.ysize,
+        dst_type,
+        dst_host,
+        dst_device,
+        dst_pitch: p.dst_ptr.pitch,
+        dst_height: p.dst_ptr.ysize,
+        width: p.extent.width,
+        height: p.extent.height,
+        depth: p.extent.depth,
+        ..Default::default()
+    };
+    // SAFETY: a writable `CUDA_MEMCPY3D` (this function's contract), written unaligned.
+    unsafe { (out as *mut Memcpy3D).write_unaligned(c) };
+}
+
 /// `cuMemcpy2D_v2`, `cuMemcpy2DUnaligned_v2`, `cuMemcpy2DAsync_v2`.
 ///
 /// # Safety

@@ -124,6 +124,39 @@ pub unsafe fn memcpy_batch(
     unsafe { report(r, fail_idx) }
 }
 
+/// CUDA 13's `cudaMemcpyWithAttributesAsync`: one copy with its attributes, checked and run as
+/// a batch of one.
+///
+/// # Safety
+/// `attr` null or a readable `cudaMemcpyAttributes`; the copy's host side readable or
+/// writable for its size.
+pub unsafe fn memcpy_with_attributes(
+    dst: u64,
+    src: u64,
+    size: usize,
+    attr: *const Attributes,
+    stream: u64,
+    per_thread: bool,
+) -> Result<(), CudaError> {
+    let first = 0usize;
+    // SAFETY: one destination, source, size and index, local; `attr` and the copy as this
+    // function's contract gives them.
+    let r = unsafe { batch(&dst, &src, &size, 1, attr, &first, 1, stream, per_thread) };
+    r.map_err(|(e, _)| e)
+}
+
+/// CUDA 13's `cudaMemcpy3DWithAttributesAsync`: one operation, checked and run as a batch of
+/// one.
+///
+/// # Safety
+/// `op` null or a `cudaMemcpy3DBatchOp` whose host sides are readable or writable for its
+/// extent.
+pub unsafe fn memcpy_3d_with_attributes(op: *const BatchOp, flags: u64, stream: u64, per_thread: bool) -> Result<(), CudaError> {
+    // SAFETY: as this function's contract gives it.
+    let r = unsafe { batch_3d(1, op, flags, stream, per_thread) };
+    r.map_err(|(e, _)| e)
+}
+
 /// [`memcpy_batch`] without the report.
 ///
 /// # Safety
