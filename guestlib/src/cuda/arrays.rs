@@ -831,6 +831,37 @@ mod tests {
     }
 
     #[test]
+    fn a_runtime_copy_described_for_the_driver_reads_back_as_the_same_copy() {
+        use crate::cudart::memory::Memcpy3DParms;
+        use phos_protocol::types::{Extent, PitchedPtr};
+        let side = |ptr: u64, pitch: usize, ysize: usize| PitchedPtr { ptr, pitch, xsize: 48, ysize };
+        let p = Memcpy3DParms {
+            src_array: 0,
+            src_pos: Extent::default(),
+            src_ptr: side(0x7000_0000, 64, 4),
+            dst_array: 0,
+            dst_pos: Extent::default(),
+            dst_ptr: side(0x1_0000_0000, 128, 8),
+            extent: Extent { width: 48, height: 4, depth: 2 },
+            kind: consts::cudaMemcpyHostToDevice,
+        };
+        let mut out = [0u8; 200];
+        // SAFETY: 200 writable bytes, a `CUDA_MEMCPY3D`'s size.
+        unsafe { write_linear_copy(out.as_mut_ptr().cast(), &p) };
+        // SAFETY: the `CUDA_MEMCPY3D` just written.
+        let c = unsafe { (out.as_ptr() as *const Memcpy3D).read_unaligned() };
+        assert_eq!((c.src_type, c.src_host, c.src_device), (MEMORY_HOST, 0x7000_0000, 0));
+        assert_eq!((c.dst_type, c.dst_host, c.dst_device), (MEMORY_DEVICE, 0, 0x1_0000_0000));
+        // SAFETY: as above.
+        let (src, dst, extent, kind) = unsafe { graph_copy(out.as_ptr().cast()) }.unwrap();
+        assert_eq!((src.addr, src.pitch, src.slice), (0x7000_0000, 64, 256));
+        assert_eq!((dst.addr, dst.pitch, dst.slice), (0x1_0000_0000, 128, 1024));
+        assert_eq!((extent, kind), ((48, 4, 2), consts::cudaMemcpyHostToDevice));
+        // SAFETY: the bytes are kept as they are.
+        assert_eq!(unsafe { copy_bytes(out.as_ptr().cast()) }, out);
+    }
+
+    #[test]
     fn formats_go_both_ways() {
         for &(format, _, _) in FORMATS {
             for channels in [1, 2, 4] {

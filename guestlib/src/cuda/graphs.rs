@@ -223,8 +223,10 @@ pub unsafe fn add_memcpy(
             kind,
         )
     })?;
-    // SAFETY: `out` written by the runtime (the call succeeded); `p` read above.
-    unsafe { keep_given(out.read_unaligned(), p, &c) };
+    // SAFETY: `out` written by the runtime (the call succeeded).
+    let node = unsafe { out.read_unaligned() };
+    // SAFETY: `p` read above.
+    unsafe { keep_given(node, p, &c) };
     Ok(())
 }
 
@@ -264,7 +266,8 @@ pub unsafe fn memcpy_params(node: u64, out: *mut c_void) -> Result<(), CuError> 
     // SAFETY: a writable `cudaMemcpy3DParms`, local.
     from_runtime(unsafe { graphs::memcpy_params(node, (&mut p as *mut crate::cudart::memory::Memcpy3DParms).cast()) })?;
     let now = [p.src_ptr.ptr, p.dst_ptr.ptr, p.extent.width as u64, p.extent.height as u64, p.extent.depth as u64];
-    let given = GIVEN_COPIES.lock().unwrap_or_else(PoisonError::into_inner).as_ref().and_then(|g| g.get(&node).copied());
+    let given =
+        GIVEN_COPIES.lock().unwrap_or_else(PoisonError::into_inner).as_ref().and_then(|g| g.get(&node).copied());
     match given {
         Some((bytes, key)) if key == now => {
             // SAFETY: a writable `CUDA_MEMCPY3D` at the non-null `out` (this function's
@@ -489,8 +492,10 @@ pub unsafe fn add_node(
     let n = unsafe { node_params(p)? };
     // SAFETY: `out`, `deps` and `p` as this function's contract gives them.
     from_runtime(unsafe { add_params_node(out, graph, deps, count, &n, p) })?;
-    // SAFETY: `out` written by the runtime (the call succeeded); `p` read above.
-    unsafe { keep_given_params(out.read_unaligned(), &n, p) };
+    // SAFETY: `out` written by the runtime (the call succeeded).
+    let node = unsafe { out.read_unaligned() };
+    // SAFETY: `p` read above.
+    unsafe { keep_given_params(node, &n, p) };
     Ok(())
 }
 
@@ -515,7 +520,9 @@ pub unsafe fn set_with_params(exec: u64, node: u64, p: *mut c_void) -> Result<()
     // SAFETY: `p` as this function's contract gives it.
     let n = unsafe { node_params(p)? };
     // SAFETY: a writable node handle, no dependencies, `p` as this function's contract gives it.
-    from_runtime(graphs::set_from(exec, node, |out, g| unsafe { add_params_node(out, g, std::ptr::null(), 0, &n, p) }))?;
+    from_runtime(graphs::set_from(exec, node, |out, g| unsafe {
+        add_params_node(out, g, std::ptr::null(), 0, &n, p)
+    }))?;
     if exec == 0 {
         // SAFETY: `p` read above.
         unsafe { keep_given_params(node, &n, p) };
@@ -562,10 +569,14 @@ pub unsafe fn get_node_params(node: u64, out: *mut c_void) -> Result<(), CuError
             // and whose context is the current one (the device's: contexts share it).
             let params = unsafe { base.add(NODE_PARAMS_AT) };
             let ctx = super::context::current().unwrap_or(0);
-            // SAFETY: its `copyCtx` after two ints, written unaligned.
-            unsafe { params.add(8).cast::<u64>().write_unaligned(ctx) };
-            // SAFETY: its `copyParams` there, a `CUDA_MEMCPY3D`.
-            unsafe { memcpy_params(node, params.add(COPY_PARAMS_AT).cast()) }
+            // SAFETY: within the union: its `copyCtx`, after two ints.
+            let at_ctx = unsafe { params.add(8) };
+            // SAFETY: a word's room there, written unaligned.
+            unsafe { at_ctx.cast::<u64>().write_unaligned(ctx) };
+            // SAFETY: within the union: its `copyParams`.
+            let copy = unsafe { params.add(COPY_PARAMS_AT) };
+            // SAFETY: a writable `CUDA_MEMCPY3D` there.
+            unsafe { memcpy_params(node, copy.cast()) }
         }
         // SAFETY: `out` as this function's contract gives it: the runtime's struct, laid out
         // as the driver's for these types.

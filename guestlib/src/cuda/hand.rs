@@ -2358,8 +2358,8 @@ impl HandWritten for Hand {
     }
 
     unsafe fn cuCtxResetPersistingL2Cache() -> i32 {
-        // SAFETY: the runtime's takes no arguments.
         in_context(F::CuCtxResetPersistingL2Cache, || {
+            // SAFETY: the runtime's takes no arguments.
             bridge::runtime(|| unsafe { cudart::cudaCtxResetPersistingL2Cache() })
         })
     }

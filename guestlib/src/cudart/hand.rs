@@ -2471,9 +2471,7 @@ impl HandWritten for Hand {
     ) -> i32 {
         // SAFETY: this export's arguments, passed on (at most retyped): `batch` asks of them
         // what CUDA asks of this export's caller.
-        code(unsafe {
-            batch::memcpy_with_attributes(dst as u64, src as u64, size, attr.cast(), stream as u64, false)
-        })
+        code(unsafe { batch::memcpy_with_attributes(dst as u64, src as u64, size, attr.cast(), stream as u64, false) })
     }
 
     unsafe fn cudaMemcpyWithAttributesAsync_ptsz(
