@@ -311,6 +311,7 @@ const TESTED_APART: &[&str] = &[
     "driver_api",
     "driver_arrays",
     "driver_graphs",
+    "driver_rest",
     "driver_library",
     "driver_queries",
     "driver_link",
@@ -406,6 +407,14 @@ fn driver_arrays() {
 #[test]
 fn driver_graphs() {
     driver_program("driver_graphs");
+}
+
+/// Copy node parameters read and set, user objects shared with the runtime, the profiler, the
+/// persisting L2 reset, GPUDirect RDMA flushes and execution affinity through the driver API
+/// print what they print natively.
+#[test]
+fn driver_rest() {
+    driver_program("driver_rest");
 }
 
 /// CUDA 12's libraries through the driver API (`cuLibraryLoadData`, `cuLibraryGetKernel`,
@@ -616,6 +625,105 @@ int main(void) {
     int legacy = batch(dsts, srcs, sizes, 2, &attrs, &idx, 1, NULL);
     int flags = batch3d(1, &op, 1, s);
     printf("refused: null destination %d, legacy stream %d, 3D flags %d\n", null_dst, legacy, flags);
+    return 0;
+}
+"#;
+
+/// CUDA 13's single copies with attributes (`cudaMemcpyWithAttributesAsync`,
+/// `cudaMemcpy3DWithAttributesAsync`: a batch of one) and batched hints on managed memory
+/// (`cudaMemPrefetchBatchAsync`, `cudaMemDiscardBatchAsync`,
+/// `cudaMemDiscardAndPrefetchBatchAsync`): a program of that ABI copies, prefetches and
+/// discards, and each misuse is refused.
+#[test]
+fn copies_with_attributes_and_batched_hints_of_the_cuda_13_abi() {
+    assert_eq!(
+        run_cuda_13_abi_program("attributes_13", ATTRIBUTES_13),
+        "copy with attributes: 0 63\n\
+         3D copy with attributes: yes\n\
+         prefetch batch: 0, last prefetch at device 0: yes\n\
+         discard batch: 0, discard and prefetch: 0\n\
+         refused: no attributes 1, 3D flags 1, unmanaged range 1, flags 1, first location index 1, bad device 101\n"
+    );
+}
+
+const ATTRIBUTES_13: &str = r#"#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+typedef int (*create_t)(void **, unsigned);
+typedef int (*malloc_t)(void **, size_t);
+typedef int (*managed_t)(void **, size_t, unsigned);
+typedef int (*sync_t)(void *);
+typedef int (*copy_t)(void *, const void *, size_t, int);
+typedef struct { int order; int src_type, src_id; int dst_type, dst_id; unsigned flags; } attrs_t;
+typedef int (*with_t)(void *, const void *, size_t, attrs_t *, void *);
+typedef struct { int type; unsigned long long words[4]; } operand_t;
+typedef struct { operand_t src, dst; size_t w, h, d; int order; unsigned flags; } op_t;
+typedef int (*with3d_t)(op_t *, unsigned long long, void *);
+typedef struct { int type; int id; } loc_t;
+typedef int (*prefetch_t)(void **, size_t *, size_t, loc_t *, size_t *, size_t, unsigned long long, void *);
+typedef int (*discard_t)(void **, size_t *, size_t, unsigned long long, void *);
+typedef int (*range_t)(void *, size_t, int, const void *, size_t);
+#define CALL(x) do { int e_ = (x); if (e_) { printf("FAILED: %s -> %d\n", #x, e_); exit(1); } } while (0)
+int main(void) {
+    void *rt = dlopen("libcudart.so.13", RTLD_NOW);
+    if (!rt) { printf("dlopen: %s\n", dlerror()); return 1; }
+    create_t create = (create_t)dlsym(rt, "cudaStreamCreateWithFlags");
+    malloc_t cmalloc = (malloc_t)dlsym(rt, "cudaMalloc");
+    managed_t managed = (managed_t)dlsym(rt, "cudaMallocManaged");
+    sync_t sync = (sync_t)dlsym(rt, "cudaStreamSynchronize");
+    copy_t copy = (copy_t)dlsym(rt, "cudaMemcpy");
+    with_t with = (with_t)dlsym(rt, "cudaMemcpyWithAttributesAsync");
+    with3d_t with3d = (with3d_t)dlsym(rt, "cudaMemcpy3DWithAttributesAsync");
+    prefetch_t prefetch = (prefetch_t)dlsym(rt, "cudaMemPrefetchBatchAsync");
+    discard_t discard = (discard_t)dlsym(rt, "cudaMemDiscardBatchAsync");
+    prefetch_t both = (prefetch_t)dlsym(rt, "cudaMemDiscardAndPrefetchBatchAsync");
+    range_t range = (range_t)dlsym(rt, "cudaMemRangeGetAttribute");
+    static int a[64], back[64];
+    for (int i = 0; i < 64; i++) a[i] = i;
+    void *s, *d;
+    CALL(create(&s, 1));
+    CALL(cmalloc(&d, sizeof(a)));
+    attrs_t attrs = {1, 0, 0, 0, 0, 0};
+    CALL(with(d, a, sizeof(a), &attrs, s));
+    CALL(sync(s));
+    CALL(copy(back, d, sizeof(back), 2));
+    printf("copy with attributes: %d %d\n", back[0], back[63]);
+    static unsigned char image[4][32];
+    op_t op;
+    memset(&op, 0, sizeof(op));
+    op.src.type = 1;
+    op.src.words[0] = (unsigned long long)(size_t)d;
+    op.dst.type = 1;
+    op.dst.words[0] = (unsigned long long)(size_t)image;
+    op.dst.words[1] = 32;
+    op.w = 16; op.h = 4; op.d = 1;
+    op.order = 1;
+    CALL(with3d(&op, 0, s));
+    CALL(sync(s));
+    int rows = 1;
+    for (int y = 0; y < 4; y++) rows = rows && memcmp(image[y], (unsigned char *)a + 16 * y, 16) == 0;
+    printf("3D copy with attributes: %s\n", rows ? "yes" : "no");
+    void *m1, *m2;
+    CALL(managed(&m1, 1 << 16, 1));
+    CALL(managed(&m2, 1 << 16, 1));
+    void *ptrs[2] = {m1, m2};
+    size_t sizes[2] = {1 << 16, 1 << 12};
+    loc_t dev0 = {1, 0};
+    size_t first = 0;
+    int p = prefetch(ptrs, sizes, 2, &dev0, &first, 1, 0, s);
+    int last = -5;
+    CALL(range(&last, sizeof(last), 4, m2, 1 << 12));
+    printf("prefetch batch: %d, last prefetch at device 0: %s\n", p, last == 0 ? "yes" : "no");
+    printf("discard batch: %d, discard and prefetch: %d\n", discard(ptrs, sizes, 2, 0, s),
+           both(ptrs, sizes, 2, &dev0, &first, 1, 0, s));
+    void *plain[2] = {m1, d};
+    size_t one = 1;
+    loc_t nowhere = {1, 1 << 20};
+    printf("refused: no attributes %d, 3D flags %d, unmanaged range %d, flags %d, first location index %d, bad device %d\n",
+           with(d, a, sizeof(a), NULL, s), with3d(&op, 1, s), discard(plain, sizes, 2, 0, s),
+           discard(ptrs, sizes, 2, 1, s), prefetch(ptrs, sizes, 2, &dev0, &one, 1, 0, s),
+           prefetch(ptrs, sizes, 2, &nowhere, &first, 1, 0, s));
     return 0;
 }
 "#;

@@ -741,6 +741,34 @@ impl Devices for CudaBackend {
         // SAFETY: acts on the current context only.
         check(unsafe { sys::cuCtxResetPersistingL2Cache() })
     }
+
+    fn exec_affinity_support(&self, device: i32, kind: i32) -> Result<i32, CudaError> {
+        let kind = match kind {
+            0 => sys::CUexecAffinityType::CU_EXEC_AFFINITY_TYPE_SM_COUNT,
+            _ => return Err(CudaError::InvalidValue),
+        };
+        let dev = result::device::get(self.device(device)?.ordinal).map_err(driver)?;
+        let mut value = 0;
+        // SAFETY: `value` is a writable int; `dev` one of the driver's devices.
+        check(unsafe { sys::cuDeviceGetExecAffinitySupport(&mut value, kind, dev) })?;
+        Ok(value)
+    }
+
+    fn flush_rdma_writes(&self, device: i32, target: i32, scope: i32) -> Result<(), CudaError> {
+        use sys::CUflushGPUDirectRDMAWritesScope as Scope;
+        let target = match target {
+            0 => sys::CUflushGPUDirectRDMAWritesTarget::CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
+            _ => return Err(CudaError::InvalidValue),
+        };
+        let scope = match scope {
+            100 => Scope::CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER,
+            200 => Scope::CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_ALL_DEVICES,
+            _ => return Err(CudaError::InvalidValue),
+        };
+        self.bind(device)?;
+        // SAFETY: acts on the current context only.
+        check(unsafe { sys::cuFlushGPUDirectRDMAWrites(target, scope) })
+    }
 }
 
 // Raw throughout: the typed layer has no virtual memory management.

@@ -597,6 +597,17 @@ impl Devices for EmuBackend {
     fn reset_persisting_l2_cache(&self, device: i32) -> Result<(), CudaError> {
         self.check_device(device)
     }
+
+    // Emu's contexts use the whole device.
+    fn exec_affinity_support(&self, device: i32, _kind: i32) -> Result<i32, CudaError> {
+        self.check_device(device)?;
+        Ok(0)
+    }
+
+    // Nothing writes into emu's memory from outside the server.
+    fn flush_rdma_writes(&self, device: i32, _target: i32, _scope: i32) -> Result<(), CudaError> {
+        self.check_device(device)
+    }
 }
 
 impl VirtualMemory for EmuBackend {

@@ -179,6 +179,12 @@ impl Devices for Mapped {
     fn reset_persisting_l2_cache(&self, device: i32) -> Result<(), CudaError> {
         self.inner.reset_persisting_l2_cache(self.d(device)?)
     }
+    fn exec_affinity_support(&self, device: i32, kind: i32) -> Result<i32, CudaError> {
+        self.inner.exec_affinity_support(self.d(device)?, kind)
+    }
+    fn flush_rdma_writes(&self, device: i32, target: i32, scope: i32) -> Result<(), CudaError> {
+        self.inner.flush_rdma_writes(self.d(device)?, target, scope)
+    }
 }
 
 impl VirtualMemory for Mapped {

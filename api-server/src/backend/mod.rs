@@ -255,6 +255,11 @@ pub trait Devices: Send + Sync {
     fn enable_peer_access(&self, device: i32, peer: i32) -> Result<(), CudaError>;
     fn disable_peer_access(&self, device: i32, peer: i32) -> Result<(), CudaError>;
     fn reset_persisting_l2_cache(&self, device: i32) -> Result<(), CudaError>;
+    /// `cuDeviceGetExecAffinitySupport`: whether the device makes contexts limited by `kind`
+    /// (`CUexecAffinityType`) of its resources.
+    fn exec_affinity_support(&self, device: i32, kind: i32) -> Result<i32, CudaError>;
+    /// `cuFlushGPUDirectRDMAWrites` for `device`'s context (target and scope checked).
+    fn flush_rdma_writes(&self, device: i32, target: i32, scope: i32) -> Result<(), CudaError>;
 }
 
 /// Device virtual address space: ranges reserved at fixed addresses, and physical memory

@@ -217,6 +217,33 @@ impl CudaService for Session {
         Ok(PhosOccupancyMaxPotentialClusterSizeReply { clusterSize: n })
     }
 
+    fn cu_device_get_exec_affinity_support(
+        &self,
+        _: &CallCx,
+        req: CuDeviceGetExecAffinitySupportRequest,
+    ) -> Result<CuDeviceGetExecAffinitySupportReply, CuError> {
+        self.check_device(req.dev).map_err(driver_status)?;
+        // CU_EXEC_AFFINITY_TYPE_SM_COUNT is the only type.
+        if req.affinityType != 0 {
+            return Err(CuError::INVALID_VALUE);
+        }
+        let value = self.backend().exec_affinity_support(req.dev, req.affinityType).map_err(driver_status)?;
+        Ok(CuDeviceGetExecAffinitySupportReply { pi: value })
+    }
+
+    fn phos_flush_gpu_direct_rdma_writes(
+        &self,
+        cx: &CallCx,
+        req: PhosFlushGPUDirectRDMAWritesRequest,
+    ) -> Result<PhosFlushGPUDirectRDMAWritesReply, CuError> {
+        // CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX; scopes TO_OWNER and TO_ALL_DEVICES.
+        if req.target != 0 || !matches!(req.scope, 100 | 200) {
+            return Err(CuError::INVALID_VALUE);
+        }
+        self.backend().flush_rdma_writes(cx.device, req.target, req.scope).map_err(driver_status)?;
+        Ok(PhosFlushGPUDirectRDMAWritesReply {})
+    }
+
     fn phos_mem_granularity(
         &self,
         _: &CallCx,

@@ -399,6 +399,55 @@ pub unsafe fn graph_copy(p: *const c_void) -> Result<GraphCopy, CuError> {
     }
 }
 
+/// The bytes of a `CUDA_MEMCPY3D`, kept as a caller gave them.
+pub type Memcpy3DBytes = [u8; std::mem::size_of::<Memcpy3D>()];
+
+/// The `CUDA_MEMCPY3D` at `p`, as it is.
+///
+/// # Safety
+/// `p` a readable `CUDA_MEMCPY3D`.
+pub unsafe fn copy_bytes(p: *const c_void) -> Memcpy3DBytes {
+    // SAFETY: a `CUDA_MEMCPY3D` (this function's contract), read unaligned.
+    unsafe { (p as *const Memcpy3DBytes).read_unaligned() }
+}
+
+/// Write the `CUDA_MEMCPY3D` of a graph's copy between linear memory, as the runtime describes
+/// it (`cudaGraphMemcpyNodeGetParams`): positions zero, the sides' memory types from its
+/// `cudaMemcpyKind` (the default kind's sides, which CUDA resolves from the pointers, unified).
+///
+/// # Safety
+/// `out` a writable `CUDA_MEMCPY3D`.
+pub unsafe fn write_linear_copy(out: *mut c_void, p: &crate::cudart::memory::Memcpy3DParms) {
+    let (src_type, dst_type) = match p.kind {
+        consts::cudaMemcpyHostToDevice => (MEMORY_HOST, MEMORY_DEVICE),
+        consts::cudaMemcpyDeviceToHost => (MEMORY_DEVICE, MEMORY_HOST),
+        consts::cudaMemcpyHostToHost => (MEMORY_HOST, MEMORY_HOST),
+        consts::cudaMemcpyDeviceToDevice => (MEMORY_DEVICE, MEMORY_DEVICE),
+        _ => (MEMORY_UNIFIED, MEMORY_UNIFIED),
+    };
+    let side = |t: u32, a: u64| if t == MEMORY_HOST { (a, 0) } else { (0, a) };
+    let (src_host, src_device) = side(src_type, p.src_ptr.ptr);
+    let (dst_host, dst_device) = side(dst_type, p.dst_ptr.ptr);
+    let c = Memcpy3D {
+        src_type,
+        src_host,
+        src_device,
+        src_pitch: p.src_ptr.pitch,
+        src_height: p.src_ptr.ysize,
+        dst_type,
+        dst_host,
+        dst_device,
+        dst_pitch: p.dst_ptr.pitch,
+        dst_height: p.dst_ptr.ysize,
+        width: p.extent.width,
+        height: p.extent.height,
+        depth: p.extent.depth,
+        ..Default::default()
+    };
+    // SAFETY: a writable `CUDA_MEMCPY3D` (this function's contract), written unaligned.
+    unsafe { (out as *mut Memcpy3D).write_unaligned(c) };
+}
+
 /// `cuMemcpy2D_v2`, `cuMemcpy2DUnaligned_v2`, `cuMemcpy2DAsync_v2`.
 ///
 /// # Safety
@@ -779,6 +828,37 @@ mod tests {
         assert_eq!(std::mem::size_of::<Memcpy3D>(), 200);
         assert_eq!(std::mem::size_of::<DriverResource>(), 144);
         assert_eq!(std::mem::size_of::<DriverTextureDesc>(), 104);
+    }
+
+    #[test]
+    fn a_runtime_copy_described_for_the_driver_reads_back_as_the_same_copy() {
+        use crate::cudart::memory::Memcpy3DParms;
+        use phos_protocol::types::{Extent, PitchedPtr};
+        let side = |ptr: u64, pitch: usize, ysize: usize| PitchedPtr { ptr, pitch, xsize: 48, ysize };
+        let p = Memcpy3DParms {
+            src_array: 0,
+            src_pos: Extent::default(),
+            src_ptr: side(0x7000_0000, 64, 4),
+            dst_array: 0,
+            dst_pos: Extent::default(),
+            dst_ptr: side(0x1_0000_0000, 128, 8),
+            extent: Extent { width: 48, height: 4, depth: 2 },
+            kind: consts::cudaMemcpyHostToDevice,
+        };
+        let mut out = [0u8; 200];
+        // SAFETY: 200 writable bytes, a `CUDA_MEMCPY3D`'s size.
+        unsafe { write_linear_copy(out.as_mut_ptr().cast(), &p) };
+        // SAFETY: the `CUDA_MEMCPY3D` just written.
+        let c = unsafe { (out.as_ptr() as *const Memcpy3D).read_unaligned() };
+        assert_eq!((c.src_type, c.src_host, c.src_device), (MEMORY_HOST, 0x7000_0000, 0));
+        assert_eq!((c.dst_type, c.dst_host, c.dst_device), (MEMORY_DEVICE, 0, 0x1_0000_0000));
+        // SAFETY: as above.
+        let (src, dst, extent, kind) = unsafe { graph_copy(out.as_ptr().cast()) }.unwrap();
+        assert_eq!((src.addr, src.pitch, src.slice), (0x7000_0000, 64, 256));
+        assert_eq!((dst.addr, dst.pitch, dst.slice), (0x1_0000_0000, 128, 1024));
+        assert_eq!((extent, kind), ((48, 4, 2), consts::cudaMemcpyHostToDevice));
+        // SAFETY: the bytes are kept as they are.
+        assert_eq!(unsafe { copy_bytes(out.as_ptr().cast()) }, out);
     }
 
     #[test]

@@ -208,7 +208,8 @@ pub unsafe fn add_memcpy(
     p: *const c_void,
 ) -> Result<(), CuError> {
     // SAFETY: `p` as this function's contract gives it.
-    let (src, dst, extent, kind) = unsafe { arrays::graph_copy(p)? };
+    let c = unsafe { arrays::graph_copy(p)? };
+    let (src, dst, extent, kind) = c;
     // SAFETY: `out`, `deps` and a host source readable for the copy (this function's contract).
     from_runtime(unsafe {
         graphs::copy_node(
@@ -221,7 +222,84 @@ pub unsafe fn add_memcpy(
             extent,
             kind,
         )
-    })
+    })?;
+    // SAFETY: `out` written by the runtime (the call succeeded).
+    let node = unsafe { out.read_unaligned() };
+    // SAFETY: `p` read above.
+    unsafe { keep_given(node, p, &c) };
+    Ok(())
+}
+
+/// The `CUDA_MEMCPY3D` each copy node made or set through the driver was given, and the copy
+/// it came to (source, destination, extent): `cuGraphMemcpyNodeGetParams` answers it as given
+/// while the node still makes that copy (a runtime setter may have changed it since).
+type GivenCopy = (arrays::Memcpy3DBytes, [u64; 5]);
+static GIVEN_COPIES: Mutex<Option<HashMap<u64, GivenCopy>>> = Mutex::new(None);
+
+fn copy_key(c: &arrays::GraphCopy) -> [u64; 5] {
+    let (src, dst, (w, h, d), _) = c;
+    [src.addr, dst.addr, *w, *h, *d]
+}
+
+/// Keep the `CUDA_MEMCPY3D` at `p` that made (or set) the copy `c` of `node`.
+///
+/// # Safety
+/// `p` a readable `CUDA_MEMCPY3D`.
+unsafe fn keep_given(node: u64, p: *const c_void, c: &arrays::GraphCopy) {
+    // SAFETY: `p` as this function's contract gives it.
+    let bytes = unsafe { arrays::copy_bytes(p) };
+    let mut given = GIVEN_COPIES.lock().unwrap_or_else(PoisonError::into_inner);
+    given.get_or_insert_with(HashMap::new).insert(node, (bytes, copy_key(c)));
+}
+
+/// `cuGraphMemcpyNodeGetParams`: the copy node's `CUDA_MEMCPY3D`, as the driver was given it,
+/// or (a node made or changed through the runtime) as the runtime describes it.
+///
+/// # Safety
+/// `out` null or a writable `CUDA_MEMCPY3D`.
+pub unsafe fn memcpy_params(node: u64, out: *mut c_void) -> Result<(), CuError> {
+    if out.is_null() {
+        return Err(CuError::INVALID_VALUE);
+    }
+    // SAFETY: `cudaMemcpy3DParms` is plain integers, for which zero is a value.
+    let mut p: crate::cudart::memory::Memcpy3DParms = unsafe { std::mem::zeroed() };
+    // SAFETY: a writable `cudaMemcpy3DParms`, local.
+    from_runtime(unsafe { graphs::memcpy_params(node, (&mut p as *mut crate::cudart::memory::Memcpy3DParms).cast()) })?;
+    let now = [p.src_ptr.ptr, p.dst_ptr.ptr, p.extent.width as u64, p.extent.height as u64, p.extent.depth as u64];
+    let given =
+        GIVEN_COPIES.lock().unwrap_or_else(PoisonError::into_inner).as_ref().and_then(|g| g.get(&node).copied());
+    match given {
+        Some((bytes, key)) if key == now => {
+            // SAFETY: a writable `CUDA_MEMCPY3D` at the non-null `out` (this function's
+            // contract), written unaligned.
+            unsafe { (out as *mut arrays::Memcpy3DBytes).write_unaligned(bytes) };
+        }
+        // SAFETY: as above.
+        _ => unsafe { arrays::write_linear_copy(out, &p) },
+    }
+    Ok(())
+}
+
+/// `cuGraphMemcpyNodeSetParams` (`exec` 0) and `cuGraphExecMemcpyNodeSetParams`: the new copy
+/// is checked as `cuGraphAddMemcpyNode` checks it.
+///
+/// # Safety
+/// `p` null or a `CUDA_MEMCPY3D` as `cuGraphAddMemcpyNode` takes it.
+pub unsafe fn set_memcpy(exec: u64, node: u64, p: *const c_void) -> Result<(), CuError> {
+    // SAFETY: `p` as this function's contract gives it.
+    let c = unsafe { arrays::graph_copy(p)? };
+    let (src, dst, extent, kind) = c;
+    let (s, d) = ((src.addr, src.pitch, src.slice), (dst.addr, dst.pitch, dst.slice));
+    // SAFETY: a writable node handle, no dependencies; a host source readable for the copy
+    // (this function's contract).
+    from_runtime(graphs::set_from(exec, node, |out, g| unsafe {
+        graphs::copy_node(out, g, std::ptr::null(), 0, d, s, extent, kind)
+    }))?;
+    if exec == 0 {
+        // SAFETY: `p` read above.
+        unsafe { keep_given(node, p, &c) };
+    }
+    Ok(())
 }
 
 /// `cuGraphExecUpdate` (CUDA 11: the error node and the result through two out parameters;
@@ -413,7 +491,25 @@ pub unsafe fn add_node(
     // SAFETY: `p` as this function's contract gives it.
     let n = unsafe { node_params(p)? };
     // SAFETY: `out`, `deps` and `p` as this function's contract gives them.
-    from_runtime(unsafe { add_params_node(out, graph, deps, count, &n, p) })
+    from_runtime(unsafe { add_params_node(out, graph, deps, count, &n, p) })?;
+    // SAFETY: `out` written by the runtime (the call succeeded).
+    let node = unsafe { out.read_unaligned() };
+    // SAFETY: `p` read above.
+    unsafe { keep_given_params(node, &n, p) };
+    Ok(())
+}
+
+/// Keep a copy node's `CUDA_MEMCPY3D` from the `CUgraphNodeParams` at `p` that made or set it.
+///
+/// # Safety
+/// `p` as [`node_params`] read it into `n`.
+unsafe fn keep_given_params(node: u64, n: &NodeParams, p: *const c_void) {
+    if let NodeParams::Copy(c) = n {
+        // SAFETY: within the `CUgraphNodeParams` read into `n`: its `CUDA_MEMCPY3D`.
+        let copy = unsafe { (p as *const u8).add(NODE_PARAMS_AT + COPY_PARAMS_AT) };
+        // SAFETY: a readable `CUDA_MEMCPY3D` there.
+        unsafe { keep_given(node, copy.cast(), c) };
+    }
 }
 
 /// `cuGraphNodeSetParams` (`exec` 0) and `cuGraphExecNodeSetParams`.
@@ -424,7 +520,14 @@ pub unsafe fn set_with_params(exec: u64, node: u64, p: *mut c_void) -> Result<()
     // SAFETY: `p` as this function's contract gives it.
     let n = unsafe { node_params(p)? };
     // SAFETY: a writable node handle, no dependencies, `p` as this function's contract gives it.
-    from_runtime(graphs::set_from(exec, node, |out, g| unsafe { add_params_node(out, g, std::ptr::null(), 0, &n, p) }))
+    from_runtime(graphs::set_from(exec, node, |out, g| unsafe {
+        add_params_node(out, g, std::ptr::null(), 0, &n, p)
+    }))?;
+    if exec == 0 {
+        // SAFETY: `p` read above.
+        unsafe { keep_given_params(node, &n, p) };
+    }
+    Ok(())
 }
 
 /// The size of a `CUgraphNodeParams`: the type and three reserved words, the parameters'
@@ -433,8 +536,8 @@ const NODE_PARAMS_SIZE: usize = 256;
 
 /// `cuGraphNodeGetParams`: the node's type and parameters in the `CUgraphNodeParams` at `out`.
 /// A kernel node answers its `CUDA_KERNEL_NODE_PARAMS_v3` as `cuGraphKernelNodeGetParams_v2`
-/// does; the other types' structs are the runtime's (`cudaGraphNodeGetParams`). A copy node is
-/// `CUDA_ERROR_NOT_SUPPORTED`, as `cuGraphMemcpyNodeGetParams` is.
+/// does, a copy node its `CUDA_MEMCPY3D` as `cuGraphMemcpyNodeGetParams` does; the other types'
+/// structs are the runtime's (`cudaGraphNodeGetParams`).
 ///
 /// # Safety
 /// `out` null or a writable `CUgraphNodeParams`.
@@ -456,8 +559,24 @@ pub unsafe fn get_node_params(node: u64, out: *mut c_void) -> Result<(), CuError
             unsafe { kernel_params(node, params.cast(), true) }
         }
         NODE_MEMCPY => {
-            crate::log::not_supported_once("cuGraphNodeGetParams of a copy node", "CUDA_ERROR_NOT_SUPPORTED");
-            Err(CuError::NOT_SUPPORTED)
+            let base = out as *mut u8;
+            // SAFETY: a writable `CUgraphNodeParams` at the non-null `out` (this function's
+            // contract): its 256 bytes.
+            unsafe { std::ptr::write_bytes(base, 0, NODE_PARAMS_SIZE) };
+            // SAFETY: its type first, written without assuming alignment.
+            unsafe { (base as *mut i32).write_unaligned(NODE_MEMCPY) };
+            // SAFETY: within the struct: the union's `CUDA_MEMCPY_NODE_PARAMS`, whose flags stay 0
+            // and whose context is the current one (the device's: contexts share it).
+            let params = unsafe { base.add(NODE_PARAMS_AT) };
+            let ctx = super::context::current().unwrap_or(0);
+            // SAFETY: within the union: its `copyCtx`, after two ints.
+            let at_ctx = unsafe { params.add(8) };
+            // SAFETY: a word's room there, written unaligned.
+            unsafe { at_ctx.cast::<u64>().write_unaligned(ctx) };
+            // SAFETY: within the union: its `copyParams`.
+            let copy = unsafe { params.add(COPY_PARAMS_AT) };
+            // SAFETY: a writable `CUDA_MEMCPY3D` there.
+            unsafe { memcpy_params(node, copy.cast()) }
         }
         // SAFETY: `out` as this function's contract gives it: the runtime's struct, laid out
         // as the driver's for these types.

@@ -1828,6 +1828,62 @@ impl HandWritten for Hand {
         })
     }
 
+    unsafe fn cuGraphMemcpyNodeGetParams(node: *mut c_void, params: *mut c_void) -> i32 {
+        // SAFETY: `params` null or a writable `CUDA_MEMCPY3D` (this export's contract).
+        in_context(F::CuGraphMemcpyNodeGetParams, || unsafe { graphs::memcpy_params(node as u64, params) })
+    }
+
+    unsafe fn cuGraphMemcpyNodeSetParams(node: *mut c_void, params: *const c_void) -> i32 {
+        // SAFETY: `params` as `cuGraphAddMemcpyNode` takes it (this export's contract).
+        in_context(F::CuGraphMemcpyNodeSetParams, || unsafe { graphs::set_memcpy(0, node as u64, params) })
+    }
+
+    unsafe fn cuGraphExecMemcpyNodeSetParams(
+        exec: *mut c_void,
+        node: *mut c_void,
+        params: *const c_void,
+        _ctx: u64,
+    ) -> i32 {
+        // SAFETY: as in `cuGraphMemcpyNodeSetParams` (the context is the device's).
+        in_context(F::CuGraphExecMemcpyNodeSetParams, || unsafe {
+            graphs::set_memcpy(exec_handle(exec)?, node as u64, params)
+        })
+    }
+
+    // User objects are the runtime's (`cudaUserObject_t`): one made with either API is retained
+    // and released with the other, and by graphs of either.
+    unsafe fn cuUserObjectCreate(object: *mut u64, ptr: *mut c_void, destroy: u64, initial: u32, flags: u32) -> i32 {
+        driver(F::CuUserObjectCreate, || {
+            // SAFETY: `object` null or writable, `destroy` null or a `CUhostFn`, which is a
+            // `cudaHostFn_t` (this export's contract), as the runtime's takes them.
+            bridge::runtime(|| unsafe { cudart::cudaUserObjectCreate(object, ptr, destroy, initial, flags) })
+        })
+    }
+
+    unsafe fn cuUserObjectRetain(object: u64, count: u32) -> i32 {
+        // SAFETY: values only.
+        driver(F::CuUserObjectRetain, || bridge::runtime(|| unsafe { cudart::cudaUserObjectRetain(object, count) }))
+    }
+
+    unsafe fn cuUserObjectRelease(object: u64, count: u32) -> i32 {
+        // SAFETY: values only.
+        driver(F::CuUserObjectRelease, || bridge::runtime(|| unsafe { cudart::cudaUserObjectRelease(object, count) }))
+    }
+
+    unsafe fn cuGraphRetainUserObject(graph: *mut c_void, object: u64, count: u32, flags: u32) -> i32 {
+        driver(F::CuGraphRetainUserObject, || {
+            // SAFETY: handles and values only.
+            bridge::runtime(|| unsafe { cudart::cudaGraphRetainUserObject(graph, object, count, flags) })
+        })
+    }
+
+    unsafe fn cuGraphReleaseUserObject(graph: *mut c_void, object: u64, count: u32) -> i32 {
+        driver(F::CuGraphReleaseUserObject, || {
+            // SAFETY: handles and values only.
+            bridge::runtime(|| unsafe { cudart::cudaGraphReleaseUserObject(graph, object, count) })
+        })
+    }
+
     unsafe fn cuGraphAddDependencies(
         graph: *mut c_void,
         from: *const *mut c_void,
@@ -2291,6 +2347,51 @@ impl HandWritten for Hand {
 
     // ---- Context and device queries: the runtime's (its limits, cache and shared memory
     // configurations, peers, PCI ids, pools), queries.rs and context.rs
+
+    // The profiler's start and stop, as the runtime's: Phos runs no profiler of its own.
+    unsafe fn cuProfilerStart() -> i32 {
+        in_context(F::CuProfilerStart, || Ok(()))
+    }
+
+    unsafe fn cuProfilerStop() -> i32 {
+        in_context(F::CuProfilerStop, || Ok(()))
+    }
+
+    unsafe fn cuCtxResetPersistingL2Cache() -> i32 {
+        in_context(F::CuCtxResetPersistingL2Cache, || {
+            // SAFETY: the runtime's takes no arguments.
+            bridge::runtime(|| unsafe { cudart::cudaCtxResetPersistingL2Cache() })
+        })
+    }
+
+    unsafe fn cuFlushGPUDirectRDMAWrites(target: i32, scope: i32) -> i32 {
+        in_context(F::CuFlushGPUDirectRDMAWrites, || {
+            // CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX; scopes TO_OWNER and
+            // TO_ALL_DEVICES.
+            if target != 0 || !matches!(scope, 100 | 200) {
+                return Err(CuError::INVALID_VALUE);
+            }
+            runtime::call(&cuda::PhosFlushGPUDirectRDMAWritesRequest { target, scope })?;
+            Ok(())
+        })
+    }
+
+    /// A context Phos makes has no execution affinity: it may use every SM of its device,
+    /// which is what `CU_EXEC_AFFINITY_TYPE_SM_COUNT` answers.
+    unsafe fn cuCtxGetExecAffinity(out: *mut c_void, kind: i32) -> i32 {
+        in_context(F::CuCtxGetExecAffinity, || {
+            if out.is_null() || kind != 0 {
+                return Err(CuError::INVALID_VALUE);
+            }
+            let dev = context::current_device()?;
+            // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT.
+            let sms = runtime::call(&cuda::CuDeviceGetAttributeRequest { attrib: 16, dev })?.pi;
+            // SAFETY: a writable `CUexecAffinityParam` at the non-null `out` (this export's
+            // contract): its type, then its `smCount`.
+            unsafe { out.cast::<[i32; 2]>().write_unaligned([kind, sms]) };
+            Ok(())
+        })
+    }
 
     unsafe fn cuCtxGetLimit(value: *mut usize, limit: i32) -> i32 {
         // SAFETY: `value` null or writable (this export's contract), as the runtime's takes.

@@ -124,6 +124,44 @@ pub unsafe fn memcpy_batch(
     unsafe { report(r, fail_idx) }
 }
 
+/// CUDA 13's `cudaMemcpyWithAttributesAsync`: one copy with its attributes, checked and run as
+/// a batch of one.
+///
+/// # Safety
+/// `attr` null or a readable `cudaMemcpyAttributes`; the copy's host side readable or
+/// writable for its size.
+pub unsafe fn memcpy_with_attributes(
+    dst: u64,
+    src: u64,
+    size: usize,
+    attr: *const Attributes,
+    stream: u64,
+    per_thread: bool,
+) -> Result<(), CudaError> {
+    let first = 0usize;
+    // SAFETY: one destination, source, size and index, local; `attr` and the copy as this
+    // function's contract gives them.
+    let r = unsafe { batch(&dst, &src, &size, 1, attr, &first, 1, stream, per_thread) };
+    r.map_err(|(e, _)| e)
+}
+
+/// CUDA 13's `cudaMemcpy3DWithAttributesAsync`: one operation, checked and run as a batch of
+/// one.
+///
+/// # Safety
+/// `op` null or a `cudaMemcpy3DBatchOp` whose host sides are readable or writable for its
+/// extent.
+pub unsafe fn memcpy_3d_with_attributes(
+    op: *const BatchOp,
+    flags: u64,
+    stream: u64,
+    per_thread: bool,
+) -> Result<(), CudaError> {
+    // SAFETY: as this function's contract gives it.
+    let r = unsafe { batch_3d(1, op, flags, stream, per_thread) };
+    r.map_err(|(e, _)| e)
+}
+
 /// [`memcpy_batch`] without the report.
 ///
 /// # Safety
@@ -395,6 +433,28 @@ mod tests {
         let mut flagged = attrs(ORDER_DURING_CALL);
         flagged.flags = 2;
         assert_eq!(batch_1d([0x10, 0x20, 0x30], &[flagged], &[0], 5), (CudaError::InvalidValue, 0));
+    }
+
+    #[test]
+    fn a_copy_with_attributes_is_checked_as_a_batch_of_one() {
+        let copy = |dst: u64, attr: *const Attributes, stream: u64| {
+            // SAFETY: `attr` null or one attribute; each case fails before the copy.
+            unsafe { memcpy_with_attributes(dst, 0x1000, 4, attr, stream, false) }
+        };
+        let good = attrs(ORDER_STREAM);
+        assert_eq!(copy(0x10, std::ptr::null(), 5), Err(CudaError::InvalidValue));
+        assert_eq!(copy(0, &good, 5), Err(CudaError::InvalidValue));
+        assert_eq!(copy(0x10, &good, 0), Err(CudaError::InvalidValue));
+        assert_eq!(copy(0x10, &attrs(0), 5), Err(CudaError::InvalidValue));
+        let op3 = |o: &BatchOp, flags: u64| {
+            // SAFETY: one operation; each case fails before the copy.
+            unsafe { memcpy_3d_with_attributes(o, flags, 5, false) }
+        };
+        let good = op(pointer(0x1000, 0, 0), pointer(0x2000, 64, 0), 16, 4, 1);
+        assert_eq!(op3(&good, 1), Err(CudaError::InvalidValue));
+        assert_eq!(op3(&op(pointer(0x1000, 8, 0), pointer(0x2000, 0, 0), 16, 4, 1), 0), Err(CudaError::InvalidValue));
+        // SAFETY: a null operation is refused before it is read.
+        assert_eq!(unsafe { memcpy_3d_with_attributes(std::ptr::null(), 0, 5, false) }, Err(CudaError::InvalidValue));
     }
 
     fn pointer(ptr: u64, row: u64, layer: u64) -> Operand {

@@ -2462,6 +2462,124 @@ impl HandWritten for Hand {
         code(unsafe { memcpy_3d_batch_abi(num_ops, ops, fail_idx_or_flags, flags_or_stream, stream_12, true) })
     }
 
+    unsafe fn cudaMemcpyWithAttributesAsync(
+        dst: *mut c_void,
+        src: *const c_void,
+        size: usize,
+        attr: *mut c_void,
+        stream: *mut c_void,
+    ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `batch` asks of them
+        // what CUDA asks of this export's caller.
+        code(unsafe { batch::memcpy_with_attributes(dst as u64, src as u64, size, attr.cast(), stream as u64, false) })
+    }
+
+    unsafe fn cudaMemcpyWithAttributesAsync_ptsz(
+        dst: *mut c_void,
+        src: *const c_void,
+        size: usize,
+        attr: *mut c_void,
+        stream: *mut c_void,
+    ) -> i32 {
+        // SAFETY: as in `cudaMemcpyWithAttributesAsync`.
+        code(unsafe { batch::memcpy_with_attributes(dst as u64, src as u64, size, attr.cast(), stream as u64, true) })
+    }
+
+    unsafe fn cudaMemcpy3DWithAttributesAsync(op: *mut c_void, flags: u64, stream: *mut c_void) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `batch` asks of them
+        // what CUDA asks of this export's caller.
+        code(unsafe { batch::memcpy_3d_with_attributes(op.cast(), flags, stream as u64, false) })
+    }
+
+    unsafe fn cudaMemcpy3DWithAttributesAsync_ptsz(op: *mut c_void, flags: u64, stream: *mut c_void) -> i32 {
+        // SAFETY: as in `cudaMemcpy3DWithAttributesAsync`.
+        code(unsafe { batch::memcpy_3d_with_attributes(op.cast(), flags, stream as u64, true) })
+    }
+
+    // ---- Batched managed memory hints of CUDA 13 (managed.rs): the stream orders nothing,
+    // as for `cudaMemPrefetchAsync`.
+
+    unsafe fn cudaMemPrefetchBatchAsync(
+        dptrs: *mut *mut c_void,
+        sizes: *mut usize,
+        count: usize,
+        locations: *mut c_void,
+        idxs: *mut usize,
+        num: usize,
+        flags: u64,
+        _stream: *mut c_void,
+    ) -> i32 {
+        // SAFETY: this export's arguments, passed on (at most retyped): `managed::batch_hints`
+        // asks of them what CUDA asks of this export's caller.
+        code(unsafe { managed::batch_hints(dptrs.cast(), sizes, count, locations.cast(), idxs, num, true, flags) })
+    }
+
+    unsafe fn cudaMemPrefetchBatchAsync_ptsz(
+        dptrs: *mut *mut c_void,
+        sizes: *mut usize,
+        count: usize,
+        locations: *mut c_void,
+        idxs: *mut usize,
+        num: usize,
+        flags: u64,
+        _stream: *mut c_void,
+    ) -> i32 {
+        // SAFETY: as in `cudaMemPrefetchBatchAsync`.
+        code(unsafe { managed::batch_hints(dptrs.cast(), sizes, count, locations.cast(), idxs, num, true, flags) })
+    }
+
+    unsafe fn cudaMemDiscardBatchAsync(
+        dptrs: *mut *mut c_void,
+        sizes: *mut usize,
+        count: usize,
+        flags: u64,
+        _stream: *mut c_void,
+    ) -> i32 {
+        let none = std::ptr::null();
+        // SAFETY: as in `cudaMemPrefetchBatchAsync`, without locations.
+        code(unsafe { managed::batch_hints(dptrs.cast(), sizes, count, none, none.cast(), 0, false, flags) })
+    }
+
+    unsafe fn cudaMemDiscardBatchAsync_ptsz(
+        dptrs: *mut *mut c_void,
+        sizes: *mut usize,
+        count: usize,
+        flags: u64,
+        _stream: *mut c_void,
+    ) -> i32 {
+        let none = std::ptr::null();
+        // SAFETY: as in `cudaMemPrefetchBatchAsync`, without locations.
+        code(unsafe { managed::batch_hints(dptrs.cast(), sizes, count, none, none.cast(), 0, false, flags) })
+    }
+
+    unsafe fn cudaMemDiscardAndPrefetchBatchAsync(
+        dptrs: *mut *mut c_void,
+        sizes: *mut usize,
+        count: usize,
+        locations: *mut c_void,
+        idxs: *mut usize,
+        num: usize,
+        flags: u64,
+        _stream: *mut c_void,
+    ) -> i32 {
+        // SAFETY: as in `cudaMemPrefetchBatchAsync`.
+        code(unsafe { managed::batch_hints(dptrs.cast(), sizes, count, locations.cast(), idxs, num, true, flags) })
+    }
+
+    unsafe fn cudaMemDiscardAndPrefetchBatchAsync_ptsz(
+        dptrs: *mut *mut c_void,
+        sizes: *mut usize,
+        count: usize,
+        locations: *mut c_void,
+        idxs: *mut usize,
+        num: usize,
+        flags: u64,
+        _stream: *mut c_void,
+    ) -> i32 {
+        // SAFETY: as in `cudaMemPrefetchBatchAsync`.
+        code(unsafe { managed::batch_hints(dptrs.cast(), sizes, count, locations.cast(), idxs, num, true, flags) })
+    }
+
     // ---- Texture widths and host functions of CUDA 13
 
     unsafe fn cudaDeviceGetTexture1DLinearMaxWidth(

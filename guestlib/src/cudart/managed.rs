@@ -189,6 +189,71 @@ pub fn prefetch(ptr: *const c_void, count: usize, raw: u64, flags: u64, as_struc
     Ok(())
 }
 
+/// CUDA 13's batched hints: `cudaMemPrefetchBatchAsync` (`locations` given, no discard),
+/// `cudaMemDiscardBatchAsync` (`discard`, no locations) and
+/// `cudaMemDiscardAndPrefetchBatchAsync` (both). The batch is checked whole first (the ranges
+/// managed memory, the locations' indices 0 first and rising, below `count`, each location
+/// one memory can be at, no flags); then each prefetch is recorded as `cudaMemPrefetchAsync`
+/// records it. A discard leaves the contents as they are: after one CUDA leaves them
+/// undetermined, and the values they had are among those.
+///
+/// # Safety
+/// `dptrs` and `sizes` null or holding `count` entries; `locations` null or holding `num`
+/// `cudaMemLocation`s, and `idxs` `num` indices.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn batch_hints(
+    dptrs: *const u64,
+    sizes: *const usize,
+    count: usize,
+    locations: *const u64,
+    idxs: *const usize,
+    num: usize,
+    prefetch: bool,
+    flags: u64,
+) -> Result<(), CudaError> {
+    runtime::session()?;
+    if count == 0 || dptrs.is_null() || sizes.is_null() || flags != 0 {
+        return Err(CudaError::InvalidValue);
+    }
+    let mut bases = Vec::with_capacity(count.min(1 << 16));
+    for i in 0..count {
+        // SAFETY: `i < count`, within the pointers (this function's contract).
+        let ptr = unsafe { dptrs.wrapping_add(i).read_unaligned() };
+        // SAFETY: `i < count`, within the sizes (this function's contract).
+        let size = unsafe { sizes.wrapping_add(i).read_unaligned() };
+        bases.push(managed_range(ptr as usize as *const c_void, size)?);
+    }
+    if !prefetch {
+        return Ok(());
+    }
+    if num == 0 || num > count || locations.is_null() || idxs.is_null() {
+        return Err(CudaError::InvalidValue);
+    }
+    // Each location applies from its index to the next one's.
+    let mut from = Vec::with_capacity(num);
+    for k in 0..num {
+        // SAFETY: `k < num`, within the indices (this function's contract).
+        let first = unsafe { idxs.wrapping_add(k).read_unaligned() };
+        // SAFETY: `k < num`, within the locations (this function's contract).
+        let at = location(unsafe { locations.wrapping_add(k).read_unaligned() }, true);
+        let ordered = match from.last() {
+            None => first == 0,
+            Some(&(p, _)) => first > p,
+        };
+        if !ordered || first >= count {
+            return Err(CudaError::InvalidValue);
+        }
+        check_location(at)?;
+        from.push((first, at));
+    }
+    let mut all = advice();
+    for (i, base) in bases.into_iter().enumerate() {
+        let at = from.iter().rev().find(|(first, _)| *first <= i).map(|&(_, at)| at);
+        all.entry(base).or_default().last_prefetch = at;
+    }
+    Ok(())
+}
+
 /// `cudaMemPrefetchAsync` as the ABI the program loaded declares it: under CUDA 11 and 12
 /// the stream arrives where CUDA 13 passes `flags`, and has no flags.
 pub fn prefetch_abi(ptr: *const c_void, count: usize, raw: u64, flags_or_stream: u64) -> Result<(), CudaError> {
