@@ -296,7 +296,12 @@ int main(int argc, char **argv) {
     CHECK(cudaGraphLaunch(exec, 0));
     CHECK(cudaDeviceSynchronize());
     std::printf("after: while ran %d steps in all, %d left\n", read_int(done), read_int(steps));
+    // One executable graph of a graph with conditional nodes at a time.
     cudaGraphExec_t exec2;
+    std::printf("instantiated while the first lives: %s\n",
+                cudaGetErrorName(cudaGraphInstantiateWithFlags(&exec2, g, 0)));
+    cudaGetLastError();
+    CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphInstantiateWithFlags(&exec2, g, 0));
     write_int(steps, 2);
     CHECK(cudaGraphLaunch(exec2, 0));
@@ -305,7 +310,6 @@ int main(int argc, char **argv) {
 
     // Everything goes as usual.
     CHECK(cudaGraphExecDestroy(exec2));
-    CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphDestroy(g));
     CHECK(cudaDestroyTextureObject(linear_tex));
     CHECK(cudaDestroyTextureObject(mip_tex));

@@ -684,14 +684,32 @@ impl GraphRegistry {
     ///
     /// A graph with memory nodes has one executable graph at a time (its allocations'
     /// addresses are the graph's): a second is `cudaErrorInvalidValue` until the first is
-    /// destroyed, as in CUDA.
+    /// destroyed, as in CUDA. So has a graph with conditional nodes (their handles' values
+    /// are the graph's): a second is `cudaErrorNotSupported`, as CUDA 13 answers on an H200;
+    /// an executable graph that runs one of the graph's conditional handles is one of it
+    /// (handles are made for one graph), which also holds for those a restore brought back.
     pub fn instantiate(&self, graph: u64, new: &NewHandle<'_>) -> Result<u64, CudaError> {
         let ops = self.exec_of(graph)?;
         let memory = ops.iter().any(is_memory_op);
         if memory && self.mem.lock().instantiated.contains_key(&graph) {
             return Err(CudaError::InvalidValue);
         }
-        let exec = self.execs.lock().add(ops, new)?;
+        let handles: Vec<u64> = ops
+            .iter()
+            .filter_map(|op| match op {
+                GraphOp::ConditionalRun { handle, .. } => Some(*handle),
+                _ => None,
+            })
+            .collect();
+        let mut execs = self.execs.lock();
+        let runs_them = |ops: &Vec<GraphOp>| {
+            ops.iter().any(|op| matches!(op, GraphOp::ConditionalRun { handle, .. } if handles.contains(handle)))
+        };
+        if !handles.is_empty() && execs.iter().any(|(_, ops)| runs_them(ops)) {
+            return Err(CudaError::NotSupported);
+        }
+        let exec = execs.add(ops, new)?;
+        drop(execs);
         if memory {
             self.mem.lock().instantiated.insert(graph, exec);
         }
