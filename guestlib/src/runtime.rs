@@ -267,11 +267,11 @@ impl Channel {
     /// Spin up to `spin` for call `call_id`'s answer: posted in the staging region
     /// ([`Staging::take_answer`], the payload then in `self.reply`), or arriving on the ring
     /// (the frames before it taken in as [`receive_one`](Self::receive_one) does).
-    fn spin_for_posted(&mut self, st: &Staging, call_id: u64, spin: Duration) -> Posted {
+    fn spin_for_posted(&mut self, call_id: u64, spin: Duration) -> Posted {
         let until = Instant::now() + spin;
         let mut turns = 0u32;
         loop {
-            if st.take_answer(call_id, &mut self.reply) {
+            if self.staging.as_ref().is_some_and(|st| st.take_answer(call_id, &mut self.reply)) {
                 return Posted::Taken;
             }
             if self.transport.readable() {
@@ -953,12 +953,8 @@ fn attempt<R: RemoteCall>(ch: &mut Channel, request: &[u8], call_id: u64, resend
     // First on the answer the server may post in the staging region too, one hop sooner
     // than its frame (taken in later, as a detached answer).
     let mut arrived = None;
-    if !spin.is_zero()
-        && ch.detached.len() < MAX_DETACHED
-        && takes_posted_answers()
-        && let Some(st) = ch.staging.clone()
-    {
-        match ch.spin_for_posted(&st, call_id, spin) {
+    if !spin.is_zero() && ch.staging.is_some() && ch.detached.len() < MAX_DETACHED && takes_posted_answers() {
+        match ch.spin_for_posted(call_id, spin) {
             Posted::Taken => {
                 ch.detached.push_back(call_id);
                 crate::profile::posted_answer();
@@ -1429,7 +1425,7 @@ pub unsafe fn staged_copy(
             && ch.detached.len() < MAX_DETACHED
             && takes_posted_answers()
         {
-            match ch.spin_for_posted(&st, call_id, spin) {
+            match ch.spin_for_posted(call_id, spin) {
                 Posted::Taken => {
                     ch.detached.push_back(call_id);
                     crate::profile::posted_answer();
