@@ -2524,8 +2524,8 @@ impl HandWritten for Hand {
         flags: u64,
         _stream: *mut c_void,
     ) -> i32 {
-        // SAFETY: as in `cudaMemPrefetchBatchAsync`.
-        code(unsafe { managed::batch_hints(dptrs.cast(), sizes, count, locations.cast(), idxs, num, true, flags) })
+        // SAFETY: the same export (the stream orders nothing), the same contract.
+        unsafe { Self::cudaMemPrefetchBatchAsync(dptrs, sizes, count, locations, idxs, num, flags, _stream) }
     }
 
     unsafe fn cudaMemDiscardBatchAsync(
@@ -2547,9 +2547,8 @@ impl HandWritten for Hand {
         flags: u64,
         _stream: *mut c_void,
     ) -> i32 {
-        let none = std::ptr::null();
-        // SAFETY: as in `cudaMemPrefetchBatchAsync`, without locations.
-        code(unsafe { managed::batch_hints(dptrs.cast(), sizes, count, none, none.cast(), 0, false, flags) })
+        // SAFETY: the same export (the stream orders nothing), the same contract.
+        unsafe { Self::cudaMemDiscardBatchAsync(dptrs, sizes, count, flags, _stream) }
     }
 
     unsafe fn cudaMemDiscardAndPrefetchBatchAsync(
@@ -2576,8 +2575,8 @@ impl HandWritten for Hand {
         flags: u64,
         _stream: *mut c_void,
     ) -> i32 {
-        // SAFETY: as in `cudaMemPrefetchBatchAsync`.
-        code(unsafe { managed::batch_hints(dptrs.cast(), sizes, count, locations.cast(), idxs, num, true, flags) })
+        // SAFETY: the same export (the stream orders nothing), the same contract.
+        unsafe { Self::cudaMemDiscardAndPrefetchBatchAsync(dptrs, sizes, count, locations, idxs, num, flags, _stream) }
     }
 
     // ---- Texture widths and host functions of CUDA 13
